@@ -1,0 +1,246 @@
+// emu/ops.cpp: exact scalar operations, each ending in one round_pack call.
+#include "emu/ops.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace fb {
+namespace {
+
+Rounded invalid_result(const Format& f) {
+  // Formats with no NaN (fp6, fp4) have nothing better than +0 to return.
+  return {f.has_nan() ? pack_nan(f) : pack_zero(f, false), flag::invalid};
+}
+Rounded nan_result(const Format& f) {
+  return f.has_nan() ? Rounded{pack_nan(f), 0} : invalid_result(f);
+}
+Rounded infinite_result(const Format& f, bool negative, const RoundingSpec& spec, Flags extra) {
+  if (f.has_inf()) return {pack_infinite(f, negative, spec.overflow), extra};
+  // No inf in the format: an infinite result is an overflow.
+  return {pack_infinite(f, negative, spec.overflow),
+          static_cast<Flags>(extra | flag::overflow | flag::inexact)};
+}
+Rounded zero_result(const Format& f, bool negative) {
+  if (!f.has_zero()) return invalid_result(f);
+  return {pack_zero(f, negative), 0};
+}
+
+Rounded round_exact(const Format& f, const ExactValue& v, const RoundingSpec& spec,
+                    std::uint64_t position, RoundingEvent* event) {
+  return round_pack(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
+}
+
+int leading_exponent(const ExactValue& v) {
+  return v.exponent + 63 - std::countl_zero(v.significand);
+}
+
+// Fills the addition fields of an event for the exact sum x + y = v.
+void describe_addition(double x, double y, const ExactValue& v, RoundingEvent* event) {
+  event->is_addition = true;
+  if (x == 0.0 || y == 0.0) return;
+  const int ex = std::ilogb(x), ey = std::ilogb(y);
+  const int larger = ex > ey ? ex : ey;
+  event->alignment_shift = ex > ey ? ex - ey : ey - ex;
+  if (v.significand == 0) {
+    event->exact_zero = true;
+    event->cancellation_depth = 64;
+    return;
+  }
+  const int es = leading_exponent(v);
+  if (std::signbit(x) == std::signbit(y)) {
+    event->significand_overflow = es > larger;
+  } else {
+    event->cancellation_depth = larger - es > 0 ? larger - es : 0;
+  }
+}
+
+ExactValue two_sum(double x, double y) {
+  const double s = x + y;
+  if (s == 0.0) return {false, 0, 0, false};
+  const double bv = s - x;
+  const double av = s - bv;
+  const double err = (x - av) + (y - bv);
+  return exact_from_sum(s, err);
+}
+
+bool zero_sum_is_negative(bool x_negative, bool y_negative, const RoundingSpec& spec) {
+  if (x_negative == y_negative) return x_negative;
+  return spec.mode == RoundingMode::rdn;
+}
+
+}  // namespace
+
+ExactValue exact_from_sum(double hi, double lo) {
+  std::uint64_t bits = std::bit_cast<std::uint64_t>(hi);
+  const bool negative = (bits >> 63) != 0;
+  const int exp_field = static_cast<int>((bits >> 52) & 0x7ff);
+  // Callers never produce fp64 subnormals: every operand and product is far inside
+  // fp64's normal range.
+  std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+  int exponent = exp_field - 1075;
+  if (lo == 0.0) return {negative, exponent, sig, false};
+  // Express the value on a grid four times finer than hi's ulp: lo is within half
+  // an ulp, so its grid part is -2..2 and the rest becomes the sticky bit.
+  const double t = std::fabs(std::ldexp(lo, -(exponent - 2)));
+  const double whole = std::floor(t);
+  const bool fractional = t != whole;
+  sig <<= 2;
+  exponent -= 2;
+  if (std::signbit(lo) == negative) {
+    sig += static_cast<std::uint64_t>(whole);
+  } else {
+    sig -= static_cast<std::uint64_t>(whole) + (fractional ? 1u : 0u);
+  }
+  return {negative, exponent, sig, fractional};
+}
+
+Rounded round_double(const Format& f, double exact, const RoundingSpec& spec, std::uint64_t position,
+                     RoundingEvent* event) {
+  if (std::isnan(exact)) return nan_result(f);
+  if (std::isinf(exact)) return infinite_result(f, std::signbit(exact), spec, 0);
+  if (exact == 0.0) return zero_result(f, std::signbit(exact));
+  return round_exact(f, exact_from_sum(exact, 0.0), spec, position, event);
+}
+
+Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  const double x = to_double(f, a), y = to_double(f, b);
+  if (std::isnan(x) || std::isnan(y)) return nan_result(f);
+  if (std::isinf(x) || std::isinf(y)) {
+    if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
+    return infinite_result(f, std::signbit(std::isinf(x) ? x : y), spec, 0);
+  }
+  const ExactValue v = two_sum(x, y);
+  if (event) *event = RoundingEvent{}, describe_addition(x, y, v, event);
+  if (v.significand == 0) {
+    const bool neg = zero_sum_is_negative(std::signbit(x), std::signbit(y), spec);
+    if (event) event->negative = neg;
+    return zero_result(f, neg);
+  }
+  return round_exact(f, v, spec, position, event);
+}
+
+Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  const Decoded db = decode(f, b);
+  if (db.cls == ValueClass::nan) return nan_result(f);
+  // Negating b is exact, except where the format cannot hold -b: unsigned formats
+  // and fnuz zero. Those are rare enough to take the exact fp64 route directly.
+  const double x = to_double(f, a), y = -to_double(f, b);
+  if (std::isnan(x)) return nan_result(f);
+  if (std::isinf(x) || std::isinf(y)) {
+    if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
+    return infinite_result(f, std::signbit(std::isinf(x) ? x : y), spec, 0);
+  }
+  const ExactValue v = two_sum(x, y);
+  if (event) *event = RoundingEvent{}, describe_addition(x, y, v, event);
+  if (v.significand == 0) {
+    const bool neg = zero_sum_is_negative(std::signbit(x), std::signbit(y), spec);
+    if (event) event->negative = neg;
+    return zero_result(f, neg);
+  }
+  return round_exact(f, v, spec, position, event);
+}
+
+Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  const double x = to_double(f, a), y = to_double(f, b);
+  if (std::isnan(x) || std::isnan(y)) return nan_result(f);
+  const bool neg = std::signbit(x) != std::signbit(y);
+  if (std::isinf(x) || std::isinf(y)) {
+    if (x == 0.0 || y == 0.0) return invalid_result(f);
+    return infinite_result(f, neg, spec, 0);
+  }
+  if (x == 0.0 || y == 0.0) return zero_result(f, neg);
+  if (event) *event = RoundingEvent{};
+  return round_exact(f, exact_from_sum(x * y, 0.0), spec, position, event);  // product is exact
+}
+
+Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  const double x = to_double(f, a), y = to_double(f, b);
+  if (std::isnan(x) || std::isnan(y)) return nan_result(f);
+  const bool neg = std::signbit(x) != std::signbit(y);
+  if (std::isinf(x)) {
+    if (std::isinf(y)) return invalid_result(f);
+    return infinite_result(f, neg, spec, 0);
+  }
+  if (std::isinf(y)) return zero_result(f, neg);
+  if (y == 0.0) {
+    if (x == 0.0) return invalid_result(f);
+    return infinite_result(f, neg, spec, flag::divbyzero);
+  }
+  if (x == 0.0) return zero_result(f, neg);
+  const double q = x / y;
+  const double r = std::fma(-q, y, x);  // exact remainder
+  if (event) *event = RoundingEvent{};
+  if (r == 0.0) return round_exact(f, exact_from_sum(q, 0.0), spec, position, event);
+  // The exact quotient q + r/y is not a dyadic tie (it does not terminate), so a
+  // stand-in far below q's ulp with the sign of r/y carries all that is needed.
+  const bool above = std::signbit(r) == std::signbit(y);
+  const double stand_in = std::ldexp(above ? 1.0 : -1.0, std::ilogb(q) - 60);
+  return round_exact(f, exact_from_sum(q, stand_in), spec, position, event);
+}
+
+Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position,
+             RoundingEvent* event) {
+  const double x = to_double(f, a);
+  if (std::isnan(x)) return nan_result(f);
+  if (x == 0.0) return zero_result(f, std::signbit(x));  // sqrt(-0) = -0
+  if (x < 0.0) return invalid_result(f);
+  if (std::isinf(x)) return infinite_result(f, false, spec, 0);
+  const double s = std::sqrt(x);
+  const double r = std::fma(-s, s, x);  // exact residual x - s^2
+  if (event) *event = RoundingEvent{};
+  if (r == 0.0) return round_exact(f, exact_from_sum(s, 0.0), spec, position, event);
+  const double stand_in = std::ldexp(r > 0.0 ? 1.0 : -1.0, std::ilogb(s) - 60);
+  return round_exact(f, exact_from_sum(s, stand_in), spec, position, event);
+}
+
+Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+            const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
+  const double x = to_double(f, a), y = to_double(f, b), z = to_double(f, c);
+  if (std::isnan(x) || std::isnan(y) || std::isnan(z)) return nan_result(f);
+  const bool product_negative = std::signbit(x) != std::signbit(y);
+  if (std::isinf(x) || std::isinf(y)) {
+    if (x == 0.0 || y == 0.0) return invalid_result(f);
+    if (std::isinf(z) && std::signbit(z) != product_negative) return invalid_result(f);
+    return infinite_result(f, product_negative, spec, 0);
+  }
+  if (std::isinf(z)) return infinite_result(f, std::signbit(z), spec, 0);
+  const double p = x * y;  // exact: at most 48 significant bits, far from fp64's limits
+  if (p == 0.0 && z == 0.0) return zero_result(f, zero_sum_is_negative(product_negative, std::signbit(z), spec));
+  const ExactValue v = two_sum(p, z);
+  if (event) *event = RoundingEvent{}, describe_addition(p, z, v, event);
+  if (v.significand == 0) {
+    const bool neg = zero_sum_is_negative(product_negative, std::signbit(z), spec);
+    if (event) event->negative = neg;
+    return zero_result(f, neg);
+  }
+  return round_exact(f, v, spec, position, event);
+}
+
+Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec,
+                std::uint64_t position, RoundingEvent* event) {
+  const double x = to_double(from, a);
+  if (event) *event = RoundingEvent{};
+  return round_double(to, x, spec, position, event);
+}
+
+Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b,
+                 std::uint32_t c, const RoundingSpec& spec, std::uint64_t position,
+                 RoundingEvent* event) {
+  switch (op) {
+    case OpKind::add: return add(f, a, b, spec, position, event);
+    case OpKind::sub: return sub(f, a, b, spec, position, event);
+    case OpKind::mul: return mul(f, a, b, spec, position, event);
+    case OpKind::div: return div(f, a, b, spec, position, event);
+    case OpKind::fma: return fma(f, a, b, c, spec, position, event);
+    case OpKind::sqrt: return sqrt(f, a, spec, position, event);
+    case OpKind::cvt: return convert(f, from, a, spec, position, event);
+  }
+  return invalid_result(f);
+}
+
+}  // namespace fb

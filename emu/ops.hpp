@@ -1,0 +1,107 @@
+// emu/ops.hpp: exact scalar operations in any format of at most 32 bits.
+//
+// Contract: each operation computes its exact result, reduces it to (sign, exponent,
+// significand, sticky) and rounds it once through round_pack (emu/rounding.hpp).
+// Special cases follow DESIGN.md §2:
+// - a NaN operand gives NaN and no flag; 0*inf, inf-inf, 0/0, sqrt(<0) give NaN with
+//   invalid; x/0 gives inf with divbyzero;
+// - an exact zero sum is +0, or -0 under rdn; same-sign zeros keep their sign;
+// - in formats without inf, an infinite result (x/0) follows the overflow policy's
+//   packing of infinity (NaN under ieee, max finite under satfinite);
+// - formats without NaN (fp6, fp4) give +0 with invalid where a NaN is due;
+// - e8m0 has no zero: an exact zero result gives NaN with invalid.
+//
+// How it stays exact and fast (DESIGN.md §3): every operand has at most 24
+// significant bits and an exponent in [-149, 128], so a product is exact in fp64 and
+// TwoSum / an FMA residual give the exact error of an fp64 sum, quotient or square
+// root. The fp64 result is truncated to a 2-bit-finer grid with a sticky bit
+// (equivalent to round-to-odd at 55 bits >= p + 2), which Boldo & Melquiond show
+// rounds to the same value as the exact result in every mode.
+//
+// `position` keys the stochastic-rounding stream; `event` (optional) receives the
+// rounding event, with the add_* fields for add, sub and fma.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "emu/rounding.hpp"
+#include "formats/format.hpp"
+
+namespace fb {
+
+enum class OpKind : std::uint8_t { add, sub, mul, div, fma, sqrt, cvt };
+constexpr int operand_count(OpKind k) {
+  switch (k) {
+    case OpKind::sqrt: return 1;
+    case OpKind::cvt: return 1;
+    case OpKind::fma: return 3;
+    default: return 2;
+  }
+}
+constexpr std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::add: return "add";
+    case OpKind::sub: return "sub";
+    case OpKind::mul: return "mul";
+    case OpKind::div: return "div";
+    case OpKind::fma: return "fma";
+    case OpKind::sqrt: return "sqrt";
+    case OpKind::cvt: return "cvt";
+  }
+  return "?";
+}
+constexpr bool parse_op(std::string_view s, OpKind& out) {
+  for (OpKind k : {OpKind::add, OpKind::sub, OpKind::mul, OpKind::div, OpKind::fma, OpKind::sqrt,
+                   OpKind::cvt}) {
+    if (s == to_string(k)) {
+      out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+// An exact real value as round_pack takes it (or an exact zero with a sign).
+struct ExactValue {
+  bool negative;
+  int exponent;               // value = significand * 2^exponent (+ sticky)
+  std::uint64_t significand;  // 0 means exact zero
+  bool sticky;
+};
+
+// hi + lo exactly, where hi != 0, |lo| <= ulp(hi)/2 (TwoSum output) or lo is a
+// stand-in whose only meaning is its sign and "strictly inside half an ulp".
+ExactValue exact_from_sum(double hi, double lo);
+
+Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position = 0, RoundingEvent* event = nullptr);
+// a*b + c with one rounding.
+Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+            const RoundingSpec& spec, std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position = 0,
+             RoundingEvent* event = nullptr);
+// Convert `a`, a value of format `from`, into format `to`. NaN stays NaN (no flag);
+// infinity becomes inf, or per the policy's packing of infinity with overflow and
+// inexact where `to` has no inf.
+Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec,
+                std::uint64_t position = 0, RoundingEvent* event = nullptr);
+
+// Round an exact fp64 value (finite or not) into `f`: the entry point for values
+// computed exactly elsewhere (accumulators, tests).
+Rounded round_double(const Format& f, double exact, const RoundingSpec& spec,
+                     std::uint64_t position = 0, RoundingEvent* event = nullptr);
+
+// Generic dispatch used by the CLI and batch mode. For cvt, `b` is unused and the
+// source format is `from`.
+Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b,
+                 std::uint32_t c, const RoundingSpec& spec, std::uint64_t position = 0,
+                 RoundingEvent* event = nullptr);
+
+}  // namespace fb

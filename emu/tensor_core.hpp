@@ -1,0 +1,87 @@
+// emu/tensor_core.hpp: tensor-core fused dot-add models (DESIGN.md §4).
+//
+// Contract: a TensorCoreModel is a named set of parameters, not code. fused_dot()
+// computes D = C + sum_i a_i*b_i the way the named hardware does:
+// - products are exact;
+// - C and the products of one fused step are aligned to the largest exponent among
+//   them; each term is truncated toward zero to F fraction bits relative to that
+//   exponent and the terms are summed exactly;
+// - the sum is normalised once and rounded into the output (fp32 RZ, fp16 RNE, or
+//   fp32 truncated to 13 fraction bits for Hopper's fp8 "e8m13" accumulator);
+// - k longer than one step chains steps, each step's result becoming the next C.
+// Choices the published sources leave open are named parameters (see ZeroTermPolicy).
+//
+// STATUS: the parameters are the published ones (Fasi et al. 2021, Khattak &
+// Mikaitis 2025, Xie et al. 2025); they have NOT been validated on hardware by this
+// project yet (issue: GPU probe). `hardware_validated` says so per preset.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "emu/rounding.hpp"
+#include "formats/format.hpp"
+
+namespace fb {
+
+enum class DotOutput : std::uint8_t {
+  fp32_rz,      // normalise, truncate to fp32 (Volta..Hopper fp16/bf16/tf32 into f32)
+  fp16_rne,     // normalise, round to nearest even into fp16 (fp16 accumulate)
+  fp32_e8m13,   // fp32 truncated to 13 fraction bits (Hopper fp8 wgmma, Ada fp8 mma)
+  exact_rne,    // exact sum, one RNE rounding into fp32 (the `exact-rne` reference)
+};
+
+// Exponent a zero (or zero-product) term contributes to the alignment maximum.
+enum class ZeroTermPolicy : std::uint8_t {
+  ignored,       // zero terms do not take part in choosing the largest exponent (default)
+  as_min_exponent,  // zero terms count with the smallest exponent of their format
+};
+
+struct TensorCoreModel {
+  std::string_view name;          // "sm80", "sm90-mma", ...
+  std::string_view input;         // input format name this preset applies to
+  int products_per_step;          // products fused in one step (k of the step)
+  int fraction_bits;              // F
+  bool truncate_terms;            // each aligned term truncated toward zero to F bits
+  DotOutput output;
+  ZeroTermPolicy zero_terms;
+  bool hardware_validated;        // measured bit for bit on a GPU by this project
+  std::string_view source;        // where the parameters come from
+};
+
+// All presets: sm70, sm80, sm89, sm90-mma, sm90-wgmma, exact-rne, each per input format.
+std::span<const TensorCoreModel> tensor_core_models();
+// The preset for a model name and input format, or nullptr when that hardware has no
+// such instruction form.
+const TensorCoreModel* find_tensor_core_model(std::string_view name, const Format& input);
+
+// What one fused step did (DESIGN.md §3-4); the attention tracer builds on these.
+struct DotStepEvent {
+  int largest_exponent = 0;       // alignment exponent of the step
+  int terms = 0;                  // C plus the products in this step
+  double truncated_value = 0.0;   // signed sum of what truncation to F bits removed
+  int truncated_terms = 0;        // terms that lost bits to the truncation
+  bool carry_out = false;         // the fixed-point sum carried past the largest exponent
+  int normalisation_shift = 0;    // final left (+) or right (-) shift before output rounding
+  double output_residue = 0.0;    // what the output rounding removed (signed)
+};
+struct DotTrace {
+  std::vector<DotStepEvent> steps;
+};
+
+// Hot path. a, b hold the exact values of `k` elements of the model's input format
+// (as float; all of bf16/fp16/tf32/fp8 are exact in float); c is an fp32 value (or an
+// fp16 value for fp16_rne output). Returns the output value as float. NaN/inf follow
+// IEEE propagation (inf - inf and 0*inf give the canonical NaN).
+float fused_dot(const TensorCoreModel& model, float c, const float* a, const float* b, int k,
+                DotTrace* trace = nullptr);
+
+// Bit-level entry point used by `flashbits dot` and the probe checker: inputs as
+// raw bit patterns of the model's input format, C and D as fp32 (or fp16) bits.
+std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
+                             std::span<const std::uint32_t> a_bits, std::span<const std::uint32_t> b_bits,
+                             DotTrace* trace = nullptr);
+
+}  // namespace fb

@@ -1,0 +1,60 @@
+// tools/cli_common.hpp: what every `flashbits` subcommand shares.
+//
+// Contract:
+// - A subcommand registers itself with FLASHBITS_SUBCOMMAND(name, setup); setup adds
+//   its options to the CLI11 sub-app and returns the function to run.
+// - Bad input is reported by throwing InputError (exit code 2, one line on stderr);
+//   a failed check returns 1; success returns 0 (CLI.md conventions).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "emu/rounding.hpp"
+#include "formats/format.hpp"
+
+namespace fb::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitBadInput = 2;
+
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+using Runner = std::function<int()>;
+using Setup = std::function<Runner(CLI::App&)>;
+
+struct Subcommand {
+  std::string name;
+  std::string description;
+  Setup setup;
+};
+std::vector<Subcommand>& subcommand_registry();
+struct SubcommandRegistration {
+  SubcommandRegistration(std::string name, std::string description, Setup setup) {
+    subcommand_registry().push_back({std::move(name), std::move(description), std::move(setup)});
+  }
+};
+#define FLASHBITS_SUBCOMMAND(ident, name, description, setup) \
+  static const ::fb::cli::SubcommandRegistration ident##_registration{name, description, setup}
+
+// ---- shared parsing helpers; each throws InputError naming what was wrong --------
+Format parse_format_or_throw(std::string_view text, std::string_view what);
+RoundingMode parse_mode_or_throw(std::string_view text, std::string_view what);
+OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view what);
+// A hex bit pattern ("3f80", "0x3f80") or an exactly representable decimal ("1.5",
+// "-2", "+inf", "nan"; decimals need a sign or a '.', so "10" is hex).
+std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what);
+std::string hex_bits(const Format& f, std::uint32_t bits);
+std::string flags_string(Flags flags);
+// Whether stderr is a terminal (progress bars are shown only then).
+bool stderr_is_terminal();
+
+}  // namespace fb::cli

@@ -1,0 +1,143 @@
+// tools/cmd_op.cpp: `flashbits op`, one exact scalar operation or a batch of them.
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "tools/cli_common.hpp"
+#include "tools/event_report.hpp"
+#include "tools/op_line.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct OpOptions {
+  std::vector<std::string> words;
+  std::string format, round, overflow = "ieee", batch;
+  int sr_bits = 24;
+  std::uint64_t seed = 0, position = 0;
+  bool json = false, explain = false;
+};
+
+RoundingSpec base_spec(const OpOptions& o) {
+  RoundingSpec s;
+  if (o.sr_bits < 1 || o.sr_bits > kMaxSrBits) {
+    throw InputError("--sr-bits: " + std::to_string(o.sr_bits) + " is outside 1.." + std::to_string(kMaxSrBits));
+  }
+  s.sr_bits = o.sr_bits;
+  s.seed = o.seed;
+  s.overflow = parse_overflow_or_throw(o.overflow, "--overflow");
+  return s;
+}
+
+int run_batch(const OpOptions& o) {
+  std::istream* in = &std::cin;
+  std::ifstream file;
+  if (o.batch != "-") {
+    file.open(o.batch);
+    if (!file) throw InputError(o.batch + ": cannot open batch file");
+    in = &file;
+  }
+  const RoundingSpec base = base_spec(o);
+  std::string line, out;
+  std::uint64_t line_no = 0;
+  while (std::getline(*in, line)) {
+    ++line_no;
+    std::vector<std::string> words;
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      std::size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+      if (j > i) words.emplace_back(line.substr(i, j - i));
+      i = j;
+    }
+    OpRequest req;
+    try {
+      req = parse_op_words(words, base);
+    } catch (const InputError& e) {
+      std::cout << out << std::flush;
+      std::cerr << "error: line " << line_no << ": " << e.what() << "\n";
+      return kExitBadInput;
+    }
+    // The stochastic stream is keyed by the line's position in the batch.
+    const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
+                               req.operands[2], req.spec, line_no - 1);
+    out += hex_bits(req.format, r.bits);
+    out += ' ';
+    out += flags_string(r.flags);
+    out += '\n';
+    if (out.size() > (1u << 16)) {
+      std::cout << out;
+      out.clear();
+    }
+  }
+  std::cout << out;
+  return kExitOk;
+}
+
+int run_op(const OpOptions& o) {
+  if (!o.batch.empty()) {
+    if (!o.words.empty()) throw InputError("--batch takes no operation words on the command line");
+    return run_batch(o);
+  }
+  OpRequest req;
+  const RoundingSpec base = base_spec(o);
+  if (!o.format.empty() || !o.round.empty()) {
+    // Flag form: OP --format F --round R A [B [C]].
+    if (o.format.empty() || o.round.empty()) throw InputError("--format and --round go together");
+    if (o.words.empty()) throw InputError("missing OP (add sub mul div fma sqrt cvt)");
+    req.spec = base;
+    if (!parse_op(o.words[0], req.op)) throw InputError("unknown operation '" + o.words[0] + "'");
+    req.format = parse_format_or_throw(o.format, "--format");
+    req.spec.mode = parse_mode_or_throw(o.round, "--round");
+    std::vector<std::string> operands(o.words.begin() + 1, o.words.end());
+    if (!operands.empty() && operands.back() == "satfinite") {
+      req.spec.overflow = OverflowPolicy::satfinite;
+      operands.pop_back();
+    }
+    parse_operands(req, operands);
+  } else {
+    req = parse_op_words(o.words, base);
+  }
+  RoundingEvent ev;
+  const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
+                             req.operands[2], req.spec, o.position, &ev);
+  if (o.json) {
+    nlohmann::json j;
+    j["op"] = std::string(to_string(req.op));
+    j["format"] = req.format.name;
+    j["round"] = std::string(to_string(req.spec.mode));
+    j["overflow"] = std::string(to_string(req.spec.overflow));
+    j["result"] = hex_bits(req.format, r.bits);
+    j["result_value"] = to_double(req.format, r.bits);
+    j["flags"] = flags_string(r.flags);
+    j["event"] = event_to_json(req.format, ev);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << hex_bits(req.format, r.bits) << ' ' << flags_string(r.flags) << "\n";
+    if (o.explain) std::cout << explain_event(req.format, req.spec, ev, r.bits);
+  }
+  return kExitOk;
+}
+
+Runner setup_op(CLI::App& app) {
+  auto o = std::make_shared<OpOptions>();
+  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]")->expected(0, -1);
+  app.add_option("--format", o->format, "result format (flag form)");
+  app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
+  app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite");
+  app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)");
+  app.add_option("--seed", o->seed, "seed of the stochastic-rounding stream");
+  app.add_option("--position", o->position, "logical position in the stochastic stream");
+  app.add_option("--batch", o->batch, "FILE or - : one 'OP FORMAT ROUND A [B [C]]' per line");
+  app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
+  app.add_flag("--explain", o->explain, "explain the rounding bit by bit");
+  app.footer(
+      "Examples:\n  flashbits op add bf16 rne 3f80 3b80\n  flashbits op mul --format e4m3 --round rtz 0x4e 0x3a\n"
+      "  flashbits op cvt bf16 rne fp32:c096872b --explain");
+  return [o] { return run_op(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(op, "op", "One floating-point operation, exactly rounded once", setup_op);
+}  // namespace fb::cli

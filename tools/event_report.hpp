@@ -1,0 +1,20 @@
+// tools/event_report.hpp: a rounding event as JSON (for --json) and as a bit-by-bit
+// explanation for a person (for --explain).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "emu/rounding.hpp"
+
+namespace fb::cli {
+
+nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev);
+// Several lines: the exact significand with kept | round | sticky bits marked, the
+// decision and why, and the addition facts where present.
+std::string explain_event(const Format& f, const RoundingSpec& spec, const RoundingEvent& ev,
+                          std::uint32_t result_bits);
+// The exact value of the event's significand as a decimal string (up to 17 digits).
+std::string exact_value_string(const RoundingEvent& ev);
+
+}  // namespace fb::cli

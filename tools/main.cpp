@@ -1,0 +1,35 @@
+// tools/main.cpp: the `flashbits` command line; subcommands register themselves.
+#include <iostream>
+
+#include "tools/cli_common.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashbits: bit-exact low-precision floating point and FlashAttention rounding-bias "
+               "simulator"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  std::vector<std::pair<CLI::App*, fb::cli::Runner>> runners;
+  for (const auto& sub : fb::cli::subcommand_registry()) {
+    CLI::App* s = app.add_subcommand(sub.name, sub.description);
+    runners.emplace_back(s, sub.setup(*s));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return fb::cli::kExitBadInput;
+  }
+  try {
+    for (auto& [s, run] : runners) {
+      if (s->parsed()) return run();
+    }
+  } catch (const fb::cli::InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return fb::cli::kExitBadInput;
+  }
+  return fb::cli::kExitBadInput;
+}

@@ -1,0 +1,47 @@
+// tools/op_line.cpp: parsing of scalar operation words.
+#include "tools/op_line.hpp"
+
+namespace fb::cli {
+
+void parse_operands(OpRequest& req, const std::vector<std::string>& words) {
+  const int needed = operand_count(req.op);
+  if (static_cast<int>(words.size()) != needed) {
+    throw InputError(std::string(to_string(req.op)) + " takes " + std::to_string(needed) +
+                     " operand" + (needed > 1 ? "s" : "") + ", got " + std::to_string(words.size()));
+  }
+  if (req.op == OpKind::cvt) {
+    const std::string& w = words[0];
+    const auto colon = w.find(':');
+    if (colon == std::string::npos) {
+      throw InputError("cvt operand '" + w + "': expected SRC_FORMAT:HEX, e.g. fp32:40490fdb");
+    }
+    req.source_format = parse_format_or_throw(w.substr(0, colon), "cvt source format");
+    req.operands[0] = parse_operand_or_throw(req.source_format, w.substr(colon + 1), "cvt operand");
+    return;
+  }
+  static const char* names[] = {"operand A", "operand B", "operand C"};
+  for (int i = 0; i < needed; ++i) req.operands[i] = parse_operand_or_throw(req.format, words[i], names[i]);
+}
+
+OpRequest parse_op_words(const std::vector<std::string>& words_in, const RoundingSpec& base) {
+  std::vector<std::string> words = words_in;
+  OpRequest req;
+  req.spec = base;
+  if (!words.empty() && (words.back() == "satfinite" || words.back() == "ieee")) {
+    req.spec.overflow = words.back() == "satfinite" ? OverflowPolicy::satfinite : OverflowPolicy::ieee;
+    words.pop_back();
+  }
+  if (words.size() < 4) {
+    throw InputError("expected 'OP FORMAT ROUND A [B [C]] [satfinite]', got " +
+                     std::to_string(words_in.size()) + " word(s)");
+  }
+  if (!parse_op(words[0], req.op)) {
+    throw InputError("unknown operation '" + words[0] + "' (expected add sub mul div fma sqrt cvt)");
+  }
+  req.format = parse_format_or_throw(words[1], "format");
+  req.spec.mode = parse_mode_or_throw(words[2], "rounding mode");
+  parse_operands(req, std::vector<std::string>(words.begin() + 3, words.end()));
+  return req;
+}
+
+}  // namespace fb::cli

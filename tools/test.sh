@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The README's test command: build, run the fast test tier, then a bounded sanitizer slice.
+# Usage: tools/test.sh            (what CI runs)
+#        tools/test.sh --exhaustive  (also the slow `exhaustive` ctest label)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build -L fast --output-on-failure -j "$jobs"
+if [ "${1:-}" = "--exhaustive" ]; then
+  ctest --test-dir build -L exhaustive --output-on-failure -j "$jobs"
+fi
+# ASan + UBSan build of the same suites on a bounded slice (FLASHBITS_TEST_SCALE shrinks loops).
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFLASHBITS_SANITIZE=ON -DFLASHBITS_CUDA=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+FLASHBITS_TEST_SCALE=sanitizer ctest --test-dir build-asan -L fast --output-on-failure -j "$jobs"
