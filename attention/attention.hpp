@@ -1,0 +1,125 @@
+// attention/attention.hpp: the public interface of the attention engine.
+//
+// Contract:
+// - Tensors are [batch][head][row][col], row-major, holding exact values as double
+//   (every value of every format of at most 32 bits is exact in fp64).
+// - A KernelModel is a documented recipe (attention/kernel_models.cpp holds the one
+//   table): for every stage it names the format, rounding, accumulation model,
+//   special-function model and operation order. Variants (+dynmax, +delta-dpp,
+//   +o-fp32, +o-sr) are parameters of the same steps, not forks of the loop.
+// - run_attention() computes the forward (O, LSE) and, when inputs.d_o is present, the
+//   backward (delta, dQ, dK, dV) exactly as the recipe's kernel would, deterministically:
+//   the result does not depend on `threads`.
+// - exact_attention() computes the same mathematics in high precision (the reference
+//   errors are measured against).
+// - A Tracer, when given, records the per-row, per-tile story of the chosen rows; with
+//   no tracer nothing is recorded and nothing is paid.
+#pragma once
+
+#include <cstdint>
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "emu/rounding.hpp"
+#include "formats/format.hpp"
+
+namespace fb::attn {
+
+struct Tensor4 {
+  int batch = 0, heads = 0, rows = 0, cols = 0;
+  std::vector<double> data;
+
+  Tensor4() = default;
+  Tensor4(int b, int h, int n, int d)
+      : batch(b), heads(h), rows(n), cols(d), data(static_cast<std::size_t>(b) * h * n * d, 0.0) {}
+  std::size_t index(int b, int h, int r, int c) const {
+    return ((static_cast<std::size_t>(b) * heads + h) * rows + r) * cols + c;
+  }
+  double& at(int b, int h, int r, int c) { return data[index(b, h, r, c)]; }
+  double at(int b, int h, int r, int c) const { return data[index(b, h, r, c)]; }
+  const double* row(int b, int h, int r) const { return data.data() + index(b, h, r, 0); }
+  double* row(int b, int h, int r) { return data.data() + index(b, h, r, 0); }
+};
+
+struct AttentionInputs {
+  Tensor4 q, k, v;              // values exactly representable in `dtype`
+  std::optional<Tensor4> d_o;   // upstream gradient; when present the backward runs
+  Format dtype = formats::bf16; // input/output dtype of the kernel (bf16 or fp16, e4m3 for fp8)
+  double softmax_scale = 0.0;   // 0 means 1/sqrt(head dim)
+  bool causal = false;
+};
+
+struct AttentionOutputs {
+  Tensor4 o;                    // [b][h][n][d], values of the output dtype
+  Tensor4 lse;                  // [b][h][n][1], fp32 values (natural log)
+  std::optional<Tensor4> delta; // [b][h][n][1]
+  std::optional<Tensor4> dq, dk, dv;
+};
+
+// A parsed kernel model name: base recipe plus variant suffixes, e.g.
+// "fa2-sm90+dynmax:beta=2,tol=1e-3". Throws std::invalid_argument naming the bad part.
+struct KernelModel;  // defined in attention/kernel_models.hpp
+struct ModelHandle {
+  std::string name;             // canonical name, as printed in reports
+  std::shared_ptr<const KernelModel> recipe;
+};
+ModelHandle parse_kernel_model(std::string_view name, const Format& dtype);
+// One line per base model and per variant, for `flashbits models`.
+std::vector<std::pair<std::string, std::string>> describe_kernel_models();
+
+// ---- tracing ------------------------------------------------------------------------
+struct TileRecord {
+  int kv_tile = 0;              // tile index in visiting order
+  int kv_begin = 0, kv_end = 0; // key range
+  double running_max = 0.0;     // m after this tile (the kernel's units)
+  double running_sum = 0.0;     // l after this tile
+  int p_equal_one = 0;          // count of P̄ == 1 exactly in this tile
+  int repeated_max = 0;         // entries tied with the tile's row max (beyond the first)
+  // P·V accumulation of this tile (over all features of the row)
+  int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
+  double pv_signed_error = 0.0; // signed error contributed by roundings in this tile (value units)
+};
+struct RowTrace {
+  int batch = 0, head = 0, row = 0;
+  std::vector<TileRecord> tiles;
+  // Final cast of O: per feature, the rounding events' direction and error in ulps.
+  std::vector<RoundingEvent> o_cast;
+  // Cumulative rounding error of Ō (unnormalised) along the key index, for one feature.
+  int plot_feature = 0;
+  std::vector<double> cumulative_error_by_key;
+  std::vector<int> p_equal_one_keys;
+  // delta error decomposition: from the rounding of O, and from the reduction.
+  double delta_error_from_o = 0.0, delta_error_from_reduction = 0.0;
+};
+struct Tracer {
+  std::vector<std::array<int, 3>> rows;  // (batch, head, row) to trace; empty = none
+  int plot_feature = 0;
+  std::vector<RowTrace> traces;          // filled by run_attention, in `rows` order
+};
+
+struct RunOptions {
+  int threads = 1;
+  std::uint64_t seed = 0;       // stochastic rounding stream (+o-sr, sr modes)
+  Tracer* tracer = nullptr;
+  // Tile sizes; 0 = the recipe's default for this head dim.
+  int block_m = 0, block_n = 0;
+};
+
+AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);
+// High-precision reference of the same mathematics (forward and, with d_o, backward).
+AttentionOutputs exact_attention(const AttentionInputs& in);
+
+// ---- input scenarios ----------------------------------------------------------------
+// random: N(0,1); fa3-outliers: N(0,1) + N(0,100)*Bernoulli(0.001); sink: rows with >= 2
+// keys tied exactly for the max score, the rest 8-20 below, V and dO mostly negative in
+// some features; ties: residual-free exact ties. Values are rounded to `dtype` (RNE).
+// Deterministic in (name, seed, shape); throws std::invalid_argument on an unknown name.
+AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
+                              int head_dim, const Format& dtype, bool with_backward);
+std::vector<std::string> scenario_names();
+
+}  // namespace fb::attn
