@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "emu/rounding.hpp"
+#include "emu/tensor_core.hpp"
 #include "formats/format.hpp"
 
 namespace fb::attn {
@@ -92,9 +93,24 @@ struct RowTrace {
   int plot_feature = 0;
   std::vector<double> cumulative_error_by_key;
   std::vector<int> p_equal_one_keys;
-  // delta error decomposition: from the rounding of O, and from the reduction.
+  // Key index of each entry of cumulative_error_by_key (the kernel's visiting order:
+  // last to first for FA2), so plots can be drawn along either axis.
+  // (cumulative_error_by_key: the signed error, in value units, of Ō after each P·V
+  // accumulation step for plot_feature, against the exact sum of the same rounded P̄
+  // and V with the same rescalings; one entry per key of the step.)
+  std::vector<int> key_order;
+  // Every rounding event of the P·V accumulation for plot_feature, in order: the fused
+  // steps of MMA models (acc_o as C), or for bf16-accumulator models two RoundingEvents
+  // per tile (the rounding of P̄V, then of the accumulator update).
+  std::vector<DotStepEvent> pv_dot_steps;
+  std::vector<RoundingEvent> pv_buffer_events;
+  // delta error decomposition (value units), against Σ dO·O_pre where O_pre is the
+  // kernel's own value of O before its final cast: from the rounding of O, and from
+  // the reduction.
   double delta_error_from_o = 0.0, delta_error_from_reduction = 0.0;
 };
+// Materialised models (standard-*, golden-*-baseline) have no KV tiles: their traced
+// rows record only the delta decomposition. The tracer needs the hardware arithmetic.
 struct Tracer {
   std::vector<std::array<int, 3>> rows;  // (batch, head, row) to trace; empty = none
   int plot_feature = 0;
@@ -107,11 +123,19 @@ struct RunOptions {
   Tracer* tracer = nullptr;
   // Tile sizes; 0 = the recipe's default for this head dim.
   int block_m = 0, block_n = 0;
+  // Run the recipe's order of operations with every rounding replaced by the identity
+  // and special functions by libm (fp64): for checking tiling and ordering.
+  bool exact_arithmetic = false;
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);
 // High-precision reference of the same mathematics (forward and, with d_o, backward).
 AttentionOutputs exact_attention(const AttentionInputs& in);
+
+// The same tiled online-softmax forward in native float arithmetic (fp32 scores and
+// accumulators, std::exp2f, one cast of O to the dtype with round_double): the speed
+// baseline the emulator is compared with (bench/bench_attention.cpp). O only.
+AttentionOutputs native_flash_forward(const AttentionInputs& in, int block_n, int threads = 1);
 
 // ---- input scenarios ----------------------------------------------------------------
 // random: N(0,1); fa3-outliers: N(0,1) + N(0,100)*Bernoulli(0.001); sink: rows with >= 2

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace fb {
 namespace {
@@ -16,6 +17,8 @@ Rounded nan_result(const Format& f) {
   return f.has_nan() ? Rounded{pack_nan(f), 0} : invalid_result(f);
 }
 Rounded infinite_result(const Format& f, bool negative, const RoundingSpec& spec, Flags extra) {
+  // An unsigned format (e8m0) cannot hold -inf any more than other negative values.
+  if (negative && !f.is_signed) return invalid_result(f);
   if (f.has_inf()) return {pack_infinite(f, negative, spec.overflow), extra};
   // No inf in the format: an infinite result is an overflow.
   return {pack_infinite(f, negative, spec.overflow),
@@ -26,9 +29,68 @@ Rounded zero_result(const Format& f, bool negative) {
   return {pack_zero(f, negative), 0};
 }
 
-Rounded round_exact(const Format& f, const ExactValue& v, const RoundingSpec& spec,
-                    std::uint64_t position, RoundingEvent* event) {
-  return round_pack(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
+// round_pack, inlined into each operation: the scalar ops' hot path.
+[[gnu::always_inline]] inline Rounded round_exact(const Format& f, const ExactValue& v,
+                                                  const RoundingSpec& spec, std::uint64_t position,
+                                                  RoundingEvent* event) {
+  return detail::round_pack_body(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
+}
+
+// 2^k as a double for k in fp64's normal exponent range, without a libm call.
+constexpr bool is_normal_exponent(int k) { return k >= -1022 && k <= 1023; }
+constexpr double power_of_two(int k) {
+  return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
+}
+
+// The exact value of an operand: the same number as fb::to_double, assembled from
+// the decoded fields instead of through ldexp (at most 24 significant bits and an
+// exponent far inside fp64's normal range, so the fp64 encoding is exact).
+[[gnu::always_inline]] inline double operand_value(const Format& f, std::uint32_t stored) {
+  const Decoded d = decode(f, stored);
+  switch (d.cls) {
+    case ValueClass::nan: return std::numeric_limits<double>::quiet_NaN();
+    case ValueClass::infinite:
+      return d.negative ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    case ValueClass::zero: return d.negative ? -0.0 : 0.0;
+    case ValueClass::subnormal:
+    case ValueClass::normal: break;
+  }
+  // value = significand * 2^(exponent - man_bits); the leading bit goes to fp64's bit 52.
+  const int lead = 31 - std::countl_zero(d.significand);
+  const int value_exponent = d.exponent - f.man_bits + lead;
+  const std::uint64_t fraction =
+      (static_cast<std::uint64_t>(d.significand) << (52 - lead)) & ((std::uint64_t{1} << 52) - 1);
+  return std::bit_cast<double>((static_cast<std::uint64_t>(d.negative ? 1u : 0u) << 63) |
+                               (static_cast<std::uint64_t>(value_exponent + 1023) << 52) | fraction);
+}
+
+// exact_from_sum (ops.hpp), inlined into the operations.
+[[gnu::always_inline]] inline ExactValue exact_from_sum_inline(double hi, double lo) {
+  std::uint64_t bits = std::bit_cast<std::uint64_t>(hi);
+  const bool negative = (bits >> 63) != 0;
+  const int exp_field = static_cast<int>((bits >> 52) & 0x7ff);
+  // Callers never produce fp64 subnormals: every operand and product is far inside
+  // fp64's normal range.
+  std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+  int exponent = exp_field - 1075;
+  if (lo == 0.0) return {negative, exponent, sig, false};
+  // Express the value on a grid four times finer than hi's ulp: lo is within half
+  // an ulp, so its grid part is -2..2 and the rest becomes the sticky bit.
+  // Multiplying by a power of two is exact, as ldexp is; 0 <= t <= 2, so
+  // truncation is floor.
+  const int scale = 2 - exponent;
+  const double t = is_normal_exponent(scale) ? std::fabs(lo) * power_of_two(scale)
+                                             : std::fabs(std::ldexp(lo, scale));
+  const std::uint64_t whole = static_cast<std::uint64_t>(t);
+  const bool fractional = t != static_cast<double>(whole);
+  sig <<= 2;
+  exponent -= 2;
+  if (std::signbit(lo) == negative) {
+    sig += whole;
+  } else {
+    sig -= whole + (fractional ? 1u : 0u);
+  }
+  return {negative, exponent, sig, fractional};
 }
 
 int leading_exponent(const ExactValue& v) {
@@ -61,7 +123,7 @@ ExactValue two_sum(double x, double y) {
   const double bv = s - x;
   const double av = s - bv;
   const double err = (x - av) + (y - bv);
-  return exact_from_sum(s, err);
+  return exact_from_sum_inline(s, err);
 }
 
 bool zero_sum_is_negative(bool x_negative, bool y_negative, const RoundingSpec& spec) {
@@ -69,43 +131,36 @@ bool zero_sum_is_negative(bool x_negative, bool y_negative, const RoundingSpec& 
   return spec.mode == RoundingMode::rdn;
 }
 
+// The formats that carry real workloads get each hot operation compiled with their
+// facts as constants (the same body, instantiated on detail::FixedFormat); any
+// other format runs the same body reading the format at run time.
+template <class Body>
+[[gnu::always_inline]] inline Rounded with_format(const Format& f, Body&& body) {
+  if (f == formats::bf16) return body(detail::FixedFormat<formats::bf16>{});
+  if (f == formats::fp16) return body(detail::FixedFormat<formats::fp16>{});
+  if (f == formats::e4m3) return body(detail::FixedFormat<formats::e4m3>{});
+  if (f == formats::e5m2) return body(detail::FixedFormat<formats::e5m2>{});
+  return body(detail::RuntimeFormat{f});
+}
+
 }  // namespace
 
-ExactValue exact_from_sum(double hi, double lo) {
-  std::uint64_t bits = std::bit_cast<std::uint64_t>(hi);
-  const bool negative = (bits >> 63) != 0;
-  const int exp_field = static_cast<int>((bits >> 52) & 0x7ff);
-  // Callers never produce fp64 subnormals: every operand and product is far inside
-  // fp64's normal range.
-  std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
-  int exponent = exp_field - 1075;
-  if (lo == 0.0) return {negative, exponent, sig, false};
-  // Express the value on a grid four times finer than hi's ulp: lo is within half
-  // an ulp, so its grid part is -2..2 and the rest becomes the sticky bit.
-  const double t = std::fabs(std::ldexp(lo, -(exponent - 2)));
-  const double whole = std::floor(t);
-  const bool fractional = t != whole;
-  sig <<= 2;
-  exponent -= 2;
-  if (std::signbit(lo) == negative) {
-    sig += static_cast<std::uint64_t>(whole);
-  } else {
-    sig -= static_cast<std::uint64_t>(whole) + (fractional ? 1u : 0u);
-  }
-  return {negative, exponent, sig, fractional};
-}
+ExactValue exact_from_sum(double hi, double lo) { return exact_from_sum_inline(hi, lo); }
 
 Rounded round_double(const Format& f, double exact, const RoundingSpec& spec, std::uint64_t position,
                      RoundingEvent* event) {
   if (std::isnan(exact)) return nan_result(f);
   if (std::isinf(exact)) return infinite_result(f, std::signbit(exact), spec, 0);
   if (exact == 0.0) return zero_result(f, std::signbit(exact));
-  return round_exact(f, exact_from_sum(exact, 0.0), spec, position, event);
+  return round_exact(f, exact_from_sum_inline(exact, 0.0), spec, position, event);
 }
 
-Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+namespace {
+template <class FormatChoice>
+[[gnu::flatten]] Rounded add_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
-  const double x = to_double(f, a), y = to_double(f, b);
+  const Format& f = choice.format();
+  const double x = operand_value(f, a), y = operand_value(f, b);
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
   if (std::isinf(x) || std::isinf(y)) {
     if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
@@ -120,14 +175,23 @@ Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
   }
   return round_exact(f, v, spec, position, event);
 }
+}  // namespace
 
-Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
+  return with_format(f, [&](auto choice) { return add_in(choice, a, b, spec, position, event); });
+}
+
+namespace {
+template <class FormatChoice>
+[[gnu::flatten]] Rounded sub_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  const Format& f = choice.format();
   const Decoded db = decode(f, b);
   if (db.cls == ValueClass::nan) return nan_result(f);
   // Negating b is exact, except where the format cannot hold -b: unsigned formats
   // and fnuz zero. Those are rare enough to take the exact fp64 route directly.
-  const double x = to_double(f, a), y = -to_double(f, b);
+  const double x = operand_value(f, a), y = -operand_value(f, b);
   if (std::isnan(x)) return nan_result(f);
   if (std::isinf(x) || std::isinf(y)) {
     if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
@@ -142,10 +206,19 @@ Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
   }
   return round_exact(f, v, spec, position, event);
 }
+}  // namespace
 
-Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
-  const double x = to_double(f, a), y = to_double(f, b);
+  return with_format(f, [&](auto choice) { return sub_in(choice, a, b, spec, position, event); });
+}
+
+namespace {
+template <class FormatChoice>
+[[gnu::flatten]] Rounded mul_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  const Format& f = choice.format();
+  const double x = operand_value(f, a), y = operand_value(f, b);
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
   const bool neg = std::signbit(x) != std::signbit(y);
   if (std::isinf(x) || std::isinf(y)) {
@@ -154,12 +227,18 @@ Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
   }
   if (x == 0.0 || y == 0.0) return zero_result(f, neg);
   if (event) *event = RoundingEvent{};
-  return round_exact(f, exact_from_sum(x * y, 0.0), spec, position, event);  // product is exact
+  return round_exact(f, exact_from_sum_inline(x * y, 0.0), spec, position, event);  // product is exact
+}
+}  // namespace
+
+Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
+  return with_format(f, [&](auto choice) { return mul_in(choice, a, b, spec, position, event); });
 }
 
 Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
-  const double x = to_double(f, a), y = to_double(f, b);
+  const double x = operand_value(f, a), y = operand_value(f, b);
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
   const bool neg = std::signbit(x) != std::signbit(y);
   if (std::isinf(x)) {
@@ -175,17 +254,17 @@ Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
   const double q = x / y;
   const double r = std::fma(-q, y, x);  // exact remainder
   if (event) *event = RoundingEvent{};
-  if (r == 0.0) return round_exact(f, exact_from_sum(q, 0.0), spec, position, event);
+  if (r == 0.0) return round_exact(f, exact_from_sum_inline(q, 0.0), spec, position, event);
   // The exact quotient q + r/y is not a dyadic tie (it does not terminate), so a
   // stand-in far below q's ulp with the sign of r/y carries all that is needed.
   const bool above = std::signbit(r) == std::signbit(y);
   const double stand_in = std::ldexp(above ? 1.0 : -1.0, std::ilogb(q) - 60);
-  return round_exact(f, exact_from_sum(q, stand_in), spec, position, event);
+  return round_exact(f, exact_from_sum_inline(q, stand_in), spec, position, event);
 }
 
 Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position,
              RoundingEvent* event) {
-  const double x = to_double(f, a);
+  const double x = operand_value(f, a);
   if (std::isnan(x)) return nan_result(f);
   if (x == 0.0) return zero_result(f, std::signbit(x));  // sqrt(-0) = -0
   if (x < 0.0) return invalid_result(f);
@@ -193,14 +272,17 @@ Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::ui
   const double s = std::sqrt(x);
   const double r = std::fma(-s, s, x);  // exact residual x - s^2
   if (event) *event = RoundingEvent{};
-  if (r == 0.0) return round_exact(f, exact_from_sum(s, 0.0), spec, position, event);
+  if (r == 0.0) return round_exact(f, exact_from_sum_inline(s, 0.0), spec, position, event);
   const double stand_in = std::ldexp(r > 0.0 ? 1.0 : -1.0, std::ilogb(s) - 60);
-  return round_exact(f, exact_from_sum(s, stand_in), spec, position, event);
+  return round_exact(f, exact_from_sum_inline(s, stand_in), spec, position, event);
 }
 
-Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+namespace {
+template <class FormatChoice>
+[[gnu::flatten]] Rounded fma_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, std::uint32_t c,
             const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
-  const double x = to_double(f, a), y = to_double(f, b), z = to_double(f, c);
+  const Format& f = choice.format();
+  const double x = operand_value(f, a), y = operand_value(f, b), z = operand_value(f, c);
   if (std::isnan(x) || std::isnan(y) || std::isnan(z)) return nan_result(f);
   const bool product_negative = std::signbit(x) != std::signbit(y);
   if (std::isinf(x) || std::isinf(y)) {
@@ -220,10 +302,16 @@ Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
   }
   return round_exact(f, v, spec, position, event);
 }
+}  // namespace
+
+Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+            const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
+  return with_format(f, [&](auto choice) { return fma_in(choice, a, b, c, spec, position, event); });
+}
 
 Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec,
                 std::uint64_t position, RoundingEvent* event) {
-  const double x = to_double(from, a);
+  const double x = operand_value(from, a);
   if (event) *event = RoundingEvent{};
   return round_double(to, x, spec, position, event);
 }

@@ -88,7 +88,8 @@ Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
 Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position = 0,
              RoundingEvent* event = nullptr);
 // Convert `a`, a value of format `from`, into format `to`. NaN stays NaN (no flag);
-// infinity becomes inf, or per the policy's packing of infinity with overflow and
+// infinity is packed by pack_infinite (max finite under satfinite, even where `to` has inf); it
+// raises no flag where `to` has inf, and overflow and
 // inexact where `to` has no inf.
 Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec,
                 std::uint64_t position = 0, RoundingEvent* event = nullptr);

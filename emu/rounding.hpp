@@ -21,8 +21,12 @@
 //   discarded fraction truncated to r bits. The random integer is a pure function of
 //   (seed, position), so results do not depend on thread count or order.
 // - When `event` is null the compiler removes every event store; no cost when off.
+// - round_pack<F> (F a compile-time Format) is the same routine with the format's
+//   facts folded to constants, for loops such as fb::round_array; both are thin
+//   wrappers of detail::round_pack_body, which is forced inline for that reason.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -144,8 +148,10 @@ constexpr std::uint32_t pack_zero(const Format& f, bool negative) {
 constexpr std::uint32_t pack_max_finite(const Format& f, bool negative) {
   return to_container(f, (negative ? f.sign_mask() : 0u) | f.max_finite_pattern());
 }
-// Infinity where the format has one; otherwise what an infinite result becomes
-// under `policy`: NaN for ieee, max finite for satfinite and saturating formats.
+// How an infinite result is packed: max finite under satfinite (as cvt.satfinite and
+// __NV_SATFINITE do, also in formats that have inf) and in saturating formats;
+// otherwise inf where the format has one, else NaN. Flags are the caller's business
+// and never depend on the policy (see ops.hpp).
 constexpr std::uint32_t pack_infinite(const Format& f, bool negative, OverflowPolicy policy) {
   if (f.always_saturates() || policy == OverflowPolicy::satfinite) return pack_max_finite(f, negative);
   if (f.has_inf()) return to_container(f, (negative ? f.sign_mask() : 0u) | f.inf_pattern());
@@ -153,37 +159,59 @@ constexpr std::uint32_t pack_infinite(const Format& f, bool negative, OverflowPo
 }
 
 namespace detail {
+// The mode's decision, shared by round_pack and round_pack_lane: whether the kept
+// magnitude goes up by one, given its LSB, the first discarded bit, whether anything
+// below it is non-zero, and (sr only) whether the random integer carried out of the
+// discarded bits. Bit is bool (round_pack) or a 0/1 std::uint32_t (round_pack_lane,
+// where 32-bit integer lanes vectorise better than bools). Bitwise operators: no
+// branch on the data-dependent direction.
+template <class Bit>
+[[gnu::always_inline]] constexpr Bit round_up_decision(RoundingMode mode, Bit negative, Bit kept_odd, Bit round_bit,
+                                                       Bit sticky, Bit sr_carry) {
+  const Bit inexact = round_bit | sticky;
+  const Bit positive = static_cast<Bit>(negative ^ Bit{1});
+  switch (mode) {
+    case RoundingMode::rne: return round_bit & (sticky | kept_odd);
+    case RoundingMode::rna: return round_bit;
+    case RoundingMode::rtz: return Bit{0};
+    case RoundingMode::rup: return inexact & positive;
+    case RoundingMode::rdn: return inexact & negative;
+    case RoundingMode::rto: return Bit{0};  // handled by forcing the LSB
+    case RoundingMode::sr: return inexact & sr_carry;
+  }
+  return Bit{0};
+}
+// sr's carry: the top r discarded bits plus the top r bits of the random word
+// carry out of r bits (see the contract at the top of this file).
+[[gnu::always_inline]] constexpr bool stochastic_carry(std::uint64_t top_r_bits, int r, std::uint64_t random64) {
+  return ((top_r_bits + (random64 >> (64 - r))) >> r) != 0;
+}
+
 // Whether a discarded fraction rounds the kept magnitude up by one.
 // frac64: the discarded part as a 0.64 fixed-point fraction of the kept LSB;
 // below: whether anything non-zero lies below those 64 bits.
-inline bool rounds_up(RoundingMode mode, bool negative, std::uint64_t kept, std::uint64_t frac64,
-                      bool below, const RoundingSpec& spec, std::uint64_t position) {
+[[gnu::always_inline]] inline bool rounds_up(RoundingMode mode, bool negative, std::uint64_t kept,
+                                             std::uint64_t frac64, bool below, const RoundingSpec& spec,
+                                             std::uint64_t position) {
   const bool round_bit = (frac64 >> 63) != 0;
-  const bool sticky = (frac64 << 1) != 0 || below;
-  const bool inexact = round_bit || sticky;
-  switch (mode) {
-    case RoundingMode::rne: return round_bit && (sticky || (kept & 1u));
-    case RoundingMode::rna: return round_bit;
-    case RoundingMode::rtz: return false;
-    case RoundingMode::rup: return inexact && !negative;
-    case RoundingMode::rdn: return inexact && negative;
-    case RoundingMode::rto: return false;  // handled by forcing the LSB
-    case RoundingMode::sr: {
-      if (!inexact) return false;
-      const int r = spec.sr_bits;
-      const std::uint64_t top = frac64 >> (64 - r);
-      const std::uint64_t rnd = stochastic_bits(spec.seed, position) >> (64 - r);
-      return ((top + rnd) >> r) != 0;
-    }
+  const bool sticky = ((frac64 << 1) != 0) | below;
+  if (mode == RoundingMode::sr) {
+    if (!(round_bit | sticky)) return false;  // no random draw for exact values
+    const int r = spec.sr_bits;
+    return stochastic_carry(frac64 >> (64 - r), r, stochastic_bits(spec.seed, position));
   }
-  return false;
+  return round_up_decision<bool>(mode, negative, (kept & 1u) != 0, round_bit, sticky, false);
 }
 }  // namespace detail
 
-// The one round-and-pack routine. See the contract at the top of this file.
-inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uint64_t significand,
-                          bool sticky, const RoundingSpec& spec, std::uint64_t position = 0,
-                          RoundingEvent* event = nullptr) {
+namespace detail {
+// The body of round_pack, forced inline so that a caller with a compile-time format
+// (round_pack<F>) or a constant mode gets every format fact and mode test folded
+// into a branch-light loop body. It is still the one rounding routine.
+[[gnu::always_inline]] inline Rounded round_pack_body(const Format& f, bool negative, int exponent,
+                                                      std::uint64_t significand, bool sticky,
+                                                      const RoundingSpec& spec, std::uint64_t position,
+                                                      RoundingEvent* event) {
   const int lead = 63 - std::countl_zero(significand);
   const std::uint64_t n = significand << (63 - lead);  // leading bit at bit 63
   const int e = exponent + lead;                        // value in [2^e, 2^(e+1))
@@ -236,8 +264,8 @@ inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uin
   const std::uint64_t kept_exact = kept;
   if (spec.mode == RoundingMode::rto) {
     kept |= inexact ? 1u : 0u;
-  } else if (detail::rounds_up(spec.mode, negative, kept, frac64, below, spec, position)) {
-    kept += 1;
+  } else {
+    kept += detail::rounds_up(spec.mode, negative, kept, frac64, below, spec, position) ? 1u : 0u;
   }
 
   Flags flags = inexact ? flag::inexact : 0;
@@ -264,7 +292,8 @@ inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uin
   } else {
     layout_magnitude = static_cast<std::int64_t>(kept);
   }
-  const bool carried = kept == (std::uint64_t{1} << kept_bits) && kept != kept_exact;
+  // kept_bits is negative for values far below the smallest subnormal (nothing kept).
+  const bool carried = kept_bits >= 0 && kept == (std::uint64_t{1} << kept_bits) && kept != kept_exact;
 
   std::uint32_t result;
   if (layout_magnitude > static_cast<std::int64_t>(f.max_finite_pattern())) {
@@ -304,6 +333,157 @@ inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uin
     event->flags = flags;
   }
   return {result, flags};
+}
+}  // namespace detail
+
+// The one round-and-pack routine. See the contract at the top of this file.
+inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uint64_t significand,
+                          bool sticky, const RoundingSpec& spec, std::uint64_t position = 0,
+                          RoundingEvent* event = nullptr) {
+  return detail::round_pack_body(f, negative, exponent, significand, sticky, spec, position, event);
+}
+
+namespace detail {
+// A format known at compile time or one read at run time, behind one interface, so
+// that one templated routine serves both: with FixedFormat (and the routine fully
+// inlined, e.g. [[gnu::flatten]]) every format fact folds to a constant.
+template <Format F>
+struct FixedFormat {
+  static constexpr const Format& format() { return F; }
+};
+struct RuntimeFormat {
+  const Format& f;
+  constexpr const Format& format() const { return f; }
+};
+}  // namespace detail
+
+// The same routine for a format known at compile time (array loops): identical
+// results, with the format's facts constant-folded.
+template <Format F>
+[[gnu::always_inline]] inline Rounded round_pack(bool negative, int exponent, std::uint64_t significand,
+                                                 bool sticky, const RoundingSpec& spec,
+                                                 std::uint64_t position = 0, RoundingEvent* event = nullptr) {
+  return detail::round_pack_body(F, negative, exponent, significand, sticky, spec, position, event);
+}
+
+// ---- round_pack over 32-bit lanes -------------------------------------------
+// round_pack_lane<F, Mode> is round_pack specialised for exact values whose
+// significand has at most 24 bits and no sticky part (fp32 inputs; operands, sums
+// and products of the narrow formats that fit): the same algorithm (bits kept =
+// p, or fewer below emin; the mode's decision from round_up_decision and
+// stochastic_carry; tininess after rounding by re-rounding at full precision when
+// e == emin - 1; packing by adding the significand to the exponent field minus
+// one; overflow by comparing with max finite) written in 32-bit integers without
+// branches, so that a loop over it vectorises (8 lanes with AVX2). The leading
+// bit's position is read from the significand converted to float (exact below
+// 2^24), which vector units can do and which needs no clz; the significand is not
+// shifted to normalise it (the bits to drop are counted from where it stands).
+// Results and flags are identical to round_pack's (tests/test_array_rounding.cpp
+// checks them against MPFR, and sr against fb::convert).
+// Restrictions (static_assert): F is signed, has subnormals, precision <= 23; the
+// format and mode are compile-time constants. At least one bit must be dropped:
+// the significand's leading bit is at least bit p - 1 (as with fp32 normals, whose
+// leading bit is bit 23), or exponent <= emin - p (fp32 subnormals and zeros, for
+// formats with emin >= -126 and p <= 23). `negative` is 0 or 1. `random64` is
+// stochastic_bits(spec.seed, position), read only when Mode is sr. A zero
+// significand gives the format's zero with that sign and no flag. Flags come back
+// as a 32-bit word so that a loop's flag reduction stays in 32-bit lanes.
+namespace detail {
+// c ? a : b written with masks: a loop made of these has no branch and no
+// many-way merge, which GCC's if-conversion (and so its vectoriser) gives up on.
+[[gnu::always_inline]] constexpr std::uint32_t select_u32(bool c, std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+// The same with the condition as a 0/1 integer (converting one to bool is an
+// operation GCC's vectoriser does not support).
+[[gnu::always_inline]] constexpr std::uint32_t select_u32_bit(std::uint32_t bit, std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t m = 0u - bit;
+  return (a & m) | (b & ~m);
+}
+}  // namespace detail
+
+template <Format F, RoundingMode Mode>
+[[gnu::always_inline]] inline std::uint32_t round_pack_lane(std::uint32_t negative, std::int32_t exponent,
+                                                            std::uint32_t significand, const RoundingSpec& spec,
+                                                            std::uint64_t random64, std::uint32_t& flags_out) {
+  static_assert(F.is_signed && F.has_subnormals() && F.has_zero() && F.precision() <= 23);
+  constexpr int p = F.precision();
+  constexpr int emin = F.emin();
+  // value = significand * 2^exponent, in [2^e, 2^(e+1)).
+  const std::int32_t lead =
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(significand))) >> 23) - 127;
+  const std::int32_t e = exponent + lead;
+  // Bits dropped: down to the quantum 2^(max(e, emin) - p + 1). From 25 on nothing
+  // is kept and the round bit is 0, so 25 stands for every larger count; >= 1
+  // by the precondition.
+  const std::int32_t drop_exact = (e > emin ? e : emin) - (p - 1) - exponent;
+  const std::int32_t drop = drop_exact < 25 ? drop_exact : 25;
+  const std::uint32_t rem = significand & ((1u << drop) - 1u);
+  const std::uint32_t half = 1u << (drop - 1);  // the round bit's weight
+  std::uint32_t kept = significand >> drop;
+  const std::uint32_t round_bit = (rem >> (drop - 1)) & 1u;
+  const std::uint32_t sticky = std::min(rem & (half - 1u), 1u);
+  const std::uint32_t inexact = std::min(rem, 1u);
+  // sr: the top r bits of the discarded fraction (64-bit, as round_pack's frac64).
+  auto sr_carry_at = [&](std::int32_t dropped, std::uint32_t discarded) -> std::uint32_t {
+    if constexpr (Mode == RoundingMode::sr) {
+      const std::int32_t d = dropped < 64 ? dropped : 64;
+      const std::uint64_t frac64 = static_cast<std::uint64_t>(discarded) << (64 - d);
+      return detail::stochastic_carry(frac64 >> (64 - spec.sr_bits), spec.sr_bits, random64) ? 1u : 0u;
+    } else {
+      (void)dropped, (void)discarded;
+      return 0u;
+    }
+  };
+  if constexpr (Mode == RoundingMode::rto) {
+    kept |= inexact;
+  } else {
+    kept += detail::round_up_decision<std::uint32_t>(Mode, negative, kept & 1u, round_bit, sticky,
+                                                     sr_carry_at(drop_exact, rem));
+  }
+  std::uint32_t flags = inexact * flag::inexact;
+  // Tininess after rounding: e == emin - 1 rounded at full precision p (one bit
+  // fewer dropped, drop >= 2 there) may reach 2^emin.
+  {
+    const std::int32_t full_drop = drop > 1 ? drop - 1 : 1;
+    const std::uint32_t full_rem = significand & ((1u << full_drop) - 1u);
+    const std::uint32_t full_kept = significand >> full_drop;
+    std::uint32_t full_up = 0;
+    if constexpr (Mode != RoundingMode::rto) {
+      full_up = detail::round_up_decision<std::uint32_t>(
+          Mode, negative, full_kept & 1u, (full_rem >> (full_drop - 1)) & 1u,
+          std::min(full_rem & ((1u << (full_drop - 1)) - 1u), 1u), sr_carry_at(full_drop, full_rem));
+    }
+    const bool reaches_normal = (e == emin - 1) & (full_kept + full_up == (1u << p));
+    flags |= ((e < emin) & (rem != 0) & !reaches_normal) ? flag::underflow : 0u;
+  }
+  // Pack: significand (implicit bit included) plus the exponent field minus one.
+  // Exponents above emax + 1 all overflow; clamping keeps the sum in 32 bits.
+  const std::int32_t e_packed = e < F.emax() + 1 ? e : F.emax() + 1;
+  const std::uint32_t magnitude =
+      e >= emin ? (static_cast<std::uint32_t>(e_packed + F.bias - 1) << F.man_bits) + kept : kept;
+  const bool overflow = magnitude > F.max_finite_pattern();
+  constexpr bool to_infinity_pos = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||
+                                   Mode == RoundingMode::sr || Mode == RoundingMode::rup;
+  constexpr bool to_infinity_neg = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||
+                                   Mode == RoundingMode::sr || Mode == RoundingMode::rdn;
+  // pack_infinite(F, sign, spec.overflow) without its branch on the policy.
+  constexpr std::uint32_t max_pos = pack_max_finite(F, false), max_neg = pack_max_finite(F, true);
+  constexpr std::uint32_t inf_pos = pack_infinite(F, false, OverflowPolicy::ieee);
+  constexpr std::uint32_t inf_neg = pack_infinite(F, true, OverflowPolicy::ieee);
+  const bool saturate = spec.overflow == OverflowPolicy::satfinite;
+  const std::uint32_t overflow_pos = to_infinity_pos ? detail::select_u32(saturate, max_pos, inf_pos) : max_pos;
+  const std::uint32_t overflow_neg = to_infinity_neg ? detail::select_u32(saturate, max_neg, inf_neg) : max_neg;
+  // F has signed zeros or not: pack_zero's choice, as a mask on the sign bit.
+  constexpr std::uint32_t zero_sign = F.has_negative_zero() ? F.sign_mask() : 0u;
+  const std::uint32_t sign_bits = negative * F.sign_mask();
+  std::uint32_t result =
+      to_container(F, detail::select_u32(magnitude == 0, sign_bits & zero_sign, sign_bits) | magnitude);
+  result = detail::select_u32(overflow, detail::select_u32_bit(negative, overflow_neg, overflow_pos), result);
+  flags |= overflow ? (flag::overflow | flag::inexact) : 0u;
+  flags_out = flags;
+  return result;
 }
 
 }  // namespace fb

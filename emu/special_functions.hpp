@@ -5,23 +5,55 @@
 // behaviour: subnormal inputs are read as zero of the same sign and subnormal
 // results are flushed to zero of the same sign. exp and log are built from them as
 // FA2's fast-math code does: exp(x) = ex2(x * log2(e)) with the multiply rounded in
-// fp32, log(x) = lg2(x) * ln(2) with the multiply rounded in fp32.
+// fp32 (mul.ftz.f32, RNE), log(x) = lg2(x) * ln(2) with the multiply rounded in fp32.
+//
+// Special values (every model; a table or oracle may only override finite inputs it
+// covers, see below):
+//   ex2: ex2(-inf) = +0, ex2(+inf) = +inf, ex2(NaN) = NaN, ex2(+-0) = ex2(+-subnormal) = 1;
+//        x < -126 gives a subnormal 2^x, flushed to +0; x >= 128 overflows to +inf.
+//   rcp: rcp(+-0) = rcp(+-subnormal) = +-inf, rcp(+-inf) = +-0, rcp(NaN) = NaN;
+//        |x| > 2^126 gives a subnormal 1/x, flushed to +-0.
+//   lg2: lg2(+-0) = lg2(+-subnormal) = -inf, lg2(x < 0) = NaN (-inf included), lg2(+inf) = +inf,
+//        lg2(1) = +0, lg2(NaN) = NaN.
+// A NaN result is fp32's quiet NaN from the format table (0x7fc00000). The hardware
+// returns NVIDIA's canonical NaN 0x7fffffff instead; a table file can record that.
+// Whether a result is "subnormal" is decided on the correctly rounded value; for these
+// three functions no exact value lies in (2^-126 * (1 - 2^-24), 2^-126), so deciding on
+// the exact value gives the same answer (ex2: 2^x is in that gap for no fp32 x;
+// rcp: 1/x for x = 2^126 is 2^-126, for the next fp32 it is below 2^-126 * (1 - 2^-24);
+// lg2: |lg2(x)| >= 2^-24 for x != 1).
+//
+// Sources checked (search tool, 2026-11-22): the PTX ISA page itself was not in the
+// searchable corpus. Found: (1) a SASS MUFU opcode description (third-party copy of
+// NVIDIA SDK docs at nintyconservation9619.github.io/.../opMUFU.htm): "Denorm
+// input/output is flushed to sign preserving 0.0", "EX2(-denorm) gives +1.0 ...
+// EX2(-Inf) or underflow gives +0.0, EX2(+Inf) or overflow gives +Inf", input NaNs give
+// canonical NaN 0x7fff_ffff; (2) llvm/llvm-project PR #120519 (NVPTX lowering): "The PTX
+// ex2 and log2 functions are always approximate", libdevice uses ex2.approx for exp2.
+// The rcp and lg2 special values above follow the PTX ISA tables as given in DESIGN.md §5
+// and the task brief; they were NOT re-read from the PTX ISA here.
 //
 // Kinds:
-// - correct: correctly rounded (RNE) fp32 of the exact function (after ftz).
-//   NOT the hardware: the hardware is approximate (ex2 max 2 ulp, rcp 1 ulp); every
-//   report using it must say the SFU model is unmeasured.
-// - table:   loaded from a file measured on a GPU (format: docs in special_functions.cpp
-//   and README); bit-exact by construction where the table covers the input.
+// - correct: correctly rounded (RNE) fp32 of the exact function (after ftz), computed
+//   without MPFR: a double evaluation with an error bound decides almost every input,
+//   a double-double one the rest, and a 192-bit Boost cpp_bin_float evaluation is the
+//   last resort (see special_functions.cpp). NOT the hardware: the hardware is
+//   approximate (ex2 max 2 ulp, rcp 1 ulp); every report using it must say the SFU
+//   model is unmeasured.
+// - table:   loaded from a file measured on a GPU (format: FBSFU1, documented in
+//   special_functions.cpp); bit-exact by construction where the table covers the
+//   input; inputs it does not cover fall back to `correct` and are counted.
 // - oracle:  values taken from a captured trace: a map input bits -> output bits,
 //   falling back to `correct` (and counting the fallbacks) for unseen inputs.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace fb {
 
@@ -34,21 +66,66 @@ std::string_view to_string(SfuKind k);
 class SpecialFunctionModel {
  public:
   virtual ~SpecialFunctionModel() = default;
+  virtual SpecialFunction function() const = 0;
   virtual SfuKind kind() const = 0;
-  // true only for models measured on hardware (a table captured on a GPU)
+  // true only for models measured on hardware (a table captured on a GPU that covers
+  // every input); false for correct, oracle and partial or synthetic tables.
   virtual bool hardware_measured() const = 0;
   // A one-line description for reports, e.g. "ex2: correct (UNMEASURED on hardware)".
   virtual std::string describe() const = 0;
   virtual float evaluate(float x) const = 0;
+  // How many evaluations so far fell back to `correct` (oracle: unseen inputs; table:
+  // inputs outside the table). Always 0 for `correct`. Thread-safe.
+  virtual std::uint64_t fallback_count() const { return 0; }
 };
 
 // ---- correct rounding, with .ftz (the default, unmeasured model) ------------------
 float ex2_correct_ftz(float x);
 float rcp_correct_ftz(float x);
 float lg2_correct_ftz(float x);
+float correct_ftz(SpecialFunction f, float x);
 std::unique_ptr<SpecialFunctionModel> make_correct_model(SpecialFunction f);
 
+// The stages of the correct-rounding evaluation, exposed so tests can check each one
+// alone against MPFR. Each returns the correctly rounded result when its error bound
+// decides the rounding and nullopt when the value is too close to a rounding boundary;
+// `multiprecision` always decides. ex2_correct_ftz / lg2_correct_ftz try them in order.
+enum class CorrectStage : std::uint8_t { double_only, double_double, multiprecision };
+std::optional<float> ex2_correct_ftz_at(float x, CorrectStage stage);
+std::optional<float> lg2_correct_ftz_at(float x, CorrectStage stage);
+
 // ---- table model ------------------------------------------------------------------
+// In-memory form of an FBSFU1 table file (format in special_functions.cpp). Outputs are
+// raw fp32 bit patterns; the file stores them as deltas from correct_ftz.
+enum class SfuTableForm : std::uint8_t {
+  delta_segments = 0,   // any function: explicit outputs for ranges of input bit patterns
+  ex2_fixed_point = 1,  // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
+};
+// How the ex2 argument is converted to fixed point (the hypothesis to test on a GPU).
+enum class FixedPointRounding : std::uint8_t { floor = 0, nearest_even = 1, toward_zero = 2 };
+
+struct SfuTableSegment {
+  std::uint32_t first_input = 0;        // input bit pattern of outputs[0]
+  std::vector<std::uint32_t> outputs;   // outputs for first_input, first_input + 1, ...
+};
+
+struct SfuTable {
+  SpecialFunction function = SpecialFunction::ex2;
+  SfuTableForm form = SfuTableForm::delta_segments;
+  bool measured_on_hardware = false;  // false for synthetic tables (tests)
+  std::string source;                 // provenance: GPU, driver, date, capture tool
+  // delta_segments: sorted, non-overlapping
+  std::vector<SfuTableSegment> segments;
+  // ex2_fixed_point: T[i] = fp32 bits of the hardware's 2^(i / 2^fraction_bits)
+  int fraction_bits = 0;  // 1..24
+  FixedPointRounding argument_rounding = FixedPointRounding::floor;
+  std::vector<std::uint32_t> fraction_outputs;  // 2^fraction_bits entries
+  std::uint32_t nan_output = 0x7fc00000u;       // what a NaN input gives (GPU: 0x7fffffff)
+};
+
+// Writes `table` as an FBSFU1 file; throws std::runtime_error on an inconsistent table
+// or an I/O error.
+void write_table_file(const std::string& path, const SfuTable& table);
 // Loads a table file; throws std::runtime_error naming the file and field on a bad file.
 std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path);
 
@@ -64,8 +141,10 @@ struct SfuSet {
 };
 SfuSet correct_sfu_set();
 
-// FA2 fast-math compositions.
-float fast_exp(const SfuSet& s, float x);  // ex2(fl32(x * log2e))
-float fast_log(const SfuSet& s, float x);  // fl32(lg2(x) * ln2)
+// FA2 fast-math compositions. The fp32 constants are those CUDA's __expf / __logf use.
+inline constexpr std::uint32_t kLog2eFp32Bits = 0x3fb8aa3bu;  // 1.44269502f
+inline constexpr std::uint32_t kLn2Fp32Bits = 0x3f317218u;    // 0.693147182f
+float fast_exp(const SfuSet& s, float x);  // ex2(fl32.ftz(x * log2e))
+float fast_log(const SfuSet& s, float x);  // fl32.ftz(lg2(x) * ln2)
 
 }  // namespace fb

@@ -37,7 +37,21 @@ enum class DotOutput : std::uint8_t {
 enum class ZeroTermPolicy : std::uint8_t {
   ignored,       // zero terms do not take part in choosing the largest exponent (default)
   as_min_exponent,  // zero terms count with the smallest exponent of their format
+                    // (a zero product: 2*emin of the input format; a zero C: emin of C's format)
 };
+
+// Choices this implementation makes where the sources are silent (NOT validated on hardware):
+// - A term's alignment exponent is that of its hardware encoding: a subnormal input
+//   (or C) counts with its format's emin, its value kept exactly; a product's alignment
+//   exponent is ea+eb with significand in [0,4).
+// - Exact zero result of a step (all terms zero, or cancellation): +0, except -0 when
+//   every term of the step (C and each product, sign = sign(a) xor sign(b)) is a -0.
+// - Specials per step: any NaN, inf*0, or +inf and -inf together give the canonical
+//   quiet NaN (fp32 0x7fc00000, fp16 0x7e00); otherwise an infinite term gives inf.
+// - Output rounding is round_pack's: fp32 RZ and e8m13 RZ overflow to the largest
+//   finite value, fp16 RNE overflows to inf; tiny results become subnormal (no flush).
+// - k == 0 runs one step with C alone (C is re-rounded into the output, a no-op except
+//   for e8m13, where C is truncated to 13 fraction bits).
 
 struct TensorCoreModel {
   std::string_view name;          // "sm80", "sm90-mma", ...
@@ -49,7 +63,19 @@ struct TensorCoreModel {
   ZeroTermPolicy zero_terms;
   bool hardware_validated;        // measured bit for bit on a GPU by this project
   std::string_view source;        // where the parameters come from
+  std::string_view note = {};     // parameters assumed rather than published, if any
 };
+
+// Fused steps of `model` for k products: products_per_step <= 0 means one step for all.
+constexpr int fused_step_size(const TensorCoreModel& model, int k) {
+  return model.products_per_step > 0 ? model.products_per_step : (k > 0 ? k : 1);
+}
+// The format of C and D: fp16 for fp16_rne output, fp32 otherwise.
+const Format& accumulator_format(const TensorCoreModel& model);
+// Whether any preset has this name (for error messages naming the missing input format).
+bool is_tensor_core_model_name(std::string_view name);
+// The custom format e8m13 in fp32's 32-bit layout (low 10 bits zero): Hopper's fp8 accumulator.
+inline constexpr Format kE8m13InFp32Layout{"e8m13", 8, 13, 127, SpecialEncoding::ieee, true, 32, true};
 
 // All presets: sm70, sm80, sm89, sm90-mma, sm90-wgmma, exact-rne, each per input format.
 std::span<const TensorCoreModel> tensor_core_models();
@@ -66,12 +92,28 @@ struct DotStepEvent {
   bool carry_out = false;         // the fixed-point sum carried past the largest exponent
   int normalisation_shift = 0;    // final left (+) or right (-) shift before output rounding
   double output_residue = 0.0;    // what the output rounding removed (signed)
+  // Additions to the published record (may be ignored by readers):
+  int first_product = 0;          // index of the step's first product in a/b
+  int fraction_bits = 0;          // F used for the truncation
+  std::int64_t aligned_sum = 0;   // exact fixed-point sum, in units of 2^(largest_exponent - F)
+  RoundingEvent output_event{};   // round_pack's event for the output rounding
+  bool special = false;           // NaN/inf step: no fixed-point sum was formed
+};
+// Per-term detail, recorded only when DotTrace::record_terms is set.
+struct DotTermEvent {
+  int step = 0;
+  int product = -1;               // index into a/b, or -1 for C
+  int alignment_exponent = 0;     // exponent this term brought to the alignment maximum
+  double value = 0.0;             // exact term (product or C)
+  double truncated_value = 0.0;   // signed part removed by truncation to F bits
 };
 struct DotTrace {
   std::vector<DotStepEvent> steps;
+  bool record_terms = false;
+  std::vector<DotTermEvent> terms;
 };
 
-// Hot path. a, b hold the exact values of `k` elements of the model's input format
+// Hot path (no allocation unless tracing). a, b hold the exact values of `k` elements of the model's input format
 // (as float; all of bf16/fp16/tf32/fp8 are exact in float); c is an fp32 value (or an
 // fp16 value for fp16_rne output). Returns the output value as float. NaN/inf follow
 // IEEE propagation (inf - inf and 0*inf give the canonical NaN).
@@ -83,5 +125,15 @@ float fused_dot(const TensorCoreModel& model, float c, const float* a, const flo
 std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
                              std::span<const std::uint32_t> a_bits, std::span<const std::uint32_t> b_bits,
                              DotTrace* trace = nullptr);
+
+// ---- throughput, for the benchmark (bench/ calls these) -----------------------------
+// Emulated products per second of fused_dot(model, ...) on the calling thread, for
+// dot products of length k over random finite values of the model's input format
+// (no trace), measured for at least min_seconds of the thread's CPU time (so a loaded
+// machine does not distort the per-core figure).
+double measure_dot_products_per_second(const TensorCoreModel& model, int k = 64, double min_seconds = 0.5);
+// The native baseline measured the same way: a float dot product s = fmaf(a_i, b_i, s)
+// (fused = true, hardware FMA through libm) or s = s + a_i*b_i (two roundings).
+double measure_native_fp32_dot_products_per_second(int k = 64, double min_seconds = 0.5, bool fused = true);
 
 }  // namespace fb

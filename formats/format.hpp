@@ -32,13 +32,15 @@ struct Format {
   int bias;
   SpecialEncoding special;
   bool is_signed;
-  int container_bits;       // bits of the stored word: 32 for tf32 (low 13 bits zero)
+  int container_bits;       // bits of the stored word (8, 16 or 32)
+  bool left_aligned;        // stored in the container's top bits (tf32: fp32 layout, low 13 bits zero)
 
   // ---- derived facts -------------------------------------------------------
   constexpr int width() const { return (is_signed ? 1 : 0) + exp_bits + man_bits; }
   constexpr int precision() const { return man_bits + 1; }
   // tf32 keeps fp32's layout in a 32-bit word; its encoding is shifted left by this.
-  constexpr int storage_shift() const { return container_bits - width(); }
+  // Narrow formats (fp6, fp4) sit in the low bits of their byte.
+  constexpr int storage_shift() const { return left_aligned ? container_bits - width() : 0; }
   constexpr int hex_digits() const { return (container_bits + 3) / 4; }
   constexpr std::uint32_t exp_field_max() const { return (1u << exp_bits) - 1u; }
   constexpr std::uint32_t man_mask() const { return (1u << man_bits) - 1u; }
@@ -82,7 +84,7 @@ struct Format {
     switch (special) {
       case SpecialEncoding::ieee:
         return (exp_field_max() << man_bits) | (man_bits > 0 ? (1u << (man_bits - 1)) : 0u);
-      case SpecialEncoding::fn: return sign_mask() | (exp_field_max() << man_bits) | man_mask();
+      case SpecialEncoding::fn: return (exp_field_max() << man_bits) | man_mask();
       case SpecialEncoding::fnuz: return sign_mask();
       case SpecialEncoding::scale: return exp_field_max();
       case SpecialEncoding::finite: return 0u;  // unreachable: callers check has_nan()
@@ -93,24 +95,24 @@ struct Format {
   constexpr bool operator==(const Format& o) const {
     return exp_bits == o.exp_bits && man_bits == o.man_bits && bias == o.bias &&
            special == o.special && is_signed == o.is_signed &&
-           container_bits == o.container_bits;
+           container_bits == o.container_bits && left_aligned == o.left_aligned;
   }
 };
 
 // ---- the named formats: DESIGN.md §2, one row each ---------------------------
 namespace formats {
-inline constexpr Format fp32{"fp32", 8, 23, 127, SpecialEncoding::ieee, true, 32};
-inline constexpr Format tf32{"tf32", 8, 10, 127, SpecialEncoding::ieee, true, 32};
-inline constexpr Format bf16{"bf16", 8, 7, 127, SpecialEncoding::ieee, true, 16};
-inline constexpr Format fp16{"fp16", 5, 10, 15, SpecialEncoding::ieee, true, 16};
-inline constexpr Format e4m3{"e4m3", 4, 3, 7, SpecialEncoding::fn, true, 8};
-inline constexpr Format e5m2{"e5m2", 5, 2, 15, SpecialEncoding::ieee, true, 8};
-inline constexpr Format e4m3fnuz{"e4m3fnuz", 4, 3, 8, SpecialEncoding::fnuz, true, 8};
-inline constexpr Format e5m2fnuz{"e5m2fnuz", 5, 2, 16, SpecialEncoding::fnuz, true, 8};
-inline constexpr Format e3m2{"e3m2", 3, 2, 3, SpecialEncoding::finite, true, 8};
-inline constexpr Format e2m3{"e2m3", 2, 3, 1, SpecialEncoding::finite, true, 8};
-inline constexpr Format e2m1{"e2m1", 2, 1, 1, SpecialEncoding::finite, true, 8};
-inline constexpr Format e8m0{"e8m0", 8, 0, 127, SpecialEncoding::scale, false, 8};
+inline constexpr Format fp32{"fp32", 8, 23, 127, SpecialEncoding::ieee, true, 32, false};
+inline constexpr Format tf32{"tf32", 8, 10, 127, SpecialEncoding::ieee, true, 32, true};
+inline constexpr Format bf16{"bf16", 8, 7, 127, SpecialEncoding::ieee, true, 16, false};
+inline constexpr Format fp16{"fp16", 5, 10, 15, SpecialEncoding::ieee, true, 16, false};
+inline constexpr Format e4m3{"e4m3", 4, 3, 7, SpecialEncoding::fn, true, 8, false};
+inline constexpr Format e5m2{"e5m2", 5, 2, 15, SpecialEncoding::ieee, true, 8, false};
+inline constexpr Format e4m3fnuz{"e4m3fnuz", 4, 3, 8, SpecialEncoding::fnuz, true, 8, false};
+inline constexpr Format e5m2fnuz{"e5m2fnuz", 5, 2, 16, SpecialEncoding::fnuz, true, 8, false};
+inline constexpr Format e3m2{"e3m2", 3, 2, 3, SpecialEncoding::finite, true, 8, false};
+inline constexpr Format e2m3{"e2m3", 2, 3, 1, SpecialEncoding::finite, true, 8, false};
+inline constexpr Format e2m1{"e2m1", 2, 1, 1, SpecialEncoding::finite, true, 8, false};
+inline constexpr Format e8m0{"e8m0", 8, 0, 127, SpecialEncoding::scale, false, 8, false};
 
 inline constexpr Format all_named[] = {fp32, tf32, bf16, fp16, e4m3, e5m2, e4m3fnuz,
                                        e5m2fnuz, e3m2, e2m3, e2m1, e8m0};
@@ -148,7 +150,7 @@ constexpr bool parse_format(std::string_view text, Format& out) {
   ++i;
   if (!read_int(y) || i != text.size()) return false;
   if (x < kCustomMinExpBits || x > kCustomMaxExpBits || y < 1 || y > kCustomMaxManBits) return false;
-  Format custom{"", x, y, (1 << (x - 1)) - 1, SpecialEncoding::ieee, true, 0};
+  Format custom{"", x, y, (1 << (x - 1)) - 1, SpecialEncoding::ieee, true, 0, false};
   int w = 1 + x + y;
   custom.container_bits = w <= 8 ? 8 : (w <= 16 ? 16 : 32);
   for (const Format& f : formats::all_named) {

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "tools/cli_common.hpp"
+#include "traces/safetensors.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"flashbits: bit-exact low-precision floating point and FlashAttention rounding-bias "
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
       if (s->parsed()) return run();
     }
   } catch (const fb::cli::InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return fb::cli::kExitBadInput;
+  } catch (const fb::TraceError& e) {
+    // A bad trace file is bad input: one line naming file, tensor and field.
     std::cerr << "error: " << e.what() << "\n";
     return fb::cli::kExitBadInput;
   }

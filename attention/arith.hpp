@@ -1,0 +1,125 @@
+// attention/arith.hpp: the arithmetic a kernel recipe runs on (internal to attention/).
+//
+// Contract: two policies with the same members.
+// - HardwareArith: every result is rounded as the recipe says. Roundings into bf16/fp16
+//   and every traced or stochastic rounding go through fb::round_double (round_pack);
+//   plain RNE into fp32 uses the host's IEEE double->float conversion, which is the same
+//   correctly rounded result. Operations are computed in fp64 and then rounded once:
+//   by Figueroa's theorem (1995) double rounding through a format of >= 2p+2 bits is
+//   innocuous for +, -, *, / of p-bit operands (p = 24, 11, 8 here), so this equals the
+//   correctly rounded operation. FMAs use std::fmaf (one rounding). Dot products use the
+//   recipe's DotSpec (fb::fused_dot for tensor cores). SFUs come from the recipe's SfuSet.
+// - ExactArith: every rounding is the identity and special functions are libm in fp64;
+//   dots are fp64 FMA chains. Runs the recipe's order of operations in (near-)exact
+//   arithmetic, so tests can check that tiling, ordering and the stabilised variants
+//   are algebraically right.
+// Both are header-only so the engine's loops inline them; no virtual call except the
+// SFU models (one per exponential).
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "attention/kernel_models.hpp"
+#include "emu/ops.hpp"
+#include "emu/special_functions.hpp"
+#include "emu/tensor_core.hpp"
+
+namespace fb::attn::detail {
+
+inline double round_into(const Format& f, double x, const RoundingSpec& spec, std::uint64_t position = 0,
+                         RoundingEvent* event = nullptr) {
+  if (f == formats::fp32 && spec.mode == RoundingMode::rne && event == nullptr) {
+    return static_cast<double>(static_cast<float>(x));
+  }
+  return to_double(f, round_double(f, x, spec, position, event).bits);
+}
+
+struct HardwareArith {
+  static constexpr bool exact = false;
+  const KernelModel* km;
+
+  // fp32 result of an operation computed exactly-enough in fp64 (see file comment),
+  // flushed to zero when the recipe runs with fast math.
+  double f32(double x) const {
+    float f = static_cast<float>(x);
+    if (km->ftz && f != 0.0f && std::fabs(f) < FLT_MIN) f = std::copysign(0.0f, f);
+    return f;
+  }
+  // Round into a stage format (nullopt = fp64, no rounding).
+  double to(const std::optional<Format>& f, double x) const {
+    if (!f) return x;
+    if (*f == formats::fp32) return f32(x);
+    return round_into(*f, x, RoundingSpec{});
+  }
+  double to_traced(const std::optional<Format>& f, double x, RoundingEvent* ev, const RoundingSpec& spec = {},
+                   std::uint64_t position = 0) const {
+    if (!f) return x;
+    return round_into(*f, x, spec, position, ev);
+  }
+  // A PyTorch tensor operation producing a tensor of format f: computed in fp32
+  // "opmath" for 16-bit formats, then rounded into f (x is the fp64 value of the op).
+  double op(const std::optional<Format>& f, double x) const {
+    if (!f) return x;
+    if (*f == formats::fp32) return f32(x);
+    return round_into(*f, static_cast<float>(x), RoundingSpec{});
+  }
+  double fma32(double a, double b, double c) const {
+    return f32(std::fma(static_cast<float>(a), static_cast<float>(b), static_cast<float>(c)));
+  }
+  double ex2(double x) const { return km->sfu.ex2->evaluate(static_cast<float>(x)); }
+  double rcp(double x) const { return km->sfu.rcp->evaluate(static_cast<float>(x)); }
+  double lg2(double x) const { return km->sfu.lg2->evaluate(static_cast<float>(x)); }
+  double fast_log(double x) const { return fb::fast_log(km->sfu, static_cast<float>(x)); }
+  // PyTorch's fp32 exp/log (CUDA expf/logf, <= 2 ulp): modelled as libm fp64 rounded to
+  // fp32, i.e. (almost always) correctly rounded. UNMEASURED against the GPU.
+  double exp32(double x) const { return static_cast<float>(std::exp(x)); }
+  double log32(double x) const { return static_cast<float>(std::log(x)); }
+
+  template <class E>
+  double dot(const DotSpec& spec, double c, const E* a, const E* b, int k, DotTrace* trace = nullptr) const {
+    if constexpr (std::is_same_v<E, float>) {
+      switch (spec.kind) {
+        case DotKind::tensor_core: return fused_dot(*spec.model, static_cast<float>(c), a, b, k, trace);
+        case DotKind::fp32_fma_chain: {
+          float s = static_cast<float>(c);
+          for (int i = 0; i < k; ++i) s = std::fma(a[i], b[i], s);
+          return s;
+        }
+        case DotKind::fp64_fma_chain: break;
+      }
+    }
+    double s = c;
+    for (int i = 0; i < k; ++i) s = std::fma(static_cast<double>(a[i]), static_cast<double>(b[i]), s);
+    return s;
+  }
+};
+
+struct ExactArith {
+  static constexpr bool exact = true;
+  const KernelModel* km;
+  double f32(double x) const { return x; }
+  double to(const std::optional<Format>&, double x) const { return x; }
+  double to_traced(const std::optional<Format>&, double x, RoundingEvent*, const RoundingSpec& = {},
+                   std::uint64_t = 0) const {
+    return x;
+  }
+  double op(const std::optional<Format>&, double x) const { return x; }
+  double fma32(double a, double b, double c) const { return std::fma(a, b, c); }
+  double ex2(double x) const { return std::exp2(x); }
+  double rcp(double x) const { return 1.0 / x; }
+  double lg2(double x) const { return std::log2(x); }
+  double fast_log(double x) const { return std::log(x); }
+  double exp32(double x) const { return std::exp(x); }
+  double log32(double x) const { return std::log(x); }
+  template <class E>
+  double dot(const DotSpec&, double c, const E* a, const E* b, int k, DotTrace* = nullptr) const {
+    double s = c;
+    for (int i = 0; i < k; ++i) s = std::fma(static_cast<double>(a[i]), static_cast<double>(b[i]), s);
+    return s;
+  }
+};
+
+}  // namespace fb::attn::detail

@@ -1,0 +1,1003 @@
+// attention/engine.cpp: run_attention(): one online-softmax loop and one materialised
+// path, whose every step reads the kernel recipe (attention/kernel_models.hpp), plus the
+// backward passes.
+//
+// Contract (see attention.hpp): deterministic, independent of RunOptions::threads
+// (work is split over (batch, head, row block) in the forward and (batch, head) in the
+// backward; every reduction has a fixed order). The forward keeps O(N·d) memory: it
+// walks one query row at a time over KV tiles. In the FA2 forward each row's numerics
+// depend only on the KV tiling (block_n), never on block_m, because max, ℓ and acc_o
+// are per-row registers; so block_m only matters for the backward.
+//
+// Modelling notes, stated once:
+// - Causal: tiles entirely above a row's diagonal are skipped. FA2 visits them for the
+//   other rows of its m-block, but for this row they give -inf scores, P̄ = 0 and a
+//   rescale of 0 * 0: numerically a no-op.
+// - All-masked rows (only possible with causal + seqlen 0, or masked inputs): every
+//   model follows FA2's guards (m = -inf is used as 0 in the exponent; l == 0 gives
+//   inv = 1, O = 0 and LSE = +inf). PyTorch-style code without guards would give NaN.
+// - FA2 backward dQ: the per-n_block partial (an MMA from C = 0) is atomically added to
+//   dq_accum in fp32; the hardware order is not deterministic, the model adds n_blocks
+//   in ascending order.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <stdexcept>
+#include <thread>
+
+#include "attention/arith.hpp"
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+
+namespace fb::attn {
+namespace {
+
+using detail::ExactArith;
+using detail::HardwareArith;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---- per-head operands, prepared once (O(N·d)) --------------------------------------
+template <class E>
+struct HeadData {
+  int n = 0, d = 0;
+  std::vector<E> q, k, v, vt;       // rows [n][d]; vt = Vᵀ [d][n]
+  std::vector<E> d_o, d_ot, qt, kt; // backward: dO rows, dOᵀ, Qᵀ, Kᵀ
+  const E* q_row(int r) const { return q.data() + static_cast<std::size_t>(r) * d; }
+  const E* k_row(int r) const { return k.data() + static_cast<std::size_t>(r) * d; }
+  const E* v_row(int r) const { return v.data() + static_cast<std::size_t>(r) * d; }
+  const E* vt_row(int c) const { return vt.data() + static_cast<std::size_t>(c) * n; }
+  const E* do_row(int r) const { return d_o.data() + static_cast<std::size_t>(r) * d; }
+  const E* dot_row(int c) const { return d_ot.data() + static_cast<std::size_t>(c) * n; }
+  const E* qt_row(int c) const { return qt.data() + static_cast<std::size_t>(c) * n; }
+  const E* kt_row(int c) const { return kt.data() + static_cast<std::size_t>(c) * n; }
+};
+
+template <class E>
+void copy_rows(const Tensor4& t, int b, int h, std::vector<E>& rows, std::vector<E>* transposed) {
+  const int n = t.rows, d = t.cols;
+  rows.resize(static_cast<std::size_t>(n) * d);
+  for (int r = 0; r < n; ++r) {
+    const double* src = t.row(b, h, r);
+    for (int c = 0; c < d; ++c) rows[static_cast<std::size_t>(r) * d + c] = static_cast<E>(src[c]);
+  }
+  if (transposed) {
+    transposed->resize(static_cast<std::size_t>(n) * d);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < d; ++c) (*transposed)[static_cast<std::size_t>(c) * n + r] = rows[static_cast<std::size_t>(r) * d + c];
+  }
+}
+
+struct Geometry {
+  int n = 0, d = 0;
+  double scale = 0.0;
+  bool causal = false;
+  TileSizes tiles;
+};
+
+// Per-row scalars of the forward the backward needs.
+struct RowStats {
+  double lse = 0.0;         // reported LSE (natural log)
+  double lse_kernel = 0.0;  // in the kernel's units (Triton: log2 units)
+  double m = 0.0, l = 0.0;  // materialised softmax: max and sum
+};
+
+// Keys a row may see (causal: up to and including the diagonal).
+int visible_keys(const Geometry& g, int row) { return g.causal ? std::min(g.n, row + 1) : g.n; }
+
+// Pairwise (recursive halving) sum with every addition rounded by `add`.
+template <class Add>
+double pairwise_sum(const double* x, int n, const Add& add) {
+  if (n <= 0) return 0.0;
+  if (n == 1) return x[0];
+  const int h = n / 2;
+  return add(pairwise_sum(x, h, add), pairwise_sum(x + h, n - h, add));
+}
+
+// ---- tracing sinks -------------------------------------------------------------------
+// Accumulates the P·V story of one row; compiled out entirely when kTrace is false.
+struct PvTraceState {
+  TileRecord tile;
+  DotTrace dot;                       // reused for every traced dot (no allocation per call)
+  long double exact_acc_plot = 0.0L;  // exact Σ P̄c·v for the plot feature, same rescalings
+};
+
+void account_dot_steps(const DotTrace& dt, TileRecord& tr) {
+  for (const DotStepEvent& s : dt.steps) {
+    if (s.special) continue;
+    tr.significand_overflows += s.carry_out ? 1 : 0;
+    tr.ties += s.output_event.tie ? 1 : 0;
+    const double err = -(s.truncated_value + s.output_residue);
+    if (err != 0.0) {
+      const double result_sign = s.aligned_sum < 0 ? -1.0 : 1.0;
+      (err * result_sign > 0 ? tr.rounded_up : tr.rounded_down) += 1;
+    }
+    tr.pv_signed_error += err;
+  }
+}
+
+void account_rounding(const RoundingEvent& ev, double signed_error, bool significand_overflow, TileRecord& tr) {
+  tr.ties += ev.tie ? 1 : 0;
+  if (ev.direction == RoundDirection::up) ++tr.rounded_up;
+  if (ev.direction == RoundDirection::down) ++tr.rounded_down;
+  tr.significand_overflows += significand_overflow ? 1 : 0;
+  tr.pv_signed_error += signed_error;
+}
+
+// ---- the online-softmax forward of one row --------------------------------------------
+template <class E>
+struct Scratch {
+  std::vector<double> s, p, acc, o_pre;
+  std::vector<E> pc;
+  void size(int bn, int d) {
+    s.resize(static_cast<std::size_t>(bn));
+    p.resize(static_cast<std::size_t>(bn));
+    pc.resize(static_cast<std::size_t>(bn));
+    acc.resize(static_cast<std::size_t>(d));
+    o_pre.resize(static_cast<std::size_t>(d));
+  }
+};
+
+// Constants of the exponent step, computed as the kernel computes them.
+struct ScaleConstants {
+  double scale_log2 = 0.0;  // FA2: (float)(softmax_scale * log2(e)) computed in double
+  double qk_scale = 0.0;    // Triton: fp32(sm_scale * 1.44269504)
+  double scale_f = 0.0;     // softmax_scale as the kernel's fp32 / PyTorch's opmath scalar
+  double natural_per_unit = 1.0;  // converts the max's units to softmax-argument units
+};
+
+template <class A>
+ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale) {
+  ScaleConstants k;
+  if constexpr (A::exact) {
+    k.scale_log2 = scale * std::numbers::log2e;
+    k.qk_scale = scale * std::numbers::log2e;
+    k.scale_f = scale;
+  } else {
+    k.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
+    k.qk_scale = ar.f32(static_cast<double>(static_cast<float>(scale)) * static_cast<double>(1.44269504f));
+    // FA2 passes params.scale_softmax as float; PyTorch multiplies a 16/32-bit tensor by
+    // the Python scalar in fp32 opmath; only fp64 tensors keep it in double.
+    const bool fp64_tensor_op = km.scale == ScaleHandling::multiply_scores && !km.scaled_score_format;
+    k.scale_f = fp64_tensor_op ? scale : static_cast<double>(static_cast<float>(scale));
+  }
+  switch (km.scale) {
+    case ScaleHandling::exponent_ffma: k.natural_per_unit = scale; break;
+    case ScaleHandling::log2_units: k.natural_per_unit = std::numbers::ln2; break;
+    case ScaleHandling::multiply_scores: k.natural_per_unit = 1.0; break;
+  }
+  return k;
+}
+
+// The score S_j = q·k_j as the recipe computes and stores it (before masking).
+template <class A, class E>
+double score(const KernelModel& km, const A& ar, const ScaleConstants& sc, const E* q, const E* k, int d) {
+  double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, q, k, d));
+  if (km.scale == ScaleHandling::multiply_scores) s = ar.op(km.scaled_score_format, s * sc.scale_f);
+  return s;
+}
+
+// The stabilising max after a tile: m_new = max(m_old, tile max) in the max's units,
+// with Qiu & Yao's dynamic max when the recipe asks for it. FA2 folds the previous max
+// into a per-thread sequential max, then shfl_xor 2 and 1 across the quad; max is
+// exact, associative and commutative on non-NaN values, so that order cannot change
+// the result and is not spelled out (NaN scores are not modelled).
+template <class A>
+double stabilising_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n,
+                       double m_old, int* repeated_max) {
+  double r = -kInf;
+  for (int j = 0; j < n; ++j) r = std::max(r, s[j]);
+  if (repeated_max && r != -kInf) {
+    int ties = 0;
+    for (int j = 0; j < n; ++j) ties += s[j] == r ? 1 : 0;
+    *repeated_max = ties - 1;
+  }
+  // Triton tracks the max of qk * qk_scale (tl.max(qk, 1) * qk_scale).
+  double r_units = km.scale == ScaleHandling::log2_units && r != -kInf ? ar.f32(r * sc.qk_scale) : r;
+  if (km.dynmax && r != -kInf) {
+    // r_s: entries within tol of the block max, in softmax-argument (natural) units.
+    const double raw_per_natural = km.scale == ScaleHandling::exponent_ffma ? sc.natural_per_unit
+                                   : km.scale == ScaleHandling::log2_units ? sc.qk_scale * std::numbers::ln2
+                                                                           : 1.0;
+    int r_s = 0;
+    for (int j = 0; j < n; ++j) r_s += (r - s[j]) * raw_per_natural <= km.dynmax_tol ? 1 : 0;
+    if (r_s > 1 && r_units > 0) {
+      r_units = ar.to(km.max_format, km.dynmax_beta * r_units);
+    } else if (r_s > 1 && r_units < 0) {
+      r_units = 0.0;
+    }
+  }
+  return std::max(m_old, r_units);
+}
+
+// α = the factor applied to ℓ and O when the max moves from m_old to m_new.
+template <class A>
+double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m_old, double m_new) {
+  switch (km.scale) {
+    case ScaleHandling::exponent_ffma: {
+      // softmax_rescale_o: scores_max_cur = max == -inf ? 0 : max (Check_inf).
+      const double cur = m_new == -kInf ? 0.0 : m_new;
+      return ar.ex2(ar.f32(ar.f32(m_old - cur) * sc.scale_log2));
+    }
+    case ScaleHandling::log2_units: {
+      const double cur = m_new == -kInf ? 0.0 : m_new;
+      return ar.ex2(ar.f32(m_old - cur));
+    }
+    case ScaleHandling::multiply_scores: {
+      if (m_old == -kInf) return 0.0;  // nothing accumulated yet (guards -inf - -inf)
+      return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, m_old - m_new)));
+    }
+  }
+  return 1.0;
+}
+
+// P̄_j from the score and the current max.
+template <class A>
+double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double s, double m) {
+  switch (km.scale) {
+    case ScaleHandling::exponent_ffma: {
+      // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled)
+      // contracted by nvcc into one FFMA (the comment in softmax.h says so).
+      const double max_scaled = m == -kInf ? 0.0 : ar.f32(m * sc.scale_log2);
+      return ar.ex2(ar.fma32(s, sc.scale_log2, -max_scaled));
+    }
+    case ScaleHandling::log2_units: {
+      const double mm = m == -kInf ? 0.0 : m;
+      return ar.ex2(ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
+    }
+    case ScaleHandling::multiply_scores: {
+      if (s == -kInf) return 0.0;
+      const double mm = m == -kInf ? 0.0 : m;
+      return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, s - mm)));
+    }
+  }
+  return 0.0;
+}
+
+template <class A, class E, bool kTrace>
+void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                        double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
+                        const RunOptions& opt, RowTrace* trace) {
+  const int d = g.d;
+  const int nk = visible_keys(g, row);
+  const int bn = g.tiles.block_n;
+  const int tiles = (nk + bn - 1) / bn;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const E* q = hd.q_row(row);
+  double m = -kInf;
+  double l_thread[4] = {0, 0, 0, 0};  // FA2: per-thread partial sums of the quad
+  double l = km.l_init_one ? 1.0 : 0.0;
+  std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
+  PvTraceState ts;
+
+  for (int it = 0; it < tiles; ++it) {
+    const int t = km.kv_order == KvOrder::last_to_first ? tiles - 1 - it : it;
+    const int kb = t * bn, ke = std::min(nk, kb + bn), len = ke - kb;
+    // Scores; columns past the row's last visible key inside the tile are masked.
+    for (int j = 0; j < len; ++j) sc.s[j] = score(km, ar, k, q, hd.k_row(kb + j), d);
+
+    int repeated = 0;
+    const double m_old = m;
+    m = stabilising_max(km, ar, k, sc.s.data(), len, m_old, kTrace ? &repeated : nullptr);
+    const double alpha = rescale_factor(km, ar, k, m_old, m);
+    const bool rescale = it > 0 || km.l_init_one || km.o_acc == OAccumulator::buffer;
+
+    // Rescale ℓ and O by α (FA2: only from the second tile on: softmax_rescale_o<Is_first>).
+    if (it > 0 && km.o_acc == OAccumulator::mma_c) {
+      for (int c = 0; c < d; ++c) sc.acc[c] = ar.f32(sc.acc[c] * alpha);
+      if (km.row_sum == RowSumOrder::fa2_quad)
+        for (double& lt : l_thread) lt = ar.f32(lt * alpha);
+      if constexpr (kTrace) ts.exact_acc_plot *= static_cast<long double>(alpha);
+    }
+
+    // P̄ and the row sum.
+    for (int j = 0; j < len; ++j) sc.p[j] = exponent(km, ar, k, sc.s[j], m);
+    if (km.row_sum == RowSumOrder::fa2_quad) {
+      // Thread t of the quad owns columns {2t, 2t+1} + 8i of the tile; each folds its
+      // columns in order (reduce_sum<zero_init=false>), tile after tile.
+      for (int j = 0; j < len; ++j) {
+        const int owner = (j % 8) / 2;
+        l_thread[owner] = ar.f32(l_thread[owner] + sc.p[j]);
+      }
+    } else {
+      const double rs = pairwise_sum(sc.p.data(), len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
+      if (km.l_update_fma) {
+        l = ar.fma32(it == 0 && !km.l_init_one ? 0.0 : l, alpha, rs);
+      } else if (rescale) {
+        const double scaled = ar.op(km.row_sum_internal, alpha * l);
+        l = ar.to(km.row_sum_format, ar.op(km.row_sum_internal, scaled + rs));
+      }
+    }
+
+    // P̄ cast for the P·V matmul (after the sum: ℓ used the unrounded P̄).
+    for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(ar.to(km.p_cast, sc.p[j]));
+    // P̄ == 1 as the P·V product sees it (after the cast: FA2's ex2 of the FFMA residual
+    // is 1 + O(2^-22) at a tied max, which the bf16/fp16 cast makes exactly 1).
+    int p_one = 0;
+    if constexpr (kTrace) {
+      for (int j = 0; j < len; ++j) {
+        if (sc.pc[j] == static_cast<E>(1)) {
+          ++p_one;
+          trace->p_equal_one_keys.push_back(kb + j);
+        }
+      }
+    }
+
+    // P·V.
+    if constexpr (kTrace) ts.tile = TileRecord{};  // (ts.dot keeps its capacity)
+    if (km.o_acc == OAccumulator::mma_c) {
+      for (int c = 0; c < d; ++c) {
+        const E* vcol = hd.vt_row(c) + kb;
+        if constexpr (kTrace) {
+          if (c == trace->plot_feature) {
+            // Step by step (the chained steps are the same computation) to place the
+            // error after every fused step on the key axis.
+            const int step = km.pv_dot.model ? fused_step_size(*km.pv_dot.model, len) : len;
+            for (int i = 0; i < len; i += step) {
+              const int n = std::min(step, len - i);
+              DotTrace& dt = ts.dot;
+              dt.steps.clear();
+              sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data() + i, vcol + i, n, &dt);
+              account_dot_steps(dt, ts.tile);
+              for (DotStepEvent ev : dt.steps) {
+                ev.first_product += kb + i;  // as a key index
+                trace->pv_dot_steps.push_back(ev);
+              }
+              for (int j = 0; j < n; ++j)
+                ts.exact_acc_plot += static_cast<long double>(sc.pc[i + j]) * static_cast<long double>(vcol[i + j]);
+              const double err = static_cast<double>(static_cast<long double>(sc.acc[c]) - ts.exact_acc_plot);
+              for (int j = 0; j < n; ++j) {
+                trace->cumulative_error_by_key.push_back(err);
+                trace->key_order.push_back(kb + i + j);
+              }
+            }
+            continue;
+          }
+          ts.dot.steps.clear();
+          sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len, &ts.dot);
+          account_dot_steps(ts.dot, ts.tile);
+          continue;
+        }
+        sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len);
+      }
+    } else {
+      // O = F(F(O·α) + F(P̄V)).
+      for (int c = 0; c < d; ++c) {
+        const E* vcol = hd.vt_row(c) + kb;
+        const double pv_exact = ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len);
+        const double scaled = ar.op(km.o_buffer_format, sc.acc[c] * alpha);
+        if constexpr (kTrace) {
+          RoundingEvent ev_pv, ev_add;
+          const double pv = ar.to_traced(km.pv_result_format, pv_exact, &ev_pv);
+          account_rounding(ev_pv, pv - pv_exact, false, ts.tile);
+          const double sum_exact = scaled + pv;
+          const double sum_opmath = km.o_buffer_format && !(*km.o_buffer_format == formats::fp32)
+                                        ? static_cast<double>(static_cast<float>(sum_exact))
+                                        : sum_exact;
+          const double updated = ar.to_traced(km.o_buffer_format, sum_opmath, &ev_add);
+          const bool overflow = scaled != 0.0 && pv != 0.0 && std::signbit(scaled) == std::signbit(pv) &&
+                                std::ilogb(sum_exact) > std::max(std::ilogb(scaled), std::ilogb(pv));
+          account_rounding(ev_add, updated - sum_exact, overflow, ts.tile);
+          if (c == trace->plot_feature) {
+            trace->pv_buffer_events.push_back(ev_pv);
+            trace->pv_buffer_events.push_back(ev_add);
+            ts.exact_acc_plot *= static_cast<long double>(alpha);
+            for (int j = 0; j < len; ++j)
+              ts.exact_acc_plot += static_cast<long double>(sc.pc[j]) * static_cast<long double>(vcol[j]);
+            const double err = static_cast<double>(static_cast<long double>(updated) - ts.exact_acc_plot);
+            for (int j = 0; j < len; ++j) {
+              trace->cumulative_error_by_key.push_back(err);
+              trace->key_order.push_back(kb + j);
+            }
+          }
+          sc.acc[c] = updated;
+        } else {
+          const double pv = ar.to(km.pv_result_format, pv_exact);
+          sc.acc[c] = ar.op(km.o_buffer_format, scaled + pv);
+        }
+      }
+    }
+    if constexpr (kTrace) {
+      ts.tile.kv_tile = it;
+      ts.tile.kv_begin = kb;
+      ts.tile.kv_end = ke;
+      ts.tile.running_max = m;
+      ts.tile.running_sum = km.row_sum == RowSumOrder::fa2_quad ? l_thread[0] + l_thread[1] + l_thread[2] + l_thread[3] : l;
+      ts.tile.p_equal_one = p_one;
+      ts.tile.repeated_max = repeated;
+      trace->tiles.push_back(ts.tile);
+    }
+  }
+
+  // ---- end of the forward ----
+  if (km.row_sum == RowSumOrder::fa2_quad) {
+    // quad_allreduce_: shfl_xor 2 then 1.
+    l = ar.f32(ar.f32(l_thread[0] + l_thread[2]) + ar.f32(l_thread[1] + l_thread[3]));
+  }
+  const bool empty = l == 0.0 || std::isnan(l);
+  RoundingSpec out_spec;
+  if (km.o_sr) {
+    out_spec.mode = RoundingMode::sr;
+    out_spec.sr_bits = km.o_sr_bits;
+    out_spec.seed = opt.seed;
+  }
+  const std::optional<Format> out_format =
+      km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
+  for (int c = 0; c < d; ++c) {
+    double pre;
+    switch (km.normalisation) {
+      case Normalisation::rcp_multiply: pre = ar.f32(sc.acc[c] * (empty ? 1.0 : ar.rcp(l))); break;
+      case Normalisation::divide_fp32: pre = empty ? sc.acc[c] : ar.f32(sc.acc[c] / l); break;
+      case Normalisation::divide_in_format:
+      default: pre = empty ? sc.acc[c] : ar.op(formats::fp32, sc.acc[c] / l); break;
+    }
+    // The final cast: one rounding of the fp32 value (buffer models: of the division's
+    // fp32 opmath result) into the output format.
+    const bool use_pre_exact = km.normalisation == Normalisation::divide_in_format && !km.o_buffer_format;
+    if (use_pre_exact) pre = empty ? sc.acc[c] : sc.acc[c] / l;  // fp64 buffers
+    o_pre_out[c] = pre;
+    if constexpr (kTrace) {
+      RoundingEvent ev;
+      o_out[c] = ar.to_traced(out_format, pre, &ev, out_spec, o_position + static_cast<std::uint64_t>(c));
+      trace->o_cast.push_back(ev);
+    } else if (km.o_sr && !A::exact) {
+      o_out[c] = ar.to_traced(out_format, pre, nullptr, out_spec, o_position + static_cast<std::uint64_t>(c));
+    } else {
+      o_out[c] = ar.to(out_format, pre);
+    }
+  }
+  switch (km.lse) {
+    case LseFormula::fa2:
+      st.lse = empty ? kInf : ar.fma32(m, k.scale_f, ar.fast_log(l));
+      st.lse_kernel = st.lse;
+      break;
+    case LseFormula::log2_units:
+      st.lse_kernel = empty ? kInf : ar.f32(m + ar.lg2(l));
+      st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
+      break;
+    case LseFormula::natural:
+      st.lse = empty ? kInf : ar.op(km.lse_format, m + ar.log32(l));
+      st.lse_kernel = st.lse;
+      break;
+  }
+  st.m = m;
+  st.l = l;
+}
+
+// ---- the materialised forward of one row (standard-FMT, golden-FMT-baseline) ----------
+template <class A, class E>
+void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                              double* o_out, double* o_pre_out, RowStats& st, std::vector<double>& s,
+                              std::vector<E>& pc) {
+  const int d = g.d;
+  const int nk = visible_keys(g, row);
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  s.resize(static_cast<std::size_t>(g.n));
+  pc.resize(static_cast<std::size_t>(g.n));
+  double m = -kInf;
+  for (int j = 0; j < nk; ++j) {
+    s[j] = score(km, ar, k, hd.q_row(row), hd.k_row(j), d);
+    m = std::max(m, s[j]);
+  }
+  // softmax: p = exp(s - m), l = Σ p, P = F(p / l) (fp32 inside)
+  std::vector<double> p(static_cast<std::size_t>(nk));
+  for (int j = 0; j < nk; ++j) p[j] = exponent(km, ar, k, s[j], m);
+  const double l = pairwise_sum(p.data(), nk, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
+  const bool empty = l == 0.0 || std::isnan(l);
+  for (int j = 0; j < nk; ++j) pc[j] = static_cast<E>(empty ? 0.0 : ar.op(km.p_cast, ar.op(km.p_format, p[j] / l)));
+  for (int c = 0; c < d; ++c) {
+    const double dot = ar.dot(km.pv_dot, 0.0, pc.data(), hd.vt_row(c), nk);
+    o_pre_out[c] = dot;
+    o_out[c] = ar.to(km.pv_result_format, dot);
+  }
+  st.m = m;
+  st.l = l;
+  st.lse = empty ? kInf : ar.op(km.lse_format, m + ar.log32(l));
+  st.lse_kernel = st.lse;
+}
+
+// Recompute the materialised softmax row P (values of p_cast) from the saved m, l.
+template <class A, class E>
+void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                        const RowStats& st, double* p_out) {
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const int nk = visible_keys(g, row);
+  const bool empty = st.l == 0.0 || std::isnan(st.l);
+  for (int j = 0; j < g.n; ++j) {
+    if (j >= nk || empty) {
+      p_out[j] = 0.0;
+      continue;
+    }
+    const double s = score(km, ar, k, hd.q_row(row), hd.k_row(j), g.d);
+    const double p = exponent(km, ar, k, s, st.m);
+    p_out[j] = ar.op(km.p_cast, ar.op(km.p_format, p / st.l));
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------
+// delta for one row from O (or O kept in fp32) and dO.
+template <class A, class E>
+double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const double* o, int d) {
+  switch (km.delta) {
+    case DeltaFormula::fa2_threads: {
+      // dot_do_o: FA2's head dim template is d rounded up to a multiple of 32; each
+      // thread loads 8 contiguous elements per kBlockKSmem-wide chunk (64 if the
+      // template head dim is a multiple of 64, else 32), so a row is shared by
+      // kBlockKSmem/8 threads; each sums its elements sequentially (chunk by chunk) in
+      // fp32 (products of bf16/fp16 are exact, so the FFMA equals add-of-product), then
+      // Allreduce<threads> (shfl_xor threads/2, ..., 1).
+      const int padded = (d + 31) / 32 * 32;
+      const int chunk = padded % 64 == 0 ? 64 : 32;
+      const int threads = chunk / 8;
+      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int t = 0; t < threads; ++t) {
+        bool first = true;
+        for (int base = 0; base < padded; base += chunk) {
+          for (int e = 0; e < 8; ++e) {
+            const int col = base + 8 * t + e;
+            const double x = col < d ? static_cast<double>(d_o[col]) : 0.0;  // padding columns are zero
+            const double y = col < d ? o[col] : 0.0;
+            part[t] = first ? ar.f32(x * y) : ar.fma32(x, y, part[t]);
+            first = false;
+          }
+        }
+      }
+      for (int off = threads / 2; off >= 1; off /= 2)
+        for (int t = 0; t < off; ++t) part[t] = ar.f32(part[t] + part[t + off]);
+      return part[0];
+    }
+    case DeltaFormula::rounded_products: {
+      std::vector<double> prod(static_cast<std::size_t>(d));
+      for (int c = 0; c < d; ++c) prod[c] = ar.op(km.delta_format, static_cast<double>(d_o[c]) * o[c]);
+      const double s = pairwise_sum(prod.data(), d, [&](double a, double b) { return ar.f32(a + b); });
+      return ar.to(km.delta_format, s);
+    }
+    case DeltaFormula::softmax_backward:
+    default: return 0.0;  // computed from dP∘P by the caller
+  }
+}
+
+template <class E>
+struct BwdBuffers {
+  std::vector<double> dq, dk, dv;  // accumulators [n][d]
+};
+
+// P for one row and key in the FA2 backward: ex2(S*scale_log2 - LSE*log2e) (Scale_max=false:
+// max_scaled = lse * float(M_LOG2E)); Triton: ex2(S*qk_scale - M) with M in log2 units.
+template <class A>
+double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
+  if (km.scale == ScaleHandling::log2_units) {
+    const double mm = lse_kernel == -kInf ? 0.0 : lse_kernel;
+    return ar.ex2(ar.fma32(s, k.qk_scale, -mm));
+  }
+  double log2e = std::numbers::log2e;
+  if constexpr (!A::exact) log2e = static_cast<float>(std::numbers::log2e);
+  const double lse_scaled = lse_kernel == -kInf ? 0.0 : ar.f32(lse_kernel * log2e);
+  return ar.ex2(ar.fma32(s, k.scale_log2, -lse_scaled));
+}
+
+// The FA2 backward (compute_dq_dk_dv_seqk_parallel) for one head: for each n_block,
+// m_blocks from last to first; dV += P̄ᵀdO and dK += dSᵀQ through the MMA with the
+// accumulators as C; dQ partial per (n_block, m_block) added to dq_accum in fp32.
+template <class A, class E>
+void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                       const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                       double* dk_out, double* dv_out) {
+  const int n = g.n, d = g.d;
+  const int bm = g.tiles.bwd_block_m, bn = g.tiles.bwd_block_n;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  std::vector<double> dq_acc(static_cast<std::size_t>(n) * d, 0.0);
+  std::vector<double> dk_acc(static_cast<std::size_t>(bn) * d), dv_acc(static_cast<std::size_t>(bn) * d);
+  std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
+      ds_rows(static_cast<std::size_t>(bm) * bn);
+  const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
+    std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+    std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+    const int mb_min = g.causal ? kb / bm : 0;
+    for (int mb = m_blocks - 1; mb >= mb_min; --mb) {
+      const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
+      for (int r = rb; r < re; ++r) {
+        const int nk = visible_keys(g, r);
+        for (int j = kb; j < ke; ++j) {
+          double p = 0.0, ds = 0.0;
+          if (j < nk) {
+            const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(r), hd.k_row(j), d));
+            p = fa2_backward_p(km, ar, k, s, stats[r].lse_kernel);
+            const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
+            ds = ar.f32(p * ar.f32(dp - delta[r]));  // pointwise_mult: p * (dp - d)
+          }
+          const std::size_t tj = static_cast<std::size_t>(j - kb) * bm + (r - rb);
+          pt[tj] = static_cast<E>(ar.to(km.p_cast, p));
+          dst[tj] = static_cast<E>(ar.to(km.p_cast, ds));
+          ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
+        }
+      }
+      for (int j = 0; j < klen; ++j) {
+        const E* pcol = pt.data() + static_cast<std::size_t>(j) * bm;
+        const E* dscol = dst.data() + static_cast<std::size_t>(j) * bm;
+        for (int c = 0; c < d; ++c) {
+          double& dv = dv_acc[static_cast<std::size_t>(j) * d + c];
+          dv = ar.dot(km.pv_dot, dv, pcol, hd.dot_row(c) + rb, rlen);
+          double& dk = dk_acc[static_cast<std::size_t>(j) * d + c];
+          dk = ar.dot(km.pv_dot, dk, dscol, hd.qt_row(c) + rb, rlen);
+        }
+      }
+      for (int r = rb; r < re; ++r) {
+        const E* dsr = ds_rows.data() + static_cast<std::size_t>(r - rb) * bn;
+        for (int c = 0; c < d; ++c) {
+          const double part = ar.dot(km.pv_dot, 0.0, dsr, hd.kt_row(c) + kb, klen);
+          double& acc = dq_acc[static_cast<std::size_t>(r) * d + c];
+          acc = ar.f32(acc + part);
+        }
+      }
+    }
+    for (int j = 0; j < klen; ++j)
+      for (int c = 0; c < d; ++c) {
+        const std::size_t i = static_cast<std::size_t>(j) * d + c, o = static_cast<std::size_t>(kb + j) * d + c;
+        dk_out[o] = ar.to(km.output, ar.f32(dk_acc[i] * k.scale_f));
+        dv_out[o] = ar.to(km.output, dv_acc[i]);
+      }
+  }
+  for (std::size_t i = 0; i < dq_acc.size(); ++i) dq_out[i] = ar.to(km.output, ar.f32(dq_acc[i] * k.scale_f));
+}
+
+// The tensor-op backward (PyTorch autograd through the recipe's forward): per KV tile
+// and query tile, block matmuls fp32-accumulated and rounded to bwd_format, the tiles'
+// results accumulated in bwd_format. Materialised models use one tile each way.
+template <class A, class E>
+void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                            const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                            double* dk_out, double* dv_out) {
+  const int n = g.n, d = g.d;
+  const bool materialised = km.structure == Structure::materialised;
+  const int bm = materialised ? std::max(1, n) : g.tiles.bwd_block_m, bn = materialised ? std::max(1, n) : g.tiles.bwd_block_n;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  std::fill(dq_out, dq_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::fill(dk_out, dk_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::fill(dv_out, dv_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
+      ds_rows(static_cast<std::size_t>(bm) * bn);
+  std::vector<double> prow(static_cast<std::size_t>(n));
+  const std::optional<Format> F = km.bwd_format;
+  const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
+    for (int mb = 0; mb < m_blocks; ++mb) {
+      const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
+      for (int r = rb; r < re; ++r) {
+        const int nk = visible_keys(g, r);
+        if (materialised) materialised_p_row(km, ar, hd, g, r, stats[r], prow.data());
+        for (int j = kb; j < ke; ++j) {
+          double p = 0.0, ds = 0.0;
+          if (j < nk) {
+            if (materialised) {
+              p = prow[j];
+            } else {
+              const double s = score(km, ar, k, hd.q_row(r), hd.k_row(j), d);
+              // P = exp(S - LSE): S (FMT) minus LSE (lse_format) promotes to the wider.
+              const std::optional<Format> sub = km.lse_format && km.sub_format && *km.sub_format == formats::bf16
+                                                    ? km.lse_format
+                                                    : km.sub_format;
+              p = stats[r].lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(sub, s - stats[r].lse)));
+            }
+            const double dp = ar.to(F, ar.dot(km.pv_dot, 0.0, hd.do_row(r), hd.v_row(j), d));
+            if (km.delta == DeltaFormula::rounded_products && !km.delta_dpp) {
+              // Qiu & Yao: dS = P * scale * (dP - delta): fp32 * python float, bf16 - bf16.
+              ds = ar.f32(ar.f32(p * k.scale_f) * ar.op(F, dp - delta[r]));
+            } else {
+              // softmax backward (fp32 inside, one rounding), then the scale as a tensor op.
+              const double soft = ar.op(F, p * ar.f32(dp - delta[r]));
+              ds = ar.op(F, soft * k.scale_f);
+            }
+          }
+          const std::size_t tj = static_cast<std::size_t>(j - kb) * bm + (r - rb);
+          pt[tj] = static_cast<E>(ar.to(km.p_cast, p));
+          dst[tj] = static_cast<E>(ar.to(F ? F : km.p_cast, ds));
+          ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
+        }
+      }
+      for (int j = 0; j < klen; ++j)
+        for (int c = 0; c < d; ++c) {
+          const std::size_t o = static_cast<std::size_t>(kb + j) * d + c;
+          const double dv_blk = ar.to(F, ar.dot(km.pv_dot, 0.0, pt.data() + static_cast<std::size_t>(j) * bm, hd.dot_row(c) + rb, rlen));
+          const double dk_blk = ar.to(F, ar.dot(km.pv_dot, 0.0, dst.data() + static_cast<std::size_t>(j) * bm, hd.qt_row(c) + rb, rlen));
+          dv_out[o] = mb == 0 ? dv_blk : ar.op(F, dv_out[o] + dv_blk);
+          dk_out[o] = mb == 0 ? dk_blk : ar.op(F, dk_out[o] + dk_blk);
+        }
+      for (int r = rb; r < re; ++r)
+        for (int c = 0; c < d; ++c) {
+          const std::size_t o = static_cast<std::size_t>(r) * d + c;
+          const double blk = ar.to(F, ar.dot(km.pv_dot, 0.0, ds_rows.data() + static_cast<std::size_t>(r - rb) * bn, hd.kt_row(c) + kb, klen));
+          dq_out[o] = nb == 0 ? blk : ar.op(F, dq_out[o] + blk);
+        }
+    }
+  }
+}
+
+// delta = rowsum(dP∘P) (the +delta-dpp variant, and PyTorch's softmax backward):
+// P as the backward recomputes it, dP through the score dot model, products rounded
+// to fp32 and summed pairwise in fp32.
+template <class A, class E>
+double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                      const RowStats& st, std::vector<double>& scratch) {
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const int nk = visible_keys(g, row);
+  scratch.assign(static_cast<std::size_t>(nk), 0.0);
+  std::vector<double> prow;
+  if (km.structure == Structure::materialised) {
+    prow.resize(static_cast<std::size_t>(g.n));
+    materialised_p_row(km, ar, hd, g, row, st, prow.data());
+  }
+  for (int j = 0; j < nk; ++j) {
+    double p;
+    double dp;
+    if (km.o_acc == OAccumulator::mma_c) {
+      const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.k_row(j), g.d));
+      p = fa2_backward_p(km, ar, k, s, st.lse_kernel);
+      dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
+    } else {
+      if (km.structure == Structure::materialised) {
+        p = prow[j];
+      } else {
+        const double s = score(km, ar, k, hd.q_row(row), hd.k_row(j), g.d);
+        p = st.lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(km.lse_format, s - st.lse)));
+      }
+      dp = ar.to(km.bwd_format, ar.dot(km.pv_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d));
+    }
+    scratch[j] = ar.f32(p * dp);
+  }
+  return pairwise_sum(scratch.data(), nk, [&](double a, double b) { return ar.f32(a + b); });
+}
+
+// ---- orchestration ----------------------------------------------------------------------
+template <class Fn>
+void parallel_for(int count, int threads, const Fn& fn) {
+  threads = std::max(1, std::min(threads, count));
+  if (threads == 1) {
+    for (int i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = next++; i < count && !failed; i = next++) {
+        try {
+          fn(i);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+void check_inputs(const AttentionInputs& in) {
+  auto same = [](const Tensor4& a, const Tensor4& b) { return a.batch == b.batch && a.heads == b.heads && a.rows == b.rows; };
+  if (!same(in.q, in.k) || !same(in.k, in.v) || in.q.cols != in.k.cols || in.v.cols != in.q.cols) {
+    throw std::invalid_argument("attention: q, k, v must have the same batch, heads, seqlen and head dim");
+  }
+  if (in.d_o && (!same(*in.d_o, in.q) || in.d_o->cols != in.q.cols)) {
+    throw std::invalid_argument("attention: dO must have the shape of O");
+  }
+  if (in.q.cols > 256) throw std::invalid_argument("attention: head dim above 256 is not modelled");
+}
+
+template <class A, class E>
+AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionInputs& in, const RunOptions& opt) {
+  check_inputs(in);
+  const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
+  Geometry g;
+  g.n = N;
+  g.d = D;
+  g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
+  g.causal = in.causal;
+  g.tiles = km.tiles_for(D, N);
+  if (opt.block_m > 0) g.tiles.block_m = g.tiles.bwd_block_m = opt.block_m;
+  if (opt.block_n > 0) g.tiles.block_n = g.tiles.bwd_block_n = opt.block_n;
+  g.tiles.block_n = std::max(1, g.tiles.block_n);
+  g.tiles.block_m = std::max(1, g.tiles.block_m);
+  g.tiles.bwd_block_m = std::max(1, g.tiles.bwd_block_m);
+  g.tiles.bwd_block_n = std::max(1, g.tiles.bwd_block_n);
+  if (km.row_sum == RowSumOrder::fa2_quad && g.tiles.block_n % 8 != 0 && g.tiles.block_n < N) {
+    throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
+  }
+
+  AttentionOutputs out;
+  out.o = Tensor4(B, H, N, D);
+  out.lse = Tensor4(B, H, N, 1);
+  Tensor4 o_pre(B, H, N, D);
+  const bool backward = in.d_o.has_value();
+  std::vector<std::vector<RowStats>> stats(static_cast<std::size_t>(B) * H, std::vector<RowStats>(static_cast<std::size_t>(N)));
+
+  // Prepare operands per head.
+  std::vector<HeadData<E>> heads(static_cast<std::size_t>(B) * H);
+  parallel_for(B * H, opt.threads, [&](int bh) {
+    const int b = bh / H, h = bh % H;
+    HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
+    hd.n = N;
+    hd.d = D;
+    copy_rows(in.q, b, h, hd.q, backward ? &hd.qt : nullptr);
+    copy_rows(in.k, b, h, hd.k, backward ? &hd.kt : nullptr);
+    copy_rows(in.v, b, h, hd.v, &hd.vt);
+    if (backward) copy_rows(*in.d_o, b, h, hd.d_o, &hd.d_ot);
+  });
+
+  // Traced rows, by (b, h, r).
+  std::vector<int> trace_slot(static_cast<std::size_t>(B) * H * N, -1);
+  if (opt.tracer) {
+    opt.tracer->traces.assign(opt.tracer->rows.size(), RowTrace{});
+    for (std::size_t i = 0; i < opt.tracer->rows.size(); ++i) {
+      const auto& [b, h, r] = opt.tracer->rows[i];
+      if (b < 0 || b >= B || h < 0 || h >= H || r < 0 || r >= N) {
+        throw std::invalid_argument("tracer: row (" + std::to_string(b) + "," + std::to_string(h) + "," +
+                                    std::to_string(r) + ") is outside the problem");
+      }
+      RowTrace& t = opt.tracer->traces[i];
+      t.batch = b;
+      t.head = h;
+      t.row = r;
+      t.plot_feature = std::clamp(opt.tracer->plot_feature, 0, std::max(0, D - 1));
+      trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r] = static_cast<int>(i);
+    }
+  }
+
+  // Forward: (batch, head, row block) work items.
+  const int rows_per_item = 64;
+  const int row_blocks = (N + rows_per_item - 1) / rows_per_item;
+  parallel_for(B * H * row_blocks, opt.threads, [&](int item) {
+    const int bh = item / row_blocks, rbk = item % row_blocks;
+    const int b = bh / H, h = bh % H;
+    const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
+    Scratch<E> sc;
+    sc.size(g.tiles.block_n, D);
+    std::vector<double> s_full;
+    std::vector<E> pc_full;
+    for (int r = rbk * rows_per_item; r < std::min(N, (rbk + 1) * rows_per_item); ++r) {
+      double* o = out.o.row(b, h, r);
+      double* pre = o_pre.row(b, h, r);
+      RowStats& st = stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)];
+      const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
+      const std::uint64_t pos = out.o.index(b, h, r, 0);
+      if (km.structure == Structure::materialised) {
+        materialised_forward_row(km, ar, hd, g, r, o, pre, st, s_full, pc_full);
+      } else if (slot >= 0) {
+        online_forward_row<A, E, true>(km, ar, hd, g, r, o, pre, st, sc, pos, opt, &opt.tracer->traces[slot]);
+      } else {
+        online_forward_row<A, E, false>(km, ar, hd, g, r, o, pre, st, sc, pos, opt, nullptr);
+      }
+      out.lse.at(b, h, r, 0) = st.lse;
+    }
+  });
+  if (!backward) return out;
+
+  // Backward: (batch, head) work items.
+  out.delta = Tensor4(B, H, N, 1);
+  out.dq = Tensor4(B, H, N, D);
+  out.dk = Tensor4(B, H, N, D);
+  out.dv = Tensor4(B, H, N, D);
+  parallel_for(B * H, opt.threads, [&](int bh) {
+    const int b = bh / H, h = bh % H;
+    const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
+    const auto& st = stats[static_cast<std::size_t>(bh)];
+    std::vector<double> delta(static_cast<std::size_t>(N)), scratch;
+    for (int r = 0; r < N; ++r) {
+      const bool dpp = km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
+      const double* o_used = km.o_fp32 ? o_pre.row(b, h, r) : out.o.row(b, h, r);
+      delta[r] = dpp ? delta_from_dpp(km, ar, hd, g, r, st[r], scratch) : delta_from_o(km, ar, hd.do_row(r), o_used, D);
+      out.delta->at(b, h, r, 0) = delta[r];
+      const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
+      if (slot >= 0) {
+        // Decomposition of delta's error against Σ dO·O_pre (the kernel's own unrounded O).
+        long double with_pre = 0, with_cast = 0;
+        for (int c = 0; c < D; ++c) {
+          with_pre += static_cast<long double>(hd.do_row(r)[c]) * o_pre.row(b, h, r)[c];
+          with_cast += static_cast<long double>(hd.do_row(r)[c]) * out.o.row(b, h, r)[c];
+        }
+        RowTrace& t = opt.tracer->traces[static_cast<std::size_t>(slot)];
+        t.delta_error_from_o = static_cast<double>(with_cast - with_pre);
+        t.delta_error_from_reduction = static_cast<double>(static_cast<long double>(delta[r]) - with_cast);
+      }
+    }
+    double* dq = out.dq->row(b, h, 0);
+    double* dk = out.dk->row(b, h, 0);
+    double* dv = out.dv->row(b, h, 0);
+    if (km.o_acc == OAccumulator::mma_c) {
+      mma_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
+    } else {
+      tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt) {
+  if (!model.recipe) throw std::invalid_argument("run_attention: empty kernel model");
+  const KernelModel& km = *model.recipe;
+  // Inputs must be values of the recipe's input format (a bf16 recipe cannot read fp16
+  // values, which it could not represent, and vice versa).
+  const bool narrower = (km.input == formats::bf16 && in.dtype == formats::fp16) ||
+                        (km.input == formats::fp16 && in.dtype == formats::bf16);
+  if (narrower) {
+    throw std::invalid_argument("kernel model '" + model.name + "' reads " + km.input.name + " inputs, got " +
+                                in.dtype.name + " (parse the model with the inputs' dtype)");
+  }
+  if (opt.exact_arithmetic) {
+    if (opt.tracer) throw std::invalid_argument("run_attention: the tracer needs the hardware arithmetic");
+    return run_typed<ExactArith, double>(km, ExactArith{&km}, in, opt);
+  }
+  const bool fp64_model = km.score_dot.kind == DotKind::fp64_fma_chain || !km.p_cast;
+  if (fp64_model) return run_typed<HardwareArith, double>(km, HardwareArith{&km}, in, opt);
+  return run_typed<HardwareArith, float>(km, HardwareArith{&km}, in, opt);
+}
+
+// ---- the native-float speed baseline ---------------------------------------------------------
+AttentionOutputs native_flash_forward(const AttentionInputs& in, int block_n, int threads) {
+  check_inputs(in);
+  const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
+  const double scale = in.softmax_scale > 0 ? in.softmax_scale : 1.0 / std::sqrt(static_cast<double>(std::max(D, 1)));
+  const float scale_log2 = static_cast<float>(scale * std::numbers::log2e);
+  block_n = std::max(1, block_n);
+  AttentionOutputs out;
+  out.o = Tensor4(B, H, N, D);
+  out.lse = Tensor4(B, H, N, 1);
+  parallel_for(B * H, threads, [&](int bh) {
+    const int b = bh / H, h = bh % H;
+    std::vector<float> k, vt;
+    copy_rows<float>(in.k, b, h, k, nullptr);
+    std::vector<float> v;
+    copy_rows(in.v, b, h, v, &vt);
+    std::vector<float> q(static_cast<std::size_t>(D)), s(static_cast<std::size_t>(block_n)), acc(static_cast<std::size_t>(D));
+    for (int r = 0; r < N; ++r) {
+      for (int c = 0; c < D; ++c) q[c] = static_cast<float>(in.q.at(b, h, r, c));
+      const int nk = in.causal ? r + 1 : N;
+      float m = -std::numeric_limits<float>::infinity(), l = 0.f;
+      std::fill(acc.begin(), acc.end(), 0.f);
+      const int tiles = (nk + block_n - 1) / block_n;
+      for (int t = tiles - 1; t >= 0; --t) {
+        const int kb = t * block_n, len = std::min(nk, kb + block_n) - kb;
+        float tm = m;
+        for (int j = 0; j < len; ++j) {
+          float dot = 0.f;
+          const float* kr = k.data() + static_cast<std::size_t>(kb + j) * D;
+          for (int c = 0; c < D; ++c) dot += q[c] * kr[c];
+          s[j] = dot;
+          tm = std::max(tm, dot);
+        }
+        const float alpha = std::exp2((m - tm) * scale_log2);
+        l *= alpha;
+        for (float& a : acc) a *= alpha;
+        m = tm;
+        for (int j = 0; j < len; ++j) {
+          s[j] = std::exp2(s[j] * scale_log2 - m * scale_log2);
+          l += s[j];
+        }
+        for (int c = 0; c < D; ++c) {
+          const float* vc = vt.data() + static_cast<std::size_t>(c) * N + kb;
+          float a = acc[c];
+          for (int j = 0; j < len; ++j) a += s[j] * vc[j];
+          acc[c] = a;
+        }
+      }
+      for (int c = 0; c < D; ++c) {
+        const float o = l > 0 ? acc[c] / l : 0.f;
+        out.o.at(b, h, r, c) = to_double(in.dtype, round_double(in.dtype, o, RoundingSpec{}).bits);
+      }
+      out.lse.at(b, h, r, 0) = l > 0 ? m * scale + std::log(l) : std::numeric_limits<double>::infinity();
+    }
+  });
+  return out;
+}
+
+}  // namespace fb::attn

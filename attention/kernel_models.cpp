@@ -1,0 +1,417 @@
+// attention/kernel_models.cpp: the ONE table of kernel recipes, and the parser of model
+// names with variant suffixes (CLI.md "Kernel models").
+//
+// Every field below says where it was read from. "FA2" is Dao-AILab/flash-attention,
+// csrc/flash_attn/src (v2.x): softmax.h (softmax_rescale_o, scale_apply_exp2,
+// reduce_max/reduce_sum, quad_allreduce_, normalize_softmax_lse), flash_fwd_kernel.h,
+// flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h (dot_do_o),
+// flash_fwd_launch_template.h and flash_bwd_launch_template.h (tile sizes).
+// Facts that are inferred rather than read (nvcc contraction into FFMA, reduction
+// orders of PyTorch/Triton, the Qiu & Yao emulation) say so next to the field.
+#include "attention/kernel_models.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "attention/attention.hpp"
+#include "emu/tensor_core.hpp"
+
+namespace fb::attn {
+namespace {
+
+DotSpec tensor_core_dot(const std::string& name) { return DotSpec{DotKind::tensor_core, name, nullptr}; }
+
+// The dot product a PyTorch matmul of `input` tensors uses (cuBLAS on the GPU the
+// reference runs were made on). bf16/fp16: tensor cores with fp32 accumulation; the
+// sm80 model is assumed (A100). fp32: cuBLAS SGEMM without TF32 (PyTorch's default
+// allow_tf32=False) = fp32 FMA chains; the per-thread k order is modelled as
+// sequential (an assumption: cuBLAS splits k differently per kernel). fp64: FMA chain.
+DotSpec torch_matmul_dot(const std::optional<Format>& input) {
+  if (!input) return DotSpec{DotKind::fp64_fma_chain, "", nullptr};
+  if (*input == formats::fp32) return DotSpec{DotKind::fp32_fma_chain, "", nullptr};
+  return tensor_core_dot("sm80");
+}
+
+// FA2 forward tile sizes (kBlockM x kBlockN) per head dim, for A100 and H100
+// (sm80/sm90: is_sm8x is false for both), no dropout, non-causal:
+// flash_fwd_launch_template.h run_mha_fwd_hdim32: 128x128; run_mha_fwd_hdim64:
+// 128x128 ("Using block size (64 x 256) is 27% slower"); hdim96: 128x64; hdim128:
+// 128x64 ("1st ones are good for H100, A100"); hdim192: 128x64; hdim256: 128x64 on
+// A100, 64x64 on H100. Backward (flash_bwd_launch_template.h, smem >= 144 KB):
+// hdim32/64: 128x128; hdim96/128: 64x128; hdim160+: 64x64. FA2 instantiates head dims
+// 32, 64, 96, 128, 160, 192, 224, 256; a smaller head dim runs the next larger one.
+std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
+  return {
+      {32, TileSizes{128, 128, 128, 128}},
+      {64, TileSizes{128, 128, 128, 128}},
+      {96, TileSizes{128, 64, 64, 128}},
+      {128, TileSizes{128, 64, 64, 128}},
+      {160, TileSizes{128, 64, 64, 64}},
+      {192, TileSizes{128, 64, 64, 64}},
+      {224, TileSizes{128, 64, 64, 64}},
+      {256, hopper ? TileSizes{64, 64, 64, 64} : TileSizes{128, 64, 64, 64}},
+  };
+}
+
+KernelModel fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
+  KernelModel m;
+  m.base = name;
+  m.description = "FlashAttention-2 (Dao-AILab csrc v2) as DESIGN.md §6, " + tc +
+                  " tensor-core model, KV blocks last to first, SFUs: correct rounding (UNMEASURED)";
+  m.sources = "FA2 softmax.h, flash_fwd_kernel.h, flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h; "
+              "tiles: flash_fwd_launch_template.h run_mha_fwd_hdim64/hdim128, flash_bwd_launch_template.h";
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::last_to_first;  // flash_fwd_kernel.h: n_block = n_block_max - 1 downwards
+  m.tiles_by_head_dim = fa2_tiles(hopper);
+  m.score_dot = tensor_core_dot(tc);
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::exponent_ffma;
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::fa2_quad;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.sum_uses_unrounded_p = true;  // reduce_sum runs on scores before convert_type<Element>
+  m.p_cast = dtype;               // convert_type<Element>: cvt.rn
+  m.pv_dot = tensor_core_dot(tc);
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::rcp_multiply;
+  m.lse = LseFormula::fa2;
+  m.sfu = correct_sfu_set();
+  m.ftz = true;
+  m.delta = DeltaFormula::fa2_threads;
+  return m;
+}
+
+KernelModel standard(const Format& f) {
+  KernelModel m;
+  m.base = std::string("standard-") + f.name;
+  m.description = std::string("materialised attention as PyTorch eager runs it in ") + f.name +
+                  ": each matmul fp32-accumulated and rounded to " + f.name +
+                  ", softmax in fp32 from the rounded scores, rounded to " + f.name;
+  m.sources = "CLI.md; FlashAttention-3 paper's baseline; PyTorch softmax kernels (fp32 accumulate, "
+              "reduction order modelled as pairwise: an assumption)";
+  m.input = f;
+  m.output = f;
+  m.structure = Structure::materialised;
+  m.kv_order = KvOrder::first_to_last;
+  m.score_dot = torch_matmul_dot(f);
+  m.score_format = f;
+  m.scale = ScaleHandling::multiply_scores;
+  m.scaled_score_format = f;
+  m.max_format = f;
+  m.sub_format = formats::fp32;  // softmax: fp32 inside (x - max in fp32 from FMT values)
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::pairwise;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.p_cast = f;  // softmax output rounded to FMT
+  m.pv_dot = torch_matmul_dot(f);
+  m.o_acc = OAccumulator::buffer;
+  m.o_buffer_format = f;
+  m.pv_result_format = f;
+  m.normalisation = Normalisation::divide_in_format;  // softmax divides in fp32 then rounds (see engine)
+  m.lse = LseFormula::natural;
+  m.lse_format = formats::fp32;
+  m.sfu = correct_sfu_set();
+  m.ftz = false;
+  m.delta = DeltaFormula::softmax_backward;
+  m.bwd_format = f;
+  return m;
+}
+
+KernelModel golden(const std::optional<Format>& f, const std::string& fname, bool flash) {
+  KernelModel m;
+  m.base = "golden-" + fname + (flash ? "-flash" : "-baseline");
+  m.description = std::string("Golden et al. microbenchmark, ") + (flash ? "Flash (tiled online softmax)" : "Baseline (materialised)") +
+                  ", every tensor op rounded to " + fname + ", fp32 inside matmuls/sums/softmax";
+  m.sources = "Golden et al. 2024 'Is Flash Attention Stable?' (DESIGN.md §8); tiles B_c = ceil(M/4d), "
+              "B_r = min(ceil(M/4d), d) with M = 32768 elements (assumed SRAM size)";
+  const Format io = f ? *f : formats::fp32;  // fp64 values are reported as they are (Tensor4 holds doubles)
+  m.input = io;
+  m.output = io;
+  m.structure = flash ? Structure::online_softmax : Structure::materialised;
+  m.kv_order = KvOrder::first_to_last;
+  m.golden_tiles = flash;
+  auto acc = [&](void) -> std::optional<Format> {  // "accumulate in fp32 inside": fp64 stays fp64
+    if (!f) return std::nullopt;
+    return formats::fp32;
+  };
+  m.score_dot = torch_matmul_dot(f);
+  m.score_format = f;
+  m.scale = ScaleHandling::multiply_scores;
+  m.scaled_score_format = f;
+  m.max_format = f;
+  m.row_sum = RowSumOrder::pairwise;
+  if (flash) {
+    // The online softmax written with FMT tensors: S - m, exp, and the ℓ update are
+    // each a tensor op rounded to FMT (the row sum reduces in fp32 inside, rounds once).
+    m.sub_format = f;
+    m.p_format = f;
+    m.row_sum_internal = f;
+    m.row_sum_format = f;
+  } else {
+    // torch.softmax on an FMT tensor: fp32 inside, one rounding of the output.
+    m.sub_format = acc();
+    m.p_format = acc();
+    m.row_sum_internal = acc();
+    m.row_sum_format = acc();
+  }
+  m.p_cast = f;
+  m.pv_dot = torch_matmul_dot(f);
+  m.o_acc = OAccumulator::buffer;
+  m.o_buffer_format = f;
+  m.pv_result_format = f;
+  m.normalisation = Normalisation::divide_in_format;
+  m.lse = LseFormula::natural;
+  m.lse_format = acc();
+  m.sfu = correct_sfu_set();
+  m.ftz = false;
+  m.delta = DeltaFormula::softmax_backward;
+  m.bwd_format = f;
+  return m;
+}
+
+KernelModel fa_bf16acc() {
+  // DESIGN.md §7 "The authors' emulation, step by step": inferred from Qiu & Yao's
+  // attention.py under bf16 autocast; not checked against their code in this project.
+  KernelModel m;
+  m.base = "fa-bf16acc";
+  m.description = "Qiu & Yao's pure-PyTorch FlashAttention (bf16 autocast): 512x512 tiles, m and l in bf16, "
+                  "P̄V fp32-accumulated returned bf16, O accumulator and division in bf16";
+  m.sources = "DESIGN.md §7 (inferred from the authors' attention.py; treat as inferred)";
+  m.input = formats::bf16;
+  m.output = formats::bf16;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::first_to_last;
+  m.tiles_by_head_dim = {{0, TileSizes{512, 512, 512, 512}}};
+  m.score_dot = tensor_core_dot("sm80");
+  m.score_format = formats::bf16;       // einsum under autocast returns bf16
+  m.scale = ScaleHandling::multiply_scores;
+  m.scaled_score_format = formats::bf16;
+  m.scale_in_input_dtype = false;        // python float scalar times a bf16 tensor: op in bf16 (scale kept exact until the op)
+  m.max_format = formats::bf16;
+  m.sub_format = formats::bf16;          // S - m in bf16
+  m.p_format = formats::fp32;            // exp autocast to fp32
+  m.row_sum = RowSumOrder::pairwise;
+  m.row_sum_internal = formats::fp32;    // l update in fp32, stored to bf16
+  m.row_sum_format = formats::bf16;
+  m.sum_uses_unrounded_p = true;
+  m.p_cast = formats::bf16;
+  m.pv_dot = tensor_core_dot("sm80");
+  m.o_acc = OAccumulator::buffer;
+  m.o_buffer_format = formats::bf16;
+  m.pv_result_format = formats::bf16;
+  m.normalisation = Normalisation::divide_in_format;
+  m.lse = LseFormula::natural;
+  m.lse_format = formats::fp32;
+  m.sfu = correct_sfu_set();
+  m.ftz = false;
+  m.delta = DeltaFormula::rounded_products;
+  m.delta_format = formats::bf16;
+  m.bwd_format = formats::bf16;
+  return m;
+}
+
+KernelModel triton_tutorial(const Format& dtype) {
+  KernelModel m;
+  m.base = "triton-tutorial";
+  m.description = "Triton fused-attention tutorial (06-fused-attention.py): max in scaled log2 units, l = 1 "
+                  "initially, acc fp32 through tl.dot as C, O = acc / l; sm80 tensor-core model, KV first to last";
+  m.sources = "triton tutorials/06-fused-attention.py (_attn_fwd_inner, _attn_bwd); reduction order of tl.sum "
+              "modelled as pairwise and tl.dot's as the sm80 MMA (assumptions)";
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::first_to_last;
+  m.tiles_by_head_dim = {{0, TileSizes{128, 64, 128, 128}}};
+  m.score_dot = tensor_core_dot("sm80");
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::log2_units;
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::pairwise;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.l_init_one = true;
+  m.l_update_fma = true;
+  m.sum_uses_unrounded_p = true;
+  m.p_cast = dtype;
+  m.pv_dot = tensor_core_dot("sm80");
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::divide_fp32;
+  m.lse = LseFormula::log2_units;
+  m.sfu = correct_sfu_set();
+  m.ftz = false;
+  m.delta = DeltaFormula::fa2_threads;  // _attn_bwd_preprocess: sum(o * do) in fp32 (order modelled like FA2)
+  m.triton_prescale_k = true;
+  return m;
+}
+
+void resolve_dot(DotSpec& d, const Format& input) {
+  if (d.kind != DotKind::tensor_core) return;
+  d.model = find_tensor_core_model(d.tensor_core, input);
+  if (!d.model) {
+    throw std::invalid_argument("tensor-core model '" + d.tensor_core + "' has no form for input format " +
+                                std::string(input.name));
+  }
+}
+
+}  // namespace
+
+TileSizes KernelModel::tiles_for(int head_dim, int seqlen) const {
+  if (golden_tiles) {
+    // FlashAttention's rule with M the on-chip memory in elements. Golden et al. give
+    // the rule but this project has not found the M of their runs; M = 32768 elements
+    // (128 KiB of fp32) is ASSUMED (d = 64: 128 x 64 tiles). --tiles overrides.
+    constexpr int kSramElements = 32768;
+    const int bc = std::max(1, (kSramElements + 4 * head_dim - 1) / (4 * head_dim));
+    TileSizes t;
+    t.block_n = bc;
+    t.block_m = std::min(bc, head_dim);
+    t.bwd_block_n = t.block_n;
+    t.bwd_block_m = t.block_m;
+    return t;
+  }
+  if (tiles_by_head_dim.empty()) {
+    TileSizes t;
+    t.block_m = t.block_n = t.bwd_block_m = t.bwd_block_n = std::max(1, seqlen);
+    return t;
+  }
+  for (const auto& [d, t] : tiles_by_head_dim) {
+    if (d == 0 || head_dim <= d) return t;
+  }
+  return tiles_by_head_dim.back().second;
+}
+
+bool KernelModel::hardware_validated() const {
+  auto dot_ok = [](const DotSpec& d) { return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated); };
+  return dot_ok(score_dot) && dot_ok(pv_dot) && (sfu.ex2 ? sfu.all_hardware_measured() : true);
+}
+
+std::vector<KernelModel> base_kernel_models(const Format& dtype) {
+  std::vector<KernelModel> table;
+  table.push_back(fa2("fa2-sm80", "sm80", dtype, false));
+  table.push_back(fa2("fa2-sm90", "sm90-mma", dtype, true));
+  table.push_back(standard(formats::fp32));
+  table.push_back(standard(formats::bf16));
+  table.push_back(standard(formats::fp16));
+  table.push_back(fa_bf16acc());
+  const std::pair<std::optional<Format>, std::string> golden_formats[] = {
+      {formats::bf16, "bf16"}, {formats::fp16, "fp16"}, {formats::fp32, "fp32"}, {std::nullopt, "fp64"}};
+  for (const auto& [f, name] : golden_formats) {
+    table.push_back(golden(f, name, true));
+    table.push_back(golden(f, name, false));
+  }
+  table.push_back(triton_tutorial(dtype));
+  return table;
+}
+
+namespace {
+double parse_number(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !std::isfinite(v)) {
+    throw std::invalid_argument("kernel model: bad number '" + text + "' for " + what);
+  }
+  return v;
+}
+}  // namespace
+
+ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) {
+  if (!(dtype == formats::bf16 || dtype == formats::fp16)) {
+    throw std::invalid_argument(std::string("kernel model dtype must be bf16 or fp16, got ") + dtype.name);
+  }
+  std::string text(full_name);
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t plus = text.find('+', start);
+    parts.push_back(text.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  const std::string base = parts[0];
+  std::optional<KernelModel> found;
+  for (KernelModel& m : base_kernel_models(dtype)) {
+    if (m.base == base) found = std::move(m);
+  }
+  if (!found) {
+    std::string names;
+    for (const KernelModel& m : base_kernel_models(dtype)) names += (names.empty() ? "" : ", ") + m.base;
+    throw std::invalid_argument("unknown kernel model '" + base + "' (known: " + names + ")");
+  }
+  KernelModel m = std::move(*found);
+  std::string canonical = m.base;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    const std::size_t colon = p.find(':');
+    const std::string variant = p.substr(0, colon);
+    if (variant == "dynmax") {
+      m.dynmax = true;
+      if (colon != std::string::npos) {
+        std::string args = p.substr(colon + 1);
+        std::size_t s = 0;
+        while (s <= args.size()) {
+          const std::size_t comma = args.find(',', s);
+          const std::string kv = args.substr(s, comma == std::string::npos ? std::string::npos : comma - s);
+          const std::size_t eq = kv.find('=');
+          if (eq == std::string::npos) throw std::invalid_argument("+dynmax: expected key=value, got '" + kv + "'");
+          const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+          if (key == "beta") {
+            m.dynmax_beta = parse_number(value, "+dynmax beta");
+            if (m.dynmax_beta <= 1.0) throw std::invalid_argument("+dynmax: beta must be > 1");
+          } else if (key == "tol") {
+            m.dynmax_tol = parse_number(value, "+dynmax tol");
+            if (m.dynmax_tol < 0.0) throw std::invalid_argument("+dynmax: tol must be >= 0");
+          } else {
+            throw std::invalid_argument("+dynmax: unknown parameter '" + key + "' (beta, tol)");
+          }
+          if (comma == std::string::npos) break;
+          s = comma + 1;
+        }
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "+dynmax:beta=%g,tol=%g", m.dynmax_beta, m.dynmax_tol);
+      canonical += buf;
+    } else if (colon != std::string::npos) {
+      throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
+    } else if (variant == "delta-dpp") {
+      m.delta_dpp = true;
+      canonical += "+delta-dpp";
+    } else if (variant == "o-fp32") {
+      m.o_fp32 = true;
+      canonical += "+o-fp32";
+    } else if (variant == "o-sr") {
+      m.o_sr = true;
+      canonical += "+o-sr";
+    } else {
+      throw std::invalid_argument("unknown variant '+" + variant + "' (dynmax, delta-dpp, o-fp32, o-sr)");
+    }
+  }
+  resolve_dot(m.score_dot, m.input);
+  resolve_dot(m.pv_dot, m.input);
+  return ModelHandle{canonical, std::make_shared<const KernelModel>(std::move(m))};
+}
+
+std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const KernelModel& m : base_kernel_models(formats::bf16)) out.emplace_back(m.base, m.description);
+  out.emplace_back("+dynmax[:beta=B,tol=T]",
+                   "Qiu & Yao's dynamic max: per KV block, if >1 score ties the row max r_m (within tol), use "
+                   "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3)");
+  out.emplace_back("+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)");
+  out.emplace_back("+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)");
+  out.emplace_back("+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O");
+  return out;
+}
+
+}  // namespace fb::attn

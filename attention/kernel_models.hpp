@@ -1,0 +1,157 @@
+// attention/kernel_models.hpp: the kernel recipes (CLI.md "Kernel models", DESIGN.md §6-8).
+//
+// Contract: a KernelModel is data, not code. For every stage of attention it names the
+// format a result is stored in, how it is accumulated, which special-function model is
+// used and in which order things happen. attention/engine.cpp runs ONE online-softmax
+// loop and ONE materialised path whose steps read these fields; kernel_models.cpp holds
+// the one table of base recipes (with the sources each field was read from) and the
+// variant suffixes (+dynmax, +delta-dpp, +o-fp32, +o-sr), which only set fields.
+//
+// Conventions used by the fields:
+// - std::optional<Format>: the format a stage's result is rounded to (RNE unless said
+//   otherwise); std::nullopt means fp64 (no rounding beyond IEEE double), used by the
+//   golden-fp64 models.
+// - "fp32" stages with `ftz` follow nvcc --use_fast_math: subnormal results of fp32
+//   multiplies/adds are flushed to zero.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "emu/special_functions.hpp"
+#include "formats/format.hpp"
+
+namespace fb {
+struct TensorCoreModel;
+}
+
+namespace fb::attn {
+
+// How a dot product (a matmul's inner product) is accumulated.
+enum class DotKind : std::uint8_t {
+  tensor_core,     // fb::fused_dot with the named TensorCoreModel, C chained
+  fp32_fma_chain,  // sequential fp32 FMAs (SIMT / CPU fp32 GEMM)
+  fp64_fma_chain,  // sequential fp64 FMAs (golden fp64)
+};
+struct DotSpec {
+  DotKind kind = DotKind::tensor_core;
+  std::string tensor_core;                  // model name, e.g. "sm80", "sm90-mma"
+  const TensorCoreModel* model = nullptr;   // resolved for the input format at parse time
+};
+
+enum class Structure : std::uint8_t { online_softmax, materialised };
+enum class KvOrder : std::uint8_t { first_to_last, last_to_first };
+
+// Where the softmax scale enters.
+enum class ScaleHandling : std::uint8_t {
+  exponent_ffma,    // FA2: max in raw score units; P̄ = ex2(fma(S, scale_log2, -(m*scale_log2)))
+  log2_units,       // Triton tutorial: m = max(m, rowmax(S)*qk_scale); P̄ = ex2(fma(S, qk_scale, -m))
+  multiply_scores,  // PyTorch: S = F(S * scale) as a tensor op; P̄ = exp(F(S - m))
+};
+
+// Order of the row sum ℓ.
+enum class RowSumOrder : std::uint8_t {
+  fa2_quad,   // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
+              // quad sum (t0+t2)+(t1+t3) once at the end of the forward
+  pairwise,   // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
+};
+
+// How the O accumulator lives.
+enum class OAccumulator : std::uint8_t {
+  mma_c,   // fp32 accumulator fed to the MMA as C (FA2, Triton): acc = mma(P̄, V, acc*α)
+  buffer,  // a tensor in `o_buffer_format`: O = F(F(O·α) + F(P̄V))
+};
+
+enum class Normalisation : std::uint8_t {
+  rcp_multiply,      // FA2: inv = (l == 0 || l != l) ? 1 : rcp(l); O = fp32(acc*inv)
+  divide_fp32,       // Triton: O = fp32(acc / l)
+  divide_in_format,  // PyTorch: O = F(O / ℓ) with F = o_buffer_format
+};
+
+enum class LseFormula : std::uint8_t {
+  fa2,        // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
+  log2_units, // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
+  natural,    // PyTorch: fp32(m + log(ℓ)) with m already scaled
+};
+
+enum class DeltaFormula : std::uint8_t {
+  fa2_threads,        // per-thread sequential fp32 over 8 contiguous columns per chunk, butterfly
+  rounded_products,   // Qiu & Yao: products rounded to `delta_format`, summed in fp32, returned in delta_format
+  softmax_backward,   // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
+};
+
+struct TileSizes {
+  int block_m = 128, block_n = 128;          // forward
+  int bwd_block_m = 64, bwd_block_n = 128;   // backward
+};
+
+struct KernelModel {
+  std::string base;          // base name, e.g. "fa2-sm90"
+  std::string description;   // one line for `flashbits models`
+  std::string sources;       // where the recipe's facts come from
+  Format input = formats::bf16;   // q, k, v, dO
+  Format output = formats::bf16;  // O, dQ, dK, dV
+  Structure structure = Structure::online_softmax;
+  KvOrder kv_order = KvOrder::last_to_first;
+  // Tile sizes for a head dim; 0 head dim rules fall through to the last entry.
+  std::vector<std::pair<int, TileSizes>> tiles_by_head_dim;
+  bool golden_tiles = false;  // Golden et al.: B_c = ceil(M/4d), B_r = min(ceil(M/4d), d), M = SRAM elements
+
+  // ---- scores ----
+  DotSpec score_dot;
+  std::optional<Format> score_format;         // S = F(Q·Kᵀ); fp32 for FA2
+  ScaleHandling scale = ScaleHandling::exponent_ffma;
+  std::optional<Format> scaled_score_format;  // multiply_scores: S = F(S * scale)
+  bool scale_in_input_dtype = false;          // the scale is first rounded to that format (a bf16 tensor op)
+  // ---- max, exponent, sum ----
+  std::optional<Format> max_format;           // the m buffer (fp32 for FA2, bf16 for fa-bf16acc)
+  std::optional<Format> sub_format;           // multiply_scores: S - m rounded to this
+  std::optional<Format> p_format;             // P̄ as stored after exp (fp32; FMT for golden)
+  RowSumOrder row_sum = RowSumOrder::fa2_quad;
+  std::optional<Format> row_sum_internal;     // format of the ℓ update's operations
+  std::optional<Format> row_sum_format;       // the ℓ buffer
+  bool l_init_one = false;                    // Triton initialises l = 1 (harmless: the first α is 0)
+  bool l_update_fma = false;                  // Triton: l = fma(l, α, rowsum) (fp-fusion)
+  bool sum_uses_unrounded_p = true;           // ℓ from P̄ before its cast (FA2)
+  // ---- P̄ cast and P·V ----
+  std::optional<Format> p_cast;               // P̄ for the P·V matmul
+  DotSpec pv_dot;
+  OAccumulator o_acc = OAccumulator::mma_c;
+  std::optional<Format> o_buffer_format;      // buffer: O's format; also the division's
+  std::optional<Format> pv_result_format;     // buffer: F(P̄V)
+  // ---- end of forward ----
+  Normalisation normalisation = Normalisation::rcp_multiply;
+  LseFormula lse = LseFormula::fa2;
+  std::optional<Format> lse_format;           // natural: LSE rounded to this (fp32)
+  SfuSet sfu;                                 // ex2 / rcp / lg2 models (FA2, Triton)
+  bool ftz = true;                            // fp32 ops flush subnormal results (fast math)
+
+  // ---- backward ----
+  DeltaFormula delta = DeltaFormula::fa2_threads;
+  std::optional<Format> delta_format;         // rounded_products: products and result
+  std::optional<Format> bwd_format;           // tensor-op models: every op's result (dP, dS, ...)
+  // Triton's backward pre-scales K by sm_scale*log2(e) in fp16. NOT modelled yet: the
+  // triton-tutorial backward runs FA2's order (P from the log2-unit LSE, dK/dQ scaled at the end).
+  bool triton_prescale_k = false;
+
+  // ---- variants (suffixes) ----
+  bool dynmax = false;
+  double dynmax_beta = 2.0, dynmax_tol = 1e-3;
+  bool delta_dpp = false;   // delta = rowsum(dP∘P)
+  bool o_fp32 = false;      // delta from O kept in fp32 (before the final cast)
+  bool o_sr = false;        // stochastic rounding of the final cast of O
+  int o_sr_bits = 24;
+
+  // Tile sizes this recipe uses for a problem (RunOptions' block sizes override when > 0).
+  TileSizes tiles_for(int head_dim, int seqlen) const;  // seqlen: materialised models use one tile
+  // Whether every part of the recipe was measured on hardware (SFUs, tensor cores).
+  bool hardware_validated() const;
+};
+
+// The table of base recipes for a given input dtype (bf16 or fp16 where the model
+// does not name its own). Exposed for tests and `flashbits models`.
+std::vector<KernelModel> base_kernel_models(const Format& dtype);
+
+}  // namespace fb::attn

@@ -1,0 +1,121 @@
+// attention/scenarios.cpp: seeded input scenarios (make_scenario).
+//
+// Contract: every element is a pure function of (scenario, seed, tensor, b, h, row, col)
+// through a counter-based generator (SplitMix64 finaliser over the element's
+// coordinates), so any element is reproducible alone and results never depend on
+// thread count. Values are rounded to the dtype with RNE (round_double).
+//
+// Scenarios:
+// - random: every entry N(0,1).
+// - fa3-outliers: N(0,1) + N(0,100)·Bernoulli(0.001) (FlashAttention-3's test inputs).
+// - sink: keys 0 and 1 are the same key vector (k_1 = k_0 = (8, 0, ..., 0) exactly), so
+//   every row's two sink scores tie exactly in any arithmetic. Query r has
+//   q_0 = s_r·sqrt(d)/8 with s_r ~ U[7, 9] (its scaled sink score; it varies by row so
+//   that ℓ and P̄·V are not rounded identically in every row) and N(0, 1/16) elsewhere;
+//   the other keys have 8 - k_j0 ~ U[9.2, 17.8] and N(0,1) elsewhere, which puts their
+//   scaled scores 8-20 below the sink (plus a small jitter): their P̄ only sets sticky
+//   bits. In the "sink features" (c % 4 in {0, 1}: half of them, 20 and 29 among them)
+//   V is N(-1, 1/16) (mostly negative) and dO is N(-1, 1/16) as well, so the delta
+//   error's sign is sign(dO)·sign(O error) (DESIGN.md §7). FA2 then has P̄ = ex2(tiny
+//   FFMA residual) at the sink, which its bf16 cast makes exactly 1 for P·V.
+// - ties: as sink, but the other keys sit 150-200 below after scaling, so their P̄
+//   underflows to exactly 0 in fp32: every tie in the P·V sums is exact, with no
+//   residual (sticky) bits — the control case where RNE should show no bias.
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+#include "attention/attention.hpp"
+#include "emu/ops.hpp"
+
+namespace fb::attn {
+namespace {
+
+enum TensorId : std::uint64_t { kQ = 1, kK = 2, kV = 3, kDO = 4 };
+
+std::uint64_t element_key(std::uint64_t seed, std::uint64_t tensor, int b, int h, int r, int c, std::uint64_t draw) {
+  std::uint64_t z = mix64(seed ^ 0x243f6a8885a308d3ull);
+  z = mix64(z + tensor * 0x9e3779b97f4a7c15ull);
+  z = mix64(z + static_cast<std::uint64_t>(b) * 0xbf58476d1ce4e5b9ull + static_cast<std::uint64_t>(h));
+  z = mix64(z + static_cast<std::uint64_t>(r) * 0x94d049bb133111ebull + static_cast<std::uint64_t>(c));
+  return mix64(z + draw);
+}
+// Uniform in (0, 1): 53 random bits, never 0.
+double uniform(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
+
+struct Draw {
+  std::uint64_t seed, tensor;
+  int b, h, r, c;
+  double u(std::uint64_t k) const { return uniform(element_key(seed, tensor, b, h, r, c, k)); }
+  double normal(std::uint64_t k) const {  // Box-Muller
+    return std::sqrt(-2.0 * std::log(u(2 * k))) * std::cos(2.0 * std::numbers::pi * u(2 * k + 1));
+  }
+};
+
+bool sink_feature(int c) { return c % 4 == 0 || c % 4 == 1; }
+
+double generate(std::string_view name, const Draw& x, int head_dim) {
+  const bool sink = name == "sink", ties = name == "ties";
+  if (name == "random") return x.normal(0);
+  if (name == "fa3-outliers") return x.normal(0) + (x.u(10) < 0.001 ? 10.0 * x.normal(1) : 0.0);
+  if (sink || ties) {
+    switch (x.tensor) {
+      case kQ:
+        // q_0 sets this row's sink score (scaled): U[7, 9], different in every row so
+        // that the roundings of ℓ and of P̄·V are not the same in every row.
+        if (x.c == 0) return (7.0 + 2.0 * x.u(5)) * std::sqrt(static_cast<double>(head_dim)) / 8.0;
+        return 0.25 * x.normal(0);
+      case kK: {
+        const int key = x.r == 1 ? 0 : x.r;  // key 1 duplicates key 0 exactly
+        const Draw kx{x.seed, x.tensor, x.b, x.h, key, x.c};
+        if (key == 0) return x.c == 0 ? 8.0 : 0.0;
+        if (x.c == 0) {
+          // 8 - k_j0 in [9.2, 17.8] puts the scaled gap below the sink in [8.05, 20]
+          // for every row's sink score in [7, 9] (sink); ties: gaps of 150-250.
+          return sink ? 8.0 - (9.2 + 8.6 * kx.u(3)) : 8.0 - (175.0 + 50.0 * kx.u(3));
+        }
+        return kx.normal(0);
+      }
+      case kV:
+      case kDO:
+        if (sink_feature(x.c)) return -1.0 + 0.25 * x.normal(0);
+        return x.normal(0);
+    }
+  }
+  throw std::invalid_argument("unknown scenario '" + std::string(name) + "'");
+}
+
+Tensor4 make_tensor(std::string_view name, std::uint64_t seed, std::uint64_t tensor, int batch, int heads, int n, int d,
+                    const Format& dtype) {
+  Tensor4 t(batch, heads, n, d);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < d; ++c) {
+          const double v = generate(name, Draw{seed, tensor, b, h, r, c}, d);
+          t.at(b, h, r, c) = to_double(dtype, round_double(dtype, v, RoundingSpec{}).bits);
+        }
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> scenario_names() { return {"random", "fa3-outliers", "sink", "ties"}; }
+
+AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
+                              int head_dim, const Format& dtype, bool with_backward) {
+  bool known = false;
+  for (const std::string& s : scenario_names()) known |= s == name;
+  if (!known) throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (random, fa3-outliers, sink, ties)");
+  if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0) throw std::invalid_argument("scenario: negative shape");
+  AttentionInputs in;
+  in.dtype = dtype;
+  in.q = make_tensor(name, seed, kQ, batch, heads, seqlen, head_dim, dtype);
+  in.k = make_tensor(name, seed, kK, batch, heads, seqlen, head_dim, dtype);
+  in.v = make_tensor(name, seed, kV, batch, heads, seqlen, head_dim, dtype);
+  if (with_backward) in.d_o = make_tensor(name, seed, kDO, batch, heads, seqlen, head_dim, dtype);
+  in.softmax_scale = head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
+  return in;
+}
+
+}  // namespace fb::attn

@@ -1,0 +1,142 @@
+// attention/statistics.cpp: bias statistics; distributions written out from their
+// textbook definitions (regularised incomplete beta by Lentz's continued fraction).
+#include "attention/statistics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fb::attn {
+namespace {
+
+// Continued fraction for the regularised incomplete beta I_x(a, b) (modified Lentz).
+double beta_continued_fraction(double a, double b, double x) {
+  constexpr double tiny = 1e-300;
+  constexpr double eps = 1e-16;
+  double c = 1.0;
+  double d = 1.0 - (a + b) * x / (a + 1.0);
+  if (std::fabs(d) < tiny) d = tiny;
+  d = 1.0 / d;
+  double h = d;
+  for (int m = 1; m <= 10000; ++m) {
+    const double m2 = 2.0 * m;
+    double aa = m * (b - m) * x / ((a + m2 - 1.0) * (a + m2));
+    d = 1.0 + aa * d;
+    if (std::fabs(d) < tiny) d = tiny;
+    c = 1.0 + aa / c;
+    if (std::fabs(c) < tiny) c = tiny;
+    d = 1.0 / d;
+    h *= d * c;
+    aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0));
+    d = 1.0 + aa * d;
+    if (std::fabs(d) < tiny) d = tiny;
+    c = 1.0 + aa / c;
+    if (std::fabs(c) < tiny) c = tiny;
+    d = 1.0 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::fabs(delta - 1.0) < eps) break;
+  }
+  return h;
+}
+
+double regularized_incomplete_beta(double a, double b, double x) {
+  if (x <= 0.0) return 0.0;
+  if (x >= 1.0) return 1.0;
+  const double log_front = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
+                           b * std::log1p(-x);
+  // The continued fraction converges fast for x < (a+1)/(a+b+2); use symmetry otherwise.
+  if (x < (a + 1.0) / (a + b + 2.0)) return std::exp(log_front) * beta_continued_fraction(a, b, x) / a;
+  return 1.0 - std::exp(log_front) * beta_continued_fraction(b, a, 1.0 - x) / b;
+}
+
+// Invert a monotone increasing CDF by bisection; robust, and these are not hot paths.
+template <class Cdf>
+double invert_cdf(Cdf cdf, double p) {
+  double lo = -1.0, hi = 1.0;
+  while (cdf(lo) > p && lo > -1e300) lo *= 2.0;
+  while (cdf(hi) < p && hi < 1e300) hi *= 2.0;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    if (cdf(mid) < p) lo = mid;
+    else hi = mid;
+    if (hi - lo <= 1e-15 * std::max(1.0, std::fabs(mid))) break;
+  }
+  return 0.5 * (lo + hi);
+}
+
+}  // namespace
+
+double student_t_cdf(double t, double dof) {
+  if (std::isinf(t)) return t > 0 ? 1.0 : 0.0;
+  // P(T > |t|) = I_x(dof/2, 1/2) / 2 with x = dof/(dof+t^2); for small t, x rounds to 1,
+  // so use the complementary form I_{t^2/(dof+t^2)}(1/2, dof/2) there.
+  const double t2 = t * t;
+  const double tail = t2 < dof ? 0.5 * (1.0 - regularized_incomplete_beta(0.5, 0.5 * dof, t2 / (dof + t2)))
+                               : 0.5 * regularized_incomplete_beta(0.5 * dof, 0.5, dof / (dof + t2));
+  return t > 0 ? 1.0 - tail : tail;
+}
+
+double student_t_quantile(double p, double dof) {
+  return invert_cdf([dof](double t) { return student_t_cdf(t, dof); }, p);
+}
+
+double normal_quantile(double p) {
+  return invert_cdf([](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }, p);
+}
+
+double binomial_two_sided_p(std::size_t k, std::size_t n) {
+  if (n == 0) return 1.0;
+  const std::size_t low = std::min(k, n - k);
+  // log P(X <= low) for X ~ Bin(n, 1/2), summed in log space so large n cannot underflow.
+  const double log_half_n = -static_cast<double>(n) * std::log(2.0);
+  const double lgn1 = std::lgamma(static_cast<double>(n) + 1.0);
+  double log_sum = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i <= low; ++i) {
+    const double term = lgn1 - std::lgamma(static_cast<double>(i) + 1.0) -
+                        std::lgamma(static_cast<double>(n - i) + 1.0) + log_half_n;
+    const double hi = std::max(log_sum, term);
+    log_sum = hi + std::log(std::exp(log_sum - hi) + std::exp(term - hi));
+  }
+  return std::min(1.0, 2.0 * std::exp(log_sum));
+}
+
+BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
+  BiasStatistics s;
+  s.n = errors.size();
+  if (s.n == 0) return s;
+  // Two-pass mean and variance: exact enough, and independent of summation order quirks.
+  double sum = 0.0;
+  for (double e : errors) sum += e;
+  s.mean = sum / static_cast<double>(s.n);
+  double ss = 0.0;
+  for (double e : errors) {
+    ss += (e - s.mean) * (e - s.mean);
+    if (e > 0) ++s.positives;
+    else if (e < 0) ++s.negatives;
+  }
+  s.p_sign = binomial_two_sided_p(s.positives, s.positives + s.negatives);
+  if (s.n < 2) {
+    s.ci_low = s.ci_high = s.mean;
+    return s;
+  }
+  const double dof = static_cast<double>(s.n - 1);
+  s.stddev = std::sqrt(ss / dof);
+  const double se = s.stddev / std::sqrt(static_cast<double>(s.n));
+  const double t_crit = student_t_quantile(1.0 - alpha / 2.0, dof);
+  s.ci_low = s.mean - t_crit * se;
+  s.ci_high = s.mean + t_crit * se;
+  if (se == 0.0) {
+    s.t_statistic = s.mean == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), s.mean);
+    s.p_t = s.mean == 0.0 ? 1.0 : 0.0;
+  } else {
+    s.t_statistic = s.mean / se;
+    s.p_t = 2.0 * student_t_cdf(-std::fabs(s.t_statistic), dof);
+  }
+  // Smallest |bias| a two-sided test at alpha detects with 80% power.
+  s.min_detectable = (t_crit + student_t_quantile(0.8, dof)) * se;
+  s.biased = s.p_t < alpha;
+  return s;
+}
+
+}  // namespace fb::attn

@@ -1,0 +1,390 @@
+// emu/array_rounding.cpp: the array loop around round_pack (see array_rounding.hpp).
+#include "emu/array_rounding.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "emu/ops.hpp"
+
+namespace fb {
+namespace {
+
+// One element: the fp32 decode from the format table, then the one rounding routine.
+// FormatSource is detail::FixedFormat<F> (facts folded) or detail::RuntimeFormat.
+// flatten: inline the whole routine (format facts included) into the loop, so the
+// compiler folds the compile-time format; GCC's size heuristics stop short otherwise.
+// The loop stays scalar (round_pack normalises with countl_zero and 64-bit shifts,
+// which the baseline x86-64 target cannot vectorise): about 3-5 ns per element.
+template <class FormatSource, RoundingMode Mode>
+[[gnu::flatten]] void round_array_loop(const FormatSource& source, const float* in, std::uint32_t* out_bits,
+                                       std::size_t n, const RoundingSpec& spec_in, std::uint64_t first_position,
+                                       Flags* flags_out) {
+  // A local copy whose mode is a constant lets the compiler drop the mode switch;
+  // it must not escape (convert gets spec_in), or the compiler reloads it.
+  const RoundingSpec spec{Mode, spec_in.overflow, spec_in.sr_bits, spec_in.seed};
+  const Format& to = source.format();
+  Flags all_flags = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(in[i]);
+    const Decoded d = decode(formats::fp32, bits);
+    Rounded r;
+    if (d.cls == ValueClass::normal || d.cls == ValueClass::subnormal) [[likely]] {
+      r = detail::round_pack_body(to, d.negative, d.exponent - formats::fp32.man_bits, d.significand,
+                                  false, spec, first_position + i, nullptr);
+    } else {
+      r = convert(to, formats::fp32, bits, spec_in, first_position + i);
+    }
+    out_bits[i] = r.bits;
+    all_flags |= r.flags;
+  }
+  if (flags_out) *flags_out = all_flags;
+}
+
+// The compiled-in formats: every element through round_pack_lane (round_pack over
+// 32-bit lanes, emu/rounding.hpp), with zeros, infinities and NaNs chosen by
+// selects from the constants fb::convert gives them (zeros need none), so the loop has no branch
+// and GCC vectorises it. Compiled twice: for AVX2 (chosen at run time where the
+// CPU has it) and for the baseline target; both compute the same integers.
+template <Format F, RoundingMode Mode>
+[[gnu::always_inline]] inline void round_array_lanes_body(const float* in, std::uint32_t* out_bits, std::size_t n,
+                                                          const RoundingSpec& spec_in,
+                                                          std::uint64_t first_position, Flags* flags_out) {
+  const RoundingSpec spec{Mode, spec_in.overflow, spec_in.sr_bits, spec_in.seed};
+  // Infinities and NaNs: what fb::convert gives them (the same calls, made once).
+  const Rounded inf_pos = convert(F, formats::fp32, 0x7f800000u, spec_in);
+  const Rounded inf_neg = convert(F, formats::fp32, 0xff800000u, spec_in);
+  const Rounded nan = convert(F, formats::fp32, 0x7fc00000u, spec_in);
+  // stochastic_bits(seed, position) with its seed half hoisted out of the loop.
+  const std::uint64_t seed_mixed = mix64(spec.seed ^ 0x6a09e667f3bcc909ull);
+  std::uint32_t all_flags = 0;
+  const std::uint32_t* in_bits = reinterpret_cast<const std::uint32_t*>(in);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, in_bits + i, sizeof bits);
+    const std::uint32_t negative = bits >> 31;
+    const std::uint32_t exp_field = (bits >> 23) & 0xffu;
+    const std::uint32_t fraction = bits & 0x7fffffu;
+    const std::uint32_t significand = exp_field != 0 ? (fraction | 0x800000u) : fraction;
+    const std::int32_t exponent = static_cast<std::int32_t>(exp_field != 0 ? exp_field : 1u) - 150;
+    std::uint64_t random64 = 0;
+    if constexpr (Mode == RoundingMode::sr) {
+      random64 = mix64(seed_mixed + (first_position + i) * 0x9e3779b97f4a7c15ull);
+    }
+    // Zeros go through the routine too (it gives the signed zero, no flag).
+    std::uint32_t flags;
+    std::uint32_t result = round_pack_lane<F, Mode>(negative, exponent, significand, spec, random64, flags);
+    const bool is_special = exp_field == 0xffu;
+    const bool is_nan = is_special & (fraction != 0);
+    const std::uint32_t special_bits =
+        detail::select_u32(is_nan, nan.bits, detail::select_u32_bit(negative, inf_neg.bits, inf_pos.bits));
+    const std::uint32_t special_flags =
+        detail::select_u32(is_nan, nan.flags, detail::select_u32_bit(negative, inf_neg.flags, inf_pos.flags));
+    result = detail::select_u32(is_special, special_bits, result);
+    flags = detail::select_u32(is_special, special_flags, flags);
+    out_bits[i] = result;
+    all_flags |= flags;
+  }
+  if (flags_out) *flags_out = static_cast<Flags>(all_flags);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <Format F, RoundingMode Mode>
+[[gnu::target("avx2")]] void round_array_lanes_avx2(const float* in, std::uint32_t* out_bits, std::size_t n,
+                                                    const RoundingSpec& spec, std::uint64_t first_position,
+                                                    Flags* flags_out) {
+  round_array_lanes_body<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
+}
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+template <Format F, RoundingMode Mode>
+void round_array_lanes(const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
+                       std::uint64_t first_position, Flags* flags_out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx2()) return round_array_lanes_avx2<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
+#endif
+  round_array_lanes_body<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
+}
+
+template <Format F>
+void dispatch_lanes(const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
+                    std::uint64_t first_position, Flags* flags_out) {
+  switch (spec.mode) {
+#define FB_MODE_CASE(m) \
+  case RoundingMode::m: return round_array_lanes<F, RoundingMode::m>(in, out_bits, n, spec, first_position, flags_out);
+    FB_MODE_CASE(rne)
+    FB_MODE_CASE(rna)
+    FB_MODE_CASE(rtz)
+    FB_MODE_CASE(rup)
+    FB_MODE_CASE(rdn)
+    FB_MODE_CASE(rto)
+    FB_MODE_CASE(sr)
+#undef FB_MODE_CASE
+  }
+}
+
+template <class FormatSource>
+void dispatch_mode(const FormatSource& source, const float* in, std::uint32_t* out_bits, std::size_t n,
+                   const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  switch (spec.mode) {
+#define FB_MODE_CASE(m)                                                                             \
+  case RoundingMode::m:                                                                             \
+    return round_array_loop<FormatSource, RoundingMode::m>(source, in, out_bits, n, spec,           \
+                                                           first_position, flags_out);
+    FB_MODE_CASE(rne)
+    FB_MODE_CASE(rna)
+    FB_MODE_CASE(rtz)
+    FB_MODE_CASE(rup)
+    FB_MODE_CASE(rdn)
+    FB_MODE_CASE(rto)
+    FB_MODE_CASE(sr)
+#undef FB_MODE_CASE
+  }
+}
+
+}  // namespace
+
+void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n,
+                 const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  // The formats that carry real tensors get a loop compiled for them; others share
+  // one loop that reads the format at run time (same routine, slower).
+  auto run = [&](const auto& source) { dispatch_mode(source, in, out_bits, n, spec, first_position, flags_out); };
+  auto lanes = [&]<Format F>() { dispatch_lanes<F>(in, out_bits, n, spec, first_position, flags_out); };
+  if (to == formats::bf16) return lanes.template operator()<formats::bf16>();
+  if (to == formats::fp16) return lanes.template operator()<formats::fp16>();
+  if (to == formats::e4m3) return lanes.template operator()<formats::e4m3>();
+  if (to == formats::e5m2) return lanes.template operator()<formats::e5m2>();
+  if (to == formats::e2m1) return lanes.template operator()<formats::e2m1>();
+  run(detail::RuntimeFormat{to});
+}
+
+namespace {
+
+// mul over 32-bit lanes. Each operand's significand is first normalised to p
+// bits (subnormals shifted up, leading bit found by the float conversion, as in
+// round_pack_lane), so the product has 2p - 1 or 2p bits (<= 24 for p <= 12) and
+// its leading bit is far enough above its LSB for round_pack_lane's precondition.
+// Zero, inf and NaN operands mark the element for the scalar fb::mul.
+template <Format F>
+[[gnu::always_inline]] inline void decode_lane(std::uint32_t stored, std::uint32_t& negative, std::int32_t& exponent,
+                                               std::uint32_t& significand, std::uint32_t& ordinary) {
+  static_assert(F.storage_shift() == 0 && F.is_signed &&
+                (F.special == SpecialEncoding::ieee || F.special == SpecialEncoding::fn));
+  constexpr int p = F.precision();
+  const std::uint32_t bits = stored & F.width_mask();
+  negative = (bits >> (F.exp_bits + F.man_bits)) & 1u;
+  const std::uint32_t exp_field = (bits >> F.man_bits) & F.exp_field_max();
+  const std::uint32_t fraction = bits & F.man_mask();
+  // Written without selects on exp_field: GCC's vectoriser mis-types those here.
+  const std::uint32_t sig = fraction | (std::min(exp_field, 1u) << F.man_bits);
+  const std::int32_t q = static_cast<std::int32_t>(std::max(exp_field, 1u)) - F.bias - F.man_bits;
+  const std::int32_t lead =
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(sig))) >> 23) -
+      127;
+  const std::int32_t up = (p - 1) - lead;  // 0 for normals; garbage for zero (not ordinary)
+  const std::int32_t up_clamped = up < 0 ? 0 : (up > 23 ? 23 : up);
+  const std::uint32_t nonzero = std::min(bits & ~F.sign_mask(), 1u);
+  // A zero stands in as 2^(p-1) * 2^q (an ordinary value; the element is redone).
+  significand = (sig << up_clamped) | ((nonzero ^ 1u) << (p - 1));
+  exponent = q - up_clamped;
+  const bool special = F.special == SpecialEncoding::ieee ? exp_field == F.exp_field_max()
+                                                           : (bits & ~F.sign_mask()) == F.quiet_nan_pattern();
+  ordinary = nonzero & static_cast<std::uint32_t>(!special);  // 0 or 1
+}
+
+enum class BinaryKind { add, mul };
+
+// add over 32-bit lanes (p <= 12, modes other than sr): the operands (p-bit
+// significands from decode_lane) are aligned in a window of W = 22 - p bits below
+// the larger exponent's LSB; what falls out of the window becomes a sticky bit,
+// and the exact sum S (+ a fraction when sticky) is handed on as the stand-in
+// 2S + sticky: the same round-to-odd argument as in ops.hpp (the sticky bit lies
+// at least 3 bits below any rounding boundary, since bits are lost only when the
+// exponents differ by more than W, and then at most one leading bit cancels), so
+// every deterministic mode rounds it to the same value with the same flags. sr
+// reads the discarded bits themselves, so add_array runs fb::add for sr.
+// Returns the significand normalised to bit 23 (what round_pack_lane needs
+// whatever the cancellation) and sets `ordinary` to 0 for an exact zero sum
+// (its sign follows rules fb::add applies).
+template <Format F>
+[[gnu::always_inline]] inline std::uint32_t add_lane(std::uint32_t na, std::int32_t ea, std::uint32_t sa,
+                                                     std::uint32_t nb, std::int32_t eb, std::uint32_t sb,
+                                                     std::uint32_t& negative, std::int32_t& exponent,
+                                                     std::uint32_t& ordinary) {
+  constexpr int W = 22 - F.precision();
+  const bool b_larger = eb > ea;
+  const std::uint32_t big_s = detail::select_u32(b_larger, sb, sa), small_s = detail::select_u32(b_larger, sa, sb);
+  const std::uint32_t big_n = detail::select_u32(b_larger, nb, na);
+  const std::int32_t big_e = b_larger ? eb : ea;
+  const std::int32_t d = b_larger ? eb - ea : ea - eb;
+  const std::int32_t shift = d < 31 ? d : 31;
+  const std::uint32_t big = big_s << W, small_full = small_s << W;
+  const std::uint32_t small = small_full >> shift;
+  const std::uint32_t lost = std::min(small_full & ((1u << shift) - 1u), 1u);
+  const std::uint32_t same_sign = (na ^ nb) ^ 1u;
+  // Opposite signs: big - (small + fraction) = (big - small - 1) + (1 - fraction).
+  const std::uint32_t sum = detail::select_u32_bit(same_sign, big + small, big - small - lost);
+  // Equal exponents can leave the smaller magnitude first: the sum is then negative.
+  const std::uint32_t flip = sum >> 31;
+  const std::uint32_t magnitude = detail::select_u32_bit(flip, 0u - sum, sum);
+  negative = big_n ^ flip;
+  const std::uint32_t stand_in = (magnitude << 1) | lost;  // < 2^24
+  ordinary = std::min(stand_in, 1u);
+  const std::uint32_t safe = stand_in | (ordinary ^ 1u);
+  const std::int32_t lead =
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(safe))) >> 23) -
+      127;
+  exponent = big_e - W - 1 - (23 - lead);
+  return safe << (23 - lead);
+}
+
+template <Format F, RoundingMode Mode, BinaryKind Kind>
+[[gnu::always_inline]] inline void binary_lanes_body(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out,
+                                                  std::size_t n, const RoundingSpec& spec_in,
+                                                  std::uint64_t first_position, Flags* flags_out) {
+  static_assert(2 * F.precision() <= 24);
+  const RoundingSpec spec{Mode, spec_in.overflow, spec_in.sr_bits, spec_in.seed};
+  const std::uint64_t seed_mixed = mix64(spec.seed ^ 0x6a09e667f3bcc909ull);
+  std::uint32_t all_flags = 0;
+  constexpr std::size_t kChunk = 256;
+  std::uint32_t redo[kChunk];  // 32-bit like every other lane value: mixed widths defeat the vectoriser
+  for (std::size_t start = 0; start < n; start += kChunk) {
+    const std::size_t m = n - start < kChunk ? n - start : kChunk;
+    const std::uint32_t* ca = a + start;
+    const std::uint32_t* cb = b + start;
+    std::uint32_t* co = out + start;
+    std::uint32_t chunk_flags = 0, any_redo = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      std::uint32_t na, nb, sa, sb;
+      std::int32_t ea, eb;
+      std::uint32_t oa, ob;
+      decode_lane<F>(ca[i], na, ea, sa, oa);
+      decode_lane<F>(cb[i], nb, eb, sb, ob);
+      std::uint64_t random64 = 0;
+      if constexpr (Mode == RoundingMode::sr) {
+        random64 = mix64(seed_mixed + (first_position + start + i) * 0x9e3779b97f4a7c15ull);
+      }
+      std::uint32_t flags;
+      // Lanes with a special operand still run on stand-in values (see decode_lane).
+      std::uint32_t ordinary = oa & ob;
+      if constexpr (Kind == BinaryKind::mul) {
+        co[i] = round_pack_lane<F, Mode>(na ^ nb, ea + eb, sa * sb, spec, random64, flags);
+      } else {
+        std::uint32_t negative, nonzero;
+        std::int32_t exponent;
+        const std::uint32_t sum = add_lane<F>(na, ea, sa, nb, eb, sb, negative, exponent, nonzero);
+        ordinary &= nonzero;
+        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random64, flags);
+      }
+      chunk_flags |= flags & (0u - ordinary);
+      redo[i] = ordinary ^ 1u;
+      any_redo |= ordinary ^ 1u;
+    }
+    if (any_redo) {
+      for (std::size_t i = 0; i < m; ++i) {
+        if (redo[i]) {
+          const Rounded r = Kind == BinaryKind::mul ? mul(F, ca[i], cb[i], spec_in, first_position + start + i)
+                                                    : add(F, ca[i], cb[i], spec_in, first_position + start + i);
+          co[i] = r.bits;
+          chunk_flags |= r.flags;
+        }
+      }
+    }
+    all_flags |= chunk_flags;
+  }
+  if (flags_out) *flags_out = static_cast<Flags>(all_flags);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <Format F, RoundingMode Mode, BinaryKind Kind>
+[[gnu::target("avx2")]] void binary_lanes_avx2(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out,
+                                            std::size_t n, const RoundingSpec& spec, std::uint64_t first_position,
+                                            Flags* flags_out) {
+  binary_lanes_body<F, Mode, Kind>(a, b, out, n, spec, first_position, flags_out);
+}
+#endif
+template <Format F, RoundingMode Mode, BinaryKind Kind>
+void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+               const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx2()) return binary_lanes_avx2<F, Mode, Kind>(a, b, out, n, spec, first_position, flags_out);
+#endif
+  binary_lanes_body<F, Mode, Kind>(a, b, out, n, spec, first_position, flags_out);
+}
+
+template <Format F, BinaryKind Kind>
+void dispatch_binary_lanes(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+                        const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  switch (spec.mode) {
+#define FB_MODE_CASE(m) \
+  case RoundingMode::m: return binary_lanes<F, RoundingMode::m, Kind>(a, b, out, n, spec, first_position, flags_out);
+    FB_MODE_CASE(rne)
+    FB_MODE_CASE(rna)
+    FB_MODE_CASE(rtz)
+    FB_MODE_CASE(rup)
+    FB_MODE_CASE(rdn)
+    FB_MODE_CASE(rto)
+#undef FB_MODE_CASE
+    case RoundingMode::sr:
+      if constexpr (Kind == BinaryKind::mul) {
+        return binary_lanes<F, RoundingMode::sr, Kind>(a, b, out, n, spec, first_position, flags_out);
+      } else {
+        Flags all_flags = 0;  // sr needs the discarded bits add_lane folds into a sticky bit
+        for (std::size_t i = 0; i < n; ++i) {
+          const Rounded r = add(F, a[i], b[i], spec, first_position + i);
+          out[i] = r.bits;
+          all_flags |= r.flags;
+        }
+        if (flags_out) *flags_out = all_flags;
+        return;
+      }
+  }
+}
+
+// The per-element loop: the scalar operation, called with the same arguments.
+template <class Op>
+void per_element(std::size_t n, std::uint64_t first_position, Flags* flags_out, std::uint32_t* out, Op&& op) {
+  Flags all_flags = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Rounded r = op(i, first_position + i);
+    out[i] = r.bits;
+    all_flags |= r.flags;
+  }
+  if (flags_out) *flags_out = all_flags;
+}
+
+}  // namespace
+
+void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+               const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  constexpr auto kAdd = BinaryKind::add;
+  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kAdd>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kAdd>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kAdd>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kAdd>(a, b, out, n, spec, first_position, flags_out);
+  per_element(n, first_position, flags_out, out,
+              [&](std::size_t i, std::uint64_t pos) { return add(f, a[i], b[i], spec, pos); });
+}
+
+void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+               const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  constexpr auto kMul = BinaryKind::mul;
+  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kMul>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kMul>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kMul>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kMul>(a, b, out, n, spec, first_position, flags_out);
+  per_element(n, first_position, flags_out, out,
+              [&](std::size_t i, std::uint64_t pos) { return mul(f, a[i], b[i], spec, pos); });
+}
+
+void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c,
+               std::uint32_t* out, std::size_t n, const RoundingSpec& spec, std::uint64_t first_position,
+               Flags* flags_out) {
+  per_element(n, first_position, flags_out, out,
+              [&](std::size_t i, std::uint64_t pos) { return fma(f, a[i], b[i], c[i], spec, pos); });
+}
+
+}  // namespace fb

@@ -1,0 +1,46 @@
+// emu/array_rounding.hpp: rounding whole fp32 arrays into a narrow format, and
+// batched scalar operations (add_array, mul_array, fma_array).
+//
+// Contract: round_array(to, in, out_bits, n, spec, first_position, flags_out) gives,
+// for every i < n, exactly what fb::convert(to, formats::fp32, bits(in[i]), spec,
+// first_position + i) gives: the same bits (in `to`'s container, one uint32 per
+// element) and the same flags, which are OR-ed over the array into *flags_out
+// (when flags_out is not null). Element i uses stochastic-rounding position
+// first_position + i, so splitting an array into chunks with matching positions
+// gives identical results.
+//
+// It is not a second rounding algorithm: every finite non-zero element goes through
+// round_pack (emu/rounding.hpp), instantiated on a compile-time format and mode for
+// the common formats so the compiler can fold the format's facts; zeros, infinities
+// and NaNs go through fb::convert itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "emu/rounding.hpp"
+#include "formats/format.hpp"
+
+namespace fb {
+
+void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n,
+                 const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
+
+// Batched scalar operations: for every i < n, out[i] and the flags are exactly
+// those of fb::add / fb::mul / fb::fma (emu/ops.hpp) on (a[i], b[i][, c[i]]) with
+// position first_position + i; flags are OR-ed over the array into *flags_out.
+// a, b, c, out hold one value of `f` per uint32 (its container bits).
+// mul_array on bf16, fp16, e4m3 and e5m2 runs a vectorised loop: the product of
+// two significands of at most 12 bits is exact in 24 bits, so it goes straight
+// into round_pack_lane; elements with a zero, inf or NaN operand are redone by
+// fb::mul. add_array and fma_array (and mul_array on other formats) call the
+// scalar operation per element.
+void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+               const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
+void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+               const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
+void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c,
+               std::uint32_t* out, std::size_t n, const RoundingSpec& spec, std::uint64_t first_position = 0,
+               Flags* flags_out = nullptr);
+
+}  // namespace fb

@@ -1,0 +1,468 @@
+// emu/tensor_core.cpp: the tensor-core presets and the fused dot-add (see the header).
+//
+// How it stays fast and exact: every input value is a float with at most 24
+// significant bits, so a product is an exact 48-bit integer times a power of two.
+// Relative to the step's largest exponent E every truncated term is an integer
+// number of units 2^(E-F) below 2^(F+2) <= 2^27, so 33 of them sum exactly in an
+// int64. The output rounding of that exact sum is one round_pack call.
+#include "emu/tensor_core.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <ctime>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "emu/summation.hpp"
+
+namespace fb {
+namespace {
+
+constexpr std::string_view kFasi =
+    "Fasi, Higham, Mikaitis, Pranesh 2021 (PeerJ CS 7:e330); Khattak & Mikaitis 2025; Xie et al. 2025 (MMA-Sim)";
+constexpr std::string_view kKhattak = "Khattak & Mikaitis 2025 (arXiv:2512.07004); Xie et al. 2025 (MMA-Sim, arXiv:2511.10909)";
+constexpr std::string_view kFp8 = "Xie et al. 2025 (MMA-Sim); Khattak & Mikaitis 2025: fp8 F=13, e8m13 output";
+constexpr std::string_view kF16acc =
+    "assumed: alignment as the fp32-accumulate form of the same target, output RNE to fp16 (Fasi et al. 2021)";
+
+using enum DotOutput;
+constexpr ZeroTermPolicy kZ = ZeroTermPolicy::ignored;
+
+// name, input, products per step, F, truncate, output, zero terms, validated, source, note
+constexpr TensorCoreModel kModels[] = {
+    {"sm70", "fp16", 4, 23, true, fp32_rz, kZ, false, kFasi, {}},
+    {"sm70-f16acc", "fp16", 4, 23, true, fp16_rne, kZ, false, kFasi, kF16acc},
+    {"sm80", "bf16", 8, 24, true, fp32_rz, kZ, false, kFasi, {}},
+    {"sm80", "fp16", 8, 24, true, fp32_rz, kZ, false, kFasi, {}},
+    {"sm80", "tf32", 4, 24, true, fp32_rz, kZ, false, kFasi, "F=24 assumed equal to the fp16/bf16 path"},
+    {"sm80-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kFasi, kF16acc},
+    {"sm89", "bf16", 8, 24, true, fp32_rz, kZ, false, kKhattak, {}},
+    {"sm89", "fp16", 8, 24, true, fp32_rz, kZ, false, kKhattak, {}},
+    {"sm89", "tf32", 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed)"},
+    {"sm89", "e4m3", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed"},
+    {"sm89", "e5m2", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed"},
+    {"sm89-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kKhattak, kF16acc},
+    {"sm90-mma", "bf16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
+    {"sm90-mma", "fp16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
+    {"sm90-mma", "tf32", 4, 25, true, fp32_rz, kZ, false, kKhattak,
+     "4 products per step (Ampere's tf32) and F=25 (Hopper's fp16 path) assumed"},
+    {"sm90-mma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, false, kKhattak, kF16acc},
+    {"sm90-wgmma", "bf16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
+    {"sm90-wgmma", "fp16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
+    {"sm90-wgmma", "tf32", 4, 25, true, fp32_rz, kZ, false, kKhattak, "as sm90-mma tf32 (assumed)"},
+    {"sm90-wgmma", "e4m3", 32, 13, true, fp32_e8m13, kZ, false, kFp8, {}},
+    {"sm90-wgmma", "e5m2", 32, 13, true, fp32_e8m13, kZ, false, kFp8, {}},
+    {"sm90-wgmma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, false, kKhattak, kF16acc},
+    {"exact-rne", "bf16", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", "fp16", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", "tf32", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", "e4m3", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", "e5m2", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+};
+
+const Format& input_format_of(const TensorCoreModel& m) {
+  // The dot inputs first, compared as string_views of known length (no strlen in the hot path).
+  if (m.input == "bf16") return formats::bf16;
+  if (m.input == "fp16") return formats::fp16;
+  if (m.input == "tf32") return formats::tf32;
+  if (m.input == "e4m3") return formats::e4m3;
+  if (m.input == "e5m2") return formats::e5m2;
+  for (const Format& f : formats::all_named) {
+    if (m.input == std::string_view(f.name)) return f;
+  }
+  return formats::fp32;
+}
+
+const Format& output_format_of(const TensorCoreModel& m) {
+  switch (m.output) {
+    case fp16_rne: return formats::fp16;
+    case fp32_e8m13: return kE8m13InFp32Layout;
+    default: return formats::fp32;
+  }
+}
+
+float accumulator_value(const TensorCoreModel& m, std::uint32_t bits) {
+  if (m.output == fp16_rne) return static_cast<float>(to_double(formats::fp16, bits));
+  return std::bit_cast<float>(bits);
+}
+
+// A float split into integer significand and exponent, without branches.
+struct Parts {
+  std::uint32_t significand;
+  int exponent;  // of the leading bit position of a normal (emin for subnormals)
+  bool negative;
+  bool special;
+};
+inline Parts split(float x) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t e = (u >> 23) & 0xffu;
+  const std::uint32_t normal = e != 0 ? 1u : 0u;
+  return {(u & 0x7fffffu) | (normal << 23), static_cast<int>(e + (1u - normal)) - 127, (u >> 31) != 0,
+          e == 0xffu};
+}
+
+// The canonical NaN, or an infinity, for a step that holds NaN or inf terms.
+std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, const float* b, int n) {
+  const Format& out = accumulator_format(m);
+  bool nan = std::isnan(c), pos = std::isinf(c) && c > 0, neg = std::isinf(c) && c < 0;
+  for (int i = 0; i < n; ++i) {
+    const float x = a[i], y = b[i];
+    if (std::isnan(x) || std::isnan(y)) nan = true;
+    else if (std::isinf(x) || std::isinf(y)) {
+      if (x == 0.0f || y == 0.0f) nan = true;
+      else (std::signbit(x) != std::signbit(y) ? neg : pos) = true;
+    }
+  }
+  if (nan || (pos && neg)) return pack_nan(out);
+  return to_container(out, (neg ? out.sign_mask() : 0u) | out.inf_pattern());
+}
+
+// One fused step: D = C + sum of n products, as the model's hardware does it.
+// kTrace is a template switch so that the untraced hot loop carries no trace code.
+template <bool kTrace>
+[[gnu::always_inline]] inline std::uint32_t fused_step_body(const TensorCoreModel& m, int input_emin, float c, const float* a, const float* b,
+                         int n, int first_product, DotTrace* trace) {
+  constexpr int kMaxTerms = 65;
+  [[maybe_unused]] int alignment_of[kMaxTerms];
+  const Format& acc = accumulator_format(m);
+  const int c_emin = acc.emin();
+  // A zero term takes part in the maximum only under as_min_exponent, with its
+  // format's smallest exponent (kNone keeps it out).
+  constexpr int kNone = std::numeric_limits<int>::min() / 4;
+  const bool zero_terms_count = m.zero_terms == ZeroTermPolicy::as_min_exponent;
+  const int zero_product_alignment = zero_terms_count ? 2 * input_emin : kNone;
+  std::uint32_t special = 0, nonzero_or_positive = 0;
+
+  // Terms as sign mask and magnitude times 2^lsb, all in 64-bit lanes so that the
+  // loops below vectorise where the target allows.
+  std::uint64_t magnitude[kMaxTerms], sign_mask[kMaxTerms];
+  std::int64_t lsb[kMaxTerms];
+  const Parts pc = split(c);
+  special |= pc.special;
+  magnitude[0] = pc.significand;
+  sign_mask[0] = pc.negative ? ~std::uint64_t{0} : 0;
+  lsb[0] = pc.exponent - 23;
+  int largest = pc.significand != 0 ? std::max(pc.exponent, c_emin) : (zero_terms_count ? c_emin : kNone);
+  if constexpr (kTrace) alignment_of[0] = largest;
+  nonzero_or_positive |= (pc.significand != 0) | !pc.negative;
+  const std::int64_t emin_biased = input_emin + 127;
+  std::int64_t largest_product = kNone;
+  std::uint64_t special_products = 0, nonzero_or_positive_products = 0;
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t ua = std::bit_cast<std::uint32_t>(a[i]), ub = std::bit_cast<std::uint32_t>(b[i]);
+    const std::uint64_t ea = (ua >> 23) & 0xffu, eb = (ub >> 23) & 0xffu;
+    special_products |= (ea == 0xffu) | (eb == 0xffu);
+    // Biased exponents; a float subnormal reads as exponent field 1 without the implicit bit.
+    const std::uint64_t normal_a = ea != 0, normal_b = eb != 0;
+    const auto xa = static_cast<std::int64_t>(ea + (normal_a ^ 1u));
+    const auto xb = static_cast<std::int64_t>(eb + (normal_b ^ 1u));
+    const std::uint64_t mag = ((ua & 0x7fffffu) | (normal_a << 23)) * ((ub & 0x7fffffu) | (normal_b << 23));
+    const std::uint64_t neg = (ua ^ ub) >> 31;
+    const std::int64_t alignment = mag != 0 ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 254
+                                            : static_cast<std::int64_t>(zero_product_alignment);
+    magnitude[i + 1] = mag;
+    sign_mask[i + 1] = 0 - neg;
+    lsb[i + 1] = xa + xb - 254 - 46;
+    if constexpr (kTrace) alignment_of[i + 1] = static_cast<int>(alignment);
+    largest_product = std::max(largest_product, alignment);
+    nonzero_or_positive_products |= static_cast<std::uint64_t>(mag != 0) | (neg ^ 1u);
+  }
+  largest = std::max(largest, static_cast<int>(largest_product));
+  special |= static_cast<std::uint32_t>(special_products != 0);
+  nonzero_or_positive |= static_cast<std::uint32_t>(nonzero_or_positive_products != 0);
+  if (special) [[unlikely]] {
+    const std::uint32_t r = special_step(m, c, a, b, n);
+    if constexpr (kTrace) {
+      DotStepEvent ev;
+      ev.terms = n + 1;
+      ev.first_product = first_product;
+      ev.fraction_bits = m.fraction_bits;
+      ev.special = true;
+      trace->steps.push_back(ev);
+    }
+    return r;
+  }
+  if (largest == kNone) largest = c_emin;  // every term is zero
+
+  // Sign-magnitude truncation toward zero onto the grid 2^(largest - F), branch-free:
+  // a term's bits above the grid are shifted left, those below shifted out.
+  const int F = m.fraction_bits;
+  const int unit = largest - F;
+  std::uint64_t sum_bits = 0;  // two's complement sum
+  for (int i = 0; i <= n; ++i) {
+    const std::int64_t shift = lsb[i] - unit;
+    // Non-zero terms need left < F + 2 and lose everything at right >= 48; zero terms
+    // may carry any exponent, so both counts are clamped to keep the shifts defined.
+    const std::int64_t left = std::min<std::int64_t>(std::max<std::int64_t>(shift, 0), 63);
+    const std::int64_t right = std::min<std::int64_t>(std::max<std::int64_t>(-shift, 0), 63);
+    const std::uint64_t kept = (magnitude[i] << left) >> right;  // left > 0 only when right == 0
+    sum_bits += (kept ^ sign_mask[i]) - sign_mask[i];
+  }
+  const auto sum = static_cast<std::int64_t>(sum_bits);
+  [[maybe_unused]] int truncated_terms = 0;
+  [[maybe_unused]] double truncated_value = 0.0;
+  if constexpr (kTrace) {
+    for (int i = 0; i <= n; ++i) {
+      const std::int64_t shift = lsb[i] - unit;
+      const std::int64_t right = std::min<std::int64_t>(std::max<std::int64_t>(-shift, 0), 63);
+      const std::uint64_t kept = magnitude[i] >> right;
+      const std::uint64_t removed = magnitude[i] - (kept << right);
+      const bool negative = sign_mask[i] != 0;
+      const double removed_value = std::ldexp(static_cast<double>(removed), static_cast<int>(lsb[i]));
+      if (removed != 0) {
+        ++truncated_terms;
+        truncated_value += negative ? -removed_value : removed_value;
+      }
+      if (trace->record_terms) {
+        DotTermEvent te;
+        te.step = static_cast<int>(trace->steps.size());
+        te.product = i == 0 ? -1 : first_product + i - 1;
+        te.alignment_exponent = alignment_of[i];
+        const double v = std::ldexp(static_cast<double>(magnitude[i]), static_cast<int>(lsb[i]));
+        te.value = negative ? -v : v;
+        te.truncated_value = negative ? -removed_value : removed_value;
+        trace->terms.push_back(te);
+      }
+    }
+  }
+
+  const Format& out = output_format_of(m);
+  std::uint32_t result;
+  [[maybe_unused]] RoundingEvent ev_round;
+  RoundingEvent* const event = kTrace ? &ev_round : nullptr;
+  if (sum == 0) {
+    result = pack_zero(out, nonzero_or_positive == 0);  // -0 only when every term is -0
+  } else {
+    const bool neg = sum < 0;
+    const std::uint64_t mag = neg ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
+    // One round_pack call per output kind, each with constant arguments, so that the
+    // inlined rounding folds to the path it needs.
+    static constexpr RoundingSpec kRz{RoundingMode::rtz, OverflowPolicy::ieee, 24, 0};
+    static constexpr RoundingSpec kRne{RoundingMode::rne, OverflowPolicy::ieee, 24, 0};
+    switch (m.output) {
+      case fp16_rne: result = round_pack(formats::fp16, neg, unit, mag, false, kRne, 0, event).bits; break;
+      case fp32_e8m13: result = round_pack(kE8m13InFp32Layout, neg, unit, mag, false, kRz, 0, event).bits; break;
+      default: result = round_pack(formats::fp32, neg, unit, mag, false, kRz, 0, event).bits; break;
+    }
+  }
+  if constexpr (kTrace) {
+    DotStepEvent ev;
+    ev.largest_exponent = largest;
+    ev.terms = n + 1;
+    ev.truncated_value = truncated_value;
+    ev.truncated_terms = truncated_terms;
+    ev.first_product = first_product;
+    ev.fraction_bits = F;
+    ev.aligned_sum = sum;
+    ev.output_event = ev_round;
+    if (sum != 0) {
+      const std::uint64_t mag = sum < 0 ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
+      const int lead = 63 - std::countl_zero(mag);
+      ev.carry_out = lead > F;
+      ev.normalisation_shift = F - lead;
+      const double exact = std::ldexp(static_cast<double>(sum), unit);
+      const double got = to_double(out, result);
+      ev.output_residue = std::isfinite(got) ? exact - got : exact;
+    }
+    trace->steps.push_back(ev);
+  }
+  return result;
+}
+
+std::uint32_t fused_step_traced(const TensorCoreModel& m, int input_emin, float c, const float* a,
+                                const float* b, int n, int first_product, DotTrace* trace) {
+  return fused_step_body<true>(m, input_emin, c, a, b, n, first_product, trace);
+}
+[[gnu::flatten]] std::uint32_t fused_step_plain(const TensorCoreModel& m, int input_emin, float c, const float* a,
+                                                const float* b, int n, int first_product) {
+  return fused_step_body<false>(m, input_emin, c, a, b, n, first_product, nullptr);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+// The same code compiled for AVX2, whose variable 64-bit shifts let both term loops
+// vectorise (~1.7x); integer arithmetic only, so the results are identical.
+#define FLASHBITS_DOT_AVX2 1
+[[gnu::target("avx2"), gnu::flatten]] std::uint32_t fused_step_avx2(const TensorCoreModel& m, int input_emin,
+                                                                    float c, const float* a, const float* b,
+                                                                    int n, int first_product) {
+  return fused_step_body<false>(m, input_emin, c, a, b, n, first_product, nullptr);
+}
+#endif
+
+std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const float* b, int k,
+                        DotTrace* trace) {
+  ExactAccumulator acc;
+  acc.add(c);
+  int largest = std::numeric_limits<int>::min();
+  for (int i = 0; i < k; ++i) acc.add_product(a[i], b[i]);
+  RoundingSpec spec;  // rne, ieee overflow
+  RoundingEvent ev_round;
+  const Rounded r = acc.round(formats::fp32, spec, 0, trace ? &ev_round : nullptr);
+  if (trace) {
+    DotStepEvent ev;
+    ev.terms = k + 1;
+    ev.fraction_bits = m.fraction_bits;
+    ev.special = acc.is_special();
+    if (!acc.is_special() && !acc.is_zero()) {
+      largest = acc.leading_exponent();
+      ev.largest_exponent = largest;
+      ev.output_event = ev_round;
+      ev.output_residue = ev_round.error_ulps == 0.0 ? 0.0
+                          : -std::ldexp(ev_round.error_ulps, ev_round.exponent - ev_round.kept_bits + 1);
+    }
+    trace->steps.push_back(ev);
+    if (trace->record_terms) {
+      for (int i = -1; i < k; ++i) {
+        DotTermEvent te;
+        te.product = i;
+        te.value = i < 0 ? static_cast<double>(c) : static_cast<double>(a[i]) * static_cast<double>(b[i]);
+        trace->terms.push_back(te);
+      }
+    }
+  }
+  return r.bits;
+}
+
+std::uint32_t dot_bits_from_floats(const TensorCoreModel& m, float c, const float* a, const float* b, int k,
+                                   DotTrace* trace) {
+  if (m.output == exact_rne) return exact_dot(m, c, a, b, k, trace);
+  const int input_emin = input_format_of(m).emin();
+  const int step = fused_step_size(m, k);
+  std::uint32_t bits = 0;
+  float acc = c;
+  int i = 0;
+  do {
+    const int n = std::min(step, k - i);
+    if (trace) {
+      bits = fused_step_traced(m, input_emin, acc, a + i, b + i, n, i, trace);
+    } else {
+#ifdef FLASHBITS_DOT_AVX2
+      static const bool has_avx2 = __builtin_cpu_supports("avx2");
+      bits = has_avx2 ? fused_step_avx2(m, input_emin, acc, a + i, b + i, n, i)
+                      : fused_step_plain(m, input_emin, acc, a + i, b + i, n, i);
+#else
+      bits = fused_step_plain(m, input_emin, acc, a + i, b + i, n, i);
+#endif
+    }
+    acc = accumulator_value(m, bits);
+    i += n;
+  } while (i < k);
+  return bits;
+}
+
+}  // namespace
+
+std::span<const TensorCoreModel> tensor_core_models() { return kModels; }
+
+const TensorCoreModel* find_tensor_core_model(std::string_view name, const Format& input) {
+  for (const TensorCoreModel& m : kModels) {
+    if (m.name == name && input == input_format_of(m) && m.input == std::string_view(input.name)) return &m;
+  }
+  return nullptr;
+}
+
+bool is_tensor_core_model_name(std::string_view name) {
+  return std::any_of(std::begin(kModels), std::end(kModels), [&](const auto& m) { return m.name == name; });
+}
+
+const Format& accumulator_format(const TensorCoreModel& model) {
+  return model.output == fp16_rne ? formats::fp16 : formats::fp32;
+}
+
+float fused_dot(const TensorCoreModel& model, float c, const float* a, const float* b, int k, DotTrace* trace) {
+  return accumulator_value(model, dot_bits_from_floats(model, c, a, b, k, trace));
+}
+
+std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
+                             std::span<const std::uint32_t> a_bits, std::span<const std::uint32_t> b_bits,
+                             DotTrace* trace) {
+  const Format& in = input_format_of(model);
+  const int k = static_cast<int>(std::min(a_bits.size(), b_bits.size()));
+  std::vector<float> a(static_cast<std::size_t>(k)), b(static_cast<std::size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    a[static_cast<std::size_t>(i)] = static_cast<float>(to_double(in, a_bits[static_cast<std::size_t>(i)]));
+    b[static_cast<std::size_t>(i)] = static_cast<float>(to_double(in, b_bits[static_cast<std::size_t>(i)]));
+  }
+  const float c = static_cast<float>(to_double(accumulator_format(model), c_bits));
+  return dot_bits_from_floats(model, c, a.data(), b.data(), k, trace);
+}
+
+namespace {
+// Random finite values of `in`, as floats: a fixed pseudo-random stream (SplitMix64).
+std::vector<float> random_inputs(const Format& in, std::size_t n, std::uint64_t seed) {
+  std::vector<float> v;
+  v.reserve(n);
+  std::uint64_t state = seed;
+  while (v.size() < n) {
+    state += 0x9e3779b97f4a7c15ull;
+    const auto bits = static_cast<std::uint32_t>(mix64(state));
+    // Exponents near 1.0 (as real activations are), random sign and mantissa.
+    const std::uint32_t layout = bits & in.width_mask();
+    const std::uint32_t e = static_cast<std::uint32_t>(in.bias) - 4u + ((bits >> 28) & 7u);
+    const std::uint32_t with_exp = (layout & ~(in.exp_field_max() << in.man_bits)) | (e << in.man_bits);
+    const double x = to_double(in, to_container(in, with_exp));
+    if (std::isfinite(x)) v.push_back(static_cast<float>(x));
+  }
+  return v;
+}
+
+// CPU time of the calling thread: "per core" stays meaningful on a loaded machine.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+template <typename Body>
+double products_per_second(double min_seconds, Body body) {
+  const double start = thread_cpu_seconds();
+  std::uint64_t products = 0;
+  double elapsed = 0.0;
+  do {
+    products += body();
+    elapsed = thread_cpu_seconds() - start;
+  } while (elapsed < min_seconds);
+  return static_cast<double>(products) / elapsed;
+}
+}  // namespace
+
+double measure_dot_products_per_second(const TensorCoreModel& model, int k, double min_seconds) {
+  constexpr int kVectors = 256;
+  const Format& in = input_format_of(model);
+  const std::vector<float> a = random_inputs(in, static_cast<std::size_t>(k) * kVectors, 1);
+  const std::vector<float> b = random_inputs(in, static_cast<std::size_t>(k) * kVectors, 2);
+  volatile float sink = 0.0f;
+  return products_per_second(min_seconds, [&] {
+    float acc = 0.0f;
+    for (int v = 0; v < kVectors; ++v) {
+      acc += fused_dot(model, 0.0f, a.data() + static_cast<std::size_t>(v) * k, b.data() + static_cast<std::size_t>(v) * k, k);
+    }
+    sink = sink + acc;
+    return static_cast<std::uint64_t>(k) * kVectors;
+  });
+}
+
+double measure_native_fp32_dot_products_per_second(int k, double min_seconds, bool fused) {
+  constexpr int kVectors = 256;
+  const std::vector<float> a = random_inputs(formats::bf16, static_cast<std::size_t>(k) * kVectors, 1);
+  const std::vector<float> b = random_inputs(formats::bf16, static_cast<std::size_t>(k) * kVectors, 2);
+  volatile float sink = 0.0f;
+  return products_per_second(min_seconds, [&] {
+    float acc = 0.0f;
+    for (int v = 0; v < kVectors; ++v) {
+      const float* x = a.data() + static_cast<std::size_t>(v) * k;
+      const float* y = b.data() + static_cast<std::size_t>(v) * k;
+      float s = 0.0f;
+      if (fused) {
+        for (int i = 0; i < k; ++i) s = std::fmaf(x[i], y[i], s);
+      } else {
+        for (int i = 0; i < k; ++i) s = s + x[i] * y[i];
+      }
+      acc += s;
+    }
+    sink = sink + acc;
+    return static_cast<std::uint64_t>(k) * kVectors;
+  });
+}
+
+}  // namespace fb

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# gpu/device_session.sh: everything one device session does, in one command (gpu/README.md).
+# Builds gpu/ standalone with nvcc, runs the tensor-core and SFU probes, captures PyTorch's
+# flash SDPA and fb-fa2 (standard and +dynmax) on the same inputs, and leaves at most 8
+# files under $OUT: session.log, probes.fbp, sfu_summary.txt, up to 2 SFU tables, traces.tar.
+set -uo pipefail
+: "${OUT:?set OUT to the folder whose files come back}"
+cd "$(dirname "$0")/.."
+exec > >(tee "$OUT/session.log") 2>&1
+jobs=$(nproc)
+echo "== device"; nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv || true
+python3 -c "import torch, safetensors; print('torch', torch.__version__, 'cuda', torch.version.cuda)" || true
+echo "== build"
+generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+cmake -S gpu -B build-device "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc || exit 1
+cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-fa2 || exit 1
+echo "== tensor-core probes"
+./build-device/fb-mma-probe --out "$OUT/probes.fbp" --tiles 4
+echo "== SFU probe (all 2^32 inputs per function)"
+./build-device/fb-sfu-probe --out-dir "$OUT" --ex2-bits 16,18,20,22,23,24
+echo "== attention captures"
+work=$(mktemp -d)
+for hdim in 64 128; do
+  for scenario in random sink fa3-outliers; do
+    base="${scenario}_d${hdim}"
+    python3 gpu/capture_torch.py --scenario "$scenario" --hdim "$hdim" --seq 256 --heads 2 --seed 7 \
+      --out "$work/torch_${base}.safetensors" || continue
+    # the torch trace holds q, k, v, do: fb-fa2 reads them, so both saw identical inputs
+    ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2_${base}.safetensors" \
+      --trace-rows 0,1,17,100
+    ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2dynmax_${base}.safetensors" \
+      --variant dynmax --trace-rows 0,1,17,100
+  done
+done
+tar -C "$work" -cf "$OUT/traces.tar" .
+ls -l "$OUT"

@@ -1,0 +1,377 @@
+// gpu/sfu_probe.cu: fb-sfu-probe, exhaustive measurement of the MUFU approximations.
+//
+// Contract: evaluates ex2.approx.ftz.f32, rcp.approx.ftz.f32 and lg2.approx.ftz.f32
+// (inline PTX) on all 2^32 fp32 inputs, in chunks, on the device, and compares each
+// result with the correctly rounded (RNE) value of the exact function after .ftz input
+// flushing, with .ftz output flushing applied to the reference too.
+// - The reference is computed on the device in double (CUDA's exp2/log2 are within
+//   1-2 double ulps; 1/x is correctly rounded). Where the double result lies within
+//   2^-49 (relative) of an fp32 rounding boundary the rounding direction is not proven;
+//   those inputs are counted as "uncertain", listed in the summary (up to a cap), and
+//   re-resolved on the host with long double (x87, 64-bit significand); any still too
+//   close are reported as unresolved (resolve them with MPFR on the CPU side).
+// - Hypotheses of DESIGN.md §5 tested exhaustively:
+//   ex2: result(x) = 2^k * T(f) where k.f is x as a fixed-point number with N fraction
+//        bits (truncated toward -inf), for each N in --ex2-bits (default 18..24);
+//   rcp: result(2^e * m) = 2^-e * T(m) for normal inputs with normal results.
+//   A hypothesis holds when no two inputs with the same key disagree.
+// - Writes a summary (sfu_summary.txt) and, for the smallest N at which a hypothesis
+//   holds (at most 2^24 keys), a table file in the format documented in gpu/README.md
+//   ("FBSFUT1"). lg2 gets statistics only: no table hypothesis is tested for it.
+// Usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24] [--chunk-log2 28]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/device_common.cuh"
+
+namespace fb::gpu {
+namespace {
+
+enum Fn : int { kEx2, kRcp, kLg2, kFnCount };
+const char* const kFnNames[kFnCount] = {"ex2", "rcp", "lg2"};
+const char* const kFnPtx[kFnCount] = {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "lg2.approx.ftz.f32"};
+
+constexpr int kHistHalf = 8;  // bins for -8..8 ulps, plus below/above, plus NaN classes
+constexpr int kHistBins = 2 * kHistHalf + 1;
+constexpr int kBinBelow = kHistBins, kBinAbove = kHistBins + 1, kBinNanBoth = kHistBins + 2,
+              kBinNanMismatch = kHistBins + 3, kBinCount = kHistBins + 4;
+constexpr std::uint32_t kUncertainCap = 1u << 16;
+constexpr std::uint32_t kEmpty = 0xffffffffu;
+
+struct Stats {
+  unsigned long long hist[kBinCount];
+  long long max_abs_ulps;
+  unsigned int uncertain;
+  std::uint32_t uncertain_inputs[kUncertainCap];
+};
+
+__host__ __device__ inline float ftz_in(float x) { return (x != 0.f && fabsf(x) < FLT_MIN) ? copysignf(0.f, x) : x; }
+__host__ __device__ inline float ftz_out(float y) { return (y != 0.f && fabsf(y) < FLT_MIN) ? copysignf(0.f, y) : y; }
+
+// Ordered integer of an fp32 pattern, so that differences count ulps across zero.
+__host__ __device__ inline long long ordered(std::uint32_t bits) {
+  const long long mag = bits & 0x7fffffffu;
+  return (bits >> 31) ? -mag : mag;
+}
+
+__device__ inline float hw(int fn, float x) {
+  return fn == kEx2 ? ex2_approx_ftz(x) : fn == kRcp ? rcp_approx_ftz(x) : lg2_approx_ftz(x);
+}
+
+// Correctly rounded reference from a double approximation; sets `uncertain` when the
+// double is too close to an fp32 rounding boundary for its error bound.
+__host__ __device__ inline float round_reference(double r, bool& uncertain) {
+  uncertain = false;
+  const float f = static_cast<float>(r);  // RNE
+  if (!isfinite(r) || r == 0.0 || !isfinite(f) || f == 0.f) return f;
+  const float toward = static_cast<double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
+  if (!isfinite(toward)) return f;
+  const double boundary = 0.5 * (static_cast<double>(f) + static_cast<double>(toward));
+  uncertain = fabs(r - boundary) <= fabs(r) * 0x1p-49;
+  return f;
+}
+
+__device__ inline double exact_fn(int fn, double x) {
+  return fn == kEx2 ? exp2(x) : fn == kRcp ? 1.0 / x : log2(x);
+}
+
+__global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, Stats* stats) {
+  __shared__ unsigned long long hist[kBinCount];
+  for (int i = threadIdx.x; i < kBinCount; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  long long local_max = 0;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const float x = __uint_as_float(in);
+    const float y = hw(fn, x);
+    bool uncertain = false;
+    const float ref = ftz_out(round_reference(exact_fn(fn, static_cast<double>(ftz_in(x))), uncertain));
+    int bin;
+    if (isnan(y) || isnan(ref)) {
+      bin = (isnan(y) && isnan(ref)) ? kBinNanBoth : kBinNanMismatch;
+    } else {
+      const long long d = ordered(__float_as_uint(y)) - ordered(__float_as_uint(ref));
+      bin = d < -kHistHalf ? kBinBelow : d > kHistHalf ? kBinAbove : static_cast<int>(d) + kHistHalf;
+      local_max = max(local_max, d < 0 ? -d : d);
+    }
+    atomicAdd(&hist[bin], 1ull);
+    if (uncertain) {
+      const unsigned int slot = atomicAdd(&stats->uncertain, 1u);
+      if (slot < kUncertainCap) stats->uncertain_inputs[slot] = in;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBinCount; i += blockDim.x) atomicAdd(&stats->hist[i], hist[i]);
+  atomicMax(&stats->max_abs_ulps, local_max);
+}
+
+// ex2 fixed-point hypothesis with N fraction bits: key = frac of floor(x * 2^N),
+// value = result bits minus k in the exponent field. Domain: x in [-125, 127) with a
+// normal result, where 2^k * T(f) cannot leave the normal range.
+__global__ void ex2_hypothesis_kernel(int nbits, std::uint64_t base, std::uint64_t count, std::uint32_t* table,
+                                      unsigned long long* conflicts) {
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = __uint_as_float(static_cast<std::uint32_t>(base + i));
+    if (!(x >= -125.f && x < 127.f)) continue;
+    const float y = ex2_approx_ftz(x);
+    const long long q = static_cast<long long>(floor(ldexp(static_cast<double>(x), nbits)));
+    const long long k = q >> nbits;  // floor division
+    const std::uint32_t f = static_cast<std::uint32_t>(q & ((1ll << nbits) - 1));
+    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (k << 23));
+    const std::uint32_t old = atomicCAS(&table[f], kEmpty, v);
+    if (old != kEmpty && old != v) atomicAdd(conflicts, 1ull);
+  }
+}
+
+// rcp scaling hypothesis: key = mantissa field, value = result bits plus the input's
+// unbiased exponent in the exponent field.
+__global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, std::uint32_t* table,
+                                      unsigned long long* conflicts) {
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const int biased = static_cast<int>((in >> 23) & 0xff);
+    if (biased < 2 || biased > 252) continue;  // normal inputs whose reciprocal is normal
+    const float y = rcp_approx_ftz(__uint_as_float(in));
+    const std::uint32_t m = in & 0x7fffffu;
+    const long long e = biased - 127;
+    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y) & 0x7fffffffu) + (e << 23));
+    const std::uint32_t old = atomicCAS(&table[m], kEmpty, v);
+    if (old != kEmpty && old != v) atomicAdd(conflicts, 1ull);
+  }
+}
+
+// Table entries as 4-bit deltas (in ulps) from the correctly rounded exact value at the
+// key; -8 escapes to an explicit (key, bits) pair: used for deltas outside -7..7 and for
+// keys whose double reference was too close to a rounding boundary to be trusted.
+constexpr int kEscape = -8;
+__global__ void table_delta_kernel(int fn, int nbits, const std::uint32_t* table, std::uint32_t entries,
+                                   signed char* delta, unsigned int* counts, std::uint32_t* escapes,
+                                   std::uint32_t escape_cap) {
+  // counts: [0] unfilled keys, [1] escapes, [2] of which reference-uncertain
+  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < entries; j += gridDim.x * blockDim.x) {
+    bool uncertain = false;
+    const double frac = ldexp(static_cast<double>(j), -nbits);  // in [0,1)
+    const float ref = round_reference(fn == kEx2 ? exp2(frac) : 1.0 / (1.0 + frac), uncertain);
+    if (table[j] == kEmpty) {
+      atomicAdd(&counts[0], 1u);
+      delta[j] = 0;
+      continue;
+    }
+    const long long d = static_cast<long long>(table[j]) - static_cast<long long>(__float_as_uint(ref));
+    if (uncertain || d < -7 || d > 7) {
+      delta[j] = kEscape;
+      const unsigned int slot = atomicAdd(&counts[1], 1u);
+      if (uncertain) atomicAdd(&counts[2], 1u);
+      if (slot < escape_cap) {
+        escapes[2 * slot] = j;
+        escapes[2 * slot + 1] = table[j];
+      }
+    } else {
+      delta[j] = static_cast<signed char>(d);
+    }
+  }
+}
+
+struct Options {
+  std::string out_dir = ".";
+  std::vector<int> ex2_bits = {18, 20, 22, 23, 24};
+  int chunk_log2 = 28;
+};
+
+std::string device_line(const cudaDeviceProp& prop) {
+  int driver = 0, runtime = 0;
+  FB_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  FB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  std::ostringstream s;
+  s << "source=cuda:" << prop.name << "\ndevice=" << prop.name << "\ncompute_capability=" << prop.major << "."
+    << prop.minor << "\ndriver=" << driver << "\ncuda_runtime=" << runtime << "\n";
+  return s.str();
+}
+
+// FBSFUT1 (gpu/README.md): text header up to "end\n", then 2^N 4-bit deltas packed two
+// per byte (entry 2i in the low nibble), then u32 escape count and (u32 key, u32 bits) pairs.
+void emit_table(int fn, int nbits, std::uint32_t* d_table, const Options& o, const std::string& device,
+                std::uint32_t nan_output, std::ostringstream& summary) {
+  const std::uint32_t entries = 1u << nbits, escape_cap = 1u << 20;
+  signed char* d_delta;
+  unsigned int* d_counts;
+  std::uint32_t* d_escapes;
+  FB_CUDA_CHECK(cudaMalloc(&d_delta, entries));
+  FB_CUDA_CHECK(cudaMalloc(&d_counts, 3 * sizeof(unsigned int)));
+  FB_CUDA_CHECK(cudaMalloc(&d_escapes, 2ull * escape_cap * 4));
+  FB_CUDA_CHECK(cudaMemset(d_counts, 0, 3 * sizeof(unsigned int)));
+  table_delta_kernel<<<1024, 256>>>(fn, nbits, d_table, entries, d_delta, d_counts, d_escapes, escape_cap);
+  FB_CUDA_CHECK(cudaGetLastError());
+  std::vector<signed char> delta(entries);
+  unsigned int counts[3];
+  FB_CUDA_CHECK(cudaMemcpy(delta.data(), d_delta, entries, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(counts, d_counts, sizeof counts, cudaMemcpyDeviceToHost));
+  std::vector<std::uint32_t> escapes(2ull * std::min(counts[1], escape_cap));
+  FB_CUDA_CHECK(cudaMemcpy(escapes.data(), d_escapes, escapes.size() * 4, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaFree(d_delta));
+  FB_CUDA_CHECK(cudaFree(d_counts));
+  FB_CUDA_CHECK(cudaFree(d_escapes));
+  const std::string name = std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) + ".fbsfut";
+  if (counts[1] > escape_cap || counts[0] != 0) {
+    summary << "  NOT writing " << name << ": " << counts[0] << " keys never seen, " << counts[1] << " escapes\n";
+    return;
+  }
+  std::ofstream f(o.out_dir + "/" + name, std::ios::binary);
+  f << "FBSFUT1\nfunction=" << kFnNames[fn] << "\nkey=" << (fn == kEx2 ? "ex2_fixed_point_floor" : "rcp_mantissa")
+    << "\nkey_bits=" << nbits << "\nentries=" << entries << "\nnan_output=" << nan_output << "\n" << device << "end\n";
+  std::vector<unsigned char> packed(entries / 2);
+  for (std::uint32_t i = 0; i < entries; i += 2) {
+    packed[i / 2] = static_cast<unsigned char>((delta[i] & 0xf) | ((delta[i + 1] & 0xf) << 4));
+  }
+  f.write(reinterpret_cast<const char*>(packed.data()), static_cast<std::streamsize>(packed.size()));
+  const std::uint32_t n_escapes = counts[1];
+  f.write(reinterpret_cast<const char*>(&n_escapes), 4);  // the device and file are little-endian
+  f.write(reinterpret_cast<const char*>(escapes.data()), static_cast<std::streamsize>(escapes.size() * 4));
+  summary << "  wrote " << name << ": " << entries << " entries, " << counts[1] << " escaped (" << counts[2]
+          << " of them because the double reference was too close to a rounding boundary)\n";
+}
+
+__global__ void nan_output_kernel(int fn, std::uint32_t* out) {
+  *out = __float_as_uint(hw(fn, __uint_as_float(0x7fc00000u)));
+}
+
+int run(const Options& o) {
+  int device = 0;
+  cudaDeviceProp prop;
+  FB_CUDA_CHECK(cudaGetDevice(&device));
+  FB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const std::string dev = device_line(prop);
+  const std::uint64_t chunk = 1ull << o.chunk_log2, total = 1ull << 32;
+  std::ostringstream summary;
+  summary << "fb-sfu-probe summary (all 2^32 fp32 inputs)\n" << dev;
+  Stats* stats;
+  FB_CUDA_CHECK(cudaMallocManaged(&stats, sizeof(Stats)));
+  for (int fn = 0; fn < kFnCount; ++fn) {
+    std::memset(stats, 0, sizeof(Stats));
+    for (std::uint64_t base = 0; base < total; base += chunk) {
+      measure_kernel<<<4096, 256>>>(fn, base, chunk, stats);
+      FB_CUDA_CHECK(cudaGetLastError());
+    }
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    summary << "\n[" << kFnPtx[fn] << "] vs correctly rounded (RNE, ftz in and out)\n";
+    summary << "  max |ulp difference| (non-NaN) = " << stats->max_abs_ulps << "\n  histogram (ulps: count):";
+    for (int b = 0; b < kHistBins; ++b) {
+      if (stats->hist[b]) summary << " " << (b - kHistHalf) << ":" << stats->hist[b];
+    }
+    summary << " <-" << kHistHalf << ":" << stats->hist[kBinBelow] << " >" << kHistHalf << ":" << stats->hist[kBinAbove]
+            << " nan_both:" << stats->hist[kBinNanBoth] << " nan_mismatch:" << stats->hist[kBinNanMismatch] << "\n";
+    // Re-resolve the uncertain references with long double on the host.
+    const unsigned int n_unc = std::min(stats->uncertain, kUncertainCap);
+    unsigned int still = 0;
+    std::ostringstream listing;
+    for (unsigned int i = 0; i < n_unc; ++i) {
+      const std::uint32_t in = stats->uncertain_inputs[i];
+      float x;
+      std::memcpy(&x, &in, 4);
+      const long double xl = ftz_in(x);
+      const long double r = fn == kEx2 ? exp2l(xl) : fn == kRcp ? 1.0L / xl : log2l(xl);
+      const float f = static_cast<float>(r);
+      const float toward = static_cast<long double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
+      const long double boundary = 0.5L * (static_cast<long double>(f) + static_cast<long double>(toward));
+      const bool unresolved = fabsl(r - boundary) <= fabsl(r) * 0x1p-60L;
+      still += unresolved;
+      char line[96];
+      std::snprintf(line, sizeof line, "    0x%08x ref(long double)=0x%08x%s\n", in,
+                    [&] { std::uint32_t b; float g = ftz_out(f); std::memcpy(&b, &g, 4); return b; }(),
+                    unresolved ? " UNRESOLVED" : "");
+      listing << line;
+    }
+    summary << "  reference uncertain in double: " << stats->uncertain << " inputs (listed up to " << kUncertainCap
+            << "), still unresolved with long double: " << still
+            << " (their histogram bins above use the double reference)\n"
+            << listing.str();
+
+    if (fn == kEx2 || fn == kRcp) {
+      std::vector<int> bits = fn == kEx2 ? o.ex2_bits : std::vector<int>{23};
+      std::sort(bits.begin(), bits.end());
+      bool emitted = false;  // a key that holds at N bits holds at every finer N: keep the smallest
+      for (int nbits : bits) {
+        const std::uint64_t entries = 1ull << nbits;
+        std::uint32_t* d_table;
+        unsigned long long* d_conflicts;
+        FB_CUDA_CHECK(cudaMalloc(&d_table, entries * 4));
+        FB_CUDA_CHECK(cudaMalloc(&d_conflicts, sizeof(unsigned long long)));
+        FB_CUDA_CHECK(cudaMemset(d_table, 0xff, entries * 4));
+        FB_CUDA_CHECK(cudaMemset(d_conflicts, 0, sizeof(unsigned long long)));
+        for (std::uint64_t base = 0; base < total; base += chunk) {
+          if (fn == kEx2) ex2_hypothesis_kernel<<<4096, 256>>>(nbits, base, chunk, d_table, d_conflicts);
+          else rcp_hypothesis_kernel<<<4096, 256>>>(base, chunk, d_table, d_conflicts);
+          FB_CUDA_CHECK(cudaGetLastError());
+        }
+        unsigned long long conflicts = 0;
+        FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
+        summary << "  hypothesis " << (fn == kEx2 ? "ex2(x) = 2^k * T(frac), x fixed point with N="
+                                                   : "rcp(2^e m) = 2^-e * T(m), N=")
+                << nbits << " fraction bits: " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
+                << " inputs disagree with the first seen at their key)\n";
+        if (conflicts == 0 && nbits <= 24 && !emitted) {
+          std::uint32_t* d_nan;
+          std::uint32_t nan_output = 0;
+          FB_CUDA_CHECK(cudaMalloc(&d_nan, 4));
+          nan_output_kernel<<<1, 1>>>(fn, d_nan);
+          FB_CUDA_CHECK(cudaMemcpy(&nan_output, d_nan, 4, cudaMemcpyDeviceToHost));
+          FB_CUDA_CHECK(cudaFree(d_nan));
+          emit_table(fn, nbits, d_table, o, dev, nan_output, summary);
+          emitted = true;
+        }
+        FB_CUDA_CHECK(cudaFree(d_table));
+        FB_CUDA_CHECK(cudaFree(d_conflicts));
+      }
+    }
+    std::printf("%s done\n", kFnPtx[fn]);
+  }
+  FB_CUDA_CHECK(cudaFree(stats));
+  std::ofstream(o.out_dir + "/sfu_summary.txt") << summary.str();
+  std::fputs(summary.str().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fb::gpu
+
+int main(int argc, char** argv) {
+  fb::gpu::Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--out-dir" && i + 1 < argc) {
+      o.out_dir = argv[++i];
+    } else if (arg == "--chunk-log2" && i + 1 < argc) {
+      o.chunk_log2 = std::atoi(argv[++i]);
+    } else if (arg == "--ex2-bits" && i + 1 < argc) {
+      o.ex2_bits.clear();
+      std::stringstream s(argv[++i]);
+      std::string item;
+      while (std::getline(s, item, ',')) o.ex2_bits.push_back(std::atoi(item.c_str()));
+    } else {
+      std::fprintf(stderr, "usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24] [--chunk-log2 28]\n");
+      return 2;
+    }
+  }
+  for (int b : o.ex2_bits) {
+    if (b < 8 || b > 26) {
+      std::fprintf(stderr, "error: --ex2-bits: %d is outside 8..26\n", b);
+      return 2;
+    }
+  }
+  if (o.chunk_log2 < 16 || o.chunk_log2 > 32) {
+    std::fprintf(stderr, "error: --chunk-log2 must be in 16..32\n");
+    return 2;
+  }
+  return fb::gpu::run(o);
+}

@@ -1,0 +1,164 @@
+// tests/test_attention_fa2.cpp: the orchestration of the FA2 forward.
+//
+// An independent, deliberately plain transcription of FA2's forward for one query row
+// (csrc/flash_attn/src/softmax.h: reduce_max with the previous max folded in,
+// softmax_rescale_o, scale_apply_exp2 as one FFMA, per-thread reduce_sum over the
+// columns {2t, 2t+1} + 8i, quad_allreduce_ at the end, normalize_softmax_lse) written
+// with the same scalar and dot models (fb::fused_dot, the correct-rounding SFU set,
+// std::fmaf, fb::round_double), compared element for element with run_attention().
+// Also: the tracer records a consistent story and costs nothing in the results.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attention/attention.hpp"
+#include "emu/ops.hpp"
+#include "emu/special_functions.hpp"
+#include "emu/tensor_core.hpp"
+
+using namespace fb;
+using namespace fb::attn;
+
+namespace {
+
+float ftz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x; }
+float to_bf16(float x) { return static_cast<float>(to_double(formats::bf16, round_double(formats::bf16, x, RoundingSpec{}).bits)); }
+
+struct PlainResult {
+  std::vector<float> o;
+  float lse;
+};
+
+PlainResult plain_fa2_row(const AttentionInputs& in, const char* tc_name, int row, int block_n) {
+  const TensorCoreModel& tc = *find_tensor_core_model(tc_name, formats::bf16);
+  const SfuSet sfu = correct_sfu_set();
+  const int n = in.q.rows, d = in.q.cols;
+  const int visible = in.causal ? row + 1 : n;
+  const double scale = in.softmax_scale;
+  const float scale_log2 = static_cast<float>(scale * M_LOG2E);
+  std::vector<float> q(d), kj(d), vcol(block_n), s(block_n), p(block_n);
+  for (int c = 0; c < d; ++c) q[c] = static_cast<float>(in.q.at(0, 0, row, c));
+  float row_max = -INFINITY;
+  float row_sum[4] = {0, 0, 0, 0};
+  std::vector<float> acc_o(d, 0.0f);
+  const int n_blocks = (visible + block_n - 1) / block_n;
+  for (int nb = n_blocks - 1; nb >= 0; --nb) {
+    const int first = nb * block_n, count = std::min(visible, first + block_n) - first;
+    for (int j = 0; j < count; ++j) {
+      for (int c = 0; c < d; ++c) kj[c] = static_cast<float>(in.k.at(0, 0, first + j, c));
+      s[j] = fused_dot(tc, 0.0f, q.data(), kj.data(), d);
+    }
+    const float prev_max = row_max;
+    for (int j = 0; j < count; ++j) row_max = std::max(row_max, s[j]);
+    if (nb != n_blocks - 1) {
+      const float cur = row_max == -INFINITY ? 0.0f : row_max;
+      const float scores_scale = sfu.ex2->evaluate(ftz(ftz(prev_max - cur) * scale_log2));
+      for (float& x : row_sum) x = ftz(x * scores_scale);
+      for (float& x : acc_o) x = ftz(x * scores_scale);
+    }
+    const float max_scaled = row_max == -INFINITY ? 0.0f : ftz(row_max * scale_log2);
+    for (int j = 0; j < count; ++j) {
+      p[j] = sfu.ex2->evaluate(ftz(std::fmaf(s[j], scale_log2, -max_scaled)));
+      const int thread = (j % 8) / 2;
+      row_sum[thread] = ftz(row_sum[thread] + p[j]);
+    }
+    for (int j = 0; j < count; ++j) p[j] = to_bf16(p[j]);
+    for (int c = 0; c < d; ++c) {
+      for (int j = 0; j < count; ++j) vcol[j] = static_cast<float>(in.v.at(0, 0, first + j, c));
+      acc_o[c] = fused_dot(tc, acc_o[c], p.data(), vcol.data(), count);
+    }
+  }
+  const float sum = ftz(ftz(row_sum[0] + row_sum[2]) + ftz(row_sum[1] + row_sum[3]));
+  const bool empty = sum == 0.0f || sum != sum;
+  const float inv = empty ? 1.0f : sfu.rcp->evaluate(sum);
+  PlainResult res;
+  for (int c = 0; c < d; ++c) res.o.push_back(to_bf16(ftz(acc_o[c] * inv)));
+  res.lse = empty ? INFINITY : ftz(std::fmaf(row_max, static_cast<float>(scale), fast_log(sfu, sum)));
+  return res;
+}
+
+void compare_with_plain(const char* model, const char* tc, const AttentionInputs& in, int block_n_override,
+                        int default_block_n) {
+  CAPTURE(model);
+  RunOptions opt;
+  opt.block_n = block_n_override;
+  const AttentionOutputs got = run_attention(parse_kernel_model(model, formats::bf16), in, opt);
+  const int bn = block_n_override > 0 ? block_n_override : default_block_n;
+  for (int r = 0; r < in.q.rows; ++r) {
+    CAPTURE(r);
+    const PlainResult want = plain_fa2_row(in, tc, r, bn);
+    for (int c = 0; c < in.q.cols; ++c) REQUIRE(got.o.at(0, 0, r, c) == static_cast<double>(want.o[c]));
+    REQUIRE(got.lse.at(0, 0, r, 0) == static_cast<double>(want.lse));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fa2 forward equals a plain transcription of FA2, element for element") {
+  // Default tiles (hdim 64: 128 keys): 200 keys = a partial tile visited first, then a full one.
+  // Under the sanitizer run: 136 keys (a partial tile of 8, then a full one).
+  const bool small_run = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  AttentionInputs in = make_scenario("random", 21, 1, 1, small_run ? 136 : 200, 64, formats::bf16, false);
+  compare_with_plain("fa2-sm80", "sm80", in, 0, 128);
+  compare_with_plain("fa2-sm90", "sm90-mma", in, 0, 128);
+  // Small tiles and causal masking: many rescalings, masked tails.
+  AttentionInputs small = make_scenario("fa3-outliers", 5, 1, 1, 77, 32, formats::bf16, false);
+  small.causal = true;
+  compare_with_plain("fa2-sm80", "sm80", small, 16, 0);
+  // Ties at the max: the sink scenario.
+  AttentionInputs sink = make_scenario("sink", 5, 1, 1, 90, 64, formats::bf16, false);
+  compare_with_plain("fa2-sm90", "sm90-mma", sink, 32, 0);
+}
+
+TEST_CASE("the tracer records a consistent story and does not change results") {
+  AttentionInputs in = make_scenario("sink", 12, 1, 1, 150, 64, formats::bf16, true);
+  for (const char* name : {"fa2-sm80", "fa-bf16acc"}) {
+    CAPTURE(name);
+    const ModelHandle m = parse_kernel_model(name, formats::bf16);
+    RunOptions plain;
+    plain.block_n = 64;
+    const AttentionOutputs a = run_attention(m, in, plain);
+    Tracer tracer;
+    tracer.rows = {{0, 0, 7}, {0, 0, 149}};
+    tracer.plot_feature = 4;
+    RunOptions traced = plain;
+    traced.tracer = &tracer;
+    const AttentionOutputs b = run_attention(m, in, traced);
+    CHECK(a.o.data == b.o.data);
+    CHECK(a.delta->data == b.delta->data);
+    CHECK(a.dq->data == b.dq->data);
+    REQUIRE(tracer.traces.size() == 2);
+    for (const RowTrace& t : tracer.traces) {
+      CAPTURE(t.row);
+      CHECK(t.tiles.size() == 3);  // 150 keys in tiles of 64
+      CHECK(t.o_cast.size() == 64);
+      CHECK(t.cumulative_error_by_key.size() == 150);
+      CHECK(t.key_order.size() == 150);
+      // The sink keys 0 and 1 have P̄ == 1 (after the cast) in the tile that holds them
+      // (so may the max of a tile visited before it, while it is the running max).
+      const auto& keys = t.p_equal_one_keys;
+      CHECK(std::count(keys.begin(), keys.end(), 0) == 1);
+      CHECK(std::count(keys.begin(), keys.end(), 1) == 1);
+      int ones = 0, repeated = 0, events = 0;
+      for (const TileRecord& tile : t.tiles) {
+        ones += tile.p_equal_one;
+        repeated = std::max(repeated, tile.repeated_max);
+        events += tile.rounded_up + tile.rounded_down;
+      }
+      CHECK(ones == static_cast<int>(keys.size()));
+      CHECK(repeated >= 1);
+      CHECK(events > 0);
+      CHECK(t.pv_dot_steps.size() + t.pv_buffer_events.size() > 0);
+      // delta's error decomposition adds up: delta - Σ dO·O_pre = from_o + from_reduction.
+      CHECK(std::isfinite(t.delta_error_from_o));
+      CHECK(std::isfinite(t.delta_error_from_reduction));
+    }
+    // FA2 visits KV tiles last to first: the first traced key is in the last tile.
+    if (std::string(name) == "fa2-sm80") CHECK(tracer.traces[0].key_order.front() >= 128);
+  }
+}

@@ -1,0 +1,207 @@
+// tests/test_attention_models.cpp: the kernel recipes' algebra and edge cases.
+//
+// - Every model (and variant) run in exact arithmetic (RunOptions::exact_arithmetic:
+//   every rounding the identity, libm SFUs) equals the independent long-double
+//   reference exact_attention() to 1e-12, forward and backward, causal or not, with
+//   tiles small enough that the online softmax really rescales. This pins tiling,
+//   KV order, the rescale algebra, LSE formulas, delta formulas and that +dynmax is
+//   exact in real arithmetic.
+// - Edge cases: -inf scores, every score -inf, seqlen 0 and 1: no NaN, O = 0 and
+//   LSE = +inf where nothing is visible (FA2's normalize_softmax_lse).
+// - Model names: canonical names, variant parameters, errors.
+// - Determinism: results do not depend on the thread count.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+
+using namespace fb;
+using namespace fb::attn;
+
+namespace {
+
+double max_abs_diff(const Tensor4& a, const Tensor4& b) {
+  REQUIRE(a.data.size() == b.data.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    const double x = a.data[i], y = b.data[i];
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return INFINITY;
+      continue;
+    }
+    m = std::max(m, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
+  }
+  return m;
+}
+
+void check_exact(const std::string& name, const AttentionInputs& in, int block_m, int block_n) {
+  CAPTURE(name);
+  CAPTURE(in.causal);
+  const ModelHandle model = parse_kernel_model(name, in.dtype);
+  RunOptions opt;
+  opt.exact_arithmetic = true;
+  opt.block_m = block_m;
+  opt.block_n = block_n;
+  const AttentionOutputs got = run_attention(model, in, opt);
+  const AttentionOutputs ref = exact_attention(in);
+  CHECK(max_abs_diff(got.o, ref.o) < 1e-12);
+  CHECK(max_abs_diff(got.lse, ref.lse) < 1e-12);
+  REQUIRE(got.delta.has_value());
+  CHECK(max_abs_diff(*got.delta, *ref.delta) < 1e-12);
+  CHECK(max_abs_diff(*got.dq, *ref.dq) < 1e-12);
+  CHECK(max_abs_diff(*got.dk, *ref.dk) < 1e-12);
+  CHECK(max_abs_diff(*got.dv, *ref.dv) < 1e-12);
+}
+
+// Recipes that can read inputs of `dtype` (an fp16 recipe cannot read bf16 values).
+std::vector<KernelModel> models_for(const Format& dtype) {
+  std::vector<KernelModel> out;
+  for (KernelModel& m : base_kernel_models(dtype)) {
+    const bool clash = (m.input == formats::fp16 && dtype == formats::bf16) || (m.input == formats::bf16 && dtype == formats::fp16);
+    if (!clash) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every kernel model in exact arithmetic equals the exact reference") {
+  for (bool causal : {false, true}) {
+    AttentionInputs in = make_scenario("random", 11, 1, 2, 45, 16, formats::bf16, true);
+    in.causal = causal;
+    for (const KernelModel& m : models_for(formats::bf16)) {
+      // Tiles of 8 keys force several rescalings over 45 keys (the last tile partial).
+      check_exact(m.base, in, 16, 8);
+      if (m.base == "golden-bf16-flash") check_exact(m.base, in, 5, 3);  // odd tiles too
+    }
+  }
+}
+
+TEST_CASE("variants in exact arithmetic: dynmax changes nothing, delta-dpp and o-fp32 are the same maths") {
+  AttentionInputs in = make_scenario("sink", 5, 1, 1, 40, 32, formats::bf16, true);
+  for (const char* name : {"fa2-sm80+dynmax", "fa2-sm90+dynmax:beta=4,tol=0.01", "fa-bf16acc+dynmax",
+                           "golden-bf16-flash+dynmax", "triton-tutorial+dynmax", "fa2-sm80+delta-dpp",
+                           "fa-bf16acc+delta-dpp", "fa2-sm90+o-fp32+o-sr", "standard-bf16+delta-dpp"}) {
+    check_exact(name, in, 16, 8);
+  }
+}
+
+TEST_CASE("fp16 dtype runs the fp16 recipes in exact arithmetic too") {
+  AttentionInputs in = make_scenario("random", 3, 1, 1, 33, 32, formats::fp16, true);
+  for (const KernelModel& m : models_for(formats::fp16)) check_exact(m.base, in, 16, 8);
+}
+
+TEST_CASE("dynmax keeps every P-bar below one on the sink scenario (hardware arithmetic)") {
+  // With ties at the row max, the plain recipe has P̄ == 1 exactly; +dynmax must not.
+  AttentionInputs in = make_scenario("sink", 9, 1, 1, 64, 32, formats::bf16, false);
+  for (const char* base : {"fa2-sm80", "fa-bf16acc"}) {
+    CAPTURE(base);
+    Tracer plain, fixed;
+    plain.rows = fixed.rows = {{0, 0, 10}, {0, 0, 40}};
+    RunOptions opt;
+    opt.tracer = &plain;
+    run_attention(parse_kernel_model(base, formats::bf16), in, opt);
+    opt.tracer = &fixed;
+    run_attention(parse_kernel_model(std::string(base) + "+dynmax", formats::bf16), in, opt);
+    int ones_plain = 0, ones_fixed = 0;
+    for (const RowTrace& t : plain.traces) ones_plain += static_cast<int>(t.p_equal_one_keys.size());
+    for (const RowTrace& t : fixed.traces) ones_fixed += static_cast<int>(t.p_equal_one_keys.size());
+    CHECK(ones_plain >= 4);  // keys 0 and 1 in both rows
+    CHECK(ones_fixed == 0);
+  }
+}
+
+TEST_CASE("scores of -inf and rows where every score is -inf: no NaN, O = 0, LSE = +inf") {
+  AttentionInputs in = make_scenario("random", 2, 1, 1, 24, 16, formats::bf16, false);
+  // Keys 3..7 get score -inf for every query whose first entry is positive; make all
+  // queries' first entry positive, and k_j0 = -inf with the rest of k_j zero.
+  for (int r = 0; r < 24; ++r) in.q.at(0, 0, r, 0) = 1.0;
+  for (int j = 3; j < 8; ++j)
+    for (int c = 0; c < 16; ++c) in.k.at(0, 0, j, c) = c == 0 ? -INFINITY : 0.0;
+  const AttentionOutputs ref = exact_attention(in);
+  for (const KernelModel& m : models_for(formats::bf16)) {
+    CAPTURE(m.base);
+    const AttentionOutputs got = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
+    for (std::size_t i = 0; i < got.o.data.size(); ++i) {
+      REQUIRE(std::isfinite(got.o.data[i]));
+      CHECK(std::fabs(got.o.data[i] - ref.o.data[i]) <= 0.02 * std::max(1.0, std::fabs(ref.o.data[i])));
+    }
+  }
+  // Every key -inf: nothing visible.
+  for (int j = 0; j < 24; ++j)
+    for (int c = 0; c < 16; ++c) in.k.at(0, 0, j, c) = c == 0 ? -INFINITY : 0.0;
+  for (const KernelModel& m : models_for(formats::bf16)) {
+    CAPTURE(m.base);
+    const AttentionOutputs got = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
+    for (double x : got.o.data) CHECK(x == 0.0);
+    for (double x : got.lse.data) CHECK(x == INFINITY);
+  }
+}
+
+TEST_CASE("seqlen 0 and 1, causal: shapes kept, values exact where they must be") {
+  for (int n : {0, 1}) {
+    AttentionInputs in = make_scenario("random", 4, 2, 1, n, 8, formats::bf16, true);
+    in.causal = true;
+    for (const KernelModel& m : models_for(formats::bf16)) {
+      CAPTURE(m.base);
+      const AttentionOutputs got = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
+      REQUIRE(got.o.data.size() == static_cast<std::size_t>(2 * n * 8));
+      // One key: softmax is exactly 1, so O = V exactly (every model rounds V·1 back to V).
+      for (std::size_t i = 0; i < got.o.data.size(); ++i) CHECK(got.o.data[i] == in.v.data[i]);
+    }
+  }
+}
+
+TEST_CASE("results do not depend on the thread count") {
+  AttentionInputs in = make_scenario("fa3-outliers", 8, 2, 3, 70, 32, formats::bf16, true);
+  in.causal = true;
+  for (const char* name : {"fa2-sm90", "fa-bf16acc", "standard-bf16"}) {
+    CAPTURE(name);
+    const ModelHandle m = parse_kernel_model(name, formats::bf16);
+    RunOptions one, many;
+    many.threads = 4;
+    one.block_n = many.block_n = 16;
+    const AttentionOutputs a = run_attention(m, in, one), b = run_attention(m, in, many);
+    CHECK(a.o.data == b.o.data);
+    CHECK(a.lse.data == b.lse.data);
+    CHECK(a.dq->data == b.dq->data);
+    CHECK(a.dk->data == b.dk->data);
+    CHECK(a.dv->data == b.dv->data);
+  }
+}
+
+TEST_CASE("kernel model names and variants parse, errors name the bad part") {
+  CHECK(parse_kernel_model("fa2-sm90", formats::bf16).name == "fa2-sm90");
+  CHECK(parse_kernel_model("fa2-sm90+dynmax", formats::bf16).name == "fa2-sm90+dynmax:beta=2,tol=0.001");
+  const ModelHandle h = parse_kernel_model("fa-bf16acc+dynmax:beta=4,tol=0.5+o-sr", formats::bf16);
+  CHECK(h.recipe->dynmax);
+  CHECK(h.recipe->dynmax_beta == 4.0);
+  CHECK(h.recipe->dynmax_tol == 0.5);
+  CHECK(h.recipe->o_sr);
+  CHECK(parse_kernel_model("fa2-sm80", formats::fp16).recipe->input == formats::fp16);
+  CHECK_THROWS_WITH_AS(parse_kernel_model("fa3-sm90", formats::bf16), doctest::Contains("fa3-sm90"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+nope", formats::bf16), doctest::Contains("nope"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:beta=x", formats::bf16), std::invalid_argument);
+  CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:gamma=1", formats::bf16), std::invalid_argument);
+  CHECK_THROWS_AS(parse_kernel_model("fa2-sm80", formats::fp32), std::invalid_argument);
+  CHECK(describe_kernel_models().size() >= 14);
+  const AttentionInputs fp16_inputs = make_scenario("random", 1, 1, 1, 8, 8, formats::fp16, false);
+  CHECK_THROWS_AS(run_attention(parse_kernel_model("fa-bf16acc", formats::bf16), fp16_inputs, RunOptions{}),
+                  std::invalid_argument);
+  // FA2's default tiles (flash_fwd_launch_template.h): hdim64 128x128, hdim128 128x64.
+  const ModelHandle fa2_handle = parse_kernel_model("fa2-sm80", formats::bf16);
+  const KernelModel& fa2 = *fa2_handle.recipe;
+  CHECK(fa2.tiles_for(64, 4096).block_n == 128);
+  CHECK(fa2.tiles_for(128, 4096).block_n == 64);
+  // Golden et al.: B_c = ceil(M/4d), B_r = min(ceil(M/4d), d), M = 32768 (assumed).
+  const ModelHandle golden_handle = parse_kernel_model("golden-bf16-flash", formats::bf16);
+  const KernelModel& g = *golden_handle.recipe;
+  CHECK(g.tiles_for(64, 4096).block_n == 128);
+  CHECK(g.tiles_for(64, 4096).block_m == 64);
+  CHECK(g.tiles_for(48, 4096).block_n == 171);
+}

@@ -1,0 +1,169 @@
+// tests/test_cli_commands.cpp: the user commands of issue 5 (sweep, merge, bias-test,
+// deviation, replay, make-trace), run as the built `flashbits` binary.
+//
+// Independent facts checked: exit codes from CLI.md; sweep output is independent of
+// --jobs and of sharding (merge of shards == unsharded, byte for byte); fa-bf16acc on the
+// sink scenario is biased with O negative and delta positive (Qiu & Yao, DESIGN.md §7)
+// while its +dynmax fix is not; standard-fp32's RMSE is at least 2^(23-7)/4 times smaller
+// than standard-bf16's (16 more mantissa bits); an emulated trace replays 100% and a
+// corrupted one exits 2 with one error line. Trial counts are small (< 60 s in Release).
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#ifndef FLASHBITS_BINARY
+#error "FLASHBITS_BINARY must name the flashbits executable"
+#endif
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::filesystem::path scratch() {
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("fb_cli_commands_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+Run run(const std::string& args) {
+  static int counter = 0;
+  const std::string base = (scratch() / ("run" + std::to_string(counter++))).string();
+  const std::string cmd = std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
+}
+
+const std::string kSweep = "sweep --model fa2-sm80,fa-bf16acc --scenario sink,random --seqlen 64 --headdim 32 "
+                           "--trials 3 --seed 7";
+
+}  // namespace
+
+TEST_CASE("sweep: output does not depend on --jobs, and shards merge to the unsharded output byte for byte") {
+  const auto full_csv = (scratch() / "full.csv").string();
+  const Run one = run(kSweep + " --jobs 1 --csv " + full_csv);
+  REQUIRE(one.code == 0);
+  const Run two = run(kSweep + " --jobs 2");
+  REQUIRE(two.code == 0);
+  CHECK(one.out == two.out);
+  CHECK(one.out.find("bf16/rne/fa-bf16acc/sink/n64/d32") != std::string::npos);
+  const auto s1 = (scratch() / "s1.csv").string(), s2 = (scratch() / "s2.csv").string(),
+             s3 = (scratch() / "s3.csv").string(), merged = (scratch() / "merged.csv").string();
+  REQUIRE(run(kSweep + " --shard 1/3 --csv " + s1).code == 0);
+  REQUIRE(run(kSweep + " --shard 2/3 --csv " + s2).code == 0);
+  REQUIRE(run(kSweep + " --shard 3/3 --csv " + s3).code == 0);
+  const Run m = run("merge " + s3 + " " + s1 + " " + s2 + " --csv " + merged);
+  REQUIRE(m.code == 0);
+  CHECK(m.out == one.out);
+  CHECK(slurp(merged) == slurp(full_csv));
+  // JSON shards merge the same way.
+  const Run json_full = run(kSweep + " --json");
+  REQUIRE(json_full.code == 0);
+  std::ofstream(scratch() / "j1.json") << run(kSweep + " --shard 1/2 --json").out;
+  std::ofstream(scratch() / "j2.json") << run(kSweep + " --shard 2/2 --json").out;
+  const Run jm = run("merge " + (scratch() / "j1.json").string() + " " + (scratch() / "j2.json").string() + " --json");
+  CHECK(jm.code == 0);
+  CHECK(jm.out == json_full.out);
+  // A configuration in two shards is an error.
+  CHECK(run("merge " + s1 + " " + s1).code == 2);
+}
+
+TEST_CASE("sweep: combinations a model cannot take are usage errors") {
+  CHECK(run("sweep --model standard-fp32 --formats bf16 --trials 2 --seqlen 16 --headdim 16").code == 2);
+  CHECK(run("sweep --model fa2-sm80 --round rtz --trials 2 --seqlen 16 --headdim 16").code == 2);
+  CHECK(run("sweep --model fa2-sm80 --scenario nope --trials 2 --seqlen 16 --headdim 16").code == 2);
+  CHECK(run("sweep --model fa2-sm80 --shard 3/2 --trials 2 --seqlen 16 --headdim 16").code == 2);
+}
+
+TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax is not") {
+  const Run biased = run("bias-test --model fa-bf16acc --scenario sink --trials 24 --seqlen 128 --headdim 32 --json");
+  REQUIRE(biased.code == 1);
+  const auto j = nlohmann::json::parse(biased.out);
+  CHECK(j["verdict"] == "biased");
+  CHECK(j["o"]["mean_ulps"].get<double>() < 0);
+  CHECK(j["o"]["ci"][1].get<double>() < 0);
+  CHECK(j["delta"]["mean_ulps"].get<double>() > 0);
+  const Run fixed = run("bias-test --model fa-bf16acc+dynmax --scenario sink --trials 24 --seqlen 128 --headdim 32");
+  CHECK(fixed.code == 0);
+  CHECK(fixed.out.find("no detectable bias") != std::string::npos);
+  CHECK(run("bias-test --model fa2-sm80 --recipe x.toml --scenario sink --trials 4").code == 2);
+}
+
+TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has exactly the documented keys") {
+  const Run r = run("deviation --models standard-fp32,standard-bf16 --inputs normal --seqlen 128 --headdim 32 --json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["rows"].size() == 2);
+  for (const auto& row : j["rows"]) {
+    CHECK(row.size() == 7);
+    for (const char* key : {"model", "seqlen", "tiles", "max", "mean", "std", "rmse"}) CHECK(row.contains(key));
+  }
+  const double fp32 = j["rows"][0]["rmse"], bf16 = j["rows"][1]["rmse"];
+  CHECK(fp32 > 0);
+  CHECK(fp32 * 4096 < bf16);  // 16 more significand bits: 2^16 smaller unit roundoff, 16x slack
+  CHECK(bf16 < 0.05);  // bf16 attention outputs of N(0,1) inputs are O(1): a few 1e-3
+  CHECK(run("deviation --models fa2-sm80 --tiles 64by64 --seqlen 64 --headdim 32").code == 2);
+}
+
+TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted one exits 2") {
+  const auto trace = (scratch() / "t.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 96 --headdim 32 --seed 5 --backward --out " + trace)
+              .code == 0);
+  const Run r = run("replay " + trace + " --json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["hardware_capture"] == false);
+  CHECK(j["source"] == "emulated");
+  int names = 0;
+  for (const auto& t : j["tensors"]) {
+    CHECK(t["matching"] == t["compared"]);
+    CHECK(t["compared"].get<int>() > 0);
+    ++names;
+  }
+  CHECK(names == 3);  // o, lse, delta
+  const Run text = run("replay " + trace + " --row 3 --explain");
+  CHECK(text.code == 0);
+  CHECK(text.out.find("EMULATED") != std::string::npos);
+  // Replaying under a different model is a mismatch (exit 1): fa-bf16acc keeps O in bf16.
+  CHECK(run("replay " + trace + " --model fa-bf16acc").code == 1);
+  // Corrupt one byte of the JSON header's length prefix and truncate the data section.
+  std::string bytes = slurp(trace);
+  const auto bad = (scratch() / "bad.safetensors").string();
+  std::ofstream(bad, std::ios::binary) << bytes.substr(0, bytes.size() - 10);
+  const Run b = run("replay " + bad);
+  CHECK(b.code == 2);
+  CHECK(b.err.find("bad.safetensors") != std::string::npos);
+  CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
+}
+
+TEST_CASE("replay: the shipped example traces replay bit for bit") {
+  const std::filesystem::path examples = std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(examples)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    ++count;
+    CHECK_MESSAGE(run("replay '" + entry.path().string() + "'").code == 0, entry.path().string());
+  }
+  CHECK(count >= 2);
+}

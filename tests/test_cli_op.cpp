@@ -1,0 +1,319 @@
+// tests/test_cli_op.cpp: the `flashbits op` command line contract (CLI.md `op`,
+// shared conventions), by running the built binary.
+//
+// Contract checked here: the shorthand and flag forms print `RESULT_HEX FLAGS`;
+// --json is valid JSON with result, flags and event; `op --batch -` prints one line
+// per input line, hex lower-case and zero-padded to the format's width; a malformed
+// batch line N prints `error: line N: ...` on stderr and exits 2; bad format names,
+// bad hex, wrong operand counts and non-representable decimals exit 2 with one error
+// line. Expected results come from MPFR (random batch lines) or are worked out by
+// hand from the DESIGN.md §2 encodings in comments; never from the emulator library.
+//
+// The binary's path comes from the FLASHBITS_BINARY compile definition
+// (tests/CMakeLists.txt).
+#include <doctest/doctest.h>
+#include <mpfr.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef FLASHBITS_BINARY
+#error "FLASHBITS_BINARY must name the flashbits executable"
+#endif
+
+namespace {
+
+bool sanitizer_scale() {
+  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
+  return s != nullptr && std::string(s) == "sanitizer";
+}
+
+struct Run {
+  int exit_code;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Runs `flashbits ARGS` with `input` on stdin; captures stdout, stderr, exit code.
+Run flashbits(const std::string& args, const std::string& input = "") {
+  static int counter = 0;
+  const std::string base = "/tmp/fb_test_cli_op." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  {
+    std::ofstream in(base + ".in", std::ios::binary);
+    in << input;
+  }
+  const std::string cmd = std::string("'") + FLASHBITS_BINARY + "' " + args + " < " + base + ".in > " + base +
+                          ".out 2> " + base + ".err";
+  const int status = std::system(cmd.c_str());
+  Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
+  for (const char* ext : {".in", ".out", ".err"}) std::remove((base + ext).c_str());
+  return r;
+}
+
+// ---- an MPFR reference for add / sub / mul in IEEE formats, normal results only ----
+struct IeeeFormat {
+  const char* name;
+  int man_bits, exp_bits, bias, shift, hex_digits;
+};
+const IeeeFormat kFp32{"fp32", 23, 8, 127, 0, 8}, kTf32{"tf32", 10, 8, 127, 13, 8}, kBf16{"bf16", 7, 8, 127, 0, 4},
+    kFp16{"fp16", 10, 5, 15, 0, 4}, kE5m2{"e5m2", 2, 5, 15, 0, 2};
+
+// A random normal operand with unbiased exponent in [-3, 6]: for these five formats,
+// sums, differences and products then stay normal (the smallest non-zero difference
+// is >= 2^(-3 - 10) >= fp16's 2^-14; the largest product < 2^14 < 57344 and 65504).
+std::uint32_t random_operand(const IeeeFormat& f, std::mt19937_64& rng) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(rng() & 1u);
+  const int exponent = static_cast<int>(rng() % 10) - 3;
+  const std::uint32_t man = static_cast<std::uint32_t>(rng()) & ((1u << f.man_bits) - 1u);
+  const std::uint32_t layout = (sign << (f.exp_bits + f.man_bits)) |
+                               (static_cast<std::uint32_t>(exponent + f.bias) << f.man_bits) | man;
+  return layout << f.shift;
+}
+
+void set_operand(mpfr_t out, const IeeeFormat& f, std::uint32_t stored) {
+  const std::uint32_t layout = stored >> f.shift;
+  const bool negative = (layout >> (f.exp_bits + f.man_bits)) & 1u;
+  const int e = static_cast<int>((layout >> f.man_bits) & ((1u << f.exp_bits) - 1u)) - f.bias;
+  const std::uint32_t significand = (layout & ((1u << f.man_bits) - 1u)) | (1u << f.man_bits);
+  mpfr_set_ui_2exp(out, significand, e - f.man_bits, MPFR_RNDN);  // exact: precision 64
+  if (negative) mpfr_neg(out, out, MPFR_RNDN);
+}
+
+// The expected batch output line: result rounded by MPFR at the format's precision,
+// encoded by the IEEE rule; "x" when MPFR reports an inexact result.
+std::string expected_line(const std::string& op, const IeeeFormat& f, mpfr_rnd_t rnd, std::uint32_t a,
+                          std::uint32_t b) {
+  mpfr_t x, y, r;
+  mpfr_inits2(64, x, y, static_cast<mpfr_ptr>(nullptr));
+  mpfr_init2(r, f.man_bits + 1);
+  set_operand(x, f, a);
+  set_operand(y, f, b);
+  int ternary = 0;
+  if (op == "add") ternary = mpfr_add(r, x, y, rnd);
+  else if (op == "sub") ternary = mpfr_sub(r, x, y, rnd);
+  else ternary = mpfr_mul(r, x, y, rnd);
+  std::uint32_t layout = mpfr_signbit(r) ? (1u << (f.exp_bits + f.man_bits)) : 0u;
+  if (!mpfr_zero_p(r)) {
+    mpz_t z;
+    mpz_init(z);
+    const mpfr_exp_t k = mpfr_get_z_2exp(z, r);  // |r| = z * 2^k, z has man_bits + 1 bits
+    mpz_abs(z, z);
+    const auto significand = static_cast<std::uint32_t>(mpz_get_ui(z));
+    REQUIRE((significand >> f.man_bits) == 1u);
+    const long e = static_cast<long>(k) + f.man_bits;  // unbiased exponent of the leading bit
+    REQUIRE(e + f.bias >= 1);                          // normal, as random_operand promises
+    REQUIRE(e + f.bias < (1 << f.exp_bits) - 1);
+    layout |= (static_cast<std::uint32_t>(e + f.bias) << f.man_bits) | (significand & ((1u << f.man_bits) - 1u));
+    mpz_clear(z);
+  }
+  mpfr_clears(x, y, r, static_cast<mpfr_ptr>(nullptr));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*x %s", f.hex_digits, layout << f.shift, ternary != 0 ? "x" : "-");
+  return buf;
+}
+
+bool one_error_line(const Run& r) {
+  const auto lines = lines_of(r.err);
+  return lines.size() == 1 && lines[0].rfind("error: ", 0) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("op shorthand: add bf16 rne 3f80 3b80 prints 3f80 x") {
+  // 3f80 = 1.0 and 3b80 = 2^(0x77 - 127) = 2^-8; 1 + 2^-8 lies exactly halfway
+  // between 1 and 1 + 2^-7 (bf16 keeps 7 fraction bits), so RNE keeps the even 1.0,
+  // inexact.
+  const Run r = flashbits("op add bf16 rne 3f80 3b80");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "3f80 x\n");
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("op flag form equals the shorthand") {
+  const char* shorthand[] = {"op add bf16 rne 3f80 3b80", "op mul e4m3 rtz 4e 3a", "op sub fp16 rup 3c00 8001",
+                             "op cvt e4m3 rne fp32:43f00000 satfinite", "op fma fp32 rdn 3f800000 3f800000 b3800000"};
+  const char* flag_form[] = {"op add --format bf16 --round rne 3f80 3b80", "op mul --format e4m3 --round rtz 0x4e 0x3a",
+                             "op sub --format fp16 --round rup 3c00 0x8001",
+                             "op cvt --format e4m3 --round rne --overflow satfinite fp32:43f00000",
+                             "op fma --format fp32 --round rdn 3f800000 3f800000 b3800000"};
+  for (std::size_t i = 0; i < std::size(shorthand); ++i) {
+    const Run a = flashbits(shorthand[i]), b = flashbits(flag_form[i]);
+    INFO(shorthand[i] << " | " << flag_form[i]);
+    CHECK(a.exit_code == 0);
+    CHECK(b.exit_code == 0);
+    CHECK(!a.out.empty());
+    CHECK(a.out == b.out);
+  }
+  // Hand-worked values for three of them:
+  // fp16 1 - (-2^-24) rounded up is the next value above 1, 3c01, inexact.
+  CHECK(flashbits(shorthand[2]).out == "3c01 x\n");
+  // 480 (fp32 43f00000) = 1.111b * 2^8 would be e4m3 code 0x7f, which is the NaN: it
+  // exceeds max finite 448 (0x7e), so satfinite gives 448 and still raises overflow
+  // and inexact (DESIGN.md §2); ieee gives NaN (e4m3 has no inf).
+  CHECK(flashbits(shorthand[3]).out == "7e xo\n");
+  const std::string nosat = flashbits("op cvt e4m3 rne fp32:43f00000").out;
+  CHECK((nosat == "7f xo\n" || nosat == "ff xo\n"));  // either e4m3 NaN code is acceptable
+  // 464 = 1.1101b * 2^8 is halfway between 448 (mantissa 110, even) and 480: RNE keeps
+  // 448, inexact, no overflow.
+  CHECK(flashbits("op cvt e4m3 rne fp32:43e80000").out == "7e x\n");
+  // 1*1 - 2^-24 rounded down: 1 - 2^-24 is an fp32 (3f7fffff), exact.
+  CHECK(flashbits(shorthand[4]).out == "3f7fffff -\n");
+}
+
+TEST_CASE("op --json is valid JSON with result, flags and the rounding event") {
+  const Run r = flashbits("op add bf16 rne 3f80 3b80 --json");
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json j;
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(r.out));
+  CHECK(j.at("result") == "3f80");
+  CHECK(j.at("flags") == "x");
+  REQUIRE(j.contains("event"));
+  const auto& ev = j.at("event");
+  // 1 + 2^-8 in bf16: the first discarded bit is the 2^-8 bit (1), nothing below it.
+  CHECK(ev.at("round_bit") == 1);
+  CHECK(ev.at("sticky_bit") == 0);
+  CHECK(ev.at("tie") == true);
+  CHECK(ev.at("error_ulps").get<double>() == -0.5);
+  CHECK(ev.at("addition").at("alignment_shift") == 8);
+  CHECK(ev.at("addition").at("significand_overflow") == false);
+}
+
+TEST_CASE("op --batch - : one line per input line, against MPFR") {
+  std::mt19937_64 rng(20261122);
+  const int n = sanitizer_scale() ? 200 : 4000;
+  const IeeeFormat* formats[] = {&kFp32, &kTf32, &kBf16, &kFp16, &kE5m2};
+  const char* ops[] = {"add", "sub", "mul"};
+  struct Mode {
+    const char* name;
+    mpfr_rnd_t rnd;
+  } modes[] = {{"rne", MPFR_RNDN}, {"rtz", MPFR_RNDZ}, {"rup", MPFR_RNDU}, {"rdn", MPFR_RNDD}};
+  std::string input;
+  std::vector<std::string> expected;
+  for (int i = 0; i < n; ++i) {
+    const IeeeFormat& f = *formats[rng() % std::size(formats)];
+    const std::string op = ops[rng() % 3];
+    const Mode& m = modes[rng() % 4];
+    const std::uint32_t a = random_operand(f, rng);
+    // One line in eight adds -a, an exact zero (+0, or -0 under rdn).
+    std::uint32_t b = random_operand(f, rng);
+    if (op == "add" && i % 8 == 0) b = a ^ (1u << (f.exp_bits + f.man_bits + f.shift));
+    char line[96];
+    std::snprintf(line, sizeof line, "%s %s %s %s%x %x\n", op.c_str(), f.name, m.name, i % 3 == 0 ? "0x" : "", a, b);
+    input += line;
+    expected.push_back(expected_line(op, f, m.rnd, a, b));
+  }
+  const Run r = flashbits("op --batch -", input);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  const auto got = lines_of(r.out);
+  REQUIRE(got.size() == expected.size());
+  const std::regex shape("[0-9a-f]+ (-|x?u?o?z?v?)");
+  int mismatches = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != expected[i] && mismatches++ < 10) {
+      MESSAGE("line " << i + 1 << ": " << lines_of(input)[i] << " -> " << got[i] << ", MPFR " << expected[i]);
+    }
+    CHECK(std::regex_match(got[i], shape));
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("op --batch: hex is lower-case and zero-padded to the format's width") {
+  // Each result worked out by hand from the §2 encodings:
+  const std::string input =
+      "add fp32 rne 00000001 00000001\n"  // 2^-149 + 2^-149 = 2^-148: fp32 00000002, exact
+      "add tf32 rne 00002000 00002000\n"  // tf32 min subnormal 2^-136 twice = 2^-135: 00004000
+      "add bf16 rne bf80 bf80\n"          // -1 + -1 = -2: 1 10000000 0000000 = c000
+      "add fp16 rne 0001 0001\n"          // 2^-24 twice = 2^-23: 0002
+      "add e5m2 rne bc bc\n"              // -1 + -1 = -2: 1 10000 00 = c0
+      "add e4m3 rne 01 01\n"              // 2^-9 twice = 2^-8: 02
+      "add e3m2 rne 01 01\n"              // 2^-4 twice = 2^-3: 02
+      "add e2m1 rne 2 2\n"                // 1 + 1 = 2: 0 10 0 = 4 -> 04
+      "mul e8m0 rne 7f 80\n"              // 1 * 2 = 2 = 2^(128 - 127): 80
+      "add fp32 rne 3fc00000 3fc00000\n"  // 1.5 + 1.5 = 3: 40400000
+      "cvt bf16 rne fp32:c0968717\n"      // Qiu & Yao: -4.703990... -> -4.71875 = c097, inexact
+      "add fp16 rne 3c00 -1.0\n";         // 1 + (-1) = +0 under rne: 0000
+  const std::vector<std::string> expected = {"00000002 -", "00004000 -", "c000 -", "0002 -", "c0 -", "02 -",
+                                             "02 -",       "04 -",       "80 -",   "40400000 -", "c097 x",
+                                             "0000 -"};
+  const Run r = flashbits("op --batch -", input);
+  CHECK(r.exit_code == 0);
+  CHECK(lines_of(r.out) == expected);
+}
+
+TEST_CASE("op --batch: a malformed line N prints 'error: line N: ...' and exits 2") {
+  struct Bad {
+    const char* line;
+    const char* why;
+  } bad[] = {{"add bf16 rne 3f80", "too few operands"},
+             {"add bf17 rne 3f80 3b80", "bad format"},
+             {"add bf16 rne 3g80 3b80", "bad hex"},
+             {"add bf16 rne 0.1 1.0", "0.1 is not a bf16"},
+             {"frob bf16 rne 3f80 3b80", "bad op"},
+             {"add bf16 rnx 3f80 3b80", "bad rounding mode"},
+             {"add bf16 rne 13f80 3b80", "pattern wider than 16 bits"}};
+  for (const Bad& b : bad) {
+    INFO(b.why);
+    // Five good lines, then the bad one at line 6, then more good lines.
+    std::string input;
+    for (int i = 0; i < 5; ++i) input += "add bf16 rne 3f80 3b80\n";
+    input += std::string(b.line) + "\n";
+    input += "add bf16 rne 3f80 3b80\n";
+    const Run r = flashbits("op --batch -", input);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.err.rfind("error: line 6: ", 0) == 0);
+    // The malformed line is never skipped: nothing after it is computed.
+    CHECK(lines_of(r.out).size() <= 5);
+  }
+}
+
+TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decimal exit 2") {
+  const char* bad[] = {
+      "op add bf17 rne 3f80 3b80",  // unknown format
+      "op add e9m2 rne 3f 3b",      // exponent bits out of range
+      "op add bf16 rne 3g80 3b80",  // not hex
+      "op add bf16 rne 3f80",       // one operand for add
+      "op sqrt bf16 rne 3f80 3f80", // two for sqrt
+      "op fma bf16 rne 3f80 3f80",  // two for fma
+      "op add bf16 rne 0.1 1.0",    // 0.1 is not a dyadic rational
+      "op add e4m3 rne 1.0 +500.0", // beyond e4m3's 448
+      "op add fp16 rne 3c00 -1e-9", // below fp16's 2^-24 and not zero
+      "op add --format bf16 --round rne 3f80 3g80",
+      "op cvt bf16 rne 3f80",       // cvt needs SRC:HEX
+  };
+  for (const char* args : bad) {
+    INFO(args);
+    const Run r = flashbits(args);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.out.empty());
+  }
+  // A decimal that is exact is accepted: 1.0 + 0.5 = 1.5 = bf16 3fc0, exact.
+  const Run ok = flashbits("op add bf16 rne 1.0 +0.5");
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out == "3fc0 -\n");
+}

@@ -1,0 +1,259 @@
+// tests/test_formats.cpp: the format table (formats/format.hpp) against DESIGN.md §2.
+//
+// Contract checked here, against facts written independently in this file:
+// - for every named format, the largest finite value, the smallest normal and the
+//   smallest subnormal found by decoding the format's bit patterns with fb::to_double
+//   equal exact rationals computed from the §2 parameters (e.g. e4m3 max
+//   = (2 - 2^-2) * 2^8 = 448) and the §2 table's printed values;
+// - every bit pattern of every format of 16 bits or fewer decodes to the value (or
+//   NaN / inf class) that the §2 rules, re-implemented here with cpp_rational, give;
+// - fnuz formats have no -0; e8m0 is unsigned with no zero;
+// - parse_format accepts every name and eXmY (e5m10 == fp16, ...) and rejects bad names.
+#include <doctest/doctest.h>
+
+#include <boost/multiprecision/cpp_int.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/format.hpp"
+
+namespace {
+
+using boost::multiprecision::cpp_int;
+using boost::multiprecision::cpp_rational;
+namespace fmt = fb::formats;
+
+cpp_rational pow2(int e) {
+  return e >= 0 ? cpp_rational(cpp_int(1) << e) : cpp_rational(cpp_int(1), cpp_int(1) << -e);
+}
+cpp_rational rational_of_double(double v) {
+  int e = 0;
+  const double m = std::frexp(v, &e);
+  const auto mantissa = static_cast<std::int64_t>(std::ldexp(m, 53));  // exact
+  return cpp_rational(cpp_int(mantissa)) * pow2(e - 53);
+}
+
+// How DESIGN.md §2 says each named format uses its codes, written out separately from
+// formats/format.hpp.
+enum class Rule { ieee, fn, fnuz, finite, scale };
+struct Spec {
+  std::string_view name;
+  int exp_bits, man_bits, bias;
+  Rule rule;
+  int width;                        // bits in the pattern (tf32: 19, stored shifted left by 13)
+  int shift;                        // storage shift into the container
+  cpp_rational max_finite, min_normal, min_subnormal;  // from the §2 table; min_subnormal 0 = none
+};
+
+std::vector<Spec> specs() {
+  return {
+      // fp32 max: (2 - 2^-23) * 2^127 = 3.4028235e38 (the table's rounded value).
+      {"fp32", 8, 23, 127, Rule::ieee, 32, 0, (2 - pow2(-23)) * pow2(127), pow2(-126), pow2(-149)},
+      {"tf32", 8, 10, 127, Rule::ieee, 19, 13, (2 - pow2(-10)) * pow2(127), pow2(-126), pow2(-136)},
+      {"bf16", 8, 7, 127, Rule::ieee, 16, 0, (2 - pow2(-7)) * pow2(127), pow2(-126), pow2(-133)},
+      {"fp16", 5, 10, 15, Rule::ieee, 16, 0, cpp_rational(65504), pow2(-14), pow2(-24)},
+      {"e4m3", 4, 3, 7, Rule::fn, 8, 0, cpp_rational(448), pow2(-6), pow2(-9)},
+      {"e5m2", 5, 2, 15, Rule::ieee, 8, 0, cpp_rational(57344), pow2(-14), pow2(-16)},
+      {"e4m3fnuz", 4, 3, 8, Rule::fnuz, 8, 0, cpp_rational(240), pow2(-7), pow2(-10)},
+      {"e5m2fnuz", 5, 2, 16, Rule::fnuz, 8, 0, cpp_rational(57344), pow2(-15), pow2(-17)},
+      {"e3m2", 3, 2, 3, Rule::finite, 6, 0, cpp_rational(28), pow2(-2), pow2(-4)},
+      {"e2m3", 2, 3, 1, Rule::finite, 6, 0, cpp_rational(15, 2), cpp_rational(1), pow2(-3)},
+      {"e2m1", 2, 1, 1, Rule::finite, 4, 0, cpp_rational(6), cpp_rational(1), cpp_rational(1, 2)},
+      {"e8m0", 8, 0, 127, Rule::scale, 8, 0, pow2(127), pow2(-127), cpp_rational(0)},
+  };
+}
+
+// What a pattern means by the §2 rules: NaN, +-inf, or a signed exact value.
+struct Meaning {
+  bool nan = false, inf = false, negative = false;
+  cpp_rational value;  // magnitude, for finite patterns
+};
+Meaning meaning(const Spec& s, std::uint32_t pattern) {
+  const bool is_signed = s.rule != Rule::scale;
+  const std::uint32_t sign = is_signed ? (pattern >> (s.exp_bits + s.man_bits)) & 1u : 0u;
+  const std::uint32_t e = (pattern >> s.man_bits) & ((1u << s.exp_bits) - 1u);
+  const std::uint32_t m = pattern & ((1u << s.man_bits) - 1u);
+  const std::uint32_t e_all_ones = (1u << s.exp_bits) - 1u, m_all_ones = (1u << s.man_bits) - 1u;
+  Meaning r;
+  r.negative = sign != 0;
+  switch (s.rule) {
+    case Rule::ieee:  // exp all ones: inf when man == 0, NaN otherwise
+      if (e == e_all_ones) {
+        (m == 0 ? r.inf : r.nan) = true;
+        return r;
+      }
+      break;
+    case Rule::fn:  // S.1111.111 only
+      if (e == e_all_ones && m == m_all_ones) r.nan = true;
+      if (r.nan) return r;
+      break;
+    case Rule::fnuz:  // 0x80 only; the "negative zero" code is the NaN
+      if (sign && e == 0 && m == 0) r.nan = true;
+      if (r.nan) return r;
+      break;
+    case Rule::finite:
+      break;
+    case Rule::scale:  // unsigned 2^(e - 127), 0xff NaN
+      if (e == e_all_ones) r.nan = true;
+      else r.value = pow2(static_cast<int>(e) - s.bias);
+      return r;
+  }
+  const cpp_rational fraction = cpp_rational(cpp_int(m)) / pow2(s.man_bits);
+  r.value = e == 0 ? fraction * pow2(1 - s.bias) : (1 + fraction) * pow2(static_cast<int>(e) - s.bias);
+  return r;
+}
+
+fb::Format named(std::string_view name) {
+  fb::Format f{};
+  REQUIRE(fb::parse_format(name, f));
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("max finite, min normal, min subnormal match DESIGN.md section 2") {
+  for (const Spec& s : specs()) {
+    INFO(s.name);
+    const fb::Format f = named(s.name);
+    // The §2 formulas agree with the table's values...
+    if (s.rule == Rule::ieee) {
+      CHECK(s.min_normal == pow2(1 - s.bias));
+      CHECK(s.min_subnormal == pow2(1 - s.bias - s.man_bits));
+      CHECK(s.max_finite == (2 - pow2(-s.man_bits)) * pow2(static_cast<int>((1u << s.exp_bits) - 2) - s.bias));
+    }
+    if (s.name == "e4m3") CHECK(s.max_finite == (2 - pow2(-2)) * pow2(8));
+    // ...and decoding the format's patterns finds exactly them. Formats up to 16 bits
+    // are scanned completely; fp32 in strides plus its extreme codes.
+    std::vector<std::uint32_t> patterns;
+    if (s.width <= 19) {
+      for (std::uint32_t p = 0; p < (1u << s.width); ++p) patterns.push_back(p);
+    } else {
+      const char* scale = std::getenv("FLASHBITS_TEST_SCALE");
+      const std::uint32_t step = scale != nullptr && std::string(scale) == "sanitizer" ? 64u : 1u;
+      for (std::uint32_t p = 0; p < (1u << 24); p += step) patterns.push_back(p * 256u + (p & 0xffu));
+      for (std::uint32_t p : {0x7f7fffffu, 0x00800000u, 0x00000001u, 0x007fffffu, 0xff7fffffu}) patterns.push_back(p);
+    }
+    // fp64 comparisons are exact here (every value is an fp64); rationals at the end.
+    double max_seen = 0, min_normal_seen = HUGE_VAL, min_sub_seen = HUGE_VAL;
+    for (std::uint32_t p : patterns) {
+      const double v = fb::to_double(f, p << s.shift);
+      if (!std::isfinite(v) || v <= 0.0) continue;
+      if (v > max_seen) max_seen = v;
+      const fb::Decoded d = fb::decode(f, p << s.shift);
+      double& slot = d.cls == fb::ValueClass::normal ? min_normal_seen : min_sub_seen;
+      if (v < slot) slot = v;
+    }
+    CHECK(rational_of_double(max_seen) == s.max_finite);
+    CHECK(rational_of_double(min_normal_seen) == s.min_normal);
+    if (s.min_subnormal == 0) {
+      CHECK(min_sub_seen == HUGE_VAL);  // e8m0 has no subnormals
+    } else {
+      CHECK(rational_of_double(min_sub_seen) == s.min_subnormal);
+    }
+    // The derived facts in the table agree with what the patterns say.
+    CHECK(rational_of_double(fb::to_double(f, f.max_finite_pattern() << s.shift)) == s.max_finite);
+  }
+}
+
+TEST_CASE("every pattern of every format up to 19 bits decodes as the section 2 rules say") {
+  for (const Spec& s : specs()) {
+    if (s.width > 19) continue;
+    INFO(s.name);
+    const fb::Format f = named(s.name);
+    CHECK(f.exp_bits == s.exp_bits);
+    CHECK(f.man_bits == s.man_bits);
+    CHECK(f.bias == s.bias);
+    std::uint64_t wrong = 0, nans = 0, infs = 0;
+    for (std::uint32_t p = 0; p < (1u << s.width); ++p) {
+      const Meaning want = meaning(s, p);
+      const double got = fb::to_double(f, p << s.shift);
+      bool ok;
+      if (want.nan) {
+        ok = std::isnan(got);
+        ++nans;
+      } else if (want.inf) {
+        ok = std::isinf(got) && std::signbit(got) == want.negative;
+        ++infs;
+      } else {
+        ok = std::isfinite(got) && std::signbit(got) == want.negative &&
+             rational_of_double(std::fabs(got)) == want.value;
+      }
+      if (!ok && wrong++ < 5) MESSAGE(s.name << " pattern " << std::hex << p << " decodes to " << got);
+    }
+    CHECK(wrong == 0);
+    // Spot the conventions themselves, not just agreement with meaning().
+    if (s.name == "e4m3") CHECK((nans == 2 && infs == 0));
+    if (s.name == "e5m2") CHECK((nans == 6 && infs == 2));
+    if (s.name == "e4m3fnuz" || s.name == "e5m2fnuz") CHECK((nans == 1 && infs == 0));
+    if (s.rule == Rule::finite) CHECK((nans == 0 && infs == 0));
+    if (s.name == "e8m0") CHECK((nans == 1 && infs == 0));
+    if (s.name == "fp16") CHECK((nans == 2 * 1023 && infs == 2));
+    if (s.name == "bf16") CHECK((nans == 2 * 127 && infs == 2));
+  }
+  CHECK(std::isnan(fb::to_double(fmt::e4m3, 0x7f)));
+  CHECK(std::isnan(fb::to_double(fmt::e4m3, 0xff)));
+  CHECK(fb::to_double(fmt::e4m3, 0x7e) == 448.0);
+  CHECK(fb::to_double(fmt::e5m2, 0x7c) == HUGE_VAL);
+  CHECK(fb::to_double(fmt::e5m2, 0x7b) == 57344.0);
+  CHECK(std::isnan(fb::to_double(fmt::e4m3fnuz, 0x80)));
+  CHECK(fb::to_double(fmt::e4m3fnuz, 0x7f) == 240.0);
+  CHECK(fb::to_double(fmt::e2m1, 0x7) == 6.0);
+  CHECK(fb::to_double(fmt::e2m1, 0xf) == -6.0);
+}
+
+TEST_CASE("negative zero exists except in fnuz formats; e8m0 is unsigned with no zero") {
+  for (const Spec& s : specs()) {
+    if (s.width > 19) continue;
+    INFO(s.name);
+    const fb::Format f = named(s.name);
+    int negative_zeros = 0, zeros = 0, negatives = 0;
+    for (std::uint32_t p = 0; p < (1u << s.width); ++p) {
+      const double v = fb::to_double(f, p << s.shift);
+      if (v == 0.0) ++zeros;
+      if (v == 0.0 && std::signbit(v)) ++negative_zeros;
+      if (!std::isnan(v) && std::signbit(v)) ++negatives;
+    }
+    const bool fnuz = s.rule == Rule::fnuz;
+    const bool scale = s.rule == Rule::scale;
+    CHECK(negative_zeros == (fnuz || scale ? 0 : 1));
+    CHECK(zeros == (scale ? 0 : (fnuz ? 1 : 2)));
+    if (scale) CHECK(negatives == 0);
+    CHECK(f.has_negative_zero() == !(fnuz || scale));
+  }
+  CHECK_FALSE(fmt::e8m0.is_signed);
+  CHECK(fb::to_double(fmt::e8m0, 0x00) == std::ldexp(1.0, -127));
+  CHECK(fb::to_double(fmt::e8m0, 0x7f) == 1.0);
+  CHECK(fb::to_double(fmt::e8m0, 0xfe) == std::ldexp(1.0, 127));
+}
+
+TEST_CASE("parse_format: names, eXmY spellings and bad names") {
+  for (const Spec& s : specs()) CHECK(std::string_view(named(s.name).name) == s.name);
+  CHECK(named("e5m10") == fmt::fp16);
+  CHECK(named("e8m23") == fmt::fp32);
+  CHECK(named("e8m7") == fmt::bf16);
+  CHECK(named("e5m2") == fmt::e5m2);
+  // A custom format: IEEE-style with bias 2^(X-1) - 1.
+  const fb::Format e3m4 = named("e3m4");
+  CHECK(e3m4.exp_bits == 3);
+  CHECK(e3m4.man_bits == 4);
+  CHECK(e3m4.bias == 3);
+  CHECK(e3m4.special == fb::SpecialEncoding::ieee);
+  CHECK(e3m4.container_bits == 8);
+  CHECK(std::string_view(e3m4.name) == "e3m4");
+  // Custom max finite by the IEEE rule: (2 - 2^-4) * 2^(6 - 3) = 15.5.
+  CHECK(fb::to_double(e3m4, e3m4.max_finite_pattern()) == 15.5);
+  CHECK(named("e6m9").container_bits == 16);
+  CHECK(named("e8m12").container_bits == 32);
+  for (std::string_view bad : {"", "bf", "fp8", "e", "e5", "e5m", "em2", "e5m2x", "E5M2", "BF16", "e1m2",
+                               "e9m2", "e5m0", "e5m24", "e4m3fn", " bf16", "bf16 ", "e-5m2", "e5m-2",
+                               "fp32\n", "e10m5"}) {
+    fb::Format out = fmt::e2m1;
+    INFO("name '" << bad << "'");
+    CHECK_FALSE(fb::parse_format(bad, out));
+    CHECK(out == fmt::e2m1);  // untouched on failure
+  }
+}

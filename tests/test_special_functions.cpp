@@ -1,0 +1,685 @@
+// tests/test_special_functions.cpp: the SFU models (emu/special_functions.hpp) against
+// independent references.
+//
+// References: MPFR at precision 24 with fp32's exponent range and mpfr_subnormalize
+// (correctly rounded fp32 with gradual underflow), then this file's own .ftz rule
+// (subnormal inputs read as zero of the same sign, subnormal results flushed to zero of
+// the same sign); special values and table/oracle outputs written out here by hand; a
+// bitwise CRC-32 written here, checked on the standard "123456789" vector.
+//
+// Tiers (MPFR's exp2/log2 cost about 2.3/3.0 us per call here, so whole binades do not
+// fit the fast tier):
+// - fast: special values, 2*10^6 random inputs per function (half uniform bit patterns,
+//   half from the non-trivial range), every 61st input of several whole binades, the
+//   near-midpoint inputs of each evaluation stage, tables, oracle, fast_exp/fast_log.
+// - exhaustive: 10^7 random inputs per function, every input of the same binades, and
+//   all 2^32 inputs of each function (multi-threaded; FLASHBITS_TEST_THREADS caps the
+//   thread count).
+#include <doctest/doctest.h>
+#include <mpfr.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "emu/special_functions.hpp"
+
+namespace {
+
+using fb::SpecialFunction;
+
+std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
+float float_of(std::uint32_t b) { return std::bit_cast<float>(b); }
+
+bool sanitizer_run() {
+  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
+  return s && std::string(s) == "sanitizer";
+}
+std::uint64_t scaled(std::uint64_t n) { return sanitizer_run() ? std::max<std::uint64_t>(n / 50, 1) : n; }
+
+// This file's .ftz rule, written independently of the library.
+float ftz_in(float x) {
+  const std::uint32_t b = bits_of(x);
+  return ((b >> 23) & 0xffu) == 0 ? float_of(b & 0x80000000u) : x;
+}
+float ftz_out(float y) {
+  return (y != 0.0f && std::fabs(y) < 0x1p-126f) ? std::copysign(0.0f, y) : y;
+}
+
+// MPFR at fp32 precision and exponent range. emin/emax are MPFR's per-thread state;
+// each thread makes its own Mpfr32.
+class Mpfr32 {
+ public:
+  Mpfr32() {
+    old_emin_ = mpfr_get_emin();
+    old_emax_ = mpfr_get_emax();
+    mpfr_set_emin(-148);  // 2^-149 = 0.1b * 2^-148
+    mpfr_set_emax(128);
+    mpfr_inits2(24, x_, y_, (mpfr_ptr)nullptr);
+  }
+  ~Mpfr32() {
+    mpfr_clears(x_, y_, (mpfr_ptr)nullptr);
+    mpfr_set_emin(old_emin_);
+    mpfr_set_emax(old_emax_);
+  }
+  Mpfr32(const Mpfr32&) = delete;
+  Mpfr32& operator=(const Mpfr32&) = delete;
+
+  float ex2(float x) { return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_exp2(y, a, MPFR_RNDN); }); }
+  float lg2(float x) { return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_log2(y, a, MPFR_RNDN); }); }
+  float rcp(float x) { return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_ui_div(y, 1, a, MPFR_RNDN); }); }
+  float of(SpecialFunction f, float x) {
+    switch (f) {
+      case SpecialFunction::ex2: return ex2(x);
+      case SpecialFunction::rcp: return rcp(x);
+      case SpecialFunction::lg2: return lg2(x);
+    }
+    return 0.0f;
+  }
+  // fp32 product with .ftz on inputs and result (mul.ftz.f32, RNE).
+  float mul(float a, float b) {
+    mpfr_set_flt(x_, ftz_in(a), MPFR_RNDN);
+    mpfr_set_flt(y_, ftz_in(b), MPFR_RNDN);
+    int t = mpfr_mul(y_, x_, y_, MPFR_RNDN);
+    t = mpfr_subnormalize(y_, t, MPFR_RNDN);
+    return ftz_out(mpfr_get_flt(y_, MPFR_RNDN));
+  }
+
+ private:
+  template <class Op>
+  float unary(float x, Op op) {
+    mpfr_set_flt(x_, ftz_in(x), MPFR_RNDN);  // exact
+    int t = op(y_, x_);
+    t = mpfr_subnormalize(y_, t, MPFR_RNDN);
+    return ftz_out(mpfr_get_flt(y_, MPFR_RNDN));  // exact: y_ already holds an fp32 value
+  }
+  mpfr_t x_, y_;
+  mpfr_exp_t old_emin_, old_emax_;
+};
+
+bool same_result(float got, float want) {
+  if (std::isnan(want)) return std::isnan(got);
+  return bits_of(got) == bits_of(want);
+}
+
+std::function<float(float)> library_correct(SpecialFunction f) {
+  switch (f) {
+    case SpecialFunction::ex2: return fb::ex2_correct_ftz;
+    case SpecialFunction::rcp: return fb::rcp_correct_ftz;
+    case SpecialFunction::lg2: return fb::lg2_correct_ftz;
+  }
+  return {};
+}
+
+// Threads for sweeps: FLASHBITS_TEST_THREADS if set (shared machines), else all.
+unsigned sweep_threads() {
+  if (const char* s = std::getenv("FLASHBITS_TEST_THREADS")) return std::max(1, std::atoi(s));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Compares f on inputs [first, last] (bit patterns, every `stride`-th) against MPFR on
+// all hardware threads. Returns the number of mismatches; reports the first few.
+std::uint64_t sweep_against_mpfr(SpecialFunction f, std::uint64_t first, std::uint64_t last, std::uint64_t stride) {
+  const unsigned threads = sweep_threads();
+  const std::uint64_t steps = (last - first) / stride + 1;
+  std::atomic<std::uint64_t> mismatches{0};
+  std::vector<std::uint32_t> first_bad(threads, 0);
+  std::vector<std::thread> pool;
+  const auto fn = library_correct(f);
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Mpfr32 ref;
+      std::uint64_t local = 0;
+      for (std::uint64_t s = t; s < steps; s += threads) {
+        const auto b = static_cast<std::uint32_t>(first + s * stride);
+        const float x = float_of(b);
+        if (!same_result(fn(x), ref.of(f, x))) {
+          if (local++ == 0) first_bad[t] = b;
+        }
+      }
+      mismatches += local;
+      mpfr_free_cache();
+    });
+  }
+  for (auto& th : pool) th.join();
+  if (mismatches != 0) {
+    for (unsigned t = 0; t < threads; ++t) {
+      if (first_bad[t] != 0) {
+        const float x = float_of(first_bad[t]);
+        Mpfr32 ref;
+        MESSAGE(fb::to_string(f), " mismatch at input 0x", std::hex, first_bad[t], ": got 0x",
+                bits_of(library_correct(f)(x)), " want 0x", bits_of(ref.of(f, x)));
+      }
+    }
+  }
+  return mismatches;
+}
+
+// Random inputs: half uniform over all bit patterns, half from the range where the
+// function is neither trivial nor saturated.
+std::uint32_t random_input(SpecialFunction f, std::mt19937_64& rng) {
+  const auto r = static_cast<std::uint32_t>(rng());
+  if (rng() & 1u) return r;
+  const std::uint32_t sign = r & 0x80000000u, man = r & 0x007fffffu;
+  const std::uint32_t u = static_cast<std::uint32_t>(rng() >> 32);
+  switch (f) {
+    case SpecialFunction::ex2: return sign | ((100u + u % 34u) << 23) | man;  // 2^-27 <= |x| < 128
+    case SpecialFunction::rcp: return sign | ((1u + u % 254u) << 23) | man;   // normal
+    case SpecialFunction::lg2: return ((1u + u % 254u) << 23) | man;          // positive normal
+  }
+  return r;
+}
+
+void check_random_against_mpfr(SpecialFunction f, std::uint64_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Mpfr32 ref;
+  const auto fn = library_correct(f);
+  std::uint64_t mismatches = 0;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const float x = float_of(random_input(f, rng));
+    const float want = ref.of(f, x);
+    const float got = fn(x);
+    if (!same_result(got, want) && mismatches++ < 5) {
+      MESSAGE(fb::to_string(f), " input 0x", std::hex, bits_of(x), " got 0x", bits_of(got), " want 0x", bits_of(want));
+    }
+  }
+  mpfr_free_cache();
+  CHECK(mismatches == 0);
+}
+
+constexpr std::uint32_t binade(float lo) { return std::bit_cast<std::uint32_t>(lo); }
+struct Binade {
+  SpecialFunction f;
+  float lo;  // every input from lo up to (not including) the next power of two
+};
+// Binades chosen for their hazards: around 1 (both sides), ex2 near overflow and in the
+// flush region, rcp and lg2 at the bottom of the normal range and rcp's flush region.
+const Binade kBinades[] = {
+    {SpecialFunction::ex2, 1.0f},       {SpecialFunction::ex2, 0.5f},      {SpecialFunction::ex2, 0x1p-126f},
+    {SpecialFunction::ex2, 64.0f},      {SpecialFunction::ex2, -1.0f},     {SpecialFunction::ex2, -64.0f},
+    {SpecialFunction::ex2, -0.5f},    {SpecialFunction::rcp, 1.0f},      {SpecialFunction::rcp, 0x1p126f},
+    {SpecialFunction::rcp, 0x1p-126f},  {SpecialFunction::rcp, -0.5f},     {SpecialFunction::lg2, 1.0f},
+    {SpecialFunction::lg2, 0.5f},       {SpecialFunction::lg2, 0x1p-126f}, {SpecialFunction::lg2, 0x1p127f},
+};
+
+void check_binades(std::uint64_t stride) {
+  for (const Binade& b : kBinades) {
+    const std::uint32_t first = binade(b.lo);
+    const std::uint32_t last = first + 0x007fffffu;
+    INFO(fb::to_string(b.f), " binade from ", b.lo);
+    CHECK(sweep_against_mpfr(b.f, first, last, stride) == 0);
+    if (stride > 1) CHECK(sweep_against_mpfr(b.f, last - 64, last, 1) == 0);  // the top edge in full
+  }
+}
+
+// Inputs of the binade starting at `lo` whose double stage cannot decide the rounding:
+// the near-midpoint cases the later stages exist for. No MPFR: cheap.
+std::vector<float> undecided_by_double_stage(SpecialFunction f, float lo, std::size_t max_count) {
+  std::vector<float> out;
+  const std::uint32_t first = binade(lo);
+  const std::uint32_t span = sanitizer_run() ? 0x001fffffu : 0x007fffffu;  // a quarter binade there
+  for (std::uint32_t b = first; b <= first + span && out.size() < max_count; ++b) {
+    const float x = float_of(b);
+    const auto r = f == SpecialFunction::ex2 ? fb::ex2_correct_ftz_at(x, fb::CorrectStage::double_only)
+                                             : fb::lg2_correct_ftz_at(x, fb::CorrectStage::double_only);
+    if (!r) out.push_back(x);
+  }
+  return out;
+}
+
+// ---- CRC-32 written independently of the library (bitwise, IEEE 802.3 reflected) ----
+std::uint32_t reference_crc32(const std::vector<std::uint8_t>& bytes, std::size_t n) {
+  std::uint32_t c = 0xffffffffu;
+  for (std::size_t i = 0; i < n; ++i) {
+    c ^= bytes[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes, bool fix_crc) {
+  std::vector<std::uint8_t> b = bytes;
+  if (fix_crc && b.size() >= 4) {
+    const std::uint32_t c = reference_crc32(b, b.size() - 4);
+    for (int i = 0; i < 4; ++i) b[b.size() - 4 + i] = static_cast<std::uint8_t>(c >> (8 * i));
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/fb_sfu_test_" + std::to_string(::getpid()) + "_" + name;
+}
+
+// Expects load_table_model(path) to throw a runtime_error naming the path and `field`.
+void check_rejected(const std::string& path, const std::string& field) {
+  INFO("expected a complaint about field ", field);
+  bool thrown = false;
+  try {
+    (void)fb::load_table_model(path);
+  } catch (const std::runtime_error& e) {
+    thrown = true;
+    const std::string what = e.what();
+    INFO("message: ", what);
+    CHECK(what.find(path) != std::string::npos);
+    CHECK(what.find(field) != std::string::npos);
+  }
+  CHECK(thrown);
+}
+
+}  // namespace
+
+// ---- special values (expected results written out from the PTX rules) ----------------
+TEST_CASE("ex2_correct_ftz_special_values") {
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::uint32_t in, out;
+  };
+  const Case cases[] = {
+      {bits_of(-inf), 0x00000000u},      {bits_of(inf), 0x7f800000u},      {0x00000000u, 0x3f800000u},
+      {0x80000000u, 0x3f800000u},        {0x00000001u, 0x3f800000u},       {0x807fffffu, 0x3f800000u},
+      {bits_of(1.0f), 0x40000000u},      {bits_of(-1.0f), 0x3f000000u},    {bits_of(127.0f), 0x7f000000u},
+      {bits_of(-126.0f), 0x00800000u},   {bits_of(std::nextafter(-126.0f, -inf)), 0x00000000u},
+      {bits_of(-149.0f), 0x00000000u},   {bits_of(128.0f), 0x7f800000u},   {bits_of(0.5f), 0x3fb504f3u},
+      {bits_of(-0.5f), 0x3f3504f3u},     {bits_of(0x1p-30f), 0x3f800000u}, {bits_of(-0x1p-30f), 0x3f800000u},
+      {bits_of(0x1p-24f), 0x3f800000u},  {bits_of(1e30f), 0x7f800000u},    {bits_of(-1e30f), 0x00000000u},
+  };
+  for (const Case& c : cases) {
+    INFO("input 0x", std::hex, c.in);
+    CHECK(bits_of(fb::ex2_correct_ftz(float_of(c.in))) == c.out);
+  }
+  CHECK(bits_of(fb::ex2_correct_ftz(float_of(0x7fc00001u))) == 0x7fc00000u);
+  CHECK(bits_of(fb::ex2_correct_ftz(float_of(0xffffffffu))) == 0x7fc00000u);
+}
+
+TEST_CASE("rcp_correct_ftz_special_values") {
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::uint32_t in, out;
+  };
+  const Case cases[] = {
+      {0x00000000u, 0x7f800000u},         {0x80000000u, 0xff800000u},         {0x00000001u, 0x7f800000u},
+      {0x807fffffu, 0xff800000u},         {bits_of(inf), 0x00000000u},        {bits_of(-inf), 0x80000000u},
+      {bits_of(0x1p126f), 0x00800000u},   {bits_of(std::nextafter(0x1p126f, inf)), 0x00000000u},
+      {bits_of(-std::nextafter(0x1p126f, inf)), 0x80000000u},               {bits_of(0x1p-126f), 0x7e800000u},
+      {bits_of(3.0f), 0x3eaaaaabu},       {bits_of(-3.0f), 0xbeaaaaabu},      {0x7f7fffffu, 0x00000000u},
+      {bits_of(0x1p-127f), 0x7f800000u},  {bits_of(1.0f), 0x3f800000u},
+  };
+  for (const Case& c : cases) {
+    INFO("input 0x", std::hex, c.in);
+    CHECK(bits_of(fb::rcp_correct_ftz(float_of(c.in))) == c.out);
+  }
+  CHECK(std::isnan(fb::rcp_correct_ftz(float_of(0x7fc00000u))));
+}
+
+TEST_CASE("lg2_correct_ftz_special_values") {
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::uint32_t in, out;
+  };
+  const Case cases[] = {
+      {0x00000000u, 0xff800000u},        {0x80000000u, 0xff800000u},         {0x00000001u, 0xff800000u},
+      {0x807fffffu, 0xff800000u},        {bits_of(inf), 0x7f800000u},        {bits_of(1.0f), 0x00000000u},
+      {bits_of(2.0f), 0x3f800000u},      {bits_of(0.5f), 0xbf800000u},       {bits_of(0x1p-126f), bits_of(-126.0f)},
+      {bits_of(0x1p127f), bits_of(127.0f)}, {0x7f7fffffu, 0x43000000u},
+  };
+  for (const Case& c : cases) {
+    INFO("input 0x", std::hex, c.in);
+    CHECK(bits_of(fb::lg2_correct_ftz(float_of(c.in))) == c.out);
+  }
+  for (std::uint32_t in : {bits_of(-1.0f), bits_of(-inf), 0x7fc00000u, 0xbf800001u}) {
+    CHECK(bits_of(fb::lg2_correct_ftz(float_of(in))) == 0x7fc00000u);
+  }
+}
+
+// ---- correct rounding against MPFR ----------------------------------------------------
+TEST_CASE("ex2_correct_ftz_random_vs_mpfr") {
+  check_random_against_mpfr(SpecialFunction::ex2, scaled(2'000'000), 1);
+}
+TEST_CASE("rcp_correct_ftz_random_vs_mpfr") {
+  check_random_against_mpfr(SpecialFunction::rcp, scaled(2'000'000), 2);
+}
+TEST_CASE("lg2_correct_ftz_random_vs_mpfr") {
+  check_random_against_mpfr(SpecialFunction::lg2, scaled(2'000'000), 3);
+}
+
+TEST_CASE("sfu_correct_binades_strided_vs_mpfr") { check_binades(sanitizer_run() ? 61 * 50 : 61); }
+
+// Each stage alone against MPFR, on the inputs that matter for it: the double stage on
+// random inputs, the later stages on inputs the double stage leaves undecided.
+TEST_CASE("sfu_correct_stages_vs_mpfr") {
+  Mpfr32 ref;
+  std::mt19937_64 rng(7);
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::lg2}) {
+    INFO(fb::to_string(f));
+    auto at = [f](float x, fb::CorrectStage s) {
+      return f == SpecialFunction::ex2 ? fb::ex2_correct_ftz_at(x, s) : fb::lg2_correct_ftz_at(x, s);
+    };
+    std::uint64_t undecided = 0;
+    const std::uint64_t n = scaled(200'000);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const float x = float_of(random_input(f, rng));
+      const auto r = at(x, fb::CorrectStage::double_only);
+      if (!r) {
+        ++undecided;
+        continue;
+      }
+      REQUIRE(same_result(*r, ref.of(f, x)));
+    }
+    CHECK(undecided < n / 1000);
+    for (std::uint64_t i = 0; i < scaled(500); ++i) {
+      const float x = float_of(random_input(f, rng));
+      REQUIRE(same_result(*at(x, fb::CorrectStage::multiprecision), ref.of(f, x)));
+    }
+    std::vector<float> hard;
+    for (float lo : {1.0f, 0.5f, 2.0f, 8.0f, -1.0f, -4.0f, 64.0f}) {
+      const auto more = undecided_by_double_stage(f, lo, 20);
+      hard.insert(hard.end(), more.begin(), more.end());
+    }
+    MESSAGE(fb::to_string(f), ": ", hard.size(), " inputs undecided by the double stage in 7 binades");
+    CHECK(hard.size() >= (sanitizer_run() ? 1u : 5u));  // else the later stages go untested here
+    for (float x : hard) {
+      INFO("input 0x", std::hex, bits_of(x));
+      const float want = ref.of(f, x);
+      const auto dd = at(x, fb::CorrectStage::double_double);
+      REQUIRE(dd.has_value());
+      CHECK(same_result(*dd, want));
+      CHECK(same_result(*at(x, fb::CorrectStage::multiprecision), want));
+      CHECK(same_result(f == SpecialFunction::ex2 ? fb::ex2_correct_ftz(x) : fb::lg2_correct_ftz(x), want));
+    }
+  }
+  mpfr_free_cache();
+}
+
+// ---- fast-math compositions ---------------------------------------------------------------
+TEST_CASE("fast_exp_fast_log_compositions_vs_mpfr") {
+  Mpfr32 ref;
+  const fb::SfuSet sfu = fb::correct_sfu_set();
+  const float log2e = 0x1.715476p+0f;  // round(log2 e) to fp32, written out
+  const float ln2 = 0x1.62e43p-1f;                      // round(ln 2) to fp32, written out
+  CHECK(bits_of(log2e) == fb::kLog2eFp32Bits);
+  CHECK(bits_of(ln2) == fb::kLn2Fp32Bits);
+  std::mt19937_64 rng(11);
+  std::uint64_t bad_exp = 0, bad_log = 0;
+  for (std::uint64_t i = 0; i < scaled(200'000); ++i) {
+    const float x = float_of(random_input(SpecialFunction::ex2, rng));
+    const float want_exp = ref.ex2(ref.mul(x, log2e));
+    if (!same_result(fb::fast_exp(sfu, x), want_exp) && bad_exp++ < 5) MESSAGE("fast_exp 0x", std::hex, bits_of(x));
+    const float y = float_of(random_input(SpecialFunction::lg2, rng));
+    const float want_log = ref.mul(ref.lg2(y), ln2);
+    if (!same_result(fb::fast_log(sfu, y), want_log) && bad_log++ < 5) MESSAGE("fast_log 0x", std::hex, bits_of(y));
+  }
+  CHECK(bad_exp == 0);
+  CHECK(bad_log == 0);
+  // Hand-checked: exp(0) = 1, exp(-inf) = +0 (ex2 of -inf), log(1) = 0, log(0) = -inf.
+  CHECK(fb::fast_exp(sfu, 0.0f) == 1.0f);
+  CHECK(bits_of(fb::fast_exp(sfu, -std::numeric_limits<float>::infinity())) == 0u);
+  CHECK(bits_of(fb::fast_log(sfu, 1.0f)) == 0u);
+  CHECK(fb::fast_log(sfu, 0.0f) == -std::numeric_limits<float>::infinity());
+  mpfr_free_cache();
+}
+
+TEST_CASE("sfu_set_and_correct_model_describe_unmeasured") {
+  const fb::SfuSet s = fb::correct_sfu_set();
+  CHECK_FALSE(s.all_hardware_measured());
+  const std::string d = s.describe();
+  std::size_t count = 0;
+  for (std::size_t p = d.find("UNMEASURED"); p != std::string::npos; p = d.find("UNMEASURED", p + 1)) ++count;
+  CHECK(count == 3);
+  CHECK(s.ex2->kind() == fb::SfuKind::correct);
+  CHECK(s.rcp->function() == SpecialFunction::rcp);
+  Mpfr32 ref;
+  CHECK(bits_of(s.lg2->evaluate(3.0f)) == bits_of(ref.lg2(3.0f)));
+  CHECK(s.ex2->fallback_count() == 0);
+}
+
+// ---- oracle ---------------------------------------------------------------------------------
+TEST_CASE("oracle_model_uses_trace_and_counts_fallbacks") {
+  std::unordered_map<std::uint32_t, std::uint32_t> seen{
+      {bits_of(0.5f), 0x3fb504f4u},    // one ulp above the correctly rounded 2^0.5
+      {bits_of(-3.0f), 0x3e000001u},   // 2^-3 plus one ulp
+      {0x7fc00000u, 0x7fffffffu},      // the GPU's canonical NaN
+  };
+  const auto m = fb::make_oracle_model(SpecialFunction::ex2, seen);
+  CHECK(m->kind() == fb::SfuKind::oracle);
+  CHECK_FALSE(m->hardware_measured());
+  CHECK(bits_of(m->evaluate(0.5f)) == 0x3fb504f4u);
+  CHECK(bits_of(m->evaluate(-3.0f)) == 0x3e000001u);
+  CHECK(bits_of(m->evaluate(float_of(0x7fc00000u))) == 0x7fffffffu);
+  CHECK(m->fallback_count() == 0);
+  Mpfr32 ref;
+  for (float x : {0.25f, 3.5f, -7.125f}) CHECK(bits_of(m->evaluate(x)) == bits_of(ref.ex2(x)));
+  CHECK(m->fallback_count() == 3);
+  CHECK(m->describe().find("3 fallbacks") != std::string::npos);
+}
+
+// ---- tables -----------------------------------------------------------------------------------
+TEST_CASE("crc32_reference_check_value") {
+  const std::string s = "123456789";
+  CHECK(reference_crc32(std::vector<std::uint8_t>(s.begin(), s.end()), s.size()) == 0xcbf43926u);
+}
+
+TEST_CASE("table_delta_segments_round_trip") {
+  Mpfr32 ref;
+  // Two lg2 segments: MPFR's correct value plus a known delta pattern, including a
+  // NaN payload and a sign change that need 32-bit deltas.
+  fb::SfuTable t;
+  t.function = SpecialFunction::lg2;
+  t.source = "synthetic test table";
+  const std::uint32_t first1 = bits_of(0.75f), first2 = bits_of(3.0f);
+  t.segments.resize(2);
+  t.segments[0].first_input = first1;
+  t.segments[1].first_input = first2;
+  for (std::uint32_t i = 0; i < 5000; ++i) {
+    const std::uint32_t base = bits_of(ref.lg2(float_of(first1 + i)));
+    const std::int32_t delta = (i % 97 == 5) ? 1 : (i % 89 == 7) ? -1 : (i > 3000 && i < 3300 && i % 3 == 0) ? 2 : 0;
+    t.segments[0].outputs.push_back(base + static_cast<std::uint32_t>(delta));
+  }
+  t.segments[0].outputs[4000] = 0x7fffffffu;
+  t.segments[0].outputs[4001] = bits_of(ref.lg2(float_of(first1 + 4001))) ^ 0x80000000u;
+  for (std::uint32_t i = 0; i < 1000; ++i) t.segments[1].outputs.push_back(bits_of(ref.lg2(float_of(first2 + i))));
+  const std::string path = temp_path("delta.fbsfu");
+  fb::write_table_file(path, t);
+  const auto m = fb::load_table_model(path);
+  CHECK(m->kind() == fb::SfuKind::table);
+  CHECK(m->function() == SpecialFunction::lg2);
+  CHECK_FALSE(m->hardware_measured());
+  CHECK(m->describe().find("SYNTHETIC") != std::string::npos);
+  for (const auto& seg : t.segments) {
+    for (std::size_t i = 0; i < seg.outputs.size(); ++i) {
+      const std::uint32_t in = seg.first_input + static_cast<std::uint32_t>(i);
+      INFO("input 0x", std::hex, in);
+      REQUIRE(bits_of(m->evaluate(float_of(in))) == seg.outputs[i]);
+    }
+  }
+  CHECK(m->fallback_count() == 0);
+  for (float x : {0.5f, 2.0f, 3.0e10f}) CHECK(bits_of(m->evaluate(x)) == bits_of(ref.lg2(x)));  // uncovered
+  CHECK(m->fallback_count() == 3);
+  // An all-correct table compresses to a few bytes per run: header + one zero-width run.
+  fb::SfuTable small;
+  small.function = SpecialFunction::rcp;
+  small.segments.resize(1);
+  small.segments[0].first_input = bits_of(1.0f);
+  for (std::uint32_t i = 0; i < 100000; ++i) small.segments[0].outputs.push_back(bits_of(ref.rcp(float_of(bits_of(1.0f) + i))));
+  fb::write_table_file(path, small);
+  CHECK(read_bytes(path).size() == 6 + 3 + 2 + 4 + 8 + 5 + 4);
+  const auto ms = fb::load_table_model(path);
+  for (std::uint32_t i = 0; i < 100000; i += 7) CHECK(bits_of(ms->evaluate(float_of(bits_of(1.0f) + i))) == small.segments[0].outputs[i]);
+  std::remove(path.c_str());
+  mpfr_free_cache();
+}
+
+TEST_CASE("table_ex2_fixed_point_round_trip") {
+  Mpfr32 ref;
+  constexpr int kN = 12;
+  for (auto rounding : {fb::FixedPointRounding::floor, fb::FixedPointRounding::nearest_even,
+                        fb::FixedPointRounding::toward_zero}) {
+    fb::SfuTable t;
+    t.function = SpecialFunction::ex2;
+    t.form = fb::SfuTableForm::ex2_fixed_point;
+    t.measured_on_hardware = true;  // exercise the flag; the data is still synthetic
+    t.source = "synthetic fixed-point table";
+    t.fraction_bits = kN;
+    t.argument_rounding = rounding;
+    t.nan_output = 0x7fffffffu;
+    for (std::uint32_t i = 0; i < (1u << kN); ++i) {
+      const std::int32_t delta = (i % 7 == 3) ? 1 : (i % 11 == 5) ? -1 : 0;
+      t.fraction_outputs.push_back(bits_of(ref.ex2(std::ldexp(static_cast<float>(i), -kN))) + static_cast<std::uint32_t>(delta));
+    }
+    const std::string path = temp_path("fixed.fbsfu");
+    fb::write_table_file(path, t);
+    const auto m = fb::load_table_model(path);
+    CHECK(m->hardware_measured());
+    CHECK(bits_of(m->evaluate(float_of(0x7fc00000u))) == 0x7fffffffu);
+    CHECK(bits_of(m->evaluate(std::numeric_limits<float>::infinity())) == 0x7f800000u);
+    CHECK(bits_of(m->evaluate(-std::numeric_limits<float>::infinity())) == 0u);
+    // The hypothesis, evaluated here with integers: x = M * 2^E exactly.
+    std::mt19937_64 rng(static_cast<std::uint64_t>(rounding) + 21);
+    for (int trial = 0; trial < 20000; ++trial) {
+      const float x = std::ldexp(static_cast<float>(static_cast<std::int32_t>(rng() % 0x2000000u) - 0x1000000),
+                                 -24 + static_cast<int>(rng() % 9));  // |x| < 2^8
+      int e = 0;
+      const double mant = std::frexp(static_cast<double>(x), &e);
+      const auto M = static_cast<std::int64_t>(std::ldexp(mant, 24));  // x = M * 2^(e - 24)
+      const int shift = e - 24 + kN;                                     // x * 2^N = M * 2^shift
+      std::int64_t xf;
+      if (shift >= 0) {
+        xf = M * (std::int64_t{1} << shift);
+      } else {
+        const std::int64_t den = std::int64_t{1} << -shift;
+        std::int64_t q = M / den, r = M % den;
+        if (r < 0) q -= 1, r += den;  // floor division
+        xf = q;
+        if (rounding == fb::FixedPointRounding::toward_zero && M < 0 && r != 0) xf = q + 1;
+        if (rounding == fb::FixedPointRounding::nearest_even && (2 * r > den || (2 * r == den && (q & 1)))) xf = q + 1;
+      }
+      const std::int64_t k = xf >= 0 ? xf / (1 << kN) : -((-xf + (1 << kN) - 1) / (1 << kN));
+      const std::int64_t i = xf - k * (1 << kN);
+      const float want = std::ldexp(float_of(t.fraction_outputs[static_cast<std::size_t>(i)]), static_cast<int>(k));
+      INFO("x = ", x);
+      REQUIRE(bits_of(m->evaluate(x)) == bits_of(ftz_out(want)));
+    }
+    std::remove(path.c_str());
+  }
+  mpfr_free_cache();
+}
+
+TEST_CASE("table_corrupted_files_rejected") {
+  Mpfr32 ref;
+  fb::SfuTable t;
+  t.function = SpecialFunction::rcp;
+  t.source = "src";  // 3 bytes: segment_count at offset 14
+  t.segments.resize(1);
+  t.segments[0].first_input = bits_of(1.0f);
+  for (std::uint32_t i = 0; i < 300; ++i) t.segments[0].outputs.push_back(bits_of(ref.rcp(float_of(bits_of(1.0f) + i))) + (i == 17 ? 1u : 0u));
+  const std::string good = temp_path("good.fbsfu"), bad = temp_path("bad.fbsfu");
+  fb::write_table_file(good, t);
+  const std::vector<std::uint8_t> bytes = read_bytes(good);
+  REQUIRE(bytes.size() > 40);
+  CHECK_NOTHROW((void)fb::load_table_model(good));
+
+  check_rejected(temp_path("missing.fbsfu"), "cannot open");
+  auto with = [&](std::size_t offset, std::uint8_t value) {
+    std::vector<std::uint8_t> b = bytes;
+    b[offset] = value;
+    return b;
+  };
+  write_bytes(bad, with(0, 'X'), true);
+  check_rejected(bad, "field 'magic'");
+  write_bytes(bad, with(20, bytes[20] ^ 0x10u), false);  // corrupted, checksum not updated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), false);  // truncated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + 7), false);
+  check_rejected(bad, "field 'crc32'");
+  // Field corruptions with a valid checksum: the field check must catch them.
+  write_bytes(bad, with(6, 7), true);
+  check_rejected(bad, "field 'function'");
+  write_bytes(bad, with(7, 5), true);
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(7, 1), true);  // fixed-point form for rcp
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(8, 2), true);
+  check_rejected(bad, "field 'measured'");
+  write_bytes(bad, with(10, 0xff), true);
+  check_rejected(bad, "field 'source'");
+  {
+    std::vector<std::uint8_t> b = bytes;
+    for (int i = 0; i < 4; ++i) b[14 + i] = 0;
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'segment_count'");
+  }
+  {
+    std::vector<std::uint8_t> b = bytes;
+    for (int i = 0; i < 4; ++i) b[22 + i] = 0;  // segment[0].count = 0
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'segment[0].count'");
+  }
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b[26] = 0x2d, b[27] = 0x01, b[28] = 0, b[29] = 0;  // run[0].length = 301 > 300
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'segment[0].run[0].length'");
+  }
+  write_bytes(bad, with(30, 40), true);  // run[0].width = 40
+  check_rejected(bad, "field 'segment[0].run[0].width'");
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b.insert(b.end() - 4, {1, 2, 3});  // bytes after the last run
+    write_bytes(bad, b, true);
+    check_rejected(bad, "unexpected bytes");
+  }
+  {
+    fb::SfuTable fx;
+    fx.form = fb::SfuTableForm::ex2_fixed_point;
+    fx.fraction_bits = 4;
+    for (std::uint32_t i = 0; i < 16; ++i) fx.fraction_outputs.push_back(bits_of(ref.ex2(i / 16.0f)));
+    fb::write_table_file(good, fx);
+    std::vector<std::uint8_t> b = read_bytes(good);
+    b[11] = 30;  // fraction_bits (empty source: fraction_bits at offset 11)
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'fraction_bits'");
+    b = read_bytes(good);
+    b[12] = 9;
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'argument_rounding'");
+  }
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+  mpfr_free_cache();
+}
+
+// ---- exhaustive tier -----------------------------------------------------------------------------
+TEST_CASE("ex2_correct_ftz_random_1e7_exhaustive") { check_random_against_mpfr(SpecialFunction::ex2, 10'000'000, 101); }
+TEST_CASE("rcp_correct_ftz_random_1e7_exhaustive") { check_random_against_mpfr(SpecialFunction::rcp, 10'000'000, 102); }
+TEST_CASE("lg2_correct_ftz_random_1e7_exhaustive") { check_random_against_mpfr(SpecialFunction::lg2, 10'000'000, 103); }
+TEST_CASE("sfu_correct_whole_binades_exhaustive") { check_binades(1); }
+TEST_CASE("ex2_correct_ftz_all_inputs_exhaustive") {
+  CHECK(sweep_against_mpfr(SpecialFunction::ex2, 0, 0xffffffffu, 1) == 0);
+}
+TEST_CASE("rcp_correct_ftz_all_inputs_exhaustive") {
+  CHECK(sweep_against_mpfr(SpecialFunction::rcp, 0, 0xffffffffu, 1) == 0);
+}
+TEST_CASE("lg2_correct_ftz_all_inputs_exhaustive") {
+  CHECK(sweep_against_mpfr(SpecialFunction::lg2, 0, 0xffffffffu, 1) == 0);
+}

@@ -1,0 +1,107 @@
+// tests/test_statistics.cpp: the bias statistics against Boost.Math's distributions,
+// and their behaviour on synthetic data with known bias and with none.
+#include <doctest/doctest.h>
+
+#include <boost/math/distributions/binomial.hpp>
+#include <boost/math/distributions/normal.hpp>
+#include <boost/math/distributions/students_t.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "attention/statistics.hpp"
+
+namespace {
+bool sanitizer_scale() {
+  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
+  return s && std::string(s) == "sanitizer";
+}
+}  // namespace
+
+TEST_CASE("student_t_cdf_and_quantile_match_boost") {
+  for (double dof : {1.0, 2.0, 3.5, 10.0, 29.0, 100.0, 1e4, 1e6}) {
+    boost::math::students_t dist(dof);
+    for (double t : {-40.0, -7.3, -2.0, -0.5, 0.0, 0.1, 1.3, 3.0, 12.0}) {
+      const double expected = boost::math::cdf(dist, t);
+      CAPTURE(dof);
+      CAPTURE(t);
+      CHECK(fb::attn::student_t_cdf(t, dof) == doctest::Approx(expected).epsilon(1e-9));
+    }
+    for (double p : {1e-6, 0.0005, 0.05, 0.5, 0.8, 0.9995}) {
+      CAPTURE(dof);
+      CAPTURE(p);
+      CHECK(fb::attn::student_t_quantile(p, dof) == doctest::Approx(boost::math::quantile(dist, p)).epsilon(1e-7));
+    }
+  }
+  boost::math::normal normal;
+  for (double p : {1e-9, 1e-3, 0.2, 0.5, 0.975}) {
+    CHECK(fb::attn::normal_quantile(p) == doctest::Approx(boost::math::quantile(normal, p)).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("sign_test_p_matches_boost_binomial") {
+  for (std::size_t n : {1u, 5u, 20u, 101u, 1000u, 20000u}) {
+    boost::math::binomial dist(static_cast<double>(n), 0.5);
+    for (std::size_t k : {std::size_t{0}, n / 3, n / 2, n - n / 4, n}) {
+      const std::size_t low = std::min(k, n - k);
+      const double expected = std::min(1.0, 2.0 * boost::math::cdf(dist, static_cast<double>(low)));
+      CAPTURE(n);
+      CAPTURE(k);
+      if (expected > 1e-250) {
+        CHECK(fb::attn::binomial_two_sided_p(k, n) == doctest::Approx(expected).epsilon(1e-8));
+      } else {
+        CHECK(fb::attn::binomial_two_sided_p(k, n) < 1e-200);
+      }
+    }
+  }
+}
+
+TEST_CASE("summarize_detects_known_bias_and_reports_ci") {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::vector<double> data(20000);
+  for (double& x : data) x = -0.1 + noise(rng);
+  const auto s = fb::attn::summarize(data, 1e-3);
+  CHECK(s.biased);
+  CHECK(s.p_t < 1e-6);
+  CHECK(s.p_sign < 1e-3);
+  CHECK(s.ci_low < -0.1);
+  CHECK(s.ci_high > -0.1);
+  CHECK(s.ci_high < 0.0);
+  // The smallest detectable bias (alpha 1e-3, 80% power) is (t_.9995 + t_.8) * sd/sqrt(n).
+  boost::math::students_t t(static_cast<double>(data.size() - 1));
+  const double expected_mdb = (boost::math::quantile(t, 0.9995) + boost::math::quantile(t, 0.8)) * s.stddev /
+                              std::sqrt(static_cast<double>(data.size()));
+  CHECK(s.min_detectable == doctest::Approx(expected_mdb).epsilon(1e-6));
+  CHECK(s.min_detectable < 0.1);
+}
+
+TEST_CASE("summarize_false_positive_rate_within_binomial_bound") {
+  // With no bias, the t-test rejects at rate alpha; over many seeds the number of
+  // rejections must fall inside the 99.9% binomial interval.
+  const int repeats = sanitizer_scale() ? 400 : 2000;
+  const double alpha = 0.05;
+  int rejections = 0;
+  for (int seed = 0; seed < repeats; ++seed) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(seed) * 7919u + 1u);
+    std::normal_distribution<double> noise(0.0, 3.0);
+    std::vector<double> data(200);
+    for (double& x : data) x = noise(rng);
+    if (fb::attn::summarize(data, alpha).biased) ++rejections;
+  }
+  boost::math::binomial dist(repeats, alpha);
+  const double lo = boost::math::quantile(dist, 0.0005);
+  const double hi = boost::math::quantile(boost::math::complement(dist, 0.0005));
+  CAPTURE(rejections);
+  CHECK(rejections >= lo);
+  CHECK(rejections <= hi);
+}
+
+TEST_CASE("summarize_edge_cases") {
+  CHECK_FALSE(fb::attn::summarize({}, 1e-3).biased);
+  CHECK_FALSE(fb::attn::summarize({0.0, 0.0, 0.0}, 1e-3).biased);
+  const auto constant = fb::attn::summarize({0.5, 0.5, 0.5, 0.5}, 1e-3);
+  CHECK(constant.biased);
+  CHECK(constant.p_t == 0.0);
+}

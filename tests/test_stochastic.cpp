@@ -1,0 +1,262 @@
+// tests/test_stochastic.cpp: stochastic rounding (RoundingMode::sr), DESIGN.md §3 and
+// §10 rung 3.
+//
+// Contract checked here, with every expected value from exact rational arithmetic
+// (Boost.Multiprecision cpp_rational / cpp_int), never from the emulator:
+// - each sr result is one of the two neighbours of the exact value;
+// - with r random bits, P(round up in magnitude) = the discarded fraction truncated
+//   to r bits (so with r = 1 a fraction below 1/2 never rounds up), checked by a
+//   chi-square test with one degree of freedom;
+// - with many random bits, the mean of many draws (different positions) converges to
+//   the exact value, within a 5-sigma bound of the binomial standard error;
+// - the same (seed, position) gives the same result; 1 thread and 2 threads splitting
+//   the positions give identical results; different seeds give different streams.
+// The inputs are fp64 values rounded to bf16 and fp32 values rounded to e4m3, whose
+// discarded fractions (e.g. binary 0.0101... ~ 1/3) are not representable in few bits.
+#include <doctest/doctest.h>
+
+#include <boost/multiprecision/cpp_int.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu/ops.hpp"
+#include "formats/format.hpp"
+
+namespace {
+
+using boost::multiprecision::cpp_int;
+using boost::multiprecision::cpp_rational;
+namespace fmt = fb::formats;
+
+bool sanitizer_scale() {
+  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
+  return s != nullptr && std::string(s) == "sanitizer";
+}
+
+// A test value given exactly: (-1)^negative * significand * 2^exponent, with the
+// significand at most 53 bits so that the fp64 built from it is the same number.
+struct ExactInput {
+  bool negative;
+  std::uint64_t significand;
+  int exponent;
+
+  double as_double() const {
+    const double m = std::ldexp(static_cast<double>(significand), exponent);  // exact: <= 53 bits
+    return negative ? -m : m;
+  }
+  cpp_rational as_rational() const {
+    cpp_rational r = cpp_rational(cpp_int(significand));
+    if (exponent >= 0) r *= cpp_rational(cpp_int(1) << exponent);
+    else r /= cpp_rational(cpp_int(1) << -exponent);
+    return negative ? -r : r;
+  }
+};
+
+cpp_rational pow2(int e) {
+  return e >= 0 ? cpp_rational(cpp_int(1) << e) : cpp_rational(cpp_int(1), cpp_int(1) << -e);
+}
+
+// The neighbours of a value on a grid of spacing 2^ulp_exp, and the discarded
+// fraction, computed exactly.
+struct Neighbours {
+  cpp_rational down, up;   // in magnitude: |down| <= |x| < |up|
+  cpp_rational fraction;   // (|x| - |down|) / ulp, in [0, 1)
+};
+Neighbours neighbours(const cpp_rational& x, int ulp_exp) {
+  const cpp_rational ulp = pow2(ulp_exp);
+  const cpp_rational mag = x < 0 ? cpp_rational(-x) : x;
+  const cpp_rational scaled = mag / ulp;
+  const cpp_int whole = boost::multiprecision::numerator(scaled) / boost::multiprecision::denominator(scaled);
+  const cpp_rational down = cpp_rational(whole) * ulp;
+  Neighbours n{down, down + ulp, scaled - cpp_rational(whole)};
+  if (x < 0) n.down = -n.down, n.up = -n.up;
+  return n;
+}
+
+// floor(fraction * 2^r) / 2^r, exactly.
+cpp_rational truncate_to_bits(const cpp_rational& fraction, int r) {
+  const cpp_rational scaled = fraction * pow2(r);
+  const cpp_int whole = boost::multiprecision::numerator(scaled) / boost::multiprecision::denominator(scaled);
+  return cpp_rational(whole) / pow2(r);
+}
+
+cpp_rational rational_of_double(double v) {
+  int e = 0;
+  const double m = std::frexp(v, &e);
+  const auto mantissa = static_cast<std::int64_t>(std::ldexp(m, 53));  // exact
+  return cpp_rational(cpp_int(mantissa)) * pow2(e - 53);
+}
+
+fb::RoundingSpec sr_spec(int bits, std::uint64_t seed) {
+  fb::RoundingSpec s;
+  s.mode = fb::RoundingMode::sr;
+  s.sr_bits = bits;
+  s.seed = seed;
+  return s;
+}
+
+// Counts how often sr rounds `x` up (in magnitude) over positions [0, draws), checking
+// that every result is one of the two exact neighbours.
+struct Draws {
+  std::uint64_t up = 0, down = 0, other = 0;
+};
+Draws draw(const fb::Format& f, const ExactInput& x, const Neighbours& n, const fb::RoundingSpec& spec,
+           std::uint64_t draws) {
+  Draws d;
+  const double xd = x.as_double();
+  // Results are classified exactly once per distinct bit pattern (rationals are slow).
+  std::uint32_t up_bits = 0, down_bits = 0;
+  bool know_up = false, know_down = false;
+  for (std::uint64_t pos = 0; pos < draws; ++pos) {
+    const std::uint32_t bits = fb::round_double(f, xd, spec, pos).bits;
+    if (know_up && bits == up_bits) {
+      ++d.up;
+    } else if (know_down && bits == down_bits) {
+      ++d.down;
+    } else {
+      const cpp_rational v = rational_of_double(fb::to_double(f, bits));
+      if (v == n.up) ++d.up, up_bits = bits, know_up = true;
+      else if (v == n.down) ++d.down, down_bits = bits, know_down = true;
+      else ++d.other;
+    }
+  }
+  return d;
+}
+
+// 1/3 and 2/3-like patterns in bf16 and e4m3, both signs. bf16 keeps 8 bits, so in
+// [1, 2) its ulp is 2^-7; e4m3 keeps 4 bits, ulp 2^-3 in [1, 2).
+struct Case {
+  const char* what;
+  fb::Format format;
+  ExactInput x;
+  int ulp_exp;
+};
+const Case kCases[] = {
+    // 1 + 2^-7 * (binary 0.0101...01, ~1/3): 45 discarded bits below bf16's 7 fraction bits.
+    {"bf16, fraction ~1/3", fmt::bf16, {false, 0x100aaaaaaaaaaaull, -52}, -7},
+    {"bf16, fraction ~2/3, negative", fmt::bf16, {true, 0x10155555555555ull, -52}, -7},
+    {"bf16, fraction ~0.05, large exponent", fmt::bf16, {false, 0x1f819999999999ull, -52 + 40}, -7 + 40},
+    // e4m3 in [1, 2) from a 24-bit (fp32-sized) significand: 20 discarded bits.
+    {"e4m3, fraction ~0.4", fmt::e4m3, {false, 0xb66666ull, -23}, -3},
+    {"e4m3, fraction ~0.3, negative", fmt::e4m3, {true, 0xa4cccdull, -23}, -3},
+};
+
+}  // namespace
+
+TEST_CASE("sr: P(up) equals the discarded fraction truncated to r bits (chi-square)") {
+  const std::uint64_t draws = sanitizer_scale() ? 4000 : 200000;
+  for (const Case& c : kCases) {
+    const Neighbours n = neighbours(c.x.as_rational(), c.ulp_exp);
+    for (int r : {1, 2, 3, 4, 5, 8, 13}) {
+      const cpp_rational p_exact = truncate_to_bits(n.fraction, r);
+      const double p = static_cast<double>(p_exact);
+      const Draws d = draw(c.format, c.x, n, sr_spec(r, 12345), draws);
+      INFO(c.what << ", r = " << r << ", expected P(up) = " << p << ", ups " << d.up << " of " << draws);
+      CHECK(d.other == 0);
+      if (p == 0.0) {
+        CHECK(d.up == 0);  // e.g. ~1/3 with r = 1: the top discarded bit is 0
+        continue;
+      }
+      // Chi-square with 1 degree of freedom; 23.93 is the 1 - 1e-6 quantile, so a
+      // correct implementation fails this check once in a million runs.
+      const double expected_up = p * static_cast<double>(draws);
+      const double expected_down = (1.0 - p) * static_cast<double>(draws);
+      const double du = static_cast<double>(d.up) - expected_up;
+      const double dd = static_cast<double>(d.down) - expected_down;
+      const double chi2 = du * du / expected_up + dd * dd / expected_down;
+      CHECK(chi2 < 23.93);
+    }
+  }
+}
+
+TEST_CASE("sr: the mean of many draws converges to the exact value") {
+  const std::uint64_t draws = sanitizer_scale() ? 20000 : 1000000;
+  for (const Case& c : kCases) {
+    const cpp_rational x = c.x.as_rational();
+    const Neighbours n = neighbours(x, c.ulp_exp);
+    // 32 random bits: P(up) differs from the exact fraction by < 2^-32, far below the
+    // statistical resolution of 10^6 draws (~5e-4 ulp).
+    const Draws d = draw(c.format, c.x, n, sr_spec(32, 777), draws);
+    REQUIRE(d.other == 0);
+    const cpp_rational mean = (cpp_rational(cpp_int(d.up)) * n.up + cpp_rational(cpp_int(d.down)) * n.down) /
+                              cpp_rational(cpp_int(draws));
+    const double ulp = static_cast<double>(pow2(c.ulp_exp));
+    const double error_ulps = static_cast<double>(cpp_rational(mean - x)) / ulp;
+    const double p = static_cast<double>(n.fraction);
+    // Standard error of the mean in ulps: sqrt(p(1-p)/N); 5 sigma fails once in ~1.7e6.
+    const double bound = 5.0 * std::sqrt(p * (1.0 - p) / static_cast<double>(draws));
+    INFO(c.what << ": mean - exact = " << error_ulps << " ulp, bound " << bound);
+    CHECK(std::fabs(error_ulps) < bound);
+  }
+  // Round-to-nearest has a fixed error on the same values; sr must beat it clearly,
+  // which shows the check above can fail.
+  const Case& c = kCases[0];
+  const double rne_error = static_cast<double>(
+      cpp_rational(rational_of_double(fb::to_double(c.format, fb::round_double(c.format, c.x.as_double(), {}).bits)) -
+                   c.x.as_rational()) /
+      pow2(c.ulp_exp));
+  CHECK(std::fabs(rne_error) > 0.3);
+}
+
+TEST_CASE("sr: the same seed and position give the same result") {
+  const Case& c = kCases[0];
+  for (std::uint64_t pos : {0ull, 1ull, 2ull, 1000ull, 0xffffffffffffull}) {
+    const fb::Rounded a = fb::round_double(c.format, c.x.as_double(), sr_spec(24, 99), pos);
+    const fb::Rounded b = fb::round_double(c.format, c.x.as_double(), sr_spec(24, 99), pos);
+    CHECK(a.bits == b.bits);
+    CHECK(a.flags == b.flags);
+  }
+  // The same through convert (fp32 source): the stream does not depend on the op.
+  const std::uint32_t x_fp32 = 0x3f8ccccdu;  // 1.1000000238...: bf16 discards 0x4ccd of 2^16
+  for (std::uint64_t pos = 0; pos < 64; ++pos) {
+    CHECK(fb::convert(fmt::bf16, fmt::fp32, x_fp32, sr_spec(16, 5), pos).bits ==
+          fb::convert(fmt::bf16, fmt::fp32, x_fp32, sr_spec(16, 5), pos).bits);
+  }
+}
+
+TEST_CASE("sr: 1 thread and 2 threads splitting the positions give identical results") {
+  const std::uint64_t n = sanitizer_scale() ? 5000 : 200000;
+  const Case& c = kCases[1];
+  const double x = c.x.as_double();
+  const fb::RoundingSpec spec = sr_spec(24, 2024);
+  std::vector<std::uint32_t> one(n), two(n);
+  for (std::uint64_t pos = 0; pos < n; ++pos) one[pos] = fb::round_double(c.format, x, spec, pos).bits;
+  // The second run splits the positions into interleaved halves, each thread walking
+  // its half backwards, so neither order nor thread assignment matches the first run.
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      for (std::uint64_t k = n / 2 + 1; k-- > 0;) {
+        const std::uint64_t pos = 2 * k + t;
+        if (pos < n) two[pos] = fb::round_double(c.format, x, spec, pos).bits;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  CHECK(one == two);
+  // Both outcomes occur, so the comparison is not trivially true.
+  std::uint64_t distinct = 0;
+  for (std::uint64_t pos = 1; pos < n; ++pos) distinct += one[pos] != one[0];
+  CHECK(distinct > 0);
+  CHECK(distinct < n - 1);
+}
+
+TEST_CASE("sr: different seeds give different streams") {
+  const Case& c = kCases[0];  // P(up) ~ 1/3
+  const std::uint64_t n = 20000;
+  const double x = c.x.as_double();
+  std::uint64_t differ = 0;
+  for (std::uint64_t pos = 0; pos < n; ++pos) {
+    differ += fb::round_double(c.format, x, sr_spec(24, 1), pos).bits !=
+              fb::round_double(c.format, x, sr_spec(24, 2), pos).bits;
+  }
+  // Independent streams disagree with probability 2p(1-p) = 4/9 per position; a
+  // stream that ignored the seed would give 0.
+  const double expected = 2.0 * (1.0 / 3) * (2.0 / 3) * static_cast<double>(n);
+  INFO("positions that differ: " << differ << ", expected about " << expected);
+  CHECK(std::fabs(static_cast<double>(differ) - expected) < 5.0 * std::sqrt(expected));
+}

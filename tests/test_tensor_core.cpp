@@ -1,0 +1,505 @@
+// tests/test_tensor_core.cpp: the tensor-core fused dot-add models (emu/tensor_core.hpp).
+//
+// The reference is written here independently of the implementation: its own bit
+// decoding, products and alignment on a fixed 1024-bit integer grid (Boost
+// cpp_int), truncation by explicit integer shifts, an exact sum and its own output
+// rounding. exact-rne is also checked against MPFR. The parameters themselves (F,
+// products per step) are the published ones and are NOT validated on hardware here.
+#include <doctest/doctest.h>
+#include <mpfr.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <limits>
+#include <boost/multiprecision/cpp_int.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu/tensor_core.hpp"
+
+namespace {
+
+namespace mp = boost::multiprecision;
+using Big = mp::number<mp::cpp_int_backend<1024, 1024, mp::signed_magnitude, mp::unchecked, void>>;
+
+int test_scale_divisor() {
+  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
+  return (s && std::string(s) == "sanitizer") ? 50 : 1;
+}
+
+// ---- independent format description and decoding --------------------------------
+struct RefFormat {
+  const char* name;
+  int ebits, mbits, bias;
+  bool fn;       // OCP E4M3: no inf, only S.1111.111 is NaN
+  int shift;     // stored left-shifted (tf32 in fp32's layout)
+};
+constexpr RefFormat kRefFp32{"fp32", 8, 23, 127, false, 0};
+constexpr RefFormat kRefFp16{"fp16", 5, 10, 15, false, 0};
+const RefFormat kRefInputs[] = {{"bf16", 8, 7, 127, false, 0}, {"fp16", 5, 10, 15, false, 0},
+                                {"tf32", 8, 10, 127, false, 13}, {"e4m3", 4, 3, 7, true, 0},
+                                {"e5m2", 5, 2, 15, false, 0}};
+
+enum class Cls { zero, finite, inf, nan };
+struct RefValue {
+  Cls cls;
+  bool neg;
+  std::uint64_t mant;  // value = mant * 2^lsb
+  int lsb;
+  int align;  // exponent of the encoding: field (or 1 for subnormals) minus bias
+};
+RefValue ref_decode(const RefFormat& f, std::uint32_t stored) {
+  const std::uint32_t bits = stored >> f.shift;
+  const bool neg = (bits >> (f.ebits + f.mbits)) & 1u;
+  const std::uint32_t e = (bits >> f.mbits) & ((1u << f.ebits) - 1u);
+  const std::uint32_t m = bits & ((1u << f.mbits) - 1u);
+  const std::uint32_t emax_field = (1u << f.ebits) - 1u;
+  if (f.fn) {
+    if (e == emax_field && m == (1u << f.mbits) - 1u) return {Cls::nan, neg, 0, 0, 0};
+  } else if (e == emax_field) {
+    return {m ? Cls::nan : Cls::inf, neg, 0, 0, 0};
+  }
+  const int align = (e == 0 ? 1 : static_cast<int>(e)) - f.bias;
+  const std::uint64_t mant = e == 0 ? m : (m | (1u << f.mbits));
+  if (mant == 0) return {Cls::zero, neg, 0, 0, align};
+  return {Cls::finite, neg, mant, align - f.mbits, align};
+}
+
+// ---- independent output rounding ---------------------------------------------------
+enum class RefMode { rz, rne };
+// Rounds S * 2^lsb (S != 0) into a binary format with p bits, exponent range
+// [emin, emax] (IEEE-style with inf); returns the sign/exponent/mantissa encoding.
+std::uint32_t ref_round(const Big& s, int lsb, int p, int emin, int emax, int ebits, int bias, RefMode mode) {
+  const bool neg = s < 0;
+  const Big m = neg ? Big(-s) : s;
+  const int lead = static_cast<int>(mp::msb(m));
+  const int e = lead + lsb;
+  const std::uint32_t sign = neg ? (1u << (ebits + p - 1)) : 0u;
+  const std::uint32_t max_finite = ((static_cast<std::uint32_t>(emax + bias)) << (p - 1)) | ((1u << (p - 1)) - 1u);
+  const std::uint32_t inf = ((1u << ebits) - 1u) << (p - 1);
+  const int q = std::max(e, emin) - (p - 1);
+  const int shift = q - lsb;
+  Big kept;
+  if (shift > 0) {
+    kept = m >> shift;
+    const Big rem = m - (kept << shift);
+    const Big half = Big(1) << (shift - 1);
+    if (mode == RefMode::rne && (rem > half || (rem == half && (kept & 1) != 0))) kept += 1;
+  } else {
+    kept = m << -shift;
+  }
+  int qq = q;
+  if (kept == (Big(1) << p)) {
+    kept >>= 1;
+    qq += 1;
+  }
+  const auto k = static_cast<std::uint32_t>(kept);
+  if (k >= (1u << (p - 1))) {
+    const int exponent = qq + p - 1;
+    if (exponent > emax) return sign | (mode == RefMode::rz ? max_finite : inf);
+    return sign | (static_cast<std::uint32_t>(exponent + bias) << (p - 1)) | (k - (1u << (p - 1)));
+  }
+  return sign | k;  // subnormal (or zero, which cannot happen: S != 0 and the grid is fine enough)
+}
+
+struct RefModel {
+  int per_step, F;
+  fb::DotOutput out;
+};
+
+float fp32_of(std::uint32_t b) { return std::bit_cast<float>(b); }
+
+// The reference fused dot: returns bits of the accumulator format (fp32 or fp16).
+std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bits,
+                      const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b) {
+  const bool f16 = m.out == fb::DotOutput::fp16_rne;
+  const RefFormat& acc = f16 ? kRefFp16 : kRefFp32;
+  const std::uint32_t nan = f16 ? 0x7e00u : 0x7fc00000u;
+  const int k = static_cast<int>(a.size());
+  const int per_step = m.per_step > 0 ? m.per_step : std::max(k, 1);
+  constexpr int kOffset = 400;  // grid 2^-400 is below every product's LSB (>= 2^-298)
+  std::uint32_t c = c_bits;
+  int i = 0;
+  do {
+    const int n = std::min(per_step, k - i);
+    std::vector<RefValue> terms;
+    terms.push_back(ref_decode(acc, c));
+    bool nan_seen = terms[0].cls == Cls::nan, pinf = terms[0].cls == Cls::inf && !terms[0].neg,
+         ninf = terms[0].cls == Cls::inf && terms[0].neg;
+    for (int j = i; j < i + n; ++j) {
+      const RefValue x = ref_decode(in, a[static_cast<std::size_t>(j)]);
+      const RefValue y = ref_decode(in, b[static_cast<std::size_t>(j)]);
+      const bool neg = x.neg != y.neg;
+      if (x.cls == Cls::nan || y.cls == Cls::nan) { nan_seen = true; continue; }
+      if (x.cls == Cls::inf || y.cls == Cls::inf) {
+        if (x.cls == Cls::zero || y.cls == Cls::zero) nan_seen = true;
+        else (neg ? ninf : pinf) = true;
+        continue;
+      }
+      if (x.cls == Cls::zero || y.cls == Cls::zero) {
+        terms.push_back({Cls::zero, neg, 0, 0, 0});
+        continue;
+      }
+      terms.push_back({Cls::finite, neg, x.mant * y.mant, x.lsb + y.lsb, x.align + y.align});
+    }
+    std::uint32_t d = 0;
+    if (nan_seen || (pinf && ninf)) {
+      d = nan;
+    } else if (pinf || ninf) {
+      d = f16 ? (ninf ? 0xfc00u : 0x7c00u) : (ninf ? 0xff800000u : 0x7f800000u);
+    } else {
+      bool all_neg_zero = true;
+      int largest = INT32_MIN;
+      for (const RefValue& t : terms) {
+        if (t.cls != Cls::zero) largest = std::max(largest, t.align);
+        all_neg_zero = all_neg_zero && t.cls == Cls::zero && t.neg;
+      }
+      Big sum = 0;
+      int lsb = -kOffset;
+      if (largest != INT32_MIN) {
+        if (m.out == fb::DotOutput::exact_rne) {
+          for (const RefValue& t : terms) {
+            if (t.cls == Cls::zero) continue;
+            const Big v = Big(t.mant) << (t.lsb + kOffset);
+            sum += t.neg ? Big(-v) : v;
+          }
+        } else {
+          lsb = largest - m.F;
+          for (const RefValue& t : terms) {
+            if (t.cls == Cls::zero) continue;
+            const Big v = Big(t.mant) << (t.lsb + kOffset);
+            const Big q = v >> (lsb + kOffset);  // truncation toward zero of the magnitude
+            sum += t.neg ? Big(-q) : q;
+          }
+        }
+      }
+      if (sum == 0) {
+        d = all_neg_zero ? (f16 ? 0x8000u : 0x80000000u) : 0u;
+      } else {
+        switch (m.out) {
+          case fb::DotOutput::fp32_rz: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::rz); break;
+          case fb::DotOutput::exact_rne: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::rne); break;
+          case fb::DotOutput::fp16_rne: d = ref_round(sum, lsb, 11, -14, 15, 5, 15, RefMode::rne); break;
+          case fb::DotOutput::fp32_e8m13: d = ref_round(sum, lsb, 14, -126, 127, 8, 127, RefMode::rz) << 10; break;
+        }
+      }
+    }
+    c = d;
+    i += n;
+  } while (i < k);
+  return c;
+}
+
+// ---- random inputs ----------------------------------------------------------------
+struct Gen {
+  std::mt19937_64 rng;
+  explicit Gen(std::uint64_t seed) : rng(seed) {}
+  std::uint32_t bits(int n) { return static_cast<std::uint32_t>(rng()) & ((n >= 32) ? 0xffffffffu : ((1u << n) - 1u)); }
+  int range(int lo, int hi) { return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi - lo + 1)); }
+  // A value of format f with its exponent field drawn from [lo, hi] (clamped).
+  std::uint32_t value(const RefFormat& f, int field_lo, int field_hi) {
+    const int emax_field = (1 << f.ebits) - 1;
+    const int e = std::clamp(range(field_lo, field_hi), 0, emax_field);
+    std::uint32_t m = bits(f.mbits);
+    if (f.fn && e == emax_field && m == (1u << f.mbits) - 1u) m -= 1;  // keep it finite
+    const std::uint32_t s = bits(1);
+    return ((s << (f.ebits + f.mbits)) | (static_cast<std::uint32_t>(e) << f.mbits) | m) << f.shift;
+  }
+  std::uint32_t any(const RefFormat& f) { return bits(1 + f.ebits + f.mbits) << f.shift; }
+};
+
+// One random case; kind picks the distribution.
+void random_case(Gen& g, const RefFormat& in, bool f16_acc, int per_step, std::uint32_t& c,
+                 std::vector<std::uint32_t>& a, std::vector<std::uint32_t>& b) {
+  const int k = g.range(1, std::max(2, 2 * per_step + per_step / 2));
+  a.resize(static_cast<std::size_t>(k));
+  b.resize(static_cast<std::size_t>(k));
+  const RefFormat& acc = f16_acc ? kRefFp16 : kRefFp32;
+  const int kind = g.range(0, 5);
+  const int mid = in.bias;  // exponent field of 1.0
+  for (int i = 0; i < k; ++i) {
+    auto& x = a[static_cast<std::size_t>(i)];
+    auto& y = b[static_cast<std::size_t>(i)];
+    switch (kind) {
+      case 0:  // uniform bit patterns: specials, subnormals, every exponent
+        x = g.any(in), y = g.any(in);
+        break;
+      case 1:  // narrow exponent range: heavy overlap and cancellation
+      case 2:
+        x = g.value(in, mid - 3, mid + 3), y = g.value(in, mid - 3, mid + 3);
+        if (g.range(0, 15) == 0) x = (g.bits(1) << (in.ebits + in.mbits)) << in.shift;  // signed zero
+        break;
+      case 3:  // subnormal-heavy
+        x = g.value(in, 0, 2), y = g.value(in, 0, 3 + mid);
+        break;
+      case 4:  // wide exponent range, finite
+        x = g.value(in, 0, (1 << in.ebits) - 2), y = g.value(in, 0, (1 << in.ebits) - 2);
+        break;
+      default:  // mostly pairs that cancel exactly, plus a little noise
+        if (i % 2 == 1) {
+          x = a[static_cast<std::size_t>(i - 1)];
+          y = b[static_cast<std::size_t>(i - 1)] ^ ((1u << (in.ebits + in.mbits)) << in.shift);
+          if (g.range(0, 3) == 0) y ^= (1u << in.shift);  // last mantissa bit
+        } else {
+          x = g.value(in, mid - 6, mid + 6), y = g.value(in, mid - 6, mid + 6);
+        }
+    }
+  }
+  // C: cancellation-friendly, wide, subnormal or special.
+  switch (g.range(0, 5)) {
+    case 0: c = g.any(acc); break;
+    case 1: c = g.value(acc, acc.bias - 4, acc.bias + 4); break;
+    case 2: c = g.value(acc, 0, 1); break;
+    case 3: c = (g.bits(1) << (acc.ebits + acc.mbits)); break;  // signed zero
+    default: {
+      // Minus the (double-rounded, deliberately approximate) sum of the products:
+      // deep cancellation against C.
+      double s = 0;
+      const bool in_f16 = f16_acc;
+      for (int i = 0; i < std::min(k, per_step); ++i) {
+        const RefValue x = ref_decode(in, a[static_cast<std::size_t>(i)]);
+        const RefValue y = ref_decode(in, b[static_cast<std::size_t>(i)]);
+        if (x.cls != Cls::finite || y.cls != Cls::finite) continue;
+        const double v = std::ldexp(static_cast<double>(x.mant * y.mant), x.lsb + y.lsb);
+        s += (x.neg != y.neg) ? -v : v;
+      }
+      const float f = static_cast<float>(-s);
+      if (in_f16) {
+        // nearest fp16 by truncating the float's fraction (fine for test inputs)
+        const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+        const int e = static_cast<int>((u >> 23) & 0xff) - 127;
+        if (e < -14 || e > 15) c = (u >> 16) & 0x8000u;
+        else c = ((u >> 16) & 0x8000u) | (static_cast<std::uint32_t>(e + 15) << 10) | ((u >> 13) & 0x3ffu);
+      } else {
+        c = std::bit_cast<std::uint32_t>(f);
+      }
+    }
+  }
+}
+
+std::string hex(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+std::string describe_case(std::uint32_t c, const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b) {
+  char buf[32];
+  std::string s;
+  std::snprintf(buf, sizeof buf, "C=%08x A=", c);
+  s += buf;
+  for (auto x : a) std::snprintf(buf, sizeof buf, "%x,", x), s += buf;
+  s += " B=";
+  for (auto x : b) std::snprintf(buf, sizeof buf, "%x,", x), s += buf;
+  return s;
+}
+
+const RefFormat& ref_input(std::string_view name) {
+  for (const RefFormat& f : kRefInputs) {
+    if (name == f.name) return f;
+  }
+  FAIL("no reference format for " << std::string(name));
+  return kRefInputs[0];
+}
+
+const fb::Format& fb_input(std::string_view name) {
+  for (const fb::Format& f : fb::formats::all_named) {
+    if (name == std::string_view(f.name)) return f;
+  }
+  return fb::formats::fp32;
+}
+
+}  // namespace
+
+TEST_CASE("every tensor-core preset matches the independent exact-integer reference") {
+  const int cases = 100000 / test_scale_divisor();
+  int preset_index = 0;
+  for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
+    ++preset_index;
+    const RefFormat& in = ref_input(model.input);
+    const fb::Format& input = fb_input(model.input);
+    CHECK(fb::find_tensor_core_model(model.name, input) == &model);
+    CHECK_FALSE(model.hardware_validated);
+    const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
+    const bool f16 = model.output == fb::DotOutput::fp16_rne;
+    Gen g(0x5eed0000u + static_cast<std::uint64_t>(preset_index));
+    std::vector<std::uint32_t> a, b;
+    std::vector<float> af, bf;
+    int failures = 0;
+    for (int n = 0; n < cases && failures < 5; ++n) {
+      std::uint32_t c = 0;
+      random_case(g, in, f16, std::max(model.products_per_step, 8), c, a, b);
+      const std::uint32_t want = ref_dot(ref, in, c, a, b);
+      const std::uint32_t got = fb::fused_dot_bits(model, c, a, b);
+      // The float entry point must agree with the bit entry point.
+      bool float_ok = true;
+      if (!f16) {
+        af.clear(), bf.clear();
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const RefValue x = ref_decode(in, a[i]), y = ref_decode(in, b[i]);
+          auto to_f = [](const RefValue& v) {
+            if (v.cls == Cls::nan) return std::numeric_limits<float>::quiet_NaN();
+            if (v.cls == Cls::inf) return v.neg ? -INFINITY : INFINITY;
+            const float m = static_cast<float>(std::ldexp(static_cast<double>(v.mant), v.lsb));
+            return v.neg ? -m : m;
+          };
+          af.push_back(to_f(x)), bf.push_back(to_f(y));
+        }
+        const float d = fb::fused_dot(model, fp32_of(c), af.data(), bf.data(), static_cast<int>(a.size()));
+        float_ok = std::bit_cast<std::uint32_t>(d) == want;
+      }
+      if (got != want || !float_ok) {
+        ++failures;
+        FAIL_CHECK(std::string(model.name) << " " << std::string(model.input) << " " << describe_case(c, a, b)
+                                           << " got " << hex(got) << " want " << hex(want)
+                                           << (float_ok ? "" : " (float entry point differs)"));
+      }
+    }
+  }
+}
+
+TEST_CASE("exact-rne equals the MPFR sum of products rounded once to fp32") {
+  const int cases = 100000 / test_scale_divisor();
+  mpfr_t acc, prod, t;
+  mpfr_inits2(1400, acc, prod, t, static_cast<mpfr_ptr>(nullptr));
+  int idx = 0;
+  for (const RefFormat& in : kRefInputs) {
+    const fb::TensorCoreModel* model = fb::find_tensor_core_model("exact-rne", fb_input(in.name));
+    REQUIRE(model != nullptr);
+    Gen g(0xabc0u + static_cast<std::uint64_t>(idx++));
+    std::vector<std::uint32_t> a, b;
+    int failures = 0;
+    for (int n = 0; n < cases && failures < 5; ++n) {
+      std::uint32_t c = 0;
+      random_case(g, in, false, 16, c, a, b);
+      auto to_float = [&](const RefFormat& f, std::uint32_t bits) {
+        const RefValue v = ref_decode(f, bits);
+        if (v.cls == Cls::nan) return std::numeric_limits<float>::quiet_NaN();
+        if (v.cls == Cls::inf) return v.neg ? -INFINITY : INFINITY;
+        if (v.cls == Cls::zero) return v.neg ? -0.0f : 0.0f;
+        const float m = static_cast<float>(std::ldexp(static_cast<double>(v.mant), v.lsb));
+        return v.neg ? -m : m;
+      };
+      mpfr_set_flt(acc, fp32_of(c), MPFR_RNDN);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        mpfr_set_flt(prod, to_float(in, a[i]), MPFR_RNDN);
+        mpfr_set_flt(t, to_float(in, b[i]), MPFR_RNDN);
+        mpfr_mul(prod, prod, t, MPFR_RNDN);  // exact at 1400 bits
+        mpfr_add(acc, acc, prod, MPFR_RNDN);  // exact: the range spans < 1400 bits
+      }
+      const float want = mpfr_get_flt(acc, MPFR_RNDN);
+      const std::uint32_t got = fb::fused_dot_bits(*model, c, a, b);
+      const bool ok = std::isnan(want) ? (got == 0x7fc00000u) : got == std::bit_cast<std::uint32_t>(want);
+      if (!ok) {
+        ++failures;
+        FAIL_CHECK(in.name << " " << describe_case(c, a, b) << " got " << hex(got) << " want "
+                           << hex(std::bit_cast<std::uint32_t>(want)));
+      }
+    }
+  }
+  mpfr_clears(acc, prod, t, static_cast<mpfr_ptr>(nullptr));
+}
+
+TEST_CASE("Fasi et al.: sm80's extra alignment bit keeps 2^-24 in 1*1 - (1 - 2^-24); sm70 loses it") {
+  // D = C + a*b with C = -(1 - 2^-24) (fp32 0xbf7fffff), a = b = 1. Aligned to the
+  // product's exponent 0, C needs 24 fraction bits: sm70 (F=23) truncates it to
+  // -(1 - 2^-23) and returns 2^-23; sm80 (F=24) keeps it and returns 2^-24.
+  const std::vector<std::uint32_t> one{0x3c00u};  // fp16 1.0
+  const fb::TensorCoreModel* sm70 = fb::find_tensor_core_model("sm70", fb::formats::fp16);
+  const fb::TensorCoreModel* sm80 = fb::find_tensor_core_model("sm80", fb::formats::fp16);
+  REQUIRE(sm70);
+  REQUIRE(sm80);
+  CHECK(fb::fused_dot_bits(*sm70, 0xbf7fffffu, one, one) == std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -23)));
+  CHECK(fb::fused_dot_bits(*sm80, 0xbf7fffffu, one, one) == std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -24)));
+  // The same with bf16 inputs on sm80 (bf16 1.0 = 0x3f80).
+  const fb::TensorCoreModel* sm80b = fb::find_tensor_core_model("sm80", fb::formats::bf16);
+  const std::vector<std::uint32_t> one_bf16{0x3f80u};
+  CHECK(fb::fused_dot_bits(*sm80b, 0xbf7fffffu, one_bf16, one_bf16) ==
+        std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -24)));
+  // The final normalisation truncates: 1 + 2^-24 (exactly representable on sm80's grid
+  // before normalisation) becomes 1.0 under RZ, not 1 + 2^-23.
+  CHECK(fb::fused_dot_bits(*sm80, 0x33800000u, one, one) == 0x3f800000u);
+}
+
+TEST_CASE("sm80 m16n8k16 is two chained k=8 steps; sm90-mma fuses 16 products") {
+  const fb::TensorCoreModel* sm80 = fb::find_tensor_core_model("sm80", fb::formats::fp16);
+  const fb::TensorCoreModel* sm90 = fb::find_tensor_core_model("sm90-mma", fb::formats::fp16);
+  REQUIRE(sm80);
+  REQUIRE(sm90);
+  // a0*b0 = 1 and a8*b8 = -2^-25 (fp16 2^-13 * -2^-12), the rest zero, C = 0.
+  std::vector<std::uint32_t> a(16, 0u), b(16, 0u);
+  a[0] = 0x3c00u, b[0] = 0x3c00u;
+  a[8] = 0x0800u, b[8] = 0x8c00u;  // 2^-13, -2^-12
+  // sm80: step 1 gives 1; step 2 aligns -2^-25 to exponent 0 with F=24: truncated to 0.
+  CHECK(fb::fused_dot_bits(*sm80, 0u, a, b) == 0x3f800000u);
+  // sm90-mma: one step, F=25 keeps -2^-25; RZ of 1 - 2^-25 is 1 - 2^-24.
+  CHECK(fb::fused_dot_bits(*sm90, 0u, a, b) == 0x3f7fffffu);
+  // Chaining, checked on random data against the reference's two explicit steps.
+  Gen g(77);
+  const RefFormat& in = ref_input("fp16");
+  for (int n = 0; n < 2000; ++n) {
+    for (int i = 0; i < 16; ++i) a[static_cast<std::size_t>(i)] = g.value(in, 10, 20), b[static_cast<std::size_t>(i)] = g.value(in, 10, 20);
+    const std::uint32_t c = g.value(kRefFp32, 120, 134);
+    const std::vector<std::uint32_t> a1(a.begin(), a.begin() + 8), b1(b.begin(), b.begin() + 8);
+    const std::vector<std::uint32_t> a2(a.begin() + 8, a.end()), b2(b.begin() + 8, b.end());
+    const std::uint32_t two_steps = ref_dot({8, 24, fb::DotOutput::fp32_rz}, in, ref_dot({8, 24, fb::DotOutput::fp32_rz}, in, c, a1, b1), a2, b2);
+    REQUIRE(fb::fused_dot_bits(*sm80, c, a, b) == two_steps);
+  }
+}
+
+TEST_CASE("fp8 wgmma: 13 fraction bits relative to the largest exponent, e8m13 output") {
+  const fb::TensorCoreModel* m = fb::find_tensor_core_model("sm90-wgmma", fb::formats::e4m3);
+  REQUIRE(m);
+  CHECK(m->products_per_step == 32);
+  CHECK(m->fraction_bits == 13);
+  // C = 1 + 2^-20 with zero products: truncated to 1.0 (13 fraction bits).
+  const std::vector<std::uint32_t> zero{0x00u};
+  CHECK(fb::fused_dot_bits(*m, 0x3f800008u, zero, zero) == 0x3f800000u);
+  // C = 1 + 2^-13 survives; the product 1 * 2^-5 adds on the grid.
+  const std::vector<std::uint32_t> a{0x38u}, b{0x10u};  // e4m3 1.0 and 2^-5
+  CHECK(fb::fused_dot_bits(*m, 0x3f800400u, a, b) ==
+        std::bit_cast<std::uint32_t>(1.0f + std::ldexp(1.0f, -13) + std::ldexp(1.0f, -5)));
+  // No fp8 form on sm70/sm80; no tf32 on sm70.
+  CHECK(fb::find_tensor_core_model("sm80", fb::formats::e4m3) == nullptr);
+  CHECK(fb::find_tensor_core_model("sm70", fb::formats::bf16) == nullptr);
+  CHECK(fb::is_tensor_core_model_name("sm70"));
+  CHECK_FALSE(fb::is_tensor_core_model_name("sm71"));
+}
+
+TEST_CASE("specials and signed zeros") {
+  const fb::TensorCoreModel* m = fb::find_tensor_core_model("sm80", fb::formats::bf16);
+  REQUIRE(m);
+  auto dot = [&](std::uint32_t c, std::vector<std::uint32_t> a, std::vector<std::uint32_t> b) {
+    return fb::fused_dot_bits(*m, c, a, b);
+  };
+  CHECK(dot(0u, {0x7f80u}, {0x0000u}) == 0x7fc00000u);                 // inf * 0
+  CHECK(dot(0u, {0x7f80u, 0x7f80u}, {0x3f80u, 0xbf80u}) == 0x7fc00000u);  // inf - inf
+  CHECK(dot(0xff800000u, {0x7f80u}, {0x3f80u}) == 0x7fc00000u);          // C=-inf, +inf product
+  CHECK(dot(0u, {0x7f80u}, {0xbf80u}) == 0xff800000u);                   // -inf
+  CHECK(dot(0x7fc00001u, {0x3f80u}, {0x3f80u}) == 0x7fc00000u);          // NaN C, canonical NaN out
+  CHECK(dot(0x80000000u, {0x8000u}, {0x3f80u}) == 0x80000000u);          // -0 + (-0)*1 = -0
+  CHECK(dot(0x80000000u, {0x0000u}, {0x3f80u}) == 0x00000000u);          // -0 + 0 = +0
+  CHECK(dot(0x3f800000u, {0x3f80u}, {0xbf80u}) == 0x00000000u);          // 1 - 1 = +0
+  // A bf16 subnormal product keeps its value exactly: 2^-126 * 2^-7 ... C = 0.
+  CHECK(dot(0u, {0x0001u}, {0x3f80u}) == 0x00010000u);
+  // Overflow under RZ saturates to the largest finite fp32.
+  CHECK(dot(0x7f7fffffu, {0x7f7fu}, {0x4000u}) == 0x7f7fffffu);
+  // Trace: largest exponent, truncation, carry-out and normalisation of one step.
+  fb::DotTrace trace;
+  trace.record_terms = true;
+  const std::vector<float> a{1.0f, 1.0f, 0.75f}, b{1.0f, 1.0f, 1.0f};
+  const float d = fb::fused_dot(*m, std::ldexp(1.0f, -30), a.data(), b.data(), 3, &trace);
+  CHECK(d == 2.75f);
+  REQUIRE(trace.steps.size() == 1);
+  CHECK(trace.steps[0].largest_exponent == 0);
+  CHECK(trace.steps[0].truncated_terms == 1);
+  CHECK(trace.steps[0].truncated_value == std::ldexp(1.0, -30));
+  CHECK(trace.steps[0].carry_out);
+  CHECK(trace.steps[0].normalisation_shift == -1);
+  CHECK(trace.terms.size() == 4);
+}

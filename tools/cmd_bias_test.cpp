@@ -1,0 +1,170 @@
+// tools/cmd_bias_test.cpp: `flashbits bias-test` (CLI.md): is a kernel model's O (and
+// delta) biased on a scenario?
+//
+// Samples:
+// - --model: one sample per trial, the mean signed error (ulps of the output format at
+//   the exact value, against exact_attention) of O and of delta over a 1-head problem
+//   of --seqlen x --headdim drawn with trial_seed(seed, model/scenario, trial).
+// - --traces DIR: one sample per captured row of every *.safetensors in DIR: the
+//   captured o (and delta) against exact_attention of the captured inputs (no replay).
+// Statistics: attention/statistics.hpp summarize(). Exit 1 when O or delta is biased.
+// --recipe FILE is not supported yet (exit 2).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/sweep_table.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct BiasOptions {
+  std::string model, recipe, traces, scenario = "sink", dtype = "bf16";
+  int trials = 32, seqlen = 256, headdim = 64;
+  double alpha = 1e-3;
+  std::uint64_t seed = 0;
+  bool json = false;
+};
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+nlohmann::ordered_json stats_json(const attn::BiasStatistics& s) {
+  nlohmann::ordered_json j;
+  j["n"] = s.n;
+  j["mean_ulps"] = s.mean;
+  j["ci"] = {s.ci_low, s.ci_high};
+  j["t"] = s.t_statistic;
+  j["p_t"] = s.p_t;
+  j["positives"] = s.positives;
+  j["negatives"] = s.negatives;
+  j["p_sign"] = s.p_sign;
+  j["min_detectable_ulps"] = s.min_detectable;
+  j["verdict"] = s.verdict();
+  return j;
+}
+
+void print_stats(const char* what, const attn::BiasStatistics& s, double alpha) {
+  std::printf("%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%.3g  sign +%zu/-%zu p=%.3g\n"
+              "       min detectable bias %.3g ulp  -> %s\n",
+              what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic, s.p_t, s.positives,
+              s.negatives, s.p_sign, s.min_detectable, s.verdict().c_str());
+}
+
+int run_bias_test(const BiasOptions& o) {
+  if (!o.recipe.empty()) throw InputError("--recipe " + o.recipe + ": recipe files are not supported yet");
+  if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
+  std::vector<double> o_samples, d_samples;
+  std::string subject, provenance;
+  if (!o.model.empty()) {
+    const auto names = attn::scenario_names();
+    if (std::find(names.begin(), names.end(), o.scenario) == names.end())
+      throw InputError("--scenario " + o.scenario + ": unknown scenario");
+    if (o.trials < 2) throw InputError("--trials: expected at least 2");
+    const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
+    attn::ModelHandle model;
+    try {
+      model = attn::parse_kernel_model(o.model, dtype);
+    } catch (const std::invalid_argument& e) {
+      throw InputError("--model " + o.model + ": " + e.what());
+    }
+    subject = model.name + " on " + o.scenario + " (seqlen " + std::to_string(o.seqlen) + ", head dim " +
+              std::to_string(o.headdim) + ", " + std::to_string(o.trials) + " trials)";
+    provenance = model.recipe->hardware_validated()
+                     ? "emulated model, all parts validated on hardware"
+                     : "emulated model; SFU " + model.recipe->sfu.describe() +
+                           " -- parts of this model are unmeasured on hardware";
+    for (int t = 0; t < o.trials; ++t) {
+      const std::uint64_t s = trial_seed(o.seed, model.name + "/" + o.scenario, static_cast<std::uint64_t>(t));
+      const auto in = attn::make_scenario(o.scenario, s, 1, 1, o.seqlen, o.headdim, model.recipe->input, true);
+      const TrialErrors e = measure_errors(model, in, s, false);
+      o_samples.push_back(mean_of(e.o_ulps));
+      if (!e.delta_ulps.empty()) d_samples.push_back(mean_of(e.delta_ulps));
+    }
+  } else {
+    std::vector<std::filesystem::path> files;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(o.traces, ec))
+      if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
+    if (ec) throw InputError("--traces " + o.traces + ": cannot list directory (" + ec.message() + ")");
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw InputError("--traces " + o.traces + ": no .safetensors files");
+    int hardware = 0;
+    for (const auto& f : files) {
+      const Trace trace = read_trace(f);
+      hardware += is_hardware_capture(trace);
+      const auto in = inputs_from_trace(trace);
+      const auto exact = attn::exact_attention(in);
+      const RawTensor o_bits = trace.bits("o");
+      const auto o_vals = tensor_from_trace(trace, "o");
+      if (o_vals.data.size() != exact.o.data.size())
+        throw TraceError(trace.source_name() + ": tensor o: expected the shape of q");
+      const int d = o_vals.cols;
+      for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
+        double sum = 0;
+        for (int c = 0; c < d; ++c) {
+          const double want = exact.o.data[r * d + c];
+          sum += (o_vals.data[r * d + c] - want) / ulp_of(o_bits.format, want);
+        }
+        o_samples.push_back(sum / d);
+      }
+      if (trace.has("delta") && exact.delta) {
+        const RawTensor d_bits = trace.bits("delta");
+        const auto dv = tensor_from_trace(trace, "delta");
+        for (std::size_t i = 0; i < dv.data.size() && i < exact.delta->data.size(); ++i)
+          d_samples.push_back((dv.data[i] - exact.delta->data[i]) / ulp_of(d_bits.format, exact.delta->data[i]));
+      }
+    }
+    subject = std::to_string(files.size()) + " traces in " + o.traces + " (one sample per row)";
+    provenance = std::to_string(hardware) + " of " + std::to_string(files.size()) +
+                 " traces are hardware captures (source cuda:...); the rest are emulated";
+  }
+  const attn::BiasStatistics so = attn::summarize(o_samples, o.alpha);
+  const attn::BiasStatistics sd = attn::summarize(d_samples, o.alpha);
+  const bool biased = so.biased || (!d_samples.empty() && sd.biased);
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["subject"] = subject;
+    j["provenance"] = provenance;
+    j["alpha"] = o.alpha;
+    j["o"] = stats_json(so);
+    if (!d_samples.empty()) j["delta"] = stats_json(sd);
+    j["verdict"] = biased ? "biased" : "no detectable bias";
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "bias-test: " << subject << "\n" << provenance << "\n";
+    print_stats("O", so, o.alpha);
+    if (!d_samples.empty()) print_stats("delta", sd, o.alpha);
+    std::cout << "verdict: " << (biased ? "biased" : "no detectable bias") << "\n";
+  }
+  return biased ? kExitCheckFailed : kExitOk;
+}
+
+Runner setup_bias_test(CLI::App& app) {
+  auto o = std::make_shared<BiasOptions>();
+  app.add_option("--model", o->model, "kernel model");
+  app.add_option("--recipe", o->recipe, "recipe file (not supported yet)");
+  app.add_option("--traces", o->traces, "directory of .safetensors traces");
+  app.add_option("--scenario", o->scenario, "sink|random|ties (default sink)");
+  app.add_option("--trials", o->trials, "trials (default 32)");
+  app.add_option("--alpha", o->alpha, "significance level (default 1e-3)");
+  app.add_option("--seed", o->seed, "seed (default 0)");
+  app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
+  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  app.add_flag("--json", o->json, "JSON output");
+  return [o] { return run_bias_test(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(bias_test, "bias-test", "Test a kernel model or traces for a signed bias in O and delta",
+                     setup_bias_test);
+}  // namespace fb::cli

@@ -1,0 +1,151 @@
+// tools/cmd_deviation.cpp: `flashbits deviation` (CLI.md), Golden et al.'s framework: per
+// kernel model and size, |O - O_golden| (max, mean, std) and RMSE, where O_golden is
+// exact_attention (high precision) of the SAME inputs, which are drawn by the --inputs
+// scenario and rounded to the model's input dtype. std is the population std of
+// |O - O_golden| over every element of O. --tiles BrxBc overrides the recipe's tile
+// sizes (tiled models only; materialised models report tiles "none").
+// JSON: {"rows":[{"model":..,"seqlen":..,"tiles":..,"max":..,"mean":..,"std":..,"rmse":..}]}.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "tools/cli_common.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct DeviationOptions {
+  std::string models, inputs = "normal", seqlens = "1024", tiles, dtype = "bf16";
+  int headdim = 64, heads = 1;
+  std::uint64_t seed = 0;
+  bool json = false;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int run_deviation(const DeviationOptions& o) {
+  // The CLI's input name "normal" is the engine's "random" (N(0,1)).
+  std::string scenario = o.inputs == "normal" ? "random" : o.inputs;
+  const auto names = attn::scenario_names();
+  if (std::find(names.begin(), names.end(), scenario) == names.end())
+    throw InputError("--inputs " + o.inputs + ": expected normal, fa3-outliers or sink");
+  const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
+  std::vector<int> seqlens;
+  for (const auto& s : split_list(o.seqlens)) {
+    try {
+      seqlens.push_back(std::stoi(s));
+    } catch (const std::exception&) {
+      throw InputError("--seqlen " + s + ": expected a positive integer");
+    }
+    if (seqlens.back() < 1) throw InputError("--seqlen " + s + ": expected a positive integer");
+  }
+  std::vector<std::pair<int, int>> tiles;  // (Br, Bc); (0, 0) = the recipe's
+  for (const auto& t : split_list(o.tiles)) {
+    int br = 0, bc = 0;
+    char x = 0;
+    std::istringstream ss(t);
+    if (!(ss >> br >> x >> bc) || (x != 'x' && x != 'X') || !ss.eof() || br < 1 || bc < 1)
+      throw InputError("--tiles " + t + ": expected BrxBc, e.g. 64x128");
+    tiles.push_back({br, bc});
+  }
+  if (tiles.empty()) tiles.push_back({0, 0});
+  std::vector<attn::ModelHandle> models;
+  for (const auto& m : split_list(o.models)) {
+    try {
+      models.push_back(attn::parse_kernel_model(m, dtype));
+    } catch (const std::invalid_argument& e) {
+      throw InputError("--models " + m + ": " + e.what());
+    }
+  }
+  if (models.empty()) throw InputError("--models: expected at least one model");
+
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  if (!o.json)
+    std::printf("%-26s %7s %-9s %11s %11s %11s %11s\n", "model", "seqlen", "tiles", "max", "mean", "std", "rmse");
+  bool unvalidated = false;
+  for (const auto& model : models) {
+    unvalidated |= !model.recipe->hardware_validated();
+    for (int n : seqlens) {
+      const auto in = attn::make_scenario(scenario, o.seed, 1, o.heads, n, o.headdim, model.recipe->input, false);
+      const auto golden = attn::exact_attention(in);
+      for (auto [br, bc] : tiles) {
+        attn::RunOptions opt;
+        opt.seed = o.seed;
+        opt.block_m = br;
+        opt.block_n = bc;
+        const auto out = attn::run_attention(model, in, opt);
+        double max = 0, sum = 0, sumsq = 0;
+        for (std::size_t i = 0; i < out.o.data.size(); ++i) {
+          const double d = std::fabs(out.o.data[i] - golden.o.data[i]);
+          max = std::max(max, d);
+          sum += d;
+          sumsq += d * d;
+        }
+        const double count = static_cast<double>(out.o.data.size());
+        const double mean = sum / count;
+        const double std = std::sqrt(std::max(0.0, sumsq / count - mean * mean));
+        const double rmse = std::sqrt(sumsq / count);
+        std::string tile_text = "none";
+        if (model.recipe->structure == attn::Structure::online_softmax) {
+          const auto t = model.recipe->tiles_for(o.headdim, n);
+          tile_text = std::to_string(br ? br : t.block_m) + "x" + std::to_string(bc ? bc : t.block_n);
+        }
+        if (o.json) {
+          nlohmann::ordered_json r;
+          r["model"] = model.name;
+          r["seqlen"] = n;
+          r["tiles"] = tile_text;
+          r["max"] = max;
+          r["mean"] = mean;
+          r["std"] = std;
+          r["rmse"] = rmse;
+          rows.push_back(r);
+        } else {
+          std::printf("%-26s %7d %-9s %11.4g %11.4g %11.4g %11.4g\n", model.name.c_str(), n, tile_text.c_str(), max,
+                      mean, std, rmse);
+        }
+      }
+    }
+  }
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["rows"] = rows;
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("inputs: %s, head dim %d, %d head(s), seed %llu; golden = exact_attention of the same inputs\n",
+                o.inputs.c_str(), o.headdim, o.heads, static_cast<unsigned long long>(o.seed));
+    if (unvalidated) std::printf("note: some models use parts unmeasured on hardware (see `flashbits models`)\n");
+  }
+  return kExitOk;
+}
+
+Runner setup_deviation(CLI::App& app) {
+  auto o = std::make_shared<DeviationOptions>();
+  app.add_option("--models", o->models, "kernel models, comma-separated")->required();
+  app.add_option("--inputs", o->inputs, "normal|fa3-outliers|sink (default normal)");
+  app.add_option("--seqlen", o->seqlens, "sequence lengths, comma-separated (default 1024)");
+  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  app.add_option("--heads", o->heads, "heads (default 1)");
+  app.add_option("--tiles", o->tiles, "tile sizes BrxBc, comma-separated (default: the recipe's)");
+  app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  app.add_option("--seed", o->seed, "seed (default 0)");
+  app.add_flag("--json", o->json, "JSON output");
+  return [o] { return run_deviation(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(deviation, "deviation", "Golden et al.: Flash vs Baseline deviation from an fp64 golden output",
+                     setup_deviation);
+}  // namespace fb::cli

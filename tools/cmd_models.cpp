@@ -1,0 +1,156 @@
+// tools/cmd_models.cpp: `flashbits models`, the named accumulation and special-function
+// models with their parameters, sources and validation status (CLI.md "Kernel models").
+//
+// Contract: the listing is a sequence of sections (model_sections() below), each
+// printing a table for people and a JSON value for `--json` under its key. A new
+// family of models (the kernel recipes fa2-sm80, ...) is one more entry in that list.
+// Every model not validated on hardware says so in both outputs.
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "emu/special_functions.hpp"
+#include "emu/tensor_core.hpp"
+#include "tools/cli_common.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct ModelSection {
+  std::string key;    // JSON key
+  std::string title;  // heading of the plain listing
+  std::function<void(std::ostream&)> print;
+  std::function<nlohmann::json()> json;
+};
+
+std::string_view output_name(DotOutput o) {
+  switch (o) {
+    case DotOutput::fp32_rz: return "fp32, normalise then RZ";
+    case DotOutput::fp16_rne: return "fp16, normalise then RNE";
+    case DotOutput::fp32_e8m13: return "fp32 truncated (RZ) to 13 fraction bits (e8m13)";
+    case DotOutput::exact_rne: return "fp32, exact sum then one RNE rounding";
+  }
+  return "?";
+}
+std::string_view zero_name(ZeroTermPolicy z) {
+  return z == ZeroTermPolicy::ignored ? "ignored" : "as-min-exponent";
+}
+
+// ---- dot (tensor-core) models ------------------------------------------------------
+void print_dot_models(std::ostream& os) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-18s %-5s %6s %3s %-48s %-10s\n", "model", "input", "k/step", "F", "output",
+                "zero terms");
+  os << line;
+  for (const TensorCoreModel& m : tensor_core_models()) {
+    const std::string step = m.products_per_step > 0 ? std::to_string(m.products_per_step) : "all";
+    const std::string f = m.truncate_terms ? std::to_string(m.fraction_bits) : "-";
+    std::snprintf(line, sizeof line, "%-18.*s %-5.*s %6s %3s %-48.*s %-10.*s\n", static_cast<int>(m.name.size()),
+                  m.name.data(), static_cast<int>(m.input.size()), m.input.data(), step.c_str(), f.c_str(),
+                  static_cast<int>(output_name(m.output).size()), output_name(m.output).data(),
+                  static_cast<int>(zero_name(m.zero_terms).size()), zero_name(m.zero_terms).data());
+    os << line;
+    os << "    source: " << m.source << "\n";
+    if (!m.note.empty()) os << "    note: " << m.note << "\n";
+    if (!m.hardware_validated) os << "    status: not yet validated on hardware\n";
+  }
+  os << "Alignment: C and the products of one step align to their largest exponent; each term is\n"
+        "truncated toward zero to F fraction bits of it and summed exactly; k beyond one step chains\n"
+        "steps (a step's result is the next C). Zero terms do not choose the exponent ('ignored');\n"
+        "an exact zero step result is +0 unless every term is -0. See emu/tensor_core.hpp.\n";
+}
+
+nlohmann::json dot_models_json() {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const TensorCoreModel& m : tensor_core_models()) {
+    arr.push_back({{"name", std::string(m.name)},
+                   {"input", std::string(m.input)},
+                   {"products_per_step", m.products_per_step},
+                   {"fraction_bits", m.fraction_bits},
+                   {"truncate_terms", m.truncate_terms},
+                   {"output", std::string(output_name(m.output))},
+                   {"accumulator_format", accumulator_format(m).name},
+                   {"zero_terms", std::string(zero_name(m.zero_terms))},
+                   {"hardware_validated", m.hardware_validated},
+                   {"status", m.hardware_validated ? "validated on hardware" : "not yet validated on hardware"},
+                   {"source", std::string(m.source)},
+                   {"note", std::string(m.note)}});
+  }
+  return arr;
+}
+
+// ---- special-function (SFU) model kinds --------------------------------------------
+struct SfuKindInfo {
+  SfuKind kind;
+  const char* name;
+  const char* what;
+  bool measured;
+};
+constexpr SfuKindInfo kSfuKinds[] = {
+    {SfuKind::correct, "correct",
+     "correctly rounded fp32 (RNE) of the exact function after .ftz; NOT the hardware (ex2 ~2 ulp, rcp 1 ulp)", false},
+    {SfuKind::table, "table", "values measured on a GPU and loaded from a table file; exact where the table covers",
+     true},
+    {SfuKind::oracle, "oracle",
+     "values taken from a captured trace; unseen inputs fall back to `correct` (counted)", false},
+};
+
+void print_sfu_models(std::ostream& os) {
+  os << "functions: ex2 rcp lg2 (MUFU, .ftz); exp(x) = ex2(fl32(x*log2 e)), log(x) = fl32(lg2(x)*ln 2)\n";
+  for (const SfuKindInfo& k : kSfuKinds) {
+    os << "  " << k.name << ": " << k.what << "\n";
+    os << "    status: " << (k.measured ? "measured on hardware by construction (per loaded table)"
+                                        : "unmeasured: reports using it say the SFU model is unmeasured")
+       << "\n";
+  }
+}
+
+nlohmann::json sfu_models_json() {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const SfuKindInfo& k : kSfuKinds) {
+    arr.push_back({{"kind", k.name}, {"description", k.what}, {"hardware_measured", k.measured},
+                   {"status", k.measured ? "measured (table)" : "unmeasured"}});
+  }
+  return arr;
+}
+
+// The listing, in order. Append a section here for a new family of models.
+const std::vector<ModelSection>& model_sections() {
+  static const std::vector<ModelSection> sections{
+      {"dot_models", "Dot (tensor-core accumulation) models — `flashbits dot --model NAME`", print_dot_models,
+       dot_models_json},
+      {"special_function_models", "Special-function (SFU) model kinds", print_sfu_models, sfu_models_json},
+  };
+  return sections;
+}
+
+int run_models(bool json) {
+  if (json) {
+    nlohmann::json j;
+    for (const ModelSection& s : model_sections()) j[s.key] = s.json();
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  bool first = true;
+  for (const ModelSection& s : model_sections()) {
+    if (!first) std::cout << "\n";
+    first = false;
+    std::cout << s.title << "\n";
+    s.print(std::cout);
+  }
+  return kExitOk;
+}
+
+Runner setup_models(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  app.add_flag("--json", *json, "machine-readable output");
+  return [json] { return run_models(*json); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(models, "models", "List the accumulation and special-function models with their parameters",
+                     setup_models);
+}  // namespace fb::cli

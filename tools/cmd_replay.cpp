@@ -1,0 +1,260 @@
+// tools/cmd_replay.cpp: `flashbits replay TRACE` (CLI.md): recompute the captured rows
+// under a kernel model (default: the trace's `model` metadata) and compare O, LSE and
+// delta (when the trace has dO and delta) bit by bit.
+//
+// Contract:
+// - A value matches when the recomputed value, encoded in the captured tensor's format,
+//   has the captured bit pattern (NaN matches NaN). Every mismatch is listed with its
+//   distance in ulps of the captured format at the captured value.
+// - Every report says whether the trace is a hardware capture (source cuda:...) or
+//   emulated, and names the SFU model, warning when it is unmeasured on hardware.
+// - Exit 0 all match, 1 any mismatch, 2 bad trace / usage (TraceError -> one line).
+// - --explain and --plot trace one row: --batch/--head/--row (default 0,0,0).
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/svg_plot.hpp"
+#include "tools/sweep_table.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct ReplayOptions {
+  std::string path, model, plot;
+  int batch = -1, head = -1, row = -1;
+  bool all = false, explain = false, json = false;
+};
+
+struct Mismatch {
+  int b, h, r, c;
+  std::uint32_t captured, recomputed;
+  bool recomputed_exact;
+  double ulps;
+};
+struct Comparison {
+  std::string name;
+  long long compared = 0, matching = 0;
+  std::vector<Mismatch> mismatches;
+};
+
+bool row_selected(const ReplayOptions& o, int b, int h, int r) {
+  if (o.row < 0) return true;
+  return b == std::max(o.batch, 0) && h == std::max(o.head, 0) && r == o.row;
+}
+
+Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string& name,
+                   const attn::Tensor4& recomputed) {
+  Comparison cmp;
+  cmp.name = name;
+  const RawTensor captured = trace.bits(name);
+  const attn::Tensor4 shape = tensor_from_trace(trace, name);
+  if (shape.data.size() != recomputed.data.size())
+    throw TraceError(trace.source_name() + ": tensor " + name + ": expected " +
+                     std::to_string(recomputed.data.size()) + " elements, got " + std::to_string(shape.data.size()));
+  const Format& f = captured.format;
+  for (int b = 0; b < shape.batch; ++b)
+    for (int h = 0; h < shape.heads; ++h)
+      for (int r = 0; r < shape.rows; ++r) {
+        if (!row_selected(o, b, h, r)) continue;
+        for (int c = 0; c < shape.cols; ++c) {
+          const std::size_t i = shape.index(b, h, r, c);
+          const std::uint32_t want = captured.bits[i];
+          const double got = recomputed.data[i];
+          std::uint32_t got_bits = 0;
+          const bool exact = from_double_exact(f, got, got_bits);
+          ++cmp.compared;
+          const bool both_nan = is_nan(f, want) && std::isnan(got);
+          if (both_nan || (exact && got_bits == want)) {
+            ++cmp.matching;
+            continue;
+          }
+          const double want_v = to_double(f, want);
+          cmp.mismatches.push_back({b, h, r, c, want, got_bits, exact, (got - want_v) / ulp_of(f, want_v)});
+        }
+      }
+  return cmp;
+}
+
+int run_replay(const ReplayOptions& o) {
+  const Trace trace = read_trace(o.path);
+  const TraceMetadata& md = trace.metadata();
+  const std::string model_name = o.model.empty() ? md.model : o.model;
+  if (model_name.empty())
+    throw InputError(o.path + ": metadata key model is empty; give --model NAME");
+  const attn::AttentionInputs in = inputs_from_trace(trace);
+  attn::ModelHandle model;
+  try {
+    model = attn::parse_kernel_model(model_name, in.dtype);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(std::string("model ") + model_name + ": " + e.what());
+  }
+  if (o.row >= 0 && (o.row >= static_cast<int>(trace.rows()) || std::max(o.batch, 0) >= static_cast<int>(trace.batch()) ||
+                     std::max(o.head, 0) >= static_cast<int>(trace.heads())))
+    throw InputError("--batch/--head/--row: outside the trace's shape");
+  attn::RunOptions opt;
+  if (auto it = trace.raw_metadata().find("seed"); it != trace.raw_metadata().end()) {
+    try {
+      opt.seed = std::stoull(it->second);
+    } catch (const std::exception&) {
+    }
+  }
+  attn::Tracer tracer;
+  const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
+  if (o.explain || !o.plot.empty()) {
+    tracer.rows.push_back({tb, th, tr});
+    opt.tracer = &tracer;
+  }
+  const auto out = attn::run_attention(model, in, opt);
+
+  std::vector<Comparison> comparisons;
+  comparisons.push_back(compare(o, trace, "o", out.o));
+  if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
+  if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
+
+  const bool hardware = is_hardware_capture(trace);
+  const std::string source_line =
+      hardware ? "hardware capture (source " + md.source + ", device " + md.device + ")"
+               : "EMULATED trace (source " + md.source + "): produced by flashbits, not a hardware capture";
+  const std::string sfu = model.recipe->sfu.describe();
+  const bool sfu_measured = model.recipe->sfu.all_hardware_measured();
+  const std::string sfu_line =
+      "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
+  bool mismatch = false;
+  for (const auto& c : comparisons) mismatch |= !c.mismatches.empty();
+
+  const attn::RowTrace* row_trace = tracer.traces.empty() ? nullptr : &tracer.traces.front();
+  if (!o.plot.empty() && row_trace) {
+    LinePlot p;
+    p.title = "Cumulative rounding error of O-bar, " + model.name + ", row " + std::to_string(tr) + ", feature " +
+              std::to_string(row_trace->plot_feature) + (hardware ? "" : " (emulated trace)");
+    p.y_label = "cumulative error of unnormalised O-bar (value units)";
+    p.series_label = "cumulative rounding error";
+    p.marker_label = "keys with P-bar == 1";
+    const auto& cum = row_trace->cumulative_error_by_key;
+    const bool descending = row_trace->key_order.size() >= 2 && row_trace->key_order[0] > row_trace->key_order[1];
+    p.x_label = std::string("key index") + (descending ? " (the kernel accumulates from the last key down)" : "");
+    for (std::size_t i = 0; i < cum.size(); ++i) {
+      p.xs.push_back(i < row_trace->key_order.size() ? row_trace->key_order[i] : static_cast<double>(i));
+      p.ys.push_back(cum[i]);
+    }
+    for (int k : row_trace->p_equal_one_keys) p.markers.push_back(k);
+    write_line_plot(o.plot, p);
+  }
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["trace"] = o.path;
+    j["source"] = md.source;
+    j["hardware_capture"] = hardware;
+    j["model"] = model.name;
+    j["sfu"] = sfu;
+    j["sfu_hardware_measured"] = sfu_measured;
+    j["model_hardware_validated"] = model.recipe->hardware_validated();
+    j["tensors"] = nlohmann::ordered_json::array();
+    for (const auto& c : comparisons) {
+      nlohmann::ordered_json t;
+      t["name"] = c.name;
+      t["compared"] = c.compared;
+      t["matching"] = c.matching;
+      t["mismatches"] = nlohmann::ordered_json::array();
+      for (const auto& m : c.mismatches)
+      {
+        nlohmann::ordered_json mm;
+        mm["index"] = {m.b, m.h, m.r, m.c};
+        mm["captured"] = hex_bits(trace.bits(c.name).format, m.captured);
+        mm["recomputed"] = m.recomputed_exact ? hex_bits(trace.bits(c.name).format, m.recomputed) : "not representable";
+        mm["ulps"] = m.ulps;
+        t["mismatches"].push_back(mm);
+      }
+      j["tensors"].push_back(t);
+    }
+    if (o.explain && row_trace) {
+      j["explain"] = nlohmann::ordered_json::array();
+      for (const auto& t : row_trace->tiles) {
+        nlohmann::ordered_json e;
+        e["kv_tile"] = t.kv_tile;
+        e["kv_begin"] = t.kv_begin;
+        e["kv_end"] = t.kv_end;
+        e["running_max"] = t.running_max;
+        e["running_sum"] = t.running_sum;
+        e["p_equal_one"] = t.p_equal_one;
+        e["significand_overflows"] = t.significand_overflows;
+        e["ties"] = t.ties;
+        e["rounded_up"] = t.rounded_up;
+        e["rounded_down"] = t.rounded_down;
+        e["pv_signed_error"] = t.pv_signed_error;
+        j["explain"].push_back(e);
+      }
+    }
+    j["match"] = !mismatch;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "replay " << o.path << " under " << model.name << "\n" << source_line << "\n" << sfu_line << "\n";
+    if (!model.recipe->hardware_validated())
+      std::cout << "note: parts of this model are not validated on hardware (see `flashbits models`)\n";
+    for (const auto& c : comparisons) {
+      std::cout << c.name << ": " << c.matching << "/" << c.compared << " match bit for bit\n";
+      for (const auto& m : c.mismatches) {
+        char line[200];
+        std::snprintf(line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n",
+                      c.name.c_str(), m.b, m.h, m.r, m.c, hex_bits(trace.bits(c.name).format, m.captured).c_str(),
+                      m.recomputed_exact ? hex_bits(trace.bits(c.name).format, m.recomputed).c_str() : "(not representable)",
+                      m.ulps);
+        std::cout << line;
+      }
+    }
+    if (o.explain) {
+      if (!row_trace || row_trace->tiles.empty()) {
+        std::cout << "explain: " << model.name << " is materialised (no KV tiles); nothing per tile to show\n";
+      } else {
+        std::cout << "explain row (" << tb << "," << th << "," << tr << "), KV tiles in visiting order:\n";
+        std::printf("  %4s %11s %14s %14s %6s %8s %6s %8s %14s\n", "tile", "keys", "running max", "l", "P==1",
+                    "sig.ovf", "ties", "up/down", "PV error");
+        for (const auto& t : row_trace->tiles) {
+          const std::string keys = std::to_string(t.kv_begin) + "-" + std::to_string(t.kv_end - 1);
+          const std::string ud = std::to_string(t.rounded_up) + "/" + std::to_string(t.rounded_down);
+          std::printf("  %4d %11s %14.8g %14.8g %6d %8d %6d %8s %14.6g\n", t.kv_tile, keys.c_str(), t.running_max,
+                      t.running_sum, t.p_equal_one, t.significand_overflows, t.ties, ud.c_str(), t.pv_signed_error);
+        }
+        int up = 0, down = 0, ties = 0;
+        double err = 0;
+        for (const auto& e : row_trace->o_cast) {
+          up += e.direction == RoundDirection::up;
+          down += e.direction == RoundDirection::down;
+          ties += e.tie;
+          err += e.error_ulps;
+        }
+        std::printf("  final cast of O (%zu features): %d rounded up, %d down, %d ties, mean error %+.4g ulps\n",
+                    row_trace->o_cast.size(), up, down, ties,
+                    row_trace->o_cast.empty() ? 0.0 : err / static_cast<double>(row_trace->o_cast.size()));
+      }
+    }
+    if (!o.plot.empty()) std::cout << (row_trace ? "plot written to " + o.plot : "no plot: nothing traced") << "\n";
+    std::cout << (mismatch ? "result: MISMATCH" : "result: all compared values match") << "\n";
+  }
+  return mismatch ? kExitCheckFailed : kExitOk;
+}
+
+Runner setup_replay(CLI::App& app) {
+  auto o = std::make_shared<ReplayOptions>();
+  app.add_option("trace", o->path, "TRACE.safetensors")->required();
+  app.add_option("--model", o->model, "kernel model (default: the trace's metadata)");
+  app.add_option("--batch", o->batch, "batch of the row to compare");
+  app.add_option("--head", o->head, "head of the row to compare");
+  app.add_option("--row", o->row, "row to compare (default: all rows)");
+  app.add_flag("--all", o->all, "compare every row (the default)");
+  app.add_flag("--explain", o->explain, "per KV tile story of the row (default row 0)");
+  app.add_option("--plot", o->plot, "write the cumulative rounding error of O-bar as SVG");
+  app.add_flag("--json", o->json, "JSON output");
+  return [o] { return run_replay(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(replay, "replay", "Recompute a trace under a kernel model and compare bit by bit", setup_replay);
+}  // namespace fb::cli

@@ -1,0 +1,182 @@
+// tools/cmd_sweep.cpp: `flashbits sweep` (CLI.md): the cartesian product formats × rounding
+// modes × kernel models × scenarios, N seeded trials each, one row per configuration.
+//
+// How --formats and --round apply to a kernel model (documented in docs/COMMANDS.md):
+// - --formats is the dtype of the kernel (q, k, v, dO and O). A model that names its own
+//   dtype (standard-fp32, golden-bf16-flash, ...) accepts only that dtype; any other is a
+//   usage error (exit 2), never silently ignored.
+// - --round is the rounding of the final cast of O: `rne` is every recipe's own cast;
+//   `sr` selects the +o-sr variant (stochastic rounding, --sr-bits); the engine has no
+//   other final-cast modes yet, so rtz, rup, rdn, rna and rto are refused with exit 2.
+// Determinism: trial t of configuration c draws its inputs from
+// trial_seed(seed, c's text, t), so results do not depend on --jobs or --shard.
+// --shard K/N runs the configurations i (0-based, in product order) with i % N == K-1.
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/sweep_table.hpp"
+
+namespace fb::cli {
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+struct SweepOptions {
+  std::string formats = "bf16", rounds = "rne", models, scenarios = "sink", shard, csv;
+  int seqlen = 256, headdim = 64, trials = 8, jobs = 1, sr_bits = 24;
+  std::uint64_t seed = 0;
+  double alpha = 1e-3;
+  bool json = false;
+};
+
+struct Config {
+  SweepRow row;
+  attn::ModelHandle model;
+  Format dtype;
+};
+
+attn::ModelHandle resolve_model(const std::string& model, const Format& dtype, const std::string& round,
+                                int sr_bits) {
+  std::string name = model;
+  if (round == "sr") {
+    name += "+o-sr";
+  } else if (round != "rne") {
+    throw InputError("--round " + round + ": the final cast of O can be rne (the recipe's own) or sr (+o-sr); "
+                     "the engine has no other final-cast mode");
+  }
+  attn::ModelHandle h;
+  try {
+    h = attn::parse_kernel_model(name, dtype);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(std::string("--model ") + model + ": " + e.what());
+  }
+  if (std::string(h.recipe->input.name) != dtype.name)
+    throw InputError("--model " + model + " takes dtype " + h.recipe->input.name + ", not --formats " + dtype.name);
+  if (round == "sr" && sr_bits != 24) {
+    auto recipe = std::make_shared<attn::KernelModel>(*h.recipe);
+    recipe->o_sr_bits = sr_bits;
+    h.recipe = recipe;
+  }
+  return h;
+}
+
+int run_sweep(const SweepOptions& o) {
+  int shard_k = 1, shard_n = 1;
+  if (!o.shard.empty()) {
+    char slash = 0;
+    std::istringstream ss(o.shard);
+    if (!(ss >> shard_k >> slash >> shard_n) || slash != '/' || !ss.eof() || shard_n < 1 || shard_k < 1 ||
+        shard_k > shard_n)
+      throw InputError("--shard " + o.shard + ": expected K/N with 1 <= K <= N");
+  }
+  if (o.trials < 1) throw InputError("--trials: expected at least 1");
+  if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
+  const auto scenario_list = attn::scenario_names();
+  std::vector<Config> configs;
+  long long index = 0;
+  for (const auto& fmt : split_list(o.formats))
+    for (const auto& round : split_list(o.rounds))
+      for (const auto& model : split_list(o.models))
+        for (const auto& scenario : split_list(o.scenarios)) {
+          const Format dtype = parse_format_or_throw(fmt, "--formats");
+          parse_mode_or_throw(round, "--round");
+          if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
+            throw InputError("--scenario " + scenario + ": unknown scenario");
+          Config c{SweepRow{}, resolve_model(model, dtype, round, o.sr_bits), dtype};
+          c.row.index = index;
+          c.row.format = fmt;
+          c.row.round = round;
+          c.row.model = model;
+          c.row.scenario = scenario;
+          c.row.seqlen = o.seqlen;
+          c.row.headdim = o.headdim;
+          if (index % shard_n == shard_k - 1) configs.push_back(std::move(c));
+          ++index;
+        }
+  if (index == 0) throw InputError("--model: expected at least one model");
+
+  const std::size_t total = configs.size() * static_cast<std::size_t>(o.trials);
+  std::vector<SweepRow> per_trial(total);
+  std::atomic<std::size_t> next{0}, done{0};
+  std::mutex error_mutex;
+  std::string error;
+  auto worker = [&] {
+    for (std::size_t item = next++; item < total; item = next++) {
+      const Config& c = configs[item / o.trials];
+      const std::uint64_t trial = item % o.trials;
+      try {
+        const std::uint64_t s = trial_seed(o.seed, c.row.configuration(), trial);
+        const auto in = attn::make_scenario(c.row.scenario, s, 1, 1, o.seqlen, o.headdim, c.dtype, true);
+        per_trial[item].add_trial(measure_errors(c.model, in, s, true));
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (error.empty()) error = c.row.configuration() + ": " + e.what();
+      }
+      ++done;
+    }
+  };
+  const int jobs = std::max(1, o.jobs);
+  std::vector<std::thread> threads;
+  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
+  if (stderr_is_terminal()) {
+    while (done.load() < total) {
+      const std::size_t d = done.load();
+      const int width = 40;
+      const int filled = total ? static_cast<int>(width * d / total) : width;
+      std::cerr << "\r[" << std::string(filled, '#') << std::string(width - filled, ' ') << "] " << d << "/"
+                << total << " trials" << std::flush;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
+  }
+  for (auto& t : threads) t.join();
+  if (!error.empty()) throw std::runtime_error(error);
+
+  std::vector<SweepRow> rows;
+  for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+    SweepRow r = configs[ci].row;
+    for (int t = 0; t < o.trials; ++t) r.absorb(per_trial[ci * o.trials + t]);
+    rows.push_back(r);
+  }
+  if (configs.size() && !configs.front().model.recipe->hardware_validated())
+    std::cerr << "note: some models use parts not yet validated on hardware (see `flashbits models`)\n";
+  return emit_rows(std::move(rows), o.csv, o.json, o.alpha);
+}
+
+Runner setup_sweep(CLI::App& app) {
+  auto o = std::make_shared<SweepOptions>();
+  app.add_option("--formats", o->formats, "kernel dtypes, comma-separated (default bf16)");
+  app.add_option("--round", o->rounds, "final cast of O: rne (recipe) or sr (+o-sr), comma-separated");
+  app.add_option("--model", o->models, "kernel models, comma-separated")->required();
+  app.add_option("--scenario", o->scenarios, "scenarios, comma-separated (default sink)");
+  app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
+  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  app.add_option("--trials", o->trials, "trials per configuration (default 8)");
+  app.add_option("--seed", o->seed, "seed (default 0)");
+  app.add_option("--sr-bits", o->sr_bits, "random bits for sr (default 24)");
+  app.add_option("--jobs", o->jobs, "threads (results do not depend on it)");
+  app.add_option("--shard", o->shard, "K/N: run configurations i with i % N == K-1");
+  app.add_option("--alpha", o->alpha, "significance level of the verdict (default 1e-3)");
+  app.add_option("--csv", o->csv, "also write the rows (with sufficient statistics) as CSV");
+  app.add_flag("--json", o->json, "print JSON instead of the table");
+  return [o] { return run_sweep(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(sweep, "sweep", "Bias and error of kernel models over formats, roundings and scenarios",
+                     setup_sweep);
+}  // namespace fb::cli

@@ -1,0 +1,417 @@
+// tools/sweep_table.cpp: trial measurement, sufficient statistics and rendering shared by
+// sweep, merge and bias-test (contract in sweep_table.hpp).
+#include "tools/sweep_table.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attention/kernel_models.hpp"
+#include "emu/rounding.hpp"
+#include "tools/cli_common.hpp"
+
+namespace fb::cli {
+
+double ulp_of(const Format& f, double x) {
+  const double ax = std::fabs(x);
+  int e = f.emin();
+  if (ax > 0 && std::isfinite(ax)) e = std::max(std::ilogb(ax), f.emin());
+  return std::ldexp(1.0, e - f.man_bits);
+}
+
+TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
+                           bool trace_events) {
+  attn::RunOptions opt;
+  opt.seed = seed;
+  attn::Tracer tracer;
+  if (trace_events && model.recipe->structure == attn::Structure::online_softmax) {
+    for (int r = 0; r < std::min(kTracedRows, in.q.rows); ++r) tracer.rows.push_back({0, 0, r});
+    opt.tracer = &tracer;
+  }
+  const attn::AttentionOutputs got = attn::run_attention(model, in, opt);
+  const attn::AttentionOutputs want = attn::exact_attention(in);
+  TrialErrors t;
+  const Format& out_format = model.recipe->output;
+  t.o_ulps.resize(got.o.data.size());
+  for (std::size_t i = 0; i < got.o.data.size(); ++i)
+    t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / ulp_of(out_format, want.o.data[i]);
+  if (got.delta && want.delta) {
+    const Format delta_format = model.recipe->delta_format.value_or(formats::fp32);
+    for (std::size_t i = 0; i < got.delta->data.size(); ++i)
+      t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / ulp_of(delta_format, want.delta->data[i]));
+  }
+  for (const attn::RowTrace& row : tracer.traces)
+    for (const attn::TileRecord& tile : row.tiles) {
+      t.significand_overflows += tile.significand_overflows;
+      t.ties += tile.ties;
+      t.rounded_up += tile.rounded_up;
+      t.rounded_down += tile.rounded_down;
+    }
+  return t;
+}
+
+attn::Tensor4 tensor_from_trace(const Trace& trace, std::string_view name) {
+  const SafeTensor& t = trace.tensor(name);
+  std::vector<std::uint64_t> shape = t.shape;
+  if (shape.size() == 3) shape.push_back(1);
+  if (shape.size() != 4)
+    throw TraceError(trace.source_name() + ": tensor " + std::string(name) + ": expected 4 dimensions, got " +
+                     std::to_string(t.shape.size()));
+  attn::Tensor4 out(static_cast<int>(shape[0]), static_cast<int>(shape[1]), static_cast<int>(shape[2]),
+                    static_cast<int>(shape[3]));
+  out.data = trace.values(name);
+  return out;
+}
+
+attn::AttentionInputs inputs_from_trace(const Trace& trace) {
+  attn::AttentionInputs in;
+  in.q = tensor_from_trace(trace, "q");
+  in.k = tensor_from_trace(trace, "k");
+  in.v = tensor_from_trace(trace, "v");
+  if (trace.has("do")) in.d_o = tensor_from_trace(trace, "do");
+  const TraceMetadata& m = trace.metadata();
+  in.dtype = m.dtype ? *m.dtype : trace.bits("q").format;
+  in.softmax_scale = m.softmax_scale.value_or(0.0);
+  in.causal = m.causal.value_or(false);
+  return in;
+}
+
+std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the configuration text
+  for (unsigned char c : configuration) h = (h ^ c) * 0x100000001b3ull;
+  return mix64(mix64(seed ^ 0x6a09e667f3bcc909ull) + mix64(h) + trial * 0x9e3779b97f4a7c15ull);
+}
+
+namespace {
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+}  // namespace
+
+void SweepRow::add_trial(const TrialErrors& t) {
+  ++trials;
+  const double om = mean_of(t.o_ulps);
+  o_sum += om;
+  o_sumsq += om * om;
+  o_pos += om > 0;
+  o_neg += om < 0;
+  const double dm = mean_of(t.delta_ulps);
+  d_sum += dm;
+  d_sumsq += dm * dm;
+  d_pos += dm > 0;
+  d_neg += dm < 0;
+  for (double e : t.o_ulps) {
+    sq_sum += e * e;
+    max_abs = std::max(max_abs, std::fabs(e));
+  }
+  elements += static_cast<long long>(t.o_ulps.size());
+  sig_overflows += t.significand_overflows;
+  ties += t.ties;
+  rounded_up += t.rounded_up;
+  rounded_down += t.rounded_down;
+}
+
+void SweepRow::absorb(const SweepRow& o) {
+  trials += o.trials;
+  o_sum += o.o_sum;
+  o_sumsq += o.o_sumsq;
+  o_pos += o.o_pos;
+  o_neg += o.o_neg;
+  d_sum += o.d_sum;
+  d_sumsq += o.d_sumsq;
+  d_pos += o.d_pos;
+  d_neg += o.d_neg;
+  elements += o.elements;
+  sq_sum += o.sq_sum;
+  max_abs = std::max(max_abs, o.max_abs);
+  sig_overflows += o.sig_overflows;
+  ties += o.ties;
+  rounded_up += o.rounded_up;
+  rounded_down += o.rounded_down;
+}
+
+std::string SweepRow::configuration() const {
+  return format + "/" + round + "/" + model + "/" + scenario + "/n" + std::to_string(seqlen) + "/d" +
+         std::to_string(headdim);
+}
+
+attn::BiasStatistics stats_from_sums(long long n, double sum, double sumsq, long long pos, long long neg,
+                                     double alpha) {
+  attn::BiasStatistics s;
+  s.n = static_cast<std::size_t>(n);
+  s.positives = static_cast<std::size_t>(pos);
+  s.negatives = static_cast<std::size_t>(neg);
+  if (n == 0) return s;
+  s.mean = sum / static_cast<double>(n);
+  s.p_sign = attn::binomial_two_sided_p(s.positives, s.positives + s.negatives);
+  if (n < 2) {
+    s.ci_low = s.ci_high = s.mean;
+    return s;
+  }
+  const double dof = static_cast<double>(n - 1);
+  s.stddev = std::sqrt(std::max(0.0, sumsq - sum * s.mean) / dof);
+  const double se = s.stddev / std::sqrt(static_cast<double>(n));
+  const double t_crit = attn::student_t_quantile(1.0 - alpha / 2.0, dof);
+  s.ci_low = s.mean - t_crit * se;
+  s.ci_high = s.mean + t_crit * se;
+  if (se == 0.0) {
+    s.t_statistic = s.mean == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), s.mean);
+    s.p_t = s.mean == 0.0 ? 1.0 : 0.0;
+  } else {
+    s.t_statistic = s.mean / se;
+    s.p_t = 2.0 * attn::student_t_cdf(-std::fabs(s.t_statistic), dof);
+  }
+  s.min_detectable = (t_crit + attn::student_t_quantile(0.8, dof)) * se;
+  s.biased = s.p_t < alpha;
+  return s;
+}
+
+namespace {
+
+struct Derived {
+  attn::BiasStatistics o, d;
+  double rms = 0;
+  std::string verdict;
+};
+Derived derive(const SweepRow& r, double alpha) {
+  Derived x;
+  x.o = stats_from_sums(r.trials, r.o_sum, r.o_sumsq, r.o_pos, r.o_neg, alpha);
+  x.d = stats_from_sums(r.trials, r.d_sum, r.d_sumsq, r.d_pos, r.d_neg, alpha);
+  x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
+  x.verdict = (x.o.biased || x.d.biased) ? "biased" : "no detectable bias";
+  return x;
+}
+
+std::string exact_text(double v) {  // round-trips exactly
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+std::string short_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+const char* kCsvHeader =
+    "index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,"
+    "elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,"
+    "o_mean_ulps,o_p_t,delta_mean_ulps,delta_p_t,rms_ulps,max_abs_ulps,verdict";
+
+}  // namespace
+
+void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%-44s %6s %10s %10s %10s %9s %8s %7s %-15s %s\n", "configuration", "trials",
+                "O mean", "delta mean", "RMS", "max|err|", "sig.ovf", "ties", "PV up/down", "verdict");
+  os << line;
+  for (const SweepRow& r : rows) {
+    const Derived x = derive(r, alpha);
+    const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
+    std::snprintf(line, sizeof line, "%-44s %6lld %10.4g %10.4g %10.4g %9.4g %8lld %7lld %-15s %s\n",
+                  r.configuration().c_str(), r.trials, x.o.mean, x.d.mean, x.rms, r.max_abs, r.sig_overflows,
+                  r.ties, ud.c_str(), x.verdict.c_str());
+    os << line;
+  }
+  os << "Errors are signed, in ulps of the output format at the exact value (O) and of the delta format\n"
+        "(delta), against exact_attention; RMS and max over every element of O. PV event counts are from\n"
+        "the first "
+     << kTracedRows
+     << " rows of every trial (tiled models only). Verdict: t-test on the per-trial means of O or delta,\n"
+        "alpha = "
+     << alpha << ".\n";
+}
+
+void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
+  os << kCsvHeader << "\n";
+  for (const SweepRow& r : rows) {
+    const Derived x = derive(r, alpha);
+    os << r.index << "," << r.format << "," << r.round << "," << r.model << "," << r.scenario << "," << r.seqlen
+       << "," << r.headdim << "," << r.trials << "," << exact_text(r.o_sum) << "," << exact_text(r.o_sumsq) << ","
+       << r.o_pos << "," << r.o_neg << "," << exact_text(r.d_sum) << "," << exact_text(r.d_sumsq) << "," << r.d_pos
+       << "," << r.d_neg << "," << r.elements << "," << exact_text(r.sq_sum) << "," << exact_text(r.max_abs) << ","
+       << r.sig_overflows << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << ","
+       << short_text(x.o.mean) << "," << short_text(x.o.p_t) << "," << short_text(x.d.mean) << ","
+       << short_text(x.d.p_t) << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict
+       << "\n";
+  }
+}
+
+void write_json(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
+  nlohmann::ordered_json out;
+  out["alpha"] = alpha;
+  out["rows"] = nlohmann::ordered_json::array();
+  for (const SweepRow& r : rows) {
+    const Derived x = derive(r, alpha);
+    nlohmann::ordered_json j;
+    j["index"] = r.index;
+    j["format"] = r.format;
+    j["round"] = r.round;
+    j["model"] = r.model;
+    j["scenario"] = r.scenario;
+    j["seqlen"] = r.seqlen;
+    j["headdim"] = r.headdim;
+    j["trials"] = r.trials;
+    j["sufficient"] = {{"o_sum", r.o_sum},         {"o_sumsq", r.o_sumsq},     {"o_pos", r.o_pos},
+                       {"o_neg", r.o_neg},         {"d_sum", r.d_sum},         {"d_sumsq", r.d_sumsq},
+                       {"d_pos", r.d_pos},         {"d_neg", r.d_neg},         {"elements", r.elements},
+                       {"sq_sum", r.sq_sum},       {"max_abs", r.max_abs},     {"sig_overflows", r.sig_overflows},
+                       {"ties", r.ties},           {"rounded_up", r.rounded_up}, {"rounded_down", r.rounded_down}};
+    j["o_mean_ulps"] = x.o.mean;
+    j["o_ci"] = {x.o.ci_low, x.o.ci_high};
+    j["o_p_t"] = x.o.p_t;
+    j["o_p_sign"] = x.o.p_sign;
+    j["delta_mean_ulps"] = x.d.mean;
+    j["delta_ci"] = {x.d.ci_low, x.d.ci_high};
+    j["delta_p_t"] = x.d.p_t;
+    j["delta_p_sign"] = x.d.p_sign;
+    j["rms_ulps"] = x.rms;
+    j["max_abs_ulps"] = r.max_abs;
+    j["verdict"] = x.verdict;
+    out["rows"].push_back(j);
+  }
+  os << out.dump(2) << "\n";
+}
+
+namespace {
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+double to_num(const std::string& s, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used != s.size()) throw std::invalid_argument("");
+    return v;
+  } catch (const std::exception&) {
+    throw InputError(where + ": expected a number, got '" + s + "'");
+  }
+}
+long long to_int(const std::string& s, const std::string& where) {
+  const double v = to_num(s, where);
+  if (v != std::floor(v)) throw InputError(where + ": expected an integer, got '" + s + "'");
+  return static_cast<long long>(v);
+}
+}  // namespace
+
+std::vector<SweepRow> read_rows(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  std::vector<SweepRow> rows;
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+      for (const auto& r : j.at("rows")) {
+        SweepRow s;
+        s.index = r.at("index").get<long long>();
+        s.format = r.at("format").get<std::string>();
+        s.round = r.at("round").get<std::string>();
+        s.model = r.at("model").get<std::string>();
+        s.scenario = r.at("scenario").get<std::string>();
+        s.seqlen = r.at("seqlen").get<int>();
+        s.headdim = r.at("headdim").get<int>();
+        s.trials = r.at("trials").get<long long>();
+        const auto& q = r.at("sufficient");
+        s.o_sum = q.at("o_sum").get<double>();
+        s.o_sumsq = q.at("o_sumsq").get<double>();
+        s.o_pos = q.at("o_pos").get<long long>();
+        s.o_neg = q.at("o_neg").get<long long>();
+        s.d_sum = q.at("d_sum").get<double>();
+        s.d_sumsq = q.at("d_sumsq").get<double>();
+        s.d_pos = q.at("d_pos").get<long long>();
+        s.d_neg = q.at("d_neg").get<long long>();
+        s.elements = q.at("elements").get<long long>();
+        s.sq_sum = q.at("sq_sum").get<double>();
+        s.max_abs = q.at("max_abs").get<double>();
+        s.sig_overflows = q.at("sig_overflows").get<long long>();
+        s.ties = q.at("ties").get<long long>();
+        s.rounded_up = q.at("rounded_up").get<long long>();
+        s.rounded_down = q.at("rounded_down").get<long long>();
+        rows.push_back(s);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(path + ": not a sweep JSON file (" + e.what() + ")");
+    }
+    return rows;
+  }
+  std::istringstream lines(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const std::string where = path + ": line " + std::to_string(line_no);
+    if (line_no == 1) {
+      if (line != kCsvHeader) throw InputError(where + ": expected the sweep CSV header");
+      continue;
+    }
+    const auto f = split_csv(line);
+    if (f.size() != 30) throw InputError(where + ": expected 30 columns, got " + std::to_string(f.size()));
+    SweepRow s;
+    s.index = to_int(f[0], where + " column index");
+    s.format = f[1];
+    s.round = f[2];
+    s.model = f[3];
+    s.scenario = f[4];
+    s.seqlen = static_cast<int>(to_int(f[5], where + " column seqlen"));
+    s.headdim = static_cast<int>(to_int(f[6], where + " column headdim"));
+    s.trials = to_int(f[7], where + " column trials");
+    s.o_sum = to_num(f[8], where + " column o_sum");
+    s.o_sumsq = to_num(f[9], where + " column o_sumsq");
+    s.o_pos = to_int(f[10], where + " column o_pos");
+    s.o_neg = to_int(f[11], where + " column o_neg");
+    s.d_sum = to_num(f[12], where + " column d_sum");
+    s.d_sumsq = to_num(f[13], where + " column d_sumsq");
+    s.d_pos = to_int(f[14], where + " column d_pos");
+    s.d_neg = to_int(f[15], where + " column d_neg");
+    s.elements = to_int(f[16], where + " column elements");
+    s.sq_sum = to_num(f[17], where + " column sq_sum");
+    s.max_abs = to_num(f[18], where + " column max_abs");
+    s.sig_overflows = to_int(f[19], where + " column sig_overflows");
+    s.ties = to_int(f[20], where + " column ties");
+    s.rounded_up = to_int(f[21], where + " column rounded_up");
+    s.rounded_down = to_int(f[22], where + " column rounded_down");
+    rows.push_back(s);
+  }
+  if (line_no == 0) throw InputError(path + ": empty file, expected a sweep CSV or JSON");
+  return rows;
+}
+
+int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, double alpha) {
+  std::sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) { return a.index < b.index; });
+  if (!csv_path.empty()) {
+    std::ofstream out(csv_path, std::ios::binary);
+    if (!out) throw InputError(csv_path + ": cannot write");
+    write_csv(out, rows, alpha);
+  }
+  if (json) write_json(std::cout, rows, alpha);
+  else write_table(std::cout, rows, alpha);
+  return kExitOk;
+}
+
+}  // namespace fb::cli

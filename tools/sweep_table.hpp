@@ -1,0 +1,83 @@
+// tools/sweep_table.hpp: what `flashbits sweep`, `merge` and `bias-test` share.
+//
+// Contract:
+// - measure_trial() runs one kernel model on one seeded scenario and returns the
+//   signed errors (in ulps of the output format at the exact value, against
+//   exact_attention) of O and delta, plus the P·V rounding-event counts the Tracer
+//   records for the first kTracedRows rows (tiled models only; materialised models
+//   record none and the counts read 0).
+// - SweepRow holds a configuration and SUFFICIENT statistics only (n, sums, sums of
+//   squares, sign counts, max, counts). Every derived column (means, RMS, verdict) is
+//   computed from them by derive(), so a merged set of shard rows renders byte for
+//   byte as the unsharded run did (configurations are never split across shards).
+// - The per-trial bias statistics are computed from the sums (stats_from_sums), the
+//   same formulas as attention/statistics.cpp's summarize() but from (n, Σx, Σx²):
+//   merge has no per-trial vectors.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "attention/attention.hpp"
+#include "attention/statistics.hpp"
+#include "traces/trace.hpp"
+
+namespace fb::cli {
+
+inline constexpr int kTracedRows = 8;
+
+// ulp of `f` at value x (the spacing of f's grid at |x|; subnormal spacing below normal).
+double ulp_of(const Format& f, double x);
+
+struct TrialErrors {
+  std::vector<double> o_ulps;      // per element of O (signed)
+  std::vector<double> delta_ulps;  // per row (signed); empty without a backward
+  long long significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
+};
+// in.d_o present => delta errors are measured too.
+TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
+                           bool trace_events);
+// Counter-based seed of one trial: independent of threads and shards.
+std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial);
+
+// The inputs a trace captured (q, k, v, and dO when present), with its scale, causal flag
+// and dtype (metadata dtype, else q's dtype).
+attn::AttentionInputs inputs_from_trace(const Trace& trace);
+// Tensor4 of a trace tensor: [B,H,N,D] as is; [B,H,N] as [B,H,N,1].
+attn::Tensor4 tensor_from_trace(const Trace& trace, std::string_view name);
+
+struct SweepRow {
+  long long index = 0;  // position in the full cartesian product
+  std::string format, round, model, scenario;
+  int seqlen = 0, headdim = 0;
+  // sufficient statistics
+  long long trials = 0;
+  double o_sum = 0, o_sumsq = 0;  // per-trial mean signed error of O (ulps)
+  long long o_pos = 0, o_neg = 0;
+  double d_sum = 0, d_sumsq = 0;  // per-trial mean signed error of delta (ulps)
+  long long d_pos = 0, d_neg = 0;
+  long long elements = 0;
+  double sq_sum = 0, max_abs = 0;  // over every element of O (ulps)
+  long long sig_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
+
+  void add_trial(const TrialErrors& t);
+  // Adds another row's statistics (trials of the same configuration, in trial order).
+  void absorb(const SweepRow& other);
+  std::string configuration() const;
+};
+
+attn::BiasStatistics stats_from_sums(long long n, double sum, double sumsq, long long pos, long long neg,
+                                     double alpha);
+
+void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
+void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
+void write_json(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
+// Reads what write_csv / write_json wrote (sniffs the first character); throws
+// InputError naming the file, line and column on a defect.
+std::vector<SweepRow> read_rows(const std::string& path);
+// Renders rows the way sweep does (table on stdout, --csv FILE, --json).
+int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, double alpha);
+
+}  // namespace fb::cli

@@ -1,0 +1,137 @@
+// traces/trace.hpp: the attention trace schema (DESIGN.md §9) on top of safetensors.
+//
+// A trace is a .safetensors file that `safetensors.torch.save_file` can write. Tensors are
+// indexed [batch][head][row][column]:
+//   required  q [B,H,N,D], k [B,H,Nk,D], v [B,H,Nk,D], o [B,H,N,D]
+//   optional  do, dq like q; dk, dv like k; lse, delta, m, l as [B,H,N] or [B,H,N,1];
+//             s, p as [B,H,N,Nk]; any other name is kept unchecked (instrumented kernels
+//             may capture more per-row intermediates).
+// Every named tensor above must have a floating dtype; q, k and v share one.
+// __metadata__ (all values are strings, as safetensors demands):
+//   source             REQUIRED: "cuda:<gpu>" for a hardware capture, "emulated" for one
+//                      flashbits produced; anything else is an error, so an emulated trace
+//                      can never pass as a hardware capture.
+//   kernel, model, device, compute_capability, versions   free text
+//   softmax_scale      a finite positive decimal (written shortest-round-trip, so exact)
+//   causal             true|false (Python's True|False and 1|0 accepted)
+//   dtype              a flashbits format name or torch dtype name; must match q's dtype
+//   block_m, block_n   positive tile sizes
+//   any other key      kept in raw_metadata()
+// Contract: read_trace/parse_trace/Trace::from_safetensors either return a trace that
+// satisfies all of the above or throw TraceError with one line naming the file, the tensor
+// or key, and what was expected. Values are exposed exactly (no rounding anywhere).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/format.hpp"
+#include "traces/safetensors.hpp"
+
+namespace fb {
+
+namespace trace_keys {
+inline constexpr std::string_view source = "source";
+inline constexpr std::string_view kernel = "kernel";
+inline constexpr std::string_view model = "model";
+inline constexpr std::string_view device = "device";
+inline constexpr std::string_view compute_capability = "compute_capability";
+inline constexpr std::string_view versions = "versions";
+inline constexpr std::string_view softmax_scale = "softmax_scale";
+inline constexpr std::string_view causal = "causal";
+inline constexpr std::string_view dtype = "dtype";
+inline constexpr std::string_view block_m = "block_m";
+inline constexpr std::string_view block_n = "block_n";
+}  // namespace trace_keys
+
+inline constexpr std::string_view kEmulatedSource = "emulated";
+inline constexpr std::string_view kCudaSourcePrefix = "cuda:";
+
+struct TraceMetadata {
+  std::string source;  // "cuda:<gpu>" or "emulated"
+  std::string kernel, model, device, compute_capability, versions;  // empty when absent
+  std::optional<double> softmax_scale;
+  std::optional<bool> causal;
+  std::optional<Format> dtype;
+  std::optional<int> block_m, block_n;
+};
+
+// A tensor's stored bit patterns (in the container of `format`), row-major.
+struct RawTensor {
+  Format format;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::uint32_t> bits;
+};
+
+class Trace {
+ public:
+  // Validates the schema; throws TraceError naming `source_name` and the offending part.
+  static Trace from_safetensors(Safetensors file, std::string_view source_name);
+
+  const std::string& source_name() const { return source_name_; }
+  const TraceMetadata& metadata() const { return metadata_; }
+  const std::map<std::string, std::string>& raw_metadata() const { return file_.metadata; }
+  const Safetensors& file() const { return file_; }
+
+  bool has(std::string_view name) const { return file_.find(name) != nullptr; }
+  const SafeTensor& tensor(std::string_view name) const;  // TraceError when absent
+  // Exact values: every floating dtype, and integers up to 2^53 in magnitude (BOOL is 0/1).
+  std::vector<double> values(std::string_view name) const;
+  // Bit patterns with their format; TraceError for dtypes with no fb::Format (F64, ints).
+  RawTensor bits(std::string_view name) const;
+
+  std::uint64_t batch() const { return q_shape()[0]; }
+  std::uint64_t heads() const { return q_shape()[1]; }
+  std::uint64_t rows() const { return q_shape()[2]; }
+  std::uint64_t head_dim() const { return q_shape()[3]; }
+  std::uint64_t kv_rows() const { return tensor("k").shape[2]; }
+
+ private:
+  const std::vector<std::uint64_t>& q_shape() const { return tensor("q").shape; }
+  std::string source_name_;
+  Safetensors file_;
+  TraceMetadata metadata_;
+};
+
+Trace parse_trace(std::span<const std::uint8_t> bytes, std::string_view source_name);
+Trace read_trace(const std::filesystem::path& path);
+
+// True only for source "cuda:<gpu>": a replay must never present an emulated trace as one.
+bool is_hardware_capture(const Trace& trace);
+
+// Builds a trace (the emulator ships example traces with source = "emulated"). Tensors are
+// written in the order added; build()/write() validate exactly as the reader does.
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(TraceMetadata metadata);
+  TraceBuilder& extra_metadata(std::string key, std::string value);
+  // Bit patterns of a format safetensors can name (bf16, fp16, fp32, e4m3, e5m2).
+  TraceBuilder& add_bits(std::string name, const Format& format, std::vector<std::uint64_t> shape,
+                         std::span<const std::uint32_t> bits);
+  // Values that must each be exactly representable in `format` (TraceError otherwise;
+  // NaN is stored as the format's canonical NaN: use add_bits to keep a payload).
+  TraceBuilder& add_values(std::string name, const Format& format, std::vector<std::uint64_t> shape,
+                           std::span<const double> values);
+  TraceBuilder& add_f64(std::string name, std::vector<std::uint64_t> shape, std::span<const double> values);
+
+  Safetensors to_safetensors() const;  // not validated
+  Trace build(std::string_view source_name = "trace") const;
+  std::vector<std::uint8_t> serialize(std::string_view source_name = "trace") const;
+  void write(const std::filesystem::path& path) const;
+
+ private:
+  TraceMetadata metadata_;
+  std::map<std::string, std::string> extra_;
+  std::vector<SafeTensor> tensors_;
+};
+
+// The metadata map a TraceMetadata is written as (shortest round-trip decimals).
+std::map<std::string, std::string> metadata_strings(const TraceMetadata& metadata);
+
+}  // namespace fb
