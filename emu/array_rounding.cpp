@@ -1,8 +1,10 @@
-// emu/array_rounding.cpp: the array loop around round_pack (see array_rounding.hpp).
+// emu/array_rounding.cpp: array loops around round_pack_lane / round_pack: fp32
+// array rounding and the batched add, mul, fma (see array_rounding.hpp).
 #include "emu/array_rounding.hpp"
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 
 #include "emu/ops.hpp"
@@ -14,8 +16,8 @@ namespace {
 // FormatSource is detail::FixedFormat<F> (facts folded) or detail::RuntimeFormat.
 // flatten: inline the whole routine (format facts included) into the loop, so the
 // compiler folds the compile-time format; GCC's size heuristics stop short otherwise.
-// The loop stays scalar (round_pack normalises with countl_zero and 64-bit shifts,
-// which the baseline x86-64 target cannot vectorise): about 3-5 ns per element.
+// Used for formats without a compiled-in lane loop; it stays scalar (round_pack
+// normalises with countl_zero and 64-bit shifts): about 3-5 ns per element.
 template <class FormatSource, RoundingMode Mode>
 [[gnu::flatten]] void round_array_loop(const FormatSource& source, const float* in, std::uint32_t* out_bits,
                                        std::size_t n, const RoundingSpec& spec_in, std::uint64_t first_position,
@@ -95,8 +97,10 @@ template <Format F, RoundingMode Mode>
                                                     Flags* flags_out) {
   round_array_lanes_body<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
 }
+// FLASHBITS_NO_AVX2 (set, any value) forces the baseline loops: how the baseline
+// build is tested on AVX2 machines (both compute the same integers).
 bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
+  static const bool has = __builtin_cpu_supports("avx2") && std::getenv("FLASHBITS_NO_AVX2") == nullptr;
   return has;
 }
 #endif
@@ -195,7 +199,7 @@ template <Format F>
   ordinary = nonzero & static_cast<std::uint32_t>(!special);  // 0 or 1
 }
 
-enum class BinaryKind { add, mul };
+enum class BinaryKind { add, mul, fma };  // fma: a*b + c (a third operand array)
 
 // add over 32-bit lanes (p <= 12, modes other than sr): the operands (p-bit
 // significands from decode_lane) are aligned in a window of W = 22 - p bits below
@@ -209,12 +213,15 @@ enum class BinaryKind { add, mul };
 // Returns the significand normalised to bit 23 (what round_pack_lane needs
 // whatever the cancellation) and sets `ordinary` to 0 for an exact zero sum
 // (its sign follows rules fb::add applies).
-template <Format F>
+// fma uses the same routine on the exact product (normalised to 2p bits) and c
+// (shifted up to 2p bits): K is the operands' significand width, W = 22 - K >= 3.
+template <int K>
 [[gnu::always_inline]] inline std::uint32_t add_lane(std::uint32_t na, std::int32_t ea, std::uint32_t sa,
                                                      std::uint32_t nb, std::int32_t eb, std::uint32_t sb,
                                                      std::uint32_t& negative, std::int32_t& exponent,
                                                      std::uint32_t& ordinary) {
-  constexpr int W = 22 - F.precision();
+  constexpr int W = 22 - K;
+  static_assert(W >= 3);
   const bool b_larger = eb > ea;
   const std::uint32_t big_s = detail::select_u32(b_larger, sb, sa), small_s = detail::select_u32(b_larger, sa, sb);
   const std::uint32_t big_n = detail::select_u32(b_larger, nb, na);
@@ -242,7 +249,7 @@ template <Format F>
 }
 
 template <Format F, RoundingMode Mode, BinaryKind Kind>
-[[gnu::always_inline]] inline void binary_lanes_body(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out,
+[[gnu::always_inline]] inline void binary_lanes_body(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
                                                   std::size_t n, const RoundingSpec& spec_in,
                                                   std::uint64_t first_position, Flags* flags_out) {
   static_assert(2 * F.precision() <= 24);
@@ -255,6 +262,7 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
     const std::size_t m = n - start < kChunk ? n - start : kChunk;
     const std::uint32_t* ca = a + start;
     const std::uint32_t* cb = b + start;
+    const std::uint32_t* cc = Kind == BinaryKind::fma ? c + start : nullptr;
     std::uint32_t* co = out + start;
     std::uint32_t chunk_flags = 0, any_redo = 0;
     for (std::size_t i = 0; i < m; ++i) {
@@ -272,10 +280,26 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
       std::uint32_t ordinary = oa & ob;
       if constexpr (Kind == BinaryKind::mul) {
         co[i] = round_pack_lane<F, Mode>(na ^ nb, ea + eb, sa * sb, spec, random64, flags);
-      } else {
+      } else if constexpr (Kind == BinaryKind::add) {
         std::uint32_t negative, nonzero;
         std::int32_t exponent;
-        const std::uint32_t sum = add_lane<F>(na, ea, sa, nb, eb, sb, negative, exponent, nonzero);
+        const std::uint32_t sum = add_lane<F.precision()>(na, ea, sa, nb, eb, sb, negative, exponent, nonzero);
+        ordinary &= nonzero;
+        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random64, flags);
+      } else {
+        constexpr int p = F.precision();
+        std::uint32_t nc, sc, oc;
+        std::int32_t ec;
+        decode_lane<F>(cc[i], nc, ec, sc, oc);
+        ordinary &= oc;
+        // The exact product, normalised to 2p bits; c shifted up to 2p bits.
+        const std::uint32_t product = sa * sb;
+        const std::uint32_t product_high = product >> (2 * p - 1);  // 1 when it already has 2p bits
+        const std::uint32_t ps = product << (product_high ^ 1u);
+        const std::int32_t pe = ea + eb - static_cast<std::int32_t>(product_high ^ 1u);
+        std::uint32_t negative, nonzero;
+        std::int32_t exponent;
+        const std::uint32_t sum = add_lane<2 * p>(na ^ nb, pe, ps, nc, ec - p, sc << p, negative, exponent, nonzero);
         ordinary &= nonzero;
         co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random64, flags);
       }
@@ -286,8 +310,10 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
     if (any_redo) {
       for (std::size_t i = 0; i < m; ++i) {
         if (redo[i]) {
-          const Rounded r = Kind == BinaryKind::mul ? mul(F, ca[i], cb[i], spec_in, first_position + start + i)
-                                                    : add(F, ca[i], cb[i], spec_in, first_position + start + i);
+          const std::uint64_t position = first_position + start + i;
+          const Rounded r = Kind == BinaryKind::mul   ? mul(F, ca[i], cb[i], spec_in, position)
+                            : Kind == BinaryKind::add ? add(F, ca[i], cb[i], spec_in, position)
+                                                      : fma(F, ca[i], cb[i], cc[i], spec_in, position);
           co[i] = r.bits;
           chunk_flags |= r.flags;
         }
@@ -300,27 +326,27 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 template <Format F, RoundingMode Mode, BinaryKind Kind>
-[[gnu::target("avx2")]] void binary_lanes_avx2(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out,
+[[gnu::target("avx2")]] void binary_lanes_avx2(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
                                             std::size_t n, const RoundingSpec& spec, std::uint64_t first_position,
                                             Flags* flags_out) {
-  binary_lanes_body<F, Mode, Kind>(a, b, out, n, spec, first_position, flags_out);
+  binary_lanes_body<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
 }
 #endif
 template <Format F, RoundingMode Mode, BinaryKind Kind>
-void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (cpu_has_avx2()) return binary_lanes_avx2<F, Mode, Kind>(a, b, out, n, spec, first_position, flags_out);
+  if (cpu_has_avx2()) return binary_lanes_avx2<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
 #endif
-  binary_lanes_body<F, Mode, Kind>(a, b, out, n, spec, first_position, flags_out);
+  binary_lanes_body<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
 }
 
 template <Format F, BinaryKind Kind>
-void dispatch_binary_lanes(const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
+void dispatch_binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out, std::size_t n,
                         const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   switch (spec.mode) {
 #define FB_MODE_CASE(m) \
-  case RoundingMode::m: return binary_lanes<F, RoundingMode::m, Kind>(a, b, out, n, spec, first_position, flags_out);
+  case RoundingMode::m: return binary_lanes<F, RoundingMode::m, Kind>(a, b, c, out, n, spec, first_position, flags_out);
     FB_MODE_CASE(rne)
     FB_MODE_CASE(rna)
     FB_MODE_CASE(rtz)
@@ -330,11 +356,12 @@ void dispatch_binary_lanes(const std::uint32_t* a, const std::uint32_t* b, std::
 #undef FB_MODE_CASE
     case RoundingMode::sr:
       if constexpr (Kind == BinaryKind::mul) {
-        return binary_lanes<F, RoundingMode::sr, Kind>(a, b, out, n, spec, first_position, flags_out);
+        return binary_lanes<F, RoundingMode::sr, Kind>(a, b, c, out, n, spec, first_position, flags_out);
       } else {
         Flags all_flags = 0;  // sr needs the discarded bits add_lane folds into a sticky bit
         for (std::size_t i = 0; i < n; ++i) {
-          const Rounded r = add(F, a[i], b[i], spec, first_position + i);
+          const Rounded r = Kind == BinaryKind::add ? add(F, a[i], b[i], spec, first_position + i)
+                                                    : fma(F, a[i], b[i], c[i], spec, first_position + i);
           out[i] = r.bits;
           all_flags |= r.flags;
         }
@@ -361,10 +388,10 @@ void per_element(std::size_t n, std::uint64_t first_position, Flags* flags_out, 
 void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   constexpr auto kAdd = BinaryKind::add;
-  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kAdd>(a, b, out, n, spec, first_position, flags_out);
-  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kAdd>(a, b, out, n, spec, first_position, flags_out);
-  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kAdd>(a, b, out, n, spec, first_position, flags_out);
-  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kAdd>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return add(f, a[i], b[i], spec, pos); });
 }
@@ -372,10 +399,10 @@ void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
 void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   constexpr auto kMul = BinaryKind::mul;
-  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kMul>(a, b, out, n, spec, first_position, flags_out);
-  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kMul>(a, b, out, n, spec, first_position, flags_out);
-  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kMul>(a, b, out, n, spec, first_position, flags_out);
-  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kMul>(a, b, out, n, spec, first_position, flags_out);
+  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return mul(f, a[i], b[i], spec, pos); });
 }
@@ -383,6 +410,11 @@ void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
 void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c,
                std::uint32_t* out, std::size_t n, const RoundingSpec& spec, std::uint64_t first_position,
                Flags* flags_out) {
+  // 2p <= 19 leaves add_lane its 3 guard bits: bf16, e4m3, e5m2 (not fp16).
+  constexpr auto kFma = BinaryKind::fma;
+  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kFma>(a, b, c, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return fma(f, a[i], b[i], c[i], spec, pos); });
 }

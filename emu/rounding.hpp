@@ -22,8 +22,13 @@
 //   (seed, position), so results do not depend on thread count or order.
 // - When `event` is null the compiler removes every event store; no cost when off.
 // - round_pack<F> (F a compile-time Format) is the same routine with the format's
-//   facts folded to constants, for loops such as fb::round_array; both are thin
-//   wrappers of detail::round_pack_body, which is forced inline for that reason.
+//   facts folded to constants; both are thin wrappers of detail::round_pack_body,
+//   which is forced inline for that reason.
+// - round_pack_lane<F, Mode> (bottom of this file) is the same algorithm again,
+//   specialised to exact significands of at most 24 bits and written over 32-bit
+//   integers without branches so that array loops (fb::round_array, the batched
+//   ops) vectorise; it shares round_up_decision and stochastic_carry with
+//   round_pack and gives identical bits and flags (tests/test_array_rounding.cpp).
 #pragma once
 
 #include <algorithm>
@@ -185,6 +190,15 @@ template <class Bit>
 // carry out of r bits (see the contract at the top of this file).
 [[gnu::always_inline]] constexpr bool stochastic_carry(std::uint64_t top_r_bits, int r, std::uint64_t random64) {
   return ((top_r_bits + (random64 >> (64 - r))) >> r) != 0;
+}
+// The same carry from 32-bit words (r <= 32 = kMaxSrBits reads only the top 32
+// bits of the fraction and of the random word): fraction_hi32 and random_hi32 are
+// those top halves. Returns 0 or 1.
+[[gnu::always_inline]] constexpr std::uint32_t stochastic_carry_hi32(std::uint32_t fraction_hi32, int r,
+                                                                     std::uint32_t random_hi32) {
+  const std::uint32_t top = fraction_hi32 >> (32 - r), rnd = random_hi32 >> (32 - r);
+  const std::uint32_t all_ones = 0xffffffffu >> (32 - r);
+  return top > all_ones - rnd ? 1u : 0u;  // top + rnd >= 2^r, without a 33-bit sum
 }
 
 // Whether a discarded fraction rounds the kept magnitude up by one.
@@ -425,12 +439,13 @@ template <Format F, RoundingMode Mode>
   const std::uint32_t round_bit = (rem >> (drop - 1)) & 1u;
   const std::uint32_t sticky = std::min(rem & (half - 1u), 1u);
   const std::uint32_t inexact = std::min(rem, 1u);
-  // sr: the top r bits of the discarded fraction (64-bit, as round_pack's frac64).
+  // sr: the top 32 bits of the discarded fraction (those of round_pack's frac64).
   auto sr_carry_at = [&](std::int32_t dropped, std::uint32_t discarded) -> std::uint32_t {
     if constexpr (Mode == RoundingMode::sr) {
-      const std::int32_t d = dropped < 64 ? dropped : 64;
-      const std::uint64_t frac64 = static_cast<std::uint64_t>(discarded) << (64 - d);
-      return detail::stochastic_carry(frac64 >> (64 - spec.sr_bits), spec.sr_bits, random64) ? 1u : 0u;
+      const std::int32_t down = dropped - 32 < 31 ? dropped - 32 : 31;
+      const std::uint32_t fraction_hi32 =
+          dropped <= 32 ? discarded << (32 - dropped) : discarded >> down;  // discarded < 2^24
+      return detail::stochastic_carry_hi32(fraction_hi32, spec.sr_bits, static_cast<std::uint32_t>(random64 >> 32));
     } else {
       (void)dropped, (void)discarded;
       return 0u;

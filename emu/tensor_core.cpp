@@ -5,6 +5,10 @@
 // Relative to the step's largest exponent E every truncated term is an integer
 // number of units 2^(E-F) below 2^(F+2) <= 2^27, so 33 of them sum exactly in an
 // int64. The output rounding of that exact sum is one round_pack call.
+// The presets' step shapes (products per step, F, output) also have compiled copies
+// (fixed_dot_body) that decode all products of up to 64 first and then run the steps;
+// they give the same bits as fused_step_body (tests/test_tensor_core checks both
+// against an exact reference) and fall back to it for NaN/inf and partial steps.
 #include "emu/tensor_core.hpp"
 
 #include <algorithm>
@@ -74,8 +78,8 @@ const Format& input_format_of(const TensorCoreModel& m) {
   return formats::fp32;
 }
 
-const Format& output_format_of(const TensorCoreModel& m) {
-  switch (m.output) {
+inline const Format& output_format_of(DotOutput output) {
+  switch (output) {
     case fp16_rne: return formats::fp16;
     case fp32_e8m13: return kE8m13InFp32Layout;
     default: return formats::fp32;
@@ -118,14 +122,37 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
   return to_container(out, (neg ? out.sign_mask() : 0u) | out.inf_pattern());
 }
 
+// The output rounding of a step's exact sum (sum * 2^unit) into the model's output.
+// nonzero_or_positive: some term was not a -0 (an exact zero sum is then +0).
+[[gnu::always_inline]] inline std::uint32_t step_output(DotOutput output, std::int64_t sum, int unit,
+                                                        bool nonzero_or_positive, RoundingEvent* event) {
+  if (sum == 0) return pack_zero(output_format_of(output), !nonzero_or_positive);  // -0 only when every term is -0
+  const bool neg = sum < 0;
+  const std::uint64_t mag = neg ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
+  // One round_pack call per output kind, each with constant arguments, so that the
+  // inlined rounding folds to the path it needs.
+  static constexpr RoundingSpec kRz{RoundingMode::rtz, OverflowPolicy::ieee, 24, 0};
+  static constexpr RoundingSpec kRne{RoundingMode::rne, OverflowPolicy::ieee, 24, 0};
+  switch (output) {
+    case fp16_rne: return round_pack<formats::fp16>(neg, unit, mag, false, kRne, 0, event).bits;
+    case fp32_e8m13: return round_pack<kE8m13InFp32Layout>(neg, unit, mag, false, kRz, 0, event).bits;
+    default: return round_pack<formats::fp32>(neg, unit, mag, false, kRz, 0, event).bits;
+  }
+}
+
 // One fused step: D = C + sum of n products, as the model's hardware does it.
 // kTrace is a template switch so that the untraced hot loop carries no trace code.
-template <bool kTrace>
+// kN, kF and kOut, when set (> 0, > 0, >= 0), fix the step's product count, F and
+// output kind at compile time (they must equal n, m.fraction_bits and m.output): the
+// same code, with its loops unrolled and its output rounding folded to one path.
+template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
 [[gnu::always_inline]] inline std::uint32_t fused_step_body(const TensorCoreModel& m, int input_emin, float c, const float* a, const float* b,
-                         int n, int first_product, DotTrace* trace) {
-  constexpr int kMaxTerms = 65;
+                         int n_runtime, int first_product, DotTrace* trace) {
+  const int n = kN > 0 ? kN : n_runtime;
+  const DotOutput output = kOut >= 0 ? static_cast<DotOutput>(kOut) : m.output;
+  constexpr int kMaxTerms = kN > 0 ? kN + 1 : 65;
   [[maybe_unused]] int alignment_of[kMaxTerms];
-  const Format& acc = accumulator_format(m);
+  const Format& acc = output == fp16_rne ? formats::fp16 : formats::fp32;  // accumulator_format(m)
   const int c_emin = acc.emin();
   // A zero term takes part in the maximum only under as_min_exponent, with its
   // format's smallest exponent (kNone keeps it out).
@@ -187,18 +214,21 @@ template <bool kTrace>
 
   // Sign-magnitude truncation toward zero onto the grid 2^(largest - F), branch-free:
   // a term's bits above the grid are shifted left, those below shifted out.
-  const int F = m.fraction_bits;
+  const int F = kF > 0 ? kF : m.fraction_bits;
   const int unit = largest - F;
-  std::uint64_t sum_bits = 0;  // two's complement sum
-  for (int i = 0; i <= n; ++i) {
+  auto truncated_term = [&](int i) {
     const std::int64_t shift = lsb[i] - unit;
     // Non-zero terms need left < F + 2 and lose everything at right >= 48; zero terms
     // may carry any exponent, so both counts are clamped to keep the shifts defined.
     const std::int64_t left = std::min<std::int64_t>(std::max<std::int64_t>(shift, 0), 63);
     const std::int64_t right = std::min<std::int64_t>(std::max<std::int64_t>(-shift, 0), 63);
     const std::uint64_t kept = (magnitude[i] << left) >> right;  // left > 0 only when right == 0
-    sum_bits += (kept ^ sign_mask[i]) - sign_mask[i];
-  }
+    return (kept ^ sign_mask[i]) - sign_mask[i];
+  };
+  // C apart from the products: with a fixed step the product loop's trip count is a
+  // multiple of the vector width, so it vectorises without a scalar tail.
+  std::uint64_t sum_bits = truncated_term(0);  // two's complement sum
+  for (int i = 1; i <= n; ++i) sum_bits += truncated_term(i);
   const auto sum = static_cast<std::int64_t>(sum_bits);
   [[maybe_unused]] int truncated_terms = 0;
   [[maybe_unused]] double truncated_value = 0.0;
@@ -227,25 +257,11 @@ template <bool kTrace>
     }
   }
 
-  const Format& out = output_format_of(m);
+  const Format& out = output_format_of(output);
   std::uint32_t result;
   [[maybe_unused]] RoundingEvent ev_round;
   RoundingEvent* const event = kTrace ? &ev_round : nullptr;
-  if (sum == 0) {
-    result = pack_zero(out, nonzero_or_positive == 0);  // -0 only when every term is -0
-  } else {
-    const bool neg = sum < 0;
-    const std::uint64_t mag = neg ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
-    // One round_pack call per output kind, each with constant arguments, so that the
-    // inlined rounding folds to the path it needs.
-    static constexpr RoundingSpec kRz{RoundingMode::rtz, OverflowPolicy::ieee, 24, 0};
-    static constexpr RoundingSpec kRne{RoundingMode::rne, OverflowPolicy::ieee, 24, 0};
-    switch (m.output) {
-      case fp16_rne: result = round_pack(formats::fp16, neg, unit, mag, false, kRne, 0, event).bits; break;
-      case fp32_e8m13: result = round_pack(kE8m13InFp32Layout, neg, unit, mag, false, kRz, 0, event).bits; break;
-      default: result = round_pack(formats::fp32, neg, unit, mag, false, kRz, 0, event).bits; break;
-    }
-  }
+  result = step_output(output, sum, unit, nonzero_or_positive != 0, event);
   if constexpr (kTrace) {
     DotStepEvent ev;
     ev.largest_exponent = largest;
@@ -289,6 +305,142 @@ std::uint32_t fused_step_traced(const TensorCoreModel& m, int input_emin, float 
 }
 #endif
 
+// Whole dot products for the presets' step shapes: full steps of kN products with F
+// and the output kind fixed at compile time (one call per dot, not per step), the
+// last partial step through the run-time body.
+using FixedDot = std::uint32_t (*)(const TensorCoreModel&, int, float, const float*, const float*, int);
+
+// Two phases per chunk of whole steps: every product of the chunk is decoded and
+// aligned first (independent of C, so this loop vectorises across steps); then each
+// step only brings in C, takes the maximum, truncates and rounds. This is the step
+// of fused_step_body for finite terms under ZeroTermPolicy::ignored (presets' policy)
+// written with its products apart; products only ever shift right (a non-zero
+// product's alignment exponent is at least its lsb + 46, so unit - lsb >= 46 - F > 0
+// for F <= 25; zero products are clamped like the body does). A chunk holding an
+// inf/NaN, a non-finite C, or another zero-term policy goes through fused_step_body.
+template <int kN, int kF, int kOut>
+[[gnu::always_inline]] inline std::uint32_t fixed_dot_body(const TensorCoreModel& m, int input_emin, float c,
+                                                           const float* a, const float* b, int k) {
+  static_assert(kF <= 25 && kN <= 64);
+  constexpr auto kOutput = static_cast<DotOutput>(kOut);
+  constexpr int kChunk = 64 / kN * kN;
+  constexpr std::int32_t kNone = std::numeric_limits<int>::min() / 4;
+  const int c_emin = (kOutput == fp16_rne ? formats::fp16 : formats::fp32).emin();
+  std::uint32_t bits = 0;
+  float acc = c;
+  int i = 0;
+  if (m.zero_terms == ZeroTermPolicy::ignored) {
+    const std::int32_t emin_biased = input_emin + 127;
+    while (k - i >= kN) {
+      const int len = std::min(kChunk, (k - i) / kN * kN);
+      // Exponents in 32-bit lanes: AVX2 has 32-bit but no 64-bit max/min.
+      std::uint64_t magnitude[kChunk], sign_mask[kChunk];
+      std::int32_t lsb[kChunk], alignment[kChunk];
+      std::uint32_t special_products = 0;
+      for (int j = 0; j < len; ++j) {
+        // Exponent work in 32-bit lanes, the exact product in 64.
+        const std::uint32_t ua = std::bit_cast<std::uint32_t>(a[i + j]), ub = std::bit_cast<std::uint32_t>(b[i + j]);
+        const std::uint32_t ea = (ua >> 23) & 0xffu, eb = (ub >> 23) & 0xffu;
+        special_products |= (ea == 0xffu) | (eb == 0xffu);
+        const std::uint32_t normal_a = ea != 0, normal_b = eb != 0;
+        const auto xa = static_cast<std::int32_t>(ea + (normal_a ^ 1u));
+        const auto xb = static_cast<std::int32_t>(eb + (normal_b ^ 1u));
+        const std::uint32_t sa = (ua & 0x7fffffu) | (normal_a << 23), sb = (ub & 0x7fffffu) | (normal_b << 23);
+        magnitude[j] = static_cast<std::uint64_t>(sa) * sb;
+        sign_mask[j] = 0 - static_cast<std::uint64_t>((ua ^ ub) >> 31);
+        lsb[j] = xa + xb - 254 - 46;
+        alignment[j] = (sa != 0) & (sb != 0) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 254 : kNone;
+      }
+      // Per step, what does not depend on C: off the chain from one step's C to the next.
+      std::int32_t step_largest[kChunk / kN];
+      std::uint64_t step_nonzero_or_positive[kChunk / kN];
+      for (int s = 0; s < len; s += kN) {
+        std::int32_t largest = kNone;
+        std::uint64_t nonzero_or_positive = 0;
+        for (int j = s; j < s + kN; ++j) {
+          largest = std::max(largest, alignment[j]);
+          nonzero_or_positive |= static_cast<std::uint64_t>(magnitude[j] != 0) | (sign_mask[j] + 1);
+        }
+        step_largest[s / kN] = largest;
+        step_nonzero_or_positive[s / kN] = nonzero_or_positive;
+      }
+      for (int s = 0; s < len; s += kN) {
+        const Parts pc = split(acc);
+        if (special_products != 0 || pc.special) [[unlikely]] {
+          bits = fused_step_body<false, kN, kF, kOut>(m, input_emin, acc, a + i + s, b + i + s, kN, i + s, nullptr);
+        } else {
+          std::int32_t largest = std::max(pc.significand != 0 ? std::max(pc.exponent, c_emin) : kNone, step_largest[s / kN]);
+          const std::uint64_t nonzero_or_positive =
+              static_cast<std::uint64_t>((pc.significand != 0) | !pc.negative) | step_nonzero_or_positive[s / kN];
+          if (largest == kNone) largest = c_emin;  // every term is zero
+          const std::int32_t unit = largest - kF;
+          // C: as in fused_step_body (it may shift left by up to F - 23).
+          const std::int64_t c_shift = pc.exponent - 23 - unit;
+          const std::int64_t c_left = std::min<std::int64_t>(std::max<std::int64_t>(c_shift, 0), 63);
+          const std::int64_t c_right = std::min<std::int64_t>(std::max<std::int64_t>(-c_shift, 0), 63);
+          const std::uint64_t c_mask = pc.negative ? ~std::uint64_t{0} : 0;
+          std::uint64_t sum_bits = ((((std::uint64_t{pc.significand}) << c_left) >> c_right) ^ c_mask) - c_mask;
+          for (int j = s; j < s + kN; ++j) {
+            // Zero products may carry any exponent: the count is clamped to stay defined.
+            const std::int32_t right = std::min(std::max(unit - lsb[j], 0), 63);
+            sum_bits += ((magnitude[j] >> right) ^ sign_mask[j]) - sign_mask[j];
+          }
+          bits = step_output(kOutput, static_cast<std::int64_t>(sum_bits), static_cast<int>(unit),
+                             nonzero_or_positive != 0, nullptr);
+        }
+        acc = kOutput == fp16_rne ? accumulator_value(m, bits) : std::bit_cast<float>(bits);
+      }
+      i += len;
+    }
+    if (i == k && k > 0) return bits;
+  }
+  do {
+    if (k - i >= kN) {
+      bits = fused_step_body<false, kN, kF, kOut>(m, input_emin, acc, a + i, b + i, kN, i, nullptr);
+      i += kN;
+    } else {
+      bits = fused_step_body<false>(m, input_emin, acc, a + i, b + i, k - i, i, nullptr);
+      i = k;
+    }
+    acc = static_cast<DotOutput>(kOut) == fp16_rne ? accumulator_value(m, bits) : std::bit_cast<float>(bits);
+  } while (i < k);
+  return bits;
+}
+template <int kN, int kF, int kOut>
+[[gnu::flatten]] std::uint32_t fixed_dot_plain(const TensorCoreModel& m, int input_emin, float c, const float* a,
+                                               const float* b, int k) {
+  return fixed_dot_body<kN, kF, kOut>(m, input_emin, c, a, b, k);
+}
+#ifdef FLASHBITS_DOT_AVX2
+template <int kN, int kF, int kOut>
+[[gnu::target("avx2"), gnu::flatten]] std::uint32_t fixed_dot_avx2(const TensorCoreModel& m, int input_emin, float c,
+                                                                   const float* a, const float* b, int k) {
+  return fixed_dot_body<kN, kF, kOut>(m, input_emin, c, a, b, k);
+}
+#endif
+
+// The fixed-shape routine for a preset's (products per step, F, output), or nullptr.
+FixedDot fixed_dot_for(const TensorCoreModel& m) {
+#ifdef FLASHBITS_DOT_AVX2
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+#define FB_FIXED(N, F, O) \
+  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) \
+    return has_avx2 ? &fixed_dot_avx2<N, F, static_cast<int>(O)> : &fixed_dot_plain<N, F, static_cast<int>(O)>;
+#else
+#define FB_FIXED(N, F, O) \
+  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fixed_dot_plain<N, F, static_cast<int>(O)>;
+#endif
+  FB_FIXED(8, 24, fp32_rz)
+  FB_FIXED(16, 25, fp32_rz)
+  FB_FIXED(4, 23, fp32_rz)
+  FB_FIXED(4, 24, fp32_rz)
+  FB_FIXED(4, 25, fp32_rz)
+  FB_FIXED(16, 13, fp32_e8m13)
+  FB_FIXED(32, 13, fp32_e8m13)
+#undef FB_FIXED
+  return nullptr;
+}
+
 std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const float* b, int k,
                         DotTrace* trace) {
   ExactAccumulator acc;
@@ -327,6 +479,9 @@ std::uint32_t dot_bits_from_floats(const TensorCoreModel& m, float c, const floa
                                    DotTrace* trace) {
   if (m.output == exact_rne) return exact_dot(m, c, a, b, k, trace);
   const int input_emin = input_format_of(m).emin();
+  if (!trace && m.products_per_step > 0) {
+    if (const FixedDot fixed = fixed_dot_for(m)) return fixed(m, input_emin, c, a, b, k);
+  }
   const int step = fused_step_size(m, k);
   std::uint32_t bits = 0;
   float acc = c;

@@ -10,6 +10,7 @@
 //   emulated, and names the SFU model, warning when it is unmeasured on hardware.
 // - Exit 0 all match, 1 any mismatch, 2 bad trace / usage (TraceError -> one line).
 // - --explain and --plot trace one row: --batch/--head/--row (default 0,0,0).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -137,13 +138,25 @@ int run_replay(const ReplayOptions& o) {
     p.series_label = "cumulative rounding error";
     p.marker_label = "keys with P-bar == 1";
     const auto& cum = row_trace->cumulative_error_by_key;
-    const bool descending = row_trace->key_order.size() >= 2 && row_trace->key_order[0] > row_trace->key_order[1];
-    p.x_label = std::string("key index") + (descending ? " (the kernel accumulates from the last key down)" : "");
+    const auto& order = row_trace->key_order;
+    // Plot along the key index when the kernel visits keys in increasing order; otherwise
+    // (FA2 visits KV tiles last to first) along the accumulation step, so the curve stays
+    // cumulative, with the P-bar == 1 keys marked at the step that visited them.
+    const bool increasing = std::is_sorted(order.begin(), order.end()) && order.size() == cum.size();
+    p.x_label = increasing ? "key index"
+                           : "accumulation step (the kernel's visiting order of keys; KV tiles last to first)";
     for (std::size_t i = 0; i < cum.size(); ++i) {
-      p.xs.push_back(i < row_trace->key_order.size() ? row_trace->key_order[i] : static_cast<double>(i));
+      p.xs.push_back(increasing ? order[i] : static_cast<double>(i));
       p.ys.push_back(cum[i]);
     }
-    for (int k : row_trace->p_equal_one_keys) p.markers.push_back(k);
+    for (int k : row_trace->p_equal_one_keys) {
+      if (increasing) {
+        p.markers.push_back(k);
+        continue;
+      }
+      for (std::size_t i = 0; i < order.size(); ++i)
+        if (order[i] == k) p.markers.push_back(static_cast<double>(i));
+    }
     write_line_plot(o.plot, p);
   }
 
