@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "emu/array_rounding.hpp"
+#include "emu/tensor_core.hpp"
 #include "emu/ops.hpp"
 #include "formats/format.hpp"
 
@@ -376,6 +377,34 @@ std::string cpu_name() {
   return "unknown";
 }
 
+// Emulated tensor-core products per second of CPU time (issue 3 target: >= 2e8 for
+// sm80 and sm90-mma), against a native fp32 FMA dot product measured in the same run.
+struct DotRow {
+  std::string model, input;
+  double products_per_second;
+};
+std::vector<DotRow> bench_dot(const Config& cfg, double& native_fma_dot_per_second) {
+  const double min_seconds = cfg.quick ? 0.05 : 0.5;
+  native_fma_dot_per_second = fb::measure_native_fp32_dot_products_per_second(64, min_seconds, true);
+  std::vector<DotRow> rows;
+  for (const char* model : {"sm80", "sm90-mma"}) {
+    for (const Format* f : {&fmt::bf16, &fmt::fp16}) {
+      const fb::TensorCoreModel* m = fb::find_tensor_core_model(model, *f);
+      if (m) rows.push_back({model, f->name, fb::measure_dot_products_per_second(*m, 64, min_seconds)});
+    }
+  }
+  return rows;
+}
+
+void print_dot_table(const std::vector<DotRow>& rows, double native) {
+  std::printf("\nTensor-core fused dot products, k=64, one thread (products per cpu second)\n");
+  std::printf("  native fp32 fma dot: %.3g\n", native);
+  std::printf("  %-9s %-5s  %12s  %10s  %-6s %s\n", "model", "input", "products/s", "x native", "target", "met");
+  for (const auto& r : rows)
+    std::printf("  %-9s %-5s  %12.3g  %10.3f  %-6s %s\n", r.model.c_str(), r.input.c_str(), r.products_per_second,
+                r.products_per_second / native, "2e8", r.products_per_second >= 2e8 ? "yes" : "NO");
+}
+
 void print_table(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
                  const std::vector<OpRow>& ops) {
   const double native_add = native[0].cpu_ns_per_op;
@@ -423,10 +452,15 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
 }
 
 void print_json(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
-                const std::vector<OpRow>& ops) {
+                const std::vector<OpRow>& ops, const std::vector<DotRow>& dots, double native_dot) {
   using nlohmann::json;
   const double native_add = native[0].cpu_ns_per_op;
   json j;
+  j["tensor_core_dot"] = {{"native_fp32_fma_dot_products_per_second", native_dot}, {"rows", json::array()}};
+  for (const auto& r : dots)
+    j["tensor_core_dot"]["rows"].push_back(
+        {{"model", r.model}, {"input", r.input}, {"products_per_second", r.products_per_second},
+         {"ratio_to_native", r.products_per_second / native_dot}});
   j["config"] = {{"quick", cfg.quick},
                  {"repetitions", cfg.repetitions},
                  {"statistic", "median"},
@@ -529,10 +563,14 @@ int main(int argc, char** argv) {
     ops.push_back(bench_op<BenchOp::fma>(cfg, *f, "fma", native[2].cpu_ns_per_op));
   }
 
+  double native_dot = 0.0;
+  const std::vector<DotRow> dots = bench_dot(cfg, native_dot);
+
   if (cfg.json) {
-    print_json(cfg, native, arrays, ops);
+    print_json(cfg, native, arrays, ops, dots, native_dot);
   } else {
     print_table(cfg, native, arrays, ops);
+    print_dot_table(dots, native_dot);
   }
   bool ok = true;
   for (const auto& r : arrays) ok = ok && r.matches_convert;
