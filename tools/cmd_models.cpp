@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attention/attention.hpp"
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
 #include "tools/cli_common.hpp"
@@ -117,12 +118,29 @@ nlohmann::json sfu_models_json() {
   return arr;
 }
 
+// Kernel recipes (attention/kernel_models.cpp) and their variant suffixes.
+void print_kernel_models(std::ostream& os) {
+  for (const auto& [name, description] : attn::describe_kernel_models()) {
+    os << "  " << name << "\n      " << description << "\n";
+  }
+  os << "Models built on the `correct` SFU model or on tensor-core models not validated on hardware say so\n"
+        "in every report (replay, sweep, bias-test, demo).\n";
+}
+nlohmann::json kernel_models_json() {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& [name, description] : attn::describe_kernel_models())
+    arr.push_back({{"name", name}, {"description", description}});
+  return arr;
+}
+
 // The listing, in order. Append a section here for a new family of models.
 const std::vector<ModelSection>& model_sections() {
   static const std::vector<ModelSection> sections{
       {"dot_models", "Dot (tensor-core accumulation) models — `flashbits dot --model NAME`", print_dot_models,
        dot_models_json},
       {"special_function_models", "Special-function (SFU) model kinds", print_sfu_models, sfu_models_json},
+      {"kernel_models", "Kernel models — `--model` of replay, sweep, bias-test, deviation (suffixes compose)",
+       print_kernel_models, kernel_models_json},
   };
   return sections;
 }
