@@ -101,28 +101,22 @@ double binomial_two_sided_p(std::size_t k, std::size_t n) {
   return std::min(1.0, 2.0 * std::exp(log_sum));
 }
 
-BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
+BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std::size_t positives,
+                                 std::size_t negatives, double alpha) {
   BiasStatistics s;
-  s.n = errors.size();
-  if (s.n == 0) return s;
-  // Two-pass mean and variance: exact enough, and independent of summation order quirks.
-  double sum = 0.0;
-  for (double e : errors) sum += e;
-  s.mean = sum / static_cast<double>(s.n);
-  double ss = 0.0;
-  for (double e : errors) {
-    ss += (e - s.mean) * (e - s.mean);
-    if (e > 0) ++s.positives;
-    else if (e < 0) ++s.negatives;
-  }
-  s.p_sign = binomial_two_sided_p(s.positives, s.positives + s.negatives);
-  if (s.n < 2) {
+  s.n = n;
+  s.positives = positives;
+  s.negatives = negatives;
+  if (n == 0) return s;
+  s.mean = mean;
+  s.p_sign = binomial_two_sided_p(positives, positives + negatives);
+  if (n < 2) {
     s.ci_low = s.ci_high = s.mean;
     return s;
   }
-  const double dof = static_cast<double>(s.n - 1);
-  s.stddev = std::sqrt(ss / dof);
-  const double se = s.stddev / std::sqrt(static_cast<double>(s.n));
+  const double dof = static_cast<double>(n - 1);
+  s.stddev = stddev;
+  const double se = s.stddev / std::sqrt(static_cast<double>(n));
   const double t_crit = student_t_quantile(1.0 - alpha / 2.0, dof);
   s.ci_low = s.mean - t_crit * se;
   s.ci_high = s.mean + t_crit * se;
@@ -137,6 +131,24 @@ BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
   s.min_detectable = (t_crit + student_t_quantile(0.8, dof)) * se;
   s.biased = s.p_t < alpha;
   return s;
+}
+
+BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
+  const std::size_t n = errors.size();
+  if (n == 0) return summarize_moments(0, 0.0, 0.0, 0, 0, alpha);
+  // Two-pass mean and variance: accurate, and independent of summation-order quirks.
+  double sum = 0.0;
+  for (double e : errors) sum += e;
+  const double mean = sum / static_cast<double>(n);
+  double ss = 0.0;
+  std::size_t positives = 0, negatives = 0;
+  for (double e : errors) {
+    ss += (e - mean) * (e - mean);
+    if (e > 0) ++positives;
+    else if (e < 0) ++negatives;
+  }
+  const double stddev = n < 2 ? 0.0 : std::sqrt(ss / static_cast<double>(n - 1));
+  return summarize_moments(n, mean, stddev, positives, negatives, alpha);
 }
 
 }  // namespace fb::attn

@@ -27,6 +27,10 @@ struct BiasStatistics {
 };
 
 BiasStatistics summarize(const std::vector<double>& signed_errors, double alpha = 1e-3);
+// The same statistics from moments already reduced (n, mean, sample standard deviation,
+// sign counts): used where only sufficient statistics survive, e.g. merged sweep shards.
+BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std::size_t positives,
+                                 std::size_t negatives, double alpha = 1e-3);
 
 // Distribution helpers (exposed for tests).
 double student_t_cdf(double t, double dof);

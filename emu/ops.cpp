@@ -156,11 +156,14 @@ Rounded round_double(const Format& f, double exact, const RoundingSpec& spec, st
 }
 
 namespace {
+// a + b, or a - b when `subtract`: b is negated as an fp64 value, which is exact even
+// where the format cannot hold -b (unsigned formats, fnuz zero).
 template <class FormatChoice>
-[[gnu::flatten]] Rounded add_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
+[[gnu::flatten]] Rounded add_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, bool subtract,
+                                const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
   const Format& f = choice.format();
-  const double x = operand_value(f, a), y = operand_value(f, b);
+  const double x = operand_value(f, a), y_operand = operand_value(f, b);
+  const double y = subtract ? -y_operand : y_operand;
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
   if (std::isinf(x) || std::isinf(y)) {
     if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
@@ -179,38 +182,12 @@ template <class FormatChoice>
 
 Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
-  return with_format(f, [&](auto choice) { return add_in(choice, a, b, spec, position, event); });
+  return with_format(f, [&](auto choice) { return add_in(choice, a, b, false, spec, position, event); });
 }
-
-namespace {
-template <class FormatChoice>
-[[gnu::flatten]] Rounded sub_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
-  const Format& f = choice.format();
-  const Decoded db = decode(f, b);
-  if (db.cls == ValueClass::nan) return nan_result(f);
-  // Negating b is exact, except where the format cannot hold -b: unsigned formats
-  // and fnuz zero. Those are rare enough to take the exact fp64 route directly.
-  const double x = operand_value(f, a), y = -operand_value(f, b);
-  if (std::isnan(x)) return nan_result(f);
-  if (std::isinf(x) || std::isinf(y)) {
-    if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
-    return infinite_result(f, std::signbit(std::isinf(x) ? x : y), spec, 0);
-  }
-  const ExactValue v = two_sum(x, y);
-  if (event) *event = RoundingEvent{}, describe_addition(x, y, v, event);
-  if (v.significand == 0) {
-    const bool neg = zero_sum_is_negative(std::signbit(x), std::signbit(y), spec);
-    if (event) event->negative = neg;
-    return zero_result(f, neg);
-  }
-  return round_exact(f, v, spec, position, event);
-}
-}  // namespace
 
 Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
-  return with_format(f, [&](auto choice) { return sub_in(choice, a, b, spec, position, event); });
+  return with_format(f, [&](auto choice) { return add_in(choice, a, b, true, spec, position, event); });
 }
 
 namespace {

@@ -145,33 +145,12 @@ std::string SweepRow::configuration() const {
 
 attn::BiasStatistics stats_from_sums(long long n, double sum, double sumsq, long long pos, long long neg,
                                      double alpha) {
-  attn::BiasStatistics s;
-  s.n = static_cast<std::size_t>(n);
-  s.positives = static_cast<std::size_t>(pos);
-  s.negatives = static_cast<std::size_t>(neg);
-  if (n == 0) return s;
-  s.mean = sum / static_cast<double>(n);
-  s.p_sign = attn::binomial_two_sided_p(s.positives, s.positives + s.negatives);
-  if (n < 2) {
-    s.ci_low = s.ci_high = s.mean;
-    return s;
-  }
-  const double dof = static_cast<double>(n - 1);
-  s.stddev = std::sqrt(std::max(0.0, sumsq - sum * s.mean) / dof);
-  const double se = s.stddev / std::sqrt(static_cast<double>(n));
-  const double t_crit = attn::student_t_quantile(1.0 - alpha / 2.0, dof);
-  s.ci_low = s.mean - t_crit * se;
-  s.ci_high = s.mean + t_crit * se;
-  if (se == 0.0) {
-    s.t_statistic = s.mean == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), s.mean);
-    s.p_t = s.mean == 0.0 ? 1.0 : 0.0;
-  } else {
-    s.t_statistic = s.mean / se;
-    s.p_t = 2.0 * attn::student_t_cdf(-std::fabs(s.t_statistic), dof);
-  }
-  s.min_detectable = (t_crit + attn::student_t_quantile(0.8, dof)) * se;
-  s.biased = s.p_t < alpha;
-  return s;
+  // Only the sums survive sharding, so the variance comes from them (sum of squares
+  // minus n*mean^2); the statistics themselves are statistics.cpp's.
+  const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  const double stddev = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
+  return attn::summarize_moments(static_cast<std::size_t>(n), mean, stddev, static_cast<std::size_t>(pos),
+                                 static_cast<std::size_t>(neg), alpha);
 }
 
 namespace {
