@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <cstdlib>
 #include <string>
 
@@ -94,6 +96,50 @@ std::string flags_string(Flags flags) {
   char buf[6];
   flags_to_chars(flags, buf);
   return buf;
+}
+
+namespace {
+std::vector<std::string> split_words(const std::string& line) {
+  std::vector<std::string> words;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    std::size_t j = i;
+    while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+    if (j > i) words.emplace_back(line.substr(i, j - i));
+    i = j;
+  }
+  return words;
+}
+}  // namespace
+
+int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
+  std::istream* in = &std::cin;
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) throw InputError(path + ": cannot open batch file");
+    in = &file;
+  }
+  std::string line, out;
+  std::uint64_t line_no = 0;
+  while (std::getline(*in, line)) {
+    ++line_no;
+    try {
+      out += run_line(split_words(line), line_no);
+    } catch (const InputError& e) {
+      std::cout << out << std::flush;
+      std::cerr << "error: line " << line_no << ": " << e.what() << "\n";
+      return kExitBadInput;
+    }
+    out += '\n';
+    if (out.size() > (1u << 16)) {
+      std::cout << out;
+      out.clear();
+    }
+  }
+  std::cout << out;
+  return kExitOk;
 }
 
 bool stderr_is_terminal() { return ::isatty(2) != 0; }

@@ -54,6 +54,14 @@ OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view w
 std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what);
 std::string hex_bits(const Format& f, std::uint32_t bits);
 std::string flags_string(Flags flags);
+// Batch mode shared by `op --batch` and `dot --batch` (CLI.md): reads FILE or "-" line by
+// line, splits each line into whitespace-separated words and writes run_line's result as
+// one output line, in input order. run_line throws InputError for a malformed line; the
+// batch then prints `error: line N: ...` on stderr (after flushing earlier results) and
+// returns kExitBadInput. line_no counts from 1.
+using BatchLineRunner = std::function<std::string(const std::vector<std::string>& words, std::uint64_t line_no)>;
+int run_line_batch(const std::string& path, const BatchLineRunner& run_line);
+
 // Whether stderr is a terminal (progress bars are shown only then).
 bool stderr_is_terminal();
 

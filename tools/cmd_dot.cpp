@@ -32,19 +32,6 @@ struct DotRequest {
   std::vector<std::uint32_t> a, b;
 };
 
-std::vector<std::string> split_words(const std::string& line) {
-  std::vector<std::string> words;
-  std::size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-    std::size_t j = i;
-    while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
-    if (j > i) words.emplace_back(line.substr(i, j - i));
-    i = j;
-  }
-  return words;
-}
-
 std::vector<std::uint32_t> parse_list(const Format& f, const std::string& text, std::string_view what) {
   std::vector<std::uint32_t> out;
   std::size_t start = 0;
@@ -99,34 +86,9 @@ struct DotOptions {
 };
 
 int run_batch(const DotOptions& o) {
-  std::istream* in = &std::cin;
-  std::ifstream file;
-  if (o.batch != "-") {
-    file.open(o.batch);
-    if (!file) throw InputError(o.batch + ": cannot open batch file");
-    in = &file;
-  }
-  std::string line, out;
-  std::uint64_t line_no = 0;
-  while (std::getline(*in, line)) {
-    ++line_no;
-    DotRequest req;
-    try {
-      req = parse_dot_words(split_words(line), o.model);
-    } catch (const InputError& e) {
-      std::cout << out << std::flush;
-      std::cerr << "error: line " << line_no << ": " << e.what() << "\n";
-      return kExitBadInput;
-    }
-    out += run_request(req, nullptr);
-    out += '\n';
-    if (out.size() > (1u << 16)) {
-      std::cout << out;
-      out.clear();
-    }
-  }
-  std::cout << out;
-  return kExitOk;
+  return run_line_batch(o.batch, [&](const std::vector<std::string>& words, std::uint64_t) {
+    return run_request(parse_dot_words(words, o.model), nullptr);
+  });
 }
 
 void print_trace(const DotTrace& t) {

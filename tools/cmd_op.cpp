@@ -30,49 +30,14 @@ RoundingSpec base_spec(const OpOptions& o) {
 }
 
 int run_batch(const OpOptions& o) {
-  std::istream* in = &std::cin;
-  std::ifstream file;
-  if (o.batch != "-") {
-    file.open(o.batch);
-    if (!file) throw InputError(o.batch + ": cannot open batch file");
-    in = &file;
-  }
   const RoundingSpec base = base_spec(o);
-  std::string line, out;
-  std::uint64_t line_no = 0;
-  while (std::getline(*in, line)) {
-    ++line_no;
-    std::vector<std::string> words;
-    std::size_t i = 0;
-    while (i < line.size()) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-      std::size_t j = i;
-      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
-      if (j > i) words.emplace_back(line.substr(i, j - i));
-      i = j;
-    }
-    OpRequest req;
-    try {
-      req = parse_op_words(words, base);
-    } catch (const InputError& e) {
-      std::cout << out << std::flush;
-      std::cerr << "error: line " << line_no << ": " << e.what() << "\n";
-      return kExitBadInput;
-    }
+  return run_line_batch(o.batch, [&](const std::vector<std::string>& words, std::uint64_t line_no) {
+    const OpRequest req = parse_op_words(words, base);
     // The stochastic stream is keyed by the line's position in the batch.
     const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
                                req.operands[2], req.spec, line_no - 1);
-    out += hex_bits(req.format, r.bits);
-    out += ' ';
-    out += flags_string(r.flags);
-    out += '\n';
-    if (out.size() > (1u << 16)) {
-      std::cout << out;
-      out.clear();
-    }
-  }
-  std::cout << out;
-  return kExitOk;
+    return hex_bits(req.format, r.bits) + ' ' + flags_string(r.flags);
+  });
 }
 
 int run_op(const OpOptions& o) {
