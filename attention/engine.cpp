@@ -372,7 +372,17 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
         if constexpr (kTrace) {
           RoundingEvent ev_pv, ev_add;
           const double pv = ar.to_traced(km.pv_result_format, pv_exact, &ev_pv);
-          account_rounding(ev_pv, pv - pv_exact, false, ts.tile);
+          // Qiu & Yao's significand overflow: the exact P̄V sum needs a higher exponent than
+          // its largest term (two tied P̄ == 1 keys times same-sign V), so its lowest bit is
+          // pushed into the rounding.
+          int largest_term_exponent = std::numeric_limits<int>::min();
+          for (int j = 0; j < len; ++j) {
+            const double term = static_cast<double>(sc.pc[j]) * static_cast<double>(vcol[j]);
+            if (term != 0.0) largest_term_exponent = std::max(largest_term_exponent, std::ilogb(term));
+          }
+          ev_pv.significand_overflow = pv_exact != 0.0 && largest_term_exponent != std::numeric_limits<int>::min() &&
+                                       std::ilogb(pv_exact) > largest_term_exponent;
+          account_rounding(ev_pv, pv - pv_exact, ev_pv.significand_overflow, ts.tile);
           const double sum_exact = scaled + pv;
           const double sum_opmath = km.o_buffer_format && !(*km.o_buffer_format == formats::fp32)
                                         ? static_cast<double>(static_cast<float>(sum_exact))
@@ -380,6 +390,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
           const double updated = ar.to_traced(km.o_buffer_format, sum_opmath, &ev_add);
           const bool overflow = scaled != 0.0 && pv != 0.0 && std::signbit(scaled) == std::signbit(pv) &&
                                 std::ilogb(sum_exact) > std::max(std::ilogb(scaled), std::ilogb(pv));
+          ev_add.significand_overflow = overflow;
           account_rounding(ev_add, updated - sum_exact, overflow, ts.tile);
           if (c == trace->plot_feature) {
             trace->pv_buffer_events.push_back(ev_pv);

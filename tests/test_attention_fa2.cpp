@@ -162,3 +162,43 @@ TEST_CASE("the tracer records a consistent story and does not change results") {
     if (std::string(name) == "fa2-sm80") CHECK(tracer.traces[0].key_order.front() >= 128);
   }
 }
+
+TEST_CASE("fa-bf16acc tracer counts Qiu & Yao's significand overflow of P-bar V, hand-built row") {
+  // 40 queries (all equal), 40 keys, head dim 4. Keys 3 and 17 tie for the max score (P̄ == 1); every
+  // other key scores 40 below (P̄ ~ 2^-58: only sticky bits). V for the tied keys, per
+  // feature, chosen so the exact P̄V sum does or does not need an exponent above its
+  // largest term: f0: -1.5 + -1.75 = -3.25 (overflow), f1: -1.5 + 1.75 (no),
+  // f2: 0.75 + 0.625 = 1.375 (overflow, exponent -1 -> 0), f3: 1.0 + 0.0078125 (no).
+  const int n = 40, d = 4;
+  AttentionInputs in;
+  in.q = Tensor4(1, 1, n, d);  // every query row the same; row 0 is traced
+  in.k = Tensor4(1, 1, n, d);
+  in.v = Tensor4(1, 1, n, d);
+  in.softmax_scale = 1.0;
+  for (int j = 0; j < n; ++j) {
+    in.q.at(0, 0, j, 0) = 1.0;
+    in.k.at(0, 0, j, 0) = (j == 3 || j == 17) ? 8.0 : -32.0;
+    for (int c = 0; c < d; ++c) in.v.at(0, 0, j, c) = 0.00390625 * ((j % 5) - 2);  // small, exact in bf16
+  }
+  const double tied_v[2][d] = {{-1.5, -1.5, 0.75, 1.0}, {-1.75, 1.75, 0.625, 0.0078125}};
+  for (int c = 0; c < d; ++c) {
+    in.v.at(0, 0, 3, c) = tied_v[0][c];
+    in.v.at(0, 0, 17, c) = tied_v[1][c];
+  }
+  const ModelHandle m = parse_kernel_model("fa-bf16acc", formats::bf16);
+  Tracer tracer;
+  tracer.rows = {{0, 0, 0}};
+  tracer.plot_feature = 0;
+  RunOptions opt;
+  opt.tracer = &tracer;
+  run_attention(m, in, opt);
+  REQUIRE(tracer.traces.size() == 1);
+  const RowTrace& t = tracer.traces.front();
+  REQUIRE(t.tiles.size() == 1);  // 512-key tiles: one tile, so the accumulator update adds to 0
+  CHECK(t.tiles[0].p_equal_one == 2);
+  CHECK(t.tiles[0].significand_overflows == 2);  // features 0 and 2
+  // Feature 0's rounding of P̄V is the overflowed one; the update of a zero accumulator is exact.
+  REQUIRE(t.pv_buffer_events.size() == 2);
+  CHECK(t.pv_buffer_events[0].significand_overflow);
+  CHECK_FALSE(t.pv_buffer_events[1].significand_overflow);
+}

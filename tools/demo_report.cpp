@@ -1,10 +1,12 @@
 // tools/demo_report.cpp: the demo report (contract in demo_report.hpp).
 #include "tools/demo_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <ostream>
+#include <vector>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
@@ -95,13 +97,41 @@ int run_demo_report(std::ostream& os, const std::string& path) {
       if ((pass == 1 || exact.o.data[i] < 0) && e < worst_err) worst_err = e, worst = i;
     }
   const int d = base.o.cols;
-  const int row = static_cast<int>((worst / d) % base.o.rows), feature = static_cast<int>(worst % d);
+  const int row = static_cast<int>((worst / d) % base.o.rows);
+  int feature = static_cast<int>(worst % d);
+  // The tracer keeps every rounding event for one feature of the row. Show the feature
+  // with the most negative error whose P.V accumulation has a significand overflow that
+  // RNE rounded away from zero (the mechanism itself); fall back to the worst element.
+  std::vector<int> features_by_error(static_cast<std::size_t>(d));
+  for (int c = 0; c < d; ++c) features_by_error[static_cast<std::size_t>(c)] = c;
+  const std::size_t row_begin = worst - worst % static_cast<std::size_t>(d);
+  auto err_of = [&](int c) {
+    const std::size_t i = row_begin + static_cast<std::size_t>(c);
+    return (base.o.data[i] - exact.o.data[i]) / ulp_of(out_f, exact.o.data[i]);
+  };
+  std::stable_sort(features_by_error.begin(), features_by_error.end(),
+                   [&](int a, int b) { return err_of(a) < err_of(b); });
   attn::Tracer tracer;
   tracer.rows.push_back({0, 0, row});
-  tracer.plot_feature = feature;
   attn::RunOptions opt;
   opt.tracer = &tracer;
-  attn::run_attention(model, in, opt);
+  for (int candidate : features_by_error) {
+    tracer.plot_feature = candidate;
+    attn::run_attention(model, in, opt);
+    const attn::RowTrace& t = tracer.traces.front();
+    bool shows_mechanism = false;
+    for (const auto& ev : t.pv_buffer_events)
+      shows_mechanism |= ev.significand_overflow && ev.direction == RoundDirection::up;
+    if (shows_mechanism) {
+      feature = candidate;
+      break;
+    }
+  }
+  if (tracer.plot_feature != feature) {
+    tracer.plot_feature = feature;
+    attn::run_attention(model, in, opt);
+  }
+  worst_err = err_of(feature);
   os << "2. The mechanism, row " << row << " feature " << feature << " (O error " << fmt("%+.3g", worst_err)
      << " ulp):\n";
   if (!tracer.traces.empty()) {
