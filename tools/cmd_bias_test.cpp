@@ -2,8 +2,9 @@
 // delta) biased on a scenario?
 //
 // Samples:
-// - --model: one sample per trial, the mean signed error (ulps of the output format at
-//   the exact value, against exact_attention) of O and of delta over a 1-head problem
+// - --model: one sample per trial, the mean signed error (against exact_attention; O in
+//   ulps of the output format at the exact value, delta in reduction ulps as
+//   sweep_table.hpp delta_units says) of O and of delta over a 1-head problem
 //   of --seqlen x --headdim drawn with trial_seed(seed, model/scenario, trial).
 // - --traces DIR: one sample per captured row of every *.safetensors in DIR: the
 //   captured o (and delta) against exact_attention of the captured inputs (no replay).
@@ -117,10 +118,12 @@ int run_bias_test(const BiasOptions& o) {
         o_samples.push_back(sum / d);
       }
       if (trace.has("delta") && exact.delta) {
-        const RawTensor d_bits = trace.bits("delta");
         const auto dv = tensor_from_trace(trace, "delta");
-        for (std::size_t i = 0; i < dv.data.size() && i < exact.delta->data.size(); ++i)
-          d_samples.push_back((dv.data[i] - exact.delta->data[i]) / ulp_of(d_bits.format, exact.delta->data[i]));
+        if (dv.data.size() != exact.delta->data.size())
+          throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
+        const std::vector<double> unit = delta_units(o_bits.format, *in.d_o, exact.o, *exact.delta);
+        for (std::size_t i = 0; i < dv.data.size(); ++i)
+          d_samples.push_back((dv.data[i] - exact.delta->data[i]) / unit[i]);
       }
     }
     subject = std::to_string(files.size()) + " traces in " + o.traces + " (one sample per row)";
@@ -143,6 +146,8 @@ int run_bias_test(const BiasOptions& o) {
     std::cout << "bias-test: " << subject << "\n" << provenance << "\n";
     print_stats("O", so, o.alpha);
     if (!d_samples.empty()) print_stats("delta", sd, o.alpha);
+    std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
+                 "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
     std::cout << "verdict: " << (biased ? "biased" : "no detectable bias") << "\n";
   }
   return biased ? kExitCheckFailed : kExitOk;

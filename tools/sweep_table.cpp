@@ -25,6 +25,19 @@ double ulp_of(const Format& f, double x) {
   return std::ldexp(1.0, e - f.man_bits);
 }
 
+std::vector<double> delta_units(const Format& output_format, const attn::Tensor4& d_o, const attn::Tensor4& o_exact,
+                                const attn::Tensor4& delta_exact) {
+  const int d = d_o.cols;
+  std::vector<double> units(delta_exact.data.size());
+  for (std::size_t r = 0; r < units.size(); ++r) {
+    double magnitude = std::fabs(delta_exact.data[r]);
+    double sum_abs = 0;
+    for (int c = 0; c < d; ++c) sum_abs += std::fabs(d_o.data[r * d + c] * o_exact.data[r * d + c]);
+    units[r] = ulp_of(output_format, std::max(magnitude, sum_abs));
+  }
+  return units;
+}
+
 TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
                            bool trace_events) {
   attn::RunOptions opt;
@@ -41,10 +54,10 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
   t.o_ulps.resize(got.o.data.size());
   for (std::size_t i = 0; i < got.o.data.size(); ++i)
     t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / ulp_of(out_format, want.o.data[i]);
-  if (got.delta && want.delta) {
-    const Format delta_format = model.recipe->delta_format.value_or(formats::fp32);
+  if (got.delta && want.delta && in.d_o) {
+    const std::vector<double> unit = delta_units(model.recipe->output, *in.d_o, want.o, *want.delta);
     for (std::size_t i = 0; i < got.delta->data.size(); ++i)
-      t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / ulp_of(delta_format, want.delta->data[i]));
+      t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / unit[i]);
   }
   for (const attn::RowTrace& row : tracer.traces)
     for (const attn::TileRecord& tile : row.tiles) {
@@ -200,11 +213,11 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alp
                   r.ties, ud.c_str(), x.verdict.c_str());
     os << line;
   }
-  os << "Errors are signed, in ulps of the output format at the exact value (O) and of the delta format\n"
-        "(delta), against exact_attention; RMS and max over every element of O. PV event counts are from\n"
-        "the first "
+  os << "Errors are signed, in ulps of the output format at the exact value (O) and at\n"
+        "max(|delta|, sum|dO*O|) (delta), against exact_attention; RMS and max over every element of O.\n"
+        "PV event counts are from the first "
      << kTracedRows
-     << " rows of every trial (tiled models only). Verdict: t-test on the per-trial means of O or delta,\n"
+     << " rows of every trial (tiled models only).\nVerdict: t-test on the per-trial means of O or delta,\n"
         "alpha = "
      << alpha << ".\n";
 }

@@ -2,8 +2,8 @@
 //
 // Contract:
 // - measure_trial() runs one kernel model on one seeded scenario and returns the
-//   signed errors (in ulps of the output format at the exact value, against
-//   exact_attention) of O and delta, plus the P·V rounding-event counts the Tracer
+//   signed errors (against exact_attention; O in ulps of the output format at the exact
+//   value, delta in reduction ulps, see delta_units) of O and delta, plus the P·V rounding-event counts the Tracer
 //   records for the first kTracedRows rows (tiled models only; materialised models
 //   record none and the counts read 0).
 // - SweepRow holds a configuration and SUFFICIENT statistics only (n, sums, sums of
@@ -30,6 +30,16 @@ inline constexpr int kTracedRows = 8;
 
 // ulp of `f` at value x (the spacing of f's grid at |x|; subnormal spacing below normal).
 double ulp_of(const Format& f, double x);
+
+// delta's error unit. delta = Σ_c dO_c·O_c is computed from O already rounded to the
+// output format (bf16/fp16), so its error is of the size of that format's ulps, not
+// fp32's; and the exact value can cancel to near zero while the rounding errors scale
+// with Σ|dO_c·O_c|. So delta errors are in ulps of the OUTPUT format at
+// max(|exact delta|, Σ_c |dO_c·O_c|) with O the exact output ("reduction ulps"), which
+// stays meaningful for cancelled rows and for fp32 delta buffers alike.
+// Returns that unit for every row of d_o (same shape as o_exact).
+std::vector<double> delta_units(const Format& output_format, const attn::Tensor4& d_o, const attn::Tensor4& o_exact,
+                                const attn::Tensor4& delta_exact);
 
 struct TrialErrors {
   std::vector<double> o_ulps;      // per element of O (signed)
