@@ -8,7 +8,9 @@
 //   by Figueroa's theorem (1995) double rounding through a format of >= 2p+2 bits is
 //   innocuous for +, -, *, / of p-bit operands (p = 24, 11, 8 here), so this equals the
 //   correctly rounded operation. FMAs use std::fmaf (one rounding). Dot products use the
-//   recipe's DotSpec (fb::fused_dot for tensor cores). SFUs come from the recipe's SfuSet.
+//   recipe's DotSpec (fb::fused_dot for tensor cores; with DotSpec::promote_every, groups of
+//   that many products from C = 0 added into an fp32 accumulator, DeepSeek-V3's promotion).
+//   SFUs come from the recipe's SfuSet.
 // - ExactArith: every rounding is the identity and special functions are libm in fp64;
 //   dots are fp64 FMA chains. Runs the recipe's order of operations in (near-)exact
 //   arithmetic, so tests can check that tiling, ordering and the stabilised variants
@@ -17,6 +19,7 @@
 // SFU models (one per exponential).
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -82,7 +85,17 @@ struct HardwareArith {
   double dot(const DotSpec& spec, double c, const E* a, const E* b, int k, DotTrace* trace = nullptr) const {
     if constexpr (std::is_same_v<E, float>) {
       switch (spec.kind) {
-        case DotKind::tensor_core: return fused_dot(*spec.model, static_cast<float>(c), a, b, k, trace);
+        case DotKind::tensor_core: {
+          if (spec.promote_every <= 0) return fused_dot(*spec.model, static_cast<float>(c), a, b, k, trace);
+          // +promote:N: each group of N products runs on the tensor core from C = 0; its
+          // result is added into the fp32 accumulator by one CUDA-core fp32 add.
+          double acc = f32(c);
+          for (int i = 0; i < k; i += spec.promote_every) {
+            const int n = std::min(spec.promote_every, k - i);
+            acc = f32(acc + static_cast<double>(fused_dot(*spec.model, 0.0f, a + i, b + i, n, trace)));
+          }
+          return acc;
+        }
         case DotKind::fp32_fma_chain: {
           float s = static_cast<float>(c);
           for (int i = 0; i < k; ++i) s = std::fma(a[i], b[i], s);

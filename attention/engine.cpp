@@ -30,6 +30,7 @@
 
 #include "attention/arith.hpp"
 #include "attention/attention.hpp"
+#include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
 
 namespace fb::attn {
@@ -54,6 +55,10 @@ struct HeadData {
   const E* dot_row(int c) const { return d_ot.data() + static_cast<std::size_t>(c) * n; }
   const E* qt_row(int c) const { return qt.data() + static_cast<std::size_t>(c) * n; }
   const E* kt_row(int c) const { return kt.data() + static_cast<std::size_t>(c) * n; }
+  // fp8 models (attention/fp8_quant.hpp): this head's descale per Q block and per K/V
+  // block (one entry each under per-tensor scaling); empty otherwise.
+  std::vector<double> q_descale, k_descale, v_descale;
+  int q_block_rows = 1, kv_block_rows = 1;
 };
 
 template <class E>
@@ -111,10 +116,10 @@ void account_dot_steps(const DotTrace& dt, TileRecord& tr) {
     tr.significand_overflows += s.carry_out ? 1 : 0;
     tr.ties += s.output_event.tie ? 1 : 0;
     const double err = -(s.truncated_value + s.output_residue);
-    if (err != 0.0) {
-      const double result_sign = s.aligned_sum < 0 ? -1.0 : 1.0;
-      (err * result_sign > 0 ? tr.rounded_up : tr.rounded_down) += 1;
-    }
+    // Branch-free counts (the direction is data-dependent: branches mispredict).
+    const bool away_from_zero = (err > 0) == (s.aligned_sum >= 0);
+    tr.rounded_up += err != 0.0 && away_from_zero ? 1 : 0;
+    tr.rounded_down += err != 0.0 && !away_from_zero ? 1 : 0;
     tr.pv_signed_error += err;
   }
 }
@@ -170,6 +175,25 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
     case ScaleHandling::multiply_scores: k.natural_per_unit = 1.0; break;
   }
   return k;
+}
+
+// The fp8 models' per-tensor q/k descales folded where FA3 folds them
+// (softmax_scale_log2 *= q_descale * k_descale, in fp32), or into the PyTorch scalar of
+// the materialised baseline. +block-quant descales are applied per tile instead.
+template <class A, class E>
+ScaleConstants head_scale_constants(const KernelModel& km, const A& ar, const Geometry& g, const HeadData<E>& hd) {
+  ScaleConstants k = scale_constants(km, ar, g.scale);
+  if (!km.fp8.enabled || km.fp8.block) return k;
+  const double qk = ar.f32(hd.q_descale[0] * hd.k_descale[0]);
+  k.scale_log2 = ar.f32(k.scale_log2 * qk);
+  k.scale_f = ar.f32(k.scale_f * qk);
+  if (km.scale == ScaleHandling::exponent_ffma) k.natural_per_unit *= qk;
+  return k;
+}
+
+// FA2's and FA3's per-thread row sums, joined across the quad at the end.
+bool quad_row_sum(const KernelModel& km) {
+  return km.row_sum == RowSumOrder::fa2_quad || km.row_sum == RowSumOrder::fa3_quad;
 }
 
 // The score S_j = q·k_j as the recipe computes and stores it (before masking).
@@ -241,7 +265,11 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
     case ScaleHandling::exponent_ffma: {
       // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled)
       // contracted by nvcc into one FFMA (the comment in softmax.h says so).
-      const double max_scaled = m == -kInf ? 0.0 : ar.f32(m * sc.scale_log2);
+      // FA3 fp8 subtracts Max_offset from the scaled max (one FFMA, assumed), so P̄ <= 2^offset.
+      const double offset = km.fp8.p_max_offset;
+      const double max_scaled = m == -kInf ? 0.0
+                                : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset)
+                                              : ar.f32(m * sc.scale_log2);
       return ar.ex2(ar.fma32(s, sc.scale_log2, -max_scaled));
     }
     case ScaleHandling::log2_units: {
@@ -265,19 +293,39 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
   const int nk = visible_keys(g, row);
   const int bn = g.tiles.block_n;
   const int tiles = (nk + bn - 1) / bn;
-  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const ScaleConstants k = head_scale_constants(km, ar, g, hd);
   const E* q = hd.q_row(row);
   double m = -kInf;
   double l_thread[4] = {0, 0, 0, 0};  // FA2: per-thread partial sums of the quad
   double l = km.l_init_one ? 1.0 : 0.0;
   std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
   PvTraceState ts;
+  if constexpr (kTrace) {
+    // The record's sizes are known up front: no reallocation inside the traced loops.
+    const int step = km.pv_dot.model ? std::max(1, fused_step_size(*km.pv_dot.model, bn)) : bn;
+    const int steps_per_tile = (bn + step - 1) / step;
+    ts.dot.steps.reserve(static_cast<std::size_t>(steps_per_tile));
+    trace->tiles.reserve(static_cast<std::size_t>(tiles));
+    trace->o_cast.reserve(static_cast<std::size_t>(d));
+    trace->cumulative_error_by_key.reserve(static_cast<std::size_t>(nk));
+    trace->key_order.reserve(static_cast<std::size_t>(nk));
+    if (km.o_acc == OAccumulator::mma_c) {
+      trace->pv_dot_steps.reserve(static_cast<std::size_t>(tiles) * steps_per_tile);
+    } else {
+      trace->pv_buffer_events.reserve(2 * static_cast<std::size_t>(tiles));
+    }
+  }
 
   for (int it = 0; it < tiles; ++it) {
     const int t = km.kv_order == KvOrder::last_to_first ? tiles - 1 - it : it;
     const int kb = t * bn, ke = std::min(nk, kb + bn), len = ke - kb;
     // Scores; columns past the row's last visible key inside the tile are masked.
     for (int j = 0; j < len; ++j) sc.s[j] = score(km, ar, k, q, hd.k_row(kb + j), d);
+    if (km.fp8.block) {
+      // +block-quant: this (Q block, KV block)'s descale on the fp32 scores (assumed placement).
+      const double qk = ar.f32(hd.q_descale[row / hd.q_block_rows] * hd.k_descale[kb / hd.kv_block_rows]);
+      for (int j = 0; j < len; ++j) sc.s[j] = ar.f32(sc.s[j] * qk);
+    }
 
     int repeated = 0;
     const double m_old = m;
@@ -288,7 +336,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
     // Rescale ℓ and O by α (FA2: only from the second tile on: softmax_rescale_o<Is_first>).
     if (it > 0 && km.o_acc == OAccumulator::mma_c) {
       for (int c = 0; c < d; ++c) sc.acc[c] = ar.f32(sc.acc[c] * alpha);
-      if (km.row_sum == RowSumOrder::fa2_quad)
+      if (quad_row_sum(km))
         for (double& lt : l_thread) lt = ar.f32(lt * alpha);
       if constexpr (kTrace) ts.exact_acc_plot *= static_cast<long double>(alpha);
     }
@@ -302,6 +350,18 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
         const int owner = (j % 8) / 2;
         l_thread[owner] = ar.f32(l_thread[owner] + sc.p[j]);
       }
+    } else if (km.row_sum == RowSumOrder::fa3_quad) {
+      // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
+      // then joins its running sum (0 + x is exact, so the first tile needs no case).
+      double tile_sum[4] = {0, 0, 0, 0};
+      bool started[4] = {false, false, false, false};
+      for (int j = 0; j < len; ++j) {
+        const int owner = (j % 8) / 2;
+        tile_sum[owner] = started[owner] ? ar.f32(tile_sum[owner] + sc.p[j]) : sc.p[j];
+        started[owner] = true;
+      }
+      for (int t = 0; t < 4; ++t)
+        if (started[t]) l_thread[t] = ar.f32(l_thread[t] + tile_sum[t]);
     } else {
       const double rs = pairwise_sum(sc.p.data(), len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
       if (km.l_update_fma) {
@@ -328,14 +388,32 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
 
     // P·V.
     if constexpr (kTrace) ts.tile = TileRecord{};  // (ts.dot keeps its capacity)
-    if (km.o_acc == OAccumulator::mma_c) {
+    if (km.fp8.block) {
+      // +block-quant: the tile's P̄·V from C = 0, then acc = fma(tile, v_descale_j, acc) in
+      // fp32 (assumed placement). Traced rows count the tile's steps; no per-key plot.
+      const double vd = hd.v_descale[kb / hd.kv_block_rows];
+      for (int c = 0; c < d; ++c) {
+        const E* vcol = hd.vt_row(c) + kb;
+        DotTrace* dt = nullptr;
+        if constexpr (kTrace) {
+          ts.dot.steps.clear();
+          dt = &ts.dot;
+        }
+        const double tile = ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len, dt);
+        if constexpr (kTrace) account_dot_steps(ts.dot, ts.tile);
+        sc.acc[c] = ar.fma32(tile, vd, sc.acc[c]);
+      }
+    } else if (km.o_acc == OAccumulator::mma_c) {
       for (int c = 0; c < d; ++c) {
         const E* vcol = hd.vt_row(c) + kb;
         if constexpr (kTrace) {
           if (c == trace->plot_feature) {
             // Step by step (the chained steps are the same computation) to place the
             // error after every fused step on the key axis.
-            const int step = km.pv_dot.model ? fused_step_size(*km.pv_dot.model, len) : len;
+            // (+promote: one promotion group per call, so groups start where the untraced dot's do.)
+            const int step = km.pv_dot.promote_every > 0 ? km.pv_dot.promote_every
+                             : km.pv_dot.model          ? fused_step_size(*km.pv_dot.model, len)
+                                                        : len;
             for (int i = 0; i < len; i += step) {
               const int n = std::min(step, len - i);
               DotTrace& dt = ts.dot;
@@ -416,7 +494,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       ts.tile.kv_begin = kb;
       ts.tile.kv_end = ke;
       ts.tile.running_max = m;
-      ts.tile.running_sum = km.row_sum == RowSumOrder::fa2_quad ? l_thread[0] + l_thread[1] + l_thread[2] + l_thread[3] : l;
+      ts.tile.running_sum = quad_row_sum(km) ? l_thread[0] + l_thread[1] + l_thread[2] + l_thread[3] : l;
       ts.tile.p_equal_one = p_one;
       ts.tile.repeated_max = repeated;
       trace->tiles.push_back(ts.tile);
@@ -424,11 +502,16 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
   }
 
   // ---- end of the forward ----
-  if (km.row_sum == RowSumOrder::fa2_quad) {
+  if (quad_row_sum(km)) {
     // quad_allreduce_: shfl_xor 2 then 1.
     l = ar.f32(ar.f32(l_thread[0] + l_thread[2]) + ar.f32(l_thread[1] + l_thread[3]));
   }
   const bool empty = l == 0.0 || std::isnan(l);
+  // FA3 finalize(v_descale): one per-row output scale, fp32(inv_sum * v_descale).
+  const double fa3_out_scale =
+      km.normalisation != Normalisation::fa3_finalize
+          ? 0.0
+          : ar.f32((empty ? 0.0 : ar.rcp(l)) * (km.fp8.enabled && !km.fp8.block ? hd.v_descale[0] : 1.0));
   RoundingSpec out_spec;
   if (km.o_sr) {
     out_spec.mode = RoundingMode::sr;
@@ -441,6 +524,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
     double pre;
     switch (km.normalisation) {
       case Normalisation::rcp_multiply: pre = ar.f32(sc.acc[c] * (empty ? 1.0 : ar.rcp(l))); break;
+      case Normalisation::fa3_finalize: pre = ar.f32(sc.acc[c] * fa3_out_scale); break;
       case Normalisation::divide_fp32: pre = empty ? sc.acc[c] : ar.f32(sc.acc[c] / l); break;
       case Normalisation::divide_in_format:
       default: pre = empty ? sc.acc[c] : ar.op(formats::fp32, sc.acc[c] / l); break;
@@ -465,6 +549,14 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       st.lse = empty ? kInf : ar.fma32(m, k.scale_f, ar.fast_log(l));
       st.lse_kernel = st.lse;
       break;
+    case LseFormula::fa3: {
+      // finalize: sum *= 2^-Max_offset (exact); max*(scale_log2*ln2) + __logf(sum) contracted (assumed).
+      const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
+      const double sum = std::ldexp(l, -km.fp8.p_max_offset);
+      st.lse = empty ? kInf : ar.fma32(m, ar.f32(k.scale_log2 * ln2), ar.fast_log(sum));
+      st.lse_kernel = st.lse;
+      break;
+    }
     case LseFormula::log2_units:
       st.lse_kernel = empty ? kInf : ar.f32(m + ar.lg2(l));
       st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
@@ -485,7 +577,7 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
                               std::vector<E>& pc) {
   const int d = g.d;
   const int nk = visible_keys(g, row);
-  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const ScaleConstants k = head_scale_constants(km, ar, g, hd);
   s.resize(static_cast<std::size_t>(g.n));
   pc.resize(static_cast<std::size_t>(g.n));
   double m = -kInf;
@@ -498,9 +590,17 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   for (int j = 0; j < nk; ++j) p[j] = exponent(km, ar, k, s[j], m);
   const double l = pairwise_sum(p.data(), nk, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
   const bool empty = l == 0.0 || std::isnan(l);
-  for (int j = 0; j < nk; ++j) pc[j] = static_cast<E>(empty ? 0.0 : ar.op(km.p_cast, ar.op(km.p_format, p[j] / l)));
+  for (int j = 0; j < nk; ++j) {
+    double pj = empty ? 0.0 : ar.op(km.p_format, p[j] / l);
+    // fp8 baseline: P kept in fp16, then e4m3(fp32(P * p_scale)).
+    if (km.fp8.p_before_cast) pj = ar.f32(ar.op(km.fp8.p_before_cast, pj) * km.fp8.p_scale);
+    pc[j] = static_cast<E>(empty ? 0.0 : ar.op(km.p_cast, pj));
+  }
+  // fp8 baseline: the P·V GEMM's descale, fp32(v_descale / p_scale), on its fp32 result.
+  const double out_descale = km.fp8.enabled ? ar.f32(hd.v_descale[0] / km.fp8.p_scale) : 1.0;
   for (int c = 0; c < d; ++c) {
-    const double dot = ar.dot(km.pv_dot, 0.0, pc.data(), hd.vt_row(c), nk);
+    const double raw = ar.dot(km.pv_dot, 0.0, pc.data(), hd.vt_row(c), nk);
+    const double dot = km.fp8.enabled ? ar.f32(raw * out_descale) : raw;
     o_pre_out[c] = dot;
     o_out[c] = ar.to(km.pv_result_format, dot);
   }
@@ -819,7 +919,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   g.tiles.block_m = std::max(1, g.tiles.block_m);
   g.tiles.bwd_block_m = std::max(1, g.tiles.bwd_block_m);
   g.tiles.bwd_block_n = std::max(1, g.tiles.bwd_block_n);
-  if (km.row_sum == RowSumOrder::fa2_quad && g.tiles.block_n % 8 != 0 && g.tiles.block_n < N) {
+  if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < N) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }
 
@@ -830,6 +930,11 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   const bool backward = in.d_o.has_value();
   std::vector<std::vector<RowStats>> stats(static_cast<std::size_t>(B) * H, std::vector<RowStats>(static_cast<std::size_t>(N)));
 
+  // fp8 models: incoherent processing and quantisation of Q, K, V (attention/fp8_quant.hpp),
+  // with the run's tiles as the +block-quant blocks.
+  std::optional<Fp8Inputs> fp8;
+  if (km.fp8.enabled) fp8 = quantise_fp8_inputs(km.fp8, in, g.tiles.block_m, g.tiles.block_n, opt.seed, A::exact);
+
   // Prepare operands per head.
   std::vector<HeadData<E>> heads(static_cast<std::size_t>(B) * H);
   parallel_for(B * H, opt.threads, [&](int bh) {
@@ -837,9 +942,20 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
     hd.n = N;
     hd.d = D;
-    copy_rows(in.q, b, h, hd.q, backward ? &hd.qt : nullptr);
-    copy_rows(in.k, b, h, hd.k, backward ? &hd.kt : nullptr);
-    copy_rows(in.v, b, h, hd.v, &hd.vt);
+    copy_rows(fp8 ? fp8->q : in.q, b, h, hd.q, backward ? &hd.qt : nullptr);
+    copy_rows(fp8 ? fp8->k : in.k, b, h, hd.k, backward ? &hd.kt : nullptr);
+    copy_rows(fp8 ? fp8->v : in.v, b, h, hd.v, &hd.vt);
+    if (fp8) {
+      auto slice = [bh](const std::vector<double>& all, int blocks) {
+        return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(bh) * blocks,
+                                   all.begin() + static_cast<std::ptrdiff_t>(bh + 1) * blocks);
+      };
+      hd.q_descale = slice(fp8->q_descale, fp8->q_blocks);
+      hd.k_descale = slice(fp8->k_descale, fp8->kv_blocks);
+      hd.v_descale = slice(fp8->v_descale, fp8->kv_blocks);
+      hd.q_block_rows = fp8->q_block_rows;
+      hd.kv_block_rows = fp8->kv_block_rows;
+    }
     if (backward) copy_rows(*in.d_o, b, h, hd.d_o, &hd.d_ot);
   });
 
@@ -919,6 +1035,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
         t.delta_error_from_reduction = static_cast<double>(static_cast<long double>(delta[r]) - with_cast);
       }
     }
+    if (km.fp8.enabled) return;  // no fp8 backward is modelled: delta only (dQ, dK, dV absent)
     double* dq = out.dq->row(b, h, 0);
     double* dk = out.dk->row(b, h, 0);
     double* dv = out.dv->row(b, h, 0);
@@ -928,6 +1045,11 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
     }
   });
+  if (km.fp8.enabled) {
+    out.dq.reset();
+    out.dk.reset();
+    out.dv.reset();
+  }
   return out;
 }
 

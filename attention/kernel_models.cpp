@@ -251,6 +251,101 @@ KernelModel triton_tutorial(const Format& dtype) {
   return m;
 }
 
+// FA3 forward tile sizes (kBlockM x kBlockN) for 1-byte elements on sm90, non-causal,
+// V row-major, no paged KV: hopper/tile_size.h tile_size_fwd_sm90 (element_size != 2):
+// hdim <= 64: 192x160; <= 96: 192x128; <= 128: 128x224; <= 192: 128x160; else 128x128.
+// (Causal runs use other kBlockN values; not modelled.) FA3 has no fp8 backward.
+std::vector<std::pair<int, TileSizes>> fa3_fp8_tiles() {
+  return {
+      {64, TileSizes{192, 160, 192, 160}},
+      {96, TileSizes{192, 128, 192, 128}},
+      {128, TileSizes{128, 224, 128, 224}},
+      {192, TileSizes{128, 160, 128, 160}},
+      {256, TileSizes{128, 128, 128, 128}},
+  };
+}
+
+// FlashAttention-3's fp8 forward (Dao-AILab/flash-attention hopper/). The inputs are the
+// high-precision Q, K, V (`dtype`); the model quantises them to e4m3 as the caller does.
+KernelModel fa3_fp8(const Format& dtype) {
+  KernelModel m;
+  m.base = "fa3-fp8-sm90";
+  m.description = "FlashAttention-3 fp8 forward (hopper/): Q, K, V quantised to e4m3 (per-tensor scale amax/448), "
+                  "S and P·V through sm90-wgmma e4m3 (32 products/step, e8m13 truncation, C chained), softmax fp32, "
+                  "P̄ = ex2(.. + 8) in [0, 256] cast to e4m3, descales folded as FA3 does, O in bf16; "
+                  "SFUs: correct rounding (UNMEASURED); forward only (backward: delta from O, dO)";
+  m.sources =
+      "descales: hopper/flash_fwd_kernel_sm90.h (softmax_scale_log2 *= q_descale * k_descale, Max_offset = 8 "
+      "for fp8, descale shape (batch, kv heads)); hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp "
+      "(softmax.finalize(v_descale), KV blocks n_block_max-1 down to n_block_min); hopper/softmax.h "
+      "(scale_apply_exp2: max_scaled = max*scale - max_offset, exp2f(x*scale - max_scaled); thread_reduce_: "
+      "per-thread tile sum added to row_sum; finalize: inv_sum = (sum == 0 || sum != sum) ? 0 : 1/sum, "
+      "scale = inv_sum*final_scale, LSE = max*(scale_log2*ln2) + logf(sum/2^8)); hopper/flash_attn_interface.py "
+      "(q/k/v_descale; e4m3 inputs give bf16 output); hopper/tile_size.h (tiles); quantisation amax/448 per "
+      "tensor: FA3 paper arXiv 2407.08608 §3.3 (per-tensor baseline, block quantisation, incoherent "
+      "processing). ASSUMED: nvcc contracts max*scale - 8 and x*scale - max_scaled into FFMAs and 1/sum into "
+      "rcp.approx (fast math); e4m3 casts RNE satfinite (cvt.rn.satfinite); the row-sum thread layout of "
+      "wgmma is FA2's quad layout; the +block-quant descale placement (see `flashbits models`)";
+  m.input = dtype;
+  m.output = formats::bf16;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::last_to_first;
+  m.tiles_by_head_dim = fa3_fp8_tiles();
+  m.score_dot = tensor_core_dot("sm90-wgmma");
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::exponent_ffma;
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::fa3_quad;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.sum_uses_unrounded_p = true;  // online_softmax: reduce_sum on the fp32 exponentials
+  m.p_cast = formats::e4m3;
+  m.pv_dot = tensor_core_dot("sm90-wgmma");
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::fa3_finalize;
+  m.lse = LseFormula::fa3;
+  m.sfu = correct_sfu_set();
+  m.ftz = true;
+  // FA3 has no fp8 backward; delta (for bias-test) is FA2's dot(dO, O) order (assumed).
+  m.delta = DeltaFormula::fa2_threads;
+  m.fp8.enabled = true;
+  m.fp8.format = formats::e4m3;
+  m.fp8.p_max_offset = 8;
+  return m;
+}
+
+// The FA3 paper's "baseline FP8": standard (materialised) attention with per-tensor
+// scaling, fp32 matmul accumulators and the intermediate softmax in fp16 (arXiv
+// 2407.08608 §4.3). The fp8 GEMMs are ASSUMED to be cuBLAS/CUTLASS-style fp8 GEMMs on
+// H100 with split accumulation: sm90-wgmma e4m3 partial sums promoted into fp32 every
+// 128 products (CUTLASS's default mma_promotion_interval of 4 wgmma k-blocks of 32),
+// i.e. +promote:128. P (fp16, in [0, 1]) is quantised per tensor with its bound 1 as
+// amax: e4m3(fp32(P * 448)), descaled with V's descale at the output (assumed).
+KernelModel standard_fp8(const Format& dtype) {
+  KernelModel m = standard(formats::fp16);
+  m.base = "standard-fp8";
+  m.description = "FA3 paper's baseline fp8: materialised attention, Q, K, V per-tensor e4m3, fp8 GEMMs on "
+                  "sm90-wgmma with fp32 promotion every 128 products, scores and softmax output in fp16 (fp32 "
+                  "inside), P quantised as e4m3(P*448), O in fp16; forward only (backward: delta from O, dO)";
+  m.sources = "FA3 paper arXiv 2407.08608 §4.3 ('per-tensor scaling, matmul accumulator in FP32, intermediate "
+              "softmax results kept in FP16'); GEMM accumulation, P scaling and descale placement ASSUMED "
+              "(see description); softmax as standard-fp16";
+  m.input = dtype;
+  m.output = formats::fp16;
+  m.score_dot = tensor_core_dot("sm90-wgmma");
+  m.score_dot.promote_every = 128;
+  m.score_format = formats::fp32;
+  m.pv_dot = m.score_dot;
+  m.p_cast = formats::e4m3;
+  m.delta = DeltaFormula::fa2_threads;  // assumed (no fp8 backward modelled)
+  m.fp8.enabled = true;
+  m.fp8.format = formats::e4m3;
+  m.fp8.p_scale = 448.0;
+  m.fp8.p_before_cast = formats::fp16;
+  return m;
+}
+
 void resolve_dot(DotSpec& d, const Format& input) {
   if (d.kind != DotKind::tensor_core) return;
   d.model = find_tensor_core_model(d.tensor_core, input);
@@ -307,6 +402,8 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
     table.push_back(golden(f, name, false));
   }
   table.push_back(triton_tutorial(dtype));
+  table.push_back(fa3_fp8(dtype));
+  table.push_back(standard_fp8(dtype));
   return table;
 }
 
@@ -382,9 +479,28 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       char buf[96];
       std::snprintf(buf, sizeof buf, "+dynmax:beta=%g,tol=%g", m.dynmax_beta, m.dynmax_tol);
       canonical += buf;
+    } else if (variant == "promote") {
+      if (!m.fp8.enabled) throw std::invalid_argument("+promote applies to the fp8 models only");
+      int every = 128;
+      if (colon != std::string::npos) {
+        const double v = parse_number(p.substr(colon + 1), "+promote:N");
+        if (v != std::floor(v) || v < 32 || v > 65536 || static_cast<int>(v) % 32 != 0)
+          throw std::invalid_argument("+promote:N: N must be a positive multiple of 32 (one wgmma k-block)");
+        every = static_cast<int>(v);
+      }
+      m.score_dot.promote_every = every;
+      m.pv_dot.promote_every = every;
+      canonical += "+promote:" + std::to_string(every);
     } else if (colon != std::string::npos) {
       throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
+    } else if (variant == "block-quant" || variant == "hadamard") {
+      if (!m.fp8.enabled) throw std::invalid_argument("+" + variant + " applies to the fp8 models only");
+      if (variant == "block-quant" && m.structure == Structure::materialised)
+        throw std::invalid_argument("+block-quant: " + m.base + " is per-tensor by definition (no tiles)");
+      (variant == "block-quant" ? m.fp8.block : m.fp8.hadamard) = true;
+      canonical += "+" + variant;
     } else if (variant == "delta-dpp") {
+      if (m.fp8.enabled) throw std::invalid_argument("+delta-dpp: the fp8 models have no backward (dP) modelled");
       m.delta_dpp = true;
       canonical += "+delta-dpp";
     } else if (variant == "o-fp32") {
@@ -394,11 +510,14 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       m.o_sr = true;
       canonical += "+o-sr";
     } else {
-      throw std::invalid_argument("unknown variant '+" + variant + "' (dynmax, delta-dpp, o-fp32, o-sr)");
+      throw std::invalid_argument("unknown variant '+" + variant +
+                                  "' (dynmax, delta-dpp, o-fp32, o-sr; fp8 models: block-quant, hadamard, promote)");
     }
   }
-  resolve_dot(m.score_dot, m.input);
-  resolve_dot(m.pv_dot, m.input);
+  // fp8 models feed the tensor cores the quantised operands.
+  const Format operands = m.fp8.enabled ? m.fp8.format : m.input;
+  resolve_dot(m.score_dot, operands);
+  resolve_dot(m.pv_dot, operands);
   return ModelHandle{canonical, std::make_shared<const KernelModel>(std::move(m))};
 }
 
@@ -411,6 +530,18 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
   out.emplace_back("+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)");
   out.emplace_back("+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)");
   out.emplace_back("+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O");
+  out.emplace_back("+block-quant",
+                   "fp8 models: one e4m3 scale per Br x d block of Q and Bc x d block of K and V (the run's tiles), "
+                   "FA3 paper §3.3. Descales (ASSUMED placement, FA3's kernel has per-tensor descales only): "
+                   "S = fp32(S * fp32(q_descale_i * k_descale_j)) before the softmax; each KV tile's P·V runs from "
+                   "C = 0 and is added as acc = fma(tile, v_descale_j, acc) in fp32");
+  out.emplace_back("+hadamard",
+                   "fp8 models: incoherent processing, Q and K rows times (random +-1 diagonal)(Hadamard/sqrt(d)) "
+                   "before quantisation, in fp64; seed from RunOptions::seed (--seed); head dim a power of two");
+  out.emplace_back("+promote[:N]",
+                   "fp8 models: DeepSeek-V3 fp32 promotion, every N products (multiple of 32, default 128) the "
+                   "tensor-core partial sum (from C = 0, e8m13-truncated steps) is added into an fp32 accumulator "
+                   "by an fp32 add; applies to both S = QK^T and P·V");
   return out;
 }
 

@@ -5,7 +5,8 @@
 // used and in which order things happen. attention/engine.cpp runs ONE online-softmax
 // loop and ONE materialised path whose steps read these fields; kernel_models.cpp holds
 // the one table of base recipes (with the sources each field was read from) and the
-// variant suffixes (+dynmax, +delta-dpp, +o-fp32, +o-sr), which only set fields.
+// variant suffixes (+dynmax, +delta-dpp, +o-fp32, +o-sr; for the fp8 models +block-quant,
+// +hadamard, +promote:N), which only set fields.
 //
 // Conventions used by the fields:
 // - std::optional<Format>: the format a stage's result is rounded to (RNE unless said
@@ -39,6 +40,11 @@ struct DotSpec {
   DotKind kind = DotKind::tensor_core;
   std::string tensor_core;                  // model name, e.g. "sm80", "sm90-mma"
   const TensorCoreModel* model = nullptr;   // resolved for the input format at parse time
+  // +promote:N (DeepSeek-V3's fp32 promotion): 0 = off. Otherwise the tensor core runs
+  // each group of N products from C = 0 (chained fused steps, the model's own output
+  // rounding, e.g. e8m13 truncation) and the group's result is added into an fp32
+  // accumulator (which starts at the dot's C) by one fp32 add on the CUDA cores.
+  int promote_every = 0;
 };
 
 enum class Structure : std::uint8_t { online_softmax, materialised };
@@ -56,6 +62,22 @@ enum class RowSumOrder : std::uint8_t {
   fa2_quad,   // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
               // quad sum (t0+t2)+(t1+t3) once at the end of the forward
   pairwise,   // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
+  fa3_quad,   // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
+              // (starting from its first column), then adds that tile sum to its running
+              // sum; quad sum at the end as fa2_quad
+};
+
+// FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
+// from the high-precision inputs (the model's `input` dtype), as the caller of an FP8
+// kernel does before launching it. attention/fp8_quant.hpp does the quantisation.
+struct Fp8Quantisation {
+  bool enabled = false;
+  Format format = formats::e4m3;
+  bool block = false;        // +block-quant: one scale per Br x d block of Q and Bc x d block of K, V
+  bool hadamard = false;     // +hadamard: Q, K times (random +-1 diagonal)(normalised Hadamard)
+  int p_max_offset = 0;      // FA3 Max_offset: P̄ = ex2(S*scale_log2 - (m*scale_log2 - offset)) in [0, 2^offset]
+  double p_scale = 1.0;      // materialised baseline: P times p_scale (fp32) before the e4m3 cast
+  std::optional<Format> p_before_cast;  // materialised baseline: P stored in this format first (fp16)
 };
 
 // How the O accumulator lives.
@@ -66,12 +88,16 @@ enum class OAccumulator : std::uint8_t {
 
 enum class Normalisation : std::uint8_t {
   rcp_multiply,      // FA2: inv = (l == 0 || l != l) ? 1 : rcp(l); O = fp32(acc*inv)
+  fa3_finalize,      // FA3 Softmax::finalize(v_descale): inv = (l == 0 || l != l) ? 0 : rcp(l);
+                     // O = fp32(acc * fp32(inv * v_descale))
   divide_fp32,       // Triton: O = fp32(acc / l)
   divide_in_format,  // PyTorch: O = F(O / ℓ) with F = o_buffer_format
 };
 
 enum class LseFormula : std::uint8_t {
   fa2,        // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
+  fa3,        // FA3 finalize: fma(m, fp32(scale_log2 * ln2), __logf(l * 2^-max_offset)), scale_log2
+              // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
   log2_units, // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
   natural,    // PyTorch: fp32(m + log(ℓ)) with m already scaled
 };
@@ -135,6 +161,9 @@ struct KernelModel {
   // Triton's backward pre-scales K by sm_scale*log2(e) in fp16. NOT modelled yet: the
   // triton-tutorial backward runs FA2's order (P from the log2-unit LSE, dK/dQ scaled at the end).
   bool triton_prescale_k = false;
+
+  // ---- FP8 (fa3-fp8-sm90, standard-fp8) ----
+  Fp8Quantisation fp8;
 
   // ---- variants (suffixes) ----
   bool dynmax = false;

@@ -431,10 +431,11 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
   std::printf("\nScalar ops, rne (emulated: %zu ops; MPFR: %zu ops)\n", cfg.op_count, cfg.mpfr_op_count);
   std::printf("  single = one fb::add/mul/fma call per op; batched = fb::add_array/mul_array/fma_array\n"
               "  (emu/array_rounding.hpp) over the whole array; speedup and 50x use the batched cpu figure\n");
-  std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %s\n", "format", "op", "single", "single",
-              "batched", "batched", "MPFR", "MPFR", "speedup", "speedup", "50x", "== MPFR");
-  std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %s\n", "", "", "wall", "cpu", "wall",
-              "cpu", "wall", "cpu", "single", "batched", "", "(batched == single)");
+  std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %8s  %8s  %8s  %s\n", "format", "op",
+              "single", "single", "batched", "batched", "MPFR", "MPFR", "speedup", "speedup", "50x", "x native",
+              "x native", "x native", "== MPFR");
+  std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %8s  %8s  %8s  %s\n", "", "", "wall", "cpu",
+              "wall", "cpu", "wall", "cpu", "single", "batched", "", "single", "batched", "MPFR", "(batched == single)");
   for (const auto& r : ops) {
     const double speedup = r.mpfr_cpu_ns / r.batched_cpu_ns;
     char agree[64];
@@ -443,12 +444,14 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
     } else {
       std::snprintf(agree, sizeof agree, "MISMATCH %zu/%zu", r.mpfr_mismatches, r.mpfr_checked);
     }
-    std::printf("  %-6s %-4s  %9.2f  %9.2f  %9.2f  %9.2f  %9.1f  %9.1f  %7.1fx  %7.1fx  %-4s  %s%s\n",
+    std::printf("  %-6s %-4s  %9.2f  %9.2f  %9.2f  %9.2f  %9.1f  %9.1f  %7.1fx  %7.1fx  %-4s  %8.1f  %8.1f  %8.1f  %s%s\n",
                 r.format.c_str(), r.op.c_str(), r.emulated_ns, r.emulated_cpu_ns, r.batched_ns, r.batched_cpu_ns,
                 r.mpfr_ns, r.mpfr_cpu_ns, r.mpfr_cpu_ns / r.emulated_cpu_ns, speedup, speedup >= 50.0 ? "yes" : "NO",
-                agree, r.batched_matches_single ? "" : " BATCHED MISMATCH");
+                r.emulated_cpu_ns / r.native_ns, r.batched_cpu_ns / r.native_ns, r.mpfr_cpu_ns / r.native_ns, agree,
+                r.batched_matches_single ? "" : " BATCHED MISMATCH");
   }
-  std::printf("  (ns per op; speedup = MPFR cpu / emulated cpu; native fp32 cpu ns/op above)\n");
+  std::printf("  (ns per op; speedup = MPFR cpu / emulated cpu; x native = cpu time / the native fp32 loop's cpu\n"
+              "   time for the same op, above)\n");
 }
 
 void print_json(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
@@ -499,6 +502,8 @@ void print_json(const Config& cfg, const std::vector<NativeRow>& native, const s
                                {"batched_matches_single", r.batched_matches_single},
                                {"speedup_vs_mpfr_single", r.mpfr_cpu_ns / r.emulated_cpu_ns},
                                {"ratio_to_native_op", r.emulated_cpu_ns / r.native_ns},
+                               {"batched_ratio_to_native_op", r.batched_cpu_ns / r.native_ns},
+                               {"mpfr_ratio_to_native_op", r.mpfr_cpu_ns / r.native_ns},
                                {"mpfr_ns_per_op", r.mpfr_ns},
                                {"mpfr_cpu_ns_per_op", r.mpfr_cpu_ns},
                                {"speedup_vs_mpfr", r.mpfr_cpu_ns / r.batched_cpu_ns},

@@ -44,48 +44,69 @@ template <class FormatSource, RoundingMode Mode>
 }
 
 // The compiled-in formats: every element through round_pack_lane (round_pack over
-// 32-bit lanes, emu/rounding.hpp), with zeros, infinities and NaNs chosen by
-// selects from the constants fb::convert gives them (zeros need none), so the loop has no branch
-// and GCC vectorises it. Compiled twice: for AVX2 (chosen at run time where the
-// CPU has it) and for the baseline target; both compute the same integers.
+// 32-bit lanes, emu/rounding.hpp), in a loop without branches that GCC vectorises.
+// Zeros need nothing special; infinities and NaNs (exponent field all ones) run
+// through the lane routine as stand-ins, are left out of the flags, and are then
+// redone by fb::convert, whose bits and flags they must have, in a scalar pass over
+// the (cache-resident) chunk that held them: real tensors rarely hold any, so the
+// vector loop carries no selects for them. Compiled twice: for AVX2 (chosen at run
+// time where the CPU has it) and for the baseline target; both compute the same
+// integers.
 template <Format F, RoundingMode Mode>
 [[gnu::always_inline]] inline void round_array_lanes_body(const float* in, std::uint32_t* out_bits, std::size_t n,
                                                           const RoundingSpec& spec_in,
                                                           std::uint64_t first_position, Flags* flags_out) {
   const RoundingSpec spec{Mode, spec_in.overflow, spec_in.sr_bits, spec_in.seed};
-  // Infinities and NaNs: what fb::convert gives them (the same calls, made once).
-  const Rounded inf_pos = convert(F, formats::fp32, 0x7f800000u, spec_in);
-  const Rounded inf_neg = convert(F, formats::fp32, 0xff800000u, spec_in);
-  const Rounded nan = convert(F, formats::fp32, 0x7fc00000u, spec_in);
-  // stochastic_bits(seed, position) with its seed half hoisted out of the loop.
-  const std::uint64_t seed_mixed = mix64(spec.seed ^ 0x6a09e667f3bcc909ull);
+  // stochastic_bits(seed, position) with its key hoisted out of the loop (the
+  // caller splits arrays where the position's high word changes).
+  const StochasticKey key = stochastic_key(spec.seed, static_cast<std::uint32_t>(first_position >> 32));
+  const std::uint32_t position_low = static_cast<std::uint32_t>(first_position);
   std::uint32_t all_flags = 0;
   const std::uint32_t* in_bits = reinterpret_cast<const std::uint32_t*>(in);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, in_bits + i, sizeof bits);
-    const std::uint32_t negative = bits >> 31;
-    const std::uint32_t exp_field = (bits >> 23) & 0xffu;
-    const std::uint32_t fraction = bits & 0x7fffffu;
-    const std::uint32_t significand = exp_field != 0 ? (fraction | 0x800000u) : fraction;
-    const std::int32_t exponent = static_cast<std::int32_t>(exp_field != 0 ? exp_field : 1u) - 150;
-    std::uint64_t random64 = 0;
+  constexpr std::size_t kChunk = 1024;
+  for (std::size_t start = 0; start < n; start += kChunk) {
+    // 32-bit lane indices and positions: a 64-bit induction variable would make
+    // the vectoriser widen and narrow it in every iteration.
+    const std::uint32_t m = static_cast<std::uint32_t>(n - start < kChunk ? n - start : kChunk);
+    const std::uint32_t* chunk_in = in_bits + start;
+    std::uint32_t* chunk_out = out_bits + start;
+    const std::uint32_t chunk_position = position_low + static_cast<std::uint32_t>(start);
+    // sr's draws for the chunk first, in a loop of their own: fused into the
+    // rounding loop, the hash's constants push GCC's register allocator into
+    // rebuilding and spilling constants in every iteration.
+    [[maybe_unused]] std::uint32_t random[Mode == RoundingMode::sr ? kChunk : 1];
     if constexpr (Mode == RoundingMode::sr) {
-      random64 = mix64(seed_mixed + (first_position + i) * 0x9e3779b97f4a7c15ull);
+      for (std::uint32_t j = 0; j < m; ++j) random[j] = stochastic_bits_keyed(key, chunk_position + j);
     }
-    // Zeros go through the routine too (it gives the signed zero, no flag).
-    std::uint32_t flags;
-    std::uint32_t result = round_pack_lane<F, Mode>(negative, exponent, significand, spec, random64, flags);
-    const bool is_special = exp_field == 0xffu;
-    const bool is_nan = is_special & (fraction != 0);
-    const std::uint32_t special_bits =
-        detail::select_u32(is_nan, nan.bits, detail::select_u32_bit(negative, inf_neg.bits, inf_pos.bits));
-    const std::uint32_t special_flags =
-        detail::select_u32(is_nan, nan.flags, detail::select_u32_bit(negative, inf_neg.flags, inf_pos.flags));
-    result = detail::select_u32(is_special, special_bits, result);
-    flags = detail::select_u32(is_special, special_flags, flags);
-    out_bits[i] = result;
-    all_flags |= flags;
+    std::uint32_t chunk_flags = 0, any_special = 0;
+    for (std::uint32_t j = 0; j < m; ++j) {
+      std::uint32_t bits;
+      std::memcpy(&bits, chunk_in + j, sizeof bits);
+      const std::uint32_t negative = bits >> 31;
+      const std::uint32_t exp_field = (bits >> 23) & 0xffu;
+      const std::uint32_t fraction = bits & 0x7fffffu;
+      // fp32 decode without selects: the implicit bit and exponent field 0 read as 1.
+      const std::uint32_t significand = fraction | (std::min(exp_field, 1u) << 23);
+      const std::int32_t exponent = static_cast<std::int32_t>(std::max(exp_field, 1u)) - 150;
+      std::uint32_t random32 = 0;
+      if constexpr (Mode == RoundingMode::sr) random32 = random[j];
+      // Zeros go through the routine too (it gives the signed zero, no flag).
+      std::uint32_t flags;
+      chunk_out[j] = round_pack_lane<F, Mode>(negative, exponent, significand, spec, random32, flags);
+      const std::uint32_t special = static_cast<std::uint32_t>(exp_field == 0xffu);
+      chunk_flags |= flags & (special - 1u);
+      any_special |= special;
+    }
+    if (any_special) {
+      for (std::size_t i = start; i < start + m; ++i) {
+        if ((in_bits[i] & 0x7f800000u) == 0x7f800000u) {
+          const Rounded r = convert(F, formats::fp32, in_bits[i], spec_in, first_position + i);
+          out_bits[i] = r.bits;
+          chunk_flags |= r.flags;
+        }
+      }
+    }
+    all_flags |= chunk_flags;
   }
   if (flags_out) *flags_out = static_cast<Flags>(all_flags);
 }
@@ -104,13 +125,35 @@ bool cpu_has_avx2() {
   return has;
 }
 #endif
+// Runs body(offset, count, position) over consecutive pieces of [0, n) whose
+// positions (first_position + i) share their high 32 bits, so that each piece has
+// one stochastic key (stochastic_key); ORs the pieces' flags into *flags_out.
+template <class Body>
+void for_each_key_span(std::size_t n, std::uint64_t first_position, Flags* flags_out, Body&& body) {
+  Flags all_flags = 0;
+  for (std::size_t done = 0; done < n;) {
+    const std::uint64_t position = first_position + done;
+    const std::uint64_t to_next_key = (std::uint64_t{1} << 32) - (position & 0xffffffffu);
+    const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(n - done, to_next_key));
+    Flags span_flags = 0;
+    body(done, count, position, &span_flags);
+    all_flags |= span_flags;
+    done += count;
+  }
+  if (flags_out) *flags_out = all_flags;
+}
+
 template <Format F, RoundingMode Mode>
 void round_array_lanes(const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
                        std::uint64_t first_position, Flags* flags_out) {
+  for_each_key_span(n, first_position, flags_out, [&](std::size_t offset, std::size_t count, std::uint64_t position,
+                                                      Flags* span_flags) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (cpu_has_avx2()) return round_array_lanes_avx2<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
+    if (cpu_has_avx2())
+      return round_array_lanes_avx2<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
 #endif
-  round_array_lanes_body<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
+    round_array_lanes_body<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+  });
 }
 
 template <Format F>
@@ -211,17 +254,26 @@ enum class BinaryKind { add, mul, fma };  // fma: a*b + c (a third operand array
 // every deterministic mode rounds it to the same value with the same flags. sr
 // reads the discarded bits themselves, so add_array runs fb::add for sr.
 // Returns the significand normalised to bit 23 (what round_pack_lane needs
-// whatever the cancellation) and sets `ordinary` to 0 for an exact zero sum
-// (its sign follows rules fb::add applies).
+// whatever the cancellation). An exact zero sum of non-zero addends (opposite
+// signs) comes back as a zero significand with fb::add's sign, +0 or -0 under rdn
+// (ZeroSumNegative), and an exponent far below the format's, which round_pack_lane
+// packs as that zero with no flag.
 // fma uses the same routine on the exact product (normalised to 2p bits) and c
-// (shifted up to 2p bits): K is the operands' significand width, W = 22 - K >= 3.
-template <int K>
+// (shifted up to 2p bits): K is the operands' significand width, W = 22 - K >= 0.
+// Why the stand-in rounds like the exact sum, for every K <= 22: with exponents
+// differing by d <= 1 nothing is lost (d = 1 loses one bit, which the stand-in's
+// extra bit holds exactly); with d >= 2 the smaller operand is below 2^(K+W-2) in
+// window units, so even after cancellation the sum keeps at least K + W = 22
+// significant bits above the sticky bit, and the format keeps p <= 12 of them:
+// the sticky bit lies at least 3 bits below any rounding boundary (round to odd
+// at precision >= p + 2, Boldo & Melquiond), the same for tininess and overflow.
+// So fp16's fma, whose 22-bit products leave W = 0, runs here too.
+template <int K, bool ZeroSumNegative, int ZeroExponent>
 [[gnu::always_inline]] inline std::uint32_t add_lane(std::uint32_t na, std::int32_t ea, std::uint32_t sa,
                                                      std::uint32_t nb, std::int32_t eb, std::uint32_t sb,
-                                                     std::uint32_t& negative, std::int32_t& exponent,
-                                                     std::uint32_t& ordinary) {
+                                                     std::uint32_t& negative, std::int32_t& exponent) {
   constexpr int W = 22 - K;
-  static_assert(W >= 3);
+  static_assert(W >= 0);  // the window fits the 24-bit lane; precision: see above
   const bool b_larger = eb > ea;
   const std::uint32_t big_s = detail::select_u32(b_larger, sb, sa), small_s = detail::select_u32(b_larger, sa, sb);
   const std::uint32_t big_n = detail::select_u32(b_larger, nb, na);
@@ -237,55 +289,61 @@ template <int K>
   // Equal exponents can leave the smaller magnitude first: the sum is then negative.
   const std::uint32_t flip = sum >> 31;
   const std::uint32_t magnitude = detail::select_u32_bit(flip, 0u - sum, sum);
-  negative = big_n ^ flip;
   const std::uint32_t stand_in = (magnitude << 1) | lost;  // < 2^24
-  ordinary = std::min(stand_in, 1u);
-  const std::uint32_t safe = stand_in | (ordinary ^ 1u);
+  const std::uint32_t zero = 1u - std::min(stand_in, 1u);
+  negative = detail::select_u32_bit(zero, ZeroSumNegative ? 1u : 0u, big_n ^ flip);
+  const std::uint32_t safe = stand_in | zero;
   const std::int32_t lead =
       static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(safe))) >> 23) -
       127;
-  exponent = big_e - W - 1 - (23 - lead);
-  return safe << (23 - lead);
+  exponent = zero != 0 ? ZeroExponent : big_e - W - 1 - (23 - lead);
+  return (safe << (23 - lead)) & (zero - 1u);
 }
 
 template <Format F, RoundingMode Mode, BinaryKind Kind>
 [[gnu::always_inline]] inline void binary_lanes_body(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
                                                   std::size_t n, const RoundingSpec& spec_in,
                                                   std::uint64_t first_position, Flags* flags_out) {
-  static_assert(2 * F.precision() <= 24);
+  static_assert(2 * F.precision() <= 22 && F.precision() + 2 <= 22);  // add_lane's window
+  // Exact zero sums (add_lane): fb::add's sign rule, and an exponent that leaves
+  // nothing kept (round_pack_lane's precondition for a zero significand).
+  constexpr bool kZeroSumNegative = Mode == RoundingMode::rdn;
+  constexpr int kZeroExponent = F.emin() - 40;
   const RoundingSpec spec{Mode, spec_in.overflow, spec_in.sr_bits, spec_in.seed};
-  const std::uint64_t seed_mixed = mix64(spec.seed ^ 0x6a09e667f3bcc909ull);
+  const StochasticKey key = stochastic_key(spec.seed, static_cast<std::uint32_t>(first_position >> 32));
+  const std::uint32_t position_low = static_cast<std::uint32_t>(first_position);
   std::uint32_t all_flags = 0;
   constexpr std::size_t kChunk = 256;
   std::uint32_t redo[kChunk];  // 32-bit like every other lane value: mixed widths defeat the vectoriser
   for (std::size_t start = 0; start < n; start += kChunk) {
-    const std::size_t m = n - start < kChunk ? n - start : kChunk;
+    const std::uint32_t m = static_cast<std::uint32_t>(n - start < kChunk ? n - start : kChunk);
+    const std::uint32_t chunk_position = position_low + static_cast<std::uint32_t>(start);
     const std::uint32_t* ca = a + start;
     const std::uint32_t* cb = b + start;
     const std::uint32_t* cc = Kind == BinaryKind::fma ? c + start : nullptr;
     std::uint32_t* co = out + start;
     std::uint32_t chunk_flags = 0, any_redo = 0;
-    for (std::size_t i = 0; i < m; ++i) {
+    for (std::uint32_t i = 0; i < m; ++i) {  // 32-bit: see round_array_lanes_body
       std::uint32_t na, nb, sa, sb;
       std::int32_t ea, eb;
       std::uint32_t oa, ob;
       decode_lane<F>(ca[i], na, ea, sa, oa);
       decode_lane<F>(cb[i], nb, eb, sb, ob);
-      std::uint64_t random64 = 0;
+      std::uint32_t random32 = 0;
       if constexpr (Mode == RoundingMode::sr) {
-        random64 = mix64(seed_mixed + (first_position + start + i) * 0x9e3779b97f4a7c15ull);
+        random32 = stochastic_bits_keyed(key, chunk_position + i);
       }
       std::uint32_t flags;
       // Lanes with a special operand still run on stand-in values (see decode_lane).
       std::uint32_t ordinary = oa & ob;
       if constexpr (Kind == BinaryKind::mul) {
-        co[i] = round_pack_lane<F, Mode>(na ^ nb, ea + eb, sa * sb, spec, random64, flags);
+        co[i] = round_pack_lane<F, Mode>(na ^ nb, ea + eb, sa * sb, spec, random32, flags);
       } else if constexpr (Kind == BinaryKind::add) {
-        std::uint32_t negative, nonzero;
+        std::uint32_t negative;
         std::int32_t exponent;
-        const std::uint32_t sum = add_lane<F.precision()>(na, ea, sa, nb, eb, sb, negative, exponent, nonzero);
-        ordinary &= nonzero;
-        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random64, flags);
+        const std::uint32_t sum = add_lane<F.precision(), kZeroSumNegative, kZeroExponent>(na, ea, sa, nb, eb, sb,
+                                                                                          negative, exponent);
+        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random32, flags);
       } else {
         constexpr int p = F.precision();
         std::uint32_t nc, sc, oc;
@@ -297,25 +355,33 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
         const std::uint32_t product_high = product >> (2 * p - 1);  // 1 when it already has 2p bits
         const std::uint32_t ps = product << (product_high ^ 1u);
         const std::int32_t pe = ea + eb - static_cast<std::int32_t>(product_high ^ 1u);
-        std::uint32_t negative, nonzero;
+        std::uint32_t negative;
         std::int32_t exponent;
-        const std::uint32_t sum = add_lane<2 * p>(na ^ nb, pe, ps, nc, ec - p, sc << p, negative, exponent, nonzero);
-        ordinary &= nonzero;
-        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random64, flags);
+        const std::uint32_t sum =
+            add_lane<2 * p, kZeroSumNegative, kZeroExponent>(na ^ nb, pe, ps, nc, ec - p, sc << p, negative, exponent);
+        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random32, flags);
       }
       chunk_flags |= flags & (0u - ordinary);
       redo[i] = ordinary ^ 1u;
       any_redo |= ordinary ^ 1u;
     }
     if (any_redo) {
-      for (std::size_t i = 0; i < m; ++i) {
-        if (redo[i]) {
-          const std::uint64_t position = first_position + start + i;
-          const Rounded r = Kind == BinaryKind::mul   ? mul(F, ca[i], cb[i], spec_in, position)
-                            : Kind == BinaryKind::add ? add(F, ca[i], cb[i], spec_in, position)
-                                                      : fma(F, ca[i], cb[i], cc[i], spec_in, position);
-          co[i] = r.bits;
-          chunk_flags |= r.flags;
+      // Few elements need it (e4m3 data: a zero operand in ~0.5% of them), so
+      // groups of 8 with none are skipped with one vector test instead of 8 branches.
+      for (std::uint32_t i = m; i < ((m + 7u) & ~7u); ++i) redo[i] = 0;  // the last group's tail
+      for (std::uint32_t group = 0; group < m; group += 8) {
+        std::uint32_t group_redo = 0;
+        for (std::uint32_t k = 0; k < 8; ++k) group_redo |= redo[group + k];
+        if (group_redo == 0) continue;
+        for (std::uint32_t i = group; i < group + 8 && i < m; ++i) {
+          if (redo[i]) {
+            const std::uint64_t position = first_position + start + i;
+            const Rounded r = Kind == BinaryKind::mul   ? mul(F, ca[i], cb[i], spec_in, position)
+                              : Kind == BinaryKind::add ? add(F, ca[i], cb[i], spec_in, position)
+                                                        : fma(F, ca[i], cb[i], cc[i], spec_in, position);
+            co[i] = r.bits;
+            chunk_flags |= r.flags;
+          }
         }
       }
     }
@@ -335,10 +401,16 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
 template <Format F, RoundingMode Mode, BinaryKind Kind>
 void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  for_each_key_span(n, first_position, flags_out, [&](std::size_t offset, std::size_t count, std::uint64_t position,
+                                                      Flags* span_flags) {
+    const std::uint32_t* c_span = c ? c + offset : nullptr;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (cpu_has_avx2()) return binary_lanes_avx2<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
+    if (cpu_has_avx2())
+      return binary_lanes_avx2<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position,
+                                              span_flags);
 #endif
-  binary_lanes_body<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
+    binary_lanes_body<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position, span_flags);
+  });
 }
 
 template <Format F, BinaryKind Kind>
@@ -410,9 +482,10 @@ void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
 void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c,
                std::uint32_t* out, std::size_t n, const RoundingSpec& spec, std::uint64_t first_position,
                Flags* flags_out) {
-  // 2p <= 19 leaves add_lane its 3 guard bits: bf16, e4m3, e5m2 (not fp16).
+  // 2p <= 22 fits add_lane's window (see there): bf16, fp16, e4m3, e5m2.
   constexpr auto kFma = BinaryKind::fma;
   if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
   if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kFma>(a, b, c, out, n, spec, first_position, flags_out);
   if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kFma>(a, b, c, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,

@@ -13,8 +13,8 @@
 // element goes through round_pack_lane (emu/rounding.hpp: round_pack over 32-bit
 // lanes for significands of at most 24 bits, same algorithm and results) in a
 // branch-free loop that GCC vectorises (an AVX2 build chosen at run time, and a
-// baseline one); infinities and NaNs take the bits and flags fb::convert gives
-// them. Other formats run round_pack itself per element.
+// baseline one); infinities and NaNs are then redone by fb::convert, whose bits
+// and flags they get. Other formats run round_pack itself per element.
 //
 // The batched operations below are built the same way; see their comment.
 #pragma once
@@ -37,12 +37,12 @@ void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std
 // mul_array on bf16, fp16, e4m3 and e5m2 runs a vectorised loop: the product of
 // two significands of at most 12 bits is exact in 24 bits, so it goes straight
 // into round_pack_lane; elements with a zero, inf or NaN operand are redone by
-// fb::mul. add_array (bf16, fp16, e4m3, e5m2) and fma_array (bf16, e4m3, e5m2)
-// align the two addends in a 32-bit window with guard bits and hand the exact
-// sum, or a round-to-odd stand-in with a sticky bit (see add_lane in the .cpp),
-// to round_pack_lane, in every mode but sr; sr, other formats, fma on fp16
-// (whose 22-bit products leave no guard bits) and elements with zero, inf or NaN
-// operands or an exactly zero sum run the scalar operation.
+// fb::mul. add_array and fma_array (bf16, fp16, e4m3, e5m2) align the two
+// addends (for fma the exact product and c) in a 22-bit window and hand the exact
+// sum, or a round-to-odd stand-in with a sticky bit at least 3 bits below any
+// rounding boundary (see add_lane in the .cpp), to round_pack_lane, in every mode
+// but sr (an exactly zero sum gets fb::add's signed zero there too); sr, other
+// formats and elements with a zero, inf or NaN operand run the scalar operation.
 void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
 void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,

@@ -103,15 +103,61 @@ struct RoundingSpec {
   std::uint64_t seed = 0;
 };
 
-// Counter-based random bits for stochastic rounding: a bijective 64-bit mix
-// (SplitMix64's finaliser) of seed and logical position.
+// SplitMix64's finaliser: a bijective 64-bit mix (also used for test data and
+// seeds elsewhere; stochastic rounding uses it only to derive its key, below).
 constexpr std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-constexpr std::uint64_t stochastic_bits(std::uint64_t seed, std::uint64_t position) {
-  return mix64(mix64(seed ^ 0x6a09e667f3bcc909ull) + position * 0x9e3779b97f4a7c15ull);
+
+// ---- the stochastic-rounding stream -------------------------------------------
+// stochastic_bits(seed, position) is the ONE definition of sr's random integer
+// (round_pack and the array loops both use it): a 32-bit word that is a pure
+// function of (seed, position), so results do not depend on threads or order.
+// How: a 64-bit key is derived from the seed and the position's high 32 bits
+// (SplitMix64's finaliser, once per 2^32 positions: array loops hoist it), and the
+// low 32 bits go through two rounds of a 32-bit integer hash with the key mixed in:
+//   bits = mix32(mix32(low ^ key_a) + key_b),
+// mix32 being C. Wellons' "lowbias32" (hash-prospector: xorshift-multiply, two
+// 32-bit multiplies, bijective, avalanche bias ~0.17 for one round, far lower for
+// two). Everything is 32-bit, so 8 AVX2 lanes compute it at once (the previous
+// stream, SplitMix64 of seed and position, needed 64-bit multiplies, which AVX2
+// lacks).
+// Quality, and why it is enough for rounding:
+// - for a fixed seed and high word the map low -> bits is a bijection, so over any
+//   2^32 aligned positions every 32-bit value occurs exactly once: the top r bits
+//   are exactly uniform there, which is what makes E[sr(x)] = x (P(up) = the
+//   discarded fraction truncated to r bits);
+// - over shorter runs, the two keyed rounds leave no visible correlation between
+//   neighbouring positions or between seeds (tests/test_stochastic.cpp: chi-square
+//   on the low and high byte, on pairs of neighbours, across seeds; a Weyl sequence
+//   fails those tests);
+// - it is not a cryptographic or a "crush-clean" generator; sr needs only unbiased,
+//   data-independent draws, and each rounding consumes at most 32 bits of one word.
+constexpr std::uint32_t mix32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+struct StochasticKey {
+  std::uint32_t a, b;
+};
+constexpr StochasticKey stochastic_key(std::uint64_t seed, std::uint32_t position_high) {
+  const std::uint64_t k = mix64(mix64(seed ^ 0x6a09e667f3bcc909ull) + position_high * 0x9e3779b97f4a7c15ull);
+  return {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
+}
+// The stream with its key already derived (array loops): positions that share
+// position >> 32 share the key.
+[[gnu::always_inline]] constexpr std::uint32_t stochastic_bits_keyed(StochasticKey key, std::uint32_t position_low) {
+  return mix32(mix32(position_low ^ key.a) + key.b);
+}
+constexpr std::uint32_t stochastic_bits(std::uint64_t seed, std::uint64_t position) {
+  return stochastic_bits_keyed(stochastic_key(seed, static_cast<std::uint32_t>(position >> 32)),
+                               static_cast<std::uint32_t>(position));
 }
 
 enum class RoundDirection : std::uint8_t { exact, down, up };  // in magnitude
@@ -187,16 +233,15 @@ template <class Bit>
   return Bit{0};
 }
 // sr's carry: the top r discarded bits plus the top r bits of the random word
-// carry out of r bits (see the contract at the top of this file).
-[[gnu::always_inline]] constexpr bool stochastic_carry(std::uint64_t top_r_bits, int r, std::uint64_t random64) {
-  return ((top_r_bits + (random64 >> (64 - r))) >> r) != 0;
+// (stochastic_bits) carry out of r bits (see the contract at the top of this file).
+[[gnu::always_inline]] constexpr bool stochastic_carry(std::uint64_t top_r_bits, int r, std::uint32_t random32) {
+  return ((top_r_bits + (random32 >> (32 - r))) >> r) != 0;
 }
-// The same carry from 32-bit words (r <= 32 = kMaxSrBits reads only the top 32
-// bits of the fraction and of the random word): fraction_hi32 and random_hi32 are
-// those top halves. Returns 0 or 1.
+// The same carry in 32-bit words (r <= 32 = kMaxSrBits reads only the top 32 bits
+// of the fraction): fraction_hi32 is that top half. Returns 0 or 1.
 [[gnu::always_inline]] constexpr std::uint32_t stochastic_carry_hi32(std::uint32_t fraction_hi32, int r,
-                                                                     std::uint32_t random_hi32) {
-  const std::uint32_t top = fraction_hi32 >> (32 - r), rnd = random_hi32 >> (32 - r);
+                                                                     std::uint32_t random32) {
+  const std::uint32_t top = fraction_hi32 >> (32 - r), rnd = random32 >> (32 - r);
   const std::uint32_t all_ones = 0xffffffffu >> (32 - r);
   return top > all_ones - rnd ? 1u : 0u;  // top + rnd >= 2^r, without a 33-bit sum
 }
@@ -398,7 +443,7 @@ template <Format F>
 // format and mode are compile-time constants. At least one bit must be dropped:
 // the significand's leading bit is at least bit p - 1 (as with fp32 normals, whose
 // leading bit is bit 23), or exponent <= emin - p (fp32 subnormals and zeros, for
-// formats with emin >= -126 and p <= 23). `negative` is 0 or 1. `random64` is
+// formats with emin >= -126 and p <= 23). `negative` is 0 or 1. `random32` is
 // stochastic_bits(spec.seed, position), read only when Mode is sr. A zero
 // significand gives the format's zero with that sign and no flag. Flags come back
 // as a 32-bit word so that a loop's flag reduction stays in 32-bit lanes.
@@ -420,7 +465,7 @@ namespace detail {
 template <Format F, RoundingMode Mode>
 [[gnu::always_inline]] inline std::uint32_t round_pack_lane(std::uint32_t negative, std::int32_t exponent,
                                                             std::uint32_t significand, const RoundingSpec& spec,
-                                                            std::uint64_t random64, std::uint32_t& flags_out) {
+                                                            std::uint32_t random32, std::uint32_t& flags_out) {
   static_assert(F.is_signed && F.has_subnormals() && F.has_zero() && F.precision() <= 23);
   constexpr int p = F.precision();
   constexpr int emin = F.emin();
@@ -435,19 +480,23 @@ template <Format F, RoundingMode Mode>
   const std::int32_t drop = drop_exact < 25 ? drop_exact : 25;
   const std::uint32_t rem = significand & ((1u << drop) - 1u);
   const std::uint32_t half = 1u << (drop - 1);  // the round bit's weight
-  std::uint32_t kept = significand >> drop;
+  const std::uint32_t kept_exact = significand >> drop;
+  std::uint32_t kept = kept_exact;
   const std::uint32_t round_bit = (rem >> (drop - 1)) & 1u;
-  const std::uint32_t sticky = std::min(rem & (half - 1u), 1u);
+  const std::uint32_t below_round_bit = rem & (half - 1u);
+  const std::uint32_t sticky = std::min(below_round_bit, 1u);
   const std::uint32_t inexact = std::min(rem, 1u);
   // sr: the top 32 bits of the discarded fraction (those of round_pack's frac64).
-  auto sr_carry_at = [&](std::int32_t dropped, std::uint32_t discarded) -> std::uint32_t {
+  std::uint32_t fraction_hi32 = 0;
+  if constexpr (Mode == RoundingMode::sr) {
+    const std::int32_t down = drop_exact - 32 < 31 ? drop_exact - 32 : 31;
+    fraction_hi32 = drop_exact <= 32 ? rem << (32 - drop_exact) : rem >> down;  // rem < 2^24
+  }
+  auto sr_carry = [&](std::uint32_t fraction) -> std::uint32_t {
     if constexpr (Mode == RoundingMode::sr) {
-      const std::int32_t down = dropped - 32 < 31 ? dropped - 32 : 31;
-      const std::uint32_t fraction_hi32 =
-          dropped <= 32 ? discarded << (32 - dropped) : discarded >> down;  // discarded < 2^24
-      return detail::stochastic_carry_hi32(fraction_hi32, spec.sr_bits, static_cast<std::uint32_t>(random64 >> 32));
+      return detail::stochastic_carry_hi32(fraction, spec.sr_bits, random32);
     } else {
-      (void)dropped, (void)discarded;
+      (void)fraction;
       return 0u;
     }
   };
@@ -455,30 +504,37 @@ template <Format F, RoundingMode Mode>
     kept |= inexact;
   } else {
     kept += detail::round_up_decision<std::uint32_t>(Mode, negative, kept & 1u, round_bit, sticky,
-                                                     sr_carry_at(drop_exact, rem));
+                                                     sr_carry(fraction_hi32));
   }
   std::uint32_t flags = inexact * flag::inexact;
   // Tininess after rounding: e == emin - 1 rounded at full precision p (one bit
-  // fewer dropped, drop >= 2 there) may reach 2^emin.
+  // fewer dropped) may reach 2^emin. Only the all-ones p-bit significand can: the
+  // p - 1 kept bits all ones and the round bit set. It is odd, so the decision is
+  // taken with kept_odd = 1 (the compiler then drops what the mode does not read:
+  // rne and rna read only the round bit, rtz nothing). There (the only case that
+  // is read) full precision's round bit and sticky are the bits below this round
+  // bit, and its discarded fraction is this one less its top bit: fraction_hi32 << 1.
+  // (When drop is 1 nothing lies below the round bit, and the value is exact at
+  // full precision: no decision rounds up.)
   {
-    const std::int32_t full_drop = drop > 1 ? drop - 1 : 1;
-    const std::uint32_t full_rem = significand & ((1u << full_drop) - 1u);
-    const std::uint32_t full_kept = significand >> full_drop;
+    const std::uint32_t full_all_ones = static_cast<std::uint32_t>(kept_exact == (1u << (p - 1)) - 1u) & round_bit;
     std::uint32_t full_up = 0;
     if constexpr (Mode != RoundingMode::rto) {
+      const std::int32_t below = drop > 2 ? drop - 2 : 0;  // full precision's round bit
       full_up = detail::round_up_decision<std::uint32_t>(
-          Mode, negative, full_kept & 1u, (full_rem >> (full_drop - 1)) & 1u,
-          std::min(full_rem & ((1u << (full_drop - 1)) - 1u), 1u), sr_carry_at(full_drop, full_rem));
+          Mode, negative, 1u, (below_round_bit >> below) & 1u,
+          std::min(below_round_bit & ((1u << below) - 1u), 1u), sr_carry(fraction_hi32 << 1));
     }
-    const bool reaches_normal = (e == emin - 1) & (full_kept + full_up == (1u << p));
-    flags |= ((e < emin) & (rem != 0) & !reaches_normal) ? flag::underflow : 0u;
+    const std::uint32_t reaches_normal = static_cast<std::uint32_t>(e == emin - 1) & full_all_ones & full_up;
+    flags |= static_cast<std::uint32_t>(e < emin) & inexact & (reaches_normal ^ 1u) ? flag::underflow : 0u;
   }
   // Pack: significand (implicit bit included) plus the exponent field minus one.
   // Exponents above emax + 1 all overflow; clamping keeps the sum in 32 bits.
   const std::int32_t e_packed = e < F.emax() + 1 ? e : F.emax() + 1;
   const std::uint32_t magnitude =
       e >= emin ? (static_cast<std::uint32_t>(e_packed + F.bias - 1) << F.man_bits) + kept : kept;
-  const bool overflow = magnitude > F.max_finite_pattern();
+  // magnitude < 2^31 (e_packed is clamped), so a signed compare, which AVX2 has, is exact.
+  const bool overflow = static_cast<std::int32_t>(magnitude) > static_cast<std::int32_t>(F.max_finite_pattern());
   constexpr bool to_infinity_pos = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||
                                    Mode == RoundingMode::sr || Mode == RoundingMode::rup;
   constexpr bool to_infinity_neg = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||

@@ -106,6 +106,14 @@ inline Parts split(float x) {
           e == 0xffu};
 }
 
+// x * 2^e for an integer-valued x (|x| < 2^53): where 2^e is a normal double this is one
+// exact multiplication, the same value as std::ldexp (whose library call dominated the
+// traced step's cost); both give the same infinity on overflow.
+inline double times_pow2(double x, std::int64_t e) {
+  if (e >= -1022 && e <= 1023) return x * std::bit_cast<double>(static_cast<std::uint64_t>(1023 + e) << 52);
+  return std::ldexp(x, static_cast<int>(e));
+}
+
 // The canonical NaN, or an infinity, for a step that holds NaN or inf terms.
 std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, const float* b, int n) {
   const Format& out = accumulator_format(m);
@@ -151,7 +159,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   const int n = kN > 0 ? kN : n_runtime;
   const DotOutput output = kOut >= 0 ? static_cast<DotOutput>(kOut) : m.output;
   constexpr int kMaxTerms = kN > 0 ? kN + 1 : 65;
-  [[maybe_unused]] int alignment_of[kMaxTerms];
+  [[maybe_unused]] std::int64_t alignment_of[kMaxTerms];  // 64-bit lanes, as the loop below
   const Format& acc = output == fp16_rne ? formats::fp16 : formats::fp32;  // accumulator_format(m)
   const int c_emin = acc.emin();
   // A zero term takes part in the maximum only under as_min_exponent, with its
@@ -191,7 +199,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
     magnitude[i + 1] = mag;
     sign_mask[i + 1] = 0 - neg;
     lsb[i + 1] = xa + xb - 254 - 46;
-    if constexpr (kTrace) alignment_of[i + 1] = static_cast<int>(alignment);
+    if constexpr (kTrace) alignment_of[i + 1] = alignment;
     largest_product = std::max(largest_product, alignment);
     nonzero_or_positive_products |= static_cast<std::uint64_t>(mag != 0) | (neg ^ 1u);
   }
@@ -239,7 +247,8 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
       const std::uint64_t kept = magnitude[i] >> right;
       const std::uint64_t removed = magnitude[i] - (kept << right);
       const bool negative = sign_mask[i] != 0;
-      const double removed_value = std::ldexp(static_cast<double>(removed), static_cast<int>(lsb[i]));
+      const double removed_value =
+          removed == 0 ? 0.0 : times_pow2(static_cast<double>(static_cast<std::int64_t>(removed)), lsb[i]);
       if (removed != 0) {
         ++truncated_terms;
         truncated_value += negative ? -removed_value : removed_value;
@@ -248,7 +257,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
         DotTermEvent te;
         te.step = static_cast<int>(trace->steps.size());
         te.product = i == 0 ? -1 : first_product + i - 1;
-        te.alignment_exponent = alignment_of[i];
+        te.alignment_exponent = static_cast<int>(alignment_of[i]);
         const double v = std::ldexp(static_cast<double>(magnitude[i]), static_cast<int>(lsb[i]));
         te.value = negative ? -v : v;
         te.truncated_value = negative ? -removed_value : removed_value;
@@ -260,28 +269,34 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   const Format& out = output_format_of(output);
   std::uint32_t result;
   [[maybe_unused]] RoundingEvent ev_round;
-  RoundingEvent* const event = kTrace ? &ev_round : nullptr;
-  result = step_output(output, sum, unit, nonzero_or_positive != 0, event);
+  result = step_output(output, sum, unit, nonzero_or_positive != 0, kTrace ? &ev_round : nullptr);
   if constexpr (kTrace) {
-    DotStepEvent ev;
-    ev.largest_exponent = largest;
-    ev.terms = n + 1;
-    ev.truncated_value = truncated_value;
-    ev.truncated_terms = truncated_terms;
-    ev.first_product = first_product;
-    ev.fraction_bits = F;
-    ev.aligned_sum = sum;
-    ev.output_event = ev_round;
+    bool carry_out = false;
+    int normalisation_shift = 0;
+    double output_residue = 0.0;
     if (sum != 0) {
       const std::uint64_t mag = sum < 0 ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
       const int lead = 63 - std::countl_zero(mag);
-      ev.carry_out = lead > F;
-      ev.normalisation_shift = F - lead;
-      const double exact = std::ldexp(static_cast<double>(sum), unit);
-      const double got = to_double(out, result);
-      ev.output_residue = std::isfinite(got) ? exact - got : exact;
+      carry_out = lead > F;
+      normalisation_shift = F - lead;
+      const double exact = times_pow2(static_cast<double>(sum), unit);
+      const double got = output == fp32_rz ? static_cast<double>(std::bit_cast<float>(result)) : to_double(out, result);
+      output_residue = std::isfinite(got) ? exact - got : exact;
     }
-    trace->steps.push_back(ev);
+    // Every field written once, from values held apart (building the record field by
+    // field and then copying it in cost a third of the traced step).
+    trace->steps.push_back(DotStepEvent{.largest_exponent = largest,
+                                        .terms = n + 1,
+                                        .truncated_value = truncated_value,
+                                        .truncated_terms = truncated_terms,
+                                        .carry_out = carry_out,
+                                        .normalisation_shift = normalisation_shift,
+                                        .output_residue = output_residue,
+                                        .first_product = first_product,
+                                        .fraction_bits = F,
+                                        .aligned_sum = sum,
+                                        .output_event = ev_round,
+                                        .special = false});
   }
   return result;
 }
@@ -302,6 +317,31 @@ std::uint32_t fused_step_traced(const TensorCoreModel& m, int input_emin, float 
                                                                     float c, const float* a, const float* b,
                                                                     int n, int first_product) {
   return fused_step_body<false>(m, input_emin, c, a, b, n, first_product, nullptr);
+}
+// Traced steps of the presets' full step shapes (the attention tracer traces every P·V
+// step of every traced row): the same body with the shape fixed at compile time.
+template <int kN, int kF, int kOut>
+[[gnu::target("avx2"), gnu::flatten]] std::uint32_t fused_step_traced_avx2(const TensorCoreModel& m, int input_emin,
+                                                                           float c, const float* a, const float* b,
+                                                                           int n, int first_product, DotTrace* trace) {
+  return fused_step_body<true, kN, kF, kOut>(m, input_emin, c, a, b, n, first_product, trace);
+}
+using TracedStep = std::uint32_t (*)(const TensorCoreModel&, int, float, const float*, const float*, int, int, DotTrace*);
+// The fixed-shape traced step for a preset's full steps, or nullptr.
+TracedStep traced_step_for(const TensorCoreModel& m) {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  if (!has_avx2) return nullptr;
+#define FB_TRACED(N, F, O) \
+  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fused_step_traced_avx2<N, F, static_cast<int>(O)>;
+  FB_TRACED(8, 24, fp32_rz)
+  FB_TRACED(16, 25, fp32_rz)
+  FB_TRACED(4, 23, fp32_rz)
+  FB_TRACED(4, 24, fp32_rz)
+  FB_TRACED(4, 25, fp32_rz)
+  FB_TRACED(16, 13, fp32_e8m13)
+  FB_TRACED(32, 13, fp32_e8m13)
+#undef FB_TRACED
+  return nullptr;
 }
 #endif
 
@@ -483,12 +523,23 @@ std::uint32_t dot_bits_from_floats(const TensorCoreModel& m, float c, const floa
     if (const FixedDot fixed = fixed_dot_for(m)) return fixed(m, input_emin, c, a, b, k);
   }
   const int step = fused_step_size(m, k);
+#ifdef FLASHBITS_DOT_AVX2
+  const TracedStep traced_fixed = trace && m.products_per_step > 0 ? traced_step_for(m) : nullptr;
+#endif
   std::uint32_t bits = 0;
   float acc = c;
   int i = 0;
   do {
     const int n = std::min(step, k - i);
     if (trace) {
+#ifdef FLASHBITS_DOT_AVX2
+      if (traced_fixed && n == m.products_per_step) {
+        bits = traced_fixed(m, input_emin, acc, a + i, b + i, n, i, trace);
+        acc = accumulator_value(m, bits);
+        i += n;
+        continue;
+      }
+#endif
       bits = fused_step_traced(m, input_emin, acc, a + i, b + i, n, i, trace);
     } else {
 #ifdef FLASHBITS_DOT_AVX2

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu/device_session.sh: everything one device session does, in one command (gpu/README.md).
 # Builds gpu/ standalone with nvcc, runs the tensor-core and SFU probes, captures PyTorch's
-# flash SDPA and fb-fa2 (standard and +dynmax) on the same inputs, and leaves at most 8
-# files under $OUT: session.log, probes.fbp, sfu_summary.txt, up to 2 SFU tables, traces.tar.
+# flash SDPA and fb-fa2 (standard, +dynmax, and causal) on the same inputs, and leaves at most 8
+# files under $OUT: session.log, probes.fbp, sfu_summary.txt, up to 2 SFU tables,
+# traces_d64.tar and traces_d128.tar (one per head dim: each stays under 16 MiB, about 7 and
+# 14.5 MiB at --seq 256 --heads 2).
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose files come back}"
 cd "$(dirname "$0")/.."
@@ -20,8 +22,8 @@ echo "== tensor-core probes"
 echo "== SFU probe (all 2^32 inputs per function)"
 ./build-device/fb-sfu-probe --out-dir "$OUT" --ex2-bits 16,18,20,22,23,24
 echo "== attention captures"
-work=$(mktemp -d)
 for hdim in 64 128; do
+  work=$(mktemp -d)
   for scenario in random sink fa3-outliers; do
     base="${scenario}_d${hdim}"
     python3 gpu/capture_torch.py --scenario "$scenario" --hdim "$hdim" --seq 256 --heads 2 --seed 7 \
@@ -31,7 +33,10 @@ for hdim in 64 128; do
       --trace-rows 0,1,17,100
     ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2dynmax_${base}.safetensors" \
       --variant dynmax --trace-rows 0,1,17,100
+    # causal on the same q, k, v, do (fb-fa2 only: the torch capture is non-causal)
+    ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2causal_${base}.safetensors" \
+      --causal --trace-rows 0,1,17,100
   done
+  tar -C "$work" -cf "$OUT/traces_d${hdim}.tar" .
 done
-tar -C "$work" -cf "$OUT/traces.tar" .
 ls -l "$OUT"

@@ -1,66 +1,114 @@
-// gpu/fa2.cu: fb-fa2, a reference FlashAttention-2-style kernel (bf16, head dim 64/128)
-// that follows the numerics of DESIGN.md §6 step by step, plus its trace writer.
+// gpu/fa2.cu: fb-fa2, a reference FlashAttention-2-style kernel (bf16, head dim 64/128,
+// forward and backward, optionally causal) that follows the numerics of DESIGN.md §6 step
+// by step, so that its trace replays bit for bit under the CPU models fa2-sm80/fa2-sm90
+// (attention/kernel_models.cpp, attention/engine.cpp). NOT RUN ON A GPU by the session
+// that wrote it: it compiles for sm_80 and sm_90a and its PTX is checked (ctest gpu_ptx).
 //
 // Contract:
-// - Forward, per row block: S = Q K^T by mma.sync m16n8k16 (fp32 accumulators, k-slices
-//   in order); KV blocks visited last to first; row max folded previous-max first, then
-//   per thread sequentially, then shfl xor 2 and xor 1; P = ex2.approx.ftz(FFMA(s,
-//   scale_log2, -m*scale_log2)); per-thread sequential fp32 row sum of the unrounded P,
-//   quad sum only at the end; scores_scale = ex2((m_old - m_new)*scale_log2) applied to
-//   row_sum and acc_o; P cast to bf16 RNE after the sum; acc_o += P_bf16 V by the MMA;
-//   inv = (l == 0 || l != l) ? 1 : rcp.approx.ftz(l); O = bf16_rn(acc_o * inv);
-//   LSE = m*softmax_scale + lg2.approx.ftz(l)*ln2 (what __logf is under fast math).
-// - `--variant dynmax` (Qiu & Yao): per KV block r_m = row max, r_s = entries within 1e-3
-//   of r_m; m_block = beta*r_m if r_s > 1 and r_m > 0, 0 if r_s > 1 and r_m < 0, else r_m
-//   (beta = 2); the running max is max(previous, m_block).
-// - Backward: delta = sum dO*O from bf16 dO and bf16 O, per thread 8 contiguous columns
-//   per 64-column chunk (first a product, then FFMA), then shfl xor 4, 2, 1; P recomputed
-//   as ex2(FFMA(s, scale_log2, -LSE*log2e)); dP = dO V^T by the MMA; dS = bf16_rn(P*(dP -
-//   delta)); dQ accumulated in fp32 by the MMA over KV blocks (here first to last, one
-//   deterministic order; FA2 adds per-KV-block dQ with atomics), times softmax_scale.
-//   dK and dV are not computed.
-// - Tiling (a DEVIATION from FA2's launch configs, which use larger tiles per warp):
-//   one warp owns 16 query rows, 4 warps per CTA (block_m = 64), block_n = 64. The
-//   per-thread fold orders above therefore cover 16 columns per thread per KV block.
-// - Instrumentation: for the rows given by --trace-rows, after every KV tile: the row
-//   max, the four per-thread partial row sums, P (fp32, unrounded) and acc_o.
-// - Output: a safetensors trace (DESIGN.md §9) with __metadata__ source cuda:<device>.
-// Usage: fb-fa2 --out FILE [--input FILE.safetensors | --batch B --heads H --seq N
-//        --hdim D --seed S] [--variant standard|dynmax] [--trace-rows r0,r1,...]
+// - Tiles: FA2's launch configuration per head dim (gpu/fa2_host.hpp fa2_tile_sizes):
+//   forward block_m x block_n = 128x128 (d 64), 128x64 (d 128); backward bwd_block_m x
+//   bwd_block_n = 128x128 (d 64), 64x128 (d 128). What differs from FA2 is the warp
+//   layout, not the tiles (see "Deviations").
+// - Causal (--causal, or causal=true in the input trace's metadata): key j is visible to
+//   query row i iff j <= i (seqlen_q == seqlen_k, the CPU engine's visible_keys). Masked
+//   scores are -inf before the max, so P = ex2(-inf) = 0. A forward m-block visits KV
+//   blocks n < ceil((m+1)*block_m / block_n) only, as FA2 does; a KV block entirely above
+//   a row's diagonal gives that row max -inf, P = 0 and a rescale of 0 by 0: a numeric
+//   no-op, which is why the CPU model may skip it.
+// - Forward, per row: S = Q K^T by mma.sync m16n8k16 (fp32 accumulators, k-slices in
+//   order); KV blocks visited last to first; row max folded previous-max first, then per
+//   thread sequentially, then shfl xor 2 and xor 1; P = ex2.approx.ftz(FFMA(s,
+//   scale_log2, -m*scale_log2)) with m = -inf read as 0 (Check_inf); per-thread sequential
+//   fp32 row sum of the unrounded P over the thread's columns {2t, 2t+1} + 8i, quad sum
+//   only at the end (xor 2, then 1); scores_scale = ex2((m_old - m_new)*scale_log2)
+//   applied to row_sum and acc_o; P cast to bf16 RNE after the sum; acc_o += P_bf16 V by
+//   the MMA; inv = (l == 0 || l != l) ? 1 : rcp.approx.ftz(l); O = bf16_rn(acc_o * inv);
+//   LSE = FFMA(m, softmax_scale, lg2.approx.ftz(l) * ln2) (FA2's m*scale + __logf(l)
+//   under fast math, fused as the CPU model's fma32), +inf for an empty row.
+// - `--variant dynmax` (Qiu & Yao): per KV block r_m = row max, r_s = visible entries with
+//   (r_m - s) * softmax_scale <= 1e-3 (in double, as the CPU model); m_block = 2*r_m if
+//   r_s > 1 and r_m > 0, 0 if r_s > 1 and r_m < 0, else r_m; running max =
+//   max(previous, m_block). The backward is unchanged (it uses LSE).
+// - Backward (FA2 compute_dq_dk_dv as the CPU model's mma_backward_head):
+//   delta = sum dO*O from bf16 dO and bf16 O, per thread 8 contiguous columns per
+//   64-column chunk (first a product, then FFMA), then shfl xor 4, 2, 1.
+//   P recomputed as ex2(FFMA(s, scale_log2, -LSE*log2e)); dP = dO V^T by the MMA;
+//   dS = P*(dP - delta) in fp32 (0 where masked); P and dS cast to bf16 RNE.
+//   dV += P^T dO and dK += dS^T Q by the MMA with the accumulators as C, per KV block
+//   over m-blocks last to first (causal: down to the first m-block with visible rows),
+//   16-row k-slices in order inside an m-block; dK = bf16(fp32(acc_dk*softmax_scale)),
+//   dV = bf16(acc_dv).
+//   dQ: per (KV block, m-block) a partial dS K by the MMA from C = 0 over the block's
+//   16-key k-slices in order, added to an fp32 accumulator KV blocks first to last (FA2
+//   adds the partials with atomics in hardware order; this kernel uses the CPU model's one
+//   deterministic order); dQ = bf16(fp32(acc_dq*softmax_scale)), dq_accum = that fp32 value.
+// - Every multiply that feeds an add outside an MMA is written __fmul_rn/__fadd_rn or
+//   __fmaf_rn, so nvcc's contraction cannot change the recipe (FA2 leaves it to nvcc;
+//   where nvcc contracts FA2's source differently, capture_torch.py's traces will show it).
+// - Deviations from FA2, all numerically neutral by the arguments given:
+//   * warps: the forward uses block_m/16 warps of 16 query rows (FA2: 4 warps, each 2 MMA
+//     row tiles); the backward's dK/dV kernel bwd_block_n/16 warps of 16 keys and its dQ
+//     kernel bwd_block_m/16 warps of 16 query rows (FA2: 8 warps sharing one CTA through
+//     shared memory). A row's forward numerics depend on block_n only (max, l and acc_o
+//     are per-row registers); which warp owns a row changes no value.
+//   * S^T = K Q^T and dP^T = V dO^T are computed with K/V as the MMA's A operand (FA2: S
+//     with Q as A, then P^T through shared memory): the same products in the same k order,
+//     assuming the MMA's result depends only on its products and C (the emu model does).
+//   * no shared memory or cp.async: operands are read from global memory (L1/L2 cached);
+//     dQ is a separate deterministic kernel rather than atomics; no dropout, no ALiBi.
+// - Instrumentation: for the rows given by --trace-rows (batch 0, head 0), after every KV
+//   tile: the row max, the four per-thread partial row sums, P (fp32, unrounded) and
+//   acc_o; NaN for tiles a causal m-block never visits.
+// - Output: a safetensors trace (DESIGN.md §9): q k v do o dq dk dv (BF16 [B,H,N,D]),
+//   lse delta (F32 [B,H,N]), dq_accum (F32), the trace_* tensors, and full metadata
+//   (gpu/fa2_host.cpp fa2_trace_metadata: source cuda:<device>, causal, tiles, ...).
+// - Bad arguments or shapes: one line on stderr, exit 2; CUDA errors: exit 3.
+// Usage: see gpu/fa2_host.cpp fa2_usage().
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "gpu/device_common.cuh"
+#include "gpu/fa2_host.hpp"
 #include "gpu/fa2_trace.hpp"
 
 namespace fb::gpu {
 namespace {
 
-constexpr int kWarps = 4, kRowsPerWarp = 16, kBlockM = kWarps * kRowsPerWarp, kBlockN = 64;
-constexpr int kMaxTraceRows = 8;
-constexpr float kLn2 = 0.693147182f;        // the constant __logf multiplies lg2 by
-constexpr float kLog2e = 1.44269504f;        // float(M_LOG2E)
-constexpr float kDynmaxBeta = 2.f, kDynmaxTol = 1e-3f;
+constexpr int kRowsPerWarp = 16;              // one m16n8k16 row tile per warp
+constexpr float kLn2 = 0.693147182f;          // the constant __logf multiplies lg2 by
+constexpr float kLog2e = 1.44269504f;         // float(M_LOG2E)
+constexpr float kDynmaxBeta = 2.f;
+constexpr double kDynmaxTol = 1e-3;
+
+template <int D> constexpr int kBlockM = fa2_tile_sizes(D).block_m;
+template <int D> constexpr int kBlockN = fa2_tile_sizes(D).block_n;
+template <int D> constexpr int kBwdBlockM = fa2_tile_sizes(D).bwd_block_m;
+template <int D> constexpr int kBwdBlockN = fa2_tile_sizes(D).bwd_block_n;
+template <int D> constexpr int kFwdThreads = kBlockM<D> / kRowsPerWarp * 32;
+template <int D> constexpr int kDkDvThreads = kBwdBlockN<D> / kRowsPerWarp * 32;
+template <int D> constexpr int kDqThreads = kBwdBlockM<D> / kRowsPerWarp * 32;
 
 struct Problem {
   int batch, heads, seq, hdim;
+  bool causal, dynmax;
   float softmax_scale, scale_log2;
-  bool dynmax;
+  double softmax_scale_exact;  // dynmax's tolerance test runs in double, as in the CPU model
   const __nv_bfloat16 *q, *k, *v, *dout;
-  __nv_bfloat16* o;
+  __nv_bfloat16 *o, *dq, *dk, *dv;
   float *lse, *delta, *dq_accum;
-  __nv_bfloat16* dq;
   // instrumentation
-  int trace_rows[kMaxTraceRows];
+  int trace_rows[kFa2MaxTraceRows];
   int n_trace_rows;
-  float *trace_m, *trace_l, *trace_p, *trace_acc_o;  // [row][kv block][...]
+  float *trace_m, *trace_l, *trace_p, *trace_acc_o;  // [row slot][kv block][...]
 };
 
 __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
@@ -80,25 +128,15 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
 }
 __device__ __forceinline__ float quad_sum(float x) {
-  x = x + __shfl_xor_sync(0xffffffffu, x, 2);
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+}
+__device__ __forceinline__ int quad_sum_int(int x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
   return x + __shfl_xor_sync(0xffffffffu, x, 1);
 }
 
-// S (16 x 64) = Q K^T for one warp: acc[nt][0..3] is n8 tile nt of the accumulator layout.
-template <int D>
-__device__ void score_tile(const std::uint32_t (&qa)[D / 16][4], const __nv_bfloat16* kbase, int g, int t,
-                           float (&acc)[kBlockN / 8][4]) {
-  for (int nt = 0; nt < kBlockN / 8; ++nt)
-    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
-  for (int ks = 0; ks < D / 16; ++ks) {
-    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-      const __nv_bfloat16* krow = kbase + static_cast<std::size_t>(nt * 8 + g) * D + ks * 16;
-      const std::uint32_t b[2] = {pack_raw(krow + 2 * t, krow + 2 * t + 1), pack_raw(krow + 2 * t + 8, krow + 2 * t + 9)};
-      mma_m16n8k16_bf16_f32(acc[nt], qa[ks], b, acc[nt]);
-    }
-  }
-}
-
+// The 16 rows at `base` (row stride D) as bf16 A fragments, one per 16-wide k-slice.
 template <int D>
 __device__ void load_a_rows(const __nv_bfloat16* base, int g, int t, std::uint32_t (&a)[D / 16][4]) {
   for (int ks = 0; ks < D / 16; ++ks) {
@@ -111,9 +149,41 @@ __device__ void load_a_rows(const __nv_bfloat16* base, int g, int t, std::uint32
   }
 }
 
-// The fp32 accumulator tile (16 x 64) as bf16 A fragments for the next MMA (RNE).
-__device__ __forceinline__ void acc_to_a(const float (&acc)[kBlockN / 8][4], std::uint32_t (&a)[kBlockN / 16][4]) {
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+// acc (16 x 8*NT) = A B^T where A is 16 rows (fragments `a`) and B the 8*NT rows at
+// `bbase` (stride D): acc[nt][e] is row g + 8*(e/2), column nt*8 + 2t + (e&1). Each n8
+// tile is one MMA chain over the D/16 k-slices in order, starting from C = 0.
+template <int D, int NT>
+__device__ void rows_times_rows(const std::uint32_t (&a)[D / 16][4], const __nv_bfloat16* bbase, int g, int t,
+                                float (&acc)[NT][4]) {
+  for (int nt = 0; nt < NT; ++nt)
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
+  for (int ks = 0; ks < D / 16; ++ks) {
+    for (int nt = 0; nt < NT; ++nt) {
+      const __nv_bfloat16* brow = bbase + static_cast<std::size_t>(nt * 8 + g) * D + ks * 16;
+      const std::uint32_t b[2] = {pack_raw(brow + 2 * t, brow + 2 * t + 1), pack_raw(brow + 2 * t + 8, brow + 2 * t + 9)};
+      mma_m16n8k16_bf16_f32(acc[nt], a[ks], b, acc[nt]);
+    }
+  }
+}
+
+// acc (16 x D) += A M where A is 16 x 16*KK (fragments `a`) and M the 16*KK rows at
+// `base` (stride D): one MMA chain per n8 tile of D, k-slices in order, acc as C.
+template <int D, int KK>
+__device__ void acc_plus_a_times_rows(float (&acc)[D / 8][4], const std::uint32_t (&a)[KK][4],
+                                      const __nv_bfloat16* base, int g, int t) {
+  for (int kk = 0; kk < KK; ++kk) {
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const __nv_bfloat16* m0 = base + static_cast<std::size_t>(kk * 16 + 2 * t) * D + dt * 8 + g;
+      const std::uint32_t b[2] = {pack_raw(m0, m0 + D), pack_raw(m0 + 8 * D, m0 + 9 * D)};
+      mma_m16n8k16_bf16_f32(acc[dt], a[kk], b, acc[dt]);
+    }
+  }
+}
+
+// An fp32 accumulator tile (16 x 8*NT) as bf16 A fragments for the next MMA (RNE).
+template <int NT>
+__device__ __forceinline__ void acc_to_a(const float (&acc)[NT][4], std::uint32_t (&a)[NT / 2][4]) {
+  for (int kk = 0; kk < NT / 2; ++kk) {
     a[kk][0] = pack_bf16(acc[2 * kk][0], acc[2 * kk][1]);
     a[kk][1] = pack_bf16(acc[2 * kk][2], acc[2 * kk][3]);
     a[kk][2] = pack_bf16(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
@@ -127,77 +197,84 @@ __device__ int trace_slot(const Problem& p, int row) {
   return -1;
 }
 
+// LSE*log2e as the backward's exponent offset (scale_apply_exp2<Scale_max=false>).
+__device__ __forceinline__ float lse_scaled(float lse) { return lse == -INFINITY ? 0.f : __fmul_rn(lse, kLog2e); }
+
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32) fa2_forward(Problem p) {
+__global__ void __launch_bounds__(kFwdThreads<D>) fa2_forward(Problem p) {
+  constexpr int BM = kBlockM<D>, BN = kBlockN<D>, NT = BN / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int bh = blockIdx.y;
   const std::size_t head = static_cast<std::size_t>(bh) * p.seq * D;
-  const int row0 = blockIdx.x * kBlockM + warp * kRowsPerWarp;
-  const int n_blocks = p.seq / kBlockN;
+  const int row0 = blockIdx.x * BM + warp * kRowsPerWarp;
+  const int n_blocks = p.seq / BN;
+  // flash_fwd_kernel.h: n_block_max = ceil(min(seqlen_k, (m_block + 1) * kBlockM) / kBlockN) when causal
+  const int n_block_max = p.causal ? min(n_blocks, ((blockIdx.x + 1) * BM + BN - 1) / BN) : n_blocks;
   std::uint32_t qa[D / 16][4];
   load_a_rows<D>(p.q + head + static_cast<std::size_t>(row0) * D, g, t, qa);
   float acc_o[D / 8][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   const int slot[2] = {bh == 0 ? trace_slot(p, row0 + g) : -1, bh == 0 ? trace_slot(p, row0 + g + 8) : -1};
-  for (int nb = n_blocks - 1; nb >= 0; --nb) {  // last KV block first
-    const bool first = nb == n_blocks - 1;
-    float s[kBlockN / 8][4];
-    score_tile<D>(qa, p.k + head + static_cast<std::size_t>(nb) * kBlockN * D, g, t, s);
+  for (int nb = n_block_max - 1; nb >= 0; --nb) {  // last KV block first
+    const bool first = nb == n_block_max - 1;
+    float s[NT][4];
+    rows_times_rows<D, NT>(qa, p.k + head + static_cast<std::size_t>(nb) * BN * D, g, t, s);
+    if (p.causal && (nb + 1) * BN - 1 > row0) {  // the tile reaches above some row's diagonal
+      for (int nt = 0; nt < NT; ++nt)
+        for (int e = 0; e < 4; ++e)
+          if (nb * BN + nt * 8 + 2 * t + (e & 1) > row0 + g + 8 * (e >> 1)) s[nt][e] = -INFINITY;
+    }
+#pragma unroll
     for (int i = 0; i < 2; ++i) {  // the thread's two rows: g (i = 0) and g + 8 (i = 1)
       float m = first ? s[0][2 * i] : row_max[i];
-      for (int nt = 0; nt < kBlockN / 8; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
         for (int j = 0; j < 2; ++j)
           if (!first || nt || j) m = fmaxf(m, s[nt][2 * i + j]);
       m = quad_max(m);
       if (p.dynmax) {
         float rm = s[0][2 * i];
-        for (int nt = 0; nt < kBlockN / 8; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
           for (int j = 0; j < 2; ++j) rm = fmaxf(rm, s[nt][2 * i + j]);
         rm = quad_max(rm);
-        float count = 0.f;
-        for (int nt = 0; nt < kBlockN / 8; ++nt)
-          for (int j = 0; j < 2; ++j) count += fabsf(s[nt][2 * i + j] - rm) <= kDynmaxTol ? 1.f : 0.f;
-        count = quad_sum(count);
-        const float m_block = (count > 1.f && rm > 0.f) ? kDynmaxBeta * rm : (count > 1.f && rm < 0.f) ? 0.f : rm;
+        int count = 0;  // masked -inf entries give (rm - -inf) = inf or NaN: never counted
+        for (int nt = 0; nt < NT; ++nt)
+          for (int j = 0; j < 2; ++j)
+            count += (static_cast<double>(rm) - static_cast<double>(s[nt][2 * i + j])) * p.softmax_scale_exact <= kDynmaxTol;
+        count = quad_sum_int(count);
+        const float m_block = (count > 1 && rm > 0.f) ? kDynmaxBeta * rm : (count > 1 && rm < 0.f) ? 0.f : rm;
         m = first ? m_block : fmaxf(row_max[i], m_block);
       }
       if (!first) {
-        // -inf - -inf must not happen: a fully masked max reads as 0 (FA2's Check_inf).
+        // softmax_rescale_o: a fully masked max reads as 0 (Check_inf), so -inf - -inf cannot happen.
         const float m_cur = m == -INFINITY ? 0.f : m;
-        const float scores_scale = ex2_approx_ftz((row_max[i] - m_cur) * p.scale_log2);
-        row_sum[i] *= scores_scale;
+        const float scores_scale = ex2_approx_ftz(__fmul_rn(row_max[i] - m_cur, p.scale_log2));
+        row_sum[i] = __fmul_rn(row_sum[i], scores_scale);
         for (int dt = 0; dt < D / 8; ++dt) {
-          acc_o[dt][2 * i] *= scores_scale;
-          acc_o[dt][2 * i + 1] *= scores_scale;
+          acc_o[dt][2 * i] = __fmul_rn(acc_o[dt][2 * i], scores_scale);
+          acc_o[dt][2 * i + 1] = __fmul_rn(acc_o[dt][2 * i + 1], scores_scale);
         }
       }
       row_max[i] = m;
-      const float max_scaled = m == -INFINITY ? 0.f : m * p.scale_log2;
-      for (int nt = 0; nt < kBlockN / 8; ++nt)
+      const float max_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, p.scale_log2);
+      for (int nt = 0; nt < NT; ++nt)
         for (int j = 0; j < 2; ++j) s[nt][2 * i + j] = ex2_approx_ftz(__fmaf_rn(s[nt][2 * i + j], p.scale_log2, -max_scaled));
-      float sum = first ? s[0][2 * i] : row_sum[i] + s[0][2 * i];
-      for (int nt = 0; nt < kBlockN / 8; ++nt)
+      float sum = first ? s[0][2 * i] : __fadd_rn(row_sum[i], s[0][2 * i]);
+      for (int nt = 0; nt < NT; ++nt)
         for (int j = 0; j < 2; ++j)
-          if (nt || j) sum += s[nt][2 * i + j];
+          if (nt || j) sum = __fadd_rn(sum, s[nt][2 * i + j]);
       row_sum[i] = sum;
     }
-    std::uint32_t pa[kBlockN / 16][4];
-    acc_to_a(s, pa);  // P rounded to bf16 only now, after the row sum took the fp32 values
-    const __nv_bfloat16* vbase = p.v + head + static_cast<std::size_t>(nb) * kBlockN * D;
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const __nv_bfloat16* v0 = vbase + static_cast<std::size_t>(kk * 16 + 2 * t) * D + dt * 8 + g;
-        const std::uint32_t b[2] = {pack_raw(v0, v0 + D), pack_raw(v0 + 8 * D, v0 + 9 * D)};
-        mma_m16n8k16_bf16_f32(acc_o[dt], pa[kk], b, acc_o[dt]);
-      }
-    }
+    std::uint32_t pa[NT / 2][4];
+    acc_to_a<NT>(s, pa);  // P rounded to bf16 only now, after the row sum took the fp32 values
+    acc_plus_a_times_rows<D, NT / 2>(acc_o, pa, p.v + head + static_cast<std::size_t>(nb) * BN * D, g, t);
+#pragma unroll
     for (int i = 0; i < 2; ++i) {  // instrumentation (reads only)
       if (slot[i] < 0) continue;
       const std::size_t at = static_cast<std::size_t>(slot[i]) * n_blocks + nb;
       if (t == 0) p.trace_m[at] = row_max[i];
       p.trace_l[at * 4 + t] = row_sum[i];
-      for (int nt = 0; nt < kBlockN / 8; ++nt)
-        for (int j = 0; j < 2; ++j) p.trace_p[at * kBlockN + nt * 8 + 2 * t + j] = s[nt][2 * i + j];
+      for (int nt = 0; nt < NT; ++nt)
+        for (int j = 0; j < 2; ++j) p.trace_p[at * BN + nt * 8 + 2 * t + j] = s[nt][2 * i + j];
       for (int dt = 0; dt < D / 8; ++dt)
         for (int j = 0; j < 2; ++j) p.trace_acc_o[at * D + dt * 8 + 2 * t + j] = acc_o[dt][2 * i + j];
     }
@@ -208,12 +285,12 @@ __global__ void __launch_bounds__(kWarps * 32) fa2_forward(Problem p) {
     const bool empty = l == 0.f || l != l;
     const float inv = empty ? 1.f : rcp_approx_ftz(l);
     for (int dt = 0; dt < D / 8; ++dt) {
-      const std::uint32_t packed = pack_bf16(acc_o[dt][2 * i] * inv, acc_o[dt][2 * i + 1] * inv);
+      const std::uint32_t packed = pack_bf16(__fmul_rn(acc_o[dt][2 * i], inv), __fmul_rn(acc_o[dt][2 * i + 1], inv));
       std::memcpy(p.o + head + static_cast<std::size_t>(row) * D + dt * 8 + 2 * t, &packed, 4);
     }
     if (t == 0) {
       p.lse[static_cast<std::size_t>(bh) * p.seq + row] =
-          empty ? INFINITY : row_max[i] * p.softmax_scale + lg2_approx_ftz(l) * kLn2;
+          empty ? INFINITY : __fmaf_rn(row_max[i], p.softmax_scale, __fmul_rn(lg2_approx_ftz(l), kLn2));
     }
   }
 }
@@ -233,60 +310,113 @@ __global__ void fa2_delta(Problem p) {
       for (int e = 0; e < 8; ++e) {
         const int col = chunk * 64 + tr * 8 + e;
         const float a = __bfloat162float(dorow[col]), b = __bfloat162float(orow[col]);
-        sum = started ? __fmaf_rn(a, b, sum) : a * b;  // FA2: first product, then FFMA (fmad)
+        sum = started ? __fmaf_rn(a, b, sum) : __fmul_rn(a, b);  // FA2: first product, then FFMA (fmad)
         started = true;
       }
     }
   }
-  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 4));
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
   if (valid && tr == 0) p.delta[row] = sum;
 }
 
+// dK and dV for one KV block of bwd_block_n keys: each warp owns 16 keys.
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32) fa2_backward_dq(Problem p) {
+__global__ void __launch_bounds__(kDkDvThreads<D>) fa2_backward_dkdv(Problem p) {
+  constexpr int BM = kBwdBlockM<D>, BN = kBwdBlockN<D>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int bh = blockIdx.y;
-  const std::size_t head = static_cast<std::size_t>(bh) * p.seq * D;
-  const int row0 = blockIdx.x * kBlockM + warp * kRowsPerWarp;
-  std::uint32_t qa[D / 16][4], da[D / 16][4];
-  load_a_rows<D>(p.q + head + static_cast<std::size_t>(row0) * D, g, t, qa);
-  load_a_rows<D>(p.dout + head + static_cast<std::size_t>(row0) * D, g, t, da);
-  float lse_scaled[2], delta[2];
-  for (int i = 0; i < 2; ++i) {
-    const std::size_t r = static_cast<std::size_t>(bh) * p.seq + row0 + g + 8 * i;
-    lse_scaled[i] = p.lse[r] == -INFINITY ? 0.f : p.lse[r] * kLog2e;
-    delta[i] = p.delta[r];
-  }
-  float acc_dq[D / 8][4] = {};
-  for (int nb = 0; nb < p.seq / kBlockN; ++nb) {
-    const __nv_bfloat16* kbase = p.k + head + static_cast<std::size_t>(nb) * kBlockN * D;
-    const __nv_bfloat16* vbase = p.v + head + static_cast<std::size_t>(nb) * kBlockN * D;
-    float s[kBlockN / 8][4], dp[kBlockN / 8][4];
-    score_tile<D>(qa, kbase, g, t, s);
-    score_tile<D>(da, vbase, g, t, dp);  // dP = dO V^T has the same shape as Q K^T
-    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2;
-        const float prob = ex2_approx_ftz(__fmaf_rn(s[nt][e], p.scale_log2, -lse_scaled[i]));
-        s[nt][e] = prob * (dp[nt][e] - delta[i]);  // dS before the bf16 cast
+  const std::size_t head = static_cast<std::size_t>(bh) * p.seq * D, rows_base = static_cast<std::size_t>(bh) * p.seq;
+  const int key0 = blockIdx.x * BN + warp * kRowsPerWarp;
+  std::uint32_t ka[D / 16][4], va[D / 16][4];
+  load_a_rows<D>(p.k + head + static_cast<std::size_t>(key0) * D, g, t, ka);
+  load_a_rows<D>(p.v + head + static_cast<std::size_t>(key0) * D, g, t, va);
+  float acc_dk[D / 8][4] = {}, acc_dv[D / 8][4] = {};
+  const int m_blocks = p.seq / BM;
+  // flash_bwd_kernel.h: m_block_min = causal ? n_block * kBlockN / kBlockM : 0
+  const int mb_min = p.causal ? (blockIdx.x * BN) / BM : 0;
+  for (int mb = m_blocks - 1; mb >= mb_min; --mb) {
+    for (int rc = 0; rc < BM / 16; ++rc) {  // the m-block's 16-row k-slices, in order
+      const int r0 = mb * BM + rc * 16;
+      const __nv_bfloat16* qrows = p.q + head + static_cast<std::size_t>(r0) * D;
+      const __nv_bfloat16* dorows = p.dout + head + static_cast<std::size_t>(r0) * D;
+      float pt[2][4], dst[2][4];  // P^T and dS^T: [key g / g+8][row nt*8 + 2t + (e&1)]
+      rows_times_rows<D, 2>(ka, qrows, g, t, pt);    // S^T = K Q^T
+      rows_times_rows<D, 2>(va, dorows, g, t, dst);  // dP^T = V dO^T
+      for (int nt = 0; nt < 2; ++nt) {
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + g + 8 * (e >> 1), row = r0 + nt * 8 + 2 * t + (e & 1);
+          const bool masked = p.causal && key > row;
+          const float s = masked ? -INFINITY : pt[nt][e];
+          const float prob = ex2_approx_ftz(__fmaf_rn(s, p.scale_log2, -lse_scaled(p.lse[rows_base + row])));
+          pt[nt][e] = prob;
+          dst[nt][e] = masked ? 0.f : __fmul_rn(prob, dst[nt][e] - p.delta[rows_base + row]);
+        }
       }
-    }
-    std::uint32_t dsa[kBlockN / 16][4];
-    acc_to_a(s, dsa);
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const __nv_bfloat16* k0 = kbase + static_cast<std::size_t>(kk * 16 + 2 * t) * D + dt * 8 + g;
-        const std::uint32_t b[2] = {pack_raw(k0, k0 + D), pack_raw(k0 + 8 * D, k0 + 9 * D)};
-        mma_m16n8k16_bf16_f32(acc_dq[dt], dsa[kk], b, acc_dq[dt]);
-      }
+      std::uint32_t pa[1][4], dsa[1][4];
+      acc_to_a<2>(pt, pa);
+      acc_to_a<2>(dst, dsa);
+      acc_plus_a_times_rows<D, 1>(acc_dv, pa, dorows, g, t);  // dV += P^T dO
+      acc_plus_a_times_rows<D, 1>(acc_dk, dsa, qrows, g, t);  // dK += dS^T Q
     }
   }
   for (int dt = 0; dt < D / 8; ++dt) {
     for (int e = 0; e < 4; ++e) {
-      const int row = row0 + g + 8 * (e / 2), col = dt * 8 + 2 * t + (e & 1);
-      const float value = acc_dq[dt][e] * p.softmax_scale;
+      const std::size_t at = head + static_cast<std::size_t>(key0 + g + 8 * (e >> 1)) * D + dt * 8 + 2 * t + (e & 1);
+      p.dk[at] = __float2bfloat16_rn(__fmul_rn(acc_dk[dt][e], p.softmax_scale));
+      p.dv[at] = __float2bfloat16_rn(acc_dv[dt][e]);
+    }
+  }
+}
+
+// dQ for one m-block of bwd_block_m rows: each warp owns 16 query rows.
+template <int D>
+__global__ void __launch_bounds__(kDqThreads<D>) fa2_backward_dq(Problem p) {
+  constexpr int BM = kBwdBlockM<D>, BN = kBwdBlockN<D>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int bh = blockIdx.y;
+  const std::size_t head = static_cast<std::size_t>(bh) * p.seq * D, rows_base = static_cast<std::size_t>(bh) * p.seq;
+  const int row0 = blockIdx.x * BM + warp * kRowsPerWarp;
+  std::uint32_t qa[D / 16][4], da[D / 16][4];
+  load_a_rows<D>(p.q + head + static_cast<std::size_t>(row0) * D, g, t, qa);
+  load_a_rows<D>(p.dout + head + static_cast<std::size_t>(row0) * D, g, t, da);
+  float lse_s[2], delta[2];
+  for (int i = 0; i < 2; ++i) {
+    lse_s[i] = lse_scaled(p.lse[rows_base + row0 + g + 8 * i]);
+    delta[i] = p.delta[rows_base + row0 + g + 8 * i];
+  }
+  const int n_blocks = p.seq / BN;
+  // the KV blocks whose dK/dV pass visits this m-block: kb < (m_block + 1) * bwd_block_m
+  const int nb_end = p.causal ? min(n_blocks, ((blockIdx.x + 1) * BM + BN - 1) / BN) : n_blocks;
+  float acc_dq[D / 8][4] = {};
+  for (int nb = 0; nb < nb_end; ++nb) {
+    float part[D / 8][4] = {};
+    for (int kc = 0; kc < BN / 16; ++kc) {  // the KV block's 16-key k-slices, in order
+      const int k0 = nb * BN + kc * 16;
+      const __nv_bfloat16* krows = p.k + head + static_cast<std::size_t>(k0) * D;
+      float s[2][4], ds[2][4];
+      rows_times_rows<D, 2>(qa, krows, g, t, s);                                     // S = Q K^T
+      rows_times_rows<D, 2>(da, p.v + head + static_cast<std::size_t>(k0) * D, g, t, ds);  // dP = dO V^T
+      for (int nt = 0; nt < 2; ++nt) {
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1, row = row0 + g + 8 * i, key = k0 + nt * 8 + 2 * t + (e & 1);
+          const bool masked = p.causal && key > row;
+          const float prob = ex2_approx_ftz(__fmaf_rn(masked ? -INFINITY : s[nt][e], p.scale_log2, -lse_s[i]));
+          ds[nt][e] = masked ? 0.f : __fmul_rn(prob, ds[nt][e] - delta[i]);
+        }
+      }
+      std::uint32_t dsa[1][4];
+      acc_to_a<2>(ds, dsa);
+      acc_plus_a_times_rows<D, 1>(part, dsa, krows, g, t);  // partial dQ = dS K, from C = 0
+    }
+    for (int dt = 0; dt < D / 8; ++dt)
+      for (int e = 0; e < 4; ++e) acc_dq[dt][e] = __fadd_rn(acc_dq[dt][e], part[dt][e]);
+  }
+  for (int dt = 0; dt < D / 8; ++dt) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + g + 8 * (e >> 1), col = dt * 8 + 2 * t + (e & 1);
+      const float value = __fmul_rn(acc_dq[dt][e], p.softmax_scale);
       p.dq_accum[head + static_cast<std::size_t>(row) * D + col] = value;
       p.dq[head + static_cast<std::size_t>(row) * D + col] = __float2bfloat16_rn(value);
     }
@@ -294,13 +424,6 @@ __global__ void __launch_bounds__(kWarps * 32) fa2_backward_dq(Problem p) {
 }
 
 // ---- host --------------------------------------------------------------------------------
-struct Options {
-  std::string out, input, variant = "standard";
-  int batch = 1, heads = 1, seq = 256, hdim = 64;
-  std::uint64_t seed = 1;
-  std::vector<int> trace_rows = {0, 1};
-};
-
 Fa2Tensor make_tensor(const std::string& name, const char* dtype, std::vector<std::uint64_t> shape, const void* data,
                       std::size_t bytes) {
   Fa2Tensor t;
@@ -319,39 +442,46 @@ T* device_copy(const std::vector<T>& host) {
   return d;
 }
 template <typename T>
+T* device_alloc(std::size_t n, int fill_byte) {
+  T* d;
+  FB_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T) + 16));
+  FB_CUDA_CHECK(cudaMemset(d, fill_byte, n * sizeof(T) + 16));
+  return d;
+}
+template <typename T>
 std::vector<T> host_copy(const T* d, std::size_t n) {
   std::vector<T> h(n);
   FB_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
   return h;
 }
 
-std::string float_text(float f) {
-  char buf[48];
-  std::uint32_t b;
-  std::memcpy(&b, &f, 4);
-  std::snprintf(buf, sizeof buf, "%.9g", f);
-  return buf;
-}
-
 template <int D>
 void launch(Problem& p) {
-  const dim3 grid(p.seq / kBlockM, p.batch * p.heads);
-  fa2_forward<D><<<grid, kWarps * 32>>>(p);
+  const unsigned bh = static_cast<unsigned>(p.batch * p.heads);
+  constexpr int fwd_threads = kFwdThreads<D>, dkdv_threads = kDkDvThreads<D>, dq_threads = kDqThreads<D>;
+  const dim3 fwd_grid(p.seq / kBlockM<D>, bh), dkdv_grid(p.seq / kBwdBlockN<D>, bh), dq_grid(p.seq / kBwdBlockM<D>, bh);
+  fa2_forward<D><<<fwd_grid, fwd_threads>>>(p);
   FB_CUDA_CHECK(cudaGetLastError());
   const std::size_t rows = static_cast<std::size_t>(p.batch) * p.heads * p.seq;
   fa2_delta<D><<<static_cast<unsigned>((rows * 8 + 127) / 128), 128>>>(p);
   FB_CUDA_CHECK(cudaGetLastError());
-  fa2_backward_dq<D><<<grid, kWarps * 32>>>(p);
+  fa2_backward_dkdv<D><<<dkdv_grid, dkdv_threads>>>(p);
+  FB_CUDA_CHECK(cudaGetLastError());
+  fa2_backward_dq<D><<<dq_grid, dq_threads>>>(p);
   FB_CUDA_CHECK(cudaGetLastError());
   FB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-int run(Options o) {
+int run(Fa2Options o) {
   std::vector<std::uint16_t> q, k, v, dout;  // bf16 bits
-  std::map<std::string, std::string> input_meta;
-  float softmax_scale = 0.f;
+  std::string scenario, scale_text;
   if (!o.input.empty()) {
     Fa2Inputs in = read_fa2_inputs(o.input);
+    for (std::uint64_t dim : in.shape) {
+      if (dim == 0 || dim > static_cast<std::uint64_t>(INT_MAX)) {
+        throw Fa2UsageError(o.input + ": shape dimension " + std::to_string(dim) + " is out of range");
+      }
+    }
     o.batch = static_cast<int>(in.shape[0]);
     o.heads = static_cast<int>(in.shape[1]);
     o.seq = static_cast<int>(in.shape[2]);
@@ -360,11 +490,13 @@ int run(Options o) {
     k = std::move(in.k);
     v = std::move(in.v);
     dout = std::move(in.dout);
-    input_meta = in.metadata;
-    if (input_meta.count("softmax_scale")) softmax_scale = std::stof(input_meta.at("softmax_scale"));
+    if (in.metadata.count("softmax_scale")) scale_text = in.metadata.at("softmax_scale");
+    if (in.metadata.count("causal") && parse_fa2_bool(in.metadata.at("causal"), o.input + ": metadata causal")) {
+      o.causal = true;
+    }
+    if (in.metadata.count("scenario")) scenario = in.metadata.at("scenario");
   }
-  if (o.hdim != 64 && o.hdim != 128) throw std::runtime_error("head dim must be 64 or 128, not " + std::to_string(o.hdim));
-  if (o.seq <= 0 || o.seq % kBlockM != 0) throw std::runtime_error("sequence length must be a positive multiple of 64");
+  validate_fa2_problem(o);
   const std::size_t n = static_cast<std::size_t>(o.batch) * o.heads * o.seq * o.hdim;
   if (o.input.empty()) {
     std::mt19937_64 rng(o.seed);
@@ -377,55 +509,76 @@ int run(Options o) {
       }
     }
   }
-  if (softmax_scale == 0.f) softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.hdim)));
+  double softmax_scale = 1.0 / std::sqrt(static_cast<double>(o.hdim));
+  if (!scale_text.empty()) {
+    std::size_t used = 0;
+    try {
+      softmax_scale = std::stod(scale_text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != scale_text.size() || !(softmax_scale > 0.0) || !std::isfinite(softmax_scale)) {
+      throw Fa2UsageError(o.input + ": metadata softmax_scale: expected a finite positive number, got '" + scale_text +
+                          "'");
+    }
+  }
   Problem p{};
   p.batch = o.batch;
   p.heads = o.heads;
   p.seq = o.seq;
   p.hdim = o.hdim;
-  p.softmax_scale = softmax_scale;
-  p.scale_log2 = static_cast<float>(static_cast<double>(softmax_scale) * M_LOG2E);  // in double, stored as float
+  p.causal = o.causal;
   p.dynmax = o.variant == "dynmax";
-  const int n_blocks = o.seq / kBlockN;
+  p.softmax_scale = static_cast<float>(softmax_scale);  // FA2: params.scale_softmax is a float
+  p.softmax_scale_exact = softmax_scale;
+  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);  // in double, stored as float
+  const Fa2TileSizes tiles = fa2_tile_sizes(o.hdim);
+  const int n_blocks = o.seq / tiles.block_n;
   p.n_trace_rows = 0;
-  for (int r : o.trace_rows) {
-    if (r >= 0 && r < o.seq && p.n_trace_rows < kMaxTraceRows) p.trace_rows[p.n_trace_rows++] = r;
-  }
+  for (int r : o.trace_rows) p.trace_rows[p.n_trace_rows++] = r;  // validated: in range, at most kFa2MaxTraceRows
   const std::size_t rows = static_cast<std::size_t>(o.batch) * o.heads * o.seq;
   const std::size_t tr = static_cast<std::size_t>(std::max(p.n_trace_rows, 1)) * n_blocks;
   p.q = reinterpret_cast<const __nv_bfloat16*>(device_copy(q));
   p.k = reinterpret_cast<const __nv_bfloat16*>(device_copy(k));
   p.v = reinterpret_cast<const __nv_bfloat16*>(device_copy(v));
   p.dout = reinterpret_cast<const __nv_bfloat16*>(device_copy(dout));
-  FB_CUDA_CHECK(cudaMalloc(&p.o, n * 2));
-  FB_CUDA_CHECK(cudaMalloc(&p.dq, n * 2));
-  FB_CUDA_CHECK(cudaMalloc(&p.dq_accum, n * 4));
-  FB_CUDA_CHECK(cudaMalloc(&p.lse, rows * 4));
-  FB_CUDA_CHECK(cudaMalloc(&p.delta, rows * 4));
-  FB_CUDA_CHECK(cudaMalloc(&p.trace_m, tr * 4));
-  FB_CUDA_CHECK(cudaMalloc(&p.trace_l, tr * 4 * 4));
-  FB_CUDA_CHECK(cudaMalloc(&p.trace_p, tr * kBlockN * 4));
-  FB_CUDA_CHECK(cudaMalloc(&p.trace_acc_o, tr * o.hdim * 4));
+  p.o = device_alloc<__nv_bfloat16>(n, 0);
+  p.dq = device_alloc<__nv_bfloat16>(n, 0);
+  p.dk = device_alloc<__nv_bfloat16>(n, 0);
+  p.dv = device_alloc<__nv_bfloat16>(n, 0);
+  p.dq_accum = device_alloc<float>(n, 0);
+  p.lse = device_alloc<float>(rows, 0);
+  p.delta = device_alloc<float>(rows, 0);
+  // 0xff bytes are a NaN in fp32: trace slots for KV blocks a causal m-block skips stay NaN
+  p.trace_m = device_alloc<float>(tr, 0xff);
+  p.trace_l = device_alloc<float>(tr * 4, 0xff);
+  p.trace_p = device_alloc<float>(tr * tiles.block_n, 0xff);
+  p.trace_acc_o = device_alloc<float>(tr * o.hdim, 0xff);
   if (o.hdim == 64) launch<64>(p);
   else launch<128>(p);
 
-  int device = 0, driver = 0, runtime = 0;
+  Fa2DeviceInfo info;
+  int device = 0;
   cudaDeviceProp prop;
   FB_CUDA_CHECK(cudaGetDevice(&device));
   FB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  FB_CUDA_CHECK(cudaDriverGetVersion(&driver));
-  FB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  FB_CUDA_CHECK(cudaDriverGetVersion(&info.driver));
+  FB_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime));
+  info.name = prop.name;
+  info.major = prop.major;
+  info.minor = prop.minor;
   const std::vector<std::uint64_t> shape = {static_cast<std::uint64_t>(o.batch), static_cast<std::uint64_t>(o.heads),
                                             static_cast<std::uint64_t>(o.seq), static_cast<std::uint64_t>(o.hdim)};
   const std::vector<std::uint64_t> row_shape(shape.begin(), shape.end() - 1);
   std::vector<Fa2Tensor> tensors;
-  std::map<std::string, std::string> metadata;
   tensors.push_back(make_tensor("q", "BF16", shape, q.data(), n * 2));
   tensors.push_back(make_tensor("k", "BF16", shape, k.data(), n * 2));
   tensors.push_back(make_tensor("v", "BF16", shape, v.data(), n * 2));
   tensors.push_back(make_tensor("do", "BF16", shape, dout.data(), n * 2));
   const auto o_h = host_copy(reinterpret_cast<std::uint16_t*>(p.o), n);
   const auto dq_h = host_copy(reinterpret_cast<std::uint16_t*>(p.dq), n);
+  const auto dk_h = host_copy(reinterpret_cast<std::uint16_t*>(p.dk), n);
+  const auto dv_h = host_copy(reinterpret_cast<std::uint16_t*>(p.dv), n);
   const auto dqa_h = host_copy(p.dq_accum, n);
   const auto lse_h = host_copy(p.lse, rows);
   const auto delta_h = host_copy(p.delta, rows);
@@ -433,53 +586,35 @@ int run(Options o) {
   tensors.push_back(make_tensor("lse", "F32", row_shape, lse_h.data(), rows * 4));
   tensors.push_back(make_tensor("delta", "F32", row_shape, delta_h.data(), rows * 4));
   tensors.push_back(make_tensor("dq", "BF16", shape, dq_h.data(), n * 2));
+  tensors.push_back(make_tensor("dk", "BF16", shape, dk_h.data(), n * 2));
+  tensors.push_back(make_tensor("dv", "BF16", shape, dv_h.data(), n * 2));
   tensors.push_back(make_tensor("dq_accum", "F32", shape, dqa_h.data(), n * 4));
   if (p.n_trace_rows > 0) {
-    const std::uint64_t r = static_cast<std::uint64_t>(p.n_trace_rows), b = static_cast<std::uint64_t>(n_blocks);
+    const std::uint64_t r = static_cast<std::uint64_t>(p.n_trace_rows), b = static_cast<std::uint64_t>(n_blocks),
+                        bn = static_cast<std::uint64_t>(tiles.block_n);
     const std::vector<std::int32_t> rows_traced(p.trace_rows, p.trace_rows + p.n_trace_rows);
     tensors.push_back(make_tensor("trace_rows", "I32", {r}, rows_traced.data(), r * 4));
     const auto m_h = host_copy(p.trace_m, r * b), l_h = host_copy(p.trace_l, r * b * 4),
-               p_h = host_copy(p.trace_p, r * b * kBlockN), a_h = host_copy(p.trace_acc_o, r * b * o.hdim);
+               p_h = host_copy(p.trace_p, r * b * bn), a_h = host_copy(p.trace_acc_o, r * b * o.hdim);
     tensors.push_back(make_tensor("trace_m", "F32", {r, b}, m_h.data(), m_h.size() * 4));
     tensors.push_back(make_tensor("trace_l_partial", "F32", {r, b, 4}, l_h.data(), l_h.size() * 4));
-    tensors.push_back(make_tensor("trace_p", "F32", {r, b, kBlockN}, p_h.data(), p_h.size() * 4));
+    tensors.push_back(make_tensor("trace_p", "F32", {r, b, bn}, p_h.data(), p_h.size() * 4));
     tensors.push_back(make_tensor("trace_acc_o", "F32", {r, b, static_cast<std::uint64_t>(o.hdim)}, a_h.data(),
-                                      a_h.size() * 4));
+                                  a_h.size() * 4));
   }
-  std::ostringstream rows_text;
-  for (int i = 0; i < p.n_trace_rows; ++i) rows_text << (i ? "," : "") << p.trace_rows[i];
-  metadata = {
-      {"source", std::string("cuda:") + prop.name},
-      {"device", prop.name},
-      {"compute_capability", std::to_string(prop.major) + "." + std::to_string(prop.minor)},
-      {"driver", std::to_string(driver)},
-      {"cuda_runtime", std::to_string(runtime)},
-      {"kernel", std::string("fb-fa2 reference forward+backward(dq)") + (p.dynmax ? " +dynmax" : "")},
-      {"model", std::string(prop.major >= 9 ? "fa2-sm90" : "fa2-sm80") + (p.dynmax ? "+dynmax" : "")},
-      {"variant", o.variant},
-      {"softmax_scale", float_text(softmax_scale)},
-      {"scale_log2", float_text(p.scale_log2)},
-      {"causal", "false"},
-      {"dtype", "bf16"},
-      {"block_m", std::to_string(kBlockM)},
-      {"block_n", std::to_string(kBlockN)},
-      {"rows_per_warp", std::to_string(kRowsPerWarp)},
-      {"head_dim", std::to_string(o.hdim)},
-      {"kv_order_forward", "last_to_first"},
-      {"kv_order_dq", "first_to_last"},
-      {"trace_rows", rows_text.str()},
-      {"trace_layout", "trace_*[slot][kv_block index][...] for batch 0 head 0; trace_l_partial holds the 4 per-thread partial row sums (quad lanes t=0..3)"},
-      {"dynmax_beta", "2"},
-      {"dynmax_tolerance", "1e-3"},
-  };
-  if (input_meta.count("scenario")) metadata["scenario"] = input_meta.at("scenario");
-  if (!o.input.empty()) metadata["input_trace"] = o.input;
-  write_fa2_trace(o.out, tensors, metadata);
-  for (void* ptr : {(void*)p.q, (void*)p.k, (void*)p.v, (void*)p.dout, (void*)p.o, (void*)p.dq, (void*)p.dq_accum,
-                    (void*)p.lse, (void*)p.delta, (void*)p.trace_m, (void*)p.trace_l, (void*)p.trace_p, (void*)p.trace_acc_o})
+  Fa2RunFacts facts;
+  facts.options = o;
+  facts.softmax_scale = softmax_scale;
+  facts.scale_log2 = p.scale_log2;
+  facts.trace_rows = o.trace_rows;
+  facts.scenario = scenario;
+  write_fa2_trace(o.out, tensors, fa2_trace_metadata(facts, info));
+  for (void* ptr : {(void*)p.q, (void*)p.k, (void*)p.v, (void*)p.dout, (void*)p.o, (void*)p.dq, (void*)p.dk,
+                    (void*)p.dv, (void*)p.dq_accum, (void*)p.lse, (void*)p.delta, (void*)p.trace_m, (void*)p.trace_l,
+                    (void*)p.trace_p, (void*)p.trace_acc_o})
     FB_CUDA_CHECK(cudaFree(ptr));
-  std::printf("wrote %s (%s, B=%d H=%d N=%d D=%d, %s)\n", o.out.c_str(), prop.name, o.batch, o.heads, o.seq, o.hdim,
-              o.variant.c_str());
+  std::printf("wrote %s (%s, B=%d H=%d N=%d D=%d, %s%s; NOT a validated kernel until replayed)\n", o.out.c_str(),
+              prop.name, o.batch, o.heads, o.seq, o.hdim, o.variant.c_str(), o.causal ? ", causal" : "");
   return 0;
 }
 
@@ -487,32 +622,11 @@ int run(Options o) {
 }  // namespace fb::gpu
 
 int main(int argc, char** argv) {
-  fb::gpu::Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--out" && has_value) o.out = argv[++i];
-    else if (arg == "--input" && has_value) o.input = argv[++i];
-    else if (arg == "--variant" && has_value) o.variant = argv[++i];
-    else if (arg == "--batch" && has_value) o.batch = std::atoi(argv[++i]);
-    else if (arg == "--heads" && has_value) o.heads = std::atoi(argv[++i]);
-    else if (arg == "--seq" && has_value) o.seq = std::atoi(argv[++i]);
-    else if (arg == "--hdim" && has_value) o.hdim = std::atoi(argv[++i]);
-    else if (arg == "--seed" && has_value) o.seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (arg == "--trace-rows" && has_value) {
-      o.trace_rows.clear();
-      std::stringstream s(argv[++i]);
-      std::string item;
-      while (std::getline(s, item, ',')) o.trace_rows.push_back(std::atoi(item.c_str()));
-    } else {
-      std::fprintf(stderr,
-                   "usage: fb-fa2 --out FILE [--input FILE.safetensors | --batch B --heads H --seq N --hdim 64|128 "
-                   "--seed S] [--variant standard|dynmax] [--trace-rows r0,r1,...]\n");
-      return 2;
-    }
-  }
-  if (o.out.empty() || (o.variant != "standard" && o.variant != "dynmax") || o.batch < 1 || o.heads < 1) {
-    std::fprintf(stderr, "error: --out is required; --variant is standard or dynmax; batch and heads >= 1\n");
+  fb::gpu::Fa2Options o;
+  try {
+    o = fb::gpu::parse_fa2_args(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n%s\n", e.what(), fb::gpu::fa2_usage());
     return 2;
   }
   try {

@@ -5,6 +5,9 @@
 // the metadata from an input trace, throwing std::runtime_error naming the file and
 // tensor on a bad one; write_fa2_trace() writes the named tensors and metadata as one
 // safetensors file (DESIGN.md §9).
+// The *_lite versions (fa2_trace_lite.cpp) do the same without the project's traces/
+// library; the standalone gpu/ build binds the plain names to them (fa2_trace_use_lite.cpp),
+// the project build to traces/ (fa2_trace.cpp).
 #pragma once
 
 #include <cstdint>
@@ -29,5 +32,9 @@ struct Fa2Tensor {
 };
 void write_fa2_trace(const std::string& path, const std::vector<Fa2Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata);
+
+Fa2Inputs read_fa2_inputs_lite(const std::string& path);
+void write_fa2_trace_lite(const std::string& path, const std::vector<Fa2Tensor>& tensors,
+                          const std::map<std::string, std::string>& metadata);
 
 }  // namespace fb::gpu

@@ -1,12 +1,14 @@
-// gpu/fa2_trace_lite.cpp: a dependency-free implementation of gpu/fa2_trace.hpp for the
-// standalone gpu/ build on a device machine that lacks nlohmann_json (the full build
-// uses fa2_trace.cpp and the project's traces/ library instead).
+// gpu/fa2_trace_lite.cpp: a dependency-free implementation of gpu/fa2_trace.hpp's *_lite
+// functions, what fb-fa2 uses in the standalone gpu/ build on a device machine that lacks
+// nlohmann_json (the project build uses fa2_trace.cpp and traces/ instead; the tests check
+// this writer's output with traces/).
 //
 // Contract: writes the safetensors layout (u64 LE header length, JSON header with
 // "__metadata__" and per-tensor dtype/shape/data_offsets, raw LE data) and reads the
 // subset fb-fa2 needs: BF16 tensors q, k, v, do and a flat string metadata map. Any
 // malformed header throws std::runtime_error naming the file and what was wrong.
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -159,8 +161,8 @@ std::size_t dtype_bytes(const std::string& dtype) {
 
 }  // namespace
 
-void write_fa2_trace(const std::string& path, const std::vector<Fa2Tensor>& tensors,
-                     const std::map<std::string, std::string>& metadata) {
+void write_fa2_trace_lite(const std::string& path, const std::vector<Fa2Tensor>& tensors,
+                          const std::map<std::string, std::string>& metadata) {
   std::string header = "{\"__metadata__\":{";
   bool first = true;
   for (const auto& [k, v] : metadata) {
@@ -200,7 +202,7 @@ void write_fa2_trace(const std::string& path, const std::vector<Fa2Tensor>& tens
   if (!f) throw std::runtime_error(path + ": write failed");
 }
 
-Fa2Inputs read_fa2_inputs(const std::string& path) {
+Fa2Inputs read_fa2_inputs_lite(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot open for reading");
   std::ostringstream buf;

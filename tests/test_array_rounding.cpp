@@ -22,7 +22,9 @@
 //   agreement with fb::convert (round_array promises to equal it).
 // - sr: round_array equals per-element fb::convert with position first_position + i
 //   (a consistency check, not an independent one), for several sr_bits and seeds,
-//   and splitting an array into chunks with matching positions changes nothing.
+//   and splitting an array into chunks with matching positions changes nothing;
+//   also across a 2^32 position boundary (where the stream's key changes), with
+//   mul_array / add_array under sr against fb::mul / fb::add there.
 // - add_array, mul_array, fma_array equal the scalar fb::add / fb::mul / fb::fma
 //   (the reference here: those are checked against MPFR in tests/test_ops_mpfr.cpp)
 //   in bits and per-block flags, every mode and both policies, sr with several
@@ -396,6 +398,49 @@ TEST_CASE("round_array sr equals per-element convert, and chunking keeps positio
   }
 }
 
+TEST_CASE("round_array and the batched ops under sr equal the scalar calls across a 2^32 position boundary") {
+  // The array loops derive the stochastic key once per 2^32 positions and split
+  // arrays there; elements on both sides must get fb::convert's / fb::add's draws.
+  std::vector<float> in;
+  for (int i = 0; i < 3000; ++i) in.push_back(1.0f + static_cast<float>(i) * 0x1.3p-19f);  // discards ~1/3-like bits
+  fb::RoundingSpec spec;
+  spec.mode = fb::RoundingMode::sr;
+  spec.sr_bits = 24;
+  spec.seed = 77;
+  for (std::uint64_t first : {(std::uint64_t{1} << 32) - 1000, (std::uint64_t{5} << 32) - 1}) {
+    for (const fb::Format& f : {fb::formats::bf16, fb::formats::fp16, fb::formats::e4m3}) {
+      std::vector<std::uint32_t> out(in.size());
+      fb::Flags flags = 0, want_flags = 0;
+      fb::round_array(f, in.data(), out.data(), in.size(), spec, first, &flags);
+      std::size_t bad = 0, ups = 0;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const fb::Rounded r = fb::convert(f, fb::formats::fp32, std::bit_cast<std::uint32_t>(in[i]), spec, first + i);
+        want_flags |= r.flags;
+        bad += r.bits != out[i];
+        ups += r.bits != fb::convert(f, fb::formats::fp32, std::bit_cast<std::uint32_t>(in[i]), {}, 0).bits;
+      }
+      CAPTURE(f.name);
+      CAPTURE(first);
+      CHECK(bad == 0);
+      CHECK(flags == want_flags);
+      CHECK(ups > 0);  // sr is not rne here, so the comparison has draws to compare
+      // mul_array under sr runs the lanes; add_array the scalar op: both keyed the same.
+      std::vector<std::uint32_t> a(in.size()), b(in.size()), prod(in.size()), sum(in.size());
+      fb::round_array(f, in.data(), a.data(), in.size(), {}, 0);
+      for (std::size_t i = 0; i < in.size(); ++i) b[i] = a[(i * 7) % a.size()];
+      fb::mul_array(f, a.data(), b.data(), prod.data(), a.size(), spec, first);
+      fb::add_array(f, a.data(), b.data(), sum.data(), a.size(), spec, first);
+      std::size_t bad_mul = 0, bad_add = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        bad_mul += fb::mul(f, a[i], b[i], spec, first + i).bits != prod[i];
+        bad_add += fb::add(f, a[i], b[i], spec, first + i).bits != sum[i];
+      }
+      CHECK(bad_mul == 0);
+      CHECK(bad_add == 0);
+    }
+  }
+}
+
 TEST_CASE("round_array on other formats (runtime-format loop) equals the MPFR conversion") {
   // Formats outside the compiled-in list take the generic loop; check one of each
   // special-encoding family that the reference table has.
@@ -542,6 +587,45 @@ TEST_CASE("mul_array, add_array, fma_array equal the scalar ops: bits and flags,
       check_batched(f, BatchOp::mul, a, b, c, s);
       check_batched(f, BatchOp::add, a, b, c, s);
       check_batched(f, BatchOp::fma, a, b, c, s);
+    }
+  }
+}
+
+TEST_CASE("fma_array on fp16 and bf16 where c nearly cancels a*b: equals the scalar fma, all modes") {
+  // fp16's 22-bit products fill add_lane's window with no spare bits (W = 0): the
+  // cases that test its round-to-odd argument are c within a few ulps of -a*b
+  // (deep cancellation, d = 0 and 1) and c a few binades below a*b (sticky bits).
+  for (const fb::Format& f : {fb::formats::fp16, fb::formats::bf16}) {
+    const std::uint32_t count = 1u << f.width();
+    std::vector<std::uint32_t> a, b, c;
+    const std::size_t samples = sanitizer_scale() ? 60 : 3000;
+    for (std::size_t i = 0; i < samples; ++i) {
+      const std::uint32_t x = static_cast<std::uint32_t>(fb::mix64(i + 99)) & (count - 1);
+      const std::uint32_t y = static_cast<std::uint32_t>(fb::mix64(i + 5555)) & (count - 1);
+      auto finite = [&](std::uint32_t v) {
+        const fb::ValueClass k = fb::decode(f, v).cls;
+        return k != fb::ValueClass::nan && k != fb::ValueClass::infinite;
+      };
+      if (!finite(x) || !finite(y)) continue;
+      const std::uint32_t product = fb::mul(f, x, y, {}).bits;  // rne product, as a starting point
+      if (!finite(product)) continue;
+      const std::uint32_t negated = product ^ f.sign_mask();
+      for (int k = -6; k <= 6; ++k) {
+        for (std::uint32_t z : {negated + static_cast<std::uint32_t>(k), product + static_cast<std::uint32_t>(k),
+                                negated - (static_cast<std::uint32_t>(k + 6) << f.man_bits)}) {
+          a.push_back(x);
+          b.push_back(y);
+          c.push_back(z & (count - 1));
+        }
+      }
+    }
+    for (fb::RoundingMode m : fb::kAllDeterministicModes) {
+      for (fb::OverflowPolicy p : {fb::OverflowPolicy::ieee, fb::OverflowPolicy::satfinite}) {
+        fb::RoundingSpec s;
+        s.mode = m;
+        s.overflow = p;
+        check_batched(f, BatchOp::fma, a, b, c, s);
+      }
     }
   }
 }

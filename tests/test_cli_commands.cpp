@@ -94,6 +94,17 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   CHECK(run("sweep --model fa2-sm80 --round rtz --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --scenario nope --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --shard 3/2 --trials 2 --seqlen 16 --headdim 16").code == 2);
+  // A variant that cannot take the shape fails inside the worker threads: still one
+  // error line naming it, exit 2, no abort (same for bias-test and deviation).
+  for (const char* cmd : {"sweep --model fa3-fp8-sm90+hadamard --scenario random --trials 2 --seqlen 16 --headdim 24 --jobs 2",
+                          "bias-test --model fa3-fp8-sm90+hadamard --scenario random --trials 2 --seqlen 16 --headdim 24",
+                          "deviation --models fa3-fp8-sm90+hadamard --inputs normal --seqlen 16 --headdim 24"}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("+hadamard") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
 }
 
 TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax is not") {

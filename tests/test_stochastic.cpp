@@ -11,6 +11,10 @@
 //   the exact value, within a 5-sigma bound of the binomial standard error;
 // - the same (seed, position) gives the same result; 1 thread and 2 threads splitting
 //   the positions give identical results; different seeds give different streams.
+// - the stream fb::stochastic_bits itself: chi-square tests against the uniform
+//   distribution on its low and high byte, on neighbouring positions and on two
+//   seeds at one position, across a 2^32 boundary (bad streams are shown to fail
+//   them), and its documented definition, written out independently.
 // The inputs are fp64 values rounded to bf16 and fp32 values rounded to e4m3, whose
 // discarded fractions (e.g. binary 0.0101... ~ 1/3) are not representable in few bits.
 #include <doctest/doctest.h>
@@ -259,4 +263,114 @@ TEST_CASE("sr: different seeds give different streams") {
   const double expected = 2.0 * (1.0 / 3) * (2.0 / 3) * static_cast<double>(n);
   INFO("positions that differ: " << differ << ", expected about " << expected);
   CHECK(std::fabs(static_cast<double>(differ) - expected) < 5.0 * std::sqrt(expected));
+}
+
+// ---- the stream itself (fb::stochastic_bits, emu/rounding.hpp) ------------------------
+// Reference: the uniform distribution. Four chi-square statistics over 256 bins
+// each, on consecutive positions that straddle a 2^32 boundary (where the stream's
+// key changes): the low byte, the high byte, the top 4 bits of neighbouring
+// positions as a pair, and the top 4 bits of two seeds at the same position as a
+// pair. Bad streams (a Weyl sequence, the position itself) must fail them, which
+// shows the statistics can fail.
+namespace {
+
+using Stream = std::uint32_t (*)(std::uint64_t seed, std::uint64_t position);
+
+struct StreamStatistics {
+  double low_byte, high_byte, neighbours, seeds;
+};
+
+double chi_square_256(const std::vector<std::uint64_t>& counts, std::uint64_t total) {
+  const double expected = static_cast<double>(total) / 256.0;
+  double chi2 = 0.0;
+  for (std::uint64_t c : counts) chi2 += (static_cast<double>(c) - expected) * (static_cast<double>(c) - expected) / expected;
+  return chi2;
+}
+
+StreamStatistics stream_statistics(Stream stream, std::uint64_t seed, std::uint64_t first, std::uint64_t count) {
+  std::vector<std::uint64_t> low(256), high(256), pairs(256), seeds(256);
+  std::uint32_t previous = stream(seed, first - 1);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint32_t x = stream(seed, first + i);
+    const std::uint32_t other_seed = stream(seed + 1, first + i);
+    ++low[x & 0xffu];
+    ++high[x >> 24];
+    ++pairs[((previous >> 28) << 4) | (x >> 28)];
+    ++seeds[((other_seed >> 28) << 4) | (x >> 28)];
+    previous = x;
+  }
+  return {chi_square_256(low, count), chi_square_256(high, count), chi_square_256(pairs, count),
+          chi_square_256(seeds, count)};
+}
+
+// The 1 - 1e-6 quantile of chi-square with 255 degrees of freedom (Wilson-Hilferty):
+// a good stream fails one statistic about once in 250,000 runs.
+double chi_square_255_limit() {
+  const double k = 255.0, z = 4.753;
+  const double t = 1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k));
+  return k * t * t * t;
+}
+
+std::uint32_t shipped_stream(std::uint64_t seed, std::uint64_t position) { return fb::stochastic_bits(seed, position); }
+std::uint32_t weyl_stream(std::uint64_t seed, std::uint64_t position) {
+  return static_cast<std::uint32_t>((position + seed) * 0x9e3779b9u);
+}
+std::uint32_t position_stream(std::uint64_t, std::uint64_t position) { return static_cast<std::uint32_t>(position); }
+
+}  // namespace
+
+TEST_CASE("sr stream: uniform low and high bytes, independent neighbours and seeds (chi-square)") {
+  const std::uint64_t count = sanitizer_scale() ? (1u << 16) : (1u << 20);
+  const double limit = chi_square_255_limit();
+  for (std::uint64_t seed : {0ull, 12345ull, 0xfedcba9876543210ull}) {
+    for (std::uint64_t first : {std::uint64_t{1}, (std::uint64_t{1} << 32) - count / 2, std::uint64_t{7} << 40}) {
+      const StreamStatistics s = stream_statistics(shipped_stream, seed, first, count);
+      INFO("seed " << seed << ", first position " << first << ": chi2 low " << s.low_byte << ", high "
+                   << s.high_byte << ", neighbours " << s.neighbours << ", seeds " << s.seeds << " (limit " << limit
+                   << ")");
+      CHECK(s.low_byte < limit);
+      CHECK(s.high_byte < limit);
+      CHECK(s.neighbours < limit);
+      CHECK(s.seeds < limit);
+    }
+  }
+  // The statistics catch bad streams: a Weyl sequence has uniform bytes but
+  // neighbours and seeds in lockstep; the bare position has a constant high byte.
+  const StreamStatistics weyl = stream_statistics(weyl_stream, 1, 1, count);
+  CHECK(weyl.neighbours > limit);
+  CHECK(weyl.seeds > limit);
+  const StreamStatistics bare = stream_statistics(position_stream, 1, 1, count);
+  CHECK(bare.high_byte > limit);
+  CHECK(bare.seeds > limit);
+}
+
+TEST_CASE("sr stream: stochastic_bits is the documented keyed hash, across 2^32 boundaries") {
+  // The definition documented in emu/rounding.hpp, spelled out here independently: SplitMix64's finaliser for the key, two keyed rounds of
+  // lowbias32 (constants from C. Wellons' hash-prospector) for the word.
+  auto splitmix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  auto lowbias32 = [](std::uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+  };
+  for (std::uint64_t seed : {0ull, 5ull, 0xffffffffffffffffull}) {
+    for (std::uint64_t base : {std::uint64_t{0}, std::uint64_t{1} << 32, std::uint64_t{0xabcd} << 32}) {
+      for (std::uint64_t position = base - 3; position != base + 3; ++position) {
+        const std::uint64_t k =
+            splitmix(splitmix(seed ^ 0x6a09e667f3bcc909ull) + (position >> 32) * 0x9e3779b97f4a7c15ull);
+        const std::uint32_t want =
+            lowbias32(lowbias32(static_cast<std::uint32_t>(position) ^ static_cast<std::uint32_t>(k)) +
+                      static_cast<std::uint32_t>(k >> 32));
+        CAPTURE(position);
+        CHECK(fb::stochastic_bits(seed, position) == want);
+      }
+    }
+  }
 }

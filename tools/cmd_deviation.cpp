@@ -85,7 +85,12 @@ int run_deviation(const DeviationOptions& o) {
         opt.seed = o.seed;
         opt.block_m = br;
         opt.block_n = bc;
-        const auto out = attn::run_attention(model, in, opt);
+        attn::AttentionOutputs out;
+        try {
+          out = attn::run_attention(model, in, opt);
+        } catch (const std::invalid_argument& e) {  // e.g. +hadamard with a head dim not a power of two
+          throw InputError("--models " + model.name + ": " + e.what());
+        }
         double max = 0, sum = 0, sumsq = 0;
         for (std::size_t i = 0; i < out.o.data.size(); ++i) {
           const double d = std::fabs(out.o.data[i] - golden.o.data[i]);

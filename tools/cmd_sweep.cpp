@@ -114,6 +114,7 @@ int run_sweep(const SweepOptions& o) {
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex error_mutex;
   std::string error;
+  bool error_is_bad_input = false;
   auto worker = [&] {
     for (std::size_t item = next++; item < total; item = next++) {
       const Config& c = configs[item / o.trials];
@@ -122,6 +123,13 @@ int run_sweep(const SweepOptions& o) {
         const std::uint64_t s = trial_seed(o.seed, c.row.configuration(), trial);
         const auto in = attn::make_scenario(c.row.scenario, s, 1, 1, o.seqlen, o.headdim, c.dtype, true);
         per_trial[item].add_trial(measure_errors(c.model, in, s, true));
+      } catch (const std::invalid_argument& e) {
+        // An impossible combination the user asked for (e.g. +hadamard at head dim 96).
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (error.empty()) {
+          error = c.row.configuration() + ": " + e.what();
+          error_is_bad_input = true;
+        }
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (error.empty()) error = c.row.configuration() + ": " + e.what();
@@ -144,7 +152,10 @@ int run_sweep(const SweepOptions& o) {
     std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
   }
   for (auto& t : threads) t.join();
-  if (!error.empty()) throw std::runtime_error(error);
+  if (!error.empty()) {
+    if (error_is_bad_input) throw InputError(error);
+    throw std::runtime_error(error);
+  }
 
   std::vector<SweepRow> rows;
   for (std::size_t ci = 0; ci < configs.size(); ++ci) {

@@ -1,5 +1,6 @@
 // tools/main.cpp: the `flashbits` command line; subcommands register themselves.
 #include <iostream>
+#include <stdexcept>
 
 #include "tools/cli_common.hpp"
 #include "traces/safetensors.hpp"
@@ -35,6 +36,15 @@ int main(int argc, char** argv) {
     // A bad trace file is bad input: one line naming file, tensor and field.
     std::cerr << "error: " << e.what() << "\n";
     return fb::cli::kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    // The library reports an impossible combination of user choices (a model variant
+    // with a head dim it cannot take, say) this way; it is bad input, not a crash.
+    std::cerr << "error: " << e.what() << "\n";
+    return fb::cli::kExitBadInput;
+  } catch (const std::exception& e) {
+    // Anything else is a flashbits bug; say so in one line rather than abort.
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 3;
   }
   return fb::cli::kExitBadInput;
 }
