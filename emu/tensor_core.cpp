@@ -389,7 +389,7 @@ template <int kN, int kF, int kOut>
         magnitude[j] = static_cast<std::uint64_t>(sa) * sb;
         sign_mask[j] = 0 - static_cast<std::uint64_t>((ua ^ ub) >> 31);
         lsb[j] = xa + xb - 254 - 46;
-        alignment[j] = (sa != 0) & (sb != 0) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 254 : kNone;
+        alignment[j] = ((sa != 0) & (sb != 0)) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 254 : kNone;
       }
       // Per step, what does not depend on C: off the chain from one step's C to the next.
       std::int32_t step_largest[kChunk / kN];
