@@ -410,6 +410,9 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
   const double native_add = native[0].cpu_ns_per_op;
   std::printf("flashbits-bench%s: single thread, median of %d runs, CPU: %s\n", cfg.quick ? " --quick" : "",
               cfg.repetitions, cpu_name().c_str());
+  std::printf("vector loops (round_array, batched ops) built for: %s (chosen at run time; FLASHBITS_NO_AVX512=1 or\n"
+              " FLASHBITS_NO_AVX2=1 caps it; the figures depend on it)\n",
+              fb::lane_instruction_set());
   std::printf("(wall: median steady_clock time; cpu: median CPU time of this thread, which leaves out\n"
               " waiting for a core on a loaded machine; timings depend on the machine and its load;\n"
               " ratios, speedups and targets use the cpu figures, taken within this run)\n\n");
@@ -473,6 +476,7 @@ void print_json(const Config& cfg, const std::vector<NativeRow>& native, const s
                  {"op_count", cfg.op_count},
                  {"mpfr_op_count", cfg.mpfr_op_count},
                  {"threads", 1},
+                 {"vector_instruction_set", fb::lane_instruction_set()},
                  {"cpu", cpu_name()}};
   j["native"] = json::array();
   for (const auto& r : native) {

@@ -49,9 +49,10 @@ template <class FormatSource, RoundingMode Mode>
 // through the lane routine as stand-ins, are left out of the flags, and are then
 // redone by fb::convert, whose bits and flags they must have, in a scalar pass over
 // the (cache-resident) chunk that held them: real tensors rarely hold any, so the
-// vector loop carries no selects for them. Compiled twice: for AVX2 (chosen at run
-// time where the CPU has it) and for the baseline target; both compute the same
-// integers.
+// vector loop carries no selects for them. Compiled three times: for AVX-512 (VL,
+// BW, DQ: 8 lanes still, but 32 vector registers instead of 16, which removes most
+// spills), for AVX2, and for the baseline target, the best the CPU has being
+// chosen at run time (lane_isa); all compute the same integers.
 template <Format F, RoundingMode Mode>
 [[gnu::always_inline]] inline void round_array_lanes_body(const float* in, std::uint32_t* out_bits, std::size_t n,
                                                           const RoundingSpec& spec_in,
@@ -78,22 +79,47 @@ template <Format F, RoundingMode Mode>
     if constexpr (Mode == RoundingMode::sr) {
       for (std::uint32_t j = 0; j < m; ++j) random[j] = stochastic_bits_keyed(key, chunk_position + j);
     }
+    // fp32 decode without selects: the implicit bit and exponent field 0 read as 1.
+    auto decode_fp32 = [](std::uint32_t bits, std::uint32_t& significand, std::int32_t& exponent) {
+      const std::uint32_t exp_field = (bits >> 23) & 0xffu;
+      significand = (bits & 0x7fffffu) | (std::min(exp_field, 1u) << 23);
+      exponent = static_cast<std::int32_t>(std::max(exp_field, 1u)) - 150;
+    };
+    // Formats with emin above fp32's: the decode in a loop of its own (fewer live
+    // values in the rounding loop, fewer AVX2 spills). bf16 (fp32's emin) keeps it
+    // fused, where the compiler sees that every fp32 input keeps bits down to the
+    // same quantum, and the number of bits dropped is a constant.
+    constexpr bool kSplitDecode = F.emin() > formats::fp32.emin();
+    [[maybe_unused]] std::uint32_t decoded_significand[kSplitDecode ? kChunk : 1];
+    [[maybe_unused]] std::int32_t decoded_exponent[kSplitDecode ? kChunk : 1];
+    if constexpr (kSplitDecode) {
+      for (std::uint32_t j = 0; j < m; ++j) {
+        std::uint32_t bits;
+        std::memcpy(&bits, chunk_in + j, sizeof bits);
+        decode_fp32(bits, decoded_significand[j], decoded_exponent[j]);
+      }
+    }
     std::uint32_t chunk_flags = 0, any_special = 0;
     for (std::uint32_t j = 0; j < m; ++j) {
       std::uint32_t bits;
       std::memcpy(&bits, chunk_in + j, sizeof bits);
       const std::uint32_t negative = bits >> 31;
-      const std::uint32_t exp_field = (bits >> 23) & 0xffu;
-      const std::uint32_t fraction = bits & 0x7fffffu;
-      // fp32 decode without selects: the implicit bit and exponent field 0 read as 1.
-      const std::uint32_t significand = fraction | (std::min(exp_field, 1u) << 23);
-      const std::int32_t exponent = static_cast<std::int32_t>(std::max(exp_field, 1u)) - 150;
+      std::uint32_t significand;
+      std::int32_t exponent;
+      if constexpr (kSplitDecode) {
+        significand = decoded_significand[j];
+        exponent = decoded_exponent[j];
+      } else {
+        decode_fp32(bits, significand, exponent);
+      }
       std::uint32_t random32 = 0;
       if constexpr (Mode == RoundingMode::sr) random32 = random[j];
       // Zeros go through the routine too (it gives the signed zero, no flag).
       std::uint32_t flags;
-      chunk_out[j] = round_pack_lane<F, Mode>(negative, exponent, significand, spec, random32, flags);
-      const std::uint32_t special = static_cast<std::uint32_t>(exp_field == 0xffu);
+      // Lead 23: fp32 normals have their leading bit there; subnormals and zeros
+      // (exponent -149) lie below every lane format's 2^emin (emin >= -126).
+      chunk_out[j] = round_pack_lane<F, Mode, 23>(negative, exponent, significand, spec, random32, flags);
+      const std::uint32_t special = static_cast<std::uint32_t>(exponent == 0xff - 150);  // inf, NaN
       chunk_flags |= flags & (special - 1u);
       any_special |= special;
     }
@@ -112,17 +138,35 @@ template <Format F, RoundingMode Mode>
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#define FLASHBITS_LANES_MULTIVERSION 1
+#define FLASHBITS_TARGET_AVX2 gnu::target("avx2")
+#define FLASHBITS_TARGET_AVX512 gnu::target("avx2,avx512f,avx512vl,avx512bw,avx512dq")
 template <Format F, RoundingMode Mode>
-[[gnu::target("avx2")]] void round_array_lanes_avx2(const float* in, std::uint32_t* out_bits, std::size_t n,
-                                                    const RoundingSpec& spec, std::uint64_t first_position,
-                                                    Flags* flags_out) {
+[[FLASHBITS_TARGET_AVX2]] void round_array_lanes_avx2(const float* in, std::uint32_t* out_bits, std::size_t n,
+                                                      const RoundingSpec& spec, std::uint64_t first_position,
+                                                      Flags* flags_out) {
   round_array_lanes_body<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
 }
-// FLASHBITS_NO_AVX2 (set, any value) forces the baseline loops: how the baseline
-// build is tested on AVX2 machines (both compute the same integers).
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && std::getenv("FLASHBITS_NO_AVX2") == nullptr;
-  return has;
+template <Format F, RoundingMode Mode>
+[[FLASHBITS_TARGET_AVX512]] void round_array_lanes_avx512(const float* in, std::uint32_t* out_bits, std::size_t n,
+                                                          const RoundingSpec& spec, std::uint64_t first_position,
+                                                          Flags* flags_out) {
+  round_array_lanes_body<F, Mode>(in, out_bits, n, spec, first_position, flags_out);
+}
+// The instruction set the lane loops run with, chosen once from the CPU.
+// FLASHBITS_NO_AVX512 (set, any value) caps it at AVX2, FLASHBITS_NO_AVX2 at the
+// baseline: how the other builds are tested, and timed, on a machine that has
+// more (all compute the same integers).
+enum class LaneIsa { baseline, avx2, avx512 };
+LaneIsa lane_isa() {
+  static const LaneIsa isa = [] {
+    if (!__builtin_cpu_supports("avx2") || std::getenv("FLASHBITS_NO_AVX2") != nullptr) return LaneIsa::baseline;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    if (!avx512 || std::getenv("FLASHBITS_NO_AVX512") != nullptr) return LaneIsa::avx2;
+    return LaneIsa::avx512;
+  }();
+  return isa;
 }
 #endif
 // Runs body(offset, count, position) over consecutive pieces of [0, n) whose
@@ -148,9 +192,14 @@ void round_array_lanes(const float* in, std::uint32_t* out_bits, std::size_t n, 
                        std::uint64_t first_position, Flags* flags_out) {
   for_each_key_span(n, first_position, flags_out, [&](std::size_t offset, std::size_t count, std::uint64_t position,
                                                       Flags* span_flags) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_has_avx2())
-      return round_array_lanes_avx2<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+#ifdef FLASHBITS_LANES_MULTIVERSION
+    switch (lane_isa()) {
+      case LaneIsa::avx512:
+        return round_array_lanes_avx512<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+      case LaneIsa::avx2:
+        return round_array_lanes_avx2<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+      case LaneIsa::baseline: break;
+    }
 #endif
     round_array_lanes_body<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
   });
@@ -194,6 +243,17 @@ void dispatch_mode(const FormatSource& source, const float* in, std::uint32_t* o
 
 }  // namespace
 
+const char* lane_instruction_set() {
+#ifdef FLASHBITS_LANES_MULTIVERSION
+  switch (lane_isa()) {
+    case LaneIsa::avx512: return "avx512";
+    case LaneIsa::avx2: return "avx2";
+    case LaneIsa::baseline: break;
+  }
+#endif
+  return "baseline";
+}
+
 void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n,
                  const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   // The formats that carry real tensors get a loop compiled for them; others share
@@ -214,7 +274,14 @@ namespace {
 // bits (subnormals shifted up, leading bit found by the float conversion, as in
 // round_pack_lane), so the product has 2p - 1 or 2p bits (<= 24 for p <= 12) and
 // its leading bit is far enough above its LSB for round_pack_lane's precondition.
-// Zero, inf and NaN operands mark the element for the scalar fb::mul.
+// Zeros are exact lane values (significand 0, see kZeroOperandExponent); inf and
+// NaN operands mark the element for the scalar operation.
+// A zero operand's exponent in the lanes: below every non-zero operand's (>= -149
+// - 23) by more than any alignment window, and far enough below emin that a zero
+// product or sum packs as a zero (round_pack_lane's precondition); small enough
+// in magnitude that sums of three stay far from int32's limits.
+inline constexpr std::int32_t kZeroOperandExponent = -1000;
+
 template <Format F>
 [[gnu::always_inline]] inline void decode_lane(std::uint32_t stored, std::uint32_t& negative, std::int32_t& exponent,
                                                std::uint32_t& significand, std::uint32_t& ordinary) {
@@ -234,12 +301,14 @@ template <Format F>
   const std::int32_t up = (p - 1) - lead;  // 0 for normals; garbage for zero (not ordinary)
   const std::int32_t up_clamped = up < 0 ? 0 : (up > 23 ? 23 : up);
   const std::uint32_t nonzero = std::min(bits & ~F.sign_mask(), 1u);
-  // A zero stands in as 2^(p-1) * 2^q (an ordinary value; the element is redone).
-  significand = (sig << up_clamped) | ((nonzero ^ 1u) << (p - 1));
-  exponent = q - up_clamped;
+  // A zero is significand 0 at kZeroOperandExponent, far below every non-zero
+  // value, so that the lanes compute exactly with it (see add_lane).
+  significand = (sig << up_clamped) & (0u - nonzero);
+  exponent = static_cast<std::int32_t>(detail::select_u32_bit(nonzero, static_cast<std::uint32_t>(q - up_clamped),
+                                                              static_cast<std::uint32_t>(kZeroOperandExponent)));
   const bool special = F.special == SpecialEncoding::ieee ? exp_field == F.exp_field_max()
                                                            : (bits & ~F.sign_mask()) == F.quiet_nan_pattern();
-  ordinary = nonzero & static_cast<std::uint32_t>(!special);  // 0 or 1
+  ordinary = static_cast<std::uint32_t>(!special);  // 0 or 1
 }
 
 enum class BinaryKind { add, mul, fma };  // fma: a*b + c (a third operand array)
@@ -254,10 +323,11 @@ enum class BinaryKind { add, mul, fma };  // fma: a*b + c (a third operand array
 // every deterministic mode rounds it to the same value with the same flags. sr
 // reads the discarded bits themselves, so add_array runs fb::add for sr.
 // Returns the significand normalised to bit 23 (what round_pack_lane needs
-// whatever the cancellation). An exact zero sum of non-zero addends (opposite
-// signs) comes back as a zero significand with fb::add's sign, +0 or -0 under rdn
-// (ZeroSumNegative), and an exponent far below the format's, which round_pack_lane
-// packs as that zero with no flag.
+// whatever the cancellation). A zero addend (significand 0 at kZeroOperandExponent)
+// adds nothing and loses nothing. An exact zero sum comes back as a zero
+// significand with fb::add's sign (two zeros of one sign: that sign; otherwise +0,
+// or -0 under rdn: ZeroSumNegative) and an exponent far below the format's, which
+// round_pack_lane packs as that zero with no flag.
 // fma uses the same routine on the exact product (normalised to 2p bits) and c
 // (shifted up to 2p bits): K is the operands' significand width, W = 22 - K >= 0.
 // Why the stand-in rounds like the exact sum, for every K <= 22: with exponents
@@ -291,7 +361,9 @@ template <int K, bool ZeroSumNegative, int ZeroExponent>
   const std::uint32_t magnitude = detail::select_u32_bit(flip, 0u - sum, sum);
   const std::uint32_t stand_in = (magnitude << 1) | lost;  // < 2^24
   const std::uint32_t zero = 1u - std::min(stand_in, 1u);
-  negative = detail::select_u32_bit(zero, ZeroSumNegative ? 1u : 0u, big_n ^ flip);
+  // A zero sum: of two zeros of the same sign, that sign; otherwise fb::add's rule.
+  const std::uint32_t zero_sum_negative = detail::select_u32_bit(same_sign, na, ZeroSumNegative ? 1u : 0u);
+  negative = detail::select_u32_bit(zero, zero_sum_negative, big_n ^ flip);
   const std::uint32_t safe = stand_in | zero;
   const std::int32_t lead =
       static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(safe))) >> 23) -
@@ -315,6 +387,14 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
   std::uint32_t all_flags = 0;
   constexpr std::size_t kChunk = 256;
   std::uint32_t redo[kChunk];  // 32-bit like every other lane value: mixed widths defeat the vectoriser
+  [[maybe_unused]] std::uint32_t operand_negative[2][kChunk], operand_significand[2][kChunk];
+  [[maybe_unused]] std::int32_t operand_exponent[2][kChunk];
+  std::uint32_t exact_negative[kChunk], exact_significand[kChunk];
+  std::int32_t exact_exponent[kChunk];
+  constexpr int p = F.precision();
+  // Where the exact significands' leading bit is (round_pack_lane's Lead): add_lane
+  // normalises sums to bit 23; products are normalised to 2p bits.
+  constexpr int kLead = Kind == BinaryKind::mul ? 2 * p - 1 : 23;
   for (std::size_t start = 0; start < n; start += kChunk) {
     const std::uint32_t m = static_cast<std::uint32_t>(n - start < kChunk ? n - start : kChunk);
     const std::uint32_t chunk_position = position_low + static_cast<std::uint32_t>(start);
@@ -322,34 +402,59 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
     const std::uint32_t* cb = b + start;
     const std::uint32_t* cc = Kind == BinaryKind::fma ? c + start : nullptr;
     std::uint32_t* co = out + start;
-    std::uint32_t chunk_flags = 0, any_redo = 0;
-    for (std::uint32_t i = 0; i < m; ++i) {  // 32-bit: see round_array_lanes_body
+    // Several loops over the chunk: for add, each operand decoded into chunk-local
+    // arrays; the exact result of each element (sign, exponent, significand) into
+    // chunk-local arrays; then round_pack_lane over those. One fused loop keeps
+    // more values and constants live than AVX2's 16 registers hold, and GCC then
+    // spends a third of its instructions rebuilding and spilling them; the arrays
+    // stay in L1. (Decoding in loops of their own was measured to help add, with
+    // AVX2 and AVX-512, and to slow mul and fma down.)
+    constexpr bool kSplitDecode = Kind == BinaryKind::add;
+    if constexpr (kSplitDecode) {
+      for (int k = 0; k < 2; ++k) {
+        const std::uint32_t* operand = k == 0 ? ca : cb;
+        for (std::uint32_t i = 0; i < m; ++i) {  // 32-bit: see round_array_lanes_body
+          std::uint32_t ordinary;
+          decode_lane<F>(operand[i], operand_negative[k][i], operand_exponent[k][i], operand_significand[k][i],
+                         ordinary);
+          redo[i] = (k == 0 ? 0u : redo[i]) | (ordinary ^ 1u);
+        }
+      }
+    }
+    std::uint32_t any_redo = 0;
+    for (std::uint32_t i = 0; i < m; ++i) {
       std::uint32_t na, nb, sa, sb;
       std::int32_t ea, eb;
-      std::uint32_t oa, ob;
-      decode_lane<F>(ca[i], na, ea, sa, oa);
-      decode_lane<F>(cb[i], nb, eb, sb, ob);
-      std::uint32_t random32 = 0;
-      if constexpr (Mode == RoundingMode::sr) {
-        random32 = stochastic_bits_keyed(key, chunk_position + i);
+      if constexpr (kSplitDecode) {
+        na = operand_negative[0][i], nb = operand_negative[1][i];
+        sa = operand_significand[0][i], sb = operand_significand[1][i];
+        ea = operand_exponent[0][i], eb = operand_exponent[1][i];
+      } else {
+        std::uint32_t oa, ob;
+        decode_lane<F>(ca[i], na, ea, sa, oa);
+        decode_lane<F>(cb[i], nb, eb, sb, ob);
+        redo[i] = (oa & ob) ^ 1u;
       }
-      std::uint32_t flags;
-      // Lanes with a special operand still run on stand-in values (see decode_lane).
-      std::uint32_t ordinary = oa & ob;
+      // Lanes with an inf or NaN operand still run on stand-in values (see decode_lane).
       if constexpr (Kind == BinaryKind::mul) {
-        co[i] = round_pack_lane<F, Mode>(na ^ nb, ea + eb, sa * sb, spec, random32, flags);
+        // The product of two p-bit significands, normalised to 2p bits (leading
+        // bit at 2p - 1: kLead), so that round_pack_lane need not look for it.
+        const std::uint32_t product = sa * sb;
+        const std::uint32_t short_product = (product >> (2 * p - 1)) ^ 1u;  // 1 when it has 2p - 1 bits
+        exact_negative[i] = na ^ nb;
+        exact_exponent[i] = ea + eb - static_cast<std::int32_t>(short_product);
+        exact_significand[i] = product << short_product;
       } else if constexpr (Kind == BinaryKind::add) {
         std::uint32_t negative;
         std::int32_t exponent;
-        const std::uint32_t sum = add_lane<F.precision(), kZeroSumNegative, kZeroExponent>(na, ea, sa, nb, eb, sb,
-                                                                                          negative, exponent);
-        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random32, flags);
+        exact_significand[i] = add_lane<p, kZeroSumNegative, kZeroExponent>(na, ea, sa, nb, eb, sb, negative, exponent);
+        exact_negative[i] = negative;
+        exact_exponent[i] = exponent;
       } else {
-        constexpr int p = F.precision();
         std::uint32_t nc, sc, oc;
         std::int32_t ec;
         decode_lane<F>(cc[i], nc, ec, sc, oc);
-        ordinary &= oc;
+        redo[i] |= oc ^ 1u;
         // The exact product, normalised to 2p bits; c shifted up to 2p bits.
         const std::uint32_t product = sa * sb;
         const std::uint32_t product_high = product >> (2 * p - 1);  // 1 when it already has 2p bits
@@ -357,13 +462,21 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
         const std::int32_t pe = ea + eb - static_cast<std::int32_t>(product_high ^ 1u);
         std::uint32_t negative;
         std::int32_t exponent;
-        const std::uint32_t sum =
+        exact_significand[i] =
             add_lane<2 * p, kZeroSumNegative, kZeroExponent>(na ^ nb, pe, ps, nc, ec - p, sc << p, negative, exponent);
-        co[i] = round_pack_lane<F, Mode>(negative, exponent, sum, spec, random32, flags);
+        exact_negative[i] = negative;
+        exact_exponent[i] = exponent;
       }
-      chunk_flags |= flags & (0u - ordinary);
-      redo[i] = ordinary ^ 1u;
-      any_redo |= ordinary ^ 1u;
+      any_redo |= redo[i];
+    }
+    std::uint32_t chunk_flags = 0;
+    for (std::uint32_t i = 0; i < m; ++i) {
+      std::uint32_t random32 = 0;
+      if constexpr (Mode == RoundingMode::sr) random32 = stochastic_bits_keyed(key, chunk_position + i);
+      std::uint32_t flags;
+      co[i] = round_pack_lane<F, Mode, kLead>(exact_negative[i], exact_exponent[i], exact_significand[i], spec,
+                                              random32, flags);
+      chunk_flags |= flags & (redo[i] - 1u);
     }
     if (any_redo) {
       // Few elements need it (e4m3 data: a zero operand in ~0.5% of them), so
@@ -390,11 +503,18 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
   if (flags_out) *flags_out = static_cast<Flags>(all_flags);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef FLASHBITS_LANES_MULTIVERSION
 template <Format F, RoundingMode Mode, BinaryKind Kind>
-[[gnu::target("avx2")]] void binary_lanes_avx2(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
-                                            std::size_t n, const RoundingSpec& spec, std::uint64_t first_position,
-                                            Flags* flags_out) {
+[[FLASHBITS_TARGET_AVX2]] void binary_lanes_avx2(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c,
+                                                 std::uint32_t* out, std::size_t n, const RoundingSpec& spec,
+                                                 std::uint64_t first_position, Flags* flags_out) {
+  binary_lanes_body<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
+}
+template <Format F, RoundingMode Mode, BinaryKind Kind>
+[[FLASHBITS_TARGET_AVX512]] void binary_lanes_avx512(const std::uint32_t* a, const std::uint32_t* b,
+                                                     const std::uint32_t* c, std::uint32_t* out, std::size_t n,
+                                                     const RoundingSpec& spec, std::uint64_t first_position,
+                                                     Flags* flags_out) {
   binary_lanes_body<F, Mode, Kind>(a, b, c, out, n, spec, first_position, flags_out);
 }
 #endif
@@ -404,10 +524,16 @@ void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uin
   for_each_key_span(n, first_position, flags_out, [&](std::size_t offset, std::size_t count, std::uint64_t position,
                                                       Flags* span_flags) {
     const std::uint32_t* c_span = c ? c + offset : nullptr;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_has_avx2())
-      return binary_lanes_avx2<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position,
-                                              span_flags);
+#ifdef FLASHBITS_LANES_MULTIVERSION
+    switch (lane_isa()) {
+      case LaneIsa::avx512:
+        return binary_lanes_avx512<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec,
+                                                  position, span_flags);
+      case LaneIsa::avx2:
+        return binary_lanes_avx2<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position,
+                                                span_flags);
+      case LaneIsa::baseline: break;
+    }
 #endif
     binary_lanes_body<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position, span_flags);
   });

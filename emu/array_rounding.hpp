@@ -12,9 +12,10 @@
 // It is not a second rounding algorithm: for bf16, fp16, e4m3, e5m2 and e2m1 every
 // element goes through round_pack_lane (emu/rounding.hpp: round_pack over 32-bit
 // lanes for significands of at most 24 bits, same algorithm and results) in a
-// branch-free loop that GCC vectorises (an AVX2 build chosen at run time, and a
-// baseline one); infinities and NaNs are then redone by fb::convert, whose bits
-// and flags they get. Other formats run round_pack itself per element.
+// branch-free loop that GCC vectorises (AVX-512 and AVX2 builds, the best the
+// CPU has chosen at run time, and a baseline one); infinities and NaNs are then
+// redone by fb::convert, whose bits and flags they get. Other formats run
+// round_pack itself per element.
 //
 // The batched operations below are built the same way; see their comment.
 #pragma once
@@ -27,6 +28,12 @@
 
 namespace fb {
 
+// The instruction set the vectorised loops run with on this CPU, chosen once at
+// run time: "avx512" (AVX-512 F/VL/BW/DQ), "avx2" or "baseline". Environment
+// variables cap it: FLASHBITS_NO_AVX512 at avx2, FLASHBITS_NO_AVX2 at baseline.
+// All give identical results; only the speed differs (reported by flashbits-bench).
+const char* lane_instruction_set();
+
 void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n,
                  const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
 
@@ -36,13 +43,14 @@ void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std
 // a, b, c, out hold one value of `f` per uint32 (its container bits).
 // mul_array on bf16, fp16, e4m3 and e5m2 runs a vectorised loop: the product of
 // two significands of at most 12 bits is exact in 24 bits, so it goes straight
-// into round_pack_lane; elements with a zero, inf or NaN operand are redone by
-// fb::mul. add_array and fma_array (bf16, fp16, e4m3, e5m2) align the two
+// into round_pack_lane (zeros included); elements with an inf or NaN operand are
+// redone by fb::mul. add_array and fma_array (bf16, fp16, e4m3, e5m2) align the two
 // addends (for fma the exact product and c) in a 22-bit window and hand the exact
 // sum, or a round-to-odd stand-in with a sticky bit at least 3 bits below any
 // rounding boundary (see add_lane in the .cpp), to round_pack_lane, in every mode
-// but sr (an exactly zero sum gets fb::add's signed zero there too); sr, other
-// formats and elements with a zero, inf or NaN operand run the scalar operation.
+// but sr (zero operands included; an exactly zero sum gets fb::add's signed zero
+// there too); sr, other formats and elements with an inf or NaN operand run the
+// scalar operation.
 void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
 void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,

@@ -426,27 +426,46 @@ template <Format F>
 }
 
 // ---- round_pack over 32-bit lanes -------------------------------------------
-// round_pack_lane<F, Mode> is round_pack specialised for exact values whose
+// round_pack_lane<F, Mode, Lead> is round_pack specialised for exact values whose
 // significand has at most 24 bits and no sticky part (fp32 inputs; operands, sums
 // and products of the narrow formats that fit): the same algorithm (bits kept =
 // p, or fewer below emin; the mode's decision from round_up_decision and
 // stochastic_carry; tininess after rounding by re-rounding at full precision when
-// e == emin - 1; packing by adding the significand to the exponent field minus
-// one; overflow by comparing with max finite) written in 32-bit integers without
-// branches, so that a loop over it vectorises (8 lanes with AVX2). The leading
-// bit's position is read from the significand converted to float (exact below
-// 2^24), which vector units can do and which needs no clz; the significand is not
-// shifted to normalise it (the bits to drop are counted from where it stands).
+// the value lies in [2^(emin-1), 2^emin); packing by adding the significand to the
+// biased exponent field minus one; overflow by comparing with max finite) written
+// in 32-bit integers without branches, so that a loop over it vectorises (8 lanes
+// with AVX2). The significand is not shifted to normalise it (the bits to drop are
+// counted from where it stands).
+// How the 32-bit form stays cheap (the same quantities as round_pack's, computed
+// differently; every step is exact):
+// - the discarded bits are read as a 0.32 fixed-point fraction of the kept LSB,
+//   significand << (32 - drop), as round_pack reads its frac64: round bit = its top
+//   bit, sticky = the rest non-zero;
+// - "the value is below 2^emin" (e < emin) is read from the truncated kept part:
+//   below 2^emin the quantum is 2^(emin-p+1), so the value is tiny iff its
+//   truncation to that quantum, kept_exact, is < 2^(p-1); and kept_exact == 2^(p-1) - 1
+//   (p >= 2) puts the value in [2^(emin-1), 2^emin), round_pack's e == emin - 1;
+// - the packed magnitude is ((max(e, emin) - emin) << man_bits) + kept, which is
+//   round_pack's ((e + bias - 1) << man_bits) + kept for normal results (emin = 1 -
+//   bias) and kept for subnormal ones, without a select.
+// Lead: the position of the significand's leading bit when the caller knows it
+// (-1: unknown, then it is read from the significand converted to float, exact
+// below 2^24). With Lead >= 0 the caller guarantees: the leading bit is at bit
+// Lead, or the value is below 2^emin and exponent + Lead <= emin (fp32 subnormals
+// and zeros with Lead = 23, exponent = -149, for formats with emin >= -126): in
+// both cases max(exponent + Lead, emin) = max(e, emin), which is all the routine
+// needs of e.
 // Results and flags are identical to round_pack's (tests/test_array_rounding.cpp
 // checks them against MPFR, and sr against fb::convert).
-// Restrictions (static_assert): F is signed, has subnormals, precision <= 23; the
-// format and mode are compile-time constants. At least one bit must be dropped:
-// the significand's leading bit is at least bit p - 1 (as with fp32 normals, whose
-// leading bit is bit 23), or exponent <= emin - p (fp32 subnormals and zeros, for
-// formats with emin >= -126 and p <= 23). `negative` is 0 or 1. `random32` is
-// stochastic_bits(spec.seed, position), read only when Mode is sr. A zero
-// significand gives the format's zero with that sign and no flag. Flags come back
-// as a 32-bit word so that a loop's flag reduction stays in 32-bit lanes.
+// Restrictions (static_assert): F is signed, has subnormals, precision in [2, 23],
+// emin = 1 - bias; the format and mode are compile-time constants. At least one
+// bit must be dropped: the significand's leading bit is at least bit p - 1 (as
+// with fp32 normals, whose leading bit is bit 23), or exponent <= emin - p (fp32
+// subnormals and zeros, for formats with emin >= -126 and p <= 23). `negative` is
+// 0 or 1. `random32` is stochastic_bits(spec.seed, position), read only when Mode
+// is sr. A zero significand gives the format's zero with that sign and no flag.
+// Flags come back as a 32-bit word so that a loop's flag reduction stays in
+// 32-bit lanes.
 namespace detail {
 // c ? a : b written with masks: a loop made of these has no branch and no
 // many-way merge, which GCC's if-conversion (and so its vectoriser) gives up on.
@@ -462,35 +481,45 @@ namespace detail {
 }
 }  // namespace detail
 
-template <Format F, RoundingMode Mode>
+template <Format F, RoundingMode Mode, int Lead = -1>
 [[gnu::always_inline]] inline std::uint32_t round_pack_lane(std::uint32_t negative, std::int32_t exponent,
                                                             std::uint32_t significand, const RoundingSpec& spec,
                                                             std::uint32_t random32, std::uint32_t& flags_out) {
-  static_assert(F.is_signed && F.has_subnormals() && F.has_zero() && F.precision() <= 23);
+  static_assert(F.is_signed && F.has_subnormals() && F.has_zero() && F.precision() >= 2 && F.precision() <= 23);
+  static_assert(F.emin() == 1 - F.bias);  // the packing below relies on it
+  static_assert(Lead >= -1 && Lead <= 23);
   constexpr int p = F.precision();
   constexpr int emin = F.emin();
-  // value = significand * 2^exponent, in [2^e, 2^(e+1)).
-  const std::int32_t lead =
-      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(significand))) >> 23) - 127;
+  // value = significand * 2^exponent, in [2^e, 2^(e+1)) (see Lead above).
+  std::int32_t lead = Lead;
+  if constexpr (Lead < 0) {
+    lead = static_cast<std::int32_t>(
+               std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(significand))) >> 23) -
+           127;
+  }
   const std::int32_t e = exponent + lead;
-  // Bits dropped: down to the quantum 2^(max(e, emin) - p + 1). From 25 on nothing
+  const std::int32_t e_quantum = e > emin ? e : emin;  // the binade whose quantum the result keeps
+  // Bits dropped: down to the quantum 2^(e_quantum - p + 1). From 25 on nothing
   // is kept and the round bit is 0, so 25 stands for every larger count; >= 1
   // by the precondition.
-  const std::int32_t drop_exact = (e > emin ? e : emin) - (p - 1) - exponent;
+  const std::int32_t drop_exact = e_quantum - (p - 1) - exponent;
   const std::int32_t drop = drop_exact < 25 ? drop_exact : 25;
-  const std::uint32_t rem = significand & ((1u << drop) - 1u);
-  const std::uint32_t half = 1u << (drop - 1);  // the round bit's weight
   const std::uint32_t kept_exact = significand >> drop;
+  // The discarded bits as a 0.32 fraction of the kept LSB (scaled down by
+  // 2^(drop_exact - 25) when capped, which keeps its round bit, 0, and its sticky).
+  const std::uint32_t fraction32 = significand << (32 - drop);
   std::uint32_t kept = kept_exact;
-  const std::uint32_t round_bit = (rem >> (drop - 1)) & 1u;
-  const std::uint32_t below_round_bit = rem & (half - 1u);
-  const std::uint32_t sticky = std::min(below_round_bit, 1u);
-  const std::uint32_t inexact = std::min(rem, 1u);
+  const std::uint32_t round_bit = fraction32 >> 31;
+  const std::uint32_t sticky = std::min(fraction32 << 1, 1u);
+  const std::uint32_t inexact = std::min(fraction32, 1u);
   // sr: the top 32 bits of the discarded fraction (those of round_pack's frac64).
   std::uint32_t fraction_hi32 = 0;
+  // When the drop is capped, fraction32 (= significand << 7, whose low 7 bits are
+  // 0) shifted right by drop_exact - 25 is that fraction exactly, or truncated to
+  // 32 bits past drop_exact 32; from 56 on it is 0.
   if constexpr (Mode == RoundingMode::sr) {
-    const std::int32_t down = drop_exact - 32 < 31 ? drop_exact - 32 : 31;
-    fraction_hi32 = drop_exact <= 32 ? rem << (32 - drop_exact) : rem >> down;  // rem < 2^24
+    const std::int32_t capped_by = drop_exact - drop < 31 ? drop_exact - drop : 31;
+    fraction_hi32 = fraction32 >> capped_by;
   }
   auto sr_carry = [&](std::uint32_t fraction) -> std::uint32_t {
     if constexpr (Mode == RoundingMode::sr) {
@@ -507,32 +536,31 @@ template <Format F, RoundingMode Mode>
                                                      sr_carry(fraction_hi32));
   }
   std::uint32_t flags = inexact * flag::inexact;
-  // Tininess after rounding: e == emin - 1 rounded at full precision p (one bit
-  // fewer dropped) may reach 2^emin. Only the all-ones p-bit significand can: the
-  // p - 1 kept bits all ones and the round bit set. It is odd, so the decision is
-  // taken with kept_odd = 1 (the compiler then drops what the mode does not read:
-  // rne and rna read only the round bit, rtz nothing). There (the only case that
-  // is read) full precision's round bit and sticky are the bits below this round
-  // bit, and its discarded fraction is this one less its top bit: fraction_hi32 << 1.
-  // (When drop is 1 nothing lies below the round bit, and the value is exact at
-  // full precision: no decision rounds up.)
+  // Tininess after rounding: a value in [2^(emin-1), 2^emin) rounded at full
+  // precision p (one bit fewer dropped) may reach 2^emin. Only the all-ones p-bit
+  // significand can: the p - 1 kept bits all ones and the round bit set. It is
+  // odd, so the decision is taken with kept_odd = 1 (the compiler then drops what
+  // the mode does not read: rne and rna read only the round bit, rtz nothing).
+  // There full precision's round bit and sticky are the bits below this round bit,
+  // and its discarded fraction is this one less its top bit. (When drop is 1
+  // nothing lies below the round bit, and the value is exact at full precision: no
+  // decision rounds up.)
   {
+    const std::uint32_t tiny = static_cast<std::uint32_t>(kept_exact < (1u << (p - 1)));  // value < 2^emin
     const std::uint32_t full_all_ones = static_cast<std::uint32_t>(kept_exact == (1u << (p - 1)) - 1u) & round_bit;
     std::uint32_t full_up = 0;
     if constexpr (Mode != RoundingMode::rto) {
-      const std::int32_t below = drop > 2 ? drop - 2 : 0;  // full precision's round bit
-      full_up = detail::round_up_decision<std::uint32_t>(
-          Mode, negative, 1u, (below_round_bit >> below) & 1u,
-          std::min(below_round_bit & ((1u << below) - 1u), 1u), sr_carry(fraction_hi32 << 1));
+      full_up = detail::round_up_decision<std::uint32_t>(Mode, negative, 1u, (fraction32 >> 30) & 1u,
+                                                         std::min(fraction32 << 2, 1u), sr_carry(fraction_hi32 << 1));
     }
-    const std::uint32_t reaches_normal = static_cast<std::uint32_t>(e == emin - 1) & full_all_ones & full_up;
-    flags |= static_cast<std::uint32_t>(e < emin) & inexact & (reaches_normal ^ 1u) ? flag::underflow : 0u;
+    const std::uint32_t reaches_normal = full_all_ones & full_up;
+    flags |= (tiny & inexact & (reaches_normal ^ 1u)) * flag::underflow;
   }
-  // Pack: significand (implicit bit included) plus the exponent field minus one.
-  // Exponents above emax + 1 all overflow; clamping keeps the sum in 32 bits.
-  const std::int32_t e_packed = e < F.emax() + 1 ? e : F.emax() + 1;
-  const std::uint32_t magnitude =
-      e >= emin ? (static_cast<std::uint32_t>(e_packed + F.bias - 1) << F.man_bits) + kept : kept;
+  // Pack: significand (implicit bit included) plus the exponent field minus one,
+  // which is e_quantum - emin (0 for subnormal results). Exponents above emax + 1
+  // all overflow; clamping keeps the sum in 32 bits.
+  const std::int32_t e_packed = e_quantum < F.emax() + 1 ? e_quantum : F.emax() + 1;
+  const std::uint32_t magnitude = (static_cast<std::uint32_t>(e_packed - emin) << F.man_bits) + kept;
   // magnitude < 2^31 (e_packed is clamped), so a signed compare, which AVX2 has, is exact.
   const bool overflow = static_cast<std::int32_t>(magnitude) > static_cast<std::int32_t>(F.max_finite_pattern());
   constexpr bool to_infinity_pos = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||

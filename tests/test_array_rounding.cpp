@@ -629,3 +629,83 @@ TEST_CASE("fma_array on fp16 and bf16 where c nearly cancels a*b: equals the sca
     }
   }
 }
+
+TEST_CASE("add_array, mul_array, fma_array with zero operands follow IEEE 754's exact-zero rules, all modes") {
+  // The lane loops compute zero operands themselves (a zero significand far below
+  // every other value) instead of handing them to the scalar ops, so their results
+  // are checked here against the rules written out (IEEE 754-2019 §6.3): x + ±0 =
+  // x, x * ±0 = a zero with the XOR of the signs, a*b + c with a*b = 0 and c != 0
+  // is c, all exact (no flag); a sum of two zeros (or of a zero product and a zero)
+  // is that zero when the signs agree, else +0, or -0 under rdn.
+  for (const fb::Format& f : {fb::formats::bf16, fb::formats::fp16, fb::formats::e4m3, fb::formats::e5m2}) {
+    const std::uint32_t count = 1u << f.width(), sign = f.sign_mask();
+    std::vector<std::uint32_t> finite;  // non-zero finite values of f
+    const std::uint32_t step = count <= 256 ? 1u : (sanitizer_scale() ? 257u : 7u);
+    for (std::uint32_t x = 0; x < count; x += step) {
+      const double v = fb::to_double(f, x);
+      if (std::isfinite(v) && v != 0.0) finite.push_back(x);
+    }
+    REQUIRE(finite.size() > 50);
+    std::vector<fb::RoundingMode> modes(std::begin(fb::kAllDeterministicModes), std::end(fb::kAllDeterministicModes));
+    modes.push_back(fb::RoundingMode::sr);
+    for (fb::RoundingMode mode : modes) {
+      fb::RoundingSpec spec;
+      spec.mode = mode;
+      spec.seed = 5;
+      const bool rdn = mode == fb::RoundingMode::rdn;
+      // x op zero, zero op x, and fma(x, zero, c) / fma(x, zero, zero) over every
+      // non-zero finite x, with both zero signs; c is another non-zero finite value.
+      for (std::uint32_t zero_sign : {0u, sign}) {
+        const std::uint32_t zero = zero_sign;
+        const std::size_t n = finite.size();
+        std::vector<std::uint32_t> zeros(n, zero), c(n), out(n), out_swapped(n), expected(n);
+        for (std::size_t i = 0; i < n; ++i) c[i] = finite[(i * 31 + 7) % n];
+        fb::Flags flags = 0, flags_swapped = 0;
+        fb::add_array(f, finite.data(), zeros.data(), out.data(), n, spec, 0, &flags);
+        fb::add_array(f, zeros.data(), finite.data(), out_swapped.data(), n, spec, 0, &flags_swapped);
+        CAPTURE(f.name);
+        CAPTURE(fb::to_string(mode));
+        CAPTURE(zero_sign);
+        CHECK(out == finite);
+        CHECK(out_swapped == finite);
+        CHECK(flags == 0);
+        CHECK(flags_swapped == 0);
+        fb::mul_array(f, finite.data(), zeros.data(), out.data(), n, spec, 0, &flags);
+        for (std::size_t i = 0; i < n; ++i) expected[i] = (finite[i] & sign) ^ zero_sign;
+        CHECK(out == expected);
+        CHECK(flags == 0);
+        fb::fma_array(f, finite.data(), zeros.data(), c.data(), out.data(), n, spec, 0, &flags);
+        CHECK(out == c);
+        CHECK(flags == 0);
+        fb::fma_array(f, zeros.data(), finite.data(), zeros.data(), out.data(), n, spec, 0, &flags);
+        for (std::size_t i = 0; i < n; ++i) {
+          const bool product_negative = ((finite[i] & sign) ^ zero_sign) != 0;
+          const bool c_negative = zero_sign != 0;
+          const bool negative = product_negative == c_negative ? c_negative : rdn;
+          expected[i] = negative ? sign : 0u;
+        }
+        CHECK(out == expected);
+        CHECK(flags == 0);
+      }
+      // Two zeros, every sign combination (several copies, so the vector loop runs).
+      for (std::uint32_t sa : {0u, sign}) {
+        for (std::uint32_t sb : {0u, sign}) {
+          const std::size_t n = 37;
+          std::vector<std::uint32_t> a(n, sa), b(n, sb), out(n);
+          fb::Flags flags = 0;
+          fb::add_array(f, a.data(), b.data(), out.data(), n, spec, 0, &flags);
+          const std::uint32_t sum = sa == sb ? sa : (rdn ? sign : 0u);
+          CAPTURE(f.name);
+          CAPTURE(fb::to_string(mode));
+          CAPTURE(sa);
+          CAPTURE(sb);
+          CHECK(out == std::vector<std::uint32_t>(n, sum));
+          CHECK(flags == 0);
+          fb::mul_array(f, a.data(), b.data(), out.data(), n, spec, 0, &flags);
+          CHECK(out == std::vector<std::uint32_t>(n, sa ^ sb));
+          CHECK(flags == 0);
+        }
+      }
+    }
+  }
+}
