@@ -47,6 +47,7 @@ struct HeadData {
   int n = 0, d = 0;
   std::vector<E> q, k, v, vt;       // rows [n][d]; vt = Vᵀ [d][n]
   std::vector<E> d_o, d_ot, qt, kt; // backward: dO rows, dOᵀ, Qᵀ, Kᵀ
+  std::vector<E> kp, kpt;           // triton_prescaled_k backward: the host-prescaled K' rows and K'ᵀ
   const E* q_row(int r) const { return q.data() + static_cast<std::size_t>(r) * d; }
   const E* k_row(int r) const { return k.data() + static_cast<std::size_t>(r) * d; }
   const E* v_row(int r) const { return v.data() + static_cast<std::size_t>(r) * d; }
@@ -55,6 +56,8 @@ struct HeadData {
   const E* dot_row(int c) const { return d_ot.data() + static_cast<std::size_t>(c) * n; }
   const E* qt_row(int c) const { return qt.data() + static_cast<std::size_t>(c) * n; }
   const E* kt_row(int c) const { return kt.data() + static_cast<std::size_t>(c) * n; }
+  const E* kp_row(int r) const { return kp.data() + static_cast<std::size_t>(r) * d; }
+  const E* kpt_row(int c) const { return kpt.data() + static_cast<std::size_t>(c) * n; }
   // fp8 models (attention/fp8_quant.hpp): this head's descale per Q block and per K/V
   // block (one entry each under per-tensor scaling); empty otherwise.
   std::vector<double> q_descale, k_descale, v_descale;
@@ -258,9 +261,11 @@ double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& 
   return 1.0;
 }
 
-// P̄_j from the score and the current max.
+// P̄_j from the score and the current max. `two_step`: the Triton tutorial's causal on-band
+// tiles scale first and subtract the max separately (KernelModel::causal_band_two_step_exponent).
 template <class A>
-double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double s, double m) {
+double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double s, double m,
+                bool two_step = false) {
   switch (km.scale) {
     case ScaleHandling::exponent_ffma: {
       // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled)
@@ -274,6 +279,7 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
     }
     case ScaleHandling::log2_units: {
       const double mm = m == -kInf ? 0.0 : m;
+      if (two_step) return ar.ex2(ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
       return ar.ex2(ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
     }
     case ScaleHandling::multiply_scores: {
@@ -341,8 +347,11 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       if constexpr (kTrace) ts.exact_acc_plot *= static_cast<long double>(alpha);
     }
 
-    // P̄ and the row sum.
-    for (int j = 0; j < len; ++j) sc.p[j] = exponent(km, ar, k, sc.s[j], m);
+    // P̄ and the row sum. Triton, causal: tiles from the row block's first key on take the
+    // masked ("on-band") path (start_n >= start_m * BLOCK_M).
+    const bool two_step =
+        km.causal_band_two_step_exponent && g.causal && kb >= row / g.tiles.block_m * g.tiles.block_m;
+    for (int j = 0; j < len; ++j) sc.p[j] = exponent(km, ar, k, sc.s[j], m, two_step);
     if (km.row_sum == RowSumOrder::fa2_quad) {
       // Thread t of the quad owns columns {2t, 2t+1} + 8i of the tile; each folds its
       // columns in order (reduce_sum<zero_init=false>), tile after tile.
@@ -363,7 +372,12 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       for (int t = 0; t < 4; ++t)
         if (started[t]) l_thread[t] = ar.f32(l_thread[t] + tile_sum[t]);
     } else {
-      const double rs = pairwise_sum(sc.p.data(), len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
+      int sum_len = len;
+      if (km.row_sum_over_full_tile) {  // masked columns of the tile enter the reduction as zeros
+        sum_len = std::min(g.n, kb + bn) - kb;
+        std::fill(sc.p.begin() + len, sc.p.begin() + sum_len, 0.0);
+      }
+      const double rs = pairwise_sum(sc.p.data(), sum_len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
       if (km.l_update_fma) {
         l = ar.fma32(it == 0 && !km.l_init_one ? 0.0 : l, alpha, rs);
       } else if (rescale) {
@@ -677,13 +691,9 @@ struct BwdBuffers {
 };
 
 // P for one row and key in the FA2 backward: ex2(S*scale_log2 - LSE*log2e) (Scale_max=false:
-// max_scaled = lse * float(M_LOG2E)); Triton: ex2(S*qk_scale - M) with M in log2 units.
+// max_scaled = lse * float(M_LOG2E)).
 template <class A>
-double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
-  if (km.scale == ScaleHandling::log2_units) {
-    const double mm = lse_kernel == -kInf ? 0.0 : lse_kernel;
-    return ar.ex2(ar.fma32(s, k.qk_scale, -mm));
-  }
+double fa2_backward_p(const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
   double log2e = std::numbers::log2e;
   if constexpr (!A::exact) log2e = static_cast<float>(std::numbers::log2e);
   const double lse_scaled = lse_kernel == -kInf ? 0.0 : ar.f32(lse_kernel * log2e);
@@ -718,7 +728,7 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
           double p = 0.0, ds = 0.0;
           if (j < nk) {
             const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(r), hd.k_row(j), d));
-            p = fa2_backward_p(km, ar, k, s, stats[r].lse_kernel);
+            p = fa2_backward_p(ar, k, s, stats[r].lse_kernel);
             const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
             ds = ar.f32(p * ar.f32(dp - delta[r]));  // pointwise_mult: p * (dp - d)
           }
@@ -755,6 +765,111 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
       }
   }
   for (std::size_t i = 0; i < dq_acc.size(); ++i) dq_out[i] = ar.to(km.output, ar.f32(dq_acc[i] * k.scale_f));
+}
+
+// ---- the Triton tutorial's backward (BackwardKernel::triton_prescaled_k) ----------------
+// The host's K pre-scale factor as the kernel sees it: softmax_scale * RCP_LN2 in Python
+// double, passed by PyTorch's tensor * scalar as an fp32 opmath scalar.
+template <class A>
+double triton_k_prescale(const KernelModel& km, double softmax_scale) {
+  if constexpr (A::exact) return softmax_scale * std::numbers::log2e;
+  return static_cast<float>(softmax_scale * km.bwd_k_prescale);
+}
+
+// P for one row and key: qkT = tl.dot(k', qT) in fp32 (log2 units, K' pre-scaled), then
+// pT = exp2(qkT - M) with M = m + log2(l) from the forward (a separate fp32 subtraction).
+// Rows that saw nothing have M = +inf, so P = exp2(-inf) = 0.
+template <class A, class E>
+double triton_backward_p(const KernelModel& km, const A& ar, const HeadData<E>& hd, int row, int key, double m_log2) {
+  const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.kp_row(key), hd.d));
+  return ar.ex2(ar.f32(s - m_log2));
+}
+
+// A half-open range of rows or keys visited by one tl.dot step.
+struct Span {
+  int begin = 0, end = 0;
+};
+
+// The tutorial's visiting order along the inner index for one outer block starting at
+// `block_begin` (a KV block of _attn_bwd_dkdv or a row block of _attn_bwd_dq). Causal: the
+// diagonal block [block_begin, block_begin + block) in steps of step / slice (MASK=True),
+// then `rest` in steps of `step` (MASK=False). Non-causal: [0, n) in steps of `step`
+// (ASSUMED: the tutorial's backward is written for causal attention only).
+void triton_steps(bool causal, int n, int block_begin, int block, int step, int slice, Span rest, std::vector<Span>& out) {
+  out.clear();
+  auto cover = [&](int b, int e, int st) {
+    for (int i = b; i < e; i += st) out.push_back(Span{i, std::min(e, i + st)});
+  };
+  if (!causal) {
+    cover(0, n, step);
+    return;
+  }
+  cover(block_begin, std::min(n, block_begin + block), std::max(1, step / std::max(1, slice)));
+  cover(rest.begin, rest.end, step);
+}
+
+// _attn_bwd for one head. dK, dV: per key (its KV block of bwd_block_n keys fixes the
+// diagonal block), dv += tl.dot(pT.to(F), do) and dk += tl.dot(dsT.to(F), qT) over the row
+// steps with the fp32 accumulators as C; dsT = pT * (dpT - delta) in fp32; at the end
+// dk *= sm_scale (fp32) and both are stored in F. dQ: per row (its row block of bwd_block_n
+// rows), dq += tl.dot(ds.to(F), K') over the key steps (diagonal block first, then keys from
+// 0), then dq *= fp32(ln 2) because K' carried sm_scale * log2(e). Masked entries
+// (tl.where(mask, p, 0)) stay in their steps as zeros.
+template <class A, class E>
+void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                          const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                          double* dk_out, double* dv_out) {
+  const int n = g.n, d = g.d;
+  const int block = g.tiles.bwd_block_n, step = g.tiles.bwd_block_m;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
+  std::vector<Span> spans;
+  std::vector<E> p_col(static_cast<std::size_t>(n)), ds_col(static_cast<std::size_t>(n));
+  auto p_and_ds = [&](int r, int j, E& p_out, E& ds_out) {
+    if (j >= visible_keys(g, r)) {  // tl.where(mask, pT, 0.0)
+      p_out = ds_out = static_cast<E>(0);
+      return;
+    }
+    const double p = triton_backward_p(km, ar, hd, r, j, stats[r].lse_kernel);
+    const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);  // tl.dot(v, do^T), fp32
+    p_out = static_cast<E>(ar.to(km.p_cast, p));
+    ds_out = static_cast<E>(ar.to(km.p_cast, ar.f32(p * ar.f32(dp - delta[r]))));
+  };
+  // dK, dV.
+  for (int j = 0; j < n; ++j) {
+    const int kb = j / block * block;
+    triton_steps(g.causal, n, kb, block, step, km.bwd_mask_slice, Span{std::min(n, kb + block), n}, spans);
+    for (const Span& sp : spans)
+      for (int r = sp.begin; r < sp.end; ++r) p_and_ds(r, j, p_col[r], ds_col[r]);
+    for (int c = 0; c < d; ++c) {
+      double dv = 0.0, dk = 0.0;
+      for (const Span& sp : spans) {
+        const int len = sp.end - sp.begin;
+        dv = ar.dot(km.pv_dot, dv, p_col.data() + sp.begin, hd.dot_row(c) + sp.begin, len);
+        dk = ar.dot(km.pv_dot, dk, ds_col.data() + sp.begin, hd.qt_row(c) + sp.begin, len);
+      }
+      const std::size_t o = static_cast<std::size_t>(j) * d + c;
+      dv_out[o] = ar.to(km.output, dv);
+      dk_out[o] = ar.to(km.output, ar.f32(dk * k.scale_f));
+    }
+  }
+  // dQ (the kernel recomputes P and dS; the same arithmetic gives the same values).
+  std::vector<E>& ds_row = ds_col;
+  for (int r = 0; r < n; ++r) {
+    const int rb = r / block * block;
+    triton_steps(g.causal, n, rb, block, step, km.bwd_mask_slice, Span{0, rb}, spans);
+    for (const Span& sp : spans)
+      for (int j = sp.begin; j < sp.end; ++j) {
+        E p_unused;
+        p_and_ds(r, j, p_unused, ds_row[j]);
+      }
+    for (int c = 0; c < d; ++c) {
+      double dq = 0.0;
+      for (const Span& sp : spans)
+        dq = ar.dot(km.pv_dot, dq, ds_row.data() + sp.begin, hd.kpt_row(c) + sp.begin, sp.end - sp.begin);
+      dq_out[static_cast<std::size_t>(r) * d + c] = ar.to(km.output, ar.f32(dq * ln2));
+    }
+  }
 }
 
 // The tensor-op backward (PyTorch autograd through the recipe's forward): per KV tile
@@ -847,9 +962,12 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
   for (int j = 0; j < nk; ++j) {
     double p;
     double dp;
-    if (km.o_acc == OAccumulator::mma_c) {
+    if (km.backward == BackwardKernel::triton_prescaled_k) {
+      p = triton_backward_p(km, ar, hd, row, j, st.lse_kernel);
+      dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
+    } else if (km.backward == BackwardKernel::fa2_seqk_parallel) {
       const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.k_row(j), g.d));
-      p = fa2_backward_p(km, ar, k, s, st.lse_kernel);
+      p = fa2_backward_p(ar, k, s, st.lse_kernel);
       dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
     } else {
       if (km.structure == Structure::materialised) {
@@ -957,6 +1075,18 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       hd.kv_block_rows = fp8->kv_block_rows;
     }
     if (backward) copy_rows(*in.d_o, b, h, hd.d_o, &hd.d_ot);
+    if (backward && km.backward == BackwardKernel::triton_prescaled_k) {
+      // _attention.backward: arg_k = k * (sm_scale * RCP_LN2), a tensor op in the input format.
+      const double factor = triton_k_prescale<A>(km, g.scale);
+      hd.kp.resize(hd.k.size());
+      hd.kpt.resize(hd.k.size());
+      for (int r = 0; r < N; ++r)
+        for (int c = 0; c < D; ++c) {
+          const std::size_t i = static_cast<std::size_t>(r) * D + c;
+          hd.kp[i] = static_cast<E>(ar.op(km.input, static_cast<double>(hd.k[i]) * factor));
+          hd.kpt[static_cast<std::size_t>(c) * N + r] = hd.kp[i];
+        }
+    }
   });
 
   // Traced rows, by (b, h, r).
@@ -1039,10 +1169,10 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     double* dq = out.dq->row(b, h, 0);
     double* dk = out.dk->row(b, h, 0);
     double* dv = out.dv->row(b, h, 0);
-    if (km.o_acc == OAccumulator::mma_c) {
-      mma_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
-    } else {
-      tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
+    switch (km.backward) {
+      case BackwardKernel::fa2_seqk_parallel: mma_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
+      case BackwardKernel::triton_prescaled_k: triton_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
+      case BackwardKernel::tensor_ops: tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
     }
   });
   if (km.fp8.enabled) {

@@ -83,6 +83,7 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.sfu = correct_sfu_set();
   m.ftz = true;
   m.delta = DeltaFormula::fa2_threads;
+  m.backward = BackwardKernel::fa2_seqk_parallel;  // flash_bwd_kernel.h compute_dq_dk_dv_seqk_parallel
   return m;
 }
 
@@ -120,6 +121,7 @@ KernelModel standard(const Format& f) {
   m.ftz = false;
   m.delta = DeltaFormula::softmax_backward;
   m.bwd_format = f;
+  m.backward = BackwardKernel::tensor_ops;  // autograd through the tensor ops above
   return m;
 }
 
@@ -172,6 +174,7 @@ KernelModel golden(const std::optional<Format>& f, const std::string& fname, boo
   m.ftz = false;
   m.delta = DeltaFormula::softmax_backward;
   m.bwd_format = f;
+  m.backward = BackwardKernel::tensor_ops;  // autograd through the tensor ops above
   return m;
 }
 
@@ -213,41 +216,75 @@ KernelModel fa_bf16acc() {
   m.delta = DeltaFormula::rounded_products;
   m.delta_format = formats::bf16;
   m.bwd_format = formats::bf16;
+  m.backward = BackwardKernel::tensor_ops;  // autograd through the bf16 tensor ops
   return m;
 }
 
+// The Triton fused-attention tutorial, triton-lang/triton python/tutorials/06-fused-attention.py
+// (read at commit 003da478d84f5bb0f51b3988cf0ea0bbe60282b7). Each field says which line of
+// the tutorial it models; "tl.sum order" and "tl.dot order" are assumptions (pairwise and
+// the sm80 MMA model). The tutorial is written for fp16 (p.to(tl.float16), dsT.to(tl.float16));
+// with bf16 inputs the model casts P̄ and dS to bf16 instead (ASSUMED adaptation).
 KernelModel triton_tutorial(const Format& dtype) {
   KernelModel m;
   m.base = "triton-tutorial";
-  m.description = "Triton fused-attention tutorial (06-fused-attention.py): max in scaled log2 units, l = 1 "
-                  "initially, acc fp32 through tl.dot as C, O = acc / l; sm80 tensor-core model, KV first to last";
-  m.sources = "triton tutorials/06-fused-attention.py (_attn_fwd_inner, _attn_bwd); reduction order of tl.sum "
-              "modelled as pairwise and tl.dot's as the sm80 MMA (assumptions)";
+  m.description =
+      "Triton fused-attention tutorial (06-fused-attention.py): forward qk_scale = fp32(sm_scale*1.44269504), "
+      "max in scaled log2 units, l = 1 initially, l = fma(l, alpha, rowsum), P̄ = exp2(fma(qk, qk_scale, -m)) "
+      "(causal diagonal block: fp32(qk*qk_scale) then - m), acc fp32 through tl.dot as C, O = acc / l, "
+      "M = m + log2(l); backward: delta = tl.sum(o*do) in fp32 from the stored O, K pre-scaled on the host "
+      "K' = F(fp32(k*fp32(sm_scale*1.4426950408889634))), P = exp2(Q·K'ᵀ - M), dS = P*(dP - delta) cast to F, "
+      "dV, dK per 128-key block over 32-row steps (16 on the causal diagonal), dQ per 128-row block over "
+      "32-key steps (diagonal first), dK *= sm_scale, dQ *= fp32(ln 2); sm80 tensor-core model, KV first to "
+      "last, SFUs: correct rounding (UNMEASURED), fp32 division modelled correctly rounded (Triton emits "
+      "div.full.f32, <= 2 ulp: UNMEASURED); backward is the tutorial's causal kernel (non-causal: ASSUMED "
+      "extension over all rows/keys from 0)";
+  m.sources =
+      "triton-lang/triton python/tutorials/06-fused-attention.py @003da478: _attn_fwd (qk_scale = sm_scale; "
+      "qk_scale *= 1.44269504; m_i = -inf; l_i = 1.0; epilogue m_i += log2(l_i), acc / l_i), _attn_fwd_inner "
+      "(m_ij = max(m_i, max(qk)*qk_scale); qk = qk*qk_scale - m_ij; causal on-band: qk = qk*qk_scale + mask, "
+      "qk -= m_ij; p = exp2(qk); alpha = exp2(m_i - m_ij); l_i = l_i*alpha + sum(p); p.to(fp16); "
+      "acc = dot(p, v, acc)), _attention.backward (arg_k = k * (sm_scale * RCP_LN2), BLOCK_M1, BLOCK_N1, "
+      "BLOCK_M2, BLOCK_N2 = 32, 128, 128, 32; BLK_SLICE_FACTOR = 2), _attn_bwd_preprocess (delta = "
+      "sum(o * do.to(fp32))), _attn_bwd_dkdv (pT = exp2(qkT - m); dv += dot(pT.to(fp16), do); "
+      "dsT = pT*(dpT - Di); dk += dot(dsT.to(fp16), qT)), _attn_bwd_dq (ds = p*(dp - Di); "
+      "dq += dot(ds.to(fp16), kT) with the pre-scaled kT), _attn_bwd (dk *= sm_scale; dq *= LN2 = "
+      "0.6931471824645996). Triton fp-fusion contracts a*b + c into FMA (default enable_fp_fusion); "
+      "div.full.f32 from TritonGPUToLLVM FDivOpConversion. ASSUMED: tl.sum pairwise, tl.dot as sm80 MMA, "
+      "exp2/log2 correctly rounded";
   m.input = dtype;
   m.output = dtype;
   m.structure = Structure::online_softmax;
-  m.kv_order = KvOrder::first_to_last;
-  m.tiles_by_head_dim = {{0, TileSizes{128, 64, 128, 128}}};
-  m.score_dot = tensor_core_dot("sm80");
+  m.kv_order = KvOrder::first_to_last;  // for start_n in range(lo, hi, BLOCK_N)
+  // Forward BLOCK_M x BLOCK_N is autotuned over {64, 128} x {32, 64}; 128 x 64 is modelled.
+  // Backward: bwd_block_n = BLOCK_N1 = BLOCK_M2 = 128, bwd_block_m = BLOCK_M1 = BLOCK_N2 = 32.
+  m.tiles_by_head_dim = {{0, TileSizes{128, 64, 32, 128}}};
+  m.score_dot = tensor_core_dot("sm80");  // tl.dot(q, k), fp32 accumulator
   m.score_format = formats::fp32;
-  m.scale = ScaleHandling::log2_units;
+  m.scale = ScaleHandling::log2_units;   // m_ij = max(m_i, max(qk)*qk_scale); exp2(qk*qk_scale - m_ij)
+  m.causal_band_two_step_exponent = true;  // causal on-band: qk = qk*qk_scale + mask; qk -= m_ij
   m.max_format = formats::fp32;
   m.p_format = formats::fp32;
-  m.row_sum = RowSumOrder::pairwise;
+  m.row_sum = RowSumOrder::pairwise;      // l_ij = tl.sum(p, 1) (order assumed)
+  m.row_sum_over_full_tile = true;        // tl.sum over all BLOCK_N columns, masked ones are 0
   m.row_sum_internal = formats::fp32;
   m.row_sum_format = formats::fp32;
-  m.l_init_one = true;
-  m.l_update_fma = true;
-  m.sum_uses_unrounded_p = true;
-  m.p_cast = dtype;
-  m.pv_dot = tensor_core_dot("sm80");
+  m.l_init_one = true;                    // l_i = zeros + 1.0
+  m.l_update_fma = true;                  // l_i = l_i*alpha + l_ij, fused
+  m.sum_uses_unrounded_p = true;          // tl.sum(p) before p.to(fp16)
+  m.p_cast = dtype;                       // p.to(tl.float16) (bf16: adaptation, see above)
+  m.pv_dot = tensor_core_dot("sm80");     // acc = tl.dot(p, v, acc)
   m.o_acc = OAccumulator::mma_c;
-  m.normalisation = Normalisation::divide_fp32;
-  m.lse = LseFormula::log2_units;
+  m.normalisation = Normalisation::divide_fp32;  // acc / l_i (div.full.f32 modelled as correctly rounded)
+  m.lse = LseFormula::log2_units;         // M = m_i + log2(l_i)
   m.sfu = correct_sfu_set();
   m.ftz = false;
-  m.delta = DeltaFormula::fa2_threads;  // _attn_bwd_preprocess: sum(o * do) in fp32 (order modelled like FA2)
-  m.triton_prescale_k = true;
+  // _attn_bwd_preprocess: o (stored dtype) * do.to(fp32): products exact in fp32, tl.sum in fp32.
+  m.delta = DeltaFormula::rounded_products;
+  m.delta_format = formats::fp32;
+  m.backward = BackwardKernel::triton_prescaled_k;
+  m.bwd_k_prescale = 1.4426950408889634;  // RCP_LN2 in _attention.backward
+  m.bwd_mask_slice = 2;                   // BLK_SLICE_FACTOR
   return m;
 }
 

@@ -104,8 +104,20 @@ enum class LseFormula : std::uint8_t {
 
 enum class DeltaFormula : std::uint8_t {
   fa2_threads,        // per-thread sequential fp32 over 8 contiguous columns per chunk, butterfly
-  rounded_products,   // Qiu & Yao: products rounded to `delta_format`, summed in fp32, returned in delta_format
+  rounded_products,   // products rounded to `delta_format`, summed pairwise in fp32, returned in delta_format
+                      // (Qiu & Yao: bf16; Triton tl.sum(o * do) with do in fp32: fp32)
   softmax_backward,   // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
+};
+
+// Which backward kernel structure the recipe runs (after delta).
+enum class BackwardKernel : std::uint8_t {
+  fa2_seqk_parallel,   // FA2 compute_dq_dk_dv_seqk_parallel: per n_block, m_blocks last to first; P from
+                       // ex2(S*scale_log2 - LSE*log2e); dK, dQ scaled by softmax_scale at the end
+  triton_prescaled_k,  // Triton tutorial _attn_bwd: K pre-scaled on the host; P = exp2(Q·K'ᵀ - M) (log2 units);
+                       // dK/dV per KV block of bwd_block_n keys over row steps of bwd_block_m (on the causal
+                       // diagonal block bwd_block_m / bwd_mask_slice); dQ per row block over key steps
+                       // likewise (diagonal block first, then keys from 0); dK *= sm_scale, dQ *= fp32(ln 2)
+  tensor_ops,          // PyTorch autograd through the recipe's tensor ops (standard, golden, fa-bf16acc)
 };
 
 struct TileSizes {
@@ -141,6 +153,10 @@ struct KernelModel {
   bool l_init_one = false;                    // Triton initialises l = 1 (harmless: the first α is 0)
   bool l_update_fma = false;                  // Triton: l = fma(l, α, rowsum) (fp-fusion)
   bool sum_uses_unrounded_p = true;           // ℓ from P̄ before its cast (FA2)
+  // pairwise row sums: the reduction runs over the whole KV tile, causal-masked entries as
+  // exact zeros (Triton: tl.sum(p, 1) over BLOCK_N after tl.where/-1e6 masking), which
+  // changes the pairing on the diagonal tile; otherwise over the visible keys only.
+  bool row_sum_over_full_tile = false;
   // ---- P̄ cast and P·V ----
   std::optional<Format> p_cast;               // P̄ for the P·V matmul
   DotSpec pv_dot;
@@ -158,9 +174,17 @@ struct KernelModel {
   DeltaFormula delta = DeltaFormula::fa2_threads;
   std::optional<Format> delta_format;         // rounded_products: products and result
   std::optional<Format> bwd_format;           // tensor-op models: every op's result (dP, dS, ...)
-  // Triton's backward pre-scales K by sm_scale*log2(e) in fp16. NOT modelled yet: the
-  // triton-tutorial backward runs FA2's order (P from the log2-unit LSE, dK/dQ scaled at the end).
-  bool triton_prescale_k = false;
+  BackwardKernel backward = BackwardKernel::fa2_seqk_parallel;
+  // triton_prescaled_k: the host multiplies K by (softmax_scale * bwd_k_prescale) in double
+  // (Python floats), PyTorch passes it to the kernel as an fp32 scalar and rounds
+  // fp32(k * scalar) to the input format: K' = F(fp32(k * fp32(c))).
+  double bwd_k_prescale = 0.0;
+  // triton_prescaled_k: BLK_SLICE_FACTOR, the divisor of the step on the causal diagonal block.
+  int bwd_mask_slice = 1;
+  // Triton tutorial, causal forward: on KV tiles from the row block's first key on
+  // (start_n >= start_m*BLOCK_M, the "masked" path), qk = fp32(qk*qk_scale) (+ mask) first and
+  // the max is subtracted by a separate fp32 subtraction; elsewhere one FMA qk*qk_scale - m.
+  bool causal_band_two_step_exponent = false;
 
   // ---- FP8 (fa3-fp8-sm90, standard-fp8) ----
   Fp8Quantisation fp8;

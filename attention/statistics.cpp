@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 namespace fb::attn {
 namespace {
@@ -149,6 +150,111 @@ BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
   }
   const double stddev = n < 2 ? 0.0 : std::sqrt(ss / static_cast<double>(n - 1));
   return summarize_moments(n, mean, stddev, positives, negatives, alpha);
+}
+
+// ---- aggregators -----------------------------------------------------------------------
+double ulp_at(const Format& f, double x) {
+  const double ax = std::fabs(x);
+  int e = f.emin();
+  if (ax > 0 && std::isfinite(ax)) e = std::max(std::ilogb(ax), f.emin());
+  return std::ldexp(1.0, e - f.man_bits);
+}
+
+RowSummary summarize_row(const RowTrace& trace) {
+  RowSummary s;
+  s.batch = trace.batch;
+  s.head = trace.head;
+  s.row = trace.row;
+  s.tiles = static_cast<int>(trace.tiles.size());
+  if (!trace.tiles.empty()) {
+    s.final_max = trace.tiles.back().running_max;
+    s.final_sum = trace.tiles.back().running_sum;
+  }
+  for (const TileRecord& t : trace.tiles) {
+    s.p_equal_one += t.p_equal_one;
+    s.repeated_max += t.repeated_max;
+    s.significand_overflows += t.significand_overflows;
+    s.ties += t.ties;
+    s.rounded_up += t.rounded_up;
+    s.rounded_down += t.rounded_down;
+    s.pv_signed_error += t.pv_signed_error;
+  }
+  for (const RoundingEvent& ev : trace.o_cast) {
+    s.o_cast_up += ev.direction == RoundDirection::up ? 1 : 0;
+    s.o_cast_down += ev.direction == RoundDirection::down ? 1 : 0;
+    s.o_cast_ties += ev.tie ? 1 : 0;
+    if (std::isfinite(ev.error_ulps)) s.o_cast_error_ulps += ev.error_ulps;
+  }
+  s.delta_error_from_o = trace.delta_error_from_o;
+  s.delta_error_from_reduction = trace.delta_error_from_reduction;
+  return s;
+}
+
+ErrorHistogram::ErrorHistogram(double width, double half_range) : bin_width(width), range(half_range) {
+  if (!(width > 0) || !(half_range > 0) || !std::isfinite(half_range / width) || half_range / width > 1e7) {
+    throw std::invalid_argument("ErrorHistogram: bin width and range must be positive (at most 2e7 bins)");
+  }
+  counts.assign(static_cast<std::size_t>(std::ceil(2.0 * half_range / width)), 0);
+}
+
+void ErrorHistogram::add(double ulps) {
+  ++total;
+  if (!std::isfinite(ulps)) {
+    ++not_finite;
+    return;
+  }
+  sum += ulps;
+  if (ulps < -range) {
+    ++below;
+    return;
+  }
+  const double index = std::floor((ulps + range) / bin_width);
+  if (index >= static_cast<double>(counts.size())) {
+    ++above;
+    return;
+  }
+  ++counts[static_cast<std::size_t>(index)];
+}
+
+void ErrorHistogram::merge(const ErrorHistogram& other) {
+  if (other.bin_width != bin_width || other.range != range || other.counts.size() != counts.size()) {
+    throw std::invalid_argument("ErrorHistogram::merge: different binning");
+  }
+  for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += other.counts[i];
+  below += other.below;
+  above += other.above;
+  not_finite += other.not_finite;
+  total += other.total;
+  sum += other.sum;
+}
+
+double ErrorHistogram::mean() const {
+  const std::uint64_t finite = total - not_finite;
+  return finite == 0 ? 0.0 : sum / static_cast<double>(finite);
+}
+
+namespace {
+void add_tensor(ErrorHistogram& h, const Tensor4& run, const Tensor4& reference, const Format& f) {
+  if (run.data.size() != reference.data.size()) throw std::invalid_argument("add_stage_errors: shapes differ");
+  for (std::size_t i = 0; i < run.data.size(); ++i) {
+    const double x = run.data[i], ref = reference.data[i];
+    if (x == ref) {  // also +inf == +inf (LSE of an empty row)
+      h.add(0.0);
+      continue;
+    }
+    h.add((x - ref) / ulp_at(f, ref));
+  }
+}
+}  // namespace
+
+void add_stage_errors(StageHistograms& h, const AttentionOutputs& run, const AttentionOutputs& reference,
+                      const Format& output_format) {
+  add_tensor(h.o, run.o, reference.o, output_format);
+  add_tensor(h.lse, run.lse, reference.lse, formats::fp32);
+  if (run.delta && reference.delta) add_tensor(h.delta, *run.delta, *reference.delta, formats::fp32);
+  if (run.dq && reference.dq) add_tensor(h.dq, *run.dq, *reference.dq, output_format);
+  if (run.dk && reference.dk) add_tensor(h.dk, *run.dk, *reference.dk, output_format);
+  if (run.dv && reference.dv) add_tensor(h.dv, *run.dv, *reference.dv, output_format);
 }
 
 }  // namespace fb::attn

@@ -5,11 +5,20 @@
 // p-value against zero, the two-sided exact sign-test p-value (zeros dropped), the
 // smallest bias the run could detect at level alpha with 80% power, and the verdict
 // (biased when the t-test p-value is below alpha). Pure functions, no state.
+//
+// Aggregators over a run (issue #4): summarize_row() folds a traced row's per-tile story
+// into totals; ErrorHistogram bins signed errors in ulps; stage_histograms() measures a
+// run's every stage against a reference (exact_attention) in ulps of the format the stage
+// is stored in, at the reference value: O, dQ, dK, dV in the output format; LSE and delta
+// in fp32 (the kernels' storage; a recipe that stores delta in bf16 shows large fp32 ulps).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "attention/attention.hpp"
 
 namespace fb::attn {
 
@@ -31,6 +40,46 @@ BiasStatistics summarize(const std::vector<double>& signed_errors, double alpha 
 // sign counts): used where only sufficient statistics survive, e.g. merged sweep shards.
 BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std::size_t positives,
                                  std::size_t negatives, double alpha = 1e-3);
+
+// ---- aggregators -----------------------------------------------------------------------
+// ulp of format f at x: the spacing of f's grid at |x| (the subnormal spacing below the
+// normal range); finite formats of at most 32 bits.
+double ulp_at(const Format& f, double x);
+
+// One traced row in totals (sums over its KV tiles, the final cast of O over its features).
+struct RowSummary {
+  int batch = 0, head = 0, row = 0;
+  int tiles = 0;
+  double final_max = 0.0, final_sum = 0.0;  // running max and ℓ after the last tile
+  int p_equal_one = 0, repeated_max = 0;
+  int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;  // P·V, all features
+  double pv_signed_error = 0.0;                                                // value units
+  int o_cast_up = 0, o_cast_down = 0, o_cast_ties = 0;  // final cast of O (up/down in magnitude)
+  double o_cast_error_ulps = 0.0;                       // Σ signed error of that cast, output ulps
+  double delta_error_from_o = 0.0, delta_error_from_reduction = 0.0;
+};
+RowSummary summarize_row(const RowTrace& trace);
+
+// Signed errors in ulps, binned: bin i covers [-range + i*width, -range + (i+1)*width);
+// values below -range or at/above +range are counted apart, NaN/inf in not_finite.
+struct ErrorHistogram {
+  double bin_width = 0.125, range = 4.0;
+  std::vector<std::uint64_t> counts;
+  std::uint64_t below = 0, above = 0, not_finite = 0, total = 0;
+  double sum = 0.0;  // of the finite values (for the mean)
+  explicit ErrorHistogram(double width = 0.125, double half_range = 4.0);
+  void add(double ulps);
+  void merge(const ErrorHistogram& other);  // throws std::invalid_argument on other binning
+  double bin_low(std::size_t i) const { return -range + static_cast<double>(i) * bin_width; }
+  double mean() const;
+};
+
+struct StageHistograms {
+  ErrorHistogram o, lse, delta, dq, dk, dv;  // delta..dv stay empty without a backward
+};
+// Adds every element of `run` against `reference` (same shapes) into the histograms.
+void add_stage_errors(StageHistograms& h, const AttentionOutputs& run, const AttentionOutputs& reference,
+                      const Format& output_format);
 
 // Distribution helpers (exposed for tests).
 double student_t_cdf(double t, double dof);

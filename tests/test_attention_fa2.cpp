@@ -97,6 +97,38 @@ void compare_with_plain(const char* model, const char* tc, const AttentionInputs
   }
 }
 
+// FA2's dot_do_o (flash_bwd_preprocess_kernel.h, compute_dot_do_o): a row is shared by
+// kBlockKSmem / 8 threads (kBlockKSmem = 64 when the padded head dim is a multiple of 64,
+// else 32); each thread multiplies its 8 contiguous columns of every kBlockKSmem-wide chunk
+// and sums them in order in fp32 (first product, then FFMAs; fast math flushes subnormals),
+// then Allreduce<threads>: every thread adds the value of its partner at xor threads/2, ...,
+// xor 1. Padding columns (head dim rounded up to 32) are zero.
+float plain_fa2_delta(const std::vector<float>& d_o, const std::vector<float>& o) {
+  const int d = static_cast<int>(o.size());
+  const int padded = (d + 31) / 32 * 32;
+  const int chunk = padded % 64 == 0 ? 64 : 32;
+  const int threads = chunk / 8;
+  std::vector<float> value(threads);
+  for (int t = 0; t < threads; ++t) {
+    float acc = 0.0f;
+    bool first = true;
+    for (int base = 0; base < padded; base += chunk)
+      for (int e = 0; e < 8; ++e) {
+        const int col = base + 8 * t + e;
+        const float x = col < d ? d_o[col] : 0.0f, y = col < d ? o[col] : 0.0f;
+        acc = first ? ftz(x * y) : ftz(std::fmaf(x, y, acc));
+        first = false;
+      }
+    value[t] = acc;
+  }
+  for (int offset = threads / 2; offset >= 1; offset /= 2) {
+    std::vector<float> next(threads);
+    for (int t = 0; t < threads; ++t) next[t] = ftz(value[t] + value[t ^ offset]);
+    value = next;
+  }
+  return value[0];
+}
+
 }  // namespace
 
 TEST_CASE("fa2 forward equals a plain transcription of FA2, element for element") {
@@ -157,6 +189,17 @@ TEST_CASE("the tracer records a consistent story and does not change results") {
       // delta's error decomposition adds up: delta - Σ dO·O_pre = from_o + from_reduction.
       CHECK(std::isfinite(t.delta_error_from_o));
       CHECK(std::isfinite(t.delta_error_from_reduction));
+      // The reduction part is delta minus the exact Σ dO·Ō over the kernel's rounded O.
+      long double exact_with_cast = 0.0L;
+      for (int c = 0; c < 64; ++c)
+        exact_with_cast += static_cast<long double>(in.d_o->at(0, 0, t.row, c)) * b.o.at(0, 0, t.row, c);
+      const double reduction = static_cast<double>(static_cast<long double>(b.delta->at(0, 0, t.row, 0)) - exact_with_cast);
+      CHECK(std::fabs(t.delta_error_from_reduction - reduction) <= 1e-12 * (1.0 + std::fabs(reduction)));
+      // The O part is zero only if no element of O rounded. FA2 rounds its fp32 O; fa-bf16acc
+      // on sink does not: its bf16 ℓ is exactly 2 (two P̄ == 1, the rest below half an ulp) and
+      // its accumulator is bf16, so O = acc / 2 is exact.
+      if (std::string(name) == "fa2-sm80") CHECK(t.delta_error_from_o != 0.0);
+      if (std::string(name) == "fa-bf16acc") CHECK(t.delta_error_from_o == 0.0);
     }
     // FA2 visits KV tiles last to first: the first traced key is in the last tile.
     if (std::string(name) == "fa2-sm80") CHECK(tracer.traces[0].key_order.front() >= 128);
@@ -201,4 +244,23 @@ TEST_CASE("fa-bf16acc tracer counts Qiu & Yao's significand overflow of P-bar V,
   REQUIRE(t.pv_buffer_events.size() == 2);
   CHECK(t.pv_buffer_events[0].significand_overflow);
   CHECK_FALSE(t.pv_buffer_events[1].significand_overflow);
+}
+
+TEST_CASE("fa2 delta equals a plain transcription of dot_do_o from the plain forward's bf16 O") {
+  // Head dims: 32 (4 threads), 40 (padded to 64: 8 threads, zero padding), 64 (8 threads),
+  // 96 (4 threads over 3 chunks of 32), 128 (8 threads over 2 chunks of 64).
+  const int n = 40;
+  for (int d : {32, 40, 64, 96, 128}) {
+    CAPTURE(d);
+    AttentionInputs in = make_scenario("random", 50 + d, 1, 1, n, d, formats::bf16, true);
+    const AttentionOutputs got = run_attention(parse_kernel_model("fa2-sm80", formats::bf16), in, RunOptions{});
+    const int block_n = d <= 64 ? 128 : 64;  // FA2's forward tiles for these head dims
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      const PlainResult fwd = plain_fa2_row(in, "sm80", r, block_n);
+      std::vector<float> d_o(d);
+      for (int c = 0; c < d; ++c) d_o[c] = static_cast<float>(in.d_o->at(0, 0, r, c));
+      REQUIRE(got.delta->at(0, 0, r, 0) == static_cast<double>(plain_fa2_delta(d_o, fwd.o)));
+    }
+  }
 }

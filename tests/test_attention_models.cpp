@@ -161,7 +161,7 @@ TEST_CASE("seqlen 0 and 1, causal: shapes kept, values exact where they must be"
 TEST_CASE("results do not depend on the thread count") {
   AttentionInputs in = make_scenario("fa3-outliers", 8, 2, 3, 70, 32, formats::bf16, true);
   in.causal = true;
-  for (const char* name : {"fa2-sm90", "fa-bf16acc", "standard-bf16"}) {
+  for (const char* name : {"fa2-sm90", "fa-bf16acc", "standard-bf16", "triton-tutorial"}) {
     CAPTURE(name);
     const ModelHandle m = parse_kernel_model(name, formats::bf16);
     RunOptions one, many;
@@ -205,4 +205,32 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK(g.tiles_for(64, 4096).block_n == 128);
   CHECK(g.tiles_for(64, 4096).block_m == 64);
   CHECK(g.tiles_for(48, 4096).block_n == 171);
+}
+
+TEST_CASE("+o-sr rounds the final cast of O stochastically: a neighbour of the RNE value, by seed, reproducible") {
+  // Stochastic rounding picks the bf16 value below or above the fp32 O; RNE picks one of
+  // the same two, so each SR result equals the RNE one or is one bf16 spacing away.
+  AttentionInputs in = make_scenario("random", 6, 1, 2, 64, 32, formats::bf16, false);
+  const AttentionOutputs rne = run_attention(parse_kernel_model("fa2-sm80", formats::bf16), in, RunOptions{});
+  const ModelHandle sr = parse_kernel_model("fa2-sm80+o-sr", formats::bf16);
+  RunOptions seed1, seed2;
+  seed1.seed = 1;
+  seed2.seed = 2;
+  const AttentionOutputs a = run_attention(sr, in, seed1), again = run_attention(sr, in, seed1),
+                         b = run_attention(sr, in, seed2);
+  CHECK(a.o.data == again.o.data);
+  CHECK(a.lse.data == rne.lse.data);  // only the final cast of O changes
+  int off_rne = 0, off_seed = 0;
+  for (std::size_t i = 0; i < rne.o.data.size(); ++i) {
+    const double x = rne.o.data[i], y = a.o.data[i];
+    const double spacing = std::ldexp(1.0, std::ilogb(std::max(std::fabs(x), std::fabs(y))) - 7);
+    CHECK(std::fabs(x - y) <= spacing);
+    off_rne += x != y ? 1 : 0;
+    off_seed += a.o.data[i] != b.o.data[i] ? 1 : 0;
+  }
+  const int total = static_cast<int>(rne.o.data.size());
+  // SR leaves the RNE choice with probability (distance to the nearer neighbour) / spacing,
+  // a quarter on average; demand a clear fraction.
+  CHECK(off_rne > total / 8);
+  CHECK(off_seed > total / 8);
 }
