@@ -6,13 +6,19 @@ Contract:
   (torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)) in bf16, non-causal, then
   backward with the given dO. Fails (exit 2) rather than fall back to another backend.
 - Inputs: read from an input trace (--input FILE: a safetensors file holding q, k, v, do,
-  BF16 [B,H,N,D], e.g. written by flashbits), so the CPU replay sees identical inputs by
-  construction; or generated here (--scenario random|sink|fa3-outliers). Generated inputs
-  come from THIS script's generators, not the C++ ones; the trace stores them, so a replay
-  uses exactly what the GPU saw either way.
+  BF16 [B,H,N,D]). The intended source is flashbits itself (`flashbits make-trace
+  --backward`, see gpu/make_inputs.sh), so the hardware sees exactly the C++ scenario
+  generators' inputs (sink, random, fa3-outliers as attention/scenarios.cpp defines them)
+  and the scenario and seed carry over. Without --input the inputs are generated here
+  (--scenario random|sink|fa3-outliers): THIS script's generators, which are NOT the C++
+  ones for a given seed (the trace stores whatever was used, so a replay is exact either
+  way, but only --input gives the C++ scenarios).
 - Output: one safetensors trace (DESIGN.md §9) with q, k, v, do, o, lse (when the flash op
   exposes it), dq, dk, dv and __metadata__: source cuda:<device>, device, compute
-  capability, torch/CUDA versions, backend, kernel, model, softmax scale, causal, dtype.
+  capability, versions (torch, CUDA, cuDNN, safetensors), torch version, backend, kernel,
+  model, softmax scale, causal, dtype, scenario (and seed, input trace when read).
+- Exit 0 on success; 2 on bad input, no CUDA device, or when the flash backend cannot run
+  the problem (sdpa_kernel raises instead of falling back to another backend).
 Only torch and safetensors are needed.
 """
 import argparse
@@ -105,10 +111,14 @@ def main():
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises instead of falling back
-        o = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=False, scale=scale)
-        o.backward(do)
-    torch.cuda.synchronize()
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises instead of falling back
+            o = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=False, scale=scale)
+            o.backward(do)
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        print(f"error: the flash SDPA backend did not run: {exc}", file=sys.stderr)
+        return 2
 
     out = {"q": q, "k": k, "v": v, "do": do, "o": o.detach(),
            "dq": qg.grad, "dk": kg.grad, "dv": vg.grad}
@@ -120,13 +130,17 @@ def main():
     except Exception as exc:  # noqa: BLE001 - LSE is optional in a trace
         print(f"note: lse not captured ({type(exc).__name__}: {exc})", file=sys.stderr)
 
+    import safetensors
     props = torch.cuda.get_device_properties(device)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     name = torch.cuda.get_device_name(device)
     major, minor = torch.cuda.get_device_capability(device)
     meta = {
         "source": f"cuda:{name}",
         "device": name,
         "compute_capability": f"{major}.{minor}",
+        "versions": f"torch={torch.__version__} cuda={torch.version.cuda} cudnn={cudnn} "
+                    f"safetensors={getattr(safetensors, '__version__', 'unknown')}",
         "torch": torch.__version__,
         "cuda_runtime": str(torch.version.cuda),
         "backend": "FLASH_ATTENTION",
@@ -141,6 +155,13 @@ def main():
     }
     if args.input:
         meta["input_trace"] = args.input
+        if "seed" in meta_in:
+            meta["seed"] = meta_in["seed"]
+        if "source" in meta_in:
+            meta["input_source"] = meta_in["source"]  # e.g. emulated: the inputs came from flashbits
+    else:
+        meta["seed"] = str(args.seed)
+        meta["generator"] = "gpu/capture_torch.py (not the C++ scenario generators)"
     save_file({k: t.detach().contiguous().cpu() for k, t in out.items()}, args.out, metadata=meta)
     print(f"wrote {args.out} ({name}, scenario {scenario}, shape {tuple(q.shape)})")
     return 0

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu/device_session.sh: everything one device session does, in one command (gpu/README.md).
 # Builds gpu/ standalone with nvcc, runs the tensor-core and SFU probes, captures PyTorch's
-# flash SDPA and fb-fa2 (standard, +dynmax, and causal) on the same inputs, and leaves at most 8
-# files under $OUT: session.log, probes.fbp, sfu_summary.txt, up to 2 SFU tables,
+# flash SDPA and fb-fa2 (standard, +dynmax, and causal) on the same inputs (gpu/inputs/, from
+# gpu/make_inputs.sh, when present), and leaves at most 8 files under $OUT: session.log,
+# probes.fbp, sfu_summary.txt, up to 2 ex2 tables and 1 rcp table,
 # traces_d64.tar and traces_d128.tar (one per head dim: each stays under 16 MiB, about 7 and
 # 14.5 MiB at --seq 256 --heads 2).
 set -uo pipefail
@@ -20,14 +21,23 @@ cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-fa2 
 echo "== tensor-core probes"
 ./build-device/fb-mma-probe --out "$OUT/probes.fbp" --tiles 4
 echo "== SFU probe (all 2^32 inputs per function)"
-./build-device/fb-sfu-probe --out-dir "$OUT" --ex2-bits 16,18,20,22,23,24
+./build-device/fb-sfu-probe --out-dir "$OUT" --ex2-bits 16,18,20,22,23,24 \
+  --ex2-roundings floor,nearest_even,toward_zero
 echo "== attention captures"
+# Inputs from flashbits' C++ scenario generators (gpu/make_inputs.sh, run before the session)
+# when present; otherwise capture_torch.py's own generators (not the C++ ones).
 for hdim in 64 128; do
   work=$(mktemp -d)
   for scenario in random sink fa3-outliers; do
     base="${scenario}_d${hdim}"
-    python3 gpu/capture_torch.py --scenario "$scenario" --hdim "$hdim" --seq 256 --heads 2 --seed 7 \
-      --out "$work/torch_${base}.safetensors" || continue
+    if [ -f "gpu/inputs/${base}.safetensors" ]; then
+      echo "-- ${base}: inputs from gpu/inputs/${base}.safetensors (flashbits make-trace)"
+      inputs=(--input "gpu/inputs/${base}.safetensors")
+    else
+      echo "-- ${base}: NO gpu/inputs/${base}.safetensors: capture_torch.py generates the inputs itself"
+      inputs=(--scenario "$scenario" --hdim "$hdim" --seq 256 --heads 2 --seed 7)
+    fi
+    python3 gpu/capture_torch.py "${inputs[@]}" --out "$work/torch_${base}.safetensors" || continue
     # the torch trace holds q, k, v, do: fb-fa2 reads them, so both saw identical inputs
     ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2_${base}.safetensors" \
       --trace-rows 0,1,17,100

@@ -86,8 +86,8 @@ namespace {
 constexpr int kRowsPerWarp = 16;              // one m16n8k16 row tile per warp
 constexpr float kLn2 = 0.693147182f;          // the constant __logf multiplies lg2 by
 constexpr float kLog2e = 1.44269504f;         // float(M_LOG2E)
-constexpr float kDynmaxBeta = 2.f;
-constexpr double kDynmaxTol = 1e-3;
+constexpr float kDynmaxBeta = kFa2DynmaxBeta;  // gpu/fa2_host.hpp: the CPU model's +dynmax defaults
+constexpr double kDynmaxTol = kFa2DynmaxTol;
 
 template <int D> constexpr int kBlockM = fa2_tile_sizes(D).block_m;
 template <int D> constexpr int kBlockN = fa2_tile_sizes(D).block_n;

@@ -157,8 +157,8 @@ std::map<std::string, std::string> fa2_trace_metadata(const Fa2RunFacts& run, co
       {"dq_accum", "fp32 dQ*softmax_scale before the bf16 cast"},
   };
   if (dynmax) {
-    m["dynmax_beta"] = "2";
-    m["dynmax_tolerance"] = "1e-3";
+    m["dynmax_beta"] = fa2_float_text(kFa2DynmaxBeta);
+    m["dynmax_tolerance"] = fa2_double_text(kFa2DynmaxTol);
   }
   if (!run.scenario.empty()) m["scenario"] = run.scenario;
   if (!o.input.empty()) m["input_trace"] = o.input;

@@ -39,6 +39,10 @@ inline constexpr int kFa2SeqMultiple = 128;  // every tile size above divides it
 inline constexpr int kFa2MaxSeq = 32768;     // the reference kernels are O(N^2) per head without smem
 inline constexpr int kFa2MaxGridY = 65535;
 inline constexpr int kFa2MaxTraceRows = 8;
+// --variant dynmax (Qiu & Yao): beta and tolerance, the defaults of the CPU models' +dynmax
+// (CLI.md), which the trace's model name "...+dynmax" implies.
+inline constexpr float kFa2DynmaxBeta = 2.f;
+inline constexpr double kFa2DynmaxTol = 1e-3;
 
 class Fa2UsageError : public std::runtime_error {
  public:

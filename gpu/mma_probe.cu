@@ -244,6 +244,7 @@ class Designer {
     for (int i = 0; i < f_.k; ++i) b[i] = value(f_.input, chance(0.5), range(-2, 2), 0);
   }
   int b_exponent(std::uint32_t b) const { return decode(f_.input, b).exponent; }
+  bool b_negative(std::uint32_t b) const { return decode(f_.input, b).negative; }
 
   // a and c of one designed case, given its column b (powers of two).
   void design_row(Batch batch, std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
@@ -253,8 +254,10 @@ class Designer {
     // fraction bits (DESIGN.md §4), the others the output format's precision.
     const int out_precision = in.width() == 8 ? 14 : cf.precision();
     const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
+    // a[i] such that the product a[i] * b[i] has the given sign, exponent and mantissa
+    // (b[i] is +-2^e, so its sign flips a's).
     auto product = [&](int i, bool neg, int exponent, std::uint32_t mantissa) {
-      a[i] = value(in, neg, exponent - b_exponent(b[i]), mantissa);
+      a[i] = value(in, neg != b_negative(b[i]), exponent - b_exponent(b[i]), mantissa);
     };
     auto zero_all = [&] {
       for (int i = 0; i < f_.k; ++i) a[i] = 0;
@@ -264,7 +267,10 @@ class Designer {
         // C sits out_precision/2 binades above the inputs' middle, so the tie term (half
         // an ulp of C) is representable in narrow input formats too.
         const int ec = mid + out_precision / 2 + range(-1, 1);
-        c = value(cf, chance(0.5), ec, static_cast<std::uint32_t>(rng_()));
+        // C keeps only the bits the output precision holds, so C + (half an output ulp) is
+        // exactly a rounding midpoint (matters for fp8's 14-bit accumulator inside fp32).
+        const std::uint32_t c_keep = ~((1u << (cf.precision() - out_precision)) - 1u);
+        c = value(cf, chance(0.5), ec, static_cast<std::uint32_t>(rng_()) & c_keep);
         zero_all();
         // half an output ulp of C, or 3/2 or 1/2 ulp with the opposite sign
         const int which = range(0, f_.k - 1);

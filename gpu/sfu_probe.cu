@@ -12,13 +12,26 @@
 //   close are reported as unresolved (resolve them with MPFR on the CPU side).
 // - Hypotheses of DESIGN.md §5 tested exhaustively:
 //   ex2: result(x) = 2^k * T(f) where k.f is x as a fixed-point number with N fraction
-//        bits (truncated toward -inf), for each N in --ex2-bits (default 18..24);
+//        bits, for each N in --ex2-bits (default 18..24) and each way of forming the
+//        fixed-point number in --ex2-roundings (floor, nearest_even, toward_zero: the
+//        argument roundings the emu's ex2_fixed_point table model implements);
 //   rcp: result(2^e * m) = 2^-e * T(m) for normal inputs with normal results.
-//   A hypothesis holds when no two inputs with the same key disagree.
-// - Writes a summary (sfu_summary.txt) and, for the smallest N at which a hypothesis
-//   holds (at most 2^24 keys), a table file in the format documented in gpu/README.md
-//   ("FBSFUT1"). lg2 gets statistics only: no table hypothesis is tested for it.
-// Usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24] [--chunk-log2 28]
+//   A hypothesis holds when no two inputs with the same key (inside the domain where
+//   2^k * T(f) stays normal, x in [-125, 127)) disagree.
+// - When an ex2 hypothesis holds (N <= 24), the table is then evaluated on the device
+//   exactly as the emu's table model evaluates it (emu/special_functions.cpp
+//   Ex2FixedPointModel::evaluate, restated in gpu/sfu_table_model.hpp: input ftz, NaN ->
+//   the measured NaN output, x >= 128 -> +inf, x < -160 -> +0, 2^k * T[i] with overflow to
+//   inf and flush below 2^-126) on ALL 2^32 inputs and compared bit for bit with the
+//   hardware; the mismatch count, per input region, goes into the summary and the table
+//   header (table_model_mismatches), and fb-sfu-table-convert converts only a table with 0.
+// - Writes a summary (sfu_summary.txt) and, for the smallest N (then the first rounding
+//   in floor, nearest_even, toward_zero order) at which a hypothesis holds and verifies,
+//   a table file in the format documented in gpu/README.md ("FBSFUT1"); if no holding
+//   ex2 table verifies, the first holding one is written anyway (its header says how
+//   many inputs it gets wrong). lg2 gets statistics only: no table hypothesis is tested.
+// Usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24]
+//        [--ex2-roundings floor,nearest_even,toward_zero] [--chunk-log2 28]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,11 +44,14 @@
 #include <vector>
 
 #include "gpu/device_common.cuh"
+#include "gpu/sfu_table_model.hpp"
 
 namespace fb::gpu {
 namespace {
 
 enum Fn : int { kEx2, kRcp, kLg2, kFnCount };
+// ArgRounding (gpu/sfu_table_model.hpp) has emu's FixedPointRounding numbering.
+const char* const kArgRoundingNames[kArgRoundingCount] = {"floor", "nearest_even", "toward_zero"};
 const char* const kFnNames[kFnCount] = {"ex2", "rcp", "lg2"};
 const char* const kFnPtx[kFnCount] = {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "lg2.approx.ftz.f32"};
 
@@ -114,22 +130,70 @@ __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, 
   atomicMax(&stats->max_abs_ulps, local_max);
 }
 
-// ex2 fixed-point hypothesis with N fraction bits: key = frac of floor(x * 2^N),
+// Records `value` at `key` unless the key already holds one; returns 1 when it holds a
+// different one (a conflict). An entry is written once, so a non-empty L2 read is final and
+// only the first few inputs per key pay for the atomic.
+__device__ inline unsigned long long record_key(std::uint32_t* table, std::uint32_t key, std::uint32_t value) {
+  std::uint32_t old = __ldcg(&table[key]);
+  if (old == kEmpty) old = atomicCAS(&table[key], kEmpty, value);
+  return (old != kEmpty && old != value) ? 1ull : 0ull;
+}
+
+// ex2 fixed-point hypothesis with N fraction bits: key = frac of the fixed-point x * 2^N,
 // value = result bits minus k in the exponent field. Domain: x in [-125, 127) with a
 // normal result, where 2^k * T(f) cannot leave the normal range.
-__global__ void ex2_hypothesis_kernel(int nbits, std::uint64_t base, std::uint64_t count, std::uint32_t* table,
-                                      unsigned long long* conflicts) {
+__global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t base, std::uint64_t count,
+                                      std::uint32_t* table, unsigned long long* conflicts) {
+  unsigned long long local_conflicts = 0;
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const float x = __uint_as_float(static_cast<std::uint32_t>(base + i));
     if (!(x >= -125.f && x < 127.f)) continue;
     const float y = ex2_approx_ftz(x);
-    const long long q = static_cast<long long>(floor(ldexp(static_cast<double>(x), nbits)));
+    const long long q = sfu_fixed_point(ftz_in(x), nbits, rounding);
     const long long k = q >> nbits;  // floor division
     const std::uint32_t f = static_cast<std::uint32_t>(q & ((1ll << nbits) - 1));
     const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (k << 23));
-    const std::uint32_t old = atomicCAS(&table[f], kEmpty, v);
-    if (old != kEmpty && old != v) atomicAdd(conflicts, 1ull);
+    local_conflicts += record_key(table, f, v);
+  }
+  if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
+}
+
+// Regions of the ex2 input range, for reporting where a table model differs from the
+// hardware (the model itself: gpu/sfu_table_model.hpp ex2_table_model).
+constexpr int kRegionCount = 6;
+const char* const kRegionNames[kRegionCount] = {"NaN",          "x >= 128",         "x < -160",
+                                                "[-160, -125)", "[-125, 127)",      "[127, 128)"};
+__device__ inline int ex2_region(float x) {
+  if (isnan(x)) return 0;
+  if (x >= 128.f) return 1;
+  if (x < -160.f) return 2;
+  if (x < -125.f) return 3;
+  return x < 127.f ? 4 : 5;
+}
+constexpr unsigned kVerifyExamples = 16;
+struct VerifyResult {
+  unsigned long long mismatches[kRegionCount];
+  unsigned int examples;
+  std::uint32_t example[kVerifyExamples][3];  // input, hardware, model
+};
+
+__global__ void ex2_table_verify_kernel(int nbits, int rounding, const std::uint32_t* table, std::uint32_t nan_output,
+                                        std::uint64_t base, std::uint64_t count, VerifyResult* result) {
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const float x = __uint_as_float(in);
+    const std::uint32_t hw_bits = __float_as_uint(ex2_approx_ftz(x));
+    const std::uint32_t model_bits = ex2_table_model(x, nbits, rounding, table, nan_output);
+    if (hw_bits == model_bits) continue;
+    atomicAdd(&result->mismatches[ex2_region(x)], 1ull);
+    const unsigned int slot = atomicAdd(&result->examples, 1u);
+    if (slot < kVerifyExamples) {
+      result->example[slot][0] = in;
+      result->example[slot][1] = hw_bits;
+      result->example[slot][2] = model_bits;
+    }
   }
 }
 
@@ -137,6 +201,7 @@ __global__ void ex2_hypothesis_kernel(int nbits, std::uint64_t base, std::uint64
 // unbiased exponent in the exponent field.
 __global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, std::uint32_t* table,
                                       unsigned long long* conflicts) {
+  unsigned long long local_conflicts = 0;
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
@@ -146,9 +211,9 @@ __global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, s
     const std::uint32_t m = in & 0x7fffffu;
     const long long e = biased - 127;
     const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y) & 0x7fffffffu) + (e << 23));
-    const std::uint32_t old = atomicCAS(&table[m], kEmpty, v);
-    if (old != kEmpty && old != v) atomicAdd(conflicts, 1ull);
+    local_conflicts += record_key(table, m, v);
   }
+  if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
 }
 
 // Table entries as 4-bit deltas (in ulps) from the correctly rounded exact value at the
@@ -186,6 +251,7 @@ __global__ void table_delta_kernel(int fn, int nbits, const std::uint32_t* table
 struct Options {
   std::string out_dir = ".";
   std::vector<int> ex2_bits = {18, 20, 22, 23, 24};
+  std::vector<int> ex2_roundings = {kFloor, kNearestEven, kTowardZero};
   int chunk_log2 = 28;
 };
 
@@ -201,8 +267,11 @@ std::string device_line(const cudaDeviceProp& prop) {
 
 // FBSFUT1 (gpu/README.md): text header up to "end\n", then 2^N 4-bit deltas packed two
 // per byte (entry 2i in the low nibble), then u32 escape count and (u32 key, u32 bits) pairs.
-void emit_table(int fn, int nbits, std::uint32_t* d_table, const Options& o, const std::string& device,
-                std::uint32_t nan_output, std::ostringstream& summary) {
+// `extra` holds header lines ("key=value\n") that depend on the function (argument
+// rounding and the table-model verification for ex2).
+void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_table, const Options& o,
+                const std::string& device, std::uint32_t nan_output, const std::string& extra,
+                std::ostringstream& summary) {
   const std::uint32_t entries = 1u << nbits, escape_cap = 1u << 20;
   signed char* d_delta;
   unsigned int* d_counts;
@@ -222,14 +291,15 @@ void emit_table(int fn, int nbits, std::uint32_t* d_table, const Options& o, con
   FB_CUDA_CHECK(cudaFree(d_delta));
   FB_CUDA_CHECK(cudaFree(d_counts));
   FB_CUDA_CHECK(cudaFree(d_escapes));
-  const std::string name = std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) + ".fbsfut";
+  const std::string name = std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) +
+                           (fn == kEx2 ? "_" + key.substr(key.rfind("point_") + 6) : std::string()) + ".fbsfut";
   if (counts[1] > escape_cap || counts[0] != 0) {
     summary << "  NOT writing " << name << ": " << counts[0] << " keys never seen, " << counts[1] << " escapes\n";
     return;
   }
   std::ofstream f(o.out_dir + "/" + name, std::ios::binary);
-  f << "FBSFUT1\nfunction=" << kFnNames[fn] << "\nkey=" << (fn == kEx2 ? "ex2_fixed_point_floor" : "rcp_mantissa")
-    << "\nkey_bits=" << nbits << "\nentries=" << entries << "\nnan_output=" << nan_output << "\n" << device << "end\n";
+  f << "FBSFUT1\nfunction=" << kFnNames[fn] << "\nkey=" << key << "\nkey_bits=" << nbits << "\nentries=" << entries
+    << "\nnan_output=" << nan_output << "\n" << extra << device << "end\n";
   std::vector<unsigned char> packed(entries / 2);
   for (std::uint32_t i = 0; i < entries; i += 2) {
     packed[i / 2] = static_cast<unsigned char>((delta[i] & 0xf) | ((delta[i + 1] & 0xf) << 4));
@@ -300,38 +370,84 @@ int run(const Options& o) {
     if (fn == kEx2 || fn == kRcp) {
       std::vector<int> bits = fn == kEx2 ? o.ex2_bits : std::vector<int>{23};
       std::sort(bits.begin(), bits.end());
-      bool emitted = false;  // a key that holds at N bits holds at every finer N: keep the smallest
+      const std::vector<int> roundings = fn == kEx2 ? o.ex2_roundings : std::vector<int>{kFloor};
+      bool emitted = false, emitted_clean = false;  // keep the smallest N that holds (and verifies)
+      // floor and toward-zero keys nest: the key at N determines the key at any N0 < N, so a
+      // hypothesis that held at N0 holds at every larger N and is not re-run (nearest does not nest).
+      int held_at[kArgRoundingCount] = {-1, -1, -1};
       for (int nbits : bits) {
-        const std::uint64_t entries = 1ull << nbits;
-        std::uint32_t* d_table;
-        unsigned long long* d_conflicts;
-        FB_CUDA_CHECK(cudaMalloc(&d_table, entries * 4));
-        FB_CUDA_CHECK(cudaMalloc(&d_conflicts, sizeof(unsigned long long)));
-        FB_CUDA_CHECK(cudaMemset(d_table, 0xff, entries * 4));
-        FB_CUDA_CHECK(cudaMemset(d_conflicts, 0, sizeof(unsigned long long)));
-        for (std::uint64_t base = 0; base < total; base += chunk) {
-          if (fn == kEx2) ex2_hypothesis_kernel<<<4096, 256>>>(nbits, base, chunk, d_table, d_conflicts);
-          else rcp_hypothesis_kernel<<<4096, 256>>>(base, chunk, d_table, d_conflicts);
-          FB_CUDA_CHECK(cudaGetLastError());
+        for (int rounding : roundings) {
+          if (fn == kEx2 && rounding != kNearestEven && held_at[rounding] >= 0) {
+            summary << "  hypothesis ex2(x) = 2^k * T(frac), x fixed point (" << kArgRoundingNames[rounding]
+                    << ") with N=" << nbits << " fraction bits: HOLDS (implied by N=" << held_at[rounding] << ")\n";
+            continue;
+          }
+          const std::uint64_t entries = 1ull << nbits;
+          std::uint32_t* d_table;
+          unsigned long long* d_conflicts;
+          FB_CUDA_CHECK(cudaMalloc(&d_table, entries * 4));
+          FB_CUDA_CHECK(cudaMalloc(&d_conflicts, sizeof(unsigned long long)));
+          FB_CUDA_CHECK(cudaMemset(d_table, 0xff, entries * 4));
+          FB_CUDA_CHECK(cudaMemset(d_conflicts, 0, sizeof(unsigned long long)));
+          for (std::uint64_t base = 0; base < total; base += chunk) {
+            if (fn == kEx2) ex2_hypothesis_kernel<<<4096, 256>>>(nbits, rounding, base, chunk, d_table, d_conflicts);
+            else rcp_hypothesis_kernel<<<4096, 256>>>(base, chunk, d_table, d_conflicts);
+            FB_CUDA_CHECK(cudaGetLastError());
+          }
+          unsigned long long conflicts = 0;
+          FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
+          summary << "  hypothesis "
+                  << (fn == kEx2 ? std::string("ex2(x) = 2^k * T(frac), x fixed point (") + kArgRoundingNames[rounding] +
+                                       ") with N="
+                                 : std::string("rcp(2^e m) = 2^-e * T(m), N="))
+                  << nbits << " fraction bits: " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
+                  << " inputs disagree with the first seen at their key)\n";
+          if (conflicts == 0 && held_at[rounding] < 0) held_at[rounding] = nbits;
+          if (conflicts == 0 && nbits <= 24 && !emitted_clean) {
+            std::uint32_t* d_nan;
+            std::uint32_t nan_output = 0;
+            FB_CUDA_CHECK(cudaMalloc(&d_nan, 4));
+            nan_output_kernel<<<1, 1>>>(fn, d_nan);
+            FB_CUDA_CHECK(cudaMemcpy(&nan_output, d_nan, 4, cudaMemcpyDeviceToHost));
+            FB_CUDA_CHECK(cudaFree(d_nan));
+            std::string key = "rcp_mantissa", extra = "table_model=none (FBSFU1 has no rcp mantissa form)\n";
+            unsigned long long mismatches = 0;
+            if (fn == kEx2) {
+              key = std::string("ex2_fixed_point_") + kArgRoundingNames[rounding];
+              VerifyResult* verify;
+              FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
+              std::memset(verify, 0, sizeof(VerifyResult));
+              for (std::uint64_t base = 0; base < total; base += chunk) {
+                ex2_table_verify_kernel<<<4096, 256>>>(nbits, rounding, d_table, nan_output, base, chunk, verify);
+                FB_CUDA_CHECK(cudaGetLastError());
+              }
+              FB_CUDA_CHECK(cudaDeviceSynchronize());
+              summary << "  table model (emu Ex2FixedPointModel, N=" << nbits << ", " << kArgRoundingNames[rounding]
+                      << ") vs hardware on all 2^32 inputs:";
+              for (int r = 0; r < kRegionCount; ++r) {
+                mismatches += verify->mismatches[r];
+                summary << " " << kRegionNames[r] << ": " << verify->mismatches[r];
+              }
+              summary << " mismatches" << (mismatches == 0 ? " (REPRODUCES the hardware)" : "") << "\n";
+              for (unsigned int e = 0; e < std::min(verify->examples, kVerifyExamples); ++e) {
+                char line[96];
+                std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x model=0x%08x\n", verify->example[e][0],
+                              verify->example[e][1], verify->example[e][2]);
+                summary << line;
+              }
+              FB_CUDA_CHECK(cudaFree(verify));
+              extra = "argument_rounding=" + std::string(kArgRoundingNames[rounding]) +
+                      "\ntable_model_mismatches=" + std::to_string(mismatches) + "\n";
+            }
+            if (mismatches == 0 || !emitted) {
+              emit_table(fn, nbits, key, d_table, o, dev, nan_output, extra, summary);
+              emitted = true;
+              emitted_clean = mismatches == 0;
+            }
+          }
+          FB_CUDA_CHECK(cudaFree(d_table));
+          FB_CUDA_CHECK(cudaFree(d_conflicts));
         }
-        unsigned long long conflicts = 0;
-        FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
-        summary << "  hypothesis " << (fn == kEx2 ? "ex2(x) = 2^k * T(frac), x fixed point with N="
-                                                   : "rcp(2^e m) = 2^-e * T(m), N=")
-                << nbits << " fraction bits: " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
-                << " inputs disagree with the first seen at their key)\n";
-        if (conflicts == 0 && nbits <= 24 && !emitted) {
-          std::uint32_t* d_nan;
-          std::uint32_t nan_output = 0;
-          FB_CUDA_CHECK(cudaMalloc(&d_nan, 4));
-          nan_output_kernel<<<1, 1>>>(fn, d_nan);
-          FB_CUDA_CHECK(cudaMemcpy(&nan_output, d_nan, 4, cudaMemcpyDeviceToHost));
-          FB_CUDA_CHECK(cudaFree(d_nan));
-          emit_table(fn, nbits, d_table, o, dev, nan_output, summary);
-          emitted = true;
-        }
-        FB_CUDA_CHECK(cudaFree(d_table));
-        FB_CUDA_CHECK(cudaFree(d_conflicts));
       }
     }
     std::printf("%s done\n", kFnPtx[fn]);
@@ -353,13 +469,28 @@ int main(int argc, char** argv) {
       o.out_dir = argv[++i];
     } else if (arg == "--chunk-log2" && i + 1 < argc) {
       o.chunk_log2 = std::atoi(argv[++i]);
+    } else if (arg == "--ex2-roundings" && i + 1 < argc) {
+      o.ex2_roundings.clear();
+      std::stringstream s(argv[++i]);
+      std::string item;
+      while (std::getline(s, item, ',')) {
+        int r = 0;
+        while (r < fb::gpu::kArgRoundingCount && item != fb::gpu::kArgRoundingNames[r]) ++r;
+        if (r == fb::gpu::kArgRoundingCount) {
+          std::fprintf(stderr, "error: --ex2-roundings: '%s' is not floor, nearest_even or toward_zero\n", item.c_str());
+          return 2;
+        }
+        o.ex2_roundings.push_back(r);
+      }
     } else if (arg == "--ex2-bits" && i + 1 < argc) {
       o.ex2_bits.clear();
       std::stringstream s(argv[++i]);
       std::string item;
       while (std::getline(s, item, ',')) o.ex2_bits.push_back(std::atoi(item.c_str()));
     } else {
-      std::fprintf(stderr, "usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24] [--chunk-log2 28]\n");
+      std::fprintf(stderr,
+                   "usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24] "
+                   "[--ex2-roundings floor,nearest_even,toward_zero] [--chunk-log2 28]\n");
       return 2;
     }
   }

@@ -11,7 +11,9 @@
 // - Traces: what the dependency-free writer produces from host buffers (q k v do o dq dk
 //   dv lse delta and fb-fa2's metadata) is read back by the project's independent trace
 //   reader (traces/trace.hpp, which validates DESIGN.md §9): every bit pattern equals the
-//   one written, the metadata says cuda:<device>, causal, dtype and tiles. The lite reader
+//   one written, the metadata says cuda:<device>, causal, dtype and tiles; the model a
+//   --variant dynmax trace names parses as the CPU +dynmax model with the kernel's beta and
+//   tolerance (2 and 1e-3, written here from Qiu & Yao / CLI.md). The lite reader
 //   reads a file written by the project's TraceBuilder (an independent writer) bit for bit
 //   and rejects truncated files.
 #include <doctest/doctest.h>
@@ -267,7 +269,19 @@ TEST_CASE("fa2 lite trace writer: host buffers with dk/dv read back by the trace
   CHECK(md80.at("model") == "fa2-sm80");
   CHECK(md80.at("block_n") == "128");
   facts.options.variant = "dynmax";
-  CHECK(fb::gpu::fa2_trace_metadata(facts, device).at("model") == "fa2-sm80+dynmax");
+  const auto md_dynmax = fb::gpu::fa2_trace_metadata(facts, device);
+  CHECK(md_dynmax.at("model") == "fa2-sm80+dynmax");
+  // The replay model the trace names is the CPU +dynmax with the kernel's beta and tolerance
+  // (Qiu & Yao's beta = 2, tol = 1e-3, CLI.md).
+  const auto replay = fb::attn::parse_kernel_model(md_dynmax.at("model"), fb::formats::bf16);
+  CHECK(replay.recipe->dynmax);
+  CHECK(replay.recipe->dynmax_beta == 2.0);
+  CHECK(replay.recipe->dynmax_tol == 1e-3);
+  CHECK(static_cast<double>(fb::gpu::kFa2DynmaxBeta) == replay.recipe->dynmax_beta);
+  CHECK(fb::gpu::kFa2DynmaxTol == replay.recipe->dynmax_tol);
+  CHECK(std::stod(md_dynmax.at("dynmax_beta")) == 2.0);
+  CHECK(std::stod(md_dynmax.at("dynmax_tolerance")) == 1e-3);
+  CHECK(!fb::attn::parse_kernel_model(md80.at("model"), fb::formats::bf16).recipe->dynmax);
 
   // The writer refuses a tensor whose bytes do not match its dtype and shape.
   std::vector<fb::gpu::Fa2Tensor> bad = {tensor("q", "BF16", shape, bf16_data[0].data(), n * 2 - 2)};

@@ -8,19 +8,42 @@
 //   exact sum, one truncation to fp32), plus trivially exact integer dot products,
 //   must check clean (exit 0); one corrupted D must give exit 1 and a report naming
 //   that case; a broken file must give exit 2.
+// - fb-mma-probe's generator (probe_mma_dry_run_file, skipped unless run by the ctest
+//   gpu_mma_probe_dry_run, which writes the file with `fb-mma-probe --dry-run`): every
+//   instruction form and batch is present; the inputs include NaN, inf (where the format
+//   has one), subnormals and both zeros, decoded by tests/mpfr_reference.hpp; each
+//   designed batch does what it claims, checked in exact arithmetic (ties: C plus one
+//   product is exactly a rounding midpoint; cancellation: a product removes C's top bits;
+//   exponent gaps; zero terms; C huge or tiny).
+// - SFU capture tables (gpu/sfu_table.hpp): an FBSFUT1 file written here byte by byte from
+//   the README's layout converts into an emu table model whose outputs equal the MPFR
+//   correctly rounded 2^(i/2^N) plus the delta written here (or the escaped bits), under the
+//   file's argument rounding; a table whose emu evaluation did not reproduce the hardware,
+//   an rcp table and broken files are refused with the file and field named.
+// - The table model fb-sfu-probe evaluates on the device (gpu/sfu_table_model.hpp) gives the
+//   same bits as the emu's table model (emu/special_functions.cpp) for tables with
+//   perturbed, NaN and overflowing entries, on a stride over all 2^32 inputs, random inputs
+//   and the region boundaries, for every argument rounding.
 #include <doctest/doctest.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "gpu/probe_check.hpp"
 #include "gpu/probe_file.hpp"
+#include "gpu/sfu_table.hpp"
+#include "gpu/sfu_table_model.hpp"
+#include "mpfr_reference.hpp"
 
 namespace {
 
@@ -255,4 +278,352 @@ TEST_CASE("probe_check_detects_corrupted_output") {
     CHECK(err.str().find(".missing") != std::string::npos);
   }
   std::filesystem::remove(path);
+}
+
+// ---- fb-mma-probe --dry-run output ------------------------------------------------------
+namespace {
+
+using fbref::RefFormat;
+namespace ref = fbref;
+
+struct ExpectedForm {
+  const char* form;
+  int k;
+  const RefFormat* input;
+  const RefFormat* cd;
+  int out_precision;  // the precision ties are placed against (fp8 on Hopper: 13 fraction bits)
+};
+
+double value_of(const RefFormat& f, std::uint32_t bits) { return ref::to_double(ref::decode(f, bits)); }
+
+// Exponent of the leading bit of a finite non-zero double.
+int exponent_of(double x) {
+  int e = 0;
+  std::frexp(x, &e);
+  return e - 1;
+}
+
+// x (finite, exact in double) is exactly half-way between two neighbours of precision p.
+bool is_midpoint(double x, int p) {
+  if (x == 0.0 || !std::isfinite(x)) return false;
+  const double scaled = std::ldexp(std::fabs(x), p - 1 - exponent_of(x));  // integer part: p bits
+  const double twice = scaled * 2.0;
+  return twice == std::floor(twice) && scaled != std::floor(scaled);
+}
+
+}  // namespace
+
+TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
+  const char* path = std::getenv("FB_PROBE_DRY_RUN_FILE");
+  REQUIRE_MESSAGE(path != nullptr, "run by ctest gpu_mma_probe_dry_run (FB_PROBE_DRY_RUN_FILE)");
+  const ProbeFile file = fb::gpu::read_probe_file(path);
+  const ExpectedForm forms[] = {
+      {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, &fbref::table::bf16, &fbref::table::fp32, 24},
+      {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, &fbref::table::fp16, &fbref::table::fp32, 24},
+      {"mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", 16, &fbref::table::fp16, &fbref::table::fp16, 11},
+      {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, &fbref::table::tf32, &fbref::table::fp32, 24},
+      {"wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16", 16, &fbref::table::bf16, &fbref::table::fp32, 24},
+      {"wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16", 16, &fbref::table::fp16, &fbref::table::fp32, 24},
+      {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 32, &fbref::table::e4m3, &fbref::table::fp32, 14},
+      {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2", 32, &fbref::table::e5m2, &fbref::table::fp32, 14},
+  };
+  const std::vector<std::string> batches = {"random_bits", "random_normal", "specials", "ties", "cancellation",
+                                            "exponent_gap", "zero_terms", "c_huge", "c_tiny"};
+  REQUIRE(file.sections.size() == std::size(forms));
+  for (std::size_t s = 0; s < std::size(forms); ++s) {
+    const ExpectedForm& x = forms[s];
+    const ProbeSection& sec = file.sections[s];
+    const std::string form_name = x.form;
+    CAPTURE(form_name);
+    CHECK(sec.header.form == x.form);
+    REQUIRE(sec.header.k == x.k);
+    CHECK(std::string(sec.header.input.name) == x.input->name);
+    CHECK(std::string(sec.header.c_format.name) == x.cd->name);
+    CHECK(std::string(sec.header.d_format.name) == x.cd->name);
+    CHECK(sec.header.batches == batches);
+    CHECK(!sec.header.models.empty());
+    CHECK(sec.header.extra.at("source") == "dry-run:no-gpu");  // never mistaken for a measurement
+    const RefFormat& in = *x.input;
+    const RefFormat& cd = *x.cd;
+    // Rows are written tile by tile, row by row, 8 columns each; row r of a designed tile is
+    // designed against column r % 8 (mma_probe.cu fill_tile).
+    const int m = sec.header.form.find("wgmma") == 0 ? 64 : 16;
+    std::map<std::string, int> designed, passed;
+    std::map<ref::Class, int> input_classes, c_classes;
+    int input_subnormals = 0, c_subnormals = 0, tf32_low_bits = 0, negative_zero_inputs = 0;
+    std::vector<int> per_batch(batches.size());
+    for (std::size_t i = 0; i < sec.cases(); ++i) {
+      ++per_batch[sec.batch(i)];
+      const std::uint32_t c = sec.c(i);
+      const ref::RefValue cv = ref::decode(cd, c);
+      ++c_classes[cv.cls];
+      if (cv.cls == ref::Class::finite && cv.significand < (std::uint64_t{1} << cd.man_bits)) ++c_subnormals;
+      for (int j = 0; j < x.k; ++j) {
+        for (std::uint32_t bits : {sec.a(i)[j], sec.b(i)[j]}) {
+          const ref::RefValue v = ref::decode(in, bits);
+          ++input_classes[v.cls];
+          if (v.cls == ref::Class::finite && v.significand < (std::uint64_t{1} << in.man_bits)) ++input_subnormals;
+          if (v.cls == ref::Class::zero && v.negative) ++negative_zero_inputs;
+          if (in.left_aligned && (bits & 0x1fffu) != 0) ++tf32_low_bits;
+        }
+      }
+      const std::string& batch = batches[sec.batch(i)];
+      const std::size_t row = (i / 8) % static_cast<std::size_t>(m), column = i % 8;
+      if (batch == "random_bits" || batch == "random_normal" || batch == "specials" || column != row % 8) continue;
+      ++designed[batch];
+      const double cval = value_of(cd, c);
+      std::vector<double> products(static_cast<std::size_t>(x.k));
+      for (int j = 0; j < x.k; ++j) products[j] = value_of(in, sec.a(i)[j]) * value_of(in, sec.b(i)[j]);  // exact
+      bool ok = false;
+      if (batch == "ties") {
+        for (double p : products) ok = ok || (p != 0.0 && is_midpoint(cval + p, x.out_precision));  // C + p exact in double
+      } else if (batch == "cancellation") {
+        const double p = products[0];
+        ok = std::isfinite(cval) && cval != 0.0 && p != 0.0 && std::signbit(p) != std::signbit(cval) &&
+             std::fabs(cval + p) < std::ldexp(1.0, exponent_of(cval) - in.man_bits);
+      } else if (batch == "exponent_gap") {
+        int lo = INT_MAX, hi = INT_MIN;
+        for (double p : products) {
+          if (p == 0.0) continue;
+          lo = std::min(lo, exponent_of(p));
+          hi = std::max(hi, exponent_of(p));
+        }
+        ok = hi != INT_MIN && hi - lo >= 10;
+      } else if (batch == "zero_terms") {
+        int zeros = 0;
+        for (int j = 0; j < x.k; ++j) zeros += value_of(in, sec.a(i)[j]) == 0.0 ? 1 : 0;
+        ok = 2 * zeros >= x.k;
+      } else if (batch == "c_huge") {
+        ok = !std::isfinite(cval) || std::fabs(cval) >= std::ldexp(1.0, cd.emax() - 4);
+      } else if (batch == "c_tiny") {
+        ok = std::isfinite(cval) && std::fabs(cval) < std::ldexp(1.0, cd.emin() + 2);
+      }
+      passed[batch] += ok ? 1 : 0;
+    }
+    for (std::size_t b = 0; b < batches.size(); ++b) CHECK_MESSAGE(per_batch[b] > 0, batches[b]);
+    CHECK(input_classes[ref::Class::nan] > 0);
+    if (in.has_inf()) CHECK(input_classes[ref::Class::inf] > 0);
+    CHECK(input_subnormals > 0);
+    CHECK(input_classes[ref::Class::zero] > 0);
+    CHECK(negative_zero_inputs > 0);
+    CHECK(c_classes[ref::Class::nan] > 0);
+    CHECK(c_classes[ref::Class::inf] > 0);
+    CHECK(c_classes[ref::Class::zero] > 0);
+    CHECK(c_subnormals > 0);
+    if (in.left_aligned) CHECK(tf32_low_bits > 0);  // the hardware's use of the low 13 bits is probed
+    // Designed rows: the fraction that must do what the batch promises (ties: 70% of rows
+    // place an exact half-ulp term, the rest 3/4 ulp; sticky terms come later in the sum).
+    const std::map<std::string, double> required = {{"ties", 0.4},         {"cancellation", 0.9}, {"exponent_gap", 0.5},
+                                                    {"zero_terms", 0.75},  {"c_huge", 1.0},       {"c_tiny", 1.0}};
+    for (const auto& [batch, need] : required) {
+      CAPTURE(batch);
+      REQUIRE(designed[batch] > 0);
+      CHECK(passed[batch] >= need * designed[batch]);
+    }
+  }
+}
+
+// ---- SFU capture tables -----------------------------------------------------------------
+namespace {
+
+// fp32 bits of the correctly rounded (RNE) 2^(i / 2^n), from MPFR.
+std::uint32_t exp2_rne_bits(std::uint32_t i, int n) {
+  mpfr_t x, y;
+  mpfr_init2(x, 64);
+  mpfr_init2(y, 24);
+  mpfr_set_ui(x, i, MPFR_RNDN);
+  mpfr_div_2ui(x, x, static_cast<unsigned long>(n), MPFR_RNDN);  // exact
+  mpfr_exp2(y, x, MPFR_RNDN);
+  const float f = mpfr_get_flt(y, MPFR_RNDN);  // exact: y has 24 bits, in [1, 2)
+  mpfr_clear(x);
+  mpfr_clear(y);
+  return float_bits(f);
+}
+
+struct CaptureSpec {
+  std::string function = "ex2", key = "ex2_fixed_point_floor", mismatches = "0";
+  int n = 6;
+  std::vector<int> deltas;                                  // per key, -7..7 or -8 (escaped)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> escapes;
+  bool drop_last_escape = false;
+};
+
+// An FBSFUT1 file written from gpu/README.md's layout.
+std::string write_capture(const std::string& name, const CaptureSpec& spec) {
+  std::string out = "FBSFUT1\nfunction=" + spec.function + "\nkey=" + spec.key + "\nkey_bits=" + std::to_string(spec.n) +
+                    "\nentries=" + std::to_string(1u << spec.n) + "\nnan_output=2147483647\nsource=cuda:Test GPU\n" +
+                    "device=Test GPU\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\ntable_model_mismatches=" +
+                    spec.mismatches + "\nend\n";
+  for (std::size_t i = 0; i < spec.deltas.size(); i += 2) {
+    out.push_back(static_cast<char>((spec.deltas[i] & 0xf) | ((spec.deltas[i + 1] & 0xf) << 4)));
+  }
+  const std::size_t count = spec.escapes.size() - (spec.drop_last_escape ? 1 : 0);
+  auto put = [&](std::uint32_t v) {
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((v >> (8 * b)) & 0xffu));
+  };
+  put(static_cast<std::uint32_t>(count));
+  for (std::size_t e = 0; e < count; ++e) {
+    put(spec.escapes[e].first);
+    put(spec.escapes[e].second);
+  }
+  const std::string path = temp_path(name);
+  std::ofstream(path, std::ios::binary) << out;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("sfu_capture_table_converts_to_the_emu_table_model") {
+  for (const std::string rounding : {"floor", "nearest_even", "toward_zero"}) {
+    CAPTURE(rounding);
+    CaptureSpec spec;
+    spec.key = "ex2_fixed_point_" + rounding;
+    const int n = spec.n, entries = 1 << n;
+    std::mt19937 rng(99);
+    std::vector<std::uint32_t> expected(entries);
+    for (int i = 0; i < entries; ++i) {
+      int d = static_cast<int>(rng() % 15) - 7;
+      if (i % 11 == 3) d = -8;  // escaped: an explicit output far from the correct value
+      spec.deltas.push_back(d);
+      const std::uint32_t correct = exp2_rne_bits(static_cast<std::uint32_t>(i), n);
+      if (d == -8) {
+        expected[i] = correct + 20u + static_cast<std::uint32_t>(i);
+        spec.escapes.push_back({static_cast<std::uint32_t>(i), expected[i]});
+      } else {
+        expected[i] = correct + static_cast<std::uint32_t>(d);
+      }
+    }
+    const std::string in = write_capture("cap_" + rounding + ".fbsfut", spec);
+    const fb::SfuTable table = fb::gpu::sfu_capture_to_table(in);
+    CHECK(table.measured_on_hardware);
+    CHECK(table.fraction_bits == n);
+    CHECK(table.nan_output == 0x7fffffffu);
+    CHECK(table.source.find("Test GPU") != std::string::npos);
+    const std::string out = temp_path("cap_" + rounding + ".fbsfu");
+    fb::write_table_file(out, table);
+    const auto model = fb::load_table_model(out);
+    CHECK(model->hardware_measured());
+    // x = k + (i + frac) / 2^n: the key is i (or a neighbour, by the rounding rule written
+    // here) and the result T[key] * 2^k, exact in float for these small k.
+    const double fracs[] = {0.0, 0.25, 0.5, 0.75};
+    for (int k : {-3, -1, 0, 2}) {
+      for (int i = 0; i < entries; ++i) {
+        for (double frac : fracs) {
+          const double exact_arg = k + (i + frac) / entries;
+          const float x = static_cast<float>(exact_arg);  // exact: few bits
+          REQUIRE(static_cast<double>(x) == exact_arg);
+          double scaled = exact_arg * entries;  // exact
+          double fixed = std::floor(scaled);
+          if (rounding == "toward_zero") fixed = std::trunc(scaled);
+          if (rounding == "nearest_even") fixed = std::nearbyint(scaled);  // default FE_TONEAREST: ties to even
+          const long long q = static_cast<long long>(fixed);
+          const long long kk = (q - (((q % entries) + entries) % entries)) / entries;
+          const int key = static_cast<int>(((q % entries) + entries) % entries);
+          float t;
+          std::memcpy(&t, &expected[key], 4);
+          const float want = std::ldexp(t, static_cast<int>(kk));
+          const float got = model->evaluate(x);
+          CHECK_MESSAGE(float_bits(got) == float_bits(want), "x=" << exact_arg << " key " << key);
+        }
+      }
+    }
+    float nan_in;
+    const std::uint32_t qnan = 0x7fc00000u;
+    std::memcpy(&nan_in, &qnan, 4);
+    CHECK(float_bits(model->evaluate(nan_in)) == 0x7fffffffu);
+    std::filesystem::remove(in);
+    std::filesystem::remove(out);
+  }
+
+  auto expect_refusal = [](const std::string& path, const std::string& field) {
+    try {
+      fb::gpu::sfu_capture_to_table(path);
+      FAIL("no error (" << field << ")");
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      CHECK_MESSAGE(msg.find(path) != std::string::npos, msg);
+      CHECK_MESSAGE(msg.find(field) != std::string::npos, msg);
+    }
+    std::filesystem::remove(path);
+  };
+  CaptureSpec good;
+  good.deltas.assign(64, 0);
+  good.deltas[5] = -8;
+  good.escapes = {{5u, 0x3f800000u}};
+  CaptureSpec mismatched = good;
+  mismatched.mismatches = "12";
+  expect_refusal(write_capture("mismatch.fbsfut", mismatched), "table_model_mismatches");
+  CaptureSpec rcp = good;
+  rcp.function = "rcp";
+  rcp.key = "rcp_mantissa";
+  expect_refusal(write_capture("rcp.fbsfut", rcp), "function");
+  CaptureSpec unknown_key = good;
+  unknown_key.key = "ex2_fixed_point_sideways";
+  expect_refusal(write_capture("key.fbsfut", unknown_key), "key");
+  CaptureSpec missing_escape = good;
+  missing_escape.drop_last_escape = true;
+  expect_refusal(write_capture("escape.fbsfut", missing_escape), "escapes");
+  const std::string truncated = write_capture("trunc.fbsfut", good);
+  {
+    std::ifstream in(truncated, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(truncated, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 20);
+  }
+  expect_refusal(truncated, "file ends early");
+}
+
+TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
+  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  std::mt19937 rng(2024);
+  std::vector<std::uint32_t> inputs;
+  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
+  for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
+  for (float edge : {128.f, 127.f, -125.f, -126.f, -150.f, -160.f, 0.f, -0.f, 0x1p-130f, -0x1p-130f, 1e-30f, -1e-30f,
+                     HUGE_VALF, -HUGE_VALF}) {
+    const std::uint32_t e = float_bits(edge);
+    for (std::uint32_t d = 0; d < 64; ++d) {
+      inputs.push_back(e + d);
+      inputs.push_back(e - d);
+    }
+  }
+  inputs.push_back(0x7fc00000u);
+  inputs.push_back(0xffc00001u);
+  inputs.push_back(0x7f800001u);
+  for (int n : {3, 10}) {
+    for (int rounding : {0, 1, 2}) {
+      CAPTURE(n);
+      CAPTURE(rounding);
+      fb::SfuTable table;
+      table.function = fb::SpecialFunction::ex2;
+      table.form = fb::SfuTableForm::ex2_fixed_point;
+      table.fraction_bits = n;
+      table.argument_rounding = static_cast<fb::FixedPointRounding>(rounding);
+      table.nan_output = 0x7fffffffu;
+      table.source = "test: synthetic";
+      for (int i = 0; i < (1 << n); ++i) {
+        const float base = static_cast<float>(std::exp2(static_cast<double>(i) / (1 << n)));
+        table.fraction_outputs.push_back(float_bits(base) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4));
+      }
+      table.fraction_outputs[1] = 0x7fc00000u;   // a NaN entry is returned as is
+      table.fraction_outputs[2] = 0x3fffffffu;   // just below 2: overflows at k = 127 when rounded up
+      table.fraction_outputs[3] = 0x3f000001u;   // below 1: flushes earlier at the bottom
+      const std::string path = temp_path("mirror_" + std::to_string(n) + "_" + std::to_string(rounding) + ".fbsfu");
+      fb::write_table_file(path, table);
+      const auto emu = fb::load_table_model(path);
+      std::size_t differ = 0;
+      for (std::uint32_t in : inputs) {
+        float x;
+        std::memcpy(&x, &in, 4);
+        const std::uint32_t mirror = fb::gpu::ex2_table_model(x, n, rounding, table.fraction_outputs.data(), table.nan_output);
+        const std::uint32_t reference = float_bits(emu->evaluate(x));
+        if (mirror != reference && ++differ <= 5) {
+          char line[96];
+          std::snprintf(line, sizeof line, "x bits 0x%08x: device model 0x%08x, emu 0x%08x", in, mirror, reference);
+          FAIL_CHECK(line);
+        }
+      }
+      CHECK(differ == 0);
+      std::filesystem::remove(path);
+    }
+  }
 }
