@@ -107,6 +107,43 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   }
 }
 
+TEST_CASE("bias-test --against: paired on the same inputs and seed") {
+  // Pairing: a model against itself differs by exactly zero in every trial, even with a
+  // seeded stochastic final cast (+o-sr) -- only if inputs AND seeds are shared.
+  const Run same = run("bias-test --model fa-bf16acc+o-sr --against fa-bf16acc+o-sr --scenario random --trials 4 "
+                       "--seqlen 48 --headdim 16 --json");
+  REQUIRE(same.code == 0);
+  const auto js = nlohmann::json::parse(same.out);
+  CHECK(js["o"]["mean_ulps"].get<double>() == 0.0);
+  CHECK(js["o"]["positives"].get<int>() + js["o"]["negatives"].get<int>() == 0);
+  // Qiu & Yao's mechanism (DESIGN.md §7) as a paired difference: what the plain max adds
+  // over the dynamic max is O pushed negative and delta positive on sink.
+  const Run mech = run("bias-test --model fa-bf16acc --against fa-bf16acc+dynmax --scenario sink --trials 16 "
+                       "--seqlen 96 --headdim 32 --json");
+  REQUIRE(mech.code == 1);
+  const auto jm = nlohmann::json::parse(mech.out);
+  CHECK(jm["o"]["mean_ulps"].get<double>() < 0.0);
+  CHECK(jm["o"]["ci"][1].get<double>() < 0.0);
+  CHECK(jm["delta"]["mean_ulps"].get<double>() > 0.0);
+  CHECK(jm["delta"]["ci"][0].get<double>() > 0.0);
+  // sweep --against pairs the same way: a model against itself is zero in every row.
+  const Run sw = run("sweep --model fa-bf16acc+o-sr --against fa-bf16acc+o-sr --scenario random,sink --trials 3 "
+                     "--seqlen 48 --headdim 16 --json");
+  REQUIRE(sw.code == 0);
+  const auto jw = nlohmann::json::parse(sw.out);
+  REQUIRE(jw["rows"].size() == 2);
+  for (const auto& row : jw["rows"]) {
+    CHECK(row["model"].get<std::string>() == "fa-bf16acc+o-sr-vs-fa-bf16acc+o-sr");
+    CHECK(row["o_mean_ulps"].get<double>() == 0.0);
+    CHECK(row["delta_mean_ulps"].get<double>() == 0.0);
+  }
+  // Models of different formats cannot be paired; --against needs --model.
+  const Run bad = run("bias-test --model fa-bf16acc --against standard-fp32 --trials 2");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--against standard-fp32") != std::string::npos);
+  CHECK(run("bias-test --traces /nonexistent --against fa2-sm80").code == 2);
+}
+
 TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax is not") {
   const Run biased = run("bias-test --model fa-bf16acc --scenario sink --trials 24 --seqlen 128 --headdim 32 --json");
   REQUIRE(biased.code == 1);

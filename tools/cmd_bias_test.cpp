@@ -9,6 +9,9 @@
 // - --traces DIR: one sample per captured row of every *.safetensors in DIR: the
 //   captured o (and delta) against exact_attention of the captured inputs (no replay).
 // Statistics: attention/statistics.hpp summarize(). Exit 1 when O or delta is biased.
+// - --model M --against B: one sample per trial, the paired difference of M and B on the
+//   same inputs and seed (sweep_table.hpp measure_paired): the bias M adds relative to B,
+//   free of the input noise they share (fp8 quantisation, say).
 // --recipe FILE is not supported yet (exit 2).
 #include <algorithm>
 #include <cstdio>
@@ -25,7 +28,7 @@ namespace fb::cli {
 namespace {
 
 struct BiasOptions {
-  std::string model, recipe, traces, scenario = "sink", dtype = "bf16";
+  std::string model, against, recipe, traces, scenario = "sink", dtype = "bf16";
   int trials = 32, seqlen = 256, headdim = 64;
   double alpha = 1e-3;
   std::uint64_t seed = 0;
@@ -63,6 +66,7 @@ void print_stats(const char* what, const attn::BiasStatistics& s, double alpha) 
 int run_bias_test(const BiasOptions& o) {
   if (!o.recipe.empty()) throw InputError("--recipe " + o.recipe + ": recipe files are not supported yet");
   if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
+  if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   std::vector<double> o_samples, d_samples;
   std::string subject, provenance;
   if (!o.model.empty()) {
@@ -77,7 +81,15 @@ int run_bias_test(const BiasOptions& o) {
     } catch (const std::invalid_argument& e) {
       throw InputError("--model " + o.model + ": " + e.what());
     }
-    subject = model.name + " on " + o.scenario + " (seqlen " + std::to_string(o.seqlen) + ", head dim " +
+    attn::ModelHandle against;
+    if (!o.against.empty()) {
+      try {
+        against = attn::parse_kernel_model(o.against, dtype);
+      } catch (const std::invalid_argument& e) {
+        throw InputError("--against " + o.against + ": " + e.what());
+      }
+    }
+    subject = model.name + (o.against.empty() ? "" : " against " + against.name) + " on " + o.scenario + " (seqlen " + std::to_string(o.seqlen) + ", head dim " +
               std::to_string(o.headdim) + ", " + std::to_string(o.trials) + " trials)";
     provenance = model.recipe->hardware_validated()
                      ? "emulated model, all parts validated on hardware"
@@ -86,7 +98,8 @@ int run_bias_test(const BiasOptions& o) {
     for (int t = 0; t < o.trials; ++t) {
       const std::uint64_t s = trial_seed(o.seed, model.name + "/" + o.scenario, static_cast<std::uint64_t>(t));
       const auto in = attn::make_scenario(o.scenario, s, 1, 1, o.seqlen, o.headdim, model.recipe->input, true);
-      const TrialErrors e = measure_errors(model, in, s, false);
+      const TrialErrors e = o.against.empty() ? measure_errors(model, in, s, false)
+                                              : measure_paired(model, against, in, s);
       o_samples.push_back(mean_of(e.o_ulps));
       if (!e.delta_ulps.empty()) d_samples.push_back(mean_of(e.delta_ulps));
     }
@@ -113,7 +126,7 @@ int run_bias_test(const BiasOptions& o) {
         double sum = 0;
         for (int c = 0; c < d; ++c) {
           const double want = exact.o.data[r * d + c];
-          sum += (o_vals.data[r * d + c] - want) / ulp_of(o_bits.format, want);
+          sum += (o_vals.data[r * d + c] - want) / attn::ulp_at(o_bits.format, want);
         }
         o_samples.push_back(sum / d);
       }
@@ -146,8 +159,13 @@ int run_bias_test(const BiasOptions& o) {
     std::cout << "bias-test: " << subject << "\n" << provenance << "\n";
     print_stats("O", so, o.alpha);
     if (!d_samples.empty()) print_stats("delta", sd, o.alpha);
-    std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
-                 "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
+    if (o.against.empty())
+      std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
+                   "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
+    else
+      std::cout << "(paired: " << o.model << " minus " << o.against << " on the same inputs and seed; O in ulps "
+                   "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
+                   "sum|dO*O|))\n";
     std::cout << "verdict: " << (biased ? "biased" : "no detectable bias") << "\n";
   }
   return biased ? kExitCheckFailed : kExitOk;
@@ -156,6 +174,7 @@ int run_bias_test(const BiasOptions& o) {
 Runner setup_bias_test(CLI::App& app) {
   auto o = std::make_shared<BiasOptions>();
   app.add_option("--model", o->model, "kernel model");
+  app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
   app.add_option("--recipe", o->recipe, "recipe file (not supported yet)");
   app.add_option("--traces", o->traces, "directory of .safetensors traces");
   app.add_option("--scenario", o->scenario, "sink|random|ties (default sink)");

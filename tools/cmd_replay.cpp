@@ -76,7 +76,7 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
             continue;
           }
           const double want_v = to_double(f, want);
-          cmp.mismatches.push_back({b, h, r, c, want, got_bits, exact, (got - want_v) / ulp_of(f, want_v)});
+          cmp.mismatches.push_back({b, h, r, c, want, got_bits, exact, (got - want_v) / attn::ulp_at(f, want_v)});
         }
       }
   return cmp;

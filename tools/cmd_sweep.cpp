@@ -16,6 +16,7 @@
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <optional>
 #include <thread>
 
 #include "attention/attention.hpp"
@@ -36,7 +37,7 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 struct SweepOptions {
-  std::string formats = "bf16", rounds = "rne", models, scenarios = "sink", shard, csv;
+  std::string formats = "bf16", rounds = "rne", models, scenarios = "sink", shard, csv, against;
   int seqlen = 256, headdim = 64, trials = 8, jobs = 1, sr_bits = 24;
   std::uint64_t seed = 0;
   double alpha = 1e-3;
@@ -47,6 +48,7 @@ struct Config {
   SweepRow row;
   attn::ModelHandle model;
   Format dtype;
+  std::optional<attn::ModelHandle> against;  // --against: rows are paired differences
 };
 
 attn::ModelHandle resolve_model(const std::string& model, const Format& dtype, const std::string& round,
@@ -96,11 +98,16 @@ int run_sweep(const SweepOptions& o) {
           parse_mode_or_throw(round, "--round");
           if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
             throw InputError("--scenario " + scenario + ": unknown scenario");
-          Config c{SweepRow{}, resolve_model(model, dtype, round, o.sr_bits), dtype};
+          Config c{SweepRow{}, resolve_model(model, dtype, round, o.sr_bits), dtype, std::nullopt};
           c.row.index = index;
           c.row.format = fmt;
           c.row.round = round;
           c.row.model = model;
+          if (!o.against.empty()) {
+            // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
+            c.against = resolve_model(o.against, dtype, "rne", o.sr_bits);
+            c.row.model = model + "-vs-" + o.against;
+          }
           c.row.scenario = scenario;
           c.row.seqlen = o.seqlen;
           c.row.headdim = o.headdim;
@@ -122,7 +129,13 @@ int run_sweep(const SweepOptions& o) {
       try {
         const std::uint64_t s = trial_seed(o.seed, c.row.configuration(), trial);
         const auto in = attn::make_scenario(c.row.scenario, s, 1, 1, o.seqlen, o.headdim, c.dtype, true);
-        per_trial[item].add_trial(measure_errors(c.model, in, s, true));
+        TrialErrors e = measure_errors(c.model, in, s, true);
+        if (c.against) {
+          const TrialErrors paired = measure_paired(c.model, *c.against, in, s);
+          e.o_ulps = paired.o_ulps;
+          e.delta_ulps = paired.delta_ulps;
+        }
+        per_trial[item].add_trial(e);
       } catch (const std::invalid_argument& e) {
         // An impossible combination the user asked for (e.g. +hadamard at head dim 96).
         std::lock_guard<std::mutex> lock(error_mutex);
@@ -174,6 +187,8 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--round", o->rounds, "final cast of O: rne (recipe) or sr (+o-sr), comma-separated");
   app.add_option("--model", o->models, "kernel models, comma-separated")->required();
   app.add_option("--scenario", o->scenarios, "scenarios, comma-separated (default sink)");
+  app.add_option("--against", o->against,
+                 "paired: each row is --model minus this model on the same inputs and seed");
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");
   app.add_option("--trials", o->trials, "trials per configuration (default 8)");

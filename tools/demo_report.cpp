@@ -30,7 +30,7 @@ std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& wan
     double s = 0;
     for (int c = 0; c < got.cols; ++c) {
       const std::size_t i = r * got.cols + c;
-      s += (got.data[i] - want.data[i]) / ulp_of(out_format, want.data[i]);
+      s += (got.data[i] - want.data[i]) / attn::ulp_at(out_format, want.data[i]);
     }
     means.push_back(s / got.cols);
   }
@@ -93,7 +93,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // error among negative outputs there (a rounding away from zero), else anywhere.
   for (int pass = 0; pass < 2 && worst_err == 0; ++pass)
     for (std::size_t i = 0; i < base.o.data.size(); ++i) {
-      const double e = (base.o.data[i] - exact.o.data[i]) / ulp_of(out_f, exact.o.data[i]);
+      const double e = (base.o.data[i] - exact.o.data[i]) / attn::ulp_at(out_f, exact.o.data[i]);
       if ((pass == 1 || exact.o.data[i] < 0) && e < worst_err) worst_err = e, worst = i;
     }
   const int d = base.o.cols;
@@ -107,7 +107,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   const std::size_t row_begin = worst - worst % static_cast<std::size_t>(d);
   auto err_of = [&](int c) {
     const std::size_t i = row_begin + static_cast<std::size_t>(c);
-    return (base.o.data[i] - exact.o.data[i]) / ulp_of(out_f, exact.o.data[i]);
+    return (base.o.data[i] - exact.o.data[i]) / attn::ulp_at(out_f, exact.o.data[i]);
   };
   std::stable_sort(features_by_error.begin(), features_by_error.end(),
                    [&](int a, int b) { return err_of(a) < err_of(b); });

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <stdexcept>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -18,13 +19,6 @@
 
 namespace fb::cli {
 
-double ulp_of(const Format& f, double x) {
-  const double ax = std::fabs(x);
-  int e = f.emin();
-  if (ax > 0 && std::isfinite(ax)) e = std::max(std::ilogb(ax), f.emin());
-  return std::ldexp(1.0, e - f.man_bits);
-}
-
 std::vector<double> delta_units(const Format& output_format, const attn::Tensor4& d_o, const attn::Tensor4& o_exact,
                                 const attn::Tensor4& delta_exact) {
   const int d = d_o.cols;
@@ -33,7 +27,7 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
     double magnitude = std::fabs(delta_exact.data[r]);
     double sum_abs = 0;
     for (int c = 0; c < d; ++c) sum_abs += std::fabs(d_o.data[r * d + c] * o_exact.data[r * d + c]);
-    units[r] = ulp_of(output_format, std::max(magnitude, sum_abs));
+    units[r] = attn::ulp_at(output_format, std::max(magnitude, sum_abs));
   }
   return units;
 }
@@ -53,7 +47,7 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
   const Format& out_format = model.recipe->output;
   t.o_ulps.resize(got.o.data.size());
   for (std::size_t i = 0; i < got.o.data.size(); ++i)
-    t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / ulp_of(out_format, want.o.data[i]);
+    t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / attn::ulp_at(out_format, want.o.data[i]);
   if (got.delta && want.delta && in.d_o) {
     const std::vector<double> unit = delta_units(model.recipe->output, *in.d_o, want.o, *want.delta);
     for (std::size_t i = 0; i < got.delta->data.size(); ++i)
@@ -66,6 +60,37 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
       t.rounded_up += tile.rounded_up;
       t.rounded_down += tile.rounded_down;
     }
+  return t;
+}
+
+TrialErrors measure_paired(const attn::ModelHandle& model, const attn::ModelHandle& against,
+                           const attn::AttentionInputs& in, std::uint64_t seed) {
+  if (std::string(model.recipe->input.name) != against.recipe->input.name ||
+      std::string(model.recipe->output.name) != against.recipe->output.name)
+    throw std::invalid_argument("--against " + against.name + ": takes " + against.recipe->input.name + " -> " +
+                                against.recipe->output.name + ", but " + model.name + " takes " +
+                                model.recipe->input.name + " -> " + model.recipe->output.name);
+  attn::RunOptions opt;
+  opt.seed = seed;
+  const attn::AttentionOutputs a = attn::run_attention(model, in, opt);
+  const attn::AttentionOutputs b = attn::run_attention(against, in, opt);
+  const attn::AttentionOutputs want = attn::exact_attention(in);
+  // Σ_j P_ij·|V_jc| is exactly the attention output of the same scores over |V|.
+  attn::AttentionInputs abs_v = in;
+  for (double& x : abs_v.v.data) x = std::fabs(x);
+  abs_v.d_o.reset();
+  const attn::AttentionOutputs scale = attn::exact_attention(abs_v);
+  const Format& out_format = model.recipe->output;
+  TrialErrors t;
+  t.o_ulps.resize(a.o.data.size());
+  for (std::size_t i = 0; i < a.o.data.size(); ++i)
+    t.o_ulps[i] = (a.o.data[i] - b.o.data[i]) /
+                  attn::ulp_at(out_format, std::max(std::fabs(want.o.data[i]), scale.o.data[i]));
+  if (a.delta && b.delta && want.delta && in.d_o) {
+    const std::vector<double> unit = delta_units(out_format, *in.d_o, want.o, *want.delta);
+    for (std::size_t i = 0; i < a.delta->data.size(); ++i)
+      t.delta_ulps.push_back((a.delta->data[i] - b.delta->data[i]) / unit[i]);
+  }
   return t;
 }
 
@@ -219,7 +244,9 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alp
      << kTracedRows
      << " rows of every trial (tiled models only).\nVerdict: t-test on the per-trial means of O or delta,\n"
         "alpha = "
-     << alpha << ".\n";
+     << alpha << ".\n"
+     << "Rows named A-vs-B (sweep --against B) are paired differences A minus B on the same inputs and\n"
+        "seed, O in ulps at max(|O|, sum_j P_ij |V_jc|); their PV counts are A's.\n";
 }
 
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {

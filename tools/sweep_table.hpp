@@ -28,8 +28,6 @@ namespace fb::cli {
 
 inline constexpr int kTracedRows = 8;
 
-// ulp of `f` at value x (the spacing of f's grid at |x|; subnormal spacing below normal).
-double ulp_of(const Format& f, double x);
 
 // delta's error unit. delta = Σ_c dO_c·O_c is computed from O already rounded to the
 // output format (bf16/fp16), so its error is of the size of that format's ulps, not
@@ -49,6 +47,15 @@ struct TrialErrors {
 // in.d_o present => delta errors are measured too.
 TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
                            bool trace_events);
+// Paired difference of two models on the SAME inputs and seed (bias-test --against):
+// what `model` changes relative to `against` (say, a truncating accumulator against one
+// promoted to fp32), with the input noise both share cancelled. O differences are in
+// ulps of model's output format at max(|O_exact|, Σ_j P_ij·|V_jc|) (the scale of P·V's
+// rounding errors, so near-zero outputs do not blow the unit up), delta differences in
+// delta_units. Both models must take the same input dtype and give the same output
+// format (else std::invalid_argument).
+TrialErrors measure_paired(const attn::ModelHandle& model, const attn::ModelHandle& against,
+                           const attn::AttentionInputs& in, std::uint64_t seed);
 // Counter-based seed of one trial: independent of threads and shards.
 std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial);
 
