@@ -5,21 +5,33 @@
 // seed) is the mean error over the sink features (c % 4 in {0, 1}: V and dO mostly
 // negative there) of every row, and for delta the mean over rows. The verdict uses
 // the one-sample t-test of attention/statistics.hpp.
-// - fa-bf16acc on sink: O biased negative and delta positive, p < 1e-6;
+// - fa-bf16acc on sink: O biased negative and delta positive, p < 1e-6.
+// - Its size, predicted without the engine: with P-bar == 1 the sink pair's sum
+//   W = V_0 + V_1 (9 significant bits) is an exact bf16 tie in ~43% of the sink entries,
+//   and the other keys' sticky bits break every such tie away from zero, so O's mean
+//   error is -1/2 ulp times the tie rate (checked to 10%). Under +dynmax, bf16(P-bar < 1)·W
+//   is an exact tie in only ~1% of them (an 8-bit times a 9-bit significand rarely ends
+//   in 1000...0).
 // - fa-bf16acc+dynmax on sink: the bias shrinks at least 3-fold and the 99.9% CI of each
 //   mean lies within +-0.08 ulp. It is NOT zero: at 1000 trials O is -0.043 ulp (99.9% CI
-//   [-0.047, -0.040]) and delta +0.034, from the bf16 row sum and the bf16 cast of the sink's
-//   P-bar (< 1 after the fix, so rounded) over the ~49 bf16 sink scores in [7, 9]; its sign
-//   flips with that range (U[6, 8]: +0.033). A "not significant" check would pass only by
-//   the luck of the seeds (about 1 seed set in 6 at 16 trials).
+//   [-0.047, -0.040]) and delta +0.034. The residual is the recipe's bf16 storage, not the
+//   P-bar == 1 mechanism: P-bar takes ~49 values (bf16 sink scores in [7, 9]), their bf16
+//   rounding errors are not averaged away, and with the sink's sticky mass the bf16 row sum
+//   no longer rounds exactly like 2·P-bar, so they do not cancel in O = P-bar·W / l (the
+//   sign flips with the score range: U[6, 8] gives +0.033). The same recipe with P-bar, l
+//   and the O buffer in fp32 and the fix applied is checked to lie within +-0.02 ulp
+//   (delta +-0.03; 300 trials: O -0.0007 [-0.0027, +0.0013]). A "not significant" check on the authors'
+//   recipe would pass only by the luck of the seeds (about 1 seed set in 6 at 16 trials).
 // - fa-bf16acc on ties (every tie exact, no residual bits): no bias in O (p > 1e-3).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
 #include "attention/statistics.hpp"
 
 using namespace fb;
@@ -41,9 +53,8 @@ struct BiasSamples {
   std::vector<double> o, delta;
 };
 
-BiasSamples measure(const std::string& model, const std::string& scenario, int trials, int seqlen) {
+BiasSamples measure(const ModelHandle& m, const std::string& scenario, int trials, int seqlen) {
   BiasSamples out;
-  const ModelHandle m = parse_kernel_model(model, formats::bf16);
   const int d = 64;
   for (int t = 0; t < trials; ++t) {
     const AttentionInputs in = make_scenario(scenario, 5000 + static_cast<std::uint64_t>(t), 1, 1, seqlen, d, formats::bf16, true);
@@ -68,14 +79,76 @@ BiasSamples measure(const std::string& model, const std::string& scenario, int t
   }
   return out;
 }
+BiasSamples measure(const std::string& model, const std::string& scenario, int trials, int seqlen) {
+  return measure(parse_kernel_model(model, formats::bf16), scenario, trials, seqlen);
+}
+
+// fa-bf16acc+dynmax with P-bar's cast, the row sum and the O buffer kept in fp32: the
+// dynamic-max fix without the authors' bf16 storage.
+ModelHandle dynmax_with_fp32_storage() {
+  ModelHandle m = parse_kernel_model("fa-bf16acc+dynmax", formats::bf16);
+  auto recipe = std::make_shared<KernelModel>(*m.recipe);
+  recipe->p_cast = formats::fp32;
+  recipe->row_sum_format = formats::fp32;
+  recipe->o_buffer_format = formats::fp32;
+  m.recipe = recipe;
+  m.name += " (P-bar, l, O buffer in fp32)";
+  return m;
+}
+
+// Is x (exact in double) the midpoint of two adjacent normal bf16 values? bf16 keeps 8
+// significant bits, so x is a tie when its significand times 2^9 is an odd integer.
+bool is_bf16_tie(double x) {
+  int e = 0;
+  const double m = std::fabs(std::frexp(x, &e)) * 512.0;  // in [256, 512)
+  return m == std::floor(m) && static_cast<long long>(m) % 2 == 1;
+}
+// bf16 round-to-nearest-even of a normal double, written out here (not the library's).
+double bf16_rne(double x) {
+  int e = 0;
+  const double m = std::frexp(x, &e) * 256.0;  // |m| in [128, 256)
+  double r = std::floor(m);
+  const double frac = m - r;
+  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
+  return std::ldexp(r, e - 8);
+}
+
+struct TieRates {
+  double plain = 0, dynmax = 0;
+};
+// Over the sink features of `trials` sink problems: how often P-bar·(V_0 + V_1) is an exact
+// bf16 tie with P-bar = 1 (plain) and with P-bar = bf16(exp(-s)), s the row's scaled sink
+// score (+dynmax with beta = 2 subtracts 2s).
+TieRates sink_tie_rates(int trials, int seqlen) {
+  const int d = 64;
+  long long plain = 0, dynmax = 0, count = 0;
+  for (int t = 0; t < trials; ++t) {
+    const AttentionInputs in = make_scenario("sink", 5000 + static_cast<std::uint64_t>(t), 1, 1, seqlen, d, formats::bf16, true);
+    for (int r = 0; r < seqlen; ++r) {
+      long double s = 0;
+      for (int c = 0; c < d; ++c) s += static_cast<long double>(in.q.at(0, 0, r, c)) * in.k.at(0, 0, 0, c);
+      const double p_bar = bf16_rne(static_cast<double>(std::exp(-s * static_cast<long double>(in.softmax_scale))));
+      for (int c = 0; c < d; ++c) {
+        if (c % 4 > 1) continue;
+        const double w = in.v.at(0, 0, 0, c) + in.v.at(0, 0, 1, c);  // exact: two bf16 values
+        plain += is_bf16_tie(w) ? 1 : 0;
+        dynmax += is_bf16_tie(p_bar * w) ? 1 : 0;  // exact: 8 x 9 significant bits
+        ++count;
+      }
+    }
+  }
+  return TieRates{static_cast<double>(plain) / count, static_cast<double>(dynmax) / count};
+}
 
 }  // namespace
 
-TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive; +dynmax shrinks it 3x or more; ties show none") {
+TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive, half an ulp per exact tie; +dynmax cuts ties and bias with them; ties show none") {
   if (sanitizer_scale()) {
     // Under ASan/UBSan only the machinery runs (one tiny trial each); no statistics.
     measure("fa-bf16acc", "sink", 1, 16);
     measure("fa-bf16acc+dynmax", "sink", 1, 16);
+    measure(dynmax_with_fp32_storage(), "sink", 1, 16);
+    sink_tie_rates(1, 16);
     return;
   }
   const int trials = 48, seqlen = 96;
@@ -90,6 +163,15 @@ TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive; +dynmax shrink
   CHECK(delta.mean > 0.0);
   CHECK(delta.p_t < 1e-6);
 
+  // The mechanism's size: about half an ulp per exact tie.
+  const TieRates tie_rate = sink_tie_rates(trials, seqlen);
+  CAPTURE(tie_rate.plain);
+  CAPTURE(tie_rate.dynmax);
+  CHECK(tie_rate.plain > 0.3);
+  CHECK(tie_rate.dynmax < tie_rate.plain / 10.0);
+  CHECK(std::fabs(o.mean) > 0.45 * tie_rate.plain);
+  CHECK(std::fabs(o.mean) < 0.55 * tie_rate.plain);
+
   const BiasSamples fixed = measure("fa-bf16acc+dynmax", "sink", trials, seqlen);
   const BiasStatistics fo = summarize(fixed.o, 1e-3), fd = summarize(fixed.delta, 1e-3);
   CAPTURE(fo.mean);
@@ -102,6 +184,19 @@ TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive; +dynmax shrink
   CHECK(fd.ci_high < 0.08);
   CHECK(std::fabs(fo.mean) < std::fabs(o.mean) / 3.0);
   CHECK(std::fabs(fd.mean) < std::fabs(delta.mean) / 3.0);
+
+  const BiasSamples clean = measure(dynmax_with_fp32_storage(), "sink", trials, seqlen);
+  const BiasStatistics co = summarize(clean.o, 1e-3), cd = summarize(clean.delta, 1e-3);
+  CAPTURE(co.mean);
+  CAPTURE(cd.mean);
+  CAPTURE(co.ci_low);
+  CAPTURE(co.ci_high);
+  CAPTURE(cd.ci_low);
+  CAPTURE(cd.ci_high);
+  CHECK(co.ci_low > -0.02);
+  CHECK(co.ci_high < 0.02);
+  CHECK(cd.ci_low > -0.03);
+  CHECK(cd.ci_high < 0.03);
 
   const BiasSamples ties = measure("fa-bf16acc", "ties", trials, seqlen);
   const BiasStatistics to = summarize(ties.o, 1e-3);
