@@ -17,7 +17,9 @@
 //        argument roundings the emu's ex2_fixed_point table model implements);
 //   rcp: result(2^e * m) = 2^-e * T(m) for normal inputs with normal results.
 //   A hypothesis holds when no two inputs with the same key (inside the domain where
-//   2^k * T(f) stays normal, x in [-125, 127)) disagree.
+//   2^k * T(f) stays normal, x in [-125, 127)) disagree. The ex2 key is the table model's
+//   own split of x (gpu/sfu_table_model.hpp ex2_fixed_point_split), so the captured table
+//   is indexed exactly as the model, and the emu after conversion, reads it.
 // - When an ex2 hypothesis holds (N <= 24), the table is then evaluated on the device
 //   exactly as the emu's table model evaluates it (emu/special_functions.cpp
 //   Ex2FixedPointModel::evaluate, restated in gpu/sfu_table_model.hpp: input ftz, NaN ->
@@ -35,7 +37,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -69,8 +70,6 @@ struct Stats {
   std::uint32_t uncertain_inputs[kUncertainCap];
 };
 
-__host__ __device__ inline float ftz_in(float x) { return (x != 0.f && fabsf(x) < FLT_MIN) ? copysignf(0.f, x) : x; }
-__host__ __device__ inline float ftz_out(float y) { return (y != 0.f && fabsf(y) < FLT_MIN) ? copysignf(0.f, y) : y; }
 
 // Ordered integer of an fp32 pattern, so that differences count ulps across zero.
 __host__ __device__ inline long long ordered(std::uint32_t bits) {
@@ -110,7 +109,7 @@ __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, 
     const float x = __uint_as_float(in);
     const float y = hw(fn, x);
     bool uncertain = false;
-    const float ref = ftz_out(round_reference(exact_fn(fn, static_cast<double>(ftz_in(x))), uncertain));
+    const float ref = sfu_ftz(round_reference(exact_fn(fn, static_cast<double>(sfu_ftz(x))), uncertain));
     int bin;
     if (isnan(y) || isnan(ref)) {
       bin = (isnan(y) && isnan(ref)) ? kBinNanBoth : kBinNanMismatch;
@@ -150,11 +149,9 @@ __global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t bas
     const float x = __uint_as_float(static_cast<std::uint32_t>(base + i));
     if (!(x >= -125.f && x < 127.f)) continue;
     const float y = ex2_approx_ftz(x);
-    const long long q = sfu_fixed_point(ftz_in(x), nbits, rounding);
-    const long long k = q >> nbits;  // floor division
-    const std::uint32_t f = static_cast<std::uint32_t>(q & ((1ll << nbits) - 1));
-    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (k << 23));
-    local_conflicts += record_key(table, f, v);
+    const Ex2FixedPointSplit split = ex2_fixed_point_split(sfu_ftz(x), nbits, rounding);  // the model's key
+    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (split.k << 23));
+    local_conflicts += record_key(table, split.index, v);
   }
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
 }
@@ -166,8 +163,8 @@ const char* const kRegionNames[kRegionCount] = {"NaN",          "x >= 128",     
                                                 "[-160, -125)", "[-125, 127)",      "[127, 128)"};
 __device__ inline int ex2_region(float x) {
   if (isnan(x)) return 0;
-  if (x >= 128.f) return 1;
-  if (x < -160.f) return 2;
+  if (x >= kEx2InfFrom) return 1;
+  if (x < kEx2ZeroBelow) return 2;
   if (x < -125.f) return 3;
   return x < 127.f ? 4 : 5;
 }
@@ -349,7 +346,7 @@ int run(const Options& o) {
       const std::uint32_t in = stats->uncertain_inputs[i];
       float x;
       std::memcpy(&x, &in, 4);
-      const long double xl = ftz_in(x);
+      const long double xl = sfu_ftz(x);
       const long double r = fn == kEx2 ? exp2l(xl) : fn == kRcp ? 1.0L / xl : log2l(xl);
       const float f = static_cast<float>(r);
       const float toward = static_cast<long double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
@@ -358,7 +355,7 @@ int run(const Options& o) {
       still += unresolved;
       char line[96];
       std::snprintf(line, sizeof line, "    0x%08x ref(long double)=0x%08x%s\n", in,
-                    [&] { std::uint32_t b; float g = ftz_out(f); std::memcpy(&b, &g, 4); return b; }(),
+                    [&] { std::uint32_t b; float g = sfu_ftz(f); std::memcpy(&b, &g, 4); return b; }(),
                     unresolved ? " UNRESOLVED" : "");
       listing << line;
     }

@@ -37,7 +37,8 @@ FB_SFU_HD inline float sfu_float(std::uint32_t b) {
   std::memcpy(&f, &b, 4);
   return f;
 }
-// .ftz input: a subnormal reads as zero of the same sign.
+// .ftz flushing (PTX .ftz on inputs and outputs, and the model's input): a subnormal becomes
+// zero of the same sign.
 FB_SFU_HD inline float sfu_ftz(float x) {
   return (x != 0.f && fabsf(x) < 0x1p-126f) ? copysignf(0.f, x) : x;
 }
@@ -50,18 +51,33 @@ FB_SFU_HD inline long long sfu_fixed_point(float x, int nbits, int rounding) {
   return static_cast<long long>(fixed);
 }
 
+// The model's split of x: x * 2^N as a fixed-point number k.i, k = floor(xf / 2^N) the power
+// of two, i = xf mod 2^N the table index. fb-sfu-probe's hypothesis kernel keys the measured
+// outputs with this same split, so the table it captures is indexed as the model reads it.
+struct Ex2FixedPointSplit {
+  long long k;
+  std::uint32_t index;
+};
+FB_SFU_HD inline Ex2FixedPointSplit ex2_fixed_point_split(float x, int nbits, int rounding) {
+  const long long xf = sfu_fixed_point(x, nbits, rounding);
+  return {xf >> nbits, static_cast<std::uint32_t>(xf & ((1ll << nbits) - 1))};  // arithmetic shift: floor
+}
+
+// The model's special regions: from kEx2InfFrom up the result is +inf, below kEx2ZeroBelow +0.
+constexpr float kEx2InfFrom = 128.f;
+constexpr float kEx2ZeroBelow = -160.f;
+
 FB_SFU_HD inline std::uint32_t ex2_table_model(float x, int nbits, int rounding, const std::uint32_t* table,
                                                std::uint32_t nan_output) {
   x = sfu_ftz(x);
   if (x != x) return nan_output;
-  if (x >= 128.f) return 0x7f800000u;
-  if (x < -160.f) return 0u;
-  const long long xf = sfu_fixed_point(x, nbits, rounding);
-  const long long k = xf >> nbits;  // arithmetic shift: floor
-  const std::uint32_t t_bits = table[static_cast<std::uint32_t>(xf & ((1ll << nbits) - 1))];
+  if (x >= kEx2InfFrom) return 0x7f800000u;
+  if (x < kEx2ZeroBelow) return 0u;
+  const Ex2FixedPointSplit split = ex2_fixed_point_split(x, nbits, rounding);
+  const std::uint32_t t_bits = table[split.index];
   const float t = sfu_float(t_bits);
   if (t != t) return t_bits;
-  const double v = ldexp(static_cast<double>(t), static_cast<int>(k));
+  const double v = ldexp(static_cast<double>(t), static_cast<int>(split.k));
   if (fabs(v) >= 0x1p128) return sfu_bits(copysignf(INFINITY, t));
   if (fabs(v) < 0x1p-126) return sfu_bits(copysignf(0.f, t));
   return sfu_bits(static_cast<float>(v));  // exact: a 24-bit significand in the normal range

@@ -22,8 +22,9 @@
 //   an rcp table and broken files are refused with the file and field named.
 // - The table model fb-sfu-probe evaluates on the device (gpu/sfu_table_model.hpp) gives the
 //   same bits as the emu's table model (emu/special_functions.cpp) for tables with
-//   perturbed, NaN and overflowing entries, on a stride over all 2^32 inputs, random inputs
-//   and the region boundaries, for every argument rounding.
+//   perturbed, NaN, negative and overflowing entries, on a stride over all 2^32 inputs, random
+//   inputs, the region boundaries, and arguments exactly on and half-way between the
+//   fixed-point grid (where the argument roundings differ), for every argument rounding.
 #include <doctest/doctest.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -589,6 +590,26 @@ TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
   inputs.push_back(0x7fc00000u);
   inputs.push_back(0xffc00001u);
   inputs.push_back(0x7f800001u);
+  // Where the argument roundings differ: x exactly on the grid j / 2^n (all three agree) and
+  // exactly half-way between grid points (nearest-even rounds to the even j; floor and
+  // toward-zero part ways for negative x), for both table sizes below, positive and
+  // negative, including the region ends; each exact in fp32 (at most 19 significant bits).
+  for (int n : {3, 10}) {
+    const long long lo = -160ll << n, hi = 128ll << n;
+    std::vector<long long> js = {lo, lo + 1, -1, 0, 1, 2, hi - 1, hi, -(125ll << n), -(126ll << n), 127ll << n};
+    // every special table entry below (indices 0..7) at the powers where it overflows or flushes
+    for (long long k : {127ll, 126ll, -125ll, -126ll, -127ll, -128ll, -159ll, -160ll, 0ll}) {
+      for (long long idx = 0; idx < 8; ++idx) js.push_back((k << n) + idx);
+    }
+    for (int i = 0; i < (small ? 500 : 20000); ++i) js.push_back(lo + static_cast<long long>(rng() % static_cast<std::uint64_t>(hi - lo)));
+    for (long long j : js) {
+      for (long long twice : {2 * j, 2 * j + 1, 2 * j - 1}) {
+        const float x = std::ldexp(static_cast<float>(twice), -(n + 1));
+        REQUIRE(static_cast<double>(x) == std::ldexp(static_cast<double>(twice), -(n + 1)));
+        inputs.push_back(float_bits(x));
+      }
+    }
+  }
   for (int n : {3, 10}) {
     for (int rounding : {0, 1, 2}) {
       CAPTURE(n);
@@ -605,8 +626,11 @@ TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
         table.fraction_outputs.push_back(float_bits(base) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4));
       }
       table.fraction_outputs[1] = 0x7fc00000u;   // a NaN entry is returned as is
-      table.fraction_outputs[2] = 0x3fffffffu;   // just below 2: overflows at k = 127 when rounded up
+      table.fraction_outputs[2] = 0x3fffffffu;   // just below 2: the largest finite result at k = 127
       table.fraction_outputs[3] = 0x3f000001u;   // below 1: flushes earlier at the bottom
+      table.fraction_outputs[4] = 0xc0000000u;   // -2: overflows to -inf at k = 127 (sign kept)
+      table.fraction_outputs[5] = 0x40000000u;   // 2: overflows to +inf at k = 127
+      table.fraction_outputs[6] = 0xbf000000u;   // -0.5: flushes to -0 at k = -126
       const std::string path = temp_path("mirror_" + std::to_string(n) + "_" + std::to_string(rounding) + ".fbsfu");
       fb::write_table_file(path, table);
       const auto emu = fb::load_table_model(path);
