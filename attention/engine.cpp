@@ -150,6 +150,18 @@ struct Scratch {
 };
 
 // Constants of the exponent step, computed as the kernel computes them.
+// The final cast of O's rounding: the recipe's RNE, or the +o-MODE variant's mode (sr
+// keyed by the run's seed; the caller passes the element's index as the position).
+RoundingSpec final_cast_spec(const KernelModel& km, const RunOptions& opt) {
+  RoundingSpec spec;
+  spec.mode = km.o_round;
+  if (km.o_round == RoundingMode::sr) {
+    spec.sr_bits = km.o_sr_bits;
+    spec.seed = opt.seed;
+  }
+  return spec;
+}
+
 struct ScaleConstants {
   double scale_log2 = 0.0;  // FA2: (float)(softmax_scale * log2(e)) computed in double
   double qk_scale = 0.0;    // Triton: fp32(sm_scale * 1.44269504)
@@ -526,12 +538,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       km.normalisation != Normalisation::fa3_finalize
           ? 0.0
           : ar.f32((empty ? 0.0 : ar.rcp(l)) * (km.fp8.enabled && !km.fp8.block ? hd.v_descale[0] : 1.0));
-  RoundingSpec out_spec;
-  if (km.o_sr) {
-    out_spec.mode = RoundingMode::sr;
-    out_spec.sr_bits = km.o_sr_bits;
-    out_spec.seed = opt.seed;
-  }
+  const RoundingSpec out_spec = final_cast_spec(km, opt);
   const std::optional<Format> out_format =
       km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
   for (int c = 0; c < d; ++c) {
@@ -552,7 +559,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       RoundingEvent ev;
       o_out[c] = ar.to_traced(out_format, pre, &ev, out_spec, o_position + static_cast<std::uint64_t>(c));
       trace->o_cast.push_back(ev);
-    } else if (km.o_sr && !A::exact) {
+    } else if (km.o_round != RoundingMode::rne && !A::exact) {
       o_out[c] = ar.to_traced(out_format, pre, nullptr, out_spec, o_position + static_cast<std::uint64_t>(c));
     } else {
       o_out[c] = ar.to(out_format, pre);
@@ -588,7 +595,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
 template <class A, class E>
 void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
                               double* o_out, double* o_pre_out, RowStats& st, std::vector<double>& s,
-                              std::vector<E>& pc) {
+                              std::vector<E>& pc, std::uint64_t o_position, const RunOptions& opt) {
   const int d = g.d;
   const int nk = visible_keys(g, row);
   const ScaleConstants k = head_scale_constants(km, ar, g, hd);
@@ -610,13 +617,16 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
     if (km.fp8.p_before_cast) pj = ar.f32(ar.op(km.fp8.p_before_cast, pj) * km.fp8.p_scale);
     pc[j] = static_cast<E>(empty ? 0.0 : ar.op(km.p_cast, pj));
   }
+  const RoundingSpec out_spec = final_cast_spec(km, opt);
   // fp8 baseline: the P·V GEMM's descale, fp32(v_descale / p_scale), on its fp32 result.
   const double out_descale = km.fp8.enabled ? ar.f32(hd.v_descale[0] / km.fp8.p_scale) : 1.0;
   for (int c = 0; c < d; ++c) {
     const double raw = ar.dot(km.pv_dot, 0.0, pc.data(), hd.vt_row(c), nk);
     const double dot = km.fp8.enabled ? ar.f32(raw * out_descale) : raw;
     o_pre_out[c] = dot;
-    o_out[c] = ar.to(km.pv_result_format, dot);
+    o_out[c] = km.o_round == RoundingMode::rne || A::exact
+                   ? ar.to(km.pv_result_format, dot)
+                   : ar.to_traced(km.pv_result_format, dot, nullptr, out_spec, o_position + static_cast<std::uint64_t>(c));
   }
   st.m = m;
   st.l = l;
@@ -1126,7 +1136,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
       const std::uint64_t pos = out.o.index(b, h, r, 0);
       if (km.structure == Structure::materialised) {
-        materialised_forward_row(km, ar, hd, g, r, o, pre, st, s_full, pc_full);
+        materialised_forward_row(km, ar, hd, g, r, o, pre, st, s_full, pc_full, pos, opt);
       } else if (slot >= 0) {
         online_forward_row<A, E, true>(km, ar, hd, g, r, o, pre, st, sc, pos, opt, &opt.tracer->traces[slot]);
       } else {

@@ -543,12 +543,14 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     } else if (variant == "o-fp32") {
       m.o_fp32 = true;
       canonical += "+o-fp32";
-    } else if (variant == "o-sr") {
-      m.o_sr = true;
-      canonical += "+o-sr";
+    } else if (RoundingMode mode{}; variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), mode)) {
+      if (colon != std::string::npos) throw std::invalid_argument("+" + p + ": +o-MODE takes no parameters");
+      m.o_round = mode;
+      canonical += "+" + variant;
     } else {
       throw std::invalid_argument("unknown variant '+" + variant +
-                                  "' (dynmax, delta-dpp, o-fp32, o-sr; fp8 models: block-quant, hadamard, promote)");
+                                  "' (dynmax, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, o-rto; fp8 models: "
+                                  "block-quant, hadamard, promote)");
     }
   }
   // fp8 models feed the tensor cores the quantised operands.
@@ -567,6 +569,8 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
   out.emplace_back("+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)");
   out.emplace_back("+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)");
   out.emplace_back("+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O");
+  out.emplace_back("+o-rtz, +o-rup, +o-rdn, +o-rna, +o-rto",
+                   "the final cast of O in that rounding mode instead of the recipe's RNE (what `sweep --round` selects)");
   out.emplace_back("+block-quant",
                    "fp8 models: one e4m3 scale per Br x d block of Q and Bc x d block of K and V (the run's tiles), "
                    "FA3 paper §3.3. Descales (ASSUMED placement, FA3's kernel has per-tensor descales only): "

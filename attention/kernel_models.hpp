@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/rounding.hpp"
 #include "emu/special_functions.hpp"
 #include "formats/format.hpp"
 
@@ -194,7 +195,10 @@ struct KernelModel {
   double dynmax_beta = 2.0, dynmax_tol = 1e-3;
   bool delta_dpp = false;   // delta = rowsum(dP∘P)
   bool o_fp32 = false;      // delta from O kept in fp32 (before the final cast)
-  bool o_sr = false;        // stochastic rounding of the final cast of O
+  // The final cast of O: rne is every recipe's own (cvt.rn / .to(dtype)); +o-MODE
+  // replaces it with MODE in every structure (sr: o_sr_bits random bits keyed by the
+  // run's seed and the element's index).
+  RoundingMode o_round = RoundingMode::rne;
   int o_sr_bits = 24;
 
   // Tile sizes this recipe uses for a problem (RunOptions' block sizes override when > 0).

@@ -183,7 +183,9 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK(h.recipe->dynmax);
   CHECK(h.recipe->dynmax_beta == 4.0);
   CHECK(h.recipe->dynmax_tol == 0.5);
-  CHECK(h.recipe->o_sr);
+  CHECK(h.recipe->o_round == RoundingMode::sr);
+  CHECK(parse_kernel_model("standard-bf16+o-rto", formats::bf16).recipe->o_round == RoundingMode::rto);
+  CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+o-up", formats::bf16), std::invalid_argument);
   CHECK(parse_kernel_model("fa2-sm80", formats::fp16).recipe->input == formats::fp16);
   CHECK_THROWS_WITH_AS(parse_kernel_model("fa3-sm90", formats::bf16), doctest::Contains("fa3-sm90"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+nope", formats::bf16), doctest::Contains("nope"), std::invalid_argument);
@@ -233,4 +235,55 @@ TEST_CASE("+o-sr rounds the final cast of O stochastically: a neighbour of the R
   // a quarter on average; demand a clear fraction.
   CHECK(off_rne > total / 8);
   CHECK(off_seed > total / 8);
+}
+
+namespace {
+// bf16 facts written out here (not the library's): spacing above |x| in x's binade and
+// whether x's 8-bit significand is odd. O's values in these runs are normal.
+double bf16_spacing(double x) { return std::ldexp(1.0, std::ilogb(x) - 7); }
+bool bf16_odd(double x) {
+  const double m = std::ldexp(std::fabs(x), 7 - std::ilogb(x));  // in [128, 256)
+  return std::fmod(m, 2.0) == 1.0;
+}
+}  // namespace
+
+TEST_CASE("+o-MODE: the final cast of O in every rounding mode, for online, buffer, materialised and fp8 models") {
+  // For each element, rdn and rup must bracket the (unseen) fp32 value as adjacent bf16
+  // values, and every other mode must pick between them as its definition says. A model
+  // that ignored the mode would give rdn == rup everywhere, which the inexact count catches.
+  const AttentionInputs in = make_scenario("random", 11, 1, 1, 48, 32, formats::bf16, false);
+  for (const char* base : {"fa2-sm80", "fa-bf16acc", "standard-bf16", "golden-bf16-baseline", "golden-bf16-flash",
+                           "triton-tutorial", "fa3-fp8-sm90"}) {
+    const std::string model = base;
+    CAPTURE(model);
+    auto run = [&](const std::string& suffix) {
+      return run_attention(parse_kernel_model(model + suffix, formats::bf16), in, RunOptions{});
+    };
+    const AttentionOutputs rne = run(""), rtz = run("+o-rtz"), rup = run("+o-rup"), rdn = run("+o-rdn"),
+                           rna = run("+o-rna"), rto = run("+o-rto");
+    CHECK(rup.lse.data == rne.lse.data);  // only the final cast of O changes
+    int inexact = 0, rna_off_rne = 0;
+    const std::size_t total = rne.o.data.size();
+    for (std::size_t i = 0; i < total; ++i) {
+      const double down = rdn.o.data[i], up = rup.o.data[i], nearest = rne.o.data[i];
+      CAPTURE(i);
+      REQUIRE(down <= up);
+      if (down == up) {
+        CHECK(nearest == down);
+        CHECK(rtz.o.data[i] == down);
+        CHECK(rna.o.data[i] == down);
+        CHECK(rto.o.data[i] == down);
+        continue;
+      }
+      ++inexact;
+      if (down != 0.0 && up != 0.0) CHECK(up - down == bf16_spacing(std::min(std::fabs(down), std::fabs(up))));
+      CHECK((nearest == down || nearest == up));
+      CHECK(rtz.o.data[i] == (down >= 0.0 ? down : up));
+      CHECK((rna.o.data[i] == down || rna.o.data[i] == up));
+      rna_off_rne += rna.o.data[i] != nearest ? 1 : 0;  // only at exact ties
+      if (down != 0.0 && up != 0.0) CHECK(rto.o.data[i] == (bf16_odd(down) ? down : up));
+    }
+    CHECK(inexact > static_cast<int>(total) / 2);
+    CHECK(rna_off_rne < static_cast<int>(total) / 20);
+  }
 }

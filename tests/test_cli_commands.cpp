@@ -91,7 +91,8 @@ TEST_CASE("sweep: output does not depend on --jobs, and shards merge to the unsh
 
 TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   CHECK(run("sweep --model standard-fp32 --formats bf16 --trials 2 --seqlen 16 --headdim 16").code == 2);
-  CHECK(run("sweep --model fa2-sm80 --round rtz --trials 2 --seqlen 16 --headdim 16").code == 2);
+  CHECK(run("sweep --model fa2-sm80 --round up --trials 2 --seqlen 16 --headdim 16").code == 2);
+  CHECK(run("sweep --model fa2-sm80 --formats e4m3,fp32 --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --scenario nope --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --shard 3/2 --trials 2 --seqlen 16 --headdim 16").code == 2);
   // A variant that cannot take the shape fails inside the worker threads: still one
@@ -105,6 +106,24 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
     CHECK(r.err.find("+hadamard") != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+}
+
+TEST_CASE("sweep: CLI.md's example grid runs; cells a model cannot run are skipped with a note") {
+  // formats x rounds x models x scenarios as in CLI.md; fa2-sm90 has no e4m3 form and a
+  // bare `standard` is standard-FMT (standard-fp8 for e4m3): 2x4x2x3 + 1x4x1x3 = 60 rows.
+  const Run r = run("sweep --formats bf16,fp16,e4m3 --round rne,rtz,sr,rto --model fa2-sm90,standard "
+                    "--scenario sink,random,ties --seqlen 16 --headdim 16 --trials 1 --jobs 2 --json");
+  REQUIRE(r.code == 0);
+  const auto js = nlohmann::json::parse(r.out);
+  CHECK(js["rows"].size() == 60);
+  CHECK(r.err.find("fa2-sm90 runs in bf16, not e4m3") != std::string::npos);
+  int fp8_rows = 0, rto_rows = 0;
+  for (const auto& row : js["rows"]) {
+    fp8_rows += row["model"] == "standard-fp8" ? 1 : 0;
+    rto_rows += row["round"] == "rto" ? 1 : 0;
+  }
+  CHECK(fp8_rows == 12);
+  CHECK(rto_rows == 15);
 }
 
 TEST_CASE("bias-test --against: paired on the same inputs and seed") {

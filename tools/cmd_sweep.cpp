@@ -2,12 +2,15 @@
 // modes × kernel models × scenarios, N seeded trials each, one row per configuration.
 //
 // How --formats and --round apply to a kernel model (documented in docs/COMMANDS.md):
-// - --formats is the dtype of the kernel (q, k, v, dO and O). A model that names its own
-//   dtype (standard-fp32, golden-bf16-flash, ...) accepts only that dtype; any other is a
-//   usage error (exit 2), never silently ignored.
+// - --formats is the format the kernel works in: the dtype of q, k, v, dO and O for the
+//   bf16/fp16 models; a model that names its dtype (standard-fp32, golden-bf16-flash, ...)
+//   runs only in that one; the fp8 models run in e4m3 (from bf16 inputs, so `bf16` names
+//   them too). A bare `standard` is standard-FMT for each format (standard-fp8 for e4m3).
+//   A grid cell whose model cannot run in its format is skipped with a note on stderr
+//   (CLI.md's own example crosses fa2-sm90 with e4m3); a grid with no cell left is a
+//   usage error (exit 2). Nothing is silently run in another format.
 // - --round is the rounding of the final cast of O: `rne` is every recipe's own cast;
-//   `sr` selects the +o-sr variant (stochastic rounding, --sr-bits); the engine has no
-//   other final-cast modes yet, so rtz, rup, rdn, rna and rto are refused with exit 2.
+//   any other mode selects the +o-MODE variant (sr: --sr-bits random bits).
 // Determinism: trial t of configuration c draws its inputs from
 // trial_seed(seed, c's text, t), so results do not depend on --jobs or --shard.
 // --shard K/N runs the configurations i (0-based, in product order) with i % N == K-1.
@@ -47,33 +50,53 @@ struct SweepOptions {
 struct Config {
   SweepRow row;
   attn::ModelHandle model;
-  Format dtype;
+  Format dtype;                              // the inputs' dtype (the model's input)
   std::optional<attn::ModelHandle> against;  // --against: rows are paired differences
 };
 
-attn::ModelHandle resolve_model(const std::string& model, const Format& dtype, const std::string& round,
-                                int sr_bits) {
-  std::string name = model;
-  if (round == "sr") {
-    name += "+o-sr";
-  } else if (round != "rne") {
-    throw InputError("--round " + round + ": the final cast of O can be rne (the recipe's own) or sr (+o-sr); "
-                     "the engine has no other final-cast mode");
+// A grid cell's model, or why the model cannot run in that format.
+struct ResolvedModel {
+  std::optional<attn::ModelHandle> model;
+  std::string label;        // the row's model column (a bare `standard` made explicit)
+  std::string not_runnable;  // set when model is empty
+};
+
+ResolvedModel resolve_model(const std::string& model, const Format& format, const std::string& round, int sr_bits) {
+  const std::size_t plus = model.find('+');
+  std::string base = model.substr(0, plus);
+  const std::string variants = plus == std::string::npos ? "" : model.substr(plus);
+  const std::string format_name = format.name;
+  if (base == "standard") {
+    if (format == formats::fp32 || format == formats::bf16 || format == formats::fp16) {
+      base = "standard-" + format_name;
+    } else if (format == formats::e4m3) {
+      base = "standard-fp8";
+    } else {
+      return {std::nullopt, model, "standard has no " + format_name + " form (fp32, bf16, fp16, e4m3)"};
+    }
   }
+  const std::string label = base + variants;
+  const std::string name = round == "rne" ? label : label + "+o-" + round;
   attn::ModelHandle h;
   try {
-    h = attn::parse_kernel_model(name, dtype);
+    // Models that do not name their dtype take bf16 or fp16 from the format.
+    h = attn::parse_kernel_model(name, format == formats::fp16 ? formats::fp16 : formats::bf16);
   } catch (const std::invalid_argument& e) {
     throw InputError(std::string("--model ") + model + ": " + e.what());
   }
-  if (std::string(h.recipe->input.name) != dtype.name)
-    throw InputError("--model " + model + " takes dtype " + h.recipe->input.name + ", not --formats " + dtype.name);
+  const attn::KernelModel& r = *h.recipe;
+  const bool runs_in_format = r.input == format || (r.fp8.enabled && r.fp8.format == format);
+  if (!runs_in_format) {
+    std::string runs_in = r.input.name;
+    if (r.fp8.enabled) runs_in += std::string(" or ") + r.fp8.format.name;
+    return {std::nullopt, label, label + " runs in " + runs_in + ", not " + format_name};
+  }
   if (round == "sr" && sr_bits != 24) {
-    auto recipe = std::make_shared<attn::KernelModel>(*h.recipe);
+    auto recipe = std::make_shared<attn::KernelModel>(r);
     recipe->o_sr_bits = sr_bits;
     h.recipe = recipe;
   }
-  return h;
+  return {h, label, ""};
 }
 
 int run_sweep(const SweepOptions& o) {
@@ -89,24 +112,37 @@ int run_sweep(const SweepOptions& o) {
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
   const auto scenario_list = attn::scenario_names();
   std::vector<Config> configs;
-  long long index = 0;
+  std::vector<std::string> not_runnable;  // distinct reasons, in grid order
+  long long index = 0, runnable = 0;
   for (const auto& fmt : split_list(o.formats))
     for (const auto& round : split_list(o.rounds))
       for (const auto& model : split_list(o.models))
         for (const auto& scenario : split_list(o.scenarios)) {
-          const Format dtype = parse_format_or_throw(fmt, "--formats");
+          const Format format = parse_format_or_throw(fmt, "--formats");
           parse_mode_or_throw(round, "--round");
           if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
             throw InputError("--scenario " + scenario + ": unknown scenario");
-          Config c{SweepRow{}, resolve_model(model, dtype, round, o.sr_bits), dtype, std::nullopt};
+          const ResolvedModel resolved = resolve_model(model, format, round, o.sr_bits);
+          std::optional<ResolvedModel> baseline;
+          // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
+          if (!o.against.empty()) baseline = resolve_model(o.against, format, "rne", o.sr_bits);
+          const std::string& why = !resolved.model ? resolved.not_runnable
+                                   : baseline && !baseline->model ? baseline->not_runnable
+                                                                  : resolved.not_runnable;
+          if (!why.empty()) {
+            if (std::find(not_runnable.begin(), not_runnable.end(), why) == not_runnable.end())
+              not_runnable.push_back(why);
+            continue;  // not a grid cell: shards agree on this without running anything
+          }
+          ++runnable;
+          Config c{SweepRow{}, *resolved.model, resolved.model->recipe->input, std::nullopt};
           c.row.index = index;
           c.row.format = fmt;
           c.row.round = round;
-          c.row.model = model;
-          if (!o.against.empty()) {
-            // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
-            c.against = resolve_model(o.against, dtype, "rne", o.sr_bits);
-            c.row.model = model + "-vs-" + o.against;
+          c.row.model = resolved.label;
+          if (baseline) {
+            c.against = *baseline->model;
+            c.row.model = resolved.label + "-vs-" + baseline->label;
           }
           c.row.scenario = scenario;
           c.row.seqlen = o.seqlen;
@@ -114,7 +150,12 @@ int run_sweep(const SweepOptions& o) {
           if (index % shard_n == shard_k - 1) configs.push_back(std::move(c));
           ++index;
         }
-  if (index == 0) throw InputError("--model: expected at least one model");
+  if (runnable == 0) {
+    if (not_runnable.empty()) throw InputError("--model: expected at least one model");
+    throw InputError("no configuration can run: " + not_runnable.front() +
+                     (not_runnable.size() > 1 ? " (and " + std::to_string(not_runnable.size() - 1) + " more)" : ""));
+  }
+  for (const std::string& why : not_runnable) std::cerr << "note: skipped: " << why << "\n";
 
   const std::size_t total = configs.size() * static_cast<std::size_t>(o.trials);
   std::vector<SweepRow> per_trial(total);
@@ -183,8 +224,11 @@ int run_sweep(const SweepOptions& o) {
 
 Runner setup_sweep(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  app.add_option("--formats", o->formats, "kernel dtypes, comma-separated (default bf16)");
-  app.add_option("--round", o->rounds, "final cast of O: rne (recipe) or sr (+o-sr), comma-separated");
+  app.add_option("--formats", o->formats,
+                 "formats the kernels work in (bf16, fp16, fp32, e4m3), comma-separated (default bf16); a model "
+                 "that cannot run in one is skipped with a note");
+  app.add_option("--round", o->rounds,
+                 "final cast of O: rne (each recipe's own) or rtz, rup, rdn, rna, rto, sr (+o-MODE), comma-separated");
   app.add_option("--model", o->models, "kernel models, comma-separated")->required();
   app.add_option("--scenario", o->scenarios, "scenarios, comma-separated (default sink)");
   app.add_option("--against", o->against,
