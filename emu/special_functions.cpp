@@ -21,7 +21,8 @@
 // ---- FBSFU1 table file (version 1), all integers little-endian ---------------------
 //   magic         6 bytes  "FBSFU1"
 //   function      u8       0 = ex2, 1 = rcp, 2 = lg2
-//   form          u8       0 = delta_segments, 1 = ex2_fixed_point (function must be ex2)
+//   form          u8       0 = delta_segments, 1 = ex2_fixed_point (function must be ex2),
+//                          2 = rcp_mantissa (function must be rcp)
 //   measured      u8       1 = captured on a GPU, 0 = synthetic (tests, hypotheses)
 //   source_len    u16      then source_len bytes of UTF-8 provenance (GPU, driver, date)
 //   form 0: segment_count u32 (>= 1), then per segment, sorted by first_input and not
@@ -30,6 +31,7 @@
 //   form 1: fraction_bits u8 (N, 1..24), argument_rounding u8 (0 floor, 1 nearest-even,
 //           2 toward zero), nan_output u32 (bits returned for a NaN input),
 //           delta_stream(2^N) for T[0 .. 2^N - 1]
+//   form 2: nan_output u32, delta_stream(2^23) for T[0 .. 2^23 - 1]
 //   crc32         u32      CRC-32 (IEEE 802.3, as zlib) of every preceding byte
 // delta_stream(n): runs until n deltas are read; each run is length u32 (>= 1, at most
 //   the deltas still due), width u8 (0..32), then ceil(length * width / 8) bytes holding
@@ -37,7 +39,8 @@
 //   deltas are 0, no bytes). A delta is (output bits - base bits) mod 2^32 read as a
 //   signed integer: the signed distance in ulps for same-sign finite values, and width
 //   32 encodes any output (NaN payloads, sign changes). The base is correct_ftz of the
-//   input (form 0) or ex2_correct_ftz(i * 2^-N) (form 1). An all-correct table costs
+//   input (form 0), ex2_correct_ftz(i * 2^-N) (form 1) or rcp_correct_ftz(1 + m * 2^-23)
+//   (form 2). An all-correct table costs
 //   9 bytes per run; the writer splits deltas into 256-entry chunks and merges
 //   neighbouring chunks of equal width.
 // ex2_fixed_point hypothesis: xf = round(x * 2^N) per argument_rounding (after input
@@ -45,6 +48,15 @@
 //   2^128 or more giving +inf and results below 2^-126 flushed to +0. x >= 128 gives
 //   +inf and x < -160 gives +0 without consulting T (an assumption, not measured),
 //   +-inf and NaN follow the special values in the header (NaN gives nan_output).
+// rcp_mantissa hypothesis: T[m] holds the hardware's output bits for the input 1.m (the
+//   fp32 with exponent field 127 and mantissa field m, x in [1, 2)). After input ftz:
+//   NaN gives nan_output, +-0 (subnormals included) give +-inf, +-inf give +-0; a normal
+//   x = s * 2^e * 1.m (s = +-1, e in -126..127) gives the exact value v = s * T[m] * 2^-e
+//   (for a normal T[m] and a normal v: T[m] with its exponent field decreased by e and its
+//   sign bit XORed with x's), then |v| >= 2^128 gives inf and
+//   |v| < 2^-126 gives zero, both with v's sign (ftz: no subnormal results); a NaN T[m]
+//   is returned as is. For a table near 1 / 1.m (entries in (0.5, 1]) nothing overflows
+//   and only e >= 126 can flush: e = 127 always, e = 126 unless T[m] >= 1.
 #include "emu/special_functions.hpp"
 
 #include <algorithm>
@@ -443,6 +455,7 @@ std::uint32_t delta_base(SpecialFunction f, std::uint32_t input) { return bits_o
 std::uint32_t fixed_point_base(int fraction_bits, std::uint32_t index) {
   return bits_of(ex2_correct_ftz(std::ldexp(static_cast<float>(index), -fraction_bits)));  // exact argument
 }
+std::uint32_t rcp_mantissa_base(std::uint32_t mantissa) { return bits_of(rcp_correct_ftz(float_of(0x3f800000u | mantissa))); }
 
 int width_for(std::int32_t d) {
   if (d == 0) return 0;
@@ -681,6 +694,44 @@ class Ex2FixedPointModel final : public SpecialFunctionModel {
   std::vector<std::uint32_t> table_;
 };
 
+// The rcp_mantissa hypothesis (format comment above); mirrored for the device in
+// gpu/sfu_table_model.hpp rcp_table_model, which tests/test_probe_file.cpp checks against
+// this bit for bit.
+class RcpMantissaModel final : public SpecialFunctionModel {
+ public:
+  RcpMantissaModel(bool measured, std::string path, std::string source, std::uint32_t nan_output,
+                   std::vector<std::uint32_t> table)
+      : measured_(measured), path_(std::move(path)), source_(std::move(source)), nan_output_(nan_output),
+        table_(std::move(table)) {}
+  SpecialFunction function() const override { return SpecialFunction::rcp; }
+  SfuKind kind() const override { return SfuKind::table; }
+  bool hardware_measured() const override { return measured_; }
+  std::string describe() const override {
+    return table_describe_prefix(SpecialFunction::rcp, path_, source_) + ", +-T[m] * 2^-e over the 2^23 mantissas, " +
+           (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
+  }
+  float evaluate(float x) const override {
+    x = flush_subnormal(x);
+    if (std::isnan(x)) return float_of(nan_output_);
+    if (x == 0.0f) return std::copysign(plus_inf(), x);
+    if (std::isinf(x)) return std::copysign(0.0f, x);
+    const std::uint32_t b = bits_of(x);
+    const int e = static_cast<int>((b >> 23) & 0xffu) - 127;
+    const float t = float_of(table_[b & 0x7fffffu]);
+    if (std::isnan(t)) return t;
+    const double v = std::ldexp(static_cast<double>(std::signbit(x) ? -t : t), -e);  // exact
+    if (std::fabs(v) >= 0x1p128) return std::signbit(v) ? -plus_inf() : plus_inf();
+    if (std::fabs(v) < 0x1p-126) return std::signbit(v) ? -0.0f : 0.0f;
+    return static_cast<float>(v);  // exact: at most 24 significant bits in the normal range
+  }
+
+ private:
+  bool measured_;
+  std::string path_, source_;
+  std::uint32_t nan_output_;
+  std::vector<std::uint32_t> table_;
+};
+
 }  // namespace
 
 void write_table_file(const std::string& path, const SfuTable& table) {
@@ -710,7 +761,14 @@ void write_table_file(const std::string& path, const SfuTable& table) {
       }
       w.delta_stream(deltas);
     }
-  } else {
+  } else if (table.form == SfuTableForm::rcp_mantissa) {
+    if (table.function != SpecialFunction::rcp) bad("rcp_mantissa form needs function rcp");
+    if (table.mantissa_outputs.size() != kRcpMantissaEntries) bad("mantissa_outputs must have 2^23 entries");
+    w.u32(table.nan_output);
+    std::vector<std::uint32_t> deltas(kRcpMantissaEntries);
+    for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - rcp_mantissa_base(m);
+    w.delta_stream(deltas);
+  } else if (table.form == SfuTableForm::ex2_fixed_point) {
     if (table.function != SpecialFunction::ex2) bad("ex2_fixed_point form needs function ex2");
     if (table.fraction_bits < 1 || table.fraction_bits > kMaxFractionBits) bad("fraction_bits must be 1..24");
     const std::size_t n = std::size_t{1} << table.fraction_bits;
@@ -723,6 +781,8 @@ void write_table_file(const std::string& path, const SfuTable& table) {
       deltas[i] = table.fraction_outputs[i] - fixed_point_base(table.fraction_bits, static_cast<std::uint32_t>(i));
     }
     w.delta_stream(deltas);
+  } else {
+    bad("unknown form " + std::to_string(static_cast<int>(table.form)));
   }
   std::vector<std::uint8_t>& bytes = w.bytes();
   const std::uint32_t crc = crc32(bytes.data(), bytes.size());
@@ -760,8 +820,9 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
   if (function > 2) r.fail("function", "unknown function code " + std::to_string(function));
   const auto f = static_cast<SpecialFunction>(function);
   const std::uint8_t form = r.u8("form");
-  if (form > 1) r.fail("form", "unknown form code " + std::to_string(form));
+  if (form > 2) r.fail("form", "unknown form code " + std::to_string(form));
   if (form == 1 && f != SpecialFunction::ex2) r.fail("form", "ex2_fixed_point needs function ex2");
+  if (form == 2 && f != SpecialFunction::rcp) r.fail("form", "rcp_mantissa needs function rcp");
   const std::uint8_t measured = r.u8("measured");
   if (measured > 1) r.fail("measured", "must be 0 or 1, is " + std::to_string(measured));
   const std::uint16_t source_len = r.u16("source_len");
@@ -787,6 +848,13 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     model = std::make_unique<DeltaTableModel>(f, measured == 1, path, std::move(source), std::move(segments),
                                               std::move(bytes));
+  } else if (form == 2) {
+    const std::uint32_t nan_output = r.u32("nan_output");
+    const DeltaStream deltas = r.delta_stream(kRcpMantissaEntries, "mantissa_table");
+    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    std::vector<std::uint32_t> table(kRcpMantissaEntries);
+    for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m) table[m] = rcp_mantissa_base(m) + deltas.delta(bytes, m);
+    model = std::make_unique<RcpMantissaModel>(measured == 1, path, std::move(source), nan_output, std::move(table));
   } else {
     const std::uint8_t fraction_bits = r.u8("fraction_bits");
     if (fraction_bits < 1 || fraction_bits > kMaxFractionBits) {

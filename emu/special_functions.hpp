@@ -100,7 +100,10 @@ std::optional<float> lg2_correct_ftz_at(float x, CorrectStage stage);
 enum class SfuTableForm : std::uint8_t {
   delta_segments = 0,   // any function: explicit outputs for ranges of input bit patterns
   ex2_fixed_point = 1,  // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
+  rcp_mantissa = 2,     // rcp only: x = +-2^e * 1.m -> +-T[m] * 2^-e (ftz), T over the 2^23 mantissas
 };
+// Entries of an rcp_mantissa table: one per mantissa field m of x in [1, 2).
+inline constexpr std::uint32_t kRcpMantissaEntries = std::uint32_t{1} << 23;
 // How the ex2 argument is converted to fixed point (the hypothesis to test on a GPU).
 enum class FixedPointRounding : std::uint8_t { floor = 0, nearest_even = 1, toward_zero = 2 };
 
@@ -120,7 +123,9 @@ struct SfuTable {
   int fraction_bits = 0;  // 1..24
   FixedPointRounding argument_rounding = FixedPointRounding::floor;
   std::vector<std::uint32_t> fraction_outputs;  // 2^fraction_bits entries
-  std::uint32_t nan_output = 0x7fc00000u;       // what a NaN input gives (GPU: 0x7fffffff)
+  // rcp_mantissa: T[m] = fp32 bits of the hardware's rcp(1.m), m the 23-bit mantissa field
+  std::vector<std::uint32_t> mantissa_outputs;  // kRcpMantissaEntries entries
+  std::uint32_t nan_output = 0x7fc00000u;       // forms 1, 2: what a NaN input gives (GPU: 0x7fffffff)
 };
 
 // Writes `table` as an FBSFU1 file; throws std::runtime_error on an inconsistent table

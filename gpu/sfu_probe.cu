@@ -15,9 +15,11 @@
 //        bits, for each N in --ex2-bits (default 18..24) and each way of forming the
 //        fixed-point number in --ex2-roundings (floor, nearest_even, toward_zero: the
 //        argument roundings the emu's ex2_fixed_point table model implements);
-//   rcp: result(2^e * m) = 2^-e * T(m) for normal inputs with normal results.
+//   rcp: result(2^e * m) = 2^-e * T(m) for normal inputs with normal results (key: the
+//        mantissa field, gpu/sfu_table_model.hpp rcp_mantissa_split; domain: biased input
+//        exponent 2..252, positive and negative).
 //   A hypothesis holds when no two inputs with the same key (inside the domain where
-//   2^k * T(f) stays normal, x in [-125, 127)) disagree. The ex2 key is the table model's
+//   2^k * T(f) stays normal, x in [-125, 127) for ex2) disagree. The ex2 key is the table model's
 //   own split of x (gpu/sfu_table_model.hpp ex2_fixed_point_split), so the captured table
 //   is indexed exactly as the model, and the emu after conversion, reads it.
 // - When an ex2 hypothesis holds (N <= 24), the table is then evaluated on the device
@@ -27,11 +29,21 @@
 //   inf and flush below 2^-126) on ALL 2^32 inputs and compared bit for bit with the
 //   hardware; the mismatch count, per input region, goes into the summary and the table
 //   header (table_model_mismatches), and fb-sfu-table-convert converts only a table with 0.
+// - Likewise, when the rcp hypothesis holds, its table T[m] (the outputs for 1.m) is evaluated
+//   on the device as the emu's FBSFU1 rcp_mantissa model does (RcpMantissaModel::evaluate,
+//   restated in gpu/sfu_table_model.hpp rcp_table_model: input ftz, NaN -> the measured NaN
+//   output, +-0 -> +-inf, +-inf -> +-0, +-T[m] * 2^-e with flush below 2^-126) on all 2^32
+//   inputs; the mismatches per region go into the summary and the header, as for ex2.
 // - Writes a summary (sfu_summary.txt) and, for the smallest N (then the first rounding
 //   in floor, nearest_even, toward_zero order) at which a hypothesis holds and verifies,
 //   a table file in the format documented in gpu/README.md ("FBSFUT1"); if no holding
 //   ex2 table verifies, the first holding one is written anyway (its header says how
-//   many inputs it gets wrong). lg2 gets statistics only: no table hypothesis is tested.
+//   many inputs it gets wrong); the same for the one rcp table (rcp_table_n23.fbsfut).
+// - lg2: no table is written (FBSFU1 has no lg2 form). One hypothesis is counted on all
+//   positive normal inputs: lg2(2^e * 1.m) = RN_fp32(e + lg2hw(1.m)), the e = 0 outputs
+//   determining every binade (gpu/sfu_table_model.hpp lg2_exponent_split_model); the summary
+//   gives the mismatch count, the ulp histogram of hardware minus prediction, the counts per
+//   exponent and the first examples. Compiled here, NOT yet run on a GPU.
 // Usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24]
 //        [--ex2-roundings floor,nearest_even,toward_zero] [--chunk-log2 28]
 #include <cuda_runtime.h>
@@ -156,17 +168,28 @@ __global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t bas
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
 }
 
-// Regions of the ex2 input range, for reporting where a table model differs from the
-// hardware (the model itself: gpu/sfu_table_model.hpp ex2_table_model).
+// Regions of the input range, for reporting where a table model differs from the hardware
+// (the models themselves: gpu/sfu_table_model.hpp ex2_table_model, rcp_table_model).
 constexpr int kRegionCount = 6;
-const char* const kRegionNames[kRegionCount] = {"NaN",          "x >= 128",         "x < -160",
-                                                "[-160, -125)", "[-125, 127)",      "[127, 128)"};
+const char* const kEx2RegionNames[kRegionCount] = {"NaN",          "x >= 128",    "x < -160",
+                                                   "[-160, -125)", "[-125, 127)", "[127, 128)"};
+const char* const kRcpRegionNames[kRegionCount] = {"NaN",          "+-0 and subnormal", "+-inf",
+                                                   "|x| in [2^-126, 2^-125)", "|x| in [2^-125, 2^126)",
+                                                   "|x| >= 2^126 finite"};
 __device__ inline int ex2_region(float x) {
   if (isnan(x)) return 0;
   if (x >= kEx2InfFrom) return 1;
   if (x < kEx2ZeroBelow) return 2;
   if (x < -125.f) return 3;
   return x < 127.f ? 4 : 5;
+}
+__device__ inline int rcp_region(float x) {
+  const float a = fabsf(x);
+  if (isnan(x)) return 0;
+  if (a < 0x1p-126f) return 1;
+  if (a == INFINITY) return 2;
+  if (a < 0x1p-125f) return 3;
+  return a < 0x1p126f ? 4 : 5;
 }
 constexpr unsigned kVerifyExamples = 16;
 struct VerifyResult {
@@ -175,16 +198,21 @@ struct VerifyResult {
   std::uint32_t example[kVerifyExamples][3];  // input, hardware, model
 };
 
-__global__ void ex2_table_verify_kernel(int nbits, int rounding, const std::uint32_t* table, std::uint32_t nan_output,
-                                        std::uint64_t base, std::uint64_t count, VerifyResult* result) {
+// Evaluates the table model of `fn` (ex2: fixed point with nbits and rounding; rcp: the
+// mantissa table, nbits = 23) on every input of the chunk and records where it differs from
+// the hardware.
+__global__ void table_verify_kernel(int fn, int nbits, int rounding, const std::uint32_t* table,
+                                    std::uint32_t nan_output, std::uint64_t base, std::uint64_t count,
+                                    VerifyResult* result) {
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
     const float x = __uint_as_float(in);
-    const std::uint32_t hw_bits = __float_as_uint(ex2_approx_ftz(x));
-    const std::uint32_t model_bits = ex2_table_model(x, nbits, rounding, table, nan_output);
+    const std::uint32_t hw_bits = __float_as_uint(fn == kEx2 ? ex2_approx_ftz(x) : rcp_approx_ftz(x));
+    const std::uint32_t model_bits = fn == kEx2 ? ex2_table_model(x, nbits, rounding, table, nan_output)
+                                                : rcp_table_model(x, table, nan_output);
     if (hw_bits == model_bits) continue;
-    atomicAdd(&result->mismatches[ex2_region(x)], 1ull);
+    atomicAdd(&result->mismatches[fn == kEx2 ? ex2_region(x) : rcp_region(x)], 1ull);
     const unsigned int slot = atomicAdd(&result->examples, 1u);
     if (slot < kVerifyExamples) {
       result->example[slot][0] = in;
@@ -195,7 +223,8 @@ __global__ void ex2_table_verify_kernel(int nbits, int rounding, const std::uint
 }
 
 // rcp scaling hypothesis: key = mantissa field, value = result bits plus the input's
-// unbiased exponent in the exponent field.
+// unbiased exponent in the exponent field (the sign dropped: the table holds the outputs for
+// positive 1.m; table_verify_kernel checks negative inputs).
 __global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, std::uint32_t* table,
                                       unsigned long long* conflicts) {
   unsigned long long local_conflicts = 0;
@@ -205,12 +234,94 @@ __global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, s
     const int biased = static_cast<int>((in >> 23) & 0xff);
     if (biased < 2 || biased > 252) continue;  // normal inputs whose reciprocal is normal
     const float y = rcp_approx_ftz(__uint_as_float(in));
-    const std::uint32_t m = in & 0x7fffffu;
-    const long long e = biased - 127;
+    const RcpMantissaSplit split = rcp_mantissa_split(in);  // the model's key
+    const std::uint32_t m = split.mantissa;
+    const long long e = split.e;
     const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y) & 0x7fffffffu) + (e << 23));
     local_conflicts += record_key(table, m, v);
   }
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
+}
+
+// lg2 exponent-split hypothesis: for every positive normal x = 2^e * 1.m, the hardware's
+// lg2(x) equals RN_fp32(e + lg2hw(1.m)) (gpu/sfu_table_model.hpp lg2_exponent_split_model),
+// i.e. the e = 0 outputs determine every binade. Counts the inputs where it does not, per
+// exponent, with the difference in ulps and the first few examples.
+constexpr int kLg2Exponents = 254;  // e = -126 .. 127
+struct Lg2SplitResult {
+  unsigned long long tested;
+  unsigned long long mismatches_by_exponent[kLg2Exponents];
+  unsigned long long hist[kBinCount];  // hardware minus prediction, ulps (NaN classes unused)
+  long long max_abs_ulps;
+  unsigned int examples;
+  std::uint32_t example[kVerifyExamples][3];  // input, hardware, prediction
+};
+
+__global__ void lg2_split_hypothesis_kernel(std::uint64_t base, std::uint64_t count, Lg2SplitResult* result) {
+  unsigned long long local_tested = 0;
+  long long local_max = 0;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const std::uint32_t biased = (in >> 23) & 0xffu;
+    if ((in >> 31) != 0 || biased == 0 || biased == 255) continue;  // positive normal inputs only
+    ++local_tested;
+    const std::uint32_t hw_bits = __float_as_uint(lg2_approx_ftz(__uint_as_float(in)));
+    const std::uint32_t t_bits = __float_as_uint(lg2_approx_ftz(__uint_as_float(0x3f800000u | (in & 0x7fffffu))));
+    const std::uint32_t predicted = lg2_exponent_split_model(in, t_bits);
+    if (hw_bits == predicted) continue;
+    atomicAdd(&result->mismatches_by_exponent[biased - 1], 1ull);
+    const long long d = ordered(hw_bits) - ordered(predicted);
+    const int bin = d < -kHistHalf ? kBinBelow : d > kHistHalf ? kBinAbove : static_cast<int>(d) + kHistHalf;
+    atomicAdd(&result->hist[bin], 1ull);
+    local_max = max(local_max, d < 0 ? -d : d);
+    const unsigned int slot = atomicAdd(&result->examples, 1u);
+    if (slot < kVerifyExamples) {
+      result->example[slot][0] = in;
+      result->example[slot][1] = hw_bits;
+      result->example[slot][2] = predicted;
+    }
+  }
+  if (local_tested) atomicAdd(&result->tested, local_tested);  // one atomic per thread, not per input
+  if (local_max) atomicMax(&result->max_abs_ulps, local_max);
+}
+
+// Runs the lg2 exponent-split hypothesis over all 2^32 inputs and writes its verdict.
+void lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
+  Lg2SplitResult* r;
+  FB_CUDA_CHECK(cudaMallocManaged(&r, sizeof(Lg2SplitResult)));
+  std::memset(r, 0, sizeof(Lg2SplitResult));
+  for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
+    lg2_split_hypothesis_kernel<<<4096, 256>>>(base, chunk, r);
+    FB_CUDA_CHECK(cudaGetLastError());
+  }
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  unsigned long long mismatches = 0;
+  for (int e = 0; e < kLg2Exponents; ++e) mismatches += r->mismatches_by_exponent[e];
+  summary << "  hypothesis lg2(2^e * 1.m) = RN_fp32(e + lg2(1.m)) over " << r->tested
+          << " positive normal inputs: " << (mismatches == 0 ? "HOLDS" : "fails") << " (" << mismatches
+          << " inputs differ, max |ulp difference| " << r->max_abs_ulps << ")\n";
+  if (mismatches != 0) {
+    summary << "    hardware minus prediction (ulps: count):";
+    for (int b = 0; b < kHistBins; ++b) {
+      if (r->hist[b]) summary << " " << (b - kHistHalf) << ":" << r->hist[b];
+    }
+    summary << " <-" << kHistHalf << ":" << r->hist[kBinBelow] << " >" << kHistHalf << ":" << r->hist[kBinAbove]
+            << "\n    per exponent e (e: count of 2^23 inputs):";
+    int listed = 0;
+    for (int e = 0; e < kLg2Exponents; ++e) {
+      if (r->mismatches_by_exponent[e] == 0) continue;
+      summary << (listed++ % 8 == 0 ? "\n     " : "") << " " << (e - 126) << ":" << r->mismatches_by_exponent[e];
+    }
+    summary << "\n";
+    for (unsigned int e = 0; e < std::min(r->examples, kVerifyExamples); ++e) {
+      char line[96];
+      std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x prediction=0x%08x\n", r->example[e][0],
+                    r->example[e][1], r->example[e][2]);
+      summary << line;
+    }
+  }
+  FB_CUDA_CHECK(cudaFree(r));
 }
 
 // Table entries as 4-bit deltas (in ulps) from the correctly rounded exact value at the
@@ -407,35 +518,40 @@ int run(const Options& o) {
             nan_output_kernel<<<1, 1>>>(fn, d_nan);
             FB_CUDA_CHECK(cudaMemcpy(&nan_output, d_nan, 4, cudaMemcpyDeviceToHost));
             FB_CUDA_CHECK(cudaFree(d_nan));
-            std::string key = "rcp_mantissa", extra = "table_model=none (FBSFU1 has no rcp mantissa form)\n";
-            unsigned long long mismatches = 0;
+            const std::string key =
+                fn == kEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding] : std::string("rcp_mantissa");
+            VerifyResult* verify;
+            FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
+            std::memset(verify, 0, sizeof(VerifyResult));
+            for (std::uint64_t base = 0; base < total; base += chunk) {
+              table_verify_kernel<<<4096, 256>>>(fn, nbits, rounding, d_table, nan_output, base, chunk, verify);
+              FB_CUDA_CHECK(cudaGetLastError());
+            }
+            FB_CUDA_CHECK(cudaDeviceSynchronize());
             if (fn == kEx2) {
-              key = std::string("ex2_fixed_point_") + kArgRoundingNames[rounding];
-              VerifyResult* verify;
-              FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
-              std::memset(verify, 0, sizeof(VerifyResult));
-              for (std::uint64_t base = 0; base < total; base += chunk) {
-                ex2_table_verify_kernel<<<4096, 256>>>(nbits, rounding, d_table, nan_output, base, chunk, verify);
-                FB_CUDA_CHECK(cudaGetLastError());
-              }
-              FB_CUDA_CHECK(cudaDeviceSynchronize());
               summary << "  table model (emu Ex2FixedPointModel, N=" << nbits << ", " << kArgRoundingNames[rounding]
                       << ") vs hardware on all 2^32 inputs:";
-              for (int r = 0; r < kRegionCount; ++r) {
-                mismatches += verify->mismatches[r];
-                summary << " " << kRegionNames[r] << ": " << verify->mismatches[r];
-              }
-              summary << " mismatches" << (mismatches == 0 ? " (REPRODUCES the hardware)" : "") << "\n";
-              for (unsigned int e = 0; e < std::min(verify->examples, kVerifyExamples); ++e) {
-                char line[96];
-                std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x model=0x%08x\n", verify->example[e][0],
-                              verify->example[e][1], verify->example[e][2]);
-                summary << line;
-              }
-              FB_CUDA_CHECK(cudaFree(verify));
-              extra = "argument_rounding=" + std::string(kArgRoundingNames[rounding]) +
-                      "\ntable_model_mismatches=" + std::to_string(mismatches) + "\n";
+            } else {
+              summary << "  table model (emu RcpMantissaModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
             }
+            const char* const* region_names = fn == kEx2 ? kEx2RegionNames : kRcpRegionNames;
+            unsigned long long mismatches = 0;
+            for (int r = 0; r < kRegionCount; ++r) {
+              mismatches += verify->mismatches[r];
+              summary << " " << region_names[r] << ": " << verify->mismatches[r];
+            }
+            summary << " mismatches" << (mismatches == 0 ? " (REPRODUCES the hardware)" : "") << "\n";
+            for (unsigned int e = 0; e < std::min(verify->examples, kVerifyExamples); ++e) {
+              char line[96];
+              std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x model=0x%08x\n", verify->example[e][0],
+                            verify->example[e][1], verify->example[e][2]);
+              summary << line;
+            }
+            FB_CUDA_CHECK(cudaFree(verify));
+            const std::string extra =
+                (fn == kEx2 ? "argument_rounding=" + std::string(kArgRoundingNames[rounding]) + "\n"
+                            : std::string("table_model=rcp_mantissa\n")) +
+                "table_model_mismatches=" + std::to_string(mismatches) + "\n";
             if (mismatches == 0 || !emitted) {
               emit_table(fn, nbits, key, d_table, o, dev, nan_output, extra, summary);
               emitted = true;
@@ -447,6 +563,7 @@ int run(const Options& o) {
         }
       }
     }
+    if (fn == kLg2) lg2_split_hypothesis(chunk, summary);
     std::printf("%s done\n", kFnPtx[fn]);
   }
   FB_CUDA_CHECK(cudaFree(stats));

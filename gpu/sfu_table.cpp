@@ -50,15 +50,18 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     if (!kv.count(key)) fail(path, key, "missing");
     return kv[key];
   };
-  if (need("function") != "ex2") {
-    fail(path, "function", "'" + kv["function"] + "' has no FBSFU1 form (only ex2 fixed-point tables convert); keep the FBSFUT1 file");
+  const std::string function = need("function");
+  if (function != "ex2" && function != "rcp") {
+    fail(path, "function", "'" + function + "' has no FBSFU1 form (only ex2 fixed-point and rcp mantissa tables convert); keep the FBSFUT1 file");
   }
+  const bool is_ex2 = function == "ex2";
   const std::string key = need("key");
   const std::map<std::string, FixedPointRounding> roundings = {
       {"ex2_fixed_point_floor", FixedPointRounding::floor},
       {"ex2_fixed_point_nearest_even", FixedPointRounding::nearest_even},
       {"ex2_fixed_point_toward_zero", FixedPointRounding::toward_zero}};
-  if (!roundings.count(key)) fail(path, "key", "'" + key + "' is not an ex2 fixed-point key");
+  if (is_ex2 && !roundings.count(key)) fail(path, "key", "'" + key + "' is not an ex2 fixed-point key");
+  if (!is_ex2 && key != "rcp_mantissa") fail(path, "key", "'" + key + "' is not rcp_mantissa");
   // fb-sfu-probe evaluates the table the way the emu does on every input; only a table that
   // reproduced the hardware everywhere may call itself measured.
   const unsigned long long mismatches = parse_unsigned(path, "table_model_mismatches", need("table_model_mismatches"));
@@ -67,23 +70,39 @@ SfuTable sfu_capture_to_table(const std::string& path) {
          std::to_string(mismatches) + " inputs where the table model differs from the hardware; not converted");
   }
   const unsigned long long nbits = parse_unsigned(path, "key_bits", need("key_bits"));
-  if (nbits < 1 || nbits > 24) fail(path, "key_bits", "must be 1..24");
+  if (is_ex2 && (nbits < 1 || nbits > 24)) fail(path, "key_bits", "must be 1..24");
+  if (!is_ex2 && nbits != 23) fail(path, "key_bits", "must be 23 for rcp_mantissa");
   const std::size_t entries = std::size_t{1} << nbits;
   if (parse_unsigned(path, "entries", need("entries")) != entries) fail(path, "entries", "is not 2^key_bits");
   std::size_t at = end + 5;
   if (data.size() < at + (entries + 1) / 2 + 4) fail(path, "deltas", "file ends early");
   SfuTable table;
-  table.function = SpecialFunction::ex2;
-  table.form = SfuTableForm::ex2_fixed_point;
   table.measured_on_hardware = true;
-  table.fraction_bits = static_cast<int>(nbits);
-  table.argument_rounding = roundings.at(key);
   const unsigned long long nan_output = parse_unsigned(path, "nan_output", need("nan_output"));
   if (nan_output > 0xffffffffull) fail(path, "nan_output", "does not fit 32 bits");
   table.nan_output = static_cast<std::uint32_t>(nan_output);
-  table.source = "fb-sfu-probe " + kv["source"] + " cc " + kv["compute_capability"] + " driver " + kv["driver"] +
-                 ", argument " + key.substr(std::string("ex2_fixed_point_").size()) + " (" + path + ")";
-  table.fraction_outputs.resize(entries);
+  table.source = "fb-sfu-probe " + kv["source"] + " cc " + kv["compute_capability"] + " driver " + kv["driver"];
+  // The deltas are ulps from the correctly rounded value at the key (gpu/README.md), the same
+  // base FBSFU1 uses for these forms.
+  std::vector<std::uint32_t>* outputs = nullptr;
+  float (*base_value)(std::size_t, int) = nullptr;
+  if (is_ex2) {
+    table.function = SpecialFunction::ex2;
+    table.form = SfuTableForm::ex2_fixed_point;
+    table.fraction_bits = static_cast<int>(nbits);
+    table.argument_rounding = roundings.at(key);
+    table.source += ", argument " + key.substr(std::string("ex2_fixed_point_").size());
+    outputs = &table.fraction_outputs;
+    base_value = [](std::size_t i, int n) { return ex2_correct_ftz(std::ldexp(static_cast<float>(i), -n)); };  // exact: i < 2^24
+  } else {
+    table.function = SpecialFunction::rcp;
+    table.form = SfuTableForm::rcp_mantissa;
+    table.source += ", rcp mantissa";
+    outputs = &table.mantissa_outputs;
+    base_value = [](std::size_t m, int n) { return rcp_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n)); };  // exact: 1.m
+  }
+  table.source += " (" + path + ")";
+  outputs->resize(entries);
   std::vector<bool> escaped(entries, false);
   for (std::size_t i = 0; i < entries; ++i) {
     const unsigned char byte = static_cast<unsigned char>(data[at + i / 2]);
@@ -93,10 +112,10 @@ SfuTable sfu_capture_to_table(const std::string& path) {
       escaped[i] = true;
       continue;
     }
-    const float base = ex2_correct_ftz(std::ldexp(static_cast<float>(i), -static_cast<int>(nbits)));  // exact: i < 2^24
+    const float base = base_value(i, static_cast<int>(nbits));
     std::uint32_t bits;
     std::memcpy(&bits, &base, 4);
-    table.fraction_outputs[i] = bits + static_cast<std::uint32_t>(d);
+    (*outputs)[i] = bits + static_cast<std::uint32_t>(d);
   }
   at += (entries + 1) / 2;
   std::uint32_t n_escapes = 0;
@@ -111,7 +130,7 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   for (std::uint32_t e = 0; e < n_escapes; ++e) {
     const std::uint32_t k = u32_at(at + 8ull * e), bits = u32_at(at + 8ull * e + 4);
     if (k >= entries || !escaped[k]) fail(path, "escapes", "entry " + std::to_string(e) + " names a key that is not escaped");
-    table.fraction_outputs[k] = bits;
+    (*outputs)[k] = bits;
     escaped[k] = false;
   }
   for (std::size_t i = 0; i < entries; ++i) {

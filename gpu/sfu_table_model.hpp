@@ -1,7 +1,8 @@
-// gpu/sfu_table_model.hpp: the emu's ex2 fixed-point table model (emu/special_functions.cpp
-// Ex2FixedPointModel::evaluate) restated as one function that compiles for the device
-// (fb-sfu-probe evaluates captured tables with it on all 2^32 inputs) and for the host
-// (tests/test_probe_file.cpp checks it against the emu's model bit for bit, so the two
+// gpu/sfu_table_model.hpp: the emu's table models of the ex2 fixed-point and rcp mantissa
+// hypotheses (emu/special_functions.cpp Ex2FixedPointModel::evaluate and
+// RcpMantissaModel::evaluate) restated as functions that compile for the device
+// (fb-sfu-probe evaluates captured tables with them on all 2^32 inputs) and for the host
+// (tests/test_probe_file.cpp checks them against the emu's models bit for bit, so the two
 // cannot drift apart unnoticed).
 //
 // Contract: ex2_table_model(x, N, rounding, T, nan_output) returns the fp32 bits the emu's
@@ -10,6 +11,14 @@
 // `rounding` (FixedPointRounding numbering: 0 floor, 1 nearest-even, 2 toward zero),
 // k = floor(xf / 2^N), i = xf mod 2^N, result T[i] * 2^k, NaN T[i] returned as is,
 // |result| >= 2^128 -> inf and |result| < 2^-126 -> zero, both with T[i]'s sign.
+// rcp_table_model(x, T, nan_output), T with 2^23 entries (T[m] = the hardware's bits for
+// the input 1.m): input ftz; NaN -> nan_output; +-0 -> +-inf; +-inf -> +-0; a normal
+// x = s * 2^e * 1.m -> v = s * T[m] * 2^-e exactly, NaN T[m] returned as is, |v| >= 2^128
+// -> inf and |v| < 2^-126 -> zero, both with v's sign (the FBSFU1 form 2 comment).
+// lg2_exponent_split_model(x_bits, t_bits): fb-sfu-probe's lg2 hypothesis (no emu table form):
+// for a normal x = 2^e * 1.m, lg2(x) = RN_fp32(e + T), T = t_bits the hardware's lg2(1.m);
+// one IEEE round-to-nearest-even addition (e is exact in fp32). Compiled without fast math
+// (gpu/CMakeLists.txt), the device's float + is add.rn.f32 like the host's.
 // Plain C++ when not compiled by nvcc.
 #pragma once
 
@@ -81,6 +90,38 @@ FB_SFU_HD inline std::uint32_t ex2_table_model(float x, int nbits, int rounding,
   if (fabs(v) >= 0x1p128) return sfu_bits(copysignf(INFINITY, t));
   if (fabs(v) < 0x1p-126) return sfu_bits(copysignf(0.f, t));
   return sfu_bits(static_cast<float>(v));  // exact: a 24-bit significand in the normal range
+}
+
+// rcp_mantissa key and scale of a normal x = +-2^e * 1.m: the mantissa field m and e.
+struct RcpMantissaSplit {
+  int e;
+  std::uint32_t mantissa;
+};
+FB_SFU_HD inline RcpMantissaSplit rcp_mantissa_split(std::uint32_t x_bits) {
+  return {static_cast<int>((x_bits >> 23) & 0xffu) - 127, x_bits & 0x7fffffu};
+}
+constexpr std::uint32_t kRcpMantissaTableEntries = 1u << 23;
+
+FB_SFU_HD inline std::uint32_t rcp_table_model(float x, const std::uint32_t* table, std::uint32_t nan_output) {
+  x = sfu_ftz(x);
+  if (x != x) return nan_output;
+  const std::uint32_t sign = sfu_bits(x) & 0x80000000u;
+  if (x == 0.f) return sign | 0x7f800000u;
+  if (fabsf(x) == INFINITY) return sign;
+  const RcpMantissaSplit split = rcp_mantissa_split(sfu_bits(x));
+  const std::uint32_t t_bits = table[split.mantissa];
+  const float t = sfu_float(t_bits);
+  if (t != t) return t_bits;
+  const std::uint32_t v_sign = (t_bits ^ sign) & 0x80000000u;  // ldexp keeps the sign, zeros included
+  const double v = ldexp(static_cast<double>(sfu_float(t_bits ^ sign)), -split.e);  // exact
+  if (fabs(v) >= 0x1p128) return v_sign | 0x7f800000u;
+  if (fabs(v) < 0x1p-126) return v_sign;
+  return sfu_bits(static_cast<float>(v));  // exact: at most 24 significant bits in the normal range
+}
+
+FB_SFU_HD inline std::uint32_t lg2_exponent_split_model(std::uint32_t x_bits, std::uint32_t t_bits) {
+  const int e = static_cast<int>((x_bits >> 23) & 0xffu) - 127;
+  return sfu_bits(static_cast<float>(e) + sfu_float(t_bits));
 }
 
 }  // namespace fb::gpu

@@ -19,12 +19,19 @@
 //   the README's layout converts into an emu table model whose outputs equal the MPFR
 //   correctly rounded 2^(i/2^N) plus the delta written here (or the escaped bits), under the
 //   file's argument rounding; a table whose emu evaluation did not reproduce the hardware,
-//   an rcp table and broken files are refused with the file and field named.
+//   an lg2 table and broken files are refused with the file and field named. The same for an
+//   rcp mantissa capture: it converts into an FBSFU1 rcp_mantissa model whose outputs equal
+//   the rule +-T[m] * 2^-e (ftz, overflow to inf) applied here to the exact integer 1 / 1.m
+//   (checked against MPFR) plus the captured delta or escaped bits, over every binade.
 // - The table model fb-sfu-probe evaluates on the device (gpu/sfu_table_model.hpp) gives the
 //   same bits as the emu's table model (emu/special_functions.cpp) for tables with
 //   perturbed, NaN, negative and overflowing entries, on a stride over all 2^32 inputs, random
 //   inputs, the region boundaries, and arguments exactly on and half-way between the
-//   fixed-point grid (where the argument roundings differ), for every argument rounding.
+//   fixed-point grid (where the argument roundings differ), for every argument rounding;
+//   likewise rcp_table_model against the emu's rcp_mantissa model, for a table with
+//   perturbed, NaN, zero, subnormal, infinite, negative and overflowing entries. The lg2
+//   hypothesis' prediction RN_fp32(e + T) (lg2_exponent_split_model) equals MPFR's correctly
+//   rounded sum.
 #include <doctest/doctest.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -554,10 +561,17 @@ TEST_CASE("sfu_capture_table_converts_to_the_emu_table_model") {
   CaptureSpec mismatched = good;
   mismatched.mismatches = "12";
   expect_refusal(write_capture("mismatch.fbsfut", mismatched), "table_model_mismatches");
-  CaptureSpec rcp = good;
+  CaptureSpec lg2 = good;
+  lg2.function = "lg2";
+  lg2.key = "lg2_whatever";
+  expect_refusal(write_capture("lg2.fbsfut", lg2), "function");
+  CaptureSpec rcp = good;  // an rcp mantissa table has 23 key bits
   rcp.function = "rcp";
   rcp.key = "rcp_mantissa";
-  expect_refusal(write_capture("rcp.fbsfut", rcp), "function");
+  expect_refusal(write_capture("rcp.fbsfut", rcp), "key_bits");
+  CaptureSpec rcp_key = good;
+  rcp_key.function = "rcp";
+  expect_refusal(write_capture("rcpkey.fbsfut", rcp_key), "key");
   CaptureSpec unknown_key = good;
   unknown_key.key = "ex2_fixed_point_sideways";
   expect_refusal(write_capture("key.fbsfut", unknown_key), "key");
@@ -571,6 +585,203 @@ TEST_CASE("sfu_capture_table_converts_to_the_emu_table_model") {
     std::ofstream(truncated, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 20);
   }
   expect_refusal(truncated, "file ends early");
+}
+
+namespace {
+
+// fp32 bits of the correctly rounded (RNE) 1 / 1.m by exact integer division: for m > 0 the
+// significand is 2^47 / (2^23 + m) rounded to an integer in (2^23, 2^24), exponent field 126
+// (never a tie: 2^23 + m divides no power of two).
+std::uint32_t rcp_rne_bits(std::uint32_t m) {
+  if (m == 0) return 0x3f800000u;
+  const std::uint64_t d = (std::uint64_t{1} << 23) + m, n = std::uint64_t{1} << 47;
+  std::uint64_t q = n / d;
+  const std::uint64_t r = n % d;
+  if (2 * r > d || (2 * r == d && (q & 1))) ++q;
+  return (126u << 23) | static_cast<std::uint32_t>(q - (std::uint64_t{1} << 23));
+}
+
+// The FBSFU1 rcp_mantissa rule for a normal x, written here: +-T[m] * 2^-e exactly (long
+// double), inf from 2^128 up, signed zero below 2^-126, a NaN entry as is.
+std::uint32_t rcp_mantissa_rule(std::uint32_t x_bits, std::uint32_t t_bits) {
+  float t;
+  std::memcpy(&t, &t_bits, 4);
+  if (std::isnan(t)) return t_bits;
+  const int e = static_cast<int>((x_bits >> 23) & 0xffu) - 127;
+  const long double v = std::ldexp(static_cast<long double>(t), -e) * ((x_bits >> 31) ? -1.0L : 1.0L);
+  if (std::fabs(v) >= 0x1p128L) return std::signbit(v) ? 0xff800000u : 0x7f800000u;
+  if (std::fabs(v) < 0x1p-126L) return std::signbit(v) ? 0x80000000u : 0u;
+  return float_bits(static_cast<float>(v));
+}
+
+}  // namespace
+
+TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
+  // The integer reference agrees with MPFR (24-bit 1 / 1.m) on a stride of mantissas.
+  {
+    mpfr_t x, y;
+    mpfr_init2(x, 24);
+    mpfr_init2(y, 24);
+    for (std::uint32_t m = 0; m < (1u << 23); m += 1009) {
+      mpfr_set_ui_2exp(x, (1u << 23) + m, -23, MPFR_RNDN);  // exact
+      mpfr_ui_div(y, 1, x, MPFR_RNDN);
+      REQUIRE(rcp_rne_bits(m) == float_bits(mpfr_get_flt(y, MPFR_RNDN)));
+    }
+    mpfr_clear(x);
+    mpfr_clear(y);
+  }
+  constexpr int n = 23;
+  constexpr std::uint32_t entries = 1u << n;
+  CaptureSpec spec;
+  spec.function = "rcp";
+  spec.key = "rcp_mantissa";
+  spec.n = n;
+  std::mt19937 rng(4242);
+  std::vector<std::uint32_t> expected(entries);
+  spec.deltas.resize(entries);
+  for (std::uint32_t m = 0; m < entries; ++m) {
+    int d = static_cast<int>(rng() % 15) - 7;
+    if (m % 100003 == 3 || m == 0x2aaaaau) d = -8;  // escaped: an explicit output
+    spec.deltas[m] = d;
+    if (d == -8) {
+      expected[m] = m == 0x2aaaaau ? 0x40800000u : rcp_rne_bits(m) + 1000u + m % 7;  // 4: overflows at e = -126
+      spec.escapes.push_back({m, expected[m]});
+    } else {
+      expected[m] = rcp_rne_bits(m) + static_cast<std::uint32_t>(d);
+    }
+  }
+  const std::string in = write_capture("cap_rcp.fbsfut", spec);
+  const fb::SfuTable table = fb::gpu::sfu_capture_to_table(in);
+  CHECK(table.function == fb::SpecialFunction::rcp);
+  CHECK(table.form == fb::SfuTableForm::rcp_mantissa);
+  CHECK(table.measured_on_hardware);
+  CHECK(table.nan_output == 0x7fffffffu);
+  CHECK(table.source.find("Test GPU") != std::string::npos);
+  REQUIRE(table.mantissa_outputs.size() == entries);
+  std::size_t differ = 0;
+  for (std::uint32_t m = 0; m < entries; ++m) differ += table.mantissa_outputs[m] != expected[m];
+  CHECK(differ == 0);
+  const std::string out = temp_path("cap_rcp.fbsfu");
+  fb::write_table_file(out, table);
+  const auto model = fb::load_table_model(out);
+  CHECK(model->hardware_measured());
+  CHECK(model->function() == fb::SpecialFunction::rcp);
+  // Inputs over every binade and both signs, at mantissas with every kind of entry.
+  std::vector<std::uint32_t> mantissas = {0, 1, 3, 0x2aaaaau, 0x7fffffu, 100003 + 3};
+  for (int i = 0; i < 30; ++i) mantissas.push_back(rng() & 0x7fffffu);
+  std::size_t inf_results = 0;
+  for (std::uint32_t biased = 1; biased <= 254; ++biased) {
+    for (std::uint32_t m : mantissas) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        const std::uint32_t x_bits = sign | (biased << 23) | m;
+        float x;
+        std::memcpy(&x, &x_bits, 4);
+        const std::uint32_t want = rcp_mantissa_rule(x_bits, expected[m]);
+        inf_results += (want & 0x7fffffffu) == 0x7f800000u;
+        const std::uint32_t got = float_bits(model->evaluate(x));
+        if (got != want) {
+          char line[96];
+          std::snprintf(line, sizeof line, "x bits 0x%08x: model 0x%08x, want 0x%08x", x_bits, got, want);
+          FAIL(line);
+        }
+      }
+    }
+  }
+  CHECK(inf_results == 2);  // T = 4 at e = -126, both signs
+  float nan_in;
+  const std::uint32_t qnan = 0x7fc00000u;
+  std::memcpy(&nan_in, &qnan, 4);
+  CHECK(float_bits(model->evaluate(nan_in)) == 0x7fffffffu);
+  CHECK(float_bits(model->evaluate(0.0f)) == 0x7f800000u);
+  CHECK(float_bits(model->evaluate(-HUGE_VALF)) == 0x80000000u);
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+}
+
+TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
+  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  std::mt19937 rng(2025);
+  fb::SfuTable table;
+  table.function = fb::SpecialFunction::rcp;
+  table.form = fb::SfuTableForm::rcp_mantissa;
+  table.nan_output = 0x7fffffffu;
+  table.source = "test: synthetic";
+  table.mantissa_outputs.resize(fb::gpu::kRcpMantissaTableEntries);
+  for (std::uint32_t m = 0; m < fb::gpu::kRcpMantissaTableEntries; ++m) {
+    table.mantissa_outputs[m] = rcp_rne_bits(m) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4);
+  }
+  // Entries beyond what hardware returns: each special case of the rule.
+  const std::vector<std::pair<std::uint32_t, std::uint32_t>> special = {
+      {0u, 0x3f7fffffu},        {1u, 0x3f800000u},        {2u, 0x7fc00000u},  {3u, 0xffc00123u},
+      {4u, 0x40800000u},        {5u, 0x407fffffu},        {6u, 0xbf400000u},  {7u, 0x00000000u},
+      {8u, 0x80000000u},        {9u, 0x00400000u},        {10u, 0x80000001u}, {11u, 0x7f800000u},
+      {12u, 0xff800000u},       {0x7fffffu, 0x3f000001u}};
+  for (const auto& [m, bits] : special) table.mantissa_outputs[m] = bits;
+  const std::string path = temp_path("mirror_rcp.fbsfu");
+  fb::write_table_file(path, table);
+  const auto emu = fb::load_table_model(path);
+
+  std::vector<std::uint32_t> inputs;
+  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
+  for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
+  for (float edge : {0x1p126f, 0x1p127f, 0x1p-126f, 0x1p-125f, 1.f, 2.f, 0.f, 0x1p-130f, HUGE_VALF, 0x1.fffffep127f}) {
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      const std::uint32_t e = float_bits(edge) | sign;
+      for (std::uint32_t d = 0; d < 64; ++d) {
+        inputs.push_back(e + d);
+        inputs.push_back(e - d);
+      }
+    }
+  }
+  for (std::uint32_t biased = 0; biased <= 255; ++biased) {  // every special entry in every binade
+    for (const auto& s : special) {
+      inputs.push_back((biased << 23) | s.first);
+      inputs.push_back(0x80000000u | (biased << 23) | s.first);
+    }
+  }
+  std::size_t differ = 0;
+  for (std::uint32_t in : inputs) {
+    float x;
+    std::memcpy(&x, &in, 4);
+    const std::uint32_t mirror = fb::gpu::rcp_table_model(x, table.mantissa_outputs.data(), table.nan_output);
+    const std::uint32_t reference = float_bits(emu->evaluate(x));
+    if (mirror != reference && ++differ <= 5) {
+      char line[96];
+      std::snprintf(line, sizeof line, "x bits 0x%08x: device model 0x%08x, emu 0x%08x", in, mirror, reference);
+      FAIL_CHECK(line);
+    }
+  }
+  CHECK(differ == 0);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("sfu_lg2_exponent_split_prediction_is_one_rounding") {
+  // fb-sfu-probe's lg2 hypothesis predicts RN_fp32(e + T); checked against MPFR's correctly
+  // rounded 24-bit sum for every exponent and T from lg2's range on [1, 2) (0 and random bit
+  // patterns in [2^-24, 1)), so results from 2^-24 to 128 and every cancellation at e = -1.
+  mpfr_t sum, t_m;
+  mpfr_init2(sum, 24);
+  mpfr_init2(t_m, 24);
+  std::mt19937 rng(31);
+  std::size_t inexact = 0;
+  for (int e = -126; e <= 127; ++e) {
+    std::vector<std::uint32_t> ts = {0u, 0x33800000u, 0x3f7fffffu, 0x3f000000u, 0x3f3504f3u};
+    for (int i = 0; i < 200; ++i) ts.push_back(0x33800000u + rng() % (0x3f800000u - 0x33800000u));
+    for (std::uint32_t t_bits : ts) {
+      const std::uint32_t x_bits = static_cast<std::uint32_t>(e + 127) << 23 | (rng() & 0x7fffffu);
+      float t;
+      std::memcpy(&t, &t_bits, 4);
+      mpfr_set_flt(t_m, t, MPFR_RNDN);  // exact
+      const int ternary = mpfr_add_si(sum, t_m, e, MPFR_RNDN);
+      inexact += ternary != 0;
+      const std::uint32_t want = float_bits(mpfr_get_flt(sum, MPFR_RNDN));  // exact: 24 bits, normal or 0
+      INFO("e = ", e, " t bits ", t_bits);
+      REQUIRE(fb::gpu::lg2_exponent_split_model(x_bits, t_bits) == want);
+    }
+  }
+  CHECK(inexact > 1000);  // the rounding is exercised, not only exact sums
+  mpfr_clear(sum);
+  mpfr_clear(t_m);
 }
 
 TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {

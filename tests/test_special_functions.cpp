@@ -584,6 +584,288 @@ TEST_CASE("table_ex2_fixed_point_round_trip") {
   mpfr_free_cache();
 }
 
+namespace {
+
+// ---- rcp_mantissa tables: references written here -------------------------------------
+// fp32 bits of the correctly rounded (RNE) 1 / 1.m, by exact integer division: for m > 0,
+// 1 / (1 + m 2^-23) = 2^47 / (2^23 + m) * 2^-24 lies in (2^23, 2^24) * 2^-24, so the
+// significand q (24 bits, exponent field 126) is 2^47 / (2^23 + m) rounded to an integer,
+// never a tie (2^23 + m divides no power of two).
+std::uint32_t exact_rcp_of_one_point_m(std::uint32_t m) {
+  if (m == 0) return 0x3f800000u;
+  const std::uint64_t d = (std::uint64_t{1} << 23) + m, n = std::uint64_t{1} << 47;
+  std::uint64_t q = n / d;
+  const std::uint64_t r = n % d;
+  if (2 * r > d || (2 * r == d && (q & 1))) ++q;
+  return (126u << 23) | static_cast<std::uint32_t>(q - (std::uint64_t{1} << 23));
+}
+
+// The rcp_mantissa model's output for a normal x, from the table entry `t_bits` at x's
+// mantissa: the exact value +-t * 2^-e (long double holds it exactly), then inf from 2^128
+// up and signed zero below 2^-126; a NaN entry is returned as is.
+std::uint32_t rcp_mantissa_reference(float x, std::uint32_t t_bits) {
+  const float t = float_of(t_bits);
+  if (std::isnan(t)) return t_bits;
+  int e2 = 0;
+  (void)std::frexp(x, &e2);  // |x| = f * 2^e2, f in [0.5, 1): x's unbiased exponent is e2 - 1
+  const long double v = std::ldexp(static_cast<long double>(t), -(e2 - 1)) * (std::signbit(x) ? -1.0L : 1.0L);
+  if (std::fabs(v) >= 0x1p128L) return std::signbit(v) ? 0xff800000u : 0x7f800000u;
+  if (std::fabs(v) < 0x1p-126L) return std::signbit(v) ? 0x80000000u : 0u;
+  return bits_of(static_cast<float>(v));
+}
+
+// A synthetic rcp_mantissa table: the correctly rounded reciprocals with +-1 ulp at chosen
+// mantissas and a few entries that exercise sign, overflow, NaN and zero handling.
+struct RcpMantissaFixture {
+  std::vector<std::uint32_t> table;
+  std::vector<std::int8_t> perturbation;                // per mantissa, -1, 0, +1
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> special;  // mantissa -> entry
+  RcpMantissaFixture() : table(fb::kRcpMantissaEntries), perturbation(fb::kRcpMantissaEntries, 0) {
+    for (std::uint32_t m = 0; m < fb::kRcpMantissaEntries; ++m) {
+      if (m % 4099 == 5) perturbation[m] = 1;
+      if (m % 4111 == 7) perturbation[m] = -1;
+    }
+    perturbation[0] = -1;         // T[0] just below 1: at |x| = 2^126 the result flushes
+    perturbation[1] = 1;          // T[1] = 1 - 2^-24: still flushes at 2^126 * 1.m
+    perturbation[0x7fffff] = 1;   // the last mantissa
+    perturbation[0x400000] = -1;  // 1.5
+    for (std::uint32_t m = 0; m < fb::kRcpMantissaEntries; ++m) {
+      table[m] = exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(static_cast<std::int32_t>(perturbation[m]));
+    }
+    special = {{0x2aaaaau, 0x40800000u},   // 4: overflows to inf at e = -126, 2^127 at e = -125
+               {0x155555u, 0x407fffffu},   // just below 4: the largest finite result at e = -126
+               {0x333333u, 0xbf400000u},   // -0.75: the sign flips
+               {0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
+               {0x555555u, 0x00000000u},   // +0
+               {0x666666u, 0x00400000u},   // subnormal entry 2^-127: normal at e <= -1
+               {0x777777u, 0xff800000u},   // -inf
+               {0x012345u, 0x3f800000u}};  // 1: exactly 2^-126 (normal) at e = 126, flushes at 127
+    for (const auto& [m, bits] : special) {
+      table[m] = bits;
+      perturbation[m] = 0;
+    }
+  }
+  bool is_special(std::uint32_t m) const {
+    for (const auto& s : special) {
+      if (s.first == m) return true;
+    }
+    return false;
+  }
+};
+
+fb::SfuTable rcp_mantissa_table(const RcpMantissaFixture& fx) {
+  fb::SfuTable t;
+  t.function = SpecialFunction::rcp;
+  t.form = fb::SfuTableForm::rcp_mantissa;
+  t.source = "synthetic rcp mantissa table";
+  t.nan_output = 0x7fffffffu;
+  t.mantissa_outputs = fx.table;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("table_rcp_mantissa_reference_check") {
+  // The integer reference for 1 / 1.m against MPFR on a stride of mantissas and the ends.
+  Mpfr32 ref;
+  for (std::uint32_t m = 0; m < fb::kRcpMantissaEntries; m += sanitizer_run() ? 10007 : 997) {
+    CHECK(exact_rcp_of_one_point_m(m) == bits_of(ref.rcp(float_of(0x3f800000u | m))));
+  }
+  for (std::uint32_t m : {1u, 2u, 0x7ffffeu, 0x7fffffu, 0x400000u}) {
+    CHECK(exact_rcp_of_one_point_m(m) == bits_of(ref.rcp(float_of(0x3f800000u | m))));
+  }
+  mpfr_free_cache();
+}
+
+TEST_CASE("table_rcp_mantissa_round_trip") {
+  Mpfr32 ref;
+  const RcpMantissaFixture fx;
+  const std::string path = temp_path("rcp_mantissa.fbsfu");
+  fb::write_table_file(path, rcp_mantissa_table(fx));
+  const auto m = fb::load_table_model(path);
+  CHECK(m->kind() == fb::SfuKind::table);
+  CHECK(m->function() == SpecialFunction::rcp);
+  CHECK_FALSE(m->hardware_measured());
+  CHECK(m->describe().find("SYNTHETIC") != std::string::npos);
+  // Compact: deltas of 0 and +-1 need no more than 2 bits per entry.
+  CHECK(read_bytes(path).size() < fb::kRcpMantissaEntries / 8);
+
+  // Special inputs (header rules): NaN -> nan_output; +-0 and subnormals -> +-inf; +-inf -> +-0.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u}) CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
+  for (std::uint32_t sub : {0x00000000u, 0x00000001u, 0x007fffffu, 0x00400000u}) {
+    CHECK(bits_of(m->evaluate(float_of(sub))) == 0x7f800000u);
+    CHECK(bits_of(m->evaluate(float_of(sub | 0x80000000u))) == 0xff800000u);
+  }
+  CHECK(bits_of(m->evaluate(inf)) == 0u);
+  CHECK(bits_of(m->evaluate(-inf)) == 0x80000000u);
+
+  // Every binade of normal inputs, both signs, at the ends of the mantissa range, the
+  // perturbed and special entries and random mantissas. Unperturbed entries must also give
+  // MPFR's correctly rounded 1/x with ftz: the model's scaling is the reciprocal's.
+  std::mt19937_64 rng(77);
+  std::vector<std::uint32_t> mantissas = {0, 1, 2, 3, 5, 7, 0x400000u, 0x7ffffeu, 0x7fffffu, 4099 + 5, 4111 + 7};
+  for (const auto& s : fx.special) mantissas.push_back(s.first);
+  const int random_per_binade = sanitizer_run() ? 4 : 40;
+  std::size_t checked_vs_mpfr = 0, flushed = 0, overflowed = 0;
+  for (std::uint32_t biased = 1; biased <= 254; ++biased) {
+    std::vector<std::uint32_t> ms = mantissas;
+    for (int i = 0; i < random_per_binade; ++i) ms.push_back(static_cast<std::uint32_t>(rng() & 0x7fffffu));
+    for (std::uint32_t mant : ms) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        const std::uint32_t in = sign | (biased << 23) | mant;
+        const float x = float_of(in);
+        const std::uint32_t want = rcp_mantissa_reference(x, fx.table[mant]);
+        const std::uint32_t got = bits_of(m->evaluate(x));
+        INFO("x bits 0x", std::hex, in, " want 0x", want, " got 0x", got);
+        REQUIRE(got == want);
+        if ((want & 0x7fffffffu) == 0) ++flushed;
+        if ((want & 0x7fffffffu) == 0x7f800000u) ++overflowed;
+        if (fx.perturbation[mant] == 0 && !fx.is_special(mant)) {
+          REQUIRE(got == bits_of(ref.rcp(x)));
+          ++checked_vs_mpfr;
+        } else if (fx.perturbation[mant] != 0 && (want & 0x7fffffffu) != 0) {
+          // A perturbed entry moves a normal result by exactly that many ulps.
+          REQUIRE(static_cast<std::int64_t>(got & 0x7fffffffu) - static_cast<std::int64_t>(bits_of(ref.rcp(x)) & 0x7fffffffu) ==
+                  fx.perturbation[mant]);
+        }
+      }
+    }
+  }
+  // The boundaries, written out: 1/2^126 = 2^-126 is normal, T[0] perturbed to 1 - 2^-24
+  // flushes it; 2^127 * anything flushes; T = 4 overflows at e = -126 only.
+  CHECK(bits_of(m->evaluate(0x1p126f)) == 0u);                        // T[0] = 0x3f7fffff
+  CHECK(bits_of(m->evaluate(-0x1p127f)) == 0x80000000u);
+  CHECK(bits_of(m->evaluate(float_of(0x00800000u | 0x2aaaaau))) == 0x7f800000u);  // e = -126, T = 4
+  CHECK(bits_of(m->evaluate(float_of(0x80800000u | 0x2aaaaau))) == 0xff800000u);
+  CHECK(bits_of(m->evaluate(float_of(0x01000000u | 0x2aaaaau))) == 0x7f000000u);  // e = -125: 2^127
+  CHECK(bits_of(m->evaluate(float_of(0x00800000u | 0x155555u))) == 0x7f7fffffu);  // largest finite
+  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x333333u))) == 0xbf400000u);  // sign flip
+  CHECK(bits_of(m->evaluate(float_of(0xbf800000u | 0x333333u))) == 0x3f400000u);
+  CHECK(bits_of(m->evaluate(float_of(0x40000000u | 0x444444u))) == 0x7fc00001u);  // NaN entry
+  CHECK(bits_of(m->evaluate(float_of(0xc0000000u | 0x555555u))) == 0x80000000u);  // -x * (+0)
+  CHECK(bits_of(m->evaluate(float_of(0x3f000000u | 0x666666u))) == 0x00800000u);  // 2^-127 * 2 = 2^-126
+  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x666666u))) == 0u);           // 2^-127 flushes
+  CHECK(bits_of(m->evaluate(float_of(0xbf800000u | 0x777777u))) == 0x7f800000u);  // -x * -inf
+  CHECK(bits_of(m->evaluate(float_of(0x7e800000u | 0x012345u))) == 0x00800000u);  // e = 126, T = 1: 2^-126
+  CHECK(bits_of(m->evaluate(float_of(0xff000000u | 0x012345u))) == 0x80000000u);  // e = 127: flushed
+  CHECK(flushed > 0);
+  CHECK(overflowed > 0);
+  CHECK(checked_vs_mpfr > 3000);  // unperturbed entries in every binade, both signs
+  CHECK(m->fallback_count() == 0);
+
+  // An unperturbed table (T = the exact 1 / 1.m) gives MPFR's correctly rounded 1/x with ftz
+  // on random bit patterns, specials included.
+  {
+    fb::SfuTable plain;
+    plain.function = SpecialFunction::rcp;
+    plain.form = fb::SfuTableForm::rcp_mantissa;
+    plain.mantissa_outputs.resize(fb::kRcpMantissaEntries);
+    for (std::uint32_t mant = 0; mant < fb::kRcpMantissaEntries; ++mant) plain.mantissa_outputs[mant] = exact_rcp_of_one_point_m(mant);
+    fb::write_table_file(path, plain);
+    // All deltas 0: the header, nan_output and one zero-width run.
+    CHECK(read_bytes(path).size() == 6 + 3 + 2 + 4 + 5 + 4);
+    const auto mp = fb::load_table_model(path);
+    for (std::uint64_t i = 0; i < scaled(200'000); ++i) {
+      const float x = float_of(static_cast<std::uint32_t>(rng()));
+      INFO("x bits 0x", std::hex, bits_of(x));
+      REQUIRE(same_result(mp->evaluate(x), ref.rcp(x)));
+    }
+  }
+
+  // A file written here byte by byte from the format comment (function 1, form 2, empty
+  // source, nan_output, then runs: 256 deltas of 2 bits (m % 3 - 1), the rest of width 0):
+  // the loader's deltas must be relative to the correctly rounded 1 / 1.m.
+  {
+    std::vector<std::uint8_t> b = {'F', 'B', 'S', 'F', 'U', '1', 1, 2, 0, 0, 0};
+    auto u32 = [&](std::uint32_t v) {
+      for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    };
+    u32(0x7fc00000u);
+    u32(256);
+    b.push_back(2);
+    for (std::uint32_t j = 0; j < 256; j += 4) {
+      std::uint8_t byte = 0;
+      for (std::uint32_t k = 0; k < 4; ++k) byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
+      b.push_back(byte);  // (m % 3 - 1) mod 4 = (m % 3 + 3) mod 4
+    }
+    u32(fb::kRcpMantissaEntries - 256);
+    b.push_back(0);
+    u32(0);  // the checksum, filled in by write_bytes
+    write_bytes(path, b, true);
+    const auto hand = fb::load_table_model(path);
+    for (std::uint32_t mant : {0u, 1u, 2u, 3u, 100u, 254u, 255u, 256u, 257u, 0x400000u, 0x7fffffu}) {
+      const std::int32_t d = mant < 256 ? static_cast<std::int32_t>(mant % 3) - 1 : 0;
+      const std::uint32_t t = exact_rcp_of_one_point_m(mant) + static_cast<std::uint32_t>(d);
+      for (std::uint32_t biased : {1u, 100u, 127u, 200u, 253u}) {
+        const float x = float_of((biased << 23) | mant);
+        INFO("x bits 0x", std::hex, bits_of(x));
+        CHECK(bits_of(hand->evaluate(x)) == rcp_mantissa_reference(x, t));
+      }
+    }
+    CHECK(bits_of(hand->evaluate(float_of(0xffc00000u))) == 0x7fc00000u);
+  }
+
+  // The writer refuses inconsistent tables.
+  fb::SfuTable wrong = rcp_mantissa_table(fx);
+  wrong.mantissa_outputs.pop_back();
+  CHECK_THROWS_AS(fb::write_table_file(path, wrong), std::runtime_error);
+  wrong = rcp_mantissa_table(fx);
+  wrong.function = SpecialFunction::ex2;
+  CHECK_THROWS_AS(fb::write_table_file(path, wrong), std::runtime_error);
+  std::remove(path.c_str());
+  mpfr_free_cache();
+}
+
+TEST_CASE("table_rcp_mantissa_corrupted_files_rejected") {
+  RcpMantissaFixture fx;
+  const std::string good = temp_path("rcp_good.fbsfu"), bad = temp_path("rcp_bad.fbsfu");
+  fb::SfuTable t = rcp_mantissa_table(fx);
+  t.source.clear();  // offsets: form 7, nan_output 11..14, mantissa_table.run[0] length 15..18, width 19
+  fb::write_table_file(good, t);
+  const std::vector<std::uint8_t> bytes = read_bytes(good);
+  REQUIRE(bytes.size() > 64);
+  REQUIRE(bytes[7] == 2);
+  auto with = [&](std::size_t offset, std::uint8_t value) {
+    std::vector<std::uint8_t> b = bytes;
+    b[offset] = value;
+    return b;
+  };
+  write_bytes(bad, with(bytes.size() / 2, bytes[bytes.size() / 2] ^ 0x04u), false);  // corrupted, checksum not updated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), false);  // truncated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), true);  // truncated, checksum redone
+  check_rejected(bad, "field 'mantissa_table.run[");
+  write_bytes(bad, with(7, 3), true);
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(6, 0), true);  // rcp_mantissa form for ex2
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(19, 33), true);
+  check_rejected(bad, "field 'mantissa_table.run[0].width'");
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b[15] = 1, b[16] = 0, b[17] = 0x80, b[18] = 0;  // run[0].length = 2^23 + 1
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'mantissa_table.run[0].length'");
+  }
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b.insert(b.end() - 4, {1, 2, 3});  // bytes after the last run
+    write_bytes(bad, b, true);
+    check_rejected(bad, "unexpected bytes");
+  }
+  {
+    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 13);  // ends inside nan_output
+    b.insert(b.end(), 4, 0);
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field '");
+  }
+  CHECK_NOTHROW((void)fb::load_table_model(good));
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
 TEST_CASE("table_corrupted_files_rejected") {
   Mpfr32 ref;
   fb::SfuTable t;
