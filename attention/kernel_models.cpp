@@ -473,7 +473,9 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     if (plus == std::string::npos) break;
     start = plus + 1;
   }
-  const std::string base = parts[0];
+  // CLI.md: a model that does not name its dtype takes it from --dtype or the trace; a
+  // bare `standard` is standard-FMT in that dtype.
+  const std::string base = parts[0] == "standard" ? "standard-" + std::string(dtype.name) : parts[0];
   std::optional<KernelModel> found;
   for (KernelModel& m : base_kernel_models(dtype)) {
     if (m.base == base) found = std::move(m);

@@ -185,6 +185,8 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK(h.recipe->dynmax_tol == 0.5);
   CHECK(h.recipe->o_round == RoundingMode::sr);
   CHECK(parse_kernel_model("standard-bf16+o-rto", formats::bf16).recipe->o_round == RoundingMode::rto);
+  CHECK(parse_kernel_model("standard+o-sr", formats::fp16).name == "standard-fp16+o-sr");
+  CHECK(parse_kernel_model("standard", formats::fp16).recipe->input == formats::fp16);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+o-up", formats::bf16), std::invalid_argument);
   CHECK(parse_kernel_model("fa2-sm80", formats::fp16).recipe->input == formats::fp16);
   CHECK_THROWS_WITH_AS(parse_kernel_model("fa3-sm90", formats::bf16), doctest::Contains("fa3-sm90"), std::invalid_argument);
