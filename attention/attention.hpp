@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <array>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,6 +127,10 @@ struct RunOptions {
   // Run the recipe's order of operations with every rounding replaced by the identity
   // and special functions by libm (fp64): for checking tiling and ordering.
   bool exact_arithmetic = false;
+  // For a progress display: advanced by 1 per forward row and by the row count per head's
+  // backward, from any thread (total: batch·heads·rows, doubled when the inputs carry dO);
+  // null = not counted. Results never depend on it.
+  std::atomic<std::uint64_t>* progress = nullptr;
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);

@@ -1143,6 +1143,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
         online_forward_row<A, E, false>(km, ar, hd, g, r, o, pre, st, sc, pos, opt, nullptr);
       }
       out.lse.at(b, h, r, 0) = st.lse;
+      if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
     }
   });
   if (!backward) return out;
@@ -1175,6 +1176,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
         t.delta_error_from_reduction = static_cast<double>(static_cast<long double>(delta[r]) - with_cast);
       }
     }
+    if (opt.progress) opt.progress->fetch_add(static_cast<std::uint64_t>(N), std::memory_order_relaxed);
     if (km.fp8.enabled) return;  // no fp8 backward is modelled: delta only (dQ, dK, dV absent)
     double* dq = out.dq->row(b, h, 0);
     double* dk = out.dk->row(b, h, 0);

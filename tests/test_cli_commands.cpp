@@ -234,3 +234,23 @@ TEST_CASE("replay: the shipped example traces replay bit for bit") {
   }
   CHECK(count >= 2);
 }
+
+TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr is not a terminal") {
+  // CLI.md: a run of more than about 2 s shows a progress bar when stderr is a terminal.
+  // util-linux `script` gives the command a pseudo-terminal; stdout goes to a file.
+  const char* scale = std::getenv("FLASHBITS_TEST_SCALE");
+  if ((scale && std::string(scale) == "sanitizer") || std::system("command -v script > /dev/null 2>&1") != 0) {
+    MESSAGE("skipped: sanitizer build or no `script` (util-linux)");
+    return;
+  }
+  const std::string args = "bias-test --model fa-bf16acc --scenario sink --trials 100 --seqlen 96 --headdim 64";
+  const auto typescript = (scratch() / "typescript").string(), out = (scratch() / "bar.out").string();
+  const std::string inner = std::string("'") + FLASHBITS_BINARY + "' " + args + " > '" + out + "'";
+  REQUIRE(std::system(("script -qec \"" + inner + "\" '" + typescript + "' > /dev/null 2>&1").c_str()) != -1);
+  const std::string drawn = slurp(typescript);
+  CHECK(drawn.find("/100 trials") != std::string::npos);
+  CHECK(slurp(out).find("verdict: biased") != std::string::npos);  // results still on stdout
+  const Run quiet = run(args);
+  CHECK(quiet.code == 1);
+  CHECK(quiet.err.empty());
+}

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -143,5 +145,42 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
 }
 
 bool stderr_is_terminal() { return ::isatty(2) != 0; }
+
+ProgressBar::ProgressBar(std::string unit, std::uint64_t total) : unit_(std::move(unit)), total_(total) {
+  if (!stderr_is_terminal() || total_ == 0) return;
+  drawer_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stop_signal_.wait_for(lock, std::chrono::seconds(2), [this] { return stop_; })) return;
+    while (true) {
+      const std::uint64_t done = std::min(done_.load(std::memory_order_relaxed), total_);
+      constexpr int kWidth = 40;
+      const int filled = static_cast<int>(kWidth * done / total_);
+      std::cerr << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, ' ') << "] " << done << "/"
+                << total_ << " " << unit_ << std::flush;
+      drawn_ = true;
+      if (stop_signal_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) return;
+    }
+  });
+}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+void ProgressBar::clear_line() {
+  if (!drawer_.joinable()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (drawn_) std::cerr << "\r" << std::string(60 + unit_.size(), ' ') << "\r" << std::flush;
+  drawn_ = false;
+}
+
+void ProgressBar::finish() {
+  if (!drawer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  stop_signal_.notify_all();
+  drawer_.join();
+  if (drawn_) std::cerr << "\r" << std::string(60 + unit_.size(), ' ') << "\r" << std::flush;
+}
 
 }  // namespace fb::cli

@@ -8,11 +8,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "emu/rounding.hpp"
@@ -64,5 +68,34 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line);
 
 // Whether stderr is a terminal (progress bars are shown only then).
 bool stderr_is_terminal();
+
+// CLI.md: a run that takes more than about 2 s shows a progress bar on stderr when
+// stderr is a terminal, and stays quiet otherwise. The work advances counter() from any
+// thread; when stderr is a terminal a drawing thread waits 2 s, then redraws every
+// 200 ms. The destructor stops it and clears the line, so the run's own output (stdout
+// and any final stderr line) is never interleaved with a half-drawn bar.
+class ProgressBar {
+ public:
+  ProgressBar(std::string unit, std::uint64_t total);
+  ~ProgressBar();  // finish()
+  // Stops drawing and clears the bar; call it before printing the run's results.
+  void finish();
+  // Clears the bar's line (it is redrawn on the next tick); call it before printing a
+  // line of output while the run goes on.
+  void clear_line();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+  std::atomic<std::uint64_t>& counter() { return done_; }
+  void advance(std::uint64_t n = 1) { done_.fetch_add(n, std::memory_order_relaxed); }
+
+ private:
+  std::string unit_;
+  std::uint64_t total_;
+  std::atomic<std::uint64_t> done_{0};
+  std::mutex mutex_;
+  std::condition_variable stop_signal_;
+  bool stop_ = false, drawn_ = false;
+  std::thread drawer_;
+};
 
 }  // namespace fb::cli

@@ -95,6 +95,7 @@ int run_bias_test(const BiasOptions& o) {
                      ? "emulated model, all parts validated on hardware"
                      : "emulated model; SFU " + model.recipe->sfu.describe() +
                            " -- parts of this model are unmeasured on hardware";
+    ProgressBar progress("trials", static_cast<std::uint64_t>(o.trials));
     for (int t = 0; t < o.trials; ++t) {
       const std::uint64_t s = trial_seed(o.seed, model.name + "/" + o.scenario, static_cast<std::uint64_t>(t));
       const auto in = attn::make_scenario(o.scenario, s, 1, 1, o.seqlen, o.headdim, model.recipe->input, true);
@@ -102,6 +103,7 @@ int run_bias_test(const BiasOptions& o) {
                                               : measure_paired(model, against, in, s);
       o_samples.push_back(mean_of(e.o_ulps));
       if (!e.delta_ulps.empty()) d_samples.push_back(mean_of(e.delta_ulps));
+      progress.advance();
     }
   } else {
     std::vector<std::filesystem::path> files;

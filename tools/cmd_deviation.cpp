@@ -75,6 +75,9 @@ int run_deviation(const DeviationOptions& o) {
   if (!o.json)
     std::printf("%-26s %7s %-9s %11s %11s %11s %11s\n", "model", "seqlen", "tiles", "max", "mean", "std", "rmse");
   bool unvalidated = false;
+  std::uint64_t rows_to_run = 0;
+  for (int n : seqlens) rows_to_run += static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(o.heads);
+  ProgressBar progress("rows", rows_to_run * models.size() * tiles.size());
   for (const auto& model : models) {
     unvalidated |= !model.recipe->hardware_validated();
     for (int n : seqlens) {
@@ -85,6 +88,7 @@ int run_deviation(const DeviationOptions& o) {
         opt.seed = o.seed;
         opt.block_m = br;
         opt.block_n = bc;
+        opt.progress = &progress.counter();
         attn::AttentionOutputs out;
         try {
           out = attn::run_attention(model, in, opt);
@@ -118,12 +122,15 @@ int run_deviation(const DeviationOptions& o) {
           r["rmse"] = rmse;
           rows.push_back(r);
         } else {
+          progress.clear_line();
           std::printf("%-26s %7d %-9s %11.4g %11.4g %11.4g %11.4g\n", model.name.c_str(), n, tile_text.c_str(), max,
                       mean, std, rmse);
+          std::fflush(stdout);
         }
       }
     }
   }
+  progress.finish();
   if (o.json) {
     nlohmann::ordered_json j;
     j["rows"] = rows;

@@ -48,7 +48,10 @@ int run_make_trace(const MakeTraceOptions& o) {
   in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(o.headdim));
   attn::RunOptions opt;
   opt.seed = o.seed;
+  ProgressBar progress("rows", static_cast<std::uint64_t>(o.seqlen) * (o.backward ? 2 : 1));
+  opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
+  progress.finish();
 
   TraceMetadata md;
   md.source = std::string(kEmulatedSource);

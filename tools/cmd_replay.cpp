@@ -111,7 +111,10 @@ int run_replay(const ReplayOptions& o) {
     tracer.rows.push_back({tb, th, tr});
     opt.tracer = &tracer;
   }
+  ProgressBar progress("rows", static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1));
+  opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
+  progress.finish();
 
   std::vector<Comparison> comparisons;
   comparisons.push_back(compare(o, trace, "o", out.o));

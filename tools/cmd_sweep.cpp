@@ -159,7 +159,8 @@ int run_sweep(const SweepOptions& o) {
 
   const std::size_t total = configs.size() * static_cast<std::size_t>(o.trials);
   std::vector<SweepRow> per_trial(total);
-  std::atomic<std::size_t> next{0}, done{0};
+  std::atomic<std::size_t> next{0};
+  ProgressBar progress("trials", total);
   std::mutex error_mutex;
   std::string error;
   bool error_is_bad_input = false;
@@ -188,24 +189,14 @@ int run_sweep(const SweepOptions& o) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (error.empty()) error = c.row.configuration() + ": " + e.what();
       }
-      ++done;
+      progress.advance();
     }
   };
   const int jobs = std::max(1, o.jobs);
   std::vector<std::thread> threads;
   for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
-  if (stderr_is_terminal()) {
-    while (done.load() < total) {
-      const std::size_t d = done.load();
-      const int width = 40;
-      const int filled = total ? static_cast<int>(width * d / total) : width;
-      std::cerr << "\r[" << std::string(filled, '#') << std::string(width - filled, ' ') << "] " << d << "/"
-                << total << " trials" << std::flush;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
-  }
   for (auto& t : threads) t.join();
+  progress.finish();
   if (!error.empty()) {
     if (error_is_bad_input) throw InputError(error);
     throw std::runtime_error(error);
