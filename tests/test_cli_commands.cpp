@@ -254,3 +254,49 @@ TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr
   CHECK(quiet.code == 1);
   CHECK(quiet.err.empty());
 }
+
+// Found by fuzz/fuzz_merge: an integer field beyond long long (CSV "1e300") was cast with
+// undefined behaviour, and JSON get<long long>/get<int> converted a float or an
+// out-of-range integer silently (seqlen 2^32 + 16 read as 16); merge printed a table.
+// Each is bad input: exit 2, one error line naming the file and the field.
+TEST_CASE("merge: out-of-range integers in a shard are bad input") {
+  const std::string csv = (scratch() / "range.csv").string();
+  REQUIRE(run("sweep --model fa2-sm80 --scenario random --seqlen 16 --headdim 16 --trials 2 --csv " + csv).code == 0);
+  const Run good_json = run("sweep --model fa2-sm80 --scenario random --seqlen 16 --headdim 16 --trials 2 --json");
+  REQUIRE(good_json.code == 0);
+  const std::string text = slurp(csv);
+  const std::size_t row = text.find('\n') + 1;
+  REQUIRE(row > 0);
+  auto expect_bad = [&](const std::string& name, const std::string& content, const std::string& field) {
+    const std::string path = (scratch() / name).string();
+    std::ofstream(path, std::ios::binary) << content;
+    const Run r = run("merge " + path);
+    CHECK_MESSAGE(r.code == 2, name << ": " << r.out << r.err);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_MESSAGE(r.err.find(path) != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find(field) != std::string::npos, r.err);
+  };
+  const std::size_t comma = text.find(',', row);
+  expect_bad("index_huge.csv", text.substr(0, row) + "1e300" + text.substr(comma), "index");
+  expect_bad("index_minus_inf.csv", text.substr(0, row) + "-inf" + text.substr(comma), "index");
+  std::string seqlen = text;  // column 6: seqlen 16 -> 2^32 + 16, which int would wrap to 16
+  std::size_t at = row;
+  for (int i = 0; i < 5; ++i) at = seqlen.find(',', at) + 1;
+  seqlen.replace(at, seqlen.find(',', at) - at, "4294967312");
+  expect_bad("seqlen_wraps.csv", seqlen, "seqlen");
+
+  const nlohmann::json good = nlohmann::json::parse(good_json.out);
+  nlohmann::json j = good;
+  j["rows"][0]["index"] = 1e300;
+  expect_bad("index_float.json", j.dump(), "index");
+  j = good;
+  j["rows"][0]["seqlen"] = 4294967312ull;
+  expect_bad("seqlen_wraps.json", j.dump(), "seqlen");
+  j = good;
+  j["rows"][0]["sufficient"]["ties"] = 18446744073709551615ull;
+  expect_bad("ties_unsigned.json", j.dump(), "ties");
+  // The unmodified shards still merge.
+  CHECK(run("merge " + csv).code == 0);
+  std::ofstream(scratch() / "good.json") << good_json.out;
+  CHECK(run("merge " + (scratch() / "good.json").string()).code == 0);
+}

@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# tools/fuzz.sh: a bounded libFuzzer run of the safetensors reader and trace validator.
-# Builds fuzz/fuzz_safetensors with clang (-fsanitize=fuzzer,address,undefined; the libraries
-# under test are instrumented with fuzzer-no-link), seeds a corpus of valid and slightly
-# broken traces into a temp dir, and runs a fixed number of inputs. Exits non-zero on any
-# crash, sanitizer report, leak, uncaught exception or timeout; a reproducer is left in
-# $FUZZ_ARTIFACTS (default: the build dir).
-# Usage: tools/fuzz.sh [RUNS]          (default 200000; CI: tools/fuzz.sh)
-#   env: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_JOBS (default nproc), CXX_FUZZ (default clang++)
+# tools/fuzz.sh: bounded libFuzzer runs of every parser of untrusted input (fuzz/):
+#   fuzz_safetensors  safetensors reader + trace validator          RUNS inputs
+#   fuzz_sfu_table    FBSFU1 SFU table loader (load_table_model)     RUNS/8
+#   fuzz_probe_file   probe file reader + probe-check                RUNS/8
+#   fuzz_sfu_capture  FBSFUT1 capture reader (fb-sfu-table-convert)  RUNS/8
+#   fuzz_op           `flashbits op --batch` lines                   RUNS/8
+#   fuzz_dot          `flashbits dot --batch` lines                  RUNS/8
+#   fuzz_merge        `flashbits merge` shard (CSV and JSON)         RUNS/20 (slowest per input)
+# The shares keep CI (tools/fuzz.sh 100000) near 40 s of fuzzing on 2 cores.
+# Builds the targets with clang (-fsanitize=fuzzer,address,undefined; the libraries
+# under test are instrumented with fuzzer-no-link), seeds each a corpus of valid and
+# slightly broken inputs into a temp dir, and runs a fixed number of inputs per target.
+# Exits non-zero on any crash, sanitizer report, leak, uncaught exception or timeout; a
+# reproducer is left in $FUZZ_ARTIFACTS (default: the build dir), named after the target.
+# Usage: tools/fuzz.sh [RUNS] [TARGET...]   (default 200000, all targets; CI: tools/fuzz.sh 100000)
+#   env: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_JOBS (default nproc), CXX_FUZZ (default clang++),
+#        FUZZ_CORPUS (a corpus dir kept between runs, one subdir per target; default a temp dir),
+#        FUZZ_SECONDS (also stop each target after this many seconds; for long local sessions)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-200000}"
+shift $(( $# > 0 ? 1 : 0 ))
+all_targets=(fuzz_safetensors fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge)
+if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
 cxx="${CXX_FUZZ:-clang++}"
@@ -20,14 +33,19 @@ fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
   -DFLASHBITS_FUZZ=ON -DFLASHBITS_CUDA=OFF -DFLASHBITS_SANITIZE=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" >/dev/null
-cmake --build "$build" -j "$jobs" --target fuzz_safetensors
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/corpus"
+if [ -n "${FUZZ_CORPUS:-}" ]; then
+  work="$FUZZ_CORPUS"
+  mkdir -p "$work"
+else
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+fi
 artifacts="${FUZZ_ARTIFACTS:-$build}/"
 mkdir -p "$artifacts"
 
+mkdir -p "$work/fuzz_safetensors"
 # Seed corpus: valid files in the layout Python's save_file writes, plus near misses.
 seed() {  # seed NAME HEADER_JSON DATA_HEX  (plain bash: no python needed)
   local header="$2" n i
@@ -37,7 +55,7 @@ seed() {  # seed NAME HEADER_JSON DATA_HEX  (plain bash: no python needed)
     for i in 0 1 2 3 4 5 6 7; do printf "\\$(printf '%03o' $(( (n >> (8 * i)) & 255 )))"; done
     printf '%s' "$header"
     printf "$(printf '%s' "$3" | sed 's/../\\x&/g')"
-  } > "$work/corpus/$1"
+  } > "$work/fuzz_safetensors/$1"
 }
 t4='"dtype":"BF16","shape":[1,1,2,2]'
 seed trace '{"__metadata__":{"source":"emulated","softmax_scale":"0.5","causal":"false","dtype":"bf16","block_m":"64"},"k":{'"$t4"',"data_offsets":[0,8]},"o":{'"$t4"',"data_offsets":[8,16]},"q":{'"$t4"',"data_offsets":[16,24]},"v":{'"$t4"',"data_offsets":[24,32]},"lse":{"dtype":"F32","shape":[1,1,2],"data_offsets":[32,40]}}' \
@@ -50,11 +68,113 @@ seed empty '{}' ""
 seed hole '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}' "000000000000000000000000"
 seed dup '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"U32","shape":[1],"data_offsets":[0,4]}}' "00000000"
 
-status=0
-"$build/fuzz/fuzz_safetensors" -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix="$artifacts" -print_final_stats=1 "$work/corpus" || status=$?
-if [ "$status" -ne 0 ]; then
-  echo "fuzz.sh: fuzz_safetensors FAILED (exit $status); reproducer under $artifacts" >&2
+# ---- seeds of the other targets ------------------------------------------------------
+hex() { printf "$(printf '%s' "$1" | sed 's/../\\x&/g')"; }          # hex() HEX -> bytes
+u32() { printf '%02x%02x%02x%02x' $(( $1 & 255 )) $(( ($1 >> 8) & 255 )) $(( ($1 >> 16) & 255 )) $(( ($1 >> 24) & 255 )); }
+u16() { printf '%02x%02x' $(( $1 & 255 )) $(( ($1 >> 8) & 255 )); }
+texthex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
+
+# FBSFU1 (emu/special_functions.cpp): a first byte 01 makes the harness append the CRC.
+d="$work/fuzz_sfu_table"; mkdir -p "$d"
+sfu_magic=$(texthex FBSFU1)
+src=$(texthex "fuzz seed")
+# ex2 delta segments: two segments, runs of width 0 and 3
+hex "01${sfu_magic}000000$(u16 9)${src}$(u32 2)$(u32 0x3f800000)$(u32 4)$(u32 4)00$(u32 0x40000000)$(u32 4)$(u32 4)03$(u16 0x0fb1)" > "$d/ex2_segments"
+# lg2 delta segments with a width-32 run (any output)
+hex "01${sfu_magic}020001$(u16 0)$(u32 1)$(u32 0xbf800000)$(u32 2)$(u32 2)20$(u32 0x7fffffff)$(u32 0x00000001)" > "$d/lg2_width32"
+# ex2 fixed point, N = 4, nearest-even argument rounding, width-2 deltas
+hex "01${sfu_magic}000101$(u16 0)0401$(u32 0x7fffffff)$(u32 16)02$(u32 0x1b6c2d4e)" > "$d/ex2_fixed"
+# a table with a wrong checksum (the harness appends none)
+hex "00${sfu_magic}000000$(u16 0)$(u32 1)$(u32 0)$(u32 1)00deadbeef" > "$d/bad_crc"
+
+# FBPROBE1 (gpu/probe_file.hpp): one bf16 section with two cases, and a two-section file.
+d="$work/fuzz_probe_file"; mkdir -p "$d"
+probe_section() {  # probe_section K CASES_HEX HEADER_EXTRA
+  local h="form=mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+k=$1
+input=bf16
+c_format=fp32
+d_format=fp32
+batches=random,special
+models=sm80
+$3cases=$(( ${#2} / 8 / (3 + 2 * $1) ))
+"
+  printf '%s%s%s' "$(u32 ${#h})" "$(texthex "$h")" "$2"
+}
+c1="$(u32 0)$(u32 0x3f800000)$(u32 0x3f80)$(u32 0x4000)$(u32 0x3f80)$(u32 0xc000)$(u32 0xbf800000)"
+c2="$(u32 1)$(u32 0x7fc00000)$(u32 0x7f80)$(u32 0xff80)$(u32 0x0001)$(u32 0x8001)$(u32 0x7fc00000)"
+hex "$(texthex FBPROBE1)$(u32 1)$(probe_section 2 "$c1$c2" "device=NVIDIA H100
+")" > "$d/one"
+hex "$(texthex FBPROBE1)$(u32 2)$(probe_section 2 "$c1" "")$(probe_section 1 "$(u32 1)$(u32 0)$(u32 0x3f80)$(u32 0x3f80)$(u32 0x3f800000)" "")" > "$d/two"
+hex "$(texthex FBPROBE1)$(u32 0)" > "$d/empty"
+
+# FBSFUT1 (gpu/README.md): ex2 N = 4 with one escaped entry, and an rcp header.
+d="$work/fuzz_sfu_capture"; mkdir -p "$d"
+sfut() {  # sfut FUNCTION KEY BITS ENTRIES
+  texthex "FBSFUT1
+function=$1
+key=$2
+key_bits=$3
+entries=$4
+table_model_mismatches=0
+nan_output=2147483647
+source=NVIDIA H100
+compute_capability=9.0
+driver=550.54
+end
+"
+}
+hex "$(sfut ex2 ex2_fixed_point_floor 4 16)0010f08001000000$(u32 1)$(u32 7)$(u32 0x3f9837f0)" > "$d/ex2_floor"
+hex "$(sfut ex2 ex2_fixed_point_nearest_even 2 4)0000$(u32 0)" > "$d/ex2_even"
+hex "$(sfut rcp rcp_mantissa 23 8388608)00" > "$d/rcp_short"
+
+# `op --batch` and `dot --batch` lines (CLI.md).
+d="$work/fuzz_op"; mkdir -p "$d"
+printf '%s\n' "add bf16 rne 3f80 4000" "fma fp32 rtz 3f800000 40000000 40400000" "div fp16 sr 3c00 4200" \
+  "sqrt e4m3 rup 38" "mul e5m2 rdn 3c 40 satfinite" "cvt e4m3 rne fp32:43e00000 satfinite" \
+  "sub fp16 rna -1.5 +2" "add tf32 rto nan +inf" > "$d/lines"
+printf 'add bf16 rne 3f80\n' > "$d/missing_operand"
+d="$work/fuzz_dot"; mkdir -p "$d"
+printf '%s\n' "sm80 bf16 3f800000 3f80,4000,c000 3f80,3f80,3f80" "sm89 e4m3 0 38,b8 38,38" \
+  "sm90-mma fp16 7fc00000 3c00 7c00" "sm70-f16acc fp16 3c00 3c00,3c00,3c00,3c00 3c00,3c00,3c00,3c00" \
+  "sm80 tf32 80000000 3f800000 bf800000" > "$d/lines"
+printf 'sm80 bf16 0 3f80 3f80,3f80\n' > "$d/length_mismatch"
+
+# `merge` shards: a first byte 01 asks for --json output, 00 for the table.
+d="$work/fuzz_merge"; mkdir -p "$d"
+csv_header="index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,o_mean_ulps,o_p_t,delta_mean_ulps,delta_p_t,rms_ulps,max_abs_ulps,verdict"
+{ printf '\x00'; printf '%s\n' "$csv_header" \
+  "3,bf16,rne,fa2,gaussian,128,64,10,0.25,0.0625,6,4,-0.5,1.5,3,7,8192,12.5,1.5,2,5,100,90,0.025,0.5,-0.05,0.2,0.04,1.5,unbiased" \
+  "4,fp16,rtz,fa2,outlier,64,32,1,1e-3,1e-6,1,0,0,0,0,0,2048,3,0.75,0,0,0,0,0.001,1,0,1,0.04,0.75,unbiased"; } > "$d/csv"
+row='{"index":7,"format":"bf16","round":"rne","model":"fa2","scenario":"gaussian","seqlen":128,"headdim":64,"trials":4,"sufficient":{"o_sum":0.5,"o_sumsq":0.125,"o_pos":3,"o_neg":1,"d_sum":0,"d_sumsq":0,"d_pos":0,"d_neg":0,"elements":4096,"sq_sum":9.5,"max_abs":1.25,"sig_overflows":1,"ties":2,"rounded_up":30,"rounded_down":28}}'
+{ printf '\x01'; printf '{"rows":[%s]}\n' "$row"; } > "$d/json"
+{ printf '\x00'; printf '{"rows":[]}\n'; } > "$d/json_empty"
+
+# ---- runs ------------------------------------------------------------------------------------
+# Each target gets a fixed share of RUNS, so CI time stays bounded (tools/test.sh).
+runs_for() {
+  case "$1" in
+    fuzz_safetensors) echo "$runs" ;;
+    fuzz_merge) echo $(( runs / 20 > 0 ? runs / 20 : 1 )) ;;
+    *) echo $(( runs / 8 > 0 ? runs / 8 : 1 )) ;;
+  esac
+}
+failed=()
+for t in "${targets[@]}"; do
+  n="$(runs_for "$t")"
+  mkdir -p "$work/$t"
+  status=0
+  "$build/fuzz/$t" -runs="$n" -max_len=4096 -timeout=10 -rss_limit_mb=2048 ${FUZZ_SECONDS:+-max_total_time=$FUZZ_SECONDS} \
+    -artifact_prefix="$artifacts$t-" -print_final_stats=1 "$work/$t" || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz.sh: $t FAILED (exit $status); reproducer under $artifacts$t-*" >&2
+    failed+=("$t")
+  else
+    echo "fuzz.sh: $t: $n runs, no crash"
+  fi
+done
+if [ "${#failed[@]}" -ne 0 ]; then
+  echo "fuzz.sh: FAILED: ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz.sh: $runs runs, no crash"
+echo "fuzz.sh: ${#targets[@]} target(s), no crash"

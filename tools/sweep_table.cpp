@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <cstdio>
@@ -325,10 +326,28 @@ double to_num(const std::string& s, const std::string& where) {
     throw InputError(where + ": expected a number, got '" + s + "'");
   }
 }
-long long to_int(const std::string& s, const std::string& where) {
+// An integer column in lo..hi (a value outside would not survive the conversion).
+long long to_int(const std::string& s, const std::string& where, long long lo = LLONG_MIN, long long hi = LLONG_MAX) {
   const double v = to_num(s, where);
   if (v != std::floor(v)) throw InputError(where + ": expected an integer, got '" + s + "'");
+  // -2^63 <= v < 2^63 before the cast (static_cast is undefined outside long long).
+  if (!(v >= -0x1p63 && v < 0x1p63) || static_cast<long long>(v) < lo || static_cast<long long>(v) > hi)
+    throw InputError(where + ": " + s + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
   return static_cast<long long>(v);
+}
+// An integer member of a JSON row in lo..hi; nlohmann's get<long long>() of a float, or
+// of an integer out of range, would convert silently (or be undefined).
+long long json_int(const nlohmann::json& row, const char* key, const std::string& where, long long lo = LLONG_MIN,
+                   long long hi = LLONG_MAX) {
+  const nlohmann::json& v = row.at(key);
+  const std::string field = where + " field " + key;
+  if (!v.is_number_integer()) throw InputError(field + ": expected an integer, got " + v.dump());
+  if (v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(hi))
+    throw InputError(field + ": " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  const long long x = v.is_number_unsigned() ? static_cast<long long>(v.get<unsigned long long>()) : v.get<long long>();
+  if (x < lo || x > hi)
+    throw InputError(field + ": " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
 }
 }  // namespace
 
@@ -345,31 +364,32 @@ std::vector<SweepRow> read_rows(const std::string& path) {
     try {
       j = nlohmann::json::parse(text);
       for (const auto& r : j.at("rows")) {
+        const std::string where = path + ": rows[" + std::to_string(rows.size()) + "]";
         SweepRow s;
-        s.index = r.at("index").get<long long>();
+        s.index = json_int(r, "index", where);
         s.format = r.at("format").get<std::string>();
         s.round = r.at("round").get<std::string>();
         s.model = r.at("model").get<std::string>();
         s.scenario = r.at("scenario").get<std::string>();
-        s.seqlen = r.at("seqlen").get<int>();
-        s.headdim = r.at("headdim").get<int>();
-        s.trials = r.at("trials").get<long long>();
+        s.seqlen = static_cast<int>(json_int(r, "seqlen", where, INT_MIN, INT_MAX));
+        s.headdim = static_cast<int>(json_int(r, "headdim", where, INT_MIN, INT_MAX));
+        s.trials = json_int(r, "trials", where);
         const auto& q = r.at("sufficient");
         s.o_sum = q.at("o_sum").get<double>();
         s.o_sumsq = q.at("o_sumsq").get<double>();
-        s.o_pos = q.at("o_pos").get<long long>();
-        s.o_neg = q.at("o_neg").get<long long>();
+        s.o_pos = json_int(q, "o_pos", where);
+        s.o_neg = json_int(q, "o_neg", where);
         s.d_sum = q.at("d_sum").get<double>();
         s.d_sumsq = q.at("d_sumsq").get<double>();
-        s.d_pos = q.at("d_pos").get<long long>();
-        s.d_neg = q.at("d_neg").get<long long>();
-        s.elements = q.at("elements").get<long long>();
+        s.d_pos = json_int(q, "d_pos", where);
+        s.d_neg = json_int(q, "d_neg", where);
+        s.elements = json_int(q, "elements", where);
         s.sq_sum = q.at("sq_sum").get<double>();
         s.max_abs = q.at("max_abs").get<double>();
-        s.sig_overflows = q.at("sig_overflows").get<long long>();
-        s.ties = q.at("ties").get<long long>();
-        s.rounded_up = q.at("rounded_up").get<long long>();
-        s.rounded_down = q.at("rounded_down").get<long long>();
+        s.sig_overflows = json_int(q, "sig_overflows", where);
+        s.ties = json_int(q, "ties", where);
+        s.rounded_up = json_int(q, "rounded_up", where);
+        s.rounded_down = json_int(q, "rounded_down", where);
         rows.push_back(s);
       }
     } catch (const nlohmann::json::exception& e) {
@@ -397,8 +417,8 @@ std::vector<SweepRow> read_rows(const std::string& path) {
     s.round = f[2];
     s.model = f[3];
     s.scenario = f[4];
-    s.seqlen = static_cast<int>(to_int(f[5], where + " column seqlen"));
-    s.headdim = static_cast<int>(to_int(f[6], where + " column headdim"));
+    s.seqlen = static_cast<int>(to_int(f[5], where + " column seqlen", INT_MIN, INT_MAX));
+    s.headdim = static_cast<int>(to_int(f[6], where + " column headdim", INT_MIN, INT_MAX));
     s.trials = to_int(f[7], where + " column trials");
     s.o_sum = to_num(f[8], where + " column o_sum");
     s.o_sumsq = to_num(f[9], where + " column o_sumsq");

@@ -19,5 +19,5 @@ fi
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFLASHBITS_SANITIZE=ON -DFLASHBITS_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 FLASHBITS_TEST_SCALE=sanitizer ctest --test-dir build-asan -L fast --output-on-failure -j "$jobs"
-# A bounded libFuzzer run of the safetensors reader and trace validator (clang, ASan+UBSan).
+# Bounded libFuzzer runs of every parser of untrusted input (fuzz/; clang, ASan+UBSan).
 FUZZ_JOBS="$jobs" tools/fuzz.sh 100000
