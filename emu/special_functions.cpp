@@ -22,7 +22,8 @@
 //   magic         6 bytes  "FBSFU1"
 //   function      u8       0 = ex2, 1 = rcp, 2 = lg2
 //   form          u8       0 = delta_segments, 1 = ex2_fixed_point (function must be ex2),
-//                          2 = rcp_mantissa (function must be rcp)
+//                          2 = rcp_mantissa (function must be rcp),
+//                          3 = lg2_exponent_split (function must be lg2)
 //   measured      u8       1 = captured on a GPU, 0 = synthetic (tests, hypotheses)
 //   source_len    u16      then source_len bytes of UTF-8 provenance (GPU, driver, date)
 //   form 0: segment_count u32 (>= 1), then per segment, sorted by first_input and not
@@ -32,6 +33,7 @@
 //           2 toward zero), nan_output u32 (bits returned for a NaN input),
 //           delta_stream(2^N) for T[0 .. 2^N - 1]
 //   form 2: nan_output u32, delta_stream(2^23) for T[0 .. 2^23 - 1]
+//   form 3: nan_output u32, delta_stream(2^23) for T[0 .. 2^23 - 1]
 //   crc32         u32      CRC-32 (IEEE 802.3, as zlib) of every preceding byte
 // delta_stream(n): runs until n deltas are read; each run is length u32 (>= 1, at most
 //   the deltas still due), width u8 (0..32), then ceil(length * width / 8) bytes holding
@@ -39,8 +41,8 @@
 //   deltas are 0, no bytes). A delta is (output bits - base bits) mod 2^32 read as a
 //   signed integer: the signed distance in ulps for same-sign finite values, and width
 //   32 encodes any output (NaN payloads, sign changes). The base is correct_ftz of the
-//   input (form 0), ex2_correct_ftz(i * 2^-N) (form 1) or rcp_correct_ftz(1 + m * 2^-23)
-//   (form 2). An all-correct table costs
+//   input (form 0), ex2_correct_ftz(i * 2^-N) (form 1), rcp_correct_ftz(1 + m * 2^-23)
+//   (form 2) or lg2_correct_ftz(1 + m * 2^-23) (form 3). An all-correct table costs
 //   9 bytes per run; the writer splits deltas into 256-entry chunks and merges
 //   neighbouring chunks of equal width.
 // ex2_fixed_point hypothesis: xf = round(x * 2^N) per argument_rounding (after input
@@ -57,6 +59,15 @@
 //   |v| < 2^-126 gives zero, both with v's sign (ftz: no subnormal results); a NaN T[m]
 //   is returned as is. For a table near 1 / 1.m (entries in (0.5, 1]) nothing overflows
 //   and only e >= 126 can flush: e = 127 always, e = 126 unless T[m] >= 1.
+// lg2_exponent_split hypothesis: T[m] holds the hardware's output bits for the input 1.m
+//   (as for rcp_mantissa). After input ftz: NaN and x < 0 (-inf included) give nan_output
+//   (the hardware's NaN; fb-sfu-probe measures it on a NaN input), +-0 (subnormals included)
+//   give -inf, +inf gives +inf; a positive normal x = 2^e * 1.m (e in -126..127, powers of
+//   two included: T[0] is the hardware's lg2(1)) gives e + T[m] as ONE fp32 addition with
+//   round-to-nearest-even (fb::add: exact sum, then round_pack; e is exact in fp32), a
+//   subnormal sum flushed to zero of its sign (only e = 0 with a subnormal T[m] gives one),
+//   and a NaN T[m] returned as is. The sum is not the correctly rounded lg2(x) in general:
+//   T[m] is already rounded, so e + T[m] can round differently from e + lg2(1.m).
 #include "emu/special_functions.hpp"
 
 #include <algorithm>
@@ -456,6 +467,7 @@ std::uint32_t fixed_point_base(int fraction_bits, std::uint32_t index) {
   return bits_of(ex2_correct_ftz(std::ldexp(static_cast<float>(index), -fraction_bits)));  // exact argument
 }
 std::uint32_t rcp_mantissa_base(std::uint32_t mantissa) { return bits_of(rcp_correct_ftz(float_of(0x3f800000u | mantissa))); }
+std::uint32_t lg2_mantissa_base(std::uint32_t mantissa) { return bits_of(lg2_correct_ftz(float_of(0x3f800000u | mantissa))); }
 
 int width_for(std::int32_t d) {
   if (d == 0) return 0;
@@ -732,6 +744,43 @@ class RcpMantissaModel final : public SpecialFunctionModel {
   std::vector<std::uint32_t> table_;
 };
 
+// The lg2_exponent_split hypothesis (format comment above); mirrored for the device in
+// gpu/sfu_table_model.hpp lg2_table_model, which tests/test_probe_file.cpp checks against
+// this bit for bit.
+class Lg2ExponentSplitModel final : public SpecialFunctionModel {
+ public:
+  Lg2ExponentSplitModel(bool measured, std::string path, std::string source, std::uint32_t nan_output,
+                        std::vector<std::uint32_t> table)
+      : measured_(measured), path_(std::move(path)), source_(std::move(source)), nan_output_(nan_output),
+        table_(std::move(table)) {}
+  SpecialFunction function() const override { return SpecialFunction::lg2; }
+  SfuKind kind() const override { return SfuKind::table; }
+  bool hardware_measured() const override { return measured_; }
+  std::string describe() const override {
+    return table_describe_prefix(SpecialFunction::lg2, path_, source_) + ", RN(e + T[m]) over the 2^23 mantissas, " +
+           (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
+  }
+  float evaluate(float x) const override {
+    x = flush_subnormal(x);
+    if (std::isnan(x)) return float_of(nan_output_);
+    if (x == 0.0f) return -plus_inf();
+    if (x < 0.0f) return float_of(nan_output_);
+    if (std::isinf(x)) return plus_inf();
+    const std::uint32_t b = bits_of(x);
+    const int e = static_cast<int>(b >> 23) - 127;
+    const std::uint32_t t_bits = table_[b & 0x7fffffu];
+    if (std::isnan(float_of(t_bits))) return float_of(t_bits);
+    const Rounded sum = add(formats::fp32, bits_of(static_cast<float>(e)), t_bits, RoundingSpec{});  // e exact
+    return flush_subnormal(float_of(sum.bits));
+  }
+
+ private:
+  bool measured_;
+  std::string path_, source_;
+  std::uint32_t nan_output_;
+  std::vector<std::uint32_t> table_;
+};
+
 }  // namespace
 
 void write_table_file(const std::string& path, const SfuTable& table) {
@@ -767,6 +816,13 @@ void write_table_file(const std::string& path, const SfuTable& table) {
     w.u32(table.nan_output);
     std::vector<std::uint32_t> deltas(kRcpMantissaEntries);
     for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - rcp_mantissa_base(m);
+    w.delta_stream(deltas);
+  } else if (table.form == SfuTableForm::lg2_exponent_split) {
+    if (table.function != SpecialFunction::lg2) bad("lg2_exponent_split form needs function lg2");
+    if (table.mantissa_outputs.size() != kLg2MantissaEntries) bad("mantissa_outputs must have 2^23 entries");
+    w.u32(table.nan_output);
+    std::vector<std::uint32_t> deltas(kLg2MantissaEntries);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - lg2_mantissa_base(m);
     w.delta_stream(deltas);
   } else if (table.form == SfuTableForm::ex2_fixed_point) {
     if (table.function != SpecialFunction::ex2) bad("ex2_fixed_point form needs function ex2");
@@ -820,9 +876,10 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
   if (function > 2) r.fail("function", "unknown function code " + std::to_string(function));
   const auto f = static_cast<SpecialFunction>(function);
   const std::uint8_t form = r.u8("form");
-  if (form > 2) r.fail("form", "unknown form code " + std::to_string(form));
+  if (form > 3) r.fail("form", "unknown form code " + std::to_string(form));
   if (form == 1 && f != SpecialFunction::ex2) r.fail("form", "ex2_fixed_point needs function ex2");
   if (form == 2 && f != SpecialFunction::rcp) r.fail("form", "rcp_mantissa needs function rcp");
+  if (form == 3 && f != SpecialFunction::lg2) r.fail("form", "lg2_exponent_split needs function lg2");
   const std::uint8_t measured = r.u8("measured");
   if (measured > 1) r.fail("measured", "must be 0 or 1, is " + std::to_string(measured));
   const std::uint16_t source_len = r.u16("source_len");
@@ -855,6 +912,14 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     std::vector<std::uint32_t> table(kRcpMantissaEntries);
     for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m) table[m] = rcp_mantissa_base(m) + deltas.delta(bytes, m);
     model = std::make_unique<RcpMantissaModel>(measured == 1, path, std::move(source), nan_output, std::move(table));
+  } else if (form == 3) {
+    const std::uint32_t nan_output = r.u32("nan_output");
+    const DeltaStream deltas = r.delta_stream(kLg2MantissaEntries, "mantissa_table");
+    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    std::vector<std::uint32_t> table(kLg2MantissaEntries);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) table[m] = lg2_mantissa_base(m) + deltas.delta(bytes, m);
+    model = std::make_unique<Lg2ExponentSplitModel>(measured == 1, path, std::move(source), nan_output,
+                                                    std::move(table));
   } else {
     const std::uint8_t fraction_bits = r.u8("fraction_bits");
     if (fraction_bits < 1 || fraction_bits > kMaxFractionBits) {

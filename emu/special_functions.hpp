@@ -101,9 +101,11 @@ enum class SfuTableForm : std::uint8_t {
   delta_segments = 0,   // any function: explicit outputs for ranges of input bit patterns
   ex2_fixed_point = 1,  // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
   rcp_mantissa = 2,     // rcp only: x = +-2^e * 1.m -> +-T[m] * 2^-e (ftz), T over the 2^23 mantissas
+  lg2_exponent_split = 3,  // lg2 only: x = 2^e * 1.m > 0 -> RN_fp32(e + T[m]) (ftz), T over the 2^23 mantissas
 };
-// Entries of an rcp_mantissa table: one per mantissa field m of x in [1, 2).
+// Entries of an rcp_mantissa or lg2_exponent_split table: one per mantissa field m of x in [1, 2).
 inline constexpr std::uint32_t kRcpMantissaEntries = std::uint32_t{1} << 23;
+inline constexpr std::uint32_t kLg2MantissaEntries = std::uint32_t{1} << 23;
 // How the ex2 argument is converted to fixed point (the hypothesis to test on a GPU).
 enum class FixedPointRounding : std::uint8_t { floor = 0, nearest_even = 1, toward_zero = 2 };
 
@@ -123,9 +125,11 @@ struct SfuTable {
   int fraction_bits = 0;  // 1..24
   FixedPointRounding argument_rounding = FixedPointRounding::floor;
   std::vector<std::uint32_t> fraction_outputs;  // 2^fraction_bits entries
-  // rcp_mantissa: T[m] = fp32 bits of the hardware's rcp(1.m), m the 23-bit mantissa field
-  std::vector<std::uint32_t> mantissa_outputs;  // kRcpMantissaEntries entries
-  std::uint32_t nan_output = 0x7fc00000u;       // forms 1, 2: what a NaN input gives (GPU: 0x7fffffff)
+  // rcp_mantissa: T[m] = fp32 bits of the hardware's rcp(1.m), m the 23-bit mantissa field;
+  // lg2_exponent_split: T[m] = fp32 bits of the hardware's lg2(1.m)
+  std::vector<std::uint32_t> mantissa_outputs;  // 2^23 entries (kRcpMantissaEntries, kLg2MantissaEntries)
+  // forms 1, 2, 3: what a NaN input gives (GPU: 0x7fffffff); form 3: also what x < 0 gives
+  std::uint32_t nan_output = 0x7fc00000u;
 };
 
 // Writes `table` as an FBSFU1 file; throws std::runtime_error on an inconsistent table

@@ -3,8 +3,8 @@
 # Builds gpu/ standalone with nvcc, runs the tensor-core and SFU probes, captures PyTorch's
 # flash SDPA and fb-fa2 (standard, +dynmax, and causal) on the same inputs (gpu/inputs/, from
 # gpu/make_inputs.sh, when present), and leaves at most 8 files under $OUT: session.log,
-# probes.fbp, sfu_summary.txt, up to 2 ex2 tables and 1 rcp table,
-# traces_d64.tar and traces_d128.tar (one per head dim: each stays under 16 MiB, about 7 and
+# probes.fbp, sfu_summary.txt, up to 2 ex2 tables, sfu_tables_n23.tar (the rcp table and,
+# when the lg2 hypothesis holds, the lg2 table: 4 MiB each plus escapes), traces_d64.tar and traces_d128.tar (one per head dim: each stays under 16 MiB, about 7 and
 # 14.5 MiB at --seq 256 --heads 2).
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -21,8 +21,13 @@ cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-fa2 
 echo "== tensor-core probes"
 ./build-device/fb-mma-probe --out "$OUT/probes.fbp" --tiles 4
 echo "== SFU probe (all 2^32 inputs per function)"
-./build-device/fb-sfu-probe --out-dir "$OUT" --ex2-bits 16,18,20,22,23,24 \
+sfu_dir=$(mktemp -d)
+./build-device/fb-sfu-probe --out-dir "$sfu_dir" --ex2-bits 16,18,20,22,23,24 \
   --ex2-roundings floor,nearest_even,toward_zero
+# The run tool brings back 8 files: the 2^23-entry tables travel as one tar.
+mv "$sfu_dir"/sfu_summary.txt "$sfu_dir"/ex2_table_*.fbsfut "$OUT"/ 2>/dev/null
+n23=$(cd "$sfu_dir" && ls rcp_table_n23.fbsfut lg2_table_n23.fbsfut 2>/dev/null)
+[ -n "$n23" ] && tar -C "$sfu_dir" -cf "$OUT/sfu_tables_n23.tar" $n23
 echo "== attention captures"
 # Inputs from flashbits' C++ scenario generators (gpu/make_inputs.sh, run before the session)
 # when present; otherwise capture_torch.py's own generators (not the C++ ones).

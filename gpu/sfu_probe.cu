@@ -39,11 +39,16 @@
 //   a table file in the format documented in gpu/README.md ("FBSFUT1"); if no holding
 //   ex2 table verifies, the first holding one is written anyway (its header says how
 //   many inputs it gets wrong); the same for the one rcp table (rcp_table_n23.fbsfut).
-// - lg2: no table is written (FBSFU1 has no lg2 form). One hypothesis is counted on all
-//   positive normal inputs: lg2(2^e * 1.m) = RN_fp32(e + lg2hw(1.m)), the e = 0 outputs
-//   determining every binade (gpu/sfu_table_model.hpp lg2_exponent_split_model); the summary
-//   gives the mismatch count, the ulp histogram of hardware minus prediction, the counts per
-//   exponent and the first examples. Compiled here, NOT yet run on a GPU.
+// - lg2: one hypothesis is counted on all positive normal inputs: lg2(2^e * 1.m) =
+//   RN_fp32(e + lg2hw(1.m)), the e = 0 outputs determining every binade
+//   (gpu/sfu_table_model.hpp lg2_exponent_split_model); the summary gives the mismatch count,
+//   the ulp histogram of hardware minus prediction, the counts per exponent and the first
+//   examples. When it holds, T[m] = lg2hw(1.m) is captured and evaluated on the device as the
+//   emu's FBSFU1 lg2_exponent_split model does (Lg2ExponentSplitModel::evaluate, restated in
+//   gpu/sfu_table_model.hpp lg2_table_model: input ftz, NaN and x < 0 -> the measured NaN
+//   output, +-0 -> -inf, +inf -> +inf, RN_fp32(e + T[m])) on all 2^32 inputs, with the
+//   mismatches per region in the summary and header, and written as lg2_table_n23.fbsfut.
+// Compiled here, NOT yet run on a GPU.
 // Usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24]
 //        [--ex2-roundings floor,nearest_even,toward_zero] [--chunk-log2 28]
 #include <cuda_runtime.h>
@@ -183,6 +188,15 @@ __device__ inline int ex2_region(float x) {
   if (x < -125.f) return 3;
   return x < 127.f ? 4 : 5;
 }
+const char* const kLg2RegionNames[kRegionCount] = {"NaN", "+-0 and subnormal", "x < 0 (-inf included)", "+inf",
+                                                   "[1, 2)", "other positive normal"};
+__device__ inline int lg2_region(float x) {
+  if (isnan(x)) return 0;
+  if (fabsf(x) < 0x1p-126f) return 1;
+  if (x < 0.f) return 2;
+  if (x == INFINITY) return 3;
+  return (x >= 1.f && x < 2.f) ? 4 : 5;
+}
 __device__ inline int rcp_region(float x) {
   const float a = fabsf(x);
   if (isnan(x)) return 0;
@@ -198,9 +212,9 @@ struct VerifyResult {
   std::uint32_t example[kVerifyExamples][3];  // input, hardware, model
 };
 
-// Evaluates the table model of `fn` (ex2: fixed point with nbits and rounding; rcp: the
-// mantissa table, nbits = 23) on every input of the chunk and records where it differs from
-// the hardware.
+// Evaluates the table model of `fn` (ex2: fixed point with nbits and rounding; rcp and lg2:
+// the mantissa table, nbits = 23) on every input of the chunk and records where it differs
+// from the hardware.
 __global__ void table_verify_kernel(int fn, int nbits, int rounding, const std::uint32_t* table,
                                     std::uint32_t nan_output, std::uint64_t base, std::uint64_t count,
                                     VerifyResult* result) {
@@ -208,11 +222,12 @@ __global__ void table_verify_kernel(int fn, int nbits, int rounding, const std::
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
     const float x = __uint_as_float(in);
-    const std::uint32_t hw_bits = __float_as_uint(fn == kEx2 ? ex2_approx_ftz(x) : rcp_approx_ftz(x));
-    const std::uint32_t model_bits = fn == kEx2 ? ex2_table_model(x, nbits, rounding, table, nan_output)
-                                                : rcp_table_model(x, table, nan_output);
+    const std::uint32_t hw_bits = __float_as_uint(hw(fn, x));
+    const std::uint32_t model_bits = fn == kEx2   ? ex2_table_model(x, nbits, rounding, table, nan_output)
+                                     : fn == kRcp ? rcp_table_model(x, table, nan_output)
+                                                  : lg2_table_model(x, table, nan_output);
     if (hw_bits == model_bits) continue;
-    atomicAdd(&result->mismatches[fn == kEx2 ? ex2_region(x) : rcp_region(x)], 1ull);
+    atomicAdd(&result->mismatches[fn == kEx2 ? ex2_region(x) : fn == kRcp ? rcp_region(x) : lg2_region(x)], 1ull);
     const unsigned int slot = atomicAdd(&result->examples, 1u);
     if (slot < kVerifyExamples) {
       result->example[slot][0] = in;
@@ -286,8 +301,16 @@ __global__ void lg2_split_hypothesis_kernel(std::uint64_t base, std::uint64_t co
   if (local_max) atomicMax(&result->max_abs_ulps, local_max);
 }
 
-// Runs the lg2 exponent-split hypothesis over all 2^32 inputs and writes its verdict.
-void lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
+// The lg2_exponent_split table: T[m] = the hardware's lg2(1.m).
+__global__ void lg2_mantissa_table_kernel(std::uint32_t* table) {
+  for (std::uint32_t m = blockIdx.x * blockDim.x + threadIdx.x; m < kLg2MantissaTableEntries; m += gridDim.x * blockDim.x) {
+    table[m] = __float_as_uint(lg2_approx_ftz(__uint_as_float(0x3f800000u | m)));
+  }
+}
+
+// Runs the lg2 exponent-split hypothesis over all 2^32 inputs and writes its verdict; true
+// when it holds.
+bool lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
   Lg2SplitResult* r;
   FB_CUDA_CHECK(cudaMallocManaged(&r, sizeof(Lg2SplitResult)));
   std::memset(r, 0, sizeof(Lg2SplitResult));
@@ -322,6 +345,7 @@ void lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
     }
   }
   FB_CUDA_CHECK(cudaFree(r));
+  return mismatches == 0;
 }
 
 // Table entries as 4-bit deltas (in ulps) from the correctly rounded exact value at the
@@ -335,7 +359,7 @@ __global__ void table_delta_kernel(int fn, int nbits, const std::uint32_t* table
   for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < entries; j += gridDim.x * blockDim.x) {
     bool uncertain = false;
     const double frac = ldexp(static_cast<double>(j), -nbits);  // in [0,1)
-    const float ref = round_reference(fn == kEx2 ? exp2(frac) : 1.0 / (1.0 + frac), uncertain);
+    const float ref = round_reference(fn == kEx2 ? exp2(frac) : fn == kRcp ? 1.0 / (1.0 + frac) : log2(1.0 + frac), uncertain);
     if (table[j] == kEmpty) {
       atomicAdd(&counts[0], 1u);
       delta[j] = 0;
@@ -422,6 +446,69 @@ void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_tabl
 
 __global__ void nan_output_kernel(int fn, std::uint32_t* out) {
   *out = __float_as_uint(hw(fn, __uint_as_float(0x7fc00000u)));
+}
+
+// The bits the hardware returns for a NaN input (the tables' nan_output).
+std::uint32_t measure_nan_output(int fn) {
+  std::uint32_t* d_nan;
+  std::uint32_t nan_output = 0;
+  FB_CUDA_CHECK(cudaMalloc(&d_nan, 4));
+  nan_output_kernel<<<1, 1>>>(fn, d_nan);
+  FB_CUDA_CHECK(cudaMemcpy(&nan_output, d_nan, 4, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaFree(d_nan));
+  return nan_output;
+}
+
+// Evaluates the table model of `fn` on all 2^32 inputs against the hardware, writes the
+// mismatches per region and the first examples to the summary and returns their count.
+unsigned long long verify_table_model(int fn, int nbits, int rounding, const std::uint32_t* d_table,
+                                      std::uint32_t nan_output, std::uint64_t chunk, std::ostringstream& summary) {
+  VerifyResult* verify;
+  FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
+  std::memset(verify, 0, sizeof(VerifyResult));
+  for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
+    table_verify_kernel<<<4096, 256>>>(fn, nbits, rounding, d_table, nan_output, base, chunk, verify);
+    FB_CUDA_CHECK(cudaGetLastError());
+  }
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  if (fn == kEx2) {
+    summary << "  table model (emu Ex2FixedPointModel, N=" << nbits << ", " << kArgRoundingNames[rounding]
+            << ") vs hardware on all 2^32 inputs:";
+  } else if (fn == kRcp) {
+    summary << "  table model (emu RcpMantissaModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
+  } else {
+    summary << "  table model (emu Lg2ExponentSplitModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
+  }
+  const char* const* region_names = fn == kEx2 ? kEx2RegionNames : fn == kRcp ? kRcpRegionNames : kLg2RegionNames;
+  unsigned long long mismatches = 0;
+  for (int r = 0; r < kRegionCount; ++r) {
+    mismatches += verify->mismatches[r];
+    summary << " " << region_names[r] << ": " << verify->mismatches[r];
+  }
+  summary << " mismatches" << (mismatches == 0 ? " (REPRODUCES the hardware)" : "") << "\n";
+  for (unsigned int e = 0; e < std::min(verify->examples, kVerifyExamples); ++e) {
+    char line[96];
+    std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x model=0x%08x\n", verify->example[e][0],
+                  verify->example[e][1], verify->example[e][2]);
+    summary << line;
+  }
+  FB_CUDA_CHECK(cudaFree(verify));
+  return mismatches;
+}
+
+// When the lg2 exponent-split hypothesis held: captures T[m] = lg2hw(1.m), verifies the
+// emu's model of it on all inputs and writes it (lg2_table_n23.fbsfut), as for rcp.
+void emit_lg2_table(std::uint64_t chunk, const Options& o, const std::string& dev, std::ostringstream& summary) {
+  std::uint32_t* d_table;
+  FB_CUDA_CHECK(cudaMalloc(&d_table, kLg2MantissaTableEntries * 4ull));
+  lg2_mantissa_table_kernel<<<1024, 256>>>(d_table);
+  FB_CUDA_CHECK(cudaGetLastError());
+  const std::uint32_t nan_output = measure_nan_output(kLg2);
+  const unsigned long long mismatches = verify_table_model(kLg2, 23, kFloor, d_table, nan_output, chunk, summary);
+  const std::string extra =
+      "table_model=lg2_exponent_split\ntable_model_mismatches=" + std::to_string(mismatches) + "\n";
+  emit_table(kLg2, 23, "lg2_exponent_split", d_table, o, dev, nan_output, extra, summary);
+  FB_CUDA_CHECK(cudaFree(d_table));
 }
 
 int run(const Options& o) {
@@ -512,42 +599,11 @@ int run(const Options& o) {
                   << " inputs disagree with the first seen at their key)\n";
           if (conflicts == 0 && held_at[rounding] < 0) held_at[rounding] = nbits;
           if (conflicts == 0 && nbits <= 24 && !emitted_clean) {
-            std::uint32_t* d_nan;
-            std::uint32_t nan_output = 0;
-            FB_CUDA_CHECK(cudaMalloc(&d_nan, 4));
-            nan_output_kernel<<<1, 1>>>(fn, d_nan);
-            FB_CUDA_CHECK(cudaMemcpy(&nan_output, d_nan, 4, cudaMemcpyDeviceToHost));
-            FB_CUDA_CHECK(cudaFree(d_nan));
+            const std::uint32_t nan_output = measure_nan_output(fn);
             const std::string key =
                 fn == kEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding] : std::string("rcp_mantissa");
-            VerifyResult* verify;
-            FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
-            std::memset(verify, 0, sizeof(VerifyResult));
-            for (std::uint64_t base = 0; base < total; base += chunk) {
-              table_verify_kernel<<<4096, 256>>>(fn, nbits, rounding, d_table, nan_output, base, chunk, verify);
-              FB_CUDA_CHECK(cudaGetLastError());
-            }
-            FB_CUDA_CHECK(cudaDeviceSynchronize());
-            if (fn == kEx2) {
-              summary << "  table model (emu Ex2FixedPointModel, N=" << nbits << ", " << kArgRoundingNames[rounding]
-                      << ") vs hardware on all 2^32 inputs:";
-            } else {
-              summary << "  table model (emu RcpMantissaModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
-            }
-            const char* const* region_names = fn == kEx2 ? kEx2RegionNames : kRcpRegionNames;
-            unsigned long long mismatches = 0;
-            for (int r = 0; r < kRegionCount; ++r) {
-              mismatches += verify->mismatches[r];
-              summary << " " << region_names[r] << ": " << verify->mismatches[r];
-            }
-            summary << " mismatches" << (mismatches == 0 ? " (REPRODUCES the hardware)" : "") << "\n";
-            for (unsigned int e = 0; e < std::min(verify->examples, kVerifyExamples); ++e) {
-              char line[96];
-              std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x model=0x%08x\n", verify->example[e][0],
-                            verify->example[e][1], verify->example[e][2]);
-              summary << line;
-            }
-            FB_CUDA_CHECK(cudaFree(verify));
+            const unsigned long long mismatches =
+                verify_table_model(fn, nbits, rounding, d_table, nan_output, chunk, summary);
             const std::string extra =
                 (fn == kEx2 ? "argument_rounding=" + std::string(kArgRoundingNames[rounding]) + "\n"
                             : std::string("table_model=rcp_mantissa\n")) +
@@ -563,7 +619,7 @@ int run(const Options& o) {
         }
       }
     }
-    if (fn == kLg2) lg2_split_hypothesis(chunk, summary);
+    if (fn == kLg2 && lg2_split_hypothesis(chunk, summary)) emit_lg2_table(chunk, o, dev, summary);
     std::printf("%s done\n", kFnPtx[fn]);
   }
   FB_CUDA_CHECK(cudaFree(stats));

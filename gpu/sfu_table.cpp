@@ -51,17 +51,18 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     return kv[key];
   };
   const std::string function = need("function");
-  if (function != "ex2" && function != "rcp") {
-    fail(path, "function", "'" + function + "' has no FBSFU1 form (only ex2 fixed-point and rcp mantissa tables convert); keep the FBSFUT1 file");
+  if (function != "ex2" && function != "rcp" && function != "lg2") {
+    fail(path, "function", "'" + function + "' has no FBSFU1 form (only ex2, rcp and lg2 tables convert); keep the FBSFUT1 file");
   }
-  const bool is_ex2 = function == "ex2";
+  const bool is_ex2 = function == "ex2", is_lg2 = function == "lg2";
   const std::string key = need("key");
   const std::map<std::string, FixedPointRounding> roundings = {
       {"ex2_fixed_point_floor", FixedPointRounding::floor},
       {"ex2_fixed_point_nearest_even", FixedPointRounding::nearest_even},
       {"ex2_fixed_point_toward_zero", FixedPointRounding::toward_zero}};
   if (is_ex2 && !roundings.count(key)) fail(path, "key", "'" + key + "' is not an ex2 fixed-point key");
-  if (!is_ex2 && key != "rcp_mantissa") fail(path, "key", "'" + key + "' is not rcp_mantissa");
+  if (function == "rcp" && key != "rcp_mantissa") fail(path, "key", "'" + key + "' is not rcp_mantissa");
+  if (is_lg2 && key != "lg2_exponent_split") fail(path, "key", "'" + key + "' is not lg2_exponent_split");
   // fb-sfu-probe evaluates the table the way the emu does on every input; only a table that
   // reproduced the hardware everywhere may call itself measured.
   const unsigned long long mismatches = parse_unsigned(path, "table_model_mismatches", need("table_model_mismatches"));
@@ -71,7 +72,7 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   }
   const unsigned long long nbits = parse_unsigned(path, "key_bits", need("key_bits"));
   if (is_ex2 && (nbits < 1 || nbits > 24)) fail(path, "key_bits", "must be 1..24");
-  if (!is_ex2 && nbits != 23) fail(path, "key_bits", "must be 23 for rcp_mantissa");
+  if (!is_ex2 && nbits != 23) fail(path, "key_bits", "must be 23 for " + key);
   const std::size_t entries = std::size_t{1} << nbits;
   if (parse_unsigned(path, "entries", need("entries")) != entries) fail(path, "entries", "is not 2^key_bits");
   std::size_t at = end + 5;
@@ -94,6 +95,12 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     table.source += ", argument " + key.substr(std::string("ex2_fixed_point_").size());
     outputs = &table.fraction_outputs;
     base_value = [](std::size_t i, int n) { return ex2_correct_ftz(std::ldexp(static_cast<float>(i), -n)); };  // exact: i < 2^24
+  } else if (is_lg2) {
+    table.function = SpecialFunction::lg2;
+    table.form = SfuTableForm::lg2_exponent_split;
+    table.source += ", lg2 exponent split";
+    outputs = &table.mantissa_outputs;
+    base_value = [](std::size_t m, int n) { return lg2_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n)); };  // exact: 1.m
   } else {
     table.function = SpecialFunction::rcp;
     table.form = SfuTableForm::rcp_mantissa;

@@ -1,6 +1,6 @@
-// gpu/sfu_table_model.hpp: the emu's table models of the ex2 fixed-point and rcp mantissa
-// hypotheses (emu/special_functions.cpp Ex2FixedPointModel::evaluate and
-// RcpMantissaModel::evaluate) restated as functions that compile for the device
+// gpu/sfu_table_model.hpp: the emu's table models of the ex2 fixed-point, rcp mantissa and
+// lg2 exponent-split hypotheses (emu/special_functions.cpp Ex2FixedPointModel::evaluate,
+// RcpMantissaModel::evaluate and Lg2ExponentSplitModel::evaluate) restated as functions that compile for the device
 // (fb-sfu-probe evaluates captured tables with them on all 2^32 inputs) and for the host
 // (tests/test_probe_file.cpp checks them against the emu's models bit for bit, so the two
 // cannot drift apart unnoticed).
@@ -15,10 +15,15 @@
 // the input 1.m): input ftz; NaN -> nan_output; +-0 -> +-inf; +-inf -> +-0; a normal
 // x = s * 2^e * 1.m -> v = s * T[m] * 2^-e exactly, NaN T[m] returned as is, |v| >= 2^128
 // -> inf and |v| < 2^-126 -> zero, both with v's sign (the FBSFU1 form 2 comment).
-// lg2_exponent_split_model(x_bits, t_bits): fb-sfu-probe's lg2 hypothesis (no emu table form):
-// for a normal x = 2^e * 1.m, lg2(x) = RN_fp32(e + T), T = t_bits the hardware's lg2(1.m);
-// one IEEE round-to-nearest-even addition (e is exact in fp32). Compiled without fast math
-// (gpu/CMakeLists.txt), the device's float + is add.rn.f32 like the host's.
+// lg2_exponent_split_model(x_bits, t_bits): fb-sfu-probe's lg2 hypothesis for a positive
+// normal x = 2^e * 1.m: lg2(x) = RN_fp32(e + T), T = t_bits the hardware's lg2(1.m); one IEEE
+// round-to-nearest-even addition (e is exact in fp32: __fadd_rn, i.e. add.rn.f32 without
+// .ftz, on the device, never contracted; the host's float + under the default rounding
+// mode), a subnormal sum flushed to zero of its sign, a NaN T returned as is.
+// lg2_table_model(x, T, nan_output), T with 2^23 entries (T[m] = the hardware's bits for the
+// input 1.m): the FBSFU1 form 3 lg2_exponent_split rule: input ftz; NaN and x < 0 (-inf
+// included) -> nan_output; +-0 -> -inf; +inf -> +inf; a positive normal x ->
+// lg2_exponent_split_model(x, T[m]).
 // Plain C++ when not compiled by nvcc.
 #pragma once
 
@@ -120,8 +125,26 @@ FB_SFU_HD inline std::uint32_t rcp_table_model(float x, const std::uint32_t* tab
 }
 
 FB_SFU_HD inline std::uint32_t lg2_exponent_split_model(std::uint32_t x_bits, std::uint32_t t_bits) {
-  const int e = static_cast<int>((x_bits >> 23) & 0xffu) - 127;
-  return sfu_bits(static_cast<float>(e) + sfu_float(t_bits));
+  const float t = sfu_float(t_bits);
+  if (t != t) return t_bits;
+  const float e = static_cast<float>(static_cast<int>((x_bits >> 23) & 0xffu) - 127);  // exact
+#ifdef __CUDA_ARCH__
+  const float sum = __fadd_rn(e, t);
+#else
+  const float sum = e + t;
+#endif
+  return sfu_bits(sfu_ftz(sum));
+}
+constexpr std::uint32_t kLg2MantissaTableEntries = 1u << 23;
+
+FB_SFU_HD inline std::uint32_t lg2_table_model(float x, const std::uint32_t* table, std::uint32_t nan_output) {
+  x = sfu_ftz(x);
+  if (x != x) return nan_output;
+  if (x == 0.f) return 0xff800000u;
+  if (x < 0.f) return nan_output;
+  if (x == INFINITY) return 0x7f800000u;
+  const std::uint32_t x_bits = sfu_bits(x);
+  return lg2_exponent_split_model(x_bits, table[x_bits & 0x7fffffu]);
 }
 
 }  // namespace fb::gpu

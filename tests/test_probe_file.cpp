@@ -19,17 +19,24 @@
 //   the README's layout converts into an emu table model whose outputs equal the MPFR
 //   correctly rounded 2^(i/2^N) plus the delta written here (or the escaped bits), under the
 //   file's argument rounding; a table whose emu evaluation did not reproduce the hardware,
-//   an lg2 table and broken files are refused with the file and field named. The same for an
+//   a table of another function or key and broken files are refused with the file and field
+//   named. The same for an
 //   rcp mantissa capture: it converts into an FBSFU1 rcp_mantissa model whose outputs equal
 //   the rule +-T[m] * 2^-e (ftz, overflow to inf) applied here to the exact integer 1 / 1.m
-//   (checked against MPFR) plus the captured delta or escaped bits, over every binade.
+//   (checked against MPFR) plus the captured delta or escaped bits, over every binade; and for an
+//   lg2 exponent-split capture: it converts into an FBSFU1 lg2_exponent_split model whose
+//   entries equal MPFR's lg2(1.m) plus the captured delta (or the escaped bits) on a stride of
+//   mantissas, and whose outputs follow the rule RN_fp32(e + T[m]) (one MPFR rounding written
+//   here, ftz) over every binade, with the special inputs of the header.
 // - The table model fb-sfu-probe evaluates on the device (gpu/sfu_table_model.hpp) gives the
 //   same bits as the emu's table model (emu/special_functions.cpp) for tables with
 //   perturbed, NaN, negative and overflowing entries, on a stride over all 2^32 inputs, random
 //   inputs, the region boundaries, and arguments exactly on and half-way between the
 //   fixed-point grid (where the argument roundings differ), for every argument rounding;
 //   likewise rcp_table_model against the emu's rcp_mantissa model, for a table with
-//   perturbed, NaN, zero, subnormal, infinite, negative and overflowing entries. The lg2
+//   perturbed, NaN, zero, subnormal, infinite, negative and overflowing entries; and
+//   lg2_table_model against the emu's lg2_exponent_split model for the lg2 capture above (NaN,
+//   subnormal, signed zero, infinite and negative escaped entries). The lg2
 //   hypothesis' prediction RN_fp32(e + T) (lg2_exponent_split_model) equals MPFR's correctly
 //   rounded sum.
 #include <doctest/doctest.h>
@@ -285,6 +292,44 @@ TEST_CASE("probe_check_detects_corrupted_output") {
     CHECK(fb::gpu::run_probe_check(path + ".missing", options, out, err) == 2);
     CHECK(err.str().find(".missing") != std::string::npos);
   }
+  std::filesystem::remove(path);
+}
+
+// Found by fuzz/fuzz_probe_file: a header byte that is not UTF-8 (here 0xff in the form)
+// used to be read without complaint, and `probe-check --json` then threw nlohmann's
+// type_error while writing the report (main's "internal error", exit 3). It is bad input:
+// the reader refuses it naming the file and the header, and probe-check exits 2.
+TEST_CASE("probe_file_header_not_utf8_is_bad_input") {
+  ProbeFile file;
+  file.sections = {hopper_section()};
+  for (const std::string& bad_form : {std::string("mma.sync\xff.f32"), std::string("mma\xc0\xafsync"),
+                                     std::string("mma\xed\xa0\x80"), std::string("mma\xe2\x82")}) {
+    file.sections[0].header.form = bad_form;
+    const std::string path = temp_path("not_utf8.fbp");
+    fb::gpu::write_probe_file(path, file);
+    try {
+      fb::gpu::read_probe_file(path);
+      FAIL("no error for a header that is not UTF-8");
+    } catch (const fb::gpu::ProbeFileError& e) {
+      const std::string msg = e.what();
+      CHECK(msg.rfind(path + ": section 0: header: ", 0) == 0);
+      CHECK(msg.find("UTF-8") != std::string::npos);
+    }
+    for (const bool json : {false, true}) {
+      std::ostringstream out, err;
+      fb::gpu::ProbeCheckOptions options;
+      options.json = json;
+      CHECK(fb::gpu::run_probe_check(path, options, out, err) == 2);
+      CHECK(err.str().find("UTF-8") != std::string::npos);
+    }
+    std::filesystem::remove(path);
+  }
+  // Multi-byte UTF-8 (a device name with U+00B5 and U+1F600) is still accepted.
+  file.sections[0].header.form = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+  file.sections[0].header.extra = {{"device", "NVIDIA \xc2\xb5 \xf0\x9f\x98\x80"}};
+  const std::string path = temp_path("utf8.fbp");
+  fb::gpu::write_probe_file(path, file);
+  CHECK(fb::gpu::read_probe_file(path).sections.at(0).header.extra == file.sections[0].header.extra);
   std::filesystem::remove(path);
 }
 
@@ -561,10 +606,17 @@ TEST_CASE("sfu_capture_table_converts_to_the_emu_table_model") {
   CaptureSpec mismatched = good;
   mismatched.mismatches = "12";
   expect_refusal(write_capture("mismatch.fbsfut", mismatched), "table_model_mismatches");
+  CaptureSpec other_function = good;
+  other_function.function = "tanh";
+  expect_refusal(write_capture("tanh.fbsfut", other_function), "function");
   CaptureSpec lg2 = good;
   lg2.function = "lg2";
   lg2.key = "lg2_whatever";
-  expect_refusal(write_capture("lg2.fbsfut", lg2), "function");
+  expect_refusal(write_capture("lg2.fbsfut", lg2), "key");
+  CaptureSpec lg2_bits = good;  // an lg2 exponent-split table has 23 key bits
+  lg2_bits.function = "lg2";
+  lg2_bits.key = "lg2_exponent_split";
+  expect_refusal(write_capture("lg2bits.fbsfut", lg2_bits), "key_bits");
   CaptureSpec rcp = good;  // an rcp mantissa table has 23 key bits
   rcp.function = "rcp";
   rcp.key = "rcp_mantissa";
@@ -753,6 +805,171 @@ TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
   }
   CHECK(differ == 0);
   std::filesystem::remove(path);
+}
+
+namespace {
+
+// fp32 bits of the correctly rounded (RNE) lg2(1.m), from MPFR.
+std::uint32_t lg2_rne_bits(std::uint32_t m) {
+  mpfr_t x, y;
+  mpfr_init2(x, 24);
+  mpfr_init2(y, 24);
+  mpfr_set_ui_2exp(x, (1u << 23) + m, -23, MPFR_RNDN);  // exact
+  mpfr_log2(y, x, MPFR_RNDN);
+  const float f = mpfr_get_flt(y, MPFR_RNDN);  // exact: 24 bits, in [0, 1)
+  mpfr_clear(x);
+  mpfr_clear(y);
+  return float_bits(f);
+}
+
+// The FBSFU1 lg2_exponent_split rule for a positive normal x, written here: a NaN entry as is,
+// otherwise e + T rounded once to 24 bits (MPFR, RNE, IEEE signed zeros), a sum below 2^-126
+// flushed to zero of its sign (here only e = 0 with a subnormal T, where the sum is exact).
+std::uint32_t lg2_split_rule(std::uint32_t x_bits, std::uint32_t t_bits, bool* inexact = nullptr) {
+  float t;
+  std::memcpy(&t, &t_bits, 4);
+  if (std::isnan(t)) return t_bits;
+  mpfr_t sum, tm, em;
+  mpfr_inits2(24, sum, tm, em, (mpfr_ptr)nullptr);
+  mpfr_set_flt(tm, t, MPFR_RNDN);                                                  // exact
+  mpfr_set_si(em, static_cast<long>((x_bits >> 23) & 0xffu) - 127, MPFR_RNDN);    // exact
+  const int ternary = mpfr_add(sum, tm, em, MPFR_RNDN);
+  if (inexact) *inexact = ternary != 0;
+  const float f = mpfr_get_flt(sum, MPFR_RNDN);  // exact: 24 bits
+  mpfr_clears(sum, tm, em, (mpfr_ptr)nullptr);
+  if (f != 0.f && std::fabs(f) < 0x1p-126f) return float_bits(f) & 0x80000000u;
+  return float_bits(f);
+}
+
+}  // namespace
+
+TEST_CASE("sfu_capture_lg2_table_converts_and_device_model_matches_the_emu") {
+  // One test case for the conversion and the device mirror: each 2^23-entry conversion, write
+  // or load costs about 0.35 s.
+  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  constexpr int n = 23;
+  constexpr std::uint32_t entries = 1u << n;
+  CaptureSpec spec;
+  spec.function = "lg2";
+  spec.key = "lg2_exponent_split";
+  spec.n = n;
+  std::mt19937 rng(4343);
+  // Escaped entries: explicit outputs far from lg2(1.m), and each special case of the rule.
+  const std::vector<std::pair<std::uint32_t, std::uint32_t>> special = {
+      {0x2aaaaau, 0x7fc00123u},  // NaN with a payload: returned as is
+      {0x155555u, 0x00400000u},  // subnormal 2^-127: flushed at e = 0
+      {0x012345u, 0x80400000u},  // -2^-127: -0 at e = 0
+      {0x333333u, 0x80000000u},  // -0: +0 at e = 0
+      {0x444444u, 0x7f800000u},  // +inf
+      {0x555555u, 0xff800000u},  // -inf
+      {0x666666u, 0xbf800000u},  // -1: +0 at e = 1
+      {0x777777u, 0x3f7fffffu}};  // 1 - 2^-24: -2^-24 at e = -1, 128 at e = 127
+  std::map<std::uint32_t, std::uint32_t> escaped(special.begin(), special.end());
+  for (std::uint32_t m = 3; m < entries; m += 100003) escaped.emplace(m, 0x3f000000u + m % 977);  // explicit, in [0.5, 1)
+  spec.deltas.resize(entries);
+  for (std::uint32_t m = 0; m < entries; ++m) spec.deltas[m] = escaped.count(m) ? -8 : static_cast<int>(rng() % 15) - 7;
+  spec.deltas[0] = 0;  // T[0] = lg2(1) = +0, not a negative delta from +0's bits
+  for (const auto& [m, bits] : escaped) spec.escapes.push_back({m, bits});
+  // The expected entry at m: the escaped bits, or MPFR's lg2(1.m) plus the delta.
+  auto expected = [&](std::uint32_t m) {
+    const auto it = escaped.find(m);
+    return it != escaped.end() ? it->second : lg2_rne_bits(m) + static_cast<std::uint32_t>(spec.deltas[m]);
+  };
+  const std::string in = write_capture("cap_lg2.fbsfut", spec);
+  const fb::SfuTable table = fb::gpu::sfu_capture_to_table(in);
+  CHECK(table.function == fb::SpecialFunction::lg2);
+  CHECK(table.form == fb::SfuTableForm::lg2_exponent_split);
+  CHECK(table.measured_on_hardware);
+  CHECK(table.nan_output == 0x7fffffffu);
+  CHECK(table.source.find("Test GPU") != std::string::npos);
+  REQUIRE(table.mantissa_outputs.size() == entries);
+  std::vector<std::uint32_t> sampled = {0, 1, 2, 0x7fffffu, 0x400000u};
+  for (std::uint32_t m = 0; m < entries; m += small ? 100019 : 1009) sampled.push_back(m);
+  for (const auto& e : escaped) sampled.push_back(e.first);
+  std::size_t differ = 0;
+  for (std::uint32_t m : sampled) differ += table.mantissa_outputs[m] != expected(m);
+  CHECK(differ == 0);
+
+  const std::string out = temp_path("cap_lg2.fbsfu");
+  fb::write_table_file(out, table);
+  const auto model = fb::load_table_model(out);
+  CHECK(model->hardware_measured());
+  CHECK(model->function() == fb::SpecialFunction::lg2);
+  // The rule over every binade, at mantissas with every kind of entry.
+  std::vector<std::uint32_t> mantissas = {0, 1, 3, 0x7fffffu, 0x400000u};
+  for (const auto& s : special) mantissas.push_back(s.first);
+  for (int i = 0; i < (small ? 5 : 30); ++i) mantissas.push_back(rng() & 0x7fffffu);
+  std::vector<std::uint32_t> t_of(mantissas.size());
+  for (std::size_t i = 0; i < mantissas.size(); ++i) t_of[i] = expected(mantissas[i]);
+  std::size_t inexact_sums = 0;
+  for (std::uint32_t biased = 1; biased <= 254; ++biased) {
+    for (std::size_t i = 0; i < mantissas.size(); ++i) {
+      const std::uint32_t x_bits = (biased << 23) | mantissas[i];
+      float x;
+      std::memcpy(&x, &x_bits, 4);
+      bool inexact = false;
+      const std::uint32_t want = lg2_split_rule(x_bits, t_of[i], &inexact);
+      inexact_sums += inexact;
+      const std::uint32_t got = float_bits(model->evaluate(x));
+      if (got != want) {
+        char line[96];
+        std::snprintf(line, sizeof line, "x bits 0x%08x: model 0x%08x, want 0x%08x", x_bits, got, want);
+        FAIL(line);
+      }
+    }
+  }
+  CHECK(inexact_sums > 1000);  // the one rounding is exercised, not only exact sums
+  auto eval_bits = [&](std::uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    return float_bits(model->evaluate(x));
+  };
+  CHECK(eval_bits(0x7fc00000u) == 0x7fffffffu);  // NaN -> nan_output
+  CHECK(eval_bits(0xbf800000u) == 0x7fffffffu);  // x < 0 -> nan_output
+  CHECK(eval_bits(0xff800000u) == 0x7fffffffu);  // -inf
+  CHECK(eval_bits(0x80000000u) == 0xff800000u);  // -0 -> -inf
+  CHECK(eval_bits(0x00000001u) == 0xff800000u);  // subnormal -> -inf
+  CHECK(eval_bits(0x7f800000u) == 0x7f800000u);  // +inf
+  CHECK(eval_bits(0x3f800000u | 0x155555u) == 0u);
+  CHECK(eval_bits(0x3f800000u | 0x012345u) == 0x80000000u);
+  CHECK(eval_bits(0x3f800000u | 0x333333u) == 0u);
+  CHECK(eval_bits(0x40000000u | 0x666666u) == 0u);
+
+  // The device model (gpu/sfu_table_model.hpp lg2_table_model) gives the emu's bits: a stride
+  // over all 2^32 inputs, random inputs, the region edges and every escaped entry in every binade.
+  std::vector<std::uint32_t> inputs;
+  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
+  for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
+  for (float edge : {1.f, 2.f, 0.5f, 0x1p-126f, 0x1p127f, 0.f, HUGE_VALF}) {
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      const std::uint32_t e = float_bits(edge) | sign;
+      for (std::uint32_t d = 0; d < 64; ++d) {
+        inputs.push_back(e + d);
+        inputs.push_back(e - d);
+      }
+    }
+  }
+  for (std::uint32_t biased = 0; biased <= 255; ++biased) {
+    for (const auto& e : escaped) {
+      inputs.push_back((biased << 23) | e.first);
+      inputs.push_back(0x80000000u | (biased << 23) | e.first);
+    }
+  }
+  std::size_t mirror_differ = 0;
+  for (std::uint32_t b : inputs) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    const std::uint32_t mirror = fb::gpu::lg2_table_model(x, table.mantissa_outputs.data(), table.nan_output);
+    const std::uint32_t reference = float_bits(model->evaluate(x));
+    if (mirror != reference && ++mirror_differ <= 5) {
+      char line[96];
+      std::snprintf(line, sizeof line, "x bits 0x%08x: device model 0x%08x, emu 0x%08x", b, mirror, reference);
+      FAIL_CHECK(line);
+    }
+  }
+  CHECK(mirror_differ == 0);
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
 }
 
 TEST_CASE("sfu_lg2_exponent_split_prediction_is_one_rounding") {

@@ -5,7 +5,11 @@
 // (correctly rounded fp32 with gradual underflow), then this file's own .ftz rule
 // (subnormal inputs read as zero of the same sign, subnormal results flushed to zero of
 // the same sign); special values and table/oracle outputs written out here by hand; a
-// bitwise CRC-32 written here, checked on the standard "123456789" vector.
+// bitwise CRC-32 written here, checked on the standard "123456789" vector. lg2_exponent_split
+// tables: the correctly rounded lg2(1.m) for all 2^23 mantissas from double log2 with an error
+// margin (MPFR where it cannot decide; checked against MPFR on a stride), the rule from MPFR's
+// one rounding of e + T[m] (mpfr_add), and MPFR's lg2(x) where the rule and correct rounding
+// can be compared (equal at e = 0; elsewhere a difference needs a midpoint between them).
 //
 // Tiers (MPFR's exp2/log2 cost about 2.3/3.0 us per call here, so whole binades do not
 // fit the fast tier):
@@ -70,10 +74,10 @@ class Mpfr32 {
     old_emax_ = mpfr_get_emax();
     mpfr_set_emin(-148);  // 2^-149 = 0.1b * 2^-148
     mpfr_set_emax(128);
-    mpfr_inits2(24, x_, y_, (mpfr_ptr)nullptr);
+    mpfr_inits2(24, x_, y_, z_, (mpfr_ptr)nullptr);
   }
   ~Mpfr32() {
-    mpfr_clears(x_, y_, (mpfr_ptr)nullptr);
+    mpfr_clears(x_, y_, z_, (mpfr_ptr)nullptr);
     mpfr_set_emin(old_emin_);
     mpfr_set_emax(old_emax_);
   }
@@ -99,6 +103,15 @@ class Mpfr32 {
     t = mpfr_subnormalize(y_, t, MPFR_RNDN);
     return ftz_out(mpfr_get_flt(y_, MPFR_RNDN));
   }
+  // fp32 sum t + e (e an integer, exact in fp32) with one rounding (mpfr_add, RNE: IEEE signed
+  // zeros, +0 for an exact zero sum), gradual underflow, then the result flushed (ftz_out).
+  float add_integer(float t, int e) {
+    mpfr_set_flt(x_, t, MPFR_RNDN);  // exact
+    mpfr_set_si(z_, e, MPFR_RNDN);   // exact
+    int r = mpfr_add(y_, x_, z_, MPFR_RNDN);
+    r = mpfr_subnormalize(y_, r, MPFR_RNDN);
+    return ftz_out(mpfr_get_flt(y_, MPFR_RNDN));
+  }
 
  private:
   template <class Op>
@@ -108,7 +121,7 @@ class Mpfr32 {
     t = mpfr_subnormalize(y_, t, MPFR_RNDN);
     return ftz_out(mpfr_get_flt(y_, MPFR_RNDN));  // exact: y_ already holds an fp32 value
   }
-  mpfr_t x_, y_;
+  mpfr_t x_, y_, z_;
   mpfr_exp_t old_emin_, old_emax_;
 };
 
@@ -864,6 +877,298 @@ TEST_CASE("table_rcp_mantissa_corrupted_files_rejected") {
   CHECK_NOTHROW((void)fb::load_table_model(good));
   std::remove(good.c_str());
   std::remove(bad.c_str());
+}
+
+namespace {
+
+// ---- lg2_exponent_split tables: references written here --------------------------------
+// fp32 bits of the correctly rounded (RNE) lg2(1.m): the C library's double log2 (glibc
+// documents an error of at most a few double ulps, 2^-51 relative), accepted when it lies
+// farther than 2^-46 (relative) from the midpoint to the fp32 neighbour on its side,
+// otherwise MPFR decides. (MPFR alone for all 2^23 entries would take about 25 s.)
+std::uint32_t lg2_rne_of_one_point_m(std::uint32_t m, Mpfr32& ref) {
+  if (m == 0) return 0u;  // lg2(1) = +0 exactly
+  const double l = std::log2(1.0 + std::ldexp(static_cast<double>(m), -23));  // argument exact
+  const float f = static_cast<float>(l);
+  const float other = static_cast<double>(f) < l ? std::nextafter(f, 2.0f) : std::nextafter(f, 0.0f);
+  const double mid = (static_cast<double>(f) + static_cast<double>(other)) / 2;  // exact
+  if (std::fabs(l - mid) > l * 0x1p-46) return bits_of(f);
+  return bits_of(ref.lg2(float_of(0x3f800000u | m)));
+}
+
+// The lg2_exponent_split rule for a positive normal x from MPFR: a NaN entry as is, else
+// e + T[m] rounded once (RNE, fp32 range, subnormal flushed).
+std::uint32_t lg2_split_reference(Mpfr32& ref, float x, std::uint32_t t_bits) {
+  if (std::isnan(float_of(t_bits))) return t_bits;
+  int e2 = 0;
+  (void)std::frexp(x, &e2);  // x = f * 2^e2, f in [0.5, 1): x's unbiased exponent is e2 - 1
+  return bits_of(ref.add_integer(float_of(t_bits), e2 - 1));
+}
+
+// When RN(e + T) and RN(lg2 x) differ, RN's monotonicity puts the midpoint between `got` and
+// its fp32 neighbour toward `correct` between e + T and lg2(x) (inclusive). Checked in 256-bit
+// MPFR (e + T exact; lg2(x) to 2^-256 relative, far closer than any fp32 input's lg2 comes
+// to a 25-bit midpoint).
+bool midpoint_separates(float x, float t, int e, float got, float correct) {
+  mpfr_t sum, lg, mid, nb;
+  mpfr_inits2(256, sum, lg, mid, nb, (mpfr_ptr)nullptr);
+  mpfr_set_flt(sum, t, MPFR_RNDN);
+  mpfr_add_si(sum, sum, e, MPFR_RNDN);  // exact
+  mpfr_set_flt(lg, x, MPFR_RNDN);
+  mpfr_log2(lg, lg, MPFR_RNDN);
+  mpfr_set_flt(mid, got, MPFR_RNDN);
+  mpfr_set_flt(nb, std::nextafter(got, correct), MPFR_RNDN);
+  mpfr_add(mid, mid, nb, MPFR_RNDN);  // exact
+  mpfr_div_2ui(mid, mid, 1, MPFR_RNDN);
+  const bool low_ok = mpfr_cmp(mid, mpfr_cmp(sum, lg) < 0 ? sum : lg) >= 0;
+  const bool high_ok = mpfr_cmp(mid, mpfr_cmp(sum, lg) < 0 ? lg : sum) <= 0;
+  mpfr_clears(sum, lg, mid, nb, (mpfr_ptr)nullptr);
+  return low_ok && high_ok;
+}
+
+// A synthetic lg2_exponent_split table: the correctly rounded lg2(1.m) with +-1 ulp at chosen
+// mantissas and entries that exercise NaN, subnormal, zero, infinite and negative handling.
+struct Lg2SplitFixture {
+  std::vector<std::uint32_t> table;
+  std::vector<std::int8_t> perturbation;                         // per mantissa, -1, 0, +1
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> special;  // mantissa -> entry
+  explicit Lg2SplitFixture(Mpfr32& ref) : table(fb::kLg2MantissaEntries), perturbation(fb::kLg2MantissaEntries, 0) {
+    for (std::uint32_t m = 1; m < fb::kLg2MantissaEntries; ++m) {
+      if (m % 4099 == 5) perturbation[m] = 1;
+      if (m % 4111 == 7) perturbation[m] = -1;
+    }
+    perturbation[1] = -1;         // the smallest nonzero entry, about 2^-22.5
+    perturbation[0x7fffff] = 1;   // the last mantissa: T just below 1
+    perturbation[0x400000] = -1;  // lg2(1.5)
+    for (std::uint32_t m = 0; m < fb::kLg2MantissaEntries; ++m) {
+      table[m] = lg2_rne_of_one_point_m(m, ref) + static_cast<std::uint32_t>(static_cast<std::int32_t>(perturbation[m]));
+    }
+    special = {{0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
+               {0x555555u, 0x00400000u},   // subnormal 2^-127: flushed at e = 0, e + 2^-127 = e elsewhere
+               {0x666666u, 0x80000000u},   // -0: e + (-0) = e, and +0 at e = 0 (IEEE sum of zeros)
+               {0x777777u, 0x7f800000u},   // +inf: +inf in every binade
+               {0x123456u, 0xbf800000u},   // -1: exactly +0 at e = 1, -2 at e = -1
+               {0x234567u, 0x3f7fffffu}};  // 1 - 2^-24: exact -2^-24 at e = -1, rounds up to 128 at e = 127
+    for (const auto& [m, bits] : special) {
+      table[m] = bits;
+      perturbation[m] = 0;
+    }
+  }
+  bool is_special(std::uint32_t m) const {
+    for (const auto& s : special) {
+      if (s.first == m) return true;
+    }
+    return false;
+  }
+};
+
+fb::SfuTable lg2_split_table(const Lg2SplitFixture& fx) {
+  fb::SfuTable t;
+  t.function = SpecialFunction::lg2;
+  t.form = fb::SfuTableForm::lg2_exponent_split;
+  t.nan_output = 0x7fffffffu;
+  t.mantissa_outputs = fx.table;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("table_lg2_split_reference_check") {
+  // The long double reference for lg2(1.m) against MPFR on a stride of mantissas and the ends.
+  Mpfr32 ref;
+  for (std::uint32_t m = 0; m < fb::kLg2MantissaEntries; m += sanitizer_run() ? 10007 : 997) {
+    CHECK(lg2_rne_of_one_point_m(m, ref) == bits_of(ref.lg2(float_of(0x3f800000u | m))));
+  }
+  for (std::uint32_t m : {1u, 2u, 3u, 0x7ffffeu, 0x7fffffu, 0x400000u, 0x3504f3u}) {
+    CHECK(lg2_rne_of_one_point_m(m, ref) == bits_of(ref.lg2(float_of(0x3f800000u | m))));
+  }
+  // The MPFR sum reference on values written out: ties to even, cancellation, signed zeros.
+  CHECK(bits_of(ref.add_integer(float_of(0x3f7fffffu), 127)) == bits_of(128.0f));     // 128 - 2^-24
+  CHECK(bits_of(ref.add_integer(float_of(0x3f7fffffu), -1)) == bits_of(-0x1p-24f));   // exact
+  CHECK(bits_of(ref.add_integer(0x1p-18f, 64)) == bits_of(64.0f));                    // tie (ulp 2^-17), to even
+  CHECK(bits_of(ref.add_integer(0x1.8p-18f, 64)) == bits_of(64.0f + 0x1p-17f));       // above the tie
+  CHECK(bits_of(ref.add_integer(0x1.8p-17f, 64)) == bits_of(64.0f + 0x1p-16f));       // tie at an odd last bit: up
+  CHECK(bits_of(ref.add_integer(-0.0f, 0)) == 0u);                                    // -0 + 0 = +0
+  CHECK(bits_of(ref.add_integer(float_of(0x00400000u), 0)) == 0u);                    // flushed
+  mpfr_free_cache();
+}
+
+TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") {
+  Mpfr32 ref;
+  const Lg2SplitFixture fx(ref);
+  const std::string path = temp_path("lg2_split.fbsfu");
+  fb::write_table_file(path, lg2_split_table(fx));
+  const auto m = fb::load_table_model(path);
+  CHECK(m->kind() == fb::SfuKind::table);
+  CHECK(m->function() == SpecialFunction::lg2);
+  CHECK_FALSE(m->hardware_measured());
+  CHECK(m->describe().find("SYNTHETIC") != std::string::npos);
+  const std::vector<std::uint8_t> bytes = read_bytes(path);
+  CHECK(bytes.size() < fb::kLg2MantissaEntries / 8);  // deltas 0 and +-1: at most 2 bits each
+
+  // Special inputs (header rules): NaN and x < 0 -> nan_output; +-0 and subnormals -> -inf; +inf -> +inf.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u}) CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
+  for (std::uint32_t sub : {0x00000000u, 0x00000001u, 0x007fffffu, 0x00400000u}) {
+    CHECK(bits_of(m->evaluate(float_of(sub))) == 0xff800000u);
+    CHECK(bits_of(m->evaluate(float_of(sub | 0x80000000u))) == 0xff800000u);
+  }
+  for (float neg : {-inf, -1.0f, -0x1p-126f, -3.0e38f, -1.5f}) CHECK(bits_of(m->evaluate(neg)) == 0x7fffffffu);
+  CHECK(bits_of(m->evaluate(inf)) == 0x7f800000u);
+
+  // Every binade of positive normal inputs at the ends of the mantissa range, the perturbed and
+  // special entries and random mantissas: the rule against MPFR's one rounding of e + T[m].
+  // Unperturbed entries against MPFR's correctly rounded lg2(x): equal at e = 0 (the entry
+  // itself); elsewhere, where they differ, a rounding midpoint must separate e + T and lg2(x).
+  std::mt19937_64 rng(78);
+  std::vector<std::uint32_t> mantissas = {0, 1, 2, 3, 5, 7, 0x400000u, 0x7ffffeu, 0x7fffffu, 4099 + 5, 4111 + 7, 0x3504f3u};
+  for (const auto& s : fx.special) mantissas.push_back(s.first);
+  const int random_per_binade = sanitizer_run() ? 4 : 40;
+  std::size_t equal_to_correct = 0, separated = 0, perturbed_at_zero = 0;
+  for (std::uint32_t biased = 1; biased <= 254; ++biased) {
+    const int e = static_cast<int>(biased) - 127;
+    std::vector<std::uint32_t> ms = mantissas;
+    for (int i = 0; i < random_per_binade; ++i) ms.push_back(static_cast<std::uint32_t>(rng() & 0x7fffffu));
+    for (std::uint32_t mant : ms) {
+      const float x = float_of((biased << 23) | mant);
+      const std::uint32_t want = lg2_split_reference(ref, x, fx.table[mant]);
+      const std::uint32_t got = bits_of(m->evaluate(x));
+      INFO("x bits 0x", std::hex, bits_of(x), " want 0x", want, " got 0x", got);
+      REQUIRE(got == want);
+      if (fx.is_special(mant)) continue;
+      const float correct = ref.lg2(x);
+      if (fx.perturbation[mant] != 0) {
+        if (e == 0) {  // the entry itself: that many ulps from correct rounding
+          REQUIRE(static_cast<std::int64_t>(got) - static_cast<std::int64_t>(bits_of(correct)) == fx.perturbation[mant]);
+          ++perturbed_at_zero;
+        }
+      } else if (e == 0 || got == bits_of(correct)) {
+        REQUIRE(got == bits_of(correct));
+        ++equal_to_correct;
+      } else {
+        REQUIRE(midpoint_separates(x, float_of(fx.table[mant]), e, float_of(got), correct));
+        ++separated;
+      }
+    }
+  }
+  // The rule's boundaries, written out.
+  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x444444u))) == 0x7fc00001u);  // NaN entry
+  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x555555u))) == 0u);           // 2^-127 flushed at e = 0
+  CHECK(bits_of(m->evaluate(float_of(0x40000000u | 0x555555u))) == bits_of(1.0f));
+  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x666666u))) == 0u);           // 0 + (-0) = +0
+  CHECK(bits_of(m->evaluate(float_of(0x3f000000u | 0x666666u))) == bits_of(-1.0f));
+  CHECK(bits_of(m->evaluate(float_of(0x00800000u | 0x777777u))) == 0x7f800000u);  // +inf entry
+  CHECK(bits_of(m->evaluate(float_of(0x40000000u | 0x123456u))) == 0u);           // 1 + (-1) = +0
+  CHECK(bits_of(m->evaluate(float_of(0x3f000000u | 0x234567u))) == bits_of(-0x1p-24f));
+  CHECK(bits_of(m->evaluate(float_of(0x7f000000u | 0x234567u))) == bits_of(128.0f));
+  CHECK(bits_of(m->evaluate(1.0f)) == 0u);  // T[0] = lg2(1) = +0
+  CHECK(bits_of(m->evaluate(0x1p-126f)) == bits_of(-126.0f));
+  CHECK(bits_of(m->evaluate(0x1p127f)) == bits_of(127.0f));
+  CHECK(equal_to_correct > (sanitizer_run() ? 2000u : 10000u));
+  CHECK(perturbed_at_zero >= 5);
+  MESSAGE("lg2 split: ", equal_to_correct, " results equal correct rounding, ", separated,
+          " differ (each separated by a midpoint)");
+  CHECK(m->fallback_count() == 0);
+
+  // Corrupted files (the table above, empty source: form at 7, nan_output 11..14,
+  // mantissa_table.run[0] length 15..18, width 19).
+  REQUIRE(bytes.size() > 64);
+  REQUIRE(bytes[6] == 2);
+  REQUIRE(bytes[7] == 3);
+  const std::string bad = temp_path("lg2_bad.fbsfu");
+  auto with = [&](std::size_t offset, std::uint8_t value) {
+    std::vector<std::uint8_t> b = bytes;
+    b[offset] = value;
+    return b;
+  };
+  write_bytes(bad, with(bytes.size() / 2, bytes[bytes.size() / 2] ^ 0x08u), false);  // checksum not updated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), false);
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), true);  // truncated, checksum redone
+  check_rejected(bad, "field 'mantissa_table.run[");
+  write_bytes(bad, with(7, 4), true);
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(6, 1), true);  // lg2_exponent_split form for rcp
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(6, 0), true);  // ... and for ex2
+  check_rejected(bad, "field 'form'");
+  write_bytes(bad, with(19, 33), true);
+  check_rejected(bad, "field 'mantissa_table.run[0].width'");
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b[15] = 1, b[16] = 0, b[17] = 0x80, b[18] = 0;  // run[0].length = 2^23 + 1
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'mantissa_table.run[0].length'");
+  }
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b.insert(b.end() - 4, {1, 2, 3});  // bytes after the last run
+    write_bytes(bad, b, true);
+    check_rejected(bad, "unexpected bytes");
+  }
+  {
+    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 13);  // ends inside nan_output
+    b.insert(b.end(), 4, 0);
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'nan_output'");
+  }
+
+  // The writer refuses inconsistent tables.
+  fb::SfuTable wrong = lg2_split_table(fx);
+  wrong.mantissa_outputs.pop_back();
+  CHECK_THROWS_AS(fb::write_table_file(bad, wrong), std::runtime_error);
+  wrong = lg2_split_table(fx);
+  wrong.function = SpecialFunction::rcp;
+  CHECK_THROWS_AS(fb::write_table_file(bad, wrong), std::runtime_error);
+  std::remove(bad.c_str());
+
+  // The deltas are relative to the correctly rounded lg2(1.m) (one test case with the above:
+  // each 2^23-entry write or load costs about 0.35 s). An all-correct table (the reference
+  // written here: the fixture without its perturbations and special entries) is header,
+  // nan_output and one zero-width run; a file written here byte by byte from the format
+  // comment (function 2, form 3, empty source, then 256 deltas of 2 bits, m % 3 - 1, and the
+  // rest of width 0) loads as correct lg2(1.m) plus those deltas.
+  {
+    fb::SfuTable plain = lg2_split_table(fx);
+    for (std::uint32_t mant = 0; mant < fb::kLg2MantissaEntries; ++mant) {
+      plain.mantissa_outputs[mant] -= static_cast<std::uint32_t>(static_cast<std::int32_t>(fx.perturbation[mant]));
+    }
+    for (const auto& s : fx.special) plain.mantissa_outputs[s.first] = lg2_rne_of_one_point_m(s.first, ref);
+    fb::write_table_file(path, plain);
+    CHECK(read_bytes(path).size() == 6 + 3 + 2 + 4 + 5 + 4);
+  }
+  std::vector<std::uint8_t> b = {'F', 'B', 'S', 'F', 'U', '1', 2, 3, 0, 0, 0};
+  auto u32 = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  u32(0x7fc00000u);
+  u32(256);
+  b.push_back(2);
+  for (std::uint32_t j = 0; j < 256; j += 4) {
+    std::uint8_t byte = 0;
+    for (std::uint32_t k = 0; k < 4; ++k) byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
+    b.push_back(byte);  // (m % 3 - 1) mod 4 = (m % 3 + 3) mod 4
+  }
+  u32(fb::kLg2MantissaEntries - 256);
+  b.push_back(0);
+  u32(0);  // the checksum, filled in by write_bytes
+  write_bytes(path, b, true);
+  const auto hand = fb::load_table_model(path);
+  CHECK(hand->function() == SpecialFunction::lg2);
+  for (std::uint32_t mant : {1u, 2u, 3u, 100u, 254u, 255u, 256u, 257u, 0x400000u, 0x7fffffu}) {
+    const std::int32_t d = mant < 256 ? static_cast<std::int32_t>(mant % 3) - 1 : 0;
+    const std::uint32_t t = lg2_rne_of_one_point_m(mant, ref) + static_cast<std::uint32_t>(d);
+    for (std::uint32_t biased : {1u, 100u, 126u, 127u, 128u, 200u, 254u}) {
+      const float x = float_of((biased << 23) | mant);
+      INFO("x bits 0x", std::hex, bits_of(x));
+      CHECK(bits_of(hand->evaluate(x)) == lg2_split_reference(ref, x, t));
+    }
+  }
+  CHECK(bits_of(hand->evaluate(float_of(0xffc00000u))) == 0x7fc00000u);
+  CHECK(bits_of(hand->evaluate(-2.0f)) == 0x7fc00000u);
+  std::remove(path.c_str());
+  mpfr_free_cache();
 }
 
 TEST_CASE("table_corrupted_files_rejected") {
