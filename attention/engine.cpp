@@ -601,11 +601,10 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   const ScaleConstants k = head_scale_constants(km, ar, g, hd);
   s.resize(static_cast<std::size_t>(g.n));
   pc.resize(static_cast<std::size_t>(g.n));
-  double m = -kInf;
-  for (int j = 0; j < nk; ++j) {
-    s[j] = score(km, ar, k, hd.q_row(row), hd.k_row(j), d);
-    m = std::max(m, s[j]);
-  }
+  for (int j = 0; j < nk; ++j) s[j] = score(km, ar, k, hd.q_row(row), hd.k_row(j), d);
+  // The row's max, or +dynmax's over the whole row (one "tile"); the backward recomputes P
+  // from this m.
+  const double m = stabilising_max(km, ar, k, s.data(), nk, -kInf, nullptr);
   // softmax: p = exp(s - m), l = Σ p, P = F(p / l) (fp32 inside)
   std::vector<double> p(static_cast<std::size_t>(nk));
   for (int j = 0; j < nk; ++j) p[j] = exponent(km, ar, k, s[j], m);

@@ -589,3 +589,66 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
 }
 
 }  // namespace fb::attn
+
+namespace fb::attn {
+namespace {
+bool online(const KernelModel& m) { return m.structure == Structure::online_softmax; }
+bool materialised(const KernelModel& m) { return m.structure == Structure::materialised; }
+bool scales_scores(const KernelModel& m) { return m.scale == ScaleHandling::multiply_scores; }
+// fp8 models have no backward (engine.cpp: "no fp8 backward is modelled").
+bool tensor_op_backward(const KernelModel& m) { return m.backward == BackwardKernel::tensor_ops && !m.fp8.enabled; }
+bool o_buffer(const KernelModel& m) { return online(m) && m.o_acc == OAccumulator::buffer; }
+bool pairwise_row_sum(const KernelModel& m) { return online(m) && m.row_sum == RowSumOrder::pairwise; }
+}  // namespace
+
+// Each predicate restates where attention/engine.cpp reads the field (named per line).
+const std::vector<StageField>& recipe_stage_fields() {
+  static const std::vector<StageField> fields = {
+      {"score_format", "S = F(Q·Kᵀ), every model's scores", &KernelModel::score_format,
+       [](const KernelModel&) { return true; }},
+      {"scaled_score_format", "S = F(S * scale) (models that scale the scores as a tensor op)",
+       &KernelModel::scaled_score_format, scales_scores},
+      {"max_format", "+dynmax's m = F(beta * r_m)", &KernelModel::max_format,
+       [](const KernelModel& m) { return m.dynmax; }},
+      {"sub_format", "S - m before exp (models that scale the scores as a tensor op)", &KernelModel::sub_format,
+       scales_scores},
+      {"p_format", "P = F(exp(...)) as stored (tensor-op exponent, materialised softmax, tensor-op backward)",
+       &KernelModel::p_format,
+       [](const KernelModel& m) { return scales_scores(m) || materialised(m) || tensor_op_backward(m); }},
+      {"row_sum_internal", "the row sum's additions (pairwise row sums, materialised softmax)",
+       &KernelModel::row_sum_internal, [](const KernelModel& m) { return pairwise_row_sum(m) || materialised(m); }},
+      {"row_sum_format", "the ℓ buffer (pairwise online row sums updated by a separate add)",
+       &KernelModel::row_sum_format, [](const KernelModel& m) { return pairwise_row_sum(m) && !m.l_update_fma; }},
+      {"p_cast", "P̄ as fed to the P·V dot, every model", &KernelModel::p_cast, [](const KernelModel&) { return true; }},
+      {"o_buffer_format", "the O accumulator, its rescale and the final division (buffer accumulators)",
+       &KernelModel::o_buffer_format, o_buffer},
+      {"pv_result_format", "F(P̄·V) of one KV tile (buffer accumulators) or of the row (materialised)",
+       &KernelModel::pv_result_format, [](const KernelModel& m) { return o_buffer(m) || materialised(m); }},
+      {"lse_format", "LSE = F(m + log ℓ) (natural LSE, materialised models, tensor-op backward)",
+       &KernelModel::lse_format,
+       [](const KernelModel& m) {
+         return m.lse == LseFormula::natural || materialised(m) || tensor_op_backward(m);
+       }},
+      {"delta_format", "delta's products and result (delta from rounded products)", &KernelModel::delta_format,
+       [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
+      {"bwd_format", "every backward tensor op's result (tensor-op backward)", &KernelModel::bwd_format,
+       tensor_op_backward},
+  };
+  return fields;
+}
+
+bool uses_special_function(const KernelModel& km, SpecialFunction f) {
+  switch (f) {
+    case SpecialFunction::ex2:  // exponent() and rescale_factor(), or the FA2 / Triton backward's P
+      return !scales_scores(km) || km.backward == BackwardKernel::fa2_seqk_parallel ||
+             km.backward == BackwardKernel::triton_prescaled_k;
+    case SpecialFunction::rcp:  // the online finalize
+      return online(km) &&
+             (km.normalisation == Normalisation::rcp_multiply || km.normalisation == Normalisation::fa3_finalize);
+    case SpecialFunction::lg2:  // fast_log (fa2, fa3) or lg2 (log2_units) in the online LSE
+      return online(km) && km.lse != LseFormula::natural;
+  }
+  return false;
+}
+
+}  // namespace fb::attn

@@ -211,4 +211,25 @@ struct KernelModel {
 // does not name its own). Exposed for tests and `flashbits models`.
 std::vector<KernelModel> base_kernel_models(const Format& dtype);
 
+// ---- recipe overrides (bias-test --recipe FILE, tools/recipe_file.hpp) ----------------
+// The stages whose result format a recipe file may set: one entry per std::optional<Format>
+// field of KernelModel, named as the member. `used(model)` is whether attention/engine.cpp
+// reads the field for that model (its structure, scale handling, accumulator, row sum, LSE,
+// delta and backward kinds, +dynmax), so an override the model would ignore is refused
+// instead of dropped. A stage format is any signed format with a zero, or std::nullopt
+// (fp64: no rounding); `p_cast` must in addition hold its values exactly in a float (at
+// most 24 significant bits, exponents within fp32's), since P̄ is fed to the P·V dot as
+// float.
+struct StageField {
+  const char* name;   // e.g. "p_cast"
+  const char* what;   // one line: what the stage is
+  std::optional<Format> KernelModel::*member;
+  bool (*used)(const KernelModel&);
+};
+const std::vector<StageField>& recipe_stage_fields();
+// Whether the model evaluates special function f (ex2: the exponent or the backward's P;
+// rcp: the normalisation; lg2: the LSE), i.e. whether replacing km.sfu's model for f
+// changes anything.
+bool uses_special_function(const KernelModel& km, SpecialFunction f);
+
 }  // namespace fb::attn

@@ -13,6 +13,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -87,7 +89,8 @@ TEST_CASE("variants in exact arithmetic: dynmax changes nothing, delta-dpp and o
   AttentionInputs in = make_scenario("sink", 5, 1, 1, 40, 32, formats::bf16, true);
   for (const char* name : {"fa2-sm80+dynmax", "fa2-sm90+dynmax:beta=4,tol=0.01", "fa-bf16acc+dynmax",
                            "golden-bf16-flash+dynmax", "triton-tutorial+dynmax", "fa2-sm80+delta-dpp",
-                           "fa-bf16acc+delta-dpp", "fa2-sm90+o-fp32+o-sr", "standard-bf16+delta-dpp"}) {
+                           "fa-bf16acc+delta-dpp", "fa2-sm90+o-fp32+o-sr", "standard-bf16+delta-dpp",
+                           "standard-bf16+dynmax", "golden-bf16-baseline+dynmax:beta=3,tol=0.5"}) {
     check_exact(name, in, 16, 8);
   }
 }
@@ -288,4 +291,100 @@ TEST_CASE("+o-MODE: the final cast of O in every rounding mode, for online, buff
     CHECK(inexact > static_cast<int>(total) / 2);
     CHECK(rna_off_rne < static_cast<int>(total) / 20);
   }
+}
+
+namespace {
+
+// Outputs equal bit for bit (NaN never occurs here; -0 and +0 are told apart).
+bool same_bits(const Tensor4& a, const Tensor4& b) {
+  if (a.data.size() != b.data.size()) return false;
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    if (std::memcmp(&a.data[i], &b.data[i], sizeof(double)) != 0) return false;
+  }
+  return true;
+}
+bool same_outputs(const AttentionOutputs& a, const AttentionOutputs& b) {
+  auto same_opt = [](const std::optional<Tensor4>& x, const std::optional<Tensor4>& y) {
+    return x.has_value() == y.has_value() && (!x || same_bits(*x, *y));
+  };
+  return same_bits(a.o, b.o) && same_bits(a.lse, b.lse) && same_opt(a.delta, b.delta) && same_opt(a.dq, b.dq) &&
+         same_opt(a.dk, b.dk) && same_opt(a.dv, b.dv);
+}
+
+// An SFU model 0.1% off the correctly rounded value: any evaluation the engine makes shows.
+class PerturbedSfu final : public SpecialFunctionModel {
+ public:
+  explicit PerturbedSfu(SpecialFunction f) : f_(f) {}
+  SpecialFunction function() const override { return f_; }
+  SfuKind kind() const override { return SfuKind::table; }
+  bool hardware_measured() const override { return false; }
+  std::string describe() const override { return "perturbed (test)"; }
+  float evaluate(float x) const override { return correct_ftz(f_, x) * 1.001f; }
+
+ private:
+  SpecialFunction f_;
+};
+
+// Every model the recipe predicates must describe: each base recipe of bf16 and fp16, the
+// fp8 models, and the variants that change which stages are read (+dynmax's max_format).
+std::vector<std::pair<std::string, Format>> recipe_predicate_cases() {
+  std::vector<std::pair<std::string, Format>> out;
+  for (const Format& dtype : {formats::bf16, formats::fp16}) {
+    for (const KernelModel& m : base_kernel_models(dtype)) {
+      const bool clash = (m.input == formats::fp16 && dtype == formats::bf16) ||
+                         (m.input == formats::bf16 && dtype == formats::fp16);
+      if (!clash) out.emplace_back(m.base, dtype);
+      if (!clash) out.emplace_back(m.base + "+dynmax", dtype);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("recipe stage predicates: changing a stage's format changes the outputs iff the model reads it") {
+  // bias-test --recipe refuses a stage or special function the model does not read
+  // (recipe_stage_fields, uses_special_function). Checked here against the engine itself:
+  // a stage set to e5m2 (or fp32 where it already is e5m2) must change some output bit
+  // exactly when `used` says so, and an SFU model 0.1% off must change the outputs exactly
+  // when uses_special_function says so. Sink and random inputs, three KV tiles, backward.
+  int used_seen = 0, unused_seen = 0;
+  for (const auto& [name, dtype] : recipe_predicate_cases()) {
+    CAPTURE(name);
+    CAPTURE(dtype.name);
+    const ModelHandle model = parse_kernel_model(name, dtype);
+    // Sink rows have l ~ the tie count and P-bar ~ 0 or 1, which coarse formats hold
+    // exactly; random rows exercise the rest. A change shows in either.
+    const std::vector<AttentionInputs> inputs = {make_scenario("sink", 21, 1, 1, 40, 16, dtype, true),
+                                                 make_scenario("random", 22, 1, 1, 40, 16, dtype, true)};
+    RunOptions opt;
+    opt.block_m = 16;
+    opt.block_n = 16;
+    std::vector<AttentionOutputs> base;
+    for (const AttentionInputs& in : inputs) base.push_back(run_attention(model, in, opt));
+    auto changes_outputs = [&](const std::shared_ptr<KernelModel>& changed) {
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (!same_outputs(base[i], run_attention(ModelHandle{name, changed}, inputs[i], opt))) return true;
+      return false;
+    };
+    for (const StageField& stage : recipe_stage_fields()) {
+      const std::string stage_name = stage.name;
+      CAPTURE(stage_name);
+      auto changed = std::make_shared<KernelModel>(*model.recipe);
+      const std::optional<Format>& now = (*model.recipe).*(stage.member);
+      (*changed).*(stage.member) = (now && *now == formats::e5m2) ? formats::fp32 : formats::e5m2;
+      CHECK(changes_outputs(changed) == stage.used(*model.recipe));
+      (stage.used(*model.recipe) ? used_seen : unused_seen) += 1;
+    }
+    for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+      CAPTURE(to_string(f));
+      auto changed = std::make_shared<KernelModel>(*model.recipe);
+      (f == SpecialFunction::ex2 ? changed->sfu.ex2 : f == SpecialFunction::rcp ? changed->sfu.rcp : changed->sfu.lg2) =
+          std::make_shared<PerturbedSfu>(f);
+      CHECK(changes_outputs(changed) == uses_special_function(*model.recipe, f));
+    }
+  }
+  // Both answers occur, so neither predicate is vacuously constant.
+  CHECK(used_seen > 20);
+  CHECK(unused_seen > 20);
 }

@@ -18,7 +18,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <cstring>
 #include <string>
+
+#include "emu/special_functions.hpp"
 
 #ifndef FLASHBITS_BINARY
 #error "FLASHBITS_BINARY must name the flashbits executable"
@@ -174,7 +177,99 @@ TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive);
   const Run fixed = run("bias-test --model fa-bf16acc+dynmax --scenario sink --trials 24 --seqlen 128 --headdim 32");
   CHECK(fixed.code == 0);
   CHECK(fixed.out.find("no detectable bias") != std::string::npos);
-  CHECK(run("bias-test --model fa2-sm80 --recipe x.toml --scenario sink --trials 4").code == 2);
+}
+
+namespace {
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = (scratch() / name).string();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+}  // namespace
+
+TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same inputs as the model alone") {
+  const std::string common = " --scenario sink --trials 6 --seqlen 96 --headdim 32 --json";
+  // A recipe restating fa-bf16acc's own formats changes nothing: paired against the model
+  // itself, every trial differs by exactly zero (the same inputs, seeds and arithmetic).
+  const std::string same = write_file("same.json", R"({"name": "own formats",
+    "stages": {"p_cast": "bf16", "o_buffer_format": "bf16", "row_sum_format": "bf16"}})");
+  const Run zero = run("bias-test --model fa-bf16acc --recipe " + same + " --against fa-bf16acc" + common);
+  REQUIRE(zero.code == 0);
+  const auto jz = nlohmann::json::parse(zero.out);
+  CHECK(jz["o"]["positives"].get<int>() + jz["o"]["negatives"].get<int>() == 0);
+  CHECK(jz["delta"]["positives"].get<int>() + jz["delta"]["negatives"].get<int>() == 0);
+  // Unpaired, the recipe sees the model's own trial inputs: the same mean, to the bit.
+  const Run alone = run("bias-test --model fa-bf16acc" + common);
+  const Run with_same = run("bias-test --model fa-bf16acc --recipe " + same + common);
+  REQUIRE(alone.code == 1);
+  REQUIRE(with_same.code == 1);
+  CHECK(nlohmann::json::parse(alone.out)["o"]["mean_ulps"] == nlohmann::json::parse(with_same.out)["o"]["mean_ulps"]);
+  // The shipped example, storage in fp32 (P-bar, l and the O buffer), is applied: the
+  // paired difference against the plain model is nonzero, and the subject names the recipe
+  // and its changes.
+  const std::string fp32 = std::string(FLASHBITS_SOURCE_DIR) + "/docs/recipes/fp32-storage.json";
+  const Run stored = run("bias-test --model fa-bf16acc+dynmax --recipe " + fp32 + " --against fa-bf16acc+dynmax" + common);
+  REQUIRE(stored.code != 2);
+  const auto js = nlohmann::json::parse(stored.out);
+  CHECK(js["o"]["positives"].get<int>() + js["o"]["negatives"].get<int>() > 0);
+  CHECK(js["subject"].get<std::string>().find("with recipe fp32 storage (") != std::string::npos);
+  CHECK(js["subject"].get<std::string>().find("o_buffer_format=fp32") != std::string::npos);
+
+  // An SFU table replaces the model's ex2: a synthetic 8-bit fixed-point table (2^(i/256)
+  // correctly rounded) is coarse enough to change fa2-sm80's outputs, and reports name it
+  // SYNTHETIC.
+  fb::SfuTable table;
+  table.function = fb::SpecialFunction::ex2;
+  table.form = fb::SfuTableForm::ex2_fixed_point;
+  table.source = "test: synthetic 8-bit fixed point";
+  table.fraction_bits = 8;
+  table.argument_rounding = fb::FixedPointRounding::floor;
+  for (int i = 0; i < 256; ++i) {
+    const float v = fb::ex2_correct_ftz(static_cast<float>(i) / 256.0f);
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    table.fraction_outputs.push_back(bits);
+  }
+  std::filesystem::create_directories(scratch() / "tables");
+  fb::write_table_file((scratch() / "tables" / "ex2_coarse.fbsfu").string(), table);
+  const std::string sfu = write_file("sfu.json", R"({"sfu": {"ex2": "tables/ex2_coarse.fbsfu", "rcp": "correct"}})");
+  const Run tabled = run("bias-test --model fa2-sm80 --recipe " + sfu + " --against fa2-sm80" + common);
+  REQUIRE(tabled.code != 2);
+  const auto jt = nlohmann::json::parse(tabled.out);
+  CHECK(jt["o"]["positives"].get<int>() + jt["o"]["negatives"].get<int>() > 0);
+  const Run tabled_text = run("bias-test --model fa2-sm80 --recipe " + sfu + " --trials 2 --seqlen 32 --headdim 16");
+  CHECK(tabled_text.out.find("SYNTHETIC") != std::string::npos);
+
+  // Bad recipes: exit 2, one line naming the file and the field.
+  auto refused = [&](const std::string& name, const std::string& text, const std::string& model,
+                     const std::string& field, const std::string& why) {
+    CAPTURE(text);
+    const std::string path = write_file(name, text);
+    const Run r = run("bias-test --model " + model + " --recipe " + path + " --trials 2 --seqlen 32 --headdim 16");
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find(path + ": " + field + ": ") != std::string::npos);
+    CHECK(r.err.find(why) != std::string::npos);
+  };
+  refused("k.json", R"({"stages": {"p_cast": "fp32"}, "extra": 1})", "fa2-sm80", "extra", "unknown key");
+  refused("u.json", R"({"stages": {"q_format": "fp32"}})", "fa2-sm80", "stages.q_format", "unknown stage");
+  refused("n.json", R"({"stages": {"o_buffer_format": "fp32"}})", "fa2-sm80", "stages.o_buffer_format",
+          "does not use this stage");
+  refused("f.json", R"({"stages": {"p_cast": "bf17"}})", "fa2-sm80", "stages.p_cast", "unknown format");
+  refused("d.json", R"({"stages": {"p_cast": "fp64"}})", "fa-bf16acc", "stages.p_cast", "fed to the P·V dot");
+  refused("e.json", R"({"stages": {"lse_format": "e8m0"}})", "fa-bf16acc", "stages.lse_format", "cannot hold");
+  refused("t.json", R"({"stages": {"p_cast": 3}})", "fa-bf16acc", "stages.p_cast", "expected a string");
+  refused("s.json", R"({"sfu": {"rcp": "tables/ex2_coarse.fbsfu"}})", "fa2-sm80", "sfu.rcp", "table of ex2, not rcp");
+  refused("g.json", R"({"sfu": {"ex2": "missing.fbsfu"}})", "fa2-sm80", "sfu.ex2", "not a regular file");
+  refused("x.json", R"({"sfu": {"exp": "correct"}})", "fa2-sm80", "sfu.exp", "unknown function");
+  refused("r.json", R"({"sfu": {"rcp": "correct"}})", "standard-bf16", "sfu.rcp", "does not evaluate rcp");
+  refused("j.json", "{\"stages\":\n {\"p_cast\": fp32}}", "fa2-sm80", "JSON", "line 2, column");
+  refused("o.json", R"({"name": "x", "stages": {"p_cast": "fp32"}, "n": 222222e2222})", "fa2-sm80", "JSON",
+          "number overflow");
+  refused("z.json", R"({"name": "nothing"})", "fa2-sm80", "file", "changes nothing");
+  CHECK(run("bias-test --traces " + scratch().string() + " --recipe " + same).code == 2);
+  CHECK(run("bias-test --model fa2-sm80 --recipe " + (scratch() / "absent.json").string()).code == 2);
 }
 
 TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has exactly the documented keys") {
@@ -243,12 +338,13 @@ TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr
     MESSAGE("skipped: sanitizer build or no `script` (util-linux)");
     return;
   }
-  const std::string args = "bias-test --model fa-bf16acc --scenario sink --trials 100 --seqlen 96 --headdim 64";
+  // ~5 s in Release on a 2024 core (100 trials took 1.9 s, too close to the bar's 2 s).
+  const std::string args = "bias-test --model fa-bf16acc --scenario sink --trials 250 --seqlen 96 --headdim 64";
   const auto typescript = (scratch() / "typescript").string(), out = (scratch() / "bar.out").string();
   const std::string inner = std::string("'") + FLASHBITS_BINARY + "' " + args + " > '" + out + "'";
   REQUIRE(std::system(("script -qec \"" + inner + "\" '" + typescript + "' > /dev/null 2>&1").c_str()) != -1);
   const std::string drawn = slurp(typescript);
-  CHECK(drawn.find("/100 trials") != std::string::npos);
+  CHECK(drawn.find("/250 trials") != std::string::npos);
   CHECK(slurp(out).find("verdict: biased") != std::string::npos);  // results still on stdout
   const Run quiet = run(args);
   CHECK(quiet.code == 1);

@@ -12,7 +12,8 @@
 // - --model M --against B: one sample per trial, the paired difference of M and B on the
 //   same inputs and seed (sweep_table.hpp measure_paired): the bias M adds relative to B,
 //   free of the input noise they share (fp8 quantisation, say).
-// --recipe FILE is not supported yet (exit 2).
+// - --model M --recipe FILE: M with the recipe file's stage formats and SFU tables
+//   (tools/recipe_file.hpp); trials are seeded as for M alone, so both see the same inputs.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/recipe_file.hpp"
 #include "tools/sweep_table.hpp"
 
 namespace fb::cli {
@@ -64,9 +66,9 @@ void print_stats(const char* what, const attn::BiasStatistics& s, double alpha) 
 }
 
 int run_bias_test(const BiasOptions& o) {
-  if (!o.recipe.empty()) throw InputError("--recipe " + o.recipe + ": recipe files are not supported yet");
   if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
+  if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
   std::vector<double> o_samples, d_samples;
   std::string subject, provenance;
   if (!o.model.empty()) {
@@ -81,6 +83,9 @@ int run_bias_test(const BiasOptions& o) {
     } catch (const std::invalid_argument& e) {
       throw InputError("--model " + o.model + ": " + e.what());
     }
+    // Trials are keyed by the model's own name: with and without the recipe, the same inputs.
+    const std::string seed_key = model.name + "/" + o.scenario;
+    if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
     attn::ModelHandle against;
     if (!o.against.empty()) {
       try {
@@ -97,7 +102,7 @@ int run_bias_test(const BiasOptions& o) {
                            " -- parts of this model are unmeasured on hardware";
     ProgressBar progress("trials", static_cast<std::uint64_t>(o.trials));
     for (int t = 0; t < o.trials; ++t) {
-      const std::uint64_t s = trial_seed(o.seed, model.name + "/" + o.scenario, static_cast<std::uint64_t>(t));
+      const std::uint64_t s = trial_seed(o.seed, seed_key, static_cast<std::uint64_t>(t));
       const auto in = attn::make_scenario(o.scenario, s, 1, 1, o.seqlen, o.headdim, model.recipe->input, true);
       const TrialErrors e = o.against.empty() ? measure_errors(model, in, s, false)
                                               : measure_paired(model, against, in, s);
@@ -177,7 +182,7 @@ Runner setup_bias_test(CLI::App& app) {
   auto o = std::make_shared<BiasOptions>();
   app.add_option("--model", o->model, "kernel model");
   app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
-  app.add_option("--recipe", o->recipe, "recipe file (not supported yet)");
+  app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
   app.add_option("--traces", o->traces, "directory of .safetensors traces");
   app.add_option("--scenario", o->scenario, "sink|random|ties (default sink)");
   app.add_option("--trials", o->trials, "trials (default 32)");

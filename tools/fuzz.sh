@@ -7,6 +7,7 @@
 #   fuzz_op           `flashbits op --batch` lines                   RUNS/8
 #   fuzz_dot          `flashbits dot --batch` lines                  RUNS/8
 #   fuzz_merge        `flashbits merge` shard (CSV and JSON)         RUNS/20 (slowest per input)
+#   fuzz_recipe       `bias-test --recipe` recipe file (JSON)        RUNS/8
 # The shares keep CI (tools/fuzz.sh 100000) near 40 s of fuzzing on 2 cores.
 # Builds the targets with clang (-fsanitize=fuzzer,address,undefined; the libraries
 # under test are instrumented with fuzzer-no-link), seeds each a corpus of valid and
@@ -21,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-200000}"
 shift $(( $# > 0 ? 1 : 0 ))
-all_targets=(fuzz_safetensors fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge)
+all_targets=(fuzz_safetensors fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge fuzz_recipe)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
@@ -149,6 +150,12 @@ csv_header="index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sums
 row='{"index":7,"format":"bf16","round":"rne","model":"fa2","scenario":"gaussian","seqlen":128,"headdim":64,"trials":4,"sufficient":{"o_sum":0.5,"o_sumsq":0.125,"o_pos":3,"o_neg":1,"d_sum":0,"d_sumsq":0,"d_pos":0,"d_neg":0,"elements":4096,"sq_sum":9.5,"max_abs":1.25,"sig_overflows":1,"ties":2,"rounded_up":30,"rounded_down":28}}'
 { printf '\x01'; printf '{"rows":[%s]}\n' "$row"; } > "$d/json"
 { printf '\x00'; printf '{"rows":[]}\n'; } > "$d/json_empty"
+
+# `bias-test --recipe` files: a first byte picks the model (fuzz/fuzz_recipe.cpp).
+d="$work/fuzz_recipe"; mkdir -p "$d"
+{ printf '\x01'; printf '%s\n' '{"name": "fp32 storage", "stages": {"p_cast": "fp32", "o_buffer_format": "fp32", "row_sum_format": "fp32"}}'; } > "$d/stages"
+{ printf '\x00'; printf '%s\n' '{"stages": {"score_format": "e5m2", "lse_format": "fp64"}, "sfu": {"ex2": "correct", "rcp": "correct", "lg2": "correct"}}'; } > "$d/sfu"
+{ printf '\x02'; printf '%s\n' '{"stages": {"p_format": "fp16", "bwd_format": "e8m10", "max_format": "bf16"}, "sfu": {"ex2": "missing.fbsfu"}}'; } > "$d/refused"
 
 # ---- runs ------------------------------------------------------------------------------------
 # Each target gets a fixed share of RUNS, so CI time stays bounded (tools/test.sh).

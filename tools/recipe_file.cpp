@@ -1,0 +1,167 @@
+// tools/recipe_file.cpp: reads a recipe file and applies it to a kernel model (contract in
+// the header). The knowledge of which stage a model reads lives in attention/kernel_models
+// (recipe_stage_fields, uses_special_function); this file only parses and checks.
+#include "tools/recipe_file.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attention/kernel_models.hpp"
+#include "emu/special_functions.hpp"
+#include "tools/cli_common.hpp"
+
+namespace fb::cli {
+namespace {
+
+// Keys and values come from the file: control characters are shown as \xNN so the error
+// stays one line.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
+  throw InputError(path + ": " + printable(field) + ": " + printable(what));
+}
+
+std::string string_member(const std::string& path, const std::string& field, const nlohmann::json& v) {
+  if (!v.is_string()) fail(path, field, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+// A stage format, or nullopt for "fp64"; checked against what the engine can hold there.
+std::optional<Format> stage_format(const std::string& path, const std::string& field, const std::string& value,
+                                   bool fed_to_pv_dot) {
+  if (value == "fp64") {
+    if (fed_to_pv_dot) fail(path, field, "fp64 cannot be fed to the P·V dot (P̄ is held as float there)");
+    return std::nullopt;
+  }
+  Format f;
+  if (!parse_format(value, f)) fail(path, field, "unknown format '" + value + "' (see flashbits formats, or fp64)");
+  if (!f.is_signed || !f.has_zero()) fail(path, field, std::string(f.name) + " cannot hold signed values and zero");
+  // Every format flashbits parses today fits a float (eXmY stops at e8m23); checked so a
+  // wider format added to the table is refused here rather than silently double rounded.
+  if (fed_to_pv_dot) {
+    const Format& fp32 = formats::fp32;
+    if (f.precision() > fp32.precision() || f.emax() > fp32.emax() || f.emin() - f.man_bits < fp32.emin() - fp32.man_bits)
+      fail(path, field, std::string(f.name) + " values are not all exact in a float (P̄ is fed to the P·V dot as float)");
+  }
+  return f;
+}
+
+}  // namespace
+
+attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path)) fail(path, "file", "cannot open");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(buf.str());
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error: "[json.exception.parse_error.101] parse error at line 2, column 3: ...";
+    // out_of_range (a number too large for a double, found by fuzz_recipe): "[...406] number
+    // overflow parsing '1e999'". Either way the text after the bracketed id.
+    std::string what = e.what();
+    const auto id_end = what.find("] ");
+    fail(path, "JSON", id_end == std::string::npos ? what : what.substr(id_end + 2));
+  }
+  if (!j.is_object()) fail(path, "file", "expected a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (key != "name" && key != "stages" && key != "sfu")
+      fail(path, key, "unknown key (a recipe has name, stages, sfu)");
+  }
+  if (!j.contains("stages") && !j.contains("sfu")) fail(path, "file", "changes nothing: give stages or sfu");
+
+  auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
+  std::string label = std::filesystem::path(path).filename().string();
+  if (j.contains("name")) {
+    label = string_member(path, "name", j["name"]);
+    if (label.empty() || label.find('\n') != std::string::npos) fail(path, "name", "expected one non-empty line");
+  }
+  std::string changes;
+  auto note = [&](const std::string& what) { changes += (changes.empty() ? "" : ", ") + what; };
+
+  if (j.contains("stages")) {
+    const nlohmann::json& stages = j["stages"];
+    if (!stages.is_object() || stages.empty()) fail(path, "stages", "expected a non-empty object of stage: format");
+    for (const auto& [name, value] : stages.items()) {
+      const std::string field = "stages." + name;
+      const attn::StageField* stage = nullptr;
+      std::string known;
+      for (const attn::StageField& s : attn::recipe_stage_fields()) {
+        if (name == s.name) stage = &s;
+        known += (known.empty() ? "" : ", ") + std::string(s.name);
+      }
+      if (!stage) fail(path, field, "unknown stage (known: " + known + ")");
+      if (!stage->used(*model.recipe))
+        fail(path, field, model.name + " does not use this stage (" + stage->what + ")");
+      const std::string text = string_member(path, field, value);
+      (*recipe).*(stage->member) = stage_format(path, field, text, name == std::string("p_cast"));
+      note(name + "=" + text);
+    }
+  }
+
+  if (j.contains("sfu")) {
+    const nlohmann::json& sfu = j["sfu"];
+    if (!sfu.is_object() || sfu.empty()) fail(path, "sfu", "expected a non-empty object of function: table");
+    for (const auto& [name, value] : sfu.items()) {
+      const std::string field = "sfu." + name;
+      SpecialFunction f = SpecialFunction::ex2;
+      std::shared_ptr<const SpecialFunctionModel>* slot = nullptr;
+      if (name == "ex2") {
+        f = SpecialFunction::ex2, slot = &recipe->sfu.ex2;
+      } else if (name == "rcp") {
+        f = SpecialFunction::rcp, slot = &recipe->sfu.rcp;
+      } else if (name == "lg2") {
+        f = SpecialFunction::lg2, slot = &recipe->sfu.lg2;
+      } else {
+        fail(path, field, "unknown function (ex2, rcp, lg2)");
+      }
+      if (!attn::uses_special_function(*model.recipe, f))
+        fail(path, field, model.name + " does not evaluate " + name);
+      const std::string text = string_member(path, field, value);
+      if (text == "correct") {
+        *slot = make_correct_model(f);
+      } else {
+        std::filesystem::path table = text;
+        if (table.empty()) fail(path, field, "expected \"correct\" or the path of an FBSFU1 table");
+        if (table.is_relative()) table = std::filesystem::path(path).parent_path() / table;
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(table, ec)) fail(path, field, table.string() + " is not a regular file");
+        std::unique_ptr<SpecialFunctionModel> loaded;
+        try {
+          loaded = load_table_model(table.string());
+        } catch (const std::runtime_error& e) {
+          fail(path, field, e.what());
+        }
+        if (loaded->function() != f)
+          fail(path, field, table.string() + " is a table of " + std::string(to_string(loaded->function())) + ", not " + name);
+        *slot = std::move(loaded);
+      }
+      note(name + "=" + text);
+    }
+  }
+
+  attn::ModelHandle out;
+  out.name = model.name + " with recipe " + label + " (" + changes + ")";
+  out.recipe = std::move(recipe);
+  return out;
+}
+
+}  // namespace fb::cli
