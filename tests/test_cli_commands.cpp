@@ -239,6 +239,16 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   CHECK(jt["o"]["positives"].get<int>() + jt["o"]["negatives"].get<int>() > 0);
   const Run tabled_text = run("bias-test --model fa2-sm80 --recipe " + sfu + " --trials 2 --seqlen 32 --headdim 16");
   CHECK(tabled_text.out.find("SYNTHETIC") != std::string::npos);
+  // replay --recipe: a trace emulated with correctly rounded SFUs replays 100% under a
+  // recipe that restates them, and not under the coarse ex2 table (exit 1, table named).
+  const auto trace = (scratch() / "recipe_trace.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 64 --headdim 32 --seed 3 --out " + trace).code == 0);
+  const std::string correct = write_file("correct.json", R"({"sfu": {"ex2": "correct", "rcp": "correct"}})");
+  CHECK(run("replay " + trace + " --recipe " + correct).code == 0);
+  const Run coarse = run("replay " + trace + " --recipe " + sfu);
+  CHECK(coarse.code == 1);
+  CHECK(coarse.out.find("SYNTHETIC") != std::string::npos);
+  CHECK(run("replay " + trace + " --recipe " + (scratch() / "absent.json").string()).code == 2);
 
   // Bad recipes: exit 2, one line naming the file and the field.
   auto refused = [&](const std::string& name, const std::string& text, const std::string& model,

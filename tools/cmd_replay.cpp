@@ -10,6 +10,8 @@
 //   emulated, and names the SFU model, warning when it is unmeasured on hardware.
 // - Exit 0 all match, 1 any mismatch, 2 bad trace / usage (TraceError -> one line).
 // - --explain and --plot trace one row: --batch/--head/--row (default 0,0,0).
+// - --recipe FILE changes the model's stage formats or SFU models (tools/recipe_file.hpp),
+//   e.g. to replay a hardware capture with the SFU tables captured on the same GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/recipe_file.hpp"
 #include "tools/svg_plot.hpp"
 #include "tools/sweep_table.hpp"
 
@@ -27,7 +30,7 @@ namespace fb::cli {
 namespace {
 
 struct ReplayOptions {
-  std::string path, model, plot;
+  std::string path, model, plot, recipe;
   int batch = -1, head = -1, row = -1;
   bool all = false, explain = false, json = false;
 };
@@ -95,6 +98,7 @@ int run_replay(const ReplayOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw InputError(std::string("model ") + model_name + ": " + e.what());
   }
+  if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
   if (o.row >= 0 && (o.row >= static_cast<int>(trace.rows()) || std::max(o.batch, 0) >= static_cast<int>(trace.batch()) ||
                      std::max(o.head, 0) >= static_cast<int>(trace.heads())))
     throw InputError("--batch/--head/--row: outside the trace's shape");
@@ -261,6 +265,7 @@ Runner setup_replay(CLI::App& app) {
   auto o = std::make_shared<ReplayOptions>();
   app.add_option("trace", o->path, "TRACE.safetensors")->required();
   app.add_option("--model", o->model, "kernel model (default: the trace's metadata)");
+  app.add_option("--recipe", o->recipe, "JSON file changing the model's stage formats and SFU tables");
   app.add_option("--batch", o->batch, "batch of the row to compare");
   app.add_option("--head", o->head, "head of the row to compare");
   app.add_option("--row", o->row, "row to compare (default: all rows)");
