@@ -268,6 +268,8 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
           "does not use this stage");
   refused("f.json", R"({"stages": {"p_cast": "bf17"}})", "fa2-sm80", "stages.p_cast", "unknown format");
   refused("d.json", R"({"stages": {"p_cast": "fp64"}})", "fa-bf16acc", "stages.p_cast", "fed to the P·V dot");
+  refused("r8.json", R"({"stages": {"p_cast": "e5m2"}})", "fa3-fp8-sm90", "stages.p_cast",
+          "outside that of the P·V tensor-core dot's input format e4m3");
   refused("e.json", R"({"stages": {"lse_format": "e8m0"}})", "fa-bf16acc", "stages.lse_format", "cannot hold");
   refused("t.json", R"({"stages": {"p_cast": 3}})", "fa-bf16acc", "stages.p_cast", "expected a string");
   refused("s.json", R"({"sfu": {"rcp": "tables/ex2_coarse.fbsfu"}})", "fa2-sm80", "sfu.rcp", "table of ex2, not rcp");

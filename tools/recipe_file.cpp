@@ -44,21 +44,33 @@ std::string string_member(const std::string& path, const std::string& field, con
 }
 
 // A stage format, or nullopt for "fp64"; checked against what the engine can hold there.
+// `pv_dot` is set for p_cast: P̄ as fed to the model's P·V dot.
 std::optional<Format> stage_format(const std::string& path, const std::string& field, const std::string& value,
-                                   bool fed_to_pv_dot) {
+                                   const attn::DotSpec* pv_dot) {
   if (value == "fp64") {
-    if (fed_to_pv_dot) fail(path, field, "fp64 cannot be fed to the P·V dot (P̄ is held as float there)");
+    if (pv_dot) fail(path, field, "fp64 cannot be fed to the P·V dot (P̄ is held as float there)");
     return std::nullopt;
   }
   Format f;
   if (!parse_format(value, f)) fail(path, field, "unknown format '" + value + "' (see flashbits formats, or fp64)");
-  if (!f.is_signed || !f.has_zero()) fail(path, field, std::string(f.name) + " cannot hold signed values and zero");
+  if (!f.is_signed || !f.has_zero()) fail(path, field, value + " cannot hold signed values and zero");
+  if (!pv_dot) return f;
   // Every format flashbits parses today fits a float (eXmY stops at e8m23); checked so a
   // wider format added to the table is refused here rather than silently double rounded.
-  if (fed_to_pv_dot) {
-    const Format& fp32 = formats::fp32;
-    if (f.precision() > fp32.precision() || f.emax() > fp32.emax() || f.emin() - f.man_bits < fp32.emin() - fp32.man_bits)
-      fail(path, field, std::string(f.name) + " values are not all exact in a float (P̄ is fed to the P·V dot as float)");
+  const Format& fp32 = formats::fp32;
+  if (f.precision() > fp32.precision() || f.emax() > fp32.emax() || f.emin() - f.man_bits < fp32.emin() - fp32.man_bits)
+    fail(path, field, value + " values are not all exact in a float (P̄ is fed to the P·V dot as float)");
+  // A tensor-core dot aligns its terms by its input format's exponent range (subnormal
+  // inputs clamp to its emin); wider significands stay exact in its products, a wider
+  // exponent range would be aligned as no hardware does. So fp32 P̄ into a bf16 MMA is an
+  // experiment the model can run (same exponent range), e5m2 P̄ into an e4m3 wgmma is not.
+  if (pv_dot->kind == attn::DotKind::tensor_core && pv_dot->model) {
+    Format input;
+    if (parse_format(pv_dot->model->input, input) && (f.emin() < input.emin() || f.emax() > input.emax()))
+      fail(path, field,
+           value + "'s exponent range [" + std::to_string(f.emin()) + ", " + std::to_string(f.emax()) +
+               "] is outside that of the P·V tensor-core dot's input format " + std::string(pv_dot->model->input) +
+               " [" + std::to_string(input.emin()) + ", " + std::to_string(input.emax()) + "]");
   }
   return f;
 }
@@ -112,7 +124,8 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
       if (!stage->used(*model.recipe))
         fail(path, field, model.name + " does not use this stage (" + stage->what + ")");
       const std::string text = string_member(path, field, value);
-      (*recipe).*(stage->member) = stage_format(path, field, text, name == std::string("p_cast"));
+      (*recipe).*(stage->member) =
+          stage_format(path, field, text, name == std::string("p_cast") ? &model.recipe->pv_dot : nullptr);
       note(name + "=" + text);
     }
   }

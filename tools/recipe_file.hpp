@@ -10,7 +10,8 @@
 // - "stages": KernelModel fields from attn::recipe_stage_fields() to a format name
 //   (flashbits formats, custom eXmY included) or "fp64" (no rounding). A stage the model
 //   does not read, a format it cannot hold (unsigned, no zero; for p_cast more than 24
-//   significant bits or exponents beyond fp32's, or fp64) is refused.
+//   significant bits or exponents beyond fp32's, fp64, or an exponent range beyond a
+//   tensor-core P·V dot's input format) is refused.
 // - "sfu": ex2 | rcp | lg2 to "correct" or the path of an FBSFU1 table (relative paths from
 //   the recipe file's folder) of that function; refused when the model does not evaluate it.
 // - At least one of "stages" and "sfu"; any other key is refused.
