@@ -109,22 +109,18 @@ double pairwise_sum(const double* x, int n, const Add& add) {
 // Accumulates the P·V story of one row; compiled out entirely when kTrace is false.
 struct PvTraceState {
   TileRecord tile;
+  DotStepTally tally;                 // the tile's tensor-core P·V steps, in the order they ran
   DotTrace dot;                       // reused for every traced dot (no allocation per call)
   long double exact_acc_plot = 0.0L;  // exact Σ P̄c·v for the plot feature, same rescalings
 };
 
-void account_dot_steps(const DotTrace& dt, TileRecord& tr) {
-  for (const DotStepEvent& s : dt.steps) {
-    if (s.special) continue;
-    tr.significand_overflows += s.carry_out ? 1 : 0;
-    tr.ties += s.output_event.tie ? 1 : 0;
-    const double err = -(s.truncated_value + s.output_residue);
-    // Branch-free counts (the direction is data-dependent: branches mispredict).
-    const bool away_from_zero = (err > 0) == (s.aligned_sum >= 0);
-    tr.rounded_up += err != 0.0 && away_from_zero ? 1 : 0;
-    tr.rounded_down += err != 0.0 && !away_from_zero ? 1 : 0;
-    tr.pv_signed_error += err;
-  }
+// Where the tile's P·V ran on the tensor-core model, its step tally becomes the tile's counts.
+void add_tally(const DotStepTally& t, TileRecord& tr) {
+  tr.significand_overflows += t.significand_overflows;
+  tr.ties += t.ties;
+  tr.rounded_up += t.rounded_up;
+  tr.rounded_down += t.rounded_down;
+  tr.pv_signed_error += t.signed_error;
 }
 
 void account_rounding(const RoundingEvent& ev, double signed_error, bool significand_overflow, TileRecord& tr) {
@@ -413,7 +409,10 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
     }
 
     // P·V.
-    if constexpr (kTrace) ts.tile = TileRecord{};  // (ts.dot keeps its capacity)
+    if constexpr (kTrace) {
+      ts.tile = TileRecord{};  // (ts.dot keeps its capacity)
+      ts.tally = DotStepTally{};
+    }
     if (km.fp8.block) {
       // +block-quant: the tile's P̄·V from C = 0, then acc = fma(tile, v_descale_j, acc) in
       // fp32 (assumed placement). Traced rows count the tile's steps; no per-key plot.
@@ -422,11 +421,10 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
         const E* vcol = hd.vt_row(c) + kb;
         DotTrace* dt = nullptr;
         if constexpr (kTrace) {
-          ts.dot.steps.clear();
+          ts.dot.tally_only = &ts.tally;
           dt = &ts.dot;
         }
         const double tile = ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len, dt);
-        if constexpr (kTrace) account_dot_steps(ts.dot, ts.tile);
         sc.acc[c] = ar.fma32(tile, vd, sc.acc[c]);
       }
     } else if (km.o_acc == OAccumulator::mma_c) {
@@ -444,9 +442,10 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
               const int n = std::min(step, len - i);
               DotTrace& dt = ts.dot;
               dt.steps.clear();
+              dt.tally_only = nullptr;
               sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data() + i, vcol + i, n, &dt);
-              account_dot_steps(dt, ts.tile);
               for (DotStepEvent ev : dt.steps) {
+                ts.tally.add(ev);
                 ev.first_product += kb + i;  // as a key index
                 trace->pv_dot_steps.push_back(ev);
               }
@@ -460,9 +459,8 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
             }
             continue;
           }
-          ts.dot.steps.clear();
+          ts.dot.tally_only = &ts.tally;
           sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len, &ts.dot);
-          account_dot_steps(ts.dot, ts.tile);
           continue;
         }
         sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len);
@@ -516,6 +514,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       }
     }
     if constexpr (kTrace) {
+      add_tally(ts.tally, ts.tile);  // zero for buffer accumulators (counted per rounding above)
       ts.tile.kv_tile = it;
       ts.tile.kv_begin = kb;
       ts.tile.kv_end = ke;

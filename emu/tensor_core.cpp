@@ -209,12 +209,14 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   if (special) [[unlikely]] {
     const std::uint32_t r = special_step(m, c, a, b, n);
     if constexpr (kTrace) {
-      DotStepEvent ev;
-      ev.terms = n + 1;
-      ev.first_product = first_product;
-      ev.fraction_bits = m.fraction_bits;
-      ev.special = true;
-      trace->steps.push_back(ev);
+      if (!trace->tally_only) {  // (a tally does not count NaN/inf steps)
+        DotStepEvent ev;
+        ev.terms = n + 1;
+        ev.first_product = first_product;
+        ev.fraction_bits = m.fraction_bits;
+        ev.special = true;
+        trace->steps.push_back(ev);
+      }
     }
     return r;
   }
@@ -241,19 +243,27 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   [[maybe_unused]] int truncated_terms = 0;
   [[maybe_unused]] double truncated_value = 0.0;
   if constexpr (kTrace) {
+    // What the truncation removed from each term: an integer pass the compiler vectorises
+    // (the same shifts as truncated_term), then, only for terms that lost bits, one exact
+    // product each, summed in term order.
+    std::uint64_t removed[kMaxTerms];
     for (int i = 0; i <= n; ++i) {
-      const std::int64_t shift = lsb[i] - unit;
-      const std::int64_t right = std::min<std::int64_t>(std::max<std::int64_t>(-shift, 0), 63);
-      const std::uint64_t kept = magnitude[i] >> right;
-      const std::uint64_t removed = magnitude[i] - (kept << right);
-      const bool negative = sign_mask[i] != 0;
-      const double removed_value =
-          removed == 0 ? 0.0 : times_pow2(static_cast<double>(static_cast<std::int64_t>(removed)), lsb[i]);
-      if (removed != 0) {
-        ++truncated_terms;
-        truncated_value += negative ? -removed_value : removed_value;
+      const std::int64_t right = std::min<std::int64_t>(std::max<std::int64_t>(unit - lsb[i], 0), 63);
+      removed[i] = magnitude[i] & ((std::uint64_t{1} << right) - 1);
+      truncated_terms += removed[i] != 0 ? 1 : 0;
+    }
+    if (truncated_terms != 0) {
+      for (int i = 0; i <= n; ++i) {
+        if (removed[i] == 0) continue;
+        const double r = times_pow2(static_cast<double>(static_cast<std::int64_t>(removed[i])), lsb[i]);
+        truncated_value += sign_mask[i] != 0 ? -r : r;
       }
-      if (trace->record_terms) {
+    }
+    if (trace->record_terms && !trace->tally_only) {
+      for (int i = 0; i <= n; ++i) {
+        const bool negative = sign_mask[i] != 0;
+        const double removed_value =
+            removed[i] == 0 ? 0.0 : times_pow2(static_cast<double>(static_cast<std::int64_t>(removed[i])), lsb[i]);
         DotTermEvent te;
         te.step = static_cast<int>(trace->steps.size());
         te.product = i == 0 ? -1 : first_product + i - 1;
@@ -282,6 +292,10 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
       const double exact = times_pow2(static_cast<double>(sum), unit);
       const double got = output == fp32_rz ? static_cast<double>(std::bit_cast<float>(result)) : to_double(out, result);
       output_residue = std::isfinite(got) ? exact - got : exact;
+    }
+    if (trace->tally_only) {
+      trace->tally_only->add(carry_out, ev_round.tie, -(truncated_value + output_residue), sum >= 0);
+      return result;
     }
     // Every field written once, from values held apart (building the record field by
     // field and then copying it in cost a third of the traced step).
@@ -501,6 +515,10 @@ std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const
       ev.output_event = ev_round;
       ev.output_residue = ev_round.error_ulps == 0.0 ? 0.0
                           : -std::ldexp(ev_round.error_ulps, ev_round.exponent - ev_round.kept_bits + 1);
+    }
+    if (trace->tally_only) {
+      trace->tally_only->add(ev);
+      return r.bits;
     }
     trace->steps.push_back(ev);
     if (trace->record_terms) {

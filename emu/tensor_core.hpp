@@ -107,10 +107,34 @@ struct DotTermEvent {
   double value = 0.0;             // exact term (product or C)
   double truncated_value = 0.0;   // signed part removed by truncation to F bits
 };
+// Totals over traced steps, for callers that need only counts (the attention tracer
+// traces every P·V step of every traced row). A step's signed error is
+// -(truncated_value + output_residue); it rounded up (away from zero) when that error has
+// the sign of the aligned sum, down when the opposite. NaN/inf steps are not counted.
+struct DotStepTally {
+  int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
+  double signed_error = 0.0;  // summed step by step, in the order the steps ran
+  void add(const DotStepEvent& step) {
+    if (!step.special)
+      add(step.carry_out, step.output_event.tie, -(step.truncated_value + step.output_residue), step.aligned_sum >= 0);
+  }
+  void add(bool carry_out, bool tie, double error, bool sum_nonnegative) {
+    significand_overflows += carry_out ? 1 : 0;
+    ties += tie ? 1 : 0;
+    // Branch-free counts (the direction is data-dependent: branches mispredict).
+    const bool away_from_zero = (error > 0) == sum_nonnegative;
+    rounded_up += error != 0.0 && away_from_zero ? 1 : 0;
+    rounded_down += error != 0.0 && !away_from_zero ? 1 : 0;
+    signed_error += error;
+  }
+};
 struct DotTrace {
   std::vector<DotStepEvent> steps;
   bool record_terms = false;
   std::vector<DotTermEvent> terms;
+  // When set, each step is added to *tally_only instead of being recorded (steps and
+  // terms stay empty): the same counts without building and storing the events.
+  DotStepTally* tally_only = nullptr;
 };
 
 // Hot path (no allocation unless tracing). a, b hold the exact values of `k` elements of the model's input format
