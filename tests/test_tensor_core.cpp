@@ -503,3 +503,80 @@ TEST_CASE("specials and signed zeros") {
   CHECK(trace.steps[0].normalisation_shift == -1);
   CHECK(trace.terms.size() == 4);
 }
+
+TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step errors add up to D - exact") {
+  // DotTrace::tally_only counts steps inside the step code (the attention tracer's fast
+  // path); recording the events and tallying them afterwards is the other path. Both must
+  // agree on every preset. Independently, each step's signed error is what it removed
+  // (truncation plus output rounding), so over a chained dot the errors add up to the
+  // result minus the exact sum of products (MPFR, exact at 4096 bits).
+  std::mt19937_64 rng(77);
+  int presets = 0, finite_checks = 0;
+  const int trials = std::max(4, 40 / test_scale_divisor());
+  for (const fb::TensorCoreModel& m : fb::tensor_core_models()) {
+    fb::Format in;
+    REQUIRE(fb::parse_format(m.input, in));
+    CAPTURE(m.name);
+    CAPTURE(m.input);
+    ++presets;
+    for (int trial = 0; trial < trials; ++trial) {
+      // Values of the input format with exponents spread over ~2^-12..2^12, or ~2^-5..2^5
+      // for fp16 accumulators so that sums stay finite (finite inputs only).
+      const double spread = fb::accumulator_format(m) == fb::formats::fp16 ? 5 : 12;
+      auto draw = [&] {
+        for (;;) {
+          const auto bits = static_cast<std::uint32_t>(rng()) & ((in.container_bits == 32 ? 0xffffffffu : (1u << in.container_bits) - 1u));
+          const double x = fb::to_double(in, bits);
+          if (std::isfinite(x) && (x == 0.0 || std::fabs(std::log2(std::fabs(x))) < spread)) return static_cast<float>(x);
+        }
+      };
+      const int k = 1 + static_cast<int>(rng() % 70);
+      std::vector<float> a(static_cast<std::size_t>(k)), b(static_cast<std::size_t>(k));
+      for (int i = 0; i < k; ++i) a[static_cast<std::size_t>(i)] = draw(), b[static_cast<std::size_t>(i)] = draw();
+      const float c = static_cast<float>(std::ldexp(static_cast<double>(rng() % 2001) - 1000.0, -static_cast<int>(rng() % 20)));
+      fb::DotTrace recorded;
+      const float d = fb::fused_dot(m, c, a.data(), b.data(), k, &recorded);
+      fb::DotStepTally from_events, tallied;
+      double sum_abs_error = 0.0;
+      for (const fb::DotStepEvent& s : recorded.steps) {
+        from_events.add(s);
+        sum_abs_error += std::fabs(s.truncated_value + s.output_residue);
+      }
+      fb::DotTrace tally_trace;
+      tally_trace.tally_only = &tallied;
+      const float d2 = fb::fused_dot(m, c, a.data(), b.data(), k, &tally_trace);
+      CHECK(std::bit_cast<std::uint32_t>(d2) == std::bit_cast<std::uint32_t>(d));
+      CHECK(tally_trace.steps.empty());
+      CHECK(tallied.significand_overflows == from_events.significand_overflows);
+      CHECK(tallied.ties == from_events.ties);
+      CHECK(tallied.rounded_up == from_events.rounded_up);
+      CHECK(tallied.rounded_down == from_events.rounded_down);
+      CHECK(std::bit_cast<std::uint64_t>(tallied.signed_error) == std::bit_cast<std::uint64_t>(from_events.signed_error));
+      // D - exact, with the exact sum in MPFR.
+      mpfr_t exact, term;
+      mpfr_init2(exact, 4096);
+      mpfr_init2(term, 4096);
+      mpfr_set_flt(exact, c, MPFR_RNDN);
+      for (int i = 0; i < k; ++i) {
+        mpfr_set_flt(term, a[static_cast<std::size_t>(i)], MPFR_RNDN);
+        mpfr_mul_d(term, term, static_cast<double>(b[static_cast<std::size_t>(i)]), MPFR_RNDN);
+        mpfr_add(exact, exact, term, MPFR_RNDN);
+      }
+      mpfr_set_d(term, static_cast<double>(d), MPFR_RNDN);
+      mpfr_sub(term, term, exact, MPFR_RNDN);
+      const double d_minus_exact = mpfr_get_d(term, MPFR_RNDN);
+      mpfr_clear(exact);
+      mpfr_clear(term);
+      // (An overflowing step's residue is the whole exact value: the identity needs finite D.
+      // Relative 1e-9: exact-rne's residue comes from RoundingEvent::error_ulps, a rounded
+      // ulp count; a missing term or a flipped sign is off by far more.)
+      if (std::isfinite(d)) {
+        CHECK(std::fabs(tallied.signed_error - d_minus_exact) <= 1e-9 * sum_abs_error + 1e-300);
+        ++finite_checks;
+      }
+      CHECK(tallied.rounded_up + tallied.rounded_down <= static_cast<int>(recorded.steps.size()));
+    }
+  }
+  CHECK(presets >= 10);
+  CHECK(finite_checks > presets * trials * 3 / 4);
+}
