@@ -609,11 +609,29 @@ class ByteReader {
   std::size_t pos_ = 0;
 };
 
-std::string table_describe_prefix(SpecialFunction f, const std::string& path, const std::string& source) {
-  return std::string(to_string(f)) + ": table " + path + " (source: " + (source.empty() ? "?" : source) + ")";
-}
+// What every table model shares: the function, its file and provenance, and how a report
+// names them ("<f>: table <path> (source: ...), <rule>, measured on hardware | SYNTHETIC").
+class TableModel : public SpecialFunctionModel {
+ public:
+  TableModel(SpecialFunction f, bool measured, std::string path, std::string source)
+      : f_(f), measured_(measured), path_(std::move(path)), source_(std::move(source)) {}
+  SpecialFunction function() const override { return f_; }
+  SfuKind kind() const override { return SfuKind::table; }
+  bool hardware_measured() const override { return measured_; }
 
-class DeltaTableModel final : public SpecialFunctionModel {
+ protected:
+  std::string describe_rule(const std::string& rule) const {
+    return std::string(to_string(f_)) + ": table " + path_ + " (source: " + (source_.empty() ? "?" : source_) +
+           "), " + rule + ", " + (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
+  }
+  SpecialFunction f_;
+  bool measured_;
+
+ private:
+  std::string path_, source_;
+};
+
+class DeltaTableModel final : public TableModel {
  public:
   struct Segment {
     std::uint32_t first_input;
@@ -622,16 +640,13 @@ class DeltaTableModel final : public SpecialFunctionModel {
   };
   DeltaTableModel(SpecialFunction f, bool measured, std::string path, std::string source,
                   std::vector<Segment> segments, std::vector<std::uint8_t> data)
-      : f_(f), measured_(measured), path_(std::move(path)), source_(std::move(source)),
-        segments_(std::move(segments)), data_(std::move(data)) {
+      : TableModel(f, measured, std::move(path), std::move(source)), segments_(std::move(segments)),
+        data_(std::move(data)) {
     for (const Segment& s : segments_) covered_ += s.count;
   }
-  SpecialFunction function() const override { return f_; }
-  SfuKind kind() const override { return SfuKind::table; }
   bool hardware_measured() const override { return measured_ && covered_ == kAllInputs; }
   std::string describe() const override {
-    std::string d = table_describe_prefix(f_, path_, source_) + ", " + std::to_string(covered_) + " inputs, " +
-                    (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
+    std::string d = describe_rule(std::to_string(covered_) + " inputs");
     if (covered_ != kAllInputs) d += "; other inputs use correct rounding, UNMEASURED";
     return d;
   }
@@ -650,28 +665,20 @@ class DeltaTableModel final : public SpecialFunctionModel {
   std::uint64_t fallback_count() const override { return fallbacks_.load(std::memory_order_relaxed); }
 
  private:
-  SpecialFunction f_;
-  bool measured_;
-  std::string path_, source_;
   std::vector<Segment> segments_;
   std::vector<std::uint8_t> data_;
   std::uint64_t covered_ = 0;
   mutable std::atomic<std::uint64_t> fallbacks_{0};
 };
 
-class Ex2FixedPointModel final : public SpecialFunctionModel {
+class Ex2FixedPointModel final : public TableModel {
  public:
   Ex2FixedPointModel(bool measured, std::string path, std::string source, int fraction_bits,
                      FixedPointRounding rounding, std::uint32_t nan_output, std::vector<std::uint32_t> table)
-      : measured_(measured), path_(std::move(path)), source_(std::move(source)), fraction_bits_(fraction_bits),
+      : TableModel(SpecialFunction::ex2, measured, std::move(path), std::move(source)), fraction_bits_(fraction_bits),
         rounding_(rounding), nan_output_(nan_output), table_(std::move(table)) {}
-  SpecialFunction function() const override { return SpecialFunction::ex2; }
-  SfuKind kind() const override { return SfuKind::table; }
-  bool hardware_measured() const override { return measured_; }
   std::string describe() const override {
-    return table_describe_prefix(SpecialFunction::ex2, path_, source_) + ", 2^k * T[frac] with " +
-           std::to_string(fraction_bits_) + " fraction bits, " +
-           (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
+    return describe_rule("2^k * T[frac] with " + std::to_string(fraction_bits_) + " fraction bits");
   }
   float evaluate(float x) const override {
     x = flush_subnormal(x);
@@ -698,8 +705,6 @@ class Ex2FixedPointModel final : public SpecialFunctionModel {
   }
 
  private:
-  bool measured_;
-  std::string path_, source_;
   int fraction_bits_;
   FixedPointRounding rounding_;
   std::uint32_t nan_output_;
@@ -709,19 +714,13 @@ class Ex2FixedPointModel final : public SpecialFunctionModel {
 // The rcp_mantissa hypothesis (format comment above); mirrored for the device in
 // gpu/sfu_table_model.hpp rcp_table_model, which tests/test_probe_file.cpp checks against
 // this bit for bit.
-class RcpMantissaModel final : public SpecialFunctionModel {
+class RcpMantissaModel final : public TableModel {
  public:
   RcpMantissaModel(bool measured, std::string path, std::string source, std::uint32_t nan_output,
                    std::vector<std::uint32_t> table)
-      : measured_(measured), path_(std::move(path)), source_(std::move(source)), nan_output_(nan_output),
+      : TableModel(SpecialFunction::rcp, measured, std::move(path), std::move(source)), nan_output_(nan_output),
         table_(std::move(table)) {}
-  SpecialFunction function() const override { return SpecialFunction::rcp; }
-  SfuKind kind() const override { return SfuKind::table; }
-  bool hardware_measured() const override { return measured_; }
-  std::string describe() const override {
-    return table_describe_prefix(SpecialFunction::rcp, path_, source_) + ", +-T[m] * 2^-e over the 2^23 mantissas, " +
-           (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
-  }
+  std::string describe() const override { return describe_rule("+-T[m] * 2^-e over the 2^23 mantissas"); }
   float evaluate(float x) const override {
     x = flush_subnormal(x);
     if (std::isnan(x)) return float_of(nan_output_);
@@ -738,8 +737,6 @@ class RcpMantissaModel final : public SpecialFunctionModel {
   }
 
  private:
-  bool measured_;
-  std::string path_, source_;
   std::uint32_t nan_output_;
   std::vector<std::uint32_t> table_;
 };
@@ -747,19 +744,13 @@ class RcpMantissaModel final : public SpecialFunctionModel {
 // The lg2_exponent_split hypothesis (format comment above); mirrored for the device in
 // gpu/sfu_table_model.hpp lg2_table_model, which tests/test_probe_file.cpp checks against
 // this bit for bit.
-class Lg2ExponentSplitModel final : public SpecialFunctionModel {
+class Lg2ExponentSplitModel final : public TableModel {
  public:
   Lg2ExponentSplitModel(bool measured, std::string path, std::string source, std::uint32_t nan_output,
                         std::vector<std::uint32_t> table)
-      : measured_(measured), path_(std::move(path)), source_(std::move(source)), nan_output_(nan_output),
+      : TableModel(SpecialFunction::lg2, measured, std::move(path), std::move(source)), nan_output_(nan_output),
         table_(std::move(table)) {}
-  SpecialFunction function() const override { return SpecialFunction::lg2; }
-  SfuKind kind() const override { return SfuKind::table; }
-  bool hardware_measured() const override { return measured_; }
-  std::string describe() const override {
-    return table_describe_prefix(SpecialFunction::lg2, path_, source_) + ", RN(e + T[m]) over the 2^23 mantissas, " +
-           (measured_ ? "measured on hardware" : "SYNTHETIC, not measured");
-  }
+  std::string describe() const override { return describe_rule("RN(e + T[m]) over the 2^23 mantissas"); }
   float evaluate(float x) const override {
     x = flush_subnormal(x);
     if (std::isnan(x)) return float_of(nan_output_);
@@ -775,8 +766,6 @@ class Lg2ExponentSplitModel final : public SpecialFunctionModel {
   }
 
  private:
-  bool measured_;
-  std::string path_, source_;
   std::uint32_t nan_output_;
   std::vector<std::uint32_t> table_;
 };
