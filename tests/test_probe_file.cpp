@@ -48,6 +48,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -59,6 +60,7 @@
 #include "gpu/sfu_table.hpp"
 #include "gpu/sfu_table_model.hpp"
 #include "mpfr_reference.hpp"
+#include "rcp_reference.hpp"
 
 namespace {
 
@@ -641,18 +643,6 @@ TEST_CASE("sfu_capture_table_converts_to_the_emu_table_model") {
 
 namespace {
 
-// fp32 bits of the correctly rounded (RNE) 1 / 1.m by exact integer division: for m > 0 the
-// significand is 2^47 / (2^23 + m) rounded to an integer in (2^23, 2^24), exponent field 126
-// (never a tie: 2^23 + m divides no power of two).
-std::uint32_t rcp_rne_bits(std::uint32_t m) {
-  if (m == 0) return 0x3f800000u;
-  const std::uint64_t d = (std::uint64_t{1} << 23) + m, n = std::uint64_t{1} << 47;
-  std::uint64_t q = n / d;
-  const std::uint64_t r = n % d;
-  if (2 * r > d || (2 * r == d && (q & 1))) ++q;
-  return (126u << 23) | static_cast<std::uint32_t>(q - (std::uint64_t{1} << 23));
-}
-
 // The FBSFU1 rcp_mantissa rule for a normal x, written here: +-T[m] * 2^-e exactly (long
 // double), inf from 2^128 up, signed zero below 2^-126, a NaN entry as is.
 std::uint32_t rcp_mantissa_rule(std::uint32_t x_bits, std::uint32_t t_bits) {
@@ -666,6 +656,52 @@ std::uint32_t rcp_mantissa_rule(std::uint32_t x_bits, std::uint32_t t_bits) {
   return float_bits(static_cast<float>(v));
 }
 
+// Inputs on which a device table model (gpu/sfu_table_model.hpp) is compared with the emu's:
+// a stride over all 2^32 bit patterns, random patterns, each edge of either sign with its
+// 64 neighbours each side, and every listed mantissa field in every binade, both signs.
+std::vector<std::uint32_t> mirror_inputs(bool small, std::mt19937& rng, std::initializer_list<float> edges,
+                                         const std::vector<std::uint32_t>& mantissas) {
+  std::vector<std::uint32_t> inputs;
+  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
+  for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
+  for (float edge : edges) {
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      const std::uint32_t e = float_bits(edge) | sign;
+      for (std::uint32_t d = 0; d < 64; ++d) {
+        inputs.push_back(e + d);
+        inputs.push_back(e - d);
+      }
+    }
+  }
+  for (std::uint32_t biased = 0; biased <= 255; ++biased) {
+    for (std::uint32_t m : mantissas) {
+      inputs.push_back((biased << 23) | m);
+      inputs.push_back(0x80000000u | (biased << 23) | m);
+    }
+  }
+  return inputs;
+}
+
+// device(x) against emu.evaluate(x), bit for bit on every input; the first 5 differences
+// fail a check each. Returns how many differ.
+template <class Device>
+std::size_t count_mirror_differences(const std::vector<std::uint32_t>& inputs, Device device,
+                                     const fb::SpecialFunctionModel& emu) {
+  std::size_t differ = 0;
+  for (std::uint32_t in : inputs) {
+    float x;
+    std::memcpy(&x, &in, 4);
+    const std::uint32_t mirror = device(x);
+    const std::uint32_t reference = float_bits(emu.evaluate(x));
+    if (mirror != reference && ++differ <= 5) {
+      char line[96];
+      std::snprintf(line, sizeof line, "x bits 0x%08x: device model 0x%08x, emu 0x%08x", in, mirror, reference);
+      FAIL_CHECK(line);
+    }
+  }
+  return differ;
+}
+
 }  // namespace
 
 TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
@@ -677,7 +713,7 @@ TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
     for (std::uint32_t m = 0; m < (1u << 23); m += 1009) {
       mpfr_set_ui_2exp(x, (1u << 23) + m, -23, MPFR_RNDN);  // exact
       mpfr_ui_div(y, 1, x, MPFR_RNDN);
-      REQUIRE(rcp_rne_bits(m) == float_bits(mpfr_get_flt(y, MPFR_RNDN)));
+      REQUIRE(exact_rcp_of_one_point_m(m) == float_bits(mpfr_get_flt(y, MPFR_RNDN)));
     }
     mpfr_clear(x);
     mpfr_clear(y);
@@ -696,10 +732,10 @@ TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
     if (m % 100003 == 3 || m == 0x2aaaaau) d = -8;  // escaped: an explicit output
     spec.deltas[m] = d;
     if (d == -8) {
-      expected[m] = m == 0x2aaaaau ? 0x40800000u : rcp_rne_bits(m) + 1000u + m % 7;  // 4: overflows at e = -126
+      expected[m] = m == 0x2aaaaau ? 0x40800000u : exact_rcp_of_one_point_m(m) + 1000u + m % 7;  // 4: overflows at e = -126
       spec.escapes.push_back({m, expected[m]});
     } else {
-      expected[m] = rcp_rne_bits(m) + static_cast<std::uint32_t>(d);
+      expected[m] = exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(d);
     }
   }
   const std::string in = write_capture("cap_rcp.fbsfut", spec);
@@ -760,7 +796,7 @@ TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
   table.source = "test: synthetic";
   table.mantissa_outputs.resize(fb::gpu::kRcpMantissaTableEntries);
   for (std::uint32_t m = 0; m < fb::gpu::kRcpMantissaTableEntries; ++m) {
-    table.mantissa_outputs[m] = rcp_rne_bits(m) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4);
+    table.mantissa_outputs[m] = exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4);
   }
   // Entries beyond what hardware returns: each special case of the rule.
   const std::vector<std::pair<std::uint32_t, std::uint32_t>> special = {
@@ -773,36 +809,13 @@ TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
   fb::write_table_file(path, table);
   const auto emu = fb::load_table_model(path);
 
-  std::vector<std::uint32_t> inputs;
-  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
-  for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
-  for (float edge : {0x1p126f, 0x1p127f, 0x1p-126f, 0x1p-125f, 1.f, 2.f, 0.f, 0x1p-130f, HUGE_VALF, 0x1.fffffep127f}) {
-    for (std::uint32_t sign : {0u, 0x80000000u}) {
-      const std::uint32_t e = float_bits(edge) | sign;
-      for (std::uint32_t d = 0; d < 64; ++d) {
-        inputs.push_back(e + d);
-        inputs.push_back(e - d);
-      }
-    }
-  }
-  for (std::uint32_t biased = 0; biased <= 255; ++biased) {  // every special entry in every binade
-    for (const auto& s : special) {
-      inputs.push_back((biased << 23) | s.first);
-      inputs.push_back(0x80000000u | (biased << 23) | s.first);
-    }
-  }
-  std::size_t differ = 0;
-  for (std::uint32_t in : inputs) {
-    float x;
-    std::memcpy(&x, &in, 4);
-    const std::uint32_t mirror = fb::gpu::rcp_table_model(x, table.mantissa_outputs.data(), table.nan_output);
-    const std::uint32_t reference = float_bits(emu->evaluate(x));
-    if (mirror != reference && ++differ <= 5) {
-      char line[96];
-      std::snprintf(line, sizeof line, "x bits 0x%08x: device model 0x%08x, emu 0x%08x", in, mirror, reference);
-      FAIL_CHECK(line);
-    }
-  }
+  std::vector<std::uint32_t> special_mantissas;
+  for (const auto& entry : special) special_mantissas.push_back(entry.first);
+  const std::vector<std::uint32_t> inputs =
+      mirror_inputs(small, rng, {0x1p126f, 0x1p127f, 0x1p-126f, 0x1p-125f, 1.f, 2.f, 0.f, 0x1p-130f, HUGE_VALF, 0x1.fffffep127f},
+                    special_mantissas);
+  const std::size_t differ = count_mirror_differences(
+      inputs, [&](float x) { return fb::gpu::rcp_table_model(x, table.mantissa_outputs.data(), table.nan_output); }, *emu);
   CHECK(differ == 0);
   std::filesystem::remove(path);
 }
@@ -937,36 +950,13 @@ TEST_CASE("sfu_capture_lg2_table_converts_and_device_model_matches_the_emu") {
 
   // The device model (gpu/sfu_table_model.hpp lg2_table_model) gives the emu's bits: a stride
   // over all 2^32 inputs, random inputs, the region edges and every escaped entry in every binade.
-  std::vector<std::uint32_t> inputs;
-  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
-  for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
-  for (float edge : {1.f, 2.f, 0.5f, 0x1p-126f, 0x1p127f, 0.f, HUGE_VALF}) {
-    for (std::uint32_t sign : {0u, 0x80000000u}) {
-      const std::uint32_t e = float_bits(edge) | sign;
-      for (std::uint32_t d = 0; d < 64; ++d) {
-        inputs.push_back(e + d);
-        inputs.push_back(e - d);
-      }
-    }
-  }
-  for (std::uint32_t biased = 0; biased <= 255; ++biased) {
-    for (const auto& e : escaped) {
-      inputs.push_back((biased << 23) | e.first);
-      inputs.push_back(0x80000000u | (biased << 23) | e.first);
-    }
-  }
-  std::size_t mirror_differ = 0;
-  for (std::uint32_t b : inputs) {
-    float x;
-    std::memcpy(&x, &b, 4);
-    const std::uint32_t mirror = fb::gpu::lg2_table_model(x, table.mantissa_outputs.data(), table.nan_output);
-    const std::uint32_t reference = float_bits(model->evaluate(x));
-    if (mirror != reference && ++mirror_differ <= 5) {
-      char line[96];
-      std::snprintf(line, sizeof line, "x bits 0x%08x: device model 0x%08x, emu 0x%08x", b, mirror, reference);
-      FAIL_CHECK(line);
-    }
-  }
+  std::vector<std::uint32_t> escaped_mantissas;
+  for (const auto& entry : escaped) escaped_mantissas.push_back(entry.first);
+  const std::vector<std::uint32_t> inputs =
+      mirror_inputs(small, rng, {1.f, 2.f, 0.5f, 0x1p-126f, 0x1p127f, 0.f, HUGE_VALF}, escaped_mantissas);
+  const std::size_t mirror_differ = count_mirror_differences(
+      inputs, [&](float x) { return fb::gpu::lg2_table_model(x, table.mantissa_outputs.data(), table.nan_output); },
+      *model);
   CHECK(mirror_differ == 0);
   std::filesystem::remove(in);
   std::filesystem::remove(out);

@@ -32,16 +32,19 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
 
 #include "emu/special_functions.hpp"
+#include "tests/rcp_reference.hpp"
 
 namespace {
 
@@ -298,6 +301,53 @@ void check_rejected(const std::string& path, const std::string& field) {
     CHECK(what.find(field) != std::string::npos);
   }
   CHECK(thrown);
+}
+
+// The corruptions both mantissa-table forms (2 rcp_mantissa, 3 lg2_exponent_split) must
+// refuse, on `bytes`, a valid file of that form with an empty source: form at 7,
+// nan_output 11..14, mantissa_table.run[0] length 15..18, width 19. `wrong_forms` are
+// (offset, value) edits of the function and form bytes that no longer describe a valid
+// table; each is written to `bad` with its checksum redone.
+void check_mantissa_table_corruptions(const std::vector<std::uint8_t>& bytes, const std::string& bad,
+                                      std::initializer_list<std::pair<std::size_t, std::uint8_t>> wrong_forms) {
+  REQUIRE(bytes.size() > 64);
+  auto with = [&](std::size_t offset, std::uint8_t value) {
+    std::vector<std::uint8_t> b = bytes;
+    b[offset] = value;
+    return b;
+  };
+  write_bytes(bad, with(bytes.size() / 2, bytes[bytes.size() / 2] ^ 0x04u), false);  // corrupted, checksum not updated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), false);  // truncated
+  check_rejected(bad, "field 'crc32'");
+  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), true);  // truncated, checksum redone
+  check_rejected(bad, "field 'mantissa_table.run[");
+  for (const auto& [offset, value] : wrong_forms) {
+    CAPTURE(offset);
+    CAPTURE(static_cast<int>(value));
+    write_bytes(bad, with(offset, value), true);
+    check_rejected(bad, "field 'form'");
+  }
+  write_bytes(bad, with(19, 33), true);
+  check_rejected(bad, "field 'mantissa_table.run[0].width'");
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b[15] = 1, b[16] = 0, b[17] = 0x80, b[18] = 0;  // run[0].length = 2^23 + 1
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'mantissa_table.run[0].length'");
+  }
+  {
+    std::vector<std::uint8_t> b = bytes;
+    b.insert(b.end() - 4, {1, 2, 3});  // bytes after the last run
+    write_bytes(bad, b, true);
+    check_rejected(bad, "unexpected bytes");
+  }
+  {
+    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 13);  // ends inside nan_output
+    b.insert(b.end(), 4, 0);
+    write_bytes(bad, b, true);
+    check_rejected(bad, "field 'nan_output'");
+  }
 }
 
 }  // namespace
@@ -599,20 +649,7 @@ TEST_CASE("table_ex2_fixed_point_round_trip") {
 
 namespace {
 
-// ---- rcp_mantissa tables: references written here -------------------------------------
-// fp32 bits of the correctly rounded (RNE) 1 / 1.m, by exact integer division: for m > 0,
-// 1 / (1 + m 2^-23) = 2^47 / (2^23 + m) * 2^-24 lies in (2^23, 2^24) * 2^-24, so the
-// significand q (24 bits, exponent field 126) is 2^47 / (2^23 + m) rounded to an integer,
-// never a tie (2^23 + m divides no power of two).
-std::uint32_t exact_rcp_of_one_point_m(std::uint32_t m) {
-  if (m == 0) return 0x3f800000u;
-  const std::uint64_t d = (std::uint64_t{1} << 23) + m, n = std::uint64_t{1} << 47;
-  std::uint64_t q = n / d;
-  const std::uint64_t r = n % d;
-  if (2 * r > d || (2 * r == d && (q & 1))) ++q;
-  return (126u << 23) | static_cast<std::uint32_t>(q - (std::uint64_t{1} << 23));
-}
-
+// ---- rcp_mantissa tables: references written here (exact_rcp_of_one_point_m: tests/rcp_reference.hpp)
 // The rcp_mantissa model's output for a normal x, from the table entry `t_bits` at x's
 // mantissa: the exact value +-t * 2^-e (long double holds it exactly), then inf from 2^128
 // up and signed zero below 2^-126; a NaN entry is returned as is.
@@ -627,32 +664,27 @@ std::uint32_t rcp_mantissa_reference(float x, std::uint32_t t_bits) {
   return bits_of(static_cast<float>(v));
 }
 
-// A synthetic rcp_mantissa table: the correctly rounded reciprocals with +-1 ulp at chosen
-// mantissas and a few entries that exercise sign, overflow, NaN and zero handling.
-struct RcpMantissaFixture {
+// A synthetic mantissa table (rcp_mantissa or lg2_exponent_split): the correctly rounded
+// value for every mantissa field m, +-1 ulp at chosen mantissas (every m % 4099 == 5 up,
+// every m % 4111 == 7 down from `first_perturbed` on, then the `pinned` ones), and
+// `special` entries that replace theirs (perturbation 0).
+struct MantissaTableFixture {
   std::vector<std::uint32_t> table;
-  std::vector<std::int8_t> perturbation;                // per mantissa, -1, 0, +1
+  std::vector<std::int8_t> perturbation;                         // per mantissa, -1, 0, +1
   std::vector<std::pair<std::uint32_t, std::uint32_t>> special;  // mantissa -> entry
-  RcpMantissaFixture() : table(fb::kRcpMantissaEntries), perturbation(fb::kRcpMantissaEntries, 0) {
-    for (std::uint32_t m = 0; m < fb::kRcpMantissaEntries; ++m) {
+  template <class Correct>
+  MantissaTableFixture(std::uint32_t entries, Correct correct, std::uint32_t first_perturbed,
+                       std::initializer_list<std::pair<std::uint32_t, std::int8_t>> pinned,
+                       std::vector<std::pair<std::uint32_t, std::uint32_t>> specials)
+      : table(entries), perturbation(entries, 0), special(std::move(specials)) {
+    for (std::uint32_t m = first_perturbed; m < entries; ++m) {
       if (m % 4099 == 5) perturbation[m] = 1;
       if (m % 4111 == 7) perturbation[m] = -1;
     }
-    perturbation[0] = -1;         // T[0] just below 1: at |x| = 2^126 the result flushes
-    perturbation[1] = 1;          // T[1] = 1 - 2^-24: still flushes at 2^126 * 1.m
-    perturbation[0x7fffff] = 1;   // the last mantissa
-    perturbation[0x400000] = -1;  // 1.5
-    for (std::uint32_t m = 0; m < fb::kRcpMantissaEntries; ++m) {
-      table[m] = exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(static_cast<std::int32_t>(perturbation[m]));
+    for (const auto& [m, p] : pinned) perturbation[m] = p;
+    for (std::uint32_t m = 0; m < entries; ++m) {
+      table[m] = correct(m) + static_cast<std::uint32_t>(static_cast<std::int32_t>(perturbation[m]));
     }
-    special = {{0x2aaaaau, 0x40800000u},   // 4: overflows to inf at e = -126, 2^127 at e = -125
-               {0x155555u, 0x407fffffu},   // just below 4: the largest finite result at e = -126
-               {0x333333u, 0xbf400000u},   // -0.75: the sign flips
-               {0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
-               {0x555555u, 0x00000000u},   // +0
-               {0x666666u, 0x00400000u},   // subnormal entry 2^-127: normal at e <= -1
-               {0x777777u, 0xff800000u},   // -inf
-               {0x012345u, 0x3f800000u}};  // 1: exactly 2^-126 (normal) at e = 126, flushes at 127
     for (const auto& [m, bits] : special) {
       table[m] = bits;
       perturbation[m] = 0;
@@ -666,7 +698,26 @@ struct RcpMantissaFixture {
   }
 };
 
-fb::SfuTable rcp_mantissa_table(const RcpMantissaFixture& fx) {
+// The rcp_mantissa fixture: reciprocals, and entries that exercise sign, overflow, NaN and
+// zero handling.
+MantissaTableFixture rcp_mantissa_fixture() {
+  return MantissaTableFixture(
+      fb::kRcpMantissaEntries, exact_rcp_of_one_point_m, 0,
+      {{0, -1},          // T[0] just below 1: at |x| = 2^126 the result flushes
+       {1, 1},           // T[1] = 1 - 2^-24: still flushes at 2^126 * 1.m
+       {0x7fffff, 1},    // the last mantissa
+       {0x400000, -1}},  // 1.5
+      {{0x2aaaaau, 0x40800000u},   // 4: overflows to inf at e = -126, 2^127 at e = -125
+       {0x155555u, 0x407fffffu},   // just below 4: the largest finite result at e = -126
+       {0x333333u, 0xbf400000u},   // -0.75: the sign flips
+       {0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
+       {0x555555u, 0x00000000u},   // +0
+       {0x666666u, 0x00400000u},   // subnormal entry 2^-127: normal at e <= -1
+       {0x777777u, 0xff800000u},   // -inf
+       {0x012345u, 0x3f800000u}});  // 1: exactly 2^-126 (normal) at e = 126, flushes at 127
+}
+
+fb::SfuTable rcp_mantissa_table(const MantissaTableFixture& fx) {
   fb::SfuTable t;
   t.function = SpecialFunction::rcp;
   t.form = fb::SfuTableForm::rcp_mantissa;
@@ -692,7 +743,7 @@ TEST_CASE("table_rcp_mantissa_reference_check") {
 
 TEST_CASE("table_rcp_mantissa_round_trip") {
   Mpfr32 ref;
-  const RcpMantissaFixture fx;
+  const MantissaTableFixture fx = rcp_mantissa_fixture();
   const std::string path = temp_path("rcp_mantissa.fbsfu");
   fb::write_table_file(path, rcp_mantissa_table(fx));
   const auto m = fb::load_table_model(path);
@@ -831,49 +882,14 @@ TEST_CASE("table_rcp_mantissa_round_trip") {
 }
 
 TEST_CASE("table_rcp_mantissa_corrupted_files_rejected") {
-  RcpMantissaFixture fx;
+  const MantissaTableFixture fx = rcp_mantissa_fixture();
   const std::string good = temp_path("rcp_good.fbsfu"), bad = temp_path("rcp_bad.fbsfu");
   fb::SfuTable t = rcp_mantissa_table(fx);
   t.source.clear();  // offsets: form 7, nan_output 11..14, mantissa_table.run[0] length 15..18, width 19
   fb::write_table_file(good, t);
   const std::vector<std::uint8_t> bytes = read_bytes(good);
-  REQUIRE(bytes.size() > 64);
   REQUIRE(bytes[7] == 2);
-  auto with = [&](std::size_t offset, std::uint8_t value) {
-    std::vector<std::uint8_t> b = bytes;
-    b[offset] = value;
-    return b;
-  };
-  write_bytes(bad, with(bytes.size() / 2, bytes[bytes.size() / 2] ^ 0x04u), false);  // corrupted, checksum not updated
-  check_rejected(bad, "field 'crc32'");
-  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), false);  // truncated
-  check_rejected(bad, "field 'crc32'");
-  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), true);  // truncated, checksum redone
-  check_rejected(bad, "field 'mantissa_table.run[");
-  write_bytes(bad, with(7, 3), true);
-  check_rejected(bad, "field 'form'");
-  write_bytes(bad, with(6, 0), true);  // rcp_mantissa form for ex2
-  check_rejected(bad, "field 'form'");
-  write_bytes(bad, with(19, 33), true);
-  check_rejected(bad, "field 'mantissa_table.run[0].width'");
-  {
-    std::vector<std::uint8_t> b = bytes;
-    b[15] = 1, b[16] = 0, b[17] = 0x80, b[18] = 0;  // run[0].length = 2^23 + 1
-    write_bytes(bad, b, true);
-    check_rejected(bad, "field 'mantissa_table.run[0].length'");
-  }
-  {
-    std::vector<std::uint8_t> b = bytes;
-    b.insert(b.end() - 4, {1, 2, 3});  // bytes after the last run
-    write_bytes(bad, b, true);
-    check_rejected(bad, "unexpected bytes");
-  }
-  {
-    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 13);  // ends inside nan_output
-    b.insert(b.end(), 4, 0);
-    write_bytes(bad, b, true);
-    check_rejected(bad, "field '");
-  }
+  check_mantissa_table_corruptions(bytes, bad, {{7, 3}, {6, 0}});  // form 3 is lg2's; form 2 is not ex2's
   CHECK_NOTHROW((void)fb::load_table_model(good));
   std::remove(good.c_str());
   std::remove(bad.c_str());
@@ -926,43 +942,23 @@ bool midpoint_separates(float x, float t, int e, float got, float correct) {
   return low_ok && high_ok;
 }
 
-// A synthetic lg2_exponent_split table: the correctly rounded lg2(1.m) with +-1 ulp at chosen
-// mantissas and entries that exercise NaN, subnormal, zero, infinite and negative handling.
-struct Lg2SplitFixture {
-  std::vector<std::uint32_t> table;
-  std::vector<std::int8_t> perturbation;                         // per mantissa, -1, 0, +1
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> special;  // mantissa -> entry
-  explicit Lg2SplitFixture(Mpfr32& ref) : table(fb::kLg2MantissaEntries), perturbation(fb::kLg2MantissaEntries, 0) {
-    for (std::uint32_t m = 1; m < fb::kLg2MantissaEntries; ++m) {
-      if (m % 4099 == 5) perturbation[m] = 1;
-      if (m % 4111 == 7) perturbation[m] = -1;
-    }
-    perturbation[1] = -1;         // the smallest nonzero entry, about 2^-22.5
-    perturbation[0x7fffff] = 1;   // the last mantissa: T just below 1
-    perturbation[0x400000] = -1;  // lg2(1.5)
-    for (std::uint32_t m = 0; m < fb::kLg2MantissaEntries; ++m) {
-      table[m] = lg2_rne_of_one_point_m(m, ref) + static_cast<std::uint32_t>(static_cast<std::int32_t>(perturbation[m]));
-    }
-    special = {{0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
-               {0x555555u, 0x00400000u},   // subnormal 2^-127: flushed at e = 0, e + 2^-127 = e elsewhere
-               {0x666666u, 0x80000000u},   // -0: e + (-0) = e, and +0 at e = 0 (IEEE sum of zeros)
-               {0x777777u, 0x7f800000u},   // +inf: +inf in every binade
-               {0x123456u, 0xbf800000u},   // -1: exactly +0 at e = 1, -2 at e = -1
-               {0x234567u, 0x3f7fffffu}};  // 1 - 2^-24: exact -2^-24 at e = -1, rounds up to 128 at e = 127
-    for (const auto& [m, bits] : special) {
-      table[m] = bits;
-      perturbation[m] = 0;
-    }
-  }
-  bool is_special(std::uint32_t m) const {
-    for (const auto& s : special) {
-      if (s.first == m) return true;
-    }
-    return false;
-  }
-};
+// The lg2_exponent_split fixture: lg2(1.m), and entries that exercise NaN, subnormal,
+// zero, infinite and negative handling.
+MantissaTableFixture lg2_split_fixture(Mpfr32& ref) {
+  return MantissaTableFixture(
+      fb::kLg2MantissaEntries, [&](std::uint32_t m) { return lg2_rne_of_one_point_m(m, ref); }, 1,
+      {{1, -1},          // the smallest nonzero entry, about 2^-22.5
+       {0x7fffff, 1},    // the last mantissa: T just below 1
+       {0x400000, -1}},  // lg2(1.5)
+      {{0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
+       {0x555555u, 0x00400000u},   // subnormal 2^-127: flushed at e = 0, e + 2^-127 = e elsewhere
+       {0x666666u, 0x80000000u},   // -0: e + (-0) = e, and +0 at e = 0 (IEEE sum of zeros)
+       {0x777777u, 0x7f800000u},   // +inf: +inf in every binade
+       {0x123456u, 0xbf800000u},   // -1: exactly +0 at e = 1, -2 at e = -1
+       {0x234567u, 0x3f7fffffu}});  // 1 - 2^-24: exact -2^-24 at e = -1, rounds up to 128 at e = 127
+}
 
-fb::SfuTable lg2_split_table(const Lg2SplitFixture& fx) {
+fb::SfuTable lg2_split_table(const MantissaTableFixture& fx) {
   fb::SfuTable t;
   t.function = SpecialFunction::lg2;
   t.form = fb::SfuTableForm::lg2_exponent_split;
@@ -995,7 +991,7 @@ TEST_CASE("table_lg2_split_reference_check") {
 
 TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") {
   Mpfr32 ref;
-  const Lg2SplitFixture fx(ref);
+  const MantissaTableFixture fx = lg2_split_fixture(ref);
   const std::string path = temp_path("lg2_split.fbsfu");
   fb::write_table_file(path, lg2_split_table(fx));
   const auto m = fb::load_table_model(path);
@@ -1070,49 +1066,12 @@ TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") 
           " differ (each separated by a midpoint)");
   CHECK(m->fallback_count() == 0);
 
-  // Corrupted files (the table above, empty source: form at 7, nan_output 11..14,
-  // mantissa_table.run[0] length 15..18, width 19).
-  REQUIRE(bytes.size() > 64);
+  // Corrupted files (the table above, empty source): form 4 does not exist, form 3 is
+  // neither rcp's nor ex2's.
   REQUIRE(bytes[6] == 2);
   REQUIRE(bytes[7] == 3);
   const std::string bad = temp_path("lg2_bad.fbsfu");
-  auto with = [&](std::size_t offset, std::uint8_t value) {
-    std::vector<std::uint8_t> b = bytes;
-    b[offset] = value;
-    return b;
-  };
-  write_bytes(bad, with(bytes.size() / 2, bytes[bytes.size() / 2] ^ 0x08u), false);  // checksum not updated
-  check_rejected(bad, "field 'crc32'");
-  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), false);
-  check_rejected(bad, "field 'crc32'");
-  write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), true);  // truncated, checksum redone
-  check_rejected(bad, "field 'mantissa_table.run[");
-  write_bytes(bad, with(7, 4), true);
-  check_rejected(bad, "field 'form'");
-  write_bytes(bad, with(6, 1), true);  // lg2_exponent_split form for rcp
-  check_rejected(bad, "field 'form'");
-  write_bytes(bad, with(6, 0), true);  // ... and for ex2
-  check_rejected(bad, "field 'form'");
-  write_bytes(bad, with(19, 33), true);
-  check_rejected(bad, "field 'mantissa_table.run[0].width'");
-  {
-    std::vector<std::uint8_t> b = bytes;
-    b[15] = 1, b[16] = 0, b[17] = 0x80, b[18] = 0;  // run[0].length = 2^23 + 1
-    write_bytes(bad, b, true);
-    check_rejected(bad, "field 'mantissa_table.run[0].length'");
-  }
-  {
-    std::vector<std::uint8_t> b = bytes;
-    b.insert(b.end() - 4, {1, 2, 3});  // bytes after the last run
-    write_bytes(bad, b, true);
-    check_rejected(bad, "unexpected bytes");
-  }
-  {
-    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 13);  // ends inside nan_output
-    b.insert(b.end(), 4, 0);
-    write_bytes(bad, b, true);
-    check_rejected(bad, "field 'nan_output'");
-  }
+  check_mantissa_table_corruptions(bytes, bad, {{7, 4}, {6, 1}, {6, 0}});
 
   // The writer refuses inconsistent tables.
   fb::SfuTable wrong = lg2_split_table(fx);
