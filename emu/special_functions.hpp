@@ -145,6 +145,10 @@ std::unique_ptr<SpecialFunctionModel> make_oracle_model(SpecialFunction f,
 // The set of SFU models one kernel recipe uses.
 struct SfuSet {
   std::shared_ptr<const SpecialFunctionModel> ex2, rcp, lg2;
+  // The member that holds function f's model.
+  std::shared_ptr<const SpecialFunctionModel>& model_for(SpecialFunction f) {
+    return f == SpecialFunction::ex2 ? ex2 : f == SpecialFunction::rcp ? rcp : lg2;
+  }
   bool all_hardware_measured() const;
   std::string describe() const;  // for reports
 };

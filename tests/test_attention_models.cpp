@@ -379,8 +379,7 @@ TEST_CASE("recipe stage predicates: changing a stage's format changes the output
     for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
       CAPTURE(to_string(f));
       auto changed = std::make_shared<KernelModel>(*model.recipe);
-      (f == SpecialFunction::ex2 ? changed->sfu.ex2 : f == SpecialFunction::rcp ? changed->sfu.rcp : changed->sfu.lg2) =
-          std::make_shared<PerturbedSfu>(f);
+      changed->sfu.model_for(f) = std::make_shared<PerturbedSfu>(f);
       CHECK(changes_outputs(changed) == uses_special_function(*model.recipe, f));
     }
   }

@@ -376,8 +376,7 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   const std::size_t row = text.find('\n') + 1;
   REQUIRE(row > 0);
   auto expect_bad = [&](const std::string& name, const std::string& content, const std::string& field) {
-    const std::string path = (scratch() / name).string();
-    std::ofstream(path, std::ios::binary) << content;
+    const std::string path = write_file(name, content);
     const Run r = run("merge " + path);
     CHECK_MESSAGE(r.code == 2, name << ": " << r.out << r.err);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);

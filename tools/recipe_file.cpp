@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -135,22 +136,17 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     if (!sfu.is_object() || sfu.empty()) fail(path, "sfu", "expected a non-empty object of function: table");
     for (const auto& [name, value] : sfu.items()) {
       const std::string field = "sfu." + name;
-      SpecialFunction f = SpecialFunction::ex2;
-      std::shared_ptr<const SpecialFunctionModel>* slot = nullptr;
-      if (name == "ex2") {
-        f = SpecialFunction::ex2, slot = &recipe->sfu.ex2;
-      } else if (name == "rcp") {
-        f = SpecialFunction::rcp, slot = &recipe->sfu.rcp;
-      } else if (name == "lg2") {
-        f = SpecialFunction::lg2, slot = &recipe->sfu.lg2;
-      } else {
-        fail(path, field, "unknown function (ex2, rcp, lg2)");
-      }
+      std::optional<SpecialFunction> function;
+      for (SpecialFunction candidate : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+        if (name == to_string(candidate)) function = candidate;
+      if (!function) fail(path, field, "unknown function (ex2, rcp, lg2)");
+      const SpecialFunction f = *function;
+      std::shared_ptr<const SpecialFunctionModel>& slot = recipe->sfu.model_for(f);
       if (!attn::uses_special_function(*model.recipe, f))
         fail(path, field, model.name + " does not evaluate " + name);
       const std::string text = string_member(path, field, value);
       if (text == "correct") {
-        *slot = make_correct_model(f);
+        slot = make_correct_model(f);
       } else {
         std::filesystem::path table = text;
         if (table.empty()) fail(path, field, "expected \"correct\" or the path of an FBSFU1 table");
@@ -165,7 +161,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
         }
         if (loaded->function() != f)
           fail(path, field, table.string() + " is a table of " + std::string(to_string(loaded->function())) + ", not " + name);
-        *slot = std::move(loaded);
+        slot = std::move(loaded);
       }
       note(name + "=" + text);
     }
