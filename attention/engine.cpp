@@ -238,7 +238,17 @@ double stabilising_max(const KernelModel& km, const A& ar, const ScaleConstants&
                                    : km.scale == ScaleHandling::log2_units ? sc.qk_scale * std::numbers::ln2
                                                                            : 1.0;
     int r_s = 0;
-    for (int j = 0; j < n; ++j) r_s += (r - s[j]) * raw_per_natural <= km.dynmax_tol ? 1 : 0;
+    if (km.scale == ScaleHandling::multiply_scores) {
+      // The authors' attention.py: attn_weights >= (block_row_maxes - 1e-3), a tensor op
+      // in the scores' dtype (fp32 opmath, the scalar as a float), so the threshold is
+      // rounded before the compare; for |r| >= 0.5 in bf16 it rounds back to r.
+      const double tol = km.scaled_score_format ? ar.f32(km.dynmax_tol) : km.dynmax_tol;
+      const double threshold = ar.op(km.scaled_score_format, r - tol);
+      for (int j = 0; j < n; ++j) r_s += s[j] >= threshold ? 1 : 0;
+    } else {
+      // Kernel variants (fb-fa2 --variant dynmax runs the same test): exact, in natural units.
+      for (int j = 0; j < n; ++j) r_s += (r - s[j]) * raw_per_natural <= km.dynmax_tol ? 1 : 0;
+    }
     if (r_s > 1 && r_units > 0) {
       r_units = ar.to(km.max_format, km.dynmax_beta * r_units);
     } else if (r_s > 1 && r_units < 0) {

@@ -74,8 +74,7 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.row_sum = RowSumOrder::fa2_quad;
   m.row_sum_internal = formats::fp32;
   m.row_sum_format = formats::fp32;
-  m.sum_uses_unrounded_p = true;  // reduce_sum runs on scores before convert_type<Element>
-  m.p_cast = dtype;               // convert_type<Element>: cvt.rn
+  m.p_cast = dtype;  // convert_type<Element>: cvt.rn, after reduce_sum ran on the fp32 P̄
   m.pv_dot = tensor_core_dot(tc);
   m.o_acc = OAccumulator::mma_c;
   m.normalisation = Normalisation::rcp_multiply;
@@ -179,13 +178,17 @@ KernelModel golden(const std::optional<Format>& f, const std::string& fname, boo
 }
 
 KernelModel fa_bf16acc() {
-  // DESIGN.md §7 "The authors' emulation, step by step": inferred from Qiu & Yao's
-  // attention.py under bf16 autocast; not checked against their code in this project.
+  // DESIGN.md §7 "The authors' emulation, step by step", checked line by line against
+  // their attention.py (ucker/why-low-precision-training-fails @30ef0216) under bf16
+  // autocast: which tensors are bf16 and which fp32 follows PyTorch's type promotion and
+  // autocast lists (einsum -> bf16; exp, log -> fp32). What stays inferred: cuBLAS's
+  // accumulation order inside each einsum and torch.sum's reduction order.
   KernelModel m;
   m.base = "fa-bf16acc";
   m.description = "Qiu & Yao's pure-PyTorch FlashAttention (bf16 autocast): 512x512 tiles, m and l in bf16, "
                   "P̄V fp32-accumulated returned bf16, O accumulator and division in bf16";
-  m.sources = "DESIGN.md §7 (inferred from the authors' attention.py; treat as inferred)";
+  m.sources = "DESIGN.md §7; ucker/why-low-precision-training-fails attention.py @30ef0216 (dtypes per PyTorch "
+              "autocast and type promotion; einsum and sum reduction orders assumed)";
   m.input = formats::bf16;
   m.output = formats::bf16;
   m.structure = Structure::online_softmax;
@@ -202,8 +205,7 @@ KernelModel fa_bf16acc() {
   m.row_sum = RowSumOrder::pairwise;
   m.row_sum_internal = formats::fp32;    // l update in fp32, stored to bf16
   m.row_sum_format = formats::bf16;
-  m.sum_uses_unrounded_p = true;
-  m.p_cast = formats::bf16;
+  m.p_cast = formats::bf16;              // einsum's autocast, after exp_weights.sum ran in fp32
   m.pv_dot = tensor_core_dot("sm80");
   m.o_acc = OAccumulator::buffer;
   m.o_buffer_format = formats::bf16;
@@ -271,8 +273,7 @@ KernelModel triton_tutorial(const Format& dtype) {
   m.row_sum_format = formats::fp32;
   m.l_init_one = true;                    // l_i = zeros + 1.0
   m.l_update_fma = true;                  // l_i = l_i*alpha + l_ij, fused
-  m.sum_uses_unrounded_p = true;          // tl.sum(p) before p.to(fp16)
-  m.p_cast = dtype;                       // p.to(tl.float16) (bf16: adaptation, see above)
+  m.p_cast = dtype;                       // p.to(tl.float16), after tl.sum(p) (bf16: adaptation, see above)
   m.pv_dot = tensor_core_dot("sm80");     // acc = tl.dot(p, v, acc)
   m.o_acc = OAccumulator::mma_c;
   m.normalisation = Normalisation::divide_fp32;  // acc / l_i (div.full.f32 modelled as correctly rounded)
@@ -336,8 +337,7 @@ KernelModel fa3_fp8(const Format& dtype) {
   m.row_sum = RowSumOrder::fa3_quad;
   m.row_sum_internal = formats::fp32;
   m.row_sum_format = formats::fp32;
-  m.sum_uses_unrounded_p = true;  // online_softmax: reduce_sum on the fp32 exponentials
-  m.p_cast = formats::e4m3;
+  m.p_cast = formats::e4m3;  // after online_softmax's reduce_sum on the fp32 exponentials
   m.pv_dot = tensor_core_dot("sm90-wgmma");
   m.o_acc = OAccumulator::mma_c;
   m.normalisation = Normalisation::fa3_finalize;
@@ -567,7 +567,9 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
   for (const KernelModel& m : base_kernel_models(formats::bf16)) out.emplace_back(m.base, m.description);
   out.emplace_back("+dynmax[:beta=B,tol=T]",
                    "Qiu & Yao's dynamic max: per KV block, if >1 score ties the row max r_m (within tol), use "
-                   "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3)");
+                   "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3). "
+                   "Tensor-op models (fa-bf16acc, standard-*, golden-*) count scores >= r_m - tol computed in the "
+                   "scores' format, as the authors' code does; kernel models compare exactly");
   out.emplace_back("+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)");
   out.emplace_back("+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)");
   out.emplace_back("+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O");

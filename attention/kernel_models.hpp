@@ -153,13 +153,12 @@ struct KernelModel {
   std::optional<Format> row_sum_format;       // the ℓ buffer
   bool l_init_one = false;                    // Triton initialises l = 1 (harmless: the first α is 0)
   bool l_update_fma = false;                  // Triton: l = fma(l, α, rowsum) (fp-fusion)
-  bool sum_uses_unrounded_p = true;           // ℓ from P̄ before its cast (FA2)
   // pairwise row sums: the reduction runs over the whole KV tile, causal-masked entries as
   // exact zeros (Triton: tl.sum(p, 1) over BLOCK_N after tl.where/-1e6 masking), which
   // changes the pairing on the diagonal tile; otherwise over the visible keys only.
   bool row_sum_over_full_tile = false;
   // ---- P̄ cast and P·V ----
-  std::optional<Format> p_cast;               // P̄ for the P·V matmul
+  std::optional<Format> p_cast;               // P̄ for the P·V matmul; every recipe sums ℓ from P̄ before this cast
   DotSpec pv_dot;
   OAccumulator o_acc = OAccumulator::mma_c;
   std::optional<Format> o_buffer_format;      // buffer: O's format; also the division's

@@ -120,6 +120,57 @@ TEST_CASE("dynmax keeps every P-bar below one on the sink scenario (hardware ari
   }
 }
 
+namespace {
+// bf16 round-to-nearest-even of a normal double, written out here (not the library's).
+double bf16_rne(double x) {
+  int e = 0;
+  const double m = std::frexp(x, &e) * 256.0;  // |m| in [128, 256)
+  double r = std::floor(m);
+  const double frac = m - r;
+  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
+  return std::ldexp(r, e - 8);
+}
+}  // namespace
+
+TEST_CASE("+dynmax on fa-bf16acc counts ties as the authors' attention.py does: against a bf16 threshold") {
+  // attention.py (ucker/why-low-precision-training-fails @30ef0216): close_to_max =
+  // attn_weights >= (block_row_maxes - 1e-3), where the subtraction is a bf16 tensor op
+  // (fp32 opmath, the scalar as a float). Row max r = 2^-8 and a second score
+  // 190·2^-16: r - 1e-3 = 190.46·2^-16 rounds to 190·2^-16, so the authors count two
+  // entries and use m = 2r, although r - s = 66·2^-16 > 1e-3 exceeds the tolerance.
+  const int d = 16;  // scale 1/4: q = (4, 0, ...) makes the scaled score exactly k_0
+  const std::vector<double> k0 = {0x1p-8, 190 * 0x1p-16, -3.0, -5.0};
+  const double r = k0[0], s = k0[1];
+  const double threshold = bf16_rne(static_cast<float>(r - static_cast<double>(static_cast<float>(1e-3))));
+  REQUIRE(s >= threshold);  // counted by the authors' rule
+  REQUIRE(r - s > 1e-3);    // not by the exact tolerance: the case tells the two apart
+  AttentionInputs in;
+  const int n = static_cast<int>(k0.size());
+  in.q = Tensor4(1, 1, n, d);
+  in.k = Tensor4(1, 1, n, d);
+  in.v = Tensor4(1, 1, n, d);
+  for (int j = 0; j < n; ++j) {
+    in.q.at(0, 0, j, 0) = 4.0;
+    in.k.at(0, 0, j, 0) = k0[j];
+    for (int c = 0; c < d; ++c) in.v.at(0, 0, j, c) = 1.0 + j;
+  }
+  Tracer tracer;
+  tracer.rows = {{0, 0, 0}};
+  RunOptions opt;
+  opt.tracer = &tracer;
+  run_attention(parse_kernel_model("fa-bf16acc+dynmax", formats::bf16), in, opt);
+  REQUIRE(tracer.traces.size() == 1);
+  REQUIRE(tracer.traces[0].tiles.size() == 1);
+  CHECK(tracer.traces[0].tiles[0].running_max == 2.0 * r);
+  // A tolerance that reaches s by exact arithmetic as well, and one whose bf16 threshold
+  // stays above s: the same rule gives m = 2r and m = r.
+  run_attention(parse_kernel_model("fa-bf16acc+dynmax:beta=2,tol=0.0011", formats::bf16), in, opt);
+  CHECK(tracer.traces.back().tiles[0].running_max == 2.0 * r);
+  REQUIRE(bf16_rne(static_cast<float>(r - static_cast<double>(static_cast<float>(0.0009)))) > s);
+  run_attention(parse_kernel_model("fa-bf16acc+dynmax:beta=2,tol=0.0009", formats::bf16), in, opt);
+  CHECK(tracer.traces.back().tiles[0].running_max == r);
+}
+
 TEST_CASE("scores of -inf and rows where every score is -inf: no NaN, O = 0, LSE = +inf") {
   AttentionInputs in = make_scenario("random", 2, 1, 1, 24, 16, formats::bf16, false);
   // Keys 3..7 get score -inf for every query whose first entry is positive; make all
