@@ -171,6 +171,38 @@ TEST_CASE("+dynmax on fa-bf16acc counts ties as the authors' attention.py does: 
   CHECK(tracer.traces.back().tiles[0].running_max == r);
 }
 
+TEST_CASE("+dynmax on fa-bf16acc leaves P-bar == 1 where the tied max is tiny: exp(-r) rounds to 1 in bf16") {
+  // The fix keeps P̄ < 1 in real arithmetic; P̄'s bf16 cast undoes it when |r_m| is below
+  // half a bf16 ulp under 1 (and at r_m = 0, which neither branch moves). Two keys tie
+  // at r, two more sit 10 and 12 below.
+  const int d = 16, n = 4;
+  for (const double r : {0x1p-10, 0x1p-9, 0.0, -0x1p-10, 0x1p-8, 0x1p-6, -0x1p-6}) {
+    CAPTURE(r);
+    const double m = r > 0 ? 2.0 * r : 0.0;
+    const bool expect_one = bf16_rne(std::exp(r - m)) == 1.0;  // the tied keys' P̄ as the P·V cast sees it
+    AttentionInputs in;
+    in.q = Tensor4(1, 1, n, d);
+    in.k = Tensor4(1, 1, n, d);
+    in.v = Tensor4(1, 1, n, d);
+    const double k0[n] = {r, r, r - 10.0, r - 12.0};
+    for (int j = 0; j < n; ++j) {
+      in.q.at(0, 0, j, 0) = 4.0;  // scale 1/4: the scaled score is exactly k_0
+      in.k.at(0, 0, j, 0) = k0[j];
+      for (int c = 0; c < d; ++c) in.v.at(0, 0, j, c) = -1.0 - j / 128.0;
+    }
+    Tracer tracer;
+    tracer.rows = {{0, 0, 0}};
+    RunOptions opt;
+    opt.tracer = &tracer;
+    run_attention(parse_kernel_model("fa-bf16acc+dynmax", formats::bf16), in, opt);
+    REQUIRE(tracer.traces.size() == 1);
+    CHECK(tracer.traces[0].tiles[0].running_max == m);
+    CHECK(tracer.traces[0].p_equal_one_keys.size() == (expect_one ? 2u : 0u));
+  }
+  CHECK(bf16_rne(std::exp(-0x1p-9)) == 1.0);  // the hole is real for these inputs
+  CHECK(bf16_rne(std::exp(-0x1p-8)) < 1.0);
+}
+
 TEST_CASE("scores of -inf and rows where every score is -inf: no NaN, O = 0, LSE = +inf") {
   AttentionInputs in = make_scenario("random", 2, 1, 1, 24, 16, formats::bf16, false);
   // Keys 3..7 get score -inf for every query whose first entry is positive; make all
