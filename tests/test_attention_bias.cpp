@@ -38,6 +38,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "attention/statistics.hpp"
+#include "tests/bf16_reference.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -124,15 +125,6 @@ bool is_bf16_tie(double x) {
   int e = 0;
   const double m = std::fabs(std::frexp(x, &e)) * 512.0;  // in [256, 512)
   return m == std::floor(m) && static_cast<long long>(m) % 2 == 1;
-}
-// bf16 round-to-nearest-even of a normal double, written out here (not the library's).
-double bf16_rne(double x) {
-  int e = 0;
-  const double m = std::frexp(x, &e) * 256.0;  // |m| in [128, 256)
-  double r = std::floor(m);
-  const double frac = m - r;
-  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
-  return std::ldexp(r, e - 8);
 }
 
 struct TieRates {

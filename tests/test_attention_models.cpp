@@ -21,6 +21,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "tests/bf16_reference.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -121,14 +122,29 @@ TEST_CASE("dynmax keeps every P-bar below one on the sink scenario (hardware ari
 }
 
 namespace {
-// bf16 round-to-nearest-even of a normal double, written out here (not the library's).
-double bf16_rne(double x) {
-  int e = 0;
-  const double m = std::frexp(x, &e) * 256.0;  // |m| in [128, 256)
-  double r = std::floor(m);
-  const double frac = m - r;
-  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
-  return std::ldexp(r, e - 8);
+// Runs `model` on one head whose every query sees the scaled scores `scores` (head dim
+// 16, scale 1/4: q = (4, 0, ...) and k_j = (scores[j], 0, ...), so S_j = scores[j]
+// exactly; V's row j is value_of_key[j] in every feature) and returns query 0's trace.
+RowTrace trace_first_row(const std::string& model, const std::vector<double>& scores,
+                         const std::vector<double>& value_of_key) {
+  const int d = 16, n = static_cast<int>(scores.size());
+  AttentionInputs in;
+  in.q = Tensor4(1, 1, n, d);
+  in.k = Tensor4(1, 1, n, d);
+  in.v = Tensor4(1, 1, n, d);
+  for (int j = 0; j < n; ++j) {
+    in.q.at(0, 0, j, 0) = 4.0;
+    in.k.at(0, 0, j, 0) = scores[j];
+    for (int c = 0; c < d; ++c) in.v.at(0, 0, j, c) = value_of_key[j];
+  }
+  Tracer tracer;
+  tracer.rows = {{0, 0, 0}};
+  RunOptions opt;
+  opt.tracer = &tracer;
+  run_attention(parse_kernel_model(model, formats::bf16), in, opt);
+  REQUIRE(tracer.traces.size() == 1);
+  REQUIRE(tracer.traces[0].tiles.size() == 1);
+  return tracer.traces[0];
 }
 }  // namespace
 
@@ -138,66 +154,32 @@ TEST_CASE("+dynmax on fa-bf16acc counts ties as the authors' attention.py does: 
   // (fp32 opmath, the scalar as a float). Row max r = 2^-8 and a second score
   // 190·2^-16: r - 1e-3 = 190.46·2^-16 rounds to 190·2^-16, so the authors count two
   // entries and use m = 2r, although r - s = 66·2^-16 > 1e-3 exceeds the tolerance.
-  const int d = 16;  // scale 1/4: q = (4, 0, ...) makes the scaled score exactly k_0
-  const std::vector<double> k0 = {0x1p-8, 190 * 0x1p-16, -3.0, -5.0};
-  const double r = k0[0], s = k0[1];
-  const double threshold = bf16_rne(static_cast<float>(r - static_cast<double>(static_cast<float>(1e-3))));
-  REQUIRE(s >= threshold);  // counted by the authors' rule
-  REQUIRE(r - s > 1e-3);    // not by the exact tolerance: the case tells the two apart
-  AttentionInputs in;
-  const int n = static_cast<int>(k0.size());
-  in.q = Tensor4(1, 1, n, d);
-  in.k = Tensor4(1, 1, n, d);
-  in.v = Tensor4(1, 1, n, d);
-  for (int j = 0; j < n; ++j) {
-    in.q.at(0, 0, j, 0) = 4.0;
-    in.k.at(0, 0, j, 0) = k0[j];
-    for (int c = 0; c < d; ++c) in.v.at(0, 0, j, c) = 1.0 + j;
-  }
-  Tracer tracer;
-  tracer.rows = {{0, 0, 0}};
-  RunOptions opt;
-  opt.tracer = &tracer;
-  run_attention(parse_kernel_model("fa-bf16acc+dynmax", formats::bf16), in, opt);
-  REQUIRE(tracer.traces.size() == 1);
-  REQUIRE(tracer.traces[0].tiles.size() == 1);
-  CHECK(tracer.traces[0].tiles[0].running_max == 2.0 * r);
+  const std::vector<double> scores = {0x1p-8, 190 * 0x1p-16, -3.0, -5.0}, values = {1, 2, 3, 4};
+  const double r = scores[0], s = scores[1];
+  const auto authors_threshold = [&](double tol) {
+    return bf16_rne(static_cast<float>(r - static_cast<double>(static_cast<float>(tol))));
+  };
+  REQUIRE(s >= authors_threshold(1e-3));  // counted by the authors' rule
+  REQUIRE(r - s > 1e-3);                  // not by the exact tolerance: the case tells the two apart
+  CHECK(trace_first_row("fa-bf16acc+dynmax", scores, values).tiles[0].running_max == 2.0 * r);
   // A tolerance that reaches s by exact arithmetic as well, and one whose bf16 threshold
   // stays above s: the same rule gives m = 2r and m = r.
-  run_attention(parse_kernel_model("fa-bf16acc+dynmax:beta=2,tol=0.0011", formats::bf16), in, opt);
-  CHECK(tracer.traces.back().tiles[0].running_max == 2.0 * r);
-  REQUIRE(bf16_rne(static_cast<float>(r - static_cast<double>(static_cast<float>(0.0009)))) > s);
-  run_attention(parse_kernel_model("fa-bf16acc+dynmax:beta=2,tol=0.0009", formats::bf16), in, opt);
-  CHECK(tracer.traces.back().tiles[0].running_max == r);
+  CHECK(trace_first_row("fa-bf16acc+dynmax:beta=2,tol=0.0011", scores, values).tiles[0].running_max == 2.0 * r);
+  REQUIRE(authors_threshold(0.0009) > s);
+  CHECK(trace_first_row("fa-bf16acc+dynmax:beta=2,tol=0.0009", scores, values).tiles[0].running_max == r);
 }
 
 TEST_CASE("+dynmax on fa-bf16acc leaves P-bar == 1 where the tied max is tiny: exp(-r) rounds to 1 in bf16") {
   // The fix keeps P̄ < 1 in real arithmetic; P̄'s bf16 cast undoes it when |r_m| is below
   // half a bf16 ulp under 1 (and at r_m = 0, which neither branch moves). Two keys tie
   // at r, two more sit 10 and 12 below.
-  const int d = 16, n = 4;
   for (const double r : {0x1p-10, 0x1p-9, 0.0, -0x1p-10, 0x1p-8, 0x1p-6, -0x1p-6}) {
     CAPTURE(r);
     const double m = r > 0 ? 2.0 * r : 0.0;
     const bool expect_one = bf16_rne(std::exp(r - m)) == 1.0;  // the tied keys' P̄ as the P·V cast sees it
-    AttentionInputs in;
-    in.q = Tensor4(1, 1, n, d);
-    in.k = Tensor4(1, 1, n, d);
-    in.v = Tensor4(1, 1, n, d);
-    const double k0[n] = {r, r, r - 10.0, r - 12.0};
-    for (int j = 0; j < n; ++j) {
-      in.q.at(0, 0, j, 0) = 4.0;  // scale 1/4: the scaled score is exactly k_0
-      in.k.at(0, 0, j, 0) = k0[j];
-      for (int c = 0; c < d; ++c) in.v.at(0, 0, j, c) = -1.0 - j / 128.0;
-    }
-    Tracer tracer;
-    tracer.rows = {{0, 0, 0}};
-    RunOptions opt;
-    opt.tracer = &tracer;
-    run_attention(parse_kernel_model("fa-bf16acc+dynmax", formats::bf16), in, opt);
-    REQUIRE(tracer.traces.size() == 1);
-    CHECK(tracer.traces[0].tiles[0].running_max == m);
-    CHECK(tracer.traces[0].p_equal_one_keys.size() == (expect_one ? 2u : 0u));
+    const RowTrace t = trace_first_row("fa-bf16acc+dynmax", {r, r, r - 10.0, r - 12.0}, {-1.0, -1.0, -1.5, -1.75});
+    CHECK(t.tiles[0].running_max == m);
+    CHECK(t.p_equal_one_keys.size() == (expect_one ? 2u : 0u));
   }
   CHECK(bf16_rne(std::exp(-0x1p-9)) == 1.0);  // the hole is real for these inputs
   CHECK(bf16_rne(std::exp(-0x1p-8)) < 1.0);
