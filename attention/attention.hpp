@@ -60,6 +60,9 @@ struct AttentionOutputs {
   Tensor4 lse;                  // [b][h][n][1], fp32 values (natural log)
   std::optional<Tensor4> delta; // [b][h][n][1]
   std::optional<Tensor4> dq, dk, dv;
+  // exact_attention() only: each row's exact max scaled score over its visible keys
+  // ([b][h][n][1]; -inf when none is visible). run_attention() leaves it empty.
+  std::optional<Tensor4> row_max;
 };
 
 // A parsed kernel model name: base recipe plus variant suffixes, e.g.

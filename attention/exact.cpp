@@ -28,6 +28,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   AttentionOutputs out;
   out.o = Tensor4(B, H, N, D);
   out.lse = Tensor4(B, H, N, 1);
+  out.row_max = Tensor4(B, H, N, 1);
   if (backward) {
     out.delta = Tensor4(B, H, N, 1);
     out.dq = Tensor4(B, H, N, D);
@@ -52,6 +53,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
         s[j] = acc * scale;
         m = std::max(m, s[j]);
       }
+      out.row_max->at(b, h, r, 0) = static_cast<double>(m);
       if (nk == 0 || m == -std::numeric_limits<long double>::infinity()) {  // nothing visible, or every score -inf
         out.lse.at(b, h, r, 0) = std::numeric_limits<double>::infinity();
         if (backward) out.delta->at(b, h, r, 0) = 0.0;

@@ -166,17 +166,52 @@ TEST_CASE("bias-test --against: paired on the same inputs and seed") {
   CHECK(run("bias-test --traces /nonexistent --against fa2-sm80").code == 2);
 }
 
-TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax is not") {
-  const Run biased = run("bias-test --model fa-bf16acc --scenario sink --trials 24 --seqlen 128 --headdim 32 --json");
+TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax shrinks it; --by-max groups rows by max score") {
+  // Head dim 64 (scale 1/8): a row's sink score is its bf16 q_0 in [7, 9], so the rows
+  // share the 49 bf16 values of [7, 9] (32 in [7, 8), 17 in [8, 9]) as their max.
+  const std::string common = " --scenario sink --trials 48 --seqlen 96 --headdim 64 --by-max --json";
+  const Run biased = run("bias-test --model fa-bf16acc" + common);
   REQUIRE(biased.code == 1);
   const auto j = nlohmann::json::parse(biased.out);
   CHECK(j["verdict"] == "biased");
   CHECK(j["o"]["mean_ulps"].get<double>() < 0);
   CHECK(j["o"]["ci"][1].get<double>() < 0);
   CHECK(j["delta"]["mean_ulps"].get<double>() > 0);
-  const Run fixed = run("bias-test --model fa-bf16acc+dynmax --scenario sink --trials 24 --seqlen 128 --headdim 32");
-  CHECK(fixed.code == 0);
-  CHECK(fixed.out.find("no detectable bias") != std::string::npos);
+  // Every max value errs the same way: the bias is the same for every token.
+  CHECK(j["by_row_max"]["distinct_values"] == 49);
+  CHECK(j["by_row_max"]["o"]["n"] == 49);
+  CHECK(j["by_row_max"]["o"]["positives"] == 0);
+  CHECK(j["by_row_max"]["o"]["p_t"].get<double>() < 1e-6);
+  CHECK(j["by_row_max"]["delta"]["negatives"] == 0);
+
+  // +dynmax: the per-trial means shrink but delta's stays significant (every trial reuses
+  // the same 49 max values, each with its own systematic error); over max values the
+  // errors take both signs and average out. The verdict and exit code follow the
+  // per-trial samples, not --by-max.
+  const Run fixed = run("bias-test --model fa-bf16acc+dynmax" + common);
+  CHECK(fixed.code == 1);
+  const auto f = nlohmann::json::parse(fixed.out);
+  CHECK(std::fabs(f["o"]["mean_ulps"].get<double>()) < std::fabs(j["o"]["mean_ulps"].get<double>()) / 3);
+  CHECK(std::fabs(f["delta"]["mean_ulps"].get<double>()) < std::fabs(j["delta"]["mean_ulps"].get<double>()) / 3);
+  CHECK(f["delta"]["verdict"] == "biased");
+  CHECK(f["by_row_max"]["distinct_values"] == 49);
+  CHECK(f["by_row_max"]["o"]["positives"].get<int>() > 0);
+  CHECK(f["by_row_max"]["o"]["negatives"].get<int>() > 0);
+  CHECK(f["by_row_max"]["o"]["p_t"].get<double>() > 1e-3);
+  CHECK(f["by_row_max"]["delta"]["p_t"].get<double>() > 1e-3);
+
+  // Text output names the grouping; traces group the same way (one sample per row max).
+  const Run text = run("bias-test --model fa-bf16acc+dynmax --scenario sink --trials 2 --seqlen 32 --by-max");
+  CHECK(text.out.find("by row max: ") != std::string::npos);
+  const std::string examples = (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples").string();
+  const Run plain_traces = run("bias-test --traces " + examples + " --json");
+  const Run grouped_traces = run("bias-test --traces " + examples + " --by-max --json");
+  CHECK(grouped_traces.code == plain_traces.code);
+  const auto t = nlohmann::json::parse(grouped_traces.out);
+  CHECK(t["by_row_max"]["o"]["n"] == t["by_row_max"]["distinct_values"]);
+  CHECK(t["by_row_max"]["distinct_values"].get<int>() > 1);
+  CHECK(t["by_row_max"]["distinct_values"].get<int>() <= t["o"]["n"].get<int>());
+  CHECK(nlohmann::json::parse(plain_traces.out)["o"] == t["o"]);
 }
 
 namespace {

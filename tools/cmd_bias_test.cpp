@@ -14,10 +14,18 @@
 //   free of the input noise they share (fp8 quantisation, say).
 // - --model M --recipe FILE: M with the recipe file's stage formats and SFU tables
 //   (tools/recipe_file.hpp); trials are seeded as for M alone, so both see the same inputs.
+// - --by-max (informational; the verdict and exit code are unchanged): the rows grouped by
+//   their exact max scaled score, one sample per distinct value (the mean over every row
+//   sharing it, across trials or traces). A recipe whose rounding depends on the max's
+//   value (P̄ = exp(S - m) cast to bf16) errs systematically per value; a per-trial
+//   mean over a scenario that reuses a few max values measures those few values, while
+//   this asks whether the error averages out over max values. Rows are the unit where
+//   every max is distinct (random scenarios).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "attention/attention.hpp"
@@ -34,7 +42,41 @@ struct BiasOptions {
   int trials = 32, seqlen = 256, headdim = 64;
   double alpha = 1e-3;
   std::uint64_t seed = 0;
-  bool json = false;
+  bool json = false, by_max = false;
+};
+
+// --by-max: per distinct row max, the sums of the row samples that share it.
+class RowMaxGroups {
+ public:
+  // o_row: the row's mean O error; delta_row: its delta error, or nullptr without one.
+  void add(double row_max, double o_row, const double* delta_row) {
+    Group& g = groups_[row_max];
+    g.o_sum += o_row;
+    ++g.o_rows;
+    if (delta_row) {
+      g.delta_sum += *delta_row;
+      ++g.delta_rows;
+    }
+  }
+  std::size_t size() const { return groups_.size(); }
+  std::vector<double> o_means() const {
+    std::vector<double> out;
+    for (const auto& [max, g] : groups_) out.push_back(g.o_sum / static_cast<double>(g.o_rows));
+    return out;
+  }
+  std::vector<double> delta_means() const {
+    std::vector<double> out;
+    for (const auto& [max, g] : groups_)
+      if (g.delta_rows > 0) out.push_back(g.delta_sum / static_cast<double>(g.delta_rows));
+    return out;
+  }
+
+ private:
+  struct Group {
+    double o_sum = 0, delta_sum = 0;
+    long long o_rows = 0, delta_rows = 0;
+  };
+  std::map<double, Group> groups_;
 };
 
 double mean_of(const std::vector<double>& v) {
@@ -70,6 +112,7 @@ int run_bias_test(const BiasOptions& o) {
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
   std::vector<double> o_samples, d_samples;
+  RowMaxGroups by_max;
   std::string subject, provenance;
   if (!o.model.empty()) {
     const auto names = attn::scenario_names();
@@ -108,6 +151,12 @@ int run_bias_test(const BiasOptions& o) {
                                               : measure_paired(model, against, in, s);
       o_samples.push_back(mean_of(e.o_ulps));
       if (!e.delta_ulps.empty()) d_samples.push_back(mean_of(e.delta_ulps));
+      const std::size_t d = static_cast<std::size_t>(o.headdim);
+      for (std::size_t r = 0; r < e.row_max.size(); ++r) {
+        double row_sum = 0;
+        for (std::size_t c = 0; c < d; ++c) row_sum += e.o_ulps[r * d + c];
+        by_max.add(e.row_max[r], row_sum / static_cast<double>(d), e.delta_ulps.empty() ? nullptr : &e.delta_ulps[r]);
+      }
       progress.advance();
     }
   } else {
@@ -137,14 +186,19 @@ int run_bias_test(const BiasOptions& o) {
         }
         o_samples.push_back(sum / d);
       }
+      std::vector<double> trace_delta;  // per row, when the trace has delta
       if (trace.has("delta") && exact.delta) {
         const auto dv = tensor_from_trace(trace, "delta");
         if (dv.data.size() != exact.delta->data.size())
           throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
         const std::vector<double> unit = delta_units(o_bits.format, *in.d_o, exact.o, *exact.delta);
         for (std::size_t i = 0; i < dv.data.size(); ++i)
-          d_samples.push_back((dv.data[i] - exact.delta->data[i]) / unit[i]);
+          trace_delta.push_back((dv.data[i] - exact.delta->data[i]) / unit[i]);
+        d_samples.insert(d_samples.end(), trace_delta.begin(), trace_delta.end());
       }
+      const std::size_t first_row = o_samples.size() - exact.row_max->data.size();
+      for (std::size_t r = 0; r < exact.row_max->data.size(); ++r)
+        by_max.add(exact.row_max->data[r], o_samples[first_row + r], trace_delta.empty() ? nullptr : &trace_delta[r]);
     }
     subject = std::to_string(files.size()) + " traces in " + o.traces + " (one sample per row)";
     provenance = std::to_string(hardware) + " of " + std::to_string(files.size()) +
@@ -161,6 +215,14 @@ int run_bias_test(const BiasOptions& o) {
     j["o"] = stats_json(so);
     if (!d_samples.empty()) j["delta"] = stats_json(sd);
     j["verdict"] = biased ? "biased" : "no detectable bias";
+    if (o.by_max) {
+      nlohmann::ordered_json g;
+      g["distinct_values"] = by_max.size();
+      g["o"] = stats_json(attn::summarize(by_max.o_means(), o.alpha));
+      const std::vector<double> dm = by_max.delta_means();
+      if (!dm.empty()) g["delta"] = stats_json(attn::summarize(dm, o.alpha));
+      j["by_row_max"] = g;
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "bias-test: " << subject << "\n" << provenance << "\n";
@@ -173,6 +235,14 @@ int run_bias_test(const BiasOptions& o) {
       std::cout << "(paired: " << o.model << " minus " << o.against << " on the same inputs and seed; O in ulps "
                    "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
                    "sum|dO*O|))\n";
+    if (o.by_max) {
+      std::cout << "by row max: " << by_max.size()
+                << " distinct values, one sample each (the mean over the rows sharing it); informational, the "
+                   "verdict uses the samples above\n";
+      print_stats("O", attn::summarize(by_max.o_means(), o.alpha), o.alpha);
+      const std::vector<double> dm = by_max.delta_means();
+      if (!dm.empty()) print_stats("delta", attn::summarize(dm, o.alpha), o.alpha);
+    }
     std::cout << "verdict: " << (biased ? "biased" : "no detectable bias") << "\n";
   }
   return biased ? kExitCheckFailed : kExitOk;
@@ -191,6 +261,8 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");
   app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  app.add_flag("--by-max", o->by_max,
+               "also group rows by their exact max score: one sample per distinct value (informational)");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_bias_test(*o); };
 }

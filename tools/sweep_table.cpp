@@ -54,6 +54,7 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
     for (std::size_t i = 0; i < got.delta->data.size(); ++i)
       t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / unit[i]);
   }
+  t.row_max = want.row_max->data;
   for (const attn::RowTrace& row : tracer.traces)
     for (const attn::TileRecord& tile : row.tiles) {
       t.significand_overflows += tile.significand_overflows;
@@ -92,6 +93,7 @@ TrialErrors measure_paired(const attn::ModelHandle& model, const attn::ModelHand
     for (std::size_t i = 0; i < a.delta->data.size(); ++i)
       t.delta_ulps.push_back((a.delta->data[i] - b.delta->data[i]) / unit[i]);
   }
+  t.row_max = want.row_max->data;
   return t;
 }
 

@@ -42,6 +42,7 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
 struct TrialErrors {
   std::vector<double> o_ulps;      // per element of O (signed)
   std::vector<double> delta_ulps;  // per row (signed); empty without a backward
+  std::vector<double> row_max;     // per row: its exact max scaled score (exact_attention's row_max)
   long long significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
 };
 // in.d_o present => delta errors are measured too.
