@@ -207,6 +207,8 @@ TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive, half an ulp pe
   // 0.1-0.3 ulp of it) round: small and negative at most scores, large and positive
   // where that mass tips the row sum over a rounding boundary (8 of 49 at 200 trials,
   // up to +0.9 ulp). Over score values these balance: their mean is not significant.
+  // (The t-test takes the 49 values as independent; they share each trial's inputs, so
+  // its CI is if anything too narrow, and "not significant" holds a fortiori.)
   // The pooled mean above stays significant because every trial reuses the same 49
   // values (its sign flips with the score range).
   const std::vector<double> plain_by_score = sink_score_means(plain), fixed_by_score = sink_score_means(fixed);
