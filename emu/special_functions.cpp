@@ -671,6 +671,17 @@ class DeltaTableModel final : public TableModel {
   mutable std::atomic<std::uint64_t> fallbacks_{0};
 };
 
+// A table entry t (negated when `negate`) times 2^k as an ftz output register holds it:
+// a NaN entry is returned as is, results from 2^128 up saturate to a signed inf and results
+// below 2^-126 flush to a signed zero. Shared by the ex2 and rcp table forms.
+float scale_table_entry(float t, int k, bool negate) {
+  if (std::isnan(t)) return t;
+  const double v = std::ldexp(static_cast<double>(negate ? -t : t), k);  // exact in double
+  if (std::fabs(v) >= 0x1p128) return std::signbit(v) ? -plus_inf() : plus_inf();
+  if (std::fabs(v) < 0x1p-126) return std::signbit(v) ? -0.0f : 0.0f;
+  return static_cast<float>(v);  // exact: a 24-bit significand in the normal range
+}
+
 class Ex2FixedPointModel final : public TableModel {
  public:
   Ex2FixedPointModel(bool measured, std::string path, std::string source, int fraction_bits,
@@ -696,12 +707,7 @@ class Ex2FixedPointModel final : public TableModel {
     const std::int64_t xf = static_cast<std::int64_t>(fixed);
     const std::int64_t k = xf >> fraction_bits_;  // arithmetic shift: floor
     const std::uint64_t i = static_cast<std::uint64_t>(xf) & ((std::uint64_t{1} << fraction_bits_) - 1);
-    const float t = float_of(table_[i]);
-    if (std::isnan(t)) return t;
-    const double v = std::ldexp(static_cast<double>(t), static_cast<int>(k));
-    if (std::fabs(v) >= 0x1p128) return std::copysign(plus_inf(), t);
-    if (std::fabs(v) < 0x1p-126) return std::copysign(0.0f, t);
-    return static_cast<float>(v);  // exact: 24-bit significand in the normal range
+    return scale_table_entry(float_of(table_[i]), static_cast<int>(k), false);
   }
 
  private:
@@ -728,12 +734,7 @@ class RcpMantissaModel final : public TableModel {
     if (std::isinf(x)) return std::copysign(0.0f, x);
     const std::uint32_t b = bits_of(x);
     const int e = static_cast<int>((b >> 23) & 0xffu) - 127;
-    const float t = float_of(table_[b & 0x7fffffu]);
-    if (std::isnan(t)) return t;
-    const double v = std::ldexp(static_cast<double>(std::signbit(x) ? -t : t), -e);  // exact
-    if (std::fabs(v) >= 0x1p128) return std::signbit(v) ? -plus_inf() : plus_inf();
-    if (std::fabs(v) < 0x1p-126) return std::signbit(v) ? -0.0f : 0.0f;
-    return static_cast<float>(v);  // exact: at most 24 significant bits in the normal range
+    return scale_table_entry(float_of(table_[b & 0x7fffffu]), -e, std::signbit(x));
   }
 
  private:

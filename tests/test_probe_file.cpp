@@ -702,6 +702,20 @@ std::size_t count_mirror_differences(const std::vector<std::uint32_t>& inputs, D
   return differ;
 }
 
+// A mantissa-table capture file (rcp or lg2) converted: the table's header fields are
+// checked here, its entries by the caller.
+fb::SfuTable convert_mantissa_capture(const std::string& capture_path, fb::SpecialFunction function,
+                                      fb::SfuTableForm form, std::uint32_t entries) {
+  const fb::SfuTable table = fb::gpu::sfu_capture_to_table(capture_path);
+  CHECK(table.function == function);
+  CHECK(table.form == form);
+  CHECK(table.measured_on_hardware);
+  CHECK(table.nan_output == 0x7fffffffu);
+  CHECK(table.source.find("Test GPU") != std::string::npos);
+  REQUIRE(table.mantissa_outputs.size() == entries);
+  return table;
+}
+
 }  // namespace
 
 TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
@@ -739,13 +753,8 @@ TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
     }
   }
   const std::string in = write_capture("cap_rcp.fbsfut", spec);
-  const fb::SfuTable table = fb::gpu::sfu_capture_to_table(in);
-  CHECK(table.function == fb::SpecialFunction::rcp);
-  CHECK(table.form == fb::SfuTableForm::rcp_mantissa);
-  CHECK(table.measured_on_hardware);
-  CHECK(table.nan_output == 0x7fffffffu);
-  CHECK(table.source.find("Test GPU") != std::string::npos);
-  REQUIRE(table.mantissa_outputs.size() == entries);
+  const fb::SfuTable table =
+      convert_mantissa_capture(in, fb::SpecialFunction::rcp, fb::SfuTableForm::rcp_mantissa, entries);
   std::size_t differ = 0;
   for (std::uint32_t m = 0; m < entries; ++m) differ += table.mantissa_outputs[m] != expected[m];
   CHECK(differ == 0);
@@ -889,13 +898,8 @@ TEST_CASE("sfu_capture_lg2_table_converts_and_device_model_matches_the_emu") {
     return it != escaped.end() ? it->second : lg2_rne_bits(m) + static_cast<std::uint32_t>(spec.deltas[m]);
   };
   const std::string in = write_capture("cap_lg2.fbsfut", spec);
-  const fb::SfuTable table = fb::gpu::sfu_capture_to_table(in);
-  CHECK(table.function == fb::SpecialFunction::lg2);
-  CHECK(table.form == fb::SfuTableForm::lg2_exponent_split);
-  CHECK(table.measured_on_hardware);
-  CHECK(table.nan_output == 0x7fffffffu);
-  CHECK(table.source.find("Test GPU") != std::string::npos);
-  REQUIRE(table.mantissa_outputs.size() == entries);
+  const fb::SfuTable table =
+      convert_mantissa_capture(in, fb::SpecialFunction::lg2, fb::SfuTableForm::lg2_exponent_split, entries);
   std::vector<std::uint32_t> sampled = {0, 1, 2, 0x7fffffu, 0x400000u};
   for (std::uint32_t m = 0; m < entries; m += small ? 100019 : 1009) sampled.push_back(m);
   for (const auto& e : escaped) sampled.push_back(e.first);

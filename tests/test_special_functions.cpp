@@ -727,6 +727,30 @@ fb::SfuTable rcp_mantissa_table(const MantissaTableFixture& fx) {
   return t;
 }
 
+
+// An FBSFU1 mantissa-table file written byte by byte from the format comment (not by
+// fb::write_table_file): `function` and `form` codes, empty source, nan_output 0x7fc00000,
+// then two runs: 256 deltas of 2 bits, m % 3 - 1, and `entries - 256` of width 0. The
+// checksum is left 0 for write_bytes(..., true) to fill in.
+std::vector<std::uint8_t> hand_written_delta_table(std::uint8_t function, std::uint8_t form, std::uint32_t entries) {
+  std::vector<std::uint8_t> b = {'F', 'B', 'S', 'F', 'U', '1', function, form, 0, 0, 0};
+  auto u32 = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  u32(0x7fc00000u);
+  u32(256);
+  b.push_back(2);
+  for (std::uint32_t j = 0; j < 256; j += 4) {
+    std::uint8_t byte = 0;
+    for (std::uint32_t k = 0; k < 4; ++k) byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
+    b.push_back(byte);  // (m % 3 - 1) mod 4 = (m % 3 + 3) mod 4
+  }
+  u32(entries - 256);
+  b.push_back(0);
+  u32(0);
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("table_rcp_mantissa_reference_check") {
@@ -841,22 +865,7 @@ TEST_CASE("table_rcp_mantissa_round_trip") {
   // source, nan_output, then runs: 256 deltas of 2 bits (m % 3 - 1), the rest of width 0):
   // the loader's deltas must be relative to the correctly rounded 1 / 1.m.
   {
-    std::vector<std::uint8_t> b = {'F', 'B', 'S', 'F', 'U', '1', 1, 2, 0, 0, 0};
-    auto u32 = [&](std::uint32_t v) {
-      for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-    };
-    u32(0x7fc00000u);
-    u32(256);
-    b.push_back(2);
-    for (std::uint32_t j = 0; j < 256; j += 4) {
-      std::uint8_t byte = 0;
-      for (std::uint32_t k = 0; k < 4; ++k) byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
-      b.push_back(byte);  // (m % 3 - 1) mod 4 = (m % 3 + 3) mod 4
-    }
-    u32(fb::kRcpMantissaEntries - 256);
-    b.push_back(0);
-    u32(0);  // the checksum, filled in by write_bytes
-    write_bytes(path, b, true);
+    write_bytes(path, hand_written_delta_table(1, 2, fb::kRcpMantissaEntries), true);
     const auto hand = fb::load_table_model(path);
     for (std::uint32_t mant : {0u, 1u, 2u, 3u, 100u, 254u, 255u, 256u, 257u, 0x400000u, 0x7fffffu}) {
       const std::int32_t d = mant < 256 ? static_cast<std::int32_t>(mant % 3) - 1 : 0;
@@ -1097,22 +1106,7 @@ TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") 
     fb::write_table_file(path, plain);
     CHECK(read_bytes(path).size() == 6 + 3 + 2 + 4 + 5 + 4);
   }
-  std::vector<std::uint8_t> b = {'F', 'B', 'S', 'F', 'U', '1', 2, 3, 0, 0, 0};
-  auto u32 = [&](std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  };
-  u32(0x7fc00000u);
-  u32(256);
-  b.push_back(2);
-  for (std::uint32_t j = 0; j < 256; j += 4) {
-    std::uint8_t byte = 0;
-    for (std::uint32_t k = 0; k < 4; ++k) byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
-    b.push_back(byte);  // (m % 3 - 1) mod 4 = (m % 3 + 3) mod 4
-  }
-  u32(fb::kLg2MantissaEntries - 256);
-  b.push_back(0);
-  u32(0);  // the checksum, filled in by write_bytes
-  write_bytes(path, b, true);
+  write_bytes(path, hand_written_delta_table(2, 3, fb::kLg2MantissaEntries), true);
   const auto hand = fb::load_table_model(path);
   CHECK(hand->function() == SpecialFunction::lg2);
   for (std::uint32_t mant : {1u, 2u, 3u, 100u, 254u, 255u, 256u, 257u, 0x400000u, 0x7fffffu}) {
