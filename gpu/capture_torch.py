@@ -3,139 +3,161 @@
 
 Contract:
 - Runs torch.nn.functional.scaled_dot_product_attention restricted to the flash backend
-  (torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)) in bf16, non-causal, then
-  backward with the given dO. Fails (exit 2) rather than fall back to another backend.
-- Inputs: read from an input trace (--input FILE: a safetensors file holding q, k, v, do,
-  BF16 [B,H,N,D]). The intended source is flashbits itself (`flashbits make-trace
-  --backward`, see gpu/make_inputs.sh), so the hardware sees exactly the C++ scenario
-  generators' inputs (sink, random, fa3-outliers as attention/scenarios.cpp defines them)
-  and the scenario and seed carry over. Without --input the inputs are generated here
-  (--scenario random|sink|fa3-outliers): THIS script's generators, which are NOT the C++
-  ones for a given seed (the trace stores whatever was used, so a replay is exact either
-  way, but only --input gives the C++ scenarios).
-- Output: one safetensors trace (DESIGN.md §9) with q, k, v, do, o, lse (when the flash op
-  exposes it), dq, dk, dv and __metadata__: source cuda:<device>, device, compute
-  capability, versions (torch, CUDA, cuDNN, safetensors), torch version, backend, kernel,
-  model, softmax scale, causal, dtype, scenario (and seed, input trace when read).
-- Exit 0 on success; 2 on bad input, no CUDA device, or when the flash backend cannot run
-  the problem (sdpa_kernel raises instead of falling back to another backend).
+  (torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION): it raises instead of
+  falling back to another backend), forward and backward with the given dO, and
+  torch.ops.aten._scaled_dot_product_flash_attention for the log-sum-exp (kept only when
+  its O equals the autograd path's O bit for bit).
+- Split-KV is avoided, not modelled: PyTorch's mha_fwd picks num_splits with FA2's
+  num_splits_heuristic(batch*heads*ceil(seqlen_q/64), 2*SMs, ceil(seqlen_k/block_n), 128),
+  which returns 1 once batch*heads*m_blocks >= 0.8 * 2 * SMs. The run therefore tiles the
+  input heads up to --run-heads (default: the smallest count that provably avoids a split
+  on this GPU, at least 64) and saves only the input's own heads: FA2 computes every
+  (batch, head) in its own thread blocks, so a head's outputs do not depend on the others.
+  The kernels that actually ran are listed from the profiler and a split kernel is
+  reported (metadata num_splits, kernels).
+- dQ is accumulated by FA2's backward with fp32 atomics over KV blocks in hardware order;
+  with at most two KV blocks of the backward tile (seqlen_k <= 2 * bwd block_n) the sum
+  is order-independent (a + b == b + a; the accumulator starts at 0). Each capture runs
+  twice and records whether every output was bit-identical (metadata repeat_identical).
+- Scale: the softmax scale is passed as an fp32 value (the kernel's Flash_fwd_params
+  stores a float), so the metadata holds exactly the scale the kernel used.
+- Modes:
+  * single: --input FILE --out FILE [--causal] [--dtype bf16|fp16]
+  * plan:   --plan --inputs-dir DIR --out-dir DIR: every (dtype, head dim, causal,
+    scenario) of the device session; each trace is written the moment it is captured,
+    and one line per capture is appended to DIR/capture_log.jsonl (kernels, splits,
+    timings, errors). A failing capture is logged and the plan goes on.
+- Output trace (flashbits' schema, traces/trace.hpp): q, k, v, do, o, lse, dq, dk, dv in
+  [B,H,N,D] / [B,H,N] and __metadata__: source cuda:<device>, device, compute capability,
+  versions, kernel (the profiler's kernel names), model pytorch-fa2-sm90 / -sm80, block
+  sizes parsed from the kernel names, softmax scale, causal, dtype, scenario, seed.
+- Exit 0 on success; 2 on bad input, no CUDA device, or a capture that failed (single
+  mode); plan mode exits 0 when at least one capture succeeded.
 Only torch and safetensors are needed.
 """
 import argparse
+import json
 import math
+import os
+import re
 import sys
+import time
+import traceback
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-
-def generate(scenario, batch, heads, seq, hdim, seed, device):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    shape = (batch, heads, seq, hdim)
-
-    def normal():
-        return torch.randn(shape, generator=g)
-
-    if scenario == "random":
-        q, k, v, do = normal(), normal(), normal(), normal()
-    elif scenario == "fa3-outliers":
-        # N(0,1) + N(0,100) * Bernoulli(0.001), as in the FlashAttention-3 paper (DESIGN.md §8)
-        def outliers():
-            mask = (torch.rand(shape, generator=g) < 0.001).float()
-            return normal() + 10.0 * normal() * mask
-        q, k, v, do = outliers(), outliers(), outliers(), outliers()
-    elif scenario == "sink":
-        # DESIGN.md §7: >= 2 keys tie exactly for each row max, the rest 8-20 below, V and dO
-        # mostly negative in features 20 and 29 (head dim >= 32).
-        scale = 1.0 / math.sqrt(hdim)
-        q = torch.zeros(shape)
-        q[..., 0] = 1.0
-        k = 0.1 * normal()
-        k[..., 0] = 0.0
-        top = 8.0
-        # scores are exactly q.k * scale = k[...,0] * scale: set k[...,0] = score / scale
-        scores = top - (8.0 + 12.0 * torch.rand((batch, heads, seq), generator=g))
-        scores[..., 0] = top
-        scores[..., 1] = top
-        extra = torch.rand((batch, heads, seq), generator=g) < 0.02
-        scores[extra] = top
-        k[..., 0] = scores / scale
-        # q has a single non-zero feature, so the other features of k do not change scores
-        v = normal()
-        do = normal()
-        for f in (20, 29):
-            if f < hdim:
-                v[..., f] = -(1.0 + 0.3 * normal()[..., f]).abs()
-                do[..., f] = -(1.0 + 0.3 * normal()[..., f]).abs()
-    else:
-        raise SystemExit(f"error: --scenario: unknown scenario '{scenario}'")
-    return [t.to(torch.bfloat16).to(device) for t in (q, k, v, do)]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--input", help="input trace with q, k, v, do (BF16 [B,H,N,D])")
-    ap.add_argument("--scenario", default="random", help="random | sink | fa3-outliers (when no --input)")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--heads", type=int, default=1)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--hdim", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--softmax-scale", type=float, default=None)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+def num_splits_heuristic(batch_nheads_mblocks, num_sms, num_n_blocks, max_splits):
+    """FA2's heuristic as PyTorch's flash_api.cpp states it (for the record only)."""
+    if batch_nheads_mblocks >= 0.8 * num_sms:
+        return 1
+    max_splits = min(max_splits, num_sms, num_n_blocks)
+    ceildiv = lambda a, b: (a + b - 1) // b  # noqa: E731
+    eligible = lambda s: s == 1 or ceildiv(num_n_blocks, s) != ceildiv(num_n_blocks, s - 1)  # noqa: E731
+    eff = []
+    for s in range(1, max_splits + 1):
+        if not eligible(s):
+            eff.append(0.0)
+        else:
+            waves = batch_nheads_mblocks * s / num_sms
+            eff.append(waves / math.ceil(waves))
+    best = max(eff) if eff else 0.0
+    for s in range(1, max_splits + 1):
+        if eligible(s) and eff[s - 1] >= 0.85 * best:
+            return s
+    return 1
 
-    if not torch.cuda.is_available():
-        print("error: no CUDA device", file=sys.stderr)
-        return 2
-    device = torch.device("cuda")
-    meta_in = {}
-    if args.input:
-        tensors = load_file(args.input)
-        for name in ("q", "k", "v", "do"):
-            if name not in tensors or tensors[name].dtype != torch.bfloat16 or tensors[name].dim() != 4:
-                print(f"error: {args.input}: {name}: missing or not BF16 [B,H,N,D]", file=sys.stderr)
-                return 2
-        q, k, v, do = (tensors[n].to(device).contiguous() for n in ("q", "k", "v", "do"))
-        from safetensors import safe_open
-        with safe_open(args.input, framework="pt") as f:
-            meta_in = f.metadata() or {}
-        scenario = meta_in.get("scenario", "input-trace")
-    else:
-        q, k, v, do = generate(args.scenario, args.batch, args.heads, args.seq, args.hdim, args.seed, device)
-        scenario = args.scenario
-    hdim = q.shape[-1]
-    scale = args.softmax_scale
-    if scale is None:
-        scale = float(meta_in["softmax_scale"]) if "softmax_scale" in meta_in else 1.0 / math.sqrt(hdim)
 
+def predicted_splits(batch, heads, seq_q, seq_k, hdim, sms):
+    block_n = 256 if hdim <= 64 else (128 if hdim <= 128 else 64)
+    return num_splits_heuristic(batch * heads * ((seq_q + 63) // 64), 2 * sms, (seq_k + block_n - 1) // block_n, 128)
+
+
+def run_heads_needed(batch, seq_q, sms, minimum):
+    m_blocks = (seq_q + 63) // 64
+    heads = minimum
+    while batch * heads * m_blocks < 0.8 * 2 * sms:
+        heads *= 2
+    return heads
+
+
+def kernel_names(fn):
+    """Names of the CUDA kernels fn launches (profiler), or an error string."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        names = []
+        for e in prof.events():
+            dt = getattr(e, "device_type", None)
+            if dt is not None and "CUDA" in str(dt) and e.name not in names:
+                names.append(e.name)
+        return names, None
+    except Exception as exc:  # noqa: BLE001 - the capture itself does not need the profiler
+        return [], f"{type(exc).__name__}: {exc}"
+
+
+TRAITS = re.compile(r"Flash_(fwd|bwd)_kernel_traits<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)")
+
+
+def tiles_from_kernels(names):
+    """block sizes from the kernel template arguments: fwd (hdim, block_m, block_n, warps)."""
+    out = {}
+    for n in names:
+        for kind, hdim, bm, bn, warps in TRAITS.findall(n):
+            key = "" if kind == "fwd" else "bwd_"
+            out.setdefault(key + "block_m", bm)
+            out.setdefault(key + "block_n", bn)
+            out.setdefault(key + "warps", warps)
+    return out
+
+
+def tile_heads(t, heads_run):
+    h = t.shape[1]
+    reps = (heads_run + h - 1) // h
+    return t.repeat(1, reps, 1, 1)[:, :heads_run].contiguous()
+
+
+def capture(q, k, v, do, scale, causal, heads_run):
+    """Runs fwd+bwd on heads tiled to heads_run; returns the input heads' tensors."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    try:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises instead of falling back
-            o = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=False, scale=scale)
-            o.backward(do)
+
+    h = q.shape[1]
+    qr, kr, vr, dor = (tile_heads(t, heads_run) for t in (q, k, v, do))
+
+    def fwd_bwd():
+        qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (qr, kr, vr))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            o = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, scale=scale)
+            o.backward(dor)
         torch.cuda.synchronize()
-    except RuntimeError as exc:
-        print(f"error: the flash SDPA backend did not run: {exc}", file=sys.stderr)
-        return 2
+        return {"o": o.detach(), "dq": qg.grad, "dk": kg.grad, "dv": vg.grad}
 
-    out = {"q": q, "k": k, "v": v, "do": do, "o": o.detach(),
-           "dq": qg.grad, "dk": kg.grad, "dv": vg.grad}
-    # The flash op also returns the log-sum-exp; capture it when this torch exposes the op.
-    try:
-        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False, scale=scale)
-        if torch.equal(res[0], out["o"]):
-            out["lse"] = res[1].float()
-    except Exception as exc:  # noqa: BLE001 - LSE is optional in a trace
-        print(f"note: lse not captured ({type(exc).__name__}: {exc})", file=sys.stderr)
+    first = fwd_bwd()
+    second = fwd_bwd()
+    identical = {n: bool(torch.equal(first[n].view(torch.int16), second[n].view(torch.int16))) for n in first}
+    names, prof_err = kernel_names(fwd_bwd)
+    res = torch.ops.aten._scaled_dot_product_flash_attention(qr, kr, vr, 0.0, causal, False, scale=scale)
+    torch.cuda.synchronize()
+    out = {n: t[:, :h].contiguous() for n, t in first.items()}
+    lse_ok = bool(torch.equal(res[0].view(torch.int16), first["o"].view(torch.int16)))
+    if lse_ok:
+        out["lse"] = res[1][:, :h].float().contiguous()
+    return out, identical, names, prof_err, lse_ok
 
+
+def device_metadata(device):
     import safetensors
-    props = torch.cuda.get_device_properties(device)
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     name = torch.cuda.get_device_name(device)
     major, minor = torch.cuda.get_device_capability(device)
-    meta = {
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    props = torch.cuda.get_device_properties(device)
+    return {
         "source": f"cuda:{name}",
         "device": name,
         "compute_capability": f"{major}.{minor}",
@@ -143,27 +165,243 @@ def main():
                     f"safetensors={getattr(safetensors, '__version__', 'unknown')}",
         "torch": torch.__version__,
         "cuda_runtime": str(torch.version.cuda),
-        "backend": "FLASH_ATTENTION",
-        "kernel": "torch.nn.functional.scaled_dot_product_attention (flash backend, fwd+bwd)",
-        "model": "fa2-sm90" if major >= 9 else "fa2-sm80",
-        "softmax_scale": repr(float(scale)),
-        "causal": "false",
-        "dtype": "bf16",
-        "scenario": scenario,
         "multiprocessors": str(props.multi_processor_count),
-        "note": "tile sizes are chosen inside PyTorch's bundled FlashAttention-2 and are not reported",
-    }
-    if args.input:
-        meta["input_trace"] = args.input
-        if "seed" in meta_in:
-            meta["seed"] = meta_in["seed"]
-        if "source" in meta_in:
-            meta["input_source"] = meta_in["source"]  # e.g. emulated: the inputs came from flashbits
-    else:
-        meta["seed"] = str(args.seed)
-        meta["generator"] = "gpu/capture_torch.py (not the C++ scenario generators)"
-    save_file({k: t.detach().contiguous().cpu() for k, t in out.items()}, args.out, metadata=meta)
-    print(f"wrote {args.out} ({name}, scenario {scenario}, shape {tuple(q.shape)})")
+        "backend": "FLASH_ATTENTION",
+        "model": "pytorch-fa2-sm90" if major >= 9 else "pytorch-fa2-sm80",
+    }, props.multi_processor_count
+
+
+def load_inputs(path, dtype, device):
+    """q, k, v, do of one input trace, or of several stacked as heads (path: a list)."""
+    if isinstance(path, (list, tuple)):
+        parts = [load_inputs(p, dtype, device) for p in path]
+        meta = dict(parts[0][1])
+        meta["seed"] = ",".join(p[1].get("seed", "?") for p in parts)
+        return [torch.cat([p[0][i] for p in parts], dim=1) for i in range(4)], meta
+    tensors = load_file(path)
+    for name in ("q", "k", "v", "do"):
+        t = tensors.get(name)
+        if t is None or t.dim() != 4 or not t.dtype.is_floating_point:
+            raise ValueError(f"{path}: {name}: missing or not a floating [B,H,N,D] tensor")
+    with safe_open(path, framework="pt") as f:
+        meta = f.metadata() or {}
+    out = []
+    for n in ("q", "k", "v", "do"):
+        t = tensors[n]
+        if t.dtype != dtype:
+            # only exact conversions are accepted: the trace must hold what the kernel read
+            c = t.to(dtype)
+            if not torch.equal(c.to(t.dtype), t):
+                raise ValueError(f"{path}: {n}: not exactly representable in {dtype}")
+            t = c
+        out.append(t.to(device).contiguous())
+    return out, meta
+
+
+def one_capture(path, dtype_name, causal, out_path, dev_meta, sms, heads_min, extra_meta, keep=None):
+    device = torch.device("cuda")
+    dtype = DTYPES[dtype_name]
+    (q, k, v, do), meta_in = load_inputs(path, dtype, device)
+    hdim = q.shape[-1]
+    scale_in = float(meta_in["softmax_scale"]) if "softmax_scale" in meta_in else 1.0 / math.sqrt(hdim)
+    scale = float(torch.tensor(scale_in, dtype=torch.float32).item())  # the kernel's fp32 scale
+    batch, _, seq_q, _ = q.shape
+    seq_k = k.shape[2]
+    heads_run = run_heads_needed(batch, seq_q, sms, heads_min)
+    t0 = time.time()
+    out, identical, names, prof_err, lse_ok = capture(q, k, v, do, scale, causal, heads_run)
+    elapsed = time.time() - t0
+    splits_pred = predicted_splits(batch, heads_run, seq_q, seq_k, hdim, sms)
+    split_kernel = any("splitkv" in n.lower() for n in names)
+    meta = dict(dev_meta)
+    meta.update({
+        "kernel": "; ".join(names) if names else f"unknown (profiler: {prof_err})",
+        "softmax_scale": repr(scale),
+        "softmax_scale_requested": repr(scale_in),
+        "causal": "true" if causal else "false",
+        "dtype": dtype_name,
+        "scenario": meta_in.get("scenario", "input-trace"),
+        "input_trace": (os.path.basename(path) if isinstance(path, str)
+                        else f"{len(path)} traces stacked as heads: {os.path.basename(path[0])} ..."),
+        "run_heads": str(heads_run),
+        "saved_heads": f"0..{q.shape[1] - 1} (the input's heads; the run tiled them to {heads_run} heads)",
+        "num_splits_predicted": str(splits_pred),
+        "num_splits": ("split-kv kernel ran" if split_kernel else "1") if names else f"{splits_pred} (predicted)",
+        "repeat_identical": json.dumps(identical),
+        "lse": "captured" if lse_ok else "not captured (flash op's O differed from the autograd path)",
+        "sdpa_call": f"scaled_dot_product_attention(q, k, v, is_causal={causal}, scale={scale!r}) "
+                     "under sdpa_kernel(FLASH_ATTENTION), then o.backward(do)",
+    })
+    if "seed" in meta_in:
+        meta["seed"] = meta_in["seed"]
+    if "source" in meta_in:
+        meta["input_source"] = meta_in["source"]  # e.g. emulated: the inputs came from flashbits
+    meta.update(tiles_from_kernels(names))
+    meta.update(extra_meta)
+    tensors = {"q": q, "k": k, "v": v, "do": do}
+    tensors.update(out)
+    if keep is not None:
+        tensors = {n: t for n, t in tensors.items() if n in keep}
+    save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, out_path, metadata=meta)
+    return {"file": os.path.basename(out_path), "seconds": round(elapsed, 3), "kernels": names,
+            "profiler_error": prof_err, "num_splits_predicted": splits_pred, "split_kernel_ran": split_kernel,
+            "run_heads": heads_run, "repeat_identical": identical, "lse": lse_ok,
+            "tiles": tiles_from_kernels(names)}
+
+
+def eager_capture(path, dtype_name, out_path, dev_meta):
+    """PyTorch eager materialised attention (what flashbits' standard-<dtype> models): S = (Q Kᵀ) *
+    scale, P = softmax(S) (fp32 inside, stored in dtype), O = P V; backward by autograd."""
+    device = torch.device("cuda")
+    (q, k, v, do), meta_in = load_inputs(path, DTYPES[dtype_name], device)
+    hdim = q.shape[-1]
+    scale_in = float(meta_in["softmax_scale"]) if "softmax_scale" in meta_in else 1.0 / math.sqrt(hdim)
+    scale = float(torch.tensor(scale_in, dtype=torch.float32).item())
+
+    def run():
+        qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        s = torch.matmul(qg, kg.transpose(-2, -1)) * scale
+        p = torch.softmax(s, dim=-1)
+        o = torch.matmul(p, vg)
+        o.backward(do)
+        torch.cuda.synchronize()
+        return {"o": o.detach(), "dq": qg.grad, "dk": kg.grad, "dv": vg.grad}
+
+    first, second = run(), run()
+    identical = {n: bool(torch.equal(first[n].view(torch.int16), second[n].view(torch.int16))) for n in first}
+    names, prof_err = kernel_names(run)
+    meta = dict(dev_meta)
+    meta.update({
+        "backend": "eager (torch.matmul, torch.softmax)",
+        "model": f"standard-{dtype_name}",
+        "kernel": "; ".join(names) if names else f"unknown (profiler: {prof_err})",
+        "softmax_scale": repr(scale), "causal": "false", "dtype": dtype_name,
+        "scenario": meta_in.get("scenario", "input-trace"), "input_trace": os.path.basename(path),
+        "repeat_identical": json.dumps(identical),
+        "torch_call": "o = softmax((q @ k^T) * scale, -1) @ v; o.backward(do)",
+        "allow_bf16_reduced_precision_reduction":
+            str(torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction),
+        "allow_fp16_reduced_precision_reduction":
+            str(torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction),
+    })
+    if "seed" in meta_in:
+        meta["seed"] = meta_in["seed"]
+    tensors = {"q": q, "k": k, "v": v, "do": do}
+    tensors.update(first)
+    save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, out_path, metadata=meta)
+    return {"file": os.path.basename(out_path), "kernels": names, "profiler_error": prof_err,
+            "repeat_identical": identical}
+
+
+def plan(args, dev_meta, sms):
+    log_path = os.path.join(args.out_dir, "capture_log.jsonl")
+    ok = 0
+    jobs = []
+    for dtype_name in args.dtypes.split(","):
+        for hdim in (int(h) for h in args.hdims.split(",")):
+            for causal in (False, True):
+                for scenario in args.scenarios.split(","):
+                    jobs.append((dtype_name, hdim, causal, scenario))
+    for dtype_name, hdim, causal, scenario in jobs:
+        base = f"{scenario}_d{hdim}"
+        # inputs made in the capture's own dtype when present (make-trace --dtype), else the bf16 ones
+        candidates = [f"{base}_{dtype_name}.safetensors", f"{base}.safetensors"]
+        path = next((os.path.join(args.inputs_dir, c) for c in candidates
+                     if os.path.exists(os.path.join(args.inputs_dir, c))), None)
+        name = f"torch_{dtype_name}_{base}{'_causal' if causal else ''}.safetensors"
+        record = {"capture": name, "dtype": dtype_name, "hdim": hdim, "causal": causal, "scenario": scenario}
+        t0 = time.time()
+        try:
+            if path is None:
+                raise FileNotFoundError(f"no input among {candidates} in {args.inputs_dir}")
+            record.update(one_capture(path, dtype_name, causal, os.path.join(args.out_dir, name), dev_meta, sms,
+                                      args.run_heads, {}))
+            record["status"] = "ok"
+            ok += 1
+        except Exception as exc:  # noqa: BLE001 - one failed capture must not lose the others
+            record["status"] = "error"
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            record["traceback"] = traceback.format_exc()[-2000:]
+        record["wall_seconds"] = round(time.time() - t0, 3)
+        with open(log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"{name}: {record['status']}" + (f" ({record.get('error')})" if record["status"] != "ok" else
+              f" splits={record.get('num_splits_predicted')} tiles={record.get('tiles')}"), flush=True)
+    if args.bias_dir and os.path.isdir(args.bias_dir):
+        # The hardware bias test's trials: one input trace per seed, stacked as the heads of
+        # one run (bf16, non-causal). Only what the O and delta bias need is saved.
+        paths = sorted(os.path.join(args.bias_dir, f) for f in os.listdir(args.bias_dir) if f.endswith(".safetensors"))
+        name = f"torch_bf16_sink_d64_x{len(paths)}.safetensors"
+        record = {"capture": name, "dtype": "bf16", "hdim": 64, "causal": False, "scenario": "sink",
+                  "stacked_inputs": len(paths)}
+        t0 = time.time()
+        try:
+            os.makedirs(os.path.join(args.out_dir, "bias"), exist_ok=True)
+            record.update(one_capture(paths, "bf16", False, os.path.join(args.out_dir, "bias", name), dev_meta, sms,
+                                      args.run_heads, {}, keep=("q", "k", "v", "do", "o", "lse")))
+            record["status"] = "ok"
+            ok += 1
+        except Exception as exc:  # noqa: BLE001
+            record["status"] = "error"
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            record["traceback"] = traceback.format_exc()[-2000:]
+        record["wall_seconds"] = round(time.time() - t0, 3)
+        with open(log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"{name}: {record['status']}", flush=True)
+    for dtype_name in args.dtypes.split(","):
+        for scenario in ("random", "sink"):
+            name = f"eager_{dtype_name}_{scenario}_d64.safetensors"
+            path = os.path.join(args.inputs_dir, f"{scenario}_d64_{dtype_name}.safetensors")
+            record = {"capture": name, "dtype": dtype_name, "hdim": 64, "causal": False, "scenario": scenario}
+            try:
+                os.makedirs(os.path.join(args.out_dir, "eager"), exist_ok=True)
+                record.update(eager_capture(path, dtype_name, os.path.join(args.out_dir, "eager", name), dev_meta))
+                record["status"] = "ok"
+            except Exception as exc:  # noqa: BLE001
+                record["status"] = "error"
+                record["error"] = f"{type(exc).__name__}: {exc}"
+            with open(log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(f"{name}: {record['status']}", flush=True)
+    return 0 if ok else 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--input", help="input trace with q, k, v, do ([B,H,N,D]), e.g. from flashbits make-trace")
+    ap.add_argument("--out", help="output trace (single mode)")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--plan", action="store_true", help="capture the device session's whole set")
+    ap.add_argument("--inputs-dir", default="gpu/inputs")
+    ap.add_argument("--out-dir")
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--hdims", default="64,128")
+    ap.add_argument("--scenarios", default="random,sink,fa3-outliers")
+    ap.add_argument("--bias-dir", default=None, help="input traces to stack as heads (the bias test's trials)")
+    ap.add_argument("--run-heads", type=int, default=64, help="minimum heads of the run (split-KV avoidance)")
+    args = ap.parse_args()
+
+    if not torch.cuda.is_available():
+        print("error: no CUDA device", file=sys.stderr)
+        return 2
+    dev_meta, sms = device_metadata(torch.device("cuda"))
+    if args.plan:
+        if not args.out_dir:
+            print("error: --plan needs --out-dir", file=sys.stderr)
+            return 2
+        os.makedirs(args.out_dir, exist_ok=True)
+        return plan(args, dev_meta, sms)
+    if not args.input or not args.out:
+        print("error: single mode needs --input and --out", file=sys.stderr)
+        return 2
+    try:
+        rec = one_capture(args.input, args.dtype, args.causal, args.out, dev_meta, sms, args.run_heads, {})
+    except Exception as exc:  # noqa: BLE001
+        print(f"error: {args.input}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(rec))
     return 0
 
 

@@ -1,57 +1,242 @@
 #!/usr/bin/env bash
-# gpu/device_session.sh: everything one device session does, in one command (gpu/README.md).
-# Builds gpu/ standalone with nvcc, runs the tensor-core and SFU probes, captures PyTorch's
-# flash SDPA and fb-fa2 (standard, +dynmax, and causal) on the same inputs (gpu/inputs/, from
-# gpu/make_inputs.sh, when present), and leaves at most 8 files under $OUT: session.log,
-# probes.fbp, sfu_summary.txt, up to 2 ex2 tables, sfu_tables_n23.tar (the rcp table and,
-# when the lg2 hypothesis holds, the lg2 table: 4 MiB each plus escapes), traces_d64.tar and traces_d128.tar (one per head dim: each stays under 16 MiB, about 7 and
-# 14.5 MiB at --seq 256 --heads 2).
+# gpu/device_session.sh: everything one device session does, in one command (gpu/README.md
+# "One device session").
+#
+# Usage: OUT=DIR bash gpu/device_session.sh             on the GPU machine
+#        OUT=DIR bash gpu/device_session.sh --rehearse  on a CPU: fakes for every GPU step
+#
+# Contract:
+# - Steps run in order of value: attention captures (PyTorch SDPA flash, then fb-fa2), the
+#   tensor-core probes, the SFU probes, the SASS listings. Each step has its own time budget
+#   (timeout), and its results are packed into $OUT the moment it ends, so a failing or
+#   hanging step loses nothing that came before it and does not stop the steps after it.
+# - At most 8 files come back, 16 MiB each: session.log, captures_torch.tar.xz,
+#   captures_bias.tar.xz, captures_fa2.tar.xz, probes.tar.xz, sfu.tar.xz (summary, ex2
+#   tables, conflicts), sfu_tables.tar.xz (rcp/lg2 tables, raw ex2 evidence), sass.tar.xz. A
+#   pack over 15 MiB is cut down (the log says what was dropped).
+# - Binaries: prebuilt ones in .devbin/ (carried with the tree: fb-mma-probe, fb-sfu-probe,
+#   fb-fa2, and a static `flashbits` for checking the probes on the device) are used when
+#   they run there; otherwise gpu/ is built on the spot (cmake -S gpu) and the probes come
+#   back unchecked, as a smaller raw file.
+# - Inputs: gpu/inputs/ (gpu/make_inputs.sh, run before the session on the CPU).
+# - The log gives every step's budget, its time and exit status, and the total.
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose files come back}"
 cd "$(dirname "$0")/.."
-exec > >(tee "$OUT/session.log") 2>&1
-jobs=$(nproc)
-echo "== device"; nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv || true
-python3 -c "import torch, safetensors; print('torch', torch.__version__, 'cuda', torch.version.cuda)" || true
-echo "== build"
-generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S gpu -B build-device "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc || exit 1
-cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-fa2 || exit 1
-echo "== tensor-core probes"
-./build-device/fb-mma-probe --out "$OUT/probes.fbp" --tiles 4
-echo "== SFU probe (all 2^32 inputs per function)"
-sfu_dir=$(mktemp -d)
-./build-device/fb-sfu-probe --out-dir "$sfu_dir" --ex2-bits 16,18,20,22,23,24 \
-  --ex2-roundings floor,nearest_even,toward_zero
-# The run tool brings back 8 files: the 2^23-entry tables travel as one tar.
-mv "$sfu_dir"/sfu_summary.txt "$sfu_dir"/ex2_table_*.fbsfut "$OUT"/ 2>/dev/null
-n23=$(cd "$sfu_dir" && ls rcp_table_n23.fbsfut lg2_table_n23.fbsfut 2>/dev/null)
-[ -n "$n23" ] && tar -C "$sfu_dir" -cf "$OUT/sfu_tables_n23.tar" $n23
-echo "== attention captures"
-# Inputs from flashbits' C++ scenario generators (gpu/make_inputs.sh, run before the session)
-# when present; otherwise capture_torch.py's own generators (not the C++ ones).
-for hdim in 64 128; do
-  work=$(mktemp -d)
-  for scenario in random sink fa3-outliers; do
-    base="${scenario}_d${hdim}"
-    if [ -f "gpu/inputs/${base}.safetensors" ]; then
-      echo "-- ${base}: inputs from gpu/inputs/${base}.safetensors (flashbits make-trace)"
-      inputs=(--input "gpu/inputs/${base}.safetensors")
-    else
-      echo "-- ${base}: NO gpu/inputs/${base}.safetensors: capture_torch.py generates the inputs itself"
-      inputs=(--scenario "$scenario" --hdim "$hdim" --seq 256 --heads 2 --seed 7)
-    fi
-    python3 gpu/capture_torch.py "${inputs[@]}" --out "$work/torch_${base}.safetensors" || continue
-    # the torch trace holds q, k, v, do: fb-fa2 reads them, so both saw identical inputs
-    ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2_${base}.safetensors" \
-      --trace-rows 0,1,17,100
-    ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2dynmax_${base}.safetensors" \
-      --variant dynmax --trace-rows 0,1,17,100
-    # causal on the same q, k, v, do (fb-fa2 only: the torch capture is non-causal)
-    ./build-device/fb-fa2 --input "$work/torch_${base}.safetensors" --out "$work/fa2causal_${base}.safetensors" \
-      --causal --trace-rows 0,1,17,100
+export FB_ROOT=$PWD
+export REHEARSE=0
+[ "${1:-}" = "--rehearse" ] && REHEARSE=1
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/session.log") 2>&1
+export T0=$(date +%s)
+export W=$(mktemp -d /tmp/fbsession.XXXXXX)
+export JOBS=$(nproc)
+export PACK_LIMIT=$((15 * 1024 * 1024))
+STATUS=()
+now() { echo $(( $(date +%s) - T0 )); }
+
+# run_step NAME BUDGET FUNCTION: runs an exported function under its own timeout.
+run_step() {
+  local name=$1 budget=$2 fn=$3 s rc e
+  s=$(date +%s)
+  echo "== [t=$(now)s] $name: budget ${budget}s"
+  timeout -k 10 "$budget" bash -c "$fn"
+  rc=$?
+  e=$(( $(date +%s) - s ))
+  echo "== [t=$(now)s] $name: exit $rc after ${e}s of ${budget}s$([ "$rc" = 124 ] && echo ' (TIMED OUT)')"
+  STATUS+=("$name: exit $rc, ${e}s of ${budget}s")
+}
+
+# pack NAME DIR: DIR's files as $OUT/NAME.tar.xz; over PACK_LIMIT, the largest files are
+# dropped one at a time (and named in the log) until it fits.
+pack() {
+  local name=$1 dir=$2 f
+  [ -d "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ] || { echo "pack $name: nothing to pack"; return; }
+  while :; do
+    tar -C "$dir" -cf - . | xz -T"$JOBS" -6 > "$OUT/$name.tar.xz"
+    [ "$(stat -c %s "$OUT/$name.tar.xz")" -le "$PACK_LIMIT" ] && break
+    f=$(find "$dir" -type f -printf '%s %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+    [ -n "$f" ] || break
+    echo "pack $name: over 15 MiB, dropping $(basename "$f") ($(stat -c %s "$f") bytes)"
+    rm -f "$f"
   done
-  tar -C "$work" -cf "$OUT/traces_d${hdim}.tar" .
-done
+  echo "pack $name: $(stat -c %s "$OUT/$name.tar.xz") bytes, $(find "$dir" -type f | wc -l) files"
+}
+export -f pack
+
+step_info() {
+  echo "host: $(uname -a)"; echo "cores: $JOBS"
+  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm --format=csv || true
+  { command -v nvcc || ls /usr/local/cuda/bin/nvcc; } 2>/dev/null && (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -2
+  python3 -c "import torch, safetensors, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'safetensors', safetensors.__version__, 'triton', triton.__version__); print('flash sdp enabled', torch.backends.cuda.flash_sdp_enabled())" 2>&1 || true
+  ls "$FB_ROOT/gpu/inputs" 2>/dev/null | wc -l | sed 's/^/input traces: /'
+}
+export -f step_info
+
+# Prebuilt binaries when they run here; else build gpu/ (the probes then come back unchecked).
+step_binaries() {
+  local bin=$FB_ROOT/.devbin ok=1 r1=1 r2=2
+  for p in fb-mma-probe fb-sfu-probe fb-fa2 flashbits; do [ -x "$bin/$p" ] || { echo "missing .devbin/$p"; ok=0; }; done
+  if [ $ok = 1 ]; then
+    "$bin/fb-mma-probe" --dry-run --tiles 1 --out "$W/selftest.fbp" >/dev/null; r1=$?
+    "$bin/flashbits" probe-check "$W/selftest.fbp" --max-report 0 >/dev/null; r2=$?
+    echo "self-test: fb-mma-probe --dry-run exit $r1, flashbits probe-check exit $r2"
+  fi
+  if [ $ok = 1 ] && [ $r1 = 0 ] && [ $r2 -le 1 ]; then
+    echo "using prebuilt .devbin/ (static flashbits runs here)"
+    echo "$bin" > "$W/bindir"; echo 1 > "$W/checker"
+    return 0
+  fi
+  [ "$REHEARSE" = 1 ] && { echo "rehearsal: no fallback build"; return 1; }
+  echo "prebuilt binaries unusable here: building gpu/ standalone"
+  local gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+  cmake -S "$FB_ROOT/gpu" -B "$FB_ROOT/build-device" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null || return 1
+  cmake --build "$FB_ROOT/build-device" -j "$JOBS" --target fb-mma-probe fb-sfu-probe fb-fa2 || return 1
+  echo "$FB_ROOT/build-device" > "$W/bindir"
+  if [ -x "$bin/flashbits" ] && "$bin/flashbits" formats >/dev/null 2>&1; then echo 1 > "$W/checker"; else echo 0 > "$W/checker"; fi
+}
+export -f step_binaries
+
+step_torch() {
+  mkdir -p "$W/torch"
+  if [ "$REHEARSE" = 1 ]; then  # fakes: the emulator's own traces under the capture names
+    local fb=$FB_ROOT/.devbin/flashbits
+    for f in "$FB_ROOT"/gpu/inputs/*_d*_*.safetensors; do
+      local b; b=$(basename "$f" .safetensors)   # <scenario>_d<h>_<dtype>
+      local dtype=${b##*_} rest=${b%_*}
+      local scen=${rest%_d*} hdim=${rest##*_d}
+      for causal in "" _causal; do
+        "$fb" make-trace --model fa2-sm90 --dtype "$dtype" --scenario "$scen" --seqlen 256 --headdim "$hdim" --seed 7 \
+          --backward --out "$W/torch/torch_${dtype}_${scen}_d${hdim}${causal}.safetensors" >/dev/null || return 1
+      done
+    done
+    echo '{"capture": "rehearsal", "status": "ok", "kernels": []}' > "$W/torch/capture_log.jsonl"
+    return 0
+  fi
+  PYTHONUNBUFFERED=1 python3 "$FB_ROOT/gpu/capture_torch.py" --plan --inputs-dir "$FB_ROOT/gpu/inputs" \
+    --bias-dir "$FB_ROOT/gpu/inputs/bias" --out-dir "$W/torch"
+}
+export -f step_torch
+
+step_fa2() {
+  mkdir -p "$W/fa2"
+  if [ "$REHEARSE" = 1 ]; then echo "rehearsal: fb-fa2 needs a GPU, skipped"; return 0; fi
+  local bin; bin=$(cat "$W/bindir")
+  for hdim in 64 128; do
+    for scen in random sink fa3-outliers; do
+      local in="$W/torch/torch_bf16_${scen}_d${hdim}.safetensors"
+      [ -f "$in" ] || { echo "no $in: skipped"; continue; }
+      "$bin/fb-fa2" --input "$in" --out "$W/fa2/fa2_${scen}_d${hdim}.safetensors" --trace-rows 0,1,17,100
+      "$bin/fb-fa2" --input "$in" --out "$W/fa2/fa2dynmax_${scen}_d${hdim}.safetensors" --variant dynmax --trace-rows 0,1,17,100
+      "$bin/fb-fa2" --input "$in" --out "$W/fa2/fa2causal_${scen}_d${hdim}.safetensors" --causal --trace-rows 0,1,17,100
+    done
+  done
+}
+export -f step_fa2
+
+# Tensor cores: a small file comes back whole (the regression set is cut from it); a file of
+# >= 10^6 cases per form is checked here by the static flashbits, and only its verdict and
+# its mismatching cases come back.
+step_mma() {
+  mkdir -p "$W/mma"
+  local bin checker dry=(); bin=$(cat "$W/bindir"); checker=$(cat "$W/checker")
+  [ "$REHEARSE" = 1 ] && dry=(--dry-run)
+  if [ "$checker" != 1 ]; then  # no checker here: a raw file of ~10 MB comes back instead
+    "$bin/fb-mma-probe" "${dry[@]}" --out "$W/mma/probes_raw.fbp" --tiles 3 --seed 12
+    return
+  fi
+  # 13 * 128 * 620 = 1,031,680 cases per form (1.35 GB), checked here; a 64-per-batch sample
+  # (the regression set, ~1 MB) and at most 4000 mismatching cases per form come back.
+  local tiles=620; [ "$REHEARSE" = 1 ] && tiles=20
+  "$bin/fb-mma-probe" "${dry[@]}" --out "$W/probes_big.fbp" --tiles "$tiles" --seed 12 || return 1
+  "$FB_ROOT/.devbin/flashbits" probe-check "$W/probes_big.fbp" --json --max-report 20 --jobs "$JOBS" \
+    --mismatches-out "$W/mma/mismatches_big.fbp" --max-mismatches 4000 \
+    --sample-out "$W/mma/sample_big.fbp" --sample-per-batch 64 > "$W/mma/check_big.json"
+  echo "big file: probe-check exit $? (0 all match, 1 mismatches)"
+  rm -f "$W/probes_big.fbp"
+  python3 - "$W/mma/check_big.json" <<'EOF2' || true
+import json, sys
+d = json.load(open(sys.argv[1]))
+for f in d.get("forms", []):
+    print(f"{f.get('form')}: model {f.get('model')}, {f.get('cases')} cases, {f.get('mismatches')} mismatches")
+    for name, b in (f.get("batches") or {}).items():
+        if b.get("mismatches"):
+            print(f"    {name}: {b.get('mismatches')} of {b.get('cases')}")
+EOF2
+}
+export -f step_mma
+
+step_sfu() {
+  mkdir -p "$W/sfu"
+  if [ "$REHEARSE" = 1 ]; then echo "rehearsal: fb-sfu-probe needs a GPU, skipped"; return 0; fi
+  "$(cat "$W/bindir")/fb-sfu-probe" --out-dir "$W/sfu"
+  local rc=$?
+  # the 2^23-entry tables and any raw evidence travel in a second pack (8 files, 16 MiB each)
+  mkdir -p "$W/sfu_tables"
+  mv "$W"/sfu/rcp_table_* "$W"/sfu/lg2_table_* "$W"/sfu/ex2_raw_* "$W/sfu_tables/" 2>/dev/null
+  return $rc
+}
+export -f step_sfu
+
+# SASS of the FlashAttention kernels that ran (matched by the profiler's names) and of
+# gpu/sass_probe.cu's reference kernels. cuobjdump reads all of libtorch_cuda.so: it runs in
+# the background from after the captures and is waited for here.
+start_sass_background() {
+  mkdir -p "$W/sass"
+  local lib
+  lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cuda.so'))" 2>/dev/null)
+  if ! command -v cuobjdump >/dev/null && [ -x /usr/local/cuda/bin/cuobjdump ]; then export PATH=$PATH:/usr/local/cuda/bin; fi
+  if [ -z "$lib" ] || [ ! -f "$lib" ] || ! command -v cuobjdump >/dev/null; then
+    echo "sass: no libtorch_cuda.so or no cuobjdump: skipped" | tee "$W/sass/sass_status.txt"; return
+  fi
+  ls -l "$lib" > "$W/sass/library.txt"
+  ( timeout -k 5 "$1" bash -c "cuobjdump -sass -arch sm_90 '$lib' 2>'$W/sass/cuobjdump_stderr.txt' \
+      | python3 '$FB_ROOT/gpu/sass_flash.py' --kernels-from '$W/torch/capture_log.jsonl' --out-dir '$W/sass'" \
+      > "$W/sass/filter_stdout.txt" 2>&1; echo "exit $?" >> "$W/sass/filter_stdout.txt" ) &
+  echo $! > "$W/sass_pid"
+}
+
+step_sass_probe() {
+  mkdir -p "$W/sass"
+  local nvcc=/usr/local/cuda/bin/nvcc
+  for mode in default fast_math; do
+    local flags=(); [ $mode = fast_math ] && flags=(--use_fast_math)
+    "$nvcc" -arch=sm_90a "${flags[@]}" -cubin -o "$W/sass_probe_$mode.cubin" "$FB_ROOT/gpu/sass_probe.cu" || continue
+    if command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
+      "$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)" -sass "$W/sass_probe_$mode.cubin" > "$W/sass/sass_probe_$mode.txt"
+    else
+      echo "no cuobjdump" > "$W/sass/sass_probe_$mode.txt"
+    fi
+  done
+}
+export -f step_sass_probe
+
+echo "== flashbits device session $(date -u +%FT%TZ) $([ $REHEARSE = 1 ] && echo '(REHEARSAL: fakes, no GPU)')"
+echo "== budgets (s): info 20, binaries 200, torch 170, fa2 60, mma 120, sfu 150, sass 60 (estimate on an H100: ~6 min)"
+run_step info 20 step_info
+run_step binaries 200 step_binaries
+run_step torch-captures 170 step_torch
+mkdir -p "$W/torch/bias"; mv "$W"/torch/bias "$W/bias" 2>/dev/null
+cp "$W/torch/capture_log.jsonl" "$W/bias/" 2>/dev/null
+pack captures_torch "$W/torch"; pack captures_bias "$W/bias"
+start_sass_background 330
+run_step fb-fa2-captures 60 step_fa2
+pack captures_fa2 "$W/fa2"
+run_step mma-probes 120 step_mma
+pack probes "$W/mma"
+run_step sfu-probes 150 step_sfu
+pack sfu "$W/sfu"; pack sfu_tables "$W/sfu_tables"
+run_step sass-probe 30 step_sass_probe
+if [ -f "$W/sass_pid" ]; then
+  pid=$(cat "$W/sass_pid"); waited=0
+  while kill -0 "$pid" 2>/dev/null && [ $waited -lt 60 ]; do sleep 2; waited=$((waited + 2)); done
+  kill -0 "$pid" 2>/dev/null && { echo "sass: still running after the wait: stopped"; kill -- -"$pid" 2>/dev/null; pkill -f "cuobjdump -sass" ; sleep 1; }
+  cat "$W/sass/filter_stdout.txt" 2>/dev/null
+fi
+pack sass "$W/sass"
+echo "== summary"
+for s in "${STATUS[@]}"; do echo "  $s"; done
+echo "== total $(now)s"
 ls -l "$OUT"
+sleep 1  # let tee write the last lines of session.log

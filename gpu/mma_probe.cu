@@ -9,8 +9,15 @@
 // (sm_80+), wgmma m64n8k16 bf16/fp16 and m64n8k32 e4m3/e5m2 -> f32 (sm_90a only).
 // Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--dry-run: inputs only, no GPU,
 //        D = 0xffffffff, source "dry-run:no-gpu"; for checking the generator and file]
+// Per form and batch: N mma tiles (16x8 outputs) or (N+3)/4 wgmma tiles (64x8); the
+// `chained` batch records two cases per output. The file is streamed form by form (a
+// section's cases never sit in memory at once), written to FILE.partial and renamed at
+// the end, so an interrupted run leaves no truncated FILE.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -55,16 +62,19 @@ constexpr int kN = 8;  // every form probes an n8 tile
 
 // ---- device side ----------------------------------------------------------------------
 // Tiles are stored as element arrays of container bits: A[m][k], Bt[n][k], C[m][n], D[m][n].
+// kChain (the `chained` batch): D2[m][n] = mma(A, B, D) as a kernel's K loop does it.
 __device__ __forceinline__ std::uint32_t pack2(std::uint32_t lo, std::uint32_t hi) { return (lo & 0xffffu) | (hi << 16); }
 
-template <int F>
-__global__ void mma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D) {
+template <int F, bool kChain>
+__global__ void mma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
+                           std::uint32_t* D2) {
   constexpr int M = 16, K = F == kMmaTf32F32 ? 8 : 16;
   const int tile = blockIdx.x, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
   A += tile * M * K;
   Bt += tile * kN * K;
   C += tile * M * kN;
   D += tile * M * kN;
+  if constexpr (kChain) D2 += tile * M * kN;
   auto a_at = [&](int r, int k) { return A[r * K + k]; };
   auto b_at = [&](int k, int n) { return Bt[n * K + k]; };
   std::uint32_t a[4], b[2];
@@ -90,6 +100,11 @@ __global__ void mma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, cons
     std::uint32_t d[2];
     mma_m16n8k16_f16_f16(d, a, b, c);
     for (int i = 0; i < 4; ++i) D[rows[i] * kN + cols[i]] = (d[i / 2] >> (16 * (i & 1))) & 0xffffu;
+    if constexpr (kChain) {  // the f16x2 accumulator registers fed straight back as C
+      std::uint32_t d2[2];
+      mma_m16n8k16_f16_f16(d2, a, b, d);
+      for (int i = 0; i < 4; ++i) D2[rows[i] * kN + cols[i]] = (d2[i / 2] >> (16 * (i & 1))) & 0xffffu;
+    }
   } else {
     float c[4], d[4];
     for (int i = 0; i < 4; ++i) c[i] = __uint_as_float(C[rows[i] * kN + cols[i]]);
@@ -97,16 +112,57 @@ __global__ void mma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, cons
     if constexpr (F == kMmaF16F32) mma_m16n8k16_f16_f32(d, a, b, c);
     if constexpr (F == kMmaTf32F32) mma_m16n8k8_tf32_f32(d, a, b, c);
     for (int i = 0; i < 4; ++i) D[rows[i] * kN + cols[i]] = __float_as_uint(d[i]);
+    if constexpr (kChain) {  // the fp32 accumulator registers fed straight back as C
+      float d2[4];
+      if constexpr (F == kMmaBf16F32) mma_m16n8k16_bf16_f32(d2, a, b, d);
+      if constexpr (F == kMmaF16F32) mma_m16n8k16_f16_f32(d2, a, b, d);
+      if constexpr (F == kMmaTf32F32) mma_m16n8k8_tf32_f32(d2, a, b, d);
+      for (int i = 0; i < 4; ++i) D2[rows[i] * kN + cols[i]] = __float_as_uint(d2[i]);
+    }
   }
 }
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// kRepeat wgmma instructions of form F on the accumulator registers acc, issued in one asm
+// statement (so they provably use the same registers), scale-d = 1 (D = A*B + D),
+// imm-scale-a = imm-scale-b = 1, no transpose (K-major A and B). The caller fences before
+// and commits/waits after; consecutive wgmmas of one shape on the same accumulator need no
+// fence between them (PTX ISA, wgmma.fence).
+template <int F, int kRepeat>
+__device__ __forceinline__ void wgmma_issue(float (&acc)[4], std::uint64_t da, std::uint64_t db) {
+  static_assert(kRepeat == 1 || kRepeat == 2);
+#define FB_WGMMA_ONE(SHAPE, TYPE, TAIL) \
+  "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {%0,%1,%2,%3}, %4, %5, p, 1, 1" TAIL ";\n"
+#define FB_WGMMA_RUN(INSTRUCTIONS)                                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n" INSTRUCTIONS "}\n"                  \
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                          \
+               : "l"(da), "l"(db), "r"(1))
+#define FB_WGMMA(SHAPE, TYPE, TAIL)                                                              \
+  if constexpr (kRepeat == 1) FB_WGMMA_RUN(FB_WGMMA_ONE(SHAPE, TYPE, TAIL));                     \
+  else FB_WGMMA_RUN(FB_WGMMA_ONE(SHAPE, TYPE, TAIL) FB_WGMMA_ONE(SHAPE, TYPE, TAIL))
+  if constexpr (F == kWgmmaBf16) { FB_WGMMA("m64n8k16", "bf16", ", 0, 0"); }
+  if constexpr (F == kWgmmaF16) { FB_WGMMA("m64n8k16", "f16", ", 0, 0"); }
+  if constexpr (F == kWgmmaE4m3) { FB_WGMMA("m64n8k32", "e4m3", ""); }
+  if constexpr (F == kWgmmaE5m2) { FB_WGMMA("m64n8k32", "e5m2", ""); }
+#undef FB_WGMMA
+#undef FB_WGMMA_RUN
+#undef FB_WGMMA_ONE
+}
+#endif
 
 // wgmma reads A (64 x K) and B (K x 8) from shared memory in the no-swizzle K-major
 // canonical layout: 8-row x 16-byte core matrices, each stored as 128 contiguous bytes.
 // Core matrix (row group rg, K group kg) sits at byte (rg * 2 + kg) * 128, so the
 // leading-dimension byte offset (next core matrix along K) is 128 and the
 // stride-dimension byte offset (next 8-row group) is 256. Both tiles are 32 bytes of K.
-template <int F>
-__global__ void wgmma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D) {
+// kChain: besides D = wgmma(A, B, C) (waited), D2 = two wgmmas on one accumulator starting
+// from C, the second issued before any wait, as a kernel's K loop does. D1 of the chain
+// cannot be read without a wait, so the recorded D1 is D, the first, separate wgmma on the
+// same inputs; D2 differs from wgmma(A, B, D) when the chain does not round to fp32 between
+// the two instructions.
+template <int F, bool kChain>
+__global__ void wgmma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
+                             std::uint32_t* D2) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int M = 64, K = (F == kWgmmaE4m3 || F == kWgmmaE5m2) ? 32 : 16, elem_bytes = 32 / K;
   constexpr int kCoreBytes = 128, kLbo = 128, kSbo = 256;
@@ -125,6 +181,7 @@ __global__ void wgmma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, co
   Bt += tile * kN * K;
   C += tile * M * kN;
   D += tile * M * kN;
+  if constexpr (kChain) D2 += tile * M * kN;
   for (int e = tid; e < M * K; e += blockDim.x) {
     const int r = e / K, k = e % K, at = kmajor_offset(r, k * elem_bytes);
     if (elem_bytes == 2) *reinterpret_cast<std::uint16_t*>(a_smem + at) = static_cast<std::uint16_t>(A[e]);
@@ -141,36 +198,29 @@ __global__ void wgmma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, co
   const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int rows[4] = {16 * warp + g, 16 * warp + g, 16 * warp + g + 8, 16 * warp + g + 8};
   const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  const std::uint64_t da = smem_descriptor(a_smem), db = smem_descriptor(b_smem);
   float d[4];
   for (int i = 0; i < 4; ++i) d[i] = __uint_as_float(C[rows[i] * kN + cols[i]]);
-  const std::uint64_t da = smem_descriptor(a_smem), db = smem_descriptor(b_smem);
   for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[i])::"memory");
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-  // scale-d = 1 (D = A*B + D), imm-scale-a = imm-scale-b = 1, no transpose (K-major A and B).
-#define FB_WGMMA_16BIT(TYPE)                                                                      \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                        \
-               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE                         \
-               " {%0,%1,%2,%3}, %4, %5, p, 1, 1, 0, 0;\n}\n"                                      \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                   \
-               : "l"(da), "l"(db), "r"(1))
-#define FB_WGMMA_8BIT(TYPE)                                                                       \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                        \
-               "wgmma.mma_async.sync.aligned.m64n8k32.f32." TYPE "." TYPE                         \
-               " {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"                                            \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                   \
-               : "l"(da), "l"(db), "r"(1))
-  if constexpr (F == kWgmmaBf16) FB_WGMMA_16BIT("bf16");
-  if constexpr (F == kWgmmaF16) FB_WGMMA_16BIT("f16");
-  if constexpr (F == kWgmmaE4m3) FB_WGMMA_8BIT("e4m3");
-  if constexpr (F == kWgmmaE5m2) FB_WGMMA_8BIT("e5m2");
-#undef FB_WGMMA_16BIT
-#undef FB_WGMMA_8BIT
+  wgmma_issue<F, 1>(d, da, db);
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
   for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[i])::"memory");
   for (int i = 0; i < 4; ++i) D[rows[i] * kN + cols[i]] = __float_as_uint(d[i]);
+  if constexpr (kChain) {
+    float d2[4];
+    for (int i = 0; i < 4; ++i) d2[i] = __uint_as_float(C[rows[i] * kN + cols[i]]);
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d2[i])::"memory");
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    wgmma_issue<F, 2>(d2, da, db);  // D2 = A*B + (A*B + C), no wait in between
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d2[i])::"memory");
+    for (int i = 0; i < 4; ++i) D2[rows[i] * kN + cols[i]] = __float_as_uint(d2[i]);
+  }
 #else
-  (void)A, (void)Bt, (void)C, (void)D;
+  (void)A, (void)Bt, (void)C, (void)D, (void)D2;
   __trap();  // wgmma exists only on sm_90a; the host never launches this elsewhere
 #endif
 }
@@ -186,14 +236,30 @@ enum Batch : int {
   kZeroTerms,     // many exact zeros of both signs; sign of zero results
   kCHuge,         // C near overflow, inf or NaN
   kCTiny,         // C subnormal or tiny with subnormal inputs
+  kOverflow,      // exact D beyond the output's max finite, at it, or just below; large C + large products
+  kFBoundary,     // terms F-3..F+3 binades below the largest, low bits set: truncation at F shows in D
+  kChained,       // random normal tiles, two cases per output: (C,a,b,D1) then (D1,a,b,D2)
   kBatchCount
 };
-const char* const kBatchNames[kBatchCount] = {"random_bits", "random_normal", "specials",  "ties",  "cancellation",
-                                              "exponent_gap", "zero_terms",    "c_huge",    "c_tiny"};
+const char* const kBatchNames[kBatchCount] = {"random_bits", "random_normal", "specials", "ties",
+                                              "cancellation", "exponent_gap", "zero_terms", "c_huge",
+                                              "c_tiny",       "overflow",     "f_boundary", "chained"};
+
+// F, the aligned-significand width (fraction bits kept below the largest exponent of a
+// fused step) of the emu model fb-mma-probe names for a form on a device (model_for
+// below); the same numbers as emu/tensor_core.cpp's presets (test_probe_file checks the
+// dry-run header's f_boundary_f against them): fp8 13, sm70 23, sm80/sm89 24, sm90 25.
+int fraction_bits_for(const FormInfo& f, int major) {
+  if (f.input.width() == 8) return 13;
+  if (major == 7) return 23;
+  if (major == 8) return 24;
+  return 25;
+}
 
 class Designer {
  public:
-  Designer(const FormInfo& f, std::uint64_t seed) : f_(f), rng_(seed) {}
+  // fraction_bits: F of the form's emu model (fraction_bits_for), the f_boundary target.
+  Designer(const FormInfo& f, std::uint64_t seed, int fraction_bits) : f_(f), rng_(seed), F_(fraction_bits) {}
 
   std::uint32_t uniform(std::uint32_t n) { return static_cast<std::uint32_t>(rng_() % n); }
   int range(int lo, int hi) { return lo + static_cast<int>(uniform(static_cast<std::uint32_t>(hi - lo + 1))); }
@@ -245,9 +311,16 @@ class Designer {
   }
   int b_exponent(std::uint32_t b) const { return decode(f_.input, b).exponent; }
   bool b_negative(std::uint32_t b) const { return decode(f_.input, b).negative; }
+  // Whether a[i] can be a normal input (below the top binade unless allow_top) such that
+  // a[i] * b[i] has the given exponent.
+  bool product_fits(const std::uint32_t* b, int i, int exponent, bool allow_top = false) const {
+    const int ea = exponent - b_exponent(b[i]);
+    return ea >= f_.input.emin() && ea <= f_.input.emax() - (allow_top ? 0 : 1);
+  }
 
   // a and c of one designed case, given its column b (powers of two).
   void design_row(Batch batch, std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
+    if (batch != row_batch_) row_batch_ = batch, batch_row_ = 0;
     const Format& in = f_.input;
     const Format& cf = f_.cd;
     // Precision of the output the ties are placed against: Hopper's fp8 path keeps 13
@@ -325,7 +398,236 @@ class Designer {
         c = value(cf, chance(0.5), cf.emin() - range(-1, cf.man_bits), static_cast<std::uint32_t>(rng_()));
         break;
       }
+      case kOverflow: design_overflow(a, b, c); break;
+      case kFBoundary: design_f_boundary(a, b, c); break;
       default: break;
+    }
+    ++batch_row_;
+  }
+
+  // overflow: every designed row's exact D = C + sum a_i b_i lies beyond the output's max
+  // finite M, at it, or within 4 output ulps below it, or C and some product are both within
+  // 8 binades of M (checked in tests/test_probe_file.cpp). "ulp" is the output's ulp at M
+  // (fp32 2^104, fp16 2^5). When products can reach M (bf16/tf32 -> fp32, fp16 -> fp16), the
+  // rows cycle through four designs:
+  //  0 products over: same-sign products whose sum is at least 2^(emax+1) (far over M)
+  //  1 near M: C = M - j ulp (j = 0..3) plus products worth (4j + t)/4 ulp, so D = M + t/4 ulp,
+  //    t in {0, 2, 1, -4, 4, 3, 8} (exactly M, the RNE tie, rounds to M, below, one ulp over,
+  //    rounds to inf under RNE, two ulps over), from the second round on sometimes with a
+  //    tiny sticky term
+  //  2 large C plus large products of random signs (C within 2 binades of M, products within 3)
+  //  3 cancel back: C near M plus +X and -X with X within two binades of M: the exact D is C,
+  //    a sequential sum would overflow
+  // Otherwise (fp16 -> fp32, fp8 -> fp32: products are far below an fp32 ulp at M) C is
+  // M - j ulp (j in {0, 0, 1, 2}) plus the largest products the inputs allow (same sign:
+  // D exceeds M when j = 0), moderate products of random signs, or products that cancel
+  // pairwise (D exactly C).
+  void design_overflow(std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
+    const Format& in = f_.input;
+    const Format& cf = f_.cd;
+    const int emax = cf.emax(), ulp_e = cf.emax() - cf.man_bits;
+    const bool reach = in.emax() + 2 >= emax - 1;
+    const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
+    const int row = batch_row_;
+    // The sign alternates between successive rows of one design (both signs in few rows).
+    const bool neg = ((reach ? row / 4 : row / 3) % 2) == 1;
+    for (int i = 0; i < f_.k; ++i) a[i] = 0;
+    auto product = [&](int i, bool n, int exponent, std::uint32_t mantissa) {
+      a[i] = value(in, n != b_negative(b[i]), exponent - b_exponent(b[i]), mantissa);
+    };
+    auto near_max_c = [&](int j) { return value(cf, neg, emax, cf.max_finite_man_field() - static_cast<std::uint32_t>(j)); };
+    // |n| quarter-ulps as one product (exact: |n| <= 20 needs 5 bits); false if it does not fit
+    auto quarter_ulps = [&](int i, int n) {
+      if (n == 0) return true;
+      const int m = n < 0 ? -n : n;
+      int msb = 0;
+      while ((m >> (msb + 1)) != 0) ++msb;
+      const int exponent = ulp_e - 2 + msb;
+      if (!product_fits(b, i, exponent, true)) return false;
+      product(i, neg != (n < 0), exponent, (static_cast<std::uint32_t>(m) << (in.man_bits - msb)) & in.man_mask());
+      return true;
+    };
+    if (reach) {
+      switch (row % 4) {
+        case 0: {  // products over: same sign, sum >= 2^(emax+1)
+          double reached = 0.0;
+          for (int i = 0; i < f_.k && reached < std::ldexp(1.0, emax + 1); ++i) {
+            const int exponent = std::min(emax + 1, in.emax() + b_exponent(b[i]));
+            product(i, neg, exponent, static_cast<std::uint32_t>(rng_()));
+            reached += std::ldexp(1.0, exponent);
+          }
+          for (int i = 0; i < f_.k; ++i) {
+            if (a[i] == 0 && chance(0.5)) a[i] = random_value(in, mid - 4, mid + 4);
+          }
+          c = chance(0.5) ? random_value(cf, -4, 4) : value(cf, neg, emax - range(0, 3), static_cast<std::uint32_t>(rng_()));
+          return;
+        }
+        case 1: {  // near M
+          static const int kT[] = {0, 2, 1, -4, 4, 3, 8};  // the first four cover M, both sides of M + ulp/2, below M
+          const int t = kT[(row / 4) % 7], j = (row / 28) % 4;
+          c = near_max_c(j);
+          const int n = 4 * j + t;
+          bool placed = false;
+          if (n >= 2 && chance(0.4)) {  // as two products
+            const int n1 = range(1, n - 1);
+            placed = quarter_ulps(0, n1) && quarter_ulps(1, n - n1);
+          }
+          if (!placed) {
+            for (int i = 0; i < f_.k; ++i) a[i] = 0;
+            for (int i = 0; i < f_.k && !placed; ++i) placed = quarter_ulps(i, n);
+          }
+          if (row >= 28 && chance(0.25)) {  // from the second round of t: a sticky term far below the ulp
+            const int exponent = ulp_e - 2 - range(3, 20), i = f_.k - 1;
+            if (a[i] == 0 && product_fits(b, i, exponent)) product(i, chance(0.5), exponent, static_cast<std::uint32_t>(rng_()));
+          }
+          return;
+        }
+        case 2: {  // large C plus large products, random signs
+          c = value(cf, neg, emax - range(0, 2), static_cast<std::uint32_t>(rng_()));
+          const int n = range(1, 4);
+          for (int i = 0; i < n; ++i) {
+            product(i, chance(0.5), std::min(emax - range(0, 3), in.emax() + b_exponent(b[i])),
+                    static_cast<std::uint32_t>(rng_()));
+          }
+          return;
+        }
+        default: {  // cancel back: C + X - X, X on the two products with the largest b
+          c = chance(0.5) ? near_max_c(0) : value(cf, neg, emax - range(0, 1), static_cast<std::uint32_t>(rng_()));
+          int i0 = 0, i1 = 1;
+          for (int i = 0; i < f_.k; ++i) {
+            if (b_exponent(b[i]) > b_exponent(b[i0])) i1 = i0, i0 = i;
+            else if (i != i0 && (i1 == i0 || b_exponent(b[i]) > b_exponent(b[i1]))) i1 = i;
+          }
+          const int exponent = std::min({emax, in.emax() + b_exponent(b[i0]), in.emax() + b_exponent(b[i1])});
+          const std::uint32_t m = static_cast<std::uint32_t>(rng_()) & std::min(in.man_mask(), in.max_finite_man_field());
+          product(i0, neg, exponent, m);
+          product(i1, !neg, exponent, m);
+          return;
+        }
+      }
+    }
+    static const int kJ[] = {0, 0, 1, 2};
+    c = near_max_c(kJ[(row / 3) % 4]);
+    switch (row % 3) {
+      case 0:  // the largest products the inputs allow, mostly of C's sign
+        for (int i = 0; i < f_.k; ++i) {
+          if (chance(0.7)) product(i, chance(0.8) ? neg : !neg, in.emax() + b_exponent(b[i]) - range(0, 1), static_cast<std::uint32_t>(rng_()));
+        }
+        return;
+      case 1:  // moderate products, random signs
+        for (int i = 0; i < f_.k; ++i) a[i] = random_value(in, mid - 4, mid + 4);
+        return;
+      default:  // products that cancel pairwise (or none): D is exactly C
+        for (int i = 0; i + 1 < f_.k; i += 2) {
+          if (chance(0.5)) continue;
+          const int exponent = std::min(in.emax() + b_exponent(b[i]), in.emax() + b_exponent(b[i + 1])) - range(0, 4);
+          const std::uint32_t m = static_cast<std::uint32_t>(rng_()) & in.max_finite_man_field();
+          const bool s = chance(0.5);
+          product(i, s, exponent, m);
+          product(i + 1, !s, exponent, m);
+        }
+        return;
+    }
+  }
+
+  // f_boundary: the largest alignment exponent E of the row is set by an anchor, and 1-3
+  // terms sit d = F-3..F+3 binades below E with their lowest significand bit set, so that
+  // truncating terms to F fraction bits below E (the model) and keeping them exactly give
+  // different sums. Every term is among C and the first 4 products, so it is one fused step
+  // under every model (tf32 steps hold 4 products); the other products are +0. Designs,
+  // cycling by row:
+  //  0 anchors cancel: +X and -X at E (C and a product, or two products): D is the rounded
+  //    sum of the boundary terms alone, so the bits truncation removes show directly
+  //  1 on a rounding boundary: C at E holds only output-precision bits (RZ outputs), or
+  //    C + half an output ulp is a midpoint with C odd (fp16 RNE); the boundary terms have
+  //    C's opposite sign, so the exact sum falls just below the boundary and the truncated
+  //    one may not
+  //  2 partial cancellation (fp32 outputs): a product removes C's top input-precision bits,
+  //    so the sum's leading bit drops and the output keeps bits below the F grid
+  // The exponents are drawn until every term is a normal number of its format.
+  void design_f_boundary(std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
+    const Format& in = f_.input;
+    const Format& cf = f_.cd;
+    const int group = std::min(4, f_.k);
+    const int p_out = in.width() == 8 ? 14 : cf.precision();  // Hopper fp8: e8m13
+    const bool rne_out = cf == formats::fp16;
+    const int centre = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
+    struct Term {
+      int slot;  // -1: C, else product index
+      bool neg;
+      int offset;  // the term's exponent is E - offset
+      std::uint32_t mantissa;  // field bits of the term's format
+    };
+    for (int attempt = 0;; ++attempt) {
+      int mode = (batch_row_ + attempt) % 3;
+      if (mode == 2 && cf.precision() <= in.precision()) mode = 0;
+      std::vector<int> free_products(group);
+      for (int i = 0; i < group; ++i) free_products[i] = i;
+      std::shuffle(free_products.begin(), free_products.end(), rng_);
+      auto take = [&] {
+        const int i = free_products.back();
+        free_products.pop_back();
+        return i;
+      };
+      std::vector<Term> terms;
+      const bool neg = chance(0.5);
+      const std::uint32_t x = static_cast<std::uint32_t>(rng_()) & in.man_mask();  // anchor fraction, input precision
+      bool c_used = true;
+      if (mode == 0) {
+        c_used = chance(0.5);
+        if (c_used) terms.push_back({-1, neg, 0, x << (cf.man_bits - in.man_bits)});
+        else terms.push_back({take(), neg, 0, x});
+        terms.push_back({take(), !neg, 0, x});
+      } else if (mode == 1) {
+        std::uint32_t cm = static_cast<std::uint32_t>(rng_()) & cf.man_mask();
+        cm &= ~((1u << (cf.precision() - p_out)) - 1u);  // only output-precision bits
+        if (rne_out) cm |= 1u;                            // odd: the midpoint rounds away under RNE
+        terms.push_back({-1, neg, 0, cm});
+        if (rne_out) terms.push_back({take(), neg, p_out, 0u});  // half an ulp of C
+      } else {
+        const std::uint32_t cm = static_cast<std::uint32_t>(rng_()) & cf.man_mask();
+        terms.push_back({-1, neg, 0, cm});
+        terms.push_back({take(), !neg, 0, cm >> (cf.man_bits - in.man_bits)});
+      }
+      const int boundary = std::min<int>(range(1, 3), static_cast<int>(free_products.size()) + (c_used ? 0 : 1));
+      for (int n = 0; n < boundary; ++n) {
+        int offset = F_ - 3 + range(0, 6);
+        const bool term_neg = mode == 1 ? !neg : chance(0.5);
+        // A product (a * 2^e) keeps in.man_bits bits below its lead: at offset <= F - in.man_bits
+        // (fp8 at F-3) it has none below the grid; C can take that offset, else draw again.
+        const bool product_reaches_grid = offset + in.man_bits > F_;
+        if (!c_used && (free_products.empty() || chance(0.4) || !product_reaches_grid)) {
+          c_used = true;
+          terms.push_back({-1, term_neg, offset, (static_cast<std::uint32_t>(rng_()) & cf.man_mask()) | 1u});
+        } else {
+          if (!product_reaches_grid) offset = F_ - in.man_bits + 1 + range(0, in.man_bits + 2);
+          terms.push_back({take(), term_neg, offset, (static_cast<std::uint32_t>(rng_()) & in.man_mask()) | 1u});
+        }
+      }
+      // E: every term normal (products below the input's top binade, C below the output's).
+      int lo = -100000, hi = 100000;
+      for (const Term& t : terms) {
+        const int tlo = t.slot < 0 ? cf.emin() : in.emin() + b_exponent(b[t.slot]);
+        const int thi = t.slot < 0 ? cf.emax() - 1 : in.emax() - 1 + b_exponent(b[t.slot]);
+        lo = std::max(lo, tlo + t.offset);
+        hi = std::min(hi, thi + t.offset);
+      }
+      if (lo > hi) {
+        if (attempt < 1000) continue;
+        // Unreachable for the forms above; keep the row valid rather than loop forever.
+        for (int i = 0; i < f_.k; ++i) a[i] = 0;
+        c = 0;
+        return;
+      }
+      const int want = centre + range(-3, 3);
+      const int e = std::min(hi, std::max(lo, want));
+      for (int i = 0; i < f_.k; ++i) a[i] = 0;
+      c = 0;
+      for (const Term& t : terms) {
+        if (t.slot < 0) c = value(cf, t.neg, e - t.offset, t.mantissa);
+        else a[t.slot] = value(in, t.neg != b_negative(b[t.slot]), e - t.offset - b_exponent(b[t.slot]), t.mantissa);
+      }
+      return;
     }
   }
 
@@ -333,7 +635,7 @@ class Designer {
   void fill_tile(Batch batch, std::uint32_t* A, std::uint32_t* Bt, std::uint32_t* C) {
     const Format& in = f_.input;
     const int M = f_.m, K = f_.k;
-    if (batch == kRandomBits || batch == kRandomNormal || batch == kSpecials) {
+    if (batch == kRandomBits || batch == kRandomNormal || batch == kSpecials || batch == kChained) {
       const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
       auto element = [&](const Format& fmt, int centre) {
         if (batch == kRandomBits) return random_bits(fmt);
@@ -358,24 +660,39 @@ class Designer {
  private:
   const FormInfo& f_;
   std::mt19937_64 rng_;
+  int F_;
+  // Designed rows of the current batch so far: the overflow and f_boundary designs cycle by it.
+  int row_batch_ = -1, batch_row_ = 0;
 };
 
-template <int F>
-void launch(int tiles, const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D) {
-  if constexpr (F >= kWgmmaBf16) wgmma_kernel<F><<<tiles, 128>>>(A, Bt, C, D);
-  else mma_kernel<F><<<tiles, 32>>>(A, Bt, C, D);
+template <int F, bool kChain>
+void launch(int tiles, const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
+            std::uint32_t* D2) {
+  if (tiles <= 0) return;
+  if constexpr (F >= kWgmmaBf16) wgmma_kernel<F, kChain><<<tiles, 128>>>(A, Bt, C, D, D2);
+  else mma_kernel<F, kChain><<<tiles, 32>>>(A, Bt, C, D, D2);
 }
-void launch_form(int form, int tiles, const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C,
-                 std::uint32_t* D) {
+template <int F>
+void launch_both(int tiles, int chained_from, std::size_t a_n, std::size_t b_n, std::size_t c_n, const std::uint32_t* A,
+                 const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D, std::uint32_t* D2) {
+  const std::size_t first = static_cast<std::size_t>(chained_from);
+  launch<F, false>(chained_from, A, Bt, C, D, nullptr);
+  launch<F, true>(tiles - chained_from, A + a_n * first, Bt + b_n * first, C + c_n * first, D + c_n * first, D2);
+}
+// Tiles [0, chained_from) run one instruction; tiles [chained_from, tiles) also write the
+// chained result D2 (their own tile index from 0).
+void launch_form(int form, int tiles, int chained_from, std::size_t a_n, std::size_t b_n, std::size_t c_n,
+                 const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
+                 std::uint32_t* D2) {
   switch (form) {
-    case kMmaBf16F32: launch<kMmaBf16F32>(tiles, A, Bt, C, D); break;
-    case kMmaF16F32: launch<kMmaF16F32>(tiles, A, Bt, C, D); break;
-    case kMmaF16F16: launch<kMmaF16F16>(tiles, A, Bt, C, D); break;
-    case kMmaTf32F32: launch<kMmaTf32F32>(tiles, A, Bt, C, D); break;
-    case kWgmmaBf16: launch<kWgmmaBf16>(tiles, A, Bt, C, D); break;
-    case kWgmmaF16: launch<kWgmmaF16>(tiles, A, Bt, C, D); break;
-    case kWgmmaE4m3: launch<kWgmmaE4m3>(tiles, A, Bt, C, D); break;
-    case kWgmmaE5m2: launch<kWgmmaE5m2>(tiles, A, Bt, C, D); break;
+    case kMmaBf16F32: launch_both<kMmaBf16F32>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaF16F32: launch_both<kMmaF16F32>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaF16F16: launch_both<kMmaF16F16>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaTf32F32: launch_both<kMmaTf32F32>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaBf16: launch_both<kWgmmaBf16>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaF16: launch_both<kWgmmaF16>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaE4m3: launch_both<kWgmmaE4m3>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaE5m2: launch_both<kWgmmaE5m2>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
   }
   FB_CUDA_CHECK(cudaGetLastError());
   FB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -390,57 +707,154 @@ std::string model_for(const FormInfo& f, int major, int minor) {
   return "sm" + std::to_string(major) + std::to_string(minor) + suffix;
 }
 
-// dry_run: no device work; D is left as 0xffffffff (a NaN pattern in every container) so
-// the file exercises the writer and the checker but never looks like a measurement.
-ProbeSection probe_form(int form, int tiles_per_batch, std::uint64_t seed, const cudaDeviceProp& prop,
-                        const std::map<std::string, std::string>& device_fields, bool dry_run) {
+// Writes a probe file (gpu/README.md, the layout write_probe_file writes) section by
+// section, so that a section's cases need not be held in memory: to PATH.partial, renamed
+// to PATH by finish(). Throws ProbeFileError on an I/O error or a case count that differs
+// from the header's.
+class ProbeFileStream {
+ public:
+  ProbeFileStream(std::string path, std::uint32_t sections) : path_(std::move(path)), partial_(path_ + ".partial") {
+    f_ = std::fopen(partial_.c_str(), "wb");
+    if (!f_) throw ProbeFileError(partial_ + ": cannot open for writing");
+    buf_.reserve(kBufferWords);
+    write_bytes("FBPROBE1", 8);
+    put(sections);
+    flush();
+  }
+  ~ProbeFileStream() {
+    if (f_) {
+      std::fclose(f_);
+      std::remove(partial_.c_str());
+    }
+  }
+  ProbeFileStream(const ProbeFileStream&) = delete;
+  ProbeFileStream& operator=(const ProbeFileStream&) = delete;
+
+  void begin_section(const ProbeHeader& h, std::uint64_t cases) {
+    end_section();
+    const std::string text = header_text(h) + "cases=" + std::to_string(cases) + "\n";
+    put(static_cast<std::uint32_t>(text.size()));
+    flush();
+    write_bytes(text.data(), text.size());
+    k_ = h.k;
+    expected_ = cases;
+    written_ = 0;
+  }
+  void add_case(std::uint32_t batch, std::uint32_t c, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t d) {
+    put(batch);
+    put(c);
+    for (int i = 0; i < k_; ++i) put(a[i]);
+    for (int i = 0; i < k_; ++i) put(b[i]);
+    put(d);
+    ++written_;
+  }
+  void finish() {
+    end_section();
+    flush();
+    if (std::fclose(f_) != 0) {
+      f_ = nullptr;
+      throw ProbeFileError(partial_ + ": write failed");
+    }
+    f_ = nullptr;
+    if (std::rename(partial_.c_str(), path_.c_str()) != 0) throw ProbeFileError(path_ + ": cannot rename " + partial_);
+  }
+
+ private:
+  static constexpr std::size_t kBufferWords = std::size_t{1} << 20;
+  void end_section() {
+    if (written_ != expected_) {
+      throw ProbeFileError(partial_ + ": section has " + std::to_string(written_) + " cases, header says " +
+                           std::to_string(expected_));
+    }
+  }
+  void put(std::uint32_t v) {
+    buf_.push_back(v);
+    if (buf_.size() == kBufferWords) flush();
+  }
+  void flush() {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    for (std::uint32_t& w : buf_) w = __builtin_bswap32(w);  // the file is little-endian
+#endif
+    write_bytes(buf_.data(), buf_.size() * 4);
+    buf_.clear();
+  }
+  void write_bytes(const void* p, std::size_t n) {
+    if (n != 0 && std::fwrite(p, 1, n, f_) != n) throw ProbeFileError(partial_ + ": write failed");
+  }
+  std::string path_, partial_;
+  std::FILE* f_ = nullptr;
+  std::vector<std::uint32_t> buf_;
+  int k_ = 0;
+  std::uint64_t expected_ = 0, written_ = 0;
+};
+
+// Cases of one form's section: every output of every tile, the chained tiles' twice.
+std::uint64_t section_cases(const FormInfo& f, int tiles_per_batch) {
+  return static_cast<std::uint64_t>(tiles_per_batch) * static_cast<std::uint64_t>(f.m) * kN * (kBatchCount + 1);
+}
+
+// Generates, runs (unless dry_run) and streams one form's section. dry_run: no device
+// work; D (and a chained tile's D2) is left as 0xffffffff (a NaN pattern in every
+// container) so the file exercises the writer and the checker but never looks like a
+// measurement; a chained pair's second case then has C = D1 = 0xffffffff too.
+// Tiles are laid out batch after batch (the chained batch last); cases are written tile by
+// tile, row by row, 8 columns each; a chained tile writes, per output, (C, a, b, D1) and
+// then (D1, a, b, D2).
+void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64_t seed, const cudaDeviceProp& prop,
+                const std::map<std::string, std::string>& device_fields, bool dry_run) {
   const FormInfo& f = kForms[form];
-  Designer designer(f, seed * 1315423911u + static_cast<std::uint64_t>(form));
-  const int tiles = tiles_per_batch * kBatchCount;
+  const int F = fraction_bits_for(f, prop.major);
+  Designer designer(f, seed * 1315423911u + static_cast<std::uint64_t>(form), F);
+  const int tiles = tiles_per_batch * kBatchCount, chained_from = tiles_per_batch * kChained;
   const std::size_t a_n = static_cast<std::size_t>(f.m) * f.k, b_n = static_cast<std::size_t>(kN) * f.k,
                     c_n = static_cast<std::size_t>(f.m) * kN;
-  std::vector<std::uint32_t> A(a_n * tiles), Bt(b_n * tiles), C(c_n * tiles), D(c_n * tiles, 0xffffffffu);
-  std::vector<int> tile_batch(tiles);
+  const std::size_t all = static_cast<std::size_t>(tiles), chained = static_cast<std::size_t>(tiles - chained_from);
+  std::vector<std::uint32_t> A(a_n * all), Bt(b_n * all), C(c_n * all), D(c_n * all, 0xffffffffu),
+      D2(c_n * chained, 0xffffffffu);
   for (int t = 0; t < tiles; ++t) {
-    tile_batch[t] = t / tiles_per_batch;
-    designer.fill_tile(static_cast<Batch>(tile_batch[t]), &A[a_n * t], &Bt[b_n * t], &C[c_n * t]);
+    designer.fill_tile(static_cast<Batch>(t / tiles_per_batch), &A[a_n * t], &Bt[b_n * t], &C[c_n * t]);
   }
   if (!dry_run) {
-    std::uint32_t *dA, *dB, *dC, *dD;
+    std::uint32_t *dA, *dB, *dC, *dD, *dD2;
     FB_CUDA_CHECK(cudaMalloc(&dA, A.size() * 4));
     FB_CUDA_CHECK(cudaMalloc(&dB, Bt.size() * 4));
     FB_CUDA_CHECK(cudaMalloc(&dC, C.size() * 4));
     FB_CUDA_CHECK(cudaMalloc(&dD, D.size() * 4));
+    FB_CUDA_CHECK(cudaMalloc(&dD2, D2.size() * 4));
     FB_CUDA_CHECK(cudaMemcpy(dA, A.data(), A.size() * 4, cudaMemcpyHostToDevice));
     FB_CUDA_CHECK(cudaMemcpy(dB, Bt.data(), Bt.size() * 4, cudaMemcpyHostToDevice));
     FB_CUDA_CHECK(cudaMemcpy(dC, C.data(), C.size() * 4, cudaMemcpyHostToDevice));
-    launch_form(form, tiles, dA, dB, dC, dD);
+    launch_form(form, tiles, chained_from, a_n, b_n, c_n, dA, dB, dC, dD, dD2);
     FB_CUDA_CHECK(cudaMemcpy(D.data(), dD, D.size() * 4, cudaMemcpyDeviceToHost));
-    for (std::uint32_t* p : {dA, dB, dC, dD}) FB_CUDA_CHECK(cudaFree(p));
+    FB_CUDA_CHECK(cudaMemcpy(D2.data(), dD2, D2.size() * 4, cudaMemcpyDeviceToHost));
+    for (std::uint32_t* p : {dA, dB, dC, dD, dD2}) FB_CUDA_CHECK(cudaFree(p));
   }
 
-  ProbeSection sec;
-  sec.header.form = f.ptx;
-  sec.header.k = f.k;
-  sec.header.input = f.input;
-  sec.header.c_format = f.cd;
-  sec.header.d_format = f.cd;
-  sec.header.batches.assign(kBatchNames, kBatchNames + kBatchCount);
-  sec.header.models = {model_for(f, prop.major, prop.minor)};
-  sec.header.extra = device_fields;
-  sec.header.extra["tile"] = "m" + std::to_string(f.m) + "n8k" + std::to_string(f.k);
-  sec.header.extra["seed"] = std::to_string(seed);
-  std::vector<std::uint32_t> b(f.k);
+  ProbeHeader h;
+  h.form = f.ptx;
+  h.k = f.k;
+  h.input = f.input;
+  h.c_format = f.cd;
+  h.d_format = f.cd;
+  h.batches.assign(kBatchNames, kBatchNames + kBatchCount);
+  h.models = {model_for(f, prop.major, prop.minor)};
+  h.extra = device_fields;
+  h.extra["tile"] = "m" + std::to_string(f.m) + "n8k" + std::to_string(f.k);
+  h.extra["seed"] = std::to_string(seed);
+  h.extra["f_boundary_f"] = std::to_string(F);
+  out.begin_section(h, section_cases(f, tiles_per_batch));
   for (int t = 0; t < tiles; ++t) {
+    const auto batch = static_cast<std::uint32_t>(t / tiles_per_batch);
     for (int r = 0; r < f.m; ++r) {
+      const std::uint32_t* a = &A[a_n * t + static_cast<std::size_t>(r) * f.k];
       for (int n = 0; n < kN; ++n) {
-        const std::size_t ci = c_n * t + static_cast<std::size_t>(r) * kN + n;
-        sec.add_case(static_cast<std::uint32_t>(tile_batch[t]), C[ci], &A[a_n * t + static_cast<std::size_t>(r) * f.k],
-                     &Bt[b_n * t + static_cast<std::size_t>(n) * f.k], D[ci]);
+        const std::size_t at = static_cast<std::size_t>(r) * kN + n, ci = c_n * t + at;
+        const std::uint32_t* b = &Bt[b_n * t + static_cast<std::size_t>(n) * f.k];
+        out.add_case(batch, C[ci], a, b, D[ci]);
+        if (t >= chained_from) out.add_case(batch, D[ci], a, b, D2[c_n * (t - chained_from) + at]);
       }
     }
   }
-  return sec;
 }
 
 int run(int argc, char** argv) {
@@ -459,8 +873,9 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  if (out.empty() || tiles < 1) {
-    std::fprintf(stderr, "error: --out FILE is required and --tiles must be >= 1\n");
+  // 100000 tiles: 150 million cases and about 40 GB of file per form; far beyond any use.
+  if (out.empty() || tiles < 1 || tiles > 100000) {
+    std::fprintf(stderr, "error: --out FILE is required and --tiles must be in 1..100000\n");
     return 2;
   }
   int device = 0, driver = 0, runtime = 0;
@@ -482,19 +897,27 @@ int run(int argc, char** argv) {
       {"driver", std::to_string(driver)},
       {"cuda_runtime", std::to_string(runtime)},
       {"program", "fb-mma-probe"}};
-  ProbeFile file;
+  std::vector<int> forms;
   for (int form = 0; form < kFormCount; ++form) {
     const FormInfo& f = kForms[form];
     if (f.wgmma && prop.major != 9) {
       std::printf("skip %s: wgmma needs sm_90a, device is sm_%d%d\n", f.ptx, prop.major, prop.minor);
       continue;
     }
+    forms.push_back(form);
+  }
+  ProbeFileStream file(out, static_cast<std::uint32_t>(forms.size()));
+  for (int form : forms) {
+    const FormInfo& f = kForms[form];
+    const auto start = std::chrono::steady_clock::now();
     // wgmma tiles hold 4x the outputs of an mma tile; keep the case counts comparable.
     const int per_batch = f.wgmma ? (tiles + 3) / 4 : tiles;
-    file.sections.push_back(probe_form(form, per_batch, seed, prop, fields, dry_run));
-    std::printf("%s: %zu cases\n", f.ptx, file.sections.back().cases());
+    probe_form(file, form, per_batch, seed, prop, fields, dry_run);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%s: %llu cases (%.2f s)\n", f.ptx, static_cast<unsigned long long>(section_cases(f, per_batch)), seconds);
+    std::fflush(stdout);
   }
-  write_probe_file(out, file);
+  file.finish();
   std::printf("wrote %s (%s)\n", out.c_str(), prop.name);
   return 0;
 }

@@ -1,12 +1,16 @@
 // gpu/probe_check.cpp: replays probe cases through the tensor-core models (probe_check.hpp).
 #include "gpu/probe_check.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <span>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "emu/tensor_core.hpp"
@@ -102,6 +106,123 @@ void explain_text(std::ostream& out, const ProbeSection& sec, std::size_t i, std
   }
 }
 
+// Replays cases of one section under one model. expected() gives fused_dot_bits' result
+// (for a NaN, possibly another NaN pattern: NaNs compare equal here) without its per-call
+// allocations and decoding: inputs through a table of (float)to_double(format, pattern),
+// exactly fused_dot_bits' conversion, then fused_dot on the floats, whose result carries
+// the output bits (fp32 outputs: the float's bits; fp16: its value, re-encoded exactly).
+// Mismatches are explained with fused_dot_bits itself.
+class Replayer {
+ public:
+  Replayer(const TensorCoreModel& model, const ProbeHeader& h) : model_(model), h_(h) {
+    const Format& acc = accumulator_format(model);
+    fp16_acc_ = acc == formats::fp16;
+    if (h.input.width() <= 20) in_table_ = table(h.input);
+    if (fp16_acc_) c_table_ = table(formats::fp16);
+  }
+  std::uint32_t expected(const ProbeSection& sec, std::size_t i, float* a, float* b) const {
+    const int k = h_.k;
+    const std::uint32_t* ab = sec.a(i);
+    const std::uint32_t* bb = sec.b(i);
+    if (in_table_.empty()) return fused_dot_bits(model_, sec.c(i), {ab, static_cast<std::size_t>(k)}, {bb, static_cast<std::size_t>(k)});
+    const int shift = h_.input.storage_shift();
+    const std::uint32_t mask = h_.input.width_mask();
+    for (int j = 0; j < k; ++j) {
+      a[j] = in_table_[(ab[j] >> shift) & mask];
+      b[j] = in_table_[(bb[j] >> shift) & mask];
+    }
+    const std::uint32_t cb = sec.c(i);
+    float c;
+    if (fp16_acc_) {
+      c = c_table_[cb & 0xffffu];
+    } else {
+      c = std::bit_cast<float>(cb);
+      if (std::isnan(c)) c = static_cast<float>(to_double(formats::fp32, cb));  // as fused_dot_bits converts it
+    }
+    const float d = fused_dot(model_, c, a, b, k);
+    if (!fp16_acc_) return std::bit_cast<std::uint32_t>(d);
+    std::uint32_t bits = 0;
+    if (std::isnan(d)) return to_container(formats::fp16, formats::fp16.quiet_nan_pattern());
+    if (from_double_exact(formats::fp16, static_cast<double>(d), bits)) return bits;
+    return fused_dot_bits(model_, cb, {ab, static_cast<std::size_t>(k)}, {bb, static_cast<std::size_t>(k)});
+  }
+
+ private:
+  static std::vector<float> table(const Format& f) {
+    std::vector<float> t(std::size_t{1} << f.width());
+    for (std::uint32_t layout = 0; layout < t.size(); ++layout) {
+      t[layout] = static_cast<float>(to_double(f, to_container(f, layout)));
+    }
+    return t;
+  }
+  const TensorCoreModel& model_;
+  const ProbeHeader& h_;
+  bool fp16_acc_ = false;
+  std::vector<float> in_table_, c_table_;
+};
+
+// What replaying one section found: counts per batch and the mismatching cases in file order.
+struct SectionResult {
+  std::vector<std::size_t> batch_cases, batch_mismatches;
+  std::vector<std::size_t> mismatches;
+};
+
+// Replays every case of `sec` on up to `jobs` threads. The cases are cut into chunks in
+// file order; each chunk's counts and mismatches are kept apart and joined in chunk order,
+// so the result does not depend on the thread count or on which thread ran which chunk.
+SectionResult replay_section(const ProbeSection& sec, const TensorCoreModel& model, unsigned jobs) {
+  const ProbeHeader& h = sec.header;
+  const Replayer replayer(model, h);
+  const std::size_t n = sec.cases(), nb = h.batches.size();
+  const std::size_t chunk = std::clamp<std::size_t>(n / (16 * std::max(1u, jobs)) + 1, 64, std::size_t{1} << 16);
+  const std::size_t chunks = (n + chunk - 1) / chunk;
+  std::vector<SectionResult> parts(chunks);
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    std::vector<float> a(static_cast<std::size_t>(h.k)), b(static_cast<std::size_t>(h.k));
+    for (std::size_t ci; (ci = next.fetch_add(1)) < chunks;) {
+      SectionResult& r = parts[ci];
+      r.batch_cases.assign(nb, 0);
+      r.batch_mismatches.assign(nb, 0);
+      const std::size_t end = std::min(n, (ci + 1) * chunk);
+      for (std::size_t i = ci * chunk; i < end; ++i) {
+        const std::uint32_t expected = replayer.expected(sec, i, a.data(), b.data());
+        ++r.batch_cases[sec.batch(i)];
+        if (same_result(h.d_format, sec.d(i), expected)) continue;
+        ++r.batch_mismatches[sec.batch(i)];
+        r.mismatches.push_back(i);
+      }
+    }
+  };
+  const std::size_t threads = std::min<std::size_t>(std::max(1u, jobs), chunks);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  SectionResult all;
+  all.batch_cases.assign(nb, 0);
+  all.batch_mismatches.assign(nb, 0);
+  for (const SectionResult& r : parts) {
+    for (std::size_t bi = 0; bi < nb; ++bi) {
+      all.batch_cases[bi] += r.batch_cases[bi];
+      all.batch_mismatches[bi] += r.batch_mismatches[bi];
+    }
+    all.mismatches.insert(all.mismatches.end(), r.mismatches.begin(), r.mismatches.end());
+  }
+  return all;
+}
+
+// A section with `sec`'s header (plus `extra` keys) and no cases yet.
+ProbeSection subset_of(const ProbeSection& sec, const std::map<std::string, std::string>& extra) {
+  ProbeSection out;
+  out.header = sec.header;
+  for (const auto& [key, value] : extra) out.header.extra[key] = value;
+  return out;
+}
+void copy_case(const ProbeSection& from, std::size_t i, ProbeSection& to) {
+  to.add_case(from.batch(i), from.c(i), from.a(i), from.b(i), from.d(i));
+}
+
 }  // namespace
 
 int run_probe_check(const std::string& path, const ProbeCheckOptions& options, std::ostream& out,
@@ -113,6 +234,9 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     err << "error: " << e.what() << "\n";
     return 2;
   }
+  const unsigned jobs = options.jobs != 0 ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
+  ProbeFile mismatch_file, sample_file;
+  std::size_t mismatch_file_cases = 0, sample_file_cases = 0;
   nlohmann::json report = {{"file", path}, {"forms", nlohmann::json::array()}};
   std::size_t total_mismatches = 0, total_cases = 0;
   for (std::size_t s = 0; s < file.sections.size(); ++s) {
@@ -138,21 +262,18 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
       model_name += " (output adapted to fp16 RNE)";
     }
     const std::string validation = model.hardware_validated ? "validated on hardware" : "NOT validated on hardware";
-    std::vector<std::size_t> batch_cases(h.batches.size()), batch_mismatches(h.batches.size());
-    std::size_t mismatches = 0;
+    const SectionResult result = replay_section(sec, model, jobs);
+    const std::vector<std::size_t>& batch_cases = result.batch_cases;
+    const std::vector<std::size_t>& batch_mismatches = result.batch_mismatches;
+    const std::size_t mismatches = result.mismatches.size();
     nlohmann::json explained = nlohmann::json::array();
     std::ostringstream text;
-    for (std::size_t i = 0; i < sec.cases(); ++i) {
+    for (std::size_t m = 0; m < mismatches && m < options.max_report; ++m) {
+      const std::size_t i = result.mismatches[m];
       const std::span<const std::uint32_t> a(sec.a(i), static_cast<std::size_t>(h.k));
       const std::span<const std::uint32_t> b(sec.b(i), static_cast<std::size_t>(h.k));
-      const std::uint32_t expected = fused_dot_bits(model, sec.c(i), a, b);
-      ++batch_cases[sec.batch(i)];
-      if (same_result(h.d_format, sec.d(i), expected)) continue;
-      ++mismatches;
-      ++batch_mismatches[sec.batch(i)];
-      if (mismatches > options.max_report) continue;
       DotTrace trace;
-      fused_dot_bits(model, sec.c(i), a, b, &trace);
+      const std::uint32_t expected = fused_dot_bits(model, sec.c(i), a, b, &trace);
       if (options.json) {
         nlohmann::json steps = nlohmann::json::array();
         for (const DotStepEvent& e : trace.steps) steps.push_back(step_json(e));
@@ -161,19 +282,39 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
           as.push_back({{"bits", hex(h.input, a[j])}, {"value", to_double(h.input, a[j])}});
           bs.push_back({{"bits", hex(h.input, b[j])}, {"value", to_double(h.input, b[j])}});
         }
-        nlohmann::json m = {{"case", i},
-                            {"batch", h.batches[sec.batch(i)]},
-                            {"c", {{"bits", hex(h.c_format, sec.c(i))}, {"value", to_double(h.c_format, sec.c(i))}}},
-                            {"a", as},
-                            {"b", bs},
-                            {"expected", {{"bits", hex(h.d_format, expected)}, {"value", value_text(h.d_format, expected)}}},
-                            {"got", {{"bits", hex(h.d_format, sec.d(i))}, {"value", value_text(h.d_format, sec.d(i))}}},
-                            {"steps", steps}};
-        if (!is_nan(h.d_format, expected) && !is_nan(h.d_format, sec.d(i))) m["ulps"] = ulps_apart(h.d_format, sec.d(i), expected);
-        explained.push_back(m);
+        nlohmann::json m_json = {{"case", i},
+                                 {"batch", h.batches[sec.batch(i)]},
+                                 {"c", {{"bits", hex(h.c_format, sec.c(i))}, {"value", to_double(h.c_format, sec.c(i))}}},
+                                 {"a", as},
+                                 {"b", bs},
+                                 {"expected", {{"bits", hex(h.d_format, expected)}, {"value", value_text(h.d_format, expected)}}},
+                                 {"got", {{"bits", hex(h.d_format, sec.d(i))}, {"value", value_text(h.d_format, sec.d(i))}}},
+                                 {"steps", steps}};
+        if (!is_nan(h.d_format, expected) && !is_nan(h.d_format, sec.d(i))) m_json["ulps"] = ulps_apart(h.d_format, sec.d(i), expected);
+        explained.push_back(m_json);
       } else {
         explain_text(text, sec, i, expected, trace);
       }
+    }
+    if (!options.mismatches_out.empty()) {
+      ProbeSection sub = subset_of(sec, {{"subset", "mismatches"},
+                                         {"subset_model", model_name},
+                                         {"subset_mismatches_total", std::to_string(mismatches)}});
+      for (std::size_t m = 0; m < mismatches && m < options.max_mismatches; ++m) copy_case(sec, result.mismatches[m], sub);
+      mismatch_file_cases += sub.cases();
+      mismatch_file.sections.push_back(std::move(sub));
+    }
+    if (!options.sample_out.empty()) {
+      ProbeSection sub = subset_of(sec, {{"subset", "sample"}, {"subset_per_batch", std::to_string(options.sample_per_batch)}});
+      std::vector<std::size_t> taken(h.batches.size(), 0);
+      for (std::size_t i = 0; i < sec.cases(); ++i) {
+        if (taken[sec.batch(i)] < options.sample_per_batch) {
+          ++taken[sec.batch(i)];
+          copy_case(sec, i, sub);
+        }
+      }
+      sample_file_cases += sub.cases();
+      sample_file.sections.push_back(std::move(sub));
     }
     total_mismatches += mismatches;
     total_cases += sec.cases();
@@ -181,18 +322,20 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     if (options.json) {
       nlohmann::json batches = nlohmann::json::object();
       for (std::size_t bi = 0; bi < h.batches.size(); ++bi) {
-        batches[h.batches[bi]] = {{"cases", batch_cases[bi]}, {"mismatches", batch_mismatches[bi]}};
+        batches[h.batches[bi]] = {{"cases", batch_cases[bi]},
+                                  {"matches", batch_cases[bi] - batch_mismatches[bi]},
+                                  {"mismatches", batch_mismatches[bi]}};
       }
       report["forms"].push_back({{"form", h.form}, {"model", model_name}, {"model_hardware_validated", model.hardware_validated}, {"k", h.k}, {"input", h.input.name},
-                                 {"source", source}, {"cases", sec.cases()}, {"mismatches", mismatches},
-                                 {"batches", batches}, {"explained", explained}});
+                                 {"source", source}, {"cases", sec.cases()}, {"matches", sec.cases() - mismatches},
+                                 {"mismatches", mismatches}, {"batches", batches}, {"explained", explained}});
     } else {
       out << h.form << " [model " << model_name << " (" << validation << "), source " << source << "]: " << sec.cases() << " cases, "
           << sec.cases() - mismatches << " match, " << mismatches << " mismatch\n";
       for (std::size_t bi = 0; bi < h.batches.size(); ++bi) {
         if (batch_cases[bi] == 0) continue;
-        out << "  batch " << h.batches[bi] << ": " << batch_cases[bi] << " cases, " << batch_mismatches[bi]
-            << " mismatch\n";
+        out << "  batch " << h.batches[bi] << ": " << batch_cases[bi] << " cases, "
+            << batch_cases[bi] - batch_mismatches[bi] << " match, " << batch_mismatches[bi] << " mismatch\n";
       }
       out << text.str();
       if (mismatches > options.max_report) {
@@ -200,12 +343,29 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
       }
     }
   }
+  // The subsets, written once every section has been replayed.
+  auto write_subset = [&](const std::string& to, const ProbeFile& subset) {
+    try {
+      write_probe_file(to, subset);
+      return true;
+    } catch (const ProbeFileError& e) {
+      err << "error: " << e.what() << "\n";
+      return false;
+    }
+  };
+  if (!options.mismatches_out.empty() && !write_subset(options.mismatches_out, mismatch_file)) return 2;
+  if (!options.sample_out.empty() && !write_subset(options.sample_out, sample_file)) return 2;
   if (options.json) {
     report["cases"] = total_cases;
+    report["matches"] = total_cases - total_mismatches;
     report["mismatches"] = total_mismatches;
+    if (!options.mismatches_out.empty()) report["mismatches_out"] = {{"file", options.mismatches_out}, {"cases", mismatch_file_cases}};
+    if (!options.sample_out.empty()) report["sample_out"] = {{"file", options.sample_out}, {"cases", sample_file_cases}};
     out << report.dump(2) << "\n";
   } else {
     out << "total: " << total_cases << " cases, " << total_mismatches << " mismatch\n";
+    if (!options.mismatches_out.empty()) out << "mismatches: " << mismatch_file_cases << " cases written to " << options.mismatches_out << "\n";
+    if (!options.sample_out.empty()) out << "sample: " << sample_file_cases << " cases written to " << options.sample_out << "\n";
   }
   return total_mismatches == 0 ? 0 : 1;
 }

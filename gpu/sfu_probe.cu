@@ -12,7 +12,8 @@
 //   close are reported as unresolved (resolve them with MPFR on the CPU side).
 // - Hypotheses of DESIGN.md §5 tested exhaustively:
 //   ex2: result(x) = 2^k * T(f) where k.f is x as a fixed-point number with N fraction
-//        bits, for each N in --ex2-bits (default 18..24) and each way of forming the
+//        bits, for each N in --ex2-bits (default 20,22,23,24,25,26; tables only for
+//        N <= 24) and each way of forming the
 //        fixed-point number in --ex2-roundings (floor, nearest_even, toward_zero: the
 //        argument roundings the emu's ex2_fixed_point table model implements);
 //   rcp: result(2^e * m) = 2^-e * T(m) for normal inputs with normal results (key: the
@@ -48,15 +49,36 @@
 //   gpu/sfu_table_model.hpp lg2_table_model: input ftz, NaN and x < 0 -> the measured NaN
 //   output, +-0 -> -inf, +inf -> +inf, RN_fp32(e + T[m])) on all 2^32 inputs, with the
 //   mismatches per region in the summary and header, and written as lg2_table_n23.fbsfut.
+// - ex2nf: ex2.approx.f32 WITHOUT .ftz (CUDA's exp2f without fast math) on all 2^32 inputs
+//   against the correctly rounded exp2 with no flushing at all (subnormal inputs and results
+//   kept; the double reference has the range), same histogram and uncertain-input report;
+//   then, on all 2^32 inputs, where it differs from ex2.approx.ftz.f32 per region (NaN,
+//   subnormal input, +inf result, normal result, subnormal-or-zero result), and two
+//   hypotheses for x < -126: RN(2^-24 * ftz(RN(x + 24))) and RN(ftz(x * 0.5)^2), ftz =
+//   ex2.approx.ftz.f32 (the second is the FSETP/FMUL/MUFU.EX2/FMUL squaring sequence ptxas
+//   is believed to emit; gpu/sass_probe.cu's listing shows what it does emit).
+// - Raw evidence for ex2 (--raw-evidence auto|always|never; auto: only when no ex2 hypothesis
+//   held): ex2_conflicts.txt, up to 4096 conflicts (key, the input first recorded at the key
+//   and its output, the conflicting input and its output; at most 16 per input binade) and
+//   the conflicts per input binade, for N=24 floor and N=23 nearest_even; and
+//   ex2_raw_binades.bin (FBSFURAW1, gpu/README.md): ex2.approx.ftz.f32 on every input of a
+//   few binades (default [1,2), (-2,-1], [0.5,1), (-1,-0.5], [2^-8,2^-7)) as int8 ulp deltas
+//   from round_reference() with an escape list.
+// The summary file is rewritten after each function, so a run cut short keeps what it did,
+// and ends with the wall time and the number of 2^32-input passes per function.
 // Compiled here, NOT yet run on a GPU.
-// Usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24]
-//        [--ex2-roundings floor,nearest_even,toward_zero] [--chunk-log2 28]
+// Usage: fb-sfu-probe --out-dir DIR [--functions ex2,ex2nf,rcp,lg2] [--ex2-bits 20,22,23,24,25,26]
+//        [--ex2-roundings floor,nearest_even,toward_zero] [--raw-evidence auto|always|never]
+//        [--raw-binades 1,-1,0.5,-0.5,0x1p-8] [--chunk-log2 28]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -67,11 +89,13 @@
 namespace fb::gpu {
 namespace {
 
-enum Fn : int { kEx2, kRcp, kLg2, kFnCount };
+// kEx2Nf (ex2.approx.f32, no .ftz) is last so the other three keep their numbering.
+enum Fn : int { kEx2, kRcp, kLg2, kEx2Nf, kFnCount };
 // ArgRounding (gpu/sfu_table_model.hpp) has emu's FixedPointRounding numbering.
 const char* const kArgRoundingNames[kArgRoundingCount] = {"floor", "nearest_even", "toward_zero"};
-const char* const kFnNames[kFnCount] = {"ex2", "rcp", "lg2"};
-const char* const kFnPtx[kFnCount] = {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "lg2.approx.ftz.f32"};
+const char* const kFnNames[kFnCount] = {"ex2", "rcp", "lg2", "ex2nf"};
+const char* const kFnPtx[kFnCount] = {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "lg2.approx.ftz.f32",
+                                      "ex2.approx.f32"};
 
 constexpr int kHistHalf = 8;  // bins for -8..8 ulps, plus below/above, plus NaN classes
 constexpr int kHistBins = 2 * kHistHalf + 1;
@@ -79,6 +103,8 @@ constexpr int kBinBelow = kHistBins, kBinAbove = kHistBins + 1, kBinNanBoth = kH
               kBinNanMismatch = kHistBins + 3, kBinCount = kHistBins + 4;
 constexpr std::uint32_t kUncertainCap = 1u << 16;
 constexpr std::uint32_t kEmpty = 0xffffffffu;
+// Number of 2^32-input passes run so far (the summary's [timing] section).
+unsigned long long g_passes = 0;
 
 struct Stats {
   unsigned long long hist[kBinCount];
@@ -95,7 +121,7 @@ __host__ __device__ inline long long ordered(std::uint32_t bits) {
 }
 
 __device__ inline float hw(int fn, float x) {
-  return fn == kEx2 ? ex2_approx_ftz(x) : fn == kRcp ? rcp_approx_ftz(x) : lg2_approx_ftz(x);
+  return fn == kEx2 ? ex2_approx_ftz(x) : fn == kRcp ? rcp_approx_ftz(x) : fn == kLg2 ? lg2_approx_ftz(x) : ex2_approx(x);
 }
 
 // Correctly rounded reference from a double approximation; sets `uncertain` when the
@@ -115,6 +141,40 @@ __device__ inline double exact_fn(int fn, double x) {
   return fn == kEx2 ? exp2(x) : fn == kRcp ? 1.0 / x : log2(x);
 }
 
+// round_reference for results that are not flushed (ex2nf): the same, but a double that
+// rounds to zero is checked against the boundary 2^-150 between 0 and the smallest
+// subnormal too, and `exact` (exp2 of an integer: no rounding, e.g. 2^-150 ties to 0) is
+// never uncertain. round_reference_unflushed_host: the same in long double, for the host's
+// re-resolution (tolerance 2^-60).
+__device__ inline float round_reference_unflushed(double r, bool exact, bool& uncertain) {
+  uncertain = false;
+  const float f = static_cast<float>(r);  // RNE, subnormals included
+  if (exact || !isfinite(r) || r == 0.0 || !isfinite(f)) return f;
+  const float toward = static_cast<double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
+  if (!isfinite(toward)) return f;
+  const double boundary = 0.5 * (static_cast<double>(f) + static_cast<double>(toward));
+  uncertain = fabs(r - boundary) <= fabs(r) * 0x1p-49;
+  return f;
+}
+inline float round_reference_unflushed_host(long double r, bool exact, bool& unresolved) {
+  unresolved = false;
+  const float f = static_cast<float>(r);
+  if (exact || !std::isfinite(r) || r == 0.0L || !std::isfinite(f)) return f;
+  const float toward = static_cast<long double>(f) < r ? std::nextafter(f, INFINITY) : std::nextafter(f, -INFINITY);
+  if (!std::isfinite(toward)) return f;
+  const long double boundary = 0.5L * (static_cast<long double>(f) + static_cast<long double>(toward));
+  unresolved = std::fabs(r - boundary) <= std::fabs(r) * 0x1p-60L;
+  return f;
+}
+
+// Adds one to hist[bin] (shared memory) per lane, one atomic per group of lanes with the same
+// bin: a warp's lanes nearly always share a bin, and same-address shared atomics serialize.
+// Full mask: the chunked loops run whole warps (count is a multiple of 32, warps are aligned).
+__device__ inline void warp_aggregated_increment(unsigned long long* hist, int bin) {
+  const unsigned int same = __match_any_sync(0xffffffffu, bin);
+  if (static_cast<int>(threadIdx.x & 31u) == __ffs(same) - 1) atomicAdd(&hist[bin], static_cast<unsigned long long>(__popc(same)));
+}
+
 __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, Stats* stats) {
   __shared__ unsigned long long hist[kBinCount];
   for (int i = threadIdx.x; i < kBinCount; i += blockDim.x) hist[i] = 0;
@@ -126,7 +186,9 @@ __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, 
     const float x = __uint_as_float(in);
     const float y = hw(fn, x);
     bool uncertain = false;
-    const float ref = sfu_ftz(round_reference(exact_fn(fn, static_cast<double>(sfu_ftz(x))), uncertain));
+    const float ref = fn == kEx2Nf
+                          ? round_reference_unflushed(exp2(static_cast<double>(x)), x == rintf(x), uncertain)
+                          : sfu_ftz(round_reference(exact_fn(fn, static_cast<double>(sfu_ftz(x))), uncertain));
     int bin;
     if (isnan(y) || isnan(ref)) {
       bin = (isnan(y) && isnan(ref)) ? kBinNanBoth : kBinNanMismatch;
@@ -135,7 +197,7 @@ __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, 
       bin = d < -kHistHalf ? kBinBelow : d > kHistHalf ? kBinAbove : static_cast<int>(d) + kHistHalf;
       local_max = max(local_max, d < 0 ? -d : d);
     }
-    atomicAdd(&hist[bin], 1ull);
+    warp_aggregated_increment(hist, bin);
     if (uncertain) {
       const unsigned int slot = atomicAdd(&stats->uncertain, 1u);
       if (slot < kUncertainCap) stats->uncertain_inputs[slot] = in;
@@ -157,20 +219,66 @@ __device__ inline unsigned long long record_key(std::uint32_t* table, std::uint3
 
 // ex2 fixed-point hypothesis with N fraction bits: key = frac of the fixed-point x * 2^N,
 // value = result bits minus k in the exponent field. Domain: x in [-125, 127) with a
-// normal result, where 2^k * T(f) cannot leave the normal range.
+// normal result, where 2^k * T(f) cannot leave the normal range. Each entry holds the value
+// (low 32 bits) and the input that set it (high 32 bits, one 64-bit CAS so both are written
+// together), so a conflict can name the first input at its key: `ev` gets the conflicts per
+// input binade (sign and exponent field) and up to kConflictExampleCap examples, at most
+// kConflictExamplesPerBinade per input binade so that they spread over the domain.
+constexpr unsigned long long kEmpty64 = ~0ull;  // narrows to kEmpty
+constexpr int kInputBinades = 512;
+constexpr unsigned int kConflictExampleCap = 4096, kConflictExamplesPerBinade = 16;
+struct Ex2Conflicts {
+  unsigned long long per_binade[kInputBinades];
+  unsigned int binade_examples[kInputBinades];
+  unsigned int examples;
+  std::uint32_t example[kConflictExampleCap][5];  // key, first input, its output, conflicting input, its output
+};
 __global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t base, std::uint64_t count,
-                                      std::uint32_t* table, unsigned long long* conflicts) {
+                                      unsigned long long* table, unsigned long long* conflicts, Ex2Conflicts* ev) {
+  __shared__ unsigned int binade_conflicts[kInputBinades];  // at most 2^32 / 4096 blocks inputs each
+  for (int i = threadIdx.x; i < kInputBinades; i += blockDim.x) binade_conflicts[i] = 0;
+  __syncthreads();
   unsigned long long local_conflicts = 0;
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
-    const float x = __uint_as_float(static_cast<std::uint32_t>(base + i));
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const float x = __uint_as_float(in);
     if (!(x >= -125.f && x < 127.f)) continue;
     const float y = ex2_approx_ftz(x);
     const Ex2FixedPointSplit split = ex2_fixed_point_split(sfu_ftz(x), nbits, rounding);  // the model's key
     const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (split.k << 23));
-    local_conflicts += record_key(table, split.index, v);
+    // Written once, so a non-empty L2 read is final and only the first inputs per key pay for the CAS.
+    unsigned long long old = __ldcg(&table[split.index]);
+    if (old == kEmpty64) old = atomicCAS(&table[split.index], kEmpty64, (static_cast<unsigned long long>(in) << 32) | v);
+    if (old == kEmpty64 || static_cast<std::uint32_t>(old) == v) continue;
+    ++local_conflicts;
+    const std::uint32_t binade = in >> 23;
+    atomicAdd(&binade_conflicts[binade], 1u);
+    volatile unsigned int* taken = &ev->binade_examples[binade];  // read first: no atomics once full
+    if (*taken < kConflictExamplesPerBinade && atomicAdd(&ev->binade_examples[binade], 1u) < kConflictExamplesPerBinade) {
+      const unsigned int slot = atomicAdd(&ev->examples, 1u);
+      if (slot < kConflictExampleCap) {
+        const std::uint32_t first = static_cast<std::uint32_t>(old >> 32);
+        ev->example[slot][0] = split.index;
+        ev->example[slot][1] = first;
+        ev->example[slot][2] = __float_as_uint(ex2_approx_ftz(__uint_as_float(first)));
+        ev->example[slot][3] = in;
+        ev->example[slot][4] = __float_as_uint(y);
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kInputBinades; i += blockDim.x) {
+    if (binade_conflicts[i]) atomicAdd(&ev->per_binade[i], static_cast<unsigned long long>(binade_conflicts[i]));
   }
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
+}
+
+// The 32-bit table (values only) the table model, the verification and the writer read.
+__global__ void narrow_table_kernel(const unsigned long long* wide, std::uint32_t* table, std::uint32_t entries) {
+  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < entries; j += gridDim.x * blockDim.x) {
+    table[j] = static_cast<std::uint32_t>(wide[j]);
+  }
 }
 
 // Regions of the input range, for reporting where a table model differs from the hardware
@@ -314,6 +422,7 @@ bool lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
   Lg2SplitResult* r;
   FB_CUDA_CHECK(cudaMallocManaged(&r, sizeof(Lg2SplitResult)));
   std::memset(r, 0, sizeof(Lg2SplitResult));
+  ++g_passes;
   for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
     lg2_split_hypothesis_kernel<<<4096, 256>>>(base, chunk, r);
     FB_CUDA_CHECK(cudaGetLastError());
@@ -380,10 +489,156 @@ __global__ void table_delta_kernel(int fn, int nbits, const std::uint32_t* table
   }
 }
 
+// ex2.approx.f32 (no .ftz) against ex2.approx.ftz.f32 on every input: the inputs and the
+// differences per region, and two hypotheses for x < -126 (-inf included), where the .ftz
+// form flushes: the non-ftz result equals
+//   0: RN(2^-24 * ftz(RN(x + 24)))  (scale the argument into the normal range, the result back)
+//   1: RN(ftz(x * 0.5)^2)           (halve the argument, square the result: FSETP, FMUL,
+//                                    MUFU.EX2, FMUL; x * 0.5 is exact there)
+// with ftz = ex2.approx.ftz.f32 and RN one IEEE round-to-nearest-even to fp32, subnormals
+// kept (the products are exact in double, then rounded once).
+constexpr int kNfRegionCount = 5, kNfHypCount = 2;
+constexpr unsigned int kNfRegionExamples = 4;
+const char* const kNfRegionNames[kNfRegionCount] = {"NaN", "subnormal input", "overflow (+inf result)",
+                                                    "normal result", "subnormal-or-zero result"};
+const char* const kNfHypNames[kNfHypCount] = {"RN(2^-24 * ex2.approx.ftz.f32(RN(x + 24)))",
+                                              "RN(ex2.approx.ftz.f32(x * 0.5)^2)"};
+struct NfCompare {
+  unsigned long long inputs[kNfRegionCount], differ[kNfRegionCount];
+  unsigned int region_examples[kNfRegionCount];
+  std::uint32_t region_example[kNfRegionCount][kNfRegionExamples][3];  // input, ex2.approx.f32, .ftz
+  unsigned long long hyp_tested, hyp_mismatches[kNfHypCount];
+  unsigned int hyp_max_ulps[kNfHypCount], hyp_examples[kNfHypCount];
+  std::uint32_t hyp_example[kNfHypCount][kVerifyExamples][4];  // input, ex2.approx.f32, .ftz, prediction
+};
+// Region by input, then by the non-ftz result.
+__device__ inline int nf_region(float x, float y) {
+  if (isnan(x)) return 0;
+  if (x != 0.f && fabsf(x) < 0x1p-126f) return 1;
+  if (y == INFINITY) return 2;
+  return fabsf(y) < 0x1p-126f ? 4 : 3;
+}
+__device__ inline std::uint32_t ex2_nf_prediction(int h, float x) {
+  if (h == 0) {
+    const float y = ex2_approx_ftz(__fadd_rn(x, 24.f));
+    return __float_as_uint(static_cast<float>(static_cast<double>(y) * 0x1p-24));
+  }
+  const float y = ex2_approx_ftz(__fmul_rn(x, 0.5f));
+  return __float_as_uint(static_cast<float>(static_cast<double>(y) * static_cast<double>(y)));
+}
+__device__ inline void add_warp_sum(unsigned long long* target, unsigned int v) {
+  v = __reduce_add_sync(0xffffffffu, v);
+  if ((threadIdx.x & 31u) == 0 && v) atomicAdd(target, static_cast<unsigned long long>(v));
+}
+__global__ void ex2_nf_compare_kernel(std::uint64_t base, std::uint64_t count, NfCompare* r) {
+  unsigned int inputs[kNfRegionCount] = {}, differ[kNfRegionCount] = {};  // per thread: at most 2^32 / 2^20
+  unsigned int tested = 0, mismatches[kNfHypCount] = {}, max_ulps[kNfHypCount] = {};
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const float x = __uint_as_float(in);
+    const float y = ex2_approx(x), y_ftz = ex2_approx_ftz(x);
+    const std::uint32_t y_bits = __float_as_uint(y), ftz_bits = __float_as_uint(y_ftz);
+    const int region = nf_region(x, y);
+    const bool differs = y_bits != ftz_bits;
+#pragma unroll
+    for (int g = 0; g < kNfRegionCount; ++g) {
+      inputs[g] += region == g;
+      differ[g] += region == g && differs;
+    }
+    if (differs) {
+      volatile unsigned int* taken = &r->region_examples[region];
+      if (*taken < kNfRegionExamples) {
+        const unsigned int slot = atomicAdd(&r->region_examples[region], 1u);
+        if (slot < kNfRegionExamples) {
+          r->region_example[region][slot][0] = in;
+          r->region_example[region][slot][1] = y_bits;
+          r->region_example[region][slot][2] = ftz_bits;
+        }
+      }
+    }
+    if (!(x < -126.f)) continue;
+    ++tested;
+#pragma unroll
+    for (int h = 0; h < kNfHypCount; ++h) {
+      const std::uint32_t p = ex2_nf_prediction(h, x);
+      if (p == y_bits) continue;
+      ++mismatches[h];
+      const long long d = ordered(y_bits) - ordered(p);
+      max_ulps[h] = max(max_ulps[h], static_cast<unsigned int>(d < 0 ? -d : d));
+      volatile unsigned int* taken = &r->hyp_examples[h];
+      if (*taken < kVerifyExamples) {
+        const unsigned int slot = atomicAdd(&r->hyp_examples[h], 1u);
+        if (slot < kVerifyExamples) {
+          r->hyp_example[h][slot][0] = in;
+          r->hyp_example[h][slot][1] = y_bits;
+          r->hyp_example[h][slot][2] = ftz_bits;
+          r->hyp_example[h][slot][3] = p;
+        }
+      }
+    }
+  }
+  // Every lane of the warp gets here (no early return), so the full-mask reductions are safe.
+#pragma unroll
+  for (int g = 0; g < kNfRegionCount; ++g) {
+    add_warp_sum(&r->inputs[g], inputs[g]);
+    add_warp_sum(&r->differ[g], differ[g]);
+  }
+  add_warp_sum(&r->hyp_tested, tested);
+#pragma unroll
+  for (int h = 0; h < kNfHypCount; ++h) {
+    add_warp_sum(&r->hyp_mismatches[h], mismatches[h]);
+    const unsigned int m = __reduce_max_sync(0xffffffffu, max_ulps[h]);
+    if ((threadIdx.x & 31u) == 0 && m) atomicMax(&r->hyp_max_ulps[h], m);
+  }
+}
+
+// Raw capture (FBSFURAW1, gpu/README.md): ex2.approx.ftz.f32 on every input of each binade
+// (2^23 inputs from start[b], the binade's first bit pattern), as int8 ulp deltas from the
+// same reference measure_kernel uses; -128 escapes to an explicit (input, output) pair: for
+// |delta| > 127, a NaN, or a reference too close to a rounding boundary.
+constexpr int kMaxRawBinades = 16;
+constexpr signed char kRawEscape = -128;
+struct RawBinades {
+  int count;
+  std::uint32_t start[kMaxRawBinades];
+};
+__global__ void ex2_raw_kernel(RawBinades b, signed char* delta, unsigned int* counts, std::uint32_t* escapes,
+                               std::uint32_t escape_cap) {
+  // counts: [0] escapes, [1] of which reference-uncertain
+  const std::uint32_t total = static_cast<std::uint32_t>(b.count) << 23;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const std::uint32_t in = b.start[i >> 23] + (i & 0x7fffffu);
+    const float x = __uint_as_float(in);
+    const float y = ex2_approx_ftz(x);
+    bool uncertain = false;
+    const float ref = sfu_ftz(round_reference(exp2(static_cast<double>(sfu_ftz(x))), uncertain));
+    const long long d = ordered(__float_as_uint(y)) - ordered(__float_as_uint(ref));
+    if (!uncertain && !isnan(y) && !isnan(ref) && d >= -127 && d <= 127) {
+      delta[i] = static_cast<signed char>(d);
+      continue;
+    }
+    delta[i] = kRawEscape;
+    const unsigned int slot = atomicAdd(&counts[0], 1u);
+    if (uncertain) atomicAdd(&counts[1], 1u);
+    if (slot < escape_cap) {
+      escapes[2 * slot] = in;
+      escapes[2 * slot + 1] = __float_as_uint(y);
+    }
+  }
+}
+
+enum RawEvidence : int { kRawAuto, kRawAlways, kRawNever };
+const char* const kRawEvidenceNames[3] = {"auto", "always", "never"};
+
 struct Options {
   std::string out_dir = ".";
-  std::vector<int> ex2_bits = {18, 20, 22, 23, 24};
+  std::vector<int> ex2_bits = {20, 22, 23, 24, 25, 26};  // tables only for N <= 24
   std::vector<int> ex2_roundings = {kFloor, kNearestEven, kTowardZero};
+  bool functions[kFnCount] = {true, true, true, true};
+  int raw_evidence = kRawAuto;
+  // First bit pattern of each raw-capture binade: [1,2), (-2,-1], [0.5,1), (-1,-0.5], [2^-8,2^-7).
+  std::vector<std::uint32_t> raw_binades = {0x3f800000u, 0xbf800000u, 0x3f000000u, 0xbf000000u, 0x3b800000u};
   int chunk_log2 = 28;
 };
 
@@ -466,6 +721,7 @@ unsigned long long verify_table_model(int fn, int nbits, int rounding, const std
   VerifyResult* verify;
   FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
   std::memset(verify, 0, sizeof(VerifyResult));
+  ++g_passes;
   for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
     table_verify_kernel<<<4096, 256>>>(fn, nbits, rounding, d_table, nan_output, base, chunk, verify);
     FB_CUDA_CHECK(cudaGetLastError());
@@ -511,25 +767,245 @@ void emit_lg2_table(std::uint64_t chunk, const Options& o, const std::string& de
   FB_CUDA_CHECK(cudaFree(d_table));
 }
 
+std::string hex32(std::uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", v);
+  return b;
+}
+std::string dec32(std::uint32_t v) {  // the float, %.9g (round-trips)
+  char b[32];
+  float f;
+  std::memcpy(&f, &v, 4);
+  std::snprintf(b, sizeof b, "%.9g", static_cast<double>(f));
+  return b;
+}
+
+// One ex2 fixed-point hypothesis pass over all 2^32 inputs: fills d_table (2^N values, the
+// 32-bit table verify_table_model and emit_table read), `ev` (conflicts per input binade and
+// examples) and returns the number of conflicts.
+unsigned long long run_ex2_hypothesis(int nbits, int rounding, std::uint64_t chunk, std::uint32_t* d_table,
+                                      Ex2Conflicts& ev) {
+  const std::uint64_t entries = 1ull << nbits;
+  unsigned long long* d_wide;
+  unsigned long long* d_conflicts;
+  Ex2Conflicts* d_ev;
+  FB_CUDA_CHECK(cudaMalloc(&d_wide, entries * 8));
+  FB_CUDA_CHECK(cudaMalloc(&d_conflicts, sizeof(unsigned long long)));
+  FB_CUDA_CHECK(cudaMalloc(&d_ev, sizeof(Ex2Conflicts)));
+  FB_CUDA_CHECK(cudaMemset(d_wide, 0xff, entries * 8));
+  FB_CUDA_CHECK(cudaMemset(d_conflicts, 0, sizeof(unsigned long long)));
+  FB_CUDA_CHECK(cudaMemset(d_ev, 0, sizeof(Ex2Conflicts)));
+  ++g_passes;
+  for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
+    ex2_hypothesis_kernel<<<4096, 256>>>(nbits, rounding, base, chunk, d_wide, d_conflicts, d_ev);
+    FB_CUDA_CHECK(cudaGetLastError());
+  }
+  narrow_table_kernel<<<1024, 256>>>(d_wide, d_table, static_cast<std::uint32_t>(entries));
+  FB_CUDA_CHECK(cudaGetLastError());
+  unsigned long long conflicts = 0;
+  FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(&ev, d_ev, sizeof(Ex2Conflicts), cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaFree(d_wide));
+  FB_CUDA_CHECK(cudaFree(d_conflicts));
+  FB_CUDA_CHECK(cudaFree(d_ev));
+  return conflicts;
+}
+
+// The ex2 hypotheses whose conflicts the raw evidence keeps (ex2_conflicts.txt).
+struct ConflictCapture {
+  ConflictCapture(int n, int r) : nbits(n), rounding(r) {}
+  int nbits, rounding;
+  bool captured = false;
+  unsigned long long conflicts = 0;
+  std::unique_ptr<Ex2Conflicts> ev;
+};
+
+// ex2_conflicts.txt: per captured hypothesis its conflict count, the conflicts per input
+// binade and the examples sorted by conflicting input (gpu/README.md "SFU raw evidence").
+void write_ex2_conflicts(const std::vector<ConflictCapture>& caps, const Options& o, const std::string& dev,
+                         std::ostringstream& summary) {
+  std::ofstream f(o.out_dir + "/ex2_conflicts.txt");
+  f << "# ex2_conflicts.txt: fb-sfu-probe, ex2.approx.ftz.f32 fixed-point hypothesis conflicts (gpu/README.md)\n";
+  std::istringstream devs(dev);
+  for (std::string line; std::getline(devs, line);) f << "# " << line << "\n";
+  f << "# per hypothesis: a 'hypothesis' line, 'binade' lines (sign exponent_field conflicts; the input\n"
+       "# binade of the conflicting input), then up to " << kConflictExampleCap << " examples (at most "
+    << kConflictExamplesPerBinade << " per input binade), sorted by x:\n"
+       "#   key first_x first_y x y  first_x first_y x y (hex bits, then %.9g)\n"
+       "# first_x: the input whose output was recorded first at the key; x: an input that disagreed.\n"
+       "# key and value: x * 2^N rounded to the integer xf (argument rounding), key = xf mod 2^N,\n"
+       "# k = floor(xf / 2^N), value = y's bits - k * 2^23 (gpu/sfu_table_model.hpp).\n";
+  summary << "  raw evidence: wrote ex2_conflicts.txt:";
+  for (const ConflictCapture& c : caps) {
+    const unsigned int n = std::min(c.ev->examples, kConflictExampleCap);
+    f << "hypothesis N=" << c.nbits << " rounding=" << kArgRoundingNames[c.rounding] << " conflicts=" << c.conflicts
+      << " examples=" << n << "\n";
+    for (int b = 0; b < kInputBinades; ++b) {
+      if (c.ev->per_binade[b]) f << "binade " << (b >> 8) << " " << (b & 0xff) << " " << c.ev->per_binade[b] << "\n";
+    }
+    std::vector<unsigned int> order(n);
+    for (unsigned int i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](unsigned int a, unsigned int b) {
+      return c.ev->example[a][3] < c.ev->example[b][3];
+    });
+    for (unsigned int i : order) {
+      const std::uint32_t* e = c.ev->example[i];
+      char line[160];
+      std::snprintf(line, sizeof line, "0x%06x 0x%08x 0x%08x 0x%08x 0x%08x", e[0], e[1], e[2], e[3], e[4]);
+      f << line << " " << dec32(e[1]) << " " << dec32(e[2]) << " " << dec32(e[3]) << " " << dec32(e[4]) << "\n";
+    }
+    summary << " N=" << c.nbits << " " << kArgRoundingNames[c.rounding] << ": " << c.conflicts << " conflicts, " << n
+            << " examples;";
+  }
+  summary << "\n";
+}
+
+// ex2_raw_binades.bin (FBSFURAW1, gpu/README.md).
+void write_ex2_raw_binades(const Options& o, const std::string& dev, std::ostringstream& summary) {
+  RawBinades b{};
+  b.count = static_cast<int>(o.raw_binades.size());
+  for (int i = 0; i < b.count; ++i) b.start[i] = o.raw_binades[i];
+  const std::uint64_t n = static_cast<std::uint64_t>(b.count) << 23;
+  const std::uint32_t escape_cap = 1u << 20;
+  signed char* d_delta;
+  unsigned int* d_counts;
+  std::uint32_t* d_escapes;
+  FB_CUDA_CHECK(cudaMalloc(&d_delta, n));
+  FB_CUDA_CHECK(cudaMalloc(&d_counts, 2 * sizeof(unsigned int)));
+  FB_CUDA_CHECK(cudaMalloc(&d_escapes, 2ull * escape_cap * 4));
+  FB_CUDA_CHECK(cudaMemset(d_counts, 0, 2 * sizeof(unsigned int)));
+  ex2_raw_kernel<<<4096, 256>>>(b, d_delta, d_counts, d_escapes, escape_cap);
+  FB_CUDA_CHECK(cudaGetLastError());
+  std::vector<signed char> delta(n);
+  unsigned int counts[2];
+  FB_CUDA_CHECK(cudaMemcpy(delta.data(), d_delta, n, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(counts, d_counts, sizeof counts, cudaMemcpyDeviceToHost));
+  std::vector<std::uint32_t> escapes(2ull * std::min(counts[0], escape_cap));
+  FB_CUDA_CHECK(cudaMemcpy(escapes.data(), d_escapes, escapes.size() * 4, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaFree(d_delta));
+  FB_CUDA_CHECK(cudaFree(d_counts));
+  FB_CUDA_CHECK(cudaFree(d_escapes));
+  if (counts[0] > escape_cap) {
+    summary << "  raw evidence: NOT writing ex2_raw_binades.bin: " << counts[0] << " escapes (more than " << escape_cap
+            << ")\n";
+    return;
+  }
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> esc(counts[0]);
+  for (unsigned int i = 0; i < counts[0]; ++i) esc[i] = {escapes[2 * i], escapes[2 * i + 1]};
+  std::sort(esc.begin(), esc.end());
+  long long hist[5] = {};  // |delta| 0, 1, 2, 3..127, escaped
+  for (signed char d : delta) ++hist[d == kRawEscape ? 4 : std::min(std::abs(static_cast<int>(d)), 3)];
+  std::ofstream f(o.out_dir + "/ex2_raw_binades.bin", std::ios::binary);
+  f << "FBSFURAW1\nfunction=ex2\nptx=ex2.approx.ftz.f32\nbinades=";
+  for (int i = 0; i < b.count; ++i) f << (i ? "," : "") << hex32(b.start[i]);
+  f << "\ninputs_per_binade=8388608\nreference=round_reference(exp2(double(x))) RNE, no flushing needed in these binades\n"
+       "delta=int8\nescape=-128\nescape_count=" << counts[0] << "\nescape_uncertain_reference=" << counts[1] << "\n"
+    << dev << "end\n";
+  f.write(reinterpret_cast<const char*>(delta.data()), static_cast<std::streamsize>(delta.size()));
+  const std::uint32_t n_escapes = counts[0];
+  f.write(reinterpret_cast<const char*>(&n_escapes), 4);  // the device and file are little-endian
+  for (const auto& e : esc) {
+    f.write(reinterpret_cast<const char*>(&e.first), 4);
+    f.write(reinterpret_cast<const char*>(&e.second), 4);
+  }
+  summary << "  raw evidence: wrote ex2_raw_binades.bin: " << b.count << " binades (";
+  for (int i = 0; i < b.count; ++i) summary << (i ? "," : "") << dec32(b.start[i]);
+  summary << ") of 2^23 inputs, |delta| 0:" << hist[0] << " 1:" << hist[1] << " 2:" << hist[2] << " 3..127:" << hist[3]
+          << " escaped:" << hist[4] << " (" << counts[1] << " for an uncertain reference)\n";
+}
+
+// ex2.approx.f32 vs ex2.approx.ftz.f32 per region and the x < -126 hypotheses (summary only).
+void ex2_nf_compare(std::uint64_t chunk, std::ostringstream& summary) {
+  NfCompare* r;
+  FB_CUDA_CHECK(cudaMallocManaged(&r, sizeof(NfCompare)));
+  std::memset(r, 0, sizeof(NfCompare));
+  ++g_passes;
+  for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
+    ex2_nf_compare_kernel<<<4096, 256>>>(base, chunk, r);
+    FB_CUDA_CHECK(cudaGetLastError());
+  }
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  summary << "  ex2.approx.f32 vs ex2.approx.ftz.f32 on all 2^32 inputs (differ of inputs, per region):";
+  for (int g = 0; g < kNfRegionCount; ++g) {
+    summary << (g ? ", " : " ") << kNfRegionNames[g] << ": " << r->differ[g] << " of " << r->inputs[g];
+  }
+  summary << "\n";
+  for (int g = 0; g < kNfRegionCount; ++g) {
+    for (unsigned int e = 0; e < std::min(r->region_examples[g], kNfRegionExamples); ++e) {
+      const std::uint32_t* x = r->region_example[g][e];
+      summary << "    [" << kNfRegionNames[g] << "] x=" << hex32(x[0]) << " (" << dec32(x[0])
+              << ") ex2.approx.f32=" << hex32(x[1]) << " ex2.approx.ftz.f32=" << hex32(x[2]) << "\n";
+    }
+  }
+  for (int h = 0; h < kNfHypCount; ++h) {
+    summary << "  hypothesis for x < -126 (" << r->hyp_tested << " inputs, -inf included): ex2.approx.f32(x) = "
+            << kNfHypNames[h] << ": " << (r->hyp_mismatches[h] == 0 ? "HOLDS" : "fails") << " (" << r->hyp_mismatches[h]
+            << " inputs differ, max |ulp difference| " << r->hyp_max_ulps[h] << ")\n";
+    for (unsigned int e = 0; e < std::min(r->hyp_examples[h], kVerifyExamples); ++e) {
+      const std::uint32_t* x = r->hyp_example[h][e];
+      summary << "    x=" << hex32(x[0]) << " (" << dec32(x[0]) << ") ex2.approx.f32=" << hex32(x[1])
+              << " ex2.approx.ftz.f32=" << hex32(x[2]) << " prediction=" << hex32(x[3]) << "\n";
+    }
+  }
+  FB_CUDA_CHECK(cudaFree(r));
+}
+
 int run(const Options& o) {
-  int device = 0;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t_start = Clock::now();
+  int device = 0, device_count = 0;
+  const cudaError_t count_err = cudaGetDeviceCount(&device_count);
+  if (count_err != cudaSuccess || device_count == 0) {
+    const std::string why = std::string("fb-sfu-probe: no usable CUDA device (") +
+                            (count_err != cudaSuccess ? cudaGetErrorString(count_err) : "no device found") +
+                            "): this program needs a GPU\n";
+    std::ofstream(o.out_dir + "/sfu_summary.txt") << why;
+    std::fputs(why.c_str(), stderr);
+    return 3;
+  }
   cudaDeviceProp prop;
   FB_CUDA_CHECK(cudaGetDevice(&device));
   FB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   const std::string dev = device_line(prop);
   const std::uint64_t chunk = 1ull << o.chunk_log2, total = 1ull << 32;
-  std::ostringstream summary;
+  std::ostringstream summary, timing;
   summary << "fb-sfu-probe summary (all 2^32 fp32 inputs)\n" << dev;
+  {
+    summary << "options: functions=";
+    const char* sep = "";
+    for (int fn : {kEx2, kRcp, kLg2, kEx2Nf}) {
+      if (!o.functions[fn]) continue;
+      summary << sep << kFnNames[fn];
+      sep = ",";
+    }
+    summary << " ex2_bits=";
+    for (std::size_t i = 0; i < o.ex2_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_bits[i];
+    summary << " ex2_roundings=";
+    for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i) summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
+    summary << " raw_evidence=" << kRawEvidenceNames[o.raw_evidence] << " chunk_log2=" << o.chunk_log2 << "\n";
+  }
+  // Rewritten after each function, so that a run cut short keeps the functions it finished.
+  const auto write_summary = [&](bool final_write) {
+    std::ofstream(o.out_dir + "/sfu_summary.txt")
+        << summary.str() << (final_write ? "" : "\n(run in progress or cut short: functions above finished)\n");
+  };
   Stats* stats;
   FB_CUDA_CHECK(cudaMallocManaged(&stats, sizeof(Stats)));
-  for (int fn = 0; fn < kFnCount; ++fn) {
+  timing << "\n[timing] wall seconds (2^32-input passes) per function:";
+  // ex2nf last: the three .ftz functions keep their place in the summary.
+  for (int fn : {kEx2, kRcp, kLg2, kEx2Nf}) {
+    if (!o.functions[fn]) continue;
+    const Clock::time_point t_fn = Clock::now();
+    const unsigned long long passes_before = g_passes;
     std::memset(stats, 0, sizeof(Stats));
+    ++g_passes;
     for (std::uint64_t base = 0; base < total; base += chunk) {
       measure_kernel<<<4096, 256>>>(fn, base, chunk, stats);
       FB_CUDA_CHECK(cudaGetLastError());
     }
     FB_CUDA_CHECK(cudaDeviceSynchronize());
-    summary << "\n[" << kFnPtx[fn] << "] vs correctly rounded (RNE, ftz in and out)\n";
+    summary << "\n[" << kFnPtx[fn] << "] vs correctly rounded "
+            << (fn == kEx2Nf ? "(RNE, no flushing: subnormal inputs and results kept)\n" : "(RNE, ftz in and out)\n");
     summary << "  max |ulp difference| (non-NaN) = " << stats->max_abs_ulps << "\n  histogram (ulps: count):";
     for (int b = 0; b < kHistBins; ++b) {
       if (stats->hist[b]) summary << " " << (b - kHistHalf) << ":" << stats->hist[b];
@@ -544,17 +1020,23 @@ int run(const Options& o) {
       const std::uint32_t in = stats->uncertain_inputs[i];
       float x;
       std::memcpy(&x, &in, 4);
-      const long double xl = sfu_ftz(x);
-      const long double r = fn == kEx2 ? exp2l(xl) : fn == kRcp ? 1.0L / xl : log2l(xl);
-      const float f = static_cast<float>(r);
-      const float toward = static_cast<long double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
-      const long double boundary = 0.5L * (static_cast<long double>(f) + static_cast<long double>(toward));
-      const bool unresolved = fabsl(r - boundary) <= fabsl(r) * 0x1p-60L;
+      bool unresolved = false;
+      float ref;
+      if (fn == kEx2Nf) {  // no flushing, and the boundary between 0 and 2^-149 checked too
+        ref = round_reference_unflushed_host(exp2l(static_cast<long double>(x)), x == std::rint(x), unresolved);
+      } else {
+        const long double xl = sfu_ftz(x);
+        const long double r = fn == kEx2 ? exp2l(xl) : fn == kRcp ? 1.0L / xl : log2l(xl);
+        const float f = static_cast<float>(r);
+        const float toward = static_cast<long double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
+        const long double boundary = 0.5L * (static_cast<long double>(f) + static_cast<long double>(toward));
+        unresolved = fabsl(r - boundary) <= fabsl(r) * 0x1p-60L;
+        ref = sfu_ftz(f);
+      }
       still += unresolved;
       char line[96];
       std::snprintf(line, sizeof line, "    0x%08x ref(long double)=0x%08x%s\n", in,
-                    [&] { std::uint32_t b; float g = sfu_ftz(f); std::memcpy(&b, &g, 4); return b; }(),
-                    unresolved ? " UNRESOLVED" : "");
+                    [&] { std::uint32_t b; std::memcpy(&b, &ref, 4); return b; }(), unresolved ? " UNRESOLVED" : "");
       listing << line;
     }
     summary << "  reference uncertain in double: " << stats->uncertain << " inputs (listed up to " << kUncertainCap
@@ -570,6 +1052,10 @@ int run(const Options& o) {
       // floor and toward-zero keys nest: the key at N determines the key at any N0 < N, so a
       // hypothesis that held at N0 holds at every larger N and is not re-run (nearest does not nest).
       int held_at[kArgRoundingCount] = {-1, -1, -1};
+      // The hypotheses whose conflicts the raw evidence keeps (ex2_conflicts.txt).
+      std::vector<ConflictCapture> captures;
+      captures.emplace_back(24, kFloor);
+      captures.emplace_back(23, kNearestEven);
       for (int nbits : bits) {
         for (int rounding : roundings) {
           if (fn == kEx2 && rounding != kNearestEven && held_at[rounding] >= 0) {
@@ -584,13 +1070,24 @@ int run(const Options& o) {
           FB_CUDA_CHECK(cudaMalloc(&d_conflicts, sizeof(unsigned long long)));
           FB_CUDA_CHECK(cudaMemset(d_table, 0xff, entries * 4));
           FB_CUDA_CHECK(cudaMemset(d_conflicts, 0, sizeof(unsigned long long)));
-          for (std::uint64_t base = 0; base < total; base += chunk) {
-            if (fn == kEx2) ex2_hypothesis_kernel<<<4096, 256>>>(nbits, rounding, base, chunk, d_table, d_conflicts);
-            else rcp_hypothesis_kernel<<<4096, 256>>>(base, chunk, d_table, d_conflicts);
-            FB_CUDA_CHECK(cudaGetLastError());
-          }
           unsigned long long conflicts = 0;
-          FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
+          if (fn == kEx2) {
+            auto ev = std::make_unique<Ex2Conflicts>();
+            conflicts = run_ex2_hypothesis(nbits, rounding, chunk, d_table, *ev);
+            for (ConflictCapture& c : captures) {
+              if (c.nbits != nbits || c.rounding != rounding) continue;
+              c.captured = true;
+              c.conflicts = conflicts;
+              c.ev = std::move(ev);
+            }
+          } else {
+            ++g_passes;
+            for (std::uint64_t base = 0; base < total; base += chunk) {
+              rcp_hypothesis_kernel<<<4096, 256>>>(base, chunk, d_table, d_conflicts);
+              FB_CUDA_CHECK(cudaGetLastError());
+            }
+            FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
+          }
           summary << "  hypothesis "
                   << (fn == kEx2 ? std::string("ex2(x) = 2^k * T(frac), x fixed point (") + kArgRoundingNames[rounding] +
                                        ") with N="
@@ -618,12 +1115,43 @@ int run(const Options& o) {
           FB_CUDA_CHECK(cudaFree(d_conflicts));
         }
       }
+      if (fn == kEx2) {
+        // Raw evidence: with --raw-evidence auto only when no hypothesis held (any N, any rounding).
+        const bool any_held = std::any_of(std::begin(held_at), std::end(held_at), [](int n) { return n >= 0; });
+        const bool want = o.raw_evidence == kRawAlways || (o.raw_evidence == kRawAuto && !any_held);
+        summary << "  raw evidence (--raw-evidence " << kRawEvidenceNames[o.raw_evidence] << "): "
+                << (want ? (any_held ? "written" : "written, no ex2 hypothesis held")
+                         : (o.raw_evidence == kRawNever ? "not written" : "not written, a hypothesis held"))
+                << "\n";
+        if (want) {
+          for (ConflictCapture& c : captures) {
+            if (c.captured) continue;  // not among the hypotheses run above: one more pass
+            std::uint32_t* d_table;
+            FB_CUDA_CHECK(cudaMalloc(&d_table, (1ull << c.nbits) * 4));
+            c.ev = std::make_unique<Ex2Conflicts>();
+            c.conflicts = run_ex2_hypothesis(c.nbits, c.rounding, chunk, d_table, *c.ev);
+            c.captured = true;
+            FB_CUDA_CHECK(cudaFree(d_table));
+          }
+          write_ex2_conflicts(captures, o, dev, summary);
+          write_ex2_raw_binades(o, dev, summary);
+        }
+      }
     }
     if (fn == kLg2 && lg2_split_hypothesis(chunk, summary)) emit_lg2_table(chunk, o, dev, summary);
-    std::printf("%s done\n", kFnPtx[fn]);
+    if (fn == kEx2Nf) ex2_nf_compare(chunk, summary);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    const double seconds = std::chrono::duration<double>(Clock::now() - t_fn).count();
+    timing << " " << kFnNames[fn] << ": " << seconds << " s (" << (g_passes - passes_before) << ")";
+    std::printf("%s done: %.2f s, %llu passes of 2^32 inputs\n", kFnPtx[fn], seconds, g_passes - passes_before);
+    std::fflush(stdout);
+    write_summary(false);
   }
   FB_CUDA_CHECK(cudaFree(stats));
-  std::ofstream(o.out_dir + "/sfu_summary.txt") << summary.str();
+  timing << "; total " << std::chrono::duration<double>(Clock::now() - t_start).count() << " s (" << g_passes
+         << " passes)\n";
+  summary << timing.str();
+  write_summary(true);
   std::fputs(summary.str().c_str(), stdout);
   return 0;
 }
@@ -631,42 +1159,110 @@ int run(const Options& o) {
 }  // namespace
 }  // namespace fb::gpu
 
+namespace {
+const char kUsage[] =
+    "usage: fb-sfu-probe --out-dir DIR [--functions ex2,ex2nf,rcp,lg2] [--ex2-bits 20,22,23,24,25,26]\n"
+    "                    [--ex2-roundings floor,nearest_even,toward_zero] [--raw-evidence auto|always|never]\n"
+    "                    [--raw-binades 1,-1,0.5,-0.5,0x1p-8] [--chunk-log2 28]\n"
+    "  --functions     which to measure (default all): ex2 = ex2.approx.ftz.f32 (+ table hypotheses),\n"
+    "                  ex2nf = ex2.approx.f32 (no ftz), rcp = rcp.approx.ftz.f32, lg2 = lg2.approx.ftz.f32\n"
+    "  --ex2-bits      fixed-point fraction bits N tried (8..26; tables written only for N <= 24)\n"
+    "  --raw-evidence  ex2_conflicts.txt + ex2_raw_binades.bin: auto = only when no ex2 hypothesis held\n"
+    "  --raw-binades   binades of the raw capture, each named by +-2^e: all 2^23 inputs with that sign and\n"
+    "                  exponent (1 = [1,2), -1 = (-2,-1]); at most 16\n"
+    "Writes DIR/sfu_summary.txt (and tables, raw evidence); exit 2 bad arguments, 3 CUDA error or no GPU.\n";
+
+bool parse_list(const char* arg, const char* option, const std::function<bool(const std::string&)>& item_ok) {
+  std::stringstream s(arg);
+  std::string item;
+  bool any = false;
+  while (std::getline(s, item, ',')) {
+    if (!item_ok(item)) {
+      std::fprintf(stderr, "error: %s: '%s' is not valid\n%s", option, item.c_str(), kUsage);
+      return false;
+    }
+    any = true;
+  }
+  if (!any) std::fprintf(stderr, "error: %s: empty list\n%s", option, kUsage);
+  return any;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  fb::gpu::Options o;
+  using namespace fb::gpu;
+  Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--out-dir" && i + 1 < argc) {
+    const bool has_value = i + 1 < argc;
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--out-dir" && has_value) {
       o.out_dir = argv[++i];
-    } else if (arg == "--chunk-log2" && i + 1 < argc) {
+    } else if (arg == "--chunk-log2" && has_value) {
       o.chunk_log2 = std::atoi(argv[++i]);
-    } else if (arg == "--ex2-roundings" && i + 1 < argc) {
+    } else if (arg == "--ex2-roundings" && has_value) {
       o.ex2_roundings.clear();
-      std::stringstream s(argv[++i]);
-      std::string item;
-      while (std::getline(s, item, ',')) {
-        int r = 0;
-        while (r < fb::gpu::kArgRoundingCount && item != fb::gpu::kArgRoundingNames[r]) ++r;
-        if (r == fb::gpu::kArgRoundingCount) {
-          std::fprintf(stderr, "error: --ex2-roundings: '%s' is not floor, nearest_even or toward_zero\n", item.c_str());
-          return 2;
-        }
-        o.ex2_roundings.push_back(r);
+      if (!parse_list(argv[++i], "--ex2-roundings", [&](const std::string& item) {
+            int r = 0;
+            while (r < kArgRoundingCount && item != kArgRoundingNames[r]) ++r;
+            if (r == kArgRoundingCount) return false;
+            o.ex2_roundings.push_back(r);
+            return true;
+          })) {
+        return 2;
       }
-    } else if (arg == "--ex2-bits" && i + 1 < argc) {
+    } else if (arg == "--ex2-bits" && has_value) {
       o.ex2_bits.clear();
-      std::stringstream s(argv[++i]);
-      std::string item;
-      while (std::getline(s, item, ',')) o.ex2_bits.push_back(std::atoi(item.c_str()));
+      if (!parse_list(argv[++i], "--ex2-bits", [&](const std::string& item) {
+            char* end = nullptr;
+            const long b = std::strtol(item.c_str(), &end, 10);
+            if (item.empty() || *end != '\0' || b < 8 || b > 26) return false;
+            o.ex2_bits.push_back(static_cast<int>(b));
+            return true;
+          })) {
+        return 2;
+      }
+    } else if (arg == "--functions" && has_value) {
+      std::fill(std::begin(o.functions), std::end(o.functions), false);
+      if (!parse_list(argv[++i], "--functions", [&](const std::string& item) {
+            for (int fn = 0; fn < kFnCount; ++fn) {
+              if (item == kFnNames[fn]) return o.functions[fn] = true;
+            }
+            return false;
+          })) {
+        return 2;
+      }
+    } else if (arg == "--raw-evidence" && has_value) {
+      const std::string v = argv[++i];
+      int r = 0;
+      while (r < 3 && v != kRawEvidenceNames[r]) ++r;
+      if (r == 3) {
+        std::fprintf(stderr, "error: --raw-evidence: '%s' is not auto, always or never\n%s", v.c_str(), kUsage);
+        return 2;
+      }
+      o.raw_evidence = r;
+    } else if (arg == "--raw-binades" && has_value) {
+      o.raw_binades.clear();
+      if (!parse_list(argv[++i], "--raw-binades", [&](const std::string& item) {
+            char* end = nullptr;
+            const float v = std::strtof(item.c_str(), &end);
+            std::uint32_t bits;
+            std::memcpy(&bits, &v, 4);
+            const std::uint32_t exponent = (bits >> 23) & 0xffu;
+            // a normal +-2^e, each binade once
+            if (item.empty() || *end != '\0' || (bits & 0x7fffffu) != 0 || exponent == 0 || exponent == 255 ||
+                o.raw_binades.size() == static_cast<std::size_t>(kMaxRawBinades) ||
+                std::find(o.raw_binades.begin(), o.raw_binades.end(), bits) != o.raw_binades.end()) {
+              return false;
+            }
+            o.raw_binades.push_back(bits);
+            return true;
+          })) {
+        return 2;
+      }
     } else {
-      std::fprintf(stderr,
-                   "usage: fb-sfu-probe --out-dir DIR [--ex2-bits 18,20,22,23,24] "
-                   "[--ex2-roundings floor,nearest_even,toward_zero] [--chunk-log2 28]\n");
-      return 2;
-    }
-  }
-  for (int b : o.ex2_bits) {
-    if (b < 8 || b > 26) {
-      std::fprintf(stderr, "error: --ex2-bits: %d is outside 8..26\n", b);
+      std::fprintf(stderr, "error: unknown or incomplete argument '%s'\n%s", arg.c_str(), kUsage);
       return 2;
     }
   }
@@ -674,5 +1270,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --chunk-log2 must be in 16..32\n");
     return 2;
   }
-  return fb::gpu::run(o);
+  if (o.ex2_roundings.empty() || o.ex2_bits.empty()) {
+    std::fprintf(stderr, "error: --ex2-bits and --ex2-roundings need at least one value\n");
+    return 2;
+  }
+  // Fail before the GPU work, not after it, when the summary cannot be written.
+  if (!(std::ofstream(o.out_dir + "/sfu_summary.txt") << "fb-sfu-probe: started, no function finished yet\n")) {
+    std::fprintf(stderr, "error: cannot write %s/sfu_summary.txt (does --out-dir exist?)\n", o.out_dir.c_str());
+    return 2;
+  }
+  return run(o);
 }

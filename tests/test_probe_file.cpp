@@ -8,13 +8,24 @@
 //   exact sum, one truncation to fp32), plus trivially exact integer dot products,
 //   must check clean (exit 0); one corrupted D must give exit 1 and a report naming
 //   that case; a broken file must give exit 2.
+// - probe-check's subsets: with D from the independent computations above (and an
+//   fp16-accumulate section of exact integer dots, batches interleaved) and four D bits
+//   flipped, --mismatches-out holds exactly those cases (in order, at most
+//   --max-mismatches per section, 0-case sections where none), --sample-out exactly the
+//   first N cases of every batch, and 1 and 4 threads give the same report and files.
 // - fb-mma-probe's generator (probe_mma_dry_run_file, skipped unless run by the ctest
 //   gpu_mma_probe_dry_run, which writes the file with `fb-mma-probe --dry-run`): every
 //   instruction form and batch is present; the inputs include NaN, inf (where the format
 //   has one), subnormals and both zeros, decoded by tests/mpfr_reference.hpp; each
 //   designed batch does what it claims, checked in exact arithmetic (ties: C plus one
 //   product is exactly a rounding midpoint; cancellation: a product removes C's top bits;
-//   exponent gaps; zero terms; C huge or tiny).
+//   exponent gaps; zero terms; C huge or tiny; overflow: D beyond, at or just below max
+//   finite, both signs, the RNE tie at max + ulp/2, large C with large products;
+//   f_boundary: a term F-3..F+3 binades below the largest with bits below the 2^(E-F) grid,
+//   F the emu model's, truncation changing the rounded output in at least half the rows;
+//   chained: pairs (C,a,b,D1), (D1,a,b,D2)). Then the file with D filled in by
+//   fused_dot_bits and one bit flipped: probe-check's mismatches file holds exactly that
+//   case, its sample the first N cases of every batch, on 1 and 3 threads alike.
 // - SFU capture tables (gpu/sfu_table.hpp): an FBSFUT1 file written here byte by byte from
 //   the README's layout converts into an emu table model whose outputs equal the MPFR
 //   correctly rounded 2^(i/2^N) plus the delta written here (or the escaped bits), under the
@@ -42,6 +53,7 @@
 #include <doctest/doctest.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
+#include <nlohmann/json.hpp>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -55,6 +67,7 @@
 #include <random>
 #include <sstream>
 
+#include "emu/tensor_core.hpp"
 #include "gpu/probe_check.hpp"
 #include "gpu/probe_file.hpp"
 #include "gpu/sfu_table.hpp"
@@ -297,6 +310,189 @@ TEST_CASE("probe_check_detects_corrupted_output") {
   std::filesystem::remove(path);
 }
 
+namespace {
+
+// fp16 bits of an integer |n| <= 2048 (exact), written out here.
+std::uint32_t fp16_of_int(int n) {
+  if (n == 0) return 0;
+  const std::uint32_t sign = n < 0 ? 0x8000u : 0u;
+  const int m = n < 0 ? -n : n;
+  int e = 0;
+  while ((m >> (e + 1)) != 0) ++e;
+  return sign | static_cast<std::uint32_t>(e + 15) << 10 | ((static_cast<std::uint32_t>(m) << (10 - e)) & 0x3ffu);
+}
+
+// An fp16-accumulate section of small integer dots (every sum exact in fp16, so D is the
+// integer sum whatever the alignment rule; an exact zero sum with a non-zero C is +0), its
+// three batches interleaved (batch of case i: i % 3 == 0 -> x, i % 5 == 1 -> z, else y).
+ProbeSection integer_fp16_section() {
+  ProbeSection sec;
+  sec.header.form = "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16";
+  sec.header.k = 16;
+  sec.header.input = fb::formats::fp16;
+  sec.header.c_format = fb::formats::fp16;
+  sec.header.d_format = fb::formats::fp16;
+  sec.header.batches = {"x", "y", "z"};
+  sec.header.models = {"sm90-mma"};
+  sec.header.extra["source"] = "test:integers";
+  std::mt19937 rng(777);
+  std::vector<std::uint32_t> a(16), b(16);
+  for (int i = 0; i < 300; ++i) {
+    int sum = static_cast<int>(rng() % 401) - 200;
+    if (sum == 0) sum = 1;
+    const std::uint32_t c = fp16_of_int(sum);
+    for (int j = 0; j < 16; ++j) {
+      const int x = static_cast<int>(rng() % 9) - 4, y = static_cast<int>(rng() % 9) - 4;
+      a[j] = fp16_of_int(x);
+      b[j] = fp16_of_int(y);
+      sum += x * y;
+    }
+    const std::uint32_t batch = i % 3 == 0 ? 0u : (i % 5 == 1 ? 2u : 1u);
+    sec.add_case(batch, c, a.data(), b.data(), fp16_of_int(sum));
+  }
+  return sec;
+}
+
+// The words of case i of a section.
+std::vector<std::uint32_t> case_words(const ProbeSection& sec, std::size_t i) {
+  const auto& w = sec.words();
+  const std::size_t n = sec.words_per_case();
+  return {w.begin() + static_cast<std::ptrdiff_t>(i * n), w.begin() + static_cast<std::ptrdiff_t>((i + 1) * n)};
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Checks a --sample-out file against its source: every section, in order, with the same
+// header fields, holding exactly the first `n` cases of every batch (fewer where the batch
+// has fewer), in file order.
+void check_sample_file(const ProbeFile& source, const std::string& sample_path, std::size_t n) {
+  const ProbeFile sample = fb::gpu::read_probe_file(sample_path);
+  REQUIRE(sample.sections.size() == source.sections.size());
+  for (std::size_t s = 0; s < source.sections.size(); ++s) {
+    const ProbeSection& from = source.sections[s];
+    const ProbeSection& got = sample.sections[s];
+    CAPTURE(s);
+    CHECK(got.header.form == from.header.form);
+    CHECK(got.header.batches == from.header.batches);
+    CHECK(got.header.models == from.header.models);
+    CHECK(got.header.extra.at("subset") == "sample");
+    std::vector<std::size_t> want;
+    std::vector<std::size_t> taken(from.header.batches.size());
+    for (std::size_t i = 0; i < from.cases(); ++i) {
+      if (taken[from.batch(i)]++ < n) want.push_back(i);
+    }
+    REQUIRE(got.cases() == want.size());
+    for (std::size_t j = 0; j < want.size(); ++j) CHECK(case_words(got, j) == case_words(from, want[j]));
+    std::vector<std::size_t> per_batch(from.header.batches.size());
+    for (std::size_t j = 0; j < got.cases(); ++j) ++per_batch[got.batch(j)];
+    for (std::size_t bi = 0; bi < per_batch.size(); ++bi) CHECK(per_batch[bi] == std::min(n, taken[bi]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("probe_check_mismatches_out_sample_out_and_jobs") {
+  ProbeFile file;
+  file.sections = {hopper_section(), integer_fp16_section()};
+  // Corrupted outputs: cases 17 (batch integers), 417 and 599 (rule) of section 0, case 5 of
+  // section 1 (an fp16 D: its low bit).
+  const std::vector<std::size_t> bad0 = {17, 417, 599};
+  for (std::size_t i : bad0) file.sections[0].set_d(i, file.sections[0].d(i) ^ 1u);
+  file.sections[1].set_d(5, file.sections[1].d(5) ^ 1u);
+  const std::string path = temp_path("subsets.fbp"), mism = temp_path("subsets_mismatches.fbp"),
+                    sample = temp_path("subsets_sample.fbp");
+  fb::gpu::write_probe_file(path, file);
+  fb::gpu::ProbeCheckOptions options;
+  options.mismatches_out = mism;
+  options.sample_out = sample;
+  options.sample_per_batch = 3;
+  std::string text1, mism1, sample1;
+  for (const unsigned jobs : {1u, 4u}) {
+    CAPTURE(jobs);
+    options.jobs = jobs;
+    std::ostringstream out, err;
+    CHECK(fb::gpu::run_probe_check(path, options, out, err) == 1);
+    CHECK(err.str().empty());
+    if (jobs == 1) {
+      text1 = out.str();
+      mism1 = file_bytes(mism);
+      sample1 = file_bytes(sample);
+      CHECK(text1.find("batch integers: 200 cases, 199 match, 1 mismatch") != std::string::npos);
+      CHECK(text1.find("batch rule: 400 cases, 398 match, 2 mismatch") != std::string::npos);
+      CHECK(text1.find("mismatches: 4 cases written to " + mism) != std::string::npos);
+    } else {  // the same report and the same files from 4 threads (the sections span several chunks)
+      CHECK(out.str() == text1);
+      CHECK(file_bytes(mism) == mism1);
+      CHECK(file_bytes(sample) == sample1);
+    }
+  }
+  {
+    const ProbeFile m = fb::gpu::read_probe_file(mism);
+    REQUIRE(m.sections.size() == 2);
+    REQUIRE(m.sections[0].cases() == 3);
+    for (std::size_t j = 0; j < 3; ++j) CHECK(case_words(m.sections[0], j) == case_words(file.sections[0], bad0[j]));
+    REQUIRE(m.sections[1].cases() == 1);
+    CHECK(case_words(m.sections[1], 0) == case_words(file.sections[1], 5));
+    CHECK(m.sections[1].header.form == file.sections[1].header.form);
+    CHECK(m.sections[1].header.d_format == fb::formats::fp16);
+    CHECK(m.sections[1].header.batches == file.sections[1].header.batches);
+    CHECK(m.sections[0].header.extra.at("subset") == "mismatches");
+    CHECK(m.sections[0].header.extra.at("subset_mismatches_total") == "3");
+    CHECK(m.sections[0].header.extra.at("source") == "test:independent");
+    // Replaying the mismatches file finds exactly those cases again.
+    fb::gpu::ProbeCheckOptions plain;
+    std::ostringstream out, err;
+    CHECK(fb::gpu::run_probe_check(mism, plain, out, err) == 1);
+    CHECK(out.str().find("total: 4 cases, 4 mismatch") != std::string::npos);
+  }
+  check_sample_file(file, sample, 3);
+  // --max-mismatches 2: the first two of section 0, in file order; nothing mismatching
+  // anywhere: every section written with 0 cases.
+  options.max_mismatches = 2;
+  options.sample_out.clear();
+  {
+    std::ostringstream out, err;
+    CHECK(fb::gpu::run_probe_check(path, options, out, err) == 1);
+    const ProbeFile m = fb::gpu::read_probe_file(mism);
+    REQUIRE(m.sections[0].cases() == 2);
+    CHECK(case_words(m.sections[0], 0) == case_words(file.sections[0], 17));
+    CHECK(case_words(m.sections[0], 1) == case_words(file.sections[0], 417));
+    CHECK(m.sections[0].header.extra.at("subset_mismatches_total") == "3");
+    CHECK(m.sections[1].cases() == 1);
+  }
+  for (std::size_t i : bad0) file.sections[0].set_d(i, file.sections[0].d(i) ^ 1u);
+  file.sections[1].set_d(5, file.sections[1].d(5) ^ 1u);
+  fb::gpu::write_probe_file(path, file);
+  {
+    std::ostringstream out, err;
+    options.json = true;
+    CHECK(fb::gpu::run_probe_check(path, options, out, err) == 0);
+    const ProbeFile m = fb::gpu::read_probe_file(mism);
+    REQUIRE(m.sections.size() == 2);
+    CHECK(m.sections[0].cases() == 0);
+    CHECK(m.sections[1].cases() == 0);
+    // JSON: per batch cases, matches and mismatches; the files written.
+    const auto j = nlohmann::json::parse(out.str());
+    CHECK(j["forms"][1]["batches"]["x"]["cases"] == 100);
+    CHECK(j["forms"][1]["batches"]["x"]["matches"] == 100);
+    CHECK(j["forms"][1]["batches"]["z"]["mismatches"] == 0);
+    CHECK(j["forms"][0]["matches"] == 600);
+    CHECK(j["mismatches_out"]["cases"] == 0);
+  }
+  // An output file that cannot be written: exit 2, one line naming it.
+  {
+    std::ostringstream out, err;
+    options.json = false;
+    options.mismatches_out = temp_path("no_such_dir") + "/m.fbp";
+    CHECK(fb::gpu::run_probe_check(path, options, out, err) == 2);
+    CHECK(err.str().find("no_such_dir") != std::string::npos);
+  }
+  for (const std::string& p : {path, mism, sample}) std::filesystem::remove(p);
+}
+
 // Found by fuzz/fuzz_probe_file: a header byte that is not UTF-8 (here 0xff in the form)
 // used to be read without complaint, and `probe-check --json` then threw nlohmann's
 // type_error while writing the report (main's "internal error", exit 3). It is bad input:
@@ -347,6 +543,7 @@ struct ExpectedForm {
   const RefFormat* input;
   const RefFormat* cd;
   int out_precision;  // the precision ties are placed against (fp8 on Hopper: 13 fraction bits)
+  bool products_reach_max;  // some a*b can exceed the output's max finite (bf16/tf32 -> fp32, fp16 -> fp16)
 };
 
 double value_of(const RefFormat& f, std::uint32_t bits) { return ref::to_double(ref::decode(f, bits)); }
@@ -366,6 +563,57 @@ bool is_midpoint(double x, int p) {
   return twice == std::floor(twice) && scaled != std::floor(scaled);
 }
 
+// Exact values as integers in units of 2^-kScale (every finite value, and every product of
+// two, of the formats here is one: the smallest bit is 2^-149, a product's 2^-298).
+constexpr int kScale = 400;
+cpp_int pow2(int e) {
+  REQUIRE(e + kScale >= 0);
+  return cpp_int(1) << (e + kScale);
+}
+cpp_int exact_of(const RefFormat& f, std::uint32_t bits) {
+  const ref::RefValue v = ref::decode(f, bits);
+  REQUIRE((v.cls == ref::Class::finite || v.cls == ref::Class::zero));
+  if (v.cls == ref::Class::zero) return 0;
+  const cpp_int m = cpp_int(v.significand) << (v.exponent + kScale);
+  return v.negative ? cpp_int(-m) : m;
+}
+cpp_int exact_product(const RefFormat& f, std::uint32_t a, std::uint32_t b) {
+  const ref::RefValue x = ref::decode(f, a), y = ref::decode(f, b);
+  REQUIRE((x.cls == ref::Class::finite || x.cls == ref::Class::zero));
+  REQUIRE((y.cls == ref::Class::finite || y.cls == ref::Class::zero));
+  if (x.cls == ref::Class::zero || y.cls == ref::Class::zero) return 0;
+  REQUIRE(x.exponent + y.exponent + kScale >= 0);
+  const cpp_int m = (cpp_int(x.significand) * y.significand) << (x.exponent + y.exponent + kScale);
+  return x.negative != y.negative ? cpp_int(-m) : m;
+}
+// Alignment exponent of a finite non-zero element: its leading bit position for a normal,
+// emin for a subnormal (the published alignment; a product's is the sum of its factors').
+int lead_of(const RefFormat& f, std::uint32_t bits) {
+  const ref::RefValue v = ref::decode(f, bits);
+  return v.significand >> f.man_bits ? v.exponent + f.man_bits : f.emin();
+}
+cpp_int abs_of(const cpp_int& x) { return x < 0 ? cpp_int(-x) : x; }
+// x truncated toward zero to a multiple of 2^e.
+cpp_int truncate_to(const cpp_int& x, int e) {
+  const cpp_int unit = pow2(e);
+  const cpp_int kept = (abs_of(x) / unit) * unit;
+  return x < 0 ? cpp_int(-kept) : kept;
+}
+// x rounded to precision p (subnormal below 2^emin), toward zero or to nearest even; no
+// overflow handling (callers stay far below it).
+cpp_int round_to(const cpp_int& x, int p, int emin, bool nearest_even) {
+  if (x == 0) return 0;
+  const cpp_int mag = abs_of(x);
+  const int lead = static_cast<int>(msb(mag)) - kScale;
+  const int quantum = std::max(lead, emin) - (p - 1);
+  if (quantum + kScale <= 0) return x;
+  const cpp_int unit = pow2(quantum);
+  cpp_int q = mag / unit;
+  const cpp_int rem = mag - q * unit;
+  if (nearest_even && (2 * rem > unit || (2 * rem == unit && (q & 1) != 0))) ++q;
+  return x < 0 ? cpp_int(-(q * unit)) : cpp_int(q * unit);
+}
+
 }  // namespace
 
 TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
@@ -373,17 +621,18 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
   REQUIRE_MESSAGE(path != nullptr, "run by ctest gpu_mma_probe_dry_run (FB_PROBE_DRY_RUN_FILE)");
   const ProbeFile file = fb::gpu::read_probe_file(path);
   const ExpectedForm forms[] = {
-      {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, &fbref::table::bf16, &fbref::table::fp32, 24},
-      {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, &fbref::table::fp16, &fbref::table::fp32, 24},
-      {"mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", 16, &fbref::table::fp16, &fbref::table::fp16, 11},
-      {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, &fbref::table::tf32, &fbref::table::fp32, 24},
-      {"wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16", 16, &fbref::table::bf16, &fbref::table::fp32, 24},
-      {"wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16", 16, &fbref::table::fp16, &fbref::table::fp32, 24},
-      {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 32, &fbref::table::e4m3, &fbref::table::fp32, 14},
-      {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2", 32, &fbref::table::e5m2, &fbref::table::fp32, 14},
+      {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, &fbref::table::bf16, &fbref::table::fp32, 24, true},
+      {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, &fbref::table::fp16, &fbref::table::fp32, 24, false},
+      {"mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", 16, &fbref::table::fp16, &fbref::table::fp16, 11, true},
+      {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, &fbref::table::tf32, &fbref::table::fp32, 24, true},
+      {"wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16", 16, &fbref::table::bf16, &fbref::table::fp32, 24, true},
+      {"wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16", 16, &fbref::table::fp16, &fbref::table::fp32, 24, false},
+      {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 32, &fbref::table::e4m3, &fbref::table::fp32, 14, false},
+      {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2", 32, &fbref::table::e5m2, &fbref::table::fp32, 14, false},
   };
-  const std::vector<std::string> batches = {"random_bits", "random_normal", "specials", "ties", "cancellation",
-                                            "exponent_gap", "zero_terms", "c_huge", "c_tiny"};
+  const std::vector<std::string> batches = {"random_bits",  "random_normal", "specials", "ties",
+                                            "cancellation", "exponent_gap",  "zero_terms", "c_huge",
+                                            "c_tiny",       "overflow",      "f_boundary", "chained"};
   REQUIRE(file.sections.size() == std::size(forms));
   for (std::size_t s = 0; s < std::size(forms); ++s) {
     const ExpectedForm& x = forms[s];
@@ -396,19 +645,32 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     CHECK(std::string(sec.header.c_format.name) == x.cd->name);
     CHECK(std::string(sec.header.d_format.name) == x.cd->name);
     CHECK(sec.header.batches == batches);
-    CHECK(!sec.header.models.empty());
+    REQUIRE(!sec.header.models.empty());
     CHECK(sec.header.extra.at("source") == "dry-run:no-gpu");  // never mistaken for a measurement
+    // f_boundary is designed against the F of the form's own model, as emu/tensor_core has it.
+    const int F = std::stoi(sec.header.extra.at("f_boundary_f"));
+    const fb::TensorCoreModel* model = fb::find_tensor_core_model(sec.header.models.front(), sec.header.input);
+    REQUIRE(model != nullptr);
+    CHECK(model->fraction_bits == F);
     const RefFormat& in = *x.input;
     const RefFormat& cd = *x.cd;
     // Rows are written tile by tile, row by row, 8 columns each; row r of a designed tile is
-    // designed against column r % 8 (mma_probe.cu fill_tile).
+    // designed against column r % 8 (mma_probe.cu fill_tile). Every batch but the last
+    // (chained, two cases per output) has one case per output.
     const int m = sec.header.form.find("wgmma") == 0 ? 64 : 16;
     std::map<std::string, int> designed, passed;
     std::map<ref::Class, int> input_classes, c_classes;
-    int input_subnormals = 0, c_subnormals = 0, tf32_low_bits = 0, negative_zero_inputs = 0;
+    int input_subnormals = 0, c_subnormals = 0, tf32_low_bits = 0, negative_zero_inputs = 0, d_not_dry = 0;
     std::vector<int> per_batch(batches.size());
+    // overflow: the output's max finite M and ulp at M, exactly
+    const cpp_int max_finite = cpp_int(cd.max_significand()) * pow2(cd.emax() - cd.man_bits);
+    const cpp_int ulp_at_max = pow2(cd.emax() - cd.man_bits);
+    std::map<std::string, int> overflow_kinds;
+    int f_boundary_visible = 0;
+    std::vector<std::size_t> chained_cases;
     for (std::size_t i = 0; i < sec.cases(); ++i) {
       ++per_batch[sec.batch(i)];
+      d_not_dry += sec.d(i) != 0xffffffffu ? 1 : 0;
       const std::uint32_t c = sec.c(i);
       const ref::RefValue cv = ref::decode(cd, c);
       ++c_classes[cv.cls];
@@ -423,6 +685,10 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
         }
       }
       const std::string& batch = batches[sec.batch(i)];
+      if (batch == "chained") {
+        chained_cases.push_back(i);
+        continue;
+      }
       const std::size_t row = (i / 8) % static_cast<std::size_t>(m), column = i % 8;
       if (batch == "random_bits" || batch == "random_normal" || batch == "specials" || column != row % 8) continue;
       ++designed[batch];
@@ -452,6 +718,64 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
         ok = !std::isfinite(cval) || std::fabs(cval) >= std::ldexp(1.0, cd.emax() - 4);
       } else if (batch == "c_tiny") {
         ok = std::isfinite(cval) && std::fabs(cval) < std::ldexp(1.0, cd.emin() + 2);
+      } else if (batch == "overflow") {
+        // Exact D beyond M, at it or within 4 ulps below it; or C and a product both near M.
+        const cpp_int cx = exact_of(cd, c);
+        cpp_int sum = cx, largest_product = 0;
+        std::vector<cpp_int> ps;
+        for (int j = 0; j < x.k; ++j) {
+          ps.push_back(exact_product(in, sec.a(i)[j], sec.b(i)[j]));
+          sum += ps.back();
+          largest_product = std::max(largest_product, abs_of(ps.back()));
+        }
+        const cpp_int mag = abs_of(sum);
+        const bool large_pair = abs_of(cx) >= pow2(cd.emax() - 2) && largest_product >= pow2(cd.emax() - 3);
+        ok = mag >= max_finite - 4 * ulp_at_max || large_pair;
+        if (sum > max_finite) ++overflow_kinds["over, positive"];
+        if (sum < -max_finite) ++overflow_kinds["over, negative"];
+        if (mag == max_finite) ++overflow_kinds["exactly max finite"];
+        if (mag < max_finite && mag >= max_finite - 4 * ulp_at_max) ++overflow_kinds["just below max finite"];
+        if (mag > max_finite && 2 * (mag - max_finite) < ulp_at_max) ++overflow_kinds["over, rounds to max under RNE"];
+        if (2 * (mag - max_finite) >= ulp_at_max && mag <= max_finite + 2 * ulp_at_max) {
+          ++overflow_kinds["over, rounds to inf under RNE, within 2 ulps"];
+        }
+        if (mag >= 2 * pow2(cd.emax())) ++overflow_kinds["over by a binade"];
+        if (large_pair) ++overflow_kinds["large C and large products"];
+        for (std::size_t p1 = 0; p1 < ps.size(); ++p1) {
+          for (std::size_t p2 = p1 + 1; p2 < ps.size(); ++p2) {
+            if (ps[p1] == -ps[p2] && abs_of(ps[p1]) >= pow2(cd.emax() - 2) && abs_of(cx) >= pow2(cd.emax() - 1)) {
+              ++overflow_kinds["C + X - X near M"];
+            }
+          }
+        }
+      } else if (batch == "f_boundary") {
+        // Terms C and a_j*b_j (only j < 4: one fused step of every model); E the largest
+        // alignment exponent; some term F-3..F+3 below E with bits below the grid 2^(E-F).
+        std::vector<std::pair<cpp_int, int>> terms;  // exact value, alignment exponent
+        bool beyond_4 = false;
+        if (exact_of(cd, c) != 0) terms.push_back({exact_of(cd, c), lead_of(cd, c)});
+        for (int j = 0; j < x.k; ++j) {
+          const cpp_int p = exact_product(in, sec.a(i)[j], sec.b(i)[j]);
+          if (p == 0) continue;
+          beyond_4 = beyond_4 || j >= 4;
+          terms.push_back({p, lead_of(in, sec.a(i)[j]) + lead_of(in, sec.b(i)[j])});
+        }
+        int e = INT_MIN;
+        for (const auto& t : terms) e = std::max(e, t.second);
+        bool boundary_term = false;
+        cpp_int exact = 0, truncated = 0;
+        for (const auto& [v, lead] : terms) {
+          const int d = e - lead;
+          boundary_term = boundary_term || (d >= F - 3 && d <= F + 3 && truncate_to(v, e - F) != v);
+          exact += v;
+          truncated += truncate_to(v, e - F);
+        }
+        ok = !terms.empty() && !beyond_4 && boundary_term;
+        // Visible: the output rounding of the truncated sum differs from that of the exact sum.
+        const bool rne = cd.man_bits == 10;
+        if (ok && round_to(truncated, x.out_precision, cd.emin(), rne) != round_to(exact, x.out_precision, cd.emin(), rne)) {
+          ++f_boundary_visible;
+        }
       }
       passed[batch] += ok ? 1 : 0;
     }
@@ -465,17 +789,106 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     CHECK(c_classes[ref::Class::inf] > 0);
     CHECK(c_classes[ref::Class::zero] > 0);
     CHECK(c_subnormals > 0);
+    CHECK(d_not_dry == 0);  // a dry run measures nothing: every D is 0xffffffff
     if (in.left_aligned) CHECK(tf32_low_bits > 0);  // the hardware's use of the low 13 bits is probed
     // Designed rows: the fraction that must do what the batch promises (ties: 70% of rows
     // place an exact half-ulp term, the rest 3/4 ulp; sticky terms come later in the sum).
     const std::map<std::string, double> required = {{"ties", 0.4},         {"cancellation", 0.9}, {"exponent_gap", 0.5},
-                                                    {"zero_terms", 0.75},  {"c_huge", 1.0},       {"c_tiny", 1.0}};
+                                                    {"zero_terms", 0.75},  {"c_huge", 1.0},       {"c_tiny", 1.0},
+                                                    {"overflow", 1.0},     {"f_boundary", 1.0}};
     for (const auto& [batch, need] : required) {
       CAPTURE(batch);
       REQUIRE(designed[batch] > 0);
       CHECK(passed[batch] >= need * designed[batch]);
     }
+    // overflow covers both signs beyond M, M itself, the values that round to M, and (where
+    // products reach M) the RNE inf side, far overflow, large C with large products and the
+    // fused C + X - X.
+    std::vector<std::string> kinds = {"over, positive", "over, negative", "exactly max finite",
+                                      "over, rounds to max under RNE"};
+    if (x.products_reach_max) {
+      for (const char* k : {"just below max finite", "over, rounds to inf under RNE, within 2 ulps", "over by a binade",
+                            "large C and large products", "C + X - X near M"}) {
+        kinds.push_back(k);
+      }
+    }
+    for (const std::string& kind : kinds) CHECK_MESSAGE(overflow_kinds[kind] > 0, kind);
+    // f_boundary: truncation at F changes the output for most designed rows (all three designs
+    // can, the on-a-boundary design only when every boundary term lies wholly below the grid).
+    CHECK_MESSAGE(f_boundary_visible * 2 >= designed["f_boundary"], f_boundary_visible, " of ", designed["f_boundary"]);
+    // chained: pairs (C, a, b, D1), (D1, a, b, D2) of random normal inputs, as many outputs as
+    // any other batch; in a dry run D1 = D2 = 0xffffffff, so the second C is that pattern too.
+    REQUIRE(chained_cases.size() == 2 * static_cast<std::size_t>(per_batch[1]));
+    for (std::size_t j = 0; j < chained_cases.size(); j += 2) {
+      const std::size_t first = chained_cases[j], second = chained_cases[j + 1];
+      REQUIRE(second == first + 1);
+      CHECK(sec.c(second) == sec.d(first));
+      CHECK(std::equal(sec.a(first), sec.a(first) + 2 * x.k, sec.a(second)));  // a then b
+      const ref::RefValue c1 = ref::decode(cd, sec.c(first));
+      CHECK(c1.cls == ref::Class::finite);
+      for (int k = 0; k < x.k; ++k) CHECK(ref::decode(in, sec.a(first)[k]).cls == ref::Class::finite);
+    }
   }
+
+  // probe-check's subsets on this file with D filled in from the emu (fused_dot_bits under the
+  // header's model; a chained pair's second C = its first D), one D bit flipped: the
+  // mismatches file holds exactly that case, the sample the first N cases of every batch.
+  ProbeFile filled = file;
+  std::size_t victim_section = 2, victim = 0;
+  for (std::size_t s = 0; s < filled.sections.size(); ++s) {
+    ProbeSection& sec = filled.sections[s];
+    const fb::TensorCoreModel* model = fb::find_tensor_core_model(sec.header.models.front(), sec.header.input);
+    REQUIRE(model != nullptr);
+    const std::size_t k = static_cast<std::size_t>(sec.header.k), per_case = sec.words_per_case();
+    const std::uint32_t chained = static_cast<std::uint32_t>(batches.size() - 1);
+    std::size_t chained_seen = 0;
+    for (std::size_t i = 0; i < sec.cases(); ++i) {
+      if (sec.batch(i) == chained && chained_seen++ % 2 == 1) sec.mutable_words()[i * per_case + 1] = sec.d(i - 1);
+      sec.set_d(i, fb::fused_dot_bits(*model, sec.c(i), {sec.a(i), k}, {sec.b(i), k}));
+    }
+  }
+  {
+    ProbeSection& sec = filled.sections[victim_section];  // the fp16-accumulate form: a 16-bit D
+    const auto boundary = static_cast<std::uint32_t>(std::find(batches.begin(), batches.end(), "f_boundary") - batches.begin());
+    while (sec.batch(victim) != boundary || ref::decode(fbref::table::fp16, sec.d(victim)).cls == ref::Class::nan) ++victim;
+    sec.set_d(victim, sec.d(victim) ^ 1u);
+  }
+  const std::string filled_path = temp_path("dry_filled.fbp"), mism = temp_path("dry_mismatches.fbp"),
+                    sample = temp_path("dry_sample.fbp");
+  fb::gpu::write_probe_file(filled_path, filled);
+  fb::gpu::ProbeCheckOptions options;
+  options.mismatches_out = mism;
+  options.sample_out = sample;
+  options.sample_per_batch = 5;
+  options.max_report = 1;
+  std::string text_one_thread, mism_one_thread;
+  for (const unsigned jobs : {1u, 3u}) {
+    options.jobs = jobs;
+    std::ostringstream out, err;
+    CHECK(fb::gpu::run_probe_check(filled_path, options, out, err) == 1);
+    CHECK_MESSAGE(out.str().find("total: " + std::to_string([&] {
+                                   std::size_t n = 0;
+                                   for (const auto& sec : filled.sections) n += sec.cases();
+                                   return n;
+                                 }()) + " cases, 1 mismatch") != std::string::npos,
+                  out.str());
+    if (jobs == 1) {
+      text_one_thread = out.str();
+      mism_one_thread = file_bytes(mism);
+    } else {
+      CHECK(out.str() == text_one_thread);
+      CHECK(file_bytes(mism) == mism_one_thread);
+    }
+  }
+  const ProbeFile m = fb::gpu::read_probe_file(mism);
+  REQUIRE(m.sections.size() == filled.sections.size());
+  for (std::size_t s = 0; s < m.sections.size(); ++s) {
+    CHECK(m.sections[s].header.form == filled.sections[s].header.form);
+    CHECK(m.sections[s].cases() == (s == victim_section ? 1u : 0u));
+  }
+  CHECK(case_words(m.sections[victim_section], 0) == case_words(filled.sections[victim_section], victim));
+  check_sample_file(filled, sample, 5);
+  for (const std::string& p : {filled_path, mism, sample}) std::filesystem::remove(p);
 }
 
 // ---- SFU capture tables -----------------------------------------------------------------

@@ -1,5 +1,7 @@
 // tools/cmd_probe_check.cpp: `flashbits probe-check FILE`, hardware probe outputs vs the
 // tensor-core models. Exit 0 all match, 1 any mismatch, 2 bad file (gpu/probe_check.hpp).
+// --mismatches-out / --sample-out write subsets of FILE as probe files (every section, in
+// order; gpu/README.md), --jobs replays on that many threads (the output does not depend on it).
 #include <iostream>
 #include <memory>
 
@@ -21,6 +23,22 @@ Runner setup_probe_check(CLI::App& app) {
                  "tensor-core model to replay every form with (default: each form's own, from the file)");
   app.add_flag("--json", args->options.json, "machine-readable output");
   app.add_option("--max-report", args->options.max_report, "mismatches explained per form")->capture_default_str();
+  auto* mismatches_out = app.add_option("--mismatches-out", args->options.mismatches_out,
+                                        "write the mismatching cases to FILE as a probe file (every section, "
+                                        "0 cases where none)");
+  app.add_option("--max-mismatches", args->options.max_mismatches,
+                 "at most this many mismatching cases per section in --mismatches-out")
+      ->capture_default_str()
+      ->needs(mismatches_out);
+  auto* sample_out = app.add_option("--sample-out", args->options.sample_out,
+                                    "write the first --sample-per-batch cases of every batch of every section to "
+                                    "FILE as a probe file");
+  auto* per_batch = app.add_option("--sample-per-batch", args->options.sample_per_batch,
+                                   "cases per batch in --sample-out")
+                        ->check(CLI::PositiveNumber);
+  sample_out->needs(per_batch);
+  per_batch->needs(sample_out);
+  app.add_option("--jobs", args->options.jobs, "replay threads (default: the hardware's)")->check(CLI::Range(1u, 1024u));
   return [args] { return gpu::run_probe_check(args->file, args->options, std::cout, std::cerr); };
 }
 

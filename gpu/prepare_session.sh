@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# gpu/prepare_session.sh: everything a device session needs, made on this (CPU) machine first,
+# so the GPU's minutes go to measuring:
+# - .devbin/: fb-mma-probe, fb-sfu-probe, fb-fa2 (gpu/ built standalone with nvcc, sm_80 and
+#   sm_90a) and a statically linked `flashbits` (build-static/), which checks the
+#   tensor-core probes on the device so that only the verdict and the mismatches come back;
+# - gpu/inputs/: the attention inputs (gpu/make_inputs.sh).
+# Both are git-ignored: the device tool's call names them in `carry`:
+#   run: command "bash gpu/device_session.sh", carry [".devbin", "gpu/inputs"], timeout_s 480
+# Usage: gpu/prepare_session.sh   (needs tools/setup.sh's packages and nvcc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+cmake -S gpu -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+  -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-fa2
+cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBITS_CUDA=OFF \
+  -DCMAKE_EXE_LINKER_FLAGS="-static" -DMPFR_LIBRARY="$(gcc -print-file-name=libmpfr.a)" \
+  -DGMP_LIBRARY="$(gcc -print-file-name=libgmp.a)" >/dev/null
+cmake --build build-static -j "$jobs" --target flashbits
+mkdir -p .devbin
+cp build-device/fb-mma-probe build-device/fb-sfu-probe build-device/fb-fa2 build-static/tools/flashbits .devbin/
+strip .devbin/* 2>/dev/null || true
+[ -x build/tools/flashbits ] || cmake --build build -j "$jobs" --target flashbits
+gpu/make_inputs.sh build/tools/flashbits
+du -sh .devbin gpu/inputs
