@@ -137,6 +137,10 @@ struct RunOptions {
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);
+// delta for one row as the model's backward computes it from a given O and dO (its
+// DeltaFormula, in its order and formats); nullopt for models whose delta needs dP∘P.
+// Used to measure the delta a kernel would have computed from a captured O.
+std::optional<double> kernel_delta(const ModelHandle& model, const double* d_o, const double* o, int d);
 // High-precision reference of the same mathematics (forward and, with d_o, backward).
 AttentionOutputs exact_attention(const AttentionInputs& in);
 

@@ -258,6 +258,27 @@ double stabilising_max(const KernelModel& km, const A& ar, const ScaleConstants&
   return std::max(m_old, r_units);
 }
 
+// exp2f as the recipe's kernel calls it (KernelModel::exp2_function): without fast math
+// ptxas emits ex2.approx.f32 as the ftz MUFU.EX2 with x < -126 (FSETP.GEU, so not NaN)
+// computed as ex2(x * 0.5)^2, the square rounded once in fp32.
+template <class A>
+double kernel_exp2(const KernelModel& km, const A& ar, double x) {
+  if constexpr (!A::exact) {
+    if (km.exp2_function == Exp2Function::exp2f_libdevice && x < -126.0) {
+      const double half = ar.ex2(ar.f32(x * 0.5));
+      return ar.f32(half * half);
+    }
+  }
+  return ar.ex2(x);
+}
+
+// S*scale_log2 - max_scaled as the recipe's kernel forms it (KernelModel::exponent_argument).
+template <class A>
+double exponent_argument(const KernelModel& km, const A& ar, double s, double scale_log2, double max_scaled) {
+  if (km.exponent_argument == ExponentArgument::fmul_fadd) return ar.f32(ar.f32(s * scale_log2) - max_scaled);
+  return ar.fma32(s, scale_log2, -max_scaled);
+}
+
 // α = the factor applied to ℓ and O when the max moves from m_old to m_new.
 template <class A>
 double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m_old, double m_new) {
@@ -265,11 +286,11 @@ double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& 
     case ScaleHandling::exponent_ffma: {
       // softmax_rescale_o: scores_max_cur = max == -inf ? 0 : max (Check_inf).
       const double cur = m_new == -kInf ? 0.0 : m_new;
-      return ar.ex2(ar.f32(ar.f32(m_old - cur) * sc.scale_log2));
+      return kernel_exp2(km, ar, ar.f32(ar.f32(m_old - cur) * sc.scale_log2));
     }
     case ScaleHandling::log2_units: {
       const double cur = m_new == -kInf ? 0.0 : m_new;
-      return ar.ex2(ar.f32(m_old - cur));
+      return kernel_exp2(km, ar, ar.f32(m_old - cur));
     }
     case ScaleHandling::multiply_scores: {
       if (m_old == -kInf) return 0.0;  // nothing accumulated yet (guards -inf - -inf)
@@ -286,19 +307,19 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
                 bool two_step = false) {
   switch (km.scale) {
     case ScaleHandling::exponent_ffma: {
-      // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled)
-      // contracted by nvcc into one FFMA (the comment in softmax.h says so).
+      // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled),
+      // one FFMA or FMUL then FADD (exponent_argument).
       // FA3 fp8 subtracts Max_offset from the scaled max (one FFMA, assumed), so P̄ <= 2^offset.
       const double offset = km.fp8.p_max_offset;
       const double max_scaled = m == -kInf ? 0.0
                                 : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset)
                                               : ar.f32(m * sc.scale_log2);
-      return ar.ex2(ar.fma32(s, sc.scale_log2, -max_scaled));
+      return kernel_exp2(km, ar, exponent_argument(km, ar, s, sc.scale_log2, max_scaled));
     }
     case ScaleHandling::log2_units: {
       const double mm = m == -kInf ? 0.0 : m;
-      if (two_step) return ar.ex2(ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
-      return ar.ex2(ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
+      if (two_step) return kernel_exp2(km, ar, ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
+      return kernel_exp2(km, ar, ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
     }
     case ScaleHandling::multiply_scores: {
       if (s == -kInf) return 0.0;
@@ -554,6 +575,7 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
     double pre;
     switch (km.normalisation) {
       case Normalisation::rcp_multiply: pre = ar.f32(sc.acc[c] * (empty ? 1.0 : ar.rcp(l))); break;
+      case Normalisation::ieee_reciprocal: pre = ar.f32(sc.acc[c] * (empty ? 1.0 : ar.f32(1.0 / l))); break;
       case Normalisation::fa3_finalize: pre = ar.f32(sc.acc[c] * fa3_out_scale); break;
       case Normalisation::divide_fp32: pre = empty ? sc.acc[c] : ar.f32(sc.acc[c] / l); break;
       case Normalisation::divide_in_format:
@@ -711,11 +733,11 @@ struct BwdBuffers {
 // P for one row and key in the FA2 backward: ex2(S*scale_log2 - LSE*log2e) (Scale_max=false:
 // max_scaled = lse * float(M_LOG2E)).
 template <class A>
-double fa2_backward_p(const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
+double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
   double log2e = std::numbers::log2e;
   if constexpr (!A::exact) log2e = static_cast<float>(std::numbers::log2e);
   const double lse_scaled = lse_kernel == -kInf ? 0.0 : ar.f32(lse_kernel * log2e);
-  return ar.ex2(ar.fma32(s, k.scale_log2, -lse_scaled));
+  return kernel_exp2(km, ar, exponent_argument(km, ar, s, k.scale_log2, lse_scaled));
 }
 
 // The FA2 backward (compute_dq_dk_dv_seqk_parallel) for one head: for each n_block,
@@ -746,7 +768,7 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
           double p = 0.0, ds = 0.0;
           if (j < nk) {
             const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(r), hd.k_row(j), d));
-            p = fa2_backward_p(ar, k, s, stats[r].lse_kernel);
+            p = fa2_backward_p(km, ar, k, s, stats[r].lse_kernel);
             const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
             ds = ar.f32(p * ar.f32(dp - delta[r]));  // pointwise_mult: p * (dp - d)
           }
@@ -800,7 +822,7 @@ double triton_k_prescale(const KernelModel& km, double softmax_scale) {
 template <class A, class E>
 double triton_backward_p(const KernelModel& km, const A& ar, const HeadData<E>& hd, int row, int key, double m_log2) {
   const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.kp_row(key), hd.d));
-  return ar.ex2(ar.f32(s - m_log2));
+  return kernel_exp2(km, ar, ar.f32(s - m_log2));
 }
 
 // A half-open range of rows or keys visited by one tl.dot step.
@@ -985,7 +1007,7 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
       dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
     } else if (km.backward == BackwardKernel::fa2_seqk_parallel) {
       const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.k_row(j), g.d));
-      p = fa2_backward_p(ar, k, s, st.lse_kernel);
+      p = fa2_backward_p(km, ar, k, s, st.lse_kernel);
       dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
     } else {
       if (km.structure == Structure::materialised) {
@@ -1204,6 +1226,13 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
 }
 
 }  // namespace
+
+std::optional<double> kernel_delta(const ModelHandle& model, const double* d_o, const double* o, int d) {
+  const KernelModel& km = *model.recipe;
+  if (km.delta == DeltaFormula::softmax_backward) return std::nullopt;  // needs dP and P, not O
+  const detail::HardwareArith ar{&km};
+  return delta_from_o(km, ar, d_o, o, d);
+}
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt) {
   if (!model.recipe) throw std::invalid_argument("run_attention: empty kernel model");

@@ -86,6 +86,39 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   return m;
 }
 
+// The FA2 that PyTorch ships (aten/src/ATen/native/transformers/cuda/flash_attn/, run by
+// F.scaled_dot_product_attention's flash backend): FA2's algorithm and tiles, compiled
+// differently. Three facts, each read in PyTorch's sources and settled by the SASS of
+// torch 2.11.0+cu130's kernels disassembled on an H200 (gpu/sass_flash.py):
+// - softmax.h `#define UNFUSE_FMA`: exp2f(__fmul_rn(S, scale_log2) - max_scaled), an FMUL and
+//   an FADD before MUFU.EX2, in the forward and in the backward's P;
+// - no fast math: exp2f is libdevice's ex2.approx.f32 (FSETP.GEU -126, FMUL 0.5, MUFU.EX2,
+//   FMUL r*r), `1.f / sum` an IEEE reciprocal (MUFU.RCP, two FFMAs, a CALL to the slow
+//   path), fp32 operations keep subnormals, __logf(sum) = MUFU.LG2 * ln2 (prescaled by 2^24
+//   below 2^-126) fused into the LSE's FFMA;
+// - flash_api.cpp mha_fwd calls set_params_splitkv, whose num_splits_heuristic(batch*heads*
+//   ceil(seqlen_q/64), 2*SMs, ceil(seqlen_k/block_n), 128) picks a split-KV kernel plus a
+//   combine kernel when batch*heads*m_blocks < 0.8*2*SMs and seqlen_k spans >= 2 of its blocks
+//   (block_n 256 for d <= 64, 128 for d <= 128). Split-KV is NOT modelled: captures avoid it
+//   (gpu/capture_torch.py tiles the heads to 64 and records the kernels that ran).
+KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
+  KernelModel m = fa2(name, tc, dtype, hopper);
+  m.description = "FlashAttention-2 as PyTorch ships it (SDPA flash backend): FA2's steps and tiles with the "
+                  "exponent argument unfused (FMUL, FADD), libdevice exp2f (x < -126: ex2(x/2)^2), IEEE "
+                  "reciprocal 1/l, no flush to zero; " + tc + " tensor-core model; split-KV not modelled";
+  m.sources = "PyTorch aten/src/ATen/native/transformers/cuda/flash_attn/softmax.h (#define UNFUSE_FMA; "
+              "scale_apply_exp2; normalize_softmax_lse: inv_sum = 1.f / sum, lse = row_max * softmax_scale + "
+              "__logf(sum)), flash_api.cpp (set_params_fprop: scale_softmax_log2 = softmax_scale * M_LOG2E; "
+              "set_params_splitkv/num_splits_heuristic with 2*SMs), flash_fwd/bwd_launch_template.h (tiles as "
+              "upstream FA2); no fast math and the three compiled forms above: SASS of torch 2.11.0+cu130 "
+              "(cuobjdump -sass libtorch_cuda.so, NVIDIA H200, 2026-11-26; traces/hw/torch/README.md)";
+  m.exponent_argument = ExponentArgument::fmul_fadd;
+  m.exp2_function = Exp2Function::exp2f_libdevice;
+  m.normalisation = Normalisation::ieee_reciprocal;
+  m.ftz = false;
+  return m;
+}
+
 KernelModel standard(const Format& f) {
   KernelModel m;
   m.base = std::string("standard-") + f.name;
@@ -428,6 +461,8 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   std::vector<KernelModel> table;
   table.push_back(fa2("fa2-sm80", "sm80", dtype, false));
   table.push_back(fa2("fa2-sm90", "sm90-mma", dtype, true));
+  table.push_back(pytorch_fa2("pytorch-fa2-sm80", "sm80", dtype, false));
+  table.push_back(pytorch_fa2("pytorch-fa2-sm90", "sm90-mma", dtype, true));
   table.push_back(standard(formats::fp32));
   table.push_back(standard(formats::bf16));
   table.push_back(standard(formats::fp16));
@@ -542,6 +577,11 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       if (m.fp8.enabled) throw std::invalid_argument("+delta-dpp: the fp8 models have no backward (dP) modelled");
       m.delta_dpp = true;
       canonical += "+delta-dpp";
+    } else if (variant == "unfused-exp") {
+      if (m.scale != ScaleHandling::exponent_ffma)
+        throw std::invalid_argument("+unfused-exp applies to models whose exponent is S*scale_log2 - max (FA2, FA3)");
+      m.exponent_argument = ExponentArgument::fmul_fadd;
+      canonical += "+unfused-exp";
     } else if (variant == "o-fp32") {
       m.o_fp32 = true;
       canonical += "+o-fp32";
@@ -551,7 +591,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       canonical += "+" + variant;
     } else {
       throw std::invalid_argument("unknown variant '+" + variant +
-                                  "' (dynmax, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, o-rto; fp8 models: "
+                                  "' (dynmax, unfused-exp, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, o-rto; fp8 models: "
                                   "block-quant, hadamard, promote)");
     }
   }
@@ -570,6 +610,9 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
                    "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3). "
                    "Tensor-op models (fa-bf16acc, standard-*, golden-*) count scores >= r_m - tol computed in the "
                    "scores' format, as the authors' code does; kernel models compare exactly");
+  out.emplace_back("+unfused-exp",
+                   "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
+                   "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA");
   out.emplace_back("+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)");
   out.emplace_back("+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)");
   out.emplace_back("+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O");

@@ -58,6 +58,21 @@ enum class ScaleHandling : std::uint8_t {
   multiply_scores,  // PyTorch: S = F(S * scale) as a tensor op; P̄ = exp(F(S - m))
 };
 
+// How exponent_ffma models form the exponent argument S*scale_log2 - max_scaled.
+enum class ExponentArgument : std::uint8_t {
+  ffma,       // one FFMA: nvcc contracts exp2f(x * scale - max_scaled) (upstream FA2 softmax.h)
+  fmul_fadd,  // __fmul_rn(S, scale_log2), then a separate FADD: PyTorch's bundled FA2 defines
+              // UNFUSE_FMA (seen in its SASS: FMUL, FADD, MUFU.EX2); variant +unfused-exp
+};
+
+// Which exp2 an online kernel's exponentials call.
+enum class Exp2Function : std::uint8_t {
+  ex2_approx_ftz,   // --use_fast_math: exp2f is one ex2.approx.ftz.f32 (the SfuSet's ex2)
+  exp2f_libdevice,  // no fast math: exp2f is ex2.approx.f32, which ptxas emits as the ftz MUFU.EX2
+                    // with x < -126 computed as ex2(x * 0.5)^2 (FSETP.GEU -126; FMUL 0.5; MUFU.EX2;
+                    // FMUL r*r: PyTorch's FA2 SASS; the identity held on all 2^32 inputs on H200)
+};
+
 // Order of the row sum ℓ.
 enum class RowSumOrder : std::uint8_t {
   fa2_quad,   // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
@@ -89,6 +104,9 @@ enum class OAccumulator : std::uint8_t {
 
 enum class Normalisation : std::uint8_t {
   rcp_multiply,      // FA2: inv = (l == 0 || l != l) ? 1 : rcp(l); O = fp32(acc*inv)
+  ieee_reciprocal,   // FA2 without fast math: inv = (l == 0 || l != l) ? 1 : 1.f / l, correctly
+                     // rounded (MUFU.RCP + Newton FFMAs + slow path in PyTorch's SASS, not the
+                     // SfuSet's rcp); O = fp32(acc*inv)
   fa3_finalize,      // FA3 Softmax::finalize(v_descale): inv = (l == 0 || l != l) ? 0 : rcp(l);
                      // O = fp32(acc * fp32(inv * v_descale))
   divide_fp32,       // Triton: O = fp32(acc / l)
@@ -142,6 +160,8 @@ struct KernelModel {
   DotSpec score_dot;
   std::optional<Format> score_format;         // S = F(Q·Kᵀ); fp32 for FA2
   ScaleHandling scale = ScaleHandling::exponent_ffma;
+  ExponentArgument exponent_argument = ExponentArgument::ffma;  // exponent_ffma models
+  Exp2Function exp2_function = Exp2Function::ex2_approx_ftz;   // online models' exp2f
   std::optional<Format> scaled_score_format;  // multiply_scores: S = F(S * scale)
   bool scale_in_input_dtype = false;          // the scale is first rounded to that format (a bf16 tensor op)
   // ---- max, exponent, sum ----

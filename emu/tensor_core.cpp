@@ -27,43 +27,60 @@ constexpr std::string_view kFasi =
     "Fasi, Higham, Mikaitis, Pranesh 2021 (PeerJ CS 7:e330); Khattak & Mikaitis 2025; Xie et al. 2025 (MMA-Sim)";
 constexpr std::string_view kKhattak = "Khattak & Mikaitis 2025 (arXiv:2512.07004); Xie et al. 2025 (MMA-Sim, arXiv:2511.10909)";
 constexpr std::string_view kFp8 = "Xie et al. 2025 (MMA-Sim); Khattak & Mikaitis 2025: fp8 F=13, e8m13 output";
-constexpr std::string_view kF16acc =
-    "assumed: alignment as the fp32-accumulate form of the same target, output RNE to fp16 (Fasi et al. 2021)";
+
+// Notes (string literals, so that they concatenate): what is measured, what is assumed.
+#define FB_MEASURED "measured on NVIDIA H200, driver 580.159.04, 2026-11-26 (bit for bit, >= 10^6 probe cases)"
+#define FB_UNMEASURED_RULES \
+  "overflow gives inf and a result rounded to zero is +0 (follows Xie et al. 2025; measured on sm_90 only)"
+#define FB_F16ACC "assumed: alignment as the fp32-accumulate form of the same target, output RNE to fp16 (Fasi et al. 2021)"
 
 using enum DotOutput;
 constexpr ZeroTermPolicy kZ = ZeroTermPolicy::ignored;
 
 // name, input, products per step, F, truncate, output, zero terms, validated, source, note
 constexpr TensorCoreModel kModels[] = {
-    {"sm70", "fp16", 4, 23, true, fp32_rz, kZ, false, kFasi, {}},
-    {"sm70-f16acc", "fp16", 4, 23, true, fp16_rne, kZ, false, kFasi, kF16acc},
-    {"sm80", "bf16", 8, 24, true, fp32_rz, kZ, false, kFasi, {}},
-    {"sm80", "fp16", 8, 24, true, fp32_rz, kZ, false, kFasi, {}},
-    {"sm80", "tf32", 4, 24, true, fp32_rz, kZ, false, kFasi, "F=24 assumed equal to the fp16/bf16 path"},
-    {"sm80-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kFasi, kF16acc},
-    {"sm89", "bf16", 8, 24, true, fp32_rz, kZ, false, kKhattak, {}},
-    {"sm89", "fp16", 8, 24, true, fp32_rz, kZ, false, kKhattak, {}},
-    {"sm89", "tf32", 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed)"},
-    {"sm89", "e4m3", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed"},
-    {"sm89", "e5m2", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed"},
-    {"sm89-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kKhattak, kF16acc},
-    {"sm90-mma", "bf16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
-    {"sm90-mma", "fp16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
-    {"sm90-mma", "tf32", 4, 25, true, fp32_rz, kZ, false, kKhattak,
-     "4 products per step (Ampere's tf32) and F=25 (Hopper's fp16 path) assumed"},
-    {"sm90-mma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, false, kKhattak, kF16acc},
-    {"sm90-wgmma", "bf16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
-    {"sm90-wgmma", "fp16", 16, 25, true, fp32_rz, kZ, false, kKhattak, {}},
-    {"sm90-wgmma", "tf32", 4, 25, true, fp32_rz, kZ, false, kKhattak, "as sm90-mma tf32 (assumed)"},
-    {"sm90-wgmma", "e4m3", 32, 13, true, fp32_e8m13, kZ, false, kFp8, {}},
-    {"sm90-wgmma", "e5m2", 32, 13, true, fp32_e8m13, kZ, false, kFp8, {}},
-    {"sm90-wgmma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, false, kKhattak, kF16acc},
+    {"sm70", "fp16", 4, 23, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
+    {"sm70-f16acc", "fp16", 4, 23, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
+    {"sm80", "bf16", 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
+    {"sm80", "fp16", 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
+    {"sm80", "tf32", 4, 24, true, fp32_rz, kZ, false, kFasi,
+     "F=24 assumed equal to the fp16/bf16 path; m16n8k8 as two steps of 4 (Xie et al. 2025); " FB_UNMEASURED_RULES},
+    {"sm80-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
+    {"sm89", "bf16", 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
+    {"sm89", "fp16", 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
+    {"sm89", "tf32", 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed); " FB_UNMEASURED_RULES},
+    {"sm89", "e4m3", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
+    {"sm89", "e5m2", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
+    {"sm89-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kKhattak, FB_F16ACC "; " FB_UNMEASURED_RULES},
+    {"sm90-mma", "bf16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+     "m16n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
+    {"sm90-mma", "fp16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+     "m16n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
+    {"sm90-mma", "tf32", 8, 25, true, fp32_rz, kZ, true, kKhattak,
+     "m16n8k8 fuses all 8 products in one step (not Ampere's two steps of 4), F=25, the register's low 13 bits "
+     "ignored, overflow to inf: " FB_MEASURED},
+    {"sm90-mma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, true, kKhattak,
+     "alignment as the fp32-accumulate form (F=25), output RNE to fp16, a result rounded to zero is +0: " FB_MEASURED},
+    {"sm90-wgmma", "bf16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+     "m64n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
+    {"sm90-wgmma", "fp16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+     "m64n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
+    {"sm90-wgmma", "tf32", 8, 25, true, fp32_rz, kZ, false, kKhattak,
+     "as sm90-mma tf32 (8 products per step, F=25; measured there, not for wgmma); " FB_UNMEASURED_RULES},
+    {"sm90-wgmma", "e4m3", 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
+    {"sm90-wgmma", "e5m2", 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
+    {"sm90-wgmma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, false, kKhattak,
+     "assumed as sm90-mma-f16acc (measured there): alignment as the fp32-accumulate form, output RNE to fp16; no "
+     "wgmma f16-accumulate form was probed; " FB_UNMEASURED_RULES},
     {"exact-rne", "bf16", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
     {"exact-rne", "fp16", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
     {"exact-rne", "tf32", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
     {"exact-rne", "e4m3", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
     {"exact-rne", "e5m2", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
 };
+#undef FB_MEASURED
+#undef FB_UNMEASURED_RULES
+#undef FB_F16ACC
 
 const Format& input_format_of(const TensorCoreModel& m) {
   // The dot inputs first, compared as string_views of known length (no strlen in the hot path).
@@ -132,6 +149,18 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
 
 // The output rounding of a step's exact sum (sum * 2^unit) into the model's output.
 // nonzero_or_positive: some term was not a -0 (an exact zero sum is then +0).
+// The hardware's rules on top of round_pack's rounding (emu/tensor_core.hpp): overflow
+// gives +-inf in every output (round_pack's RZ would give max finite; its overflow flag
+// is exactly "the rounded value with unbounded exponent exceeds max finite"), and a
+// non-zero sum whose magnitude rounds to zero gives +0.
+template <Format F>
+[[gnu::always_inline]] inline std::uint32_t hardware_output(const Rounded& r) {
+  constexpr std::uint32_t sign = to_container(F, F.sign_mask());
+  constexpr std::uint32_t inf = to_container(F, F.inf_pattern());
+  const std::uint32_t overflowed = (r.bits & sign) | inf;
+  const std::uint32_t bits = (r.flags & flag::overflow) != 0 ? overflowed : r.bits;
+  return (bits & ~sign) == 0 ? 0u : bits;
+}
 [[gnu::always_inline]] inline std::uint32_t step_output(DotOutput output, std::int64_t sum, int unit,
                                                         bool nonzero_or_positive, RoundingEvent* event) {
   if (sum == 0) return pack_zero(output_format_of(output), !nonzero_or_positive);  // -0 only when every term is -0
@@ -142,9 +171,10 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
   static constexpr RoundingSpec kRz{RoundingMode::rtz, OverflowPolicy::ieee, 24, 0};
   static constexpr RoundingSpec kRne{RoundingMode::rne, OverflowPolicy::ieee, 24, 0};
   switch (output) {
-    case fp16_rne: return round_pack<formats::fp16>(neg, unit, mag, false, kRne, 0, event).bits;
-    case fp32_e8m13: return round_pack<kE8m13InFp32Layout>(neg, unit, mag, false, kRz, 0, event).bits;
-    default: return round_pack<formats::fp32>(neg, unit, mag, false, kRz, 0, event).bits;
+    case fp16_rne: return hardware_output<formats::fp16>(round_pack<formats::fp16>(neg, unit, mag, false, kRne, 0, event));
+    case fp32_e8m13:
+      return hardware_output<kE8m13InFp32Layout>(round_pack<kE8m13InFp32Layout>(neg, unit, mag, false, kRz, 0, event));
+    default: return hardware_output<formats::fp32>(round_pack<formats::fp32>(neg, unit, mag, false, kRz, 0, event));
   }
 }
 
@@ -349,9 +379,9 @@ TracedStep traced_step_for(const TensorCoreModel& m) {
   if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fused_step_traced_avx2<N, F, static_cast<int>(O)>;
   FB_TRACED(8, 24, fp32_rz)
   FB_TRACED(16, 25, fp32_rz)
+  FB_TRACED(8, 25, fp32_rz)
   FB_TRACED(4, 23, fp32_rz)
   FB_TRACED(4, 24, fp32_rz)
-  FB_TRACED(4, 25, fp32_rz)
   FB_TRACED(16, 13, fp32_e8m13)
   FB_TRACED(32, 13, fp32_e8m13)
 #undef FB_TRACED
@@ -486,9 +516,9 @@ FixedDot fixed_dot_for(const TensorCoreModel& m) {
 #endif
   FB_FIXED(8, 24, fp32_rz)
   FB_FIXED(16, 25, fp32_rz)
+  FB_FIXED(8, 25, fp32_rz)
   FB_FIXED(4, 23, fp32_rz)
   FB_FIXED(4, 24, fp32_rz)
-  FB_FIXED(4, 25, fp32_rz)
   FB_FIXED(16, 13, fp32_e8m13)
   FB_FIXED(32, 13, fp32_e8m13)
 #undef FB_FIXED

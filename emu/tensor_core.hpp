@@ -7,13 +7,21 @@
 //   them; each term is truncated toward zero to F fraction bits relative to that
 //   exponent and the terms are summed exactly;
 // - the sum is normalised once and rounded into the output (fp32 RZ, fp16 RNE, or
-//   fp32 truncated to 13 fraction bits for Hopper's fp8 "e8m13" accumulator);
+//   fp32 truncated to 13 fraction bits for Hopper's fp8 "e8m13" accumulator); a sum
+//   that overflows the output gives +-inf (also under RZ), one that rounds to a zero
+//   magnitude gives +0;
 // - k longer than one step chains steps, each step's result becoming the next C.
 // Choices the published sources leave open are named parameters (see ZeroTermPolicy).
 //
 // STATUS: the parameters are the published ones (Fasi et al. 2021, Khattak &
-// Mikaitis 2025, Xie et al. 2025); they have NOT been validated on hardware by this
-// project yet (issue: GPU probe). `hardware_validated` says so per preset.
+// Mikaitis 2025, Xie et al. 2025). The sm_90 presets of the forms fb-mma-probe
+// measured on an NVIDIA H200 (driver 580.159.04, 2026-11-26; >= 10^6 cases per form,
+// gpu/README.md) reproduce the hardware bit for bit and are marked `hardware_validated`:
+// sm90-mma bf16/fp16/tf32 and sm90-mma-f16acc, sm90-wgmma bf16/fp16/e4m3/e5m2. Every
+// other preset (sm70, sm80, sm89, sm90-wgmma tf32 and f16acc) is NOT validated on
+// hardware; the rules measured on sm_90 (overflow to inf, +0 for a rounded-to-zero
+// result) are applied to them as Xie et al. 2025 publish them.
+// Regression set: traces/hw/probes_h200.fbp (ctest tensor_core_hw_probes_h200).
 #pragma once
 
 #include <cstdint>
@@ -26,11 +34,14 @@
 
 namespace fb {
 
+// Overflow: the tensor-core outputs give +-inf when the step's (truncated) sum is at
+// least 2^(emax+1) in magnitude, i.e. when the rounded value with unbounded exponent
+// exceeds max finite (so under RZ, |sum| in (max finite, 2^128) still gives max finite).
 enum class DotOutput : std::uint8_t {
-  fp32_rz,      // normalise, truncate to fp32 (Volta..Hopper fp16/bf16/tf32 into f32)
-  fp16_rne,     // normalise, round to nearest even into fp16 (fp16 accumulate)
-  fp32_e8m13,   // fp32 truncated to 13 fraction bits (Hopper fp8 wgmma, Ada fp8 mma)
-  exact_rne,    // exact sum, one RNE rounding into fp32 (the `exact-rne` reference)
+  fp32_rz,      // normalise, truncate to fp32, overflow to inf (Volta..Hopper fp16/bf16/tf32 into f32)
+  fp16_rne,     // normalise, round to nearest even into fp16, overflow to inf (fp16 accumulate)
+  fp32_e8m13,   // fp32 truncated to 13 fraction bits, overflow to inf (Hopper fp8 wgmma, Ada fp8 mma)
+  exact_rne,    // exact sum, one IEEE RNE rounding into fp32 (the `exact-rne` reference)
 };
 
 // Exponent a zero (or zero-product) term contributes to the alignment maximum.
@@ -40,16 +51,26 @@ enum class ZeroTermPolicy : std::uint8_t {
                     // (a zero product: 2*emin of the input format; a zero C: emin of C's format)
 };
 
-// Choices this implementation makes where the sources are silent (NOT validated on hardware):
+// Rules of every preset. "Measured" means: reproduced bit for bit on the H200 probe set
+// (sm_90 forms above); the other targets follow the same rules as published, unmeasured.
 // - A term's alignment exponent is that of its hardware encoding: a subnormal input
 //   (or C) counts with its format's emin, its value kept exactly; a product's alignment
-//   exponent is ea+eb with significand in [0,4).
-// - Exact zero result of a step (all terms zero, or cancellation): +0, except -0 when
-//   every term of the step (C and each product, sign = sign(a) xor sign(b)) is a -0.
+//   exponent is ea+eb with significand in [0,4). (Measured: c_tiny, specials.)
+// - tf32 inputs are the top 19 bits of the 32-bit register; the low 13 bits are
+//   ignored (truncation, not rounding). (Measured: random_bits keeps them non-zero.)
+// - Zero results: a step whose exact sum is zero gives +0, except -0 when every term
+//   of the step (C and each product, sign = sign(a) xor sign(b)) is a -0 (IEEE's sum
+//   of -0s; NOT measured: no row of the H200 sample or mismatch files had only -0
+//   terms). A non-zero sum whose magnitude rounds to zero gives +0 whatever its sign
+//   (measured once, fp16 output: -2^-25 gives +0; applied to the fp32/e8m13 outputs
+//   too, not measured there).
 // - Specials per step: any NaN, inf*0, or +inf and -inf together give the canonical
-//   quiet NaN (fp32 0x7fc00000, fp16 0x7e00); otherwise an infinite term gives inf.
-// - Output rounding is round_pack's: fp32 RZ and e8m13 RZ overflow to the largest
-//   finite value, fp16 RNE overflows to inf; tiny results become subnormal (no flush).
+//   quiet NaN (fp32 0x7fc00000, fp16 0x7e00; probe-check matches any NaN, so the
+//   payload is not measured); otherwise an infinite term gives inf of its sign.
+//   (Measured: specials, c_huge, random_bits.)
+// - Overflow gives +-inf for every output (see DotOutput; follows Xie et al. 2025,
+//   measured on sm_90 only); an infinite C of a chained step then propagates. Tiny
+//   results become subnormal (no flush).
 // - k == 0 runs one step with C alone (C is re-rounded into the output, a no-op except
 //   for e8m13, where C is truncated to 13 fraction bits).
 
@@ -61,7 +82,7 @@ struct TensorCoreModel {
   bool truncate_terms;            // each aligned term truncated toward zero to F bits
   DotOutput output;
   ZeroTermPolicy zero_terms;
-  bool hardware_validated;        // measured bit for bit on a GPU by this project
+  bool hardware_validated;        // measured bit for bit on a GPU by this project (see STATUS)
   std::string_view source;        // where the parameters come from
   std::string_view note = {};     // parameters assumed rather than published, if any
 };

@@ -14,13 +14,13 @@ jobs=$(nproc)
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 cmake -S gpu -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-fa2
+cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-sfu-dump fb-fa2
 cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBITS_CUDA=OFF \
   -DCMAKE_EXE_LINKER_FLAGS="-static" -DMPFR_LIBRARY="$(gcc -print-file-name=libmpfr.a)" \
   -DGMP_LIBRARY="$(gcc -print-file-name=libgmp.a)" >/dev/null
 cmake --build build-static -j "$jobs" --target flashbits
 mkdir -p .devbin
-cp build-device/fb-mma-probe build-device/fb-sfu-probe build-device/fb-fa2 build-static/tools/flashbits .devbin/
+cp build-device/fb-mma-probe build-device/fb-sfu-probe build-device/fb-sfu-dump build-device/fb-fa2 build-static/tools/flashbits .devbin/
 strip .devbin/* 2>/dev/null || true
 [ -x build/tools/flashbits ] || cmake --build build -j "$jobs" --target flashbits
 gpu/make_inputs.sh build/tools/flashbits

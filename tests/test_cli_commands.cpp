@@ -21,7 +21,10 @@
 #include <cstring>
 #include <string>
 
+#include "attention/attention.hpp"
 #include "emu/special_functions.hpp"
+#include "tests/bf16_reference.hpp"
+#include "traces/trace.hpp"
 
 #ifndef FLASHBITS_BINARY
 #error "FLASHBITS_BINARY must name the flashbits executable"
@@ -352,7 +355,27 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
     CHECK(t["compared"].get<int>() > 0);
     ++names;
   }
-  CHECK(names == 3);  // o, lse, delta
+  CHECK(names == 6);  // o, lse, delta, dq, dk, dv
+  {
+    // One flipped bit of one dQ element: replay fails and names the tensor, the index and
+    // both bit patterns.
+    const fb::Trace t = fb::read_trace(trace);
+    fb::TraceBuilder b(t.metadata());
+    for (const char* name : {"q", "k", "v", "o", "lse", "do", "delta", "dq", "dk", "dv"}) {
+      fb::RawTensor raw = t.bits(name);
+      if (std::string(name) == "dq") raw.bits[5] ^= 1u;
+      b.add_bits(name, raw.format, raw.shape, raw.bits);
+    }
+    const auto flipped = (scratch() / "flipped_dq.safetensors").string();
+    b.write(flipped);
+    const fb::RawTensor dq = t.bits("dq");
+    const Run f = run("replay " + flipped);
+    CHECK(f.code == 1);
+    char want[64];
+    std::snprintf(want, sizeof want, "dq[0,0,0,5]: captured %04x, recomputed %04x", dq.bits[5] ^ 1u, dq.bits[5]);
+    CHECK(f.out.find(want) != std::string::npos);
+    CHECK(f.out.find("dq: 3071/3072 match bit for bit") != std::string::npos);
+  }
   const Run text = run("replay " + trace + " --row 3 --explain");
   CHECK(text.code == 0);
   CHECK(text.out.find("EMULATED") != std::string::npos);
@@ -394,7 +417,7 @@ TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr
   REQUIRE(std::system(("script -qec \"" + inner + "\" '" + typescript + "' > /dev/null 2>&1").c_str()) != -1);
   const std::string drawn = slurp(typescript);
   CHECK(drawn.find("/250 trials") != std::string::npos);
-  CHECK(slurp(out).find("verdict: biased") != std::string::npos);  // results still on stdout
+  CHECK(slurp(out).find("this kernel adds bias") != std::string::npos);  // results still on stdout
   const Run quiet = run(args);
   CHECK(quiet.code == 1);
   CHECK(quiet.err.empty());
@@ -443,4 +466,58 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   CHECK(run("merge " + csv).code == 0);
   std::ofstream(scratch() / "good.json") << good_json.out;
   CHECK(run("merge " + (scratch() / "good.json").string()).code == 0);
+}
+
+TEST_CASE("bias-test: the correctly rounded reference and the excess, checked against an independent bf16 RNE") {
+  // A trace whose O is the exact O rounded once to bf16 by tests/bf16_reference.hpp (not by
+  // the library) has exactly the reference's error: its excess is 0 in every row. Moving
+  // one row's O up by one bf16 ulp gives that row an excess of +1 ulp per element.
+  const auto in = fb::attn::make_scenario("sink", 11, 1, 1, 64, 64, fb::formats::bf16, true);
+  const auto exact = fb::attn::exact_attention(in);
+  std::vector<double> o_cr(exact.o.data.size());
+  for (std::size_t i = 0; i < o_cr.size(); ++i) o_cr[i] = bf16_rne(exact.o.data[i]);
+  auto write_trace = [&](const std::filesystem::path& dir, const std::vector<double>& o) {
+    std::filesystem::create_directories(dir);
+    fb::TraceMetadata md;
+    md.source = "emulated";
+    md.model = "fa2-sm80";
+    md.softmax_scale = 0.125;
+    md.causal = false;
+    md.dtype = fb::formats::bf16;
+    const std::vector<std::uint64_t> shape = {1, 1, 64, 64};
+    fb::TraceBuilder(md)
+        .add_values("q", fb::formats::bf16, shape, in.q.data)
+        .add_values("k", fb::formats::bf16, shape, in.k.data)
+        .add_values("v", fb::formats::bf16, shape, in.v.data)
+        .add_values("do", fb::formats::bf16, shape, in.d_o->data)
+        .add_values("o", fb::formats::bf16, shape, o)
+        .write(dir / "t.safetensors");
+  };
+  const auto exact_dir = scratch() / "cr_exact", bumped_dir = scratch() / "cr_bumped";
+  write_trace(exact_dir, o_cr);
+  std::vector<double> bumped = o_cr;
+  for (int c = 0; c < 64; ++c) {
+    double& x = bumped[c];
+    int e = 0;
+    std::frexp(x, &e);
+    x += std::ldexp(1.0, e - 8);  // one bf16 ulp up (x is a bf16 value: 8 significant bits)
+  }
+  write_trace(bumped_dir, bumped);
+  const Run a = run("bias-test --traces " + exact_dir.string() + " --json");
+  REQUIRE(a.code != 2);
+  const auto ja = nlohmann::json::parse(a.out);
+  CHECK(ja["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
+  CHECK(ja["excess"]["o"]["positives"].get<int>() == 0);
+  CHECK(ja["excess"]["o"]["negatives"].get<int>() == 0);
+  CHECK(ja["correctly_rounded"]["o"]["mean_ulps"].get<double>() == doctest::Approx(ja["o"]["mean_ulps"].get<double>()));
+  CHECK(ja["verdict_from"] == "excess");
+  CHECK(ja.contains("delta"));  // from the captured O and dO by fa2-sm80's reduction
+  const Run b = run("bias-test --traces " + bumped_dir.string() + " --json");
+  const auto jb = nlohmann::json::parse(b.out);
+  CHECK(jb["excess"]["o"]["positives"].get<int>() == 1);
+  CHECK(jb["excess"]["o"]["negatives"].get<int>() == 0);
+  // +1 ulp of the stored value per element, in ulps at the exact value (2 where rounding
+  // crossed a power of two): the row's mean excess is between 1 and 2, over 64 rows.
+  CHECK(jb["excess"]["o"]["mean_ulps"].get<double>() >= 1.0 / 64);
+  CHECK(jb["excess"]["o"]["mean_ulps"].get<double>() <= 2.0 / 64);
 }

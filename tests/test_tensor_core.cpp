@@ -4,7 +4,9 @@
 // decoding, products and alignment on a fixed 1024-bit integer grid (Boost
 // cpp_int), truncation by explicit integer shifts, an exact sum and its own output
 // rounding. exact-rne is also checked against MPFR. The parameters themselves (F,
-// products per step) are the published ones and are NOT validated on hardware here.
+// products per step) and the output rules (overflow to inf, +0 for a result rounded to
+// zero) are not validated here: the sm_90 presets are checked against H200 measurements
+// by the ctest tensor_core_hw_probes_h200 (traces/hw/probes_h200.fbp).
 #include <doctest/doctest.h>
 #include <mpfr.h>
 
@@ -71,7 +73,11 @@ RefValue ref_decode(const RefFormat& f, std::uint32_t stored) {
 }
 
 // ---- independent output rounding ---------------------------------------------------
-enum class RefMode { rz, rne };
+// rz and rne are the tensor cores' output roundings: a magnitude at or beyond
+// 2^(emax+1) after rounding gives inf (RZ too: Xie et al. 2025, measured on sm_90), and
+// a magnitude rounded to zero gives +0 (measured on sm_90's fp16 output). ieee_rne is
+// IEEE 754's roundTiesToEven (exact-rne): inf on overflow, a zero keeps the sign.
+enum class RefMode { rz, rne, ieee_rne };
 // Rounds S * 2^lsb (S != 0) into a binary format with p bits, exponent range
 // [emin, emax] (IEEE-style with inf); returns the sign/exponent/mantissa encoding.
 std::uint32_t ref_round(const Big& s, int lsb, int p, int emin, int emax, int ebits, int bias, RefMode mode) {
@@ -80,7 +86,6 @@ std::uint32_t ref_round(const Big& s, int lsb, int p, int emin, int emax, int eb
   const int lead = static_cast<int>(mp::msb(m));
   const int e = lead + lsb;
   const std::uint32_t sign = neg ? (1u << (ebits + p - 1)) : 0u;
-  const std::uint32_t max_finite = ((static_cast<std::uint32_t>(emax + bias)) << (p - 1)) | ((1u << (p - 1)) - 1u);
   const std::uint32_t inf = ((1u << ebits) - 1u) << (p - 1);
   const int q = std::max(e, emin) - (p - 1);
   const int shift = q - lsb;
@@ -89,7 +94,7 @@ std::uint32_t ref_round(const Big& s, int lsb, int p, int emin, int emax, int eb
     kept = m >> shift;
     const Big rem = m - (kept << shift);
     const Big half = Big(1) << (shift - 1);
-    if (mode == RefMode::rne && (rem > half || (rem == half && (kept & 1) != 0))) kept += 1;
+    if (mode != RefMode::rz && (rem > half || (rem == half && (kept & 1) != 0))) kept += 1;
   } else {
     kept = m << -shift;
   }
@@ -101,10 +106,11 @@ std::uint32_t ref_round(const Big& s, int lsb, int p, int emin, int emax, int eb
   const auto k = static_cast<std::uint32_t>(kept);
   if (k >= (1u << (p - 1))) {
     const int exponent = qq + p - 1;
-    if (exponent > emax) return sign | (mode == RefMode::rz ? max_finite : inf);
+    if (exponent > emax) return sign | inf;  // every mode here overflows to inf
     return sign | (static_cast<std::uint32_t>(exponent + bias) << (p - 1)) | (k - (1u << (p - 1)));
   }
-  return sign | k;  // subnormal (or zero, which cannot happen: S != 0 and the grid is fine enough)
+  if (k == 0 && mode != RefMode::ieee_rne) return 0u;  // rounded to zero: +0 on the tensor cores
+  return sign | k;  // subnormal, or a signed zero (IEEE)
 }
 
 struct RefModel {
@@ -183,7 +189,7 @@ std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bi
       } else {
         switch (m.out) {
           case fb::DotOutput::fp32_rz: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::rz); break;
-          case fb::DotOutput::exact_rne: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::rne); break;
+          case fb::DotOutput::exact_rne: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::ieee_rne); break;
           case fb::DotOutput::fp16_rne: d = ref_round(sum, lsb, 11, -14, 15, 5, 15, RefMode::rne); break;
           case fb::DotOutput::fp32_e8m13: d = ref_round(sum, lsb, 14, -126, 127, 8, 127, RefMode::rz) << 10; break;
         }
@@ -324,7 +330,12 @@ TEST_CASE("every tensor-core preset matches the independent exact-integer refere
     const RefFormat& in = ref_input(model.input);
     const fb::Format& input = fb_input(model.input);
     CHECK(fb::find_tensor_core_model(model.name, input) == &model);
-    CHECK_FALSE(model.hardware_validated);
+    // Exactly the forms measured on the H200 are marked validated.
+    const std::string id = std::string(model.name) + " " + std::string(model.input);
+    const bool measured = id == "sm90-mma bf16" || id == "sm90-mma fp16" || id == "sm90-mma tf32" ||
+                          id == "sm90-mma-f16acc fp16" || id == "sm90-wgmma bf16" || id == "sm90-wgmma fp16" ||
+                          id == "sm90-wgmma e4m3" || id == "sm90-wgmma e5m2";
+    CHECK_MESSAGE(model.hardware_validated == measured, id);
     const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
     const bool f16 = model.output == fb::DotOutput::fp16_rne;
     Gen g(0x5eed0000u + static_cast<std::uint64_t>(preset_index));
@@ -452,6 +463,45 @@ TEST_CASE("sm80 m16n8k16 is two chained k=8 steps; sm90-mma fuses 16 products") 
   }
 }
 
+TEST_CASE("sm90-mma tf32 m16n8k8 fuses all 8 products (measured on H200); sm80 tf32 runs two steps of 4") {
+  const fb::TensorCoreModel* sm80 = fb::find_tensor_core_model("sm80", fb::formats::tf32);
+  const fb::TensorCoreModel* sm90 = fb::find_tensor_core_model("sm90-mma", fb::formats::tf32);
+  REQUIRE(sm80);
+  REQUIRE(sm90);
+  CHECK(sm90->products_per_step == 8);
+  CHECK(sm90->fraction_bits == 25);
+  // a0*b0 = 1, a1*b1 = 2^-24, a4*b4 = 2^-24 (tf32 in fp32's layout), C = 0. Fused: the
+  // exact sum 1 + 2^-23 is an fp32. In two steps each step truncates 1 + 2^-24 to 1.
+  std::vector<std::uint32_t> a(8, 0u), b(8, 0u);
+  a[0] = b[0] = 0x3f800000u;
+  a[1] = 0x33800000u, b[1] = 0x3f800000u;
+  a[4] = 0x33800000u, b[4] = 0x3f800000u;
+  CHECK(fb::fused_dot_bits(*sm90, 0u, a, b) == 0x3f800001u);
+  CHECK(fb::fused_dot_bits(*sm80, 0u, a, b) == 0x3f800000u);
+  // The register's low 13 bits are ignored (truncated, not rounded): 1 + 2^-11 + 2^-12
+  // (0x3f801800) reads as 1.0, so the product is 1, not the 1 + 2^-10 rounding would give.
+  const std::vector<std::uint32_t> x{0x3f801800u}, y{0x3f800000u};
+  CHECK(fb::fused_dot_bits(*sm90, 0u, x, y) == 0x3f800000u);
+}
+
+TEST_CASE("fp16 accumulate: a result rounded to zero is +0 (measured on H200)") {
+  const fb::TensorCoreModel* m = fb::find_tensor_core_model("sm90-mma-f16acc", fb::formats::fp16);
+  REQUIRE(m);
+  // The product 2^-13 * -2^-12 = -2^-25 is half fp16's smallest subnormal 2^-24: RNE
+  // ties to the even 0, and the zero is +0 (the measured case had C = 2^-23 and
+  // products summing to -(2^-23 + 2^-25)).
+  CHECK(fb::fused_dot_bits(*m, 0x0000u, std::vector<std::uint32_t>{0x0800u}, std::vector<std::uint32_t>{0x8c00u}) ==
+        0x0000u);
+  // Just over the tie it rounds to -2^-24; an exact zero of -0 terms stays -0.
+  CHECK(fb::fused_dot_bits(*m, 0x0000u, std::vector<std::uint32_t>{0x0801u}, std::vector<std::uint32_t>{0x8c00u}) ==
+        0x8001u);
+  CHECK(fb::fused_dot_bits(*m, 0x8000u, std::vector<std::uint32_t>{0x8000u}, std::vector<std::uint32_t>{0x3c00u}) ==
+        0x8000u);
+  // Overflow is inf: 65504 + 16 * 2 = 2^16, beyond the midpoint 65520 above max finite.
+  CHECK(fb::fused_dot_bits(*m, 0x7bffu, std::vector<std::uint32_t>{0x4c00u}, std::vector<std::uint32_t>{0x4000u}) ==
+        0x7c00u);
+}
+
 TEST_CASE("fp8 wgmma: 13 fraction bits relative to the largest exponent, e8m13 output") {
   const fb::TensorCoreModel* m = fb::find_tensor_core_model("sm90-wgmma", fb::formats::e4m3);
   REQUIRE(m);
@@ -487,8 +537,23 @@ TEST_CASE("specials and signed zeros") {
   CHECK(dot(0x3f800000u, {0x3f80u}, {0xbf80u}) == 0x00000000u);          // 1 - 1 = +0
   // A bf16 subnormal product keeps its value exactly: 2^-126 * 2^-7 ... C = 0.
   CHECK(dot(0u, {0x0001u}, {0x3f80u}) == 0x00010000u);
-  // Overflow under RZ saturates to the largest finite fp32.
-  CHECK(dot(0x7f7fffffu, {0x7f7fu}, {0x4000u}) == 0x7f7fffffu);
+  // Overflow gives inf, also under RZ (Xie et al. 2025; measured on sm_90): the exact sum
+  // M + 0x7f7f * 2 (M = 0x7f7fffff = (2 - 2^-23) * 2^127) is about 3 * 2^128.
+  CHECK(dot(0x7f7fffffu, {0x7f7fu}, {0x4000u}) == 0x7f800000u);
+  CHECK(dot(0xff7fffffu, {0xff7fu}, {0x4000u}) == 0xff800000u);
+  // Below 2^128 RZ still gives M: M + 2^103 (half an ulp of M) and M + 2^102 + 2^103.
+  CHECK(dot(0x7f7fffffu, {0x7300u}, {0x3f80u}) == 0x7f7fffffu);
+  CHECK(dot(0x7f7fffffu, {0x7300u, 0x7280u}, {0x3f80u, 0x3f80u}) == 0x7f7fffffu);
+  // Exactly 2^128 = M + 2^104 (one ulp over): inf.
+  CHECK(dot(0x7f7fffffu, {0x7380u}, {0x3f80u}) == 0x7f800000u);
+  // Chained steps: an overflowed step's inf is the next step's C (sm80 bf16: 8 per step).
+  const std::vector<std::uint32_t> big(9, 0x7f7fu), one(9, 0x3f80u);
+  CHECK(dot(0u, big, one) == 0x7f800000u);
+  // A non-zero sum that rounds to a zero magnitude gives +0: C = -2^-149, product
+  // 2^-126 * 2^-24 = 2^-150; on sm80's grid (2^(-126-24)) the sum is exactly -2^-150,
+  // below fp32's smallest subnormal: RZ gives magnitude 0, and the result is +0.
+  CHECK(dot(0x80000001u, {0x0080u}, {0x3380u}) == 0x00000000u);
+  CHECK(dot(0x00000001u, {0x8080u}, {0x3380u}) == 0x00000000u);
   // Trace: largest exponent, truncation, carry-out and normalisation of one step.
   fb::DotTrace trace;
   trace.record_terms = true;

@@ -146,8 +146,12 @@ int run_bias_test(const BiasOptions& o) {
   if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
-  std::vector<double> o_samples, d_samples;
+  // Per output: the error against exact, the correctly rounded reference's error on the same
+  // inputs, and the excess (error minus reference, element by element, then averaged like
+  // the error). Paired runs (--against) have no reference: their difference is the excess.
+  std::vector<double> o_samples, d_samples, o_cr_samples, d_cr_samples, o_excess, d_excess;
   RowMaxGroups by_max;
+  std::string delta_note;
   std::string subject, provenance;
   if (!o.model.empty()) {
     const auto names = attn::scenario_names();
@@ -186,6 +190,14 @@ int run_bias_test(const BiasOptions& o) {
                                               : measure_paired(model, against, in, s);
       o_samples.push_back(mean_of(e.o_ulps));
       if (!e.delta_ulps.empty()) d_samples.push_back(mean_of(e.delta_ulps));
+      if (!e.o_cr_ulps.empty()) {
+        o_cr_samples.push_back(mean_of(e.o_cr_ulps));
+        o_excess.push_back(o_samples.back() - o_cr_samples.back());
+      }
+      if (!e.delta_cr_ulps.empty()) {
+        d_cr_samples.push_back(mean_of(e.delta_cr_ulps));
+        d_excess.push_back(d_samples.back() - d_cr_samples.back());
+      }
       const std::size_t d = static_cast<std::size_t>(o.headdim);
       for (std::size_t r = 0; r < e.row_max.size(); ++r) {
         double row_sum = 0;
@@ -212,26 +224,57 @@ int run_bias_test(const BiasOptions& o) {
       const auto o_vals = tensor_from_trace(trace, "o");
       if (o_vals.data.size() != exact.o.data.size())
         throw TraceError(trace.source_name() + ": tensor o: expected the shape of q");
+      const ReferenceErrors cr = correctly_rounded_errors(o_bits.format, in, exact);
       const int d = o_vals.cols;
+      const std::size_t first_row = o_samples.size();
       for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
-        double sum = 0;
+        double sum = 0, sum_cr = 0;
         for (int c = 0; c < d; ++c) {
           const double want = exact.o.data[r * d + c];
           sum += (o_vals.data[r * d + c] - want) / attn::ulp_at(o_bits.format, want);
+          sum_cr += cr.o_ulps[r * d + c];
         }
         o_samples.push_back(sum / d);
+        o_cr_samples.push_back(sum_cr / d);
+        o_excess.push_back((sum - sum_cr) / d);
       }
-      std::vector<double> trace_delta;  // per row, when the trace has delta
-      if (trace.has("delta") && exact.delta) {
-        const auto dv = tensor_from_trace(trace, "delta");
-        if (dv.data.size() != exact.delta->data.size())
+      // delta: the captured one, else (PyTorch's SDPA does not return it) the one the
+      // trace's kernel computes from the captured O and dO (attn::kernel_delta).
+      std::vector<double> kernel_delta;
+      if (trace.has("delta")) {
+        kernel_delta = tensor_from_trace(trace, "delta").data;
+      } else if (in.d_o && !trace.metadata().model.empty()) {
+        attn::ModelHandle model;
+        try {
+          model = attn::parse_kernel_model(trace.metadata().model, in.dtype);
+        } catch (const std::invalid_argument&) {
+        }
+        if (model.recipe) {
+          for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
+            const auto v = attn::kernel_delta(model, &in.d_o->data[r * d], &o_vals.data[r * d], d);
+            if (!v) {
+              kernel_delta.clear();
+              break;
+            }
+            kernel_delta.push_back(*v);
+          }
+          if (!kernel_delta.empty())
+            delta_note = "delta: computed from each trace's captured O and dO as its kernel does (" +
+                         trace.metadata().model + "'s reduction), since the capture holds no delta";
+        }
+      }
+      std::vector<double> trace_delta;  // per row
+      if (!kernel_delta.empty() && exact.delta) {
+        if (kernel_delta.size() != exact.delta->data.size())
           throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
         const std::vector<double> unit = delta_units(o_bits.format, *in.d_o, exact.o, *exact.delta);
-        for (std::size_t i = 0; i < dv.data.size(); ++i)
-          trace_delta.push_back((dv.data[i] - exact.delta->data[i]) / unit[i]);
+        for (std::size_t i = 0; i < kernel_delta.size(); ++i) {
+          trace_delta.push_back((kernel_delta[i] - exact.delta->data[i]) / unit[i]);
+          d_cr_samples.push_back(cr.delta_ulps[i]);
+          d_excess.push_back(trace_delta.back() - cr.delta_ulps[i]);
+        }
         d_samples.insert(d_samples.end(), trace_delta.begin(), trace_delta.end());
       }
-      const std::size_t first_row = o_samples.size() - exact.row_max->data.size();
       for (std::size_t r = 0; r < exact.row_max->data.size(); ++r)
         by_max.add(exact.row_max->data[r], o_samples[first_row + r], trace_delta.empty() ? nullptr : &trace_delta[r]);
     }
@@ -241,14 +284,34 @@ int run_bias_test(const BiasOptions& o) {
   }
   const attn::BiasStatistics so = attn::summarize(o_samples, o.alpha);
   const attn::BiasStatistics sd = attn::summarize(d_samples, o.alpha);
-  const bool biased = so.biased || (!d_samples.empty() && sd.biased);
+  const bool paired = !o.against.empty();
+  // The verdict's statistic: the excess over the correctly rounded reference (the part of
+  // the error that is the kernel's, not its output format's); paired runs: the difference.
+  const attn::BiasStatistics eo = paired ? so : attn::summarize(o_excess, o.alpha);
+  const attn::BiasStatistics ed = paired ? sd : attn::summarize(d_excess, o.alpha);
+  const bool has_delta = !d_samples.empty();
+  const bool biased = eo.biased || (has_delta && ed.biased);
+  const char* verdict_basis = paired ? "the paired difference" : "the excess over the correctly rounded reference";
   if (o.json) {
     nlohmann::ordered_json j;
     j["subject"] = subject;
     j["provenance"] = provenance;
+    if (!delta_note.empty()) j["delta_note"] = delta_note;
     j["alpha"] = o.alpha;
     j["o"] = stats_json(so);
-    if (!d_samples.empty()) j["delta"] = stats_json(sd);
+    if (has_delta) j["delta"] = stats_json(sd);
+    if (!paired) {
+      nlohmann::ordered_json cr, ex;
+      cr["o"] = stats_json(attn::summarize(o_cr_samples, o.alpha));
+      ex["o"] = stats_json(eo);
+      if (has_delta) {
+        cr["delta"] = stats_json(attn::summarize(d_cr_samples, o.alpha));
+        ex["delta"] = stats_json(ed);
+      }
+      j["correctly_rounded"] = cr;
+      j["excess"] = ex;
+    }
+    j["verdict_from"] = paired ? "paired" : "excess";
     j["verdict"] = biased ? "biased" : "no detectable bias";
     if (o.by_max) {
       nlohmann::ordered_json g;
@@ -261,15 +324,26 @@ int run_bias_test(const BiasOptions& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "bias-test: " << subject << "\n" << provenance << "\n";
-    print_stats("O", so, o.alpha);
-    if (!d_samples.empty()) print_stats("delta", sd, o.alpha);
-    if (o.against.empty())
-      std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
-                   "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
-    else
+    if (!delta_note.empty()) std::cout << delta_note << "\n";
+    if (paired) {
+      print_stats("O", so, o.alpha);
+      if (has_delta) print_stats("delta", sd, o.alpha);
       std::cout << "(paired: " << o.model << " minus " << o.against << " on the same inputs and seed; O in ulps "
                    "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
                    "sum|dO*O|))\n";
+    } else {
+      std::cout << "error against exact:\n";
+      print_stats("O", so, o.alpha);
+      if (has_delta) print_stats("delta", sd, o.alpha);
+      std::cout << "correctly rounded reference (exact, rounded once to the output format) on the same inputs:\n";
+      print_stats("O", attn::summarize(o_cr_samples, o.alpha), o.alpha);
+      if (has_delta) print_stats("delta", attn::summarize(d_cr_samples, o.alpha), o.alpha);
+      std::cout << "excess over the reference (error minus the reference's, element by element):\n";
+      print_stats("O", eo, o.alpha);
+      if (has_delta) print_stats("delta", ed, o.alpha);
+      std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
+                   "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
+    }
     if (o.by_max) {
       std::cout << "by row max: " << by_max.size()
                 << " distinct values, each the mean error over the rows sharing it (descriptive: the values "
@@ -278,7 +352,8 @@ int run_bias_test(const BiasOptions& o) {
       const std::vector<double> dm = by_max.delta_means();
       if (!dm.empty()) print_spread("delta", describe_values(dm));
     }
-    std::cout << "verdict: " << (biased ? "biased" : "no detectable bias") << "\n";
+    std::cout << "verdict (from " << verdict_basis << "): " << (biased ? "this kernel adds bias" : "no detectable bias")
+              << "\n";
   }
   return biased ? kExitCheckFailed : kExitOk;
 }

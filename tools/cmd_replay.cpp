@@ -1,6 +1,7 @@
 // tools/cmd_replay.cpp: `flashbits replay TRACE` (CLI.md): recompute the captured rows
-// under a kernel model (default: the trace's `model` metadata) and compare O, LSE and
-// delta (when the trace has dO and delta) bit by bit.
+// under a kernel model (default: the trace's `model` metadata) and compare bit by bit
+// every tensor the trace holds that the model computes: O, LSE, and with dO the
+// backward's delta, dQ, dK and dV.
 //
 // Contract:
 // - A value matches when the recomputed value, encoded in the captured tensor's format,
@@ -23,6 +24,8 @@
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/recipe_file.hpp"
+#include "tools/sfu_dump_model.hpp"
+#include "tools/sfu_values.hpp"
 #include "tools/svg_plot.hpp"
 #include "tools/sweep_table.hpp"
 
@@ -31,9 +34,13 @@ namespace {
 
 struct ReplayOptions {
   std::string path, model, plot, recipe;
+  std::vector<std::string> sfu_dumps;  // FUNC=FILE
+  std::string sfu_record, sfu_values;
   int batch = -1, head = -1, row = -1;
   bool all = false, explain = false, json = false;
 };
+
+constexpr std::size_t kListedMismatches = 20;  // per tensor in the text report
 
 struct Mismatch {
   int b, h, r, c;
@@ -99,6 +106,58 @@ int run_replay(const ReplayOptions& o) {
     throw InputError(std::string("model ") + model_name + ": " + e.what());
   }
   if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
+  std::vector<std::string> notes;
+  if (!o.sfu_dumps.empty()) {
+    auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
+    for (const std::string& spec : o.sfu_dumps) {
+      const auto eq = spec.find('=');
+      const std::string fn = spec.substr(0, eq);
+      SpecialFunction f;
+      if (fn == "ex2") f = SpecialFunction::ex2;
+      else if (fn == "rcp") f = SpecialFunction::rcp;
+      else if (fn == "lg2") f = SpecialFunction::lg2;
+      else throw InputError("--sfu-dump " + spec + ": expected ex2=FILE, rcp=FILE or lg2=FILE");
+      if (eq == std::string::npos || eq + 1 == spec.size()) throw InputError("--sfu-dump " + spec + ": no FILE");
+      try {
+        recipe->sfu.model_for(f) = load_sfu_dump(spec.substr(eq + 1), f);
+      } catch (const std::runtime_error& e) {
+        throw InputError(std::string("--sfu-dump: ") + e.what());
+      }
+      if (!attn::uses_special_function(*recipe, f))
+        notes.push_back("note: " + model.name + " does not evaluate " + fn + "; its --sfu-dump changes nothing");
+    }
+    model.recipe = std::move(recipe);
+  }
+  std::map<SpecialFunction, std::shared_ptr<const SpecialFunctionModel>> oracles;
+  if (!o.sfu_values.empty()) {
+    SfuValues values;
+    try {
+      values = read_sfu_values(o.sfu_values);
+    } catch (const std::runtime_error& e) {
+      throw InputError(e.what());
+    }
+    auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
+    for (auto& [f, pairs] : values.pairs) {
+      std::unordered_map<std::uint32_t, std::uint32_t> seen(pairs.begin(), pairs.end());
+      std::shared_ptr<const SpecialFunctionModel> oracle = make_oracle_model(f, std::move(seen));
+      recipe->sfu.model_for(f) = oracle;
+      oracles[f] = oracle;
+    }
+    notes.push_back("SFU values: " + o.sfu_values + " (hardware outputs from " + values.header["source"] +
+                    " for the inputs this replay evaluates)");
+    model.recipe = std::move(recipe);
+  }
+  std::vector<std::shared_ptr<const RecordingSfuModel>> recorders;
+  if (!o.sfu_record.empty()) {
+    auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
+    for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+      if (!attn::uses_special_function(*recipe, f) || !recipe->sfu.model_for(f)) continue;
+      auto rec = std::make_shared<const RecordingSfuModel>(recipe->sfu.model_for(f));
+      recipe->sfu.model_for(f) = rec;
+      recorders.push_back(rec);
+    }
+    model.recipe = std::move(recipe);
+  }
   if (o.row >= 0 && (o.row >= static_cast<int>(trace.rows()) || std::max(o.batch, 0) >= static_cast<int>(trace.batch()) ||
                      std::max(o.head, 0) >= static_cast<int>(trace.heads())))
     throw InputError("--batch/--head/--row: outside the trace's shape");
@@ -119,11 +178,42 @@ int run_replay(const ReplayOptions& o) {
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
   progress.finish();
+  if (!o.sfu_record.empty()) {
+    if (!model.recipe->sfu.all_hardware_measured())
+      throw InputError("--sfu-record: the SFU models are not all hardware tables (give --sfu-dump for each "
+                       "function the model evaluates): recorded values must be the hardware's");
+    SfuValues values;
+    values.header["source"] = md.source.rfind("cuda:", 0) == 0 ? md.source : "cuda:unknown";
+    values.header["trace"] = o.path;
+    values.header["model"] = model.name;
+    values.header["program"] = "flashbits replay --sfu-record";
+    for (const auto& rec : recorders) values.pairs[rec->function()] = rec->recorded();
+    try {
+      write_sfu_values(o.sfu_record, values);
+    } catch (const std::runtime_error& e) {
+      throw InputError(e.what());
+    }
+  }
+  std::uint64_t oracle_fallbacks = 0;
+  for (const auto& [f, m] : oracles) oracle_fallbacks += m->fallback_count();
+  if (!oracles.empty())
+    notes.push_back("SFU values: " + std::to_string(oracle_fallbacks) +
+                    " evaluations were not in the file and used correct rounding" +
+                    (oracle_fallbacks ? " (NOT hardware-exact)" : ""));
 
   std::vector<Comparison> comparisons;
   comparisons.push_back(compare(o, trace, "o", out.o));
   if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
+  // The backward's outputs, whenever the trace holds them (the run computes them from dO).
+  const std::pair<const char*, const std::optional<attn::Tensor4>*> gradients[] = {
+      {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}};
+  for (const auto& [name, tensor] : gradients) {
+    if (!trace.has(name)) continue;
+    if (!tensor->has_value())
+      throw InputError(o.path + ": tensor " + name + " is captured but the trace has no do to recompute it from");
+    comparisons.push_back(compare(o, trace, name, **tensor));
+  }
 
   const bool hardware = is_hardware_capture(trace);
   const std::string source_line =
@@ -133,7 +223,7 @@ int run_replay(const ReplayOptions& o) {
   const bool sfu_measured = model.recipe->sfu.all_hardware_measured();
   const std::string sfu_line =
       "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
-  bool mismatch = false;
+  bool mismatch = oracle_fallbacks != 0;
   for (const auto& c : comparisons) mismatch |= !c.mismatches.empty();
 
   const attn::RowTrace* row_trace = tracer.traces.empty() ? nullptr : &tracer.traces.front();
@@ -175,6 +265,7 @@ int run_replay(const ReplayOptions& o) {
     j["model"] = model.name;
     j["sfu"] = sfu;
     j["sfu_hardware_measured"] = sfu_measured;
+    if (!oracles.empty()) j["sfu_values_fallbacks"] = oracle_fallbacks;
     j["model_hardware_validated"] = model.recipe->hardware_validated();
     j["tensors"] = nlohmann::ordered_json::array();
     for (const auto& c : comparisons) {
@@ -216,11 +307,23 @@ int run_replay(const ReplayOptions& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "replay " << o.path << " under " << model.name << "\n" << source_line << "\n" << sfu_line << "\n";
+    for (const auto& n : notes) std::cout << n << "\n";
     if (!model.recipe->hardware_validated())
       std::cout << "note: parts of this model are not validated on hardware (see `flashbits models`)\n";
     for (const auto& c : comparisons) {
-      std::cout << c.name << ": " << c.matching << "/" << c.compared << " match bit for bit\n";
+      std::cout << c.name << ": " << c.matching << "/" << c.compared << " match bit for bit";
+      if (!c.mismatches.empty()) {
+        double worst = 0.0;
+        for (const auto& m : c.mismatches) worst = std::max(worst, std::fabs(m.ulps));
+        std::cout << " (" << c.mismatches.size() << " differ, max |ulps| " << worst << ")";
+      }
+      std::cout << "\n";
+      std::size_t listed = 0;
       for (const auto& m : c.mismatches) {
+        if (listed++ == kListedMismatches) {
+          std::cout << "  ... " << (c.mismatches.size() - kListedMismatches) << " more (all of them: --json)\n";
+          break;
+        }
         char line[200];
         std::snprintf(line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n",
                       c.name.c_str(), m.b, m.h, m.r, m.c, hex_bits(trace.bits(c.name).format, m.captured).c_str(),
@@ -266,6 +369,13 @@ Runner setup_replay(CLI::App& app) {
   app.add_option("trace", o->path, "TRACE.safetensors")->required();
   app.add_option("--model", o->model, "kernel model (default: the trace's metadata)");
   app.add_option("--recipe", o->recipe, "JSON file changing the model's stage formats and SFU tables");
+  app.add_option("--sfu-dump", o->sfu_dumps,
+                 "FUNC=FILE (ex2, rcp, lg2): the function's outputs for all 2^32 inputs, dumped on a GPU "
+                 "(gpu/sfu_dump.cu, FBSFUDUMP1; 16 GiB: for the device machine)");
+  app.add_option("--sfu-record", o->sfu_record,
+                 "write the (input, output) pairs the SFU models evaluated to FILE (FBSFUVAL1; needs --sfu-dump)");
+  app.add_option("--sfu-values", o->sfu_values,
+                 "FBSFUVAL1 file: hardware SFU outputs for this replay's inputs (from --sfu-record on the device)");
   app.add_option("--batch", o->batch, "batch of the row to compare");
   app.add_option("--head", o->head, "head of the row to compare");
   app.add_option("--row", o->row, "row to compare (default: all rows)");

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "attention/kernel_models.hpp"
+#include "emu/ops.hpp"
 #include "emu/rounding.hpp"
 #include "tools/cli_common.hpp"
 
@@ -31,6 +32,36 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
     units[r] = attn::ulp_at(output_format, std::max(magnitude, sum_abs));
   }
   return units;
+}
+
+ReferenceErrors correctly_rounded_errors(const Format& output_format, const attn::AttentionInputs& in,
+                                         const attn::AttentionOutputs& exact) {
+  ReferenceErrors r;
+  const std::vector<double>& o = exact.o.data;
+  std::vector<double> o_cr(o.size());
+  r.o_ulps.resize(o.size());
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    o_cr[i] = to_double(output_format, round_double(output_format, o[i], RoundingSpec{}).bits);
+    r.o_ulps[i] = (o_cr[i] - o[i]) / attn::ulp_at(output_format, o[i]);
+  }
+  if (in.d_o && exact.delta) {
+    const int d = in.d_o->cols;
+    const std::vector<double> unit = delta_units(output_format, *in.d_o, exact.o, *exact.delta);
+    for (std::size_t row = 0; row < exact.delta->data.size(); ++row) {
+      // Products of two <= 16-bit values are exact in double; Neumaier summation keeps the
+      // sum within a few double ulps, far below the fp32 rounding that follows.
+      long double sum = 0.0L, carry = 0.0L;
+      for (int c = 0; c < d; ++c) {
+        const long double x = static_cast<long double>(in.d_o->data[row * d + c]) * o_cr[row * d + c];
+        const long double t = sum + x;
+        carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+        sum = t;
+      }
+      const double delta_cr = static_cast<float>(sum + carry);  // one rounding, long double -> fp32
+      r.delta_ulps.push_back((delta_cr - exact.delta->data[row]) / unit[row]);
+    }
+  }
+  return r;
 }
 
 TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
@@ -54,6 +85,9 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
     for (std::size_t i = 0; i < got.delta->data.size(); ++i)
       t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / unit[i]);
   }
+  ReferenceErrors cr = correctly_rounded_errors(out_format, in, want);
+  t.o_cr_ulps = std::move(cr.o_ulps);
+  if (!t.delta_ulps.empty()) t.delta_cr_ulps = std::move(cr.delta_ulps);
   t.row_max = want.row_max->data;
   for (const attn::RowTrace& row : tracer.traces)
     for (const attn::TileRecord& tile : row.tiles) {

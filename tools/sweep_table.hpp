@@ -42,9 +42,23 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
 struct TrialErrors {
   std::vector<double> o_ulps;      // per element of O (signed)
   std::vector<double> delta_ulps;  // per row (signed); empty without a backward
+  // The correctly rounded reference on the same inputs (correctly_rounded_errors), in the
+  // same units; filled by measure_errors, empty for paired measurements.
+  std::vector<double> o_cr_ulps, delta_cr_ulps;
   std::vector<double> row_max;     // per row: its exact max scaled score (exact_attention's row_max)
   long long significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
 };
+// The correctly rounded reference: the best any kernel with this output format can do. O is
+// the exact O rounded once (RNE) into `output_format`; delta is Σ dO·O_cr of that rounded O
+// (as a kernel computes delta from its stored O), rounded once to fp32. Errors against the
+// exact values, O in ulps of `output_format` at the exact value, delta in delta_units.
+// The part of a kernel's error that is its own is its error minus this one, element by
+// element on the same inputs (bias-test's "excess").
+struct ReferenceErrors {
+  std::vector<double> o_ulps, delta_ulps;
+};
+ReferenceErrors correctly_rounded_errors(const Format& output_format, const attn::AttentionInputs& in,
+                                         const attn::AttentionOutputs& exact);
 // in.d_o present => delta errors are measured too.
 TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
                            bool trace_events);

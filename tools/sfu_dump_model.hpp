@@ -1,0 +1,23 @@
+// tools/sfu_dump_model.hpp: an SFU model read from a full hardware dump (FBSFUDUMP1).
+//
+// Contract: a dump holds one special function's fp32 output bits for every one of the
+// 2^32 input bit patterns, in input order, as written by gpu/sfu_dump.cu on a GPU:
+//   4096-byte text header, NUL-padded: "FBSFUDUMP1\n" then key=value lines (function=
+//   ex2|rcp|lg2, instruction=<PTX form>, source=cuda:<gpu>, driver=, cuda_runtime=,
+//   program=), then 2^32 little-endian u32 outputs (16 GiB).
+// The file is mapped read-only; a lookup is one load. It is a hardware table covering
+// every input, so the model reports hardware_measured() = true and kind table. Such
+// dumps are made and used on the device machine (gpu/device_replay.sh): they settle
+// whether a replay's remaining differences come from the SFU models alone. A missing,
+// short or malformed file throws std::runtime_error naming the file and what is wrong.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "emu/special_functions.hpp"
+
+namespace fb::cli {
+
+std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, SpecialFunction expected);
+
+}  // namespace fb::cli

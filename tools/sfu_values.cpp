@@ -1,0 +1,147 @@
+// tools/sfu_values.cpp: FBSFUVAL1 files (tools/sfu_values.hpp).
+#include "tools/sfu_values.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace fb::cli {
+namespace {
+
+constexpr std::uint64_t kMaxPairs = std::uint64_t{1} << 32;
+
+[[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
+  throw std::runtime_error(path + ": " + field + ": " + what);
+}
+
+bool parse_function(const std::string& s, SpecialFunction& f) {
+  for (SpecialFunction g : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+    if (s == to_string(g)) {
+      f = g;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+float RecordingSfuModel::evaluate(float x) const {
+  const float y = inner_->evaluate(x);
+  std::uint32_t in, out;
+  std::memcpy(&in, &x, 4);
+  std::memcpy(&out, &y, 4);
+  std::lock_guard<std::mutex> lock(mutex_);
+  seen_.emplace(in, out);
+  return y;
+}
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> RecordingSfuModel::recorded() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> v(seen_.begin(), seen_.end());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+void write_sfu_values(const std::string& path, const SfuValues& values) {
+  std::ostringstream out;
+  out << "FBSFUVAL1\n";
+  for (const auto& [k, v] : values.header) {
+    if (k.find_first_of("=\n") != std::string::npos || v.find('\n') != std::string::npos)
+      throw std::runtime_error(path + ": header key '" + k + "' or its value holds '=' or a newline");
+    out << k << "=" << v << "\n";
+  }
+  for (const auto& [f, pairs] : values.pairs) out << "function=" << to_string(f) << " count=" << pairs.size() << "\n";
+  out << "end\n";
+  for (const auto& [f, pairs] : values.pairs) {
+    for (const auto& [in, outv] : pairs) {
+      for (std::uint32_t w : {in, outv})
+        for (int b = 0; b < 4; ++b) out.put(static_cast<char>((w >> (8 * b)) & 0xffu));
+    }
+  }
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    const std::string s = out.str();
+    f.write(s.data(), static_cast<std::streamsize>(s.size()));
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": cannot rename into place");
+}
+
+SfuValues read_sfu_values(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot open for reading");
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::size_t pos = 0;
+  auto next_line = [&](std::string& line) {
+    const std::size_t nl = data.find('\n', pos);
+    if (nl == std::string::npos || nl - pos > 4096) return false;
+    line = data.substr(pos, nl - pos);
+    pos = nl + 1;
+    return true;
+  };
+  std::string line;
+  if (!next_line(line) || line != "FBSFUVAL1") fail(path, "magic", "not an FBSFUVAL1 file");
+  SfuValues v;
+  std::vector<std::pair<SpecialFunction, std::uint64_t>> order;
+  while (true) {
+    if (!next_line(line)) fail(path, "header", "ends before 'end'");
+    if (line == "end") break;
+    if (line.rfind("function=", 0) == 0) {
+      std::istringstream s(line);
+      std::string fn_part, count_part;
+      s >> fn_part >> count_part;
+      SpecialFunction fn;
+      if (!parse_function(fn_part.substr(9), fn)) fail(path, "function", "'" + fn_part.substr(9) + "' is not ex2, rcp or lg2");
+      if (count_part.rfind("count=", 0) != 0) fail(path, "function " + fn_part.substr(9), "missing count=N");
+      std::uint64_t n = 0;
+      try {
+        std::size_t used = 0;
+        n = std::stoull(count_part.substr(6), &used);
+        if (used != count_part.size() - 6) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        fail(path, "function " + fn_part.substr(9), "count '" + count_part.substr(6) + "' is not an integer");
+      }
+      if (n > kMaxPairs) fail(path, "function " + fn_part.substr(9), "count exceeds 2^32");
+      for (const auto& o : order)
+        if (o.first == fn) fail(path, "function " + fn_part.substr(9), "listed twice");
+      order.emplace_back(fn, n);
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) fail(path, "header", "line '" + line + "' is not key=value");
+    v.header[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  if (v.header["source"].rfind("cuda:", 0) != 0)
+    fail(path, "source", "'" + v.header["source"] + "' is not a hardware capture (cuda:<gpu>)");
+  std::uint64_t need = 0;
+  for (const auto& o : order) need += o.second * 8;
+  if (data.size() - pos != need)
+    fail(path, "pairs", std::to_string(data.size() - pos) + " bytes after the header, expected " + std::to_string(need));
+  auto u32 = [&](std::size_t at) {
+    std::uint32_t w = 0;
+    for (int b = 0; b < 4; ++b) w |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
+    return w;
+  };
+  for (const auto& [fn, n] : order) {
+    auto& pairs = v.pairs[fn];
+    pairs.reserve(n);
+    for (std::uint64_t i = 0; i < n; ++i, pos += 8) {
+      const std::uint32_t in = u32(pos), out = u32(pos + 4);
+      if (!pairs.empty() && in <= pairs.back().first)
+        fail(path, std::string("function ") + std::string(to_string(fn)) + " pair " + std::to_string(i),
+             "inputs are not strictly increasing");
+      pairs.emplace_back(in, out);
+    }
+  }
+  return v;
+}
+
+}  // namespace fb::cli
