@@ -34,6 +34,11 @@
 //           delta_stream(2^N) for T[0 .. 2^N - 1]
 //   form 2: nan_output u32, delta_stream(2^23) for T[0 .. 2^23 - 1]
 //   form 3: nan_output u32, delta_stream(2^23) for T[0 .. 2^23 - 1]
+//   form 4: fraction_bits u8 (N, 1..24), nan_output u32, delta_stream(2^N) for T+[0 .. 2^N - 1],
+//           delta_stream(2^N) for T-[0 .. 2^N - 1]
+//   form 5: nan_output u32, guard_bits u8 (g, 0..24), final_rounding u8 (0 nearest-even,
+//           1 toward zero, 2 down, 3 up), delta_stream(2^23) for T[0 .. 2^23 - 1],
+//           delta_stream(2^23) for R[0 .. 2^23 - 1]
 //   crc32         u32      CRC-32 (IEEE 802.3, as zlib) of every preceding byte
 // delta_stream(n): runs until n deltas are read; each run is length u32 (>= 1, at most
 //   the deltas still due), width u8 (0..32), then ceil(length * width / 8) bytes holding
@@ -41,8 +46,9 @@
 //   deltas are 0, no bytes). A delta is (output bits - base bits) mod 2^32 read as a
 //   signed integer: the signed distance in ulps for same-sign finite values, and width
 //   32 encodes any output (NaN payloads, sign changes). The base is correct_ftz of the
-//   input (form 0), ex2_correct_ftz(i * 2^-N) (form 1), rcp_correct_ftz(1 + m * 2^-23)
-//   (form 2) or lg2_correct_ftz(1 + m * 2^-23) (form 3). An all-correct table costs
+//   input (form 0), ex2_correct_ftz(i * 2^-N) (form 1; form 4's T+), ex2_correct_ftz(-i * 2^-N)
+//   (form 4's T-), rcp_correct_ftz(1 + m * 2^-23) (form 2) or lg2_correct_ftz(1 + m * 2^-23)
+//   (forms 3 and 5's T); form 5's R has base 0 (the stream holds R). An all-correct table costs
 //   9 bytes per run; the writer splits deltas into 256-entry chunks and merges
 //   neighbouring chunks of equal width.
 // ex2_fixed_point hypothesis: xf = round(x * 2^N) per argument_rounding (after input
@@ -68,6 +74,22 @@
 //   subnormal sum flushed to zero of its sign (only e = 0 with a subnormal T[m] gives one),
 //   and a NaN T[m] returned as is. The sum is not the correctly rounded lg2(x) in general:
 //   T[m] is already rounded, so e + T[m] can round differently from e + lg2(1.m).
+// ex2_sign_magnitude hypothesis (what an H200's ex2.approx.ftz.f32 was found to do, N = 23):
+//   after input ftz, NaN gives nan_output, x >= 128 gives +inf and x < -160 gives +0 (as form
+//   1); otherwise X = floor(|x| * 2^N) (|x| truncated to N fraction bits, exact in double),
+//   k = floor(X / 2^N), i = X mod 2^N, and x >= 0 (+0 included) gives T+[i] * 2^k, x < 0 (-0
+//   included) gives T-[i] * 2^-k, with results of 2^128 or more giving +inf and results below
+//   2^-126 flushed to +0. T+[i] holds the hardware's output for i * 2^-N, T-[i] for -i * 2^-N:
+//   the negative side is NOT 2^(1 - frac) / 2 of the two's complement fraction.
+// lg2_extended hypothesis: as lg2_exponent_split, but the hardware is taken to hold lg2(1.m)
+//   more precisely than fp32 and to round e + L[m] once: L[m] = T[m] + R[m] * ulp(T[m]) *
+//   2^-g exactly (T[m] the hardware's output for 1.m when the final rounding is its own, g
+//   the guard bits, ulp(T) = 2^(max(biased exponent, 1) - 150)), and a positive normal x =
+//   2^e * 1.m gives e + L[m] rounded once by final_rounding (lg2_extended_rule below: exact
+//   integer arithmetic; an exact zero gives +0, a result below 2^-126 flushes to zero of its
+//   sign; a NaN or infinite T[m] is returned as is). Specials as lg2_exponent_split. With
+//   g = 0, R = 0 and nearest-even it is the lg2_exponent_split rule. The loader refuses
+//   g > 24, |R| >= 2^30 and entries with |L| >= 2.
 #include "emu/special_functions.hpp"
 
 #include <algorithm>
@@ -92,6 +114,16 @@ std::string_view to_string(SpecialFunction f) {
     case SpecialFunction::ex2: return "ex2";
     case SpecialFunction::rcp: return "rcp";
     case SpecialFunction::lg2: return "lg2";
+  }
+  return "?";
+}
+
+std::string_view to_string(FinalRounding r) {
+  switch (r) {
+    case FinalRounding::nearest_even: return "nearest_even";
+    case FinalRounding::toward_zero: return "toward_zero";
+    case FinalRounding::down: return "down";
+    case FinalRounding::up: return "up";
   }
   return "?";
 }
@@ -388,17 +420,19 @@ namespace {
 
 class CorrectModel final : public SpecialFunctionModel {
  public:
-  explicit CorrectModel(SpecialFunction f) : f_(f) {}
+  explicit CorrectModel(SpecialFunction f, std::string note = {}) : f_(f), note_(std::move(note)) {}
   SpecialFunction function() const override { return f_; }
   SfuKind kind() const override { return SfuKind::correct; }
   bool hardware_measured() const override { return false; }
   std::string describe() const override {
-    return std::string(to_string(f_)) + ": correct (correctly rounded fp32 with ftz; UNMEASURED on hardware)";
+    return std::string(to_string(f_)) + ": correct (correctly rounded fp32 with ftz; UNMEASURED on hardware)" +
+           (note_.empty() ? std::string() : " " + note_);
   }
   float evaluate(float x) const override { return correct_ftz(f_, x); }
 
  private:
   SpecialFunction f_;
+  std::string note_;
 };
 
 class OracleModel final : public SpecialFunctionModel {
@@ -433,6 +467,10 @@ std::unique_ptr<SpecialFunctionModel> make_correct_model(SpecialFunction f) {
   return std::make_unique<CorrectModel>(f);
 }
 
+std::unique_ptr<SpecialFunctionModel> make_correct_model(SpecialFunction f, std::string note) {
+  return std::make_unique<CorrectModel>(f, std::move(note));
+}
+
 std::unique_ptr<SpecialFunctionModel> make_oracle_model(SpecialFunction f,
                                                         std::unordered_map<std::uint32_t, std::uint32_t> seen) {
   return std::make_unique<OracleModel>(f, std::move(seen));
@@ -465,6 +503,19 @@ std::uint32_t crc32(const std::uint8_t* data, std::size_t n) {
 std::uint32_t delta_base(SpecialFunction f, std::uint32_t input) { return bits_of(correct_ftz(f, float_of(input))); }
 std::uint32_t fixed_point_base(int fraction_bits, std::uint32_t index) {
   return bits_of(ex2_correct_ftz(std::ldexp(static_cast<float>(index), -fraction_bits)));  // exact argument
+}
+std::uint32_t negative_fixed_point_base(int fraction_bits, std::uint32_t index) {
+  return bits_of(ex2_correct_ftz(-std::ldexp(static_cast<float>(index), -fraction_bits)));  // exact argument
+}
+constexpr int kMaxGuardBits = 24;
+// Why an lg2_extended entry (T bits, R) is outside what lg2_extended_rule supports, or "".
+std::string extended_entry_problem(std::uint32_t t_bits, std::int32_t r, int guard_bits) {
+  if (r <= -(std::int32_t{1} << 30) || r >= (std::int32_t{1} << 30)) return "|R| >= 2^30";
+  if ((t_bits & 0x7f800000u) == 0x7f800000u) return r == 0 ? "" : "R != 0 with a NaN or infinite T";
+  const std::uint32_t biased = (t_bits >> 23) & 0xffu;
+  const double l = static_cast<double>(float_of(t_bits)) +
+                   std::ldexp(static_cast<double>(r), static_cast<int>(std::max<std::uint32_t>(biased, 1)) - 150 - guard_bits);
+  return std::fabs(l) < 2.0 ? "" : "|L| >= 2";
 }
 std::uint32_t rcp_mantissa_base(std::uint32_t mantissa) { return bits_of(rcp_correct_ftz(float_of(0x3f800000u | mantissa))); }
 std::uint32_t lg2_mantissa_base(std::uint32_t mantissa) { return bits_of(lg2_correct_ftz(float_of(0x3f800000u | mantissa))); }
@@ -771,6 +822,93 @@ class Lg2ExponentSplitModel final : public TableModel {
   std::vector<std::uint32_t> table_;
 };
 
+// The ex2_sign_magnitude hypothesis (format comment above); mirrored for the device in
+// gpu/sfu_table_model.hpp ex2_sign_magnitude_table_model, which tests/test_probe_file.cpp
+// checks against this bit for bit.
+class Ex2SignMagnitudeModel final : public TableModel {
+ public:
+  Ex2SignMagnitudeModel(bool measured, std::string path, std::string source, int fraction_bits,
+                        std::uint32_t nan_output, std::vector<std::uint32_t> positive,
+                        std::vector<std::uint32_t> negative)
+      : TableModel(SpecialFunction::ex2, measured, std::move(path), std::move(source)), fraction_bits_(fraction_bits),
+        nan_output_(nan_output), positive_(std::move(positive)), negative_(std::move(negative)) {}
+  std::string describe() const override {
+    return describe_rule("|x| truncated to " + std::to_string(fraction_bits_) +
+                         " fraction bits, T+[frac] * 2^k or T-[frac] * 2^-k by sign");
+  }
+  float evaluate(float x) const override {
+    x = flush_subnormal(x);
+    if (std::isnan(x)) return float_of(nan_output_);
+    if (x >= 128.0f) return plus_inf();
+    if (x < -160.0f) return 0.0f;
+    const double scaled = std::ldexp(std::fabs(static_cast<double>(x)), fraction_bits_);  // exact, < 2^32
+    const auto fixed = static_cast<std::uint64_t>(std::floor(scaled));
+    const int k = static_cast<int>(fixed >> fraction_bits_);
+    const std::uint64_t i = fixed & ((std::uint64_t{1} << fraction_bits_) - 1);
+    if (!std::signbit(x)) return scale_table_entry(float_of(positive_[i]), k, false);
+    return scale_table_entry(float_of(negative_[i]), -k, false);
+  }
+
+ private:
+  int fraction_bits_;
+  std::uint32_t nan_output_;
+  std::vector<std::uint32_t> positive_, negative_;
+};
+
+// The lg2_extended hypothesis (format comment above, lg2_extended_rule); mirrored for the
+// device in gpu/sfu_table_model.hpp lg2_extended_table_model.
+class Lg2ExtendedModel final : public TableModel {
+ public:
+  Lg2ExtendedModel(bool measured, std::string path, std::string source, std::uint32_t nan_output, int guard_bits,
+                   FinalRounding rounding, std::vector<std::uint32_t> table, std::vector<std::int32_t> residuals)
+      : TableModel(SpecialFunction::lg2, measured, std::move(path), std::move(source)), nan_output_(nan_output),
+        guard_bits_(guard_bits), rounding_(rounding), table_(std::move(table)), residuals_(std::move(residuals)) {}
+  std::string describe() const override {
+    return describe_rule("e + L[m] rounded once (" + std::string(to_string(rounding_)) + "), L = T + R ulp(T) 2^-" +
+                         std::to_string(guard_bits_) + " over the 2^23 mantissas");
+  }
+  float evaluate(float x) const override {
+    x = flush_subnormal(x);
+    if (std::isnan(x)) return float_of(nan_output_);
+    if (x == 0.0f) return -plus_inf();
+    if (x < 0.0f) return float_of(nan_output_);
+    if (std::isinf(x)) return plus_inf();
+    const std::uint32_t b = bits_of(x);
+    const std::uint32_t m = b & 0x7fffffu;
+    return float_of(lg2_extended_rule(static_cast<int>(b >> 23) - 127, table_[m], residuals_[m], guard_bits_, rounding_));
+  }
+
+ private:
+  std::uint32_t nan_output_;
+  int guard_bits_;
+  FinalRounding rounding_;
+  std::vector<std::uint32_t> table_;
+  std::vector<std::int32_t> residuals_;
+};
+
+// ex2.approx.f32 without .ftz from a .ftz ex2 model (make_ex2_no_ftz_model).
+class Ex2NoFtzModel final : public SpecialFunctionModel {
+ public:
+  explicit Ex2NoFtzModel(std::shared_ptr<const SpecialFunctionModel> ftz) : ftz_(std::move(ftz)) {}
+  SpecialFunction function() const override { return SpecialFunction::ex2; }
+  SfuKind kind() const override { return ftz_->kind(); }
+  bool hardware_measured() const override { return ftz_->hardware_measured(); }
+  std::string describe() const override {
+    return "ex2 without .ftz (ex2.approx.f32): x < -126 gives RN(ex2ftz(x * 0.5)^2) with subnormal results "
+           "kept (the rule measured on an H200 on all 2^32 inputs), ex2ftz = [" + ftz_->describe() + "]";
+  }
+  float evaluate(float x) const override {
+    if (!(x < -126.0f)) return ftz_->evaluate(x);
+    const float y = ftz_->evaluate(x * 0.5f);  // exact: x is normal or -inf
+    const Rounded sq = mul(formats::fp32, bits_of(y), bits_of(y), RoundingSpec{});  // one RNE rounding, subnormals kept
+    return float_of(sq.bits);
+  }
+  std::uint64_t fallback_count() const override { return ftz_->fallback_count(); }
+
+ private:
+  std::shared_ptr<const SpecialFunctionModel> ftz_;
+};
+
 }  // namespace
 
 void write_table_file(const std::string& path, const SfuTable& table) {
@@ -827,6 +965,47 @@ void write_table_file(const std::string& path, const SfuTable& table) {
       deltas[i] = table.fraction_outputs[i] - fixed_point_base(table.fraction_bits, static_cast<std::uint32_t>(i));
     }
     w.delta_stream(deltas);
+  } else if (table.form == SfuTableForm::ex2_sign_magnitude) {
+    if (table.function != SpecialFunction::ex2) bad("ex2_sign_magnitude form needs function ex2");
+    if (table.fraction_bits < 1 || table.fraction_bits > kMaxFractionBits) bad("fraction_bits must be 1..24");
+    const std::size_t n = std::size_t{1} << table.fraction_bits;
+    if (table.fraction_outputs.size() != n || table.negative_fraction_outputs.size() != n) {
+      bad("fraction_outputs and negative_fraction_outputs must have 2^fraction_bits entries each");
+    }
+    w.u8(static_cast<std::uint8_t>(table.fraction_bits));
+    w.u32(table.nan_output);
+    std::vector<std::uint32_t> deltas(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      deltas[i] = table.fraction_outputs[i] - fixed_point_base(table.fraction_bits, static_cast<std::uint32_t>(i));
+    }
+    w.delta_stream(deltas);
+    for (std::size_t i = 0; i < n; ++i) {
+      deltas[i] = table.negative_fraction_outputs[i] -
+                  negative_fixed_point_base(table.fraction_bits, static_cast<std::uint32_t>(i));
+    }
+    w.delta_stream(deltas);
+  } else if (table.form == SfuTableForm::lg2_extended) {
+    if (table.function != SpecialFunction::lg2) bad("lg2_extended form needs function lg2");
+    if (table.mantissa_outputs.size() != kLg2MantissaEntries || table.extended_residuals.size() != kLg2MantissaEntries) {
+      bad("mantissa_outputs and extended_residuals must have 2^23 entries each");
+    }
+    if (table.guard_bits < 0 || table.guard_bits > kMaxGuardBits) bad("guard_bits must be 0..24");
+    if (static_cast<int>(table.final_rounding) > 3) bad("unknown final_rounding");
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) {
+      if (const std::string why = extended_entry_problem(table.mantissa_outputs[m], table.extended_residuals[m],
+                                                        table.guard_bits);
+          !why.empty()) {
+        bad("entry " + std::to_string(m) + ": " + why);
+      }
+    }
+    w.u32(table.nan_output);
+    w.u8(static_cast<std::uint8_t>(table.guard_bits));
+    w.u8(static_cast<std::uint8_t>(table.final_rounding));
+    std::vector<std::uint32_t> deltas(kLg2MantissaEntries);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - lg2_mantissa_base(m);
+    w.delta_stream(deltas);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) deltas[m] = static_cast<std::uint32_t>(table.extended_residuals[m]);
+    w.delta_stream(deltas);
   } else {
     bad("unknown form " + std::to_string(static_cast<int>(table.form)));
   }
@@ -866,8 +1045,11 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
   if (function > 2) r.fail("function", "unknown function code " + std::to_string(function));
   const auto f = static_cast<SpecialFunction>(function);
   const std::uint8_t form = r.u8("form");
-  if (form > 3) r.fail("form", "unknown form code " + std::to_string(form));
-  if (form == 1 && f != SpecialFunction::ex2) r.fail("form", "ex2_fixed_point needs function ex2");
+  if (form > 5) r.fail("form", "unknown form code " + std::to_string(form));
+  if ((form == 1 || form == 4) && f != SpecialFunction::ex2) {
+    r.fail("form", std::string(form == 1 ? "ex2_fixed_point" : "ex2_sign_magnitude") + " needs function ex2");
+  }
+  if (form == 5 && f != SpecialFunction::lg2) r.fail("form", "lg2_extended needs function lg2");
   if (form == 2 && f != SpecialFunction::rcp) r.fail("form", "rcp_mantissa needs function rcp");
   if (form == 3 && f != SpecialFunction::lg2) r.fail("form", "lg2_exponent_split needs function lg2");
   const std::uint8_t measured = r.u8("measured");
@@ -910,6 +1092,44 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) table[m] = lg2_mantissa_base(m) + deltas.delta(bytes, m);
     model = std::make_unique<Lg2ExponentSplitModel>(measured == 1, path, std::move(source), nan_output,
                                                     std::move(table));
+  } else if (form == 4) {
+    const std::uint8_t fraction_bits = r.u8("fraction_bits");
+    if (fraction_bits < 1 || fraction_bits > kMaxFractionBits) {
+      r.fail("fraction_bits", std::to_string(fraction_bits) + " is outside 1..24");
+    }
+    const std::uint32_t nan_output = r.u32("nan_output");
+    const std::uint64_t n = std::uint64_t{1} << fraction_bits;
+    const DeltaStream pos = r.delta_stream(n, "positive_table");
+    const DeltaStream neg = r.delta_stream(n, "negative_table");
+    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    std::vector<std::uint32_t> positive(n), negative(n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      positive[i] = fixed_point_base(fraction_bits, static_cast<std::uint32_t>(i)) + pos.delta(bytes, i);
+      negative[i] = negative_fixed_point_base(fraction_bits, static_cast<std::uint32_t>(i)) + neg.delta(bytes, i);
+    }
+    model = std::make_unique<Ex2SignMagnitudeModel>(measured == 1, path, std::move(source), fraction_bits, nan_output,
+                                                    std::move(positive), std::move(negative));
+  } else if (form == 5) {
+    const std::uint32_t nan_output = r.u32("nan_output");
+    const std::uint8_t guard_bits = r.u8("guard_bits");
+    if (guard_bits > kMaxGuardBits) r.fail("guard_bits", std::to_string(guard_bits) + " is outside 0..24");
+    const std::uint8_t rounding = r.u8("final_rounding");
+    if (rounding > 3) r.fail("final_rounding", "unknown code " + std::to_string(rounding));
+    const DeltaStream t_deltas = r.delta_stream(kLg2MantissaEntries, "mantissa_table");
+    const DeltaStream r_values = r.delta_stream(kLg2MantissaEntries, "residual_table");
+    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    std::vector<std::uint32_t> table(kLg2MantissaEntries);
+    std::vector<std::int32_t> residuals(kLg2MantissaEntries);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) {
+      table[m] = lg2_mantissa_base(m) + t_deltas.delta(bytes, m);
+      residuals[m] = static_cast<std::int32_t>(r_values.delta(bytes, m));
+      if (const std::string why = extended_entry_problem(table[m], residuals[m], guard_bits); !why.empty()) {
+        r.fail("residual_table", "entry " + std::to_string(m) + ": " + why);
+      }
+    }
+    model = std::make_unique<Lg2ExtendedModel>(measured == 1, path, std::move(source), nan_output, guard_bits,
+                                               static_cast<FinalRounding>(rounding), std::move(table),
+                                               std::move(residuals));
   } else {
     const std::uint8_t fraction_bits = r.u8("fraction_bits");
     if (fraction_bits < 1 || fraction_bits > kMaxFractionBits) {
@@ -932,6 +1152,68 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
   return model;
 }
 
+// ---- the lg2_extended rule -------------------------------------------------------------------
+namespace {
+// S * 2^X (plus a fraction of one unit 2^X, in (0, 1), when `sticky`) rounded to fp32 by
+// `rounding`; an exact zero gives +0 and a result below 2^-126 flushes to zero of its sign.
+// |S| < 2^63. A sticky fraction is only supported where S has at least 24 significant bits
+// (where it has fewer it is read as "below half an ulp", which the callers never need).
+std::uint32_t round_fixed_to_fp32(std::int64_t s, int x, bool sticky, FinalRounding rounding) {
+  if (s == 0 && !sticky) return 0u;
+  const bool negative = s < 0;
+  std::uint64_t mag = negative ? static_cast<std::uint64_t>(-(s + 1)) + 1u : static_cast<std::uint64_t>(s);
+  if (negative && sticky) mag -= 1;  // s + f = -(|s| - f): magnitude |s| - 1 plus the fraction 1 - f
+  if (mag == 0) return negative ? kSignBit : 0u;  // below one unit (not reached by the rule)
+  const int msb = 63 - std::countl_zero(mag);
+  std::uint64_t q;
+  bool up = false;
+  if (msb <= 23) {
+    q = mag << (23 - msb);
+    up = sticky && ((rounding == FinalRounding::down && negative) || (rounding == FinalRounding::up && !negative));
+  } else {
+    const int shift = msb - 23;
+    q = mag >> shift;
+    const std::uint64_t rest = mag & ((std::uint64_t{1} << shift) - 1), half = std::uint64_t{1} << (shift - 1);
+    const bool inexact = rest != 0 || sticky;
+    switch (rounding) {
+      case FinalRounding::nearest_even: up = rest > half || (rest == half && (sticky || (q & 1u))); break;
+      case FinalRounding::toward_zero: up = false; break;
+      case FinalRounding::down: up = negative && inexact; break;
+      case FinalRounding::up: up = !negative && inexact; break;
+    }
+  }
+  int exponent = msb + x;  // the value is q * 2^(exponent - 23), q in [2^23, 2^24]
+  if (up && ++q == (std::uint64_t{1} << 24)) q >>= 1, ++exponent;
+  const std::uint32_t sign = negative ? kSignBit : 0u;
+  if (exponent + 127 >= 255) return sign | 0x7f800000u;
+  if (exponent + 127 <= 0) return sign;  // ftz
+  return sign | (static_cast<std::uint32_t>(exponent + 127) << 23) | (static_cast<std::uint32_t>(q) & 0x7fffffu);
+}
+}  // namespace
+
+std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding) {
+  if ((t_bits & 0x7f800000u) == 0x7f800000u) return t_bits;  // NaN or inf: as is (e + inf = inf)
+  const std::uint32_t biased = (t_bits >> 23) & 0xffu;
+  const std::int64_t q = (biased == 0 ? 0 : std::int64_t{1} << 23) | (t_bits & 0x7fffffu);
+  // L = l * 2^lx exactly
+  const std::int64_t l = ((t_bits & kSignBit) ? -q : q) * (std::int64_t{1} << guard_bits) + r;
+  const int lx = static_cast<int>(std::max<std::uint32_t>(biased, 1)) - 150 - guard_bits;
+  if (e == 0) return round_fixed_to_fp32(l, lx, false, rounding);
+  // e != 0: units of 2^-55 (|e| * 2^55 + |L| * 2^55 < 2^63); bits of L below them (a tiny
+  // T only) become a sticky fraction, which cannot reach the rounding position of |e + L| >= ~1/2.
+  constexpr int kUnits = -55;
+  std::int64_t l55;
+  bool sticky = false;
+  if (lx >= kUnits) {
+    l55 = l * (std::int64_t{1} << (lx - kUnits));
+  } else {
+    const int shift = kUnits - lx;
+    l55 = shift >= 63 ? (l < 0 ? -1 : 0) : (l >> shift);  // floor
+    sticky = shift >= 63 ? l != 0 : (l - l55 * (std::int64_t{1} << shift)) != 0;
+  }
+  return round_fixed_to_fp32(static_cast<std::int64_t>(e) * (std::int64_t{1} << 55) + l55, kUnits, sticky, rounding);
+}
+
 // ---- sets and compositions ----------------------------------------------------------------
 bool SfuSet::all_hardware_measured() const {
   return ex2 && rcp && lg2 && ex2->hardware_measured() && rcp->hardware_measured() && lg2->hardware_measured();
@@ -944,6 +1226,13 @@ std::string SfuSet::describe() const {
     d += *m ? (*m)->describe() : std::string("(no model)");
   }
   return d;
+}
+
+std::unique_ptr<SpecialFunctionModel> make_ex2_no_ftz_model(std::shared_ptr<const SpecialFunctionModel> ex2_ftz) {
+  if (!ex2_ftz || ex2_ftz->function() != SpecialFunction::ex2) {
+    throw std::invalid_argument("make_ex2_no_ftz_model: needs a model of ex2");
+  }
+  return std::make_unique<Ex2NoFtzModel>(std::move(ex2_ftz));
 }
 
 SfuSet correct_sfu_set() {

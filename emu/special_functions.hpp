@@ -85,6 +85,9 @@ float rcp_correct_ftz(float x);
 float lg2_correct_ftz(float x);
 float correct_ftz(SpecialFunction f, float x);
 std::unique_ptr<SpecialFunctionModel> make_correct_model(SpecialFunction f);
+// The same model with `note` appended to describe() (a named set says there why no hardware
+// model stands in for it).
+std::unique_ptr<SpecialFunctionModel> make_correct_model(SpecialFunction f, std::string note);
 
 // The stages of the correct-rounding evaluation, exposed so tests can check each one
 // alone against MPFR. Each returns the correctly rounded result when its error bound
@@ -102,7 +105,12 @@ enum class SfuTableForm : std::uint8_t {
   ex2_fixed_point = 1,  // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
   rcp_mantissa = 2,     // rcp only: x = +-2^e * 1.m -> +-T[m] * 2^-e (ftz), T over the 2^23 mantissas
   lg2_exponent_split = 3,  // lg2 only: x = 2^e * 1.m > 0 -> RN_fp32(e + T[m]) (ftz), T over the 2^23 mantissas
+  ex2_sign_magnitude = 4,  // ex2 only: |x| truncated to N fraction bits, k.i; x >= 0: T+[i] * 2^k, x < 0: T-[i] * 2^-k
+  lg2_extended = 5,        // lg2 only: x = 2^e * 1.m > 0 -> one rounding of e + L[m], L[m] finer than fp32
 };
+// How the lg2_extended form rounds the exact e + L[m] to fp32 (once; results below 2^-126 flushed).
+enum class FinalRounding : std::uint8_t { nearest_even = 0, toward_zero = 1, down = 2, up = 3 };
+std::string_view to_string(FinalRounding r);
 // Entries of an rcp_mantissa or lg2_exponent_split table: one per mantissa field m of x in [1, 2).
 inline constexpr std::uint32_t kRcpMantissaEntries = std::uint32_t{1} << 23;
 inline constexpr std::uint32_t kLg2MantissaEntries = std::uint32_t{1} << 23;
@@ -128,9 +136,27 @@ struct SfuTable {
   // rcp_mantissa: T[m] = fp32 bits of the hardware's rcp(1.m), m the 23-bit mantissa field;
   // lg2_exponent_split: T[m] = fp32 bits of the hardware's lg2(1.m)
   std::vector<std::uint32_t> mantissa_outputs;  // 2^23 entries (kRcpMantissaEntries, kLg2MantissaEntries)
-  // forms 1, 2, 3: what a NaN input gives (GPU: 0x7fffffff); form 3: also what x < 0 gives
+  // ex2_sign_magnitude: fraction_bits N (1..24), fraction_outputs = T+[i] (the hardware's
+  // 2^(i / 2^N), in [1, 2)) and negative_fraction_outputs = T-[i] (its 2^(-i / 2^N), in
+  // (1/2, 1]), 2^N entries each.
+  std::vector<std::uint32_t> negative_fraction_outputs;
+  // lg2_extended: mantissa_outputs = T[m] (the hardware's lg2(1.m)), extended_residuals = R[m]
+  // (2^23 entries), L[m] = T[m] + R[m] * ulp(T[m]) * 2^-guard_bits exactly (ulp of a zero or
+  // subnormal T: 2^-149), e + L[m] rounded once by final_rounding (see lg2_extended_rule).
+  std::vector<std::int32_t> extended_residuals;
+  int guard_bits = 0;  // 0..24
+  FinalRounding final_rounding = FinalRounding::nearest_even;
+  // forms 1..5: what a NaN input gives (GPU: 0x7fffffff); forms 3, 5: also what x < 0 gives
   std::uint32_t nan_output = 0x7fc00000u;
 };
+
+// The lg2_extended rule (FBSFU1 form 5) for a positive normal x = 2^e * 1.m (e in -126..127)
+// given its entries T[m] (fp32 bits) and R[m]: a NaN or infinite T is returned as is; otherwise
+// the exact e + L, L = T + R * ulp(T) * 2^-guard_bits, rounded once to fp32 by `rounding`
+// (an exact zero gives +0; a result below 2^-126 is flushed to zero of its sign). Mirrored for
+// the device in gpu/sfu_table_model.hpp lg2_extended_model (tests/test_probe_file.cpp
+// compares them). Requires guard_bits in 0..24, |R| < 2^30 and |L| < 2.
+std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding);
 
 // Writes `table` as an FBSFU1 file; throws std::runtime_error on an inconsistent table
 // or an I/O error.
@@ -153,6 +179,32 @@ struct SfuSet {
   std::string describe() const;  // for reports
 };
 SfuSet correct_sfu_set();
+
+// ---- ex2.approx.f32 (no .ftz) ------------------------------------------------------------
+// From a model of ex2.approx.ftz.f32: x < -126 (-inf included) gives RN(ftz(x * 0.5)^2), one
+// fp32 rounding to nearest even with subnormal results KEPT (x * 0.5 is exact there); every
+// other input gives the .ftz model's output (subnormal inputs too: they give 1). Measured on
+// an H200 (sm_90) on all 2^32 inputs: the squaring rule HOLDS with the hardware's .ftz ex2,
+// and outside x < -126 the two instructions agree everywhere. Its function() is ex2; it is
+// hardware-measured exactly when `ex2_ftz` is.
+std::unique_ptr<SpecialFunctionModel> make_ex2_no_ftz_model(std::shared_ptr<const SpecialFunctionModel> ex2_ftz);
+
+// ---- named SFU sets ------------------------------------------------------------------------
+// Sets a recipe can name (tools/recipe_file.cpp: "sfu": "<set>" or per function):
+// - "correct": correct_sfu_set().
+// - "hw-sm90": the tables measured on an NVIDIA H200 (sm_90) shipped in emu/tables/
+//   (rcp_h200.fbsfu, ex2_h200.fbsfu, lg2_h200.fbsfu, each used when present); a function
+//   without a table is correctly rounded and its describe() says loudly that it is
+//   UNMEASURED and approximate on that hardware.
+// The tables are looked up in sfu_table_dirs(), first match wins: $FLASHBITS_SFU_TABLES alone
+// if set, else this source tree's emu/tables and the build's emu/tables (where the build
+// extracts emu/tables/*.tar.xz, for tables too large to ship uncompressed), both compiled in.
+// Loaded once per process and shared.
+std::vector<std::string> sfu_set_names();
+// nullopt for an unknown name; a shipped table that exists but does not load throws
+// std::runtime_error naming the file.
+std::optional<SfuSet> find_sfu_set(std::string_view name);
+std::vector<std::string> sfu_table_dirs();
 
 // FA2 fast-math compositions. The fp32 constants are those CUDA's __expf / __logf use.
 inline constexpr std::uint32_t kLog2eFp32Bits = 0x3fb8aa3bu;  // 1.44269502f

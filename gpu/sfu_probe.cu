@@ -64,12 +64,27 @@
 //   ex2_raw_binades.bin (FBSFURAW1, gpu/README.md): ex2.approx.ftz.f32 on every input of a
 //   few binades (default [1,2), (-2,-1], [0.5,1), (-1,-0.5], [2^-8,2^-7)) as int8 ulp deltas
 //   from round_reference() with an escape list.
+// - ex2 sign-magnitude (--ex2-sm-bits, default 23; what an H200 was found to do): key = x's sign
+//   and |x| truncated to N fraction bits, value = result bits -+ k in the exponent field; when it
+//   holds, the emu's form 4 model (Ex2SignMagnitudeModel, gpu/sfu_table_model.hpp
+//   ex2_sign_magnitude_table_model) is verified on all 2^32 inputs and ex2_sm_table_nN.fbsfut
+//   written (T+ then T-).
+// - lg2 extended (--lg2-extended): per mantissa and final rounding (nearest-even, toward zero,
+//   down, up) the intersection over all 254 exponents of the intervals of L with
+//   round(e + L) = lg2hw(2^e * 1.m) (gpu/sfu_table_model.hpp lg2_interval); empty counts per
+//   rounding; when one rounding holds, L[m] = T[m] + R[m] ulp(T[m]) 2^-g (lg2_representative),
+//   the emu's form 5 model (Lg2ExtendedModel, lg2_extended_table_model) verified on all 2^32
+//   inputs and lg2_extended_n23.fbsfut written; lg2_extended_examples.txt lists mantissas
+//   without a consistent L, and lg2_raw_binades.bin (--lg2-raw-evidence auto) is written when no
+//   rounding held.
 // The summary file is rewritten after each function, so a run cut short keeps what it did,
 // and ends with the wall time and the number of 2^32-input passes per function.
-// Compiled here, NOT yet run on a GPU.
+// Run on an H200 on 2026-11-26 (before the sign-magnitude and --lg2-extended parts, which are
+// compiled here and NOT yet run on a GPU).
 // Usage: fb-sfu-probe --out-dir DIR [--functions ex2,ex2nf,rcp,lg2] [--ex2-bits 20,22,23,24,25,26]
-//        [--ex2-roundings floor,nearest_even,toward_zero] [--raw-evidence auto|always|never]
-//        [--raw-binades 1,-1,0.5,-0.5,0x1p-8] [--chunk-log2 28]
+//        [--ex2-roundings floor,nearest_even,toward_zero] [--ex2-sm-bits 23|none]
+//        [--raw-evidence auto|always|never] [--raw-binades 1,-1,0.5,-0.5,0x1p-8] [--lg2-extended]
+//        [--lg2-raw-evidence auto|always|never] [--lg2-raw-binades 1,0.5,2] [--chunk-log2 28]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -93,6 +108,8 @@ namespace {
 enum Fn : int { kEx2, kRcp, kLg2, kEx2Nf, kFnCount };
 // ArgRounding (gpu/sfu_table_model.hpp) has emu's FixedPointRounding numbering.
 const char* const kArgRoundingNames[kArgRoundingCount] = {"floor", "nearest_even", "toward_zero"};
+// FinalRoundingCode (gpu/sfu_table_model.hpp) has emu's FinalRounding numbering and names.
+const char* const kFinalRoundingNames[kFinalRoundingCount] = {"nearest_even", "toward_zero", "down", "up"};
 const char* const kFnNames[kFnCount] = {"ex2", "rcp", "lg2", "ex2nf"};
 const char* const kFnPtx[kFnCount] = {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "lg2.approx.ftz.f32",
                                       "ex2.approx.f32"};
@@ -320,20 +337,41 @@ struct VerifyResult {
   std::uint32_t example[kVerifyExamples][3];  // input, hardware, model
 };
 
-// Evaluates the table model of `fn` (ex2: fixed point with nbits and rounding; rcp and lg2:
-// the mantissa table, nbits = 23) on every input of the chunk and records where it differs
+// The table models a captured table can be verified as (gpu/sfu_table_model.hpp), and what
+// each reads: nbits (ex2 forms), rounding (fixed point: the argument's; lg2 extended: the
+// final rounding), the table, and for lg2 extended the residuals and guard bits.
+enum TableModelKind : int { kTmEx2FixedPoint, kTmRcpMantissa, kTmLg2Split, kTmEx2SignMagnitude, kTmLg2Extended };
+struct TableSpec {
+  int kind;
+  int nbits;
+  int rounding;
+  const std::uint32_t* table;
+  const int* residuals;
+  int guard_bits;
+};
+__host__ __device__ inline int table_fn(int kind) {
+  return kind == kTmRcpMantissa ? kRcp : (kind == kTmLg2Split || kind == kTmLg2Extended) ? kLg2 : kEx2;
+}
+
+// Evaluates the table model `spec` on every input of the chunk and records where it differs
 // from the hardware.
-__global__ void table_verify_kernel(int fn, int nbits, int rounding, const std::uint32_t* table,
-                                    std::uint32_t nan_output, std::uint64_t base, std::uint64_t count,
+__global__ void table_verify_kernel(TableSpec spec, std::uint32_t nan_output, std::uint64_t base, std::uint64_t count,
                                     VerifyResult* result) {
+  const int fn = table_fn(spec.kind);
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
     const float x = __uint_as_float(in);
     const std::uint32_t hw_bits = __float_as_uint(hw(fn, x));
-    const std::uint32_t model_bits = fn == kEx2   ? ex2_table_model(x, nbits, rounding, table, nan_output)
-                                     : fn == kRcp ? rcp_table_model(x, table, nan_output)
-                                                  : lg2_table_model(x, table, nan_output);
+    std::uint32_t model_bits;
+    switch (spec.kind) {
+      case kTmEx2FixedPoint: model_bits = ex2_table_model(x, spec.nbits, spec.rounding, spec.table, nan_output); break;
+      case kTmEx2SignMagnitude: model_bits = ex2_sign_magnitude_table_model(x, spec.nbits, spec.table, nan_output); break;
+      case kTmRcpMantissa: model_bits = rcp_table_model(x, spec.table, nan_output); break;
+      case kTmLg2Split: model_bits = lg2_table_model(x, spec.table, nan_output); break;
+      default:
+        model_bits = lg2_extended_table_model(x, spec.table, spec.residuals, spec.guard_bits, spec.rounding, nan_output);
+    }
     if (hw_bits == model_bits) continue;
     atomicAdd(&result->mismatches[fn == kEx2 ? ex2_region(x) : fn == kRcp ? rcp_region(x) : lg2_region(x)], 1ull);
     const unsigned int slot = atomicAdd(&result->examples, 1u);
@@ -343,6 +381,27 @@ __global__ void table_verify_kernel(int fn, int nbits, int rounding, const std::
       result->example[slot][2] = model_bits;
     }
   }
+}
+
+// ex2 sign-magnitude hypothesis with N fraction bits (gpu/sfu_table_model.hpp
+// ex2_sign_magnitude_split): key = x's sign and the N fraction bits of |x| truncated, value =
+// result bits minus (x >= 0) or plus (x < 0) k in the exponent field. Domain as the
+// fixed-point hypotheses: x in [-125, 127).
+__global__ void ex2_sm_hypothesis_kernel(int nbits, std::uint64_t base, std::uint64_t count, std::uint32_t* table,
+                                         unsigned long long* conflicts) {
+  unsigned long long local_conflicts = 0;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    const float x = __uint_as_float(in);
+    if (!(x >= -125.f && x < 127.f)) continue;
+    const float y = ex2_approx_ftz(x);
+    const Ex2SignMagnitudeSplit split = ex2_sign_magnitude_split(sfu_ftz(x), nbits);  // the model's key
+    const long long k = split.negative ? -split.k : split.k;
+    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (k << 23));
+    local_conflicts += record_key(table, split.index, v);
+  }
+  if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
 }
 
 // rcp scaling hypothesis: key = mantissa field, value = result bits plus the input's
@@ -461,14 +520,18 @@ bool lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
 // key; -8 escapes to an explicit (key, bits) pair: used for deltas outside -7..7 and for
 // keys whose double reference was too close to a rounding boundary to be trusted.
 constexpr int kEscape = -8;
-__global__ void table_delta_kernel(int fn, int nbits, const std::uint32_t* table, std::uint32_t entries,
-                                   signed char* delta, unsigned int* counts, std::uint32_t* escapes,
-                                   std::uint32_t escape_cap) {
+// sign_magnitude (ex2 only): entries 2^(nbits+1), key j < 2^nbits -> 2^(j / 2^nbits), key
+// 2^nbits + i -> 2^(-i / 2^nbits).
+__global__ void table_delta_kernel(int fn, int nbits, bool sign_magnitude, const std::uint32_t* table,
+                                   std::uint32_t entries, signed char* delta, unsigned int* counts,
+                                   std::uint32_t* escapes, std::uint32_t escape_cap) {
   // counts: [0] unfilled keys, [1] escapes, [2] of which reference-uncertain
   for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < entries; j += gridDim.x * blockDim.x) {
     bool uncertain = false;
-    const double frac = ldexp(static_cast<double>(j), -nbits);  // in [0,1)
-    const float ref = round_reference(fn == kEx2 ? exp2(frac) : fn == kRcp ? 1.0 / (1.0 + frac) : log2(1.0 + frac), uncertain);
+    const std::uint32_t half = 1u << nbits;
+    const double frac = ldexp(static_cast<double>(sign_magnitude ? j % half : j), -nbits);  // in [0,1)
+    const double arg = sign_magnitude && j >= half ? -frac : frac;
+    const float ref = round_reference(fn == kEx2 ? exp2(arg) : fn == kRcp ? 1.0 / (1.0 + frac) : log2(1.0 + frac), uncertain);
     if (table[j] == kEmpty) {
       atomicAdd(&counts[0], 1u);
       delta[j] = 0;
@@ -603,16 +666,17 @@ struct RawBinades {
   int count;
   std::uint32_t start[kMaxRawBinades];
 };
-__global__ void ex2_raw_kernel(RawBinades b, signed char* delta, unsigned int* counts, std::uint32_t* escapes,
-                               std::uint32_t escape_cap) {
+// fn: kEx2 or kLg2 (lg2_raw_binades.bin, the same format with function=lg2).
+__global__ void raw_binades_kernel(int fn, RawBinades b, signed char* delta, unsigned int* counts,
+                                   std::uint32_t* escapes, std::uint32_t escape_cap) {
   // counts: [0] escapes, [1] of which reference-uncertain
   const std::uint32_t total = static_cast<std::uint32_t>(b.count) << 23;
   for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const std::uint32_t in = b.start[i >> 23] + (i & 0x7fffffu);
     const float x = __uint_as_float(in);
-    const float y = ex2_approx_ftz(x);
+    const float y = hw(fn, x);
     bool uncertain = false;
-    const float ref = sfu_ftz(round_reference(exp2(static_cast<double>(sfu_ftz(x))), uncertain));
+    const float ref = sfu_ftz(round_reference(exact_fn(fn, static_cast<double>(sfu_ftz(x))), uncertain));
     const long long d = ordered(__float_as_uint(y)) - ordered(__float_as_uint(ref));
     if (!uncertain && !isnan(y) && !isnan(ref) && d >= -127 && d <= 127) {
       delta[i] = static_cast<signed char>(d);
@@ -639,6 +703,12 @@ struct Options {
   int raw_evidence = kRawAuto;
   // First bit pattern of each raw-capture binade: [1,2), (-2,-1], [0.5,1), (-1,-0.5], [2^-8,2^-7).
   std::vector<std::uint32_t> raw_binades = {0x3f800000u, 0xbf800000u, 0x3f000000u, 0xbf000000u, 0x3b800000u};
+  // ex2 sign-magnitude hypothesis: fraction bits N tried (empty: not run).
+  std::vector<int> ex2_sm_bits = {23};
+  // lg2: the extended-precision analysis (--lg2-extended) and its raw evidence.
+  bool lg2_extended = false;
+  int lg2_raw_evidence = kRawAuto;
+  std::vector<std::uint32_t> lg2_raw_binades = {0x3f800000u, 0x3f000000u, 0x40000000u};  // [1,2), [0.5,1), [2,4)
   int chunk_log2 = 28;
 };
 
@@ -656,10 +726,16 @@ std::string device_line(const cudaDeviceProp& prop) {
 // per byte (entry 2i in the low nibble), then u32 escape count and (u32 key, u32 bits) pairs.
 // `extra` holds header lines ("key=value\n") that depend on the function (argument
 // rounding and the table-model verification for ex2).
+// ex2 sign-magnitude tables (key ex2_sign_magnitude) hold 2^(nbits+1) entries, T+ then T-;
+// `tail` is appended after the escapes (lg2 extended: the residuals).
 void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_table, const Options& o,
                 const std::string& device, std::uint32_t nan_output, const std::string& extra,
-                std::ostringstream& summary) {
-  const std::uint32_t entries = 1u << nbits, escape_cap = 1u << 20;
+                std::ostringstream& summary, const std::string& tail = std::string()) {
+  const bool sign_magnitude = key == "ex2_sign_magnitude";
+  // lg2 extended: T = lg2hw(1.m) may be far (in ulps) from lg2(1.m) near m = 0 wherever the
+  // hardware's error is absolute, so any number of its entries may escape.
+  const std::uint32_t entries = sign_magnitude ? 2u << nbits : 1u << nbits,
+                      escape_cap = key == "lg2_extended" ? entries : 1u << 20;
   signed char* d_delta;
   unsigned int* d_counts;
   std::uint32_t* d_escapes;
@@ -667,7 +743,8 @@ void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_tabl
   FB_CUDA_CHECK(cudaMalloc(&d_counts, 3 * sizeof(unsigned int)));
   FB_CUDA_CHECK(cudaMalloc(&d_escapes, 2ull * escape_cap * 4));
   FB_CUDA_CHECK(cudaMemset(d_counts, 0, 3 * sizeof(unsigned int)));
-  table_delta_kernel<<<1024, 256>>>(fn, nbits, d_table, entries, d_delta, d_counts, d_escapes, escape_cap);
+  table_delta_kernel<<<1024, 256>>>(fn, nbits, sign_magnitude, d_table, entries, d_delta, d_counts, d_escapes,
+                                    escape_cap);
   FB_CUDA_CHECK(cudaGetLastError());
   std::vector<signed char> delta(entries);
   unsigned int counts[3];
@@ -678,8 +755,11 @@ void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_tabl
   FB_CUDA_CHECK(cudaFree(d_delta));
   FB_CUDA_CHECK(cudaFree(d_counts));
   FB_CUDA_CHECK(cudaFree(d_escapes));
-  const std::string name = std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) +
-                           (fn == kEx2 ? "_" + key.substr(key.rfind("point_") + 6) : std::string()) + ".fbsfut";
+  const std::string name =
+      sign_magnitude            ? "ex2_sm_table_n" + std::to_string(nbits) + ".fbsfut"
+      : key == "lg2_extended"   ? "lg2_extended_n" + std::to_string(nbits) + ".fbsfut"
+                                : std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) +
+                                    (fn == kEx2 ? "_" + key.substr(key.rfind("point_") + 6) : std::string()) + ".fbsfut";
   if (counts[1] > escape_cap || counts[0] != 0) {
     summary << "  NOT writing " << name << ": " << counts[0] << " keys never seen, " << counts[1] << " escapes\n";
     return;
@@ -695,6 +775,7 @@ void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_tabl
   const std::uint32_t n_escapes = counts[1];
   f.write(reinterpret_cast<const char*>(&n_escapes), 4);  // the device and file are little-endian
   f.write(reinterpret_cast<const char*>(escapes.data()), static_cast<std::streamsize>(escapes.size() * 4));
+  f << tail;
   summary << "  wrote " << name << ": " << entries << " entries, " << counts[1] << " escaped (" << counts[2]
           << " of them because the double reference was too close to a rounding boundary)\n";
 }
@@ -714,26 +795,37 @@ std::uint32_t measure_nan_output(int fn) {
   return nan_output;
 }
 
-// Evaluates the table model of `fn` on all 2^32 inputs against the hardware, writes the
+// Evaluates the table model `spec` on all 2^32 inputs against the hardware, writes the
 // mismatches per region and the first examples to the summary and returns their count.
-unsigned long long verify_table_model(int fn, int nbits, int rounding, const std::uint32_t* d_table,
-                                      std::uint32_t nan_output, std::uint64_t chunk, std::ostringstream& summary) {
+unsigned long long verify_table_model(const TableSpec& spec, std::uint32_t nan_output, std::uint64_t chunk,
+                                      std::ostringstream& summary) {
   VerifyResult* verify;
   FB_CUDA_CHECK(cudaMallocManaged(&verify, sizeof(VerifyResult)));
   std::memset(verify, 0, sizeof(VerifyResult));
   ++g_passes;
   for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
-    table_verify_kernel<<<4096, 256>>>(fn, nbits, rounding, d_table, nan_output, base, chunk, verify);
+    table_verify_kernel<<<4096, 256>>>(spec, nan_output, base, chunk, verify);
     FB_CUDA_CHECK(cudaGetLastError());
   }
   FB_CUDA_CHECK(cudaDeviceSynchronize());
-  if (fn == kEx2) {
-    summary << "  table model (emu Ex2FixedPointModel, N=" << nbits << ", " << kArgRoundingNames[rounding]
-            << ") vs hardware on all 2^32 inputs:";
-  } else if (fn == kRcp) {
-    summary << "  table model (emu RcpMantissaModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
-  } else {
-    summary << "  table model (emu Lg2ExponentSplitModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
+  const int fn = table_fn(spec.kind);
+  switch (spec.kind) {
+    case kTmEx2FixedPoint:
+      summary << "  table model (emu Ex2FixedPointModel, N=" << spec.nbits << ", " << kArgRoundingNames[spec.rounding]
+              << ") vs hardware on all 2^32 inputs:";
+      break;
+    case kTmEx2SignMagnitude:
+      summary << "  table model (emu Ex2SignMagnitudeModel, N=" << spec.nbits << ") vs hardware on all 2^32 inputs:";
+      break;
+    case kTmRcpMantissa:
+      summary << "  table model (emu RcpMantissaModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
+      break;
+    case kTmLg2Split:
+      summary << "  table model (emu Lg2ExponentSplitModel, 2^23 mantissas) vs hardware on all 2^32 inputs:";
+      break;
+    default:
+      summary << "  table model (emu Lg2ExtendedModel, " << kFinalRoundingNames[spec.rounding] << ", "
+              << spec.guard_bits << " guard bits) vs hardware on all 2^32 inputs:";
   }
   const char* const* region_names = fn == kEx2 ? kEx2RegionNames : fn == kRcp ? kRcpRegionNames : kLg2RegionNames;
   unsigned long long mismatches = 0;
@@ -760,7 +852,8 @@ void emit_lg2_table(std::uint64_t chunk, const Options& o, const std::string& de
   lg2_mantissa_table_kernel<<<1024, 256>>>(d_table);
   FB_CUDA_CHECK(cudaGetLastError());
   const std::uint32_t nan_output = measure_nan_output(kLg2);
-  const unsigned long long mismatches = verify_table_model(kLg2, 23, kFloor, d_table, nan_output, chunk, summary);
+  const unsigned long long mismatches =
+      verify_table_model({kTmLg2Split, 23, kFloor, d_table, nullptr, 0}, nan_output, chunk, summary);
   const std::string extra =
       "table_model=lg2_exponent_split\ntable_model_mismatches=" + std::to_string(mismatches) + "\n";
   emit_table(kLg2, 23, "lg2_exponent_split", d_table, o, dev, nan_output, extra, summary);
@@ -860,11 +953,13 @@ void write_ex2_conflicts(const std::vector<ConflictCapture>& caps, const Options
   summary << "\n";
 }
 
-// ex2_raw_binades.bin (FBSFURAW1, gpu/README.md).
-void write_ex2_raw_binades(const Options& o, const std::string& dev, std::ostringstream& summary) {
+// FBSFURAW1 (gpu/README.md): ex2_raw_binades.bin or lg2_raw_binades.bin.
+void write_raw_binades(int fn, const std::vector<std::uint32_t>& binades, const Options& o, const std::string& dev,
+                       std::ostringstream& summary) {
+  const std::string file = std::string(kFnNames[fn]) + "_raw_binades.bin";
   RawBinades b{};
-  b.count = static_cast<int>(o.raw_binades.size());
-  for (int i = 0; i < b.count; ++i) b.start[i] = o.raw_binades[i];
+  b.count = static_cast<int>(binades.size());
+  for (int i = 0; i < b.count; ++i) b.start[i] = binades[i];
   const std::uint64_t n = static_cast<std::uint64_t>(b.count) << 23;
   const std::uint32_t escape_cap = 1u << 20;
   signed char* d_delta;
@@ -874,7 +969,7 @@ void write_ex2_raw_binades(const Options& o, const std::string& dev, std::ostrin
   FB_CUDA_CHECK(cudaMalloc(&d_counts, 2 * sizeof(unsigned int)));
   FB_CUDA_CHECK(cudaMalloc(&d_escapes, 2ull * escape_cap * 4));
   FB_CUDA_CHECK(cudaMemset(d_counts, 0, 2 * sizeof(unsigned int)));
-  ex2_raw_kernel<<<4096, 256>>>(b, d_delta, d_counts, d_escapes, escape_cap);
+  raw_binades_kernel<<<4096, 256>>>(fn, b, d_delta, d_counts, d_escapes, escape_cap);
   FB_CUDA_CHECK(cudaGetLastError());
   std::vector<signed char> delta(n);
   unsigned int counts[2];
@@ -886,7 +981,7 @@ void write_ex2_raw_binades(const Options& o, const std::string& dev, std::ostrin
   FB_CUDA_CHECK(cudaFree(d_counts));
   FB_CUDA_CHECK(cudaFree(d_escapes));
   if (counts[0] > escape_cap) {
-    summary << "  raw evidence: NOT writing ex2_raw_binades.bin: " << counts[0] << " escapes (more than " << escape_cap
+    summary << "  raw evidence: NOT writing " << file << ": " << counts[0] << " escapes (more than " << escape_cap
             << ")\n";
     return;
   }
@@ -895,10 +990,11 @@ void write_ex2_raw_binades(const Options& o, const std::string& dev, std::ostrin
   std::sort(esc.begin(), esc.end());
   long long hist[5] = {};  // |delta| 0, 1, 2, 3..127, escaped
   for (signed char d : delta) ++hist[d == kRawEscape ? 4 : std::min(std::abs(static_cast<int>(d)), 3)];
-  std::ofstream f(o.out_dir + "/ex2_raw_binades.bin", std::ios::binary);
-  f << "FBSFURAW1\nfunction=ex2\nptx=ex2.approx.ftz.f32\nbinades=";
+  std::ofstream f(o.out_dir + "/" + file, std::ios::binary);
+  f << "FBSFURAW1\nfunction=" << kFnNames[fn] << "\nptx=" << kFnPtx[fn] << "\nbinades=";
   for (int i = 0; i < b.count; ++i) f << (i ? "," : "") << hex32(b.start[i]);
-  f << "\ninputs_per_binade=8388608\nreference=round_reference(exp2(double(x))) RNE, no flushing needed in these binades\n"
+  f << "\ninputs_per_binade=8388608\nreference=round_reference(" << (fn == kEx2 ? "exp2" : "log2")
+    << "(double(x))) RNE, no flushing needed in these binades\n"
        "delta=int8\nescape=-128\nescape_count=" << counts[0] << "\nescape_uncertain_reference=" << counts[1] << "\n"
     << dev << "end\n";
   f.write(reinterpret_cast<const char*>(delta.data()), static_cast<std::streamsize>(delta.size()));
@@ -908,7 +1004,7 @@ void write_ex2_raw_binades(const Options& o, const std::string& dev, std::ostrin
     f.write(reinterpret_cast<const char*>(&e.first), 4);
     f.write(reinterpret_cast<const char*>(&e.second), 4);
   }
-  summary << "  raw evidence: wrote ex2_raw_binades.bin: " << b.count << " binades (";
+  summary << "  raw evidence: wrote " << file << ": " << b.count << " binades (";
   for (int i = 0; i < b.count; ++i) summary << (i ? "," : "") << dec32(b.start[i]);
   summary << ") of 2^23 inputs, |delta| 0:" << hist[0] << " 1:" << hist[1] << " 2:" << hist[2] << " 3..127:" << hist[3]
           << " escaped:" << hist[4] << " (" << counts[1] << " for an uncertain reference)\n";
@@ -950,6 +1046,233 @@ void ex2_nf_compare(std::uint64_t chunk, std::ostringstream& summary) {
   FB_CUDA_CHECK(cudaFree(r));
 }
 
+// ---- ex2 sign-magnitude hypothesis (FBSFU1 form 4) --------------------------------------------
+// For each N in --ex2-sm-bits: the hypothesis pass; when it holds, the table model verified on all
+// 2^32 inputs and written (ex2_sm_table_nN.fbsfut: 2^(N+1) entries, T+ then T-), the first N
+// whose model reproduces the hardware preferred, else the first that held. True when one held.
+bool ex2_sign_magnitude(std::uint64_t chunk, const Options& o, const std::string& dev, std::ostringstream& summary) {
+  bool any_held = false, emitted = false, emitted_clean = false;
+  for (int nbits : o.ex2_sm_bits) {
+    const std::uint64_t entries = 2ull << nbits;
+    std::uint32_t* d_table;
+    unsigned long long* d_conflicts;
+    FB_CUDA_CHECK(cudaMalloc(&d_table, entries * 4));
+    FB_CUDA_CHECK(cudaMalloc(&d_conflicts, sizeof(unsigned long long)));
+    FB_CUDA_CHECK(cudaMemset(d_table, 0xff, entries * 4));
+    FB_CUDA_CHECK(cudaMemset(d_conflicts, 0, sizeof(unsigned long long)));
+    ++g_passes;
+    for (std::uint64_t base = 0; base < (1ull << 32); base += chunk) {
+      ex2_sm_hypothesis_kernel<<<4096, 256>>>(nbits, base, chunk, d_table, d_conflicts);
+      FB_CUDA_CHECK(cudaGetLastError());
+    }
+    unsigned long long conflicts = 0;
+    FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
+    summary << "  hypothesis ex2(x) = 2^k * T+(i) for x >= 0, 2^-k * T-(i) for x < 0, |x| truncated to N=" << nbits
+            << " fraction bits (k.i, sign-magnitude): " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
+            << " inputs disagree with the first seen at their key)\n";
+    if (conflicts == 0) {
+      any_held = true;
+      if (!emitted_clean) {
+        const std::uint32_t nan_output = measure_nan_output(kEx2);
+        const unsigned long long mismatches =
+            verify_table_model({kTmEx2SignMagnitude, nbits, 0, d_table, nullptr, 0}, nan_output, chunk, summary);
+        const std::string extra =
+            "table_model=ex2_sign_magnitude\ntable_model_mismatches=" + std::to_string(mismatches) + "\n";
+        if (mismatches == 0 || !emitted) {
+          emit_table(kEx2, nbits, "ex2_sign_magnitude", d_table, o, dev, nan_output, extra, summary);
+          emitted = true;
+          emitted_clean = mismatches == 0;
+        }
+      }
+    }
+    FB_CUDA_CHECK(cudaFree(d_table));
+    FB_CUDA_CHECK(cudaFree(d_conflicts));
+  }
+  return any_held;
+}
+
+// ---- lg2 extended-precision analysis (--lg2-extended, FBSFU1 form 5) ---------------------------
+// Hypothesis: lg2(2^e * 1.m) = round(e + L[m]) for one real L[m] per mantissa and one final
+// rounding (nearest-even, toward zero, down, up) for all positive normal inputs. Per mantissa
+// and rounding, every exponent e (-126..127, e = 0 included) confines L to an interval; their
+// intersection is empty exactly where no L[m] exists for that rounding. Intervals are held in
+// units of 2^-60 (gpu/sfu_table_model.hpp lg2_interval, lg2_representative).
+constexpr int kLg2Mantissas = 1 << 23;
+// One thread per mantissa: all 254 exponents, the four roundings; lo/hi[rounding * 2^23 + m],
+// t[m] = the hardware's lg2(1.m); counts[0]: outputs that are NaN or infinite; counts[1 + k]:
+// mantissas whose intervals for rounding k are already empty without the e = 0 constraint.
+__global__ void lg2_interval_kernel(long long* lo, long long* hi, std::uint32_t* t, unsigned int* counts) {
+  for (std::uint32_t m = blockIdx.x * blockDim.x + threadIdx.x; m < kLg2Mantissas; m += gridDim.x * blockDim.x) {
+    long long l[kFinalRoundingCount], h[kFinalRoundingCount], l0[kFinalRoundingCount], h0[kFinalRoundingCount];
+    for (int k = 0; k < kFinalRoundingCount; ++k) l[k] = -kLg2UnitCap, h[k] = kLg2UnitCap;
+    for (int e = -126; e <= 127; ++e) {
+      const std::uint32_t in = (static_cast<std::uint32_t>(e + 127) << 23) | m;
+      const float r = lg2_approx_ftz(__uint_as_float(in));
+      const std::uint32_t rb = __float_as_uint(r);
+      if (e == 0) t[m] = rb;
+      if (!isfinite(r)) atomicAdd(&counts[0], 1u);
+      for (int k = 0; k < kFinalRoundingCount; ++k) {
+        long long lo_u, hi_u;
+        lg2_interval(e, rb, k, lo_u, hi_u);
+        if (e == 0) {
+          l0[k] = lo_u, h0[k] = hi_u;  // applied after the loop
+          continue;
+        }
+        l[k] = max(l[k], lo_u);
+        h[k] = min(h[k], hi_u);
+      }
+    }
+    for (int k = 0; k < kFinalRoundingCount; ++k) {
+      if (l[k] > h[k]) atomicAdd(&counts[1 + k], 1u);
+      lo[static_cast<std::size_t>(k) * kLg2Mantissas + m] = max(l[k], l0[k]);
+      hi[static_cast<std::size_t>(k) * kLg2Mantissas + m] = min(h[k], h0[k]);
+    }
+  }
+}
+
+// The hardware's lg2(2^e * 1.m) for e = -126..127 of each listed mantissa (the examples file).
+__global__ void lg2_outputs_kernel(const std::uint32_t* mantissas, int n, std::uint32_t* out) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n * 254; i += gridDim.x * blockDim.x) {
+    const std::uint32_t in = (static_cast<std::uint32_t>(i % 254 + 1) << 23) | mantissas[i / 254];
+    out[i] = __float_as_uint(lg2_approx_ftz(__uint_as_float(in)));
+  }
+}
+
+void lg2_extended_analysis(std::uint64_t chunk, const Options& o, const std::string& dev, std::ostringstream& summary) {
+  const std::size_t n = kLg2Mantissas, modes = kFinalRoundingCount;
+  long long *d_lo, *d_hi;
+  std::uint32_t* d_t;
+  unsigned int* d_counts;
+  FB_CUDA_CHECK(cudaMalloc(&d_lo, modes * n * 8));
+  FB_CUDA_CHECK(cudaMalloc(&d_hi, modes * n * 8));
+  FB_CUDA_CHECK(cudaMalloc(&d_t, n * 4));
+  FB_CUDA_CHECK(cudaMalloc(&d_counts, 8 * sizeof(unsigned int)));
+  FB_CUDA_CHECK(cudaMemset(d_counts, 0, 8 * sizeof(unsigned int)));
+  ++g_passes;  // 2^31 - 2^24 inputs: every positive normal
+  lg2_interval_kernel<<<2048, 256>>>(d_lo, d_hi, d_t, d_counts);
+  FB_CUDA_CHECK(cudaGetLastError());
+  std::vector<long long> lo(modes * n), hi(modes * n);
+  std::vector<std::uint32_t> t(n);
+  unsigned int counts[8];
+  FB_CUDA_CHECK(cudaMemcpy(lo.data(), d_lo, modes * n * 8, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(hi.data(), d_hi, modes * n * 8, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(t.data(), d_t, n * 4, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(counts, d_counts, sizeof counts, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaFree(d_lo));
+  FB_CUDA_CHECK(cudaFree(d_hi));
+  summary << "  lg2 extended precision (--lg2-extended): lg2(2^e * 1.m) = round(e + L[m]), one L[m] per mantissa over "
+             "e = -126..127 (2130706432 positive normal inputs; "
+          << counts[0] << " NaN or infinite outputs)\n";
+  std::size_t empty[kFinalRoundingCount] = {};
+  for (std::size_t k = 0; k < modes; ++k) {
+    for (std::size_t m = 0; m < n; ++m) empty[k] += lo[k * n + m] > hi[k * n + m];
+    summary << "    final rounding " << kFinalRoundingNames[k] << ": " << (empty[k] == 0 ? "HOLDS" : "fails") << " ("
+            << empty[k] << " of 8388608 mantissas have no consistent L; " << counts[1 + k]
+            << " already without the e = 0 constraint)\n";
+  }
+  int best = 0;
+  for (int k = 1; k < kFinalRoundingCount; ++k) best = empty[k] < empty[best] ? k : best;
+  // Diagnostics: the first mantissas without a consistent L, for nearest-even and the best rounding.
+  {
+    std::vector<std::pair<int, std::uint32_t>> listed;
+    for (int k : {0, best}) {
+      int taken = 0;
+      for (std::size_t m = 0; m < n && taken < 16; ++m) {
+        if (lo[k * n + m] > hi[k * n + m]) listed.emplace_back(k, static_cast<std::uint32_t>(m)), ++taken;
+      }
+      if (best == 0) break;
+    }
+    if (!listed.empty()) {
+      std::vector<std::uint32_t> ms;
+      for (const auto& p : listed) ms.push_back(p.second);
+      std::uint32_t *d_m, *d_out;
+      FB_CUDA_CHECK(cudaMalloc(&d_m, ms.size() * 4));
+      FB_CUDA_CHECK(cudaMalloc(&d_out, ms.size() * 254 * 4));
+      FB_CUDA_CHECK(cudaMemcpy(d_m, ms.data(), ms.size() * 4, cudaMemcpyHostToDevice));
+      lg2_outputs_kernel<<<64, 256>>>(d_m, static_cast<int>(ms.size()), d_out);
+      FB_CUDA_CHECK(cudaGetLastError());
+      std::vector<std::uint32_t> outs(ms.size() * 254);
+      FB_CUDA_CHECK(cudaMemcpy(outs.data(), d_out, outs.size() * 4, cudaMemcpyDeviceToHost));
+      FB_CUDA_CHECK(cudaFree(d_m));
+      FB_CUDA_CHECK(cudaFree(d_out));
+      std::ofstream f(o.out_dir + "/lg2_extended_examples.txt");
+      f << "# lg2_extended_examples.txt: fb-sfu-probe --lg2-extended, mantissas m with no consistent L[m]\n"
+           "# (gpu/README.md). Per example: 'rounding m T lo hi' (T = the hardware's lg2(1.m) bits, lo/hi the\n"
+           "# intersected bounds of L in units of 2^-60 for each rounding in the order nearest_even\n"
+           "# toward_zero down up), then the hardware's lg2(2^e * 1.m) bits for e = -126 .. 127.\n";
+      std::istringstream devs(dev);
+      for (std::string line; std::getline(devs, line);) f << "# " << line << "\n";
+      for (std::size_t i = 0; i < listed.size(); ++i) {
+        const std::uint32_t m = listed[i].second;
+        char line[96];
+        std::snprintf(line, sizeof line, "%s m=0x%06x T=0x%08x", kFinalRoundingNames[listed[i].first], m, t[m]);
+        f << line;
+        for (std::size_t k = 0; k < modes; ++k) f << " " << lo[k * n + m] << " " << hi[k * n + m];
+        for (int e = 0; e < 254; ++e) {
+          std::snprintf(line, sizeof line, "%s0x%08x", e % 8 == 0 ? "\n  " : " ", outs[i * 254 + e]);
+          f << line;
+        }
+        f << "\n";
+      }
+      summary << "    wrote lg2_extended_examples.txt: " << listed.size() << " mantissas without a consistent L\n";
+    }
+  }
+  const bool held = empty[best] == 0;
+  const bool want_raw = o.lg2_raw_evidence == kRawAlways || (o.lg2_raw_evidence == kRawAuto && !held);
+  if (held) {
+    // L[m] = T[m] + R[m] ulp(T[m]) 2^-g with the fewest guard bits per mantissa; G the largest.
+    std::vector<int> g(n);
+    std::vector<long long> r(n);
+    std::size_t unrepresentable = 0, guard_hist[25] = {}, zero_r = 0;
+    int guard = 0;
+    for (std::size_t m = 0; m < n; ++m) {
+      if (!lg2_representative(t[m], lo[best * n + m], hi[best * n + m], g[m], r[m])) {
+        ++unrepresentable;
+        g[m] = 0, r[m] = 0;
+        continue;
+      }
+      ++guard_hist[g[m]];
+      guard = std::max(guard, g[m]);
+    }
+    std::vector<int> residuals(n);
+    std::string tail;
+    for (std::size_t m = 0; m < n; ++m) {
+      residuals[m] = static_cast<int>(r[m] * (1ll << (guard - g[m])));  // |R| <= 2^guard
+      zero_r += residuals[m] == 0;
+      std::uint32_t z = (static_cast<std::uint32_t>(residuals[m]) << 1) ^ static_cast<std::uint32_t>(residuals[m] >> 31);
+      do {
+        tail += static_cast<char>((z & 0x7fu) | (z > 0x7fu ? 0x80u : 0u));
+        z >>= 7;
+      } while (z);
+    }
+    summary << "    representative L[m] = T[m] + R[m] ulp(T[m]) 2^-g (" << kFinalRoundingNames[best]
+            << "): guard bits needed per mantissa:";
+    for (int b = 0; b <= 24; ++b) {
+      if (guard_hist[b]) summary << " " << b << ":" << guard_hist[b];
+    }
+    summary << "; table guard bits " << guard << ", R = 0 for " << zero_r << " mantissas, " << unrepresentable
+            << " mantissas need more than 24 guard bits\n";
+    if (unrepresentable == 0) {
+      int* d_r;
+      FB_CUDA_CHECK(cudaMalloc(&d_r, n * 4));
+      FB_CUDA_CHECK(cudaMemcpy(d_r, residuals.data(), n * 4, cudaMemcpyHostToDevice));
+      const std::uint32_t nan_output = measure_nan_output(kLg2);
+      const unsigned long long mismatches =
+          verify_table_model({kTmLg2Extended, 23, best, d_t, d_r, guard}, nan_output, chunk, summary);
+      const std::string extra = "table_model=lg2_extended\nguard_bits=" + std::to_string(guard) +
+                                "\nfinal_rounding=" + kFinalRoundingNames[best] +
+                                "\ntable_model_mismatches=" + std::to_string(mismatches) + "\n";
+      emit_table(kLg2, 23, "lg2_extended", d_t, o, dev, nan_output, extra, summary, tail);
+      FB_CUDA_CHECK(cudaFree(d_r));
+    }
+  }
+  FB_CUDA_CHECK(cudaFree(d_t));
+  FB_CUDA_CHECK(cudaFree(d_counts));
+  summary << "  lg2 raw evidence (--lg2-raw-evidence " << kRawEvidenceNames[o.lg2_raw_evidence] << "): "
+          << (want_raw ? "written" : "not written") << "\n";
+  if (want_raw) write_raw_binades(kLg2, o.lg2_raw_binades, o, dev, summary);
+}
+
 int run(const Options& o) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t_start = Clock::now();
@@ -982,7 +1305,11 @@ int run(const Options& o) {
     for (std::size_t i = 0; i < o.ex2_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_bits[i];
     summary << " ex2_roundings=";
     for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i) summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
-    summary << " raw_evidence=" << kRawEvidenceNames[o.raw_evidence] << " chunk_log2=" << o.chunk_log2 << "\n";
+    summary << " ex2_sm_bits=";
+    for (std::size_t i = 0; i < o.ex2_sm_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_sm_bits[i];
+    if (o.ex2_sm_bits.empty()) summary << "none";
+    summary << " raw_evidence=" << kRawEvidenceNames[o.raw_evidence] << " lg2_extended=" << (o.lg2_extended ? 1 : 0)
+            << " lg2_raw_evidence=" << kRawEvidenceNames[o.lg2_raw_evidence] << " chunk_log2=" << o.chunk_log2 << "\n";
   }
   // Rewritten after each function, so that a run cut short keeps the functions it finished.
   const auto write_summary = [&](bool final_write) {
@@ -1099,8 +1426,9 @@ int run(const Options& o) {
             const std::uint32_t nan_output = measure_nan_output(fn);
             const std::string key =
                 fn == kEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding] : std::string("rcp_mantissa");
-            const unsigned long long mismatches =
-                verify_table_model(fn, nbits, rounding, d_table, nan_output, chunk, summary);
+            const unsigned long long mismatches = verify_table_model(
+                {fn == kEx2 ? kTmEx2FixedPoint : kTmRcpMantissa, nbits, rounding, d_table, nullptr, 0}, nan_output,
+                chunk, summary);
             const std::string extra =
                 (fn == kEx2 ? "argument_rounding=" + std::string(kArgRoundingNames[rounding]) + "\n"
                             : std::string("table_model=rcp_mantissa\n")) +
@@ -1116,8 +1444,11 @@ int run(const Options& o) {
         }
       }
       if (fn == kEx2) {
-        // Raw evidence: with --raw-evidence auto only when no hypothesis held (any N, any rounding).
-        const bool any_held = std::any_of(std::begin(held_at), std::end(held_at), [](int n) { return n >= 0; });
+        const bool sm_held = ex2_sign_magnitude(chunk, o, dev, summary);
+        // Raw evidence: with --raw-evidence auto only when no hypothesis held (any N, any rounding,
+        // the sign-magnitude one included).
+        const bool any_held =
+            sm_held || std::any_of(std::begin(held_at), std::end(held_at), [](int n) { return n >= 0; });
         const bool want = o.raw_evidence == kRawAlways || (o.raw_evidence == kRawAuto && !any_held);
         summary << "  raw evidence (--raw-evidence " << kRawEvidenceNames[o.raw_evidence] << "): "
                 << (want ? (any_held ? "written" : "written, no ex2 hypothesis held")
@@ -1134,11 +1465,12 @@ int run(const Options& o) {
             FB_CUDA_CHECK(cudaFree(d_table));
           }
           write_ex2_conflicts(captures, o, dev, summary);
-          write_ex2_raw_binades(o, dev, summary);
+          write_raw_binades(kEx2, o.raw_binades, o, dev, summary);
         }
       }
     }
     if (fn == kLg2 && lg2_split_hypothesis(chunk, summary)) emit_lg2_table(chunk, o, dev, summary);
+    if (fn == kLg2 && o.lg2_extended) lg2_extended_analysis(chunk, o, dev, summary);
     if (fn == kEx2Nf) ex2_nf_compare(chunk, summary);
     FB_CUDA_CHECK(cudaDeviceSynchronize());
     const double seconds = std::chrono::duration<double>(Clock::now() - t_fn).count();
@@ -1162,14 +1494,19 @@ int run(const Options& o) {
 namespace {
 const char kUsage[] =
     "usage: fb-sfu-probe --out-dir DIR [--functions ex2,ex2nf,rcp,lg2] [--ex2-bits 20,22,23,24,25,26]\n"
-    "                    [--ex2-roundings floor,nearest_even,toward_zero] [--raw-evidence auto|always|never]\n"
-    "                    [--raw-binades 1,-1,0.5,-0.5,0x1p-8] [--chunk-log2 28]\n"
+    "                    [--ex2-roundings floor,nearest_even,toward_zero] [--ex2-sm-bits 23|none]\n"
+    "                    [--raw-evidence auto|always|never] [--raw-binades 1,-1,0.5,-0.5,0x1p-8]\n"
+    "                    [--lg2-extended] [--lg2-raw-evidence auto|always|never] [--lg2-raw-binades 1,0.5,2]\n"
+    "                    [--chunk-log2 28]\n"
     "  --functions     which to measure (default all): ex2 = ex2.approx.ftz.f32 (+ table hypotheses),\n"
     "                  ex2nf = ex2.approx.f32 (no ftz), rcp = rcp.approx.ftz.f32, lg2 = lg2.approx.ftz.f32\n"
     "  --ex2-bits      fixed-point fraction bits N tried (8..26; tables written only for N <= 24)\n"
     "  --raw-evidence  ex2_conflicts.txt + ex2_raw_binades.bin: auto = only when no ex2 hypothesis held\n"
     "  --raw-binades   binades of the raw capture, each named by +-2^e: all 2^23 inputs with that sign and\n"
     "                  exponent (1 = [1,2), -1 = (-2,-1]); at most 16\n"
+    "  --ex2-sm-bits   sign-magnitude ex2 hypothesis (|x| truncated to N fraction bits), N in 8..24, or none\n"
+    "  --lg2-extended  lg2: one L[m] per mantissa with round(e + L[m]) for 4 final roundings; table when one holds\n"
+    "  --lg2-raw-evidence  lg2_raw_binades.bin (--lg2-raw-binades): auto = when --lg2-extended found no L\n"
     "Writes DIR/sfu_summary.txt (and tables, raw evidence); exit 2 bad arguments, 3 CUDA error or no GPU.\n";
 
 bool parse_list(const char* arg, const char* option, const std::function<bool(const std::string&)>& item_ok) {
@@ -1242,9 +1579,36 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.raw_evidence = r;
-    } else if (arg == "--raw-binades" && has_value) {
-      o.raw_binades.clear();
-      if (!parse_list(argv[++i], "--raw-binades", [&](const std::string& item) {
+    } else if (arg == "--ex2-sm-bits" && has_value) {
+      o.ex2_sm_bits.clear();
+      if (std::string(argv[i + 1]) == "none") {
+        ++i;
+        continue;
+      }
+      if (!parse_list(argv[++i], "--ex2-sm-bits", [&](const std::string& item) {
+            char* end = nullptr;
+            const long b = std::strtol(item.c_str(), &end, 10);
+            if (item.empty() || *end != '\0' || b < 8 || b > 24) return false;
+            o.ex2_sm_bits.push_back(static_cast<int>(b));
+            return true;
+          })) {
+        return 2;
+      }
+    } else if (arg == "--lg2-extended") {
+      o.lg2_extended = true;
+    } else if (arg == "--lg2-raw-evidence" && has_value) {
+      const std::string v = argv[++i];
+      int r = 0;
+      while (r < 3 && v != kRawEvidenceNames[r]) ++r;
+      if (r == 3) {
+        std::fprintf(stderr, "error: --lg2-raw-evidence: '%s' is not auto, always or never\n%s", v.c_str(), kUsage);
+        return 2;
+      }
+      o.lg2_raw_evidence = r;
+    } else if ((arg == "--raw-binades" || arg == "--lg2-raw-binades") && has_value) {
+      std::vector<std::uint32_t>& list = arg == "--raw-binades" ? o.raw_binades : o.lg2_raw_binades;
+      list.clear();
+      if (!parse_list(argv[++i], arg.c_str(), [&](const std::string& item) {
             char* end = nullptr;
             const float v = std::strtof(item.c_str(), &end);
             std::uint32_t bits;
@@ -1252,11 +1616,11 @@ int main(int argc, char** argv) {
             const std::uint32_t exponent = (bits >> 23) & 0xffu;
             // a normal +-2^e, each binade once
             if (item.empty() || *end != '\0' || (bits & 0x7fffffu) != 0 || exponent == 0 || exponent == 255 ||
-                o.raw_binades.size() == static_cast<std::size_t>(kMaxRawBinades) ||
-                std::find(o.raw_binades.begin(), o.raw_binades.end(), bits) != o.raw_binades.end()) {
+                list.size() == static_cast<std::size_t>(kMaxRawBinades) ||
+                std::find(list.begin(), list.end(), bits) != list.end()) {
               return false;
             }
-            o.raw_binades.push_back(bits);
+            list.push_back(bits);
             return true;
           })) {
         return 2;

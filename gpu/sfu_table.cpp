@@ -1,9 +1,11 @@
 // gpu/sfu_table.cpp: FBSFUT1 (fb-sfu-probe) -> SfuTable (emu table model); see sfu_table.hpp.
 #include "gpu/sfu_table.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -56,13 +58,18 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   }
   const bool is_ex2 = function == "ex2", is_lg2 = function == "lg2";
   const std::string key = need("key");
+  const bool ex2_sm = is_ex2 && key == "ex2_sign_magnitude", lg2_ext = is_lg2 && key == "lg2_extended";
   const std::map<std::string, FixedPointRounding> roundings = {
       {"ex2_fixed_point_floor", FixedPointRounding::floor},
       {"ex2_fixed_point_nearest_even", FixedPointRounding::nearest_even},
       {"ex2_fixed_point_toward_zero", FixedPointRounding::toward_zero}};
-  if (is_ex2 && !roundings.count(key)) fail(path, "key", "'" + key + "' is not an ex2 fixed-point key");
+  if (is_ex2 && !ex2_sm && !roundings.count(key)) {
+    fail(path, "key", "'" + key + "' is not an ex2 fixed-point key or ex2_sign_magnitude");
+  }
   if (function == "rcp" && key != "rcp_mantissa") fail(path, "key", "'" + key + "' is not rcp_mantissa");
-  if (is_lg2 && key != "lg2_exponent_split") fail(path, "key", "'" + key + "' is not lg2_exponent_split");
+  if (is_lg2 && !lg2_ext && key != "lg2_exponent_split") {
+    fail(path, "key", "'" + key + "' is not lg2_exponent_split or lg2_extended");
+  }
   // fb-sfu-probe evaluates the table the way the emu does on every input; only a table that
   // reproduced the hardware everywhere may call itself measured.
   const unsigned long long mismatches = parse_unsigned(path, "table_model_mismatches", need("table_model_mismatches"));
@@ -73,8 +80,10 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   const unsigned long long nbits = parse_unsigned(path, "key_bits", need("key_bits"));
   if (is_ex2 && (nbits < 1 || nbits > 24)) fail(path, "key_bits", "must be 1..24");
   if (!is_ex2 && nbits != 23) fail(path, "key_bits", "must be 23 for " + key);
-  const std::size_t entries = std::size_t{1} << nbits;
-  if (parse_unsigned(path, "entries", need("entries")) != entries) fail(path, "entries", "is not 2^key_bits");
+  const std::size_t entries = std::size_t{1} << (ex2_sm ? nbits + 1 : nbits);
+  if (parse_unsigned(path, "entries", need("entries")) != entries) {
+    fail(path, "entries", ex2_sm ? "is not 2^(key_bits + 1)" : "is not 2^key_bits");
+  }
   std::size_t at = end + 5;
   if (data.size() < at + (entries + 1) / 2 + 4) fail(path, "deltas", "file ends early");
   SfuTable table;
@@ -87,7 +96,19 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   // base FBSFU1 uses for these forms.
   std::vector<std::uint32_t>* outputs = nullptr;
   float (*base_value)(std::size_t, int) = nullptr;
-  if (is_ex2) {
+  std::vector<std::uint32_t> sign_magnitude_outputs;
+  if (ex2_sm) {
+    table.function = SpecialFunction::ex2;
+    table.form = SfuTableForm::ex2_sign_magnitude;
+    table.fraction_bits = static_cast<int>(nbits);
+    table.source += ", ex2 sign magnitude";
+    outputs = &sign_magnitude_outputs;
+    base_value = [](std::size_t i, int n) {
+      const std::size_t half = std::size_t{1} << n;
+      const float frac = std::ldexp(static_cast<float>(i % half), -n);  // exact: i < 2^24
+      return ex2_correct_ftz(i < half ? frac : -frac);
+    };
+  } else if (is_ex2) {
     table.function = SpecialFunction::ex2;
     table.form = SfuTableForm::ex2_fixed_point;
     table.fraction_bits = static_cast<int>(nbits);
@@ -97,8 +118,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     base_value = [](std::size_t i, int n) { return ex2_correct_ftz(std::ldexp(static_cast<float>(i), -n)); };  // exact: i < 2^24
   } else if (is_lg2) {
     table.function = SpecialFunction::lg2;
-    table.form = SfuTableForm::lg2_exponent_split;
-    table.source += ", lg2 exponent split";
+    table.form = lg2_ext ? SfuTableForm::lg2_extended : SfuTableForm::lg2_exponent_split;
+    table.source += lg2_ext ? ", lg2 extended" : ", lg2 exponent split";
     outputs = &table.mantissa_outputs;
     base_value = [](std::size_t m, int n) { return lg2_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n)); };  // exact: 1.m
   } else {
@@ -128,7 +149,9 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   std::uint32_t n_escapes = 0;
   for (int b = 0; b < 4; ++b) n_escapes |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
   at += 4;
-  if (data.size() != at + 8ull * n_escapes) fail(path, "escapes", "count does not match the file size");
+  if (lg2_ext ? data.size() < at + 8ull * n_escapes : data.size() != at + 8ull * n_escapes) {
+    fail(path, "escapes", "count does not match the file size");
+  }
   auto u32_at = [&](std::size_t p) {
     std::uint32_t v = 0;
     for (int b = 0; b < 4; ++b) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[p + b])) << (8 * b);
@@ -143,6 +166,171 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   for (std::size_t i = 0; i < entries; ++i) {
     if (escaped[i]) fail(path, "escapes", "key " + std::to_string(i) + " is escaped but has no explicit value");
   }
+  if (ex2_sm) {
+    const std::size_t half = entries / 2;
+    table.fraction_outputs.assign(sign_magnitude_outputs.begin(), sign_magnitude_outputs.begin() + static_cast<std::ptrdiff_t>(half));
+    table.negative_fraction_outputs.assign(sign_magnitude_outputs.begin() + static_cast<std::ptrdiff_t>(half),
+                                           sign_magnitude_outputs.end());
+  }
+  if (lg2_ext) {
+    // guard_bits, final_rounding, then the residuals R[m] as zigzag LEB128 varints.
+    const unsigned long long guard = parse_unsigned(path, "guard_bits", need("guard_bits"));
+    if (guard > 24) fail(path, "guard_bits", "must be 0..24");
+    table.guard_bits = static_cast<int>(guard);
+    const std::string rounding = need("final_rounding");
+    bool known = false;
+    for (FinalRounding r : {FinalRounding::nearest_even, FinalRounding::toward_zero, FinalRounding::down, FinalRounding::up}) {
+      if (rounding == to_string(r)) table.final_rounding = r, known = true;
+    }
+    if (!known) fail(path, "final_rounding", "'" + rounding + "' is not nearest_even, toward_zero, down or up");
+    table.source += ", final rounding " + rounding + ", " + std::to_string(guard) + " guard bits";
+    std::size_t p = at + 8ull * n_escapes;
+    table.extended_residuals.resize(entries);
+    for (std::size_t m = 0; m < entries; ++m) {
+      std::uint64_t v = 0;
+      for (int shift = 0;; shift += 7) {
+        if (p >= data.size()) fail(path, "residuals", "file ends early (entry " + std::to_string(m) + ")");
+        if (shift > 35) fail(path, "residuals", "entry " + std::to_string(m) + " is longer than 5 bytes");
+        const auto byte = static_cast<unsigned char>(data[p++]);
+        v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) break;
+      }
+      if (v > 0xffffffffull) fail(path, "residuals", "entry " + std::to_string(m) + " does not fit 32 bits");
+      const auto z = static_cast<std::uint32_t>(v);
+      table.extended_residuals[m] = static_cast<std::int32_t>((z >> 1) ^ (0u - (z & 1u)));
+    }
+    if (p != data.size()) fail(path, "residuals", std::to_string(data.size() - p) + " bytes after the last residual");
+  }
+  return table;
+}
+
+SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::string& report) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, "file", "cannot open");
+  std::ostringstream buf;
+  buf << f.rdbuf();
+  const std::string data = buf.str();
+  const std::size_t end = data.find("\nend\n");
+  if (data.compare(0, 10, "FBSFURAW1\n") != 0 || end == std::string::npos) fail(path, "magic", "not an FBSFURAW1 file");
+  std::map<std::string, std::string> kv;
+  std::istringstream header(data.substr(10, end - 10 + 1));
+  for (std::string line; std::getline(header, line);) {
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) fail(path, "header", "line '" + line + "' is not key=value");
+    kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  auto need = [&](const char* key) {
+    if (!kv.count(key)) fail(path, key, "missing");
+    return kv[key];
+  };
+  if (need("function") != "ex2" || need("ptx") != "ex2.approx.ftz.f32") fail(path, "function", "not ex2.approx.ftz.f32");
+  if (need("delta") != "int8" || need("escape") != "-128") fail(path, "delta", "expected int8 deltas, escape -128");
+  constexpr std::size_t kPerBinade = std::size_t{1} << 23;
+  if (parse_unsigned(path, "inputs_per_binade", need("inputs_per_binade")) != kPerBinade) {
+    fail(path, "inputs_per_binade", "must be 8388608");
+  }
+  std::vector<std::uint32_t> starts;
+  {
+    std::istringstream list(need("binades"));
+    for (std::string item; std::getline(list, item, ',');) {
+      std::size_t used = 0;
+      unsigned long v = 0;
+      try {
+        v = std::stoul(item, &used, 16);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || v > 0xffffffffu || (v & 0x7fffffu) != 0) fail(path, "binades", "'" + item + "' is not a binade start");
+      starts.push_back(static_cast<std::uint32_t>(v));
+    }
+  }
+  std::size_t at = end + 5;
+  if (data.size() < at + starts.size() * kPerBinade + 4) fail(path, "deltas", "file ends early");
+  const std::size_t escapes_at = at + starts.size() * kPerBinade;
+  auto u32_at = [&](std::size_t p) {
+    std::uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[p + b])) << (8 * b);
+    return v;
+  };
+  const std::uint32_t n_escapes = u32_at(escapes_at);
+  if (data.size() != escapes_at + 4 + 8ull * n_escapes) fail(path, "escapes", "count does not match the file size");
+  std::map<std::uint32_t, std::uint32_t> escaped;
+  for (std::uint32_t e = 0; e < n_escapes; ++e) escaped[u32_at(escapes_at + 4 + 8ull * e)] = u32_at(escapes_at + 8 + 8ull * e);
+  // The hardware's output for every input of binade b (the reference is the correctly rounded
+  // 2^x, which the device's reference equals wherever it did not escape).
+  auto outputs_of = [&](std::size_t b) {
+    std::vector<std::uint32_t> out(kPerBinade);
+    for (std::size_t m = 0; m < kPerBinade; ++m) {
+      const std::uint32_t in = starts[b] + static_cast<std::uint32_t>(m);
+      const auto d = static_cast<signed char>(data[at + b * kPerBinade + m]);
+      if (d == -128) {
+        const auto it = escaped.find(in);
+        if (it == escaped.end()) fail(path, "escapes", "input " + std::to_string(in) + " is escaped but not listed");
+        out[m] = it->second;
+        continue;
+      }
+      float x;
+      std::memcpy(&x, &in, 4);
+      const float ref = ex2_correct_ftz(x);
+      std::uint32_t rb;
+      std::memcpy(&rb, &ref, 4);
+      out[m] = rb + static_cast<std::uint32_t>(static_cast<int>(d));  // outputs are positive: bits order as values
+    }
+    return out;
+  };
+  const auto find = [&](std::uint32_t start) {
+    const auto it = std::find(starts.begin(), starts.end(), start);
+    if (it == starts.end()) fail(path, "binades", "the binades [1, 2) and (-2, -1] are needed");
+    return static_cast<std::size_t>(it - starts.begin());
+  };
+  SfuTable table;
+  table.function = SpecialFunction::ex2;
+  table.form = SfuTableForm::ex2_sign_magnitude;
+  table.fraction_bits = 23;
+  table.measured_on_hardware = false;
+  table.nan_output = 0x7fffffffu;
+  table.fraction_outputs = outputs_of(find(0x3f800000u));
+  table.negative_fraction_outputs = outputs_of(find(0xbf800000u));
+  for (std::size_t i = 0; i < kPerBinade; ++i) {
+    table.fraction_outputs[i] -= 1u << 23;           // ex2(1 + f) = 2 T+[f]: exponent field - 1
+    table.negative_fraction_outputs[i] += 1u << 23;  // ex2(-1 - f) = T-[f] / 2: exponent field + 1
+  }
+  // The rule must reproduce every input of every binade in the file.
+  const auto model = [&](std::uint32_t in) {
+    float x;
+    std::memcpy(&x, &in, 4);
+    const double scaled = std::ldexp(std::fabs(static_cast<double>(x)), 23);
+    const auto fixed = static_cast<std::uint64_t>(std::floor(scaled));
+    const int k = static_cast<int>(fixed >> 23);
+    const std::size_t i = fixed & 0x7fffffu;
+    const bool negative = (in >> 31) != 0;
+    float t;
+    const std::uint32_t t_bits = negative ? table.negative_fraction_outputs[i] : table.fraction_outputs[i];
+    std::memcpy(&t, &t_bits, 4);
+    const float v = std::ldexp(t, negative ? -k : k);  // normal for the binades accepted below
+    std::uint32_t vb;
+    std::memcpy(&vb, &v, 4);
+    return vb;
+  };
+  std::uint64_t checked = 0;
+  for (std::size_t b = 0; b < starts.size(); ++b) {
+    const std::uint32_t biased = (starts[b] >> 23) & 0xffu;
+    if (biased < 96 || biased > 132) fail(path, "binades", "only binades with 2^-31 <= |x| < 64 are checked here");
+    const std::vector<std::uint32_t> out = outputs_of(b);
+    for (std::size_t m = 0; m < kPerBinade; ++m, ++checked) {
+      const std::uint32_t in = starts[b] + static_cast<std::uint32_t>(m);
+      if (model(in) != out[m]) {
+        fail(path, "rule", "the sign-magnitude rule differs from the hardware at input " + std::to_string(in));
+      }
+    }
+  }
+  const std::string device = kv["source"] + " cc " + kv["compute_capability"] + " driver " + kv["driver"];
+  table.source = "fb-sfu-probe raw evidence " + device + " (" + std::filesystem::path(path).filename().string() +
+                 "): T+ from [1,2), T- from (-2,-1]; the sign-magnitude rule (N=23) reproduces all " +
+                 std::to_string(starts.size()) + " binades of the file (" + std::to_string(checked) +
+                 " inputs), NOT yet verified on all 2^32 inputs; nan_output assumed 0x7fffffff";
+  report = "sign-magnitude rule (N=23) reproduces all " + std::to_string(checked) + " inputs of " +
+           std::to_string(starts.size()) + " binades (" + need("binades") + ")";
   return table;
 }
 

@@ -23,4 +23,19 @@ namespace fb::gpu {
 
 SfuTable sfu_capture_to_table(const std::string& path);
 
+// Also accepted by sfu_capture_to_table: an ex2 sign-magnitude table (function ex2, key
+// ex2_sign_magnitude, key_bits N, entries 2^(N+1): T+ then T-) -> FBSFU1 form
+// ex2_sign_magnitude; an lg2 extended table (function lg2, key lg2_extended, key_bits 23,
+// guard_bits, final_rounding, the T deltas and escapes, then 2^23 zigzag LEB128 residuals)
+// -> FBSFU1 form lg2_extended. Both need table_model_mismatches=0.
+
+// The ex2 sign-magnitude table (N = 23) derived from fb-sfu-probe's raw evidence
+// (ex2_raw_binades.bin, FBSFURAW1) without a verification on all inputs: T+[i] from the
+// binade [1, 2) (ex2(1 + i 2^-23) = 2 T+[i]), T-[i] from (-2, -1] (ex2(-1 - i 2^-23) =
+// T-[i] / 2); the rule must then reproduce every input of every binade in the file, else
+// std::runtime_error. measured_on_hardware = false (the entries are hardware outputs, the rule
+// is checked on the file's binades only); nan_output 0x7fffffff (the SASS documentation's
+// canonical NaN; the raw file holds no NaN input). `report` gets one line on what was checked.
+SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::string& report);
+
 }  // namespace fb::gpu

@@ -8,21 +8,39 @@
 // rcp_mantissa or lg2_exponent_split). A table that
 // did not reproduce the hardware is refused and a malformed input fails: each exits 2 with
 // one line naming the file and field.
-// Usage: fb-sfu-table-convert IN.fbsfut OUT.fbsfu
+// Also: fb-sfu-table-convert --ex2-from-raw RAW.bin OUT.fbsfu derives the ex2 sign-magnitude
+// table from fb-sfu-probe's raw ex2 evidence (FBSFURAW1; gpu/sfu_table.hpp
+// sfu_raw_ex2_to_sign_magnitude_table: written unmeasured, the rule checked on the file's
+// binades only).
+// Usage: fb-sfu-table-convert IN.fbsfut OUT.fbsfu | --ex2-from-raw RAW.bin OUT.fbsfu
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
 
 #include "gpu/sfu_table.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: fb-sfu-table-convert IN.fbsfut OUT.fbsfu\n");
+  const bool from_raw = argc == 4 && std::strcmp(argv[1], "--ex2-from-raw") == 0;
+  if (argc != 3 && !from_raw) {
+    std::fprintf(stderr, "usage: fb-sfu-table-convert IN.fbsfut OUT.fbsfu | --ex2-from-raw RAW.bin OUT.fbsfu\n");
     return 2;
   }
   try {
+    if (from_raw) {
+      std::string report;
+      const fb::SfuTable table = fb::gpu::sfu_raw_ex2_to_sign_magnitude_table(argv[2], report);
+      fb::write_table_file(argv[3], table);
+      std::printf("wrote %s: ex2 sign magnitude, N=23, UNMEASURED rule (%s)\n", argv[3], report.c_str());
+      return 0;
+    }
     const fb::SfuTable table = fb::gpu::sfu_capture_to_table(argv[1]);
     fb::write_table_file(argv[2], table);
-    if (table.form == fb::SfuTableForm::rcp_mantissa) {
+    if (table.form == fb::SfuTableForm::ex2_sign_magnitude) {
+      std::printf("wrote %s: ex2 sign magnitude, N=%d, %s\n", argv[2], table.fraction_bits, table.source.c_str());
+    } else if (table.form == fb::SfuTableForm::lg2_extended) {
+      std::printf("wrote %s: lg2 extended (2^23 entries), %s\n", argv[2], table.source.c_str());
+    } else if (table.form == fb::SfuTableForm::rcp_mantissa) {
       std::printf("wrote %s: rcp mantissa (2^23 entries), %s\n", argv[2], table.source.c_str());
     } else if (table.form == fb::SfuTableForm::lg2_exponent_split) {
       std::printf("wrote %s: lg2 exponent split (2^23 entries), %s\n", argv[2], table.source.c_str());

@@ -133,8 +133,35 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
 
   if (j.contains("sfu")) {
     const nlohmann::json& sfu = j["sfu"];
-    if (!sfu.is_object() || sfu.empty()) fail(path, "sfu", "expected a non-empty object of function: table");
-    for (const auto& [name, value] : sfu.items()) {
+    // A named SFU set (emu/special_functions.hpp find_sfu_set), whole ("sfu": "hw-sm90": every
+    // function the model evaluates) or per function ("ex2": "hw-sm90"); names take precedence
+    // over table paths.
+    auto named_set = [&](const std::string& field, const std::string& text) -> std::optional<SfuSet> {
+      try {
+        return find_sfu_set(text);
+      } catch (const std::runtime_error& e) {
+        fail(path, field, "SFU set " + text + ": " + e.what());
+      }
+    };
+    auto set_names = [] {
+      std::string names;
+      for (const std::string& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
+      return names;
+    };
+    if (sfu.is_string()) {
+      const std::string text = sfu.get<std::string>();
+      std::optional<SfuSet> set = named_set("sfu", text);
+      if (!set) fail(path, "sfu", "unknown SFU set '" + text + "' (known: " + set_names() + ")");
+      for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+        if (attn::uses_special_function(*model.recipe, f)) recipe->sfu.model_for(f) = set->model_for(f);
+      }
+      note("sfu=" + text);
+    } else if (!sfu.is_object() || sfu.empty()) {
+      fail(path, "sfu", "expected the name of an SFU set (" + set_names() + ") or a non-empty object of function: table");
+    }
+    static const nlohmann::json kNoFunctions = nlohmann::json::object();
+    const nlohmann::json& functions = sfu.is_object() ? sfu : kNoFunctions;
+    for (const auto& [name, value] : functions.items()) {
       const std::string field = "sfu." + name;
       std::optional<SpecialFunction> function;
       for (SpecialFunction candidate : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
@@ -147,6 +174,8 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
       const std::string text = string_member(path, field, value);
       if (text == "correct") {
         slot = make_correct_model(f);
+      } else if (std::optional<SfuSet> set = named_set(field, text)) {
+        slot = set->model_for(f);
       } else {
         std::filesystem::path table = text;
         if (table.empty()) fail(path, field, "expected \"correct\" or the path of an FBSFU1 table");
