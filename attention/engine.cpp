@@ -379,9 +379,12 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
     const bool rescale = it > 0 || km.l_init_one || km.o_acc == OAccumulator::buffer;
 
     // Rescale ℓ and O by α (FA2: only from the second tile on: softmax_rescale_o<Is_first>).
+    // fused_rescale: each thread's ℓ *= α is contracted with its first add of the tile.
+    const bool fused_rescale = it > 0 && km.o_acc == OAccumulator::mma_c && km.row_sum == RowSumOrder::fa2_quad &&
+                               km.row_sum_rescale_fma;
     if (it > 0 && km.o_acc == OAccumulator::mma_c) {
       for (int c = 0; c < d; ++c) sc.acc[c] = ar.f32(sc.acc[c] * alpha);
-      if (quad_row_sum(km))
+      if (quad_row_sum(km) && !fused_rescale)
         for (double& lt : l_thread) lt = ar.f32(lt * alpha);
       if constexpr (kTrace) ts.exact_acc_plot *= static_cast<long double>(alpha);
     }
@@ -394,10 +397,21 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
     if (km.row_sum == RowSumOrder::fa2_quad) {
       // Thread t of the quad owns columns {2t, 2t+1} + 8i of the tile; each folds its
       // columns in order (reduce_sum<zero_init=false>), tile after tile.
+      // With fused_rescale a thread's first column is an FFMA ℓ·α + P̄ (its first column 2t is
+      // the first visible one: causal masks a suffix of the tile); a thread with no visible
+      // column adds masked zeros, i.e. ℓ·α rounded once.
+      bool rescale_pending[4] = {fused_rescale, fused_rescale, fused_rescale, fused_rescale};
       for (int j = 0; j < len; ++j) {
         const int owner = (j % 8) / 2;
-        l_thread[owner] = ar.f32(l_thread[owner] + sc.p[j]);
+        if (rescale_pending[owner]) {
+          l_thread[owner] = ar.fma32(l_thread[owner], alpha, sc.p[j]);
+          rescale_pending[owner] = false;
+        } else {
+          l_thread[owner] = ar.f32(l_thread[owner] + sc.p[j]);
+        }
       }
+      for (int t = 0; t < 4; ++t)
+        if (rescale_pending[t]) l_thread[t] = ar.f32(l_thread[t] * alpha);
     } else if (km.row_sum == RowSumOrder::fa3_quad) {
       // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
       // then joins its running sum (0 + x is exact, so the first tile needs no case).

@@ -74,6 +74,10 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.row_sum = RowSumOrder::fa2_quad;
   m.row_sum_internal = formats::fp32;
   m.row_sum_format = formats::fp32;
+  // softmax.h: `row_sum(mi) *= scores_scale;` then reduce_sum's `summary(mi) = op(summary(mi),
+  // tensor(mi, 0))`: contracted into one FFMA (PyTorch's build of the same code: FFMA row_sum,
+  // scores_scale, p in its SASS; its replay on H200 matches only with it).
+  m.row_sum_rescale_fma = true;
   m.p_cast = dtype;  // convert_type<Element>: cvt.rn, after reduce_sum ran on the fp32 P̄
   m.pv_dot = tensor_core_dot(tc);
   m.o_acc = OAccumulator::mma_c;

@@ -173,6 +173,9 @@ struct KernelModel {
   std::optional<Format> row_sum_format;       // the ℓ buffer
   bool l_init_one = false;                    // Triton initialises l = 1 (harmless: the first α is 0)
   bool l_update_fma = false;                  // Triton: l = fma(l, α, rowsum) (fp-fusion)
+  // fa2_quad: softmax_rescale_o's `row_sum *= scores_scale` and reduce_sum's first add of the
+  // next tile contract into one FFMA per thread (nvcc's default -fmad=true): ℓ = fma(ℓ, α, P̄_2t).
+  bool row_sum_rescale_fma = false;
   // pairwise row sums: the reduction runs over the whole KV tile, causal-masked entries as
   // exact zeros (Triton: tl.sum(p, 1) over BLOCK_N after tl.where/-1e6 masking), which
   // changes the pairing on the diagonal tile; otherwise over the visible keys only.

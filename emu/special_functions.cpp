@@ -873,6 +873,7 @@ class Lg2ExtendedModel final : public TableModel {
     if (x == 0.0f) return -plus_inf();
     if (x < 0.0f) return float_of(nan_output_);
     if (std::isinf(x)) return plus_inf();
+    if (x == 1.0f) return 0.0f;  // lg2(1) = +0; T[0] is L[0]'s representative (gpu/sfu_table_model.hpp)
     const std::uint32_t b = bits_of(x);
     const std::uint32_t m = b & 0x7fffffu;
     return float_of(lg2_extended_rule(static_cast<int>(b >> 23) - 127, table_[m], residuals_[m], guard_bits_, rounding_));

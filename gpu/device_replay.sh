@@ -4,16 +4,17 @@
 # Usage: OUT=DIR bash gpu/device_replay.sh   (device tool: carry [".devbin"], timeout_s 420)
 #
 # Contract (each step under its own timeout; each step's results are in $OUT when it ends):
-# 1. SFU dumps: ex2.approx.ftz, lg2.approx.ftz and rcp.approx.ftz on all 2^32 inputs
+# 1. SFU model checks (fb-sfu-probe with SFU_PROBE_ARGS): the CPU-derived ex2 rule and the
+#    lg2 extended-precision analysis on all 2^32 inputs; tables when they hold. sfu2.tar.xz.
+# 2. SFU dumps: ex2.approx.ftz, lg2.approx.ftz and rcp.approx.ftz on all 2^32 inputs
 #    (fb-sfu-dump, 16 GiB each, in /dev/shm when it has room, else /tmp).
-# 2. Replays: every hardware trace under traces/hw/*/ is replayed by the static flashbits
+# 3. Replays: every hardware trace under traces/hw/*/ is replayed by the static flashbits
 #    with those dumps as its SFU models (--sfu-dump), so a difference that remains is the
 #    model's, not the SFU approximation's; for the traces listed in REPLAY_RECORD the
 #    hardware SFU outputs the replay used are recorded (--sfu-record) so that CI can replay
 #    them bit for bit without a GPU. replay_report.txt, sfu_values.tar.xz.
-# 3. Tensor-core probes: a fresh set of >= 10^6 cases per form (another seed), checked by the
+# 4. Tensor-core probes: a fresh set of >= 10^6 cases per form (another seed), checked by the
 #    static flashbits with the current models; its verdict and mismatching cases.
-# 4. Optional SFU model checks given in SFU_PROBE_ARGS (fb-sfu-probe options).
 # 5. SASS of the FlashAttention kernels PyTorch runs (gpu/sass_flash.py), if time is left.
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -35,13 +36,21 @@ run_step() {
   echo "== [t=$(now)s] $name: exit $rc after ${e}s of ${budget}s$([ "$rc" = 124 ] && echo ' (TIMED OUT)')"
   STATUS+=("$name: exit $rc, ${e}s of ${budget}s")
 }
-pack() {  # pack NAME DIR
+pack() {  # pack NAME DIR: over 15 MiB, the largest files are dropped (and named) until it fits
   [ -d "$2" ] && [ -n "$(ls -A "$2" 2>/dev/null)" ] || { echo "pack $1: nothing to pack"; return; }
-  tar -C "$2" -cf - . | xz -T"$JOBS" -6 > "$OUT/$1.tar.xz"
+  local f
+  while :; do
+    tar -C "$2" -cf - . | xz -T"$JOBS" -6 > "$OUT/$1.tar.xz"
+    [ "$(stat -c %s "$OUT/$1.tar.xz")" -le $((15 * 1024 * 1024)) ] && break
+    f=$(find "$2" -type f -printf '%s %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+    [ -n "$f" ] || break
+    echo "pack $1: over 15 MiB, dropping $(basename "$f")"
+    rm -f "$f"
+  done
   echo "pack $1: $(stat -c %s "$OUT/$1.tar.xz") bytes"
 }
 # Traces whose SFU values are recorded for CI (a few MiB in all).
-export REPLAY_RECORD=${REPLAY_RECORD:-"torch/torch_bf16_random_d64 torch/torch_bf16_sink_d64_causal torch/torch_fp16_fa3-outliers_d128 torch/torch_fp16_random_d64_causal torch/torch_bf16_fa3-outliers_d128_causal fa2/fa2_random_d64 fa2/fa2dynmax_sink_d64 fa2/fa2causal_fa3-outliers_d128"}
+export REPLAY_RECORD=${REPLAY_RECORD:-"torch/torch_bf16_random_d64 torch/torch_bf16_sink_d64_causal torch/torch_fp16_fa3-outliers_d128 torch/torch_fp16_random_d64_causal torch/torch_bf16_fa3-outliers_d128_causal torch/torch_fp16_random_d128 fa2/fa2_random_d64 fa2/fa2dynmax_sink_d64 fa2/fa2causal_fa3-outliers_d128"}
 
 step_info() {
   nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv || true
@@ -89,6 +98,25 @@ step_replays() {
 }
 export -f step_replays
 
+# fb-fa2 again on the PyTorch captures' own inputs (the kernel changed since the traces in
+# traces/hw/<gpu>/fa2 were taken): the new captures replace them here and come back.
+step_fa2() {
+  mkdir -p "$W/fa2"
+  local dir; dir=$(ls -d "$FB_ROOT"/traces/hw/*/torch | head -1)
+  for hdim in 64 128; do
+    for scen in random sink fa3-outliers; do
+      local in="$dir/torch_bf16_${scen}_d${hdim}.safetensors"
+      [ -f "$in" ] || { echo "no $in"; continue; }
+      "$BIN/fb-fa2" --input "$in" --out "$W/fa2/fa2_${scen}_d${hdim}.safetensors" --trace-rows 0,1,17,100
+      "$BIN/fb-fa2" --input "$in" --out "$W/fa2/fa2dynmax_${scen}_d${hdim}.safetensors" --variant dynmax --trace-rows 0,1,17,100
+      "$BIN/fb-fa2" --input "$in" --out "$W/fa2/fa2causal_${scen}_d${hdim}.safetensors" --causal --trace-rows 0,1,17,100
+    done
+  done
+  local n; n=$(ls "$W"/fa2/*.safetensors 2>/dev/null | wc -l)
+  [ "$n" -eq 18 ] && cp "$W"/fa2/*.safetensors "$(dirname "$dir")/fa2/" && echo "fb-fa2: 18 new captures replace the old ones"
+}
+export -f step_fa2
+
 step_mma() {
   mkdir -p "$W/mma"
   "$BIN/fb-mma-probe" --out "$W/probes_big.fbp" --tiles 620 --seed 21 || return 1
@@ -109,11 +137,16 @@ EOF
 }
 export -f step_mma
 
+# The SFU models derived on the CPU, checked on all 2^32 inputs: ex2's sign-magnitude rule
+# (its table is written when it reproduces the hardware) and lg2's extended-precision split.
+export SFU_PROBE_ARGS=${SFU_PROBE_ARGS:-"--functions lg2 --lg2-extended --lg2-raw-evidence never"}
 step_sfu_models() {
   mkdir -p "$W/sfu"
-  [ -n "${SFU_PROBE_ARGS:-}" ] || { echo "no SFU_PROBE_ARGS: skipped"; return 0; }
   # shellcheck disable=SC2086
   "$BIN/fb-sfu-probe" --out-dir "$W/sfu" $SFU_PROBE_ARGS
+  local rc=$?
+  grep -h 'HOLDS\|fails\|REPRODUCES\|table model\|wrote\|lg2 extended\|rounding' "$W/sfu/sfu_summary.txt" 2>/dev/null | head -40
+  return $rc
 }
 export -f step_sfu_models
 
@@ -130,22 +163,25 @@ start_sass() {
 }
 
 echo "== flashbits device replay session $(date -u +%FT%TZ)"
+echo "== budgets (s): info 20, sfu-models 90, fb-fa2 60, sfu-dumps 90, replays 150, mma 90, sass wait 60"
 run_step info 20 step_info
-start_sass 400
+[ "${WITH_SASS:-0}" = 1 ] && start_sass 420
+run_step sfu-models 90 step_sfu_models
+mkdir -p "$W/sfu_lg2"; mv "$W"/sfu/lg2_* "$W/sfu_lg2/" 2>/dev/null
+pack sfu2 "$W/sfu"; pack sfu2_lg2 "$W/sfu_lg2"
+run_step fb-fa2-captures 60 step_fa2
+pack captures_fa2 "$W/fa2"
 run_step sfu-dumps 90 step_dumps
-run_step replays 120 step_replays
+run_step replays 150 step_replays
 ( cd "$W/values" 2>/dev/null && [ -n "$(ls -A .)" ] && tar -cf - . | xz -T"$JOBS" -6 > "$OUT/sfu_values.tar.xz" )
 rm -rf /dev/shm/fbdump /tmp/fbdump
 run_step mma-probes 90 step_mma
 pack probes2 "$W/mma"
-run_step sfu-models 60 step_sfu_models
-pack sfu2 "$W/sfu"
 if [ -f "$W/sass_pid" ]; then
   pid=$(cat "$W/sass_pid"); waited=0
-  while kill -0 "$pid" 2>/dev/null && [ $waited -lt 90 ]; do sleep 3; waited=$((waited + 3)); done
+  while kill -0 "$pid" 2>/dev/null && [ $waited -lt 60 ]; do sleep 3; waited=$((waited + 3)); done
   kill -0 "$pid" 2>/dev/null && { echo "sass: still running: stopped"; pkill -f "cuobjdump -sass"; sleep 1; }
   cat "$W/sass/filter_stdout.txt" 2>/dev/null
-  rm -f "$W/sass/sass_kernels.txt.partial"
   pack sass2 "$W/sass"
 fi
 echo "== summary"

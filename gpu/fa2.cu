@@ -21,7 +21,8 @@
 //   scale_log2, -m*scale_log2)) with m = -inf read as 0 (Check_inf); per-thread sequential
 //   fp32 row sum of the unrounded P over the thread's columns {2t, 2t+1} + 8i, quad sum
 //   only at the end (xor 2, then 1); scores_scale = ex2((m_old - m_new)*scale_log2)
-//   applied to row_sum and acc_o; P cast to bf16 RNE after the sum; acc_o += P_bf16 V by
+//   applied to acc_o, and to row_sum fused with the tile's first add (FFMA(row_sum,
+//   scores_scale, p), as nvcc contracts FA2's softmax.h); P cast to bf16 RNE after the sum; acc_o += P_bf16 V by
 //   the MMA; inv = (l == 0 || l != l) ? 1 : rcp.approx.ftz(l); O = bf16_rn(acc_o * inv);
 //   LSE = FFMA(m, softmax_scale, lg2.approx.ftz(l) * ln2) (FA2's m*scale + __logf(l)
 //   under fast math, fused as the CPU model's fma32), +inf for an empty row.
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kFwdThreads<D>) fa2_forward(Problem p) {
   std::uint32_t qa[D / 16][4];
   load_a_rows<D>(p.q + head + static_cast<std::size_t>(row0) * D, g, t, qa);
   float acc_o[D / 8][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, row_scale[2] = {1.f, 1.f};
   const int slot[2] = {bh == 0 ? trace_slot(p, row0 + g) : -1, bh == 0 ? trace_slot(p, row0 + g + 8) : -1};
   for (int nb = n_block_max - 1; nb >= 0; --nb) {  // last KV block first
     const bool first = nb == n_block_max - 1;
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(kFwdThreads<D>) fa2_forward(Problem p) {
         // softmax_rescale_o: a fully masked max reads as 0 (Check_inf), so -inf - -inf cannot happen.
         const float m_cur = m == -INFINITY ? 0.f : m;
         const float scores_scale = ex2_approx_ftz(__fmul_rn(row_max[i] - m_cur, p.scale_log2));
-        row_sum[i] = __fmul_rn(row_sum[i], scores_scale);
+        row_scale[i] = scores_scale;  // row_sum's rescale is fused into the first add below
         for (int dt = 0; dt < D / 8; ++dt) {
           acc_o[dt][2 * i] = __fmul_rn(acc_o[dt][2 * i], scores_scale);
           acc_o[dt][2 * i + 1] = __fmul_rn(acc_o[dt][2 * i + 1], scores_scale);
@@ -258,7 +259,9 @@ __global__ void __launch_bounds__(kFwdThreads<D>) fa2_forward(Problem p) {
       const float max_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, p.scale_log2);
       for (int nt = 0; nt < NT; ++nt)
         for (int j = 0; j < 2; ++j) s[nt][2 * i + j] = ex2_approx_ftz(__fmaf_rn(s[nt][2 * i + j], p.scale_log2, -max_scaled));
-      float sum = first ? s[0][2 * i] : __fadd_rn(row_sum[i], s[0][2 * i]);
+      // FA2's `row_sum *= scores_scale` then `row_sum += p` is one FFMA under nvcc's
+      // contraction (seen in PyTorch's build of FA2's softmax.h on H200).
+      float sum = first ? s[0][2 * i] : __fmaf_rn(row_sum[i], row_scale[i], s[0][2 * i]);
       for (int nt = 0; nt < NT; ++nt)
         for (int j = 0; j < 2; ++j)
           if (nt || j) sum = __fadd_rn(sum, s[nt][2 * i + j]);

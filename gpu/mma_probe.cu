@@ -10,7 +10,8 @@
 // Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--dry-run: inputs only, no GPU,
 //        D = 0xffffffff, source "dry-run:no-gpu"; for checking the generator and file]
 // Per form and batch: N mma tiles (16x8 outputs) or (N+3)/4 wgmma tiles (64x8); the
-// `chained` batch records two cases per output. The file is streamed form by form (a
+// `chained` batch records two cases per output. Batch indices are stable: new batches
+// are appended (signed_zeros follows chained). The file is streamed form by form (a
 // section's cases never sit in memory at once), written to FILE.partial and renamed at
 // the end, so an interrupted run leaves no truncated FILE.
 #include <cuda_runtime.h>
@@ -239,11 +240,13 @@ enum Batch : int {
   kOverflow,      // exact D beyond the output's max finite, at it, or just below; large C + large products
   kFBoundary,     // terms F-3..F+3 binades below the largest, low bits set: truncation at F shows in D
   kChained,       // random normal tiles, two cases per output: (C,a,b,D1) then (D1,a,b,D2)
+  kSignedZeros,   // exact zero sums: every product -0 (C = -0 or +0), or x - x pairs with C = -0
   kBatchCount
 };
 const char* const kBatchNames[kBatchCount] = {"random_bits", "random_normal", "specials", "ties",
                                               "cancellation", "exponent_gap", "zero_terms", "c_huge",
-                                              "c_tiny",       "overflow",     "f_boundary", "chained"};
+                                              "c_tiny",       "overflow",     "f_boundary", "chained",
+                                              "signed_zeros"};
 
 // F, the aligned-significand width (fraction bits kept below the largest exponent of a
 // fused step) of the emu model fb-mma-probe names for a form on a device (model_for
@@ -400,6 +403,7 @@ class Designer {
       }
       case kOverflow: design_overflow(a, b, c); break;
       case kFBoundary: design_f_boundary(a, b, c); break;
+      case kSignedZeros: design_signed_zeros(a, b, c); break;
       default: break;
     }
     ++batch_row_;
@@ -631,6 +635,43 @@ class Designer {
     }
   }
 
+  // signed_zeros: the exact D is zero in every designed row, so only the sign of the zero
+  // result is measured (IEEE RN: -0 only when every term is -0). Rows cycle by 4 (batch_row_):
+  //  0    every a[i] a zero of the sign opposite to b[i] (every product -0), C = +0
+  //  1, 2 the same, C = -0 (IEEE: -0; mma.sync tf32 on sm_90 was seen to give +0)
+  //  3    every product non-zero, in pairs x and -x (paired at random positions, so pairs
+  //       straddle the fused steps), C = -0: the exact sum is zero with non-zero terms (IEEE
+  //       RN: +0). The pairs' exponents lie within 2 binades, so every term fits any
+  //       model's aligned width F (>= 13 with fp8's <= 8-bit products): the zero is exact
+  //       under truncating alignment too.
+  // C = -0 in 3 of every 4 rows. Checked in tests/test_probe_file.cpp.
+  void design_signed_zeros(std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
+    const Format& in = f_.input;
+    const Format& cf = f_.cd;
+    const int row = batch_row_ % 4;
+    const std::uint32_t neg_zero_c = to_container(cf, cf.sign_mask());
+    if (row < 3) {
+      for (int i = 0; i < f_.k; ++i) a[i] = to_container(in, b_negative(b[i]) ? 0u : in.sign_mask());
+      c = row == 0 ? to_container(cf, 0u) : neg_zero_c;
+      return;
+    }
+    const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
+    std::vector<int> order(static_cast<std::size_t>(f_.k));
+    for (int i = 0; i < f_.k; ++i) order[i] = i;
+    for (int i = f_.k - 1; i > 0; --i) std::swap(order[i], order[uniform(static_cast<std::uint32_t>(i + 1))]);
+    const int base = mid + range(-2, 0);
+    for (int j = 0; j + 1 < f_.k; j += 2) {
+      const bool neg = chance(0.5);
+      const int exponent = base + range(0, 2);
+      const std::uint32_t mantissa = static_cast<std::uint32_t>(rng_());
+      for (int h = 0; h < 2; ++h) {
+        const int i = order[j + h];
+        a[i] = value(in, (neg != (h == 1)) != b_negative(b[i]), exponent - b_exponent(b[i]), mantissa);
+      }
+    }
+    c = neg_zero_c;
+  }
+
   // Fills one tile (A[m][k], Bt[n][k], C[m][n]) of the given batch.
   void fill_tile(Batch batch, std::uint32_t* A, std::uint32_t* Bt, std::uint32_t* C) {
     const Format& in = f_.input;
@@ -673,26 +714,28 @@ void launch(int tiles, const std::uint32_t* A, const std::uint32_t* Bt, const st
   else mma_kernel<F, kChain><<<tiles, 32>>>(A, Bt, C, D, D2);
 }
 template <int F>
-void launch_both(int tiles, int chained_from, std::size_t a_n, std::size_t b_n, std::size_t c_n, const std::uint32_t* A,
-                 const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D, std::uint32_t* D2) {
-  const std::size_t first = static_cast<std::size_t>(chained_from);
-  launch<F, false>(chained_from, A, Bt, C, D, nullptr);
-  launch<F, true>(tiles - chained_from, A + a_n * first, Bt + b_n * first, C + c_n * first, D + c_n * first, D2);
-}
-// Tiles [0, chained_from) run one instruction; tiles [chained_from, tiles) also write the
-// chained result D2 (their own tile index from 0).
-void launch_form(int form, int tiles, int chained_from, std::size_t a_n, std::size_t b_n, std::size_t c_n,
+void launch_both(int tiles, int chained_from, int chained_to, std::size_t a_n, std::size_t b_n, std::size_t c_n,
                  const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
                  std::uint32_t* D2) {
+  const std::size_t first = static_cast<std::size_t>(chained_from), after = static_cast<std::size_t>(chained_to);
+  launch<F, false>(chained_from, A, Bt, C, D, nullptr);
+  launch<F, true>(chained_to - chained_from, A + a_n * first, Bt + b_n * first, C + c_n * first, D + c_n * first, D2);
+  launch<F, false>(tiles - chained_to, A + a_n * after, Bt + b_n * after, C + c_n * after, D + c_n * after, nullptr);
+}
+// Tiles [0, chained_from) and [chained_to, tiles) run one instruction; tiles
+// [chained_from, chained_to) also write the chained result D2 (their own tile index from 0).
+void launch_form(int form, int tiles, int chained_from, int chained_to, std::size_t a_n, std::size_t b_n,
+                 std::size_t c_n, const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C,
+                 std::uint32_t* D, std::uint32_t* D2) {
   switch (form) {
-    case kMmaBf16F32: launch_both<kMmaBf16F32>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kMmaF16F32: launch_both<kMmaF16F32>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kMmaF16F16: launch_both<kMmaF16F16>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kMmaTf32F32: launch_both<kMmaTf32F32>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaBf16: launch_both<kWgmmaBf16>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaF16: launch_both<kWgmmaF16>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaE4m3: launch_both<kWgmmaE4m3>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaE5m2: launch_both<kWgmmaE5m2>(tiles, chained_from, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaBf16F32: launch_both<kMmaBf16F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaF16F32: launch_both<kMmaF16F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaF16F16: launch_both<kMmaF16F16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaTf32F32: launch_both<kMmaTf32F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaBf16: launch_both<kWgmmaBf16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaF16: launch_both<kWgmmaF16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaE4m3: launch_both<kWgmmaE4m3>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kWgmmaE5m2: launch_both<kWgmmaE5m2>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
   }
   FB_CUDA_CHECK(cudaGetLastError());
   FB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -797,7 +840,7 @@ std::uint64_t section_cases(const FormInfo& f, int tiles_per_batch) {
 // work; D (and a chained tile's D2) is left as 0xffffffff (a NaN pattern in every
 // container) so the file exercises the writer and the checker but never looks like a
 // measurement; a chained pair's second case then has C = D1 = 0xffffffff too.
-// Tiles are laid out batch after batch (the chained batch last); cases are written tile by
+// Tiles are laid out batch after batch (in Batch order); cases are written tile by
 // tile, row by row, 8 columns each; a chained tile writes, per output, (C, a, b, D1) and
 // then (D1, a, b, D2).
 void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64_t seed, const cudaDeviceProp& prop,
@@ -805,10 +848,11 @@ void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64
   const FormInfo& f = kForms[form];
   const int F = fraction_bits_for(f, prop.major);
   Designer designer(f, seed * 1315423911u + static_cast<std::uint64_t>(form), F);
-  const int tiles = tiles_per_batch * kBatchCount, chained_from = tiles_per_batch * kChained;
+  const int tiles = tiles_per_batch * kBatchCount, chained_from = tiles_per_batch * kChained,
+            chained_to = chained_from + tiles_per_batch;
   const std::size_t a_n = static_cast<std::size_t>(f.m) * f.k, b_n = static_cast<std::size_t>(kN) * f.k,
                     c_n = static_cast<std::size_t>(f.m) * kN;
-  const std::size_t all = static_cast<std::size_t>(tiles), chained = static_cast<std::size_t>(tiles - chained_from);
+  const std::size_t all = static_cast<std::size_t>(tiles), chained = static_cast<std::size_t>(tiles_per_batch);
   std::vector<std::uint32_t> A(a_n * all), Bt(b_n * all), C(c_n * all), D(c_n * all, 0xffffffffu),
       D2(c_n * chained, 0xffffffffu);
   for (int t = 0; t < tiles; ++t) {
@@ -824,7 +868,7 @@ void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64
     FB_CUDA_CHECK(cudaMemcpy(dA, A.data(), A.size() * 4, cudaMemcpyHostToDevice));
     FB_CUDA_CHECK(cudaMemcpy(dB, Bt.data(), Bt.size() * 4, cudaMemcpyHostToDevice));
     FB_CUDA_CHECK(cudaMemcpy(dC, C.data(), C.size() * 4, cudaMemcpyHostToDevice));
-    launch_form(form, tiles, chained_from, a_n, b_n, c_n, dA, dB, dC, dD, dD2);
+    launch_form(form, tiles, chained_from, chained_to, a_n, b_n, c_n, dA, dB, dC, dD, dD2);
     FB_CUDA_CHECK(cudaMemcpy(D.data(), dD, D.size() * 4, cudaMemcpyDeviceToHost));
     FB_CUDA_CHECK(cudaMemcpy(D2.data(), dD2, D2.size() * 4, cudaMemcpyDeviceToHost));
     for (std::uint32_t* p : {dA, dB, dC, dD, dD2}) FB_CUDA_CHECK(cudaFree(p));
@@ -851,7 +895,7 @@ void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64
         const std::size_t at = static_cast<std::size_t>(r) * kN + n, ci = c_n * t + at;
         const std::uint32_t* b = &Bt[b_n * t + static_cast<std::size_t>(n) * f.k];
         out.add_case(batch, C[ci], a, b, D[ci]);
-        if (t >= chained_from) out.add_case(batch, D[ci], a, b, D2[c_n * (t - chained_from) + at]);
+        if (t >= chained_from && t < chained_to) out.add_case(batch, D[ci], a, b, D2[c_n * (t - chained_from) + at]);
       }
     }
   }

@@ -1115,7 +1115,9 @@ __global__ void lg2_interval_kernel(long long* lo, long long* hi, std::uint32_t*
         long long lo_u, hi_u;
         lg2_interval(e, rb, k, lo_u, hi_u);
         if (e == 0) {
-          l0[k] = lo_u, h0[k] = hi_u;  // applied after the loop
+          // x = 1 is the special value lg2(1) = +0 (the model returns it before the rule), so
+          // it does not constrain L[0].
+          l0[k] = m == 0 ? -kLg2UnitCap : lo_u, h0[k] = m == 0 ? kLg2UnitCap : hi_u;  // applied after the loop
           continue;
         }
         l[k] = max(l[k], lo_u);
@@ -1220,6 +1222,14 @@ void lg2_extended_analysis(std::uint64_t chunk, const Options& o, const std::str
   const bool held = empty[best] == 0;
   const bool want_raw = o.lg2_raw_evidence == kRawAlways || (o.lg2_raw_evidence == kRawAuto && !held);
   if (held) {
+    // T[0]: the hardware's lg2(1) is the special value +0; the table keeps a float inside
+    // L[0]'s interval instead, so that L[0] = T[0] + R ulp(T[0]) 2^-g is representable.
+    {
+      const long double mid = std::ldexp(0.5L * (static_cast<long double>(lo[best * n]) + hi[best * n]), -60);
+      t[0] = sfu_bits(static_cast<float>(mid));
+      FB_CUDA_CHECK(cudaMemcpy(d_t, t.data(), 4, cudaMemcpyHostToDevice));
+      summary << "    T[0] = " << static_cast<double>(mid) << " (L[0]'s interval midpoint; lg2(1) = +0 is a special value)\n";
+    }
     // L[m] = T[m] + R[m] ulp(T[m]) 2^-g with the fewest guard bits per mantissa; G the largest.
     std::vector<int> g(n);
     std::vector<long long> r(n);

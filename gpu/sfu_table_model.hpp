@@ -35,7 +35,9 @@
 // exactly, rounded once (FinalRoundingCode: 0 nearest-even, 1 toward zero, 2 down, 3 up), an
 // exact zero +0, below 2^-126 flushed. Integer arithmetic only, so host and device agree.
 // lg2_extended_table_model(x, T, R, g, rounding, nan_output): the form 5 model: specials as
-// lg2_table_model, a positive normal x -> lg2_extended_model(e, T[m], R[m], g, rounding).
+// lg2_table_model, x == 1 -> +0 (measured: the H200 returns +0 for 1 but e + L[0] with L[0] in
+// (2^-24, 2^-23] for every other power of two 2^e, so T[0] is L[0]'s representative, not the
+// hardware's lg2(1)), a positive normal x -> lg2_extended_model(e, T[m], R[m], g, rounding).
 // Plain C++ when not compiled by nvcc.
 #pragma once
 
@@ -262,6 +264,7 @@ FB_SFU_HD inline std::uint32_t lg2_extended_table_model(float x, const std::uint
   if (x == 0.f) return 0xff800000u;
   if (x < 0.f) return nan_output;
   if (x == INFINITY) return 0x7f800000u;
+  if (x == 1.f) return 0u;  // lg2(1) = +0 exactly; T[0] holds L[0] for the other powers of two
   const std::uint32_t b = sfu_bits(x);
   const std::uint32_t m = b & 0x7fffffu;
   return lg2_extended_model(static_cast<int>(b >> 23) - 127, table[m], residuals[m], guard_bits, rounding);

@@ -55,18 +55,26 @@ PlainResult plain_fa2_row(const AttentionInputs& in, const char* tc_name, int ro
     }
     const float prev_max = row_max;
     for (int j = 0; j < count; ++j) row_max = std::max(row_max, s[j]);
-    if (nb != n_blocks - 1) {
+    // softmax_rescale_o: `row_sum *= scores_scale` is contracted by nvcc with the next
+    // `row_sum += p` into one FFMA per thread (seen in PyTorch's FA2 SASS on H200); a thread
+    // with no column in this tile keeps the plain product.
+    float scores_scale = 1.0f;
+    const bool rescale = nb != n_blocks - 1;
+    if (rescale) {
       const float cur = row_max == -INFINITY ? 0.0f : row_max;
-      const float scores_scale = sfu.ex2->evaluate(ftz(ftz(prev_max - cur) * scale_log2));
-      for (float& x : row_sum) x = ftz(x * scores_scale);
+      scores_scale = sfu.ex2->evaluate(ftz(ftz(prev_max - cur) * scale_log2));
       for (float& x : acc_o) x = ftz(x * scores_scale);
     }
+    bool pending[4] = {rescale, rescale, rescale, rescale};
     const float max_scaled = row_max == -INFINITY ? 0.0f : ftz(row_max * scale_log2);
     for (int j = 0; j < count; ++j) {
       p[j] = sfu.ex2->evaluate(ftz(std::fmaf(s[j], scale_log2, -max_scaled)));
       const int thread = (j % 8) / 2;
-      row_sum[thread] = ftz(row_sum[thread] + p[j]);
+      row_sum[thread] = pending[thread] ? ftz(std::fmaf(row_sum[thread], scores_scale, p[j])) : ftz(row_sum[thread] + p[j]);
+      pending[thread] = false;
     }
+    for (int t = 0; t < 4; ++t)
+      if (pending[t]) row_sum[t] = ftz(row_sum[t] * scores_scale);
     for (int j = 0; j < count; ++j) p[j] = to_bf16(p[j]);
     for (int c = 0; c < d; ++c) {
       for (int j = 0; j < count; ++j) vcol[j] = static_cast<float>(in.v.at(0, 0, first + j, c));

@@ -23,7 +23,9 @@
 //   finite, both signs, the RNE tie at max + ulp/2, large C with large products;
 //   f_boundary: a term F-3..F+3 binades below the largest with bits below the 2^(E-F) grid,
 //   F the emu model's, truncation changing the rounded output in at least half the rows;
-//   chained: pairs (C,a,b,D1), (D1,a,b,D2)). Then the file with D filled in by
+//   chained: pairs (C,a,b,D1), (D1,a,b,D2); signed_zeros: an exactly zero sum, every product
+//   -0 with C = -0 (half the rows) or +0 (a quarter), or non-zero products cancelling
+//   exactly with C = -0 (a quarter)). Then the file with D filled in by
 //   fused_dot_bits and one bit flipped: probe-check's mismatches file holds exactly that
 //   case, its sample the first N cases of every batch, on 1 and 3 threads alike.
 // - SFU capture tables (gpu/sfu_table.hpp): an FBSFUT1 file written here byte by byte from
@@ -632,7 +634,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
   };
   const std::vector<std::string> batches = {"random_bits",  "random_normal", "specials", "ties",
                                             "cancellation", "exponent_gap",  "zero_terms", "c_huge",
-                                            "c_tiny",       "overflow",      "f_boundary", "chained"};
+                                            "c_tiny",       "overflow",      "f_boundary", "chained",
+                                            "signed_zeros"};
   REQUIRE(file.sections.size() == std::size(forms));
   for (std::size_t s = 0; s < std::size(forms); ++s) {
     const ExpectedForm& x = forms[s];
@@ -655,8 +658,9 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     const RefFormat& in = *x.input;
     const RefFormat& cd = *x.cd;
     // Rows are written tile by tile, row by row, 8 columns each; row r of a designed tile is
-    // designed against column r % 8 (mma_probe.cu fill_tile). Every batch but the last
-    // (chained, two cases per output) has one case per output.
+    // designed against column r % 8 (mma_probe.cu fill_tile). Every batch but chained (two
+    // cases per output, a whole number of tiles, so later rows keep their place) has one case
+    // per output.
     const int m = sec.header.form.find("wgmma") == 0 ? 64 : 16;
     std::map<std::string, int> designed, passed;
     std::map<ref::Class, int> input_classes, c_classes;
@@ -667,6 +671,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     const cpp_int ulp_at_max = pow2(cd.emax() - cd.man_bits);
     std::map<std::string, int> overflow_kinds;
     int f_boundary_visible = 0;
+    // signed_zeros: rows of -0 products with C = -0 / C = +0, rows of x, -x pairs with C = -0
+    int sz_neg_products_neg_c = 0, sz_neg_products_pos_c = 0, sz_cancel = 0, sz_neg_c = 0;
     std::vector<std::size_t> chained_cases;
     for (std::size_t i = 0; i < sec.cases(); ++i) {
       ++per_batch[sec.batch(i)];
@@ -776,6 +782,26 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
         if (ok && round_to(truncated, x.out_precision, cd.emin(), rne) != round_to(exact, x.out_precision, cd.emin(), rne)) {
           ++f_boundary_visible;
         }
+      } else if (batch == "signed_zeros") {
+        // The exact D is zero. Either every a[i] is a zero and b[i] a non-zero finite of the
+        // other sign (every product -0) and C is a zero, or every product is non-zero, they
+        // sum to exactly zero and C = -0.
+        const ref::RefValue cz = ref::decode(cd, c);
+        bool all_neg_zero = true, all_nonzero = true;
+        cpp_int sum = 0;
+        for (int j = 0; j < x.k; ++j) {
+          const ref::RefValue av = ref::decode(in, sec.a(i)[j]), bv = ref::decode(in, sec.b(i)[j]);
+          all_neg_zero = all_neg_zero && av.cls == ref::Class::zero && bv.cls == ref::Class::finite &&
+                         av.negative != bv.negative;
+          all_nonzero = all_nonzero && av.cls == ref::Class::finite && bv.cls == ref::Class::finite;
+          if (all_nonzero) sum += exact_product(in, sec.a(i)[j], sec.b(i)[j]);
+        }
+        if (cz.cls == ref::Class::zero) {
+          if (all_neg_zero) ++(cz.negative ? sz_neg_products_neg_c : sz_neg_products_pos_c);
+          if (all_nonzero && sum == 0 && cz.negative) ++sz_cancel;
+          sz_neg_c += cz.negative ? 1 : 0;
+          ok = all_neg_zero || (all_nonzero && sum == 0 && cz.negative);
+        }
       }
       passed[batch] += ok ? 1 : 0;
     }
@@ -795,7 +821,7 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     // place an exact half-ulp term, the rest 3/4 ulp; sticky terms come later in the sum).
     const std::map<std::string, double> required = {{"ties", 0.4},         {"cancellation", 0.9}, {"exponent_gap", 0.5},
                                                     {"zero_terms", 0.75},  {"c_huge", 1.0},       {"c_tiny", 1.0},
-                                                    {"overflow", 1.0},     {"f_boundary", 1.0}};
+                                                    {"overflow", 1.0},     {"f_boundary", 1.0},   {"signed_zeros", 1.0}};
     for (const auto& [batch, need] : required) {
       CAPTURE(batch);
       REQUIRE(designed[batch] > 0);
@@ -816,6 +842,17 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     // f_boundary: truncation at F changes the output for most designed rows (all three designs
     // can, the on-a-boundary design only when every boundary term lies wholly below the grid).
     CHECK_MESSAGE(f_boundary_visible * 2 >= designed["f_boundary"], f_boundary_visible, " of ", designed["f_boundary"]);
+    // signed_zeros: rows cycle by 4 (mma_probe.cu design_signed_zeros) and every batch holds
+    // a multiple of 16 designed rows: C = -0 in exactly 3 of 4, a quarter x - x rows, a
+    // quarter -0 products with C = +0, half -0 products with C = -0.
+    {
+      const int n = designed["signed_zeros"];
+      CHECK(n % 16 == 0);
+      CHECK(4 * sz_neg_c == 3 * n);
+      CHECK(4 * sz_cancel == n);
+      CHECK(4 * sz_neg_products_pos_c == n);
+      CHECK(2 * sz_neg_products_neg_c == n);
+    }
     // chained: pairs (C, a, b, D1), (D1, a, b, D2) of random normal inputs, as many outputs as
     // any other batch; in a dry run D1 = D2 = 0xffffffff, so the second C is that pattern too.
     REQUIRE(chained_cases.size() == 2 * static_cast<std::size_t>(per_batch[1]));
@@ -840,7 +877,7 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     const fb::TensorCoreModel* model = fb::find_tensor_core_model(sec.header.models.front(), sec.header.input);
     REQUIRE(model != nullptr);
     const std::size_t k = static_cast<std::size_t>(sec.header.k), per_case = sec.words_per_case();
-    const std::uint32_t chained = static_cast<std::uint32_t>(batches.size() - 1);
+    const auto chained = static_cast<std::uint32_t>(std::find(batches.begin(), batches.end(), "chained") - batches.begin());
     std::size_t chained_seen = 0;
     for (std::size_t i = 0; i < sec.cases(); ++i) {
       if (sec.batch(i) == chained && chained_seen++ % 2 == 1) sec.mutable_words()[i * per_case + 1] = sec.d(i - 1);

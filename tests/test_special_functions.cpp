@@ -1572,6 +1572,23 @@ TEST_CASE("table_ex2_sign_magnitude_and_lg2_extended_round_trip_and_corrupted_fi
   CHECK(bits_of(e5->evaluate(0.0f)) == 0xff800000u);
   CHECK(bits_of(e5->evaluate(1.0f)) == 0u);
   CHECK(bits_of(e5->evaluate(std::numeric_limits<float>::infinity())) == 0x7f800000u);
+  {
+    // The H200's powers of two: lg2(1) = +0 but lg2(2^e), e != 0, is e + L[0] with L[0] in
+    // (2^-24, 2^-23] rounded toward zero, so T[0] holds L[0] and x == 1 is special. Expected
+    // values written out: -1 + 1.5*2^-24 toward zero is -(1 - 2^-23) (0xbf7ffffe), 2 + L is 2.
+    fb::SfuTable pow2 = ext;
+    pow2.final_rounding = fb::FinalRounding::toward_zero;
+    pow2.guard_bits = 0;
+    std::fill(pow2.extended_residuals.begin(), pow2.extended_residuals.end(), 0);
+    pow2.mantissa_outputs[0] = bits_of(0x1.8p-24f);
+    const std::string pow2_path = path + ".pow2";
+    fb::write_table_file(pow2_path, pow2);
+    const auto p2 = fb::load_table_model(pow2_path);
+    CHECK(bits_of(p2->evaluate(1.0f)) == 0u);
+    CHECK(bits_of(p2->evaluate(0.5f)) == 0xbf7ffffeu);
+    CHECK(bits_of(p2->evaluate(2.0f)) == 0x40000000u);
+    CHECK(bits_of(p2->evaluate(0x1p-126f)) == 0xc2fbffffu);  // -126 + L: -(126 - 2^-17), as measured
+  }
   bytes = read_bytes(path);
   REQUIRE(bytes[7] == 5);
   bytes[6] = 0;  // function ex2
