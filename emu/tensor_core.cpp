@@ -148,7 +148,8 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
 }
 
 // The output rounding of a step's exact sum (sum * 2^unit) into the model's output.
-// nonzero_or_positive: some term was not a -0 (an exact zero sum is then +0).
+// An exact zero sum is +0 whatever the terms' signs (measured on sm_90, every form: C = -0
+// with every product -0 gives +0, where IEEE addition would keep -0).
 // The hardware's rules on top of round_pack's rounding (emu/tensor_core.hpp): overflow
 // gives +-inf in every output (round_pack's RZ would give max finite; its overflow flag
 // is exactly "the rounded value with unbounded exponent exceeds max finite"), and a
@@ -162,8 +163,8 @@ template <Format F>
   return (bits & ~sign) == 0 ? 0u : bits;
 }
 [[gnu::always_inline]] inline std::uint32_t step_output(DotOutput output, std::int64_t sum, int unit,
-                                                        bool nonzero_or_positive, RoundingEvent* event) {
-  if (sum == 0) return pack_zero(output_format_of(output), !nonzero_or_positive);  // -0 only when every term is -0
+                                                        RoundingEvent* event) {
+  if (sum == 0) return pack_zero(output_format_of(output), false);
   const bool neg = sum < 0;
   const std::uint64_t mag = neg ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
   // One round_pack call per output kind, each with constant arguments, so that the
@@ -197,7 +198,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   constexpr int kNone = std::numeric_limits<int>::min() / 4;
   const bool zero_terms_count = m.zero_terms == ZeroTermPolicy::as_min_exponent;
   const int zero_product_alignment = zero_terms_count ? 2 * input_emin : kNone;
-  std::uint32_t special = 0, nonzero_or_positive = 0;
+  std::uint32_t special = 0;
 
   // Terms as sign mask and magnitude times 2^lsb, all in 64-bit lanes so that the
   // loops below vectorise where the target allows.
@@ -210,10 +211,9 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   lsb[0] = pc.exponent - 23;
   int largest = pc.significand != 0 ? std::max(pc.exponent, c_emin) : (zero_terms_count ? c_emin : kNone);
   if constexpr (kTrace) alignment_of[0] = largest;
-  nonzero_or_positive |= (pc.significand != 0) | !pc.negative;
   const std::int64_t emin_biased = input_emin + 127;
   std::int64_t largest_product = kNone;
-  std::uint64_t special_products = 0, nonzero_or_positive_products = 0;
+  std::uint64_t special_products = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t ua = std::bit_cast<std::uint32_t>(a[i]), ub = std::bit_cast<std::uint32_t>(b[i]);
     const std::uint64_t ea = (ua >> 23) & 0xffu, eb = (ub >> 23) & 0xffu;
@@ -231,11 +231,9 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
     lsb[i + 1] = xa + xb - 254 - 46;
     if constexpr (kTrace) alignment_of[i + 1] = alignment;
     largest_product = std::max(largest_product, alignment);
-    nonzero_or_positive_products |= static_cast<std::uint64_t>(mag != 0) | (neg ^ 1u);
   }
   largest = std::max(largest, static_cast<int>(largest_product));
   special |= static_cast<std::uint32_t>(special_products != 0);
-  nonzero_or_positive |= static_cast<std::uint32_t>(nonzero_or_positive_products != 0);
   if (special) [[unlikely]] {
     const std::uint32_t r = special_step(m, c, a, b, n);
     if constexpr (kTrace) {
@@ -309,7 +307,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   const Format& out = output_format_of(output);
   std::uint32_t result;
   [[maybe_unused]] RoundingEvent ev_round;
-  result = step_output(output, sum, unit, nonzero_or_positive != 0, kTrace ? &ev_round : nullptr);
+  result = step_output(output, sum, unit, kTrace ? &ev_round : nullptr);
   if constexpr (kTrace) {
     bool carry_out = false;
     int normalisation_shift = 0;
@@ -437,16 +435,10 @@ template <int kN, int kF, int kOut>
       }
       // Per step, what does not depend on C: off the chain from one step's C to the next.
       std::int32_t step_largest[kChunk / kN];
-      std::uint64_t step_nonzero_or_positive[kChunk / kN];
       for (int s = 0; s < len; s += kN) {
         std::int32_t largest = kNone;
-        std::uint64_t nonzero_or_positive = 0;
-        for (int j = s; j < s + kN; ++j) {
-          largest = std::max(largest, alignment[j]);
-          nonzero_or_positive |= static_cast<std::uint64_t>(magnitude[j] != 0) | (sign_mask[j] + 1);
-        }
+        for (int j = s; j < s + kN; ++j) largest = std::max(largest, alignment[j]);
         step_largest[s / kN] = largest;
-        step_nonzero_or_positive[s / kN] = nonzero_or_positive;
       }
       for (int s = 0; s < len; s += kN) {
         const Parts pc = split(acc);
@@ -454,8 +446,6 @@ template <int kN, int kF, int kOut>
           bits = fused_step_body<false, kN, kF, kOut>(m, input_emin, acc, a + i + s, b + i + s, kN, i + s, nullptr);
         } else {
           std::int32_t largest = std::max(pc.significand != 0 ? std::max(pc.exponent, c_emin) : kNone, step_largest[s / kN]);
-          const std::uint64_t nonzero_or_positive =
-              static_cast<std::uint64_t>((pc.significand != 0) | !pc.negative) | step_nonzero_or_positive[s / kN];
           if (largest == kNone) largest = c_emin;  // every term is zero
           const std::int32_t unit = largest - kF;
           // C: as in fused_step_body (it may shift left by up to F - 23).
@@ -469,8 +459,7 @@ template <int kN, int kF, int kOut>
             const std::int32_t right = std::min(std::max(unit - lsb[j], 0), 63);
             sum_bits += ((magnitude[j] >> right) ^ sign_mask[j]) - sign_mask[j];
           }
-          bits = step_output(kOutput, static_cast<std::int64_t>(sum_bits), static_cast<int>(unit),
-                             nonzero_or_positive != 0, nullptr);
+          bits = step_output(kOutput, static_cast<std::int64_t>(sum_bits), static_cast<int>(unit), nullptr);
         }
         acc = kOutput == fp16_rne ? accumulator_value(m, bits) : std::bit_cast<float>(bits);
       }

@@ -58,10 +58,10 @@ enum class ZeroTermPolicy : std::uint8_t {
 //   exponent is ea+eb with significand in [0,4). (Measured: c_tiny, specials.)
 // - tf32 inputs are the top 19 bits of the 32-bit register; the low 13 bits are
 //   ignored (truncation, not rounding). (Measured: random_bits keeps them non-zero.)
-// - Zero results: a step whose exact sum is zero gives +0, except -0 when every term
-//   of the step (C and each product, sign = sign(a) xor sign(b)) is a -0 (IEEE's sum
-//   of -0s; NOT measured: no row of the H200 sample or mismatch files had only -0
-//   terms). A non-zero sum whose magnitude rounds to zero gives +0 whatever its sign
+// - Zero results: a step whose exact sum is zero gives +0, also when every term (C and
+//   each product, sign = sign(a) xor sign(b)) is a -0, where IEEE addition keeps -0
+//   (measured on every sm_90 form: the signed_zeros batch, 4960 such rows per form, all
+//   +0). A non-zero sum whose magnitude rounds to zero gives +0 whatever its sign
 //   (measured once, fp16 output: -2^-25 gives +0; applied to the fp32/e8m13 outputs
 //   too, not measured there).
 // - Specials per step: any NaN, inf*0, or +inf and -inf together give the canonical
