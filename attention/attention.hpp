@@ -60,6 +60,9 @@ struct AttentionOutputs {
   Tensor4 lse;                  // [b][h][n][1], fp32 values (natural log)
   std::optional<Tensor4> delta; // [b][h][n][1]
   std::optional<Tensor4> dq, dk, dv;
+  // FA2-structured backwards: dQ in fp32 before its cast (dq_accum * softmax_scale), as
+  // fb-fa2 records it (dq_accum); empty for other models.
+  std::optional<Tensor4> dq_pre_cast;
   // exact_attention() only: each row's exact max scaled score over its visible keys
   // ([b][h][n][1]; -inf when none is visible). run_attention() leaves it empty.
   std::optional<Tensor4> row_max;
@@ -87,6 +90,11 @@ struct TileRecord {
   // P·V accumulation of this tile (over all features of the row)
   int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
   double pv_signed_error = 0.0; // signed error contributed by roundings in this tile (value units)
+  // The kernel's own state after this tile, as an instrumented kernel records it (fb-fa2's
+  // trace_l_partial, trace_p, trace_acc_o):
+  std::array<double, 4> thread_sums{};  // quad row sums: each thread's partial ℓ (0 otherwise)
+  std::vector<double> p;                // P̄ of keys kv_begin..kv_end-1, before its cast
+  std::vector<double> acc;              // the O accumulator (every feature) after the tile's P·V
 };
 struct RowTrace {
   int batch = 0, head = 0, row = 0;

@@ -567,6 +567,9 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
       ts.tile.running_sum = quad_row_sum(km) ? l_thread[0] + l_thread[1] + l_thread[2] + l_thread[3] : l;
       ts.tile.p_equal_one = p_one;
       ts.tile.repeated_max = repeated;
+      if (quad_row_sum(km)) std::copy(l_thread, l_thread + 4, ts.tile.thread_sums.begin());
+      ts.tile.p.assign(sc.p.begin(), sc.p.begin() + len);
+      ts.tile.acc.assign(sc.acc.begin(), sc.acc.begin() + d);
       trace->tiles.push_back(ts.tile);
     }
   }
@@ -760,7 +763,7 @@ double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& 
 template <class A, class E>
 void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
                        const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
-                       double* dk_out, double* dv_out) {
+                       double* dk_out, double* dv_out, double* dq_pre_out) {
   const int n = g.n, d = g.d;
   const int bm = g.tiles.bwd_block_m, bn = g.tiles.bwd_block_n;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
@@ -818,7 +821,11 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         dv_out[o] = ar.to(km.output, dv_acc[i]);
       }
   }
-  for (std::size_t i = 0; i < dq_acc.size(); ++i) dq_out[i] = ar.to(km.output, ar.f32(dq_acc[i] * k.scale_f));
+  for (std::size_t i = 0; i < dq_acc.size(); ++i) {
+    const double pre = ar.f32(dq_acc[i] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
+    if (dq_pre_out) dq_pre_out[i] = pre;
+    dq_out[i] = ar.to(km.output, pre);
+  }
 }
 
 // ---- the Triton tutorial's backward (BackwardKernel::triton_prescaled_k) ----------------
@@ -1197,6 +1204,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   out.dq = Tensor4(B, H, N, D);
   out.dk = Tensor4(B, H, N, D);
   out.dv = Tensor4(B, H, N, D);
+  if (km.backward == BackwardKernel::fa2_seqk_parallel) out.dq_pre_cast = Tensor4(B, H, N, D);
   parallel_for(B * H, opt.threads, [&](int bh) {
     const int b = bh / H, h = bh % H;
     const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
@@ -1226,7 +1234,9 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     double* dk = out.dk->row(b, h, 0);
     double* dv = out.dv->row(b, h, 0);
     switch (km.backward) {
-      case BackwardKernel::fa2_seqk_parallel: mma_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
+      case BackwardKernel::fa2_seqk_parallel:
+        mma_backward_head(km, ar, hd, g, st, delta, dq, dk, dv, out.dq_pre_cast->row(b, h, 0));
+        break;
       case BackwardKernel::triton_prescaled_k: triton_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
       case BackwardKernel::tensor_ops: tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
     }
@@ -1235,6 +1245,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     out.dq.reset();
     out.dk.reset();
     out.dv.reset();
+    out.dq_pre_cast.reset();
   }
   return out;
 }

@@ -36,6 +36,7 @@ struct ReplayOptions {
   std::string path, model, plot, recipe;
   std::vector<std::string> sfu_dumps;  // FUNC=FILE
   std::string sfu_record, sfu_values;
+  std::string sfu_set = "auto";  // auto | model | a named SFU set
   int batch = -1, head = -1, row = -1;
   bool all = false, explain = false, json = false;
 };
@@ -43,7 +44,7 @@ struct ReplayOptions {
 constexpr std::size_t kListedMismatches = 20;  // per tensor in the text report
 
 struct Mismatch {
-  int b, h, r, c;
+  int b, h, r, c;  // [batch, head, row, column]; intermediates: [0, traced row, kv block, element]
   std::uint32_t captured, recomputed;
   bool recomputed_exact;
   double ulps;
@@ -92,6 +93,57 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
   return cmp;
 }
 
+// One of fb-fa2's per-row intermediates ([traced row][kv block][...], fp32, NaN where the
+// kernel never visited the block) against the traced rows' tile records. `value` gives the
+// model's value of element `e` of a tile, or nullopt where that tile does not hold it. A
+// causal m-block also visits KV blocks where a row sees no key (FA2 visits n < ceil((m + 1)
+// * block_m / block_n)); the model skips them as the no-ops they are, so there the kernel's
+// state is still the initial one: max -inf, sums 0, P 0, accumulator 0 (`empty`).
+template <class Value>
+Comparison compare_intermediate(const Trace& trace, const std::string& name, const std::vector<int>& rows,
+                                const std::vector<const attn::RowTrace*>& traced, const attn::TileSizes& tiles,
+                                bool causal, double empty, Value value) {
+  const int block_n = tiles.block_n;
+  Comparison cmp;
+  cmp.name = name;
+  const RawTensor captured = trace.bits(name);
+  if (captured.shape.size() < 2 || captured.shape[0] != rows.size())
+    throw TraceError(trace.source_name() + ": tensor " + name + ": expected [" + std::to_string(rows.size()) +
+                     " traced rows][kv blocks]...");
+  const std::size_t blocks = captured.shape[1];
+  std::size_t inner = 1;
+  for (std::size_t i = 2; i < captured.shape.size(); ++i) inner *= captured.shape[i];
+  const Format& f = captured.format;
+  for (std::size_t slot = 0; slot < rows.size(); ++slot) {
+    for (std::size_t kb = 0; kb < blocks; ++kb) {
+      const attn::TileRecord* tile = nullptr;
+      for (const auto& t : traced[slot]->tiles)
+        if (t.kv_begin == static_cast<int>(kb) * block_n) tile = &t;
+      const int m_block = rows[slot] / tiles.block_m;
+      const std::size_t visited =
+          causal ? static_cast<std::size_t>(((m_block + 1) * tiles.block_m + block_n - 1) / block_n) : blocks;
+      for (std::size_t e = 0; e < inner; ++e) {
+        const std::uint32_t want = captured.bits[(slot * blocks + kb) * inner + e];
+        const std::optional<double> got = tile             ? value(*tile, e)
+                                          : kb < visited   ? std::optional<double>(empty)
+                                                           : std::optional<double>(std::nan(""));
+        if (!got) continue;
+        ++cmp.compared;
+        std::uint32_t got_bits = 0;
+        const bool exact = from_double_exact(f, *got, got_bits);
+        if ((is_nan(f, want) && std::isnan(*got)) || (exact && got_bits == want)) {
+          ++cmp.matching;
+          continue;
+        }
+        const double want_v = to_double(f, want);
+        cmp.mismatches.push_back({0, rows[slot], static_cast<int>(kb), static_cast<int>(e), want, got_bits, exact,
+                                  std::isfinite(want_v) ? (*got - want_v) / attn::ulp_at(f, want_v) : NAN});
+      }
+    }
+  }
+  return cmp;
+}
+
 int run_replay(const ReplayOptions& o) {
   const Trace trace = read_trace(o.path);
   const TraceMetadata& md = trace.metadata();
@@ -105,8 +157,31 @@ int run_replay(const ReplayOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw InputError(std::string("model ") + model_name + ": " + e.what());
   }
-  if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
   std::vector<std::string> notes;
+  // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with
+  // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set.
+  std::string sfu_set = o.sfu_set;
+  if (sfu_set == "auto") {
+    sfu_set = "model";
+    if (is_hardware_capture(trace) && md.compute_capability == "9.0") {
+      sfu_set = "hw-sm90";
+      notes.push_back("SFU set hw-sm90 (measured on an H200): the trace was captured on " + md.source +
+                      ", compute capability 9.0 (--sfu model keeps the model's own)");
+    }
+  }
+  if (sfu_set != "model") {
+    const std::optional<SfuSet> set = find_sfu_set(sfu_set);
+    if (!set) {
+      std::string names;
+      for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
+      throw InputError("--sfu " + sfu_set + ": unknown SFU set (auto, model, " + names + ")");
+    }
+    auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
+    for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+      if (attn::uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = SfuSet(*set).model_for(f);
+    model.recipe = std::move(recipe);
+  }
+  if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
   if (!o.sfu_dumps.empty()) {
     auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
     for (const std::string& spec : o.sfu_dumps) {
@@ -174,6 +249,18 @@ int run_replay(const ReplayOptions& o) {
     tracer.rows.push_back({tb, th, tr});
     opt.tracer = &tracer;
   }
+  // fb-fa2's per-row intermediates (gpu/README.md): rows of batch 0, head 0.
+  std::vector<int> intermediate_rows;
+  const std::size_t first_intermediate = tracer.rows.size();
+  if (trace.has("trace_rows") && o.row < 0) {
+    for (double r : trace.values("trace_rows")) {
+      if (r < 0 || r >= static_cast<double>(trace.rows()) || r != std::floor(r))
+        throw TraceError(trace.source_name() + ": tensor trace_rows: " + std::to_string(r) + " is not a row of q");
+      intermediate_rows.push_back(static_cast<int>(r));
+      tracer.rows.push_back({0, 0, static_cast<int>(r)});
+    }
+    opt.tracer = &tracer;
+  }
   ProgressBar progress("rows", static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1));
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
@@ -205,6 +292,34 @@ int run_replay(const ReplayOptions& o) {
   comparisons.push_back(compare(o, trace, "o", out.o));
   if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
+  if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
+  if (!intermediate_rows.empty()) {
+    std::vector<const attn::RowTrace*> traced;
+    for (std::size_t i = 0; i < intermediate_rows.size(); ++i) traced.push_back(&tracer.traces[first_intermediate + i]);
+    const attn::TileSizes tiles =
+        model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()));
+    const bool causal = in.causal;
+    using Tile = attn::TileRecord;
+    if (trace.has("trace_m"))
+      comparisons.push_back(compare_intermediate(trace, "trace_m", intermediate_rows, traced, tiles, causal, -INFINITY,
+                                                 [](const Tile& t, std::size_t) { return std::optional<double>(t.running_max); }));
+    if (trace.has("trace_l_partial"))
+      comparisons.push_back(compare_intermediate(trace, "trace_l_partial", intermediate_rows, traced, tiles, causal, 0.0,
+                                                 [](const Tile& t, std::size_t e) {
+                                                   return e < 4 ? std::optional<double>(t.thread_sums[e]) : std::nullopt;
+                                                 }));
+    if (trace.has("trace_p"))
+      comparisons.push_back(compare_intermediate(trace, "trace_p", intermediate_rows, traced, tiles, causal, 0.0,
+                                                 [](const Tile& t, std::size_t e) {
+                                                   // keys past the row's causal limit: exp2(-inf) = 0
+                                                   return std::optional<double>(e < t.p.size() ? t.p[e] : 0.0);
+                                                 }));
+    if (trace.has("trace_acc_o"))
+      comparisons.push_back(compare_intermediate(trace, "trace_acc_o", intermediate_rows, traced, tiles, causal, 0.0,
+                                                 [](const Tile& t, std::size_t e) {
+                                                   return e < t.acc.size() ? std::optional<double>(t.acc[e]) : std::nullopt;
+                                                 }));
+  }
   // The backward's outputs, whenever the trace holds them (the run computes them from dO).
   const std::pair<const char*, const std::optional<attn::Tensor4>*> gradients[] = {
       {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}};
@@ -220,7 +335,13 @@ int run_replay(const ReplayOptions& o) {
       hardware ? "hardware capture (source " + md.source + ", device " + md.device + ")"
                : "EMULATED trace (source " + md.source + "): produced by flashbits, not a hardware capture";
   const std::string sfu = model.recipe->sfu.describe();
-  const bool sfu_measured = model.recipe->sfu.all_hardware_measured();
+  // Only the functions the model evaluates count (an unused correctly rounded rcp is no warning).
+  bool sfu_measured = true;
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+    const SfuSet& set = model.recipe->sfu;
+    const auto& m = f == SpecialFunction::ex2 ? set.ex2 : f == SpecialFunction::rcp ? set.rcp : set.lg2;
+    if (attn::uses_special_function(*model.recipe, f) && (!m || !m->hardware_measured())) sfu_measured = false;
+  }
   const std::string sfu_line =
       "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
   bool mismatch = oracle_fallbacks != 0;
@@ -369,6 +490,10 @@ Runner setup_replay(CLI::App& app) {
   app.add_option("trace", o->path, "TRACE.safetensors")->required();
   app.add_option("--model", o->model, "kernel model (default: the trace's metadata)");
   app.add_option("--recipe", o->recipe, "JSON file changing the model's stage formats and SFU tables");
+  app.add_option("--sfu", o->sfu_set,
+                 "SFU models: auto (a hardware capture from compute capability 9.0 uses hw-sm90, the "
+                 "measured H200 tables; else the model's own), model, or a set name (correct, hw-sm90)")
+      ->capture_default_str();
   app.add_option("--sfu-dump", o->sfu_dumps,
                  "FUNC=FILE (ex2, rcp, lg2): the function's outputs for all 2^32 inputs, dumped on a GPU "
                  "(gpu/sfu_dump.cu, FBSFUDUMP1; 16 GiB: for the device machine)");
