@@ -458,7 +458,16 @@ TileSizes KernelModel::tiles_for(int head_dim, int seqlen) const {
 
 bool KernelModel::hardware_validated() const {
   auto dot_ok = [](const DotSpec& d) { return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated); };
-  return dot_ok(score_dot) && dot_ok(pv_dot) && (sfu.ex2 ? sfu.all_hardware_measured() : true);
+  return dot_ok(score_dot) && dot_ok(pv_dot) && sfu_hardware_measured(*this);
+}
+
+bool sfu_hardware_measured(const KernelModel& km) {
+  const SfuSet& s = km.sfu;
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+    const auto& m = f == SpecialFunction::ex2 ? s.ex2 : f == SpecialFunction::rcp ? s.rcp : s.lg2;
+    if (uses_special_function(km, f) && (!m || !m->hardware_measured())) return false;
+  }
+  return true;
 }
 
 std::vector<KernelModel> base_kernel_models(const Format& dtype) {

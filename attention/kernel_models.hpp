@@ -253,5 +253,8 @@ const std::vector<StageField>& recipe_stage_fields();
 // rcp: the normalisation; lg2: the LSE), i.e. whether replacing km.sfu's model for f
 // changes anything.
 bool uses_special_function(const KernelModel& km, SpecialFunction f);
+// Whether every special function the model evaluates has a model measured on hardware
+// (an unused function's model does not count).
+bool sfu_hardware_measured(const KernelModel& km);
 
 }  // namespace fb::attn

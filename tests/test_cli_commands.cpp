@@ -521,3 +521,20 @@ TEST_CASE("bias-test: the correctly rounded reference and the excess, checked ag
   CHECK(jb["excess"]["o"]["mean_ulps"].get<double>() >= 1.0 / 64);
   CHECK(jb["excess"]["o"]["mean_ulps"].get<double>() <= 2.0 / 64);
 }
+
+TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict from the excess") {
+  const Run r = run("demo");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("hardware capture (source cuda:NVIDIA H200)") != std::string::npos);
+  CHECK(r.out.find("1. Replay: 16384/16384 elements of O match") != std::string::npos);
+  CHECK(r.out.find("correctly rounded reference") != std::string::npos);
+  CHECK(r.out.find("Verdict (from the excess") != std::string::npos);
+  // The emulated bf16-accumulator recipe (Qiu & Yao) on its sink trace: biased beyond its
+  // format's own rounding, and the dynamic max removes it.
+  const std::string emulated =
+      (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "sink-fa-bf16acc.safetensors").string();
+  const Run e = run("demo --trace " + emulated);
+  REQUIRE(e.code == 0);
+  CHECK(e.out.find("EMULATED trace") != std::string::npos);
+  CHECK(e.out.find("fa-bf16acc is biased on this sink trace") != std::string::npos);
+}

@@ -160,26 +160,10 @@ int run_replay(const ReplayOptions& o) {
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with
   // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set.
-  std::string sfu_set = o.sfu_set;
-  if (sfu_set == "auto") {
-    sfu_set = "model";
-    if (is_hardware_capture(trace) && md.compute_capability == "9.0") {
-      sfu_set = "hw-sm90";
-      notes.push_back("SFU set hw-sm90 (measured on an H200): the trace was captured on " + md.source +
-                      ", compute capability 9.0 (--sfu model keeps the model's own)");
-    }
-  }
-  if (sfu_set != "model") {
-    const std::optional<SfuSet> set = find_sfu_set(sfu_set);
-    if (!set) {
-      std::string names;
-      for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
-      throw InputError("--sfu " + sfu_set + ": unknown SFU set (auto, model, " + names + ")");
-    }
-    auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
-    for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
-      if (attn::uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = SfuSet(*set).model_for(f);
-    model.recipe = std::move(recipe);
+  {
+    std::string note;
+    model = with_capture_sfu(model, trace, o.sfu_set, note);
+    if (!note.empty()) notes.push_back(note);
   }
   if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
   if (!o.sfu_dumps.empty()) {
@@ -266,7 +250,7 @@ int run_replay(const ReplayOptions& o) {
   const auto out = attn::run_attention(model, in, opt);
   progress.finish();
   if (!o.sfu_record.empty()) {
-    if (!model.recipe->sfu.all_hardware_measured())
+    if (!attn::sfu_hardware_measured(*model.recipe))
       throw InputError("--sfu-record: the SFU models are not all hardware tables (give --sfu-dump for each "
                        "function the model evaluates): recorded values must be the hardware's");
     SfuValues values;
@@ -335,13 +319,7 @@ int run_replay(const ReplayOptions& o) {
       hardware ? "hardware capture (source " + md.source + ", device " + md.device + ")"
                : "EMULATED trace (source " + md.source + "): produced by flashbits, not a hardware capture";
   const std::string sfu = model.recipe->sfu.describe();
-  // Only the functions the model evaluates count (an unused correctly rounded rcp is no warning).
-  bool sfu_measured = true;
-  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
-    const SfuSet& set = model.recipe->sfu;
-    const auto& m = f == SpecialFunction::ex2 ? set.ex2 : f == SpecialFunction::rcp ? set.rcp : set.lg2;
-    if (attn::uses_special_function(*model.recipe, f) && (!m || !m->hardware_measured())) sfu_measured = false;
-  }
+  const bool sfu_measured = attn::sfu_hardware_measured(*model.recipe);  // the functions it evaluates
   const std::string sfu_line =
       "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
   bool mismatch = oracle_fallbacks != 0;

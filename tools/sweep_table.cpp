@@ -489,4 +489,32 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
   return kExitOk;
 }
 
+attn::ModelHandle with_capture_sfu(const attn::ModelHandle& model, const Trace& trace, const std::string& choice,
+                                   std::string& note) {
+  note.clear();
+  std::string set_name = choice;
+  if (set_name == "auto") {
+    set_name = "model";
+    if (is_hardware_capture(trace) && trace.metadata().compute_capability == "9.0") {
+      set_name = "hw-sm90";
+      note = "SFU set hw-sm90 (measured on an H200): the trace was captured on " + trace.metadata().source +
+             ", compute capability 9.0 (--sfu model keeps the model's own)";
+    }
+  }
+  if (set_name == "model") return model;
+  const std::optional<SfuSet> set = find_sfu_set(set_name);
+  if (!set) {
+    std::string names;
+    for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InputError("--sfu " + set_name + ": unknown SFU set (auto, model, " + names + ")");
+  }
+  auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
+  SfuSet chosen = *set;
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+    if (attn::uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = chosen.model_for(f);
+  attn::ModelHandle out = model;
+  out.recipe = std::move(recipe);
+  return out;
+}
+
 }  // namespace fb::cli

@@ -77,6 +77,13 @@ std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, s
 // The inputs a trace captured (q, k, v, and dO when present), with its scale, causal flag
 // and dtype (metadata dtype, else q's dtype).
 attn::AttentionInputs inputs_from_trace(const Trace& trace);
+// The SFU models a trace is replayed with. `choice`: "model" keeps the model's own; a set
+// name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
+// (measured on an H200) for a hardware capture from compute capability 9.0 and the model's
+// own otherwise. Returns the model to run and sets `note` to a line saying what auto chose
+// (empty when nothing was chosen). InputError for an unknown set.
+attn::ModelHandle with_capture_sfu(const attn::ModelHandle& model, const Trace& trace, const std::string& choice,
+                                   std::string& note);
 // Tensor4 of a trace tensor: [B,H,N,D] as is; [B,H,N] as [B,H,N,1].
 attn::Tensor4 tensor_from_trace(const Trace& trace, std::string_view name);
 
