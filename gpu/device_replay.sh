@@ -91,8 +91,8 @@ step_replays() {
   for f in "$W"/replay/*.txt; do
     echo "== $(basename "$f" .txt): $(grep -E '^result|^exit' "$f" | tr '\n' ' ')"
     grep -E 'match bit for bit \(' "$f" | sed 's/^/    /'
-  done > "$W/replay/replay_report.txt"
-  cp "$W/replay/replay_report.txt" "$OUT/"
+  done > "$W/replay_report.txt"
+  cp "$W/replay_report.txt" "$OUT/"
   grep -c "result: all compared values match" "$W"/replay/*.txt | awk -F: '{s+=$2} END {print s " traces match bit for bit"}'
   ls "$W"/replay/*.txt | wc -l | sed 's/$/ traces replayed/'
 }

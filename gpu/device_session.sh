@@ -25,6 +25,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export FB_ROOT=$PWD
 export REHEARSE=0
+# The prebuilt programs (gpu/prepare_session.sh); FB_DEVBIN points elsewhere (the CI rehearsal
+# uses the project build's).
+export BIN_DIR=${FB_DEVBIN:-$PWD/.devbin}
 [ "${1:-}" = "--rehearse" ] && REHEARSE=1
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
@@ -75,15 +78,15 @@ export -f step_info
 
 # Prebuilt binaries when they run here; else build gpu/ (the probes then come back unchecked).
 step_binaries() {
-  local bin=$FB_ROOT/.devbin ok=1 r1=1 r2=2
-  for p in fb-mma-probe fb-sfu-probe fb-fa2 flashbits; do [ -x "$bin/$p" ] || { echo "missing .devbin/$p"; ok=0; }; done
+  local bin=$BIN_DIR ok=1 r1=1 r2=2
+  for p in fb-mma-probe fb-sfu-probe fb-fa2 flashbits; do [ -x "$bin/$p" ] || { echo "missing $bin/$p"; ok=0; }; done
   if [ $ok = 1 ]; then
     "$bin/fb-mma-probe" --dry-run --tiles 1 --out "$W/selftest.fbp" >/dev/null; r1=$?
     "$bin/flashbits" probe-check "$W/selftest.fbp" --max-report 0 >/dev/null; r2=$?
     echo "self-test: fb-mma-probe --dry-run exit $r1, flashbits probe-check exit $r2"
   fi
   if [ $ok = 1 ] && [ $r1 = 0 ] && [ $r2 -le 1 ]; then
-    echo "using prebuilt .devbin/ (static flashbits runs here)"
+    echo "using prebuilt $bin (its flashbits runs here)"
     echo "$bin" > "$W/bindir"; echo 1 > "$W/checker"
     return 0
   fi
@@ -101,14 +104,15 @@ export -f step_binaries
 step_torch() {
   mkdir -p "$W/torch"
   if [ "$REHEARSE" = 1 ]; then  # fakes: the emulator's own traces under the capture names
-    local fb=$FB_ROOT/.devbin/flashbits
-    for f in "$FB_ROOT"/gpu/inputs/*_d*_*.safetensors; do
-      local b; b=$(basename "$f" .safetensors)   # <scenario>_d<h>_<dtype>
-      local dtype=${b##*_} rest=${b%_*}
-      local scen=${rest%_d*} hdim=${rest##*_d}
-      for causal in "" _causal; do
-        "$fb" make-trace --model fa2-sm90 --dtype "$dtype" --scenario "$scen" --seqlen 256 --headdim "$hdim" --seed 7 \
-          --backward --out "$W/torch/torch_${dtype}_${scen}_d${hdim}${causal}.safetensors" >/dev/null || return 1
+    local fb=$BIN_DIR/flashbits
+    for dtype in bf16 fp16; do
+      for hdim in 64 128; do
+        for scen in random sink fa3-outliers; do
+          for causal in "" _causal; do
+            "$fb" make-trace --model fa2-sm90 --dtype "$dtype" --scenario "$scen" --seqlen 256 --headdim "$hdim" \
+              --seed 7 --backward --out "$W/torch/torch_${dtype}_${scen}_d${hdim}${causal}.safetensors" >/dev/null || return 1
+          done
+        done
       done
     done
     echo '{"capture": "rehearsal", "status": "ok", "kernels": []}' > "$W/torch/capture_log.jsonl"
@@ -146,16 +150,48 @@ step_mma() {
     "$bin/fb-mma-probe" "${dry[@]}" --out "$W/mma/probes_raw.fbp" --tiles 3 --seed 12
     return
   fi
-  # 13 * 128 * 620 = 1,031,680 cases per form (1.35 GB), checked here; a 64-per-batch sample
-  # (the regression set, ~1 MB) and at most 4000 mismatching cases per form come back.
+  # 14 * 128 * 620 = 1,111,040 cases per form, checked here; a 64-per-batch sample (the
+  # regression set, ~1 MB) and at most 4000 mismatching cases per form come back. mma.sync
+  # and wgmma run as separate processes: a wgmma fault cannot lose the mma.sync results.
   local tiles=620; [ "$REHEARSE" = 1 ] && tiles=20
-  "$bin/fb-mma-probe" "${dry[@]}" --out "$W/probes_big.fbp" --tiles "$tiles" --seed 12 || return 1
-  "$FB_ROOT/.devbin/flashbits" probe-check "$W/probes_big.fbp" --json --max-report 20 --jobs "$JOBS" \
-    --mismatches-out "$W/mma/mismatches_big.fbp" --max-mismatches 4000 \
-    --sample-out "$W/mma/sample_big.fbp" --sample-per-batch 64 > "$W/mma/check_big.json"
-  echo "big file: probe-check exit $? (0 all match, 1 mismatches)"
-  rm -f "$W/probes_big.fbp"
-  python3 - "$W/mma/check_big.json" <<'EOF2' || true
+  local group rc
+  for group in mma wgmma; do
+    if ! "$bin/fb-mma-probe" "${dry[@]}" --forms "$group" --out "$W/probes_big.fbp" --tiles "$tiles" --seed 12; then
+      echo "fb-mma-probe --forms $group failed: its forms are lost, the other group's are kept"
+      rm -f "$W/probes_big.fbp" "$W/probes_big.fbp.partial"
+      continue
+    fi
+    if [ "$REHEARSE" = 1 ]; then
+      # No GPU: the model's own predictions stand in for the hardware's D. They must pass,
+      # and one flipped result must fail.
+      "$BIN_DIR/flashbits" probe-check "$W/probes_big.fbp" --max-report 0 \
+        --predictions-out "$W/predicted.fbp" > /dev/null
+      mv "$W/predicted.fbp" "$W/probes_big.fbp"
+      cp "$W/probes_big.fbp" "$W/flipped.fbp"
+      python3 - "$W/flipped.fbp" <<'EOF2'
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+header_len = struct.unpack_from("<I", b, 12)[0]
+header = b[16:16 + header_len].decode()
+k = int(dict(l.split("=", 1) for l in header.splitlines() if "=" in l)["k"])
+d_at = 16 + header_len + 4 * (2 + 2 * k)  # the first case's D word
+b[d_at] ^= 1
+open(p, "wb").write(bytes(b))
+EOF2
+      "$BIN_DIR/flashbits" probe-check "$W/flipped.fbp" --max-report 1 > "$W/mma/rehearsal_flipped_$group.txt"
+      rc=$?
+      echo "rehearsal: one flipped D: probe-check exit $rc (must be 1)"
+      [ "$rc" = 1 ] || return 1
+    fi
+    "$BIN_DIR/flashbits" probe-check "$W/probes_big.fbp" --json --max-report 20 --jobs "$JOBS" \
+      --mismatches-out "$W/mma/mismatches_big_$group.fbp" --max-mismatches 4000 \
+      --sample-out "$W/mma/sample_big_$group.fbp" --sample-per-batch 64 > "$W/mma/check_big_$group.json"
+    rc=$?
+    echo "$group forms: probe-check exit $rc (0 all match, 1 mismatches)"
+    rm -f "$W/probes_big.fbp"
+    [ "$REHEARSE" = 1 ] && [ "$rc" != 0 ] && return 1
+    python3 - "$W/mma/check_big_$group.json" <<'EOF2' || true
 import json, sys
 d = json.load(open(sys.argv[1]))
 for f in d.get("forms", []):
@@ -164,6 +200,7 @@ for f in d.get("forms", []):
         if b.get("mismatches"):
             print(f"    {name}: {b.get('mismatches')} of {b.get('cases')}")
 EOF2
+  done
 }
 export -f step_mma
 
@@ -213,7 +250,7 @@ step_sass_probe() {
 export -f step_sass_probe
 
 echo "== flashbits device session $(date -u +%FT%TZ) $([ $REHEARSE = 1 ] && echo '(REHEARSAL: fakes, no GPU)')"
-echo "== budgets (s): info 20, binaries 200, torch 170, fa2 60, mma 120, sfu 150, sass 60 (estimate on an H100: ~6 min)"
+echo "== budgets (s): info 20, binaries 200, torch 170, fa2 60, mma 120, sfu 150, sass 60 (measured on an H200: 2 min in all)"
 run_step info 20 step_info
 run_step binaries 200 step_binaries
 run_step torch-captures 170 step_torch

@@ -120,8 +120,10 @@ report="$dest/import_report.txt"
   for p in "$dest"/probes/*.fbp; do
     [ -e "$p" ] || continue
     echo "== probe-check $(basename "$p")"
-    "$fb" probe-check "$p" --max-report 0 | grep -v '^  batch'
-    echo "exit $?"
+    "$fb" probe-check "$p" --max-report 0 > "$work/probe_check.txt"
+    rc=$?
+    grep -v '^  batch' "$work/probe_check.txt"
+    echo "exit $rc"
   done
   for t in "$dest"/torch/*.safetensors "$dest"/eager/*.safetensors "$dest"/fa2/*.safetensors "$dest"/bias/*.safetensors; do
     [ -e "$t" ] || continue

@@ -7,7 +7,7 @@
 // (gpu/probe_file.hpp, gpu/README.md), which `flashbits probe-check` replays on a CPU.
 // Forms: mma.sync m16n8k16 bf16/fp16 -> f32, fp16 -> f16, mma.sync m16n8k8 tf32 -> f32
 // (sm_80+), wgmma m64n8k16 bf16/fp16 and m64n8k32 e4m3/e5m2 -> f32 (sm_90a only).
-// Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--dry-run: inputs only, no GPU,
+// Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--forms all|mma|wgmma] [--dry-run: inputs only, no GPU,
 //        D = 0xffffffff, source "dry-run:no-gpu"; for checking the generator and file]
 // Per form and batch: N mma tiles (16x8 outputs) or (N+3)/4 wgmma tiles (64x8); the
 // `chained` batch records two cases per output. Batch indices are stable: new batches
@@ -906,16 +906,25 @@ int run(int argc, char** argv) {
   int tiles = 4;
   std::uint64_t seed = 1;
   bool dry_run = false;
+  std::string only = "all";  // all | mma | wgmma: a device session runs mma.sync and wgmma as
+                             // separate processes, so a wgmma fault cannot lose the mma.sync file
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--dry-run") dry_run = true;
+    else if (arg == "--forms" && i + 1 < argc) only = argv[++i];
     else if (arg == "--out" && i + 1 < argc) out = argv[++i];
     else if (arg == "--tiles" && i + 1 < argc) tiles = std::atoi(argv[++i]);
     else if (arg == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: fb-mma-probe --out FILE [--tiles N per batch, default 4] [--seed S] [--dry-run]\n");
+      std::fprintf(stderr,
+                   "usage: fb-mma-probe --out FILE [--tiles N per batch, default 4] [--seed S] [--forms all|mma|wgmma] "
+                   "[--dry-run]\n");
       return 2;
     }
+  }
+  if (only != "all" && only != "mma" && only != "wgmma") {
+    std::fprintf(stderr, "error: --forms must be all, mma or wgmma, not '%s'\n", only.c_str());
+    return 2;
   }
   // 100000 tiles: 150 million cases and about 40 GB of file per form; far beyond any use.
   if (out.empty() || tiles < 1 || tiles > 100000) {
@@ -944,6 +953,7 @@ int run(int argc, char** argv) {
   std::vector<int> forms;
   for (int form = 0; form < kFormCount; ++form) {
     const FormInfo& f = kForms[form];
+    if ((only == "mma" && f.wgmma) || (only == "wgmma" && !f.wgmma)) continue;
     if (f.wgmma && prop.major != 9) {
       std::printf("skip %s: wgmma needs sm_90a, device is sm_%d%d\n", f.ptx, prop.major, prop.minor);
       continue;

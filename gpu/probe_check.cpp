@@ -235,7 +235,7 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     return 2;
   }
   const unsigned jobs = options.jobs != 0 ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
-  ProbeFile mismatch_file, sample_file;
+  ProbeFile mismatch_file, sample_file, prediction_file;
   std::size_t mismatch_file_cases = 0, sample_file_cases = 0;
   nlohmann::json report = {{"file", path}, {"forms", nlohmann::json::array()}};
   std::size_t total_mismatches = 0, total_cases = 0;
@@ -316,6 +316,17 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
       sample_file_cases += sub.cases();
       sample_file.sections.push_back(std::move(sub));
     }
+    if (!options.predictions_out.empty()) {
+      // Every case with D = the model's output: what a rehearsal (no GPU) checks against.
+      ProbeSection sub = subset_of(sec, {{"source", "model-prediction:" + model_name},
+                                         {"subset", "model_predictions"}});
+      for (std::size_t i = 0; i < sec.cases(); ++i) {
+        const std::span<const std::uint32_t> a(sec.a(i), static_cast<std::size_t>(h.k));
+        const std::span<const std::uint32_t> b(sec.b(i), static_cast<std::size_t>(h.k));
+        sub.add_case(sec.batch(i), sec.c(i), sec.a(i), sec.b(i), fused_dot_bits(model, sec.c(i), a, b));
+      }
+      prediction_file.sections.push_back(std::move(sub));
+    }
     total_mismatches += mismatches;
     total_cases += sec.cases();
     const std::string source = h.extra.count("source") ? h.extra.at("source") : "unknown";
@@ -354,6 +365,7 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     }
   };
   if (!options.mismatches_out.empty() && !write_subset(options.mismatches_out, mismatch_file)) return 2;
+  if (!options.predictions_out.empty() && !write_subset(options.predictions_out, prediction_file)) return 2;
   if (!options.sample_out.empty() && !write_subset(options.sample_out, sample_file)) return 2;
   if (options.json) {
     report["cases"] = total_cases;

@@ -29,6 +29,9 @@ struct ProbeCheckOptions {
   std::string mismatches_out;   // empty: not written
   std::size_t max_mismatches = 100000;  // per section, in mismatches_out
   std::string sample_out;       // empty: not written
+  // Every case with D replaced by the model's output, source "model-prediction:<model>"
+  // (a rehearsal's stand-in for the hardware; empty: not written).
+  std::string predictions_out;
   std::size_t sample_per_batch = 0;
   unsigned jobs = 0;            // replay threads; 0: std::thread::hardware_concurrency()
 };

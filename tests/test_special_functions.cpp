@@ -1432,12 +1432,10 @@ TEST_CASE("sfu_named_sets_correct_and_hw_sm90") {
   CHECK(bits_of(set->rcp->evaluate(1.0f)) == bits_of(1.0f));
   CHECK(set->ex2->function() == SpecialFunction::ex2);
   CHECK(set->lg2->function() == SpecialFunction::lg2);
-  if (set->lg2->kind() != fb::SfuKind::table) {  // until an lg2 table is shipped
-    CHECK(set->lg2->kind() == fb::SfuKind::correct);
-    CHECK(set->lg2->describe().find("UNMEASURED") != std::string::npos);
-    CHECK(set->lg2->describe().find("APPROXIMATE") != std::string::npos);
-  }
-  CHECK_FALSE(set->all_hardware_measured());
+  // All three tables ship (lg2 as a .tar.xz the build extracts), each measured on an H200.
+  CHECK(set->ex2->kind() == fb::SfuKind::table);
+  CHECK(set->lg2->kind() == fb::SfuKind::table);
+  CHECK(set->all_hardware_measured());
   // Loaded once per process: a second lookup shares the tables.
   const auto again = fb::find_sfu_set("hw-sm90");
   CHECK(again->rcp.get() == set->rcp.get());
@@ -1575,7 +1573,7 @@ TEST_CASE("table_ex2_sign_magnitude_and_lg2_extended_round_trip_and_corrupted_fi
   {
     // The H200's powers of two: lg2(1) = +0 but lg2(2^e), e != 0, is e + L[0] with L[0] in
     // (2^-24, 2^-23] rounded toward zero, so T[0] holds L[0] and x == 1 is special. Expected
-    // values written out: -1 + 1.5*2^-24 toward zero is -(1 - 2^-23) (0xbf7ffffe), 2 + L is 2.
+    // values written out: -1 + 1.5*2^-24 toward zero is -(1 - 2^-23) (0xbf7ffffe), lg2(2) = 1 + L is 1.
     fb::SfuTable pow2 = ext;
     pow2.final_rounding = fb::FinalRounding::toward_zero;
     pow2.guard_bits = 0;
@@ -1586,7 +1584,7 @@ TEST_CASE("table_ex2_sign_magnitude_and_lg2_extended_round_trip_and_corrupted_fi
     const auto p2 = fb::load_table_model(pow2_path);
     CHECK(bits_of(p2->evaluate(1.0f)) == 0u);
     CHECK(bits_of(p2->evaluate(0.5f)) == 0xbf7ffffeu);
-    CHECK(bits_of(p2->evaluate(2.0f)) == 0x40000000u);
+    CHECK(bits_of(p2->evaluate(2.0f)) == 0x3f800000u);  // 1 + L toward zero is 1
     CHECK(bits_of(p2->evaluate(0x1p-126f)) == 0xc2fbffffu);  // -126 + L: -(126 - 2^-17), as measured
   }
   bytes = read_bytes(path);
@@ -1613,6 +1611,37 @@ TEST_CASE("table_ex2_sign_magnitude_and_lg2_extended_round_trip_and_corrupted_fi
 }
 
 // ---- exhaustive: the shipped tables on all 2^32 inputs against the measured histograms -------
+TEST_CASE("shipped_lg2_h200_table_reproduces_the_hardware_samples") {
+  // The lg2_extended table (emu/tables/lg2_h200.fbsfu.tar.xz, extracted into the build; its
+  // model reproduced the H200 on all 2^32 inputs on the device) against 4064 outputs captured
+  // separately (emu/tables/lg2_h200_samples.txt: 16 mantissas, m = 0 among them, at every
+  // exponent), which include the powers of two: lg2(1) = +0 but lg2(2^e) = e + L[0] rounded
+  // toward zero for e != 0.
+  const std::optional<fb::SfuSet> set = fb::find_sfu_set("hw-sm90");
+  REQUIRE(set);
+  const auto& m = set->lg2;
+  REQUIRE(m);
+  CHECK(m->hardware_measured());
+  std::ifstream samples(shipped_table("lg2_h200_samples.txt"));
+  REQUIRE(samples);
+  std::size_t count = 0, differ = 0, powers_of_two = 0;
+  for (std::string line; std::getline(samples, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    unsigned in = 0, out = 0;
+    REQUIRE(std::sscanf(line.c_str(), "0x%x 0x%x", &in, &out) == 2);
+    ++count;
+    powers_of_two += (in & 0x7fffffu) == 0;
+    if (bits_of(m->evaluate(float_of(in))) != out && ++differ <= 5)
+      MESSAGE("x bits 0x", std::hex, in, ": table 0x", bits_of(m->evaluate(float_of(in))), ", hardware 0x", out);
+  }
+  CHECK(count == 4064);
+  CHECK(powers_of_two == 254);
+  CHECK(differ == 0);
+  CHECK(bits_of(m->evaluate(1.0f)) == 0u);
+  CHECK(bits_of(m->evaluate(0.5f)) == 0xbf7ffffeu);  // -1 + L[0], toward zero (measured)
+  CHECK(bits_of(m->evaluate(2.0f)) == 0x3f800000u);
+}
+
 TEST_CASE("shipped_rcp_h200_table_all_inputs_histogram_exhaustive") {
   // sfu_summary.txt (H200): -1:279347544 0:3719494994 1:279347544, NaN both 16777214. Reference:
   // MPFR's correctly rounded 1/x with ftz, one instance per thread.

@@ -33,6 +33,9 @@ Runner setup_probe_check(CLI::App& app) {
   auto* sample_out = app.add_option("--sample-out", args->options.sample_out,
                                     "write the first --sample-per-batch cases of every batch of every section to "
                                     "FILE as a probe file");
+  app.add_option("--predictions-out", args->options.predictions_out,
+                 "write every case with D replaced by the model's output to FILE (source model-prediction:MODEL): "
+                 "a rehearsal's stand-in for a GPU");
   auto* per_batch = app.add_option("--sample-per-batch", args->options.sample_per_batch,
                                    "cases per batch in --sample-out")
                         ->check(CLI::PositiveNumber);
