@@ -206,12 +206,22 @@ export -f step_mma
 
 step_sfu() {
   mkdir -p "$W/sfu"
-  if [ "$REHEARSE" = 1 ]; then echo "rehearsal: fb-sfu-probe needs a GPU, skipped"; return 0; fi
-  "$(cat "$W/bindir")/fb-sfu-probe" --out-dir "$W/sfu"
-  local rc=$?
+  local rc
+  if [ "$REHEARSE" = 1 ]; then
+    # No GPU: fb-sfu-rehearse plays fb-sfu-probe's table step on reduced domains with the emu's
+    # hw-sm90 tables standing in for the hardware, and writes the summary and the FBSFUT1
+    # tables through fb-sfu-probe's writer (gpu/README.md "SFU rehearsal").
+    echo "rehearsal: fb-sfu-probe needs a GPU; fb-sfu-rehearse (stand-in: the emu's hw-sm90 tables, reduced domains)"
+    [ -x "$BIN_DIR/fb-sfu-rehearse" ] || { echo "missing $BIN_DIR/fb-sfu-rehearse"; return 1; }
+    "$BIN_DIR/fb-sfu-rehearse" --out-dir "$W/sfu" --lg2-extended
+    rc=$?
+  else
+    "$(cat "$W/bindir")/fb-sfu-probe" --out-dir "$W/sfu"
+    rc=$?
+  fi
   # the 2^23-entry tables and any raw evidence travel in a second pack (8 files, 16 MiB each)
   mkdir -p "$W/sfu_tables"
-  mv "$W"/sfu/rcp_table_* "$W"/sfu/lg2_table_* "$W"/sfu/ex2_raw_* "$W/sfu_tables/" 2>/dev/null
+  mv "$W"/sfu/rcp_table_* "$W"/sfu/lg2_table_* "$W"/sfu/lg2_extended_* "$W"/sfu/ex2_raw_* "$W/sfu_tables/" 2>/dev/null
   return $rc
 }
 export -f step_sfu

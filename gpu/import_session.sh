@@ -12,6 +12,8 @@
 #   files of 16 heads (gpu/split_heads.py), so no file exceeds a few MiB;
 # - session.log, capture_log.jsonl, the SFU summary and conflicts, the SASS summary, the
 #   reference kernels' SASS and one forward and one backward flash kernel's SASS (code only);
+# - a rehearsal's SFU tables (*.fbsfut whose header says source=rehearsal:), into DEST/sfu
+#   unless DEST is under traces/hw/;
 # - the tensor-core probe verdict (check_big.json) and its mismatching cases and sample;
 # - then checks: probe-check on the probe files, and `flashbits replay` of every capture
 #   under its metadata model; each result is printed and written to DEST/import_report.txt.
@@ -76,6 +78,18 @@ if [ -d "$work/sfu" ]; then
   cp "$work"/sfu/sfu_summary.txt "$dest/sfu/" 2>/dev/null
   [ -f "$work/sfu/ex2_conflicts.txt" ] && xz -c "$work/sfu/ex2_conflicts.txt" > "$dest/sfu/ex2_conflicts.txt.xz"
 fi
+# A rehearsal's SFU tables (fb-sfu-rehearse, header source=rehearsal:...) are kept for its
+# checks (gpu/rehearse_session.sh converts and loads them), in a scratch destination only:
+# never under traces/hw/. A GPU's tables stay in the packs (converted by hand, gpu/README.md).
+for t in "$work"/sfu/*.fbsfut "$work"/sfu_tables/*.fbsfut; do
+  [ -e "$t" ] || continue
+  awk '/^end$/ {exit} /^source=rehearsal:/ {found = 1} END {exit !found}' "$t" || continue
+  case "$(cd "$dest" && pwd -P)/" in
+    */traces/hw/*) echo "sfu: $(basename "$t") is a rehearsal's table: not kept under traces/hw/"; continue ;;
+  esac
+  mkdir -p "$dest/sfu"
+  cp "$t" "$dest/sfu/" && echo "sfu: kept the rehearsal's $(basename "$t") in $dest/sfu"
+done
 if [ -d "$work/sass" ]; then
   mkdir -p "$dest/sass"
   for f in sass_summary.tsv sass_status.txt sass_probe_default.txt sass_probe_fast_math.txt library.txt; do

@@ -8,15 +8,24 @@
 #   and the same file with one flipped D fails it (inside the session's MMA step);
 # - captures: the fake captures (make-trace, source emulated) are imported and replay bit
 #   for bit; the probe files brought back pass probe-check.
-# The SFU probe and fb-fa2 need a GPU and are skipped by the rehearsal (the session log says
-# so). Exit 0 when all of the above holds.
+# - SFU: the session's SFU step runs fb-sfu-rehearse (the emu's hw-sm90 tables standing in
+#   for the GPU, reduced domains; tables written by fb-sfu-probe's writer); the import keeps
+#   its tables. Each of ex2_sm_table_n23, rcp_table_n23 and lg2_extended_n23 must have been
+#   written with table_model_mismatches=0, convert with fb-sfu-table-convert, load with the
+#   emu's table loader and give the stand-in's outputs on every input of its domain
+#   (fb-sfu-rehearse --check), and load in flashbits from a recipe file: `flashbits replay`
+#   of a fake capture with the three tables reports exactly what it reports with --sfu
+#   hw-sm90 (the stand-in itself).
+# fb-fa2 needs a GPU and is skipped by the rehearsal (the session log says so). Exit 0 when
+# all of the above holds.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: gpu/rehearse_session.sh BUILD_DIR}" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin"
-for p in flashbits:tools/flashbits fb-mma-probe:gpu/fb-mma-probe fb-sfu-probe:gpu/fb-sfu-probe fb-fa2:gpu/fb-fa2; do
+for p in flashbits:tools/flashbits fb-mma-probe:gpu/fb-mma-probe fb-sfu-probe:gpu/fb-sfu-probe fb-fa2:gpu/fb-fa2 \
+         fb-sfu-rehearse:gpu/fb-sfu-rehearse fb-sfu-table-convert:gpu/fb-sfu-table-convert; do
   [ -x "$build/${p#*:}" ] || { echo "missing $build/${p#*:}"; exit 1; }
   ln -s "$build/${p#*:}" "$tmp/bin/${p%%:*}"
 done
@@ -41,5 +50,46 @@ probe_ok=$(grep -c '^exit 0' "$report")
 echo "import: $exact of $replays replays bit for bit, $probe_ok of $probes probe files pass"
 [ "$replays" -ge 24 ] && [ "$exact" -eq "$replays" ] || fail=1
 [ "$probes" -ge 2 ] && [ "$probe_ok" -eq "$probes" ] || fail=1
+
+# SFU: the rehearsal's tables, imported, converted, loaded and compared with the stand-in.
+sfu=$tmp/sfu_loaded
+mkdir -p "$sfu"
+checks=()
+recipe=""
+for entry in ex2:ex2_sm_table_n23 rcp:rcp_table_n23 lg2:lg2_extended_n23; do
+  fn=${entry%%:*}
+  table=$tmp/imported/sfu/${entry#*:}.fbsfut
+  if [ ! -s "$table" ]; then echo "sfu: no ${table##*/} imported"; fail=1; continue; fi
+  if ! awk '/^end$/ {exit} /^table_model_mismatches=0$/ {found = 1} END {exit !found}' "$table"; then
+    echo "sfu: ${table##*/}: its table model did not reproduce the stand-in"; fail=1
+  fi
+  if ! "$build/gpu/fb-sfu-table-convert" "$table" "$sfu/$fn.fbsfu" > "$sfu/convert_$fn.txt" 2>&1; then
+    echo "sfu: fb-sfu-table-convert ${table##*/} failed:"; cat "$sfu/convert_$fn.txt"; fail=1; continue
+  fi
+  checks+=(--check "$fn=$sfu/$fn.fbsfu")
+  recipe+="${recipe:+, }\"$fn\": \"$fn.fbsfu\""
+done
+"$build/gpu/fb-sfu-rehearse" "${checks[@]}" > "$sfu/check.txt" 2>&1
+rc=$?
+exact=$(grep -c '^check .*, all bit for bit' "$sfu/check.txt")
+echo "sfu: $exact of 3 converted tables give the stand-in's outputs on their domains (fb-sfu-rehearse --check exit $rc)"
+[ "$rc" = 0 ] && [ "$exact" = 3 ] || { cat "$sfu/check.txt"; fail=1; }
+printf '{"name": "rehearsal SFU tables", "sfu": {%s}}\n' "$recipe" > "$sfu/recipe.json"
+trace=$tmp/imported/torch/torch_bf16_sink_d64.safetensors
+"$build/tools/flashbits" replay "$trace" --recipe "$sfu/recipe.json" > "$sfu/replay_tables.txt" 2>&1
+rc_tables=$?
+"$build/tools/flashbits" replay "$trace" --sfu hw-sm90 > "$sfu/replay_stand_in.txt" 2>&1
+rc_stand_in=$?
+loaded=$(grep -cE '^SFU model: ex2: table [^ ]*ex2\.fbsfu .*; rcp: table [^ ]*rcp\.fbsfu .*; lg2: table [^ ]*lg2\.fbsfu ' "$sfu/replay_tables.txt")
+posing=$(grep '^SFU model: ' "$sfu/replay_tables.txt" | grep -c ', measured on hardware')
+echo "sfu: flashbits replay with the tables exit $rc_tables, with hw-sm90 exit $rc_stand_in; recipe loaded: $loaded"
+[ "$posing" = 0 ] || { echo "sfu: a rehearsal's table is reported as measured on hardware"; fail=1; }
+if [ "$loaded" != 1 ] || [ "$rc_tables" -gt 1 ] || [ "$rc_tables" != "$rc_stand_in" ] ||
+   ! diff <(awk '/^[a-z_]+: [0-9]+\/[0-9]+ match/ {on = 1} on' "$sfu/replay_tables.txt") \
+          <(awk '/^[a-z_]+: [0-9]+\/[0-9]+ match/ {on = 1} on' "$sfu/replay_stand_in.txt") > "$sfu/replay_diff.txt" ||
+   ! grep -q '^result: ' "$sfu/replay_tables.txt"; then
+  echo "sfu: the replay with the rehearsal's tables differs from the stand-in's:"; head -5 "$sfu/replay_tables.txt"
+  head -20 "$sfu/replay_diff.txt"; fail=1
+fi
 [ "$fail" = 0 ] || { echo "--- session"; tail -40 "$tmp/out/session.log"; echo "--- import"; tail -20 "$tmp/import.txt"; }
 exit $fail

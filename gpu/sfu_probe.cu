@@ -37,7 +37,8 @@
 //   inputs; the mismatches per region go into the summary and the header, as for ex2.
 // - Writes a summary (sfu_summary.txt) and, for the smallest N (then the first rounding
 //   in floor, nearest_even, toward_zero order) at which a hypothesis holds and verifies,
-//   a table file in the format documented in gpu/README.md ("FBSFUT1"); if no holding
+//   a table file in the format documented in gpu/README.md ("FBSFUT1"; written by
+//   gpu/sfu_table_writer.hpp, the writer fb-sfu-rehearse shares); if no holding
 //   ex2 table verifies, the first holding one is written anyway (its header says how
 //   many inputs it gets wrong); the same for the one rcp table (rcp_table_n23.fbsfut).
 // - lg2: one hypothesis is counted on all positive normal inputs: lg2(2^e * 1.m) =
@@ -100,6 +101,7 @@
 
 #include "gpu/device_common.cuh"
 #include "gpu/sfu_table_model.hpp"
+#include "gpu/sfu_table_writer.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -142,17 +144,9 @@ __device__ inline float hw(int fn, float x) {
 }
 
 // Correctly rounded reference from a double approximation; sets `uncertain` when the
-// double is too close to an fp32 rounding boundary for its error bound.
-__host__ __device__ inline float round_reference(double r, bool& uncertain) {
-  uncertain = false;
-  const float f = static_cast<float>(r);  // RNE
-  if (!isfinite(r) || r == 0.0 || !isfinite(f) || f == 0.f) return f;
-  const float toward = static_cast<double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
-  if (!isfinite(toward)) return f;
-  const double boundary = 0.5 * (static_cast<double>(f) + static_cast<double>(toward));
-  uncertain = fabs(r - boundary) <= fabs(r) * 0x1p-49;
-  return f;
-}
+// double is too close to an fp32 rounding boundary for its error bound (the table writers'
+// sfu_round_reference, gpu/sfu_table_model.hpp).
+__host__ __device__ inline float round_reference(double r, bool& uncertain) { return sfu_round_reference(r, uncertain); }
 
 __device__ inline double exact_fn(int fn, double x) {
   return fn == kEx2 ? exp2(x) : fn == kRcp ? 1.0 / x : log2(x);
@@ -518,36 +512,36 @@ bool lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
 
 // Table entries as 4-bit deltas (in ulps) from the correctly rounded exact value at the
 // key; -8 escapes to an explicit (key, bits) pair: used for deltas outside -7..7 and for
-// keys whose double reference was too close to a rounding boundary to be trusted.
-constexpr int kEscape = -8;
+// keys whose double reference was too close to a rounding boundary to be trusted. Each entry
+// is gpu/sfu_table_model.hpp sfu_table_delta, the host writer's too (gpu/sfu_table_writer.hpp
+// sfu_table_deltas, which fb-sfu-rehearse uses); the escapes are listed in the order the
+// threads record them.
 // sign_magnitude (ex2 only): entries 2^(nbits+1), key j < 2^nbits -> 2^(j / 2^nbits), key
 // 2^nbits + i -> 2^(-i / 2^nbits).
+static_assert(int{kEx2} == int{kSfuTableEx2} && int{kRcp} == int{kSfuTableRcp} && int{kLg2} == int{kSfuTableLg2},
+              "FBSFUT1 function numbering");
+static_assert(kEmpty == kSfuTableUnfilled, "an unfilled key");
 __global__ void table_delta_kernel(int fn, int nbits, bool sign_magnitude, const std::uint32_t* table,
                                    std::uint32_t entries, signed char* delta, unsigned int* counts,
                                    std::uint32_t* escapes, std::uint32_t escape_cap) {
   // counts: [0] unfilled keys, [1] escapes, [2] of which reference-uncertain
   for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < entries; j += gridDim.x * blockDim.x) {
-    bool uncertain = false;
-    const std::uint32_t half = 1u << nbits;
-    const double frac = ldexp(static_cast<double>(sign_magnitude ? j % half : j), -nbits);  // in [0,1)
-    const double arg = sign_magnitude && j >= half ? -frac : frac;
-    const float ref = round_reference(fn == kEx2 ? exp2(arg) : fn == kRcp ? 1.0 / (1.0 + frac) : log2(1.0 + frac), uncertain);
     if (table[j] == kEmpty) {
       atomicAdd(&counts[0], 1u);
       delta[j] = 0;
       continue;
     }
-    const long long d = static_cast<long long>(table[j]) - static_cast<long long>(__float_as_uint(ref));
-    if (uncertain || d < -7 || d > 7) {
-      delta[j] = kEscape;
+    const SfuTableDelta e = sfu_table_delta(fn, nbits, sign_magnitude, j, table[j]);
+    if (e.delta == kSfuTableEscape) {
+      delta[j] = kSfuTableEscape;
       const unsigned int slot = atomicAdd(&counts[1], 1u);
-      if (uncertain) atomicAdd(&counts[2], 1u);
+      if (e.uncertain) atomicAdd(&counts[2], 1u);
       if (slot < escape_cap) {
         escapes[2 * slot] = j;
         escapes[2 * slot + 1] = table[j];
       }
     } else {
-      delta[j] = static_cast<signed char>(d);
+      delta[j] = static_cast<signed char>(e.delta);
     }
   }
 }
@@ -728,14 +722,13 @@ std::string device_line(const cudaDeviceProp& prop) {
 // rounding and the table-model verification for ex2).
 // ex2 sign-magnitude tables (key ex2_sign_magnitude) hold 2^(nbits+1) entries, T+ then T-;
 // `tail` is appended after the escapes (lg2 extended: the residuals).
+// The deltas are computed on the device (table_delta_kernel); the file, its name and the
+// summary line are gpu/sfu_table_writer.hpp write_sfu_table's, the writer fb-sfu-rehearse uses.
 void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_table, const Options& o,
                 const std::string& device, std::uint32_t nan_output, const std::string& extra,
                 std::ostringstream& summary, const std::string& tail = std::string()) {
   const bool sign_magnitude = key == "ex2_sign_magnitude";
-  // lg2 extended: T = lg2hw(1.m) may be far (in ulps) from lg2(1.m) near m = 0 wherever the
-  // hardware's error is absolute, so any number of its entries may escape.
-  const std::uint32_t entries = sign_magnitude ? 2u << nbits : 1u << nbits,
-                      escape_cap = key == "lg2_extended" ? entries : 1u << 20;
+  const std::uint32_t entries = sfu_table_entries(nbits, key), escape_cap = sfu_table_escape_cap(nbits, key);
   signed char* d_delta;
   unsigned int* d_counts;
   std::uint32_t* d_escapes;
@@ -746,38 +739,20 @@ void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_tabl
   table_delta_kernel<<<1024, 256>>>(fn, nbits, sign_magnitude, d_table, entries, d_delta, d_counts, d_escapes,
                                     escape_cap);
   FB_CUDA_CHECK(cudaGetLastError());
-  std::vector<signed char> delta(entries);
+  SfuTableDeltas deltas;
+  deltas.delta.resize(entries);
   unsigned int counts[3];
-  FB_CUDA_CHECK(cudaMemcpy(delta.data(), d_delta, entries, cudaMemcpyDeviceToHost));
+  FB_CUDA_CHECK(cudaMemcpy(deltas.delta.data(), d_delta, entries, cudaMemcpyDeviceToHost));
   FB_CUDA_CHECK(cudaMemcpy(counts, d_counts, sizeof counts, cudaMemcpyDeviceToHost));
-  std::vector<std::uint32_t> escapes(2ull * std::min(counts[1], escape_cap));
-  FB_CUDA_CHECK(cudaMemcpy(escapes.data(), d_escapes, escapes.size() * 4, cudaMemcpyDeviceToHost));
+  deltas.unfilled = counts[0];
+  deltas.escape_count = counts[1];
+  deltas.uncertain = counts[2];
+  deltas.escapes.resize(2ull * std::min(counts[1], escape_cap));
+  FB_CUDA_CHECK(cudaMemcpy(deltas.escapes.data(), d_escapes, deltas.escapes.size() * 4, cudaMemcpyDeviceToHost));
   FB_CUDA_CHECK(cudaFree(d_delta));
   FB_CUDA_CHECK(cudaFree(d_counts));
   FB_CUDA_CHECK(cudaFree(d_escapes));
-  const std::string name =
-      sign_magnitude            ? "ex2_sm_table_n" + std::to_string(nbits) + ".fbsfut"
-      : key == "lg2_extended"   ? "lg2_extended_n" + std::to_string(nbits) + ".fbsfut"
-                                : std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) +
-                                    (fn == kEx2 ? "_" + key.substr(key.rfind("point_") + 6) : std::string()) + ".fbsfut";
-  if (counts[1] > escape_cap || counts[0] != 0) {
-    summary << "  NOT writing " << name << ": " << counts[0] << " keys never seen, " << counts[1] << " escapes\n";
-    return;
-  }
-  std::ofstream f(o.out_dir + "/" + name, std::ios::binary);
-  f << "FBSFUT1\nfunction=" << kFnNames[fn] << "\nkey=" << key << "\nkey_bits=" << nbits << "\nentries=" << entries
-    << "\nnan_output=" << nan_output << "\n" << extra << device << "end\n";
-  std::vector<unsigned char> packed(entries / 2);
-  for (std::uint32_t i = 0; i < entries; i += 2) {
-    packed[i / 2] = static_cast<unsigned char>((delta[i] & 0xf) | ((delta[i + 1] & 0xf) << 4));
-  }
-  f.write(reinterpret_cast<const char*>(packed.data()), static_cast<std::streamsize>(packed.size()));
-  const std::uint32_t n_escapes = counts[1];
-  f.write(reinterpret_cast<const char*>(&n_escapes), 4);  // the device and file are little-endian
-  f.write(reinterpret_cast<const char*>(escapes.data()), static_cast<std::streamsize>(escapes.size() * 4));
-  f << tail;
-  summary << "  wrote " << name << ": " << entries << " entries, " << counts[1] << " escaped (" << counts[2]
-          << " of them because the double reference was too close to a rounding boundary)\n";
+  write_sfu_table(o.out_dir, fn, nbits, key, nan_output, extra, device, deltas, summary, tail);
 }
 
 __global__ void nan_output_kernel(int fn, std::uint32_t* out) {

@@ -87,7 +87,9 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   std::size_t at = end + 5;
   if (data.size() < at + (entries + 1) / 2 + 4) fail(path, "deltas", "file ends early");
   SfuTable table;
-  table.measured_on_hardware = true;
+  // A capture on a GPU (fb-sfu-probe: source=cuda:<device>) is a measurement; a rehearsal's
+  // table (fb-sfu-rehearse: source=rehearsal:..., a stand-in for the GPU) is not.
+  table.measured_on_hardware = kv["source"].rfind("cuda:", 0) == 0;
   const unsigned long long nan_output = parse_unsigned(path, "nan_output", need("nan_output"));
   if (nan_output > 0xffffffffull) fail(path, "nan_output", "does not fit 32 bits");
   table.nan_output = static_cast<std::uint32_t>(nan_output);

@@ -10,7 +10,9 @@
 // (2^(i/2^N) for ex2, 1/(1 + m/2^23) for rcp, lg2(1 + m/2^23) for lg2) plus the captured
 // 4-bit delta, or the escaped explicit bits, as FBSFU1 form ex2_fixed_point (with the
 // captured argument rounding), rcp_mantissa or lg2_exponent_split, measured_on_hardware =
-// true and the capture's device fields as the source.
+// true when the header's source is a GPU (source=cuda:..., fb-sfu-probe; false for anything
+// else, e.g. fb-sfu-rehearse's source=rehearsal:...) and the capture's device fields as the
+// source.
 // Anything else (another function or key, a table that did not reproduce the hardware, a
 // malformed file) throws std::runtime_error "<path>: <field>: <what>".
 #pragma once

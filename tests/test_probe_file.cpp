@@ -52,6 +52,11 @@
 //   subnormal, signed zero, infinite and negative escaped entries). The lg2
 //   hypothesis' prediction RN_fp32(e + T) (lg2_exponent_split_model) equals MPFR's correctly
 //   rounded sum.
+// - The shared FBSFUT1 writer (gpu/sfu_table_writer.hpp, fb-sfu-probe's and fb-sfu-rehearse's):
+//   for the same deltas, counts and escapes it writes the bytes and summary lines fb-sfu-probe's
+//   emit_table wrote before the writer was shared (kept here verbatim), refusals included; its
+//   host deltas equal fb-sfu-probe's former per-key computation, and a table written with them
+//   converts back to the same entries for every form (a non-GPU source: not measured).
 #include <doctest/doctest.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -65,6 +70,7 @@
 #include <initializer_list>
 #include <fstream>
 #include <iterator>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <sstream>
@@ -74,6 +80,7 @@
 #include "gpu/probe_file.hpp"
 #include "gpu/sfu_table.hpp"
 #include "gpu/sfu_table_model.hpp"
+#include "gpu/sfu_table_writer.hpp"
 #include "mpfr_reference.hpp"
 #include "rcp_reference.hpp"
 
@@ -1913,4 +1920,248 @@ TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") 
   CHECK_THROWS_WITH_AS(fb::gpu::sfu_capture_to_table(bad_path), doctest::Contains("final_rounding"), std::runtime_error);
   for (const std::string& p : {in, out, bad_path}) std::filesystem::remove(p);
   mpfr_free_cache();
+}
+
+// ---- the shared FBSFUT1 writer (gpu/sfu_table_writer.hpp) ------------------------------------
+namespace {
+
+// fb-sfu-probe's emit_table as it was before its host side moved into the shared writer
+// (commit 06ae31a, gpu/sfu_probe.cu), verbatim from the name on; `delta`, `counts` and
+// `escapes` are what it copied back from the device.
+void legacy_emit_table(int fn, int nbits, const std::string& key, const std::string& out_dir, const std::string& device,
+                       std::uint32_t nan_output, const std::string& extra, std::ostringstream& summary,
+                       const std::vector<signed char>& delta, const unsigned int counts[3],
+                       const std::vector<std::uint32_t>& escapes, const std::string& tail) {
+  const char* const kFnNames[3] = {"ex2", "rcp", "lg2"};
+  const int kEx2 = 0;
+  const bool sign_magnitude = key == "ex2_sign_magnitude";
+  const std::uint32_t entries = sign_magnitude ? 2u << nbits : 1u << nbits;
+  std::string suffix;  // (the original built the name in one expression)
+  if (fn == kEx2 && !sign_magnitude) suffix = "_" + key.substr(key.rfind("point_") + 6);
+  const std::string name =
+      sign_magnitude            ? "ex2_sm_table_n" + std::to_string(nbits) + ".fbsfut"
+      : key == "lg2_extended"   ? "lg2_extended_n" + std::to_string(nbits) + ".fbsfut"
+                                : std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) + suffix + ".fbsfut";
+  const std::uint32_t escape_cap = key == "lg2_extended" ? entries : 1u << 20;
+  if (counts[1] > escape_cap || counts[0] != 0) {
+    summary << "  NOT writing " << name << ": " << counts[0] << " keys never seen, " << counts[1] << " escapes\n";
+    return;
+  }
+  std::ofstream f(out_dir + "/" + name, std::ios::binary);
+  f << "FBSFUT1\nfunction=" << kFnNames[fn] << "\nkey=" << key << "\nkey_bits=" << nbits << "\nentries=" << entries
+    << "\nnan_output=" << nan_output << "\n" << extra << device << "end\n";
+  std::vector<unsigned char> packed(entries / 2);
+  for (std::uint32_t i = 0; i < entries; i += 2) {
+    packed[i / 2] = static_cast<unsigned char>((delta[i] & 0xf) | ((delta[i + 1] & 0xf) << 4));
+  }
+  f.write(reinterpret_cast<const char*>(packed.data()), static_cast<std::streamsize>(packed.size()));
+  const std::uint32_t n_escapes = counts[1];
+  f.write(reinterpret_cast<const char*>(&n_escapes), 4);  // the device and file are little-endian
+  f.write(reinterpret_cast<const char*>(escapes.data()), static_cast<std::streamsize>(escapes.size() * 4));
+  f << tail;
+  summary << "  wrote " << name << ": " << entries << " entries, " << counts[1] << " escaped (" << counts[2]
+          << " of them because the double reference was too close to a rounding boundary)\n";
+}
+
+// fb-sfu-probe's table_delta_kernel body as it was (same commit), one key on the host.
+int legacy_table_delta(int fn, int nbits, bool sign_magnitude, std::uint32_t j, std::uint32_t value, bool& uncertain) {
+  uncertain = false;
+  const std::uint32_t half = 1u << nbits;
+  const double frac = std::ldexp(static_cast<double>(sign_magnitude ? j % half : j), -nbits);
+  const double arg = sign_magnitude && j >= half ? -frac : frac;
+  const double r = fn == 0 ? std::exp2(arg) : fn == 1 ? 1.0 / (1.0 + frac) : std::log2(1.0 + frac);
+  float ref = static_cast<float>(r);  // round_reference
+  if (std::isfinite(r) && r != 0.0 && std::isfinite(ref) && ref != 0.f) {
+    const float toward = static_cast<double>(ref) < r ? std::nextafter(ref, INFINITY) : std::nextafter(ref, -INFINITY);
+    if (std::isfinite(toward)) {
+      const double boundary = 0.5 * (static_cast<double>(ref) + static_cast<double>(toward));
+      uncertain = std::fabs(r - boundary) <= std::fabs(r) * 0x1p-49;
+    }
+  }
+  const long long d = static_cast<long long>(value) - static_cast<long long>(float_bits(ref));
+  if (uncertain || d < -7 || d > 7) return -8;
+  uncertain = false;
+  return static_cast<int>(d);
+}
+
+// The correctly rounded value at key j (the base the converter adds the deltas to).
+std::uint32_t table_key_correct_bits(int fn, int nbits, bool sign_magnitude, std::uint32_t j) {
+  const std::uint32_t half = 1u << nbits;
+  const float frac = std::ldexp(static_cast<float>(sign_magnitude ? j % half : j), -nbits);  // exact
+  if (fn == 0) return float_bits(fb::ex2_correct_ftz(sign_magnitude && j >= half ? -frac : frac));
+  return float_bits(fn == 1 ? fb::rcp_correct_ftz(1.0f + frac) : fb::lg2_correct_ftz(1.0f + frac));
+}
+
+}  // namespace
+
+TEST_CASE("sfu_table_writer_writes_what_fb_sfu_probe_wrote") {
+  // For the same deltas, counts and escapes (in an arbitrary order, as the device lists them),
+  // the shared writer gives the bytes and summary lines fb-sfu-probe's emit_table gave; and
+  // when it refuses (unfilled keys, too many escapes) the same line and no file.
+  struct Case {
+    int fn, nbits;
+    std::string key;
+    unsigned unfilled;
+    bool over_cap;
+    std::string tail;
+  };
+  const std::vector<Case> cases = {{0, 8, "ex2_fixed_point_floor", 0, false, ""},
+                                   {0, 10, "ex2_fixed_point_nearest_even", 0, false, ""},
+                                   {0, 9, "ex2_fixed_point_toward_zero", 0, false, ""},
+                                   {0, 8, "ex2_sign_magnitude", 0, false, ""},
+                                   {1, 12, "rcp_mantissa", 0, false, ""},
+                                   {2, 12, "lg2_exponent_split", 0, false, ""},
+                                   {2, 12, "lg2_extended", 0, false, std::string("\x02\x81\x01\x00\x7f", 5)},
+                                   {1, 12, "rcp_mantissa", 3, false, ""},
+                                   {0, 21, "ex2_fixed_point_floor", 0, true, ""}};
+  std::mt19937 rng(5);
+  const std::string dir_old = temp_path("writer_old"), dir_new = temp_path("writer_new");
+  std::filesystem::create_directories(dir_old);
+  std::filesystem::create_directories(dir_new);
+  const std::string device = "source=cuda:Test GPU\ndevice=Test GPU\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\n";
+  for (const Case& c : cases) {
+    CAPTURE(c.key);
+    CAPTURE(c.nbits);
+    const std::uint32_t entries = fb::gpu::sfu_table_entries(c.nbits, c.key),
+                        cap = fb::gpu::sfu_table_escape_cap(c.nbits, c.key);
+    CHECK(entries == (c.key == "ex2_sign_magnitude" ? 2u << c.nbits : 1u << c.nbits));
+    fb::gpu::SfuTableDeltas d;
+    d.delta.resize(entries);
+    std::vector<std::uint32_t> escaped_keys;
+    for (std::uint32_t j = 0; j < entries; ++j) {
+      const int v = c.over_cap ? -8 : static_cast<int>(rng() % 16) - 8;
+      d.delta[j] = static_cast<signed char>(v);
+      if (v == -8) escaped_keys.push_back(j);
+    }
+    std::shuffle(escaped_keys.begin(), escaped_keys.end(), rng);
+    d.escape_count = static_cast<std::uint32_t>(escaped_keys.size());
+    d.unfilled = c.unfilled;
+    d.uncertain = d.escape_count / 3;
+    for (std::size_t e = 0; e < escaped_keys.size() && e < cap; ++e) {
+      d.escapes.push_back(escaped_keys[e]);
+      d.escapes.push_back(static_cast<std::uint32_t>(rng()));
+    }
+    const std::string extra = "table_model=" + c.key + "\ntable_model_mismatches=0\n";
+    const unsigned int counts[3] = {d.unfilled, d.escape_count, d.uncertain};
+    std::ostringstream summary_old, summary_new;
+    const std::string name = fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key);
+    std::filesystem::remove(dir_old + "/" + name);
+    std::filesystem::remove(dir_new + "/" + name);
+    legacy_emit_table(c.fn, c.nbits, c.key, dir_old, device, 0x7fffffffu, extra, summary_old, d.delta, counts, d.escapes,
+                      c.tail);
+    const bool wrote = fb::gpu::write_sfu_table(dir_new, c.fn, c.nbits, c.key, 0x7fffffffu, extra, device, d,
+                                                summary_new, c.tail);
+    CHECK(summary_new.str() == summary_old.str());
+    CHECK(wrote == (c.unfilled == 0 && !c.over_cap));
+    CHECK(std::filesystem::exists(dir_new + "/" + name) == wrote);
+    CHECK(std::filesystem::exists(dir_old + "/" + name) == wrote);
+    if (wrote) {
+      const std::string bytes = file_bytes(dir_new + "/" + name);
+      CHECK(bytes == file_bytes(dir_old + "/" + name));
+      CHECK(bytes.size() > entries / 2 + 4 + 8ull * d.escape_count);
+    }
+  }
+  CHECK(fb::gpu::sfu_table_file_name(0, 23, "ex2_fixed_point_nearest_even") == "ex2_table_n23_nearest_even.fbsfut");
+  CHECK(fb::gpu::sfu_table_file_name(0, 23, "ex2_sign_magnitude") == "ex2_sm_table_n23.fbsfut");
+  CHECK(fb::gpu::sfu_table_file_name(1, 23, "rcp_mantissa") == "rcp_table_n23.fbsfut");
+  CHECK(fb::gpu::sfu_table_file_name(2, 23, "lg2_exponent_split") == "lg2_table_n23.fbsfut");
+  CHECK(fb::gpu::sfu_table_file_name(2, 23, "lg2_extended") == "lg2_extended_n23.fbsfut");
+  // A delta count that does not fit the key is a programming error, not a file.
+  fb::gpu::SfuTableDeltas wrong;
+  wrong.delta.resize(10);
+  std::ostringstream ignored;
+  CHECK_THROWS_AS(fb::gpu::write_sfu_table(dir_new, 1, 8, "rcp_mantissa", 0, "", device, wrong, ignored),
+                  std::invalid_argument);
+  std::filesystem::remove_all(dir_old);
+  std::filesystem::remove_all(dir_new);
+}
+
+TEST_CASE("sfu_table_writer_deltas_convert_back_to_the_table") {
+  // sfu_table_deltas (fb-sfu-rehearse's deltas; per key the function fb-sfu-probe's kernel
+  // applies) gives fb-sfu-probe's former per-key result, and a table written with it converts
+  // (fb-sfu-table-convert's sfu_capture_to_table, whose base is the emu's correctly rounded
+  // value) back to the same entries: the writer's double reference and escapes agree with the
+  // converter's exact one. Entries: the correct value plus -9..9 ulps (beyond 7: escaped), a
+  // NaN and an infinity, for every table form; a non-GPU source converts as not measured.
+  struct Case {
+    int fn, nbits;
+    std::string key, extra;
+  };
+  const std::vector<Case> cases = {
+      {0, 11, "ex2_fixed_point_floor", "argument_rounding=floor\n"},
+      {0, 10, "ex2_sign_magnitude", "table_model=ex2_sign_magnitude\n"},
+      {1, 23, "rcp_mantissa", "table_model=rcp_mantissa\n"},
+      {2, 23, "lg2_exponent_split", "table_model=lg2_exponent_split\n"},
+      {2, 23, "lg2_extended", "table_model=lg2_extended\nguard_bits=2\nfinal_rounding=toward_zero\n"}};
+  std::mt19937 rng(17);
+  const std::string dir = temp_path("writer_round_trip");
+  std::filesystem::create_directories(dir);
+  for (const Case& c : cases) {
+    CAPTURE(c.key);
+    const bool sm = c.key == "ex2_sign_magnitude";
+    const std::uint32_t entries = fb::gpu::sfu_table_entries(c.nbits, c.key);
+    std::vector<std::uint32_t> table(entries);
+    for (std::uint32_t j = 0; j < entries; ++j) {
+      const std::uint32_t correct = table_key_correct_bits(c.fn, c.nbits, sm, j);
+      const int d = (j % 5 == 0) ? static_cast<int>(rng() % 19) - 9 : static_cast<int>(rng() % 3) - 1;
+      table[j] = correct + static_cast<std::uint32_t>(d);
+    }
+    table[3] = 0x7fffffffu;
+    table[entries - 2] = 0x7f800000u;
+    const fb::gpu::SfuTableDeltas d = fb::gpu::sfu_table_deltas(c.fn, c.nbits, c.key, table.data());
+    REQUIRE(d.delta.size() == entries);
+    CHECK(d.unfilled == 0);
+    std::uint32_t legacy_escapes = 0, legacy_uncertain = 0, mismatched = 0;
+    for (std::uint32_t j = 0; j < entries; ++j) {
+      bool uncertain = false;
+      const int expected = legacy_table_delta(c.fn, c.nbits, sm, j, table[j], uncertain);
+      legacy_escapes += expected == -8;
+      legacy_uncertain += uncertain;
+      mismatched += d.delta[j] != expected;
+    }
+    CHECK(mismatched == 0);
+    CHECK(d.escape_count == legacy_escapes);
+    CHECK(d.uncertain == legacy_uncertain);
+    CHECK(d.escape_count > entries / 40);  // the -9..9 entries: some beyond 7
+    REQUIRE(d.escapes.size() == 2ull * d.escape_count);
+    for (std::size_t e = 0; e + 1 < d.escapes.size(); e += 2) {
+      CHECK(d.delta[d.escapes[e]] == -8);
+      CHECK(d.escapes[e + 1] == table[d.escapes[e]]);
+      if (e >= 2) CHECK(d.escapes[e - 2] < d.escapes[e]);  // key order
+    }
+    // lg2 extended: 2^23 residuals, zigzag LEB128 (R[m] = m % 7 - 3).
+    std::string tail;
+    for (std::uint32_t m = 0; c.key == "lg2_extended" && m < entries; ++m) {
+      const int r = static_cast<int>(m % 7) - 3;
+      std::uint32_t z = (static_cast<std::uint32_t>(r) << 1) ^ static_cast<std::uint32_t>(r >> 31);
+      do {
+        tail += static_cast<char>((z & 0x7fu) | (z > 0x7fu ? 0x80u : 0u));
+        z >>= 7;
+      } while (z);
+    }
+    for (const std::string source : {"cuda:Test GPU", "rehearsal:fb-sfu-rehearse"}) {
+      CAPTURE(source);
+      const std::string device = "source=" + source + "\ndevice=Test\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\n";
+      std::ostringstream summary;
+      REQUIRE(fb::gpu::write_sfu_table(dir, c.fn, c.nbits, c.key, 0x7fffffffu, c.extra + "table_model_mismatches=0\n",
+                                       device, d, summary, tail));
+      CHECK(summary.str().find("  wrote " + fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key) + ": " +
+                               std::to_string(entries) + " entries, " + std::to_string(d.escape_count) + " escaped") == 0);
+      const fb::SfuTable converted = fb::gpu::sfu_capture_to_table(dir + "/" + fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key));
+      CHECK(converted.measured_on_hardware == (source == std::string("cuda:Test GPU")));
+      std::vector<std::uint32_t> back =
+          c.fn == 0 ? converted.fraction_outputs : converted.mantissa_outputs;
+      if (sm) back.insert(back.end(), converted.negative_fraction_outputs.begin(), converted.negative_fraction_outputs.end());
+      REQUIRE(back.size() == table.size());
+      std::uint32_t differ = 0;
+      for (std::uint32_t j = 0; j < entries; ++j) differ += back[j] != table[j];
+      CHECK(differ == 0);
+      if (c.key == "lg2_extended") {
+        REQUIRE(converted.extended_residuals.size() == entries);
+        CHECK(converted.extended_residuals[12345] == 12345 % 7 - 3);
+        CHECK(converted.guard_bits == 2);
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }

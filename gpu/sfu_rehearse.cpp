@@ -1,0 +1,707 @@
+// gpu/sfu_rehearse.cpp: fb-sfu-rehearse, fb-sfu-probe's table step played on a CPU, for the
+// device session's rehearsal (gpu/device_session.sh --rehearse, gpu/rehearse_session.sh).
+//
+// Contract:
+// - The "hardware" is a stand-in: the emu's hw-sm90 set (emu/tables/{ex2,rcp,lg2}_h200.fbsfu,
+//   the H200's ex2/rcp/lg2.approx.ftz.f32 as measured, evaluated on the host); exit 3 when one
+//   of its tables is missing (the set then falls back to correct rounding).
+// - Each function is played on a reduced domain (domain_of below): every input of a few
+//   binades (ex2: [1,2), (-2,-1], [0.5,1); rcp: [1,2), (-2,-1]; lg2: [1,2), [2,4), [0.5,1)),
+//   every 4099th input bit pattern of all 2^32 and a list of special inputs (zeros,
+//   subnormals, infinities, NaNs, the region boundaries), about 2^24.6 inputs per function.
+// - On it, the same hypotheses and table-model verifications as fb-sfu-probe, restated for the
+//   host: ex2 fixed point for --ex2-bits x --ex2-roundings (x in [-125, 127), the table
+//   model's split as key, floor and toward-zero not re-run once they held), ex2 sign magnitude
+//   (--ex2-sm-bits), rcp mantissa (biased exponent 2..252), lg2 exponent split, and with
+//   --lg2-extended the lg2 extended interval analysis (per mantissa, the intersection over the
+//   domain's positive normal inputs with that mantissa; L's representative as fb-sfu-probe
+//   picks it). A table whose hypothesis held is evaluated with gpu/sfu_table_model.hpp's
+//   mirror of the emu's model on the whole domain against the stand-in (mismatches per
+//   region) and written, with the same preference as fb-sfu-probe (the smallest N whose model
+//   reproduces the stand-in, else the first that held), through gpu/sfu_table_writer.hpp, the
+//   writer fb-sfu-probe uses: the same names, header and layout; the header's source is
+//   "rehearsal:fb-sfu-rehearse" (fb-sfu-table-convert then marks the table not measured) and
+//   table_model_mismatches counts the domain only (table_model_domain says so).
+// - DIR/sfu_summary.txt: the verdicts, verifications and "wrote" lines, like fb-sfu-probe's
+//   (no accuracy histogram, no raw evidence, no ex2nf), and the wall time per function.
+// - --check FUNC=FILE.fbsfu (repeatable): loads FILE with the emu's table loader (what a
+//   flashbits recipe's "sfu" entry loads) and compares it with the stand-in on FUNC's domain,
+//   bit for bit; prints one line per file (and up to 8 differing inputs); exit 1 when any
+//   differs, 2 when a file does not load or is another function's.
+// Usage: fb-sfu-rehearse --out-dir DIR [--functions ex2,rcp,lg2] [--ex2-bits 23]
+//          [--ex2-roundings floor,nearest_even,toward_zero] [--ex2-sm-bits 23|none] [--lg2-extended]
+//        fb-sfu-rehearse --check FUNC=FILE.fbsfu [--check FUNC=FILE.fbsfu ...]
+// Exit 0 done, 1 a --check differed, 2 bad arguments or an unloadable file, 3 no stand-in.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "emu/special_functions.hpp"
+#include "gpu/sfu_table_model.hpp"
+#include "gpu/sfu_table_writer.hpp"
+
+namespace fb::gpu {
+namespace {
+
+const char* const kFnNames[3] = {"ex2", "rcp", "lg2"};  // SfuTableFunction order
+const char* const kFnPtx[3] = {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "lg2.approx.ftz.f32"};
+const char* const kArgRoundingNames[kArgRoundingCount] = {"floor", "nearest_even", "toward_zero"};
+const char* const kFinalRoundingNames[kFinalRoundingCount] = {"nearest_even", "toward_zero", "down", "up"};
+constexpr std::uint32_t kNanInput = 0x7fc00000u;  // fb-sfu-probe's nan_output input
+constexpr std::uint32_t kStride = 4099;
+
+// ---- the stand-in ------------------------------------------------------------------------
+struct StandIn {
+  SfuSet set;
+  std::uint32_t operator()(int fn, std::uint32_t x_bits) const {
+    const SpecialFunctionModel& m = fn == kSfuTableEx2 ? *set.ex2 : fn == kSfuTableRcp ? *set.rcp : *set.lg2;
+    return sfu_bits(m.evaluate(sfu_float(x_bits)));
+  }
+};
+
+std::optional<StandIn> load_stand_in(std::string& why) {
+  std::optional<SfuSet> set;
+  try {
+    set = find_sfu_set("hw-sm90");
+  } catch (const std::exception& e) {
+    why = e.what();
+    return std::nullopt;
+  }
+  if (!set) {
+    why = "the emu has no SFU set hw-sm90";
+    return std::nullopt;
+  }
+  for (const auto* m : {set->ex2.get(), set->rcp.get(), set->lg2.get()}) {
+    if (m == nullptr || !m->hardware_measured()) {
+      why = "hw-sm90 has no measured table for " + std::string(m ? to_string(m->function()) : "a function") +
+            " (emu/tables, FLASHBITS_SFU_TABLES): " + (m ? m->describe() : std::string("missing"));
+      return std::nullopt;
+    }
+  }
+  return StandIn{*set};
+}
+
+std::string stand_in_lines() {
+  return "source=rehearsal:fb-sfu-rehearse\ndevice=stand-in (no GPU): the emu's hw-sm90 tables evaluated on the host\n"
+         "compute_capability=0.0\ndriver=0\ncuda_runtime=0\n";
+}
+
+// ---- the reduced domain -------------------------------------------------------------------
+struct Domain {
+  std::vector<std::uint32_t> binades;  // first bit pattern of each binade (2^23 inputs each)
+  std::vector<std::uint32_t> extra;    // the stride and the specials, outside the binades, sorted
+  std::uint64_t size() const { return (static_cast<std::uint64_t>(binades.size()) << 23) + extra.size(); }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const std::uint32_t start : binades) {
+      for (std::uint32_t m = 0; m < (1u << 23); ++m) f(start + m);
+    }
+    for (const std::uint32_t x : extra) f(x);
+  }
+  std::string describe() const {
+    std::ostringstream s;
+    s << size() << " inputs: binades";
+    for (std::size_t i = 0; i < binades.size(); ++i) {
+      char b[16];
+      std::snprintf(b, sizeof b, "%s0x%08x", i ? "," : " ", binades[i]);
+      s << b;
+    }
+    s << " (2^23 inputs each), every " << kStride << "th bit pattern and " << kSpecialsNamed << " special inputs";
+    return s.str();
+  }
+  static constexpr int kSpecialsNamed = 34;
+};
+
+Domain make_domain(int fn) {
+  Domain d;
+  d.binades = fn == kSfuTableEx2   ? std::vector<std::uint32_t>{0x3f800000u, 0xbf800000u, 0x3f000000u}
+              : fn == kSfuTableRcp ? std::vector<std::uint32_t>{0x3f800000u, 0xbf800000u}
+                                   : std::vector<std::uint32_t>{0x3f800000u, 0x40000000u, 0x3f000000u};
+  std::vector<std::uint32_t> extra;
+  for (std::uint64_t x = 0; x < (1ull << 32); x += kStride) extra.push_back(static_cast<std::uint32_t>(x));
+  const std::uint32_t specials[Domain::kSpecialsNamed] = {
+      0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu,  // zeros, subnormals
+      0x00800000u, 0x80800000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,  // normal ends, inf
+      0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fffffffu, 0xffffffffu,              // NaNs
+      0x43000000u, 0x42ffffffu, 0xc3200000u, 0xc3200001u, 0xc31fffffu,              // ex2: 128, -160
+      0xc2fa0000u, 0xc2fa0001u, 0x42fe0000u, 0x42fdffffu, 0xc2fc0000u,              // -125, 127, -126
+      0x7e800000u, 0x7e800001u, 0xfe800000u, 0x00ffffffu, 0x01000000u,              // rcp: 2^126, 2^-125
+      0x3f800001u, 0x3f7fffffu};                                                    // around 1
+  extra.insert(extra.end(), std::begin(specials), std::end(specials));
+  std::sort(extra.begin(), extra.end());
+  extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
+  const auto in_binades = [&](std::uint32_t x) {
+    return std::any_of(d.binades.begin(), d.binades.end(), [&](std::uint32_t s) { return (x >> 23) == (s >> 23); });
+  };
+  for (const std::uint32_t x : extra) {
+    if (!in_binades(x)) d.extra.push_back(x);
+  }
+  return d;
+}
+
+const Domain& domain_of(int fn) {
+  static const Domain domains[3] = {make_domain(kSfuTableEx2), make_domain(kSfuTableRcp), make_domain(kSfuTableLg2)};
+  return domains[fn];
+}
+
+// ---- regions and the verification (fb-sfu-probe's table_verify_kernel) ------------------------
+constexpr int kRegionCount = 6;
+const char* const kEx2RegionNames[kRegionCount] = {"NaN",          "x >= 128",    "x < -160",
+                                                   "[-160, -125)", "[-125, 127)", "[127, 128)"};
+const char* const kRcpRegionNames[kRegionCount] = {"NaN",          "+-0 and subnormal", "+-inf",
+                                                   "|x| in [2^-126, 2^-125)", "|x| in [2^-125, 2^126)",
+                                                   "|x| >= 2^126 finite"};
+const char* const kLg2RegionNames[kRegionCount] = {"NaN", "+-0 and subnormal", "x < 0 (-inf included)", "+inf",
+                                                   "[1, 2)", "other positive normal"};
+int region(int fn, float x) {
+  const float a = std::fabs(x);
+  if (x != x) return 0;
+  if (fn == kSfuTableEx2) {
+    if (x >= kEx2InfFrom) return 1;
+    if (x < kEx2ZeroBelow) return 2;
+    if (x < -125.f) return 3;
+    return x < 127.f ? 4 : 5;
+  }
+  if (fn == kSfuTableRcp) {
+    if (a < 0x1p-126f) return 1;
+    if (a == INFINITY) return 2;
+    if (a < 0x1p-125f) return 3;
+    return a < 0x1p126f ? 4 : 5;
+  }
+  if (a < 0x1p-126f) return 1;
+  if (x < 0.f) return 2;
+  if (x == INFINITY) return 3;
+  return (x >= 1.f && x < 2.f) ? 4 : 5;
+}
+
+enum TableModelKind : int { kTmEx2FixedPoint, kTmRcpMantissa, kTmLg2Split, kTmEx2SignMagnitude, kTmLg2Extended };
+struct TableSpec {
+  int kind;
+  int nbits;
+  int rounding;
+  const std::uint32_t* table;
+  const int* residuals;
+  int guard_bits;
+};
+int table_fn(int kind) {
+  return kind == kTmRcpMantissa ? kSfuTableRcp : (kind == kTmLg2Split || kind == kTmLg2Extended) ? kSfuTableLg2 : kSfuTableEx2;
+}
+std::uint32_t table_model(const TableSpec& spec, float x, std::uint32_t nan_output) {
+  switch (spec.kind) {
+    case kTmEx2FixedPoint: return ex2_table_model(x, spec.nbits, spec.rounding, spec.table, nan_output);
+    case kTmEx2SignMagnitude: return ex2_sign_magnitude_table_model(x, spec.nbits, spec.table, nan_output);
+    case kTmRcpMantissa: return rcp_table_model(x, spec.table, nan_output);
+    case kTmLg2Split: return lg2_table_model(x, spec.table, nan_output);
+    default: return lg2_extended_table_model(x, spec.table, spec.residuals, spec.guard_bits, spec.rounding, nan_output);
+  }
+}
+
+struct Context {
+  const StandIn& hw;
+  std::string out_dir;
+  std::ostringstream& summary;
+};
+
+// The model `spec` on the whole domain against the stand-in: mismatches per region, the first
+// 16 examples, to the summary; returns the count.
+unsigned long long verify_table_model(const Context& c, const TableSpec& spec, std::uint32_t nan_output) {
+  const int fn = table_fn(spec.kind);
+  const Domain& d = domain_of(fn);
+  unsigned long long mismatches[kRegionCount] = {};
+  std::vector<std::uint32_t> examples;
+  d.for_each([&](std::uint32_t in) {
+    const float x = sfu_float(in);
+    const std::uint32_t hw_bits = c.hw(fn, in), model_bits = table_model(spec, x, nan_output);
+    if (hw_bits == model_bits) return;
+    ++mismatches[region(fn, x)];
+    if (examples.size() < 3 * 16) examples.insert(examples.end(), {in, hw_bits, model_bits});
+  });
+  std::ostringstream& s = c.summary;
+  switch (spec.kind) {
+    case kTmEx2FixedPoint:
+      s << "  table model (emu Ex2FixedPointModel, N=" << spec.nbits << ", " << kArgRoundingNames[spec.rounding] << ")";
+      break;
+    case kTmEx2SignMagnitude: s << "  table model (emu Ex2SignMagnitudeModel, N=" << spec.nbits << ")"; break;
+    case kTmRcpMantissa: s << "  table model (emu RcpMantissaModel, 2^23 mantissas)"; break;
+    case kTmLg2Split: s << "  table model (emu Lg2ExponentSplitModel, 2^23 mantissas)"; break;
+    default:
+      s << "  table model (emu Lg2ExtendedModel, " << kFinalRoundingNames[spec.rounding] << ", " << spec.guard_bits
+        << " guard bits)";
+  }
+  s << " vs the stand-in on the " << d.size() << " inputs of the domain:";
+  const char* const* names = fn == kSfuTableEx2 ? kEx2RegionNames : fn == kSfuTableRcp ? kRcpRegionNames : kLg2RegionNames;
+  unsigned long long total = 0;
+  for (int r = 0; r < kRegionCount; ++r) {
+    total += mismatches[r];
+    s << " " << names[r] << ": " << mismatches[r];
+  }
+  s << " mismatches" << (total == 0 ? " (REPRODUCES the stand-in)" : "") << "\n";
+  for (std::size_t e = 0; e < examples.size(); e += 3) {
+    char line[96];
+    std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x model=0x%08x\n", examples[e], examples[e + 1],
+                  examples[e + 2]);
+    s << line;
+  }
+  return total;
+}
+
+std::string domain_line(int fn) {
+  return "table_model_domain=rehearsal:" + std::to_string(domain_of(fn).size()) + " inputs\n";
+}
+
+// ---- hypotheses (fb-sfu-probe's ex2_hypothesis_kernel, rcp_hypothesis_kernel, ...) -----------
+// The first value seen at a key stays; returns 1 for a different later one (a conflict).
+unsigned long long record_key(std::vector<std::uint32_t>& table, std::uint32_t key, std::uint32_t value) {
+  std::uint32_t& slot = table[key];
+  if (slot == kSfuTableUnfilled) {
+    slot = value;
+    return 0;
+  }
+  return slot != value ? 1 : 0;
+}
+
+unsigned long long ex2_fixed_point_hypothesis(const Context& c, int nbits, int rounding, std::vector<std::uint32_t>& table) {
+  table.assign(std::size_t{1} << nbits, kSfuTableUnfilled);
+  unsigned long long conflicts = 0;
+  domain_of(kSfuTableEx2).for_each([&](std::uint32_t in) {
+    const float x = sfu_float(in);
+    if (!(x >= -125.f && x < 127.f)) return;
+    const Ex2FixedPointSplit split = ex2_fixed_point_split(sfu_ftz(x), nbits, rounding);
+    const auto v = static_cast<std::uint32_t>(static_cast<long long>(c.hw(kSfuTableEx2, in)) - split.k * (1ll << 23));
+    conflicts += record_key(table, split.index, v);
+  });
+  return conflicts;
+}
+
+unsigned long long ex2_sign_magnitude_hypothesis(const Context& c, int nbits, std::vector<std::uint32_t>& table) {
+  table.assign(std::size_t{2} << nbits, kSfuTableUnfilled);
+  unsigned long long conflicts = 0;
+  domain_of(kSfuTableEx2).for_each([&](std::uint32_t in) {
+    const float x = sfu_float(in);
+    if (!(x >= -125.f && x < 127.f)) return;
+    const Ex2SignMagnitudeSplit split = ex2_sign_magnitude_split(sfu_ftz(x), nbits);
+    const long long k = split.negative ? -split.k : split.k;
+    const auto v = static_cast<std::uint32_t>(static_cast<long long>(c.hw(kSfuTableEx2, in)) - k * (1ll << 23));
+    conflicts += record_key(table, split.index, v);
+  });
+  return conflicts;
+}
+
+unsigned long long rcp_hypothesis(const Context& c, std::vector<std::uint32_t>& table) {
+  table.assign(kRcpMantissaTableEntries, kSfuTableUnfilled);
+  unsigned long long conflicts = 0;
+  domain_of(kSfuTableRcp).for_each([&](std::uint32_t in) {
+    const int biased = static_cast<int>((in >> 23) & 0xff);
+    if (biased < 2 || biased > 252) return;  // normal inputs whose reciprocal is normal
+    const RcpMantissaSplit split = rcp_mantissa_split(in);
+    const auto v = static_cast<std::uint32_t>(static_cast<long long>(c.hw(kSfuTableRcp, in) & 0x7fffffffu) +
+                                              static_cast<long long>(split.e) * (1ll << 23));
+    conflicts += record_key(table, split.mantissa, v);
+  });
+  return conflicts;
+}
+
+void write_table(const Context& c, int fn, int nbits, const std::string& key, const std::vector<std::uint32_t>& table,
+                 std::uint32_t nan_output, const std::string& extra, const std::string& tail = std::string()) {
+  write_sfu_table(c.out_dir, fn, nbits, key, nan_output, extra, stand_in_lines(), sfu_table_deltas(fn, nbits, key, table.data()),
+                  c.summary, tail);
+}
+
+// ex2 and rcp: fb-sfu-probe's loop over N and the argument roundings, the preference for the
+// smallest N whose model reproduces the stand-in, then (ex2) the sign-magnitude hypothesis.
+void ex2_or_rcp(const Context& c, int fn, std::vector<int> bits, const std::vector<int>& roundings,
+                const std::vector<int>& sm_bits) {
+  std::sort(bits.begin(), bits.end());
+  bool emitted = false, emitted_clean = false;
+  int held_at[kArgRoundingCount] = {-1, -1, -1};
+  std::vector<std::uint32_t> table;
+  const std::uint32_t nan_output = c.hw(fn, kNanInput);
+  for (int nbits : bits) {
+    for (int rounding : roundings) {
+      if (fn == kSfuTableEx2 && rounding != kNearestEven && held_at[rounding] >= 0) {
+        c.summary << "  hypothesis ex2(x) = 2^k * T(frac), x fixed point (" << kArgRoundingNames[rounding]
+                  << ") with N=" << nbits << " fraction bits: HOLDS (implied by N=" << held_at[rounding] << ")\n";
+        continue;
+      }
+      const unsigned long long conflicts =
+          fn == kSfuTableEx2 ? ex2_fixed_point_hypothesis(c, nbits, rounding, table) : rcp_hypothesis(c, table);
+      c.summary << "  hypothesis "
+                << (fn == kSfuTableEx2 ? std::string("ex2(x) = 2^k * T(frac), x fixed point (") +
+                                             kArgRoundingNames[rounding] + ") with N="
+                                       : std::string("rcp(2^e m) = 2^-e * T(m), N="))
+                << nbits << " fraction bits: " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
+                << " inputs disagree with the first seen at their key)\n";
+      if (conflicts == 0 && held_at[rounding] < 0) held_at[rounding] = nbits;
+      if (conflicts == 0 && nbits <= 24 && !emitted_clean) {
+        const std::string key =
+            fn == kSfuTableEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding] : std::string("rcp_mantissa");
+        const unsigned long long mismatches = verify_table_model(
+            c, {fn == kSfuTableEx2 ? kTmEx2FixedPoint : kTmRcpMantissa, nbits, rounding, table.data(), nullptr, 0},
+            nan_output);
+        const std::string extra = (fn == kSfuTableEx2 ? "argument_rounding=" + std::string(kArgRoundingNames[rounding]) + "\n"
+                                                      : std::string("table_model=rcp_mantissa\n")) +
+                                  "table_model_mismatches=" + std::to_string(mismatches) + "\n" + domain_line(fn);
+        if (mismatches == 0 || !emitted) {
+          write_table(c, fn, nbits, key, table, nan_output, extra);
+          emitted = true;
+          emitted_clean = mismatches == 0;
+        }
+      }
+    }
+  }
+  if (fn != kSfuTableEx2) return;
+  bool sm_emitted = false, sm_clean = false;
+  for (int nbits : sm_bits) {
+    const unsigned long long conflicts = ex2_sign_magnitude_hypothesis(c, nbits, table);
+    c.summary << "  hypothesis ex2(x) = 2^k * T+(i) for x >= 0, 2^-k * T-(i) for x < 0, |x| truncated to N=" << nbits
+              << " fraction bits (k.i, sign-magnitude): " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
+              << " inputs disagree with the first seen at their key)\n";
+    if (conflicts != 0 || sm_clean) continue;
+    const unsigned long long mismatches =
+        verify_table_model(c, {kTmEx2SignMagnitude, nbits, 0, table.data(), nullptr, 0}, nan_output);
+    const std::string extra = "table_model=ex2_sign_magnitude\ntable_model_mismatches=" + std::to_string(mismatches) +
+                              "\n" + domain_line(fn);
+    if (mismatches == 0 || !sm_emitted) {
+      write_table(c, fn, nbits, "ex2_sign_magnitude", table, nan_output, extra);
+      sm_emitted = true;
+      sm_clean = mismatches == 0;
+    }
+  }
+  c.summary << "  raw evidence: not written (rehearsal)\n";
+}
+
+// lg2: the exponent-split hypothesis (fb-sfu-probe's lg2_split_hypothesis, emit_lg2_table).
+void lg2_split(const Context& c, const std::vector<std::uint32_t>& t) {
+  unsigned long long tested = 0, mismatches = 0;
+  long long max_ulps = 0;
+  std::vector<std::uint32_t> examples;
+  domain_of(kSfuTableLg2).for_each([&](std::uint32_t in) {
+    const std::uint32_t biased = (in >> 23) & 0xffu;
+    if ((in >> 31) != 0 || biased == 0 || biased == 255) return;
+    ++tested;
+    const std::uint32_t hw_bits = c.hw(kSfuTableLg2, in), predicted = lg2_exponent_split_model(in, t[in & 0x7fffffu]);
+    if (hw_bits == predicted) return;
+    ++mismatches;
+    const auto ordered = [](std::uint32_t b) {
+      const long long mag = b & 0x7fffffffu;
+      return (b >> 31) ? -mag : mag;
+    };
+    max_ulps = std::max(max_ulps, std::llabs(ordered(hw_bits) - ordered(predicted)));
+    if (examples.size() < 3 * 16) examples.insert(examples.end(), {in, hw_bits, predicted});
+  });
+  c.summary << "  hypothesis lg2(2^e * 1.m) = RN_fp32(e + lg2(1.m)) over " << tested
+            << " positive normal inputs: " << (mismatches == 0 ? "HOLDS" : "fails") << " (" << mismatches
+            << " inputs differ, max |ulp difference| " << max_ulps << ")\n";
+  for (std::size_t e = 0; e < examples.size(); e += 3) {
+    char line[96];
+    std::snprintf(line, sizeof line, "    x=0x%08x hardware=0x%08x prediction=0x%08x\n", examples[e], examples[e + 1],
+                  examples[e + 2]);
+    c.summary << line;
+  }
+  if (mismatches != 0) return;
+  const std::uint32_t nan_output = c.hw(kSfuTableLg2, kNanInput);
+  const unsigned long long verified = verify_table_model(c, {kTmLg2Split, 23, kFloor, t.data(), nullptr, 0}, nan_output);
+  write_table(c, kSfuTableLg2, 23, "lg2_exponent_split", t, nan_output,
+              "table_model=lg2_exponent_split\ntable_model_mismatches=" + std::to_string(verified) + "\n" +
+                  domain_line(kSfuTableLg2));
+}
+
+// lg2 extended (fb-sfu-probe's lg2_interval_kernel and lg2_extended_analysis): per mantissa
+// and final rounding, the intersection of the intervals of L from the domain's positive normal
+// inputs with that mantissa, the e = 0 one (x = 1 excepted) applied last.
+void lg2_extended(const Context& c, std::vector<std::uint32_t> t) {
+  const std::size_t n = std::size_t{1} << 23, modes = kFinalRoundingCount;
+  std::vector<long long> lo(modes * n, -kLg2UnitCap), hi(modes * n, kLg2UnitCap);
+  unsigned long long non_finite = 0, inputs = 0;
+  domain_of(kSfuTableLg2).for_each([&](std::uint32_t in) {
+    const std::uint32_t biased = (in >> 23) & 0xffu;
+    if ((in >> 31) != 0 || biased == 0 || biased == 255 || biased == 127) return;  // e = 0: below
+    ++inputs;
+    const std::uint32_t rb = c.hw(kSfuTableLg2, in), m = in & 0x7fffffu;
+    if ((rb & 0x7f800000u) == 0x7f800000u) ++non_finite;
+    for (std::size_t k = 0; k < modes; ++k) {
+      long long l, h;
+      lg2_interval(static_cast<int>(biased) - 127, rb, static_cast<int>(k), l, h);
+      lo[k * n + m] = std::max(lo[k * n + m], l);
+      hi[k * n + m] = std::min(hi[k * n + m], h);
+    }
+  });
+  std::size_t empty_before[kFinalRoundingCount] = {}, empty[kFinalRoundingCount] = {};
+  for (std::size_t k = 0; k < modes; ++k) {
+    for (std::size_t m = 0; m < n; ++m) {
+      empty_before[k] += lo[k * n + m] > hi[k * n + m];
+      if (m == 0) continue;  // x = 1 is the special value lg2(1) = +0
+      long long l, h;
+      lg2_interval(0, t[m], static_cast<int>(k), l, h);
+      lo[k * n + m] = std::max(lo[k * n + m], l);
+      hi[k * n + m] = std::min(hi[k * n + m], h);
+    }
+  }
+  c.summary << "  lg2 extended precision (--lg2-extended): lg2(2^e * 1.m) = round(e + L[m]), one L[m] per mantissa over the "
+            << inputs << " positive normal inputs of the domain with e != 0 and the 2^23 of [1, 2) (" << non_finite
+            << " NaN or infinite outputs)\n";
+  for (std::size_t k = 0; k < modes; ++k) {
+    for (std::size_t m = 0; m < n; ++m) empty[k] += lo[k * n + m] > hi[k * n + m];
+    c.summary << "    final rounding " << kFinalRoundingNames[k] << ": " << (empty[k] == 0 ? "HOLDS" : "fails") << " ("
+              << empty[k] << " of 8388608 mantissas have no consistent L; " << empty_before[k]
+              << " already without the e = 0 constraint)\n";
+  }
+  int best = 0;
+  for (int k = 1; k < kFinalRoundingCount; ++k) best = empty[k] < empty[best] ? k : best;
+  if (empty[best] != 0) {
+    c.summary << "  lg2 raw evidence: not written (rehearsal)\n";
+    return;
+  }
+  const std::size_t b = static_cast<std::size_t>(best) * n;
+  {
+    const long double mid = std::ldexp(0.5L * (static_cast<long double>(lo[b]) + hi[b]), -60);
+    t[0] = sfu_bits(static_cast<float>(mid));
+    c.summary << "    T[0] = " << static_cast<double>(mid) << " (L[0]'s interval midpoint; lg2(1) = +0 is a special value)\n";
+  }
+  std::vector<int> g(n);
+  std::vector<long long> r(n);
+  std::size_t unrepresentable = 0, guard_hist[25] = {}, zero_r = 0;
+  int guard = 0;
+  for (std::size_t m = 0; m < n; ++m) {
+    if (!lg2_representative(t[m], lo[b + m], hi[b + m], g[m], r[m])) {
+      ++unrepresentable;
+      g[m] = 0, r[m] = 0;
+      continue;
+    }
+    ++guard_hist[g[m]];
+    guard = std::max(guard, g[m]);
+  }
+  std::vector<int> residuals(n);
+  std::string tail;
+  for (std::size_t m = 0; m < n; ++m) {
+    residuals[m] = static_cast<int>(r[m] * (1ll << (guard - g[m])));
+    zero_r += residuals[m] == 0;
+    std::uint32_t z = (static_cast<std::uint32_t>(residuals[m]) << 1) ^ static_cast<std::uint32_t>(residuals[m] >> 31);
+    do {
+      tail += static_cast<char>((z & 0x7fu) | (z > 0x7fu ? 0x80u : 0u));
+      z >>= 7;
+    } while (z);
+  }
+  c.summary << "    representative L[m] = T[m] + R[m] ulp(T[m]) 2^-g (" << kFinalRoundingNames[best]
+            << "): guard bits needed per mantissa:";
+  for (int k = 0; k <= 24; ++k) {
+    if (guard_hist[k]) c.summary << " " << k << ":" << guard_hist[k];
+  }
+  c.summary << "; table guard bits " << guard << ", R = 0 for " << zero_r << " mantissas, " << unrepresentable
+            << " mantissas need more than 24 guard bits\n";
+  if (unrepresentable != 0) return;
+  const std::uint32_t nan_output = c.hw(kSfuTableLg2, kNanInput);
+  const unsigned long long mismatches =
+      verify_table_model(c, {kTmLg2Extended, 23, best, t.data(), residuals.data(), guard}, nan_output);
+  const std::string extra = "table_model=lg2_extended\nguard_bits=" + std::to_string(guard) +
+                            "\nfinal_rounding=" + kFinalRoundingNames[best] +
+                            "\ntable_model_mismatches=" + std::to_string(mismatches) + "\n" + domain_line(kSfuTableLg2);
+  write_table(c, kSfuTableLg2, 23, "lg2_extended", t, nan_output, extra, tail);
+}
+
+struct Options {
+  std::string out_dir;
+  bool functions[3] = {true, true, true};
+  std::vector<int> ex2_bits = {23};
+  std::vector<int> ex2_roundings = {kFloor, kNearestEven, kTowardZero};
+  std::vector<int> ex2_sm_bits = {23};
+  bool lg2_extended = false;
+  std::vector<std::pair<int, std::string>> checks;
+};
+
+int run(const Options& o, const StandIn& hw) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t_start = Clock::now();
+  std::ostringstream summary, timing;
+  summary << "fb-sfu-rehearse summary (REHEARSAL: no GPU; reduced domains, not all 2^32 inputs)\n" << stand_in_lines();
+  summary << "options: functions=";
+  const char* sep = "";
+  for (int fn = 0; fn < 3; ++fn) {
+    if (o.functions[fn]) summary << sep << kFnNames[fn], sep = ",";
+  }
+  summary << " ex2_bits=";
+  for (std::size_t i = 0; i < o.ex2_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_bits[i];
+  summary << " ex2_roundings=";
+  for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i) summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
+  summary << " ex2_sm_bits=";
+  for (std::size_t i = 0; i < o.ex2_sm_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_sm_bits[i];
+  if (o.ex2_sm_bits.empty()) summary << "none";
+  summary << " lg2_extended=" << (o.lg2_extended ? 1 : 0) << "\n";
+  const auto write_summary = [&](bool final_write) {
+    std::ofstream(o.out_dir + "/sfu_summary.txt")
+        << summary.str() << (final_write ? "" : "\n(run in progress or cut short: functions above finished)\n");
+  };
+  const Context c{hw, o.out_dir, summary};
+  timing << "\n[timing] wall seconds per function:";
+  for (int fn : {kSfuTableEx2, kSfuTableRcp, kSfuTableLg2}) {
+    if (!o.functions[fn]) continue;
+    const Clock::time_point t_fn = Clock::now();
+    summary << "\n[" << kFnPtx[fn] << "] stand-in: " << (fn == kSfuTableEx2 ? *hw.set.ex2 : fn == kSfuTableRcp ? *hw.set.rcp : *hw.set.lg2).describe()
+            << "\n  domain: " << domain_of(fn).describe() << "\n";
+    if (fn != kSfuTableLg2) {
+      ex2_or_rcp(c, fn, fn == kSfuTableEx2 ? o.ex2_bits : std::vector<int>{23},
+                 fn == kSfuTableEx2 ? o.ex2_roundings : std::vector<int>{kFloor}, o.ex2_sm_bits);
+    } else {
+      std::vector<std::uint32_t> t(kLg2MantissaTableEntries);
+      for (std::uint32_t m = 0; m < kLg2MantissaTableEntries; ++m) t[m] = hw(kSfuTableLg2, 0x3f800000u | m);
+      lg2_split(c, t);
+      if (o.lg2_extended) lg2_extended(c, std::move(t));
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t_fn).count();
+    timing << " " << kFnNames[fn] << ": " << seconds << " s";
+    std::printf("%s (stand-in) done: %.2f s\n", kFnPtx[fn], seconds);
+    std::fflush(stdout);
+    write_summary(false);
+  }
+  timing << "; total " << std::chrono::duration<double>(Clock::now() - t_start).count() << " s\n";
+  summary << timing.str();
+  write_summary(true);
+  std::fputs(summary.str().c_str(), stdout);
+  return 0;
+}
+
+// --check: a converted table (FBSFU1) against the stand-in on its function's domain.
+int check(const std::vector<std::pair<int, std::string>>& checks, const StandIn& hw) {
+  int rc = 0;
+  for (const auto& [fn, path] : checks) {
+    std::unique_ptr<SpecialFunctionModel> model;
+    try {
+      model = load_table_model(path);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+    if (to_string(model->function()) != kFnNames[fn]) {
+      std::fprintf(stderr, "error: %s: an %s table, not %s\n", path.c_str(), std::string(to_string(model->function())).c_str(),
+                   kFnNames[fn]);
+      return 2;
+    }
+    const Domain& d = domain_of(fn);
+    unsigned long long differ = 0;
+    std::string listed;
+    d.for_each([&](std::uint32_t in) {
+      const std::uint32_t got = sfu_bits(model->evaluate(sfu_float(in))), want = hw(fn, in);
+      if (got == want) return;
+      if (differ++ < 8) {
+        char line[96];
+        std::snprintf(line, sizeof line, "  x=0x%08x stand-in=0x%08x loaded=0x%08x\n", in, want, got);
+        listed += line;
+      }
+    });
+    std::printf("check %s %s: %llu of %llu domain inputs differ from the stand-in%s (%s)\n%s", kFnNames[fn], path.c_str(),
+                differ, static_cast<unsigned long long>(d.size()), differ == 0 ? ", all bit for bit" : "",
+                model->describe().c_str(), listed.c_str());
+    if (differ != 0) rc = 1;
+  }
+  return rc;
+}
+
+const char kUsage[] =
+    "usage: fb-sfu-rehearse --out-dir DIR [--functions ex2,rcp,lg2] [--ex2-bits 23]\n"
+    "                       [--ex2-roundings floor,nearest_even,toward_zero] [--ex2-sm-bits 23|none] [--lg2-extended]\n"
+    "       fb-sfu-rehearse --check FUNC=FILE.fbsfu [--check FUNC=FILE.fbsfu ...]\n"
+    "fb-sfu-probe's table step on a CPU: the emu's hw-sm90 tables stand in for the GPU, on reduced domains;\n"
+    "writes DIR/sfu_summary.txt and the FBSFUT1 tables. --check compares converted tables with the stand-in.\n"
+    "Exit 0 done, 1 a --check differed, 2 bad arguments or an unloadable table, 3 no stand-in.\n";
+
+bool parse_ints(const std::string& arg, int lo, int hi, std::vector<int>& out) {
+  out.clear();
+  std::stringstream s(arg);
+  for (std::string item; std::getline(s, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < lo || v > hi) return false;
+    out.push_back(static_cast<int>(v));
+  }
+  return !out.empty();
+}
+
+int function_code(const std::string& name) {
+  for (int fn = 0; fn < 3; ++fn) {
+    if (name == kFnNames[fn]) return fn;
+  }
+  return -1;
+}
+
+}  // namespace
+}  // namespace fb::gpu
+
+int main(int argc, char** argv) {
+  using namespace fb::gpu;
+  Options o;
+  const auto bad = [](const std::string& what) {
+    std::fprintf(stderr, "error: %s\n%s", what.c_str(), kUsage);
+    return 2;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--out-dir" && has_value) {
+      o.out_dir = argv[++i];
+    } else if (arg == "--functions" && has_value) {
+      std::fill(std::begin(o.functions), std::end(o.functions), false);
+      std::stringstream s(argv[++i]);
+      for (std::string item; std::getline(s, item, ',');) {
+        const int fn = function_code(item);
+        if (fn < 0) return bad("--functions: '" + item + "' is not ex2, rcp or lg2 (ex2nf has no stand-in)");
+        o.functions[fn] = true;
+      }
+    } else if (arg == "--ex2-bits" && has_value) {
+      if (!parse_ints(argv[++i], 8, 26, o.ex2_bits)) return bad("--ex2-bits: integers in 8..26");
+    } else if (arg == "--ex2-sm-bits" && has_value) {
+      const std::string v = argv[++i];
+      if (v == "none") {
+        o.ex2_sm_bits.clear();
+      } else if (!parse_ints(v, 8, 24, o.ex2_sm_bits)) {
+        return bad("--ex2-sm-bits: integers in 8..24, or none");
+      }
+    } else if (arg == "--ex2-roundings" && has_value) {
+      o.ex2_roundings.clear();
+      std::stringstream s(argv[++i]);
+      for (std::string item; std::getline(s, item, ',');) {
+        int r = 0;
+        while (r < kArgRoundingCount && item != kArgRoundingNames[r]) ++r;
+        if (r == kArgRoundingCount) return bad("--ex2-roundings: '" + item + "' is not floor, nearest_even or toward_zero");
+        o.ex2_roundings.push_back(r);
+      }
+      if (o.ex2_roundings.empty()) return bad("--ex2-roundings: empty list");
+    } else if (arg == "--lg2-extended") {
+      o.lg2_extended = true;
+    } else if (arg == "--check" && has_value) {
+      const std::string v = argv[++i];
+      const std::size_t eq = v.find('=');
+      const int fn = eq == std::string::npos ? -1 : function_code(v.substr(0, eq));
+      if (fn < 0 || eq + 1 == v.size()) return bad("--check: FUNC=FILE with FUNC ex2, rcp or lg2");
+      o.checks.emplace_back(fn, v.substr(eq + 1));
+    } else {
+      return bad("unknown or incomplete argument '" + arg + "'");
+    }
+  }
+  if (o.checks.empty() == o.out_dir.empty()) return bad("give --out-dir or --check (not both)");
+  std::string why;
+  const std::optional<StandIn> hw = load_stand_in(why);
+  if (!hw) {
+    std::fprintf(stderr, "error: no stand-in for the GPU: %s\n", why.c_str());
+    return 3;
+  }
+  if (!o.checks.empty()) return check(o.checks, *hw);
+  if (!(std::ofstream(o.out_dir + "/sfu_summary.txt") << "fb-sfu-rehearse: started, no function finished yet\n")) {
+    std::fprintf(stderr, "error: cannot write %s/sfu_summary.txt (does --out-dir exist?)\n", o.out_dir.c_str());
+    return 2;
+  }
+  return run(o, *hw);
+}
