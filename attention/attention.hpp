@@ -152,6 +152,26 @@ std::optional<double> kernel_delta(const ModelHandle& model, const double* d_o, 
 // High-precision reference of the same mathematics (forward and, with d_o, backward).
 AttentionOutputs exact_attention(const AttentionInputs& in);
 
+// ---- the correctly rounded reference (model `correctly-rounded`) -----------------------
+// A KernelModel whose structure is Structure::correctly_rounded: exact_attention(), then ONE
+// rounding of each output in km.o_round (sr: km.o_sr_bits random bits keyed by opt.seed and
+// the element, as +o-sr): O, dQ, dK, dV into km.output, LSE into fp32 (+inf stays +inf),
+// delta = Σ dO·O of the rounded O, summed exactly (emu ExactAccumulator) and rounded once into
+// fp32, as a kernel computes delta from its stored O. run_attention() dispatches such a model
+// here; this entry takes `exact` (exact_attention(in)) already computed. A tracer's rows get
+// their coordinates, the final cast's rounding events and delta's decomposition (no tiles).
+// The exact values are long double (~1e-16 relative): a value closer than that to a
+// representable number rounds as if it were that number (directed modes at exact ties).
+AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
+                                     const RunOptions& opt);
+// The reference's delta of one row from a given O (values of km.output) and dO, rounded once
+// into fp32 in km.o_round (sr: keyed by seed and position).
+double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d,
+                               std::uint64_t seed, std::uint64_t position);
+// The reference a model's errors are measured against: `correctly-rounded` with the model's
+// input and output formats and its final cast's mode (+o-MODE), named accordingly.
+ModelHandle correctly_rounded_reference(const KernelModel& like);
+
 // The same tiled online-softmax forward in native float arithmetic (fp32 scores and
 // accumulators, std::exp2f, one cast of O to the dtype with round_double): the speed
 // baseline the emulator is compared with (bench/bench_attention.cpp). O only.
@@ -160,7 +180,9 @@ AttentionOutputs native_flash_forward(const AttentionInputs& in, int block_n, in
 // ---- input scenarios ----------------------------------------------------------------
 // random: N(0,1); fa3-outliers: N(0,1) + N(0,100)*Bernoulli(0.001); sink: rows with >= 2
 // keys tied exactly for the max score, the rest 8-20 below, V and dO mostly negative in
-// some features; ties: residual-free exact ties. Values are rounded to `dtype` (RNE).
+// some features; ties: residual-free exact ties; wide-ties: ~59% of rows with two keys tied
+// for the max, tied maxima spread over [-11.5, 17], the other keys 0-8 below the row's max,
+// V and dO ~ N(-1, 1/16) (attention/scenarios.cpp). Values are rounded to `dtype` (RNE).
 // Deterministic in (name, seed, shape); throws std::invalid_argument on an unknown name.
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
                               int head_dim, const Format& dtype, bool with_backward);

@@ -93,6 +93,15 @@ struct RowStats {
   double m = 0.0, l = 0.0;  // materialised softmax: max and sum
 };
 
+// PyTorch's result type of a binary op between tensors of formats a and b (nullopt = fp64):
+// the same format when they agree, fp64 when either is fp64, else fp32 (bf16 with fp16 or
+// with fp32 promotes to fp32; the formats modelled here are at most 32 bits wide).
+std::optional<Format> promoted(const std::optional<Format>& a, const std::optional<Format>& b) {
+  if (!a || !b) return std::nullopt;
+  if (*a == *b) return a;
+  return formats::fp32;
+}
+
 // Keys a row may see (causal: up to and including the diagonal).
 int visible_keys(const Geometry& g, int row) { return g.causal ? std::min(g.n, row + 1) : g.n; }
 
@@ -430,7 +439,14 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
         sum_len = std::min(g.n, kb + bn) - kb;
         std::fill(sc.p.begin() + len, sc.p.begin() + sum_len, 0.0);
       }
-      const double rs = pairwise_sum(sc.p.data(), sum_len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
+      double rs = pairwise_sum(sc.p.data(), sum_len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
+      // Qiu & Yao: block_row_sums.clamp(min = EPSILON), the bound a value of the sum's format
+      // (torch.clamp casts the scalar to the tensor's dtype); NaN stays NaN, as clamp keeps it.
+      // A row that has seen no finite score (m = -inf) keeps ℓ = 0 and the all-masked guards
+      // every model shares (O = 0, LSE = +inf): their code masks with -finfo.max, never -inf,
+      // and its causal rows always see the diagonal, so it never reaches such a row.
+      if (km.row_sum_clamp_min > 0.0 && m != -kInf && !std::isnan(rs))
+        rs = std::max(rs, ar.op(km.row_sum_internal, km.row_sum_clamp_min));
       if (km.l_update_fma) {
         l = ar.fma32(it == 0 && !km.l_init_one ? 0.0 : l, alpha, rs);
       } else if (rescale) {
@@ -733,7 +749,7 @@ double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const doub
     }
     case DeltaFormula::rounded_products: {
       std::vector<double> prod(static_cast<std::size_t>(d));
-      for (int c = 0; c < d; ++c) prod[c] = ar.op(km.delta_format, static_cast<double>(d_o[c]) * o[c]);
+      for (int c = 0; c < d; ++c) prod[c] = ar.op(km.delta_product_format, static_cast<double>(d_o[c]) * o[c]);
       const double s = pairwise_sum(prod.data(), d, [&](double a, double b) { return ar.f32(a + b); });
       return ar.to(km.delta_format, s);
     }
@@ -974,8 +990,9 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
             }
             const double dp = ar.to(F, ar.dot(km.pv_dot, 0.0, hd.do_row(r), hd.v_row(j), d));
             if (km.delta == DeltaFormula::rounded_products && !km.delta_dpp) {
-              // Qiu & Yao: dS = P * scale * (dP - delta): fp32 * python float, bf16 - bf16.
-              ds = ar.f32(ar.f32(p * k.scale_f) * ar.op(F, dp - delta[r]));
+              // Qiu & Yao: dS = p * scale * (dp - D): fp32 * python float; dp (bwd_format) minus D
+              // (delta_format) in PyTorch's promoted type: fp32 under autocast, where D is fp32.
+              ds = ar.f32(ar.f32(p * k.scale_f) * ar.op(promoted(F, km.delta_format), dp - delta[r]));
             } else {
               // softmax backward (fp32 inside, one rounding), then the scale as a tensor op.
               const double soft = ar.op(F, p * ar.f32(dp - delta[r]));
@@ -1254,6 +1271,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
 
 std::optional<double> kernel_delta(const ModelHandle& model, const double* d_o, const double* o, int d) {
   const KernelModel& km = *model.recipe;
+  if (km.structure == Structure::correctly_rounded) return correctly_rounded_delta(km, d_o, o, d, 0, 0);
   if (km.delta == DeltaFormula::softmax_backward) return std::nullopt;  // needs dP and P, not O
   const detail::HardwareArith ar{&km};
   return delta_from_o(km, ar, d_o, o, d);
@@ -1269,6 +1287,11 @@ AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& 
   if (narrower) {
     throw std::invalid_argument("kernel model '" + model.name + "' reads " + km.input.name + " inputs, got " +
                                 in.dtype.name + " (parse the model with the inputs' dtype)");
+  }
+  if (km.structure == Structure::correctly_rounded) {
+    if (opt.exact_arithmetic) return exact_attention(in);  // its one rounding per output is the identity
+    check_inputs(in);
+    return round_exact_outputs(km, in, exact_attention(in), opt);
   }
   if (opt.exact_arithmetic) {
     if (opt.tracer) throw std::invalid_argument("run_attention: the tracer needs the hardware arithmetic");

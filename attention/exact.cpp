@@ -10,13 +10,22 @@
 // and 11 below one fp16 ulp (2^-11): far beyond what measuring those errors needs.
 // All-masked rows give O = 0, LSE = +inf and zero gradients, as FA2 does.
 // Memory O(N·d); work split over (batch, head); results do not depend on threads.
+//
+// round_exact_outputs(): the model `correctly-rounded` (attention.hpp), the exact outputs
+// rounded once each; tests/test_attention_exact.cpp checks it bit for bit against MPFR.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "emu/ops.hpp"
+#include "emu/summation.hpp"
 
 namespace fb::attn {
 
@@ -112,6 +121,113 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   }
   for (auto& th : pool) th.join();
   return out;
+}
+
+}  // namespace fb::attn
+
+// ---- the correctly rounded reference ------------------------------------------------------
+
+namespace fb::attn {
+namespace {
+
+// The reference's one rounding of tensor `tag`'s element at `position`: the final cast's mode;
+// sr draws from a stream per tensor (O's is the kernels' +o-sr stream: opt.seed itself).
+RoundingSpec reference_spec(const KernelModel& km, std::uint64_t seed, std::uint64_t tag) {
+  RoundingSpec spec;
+  spec.mode = km.o_round;
+  if (km.o_round == RoundingMode::sr) {
+    spec.sr_bits = km.o_sr_bits;
+    spec.seed = tag == 0 ? seed : mix64(seed ^ (0x5bd1e9955bd1e995ull * tag));
+  }
+  return spec;
+}
+
+double round_once(const Format& f, double x, const RoundingSpec& spec, std::uint64_t position,
+                  RoundingEvent* event = nullptr) {
+  return to_double(f, round_double(f, x, spec, position, event).bits);
+}
+
+enum ReferenceTensor : std::uint64_t { kO = 0, kLse = 1, kDelta = 2, kDq = 3, kDk = 4, kDv = 5 };
+
+Tensor4 rounded(const KernelModel& km, const Tensor4& exact, const Format& f, std::uint64_t seed, std::uint64_t tag) {
+  Tensor4 out = exact;
+  const RoundingSpec spec = reference_spec(km, seed, tag);
+  for (std::size_t i = 0; i < out.data.size(); ++i) out.data[i] = round_once(f, exact.data[i], spec, i);
+  return out;
+}
+
+}  // namespace
+
+double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d, std::uint64_t seed,
+                               std::uint64_t position) {
+  // dO and O are values of formats of at most 32 bits, so each is a float and the products
+  // are exact in the accumulator; the sum is rounded once.
+  ExactAccumulator acc;
+  for (int c = 0; c < d; ++c) acc.add_product(static_cast<float>(d_o[c]), static_cast<float>(o[c]));
+  return to_double(formats::fp32, acc.round(formats::fp32, reference_spec(km, seed, kDelta), position).bits);
+}
+
+AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
+                                     const RunOptions& opt) {
+  const Format& out_f = km.output;
+  AttentionOutputs out;
+  out.o = rounded(km, exact.o, out_f, opt.seed, kO);
+  out.lse = rounded(km, exact.lse, formats::fp32, opt.seed, kLse);
+  const int d = in.q.cols;
+  if (in.d_o && exact.delta) {
+    out.delta = *exact.delta;
+    for (std::size_t r = 0; r < out.delta->data.size(); ++r)
+      out.delta->data[r] = correctly_rounded_delta(km, &in.d_o->data[r * static_cast<std::size_t>(d)],
+                                                   &out.o.data[r * static_cast<std::size_t>(d)], d, opt.seed, r);
+    out.dq = rounded(km, *exact.dq, out_f, opt.seed, kDq);
+    out.dk = rounded(km, *exact.dk, out_f, opt.seed, kDk);
+    out.dv = rounded(km, *exact.dv, out_f, opt.seed, kDv);
+  }
+  if (opt.progress)
+    opt.progress->fetch_add(static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1),
+                            std::memory_order_relaxed);
+  if (opt.tracer) {
+    Tracer& tracer = *opt.tracer;
+    tracer.traces.assign(tracer.rows.size(), RowTrace{});
+    const RoundingSpec spec = reference_spec(km, opt.seed, kO);
+    for (std::size_t i = 0; i < tracer.rows.size(); ++i) {
+      const auto& [b, h, r] = tracer.rows[i];
+      if (b < 0 || b >= in.q.batch || h < 0 || h >= in.q.heads || r < 0 || r >= in.q.rows)
+        throw std::invalid_argument("tracer: row (" + std::to_string(b) + "," + std::to_string(h) + "," +
+                                    std::to_string(r) + ") is outside the problem");
+      RowTrace& t = tracer.traces[i];
+      t.batch = b;
+      t.head = h;
+      t.row = r;
+      t.plot_feature = std::clamp(tracer.plot_feature, 0, std::max(0, d - 1));
+      const std::size_t first = exact.o.index(b, h, r, 0);
+      for (int c = 0; c < d; ++c) {
+        RoundingEvent ev;
+        round_once(out_f, exact.o.data[first + c], spec, first + c, &ev);
+        t.o_cast.push_back(ev);
+      }
+      if (out.delta) {
+        long double with_exact = 0, with_cast = 0;
+        for (int c = 0; c < d; ++c) {
+          with_exact += static_cast<long double>(in.d_o->data[first + c]) * exact.o.data[first + c];
+          with_cast += static_cast<long double>(in.d_o->data[first + c]) * out.o.data[first + c];
+        }
+        t.delta_error_from_o = static_cast<double>(with_cast - with_exact);
+        t.delta_error_from_reduction =
+            static_cast<double>(static_cast<long double>(out.delta->at(b, h, r, 0)) - with_cast);
+      }
+    }
+  }
+  return out;
+}
+
+ModelHandle correctly_rounded_reference(const KernelModel& like) {
+  KernelModel m = correctly_rounded_recipe(like.input, like.output);
+  m.o_round = like.o_round;
+  m.o_sr_bits = like.o_sr_bits;
+  std::string name = m.base;
+  if (m.o_round != RoundingMode::rne) name += "+o-" + std::string(to_string(m.o_round));
+  return ModelHandle{name, std::make_shared<const KernelModel>(std::move(m))};
 }
 
 }  // namespace fb::attn

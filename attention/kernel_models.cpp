@@ -222,10 +222,18 @@ KernelModel fa_bf16acc() {
   // accumulation order inside each einsum and torch.sum's reduction order.
   KernelModel m;
   m.base = "fa-bf16acc";
-  m.description = "Qiu & Yao's pure-PyTorch FlashAttention (bf16 autocast): 512x512 tiles, m and l in bf16, "
-                  "P̄V fp32-accumulated returned bf16, O accumulator and division in bf16";
-  m.sources = "DESIGN.md §7; ucker/why-low-precision-training-fails attention.py @30ef0216 (dtypes per PyTorch "
-              "autocast and type promotion; einsum and sum reduction orders assumed)";
+  m.description =
+      "Qiu & Yao's pure-PyTorch FlashAttention (bf16 autocast): 512x512 tiles, m and l in bf16, each tile's "
+      "row sum in fp32 clamped to >= 1e-10 (their clamp(min=EPSILON)), P̄V fp32-accumulated returned bf16, O "
+      "accumulator and division in bf16; backward as it computes under CUDA autocast (D = fp32 sum of bf16 "
+      "dO*O products, dP - D and dS in fp32, every einsum bf16). NOT as they trained: train.py calls "
+      "loss.backward() outside autocast, where their backward raises a dtype error (einsum of fp32 P with bf16 "
+      "dO), so no run of theirs computed these gradients as written; train.py also compiles the model "
+      "(torch.compile, whose fusions can skip bf16 roundings: eager semantics modelled); causal runs: their "
+      "loop also visits KV tiles wholly above the diagonal (a clamped block sum of 1e-10, and with STABLE=1 a "
+      "max of 0), which the model skips";
+  m.sources = "DESIGN.md §7; ucker/why-low-precision-training-fails attention.py and train.py @30ef0216 (dtypes "
+              "per PyTorch autocast and type promotion; einsum and sum reduction orders assumed)";
   m.input = formats::bf16;
   m.output = formats::bf16;
   m.structure = Structure::online_softmax;
@@ -242,6 +250,7 @@ KernelModel fa_bf16acc() {
   m.row_sum = RowSumOrder::pairwise;
   m.row_sum_internal = formats::fp32;    // l update in fp32, stored to bf16
   m.row_sum_format = formats::bf16;
+  m.row_sum_clamp_min = 1e-10;           // block_row_sums = exp_weights.sum(...).clamp(min = EPSILON), fp32
   m.p_cast = formats::bf16;              // einsum's autocast, after exp_weights.sum ran in fp32
   m.pv_dot = tensor_core_dot("sm80");
   m.o_acc = OAccumulator::buffer;
@@ -252,10 +261,14 @@ KernelModel fa_bf16acc() {
   m.lse_format = formats::fp32;
   m.sfu = correct_sfu_set();
   m.ftz = false;
+  // backward(), run under autocast: D = (doc * oc).sum(-1): the bf16 product is a plain bf16 op,
+  // sum autocasts to fp32, so D stays fp32; ds = p * scale * (dp - D): bf16 dp minus fp32 D
+  // promotes to fp32 (engine: the subtraction's format is promoted(bwd_format, delta_format)).
   m.delta = DeltaFormula::rounded_products;
-  m.delta_format = formats::bf16;
-  m.bwd_format = formats::bf16;
-  m.backward = BackwardKernel::tensor_ops;  // autograd through the bf16 tensor ops
+  m.delta_product_format = formats::bf16;
+  m.delta_format = formats::fp32;
+  m.bwd_format = formats::bf16;             // every einsum autocasts to bf16; dq/dk/dv.add_ in bf16
+  m.backward = BackwardKernel::tensor_ops;  // their backward(): Algorithm 2, tile by tile
   return m;
 }
 
@@ -319,6 +332,7 @@ KernelModel triton_tutorial(const Format& dtype) {
   m.ftz = false;
   // _attn_bwd_preprocess: o (stored dtype) * do.to(fp32): products exact in fp32, tl.sum in fp32.
   m.delta = DeltaFormula::rounded_products;
+  m.delta_product_format = formats::fp32;
   m.delta_format = formats::fp32;
   m.backward = BackwardKernel::triton_prescaled_k;
   m.bwd_k_prescale = 1.4426950408889634;  // RCP_LN2 in _attention.backward
@@ -420,6 +434,34 @@ KernelModel standard_fp8(const Format& dtype) {
   return m;
 }
 
+// The reference (not a kernel): exact attention, then one rounding of every output. One
+// description, here; attention/exact.cpp round_exact_outputs() computes it.
+KernelModel correctly_rounded_model(const Format& input, const Format& output) {
+  KernelModel m;
+  m.base = "correctly-rounded";
+  m.description =
+      "the reference, not a kernel: exact attention (long double, checked against MPFR), then ONE rounding of "
+      "each output in the final cast's mode (+o-MODE): O, dQ, dK, dV into the output dtype, LSE into fp32, "
+      "delta = sum dO*O of that rounded O (as kernels compute it), summed exactly and rounded once into fp32. "
+      "The least error any kernel with this output format can have: bias-test's and sweep's excess is a "
+      "kernel's error minus this one. Takes only +o-MODE";
+  m.sources = "attention/exact.cpp (exact_attention, round_exact_outputs); emu/summation.hpp ExactAccumulator";
+  m.input = input;
+  m.output = output;
+  m.structure = Structure::correctly_rounded;
+  m.kv_order = KvOrder::first_to_last;
+  // No arithmetic of its own: no tensor cores, no SFUs (uses_special_function is false).
+  m.score_dot = DotSpec{DotKind::fp64_fma_chain, "", nullptr};
+  m.pv_dot = m.score_dot;
+  m.score_format = std::nullopt;
+  m.scale = ScaleHandling::multiply_scores;
+  m.delta_format = formats::fp32;  // make-trace stores delta in this format
+  m.sfu = correct_sfu_set();
+  m.ftz = false;
+  m.backward = BackwardKernel::tensor_ops;
+  return m;
+}
+
 void resolve_dot(DotSpec& d, const Format& input) {
   if (d.kind != DotKind::tensor_core) return;
   d.model = find_tensor_core_model(d.tensor_core, input);
@@ -457,6 +499,9 @@ TileSizes KernelModel::tiles_for(int head_dim, int seqlen) const {
 }
 
 bool KernelModel::hardware_validated() const {
+  // The reference has no hardware part to validate (no tensor cores, no SFUs): true vacuously;
+  // reports say it is the reference (tools name it so), not that it was measured.
+  if (structure == Structure::correctly_rounded) return true;
   auto dot_ok = [](const DotSpec& d) { return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated); };
   return dot_ok(score_dot) && dot_ok(pv_dot) && sfu_hardware_measured(*this);
 }
@@ -489,7 +534,12 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   table.push_back(triton_tutorial(dtype));
   table.push_back(fa3_fp8(dtype));
   table.push_back(standard_fp8(dtype));
+  table.push_back(correctly_rounded_model(dtype, dtype));
   return table;
+}
+
+KernelModel correctly_rounded_recipe(const Format& input, const Format& output) {
+  return correctly_rounded_model(input, output);
 }
 
 namespace {
@@ -539,6 +589,11 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     const std::string& p = parts[i];
     const std::size_t colon = p.find(':');
     const std::string variant = p.substr(0, colon);
+    if (RoundingMode mode{}; m.structure == Structure::correctly_rounded &&
+                             !(variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), mode))) {
+      throw std::invalid_argument("correctly-rounded takes only +o-MODE (the rounding mode of its one rounding per "
+                                  "output), not '+" + p + "': it has no kernel arithmetic to vary");
+    }
     if (variant == "dynmax") {
       m.dynmax = true;
       if (colon != std::string::npos) {
@@ -650,11 +705,14 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
 
 namespace fb::attn {
 namespace {
+bool reference(const KernelModel& m) { return m.structure == Structure::correctly_rounded; }
 bool online(const KernelModel& m) { return m.structure == Structure::online_softmax; }
 bool materialised(const KernelModel& m) { return m.structure == Structure::materialised; }
-bool scales_scores(const KernelModel& m) { return m.scale == ScaleHandling::multiply_scores; }
+bool scales_scores(const KernelModel& m) { return !reference(m) && m.scale == ScaleHandling::multiply_scores; }
 // fp8 models have no backward (engine.cpp: "no fp8 backward is modelled").
-bool tensor_op_backward(const KernelModel& m) { return m.backward == BackwardKernel::tensor_ops && !m.fp8.enabled; }
+bool tensor_op_backward(const KernelModel& m) {
+  return !reference(m) && m.backward == BackwardKernel::tensor_ops && !m.fp8.enabled;
+}
 bool o_buffer(const KernelModel& m) { return online(m) && m.o_acc == OAccumulator::buffer; }
 bool pairwise_row_sum(const KernelModel& m) { return online(m) && m.row_sum == RowSumOrder::pairwise; }
 }  // namespace
@@ -663,7 +721,7 @@ bool pairwise_row_sum(const KernelModel& m) { return online(m) && m.row_sum == R
 const std::vector<StageField>& recipe_stage_fields() {
   static const std::vector<StageField> fields = {
       {"score_format", "S = F(Q·Kᵀ), every model's scores", &KernelModel::score_format,
-       [](const KernelModel&) { return true; }},
+       [](const KernelModel& m) { return !reference(m); }},
       {"scaled_score_format", "S = F(S * scale) (models that scale the scores as a tensor op)",
        &KernelModel::scaled_score_format, scales_scores},
       {"max_format", "+dynmax's m = F(beta * r_m)", &KernelModel::max_format,
@@ -677,7 +735,8 @@ const std::vector<StageField>& recipe_stage_fields() {
        &KernelModel::row_sum_internal, [](const KernelModel& m) { return pairwise_row_sum(m) || materialised(m); }},
       {"row_sum_format", "the ℓ buffer (pairwise online row sums updated by a separate add)",
        &KernelModel::row_sum_format, [](const KernelModel& m) { return pairwise_row_sum(m) && !m.l_update_fma; }},
-      {"p_cast", "P̄ as fed to the P·V dot, every model", &KernelModel::p_cast, [](const KernelModel&) { return true; }},
+      {"p_cast", "P̄ as fed to the P·V dot, every model", &KernelModel::p_cast,
+       [](const KernelModel& m) { return !reference(m); }},
       {"o_buffer_format", "the O accumulator, its rescale and the final division (buffer accumulators)",
        &KernelModel::o_buffer_format, o_buffer},
       {"pv_result_format", "F(P̄·V) of one KV tile (buffer accumulators) or of the row (materialised)",
@@ -687,8 +746,11 @@ const std::vector<StageField>& recipe_stage_fields() {
        [](const KernelModel& m) {
          return m.lse == LseFormula::natural || materialised(m) || tensor_op_backward(m);
        }},
-      {"delta_format", "delta's products and result (delta from rounded products)", &KernelModel::delta_format,
+      {"delta_format", "delta's result, the stored delta (delta from rounded products; fa-bf16acc: also dP - delta, "
+       "in PyTorch's promotion of bwd_format and this)", &KernelModel::delta_format,
        [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
+      {"delta_product_format", "each product dO·O of delta (delta from rounded products)",
+       &KernelModel::delta_product_format, [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
       {"bwd_format", "every backward tensor op's result (tensor-op backward)", &KernelModel::bwd_format,
        tensor_op_backward},
   };
@@ -696,6 +758,7 @@ const std::vector<StageField>& recipe_stage_fields() {
 }
 
 bool uses_special_function(const KernelModel& km, SpecialFunction f) {
+  if (reference(km)) return false;  // exact attention: no SFU
   switch (f) {
     case SpecialFunction::ex2:  // exponent() and rescale_factor(), or the FA2 / Triton backward's P
       return !scales_scores(km) || km.backward == BackwardKernel::fa2_seqk_parallel ||

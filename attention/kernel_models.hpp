@@ -48,7 +48,12 @@ struct DotSpec {
   int promote_every = 0;
 };
 
-enum class Structure : std::uint8_t { online_softmax, materialised };
+// correctly_rounded: not a kernel but the reference any kernel is measured against (model
+// `correctly-rounded`): exact_attention(), then ONE rounding of each output, in the final
+// cast's mode (o_round): O, dQ, dK, dV into `output`, LSE into fp32, delta = Σ dO·O of the
+// rounded O, summed exactly and rounded once into fp32. run_attention() dispatches it to
+// round_exact_outputs() (attention/exact.cpp); no other field is read.
+enum class Structure : std::uint8_t { online_softmax, materialised, correctly_rounded };
 enum class KvOrder : std::uint8_t { first_to_last, last_to_first };
 
 // Where the softmax scale enters.
@@ -123,8 +128,9 @@ enum class LseFormula : std::uint8_t {
 
 enum class DeltaFormula : std::uint8_t {
   fa2_threads,        // per-thread sequential fp32 over 8 contiguous columns per chunk, butterfly
-  rounded_products,   // products rounded to `delta_format`, summed pairwise in fp32, returned in delta_format
-                      // (Qiu & Yao: bf16; Triton tl.sum(o * do) with do in fp32: fp32)
+  rounded_products,   // products rounded to `delta_product_format`, summed pairwise in fp32, returned in
+                      // delta_format (Qiu & Yao under autocast: bf16 products, an fp32 sum; Triton
+                      // tl.sum(o * do) with do in fp32: fp32 products)
   softmax_backward,   // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
 };
 
@@ -173,6 +179,10 @@ struct KernelModel {
   std::optional<Format> row_sum_format;       // the ℓ buffer
   bool l_init_one = false;                    // Triton initialises l = 1 (harmless: the first α is 0)
   bool l_update_fma = false;                  // Triton: l = fma(l, α, rowsum) (fp-fusion)
+  // Pairwise (tensor-op) row sums: each KV tile's sum is clamped from below to this value,
+  // taken in row_sum_internal, before it joins ℓ (0 = no clamp). Qiu & Yao's attention.py:
+  // block_row_sums = exp_weights.sum(-1).clamp(min = EPSILON), EPSILON = 1e-10, in fp32.
+  double row_sum_clamp_min = 0.0;
   // fa2_quad: softmax_rescale_o's `row_sum *= scores_scale` and reduce_sum's first add of the
   // next tile contract into one FFMA per thread (nvcc's default -fmad=true): ℓ = fma(ℓ, α, P̄_2t).
   bool row_sum_rescale_fma = false;
@@ -195,7 +205,8 @@ struct KernelModel {
 
   // ---- backward ----
   DeltaFormula delta = DeltaFormula::fa2_threads;
-  std::optional<Format> delta_format;         // rounded_products: products and result
+  std::optional<Format> delta_format;         // rounded_products: the result (the stored delta / D tensor)
+  std::optional<Format> delta_product_format; // rounded_products: each product dO·O
   std::optional<Format> bwd_format;           // tensor-op models: every op's result (dP, dS, ...)
   BackwardKernel backward = BackwardKernel::fa2_seqk_parallel;
   // triton_prescaled_k: the host multiplies K by (softmax_scale * bwd_k_prescale) in double
@@ -232,6 +243,9 @@ struct KernelModel {
 // The table of base recipes for a given input dtype (bf16 or fp16 where the model
 // does not name its own). Exposed for tests and `flashbits models`.
 std::vector<KernelModel> base_kernel_models(const Format& dtype);
+// The recipe of the `correctly-rounded` reference (Structure::correctly_rounded) for inputs
+// of `input` and outputs (O, dQ, dK, dV) of `output`, any format of at most 32 bits.
+KernelModel correctly_rounded_recipe(const Format& input, const Format& output);
 
 // ---- recipe overrides (bias-test --recipe FILE, tools/recipe_file.hpp) ----------------
 // The stages whose result format a recipe file may set: one entry per std::optional<Format>

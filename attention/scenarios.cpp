@@ -21,6 +21,16 @@
 // - ties: as sink, but the other keys sit 150-200 below after scaling, so their P̄
 //   underflows to exactly 0 in fp32: every tie in the P·V sums is exact, with no
 //   residual (sticky) bits — the control case where RNE should show no bias.
+// - wide-ties: ties beyond the sink's 49 values. Keys 0 and 1 are again one key vector
+//   (k_0 = k_1 = (8, 0, ..., 0)); query r's scaled score on them is s_r ~ U[-11.5, 17]
+//   (q_0 = s_r·sqrt(d)/8 in the dtype: hundreds of distinct values). Every other key j
+//   has k_j0 = 8 as well and k_j1 = -g_j·sqrt(d) with q_1 = 1, which puts it g_j below the
+//   pair: g_j ~ U[0, 8] for keys j >= 3, g_2 = 1. A row is tied with probability 0.59
+//   (q_2 = 0: the pair is the max, every other key 0-8 below it). In an untied row q_2 =
+//   1 + L_r, L_r ~ U[0.25, 1], and k_22 = sqrt(d) lift key 2 to s_r + L_r, the row's single
+//   max, with the pair L_r and the other keys L_r + g_j below it. The other features are 0
+//   in Q (no jitter: no key crosses the pair) and N(0, 1) in K. V and dO are N(-1, 1/16) in
+//   every feature: every feature is a "sink feature" here. Needs head dim >= 3.
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -54,9 +64,36 @@ struct Draw {
 
 bool sink_feature(int c) { return c % 4 == 0 || c % 4 == 1; }
 
+// wide-ties: whether query row r is a tied row (the same draw for every feature of the row).
+bool wide_tied_row(const Draw& x) {
+  const Draw rx{x.seed, x.tensor, x.b, x.h, x.r, 0};
+  return rx.u(7) < 0.59;
+}
+
 double generate(std::string_view name, const Draw& x, int head_dim) {
   const bool sink = name == "sink", ties = name == "ties";
   if (name == "random") return x.normal(0);
+  if (name == "wide-ties") {
+    const double root_d = std::sqrt(static_cast<double>(head_dim));
+    switch (x.tensor) {
+      case kQ:
+        if (x.c == 0) return (-11.5 + 28.5 * x.u(5)) * root_d / 8.0;
+        if (x.c == 1) return 1.0;
+        if (x.c == 2) return wide_tied_row(x) ? 0.0 : 1.0 + (0.25 + 0.75 * x.u(6));
+        return 0.0;
+      case kK: {
+        const int key = x.r == 1 ? 0 : x.r;  // key 1 duplicates key 0 exactly
+        const Draw kx{x.seed, x.tensor, x.b, x.h, key, x.c};
+        if (x.c == 0) return 8.0;
+        if (key == 0) return 0.0;
+        if (x.c == 1) return -(key == 2 ? 1.0 : 8.0 * kx.u(3)) * root_d;
+        if (x.c == 2) return key == 2 ? root_d : 0.0;
+        return kx.normal(0);
+      }
+      case kV:
+      case kDO: return -1.0 + 0.25 * x.normal(0);
+    }
+  }
   if (name == "fa3-outliers") return x.normal(0) + (x.u(10) < 0.001 ? 10.0 * x.normal(1) : 0.0);
   if (sink || ties) {
     switch (x.tensor) {
@@ -100,13 +137,14 @@ Tensor4 make_tensor(std::string_view name, std::uint64_t seed, std::uint64_t ten
 
 }  // namespace
 
-std::vector<std::string> scenario_names() { return {"random", "fa3-outliers", "sink", "ties"}; }
+std::vector<std::string> scenario_names() { return {"random", "fa3-outliers", "sink", "ties", "wide-ties"}; }
 
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
                               int head_dim, const Format& dtype, bool with_backward) {
   bool known = false;
   for (const std::string& s : scenario_names()) known |= s == name;
-  if (!known) throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (random, fa3-outliers, sink, ties)");
+  if (!known)
+    throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (random, fa3-outliers, sink, ties, wide-ties)");
   if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0) throw std::invalid_argument("scenario: negative shape");
   AttentionInputs in;
   in.dtype = dtype;

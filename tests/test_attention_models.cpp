@@ -263,6 +263,17 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:gamma=1", formats::bf16), std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80", formats::fp32), std::invalid_argument);
   CHECK(describe_kernel_models().size() >= 14);
+  // The reference: only +o-MODE applies; its name follows; it reads bf16 or fp16 as asked.
+  CHECK(parse_kernel_model("correctly-rounded+o-rtz", formats::bf16).name == "correctly-rounded+o-rtz");
+  CHECK(parse_kernel_model("correctly-rounded", formats::fp16).recipe->output == formats::fp16);
+  for (const char* bad : {"correctly-rounded+dynmax", "correctly-rounded+o-fp32", "correctly-rounded+delta-dpp",
+                          "correctly-rounded+promote:32"})
+    CHECK_THROWS_WITH_AS(parse_kernel_model(bad, formats::bf16), doctest::Contains("correctly-rounded takes only"),
+                         std::invalid_argument);
+  CHECK(correctly_rounded_reference(*parse_kernel_model("fa2-sm80+o-rdn", formats::bf16).recipe).name ==
+        "correctly-rounded+o-rdn");
+  CHECK(correctly_rounded_reference(*parse_kernel_model("fa3-fp8-sm90", formats::bf16).recipe).recipe->output ==
+        formats::bf16);
   const AttentionInputs fp16_inputs = make_scenario("random", 1, 1, 1, 8, 8, formats::fp16, false);
   CHECK_THROWS_AS(run_attention(parse_kernel_model("fa-bf16acc", formats::bf16), fp16_inputs, RunOptions{}),
                   std::invalid_argument);
@@ -399,7 +410,9 @@ std::vector<std::pair<std::string, Format>> recipe_predicate_cases() {
       const bool clash = (m.input == formats::fp16 && dtype == formats::bf16) ||
                          (m.input == formats::bf16 && dtype == formats::fp16);
       if (!clash) out.emplace_back(m.base, dtype);
-      if (!clash) out.emplace_back(m.base + "+dynmax", dtype);
+      // The reference takes no +dynmax (it has no arithmetic of its own), only +o-MODE.
+      if (!clash && m.structure != Structure::correctly_rounded) out.emplace_back(m.base + "+dynmax", dtype);
+      if (!clash && m.structure == Structure::correctly_rounded) out.emplace_back(m.base + "+o-rtz", dtype);
     }
   }
   return out;

@@ -2,7 +2,9 @@
 // experiments rely on, checked against exact (long double) arithmetic written here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "attention/attention.hpp"
 #include "emu/ops.hpp"
@@ -102,5 +104,52 @@ TEST_CASE("ties: the non-max keys are so far below that exp underflows to exactl
       // exp(-gap) below half the smallest fp32 subnormal (2^-150): rounds to 0 (and ftz).
       REQUIRE(std::exp(-(s0 - scaled_score(in, r, j))) < std::ldexp(1.0L, -150));
     }
+  }
+}
+
+TEST_CASE("wide-ties: ~59% of rows tied at maxima spread over [-11.5, 17], other keys 0-8 below, V ~ N(-1, 1/16)") {
+  for (int d : {32, 64}) {
+    CAPTURE(d);
+    const int n = 400;
+    const AttentionInputs in = make_scenario("wide-ties", 5, 1, 1, n, d, formats::bf16, true);
+    for (int c = 0; c < d; ++c) REQUIRE(in.k.at(0, 0, 0, c) == in.k.at(0, 0, 1, c));
+    int tied = 0;
+    long double lo = 1e9L, hi = -1e9L;
+    std::vector<long double> tied_maxima;
+    for (int r = 0; r < n; ++r) {
+      long double m = -1e30L;
+      for (int j = 0; j < n; ++j) m = std::max(m, scaled_score(in, r, j));
+      int at_max = 0;
+      for (int j = 0; j < n; ++j) {
+        const long double gap = m - scaled_score(in, r, j);
+        at_max += gap == 0 ? 1 : 0;
+        REQUIRE(gap <= 9.0L);  // every key within 0-8 below the max (9 with the untied rows' lift)
+      }
+      REQUIRE(at_max <= 2);
+      if (at_max == 2) {
+        REQUIRE(m == scaled_score(in, r, 0));  // the tie is the duplicated key pair
+        ++tied;
+        lo = std::min(lo, m);
+        hi = std::max(hi, m);
+        tied_maxima.push_back(m);
+      }
+    }
+    const double frac = tied / static_cast<double>(n);
+    CAPTURE(frac);
+    CHECK(frac > 0.52);
+    CHECK(frac < 0.66);
+    CHECK(lo >= -11.6L);
+    CHECK(hi <= 17.1L);
+    CHECK(lo < -9.0L);
+    CHECK(hi > 14.0L);
+    std::sort(tied_maxima.begin(), tied_maxima.end());
+    const auto distinct = std::unique(tied_maxima.begin(), tied_maxima.end()) - tied_maxima.begin();
+    CHECK(distinct > 150);  // far beyond the sink's 49 values
+    double sum = 0, sq = 0;
+    for (double x : in.v.data) sum += x, sq += x * x;
+    const double count = static_cast<double>(in.v.data.size());
+    const double mean = sum / count;
+    CHECK(std::fabs(mean + 1.0) < 0.02);
+    CHECK(std::fabs(std::sqrt(sq / count - mean * mean) - 0.25) < 0.02);
   }
 }

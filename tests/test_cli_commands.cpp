@@ -538,3 +538,175 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   CHECK(e.out.find("EMULATED trace") != std::string::npos);
   CHECK(e.out.find("fa-bf16acc is biased on this sink trace") != std::string::npos);
 }
+
+TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess over the correctly rounded reference") {
+  // The reference measured against itself: its excess is exactly 0 in every trial (zero
+  // variance, not low power), so no bias, exit 0; its error against exact is the format's.
+  const Run ref = run("bias-test --model correctly-rounded --scenario sink --trials 8 --seqlen 64 --headdim 32 --json");
+  REQUIRE(ref.code == 0);
+  const auto jr = nlohmann::json::parse(ref.out);
+  CHECK(jr["verdict_from"] == "excess");
+  CHECK(jr["verdict"] == "no detectable bias");
+  for (const char* out : {"o", "delta"}) {
+    CAPTURE(out);
+    CHECK(jr["excess"][out]["mean_ulps"].get<double>() == 0.0);
+    CHECK(jr["excess"][out]["positives"].get<int>() + jr["excess"][out]["negatives"].get<int>() == 0);
+    CHECK(jr["correctly_rounded"][out]["mean_ulps"].get<double>() == jr[out]["mean_ulps"].get<double>());
+  }
+  // A recipe that adds bias: fa-bf16acc on sink (Qiu & Yao), excess t ~ -11 at 16 trials.
+  const Run biased = run("bias-test --model fa-bf16acc --scenario sink --trials 16 --seqlen 96 --headdim 64 --json");
+  REQUIRE(biased.code == 1);
+  const auto jb = nlohmann::json::parse(biased.out);
+  CHECK(jb["verdict"] == "biased");
+  CHECK(jb["excess"]["o"]["ci"][1].get<double>() < 0.0);
+  CHECK(jb["excess"]["delta"]["ci"][0].get<double>() > 0.0);
+  // Paired both ways: the reference against itself differs by exactly 0; with its one
+  // rounding toward zero (V < 0 everywhere on wide-ties) it is biased, t ~ 40 at 8 trials.
+  const Run same = run("bias-test --model correctly-rounded --against correctly-rounded --scenario wide-ties "
+                       "--trials 4 --seqlen 32 --headdim 16 --json");
+  REQUIRE(same.code == 0);
+  CHECK(nlohmann::json::parse(same.out)["o"]["mean_ulps"].get<double>() == 0.0);
+  const Run rtz = run("bias-test --model correctly-rounded+o-rtz --against correctly-rounded --scenario wide-ties "
+                      "--trials 8 --seqlen 32 --headdim 16 --json");
+  REQUIRE(rtz.code == 1);
+  const auto jz = nlohmann::json::parse(rtz.out);
+  CHECK(jz["verdict_from"] == "paired");
+  CHECK(jz["o"]["ci"][0].get<double>() > 0.0);  // toward zero from negative outputs
+  // Text names the reference and the statistic the verdict used.
+  const Run text = run("bias-test --model correctly-rounded --scenario random --trials 2 --seqlen 16 --headdim 16");
+  CHECK(text.out.find("the correctly rounded reference (exact attention, rounded once per output)") != std::string::npos);
+  CHECK(text.out.find("verdict (from the excess over the correctly rounded reference)") != std::string::npos);
+}
+
+TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and JSON; the verdict from the excess") {
+  const std::string csv = (scratch() / "three.csv").string();
+  const std::string grid = "sweep --model correctly-rounded,fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16";
+  const Run js = run(grid + " --json --csv " + csv);
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  REQUIRE(j["rows"].size() == 2);
+  const auto& reference = j["rows"][0];
+  const auto& kernel = j["rows"][1];
+  CHECK(reference["model"] == "correctly-rounded");
+  CHECK(reference["verdict_from"] == "excess");
+  CHECK(reference["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
+  CHECK(reference["excess"]["delta"]["mean_ulps"].get<double>() == 0.0);
+  CHECK(reference["verdict"] == "no detectable bias");
+  CHECK(reference["correctly_rounded"]["o"]["mean_ulps"].get<double>() == reference["o_mean_ulps"].get<double>());
+  CHECK(kernel["verdict"] == "biased");
+  CHECK(kernel["excess"]["o"]["ci"][1].get<double>() < 0.0);
+  CHECK(kernel["excess"]["o"]["mean_ulps"].get<double>() ==
+        doctest::Approx(kernel["o_mean_ulps"].get<double>() - kernel["correctly_rounded"]["o"]["mean_ulps"].get<double>()));
+  const std::string text = slurp(csv);
+  CHECK(text.find("o_cr_mean_ulps,o_excess_mean_ulps,o_excess_p_t") != std::string::npos);
+  CHECK(text.find(",excess,biased\n") != std::string::npos);
+  // The table shows the three columns; the merged CSV renders the same table.
+  const Run table = run(grid);
+  REQUIRE(table.code == 0);
+  CHECK(table.out.find("O excess") != std::string::npos);
+  CHECK(table.out.find("O CR") != std::string::npos);
+  const Run merged = run("merge " + csv);
+  REQUIRE(merged.code == 0);
+  CHECK(merged.out == table.out);
+  // --round applies to the reference as well: correctly-rounded+o-rtz against itself is 0.
+  const Run rtz = run("sweep --model correctly-rounded --round rtz --scenario wide-ties --seqlen 32 --headdim 16 "
+                      "--trials 4 --json");
+  REQUIRE(rtz.code == 0);
+  const auto jr = nlohmann::json::parse(rtz.out)["rows"][0];
+  CHECK(jr["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
+  CHECK(jr["o_mean_ulps"].get<double>() > 0.1);  // rtz toward zero on negative outputs
+  // Paired rows are a difference of two kernels: no reference, verdict from the difference.
+  const Run paired = run("sweep --model fa2-sm80 --against correctly-rounded --scenario sink --seqlen 32 --headdim 16 "
+                         "--trials 2 --json");
+  REQUIRE(paired.code == 0);
+  const auto jp = nlohmann::json::parse(paired.out)["rows"][0];
+  CHECK(jp["verdict_from"] == "paired");
+  CHECK_FALSE(jp.contains("excess"));
+}
+
+namespace {
+// A one-head bf16 trace of the sink inputs (seqlen n, head dim 64) whose captured o is the
+// exact O rounded once, with the given element of `tensor` replaced by `poison`.
+std::string poisoned_trace(const std::string& name, const std::string& tensor, std::size_t at, double poison, int n = 64,
+                           const std::string& model = "fa2-sm80") {
+  auto in = fb::attn::make_scenario("sink", 12, 1, 1, n, 64, fb::formats::bf16, true);
+  const auto exact = fb::attn::exact_attention(in);
+  std::vector<double> o(exact.o.data.size());
+  for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
+  if (tensor == "q") in.q.data[at] = poison;
+  if (tensor == "o") o[at] = poison;
+  const auto dir = scratch() / name;
+  std::filesystem::create_directories(dir);
+  fb::TraceMetadata md;
+  md.source = "emulated";
+  md.model = model;
+  md.softmax_scale = 0.125;
+  md.causal = false;
+  md.dtype = fb::formats::bf16;
+  const std::vector<std::uint64_t> shape = {1, 1, static_cast<std::uint64_t>(n), 64};
+  fb::TraceBuilder(md)
+      .add_values("q", fb::formats::bf16, shape, in.q.data)
+      .add_values("k", fb::formats::bf16, shape, in.k.data)
+      .add_values("v", fb::formats::bf16, shape, in.v.data)
+      .add_values("do", fb::formats::bf16, shape, in.d_o->data)
+      .add_values("o", fb::formats::bf16, shape, o)
+      .write(dir / "t.safetensors");
+  return dir.string();
+}
+}  // namespace
+
+TEST_CASE("bias-test, deviation, demo: no verdict on data that cannot support one") {
+  // NaN or infinity in the inputs: bad input, exit 2, the file and the rows named.
+  const std::string nan_q = poisoned_trace("nan_q", "q", 5 * 64 + 3, std::nan(""));
+  for (const std::string& cmd : {"bias-test --traces " + nan_q, "demo --trace " + nan_q + "/t.safetensors"}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("t.safetensors") != std::string::npos);
+    CHECK(r.err.find("tensor q") != std::string::npos);
+    CHECK(r.err.find("[0,0,5]") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  const std::string inf_q = poisoned_trace("inf_q", "q", 7, INFINITY);
+  CHECK(run("bias-test --traces " + inf_q).code == 2);
+  // Empty problems: exit 2.
+  CHECK(run("bias-test --model fa2-sm80 --seqlen 0 --trials 2").code == 2);
+  CHECK(run("bias-test --model fa2-sm80 --headdim 0 --trials 2").code == 2);
+  CHECK(run("deviation --models fa2-sm80 --heads 0 --seqlen 16 --headdim 16").code == 2);
+  CHECK(run("deviation --models fa2-sm80 --headdim 0 --seqlen 16").code == 2);
+  // A captured output that is NaN on finite inputs: reported with its rows, no verdict, exit 1.
+  const std::string nan_o = poisoned_trace("nan_o", "o", 3 * 64 + 9, std::nan(""));
+  const Run captured = run("bias-test --traces " + nan_o + " --json");
+  CHECK(captured.code == 1);
+  const auto jc = nlohmann::json::parse(captured.out);
+  CHECK(jc["verdict"] == "no verdict (non-finite output)");
+  CHECK(jc["verdict_from"] == "none");
+  CHECK(jc["non_finite_output"]["rows"] == 1);
+  CHECK(jc["non_finite_output"]["where"][0].get<std::string>().find("[0,0,3]") != std::string::npos);
+  CHECK(jc["o"]["n"] == 63);
+  // A model whose output becomes NaN on finite input (a dynamic max of 1e40 * r overflows
+  // bf16 to inf, and the next tile's inf - inf is NaN): rows named, no verdict, exit 1.
+  const std::string overflow = "golden-bf16-flash+dynmax:beta=1e40";
+  const Run model = run("bias-test --model " + overflow + " --scenario sink --seqlen 160 --trials 2 --json");
+  CHECK(model.code == 1);
+  const auto jm = nlohmann::json::parse(model.out);
+  CHECK(jm["verdict"] == "no verdict (non-finite output)");
+  CHECK(jm["non_finite_output"]["where"][0].get<std::string>().find("trial 0: ") == 0);
+  CHECK(jm["o"]["verdict"] == "no samples");
+  const Run model_text = run("bias-test --model " + overflow + " --scenario sink --seqlen 160 --trials 2");
+  CHECK(model_text.out.find("verdict: none") != std::string::npos);
+  CHECK(model_text.out.find("[0,0,0]") != std::string::npos);
+  const Run dev = run("deviation --models " + overflow + ",fa2-sm80 --inputs sink --seqlen 160 --headdim 64");
+  CHECK(dev.code == 1);
+  CHECK(dev.out.find("non-finite output") != std::string::npos);
+  CHECK(dev.out.find("[0,0,") != std::string::npos);
+  const Run dev_json = run("deviation --models " + overflow + " --inputs sink --seqlen 160 --headdim 64 --json");
+  CHECK(dev_json.code == 1);
+  CHECK(nlohmann::json::parse(dev_json.out)["rows"][0].contains("non_finite_rows"));
+  // demo on a trace whose model gives a NaN output: no verdict.
+  const std::string nan_model = poisoned_trace("nan_model", "none", 0, 0.0, 160, overflow);
+  const Run demo = run("demo --trace " + nan_model + "/t.safetensors");
+  CHECK(demo.code == 1);  // the replay cannot match the captured (finite) O
+  CHECK(demo.out.find("Verdict: none") != std::string::npos);
+  CHECK(demo.out.find("non-finite in") != std::string::npos);
+}

@@ -9,6 +9,11 @@
 // - --traces DIR: one sample per captured row of every *.safetensors in DIR: the
 //   captured o (and delta) against exact_attention of the captured inputs (no replay).
 // Statistics: attention/statistics.hpp summarize(). Exit 1 when O or delta is biased.
+// No verdict on data that cannot support one: a trace with a NaN or infinity in q, k, v or
+// dO, or with a dimension of 0 (and --seqlen/--headdim 0) is bad input (exit 2, the file
+// and rows named); a model (or captured kernel) whose O or delta is non-finite on finite
+// inputs is reported with its rows, those rows are left out of the statistics, and the run
+// gets no verdict (exit 1, JSON verdict "no verdict (non-finite output)").
 // - --model M --against B: one sample per trial, the paired difference of M and B on the
 //   same inputs and seed (sweep_table.hpp measure_paired): the bias M adds relative to B,
 //   free of the input noise they share (fp8 quantisation, say).
@@ -23,6 +28,7 @@
 //   one trial share its keys and values, so a trial's chance offset moves every group
 //   at once), which would make any CI too narrow.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -120,7 +126,15 @@ void print_spread(const char* what, const ValueSpread& s) {
               s.values, s.negatives, s.positives, s.mean, s.sd, s.min, s.max);
 }
 
-nlohmann::ordered_json stats_json(const attn::BiasStatistics& s) {
+// A statistic's own verdict, or why it has none (no finite samples; the run's rows with a
+// non-finite output, which leave the whole run without a verdict).
+std::string stat_verdict(const attn::BiasStatistics& s, bool run_has_verdict) {
+  if (s.n == 0) return "no samples";
+  if (!run_has_verdict) return "none (non-finite output elsewhere in the run)";
+  return s.verdict();
+}
+
+nlohmann::ordered_json stats_json(const attn::BiasStatistics& s, bool run_has_verdict = true) {
   nlohmann::ordered_json j;
   j["n"] = s.n;
   j["mean_ulps"] = s.mean;
@@ -131,15 +145,15 @@ nlohmann::ordered_json stats_json(const attn::BiasStatistics& s) {
   j["negatives"] = s.negatives;
   j["p_sign"] = s.p_sign;
   j["min_detectable_ulps"] = s.min_detectable;
-  j["verdict"] = s.verdict();
+  j["verdict"] = stat_verdict(s, run_has_verdict);
   return j;
 }
 
-void print_stats(const char* what, const attn::BiasStatistics& s, double alpha) {
+void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict = true) {
   std::printf("%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%.3g  sign +%zu/-%zu p=%.3g\n"
               "       min detectable bias %.3g ulp  -> %s\n",
               what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic, s.p_t, s.positives,
-              s.negatives, s.p_sign, s.min_detectable, s.verdict().c_str());
+              s.negatives, s.p_sign, s.min_detectable, stat_verdict(s, run_has_verdict).c_str());
 }
 
 int run_bias_test(const BiasOptions& o) {
@@ -153,11 +167,18 @@ int run_bias_test(const BiasOptions& o) {
   RowMaxGroups by_max;
   std::string delta_note;
   std::string subject, provenance;
+  // Rows whose output is NaN or infinite on finite inputs: their samples are left out, and
+  // the run gets no verdict (a statistic of the rest would hide the failure).
+  std::vector<std::string> non_finite;
+  std::size_t non_finite_count = 0;
   if (!o.model.empty()) {
     const auto names = attn::scenario_names();
     if (std::find(names.begin(), names.end(), o.scenario) == names.end())
       throw InputError("--scenario " + o.scenario + ": unknown scenario");
     if (o.trials < 2) throw InputError("--trials: expected at least 2");
+    if (o.seqlen < 1 || o.headdim < 1)
+      throw InputError("--seqlen " + std::to_string(o.seqlen) + " --headdim " + std::to_string(o.headdim) +
+                       ": expected positive sizes (an empty problem has no errors to test)");
     const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
     attn::ModelHandle model;
     try {
@@ -178,7 +199,9 @@ int run_bias_test(const BiasOptions& o) {
     }
     subject = model.name + (o.against.empty() ? "" : " against " + against.name) + " on " + o.scenario + " (seqlen " + std::to_string(o.seqlen) + ", head dim " +
               std::to_string(o.headdim) + ", " + std::to_string(o.trials) + " trials)";
-    provenance = model.recipe->hardware_validated()
+    provenance = model.recipe->structure == attn::Structure::correctly_rounded
+                     ? "the correctly rounded reference (exact attention, rounded once per output): no kernel arithmetic"
+                 : model.recipe->hardware_validated()
                      ? "emulated model, all parts validated on hardware"
                      : "emulated model; SFU " + model.recipe->sfu.describe() +
                            " -- parts of this model are unmeasured on hardware";
@@ -188,6 +211,13 @@ int run_bias_test(const BiasOptions& o) {
       const auto in = attn::make_scenario(o.scenario, s, 1, 1, o.seqlen, o.headdim, model.recipe->input, true);
       const TrialErrors e = o.against.empty() ? measure_errors(model, in, s, false)
                                               : measure_paired(model, against, in, s);
+      if (!e.non_finite_rows.empty()) {
+        non_finite_count += e.non_finite_rows.size();
+        non_finite.push_back("trial " + std::to_string(t) + ": " + std::to_string(e.non_finite_rows.size()) +
+                             " row(s) " + describe_rows(e.non_finite_rows, 1, o.seqlen));
+        progress.advance();
+        continue;
+      }
       o_samples.push_back(mean_of(e.o_ulps));
       if (!e.delta_ulps.empty()) d_samples.push_back(mean_of(e.delta_ulps));
       if (!e.o_cr_ulps.empty()) {
@@ -219,15 +249,33 @@ int run_bias_test(const BiasOptions& o) {
       const Trace trace = read_trace(f);
       hardware += is_hardware_capture(trace);
       const auto in = inputs_from_trace(trace);
+      check_inputs_support_statistics(in, trace.source_name());
       const auto exact = attn::exact_attention(in);
       const RawTensor o_bits = trace.bits("o");
       const auto o_vals = tensor_from_trace(trace, "o");
       if (o_vals.data.size() != exact.o.data.size())
         throw TraceError(trace.source_name() + ": tensor o: expected the shape of q");
-      const ReferenceErrors cr = correctly_rounded_errors(o_bits.format, in, exact);
+      // The reference in the final cast's mode of the trace's model (+o-MODE; RNE, every
+      // kernel's own cast, when the metadata names no model of o's format).
+      ReferenceErrors cr;
+      {
+        attn::ModelHandle named;
+        try {
+          if (!trace.metadata().model.empty()) named = attn::parse_kernel_model(trace.metadata().model, in.dtype);
+        } catch (const std::invalid_argument&) {
+        }
+        cr = named.recipe && named.recipe->output == o_bits.format
+                 ? reference_errors(attn::correctly_rounded_reference(*named.recipe), in, exact)
+                 : correctly_rounded_errors(o_bits.format, in, exact);
+      }
       const int d = o_vals.cols;
-      const std::size_t first_row = o_samples.size();
+      // The captured kernel's output, non-finite on these finite inputs: reported, not measured.
+      std::vector<std::size_t> bad_rows = non_finite_rows(o_vals);
+      std::vector<bool> bad(exact.o.data.size() / static_cast<std::size_t>(d), false);
+      for (std::size_t r : bad_rows) bad[r] = true;
+      std::vector<std::size_t> kept_rows;  // trace row of each sample added below
       for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
+        if (bad[r]) continue;
         double sum = 0, sum_cr = 0;
         for (int c = 0; c < d; ++c) {
           const double want = exact.o.data[r * d + c];
@@ -237,6 +285,7 @@ int run_bias_test(const BiasOptions& o) {
         o_samples.push_back(sum / d);
         o_cr_samples.push_back(sum_cr / d);
         o_excess.push_back((sum - sum_cr) / d);
+        kept_rows.push_back(r);
       }
       // delta: the captured one, else (PyTorch's SDPA does not return it) the one the
       // trace's kernel computes from the captured O and dO (attn::kernel_delta).
@@ -263,20 +312,37 @@ int run_bias_test(const BiasOptions& o) {
                          trace.metadata().model + "'s reduction), since the capture holds no delta";
         }
       }
-      std::vector<double> trace_delta;  // per row
+      std::vector<double> trace_delta;  // per row (NaN where the row is left out)
       if (!kernel_delta.empty() && exact.delta) {
         if (kernel_delta.size() != exact.delta->data.size())
           throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
         const std::vector<double> unit = delta_units(o_bits.format, *in.d_o, exact.o, *exact.delta);
         for (std::size_t i = 0; i < kernel_delta.size(); ++i) {
           trace_delta.push_back((kernel_delta[i] - exact.delta->data[i]) / unit[i]);
+          if (!std::isfinite(kernel_delta[i])) {
+            if (!bad[i]) bad_rows.push_back(i);
+            bad[i] = true;
+          }
+          if (bad[i]) continue;
+          d_samples.push_back(trace_delta.back());
           d_cr_samples.push_back(cr.delta_ulps[i]);
           d_excess.push_back(trace_delta.back() - cr.delta_ulps[i]);
         }
-        d_samples.insert(d_samples.end(), trace_delta.begin(), trace_delta.end());
       }
-      for (std::size_t r = 0; r < exact.row_max->data.size(); ++r)
-        by_max.add(exact.row_max->data[r], o_samples[first_row + r], trace_delta.empty() ? nullptr : &trace_delta[r]);
+      const std::size_t first_sample = o_samples.size() - kept_rows.size();
+      for (std::size_t k = 0; k < kept_rows.size(); ++k) {
+        const std::size_t r = kept_rows[k];
+        if (bad[r]) continue;  // its delta was non-finite
+        by_max.add(exact.row_max->data[r], o_samples[first_sample + k], trace_delta.empty() ? nullptr : &trace_delta[r]);
+      }
+      if (!bad_rows.empty()) {
+        // A row with a finite O but a non-finite delta already gave its O sample; drop the
+        // run's verdict all the same (below), and name every such row.
+        std::sort(bad_rows.begin(), bad_rows.end());
+        non_finite_count += bad_rows.size();
+        non_finite.push_back(trace.source_name() + ": " + std::to_string(bad_rows.size()) + " row(s) " +
+                             describe_rows(bad_rows, in.q.heads, in.q.rows));
+      }
     }
     subject = std::to_string(files.size()) + " traces in " + o.traces + " (one sample per row)";
     provenance = std::to_string(hardware) + " of " + std::to_string(files.size()) +
@@ -290,29 +356,40 @@ int run_bias_test(const BiasOptions& o) {
   const attn::BiasStatistics eo = paired ? so : attn::summarize(o_excess, o.alpha);
   const attn::BiasStatistics ed = paired ? sd : attn::summarize(d_excess, o.alpha);
   const bool has_delta = !d_samples.empty();
-  const bool biased = eo.biased || (has_delta && ed.biased);
+  const bool no_verdict = non_finite_count > 0;
+  const bool biased = !no_verdict && (eo.biased || (has_delta && ed.biased));
   const char* verdict_basis = paired ? "the paired difference" : "the excess over the correctly rounded reference";
+  const std::string non_finite_text =
+      std::to_string(non_finite_count) + " row(s) with a NaN or infinite output on finite inputs (" +
+      (o.model.empty() ? "the captured kernel's o or delta" : "the model's O or delta") +
+      "): no verdict; the statistics above leave those rows (trials) out";
   if (o.json) {
     nlohmann::ordered_json j;
     j["subject"] = subject;
     j["provenance"] = provenance;
     if (!delta_note.empty()) j["delta_note"] = delta_note;
     j["alpha"] = o.alpha;
-    j["o"] = stats_json(so);
-    if (has_delta) j["delta"] = stats_json(sd);
+    j["o"] = stats_json(so, !no_verdict);
+    if (has_delta) j["delta"] = stats_json(sd, !no_verdict);
     if (!paired) {
       nlohmann::ordered_json cr, ex;
-      cr["o"] = stats_json(attn::summarize(o_cr_samples, o.alpha));
-      ex["o"] = stats_json(eo);
+      cr["o"] = stats_json(attn::summarize(o_cr_samples, o.alpha), !no_verdict);
+      ex["o"] = stats_json(eo, !no_verdict);
       if (has_delta) {
-        cr["delta"] = stats_json(attn::summarize(d_cr_samples, o.alpha));
-        ex["delta"] = stats_json(ed);
+        cr["delta"] = stats_json(attn::summarize(d_cr_samples, o.alpha), !no_verdict);
+        ex["delta"] = stats_json(ed, !no_verdict);
       }
       j["correctly_rounded"] = cr;
       j["excess"] = ex;
     }
-    j["verdict_from"] = paired ? "paired" : "excess";
-    j["verdict"] = biased ? "biased" : "no detectable bias";
+    if (no_verdict) {
+      nlohmann::ordered_json nf;
+      nf["rows"] = non_finite_count;
+      nf["where"] = non_finite;
+      j["non_finite_output"] = nf;
+    }
+    j["verdict_from"] = no_verdict ? "none" : paired ? "paired" : "excess";
+    j["verdict"] = no_verdict ? "no verdict (non-finite output)" : biased ? "biased" : "no detectable bias";
     if (o.by_max) {
       nlohmann::ordered_json g;
       g["distinct_values"] = by_max.size();
@@ -326,21 +403,21 @@ int run_bias_test(const BiasOptions& o) {
     std::cout << "bias-test: " << subject << "\n" << provenance << "\n";
     if (!delta_note.empty()) std::cout << delta_note << "\n";
     if (paired) {
-      print_stats("O", so, o.alpha);
-      if (has_delta) print_stats("delta", sd, o.alpha);
+      print_stats("O", so, o.alpha, !no_verdict);
+      if (has_delta) print_stats("delta", sd, o.alpha, !no_verdict);
       std::cout << "(paired: " << o.model << " minus " << o.against << " on the same inputs and seed; O in ulps "
                    "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
                    "sum|dO*O|))\n";
     } else {
       std::cout << "error against exact:\n";
-      print_stats("O", so, o.alpha);
-      if (has_delta) print_stats("delta", sd, o.alpha);
+      print_stats("O", so, o.alpha, !no_verdict);
+      if (has_delta) print_stats("delta", sd, o.alpha, !no_verdict);
       std::cout << "correctly rounded reference (exact, rounded once to the output format) on the same inputs:\n";
-      print_stats("O", attn::summarize(o_cr_samples, o.alpha), o.alpha);
-      if (has_delta) print_stats("delta", attn::summarize(d_cr_samples, o.alpha), o.alpha);
+      print_stats("O", attn::summarize(o_cr_samples, o.alpha), o.alpha, !no_verdict);
+      if (has_delta) print_stats("delta", attn::summarize(d_cr_samples, o.alpha), o.alpha, !no_verdict);
       std::cout << "excess over the reference (error minus the reference's, element by element):\n";
-      print_stats("O", eo, o.alpha);
-      if (has_delta) print_stats("delta", ed, o.alpha);
+      print_stats("O", eo, o.alpha, !no_verdict);
+      if (has_delta) print_stats("delta", ed, o.alpha, !no_verdict);
       std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
                    "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
     }
@@ -352,10 +429,16 @@ int run_bias_test(const BiasOptions& o) {
       const std::vector<double> dm = by_max.delta_means();
       if (!dm.empty()) print_spread("delta", describe_values(dm));
     }
-    std::cout << "verdict (from " << verdict_basis << "): " << (biased ? "this kernel adds bias" : "no detectable bias")
-              << "\n";
+    if (no_verdict) {
+      std::cout << "non-finite output: " << non_finite_text << "\n";
+      for (const std::string& w : non_finite) std::cout << "  " << w << "\n";
+      std::cout << "verdict: none (the output is not finite everywhere)\n";
+    } else {
+      std::cout << "verdict (from " << verdict_basis << "): "
+                << (biased ? "this kernel adds bias" : "no detectable bias") << "\n";
+    }
   }
-  return biased ? kExitCheckFailed : kExitOk;
+  return biased || no_verdict ? kExitCheckFailed : kExitOk;
 }
 
 Runner setup_bias_test(CLI::App& app) {
@@ -364,7 +447,7 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
   app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
   app.add_option("--traces", o->traces, "directory of .safetensors traces");
-  app.add_option("--scenario", o->scenario, "sink|random|ties (default sink)");
+  app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
   app.add_option("--trials", o->trials, "trials (default 32)");
   app.add_option("--alpha", o->alpha, "significance level (default 1e-3)");
   app.add_option("--seed", o->seed, "seed (default 0)");

@@ -5,6 +5,9 @@
 // |O - O_golden| over every element of O. --tiles BrxBc overrides the recipe's tile
 // sizes (tiled models only; materialised models report tiles "none").
 // JSON: {"rows":[{"model":..,"seqlen":..,"tiles":..,"max":..,"mean":..,"std":..,"rmse":..}]}.
+// A --heads or --headdim of 0 is bad input (exit 2). A model whose O is NaN or infinite on
+// the (finite) inputs gets no figures: its row names the rows of O that are not finite
+// (JSON: "non_finite_rows" instead of the statistics) and the command exits 1.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/sweep_table.hpp"
 
 namespace fb::cli {
 namespace {
@@ -70,11 +74,15 @@ int run_deviation(const DeviationOptions& o) {
     }
   }
   if (models.empty()) throw InputError("--models: expected at least one model");
+  if (o.heads < 1 || o.headdim < 1)
+    throw InputError("--heads " + std::to_string(o.heads) + " --headdim " + std::to_string(o.headdim) +
+                     ": expected positive sizes (an empty problem has no deviation)");
 
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   if (!o.json)
     std::printf("%-26s %7s %-9s %11s %11s %11s %11s\n", "model", "seqlen", "tiles", "max", "mean", "std", "rmse");
   bool unvalidated = false;
+  std::vector<std::string> non_finite;  // models whose output was NaN or infinite
   std::uint64_t rows_to_run = 0;
   for (int n : seqlens) rows_to_run += static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(o.heads);
   ProgressBar progress("rows", rows_to_run * models.size() * tiles.size());
@@ -82,6 +90,7 @@ int run_deviation(const DeviationOptions& o) {
     unvalidated |= !model.recipe->hardware_validated();
     for (int n : seqlens) {
       const auto in = attn::make_scenario(scenario, o.seed, 1, o.heads, n, o.headdim, model.recipe->input, false);
+      check_inputs_support_statistics(in, "--inputs " + o.inputs);
       const auto golden = attn::exact_attention(in);
       for (auto [br, bc] : tiles) {
         attn::RunOptions opt;
@@ -94,6 +103,26 @@ int run_deviation(const DeviationOptions& o) {
           out = attn::run_attention(model, in, opt);
         } catch (const std::invalid_argument& e) {  // e.g. +hadamard with a head dim not a power of two
           throw InputError("--models " + model.name + ": " + e.what());
+        }
+        // A model whose O is NaN or infinite on these finite inputs has no deviation: its
+        // rows are named and the command exits 1 (no figure is printed for it).
+        const std::vector<std::size_t> bad = non_finite_rows(out.o);
+        if (!bad.empty()) {
+          const std::string where = model.name + " at seqlen " + std::to_string(n) + ": O is non-finite in " +
+                                    std::to_string(bad.size()) + " row(s) " + describe_rows(bad, o.heads, n);
+          non_finite.push_back(where);
+          if (o.json) {
+            nlohmann::ordered_json r;
+            r["model"] = model.name;
+            r["seqlen"] = n;
+            r["non_finite_rows"] = where;
+            rows.push_back(r);
+          } else {
+            progress.clear_line();
+            std::printf("%-26s %7d non-finite output: %s\n", model.name.c_str(), n, where.c_str());
+            std::fflush(stdout);
+          }
+          continue;
         }
         double max = 0, sum = 0, sumsq = 0;
         for (std::size_t i = 0; i < out.o.data.size(); ++i) {
@@ -140,7 +169,7 @@ int run_deviation(const DeviationOptions& o) {
                 o.inputs.c_str(), o.headdim, o.heads, static_cast<unsigned long long>(o.seed));
     if (unvalidated) std::printf("note: some models use parts unmeasured on hardware (see `flashbits models`)\n");
   }
-  return kExitOk;
+  return non_finite.empty() ? kExitOk : kExitCheckFailed;
 }
 
 Runner setup_deviation(CLI::App& app) {

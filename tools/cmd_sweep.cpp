@@ -11,6 +11,9 @@
 //   usage error (exit 2). Nothing is silently run in another format.
 // - --round is the rounding of the final cast of O: `rne` is every recipe's own cast;
 //   any other mode selects the +o-MODE variant (sr: --sr-bits random bits).
+// Columns: per output (O, delta) the error against exact, the correctly rounded reference's
+// error on the same inputs (the model `correctly-rounded` in the row's --round mode) and the
+// excess (the difference, trial by trial); the verdict tests the excess (sweep_table.hpp).
 // Determinism: trial t of configuration c draws its inputs from
 // trial_seed(seed, c's text, t), so results do not depend on --jobs or --shard.
 // --shard K/N runs the configurations i (0-based, in product order) with i % N == K-1.
@@ -173,9 +176,12 @@ int run_sweep(const SweepOptions& o) {
         const auto in = attn::make_scenario(c.row.scenario, s, 1, 1, o.seqlen, o.headdim, c.dtype, true);
         TrialErrors e = measure_errors(c.model, in, s, true);
         if (c.against) {
+          // A paired row: the difference of two kernels, with no reference of its own.
           const TrialErrors paired = measure_paired(c.model, *c.against, in, s);
           e.o_ulps = paired.o_ulps;
           e.delta_ulps = paired.delta_ulps;
+          e.o_cr_ulps.clear();
+          e.delta_cr_ulps.clear();
         }
         per_trial[item].add_trial(e);
       } catch (const std::invalid_argument& e) {

@@ -68,6 +68,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   }();
   const TraceMetadata& md = trace.metadata();
   const attn::AttentionInputs in = inputs_from_trace(trace);
+  // No verdict on inputs that cannot support one (exit 2, naming the file and rows).
+  check_inputs_support_statistics(in, path);
   std::string sfu_note;
   const attn::ModelHandle model =
       with_capture_sfu(attn::parse_kernel_model(md.model, in.dtype), trace, "auto", sfu_note);
@@ -89,6 +91,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     match += from_double_exact(captured.format, base.o.data[i], b) && b == captured.bits[i];
   }
   os << "1. Replay: " << match << "/" << captured.bits.size() << " elements of O match the trace bit for bit.\n\n";
+  // A model whose O is NaN or infinite on these finite inputs gets no verdict: say where.
+  const std::vector<std::size_t> bad_base = non_finite_rows(base.o);
+  if (!bad_base.empty()) {
+    os << "2. No mechanism, no statistics: " << model.name << "'s O is non-finite in " << bad_base.size()
+       << " row(s) " << describe_rows(bad_base, base.o.heads, base.o.rows)
+       << " (finite inputs).\n\nVerdict: none (the output is not finite everywhere).\n";
+    return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
+  }
 
   // 2. The mechanism on the element with the most negative error.
   const attn::AttentionOutputs exact = attn::exact_attention(in);
@@ -178,6 +188,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   const attn::ModelHandle fixed = with_capture_sfu(attn::parse_kernel_model(md.model + "+dynmax", in.dtype), trace,
                                                    "auto", sfu_note);
   const attn::AttentionOutputs fix = attn::run_attention(fixed, in, {});
+  // With the fix, a model whose O is NaN or infinite on these finite inputs gets no verdict.
+  const std::vector<std::size_t> bad_fix = non_finite_rows(fix.o);
+  if (!bad_fix.empty()) {
+    os << "3. No statistics: " << fixed.name << "'s O is non-finite in " << bad_fix.size() << " row(s) "
+       << describe_rows(bad_fix, fix.o.heads, fix.o.rows)
+       << " (finite inputs).\n\nVerdict: none (the output is not finite everywhere).\n";
+    return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
+  }
   const std::vector<double> err = row_means(base.o, exact.o, out_f), err_fix = row_means(fix.o, exact.o, out_f);
   attn::Tensor4 o_cr = exact.o;
   for (double& x : o_cr.data) x = to_double(out_f, round_double(out_f, x, RoundingSpec{}).bits);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -34,34 +35,67 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
   return units;
 }
 
-ReferenceErrors correctly_rounded_errors(const Format& output_format, const attn::AttentionInputs& in,
-                                         const attn::AttentionOutputs& exact) {
+ReferenceErrors reference_errors(const attn::ModelHandle& reference, const attn::AttentionInputs& in,
+                                 const attn::AttentionOutputs& exact, std::uint64_t seed) {
+  attn::RunOptions opt;
+  opt.seed = seed;
+  const attn::AttentionOutputs cr = attn::round_exact_outputs(*reference.recipe, in, exact, opt);
+  const Format& output_format = reference.recipe->output;
   ReferenceErrors r;
-  const std::vector<double>& o = exact.o.data;
-  std::vector<double> o_cr(o.size());
-  r.o_ulps.resize(o.size());
-  for (std::size_t i = 0; i < o.size(); ++i) {
-    o_cr[i] = to_double(output_format, round_double(output_format, o[i], RoundingSpec{}).bits);
-    r.o_ulps[i] = (o_cr[i] - o[i]) / attn::ulp_at(output_format, o[i]);
-  }
-  if (in.d_o && exact.delta) {
-    const int d = in.d_o->cols;
+  r.o_ulps.resize(cr.o.data.size());
+  for (std::size_t i = 0; i < cr.o.data.size(); ++i)
+    r.o_ulps[i] = (cr.o.data[i] - exact.o.data[i]) / attn::ulp_at(output_format, exact.o.data[i]);
+  if (in.d_o && exact.delta && cr.delta) {
     const std::vector<double> unit = delta_units(output_format, *in.d_o, exact.o, *exact.delta);
-    for (std::size_t row = 0; row < exact.delta->data.size(); ++row) {
-      // Products of two <= 16-bit values are exact in double; Neumaier summation keeps the
-      // sum within a few double ulps, far below the fp32 rounding that follows.
-      long double sum = 0.0L, carry = 0.0L;
-      for (int c = 0; c < d; ++c) {
-        const long double x = static_cast<long double>(in.d_o->data[row * d + c]) * o_cr[row * d + c];
-        const long double t = sum + x;
-        carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-        sum = t;
-      }
-      const double delta_cr = static_cast<float>(sum + carry);  // one rounding, long double -> fp32
-      r.delta_ulps.push_back((delta_cr - exact.delta->data[row]) / unit[row]);
-    }
+    for (std::size_t row = 0; row < exact.delta->data.size(); ++row)
+      r.delta_ulps.push_back((cr.delta->data[row] - exact.delta->data[row]) / unit[row]);
   }
   return r;
+}
+
+ReferenceErrors correctly_rounded_errors(const Format& output_format, const attn::AttentionInputs& in,
+                                         const attn::AttentionOutputs& exact) {
+  const attn::ModelHandle reference{
+      "correctly-rounded", std::make_shared<const attn::KernelModel>(attn::correctly_rounded_recipe(in.dtype, output_format))};
+  return reference_errors(reference, in, exact);
+}
+
+std::vector<std::size_t> non_finite_rows(const attn::Tensor4& t) {
+  std::vector<std::size_t> rows;
+  const std::size_t cols = static_cast<std::size_t>(std::max(1, t.cols));
+  for (std::size_t i = 0; i < t.data.size(); ++i)
+    if (!std::isfinite(t.data[i]) && (rows.empty() || rows.back() != i / cols)) rows.push_back(i / cols);
+  return rows;
+}
+
+std::string describe_rows(const std::vector<std::size_t>& rows, int heads, int seqlen, std::size_t limit) {
+  std::string text;
+  const std::size_t n = static_cast<std::size_t>(std::max(1, seqlen)), h = static_cast<std::size_t>(std::max(1, heads));
+  for (std::size_t i = 0; i < rows.size() && i < limit; ++i) {
+    const std::size_t r = rows[i];
+    text += (i ? ", [" : "[") + std::to_string(r / n / h) + "," + std::to_string(r / n % h) + "," +
+            std::to_string(r % n) + "]";
+  }
+  if (rows.size() > limit) text += " and " + std::to_string(rows.size() - limit) + " more";
+  return text;
+}
+
+void check_inputs_support_statistics(const attn::AttentionInputs& in, const std::string& source) {
+  const attn::Tensor4& q = in.q;
+  if (q.batch < 1 || q.heads < 1 || q.rows < 1 || q.cols < 1 || in.k.rows < 1)
+    throw InputError(source + ": tensor q has shape [" + std::to_string(q.batch) + "," + std::to_string(q.heads) + "," +
+                     std::to_string(q.rows) + "," + std::to_string(q.cols) +
+                     "]: a batch, head count, sequence length or head dim of 0 has no rows to measure");
+  const std::pair<const char*, const attn::Tensor4*> tensors[] = {
+      {"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"do", in.d_o ? &*in.d_o : nullptr}};
+  for (const auto& [name, t] : tensors) {
+    if (!t) continue;
+    const std::vector<std::size_t> rows = non_finite_rows(*t);
+    if (!rows.empty())
+      throw InputError(source + ": tensor " + name + ": NaN or infinity in " + std::to_string(rows.size()) +
+                       " row(s) " + describe_rows(rows, t->heads, t->rows) +
+                       "; errors on non-finite inputs support no verdict");
+  }
 }
 
 TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
@@ -80,12 +114,17 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
   t.o_ulps.resize(got.o.data.size());
   for (std::size_t i = 0; i < got.o.data.size(); ++i)
     t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / attn::ulp_at(out_format, want.o.data[i]);
+  t.non_finite_rows = non_finite_rows(got.o);
   if (got.delta && want.delta && in.d_o) {
     const std::vector<double> unit = delta_units(model.recipe->output, *in.d_o, want.o, *want.delta);
     for (std::size_t i = 0; i < got.delta->data.size(); ++i)
       t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / unit[i]);
+    for (std::size_t r : non_finite_rows(*got.delta)) t.non_finite_rows.push_back(r);
+    std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
+    t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
   }
-  ReferenceErrors cr = correctly_rounded_errors(out_format, in, want);
+  // The reference in the model's own final-cast mode (+o-MODE), on the same inputs and seed.
+  ReferenceErrors cr = reference_errors(attn::correctly_rounded_reference(*model.recipe), in, want, seed);
   t.o_cr_ulps = std::move(cr.o_ulps);
   if (!t.delta_ulps.empty()) t.delta_cr_ulps = std::move(cr.delta_ulps);
   t.row_max = want.row_max->data;
@@ -127,6 +166,13 @@ TrialErrors measure_paired(const attn::ModelHandle& model, const attn::ModelHand
     for (std::size_t i = 0; i < a.delta->data.size(); ++i)
       t.delta_ulps.push_back((a.delta->data[i] - b.delta->data[i]) / unit[i]);
   }
+  for (const attn::AttentionOutputs* x : {&a, &b}) {
+    for (std::size_t r : non_finite_rows(x->o)) t.non_finite_rows.push_back(r);
+    if (x->delta)
+      for (std::size_t r : non_finite_rows(*x->delta)) t.non_finite_rows.push_back(r);
+  }
+  std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
+  t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
   t.row_max = want.row_max->data;
   return t;
 }
@@ -188,6 +234,27 @@ void SweepRow::add_trial(const TrialErrors& t) {
     max_abs = std::max(max_abs, std::fabs(e));
   }
   elements += static_cast<long long>(t.o_ulps.size());
+  if (!t.o_cr_ulps.empty()) {
+    ++ref_trials;
+    const double co = mean_of(t.o_cr_ulps), cd = mean_of(t.delta_cr_ulps);
+    const double xo = om - co, xd = dm - cd;
+    cr_o_sum += co;
+    cr_o_sumsq += co * co;
+    cr_o_pos += co > 0;
+    cr_o_neg += co < 0;
+    cr_d_sum += cd;
+    cr_d_sumsq += cd * cd;
+    cr_d_pos += cd > 0;
+    cr_d_neg += cd < 0;
+    ex_o_sum += xo;
+    ex_o_sumsq += xo * xo;
+    ex_o_pos += xo > 0;
+    ex_o_neg += xo < 0;
+    ex_d_sum += xd;
+    ex_d_sumsq += xd * xd;
+    ex_d_pos += xd > 0;
+    ex_d_neg += xd < 0;
+  }
   sig_overflows += t.significand_overflows;
   ties += t.ties;
   rounded_up += t.rounded_up;
@@ -211,6 +278,23 @@ void SweepRow::absorb(const SweepRow& o) {
   ties += o.ties;
   rounded_up += o.rounded_up;
   rounded_down += o.rounded_down;
+  ref_trials += o.ref_trials;
+  cr_o_sum += o.cr_o_sum;
+  cr_o_sumsq += o.cr_o_sumsq;
+  cr_o_pos += o.cr_o_pos;
+  cr_o_neg += o.cr_o_neg;
+  cr_d_sum += o.cr_d_sum;
+  cr_d_sumsq += o.cr_d_sumsq;
+  cr_d_pos += o.cr_d_pos;
+  cr_d_neg += o.cr_d_neg;
+  ex_o_sum += o.ex_o_sum;
+  ex_o_sumsq += o.ex_o_sumsq;
+  ex_o_pos += o.ex_o_pos;
+  ex_o_neg += o.ex_o_neg;
+  ex_d_sum += o.ex_d_sum;
+  ex_d_sumsq += o.ex_d_sumsq;
+  ex_d_pos += o.ex_d_pos;
+  ex_d_neg += o.ex_d_neg;
 }
 
 std::string SweepRow::configuration() const {
@@ -231,16 +315,28 @@ attn::BiasStatistics stats_from_sums(long long n, double sum, double sumsq, long
 namespace {
 
 struct Derived {
-  attn::BiasStatistics o, d;
+  attn::BiasStatistics o, d;          // error against exact
+  attn::BiasStatistics cr_o, cr_d;    // the correctly rounded reference's error
+  attn::BiasStatistics ex_o, ex_d;    // excess: error minus the reference's
+  bool has_reference = false;         // false for paired (A-vs-B) rows
   double rms = 0;
-  std::string verdict;
+  std::string verdict, verdict_from;
 };
 Derived derive(const SweepRow& r, double alpha) {
   Derived x;
   x.o = stats_from_sums(r.trials, r.o_sum, r.o_sumsq, r.o_pos, r.o_neg, alpha);
   x.d = stats_from_sums(r.trials, r.d_sum, r.d_sumsq, r.d_pos, r.d_neg, alpha);
+  x.has_reference = r.ref_trials > 0;
+  x.cr_o = stats_from_sums(r.ref_trials, r.cr_o_sum, r.cr_o_sumsq, r.cr_o_pos, r.cr_o_neg, alpha);
+  x.cr_d = stats_from_sums(r.ref_trials, r.cr_d_sum, r.cr_d_sumsq, r.cr_d_pos, r.cr_d_neg, alpha);
+  x.ex_o = stats_from_sums(r.ref_trials, r.ex_o_sum, r.ex_o_sumsq, r.ex_o_pos, r.ex_o_neg, alpha);
+  x.ex_d = stats_from_sums(r.ref_trials, r.ex_d_sum, r.ex_d_sumsq, r.ex_d_pos, r.ex_d_neg, alpha);
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
-  x.verdict = (x.o.biased || x.d.biased) ? "biased" : "no detectable bias";
+  // The verdict: the kernel's own share (excess over its format's correctly rounded output);
+  // a paired row is already a difference of two kernels.
+  const bool biased = x.has_reference ? (x.ex_o.biased || x.ex_d.biased) : (x.o.biased || x.d.biased);
+  x.verdict = biased ? "biased" : "no detectable bias";
+  x.verdict_from = x.has_reference ? "excess" : "paired";
   return x;
 }
 
@@ -258,32 +354,50 @@ std::string short_text(double v) {
 const char* kCsvHeader =
     "index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,"
     "elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,"
-    "o_mean_ulps,o_p_t,delta_mean_ulps,delta_p_t,rms_ulps,max_abs_ulps,verdict";
+    "ref_trials,cr_o_sum,cr_o_sumsq,cr_o_pos,cr_o_neg,cr_d_sum,cr_d_sumsq,cr_d_pos,cr_d_neg,"
+    "ex_o_sum,ex_o_sumsq,ex_o_pos,ex_o_neg,ex_d_sum,ex_d_sumsq,ex_d_pos,ex_d_neg,"
+    "o_mean_ulps,o_p_t,o_cr_mean_ulps,o_excess_mean_ulps,o_excess_p_t,"
+    "delta_mean_ulps,delta_p_t,delta_cr_mean_ulps,delta_excess_mean_ulps,delta_excess_p_t,"
+    "rms_ulps,max_abs_ulps,verdict_from,verdict";
+constexpr std::size_t kCsvColumns = 54;
 
 }  // namespace
 
 void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
-  char line[512];
-  std::snprintf(line, sizeof line, "%-44s %6s %10s %10s %10s %9s %8s %7s %-15s %s\n", "configuration", "trials",
-                "O mean", "delta mean", "RMS", "max|err|", "sig.ovf", "ties", "PV up/down", "verdict");
+  char line[640];
+  std::snprintf(line, sizeof line, "%-44s %6s %9s %9s %9s %9s %9s %9s %9s %9s %8s %7s %-15s %s\n", "configuration",
+                "trials", "O err", "O CR", "O excess", "dlt err", "dlt CR", "dlt exc.", "RMS", "max|err|", "sig.ovf",
+                "ties", "PV up/down", "verdict");
   os << line;
+  auto or_dash = [](bool has, double v) {
+    char buf[32];
+    if (!has) return std::string("-");
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return std::string(buf);
+  };
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, alpha);
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
-    std::snprintf(line, sizeof line, "%-44s %6lld %10.4g %10.4g %10.4g %9.4g %8lld %7lld %-15s %s\n",
-                  r.configuration().c_str(), r.trials, x.o.mean, x.d.mean, x.rms, r.max_abs, r.sig_overflows,
-                  r.ties, ud.c_str(), x.verdict.c_str());
+    std::snprintf(line, sizeof line, "%-44s %6lld %9.4g %9s %9s %9.4g %9s %9s %9.4g %9.4g %8lld %7lld %-15s %s\n",
+                  r.configuration().c_str(), r.trials, x.o.mean, or_dash(x.has_reference, x.cr_o.mean).c_str(),
+                  or_dash(x.has_reference, x.ex_o.mean).c_str(), x.d.mean,
+                  or_dash(x.has_reference, x.cr_d.mean).c_str(), or_dash(x.has_reference, x.ex_d.mean).c_str(), x.rms,
+                  r.max_abs, r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
     os << line;
   }
-  os << "Errors are signed, in ulps of the output format at the exact value (O) and at\n"
-        "max(|delta|, sum|dO*O|) (delta), against exact_attention; RMS and max over every element of O.\n"
+  os << "Means of the per-trial mean signed error, in ulps of the output format at the exact value (O) and at\n"
+        "max(|delta|, sum|dO*O|) (delta): \"err\" against exact_attention; \"CR\" the correctly rounded\n"
+        "reference's on the same inputs (exact, rounded once into the output format in the row's --round mode;\n"
+        "delta from that O, rounded once to fp32): the output format's own share; \"excess\" err minus CR,\n"
+        "trial by trial: the kernel's own share. RMS and max over every element of O (against exact).\n"
         "PV event counts are from the first "
      << kTracedRows
-     << " rows of every trial (tiled models only).\nVerdict: t-test on the per-trial means of O or delta,\n"
+     << " rows of every trial (tiled models only).\nVerdict: t-test on the per-trial excess of O or delta,\n"
         "alpha = "
      << alpha << ".\n"
      << "Rows named A-vs-B (sweep --against B) are paired differences A minus B on the same inputs and\n"
-        "seed, O in ulps at max(|O|, sum_j P_ij |V_jc|); their PV counts are A's.\n";
+        "seed, O in ulps at max(|O|, sum_j P_ij |V_jc|), with no reference (-): their verdict tests the\n"
+        "difference itself; their PV counts are A's.\n";
 }
 
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
@@ -294,9 +408,17 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha
        << "," << r.headdim << "," << r.trials << "," << exact_text(r.o_sum) << "," << exact_text(r.o_sumsq) << ","
        << r.o_pos << "," << r.o_neg << "," << exact_text(r.d_sum) << "," << exact_text(r.d_sumsq) << "," << r.d_pos
        << "," << r.d_neg << "," << r.elements << "," << exact_text(r.sq_sum) << "," << exact_text(r.max_abs) << ","
-       << r.sig_overflows << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << ","
-       << short_text(x.o.mean) << "," << short_text(x.o.p_t) << "," << short_text(x.d.mean) << ","
-       << short_text(x.d.p_t) << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict
+       << r.sig_overflows << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << "," << r.ref_trials
+       << "," << exact_text(r.cr_o_sum) << "," << exact_text(r.cr_o_sumsq) << "," << r.cr_o_pos << "," << r.cr_o_neg
+       << "," << exact_text(r.cr_d_sum) << "," << exact_text(r.cr_d_sumsq) << "," << r.cr_d_pos << "," << r.cr_d_neg
+       << "," << exact_text(r.ex_o_sum) << "," << exact_text(r.ex_o_sumsq) << "," << r.ex_o_pos << "," << r.ex_o_neg
+       << "," << exact_text(r.ex_d_sum) << "," << exact_text(r.ex_d_sumsq) << "," << r.ex_d_pos << "," << r.ex_d_neg
+       << "," << short_text(x.o.mean) << "," << short_text(x.o.p_t) << ","
+       << (x.has_reference ? short_text(x.cr_o.mean) : "") << "," << (x.has_reference ? short_text(x.ex_o.mean) : "")
+       << "," << (x.has_reference ? short_text(x.ex_o.p_t) : "") << "," << short_text(x.d.mean) << ","
+       << short_text(x.d.p_t) << "," << (x.has_reference ? short_text(x.cr_d.mean) : "") << ","
+       << (x.has_reference ? short_text(x.ex_d.mean) : "") << "," << (x.has_reference ? short_text(x.ex_d.p_t) : "")
+       << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict_from << "," << x.verdict
        << "\n";
   }
 }
@@ -320,7 +442,13 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, double alph
                        {"o_neg", r.o_neg},         {"d_sum", r.d_sum},         {"d_sumsq", r.d_sumsq},
                        {"d_pos", r.d_pos},         {"d_neg", r.d_neg},         {"elements", r.elements},
                        {"sq_sum", r.sq_sum},       {"max_abs", r.max_abs},     {"sig_overflows", r.sig_overflows},
-                       {"ties", r.ties},           {"rounded_up", r.rounded_up}, {"rounded_down", r.rounded_down}};
+                       {"ties", r.ties},           {"rounded_up", r.rounded_up}, {"rounded_down", r.rounded_down},
+                       {"ref_trials", r.ref_trials}, {"cr_o_sum", r.cr_o_sum}, {"cr_o_sumsq", r.cr_o_sumsq},
+                       {"cr_o_pos", r.cr_o_pos},   {"cr_o_neg", r.cr_o_neg},   {"cr_d_sum", r.cr_d_sum},
+                       {"cr_d_sumsq", r.cr_d_sumsq}, {"cr_d_pos", r.cr_d_pos}, {"cr_d_neg", r.cr_d_neg},
+                       {"ex_o_sum", r.ex_o_sum},   {"ex_o_sumsq", r.ex_o_sumsq}, {"ex_o_pos", r.ex_o_pos},
+                       {"ex_o_neg", r.ex_o_neg},   {"ex_d_sum", r.ex_d_sum},   {"ex_d_sumsq", r.ex_d_sumsq},
+                       {"ex_d_pos", r.ex_d_pos},   {"ex_d_neg", r.ex_d_neg}};
     j["o_mean_ulps"] = x.o.mean;
     j["o_ci"] = {x.o.ci_low, x.o.ci_high};
     j["o_p_t"] = x.o.p_t;
@@ -329,8 +457,21 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, double alph
     j["delta_ci"] = {x.d.ci_low, x.d.ci_high};
     j["delta_p_t"] = x.d.p_t;
     j["delta_p_sign"] = x.d.p_sign;
+    if (x.has_reference) {
+      auto stat = [](const attn::BiasStatistics& b) {
+        nlohmann::ordered_json o;
+        o["mean_ulps"] = b.mean;
+        o["ci"] = {b.ci_low, b.ci_high};
+        o["p_t"] = b.p_t;
+        o["p_sign"] = b.p_sign;
+        return o;
+      };
+      j["correctly_rounded"] = {{"o", stat(x.cr_o)}, {"delta", stat(x.cr_d)}};
+      j["excess"] = {{"o", stat(x.ex_o)}, {"delta", stat(x.ex_d)}};
+    }
     j["rms_ulps"] = x.rms;
     j["max_abs_ulps"] = r.max_abs;
+    j["verdict_from"] = x.verdict_from;
     j["verdict"] = x.verdict;
     out["rows"].push_back(j);
   }
@@ -426,6 +567,23 @@ std::vector<SweepRow> read_rows(const std::string& path) {
         s.ties = json_int(q, "ties", where);
         s.rounded_up = json_int(q, "rounded_up", where);
         s.rounded_down = json_int(q, "rounded_down", where);
+        s.ref_trials = json_int(q, "ref_trials", where);
+        s.cr_o_sum = q.at("cr_o_sum").get<double>();
+        s.cr_o_sumsq = q.at("cr_o_sumsq").get<double>();
+        s.cr_o_pos = json_int(q, "cr_o_pos", where);
+        s.cr_o_neg = json_int(q, "cr_o_neg", where);
+        s.cr_d_sum = q.at("cr_d_sum").get<double>();
+        s.cr_d_sumsq = q.at("cr_d_sumsq").get<double>();
+        s.cr_d_pos = json_int(q, "cr_d_pos", where);
+        s.cr_d_neg = json_int(q, "cr_d_neg", where);
+        s.ex_o_sum = q.at("ex_o_sum").get<double>();
+        s.ex_o_sumsq = q.at("ex_o_sumsq").get<double>();
+        s.ex_o_pos = json_int(q, "ex_o_pos", where);
+        s.ex_o_neg = json_int(q, "ex_o_neg", where);
+        s.ex_d_sum = q.at("ex_d_sum").get<double>();
+        s.ex_d_sumsq = q.at("ex_d_sumsq").get<double>();
+        s.ex_d_pos = json_int(q, "ex_d_pos", where);
+        s.ex_d_neg = json_int(q, "ex_d_neg", where);
         rows.push_back(s);
       }
     } catch (const nlohmann::json::exception& e) {
@@ -446,7 +604,8 @@ std::vector<SweepRow> read_rows(const std::string& path) {
       continue;
     }
     const auto f = split_csv(line);
-    if (f.size() != 30) throw InputError(where + ": expected 30 columns, got " + std::to_string(f.size()));
+    if (f.size() != kCsvColumns)
+      throw InputError(where + ": expected " + std::to_string(kCsvColumns) + " columns, got " + std::to_string(f.size()));
     SweepRow s;
     s.index = to_int(f[0], where + " column index");
     s.format = f[1];
@@ -471,6 +630,23 @@ std::vector<SweepRow> read_rows(const std::string& path) {
     s.ties = to_int(f[20], where + " column ties");
     s.rounded_up = to_int(f[21], where + " column rounded_up");
     s.rounded_down = to_int(f[22], where + " column rounded_down");
+    s.ref_trials = to_int(f[23], where + " column ref_trials");
+    s.cr_o_sum = to_num(f[24], where + " column cr_o_sum");
+    s.cr_o_sumsq = to_num(f[25], where + " column cr_o_sumsq");
+    s.cr_o_pos = to_int(f[26], where + " column cr_o_pos");
+    s.cr_o_neg = to_int(f[27], where + " column cr_o_neg");
+    s.cr_d_sum = to_num(f[28], where + " column cr_d_sum");
+    s.cr_d_sumsq = to_num(f[29], where + " column cr_d_sumsq");
+    s.cr_d_pos = to_int(f[30], where + " column cr_d_pos");
+    s.cr_d_neg = to_int(f[31], where + " column cr_d_neg");
+    s.ex_o_sum = to_num(f[32], where + " column ex_o_sum");
+    s.ex_o_sumsq = to_num(f[33], where + " column ex_o_sumsq");
+    s.ex_o_pos = to_int(f[34], where + " column ex_o_pos");
+    s.ex_o_neg = to_int(f[35], where + " column ex_o_neg");
+    s.ex_d_sum = to_num(f[36], where + " column ex_d_sum");
+    s.ex_d_sumsq = to_num(f[37], where + " column ex_d_sumsq");
+    s.ex_d_pos = to_int(f[38], where + " column ex_d_pos");
+    s.ex_d_neg = to_int(f[39], where + " column ex_d_neg");
     rows.push_back(s);
   }
   if (line_no == 0) throw InputError(path + ": empty file, expected a sweep CSV or JSON");

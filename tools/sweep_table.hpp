@@ -7,9 +7,12 @@
 //   records for the first kTracedRows rows (tiled models only; materialised models
 //   record none and the counts read 0).
 // - SweepRow holds a configuration and SUFFICIENT statistics only (n, sums, sums of
-//   squares, sign counts, max, counts). Every derived column (means, RMS, verdict) is
-//   computed from them by derive(), so a merged set of shard rows renders byte for
-//   byte as the unsharded run did (configurations are never split across shards).
+//   squares, sign counts, max, counts), for three statistics per output (O, delta): the
+//   error against exact, the correctly rounded reference's error on the same inputs, and
+//   the excess (error minus reference, per trial). Every derived column (means, RMS,
+//   verdict: from the excess, or from the paired difference for A-vs-B rows) is computed
+//   from them by derive(), so a merged set of shard rows renders byte for byte as the
+//   unsharded run did (configurations are never split across shards).
 // - The per-trial bias statistics are computed from the sums (stats_from_sums), the
 //   same formulas as attention/statistics.cpp's summarize() but from (n, Σx, Σx²):
 //   merge has no per-trial vectors.
@@ -42,23 +45,39 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
 struct TrialErrors {
   std::vector<double> o_ulps;      // per element of O (signed)
   std::vector<double> delta_ulps;  // per row (signed); empty without a backward
-  // The correctly rounded reference on the same inputs (correctly_rounded_errors), in the
-  // same units; filled by measure_errors, empty for paired measurements.
+  // The correctly rounded reference on the same inputs (reference_errors), in the same
+  // units; filled by measure_errors, empty for paired measurements.
   std::vector<double> o_cr_ulps, delta_cr_ulps;
   std::vector<double> row_max;     // per row: its exact max scaled score (exact_attention's row_max)
+  // Rows (index b·H·N + h·N + r) where the model's O or delta is NaN or infinite although
+  // the inputs are finite: no error of such a row means anything (bias-test reports them
+  // and gives no verdict). Their errors are left in o_ulps/delta_ulps (non-finite).
+  std::vector<std::size_t> non_finite_rows;
   long long significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
 };
-// The correctly rounded reference: the best any kernel with this output format can do. O is
-// the exact O rounded once (RNE) into `output_format`; delta is Σ dO·O_cr of that rounded O
-// (as a kernel computes delta from its stored O), rounded once to fp32. Errors against the
-// exact values, O in ulps of `output_format` at the exact value, delta in delta_units.
-// The part of a kernel's error that is its own is its error minus this one, element by
-// element on the same inputs (bias-test's "excess").
+// The correctly rounded reference's errors: the model `correctly-rounded` (attention.hpp
+// round_exact_outputs: the best any kernel with this output format can do) run on the same
+// inputs from `exact` (= exact_attention(in)), in its final cast's mode (`reference`, e.g.
+// attn::correctly_rounded_reference(model) for a model's +o-MODE; sr keyed by `seed`).
+// Errors against the exact values, O in ulps of the output format at the exact value,
+// delta in delta_units. The part of a kernel's error that is its own is its error minus
+// this one, element by element on the same inputs (bias-test's and sweep's "excess").
 struct ReferenceErrors {
   std::vector<double> o_ulps, delta_ulps;
 };
+ReferenceErrors reference_errors(const attn::ModelHandle& reference, const attn::AttentionInputs& in,
+                                 const attn::AttentionOutputs& exact, std::uint64_t seed = 0);
+// The same with RNE into `output_format` (captured traces: every kernel's final cast is RNE).
 ReferenceErrors correctly_rounded_errors(const Format& output_format, const attn::AttentionInputs& in,
                                          const attn::AttentionOutputs& exact);
+// Rows (b·H·N + h·N + r) of `t` ([B,H,N,cols]) holding a NaN or an infinity.
+std::vector<std::size_t> non_finite_rows(const attn::Tensor4& t);
+// "[b,h,r], ..." for at most `limit` of `rows` (indices into a [B,H,N] grid), then "and K more".
+std::string describe_rows(const std::vector<std::size_t>& rows, int heads, int seqlen, std::size_t limit = 8);
+// Refuses inputs on which no error statistic can mean anything (InputError, exit 2): a batch,
+// head count, sequence length or head dim of 0, or a NaN or infinity in q, k, v or dO. The
+// message names `source` (a file) and the tensor and rows ([b,h,r]) holding them.
+void check_inputs_support_statistics(const attn::AttentionInputs& in, const std::string& source);
 // in.d_o present => delta errors are measured too.
 TrialErrors measure_errors(const attn::ModelHandle& model, const attn::AttentionInputs& in, std::uint64_t seed,
                            bool trace_events);
@@ -100,6 +119,18 @@ struct SweepRow {
   long long elements = 0;
   double sq_sum = 0, max_abs = 0;  // over every element of O (ulps)
   long long sig_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
+  // The correctly rounded reference (cr_) and the excess (ex_: error minus the reference's,
+  // per trial) in the same units; ref_trials counts the trials that had a reference (0 for
+  // paired A-vs-B rows, whose error is already a difference of two kernels).
+  long long ref_trials = 0;
+  double cr_o_sum = 0, cr_o_sumsq = 0;
+  long long cr_o_pos = 0, cr_o_neg = 0;
+  double cr_d_sum = 0, cr_d_sumsq = 0;
+  long long cr_d_pos = 0, cr_d_neg = 0;
+  double ex_o_sum = 0, ex_o_sumsq = 0;
+  long long ex_o_pos = 0, ex_o_neg = 0;
+  double ex_d_sum = 0, ex_d_sumsq = 0;
+  long long ex_d_pos = 0, ex_d_neg = 0;
 
   void add_trial(const TrialErrors& t);
   // Adds another row's statistics (trials of the same configuration, in trial order).
