@@ -76,8 +76,13 @@ struct ModelHandle {
   std::shared_ptr<const KernelModel> recipe;
 };
 ModelHandle parse_kernel_model(std::string_view name, const Format& dtype);
-// One line per base model and per variant, for `flashbits models`.
-std::vector<std::pair<std::string, std::string>> describe_kernel_models();
+// One entry per base model and per variant, for `flashbits models`: what it computes and
+// where each fact comes from (`sources` is empty for the variant suffixes, whose facts are
+// in their description).
+struct KernelModelDescription {
+  std::string name, description, sources;
+};
+std::vector<KernelModelDescription> describe_kernel_models();
 
 // ---- tracing ------------------------------------------------------------------------
 struct TileRecord {

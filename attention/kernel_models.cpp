@@ -1,5 +1,5 @@
 // attention/kernel_models.cpp: the ONE table of kernel recipes, and the parser of model
-// names with variant suffixes (CLI.md "Kernel models").
+// names with variant suffixes (docs/CLI.md "Kernel models").
 //
 // Every field below says where it was read from. "FA2" is Dao-AILab/flash-attention,
 // csrc/flash_attn/src (v2.x): softmax.h (softmax_rescale_o, scale_apply_exp2,
@@ -57,7 +57,7 @@ std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
 KernelModel fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
   KernelModel m;
   m.base = name;
-  m.description = "FlashAttention-2 (Dao-AILab csrc v2) as DESIGN.md §6, " + tc +
+  m.description = "FlashAttention-2 (Dao-AILab csrc v2) as docs/DESIGN.md §6, " + tc +
                   " tensor-core model, KV blocks last to first, SFUs: correct rounding (UNMEASURED)";
   m.sources = "FA2 softmax.h, flash_fwd_kernel.h, flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h; "
               "tiles: flash_fwd_launch_template.h run_mha_fwd_hdim64/hdim128, flash_bwd_launch_template.h";
@@ -115,7 +115,7 @@ KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Fo
               "__logf(sum)), flash_api.cpp (set_params_fprop: scale_softmax_log2 = softmax_scale * M_LOG2E; "
               "set_params_splitkv/num_splits_heuristic with 2*SMs), flash_fwd/bwd_launch_template.h (tiles as "
               "upstream FA2); no fast math and the three compiled forms above: SASS of torch 2.11.0+cu130 "
-              "(cuobjdump -sass libtorch_cuda.so, NVIDIA H200, 2026-11-26; traces/hw/torch/README.md)";
+              "(cuobjdump -sass libtorch_cuda.so, NVIDIA H200, 2026-11-26; traces/hw/h200/sass/)";
   m.exponent_argument = ExponentArgument::fmul_fadd;
   m.exp2_function = Exp2Function::exp2f_libdevice;
   m.normalisation = Normalisation::ieee_reciprocal;
@@ -129,7 +129,7 @@ KernelModel standard(const Format& f) {
   m.description = std::string("materialised attention as PyTorch eager runs it in ") + f.name +
                   ": each matmul fp32-accumulated and rounded to " + f.name +
                   ", softmax in fp32 from the rounded scores, rounded to " + f.name;
-  m.sources = "CLI.md; FlashAttention-3 paper's baseline; PyTorch softmax kernels (fp32 accumulate, "
+  m.sources = "docs/CLI.md; FlashAttention-3 paper's baseline; PyTorch softmax kernels (fp32 accumulate, "
               "reduction order modelled as pairwise: an assumption)";
   m.input = f;
   m.output = f;
@@ -166,7 +166,7 @@ KernelModel golden(const std::optional<Format>& f, const std::string& fname, boo
   m.base = "golden-" + fname + (flash ? "-flash" : "-baseline");
   m.description = std::string("Golden et al. microbenchmark, ") + (flash ? "Flash (tiled online softmax)" : "Baseline (materialised)") +
                   ", every tensor op rounded to " + fname + ", fp32 inside matmuls/sums/softmax";
-  m.sources = "Golden et al. 2024 'Is Flash Attention Stable?' (DESIGN.md §8); tiles B_c = ceil(M/4d), "
+  m.sources = "Golden et al. 2024 'Is Flash Attention Stable?' (docs/DESIGN.md §8); tiles B_c = ceil(M/4d), "
               "B_r = min(ceil(M/4d), d) with M = 32768 elements (assumed SRAM size)";
   const Format io = f ? *f : formats::fp32;  // fp64 values are reported as they are (Tensor4 holds doubles)
   m.input = io;
@@ -215,7 +215,7 @@ KernelModel golden(const std::optional<Format>& f, const std::string& fname, boo
 }
 
 KernelModel fa_bf16acc() {
-  // DESIGN.md §7 "The authors' emulation, step by step", checked line by line against
+  // docs/DESIGN.md §7 "The authors' emulation, step by step", checked line by line against
   // their attention.py (ucker/why-low-precision-training-fails @30ef0216) under bf16
   // autocast: which tensors are bf16 and which fp32 follows PyTorch's type promotion and
   // autocast lists (einsum -> bf16; exp, log -> fp32). What stays inferred: cuBLAS's
@@ -232,7 +232,7 @@ KernelModel fa_bf16acc() {
       "(torch.compile, whose fusions can skip bf16 roundings: eager semantics modelled); causal runs: their "
       "loop also visits KV tiles wholly above the diagonal (a clamped block sum of 1e-10, and with STABLE=1 a "
       "max of 0), which the model skips";
-  m.sources = "DESIGN.md §7; ucker/why-low-precision-training-fails attention.py and train.py @30ef0216 (dtypes "
+  m.sources = "docs/DESIGN.md §7; ucker/why-low-precision-training-fails attention.py and train.py @30ef0216 (dtypes "
               "per PyTorch autocast and type promotion; einsum and sum reduction orders assumed)";
   m.input = formats::bf16;
   m.output = formats::bf16;
@@ -571,7 +571,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     if (plus == std::string::npos) break;
     start = plus + 1;
   }
-  // CLI.md: a model that does not name its dtype takes it from --dtype or the trace; a
+  // docs/CLI.md: a model that does not name its dtype takes it from --dtype or the trace; a
   // bare `standard` is standard-FMT in that dtype.
   const std::string base = parts[0] == "standard" ? "standard-" + std::string(dtype.name) : parts[0];
   std::optional<KernelModel> found;
@@ -670,34 +670,34 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
   return ModelHandle{canonical, std::make_shared<const KernelModel>(std::move(m))};
 }
 
-std::vector<std::pair<std::string, std::string>> describe_kernel_models() {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const KernelModel& m : base_kernel_models(formats::bf16)) out.emplace_back(m.base, m.description);
-  out.emplace_back("+dynmax[:beta=B,tol=T]",
+std::vector<KernelModelDescription> describe_kernel_models() {
+  std::vector<KernelModelDescription> out;
+  for (const KernelModel& m : base_kernel_models(formats::bf16)) out.push_back({m.base, m.description, m.sources});
+  out.push_back({"+dynmax[:beta=B,tol=T]",
                    "Qiu & Yao's dynamic max: per KV block, if >1 score ties the row max r_m (within tol), use "
                    "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3). "
                    "Tensor-op models (fa-bf16acc, standard-*, golden-*) count scores >= r_m - tol computed in the "
-                   "scores' format, as the authors' code does; kernel models compare exactly");
-  out.emplace_back("+unfused-exp",
+                   "scores' format, as the authors' code does; kernel models compare exactly", ""});
+  out.push_back({"+unfused-exp",
                    "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
-                   "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA");
-  out.emplace_back("+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)");
-  out.emplace_back("+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)");
-  out.emplace_back("+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O");
-  out.emplace_back("+o-rtz, +o-rup, +o-rdn, +o-rna, +o-rto",
-                   "the final cast of O in that rounding mode instead of the recipe's RNE (what `sweep --round` selects)");
-  out.emplace_back("+block-quant",
+                   "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA", ""});
+  out.push_back({"+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)", ""});
+  out.push_back({"+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)", ""});
+  out.push_back({"+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O", ""});
+  out.push_back({"+o-rtz, +o-rup, +o-rdn, +o-rna, +o-rto",
+                   "the final cast of O in that rounding mode instead of the recipe's RNE (what `sweep --round` selects)", ""});
+  out.push_back({"+block-quant",
                    "fp8 models: one e4m3 scale per Br x d block of Q and Bc x d block of K and V (the run's tiles), "
                    "FA3 paper §3.3. Descales (ASSUMED placement, FA3's kernel has per-tensor descales only): "
                    "S = fp32(S * fp32(q_descale_i * k_descale_j)) before the softmax; each KV tile's P·V runs from "
-                   "C = 0 and is added as acc = fma(tile, v_descale_j, acc) in fp32");
-  out.emplace_back("+hadamard",
+                   "C = 0 and is added as acc = fma(tile, v_descale_j, acc) in fp32", ""});
+  out.push_back({"+hadamard",
                    "fp8 models: incoherent processing, Q and K rows times (random +-1 diagonal)(Hadamard/sqrt(d)) "
-                   "before quantisation, in fp64; seed from RunOptions::seed (--seed); head dim a power of two");
-  out.emplace_back("+promote[:N]",
+                   "before quantisation, in fp64; seed from RunOptions::seed (--seed); head dim a power of two", ""});
+  out.push_back({"+promote[:N]",
                    "fp8 models: DeepSeek-V3 fp32 promotion, every N products (multiple of 32, default 128) the "
                    "tensor-core partial sum (from C = 0, e8m13-truncated steps) is added into an fp32 accumulator "
-                   "by an fp32 add; applies to both S = QK^T and P·V");
+                   "by an fp32 add; applies to both S = QK^T and P·V", ""});
   return out;
 }
 

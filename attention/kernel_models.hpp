@@ -1,4 +1,4 @@
-// attention/kernel_models.hpp: the kernel recipes (CLI.md "Kernel models", DESIGN.md §6-8).
+// attention/kernel_models.hpp: the kernel recipes (docs/CLI.md "Kernel models", docs/DESIGN.md §6-8).
 //
 // Contract: a KernelModel is data, not code. For every stage of attention it names the
 // format a result is stored in, how it is accumulated, which special-function model is

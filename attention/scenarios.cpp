@@ -16,7 +16,7 @@
 //   scaled scores 8-20 below the sink (plus a small jitter): their P̄ only sets sticky
 //   bits. In the "sink features" (c % 4 in {0, 1}: half of them, 20 and 29 among them)
 //   V is N(-1, 1/16) (mostly negative) and dO is N(-1, 1/16) as well, so the delta
-//   error's sign is sign(dO)·sign(O error) (DESIGN.md §7). FA2 then has P̄ = ex2(tiny
+//   error's sign is sign(dO)·sign(O error) (docs/DESIGN.md §7). FA2 then has P̄ = ex2(tiny
 //   FFMA residual) at the sink, which its bf16 cast makes exactly 1 for P·V.
 // - ties: as sink, but the other keys sit 150-200 below after scaling, so their P̄
 //   underflows to exactly 0 in fp32: every tie in the P·V sums is exact, with no

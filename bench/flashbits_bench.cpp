@@ -1,5 +1,5 @@
 // bench/flashbits_bench.cpp: `flashbits-bench`, throughput of the emulator's hot paths
-// (issue 2 "Speed", DESIGN.md §3 "Speed without losing exactness").
+// (issue 2 "Speed", docs/DESIGN.md §3 "Speed without losing exactness").
 //
 // Contract: one run measures, single-threaded, the median over several repetitions
 // (wall time with std::chrono::steady_clock, and this thread's CPU time) of

@@ -2,7 +2,7 @@
 //
 // Contract: each operation computes its exact result, reduces it to (sign, exponent,
 // significand, sticky) and rounds it once through round_pack (emu/rounding.hpp).
-// Special cases follow DESIGN.md §2:
+// Special cases follow docs/DESIGN.md §2:
 // - a NaN operand gives NaN and no flag; 0*inf, inf-inf, 0/0, sqrt(<0) give NaN with
 //   invalid; x/0 gives inf with divbyzero;
 // - an exact zero sum is +0, or -0 under rdn; same-sign zeros keep their sign;
@@ -11,7 +11,7 @@
 // - formats without NaN (fp6, fp4) give +0 with invalid where a NaN is due;
 // - e8m0 has no zero: an exact zero result gives NaN with invalid.
 //
-// How it stays exact and fast (DESIGN.md §3): every operand has at most 24
+// How it stays exact and fast (docs/DESIGN.md §3): every operand has at most 24
 // significant bits and an exponent in [-149, 128], so a product is exact in fp64 and
 // TwoSum / an FMA residual give the exact error of an fp64 sum, quotient or square
 // root. The fp64 result is truncated to a 2-bit-finer grid with a sticky bit

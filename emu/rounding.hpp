@@ -1,7 +1,7 @@
 // emu/rounding.hpp: rounding modes, overflow policies, flags, the rounding event,
 // and the one round-and-pack routine that every operation ends in.
 //
-// Contract (DESIGN.md §2-3):
+// Contract (docs/DESIGN.md §2-3):
 // - round_pack(format, negative, exponent, significand, sticky, spec, position, event)
 //   rounds the exact value (-1)^negative * (significand + s) * 2^exponent, where s is
 //   some number strictly between 0 and 1 when `sticky` is set and 0 otherwise, into
@@ -80,7 +80,7 @@ using Flags = std::uint8_t;
 namespace flag {
 inline constexpr Flags inexact = 1, underflow = 2, overflow = 4, divbyzero = 8, invalid = 16;
 }
-// "xuozv" letters in that order, or "-" for none (CLI.md).
+// "xuozv" letters in that order, or "-" for none (docs/CLI.md).
 inline void flags_to_chars(Flags f, char out[6]) {
   int n = 0;
   if (f & flag::inexact) out[n++] = 'x';
@@ -162,7 +162,7 @@ constexpr std::uint32_t stochastic_bits(std::uint64_t seed, std::uint64_t positi
 
 enum class RoundDirection : std::uint8_t { exact, down, up };  // in magnitude
 
-// Everything about one rounding (DESIGN.md §3). Additions fill the add_* fields.
+// Everything about one rounding (docs/DESIGN.md §3). Additions fill the add_* fields.
 struct RoundingEvent {
   // The exact value handed to round_pack: (-1)^negative * (significand + sticky) *
   // 2^(exponent - 63), significand normalised with its top bit at bit 63.

@@ -1,4 +1,4 @@
-// emu/special_functions.hpp: models of the GPU special-function unit (DESIGN.md §5).
+// emu/special_functions.hpp: models of the GPU special-function unit (docs/DESIGN.md §5).
 //
 // Contract: a SpecialFunctionModel maps an fp32 input to an fp32 output for one of
 // ex2, rcp, lg2 (the MUFU instructions FA2 uses through fast math), with PTX `.ftz`
@@ -30,8 +30,8 @@
 // EX2(-Inf) or underflow gives +0.0, EX2(+Inf) or overflow gives +Inf", input NaNs give
 // canonical NaN 0x7fff_ffff; (2) llvm/llvm-project PR #120519 (NVPTX lowering): "The PTX
 // ex2 and log2 functions are always approximate", libdevice uses ex2.approx for exp2.
-// The rcp and lg2 special values above follow the PTX ISA tables as given in DESIGN.md §5
-// and the task brief; they were NOT re-read from the PTX ISA here.
+// The rcp and lg2 special values above follow the PTX ISA tables as given in docs/DESIGN.md §5;
+// they were NOT re-read from the PTX ISA here.
 //
 // Kinds:
 // - correct: correctly rounded (RNE) fp32 of the exact function (after ftz), computed

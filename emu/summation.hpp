@@ -1,5 +1,5 @@
 // emu/summation.hpp: summation and dot-product orders in a chosen format and mode,
-// and an exact (Kulisch-style) reference accumulator (DESIGN.md §4).
+// and an exact (Kulisch-style) reference accumulator (docs/DESIGN.md §4).
 //
 // Contract:
 // - Values are bit patterns of one format `f`; every intermediate result is rounded

@@ -1,4 +1,4 @@
-// emu/tensor_core.hpp: tensor-core fused dot-add models (DESIGN.md §4).
+// emu/tensor_core.hpp: tensor-core fused dot-add models (docs/DESIGN.md §4).
 //
 // Contract: a TensorCoreModel is a named set of parameters, not code. fused_dot()
 // computes D = C + sum_i a_i*b_i the way the named hardware does:
@@ -104,7 +104,7 @@ std::span<const TensorCoreModel> tensor_core_models();
 // such instruction form.
 const TensorCoreModel* find_tensor_core_model(std::string_view name, const Format& input);
 
-// What one fused step did (DESIGN.md §3-4); the attention tracer builds on these.
+// What one fused step did (docs/DESIGN.md §3-4); the attention tracer builds on these.
 struct DotStepEvent {
   int largest_exponent = 0;       // alignment exponent of the step
   int terms = 0;                  // C plus the products in this step

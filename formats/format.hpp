@@ -99,7 +99,7 @@ struct Format {
   }
 };
 
-// ---- the named formats: DESIGN.md §2, one row each ---------------------------
+// ---- the named formats: docs/DESIGN.md §2, one row each ---------------------------
 namespace formats {
 inline constexpr Format fp32{"fp32", 8, 23, 127, SpecialEncoding::ieee, true, 32, false};
 inline constexpr Format tf32{"tf32", 8, 10, 127, SpecialEncoding::ieee, true, 32, true};

@@ -1,5 +1,5 @@
 // gpu/fa2.cu: fb-fa2, a reference FlashAttention-2-style kernel (bf16, head dim 64/128,
-// forward and backward, optionally causal) that follows the numerics of DESIGN.md §6 step
+// forward and backward, optionally causal) that follows the numerics of docs/DESIGN.md §6 step
 // by step, so that its trace replays bit for bit under the CPU models fa2-sm80/fa2-sm90
 // (attention/kernel_models.cpp, attention/engine.cpp). Run on an NVIDIA H200 (2026-11-26):
 // its 18 captures in traces/hw/h200/fa2/ replay bit for bit under fa2-sm90 with the hw-sm90
@@ -61,7 +61,7 @@
 // - Instrumentation: for the rows given by --trace-rows (batch 0, head 0), after every KV
 //   tile: the row max, the four per-thread partial row sums, P (fp32, unrounded) and
 //   acc_o; NaN for tiles a causal m-block never visits.
-// - Output: a safetensors trace (DESIGN.md §9): q k v do o dq dk dv (BF16 [B,H,N,D]),
+// - Output: a safetensors trace (docs/DESIGN.md §9): q k v do o dq dk dv (BF16 [B,H,N,D]),
 //   lse delta (F32 [B,H,N]), dq_accum (F32), the trace_* tensors, and full metadata
 //   (gpu/fa2_host.cpp fa2_trace_metadata: source cuda:<device>, causal, tiles, ...).
 // - Bad arguments or shapes: one line on stderr, exit 2; CUDA errors: exit 3.

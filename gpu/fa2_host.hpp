@@ -12,7 +12,7 @@
 //   sequence lengths that are multiples of kFa2SeqMultiple in [kFa2SeqMultiple, kFa2MaxSeq],
 //   batch*heads <= 65535 (the grid's y dimension), at most kFa2MaxTraceRows trace rows,
 //   each inside [0, seq).
-// - fa2_trace_metadata() is the trace's __metadata__ (DESIGN.md §9, traces/trace.hpp keys).
+// - fa2_trace_metadata() is the trace's __metadata__ (docs/DESIGN.md §9, traces/trace.hpp keys).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ inline constexpr int kFa2MaxSeq = 32768;     // the reference kernels are O(N^2)
 inline constexpr int kFa2MaxGridY = 65535;
 inline constexpr int kFa2MaxTraceRows = 8;
 // --variant dynmax (Qiu & Yao): beta and tolerance, the defaults of the CPU models' +dynmax
-// (CLI.md), which the trace's model name "...+dynmax" implies.
+// (docs/CLI.md), which the trace's model name "...+dynmax" implies.
 inline constexpr float kFa2DynmaxBeta = 2.f;
 inline constexpr double kFa2DynmaxTol = 1e-3;
 

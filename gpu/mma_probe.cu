@@ -2,7 +2,7 @@
 //
 // Contract: runs each instruction form below on batches of inputs (raw random bit
 // patterns including NaN, inf and subnormals, plus designed batches that separate the
-// accumulation hypotheses of DESIGN.md §4), and writes every output element as one
+// accumulation hypotheses of docs/DESIGN.md §4), and writes every output element as one
 // probe case (D = C + sum_i a_i b_i, its inputs and the hardware's D) to a probe file
 // (gpu/probe_file.hpp, gpu/README.md), which `flashbits probe-check` replays on a CPU.
 // Forms: mma.sync m16n8k16 bf16/fp16 -> f32, fp16 -> f16, mma.sync m16n8k8 tf32 -> f32
@@ -327,7 +327,7 @@ class Designer {
     const Format& in = f_.input;
     const Format& cf = f_.cd;
     // Precision of the output the ties are placed against: Hopper's fp8 path keeps 13
-    // fraction bits (DESIGN.md §4), the others the output format's precision.
+    // fraction bits (docs/DESIGN.md §4), the others the output format's precision.
     const int out_precision = in.width() == 8 ? 14 : cf.precision();
     const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
     // a[i] such that the product a[i] * b[i] has the given sign, exponent and mantissa
@@ -741,7 +741,7 @@ void launch_form(int form, int tiles, int chained_from, int chained_to, std::siz
   FB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// The emu model that should replay a form on this device (DESIGN.md §4 names).
+// The emu model that should replay a form on this device (docs/DESIGN.md §4 names).
 std::string model_for(const FormInfo& f, int major, int minor) {
   const std::string suffix = f.cd == formats::fp16 ? "-f16acc" : "";
   if (major == 9) return (f.wgmma ? "sm90-wgmma" : "sm90-mma") + suffix;

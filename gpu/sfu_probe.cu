@@ -10,7 +10,7 @@
 //   those inputs are counted as "uncertain", listed in the summary (up to a cap), and
 //   re-resolved on the host with long double (x87, 64-bit significand); any still too
 //   close are reported as unresolved (resolve them with MPFR on the CPU side).
-// - Hypotheses of DESIGN.md §5 tested exhaustively:
+// - Hypotheses of docs/DESIGN.md §5 tested exhaustively:
 //   ex2: result(x) = 2^k * T(f) where k.f is x as a fixed-point number with N fraction
 //        bits, for each N in --ex2-bits (default 20,22,23,24,25,26; tables only for
 //        N <= 24) and each way of forming the

@@ -2,7 +2,7 @@
 // and conversion of the emulator (emu/ops.hpp), used by tests/test_ops_mpfr.cpp.
 //
 // Contract: nothing here calls emu/ or formats/. The format facts are written again
-// from the DESIGN.md §2 table, operands are decoded here, the exact result of an
+// from the docs/DESIGN.md §2 table, operands are decoded here, the exact result of an
 // operation comes from MPFR, and the final rounding into the target format (every
 // mode except sr, both overflow policies) and the encoding of the result bits are
 // done here in plain integer code, one decision per line of the spec:
@@ -10,7 +10,7 @@
 //   says whether anything was cut off. Truncation to 64 bits plus a sticky bit keeps
 //   the round bit and the sticky bit of any rounding to fewer than 63 bits, so the
 //   final rounding to p <= 24 bits sees the exact value's bits.
-// - Edge rules (DESIGN.md §2 and the contract comments of emu/rounding.hpp and
+// - Edge rules (docs/DESIGN.md §2 and the contract comments of emu/rounding.hpp and
 //   emu/ops.hpp): a NaN operand gives NaN and no flag; 0*inf, inf-inf, 0/0,
 //   sqrt(<0) give NaN with invalid; x/0 gives inf with divbyzero; an exact zero sum
 //   of opposite-signed terms is +0, -0 under rdn; fnuz formats have only +0;
@@ -43,7 +43,7 @@
 
 namespace fbref {
 
-// ---- format facts, from the DESIGN.md §2 table ------------------------------
+// ---- format facts, from the docs/DESIGN.md §2 table ------------------------------
 enum class Specials : std::uint8_t {
   ieee,    // exp all ones: inf (man 0) or NaN
   fn,      // OCP E4M3: only S.1111.111 is NaN, no inf

@@ -1,4 +1,4 @@
-// tests/test_attention_bias.cpp: the bias mechanism of Qiu & Yao (DESIGN.md §7), measured.
+// tests/test_attention_bias.cpp: the bias mechanism of Qiu & Yao (docs/DESIGN.md §7), measured.
 //
 // Errors are measured against exact_attention() (long double, independent of the
 // recipes) in ulps of bf16 at the exact value; one sample per trial (a fresh scenario
@@ -201,7 +201,7 @@ TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive, half an ulp pe
 
   // Grouped by the row's sink score (49 bf16 values in [7, 9]), one sample per score:
   // without the fix every score value is biased negative, about -0.22 ulp each, so the
-  // error has one sign and one size for every token (what lets it accumulate, DESIGN.md
+  // error has one sign and one size for every token (what lets it accumulate, docs/DESIGN.md
   // §7). With the fix each score value r keeps its own systematic error, set by how
   // bf16(exp(-r)) and the bf16 row sum (which also holds the other keys' mass, about
   // 0.1-0.3 ulp of it) round: small and negative at most scores, large and positive

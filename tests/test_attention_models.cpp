@@ -263,6 +263,12 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:gamma=1", formats::bf16), std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80", formats::fp32), std::invalid_argument);
   CHECK(describe_kernel_models().size() >= 14);
+  // `flashbits models` shows where each base model's facts come from: every base recipe
+  // names its sources (the variant suffixes carry theirs in the description).
+  for (const KernelModelDescription& m : describe_kernel_models()) {
+    CAPTURE(m.name);
+    if (m.name.front() != '+') CHECK(m.sources.size() > 10);
+  }
   // The reference: only +o-MODE applies; its name follows; it reads bf16 or fp16 as asked.
   CHECK(parse_kernel_model("correctly-rounded+o-rtz", formats::bf16).name == "correctly-rounded+o-rtz");
   CHECK(parse_kernel_model("correctly-rounded", formats::fp16).recipe->output == formats::fp16);

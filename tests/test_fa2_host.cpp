@@ -10,10 +10,10 @@
 //   variant, missing --out) throws Fa2UsageError (fb-fa2 exits 2 on it).
 // - Traces: what the dependency-free writer produces from host buffers (q k v do o dq dk
 //   dv lse delta and fb-fa2's metadata) is read back by the project's independent trace
-//   reader (traces/trace.hpp, which validates DESIGN.md §9): every bit pattern equals the
+//   reader (traces/trace.hpp, which validates docs/DESIGN.md §9): every bit pattern equals the
 //   one written, the metadata says cuda:<device>, causal, dtype and tiles; the model a
 //   --variant dynmax trace names parses as the CPU +dynmax model with the kernel's beta and
-//   tolerance (2 and 1e-3, written here from Qiu & Yao / CLI.md). The lite reader
+//   tolerance (2 and 1e-3, written here from Qiu & Yao / docs/CLI.md). The lite reader
 //   reads a file written by the project's TraceBuilder (an independent writer) bit for bit
 //   and rejects truncated files.
 #include <doctest/doctest.h>
@@ -272,7 +272,7 @@ TEST_CASE("fa2 lite trace writer: host buffers with dk/dv read back by the trace
   const auto md_dynmax = fb::gpu::fa2_trace_metadata(facts, device);
   CHECK(md_dynmax.at("model") == "fa2-sm80+dynmax");
   // The replay model the trace names is the CPU +dynmax with the kernel's beta and tolerance
-  // (Qiu & Yao's beta = 2, tol = 1e-3, CLI.md).
+  // (Qiu & Yao's beta = 2, tol = 1e-3, docs/CLI.md).
   const auto replay = fb::attn::parse_kernel_model(md_dynmax.at("model"), fb::formats::bf16);
   CHECK(replay.recipe->dynmax);
   CHECK(replay.recipe->dynmax_beta == 2.0);

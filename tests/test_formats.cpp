@@ -1,4 +1,4 @@
-// tests/test_formats.cpp: the format table (formats/format.hpp) against DESIGN.md §2.
+// tests/test_formats.cpp: the format table (formats/format.hpp) against docs/DESIGN.md §2.
 //
 // Contract checked here, against facts written independently in this file:
 // - for every named format, the largest finite value, the smallest normal and the
@@ -37,7 +37,7 @@ cpp_rational rational_of_double(double v) {
   return cpp_rational(cpp_int(mantissa)) * pow2(e - 53);
 }
 
-// How DESIGN.md §2 says each named format uses its codes, written out separately from
+// How docs/DESIGN.md §2 says each named format uses its codes, written out separately from
 // formats/format.hpp.
 enum class Rule { ieee, fn, fnuz, finite, scale };
 struct Spec {
@@ -115,7 +115,7 @@ fb::Format named(std::string_view name) {
 
 }  // namespace
 
-TEST_CASE("max finite, min normal, min subnormal match DESIGN.md section 2") {
+TEST_CASE("max finite, min normal, min subnormal match docs/DESIGN.md section 2") {
   for (const Spec& s : specs()) {
     INFO(s.name);
     const fb::Format f = named(s.name);

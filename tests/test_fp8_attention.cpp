@@ -4,7 +4,7 @@
 // References, all independent of the code under test:
 // - exact_attention() (long double) for the exact-arithmetic runs, where quantisation
 //   and the Hadamard rotation must cancel algebraically;
-// - e4m3 values enumerated here from the DESIGN.md §2 table, nearest-even chosen here;
+// - e4m3 values enumerated here from the docs/DESIGN.md §2 table, nearest-even chosen here;
 //   fp32 roundings of quotients, exponentials and sums by MPFR;
 // - exact rationals (Boost cpp_rational) for the Hadamard matrix, the transform and the
 //   e8m13 truncation cases;
@@ -45,7 +45,7 @@ bool sanitizer_scale() {
   return s && std::string(s) == "sanitizer";
 }
 
-// ---- e4m3 written again from the DESIGN.md §2 table: 4 exponent bits, bias 7, 3
+// ---- e4m3 written again from the docs/DESIGN.md §2 table: 4 exponent bits, bias 7, 3
 // mantissa bits, no inf, S.1111.111 is NaN, max 448, subnormals m * 2^-9. ----------------
 double e4m3_code_value(int code) {  // code 0..126, positive
   const int e = code >> 3, m = code & 7;
@@ -490,7 +490,7 @@ TEST_CASE("fp8 models: names, variants and errors") {
   CHECK_THROWS_AS(run_attention(parse_kernel_model("fa3-fp8-sm90+hadamard", formats::bf16), in, RunOptions{}),
                   std::invalid_argument);
   bool listed = false;
-  for (const auto& [name, text] : describe_kernel_models()) listed |= name == "fa3-fp8-sm90";
+  for (const auto& m : describe_kernel_models()) listed |= m.name == "fa3-fp8-sm90";
   CHECK(listed);
   // The backward gives delta only (no fp8 backward is modelled).
   const AttentionInputs bw = make_scenario("sink", 1, 1, 1, 64, 64, formats::bf16, true);

@@ -1,6 +1,6 @@
 // tests/test_nvidia_conversions.cpp: fp32 -> bf16, fp16, e4m3, e5m2 conversions by
 // fb::convert, bit for bit against NVIDIA's own host-side conversion functions
-// (DESIGN.md §10 rung 2).
+// (docs/DESIGN.md §10 rung 2).
 //
 // Contract: every conversion the CUDA headers provide on the host is compared on
 // (a) a strided sample of 2^24 fp32 inputs that hits every sign and exponent, every
@@ -11,8 +11,8 @@
 //     NVIDIA header's own widening conversions (fast tier);
 // (c) all 2^32 fp32 inputs ("exhaustive" test case, slow label).
 // Results compare as bits; a NaN result compares as "both NaN" (any NaN encoding is
-// acceptable, DESIGN.md §2). __NV_NOSAT maps to OverflowPolicy::ieee and
-// __NV_SATFINITE to OverflowPolicy::satfinite (DESIGN.md §2).
+// acceptable, docs/DESIGN.md §2). __NV_NOSAT maps to OverflowPolicy::ieee and
+// __NV_SATFINITE to OverflowPolicy::satfinite (docs/DESIGN.md §2).
 // Checked with CUDA 13.0's headers and g++ -std=c++20: all of __float2bfloat16_rn/rz/
 // ru/rd, __float2half_rn/rz/ru/rd and __nv_cvt_float_to_fp8 have host versions, so
 // none is skipped. Without the headers the test prints a skip message.

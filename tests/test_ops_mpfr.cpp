@@ -1,7 +1,7 @@
 // tests/test_ops_mpfr.cpp: every scalar operation and conversion of the emulator
 // (emu/ops.hpp: add sub mul div fma sqrt convert) against the independent MPFR
 // reference in tests/mpfr_reference.hpp, result bits and flags, in every rounding
-// mode except sr and under both overflow policies (DESIGN.md §10, rung 1).
+// mode except sr and under both overflow policies (docs/DESIGN.md §10, rung 1).
 //
 // Contract: each checked operand tuple is rounded by the reference and by the
 // emulator in all 6 modes x 2 policies; bits must match exactly, except that a NaN
@@ -473,7 +473,7 @@ void run_convert_all_inputs(const RefFormat& from_ref) {
 
 }  // namespace
 
-// ---- the reference's own facts against the DESIGN.md §2 table --------------------
+// ---- the reference's own facts against the docs/DESIGN.md §2 table --------------------
 TEST_CASE("reference_format_table_matches_design") {
   struct Row {
     const RefFormat* f;
@@ -533,7 +533,7 @@ TEST_CASE("reference_format_table_matches_design") {
   CHECK(fbref::decode(t::e8m0, 0xff).cls == fbref::Class::nan);
 }
 
-// Hand-checked results that pin the reference itself to DESIGN.md §2 (a reference
+// Hand-checked results that pin the reference itself to docs/DESIGN.md §2 (a reference
 // that drifted would otherwise agree with a drifted emulator).
 TEST_CASE("reference_pins_spec_examples") {
   fbref::MpfrExact mpfr;

@@ -4,7 +4,7 @@
 //   fail with an error naming the file and the field.
 // - The checker: a probe file whose D values come from an INDEPENDENT computation
 //   (exact integer arithmetic in this file implementing the published Hopper rule of
-//   DESIGN.md §4: terms truncated to F=25 fraction bits below the largest exponent,
+//   docs/DESIGN.md §4: terms truncated to F=25 fraction bits below the largest exponent,
 //   exact sum, one truncation to fp32), plus trivially exact integer dot products,
 //   must check clean (exit 0); one corrupted D must give exit 1 and a report naming
 //   that case; a broken file must give exit 2.

@@ -1,4 +1,4 @@
-// tests/test_qiu_yao.cpp: Qiu & Yao's worked example of RNE bias (DESIGN.md §7).
+// tests/test_qiu_yao.cpp: Qiu & Yao's worked example of RNE bias (docs/DESIGN.md §7).
 //
 // Contract: the exact fp32 partial sum -4.703990459442139, bits
 // 1 10000001 0010110 1 000011100010111, converts to bf16 -4.71875 under rne. Its

@@ -1,4 +1,4 @@
-// tests/test_stochastic.cpp: stochastic rounding (RoundingMode::sr), DESIGN.md §3 and
+// tests/test_stochastic.cpp: stochastic rounding (RoundingMode::sr), docs/DESIGN.md §3 and
 // §10 rung 3.
 //
 // Contract checked here, with every expected value from exact rational arithmetic

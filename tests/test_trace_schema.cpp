@@ -1,4 +1,4 @@
-// tests/test_trace_schema.cpp: the attention trace schema (DESIGN.md §9) on top of
+// tests/test_trace_schema.cpp: the attention trace schema (docs/DESIGN.md §9) on top of
 // safetensors: validation messages, exact accessors, the builder, and the hardware /
 // emulated distinction.
 //

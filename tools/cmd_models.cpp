@@ -1,5 +1,5 @@
 // tools/cmd_models.cpp: `flashbits models`, the named accumulation and special-function
-// models with their parameters, sources and validation status (CLI.md "Kernel models").
+// models with their parameters, sources and validation status (docs/CLI.md "Kernel models").
 //
 // Contract: the listing is a sequence of sections (model_sections() below), each
 // printing a table for people and a JSON value for `--json` under its key. A new
@@ -120,16 +120,20 @@ nlohmann::json sfu_models_json() {
 
 // Kernel recipes (attention/kernel_models.cpp) and their variant suffixes.
 void print_kernel_models(std::ostream& os) {
-  for (const auto& [name, description] : attn::describe_kernel_models()) {
-    os << "  " << name << "\n      " << description << "\n";
+  for (const attn::KernelModelDescription& m : attn::describe_kernel_models()) {
+    os << "  " << m.name << "\n      " << m.description << "\n";
+    if (!m.sources.empty()) os << "      sources: " << m.sources << "\n";
   }
   os << "Models built on the `correct` SFU model or on tensor-core models not validated on hardware say so\n"
         "in every report (replay, sweep, bias-test, demo).\n";
 }
 nlohmann::json kernel_models_json() {
   nlohmann::json arr = nlohmann::json::array();
-  for (const auto& [name, description] : attn::describe_kernel_models())
-    arr.push_back({{"name", name}, {"description", description}});
+  for (const attn::KernelModelDescription& m : attn::describe_kernel_models()) {
+    nlohmann::json entry = {{"name", m.name}, {"description", m.description}};
+    if (!m.sources.empty()) entry["sources"] = m.sources;
+    arr.push_back(entry);
+  }
   return arr;
 }
 

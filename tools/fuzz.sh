@@ -129,7 +129,7 @@ hex "$(sfut ex2 ex2_fixed_point_floor 4 16)0010f08001000000$(u32 1)$(u32 7)$(u32
 hex "$(sfut ex2 ex2_fixed_point_nearest_even 2 4)0000$(u32 0)" > "$d/ex2_even"
 hex "$(sfut rcp rcp_mantissa 23 8388608)00" > "$d/rcp_short"
 
-# `op --batch` and `dot --batch` lines (CLI.md).
+# `op --batch` and `dot --batch` lines (docs/CLI.md).
 d="$work/fuzz_op"; mkdir -p "$d"
 printf '%s\n' "add bf16 rne 3f80 4000" "fma fp32 rtz 3f800000 40000000 40400000" "div fp16 sr 3c00 4200" \
   "sqrt e4m3 rup 38" "mul e5m2 rdn 3c 40 satfinite" "cvt e4m3 rne fp32:43e00000 satfinite" \

@@ -1,4 +1,4 @@
-// tools/recipe_file.hpp: `bias-test --model NAME --recipe FILE` (CLI.md): a JSON file that
+// tools/recipe_file.hpp: `bias-test --model NAME --recipe FILE` (docs/CLI.md): a JSON file that
 // changes named stages of a kernel model, to test a kernel variant that has no model name.
 //
 // File format (docs/COMMANDS.md "Recipe files"):

@@ -1,5 +1,5 @@
 // traces/safetensors.hpp: reading and writing the .safetensors container, exactly the
-// format `safetensors.torch.save_file` writes (DESIGN.md §9).
+// format `safetensors.torch.save_file` writes (docs/DESIGN.md §9).
 //
 // Layout: an 8-byte little-endian header length N, N bytes of UTF-8 JSON (padded with
 // trailing spaces), then the data section of raw little-endian tensor bytes. The header

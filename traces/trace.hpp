@@ -1,4 +1,4 @@
-// traces/trace.hpp: the attention trace schema (DESIGN.md §9) on top of safetensors.
+// traces/trace.hpp: the attention trace schema (docs/DESIGN.md §9) on top of safetensors.
 //
 // A trace is a .safetensors file that `safetensors.torch.save_file` can write. Tensors are
 // indexed [batch][head][row][column]:
