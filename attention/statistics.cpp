@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -70,10 +71,12 @@ double invert_cdf(Cdf cdf, double p) {
 
 double student_t_cdf(double t, double dof) {
   if (std::isinf(t)) return t > 0 ? 1.0 : 0.0;
-  // P(T > |t|) = I_x(dof/2, 1/2) / 2 with x = dof/(dof+t^2); for small t, x rounds to 1,
-  // so use the complementary form I_{t^2/(dof+t^2)}(1/2, dof/2) there.
+  // P(T > |t|) = I_x(dof/2, 1/2) / 2 with x = dof/(dof+t^2), accurate however small the
+  // tail is. Only for |t| < 1 (a tail above ~0.15, so no cancellation) use the complementary
+  // form 1 - I_{t^2/(dof+t^2)}(1/2, dof/2), since x rounds to 1 for t^2 << dof. (Switching at
+  // t^2 < dof instead computed tails like 1e-17 as 1 - (1 - 1e-17): 0 or 4.4e-16.)
   const double t2 = t * t;
-  const double tail = t2 < dof ? 0.5 * (1.0 - regularized_incomplete_beta(0.5, 0.5 * dof, t2 / (dof + t2)))
+  const double tail = t2 < 1.0 ? 0.5 * (1.0 - regularized_incomplete_beta(0.5, 0.5 * dof, t2 / (dof + t2)))
                                : 0.5 * regularized_incomplete_beta(0.5 * dof, 0.5, dof / (dof + t2));
   return t > 0 ? 1.0 - tail : tail;
 }
@@ -255,6 +258,13 @@ void add_stage_errors(StageHistograms& h, const AttentionOutputs& run, const Att
   if (run.dq && reference.dq) add_tensor(h.dq, *run.dq, *reference.dq, output_format);
   if (run.dk && reference.dk) add_tensor(h.dk, *run.dk, *reference.dk, output_format);
   if (run.dv && reference.dv) add_tensor(h.dv, *run.dv, *reference.dv, output_format);
+}
+
+std::string p_value_text(double p) {
+  if (p == 0.0) return "<1e-300";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", p);
+  return buf;
 }
 
 }  // namespace fb::attn

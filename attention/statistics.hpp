@@ -36,6 +36,9 @@ struct BiasStatistics {
 };
 
 BiasStatistics summarize(const std::vector<double>& signed_errors, double alpha = 1e-3);
+// A p-value for reports, "%.3g" except where it underflowed to 0 in double: "<1e-300"
+// (printing "0" would claim an impossibility).
+std::string p_value_text(double p);
 // The same statistics from moments already reduced (n, mean, sample standard deviation,
 // sign counts): used where only sufficient statistics survive, e.g. merged sweep shards.
 BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std::size_t positives,

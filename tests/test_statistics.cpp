@@ -40,6 +40,27 @@ TEST_CASE("student_t_cdf_and_quantile_match_boost") {
   }
 }
 
+TEST_CASE("student_t_cdf: small tails to relative accuracy, as reports print them") {
+  // doctest's Approx has an absolute floor of epsilon, so tails like 1e-17 need their own
+  // relative check: a tail computed as 1 - (1 - p) comes out as 0 or 4.4e-16.
+  for (double dof : {3.0, 29.0, 255.0, 999.0, 1e4, 1e6}) {
+    boost::math::students_t dist(dof);
+    for (double t : {-1.0, -2.5, -6.0, -9.0, -14.0, -30.0, -80.0}) {
+      const double expected = boost::math::cdf(dist, t);
+      if (!(expected > 1e-300)) continue;
+      CAPTURE(dof);
+      CAPTURE(t);
+      CHECK(std::fabs(fb::attn::student_t_cdf(t, dof) - expected) <= 1e-8 * expected);
+    }
+  }
+}
+
+TEST_CASE("p_value_text: 3 significant digits, and an underflow never prints as 0") {
+  CHECK(fb::attn::p_value_text(0.0123456) == "0.0123");
+  CHECK(fb::attn::p_value_text(1.0) == "1");
+  CHECK(fb::attn::p_value_text(0.0) == "<1e-300");
+}
+
 TEST_CASE("sign_test_p_matches_boost_binomial") {
   for (std::size_t n : {1u, 5u, 20u, 101u, 1000u, 20000u}) {
     boost::math::binomial dist(static_cast<double>(n), 0.5);
