@@ -16,7 +16,7 @@ if [ "${1:-}" = "--exhaustive" ]; then
   ctest --test-dir build -L exhaustive --output-on-failure -j "$jobs"
 fi
 # ASan + UBSan build of the same suites on a bounded slice (FLASHBITS_TEST_SCALE shrinks loops).
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFLASHBITS_SANITIZE=ON -DFLASHBITS_CUDA=OFF >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DFLASHBITS_SANITIZE=ON -DFLASHBITS_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 FLASHBITS_TEST_SCALE=sanitizer ctest --test-dir build-asan -L fast --output-on-failure -j "$jobs"
 # Bounded libFuzzer runs of every parser of untrusted input (fuzz/; clang, ASan+UBSan).
