@@ -117,13 +117,11 @@ void describe_addition(double x, double y, const ExactValue& v, RoundingEvent* e
   }
 }
 
-ExactValue two_sum(double x, double y) {
-  const double s = x + y;
-  if (s == 0.0) return {false, 0, 0, false};
-  const double bv = s - x;
-  const double av = s - bv;
-  const double err = (x - av) + (y - bv);
-  return exact_from_sum_inline(s, err);
+// x + y exactly, from fb::two_sum's (sum, error) pair.
+ExactValue exact_sum(double x, double y) {
+  const TwoSum t = two_sum(x, y);
+  if (t.sum == 0.0) return {false, 0, 0, false};
+  return exact_from_sum_inline(t.sum, t.error);
 }
 
 bool zero_sum_is_negative(bool x_negative, bool y_negative, const RoundingSpec& spec) {
@@ -169,7 +167,7 @@ template <class FormatChoice>
     if (std::isinf(x) && std::isinf(y) && std::signbit(x) != std::signbit(y)) return invalid_result(f);
     return infinite_result(f, std::signbit(std::isinf(x) ? x : y), spec, 0);
   }
-  const ExactValue v = two_sum(x, y);
+  const ExactValue v = exact_sum(x, y);
   if (event) *event = RoundingEvent{}, describe_addition(x, y, v, event);
   if (v.significand == 0) {
     const bool neg = zero_sum_is_negative(std::signbit(x), std::signbit(y), spec);
@@ -270,7 +268,7 @@ template <class FormatChoice>
   if (std::isinf(z)) return infinite_result(f, std::signbit(z), spec, 0);
   const double p = x * y;  // exact: at most 48 significant bits, far from fp64's limits
   if (p == 0.0 && z == 0.0) return zero_result(f, zero_sum_is_negative(product_negative, std::signbit(z), spec));
-  const ExactValue v = two_sum(p, z);
+  const ExactValue v = exact_sum(p, z);
   if (event) *event = RoundingEvent{}, describe_addition(p, z, v, event);
   if (v.significand == 0) {
     const bool neg = zero_sum_is_negative(product_negative, std::signbit(z), spec);

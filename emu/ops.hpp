@@ -99,6 +99,20 @@ Rounded convert(const Format& to, const Format& from, std::uint32_t a, const Rou
 Rounded round_double(const Format& f, double exact, const RoundingSpec& spec,
                      std::uint64_t position = 0, RoundingEvent* event = nullptr);
 
+// Knuth's TwoSum, the one home of this error-free transformation: sum = fl(a + b) (round to
+// nearest, as the host's double add) and sum + error == a + b exactly, for finite a, b whose
+// sum does not overflow. Needs no |a| >= |b| ordering (6 flops; the build disables FP
+// contraction, which would break it).
+struct TwoSum {
+  double sum, error;
+};
+inline TwoSum two_sum(double a, double b) {
+  const double sum = a + b;
+  const double b_virtual = sum - a;
+  const double a_virtual = sum - b_virtual;
+  return {sum, (a - a_virtual) + (b - b_virtual)};
+}
+
 // Generic dispatch used by the CLI and batch mode. For cvt, `b` is unused and the
 // source format is `from`.
 Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b,

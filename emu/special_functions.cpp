@@ -160,10 +160,9 @@ struct DoubleDouble {
   double hi, lo;
 };
 
-DoubleDouble two_sum(double a, double b) {
-  const double s = a + b;
-  const double bb = s - a;
-  return {s, (a - (s - bb)) + (b - bb)};
+DoubleDouble dd_two_sum(double a, double b) {
+  const TwoSum t = two_sum(a, b);  // emu/ops.hpp
+  return {t.sum, t.error};
 }
 DoubleDouble fast_two_sum(double a, double b) {  // requires |a| >= |b| or a == 0
   const double s = a + b;
@@ -174,8 +173,8 @@ DoubleDouble two_prod(double a, double b) {
   return {p, std::fma(a, b, -p)};
 }
 DoubleDouble dd_add(DoubleDouble x, DoubleDouble y) {
-  const DoubleDouble s = two_sum(x.hi, y.hi);
-  const DoubleDouble t = two_sum(x.lo, y.lo);
+  const DoubleDouble s = dd_two_sum(x.hi, y.hi);
+  const DoubleDouble t = dd_two_sum(x.lo, y.lo);
   const DoubleDouble u = fast_two_sum(s.hi, s.lo + t.hi);
   return fast_two_sum(u.hi, u.lo + t.lo);
 }
@@ -477,13 +476,6 @@ std::unique_ptr<SpecialFunctionModel> make_oracle_model(SpecialFunction f,
 }
 
 // ---- FBSFU1 tables --------------------------------------------------------------------
-namespace {
-
-constexpr std::string_view kTableMagic = "FBSFU1";
-constexpr std::uint64_t kAllInputs = std::uint64_t{1} << 32;
-constexpr std::size_t kDeltaChunk = 256;
-constexpr int kMaxFractionBits = 24;
-
 std::uint32_t crc32(const std::uint8_t* data, std::size_t n) {
   static constexpr std::array<std::uint32_t, 256> kTable = [] {
     std::array<std::uint32_t, 256> t{};
@@ -498,6 +490,14 @@ std::uint32_t crc32(const std::uint8_t* data, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) c = kTable[(c ^ data[i]) & 0xffu] ^ (c >> 8);
   return c ^ 0xffffffffu;
 }
+
+namespace {
+
+constexpr std::string_view kTableMagic = "FBSFU1";
+constexpr std::uint64_t kAllInputs = std::uint64_t{1} << 32;
+constexpr std::size_t kDeltaChunk = 256;
+constexpr int kMaxFractionBits = 24;
+
 
 // The output bits the file's deltas are relative to.
 std::uint32_t delta_base(SpecialFunction f, std::uint32_t input) { return bits_of(correct_ftz(f, float_of(input))); }

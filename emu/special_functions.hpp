@@ -158,6 +158,10 @@ struct SfuTable {
 // compares them). Requires guard_bits in 0..24, |R| < 2^30 and |L| < 2.
 std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding);
 
+// The FBSFU1 file's checksum: CRC-32 (IEEE 802.3, as zlib) of `n` bytes. Public so that
+// tools writing such files (and the fuzzer, to reach past the check) share this one.
+std::uint32_t crc32(const std::uint8_t* data, std::size_t n);
+
 // Writes `table` as an FBSFU1 file; throws std::runtime_error on an inconsistent table
 // or an I/O error.
 void write_table_file(const std::string& path, const SfuTable& table);

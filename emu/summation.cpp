@@ -14,15 +14,6 @@ Rounded empty_sum(const Format& f) {
   return {pack_zero(f, false), 0};
 }
 
-Rounded pairwise(const Format& f, std::span<const std::uint32_t> x, std::size_t offset,
-                 const RoundingSpec& spec, std::uint64_t position) {
-  if (x.size() == 1) return {x[0], 0};
-  const std::size_t m = x.size() / 2;
-  const Rounded left = pairwise(f, x.first(m), offset, spec, position);
-  const Rounded right = pairwise(f, x.subspan(m), offset + m, spec, position);
-  const Rounded joined = add(f, left.bits, right.bits, spec, position + offset + m);
-  return {joined.bits, static_cast<Flags>(left.flags | right.flags | joined.flags)};
-}
 
 struct FloatParts {
   bool negative;
@@ -57,7 +48,12 @@ Rounded sum_sequential(const Format& f, std::span<const std::uint32_t> x, const 
 Rounded sum_pairwise(const Format& f, std::span<const std::uint32_t> x, const RoundingSpec& spec,
                      std::uint64_t position) {
   if (x.empty()) return empty_sum(f);
-  return pairwise(f, x, 0, spec, position);
+  return pairwise_reduce(
+      0, x.size(), [&](std::size_t i) { return Rounded{x[i], 0}; },
+      [&](const Rounded& left, const Rounded& right, std::size_t split) {
+        const Rounded joined = add(f, left.bits, right.bits, spec, position + split);
+        return Rounded{joined.bits, static_cast<Flags>(left.flags | right.flags | joined.flags)};
+      });
 }
 
 Rounded sum_kahan(const Format& f, std::span<const std::uint32_t> x, const RoundingSpec& spec,

@@ -15,6 +15,7 @@
 //   fp32 it is the `exact-rne` dot model.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -22,6 +23,20 @@
 #include "formats/format.hpp"
 
 namespace fb {
+
+// The pairwise order, in one place for every caller (sum_pairwise below, the attention
+// engine's row sums and delta): elements [first, first + n), n >= 1, reduced by recursive
+// halving at m = n / 2 (rounded down), down to single elements. leaf(i) gives element i;
+// join(left, right, split) joins the two halves, `split` being the absolute index where the
+// right half starts (unique per join, so it can key a stochastic rounding).
+template <class Leaf, class Join>
+auto pairwise_reduce(std::size_t first, std::size_t n, const Leaf& leaf, const Join& join) -> decltype(leaf(first)) {
+  if (n == 1) return leaf(first);
+  const std::size_t m = n / 2;
+  const auto left = pairwise_reduce(first, m, leaf, join);
+  const auto right = pairwise_reduce(first + m, n - m, leaf, join);
+  return join(left, right, first + m);
+}
 
 // ((x0 + x1) + x2) + ... ; step i (adding x_i, i >= 1) uses position + i.
 Rounded sum_sequential(const Format& f, std::span<const std::uint32_t> x, const RoundingSpec& spec,

@@ -5,7 +5,7 @@
 // every limit (max finite, min normal, min subnormal, NaN and inf codes) is
 // derived from them here and nowhere else. Decoding a bit pattern into its exact
 // value lives here too, because it needs nothing but these facts. Rounding into a
-// format lives in emu/round_pack.hpp.
+// format lives in emu/rounding.hpp (round_pack, the one round-and-pack routine).
 //
 // This header is shared by the CPU and CUDA sides: it is constexpr, allocation-free
 // and compiles under g++ and nvcc.

@@ -18,14 +18,6 @@
 
 namespace {
 
-std::uint32_t crc32(const std::uint8_t* data, std::size_t n) {  // IEEE 802.3, as zlib
-  std::uint32_t c = 0xffffffffu;
-  for (std::size_t i = 0; i < n; ++i) {
-    c ^= data[i];
-    for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-  }
-  return c ^ 0xffffffffu;
-}
 
 float float_from_bits(std::uint32_t bits) {
   float f;
@@ -40,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   std::vector<std::uint8_t> bytes(data + 1, data + size);
   if (data[0] & 1u) {
-    const std::uint32_t crc = crc32(bytes.data(), bytes.size());
+    const std::uint32_t crc = fb::crc32(bytes.data(), bytes.size());
     for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<std::uint8_t>(crc >> (8 * i)));
   }
   file.write(bytes.data(), bytes.size());

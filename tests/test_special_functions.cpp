@@ -1666,3 +1666,10 @@ TEST_CASE("shipped_ex2_h200_table_all_inputs_histogram_exhaustive") {
   CHECK(bits_of(m->evaluate(float_of(0x3b429d37u))) == 0x3f804385u);
   CHECK(bits_of(m->evaluate(float_of(0xbcf3a937u))) == 0x3f7ac6b1u);
 }
+
+TEST_CASE("FBSFU1 checksum: CRC-32 (IEEE 802.3) gives the catalogue's check value") {
+  // The CRC catalogue's check value for CRC-32/ISO-HDLC (zlib's crc32) over "123456789".
+  const std::string check = "123456789";
+  CHECK(fb::crc32(reinterpret_cast<const std::uint8_t*>(check.data()), check.size()) == 0xcbf43926u);
+  CHECK(fb::crc32(nullptr, 0) == 0u);
+}
