@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <ctime>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -628,84 +627,6 @@ std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
   }
   const float c = static_cast<float>(to_double(accumulator_format(model), c_bits));
   return dot_bits_from_floats(model, c, a.data(), b.data(), k, trace);
-}
-
-namespace {
-// Random finite values of `in`, as floats: a fixed pseudo-random stream (SplitMix64).
-std::vector<float> random_inputs(const Format& in, std::size_t n, std::uint64_t seed) {
-  std::vector<float> v;
-  v.reserve(n);
-  std::uint64_t state = seed;
-  while (v.size() < n) {
-    state += 0x9e3779b97f4a7c15ull;
-    const auto bits = static_cast<std::uint32_t>(mix64(state));
-    // Exponents near 1.0 (as real activations are), random sign and mantissa.
-    const std::uint32_t layout = bits & in.width_mask();
-    const std::uint32_t e = static_cast<std::uint32_t>(in.bias) - 4u + ((bits >> 28) & 7u);
-    const std::uint32_t with_exp = (layout & ~(in.exp_field_max() << in.man_bits)) | (e << in.man_bits);
-    const double x = to_double(in, to_container(in, with_exp));
-    if (std::isfinite(x)) v.push_back(static_cast<float>(x));
-  }
-  return v;
-}
-
-// CPU time of the calling thread: "per core" stays meaningful on a loaded machine.
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-template <typename Body>
-double products_per_second(double min_seconds, Body body) {
-  const double start = thread_cpu_seconds();
-  std::uint64_t products = 0;
-  double elapsed = 0.0;
-  do {
-    products += body();
-    elapsed = thread_cpu_seconds() - start;
-  } while (elapsed < min_seconds);
-  return static_cast<double>(products) / elapsed;
-}
-}  // namespace
-
-double measure_dot_products_per_second(const TensorCoreModel& model, int k, double min_seconds) {
-  constexpr int kVectors = 256;
-  const Format& in = input_format_of(model);
-  const std::vector<float> a = random_inputs(in, static_cast<std::size_t>(k) * kVectors, 1);
-  const std::vector<float> b = random_inputs(in, static_cast<std::size_t>(k) * kVectors, 2);
-  volatile float sink = 0.0f;
-  return products_per_second(min_seconds, [&] {
-    float acc = 0.0f;
-    for (int v = 0; v < kVectors; ++v) {
-      acc += fused_dot(model, 0.0f, a.data() + static_cast<std::size_t>(v) * k, b.data() + static_cast<std::size_t>(v) * k, k);
-    }
-    sink = sink + acc;
-    return static_cast<std::uint64_t>(k) * kVectors;
-  });
-}
-
-double measure_native_fp32_dot_products_per_second(int k, double min_seconds, bool fused) {
-  constexpr int kVectors = 256;
-  const std::vector<float> a = random_inputs(formats::bf16, static_cast<std::size_t>(k) * kVectors, 1);
-  const std::vector<float> b = random_inputs(formats::bf16, static_cast<std::size_t>(k) * kVectors, 2);
-  volatile float sink = 0.0f;
-  return products_per_second(min_seconds, [&] {
-    float acc = 0.0f;
-    for (int v = 0; v < kVectors; ++v) {
-      const float* x = a.data() + static_cast<std::size_t>(v) * k;
-      const float* y = b.data() + static_cast<std::size_t>(v) * k;
-      float s = 0.0f;
-      if (fused) {
-        for (int i = 0; i < k; ++i) s = std::fmaf(x[i], y[i], s);
-      } else {
-        for (int i = 0; i < k; ++i) s = s + x[i] * y[i];
-      }
-      acc += s;
-    }
-    sink = sink + acc;
-    return static_cast<std::uint64_t>(k) * kVectors;
-  });
 }
 
 }  // namespace fb

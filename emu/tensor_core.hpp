@@ -171,14 +171,4 @@ std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
                              std::span<const std::uint32_t> a_bits, std::span<const std::uint32_t> b_bits,
                              DotTrace* trace = nullptr);
 
-// ---- throughput, for the benchmark (bench/ calls these) -----------------------------
-// Emulated products per second of fused_dot(model, ...) on the calling thread, for
-// dot products of length k over random finite values of the model's input format
-// (no trace), measured for at least min_seconds of the thread's CPU time (so a loaded
-// machine does not distort the per-core figure).
-double measure_dot_products_per_second(const TensorCoreModel& model, int k = 64, double min_seconds = 0.5);
-// The native baseline measured the same way: a float dot product s = fmaf(a_i, b_i, s)
-// (fused = true, hardware FMA through libm) or s = s + a_i*b_i (two roundings).
-double measure_native_fp32_dot_products_per_second(int k = 64, double min_seconds = 0.5, bool fused = true);
-
 }  // namespace fb

@@ -20,6 +20,7 @@
 #include "emu/ops.hpp"
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
+#include "tests/bf16_reference.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -27,7 +28,9 @@ using namespace fb::attn;
 namespace {
 
 float ftz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x; }
-float to_bf16(float x) { return static_cast<float>(to_double(formats::bf16, round_double(formats::bf16, x, RoundingSpec{}).bits)); }
+// The independent bf16 RNE (tests/bf16_reference.hpp), not the library's rounding: every
+// value rounded here is zero or fp32-normal (P-bar from the ftz ex2, O after ftz()).
+float to_bf16(float x) { return static_cast<float>(bf16_rne(x)); }
 
 struct PlainResult {
   std::vector<float> o;
