@@ -19,6 +19,18 @@
 
 #include "emu/summation.hpp"
 
+// The presets' step shapes (products per step, F, output), the one list both compiled
+// copies are instantiated from (the traced steps and the whole-dot routines below): a
+// preset whose shape is missing here still runs, through the run-time body.
+#define FB_PRESET_STEP_SHAPES(X) \
+  X(8, 24, fp32_rz)              \
+  X(16, 25, fp32_rz)             \
+  X(8, 25, fp32_rz)              \
+  X(4, 23, fp32_rz)              \
+  X(4, 24, fp32_rz)              \
+  X(16, 13, fp32_e8m13)          \
+  X(32, 13, fp32_e8m13)
+
 namespace fb {
 namespace {
 
@@ -38,61 +50,50 @@ constexpr ZeroTermPolicy kZ = ZeroTermPolicy::ignored;
 
 // name, input, products per step, F, truncate, output, zero terms, validated, source, note
 constexpr TensorCoreModel kModels[] = {
-    {"sm70", "fp16", 4, 23, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
-    {"sm70-f16acc", "fp16", 4, 23, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
-    {"sm80", "bf16", 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
-    {"sm80", "fp16", 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
-    {"sm80", "tf32", 4, 24, true, fp32_rz, kZ, false, kFasi,
+    {"sm70", formats::fp16, 4, 23, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
+    {"sm70-f16acc", formats::fp16, 4, 23, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
+    {"sm80", formats::bf16, 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
+    {"sm80", formats::fp16, 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
+    {"sm80", formats::tf32, 4, 24, true, fp32_rz, kZ, false, kFasi,
      "F=24 assumed equal to the fp16/bf16 path; m16n8k8 as two steps of 4 (Xie et al. 2025); " FB_UNMEASURED_RULES},
-    {"sm80-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
-    {"sm89", "bf16", 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
-    {"sm89", "fp16", 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
-    {"sm89", "tf32", 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed); " FB_UNMEASURED_RULES},
-    {"sm89", "e4m3", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
-    {"sm89", "e5m2", 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
-    {"sm89-f16acc", "fp16", 8, 24, true, fp16_rne, kZ, false, kKhattak, FB_F16ACC "; " FB_UNMEASURED_RULES},
-    {"sm90-mma", "bf16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+    {"sm80-f16acc", formats::fp16, 8, 24, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
+    {"sm89", formats::bf16, 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
+    {"sm89", formats::fp16, 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
+    {"sm89", formats::tf32, 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed); " FB_UNMEASURED_RULES},
+    {"sm89", formats::e4m3, 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
+    {"sm89", formats::e5m2, 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
+    {"sm89-f16acc", formats::fp16, 8, 24, true, fp16_rne, kZ, false, kKhattak, FB_F16ACC "; " FB_UNMEASURED_RULES},
+    {"sm90-mma", formats::bf16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
      "m16n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
-    {"sm90-mma", "fp16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+    {"sm90-mma", formats::fp16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
      "m16n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
-    {"sm90-mma", "tf32", 8, 25, true, fp32_rz, kZ, true, kKhattak,
+    {"sm90-mma", formats::tf32, 8, 25, true, fp32_rz, kZ, true, kKhattak,
      "m16n8k8 fuses all 8 products in one step (not Ampere's two steps of 4), F=25, the register's low 13 bits "
      "ignored, overflow to inf: " FB_MEASURED},
-    {"sm90-mma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, true, kKhattak,
+    {"sm90-mma-f16acc", formats::fp16, 16, 25, true, fp16_rne, kZ, true, kKhattak,
      "alignment as the fp32-accumulate form (F=25), output RNE to fp16, a result rounded to zero is +0: " FB_MEASURED},
-    {"sm90-wgmma", "bf16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+    {"sm90-wgmma", formats::bf16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
      "m64n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
-    {"sm90-wgmma", "fp16", 16, 25, true, fp32_rz, kZ, true, kKhattak,
+    {"sm90-wgmma", formats::fp16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
      "m64n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
-    {"sm90-wgmma", "tf32", 8, 25, true, fp32_rz, kZ, false, kKhattak,
+    {"sm90-wgmma", formats::tf32, 8, 25, true, fp32_rz, kZ, false, kKhattak,
      "as sm90-mma tf32 (8 products per step, F=25; measured there, not for wgmma); " FB_UNMEASURED_RULES},
-    {"sm90-wgmma", "e4m3", 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
-    {"sm90-wgmma", "e5m2", 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
-    {"sm90-wgmma-f16acc", "fp16", 16, 25, true, fp16_rne, kZ, false, kKhattak,
+    {"sm90-wgmma", formats::e4m3, 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
+    {"sm90-wgmma", formats::e5m2, 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
+    {"sm90-wgmma-f16acc", formats::fp16, 16, 25, true, fp16_rne, kZ, false, kKhattak,
      "assumed as sm90-mma-f16acc (measured there): alignment as the fp32-accumulate form, output RNE to fp16; no "
      "wgmma f16-accumulate form was probed; " FB_UNMEASURED_RULES},
-    {"exact-rne", "bf16", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", "fp16", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", "tf32", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", "e4m3", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", "e5m2", 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", formats::bf16, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", formats::fp16, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", formats::tf32, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", formats::e4m3, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
+    {"exact-rne", formats::e5m2, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
 };
 #undef FB_MEASURED
 #undef FB_UNMEASURED_RULES
 #undef FB_F16ACC
 
-const Format& input_format_of(const TensorCoreModel& m) {
-  // The dot inputs first, compared as string_views of known length (no strlen in the hot path).
-  if (m.input == "bf16") return formats::bf16;
-  if (m.input == "fp16") return formats::fp16;
-  if (m.input == "tf32") return formats::tf32;
-  if (m.input == "e4m3") return formats::e4m3;
-  if (m.input == "e5m2") return formats::e5m2;
-  for (const Format& f : formats::all_named) {
-    if (m.input == std::string_view(f.name)) return f;
-  }
-  return formats::fp32;
-}
+const Format& input_format_of(const TensorCoreModel& m) { return m.input; }
 
 inline const Format& output_format_of(DotOutput output) {
   switch (output) {
@@ -374,13 +375,7 @@ TracedStep traced_step_for(const TensorCoreModel& m) {
   if (!has_avx2) return nullptr;
 #define FB_TRACED(N, F, O) \
   if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fused_step_traced_avx2<N, F, static_cast<int>(O)>;
-  FB_TRACED(8, 24, fp32_rz)
-  FB_TRACED(16, 25, fp32_rz)
-  FB_TRACED(8, 25, fp32_rz)
-  FB_TRACED(4, 23, fp32_rz)
-  FB_TRACED(4, 24, fp32_rz)
-  FB_TRACED(16, 13, fp32_e8m13)
-  FB_TRACED(32, 13, fp32_e8m13)
+  FB_PRESET_STEP_SHAPES(FB_TRACED)
 #undef FB_TRACED
   return nullptr;
 }
@@ -502,13 +497,7 @@ FixedDot fixed_dot_for(const TensorCoreModel& m) {
 #define FB_FIXED(N, F, O) \
   if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fixed_dot_plain<N, F, static_cast<int>(O)>;
 #endif
-  FB_FIXED(8, 24, fp32_rz)
-  FB_FIXED(16, 25, fp32_rz)
-  FB_FIXED(8, 25, fp32_rz)
-  FB_FIXED(4, 23, fp32_rz)
-  FB_FIXED(4, 24, fp32_rz)
-  FB_FIXED(16, 13, fp32_e8m13)
-  FB_FIXED(32, 13, fp32_e8m13)
+  FB_PRESET_STEP_SHAPES(FB_FIXED)
 #undef FB_FIXED
   return nullptr;
 }
@@ -598,7 +587,7 @@ std::span<const TensorCoreModel> tensor_core_models() { return kModels; }
 
 const TensorCoreModel* find_tensor_core_model(std::string_view name, const Format& input) {
   for (const TensorCoreModel& m : kModels) {
-    if (m.name == name && input == input_format_of(m) && m.input == std::string_view(input.name)) return &m;
+    if (m.name == name && input == m.input) return &m;
   }
   return nullptr;
 }

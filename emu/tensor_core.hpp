@@ -76,7 +76,7 @@ enum class ZeroTermPolicy : std::uint8_t {
 
 struct TensorCoreModel {
   std::string_view name;          // "sm80", "sm90-mma", ...
-  std::string_view input;         // input format name this preset applies to
+  Format input;                   // the input format this preset applies to
   int products_per_step;          // products fused in one step (k of the step)
   int fraction_bits;              // F
   bool truncate_terms;            // each aligned term truncated toward zero to F bits

@@ -49,8 +49,8 @@ void print_dot_models(std::ostream& os) {
   for (const TensorCoreModel& m : tensor_core_models()) {
     const std::string step = m.products_per_step > 0 ? std::to_string(m.products_per_step) : "all";
     const std::string f = m.truncate_terms ? std::to_string(m.fraction_bits) : "-";
-    std::snprintf(line, sizeof line, "%-18.*s %-5.*s %6s %3s %-48.*s %-10.*s\n", static_cast<int>(m.name.size()),
-                  m.name.data(), static_cast<int>(m.input.size()), m.input.data(), step.c_str(), f.c_str(),
+    std::snprintf(line, sizeof line, "%-18.*s %-5s %6s %3s %-48.*s %-10.*s\n", static_cast<int>(m.name.size()),
+                  m.name.data(), m.input.name, step.c_str(), f.c_str(),
                   static_cast<int>(output_name(m.output).size()), output_name(m.output).data(),
                   static_cast<int>(zero_name(m.zero_terms).size()), zero_name(m.zero_terms).data());
     os << line;
@@ -68,7 +68,7 @@ nlohmann::json dot_models_json() {
   nlohmann::json arr = nlohmann::json::array();
   for (const TensorCoreModel& m : tensor_core_models()) {
     arr.push_back({{"name", std::string(m.name)},
-                   {"input", std::string(m.input)},
+                   {"input", std::string(m.input.name)},
                    {"products_per_step", m.products_per_step},
                    {"fraction_bits", m.fraction_bits},
                    {"truncate_terms", m.truncate_terms},

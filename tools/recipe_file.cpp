@@ -66,11 +66,11 @@ std::optional<Format> stage_format(const std::string& path, const std::string& f
   // exponent range would be aligned as no hardware does. So fp32 P̄ into a bf16 MMA is an
   // experiment the model can run (same exponent range), e5m2 P̄ into an e4m3 wgmma is not.
   if (pv_dot->kind == attn::DotKind::tensor_core && pv_dot->model) {
-    Format input;
-    if (parse_format(pv_dot->model->input, input) && (f.emin() < input.emin() || f.emax() > input.emax()))
+    const Format& input = pv_dot->model->input;
+    if (f.emin() < input.emin() || f.emax() > input.emax())
       fail(path, field,
            value + "'s exponent range [" + std::to_string(f.emin()) + ", " + std::to_string(f.emax()) +
-               "] is outside that of the P·V tensor-core dot's input format " + std::string(pv_dot->model->input) +
+               "] is outside that of the P·V tensor-core dot's input format " + std::string(input.name) +
                " [" + std::to_string(input.emin()) + ", " + std::to_string(input.emax()) + "]");
   }
   return f;
