@@ -6,7 +6,11 @@ if [ "$(id -u)" = 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq cmake ninja-build g++ clang libboost-dev libmpfr-dev libgmp-dev doctest-dev \
-    libcli11-dev nlohmann-json3-dev >/dev/null
+    libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest >/dev/null
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target flashbits
+# The Python module (python/, build/python) is built too wherever CMake configured it
+# (pybind11 and the Python headers found): `PYTHONPATH=build/python python3 -c "import flashbits"`.
+targets=flashbits
+if [ -d build/python ]; then targets="$targets flashbits_python"; fi
+cmake --build build -j "$(nproc)" --target $targets

@@ -12,6 +12,16 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then requ
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBITS_REQUIRE_CUDA=$require_cuda >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build -L fast --output-on-failure -j "$jobs"
+# The Python module's tests (python/tests, pytest), with the interpreter the module was built
+# for (Debian's /usr/bin/python3 unless configured otherwise). Required unless the build was
+# configured with -DFLASHBITS_PYTHON=OFF.
+if [ -d build/python/flashbits ]; then
+  python=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' build/CMakeCache.txt)
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$PWD/build/python" "${python:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider python/tests
+elif ! grep -q '^FLASHBITS_PYTHON:STRING=OFF' build/CMakeCache.txt; then
+  echo "error: the Python module was not built (apt-get install pybind11-dev python3-dev python3-numpy python3-pytest)" >&2
+  exit 1
+fi
 if [ "${1:-}" = "--exhaustive" ]; then
   ctest --test-dir build -L exhaustive --output-on-failure -j "$jobs"
 fi

@@ -1,0 +1,478 @@
+"""flashbits from Python: the bit-exact low-precision emulator and the FlashAttention
+rounding-bias simulator of the flashbits C++ core (README "Python").
+
+Arrays in, arrays out: every function takes numpy arrays or anything with ``__array__``
+(CPU torch tensors included; torch.bfloat16 is widened to float32, exactly) and loops in C++
+with the GIL released. Ctrl-C raises KeyboardInterrupt. Bad input raises ValueError (or
+TypeError for a wrong kind of argument) with the message the ``flashbits`` CLI prints.
+
+Values and bit patterns: an array of an unsigned integer dtype (uint8/16/32/64) holds bit
+patterns of the format; any other array holds values, which must be exactly representable
+in the format wherever an operand is expected (round them first with ``round``).
+"""
+from __future__ import annotations
+
+import atexit as _atexit
+import os as _os
+
+import numpy as _np
+
+from . import _core
+
+__all__ = [
+    "INEXACT", "UNDERFLOW", "OVERFLOW", "DIVBYZERO", "INVALID", "flags_string",
+    "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot",
+    "AttentionResult", "attention", "exact_attention", "BiasTestResult", "bias_test",
+    "Trace", "load_trace", "save_trace", "format_info", "models", "dot_models", "scenarios",
+]
+__version__ = "0.1.0"
+
+# IEEE flags, as the C++ core's bit set (emu/rounding.hpp).
+INEXACT, UNDERFLOW, OVERFLOW, DIVBYZERO, INVALID = 1, 2, 4, 8, 16
+
+# Work abandoned by a Ctrl-C inside the attention engine finishes in the background; the
+# interpreter waits for it before it tears down what that work uses.
+_atexit.register(_core._wait_for_abandoned_work)
+
+
+def flags_string(flags: int) -> str:
+    """The CLI's spelling of a flag set: letters ``xuozv`` (inexact, underflow, overflow,
+    divbyzero, invalid) in that order, or ``-`` for none."""
+    f = int(flags)
+    s = "".join(c for bit, c in ((1, "x"), (2, "u"), (4, "o"), (8, "z"), (16, "v")) if f & bit)
+    return s or "-"
+
+
+def _as_array(x, name: str) -> _np.ndarray:
+    if isinstance(x, _np.ndarray):
+        a = x
+    else:
+        if type(x).__module__.split(".")[0] == "torch":
+            x = x.detach().cpu()
+            if str(x.dtype) == "torch.bfloat16":
+                x = x.float()  # numpy has no bfloat16; every bf16 value is exact in fp32
+        try:
+            a = _np.asarray(x)
+        except Exception as e:  # noqa: BLE001 - whatever __array__ raised
+            raise TypeError(f"{name}: expected an array (numpy, or anything with __array__), "
+                            f"got {type(x).__name__}: {e}") from None
+    if a.dtype == object or a.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+    return a
+
+
+def _is_bits(a: _np.ndarray) -> bool:
+    return a.dtype.kind == "u"
+
+
+def _as_float64(a: _np.ndarray, name: str) -> _np.ndarray:
+    if a.dtype.kind in "bi" and a.dtype.itemsize >= 8:
+        f = a.astype(_np.float64)
+        bad = _np.flatnonzero(f.astype(a.dtype) != a)
+        if bad.size:
+            raise ValueError(f"{name}: the integer {a.flat[bad[0]]} is not exactly representable in float64")
+        return _np.ascontiguousarray(f)
+    return _np.ascontiguousarray(a, dtype=_np.float64)
+
+
+def _as_bits(a: _np.ndarray, fmt: str, name: str) -> _np.ndarray:
+    """Bit patterns of `fmt` (uint64) from bit patterns or exactly representable values."""
+    if _is_bits(a):
+        return _np.ascontiguousarray(a, dtype=_np.uint64)
+    return _np.ascontiguousarray(_core.encode(_as_float64(a, name).ravel(), fmt, name), dtype=_np.uint64
+                                 ).reshape(a.shape)
+
+
+class Rounded:
+    """Result of a rounding: ``bits`` (stored bit patterns, uint8/16/32 by the format's
+    container), ``values`` (their exact values as float64, decoded on first access),
+    ``flags`` (per-element IEEE flags as uint8, or None when not asked for) and ``format``.
+    Unpacks as ``bits, values = ...``."""
+
+    __slots__ = ("bits", "format", "flags", "_values")
+
+    def __init__(self, bits, fmt, flags=None):
+        self.bits = bits
+        self.format = fmt
+        self.flags = flags
+        self._values = None
+
+    @property
+    def values(self) -> _np.ndarray:
+        if self._values is None:
+            self._values = _core.decode(_np.ascontiguousarray(self.bits), self.format)
+        return self._values
+
+    def __iter__(self):
+        yield self.bits
+        yield self.values
+
+    def __len__(self):
+        return 2
+
+    def __repr__(self):
+        return f"Rounded(format={self.format!r}, shape={self.bits.shape}, flags={'yes' if self.flags is not None else 'no'})"
+
+
+def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0, sr_bits: int | None = None,
+          *, position: int = 0, flags: bool = False) -> Rounded:
+    """Round every element of ``x`` once into ``fmt`` (any format of ``flashbits formats``,
+    custom ``eXmY`` included) in ``mode`` (rne rna rtz rup rdn rto sr) with the ``overflow``
+    policy (ieee or satfinite). float32 input runs the C++ array path (fb::round_array);
+    float64 (and integer) input is rounded exactly from its fp64 value; float16 is widened
+    exactly. Element i uses stochastic-rounding position ``position + i`` (row-major), so
+    results equal the CLI's ``op --batch`` lines. ``flags=True`` also returns per-element
+    IEEE flags."""
+    a = _as_array(x, "x")
+    if a.dtype == _np.float16:
+        a = a.astype(_np.float32)
+    if a.dtype == _np.float32:
+        bits, fl = _core.round_f32(_np.ascontiguousarray(a), fmt, mode, overflow, int(seed), sr_bits,
+                                   int(position), bool(flags))
+    else:
+        bits, fl = _core.round_f64(_as_float64(a, "x"), fmt, mode, overflow, int(seed), sr_bits, int(position),
+                                   bool(flags))
+    return Rounded(bits, _core.format_info(fmt)["name"], fl)
+
+
+def decode(bits, fmt: str) -> _np.ndarray:
+    """Exact values (float64) of bit patterns of ``fmt`` (any integer array; each must be a
+    valid pattern of the format's container)."""
+    a = _as_array(bits, "bits")
+    if a.dtype.kind not in "ui":
+        raise TypeError(f"bits: expected an integer array of bit patterns, got dtype {a.dtype}")
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        raise ValueError(f"bits: {a.min()} is not a bit pattern (negative)")
+    return _core.decode(_np.ascontiguousarray(a, dtype=a.dtype if a.dtype.kind == "u" else _np.uint64), fmt)
+
+
+def _op(kind, operands, fmt, mode, overflow, seed, sr_bits, position, flags):
+    names = "abc"
+    arrays = [_as_array(x, names[i]) for i, x in enumerate(operands)]
+    try:
+        arrays = _np.broadcast_arrays(*arrays)
+    except ValueError:
+        raise ValueError(f"operands: shapes {', '.join(str(a.shape) for a in arrays)} do not broadcast") from None
+    shape = arrays[0].shape
+    bits = [_as_bits(a, fmt, names[i]).ravel() for i, a in enumerate(arrays)]
+    out, fl = _core.op(kind, fmt, bits, mode, overflow, int(seed), sr_bits, int(position), bool(flags))
+    return Rounded(out.reshape(shape), _core.format_info(fmt)["name"], None if fl is None else fl.reshape(shape))
+
+
+def add(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
+        position: int = 0, flags: bool = False) -> Rounded:
+    """a + b in ``fmt``, rounded once (numpy broadcasting). Operands: values exactly
+    representable in ``fmt``, or bit patterns (unsigned integer arrays)."""
+    return _op("add", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
+
+
+def sub(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
+        position: int = 0, flags: bool = False) -> Rounded:
+    """a - b in ``fmt``, rounded once."""
+    return _op("sub", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
+
+
+def mul(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
+        position: int = 0, flags: bool = False) -> Rounded:
+    """a * b in ``fmt``, rounded once."""
+    return _op("mul", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
+
+
+def div(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
+        position: int = 0, flags: bool = False) -> Rounded:
+    """a / b in ``fmt``, rounded once."""
+    return _op("div", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
+
+
+def fma(a, b, c, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
+        position: int = 0, flags: bool = False) -> Rounded:
+    """a * b + c in ``fmt``, rounded once."""
+    return _op("fma", (a, b, c), fmt, mode, overflow, seed, sr_bits, position, flags)
+
+
+def sqrt(a, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
+         position: int = 0, flags: bool = False) -> Rounded:
+    """sqrt(a) in ``fmt``, rounded once."""
+    return _op("sqrt", (a,), fmt, mode, overflow, seed, sr_bits, position, flags)
+
+
+def dot(model: str, a, b, c=None, fmt: str = "bf16") -> Rounded:
+    """Tensor-core fused dot products D = C + sum_i a[..., i] * b[..., i], as the named
+    hardware model computes them (``flashbits dot``; models: ``dot_models()``). ``a`` and
+    ``b`` hold values (or bit patterns) of the input format ``fmt`` (bf16 fp16 tf32 e4m3 e5m2),
+    shape [..., k]; ``c`` values of the accumulator (fp32, fp16 for the *-f16acc models),
+    shape [...] (default 0). Returns D in the accumulator format."""
+    acc = _core.dot_format(model, fmt)
+    a = _as_array(a, "a")
+    b = _as_array(b, "b")
+    if a.ndim < 1 or a.shape != b.shape:
+        raise ValueError(f"a, b: expected arrays of one shape [..., k], got {a.shape} and {b.shape}")
+    batch = a.shape[:-1]
+    c = _np.zeros(batch) if c is None else _as_array(c, "c")
+    try:
+        c = _np.broadcast_to(c, batch)
+    except ValueError:
+        raise ValueError(f"c: shape {c.shape} does not match the batch shape {batch}") from None
+    k = a.shape[-1]
+    ab = _as_bits(a, fmt, "a").reshape(-1, k)
+    bb = _as_bits(b, fmt, "b").reshape(-1, k)
+    cb = _as_bits(_np.ascontiguousarray(c), acc, "c").reshape(-1)
+    out = _core.dot(model, fmt, ab, bb, cb)
+    return Rounded(out.reshape(batch), acc)
+
+
+# ---- attention -------------------------------------------------------------------------------
+class AttentionResult:
+    """Outputs of one attention run, shaped like the inputs: ``o`` [..., N, D], ``lse`` [..., N]
+    (natural log), and with ``do``: ``delta`` [..., N], ``dq``, ``dk``, ``dv`` (None when the
+    model has no such output). ``model`` is the canonical model name, ``scale`` the softmax scale
+    used, ``dtype``/``output_format`` the formats. ``traces``: per traced row a dict with its
+    KV tiles, the rounding events of O's final cast (``o_cast``), of the P·V accumulation
+    (``pv_dot_steps``, ``pv_buffer_events``), the cumulative error along the keys, the delta
+    decomposition and a ``summary``; None when nothing was traced. ``exact_attention`` also sets
+    ``row_max``. ``sfu`` describes the special-function models used."""
+
+    def __init__(self, d: dict, lead: tuple):
+        def shape(x):
+            return None if x is None else x.reshape(lead + x.shape[2:])
+        self.o = shape(d["o"])
+        self.lse = shape(d["lse"])
+        self.delta = shape(d["delta"])
+        self.dq = shape(d["dq"])
+        self.dk = shape(d["dk"])
+        self.dv = shape(d["dv"])
+        self.row_max = shape(d.get("row_max"))
+        self.model = d["model"]
+        self.scale = d["scale"]
+        self.dtype = d["dtype"]
+        self.output_format = d["output_format"]
+        self.sfu = d.get("sfu")
+        self.traces = d["traces"]
+
+    def __repr__(self):
+        extra = " with backward" if self.dq is not None or self.delta is not None else ""
+        return f"AttentionResult(model={self.model!r}, o={self.o.shape}{extra})"
+
+
+def _attention_inputs(q, k, v, do):
+    qa, ka, va = (_as_array(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    if not 2 <= qa.ndim <= 4 or ka.ndim != qa.ndim or va.ndim != qa.ndim:
+        raise ValueError(f"q, k, v: expected arrays of 2 to 4 dimensions ([batch, head,] row, col) of one rank, "
+                         f"got {qa.shape}, {ka.shape}, {va.shape}")
+    lead = qa.shape[:-2]
+    pad = (1,) * (4 - qa.ndim)
+    arrays = [_as_float64(a, n).reshape(pad + a.shape) for a, n in ((qa, "q"), (ka, "k"), (va, "v"))]
+    d_o = None
+    if do is not None:
+        da = _as_array(do, "do")
+        if da.shape != qa.shape:
+            raise ValueError(f"do: expected the shape of q {qa.shape}, got {da.shape}")
+        d_o = _as_float64(da, "do").reshape(pad + da.shape)
+    return arrays, d_o, lead, qa.dtype
+
+
+def _trace_rows(trace, ndim):
+    if trace is False or trace is None:
+        return None, False
+    if trace is True:
+        return None, True
+    rows = []
+    for r in trace:
+        t = (r,) if _np.isscalar(r) else tuple(r)
+        if len(t) > 3:
+            raise ValueError(f"trace: row {r!r}: expected (batch, head, row), (head, row) or row")
+        rows.append(tuple(int(x) for x in (0,) * (3 - len(t)) + t))
+    return rows, False
+
+
+def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float | None = None,
+              recipe: str | None = None, trace=False, *, dtype: str | None = None, seed: int = 0,
+              threads: int | None = None, plot_feature: int = 0, sfu: str = "model") -> AttentionResult:
+    """Run attention as the kernel ``model`` computes it (``models()``; ``correctly-rounded`` is
+    the exact result rounded once per output). q [..., N, D], k and v [..., Nk, D] with up to
+    two leading axes (batch, head); values exactly representable in the model's input format
+    (``dtype``: bf16 by default, fp16 for float16 input; models that name theirs use it).
+    ``do`` runs the backward. ``scale`` defaults to 1/sqrt(D). ``recipe``: a recipe file
+    (``bias-test --recipe``). ``trace``: True traces every row, or a list of rows (``row``,
+    ``(head, row)`` or ``(batch, head, row)``). ``sfu``: the special-function set, ``model``
+    (the model's own) or a named set (``correct``, ``hw-sm90``: measured on an H200, what
+    ``replay --sfu auto`` picks for a capture from compute capability 9.0). Results never
+    depend on ``threads``."""
+    arrays, d_o, lead, in_dtype = _attention_inputs(q, k, v, do)
+    if dtype is None:
+        dtype = "fp16" if in_dtype == _np.float16 else "bf16"
+    rows, trace_all = _trace_rows(trace, len(lead) + 2)
+    threads = (_os.cpu_count() or 1) if threads is None else int(threads)
+    d = _core.attention(arrays[0], arrays[1], arrays[2], model, d_o, bool(causal),
+                        None if scale is None else float(scale), "" if recipe is None else _os.fspath(recipe),
+                        rows, trace_all, dtype, int(seed), threads, int(plot_feature), sfu)
+    return AttentionResult(d, lead)
+
+
+def exact_attention(q, k, v, do=None, causal: bool = False, scale: float | None = None, *,
+                    dtype: str | None = None) -> AttentionResult:
+    """The exact reference (high precision, not rounded): O, LSE, and with ``do`` delta, dQ, dK,
+    dV, plus each row's exact max scaled score (``row_max``). Inputs as for ``attention``."""
+    arrays, d_o, lead, in_dtype = _attention_inputs(q, k, v, do)
+    if dtype is None:
+        dtype = "fp16" if in_dtype == _np.float16 else "bf16"
+    d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, bool(causal),
+                              None if scale is None else float(scale), dtype)
+    return AttentionResult(d, lead)
+
+
+# ---- bias test -------------------------------------------------------------------------------
+class BiasTestResult(dict):
+    """``flashbits bias-test --json`` as a dict with the same keys (in the same order), also
+    readable as attributes: ``r.excess.o.mean_ulps``, ``r.verdict``."""
+
+    def __getattr__(self, name):
+        try:
+            v = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return BiasTestResult(v) if isinstance(v, dict) else v
+
+    @property
+    def biased(self) -> bool:
+        return self["verdict"] == "biased"
+
+
+def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, against: str | None = None,
+              recipe: str | None = None, trials: int = 32, seqlen: int = 256, headdim: int = 64,
+              dtype: str = "bf16", alpha: float = 1e-3, seed: int = 0, by_max: bool = False) -> BiasTestResult:
+    """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
+    captured traces (``traces``: a directory, whose *.safetensors are taken in sorted order as
+    ``bias-test --traces DIR`` does, or a list of files; one sample per row). Returns the
+    fields of ``flashbits bias-test --json`` for the same arguments."""
+    files, label = [], ""
+    if traces is not None:
+        if isinstance(traces, (str, bytes, _os.PathLike)):
+            path = _os.fspath(traces)
+            if _os.path.isdir(path):
+                label = path
+                files = sorted(_os.path.join(path, n) for n in _os.listdir(path) if n.endswith(".safetensors"))
+                if not files:
+                    raise ValueError(f"traces {path}: no .safetensors files")
+            elif _os.path.exists(path):
+                files = [path]
+            else:
+                raise ValueError(f"traces {path}: cannot list directory (No such file or directory)")
+        else:
+            files = [_os.fspath(t) for t in traces]
+            if not files:
+                raise ValueError("traces: an empty list")
+    d = _core.bias_test(model or "", scenario, files, label, against or "",
+                        "" if recipe is None else _os.fspath(recipe), int(trials), int(seqlen), int(headdim),
+                        dtype, float(alpha), int(seed), bool(by_max))
+    return BiasTestResult(d)
+
+
+# ---- traces ----------------------------------------------------------------------------------
+class Trace:
+    """A safetensors attention trace (docs/COMMANDS.md): ``metadata`` (every key, strings),
+    ``tensors`` (name -> exact values as float64, in file order), ``formats`` (name -> format:
+    bf16 fp16 fp32 e4m3 e5m2 fp64, or the safetensors dtype of integer tensors), ``hardware``
+    (source is cuda:...). ``trace["q"]`` is ``trace.tensors["q"]``; ``scale``, ``causal``,
+    ``dtype`` and ``model`` read the metadata."""
+
+    def __init__(self, d: dict):
+        self.path = d["path"]
+        self.metadata = d["metadata"]
+        self.tensors = d["tensors"]
+        self.formats = d["formats"]
+        self.hardware = d["hardware"]
+
+    def __getitem__(self, name):
+        return self.tensors[name]
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    @property
+    def scale(self):
+        s = self.metadata.get("softmax_scale")
+        return None if s is None else float(s)
+
+    @property
+    def causal(self) -> bool:
+        return self.metadata.get("causal", "false").lower() in ("true", "1")
+
+    @property
+    def dtype(self):
+        return self.metadata.get("dtype") or self.formats.get("q")
+
+    @property
+    def model(self):
+        return self.metadata.get("model")
+
+    def __repr__(self):
+        return f"Trace({self.path!r}, source={self.metadata.get('source')!r}, tensors={list(self.tensors)})"
+
+
+def load_trace(path) -> Trace:
+    """Read and validate a trace as ``flashbits replay`` does (ValueError naming the file,
+    tensor or key on any defect)."""
+    return Trace(_core.load_trace(_os.fspath(path)))
+
+
+_ROW_TENSORS = ("lse", "delta", "m", "l")
+
+
+def _meta_string(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = None, formats: dict | None = None,
+               **named) -> None:
+    """Write a trace that ``flashbits replay`` and ``safetensors`` read: ``tensors`` (and
+    keyword tensors: ``q=..., k=..., v=..., o=..., do=...``), each holding values exactly
+    representable in its format or bit patterns (unsigned integer arrays). Formats come from
+    ``formats`` (name -> bf16 fp16 fp32 e4m3 e5m2 fp64), else the metadata's ``dtype`` (default
+    bf16) for q k v o do dq dk dv, fp32 for lse delta m l, fp64 for any other name.
+    ``metadata`` (strings; bools, numbers converted) must hold what the schema requires;
+    ``source`` defaults to ``emulated`` (a hardware capture must say ``cuda:<gpu>``)."""
+    all_tensors = dict(tensors or {})
+    all_tensors.update(named)
+    meta = {str(k): _meta_string(v) for k, v in (metadata or {}).items()}
+    meta.setdefault("source", "emulated")
+    fmts = dict(formats or {})
+    dtype = meta.get("dtype", "bf16")
+    order = [n for n in ("q", "k", "v", "o") if n in all_tensors] + [n for n in all_tensors
+                                                                   if n not in ("q", "k", "v", "o")]
+    items = []
+    for name in order:
+        a = _as_array(all_tensors[name], name)
+        fmt = fmts.get(name) or (dtype if name in ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+                                 else "fp32" if name in _ROW_TENSORS else "fp64")
+        if _is_bits(a):
+            items.append((name, _np.ascontiguousarray(a, dtype=_np.uint64), fmt, True))
+        else:
+            items.append((name, _as_float64(a, name), fmt, False))
+    _core.save_trace(_os.fspath(path), items, meta)
+
+
+# ---- catalogues ------------------------------------------------------------------------------
+def format_info(fmt: str) -> dict:
+    """A format's parameters (``flashbits formats``): exp_bits, man_bits, bias, container
+    bits, specials, emin, emax, max finite."""
+    return _core.format_info(fmt)
+
+
+def models() -> list:
+    """The kernel models and variant suffixes (``flashbits models``): name, description, sources."""
+    return _core.models()
+
+
+def dot_models() -> list:
+    """The tensor-core dot models (``flashbits dot``)."""
+    return _core.dot_models()
+
+
+def scenarios() -> list:
+    """The input scenarios of bias_test."""
+    return _core.scenario_names()

@@ -1,0 +1,104 @@
+# Type stubs of the flashbits package (python/flashbits/__init__.py; the C++ part is
+# flashbits._core, which is private). Arrays are numpy arrays; every array argument also
+# accepts anything with __array__ (CPU torch tensors included).
+from os import PathLike
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+INEXACT: int
+UNDERFLOW: int
+OVERFLOW: int
+DIVBYZERO: int
+INVALID: int
+
+ArrayLike = npt.ArrayLike
+Row = int | tuple[int, int] | tuple[int, int, int]
+
+def flags_string(flags: int) -> str: ...
+
+class Rounded:
+    bits: npt.NDArray[np.unsignedinteger[Any]]
+    format: str
+    flags: npt.NDArray[np.uint8] | None
+    @property
+    def values(self) -> npt.NDArray[np.float64]: ...
+    def __iter__(self) -> Iterator[npt.NDArray[Any]]: ...
+    def __len__(self) -> int: ...
+
+def round(x: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0,
+          sr_bits: int | None = None, *, position: int = 0, flags: bool = False) -> Rounded: ...
+def decode(bits: ArrayLike, fmt: str) -> npt.NDArray[np.float64]: ...
+def add(a: ArrayLike, b: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0,
+        sr_bits: int | None = None, position: int = 0, flags: bool = False) -> Rounded: ...
+def sub(a: ArrayLike, b: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0,
+        sr_bits: int | None = None, position: int = 0, flags: bool = False) -> Rounded: ...
+def mul(a: ArrayLike, b: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0,
+        sr_bits: int | None = None, position: int = 0, flags: bool = False) -> Rounded: ...
+def div(a: ArrayLike, b: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0,
+        sr_bits: int | None = None, position: int = 0, flags: bool = False) -> Rounded: ...
+def fma(a: ArrayLike, b: ArrayLike, c: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *,
+        seed: int = 0, sr_bits: int | None = None, position: int = 0, flags: bool = False) -> Rounded: ...
+def sqrt(a: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0,
+         sr_bits: int | None = None, position: int = 0, flags: bool = False) -> Rounded: ...
+def dot(model: str, a: ArrayLike, b: ArrayLike, c: ArrayLike | None = None, fmt: str = "bf16") -> Rounded: ...
+
+class AttentionResult:
+    o: npt.NDArray[np.float64]
+    lse: npt.NDArray[np.float64]
+    delta: npt.NDArray[np.float64] | None
+    dq: npt.NDArray[np.float64] | None
+    dk: npt.NDArray[np.float64] | None
+    dv: npt.NDArray[np.float64] | None
+    row_max: npt.NDArray[np.float64] | None
+    model: str
+    scale: float
+    dtype: str
+    output_format: str
+    sfu: str | None
+    traces: list[dict[str, Any]] | None
+
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, model: str, do: ArrayLike | None = None,
+              causal: bool = False, scale: float | None = None, recipe: str | PathLike[str] | None = None,
+              trace: bool | Sequence[Row] = False, *, dtype: str | None = None, seed: int = 0,
+              threads: int | None = None, plot_feature: int = 0, sfu: str = "model") -> AttentionResult: ...
+def exact_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, do: ArrayLike | None = None, causal: bool = False,
+                    scale: float | None = None, *, dtype: str | None = None) -> AttentionResult: ...
+
+class BiasTestResult(dict[str, Any]):
+    def __getattr__(self, name: str) -> Any: ...
+    @property
+    def biased(self) -> bool: ...
+
+def bias_test(model: str | None = None, scenario: str = "sink", *,
+              traces: str | PathLike[str] | Sequence[str | PathLike[str]] | None = None, against: str | None = None,
+              recipe: str | PathLike[str] | None = None, trials: int = 32, seqlen: int = 256, headdim: int = 64,
+              dtype: str = "bf16", alpha: float = 1e-3, seed: int = 0, by_max: bool = False) -> BiasTestResult: ...
+
+class Trace:
+    path: str
+    metadata: dict[str, str]
+    tensors: dict[str, npt.NDArray[np.float64]]
+    formats: dict[str, str]
+    hardware: bool
+    def __getitem__(self, name: str) -> npt.NDArray[np.float64]: ...
+    def __contains__(self, name: object) -> bool: ...
+    @property
+    def scale(self) -> float | None: ...
+    @property
+    def causal(self) -> bool: ...
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+
+def load_trace(path: str | PathLike[str]) -> Trace: ...
+def save_trace(path: str | PathLike[str], tensors: dict[str, ArrayLike] | None = None, *,
+               metadata: dict[str, Any] | None = None, formats: dict[str, str] | None = None,
+               **named: ArrayLike) -> None: ...
+def format_info(fmt: str) -> dict[str, Any]: ...
+def models() -> list[dict[str, str]]: ...
+def dot_models() -> list[str]: ...
+def scenarios() -> list[str]: ...

@@ -1,0 +1,353 @@
+// python/src/arrays.cpp: round, decode, encode, the elementwise operations and the
+// tensor-core dot products over whole arrays (GIL released, Ctrl-C polled between chunks).
+//
+// Every function here is a loop over the C++ core's own entry points, element i keyed at
+// stochastic-rounding position `position + i`:
+// - round_f32: fb::round_array (the vectorised array path) chunk by chunk, or fb::convert per
+//   element when per-element flags are asked for (round_array only ORs them);
+// - round_f64: fb::round_double per element (an fp64 value is rounded exactly, once);
+// - op: fb::add_array / mul_array / fma_array without flags, fb::apply_op per element with;
+// - dot: fb::fused_dot_bits per row.
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <ctime>
+#include <cstring>
+
+#include "common.hpp"
+#include "emu/array_rounding.hpp"
+#include "emu/ops.hpp"
+#include "emu/tensor_core.hpp"
+
+namespace fb::py {
+namespace {
+
+constexpr std::size_t kChunk = std::size_t{1} << 14;
+
+pyb::object flags_or_none(bool want, pyb::array_t<std::uint8_t>& flags) {
+  return want ? pyb::object(flags) : pyb::object(pyb::none());
+}
+
+pyb::tuple round_f32(const carray<float>& x, const std::string& fmt, const std::string& mode,
+                     const std::string& overflow, std::uint64_t seed, std::optional<int> sr_bits,
+                     std::uint64_t position, bool want_flags) {
+  const Format f = parse_fmt(fmt);
+  const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
+  const std::size_t n = static_cast<std::size_t>(x.size());
+  pyb::array out = bits_array(f, shape_of(x));
+  pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(x) : std::vector<pyb::ssize_t>{0});
+  const float* in = x.data();
+  {
+    pyb::gil_scoped_release release;
+    SignalPoll signals;
+    if (want_flags) {
+      std::uint8_t* fl = flags.mutable_data();
+      std::vector<std::uint32_t> tmp(std::min(n, kChunk));
+      for (std::size_t start = 0; start < n; start += kChunk) {
+        const std::size_t len = std::min(kChunk, n - start);
+        for (std::size_t i = 0; i < len; ++i) {
+          const Rounded r = convert(f, formats::fp32, std::bit_cast<std::uint32_t>(in[start + i]), spec,
+                                    position + start + i);
+          tmp[i] = r.bits;
+          fl[start + i] = r.flags;
+        }
+        store_bits(f, out, start, tmp.data(), len);
+        signals.poll();
+      }
+    } else if (f.container_bits == 32) {
+      auto* o = static_cast<std::uint32_t*>(out.mutable_data());
+      for (std::size_t start = 0; start < n; start += kChunk) {
+        const std::size_t len = std::min(kChunk, n - start);
+        round_array(f, in + start, o + start, len, spec, position + start);
+        signals.poll();
+      }
+    } else {
+      // Round a cache-sized chunk into uint32, then narrow it into the container.
+      std::vector<std::uint32_t> tmp(std::min(n, kChunk));
+      for (std::size_t start = 0; start < n; start += kChunk) {
+        const std::size_t len = std::min(kChunk, n - start);
+        round_array(f, in + start, tmp.data(), len, spec, position + start);
+        store_bits(f, out, start, tmp.data(), len);
+        signals.poll();
+      }
+    }
+  }
+  return pyb::make_tuple(out, flags_or_none(want_flags, flags));
+}
+
+pyb::tuple round_f64(const carray<double>& x, const std::string& fmt, const std::string& mode,
+                     const std::string& overflow, std::uint64_t seed, std::optional<int> sr_bits,
+                     std::uint64_t position, bool want_flags) {
+  const Format f = parse_fmt(fmt);
+  const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
+  const std::size_t n = static_cast<std::size_t>(x.size());
+  pyb::array out = bits_array(f, shape_of(x));
+  pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(x) : std::vector<pyb::ssize_t>{0});
+  const double* in = x.data();
+  {
+    pyb::gil_scoped_release release;
+    SignalPoll signals;
+    std::vector<std::uint32_t> tmp(std::min(n, kChunk));
+    std::uint8_t* fl = want_flags ? flags.mutable_data() : nullptr;
+    for (std::size_t start = 0; start < n; start += kChunk) {
+      const std::size_t len = std::min(kChunk, n - start);
+      for (std::size_t i = 0; i < len; ++i) {
+        const Rounded r = round_double(f, in[start + i], spec, position + start + i);
+        tmp[i] = r.bits;
+        if (fl) fl[start + i] = r.flags;
+      }
+      store_bits(f, out, start, tmp.data(), len);
+      signals.poll();
+    }
+  }
+  return pyb::make_tuple(out, flags_or_none(want_flags, flags));
+}
+
+// Exact values of bit patterns (any unsigned dtype, checked against the format), read in
+// place: one pass, no widened copy (decoding is memory-bound).
+template <class T>
+bool decode_typed(const Format& f, const T* p, double* o, std::size_t n, const std::vector<double>& table) {
+  const std::uint64_t limit = std::uint64_t{1} << f.container_bits;
+  const std::uint32_t low_mask = (1u << f.storage_shift()) - 1u;
+  const bool bf16 = f == formats::bf16, fp32 = f == formats::fp32 || f == formats::tf32;
+  SignalPoll signals;
+  for (std::size_t start = 0; start < n; start += kChunk) {
+    const std::size_t end = std::min(n, start + kChunk);
+    bool ok = true;
+    for (std::size_t i = start; i < end; ++i) {
+      const std::uint64_t v = p[i];
+      ok &= v < limit && (static_cast<std::uint32_t>(v) & low_mask) == 0 &&
+            ((static_cast<std::uint32_t>(v) >> f.storage_shift()) & ~f.width_mask()) == 0;
+    }
+    if (!ok) return false;  // the caller reports the first bad pattern with the CLI's message
+    if (bf16) {
+      for (std::size_t i = start; i < end; ++i) o[i] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16);
+    } else if (fp32) {
+      for (std::size_t i = start; i < end; ++i) o[i] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i]));
+    } else if (!table.empty()) {
+      for (std::size_t i = start; i < end; ++i) o[i] = table[static_cast<std::size_t>(p[i])];
+    } else {
+      for (std::size_t i = start; i < end; ++i) o[i] = to_double(f, static_cast<std::uint32_t>(p[i]));
+    }
+    signals.poll();
+  }
+  return true;
+}
+
+pyb::array_t<double> decode_bits(const pyb::array& bits, const std::string& fmt) {
+  const Format f = parse_fmt(fmt);
+  const pyb::dtype dt = bits.dtype();
+  if (dt.kind() != 'u' || !(bits.flags() & pyb::array::c_style))
+    throw PyTypeError("bits: expected a C-contiguous unsigned integer array");
+  pyb::array_t<double> out(shape_of(bits));
+  double* o = out.mutable_data();
+  const std::size_t n = static_cast<std::size_t>(bits.size());
+  const void* p = bits.data();
+  std::vector<double> table;
+  bool valid = true;
+  {
+    pyb::gil_scoped_release release;
+    if (!(f == formats::bf16) && f.container_bits <= 16 && n > (std::size_t{1} << f.container_bits)) {
+      table.resize(std::size_t{1} << f.container_bits);
+      for (std::size_t i = 0; i < table.size(); ++i) table[i] = to_double(f, static_cast<std::uint32_t>(i));
+    }
+    switch (dt.itemsize()) {
+      case 1: valid = decode_typed(f, static_cast<const std::uint8_t*>(p), o, n, table); break;
+      case 2: valid = decode_typed(f, static_cast<const std::uint16_t*>(p), o, n, table); break;
+      case 4: valid = decode_typed(f, static_cast<const std::uint32_t*>(p), o, n, table); break;
+      default: valid = decode_typed(f, static_cast<const std::uint64_t*>(p), o, n, table); break;
+    }
+  }
+  if (!valid) checked_bits(f, carray<std::uint64_t>(bits), "bits");  // throws the CLI's message
+  return out;
+}
+
+// Values -> bit patterns, each exactly representable (ValueError naming the first that is not).
+pyb::array encode(const carray<double>& values, const std::string& fmt, const std::string& what) {
+  const Format f = parse_fmt(fmt);
+  const std::vector<std::uint32_t> bits =
+      encode_values(f, values.data(), static_cast<std::size_t>(values.size()), what);
+  pyb::array out = bits_array(f, shape_of(values));
+  store_bits(f, out, 0, bits.data(), bits.size());
+  return out;
+}
+
+pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector<pyb::array>& operands,
+              const std::string& mode, const std::string& overflow, std::uint64_t seed, std::optional<int> sr_bits,
+              std::uint64_t position, bool want_flags) {
+  OpKind k{};
+  if (!parse_op(kind, k) || k == OpKind::cvt) throw cli::InputError("unknown operation '" + kind + "'");
+  const Format f = parse_fmt(fmt);
+  const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
+  if (static_cast<int>(operands.size()) != operand_count(k))
+    throw PyTypeError(kind + ": expected " + std::to_string(operand_count(k)) + " operands, got " +
+                      std::to_string(operands.size()));
+  static const char* names[] = {"a", "b", "c"};
+  std::vector<std::vector<std::uint32_t>> ops;
+  for (std::size_t i = 0; i < operands.size(); ++i) ops.push_back(checked_bits(f, carray<std::uint64_t>(operands[i]), names[i]));
+  const std::size_t n = ops[0].size();
+  for (const auto& o : ops)
+    if (o.size() != n) throw cli::InputError("operands: expected arrays of one shape (broadcast them first)");
+  pyb::array out = bits_array(f, shape_of(operands[0]));
+  pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(operands[0]) : std::vector<pyb::ssize_t>{0});
+  {
+    pyb::gil_scoped_release release;
+    SignalPoll signals;
+    std::vector<std::uint32_t> tmp(std::min(n, kChunk));
+    std::uint8_t* fl = want_flags ? flags.mutable_data() : nullptr;
+    const std::uint32_t* a = ops[0].data();
+    const std::uint32_t* b = ops.size() > 1 ? ops[1].data() : nullptr;
+    const std::uint32_t* c = ops.size() > 2 ? ops[2].data() : nullptr;
+    const bool batched = !want_flags && (k == OpKind::add || k == OpKind::mul || k == OpKind::fma);
+    for (std::size_t start = 0; start < n; start += kChunk) {
+      const std::size_t len = std::min(kChunk, n - start);
+      const std::uint64_t pos = position + start;
+      if (batched && k == OpKind::add) {
+        add_array(f, a + start, b + start, tmp.data(), len, spec, pos);
+      } else if (batched && k == OpKind::mul) {
+        mul_array(f, a + start, b + start, tmp.data(), len, spec, pos);
+      } else if (batched) {
+        fma_array(f, a + start, b + start, c + start, tmp.data(), len, spec, pos);
+      } else {
+        for (std::size_t i = 0; i < len; ++i) {
+          const std::size_t e = start + i;
+          const Rounded r = apply_op(k, f, f, a[e], b ? b[e] : 0u, c ? c[e] : 0u, spec, pos + i);
+          tmp[i] = r.bits;
+          if (fl) fl[e] = r.flags;
+        }
+      }
+      store_bits(f, out, start, tmp.data(), len);
+      signals.poll();
+    }
+  }
+  return pyb::make_tuple(out, flags_or_none(want_flags, flags));
+}
+
+constexpr std::string_view kDotInputs[] = {"bf16", "fp16", "tf32", "e4m3", "e5m2"};
+
+const TensorCoreModel& dot_model_or_throw(const std::string& model, const std::string& fmt) {
+  if (!is_tensor_core_model_name(model))
+    throw cli::InputError("model: unknown dot model '" + model + "' (see `flashbits models`)");
+  bool known_input = false;
+  for (auto name : kDotInputs) known_input |= fmt == name;
+  if (!known_input) throw cli::InputError("fmt: '" + fmt + "' is not one of bf16 fp16 tf32 e4m3 e5m2");
+  const Format input = parse_fmt(fmt);
+  const TensorCoreModel* tc = find_tensor_core_model(model, input);
+  if (!tc) throw cli::InputError("model " + model + " has no " + fmt + " input form (that hardware lacks it)");
+  return *tc;
+}
+
+std::string dot_format(const std::string& model, const std::string& fmt) {
+  return accumulator_format(dot_model_or_throw(model, fmt)).name;
+}
+
+// D = C + sum_i a_i b_i per row of a, b ([n, k] bit patterns of `fmt`) and c ([n] bit
+// patterns of the accumulator format): the CLI's `dot` on every row.
+pyb::array dot(const std::string& model, const std::string& fmt, const pyb::array& a, const pyb::array& b,
+               const pyb::array& c) {
+  const TensorCoreModel* tc = &dot_model_or_throw(model, fmt);
+  const Format input = parse_fmt(fmt);
+  const Format& acc = accumulator_format(*tc);
+  if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 1 || a.shape(0) != b.shape(0) || a.shape(1) != b.shape(1) ||
+      c.shape(0) != a.shape(0))
+    throw cli::InputError("a, b, c: expected shapes [n, k], [n, k] and [n]");
+  const std::vector<std::uint32_t> av = checked_bits(input, carray<std::uint64_t>(a), "a");
+  const std::vector<std::uint32_t> bv = checked_bits(input, carray<std::uint64_t>(b), "b");
+  const std::vector<std::uint32_t> cv = checked_bits(acc, carray<std::uint64_t>(c), "c");
+  const std::size_t n = static_cast<std::size_t>(a.shape(0)), k = static_cast<std::size_t>(a.shape(1));
+  pyb::array out = bits_array(acc, {static_cast<pyb::ssize_t>(n)});
+  {
+    pyb::gil_scoped_release release;
+    SignalPoll signals;
+    std::vector<std::uint32_t> tmp(std::min(n, std::size_t{1024}));
+    for (std::size_t start = 0; start < n; start += 1024) {
+      const std::size_t len = std::min<std::size_t>(1024, n - start);
+      for (std::size_t i = 0; i < len; ++i) {
+        const std::size_t r = start + i;
+        tmp[i] = fused_dot_bits(*tc, cv[r], std::span<const std::uint32_t>(av.data() + r * k, k),
+                                std::span<const std::uint32_t>(bv.data() + r * k, k));
+      }
+      store_bits(acc, out, start, tmp.data(), len);
+      signals.poll();
+    }
+  }
+  return out;
+}
+
+pyb::dict format_info(const std::string& fmt) {
+  const Format f = parse_fmt(fmt);
+  pyb::dict d;
+  d["name"] = std::string(f.name);
+  d["exp_bits"] = f.exp_bits;
+  d["man_bits"] = f.man_bits;
+  d["bias"] = f.bias;
+  d["width"] = f.width();
+  d["container_bits"] = f.container_bits;
+  d["signed"] = f.is_signed;
+  d["has_inf"] = f.has_inf();
+  d["has_nan"] = f.has_nan();
+  d["has_negative_zero"] = f.has_negative_zero();
+  d["has_subnormals"] = f.has_subnormals();
+  d["emin"] = f.emin();
+  d["emax"] = f.emax();
+  d["max_finite"] = to_double(f, to_container(f, f.max_finite_pattern()));
+  return d;
+}
+
+std::vector<std::string> dot_models() {
+  std::vector<std::string> out;
+  for (const TensorCoreModel& m : tensor_core_models()) {
+    const std::string name(m.name);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+// bench/python_round.py: the C++ array path alone, timed in this process on the same input:
+// fb::round_array over all of x into a uint32 buffer allocated once (as flashbits-bench
+// times it). Returns per repetition (wall seconds, this thread's CPU seconds).
+std::vector<std::pair<double, double>> time_round_array(const carray<float>& x, const std::string& fmt,
+                                                        const std::string& mode, int reps) {
+  const Format f = parse_fmt(fmt);
+  const RoundingSpec spec = make_spec(mode, "ieee", 0, std::nullopt);
+  const std::size_t n = static_cast<std::size_t>(x.size());
+  std::vector<std::uint32_t> out(n);
+  std::vector<std::pair<double, double>> times;
+  pyb::gil_scoped_release release;
+  const auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  for (int r = 0; r < reps; ++r) {
+    const auto w0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_now();
+    round_array(f, x.data(), out.data(), n, spec);
+    const double c1 = cpu_now();
+    const auto w1 = std::chrono::steady_clock::now();
+    times.emplace_back(std::chrono::duration<double>(w1 - w0).count(), c1 - c0);
+  }
+  return times;
+}
+
+}  // namespace
+
+void register_arrays(pyb::module_& m) {
+  using namespace pyb::literals;
+  m.def("round_f32", &round_f32, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
+        "flags"_a);
+  m.def("round_f64", &round_f64, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
+        "flags"_a);
+  m.def("decode", &decode_bits, "bits"_a, "fmt"_a);
+  m.def("encode", &encode, "values"_a, "fmt"_a, "what"_a);
+  m.def("op", &op, "kind"_a, "fmt"_a, "operands"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
+        "flags"_a);
+  m.def("dot_format", &dot_format, "model"_a, "fmt"_a);
+  m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a);
+  m.def("format_info", &format_info, "fmt"_a);
+  m.def("dot_models", &dot_models);
+  m.def("_time_round_array", &time_round_array, "x"_a, "fmt"_a, "mode"_a, "reps"_a);
+  m.def("lane_instruction_set", [] { return std::string(lane_instruction_set()); });
+}
+
+}  // namespace fb::py

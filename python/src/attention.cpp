@@ -1,0 +1,310 @@
+// python/src/attention.cpp: attention(), exact_attention() and the models list.
+//
+// Contract: q, k, v (and do) arrive as float64 [B,H,N,D] / [B,H,Nk,D] arrays (the Python layer
+// adds leading axes); every value must be exactly representable in the model's input format
+// (ValueError naming the first element that is not). The model is parsed as the CLI parses
+// --model with --dtype (tools/sweep_table.hpp parse_model_for_inputs), a recipe file applied
+// as `--recipe` does. The run itself (attn::run_attention, or exact_attention) happens on a
+// worker thread with the GIL released (common.hpp run_interruptible).
+#include <cmath>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "attention/statistics.hpp"
+#include "common.hpp"
+#include "emu/special_functions.hpp"
+#include "tools/event_report.hpp"
+#include "tools/recipe_file.hpp"
+#include "tools/sweep_table.hpp"
+
+namespace fb::py {
+namespace {
+
+attn::Tensor4 tensor4(const pyb::object& obj, const char* name) {
+  const carray<double> a(obj);
+  if (a.ndim() != 4) throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+  attn::Tensor4 t(static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), static_cast<int>(a.shape(2)),
+                  static_cast<int>(a.shape(3)));
+  std::copy(a.data(), a.data() + a.size(), t.data.begin());
+  return t;
+}
+
+pyb::array_t<double> to_array(const attn::Tensor4& t, bool squeeze_last) {
+  std::vector<pyb::ssize_t> shape{t.batch, t.heads, t.rows};
+  if (!squeeze_last) shape.push_back(t.cols);
+  pyb::array_t<double> a(shape);
+  std::copy(t.data.begin(), t.data.end(), a.mutable_data());
+  return a;
+}
+
+void check_exact(const attn::Tensor4& t, const Format& f, const char* name) {
+  for (std::size_t i = 0; i < t.data.size(); ++i) {
+    std::uint32_t bits;
+    if (!from_double_exact(f, t.data[i], bits)) {
+      std::size_t r = i;
+      const int c = static_cast<int>(r % t.cols);
+      r /= t.cols;
+      const int row = static_cast<int>(r % t.rows);
+      r /= t.rows;
+      const int h = static_cast<int>(r % t.heads);
+      const int b = static_cast<int>(r / t.heads);
+      throw cli::InputError(std::string(name) + "[" + std::to_string(b) + "," + std::to_string(h) + "," +
+                            std::to_string(row) + "," + std::to_string(c) + "]: " + shortest(t.data[i]) +
+                            " is not exactly representable in " + f.name + " (round it first: flashbits.round(x, \"" +
+                            f.name + "\").values)");
+    }
+  }
+}
+
+attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, const pyb::object& v,
+                                  const pyb::object& d_o, bool causal, std::optional<double> scale,
+                                  const Format& dtype) {
+  attn::AttentionInputs in;
+  in.q = tensor4(q, "q");
+  in.k = tensor4(k, "k");
+  in.v = tensor4(v, "v");
+  if (!d_o.is_none()) in.d_o = tensor4(d_o, "do");
+  in.dtype = dtype;
+  in.causal = causal;
+  const auto& Q = in.q;
+  const auto same_bh = [&](const attn::Tensor4& t) { return t.batch == Q.batch && t.heads == Q.heads; };
+  if (!same_bh(in.k) || !same_bh(in.v) || in.k.rows != in.v.rows || in.k.cols != Q.cols || in.v.cols != Q.cols)
+    throw cli::InputError("k, v: expected shape [" + std::to_string(Q.batch) + "," + std::to_string(Q.heads) +
+                          ",Nk," + std::to_string(Q.cols) + "] (q's batch, heads and head dim)");
+  if (in.d_o && (in.d_o->batch != Q.batch || in.d_o->heads != Q.heads || in.d_o->rows != Q.rows ||
+                 in.d_o->cols != Q.cols))
+    throw cli::InputError("do: expected the shape of q");
+  if (Q.batch < 1 || Q.heads < 1 || Q.rows < 1 || Q.cols < 1 || in.k.rows < 1)
+    throw cli::InputError("q, k, v: expected positive sizes (an empty problem has nothing to compute)");
+  if (scale) {
+    if (!(std::isfinite(*scale) && *scale > 0))
+      throw cli::InputError("scale: " + shortest(*scale) + " is not a finite positive number");
+    in.softmax_scale = *scale;
+  } else {
+    in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(Q.cols));
+  }
+  return in;
+}
+
+// The model as `replay --model NAME --recipe FILE --sfu SET` builds it (SET "model": its own).
+attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, const std::string& recipe,
+                                 const std::string& sfu) {
+  attn::ModelHandle model;
+  try {
+    model = cli::parse_model_for_inputs(name, dtype);
+  } catch (const std::invalid_argument& e) {
+    throw cli::InputError("model " + name + ": " + e.what());
+  }
+  if (!recipe.empty()) model = cli::apply_recipe_file(model, recipe);
+  if (sfu == "model") return model;
+  const std::optional<SfuSet> set = find_sfu_set(sfu);
+  if (!set) {
+    std::string names;
+    for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
+    throw cli::InputError("sfu " + sfu + ": unknown SFU set (model, " + names + ")");
+  }
+  auto km = std::make_shared<attn::KernelModel>(*model.recipe);
+  SfuSet chosen = *set;
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+    if (attn::uses_special_function(*km, f)) km->sfu.model_for(f) = chosen.model_for(f);
+  model.recipe = std::move(km);
+  return model;
+}
+
+pyb::dict dot_step_dict(const DotStepEvent& s) {
+  pyb::dict d;
+  d["largest_exponent"] = s.largest_exponent;
+  d["terms"] = s.terms;
+  d["truncated_value"] = s.truncated_value;
+  d["truncated_terms"] = s.truncated_terms;
+  d["carry_out"] = s.carry_out;
+  d["normalisation_shift"] = s.normalisation_shift;
+  d["output_residue"] = s.output_residue;
+  d["first_product"] = s.first_product;
+  d["fraction_bits"] = s.fraction_bits;
+  d["aligned_sum"] = s.aligned_sum;
+  d["special"] = s.special;
+  d["output_event"] = to_python(cli::event_to_json(formats::fp32, s.output_event));
+  return d;
+}
+
+pyb::dict row_trace_dict(const attn::RowTrace& t, const attn::KernelModel& km) {
+  pyb::dict d;
+  d["batch"] = t.batch;
+  d["head"] = t.head;
+  d["row"] = t.row;
+  d["plot_feature"] = t.plot_feature;
+  pyb::list tiles;
+  for (const attn::TileRecord& tr : t.tiles) {
+    pyb::dict e;
+    e["kv_tile"] = tr.kv_tile;
+    e["kv_begin"] = tr.kv_begin;
+    e["kv_end"] = tr.kv_end;
+    e["running_max"] = tr.running_max;
+    e["running_sum"] = tr.running_sum;
+    e["p_equal_one"] = tr.p_equal_one;
+    e["repeated_max"] = tr.repeated_max;
+    e["significand_overflows"] = tr.significand_overflows;
+    e["ties"] = tr.ties;
+    e["rounded_up"] = tr.rounded_up;
+    e["rounded_down"] = tr.rounded_down;
+    e["pv_signed_error"] = tr.pv_signed_error;
+    e["thread_sums"] = pyb::array_t<double>(4, tr.thread_sums.data());
+    e["p"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(tr.p.size()), tr.p.data());
+    e["acc"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(tr.acc.size()), tr.acc.data());
+    tiles.append(e);
+  }
+  d["tiles"] = tiles;
+  pyb::list o_cast;
+  for (const RoundingEvent& ev : t.o_cast) o_cast.append(to_python(cli::event_to_json(km.output, ev)));
+  d["o_cast"] = o_cast;
+  d["cumulative_error_by_key"] =
+      pyb::array_t<double>(static_cast<pyb::ssize_t>(t.cumulative_error_by_key.size()), t.cumulative_error_by_key.data());
+  d["key_order"] = pyb::array_t<int>(static_cast<pyb::ssize_t>(t.key_order.size()), t.key_order.data());
+  d["p_equal_one_keys"] =
+      pyb::array_t<int>(static_cast<pyb::ssize_t>(t.p_equal_one_keys.size()), t.p_equal_one_keys.data());
+  pyb::list steps;
+  for (const DotStepEvent& s : t.pv_dot_steps) steps.append(dot_step_dict(s));
+  d["pv_dot_steps"] = steps;
+  pyb::list buffer;
+  for (const RoundingEvent& ev : t.pv_buffer_events) buffer.append(to_python(cli::event_to_json(km.output, ev)));
+  d["pv_buffer_events"] = buffer;
+  d["delta_error_from_o"] = t.delta_error_from_o;
+  d["delta_error_from_reduction"] = t.delta_error_from_reduction;
+  const attn::RowSummary s = attn::summarize_row(t);
+  pyb::dict sum;
+  sum["tiles"] = s.tiles;
+  sum["final_max"] = s.final_max;
+  sum["final_sum"] = s.final_sum;
+  sum["p_equal_one"] = s.p_equal_one;
+  sum["repeated_max"] = s.repeated_max;
+  sum["significand_overflows"] = s.significand_overflows;
+  sum["ties"] = s.ties;
+  sum["rounded_up"] = s.rounded_up;
+  sum["rounded_down"] = s.rounded_down;
+  sum["pv_signed_error"] = s.pv_signed_error;
+  sum["o_cast_up"] = s.o_cast_up;
+  sum["o_cast_down"] = s.o_cast_down;
+  sum["o_cast_ties"] = s.o_cast_ties;
+  sum["o_cast_error_ulps"] = s.o_cast_error_ulps;
+  d["summary"] = sum;
+  return d;
+}
+
+pyb::dict outputs_dict(const attn::AttentionOutputs& out) {
+  pyb::dict d;
+  d["o"] = to_array(out.o, false);
+  d["lse"] = to_array(out.lse, true);
+  d["delta"] = out.delta ? pyb::object(to_array(*out.delta, true)) : pyb::object(pyb::none());
+  d["dq"] = out.dq ? pyb::object(to_array(*out.dq, false)) : pyb::object(pyb::none());
+  d["dk"] = out.dk ? pyb::object(to_array(*out.dk, false)) : pyb::object(pyb::none());
+  d["dv"] = out.dv ? pyb::object(to_array(*out.dv, false)) : pyb::object(pyb::none());
+  return d;
+}
+
+struct RunResult {
+  attn::AttentionOutputs out;
+  std::optional<attn::Tracer> tracer;
+};
+
+pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::object& v, const std::string& model_name,
+                    const pyb::object& d_o, bool causal, std::optional<double> scale, const std::string& recipe,
+                    const std::optional<std::vector<std::array<int, 3>>>& trace_rows, bool trace_all,
+                    const std::string& dtype_name, std::uint64_t seed, int threads, int plot_feature,
+                    const std::string& sfu) {
+  const Format dtype = parse_fmt(dtype_name, "dtype");
+  const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu);
+  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
+  check_exact(in->q, in->dtype, "q");
+  check_exact(in->k, in->dtype, "k");
+  check_exact(in->v, in->dtype, "v");
+  if (in->d_o) check_exact(*in->d_o, in->dtype, "do");
+  if (threads < 1 || threads > cli::kMaxJobs)
+    throw cli::InputError("threads " + std::to_string(threads) + ": expected 1.." + std::to_string(cli::kMaxJobs));
+  std::optional<attn::Tracer> tracer;
+  if (trace_all || trace_rows) {
+    tracer.emplace();
+    tracer->plot_feature = plot_feature;
+    if (trace_all) {
+      for (int b = 0; b < in->q.batch; ++b)
+        for (int h = 0; h < in->q.heads; ++h)
+          for (int r = 0; r < in->q.rows; ++r) tracer->rows.push_back({b, h, r});
+    } else {
+      for (const auto& [b, h, r] : *trace_rows) {
+        if (b < 0 || b >= in->q.batch || h < 0 || h >= in->q.heads || r < 0 || r >= in->q.rows)
+          throw cli::InputError("trace: row (" + std::to_string(b) + "," + std::to_string(h) + "," +
+                                std::to_string(r) + ") is outside the problem");
+        tracer->rows.push_back({b, h, r});
+      }
+    }
+  }
+  RunResult result = run_interruptible<RunResult>([in, model, tracer, seed, threads](const Cancel&) mutable {
+    attn::RunOptions opt;
+    opt.threads = threads;
+    opt.seed = seed;
+    if (tracer) opt.tracer = &*tracer;
+    RunResult r;
+    r.out = attn::run_attention(model, *in, opt);
+    r.tracer = std::move(tracer);
+    return r;
+  });
+  pyb::dict d = outputs_dict(result.out);
+  d["model"] = model.name;
+  d["scale"] = in->softmax_scale;
+  d["dtype"] = std::string(model.recipe->input.name);
+  d["output_format"] = std::string(model.recipe->output.name);
+  d["sfu"] = model.recipe->sfu.describe();
+  if (result.tracer) {
+    pyb::list traces;
+    for (const attn::RowTrace& t : result.tracer->traces) traces.append(row_trace_dict(t, *model.recipe));
+    d["traces"] = traces;
+  } else {
+    d["traces"] = pyb::none();
+  }
+  return d;
+}
+
+pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v, const pyb::object& d_o, bool causal,
+                std::optional<double> scale, const std::string& dtype_name) {
+  const Format dtype = parse_fmt(dtype_name, "dtype");
+  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, dtype));
+  check_exact(in->q, dtype, "q");
+  check_exact(in->k, dtype, "k");
+  check_exact(in->v, dtype, "v");
+  if (in->d_o) check_exact(*in->d_o, dtype, "do");
+  const attn::AttentionOutputs out =
+      run_interruptible<attn::AttentionOutputs>([in](const Cancel&) { return attn::exact_attention(*in); });
+  pyb::dict d = outputs_dict(out);
+  d["row_max"] = out.row_max ? pyb::object(to_array(*out.row_max, true)) : pyb::object(pyb::none());
+  d["model"] = "exact";
+  d["scale"] = in->softmax_scale;
+  d["dtype"] = std::string(dtype.name);
+  d["output_format"] = "fp64";
+  d["traces"] = pyb::none();
+  return d;
+}
+
+pyb::list models() {
+  pyb::list l;
+  for (const attn::KernelModelDescription& m : attn::describe_kernel_models()) {
+    pyb::dict d;
+    d["name"] = m.name;
+    d["description"] = m.description;
+    d["sources"] = m.sources;
+    l.append(d);
+  }
+  return l;
+}
+
+}  // namespace
+
+void register_attention(pyb::module_& m) {
+  using namespace pyb::literals;
+  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "model"_a, "do"_a, "causal"_a, "scale"_a, "recipe"_a,
+        "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a);
+  m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a);
+  m.def("models", &models);
+  m.def("scenario_names", &attn::scenario_names);
+}
+
+}  // namespace fb::py

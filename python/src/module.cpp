@@ -1,0 +1,171 @@
+// python/src/module.cpp: the extension module flashbits._core: error translation, shared
+// helpers (common.hpp) and the registration of every binding file's functions. The public
+// API is python/flashbits/__init__.py, which checks dtypes and shapes and calls these.
+#include <charconv>
+#include <cstring>
+
+#include "common.hpp"
+#include "traces/safetensors.hpp"
+
+namespace fb::py {
+
+void register_arrays(pyb::module_& m);
+void register_attention(pyb::module_& m);
+void register_bias(pyb::module_& m);
+void register_traces(pyb::module_& m);
+
+RoundingSpec make_spec(const std::string& mode, const std::string& overflow, std::uint64_t seed,
+                       std::optional<int> sr_bits) {
+  RoundingSpec s;
+  s.mode = cli::parse_mode_or_throw(mode, "mode");
+  s.overflow = cli::parse_overflow_or_throw(overflow, "overflow");
+  s.seed = seed;
+  if (sr_bits) s.sr_bits = cli::sr_bits_or_throw(*sr_bits, "sr_bits");
+  return s;
+}
+
+std::vector<pyb::ssize_t> shape_of(const pyb::array& a) {
+  return std::vector<pyb::ssize_t>(a.shape(), a.shape() + a.ndim());
+}
+
+pyb::array bits_array(const Format& f, const std::vector<pyb::ssize_t>& shape) {
+  switch (f.container_bits) {
+    case 8: return pyb::array_t<std::uint8_t>(shape);
+    case 16: return pyb::array_t<std::uint16_t>(shape);
+    default: return pyb::array_t<std::uint32_t>(shape);
+  }
+}
+
+void store_bits(const Format& f, pyb::array& out, std::size_t offset, const std::uint32_t* bits, std::size_t n) {
+  void* base = out.mutable_data();
+  switch (f.container_bits) {
+    case 8: {
+      auto* p = static_cast<std::uint8_t*>(base) + offset;
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(bits[i]);
+      break;
+    }
+    case 16: {
+      auto* p = static_cast<std::uint16_t*>(base) + offset;
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint16_t>(bits[i]);
+      break;
+    }
+    default: std::memcpy(static_cast<std::uint32_t*>(base) + offset, bits, n * sizeof(std::uint32_t));
+  }
+}
+
+std::string shortest(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+namespace {
+bool valid_pattern(const Format& f, std::uint64_t v) {
+  const std::uint64_t limit = std::uint64_t{1} << f.container_bits;
+  const std::uint32_t layout = static_cast<std::uint32_t>(v) >> f.storage_shift();
+  return v < limit && (static_cast<std::uint32_t>(v) & ((1u << f.storage_shift()) - 1u)) == 0 &&
+         (layout & ~f.width_mask()) == 0;
+}
+std::string hex_of(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+std::vector<std::uint32_t> checked_bits(const Format& f, const carray<std::uint64_t>& bits, const std::string& what) {
+  const std::size_t n = static_cast<std::size_t>(bits.size());
+  const std::uint64_t* p = bits.data();
+  std::vector<std::uint32_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!valid_pattern(f, p[i])) {
+      // The CLI's own message for this operand.
+      cli::parse_operand_or_throw(f, "0x" + hex_of(p[i]), what + "[" + std::to_string(i) + "]");
+      throw cli::InputError(what + "[" + std::to_string(i) + "]: not a valid bit pattern");
+    }
+    out[i] = static_cast<std::uint32_t>(p[i]);
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> encode_values(const Format& f, const double* v, std::size_t n, const std::string& what) {
+  std::vector<std::uint32_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!from_double_exact(f, v[i], out[i]))
+      throw cli::InputError(what + "[" + std::to_string(i) + "]: " + shortest(v[i]) +
+                            " is not exactly representable in " + f.name +
+                            " (give a hex bit pattern 0x... instead)");
+  }
+  return out;
+}
+
+template <class J>
+pyb::object json_to_python(const J& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return pyb::none();
+    case nlohmann::json::value_t::boolean: return pyb::bool_(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer: return pyb::int_(j.template get<long long>());
+    case nlohmann::json::value_t::number_unsigned: return pyb::int_(j.template get<unsigned long long>());
+    case nlohmann::json::value_t::number_float: return pyb::float_(j.template get<double>());
+    case nlohmann::json::value_t::string: return pyb::str(j.template get<std::string>());
+    case nlohmann::json::value_t::array: {
+      pyb::list l;
+      for (const auto& e : j) l.append(json_to_python(e));
+      return l;
+    }
+    case nlohmann::json::value_t::object: {
+      pyb::dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d[pyb::str(it.key())] = json_to_python(it.value());
+      return d;
+    }
+    default: return pyb::none();
+  }
+}
+pyb::object to_python(const nlohmann::ordered_json& j) { return json_to_python(j); }
+pyb::object to_python(const nlohmann::json& j) { return json_to_python(j); }
+
+namespace {
+std::mutex abandoned_mutex;
+std::condition_variable abandoned_cv;
+int abandoned_count = 0;
+}  // namespace
+
+void note_abandoned(int delta) {
+  std::lock_guard<std::mutex> lock(abandoned_mutex);
+  abandoned_count += delta;
+  abandoned_cv.notify_all();
+}
+
+void wait_for_abandoned_work() {
+  pyb::gil_scoped_release release;
+  std::unique_lock<std::mutex> lock(abandoned_mutex);
+  abandoned_cv.wait(lock, [] { return abandoned_count == 0; });
+}
+
+}  // namespace fb::py
+
+PYBIND11_MODULE(_core, m) {
+  namespace py = fb::py;
+  m.doc() = "flashbits._core: the C++ bindings behind the flashbits package (use `import flashbits`)";
+  pybind11::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const py::PyTypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const fb::cli::InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const fb::TraceError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::out_of_range& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  py::register_arrays(m);
+  py::register_attention(m);
+  py::register_bias(m);
+  py::register_traces(m);
+  m.def("_wait_for_abandoned_work", &py::wait_for_abandoned_work,
+        "Block until work abandoned by a Ctrl-C has finished (an atexit hook).");
+}

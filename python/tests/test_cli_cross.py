@@ -1,0 +1,195 @@
+# Round trips between the Python module and the flashbits CLI of the same build, on the same
+# inputs: op --batch, dot --batch, traces written by one and read by the other (replay,
+# make-trace), bias-test --json field by field, and the error messages of bad input.
+import json
+import os
+
+import numpy as np
+import pytest
+
+import flashbits as fb
+from conftest import ROOT
+
+
+def hexbits(bits, fmt):
+    digits = fb.format_info(fmt)["container_bits"] // 4
+    return f"{int(bits):0{digits}x}"
+
+
+def random_patterns(fmt, n, rng):
+    info = fb.format_info(fmt)
+    bits = rng.integers(0, 1 << info["width"], n, dtype=np.uint64)
+    return bits
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "e3m4"])
+def test_ops_match_cli_batch(cli, fmt):
+    rng = np.random.default_rng(5)
+    n = 400
+    a, b, c = (random_patterns(fmt, n, rng) for _ in range(3))
+    for mode, extra in [("rne", []), ("rtz", []), ("rup", []), ("rna", []), ("sr", ["--seed", "7", "--sr-bits", "5"])]:
+        for op in ["add", "sub", "mul", "div", "fma", "sqrt"]:
+            operands = {"fma": (a, b, c), "sqrt": (a,)}.get(op, (a, b))
+            lines = "".join(f"{op} {fmt} {mode} " + " ".join("0x" + hexbits(o[i], fmt) for o in operands) + "\n"
+                            for i in range(n))
+            rc, out, err = cli("op", "--batch", "-", *extra, stdin=lines)
+            assert rc == 0, err
+            seed = 7 if mode == "sr" else 0
+            r = getattr(fb, op)(*operands, fmt, mode, seed=seed, sr_bits=5 if mode == "sr" else None, flags=True)
+            got = [f"{hexbits(r.bits[i], fmt)} {fb.flags_string(r.flags[i])}" for i in range(n)]
+            assert got == out.splitlines(), (op, mode)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "tf32"])
+def test_round_matches_cli_cvt(cli, fmt):
+    rng = np.random.default_rng(9)
+    x = np.concatenate([
+        (rng.standard_normal(500) * 10.0 ** rng.integers(-12, 12, 500)).astype(np.float32),
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, 1e-45], dtype=np.float32),
+    ])
+    words = x.view(np.uint32)
+    for mode in ["rne", "rna", "rtz", "rup", "rdn", "rto", "sr"]:
+        for overflow in ["ieee", "satfinite"]:
+            suffix = " satfinite" if overflow == "satfinite" else ""
+            lines = "".join(f"cvt {fmt} {mode} fp32:0x{int(w):08x}{suffix}\n" for w in words)
+            rc, out, err = cli("op", "--batch", "-", "--seed", "11", stdin=lines)
+            assert rc == 0, err
+            r = fb.round(x, fmt, mode, overflow, seed=11, flags=True)
+            fast = fb.round(x, fmt, mode, overflow, seed=11)
+            assert np.array_equal(fast.bits, r.bits)
+            got = [f"{hexbits(r.bits[i], fmt)} {fb.flags_string(r.flags[i])}" for i in range(len(x))]
+            assert got == out.splitlines(), (mode, overflow)
+
+
+def test_dot_matches_cli_batch(cli):
+    rng = np.random.default_rng(2)
+    for model, fmt, k in [("sm80", "bf16", 16), ("sm90-mma", "fp16", 16), ("sm70", "fp16", 8),
+                          ("sm90-wgmma", "e4m3", 32), ("sm89", "e5m2", 32), ("sm80", "tf32", 8)]:
+        n = 200
+        vals = rng.standard_normal((2, n, k)) * 4
+        a = fb.round(vals[0], fmt).values
+        b = fb.round(vals[1], fmt).values
+        acc = fb.dot(model, a[:1], b[:1], fmt=fmt).format
+        c = fb.round(rng.standard_normal(n) * 100, acc).values
+        d = fb.dot(model, a, b, c, fmt=fmt)
+        ab = fb.round(a, fmt).bits
+        bb = fb.round(b, fmt).bits
+        cb = fb.round(c, acc).bits
+        lines = "".join(f"{model} {fmt} 0x{hexbits(cb[i], acc)} " + ",".join("0x" + hexbits(x, fmt) for x in ab[i]) +
+                        " " + ",".join("0x" + hexbits(x, fmt) for x in bb[i]) + "\n" for i in range(n))
+        rc, out, err = cli("dot", "--batch", "-", stdin=lines)
+        assert rc == 0, err
+        assert [hexbits(x, acc) for x in d.bits] == out.splitlines(), model
+
+
+def test_python_trace_replays_in_cli(cli, tmp_path):
+    rng = np.random.default_rng(4)
+    q, k, v, do = (fb.round(rng.standard_normal((2, 2, 80, 64)), "bf16").values for _ in range(4))
+    r = fb.attention(q, k, v, "fa2-sm80", do=do, scale=0.125)
+    path = tmp_path / "py.safetensors"
+    fb.save_trace(path, q=q, k=k, v=v, o=r.o, lse=r.lse, do=do, delta=r.delta, dq=r.dq, dk=r.dk, dv=r.dv,
+                  metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 0.125, "causal": False,
+                            "dtype": "bf16", "kernel": "flashbits python"})
+    rc, out, err = cli("replay", str(path), "--json")
+    assert rc == 0, out + err
+    report = json.loads(out)
+    assert report["match"] is True
+    assert {t["name"] for t in report["tensors"]} >= {"o", "lse", "delta", "dq", "dk", "dv"}
+    assert all(t["compared"] == t["matching"] > 0 for t in report["tensors"])
+    # A changed O is caught by the CLI.
+    o_bad = r.o.copy()
+    o_bad[0, 1, 5, 7] = fb.round(np.array([o_bad[0, 1, 5, 7] * 1.5]), "bf16").values[0] or 1.0
+    fb.save_trace(path, q=q, k=k, v=v, o=o_bad, metadata={"model": "fa2-sm80", "softmax_scale": 0.125})
+    rc, out, err = cli("replay", str(path), "--json")
+    assert rc == 1 and json.loads(out)["match"] is False
+
+
+def test_cli_trace_loads_and_replays_in_python(cli, tmp_path):
+    path = tmp_path / "cli.safetensors"
+    rc, out, err = cli("make-trace", "--model", "fa2-sm90", "--scenario", "sink", "--seqlen", "96", "--headdim", "64",
+                       "--backward", "--out", str(path))
+    assert rc == 0, err
+    t = fb.load_trace(path)
+    assert t.metadata["source"] == "emulated" and t.model == "fa2-sm90" and not t.hardware
+    assert t.formats["q"] == "bf16" and t.formats["lse"] == "fp32"
+    assert t["q"].shape == (1, 1, 96, 64) and t["lse"].shape == (1, 1, 96)
+    r = fb.attention(t["q"], t["k"], t["v"], t.model, do=t["do"], scale=t.scale, causal=t.causal)
+    for name in ["o", "lse", "delta", "dq", "dk", "dv"]:
+        assert np.array_equal(getattr(r, name), t[name]), name
+    # Written back by Python, the file reads the same.
+    again = tmp_path / "again.safetensors"
+    fb.save_trace(again, {n: t[n] for n in t.tensors}, metadata=t.metadata, formats=t.formats)
+    t2 = fb.load_trace(again)
+    assert t2.metadata == t.metadata and t2.formats == t.formats
+    assert all(np.array_equal(t2[n], t[n]) for n in t.tensors)
+
+
+def test_shipped_hardware_trace_replays_in_python():
+    path = os.path.join(ROOT, "traces", "hw", "h200", "torch", "torch_bf16_sink_d64.safetensors")
+    t = fb.load_trace(path)
+    assert t.hardware and t.metadata["source"].startswith("cuda:")
+    # Captured on compute capability 9.0: with the SFU set measured there (what `replay --sfu
+    # auto` picks) every O and LSE value replays bit for bit.
+    r = fb.attention(t["q"], t["k"], t["v"], "pytorch-fa2-sm90", scale=t.scale, causal=t.causal, sfu="hw-sm90")
+    assert np.array_equal(r.o, t["o"]) and np.array_equal(r.lse, t["lse"])
+
+
+def test_bias_test_matches_cli_json(cli):
+    args = dict(model="fa-bf16acc", scenario="sink", trials=4, seqlen=64, headdim=32, seed=3, by_max=True)
+    rc, out, err = cli("bias-test", "--model", "fa-bf16acc", "--scenario", "sink", "--trials", "4", "--seqlen", "64",
+                       "--headdim", "32", "--seed", "3", "--by-max", "--json")
+    assert json.loads(out) == fb.bias_test(**args)
+    rc, out, err = cli("bias-test", "--model", "fa3-fp8-sm90", "--against", "fa3-fp8-sm90+promote:32", "--trials", "3",
+                       "--seqlen", "64", "--headdim", "64", "--json")
+    assert json.loads(out) == fb.bias_test("fa3-fp8-sm90", against="fa3-fp8-sm90+promote:32", trials=3, seqlen=64,
+                                           headdim=64)
+
+
+def test_bias_test_traces_matches_cli_json(cli, tmp_path):
+    for i, model in enumerate(["fa2-sm80", "fa-bf16acc"]):
+        cli("make-trace", "--model", model, "--scenario", "sink", "--seqlen", "64", "--headdim", "32", "--backward",
+            "--seed", str(i), "--out", str(tmp_path / f"t{i}.safetensors"))
+    rc, out, err = cli("bias-test", "--traces", str(tmp_path), "--json", "--by-max")
+    want = json.loads(out)
+    got = fb.bias_test(traces=str(tmp_path), by_max=True)
+    assert got == want
+    assert got.excess.o.n == 128 and got.verdict in ("biased", "no detectable bias")
+
+
+@pytest.mark.parametrize("call, cli_args", [
+    (lambda: fb.round(np.ones(3), "bf17"), ["op", "cvt", "bf17", "rne", "fp32:3f800000"]),
+    (lambda: fb.round(np.ones(3), "bf16", "rnx"), ["op", "cvt", "bf16", "rnx", "fp32:3f800000"]),
+    (lambda: fb.add(np.array([0.1]), np.array([1.0]), "bf16"), ["op", "add", "bf16", "rne", "0.1", "1.0"]),
+    (lambda: fb.add(np.array([0x1ffff], dtype=np.uint32), np.array([0], dtype=np.uint32), "bf16"),
+     ["op", "add", "bf16", "rne", "0x1ffff", "0x0"]),
+    (lambda: fb.round(np.ones(3), "bf16", "sr", sr_bits=40), ["op", "cvt", "bf16", "sr", "fp32:3f800000",
+                                                              "--sr-bits", "40"]),
+    (lambda: fb.dot("sm99", np.ones((1, 2)), np.ones((1, 2))), None),
+    (lambda: fb.bias_test("no-such-model", trials=2), ["bias-test", "--model", "no-such-model", "--trials", "2"]),
+    (lambda: fb.bias_test("fa2-sm80", scenario="nope", trials=2), ["bias-test", "--model", "fa2-sm80", "--scenario",
+                                                                   "nope"]),
+    (lambda: fb.load_trace(os.path.join(ROOT, "README.md")), ["replay", os.path.join(ROOT, "README.md")]),
+])
+def test_bad_input_raises_value_error_with_the_cli_message(cli, call, cli_args):
+    with pytest.raises(ValueError) as e:
+        call()
+    message = str(e.value)
+    if cli_args is None:
+        return
+    rc, out, err = cli(*cli_args, check=False)
+    assert rc == 2
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: ")
+    # The same message after the name of the argument (the CLI names its option or word,
+    # Python its parameter: "--sr-bits: ..." and "sr_bits: ...").
+    tail = lambda s: s.split(": ", 1)[1] if ": " in s else s  # noqa: E731
+    assert tail(message) == tail(line[len("error: "):]), (message, line)
+
+
+def test_wrong_kinds_raise_type_error():
+    with pytest.raises(TypeError):
+        fb.round("not an array", "bf16")
+    with pytest.raises(TypeError):
+        fb.decode(np.ones(3), "bf16")
+    with pytest.raises(TypeError):
+        fb.round(np.array([object()]), "bf16")

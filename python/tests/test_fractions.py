@@ -1,0 +1,162 @@
+# flashbits.round and the elementwise ops against an exact-rational reference (exact_reference.py:
+# Python's fractions, format parameters written from the specs, nothing from flashbits).
+import math
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import flashbits as fb
+from exact_reference import FORMATS, INF, NAN, floor_log2, representable, round_exact, sqrt_exact_approx
+
+MODES = ["rne", "rna", "rtz", "rup", "rdn"]
+FLAG_LETTERS = {"x": fb.INEXACT, "u": fb.UNDERFLOW, "o": fb.OVERFLOW}
+
+
+def check(got_value, got_flags, x, fmt, mode, overflow, what):
+    want, want_flags = round_exact(x, fmt, mode, overflow)
+    got_set = {c for c, bit in FLAG_LETTERS.items() if int(got_flags) & bit}
+    ctx = f"{what}: {fmt.name} {mode} {overflow} x={x} ({float(x)!r}): got {got_value!r} {got_set}, want {want} {want_flags}"
+    if want == NAN:
+        assert math.isnan(got_value), ctx
+    elif want in (INF, "-inf"):
+        assert got_value == (math.inf if want == INF else -math.inf), ctx
+    elif isinstance(want, tuple):
+        assert got_value == 0 and math.copysign(1, got_value) == (-1 if want[1] else 1), ctx
+    else:
+        assert math.isfinite(got_value) and Fraction(got_value) == want, ctx
+    assert got_set == want_flags, ctx
+
+
+def random_reals(fmt, rng, count):
+    """Values around fmt's range: random reals, exact ties between neighbours, values beyond max."""
+    out = []
+    emax = floor_log2(fmt.max_finite)
+    for v in representable(fmt, rng, count):
+        kind = rng.randrange(4)
+        q = Fraction(2) ** (max(floor_log2(abs(v)), fmt.emin) - fmt.mbits)
+        if kind == 0:
+            out.append(v + q / 2 * (1 if v > 0 else -1))  # an exact tie
+        elif kind == 1:
+            out.append(v + q * Fraction(rng.randrange(1, 1 << 20), 1 << 20) * rng.choice((-1, 1)))
+        elif kind == 2:
+            out.append(v)
+        else:
+            e = rng.randint(fmt.emin - fmt.mbits - 3, emax + 2)
+            out.append(Fraction(rng.randrange(1, 1 << 30), 1 << 29) * Fraction(2) ** e * rng.choice((-1, 1)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("overflow", ["ieee", "satfinite"])
+def test_round_float64_against_fractions(name, overflow):
+    fmt = FORMATS[name]
+    rng = random.Random(f"f64-{name}-{overflow}")
+    # Inputs must be float64 values: keep those that are exact in fp64.
+    xs = [x for x in random_reals(fmt, rng, 400) if Fraction(float(x)) == x]
+    arr = np.array([float(x) for x in xs])
+    for mode in MODES:
+        r = fb.round(arr, name, mode, overflow, flags=True)
+        for i, x in enumerate(xs):
+            check(r.values[i], r.flags[i], x, fmt, mode, overflow, "round f64")
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "e3m2", "tf32", "e4m3fnuz", "e3m4"])
+def test_round_float32_array_path_against_fractions(name):
+    fmt = FORMATS[name]
+    rng = random.Random(f"f32-{name}")
+    xs = [x for x in random_reals(fmt, rng, 600) if abs(x) < 2 ** 127 and Fraction(float(np.float32(x))) == x]
+    arr = np.array([float(x) for x in xs], dtype=np.float32)
+    assert len(arr) > 100
+    for mode in MODES:
+        with_flags = fb.round(arr, name, mode, flags=True)
+        fast = fb.round(arr, name, mode)  # the vectorised array path, no per-element flags
+        assert np.array_equal(fast.bits, with_flags.bits)
+        for i, x in enumerate(xs):
+            check(with_flags.values[i], with_flags.flags[i], x, fmt, mode, "ieee", "round f32")
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "e3m4", "e6m9", "fp32", "e5m2fnuz"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "fma", "sqrt"])
+def test_ops_against_fractions(name, op):
+    fmt = FORMATS[name]
+    rng = random.Random(f"op-{name}-{op}")
+    n = 300
+    a, b, c = (representable(fmt, rng, n) for _ in range(3))
+    if op == "sqrt":
+        a = [abs(x) for x in a]
+    if op in ("add", "sub"):
+        a[:10] = [x for x in b[:10]]  # exact cancellations (x - x, x + -x)
+        if op == "add":
+            a[:10] = [-x for x in a[:10]]
+    exact = {
+        "add": lambda i: a[i] + b[i],
+        "sub": lambda i: a[i] - b[i],
+        "mul": lambda i: a[i] * b[i],
+        "div": lambda i: a[i] / b[i],
+        "fma": lambda i: a[i] * b[i] + c[i],
+        "sqrt": lambda i: sqrt_exact_approx(a[i], fmt.mbits + 1),
+    }[op]
+    operands = {"add": (a, b), "sub": (a, b), "mul": (a, b), "div": (a, b), "fma": (a, b, c), "sqrt": (a,)}[op]
+    arrays = [np.array([float(x) for x in o]) for o in operands]
+    for mode in MODES:
+        r = getattr(fb, op)(*arrays, name, mode, flags=True)
+        plain = getattr(fb, op)(*arrays, name, mode)  # batched path where there is one
+        assert np.array_equal(plain.bits, r.bits)
+        for i in range(n):
+            x = exact(i)
+            if x == 0:  # an exact zero sum: +0, or -0 under rdn (IEEE 754 6.3)
+                got = r.values[i]
+                assert got == 0 and math.copysign(1, got) == (-1 if mode == "rdn" and fmt.has_negative_zero else 1)
+                assert int(r.flags[i]) == 0
+                continue
+            check(r.values[i], r.flags[i], x, fmt, mode, "ieee", f"{op}({', '.join(str(o[i]) for o in operands)})")
+
+
+def test_decode_is_the_inverse_of_round():
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(5000) * 10.0 ** rng.integers(-8, 8, 5000)).astype(np.float32)
+    for name in ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "tf32", "fp32", "e5m10", "e3m4"]:
+        r = fb.round(x, name, "rne", "satfinite")
+        values = fb.decode(r.bits, name)
+        assert np.array_equal(values, r.values, equal_nan=True)
+        # Decoded values are exact in the format: rounding them again changes nothing.
+        again = fb.round(values, name, "rne", "satfinite", flags=True)
+        assert np.array_equal(again.bits, r.bits)
+        assert not np.any(again.flags & fb.INEXACT)
+
+
+def test_every_bf16_and_e4m3_pattern_decodes_as_the_spec_says():
+    for name in ["bf16", "e4m3", "e5m2", "e2m1"]:
+        fmt = FORMATS[name]
+        width = 1 + fmt.ebits + fmt.mbits
+        bits = np.arange(1 << width, dtype=np.uint32)
+        values = fb.decode(bits, name)
+        for b, v in zip(bits.tolist(), values.tolist()):
+            sign = -1 if b >> (width - 1) else 1
+            e = (b >> fmt.mbits) & ((1 << fmt.ebits) - 1)
+            m = b & ((1 << fmt.mbits) - 1)
+            top = (1 << fmt.ebits) - 1
+            if fmt.kind == "ieee" and e == top:
+                assert (math.isnan(v) if m else v == sign * math.inf), (name, hex(b))
+                continue
+            if fmt.kind == "fn" and e == top and m == (1 << fmt.mbits) - 1:
+                assert math.isnan(v), (name, hex(b))
+                continue
+            want = sign * (Fraction(m, 1 << fmt.mbits) * Fraction(2) ** fmt.emin if e == 0 else
+                           (1 + Fraction(m, 1 << fmt.mbits)) * Fraction(2) ** (e - fmt.bias))
+            assert Fraction(v) == want and math.copysign(1, v) == sign, (name, hex(b), v, want)
+
+
+def test_stochastic_rounding_is_keyed_by_position_and_unbiased():
+    x = np.full(200000, 1 + 2 ** -9, dtype=np.float32)  # a quarter of a bf16 ulp above 1
+    r = fb.round(x, "bf16", "sr", seed=3)
+    up = np.mean(r.values > 1)
+    assert abs(up - 0.25) < 0.01
+    # Chunks with matching positions give the same bits as one call.
+    first = fb.round(x[:1000], "bf16", "sr", seed=3)
+    second = fb.round(x[1000:2000], "bf16", "sr", seed=3, position=1000)
+    assert np.array_equal(np.concatenate([first.bits, second.bits]), r.bits[:2000])
+    # sr_bits = 1: only the first discarded bit counts, which is 0 here: never up.
+    assert not np.any(fb.round(x[:5000], "bf16", "sr", seed=3, sr_bits=1).values > 1)

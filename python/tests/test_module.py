@@ -1,0 +1,181 @@
+# The module's own behaviour: attention against an independent numpy reference, shapes,
+# __array__ inputs, traces of rounding events, the GIL released during long calls, Ctrl-C.
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import flashbits as fb
+from conftest import BUILD_PYTHON
+
+
+def bf16(shape, seed, scale=1.0):
+    return fb.round(np.random.default_rng(seed).standard_normal(shape) * scale, "bf16").values
+
+
+def numpy_attention(q, k, v, scale, causal=False):
+    """Float64 softmax attention in numpy (longdouble accumulation): independent of flashbits."""
+    s = np.einsum("...nd,...md->...nm", q.astype(np.longdouble), k.astype(np.longdouble)) * scale
+    if causal:
+        n, m = s.shape[-2:]
+        s = np.where(np.tril(np.ones((n, m), bool), m - n), s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - mx)
+    l = p.sum(axis=-1, keepdims=True)
+    o = np.einsum("...nm,...md->...nd", p / l, v.astype(np.longdouble))
+    return o.astype(np.float64), (mx[..., 0] + np.log(l[..., 0])).astype(np.float64)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_exact_attention_matches_numpy(causal):
+    q, k, v = bf16((2, 3, 40, 16), 1), bf16((2, 3, 40, 16), 2), bf16((2, 3, 40, 16), 3)
+    r = fb.exact_attention(q, k, v, causal=causal, scale=0.3)
+    o, lse = numpy_attention(q, k, v, 0.3, causal)
+    assert np.allclose(r.o, o, rtol=0, atol=1e-13) and np.allclose(r.lse, lse, rtol=0, atol=1e-13)
+    assert r.row_max.shape == (2, 3, 40)
+
+
+def test_models_err_by_about_an_ulp_and_the_reference_rounds_once():
+    q, k, v, do = (bf16((1, 2, 128, 64), s) for s in range(4))
+    exact = fb.exact_attention(q, k, v, do=do)
+    cr = fb.attention(q, k, v, "correctly-rounded", do=do)
+    assert np.array_equal(cr.o, fb.round(exact.o, "bf16").values)
+    for model in ["fa2-sm80", "fa2-sm90", "triton-tutorial", "standard-bf16", "fa-bf16acc"]:
+        r = fb.attention(q, k, v, model, do=do)
+        assert r.o.shape == q.shape and r.lse.shape == q.shape[:-1] and r.delta.shape == q.shape[:-1]
+        assert r.dq.shape == q.shape and r.dk.shape == k.shape and r.dv.shape == v.shape
+        assert np.max(np.abs(r.o - exact.o)) < 2 ** -6, model  # |O| ~ 0.1 here; bf16's ulp there is 2^-11
+        assert np.array_equal(fb.round(r.o, "bf16").values, r.o)  # O holds bf16 values
+
+
+def test_shapes_dtypes_and_array_protocol():
+    q, k, v = bf16((64, 32), 5), bf16((64, 32), 6), bf16((64, 32), 7)
+    r2 = fb.attention(q, k, v, "fa2-sm80")
+    assert r2.o.shape == (64, 32) and r2.lse.shape == (64,)
+    r4 = fb.attention(q[None, None], k[None, None], v[None, None], "fa2-sm80")
+    assert np.array_equal(r4.o[0, 0], r2.o)
+
+    class Tensorish:  # what a CPU torch tensor offers
+        def __init__(self, a):
+            self.a = a
+
+        def __array__(self, dtype=None):
+            return self.a if dtype is None else self.a.astype(dtype)
+
+    r = fb.attention(Tensorish(q), Tensorish(k), Tensorish(v), "fa2-sm80")
+    assert np.array_equal(r.o, r2.o)
+    # float16 input means fp16 kernels.
+    h = [x.astype(np.float16) for x in (bf16((32, 16), 8, 0.5), bf16((32, 16), 9, 0.5), bf16((32, 16), 10, 0.5))]
+    rh = fb.attention(*h, "fa2-sm80")
+    assert rh.dtype == "fp16" and rh.output_format == "fp16"
+    assert r2.model == "fa2-sm80" and r2.scale == 1 / np.sqrt(32)
+    with pytest.raises(ValueError, match=r"q\[0,0,0,0\]: 0.1 is not exactly representable in bf16"):
+        fb.attention(np.full((4, 8), 0.1), k[:, :8], v[:, :8], "fa2-sm80")
+    with pytest.raises(ValueError, match="model nope"):
+        fb.attention(q, k, v, "nope")
+    with pytest.raises(ValueError, match="k, v: expected shape"):
+        fb.attention(q, k[:, :16], v, "fa2-sm80")
+    with pytest.raises(ValueError, match="same batch, heads, seqlen"):  # the engine's own check
+        fb.attention(q, k[:48], v[:48], "fa2-sm80")
+
+
+def test_trace_returns_the_rounding_events_of_the_traced_rows():
+    q, k, v, do = (bf16((1, 1, 256, 64), s) for s in range(10, 14))
+    r = fb.attention(q, k, v, "fa-bf16acc", do=do, trace=[(0, 0, 3), 7])
+    assert [(t["batch"], t["head"], t["row"]) for t in r.traces] == [(0, 0, 3), (0, 0, 7)]
+    t = r.traces[0]
+    assert len(t["o_cast"]) == 64 and len(t["tiles"]) >= 1
+    assert t["o_cast"][0]["direction"] in ("exact", "away-from-zero", "toward-zero")
+    s = t["summary"]
+    assert s["o_cast_up"] + s["o_cast_down"] == sum(e["direction"] != "exact" for e in t["o_cast"])
+    assert len(t["pv_buffer_events"]) == 2 * len(t["tiles"])  # bf16-accumulator model: 2 per tile
+    untraced = fb.attention(q, k, v, "fa-bf16acc", do=do)
+    assert np.array_equal(untraced.o, r.o) and untraced.traces is None
+    mma = fb.attention(q, k, v, "fa2-sm80", trace=True)
+    assert len(mma.traces) == 256 and len(mma.traces[0]["pv_dot_steps"]) > 0
+
+
+def test_ops_flags_and_bits_inputs():
+    r = fb.add(np.array([1.0, 65504.0, 1.0]), np.array([2.0 ** -11, 65504.0, -1.0]), "fp16", flags=True)
+    assert r.values.tolist() == [1.0, np.inf, 0.0]
+    assert [fb.flags_string(f) for f in r.flags] == ["x", "xo", "-"]
+    bits = np.array([0x3f80, 0x4000], dtype=np.uint16)  # bit patterns: 1.0 and 2.0
+    assert fb.mul(bits, bits, "bf16").values.tolist() == [1.0, 4.0]
+    assert fb.div(np.array([1.0]), np.array([0.0]), "bf16", flags=True).flags[0] == fb.DIVBYZERO
+    assert np.isnan(fb.sqrt(np.array([-1.0]), "bf16").values[0])
+    b, vals = fb.round(np.array([0.1, 1e6]), "e4m3", overflow="satfinite")
+    assert b.dtype == np.uint8 and vals.tolist() == [0.1015625, 448.0]
+    d = fb.dot("sm80", np.ones((3, 16)), np.full((3, 16), 0.5), c=np.array([0.0, 1.0, -8.0]))
+    assert d.format == "fp32" and d.values.tolist() == [8.0, 9.0, 0.0]
+
+
+def test_long_calls_release_the_gil():
+    x = np.random.default_rng(0).standard_normal(16_000_000).astype(np.float32)
+    q, k, v = (bf16((1, 1, 1024, 64), s) for s in range(3))
+    for call in (lambda: fb.round(x, "e4m3", flags=True), lambda: fb.attention(q, k, v, "fa2-sm90", threads=1)):
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (call(), done.set()))
+        ticks = 0
+        worker.start()
+        while not done.is_set():
+            ticks += 1  # Python runs here while the call is in C++
+            time.sleep(0.001)
+        worker.join()
+        assert ticks > 20
+
+
+def run_snippet(code):
+    env = dict(os.environ, PYTHONPATH=BUILD_PYTHON)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.parametrize("snippet", [
+    "fb.bias_test('fa2-sm80', trials=100000, seqlen=128, headdim=32)",
+    "fb.attention(*(fb.round(np.ones((1, 1, 3072, 64)), 'bf16').values for _ in range(3)), 'fa2-sm90', threads=1)",
+])
+def test_ctrl_c_interrupts_a_long_engine_call(snippet):
+    p = run_snippet(f"""
+        import sys, time, numpy as np, flashbits as fb
+        print("start", flush=True)
+        try:
+            {snippet}
+            print("finished", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+    """)
+    assert p.stdout.readline().strip() == "start"
+    time.sleep(1.5)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    line = p.stdout.readline().split()
+    assert line and line[0] == "interrupted", (line, p.stderr.read())
+    assert float(line[1]) - sent < 1.5
+    assert p.wait(timeout=120) == 0
+
+
+def test_ctrl_c_interrupts_an_array_loop():
+    # The same call is timed once, then interrupted a quarter of the way in: the
+    # KeyboardInterrupt must come long before the call could have finished.
+    p = run_snippet("""
+        import os, signal, threading, time, numpy as np, flashbits as fb
+        x = np.ones(30_000_000, np.float32)
+        t0 = time.monotonic(); fb.round(x, 'e4m3', 'sr', flags=True); full = time.monotonic() - t0
+        threading.Timer(full / 4, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            fb.round(x, 'e4m3', 'sr', flags=True)
+            print("finished", full)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - t0, full)
+    """)
+    out, err = p.communicate(timeout=120)
+    word, took, full = out.split()
+    assert word == "interrupted", out + err
+    assert float(took) < 0.25 * float(full) + 0.15
