@@ -147,6 +147,14 @@ struct RunOptions {
   // backward, from any thread (total: batch·heads·rows, doubled when the inputs carry dO);
   // null = not counted. Results never depend on it.
   std::atomic<std::uint64_t>* progress = nullptr;
+  // Forward only these rows, (batch, head, row); empty = every row. A forward row of every
+  // structure depends only on its own query row and all keys, so the rows computed are
+  // exactly those of a full run. The rows left out hold 0 in O and LSE; with dO, delta is
+  // computed for the listed rows only (0 elsewhere) and dQ, dK, dV (which need every row)
+  // are absent. Traced rows (tracer) are computed as if listed. Rows outside the problem:
+  // std::invalid_argument. Progress counts the rows computed (1 per forward row, 1 per delta).
+  // The correctly-rounded model (one rounding of exact_attention) ignores it: every row.
+  std::vector<std::array<int, 3>> only_rows;
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);

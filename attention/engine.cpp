@@ -1188,6 +1188,23 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
 
   // Forward: (batch, head, row block) work items.
   const int rows_per_item = 64;
+  // RunOptions::only_rows: the rows to compute (traced rows too); empty = all.
+  std::vector<char> selected;
+  if (!opt.only_rows.empty()) {
+    selected.assign(static_cast<std::size_t>(B) * H * N, 0);
+    for (const auto& [b, h, r] : opt.only_rows) {
+      if (b < 0 || b >= B || h < 0 || h >= H || r < 0 || r >= N)
+        throw std::invalid_argument("only_rows: row (" + std::to_string(b) + "," + std::to_string(h) + "," +
+                                    std::to_string(r) + ") is outside the problem");
+      selected[(static_cast<std::size_t>(b) * H + h) * N + r] = 1;
+    }
+    for (std::size_t i = 0; i < trace_slot.size(); ++i)
+      if (trace_slot[i] >= 0) selected[i] = 1;
+  }
+  auto row_selected = [&](int b, int h, int r) {
+    return selected.empty() || selected[(static_cast<std::size_t>(b) * H + h) * N + r] != 0;
+  };
+
   const int row_blocks = (N + rows_per_item - 1) / rows_per_item;
   parallel_for(B * H * row_blocks, opt.threads, [&](int item) {
     const int bh = item / row_blocks, rbk = item % row_blocks;
@@ -1200,6 +1217,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     for (int r = rbk * rows_per_item; r < std::min(N, (rbk + 1) * rows_per_item); ++r) {
       double* o = out.o.row(b, h, r);
       double* pre = o_pre.row(b, h, r);
+      if (!row_selected(b, h, r)) continue;
       RowStats& st = stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)];
       const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
       const std::uint64_t pos = out.o.index(b, h, r, 0);
@@ -1218,6 +1236,27 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
 
   // Backward: (batch, head) work items.
   out.delta = Tensor4(B, H, N, 1);
+  if (!selected.empty()) {
+    // A row subset: delta of the listed rows (each from its own row's forward); no dQ, dK,
+    // dV, which need every row.
+    out.delta = Tensor4(B, H, N, 1);
+    parallel_for(B * H, opt.threads, [&](int bh) {
+      const int b = bh / H, h = bh % H;
+      const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
+      const auto& st = stats[static_cast<std::size_t>(bh)];
+      std::vector<double> scratch;
+      const bool dpp = km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
+      for (int r = 0; r < N; ++r) {
+        if (!row_selected(b, h, r)) continue;
+        const double* o_used = km.o_fp32 ? o_pre.row(b, h, r) : out.o.row(b, h, r);
+        out.delta->at(b, h, r, 0) =
+            dpp ? delta_from_dpp(km, ar, hd, g, r, st[r], scratch) : delta_from_o(km, ar, hd.do_row(r), o_used, D);
+        if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+    return out;
+  }
+
   out.dq = Tensor4(B, H, N, D);
   out.dk = Tensor4(B, H, N, D);
   out.dv = Tensor4(B, H, N, D);

@@ -10,6 +10,8 @@
 #include <ostream>
 #include <span>
 #include <sstream>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -196,9 +198,22 @@ SectionResult replay_section(const ProbeSection& sec, const TensorCoreModel& mod
   };
   const std::size_t threads = std::min<std::size_t>(std::max(1u, jobs), chunks);
   std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
+  std::string spawn_failure;
+  for (std::size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error& e) {
+      // The system's thread or memory limit: stop the started threads (no chunk is left for
+      // them), join them and report it (bad input: --jobs too large for this machine).
+      spawn_failure = "--jobs " + std::to_string(jobs) + ": cannot start thread " + std::to_string(t + 1) + " (" +
+                      e.code().message() + "); give a smaller --jobs";
+      next = chunks;
+      break;
+    }
+  }
+  if (spawn_failure.empty()) work();
   for (std::thread& t : pool) t.join();
+  if (!spawn_failure.empty()) throw std::invalid_argument(spawn_failure);
   SectionResult all;
   all.batch_cases.assign(nb, 0);
   all.batch_mismatches.assign(nb, 0);

@@ -1,7 +1,11 @@
 // gpu/probe_file.cpp: reader and writer of the probe file format (see probe_file.hpp).
 #include "gpu/probe_file.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -194,10 +198,25 @@ void write_probe_file(const std::string& path, const ProbeFile& file) {
     out += text;
     for (std::uint32_t w : sec.words()) put_u32(out, w);
   }
-  std::ofstream f(path, std::ios::binary);
+  // Whole or not at all: a temporary file beside `path`, closed with every write checked,
+  // then renamed over it. A device or a pipe (which cannot be renamed into) is written
+  // directly, its write and close checked as well.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  const bool direct = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+  const std::string tmp = direct ? path : path + ".tmp." + std::to_string(::getpid());
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
   if (!f) throw ProbeFileError(path + ": cannot open for writing");
   f.write(out.data(), static_cast<std::streamsize>(out.size()));
-  if (!f) throw ProbeFileError(path + ": write failed");
+  f.close();
+  if (!f) {
+    if (!direct) std::remove(tmp.c_str());
+    throw ProbeFileError(path + ": write failed");
+  }
+  if (!direct && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw ProbeFileError(path + ": cannot rename the written file into place");
+  }
 }
 
 ProbeFile read_probe_file(const std::string& path) {

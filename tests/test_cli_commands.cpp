@@ -53,10 +53,11 @@ std::filesystem::path scratch() {
   return dir;
 }
 
-Run run(const std::string& args) {
+// `shell` runs first in the same /bin/sh (a ulimit, say).
+Run run(const std::string& args, const std::string& shell = "") {
   static int counter = 0;
   const std::string base = (scratch() / ("run" + std::to_string(counter++))).string();
-  const std::string cmd = std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
+  const std::string cmd = shell + std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
 }
@@ -709,4 +710,316 @@ TEST_CASE("bias-test, deviation, demo: no verdict on data that cannot support on
   CHECK(demo.code == 1);  // the replay cannot match the captured (finite) O
   CHECK(demo.out.find("Verdict: none") != std::string::npos);
   CHECK(demo.out.find("non-finite in") != std::string::npos);
+}
+
+// ---- issue 21: robustness of every command's input and output ---------------------------
+namespace {
+bool sanitizer_scale() {
+  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
+  return s != nullptr && std::string(s) == "sanitizer";
+}
+// Exactly one stderr line, an `error: ` line holding `needle`.
+bool one_error(const Run& r, const std::string& needle) {
+  return std::count(r.err.begin(), r.err.end(), '\n') == 1 && r.err.rfind("error: ", 0) == 0 &&
+         r.err.find(needle) != std::string::npos;
+}
+// The `error: ` line of stderr (notes may precede it).
+std::string error_line(const Run& r) {
+  const auto at = r.err.find("error: ");
+  return at == std::string::npos ? "" : r.err.substr(at, r.err.find('\n', at) - at);
+}
+int exit_code_of(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+const std::string kSmallSweep = "sweep --model fa2-sm80 --scenario random --seqlen 16 --headdim 16 --trials 2";
+}  // namespace
+
+TEST_CASE("issue 21: --jobs is 1..1024, and a thread the system cannot start is exit 2, not an abort") {
+  for (const char* jobs : {"0", "-1", "1025", "100000"}) {
+    CAPTURE(jobs);
+    const Run r = run(kSmallSweep + " --jobs " + jobs);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "--jobs"));
+    CHECK(r.out.empty());
+  }
+  CHECK(run("sweep --help").out.find("1..1024") != std::string::npos);
+  // Results do not depend on it.
+  CHECK(run(kSmallSweep + " --jobs 7").out == run(kSmallSweep + " --jobs 1").out);
+  // 1000 threads under a 600 MB address-space limit (8 MB of stack each): the spawn fails
+  // part-way; it used to escape as std::system_error and abort (exit 134).
+  if (!sanitizer_scale()) {
+    const Run r = run("sweep --model fa2-sm80 --scenario random --seqlen 16 --headdim 16 --trials 1 --jobs 1000",
+                      "ulimit -v 600000; ");
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(error_line(r).find("--jobs 1000: cannot start thread") != std::string::npos, r.err);
+  }
+}
+
+TEST_CASE("issue 21: a failed write is exit 2, files are written whole or not at all, stdout is checked") {
+  const std::string shard = (scratch() / "w_shard.csv").string();
+  REQUIRE(run(kSmallSweep + " --csv " + shard).code == 0);
+  const std::string trace = (scratch() / "w_trace.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 32 --headdim 16 --out " + trace).code == 0);
+  if (std::filesystem::exists("/dev/full")) {
+    const Run sweep = run(kSmallSweep + " --csv /dev/full");
+    CHECK(sweep.code == 2);
+    CHECK(error_line(sweep).find("/dev/full: cannot write the CSV") != std::string::npos);
+    const Run merge = run("merge " + shard + " --csv /dev/full");
+    CHECK(merge.code == 2);
+    CHECK(one_error(merge, "/dev/full"));
+    const Run plot = run("replay " + trace + " --plot /dev/full");
+    CHECK(plot.code == 2);
+    CHECK(one_error(plot, "/dev/full: cannot write the plot"));
+    CHECK(plot.out.find("plot written") == std::string::npos);
+    const Run out = run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out /dev/full");
+    CHECK(out.code == 2);
+    CHECK(one_error(out, "/dev/full"));
+    // stdout: flushed and checked at exit.
+    const std::string err = (scratch() / "full.err").string();
+    for (const std::string& args : {std::string("formats"), std::string("op add bf16 rne 3f80 3b80"),
+                                    std::string("merge ") + shard}) {
+      CAPTURE(args);
+      CHECK(exit_code_of(std::string("'") + FLASHBITS_BINARY + "' " + args + " > /dev/full 2> " + err) == 2);
+      CHECK(slurp(err).find("error: cannot write standard output") != std::string::npos);
+    }
+  }
+  // A write that fails part-way (a 512-byte file size limit, SIGXFSZ ignored so write()
+  // reports EFBIG) leaves the previous file as it was and no temporary behind.
+  const std::string keep = (scratch() / "w_keep.csv").string();
+  std::ofstream(keep) << "previous\n";
+  const Run limited = run("merge " + shard + " --csv " + keep + " --json", "trap '' XFSZ; ulimit -f 1; ");
+  CHECK(limited.code == 2);
+  CHECK(error_line(limited).find(keep + ": cannot write the CSV") != std::string::npos);
+  CHECK(slurp(keep) == "previous\n");
+  const std::string fresh = (scratch() / "w_fresh.csv").string();
+  CHECK(run("merge " + shard + " --csv " + fresh + " --json", "trap '' XFSZ; ulimit -f 1; ").code == 2);
+  CHECK_FALSE(std::filesystem::exists(fresh));
+  for (const auto& entry : std::filesystem::directory_iterator(scratch()))
+    CHECK_MESSAGE(entry.path().filename().string().find(".tmp.") == std::string::npos, entry.path());
+  // A directory that does not exist.
+  CHECK(one_error(run("merge " + shard + " --csv " + (scratch() / "no_such_dir" / "x.csv").string()), "cannot write"));
+  // The happy path still writes the file.
+  CHECK(run("merge " + shard + " --csv " + fresh).code == 0);
+  CHECK(slurp(fresh) == slurp(shard));
+}
+
+TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anything else naming the file") {
+  auto sweep = [](int trials, int seed, int seqlen = 16) {
+    return "sweep --model fa2-sm80,fa-bf16acc --scenario random --seqlen " + std::to_string(seqlen) +
+           " --headdim 16 --trials " + std::to_string(trials) + " --seed " + std::to_string(seed);
+  };
+  auto shard = [&](const std::string& name, const std::string& args) {
+    const std::string path = (scratch() / name).string();
+    REQUIRE(run(args + " --csv " + path).code == 0);
+    return path;
+  };
+  const std::string a1 = shard("m_a1.csv", sweep(2, 3) + " --shard 1/2"), a2 = shard("m_a2.csv", sweep(2, 3) + " --shard 2/2");
+  const Run whole = run(sweep(2, 3));
+  const Run merged = run("merge " + a2 + " " + a1);
+  REQUIRE(merged.code == 0);
+  CHECK(merged.out == whole.out);
+  CHECK(slurp(a1).find("\n# run {\"program\":\"flashbits sweep\",\"seed\":3,\"shard\":\"1/2\"") != std::string::npos);
+  auto refused = [&](const std::string& files, const std::string& file, const std::string& why) {
+    CAPTURE(files);
+    const Run r = run("merge " + files);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(one_error(r, why), r.err);
+    CHECK(r.err.find("error: " + file + ": ") == 0);
+    CHECK(r.out.empty());
+  };
+  refused(a1, a1, "shard 2/2 is missing");
+  refused(a1 + " " + a2 + " " + a2, a2, "given twice");
+  refused(a1 + " " + shard("m_t3.csv", sweep(3, 3) + " --shard 2/2"), (scratch() / "m_t3.csv").string(),
+          "--trials '3' differs from '2'");
+  refused(a1 + " " + shard("m_s9.csv", sweep(2, 9) + " --shard 2/2"), (scratch() / "m_s9.csv").string(),
+          "seed 9 differs from 3");
+  refused(a1 + " " + shard("m_n3.csv", sweep(2, 3) + " --shard 2/3"), (scratch() / "m_n3.csv").string(),
+          "cut into 3");
+  refused(a1 + " " + shard("m_g.csv", sweep(2, 3, 32) + " --shard 2/2"), (scratch() / "m_g.csv").string(),
+          "--seqlen '32' differs from '16'");
+  // A row edited to trials = -3 (column 8 of the first row).
+  {
+    std::string text = slurp(a2);
+    std::size_t at = text.find('\n') + 1;
+    for (int i = 0; i < 7; ++i) at = text.find(',', at) + 1;
+    text.replace(at, text.find(',', at) - at, "-3");
+    const std::string bad = write_file("m_neg.csv", text);
+    refused(a1 + " " + bad, bad, "trials -3 differs from the run's 2");
+    // The run record itself claiming -3 trials.
+    std::string record = slurp(a2);
+    const std::size_t t = record.find("\"trials\":2");
+    REQUIRE(t != std::string::npos);
+    record.replace(t, 10, "\"trials\":-3");
+    const std::string bad_record = write_file("m_negrec.csv", record);
+    refused(a1 + " " + bad_record, bad_record, "trials");
+  }
+  // A file without the run record: written by an older flashbits, or truncated.
+  {
+    std::string text = slurp(a2);
+    text.erase(text.rfind("# run "));
+    const std::string old = write_file("m_old.csv", text);
+    refused(a1 + " " + old, old, "no run record");
+  }
+  // JSON shards carry the same record.
+  const Run j1 = run(sweep(2, 3) + " --shard 1/2 --json");
+  REQUIRE(j1.code == 0);
+  CHECK(nlohmann::json::parse(j1.out)["run"]["shard"] == "1/2");
+  const std::string j1_path = write_file("m_j1.json", j1.out);
+  refused(j1_path, j1_path, "shard 2/2 is missing");
+  // merge's own --alpha is a level in (0, 1).
+  CHECK(one_error(run("merge " + a1 + " " + a2 + " --alpha 2"), "--alpha"));
+}
+
+TEST_CASE("issue 21: every trace make-trace writes replays; what it cannot write is refused before any work") {
+  const Run models = run("models --json");
+  REQUIRE(models.code == 0);
+  int replayed = 0;
+  const nlohmann::json listed = nlohmann::json::parse(models.out);
+  for (const auto& m : listed["kernel_models"]) {
+    const std::string name = m["name"].get<std::string>();
+    if (name.empty() || name[0] == '+') continue;  // variant suffixes
+    CAPTURE(name);
+    const std::string path = (scratch() / ("every_" + name + ".safetensors")).string();
+    const Run made = run("make-trace --model " + name + " --scenario random --seqlen 32 --headdim 16 --backward --out " +
+                         path);
+    if (name.rfind("golden-fp64", 0) == 0) {
+      CHECK(made.code == 2);
+      CHECK(one_error(made, "fp64"));
+      CHECK_FALSE(std::filesystem::exists(path));
+      continue;
+    }
+    REQUIRE(made.code == 0);
+    const Run replay = run("replay " + path);
+    CHECK_MESSAGE(replay.code == 0, replay.out << replay.err);
+    ++replayed;
+  }
+  CHECK(replayed >= 18);
+  // --dtype fp32 makes a bare `standard` standard-fp32; a model of another dtype is refused.
+  const std::string fp32 = (scratch() / "standard_fp32.safetensors").string();
+  REQUIRE(run("make-trace --model standard --dtype fp32 --seqlen 32 --headdim 16 --out " + fp32).code == 0);
+  CHECK(fb::read_trace(fp32).metadata().model == "standard-fp32");
+  CHECK(run("replay " + fp32).code == 0);
+  CHECK(one_error(run("make-trace --model fa2-sm80 --dtype fp32 --seqlen 32 --headdim 16 --out " + fp32), "fp32"));
+}
+
+TEST_CASE("issue 21: --sr-bits is 1..32 wherever sr bits are accepted; --alpha is in (0, 1)") {
+  for (const char* bits : {"0", "-1", "33", "1000"}) {
+    CAPTURE(bits);
+    const Run r = run(kSmallSweep + " --round sr --sr-bits " + bits);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "--sr-bits"));
+    CHECK(r.out.empty());
+  }
+  CHECK(run(kSmallSweep + " --round sr --sr-bits 1").code == 0);
+  CHECK(run(kSmallSweep + " --round sr --sr-bits 32").code == 0);
+  CHECK(one_error(run("op add bf16 sr 3f80 3b80 --sr-bits 0"), "--sr-bits"));
+  for (const char* alpha : {"2", "nan", "0", "1", "-0.5", "inf"}) {
+    CAPTURE(alpha);
+    const Run b = run("bias-test --model fa2-sm80 --scenario random --trials 2 --seqlen 16 --headdim 16 --alpha " +
+                      std::string(alpha));
+    CHECK(b.code == 2);
+    CHECK(one_error(b, "--alpha"));
+    CHECK(b.out.find("% CI") == std::string::npos);  // was "-100% CI", "nan% CI"
+    CHECK(one_error(run(kSmallSweep + " --alpha " + alpha), "--alpha"));
+  }
+}
+
+TEST_CASE("issue 21: replay --row recomputes that row only, with the full replay's result for it") {
+  const std::string trace = (scratch() / "rows512.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 512 --headdim 32 --seed 4 --backward --out " + trace)
+              .code == 0);
+  // Under another model, so that rows mismatch: row 300's verdicts must be the full run's.
+  const Run full = run("replay " + trace + " --model fa-bf16acc --json");
+  const Run one = run("replay " + trace + " --model fa-bf16acc --row 300 --json");
+  REQUIRE(full.code != 2);
+  REQUIRE(one.code != 2);
+  const auto jf = nlohmann::json::parse(full.out), jo = nlohmann::json::parse(one.out);
+  CHECK(jf["rows_recomputed"] == 512);
+  CHECK(jo["rows_recomputed"] == 1);  // the other 511 rows were never computed
+  CHECK(jo["rows"] == 512);
+  CHECK(jo["not_compared"] == nlohmann::json::array({"dq", "dk", "dv"}));
+  int row_mismatches = 0;
+  for (const char* name : {"o", "lse", "delta"}) {
+    CAPTURE(name);
+    nlohmann::json want = nlohmann::json::array(), got;
+    for (const auto& t : jf["tensors"])
+      if (t["name"] == name)
+        for (const auto& m : t["mismatches"])
+          if (m["index"][2] == 300) want.push_back(m);
+    for (const auto& t : jo["tensors"])
+      if (t["name"] == name) {
+        got = t["mismatches"];
+        CHECK(t["compared"] == (std::string(name) == "o" ? 32 : 1));
+        CHECK(t["matching"].get<int>() + static_cast<int>(got.size()) == t["compared"].get<int>());
+      }
+    CHECK(got == want);
+    row_mismatches += static_cast<int>(want.size());
+  }
+  CHECK(row_mismatches > 0);  // the comparison is not vacuous
+  CHECK(one.code == (row_mismatches > 0 ? 1 : 0));
+  const Run text = run("replay " + trace + " --row 300");
+  CHECK(text.code == 0);
+  CHECK(text.out.find("rows recomputed: 1 of 512") != std::string::npos);
+  CHECK(text.out.find("dq, dk, dv need the backward of every row") != std::string::npos);
+}
+
+TEST_CASE("issue 21: an output path that names an input is refused, and the input is untouched") {
+  const std::string trace = (scratch() / "in_trace.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 32 --headdim 16 --out " + trace).code == 0);
+  const std::string before = slurp(trace);
+  const auto link = scratch() / "in_trace_link.safetensors";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(trace, link);
+  for (const std::string& out : {trace, (scratch() / ".." / scratch().filename() / "in_trace.safetensors").string(),
+                                 link.string()}) {
+    CAPTURE(out);
+    const Run r = run("replay " + trace + " --plot " + out);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "is the same file as the trace"));
+    CHECK(slurp(trace) == before);
+  }
+  CHECK(one_error(run("replay " + trace + " --sfu-record " + trace), "same file"));
+  const std::string recipe = write_file("in_recipe.json", R"({"sfu": {"ex2": "correct"}})");
+  CHECK(one_error(run("replay " + trace + " --recipe " + recipe + " --plot " + recipe), "--recipe"));
+  // merge --csv over one of its shards.
+  const std::string shard = (scratch() / "in_shard.csv").string();
+  REQUIRE(run(kSmallSweep + " --csv " + shard).code == 0);
+  const std::string shard_before = slurp(shard);
+  CHECK(one_error(run("merge " + shard + " --csv " + shard), "is the same file as shard"));
+  CHECK(slurp(shard) == shard_before);
+  // probe-check's outputs over its probe file (a copy of the shipped one).
+  const std::string probes = (scratch() / "in_probes.fbp").string();
+  std::filesystem::copy_file(std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "hw" / "probes_h200.fbp", probes,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string probes_before = slurp(probes);
+  CHECK(one_error(run("probe-check " + probes + " --mismatches-out " + probes), "same file"));
+  CHECK(one_error(run("probe-check " + probes + " --predictions-out " + probes), "same file"));
+  CHECK(slurp(probes) == probes_before);
+}
+
+TEST_CASE("issue 21: usage errors are one `error:` line and exit 2, with suggestions; --version") {
+  const std::string trace = (scratch() / "u_trace.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 32 --headdim 16 --out " + trace).code == 0);
+  for (const char* args : {"--row -1", "--head -1 --row 0", "--batch -2 --row 0", "--row 3 --all", "--plot ''",
+                           "--head 0"}) {
+    CAPTURE(args);
+    const Run r = run("replay " + trace + " " + std::string(args));
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "--"));
+    CHECK(r.out.empty());
+  }
+  const Run sub = run("swep --model fa2-sm80");
+  CHECK(sub.code == 2);
+  CHECK(one_error(sub, "unknown subcommand 'swep' (did you mean 'sweep'?)"));
+  const Run opt = run("sweep --jbos 2 --model fa2-sm80");
+  CHECK(opt.code == 2);
+  CHECK(one_error(opt, "unknown option '--jbos' (did you mean '--jobs'?)"));
+  CHECK(one_error(run("sweep --jobs abc --model fa2-sm80"), "--jobs"));
+  CHECK(one_error(run("sweep"), "--model"));
+  CHECK(one_error(run(""), "a subcommand is required"));
+  const Run version = run("--version");
+  CHECK(version.code == 0);
+  CHECK(version.out.rfind("flashbits ", 0) == 0);
+  CHECK(version.out.find('.') != std::string::npos);
 }

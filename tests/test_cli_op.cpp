@@ -153,7 +153,7 @@ TEST_CASE("op shorthand: add bf16 rne 3f80 3b80 prints 3f80 x") {
 }
 
 TEST_CASE("op flag form equals the shorthand") {
-  const char* shorthand[] = {"op add bf16 rne 3f80 3b80", "op mul e4m3 rtz 4e 3a", "op sub fp16 rup 3c00 8001",
+  const char* shorthand[] = {"op add bf16 rne 3f80 3b80", "op mul e4m3 rtz 4e 3a", "op sub fp16 rup 3c00 0x8001",
                              "op cvt e4m3 rne fp32:43f00000 satfinite", "op fma fp32 rdn 3f800000 3f800000 b3800000"};
   const char* flag_form[] = {"op add --format bf16 --round rne 3f80 3b80", "op mul --format e4m3 --round rtz 0x4e 0x3a",
                              "op sub --format fp16 --round rup 3c00 0x8001",
@@ -178,7 +178,7 @@ TEST_CASE("op flag form equals the shorthand") {
   CHECK((nosat == "7f xo\n" || nosat == "ff xo\n"));  // either e4m3 NaN code is acceptable
   // 464 = 1.1101b * 2^8 is halfway between 448 (mantissa 110, even) and 480: RNE keeps
   // 448, inexact, no overflow.
-  CHECK(flashbits("op cvt e4m3 rne fp32:43e80000").out == "7e x\n");
+  CHECK(flashbits("op cvt e4m3 rne fp32:0x43e80000").out == "7e x\n");
   // 1*1 - 2^-24 rounded down: 1 - 2^-24 is an fp32 (3f7fffff), exact.
   CHECK(flashbits(shorthand[4]).out == "3f7fffff -\n");
 }
@@ -220,8 +220,17 @@ TEST_CASE("op --batch - : one line per input line, against MPFR") {
     // One line in eight adds -a, an exact zero (+0, or -0 under rdn).
     std::uint32_t b = random_operand(f, rng);
     if (op == "add" && i % 8 == 0) b = a ^ (1u << (f.exp_bits + f.man_bits + f.shift));
+    // A bare pattern of digits (4010), or digits e digits (3e12), would also read as a
+    // decimal number: refused as ambiguous, so such words (and every third line's) carry 0x.
+    auto operand = [&](std::uint32_t bits) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "%x", bits);
+      const bool number_like = std::string(hex).find_first_not_of("0123456789e") == std::string::npos;
+      return std::string(i % 3 == 0 || number_like ? "0x" : "") + hex;
+    };
     char line[96];
-    std::snprintf(line, sizeof line, "%s %s %s %s%x %x\n", op.c_str(), f.name, m.name, i % 3 == 0 ? "0x" : "", a, b);
+    std::snprintf(line, sizeof line, "%s %s %s %s %s\n", op.c_str(), f.name, m.name, operand(a).c_str(),
+                  operand(b).c_str());
     input += line;
     expected.push_back(expected_line(op, f, m.rnd, a, b));
   }
@@ -244,15 +253,15 @@ TEST_CASE("op --batch - : one line per input line, against MPFR") {
 TEST_CASE("op --batch: hex is lower-case and zero-padded to the format's width") {
   // Each result worked out by hand from the §2 encodings:
   const std::string input =
-      "add fp32 rne 00000001 00000001\n"  // 2^-149 + 2^-149 = 2^-148: fp32 00000002, exact
-      "add tf32 rne 00002000 00002000\n"  // tf32 min subnormal 2^-136 twice = 2^-135: 00004000
-      "add bf16 rne bf80 bf80\n"          // -1 + -1 = -2: 1 10000000 0000000 = c000
-      "add fp16 rne 0001 0001\n"          // 2^-24 twice = 2^-23: 0002
-      "add e5m2 rne bc bc\n"              // -1 + -1 = -2: 1 10000 00 = c0
-      "add e4m3 rne 01 01\n"              // 2^-9 twice = 2^-8: 02
-      "add e3m2 rne 01 01\n"              // 2^-4 twice = 2^-3: 02
-      "add e2m1 rne 2 2\n"                // 1 + 1 = 2: 0 10 0 = 4 -> 04
-      "mul e8m0 rne 7f 80\n"              // 1 * 2 = 2 = 2^(128 - 127): 80
+      "add fp32 rne 0x00000001 0x00000001\n"  // 2^-149 + 2^-149 = 2^-148: fp32 00000002, exact
+      "add tf32 rne 0x00002000 0x00002000\n"  // tf32 min subnormal 2^-136 twice = 2^-135: 00004000
+      "add bf16 rne bf80 bf80\n"              // -1 + -1 = -2: 1 10000000 0000000 = c000
+      "add fp16 rne 0x0001 0x0001\n"          // 2^-24 twice = 2^-23: 0002
+      "add e5m2 rne bc bc\n"                  // -1 + -1 = -2: 1 10000 00 = c0
+      "add e4m3 rne 0x01 0x01\n"              // 2^-9 twice = 2^-8: 02
+      "add e3m2 rne 0x01 0x01\n"              // 2^-4 twice = 2^-3: 02
+      "add e2m1 rne 0x2 +1.0\n"               // 1 + 1 = 2: 0 10 0 = 4 -> 04
+      "mul e8m0 rne 7f 0x80\n"                // 1 * 2 = 2 = 2^(128 - 127): 80
       "add fp32 rne 3fc00000 3fc00000\n"  // 1.5 + 1.5 = 3: 40400000
       "cvt bf16 rne fp32:c0968717\n"      // Qiu & Yao: -4.703990... -> -4.71875 = c097, inexact
       "add fp16 rne 3c00 -1.0\n";         // 1 + (-1) = +0 under rne: 0000
@@ -316,4 +325,58 @@ TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decim
   const Run ok = flashbits("op add bf16 rne 1.0 +0.5");
   CHECK(ok.exit_code == 0);
   CHECK(ok.out == "3fc0 -\n");
+}
+
+// Issue 21: bare integers were read as hex bit patterns (`op add bf16 rne 1 2` printed
+// 0003, and 1e3 became the pattern 01e3). A word that is both hex digits and a decimal
+// number is now refused as ambiguous, naming the word; a sign or a point makes a value,
+// 0x a bit pattern (docs/COMMANDS.md "Operands").
+TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, naming it") {
+  for (const char* args : {"op add bf16 rne 1 2", "op add bf16 rne 3f80 10", "op add bf16 rne 1e3 3f80",
+                           "op add fp16 rne 3c00 8001", "op add --format bf16 --round rne 3f80 2",
+                           "op cvt bf16 rne fp32:10", "op cvt bf16 rne fp32:3e800000",
+                           "op mul e4m3 rne 0001 4e"}) {
+    INFO(args);
+    const Run r = flashbits(args);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.err.find("ambiguous") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  const Run named = flashbits("op add bf16 rne 3f80 1e3");
+  CHECK(named.err.find("operand B: '1e3' is ambiguous") != std::string::npos);
+  CHECK(named.err.find("0x1e3") != std::string::npos);  // how to say either
+  CHECK(named.err.find("+1e3") != std::string::npos);
+  // Values: a sign or a point. 1 + 2 = 3 = bf16 4040 (0 10000000 1000000), exact.
+  CHECK(flashbits("op add bf16 rne +1 +2").out == "4040 -\n");
+  CHECK(flashbits("op add bf16 rne 1.0 2.").out == "4040 -\n");
+  // 1e3 = 1111101000b = 1.111101b * 2^9: bf16 0 10001000 1111010 = 447a; + 1 rounds back
+  // to 1000 (the ulp at 2^9 is 4), inexact.
+  CHECK(flashbits("op add bf16 rne +1e3 0x3f80").out == "447a x\n");
+  // Bit patterns: 0x, or a word with a hex letter. 0x1 + 0x2 are bf16 subnormals: 0003.
+  CHECK(flashbits("op add bf16 rne 0x1 0x2").out == "0003 -\n");
+  CHECK(flashbits("op add bf16 rne 3f80 0x3f80").out == "4000 -\n");
+  // All zeros is +0 either way; -0 is a value.
+  CHECK(flashbits("op add bf16 rne 0 0000").out == "0000 -\n");
+  CHECK(flashbits("op add bf16 rne -0 -0.0").out == "8000 -\n");
+  // The batch and dot read operands the same way.
+  const Run batch = flashbits("op --batch -", "add bf16 rne 3f80 3f80\nadd bf16 rne 1 2\n");
+  CHECK(batch.exit_code == 2);
+  CHECK(batch.out == "4000 -\n");
+  CHECK(batch.err.rfind("error: line 2: operand A: '1' is ambiguous", 0) == 0);
+  const Run dot = flashbits("dot sm80 bf16 0 3f80,10 3f80,3f80");
+  CHECK(dot.exit_code == 2);
+  CHECK(dot.err.find("'10' is ambiguous") != std::string::npos);
+  // The syntax is in --help.
+  const Run help = flashbits("op --help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("ambiguous") != std::string::npos);
+  CHECK(help.out.find("0x3f80") != std::string::npos);
+}
+
+TEST_CASE("op: a batch FILE that is a directory is bad input") {
+  const Run r = flashbits("op --batch /tmp");
+  CHECK(r.exit_code == 2);
+  CHECK(one_error_line(r));
+  CHECK(r.err.find("/tmp") != std::string::npos);
 }

@@ -1,15 +1,23 @@
 // tools/cli_common.cpp: shared parsing and formatting for the CLI.
 #include "tools/cli_common.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <cstdlib>
 #include <string>
+#include <system_error>
 
 namespace fb::cli {
 
@@ -44,28 +52,61 @@ OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view w
                    "' (expected ieee or satfinite)");
 }
 
+namespace {
+// [+-]? (D+ [. D*]? | . D+) ([eE] [+-]? D+)?, or [+-]? inf|nan (any case).
+bool is_decimal_word(const std::string& s) {
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  std::string rest = s.substr(i);
+  for (char& c : rest) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (rest == "inf" || rest == "nan") return true;
+  auto digits = [&](std::size_t& j) {
+    const std::size_t from = j;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
+    return j - from;
+  };
+  std::size_t mantissa = digits(i);
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    mantissa += digits(i);
+  }
+  if (mantissa == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (digits(i) == 0) return false;
+  }
+  return i == s.size();
+}
+}  // namespace
+
 std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what) {
   const std::string s(text);
-  if (s.empty()) throw InputError(std::string(what) + ": empty operand");
-  const bool decimal = s.find('.') != std::string::npos || s[0] == '+' || s[0] == '-' ||
-                       s == "inf" || s == "nan";
-  if (decimal) {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    if (end != s.c_str() + s.size()) {
-      throw InputError(std::string(what) + ": '" + s + "' is not a decimal number");
-    }
+  const std::string w(what);
+  if (s.empty()) throw InputError(w + ": empty operand");
+  const bool prefixed = s.size() >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const bool marked_decimal = s[0] == '+' || s[0] == '-' || s.find('.') != std::string::npos;
+  const bool decimal = is_decimal_word(s);
+  if (!prefixed && (marked_decimal || (decimal && !(s[0] >= '0' && s[0] <= '9')))) {
+    // A value: signed, with a point, or inf / nan.
+    if (!decimal) throw InputError(w + ": '" + s + "' is not a decimal number");
+    const double v = std::strtod(s.c_str(), nullptr);
     std::uint32_t bits = 0;
     if (!from_double_exact(f, v, bits)) {
-      throw InputError(std::string(what) + ": " + s + " is not exactly representable in " + f.name +
-                       " (give a hex bit pattern instead)");
+      throw InputError(w + ": " + s + " is not exactly representable in " + f.name +
+                       " (give a hex bit pattern 0x... instead)");
     }
     return bits;
   }
+  if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
+    // Digits only (or digits e digits): a hex pattern and a decimal number at once.
+    throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" +
+                     s + " for the value");
+  }
   std::string_view hex = text;
-  if (hex.size() > 2 && hex[0] == '0' && (hex[1] == 'x' || hex[1] == 'X')) hex.remove_prefix(2);
+  if (prefixed) hex.remove_prefix(2);
   if (hex.empty() || hex.size() > 8) {
-    throw InputError(std::string(what) + ": '" + s + "' is not a hex bit pattern of " + f.name);
+    throw InputError(w + ": '" + s + "' is not a hex bit pattern of " + f.name);
   }
   std::uint64_t v = 0;
   for (char ch : hex) {
@@ -73,17 +114,16 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     if (ch >= '0' && ch <= '9') d = ch - '0';
     else if (ch >= 'a' && ch <= 'f') d = ch - 'a' + 10;
     else if (ch >= 'A' && ch <= 'F') d = ch - 'A' + 10;
-    else throw InputError(std::string(what) + ": '" + s + "' is not a hex bit pattern");
+    else throw InputError(w + ": '" + s + "' is not a hex bit pattern (0x...) or a decimal value (+1, 1.5)");
     v = v * 16 + static_cast<std::uint64_t>(d);
   }
   const std::uint64_t container_limit = std::uint64_t{1} << f.container_bits;
   const std::uint32_t layout_bits = static_cast<std::uint32_t>(v) >> f.storage_shift();
   if (v >= container_limit || (static_cast<std::uint32_t>(v) & ((1u << f.storage_shift()) - 1u)) != 0 ||
       (layout_bits & ~f.width_mask()) != 0) {
-    throw InputError(std::string(what) + ": 0x" + std::string(hex) + " is not a valid " + f.name +
-                     " bit pattern (" + std::to_string(f.width()) + " bits" +
-                     (f.storage_shift() ? ", low " + std::to_string(f.storage_shift()) + " bits zero" : "") +
-                     ")");
+    throw InputError(w + ": 0x" + std::string(hex) + " is not a valid " + f.name + " bit pattern (" +
+                     std::to_string(f.width()) + " bits" +
+                     (f.storage_shift() ? ", low " + std::to_string(f.storage_shift()) + " bits zero" : "") + ")");
   }
   return static_cast<std::uint32_t>(v);
 }
@@ -119,6 +159,8 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
   std::istream* in = &std::cin;
   std::ifstream file;
   if (path != "-") {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": cannot read batch file: is a directory");
     file.open(path);
     if (!file) throw InputError(path + ": cannot open batch file");
     in = &file;
@@ -140,11 +182,178 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
       out.clear();
     }
   }
+  if (in->bad()) {
+    std::cout << out << std::flush;
+    throw InputError((path == "-" ? std::string("standard input") : path) + ": read failed after line " +
+                     std::to_string(line_no));
+  }
   std::cout << out;
   return kExitOk;
 }
 
 bool stderr_is_terminal() { return ::isatty(2) != 0; }
+
+int jobs_or_throw(long long jobs, std::string_view option) {
+  if (jobs < 1 || jobs > kMaxJobs)
+    throw InputError(std::string(option) + " " + std::to_string(jobs) + ": expected 1.." + std::to_string(kMaxJobs) +
+                     " threads");
+  return static_cast<int>(jobs);
+}
+
+void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,
+                    std::string_view option) {
+  std::vector<std::thread> threads;
+  std::string failure;
+  for (int j = 0; j < jobs; ++j) {
+    try {
+      threads.emplace_back(worker);
+    } catch (const std::system_error& e) {
+      failure = std::string(option) + " " + std::to_string(jobs) + ": cannot start thread " + std::to_string(j + 1) +
+                " (" + e.code().message() + "); give a smaller " + std::string(option);
+      stop();
+      break;
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (!failure.empty()) throw InputError(failure);
+}
+
+int sr_bits_or_throw(long long bits, std::string_view option) {
+  if (bits < 1 || bits > kMaxSrBits)
+    throw InputError(std::string(option) + ": " + std::to_string(bits) + " is outside 1.." +
+                     std::to_string(kMaxSrBits));
+  return static_cast<int>(bits);
+}
+
+double alpha_or_throw(double alpha, std::string_view option) {
+  if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", alpha);
+    throw InputError(std::string(option) + " " + buf + ": expected a significance level strictly between 0 and 1");
+  }
+  return alpha;
+}
+
+namespace {
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Writes all of `content` to `fd`; false with errno set on failure.
+bool write_all(int fd, std::string_view content) {
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {
+      errno = EIO;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+}  // namespace
+
+void write_output_file(const std::string& path, std::string_view content, std::string_view what) {
+  const std::string prefix = path + ": cannot write " + std::string(what) + ": ";
+  if (path.empty()) throw InputError(std::string(what) + ": the output path is empty");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // Through a symbolic link: replace the file it names, not the link.
+  fs::path target = path;
+  if (fs::is_symlink(target, ec)) {
+    const fs::path resolved = fs::weakly_canonical(target, ec);
+    if (!ec) target = resolved;
+  }
+  struct stat st {};
+  const bool exists = ::stat(target.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) throw InputError(prefix + "is a directory");
+  if (exists && !S_ISREG(st.st_mode)) {
+    // A device or a pipe: nothing to rename into place; write directly, check everything.
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw InputError(prefix + errno_text(errno));
+    const bool ok = write_all(fd, content);
+    const int write_errno = errno;
+    if (::close(fd) != 0 && ok) throw InputError(prefix + errno_text(errno));
+    if (!ok) throw InputError(prefix + errno_text(write_errno));
+    return;
+  }
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw InputError(prefix + errno_text(errno));
+  auto fail = [&](int err) {
+    ::unlink(tmp.c_str());
+    throw InputError(prefix + errno_text(err));
+  };
+  // The permissions a newly created file would get (0666 less the umask); an existing
+  // file keeps its own.
+  mode_t mode = 0;
+  if (exists) {
+    mode = st.st_mode & 07777;
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  if (::fchmod(fd, mode) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail(err);
+  }
+  if (!write_all(fd, content)) {
+    const int err = errno;
+    ::close(fd);
+    fail(err);
+  }
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    const int err = errno;
+    ::close(fd);
+    fail(err);
+  }
+  if (::close(fd) != 0) fail(errno);
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) fail(errno);
+}
+
+void refuse_output_over_inputs(std::string_view output_option, const std::string& output,
+                               const std::vector<std::pair<std::string, std::string>>& inputs) {
+  namespace fs = std::filesystem;
+  if (output.empty()) return;
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) {
+      const bool eq = fs::equivalent(a, b, ec);
+      if (!ec) return eq;
+    }
+    const fs::path ca = fs::weakly_canonical(a, ec);
+    if (ec) return a == b;
+    const fs::path cb = fs::weakly_canonical(b, ec);
+    if (ec) return a == b;
+    return ca == cb;
+  };
+  for (const auto& [role, input] : inputs) {
+    if (input.empty() || input == "-") continue;
+    if (same(output, input))
+      throw InputError(std::string(output_option) + " " + output + ": is the same file as " + role + " " + input +
+                       " (it would be overwritten); choose another output path");
+  }
+}
+
+bool flush_stdout(std::string& reason) {
+  std::cout.flush();
+  const bool stream_failed = !std::cout;
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int err = errno;
+  if (flush_failed || std::ferror(stdout) || stream_failed) {
+    reason = err != 0 ? errno_text(err) : "output was lost";
+    return false;
+  }
+  return true;
+}
 
 ProgressBar::ProgressBar(std::string unit, std::uint64_t total) : unit_(std::move(unit)), total_(total) {
   if (!stderr_is_terminal() || total_ == 0) return;

@@ -4,7 +4,15 @@
 // - A subcommand registers itself with FLASHBITS_SUBCOMMAND(name, setup); setup adds
 //   its options to the CLI11 sub-app and returns the function to run.
 // - Bad input is reported by throwing InputError (exit code 2, one line on stderr);
-//   a failed check returns 1; success returns 0 (CLI.md conventions).
+//   a failed check returns 1; success returns 0 (docs/CLI.md conventions).
+// - Exit codes: 0 ok; 1 a check failed; 2 bad input, one `error: ...` line on stderr
+//   naming what was wrong (a bad option value, file or line; also an output that cannot
+//   be written: a missing directory, a full disk, /dev/full, a closed or full stdout --
+//   main flushes stdout before exiting and reports a failed flush as exit 2); 3 an
+//   internal error (a flashbits bug), one `internal error: ...` line.
+// - Output files are written whole or not at all (write_output_file): a partial file never
+//   stands where a complete one is claimed, and no output path may name an input
+//   (refuse_output_over_inputs).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,6 +35,7 @@ namespace fb::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInternalError = 3;
 
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -53,12 +62,18 @@ struct SubcommandRegistration {
 Format parse_format_or_throw(std::string_view text, std::string_view what);
 RoundingMode parse_mode_or_throw(std::string_view text, std::string_view what);
 OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view what);
-// A hex bit pattern ("3f80", "0x3f80") or an exactly representable decimal ("1.5",
-// "-2", "+inf", "nan"; decimals need a sign or a '.', so "10" is hex).
+// An operand of `op` and `dot` (docs/COMMANDS.md "Operands"):
+// - a bit pattern in hex: "0x3f80", or bare "3f80" when the word cannot be read as a
+//   decimal number (it holds a hex letter other than an exponent's e, as "3f80", "c097");
+// - a value, exactly representable in the format: a decimal with a sign or a point or both
+//   ("1.5", "-2", "+0.5e3", "-0", "1.0"), or inf / nan with an optional sign.
+// A bare word that is both (digits only, or digits e digits: "1", "10", "8001", "1e3") is
+// ambiguous and refused, naming the word and both readings -- except all zeros, which is
+// +0 either way. Throws InputError naming `what` and the word.
 std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what);
 std::string hex_bits(const Format& f, std::uint32_t bits);
 std::string flags_string(Flags flags);
-// Batch mode shared by `op --batch` and `dot --batch` (CLI.md): reads FILE or "-" line by
+// Batch mode shared by `op --batch` and `dot --batch` (docs/CLI.md): reads FILE or "-" line by
 // line, splits each line into whitespace-separated words and writes run_line's result as
 // one output line, in input order. run_line throws InputError for a malformed line; the
 // batch then prints `error: line N: ...` on stderr (after flushing earlier results) and
@@ -69,7 +84,37 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line);
 // Whether stderr is a terminal (progress bars are shown only then).
 bool stderr_is_terminal();
 
-// CLI.md: a run that takes more than about 2 s shows a progress bar on stderr when
+// ---- option values shared by several subcommands; each throws InputError -----------
+// --jobs: 1..kMaxJobs worker threads (results never depend on it).
+inline constexpr int kMaxJobs = 1024;
+int jobs_or_throw(long long jobs, std::string_view option = "--jobs");
+// Runs `worker` on `jobs` threads and joins them. A thread that cannot be started (the
+// system's thread or memory limit) calls `stop` (which must make the running workers return
+// soon), joins the ones started and throws InputError naming `option` and the count.
+void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,
+                    std::string_view option = "--jobs");
+// --sr-bits: 1..kMaxSrBits random bits.
+int sr_bits_or_throw(long long bits, std::string_view option = "--sr-bits");
+// --alpha: a significance level, finite, in (0, 1).
+double alpha_or_throw(double alpha, std::string_view option = "--alpha");
+
+// ---- output files --------------------------------------------------------------------
+// Writes `content` to `path` whole or not at all. A regular file (or a new one) is written to
+// a temporary file in the same directory, flushed and closed with every error checked, then
+// renamed over `path`; on any failure the temporary is removed and `path` is left as it was.
+// A path naming something other than a regular file (a device such as /dev/full or
+// /dev/stdout, a pipe) cannot be renamed into: it is written directly, and the write, flush
+// and close are checked. Throws InputError "PATH: cannot write WHAT: REASON" (exit 2).
+void write_output_file(const std::string& path, std::string_view content, std::string_view what);
+// Refuses (InputError, exit 2) an output path that names one of the inputs (or another
+// output): the same file by std::filesystem::equivalent when both exist, else the same
+// weakly_canonical path. `inputs`: (option or role, path) pairs; empty paths are skipped.
+void refuse_output_over_inputs(std::string_view output_option, const std::string& output,
+                               const std::vector<std::pair<std::string, std::string>>& inputs);
+// Flushes stdout (std::cout and C stdio); false when anything written to it was lost.
+bool flush_stdout(std::string& reason);
+
+// docs/CLI.md: a run that takes more than about 2 s shows a progress bar on stderr when
 // stderr is a terminal, and stays quiet otherwise. The work advances counter() from any
 // thread; when stderr is a terminal a drawing thread waits 2 s, then redraws every
 // 200 ms. The destructor stops it and clears the line, so the run's own output (stdout

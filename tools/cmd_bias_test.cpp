@@ -161,6 +161,7 @@ int run_bias_test(const BiasOptions& o) {
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
   // Per output: the error against exact, the correctly rounded reference's error on the same
+  alpha_or_throw(o.alpha);
   // inputs, and the excess (error minus reference, element by element, then averaged like
   // the error). Paired runs (--against) have no reference: their difference is the excess.
   std::vector<double> o_samples, d_samples, o_cr_samples, d_cr_samples, o_excess, d_excess;
@@ -182,7 +183,7 @@ int run_bias_test(const BiasOptions& o) {
     const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
     attn::ModelHandle model;
     try {
-      model = attn::parse_kernel_model(o.model, dtype);
+      model = parse_model_for_inputs(o.model, dtype);
     } catch (const std::invalid_argument& e) {
       throw InputError("--model " + o.model + ": " + e.what());
     }
@@ -192,7 +193,7 @@ int run_bias_test(const BiasOptions& o) {
     attn::ModelHandle against;
     if (!o.against.empty()) {
       try {
-        against = attn::parse_kernel_model(o.against, dtype);
+        against = parse_model_for_inputs(o.against, dtype);
       } catch (const std::invalid_argument& e) {
         throw InputError("--against " + o.against + ": " + e.what());
       }
@@ -261,7 +262,7 @@ int run_bias_test(const BiasOptions& o) {
       {
         attn::ModelHandle named;
         try {
-          if (!trace.metadata().model.empty()) named = attn::parse_kernel_model(trace.metadata().model, in.dtype);
+          if (!trace.metadata().model.empty()) named = parse_model_for_inputs(trace.metadata().model, in.dtype);
         } catch (const std::invalid_argument&) {
         }
         cr = named.recipe && named.recipe->output == o_bits.format
@@ -295,7 +296,7 @@ int run_bias_test(const BiasOptions& o) {
       } else if (in.d_o && !trace.metadata().model.empty()) {
         attn::ModelHandle model;
         try {
-          model = attn::parse_kernel_model(trace.metadata().model, in.dtype);
+          model = parse_model_for_inputs(trace.metadata().model, in.dtype);
         } catch (const std::invalid_argument&) {
         }
         if (model.recipe) {
@@ -449,7 +450,7 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--traces", o->traces, "directory of .safetensors traces");
   app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
   app.add_option("--trials", o->trials, "trials (default 32)");
-  app.add_option("--alpha", o->alpha, "significance level (default 1e-3)");
+  app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
   app.add_option("--seed", o->seed, "seed (default 0)");
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");

@@ -3,12 +3,16 @@
 // source = "emulated" (it can never pass as a hardware capture). The softmax scale is
 // written explicitly (1/sqrt(D) in fp64, shortest round trip), so a replay reuses it
 // exactly. Extra metadata: scenario, seed.
+// Everything it writes, replay reads back (fp32 models included: sweep_table.hpp
+// parse_model_for_inputs); a model whose outputs no trace tensor can hold (golden-fp64-*)
+// is refused before any work. The file is written whole or not at all (write_output_file).
 #include <cmath>
 #include <iostream>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/sweep_table.hpp"
 #include "traces/trace.hpp"
 
 namespace fb::cli {
@@ -34,11 +38,23 @@ int run_make_trace(const MakeTraceOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   attn::ModelHandle model;
   try {
-    model = attn::parse_kernel_model(o.model, dtype);
+    model = parse_model_for_inputs(o.model, dtype);
   } catch (const std::invalid_argument& e) {
     throw InputError("--model " + o.model + ": " + e.what());
   }
+  // A trace holds bf16, fp16, fp32, e4m3 or e5m2 tensors: a model whose O is never rounded
+  // to a format (golden-fp64-*: fp64 throughout) cannot be written, nor replayed. Refused
+  // here, before any work, rather than after the run.
+  {
+    const attn::KernelModel& km = *model.recipe;
+    const bool o_unrounded = km.structure != attn::Structure::correctly_rounded &&
+                             km.o_acc != attn::OAccumulator::mma_c && !km.o_buffer_format;
+    if (o_unrounded)
+      throw InputError("--model " + o.model + ": its outputs are fp64 values, which a trace cannot hold (trace "
+                       "tensors are bf16, fp16, fp32, e4m3 or e5m2); measure it with bias-test or deviation instead");
+  }
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
+  if (o.out.empty()) throw InputError("--out: the output path is empty");
   attn::AttentionInputs in;
   try {
     in = attn::make_scenario(o.scenario, o.seed, 1, 1, o.seqlen, o.headdim, model.recipe->input, o.backward);
@@ -86,7 +102,8 @@ int run_make_trace(const MakeTraceOptions& o) {
     if (out.dk) b.add_values("dk", out_f, shape_of(*out.dk), out.dk->data);
     if (out.dv) b.add_values("dv", out_f, shape_of(*out.dv), out.dv->data);
   }
-  b.write(o.out);
+  const std::vector<std::uint8_t> bytes = b.serialize(o.out);  // validated as the reader would
+  write_output_file(o.out, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "the trace");
   std::cout << "wrote " << o.out << " (source emulated, model " << model.name << ", scenario " << o.scenario
             << ", seqlen " << o.seqlen << ", head dim " << o.headdim << (in.d_o ? ", with backward" : "") << ")\n";
   return kExitOk;
@@ -99,9 +116,12 @@ Runner setup_make_trace(CLI::App& app) {
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");
   app.add_option("--seed", o->seed, "seed (default 0)");
-  app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  app.add_option("--dtype", o->dtype,
+                 "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "
+                 "`standard` standard-fp32");
   app.add_flag("--backward", o->backward, "also run and record the backward (do, delta, dq, dk, dv)");
-  app.add_option("--out", o->out, "output .safetensors file")->required();
+  app.add_option("--out", o->out, "output .safetensors file (written whole: a temporary file renamed into place)")
+      ->required();
   return [o] { return run_make_trace(*o); };
 }
 

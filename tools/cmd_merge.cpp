@@ -1,9 +1,12 @@
 // tools/cmd_merge.cpp: `flashbits merge FILES... [--csv FILE] [--json]` joins the CSV or
 // JSON shards of a sharded `flashbits sweep` and prints exactly what the unsharded sweep
 // prints: the shards carry sufficient statistics and every derived column is recomputed
-// (tools/sweep_table.hpp). A configuration index seen twice is an error (exit 2).
+// (tools/sweep_table.hpp). The files must be exactly the N shards of one run, as their run
+// records say (sweep_table.hpp check_shards): a missing or repeated shard, shards of
+// different runs (seed, trials, grid, sizes, sr bits) or a row that is not its shard's are
+// refused (exit 2, one line naming the file and what mismatched).
 #include <iostream>
-#include <set>
+#include <optional>
 
 #include "tools/cli_common.hpp"
 #include "tools/sweep_table.hpp"
@@ -16,27 +19,32 @@ struct MergeOptions {
   std::string csv;
   bool json = false;
   double alpha = 1e-3;
+  CLI::Option* alpha_option = nullptr;
 };
 
 int run_merge(const MergeOptions& o) {
+  std::optional<double> alpha;
+  if (o.alpha_option && o.alpha_option->count() > 0) alpha = alpha_or_throw(o.alpha);
+  std::vector<std::pair<std::string, std::string>> inputs;
+  for (const auto& f : o.files) inputs.emplace_back("shard", f);
+  refuse_output_over_inputs("--csv", o.csv, inputs);
+  std::vector<std::pair<std::string, SweepFile>> shards;
+  for (const auto& f : o.files) shards.emplace_back(f, read_sweep_file(f));
+  const SweepRun run = check_shards(shards, alpha);
   std::vector<SweepRow> rows;
-  std::set<long long> seen;
-  for (const auto& f : o.files)
-    for (auto& r : read_rows(f)) {
-      if (!seen.insert(r.index).second)
-        throw InputError(f + ": configuration index " + std::to_string(r.index) + " (" + r.configuration() +
-                         ") appears in more than one shard");
-      rows.push_back(std::move(r));
-    }
-  return emit_rows(std::move(rows), o.csv, o.json, o.alpha);
+  for (auto& [path, file] : shards)
+    for (auto& r : file.rows) rows.push_back(std::move(r));
+  return emit_rows(std::move(rows), o.csv, o.json, run);
 }
 
 Runner setup_merge(CLI::App& app) {
   auto o = std::make_shared<MergeOptions>();
-  app.add_option("files", o->files, "shard files written by sweep --csv or --json")->required();
-  app.add_option("--csv", o->csv, "write the merged rows as CSV");
+  app.add_option("files", o->files, "shard files written by sweep --csv or --json (all N shards of one run)")
+      ->required();
+  app.add_option("--csv", o->csv, "write the merged rows as CSV (written whole: a temporary file renamed into place)");
   app.add_flag("--json", o->json, "print JSON instead of the table");
-  app.add_option("--alpha", o->alpha, "significance level of the verdict (default 1e-3)");
+  o->alpha_option = app.add_option("--alpha", o->alpha,
+                                   "significance level of the verdict, in (0, 1) (default: the shards' own)");
   return [o] { return run_merge(*o); };
 }
 

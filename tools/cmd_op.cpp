@@ -20,10 +20,7 @@ struct OpOptions {
 
 RoundingSpec base_spec(const OpOptions& o) {
   RoundingSpec s;
-  if (o.sr_bits < 1 || o.sr_bits > kMaxSrBits) {
-    throw InputError("--sr-bits: " + std::to_string(o.sr_bits) + " is outside 1.." + std::to_string(kMaxSrBits));
-  }
-  s.sr_bits = o.sr_bits;
+  s.sr_bits = sr_bits_or_throw(o.sr_bits);
   s.seed = o.seed;
   s.overflow = parse_overflow_or_throw(o.overflow, "--overflow");
   return s;
@@ -87,7 +84,7 @@ int run_op(const OpOptions& o) {
 
 Runner setup_op(CLI::App& app) {
   auto o = std::make_shared<OpOptions>();
-  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]")->expected(0, -1);
+  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]; operands: see below")->expected(0, -1);
   app.add_option("--format", o->format, "result format (flag form)");
   app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
   app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite");
@@ -98,7 +95,15 @@ Runner setup_op(CLI::App& app) {
   app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
   app.add_flag("--explain", o->explain, "explain the rounding bit by bit");
   app.footer(
-      "Examples:\n  flashbits op add bf16 rne 3f80 3b80\n  flashbits op mul --format e4m3 --round rtz 0x4e 0x3a\n"
+      "Operands (A, B, C; cvt: SRC_FORMAT:OPERAND):\n"
+      "  0x3f80, 3f80   a bit pattern in hex; the 0x may be left out unless the word is also a number\n"
+      "  +1, -2.5, 1.0, +1e3, -0, inf, -inf, nan\n"
+      "                 a value (a sign or a point marks a decimal), exactly representable in the format\n"
+      "  1, 10, 8001, 1e3\n"
+      "                 ambiguous (hex digits and a decimal number at once): refused, exit 2;\n"
+      "                 write 0x1 for the bit pattern or +1 for the value (all zeros is +0 either way)\n"
+      "Examples:\n  flashbits op add bf16 rne 3f80 3b80\n  flashbits op add bf16 rne +1 +2\n"
+      "  flashbits op mul --format e4m3 --round rtz 0x4e 0x3a\n"
       "  flashbits op cvt bf16 rne fp32:c096872b --explain");
   return [o] { return run_op(*o); };
 }

@@ -41,8 +41,18 @@ Runner setup_probe_check(CLI::App& app) {
                         ->check(CLI::PositiveNumber);
   sample_out->needs(per_batch);
   per_batch->needs(sample_out);
-  app.add_option("--jobs", args->options.jobs, "replay threads (default: the hardware's)")->check(CLI::Range(1u, 1024u));
-  return [args] { return gpu::run_probe_check(args->file, args->options, std::cout, std::cerr); };
+  app.add_option("--jobs", args->options.jobs, "replay threads, 1..1024 (default: the hardware's; results do not depend on it)")->check(CLI::Range(1u, 1024u));
+  return [args] {
+    // No output may overwrite the probe file it is cut from, nor another output.
+    const gpu::ProbeCheckOptions& o = args->options;
+    refuse_output_over_inputs("--mismatches-out", o.mismatches_out, {{"the probe file", args->file}});
+    refuse_output_over_inputs("--sample-out", o.sample_out,
+                              {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out}});
+    refuse_output_over_inputs("--predictions-out", o.predictions_out,
+                              {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out},
+                               {"--sample-out", o.sample_out}});
+    return gpu::run_probe_check(args->file, o, std::cout, std::cerr);
+  };
 }
 
 }  // namespace

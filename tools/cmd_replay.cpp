@@ -11,6 +11,13 @@
 //   emulated, and names the SFU model, warning when it is unmeasured on hardware.
 // - Exit 0 all match, 1 any mismatch, 2 bad trace / usage (TraceError -> one line).
 // - --explain and --plot trace one row: --batch/--head/--row (default 0,0,0).
+// - --row R (with --batch/--head, default 0) recomputes only that row's forward
+//   (RunOptions::only_rows): O and LSE of the row, and with dO its delta; dQ, dK, dV need
+//   every row and are not compared (a note says so; replay without --row compares them).
+//   The output says how many rows were recomputed. Negative coordinates, --row with --all,
+//   --batch/--head without --row, and an empty --plot path are usage errors (exit 2).
+// - No output path (--plot, --sfu-record) may name an input (the trace, --recipe,
+//   --sfu-dump, --sfu-values) or the other output; the plot is written whole or not at all.
 // - --recipe FILE changes the model's stage formats or SFU models (tools/recipe_file.hpp),
 //   e.g. to replay a hardware capture with the SFU tables captured on the same GPU.
 #include <algorithm>
@@ -19,6 +26,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
@@ -39,6 +47,8 @@ struct ReplayOptions {
   std::string sfu_set = "auto";  // auto | model | a named SFU set
   int batch = -1, head = -1, row = -1;
   bool all = false, explain = false, json = false;
+  // Given on the command line (the defaults -1 and "" would otherwise hide it).
+  CLI::Option *batch_option = nullptr, *head_option = nullptr, *row_option = nullptr, *plot_option = nullptr;
 };
 
 constexpr std::size_t kListedMismatches = 20;  // per tensor in the text report
@@ -144,7 +154,29 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
   return cmp;
 }
 
+void check_options(const ReplayOptions& o) {
+  const bool row_given = o.row_option->count() > 0;
+  for (const auto& [name, value, given] : {std::tuple<const char*, int, bool>{"--batch", o.batch, o.batch_option->count() > 0},
+                                          {"--head", o.head, o.head_option->count() > 0},
+                                          {"--row", o.row, row_given}})
+    if (given && value < 0)
+      throw InputError(std::string(name) + " " + std::to_string(value) +
+                       ": expected a row coordinate >= 0 (leave --row out to compare every row)");
+  if (row_given && o.all) throw InputError("--row and --all: give one (--all compares every row, --row one)");
+  if (!row_given && (o.batch_option->count() > 0 || o.head_option->count() > 0) && !o.explain && o.plot.empty())
+    throw InputError("--batch/--head: they select the row of --row (or the row --explain/--plot traces)");
+  if (o.plot_option->count() > 0 && o.plot.empty()) throw InputError("--plot: the output path is empty");
+  std::vector<std::pair<std::string, std::string>> inputs = {{"the trace", o.path}, {"--recipe", o.recipe},
+                                                             {"--sfu-values", o.sfu_values}};
+  for (const std::string& spec : o.sfu_dumps)
+    if (const auto eq = spec.find('='); eq != std::string::npos) inputs.emplace_back("--sfu-dump", spec.substr(eq + 1));
+  refuse_output_over_inputs("--plot", o.plot, inputs);
+  refuse_output_over_inputs("--sfu-record", o.sfu_record, inputs);
+  refuse_output_over_inputs("--plot", o.plot, {{"--sfu-record", o.sfu_record}});
+}
+
 int run_replay(const ReplayOptions& o) {
+  check_options(o);
   const Trace trace = read_trace(o.path);
   const TraceMetadata& md = trace.metadata();
   const std::string model_name = o.model.empty() ? md.model : o.model;
@@ -153,7 +185,7 @@ int run_replay(const ReplayOptions& o) {
   const attn::AttentionInputs in = inputs_from_trace(trace);
   attn::ModelHandle model;
   try {
-    model = attn::parse_kernel_model(model_name, in.dtype);
+    model = parse_model_for_inputs(model_name, in.dtype);
   } catch (const std::invalid_argument& e) {
     throw InputError(std::string("model ") + model_name + ": " + e.what());
   }
@@ -245,10 +277,16 @@ int run_replay(const ReplayOptions& o) {
     }
     opt.tracer = &tracer;
   }
-  ProgressBar progress("rows", static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1));
+  // --row: only that row's forward (and delta); the backward's dQ, dK, dV need every row.
+  const bool one_row = o.row >= 0;
+  if (one_row) opt.only_rows.push_back({tb, th, tr});
+  const std::uint64_t all_rows = static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows;
+  const std::uint64_t row_units = in.d_o ? 2 : 1;  // progress: a forward row, and its delta/backward share
+  ProgressBar progress("rows", (one_row ? 1 : all_rows) * row_units);
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
   progress.finish();
+  const std::uint64_t rows_recomputed = progress.counter().load() / row_units;
   if (!o.sfu_record.empty()) {
     if (!attn::sfu_hardware_measured(*model.recipe))
       throw InputError("--sfu-record: the SFU models are not all hardware tables (give --sfu-dump for each "
@@ -273,10 +311,12 @@ int run_replay(const ReplayOptions& o) {
                     (oracle_fallbacks ? " (NOT hardware-exact)" : ""));
 
   std::vector<Comparison> comparisons;
+  std::vector<std::string> not_compared;  // --row: tensors that need every row's backward
   comparisons.push_back(compare(o, trace, "o", out.o));
   if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
   if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
+  if (trace.has("dq_accum") && one_row && trace.has("do")) not_compared.push_back("dq_accum");
   if (!intermediate_rows.empty()) {
     std::vector<const attn::RowTrace*> traced;
     for (std::size_t i = 0; i < intermediate_rows.size(); ++i) traced.push_back(&tracer.traces[first_intermediate + i]);
@@ -309,6 +349,10 @@ int run_replay(const ReplayOptions& o) {
       {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}};
   for (const auto& [name, tensor] : gradients) {
     if (!trace.has(name)) continue;
+    if (one_row && trace.has("do")) {
+      not_compared.push_back(name);
+      continue;
+    }
     if (!tensor->has_value())
       throw InputError(o.path + ": tensor " + name + " is captured but the trace has no do to recompute it from");
     comparisons.push_back(compare(o, trace, name, **tensor));
@@ -353,7 +397,13 @@ int run_replay(const ReplayOptions& o) {
       for (std::size_t i = 0; i < order.size(); ++i)
         if (order[i] == k) p.markers.push_back(static_cast<double>(i));
     }
-    write_line_plot(o.plot, p);
+    write_line_plot(o.plot, p);  // throws (exit 2) before anything claims it was written
+  }
+  if (!not_compared.empty()) {
+    std::string names;
+    for (const auto& n : not_compared) names += (names.empty() ? "" : ", ") + n;
+    notes.push_back("note: --row recomputes one row's forward only: " + names +
+                    " need the backward of every row and are not compared (replay without --row compares them)");
   }
 
   if (o.json) {
@@ -366,6 +416,9 @@ int run_replay(const ReplayOptions& o) {
     j["sfu_hardware_measured"] = sfu_measured;
     if (!oracles.empty()) j["sfu_values_fallbacks"] = oracle_fallbacks;
     j["model_hardware_validated"] = model.recipe->hardware_validated();
+    j["rows_recomputed"] = rows_recomputed;
+    j["rows"] = all_rows;
+    if (!not_compared.empty()) j["not_compared"] = not_compared;
     j["tensors"] = nlohmann::ordered_json::array();
     for (const auto& c : comparisons) {
       nlohmann::ordered_json t;
@@ -407,6 +460,7 @@ int run_replay(const ReplayOptions& o) {
   } else {
     std::cout << "replay " << o.path << " under " << model.name << "\n" << source_line << "\n" << sfu_line << "\n";
     for (const auto& n : notes) std::cout << n << "\n";
+    std::cout << "rows recomputed: " << rows_recomputed << " of " << all_rows << "\n";
     if (!model.recipe->hardware_validated())
       std::cout << "note: parts of this model are not validated on hardware (see `flashbits models`)\n";
     for (const auto& c : comparisons) {
@@ -479,12 +533,15 @@ Runner setup_replay(CLI::App& app) {
                  "write the (input, output) pairs the SFU models evaluated to FILE (FBSFUVAL1; needs --sfu-dump)");
   app.add_option("--sfu-values", o->sfu_values,
                  "FBSFUVAL1 file: hardware SFU outputs for this replay's inputs (from --sfu-record on the device)");
-  app.add_option("--batch", o->batch, "batch of the row to compare");
-  app.add_option("--head", o->head, "head of the row to compare");
-  app.add_option("--row", o->row, "row to compare (default: all rows)");
-  app.add_flag("--all", o->all, "compare every row (the default)");
+  o->batch_option = app.add_option("--batch", o->batch, "batch of the row to compare (with --row; default 0)");
+  o->head_option = app.add_option("--head", o->head, "head of the row to compare (with --row; default 0)");
+  o->row_option = app.add_option("--row", o->row,
+                                 "recompute and compare only this row (>= 0): O, LSE and delta; dQ, dK, dV need "
+                                 "every row and are skipped (default: all rows)");
+  app.add_flag("--all", o->all, "compare every row (the default; not with --row)");
   app.add_flag("--explain", o->explain, "per KV tile story of the row (default row 0)");
-  app.add_option("--plot", o->plot, "write the cumulative rounding error of O-bar as SVG");
+  o->plot_option = app.add_option("--plot", o->plot,
+                                  "write the cumulative rounding error of O-bar as SVG to this path (not an input)");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_replay(*o); };
 }

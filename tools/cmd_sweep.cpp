@@ -16,7 +16,11 @@
 // excess (the difference, trial by trial); the verdict tests the excess (sweep_table.hpp).
 // Determinism: trial t of configuration c draws its inputs from
 // trial_seed(seed, c's text, t), so results do not depend on --jobs or --shard.
-// --shard K/N runs the configurations i (0-based, in product order) with i % N == K-1.
+// --shard K/N runs the configurations i (0-based, in product order) with i % N == K-1;
+// every output records the run (sweep_table.hpp SweepRun: seed, shard, grid, trials, ...)
+// so that merge can refuse an incomplete or mixed set of shards.
+// --jobs: 1..kMaxJobs threads; a thread the system cannot start is exit 2 (run_on_threads).
+// --sr-bits 1..32 and --alpha in (0, 1) as everywhere else (cli_common.hpp).
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -113,6 +117,9 @@ int run_sweep(const SweepOptions& o) {
   }
   if (o.trials < 1) throw InputError("--trials: expected at least 1");
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
+  const int jobs = jobs_or_throw(o.jobs);
+  sr_bits_or_throw(o.sr_bits);
+  alpha_or_throw(o.alpha);
   const auto scenario_list = attn::scenario_names();
   std::vector<Config> configs;
   std::vector<std::string> not_runnable;  // distinct reasons, in grid order
@@ -198,10 +205,8 @@ int run_sweep(const SweepOptions& o) {
       progress.advance();
     }
   };
-  const int jobs = std::max(1, o.jobs);
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  // A thread that cannot start stops the others (no item is left for them) before the error.
+  run_on_threads(jobs, worker, [&] { next = total; });
   progress.finish();
   if (!error.empty()) {
     if (error_is_bad_input) throw InputError(error);
@@ -216,7 +221,22 @@ int run_sweep(const SweepOptions& o) {
   }
   if (configs.size() && !configs.front().model.recipe->hardware_validated())
     std::cerr << "note: some models use parts not yet validated on hardware (see `flashbits models`)\n";
-  return emit_rows(std::move(rows), o.csv, o.json, o.alpha);
+  SweepRun run;
+  run.seed = o.seed;
+  run.shard_k = shard_k;
+  run.shard_n = shard_n;
+  run.configurations = index;
+  run.trials = o.trials;
+  run.formats = o.formats;
+  run.rounds = o.rounds;
+  run.models = o.models;
+  run.scenarios = o.scenarios;
+  run.against = o.against;
+  run.seqlen = o.seqlen;
+  run.headdim = o.headdim;
+  run.sr_bits = o.sr_bits;
+  run.alpha = o.alpha;
+  return emit_rows(std::move(rows), o.csv, o.json, run);
 }
 
 Runner setup_sweep(CLI::App& app) {
@@ -234,11 +254,15 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");
   app.add_option("--trials", o->trials, "trials per configuration (default 8)");
   app.add_option("--seed", o->seed, "seed (default 0)");
-  app.add_option("--sr-bits", o->sr_bits, "random bits for sr (default 24)");
-  app.add_option("--jobs", o->jobs, "threads (results do not depend on it)");
-  app.add_option("--shard", o->shard, "K/N: run configurations i with i % N == K-1");
-  app.add_option("--alpha", o->alpha, "significance level of the verdict (default 1e-3)");
-  app.add_option("--csv", o->csv, "also write the rows (with sufficient statistics) as CSV");
+  app.add_option("--sr-bits", o->sr_bits, "random bits for sr, 1..32 (default 24)");
+  app.add_option("--jobs", o->jobs,
+                 "threads, 1.." + std::to_string(kMaxJobs) + " (default 1; results do not depend on it)");
+  app.add_option("--shard", o->shard,
+                 "K/N: run configurations i with i % N == K-1 (the output's run record lets merge check the set)");
+  app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default 1e-3)");
+  app.add_option("--csv", o->csv,
+                 "also write the rows (with sufficient statistics and a last `# run` line recording the "
+                 "parameters, seed and shard) as CSV");
   app.add_flag("--json", o->json, "print JSON instead of the table");
   return [o] { return run_sweep(*o); };
 }

@@ -72,7 +72,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   check_inputs_support_statistics(in, path);
   std::string sfu_note;
   const attn::ModelHandle model =
-      with_capture_sfu(attn::parse_kernel_model(md.model, in.dtype), trace, "auto", sfu_note);
+      with_capture_sfu(parse_model_for_inputs(md.model, in.dtype), trace, "auto", sfu_note);
   const Format& out_f = model.recipe->output;
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
   os << (is_hardware_capture(trace) ? "hardware capture (source " + md.source + ")"
@@ -185,7 +185,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // 3. The kernel against the best its output format allows, and the fix beside it: per row
   // the mean error of O against exact, the correctly rounded reference's (exact O rounded
   // once into the output format) and the kernel's excess over it (bias-test's verdict).
-  const attn::ModelHandle fixed = with_capture_sfu(attn::parse_kernel_model(md.model + "+dynmax", in.dtype), trace,
+  const attn::ModelHandle fixed = with_capture_sfu(parse_model_for_inputs(md.model + "+dynmax", in.dtype), trace,
                                                    "auto", sfu_note);
   const attn::AttentionOutputs fix = attn::run_attention(fixed, in, {});
   // With the fix, a model whose O is NaN or infinite on these finite inputs gets no verdict.

@@ -1,19 +1,87 @@
 // tools/main.cpp: the `flashbits` command line; subcommands register themselves.
+//
+// Exit codes (tools/cli_common.hpp): 0 ok, 1 a check failed, 2 bad input -- a usage error
+// (one `error: ...` line naming the option, with "did you mean" for a misspelt subcommand
+// or option), a bad file, or output that could not be written (stdout is flushed and
+// checked before every exit: `flashbits formats > /dev/full` is exit 2) -- and 3 an
+// internal error (a flashbits bug).
+#include <algorithm>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "tools/cli_common.hpp"
 #include "traces/safetensors.hpp"
 
-int main(int argc, char** argv) {
+#ifndef FLASHBITS_VERSION
+#define FLASHBITS_VERSION "unknown"
+#endif
+
+namespace {
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'X'?)" for the nearest candidate within a few edits, else "".
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const std::size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+std::vector<std::string> long_options(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options())
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+  return names;
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+int run(int argc, char** argv) {
   CLI::App app{"flashbits: bit-exact low-precision floating point and FlashAttention rounding-bias "
                "simulator"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.set_version_flag("--version", std::string("flashbits ") + FLASHBITS_VERSION, "Print the version and exit");
   std::vector<std::pair<CLI::App*, fb::cli::Runner>> runners;
+  std::vector<std::string> names;
   for (const auto& sub : fb::cli::subcommand_registry()) {
     CLI::App* s = app.add_subcommand(sub.name, sub.description);
     runners.emplace_back(s, sub.setup(*s));
+    names.push_back(sub.name);
+  }
+  // A first word that is no subcommand: name it (CLI11 would only say one is required).
+  if (argc >= 2 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+    std::cerr << "error: unknown subcommand '" << argv[1] << "'" << suggestion(argv[1], names)
+              << "; see `flashbits --help`\n";
+    return fb::cli::kExitBadInput;
   }
   try {
     app.parse(argc, argv);
@@ -21,8 +89,32 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    const CLI::App* sub = nullptr;
+    for (auto& [s, run] : runners)
+      if (s->parsed()) sub = s;
+    std::string where = sub ? sub->get_name() + ": " : "";
+    std::string message = one_line(e.what());
+    if (!sub && argc < 2) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      message = "a subcommand is required (" + list + ")";
+    } else if (dynamic_cast<const CLI::ExtrasError*>(&e) && sub) {
+      // Name the first word the subcommand does not take, and the nearest option.
+      const std::vector<std::string> options = long_options(*sub);
+      for (int i = 2; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word.rfind("--", 0) != 0) continue;
+        const std::string name = word.substr(0, word.find('='));
+        if (std::find(options.begin(), options.end(), name) != options.end()) continue;
+        message = "unknown option '" + name + "'" + suggestion(name, options);
+        break;
+      }
+    }
+    std::cerr << "error: " << where << message << " (see `flashbits " << (sub ? sub->get_name() + " " : "")
+              << "--help`)\n";
     return fb::cli::kExitBadInput;
   }
   try {
@@ -44,7 +136,20 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // Anything else is a flashbits bug; say so in one line rather than abort.
     std::cerr << "internal error: " << e.what() << "\n";
-    return 3;
+    return fb::cli::kExitInternalError;
   }
   return fb::cli::kExitBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int code = run(argc, argv);
+  // Output that never reached stdout (a full disk, /dev/full, a closed pipe) is a failed run.
+  std::string reason;
+  if (!fb::cli::flush_stdout(reason)) {
+    std::cerr << "error: cannot write standard output: " << reason << "\n";
+    return code == fb::cli::kExitInternalError ? code : fb::cli::kExitBadInput;
+  }
+  return code;
 }

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tools/cli_common.hpp"
+
 namespace fb::cli {
 namespace {
 
@@ -61,18 +63,7 @@ void write_sfu_values(const std::string& path, const SfuValues& values) {
         for (int b = 0; b < 4; ++b) out.put(static_cast<char>((w >> (8 * b)) & 0xffu));
     }
   }
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    const std::string s = out.str();
-    f.write(s.data(), static_cast<std::streamsize>(s.size()));
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": cannot rename into place");
+  write_output_file(path, out.str(), "the SFU values");  // whole or not at all
 }
 
 SfuValues read_sfu_values(const std::string& path) {

@@ -109,9 +109,7 @@ void write_line_plot(const std::string& path, const LinePlot& p) {
     << "\" stroke=\"#d62728\" stroke-dasharray=\"4,3\"/>\n";
   s << "<text x=\"" << lx + 36 << "\" y=\"" << ly + 24 << "\">" << escape(p.marker_label) << "</text>\n";
   s << "</svg>\n";
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw InputError(path + ": cannot write the plot");
-  out << s.str();
+  write_output_file(path, s.str(), "the plot");
 }
 
 }  // namespace fb::cli

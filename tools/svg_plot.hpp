@@ -4,7 +4,8 @@
 //
 // Contract: write_line_plot() writes one standalone SVG (axes with ticks and numbers, axis
 // labels, title, legend) of the series (x, y) drawn in the given order, with a dashed
-// vertical line at every marker x. Throws InputError when the file cannot be written.
+// vertical line at every marker x, whole or not at all (cli_common.hpp write_output_file).
+// Throws InputError when the file cannot be written.
 #pragma once
 
 #include <string>

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <stdexcept>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -33,6 +35,18 @@ std::vector<double> delta_units(const Format& output_format, const attn::Tensor4
     units[r] = attn::ulp_at(output_format, std::max(magnitude, sum_abs));
   }
   return units;
+}
+
+attn::ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype) {
+  if (dtype == formats::bf16 || dtype == formats::fp16) return attn::parse_kernel_model(name, dtype);
+  // Models that name their dtype ignore the one given: parse with bf16, then check.
+  std::string text = name;
+  if (text == "standard" || text.rfind("standard+", 0) == 0) text = "standard-" + std::string(dtype.name) + text.substr(8);
+  attn::ModelHandle h = attn::parse_kernel_model(text, formats::bf16);
+  if (!(h.recipe->input == dtype))
+    throw std::invalid_argument("kernel model " + name + " reads " + h.recipe->input.name + " inputs, not " +
+                                dtype.name + " (a model that does not name its dtype takes bf16 or fp16)");
+  return h;
 }
 
 ReferenceErrors reference_errors(const attn::ModelHandle& reference, const attn::AttentionInputs& in,
@@ -360,6 +374,7 @@ const char* kCsvHeader =
     "delta_mean_ulps,delta_p_t,delta_cr_mean_ulps,delta_excess_mean_ulps,delta_excess_p_t,"
     "rms_ulps,max_abs_ulps,verdict_from,verdict";
 constexpr std::size_t kCsvColumns = 54;
+constexpr const char* kRunPrefix = "# run ";
 
 }  // namespace
 
@@ -400,7 +415,29 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alp
         "difference itself; their PV counts are A's.\n";
 }
 
-void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
+namespace {
+nlohmann::ordered_json run_json(const SweepRun& run) {
+  nlohmann::ordered_json j;
+  j["program"] = "flashbits sweep";
+  j["seed"] = run.seed;
+  j["shard"] = run.shard_text();
+  j["configurations"] = run.configurations;
+  j["trials"] = run.trials;
+  j["formats"] = run.formats;
+  j["round"] = run.rounds;
+  j["models"] = run.models;
+  j["scenarios"] = run.scenarios;
+  j["against"] = run.against;
+  j["seqlen"] = run.seqlen;
+  j["headdim"] = run.headdim;
+  j["sr_bits"] = run.sr_bits;
+  j["alpha"] = run.alpha;
+  return j;
+}
+}  // namespace
+
+void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
+  const double alpha = run.alpha;
   os << kCsvHeader << "\n";
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, alpha);
@@ -421,11 +458,15 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha
        << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict_from << "," << x.verdict
        << "\n";
   }
+  // Last, so that a truncated file has no run record and merge refuses it.
+  os << kRunPrefix << run_json(run).dump() << "\n";
 }
 
-void write_json(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
+void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
+  const double alpha = run.alpha;
   nlohmann::ordered_json out;
   out["alpha"] = alpha;
+  out["run"] = run_json(run);
   out["rows"] = nlohmann::ordered_json::array();
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, alpha);
@@ -528,18 +569,71 @@ long long json_int(const nlohmann::json& row, const char* key, const std::string
 }
 }  // namespace
 
-std::vector<SweepRow> read_rows(const std::string& path) {
+namespace {
+std::string json_string(const nlohmann::json& j, const char* key, const std::string& where) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_string()) throw InputError(where + " field " + key + ": expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where + ": expected a JSON object");
+  SweepRun run;
+  try {
+    if (json_string(j, "program", where) != "flashbits sweep")
+      throw InputError(where + " field program: expected \"flashbits sweep\"");
+    const nlohmann::json& seed = j.at("seed");
+    if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<long long>() >= 0))
+      throw InputError(where + " field seed: expected an unsigned integer, got " + seed.dump());
+    run.seed = seed.get<std::uint64_t>();
+    const std::string shard = json_string(j, "shard", where);
+    {
+      char slash = 0;
+      std::istringstream ss(shard);
+      long long k = 0, n = 0;
+      if (!(ss >> k >> slash >> n) || slash != '/' || !ss.eof() || n < 1 || k < 1 || k > n || n > INT_MAX)
+        throw InputError(where + " field shard: '" + shard + "' is not K/N with 1 <= K <= N");
+      run.shard_k = static_cast<int>(k);
+      run.shard_n = static_cast<int>(n);
+    }
+    run.configurations = json_int(j, "configurations", where, 1);
+    run.trials = json_int(j, "trials", where, 1, INT_MAX);
+    run.formats = json_string(j, "formats", where);
+    run.rounds = json_string(j, "round", where);
+    run.models = json_string(j, "models", where);
+    run.scenarios = json_string(j, "scenarios", where);
+    run.against = json_string(j, "against", where);
+    run.seqlen = json_int(j, "seqlen", where, 1, INT_MAX);
+    run.headdim = json_int(j, "headdim", where, 1, INT_MAX);
+    run.sr_bits = json_int(j, "sr_bits", where, 1, kMaxSrBits);
+    const nlohmann::json& alpha = j.at("alpha");
+    if (!alpha.is_number()) throw InputError(where + " field alpha: expected a number, got " + alpha.dump());
+    run.alpha = alpha_or_throw(alpha.get<double>(), where + " field alpha");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + ": " + e.what());
+  }
+  return run;
+}
+}  // namespace
+
+SweepFile read_sweep_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   std::stringstream buf;
   buf << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": read failed");
   const std::string text = buf.str();
-  std::vector<SweepRow> rows;
+  SweepFile file;
+  std::vector<SweepRow>& rows = file.rows;
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
+      if (!j.is_object()) throw InputError(path + ": not a sweep JSON file (expected an object)");
+      if (j.contains("run")) file.run = parse_run(j.at("run"), path + ": run");
       for (const auto& r : j.at("rows")) {
         const std::string where = path + ": rows[" + std::to_string(rows.size()) + "]";
         SweepRow s;
@@ -589,7 +683,7 @@ std::vector<SweepRow> read_rows(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       throw InputError(path + ": not a sweep JSON file (" + e.what() + ")");
     }
-    return rows;
+    return file;
   }
   std::istringstream lines(text);
   std::string line;
@@ -599,6 +693,17 @@ std::vector<SweepRow> read_rows(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     const std::string where = path + ": line " + std::to_string(line_no);
+    if (file.run) throw InputError(where + ": text after the run record (the record is the last line)");
+    if (line.rfind(kRunPrefix, 0) == 0 && line_no > 1) {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line.substr(std::string(kRunPrefix).size()));
+      } catch (const nlohmann::json::exception& e) {
+        throw InputError(where + ": run record: " + e.what());
+      }
+      file.run = parse_run(j, where + ": run record");
+      continue;
+    }
     if (line_no == 1) {
       if (line != kCsvHeader) throw InputError(where + ": expected the sweep CSV header");
       continue;
@@ -650,18 +755,122 @@ std::vector<SweepRow> read_rows(const std::string& path) {
     rows.push_back(s);
   }
   if (line_no == 0) throw InputError(path + ": empty file, expected a sweep CSV or JSON");
-  return rows;
+  return file;
 }
 
-int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, double alpha) {
+SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha) {
+  if (files.empty()) throw InputError("merge: no shard files");
+  for (const auto& [path, file] : files)
+    if (!file.run)
+      throw InputError(path + ": no run record (the sweep's parameters, seed and shard: a file written by an older "
+                              "flashbits, or truncated); rerun that sweep shard");
+  const std::string& first_path = files.front().first;
+  const SweepRun& first = *files.front().second.run;
+  // Every parameter the rows depend on must agree.
+  for (const auto& [path, file] : files) {
+    const SweepRun& r = *file.run;
+    auto differ = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
+      if (mine != theirs)
+        throw InputError(path + ": " + what + " " + mine + " differs from " + theirs + " in " + first_path +
+                         " (shards of one sweep share every parameter)");
+    };
+    differ("seed", std::to_string(r.seed), std::to_string(first.seed));
+    if (r.shard_n != first.shard_n)
+      throw InputError(path + ": shard " + r.shard_text() + " is of a sweep cut into " + std::to_string(r.shard_n) +
+                       " shards, " + first_path + " (" + first.shard_text() + ") of one cut into " +
+                       std::to_string(first.shard_n));
+  }
+  for (const auto& [path, file] : files) {
+    const SweepRun& r = *file.run;
+    auto differ = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
+      if (mine != theirs)
+        throw InputError(path + ": " + what + " '" + mine + "' differs from '" + theirs + "' in " + first_path +
+                         " (shards of one sweep share every parameter)");
+    };
+    differ("--trials", std::to_string(r.trials), std::to_string(first.trials));
+    differ("--formats", r.formats, first.formats);
+    differ("--round", r.rounds, first.rounds);
+    differ("--model", r.models, first.models);
+    differ("--scenario", r.scenarios, first.scenarios);
+    differ("--against", r.against, first.against);
+    differ("--seqlen", std::to_string(r.seqlen), std::to_string(first.seqlen));
+    differ("--headdim", std::to_string(r.headdim), std::to_string(first.headdim));
+    differ("--sr-bits", std::to_string(r.sr_bits), std::to_string(first.sr_bits));
+    differ("configuration count", std::to_string(r.configurations), std::to_string(first.configurations));
+  }
+  // Each shard K of 1..N exactly once.
+  std::vector<const std::string*> shard_file(static_cast<std::size_t>(first.shard_n), nullptr);
+  for (const auto& [path, file] : files) {
+    const std::string*& seen = shard_file[static_cast<std::size_t>(file.run->shard_k - 1)];
+    if (seen)
+      throw InputError(path + ": shard " + file.run->shard_text() + " is given twice (also " + *seen + ")");
+    seen = &path;
+  }
+  for (int k = 1; k <= first.shard_n; ++k)
+    if (!shard_file[static_cast<std::size_t>(k - 1)])
+      throw InputError(first_path + ": its sweep has " + std::to_string(first.shard_n) + " shards and shard " +
+                       std::to_string(k) + "/" + std::to_string(first.shard_n) + " is missing");
+  // Every row belongs to its shard and holds the run's trials.
+  std::set<long long> index_seen;
+  for (const auto& [path, file] : files) {
+    const SweepRun& r = *file.run;
+    long long expected_rows = 0;
+    if (r.configurations >= r.shard_k) expected_rows = (r.configurations - r.shard_k) / r.shard_n + 1;
+    for (std::size_t i = 0; i < file.rows.size(); ++i) {
+      const SweepRow& row = file.rows[i];
+      const std::string where = path + ": row " + std::to_string(i + 1) + " (index " + std::to_string(row.index) + ")";
+      if (row.index < 0 || row.index >= r.configurations || row.index % r.shard_n != r.shard_k - 1)
+        throw InputError(where + ": not a configuration of shard " + r.shard_text() + " of " +
+                         std::to_string(r.configurations));
+      if (row.trials != r.trials)
+        throw InputError(where + ": trials " + std::to_string(row.trials) + " differs from the run's " +
+                         std::to_string(r.trials));
+      if (row.seqlen != r.seqlen || row.headdim != r.headdim)
+        throw InputError(where + ": seqlen/headdim " + std::to_string(row.seqlen) + "/" + std::to_string(row.headdim) +
+                         " differ from the run's " + std::to_string(r.seqlen) + "/" + std::to_string(r.headdim));
+      if (row.ref_trials != 0 && row.ref_trials != row.trials)
+        throw InputError(where + ": ref_trials " + std::to_string(row.ref_trials) + " is neither 0 nor trials");
+      const std::pair<const char*, long long> counts[] = {
+          {"o_pos", row.o_pos},       {"o_neg", row.o_neg},       {"d_pos", row.d_pos},       {"d_neg", row.d_neg},
+          {"cr_o_pos", row.cr_o_pos}, {"cr_o_neg", row.cr_o_neg}, {"cr_d_pos", row.cr_d_pos}, {"cr_d_neg", row.cr_d_neg},
+          {"ex_o_pos", row.ex_o_pos}, {"ex_o_neg", row.ex_o_neg}, {"ex_d_pos", row.ex_d_pos}, {"ex_d_neg", row.ex_d_neg}};
+      for (const auto& [name, v] : counts)
+        if (v < 0 || v > row.trials)
+          throw InputError(where + ": " + name + " " + std::to_string(v) + " is outside 0..trials");
+      for (const auto& [name, v] : {std::pair<const char*, long long>{"elements", row.elements},
+                                    {"sig_overflows", row.sig_overflows}, {"ties", row.ties},
+                                    {"rounded_up", row.rounded_up}, {"rounded_down", row.rounded_down}})
+        if (v < 0) throw InputError(where + ": " + name + " " + std::to_string(v) + " is negative");
+      if (!index_seen.insert(row.index).second)
+        throw InputError(where + ": configuration " + row.configuration() + " appears twice");
+    }
+    if (static_cast<long long>(file.rows.size()) != expected_rows)
+      throw InputError(path + ": shard " + r.shard_text() + " of " + std::to_string(r.configurations) +
+                       " configurations should hold " + std::to_string(expected_rows) + " rows, holds " +
+                       std::to_string(file.rows.size()));
+  }
+  SweepRun merged = first;
+  merged.shard_k = merged.shard_n = 1;
+  if (alpha) {
+    merged.alpha = *alpha;
+  } else {
+    for (const auto& [path, file] : files)
+      if (file.run->alpha != first.alpha)
+        throw InputError(path + ": --alpha " + short_text(file.run->alpha) + " differs from " +
+                         short_text(first.alpha) + " in " + first_path + "; give merge --alpha");
+  }
+  return merged;
+}
+
+int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run) {
   std::sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) { return a.index < b.index; });
   if (!csv_path.empty()) {
-    std::ofstream out(csv_path, std::ios::binary);
-    if (!out) throw InputError(csv_path + ": cannot write");
-    write_csv(out, rows, alpha);
+    std::ostringstream out;
+    write_csv(out, rows, run);
+    write_output_file(csv_path, out.str(), "the CSV");
   }
-  if (json) write_json(std::cout, rows, alpha);
-  else write_table(std::cout, rows, alpha);
+  if (json) write_json(std::cout, rows, run);
+  else write_table(std::cout, rows, run.alpha);
   return kExitOk;
 }
 

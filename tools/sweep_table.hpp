@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,11 @@ TrialErrors measure_errors(const attn::ModelHandle& model, const attn::Attention
 // format (else std::invalid_argument).
 TrialErrors measure_paired(const attn::ModelHandle& model, const attn::ModelHandle& against,
                            const attn::AttentionInputs& in, std::uint64_t seed);
+// A kernel model for inputs of `dtype` (--dtype, or a trace's dtype). bf16 and fp16 go to
+// attn::parse_kernel_model; any other dtype (fp32) is accepted only by a model that names it
+// (standard-fp32, golden-fp32-*; a bare `standard` becomes standard-DTYPE), so that every
+// trace make-trace writes can be replayed. std::invalid_argument otherwise, naming both.
+attn::ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype);
 // Counter-based seed of one trial: independent of threads and shards.
 std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial);
 
@@ -141,13 +147,46 @@ struct SweepRow {
 attn::BiasStatistics stats_from_sums(long long n, double sum, double sumsq, long long pos, long long neg,
                                      double alpha);
 
+// What one `flashbits sweep` run (or one shard of it) was: every parameter its rows depend
+// on, so that merge can refuse shards that are not one whole run. The CSV carries it as its
+// last line, `# run {JSON}` (a truncated file has none), the JSON output as the member "run";
+// both hold the same object:
+//   {"program": "flashbits sweep", "seed": S, "shard": "K/N", "configurations": C,
+//    "trials": T, "formats": "...", "round": "...", "models": "...", "scenarios": "...",
+//    "against": "...", "seqlen": N, "headdim": D, "sr_bits": R, "alpha": A}
+// `configurations` counts the grid cells of the unsharded run (shard K/N holds those with
+// index % N == K - 1); the lists are the options as given. A merged set is shard 1/1.
+struct SweepRun {
+  std::uint64_t seed = 0;
+  int shard_k = 1, shard_n = 1;
+  long long configurations = 0;
+  long long trials = 0;
+  std::string formats, rounds, models, scenarios, against;
+  long long seqlen = 0, headdim = 0, sr_bits = 24;
+  double alpha = 1e-3;
+  std::string shard_text() const { return std::to_string(shard_k) + "/" + std::to_string(shard_n); }
+};
+
 void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
-void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
-void write_json(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
+void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
+void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 // Reads what write_csv / write_json wrote (sniffs the first character); throws
-// InputError naming the file, line and column on a defect.
-std::vector<SweepRow> read_rows(const std::string& path);
-// Renders rows the way sweep does (table on stdout, --csv FILE, --json).
-int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, double alpha);
+// InputError naming the file, line and column on a defect. `run` is empty when the file
+// has no run record (written by an older flashbits, or truncated).
+struct SweepFile {
+  std::vector<SweepRow> rows;
+  std::optional<SweepRun> run;
+};
+SweepFile read_sweep_file(const std::string& path);
+// Checks that `files` (path, contents) are exactly the shards of one sweep run: each has a
+// valid run record; every record agrees on every parameter but the shard K (and alpha);
+// no shard appears twice and none of 1..N is missing; every row belongs to its shard
+// (index < configurations, index % N == K - 1, the run's trials, seqlen and headdim,
+// counts within 0..trials). Throws InputError naming the file and what mismatched. Returns
+// the merged run (shard 1/1; alpha: `alpha` when given, else the shards' common one).
+SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha);
+// Renders rows the way sweep does (table on stdout, --csv FILE written whole, --json),
+// with run.alpha as the verdict's significance level.
+int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);
 
 }  // namespace fb::cli
