@@ -1186,8 +1186,6 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     }
   }
 
-  // Forward: (batch, head, row block) work items.
-  const int rows_per_item = 64;
   // RunOptions::only_rows: the rows to compute (traced rows too); empty = all.
   std::vector<char> selected;
   if (!opt.only_rows.empty()) {
@@ -1205,6 +1203,8 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     return selected.empty() || selected[(static_cast<std::size_t>(b) * H + h) * N + r] != 0;
   };
 
+  // Forward: (batch, head, row block) work items.
+  const int rows_per_item = 64;
   const int row_blocks = (N + rows_per_item - 1) / rows_per_item;
   parallel_for(B * H * row_blocks, opt.threads, [&](int item) {
     const int bh = item / row_blocks, rbk = item % row_blocks;
@@ -1215,9 +1215,9 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     std::vector<double> s_full;
     std::vector<E> pc_full;
     for (int r = rbk * rows_per_item; r < std::min(N, (rbk + 1) * rows_per_item); ++r) {
+      if (!row_selected(b, h, r)) continue;
       double* o = out.o.row(b, h, r);
       double* pre = o_pre.row(b, h, r);
-      if (!row_selected(b, h, r)) continue;
       RowStats& st = stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)];
       const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
       const std::uint64_t pos = out.o.index(b, h, r, 0);
@@ -1234,8 +1234,6 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   });
   if (!backward) return out;
 
-  // Backward: (batch, head) work items.
-  out.delta = Tensor4(B, H, N, 1);
   if (!selected.empty()) {
     // A row subset: delta of the listed rows (each from its own row's forward); no dQ, dK,
     // dV, which need every row.
@@ -1257,6 +1255,8 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     return out;
   }
 
+  // Backward: (batch, head) work items.
+  out.delta = Tensor4(B, H, N, 1);
   out.dq = Tensor4(B, H, N, D);
   out.dk = Tensor4(B, H, N, D);
   out.dv = Tensor4(B, H, N, D);

@@ -160,8 +160,8 @@ int run_bias_test(const BiasOptions& o) {
   if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
-  // Per output: the error against exact, the correctly rounded reference's error on the same
   alpha_or_throw(o.alpha);
+  // Per output: the error against exact, the correctly rounded reference's error on the same
   // inputs, and the excess (error minus reference, element by element, then averaged like
   // the error). Paired runs (--against) have no reference: their difference is the excess.
   std::vector<double> o_samples, d_samples, o_cr_samples, d_cr_samples, o_excess, d_excess;
