@@ -32,6 +32,7 @@
 #include "attention/attention.hpp"
 #include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
+#include "emu/summation.hpp"
 
 namespace fb::attn {
 namespace {
@@ -105,13 +106,14 @@ std::optional<Format> promoted(const std::optional<Format>& a, const std::option
 // Keys a row may see (causal: up to and including the diagonal).
 int visible_keys(const Geometry& g, int row) { return g.causal ? std::min(g.n, row + 1) : g.n; }
 
-// Pairwise (recursive halving) sum with every addition rounded by `add`.
+// Pairwise (recursive halving) sum with every addition rounded by `add`: the order of
+// emu/summation.hpp pairwise_reduce.
 template <class Add>
 double pairwise_sum(const double* x, int n, const Add& add) {
   if (n <= 0) return 0.0;
-  if (n == 1) return x[0];
-  const int h = n / 2;
-  return add(pairwise_sum(x, h, add), pairwise_sum(x + h, n - h, add));
+  return pairwise_reduce(
+      0, static_cast<std::size_t>(n), [x](std::size_t i) { return x[i]; },
+      [&add](double a, double b, std::size_t) { return add(a, b); });
 }
 
 // ---- tracing sinks -------------------------------------------------------------------

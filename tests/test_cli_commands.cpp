@@ -1,9 +1,9 @@
 // tests/test_cli_commands.cpp: the user commands of issue 5 (sweep, merge, bias-test,
 // deviation, replay, make-trace), run as the built `flashbits` binary.
 //
-// Independent facts checked: exit codes from CLI.md; sweep output is independent of
+// Independent facts checked: exit codes from docs/CLI.md; sweep output is independent of
 // --jobs and of sharding (merge of shards == unsharded, byte for byte); fa-bf16acc on the
-// sink scenario is biased with O negative and delta positive (Qiu & Yao, DESIGN.md §7)
+// sink scenario is biased with O negative and delta positive (Qiu & Yao, docs/DESIGN.md §7)
 // while its +dynmax fix is not; standard-fp32's RMSE is at least 2^(23-7)/4 times smaller
 // than standard-bf16's (16 more mantissa bits); an emulated trace replays 100% and a
 // corrupted one exits 2 with one error line. Trial counts are small (< 60 s in Release).
@@ -115,8 +115,8 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   }
 }
 
-TEST_CASE("sweep: CLI.md's example grid runs; cells a model cannot run are skipped with a note") {
-  // formats x rounds x models x scenarios as in CLI.md; fa2-sm90 has no e4m3 form and a
+TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are skipped with a note") {
+  // formats x rounds x models x scenarios as in docs/CLI.md; fa2-sm90 has no e4m3 form and a
   // bare `standard` is standard-FMT (standard-fp8 for e4m3): 2x4x2x3 + 1x4x1x3 = 60 rows.
   const Run r = run("sweep --formats bf16,fp16,e4m3 --round rne,rtz,sr,rto --model fa2-sm90,standard "
                     "--scenario sink,random,ties --seqlen 16 --headdim 16 --trials 1 --jobs 2 --json");
@@ -142,7 +142,7 @@ TEST_CASE("bias-test --against: paired on the same inputs and seed") {
   const auto js = nlohmann::json::parse(same.out);
   CHECK(js["o"]["mean_ulps"].get<double>() == 0.0);
   CHECK(js["o"]["positives"].get<int>() + js["o"]["negatives"].get<int>() == 0);
-  // Qiu & Yao's mechanism (DESIGN.md §7) as a paired difference: what the plain max adds
+  // Qiu & Yao's mechanism (docs/DESIGN.md §7) as a paired difference: what the plain max adds
   // over the dynamic max is O pushed negative and delta positive on sink.
   const Run mech = run("bias-test --model fa-bf16acc --against fa-bf16acc+dynmax --scenario sink --trials 16 "
                        "--seqlen 96 --headdim 32 --json");
@@ -404,7 +404,7 @@ TEST_CASE("replay: the shipped example traces replay bit for bit") {
 }
 
 TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr is not a terminal") {
-  // CLI.md: a run of more than about 2 s shows a progress bar when stderr is a terminal.
+  // docs/CLI.md: a run of more than about 2 s shows a progress bar when stderr is a terminal.
   // util-linux `script` gives the command a pseudo-terminal; stdout goes to a file.
   const char* scale = std::getenv("FLASHBITS_TEST_SCALE");
   if ((scale && std::string(scale) == "sanitizer") || std::system("command -v script > /dev/null 2>&1") != 0) {
@@ -537,7 +537,7 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   const Run e = run("demo --trace " + emulated);
   REQUIRE(e.code == 0);
   CHECK(e.out.find("EMULATED trace") != std::string::npos);
-  CHECK(e.out.find("fa-bf16acc is biased on this sink trace") != std::string::npos);
+  CHECK(e.out.find("fa-bf16acc is biased on this trace") != std::string::npos);
 }
 
 TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess over the correctly rounded reference") {
@@ -1022,4 +1022,31 @@ TEST_CASE("issue 21: usage errors are one `error:` line and exit 2, with suggest
   CHECK(version.code == 0);
   CHECK(version.out.rfind("flashbits ", 0) == 0);
   CHECK(version.out.find('.') != std::string::npos);
+}
+
+TEST_CASE("formats: named formats print only those, each once; no names print the whole table") {
+  const Run one = run("formats e3m4");
+  REQUIRE(one.code == 0);
+  CHECK(one.out.find("e3m4") != std::string::npos);
+  CHECK(one.out.find("bf16") == std::string::npos);  // not the whole table
+  // e5m10 is fp16's spelling: listed once, as fp16.
+  const Run dup = run("formats fp16 e5m10 fp16 --json");
+  REQUIRE(dup.code == 0);
+  const auto j = nlohmann::json::parse(dup.out);
+  REQUIRE(j["formats"].size() == 1);
+  CHECK(j["formats"][0]["name"] == "fp16");
+  const Run all = run("formats --json");
+  REQUIRE(all.code == 0);
+  CHECK(nlohmann::json::parse(all.out)["formats"].size() >= 12);
+  CHECK(run("formats e9m3").code == 2);
+}
+
+TEST_CASE("reports print an underflowed p-value as <1e-300, never p=0") {
+  // t around -9 with 255 degrees of freedom: p ~ 1e-17, once printed as 0.
+  const std::filesystem::path example =
+      std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "sink-fa-bf16acc.safetensors";
+  const Run demo = run("demo --trace " + example.string());
+  CHECK(demo.out.find("p=0 ") == std::string::npos);
+  CHECK(demo.out.find("p=0\n") == std::string::npos);
+  CHECK(demo.out.find("fa-bf16acc is biased on this trace") != std::string::npos);
 }

@@ -1,4 +1,4 @@
-// tests/test_cli_op.cpp: the `flashbits op` command line contract (CLI.md `op`,
+// tests/test_cli_op.cpp: the `flashbits op` command line contract (docs/CLI.md `op`,
 // shared conventions), by running the built binary.
 //
 // Contract checked here: the shorthand and flag forms print `RESULT_HEX FLAGS`;
@@ -7,7 +7,7 @@
 // batch line N prints `error: line N: ...` on stderr and exits 2; bad format names,
 // bad hex, wrong operand counts and non-representable decimals exit 2 with one error
 // line. Expected results come from MPFR (random batch lines) or are worked out by
-// hand from the DESIGN.md §2 encodings in comments; never from the emulator library.
+// hand from the docs/DESIGN.md §2 encodings in comments; never from the emulator library.
 //
 // The binary's path comes from the FLASHBITS_BINARY compile definition
 // (tests/CMakeLists.txt).
@@ -172,7 +172,7 @@ TEST_CASE("op flag form equals the shorthand") {
   CHECK(flashbits(shorthand[2]).out == "3c01 x\n");
   // 480 (fp32 43f00000) = 1.111b * 2^8 would be e4m3 code 0x7f, which is the NaN: it
   // exceeds max finite 448 (0x7e), so satfinite gives 448 and still raises overflow
-  // and inexact (DESIGN.md §2); ieee gives NaN (e4m3 has no inf).
+  // and inexact (docs/DESIGN.md §2); ieee gives NaN (e4m3 has no inf).
   CHECK(flashbits(shorthand[3]).out == "7e xo\n");
   const std::string nosat = flashbits("op cvt e4m3 rne fp32:43f00000").out;
   CHECK((nosat == "7f xo\n" || nosat == "ff xo\n"));  // either e4m3 NaN code is acceptable

@@ -1,4 +1,4 @@
-// tools/cmd_bias_test.cpp: `flashbits bias-test` (CLI.md): is a kernel model's O (and
+// tools/cmd_bias_test.cpp: `flashbits bias-test` (docs/CLI.md): is a kernel model's O (and
 // delta) biased on a scenario?
 //
 // Samples:
@@ -150,10 +150,11 @@ nlohmann::ordered_json stats_json(const attn::BiasStatistics& s, bool run_has_ve
 }
 
 void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict = true) {
-  std::printf("%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%.3g  sign +%zu/-%zu p=%.3g\n"
+  std::printf("%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
               "       min detectable bias %.3g ulp  -> %s\n",
-              what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic, s.p_t, s.positives,
-              s.negatives, s.p_sign, s.min_detectable, stat_verdict(s, run_has_verdict).c_str());
+              what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic,
+              attn::p_value_text(s.p_t).c_str(), s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
+              s.min_detectable, stat_verdict(s, run_has_verdict).c_str());
 }
 
 int run_bias_test(const BiasOptions& o) {

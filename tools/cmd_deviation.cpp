@@ -1,4 +1,4 @@
-// tools/cmd_deviation.cpp: `flashbits deviation` (CLI.md), Golden et al.'s framework: per
+// tools/cmd_deviation.cpp: `flashbits deviation` (docs/CLI.md), Golden et al.'s framework: per
 // kernel model and size, |O - O_golden| (max, mean, std) and RMSE, where O_golden is
 // exact_attention (high precision) of the SAME inputs, which are drawn by the --inputs
 // scenario and rounded to the model's input dtype. std is the population std of

@@ -1,4 +1,4 @@
-// tools/cmd_dot.cpp: `flashbits dot`, tensor-core fused dot products, exactly (CLI.md).
+// tools/cmd_dot.cpp: `flashbits dot`, tensor-core fused dot products, exactly (docs/CLI.md).
 //
 // Contract:
 // - `flashbits dot [--model NAME] --batch FILE|-`: each line is

@@ -1,8 +1,10 @@
 // tools/cmd_formats.cpp: `flashbits formats`, the table of format facts.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "tools/cli_common.hpp"
@@ -32,9 +34,15 @@ FormatFacts facts_of(const Format& f) {
   return r;
 }
 
-int run_formats(bool json, const std::vector<std::string>& extra) {
-  std::vector<Format> list(std::begin(formats::all_named), std::end(formats::all_named));
-  for (const auto& name : extra) list.push_back(parse_format_or_throw(name, "format"));
+// No names: every named format. Names (named or custom eXmY): exactly those, each once, in
+// the order given.
+int run_formats(bool json, const std::vector<std::string>& names) {
+  std::vector<Format> list;
+  if (names.empty()) list.assign(std::begin(formats::all_named), std::end(formats::all_named));
+  for (const auto& name : names) {
+    const Format f = parse_format_or_throw(name, "format");
+    if (std::none_of(list.begin(), list.end(), [&](const Format& g) { return std::string_view(g.name) == f.name; })) list.push_back(f);
+  }
   if (json) {
     nlohmann::json arr = nlohmann::json::array();
     for (const Format& f : list) {
@@ -72,7 +80,7 @@ Runner setup_formats(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto extra = std::make_shared<std::vector<std::string>>();
   app.add_flag("--json", *json, "machine-readable output");
-  app.add_option("custom", *extra, "extra eXmY formats to describe");
+  app.add_option("formats", *extra, "only these formats (names such as bf16, or custom eXmY); default: every named format");
   return [json, extra] { return run_formats(*json, *extra); };
 }
 

@@ -1,4 +1,4 @@
-// tools/cmd_make_trace.cpp: `flashbits make-trace` writes an emulated trace (DESIGN.md §9):
+// tools/cmd_make_trace.cpp: `flashbits make-trace` writes an emulated trace (docs/DESIGN.md §9):
 // the scenario's inputs, and the outputs of the named kernel model, with full metadata and
 // source = "emulated" (it can never pass as a hardware capture). The softmax scale is
 // written explicitly (1/sqrt(D) in fp64, shortest round trip), so a replay reuses it

@@ -1,4 +1,4 @@
-// tools/cmd_replay.cpp: `flashbits replay TRACE` (CLI.md): recompute the captured rows
+// tools/cmd_replay.cpp: `flashbits replay TRACE` (docs/CLI.md): recompute the captured rows
 // under a kernel model (default: the trace's `model` metadata) and compare bit by bit
 // every tensor the trace holds that the model computes: O, LSE, and with dO the
 // backward's delta, dQ, dK and dV.

@@ -1,4 +1,4 @@
-// tools/cmd_sweep.cpp: `flashbits sweep` (CLI.md): the cartesian product formats × rounding
+// tools/cmd_sweep.cpp: `flashbits sweep` (docs/CLI.md): the cartesian product formats × rounding
 // modes × kernel models × scenarios, N seeded trials each, one row per configuration.
 //
 // How --formats and --round apply to a kernel model (documented in docs/COMMANDS.md):
@@ -7,7 +7,7 @@
 //   runs only in that one; the fp8 models run in e4m3 (from bf16 inputs, so `bf16` names
 //   them too). A bare `standard` is standard-FMT for each format (standard-fp8 for e4m3).
 //   A grid cell whose model cannot run in its format is skipped with a note on stderr
-//   (CLI.md's own example crosses fa2-sm90 with e4m3); a grid with no cell left is a
+//   (docs/CLI.md's own example crosses fa2-sm90 with e4m3); a grid with no cell left is a
 //   usage error (exit 2). Nothing is silently run in another format.
 // - --round is the rounding of the final cast of O: `rne` is every recipe's own cast;
 //   any other mode selects the +o-MODE variant (sr: --sr-bits random bits).

@@ -197,15 +197,16 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }
   const std::vector<double> err = row_means(base.o, exact.o, out_f), err_fix = row_means(fix.o, exact.o, out_f);
-  attn::Tensor4 o_cr = exact.o;
-  for (double& x : o_cr.data) x = to_double(out_f, round_double(out_f, x, RoundingSpec{}).bits);
+  // The reference is the `correctly-rounded` model in the kernel's final-cast mode.
+  const attn::ModelHandle reference = attn::correctly_rounded_reference(*model.recipe);
+  const attn::Tensor4 o_cr = attn::round_exact_outputs(*reference.recipe, in, exact, {}).o;
   const std::vector<double> err_cr = row_means(o_cr, exact.o, out_f);
   std::vector<double> excess(err.size()), excess_fix(err.size());
   for (std::size_t r = 0; r < err.size(); ++r) excess[r] = err[r] - err_cr[r], excess_fix[r] = err_fix[r] - err_cr[r];
   auto line = [&](const std::string& what, const std::vector<double>& v) {
     const auto st = attn::summarize(v);
     os << "    " << what << ": " << fmt("%+.4g", st.mean) << "  99.9% CI [" << fmt("%+.3g", st.ci_low) << ", "
-       << fmt("%+.3g", st.ci_high) << "]  p=" << fmt("%.3g", st.p_t) << "  -> " << st.verdict() << "\n";
+       << fmt("%+.3g", st.ci_high) << "]  p=" << attn::p_value_text(st.p_t) << "  -> " << st.verdict() << "\n";
     return st;
   };
   os << "3. Mean signed error of O per row (ulps of " << out_f.name << "), " << err.size() << " rows:\n";
@@ -214,7 +215,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   const auto s_base = line(model.name + " excess over the reference", excess);
   const auto s_fix = line(fixed.name + " excess over the reference", excess_fix);
   os << "\nVerdict (from the excess: what the kernel adds to its format's own rounding): " << model.name << " is "
-     << (s_base.biased ? "biased" : "not detectably biased") << " on this sink trace; with the dynamic max "
+     << (s_base.biased ? "biased" : "not detectably biased") << " on this trace; with the dynamic max "
      << "(every P-bar < 1) it is " << (s_fix.biased ? "still biased" : "not detectably biased") << ".\n";
   if (!model.recipe->hardware_validated())
     os << "(Emulated: parts of " << model.name << " are not validated on hardware.)\n";

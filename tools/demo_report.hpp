@@ -1,4 +1,4 @@
-// tools/demo_report.hpp: the report `flashbits demo` prints (CLI.md "flashbits demo").
+// tools/demo_report.hpp: the report `flashbits demo` prints (docs/CLI.md "flashbits demo").
 //
 // Contract: run_demo_report() replays the trace at `default_trace_path` under the model
 // its metadata names, shows the bias mechanism on the sink row with the most negative O
