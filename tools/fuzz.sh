@@ -131,22 +131,23 @@ hex "$(sfut rcp rcp_mantissa 23 8388608)00" > "$d/rcp_short"
 
 # `op --batch` and `dot --batch` lines (docs/CLI.md).
 d="$work/fuzz_op"; mkdir -p "$d"
-printf '%s\n' "add bf16 rne 3f80 4000" "fma fp32 rtz 3f800000 40000000 40400000" "div fp16 sr 3c00 4200" \
-  "sqrt e4m3 rup 38" "mul e5m2 rdn 3c 40 satfinite" "cvt e4m3 rne fp32:43e00000 satfinite" \
+printf '%s\n' "add bf16 rne 3f80 0x4000" "fma fp32 rtz 3f800000 0x40000000 0x40400000" "div fp16 sr 3c00 0x4200" \
+  "sqrt e4m3 rup 0x38" "mul e5m2 rdn 3c 0x40 satfinite" "cvt e4m3 rne fp32:0x43e00000 satfinite" \
   "sub fp16 rna -1.5 +2" "add tf32 rto nan +inf" > "$d/lines"
 printf 'add bf16 rne 3f80\n' > "$d/missing_operand"
 d="$work/fuzz_dot"; mkdir -p "$d"
-printf '%s\n' "sm80 bf16 3f800000 3f80,4000,c000 3f80,3f80,3f80" "sm89 e4m3 0 38,b8 38,38" \
+printf '%s\n' "sm80 bf16 3f800000 3f80,0x4000,c000 3f80,3f80,3f80" "sm89 e4m3 0 0x38,b8 0x38,0x38" \
   "sm90-mma fp16 7fc00000 3c00 7c00" "sm70-f16acc fp16 3c00 3c00,3c00,3c00,3c00 3c00,3c00,3c00,3c00" \
   "sm80 tf32 80000000 3f800000 bf800000" > "$d/lines"
 printf 'sm80 bf16 0 3f80 3f80,3f80\n' > "$d/length_mismatch"
 
 # `merge` shards: a first byte 01 asks for --json output, 00 for the table.
 d="$work/fuzz_merge"; mkdir -p "$d"
-csv_header="index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,o_mean_ulps,o_p_t,delta_mean_ulps,delta_p_t,rms_ulps,max_abs_ulps,verdict"
+# A shard as `sweep --csv` writes it (header, one row, the `# run` record merge checks).
+csv_header="index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,ref_trials,cr_o_sum,cr_o_sumsq,cr_o_pos,cr_o_neg,cr_d_sum,cr_d_sumsq,cr_d_pos,cr_d_neg,ex_o_sum,ex_o_sumsq,ex_o_pos,ex_o_neg,ex_d_sum,ex_d_sumsq,ex_d_pos,ex_d_neg,o_mean_ulps,o_p_t,o_cr_mean_ulps,o_excess_mean_ulps,o_excess_p_t,delta_mean_ulps,delta_p_t,delta_cr_mean_ulps,delta_excess_mean_ulps,delta_excess_p_t,rms_ulps,max_abs_ulps,verdict_from,verdict"
 { printf '\x00'; printf '%s\n' "$csv_header" \
-  "3,bf16,rne,fa2,gaussian,128,64,10,0.25,0.0625,6,4,-0.5,1.5,3,7,8192,12.5,1.5,2,5,100,90,0.025,0.5,-0.05,0.2,0.04,1.5,unbiased" \
-  "4,fp16,rtz,fa2,outlier,64,32,1,1e-3,1e-6,1,0,0,0,0,0,2048,3,0.75,0,0,0,0,0.001,1,0,1,0.04,0.75,unbiased"; } > "$d/csv"
+  "0,bf16,rne,fa2-sm80,sink,16,16,2,-0.0080346070643873002,0.008250665006384144,1,1,0.013573628460602283,0.024191064667207784,1,1,512,53.201912794919295,0.50002576274277999,136,205,87,425,2,-0.0119408570643873,0.0077965043425816116,1,1,0.017083149944977283,0.023480537408050416,1,1,0.00390625,1.52587890625e-05,1,0,-0.003509521484375,1.2316741049289703e-05,0,1,-0.004017,0.9602,-0.00597,0.001953,0.5,0.006787,0.9607,0.008542,-0.001755,0.5,0.3224,0.5,excess,no detectable bias" \
+  '# run {"program":"flashbits sweep","seed":0,"shard":"1/1","configurations":1,"trials":2,"formats":"bf16","round":"rne","models":"fa2-sm80","scenarios":"sink","against":"","seqlen":16,"headdim":16,"sr_bits":24,"alpha":0.001}'; } > "$d/csv"
 row='{"index":7,"format":"bf16","round":"rne","model":"fa2","scenario":"gaussian","seqlen":128,"headdim":64,"trials":4,"sufficient":{"o_sum":0.5,"o_sumsq":0.125,"o_pos":3,"o_neg":1,"d_sum":0,"d_sumsq":0,"d_pos":0,"d_neg":0,"elements":4096,"sq_sum":9.5,"max_abs":1.25,"sig_overflows":1,"ties":2,"rounded_up":30,"rounded_down":28}}'
 { printf '\x01'; printf '{"rows":[%s]}\n' "$row"; } > "$d/json"
 { printf '\x00'; printf '{"rows":[]}\n'; } > "$d/json_empty"
