@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <array>
 #include <atomic>
+#include <stdexcept>
 #include <memory>
 #include <optional>
 #include <string>
@@ -134,8 +135,18 @@ struct Tracer {
   std::vector<RowTrace> traces;          // filled by run_attention, in `rows` order
 };
 
+// Thrown by run_attention when RunOptions::cancel is set while it runs.
+struct Cancelled : std::runtime_error {
+  Cancelled() : std::runtime_error("attention run cancelled") {}
+};
+
 struct RunOptions {
   int threads = 1;
+  // Set from another thread to stop a run early (the Python module's Ctrl-C): checked before
+  // every forward row and every backward row's delta, and before each head's backward
+  // kernel; run_attention then throws Cancelled. Null = never cancelled. The correctly-
+  // rounded reference (exact_attention) does not check it.
+  const std::atomic<bool>* cancel = nullptr;
   std::uint64_t seed = 0;       // stochastic rounding stream (+o-sr, sr modes)
   Tracer* tracer = nullptr;
   // Tile sizes; 0 = the recipe's default for this head dim.

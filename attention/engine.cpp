@@ -1064,6 +1064,11 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
 }
 
 // ---- orchestration ----------------------------------------------------------------------
+// RunOptions::cancel: stop between rows.
+void check_cancel(const RunOptions& opt) {
+  if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw Cancelled();
+}
+
 template <class Fn>
 void parallel_for(int count, int threads, const Fn& fn) {
   threads = std::max(1, std::min(threads, count));
@@ -1218,6 +1223,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     std::vector<E> pc_full;
     for (int r = rbk * rows_per_item; r < std::min(N, (rbk + 1) * rows_per_item); ++r) {
       if (!row_selected(b, h, r)) continue;
+      check_cancel(opt);
       double* o = out.o.row(b, h, r);
       double* pre = o_pre.row(b, h, r);
       RowStats& st = stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)];
@@ -1248,6 +1254,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       const bool dpp = km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
       for (int r = 0; r < N; ++r) {
         if (!row_selected(b, h, r)) continue;
+        check_cancel(opt);
         const double* o_used = km.o_fp32 ? o_pre.row(b, h, r) : out.o.row(b, h, r);
         out.delta->at(b, h, r, 0) =
             dpp ? delta_from_dpp(km, ar, hd, g, r, st[r], scratch) : delta_from_o(km, ar, hd.do_row(r), o_used, D);
@@ -1269,6 +1276,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     const auto& st = stats[static_cast<std::size_t>(bh)];
     std::vector<double> delta(static_cast<std::size_t>(N)), scratch;
     for (int r = 0; r < N; ++r) {
+      check_cancel(opt);
       const bool dpp = km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
       const double* o_used = km.o_fp32 ? o_pre.row(b, h, r) : out.o.row(b, h, r);
       delta[r] = dpp ? delta_from_dpp(km, ar, hd, g, r, st[r], scratch) : delta_from_o(km, ar, hd.do_row(r), o_used, D);
@@ -1287,6 +1295,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       }
     }
     if (opt.progress) opt.progress->fetch_add(static_cast<std::uint64_t>(N), std::memory_order_relaxed);
+    check_cancel(opt);
     if (km.fp8.enabled) return;  // no fp8 backward is modelled: delta only (dQ, dK, dV absent)
     double* dq = out.dq->row(b, h, 0);
     double* dk = out.dk->row(b, h, 0);

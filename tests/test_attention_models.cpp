@@ -17,6 +17,8 @@
 #include <memory>
 #include <cstdlib>
 #include <string>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "attention/attention.hpp"
@@ -470,4 +472,30 @@ TEST_CASE("recipe stage predicates: changing a stage's format changes the output
   // Both answers occur, so neither predicate is vacuously constant.
   CHECK(used_seen > 20);
   CHECK(unused_seen > 20);
+}
+
+TEST_CASE("RunOptions::cancel stops a run between rows with Cancelled; unset, the run completes") {
+  const AttentionInputs in = make_scenario("random", 3, 1, 2, 512, 64, formats::bf16, true);
+  const ModelHandle model = parse_kernel_model("fa2-sm80", formats::bf16);
+  std::atomic<bool> cancel{true};
+  std::atomic<std::uint64_t> progress{0};
+  RunOptions opt;
+  opt.cancel = &cancel;
+  opt.progress = &progress;
+  CHECK_THROWS_AS(run_attention(model, in, opt), Cancelled);
+  CHECK(progress.load() == 0);  // stopped before the first row
+  // Set from another thread once the run is under way: it stops before finishing.
+  cancel = false;
+  progress = 0;
+  std::thread stopper([&] {
+    while (progress.load() < 8) std::this_thread::yield();
+    cancel = true;
+  });
+  CHECK_THROWS_AS(run_attention(model, in, opt), Cancelled);
+  stopper.join();
+  CHECK(progress.load() < 2u * 2u * 512u);  // forward + backward rows of both heads
+  cancel = false;
+  progress = 0;
+  CHECK_NOTHROW(run_attention(model, in, opt));
+  CHECK(progress.load() == 2u * 2u * 512u);
 }

@@ -238,8 +238,9 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
       }
     }
   }
-  RunResult result = run_interruptible<RunResult>([in, model, tracer, seed, threads](const Cancel&) mutable {
+  RunResult result = run_interruptible<RunResult>([in, model, tracer, seed, threads](const Cancel& cancel) mutable {
     attn::RunOptions opt;
+    opt.cancel = &cancel;  // Ctrl-C stops the engine between rows
     opt.threads = threads;
     opt.seed = seed;
     if (tracer) opt.tracer = &*tracer;
