@@ -421,8 +421,8 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
           l_thread[owner] = ar.f32(l_thread[owner] + sc.p[j]);
         }
       }
-      for (int t = 0; t < 4; ++t)
-        if (rescale_pending[t]) l_thread[t] = ar.f32(l_thread[t] * alpha);
+      for (int owner = 0; owner < 4; ++owner)
+        if (rescale_pending[owner]) l_thread[owner] = ar.f32(l_thread[owner] * alpha);
     } else if (km.row_sum == RowSumOrder::fa3_quad) {
       // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
       // then joins its running sum (0 + x is exact, so the first tile needs no case).
@@ -433,8 +433,8 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
         tile_sum[owner] = started[owner] ? ar.f32(tile_sum[owner] + sc.p[j]) : sc.p[j];
         started[owner] = true;
       }
-      for (int t = 0; t < 4; ++t)
-        if (started[t]) l_thread[t] = ar.f32(l_thread[t] + tile_sum[t]);
+      for (int owner = 0; owner < 4; ++owner)
+        if (started[owner]) l_thread[owner] = ar.f32(l_thread[owner] + tile_sum[owner]);
     } else {
       int sum_len = len;
       if (km.row_sum_over_full_tile) {  // masked columns of the tile enter the reduction as zeros
