@@ -583,7 +583,7 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
   const std::string csv = (scratch() / "three.csv").string();
   const std::string grid = "sweep --model correctly-rounded,fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16";
   const Run js = run(grid + " --json --csv " + csv);
-  REQUIRE(js.code == 0);
+  REQUIRE(js.code == 1);  // fa-bf16acc's row is biased: a failed check
   const auto j = nlohmann::json::parse(js.out);
   REQUIRE(j["rows"].size() == 2);
   const auto& reference = j["rows"][0];
@@ -603,11 +603,11 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
   CHECK(text.find(",excess,biased\n") != std::string::npos);
   // The table shows the three columns; the merged CSV renders the same table.
   const Run table = run(grid);
-  REQUIRE(table.code == 0);
+  REQUIRE(table.code == 1);
   CHECK(table.out.find("O excess") != std::string::npos);
   CHECK(table.out.find("O CR") != std::string::npos);
   const Run merged = run("merge " + csv);
-  REQUIRE(merged.code == 0);
+  REQUIRE(merged.code == 1);
   CHECK(merged.out == table.out);
   // --round applies to the reference as well: correctly-rounded+o-rtz against itself is 0.
   const Run rtz = run("sweep --model correctly-rounded --round rtz --scenario wide-ties --seqlen 32 --headdim 16 "
@@ -1049,4 +1049,35 @@ TEST_CASE("reports print an underflowed p-value as <1e-300, never p=0") {
   CHECK(demo.out.find("p=0 ") == std::string::npos);
   CHECK(demo.out.find("p=0\n") == std::string::npos);
   CHECK(demo.out.find("fa-bf16acc is biased on this trace") != std::string::npos);
+}
+
+// ---- issue 21, second batch ----------------------------------------------------------
+TEST_CASE("issue 21: --jobs defaults to the machine's cores, says so, and results do not depend on it") {
+  for (const char* cmd : {"sweep --help", "probe-check --help"}) {
+    CAPTURE(cmd);
+    const Run help = run(cmd);
+    CHECK(help.out.find("default: the machine's cores") != std::string::npos);
+  }
+  // No --jobs gives the output of --jobs 1 (and 2).
+  CHECK(run(kSmallSweep).out == run(kSmallSweep + " --jobs 1").out);
+  const std::string probes =
+      (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "hw" / "probes_h200.fbp").string();
+  const Run p1 = run("probe-check " + probes + " --json --jobs 1");
+  const Run p2 = run("probe-check " + probes + " --json --jobs 2");
+  const Run pd = run("probe-check " + probes + " --json");
+  CHECK(p1.code == p2.code);
+  CHECK(p1.out == p2.out);
+  CHECK(p1.out == pd.out);
+}
+
+TEST_CASE("issue 21: sweep and merge exit 1 when a row's verdict is biased, 0 when none is") {
+  // fa-bf16acc on sink is biased (Qiu & Yao); fa2-sm80 on random is not.
+  const std::string biased_csv = (scratch() / "biased.csv").string();
+  const Run biased = run("sweep --model fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16 --csv " +
+                         biased_csv);
+  CHECK(biased.code == 1);
+  CHECK(biased.out.find("biased") != std::string::npos);
+  CHECK(run("merge " + biased_csv).code == 1);
+  CHECK(run(kSmallSweep).code == 0);
+  CHECK(run("sweep --help").out.find("Exit status: 0 no row is biased; 1") != std::string::npos);
 }

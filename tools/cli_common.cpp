@@ -200,6 +200,11 @@ int jobs_or_throw(long long jobs, std::string_view option) {
   return static_cast<int>(jobs);
 }
 
+int default_jobs() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return static_cast<int>(std::clamp<unsigned>(n, 1u, static_cast<unsigned>(kMaxJobs)));
+}
+
 void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,
                     std::string_view option) {
   std::vector<std::thread> threads;

@@ -88,6 +88,9 @@ bool stderr_is_terminal();
 // --jobs: 1..kMaxJobs worker threads (results never depend on it).
 inline constexpr int kMaxJobs = 1024;
 int jobs_or_throw(long long jobs, std::string_view option = "--jobs");
+// The default of every --jobs: the machine's hardware threads
+// (std::thread::hardware_concurrency()), at least 1 and at most kMaxJobs.
+int default_jobs();
 // Runs `worker` on `jobs` threads and joins them. A thread that cannot be started (the
 // system's thread or memory limit) calls `stop` (which must make the running workers return
 // soon), joins the ones started and throws InputError naming `option` and the count.

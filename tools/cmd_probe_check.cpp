@@ -41,7 +41,8 @@ Runner setup_probe_check(CLI::App& app) {
                         ->check(CLI::PositiveNumber);
   sample_out->needs(per_batch);
   per_batch->needs(sample_out);
-  app.add_option("--jobs", args->options.jobs, "replay threads, 1..1024 (default: the hardware's; results do not depend on it)")->check(CLI::Range(1u, 1024u));
+  app.add_option("--jobs", args->options.jobs, "replay threads, 1..1024 (default: the machine's cores, " + std::to_string(default_jobs()) +
+                     " here; results do not depend on it)")->check(CLI::Range(1u, 1024u));
   return [args] {
     // No output may overwrite the probe file it is cut from, nor another output.
     const gpu::ProbeCheckOptions& o = args->options;

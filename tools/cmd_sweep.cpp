@@ -48,7 +48,7 @@ std::vector<std::string> split_list(const std::string& text) {
 
 struct SweepOptions {
   std::string formats = "bf16", rounds = "rne", models, scenarios = "sink", shard, csv, against;
-  int seqlen = 256, headdim = 64, trials = 8, jobs = 1, sr_bits = 24;
+  int seqlen = 256, headdim = 64, trials = 8, jobs = default_jobs(), sr_bits = 24;
   std::uint64_t seed = 0;
   double alpha = 1e-3;
   bool json = false;
@@ -256,7 +256,8 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--seed", o->seed, "seed (default 0)");
   app.add_option("--sr-bits", o->sr_bits, "random bits for sr, 1..32 (default 24)");
   app.add_option("--jobs", o->jobs,
-                 "threads, 1.." + std::to_string(kMaxJobs) + " (default 1; results do not depend on it)");
+                 "threads, 1.." + std::to_string(kMaxJobs) + " (default: the machine's cores, " +
+                     std::to_string(default_jobs()) + " here; results do not depend on it)");
   app.add_option("--shard", o->shard,
                  "K/N: run configurations i with i % N == K-1 (the output's run record lets merge check the set)");
   app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default 1e-3)");
@@ -264,6 +265,7 @@ Runner setup_sweep(CLI::App& app) {
                  "also write the rows (with sufficient statistics and a last `# run` line recording the "
                  "parameters, seed and shard) as CSV");
   app.add_flag("--json", o->json, "print JSON instead of the table");
+  app.footer("Exit status: 0 no row is biased; 1 a row's verdict is \"biased\" (as bias-test); 2 bad input.");
   return [o] { return run_sweep(*o); };
 }
 

@@ -871,6 +871,9 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
   }
   if (json) write_json(std::cout, rows, run);
   else write_table(std::cout, rows, run.alpha);
+  // A row whose verdict is "biased" is a failed check (exit 1), as in bias-test.
+  for (const SweepRow& r : rows)
+    if (derive(r, run.alpha).verdict == "biased") return kExitCheckFailed;
   return kExitOk;
 }
 

@@ -186,7 +186,8 @@ SweepFile read_sweep_file(const std::string& path);
 // the merged run (shard 1/1; alpha: `alpha` when given, else the shards' common one).
 SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha);
 // Renders rows the way sweep does (table on stdout, --csv FILE written whole, --json),
-// with run.alpha as the verdict's significance level.
+// with run.alpha as the verdict's significance level. Returns kExitCheckFailed (1) when any
+// row's verdict is "biased" (as bias-test does), else kExitOk.
 int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);
 
 }  // namespace fb::cli
