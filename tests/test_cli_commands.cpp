@@ -1081,3 +1081,26 @@ TEST_CASE("issue 21: sweep and merge exit 1 when a row's verdict is biased, 0 wh
   CHECK(run(kSmallSweep).code == 0);
   CHECK(run("sweep --help").out.find("Exit status: 0 no row is biased; 1") != std::string::npos);
 }
+
+TEST_CASE("issue 21: sizes past the documented limits are exit 2 naming the option, not bad_alloc") {
+  const std::string out = (scratch() / "huge_trace").string();
+  for (const std::string& cmd :
+       {"make-trace --model fa2-sm80 --scenario random --seqlen 2147483647 --out " + out,
+        "make-trace --model fa2-sm80 --scenario random --seqlen 1000000 --headdim 4096 --out " + out,
+        std::string("bias-test --model fa2-sm80 --scenario random --seqlen 2147483647 --trials 2"),
+        std::string("sweep --model fa2-sm80 --scenario random --seqlen 2147483647 --trials 2"),
+        std::string("deviation --models fa2-sm80 --inputs normal --seqlen 16,2147483647"),
+        std::string("deviation --models fa2-sm80 --inputs normal --seqlen 4194304 --heads 1024 --headdim 64")}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "--seqlen"));
+    CHECK(r.err.find("limit") != std::string::npos);
+  }
+  // 2^30 elements fit 2^31 but not 64 GiB (128 bytes an element).
+  const Run mem = run("bias-test --model fa2-sm80 --scenario random --seqlen 16777216 --headdim 64 --trials 2");
+  CHECK(mem.code == 2);
+  CHECK(one_error(mem, "64 GiB"));
+  CHECK(one_error(run("sweep --model fa2-sm80 --scenario random --trials 2147483647"), "--trials 2147483647"));
+  CHECK(one_error(run("bias-test --model fa2-sm80 --scenario random --trials 100000000"), "--trials"));
+}

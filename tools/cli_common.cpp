@@ -200,6 +200,34 @@ int jobs_or_throw(long long jobs, std::string_view option) {
   return static_cast<int>(jobs);
 }
 
+void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim) {
+  const std::string given = (batch != 1 ? "--batch " + std::to_string(batch) + " " : std::string()) +
+                            (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) +
+                            "--seqlen " + std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
+  if (batch < 1 || heads < 1 || seqlen < 1 || headdim < 1)
+    throw InputError(given + ": expected positive sizes");
+  // Multiply in long double: no overflow for any int sizes.
+  const long double elements = static_cast<long double>(batch) * heads * seqlen * headdim;
+  if (elements > static_cast<long double>(kMaxTensorElements)) {
+    char count[64];
+    std::snprintf(count, sizeof count, "%.0Lf", elements);
+    throw InputError(given + ": " + count + " elements per tensor, over the limit of 2^31 (2147483648); give a smaller --seqlen or --headdim");
+  }
+  const long double bytes = elements * kBytesPerElement;
+  if (bytes > static_cast<long double>(kMaxMemoryBytes)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes / (1LL << 30)));
+    throw InputError(given + ": needs about " + buf +
+                     " GiB, over the limit of 64 GiB; give a smaller --seqlen or --headdim");
+  }
+}
+
+void check_trials(long long trials, long long at_least, std::string_view option) {
+  if (trials < at_least || trials > kMaxTrials)
+    throw InputError(std::string(option) + " " + std::to_string(trials) + ": expected " + std::to_string(at_least) +
+                     ".." + std::to_string(kMaxTrials));
+}
+
 int default_jobs() {
   const unsigned n = std::thread::hardware_concurrency();
   return static_cast<int>(std::clamp<unsigned>(n, 1u, static_cast<unsigned>(kMaxJobs)));

@@ -181,6 +181,8 @@ int run_bias_test(const BiasOptions& o) {
     if (o.seqlen < 1 || o.headdim < 1)
       throw InputError("--seqlen " + std::to_string(o.seqlen) + " --headdim " + std::to_string(o.headdim) +
                        ": expected positive sizes (an empty problem has no errors to test)");
+    check_problem_size(1, 1, o.seqlen, o.headdim);
+    check_trials(o.trials, 2);
     const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
     attn::ModelHandle model;
     try {

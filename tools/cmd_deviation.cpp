@@ -77,6 +77,7 @@ int run_deviation(const DeviationOptions& o) {
   if (o.heads < 1 || o.headdim < 1)
     throw InputError("--heads " + std::to_string(o.heads) + " --headdim " + std::to_string(o.headdim) +
                      ": expected positive sizes (an empty problem has no deviation)");
+  for (const int n : seqlens) check_problem_size(1, o.heads, n, o.headdim);
 
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   if (!o.json)

@@ -54,6 +54,7 @@ int run_make_trace(const MakeTraceOptions& o) {
                        "tensors are bf16, fp16, fp32, e4m3 or e5m2); measure it with bias-test or deviation instead");
   }
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
+  check_problem_size(1, 1, o.seqlen, o.headdim);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   attn::AttentionInputs in;
   try {

@@ -117,6 +117,8 @@ int run_sweep(const SweepOptions& o) {
   }
   if (o.trials < 1) throw InputError("--trials: expected at least 1");
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
+  check_problem_size(1, 1, o.seqlen, o.headdim);
+  check_trials(o.trials, 1);
   const int jobs = jobs_or_throw(o.jobs);
   sr_bits_or_throw(o.sr_bits);
   alpha_or_throw(o.alpha);
