@@ -1104,3 +1104,24 @@ TEST_CASE("issue 21: sizes past the documented limits are exit 2 naming the opti
   CHECK(one_error(run("sweep --model fa2-sm80 --scenario random --trials 2147483647"), "--trials 2147483647"));
   CHECK(one_error(run("bias-test --model fa2-sm80 --scenario random --trials 100000000"), "--trials"));
 }
+
+TEST_CASE("issue 21: bias-test --traces refuses generator options; a recipe's duplicate key is exit 2") {
+  const std::string dir = (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples").string();
+  for (const char* opt : {"--scenario random", "--trials 4", "--seed 3", "--seqlen 16", "--headdim 16", "--dtype fp16"}) {
+    CAPTURE(opt);
+    const Run r = run("bias-test --traces " + dir + " " + opt);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "--traces"));
+    CHECK(r.err.find(std::string(opt).substr(0, std::string(opt).find(' '))) != std::string::npos);
+  }
+  const std::string recipe = (scratch() / "dup.json").string();
+  std::ofstream(recipe) << R"({"name": "a", "stages": {"p_cast": "bf16", "p_cast": "fp16"}})";
+  const Run dup = run("bias-test --model fa-bf16acc --recipe " + recipe + " --scenario sink --trials 2 --seqlen 16 "
+                      "--headdim 16");
+  CHECK(dup.code == 2);
+  CHECK(one_error(dup, recipe + ": p_cast: duplicate key"));
+  const std::string top = (scratch() / "dup_top.json").string();
+  std::ofstream(top) << R"({"name": "a", "name": "b"})";
+  CHECK(one_error(run("bias-test --model fa-bf16acc --recipe " + top + " --trials 2 --seqlen 16 --headdim 16"),
+                  top + ": name: duplicate key"));
+}

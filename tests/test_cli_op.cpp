@@ -380,3 +380,31 @@ TEST_CASE("op: a batch FILE that is a directory is bad input") {
   CHECK(one_error_line(r));
   CHECK(r.err.find("/tmp") != std::string::npos);
 }
+
+TEST_CASE("issue 21: op refuses conflicts it used to resolve silently") {
+  // The satfinite word against an explicit --overflow ieee.
+  for (const char* cmd : {"op add bf16 rne 7f7f 7f7f satfinite --overflow ieee",
+                          "op add --format bf16 --round rne 7f7f 7f7f satfinite --overflow ieee",
+                          "op add bf16 rne 7f7f 7f7f ieee --overflow satfinite"}) {
+    CAPTURE(cmd);
+    const Run r = flashbits(cmd);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.err.find("--overflow") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  // Agreeing or without --overflow: fine.
+  CHECK(flashbits("op add bf16 rne 7f7f 7f7f satfinite --overflow satfinite").out == "7f7f xo\n");
+  CHECK(flashbits("op add bf16 rne 7f7f 7f7f satfinite").out == "7f7f xo\n");
+  // --batch with an option it ignores, including a batch line's word against --overflow.
+  for (const char* opt : {"--format bf16", "--round rtz", "--json", "--explain"}) {
+    CAPTURE(opt);
+    const Run r = flashbits(std::string("op --batch - ") + opt, "add bf16 rne 3f80 3f80\n");
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.err.find("--batch and " + std::string(opt).substr(0, std::string(opt).find(' '))) != std::string::npos);
+  }
+  const Run line = flashbits("op --batch - --overflow ieee", "add bf16 rne 7f7f 7f7f satfinite\n");
+  CHECK(line.exit_code == 2);
+  CHECK(line.err.find("conflicts") != std::string::npos);
+}

@@ -450,14 +450,18 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--model", o->model, "kernel model");
   app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
   app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
-  app.add_option("--traces", o->traces, "directory of .safetensors traces");
-  app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
-  app.add_option("--trials", o->trials, "trials (default 32)");
+  auto* traces = app.add_option("--traces", o->traces,
+                                 "directory of .safetensors traces (takes none of --scenario --trials --seed "
+                                 "--seqlen --headdim --dtype: the traces hold their inputs)");
+  auto* scenario = app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
+  auto* trials = app.add_option("--trials", o->trials, "trials (default 32)");
   app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
-  app.add_option("--seed", o->seed, "seed (default 0)");
-  app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
-  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
-  app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  auto* seed = app.add_option("--seed", o->seed, "seed (default 0)");
+  auto* seqlen = app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
+  auto* headdim = app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  auto* dtype = app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  // A trace run would ignore these silently; refuse them (exit 2, naming both options).
+  for (CLI::Option* generator : {scenario, trials, seed, seqlen, headdim, dtype}) traces->excludes(generator);
   app.add_flag("--by-max", o->by_max,
                "also describe the errors grouped by each row's exact max score (descriptive)");
   app.add_flag("--json", o->json, "JSON output");

@@ -16,7 +16,15 @@ struct OpOptions {
   int sr_bits = 24;
   std::uint64_t seed = 0, position = 0;
   bool json = false, explain = false;
+  bool overflow_given = false;  // --overflow on the command line
 };
+
+// A line's own `satfinite`/`ieee` word may not contradict an explicit --overflow.
+void check_overflow_word(const OpOptions& o, const RoundingSpec& base, const OpRequest& req) {
+  if (o.overflow_given && req.spec.overflow != base.overflow)
+    throw InputError("--overflow " + o.overflow + " conflicts with the word '" +
+                     std::string(to_string(req.spec.overflow)) + "'; give one of them");
+}
 
 RoundingSpec base_spec(const OpOptions& o) {
   RoundingSpec s;
@@ -30,6 +38,7 @@ int run_batch(const OpOptions& o) {
   const RoundingSpec base = base_spec(o);
   return run_line_batch(o.batch, [&](const std::vector<std::string>& words, std::uint64_t line_no) {
     const OpRequest req = parse_op_words(words, base);
+    check_overflow_word(o, base, req);
     // The stochastic stream is keyed by the line's position in the batch.
     const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
                                req.operands[2], req.spec, line_no - 1);
@@ -40,6 +49,13 @@ int run_batch(const OpOptions& o) {
 int run_op(const OpOptions& o) {
   if (!o.batch.empty()) {
     if (!o.words.empty()) throw InputError("--batch takes no operation words on the command line");
+    // Each batch line names its own format and rounding and prints one `BITS FLAGS` line.
+    const std::pair<const char*, bool> ignored[] = {{"--format", !o.format.empty()}, {"--round", !o.round.empty()},
+                                                    {"--json", o.json}, {"--explain", o.explain}};
+    for (const auto& [name, given] : ignored)
+      if (given)
+        throw InputError(std::string("--batch and ") + name +
+                         " cannot be combined (each batch line gives OP FORMAT ROUND and prints BITS FLAGS)");
     return run_batch(o);
   }
   OpRequest req;
@@ -61,6 +77,7 @@ int run_op(const OpOptions& o) {
   } else {
     req = parse_op_words(o.words, base);
   }
+  check_overflow_word(o, base, req);
   RoundingEvent ev;
   const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
                              req.operands[2], req.spec, o.position, &ev);
@@ -87,7 +104,8 @@ Runner setup_op(CLI::App& app) {
   app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]; operands: see below")->expected(0, -1);
   app.add_option("--format", o->format, "result format (flag form)");
   app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
-  app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite");
+  app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite")
+      ->each([o](const std::string&) { o->overflow_given = true; });
   app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)");
   app.add_option("--seed", o->seed, "seed of the stochastic-rounding stream");
   app.add_option("--position", o->position, "logical position in the stochastic stream");
