@@ -1125,3 +1125,48 @@ TEST_CASE("issue 21: bias-test --traces refuses generator options; a recipe's du
   CHECK(one_error(run("bias-test --model fa-bf16acc --recipe " + top + " --trials 2 --seqlen 16 --headdim 16"),
                   top + ": name: duplicate key"));
 }
+
+TEST_CASE("issue 21: errors about a trace's contents start with the trace's path") {
+  // Metadata naming an unknown model.
+  const std::string dir = poisoned_trace("unknown_model", "none", 0, 0.0, 64, "no-such-model");
+  const std::string file = dir + "/t.safetensors";
+  for (const std::string& cmd : {"replay " + file, "demo --trace " + file}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "no-such-model"));
+    CHECK(r.err.rfind("error: " + file + ": ", 0) == 0);
+  }
+  // --model on the command line is named as the option.
+  CHECK(one_error(run("replay " + poisoned_trace("known_model", "none", 0, 0.0) + "/t.safetensors --model nope"),
+                  "--model nope"));
+  // k and v with fewer rows than q (the builder refuses k rows != v rows).
+  auto in = fb::attn::make_scenario("random", 3, 1, 1, 32, 16, fb::formats::bf16, false);
+  const auto exact = fb::attn::exact_attention(in);
+  fb::TraceMetadata md;
+  md.source = "emulated";
+  md.model = "fa2-sm80";
+  md.softmax_scale = 0.25;
+  md.causal = false;
+  md.dtype = fb::formats::bf16;
+  std::vector<double> o(exact.o.data.size());
+  for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
+  const std::vector<std::uint64_t> full = {1, 1, 32, 16}, half = {1, 1, 16, 16};
+  const std::vector<double> k_half(in.k.data.begin(), in.k.data.begin() + 16 * 16);
+  const std::vector<double> v_half(in.v.data.begin(), in.v.data.begin() + 16 * 16);
+  const auto rows_dir = scratch() / "kv_rows";
+  std::filesystem::create_directories(rows_dir);
+  const std::string rows = (rows_dir / "t.safetensors").string();
+  fb::TraceBuilder(md)
+      .add_values("q", fb::formats::bf16, full, in.q.data)
+      .add_values("k", fb::formats::bf16, half, k_half)
+      .add_values("v", fb::formats::bf16, half, v_half)
+      .add_values("o", fb::formats::bf16, full, o)
+      .write(rows);
+  for (const std::string& cmd : {"replay " + rows, "demo --trace " + rows, "bias-test --traces " + rows_dir.string()}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.rfind("error: " + rows + ": ", 0) == 0, r.err);
+  }
+}

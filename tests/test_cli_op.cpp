@@ -408,3 +408,14 @@ TEST_CASE("issue 21: op refuses conflicts it used to resolve silently") {
   CHECK(line.exit_code == 2);
   CHECK(line.err.find("conflicts") != std::string::npos);
 }
+
+TEST_CASE("issue 21: dot --batch --trace is refused rather than the trace dropped") {
+  const Run r = flashbits("dot --batch - --trace", "sm80 bf16 0 3f80,3f80 3f80,3f80\n");
+  CHECK(r.exit_code == 2);
+  CHECK(one_error_line(r));
+  CHECK(r.err.find("--batch and --trace") != std::string::npos);
+  CHECK(r.out.empty());
+  // Without --trace the batch runs; the single form still traces.
+  CHECK(flashbits("dot --batch -", "sm80 bf16 0 3f80,3f80 3f80,3f80\n").exit_code == 0);
+  CHECK(flashbits("dot sm80 bf16 0 3f80,3f80 3f80,3f80 --trace").out.find("step 0:") != std::string::npos);
+}

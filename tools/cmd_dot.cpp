@@ -110,6 +110,10 @@ void print_trace(const DotTrace& t) {
 int run_dot(const DotOptions& o) {
   if (!o.batch.empty()) {
     if (!o.words.empty()) throw InputError("--batch takes no dot words on the command line");
+    // A batch prints one D per line; a trace would break that one-to-one format.
+    if (o.trace)
+      throw InputError("--batch and --trace cannot be combined (a batch prints one D per line; trace one "
+                       "line at a time)");
     return run_batch(o);
   }
   if (o.words.empty()) throw InputError("give --batch FILE|- or the words MODEL INFMT C_HEX A1,... B1,...");

@@ -187,7 +187,10 @@ int run_replay(const ReplayOptions& o) {
   try {
     model = parse_model_for_inputs(model_name, in.dtype);
   } catch (const std::invalid_argument& e) {
-    throw InputError(std::string("model ") + model_name + ": " + e.what());
+    // A model named by the trace's metadata is an error of the file: name it first.
+    throw InputError((o.model.empty() ? o.path + ": metadata model '" + model_name + "'"
+                                      : std::string("--model ") + model_name) +
+                     ": " + e.what());
   }
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with

@@ -71,8 +71,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // No verdict on inputs that cannot support one (exit 2, naming the file and rows).
   check_inputs_support_statistics(in, path);
   std::string sfu_note;
-  const attn::ModelHandle model =
-      with_capture_sfu(parse_model_for_inputs(md.model, in.dtype), trace, "auto", sfu_note);
+  // The metadata's model: an unknown or unfit one is an error of this file.
+  attn::ModelHandle named;
+  try {
+    named = parse_model_for_inputs(md.model, in.dtype);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(path + ": metadata model '" + md.model + "': " + e.what());
+  }
+  const attn::ModelHandle model = with_capture_sfu(named, trace, "auto", sfu_note);
   const Format& out_f = model.recipe->output;
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
   os << (is_hardware_capture(trace) ? "hardware capture (source " + md.source + ")"

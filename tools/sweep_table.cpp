@@ -209,6 +209,18 @@ attn::AttentionInputs inputs_from_trace(const Trace& trace) {
   in.q = tensor_from_trace(trace, "q");
   in.k = tensor_from_trace(trace, "k");
   in.v = tensor_from_trace(trace, "v");
+  // The models take q, k, v of one shape: say which file does not, before they refuse it
+  // without naming the file.
+  const auto shape_text = [](const attn::Tensor4& t) {
+    return "[" + std::to_string(t.batch) + "," + std::to_string(t.heads) + "," + std::to_string(t.rows) + "," +
+           std::to_string(t.cols) + "]";
+  };
+  const auto same_shape = [](const attn::Tensor4& a, const attn::Tensor4& b) {
+    return a.batch == b.batch && a.heads == b.heads && a.rows == b.rows && a.cols == b.cols;
+  };
+  if (!same_shape(in.q, in.k) || !same_shape(in.q, in.v))
+    throw TraceError(trace.source_name() + ": q " + shape_text(in.q) + ", k " + shape_text(in.k) + " and v " +
+                     shape_text(in.v) + " must have the same shape (batch, heads, rows, head dim)");
   if (trace.has("do")) in.d_o = tensor_from_trace(trace, "do");
   const TraceMetadata& m = trace.metadata();
   in.dtype = m.dtype ? *m.dtype : trace.bits("q").format;
