@@ -3,11 +3,18 @@
 // Contract: each operation computes its exact result, reduces it to (sign, exponent,
 // significand, sticky) and rounds it once through round_pack (emu/rounding.hpp).
 // Special cases follow docs/DESIGN.md §2:
-// - a NaN operand gives NaN and no flag; 0*inf, inf-inf, 0/0, sqrt(<0) give NaN with
-//   invalid; x/0 gives inf with divbyzero;
+// - a NaN operand gives NaN and no flag -- a signalling NaN included: operands are
+//   decoded to values, so sNaN operands are treated as quiet and raise no invalid flag
+//   (IEEE 754 would raise invalid; flashbits does not model signalling NaNs);
+// - 0*inf, inf-inf, 0/0, sqrt(<0) give NaN with invalid;
+// - x/0 (x finite, nonzero) is an exact infinity and raises divbyzero alone where the
+//   format holds inf: inf under ieee, max finite under satfinite (satfinite only changes
+//   the packing of the exact infinity, as for inf operands: no overflow, no inexact);
 // - an exact zero sum is +0, or -0 under rdn; same-sign zeros keep their sign;
-// - in formats without inf, an infinite result (x/0) follows the overflow policy's
-//   packing of infinity (NaN under ieee, max finite under satfinite);
+// - in formats without inf (e4m3, e2m1, ...), an infinite result (x/0) does not fit the
+//   format: it is an overflow, divbyzero | overflow | inexact, packed by the overflow
+//   policy (NaN under ieee where the format has one, else max finite; max finite under
+//   satfinite);
 // - formats without NaN (fp6, fp4) give +0 with invalid where a NaN is due;
 // - e8m0 has no zero: an exact zero result gives NaN with invalid.
 //

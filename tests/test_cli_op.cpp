@@ -419,3 +419,24 @@ TEST_CASE("issue 21: dot --batch --trace is refused rather than the trace droppe
   CHECK(flashbits("dot --batch -", "sm80 bf16 0 3f80,3f80 3f80,3f80\n").exit_code == 0);
   CHECK(flashbits("dot sm80 bf16 0 3f80,3f80 3f80,3f80 --trace").out.find("step 0:") != std::string::npos);
 }
+
+TEST_CASE("issue 21: x/0 flags follow one documented rule in every format and policy; sNaN is quiet") {
+  struct Case {
+    const char* format;
+    const char* one;
+    const char* ieee;
+    const char* satfinite;
+  };
+  // With inf: exact infinity, z alone; satfinite packs it as max finite. Without inf: an
+  // overflow, xoz; NaN (e4m3) or max finite (e2m1, no NaN) under ieee.
+  for (const Case& c : {Case{"fp32", "0x3f800000", "7f800000 z", "7f7fffff z"}, Case{"bf16", "0x3f80", "7f80 z", "7f7f z"},
+                        Case{"fp16", "0x3c00", "7c00 z", "7bff z"}, Case{"e5m2", "0x3c", "7c z", "7b z"},
+                        Case{"e4m3", "0x38", "7f xoz", "7e xoz"}, Case{"e2m1", "0x2", "07 xoz", "07 xoz"}}) {
+    CAPTURE(c.format);
+    CHECK(flashbits(std::string("op div ") + c.format + " rne " + c.one + " 0x0").out == std::string(c.ieee) + "\n");
+    CHECK(flashbits(std::string("op div ") + c.format + " rne " + c.one + " 0x0 satfinite").out ==
+          std::string(c.satfinite) + "\n");
+  }
+  // A signalling NaN operand is treated as quiet: canonical NaN, no flag (documented).
+  CHECK(flashbits("op add fp32 rne 0x7f800001 0x3f800000").out == "7fc00000 -\n");
+}
