@@ -440,3 +440,15 @@ TEST_CASE("issue 21: x/0 flags follow one documented rule in every format and po
   // A signalling NaN operand is treated as quiet: canonical NaN, no flag (documented).
   CHECK(flashbits("op add fp32 rne 0x7f800001 0x3f800000").out == "7fc00000 -\n");
 }
+
+TEST_CASE("issue 21: a huge operand is not echoed whole into the error line") {
+  const std::string huge(1 << 20, '7');  // 1 MiB word
+  const Run batch = flashbits("op --batch -", "add bf16 rne " + huge + " 3f80\n");
+  CHECK(batch.exit_code == 2);
+  CHECK(one_error_line(batch));
+  CHECK(batch.err.size() < 400);
+  CHECK(batch.err.find("... (10485") != std::string::npos);
+  const Run dot = flashbits("dot --batch -", "sm80 bf16 0 " + huge + " 3f80\n");
+  CHECK(dot.exit_code == 2);
+  CHECK(dot.err.size() < 400);
+}

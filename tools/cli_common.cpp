@@ -173,7 +173,7 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
       out += run_line(split_words(line), line_no);
     } catch (const InputError& e) {
       std::cout << out << std::flush;
-      std::cerr << "error: line " << line_no << ": " << e.what() << "\n";
+      std::cerr << "error: line " << line_no << ": " << shorten_echoes(e.what()) << "\n";
       return kExitBadInput;
     }
     out += '\n';
@@ -189,6 +189,26 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
   }
   std::cout << out;
   return kExitOk;
+}
+
+std::string shorten_echoes(std::string_view message) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < message.size()) {
+    if (message[i] == ' ' || message[i] == '\t' || message[i] == '\n') {
+      out += message[i++];
+      continue;
+    }
+    std::size_t j = i;
+    while (j < message.size() && message[j] != ' ' && message[j] != '\t' && message[j] != '\n') ++j;
+    const std::string_view word = message.substr(i, j - i);
+    if (word.size() > kMaxEchoedWord)
+      out += std::string(word.substr(0, kEchoedPrefix)) + "... (" + std::to_string(word.size()) + " bytes)";
+    else
+      out += word;
+    i = j;
+  }
+  return out;
 }
 
 bool stderr_is_terminal() { return ::isatty(2) != 0; }

@@ -81,6 +81,13 @@ std::string flags_string(Flags flags);
 using BatchLineRunner = std::function<std::string(const std::vector<std::string>& words, std::uint64_t line_no)>;
 int run_line_batch(const std::string& path, const BatchLineRunner& run_line);
 
+// An error message with every echoed word (a run of non-blank characters) longer than
+// kMaxEchoedWord cut to its first kEchoedPrefix characters + "... (N bytes)": a 10 MB
+// operand is not copied whole into the one error line.
+inline constexpr std::size_t kMaxEchoedWord = 200;
+inline constexpr std::size_t kEchoedPrefix = 64;
+std::string shorten_echoes(std::string_view message);
+
 // Whether stderr is a terminal (progress bars are shown only then).
 bool stderr_is_terminal();
 

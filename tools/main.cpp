@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
         break;
       }
     }
-    std::cerr << "error: " << where << message << " (see `flashbits " << (sub ? sub->get_name() + " " : "")
+    std::cerr << "error: " << where << fb::cli::shorten_echoes(message) << " (see `flashbits " << (sub ? sub->get_name() + " " : "")
               << "--help`)\n";
     return fb::cli::kExitBadInput;
   }
@@ -122,20 +122,20 @@ int run(int argc, char** argv) {
       if (s->parsed()) return run();
     }
   } catch (const fb::cli::InputError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << fb::cli::shorten_echoes(e.what()) << "\n";
     return fb::cli::kExitBadInput;
   } catch (const fb::TraceError& e) {
     // A bad trace file is bad input: one line naming file, tensor and field.
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << fb::cli::shorten_echoes(e.what()) << "\n";
     return fb::cli::kExitBadInput;
   } catch (const std::invalid_argument& e) {
     // The library reports an impossible combination of user choices (a model variant
     // with a head dim it cannot take, say) this way; it is bad input, not a crash.
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << fb::cli::shorten_echoes(e.what()) << "\n";
     return fb::cli::kExitBadInput;
   } catch (const std::exception& e) {
     // Anything else is a flashbits bug; say so in one line rather than abort.
-    std::cerr << "internal error: " << e.what() << "\n";
+    std::cerr << "internal error: " << fb::cli::shorten_echoes(e.what()) << "\n";
     return fb::cli::kExitInternalError;
   }
   return fb::cli::kExitBadInput;
