@@ -1170,3 +1170,28 @@ TEST_CASE("issue 21: errors about a trace's contents start with the trace's path
     CHECK_MESSAGE(r.err.rfind("error: " + rows + ": ", 0) == 0, r.err);
   }
 }
+
+TEST_CASE("issue 21: replay --plot draws the feature it names (--feature), warns on NaN points, plain ticks") {
+  const std::filesystem::path example =
+      std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "sink-fa-bf16acc.safetensors";
+  // demo names a feature and the command that draws it; that command's title names the same one.
+  const Run demo = run("demo --trace " + example.string());
+  const std::size_t at = demo.out.find(" --feature ");
+  REQUIRE(at != std::string::npos);
+  const int feature = std::stoi(demo.out.substr(at + 11));
+  const std::size_t row_at = demo.out.find("2. The mechanism, row ");
+  REQUIRE(row_at != std::string::npos);
+  CHECK(demo.out.find("feature " + std::to_string(feature) + " (O error", row_at) != std::string::npos);
+  const std::string svg = (scratch() / "feature.svg").string();
+  const int row = std::stoi(demo.out.substr(row_at + 22));
+  const Run plot = run("replay " + example.string() + " --row " + std::to_string(row) + " --feature " +
+                       std::to_string(feature) + " --plot " + svg);
+  REQUIRE(plot.code == 0);
+  const std::string text = slurp(svg);
+  CHECK(text.find(", feature " + std::to_string(feature)) != std::string::npos);
+  CHECK(text.find("e+0") == std::string::npos);  // ticks like 1e+03 print as 1000
+  CHECK(text.find("nan") == std::string::npos);
+  // Out of range or without a plot: exit 2.
+  CHECK(run("replay " + example.string() + " --row 3 --feature 64 --plot " + svg).code == 2);
+  CHECK(run("replay " + example.string() + " --row 3 --feature 2").code == 2);
+}

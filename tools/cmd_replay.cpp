@@ -46,9 +46,11 @@ struct ReplayOptions {
   std::string sfu_record, sfu_values;
   std::string sfu_set = "auto";  // auto | model | a named SFU set
   int batch = -1, head = -1, row = -1;
+  int feature = 0;  // --feature: the feature of O whose P·V accumulation --plot/--explain traces
   bool all = false, explain = false, json = false;
   // Given on the command line (the defaults -1 and "" would otherwise hide it).
   CLI::Option *batch_option = nullptr, *head_option = nullptr, *row_option = nullptr, *plot_option = nullptr;
+  CLI::Option* feature_option = nullptr;
 };
 
 constexpr std::size_t kListedMismatches = 20;  // per tensor in the text report
@@ -166,6 +168,8 @@ void check_options(const ReplayOptions& o) {
   if (!row_given && (o.batch_option->count() > 0 || o.head_option->count() > 0) && !o.explain && o.plot.empty())
     throw InputError("--batch/--head: they select the row of --row (or the row --explain/--plot traces)");
   if (o.plot_option->count() > 0 && o.plot.empty()) throw InputError("--plot: the output path is empty");
+  if (o.feature_option->count() > 0 && o.plot.empty() && !o.explain)
+    throw InputError("--feature: it selects the feature --plot/--explain traces; give one of them");
   std::vector<std::pair<std::string, std::string>> inputs = {{"the trace", o.path}, {"--recipe", o.recipe},
                                                              {"--sfu-values", o.sfu_values}};
   for (const std::string& spec : o.sfu_dumps)
@@ -265,7 +269,11 @@ int run_replay(const ReplayOptions& o) {
   attn::Tracer tracer;
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
   if (o.explain || !o.plot.empty()) {
+    if (o.feature < 0 || static_cast<std::uint64_t>(o.feature) >= trace.head_dim())
+      throw InputError("--feature " + std::to_string(o.feature) + ": expected 0.." + std::to_string(trace.head_dim() - 1) +
+                       " (the head dim of " + trace.source_name() + ")");
     tracer.rows.push_back({tb, th, tr});
+    tracer.plot_feature = o.feature;
     opt.tracer = &tracer;
   }
   // fb-fa2's per-row intermediates (gpu/README.md): rows of batch 0, head 0.
@@ -400,6 +408,9 @@ int run_replay(const ReplayOptions& o) {
       for (std::size_t i = 0; i < order.size(); ++i)
         if (order[i] == k) p.markers.push_back(static_cast<double>(i));
     }
+    if (const std::size_t dropped = non_finite_points(p); dropped > 0)
+      std::cerr << "warning: --plot: " << dropped << " of " << p.xs.size()
+                << " points are NaN or infinite (the row's output is not finite) and are left out of the plot\n";
     write_line_plot(o.plot, p);  // throws (exit 2) before anything claims it was written
   }
   if (!not_compared.empty()) {
@@ -545,6 +556,9 @@ Runner setup_replay(CLI::App& app) {
   app.add_flag("--explain", o->explain, "per KV tile story of the row (default row 0)");
   o->plot_option = app.add_option("--plot", o->plot,
                                   "write the cumulative rounding error of O-bar as SVG to this path (not an input)");
+  o->feature_option = app.add_option("--feature", o->feature,
+                                     "feature (column) of O whose accumulation --plot draws and --explain follows "
+                                     "(0..head dim - 1; default 0)");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_replay(*o); };
 }

@@ -184,7 +184,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     if (shown) describe_event(os, "one rounding of this feature's P.V accumulation", *shown, kept);
     if (!t.cumulative_error_by_key.empty())
       os << "    cumulative rounding error of O-bar after all keys: " << fmt("%+.4g", t.cumulative_error_by_key.back())
-         << " (value units; `flashbits replay " << path << " --row " << row << " --plot FILE.svg` draws it)\n";
+         << " (value units; `flashbits replay " << path << " --row " << row << " --feature " << feature
+         << " --plot FILE.svg` draws it)\n";
   }
   os << "\n";
 

@@ -22,9 +22,13 @@ double tick_step(double span, int count) {
   return 10.0 * p;
 }
 
+// Tick labels as people write them: integers in full (1000, not 1e+03), other values with
+// up to 4 significant digits (exponent form only for very small or large magnitudes).
 std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", std::fabs(v) < 1e-300 ? 0.0 : v);
+  char buf[40];
+  if (std::fabs(v) < 1e-300) v = 0.0;
+  if (v == std::floor(v) && std::fabs(v) < 1e12) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
 }
 
@@ -41,7 +45,23 @@ std::string escape(const std::string& s) {
 
 }  // namespace
 
-void write_line_plot(const std::string& path, const LinePlot& p) {
+std::size_t non_finite_points(const LinePlot& plot) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < plot.xs.size() && i < plot.ys.size(); ++i)
+    n += !std::isfinite(plot.xs[i]) || !std::isfinite(plot.ys[i]);
+  return n;
+}
+
+void write_line_plot(const std::string& path, const LinePlot& plot) {
+  // Non-finite points cannot be drawn: they are left out (the caller is told how many).
+  LinePlot p = plot;
+  p.xs.clear();
+  p.ys.clear();
+  for (std::size_t i = 0; i < plot.xs.size() && i < plot.ys.size(); ++i) {
+    if (!std::isfinite(plot.xs[i]) || !std::isfinite(plot.ys[i])) continue;
+    p.xs.push_back(plot.xs[i]);
+    p.ys.push_back(plot.ys[i]);
+  }
   const double width = 900, height = 520, left = 100, right = 30, top = 50, bottom = 70;
   double x0 = 0, x1 = 1, y0 = 0, y1 = 0;
   if (!p.xs.empty()) {
@@ -99,9 +119,14 @@ void write_line_plot(const std::string& path, const LinePlot& p) {
   for (double y : p.ys) mean_y += y;
   if (!p.ys.empty()) mean_y /= static_cast<double>(p.ys.size());
   const bool legend_low = sy(mean_y) < top + ph / 2;
-  const double lx = left + 12, ly = legend_low ? top + ph - 38 : top + 14;
-  s << "<rect x=\"" << lx - 6 << "\" y=\"" << ly - 12 << "\" width=\"330\" height=\"44\" fill=\"white\" "
-    << "stroke=\"#aaa\"/>\n";
+  // Left unless a marker (the P-bar == 1 keys, often the first keys) lies under it: then right.
+  const double legend_width = 330;
+  bool marker_on_left = false;
+  for (double m : p.markers) marker_on_left |= sx(m) < left + legend_width + 24;
+  const double lx = marker_on_left ? left + pw - legend_width - 6 : left + 12;
+  const double ly = legend_low ? top + ph - 38 : top + 14;
+  s << "<rect x=\"" << lx - 6 << "\" y=\"" << ly - 12 << "\" width=\"" << legend_width
+    << "\" height=\"44\" fill=\"white\" stroke=\"#aaa\"/>\n";
   s << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 28 << "\" y2=\"" << ly
     << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/>\n";
   s << "<text x=\"" << lx + 36 << "\" y=\"" << ly + 4 << "\">" << escape(p.series_label) << "</text>\n";

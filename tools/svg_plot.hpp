@@ -5,6 +5,8 @@
 // Contract: write_line_plot() writes one standalone SVG (axes with ticks and numbers, axis
 // labels, title, legend) of the series (x, y) drawn in the given order, with a dashed
 // vertical line at every marker x, whole or not at all (cli_common.hpp write_output_file).
+// Points with a non-finite x or y are left out (count them with non_finite_points() to warn).
+// Tick labels print integers in full. The legend sits where no marker line runs under it.
 // Throws InputError when the file cannot be written.
 #pragma once
 
@@ -20,5 +22,7 @@ struct LinePlot {
 };
 
 void write_line_plot(const std::string& path, const LinePlot& plot);
+// How many of plot's points write_line_plot leaves out (non-finite x or y).
+std::size_t non_finite_points(const LinePlot& plot);
 
 }  // namespace fb::cli
