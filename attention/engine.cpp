@@ -1294,9 +1294,13 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
         t.delta_error_from_reduction = static_cast<double>(static_cast<long double>(delta[r]) - with_cast);
       }
     }
-    if (opt.progress) opt.progress->fetch_add(static_cast<std::uint64_t>(N), std::memory_order_relaxed);
     check_cancel(opt);
-    if (km.fp8.enabled) return;  // no fp8 backward is modelled: delta only (dQ, dK, dV absent)
+    // The head's backward rows count as done when its gradients are (a progress bar that
+    // counted them after delta sat at 100% through the whole backward kernel).
+    const auto count_backward_rows = [&] {
+      if (opt.progress) opt.progress->fetch_add(static_cast<std::uint64_t>(N), std::memory_order_relaxed);
+    };
+    if (km.fp8.enabled) return count_backward_rows();  // no fp8 backward is modelled: delta only
     double* dq = out.dq->row(b, h, 0);
     double* dk = out.dk->row(b, h, 0);
     double* dv = out.dv->row(b, h, 0);
@@ -1307,6 +1311,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       case BackwardKernel::triton_prescaled_k: triton_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
       case BackwardKernel::tensor_ops: tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
     }
+    count_backward_rows();
   });
   if (km.fp8.enabled) {
     out.dq.reset();

@@ -422,6 +422,27 @@ TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr
   const Run quiet = run(args);
   CHECK(quiet.code == 1);
   CHECK(quiet.err.empty());
+  // On a 50-column terminal the bar never wraps (every drawn line is under 50 columns) and
+  // shows an ETA.
+  const std::string narrow = std::string("stty cols 50; '") + FLASHBITS_BINARY + "' " + args + " > '" + out + "'";
+  REQUIRE(std::system(("script -qec \"" + narrow + "\" '" + typescript + "' > /dev/null 2>&1").c_str()) != -1);
+  const std::string narrow_drawn = slurp(typescript);
+  CHECK(narrow_drawn.find("ETA ") != std::string::npos);
+  // The segments between carriage returns that hold the bar (script's own header and footer
+  // lines are not the bar's).
+  std::size_t longest = 0, start = 0, bars = 0;
+  for (std::size_t i = 0; i <= narrow_drawn.size(); ++i) {
+    if (i == narrow_drawn.size() || narrow_drawn[i] == '\r' || narrow_drawn[i] == '\n') {
+      const std::string segment = narrow_drawn.substr(start, i - start);
+      if (segment.find("/250 trials") != std::string::npos && segment.find("Script") == std::string::npos) {
+        longest = std::max(longest, segment.size());
+        ++bars;
+      }
+      start = i + 1;
+    }
+  }
+  CHECK(bars > 0);
+  CHECK(longest < 50);
 }
 
 // Found by fuzz/fuzz_merge: an integer field beyond long long (CSV "1e300") was cast with

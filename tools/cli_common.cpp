@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -408,17 +409,59 @@ bool flush_stdout(std::string& reason) {
   return true;
 }
 
+namespace {
+// Columns of the terminal on stderr (TIOCGWINSZ, else $COLUMNS, else 80).
+int terminal_columns() {
+  winsize ws{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    const int n = std::atoi(c);
+    if (n > 0) return n;
+  }
+  return 80;
+}
+
+std::string duration_text(double seconds) {
+  const long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+}  // namespace
+
+// One line that never wraps: "[####   ] done/total unit  ETA 1m05s", the bar shrinking (and
+// then dropped) to fit the terminal's width; the ETA from the rate since the start.
+std::string progress_line(std::uint64_t done, std::uint64_t total, const std::string& unit, double elapsed_seconds,
+                          int columns) {
+  std::string counts = std::to_string(done) + "/" + std::to_string(total) + " " + unit;
+  if (done > 0 && done < total && elapsed_seconds > 0)
+    counts += "  ETA " + duration_text(elapsed_seconds * static_cast<double>(total - done) / static_cast<double>(done));
+  const int room = columns - 1 - static_cast<int>(counts.size()) - 3;  // "[" "] " and the cursor's column
+  const int width = std::min(40, room);
+  if (width < 5) return counts.substr(0, static_cast<std::size_t>(std::max(0, columns - 1)));
+  const int filled = total == 0 ? width : static_cast<int>(static_cast<double>(width) * static_cast<double>(done) /
+                                                           static_cast<double>(total));
+  return "[" + std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(width - filled), ' ') +
+         "] " + counts;
+}
+
 ProgressBar::ProgressBar(std::string unit, std::uint64_t total) : unit_(std::move(unit)), total_(total) {
   if (!stderr_is_terminal() || total_ == 0) return;
   drawer_ = std::thread([this] {
+    const auto start = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
     if (stop_signal_.wait_for(lock, std::chrono::seconds(2), [this] { return stop_; })) return;
     while (true) {
       const std::uint64_t done = std::min(done_.load(std::memory_order_relaxed), total_);
-      constexpr int kWidth = 40;
-      const int filled = static_cast<int>(kWidth * done / total_);
-      std::cerr << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, ' ') << "] " << done << "/"
-                << total_ << " " << unit_ << std::flush;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const int columns = terminal_columns();
+      const std::string line = progress_line(done, total_, unit_, elapsed, columns);
+      // Clear what a longer previous line left, then draw.
+      std::cerr << "\r" << line << std::string(drawn_width_ > line.size() ? drawn_width_ - line.size() : 0, ' ')
+                << "\r" << line << std::flush;
+      drawn_width_ = std::max(drawn_width_, line.size());
       drawn_ = true;
       if (stop_signal_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) return;
     }
@@ -430,7 +473,7 @@ ProgressBar::~ProgressBar() { finish(); }
 void ProgressBar::clear_line() {
   if (!drawer_.joinable()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (drawn_) std::cerr << "\r" << std::string(60 + unit_.size(), ' ') << "\r" << std::flush;
+  if (drawn_) std::cerr << "\r" << std::string(drawn_width_, ' ') << "\r" << std::flush;
   drawn_ = false;
 }
 
@@ -442,7 +485,7 @@ void ProgressBar::finish() {
   }
   stop_signal_.notify_all();
   drawer_.join();
-  if (drawn_) std::cerr << "\r" << std::string(60 + unit_.size(), ' ') << "\r" << std::flush;
+  if (drawn_) std::cerr << "\r" << std::string(drawn_width_, ' ') << "\r" << std::flush;
 }
 
 }  // namespace fb::cli

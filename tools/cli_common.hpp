@@ -141,6 +141,11 @@ bool flush_stdout(std::string& reason);
 // thread; when stderr is a terminal a drawing thread waits 2 s, then redraws every
 // 200 ms. The destructor stops it and clears the line, so the run's own output (stdout
 // and any final stderr line) is never interleaved with a half-drawn bar.
+// The bar's line for `columns` terminal columns: never longer than columns - 1 (the bar
+// shrinks, then is dropped), with an ETA once some work is done. Exposed for tests.
+std::string progress_line(std::uint64_t done, std::uint64_t total, const std::string& unit, double elapsed_seconds,
+                          int columns);
+
 class ProgressBar {
  public:
   ProgressBar(std::string unit, std::uint64_t total);
@@ -162,6 +167,7 @@ class ProgressBar {
   std::mutex mutex_;
   std::condition_variable stop_signal_;
   bool stop_ = false, drawn_ = false;
+  std::size_t drawn_width_ = 0;  // widest line drawn, cleared by clear_line() and finish()
   std::thread drawer_;
 };
 
