@@ -39,12 +39,15 @@ std::string json_string(const std::string& s) {
 // A minimal JSON reader for safetensors headers: objects, arrays, strings, integers.
 struct Json {
   enum Kind { kObject, kArray, kString, kNumber } kind = kString;
-  std::vector<std::pair<std::string, Json>> members;
+  // Keys and values of an object in file order, as two vectors: a std::pair of the
+  // still-incomplete Json inside a vector member is undefined, and clang refuses it.
+  std::vector<std::string> member_keys;
+  std::vector<Json> member_values;
   std::vector<Json> items;
   std::string text;
   const Json* get(const std::string& key) const {
-    for (const auto& [k, v] : members)
-      if (k == key) return &v;
+    for (std::size_t i = 0; i < member_keys.size(); ++i)
+      if (member_keys[i] == key) return &member_values[i];
     return nullptr;
   }
 };
@@ -108,7 +111,8 @@ class Parser {
       while (true) {
         std::string key = string();
         expect(':');
-        j.members.emplace_back(key, value());
+        j.member_values.push_back(value());
+        j.member_keys.push_back(key);
         skip();
         if (i_ < s_.size() && s_[i_] == ',') {
           ++i_;
@@ -218,7 +222,7 @@ Fa2Inputs read_fa2_inputs_lite(const std::string& path) {
   const std::size_t base = 8 + n;
   Fa2Inputs r;
   if (const Json* meta = root.get("__metadata__")) {
-    for (const auto& [k, v] : meta->members) r.metadata[k] = v.text;
+    for (std::size_t i = 0; i < meta->member_keys.size(); ++i) r.metadata[meta->member_keys[i]] = meta->member_values[i].text;
   }
   auto load = [&](const char* name, std::vector<std::uint16_t>& dst, bool first) {
     const Json* t = root.get(name);

@@ -574,7 +574,10 @@ int run(const Options& o, const StandIn& hw) {
 // --check: a converted table (FBSFU1) against the stand-in on its function's domain.
 int check(const std::vector<std::pair<int, std::string>>& checks, const StandIn& hw) {
   int rc = 0;
-  for (const auto& [fn, path] : checks) {
+  for (const auto& check_entry : checks) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+    const int fn = check_entry.first;
+    const std::string& path = check_entry.second;
     std::unique_ptr<SpecialFunctionModel> model;
     try {
       model = load_table_model(path);

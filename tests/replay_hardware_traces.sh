@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/replay_hardware_traces.sh FLASHBITS ROOT: the ctest replay_hardware_traces.
+# tests/replay_hardware_traces.sh FLASHBITS ROOT [KIND...]: the ctests replay_hardware_*,
+# one per KIND (torch, fa2, bias, eager; default all), so that ctest -j spreads them over cores.
 # Every hardware capture under ROOT/traces/hw/<gpu>/{torch,fa2,bias} is replayed under the
 # model its metadata names (with the SFU set measured on that GPU: replay --sfu auto) and
 # must match bit for bit, every tensor it holds (exit 0). The eager captures (PyTorch eager
@@ -10,13 +11,19 @@
 set -u
 fb=$1
 root=$2
+shift 2
+kinds=("$@")
+[ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager)
 fail=0
 exact=0
+found=0
 shopt -s nullglob
-for kind in torch fa2 bias; do
+for kind in "${kinds[@]}"; do
+  [ "$kind" = eager ] && continue
   files=("$root"/traces/hw/*/"$kind"/*.safetensors)
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && files=("${files[@]:0:1}")
   for t in "${files[@]}"; do
+    found=$((found + 1))
     if out=$("$fb" replay "$t" 2>&1); then
       exact=$((exact + 1))
     else
@@ -26,12 +33,15 @@ for kind in torch fa2 bias; do
     fi
   done
 done
-for t in "$root"/traces/hw/*/eager/*.safetensors; do
+eager=()
+[[ " ${kinds[*]} " == *" eager "* ]] && eager=("$root"/traces/hw/*/eager/*.safetensors)
+for t in "${eager[@]}"; do
+  found=$((found + 1))
   "$fb" replay "$t" > /dev/null 2>&1
   rc=$?
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
 done
-echo "$exact hardware captures replayed bit for bit"
-[ "$exact" -gt 0 ] || { echo "no hardware captures found under $root/traces/hw"; fail=1; }
+echo "${kinds[*]}: $exact hardware captures replayed bit for bit, $found replayed in all"
+[ "$found" -gt 0 ] || { echo "no ${kinds[*]} hardware captures found under $root/traces/hw"; fail=1; }
 exit $fail

@@ -167,7 +167,10 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
           }
         }
       }
-      for (const auto& [suffix, rnd] : modes) {
+      for (const auto& mode : modes) {
+        // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+        const char* const suffix = mode.first;
+        const mpfr_rnd_t rnd = mode.second;
         const std::string name = std::string("correctly-rounded") + suffix;
         CAPTURE(name);
         CAPTURE(scenario);

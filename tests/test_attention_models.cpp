@@ -435,7 +435,10 @@ TEST_CASE("recipe stage predicates: changing a stage's format changes the output
   // exactly when `used` says so, and an SFU model 0.1% off must change the outputs exactly
   // when uses_special_function says so. Sink and random inputs, three KV tiles, backward.
   int used_seen = 0, unused_seen = 0;
-  for (const auto& [name, dtype] : recipe_predicate_cases()) {
+  for (const auto& model_case : recipe_predicate_cases()) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+    const std::string& name = model_case.first;
+    const Format& dtype = model_case.second;
     CAPTURE(name);
     CAPTURE(dtype.name);
     const ModelHandle model = parse_kernel_model(name, dtype);

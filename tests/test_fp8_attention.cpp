@@ -18,7 +18,9 @@
 #include <algorithm>
 // Boost.Multiprecision's cpp_int trips GCC's -Wmaybe-uninitialized at -O3 (a known false
 // positive in its limb storage); silenced for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <boost/multiprecision/cpp_int.hpp>
 #include <cmath>
 #include <cstdlib>

@@ -515,6 +515,7 @@ TEST_CASE("reference_format_table_matches_design") {
       CHECK(min_normal == row.min_normal);
       CHECK(zeros == (f.has_zero() ? (f.has_negative_zero() ? 2 : 1) : 0));
       CHECK(infs == (f.has_inf() ? 2 : 0));
+      CHECK((nans > 0) == f.has_nan());
     }
     CHECK(fbref::to_double(fbref::decode(f, fbref::round_to(f, fbref::exact_of_double(1e300), Mode::rtz,
                                                             Policy::ieee).bits)) == row.max_finite);

@@ -829,7 +829,10 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     const std::map<std::string, double> required = {{"ties", 0.4},         {"cancellation", 0.9}, {"exponent_gap", 0.5},
                                                     {"zero_terms", 0.75},  {"c_huge", 1.0},       {"c_tiny", 1.0},
                                                     {"overflow", 1.0},     {"f_boundary", 1.0},   {"signed_zeros", 1.0}};
-    for (const auto& [batch, need] : required) {
+    for (const auto& requirement : required) {
+      // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+      const std::string& batch = requirement.first;
+      const double need = requirement.second;
       CAPTURE(batch);
       REQUIRE(designed[batch] > 0);
       CHECK(passed[batch] >= need * designed[batch]);

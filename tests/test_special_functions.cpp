@@ -324,7 +324,10 @@ void check_mantissa_table_corruptions(const std::vector<std::uint8_t>& bytes, co
   check_rejected(bad, "field 'crc32'");
   write_bytes(bad, std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 9), true);  // truncated, checksum redone
   check_rejected(bad, "field 'mantissa_table.run[");
-  for (const auto& [offset, value] : wrong_forms) {
+  for (const auto& wrong_form : wrong_forms) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+    const std::size_t offset = wrong_form.first;
+    const std::uint8_t value = wrong_form.second;
     CAPTURE(offset);
     CAPTURE(static_cast<int>(value));
     write_bytes(bad, with(offset, value), true);

@@ -14,12 +14,19 @@
 # slightly broken inputs into a temp dir, and runs a fixed number of inputs per target.
 # Exits non-zero on any crash, sanitizer report, leak, uncaught exception or timeout; a
 # reproducer is left in $FUZZ_ARTIFACTS (default: the build dir), named after the target.
+# The build is the project's one sanitizer build: tools/test.sh builds every target in it
+# (tools/fuzz.sh --build-all), runs the test suites there, then fuzzes from it, so that CI
+# compiles the libraries with sanitizers once, not twice. Debug keeps assert() on; -O1 is
+# libFuzzer's recommended level and keeps the sanitized test suites fast enough for CI.
 # Usage: tools/fuzz.sh [RUNS] [TARGET...]   (default 200000, all targets; CI: tools/fuzz.sh 100000)
+#        tools/fuzz.sh --build-all           (configure and build every target, run nothing)
 #   env: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_JOBS (default nproc), CXX_FUZZ (default clang++),
 #        FUZZ_CORPUS (a corpus dir kept between runs, one subdir per target; default a temp dir),
 #        FUZZ_SECONDS (also stop each target after this many seconds; for long local sessions)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_all=0
+if [ "${1:-}" = --build-all ]; then build_all=1; shift; fi
 runs="${1:-200000}"
 shift $(( $# > 0 ? 1 : 0 ))
 all_targets=(fuzz_safetensors fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge fuzz_recipe)
@@ -31,9 +38,13 @@ if ! command -v "$cxx" >/dev/null; then
   echo "fuzz.sh: $cxx not found; libFuzzer needs clang" >&2
   exit 2
 fi
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
-  -DFLASHBITS_FUZZ=ON -DFLASHBITS_CUDA=OFF -DFLASHBITS_SANITIZE=ON \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+  -DCMAKE_CXX_COMPILER="$cxx" -DFLASHBITS_FUZZ=ON -DFLASHBITS_CUDA=OFF -DFLASHBITS_SANITIZE=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" >/dev/null
+if [ "$build_all" = 1 ]; then
+  cmake --build "$build" -j "$jobs"
+  exit 0
+fi
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
 if [ -n "${FUZZ_CORPUS:-}" ]; then

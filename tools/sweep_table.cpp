@@ -779,7 +779,9 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
   const std::string& first_path = files.front().first;
   const SweepRun& first = *files.front().second.run;
   // Every parameter the rows depend on must agree.
-  for (const auto& [path, file] : files) {
+  for (const auto& [shard_path, file] : files) {
+    // A named reference, not the structured binding: clang before 16 cannot capture bindings.
+    const std::string& path = shard_path;
     const SweepRun& r = *file.run;
     auto differ = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
       if (mine != theirs)
@@ -792,7 +794,8 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
                        " shards, " + first_path + " (" + first.shard_text() + ") of one cut into " +
                        std::to_string(first.shard_n));
   }
-  for (const auto& [path, file] : files) {
+  for (const auto& [shard_path, file] : files) {
+    const std::string& path = shard_path;
     const SweepRun& r = *file.run;
     auto differ = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
       if (mine != theirs)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: build, run the fast test tier, then a bounded sanitizer slice.
+# The README's test command: build, run the fast test tier, then a bounded sanitizer slice
+# and bounded fuzzing.
 # Usage: tools/test.sh            (what CI runs)
 #        tools/test.sh --exhaustive  (also the slow `exhaustive` ctest label)
 set -euo pipefail
@@ -25,9 +26,11 @@ fi
 if [ "${1:-}" = "--exhaustive" ]; then
   ctest --test-dir build -L exhaustive --output-on-failure -j "$jobs"
 fi
-# ASan + UBSan build of the same suites on a bounded slice (FLASHBITS_TEST_SCALE shrinks loops).
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DFLASHBITS_SANITIZE=ON -DFLASHBITS_CUDA=OFF >/dev/null
-cmake --build build-asan -j "$jobs"
+# The sanitizer stage: one clang build with ASan + UBSan whose libraries are also instrumented
+# for libFuzzer (tools/fuzz.sh configures it), so the libraries are compiled with sanitizers
+# once and serve both the test suites, on a bounded slice (FLASHBITS_TEST_SCALE shrinks
+# loops), and bounded libFuzzer runs of every parser of untrusted input (fuzz/).
+export FUZZ_BUILD_DIR=build-asan FUZZ_JOBS="$jobs"
+tools/fuzz.sh --build-all
 FLASHBITS_TEST_SCALE=sanitizer ctest --test-dir build-asan -L fast --output-on-failure -j "$jobs"
-# Bounded libFuzzer runs of every parser of untrusted input (fuzz/; clang, ASan+UBSan).
-FUZZ_JOBS="$jobs" tools/fuzz.sh 100000
+tools/fuzz.sh 100000
