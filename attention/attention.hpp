@@ -169,6 +169,11 @@ struct RunOptions {
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);
+// The shapes every run accepts (std::invalid_argument naming the rule otherwise): q, k, v
+// share batch, sequence length and head dim (head dim at most 256); k and v share their
+// heads, which divide q's (grouped-query attention: q head h reads k/v head h / (H/Hk); dK
+// and dV then have k's heads); dO has q's shape.
+void check_attention_inputs(const AttentionInputs& in);
 // delta for one row as the model's backward computes it from a given O and dO (its
 // DeltaFormula, in its order and formats); nullopt for models whose delta needs dP∘P.
 // Used to measure the delta a kernel would have computed from a captured O.
@@ -196,11 +201,6 @@ double correctly_rounded_delta(const KernelModel& km, const double* d_o, const d
 // input and output formats and its final cast's mode (+o-MODE), named accordingly.
 ModelHandle correctly_rounded_reference(const KernelModel& like);
 
-// The same tiled online-softmax forward in native float arithmetic (fp32 scores and
-// accumulators, std::exp2f, one cast of O to the dtype with round_double): the speed
-// baseline the emulator is compared with (bench/bench_attention.cpp). O only.
-AttentionOutputs native_flash_forward(const AttentionInputs& in, int block_n, int threads = 1);
-
 // ---- input scenarios ----------------------------------------------------------------
 // random: N(0,1); fa3-outliers: N(0,1) + N(0,100)*Bernoulli(0.001); sink: rows with >= 2
 // keys tied exactly for the max score, the rest 8-20 below, V and dO mostly negative in
@@ -208,8 +208,11 @@ AttentionOutputs native_flash_forward(const AttentionInputs& in, int block_n, in
 // for the max, tied maxima spread over [-11.5, 17], the other keys 0-8 below the row's max,
 // V and dO ~ N(-1, 1/16) (attention/scenarios.cpp). Values are rounded to `dtype` (RNE).
 // Deterministic in (name, seed, shape); throws std::invalid_argument on an unknown name.
+// kv_heads (0: = heads) makes grouped-query inputs: k and v keep the first head of each
+// group of heads / kv_heads (which must divide heads), so each group's first q head meets
+// the k it was drawn with (a sink row stays a sink row) and its other q heads share it.
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
-                              int head_dim, const Format& dtype, bool with_backward);
+                              int head_dim, const Format& dtype, bool with_backward, int kv_heads = 0);
 std::vector<std::string> scenario_names();
 
 }  // namespace fb::attn

@@ -31,6 +31,10 @@ namespace fb::attn {
 
 AttentionOutputs exact_attention(const AttentionInputs& in) {
   const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
+  const int Hk = in.k.heads;
+  // Grouped-query attention: q head h reads k/v head h / group (check_attention_inputs).
+  check_attention_inputs(in);
+  const int group = Hk > 0 ? H / Hk : 1;
   const long double scale =
       in.softmax_scale > 0 ? static_cast<long double>(in.softmax_scale) : (D > 0 ? 1.0L / std::sqrt(static_cast<long double>(D)) : 1.0L);
   const bool backward = in.d_o.has_value();
@@ -41,12 +45,19 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   if (backward) {
     out.delta = Tensor4(B, H, N, 1);
     out.dq = Tensor4(B, H, N, D);
-    out.dk = Tensor4(B, H, N, D);
-    out.dv = Tensor4(B, H, N, D);
+    out.dk = Tensor4(B, Hk, N, D);
+    out.dv = Tensor4(B, Hk, N, D);
   }
+  // Each q head's dK and dV contributions, summed over its group once every head is done
+  // (heads run on several threads; the group sum is in long double, in head order).
+  std::vector<std::vector<long double>> head_dk(backward ? static_cast<std::size_t>(B) * H : 0),
+      head_dv(backward ? static_cast<std::size_t>(B) * H : 0);
   auto head = [&](int b, int h) {
+    const int hk = h / group;
     std::vector<long double> s(static_cast<std::size_t>(N)), o(static_cast<std::size_t>(D));
-    std::vector<long double> dk, dv;
+    std::vector<long double> forward_only;  // stands in for the gradients when there is no backward
+    std::vector<long double>& dk = backward ? head_dk[static_cast<std::size_t>(b) * H + h] : forward_only;
+    std::vector<long double>& dv = backward ? head_dv[static_cast<std::size_t>(b) * H + h] : forward_only;
     if (backward) {
       dk.assign(static_cast<std::size_t>(N) * D, 0.0L);
       dv.assign(static_cast<std::size_t>(N) * D, 0.0L);
@@ -56,7 +67,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       const double* q = in.q.row(b, h, r);
       long double m = -std::numeric_limits<long double>::infinity();
       for (int j = 0; j < nk; ++j) {
-        const double* k = in.k.row(b, h, j);
+        const double* k = in.k.row(b, hk, j);
         long double acc = 0.0L;
         for (int c = 0; c < D; ++c) acc += static_cast<long double>(q[c]) * k[c];
         s[j] = acc * scale;
@@ -73,7 +84,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       for (int j = 0; j < nk; ++j) {
         const long double p = std::exp(s[j] - m);
         l += p;
-        const double* v = in.v.row(b, h, j);
+        const double* v = in.v.row(b, hk, j);
         for (int c = 0; c < D; ++c) o[c] += p * v[c];
       }
       const long double lse = m + std::log(l);
@@ -90,8 +101,8 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       std::vector<long double> dq(static_cast<std::size_t>(D), 0.0L);
       for (int j = 0; j < nk; ++j) {
         const long double p = std::exp(s[j] - lse);
-        const double* v = in.v.row(b, h, j);
-        const double* k = in.k.row(b, h, j);
+        const double* v = in.v.row(b, hk, j);
+        const double* k = in.k.row(b, hk, j);
         long double dp = 0.0L;
         for (int c = 0; c < D; ++c) dp += static_cast<long double>(d_o[c]) * v[c];
         const long double ds = p * (dp - delta);
@@ -103,13 +114,6 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       }
       for (int c = 0; c < D; ++c) out.dq->at(b, h, r, c) = static_cast<double>(dq[c] * scale);
     }
-    if (backward) {
-      for (int j = 0; j < N; ++j)
-        for (int c = 0; c < D; ++c) {
-          out.dk->at(b, h, j, c) = static_cast<double>(dk[static_cast<std::size_t>(j) * D + c] * scale);
-          out.dv->at(b, h, j, c) = static_cast<double>(dv[static_cast<std::size_t>(j) * D + c]);
-        }
-    }
   };
   const int items = B * H;
   const int threads = std::max(1, std::min(items, static_cast<int>(std::thread::hardware_concurrency())));
@@ -120,6 +124,21 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
     });
   }
   for (auto& th : pool) th.join();
+  if (backward) {
+    for (int b = 0; b < B; ++b)
+      for (int hk = 0; hk < Hk; ++hk)
+        for (int j = 0; j < N; ++j)
+          for (int c = 0; c < D; ++c) {
+            long double dk = 0.0L, dv = 0.0L;
+            const std::size_t at = static_cast<std::size_t>(j) * D + c;
+            for (int h = hk * group; h < (hk + 1) * group; ++h) {
+              dk += head_dk[static_cast<std::size_t>(b) * H + h][at];
+              dv += head_dv[static_cast<std::size_t>(b) * H + h][at];
+            }
+            out.dk->at(b, hk, j, c) = static_cast<double>(dk * scale);
+            out.dv->at(b, hk, j, c) = static_cast<double>(dv);
+          }
+  }
   return out;
 }
 

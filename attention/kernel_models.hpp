@@ -2,11 +2,11 @@
 //
 // Contract: a KernelModel is data, not code. For every stage of attention it names the
 // format a result is stored in, how it is accumulated, which special-function model is
-// used and in which order things happen. attention/engine.cpp runs ONE online-softmax
-// loop and ONE materialised path whose steps read these fields; kernel_models.cpp holds
-// the one table of base recipes (with the sources each field was read from) and the
-// variant suffixes (+dynmax, +delta-dpp, +o-fp32, +o-sr; for the fp8 models +block-quant,
-// +hadamard, +promote:N), which only set fields.
+// used and in which order things happen. The engine (attention/engine_detail.hpp and its
+// pass files) runs ONE online-softmax loop and ONE materialised path whose steps read these
+// fields; kernel_models.cpp holds the one table of base recipes (with the sources each field
+// was read from); kernel_model_parser.cpp the variant suffixes (+dynmax, +delta-dpp, +o-fp32,
+// +o-sr; for the fp8 models +block-quant, +hadamard, +promote:N), which only set fields.
 //
 // Conventions used by the fields:
 // - std::optional<Format>: the format a stage's result is rounded to (RNE unless said
@@ -249,8 +249,8 @@ KernelModel correctly_rounded_recipe(const Format& input, const Format& output);
 
 // ---- recipe overrides (bias-test --recipe FILE, tools/recipe_file.hpp) ----------------
 // The stages whose result format a recipe file may set: one entry per std::optional<Format>
-// field of KernelModel, named as the member. `used(model)` is whether attention/engine.cpp
-// reads the field for that model (its structure, scale handling, accumulator, row sum, LSE,
+// field of KernelModel, named as the member. `used(model)` is whether the engine's passes
+// read the field for that model (attention/engine_stage_uses.cpp, beside them) (its structure, scale handling, accumulator, row sum, LSE,
 // delta and backward kinds, +dynmax), so an override the model would ignore is refused
 // instead of dropped. A stage format is any signed format with a zero, or std::nullopt
 // (fp64: no rounding); `p_cast` must in addition hold its values exactly in a float (at

@@ -34,6 +34,7 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <string>
 
 #include "attention/attention.hpp"
 #include "emu/ops.hpp"
@@ -139,8 +140,23 @@ Tensor4 make_tensor(std::string_view name, std::uint64_t seed, std::uint64_t ten
 
 std::vector<std::string> scenario_names() { return {"random", "fa3-outliers", "sink", "ties", "wide-ties"}; }
 
+namespace {
+
+// The first head of each group: heads [0, G, 2G, ...] of t.
+Tensor4 group_leaders(const Tensor4& t, int kv_heads) {
+  const int group = t.heads / kv_heads;
+  Tensor4 out(t.batch, kv_heads, t.rows, t.cols);
+  for (int b = 0; b < t.batch; ++b)
+    for (int hk = 0; hk < kv_heads; ++hk)
+      for (int r = 0; r < t.rows; ++r)
+        for (int c = 0; c < t.cols; ++c) out.at(b, hk, r, c) = t.at(b, hk * group, r, c);
+  return out;
+}
+
+}  // namespace
+
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
-                              int head_dim, const Format& dtype, bool with_backward) {
+                              int head_dim, const Format& dtype, bool with_backward, int kv_heads) {
   bool known = false;
   for (const std::string& s : scenario_names()) known |= s == name;
   if (!known)
@@ -152,6 +168,13 @@ AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int bat
   in.k = make_tensor(name, seed, kK, batch, heads, seqlen, head_dim, dtype);
   in.v = make_tensor(name, seed, kV, batch, heads, seqlen, head_dim, dtype);
   if (with_backward) in.d_o = make_tensor(name, seed, kDO, batch, heads, seqlen, head_dim, dtype);
+  if (kv_heads < 0 || (kv_heads > 0 && heads % kv_heads != 0))
+    throw std::invalid_argument("scenario: kv heads " + std::to_string(kv_heads) + " do not divide heads " +
+                                std::to_string(heads));
+  if (kv_heads > 0 && kv_heads < heads) {
+    in.k = group_leaders(in.k, kv_heads);
+    in.v = group_leaders(in.v, kv_heads);
+  }
   in.softmax_scale = head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
   return in;
 }

@@ -36,6 +36,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "bench/native_flash.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -206,7 +207,7 @@ int main(int argc, char** argv) {
   const ModelHandle m = parse_kernel_model(model, formats::bf16);
 
   AttentionOutputs native;
-  const Timing t_native = timed(1, [&] { native = native_flash_forward(in, m.recipe->tiles_for(head_dim, seqlen).block_n, 1); });
+  const Timing t_native = timed(1, [&] { native = fb::bench::native_flash_forward(in, m.recipe->tiles_for(head_dim, seqlen).block_n, 1); });
   std::printf("native float tiled forward: seqlen %d head dim %d, 1 thread: %.3f s wall, %.3f s cpu (%.3g products/cpu s)\n",
               seqlen, head_dim, t_native.wall, t_native.cpu, 2.0 * seqlen * static_cast<double>(seqlen) * head_dim / t_native.cpu);
   const char* what = backward ? "forward+backward" : "forward";

@@ -13,7 +13,7 @@ namespace fb {
 namespace {
 
 // One element: the fp32 decode from the format table, then the one rounding routine.
-// FormatSource is detail::FixedFormat<F> (facts folded) or detail::RuntimeFormat.
+// FormatSource is FixedFormat<F> (facts folded) or RuntimeFormat.
 // flatten: inline the whole routine (format facts included) into the loop, so the
 // compiler folds the compile-time format; GCC's size heuristics stop short otherwise.
 // Used for formats without a compiled-in lane loop; it stays scalar (round_pack
@@ -32,8 +32,8 @@ template <class FormatSource, RoundingMode Mode>
     const Decoded d = decode(formats::fp32, bits);
     Rounded r;
     if (d.cls == ValueClass::normal || d.cls == ValueClass::subnormal) [[likely]] {
-      r = detail::round_pack_body(to, d.negative, d.exponent - formats::fp32.man_bits, d.significand,
-                                  false, spec, first_position + i, nullptr);
+      r = round_pack_inline(to, d.negative, d.exponent - formats::fp32.man_bits, d.significand, false, spec,
+                            first_position + i, nullptr);
     } else {
       r = convert(to, formats::fp32, bits, spec_in, first_position + i);
     }
@@ -265,7 +265,7 @@ void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std
   if (to == formats::e4m3) return lanes.template operator()<formats::e4m3>();
   if (to == formats::e5m2) return lanes.template operator()<formats::e5m2>();
   if (to == formats::e2m1) return lanes.template operator()<formats::e2m1>();
-  run(detail::RuntimeFormat{to});
+  run(RuntimeFormat{to});
 }
 
 namespace {
@@ -304,7 +304,7 @@ template <Format F>
   // A zero is significand 0 at kZeroOperandExponent, far below every non-zero
   // value, so that the lanes compute exactly with it (see add_lane).
   significand = (sig << up_clamped) & (0u - nonzero);
-  exponent = static_cast<std::int32_t>(detail::select_u32_bit(nonzero, static_cast<std::uint32_t>(q - up_clamped),
+  exponent = static_cast<std::int32_t>(select_u32_bit(nonzero, static_cast<std::uint32_t>(q - up_clamped),
                                                               static_cast<std::uint32_t>(kZeroOperandExponent)));
   const bool special = F.special == SpecialEncoding::ieee ? exp_field == F.exp_field_max()
                                                            : (bits & ~F.sign_mask()) == F.quiet_nan_pattern();
@@ -345,8 +345,8 @@ template <int K, bool ZeroSumNegative, int ZeroExponent>
   constexpr int W = 22 - K;
   static_assert(W >= 0);  // the window fits the 24-bit lane; precision: see above
   const bool b_larger = eb > ea;
-  const std::uint32_t big_s = detail::select_u32(b_larger, sb, sa), small_s = detail::select_u32(b_larger, sa, sb);
-  const std::uint32_t big_n = detail::select_u32(b_larger, nb, na);
+  const std::uint32_t big_s = select_u32(b_larger, sb, sa), small_s = select_u32(b_larger, sa, sb);
+  const std::uint32_t big_n = select_u32(b_larger, nb, na);
   const std::int32_t big_e = b_larger ? eb : ea;
   const std::int32_t d = b_larger ? eb - ea : ea - eb;
   const std::int32_t shift = d < 31 ? d : 31;
@@ -355,15 +355,15 @@ template <int K, bool ZeroSumNegative, int ZeroExponent>
   const std::uint32_t lost = std::min(small_full & ((1u << shift) - 1u), 1u);
   const std::uint32_t same_sign = (na ^ nb) ^ 1u;
   // Opposite signs: big - (small + fraction) = (big - small - 1) + (1 - fraction).
-  const std::uint32_t sum = detail::select_u32_bit(same_sign, big + small, big - small - lost);
+  const std::uint32_t sum = select_u32_bit(same_sign, big + small, big - small - lost);
   // Equal exponents can leave the smaller magnitude first: the sum is then negative.
   const std::uint32_t flip = sum >> 31;
-  const std::uint32_t magnitude = detail::select_u32_bit(flip, 0u - sum, sum);
+  const std::uint32_t magnitude = select_u32_bit(flip, 0u - sum, sum);
   const std::uint32_t stand_in = (magnitude << 1) | lost;  // < 2^24
   const std::uint32_t zero = 1u - std::min(stand_in, 1u);
   // A zero sum: of two zeros of the same sign, that sign; otherwise fb::add's rule.
-  const std::uint32_t zero_sum_negative = detail::select_u32_bit(same_sign, na, ZeroSumNegative ? 1u : 0u);
-  negative = detail::select_u32_bit(zero, zero_sum_negative, big_n ^ flip);
+  const std::uint32_t zero_sum_negative = select_u32_bit(same_sign, na, ZeroSumNegative ? 1u : 0u);
+  negative = select_u32_bit(zero, zero_sum_negative, big_n ^ flip);
   const std::uint32_t safe = stand_in | zero;
   const std::int32_t lead =
       static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(safe))) >> 23) -

@@ -33,7 +33,7 @@ Rounded zero_result(const Format& f, bool negative) {
 [[gnu::always_inline]] inline Rounded round_exact(const Format& f, const ExactValue& v,
                                                   const RoundingSpec& spec, std::uint64_t position,
                                                   RoundingEvent* event) {
-  return detail::round_pack_body(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
+  return round_pack_inline(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
 }
 
 // 2^k as a double for k in fp64's normal exponent range, without a libm call.
@@ -130,15 +130,15 @@ bool zero_sum_is_negative(bool x_negative, bool y_negative, const RoundingSpec& 
 }
 
 // The formats that carry real workloads get each hot operation compiled with their
-// facts as constants (the same body, instantiated on detail::FixedFormat); any
+// facts as constants (the same body, instantiated on FixedFormat); any
 // other format runs the same body reading the format at run time.
 template <class Body>
 [[gnu::always_inline]] inline Rounded with_format(const Format& f, Body&& body) {
-  if (f == formats::bf16) return body(detail::FixedFormat<formats::bf16>{});
-  if (f == formats::fp16) return body(detail::FixedFormat<formats::fp16>{});
-  if (f == formats::e4m3) return body(detail::FixedFormat<formats::e4m3>{});
-  if (f == formats::e5m2) return body(detail::FixedFormat<formats::e5m2>{});
-  return body(detail::RuntimeFormat{f});
+  if (f == formats::bf16) return body(FixedFormat<formats::bf16>{});
+  if (f == formats::fp16) return body(FixedFormat<formats::fp16>{});
+  if (f == formats::e4m3) return body(FixedFormat<formats::e4m3>{});
+  if (f == formats::e5m2) return body(FixedFormat<formats::e5m2>{});
+  return body(RuntimeFormat{f});
 }
 
 }  // namespace

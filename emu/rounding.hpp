@@ -22,8 +22,9 @@
 //   (seed, position), so results do not depend on thread count or order.
 // - When `event` is null the compiler removes every event store; no cost when off.
 // - round_pack<F> (F a compile-time Format) is the same routine with the format's
-//   facts folded to constants; both are thin wrappers of detail::round_pack_body,
-//   which is forced inline for that reason.
+//   facts folded to constants, and round_pack_inline the same routine forced inline
+//   into its caller; all three are thin wrappers of detail::round_pack_body, which is
+//   forced inline for that reason.
 // - round_pack_lane<F, Mode> (bottom of this file) is the same algorithm again,
 //   specialised to exact significands of at most 24 bits and written over 32-bit
 //   integers without branches so that array loops (fb::round_array, the batched
@@ -402,10 +403,20 @@ inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uin
   return detail::round_pack_body(f, negative, exponent, significand, sticky, spec, position, event);
 }
 
-namespace detail {
-// A format known at compile time or one read at run time, behind one interface, so
-// that one templated routine serves both: with FixedFormat (and the routine fully
-// inlined, e.g. [[gnu::flatten]]) every format fact folds to a constant.
+// round_pack forced inline into its caller: the same routine (identical bits, flags and
+// event), for hot paths (the scalar ops, array loops) where inlining lets the compiler fold
+// a constant mode and, given a compile-time format (FixedFormat below), the format's facts.
+[[gnu::always_inline]] inline Rounded round_pack_inline(const Format& f, bool negative, int exponent,
+                                                        std::uint64_t significand, bool sticky,
+                                                        const RoundingSpec& spec, std::uint64_t position = 0,
+                                                        RoundingEvent* event = nullptr) {
+  return detail::round_pack_body(f, negative, exponent, significand, sticky, spec, position, event);
+}
+
+// A "format source": a format known at compile time or one read at run time, behind one
+// interface (format() returns the Format), so that one templated routine serves both: with
+// FixedFormat (and the routine fully inlined, e.g. [[gnu::flatten]]) every format fact folds
+// to a constant; RuntimeFormat refers to a Format that must outlive it.
 template <Format F>
 struct FixedFormat {
   static constexpr const Format& format() { return F; }
@@ -414,7 +425,6 @@ struct RuntimeFormat {
   const Format& f;
   constexpr const Format& format() const { return f; }
 };
-}  // namespace detail
 
 // The same routine for a format known at compile time (array loops): identical
 // results, with the format's facts constant-folded.
@@ -466,9 +476,9 @@ template <Format F>
 // is sr. A zero significand gives the format's zero with that sign and no flag.
 // Flags come back as a 32-bit word so that a loop's flag reduction stays in
 // 32-bit lanes.
-namespace detail {
-// c ? a : b written with masks: a loop made of these has no branch and no
-// many-way merge, which GCC's if-conversion (and so its vectoriser) gives up on.
+// Branch-free selects for the lane loops here and in emu/array_rounding.cpp: c ? a : b
+// written with masks: a loop made of these has no branch and no many-way merge, which GCC's
+// if-conversion (and so its vectoriser) gives up on.
 [[gnu::always_inline]] constexpr std::uint32_t select_u32(bool c, std::uint32_t a, std::uint32_t b) {
   const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
   return (a & m) | (b & ~m);
@@ -479,7 +489,6 @@ namespace detail {
   const std::uint32_t m = 0u - bit;
   return (a & m) | (b & ~m);
 }
-}  // namespace detail
 
 template <Format F, RoundingMode Mode, int Lead = -1>
 [[gnu::always_inline]] inline std::uint32_t round_pack_lane(std::uint32_t negative, std::int32_t exponent,
@@ -572,14 +581,14 @@ template <Format F, RoundingMode Mode, int Lead = -1>
   constexpr std::uint32_t inf_pos = pack_infinite(F, false, OverflowPolicy::ieee);
   constexpr std::uint32_t inf_neg = pack_infinite(F, true, OverflowPolicy::ieee);
   const bool saturate = spec.overflow == OverflowPolicy::satfinite;
-  const std::uint32_t overflow_pos = to_infinity_pos ? detail::select_u32(saturate, max_pos, inf_pos) : max_pos;
-  const std::uint32_t overflow_neg = to_infinity_neg ? detail::select_u32(saturate, max_neg, inf_neg) : max_neg;
+  const std::uint32_t overflow_pos = to_infinity_pos ? select_u32(saturate, max_pos, inf_pos) : max_pos;
+  const std::uint32_t overflow_neg = to_infinity_neg ? select_u32(saturate, max_neg, inf_neg) : max_neg;
   // F has signed zeros or not: pack_zero's choice, as a mask on the sign bit.
   constexpr std::uint32_t zero_sign = F.has_negative_zero() ? F.sign_mask() : 0u;
   const std::uint32_t sign_bits = negative * F.sign_mask();
   std::uint32_t result =
-      to_container(F, detail::select_u32(magnitude == 0, sign_bits & zero_sign, sign_bits) | magnitude);
-  result = detail::select_u32(overflow, detail::select_u32_bit(negative, overflow_neg, overflow_pos), result);
+      to_container(F, select_u32(magnitude == 0, sign_bits & zero_sign, sign_bits) | magnitude);
+  result = select_u32(overflow, select_u32_bit(negative, overflow_neg, overflow_pos), result);
   flags |= overflow ? (flag::overflow | flag::inexact) : 0u;
   flags_out = flags;
   return result;

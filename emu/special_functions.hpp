@@ -41,7 +41,7 @@
 //   approximate (ex2 max 2 ulp, rcp 1 ulp); every report using it must say the SFU
 //   model is unmeasured.
 // - table:   loaded from a file measured on a GPU (format: FBSFU1, documented in
-//   special_functions.cpp); bit-exact by construction where the table covers the
+//   sfu_table_file.cpp); bit-exact by construction where the table covers the
 //   input; inputs it does not cover fall back to `correct` and are counted.
 // - oracle:  values taken from a captured trace: a map input bits -> output bits,
 //   falling back to `correct` (and counting the fallbacks) for unseen inputs.
@@ -98,7 +98,7 @@ std::optional<float> ex2_correct_ftz_at(float x, CorrectStage stage);
 std::optional<float> lg2_correct_ftz_at(float x, CorrectStage stage);
 
 // ---- table model ------------------------------------------------------------------
-// In-memory form of an FBSFU1 table file (format in special_functions.cpp). Outputs are
+// In-memory form of an FBSFU1 table file (format in sfu_table_file.cpp). Outputs are
 // raw fp32 bit patterns; the file stores them as deltas from correct_ftz.
 enum class SfuTableForm : std::uint8_t {
   delta_segments = 0,   // any function: explicit outputs for ranges of input bit patterns
@@ -153,9 +153,9 @@ struct SfuTable {
 // The lg2_extended rule (FBSFU1 form 5) for a positive normal x = 2^e * 1.m (e in -126..127)
 // given its entries T[m] (fp32 bits) and R[m]: a NaN or infinite T is returned as is; otherwise
 // the exact e + L, L = T + R * ulp(T) * 2^-guard_bits, rounded once to fp32 by `rounding`
-// (an exact zero gives +0; a result below 2^-126 is flushed to zero of its sign). Mirrored for
-// the device in gpu/sfu_table_model.hpp lg2_extended_model (tests/test_probe_file.cpp
-// compares them). Requires guard_bits in 0..24, |R| < 2^30 and |L| < 2.
+// (an exact zero gives +0; a result below 2^-126 is flushed to zero of its sign). It is
+// emu/sfu_table_rules.hpp lg2_extended_model, the one statement of the rule, which the device
+// code evaluates too (tests/test_probe_file.cpp checks it against MPFR). Requires guard_bits in 0..24, |R| < 2^30 and |L| < 2.
 std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding);
 
 // The FBSFU1 file's checksum: CRC-32 (IEEE 802.3, as zlib) of `n` bytes. Public so that

@@ -14,7 +14,6 @@ Rounded empty_sum(const Format& f) {
   return {pack_zero(f, false), 0};
 }
 
-
 struct FloatParts {
   bool negative;
   bool special;             // inf or NaN
@@ -23,11 +22,13 @@ struct FloatParts {
 };
 FloatParts float_parts(float x) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t e = (u >> 23) & 0xffu;
-  FloatParts p{(u >> 31) != 0, e == 0xffu, u & 0x7fffffu, -149};
+  constexpr const Format& fp32 = formats::fp32;
+  constexpr int kSubnormalLsb = fp32.emin() - fp32.man_bits;  // -149
+  const std::uint32_t e = (u >> fp32.man_bits) & fp32.exp_field_max();
+  FloatParts p{(u & fp32.sign_mask()) != 0, e == fp32.exp_field_max(), u & fp32.man_mask(), kSubnormalLsb};
   if (e != 0) {
-    p.significand |= 0x800000u;
-    p.lsb_exponent = static_cast<int>(e) - 150;
+    p.significand |= std::uint32_t{1} << fp32.man_bits;
+    p.lsb_exponent = static_cast<int>(e) - fp32.bias - fp32.man_bits;
   }
   return p;
 }

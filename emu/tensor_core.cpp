@@ -34,6 +34,13 @@
 namespace fb {
 namespace {
 
+// fp32's layout (the inputs and the fp32 accumulator), from the format table.
+constexpr int kManBits = formats::fp32.man_bits;
+constexpr int kBias = formats::fp32.bias;
+constexpr std::uint32_t kManMask = formats::fp32.man_mask();
+constexpr std::uint32_t kExpFieldMax = formats::fp32.exp_field_max();
+constexpr int kSignShift = formats::fp32.width() - 1;
+
 constexpr std::string_view kFasi =
     "Fasi, Higham, Mikaitis, Pranesh 2021 (PeerJ CS 7:e330); Khattak & Mikaitis 2025; Xie et al. 2025 (MMA-Sim)";
 constexpr std::string_view kKhattak = "Khattak & Mikaitis 2025 (arXiv:2512.07004); Xie et al. 2025 (MMA-Sim, arXiv:2511.10909)";
@@ -117,10 +124,10 @@ struct Parts {
 };
 inline Parts split(float x) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t e = (u >> 23) & 0xffu;
+  const std::uint32_t e = (u >> kManBits) & kExpFieldMax;
   const std::uint32_t normal = e != 0 ? 1u : 0u;
-  return {(u & 0x7fffffu) | (normal << 23), static_cast<int>(e + (1u - normal)) - 127, (u >> 31) != 0,
-          e == 0xffu};
+  return {(u & kManMask) | (normal << kManBits), static_cast<int>(e + (1u - normal)) - kBias, (u >> kSignShift) != 0,
+          e == kExpFieldMax};
 }
 
 // x * 2^e for an integer-valued x (|x| < 2^53): where 2^e is a normal double this is one
@@ -208,27 +215,27 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   special |= pc.special;
   magnitude[0] = pc.significand;
   sign_mask[0] = pc.negative ? ~std::uint64_t{0} : 0;
-  lsb[0] = pc.exponent - 23;
+  lsb[0] = pc.exponent - kManBits;
   int largest = pc.significand != 0 ? std::max(pc.exponent, c_emin) : (zero_terms_count ? c_emin : kNone);
   if constexpr (kTrace) alignment_of[0] = largest;
-  const std::int64_t emin_biased = input_emin + 127;
+  const std::int64_t emin_biased = input_emin + kBias;
   std::int64_t largest_product = kNone;
   std::uint64_t special_products = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t ua = std::bit_cast<std::uint32_t>(a[i]), ub = std::bit_cast<std::uint32_t>(b[i]);
-    const std::uint64_t ea = (ua >> 23) & 0xffu, eb = (ub >> 23) & 0xffu;
-    special_products |= (ea == 0xffu) | (eb == 0xffu);
+    const std::uint64_t ea = (ua >> kManBits) & kExpFieldMax, eb = (ub >> kManBits) & kExpFieldMax;
+    special_products |= (ea == kExpFieldMax) | (eb == kExpFieldMax);
     // Biased exponents; a float subnormal reads as exponent field 1 without the implicit bit.
     const std::uint64_t normal_a = ea != 0, normal_b = eb != 0;
     const auto xa = static_cast<std::int64_t>(ea + (normal_a ^ 1u));
     const auto xb = static_cast<std::int64_t>(eb + (normal_b ^ 1u));
-    const std::uint64_t mag = ((ua & 0x7fffffu) | (normal_a << 23)) * ((ub & 0x7fffffu) | (normal_b << 23));
-    const std::uint64_t neg = (ua ^ ub) >> 31;
-    const std::int64_t alignment = mag != 0 ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 254
+    const std::uint64_t mag = ((ua & kManMask) | (normal_a << kManBits)) * ((ub & kManMask) | (normal_b << kManBits));
+    const std::uint64_t neg = (ua ^ ub) >> kSignShift;
+    const std::int64_t alignment = mag != 0 ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 2 * kBias
                                             : static_cast<std::int64_t>(zero_product_alignment);
     magnitude[i + 1] = mag;
     sign_mask[i + 1] = 0 - neg;
-    lsb[i + 1] = xa + xb - 254 - 46;
+    lsb[i + 1] = xa + xb - 2 * kBias - 2 * kManBits;
     if constexpr (kTrace) alignment_of[i + 1] = alignment;
     largest_product = std::max(largest_product, alignment);
   }
@@ -406,7 +413,7 @@ template <int kN, int kF, int kOut>
   float acc = c;
   int i = 0;
   if (m.zero_terms == ZeroTermPolicy::ignored) {
-    const std::int32_t emin_biased = input_emin + 127;
+    const std::int32_t emin_biased = input_emin + kBias;
     while (k - i >= kN) {
       const int len = std::min(kChunk, (k - i) / kN * kN);
       // Exponents in 32-bit lanes: AVX2 has 32-bit but no 64-bit max/min.
@@ -416,16 +423,16 @@ template <int kN, int kF, int kOut>
       for (int j = 0; j < len; ++j) {
         // Exponent work in 32-bit lanes, the exact product in 64.
         const std::uint32_t ua = std::bit_cast<std::uint32_t>(a[i + j]), ub = std::bit_cast<std::uint32_t>(b[i + j]);
-        const std::uint32_t ea = (ua >> 23) & 0xffu, eb = (ub >> 23) & 0xffu;
-        special_products |= (ea == 0xffu) | (eb == 0xffu);
+        const std::uint32_t ea = (ua >> kManBits) & kExpFieldMax, eb = (ub >> kManBits) & kExpFieldMax;
+        special_products |= (ea == kExpFieldMax) | (eb == kExpFieldMax);
         const std::uint32_t normal_a = ea != 0, normal_b = eb != 0;
         const auto xa = static_cast<std::int32_t>(ea + (normal_a ^ 1u));
         const auto xb = static_cast<std::int32_t>(eb + (normal_b ^ 1u));
-        const std::uint32_t sa = (ua & 0x7fffffu) | (normal_a << 23), sb = (ub & 0x7fffffu) | (normal_b << 23);
+        const std::uint32_t sa = (ua & kManMask) | (normal_a << kManBits), sb = (ub & kManMask) | (normal_b << kManBits);
         magnitude[j] = static_cast<std::uint64_t>(sa) * sb;
-        sign_mask[j] = 0 - static_cast<std::uint64_t>((ua ^ ub) >> 31);
-        lsb[j] = xa + xb - 254 - 46;
-        alignment[j] = ((sa != 0) & (sb != 0)) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 254 : kNone;
+        sign_mask[j] = 0 - static_cast<std::uint64_t>((ua ^ ub) >> kSignShift);
+        lsb[j] = xa + xb - 2 * kBias - 2 * kManBits;
+        alignment[j] = ((sa != 0) & (sb != 0)) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 2 * kBias : kNone;
       }
       // Per step, what does not depend on C: off the chain from one step's C to the next.
       std::int32_t step_largest[kChunk / kN];
@@ -443,7 +450,7 @@ template <int kN, int kF, int kOut>
           if (largest == kNone) largest = c_emin;  // every term is zero
           const std::int32_t unit = largest - kF;
           // C: as in fused_step_body (it may shift left by up to F - 23).
-          const std::int64_t c_shift = pc.exponent - 23 - unit;
+          const std::int64_t c_shift = pc.exponent - kManBits - unit;
           const std::int64_t c_left = std::min<std::int64_t>(std::max<std::int64_t>(c_shift, 0), 63);
           const std::int64_t c_right = std::min<std::int64_t>(std::max<std::int64_t>(-c_shift, 0), 63);
           const std::uint64_t c_mask = pc.negative ? ~std::uint64_t{0} : 0;

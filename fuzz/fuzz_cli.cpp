@@ -8,7 +8,7 @@
 //   of the lines before it. No exception may escape (run_line_batch turns InputError into
 //   exit 2; anything else would reach main's "internal error").
 // - "merge": the first byte picks --json (odd) or the table; the rest is one shard file
-//   (tools/sweep_table.hpp read_rows, CSV or JSON, then emit_rows). The run must return 0
+//   (tools/sweep_file.cpp read_sweep_file, CSV or JSON, then emit_rows). The run must return 0
 //   or throw fb::cli::InputError with a one-line message starting with the file name.
 // Any other exception, a crash, a sanitizer report or a leak is a finding.
 #include <algorithm>

@@ -1128,13 +1128,21 @@ TEST_CASE("issue 21: sizes past the documented limits are exit 2 naming the opti
 
 TEST_CASE("issue 21: bias-test --traces refuses generator options; a recipe's duplicate key is exit 2") {
   const std::string dir = (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples").string();
-  for (const char* opt : {"--scenario random", "--trials 4", "--seed 3", "--seqlen 16", "--headdim 16", "--dtype fp16"}) {
+  for (const char* opt : {"--scenario random", "--trials 4", "--seed 3", "--seqlen 16", "--headdim 16"}) {
     CAPTURE(opt);
     const Run r = run("bias-test --traces " + dir + " " + opt);
     CHECK(r.code == 2);
     CHECK(one_error(r, "--traces"));
     CHECK(r.err.find(std::string(opt).substr(0, std::string(opt).find(' '))) != std::string::npos);
   }
+  // With --traces, --dtype states the captures' format (issue 26): one that disagrees with a
+  // trace's own dtype is refused, naming both; capture statements need --traces.
+  const Run dtype = run("bias-test --traces " + dir + " --dtype fp16");
+  CHECK(dtype.code == 2);
+  CHECK(one_error(dtype, "--dtype fp16 conflicts with the file's __metadata__ dtype"));
+  const Run orphan = run("bias-test --model fa2-sm80 --source unknown --trials 2 --seqlen 16 --headdim 16");
+  CHECK(orphan.code == 2);
+  CHECK(one_error(orphan, "--source"));
   const std::string recipe = (scratch() / "dup.json").string();
   std::ofstream(recipe) << R"({"name": "a", "stages": {"p_cast": "bf16", "p_cast": "fp16"}})";
   const Run dup = run("bias-test --model fa-bf16acc --recipe " + recipe + " --scenario sink --trials 2 --seqlen 16 "

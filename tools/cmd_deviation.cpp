@@ -18,7 +18,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
-#include "tools/sweep_table.hpp"
+#include "attention/measure.hpp"
 
 namespace fb::cli {
 namespace {
@@ -91,7 +91,7 @@ int run_deviation(const DeviationOptions& o) {
     unvalidated |= !model.recipe->hardware_validated();
     for (int n : seqlens) {
       const auto in = attn::make_scenario(scenario, o.seed, 1, o.heads, n, o.headdim, model.recipe->input, false);
-      check_inputs_support_statistics(in, "--inputs " + o.inputs);
+      attn::check_inputs_support_statistics(in, "--inputs " + o.inputs);
       const auto golden = attn::exact_attention(in);
       for (auto [br, bc] : tiles) {
         attn::RunOptions opt;
@@ -107,10 +107,10 @@ int run_deviation(const DeviationOptions& o) {
         }
         // A model whose O is NaN or infinite on these finite inputs has no deviation: its
         // rows are named and the command exits 1 (no figure is printed for it).
-        const std::vector<std::size_t> bad = non_finite_rows(out.o);
+        const std::vector<std::size_t> bad = attn::non_finite_rows(out.o);
         if (!bad.empty()) {
           const std::string where = model.name + " at seqlen " + std::to_string(n) + ": O is non-finite in " +
-                                    std::to_string(bad.size()) + " row(s) " + describe_rows(bad, o.heads, n);
+                                    std::to_string(bad.size()) + " row(s) " + attn::describe_rows(bad, o.heads, n);
           non_finite.push_back(where);
           if (o.json) {
             nlohmann::ordered_json r;

@@ -3,7 +3,7 @@
 // source = "emulated" (it can never pass as a hardware capture). The softmax scale is
 // written explicitly (1/sqrt(D) in fp64, shortest round trip), so a replay reuses it
 // exactly. Extra metadata: scenario, seed.
-// Everything it writes, replay reads back (fp32 models included: sweep_table.hpp
+// Everything it writes, replay reads back (fp32 models included: attention/trace_inputs.hpp
 // parse_model_for_inputs); a model whose outputs no trace tensor can hold (golden-fp64-*)
 // is refused before any work. The file is written whole or not at all (write_output_file).
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
-#include "tools/sweep_table.hpp"
+#include "attention/trace_inputs.hpp"
 #include "traces/trace.hpp"
 
 namespace fb::cli {
@@ -21,6 +21,7 @@ namespace {
 struct MakeTraceOptions {
   std::string model, scenario = "sink", out, dtype = "bf16";
   int seqlen = 256, headdim = 64;
+  int batch = 1, heads = 1, kv_heads = 0;  // kv_heads 0: = heads
   std::uint64_t seed = 0;
   bool backward = false;
 };
@@ -38,7 +39,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   attn::ModelHandle model;
   try {
-    model = parse_model_for_inputs(o.model, dtype);
+    model = attn::parse_model_for_inputs(o.model, dtype);
   } catch (const std::invalid_argument& e) {
     throw InputError("--model " + o.model + ": " + e.what());
   }
@@ -54,18 +55,27 @@ int run_make_trace(const MakeTraceOptions& o) {
                        "tensors are bf16, fp16, fp32, e4m3 or e5m2); measure it with bias-test or deviation instead");
   }
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
-  check_problem_size(1, 1, o.seqlen, o.headdim);
+  if (o.batch < 1 || o.heads < 1) throw InputError("--batch and --heads: expected positive sizes");
+  const int kv_heads = o.kv_heads == 0 ? o.heads : o.kv_heads;
+  if (kv_heads < 1 || o.heads % kv_heads != 0)
+    throw InputError("--kv-heads " + std::to_string(o.kv_heads) + ": expected a divisor of --heads " +
+                     std::to_string(o.heads) + " (grouped-query attention)");
+  if (kv_heads != o.heads && model.recipe->fp8.enabled)
+    throw InputError("--kv-heads: grouped-query attention is not modelled for the fp8 kernels (" + model.name + ")");
+  check_problem_size(o.batch, o.heads, o.seqlen, o.headdim);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   attn::AttentionInputs in;
   try {
-    in = attn::make_scenario(o.scenario, o.seed, 1, 1, o.seqlen, o.headdim, model.recipe->input, o.backward);
+    in = attn::make_scenario(o.scenario, o.seed, o.batch, o.heads, o.seqlen, o.headdim, model.recipe->input, o.backward,
+                             kv_heads);
   } catch (const std::invalid_argument& e) {
     throw InputError("--scenario " + o.scenario + ": " + e.what());
   }
   in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(o.headdim));
   attn::RunOptions opt;
   opt.seed = o.seed;
-  ProgressBar progress("rows", static_cast<std::uint64_t>(o.seqlen) * (o.backward ? 2 : 1));
+  ProgressBar progress("rows",
+                       static_cast<std::uint64_t>(o.batch) * o.heads * o.seqlen * (o.backward ? 2 : 1));
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
   progress.finish();
@@ -106,7 +116,9 @@ int run_make_trace(const MakeTraceOptions& o) {
   const std::vector<std::uint8_t> bytes = b.serialize(o.out);  // validated as the reader would
   write_output_file(o.out, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "the trace");
   std::cout << "wrote " << o.out << " (source emulated, model " << model.name << ", scenario " << o.scenario
-            << ", seqlen " << o.seqlen << ", head dim " << o.headdim << (in.d_o ? ", with backward" : "") << ")\n";
+            << ", batch " << o.batch << ", heads " << o.heads << (kv_heads != o.heads ? " over kv heads " +
+            std::to_string(kv_heads) : std::string()) << ", seqlen " << o.seqlen << ", head dim " << o.headdim
+            << (in.d_o ? ", with backward" : "") << ")\n";
   return kExitOk;
 }
 
@@ -116,6 +128,10 @@ Runner setup_make_trace(CLI::App& app) {
   app.add_option("--scenario", o->scenario, "random|fa3-outliers|sink|ties (default sink)");
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  app.add_option("--batch", o->batch, "batch size (default 1)");
+  app.add_option("--heads", o->heads, "query heads (default 1)");
+  app.add_option("--kv-heads", o->kv_heads,
+                 "key/value heads, a divisor of --heads (default: --heads; fewer is grouped-query attention)");
   app.add_option("--seed", o->seed, "seed (default 0)");
   app.add_option("--dtype", o->dtype,
                  "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "

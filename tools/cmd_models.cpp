@@ -118,7 +118,8 @@ nlohmann::json sfu_models_json() {
   return arr;
 }
 
-// Kernel recipes (attention/kernel_models.cpp) and their variant suffixes.
+// Kernel recipes (attention/kernel_models.cpp) and their variant suffixes
+// (attention/kernel_model_parser.cpp).
 void print_kernel_models(std::ostream& os) {
   for (const attn::KernelModelDescription& m : attn::describe_kernel_models()) {
     os << "  " << m.name << "\n      " << m.description << "\n";

@@ -30,12 +30,14 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/statistics.hpp"
+#include "attention/trace_inputs.hpp"
+#include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/recipe_file.hpp"
 #include "tools/sfu_dump_model.hpp"
 #include "tools/sfu_values.hpp"
 #include "tools/svg_plot.hpp"
-#include "tools/sweep_table.hpp"
 
 namespace fb::cli {
 namespace {
@@ -45,6 +47,7 @@ struct ReplayOptions {
   std::vector<std::string> sfu_dumps;  // FUNC=FILE
   std::string sfu_record, sfu_values;
   std::string sfu_set = "auto";  // auto | model | a named SFU set
+  CaptureOptionText capture;      // --source, --scale, --causal, --dtype, --layout of a bare capture
   int batch = -1, head = -1, row = -1;
   int feature = 0;  // --feature: the feature of O whose P·V accumulation --plot/--explain traces
   bool all = false, explain = false, json = false;
@@ -77,7 +80,7 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
   Comparison cmp;
   cmp.name = name;
   const RawTensor captured = trace.bits(name);
-  const attn::Tensor4 shape = tensor_from_trace(trace, name);
+  const attn::Tensor4 shape = attn::tensor_from_trace(trace, name);
   if (shape.data.size() != recomputed.data.size())
     throw TraceError(trace.source_name() + ": tensor " + name + ": expected " +
                      std::to_string(recomputed.data.size()) + " elements, got " + std::to_string(shape.data.size()));
@@ -181,15 +184,15 @@ void check_options(const ReplayOptions& o) {
 
 int run_replay(const ReplayOptions& o) {
   check_options(o);
-  const Trace trace = read_trace(o.path);
+  const Trace trace = load_capture({o.path}, capture_options_or_throw(o.capture));
   const TraceMetadata& md = trace.metadata();
   const std::string model_name = o.model.empty() ? md.model : o.model;
   if (model_name.empty())
     throw InputError(o.path + ": metadata key model is empty; give --model NAME");
-  const attn::AttentionInputs in = inputs_from_trace(trace);
+  const attn::AttentionInputs in = attn::inputs_from_trace(trace);
   attn::ModelHandle model;
   try {
-    model = parse_model_for_inputs(model_name, in.dtype);
+    model = attn::parse_model_for_inputs(model_name, in.dtype);
   } catch (const std::invalid_argument& e) {
     // A model named by the trace's metadata is an error of the file: name it first.
     throw InputError((o.model.empty() ? o.path + ": metadata model '" + model_name + "'"
@@ -201,7 +204,7 @@ int run_replay(const ReplayOptions& o) {
   // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set.
   {
     std::string note;
-    model = with_capture_sfu(model, trace, o.sfu_set, note);
+    model = attn::with_capture_sfu(model, trace, o.sfu_set, note);
     if (!note.empty()) notes.push_back(note);
   }
   if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
@@ -370,9 +373,7 @@ int run_replay(const ReplayOptions& o) {
   }
 
   const bool hardware = is_hardware_capture(trace);
-  const std::string source_line =
-      hardware ? "hardware capture (source " + md.source + ", device " + md.device + ")"
-               : "EMULATED trace (source " + md.source + "): produced by flashbits, not a hardware capture";
+  const std::string source_line = provenance_text(md);
   const std::string sfu = model.recipe->sfu.describe();
   const bool sfu_measured = attn::sfu_hardware_measured(*model.recipe);  // the functions it evaluates
   const std::string sfu_line =
@@ -533,7 +534,10 @@ int run_replay(const ReplayOptions& o) {
 
 Runner setup_replay(CLI::App& app) {
   auto o = std::make_shared<ReplayOptions>();
-  app.add_option("trace", o->path, "TRACE.safetensors")->required();
+  app.add_option("trace", o->path,
+                 "TRACE.safetensors, or a bare capture (.safetensors, .npz, a directory of .npy files) with what it "
+                 "lacks stated by the options below")
+      ->required();
   app.add_option("--model", o->model, "kernel model (default: the trace's metadata)");
   app.add_option("--recipe", o->recipe, "JSON file changing the model's stage formats and SFU tables");
   app.add_option("--sfu", o->sfu_set,
@@ -560,6 +564,7 @@ Runner setup_replay(CLI::App& app) {
                                      "feature (column) of O whose accumulation --plot draws and --explain follows "
                                      "(0..head dim - 1; default 0)");
   app.add_flag("--json", o->json, "JSON output");
+  add_capture_options(app, o->capture, false);
   return [o] { return run_replay(*o); };
 }
 

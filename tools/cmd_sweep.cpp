@@ -181,12 +181,12 @@ int run_sweep(const SweepOptions& o) {
       const Config& c = configs[item / o.trials];
       const std::uint64_t trial = item % o.trials;
       try {
-        const std::uint64_t s = trial_seed(o.seed, c.row.configuration(), trial);
+        const std::uint64_t s = attn::trial_seed(o.seed, c.row.configuration(), trial);
         const auto in = attn::make_scenario(c.row.scenario, s, 1, 1, o.seqlen, o.headdim, c.dtype, true);
-        TrialErrors e = measure_errors(c.model, in, s, true);
+        attn::TrialErrors e = attn::measure_errors(c.model, in, s, true);
         if (c.against) {
           // A paired row: the difference of two kernels, with no reference of its own.
-          const TrialErrors paired = measure_paired(c.model, *c.against, in, s);
+          const attn::TrialErrors paired = attn::measure_paired(c.model, *c.against, in, s);
           e.o_ulps = paired.o_ulps;
           e.delta_ulps = paired.delta_ulps;
           e.o_cr_ulps.clear();

@@ -13,7 +13,8 @@
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/event_report.hpp"
-#include "tools/sweep_table.hpp"
+#include "attention/measure.hpp"
+#include "attention/trace_inputs.hpp"
 
 namespace fb::cli {
 namespace {
@@ -67,18 +68,18 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     }
   }();
   const TraceMetadata& md = trace.metadata();
-  const attn::AttentionInputs in = inputs_from_trace(trace);
+  const attn::AttentionInputs in = attn::inputs_from_trace(trace);
   // No verdict on inputs that cannot support one (exit 2, naming the file and rows).
-  check_inputs_support_statistics(in, path);
+  attn::check_inputs_support_statistics(in, path);
   std::string sfu_note;
   // The metadata's model: an unknown or unfit one is an error of this file.
   attn::ModelHandle named;
   try {
-    named = parse_model_for_inputs(md.model, in.dtype);
+    named = attn::parse_model_for_inputs(md.model, in.dtype);
   } catch (const std::invalid_argument& e) {
     throw InputError(path + ": metadata model '" + md.model + "': " + e.what());
   }
-  const attn::ModelHandle model = with_capture_sfu(named, trace, "auto", sfu_note);
+  const attn::ModelHandle model = attn::with_capture_sfu(named, trace, "auto", sfu_note);
   const Format& out_f = model.recipe->output;
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
   os << (is_hardware_capture(trace) ? "hardware capture (source " + md.source + ")"
@@ -98,10 +99,10 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   }
   os << "1. Replay: " << match << "/" << captured.bits.size() << " elements of O match the trace bit for bit.\n\n";
   // A model whose O is NaN or infinite on these finite inputs gets no verdict: say where.
-  const std::vector<std::size_t> bad_base = non_finite_rows(base.o);
+  const std::vector<std::size_t> bad_base = attn::non_finite_rows(base.o);
   if (!bad_base.empty()) {
     os << "2. No mechanism, no statistics: " << model.name << "'s O is non-finite in " << bad_base.size()
-       << " row(s) " << describe_rows(bad_base, base.o.heads, base.o.rows)
+       << " row(s) " << attn::describe_rows(bad_base, base.o.heads, base.o.rows)
        << " (finite inputs).\n\nVerdict: none (the output is not finite everywhere).\n";
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }
@@ -192,14 +193,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // 3. The kernel against the best its output format allows, and the fix beside it: per row
   // the mean error of O against exact, the correctly rounded reference's (exact O rounded
   // once into the output format) and the kernel's excess over it (bias-test's verdict).
-  const attn::ModelHandle fixed = with_capture_sfu(parse_model_for_inputs(md.model + "+dynmax", in.dtype), trace,
-                                                   "auto", sfu_note);
+  const attn::ModelHandle fixed =
+      attn::with_capture_sfu(attn::parse_model_for_inputs(md.model + "+dynmax", in.dtype), trace, "auto", sfu_note);
   const attn::AttentionOutputs fix = attn::run_attention(fixed, in, {});
   // With the fix, a model whose O is NaN or infinite on these finite inputs gets no verdict.
-  const std::vector<std::size_t> bad_fix = non_finite_rows(fix.o);
+  const std::vector<std::size_t> bad_fix = attn::non_finite_rows(fix.o);
   if (!bad_fix.empty()) {
     os << "3. No statistics: " << fixed.name << "'s O is non-finite in " << bad_fix.size() << " row(s) "
-       << describe_rows(bad_fix, fix.o.heads, fix.o.rows)
+       << attn::describe_rows(bad_fix, fix.o.heads, fix.o.rows)
        << " (finite inputs).\n\nVerdict: none (the output is not finite everywhere).\n";
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/fuzz.sh: bounded libFuzzer runs of every parser of untrusted input (fuzz/):
 #   fuzz_safetensors  safetensors reader + trace validator          RUNS inputs
+#   fuzz_numpy        .npy header parser + .npz (ZIP, ZIP64, deflate) RUNS/8
 #   fuzz_sfu_table    FBSFU1 SFU table loader (load_table_model)     RUNS/8
 #   fuzz_probe_file   probe file reader + probe-check                RUNS/8
 #   fuzz_sfu_capture  FBSFUT1 capture reader (fb-sfu-table-convert)  RUNS/8
@@ -29,7 +30,7 @@ build_all=0
 if [ "${1:-}" = --build-all ]; then build_all=1; shift; fi
 runs="${1:-200000}"
 shift $(( $# > 0 ? 1 : 0 ))
-all_targets=(fuzz_safetensors fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge fuzz_recipe)
+all_targets=(fuzz_safetensors fuzz_numpy fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge fuzz_recipe)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
@@ -79,6 +80,31 @@ seed dtypes '{"a":{"dtype":"F64","shape":[],"data_offsets":[0,8]},"b":{"dtype":"
 seed empty '{}' ""
 seed hole '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}' "000000000000000000000000"
 seed dup '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"U32","shape":[1],"data_offsets":[0,4]}}' "00000000"
+
+# .npy and .npz files as numpy's own writers make them (np.save, np.savez, savez_compressed);
+# a first byte 00 asks for the .npy reader, 01 for the .npz reader. Without numpy, one
+# hand-made .npy (NEP 1 layout) seeds the target.
+d="$work/fuzz_numpy"; mkdir -p "$d"
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
+if "$py" -c 'import numpy' 2>/dev/null; then
+  "$py" - "$d" <<'PYTHON'
+import io, os, sys
+import numpy as np
+d = sys.argv[1]
+arrays = {"q": np.arange(12, dtype="<f2").reshape(1, 2, 3, 2), "k": np.arange(6, dtype="<u2").reshape(1, 2, 3, 1),
+          "lse": np.linspace(-1, 1, 6, dtype=">f4").reshape(1, 2, 3)}
+for name, a in arrays.items():
+    b = io.BytesIO(); np.save(b, a)
+    open(os.path.join(d, "npy_" + name), "wb").write(b"\x00" + b.getvalue())
+for name, save in (("stored", np.savez), ("deflate", np.savez_compressed)):
+    b = io.BytesIO(); save(b, **arrays)
+    open(os.path.join(d, "npz_" + name), "wb").write(b"\x01" + b.getvalue())
+PYTHON
+else
+  { printf '\x00\x93NUMPY\x01\x00\x76\x00'
+    printf "%-117s\n" "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }"
+    printf '\x00\x3c\x00\x40'; } > "$d/npy_hand"
+fi
 
 # ---- seeds of the other targets ------------------------------------------------------
 hex() { printf "$(printf '%s' "$1" | sed 's/../\\x&/g')"; }          # hex() HEX -> bytes

@@ -31,8 +31,9 @@ std::optional<std::string_view> find_key(const std::map<std::string, std::string
   return std::string_view(it->second);
 }
 
-// A torch dtype name ("torch.bfloat16", "float8_e4m3fn") or a flashbits format name.
-std::optional<Format> parse_dtype_metadata(std::string_view text) {
+}  // namespace
+
+std::optional<Format> parse_trace_dtype(std::string_view text) {
   if (text.starts_with("torch.")) text.remove_prefix(6);
   static constexpr std::array<std::pair<std::string_view, Format>, 8> kTorchNames{{
       {"bfloat16", formats::bf16},
@@ -51,16 +52,17 @@ std::optional<Format> parse_dtype_metadata(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+
 TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std::string_view source) {
   TraceMetadata out;
   const auto src = find_key(raw, trace_keys::source);
   if (!src)
-    fail(source, "__metadata__: missing key 'source' (expected \"cuda:<gpu>\" for a hardware capture or "
-                 "\"emulated\")");
-  const bool cuda = src->starts_with(kCudaSourcePrefix) && src->size() > kCudaSourcePrefix.size();
-  if (!cuda && *src != kEmulatedSource)
-    fail(source, key_prefix(trace_keys::source) + "expected \"cuda:<gpu>\" for a hardware capture or \"emulated\", got " +
-                     quoted_name(*src));
+    fail(source, "__metadata__: missing key 'source' (expected \"cuda:<gpu>\" for a hardware capture, \"emulated\" "
+                 "or \"unknown\"; for a bare capture, state it with --source)");
+  if (!is_valid_source(*src))
+    fail(source, key_prefix(trace_keys::source) + "expected \"cuda:<gpu>\" for a hardware capture, \"emulated\" or "
+                     "\"unknown\", got " + quoted_name(*src));
   out.source = std::string(*src);
 
   for (auto [key, field] : {std::pair{trace_keys::kernel, &out.kernel}, std::pair{trace_keys::model, &out.model},
@@ -87,7 +89,7 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
     }
   }
   if (const auto v = find_key(raw, trace_keys::dtype)) {
-    out.dtype = parse_dtype_metadata(*v);
+    out.dtype = parse_trace_dtype(*v);
     if (!out.dtype)
       fail(source, key_prefix(trace_keys::dtype) + "expected a format name (bf16, fp16, fp32, e4m3, e5m2) or a torch "
                                                    "dtype name, got " + quoted_name(*v));
@@ -141,7 +143,12 @@ void validate_tensors(const Safetensors& file, const TraceMetadata& metadata, st
     fail(source, "tensor 'q': shape " + shape_string(q.shape) + " has rank " + std::to_string(q.shape.size()) +
                      "; expected rank 4 [batch, heads, rows, head_dim]");
   check_floating(source, k);
-  check_shape(source, k, "q", q.shape, {q.shape[0], q.shape[1], 0, q.shape[3]}, false);
+  check_shape(source, k, "q", q.shape, {q.shape[0], 0, 0, q.shape[3]}, false);
+  // Grouped-query attention: k and v may carry fewer heads than q, in groups that divide q's.
+  if (k.shape.size() == 4 && (k.shape[1] == 0 || q.shape[1] % k.shape[1] != 0))
+    fail(source, "tensor 'k': shape " + shape_string(k.shape) + " has " + std::to_string(k.shape[1]) +
+                     " heads, which do not divide q's " + std::to_string(q.shape[1]) +
+                     " (grouped-query attention needs q heads = a whole multiple of k heads)");
   for (const SafeTensor* t : {&q, &k})
     for (std::uint64_t dim : t->shape)
       if (dim == 0 || dim > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
@@ -273,8 +280,21 @@ Trace read_trace(const std::filesystem::path& path) {
   return Trace::from_safetensors(read_safetensors(path), path.string());
 }
 
+bool is_valid_source(std::string_view source) {
+  return (source.starts_with(kCudaSourcePrefix) && source.size() > kCudaSourcePrefix.size()) ||
+         source == kEmulatedSource || source == kUnknownSource;
+}
+
 bool is_hardware_capture(const Trace& trace) {
   return trace.metadata().source.starts_with(kCudaSourcePrefix);
+}
+
+std::string provenance_text(const TraceMetadata& m) {
+  if (m.source.starts_with(kCudaSourcePrefix))
+    return "hardware capture (source " + m.source + (m.device.empty() ? "" : ", device " + m.device) + ")";
+  if (m.source == kEmulatedSource)
+    return "EMULATED trace (source emulated): produced by flashbits, not a hardware capture";
+  return "capture of UNKNOWN provenance (source unknown): not known to be a hardware capture";
 }
 
 std::map<std::string, std::string> metadata_strings(const TraceMetadata& m) {

@@ -2,15 +2,18 @@
 //
 // A trace is a .safetensors file that `safetensors.torch.save_file` can write. Tensors are
 // indexed [batch][head][row][column]:
-//   required  q [B,H,N,D], k [B,H,Nk,D], v [B,H,Nk,D], o [B,H,N,D]
+//   required  q [B,H,N,D], k [B,Hk,Nk,D], v [B,Hk,Nk,D], o [B,H,N,D], where Hk divides H
+//             (grouped-query attention: q head h reads k/v head h / (H/Hk), as FA2 and
+//             SDPA's enable_gqa do; Hk = H is ordinary multi-head attention)
 //   optional  do, dq like q; dk, dv like k; lse, delta, m, l as [B,H,N] or [B,H,N,1];
 //             s, p as [B,H,N,Nk]; any other name is kept unchecked (instrumented kernels
 //             may capture more per-row intermediates).
 // Every named tensor above must have a floating dtype; q, k and v share one.
 // __metadata__ (all values are strings, as safetensors demands):
 //   source             REQUIRED: "cuda:<gpu>" for a hardware capture, "emulated" for one
-//                      flashbits produced; anything else is an error, so an emulated trace
-//                      can never pass as a hardware capture.
+//                      flashbits produced, "unknown" for a capture whose provenance its
+//                      importer did not state; anything else is an error, so an emulated
+//                      (or unknown) trace can never pass as a hardware capture.
 //   kernel, model, device, compute_capability, versions   free text
 //   softmax_scale      a finite positive decimal (written shortest-round-trip, so exact)
 //   causal             true|false (Python's True|False and 1|0 accepted)
@@ -52,9 +55,10 @@ inline constexpr std::string_view block_n = "block_n";
 
 inline constexpr std::string_view kEmulatedSource = "emulated";
 inline constexpr std::string_view kCudaSourcePrefix = "cuda:";
+inline constexpr std::string_view kUnknownSource = "unknown";
 
 struct TraceMetadata {
-  std::string source;  // "cuda:<gpu>" or "emulated"
+  std::string source;  // "cuda:<gpu>", "emulated" or "unknown"
   std::string kernel, model, device, compute_capability, versions;  // empty when absent
   std::optional<double> softmax_scale;
   std::optional<bool> causal;
@@ -88,6 +92,7 @@ class Trace {
 
   std::uint64_t batch() const { return q_shape()[0]; }
   std::uint64_t heads() const { return q_shape()[1]; }
+  std::uint64_t kv_heads() const { return tensor("k").shape[1]; }  // divides heads()
   std::uint64_t rows() const { return q_shape()[2]; }
   std::uint64_t head_dim() const { return q_shape()[3]; }
   std::uint64_t kv_rows() const { return tensor("k").shape[2]; }
@@ -102,8 +107,16 @@ class Trace {
 Trace parse_trace(std::span<const std::uint8_t> bytes, std::string_view source_name);
 Trace read_trace(const std::filesystem::path& path);
 
+// The metadata "dtype" value: a flashbits format name or a torch dtype name
+// ("torch.bfloat16", "float16", "float8_e4m3fn"); nullopt for anything else.
+std::optional<Format> parse_trace_dtype(std::string_view text);
+// "cuda:<gpu>" (non-empty gpu), "emulated" or "unknown".
+bool is_valid_source(std::string_view source);
 // True only for source "cuda:<gpu>": a replay must never present an emulated trace as one.
 bool is_hardware_capture(const Trace& trace);
+// One line saying where a trace came from, for every report that prints it: a hardware
+// capture names its GPU; "emulated" and "unknown" say in capitals that they are not one.
+std::string provenance_text(const TraceMetadata& metadata);
 
 // Builds a trace (the emulator ships example traces with source = "emulated"). Tensors are
 // written in the order added; build()/write() validate exactly as the reader does.

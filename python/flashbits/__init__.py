@@ -232,15 +232,16 @@ class AttentionResult:
     decomposition and a ``summary``; None when nothing was traced. ``exact_attention`` also sets
     ``row_max``. ``sfu`` describes the special-function models used."""
 
-    def __init__(self, d: dict, lead: tuple):
-        def shape(x):
+    def __init__(self, d: dict, lead: tuple, kv_lead: tuple | None = None):
+        def shape(x, lead=lead):
             return None if x is None else x.reshape(lead + x.shape[2:])
         self.o = shape(d["o"])
         self.lse = shape(d["lse"])
         self.delta = shape(d["delta"])
         self.dq = shape(d["dq"])
-        self.dk = shape(d["dk"])
-        self.dv = shape(d["dv"])
+        # dK and dV have k's heads (fewer than q's under grouped-query attention).
+        self.dk = shape(d["dk"], kv_lead or lead)
+        self.dv = shape(d["dv"], kv_lead or lead)
         self.row_max = shape(d.get("row_max"))
         self.model = d["model"]
         self.scale = d["scale"]
@@ -268,7 +269,7 @@ def _attention_inputs(q, k, v, do):
         if da.shape != qa.shape:
             raise ValueError(f"do: expected the shape of q {qa.shape}, got {da.shape}")
         d_o = _as_float64(da, "do").reshape(pad + da.shape)
-    return arrays, d_o, lead, qa.dtype
+    return arrays, d_o, lead, qa.dtype, ka.shape[:-2]
 
 
 def _trace_rows(trace, ndim):
@@ -298,7 +299,7 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     (the model's own) or a named set (``correct``, ``hw-sm90``: measured on an H200, what
     ``replay --sfu auto`` picks for a capture from compute capability 9.0). Results never
     depend on ``threads``."""
-    arrays, d_o, lead, in_dtype = _attention_inputs(q, k, v, do)
+    arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     if dtype is None:
         dtype = "fp16" if in_dtype == _np.float16 else "bf16"
     rows, trace_all = _trace_rows(trace, len(lead) + 2)
@@ -306,19 +307,19 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     d = _core.attention(arrays[0], arrays[1], arrays[2], model, d_o, bool(causal),
                         None if scale is None else float(scale), "" if recipe is None else _os.fspath(recipe),
                         rows, trace_all, dtype, int(seed), threads, int(plot_feature), sfu)
-    return AttentionResult(d, lead)
+    return AttentionResult(d, lead, kv_lead)
 
 
 def exact_attention(q, k, v, do=None, causal: bool = False, scale: float | None = None, *,
                     dtype: str | None = None) -> AttentionResult:
     """The exact reference (high precision, not rounded): O, LSE, and with ``do`` delta, dQ, dK,
     dV, plus each row's exact max scaled score (``row_max``). Inputs as for ``attention``."""
-    arrays, d_o, lead, in_dtype = _attention_inputs(q, k, v, do)
+    arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     if dtype is None:
         dtype = "fp16" if in_dtype == _np.float16 else "bf16"
     d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, bool(causal),
                               None if scale is None else float(scale), dtype)
-    return AttentionResult(d, lead)
+    return AttentionResult(d, lead, kv_lead)
 
 
 # ---- bias test -------------------------------------------------------------------------------
@@ -410,10 +411,17 @@ class Trace:
         return f"Trace({self.path!r}, source={self.metadata.get('source')!r}, tensors={list(self.tensors)})"
 
 
-def load_trace(path) -> Trace:
+def load_trace(path, *, source: str | None = None, model: str | None = None, scale: float | None = None,
+               causal: bool | None = None, dtype: str | None = None, layout: str = "auto") -> Trace:
     """Read and validate a trace as ``flashbits replay`` does (ValueError naming the file,
-    tensor or key on any defect)."""
-    return Trace(_core.load_trace(_os.fspath(path)))
+    tensor or key on any defect).
+
+    A capture without flashbits metadata (a bare ``save_file`` dump, an ``.npz``, a directory
+    of ``.npy`` files) is read as ``flashbits import`` reads it: ``source`` ("cuda:<gpu>",
+    "emulated" or "unknown"), ``model``, ``scale``, ``causal`` and ``dtype`` supply what the
+    file lacks (its own metadata wins; a disagreement is a ValueError); ``layout`` is "bhsd"
+    (SDPA), "bshd" (flash_attn) or "auto"; k and v may have fewer heads than q (GQA)."""
+    return Trace(_core.load_trace(_os.fspath(path), source, model, scale, causal, dtype, layout))
 
 
 _ROW_TENSORS = ("lse", "delta", "m", "l")

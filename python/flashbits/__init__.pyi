@@ -94,7 +94,16 @@ class Trace:
     @property
     def model(self) -> str | None: ...
 
-def load_trace(path: str | PathLike[str]) -> Trace: ...
+def load_trace(
+    path: str | PathLike[str],
+    *,
+    source: str | None = ...,
+    model: str | None = ...,
+    scale: float | None = ...,
+    causal: bool | None = ...,
+    dtype: str | None = ...,
+    layout: str = ...,
+) -> Trace: ...
 def save_trace(path: str | PathLike[str], tensors: dict[str, ArrayLike] | None = None, *,
                metadata: dict[str, Any] | None = None, formats: dict[str, str] | None = None,
                **named: ArrayLike) -> None: ...

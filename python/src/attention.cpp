@@ -3,7 +3,7 @@
 // Contract: q, k, v (and do) arrive as float64 [B,H,N,D] / [B,H,Nk,D] arrays (the Python layer
 // adds leading axes); every value must be exactly representable in the model's input format
 // (ValueError naming the first element that is not). The model is parsed as the CLI parses
-// --model with --dtype (tools/sweep_table.hpp parse_model_for_inputs), a recipe file applied
+// --model with --dtype (attention/trace_inputs.hpp parse_model_for_inputs), a recipe file applied
 // as `--recipe` does. The run itself (attn::run_attention, or exact_attention) happens on a
 // worker thread with the GIL released (common.hpp run_interruptible).
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "emu/special_functions.hpp"
 #include "tools/event_report.hpp"
 #include "tools/recipe_file.hpp"
-#include "tools/sweep_table.hpp"
+#include "attention/trace_inputs.hpp"
 
 namespace fb::py {
 namespace {
@@ -67,10 +67,14 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   in.dtype = dtype;
   in.causal = causal;
   const auto& Q = in.q;
-  const auto same_bh = [&](const attn::Tensor4& t) { return t.batch == Q.batch && t.heads == Q.heads; };
-  if (!same_bh(in.k) || !same_bh(in.v) || in.k.rows != in.v.rows || in.k.cols != Q.cols || in.v.cols != Q.cols)
-    throw cli::InputError("k, v: expected shape [" + std::to_string(Q.batch) + "," + std::to_string(Q.heads) +
-                          ",Nk," + std::to_string(Q.cols) + "] (q's batch, heads and head dim)");
+  // k and v may carry fewer heads than q, dividing them (grouped-query attention).
+  const auto kv_fits = [&](const attn::Tensor4& t) {
+    return t.batch == Q.batch && t.heads >= 1 && Q.heads % t.heads == 0 && t.heads == in.k.heads;
+  };
+  if (!kv_fits(in.k) || !kv_fits(in.v) || in.k.rows != in.v.rows || in.k.cols != Q.cols || in.v.cols != Q.cols)
+    throw cli::InputError("k, v: expected shape [" + std::to_string(Q.batch) + ",Hk,Nk," + std::to_string(Q.cols) +
+                          "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
+                          std::to_string(Q.heads) + ")");
   if (in.d_o && (in.d_o->batch != Q.batch || in.d_o->heads != Q.heads || in.d_o->rows != Q.rows ||
                  in.d_o->cols != Q.cols))
     throw cli::InputError("do: expected the shape of q");
@@ -91,7 +95,7 @@ attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, c
                                  const std::string& sfu) {
   attn::ModelHandle model;
   try {
-    model = cli::parse_model_for_inputs(name, dtype);
+    model = attn::parse_model_for_inputs(name, dtype);
   } catch (const std::invalid_argument& e) {
     throw cli::InputError("model " + name + ": " + e.what());
   }

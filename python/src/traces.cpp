@@ -2,23 +2,46 @@
 // traces/trace.hpp, metadata included.
 //
 // Contract:
-// - load_trace(path) reads and validates a trace exactly as `flashbits replay` does
-//   (fb::read_trace: ValueError with the CLI's one-line message on any defect) and returns its
-//   metadata (every key, as strings), each tensor's exact values (float64) and its dtype.
+// - load_trace(path, ...) reads and validates a trace exactly as `flashbits replay` does
+//   (ValueError with the CLI's one-line message on any defect) and returns its metadata
+//   (every key, as strings), each tensor's exact values (float64) and its dtype. A bare
+//   capture (a .safetensors dump without metadata, an .npz, a directory of .npy files;
+//   bshd layout; grouped-query) is read as `flashbits import` reads it, with what it lacks
+//   given as source/model/scale/causal/dtype/layout (traces/capture_import.hpp).
 // - save_trace(path, tensors, metadata) encodes each tensor in its format (values must be
 //   exactly representable, bit patterns valid), serialises, validates the bytes with the
 //   reader (parse_trace) and writes the file whole or not at all (cli::write_output_file).
+#include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "common.hpp"
+#include "traces/capture_import.hpp"
 #include "traces/safetensors.hpp"
 #include "traces/trace.hpp"
 
 namespace fb::py {
 namespace {
 
-pyb::dict load_trace(const std::string& path) {
-  const Trace trace = read_trace(path);
+pyb::dict load_trace(const std::string& path, const std::optional<std::string>& source,
+                     const std::optional<std::string>& model, std::optional<double> scale, std::optional<bool> causal,
+                     const std::optional<std::string>& dtype, const std::string& layout) {
+  CaptureOptions options;
+  if (source) {
+    if (!is_valid_source(*source)) throw cli::InputError("source " + *source + ": expected cuda:<gpu>, emulated or unknown");
+    options.source = *source;
+  }
+  options.model = model;
+  if (scale) {
+    if (!std::isfinite(*scale) || !(*scale > 0)) throw cli::InputError("scale: expected a finite positive number");
+    options.softmax_scale = scale;
+  }
+  options.causal = causal;
+  if (dtype) options.dtype = parse_fmt(*dtype, "dtype");
+  const auto parsed_layout = parse_capture_layout(layout);
+  if (!parsed_layout) throw cli::InputError("layout " + layout + ": expected auto, bhsd or bshd");
+  options.layout = *parsed_layout;
+  const Trace trace = import_capture({path}, options);
   pyb::dict metadata;
   for (const auto& [k, v] : trace.raw_metadata()) metadata[pyb::str(k)] = v;
   pyb::dict tensors, dtypes;
@@ -88,7 +111,8 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
 
 void register_traces(pyb::module_& m) {
   using namespace pyb::literals;
-  m.def("load_trace", &load_trace, "path"_a);
+  m.def("load_trace", &load_trace, "path"_a, "source"_a = pyb::none(), "model"_a = pyb::none(), "scale"_a = pyb::none(),
+        "causal"_a = pyb::none(), "dtype"_a = pyb::none(), "layout"_a = "auto");
   m.def("save_trace", &save_trace, "path"_a, "tensors"_a, "metadata"_a);
 }
 

@@ -81,7 +81,7 @@ def test_shapes_dtypes_and_array_protocol():
         fb.attention(q, k, v, "nope")
     with pytest.raises(ValueError, match="k, v: expected shape"):
         fb.attention(q, k[:, :16], v, "fa2-sm80")
-    with pytest.raises(ValueError, match="same batch, heads, seqlen"):  # the engine's own check
+    with pytest.raises(ValueError, match="same batch, seqlen and head dim"):  # the engine's own check
         fb.attention(q, k[:48], v[:48], "fa2-sm80")
 
 

@@ -1,0 +1,372 @@
+// attention/backward.cpp: the backward passes: delta (from O and dO, or rowsum(dP∘P)) and
+// the three backward kernels a recipe can name (BackwardKernel): FA2's
+// compute_dq_dk_dv_seqk_parallel, the Triton tutorial's _attn_bwd, and PyTorch autograd
+// through the recipe's tensor ops.
+//
+// Contract: attention/engine_detail.hpp (delta_from_o, delta_from_dpp, *_backward_head). Each
+// kernel recomputes P from the forward's row statistics exactly as that kernel does, and
+// reduces in a fixed order, so the result does not depend on threads. FA2's dQ: the per
+// n_block partial (an MMA from C = 0) is atomically added to dq_accum in fp32; the hardware
+// order is not deterministic, the model adds n_blocks in ascending order.
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "attention/engine_detail.hpp"
+
+namespace fb::attn::detail {
+
+// delta for one row from O (or O kept in fp32) and dO.
+template <class A, class E>
+double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const double* o, int d) {
+  switch (km.delta) {
+    case DeltaFormula::fa2_threads: {
+      // dot_do_o: FA2's head dim template is d rounded up to a multiple of 32; each
+      // thread loads 8 contiguous elements per kBlockKSmem-wide chunk (64 if the
+      // template head dim is a multiple of 64, else 32), so a row is shared by
+      // kBlockKSmem/8 threads; each sums its elements sequentially (chunk by chunk) in
+      // fp32 (products of bf16/fp16 are exact, so the FFMA equals add-of-product), then
+      // Allreduce<threads> (shfl_xor threads/2, ..., 1).
+      const int padded = (d + 31) / 32 * 32;
+      const int chunk = padded % 64 == 0 ? 64 : 32;
+      const int threads = chunk / 8;
+      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int t = 0; t < threads; ++t) {
+        bool first = true;
+        for (int base = 0; base < padded; base += chunk) {
+          for (int e = 0; e < 8; ++e) {
+            const int col = base + 8 * t + e;
+            const double x = col < d ? static_cast<double>(d_o[col]) : 0.0;  // padding columns are zero
+            const double y = col < d ? o[col] : 0.0;
+            part[t] = first ? ar.f32(x * y) : ar.fma32(x, y, part[t]);
+            first = false;
+          }
+        }
+      }
+      for (int off = threads / 2; off >= 1; off /= 2)
+        for (int t = 0; t < off; ++t) part[t] = ar.f32(part[t] + part[t + off]);
+      return part[0];
+    }
+    case DeltaFormula::rounded_products: {
+      std::vector<double> prod(static_cast<std::size_t>(d));
+      for (int c = 0; c < d; ++c) prod[c] = ar.op(km.delta_product_format, static_cast<double>(d_o[c]) * o[c]);
+      const double s = pairwise_sum(prod.data(), d, [&](double a, double b) { return ar.f32(a + b); });
+      return ar.to(km.delta_format, s);
+    }
+    case DeltaFormula::softmax_backward:
+    default: return 0.0;  // computed from dP∘P by the caller
+  }
+}
+
+namespace {
+// P for one row and key in the FA2 backward: ex2(S*scale_log2 - LSE*log2e) (Scale_max=false:
+// max_scaled = lse * float(M_LOG2E)).
+template <class A>
+double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
+  double log2e = std::numbers::log2e;
+  if constexpr (!A::exact) log2e = static_cast<float>(std::numbers::log2e);
+  const double lse_scaled = lse_kernel == -kInf ? 0.0 : ar.f32(lse_kernel * log2e);
+  return kernel_exp2(km, ar, exponent_argument(km, ar, s, k.scale_log2, lse_scaled));
+}
+}  // namespace
+
+// The FA2 backward (compute_dq_dk_dv_seqk_parallel) for one head: for each n_block,
+// m_blocks from last to first; dV += P̄ᵀdO and dK += dSᵀQ through the MMA with the
+// accumulators as C; dQ partial per (n_block, m_block) added to dq_accum in fp32.
+template <class A, class E>
+void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                       const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                       double* dk_out, double* dv_out, double* dq_pre_out) {
+  const int n = g.n, d = g.d;
+  const int bm = g.tiles.bwd_block_m, bn = g.tiles.bwd_block_n;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  std::vector<double> dq_acc(static_cast<std::size_t>(n) * d, 0.0);
+  std::vector<double> dk_acc(static_cast<std::size_t>(bn) * d), dv_acc(static_cast<std::size_t>(bn) * d);
+  std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
+      ds_rows(static_cast<std::size_t>(bm) * bn);
+  const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
+    std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+    std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+    const int mb_min = g.causal ? kb / bm : 0;
+    for (int mb = m_blocks - 1; mb >= mb_min; --mb) {
+      const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
+      for (int r = rb; r < re; ++r) {
+        const int nk = visible_keys(g, r);
+        for (int j = kb; j < ke; ++j) {
+          double p = 0.0, ds = 0.0;
+          if (j < nk) {
+            const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(r), hd.k_row(j), d));
+            p = fa2_backward_p(km, ar, k, s, stats[r].lse_kernel);
+            const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
+            ds = ar.f32(p * ar.f32(dp - delta[r]));  // pointwise_mult: p * (dp - d)
+          }
+          const std::size_t tj = static_cast<std::size_t>(j - kb) * bm + (r - rb);
+          pt[tj] = static_cast<E>(ar.to(km.p_cast, p));
+          dst[tj] = static_cast<E>(ar.to(km.p_cast, ds));
+          ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
+        }
+      }
+      for (int j = 0; j < klen; ++j) {
+        const E* pcol = pt.data() + static_cast<std::size_t>(j) * bm;
+        const E* dscol = dst.data() + static_cast<std::size_t>(j) * bm;
+        for (int c = 0; c < d; ++c) {
+          double& dv = dv_acc[static_cast<std::size_t>(j) * d + c];
+          dv = ar.dot(km.pv_dot, dv, pcol, hd.dot_row(c) + rb, rlen);
+          double& dk = dk_acc[static_cast<std::size_t>(j) * d + c];
+          dk = ar.dot(km.pv_dot, dk, dscol, hd.qt_row(c) + rb, rlen);
+        }
+      }
+      for (int r = rb; r < re; ++r) {
+        const E* dsr = ds_rows.data() + static_cast<std::size_t>(r - rb) * bn;
+        for (int c = 0; c < d; ++c) {
+          const double part = ar.dot(km.pv_dot, 0.0, dsr, hd.kt_row(c) + kb, klen);
+          double& acc = dq_acc[static_cast<std::size_t>(r) * d + c];
+          acc = ar.f32(acc + part);
+        }
+      }
+    }
+    for (int j = 0; j < klen; ++j)
+      for (int c = 0; c < d; ++c) {
+        const std::size_t i = static_cast<std::size_t>(j) * d + c, o = static_cast<std::size_t>(kb + j) * d + c;
+        dk_out[o] = ar.to(km.output, ar.f32(dk_acc[i] * k.scale_f));
+        dv_out[o] = ar.to(km.output, dv_acc[i]);
+      }
+  }
+  for (std::size_t i = 0; i < dq_acc.size(); ++i) {
+    const double pre = ar.f32(dq_acc[i] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
+    if (dq_pre_out) dq_pre_out[i] = pre;
+    dq_out[i] = ar.to(km.output, pre);
+  }
+}
+
+// ---- the Triton tutorial's backward (BackwardKernel::triton_prescaled_k) ----------------
+namespace {
+// P for one row and key: qkT = tl.dot(k', qT) in fp32 (log2 units, K' pre-scaled), then
+// pT = exp2(qkT - M) with M = m + log2(l) from the forward (a separate fp32 subtraction).
+// Rows that saw nothing have M = +inf, so P = exp2(-inf) = 0.
+template <class A, class E>
+double triton_backward_p(const KernelModel& km, const A& ar, const HeadData<E>& hd, int row, int key, double m_log2) {
+  const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.kp_row(key), hd.d));
+  return kernel_exp2(km, ar, ar.f32(s - m_log2));
+}
+
+// A half-open range of rows or keys visited by one tl.dot step.
+struct Span {
+  int begin = 0, end = 0;
+};
+
+// The tutorial's visiting order along the inner index for one outer block starting at
+// `block_begin` (a KV block of _attn_bwd_dkdv or a row block of _attn_bwd_dq). Causal: the
+// diagonal block [block_begin, block_begin + block) in steps of step / slice (MASK=True),
+// then `rest` in steps of `step` (MASK=False). Non-causal: [0, n) in steps of `step`
+// (ASSUMED: the tutorial's backward is written for causal attention only).
+void triton_steps(bool causal, int n, int block_begin, int block, int step, int slice, Span rest, std::vector<Span>& out) {
+  out.clear();
+  auto cover = [&](int b, int e, int st) {
+    for (int i = b; i < e; i += st) out.push_back(Span{i, std::min(e, i + st)});
+  };
+  if (!causal) {
+    cover(0, n, step);
+    return;
+  }
+  cover(block_begin, std::min(n, block_begin + block), std::max(1, step / std::max(1, slice)));
+  cover(rest.begin, rest.end, step);
+}
+}  // namespace
+
+// _attn_bwd for one head. dK, dV: per key (its KV block of bwd_block_n keys fixes the
+// diagonal block), dv += tl.dot(pT.to(F), do) and dk += tl.dot(dsT.to(F), qT) over the row
+// steps with the fp32 accumulators as C; dsT = pT * (dpT - delta) in fp32; at the end
+// dk *= sm_scale (fp32) and both are stored in F. dQ: per row (its row block of bwd_block_n
+// rows), dq += tl.dot(ds.to(F), K') over the key steps (diagonal block first, then keys from
+// 0), then dq *= fp32(ln 2) because K' carried sm_scale * log2(e). Masked entries
+// (tl.where(mask, p, 0)) stay in their steps as zeros.
+template <class A, class E>
+void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                          const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                          double* dk_out, double* dv_out) {
+  const int n = g.n, d = g.d;
+  const int block = g.tiles.bwd_block_n, step = g.tiles.bwd_block_m;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
+  std::vector<Span> spans;
+  std::vector<E> p_col(static_cast<std::size_t>(n)), ds_col(static_cast<std::size_t>(n));
+  auto p_and_ds = [&](int r, int j, E& p_out, E& ds_out) {
+    if (j >= visible_keys(g, r)) {  // tl.where(mask, pT, 0.0)
+      p_out = ds_out = static_cast<E>(0);
+      return;
+    }
+    const double p = triton_backward_p(km, ar, hd, r, j, stats[r].lse_kernel);
+    const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);  // tl.dot(v, do^T), fp32
+    p_out = static_cast<E>(ar.to(km.p_cast, p));
+    ds_out = static_cast<E>(ar.to(km.p_cast, ar.f32(p * ar.f32(dp - delta[r]))));
+  };
+  // dK, dV.
+  for (int j = 0; j < n; ++j) {
+    const int kb = j / block * block;
+    triton_steps(g.causal, n, kb, block, step, km.bwd_mask_slice, Span{std::min(n, kb + block), n}, spans);
+    for (const Span& sp : spans)
+      for (int r = sp.begin; r < sp.end; ++r) p_and_ds(r, j, p_col[r], ds_col[r]);
+    for (int c = 0; c < d; ++c) {
+      double dv = 0.0, dk = 0.0;
+      for (const Span& sp : spans) {
+        const int len = sp.end - sp.begin;
+        dv = ar.dot(km.pv_dot, dv, p_col.data() + sp.begin, hd.dot_row(c) + sp.begin, len);
+        dk = ar.dot(km.pv_dot, dk, ds_col.data() + sp.begin, hd.qt_row(c) + sp.begin, len);
+      }
+      const std::size_t o = static_cast<std::size_t>(j) * d + c;
+      dv_out[o] = ar.to(km.output, dv);
+      dk_out[o] = ar.to(km.output, ar.f32(dk * k.scale_f));
+    }
+  }
+  // dQ (the kernel recomputes P and dS; the same arithmetic gives the same values).
+  std::vector<E>& ds_row = ds_col;
+  for (int r = 0; r < n; ++r) {
+    const int rb = r / block * block;
+    triton_steps(g.causal, n, rb, block, step, km.bwd_mask_slice, Span{0, rb}, spans);
+    for (const Span& sp : spans)
+      for (int j = sp.begin; j < sp.end; ++j) {
+        E p_unused;
+        p_and_ds(r, j, p_unused, ds_row[j]);
+      }
+    for (int c = 0; c < d; ++c) {
+      double dq = 0.0;
+      for (const Span& sp : spans)
+        dq = ar.dot(km.pv_dot, dq, ds_row.data() + sp.begin, hd.kpt_row(c) + sp.begin, sp.end - sp.begin);
+      dq_out[static_cast<std::size_t>(r) * d + c] = ar.to(km.output, ar.f32(dq * ln2));
+    }
+  }
+}
+
+// The tensor-op backward (PyTorch autograd through the recipe's forward): per KV tile
+// and query tile, block matmuls fp32-accumulated and rounded to bwd_format, the tiles'
+// results accumulated in bwd_format. Materialised models use one tile each way.
+template <class A, class E>
+void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                            const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                            double* dk_out, double* dv_out) {
+  const int n = g.n, d = g.d;
+  const bool materialised = km.structure == Structure::materialised;
+  const int bm = materialised ? std::max(1, n) : g.tiles.bwd_block_m, bn = materialised ? std::max(1, n) : g.tiles.bwd_block_n;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  std::fill(dq_out, dq_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::fill(dk_out, dk_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::fill(dv_out, dv_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
+      ds_rows(static_cast<std::size_t>(bm) * bn);
+  std::vector<double> prow(static_cast<std::size_t>(n));
+  const std::optional<Format> F = km.bwd_format;
+  const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
+    for (int mb = 0; mb < m_blocks; ++mb) {
+      const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
+      for (int r = rb; r < re; ++r) {
+        const int nk = visible_keys(g, r);
+        if (materialised) materialised_p_row(km, ar, hd, g, r, stats[r], prow.data());
+        for (int j = kb; j < ke; ++j) {
+          double p = 0.0, ds = 0.0;
+          if (j < nk) {
+            if (materialised) {
+              p = prow[j];
+            } else {
+              const double s = score(km, ar, k, hd.q_row(r), hd.k_row(j), d);
+              // P = exp(S - LSE): S (FMT) minus LSE (lse_format) promotes to the wider.
+              const std::optional<Format> sub = km.lse_format && km.sub_format && *km.sub_format == formats::bf16
+                                                    ? km.lse_format
+                                                    : km.sub_format;
+              p = stats[r].lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(sub, s - stats[r].lse)));
+            }
+            const double dp = ar.to(F, ar.dot(km.pv_dot, 0.0, hd.do_row(r), hd.v_row(j), d));
+            if (km.delta == DeltaFormula::rounded_products && !km.delta_dpp) {
+              // Qiu & Yao: dS = p * scale * (dp - D): fp32 * python float; dp (bwd_format) minus D
+              // (delta_format) in PyTorch's promoted type: fp32 under autocast, where D is fp32.
+              ds = ar.f32(ar.f32(p * k.scale_f) * ar.op(promoted(F, km.delta_format), dp - delta[r]));
+            } else {
+              // softmax backward (fp32 inside, one rounding), then the scale as a tensor op.
+              const double soft = ar.op(F, p * ar.f32(dp - delta[r]));
+              ds = ar.op(F, soft * k.scale_f);
+            }
+          }
+          const std::size_t tj = static_cast<std::size_t>(j - kb) * bm + (r - rb);
+          pt[tj] = static_cast<E>(ar.to(km.p_cast, p));
+          dst[tj] = static_cast<E>(ar.to(F ? F : km.p_cast, ds));
+          ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
+        }
+      }
+      for (int j = 0; j < klen; ++j)
+        for (int c = 0; c < d; ++c) {
+          const std::size_t o = static_cast<std::size_t>(kb + j) * d + c;
+          const double dv_blk = ar.to(F, ar.dot(km.pv_dot, 0.0, pt.data() + static_cast<std::size_t>(j) * bm, hd.dot_row(c) + rb, rlen));
+          const double dk_blk = ar.to(F, ar.dot(km.pv_dot, 0.0, dst.data() + static_cast<std::size_t>(j) * bm, hd.qt_row(c) + rb, rlen));
+          dv_out[o] = mb == 0 ? dv_blk : ar.op(F, dv_out[o] + dv_blk);
+          dk_out[o] = mb == 0 ? dk_blk : ar.op(F, dk_out[o] + dk_blk);
+        }
+      for (int r = rb; r < re; ++r)
+        for (int c = 0; c < d; ++c) {
+          const std::size_t o = static_cast<std::size_t>(r) * d + c;
+          const double blk = ar.to(F, ar.dot(km.pv_dot, 0.0, ds_rows.data() + static_cast<std::size_t>(r - rb) * bn, hd.kt_row(c) + kb, klen));
+          dq_out[o] = nb == 0 ? blk : ar.op(F, dq_out[o] + blk);
+        }
+    }
+  }
+}
+
+// delta = rowsum(dP∘P) (the +delta-dpp variant, and PyTorch's softmax backward):
+// P as the backward recomputes it, dP through the score dot model, products rounded
+// to fp32 and summed pairwise in fp32.
+template <class A, class E>
+double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                      const RowStats& st, std::vector<double>& scratch) {
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const int nk = visible_keys(g, row);
+  scratch.assign(static_cast<std::size_t>(nk), 0.0);
+  std::vector<double> prow;
+  if (km.structure == Structure::materialised) {
+    prow.resize(static_cast<std::size_t>(g.n));
+    materialised_p_row(km, ar, hd, g, row, st, prow.data());
+  }
+  for (int j = 0; j < nk; ++j) {
+    double p;
+    double dp;
+    if (km.backward == BackwardKernel::triton_prescaled_k) {
+      p = triton_backward_p(km, ar, hd, row, j, st.lse_kernel);
+      dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
+    } else if (km.backward == BackwardKernel::fa2_seqk_parallel) {
+      const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.k_row(j), g.d));
+      p = fa2_backward_p(km, ar, k, s, st.lse_kernel);
+      dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
+    } else {
+      if (km.structure == Structure::materialised) {
+        p = prow[j];
+      } else {
+        const double s = score(km, ar, k, hd.q_row(row), hd.k_row(j), g.d);
+        p = st.lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(km.lse_format, s - st.lse)));
+      }
+      dp = ar.to(km.bwd_format, ar.dot(km.pv_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d));
+    }
+    scratch[j] = ar.f32(p * dp);
+  }
+  return pairwise_sum(scratch.data(), nk, [&](double a, double b) { return ar.f32(a + b); });
+}
+
+
+#define FB_ATTN_INSTANTIATE(A, E)                                                                                  \
+  template double delta_from_o<A, E>(const KernelModel&, const A&, const E*, const double*, int);               \
+  template double delta_from_dpp<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,  \
+                                       const RowStats&, std::vector<double>&);                                  \
+  template void mma_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,      \
+                                        const std::vector<RowStats>&, const std::vector<double>&, double*,      \
+                                        double*, double*, double*);                                             \
+  template void triton_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,   \
+                                           const std::vector<RowStats>&, const std::vector<double>&, double*,   \
+                                           double*, double*);                                                   \
+  template void tensorop_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, \
+                                             const std::vector<RowStats>&, const std::vector<double>&, double*, \
+                                             double*, double*);
+FB_ATTN_FOR_EACH_ARITH(FB_ATTN_INSTANTIATE)
+#undef FB_ATTN_INSTANTIATE
+
+}  // namespace fb::attn::detail

@@ -1,0 +1,323 @@
+// attention/bias_run.cpp: a bias-test run and its JSON report (contract in bias_run.hpp).
+#include "attention/bias_run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "attention/kernel_models.hpp"
+#include "attention/measure.hpp"
+#include "attention/trace_inputs.hpp"
+#include "traces/trace.hpp"
+
+namespace fb::attn {
+
+void RowMaxGroups::add(double row_max, double o_row, const double* delta_row) {
+  Group& g = groups_[row_max];
+  g.o_sum += o_row;
+  ++g.o_rows;
+  if (delta_row) {
+    g.delta_sum += *delta_row;
+    ++g.delta_rows;
+  }
+}
+
+std::vector<double> RowMaxGroups::o_means() const {
+  std::vector<double> out;
+  for (const auto& [max, g] : groups_) out.push_back(g.o_sum / static_cast<double>(g.o_rows));
+  return out;
+}
+
+std::vector<double> RowMaxGroups::delta_means() const {
+  std::vector<double> out;
+  for (const auto& [max, g] : groups_)
+    if (g.delta_rows > 0) out.push_back(g.delta_sum / static_cast<double>(g.delta_rows));
+  return out;
+}
+
+ValueSpread describe_values(const std::vector<double>& v) {
+  ValueSpread s;
+  s.values = v.size();
+  if (v.empty()) return s;
+  const BiasStatistics moments = summarize(v);  // its mean, sd and signs only
+  s.mean = moments.mean;
+  s.sd = moments.stddev;
+  s.negatives = moments.negatives;
+  s.positives = moments.positives;
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  return s;
+}
+
+namespace {
+
+// The samples of a run, before they are summarised. Per output: the error against exact,
+// the correctly rounded reference's error on the same inputs, and the excess (error minus
+// reference, element by element, then averaged like the error). Paired runs have no
+// reference: their difference is the excess.
+struct Samples {
+  std::vector<double> o, delta, o_cr, delta_cr, o_excess, delta_excess;
+};
+
+void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, BiasReport& report) {
+  const ModelHandle& model = run.model;
+  report.subject = model.name + (run.against ? " against " + run.against->name : "") + " on " + run.scenario +
+                   " (seqlen " + std::to_string(run.seqlen) + ", head dim " + std::to_string(run.headdim) + ", " +
+                   std::to_string(run.trials) + " trials)";
+  report.provenance =
+      model.recipe->structure == Structure::correctly_rounded
+          ? "the correctly rounded reference (exact attention, rounded once per output): no kernel arithmetic"
+      : model.recipe->hardware_validated()
+          ? "emulated model, all parts validated on hardware"
+          : "emulated model; SFU " + model.recipe->sfu.describe() + " -- parts of this model are unmeasured on hardware";
+  for (int t = 0; t < run.trials; ++t) {
+    if (hooks.before_item) hooks.before_item();
+    const std::uint64_t seed = trial_seed(run.seed, run.seed_key, static_cast<std::uint64_t>(t));
+    const auto in = make_scenario(run.scenario, seed, 1, 1, run.seqlen, run.headdim, model.recipe->input, true);
+    const TrialErrors e =
+        run.against ? measure_paired(model, *run.against, in, seed) : measure_errors(model, in, seed, false);
+    if (!e.non_finite_rows.empty()) {
+      report.non_finite_rows += e.non_finite_rows.size();
+      report.non_finite_where.push_back("trial " + std::to_string(t) + ": " +
+                                        std::to_string(e.non_finite_rows.size()) + " row(s) " +
+                                        describe_rows(e.non_finite_rows, 1, run.seqlen));
+      if (hooks.after_trial) hooks.after_trial();
+      continue;
+    }
+    s.o.push_back(mean_of(e.o_ulps));
+    if (!e.delta_ulps.empty()) s.delta.push_back(mean_of(e.delta_ulps));
+    if (!e.o_cr_ulps.empty()) {
+      s.o_cr.push_back(mean_of(e.o_cr_ulps));
+      s.o_excess.push_back(s.o.back() - s.o_cr.back());
+    }
+    if (!e.delta_cr_ulps.empty()) {
+      s.delta_cr.push_back(mean_of(e.delta_cr_ulps));
+      s.delta_excess.push_back(s.delta.back() - s.delta_cr.back());
+    }
+    const std::size_t d = static_cast<std::size_t>(run.headdim);
+    for (std::size_t r = 0; r < e.row_max.size(); ++r) {
+      double row_sum = 0;
+      for (std::size_t c = 0; c < d; ++c) row_sum += e.o_ulps[r * d + c];
+      report.by_max.add(e.row_max[r], row_sum / static_cast<double>(d),
+                        e.delta_ulps.empty() ? nullptr : &e.delta_ulps[r]);
+    }
+    if (hooks.after_trial) hooks.after_trial();
+  }
+}
+
+// The trace's own model (its metadata), when it names one that reads the trace's dtype;
+// else no recipe.
+ModelHandle trace_model(const Trace& trace, const Format& dtype) {
+  ModelHandle named;
+  try {
+    if (!trace.metadata().model.empty()) named = parse_model_for_inputs(trace.metadata().model, dtype);
+  } catch (const std::invalid_argument&) {
+  }
+  return named;
+}
+
+void add_trace(const Trace& trace, Samples& s, BiasReport& report) {
+  const auto in = inputs_from_trace(trace);
+  check_inputs_support_statistics(in, trace.source_name());
+  const auto exact = exact_attention(in);
+  const RawTensor o_bits = trace.bits("o");
+  const auto o_vals = tensor_from_trace(trace, "o");
+  if (o_vals.data.size() != exact.o.data.size())
+    throw TraceError(trace.source_name() + ": tensor o: expected the shape of q");
+  // The reference in the final cast's mode of the trace's model (+o-MODE; RNE, every
+  // kernel's own cast, when the metadata names no model of o's format).
+  const ModelHandle named = trace_model(trace, in.dtype);
+  const ReferenceErrors cr = named.recipe && named.recipe->output == o_bits.format
+                                 ? reference_errors(correctly_rounded_reference(*named.recipe), in, exact)
+                                 : correctly_rounded_errors(o_bits.format, in, exact);
+  const int d = o_vals.cols;
+  // The captured kernel's output, non-finite on these finite inputs: reported, not measured.
+  std::vector<std::size_t> bad_rows = non_finite_rows(o_vals);
+  std::vector<bool> bad(exact.o.data.size() / static_cast<std::size_t>(d), false);
+  for (std::size_t r : bad_rows) bad[r] = true;
+  std::vector<std::size_t> kept_rows;  // trace row of each sample added below
+  for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
+    if (bad[r]) continue;
+    double sum = 0, sum_cr = 0;
+    for (int c = 0; c < d; ++c) {
+      const double want = exact.o.data[r * d + c];
+      sum += (o_vals.data[r * d + c] - want) / ulp_at(o_bits.format, want);
+      sum_cr += cr.o_ulps[r * d + c];
+    }
+    s.o.push_back(sum / d);
+    s.o_cr.push_back(sum_cr / d);
+    s.o_excess.push_back((sum - sum_cr) / d);
+    kept_rows.push_back(r);
+  }
+  // delta: the captured one, else (PyTorch's SDPA does not return it) the one the trace's
+  // kernel computes from the captured O and dO (kernel_delta).
+  std::vector<double> kernel_deltas;
+  if (trace.has("delta")) {
+    kernel_deltas = tensor_from_trace(trace, "delta").data;
+  } else if (in.d_o && !trace.metadata().model.empty()) {
+    if (named.recipe) {
+      for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
+        const auto v = kernel_delta(named, &in.d_o->data[r * d], &o_vals.data[r * d], d);
+        if (!v) {
+          kernel_deltas.clear();
+          break;
+        }
+        kernel_deltas.push_back(*v);
+      }
+      if (!kernel_deltas.empty())
+        report.delta_note = "delta: computed from each trace's captured O and dO as its kernel does (" +
+                            trace.metadata().model + "'s reduction), since the capture holds no delta";
+    }
+  }
+  std::vector<double> trace_delta;  // per row (NaN where the row is left out)
+  if (!kernel_deltas.empty() && exact.delta) {
+    if (kernel_deltas.size() != exact.delta->data.size())
+      throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
+    const std::vector<double> unit = delta_units(o_bits.format, *in.d_o, exact.o, *exact.delta);
+    for (std::size_t i = 0; i < kernel_deltas.size(); ++i) {
+      trace_delta.push_back((kernel_deltas[i] - exact.delta->data[i]) / unit[i]);
+      if (!std::isfinite(kernel_deltas[i])) {
+        if (!bad[i]) bad_rows.push_back(i);
+        bad[i] = true;
+      }
+      if (bad[i]) continue;
+      s.delta.push_back(trace_delta.back());
+      s.delta_cr.push_back(cr.delta_ulps[i]);
+      s.delta_excess.push_back(trace_delta.back() - cr.delta_ulps[i]);
+    }
+  }
+  const std::size_t first_sample = s.o.size() - kept_rows.size();
+  for (std::size_t k = 0; k < kept_rows.size(); ++k) {
+    const std::size_t r = kept_rows[k];
+    if (bad[r]) continue;  // its delta was non-finite
+    report.by_max.add(exact.row_max->data[r], s.o[first_sample + k], trace_delta.empty() ? nullptr : &trace_delta[r]);
+  }
+  if (!bad_rows.empty()) {
+    // A row with a finite O but a non-finite delta already gave its O sample; drop the
+    // run's verdict all the same, and name every such row.
+    std::sort(bad_rows.begin(), bad_rows.end());
+    report.non_finite_rows += bad_rows.size();
+    report.non_finite_where.push_back(trace.source_name() + ": " + std::to_string(bad_rows.size()) + " row(s) " +
+                                      describe_rows(bad_rows, in.q.heads, in.q.rows));
+  }
+}
+
+}  // namespace
+
+BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
+  BiasReport report;
+  report.alpha = run.alpha;
+  Samples s;
+  if (run.model.recipe) {
+    run_model_trials(run, hooks, s, report);
+  } else {
+    report.from_traces = true;
+    int hardware = 0, unknown = 0;
+    for (const auto& file : run.traces) {
+      if (hooks.before_item) hooks.before_item();
+      const Trace trace = import_capture({file}, run.capture);
+      hardware += is_hardware_capture(trace);
+      unknown += trace.metadata().source == kUnknownSource;
+      add_trace(trace, s, report);
+    }
+    report.subject = std::to_string(run.traces.size()) + " traces" +
+                     (run.traces_label.empty() ? "" : " in " + run.traces_label) + " (one sample per row)";
+    report.provenance = std::to_string(hardware) + " of " + std::to_string(run.traces.size()) +
+                        " traces are hardware captures (source cuda:...); the rest are emulated" +
+                        (unknown ? " (" + std::to_string(unknown) + " of them of UNKNOWN provenance)" : "");
+  }
+  report.paired = run.against.has_value();
+  report.o = summarize(s.o, run.alpha);
+  report.delta = summarize(s.delta, run.alpha);
+  report.has_delta = !s.delta.empty();
+  if (report.paired) {
+    report.o_excess = report.o;
+    report.delta_excess = report.delta;
+  } else {
+    report.o_cr = summarize(s.o_cr, run.alpha);
+    report.delta_cr = summarize(s.delta_cr, run.alpha);
+    report.o_excess = summarize(s.o_excess, run.alpha);
+    report.delta_excess = summarize(s.delta_excess, run.alpha);
+  }
+  report.no_verdict = report.non_finite_rows > 0;
+  report.biased = !report.no_verdict && (report.o_excess.biased || (report.has_delta && report.delta_excess.biased));
+  return report;
+}
+
+std::string stat_verdict(const BiasStatistics& s, bool run_has_verdict) {
+  if (s.n == 0) return "no samples";
+  if (!run_has_verdict) return "none (non-finite output elsewhere in the run)";
+  return s.verdict();
+}
+
+namespace {
+
+nlohmann::ordered_json stats_json(const BiasStatistics& s, bool run_has_verdict) {
+  nlohmann::ordered_json j;
+  j["n"] = s.n;
+  j["mean_ulps"] = s.mean;
+  j["ci"] = {s.ci_low, s.ci_high};
+  j["t"] = s.t_statistic;
+  j["p_t"] = s.p_t;
+  j["positives"] = s.positives;
+  j["negatives"] = s.negatives;
+  j["p_sign"] = s.p_sign;
+  j["min_detectable_ulps"] = s.min_detectable;
+  j["verdict"] = stat_verdict(s, run_has_verdict);
+  return j;
+}
+
+nlohmann::ordered_json spread_json(const ValueSpread& s) {
+  nlohmann::ordered_json j;
+  j["values"] = s.values;
+  j["mean_ulps"] = s.mean;
+  j["sd_ulps"] = s.sd;
+  j["min_ulps"] = s.min;
+  j["max_ulps"] = s.max;
+  j["negatives"] = s.negatives;
+  j["positives"] = s.positives;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
+  const bool has_verdict = !r.no_verdict;
+  nlohmann::ordered_json j;
+  j["subject"] = r.subject;
+  j["provenance"] = r.provenance;
+  if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
+  j["alpha"] = r.alpha;
+  j["o"] = stats_json(r.o, has_verdict);
+  if (r.has_delta) j["delta"] = stats_json(r.delta, has_verdict);
+  if (!r.paired) {
+    nlohmann::ordered_json cr, ex;
+    cr["o"] = stats_json(r.o_cr, has_verdict);
+    ex["o"] = stats_json(r.o_excess, has_verdict);
+    if (r.has_delta) {
+      cr["delta"] = stats_json(r.delta_cr, has_verdict);
+      ex["delta"] = stats_json(r.delta_excess, has_verdict);
+    }
+    j["correctly_rounded"] = cr;
+    j["excess"] = ex;
+  }
+  if (r.no_verdict) {
+    nlohmann::ordered_json nf;
+    nf["rows"] = r.non_finite_rows;
+    nf["where"] = r.non_finite_where;
+    j["non_finite_output"] = nf;
+  }
+  j["verdict_from"] = r.no_verdict ? "none" : r.paired ? "paired" : "excess";
+  j["verdict"] = r.no_verdict ? "no verdict (non-finite output)" : r.biased ? "biased" : "no detectable bias";
+  if (by_max) {
+    nlohmann::ordered_json g;
+    g["distinct_values"] = r.by_max.size();
+    g["o"] = spread_json(describe_values(r.by_max.o_means()));
+    const std::vector<double> dm = r.by_max.delta_means();
+    if (!dm.empty()) g["delta"] = spread_json(describe_values(dm));
+    j["by_row_max"] = g;
+  }
+  return j;
+}
+
+}  // namespace fb::attn

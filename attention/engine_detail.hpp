@@ -1,0 +1,355 @@
+// attention/engine_detail.hpp: what the passes of run_attention() share (internal to attention/).
+//
+// Contract:
+// - The passes live one per file, as FlashAttention splits them: attention/online_forward.cpp
+//   (the online-softmax loop), attention/materialised_forward.cpp (standard-*, golden-*-baseline),
+//   attention/backward.cpp (delta and the three backward kernels); attention/engine.cpp
+//   prepares the operands, splits the work over threads and dispatches.
+// - Every step helper here reads the kernel recipe (attention/kernel_models.hpp) and computes
+//   exactly what the recipe's kernel computes, through an arithmetic policy A
+//   (attention/arith.hpp: HardwareArith or ExactArith). The helpers are header-inline so the
+//   loops inline them; the passes are templates over (A, E) compiled once in their own files,
+//   explicitly instantiated for the three pairs run_attention() uses (FB_ATTN_FOR_EACH_ARITH).
+// - E is the element type the operands are held in: float for every recipe whose inputs and
+//   P̄ cast are at most fp32-wide, double for the fp64 models and for ExactArith.
+// - Which KernelModel fields these passes read (recipe_stage_fields, uses_special_function) is
+//   stated beside them, in attention/engine_stage_uses.cpp, naming the step that reads each
+//   field: a change to a step here changes its predicate there.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <optional>
+#include <vector>
+
+#include "attention/arith.hpp"
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+#include "emu/summation.hpp"
+
+namespace fb::attn::detail {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---- per-head operands, prepared once (O(N·d)) --------------------------------------
+template <class E>
+struct HeadData {
+  int n = 0, d = 0;
+  std::vector<E> q, k, v, vt;       // rows [n][d]; vt = Vᵀ [d][n]
+  std::vector<E> d_o, d_ot, qt, kt; // backward: dO rows, dOᵀ, Qᵀ, Kᵀ
+  std::vector<E> kp, kpt;           // triton_prescaled_k backward: the host-prescaled K' rows and K'ᵀ
+  const E* q_row(int r) const { return q.data() + static_cast<std::size_t>(r) * d; }
+  const E* k_row(int r) const { return k.data() + static_cast<std::size_t>(r) * d; }
+  const E* v_row(int r) const { return v.data() + static_cast<std::size_t>(r) * d; }
+  const E* vt_row(int c) const { return vt.data() + static_cast<std::size_t>(c) * n; }
+  const E* do_row(int r) const { return d_o.data() + static_cast<std::size_t>(r) * d; }
+  const E* dot_row(int c) const { return d_ot.data() + static_cast<std::size_t>(c) * n; }
+  const E* qt_row(int c) const { return qt.data() + static_cast<std::size_t>(c) * n; }
+  const E* kt_row(int c) const { return kt.data() + static_cast<std::size_t>(c) * n; }
+  const E* kp_row(int r) const { return kp.data() + static_cast<std::size_t>(r) * d; }
+  const E* kpt_row(int c) const { return kpt.data() + static_cast<std::size_t>(c) * n; }
+  // fp8 models (attention/fp8_quant.hpp): this head's descale per Q block and per K/V
+  // block (one entry each under per-tensor scaling); empty otherwise.
+  std::vector<double> q_descale, k_descale, v_descale;
+  int q_block_rows = 1, kv_block_rows = 1;
+};
+
+// One head's rows of t as E (exact: t holds values of a format E represents), and optionally
+// their transpose (the column operand of the P·V and backward dots).
+template <class E>
+void copy_rows(const Tensor4& t, int b, int h, std::vector<E>& rows, std::vector<E>* transposed) {
+  const int n = t.rows, d = t.cols;
+  rows.resize(static_cast<std::size_t>(n) * d);
+  for (int r = 0; r < n; ++r) {
+    const double* src = t.row(b, h, r);
+    for (int c = 0; c < d; ++c) rows[static_cast<std::size_t>(r) * d + c] = static_cast<E>(src[c]);
+  }
+  if (transposed) {
+    transposed->resize(static_cast<std::size_t>(n) * d);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < d; ++c) (*transposed)[static_cast<std::size_t>(c) * n + r] = rows[static_cast<std::size_t>(r) * d + c];
+  }
+}
+
+struct Geometry {
+  int n = 0, d = 0;
+  double scale = 0.0;
+  bool causal = false;
+  TileSizes tiles;
+};
+
+// Per-row scalars of the forward the backward needs.
+struct RowStats {
+  double lse = 0.0;         // reported LSE (natural log)
+  double lse_kernel = 0.0;  // in the kernel's units (Triton: log2 units)
+  double m = 0.0, l = 0.0;  // materialised softmax: max and sum
+};
+
+// PyTorch's result type of a binary op between tensors of formats a and b (nullopt = fp64):
+// the same format when they agree, fp64 when either is fp64, else fp32 (bf16 with fp16 or
+// with fp32 promotes to fp32; the formats modelled here are at most 32 bits wide).
+inline std::optional<Format> promoted(const std::optional<Format>& a, const std::optional<Format>& b) {
+  if (!a || !b) return std::nullopt;
+  if (*a == *b) return a;
+  return formats::fp32;
+}
+
+// Keys a row may see (causal: up to and including the diagonal).
+inline int visible_keys(const Geometry& g, int row) { return g.causal ? std::min(g.n, row + 1) : g.n; }
+
+// Pairwise (recursive halving) sum with every addition rounded by `add`: the order of
+// emu/summation.hpp pairwise_reduce.
+template <class Add>
+double pairwise_sum(const double* x, int n, const Add& add) {
+  if (n <= 0) return 0.0;
+  return pairwise_reduce(
+      0, static_cast<std::size_t>(n), [x](std::size_t i) { return x[i]; },
+      [&add](double a, double b, std::size_t) { return add(a, b); });
+}
+
+// The final cast of O's rounding: the recipe's RNE, or the +o-MODE variant's mode (sr
+// keyed by the run's seed; the caller passes the element's index as the position).
+inline RoundingSpec final_cast_spec(const KernelModel& km, const RunOptions& opt) {
+  RoundingSpec spec;
+  spec.mode = km.o_round;
+  if (km.o_round == RoundingMode::sr) {
+    spec.sr_bits = km.o_sr_bits;
+    spec.seed = opt.seed;
+  }
+  return spec;
+}
+
+// ---- constants of the exponent step, computed as the kernel computes them -------------
+struct ScaleConstants {
+  double scale_log2 = 0.0;  // FA2: (float)(softmax_scale * log2(e)) computed in double
+  double qk_scale = 0.0;    // Triton: fp32(sm_scale * 1.44269504)
+  double scale_f = 0.0;     // softmax_scale as the kernel's fp32 / PyTorch's opmath scalar
+  double natural_per_unit = 1.0;  // converts the max's units to softmax-argument units
+};
+
+template <class A>
+ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale) {
+  ScaleConstants k;
+  if constexpr (A::exact) {
+    k.scale_log2 = scale * std::numbers::log2e;
+    k.qk_scale = scale * std::numbers::log2e;
+    k.scale_f = scale;
+  } else {
+    k.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
+    k.qk_scale = ar.f32(static_cast<double>(static_cast<float>(scale)) * static_cast<double>(1.44269504f));
+    // FA2 passes params.scale_softmax as float; PyTorch multiplies a 16/32-bit tensor by
+    // the Python scalar in fp32 opmath; only fp64 tensors keep it in double.
+    const bool fp64_tensor_op = km.scale == ScaleHandling::multiply_scores && !km.scaled_score_format;
+    k.scale_f = fp64_tensor_op ? scale : static_cast<double>(static_cast<float>(scale));
+  }
+  switch (km.scale) {
+    case ScaleHandling::exponent_ffma: k.natural_per_unit = scale; break;
+    case ScaleHandling::log2_units: k.natural_per_unit = std::numbers::ln2; break;
+    case ScaleHandling::multiply_scores: k.natural_per_unit = 1.0; break;
+  }
+  return k;
+}
+
+// The fp8 models' per-tensor q/k descales folded where FA3 folds them
+// (softmax_scale_log2 *= q_descale * k_descale, in fp32), or into the PyTorch scalar of
+// the materialised baseline. +block-quant descales are applied per tile instead.
+template <class A, class E>
+ScaleConstants head_scale_constants(const KernelModel& km, const A& ar, const Geometry& g, const HeadData<E>& hd) {
+  ScaleConstants k = scale_constants(km, ar, g.scale);
+  if (!km.fp8.enabled || km.fp8.block) return k;
+  const double qk = ar.f32(hd.q_descale[0] * hd.k_descale[0]);
+  k.scale_log2 = ar.f32(k.scale_log2 * qk);
+  k.scale_f = ar.f32(k.scale_f * qk);
+  if (km.scale == ScaleHandling::exponent_ffma) k.natural_per_unit *= qk;
+  return k;
+}
+
+// FA2's and FA3's per-thread row sums, joined across the quad at the end.
+inline bool quad_row_sum(const KernelModel& km) {
+  return km.row_sum == RowSumOrder::fa2_quad || km.row_sum == RowSumOrder::fa3_quad;
+}
+
+// ---- steps shared by the forward passes and the backward ------------------------------
+// The score S_j = q·k_j as the recipe computes and stores it (before masking).
+template <class A, class E>
+double score(const KernelModel& km, const A& ar, const ScaleConstants& sc, const E* q, const E* k, int d) {
+  double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, q, k, d));
+  if (km.scale == ScaleHandling::multiply_scores) s = ar.op(km.scaled_score_format, s * sc.scale_f);
+  return s;
+}
+
+// FA2 softmax.h reduce_max: the stabilising max after a tile, m_new = max(m_old, tile max)
+// in the max's units, with Qiu & Yao's dynamic max when the recipe asks for it. FA2 folds
+// the previous max into a per-thread sequential max, then shfl_xor 2 and 1 across the
+// quad; max is exact, associative and commutative on non-NaN values, so that order cannot
+// change the result and is not spelled out (NaN scores are not modelled). `repeated_max`
+// (traced rows only) receives the count of entries tied with the tile's max, beyond one.
+template <class A>
+double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n,
+                  double m_old, int* repeated_max) {
+  double r = -kInf;
+  for (int j = 0; j < n; ++j) r = std::max(r, s[j]);
+  if (repeated_max && r != -kInf) {
+    int ties = 0;
+    for (int j = 0; j < n; ++j) ties += s[j] == r ? 1 : 0;
+    *repeated_max = ties - 1;
+  }
+  // Triton tracks the max of qk * qk_scale (tl.max(qk, 1) * qk_scale).
+  double r_units = km.scale == ScaleHandling::log2_units && r != -kInf ? ar.f32(r * sc.qk_scale) : r;
+  if (km.dynmax && r != -kInf) {
+    // r_s: entries within tol of the block max, in softmax-argument (natural) units.
+    const double raw_per_natural = km.scale == ScaleHandling::exponent_ffma ? sc.natural_per_unit
+                                   : km.scale == ScaleHandling::log2_units ? sc.qk_scale * std::numbers::ln2
+                                                                           : 1.0;
+    int r_s = 0;
+    if (km.scale == ScaleHandling::multiply_scores) {
+      // The authors' attention.py: attn_weights >= (block_row_maxes - 1e-3), a tensor op
+      // in the scores' dtype (fp32 opmath, the scalar as a float), so the threshold is
+      // rounded before the compare; for |r| >= 0.5 in bf16 it rounds back to r.
+      const double tol = km.scaled_score_format ? ar.f32(km.dynmax_tol) : km.dynmax_tol;
+      const double threshold = ar.op(km.scaled_score_format, r - tol);
+      for (int j = 0; j < n; ++j) r_s += s[j] >= threshold ? 1 : 0;
+    } else {
+      // Kernel variants (fb-fa2 --variant dynmax runs the same test): exact, in natural units.
+      for (int j = 0; j < n; ++j) r_s += (r - s[j]) * raw_per_natural <= km.dynmax_tol ? 1 : 0;
+    }
+    if (r_s > 1 && r_units > 0) {
+      r_units = ar.to(km.max_format, km.dynmax_beta * r_units);
+    } else if (r_s > 1 && r_units < 0) {
+      r_units = 0.0;
+    }
+  }
+  return std::max(m_old, r_units);
+}
+
+// exp2f as the recipe's kernel calls it (KernelModel::exp2_function): without fast math
+// ptxas emits ex2.approx.f32 as the ftz MUFU.EX2 with x < -126 (FSETP.GEU, so not NaN)
+// computed as ex2(x * 0.5)^2, the square rounded once in fp32.
+template <class A>
+double kernel_exp2(const KernelModel& km, const A& ar, double x) {
+  if constexpr (!A::exact) {
+    if (km.exp2_function == Exp2Function::exp2f_libdevice && x < -126.0) {
+      const double half = ar.ex2(ar.f32(x * 0.5));
+      return ar.f32(half * half);
+    }
+  }
+  return ar.ex2(x);
+}
+
+// S*scale_log2 - max_scaled as the recipe's kernel forms it (KernelModel::exponent_argument).
+template <class A>
+double exponent_argument(const KernelModel& km, const A& ar, double s, double scale_log2, double max_scaled) {
+  if (km.exponent_argument == ExponentArgument::fmul_fadd) return ar.f32(ar.f32(s * scale_log2) - max_scaled);
+  return ar.fma32(s, scale_log2, -max_scaled);
+}
+
+// P̄_j from the score and the current max (FA2 softmax.h scale_apply_exp2, per entry).
+// `two_step`: the Triton tutorial's causal on-band tiles scale first and subtract the max
+// separately (KernelModel::causal_band_two_step_exponent).
+template <class A>
+double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double s, double m,
+                bool two_step = false) {
+  switch (km.scale) {
+    case ScaleHandling::exponent_ffma: {
+      // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled),
+      // one FFMA or FMUL then FADD (exponent_argument).
+      // FA3 fp8 subtracts Max_offset from the scaled max (one FFMA, assumed), so P̄ <= 2^offset.
+      const double offset = km.fp8.p_max_offset;
+      const double max_scaled = m == -kInf ? 0.0
+                                : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset)
+                                              : ar.f32(m * sc.scale_log2);
+      return kernel_exp2(km, ar, exponent_argument(km, ar, s, sc.scale_log2, max_scaled));
+    }
+    case ScaleHandling::log2_units: {
+      const double mm = m == -kInf ? 0.0 : m;
+      if (two_step) return kernel_exp2(km, ar, ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
+      return kernel_exp2(km, ar, ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
+    }
+    case ScaleHandling::multiply_scores: {
+      if (s == -kInf) return 0.0;
+      const double mm = m == -kInf ? 0.0 : m;
+      return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, s - mm)));
+    }
+  }
+  return 0.0;
+}
+
+// ---- the passes (each defined in its own file) --------------------------------------------
+// Online-softmax scratch of one worker: one KV tile's scores, P̄ and P̄ cast, the O
+// accumulator and O before its cast.
+template <class E>
+struct Scratch {
+  std::vector<double> s, p, acc, o_pre;
+  std::vector<E> pc;
+  void size(int bn, int d) {
+    s.resize(static_cast<std::size_t>(bn));
+    p.resize(static_cast<std::size_t>(bn));
+    pc.resize(static_cast<std::size_t>(bn));
+    acc.resize(static_cast<std::size_t>(d));
+    o_pre.resize(static_cast<std::size_t>(d));
+  }
+};
+
+// attention/online_forward.cpp: one query row over its KV tiles (FA2 compute_attn_1rowblock,
+// for one row). Writes O (o_out, the output format's values), O before its final cast
+// (o_pre_out) and the row's statistics. `trace` non-null: the row's story is recorded into it
+// (attention/trace_sink.hpp), with the same numerics.
+template <class A, class E>
+void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                        double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
+                        const RunOptions& opt, RowTrace* trace);
+
+// attention/materialised_forward.cpp: one row of the materialised softmax (standard-FMT,
+// golden-FMT-baseline, standard-fp8): S, P = F(p / l) and O = P·V over every visible key.
+template <class A, class E>
+void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                              double* o_out, double* o_pre_out, RowStats& st, std::vector<double>& s,
+                              std::vector<E>& pc, std::uint64_t o_position, const RunOptions& opt);
+// The materialised softmax row P (values of p_cast, g.n entries, 0 past the visible keys)
+// recomputed from the saved m and l, as the backward recomputes it.
+template <class A, class E>
+void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                        const RowStats& st, double* p_out);
+
+// attention/backward.cpp. delta for one row from O (or O kept in fp32) and dO; 0 for
+// DeltaFormula::softmax_backward, whose delta is delta_from_dpp.
+template <class A, class E>
+double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const double* o, int d);
+// delta = rowsum(dP∘P) (+delta-dpp, and PyTorch's softmax backward). `scratch` is reused.
+template <class A, class E>
+double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                      const RowStats& st, std::vector<double>& scratch);
+// One head's dQ, dK, dV ([n][d] each) from the forward's row statistics and delta, by the
+// recipe's backward kernel. dq_pre_out (fa2 only): dQ in fp32 before its cast.
+template <class A, class E>
+void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                       const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                       double* dk_out, double* dv_out, double* dq_pre_out);
+template <class A, class E>
+void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                          const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                          double* dk_out, double* dv_out);
+template <class A, class E>
+void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                            const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                            double* dk_out, double* dv_out);
+// The host's K pre-scale factor of the Triton backward, as the kernel sees it: softmax_scale *
+// RCP_LN2 in Python double, passed by PyTorch's tensor * scalar as an fp32 opmath scalar.
+template <class A>
+double triton_k_prescale(const KernelModel& km, double softmax_scale) {
+  if constexpr (A::exact) return softmax_scale * std::numbers::log2e;
+  return static_cast<float>(softmax_scale * km.bwd_k_prescale);
+}
+
+// The (arithmetic, element) pairs run_attention() runs the passes with: each pass file
+// instantiates its templates for these, so adding a pair is one line here.
+#define FB_ATTN_FOR_EACH_ARITH(X) \
+  X(::fb::attn::detail::ExactArith, double) \
+  X(::fb::attn::detail::HardwareArith, double) \
+  X(::fb::attn::detail::HardwareArith, float)
+
+}  // namespace fb::attn::detail

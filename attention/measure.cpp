@@ -1,0 +1,189 @@
+// attention/measure.cpp: error measurement of kernel models against exact attention
+// (contract in measure.hpp).
+#include "attention/measure.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+
+#include "attention/kernel_models.hpp"
+#include "emu/rounding.hpp"
+
+namespace fb::attn {
+
+std::vector<double> delta_units(const Format& output_format, const Tensor4& d_o, const Tensor4& o_exact,
+                                const Tensor4& delta_exact) {
+  const int d = d_o.cols;
+  std::vector<double> units(delta_exact.data.size());
+  for (std::size_t r = 0; r < units.size(); ++r) {
+    double magnitude = std::fabs(delta_exact.data[r]);
+    double sum_abs = 0;
+    for (int c = 0; c < d; ++c) sum_abs += std::fabs(d_o.data[r * d + c] * o_exact.data[r * d + c]);
+    units[r] = ulp_at(output_format, std::max(magnitude, sum_abs));
+  }
+  return units;
+}
+
+ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in,
+                                 const AttentionOutputs& exact, std::uint64_t seed) {
+  RunOptions opt;
+  opt.seed = seed;
+  const AttentionOutputs cr = round_exact_outputs(*reference.recipe, in, exact, opt);
+  const Format& output_format = reference.recipe->output;
+  ReferenceErrors r;
+  r.o_ulps.resize(cr.o.data.size());
+  for (std::size_t i = 0; i < cr.o.data.size(); ++i)
+    r.o_ulps[i] = (cr.o.data[i] - exact.o.data[i]) / ulp_at(output_format, exact.o.data[i]);
+  if (in.d_o && exact.delta && cr.delta) {
+    const std::vector<double> unit = delta_units(output_format, *in.d_o, exact.o, *exact.delta);
+    for (std::size_t row = 0; row < exact.delta->data.size(); ++row)
+      r.delta_ulps.push_back((cr.delta->data[row] - exact.delta->data[row]) / unit[row]);
+  }
+  return r;
+}
+
+ReferenceErrors correctly_rounded_errors(const Format& output_format, const AttentionInputs& in,
+                                         const AttentionOutputs& exact) {
+  const ModelHandle reference{
+      "correctly-rounded", std::make_shared<const KernelModel>(correctly_rounded_recipe(in.dtype, output_format))};
+  return reference_errors(reference, in, exact);
+}
+
+std::vector<std::size_t> non_finite_rows(const Tensor4& t) {
+  std::vector<std::size_t> rows;
+  const std::size_t cols = static_cast<std::size_t>(std::max(1, t.cols));
+  for (std::size_t i = 0; i < t.data.size(); ++i)
+    if (!std::isfinite(t.data[i]) && (rows.empty() || rows.back() != i / cols)) rows.push_back(i / cols);
+  return rows;
+}
+
+std::string describe_rows(const std::vector<std::size_t>& rows, int heads, int seqlen, std::size_t limit) {
+  std::string text;
+  const std::size_t n = static_cast<std::size_t>(std::max(1, seqlen)), h = static_cast<std::size_t>(std::max(1, heads));
+  for (std::size_t i = 0; i < rows.size() && i < limit; ++i) {
+    const std::size_t r = rows[i];
+    text += (i ? ", [" : "[") + std::to_string(r / n / h) + "," + std::to_string(r / n % h) + "," +
+            std::to_string(r % n) + "]";
+  }
+  if (rows.size() > limit) text += " and " + std::to_string(rows.size() - limit) + " more";
+  return text;
+}
+
+void check_inputs_support_statistics(const AttentionInputs& in, const std::string& source) {
+  const Tensor4& q = in.q;
+  if (q.batch < 1 || q.heads < 1 || q.rows < 1 || q.cols < 1 || in.k.rows < 1)
+    throw std::invalid_argument(source + ": tensor q has shape [" + std::to_string(q.batch) + "," +
+                                std::to_string(q.heads) + "," + std::to_string(q.rows) + "," + std::to_string(q.cols) +
+                                "]: a batch, head count, sequence length or head dim of 0 has no rows to measure");
+  const std::pair<const char*, const Tensor4*> tensors[] = {
+      {"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"do", in.d_o ? &*in.d_o : nullptr}};
+  for (const auto& [name, t] : tensors) {
+    if (!t) continue;
+    const std::vector<std::size_t> rows = non_finite_rows(*t);
+    if (!rows.empty())
+      throw std::invalid_argument(source + ": tensor " + name + ": NaN or infinity in " +
+                                  std::to_string(rows.size()) + " row(s) " + describe_rows(rows, t->heads, t->rows) +
+                                  "; errors on non-finite inputs support no verdict");
+  }
+}
+
+TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed,
+                           bool trace_events) {
+  RunOptions opt;
+  opt.seed = seed;
+  Tracer tracer;
+  if (trace_events && model.recipe->structure == Structure::online_softmax) {
+    for (int r = 0; r < std::min(kTracedRows, in.q.rows); ++r) tracer.rows.push_back({0, 0, r});
+    opt.tracer = &tracer;
+  }
+  const AttentionOutputs got = run_attention(model, in, opt);
+  const AttentionOutputs want = exact_attention(in);
+  TrialErrors t;
+  const Format& out_format = model.recipe->output;
+  t.o_ulps.resize(got.o.data.size());
+  for (std::size_t i = 0; i < got.o.data.size(); ++i)
+    t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / ulp_at(out_format, want.o.data[i]);
+  t.non_finite_rows = non_finite_rows(got.o);
+  if (got.delta && want.delta && in.d_o) {
+    const std::vector<double> unit = delta_units(model.recipe->output, *in.d_o, want.o, *want.delta);
+    for (std::size_t i = 0; i < got.delta->data.size(); ++i)
+      t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / unit[i]);
+    for (std::size_t r : non_finite_rows(*got.delta)) t.non_finite_rows.push_back(r);
+    std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
+    t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
+  }
+  // The reference in the model's own final-cast mode (+o-MODE), on the same inputs and seed.
+  ReferenceErrors cr = reference_errors(correctly_rounded_reference(*model.recipe), in, want, seed);
+  t.o_cr_ulps = std::move(cr.o_ulps);
+  if (!t.delta_ulps.empty()) t.delta_cr_ulps = std::move(cr.delta_ulps);
+  t.row_max = want.row_max->data;
+  for (const RowTrace& row : tracer.traces)
+    for (const TileRecord& tile : row.tiles) {
+      t.significand_overflows += tile.significand_overflows;
+      t.ties += tile.ties;
+      t.rounded_up += tile.rounded_up;
+      t.rounded_down += tile.rounded_down;
+    }
+  return t;
+}
+
+TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
+                           const AttentionInputs& in, std::uint64_t seed) {
+  if (std::string(model.recipe->input.name) != against.recipe->input.name ||
+      std::string(model.recipe->output.name) != against.recipe->output.name)
+    throw std::invalid_argument("--against " + against.name + ": takes " + against.recipe->input.name + " -> " +
+                                against.recipe->output.name + ", but " + model.name + " takes " +
+                                model.recipe->input.name + " -> " + model.recipe->output.name);
+  RunOptions opt;
+  opt.seed = seed;
+  const AttentionOutputs a = run_attention(model, in, opt);
+  const AttentionOutputs b = run_attention(against, in, opt);
+  const AttentionOutputs want = exact_attention(in);
+  // Σ_j P_ij·|V_jc| is exactly the attention output of the same scores over |V|.
+  AttentionInputs abs_v = in;
+  for (double& x : abs_v.v.data) x = std::fabs(x);
+  abs_v.d_o.reset();
+  const AttentionOutputs scale = exact_attention(abs_v);
+  const Format& out_format = model.recipe->output;
+  TrialErrors t;
+  t.o_ulps.resize(a.o.data.size());
+  for (std::size_t i = 0; i < a.o.data.size(); ++i)
+    t.o_ulps[i] = (a.o.data[i] - b.o.data[i]) /
+                  ulp_at(out_format, std::max(std::fabs(want.o.data[i]), scale.o.data[i]));
+  if (a.delta && b.delta && want.delta && in.d_o) {
+    const std::vector<double> unit = delta_units(out_format, *in.d_o, want.o, *want.delta);
+    for (std::size_t i = 0; i < a.delta->data.size(); ++i)
+      t.delta_ulps.push_back((a.delta->data[i] - b.delta->data[i]) / unit[i]);
+  }
+  for (const AttentionOutputs* x : {&a, &b}) {
+    for (std::size_t r : non_finite_rows(x->o)) t.non_finite_rows.push_back(r);
+    if (x->delta)
+      for (std::size_t r : non_finite_rows(*x->delta)) t.non_finite_rows.push_back(r);
+  }
+  std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
+  t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
+  t.row_max = want.row_max->data;
+  return t;
+}
+
+std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the configuration text
+  for (unsigned char c : configuration) h = (h ^ c) * 0x100000001b3ull;
+  return mix64(mix64(seed ^ 0x6a09e667f3bcc909ull) + mix64(h) + trial * 0x9e3779b97f4a7c15ull);
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+BiasStatistics ErrorMoments::statistics(long long n, double alpha) const {
+  const double m = mean(n);
+  const double stddev = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * m) / static_cast<double>(n - 1)) : 0.0;
+  return summarize_moments(static_cast<std::size_t>(n), m, stddev, static_cast<std::size_t>(pos),
+                           static_cast<std::size_t>(neg), alpha);
+}
+
+}  // namespace fb::attn

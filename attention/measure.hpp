@@ -1,0 +1,120 @@
+// attention/measure.hpp: signed errors of a kernel model's outputs against exact attention,
+// in ulps, per trial; what sweep, bias-test, replay, demo and the Python module measure with.
+//
+// Contract:
+// - measure_errors() runs one kernel model on given inputs and returns the signed errors
+//   (against exact_attention; O in ulps of the output format at the exact value, delta in
+//   reduction ulps, see delta_units) of O and delta, the correctly rounded reference's
+//   errors on the same inputs, and the P·V rounding-event counts the Tracer records for
+//   the first kTracedRows rows (tiled models only; materialised models record none and the
+//   counts read 0).
+// - measure_paired() is the paired difference of two models on the same inputs and seed.
+// - ErrorMoments holds the sufficient statistics of per-trial mean errors (Σx, Σx², sign
+//   counts) so that runs cut into shards merge exactly; the trial count is kept by the
+//   owner (several moments share it).
+// Errors reported to users (bad inputs) are std::invalid_argument: the CLI and the Python
+// module report them as bad input (exit 2, ValueError), the same as their own InputError.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/attention.hpp"
+#include "attention/statistics.hpp"
+
+namespace fb::attn {
+
+// measure_errors(trace_events = true) traces this many rows of every trial: enough for the
+// event counts to show a pattern, few enough not to slow a sweep down.
+inline constexpr int kTracedRows = 8;
+
+// delta's error unit. delta = Σ_c dO_c·O_c is computed from O already rounded to the
+// output format (bf16/fp16), so its error is of the size of that format's ulps, not
+// fp32's; and the exact value can cancel to near zero while the rounding errors scale
+// with Σ|dO_c·O_c|. So delta errors are in ulps of the OUTPUT format at
+// max(|exact delta|, Σ_c |dO_c·O_c|) with O the exact output ("reduction ulps"), which
+// stays meaningful for cancelled rows and for fp32 delta buffers alike.
+// Returns that unit for every row of d_o (same shape as o_exact).
+std::vector<double> delta_units(const Format& output_format, const Tensor4& d_o, const Tensor4& o_exact,
+                                const Tensor4& delta_exact);
+
+struct TrialErrors {
+  std::vector<double> o_ulps;      // per element of O (signed)
+  std::vector<double> delta_ulps;  // per row (signed); empty without a backward
+  // The correctly rounded reference on the same inputs (reference_errors), in the same
+  // units; filled by measure_errors, empty for paired measurements.
+  std::vector<double> o_cr_ulps, delta_cr_ulps;
+  std::vector<double> row_max;     // per row: its exact max scaled score (exact_attention's row_max)
+  // Rows (index b·H·N + h·N + r) where the model's O or delta is NaN or infinite although
+  // the inputs are finite: no error of such a row means anything (bias-test reports them
+  // and gives no verdict). Their errors are left in o_ulps/delta_ulps (non-finite).
+  std::vector<std::size_t> non_finite_rows;
+  long long significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
+};
+// The correctly rounded reference's errors: the model `correctly-rounded` (attention.hpp
+// round_exact_outputs: the best any kernel with this output format can do) run on the same
+// inputs from `exact` (= exact_attention(in)), in its final cast's mode (`reference`, e.g.
+// correctly_rounded_reference(model) for a model's +o-MODE; sr keyed by `seed`).
+// Errors against the exact values, O in ulps of the output format at the exact value,
+// delta in delta_units. The part of a kernel's error that is its own is its error minus
+// this one, element by element on the same inputs (bias-test's and sweep's "excess").
+struct ReferenceErrors {
+  std::vector<double> o_ulps, delta_ulps;
+};
+ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in,
+                                 const AttentionOutputs& exact, std::uint64_t seed = 0);
+// The same with RNE into `output_format` (captured traces: every kernel's final cast is RNE).
+ReferenceErrors correctly_rounded_errors(const Format& output_format, const AttentionInputs& in,
+                                         const AttentionOutputs& exact);
+// Rows (b·H·N + h·N + r) of `t` ([B,H,N,cols]) holding a NaN or an infinity.
+std::vector<std::size_t> non_finite_rows(const Tensor4& t);
+// "[b,h,r], ..." for at most `limit` of `rows` (indices into a [B,H,N] grid), then "and K more".
+std::string describe_rows(const std::vector<std::size_t>& rows, int heads, int seqlen, std::size_t limit = 8);
+// Refuses inputs on which no error statistic can mean anything (std::invalid_argument): a
+// batch, head count, sequence length or head dim of 0, or a NaN or infinity in q, k, v or
+// dO. The message names `source` (a file) and the tensor and rows ([b,h,r]) holding them.
+void check_inputs_support_statistics(const AttentionInputs& in, const std::string& source);
+// in.d_o present => delta errors are measured too.
+TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed,
+                           bool trace_events);
+// Paired difference of two models on the SAME inputs and seed (bias-test --against):
+// what `model` changes relative to `against` (say, a truncating accumulator against one
+// promoted to fp32), with the input noise both share cancelled. O differences are in
+// ulps of model's output format at max(|O_exact|, Σ_j P_ij·|V_jc|) (the scale of P·V's
+// rounding errors, so near-zero outputs do not blow the unit up), delta differences in
+// delta_units. Both models must take the same input dtype and give the same output
+// format (else std::invalid_argument).
+TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against, const AttentionInputs& in,
+                           std::uint64_t seed);
+// Counter-based seed of one trial: independent of threads and shards.
+std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial);
+// The mean of `v` (0 for an empty vector): a trial's sample is the mean of its errors.
+double mean_of(const std::vector<double>& v);
+
+// Sufficient statistics of per-trial samples: only these survive sharding, and from them
+// (with the trial count n, kept by the owner) the bias statistics follow exactly.
+struct ErrorMoments {
+  double sum = 0, sumsq = 0;
+  long long pos = 0, neg = 0;  // samples > 0 and < 0 (zeros count in neither)
+
+  void add(double sample) {
+    sum += sample;
+    sumsq += sample * sample;
+    pos += sample > 0;
+    neg += sample < 0;
+  }
+  void merge(const ErrorMoments& other) {
+    sum += other.sum;
+    sumsq += other.sumsq;
+    pos += other.pos;
+    neg += other.neg;
+  }
+  double mean(long long n) const { return n > 0 ? sum / static_cast<double>(n) : 0.0; }
+  // statistics.hpp's summarize_moments from (n, Σx, Σx²): the variance is Σx² - n·mean²
+  // (merge has no per-trial vectors), otherwise the same formulas as summarize().
+  BiasStatistics statistics(long long n, double alpha) const;
+};
+
+}  // namespace fb::attn

@@ -1,0 +1,327 @@
+// attention/online_forward.cpp: the online-softmax forward of one query row, as FA2's
+// compute_attn_1rowblock runs it for that row (every online recipe: FA2, PyTorch's FA2, FA3
+// fp8, the Triton tutorial, fa-bf16acc, golden-*-flash).
+//
+// Contract (attention/engine_detail.hpp online_forward_row): the row walks its visible KV
+// tiles in the recipe's order; each tile's steps carry FA2 softmax.h's names where they are
+// FA2's steps (reduce_max, softmax_rescale_o with Is_first, scale_apply_exp2, reduce_sum,
+// normalize_softmax_lse), and each reads the recipe for how it is rounded. The row's numerics
+// depend only on the KV tiling (block_n): max, ℓ and acc_o are per-row registers in FA2.
+// Traced rows run the same loop over a TileTraceSink (attention/trace_sink.hpp); untraced
+// rows over NullTraceSink, which compiles to nothing.
+//
+// Modelling notes: causal tiles entirely above a row's diagonal are skipped (for this row
+// FA2 would see -inf scores, P̄ = 0 and a rescale of 0 * 0: numerically a no-op). A row that
+// sees nothing follows FA2's guards: m = -inf is used as 0 in the exponent; l == 0 gives
+// inv = 1, O = 0 and LSE = +inf (PyTorch-style code without guards would give NaN).
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "attention/engine_detail.hpp"
+#include "attention/trace_sink.hpp"
+
+namespace fb::attn::detail {
+namespace {
+
+// FA2's Softmax state of one row: row_max and row_sum. Quad recipes (quad_row_sum) keep ℓ
+// as each thread's partial sum (l_thread) until normalize_softmax_lse joins them.
+struct SoftmaxState {
+  double m = -kInf;
+  double l_thread[4] = {0, 0, 0, 0};
+  double l = 0.0;
+};
+
+// α = the factor applied to ℓ and O when the max moves from m_old to m_new.
+template <class A>
+double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m_old, double m_new) {
+  switch (km.scale) {
+    case ScaleHandling::exponent_ffma: {
+      // softmax_rescale_o: scores_max_cur = max == -inf ? 0 : max (Check_inf).
+      const double cur = m_new == -kInf ? 0.0 : m_new;
+      return kernel_exp2(km, ar, ar.f32(ar.f32(m_old - cur) * sc.scale_log2));
+    }
+    case ScaleHandling::log2_units: {
+      const double cur = m_new == -kInf ? 0.0 : m_new;
+      return kernel_exp2(km, ar, ar.f32(m_old - cur));
+    }
+    case ScaleHandling::multiply_scores: {
+      if (m_old == -kInf) return 0.0;  // nothing accumulated yet (guards -inf - -inf)
+      return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, m_old - m_new)));
+    }
+  }
+  return 1.0;
+}
+
+// Whether the quad recipe contracts each thread's ℓ *= α with its first add of the tile
+// (KernelModel::row_sum_rescale_fma): then reduce_sum applies α, not softmax_rescale_o.
+bool fused_row_sum_rescale(const KernelModel& km, bool Is_first) {
+  return !Is_first && km.o_acc == OAccumulator::mma_c && km.row_sum == RowSumOrder::fa2_quad && km.row_sum_rescale_fma;
+}
+
+// softmax_rescale_o<Is_first>: acc_o *= α and (quad sums, unless fused into reduce_sum)
+// each thread's ℓ *= α; FA2 skips it on the first tile. Buffer accumulators rescale inside
+// their P·V update, pairwise row sums inside reduce_sum.
+template <class A, class Sink>
+void softmax_rescale_o(const KernelModel& km, const A& ar, bool Is_first, double alpha, std::vector<double>& acc,
+                       SoftmaxState& state, Sink& sink) {
+  if (Is_first || km.o_acc != OAccumulator::mma_c) return;
+  for (double& a : acc) a = ar.f32(a * alpha);
+  if (quad_row_sum(km) && !fused_row_sum_rescale(km, Is_first))
+    for (double& lt : state.l_thread) lt = ar.f32(lt * alpha);
+  sink.on_rescale(alpha);
+}
+
+// scale_apply_exp2 over the tile: P̄_j from S_j and the new max. Triton, causal: tiles from
+// the row block's first key on take the masked ("on-band") path (start_n >= start_m * BLOCK_M).
+template <class A>
+void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& k, const Geometry& g, int row,
+                      int kv_begin, double m, const double* s, double* p, int len) {
+  const bool two_step =
+      km.causal_band_two_step_exponent && g.causal && kv_begin >= row / g.tiles.block_m * g.tiles.block_m;
+  for (int j = 0; j < len; ++j) p[j] = exponent(km, ar, k, s[j], m, two_step);
+}
+
+// reduce_sum: the tile's P̄ (unrounded) joins ℓ in the recipe's order.
+template <class A>
+void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_first, double alpha, int kv_begin,
+                std::vector<double>& p, int len, SoftmaxState& state) {
+  if (km.row_sum == RowSumOrder::fa2_quad) {
+    // Thread t of the quad owns columns {2t, 2t+1} + 8i of the tile; each folds its
+    // columns in order (reduce_sum<zero_init=false>), tile after tile.
+    // With the fused rescale a thread's first column is an FFMA ℓ·α + P̄ (its first column 2t
+    // is the first visible one: causal masks a suffix of the tile); a thread with no visible
+    // column adds masked zeros, i.e. ℓ·α rounded once.
+    const bool fused = fused_row_sum_rescale(km, Is_first);
+    bool rescale_pending[4] = {fused, fused, fused, fused};
+    for (int j = 0; j < len; ++j) {
+      const int owner = (j % 8) / 2;
+      double& lt = state.l_thread[owner];
+      if (rescale_pending[owner]) {
+        lt = ar.fma32(lt, alpha, p[j]);
+        rescale_pending[owner] = false;
+      } else {
+        lt = ar.f32(lt + p[j]);
+      }
+    }
+    for (int owner = 0; owner < 4; ++owner)
+      if (rescale_pending[owner]) state.l_thread[owner] = ar.f32(state.l_thread[owner] * alpha);
+  } else if (km.row_sum == RowSumOrder::fa3_quad) {
+    // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
+    // then joins its running sum (0 + x is exact, so the first tile needs no case).
+    double tile_sum[4] = {0, 0, 0, 0};
+    bool started[4] = {false, false, false, false};
+    for (int j = 0; j < len; ++j) {
+      const int owner = (j % 8) / 2;
+      tile_sum[owner] = started[owner] ? ar.f32(tile_sum[owner] + p[j]) : p[j];
+      started[owner] = true;
+    }
+    for (int owner = 0; owner < 4; ++owner)
+      if (started[owner]) state.l_thread[owner] = ar.f32(state.l_thread[owner] + tile_sum[owner]);
+  } else {
+    int sum_len = len;
+    if (km.row_sum_over_full_tile) {  // masked columns of the tile enter the reduction as zeros
+      sum_len = std::min(g.n, kv_begin + g.tiles.block_n) - kv_begin;
+      std::fill(p.begin() + len, p.begin() + sum_len, 0.0);
+    }
+    double rs = pairwise_sum(p.data(), sum_len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
+    // Qiu & Yao: block_row_sums.clamp(min = EPSILON), the bound a value of the sum's format
+    // (torch.clamp casts the scalar to the tensor's dtype); NaN stays NaN, as clamp keeps it.
+    // A row that has seen no finite score (m = -inf) keeps ℓ = 0 and the all-masked guards
+    // every model shares (O = 0, LSE = +inf): their code masks with -finfo.max, never -inf,
+    // and its causal rows always see the diagonal, so it never reaches such a row.
+    if (km.row_sum_clamp_min > 0.0 && state.m != -kInf && !std::isnan(rs))
+      rs = std::max(rs, ar.op(km.row_sum_internal, km.row_sum_clamp_min));
+    // Every pairwise recipe but an MMA accumulator's first tile rescales ℓ (Triton starts
+    // from l = 1, whose first α is 0).
+    const bool rescale = !Is_first || km.l_init_one || km.o_acc == OAccumulator::buffer;
+    if (km.l_update_fma) {
+      state.l = ar.fma32(Is_first && !km.l_init_one ? 0.0 : state.l, alpha, rs);
+    } else if (rescale) {
+      const double scaled = ar.op(km.row_sum_internal, alpha * state.l);
+      state.l = ar.to(km.row_sum_format, ar.op(km.row_sum_internal, scaled + rs));
+    }
+  }
+}
+
+// acc_o += P̄·V for the tile (FA2 gemm_rs with acc_o as C; +block-quant from C = 0 then
+// scaled; buffer accumulators O = F(F(O·α) + F(P̄V))).
+template <class A, class E, class Sink>
+void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<E>& sc, int kv_begin, int len,
+             double alpha, Sink& sink) {
+  const int d = hd.d;
+  if (km.fp8.block) {
+    // +block-quant: the tile's P̄·V from C = 0, then acc = fma(tile, v_descale_j, acc) in
+    // fp32 (assumed placement). Traced rows count the tile's steps; no per-key plot.
+    const double vd = hd.v_descale[kv_begin / hd.kv_block_rows];
+    for (int c = 0; c < d; ++c) {
+      const double tile = ar.dot(km.pv_dot, 0.0, sc.pc.data(), hd.vt_row(c) + kv_begin, len, sink.tally_dot());
+      sc.acc[c] = ar.fma32(tile, vd, sc.acc[c]);
+    }
+  } else if (km.o_acc == OAccumulator::mma_c) {
+    for (int c = 0; c < d; ++c) {
+      const E* vcol = hd.vt_row(c) + kv_begin;
+      if constexpr (Sink::enabled) {
+        if (sink.plots(c)) {
+          sc.acc[c] = sink.traced_mma_column(km, ar, sc.acc[c], sc.pc.data(), vcol, kv_begin, len);
+          continue;
+        }
+      }
+      sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len, sink.tally_dot());
+    }
+  } else {
+    for (int c = 0; c < d; ++c) {
+      const E* vcol = hd.vt_row(c) + kv_begin;
+      const double pv_exact = ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len);
+      const double scaled = ar.op(km.o_buffer_format, sc.acc[c] * alpha);
+      if constexpr (Sink::enabled) {
+        sc.acc[c] = sink.traced_buffer_update(km, ar, scaled, pv_exact, sc.pc.data(), vcol, kv_begin, len, alpha, c);
+      } else {
+        const double pv = ar.to(km.pv_result_format, pv_exact);
+        sc.acc[c] = ar.op(km.o_buffer_format, scaled + pv);
+      }
+    }
+  }
+}
+
+// normalize_softmax_lse: quad_allreduce_ of ℓ, O = acc_o normalised by ℓ and cast once into
+// the output format, and the row's LSE, each as the recipe's kernel forms them.
+template <class A, class E, class Sink>
+void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>& hd, const ScaleConstants& k,
+                           SoftmaxState& state, const std::vector<double>& acc, double* o_out, double* o_pre_out,
+                           RowStats& st, std::uint64_t o_position, const RunOptions& opt, Sink& sink) {
+  const int d = hd.d;
+  const double* l_thread = state.l_thread;
+  if (quad_row_sum(km)) {
+    // quad_allreduce_: shfl_xor 2 then 1.
+    state.l = ar.f32(ar.f32(l_thread[0] + l_thread[2]) + ar.f32(l_thread[1] + l_thread[3]));
+  }
+  const double m = state.m, l = state.l;
+  const bool empty = l == 0.0 || std::isnan(l);
+  // FA3 finalize(v_descale): one per-row output scale, fp32(inv_sum * v_descale).
+  const double fa3_out_scale =
+      km.normalisation != Normalisation::fa3_finalize
+          ? 0.0
+          : ar.f32((empty ? 0.0 : ar.rcp(l)) * (km.fp8.enabled && !km.fp8.block ? hd.v_descale[0] : 1.0));
+  const RoundingSpec out_spec = final_cast_spec(km, opt);
+  const std::optional<Format> out_format =
+      km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
+  for (int c = 0; c < d; ++c) {
+    double pre;
+    switch (km.normalisation) {
+      case Normalisation::rcp_multiply: pre = ar.f32(acc[c] * (empty ? 1.0 : ar.rcp(l))); break;
+      case Normalisation::ieee_reciprocal: pre = ar.f32(acc[c] * (empty ? 1.0 : ar.f32(1.0 / l))); break;
+      case Normalisation::fa3_finalize: pre = ar.f32(acc[c] * fa3_out_scale); break;
+      case Normalisation::divide_fp32: pre = empty ? acc[c] : ar.f32(acc[c] / l); break;
+      case Normalisation::divide_in_format:
+      default: pre = empty ? acc[c] : ar.op(formats::fp32, acc[c] / l); break;
+    }
+    // The final cast: one rounding of the fp32 value (buffer models: of the division's
+    // fp32 opmath result) into the output format.
+    const bool use_pre_exact = km.normalisation == Normalisation::divide_in_format && !km.o_buffer_format;
+    if (use_pre_exact) pre = empty ? acc[c] : acc[c] / l;  // fp64 buffers
+    o_pre_out[c] = pre;
+    const std::uint64_t position = o_position + static_cast<std::uint64_t>(c);
+    if constexpr (Sink::enabled) {
+      o_out[c] = sink.traced_o_cast(ar, out_format, pre, out_spec, position);
+    } else if (km.o_round != RoundingMode::rne && !A::exact) {
+      o_out[c] = ar.to_traced(out_format, pre, nullptr, out_spec, position);
+    } else {
+      o_out[c] = ar.to(out_format, pre);
+    }
+  }
+  switch (km.lse) {
+    case LseFormula::fa2:
+      st.lse = empty ? kInf : ar.fma32(m, k.scale_f, ar.fast_log(l));
+      st.lse_kernel = st.lse;
+      break;
+    case LseFormula::fa3: {
+      // finalize: sum *= 2^-Max_offset (exact); max*(scale_log2*ln2) + __logf(sum) contracted (assumed).
+      const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
+      const double sum = std::ldexp(l, -km.fp8.p_max_offset);
+      st.lse = empty ? kInf : ar.fma32(m, ar.f32(k.scale_log2 * ln2), ar.fast_log(sum));
+      st.lse_kernel = st.lse;
+      break;
+    }
+    case LseFormula::log2_units:
+      st.lse_kernel = empty ? kInf : ar.f32(m + ar.lg2(l));
+      st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
+      break;
+    case LseFormula::natural:
+      st.lse = empty ? kInf : ar.op(km.lse_format, m + ar.log32(l));
+      st.lse_kernel = st.lse;
+      break;
+  }
+  st.m = m;
+  st.l = l;
+}
+
+// The loop, over one query row's KV tiles.
+template <class A, class E, class Sink>
+void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                         double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
+                         const RunOptions& opt, Sink& sink) {
+  const int nk = visible_keys(g, row);
+  const int bn = g.tiles.block_n;
+  const int tiles = (nk + bn - 1) / bn;
+  const ScaleConstants k = head_scale_constants(km, ar, g, hd);
+  const E* q = hd.q_row(row);
+  SoftmaxState state;
+  state.l = km.l_init_one ? 1.0 : 0.0;
+  std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
+  sink.on_row_begin(km, bn, tiles, nk, g.d);
+
+  for (int it = 0; it < tiles; ++it) {
+    const bool Is_first = it == 0;
+    const int t = km.kv_order == KvOrder::last_to_first ? tiles - 1 - it : it;
+    const int kb = t * bn, ke = std::min(nk, kb + bn), len = ke - kb;
+    sink.on_tile_begin();
+
+    // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
+    for (int j = 0; j < len; ++j) sc.s[j] = score(km, ar, k, q, hd.k_row(kb + j), g.d);
+    if (km.fp8.block) {
+      // +block-quant: this (Q block, KV block)'s descale on the fp32 scores (assumed placement).
+      const double qk = ar.f32(hd.q_descale[row / hd.q_block_rows] * hd.k_descale[kb / hd.kv_block_rows]);
+      for (int j = 0; j < len; ++j) sc.s[j] = ar.f32(sc.s[j] * qk);
+    }
+
+    const double m_old = state.m;
+    state.m = reduce_max(km, ar, k, sc.s.data(), len, m_old, sink.repeated_max());
+    const double alpha = rescale_factor(km, ar, k, m_old, state.m);
+    softmax_rescale_o(km, ar, Is_first, alpha, sc.acc, state, sink);
+    scale_apply_exp2(km, ar, k, g, row, kb, state.m, sc.s.data(), sc.p.data(), len);
+    reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);
+
+    // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
+    for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(ar.to(km.p_cast, sc.p[j]));
+    sink.on_p_cast(sc.pc.data(), len, kb);
+    gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
+    sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);
+  }
+
+  normalize_softmax_lse(km, ar, hd, k, state, sc.acc, o_out, o_pre_out, st, o_position, opt, sink);
+}
+
+}  // namespace
+
+template <class A, class E>
+void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
+                        double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
+                        const RunOptions& opt, RowTrace* trace) {
+  if (trace) {
+    TileTraceSink sink(trace);
+    online_forward_loop(km, ar, hd, g, row, o_out, o_pre_out, st, sc, o_position, opt, sink);
+  } else {
+    NullTraceSink sink;
+    online_forward_loop(km, ar, hd, g, row, o_out, o_pre_out, st, sc, o_position, opt, sink);
+  }
+}
+
+#define FB_ATTN_INSTANTIATE(A, E)                                                                                   \
+  template void online_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int, \
+                                         double*, double*, RowStats&, Scratch<E>&, std::uint64_t,                \
+                                         const RunOptions&, RowTrace*);
+FB_ATTN_FOR_EACH_ARITH(FB_ATTN_INSTANTIATE)
+#undef FB_ATTN_INSTANTIATE
+
+}  // namespace fb::attn::detail

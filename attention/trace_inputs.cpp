@@ -1,0 +1,100 @@
+// attention/trace_inputs.cpp: traces to engine inputs, models and SFU sets (contract in
+// trace_inputs.hpp).
+#include "attention/trace_inputs.hpp"
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "attention/kernel_models.hpp"
+#include "emu/special_functions.hpp"
+
+namespace fb::attn {
+
+ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype) {
+  if (dtype == formats::bf16 || dtype == formats::fp16) return parse_kernel_model(name, dtype);
+  // Models that name their dtype ignore the one given: parse with bf16, then check.
+  std::string text = name;
+  if (text == "standard" || text.rfind("standard+", 0) == 0) text = "standard-" + std::string(dtype.name) + text.substr(8);
+  ModelHandle h = parse_kernel_model(text, formats::bf16);
+  if (!(h.recipe->input == dtype))
+    throw std::invalid_argument("kernel model " + name + " reads " + h.recipe->input.name + " inputs, not " +
+                                dtype.name + " (a model that does not name its dtype takes bf16 or fp16)");
+  return h;
+}
+
+Tensor4 tensor_from_trace(const Trace& trace, std::string_view name) {
+  const SafeTensor& t = trace.tensor(name);
+  std::vector<std::uint64_t> shape = t.shape;
+  if (shape.size() == 3) shape.push_back(1);
+  if (shape.size() != 4)
+    throw TraceError(trace.source_name() + ": tensor " + std::string(name) + ": expected 4 dimensions, got " +
+                     std::to_string(t.shape.size()));
+  Tensor4 out(static_cast<int>(shape[0]), static_cast<int>(shape[1]), static_cast<int>(shape[2]),
+                    static_cast<int>(shape[3]));
+  out.data = trace.values(name);
+  return out;
+}
+
+AttentionInputs inputs_from_trace(const Trace& trace) {
+  AttentionInputs in;
+  in.q = tensor_from_trace(trace, "q");
+  in.k = tensor_from_trace(trace, "k");
+  in.v = tensor_from_trace(trace, "v");
+  // Say which file does not fit the models, before they refuse it without naming the file.
+  const auto shape_text = [](const Tensor4& t) {
+    // Appended piece by piece: GCC 12 misreports "[" + std::to_string(...) here (-Wrestrict).
+    std::string text = "[";
+    for (int extent : {t.batch, t.heads, t.rows}) text += std::to_string(extent) + ",";
+    text += std::to_string(t.cols) + "]";
+    return text;
+  };
+  const auto same_shape = [](const Tensor4& a, const Tensor4& b) {
+    return a.batch == b.batch && a.heads == b.heads && a.rows == b.rows && a.cols == b.cols;
+  };
+  // Grouped-query traces (k and v with fewer heads, dividing q's) are fine; the engine maps
+  // q head h to k/v head h / (H/Hk). What it cannot run is a KV length other than q's.
+  Tensor4 k_like_q = in.k;
+  k_like_q.heads = in.q.heads;
+  if (!same_shape(in.k, in.v) || !same_shape(in.q, k_like_q))
+    throw TraceError(trace.source_name() + ": q " + shape_text(in.q) + ", k " + shape_text(in.k) + " and v " +
+                     shape_text(in.v) +
+                     ": the models need k and v of one shape, with q's batch, rows and head dim (their heads may "
+                     "divide q's: grouped-query attention)");
+  if (trace.has("do")) in.d_o = tensor_from_trace(trace, "do");
+  const TraceMetadata& m = trace.metadata();
+  in.dtype = m.dtype ? *m.dtype : trace.bits("q").format;
+  in.softmax_scale = m.softmax_scale.value_or(0.0);
+  in.causal = m.causal.value_or(false);
+  return in;
+}
+
+ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
+                                   std::string& note) {
+  note.clear();
+  std::string set_name = choice;
+  if (set_name == "auto") {
+    set_name = "model";
+    if (is_hardware_capture(trace) && trace.metadata().compute_capability == "9.0") {
+      set_name = "hw-sm90";
+      note = "SFU set hw-sm90 (measured on an H200): the trace was captured on " + trace.metadata().source +
+             ", compute capability 9.0 (--sfu model keeps the model's own)";
+    }
+  }
+  if (set_name == "model") return model;
+  const std::optional<SfuSet> set = find_sfu_set(set_name);
+  if (!set) {
+    std::string names;
+    for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("--sfu " + set_name + ": unknown SFU set (auto, model, " + names + ")");
+  }
+  auto recipe = std::make_shared<KernelModel>(*model.recipe);
+  SfuSet chosen = *set;
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+    if (uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = chosen.model_for(f);
+  ModelHandle out = model;
+  out.recipe = std::move(recipe);
+  return out;
+}
+
+}  // namespace fb::attn

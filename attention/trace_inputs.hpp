@@ -1,0 +1,40 @@
+// attention/trace_inputs.hpp: the adapter from a captured or emulated trace (traces/trace.hpp)
+// to the attention engine: its inputs, the kernel model for its dtype, the SFU set to
+// replay it with. replay, bias-test --traces, demo and the Python module read traces
+// through it, so a trace means the same inputs everywhere.
+//
+// Errors: a malformed trace is TraceError; a model or SFU set that does not fit is
+// std::invalid_argument (both are bad input to the CLI, exit 2, and ValueError in Python).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "attention/attention.hpp"
+#include "traces/trace.hpp"
+
+namespace fb::attn {
+
+// A kernel model for inputs of `dtype` (--dtype, or a trace's dtype). bf16 and fp16 go to
+// parse_kernel_model; any other dtype (fp32) is accepted only by a model that names it
+// (standard-fp32, golden-fp32-*; a bare `standard` becomes standard-DTYPE), so that every
+// trace make-trace writes can be replayed. std::invalid_argument otherwise, naming both.
+ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype);
+
+// The inputs a trace captured (q, k, v, and dO when present), with its scale, causal flag
+// and dtype (metadata dtype, else q's dtype). k and v may have fewer heads than q
+// (grouped-query attention). TraceError (naming the file) when k and v differ in shape, or
+// differ from q other than in heads (a KV length other than q's is not modelled).
+AttentionInputs inputs_from_trace(const Trace& trace);
+// The SFU models a trace is replayed with. `choice`: "model" keeps the model's own; a set
+// name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
+// (measured on an H200) for a hardware capture from compute capability 9.0 and the model's
+// own otherwise. Returns the model to run and sets `note` to a line saying what auto chose
+// (empty when nothing was chosen). std::invalid_argument for an unknown set (the message
+// names the CLI option --sfu, its only source of names).
+ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
+                             std::string& note);
+// Tensor4 of a trace tensor: [B,H,N,D] as is; [B,H,N] as [B,H,N,1]. TraceError otherwise.
+Tensor4 tensor_from_trace(const Trace& trace, std::string_view name);
+
+}  // namespace fb::attn

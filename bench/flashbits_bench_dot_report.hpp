@@ -1,0 +1,230 @@
+// bench/flashbits_bench_dot_report.hpp: flashbits-bench's tensor-core dot throughput measurement and
+// the result tables (text and JSON).
+// Contract: not a stand-alone header. bench/flashbits_bench.cpp includes it once, at this point of its
+// translation unit (after its includes and the definitions before it), so the code keeps its
+// original order and linkage.
+#pragma once
+
+namespace {
+
+// ---- dot throughput --------------------------------------------------------------------
+// Random finite values of `in` with exponents near 1.0 (as real activations are), random
+// sign and mantissa, as floats: a fixed pseudo-random stream (SplitMix64).
+std::vector<float> random_dot_inputs(const Format& in, std::size_t n, std::uint64_t seed) {
+  std::vector<float> v;
+  v.reserve(n);
+  std::uint64_t state = seed;
+  while (v.size() < n) {
+    state += 0x9e3779b97f4a7c15ull;
+    const auto bits = static_cast<std::uint32_t>(fb::mix64(state));
+    const std::uint32_t layout = bits & in.width_mask();
+    const std::uint32_t e = static_cast<std::uint32_t>(in.bias) - 4u + ((bits >> 28) & 7u);
+    const std::uint32_t with_exp = (layout & ~(in.exp_field_max() << in.man_bits)) | (e << in.man_bits);
+    const double x = fb::to_double(in, fb::to_container(in, with_exp));
+    if (std::isfinite(x)) v.push_back(static_cast<float>(x));
+  }
+  return v;
+}
+
+// Products per second of the calling thread's CPU time, for at least min_seconds of it
+// (so a loaded machine does not distort the per-core figure).
+template <typename Body>
+double products_per_cpu_second(double min_seconds, Body body) {
+  const double start = thread_cpu_ns();
+  std::uint64_t products = 0;
+  double elapsed = 0.0;
+  do {
+    products += body();
+    elapsed = (thread_cpu_ns() - start) * 1e-9;
+  } while (elapsed < min_seconds);
+  return static_cast<double>(products) / elapsed;
+}
+
+constexpr int kDotVectors = 256;
+
+double emulated_dot_products_per_second(const fb::TensorCoreModel& model, const Format& in, int k, double min_seconds) {
+  const std::vector<float> a = random_dot_inputs(in, static_cast<std::size_t>(k) * kDotVectors, 1);
+  const std::vector<float> b = random_dot_inputs(in, static_cast<std::size_t>(k) * kDotVectors, 2);
+  volatile float sink = 0.0f;
+  return products_per_cpu_second(min_seconds, [&] {
+    float acc = 0.0f;
+    for (int v = 0; v < kDotVectors; ++v)
+      acc += fb::fused_dot(model, 0.0f, a.data() + static_cast<std::size_t>(v) * k,
+                           b.data() + static_cast<std::size_t>(v) * k, k);
+    sink = sink + acc;
+    return static_cast<std::uint64_t>(k) * kDotVectors;
+  });
+}
+
+// The native baseline: an inline fp32 FMA chain s = fma(a_i, b_i, s), compiled for the FMA
+// instruction (no libm call through the PLT), one dependent chain as a dot product is.
+[[gnu::target("avx2,fma")]] float native_fma_chain(const float* x, const float* y, int k) {
+  float s = 0.0f;
+  for (int i = 0; i < k; ++i) s = __builtin_fmaf(x[i], y[i], s);
+  return s;
+}
+
+// Without the FMA instruction: the same chain through libm's fmaf (slower; reported as is).
+float library_fma_chain(const float* x, const float* y, int k) {
+  float s = 0.0f;
+  for (int i = 0; i < k; ++i) s = std::fmaf(x[i], y[i], s);
+  return s;
+}
+
+double native_fma_dot_products_per_second(int k, double min_seconds) {
+  static const bool has_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const auto chain = has_fma ? native_fma_chain : library_fma_chain;
+  const std::vector<float> a = random_dot_inputs(fmt::bf16, static_cast<std::size_t>(k) * kDotVectors, 1);
+  const std::vector<float> b = random_dot_inputs(fmt::bf16, static_cast<std::size_t>(k) * kDotVectors, 2);
+  volatile float sink = 0.0f;
+  return products_per_cpu_second(min_seconds, [&] {
+    float acc = 0.0f;
+    for (int v = 0; v < kDotVectors; ++v)
+      acc += chain(a.data() + static_cast<std::size_t>(v) * k, b.data() + static_cast<std::size_t>(v) * k, k);
+    sink = sink + acc;
+    return static_cast<std::uint64_t>(k) * kDotVectors;
+  });
+}
+
+// Emulated tensor-core products per second of CPU time (issue 3 target: >= 2e8 for
+// sm80 and sm90-mma), against a native fp32 FMA dot product measured in the same run.
+struct DotRow {
+  std::string model, input;
+  double products_per_second;
+};
+std::vector<DotRow> bench_dot(const Config& cfg, double& native_fma_dot_per_second) {
+  const double min_seconds = cfg.quick ? 0.05 : 0.5;
+  native_fma_dot_per_second = native_fma_dot_products_per_second(64, min_seconds);
+  std::vector<DotRow> rows;
+  for (const char* model : {"sm80", "sm90-mma"}) {
+    for (const Format* f : {&fmt::bf16, &fmt::fp16}) {
+      const fb::TensorCoreModel* m = fb::find_tensor_core_model(model, *f);
+      if (m) rows.push_back({model, f->name, emulated_dot_products_per_second(*m, *f, 64, min_seconds)});
+    }
+  }
+  return rows;
+}
+
+void print_dot_table(const std::vector<DotRow>& rows, double native) {
+  std::printf("\nTensor-core fused dot products, k=64, one thread (products per cpu second)\n");
+  std::printf("  native fp32 fma dot: %.3g\n", native);
+  std::printf("  %-9s %-5s  %12s  %10s  %-6s %s\n", "model", "input", "products/s", "x native", "target", "met");
+  for (const auto& r : rows)
+    std::printf("  %-9s %-5s  %12.3g  %10.3f  %-6s %s\n", r.model.c_str(), r.input.c_str(), r.products_per_second,
+                r.products_per_second / native, "2e8", r.products_per_second >= 2e8 ? "yes" : "NO");
+}
+
+void print_table(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
+                 const std::vector<OpRow>& ops) {
+  const double native_add = native[0].cpu_ns_per_op;
+  std::printf("flashbits-bench%s: single thread, median of %d runs, CPU: %s\n", cfg.quick ? " --quick" : "",
+              cfg.repetitions, cpu_name().c_str());
+  std::printf("vector loops (round_array, batched ops) built for: %s (chosen at run time; FLASHBITS_NO_AVX512=1 or\n"
+              " FLASHBITS_NO_AVX2=1 caps it; the figures depend on it)\n",
+              fb::lane_instruction_set());
+  std::printf("(wall: median steady_clock time; cpu: median CPU time of this thread, which leaves out\n"
+              " waiting for a core on a loaded machine; timings depend on the machine and its load;\n"
+              " ratios, speedups and targets use the cpu figures, taken within this run)\n\n");
+
+  std::printf("Native fp32 baseline (%zu elements per array)\n", cfg.op_count);
+  std::printf("  %-4s  %-28s  %10s  %10s\n", "op", "loop", "wall ns/op", "cpu ns/op");
+  for (const auto& r : native)
+    std::printf("  %-4s  %-28s  %10.3f  %10.3f\n", r.op.c_str(), r.how.c_str(), r.ns_per_op, r.cpu_ns_per_op);
+
+  std::printf("\nfp32 array -> format rounding, fb::round_array, one thread (%zu elements)\n", cfg.array_elements);
+  std::printf("  %-6s %-4s  %9s  %9s  %12s  %6s  %-4s  %s\n", "format", "mode", "wall ns/el", "cpu ns/el",
+              "x native add", "target", "met", "== convert");
+  for (const auto& r : arrays) {
+    std::printf("  %-6s %-4s  %10.3f  %9.3f  %12.1f  %6.1f  %-4s  %s\n", r.format.c_str(), r.mode.c_str(),
+                r.ns_per_element, r.cpu_ns_per_element, r.cpu_ns_per_element / native_add, r.target_ns,
+                r.cpu_ns_per_element <= r.target_ns ? "yes" : "NO", r.matches_convert ? "yes" : "MISMATCH");
+  }
+
+  std::printf("\nScalar ops, rne (emulated: %zu ops; MPFR: %zu ops)\n", cfg.op_count, cfg.mpfr_op_count);
+  std::printf("  single = one fb::add/mul/fma call per op; batched = fb::add_array/mul_array/fma_array\n"
+              "  (emu/array_rounding.hpp) over the whole array; speedup and 50x use the batched cpu figure\n");
+  std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %8s  %8s  %8s  %s\n", "format", "op",
+              "single", "single", "batched", "batched", "MPFR", "MPFR", "speedup", "speedup", "50x", "x native",
+              "x native", "x native", "== MPFR");
+  std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %8s  %8s  %8s  %s\n", "", "", "wall", "cpu",
+              "wall", "cpu", "wall", "cpu", "single", "batched", "", "single", "batched", "MPFR", "(batched == single)");
+  for (const auto& r : ops) {
+    const double speedup = r.mpfr_cpu_ns / r.batched_cpu_ns;
+    char agree[64];
+    if (r.mpfr_mismatches == 0) {
+      std::snprintf(agree, sizeof agree, "yes (%zu)", r.mpfr_checked);
+    } else {
+      std::snprintf(agree, sizeof agree, "MISMATCH %zu/%zu", r.mpfr_mismatches, r.mpfr_checked);
+    }
+    std::printf("  %-6s %-4s  %9.2f  %9.2f  %9.2f  %9.2f  %9.1f  %9.1f  %7.1fx  %7.1fx  %-4s  %8.1f  %8.1f  %8.1f  %s%s\n",
+                r.format.c_str(), r.op.c_str(), r.emulated_ns, r.emulated_cpu_ns, r.batched_ns, r.batched_cpu_ns,
+                r.mpfr_ns, r.mpfr_cpu_ns, r.mpfr_cpu_ns / r.emulated_cpu_ns, speedup, speedup >= 50.0 ? "yes" : "NO",
+                r.emulated_cpu_ns / r.native_ns, r.batched_cpu_ns / r.native_ns, r.mpfr_cpu_ns / r.native_ns, agree,
+                r.batched_matches_single ? "" : " BATCHED MISMATCH");
+  }
+  std::printf("  (ns per op; speedup = MPFR cpu / emulated cpu; x native = cpu time / the native fp32 loop's cpu\n"
+              "   time for the same op, above)\n");
+}
+
+void print_json(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
+                const std::vector<OpRow>& ops, const std::vector<DotRow>& dots, double native_dot) {
+  using nlohmann::json;
+  const double native_add = native[0].cpu_ns_per_op;
+  json j;
+  j["tensor_core_dot"] = {{"native_fp32_fma_dot_products_per_second", native_dot}, {"rows", json::array()}};
+  for (const auto& r : dots)
+    j["tensor_core_dot"]["rows"].push_back(
+        {{"model", r.model}, {"input", r.input}, {"products_per_second", r.products_per_second},
+         {"ratio_to_native", r.products_per_second / native_dot}});
+  j["config"] = {{"quick", cfg.quick},
+                 {"repetitions", cfg.repetitions},
+                 {"statistic", "median"},
+                 {"ns_per_*", "wall time (steady_clock); cpu_ns_per_*: thread CPU time"},
+                 {"ratios", "from the cpu figures"},
+                 {"array_elements", cfg.array_elements},
+                 {"op_count", cfg.op_count},
+                 {"mpfr_op_count", cfg.mpfr_op_count},
+                 {"threads", 1},
+                 {"vector_instruction_set", fb::lane_instruction_set()},
+                 {"cpu", cpu_name()}};
+  j["native"] = json::array();
+  for (const auto& r : native) {
+    j["native"].push_back({{"op", r.op}, {"loop", r.how}, {"ns_per_op", r.ns_per_op}, {"cpu_ns_per_op", r.cpu_ns_per_op}});
+  }
+  j["array_rounding"] = json::array();
+  for (const auto& r : arrays) {
+    j["array_rounding"].push_back({{"format", r.format},
+                                   {"mode", r.mode},
+                                   {"ns_per_element", r.ns_per_element},
+                                   {"cpu_ns_per_element", r.cpu_ns_per_element},
+                                   {"ratio_to_native_add", r.cpu_ns_per_element / native_add},
+                                   {"target_ns_per_element", r.target_ns},
+                                   {"target_met", r.cpu_ns_per_element <= r.target_ns},
+                                   {"matches_convert", r.matches_convert}});
+  }
+  j["scalar_ops"] = json::array();
+  for (const auto& r : ops) {
+    j["scalar_ops"].push_back({{"format", r.format},
+                               {"op", r.op},
+                               {"mode", "rne"},
+                               {"emulated_ns_per_op", r.emulated_ns},
+                               {"emulated_cpu_ns_per_op", r.emulated_cpu_ns},
+                               {"batched_api", "fb::add_array / mul_array / fma_array"},
+                               {"batched_ns_per_op", r.batched_ns},
+                               {"batched_cpu_ns_per_op", r.batched_cpu_ns},
+                               {"batched_matches_single", r.batched_matches_single},
+                               {"speedup_vs_mpfr_single", r.mpfr_cpu_ns / r.emulated_cpu_ns},
+                               {"ratio_to_native_op", r.emulated_cpu_ns / r.native_ns},
+                               {"batched_ratio_to_native_op", r.batched_cpu_ns / r.native_ns},
+                               {"mpfr_ratio_to_native_op", r.mpfr_cpu_ns / r.native_ns},
+                               {"mpfr_ns_per_op", r.mpfr_ns},
+                               {"mpfr_cpu_ns_per_op", r.mpfr_cpu_ns},
+                               {"speedup_vs_mpfr", r.mpfr_cpu_ns / r.batched_cpu_ns},
+                               {"target_met", r.mpfr_cpu_ns / r.batched_cpu_ns >= 50.0},
+                               {"mpfr_checked", r.mpfr_checked},
+                               {"mpfr_mismatches", r.mpfr_mismatches}});
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+}  // namespace

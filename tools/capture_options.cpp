@@ -1,0 +1,67 @@
+// tools/capture_options.cpp: parsing the capture-statement options (capture_options.hpp).
+#include "tools/capture_options.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "tools/cli_common.hpp"
+
+namespace fb::cli {
+
+std::vector<CLI::Option*> add_capture_options(CLI::App& app, CaptureOptionText& t, bool metadata_model,
+                                              bool with_dtype) {
+  std::vector<CLI::Option*> added;
+  added.push_back(app.add_option("--source", t.source,
+                                 "where a bare capture came from: cuda:<gpu> (a hardware capture), emulated or "
+                                 "unknown; a file's own metadata wins, and a conflict is an error"));
+  if (metadata_model)
+    added.push_back(app.add_option("--model", t.model, "the kernel that produced the capture (kept as metadata)"));
+  added.push_back(app.add_option("--scale", t.scale, "softmax scale of a capture that does not record it"));
+  added.push_back(
+      app.add_option("--causal", t.causal, "true|false: causal masking of a capture that does not record it"));
+  if (with_dtype)
+    added.push_back(app.add_option(
+        "--dtype", t.dtype, "format of q, k, v (bf16, fp16, ...); numpy files hold bf16 as uint16 and need --dtype bf16"));
+  added.push_back(app.add_option("--layout", t.layout,
+                                 "auto|bhsd|bshd: [batch, heads, seq, dim] (PyTorch SDPA) or [batch, seq, heads, dim] "
+                                 "(flash_attn); auto decides from the shapes and refuses an ambiguous capture "
+                                 "(default auto)"));
+  return added;
+}
+
+CaptureOptions capture_options_or_throw(const CaptureOptionText& t) {
+  CaptureOptions o;
+  if (!t.source.empty()) {
+    if (!is_valid_source(t.source))
+      throw InputError("--source " + t.source + ": expected cuda:<gpu>, emulated or unknown");
+    o.source = t.source;
+  }
+  if (!t.model.empty()) o.model = t.model;
+  if (!t.scale.empty()) {
+    double scale = 0;
+    const auto [end, ec] = std::from_chars(t.scale.data(), t.scale.data() + t.scale.size(), scale);
+    if (ec != std::errc() || end != t.scale.data() + t.scale.size() || !std::isfinite(scale) || !(scale > 0))
+      throw InputError("--scale " + t.scale + ": expected a finite positive number");
+    o.softmax_scale = scale;
+  }
+  if (!t.causal.empty()) {
+    if (t.causal == "true" || t.causal == "1")
+      o.causal = true;
+    else if (t.causal == "false" || t.causal == "0")
+      o.causal = false;
+    else
+      throw InputError("--causal " + t.causal + ": expected true or false");
+  }
+  if (!t.dtype.empty()) o.dtype = parse_format_or_throw(t.dtype, "--dtype");
+  const auto layout = parse_capture_layout(t.layout);
+  if (!layout) throw InputError("--layout " + t.layout + ": expected auto, bhsd or bshd");
+  o.layout = *layout;
+  return o;
+}
+
+Trace load_capture(const std::vector<std::string>& paths, const CaptureOptions& options) {
+  std::vector<std::filesystem::path> files(paths.begin(), paths.end());
+  return import_capture(files, options);
+}
+
+}  // namespace fb::cli

@@ -1,0 +1,205 @@
+// tools/cmd_bias.cpp: `flashbits bias-test` (docs/CLI.md): is a kernel model's O (and
+// delta) biased on a scenario, or are captured traces' outputs biased?
+//
+// This file parses and checks the options, resolves the models and prints; the run itself
+// (samples, statistics, the reference and excess, non-finite rows, --by-max groups) is
+// attention/bias_run.hpp, which the Python module's bias_test runs too.
+// - --model M: one sample per trial over a 1-head problem of --seqlen x --headdim.
+// - --traces DIR: one sample per captured row of every *.safetensors in DIR (sorted).
+// - --model M --against B: the paired difference of M and B on the same inputs and seed.
+// - --model M --recipe FILE: M with the recipe file's stage formats and SFU tables
+//   (tools/recipe_file.hpp); trials are seeded as for M alone, so both see the same inputs.
+// - --by-max: descriptive only; the verdict and exit code are unchanged.
+// Exit 1 when O or delta is biased, or when an output was non-finite (no verdict).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "attention/bias_run.hpp"
+#include "attention/trace_inputs.hpp"
+#include "tools/capture_options.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/recipe_file.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct BiasOptions {
+  std::string model, against, recipe, traces, scenario = "sink", dtype = "bf16";
+  int trials = 32, seqlen = 256, headdim = 64;
+  double alpha = 1e-3;
+  std::uint64_t seed = 0;
+  bool json = false, by_max = false;
+  CaptureOptionText capture;  // --traces: what bare captures lack (--source, --scale, --causal, --layout)
+  CLI::Option* dtype_option = nullptr;
+};
+
+void print_spread(const char* what, const attn::ValueSpread& s) {
+  std::printf("%-6s %zu values: %zu negative, %zu positive; mean %+.4g ulp, sd %.4g, from %+.4g to %+.4g\n", what,
+              s.values, s.negatives, s.positives, s.mean, s.sd, s.min, s.max);
+}
+
+void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
+  std::printf("%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
+              "       min detectable bias %.3g ulp  -> %s\n",
+              what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic,
+              attn::p_value_text(s.p_t).c_str(), s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
+              s.min_detectable, attn::stat_verdict(s, run_has_verdict).c_str());
+}
+
+// --model mode: checks the options and resolves the models (the run checks nothing of them).
+attn::BiasRun model_run(const BiasOptions& o) {
+  const auto names = attn::scenario_names();
+  if (std::find(names.begin(), names.end(), o.scenario) == names.end())
+    throw InputError("--scenario " + o.scenario + ": unknown scenario");
+  if (o.trials < 2) throw InputError("--trials: expected at least 2");
+  if (o.seqlen < 1 || o.headdim < 1)
+    throw InputError("--seqlen " + std::to_string(o.seqlen) + " --headdim " + std::to_string(o.headdim) +
+                     ": expected positive sizes (an empty problem has no errors to test)");
+  check_problem_size(1, 1, o.seqlen, o.headdim);
+  check_trials(o.trials, 2);
+  const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
+  attn::BiasRun run;
+  try {
+    run.model = attn::parse_model_for_inputs(o.model, dtype);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("--model " + o.model + ": " + e.what());
+  }
+  // Trials are keyed by the model's own name: with and without the recipe, the same inputs.
+  run.seed_key = run.model.name + "/" + o.scenario;
+  if (!o.recipe.empty()) run.model = apply_recipe_file(run.model, o.recipe);
+  if (!o.against.empty()) {
+    try {
+      run.against = attn::parse_model_for_inputs(o.against, dtype);
+    } catch (const std::invalid_argument& e) {
+      throw InputError("--against " + o.against + ": " + e.what());
+    }
+  }
+  run.scenario = o.scenario;
+  run.trials = o.trials;
+  run.seqlen = o.seqlen;
+  run.headdim = o.headdim;
+  run.seed = o.seed;
+  return run;
+}
+
+// --traces mode: one capture file, or the sorted *.safetensors and *.npz of a directory,
+// each read with the capture statements (--dtype names the captures' format here).
+attn::BiasRun traces_run(const BiasOptions& o) {
+  attn::BiasRun run;
+  CaptureOptionText statement = o.capture;
+  if (o.dtype_option->count() > 0) statement.dtype = o.dtype;
+  run.capture = capture_options_or_throw(statement);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(o.traces, ec)) {
+    run.traces.push_back(o.traces);  // one file: the reader names it if it is missing or bad
+    return run;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(o.traces, ec))
+    if (entry.path().extension() == ".safetensors" || entry.path().extension() == ".npz")
+      run.traces.push_back(entry.path());
+  if (ec) throw InputError("--traces " + o.traces + ": cannot list directory (" + ec.message() + ")");
+  std::sort(run.traces.begin(), run.traces.end());
+  if (run.traces.empty()) throw InputError("--traces " + o.traces + ": no .safetensors or .npz files");
+  run.traces_label = o.traces;
+  return run;
+}
+
+void print_report(const attn::BiasReport& r, const BiasOptions& o) {
+  const bool has_verdict = !r.no_verdict;
+  std::cout << "bias-test: " << r.subject << "\n" << r.provenance << "\n";
+  if (!r.delta_note.empty()) std::cout << r.delta_note << "\n";
+  if (r.paired) {
+    print_stats("O", r.o, o.alpha, has_verdict);
+    if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
+    std::cout << "(paired: " << o.model << " minus " << o.against << " on the same inputs and seed; O in ulps "
+                 "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
+                 "sum|dO*O|))\n";
+  } else {
+    std::cout << "error against exact:\n";
+    print_stats("O", r.o, o.alpha, has_verdict);
+    if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
+    std::cout << "correctly rounded reference (exact, rounded once to the output format) on the same inputs:\n";
+    print_stats("O", r.o_cr, o.alpha, has_verdict);
+    if (r.has_delta) print_stats("delta", r.delta_cr, o.alpha, has_verdict);
+    std::cout << "excess over the reference (error minus the reference's, element by element):\n";
+    print_stats("O", r.o_excess, o.alpha, has_verdict);
+    if (r.has_delta) print_stats("delta", r.delta_excess, o.alpha, has_verdict);
+    std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
+                 "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
+  }
+  if (o.by_max) {
+    std::cout << "by row max: " << r.by_max.size()
+              << " distinct values, each the mean error over the rows sharing it (descriptive: the values "
+                 "share each trial's inputs, so no test is made on them)\n";
+    print_spread("O", attn::describe_values(r.by_max.o_means()));
+    const std::vector<double> dm = r.by_max.delta_means();
+    if (!dm.empty()) print_spread("delta", attn::describe_values(dm));
+  }
+  if (r.no_verdict) {
+    std::cout << "non-finite output: " << r.non_finite_rows << " row(s) with a NaN or infinite output on finite inputs ("
+              << (r.from_traces ? "the captured kernel's o or delta" : "the model's O or delta")
+              << "): no verdict; the statistics above leave those rows (trials) out\n";
+    for (const std::string& w : r.non_finite_where) std::cout << "  " << w << "\n";
+    std::cout << "verdict: none (the output is not finite everywhere)\n";
+  } else {
+    const char* basis = r.paired ? "the paired difference" : "the excess over the correctly rounded reference";
+    std::cout << "verdict (from " << basis << "): " << (r.biased ? "this kernel adds bias" : "no detectable bias")
+              << "\n";
+  }
+}
+
+int run_bias_test(const BiasOptions& o) {
+  if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
+  if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
+  if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
+  alpha_or_throw(o.alpha);
+  attn::BiasRun run = o.model.empty() ? traces_run(o) : model_run(o);
+  run.alpha = o.alpha;
+  std::optional<ProgressBar> progress;
+  attn::BiasHooks hooks;
+  if (!o.model.empty()) {
+    progress.emplace("trials", static_cast<std::uint64_t>(o.trials));
+    hooks.after_trial = [&progress] { progress->advance(); };
+  }
+  const attn::BiasReport report = attn::run_bias(run, hooks);
+  progress.reset();  // clears its line before the report
+  if (o.json) std::cout << attn::bias_report_json(report, o.by_max).dump(2) << "\n";
+  else print_report(report, o);
+  return report.biased || report.no_verdict ? kExitCheckFailed : kExitOk;
+}
+
+Runner setup_bias_test(CLI::App& app) {
+  auto o = std::make_shared<BiasOptions>();
+  app.add_option("--model", o->model, "kernel model");
+  app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
+  app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
+  auto* traces = app.add_option("--traces", o->traces,
+                                 "a trace or bare capture, or a directory of .safetensors/.npz ones (takes none of "
+                                 "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
+                                 "--dtype names a capture's format)");
+  auto* scenario = app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
+  auto* trials = app.add_option("--trials", o->trials, "trials (default 32)");
+  app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
+  auto* seed = app.add_option("--seed", o->seed, "seed (default 0)");
+  auto* seqlen = app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
+  auto* headdim = app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  o->dtype_option = app.add_option("--dtype", o->dtype,
+                                   "dtype for models that do not name one (default bf16); with --traces, the format "
+                                   "of the captures' q, k, v");
+  // A trace run would ignore these silently; refuse them (exit 2, naming both options).
+  for (CLI::Option* generator : {scenario, trials, seed, seqlen, headdim}) traces->excludes(generator);
+  for (CLI::Option* statement : add_capture_options(app, o->capture, false, false)) statement->needs(traces);
+  app.add_flag("--by-max", o->by_max,
+               "also describe the errors grouped by each row's exact max score (descriptive)");
+  app.add_flag("--json", o->json, "JSON output");
+  return [o] { return run_bias_test(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(bias_test, "bias-test", "Test a kernel model or traces for a signed bias in O and delta",
+                     setup_bias_test);
+}  // namespace fb::cli

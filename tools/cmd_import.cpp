@@ -1,0 +1,57 @@
+// tools/cmd_import.cpp: `flashbits import` converts a capture people already have (a bare
+// .safetensors dump, an .npz archive, .npy files; PyTorch's or flash_attn's layout; GQA)
+// into a flashbits trace, once, with its provenance stated (tools/capture_options.hpp), so
+// that every later replay, bias test or Python session reads a self-describing file.
+// The trace is [batch, heads, seq, dim] with the schema's tensor names; the file is written
+// whole or not at all, and never over one of its inputs.
+#include <iostream>
+
+#include "tools/capture_options.hpp"
+#include "tools/cli_common.hpp"
+#include "traces/trace.hpp"
+
+namespace fb::cli {
+namespace {
+
+struct ImportOptions {
+  std::vector<std::string> captures;
+  std::string out;
+  CaptureOptionText statement;
+};
+
+int run_import(const ImportOptions& o) {
+  const CaptureOptions options = capture_options_or_throw(o.statement);
+  if (o.out.empty()) throw InputError("--out: the output path is empty");
+  std::vector<std::pair<std::string, std::string>> inputs;
+  for (const std::string& capture : o.captures) inputs.emplace_back("the capture", capture);
+  refuse_output_over_inputs("--out", o.out, inputs);
+  const Trace trace = load_capture(o.captures, options);
+  const std::vector<std::uint8_t> bytes = serialize_safetensors(trace.file(), o.out);
+  parse_trace(bytes, o.out);  // what is written reads back as a valid trace
+  write_output_file(o.out, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "the trace");
+  const TraceMetadata& md = trace.metadata();
+  std::cout << "wrote " << o.out << ": " << provenance_text(md) << "; q [" << trace.batch() << "," << trace.heads()
+            << "," << trace.rows() << "," << trace.head_dim() << "], k/v heads " << trace.kv_heads() << ", kv length "
+            << trace.kv_rows() << ", " << trace.file().tensors.size() << " tensors\n";
+  if (!md.softmax_scale) std::cout << "note: no softmax scale recorded: replays will use 1/sqrt(head dim)\n";
+  if (!md.causal) std::cout << "note: causality not recorded: replays will assume non-causal\n";
+  return kExitOk;
+}
+
+Runner setup_import(CLI::App& app) {
+  auto o = std::make_shared<ImportOptions>();
+  app.add_option("capture", o->captures,
+                 "CAPTURE: one .safetensors or .npz file, a directory of .npy files, or several .npy files (each "
+                 "named by its tensor: q.npy, k.npy, ...)")
+      ->required();
+  app.add_option("--out", o->out, "output trace .safetensors (written whole: a temporary file renamed into place)")
+      ->required();
+  add_capture_options(app, o->statement, true);
+  return [o] { return run_import(*o); };
+}
+
+}  // namespace
+FLASHBITS_SUBCOMMAND(import, "import",
+                     "Convert a bare capture (.safetensors, .npz, .npy; bhsd or bshd; GQA) into a flashbits trace",
+                     setup_import);
+}  // namespace fb::cli

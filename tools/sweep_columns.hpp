@@ -1,0 +1,49 @@
+// tools/sweep_columns.hpp: the column layout of sweep files, shared by their writer
+// (sweep_table.cpp) and their reader (sweep_file.cpp) so that the two cannot drift apart.
+// Internal to those two files; the format itself is documented in sweep_table.hpp and
+// docs/CLI.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <span>
+#include <string>
+
+#include "tools/sweep_table.hpp"
+
+namespace fb::cli::sweep_columns {
+
+// The moments of each statistic, by the prefix naming their columns (PREFIX_sum, _sumsq,
+// _pos, _neg), in file order: the CSV columns, the JSON "sufficient" members and the shard
+// checks all walk this one list.
+using MomentsMember = attn::ErrorMoments SweepRow::*;
+struct NamedMoments {
+  const char* prefix;
+  MomentsMember member;
+};
+inline constexpr NamedMoments kMoments[] = {{"o", &SweepRow::o},       {"d", &SweepRow::d},
+                                            {"cr_o", &SweepRow::cr_o}, {"cr_d", &SweepRow::cr_d},
+                                            {"ex_o", &SweepRow::ex_o}, {"ex_d", &SweepRow::ex_d}};
+// The per-trial ones come before the row's element counts, the reference ones after.
+inline constexpr std::span<const NamedMoments> kTrialMoments(kMoments, 2), kReferenceMoments(kMoments + 2, 4);
+
+// The CSV header line; a file whose first line differs is not a sweep CSV.
+inline constexpr const char* kCsvHeader =
+    "index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,"
+    "elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,"
+    "ref_trials,cr_o_sum,cr_o_sumsq,cr_o_pos,cr_o_neg,cr_d_sum,cr_d_sumsq,cr_d_pos,cr_d_neg,"
+    "ex_o_sum,ex_o_sumsq,ex_o_pos,ex_o_neg,ex_d_sum,ex_d_sumsq,ex_d_pos,ex_d_neg,"
+    "o_mean_ulps,o_p_t,o_cr_mean_ulps,o_excess_mean_ulps,o_excess_p_t,"
+    "delta_mean_ulps,delta_p_t,delta_cr_mean_ulps,delta_excess_mean_ulps,delta_excess_p_t,"
+    "rms_ulps,max_abs_ulps,verdict_from,verdict";
+inline constexpr std::size_t kCsvColumns = 54;
+// The run record line: this prefix, then the run's JSON object.
+inline constexpr const char* kRunPrefix = "# run ";
+// Derived columns and messages print statistics to 4 significant digits.
+inline std::string short_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+}  // namespace fb::cli::sweep_columns

@@ -1,0 +1,353 @@
+// tools/sweep_file.cpp: reading sweep CSV/JSON files back and checking that a set of them
+// is exactly the shards of one run (contract in sweep_table.hpp: read_sweep_file,
+// check_shards); what merge and the fuzz targets read.
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "tools/cli_common.hpp"
+#include "tools/sweep_columns.hpp"
+#include "tools/sweep_table.hpp"
+
+namespace fb::cli {
+
+using namespace sweep_columns;
+
+namespace {
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+double to_num(const std::string& s, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used != s.size()) throw std::invalid_argument("");
+    return v;
+  } catch (const std::exception&) {
+    throw InputError(where + ": expected a number, got '" + s + "'");
+  }
+}
+// An integer column in lo..hi (a value outside would not survive the conversion).
+long long to_int(const std::string& s, const std::string& where, long long lo = LLONG_MIN, long long hi = LLONG_MAX) {
+  const double v = to_num(s, where);
+  if (v != std::floor(v)) throw InputError(where + ": expected an integer, got '" + s + "'");
+  // -2^63 <= v < 2^63 before the cast (static_cast is undefined outside long long).
+  if (!(v >= -0x1p63 && v < 0x1p63) || static_cast<long long>(v) < lo || static_cast<long long>(v) > hi)
+    throw InputError(where + ": " + s + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  return static_cast<long long>(v);
+}
+// An integer member of a JSON row in lo..hi; nlohmann's get<long long>() of a float, or
+// of an integer out of range, would convert silently (or be undefined).
+long long json_int(const nlohmann::json& row, const char* key, const std::string& where, long long lo = LLONG_MIN,
+                   long long hi = LLONG_MAX) {
+  const nlohmann::json& v = row.at(key);
+  const std::string field = where + " field " + key;
+  if (!v.is_number_integer()) throw InputError(field + ": expected an integer, got " + v.dump());
+  if (v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(hi))
+    throw InputError(field + ": " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  const long long x = v.is_number_unsigned() ? static_cast<long long>(v.get<unsigned long long>()) : v.get<long long>();
+  if (x < lo || x > hi)
+    throw InputError(field + ": " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
+}
+// The four members PREFIX_sum, _sumsq, _pos, _neg of a JSON row's "sufficient" object.
+attn::ErrorMoments moments_from_json(const nlohmann::json& sufficient, const std::string& prefix,
+                                     const std::string& where) {
+  attn::ErrorMoments m;
+  m.sum = sufficient.at(prefix + "_sum").get<double>();
+  m.sumsq = sufficient.at(prefix + "_sumsq").get<double>();
+  m.pos = json_int(sufficient, (prefix + "_pos").c_str(), where);
+  m.neg = json_int(sufficient, (prefix + "_neg").c_str(), where);
+  return m;
+}
+// The four CSV columns from `first` on, named PREFIX_sum, _sumsq, _pos, _neg in messages.
+attn::ErrorMoments moments_from_csv(const std::vector<std::string>& fields, std::size_t first,
+                                    const std::string& prefix, const std::string& where) {
+  attn::ErrorMoments m;
+  m.sum = to_num(fields[first], where + " column " + prefix + "_sum");
+  m.sumsq = to_num(fields[first + 1], where + " column " + prefix + "_sumsq");
+  m.pos = to_int(fields[first + 2], where + " column " + prefix + "_pos");
+  m.neg = to_int(fields[first + 3], where + " column " + prefix + "_neg");
+  return m;
+}
+}  // namespace
+
+namespace {
+std::string json_string(const nlohmann::json& j, const char* key, const std::string& where) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_string()) throw InputError(where + " field " + key + ": expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where + ": expected a JSON object");
+  SweepRun run;
+  try {
+    if (json_string(j, "program", where) != "flashbits sweep")
+      throw InputError(where + " field program: expected \"flashbits sweep\"");
+    const nlohmann::json& seed = j.at("seed");
+    if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<long long>() >= 0))
+      throw InputError(where + " field seed: expected an unsigned integer, got " + seed.dump());
+    run.seed = seed.get<std::uint64_t>();
+    const std::string shard = json_string(j, "shard", where);
+    {
+      char slash = 0;
+      std::istringstream ss(shard);
+      long long k = 0, n = 0;
+      if (!(ss >> k >> slash >> n) || slash != '/' || !ss.eof() || n < 1 || k < 1 || k > n || n > INT_MAX)
+        throw InputError(where + " field shard: '" + shard + "' is not K/N with 1 <= K <= N");
+      run.shard_k = static_cast<int>(k);
+      run.shard_n = static_cast<int>(n);
+    }
+    run.configurations = json_int(j, "configurations", where, 1);
+    run.trials = json_int(j, "trials", where, 1, INT_MAX);
+    run.formats = json_string(j, "formats", where);
+    run.rounds = json_string(j, "round", where);
+    run.models = json_string(j, "models", where);
+    run.scenarios = json_string(j, "scenarios", where);
+    run.against = json_string(j, "against", where);
+    run.seqlen = json_int(j, "seqlen", where, 1, INT_MAX);
+    run.headdim = json_int(j, "headdim", where, 1, INT_MAX);
+    run.sr_bits = json_int(j, "sr_bits", where, 1, kMaxSrBits);
+    const nlohmann::json& alpha = j.at("alpha");
+    if (!alpha.is_number()) throw InputError(where + " field alpha: expected a number, got " + alpha.dump());
+    run.alpha = alpha_or_throw(alpha.get<double>(), where + " field alpha");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + ": " + e.what());
+  }
+  return run;
+}
+}  // namespace
+
+SweepFile read_sweep_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": read failed");
+  const std::string text = buf.str();
+  SweepFile file;
+  std::vector<SweepRow>& rows = file.rows;
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+      if (!j.is_object()) throw InputError(path + ": not a sweep JSON file (expected an object)");
+      if (j.contains("run")) file.run = parse_run(j.at("run"), path + ": run");
+      for (const auto& r : j.at("rows")) {
+        const std::string where = path + ": rows[" + std::to_string(rows.size()) + "]";
+        SweepRow s;
+        s.index = json_int(r, "index", where);
+        s.format = r.at("format").get<std::string>();
+        s.round = r.at("round").get<std::string>();
+        s.model = r.at("model").get<std::string>();
+        s.scenario = r.at("scenario").get<std::string>();
+        s.seqlen = static_cast<int>(json_int(r, "seqlen", where, INT_MIN, INT_MAX));
+        s.headdim = static_cast<int>(json_int(r, "headdim", where, INT_MIN, INT_MAX));
+        s.trials = json_int(r, "trials", where);
+        const auto& q = r.at("sufficient");
+        for (const NamedMoments& m : kTrialMoments) s.*m.member = moments_from_json(q, m.prefix, where);
+        s.elements = json_int(q, "elements", where);
+        s.sq_sum = q.at("sq_sum").get<double>();
+        s.max_abs = q.at("max_abs").get<double>();
+        s.sig_overflows = json_int(q, "sig_overflows", where);
+        s.ties = json_int(q, "ties", where);
+        s.rounded_up = json_int(q, "rounded_up", where);
+        s.rounded_down = json_int(q, "rounded_down", where);
+        s.ref_trials = json_int(q, "ref_trials", where);
+        for (const NamedMoments& m : kReferenceMoments) s.*m.member = moments_from_json(q, m.prefix, where);
+        rows.push_back(s);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(path + ": not a sweep JSON file (" + e.what() + ")");
+    }
+    return file;
+  }
+  std::istringstream lines(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const std::string where = path + ": line " + std::to_string(line_no);
+    if (file.run) throw InputError(where + ": text after the run record (the record is the last line)");
+    if (line.rfind(kRunPrefix, 0) == 0 && line_no > 1) {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line.substr(std::string(kRunPrefix).size()));
+      } catch (const nlohmann::json::exception& e) {
+        throw InputError(where + ": run record: " + e.what());
+      }
+      file.run = parse_run(j, where + ": run record");
+      continue;
+    }
+    if (line_no == 1) {
+      if (line != kCsvHeader) throw InputError(where + ": expected the sweep CSV header");
+      continue;
+    }
+    const auto f = split_csv(line);
+    if (f.size() != kCsvColumns)
+      throw InputError(where + ": expected " + std::to_string(kCsvColumns) + " columns, got " + std::to_string(f.size()));
+    SweepRow s;
+    s.index = to_int(f[0], where + " column index");
+    s.format = f[1];
+    s.round = f[2];
+    s.model = f[3];
+    s.scenario = f[4];
+    s.seqlen = static_cast<int>(to_int(f[5], where + " column seqlen", INT_MIN, INT_MAX));
+    s.headdim = static_cast<int>(to_int(f[6], where + " column headdim", INT_MIN, INT_MAX));
+    s.trials = to_int(f[7], where + " column trials");
+    std::size_t column = 8;
+    for (const NamedMoments& m : kTrialMoments) {
+      s.*m.member = moments_from_csv(f, column, m.prefix, where);
+      column += 4;
+    }
+    s.elements = to_int(f[16], where + " column elements");
+    s.sq_sum = to_num(f[17], where + " column sq_sum");
+    s.max_abs = to_num(f[18], where + " column max_abs");
+    s.sig_overflows = to_int(f[19], where + " column sig_overflows");
+    s.ties = to_int(f[20], where + " column ties");
+    s.rounded_up = to_int(f[21], where + " column rounded_up");
+    s.rounded_down = to_int(f[22], where + " column rounded_down");
+    s.ref_trials = to_int(f[23], where + " column ref_trials");
+    column = 24;
+    for (const NamedMoments& m : kReferenceMoments) {
+      s.*m.member = moments_from_csv(f, column, m.prefix, where);
+      column += 4;
+    }
+    rows.push_back(s);
+  }
+  if (line_no == 0) throw InputError(path + ": empty file, expected a sweep CSV or JSON");
+  return file;
+}
+
+SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha) {
+  if (files.empty()) throw InputError("merge: no shard files");
+  for (const auto& [path, file] : files)
+    if (!file.run)
+      throw InputError(path + ": no run record (the sweep's parameters, seed and shard: a file written by an older "
+                              "flashbits, or truncated); rerun that sweep shard");
+  const std::string& first_path = files.front().first;
+  const SweepRun& first = *files.front().second.run;
+  // Every parameter the rows depend on must agree.
+  for (const auto& [shard_path, file] : files) {
+    // A named reference, not the structured binding: clang before 16 cannot capture bindings.
+    const std::string& path = shard_path;
+    const SweepRun& r = *file.run;
+    auto differ = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
+      if (mine != theirs)
+        throw InputError(path + ": " + what + " " + mine + " differs from " + theirs + " in " + first_path +
+                         " (shards of one sweep share every parameter)");
+    };
+    differ("seed", std::to_string(r.seed), std::to_string(first.seed));
+    if (r.shard_n != first.shard_n)
+      throw InputError(path + ": shard " + r.shard_text() + " is of a sweep cut into " + std::to_string(r.shard_n) +
+                       " shards, " + first_path + " (" + first.shard_text() + ") of one cut into " +
+                       std::to_string(first.shard_n));
+  }
+  for (const auto& [shard_path, file] : files) {
+    const std::string& path = shard_path;
+    const SweepRun& r = *file.run;
+    auto differ = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
+      if (mine != theirs)
+        throw InputError(path + ": " + what + " '" + mine + "' differs from '" + theirs + "' in " + first_path +
+                         " (shards of one sweep share every parameter)");
+    };
+    differ("--trials", std::to_string(r.trials), std::to_string(first.trials));
+    differ("--formats", r.formats, first.formats);
+    differ("--round", r.rounds, first.rounds);
+    differ("--model", r.models, first.models);
+    differ("--scenario", r.scenarios, first.scenarios);
+    differ("--against", r.against, first.against);
+    differ("--seqlen", std::to_string(r.seqlen), std::to_string(first.seqlen));
+    differ("--headdim", std::to_string(r.headdim), std::to_string(first.headdim));
+    differ("--sr-bits", std::to_string(r.sr_bits), std::to_string(first.sr_bits));
+    differ("configuration count", std::to_string(r.configurations), std::to_string(first.configurations));
+  }
+  // Each shard K of 1..N exactly once.
+  std::vector<const std::string*> shard_file(static_cast<std::size_t>(first.shard_n), nullptr);
+  for (const auto& [path, file] : files) {
+    const std::string*& seen = shard_file[static_cast<std::size_t>(file.run->shard_k - 1)];
+    if (seen)
+      throw InputError(path + ": shard " + file.run->shard_text() + " is given twice (also " + *seen + ")");
+    seen = &path;
+  }
+  for (int k = 1; k <= first.shard_n; ++k)
+    if (!shard_file[static_cast<std::size_t>(k - 1)])
+      throw InputError(first_path + ": its sweep has " + std::to_string(first.shard_n) + " shards and shard " +
+                       std::to_string(k) + "/" + std::to_string(first.shard_n) + " is missing");
+  // Every row belongs to its shard and holds the run's trials.
+  std::set<long long> index_seen;
+  for (const auto& [path, file] : files) {
+    const SweepRun& r = *file.run;
+    long long expected_rows = 0;
+    if (r.configurations >= r.shard_k) expected_rows = (r.configurations - r.shard_k) / r.shard_n + 1;
+    for (std::size_t i = 0; i < file.rows.size(); ++i) {
+      const SweepRow& row = file.rows[i];
+      const std::string where = path + ": row " + std::to_string(i + 1) + " (index " + std::to_string(row.index) + ")";
+      if (row.index < 0 || row.index >= r.configurations || row.index % r.shard_n != r.shard_k - 1)
+        throw InputError(where + ": not a configuration of shard " + r.shard_text() + " of " +
+                         std::to_string(r.configurations));
+      if (row.trials != r.trials)
+        throw InputError(where + ": trials " + std::to_string(row.trials) + " differs from the run's " +
+                         std::to_string(r.trials));
+      if (row.seqlen != r.seqlen || row.headdim != r.headdim)
+        throw InputError(where + ": seqlen/headdim " + std::to_string(row.seqlen) + "/" + std::to_string(row.headdim) +
+                         " differ from the run's " + std::to_string(r.seqlen) + "/" + std::to_string(r.headdim));
+      if (row.ref_trials != 0 && row.ref_trials != row.trials)
+        throw InputError(where + ": ref_trials " + std::to_string(row.ref_trials) + " is neither 0 nor trials");
+      std::vector<std::pair<std::string, long long>> counts;
+      for (const NamedMoments& m : kMoments) {
+        counts.emplace_back(std::string(m.prefix) + "_pos", (row.*m.member).pos);
+        counts.emplace_back(std::string(m.prefix) + "_neg", (row.*m.member).neg);
+      }
+      for (const auto& [name, v] : counts)
+        if (v < 0 || v > row.trials)
+          throw InputError(where + ": " + name + " " + std::to_string(v) + " is outside 0..trials");
+      for (const auto& [name, v] : {std::pair<const char*, long long>{"elements", row.elements},
+                                    {"sig_overflows", row.sig_overflows}, {"ties", row.ties},
+                                    {"rounded_up", row.rounded_up}, {"rounded_down", row.rounded_down}})
+        if (v < 0) throw InputError(where + ": " + name + " " + std::to_string(v) + " is negative");
+      if (!index_seen.insert(row.index).second)
+        throw InputError(where + ": configuration " + row.configuration() + " appears twice");
+    }
+    if (static_cast<long long>(file.rows.size()) != expected_rows)
+      throw InputError(path + ": shard " + r.shard_text() + " of " + std::to_string(r.configurations) +
+                       " configurations should hold " + std::to_string(expected_rows) + " rows, holds " +
+                       std::to_string(file.rows.size()));
+  }
+  SweepRun merged = first;
+  merged.shard_k = merged.shard_n = 1;
+  if (alpha) {
+    merged.alpha = *alpha;
+  } else {
+    for (const auto& [path, file] : files)
+      if (file.run->alpha != first.alpha)
+        throw InputError(path + ": --alpha " + short_text(file.run->alpha) + " differs from " +
+                         short_text(first.alpha) + " in " + first_path + "; give merge --alpha");
+  }
+  return merged;
+}
+
+}  // namespace fb::cli

@@ -1,0 +1,241 @@
+// traces/capture_import.cpp: reading bare captures (.safetensors, .npz, .npy) into traces,
+// with names, layout, integer bit patterns and metadata settled as capture_import.hpp says.
+#include "traces/capture_import.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "traces/numpy_files.hpp"
+
+namespace fb {
+
+namespace {
+
+[[noreturn]] void fail(std::string_view source, const std::string& message) {
+  throw TraceError(std::string(source) + ": " + message);
+}
+
+// The usual spellings of the schema's tensors (PyTorch, flash_attn and hand-written dumps).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kAliases{{
+    {"query", "q"},
+    {"key", "k"},
+    {"value", "v"},
+    {"out", "o"},
+    {"output", "o"},
+    {"dout", "do"},
+    {"grad_out", "do"},
+    {"grad_output", "do"},
+    {"softmax_lse", "lse"},
+}};
+
+// Tensors laid out [batch, seq, heads, dim] by flash_attn (lse stays [batch, heads, seq]).
+constexpr std::array<std::string_view, 8> kSequenceMajor{"q", "k", "v", "o", "do", "dq", "dk", "dv"};
+
+std::string canonical_name(const std::string& name) {
+  for (const auto& alias : kAliases)
+    if (name == alias.first) return std::string(alias.second);
+  return name;
+}
+
+void rename_aliases(Safetensors& file, std::string_view source) {
+  std::map<std::string, std::string> claimed;  // schema name -> the file's name for it
+  for (SafeTensor& t : file.tensors) {
+    const std::string schema = canonical_name(t.name);
+    const auto [it, fresh] = claimed.emplace(schema, t.name);
+    if (!fresh)
+      fail(source, "tensors " + quoted_name(it->second) + " and " + quoted_name(t.name) + " both name the schema's '" +
+                       schema + "'; keep one");
+    t.name = schema;
+  }
+}
+
+// Integer arrays holding bit patterns (numpy has no bf16 or fp8) become the named format.
+void reinterpret_bit_patterns(Safetensors& file, const std::optional<Format>& dtype, std::string_view source) {
+  for (SafeTensor& t : file.tensors) {
+    if (std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) == kSequenceMajor.end()) continue;
+    if (dtype_is_floating(t.dtype)) continue;
+    const std::size_t width = dtype_size(t.dtype);
+    const std::optional<Dtype> target = dtype ? dtype_of_format(*dtype) : std::nullopt;
+    const bool fits = target && dtype_size(*target) == width && t.dtype != Dtype::BOOL &&
+                      (width == 1 || width == 2);
+    if (!fits)
+      fail(source, "tensor " + quoted_name(t.name) + " is " + std::string(dtype_name(t.dtype)) +
+                       (dtype ? ", which does not hold " + std::string(dtype->name) + " bit patterns"
+                              : "; if it holds bit patterns, name their format with --dtype (bf16 or fp16 for 16-bit, "
+                                "e4m3 or e5m2 for 8-bit)"));
+    t.dtype = *target;
+  }
+}
+
+// Reorders a rank-4 tensor from [b, s, h, d] to [b, h, s, d].
+void transpose_sequence_major(SafeTensor& t) {
+  const std::uint64_t B = t.shape[0], S = t.shape[1], H = t.shape[2], D = t.shape[3];
+  const std::size_t size = dtype_size(t.dtype);
+  std::vector<std::uint8_t> out(t.bytes.size());
+  const std::size_t row = static_cast<std::size_t>(D) * size;
+  for (std::uint64_t b = 0; b < B; ++b)
+    for (std::uint64_t s = 0; s < S; ++s)
+      for (std::uint64_t h = 0; h < H; ++h) {
+        const std::size_t from = static_cast<std::size_t>(((b * S + s) * H + h) * D) * size;
+        const std::size_t to = static_cast<std::size_t>(((b * H + h) * S + s) * D) * size;
+        std::copy_n(t.bytes.begin() + from, row, out.begin() + to);
+      }
+  t.bytes = std::move(out);
+  t.shape = {B, H, S, D};
+}
+
+// Whether q, k (and lse) read consistently as [b, heads, seq, d] (heads_dim 1) or as
+// [b, seq, heads, d] (heads_dim 2): k's heads divide q's, batch and head dim agree, lse
+// (when present) is [b, heads, seq] or [b, heads, seq, 1].
+bool consistent(const Safetensors& f, int heads_dim) {
+  const SafeTensor* q = f.find("q");
+  const SafeTensor* k = f.find("k");
+  if (!q || !k || q->shape.size() != 4 || k->shape.size() != 4) return true;  // validation reports it
+  const int seq_dim = 3 - heads_dim;
+  const std::uint64_t h = q->shape[heads_dim], hk = k->shape[heads_dim];
+  if (q->shape[0] != k->shape[0] || q->shape[3] != k->shape[3] || hk == 0 || h % hk != 0) return false;
+  for (const char* like_k : {"v", "dk", "dv"})
+    if (const SafeTensor* t = f.find(like_k); t && t->shape != k->shape) return false;
+  for (const char* like_q : {"o", "do", "dq"})
+    if (const SafeTensor* t = f.find(like_q); t && t->shape != q->shape) return false;
+  if (const SafeTensor* lse = f.find("lse")) {
+    const auto& s = lse->shape;
+    if (s.size() < 3 || s.size() > 4 || (s.size() == 4 && s[3] != 1)) return true;  // validation reports it
+    if (s[0] != q->shape[0] || s[1] != h || s[2] != q->shape[seq_dim]) return false;
+  }
+  return true;
+}
+
+CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options, std::string_view source) {
+  const bool as_bhsd = consistent(f, 1), as_bshd = consistent(f, 2);
+  const std::string q_shape = f.find("q") ? shape_string(f.find("q")->shape) : "?";
+  const std::string k_shape = f.find("k") ? shape_string(f.find("k")->shape) : "?";
+  if (options.layout != CaptureLayout::automatic) {
+    const bool bhsd = options.layout == CaptureLayout::bhsd;
+    if (!(bhsd ? as_bhsd : as_bshd) && (bhsd ? as_bshd : as_bhsd))
+      fail(source, std::string("--layout ") + (bhsd ? "bhsd" : "bshd") + " does not fit q " + q_shape + " and k " +
+                       k_shape + (f.find("lse") ? " with lse " + shape_string(f.find("lse")->shape) : "") +
+                       "; the other layout does");
+    return options.layout;
+  }
+  if (f.metadata.count(std::string(trace_keys::source))) return CaptureLayout::bhsd;  // a flashbits trace
+  if (as_bhsd && !as_bshd) return CaptureLayout::bhsd;
+  if (as_bshd && !as_bhsd) return CaptureLayout::bshd;
+  if (!as_bhsd) return CaptureLayout::bhsd;  // neither fits: validation names the bad shape
+  fail(source, "layout is ambiguous: q " + q_shape + " and k " + k_shape +
+                   " read as [batch, heads, seq, dim] (PyTorch SDPA) and as [batch, seq, heads, dim] (flash_attn); "
+                   "pass --layout bhsd or --layout bshd");
+}
+
+// Merges one option into the metadata map: absent -> set; present and equal -> kept;
+// present and different -> an error naming both.
+template <class T, class Parse>
+void merge_option(std::map<std::string, std::string>& metadata, std::string_view key, const std::optional<T>& option,
+                  const std::string& option_text, const std::string& flag, Parse parse, std::string_view source) {
+  if (!option) return;
+  const auto it = metadata.find(std::string(key));
+  if (it == metadata.end()) {
+    metadata[std::string(key)] = option_text;
+    return;
+  }
+  const std::optional<T> theirs = parse(it->second);
+  if (!theirs || !(*theirs == *option))
+    fail(source, flag + " " + option_text + " conflicts with the file's __metadata__ " + std::string(key) + "=" +
+                     quoted_name(it->second) + " (the file's own metadata wins; drop " + flag + ")");
+}
+
+std::string shortest(double value) {
+  std::array<char, 64> buffer{};
+  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  return std::string(buffer.data(), ec == std::errc() ? end : buffer.data());
+}
+
+void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view source) {
+  auto& m = f.metadata;
+  auto text = [](const std::string& s) { return std::optional<std::string>(s); };
+  merge_option(m, trace_keys::source, o.source, o.source.value_or(""), "--source", text, source);
+  merge_option(m, trace_keys::model, o.model, o.model.value_or(""), "--model", text, source);
+  merge_option(
+      m, trace_keys::softmax_scale, o.softmax_scale, o.softmax_scale ? shortest(*o.softmax_scale) : "", "--scale",
+      [](const std::string& s) -> std::optional<double> {
+        double v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+        return v;
+      },
+      source);
+  merge_option(
+      m, trace_keys::causal, o.causal, o.causal ? (*o.causal ? "true" : "false") : "", "--causal",
+      [](const std::string& s) -> std::optional<bool> {
+        if (s == "true" || s == "True" || s == "1") return true;
+        if (s == "false" || s == "False" || s == "0") return false;
+        return std::nullopt;
+      },
+      source);
+  merge_option(m, trace_keys::dtype, o.dtype, o.dtype ? o.dtype->name : "", "--dtype", parse_trace_dtype, source);
+  const auto src = m.find(std::string(trace_keys::source));
+  if (src == m.end())
+    fail(source, "the capture does not say where it came from: pass --source cuda:<gpu> (a hardware capture), "
+                 "--source emulated or --source unknown");
+  if (o.source && !is_valid_source(*o.source))
+    fail(source, "--source " + quoted_name(*o.source) + ": expected cuda:<gpu>, emulated or unknown");
+}
+
+Safetensors load(const std::vector<std::filesystem::path>& paths, std::string& source) {
+  if (paths.empty()) throw TraceError("import: no capture file given");
+  source = paths.front().string();
+  auto extension = [](const std::filesystem::path& p) {
+    std::string e = p.extension().string();
+    std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return e;
+  };
+  std::error_code ec;
+  if (paths.size() == 1 && std::filesystem::is_directory(paths.front(), ec)) {
+    std::vector<std::filesystem::path> arrays;
+    for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
+      if (entry.is_regular_file() && extension(entry.path()) == ".npy") arrays.push_back(entry.path());
+    if (ec) fail(source, "cannot list the directory: " + ec.message());
+    if (arrays.empty()) fail(source, "directory holds no .npy files");
+    std::sort(arrays.begin(), arrays.end());
+    return load(arrays, source);
+  }
+  if (paths.size() == 1 && extension(paths.front()) == ".npz") return read_npz(paths.front());
+  if (paths.size() == 1 && extension(paths.front()) != ".npy") return read_safetensors(paths.front());
+  Safetensors out;
+  for (const auto& p : paths) {
+    if (extension(p) != ".npy")
+      fail(p.string(), "several files make one capture only as .npy arrays (one per tensor, named by the file)");
+    SafeTensor t = read_npy(p);
+    if (out.find(t.name)) fail(p.string(), "a second array named " + quoted_name(t.name));
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<CaptureLayout> parse_capture_layout(std::string_view text) {
+  if (text == "auto") return CaptureLayout::automatic;
+  if (text == "bhsd") return CaptureLayout::bhsd;
+  if (text == "bshd") return CaptureLayout::bshd;
+  return std::nullopt;
+}
+
+Trace import_capture(const std::vector<std::filesystem::path>& paths, const CaptureOptions& options) {
+  std::string source;
+  Safetensors file = load(paths, source);
+  rename_aliases(file, source);
+  reinterpret_bit_patterns(file, options.dtype, source);
+  if (decide_layout(file, options, source) == CaptureLayout::bshd)
+    for (SafeTensor& t : file.tensors)
+      if (t.shape.size() == 4 && std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) != kSequenceMajor.end())
+        transpose_sequence_major(t);
+  merge_metadata(file, options, source);
+  return Trace::from_safetensors(std::move(file), source);
+}
+
+}  // namespace fb

@@ -1,0 +1,65 @@
+// traces/capture_import.hpp: turning the captures people already have into flashbits traces.
+//
+// A capture may be a flashbits trace, a bare .safetensors dump written by
+// `safetensors.torch.save_file({"q": q, ...})` with no metadata, an .npz archive, or .npy
+// files (one per tensor, named by the file's stem; or a directory of them). What a bare
+// file lacks (its provenance, softmax scale, causality, dtype) is supplied by CaptureOptions,
+// which the CLI fills from --source, --model, --scale, --causal, --dtype and --layout.
+//
+// Contract of import_capture:
+// - Tensor names: the usual spellings are accepted and renamed to the schema's
+//   (trace.hpp): query->q, key->k, value->v, out/output->o, dout/grad_out/grad_output->do,
+//   softmax_lse->lse. Two tensors naming one schema tensor is an error.
+// - Layout: the schema is [batch, heads, seq, dim] (PyTorch SDPA, "bhsd"). flash_attn's
+//   flash_attn_func uses [batch, seq, heads, dim] ("bshd"); such tensors are transposed on
+//   import. CaptureLayout::automatic decides from the shapes where only one reading is
+//   consistent (lse's [batch, heads, seq] against q, or which dims of q and k divide into
+//   query groups), takes bhsd for a file with flashbits metadata (flashbits writes bhsd),
+//   and is an error naming both readings otherwise.
+// - Grouped-query attention: k, v (and dk, dv) may have fewer heads than q, dividing them
+//   (the schema's rule, trace.hpp).
+// - numpy has no bfloat16: uint16 (and int16) arrays are reinterpreted as bf16 or fp16 bit
+//   patterns, and uint8 as e4m3 or e5m2, only when options.dtype names that format;
+//   otherwise an integer q is an error saying so.
+// - Metadata: the file's own __metadata__ wins; an option that disagrees with it is an
+//   error naming both values. A capture with no source after the merge is an error: the
+//   source must be stated ("cuda:<gpu>", "emulated" or "unknown"); "unknown" is kept and is
+//   never treated as a hardware capture.
+// - Every defect throws TraceError with one line naming the file and what was wrong; the
+//   result passes the same validation as read_trace.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/format.hpp"
+#include "traces/trace.hpp"
+
+namespace fb {
+
+enum class CaptureLayout { automatic, bhsd, bshd };
+
+// "auto", "bhsd", "bshd"; nullopt for anything else.
+std::optional<CaptureLayout> parse_capture_layout(std::string_view text);
+
+struct CaptureOptions {
+  std::optional<std::string> source;  // "cuda:<gpu>", "emulated" or "unknown"
+  std::optional<std::string> model;   // the kernel that produced the capture (metadata "model")
+  std::optional<double> softmax_scale;
+  std::optional<bool> causal;
+  std::optional<Format> dtype;  // the format of q, k, v (and how integer arrays are read)
+  CaptureLayout layout = CaptureLayout::automatic;
+
+  bool any() const {
+    return source || model || softmax_scale || causal || dtype || layout != CaptureLayout::automatic;
+  }
+};
+
+// Reads one capture: a single .safetensors or .npz file, or one or more .npy files, or a
+// directory holding .npy files. Throws TraceError (see the contract above).
+Trace import_capture(const std::vector<std::filesystem::path>& paths, const CaptureOptions& options);
+
+}  // namespace fb
