@@ -101,7 +101,8 @@ struct HardwareArith {
           for (int i = 0; i < k; ++i) s = std::fma(a[i], b[i], s);
           return s;
         }
-        case DotKind::fp64_fma_chain: break;
+        case DotKind::fp64_fma_chain:
+          break;
       }
     }
     double s = c;

@@ -49,17 +49,17 @@ struct Tensor4 {
 };
 
 struct AttentionInputs {
-  Tensor4 q, k, v;              // values exactly representable in `dtype`
-  std::optional<Tensor4> d_o;   // upstream gradient; when present the backward runs
-  Format dtype = formats::bf16; // input/output dtype of the kernel (bf16 or fp16, e4m3 for fp8)
-  double softmax_scale = 0.0;   // 0 means 1/sqrt(head dim)
+  Tensor4 q, k, v;               // values exactly representable in `dtype`
+  std::optional<Tensor4> d_o;    // upstream gradient; when present the backward runs
+  Format dtype = formats::bf16;  // input/output dtype of the kernel (bf16 or fp16, e4m3 for fp8)
+  double softmax_scale = 0.0;    // 0 means 1/sqrt(head dim)
   bool causal = false;
 };
 
 struct AttentionOutputs {
-  Tensor4 o;                    // [b][h][n][d], values of the output dtype
-  Tensor4 lse;                  // [b][h][n][1], fp32 values (natural log)
-  std::optional<Tensor4> delta; // [b][h][n][1]
+  Tensor4 o;                     // [b][h][n][d], values of the output dtype
+  Tensor4 lse;                   // [b][h][n][1], fp32 values (natural log)
+  std::optional<Tensor4> delta;  // [b][h][n][1]
   std::optional<Tensor4> dq, dk, dv;
   // FA2-structured backwards: dQ in fp32 before its cast (dq_accum * softmax_scale), as
   // fb-fa2 records it (dq_accum); empty for other models.
@@ -73,7 +73,7 @@ struct AttentionOutputs {
 // "fa2-sm90+dynmax:beta=2,tol=1e-3". Throws std::invalid_argument naming the bad part.
 struct KernelModel;  // defined in attention/kernel_models.hpp
 struct ModelHandle {
-  std::string name;             // canonical name, as printed in reports
+  std::string name;  // canonical name, as printed in reports
   std::shared_ptr<const KernelModel> recipe;
 };
 ModelHandle parse_kernel_model(std::string_view name, const Format& dtype);
@@ -87,15 +87,15 @@ std::vector<KernelModelDescription> describe_kernel_models();
 
 // ---- tracing ------------------------------------------------------------------------
 struct TileRecord {
-  int kv_tile = 0;              // tile index in visiting order
-  int kv_begin = 0, kv_end = 0; // key range
-  double running_max = 0.0;     // m after this tile (the kernel's units)
-  double running_sum = 0.0;     // l after this tile
-  int p_equal_one = 0;          // count of P̄ == 1 exactly in this tile
-  int repeated_max = 0;         // entries tied with the tile's row max (beyond the first)
+  int kv_tile = 0;               // tile index in visiting order
+  int kv_begin = 0, kv_end = 0;  // key range
+  double running_max = 0.0;      // m after this tile (the kernel's units)
+  double running_sum = 0.0;      // l after this tile
+  int p_equal_one = 0;           // count of P̄ == 1 exactly in this tile
+  int repeated_max = 0;          // entries tied with the tile's row max (beyond the first)
   // P·V accumulation of this tile (over all features of the row)
   int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
-  double pv_signed_error = 0.0; // signed error contributed by roundings in this tile (value units)
+  double pv_signed_error = 0.0;  // signed error contributed by roundings in this tile (value units)
   // The kernel's own state after this tile, as an instrumented kernel records it (fb-fa2's
   // trace_l_partial, trace_p, trace_acc_o):
   std::array<double, 4> thread_sums{};  // quad row sums: each thread's partial ℓ (0 otherwise)
@@ -132,7 +132,7 @@ struct RowTrace {
 struct Tracer {
   std::vector<std::array<int, 3>> rows;  // (batch, head, row) to trace; empty = none
   int plot_feature = 0;
-  std::vector<RowTrace> traces;          // filled by run_attention, in `rows` order
+  std::vector<RowTrace> traces;  // filled by run_attention, in `rows` order
 };
 
 // Thrown by run_attention when RunOptions::cancel is set while it runs.
@@ -147,7 +147,7 @@ struct RunOptions {
   // kernel; run_attention then throws Cancelled. Null = never cancelled. The correctly-
   // rounded reference (exact_attention) does not check it.
   const std::atomic<bool>* cancel = nullptr;
-  std::uint64_t seed = 0;       // stochastic rounding stream (+o-sr, sr modes)
+  std::uint64_t seed = 0;  // stochastic rounding stream (+o-sr, sr modes)
   Tracer* tracer = nullptr;
   // Tile sizes; 0 = the recipe's default for this head dim.
   int block_m = 0, block_n = 0;
@@ -195,8 +195,8 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
                                      const RunOptions& opt);
 // The reference's delta of one row from a given O (values of km.output) and dO, rounded once
 // into fp32 in km.o_round (sr: keyed by seed and position).
-double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d,
-                               std::uint64_t seed, std::uint64_t position);
+double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d, std::uint64_t seed,
+                               std::uint64_t position);
 // The reference a model's errors are measured against: `correctly-rounded` with the model's
 // input and output formats and its final cast's mode (+o-MODE), named accordingly.
 ModelHandle correctly_rounded_reference(const KernelModel& like);
@@ -211,8 +211,8 @@ ModelHandle correctly_rounded_reference(const KernelModel& like);
 // kv_heads (0: = heads) makes grouped-query inputs: k and v keep the first head of each
 // group of heads / kv_heads (which must divide heads), so each group's first q head meets
 // the k it was drawn with (a sink row stays a sink row) and its other q heads share it.
-AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
-                              int head_dim, const Format& dtype, bool with_backward, int kv_heads = 0);
+AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen, int head_dim,
+                              const Format& dtype, bool with_backward, int kv_heads = 0);
 std::vector<std::string> scenario_names();
 
 }  // namespace fb::attn

@@ -54,7 +54,8 @@ double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const doub
       return ar.to(km.delta_format, s);
     }
     case DeltaFormula::softmax_backward:
-    default: return 0.0;  // computed from dP∘P by the caller
+    default:
+      return 0.0;  // computed from dP∘P by the caller
   }
 }
 
@@ -162,7 +163,8 @@ struct Span {
 // diagonal block [block_begin, block_begin + block) in steps of step / slice (MASK=True),
 // then `rest` in steps of `step` (MASK=False). Non-causal: [0, n) in steps of `step`
 // (ASSUMED: the tutorial's backward is written for causal attention only).
-void triton_steps(bool causal, int n, int block_begin, int block, int step, int slice, Span rest, std::vector<Span>& out) {
+void triton_steps(bool causal, int n, int block_begin, int block, int step, int slice, Span rest,
+                  std::vector<Span>& out) {
   out.clear();
   auto cover = [&](int b, int e, int st) {
     for (int i = b; i < e; i += st) out.push_back(Span{i, std::min(e, i + st)});
@@ -249,7 +251,8 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
                             double* dk_out, double* dv_out) {
   const int n = g.n, d = g.d;
   const bool materialised = km.structure == Structure::materialised;
-  const int bm = materialised ? std::max(1, n) : g.tiles.bwd_block_m, bn = materialised ? std::max(1, n) : g.tiles.bwd_block_n;
+  const int bm = materialised ? std::max(1, n) : g.tiles.bwd_block_m,
+            bn = materialised ? std::max(1, n) : g.tiles.bwd_block_n;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
   std::fill(dq_out, dq_out + static_cast<std::size_t>(n) * d, 0.0);
   std::fill(dk_out, dk_out + static_cast<std::size_t>(n) * d, 0.0);
@@ -274,9 +277,8 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
             } else {
               const double s = score(km, ar, k, hd.q_row(r), hd.k_row(j), d);
               // P = exp(S - LSE): S (FMT) minus LSE (lse_format) promotes to the wider.
-              const std::optional<Format> sub = km.lse_format && km.sub_format && *km.sub_format == formats::bf16
-                                                    ? km.lse_format
-                                                    : km.sub_format;
+              const std::optional<Format> sub =
+                  km.lse_format && km.sub_format && *km.sub_format == formats::bf16 ? km.lse_format : km.sub_format;
               p = stats[r].lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(sub, s - stats[r].lse)));
             }
             const double dp = ar.to(F, ar.dot(km.pv_dot, 0.0, hd.do_row(r), hd.v_row(j), d));
@@ -299,15 +301,18 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
       for (int j = 0; j < klen; ++j)
         for (int c = 0; c < d; ++c) {
           const std::size_t o = static_cast<std::size_t>(kb + j) * d + c;
-          const double dv_blk = ar.to(F, ar.dot(km.pv_dot, 0.0, pt.data() + static_cast<std::size_t>(j) * bm, hd.dot_row(c) + rb, rlen));
-          const double dk_blk = ar.to(F, ar.dot(km.pv_dot, 0.0, dst.data() + static_cast<std::size_t>(j) * bm, hd.qt_row(c) + rb, rlen));
+          const double dv_blk =
+              ar.to(F, ar.dot(km.pv_dot, 0.0, pt.data() + static_cast<std::size_t>(j) * bm, hd.dot_row(c) + rb, rlen));
+          const double dk_blk =
+              ar.to(F, ar.dot(km.pv_dot, 0.0, dst.data() + static_cast<std::size_t>(j) * bm, hd.qt_row(c) + rb, rlen));
           dv_out[o] = mb == 0 ? dv_blk : ar.op(F, dv_out[o] + dv_blk);
           dk_out[o] = mb == 0 ? dk_blk : ar.op(F, dk_out[o] + dk_blk);
         }
       for (int r = rb; r < re; ++r)
         for (int c = 0; c < d; ++c) {
           const std::size_t o = static_cast<std::size_t>(r) * d + c;
-          const double blk = ar.to(F, ar.dot(km.pv_dot, 0.0, ds_rows.data() + static_cast<std::size_t>(r - rb) * bn, hd.kt_row(c) + kb, klen));
+          const double blk = ar.to(F, ar.dot(km.pv_dot, 0.0, ds_rows.data() + static_cast<std::size_t>(r - rb) * bn,
+                                             hd.kt_row(c) + kb, klen));
           dq_out[o] = nb == 0 ? blk : ar.op(F, dq_out[o] + blk);
         }
     }
@@ -352,19 +357,18 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
   return pairwise_sum(scratch.data(), nk, [&](double a, double b) { return ar.f32(a + b); });
 }
 
-
-#define FB_ATTN_INSTANTIATE(A, E)                                                                                  \
-  template double delta_from_o<A, E>(const KernelModel&, const A&, const E*, const double*, int);               \
-  template double delta_from_dpp<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,  \
-                                       const RowStats&, std::vector<double>&);                                  \
-  template void mma_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,      \
-                                        const std::vector<RowStats>&, const std::vector<double>&, double*,      \
-                                        double*, double*, double*);                                             \
-  template void triton_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,   \
-                                           const std::vector<RowStats>&, const std::vector<double>&, double*,   \
-                                           double*, double*);                                                   \
-  template void tensorop_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, \
-                                             const std::vector<RowStats>&, const std::vector<double>&, double*, \
+#define FB_ATTN_INSTANTIATE(A, E)                                                                                      \
+  template double delta_from_o<A, E>(const KernelModel&, const A&, const E*, const double*, int);                      \
+  template double delta_from_dpp<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,         \
+                                       const RowStats&, std::vector<double>&);                                         \
+  template void mma_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,             \
+                                        const std::vector<RowStats>&, const std::vector<double>&, double*, double*,    \
+                                        double*, double*);                                                             \
+  template void triton_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,          \
+                                           const std::vector<RowStats>&, const std::vector<double>&, double*, double*, \
+                                           double*);                                                                   \
+  template void tensorop_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,        \
+                                             const std::vector<RowStats>&, const std::vector<double>&, double*,        \
                                              double*, double*);
 FB_ATTN_FOR_EACH_ARITH(FB_ATTN_INSTANTIATE)
 #undef FB_ATTN_INSTANTIATE

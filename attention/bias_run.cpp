@@ -67,9 +67,9 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
   report.provenance =
       model.recipe->structure == Structure::correctly_rounded
           ? "the correctly rounded reference (exact attention, rounded once per output): no kernel arithmetic"
-      : model.recipe->hardware_validated()
-          ? "emulated model, all parts validated on hardware"
-          : "emulated model; SFU " + model.recipe->sfu.describe() + " -- parts of this model are unmeasured on hardware";
+      : model.recipe->hardware_validated() ? "emulated model, all parts validated on hardware"
+                                           : "emulated model; SFU " + model.recipe->sfu.describe() +
+                                                 " -- parts of this model are unmeasured on hardware";
   for (int t = 0; t < run.trials; ++t) {
     if (hooks.before_item) hooks.before_item();
     const std::uint64_t seed = trial_seed(run.seed, run.seed_key, static_cast<std::uint64_t>(t));
@@ -78,9 +78,8 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
         run.against ? measure_paired(model, *run.against, in, seed) : measure_errors(model, in, seed, false);
     if (!e.non_finite_rows.empty()) {
       report.non_finite_rows += e.non_finite_rows.size();
-      report.non_finite_where.push_back("trial " + std::to_string(t) + ": " +
-                                        std::to_string(e.non_finite_rows.size()) + " row(s) " +
-                                        describe_rows(e.non_finite_rows, 1, run.seqlen));
+      report.non_finite_where.push_back("trial " + std::to_string(t) + ": " + std::to_string(e.non_finite_rows.size()) +
+                                        " row(s) " + describe_rows(e.non_finite_rows, 1, run.seqlen));
       if (hooks.after_trial) hooks.after_trial();
       continue;
     }

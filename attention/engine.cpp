@@ -120,7 +120,8 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   out.lse = Tensor4(B, H, N, 1);
   Tensor4 o_pre(B, H, N, D);
   const bool backward = in.d_o.has_value();
-  std::vector<std::vector<RowStats>> stats(static_cast<std::size_t>(B) * H, std::vector<RowStats>(static_cast<std::size_t>(N)));
+  std::vector<std::vector<RowStats>> stats(static_cast<std::size_t>(B) * H,
+                                           std::vector<RowStats>(static_cast<std::size_t>(N)));
 
   // fp8 models: incoherent processing and quantisation of Q, K, V (attention/fp8_quant.hpp),
   // with the run's tiles as the +block-quant blocks.
@@ -298,8 +299,12 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       case BackwardKernel::fa2_seqk_parallel:
         mma_backward_head(km, ar, hd, g, st, delta, dq, dk, dv, out.dq_pre_cast->row(b, h, 0));
         break;
-      case BackwardKernel::triton_prescaled_k: triton_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
-      case BackwardKernel::tensor_ops: tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv); break;
+      case BackwardKernel::triton_prescaled_k:
+        triton_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
+        break;
+      case BackwardKernel::tensor_ops:
+        tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
+        break;
     }
     count_backward_rows();
   });
@@ -325,8 +330,8 @@ void check_attention_inputs(const AttentionInputs& in) {
     throw std::invalid_argument("attention: q, k, v must have the same batch, seqlen and head dim");
   if (k.heads != v.heads || (k.heads == 0 ? q.heads != 0 : q.heads % k.heads != 0))
     throw std::invalid_argument("attention: k and v must have the same heads, dividing q's (grouped-query attention)");
-  if (in.d_o && (in.d_o->batch != q.batch || in.d_o->heads != q.heads || in.d_o->rows != q.rows ||
-                 in.d_o->cols != q.cols))
+  if (in.d_o &&
+      (in.d_o->batch != q.batch || in.d_o->heads != q.heads || in.d_o->rows != q.rows || in.d_o->cols != q.cols))
     throw std::invalid_argument("attention: dO must have the shape of O");
   if (q.cols > 256) throw std::invalid_argument("attention: head dim above 256 is not modelled");
 }

@@ -39,9 +39,9 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 template <class E>
 struct HeadData {
   int n = 0, d = 0;
-  std::vector<E> q, k, v, vt;       // rows [n][d]; vt = Vᵀ [d][n]
-  std::vector<E> d_o, d_ot, qt, kt; // backward: dO rows, dOᵀ, Qᵀ, Kᵀ
-  std::vector<E> kp, kpt;           // triton_prescaled_k backward: the host-prescaled K' rows and K'ᵀ
+  std::vector<E> q, k, v, vt;        // rows [n][d]; vt = Vᵀ [d][n]
+  std::vector<E> d_o, d_ot, qt, kt;  // backward: dO rows, dOᵀ, Qᵀ, Kᵀ
+  std::vector<E> kp, kpt;            // triton_prescaled_k backward: the host-prescaled K' rows and K'ᵀ
   const E* q_row(int r) const { return q.data() + static_cast<std::size_t>(r) * d; }
   const E* k_row(int r) const { return k.data() + static_cast<std::size_t>(r) * d; }
   const E* v_row(int r) const { return v.data() + static_cast<std::size_t>(r) * d; }
@@ -71,7 +71,8 @@ void copy_rows(const Tensor4& t, int b, int h, std::vector<E>& rows, std::vector
   if (transposed) {
     transposed->resize(static_cast<std::size_t>(n) * d);
     for (int r = 0; r < n; ++r)
-      for (int c = 0; c < d; ++c) (*transposed)[static_cast<std::size_t>(c) * n + r] = rows[static_cast<std::size_t>(r) * d + c];
+      for (int c = 0; c < d; ++c)
+        (*transposed)[static_cast<std::size_t>(c) * n + r] = rows[static_cast<std::size_t>(r) * d + c];
   }
 }
 
@@ -125,9 +126,9 @@ inline RoundingSpec final_cast_spec(const KernelModel& km, const RunOptions& opt
 
 // ---- constants of the exponent step, computed as the kernel computes them -------------
 struct ScaleConstants {
-  double scale_log2 = 0.0;  // FA2: (float)(softmax_scale * log2(e)) computed in double
-  double qk_scale = 0.0;    // Triton: fp32(sm_scale * 1.44269504)
-  double scale_f = 0.0;     // softmax_scale as the kernel's fp32 / PyTorch's opmath scalar
+  double scale_log2 = 0.0;        // FA2: (float)(softmax_scale * log2(e)) computed in double
+  double qk_scale = 0.0;          // Triton: fp32(sm_scale * 1.44269504)
+  double scale_f = 0.0;           // softmax_scale as the kernel's fp32 / PyTorch's opmath scalar
   double natural_per_unit = 1.0;  // converts the max's units to softmax-argument units
 };
 
@@ -147,9 +148,15 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
     k.scale_f = fp64_tensor_op ? scale : static_cast<double>(static_cast<float>(scale));
   }
   switch (km.scale) {
-    case ScaleHandling::exponent_ffma: k.natural_per_unit = scale; break;
-    case ScaleHandling::log2_units: k.natural_per_unit = std::numbers::ln2; break;
-    case ScaleHandling::multiply_scores: k.natural_per_unit = 1.0; break;
+    case ScaleHandling::exponent_ffma:
+      k.natural_per_unit = scale;
+      break;
+    case ScaleHandling::log2_units:
+      k.natural_per_unit = std::numbers::ln2;
+      break;
+    case ScaleHandling::multiply_scores:
+      k.natural_per_unit = 1.0;
+      break;
   }
   return k;
 }
@@ -189,8 +196,8 @@ double score(const KernelModel& km, const A& ar, const ScaleConstants& sc, const
 // change the result and is not spelled out (NaN scores are not modelled). `repeated_max`
 // (traced rows only) receives the count of entries tied with the tile's max, beyond one.
 template <class A>
-double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n,
-                  double m_old, int* repeated_max) {
+double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n, double m_old,
+                  int* repeated_max) {
   double r = -kInf;
   for (int j = 0; j < n; ++j) r = std::max(r, s[j]);
   if (repeated_max && r != -kInf) {
@@ -203,8 +210,8 @@ double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, 
   if (km.dynmax && r != -kInf) {
     // r_s: entries within tol of the block max, in softmax-argument (natural) units.
     const double raw_per_natural = km.scale == ScaleHandling::exponent_ffma ? sc.natural_per_unit
-                                   : km.scale == ScaleHandling::log2_units ? sc.qk_scale * std::numbers::ln2
-                                                                           : 1.0;
+                                   : km.scale == ScaleHandling::log2_units  ? sc.qk_scale * std::numbers::ln2
+                                                                            : 1.0;
     int r_s = 0;
     if (km.scale == ScaleHandling::multiply_scores) {
       // The authors' attention.py: attn_weights >= (block_row_maxes - 1e-3), a tensor op
@@ -259,15 +266,16 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
       // one FFMA or FMUL then FADD (exponent_argument).
       // FA3 fp8 subtracts Max_offset from the scaled max (one FFMA, assumed), so P̄ <= 2^offset.
       const double offset = km.fp8.p_max_offset;
-      const double max_scaled = m == -kInf ? 0.0
+      const double max_scaled = m == -kInf    ? 0.0
                                 : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset)
                                               : ar.f32(m * sc.scale_log2);
       return kernel_exp2(km, ar, exponent_argument(km, ar, s, sc.scale_log2, max_scaled));
     }
     case ScaleHandling::log2_units: {
       const double mm = m == -kInf ? 0.0 : m;
-      if (two_step) return kernel_exp2(km, ar, ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
-      return kernel_exp2(km, ar, ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
+      if (two_step)
+        return kernel_exp2(km, ar, ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
+      return kernel_exp2(km, ar, ar.fma32(s, sc.qk_scale, -mm));           // qk * qk_scale - m_ij, fused by Triton
     }
     case ScaleHandling::multiply_scores: {
       if (s == -kInf) return 0.0;
@@ -347,8 +355,8 @@ double triton_k_prescale(const KernelModel& km, double softmax_scale) {
 
 // The (arithmetic, element) pairs run_attention() runs the passes with: each pass file
 // instantiates its templates for these, so adding a pair is one line here.
-#define FB_ATTN_FOR_EACH_ARITH(X) \
-  X(::fb::attn::detail::ExactArith, double) \
+#define FB_ATTN_FOR_EACH_ARITH(X)              \
+  X(::fb::attn::detail::ExactArith, double)    \
   X(::fb::attn::detail::HardwareArith, double) \
   X(::fb::attn::detail::HardwareArith, float)
 

@@ -60,16 +60,16 @@ const std::vector<StageField>& recipe_stage_fields() {
       // normalize_softmax_lse (natural); materialised_forward_row; tensorop_backward_head, delta_from_dpp
       {"lse_format", "LSE = F(m + log ℓ) (natural LSE, materialised models, tensor-op backward)",
        &KernelModel::lse_format,
-       [](const KernelModel& m) {
-         return m.lse == LseFormula::natural || materialised(m) || tensor_op_backward(m);
-       }},
+       [](const KernelModel& m) { return m.lse == LseFormula::natural || materialised(m) || tensor_op_backward(m); }},
       // delta_from_o (rounded_products); tensorop_backward_head's dP - delta
-      {"delta_format", "delta's result, the stored delta (delta from rounded products; fa-bf16acc: also dP - delta, "
-       "in PyTorch's promotion of bwd_format and this)", &KernelModel::delta_format,
-       [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
+      {"delta_format",
+       "delta's result, the stored delta (delta from rounded products; fa-bf16acc: also dP - delta, "
+       "in PyTorch's promotion of bwd_format and this)",
+       &KernelModel::delta_format, [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
       // delta_from_o (rounded_products)
       {"delta_product_format", "each product dO·O of delta (delta from rounded products)",
-       &KernelModel::delta_product_format, [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
+       &KernelModel::delta_product_format,
+       [](const KernelModel& m) { return m.delta == DeltaFormula::rounded_products; }},
       // tensorop_backward_head
       {"bwd_format", "every backward tensor op's result (tensor-op backward)", &KernelModel::bwd_format,
        tensor_op_backward},

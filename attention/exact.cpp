@@ -35,8 +35,8 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   // Grouped-query attention: q head h reads k/v head h / group (check_attention_inputs).
   check_attention_inputs(in);
   const int group = Hk > 0 ? H / Hk : 1;
-  const long double scale =
-      in.softmax_scale > 0 ? static_cast<long double>(in.softmax_scale) : (D > 0 ? 1.0L / std::sqrt(static_cast<long double>(D)) : 1.0L);
+  const long double scale = in.softmax_scale > 0 ? static_cast<long double>(in.softmax_scale)
+                                                 : (D > 0 ? 1.0L / std::sqrt(static_cast<long double>(D)) : 1.0L);
   const bool backward = in.d_o.has_value();
   AttentionOutputs out;
   out.o = Tensor4(B, H, N, D);

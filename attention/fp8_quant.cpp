@@ -32,7 +32,8 @@ void quantise_tensor(const Format& format, const Tensor4& src, Tensor4& dst, int
         const double scale = fp8_scale(format, amax, exact);
         descale[(static_cast<std::size_t>(b) * src.heads + h) * blocks + blk] = scale;
         for (int r = r0; r < r1; ++r)
-          for (int c = 0; c < src.cols; ++c) dst.at(b, h, r, c) = fp8_quantise(format, src.at(b, h, r, c), scale, exact);
+          for (int c = 0; c < src.cols; ++c)
+            dst.at(b, h, r, c) = fp8_quantise(format, src.at(b, h, r, c), scale, exact);
       }
 }
 
@@ -73,7 +74,9 @@ std::vector<int> sylvester_hadamard(int d) {
 std::vector<int> incoherent_signs(int d, std::uint64_t seed) {
   std::vector<int> s(static_cast<std::size_t>(d));
   for (int i = 0; i < d; ++i)
-    s[i] = (mix64(mix64(seed ^ 0x2545f4914f6cdd1dull) + static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull) & 1u) ? -1 : 1;
+    s[i] = (mix64(mix64(seed ^ 0x2545f4914f6cdd1dull) + static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull) & 1u)
+               ? -1
+               : 1;
   return s;
 }
 

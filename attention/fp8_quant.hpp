@@ -32,9 +32,9 @@
 namespace fb::attn {
 
 struct Fp8Inputs {
-  Tensor4 q, k, v;           // values of the 8-bit format (exact in double)
-  int q_block_rows = 0;      // rows per Q scale block (seqlen for per-tensor scaling)
-  int kv_block_rows = 0;     // rows per K/V scale block
+  Tensor4 q, k, v;        // values of the 8-bit format (exact in double)
+  int q_block_rows = 0;   // rows per Q scale block (seqlen for per-tensor scaling)
+  int kv_block_rows = 0;  // rows per K/V scale block
   int q_blocks = 1, kv_blocks = 1;
   // Descale factors, index (batch * heads + head) * blocks + block.
   std::vector<double> q_descale, k_descale, v_descale;

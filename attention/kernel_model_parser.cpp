@@ -75,8 +75,10 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     const std::string variant = p.substr(0, colon);
     if (RoundingMode mode{}; m.structure == Structure::correctly_rounded &&
                              !(variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), mode))) {
-      throw std::invalid_argument("correctly-rounded takes only +o-MODE (the rounding mode of its one rounding per "
-                                  "output), not '+" + p + "': it has no kernel arithmetic to vary");
+      throw std::invalid_argument(
+          "correctly-rounded takes only +o-MODE (the rounding mode of its one rounding per "
+          "output), not '+" +
+          p + "': it has no kernel arithmetic to vary");
     }
     if (variant == "dynmax") {
       m.dynmax = true;
@@ -142,9 +144,10 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       m.o_round = mode;
       canonical += "+" + variant;
     } else {
-      throw std::invalid_argument("unknown variant '+" + variant +
-                                  "' (dynmax, unfused-exp, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, o-rto; fp8 models: "
-                                  "block-quant, hadamard, promote)");
+      throw std::invalid_argument(
+          "unknown variant '+" + variant +
+          "' (dynmax, unfused-exp, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, o-rto; fp8 models: "
+          "block-quant, hadamard, promote)");
     }
   }
   // fp8 models feed the tensor cores the quantised operands.
@@ -158,30 +161,37 @@ std::vector<KernelModelDescription> describe_kernel_models() {
   std::vector<KernelModelDescription> out;
   for (const KernelModel& m : base_kernel_models(formats::bf16)) out.push_back({m.base, m.description, m.sources});
   out.push_back({"+dynmax[:beta=B,tol=T]",
-                   "Qiu & Yao's dynamic max: per KV block, if >1 score ties the row max r_m (within tol), use "
-                   "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3). "
-                   "Tensor-op models (fa-bf16acc, standard-*, golden-*) count scores >= r_m - tol computed in the "
-                   "scores' format, as the authors' code does; kernel models compare exactly", ""});
+                 "Qiu & Yao's dynamic max: per KV block, if >1 score ties the row max r_m (within tol), use "
+                 "m = beta*r_m (r_m > 0) or 0 (r_m < 0); exact in real arithmetic (defaults beta=2, tol=1e-3). "
+                 "Tensor-op models (fa-bf16acc, standard-*, golden-*) count scores >= r_m - tol computed in the "
+                 "scores' format, as the authors' code does; kernel models compare exactly",
+                 ""});
   out.push_back({"+unfused-exp",
-                   "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
-                   "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA", ""});
+                 "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
+                 "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA",
+                 ""});
   out.push_back({"+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)", ""});
   out.push_back({"+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)", ""});
-  out.push_back({"+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O", ""});
+  out.push_back(
+      {"+o-sr", "stochastic rounding (24 random bits, keyed by seed and element) of the final cast of O", ""});
   out.push_back({"+o-rtz, +o-rup, +o-rdn, +o-rna, +o-rto",
-                   "the final cast of O in that rounding mode instead of the recipe's RNE (what `sweep --round` selects)", ""});
+                 "the final cast of O in that rounding mode instead of the recipe's RNE (what `sweep --round` selects)",
+                 ""});
   out.push_back({"+block-quant",
-                   "fp8 models: one e4m3 scale per Br x d block of Q and Bc x d block of K and V (the run's tiles), "
-                   "FA3 paper §3.3. Descales (ASSUMED placement, FA3's kernel has per-tensor descales only): "
-                   "S = fp32(S * fp32(q_descale_i * k_descale_j)) before the softmax; each KV tile's P·V runs from "
-                   "C = 0 and is added as acc = fma(tile, v_descale_j, acc) in fp32", ""});
+                 "fp8 models: one e4m3 scale per Br x d block of Q and Bc x d block of K and V (the run's tiles), "
+                 "FA3 paper §3.3. Descales (ASSUMED placement, FA3's kernel has per-tensor descales only): "
+                 "S = fp32(S * fp32(q_descale_i * k_descale_j)) before the softmax; each KV tile's P·V runs from "
+                 "C = 0 and is added as acc = fma(tile, v_descale_j, acc) in fp32",
+                 ""});
   out.push_back({"+hadamard",
-                   "fp8 models: incoherent processing, Q and K rows times (random +-1 diagonal)(Hadamard/sqrt(d)) "
-                   "before quantisation, in fp64; seed from RunOptions::seed (--seed); head dim a power of two", ""});
+                 "fp8 models: incoherent processing, Q and K rows times (random +-1 diagonal)(Hadamard/sqrt(d)) "
+                 "before quantisation, in fp64; seed from RunOptions::seed (--seed); head dim a power of two",
+                 ""});
   out.push_back({"+promote[:N]",
-                   "fp8 models: DeepSeek-V3 fp32 promotion, every N products (multiple of 32, default 128) the "
-                   "tensor-core partial sum (from C = 0, e8m13-truncated steps) is added into an fp32 accumulator "
-                   "by an fp32 add; applies to both S = QK^T and P·V", ""});
+                 "fp8 models: DeepSeek-V3 fp32 promotion, every N products (multiple of 32, default 128) the "
+                 "tensor-core partial sum (from C = 0, e8m13-truncated steps) is added into an fp32 accumulator "
+                 "by an fp32 add; applies to both S = QK^T and P·V",
+                 ""});
   return out;
 }
 

@@ -44,14 +44,10 @@ DotSpec torch_matmul_dot(const std::optional<Format>& input) {
 // 32, 64, 96, 128, 160, 192, 224, 256; a smaller head dim runs the next larger one.
 std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
   return {
-      {32, TileSizes{128, 128, 128, 128}},
-      {64, TileSizes{128, 128, 128, 128}},
-      {96, TileSizes{128, 64, 64, 128}},
-      {128, TileSizes{128, 64, 64, 128}},
-      {160, TileSizes{128, 64, 64, 64}},
-      {192, TileSizes{128, 64, 64, 64}},
-      {224, TileSizes{128, 64, 64, 64}},
-      {256, hopper ? TileSizes{64, 64, 64, 64} : TileSizes{128, 64, 64, 64}},
+      {32, TileSizes{128, 128, 128, 128}}, {64, TileSizes{128, 128, 128, 128}},
+      {96, TileSizes{128, 64, 64, 128}},   {128, TileSizes{128, 64, 64, 128}},
+      {160, TileSizes{128, 64, 64, 64}},   {192, TileSizes{128, 64, 64, 64}},
+      {224, TileSizes{128, 64, 64, 64}},   {256, hopper ? TileSizes{64, 64, 64, 64} : TileSizes{128, 64, 64, 64}},
   };
 }
 
@@ -60,8 +56,9 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.base = name;
   m.description = "FlashAttention-2 (Dao-AILab csrc v2) as docs/DESIGN.md §6, " + tc +
                   " tensor-core model, KV blocks last to first, SFUs: correct rounding (UNMEASURED)";
-  m.sources = "FA2 softmax.h, flash_fwd_kernel.h, flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h; "
-              "tiles: flash_fwd_launch_template.h run_mha_fwd_hdim64/hdim128, flash_bwd_launch_template.h";
+  m.sources =
+      "FA2 softmax.h, flash_fwd_kernel.h, flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h; "
+      "tiles: flash_fwd_launch_template.h run_mha_fwd_hdim64/hdim128, flash_bwd_launch_template.h";
   m.input = dtype;
   m.output = dtype;
   m.structure = Structure::online_softmax;
@@ -108,15 +105,18 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
 //   (gpu/capture_torch.py tiles the heads to 64 and records the kernels that ran).
 KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
   KernelModel m = fa2(name, tc, dtype, hopper);
-  m.description = "FlashAttention-2 as PyTorch ships it (SDPA flash backend): FA2's steps and tiles with the "
-                  "exponent argument unfused (FMUL, FADD), libdevice exp2f (x < -126: ex2(x/2)^2), IEEE "
-                  "reciprocal 1/l, no flush to zero; " + tc + " tensor-core model; split-KV not modelled";
-  m.sources = "PyTorch aten/src/ATen/native/transformers/cuda/flash_attn/softmax.h (#define UNFUSE_FMA; "
-              "scale_apply_exp2; normalize_softmax_lse: inv_sum = 1.f / sum, lse = row_max * softmax_scale + "
-              "__logf(sum)), flash_api.cpp (set_params_fprop: scale_softmax_log2 = softmax_scale * M_LOG2E; "
-              "set_params_splitkv/num_splits_heuristic with 2*SMs), flash_fwd/bwd_launch_template.h (tiles as "
-              "upstream FA2); no fast math and the three compiled forms above: SASS of torch 2.11.0+cu130 "
-              "(cuobjdump -sass libtorch_cuda.so, NVIDIA H200, 2026-11-26; traces/hw/h200/sass/)";
+  m.description =
+      "FlashAttention-2 as PyTorch ships it (SDPA flash backend): FA2's steps and tiles with the "
+      "exponent argument unfused (FMUL, FADD), libdevice exp2f (x < -126: ex2(x/2)^2), IEEE "
+      "reciprocal 1/l, no flush to zero; " +
+      tc + " tensor-core model; split-KV not modelled";
+  m.sources =
+      "PyTorch aten/src/ATen/native/transformers/cuda/flash_attn/softmax.h (#define UNFUSE_FMA; "
+      "scale_apply_exp2; normalize_softmax_lse: inv_sum = 1.f / sum, lse = row_max * softmax_scale + "
+      "__logf(sum)), flash_api.cpp (set_params_fprop: scale_softmax_log2 = softmax_scale * M_LOG2E; "
+      "set_params_splitkv/num_splits_heuristic with 2*SMs), flash_fwd/bwd_launch_template.h (tiles as "
+      "upstream FA2); no fast math and the three compiled forms above: SASS of torch 2.11.0+cu130 "
+      "(cuobjdump -sass libtorch_cuda.so, NVIDIA H200, 2026-11-26; traces/hw/h200/sass/)";
   m.exponent_argument = ExponentArgument::fmul_fadd;
   m.exp2_function = Exp2Function::exp2f_libdevice;
   m.normalisation = Normalisation::ieee_reciprocal;
@@ -130,8 +130,9 @@ KernelModel standard(const Format& f) {
   m.description = std::string("materialised attention as PyTorch eager runs it in ") + f.name +
                   ": each matmul fp32-accumulated and rounded to " + f.name +
                   ", softmax in fp32 from the rounded scores, rounded to " + f.name;
-  m.sources = "docs/CLI.md; FlashAttention-3 paper's baseline; PyTorch softmax kernels (fp32 accumulate, "
-              "reduction order modelled as pairwise: an assumption)";
+  m.sources =
+      "docs/CLI.md; FlashAttention-3 paper's baseline; PyTorch softmax kernels (fp32 accumulate, "
+      "reduction order modelled as pairwise: an assumption)";
   m.input = f;
   m.output = f;
   m.structure = Structure::materialised;
@@ -165,10 +166,12 @@ KernelModel standard(const Format& f) {
 KernelModel golden(const std::optional<Format>& f, const std::string& fname, bool flash) {
   KernelModel m;
   m.base = "golden-" + fname + (flash ? "-flash" : "-baseline");
-  m.description = std::string("Golden et al. microbenchmark, ") + (flash ? "Flash (tiled online softmax)" : "Baseline (materialised)") +
+  m.description = std::string("Golden et al. microbenchmark, ") +
+                  (flash ? "Flash (tiled online softmax)" : "Baseline (materialised)") +
                   ", every tensor op rounded to " + fname + ", fp32 inside matmuls/sums/softmax";
-  m.sources = "Golden et al. 2024 'Is Flash Attention Stable?' (docs/DESIGN.md §8); tiles B_c = ceil(M/4d), "
-              "B_r = min(ceil(M/4d), d) with M = 32768 elements (assumed SRAM size)";
+  m.sources =
+      "Golden et al. 2024 'Is Flash Attention Stable?' (docs/DESIGN.md §8); tiles B_c = ceil(M/4d), "
+      "B_r = min(ceil(M/4d), d) with M = 32768 elements (assumed SRAM size)";
   const Format io = f ? *f : formats::fp32;  // fp64 values are reported as they are (Tensor4 holds doubles)
   m.input = io;
   m.output = io;
@@ -233,26 +236,28 @@ KernelModel fa_bf16acc() {
       "(torch.compile, whose fusions can skip bf16 roundings: eager semantics modelled); causal runs: their "
       "loop also visits KV tiles wholly above the diagonal (a clamped block sum of 1e-10, and with STABLE=1 a "
       "max of 0), which the model skips";
-  m.sources = "docs/DESIGN.md §7; ucker/why-low-precision-training-fails attention.py and train.py @30ef0216 (dtypes "
-              "per PyTorch autocast and type promotion; einsum and sum reduction orders assumed)";
+  m.sources =
+      "docs/DESIGN.md §7; ucker/why-low-precision-training-fails attention.py and train.py @30ef0216 (dtypes "
+      "per PyTorch autocast and type promotion; einsum and sum reduction orders assumed)";
   m.input = formats::bf16;
   m.output = formats::bf16;
   m.structure = Structure::online_softmax;
   m.kv_order = KvOrder::first_to_last;
   m.tiles_by_head_dim = {{0, TileSizes{512, 512, 512, 512}}};
   m.score_dot = tensor_core_dot("sm80");
-  m.score_format = formats::bf16;       // einsum under autocast returns bf16
+  m.score_format = formats::bf16;  // einsum under autocast returns bf16
   m.scale = ScaleHandling::multiply_scores;
   m.scaled_score_format = formats::bf16;
-  m.scale_in_input_dtype = false;        // python float scalar times a bf16 tensor: op in bf16 (scale kept exact until the op)
+  m.scale_in_input_dtype =
+      false;  // python float scalar times a bf16 tensor: op in bf16 (scale kept exact until the op)
   m.max_format = formats::bf16;
-  m.sub_format = formats::bf16;          // S - m in bf16
-  m.p_format = formats::fp32;            // exp autocast to fp32
+  m.sub_format = formats::bf16;  // S - m in bf16
+  m.p_format = formats::fp32;    // exp autocast to fp32
   m.row_sum = RowSumOrder::pairwise;
-  m.row_sum_internal = formats::fp32;    // l update in fp32, stored to bf16
+  m.row_sum_internal = formats::fp32;  // l update in fp32, stored to bf16
   m.row_sum_format = formats::bf16;
-  m.row_sum_clamp_min = 1e-10;           // block_row_sums = exp_weights.sum(...).clamp(min = EPSILON), fp32
-  m.p_cast = formats::bf16;              // einsum's autocast, after exp_weights.sum ran in fp32
+  m.row_sum_clamp_min = 1e-10;  // block_row_sums = exp_weights.sum(...).clamp(min = EPSILON), fp32
+  m.p_cast = formats::bf16;     // einsum's autocast, after exp_weights.sum ran in fp32
   m.pv_dot = tensor_core_dot("sm80");
   m.o_acc = OAccumulator::buffer;
   m.o_buffer_format = formats::bf16;
@@ -314,21 +319,21 @@ KernelModel triton_tutorial(const Format& dtype) {
   m.tiles_by_head_dim = {{0, TileSizes{128, 64, 32, 128}}};
   m.score_dot = tensor_core_dot("sm80");  // tl.dot(q, k), fp32 accumulator
   m.score_format = formats::fp32;
-  m.scale = ScaleHandling::log2_units;   // m_ij = max(m_i, max(qk)*qk_scale); exp2(qk*qk_scale - m_ij)
+  m.scale = ScaleHandling::log2_units;     // m_ij = max(m_i, max(qk)*qk_scale); exp2(qk*qk_scale - m_ij)
   m.causal_band_two_step_exponent = true;  // causal on-band: qk = qk*qk_scale + mask; qk -= m_ij
   m.max_format = formats::fp32;
   m.p_format = formats::fp32;
-  m.row_sum = RowSumOrder::pairwise;      // l_ij = tl.sum(p, 1) (order assumed)
-  m.row_sum_over_full_tile = true;        // tl.sum over all BLOCK_N columns, masked ones are 0
+  m.row_sum = RowSumOrder::pairwise;  // l_ij = tl.sum(p, 1) (order assumed)
+  m.row_sum_over_full_tile = true;    // tl.sum over all BLOCK_N columns, masked ones are 0
   m.row_sum_internal = formats::fp32;
   m.row_sum_format = formats::fp32;
-  m.l_init_one = true;                    // l_i = zeros + 1.0
-  m.l_update_fma = true;                  // l_i = l_i*alpha + l_ij, fused
-  m.p_cast = dtype;                       // p.to(tl.float16), after tl.sum(p) (bf16: adaptation, see above)
-  m.pv_dot = tensor_core_dot("sm80");     // acc = tl.dot(p, v, acc)
+  m.l_init_one = true;                 // l_i = zeros + 1.0
+  m.l_update_fma = true;               // l_i = l_i*alpha + l_ij, fused
+  m.p_cast = dtype;                    // p.to(tl.float16), after tl.sum(p) (bf16: adaptation, see above)
+  m.pv_dot = tensor_core_dot("sm80");  // acc = tl.dot(p, v, acc)
   m.o_acc = OAccumulator::mma_c;
   m.normalisation = Normalisation::divide_fp32;  // acc / l_i (div.full.f32 modelled as correctly rounded)
-  m.lse = LseFormula::log2_units;         // M = m_i + log2(l_i)
+  m.lse = LseFormula::log2_units;                // M = m_i + log2(l_i)
   m.sfu = correct_sfu_set();
   m.ftz = false;
   // _attn_bwd_preprocess: o (stored dtype) * do.to(fp32): products exact in fp32, tl.sum in fp32.
@@ -347,11 +352,8 @@ KernelModel triton_tutorial(const Format& dtype) {
 // (Causal runs use other kBlockN values; not modelled.) FA3 has no fp8 backward.
 std::vector<std::pair<int, TileSizes>> fa3_fp8_tiles() {
   return {
-      {64, TileSizes{192, 160, 192, 160}},
-      {96, TileSizes{192, 128, 192, 128}},
-      {128, TileSizes{128, 224, 128, 224}},
-      {192, TileSizes{128, 160, 128, 160}},
-      {256, TileSizes{128, 128, 128, 128}},
+      {64, TileSizes{192, 160, 192, 160}},  {96, TileSizes{192, 128, 192, 128}},  {128, TileSizes{128, 224, 128, 224}},
+      {192, TileSizes{128, 160, 128, 160}}, {256, TileSizes{128, 128, 128, 128}},
   };
 }
 
@@ -360,10 +362,11 @@ std::vector<std::pair<int, TileSizes>> fa3_fp8_tiles() {
 KernelModel fa3_fp8(const Format& dtype) {
   KernelModel m;
   m.base = "fa3-fp8-sm90";
-  m.description = "FlashAttention-3 fp8 forward (hopper/): Q, K, V quantised to e4m3 (per-tensor scale amax/448), "
-                  "S and P·V through sm90-wgmma e4m3 (32 products/step, e8m13 truncation, C chained), softmax fp32, "
-                  "P̄ = ex2(.. + 8) in [0, 256] cast to e4m3, descales folded as FA3 does, O in bf16; "
-                  "SFUs: correct rounding (UNMEASURED); forward only (backward: delta from O, dO)";
+  m.description =
+      "FlashAttention-3 fp8 forward (hopper/): Q, K, V quantised to e4m3 (per-tensor scale amax/448), "
+      "S and P·V through sm90-wgmma e4m3 (32 products/step, e8m13 truncation, C chained), softmax fp32, "
+      "P̄ = ex2(.. + 8) in [0, 256] cast to e4m3, descales folded as FA3 does, O in bf16; "
+      "SFUs: correct rounding (UNMEASURED); forward only (backward: delta from O, dO)";
   m.sources =
       "descales: hopper/flash_fwd_kernel_sm90.h (softmax_scale_log2 *= q_descale * k_descale, Max_offset = 8 "
       "for fp8, descale shape (batch, kv heads)); hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp "
@@ -414,12 +417,14 @@ KernelModel fa3_fp8(const Format& dtype) {
 KernelModel standard_fp8(const Format& dtype) {
   KernelModel m = standard(formats::fp16);
   m.base = "standard-fp8";
-  m.description = "FA3 paper's baseline fp8: materialised attention, Q, K, V per-tensor e4m3, fp8 GEMMs on "
-                  "sm90-wgmma with fp32 promotion every 128 products, scores and softmax output in fp16 (fp32 "
-                  "inside), P quantised as e4m3(P*448), O in fp16; forward only (backward: delta from O, dO)";
-  m.sources = "FA3 paper arXiv 2407.08608 §4.3 ('per-tensor scaling, matmul accumulator in FP32, intermediate "
-              "softmax results kept in FP16'); GEMM accumulation, P scaling and descale placement ASSUMED "
-              "(see description); softmax as standard-fp16";
+  m.description =
+      "FA3 paper's baseline fp8: materialised attention, Q, K, V per-tensor e4m3, fp8 GEMMs on "
+      "sm90-wgmma with fp32 promotion every 128 products, scores and softmax output in fp16 (fp32 "
+      "inside), P quantised as e4m3(P*448), O in fp16; forward only (backward: delta from O, dO)";
+  m.sources =
+      "FA3 paper arXiv 2407.08608 §4.3 ('per-tensor scaling, matmul accumulator in FP32, intermediate "
+      "softmax results kept in FP16'); GEMM accumulation, P scaling and descale placement ASSUMED "
+      "(see description); softmax as standard-fp16";
   m.input = dtype;
   m.output = formats::fp16;
   m.score_dot = tensor_core_dot("sm90-wgmma");
@@ -494,7 +499,9 @@ bool KernelModel::hardware_validated() const {
   // The reference has no hardware part to validate (no tensor cores, no SFUs): true vacuously;
   // reports say it is the reference (tools name it so), not that it was measured.
   if (structure == Structure::correctly_rounded) return true;
-  auto dot_ok = [](const DotSpec& d) { return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated); };
+  auto dot_ok = [](const DotSpec& d) {
+    return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated);
+  };
   return dot_ok(score_dot) && dot_ok(pv_dot) && sfu_hardware_measured(*this);
 }
 

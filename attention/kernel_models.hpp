@@ -39,8 +39,8 @@ enum class DotKind : std::uint8_t {
 };
 struct DotSpec {
   DotKind kind = DotKind::tensor_core;
-  std::string tensor_core;                  // model name, e.g. "sm80", "sm90-mma"
-  const TensorCoreModel* model = nullptr;   // resolved for the input format at parse time
+  std::string tensor_core;                 // model name, e.g. "sm80", "sm90-mma"
+  const TensorCoreModel* model = nullptr;  // resolved for the input format at parse time
   // +promote:N (DeepSeek-V3's fp32 promotion): 0 = off. Otherwise the tensor core runs
   // each group of N products from C = 0 (chained fused steps, the model's own output
   // rounding, e.g. e8m13 truncation) and the group's result is added into an fp32
@@ -80,12 +80,12 @@ enum class Exp2Function : std::uint8_t {
 
 // Order of the row sum ℓ.
 enum class RowSumOrder : std::uint8_t {
-  fa2_quad,   // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
-              // quad sum (t0+t2)+(t1+t3) once at the end of the forward
-  pairwise,   // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
-  fa3_quad,   // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
-              // (starting from its first column), then adds that tile sum to its running
-              // sum; quad sum at the end as fa2_quad
+  fa2_quad,  // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
+             // quad sum (t0+t2)+(t1+t3) once at the end of the forward
+  pairwise,  // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
+  fa3_quad,  // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
+             // (starting from its first column), then adds that tile sum to its running
+             // sum; quad sum at the end as fa2_quad
 };
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
@@ -94,10 +94,10 @@ enum class RowSumOrder : std::uint8_t {
 struct Fp8Quantisation {
   bool enabled = false;
   Format format = formats::e4m3;
-  bool block = false;        // +block-quant: one scale per Br x d block of Q and Bc x d block of K, V
-  bool hadamard = false;     // +hadamard: Q, K times (random +-1 diagonal)(normalised Hadamard)
-  int p_max_offset = 0;      // FA3 Max_offset: P̄ = ex2(S*scale_log2 - (m*scale_log2 - offset)) in [0, 2^offset]
-  double p_scale = 1.0;      // materialised baseline: P times p_scale (fp32) before the e4m3 cast
+  bool block = false;     // +block-quant: one scale per Br x d block of Q and Bc x d block of K, V
+  bool hadamard = false;  // +hadamard: Q, K times (random +-1 diagonal)(normalised Hadamard)
+  int p_max_offset = 0;   // FA3 Max_offset: P̄ = ex2(S*scale_log2 - (m*scale_log2 - offset)) in [0, 2^offset]
+  double p_scale = 1.0;   // materialised baseline: P times p_scale (fp32) before the e4m3 cast
   std::optional<Format> p_before_cast;  // materialised baseline: P stored in this format first (fp16)
 };
 
@@ -119,19 +119,19 @@ enum class Normalisation : std::uint8_t {
 };
 
 enum class LseFormula : std::uint8_t {
-  fa2,        // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
-  fa3,        // FA3 finalize: fma(m, fp32(scale_log2 * ln2), __logf(l * 2^-max_offset)), scale_log2
-              // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
-  log2_units, // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
-  natural,    // PyTorch: fp32(m + log(ℓ)) with m already scaled
+  fa2,         // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
+  fa3,         // FA3 finalize: fma(m, fp32(scale_log2 * ln2), __logf(l * 2^-max_offset)), scale_log2
+               // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
+  log2_units,  // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
+  natural,     // PyTorch: fp32(m + log(ℓ)) with m already scaled
 };
 
 enum class DeltaFormula : std::uint8_t {
-  fa2_threads,        // per-thread sequential fp32 over 8 contiguous columns per chunk, butterfly
-  rounded_products,   // products rounded to `delta_product_format`, summed pairwise in fp32, returned in
-                      // delta_format (Qiu & Yao under autocast: bf16 products, an fp32 sum; Triton
-                      // tl.sum(o * do) with do in fp32: fp32 products)
-  softmax_backward,   // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
+  fa2_threads,       // per-thread sequential fp32 over 8 contiguous columns per chunk, butterfly
+  rounded_products,  // products rounded to `delta_product_format`, summed pairwise in fp32, returned in
+                     // delta_format (Qiu & Yao under autocast: bf16 products, an fp32 sum; Triton
+                     // tl.sum(o * do) with do in fp32: fp32 products)
+  softmax_backward,  // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
 };
 
 // Which backward kernel structure the recipe runs (after delta).
@@ -146,14 +146,14 @@ enum class BackwardKernel : std::uint8_t {
 };
 
 struct TileSizes {
-  int block_m = 128, block_n = 128;          // forward
-  int bwd_block_m = 64, bwd_block_n = 128;   // backward
+  int block_m = 128, block_n = 128;         // forward
+  int bwd_block_m = 64, bwd_block_n = 128;  // backward
 };
 
 struct KernelModel {
-  std::string base;          // base name, e.g. "fa2-sm90"
-  std::string description;   // one line for `flashbits models`
-  std::string sources;       // where the recipe's facts come from
+  std::string base;               // base name, e.g. "fa2-sm90"
+  std::string description;        // one line for `flashbits models`
+  std::string sources;            // where the recipe's facts come from
   Format input = formats::bf16;   // q, k, v, dO
   Format output = formats::bf16;  // O, dQ, dK, dV
   Structure structure = Structure::online_softmax;
@@ -164,21 +164,21 @@ struct KernelModel {
 
   // ---- scores ----
   DotSpec score_dot;
-  std::optional<Format> score_format;         // S = F(Q·Kᵀ); fp32 for FA2
+  std::optional<Format> score_format;  // S = F(Q·Kᵀ); fp32 for FA2
   ScaleHandling scale = ScaleHandling::exponent_ffma;
   ExponentArgument exponent_argument = ExponentArgument::ffma;  // exponent_ffma models
-  Exp2Function exp2_function = Exp2Function::ex2_approx_ftz;   // online models' exp2f
-  std::optional<Format> scaled_score_format;  // multiply_scores: S = F(S * scale)
-  bool scale_in_input_dtype = false;          // the scale is first rounded to that format (a bf16 tensor op)
+  Exp2Function exp2_function = Exp2Function::ex2_approx_ftz;    // online models' exp2f
+  std::optional<Format> scaled_score_format;                    // multiply_scores: S = F(S * scale)
+  bool scale_in_input_dtype = false;  // the scale is first rounded to that format (a bf16 tensor op)
   // ---- max, exponent, sum ----
-  std::optional<Format> max_format;           // the m buffer (fp32 for FA2, bf16 for fa-bf16acc)
-  std::optional<Format> sub_format;           // multiply_scores: S - m rounded to this
-  std::optional<Format> p_format;             // P̄ as stored after exp (fp32; FMT for golden)
+  std::optional<Format> max_format;  // the m buffer (fp32 for FA2, bf16 for fa-bf16acc)
+  std::optional<Format> sub_format;  // multiply_scores: S - m rounded to this
+  std::optional<Format> p_format;    // P̄ as stored after exp (fp32; FMT for golden)
   RowSumOrder row_sum = RowSumOrder::fa2_quad;
-  std::optional<Format> row_sum_internal;     // format of the ℓ update's operations
-  std::optional<Format> row_sum_format;       // the ℓ buffer
-  bool l_init_one = false;                    // Triton initialises l = 1 (harmless: the first α is 0)
-  bool l_update_fma = false;                  // Triton: l = fma(l, α, rowsum) (fp-fusion)
+  std::optional<Format> row_sum_internal;  // format of the ℓ update's operations
+  std::optional<Format> row_sum_format;    // the ℓ buffer
+  bool l_init_one = false;                 // Triton initialises l = 1 (harmless: the first α is 0)
+  bool l_update_fma = false;               // Triton: l = fma(l, α, rowsum) (fp-fusion)
   // Pairwise (tensor-op) row sums: each KV tile's sum is clamped from below to this value,
   // taken in row_sum_internal, before it joins ℓ (0 = no clamp). Qiu & Yao's attention.py:
   // block_row_sums = exp_weights.sum(-1).clamp(min = EPSILON), EPSILON = 1e-10, in fp32.
@@ -191,23 +191,23 @@ struct KernelModel {
   // changes the pairing on the diagonal tile; otherwise over the visible keys only.
   bool row_sum_over_full_tile = false;
   // ---- P̄ cast and P·V ----
-  std::optional<Format> p_cast;               // P̄ for the P·V matmul; every recipe sums ℓ from P̄ before this cast
+  std::optional<Format> p_cast;  // P̄ for the P·V matmul; every recipe sums ℓ from P̄ before this cast
   DotSpec pv_dot;
   OAccumulator o_acc = OAccumulator::mma_c;
-  std::optional<Format> o_buffer_format;      // buffer: O's format; also the division's
-  std::optional<Format> pv_result_format;     // buffer: F(P̄V)
+  std::optional<Format> o_buffer_format;   // buffer: O's format; also the division's
+  std::optional<Format> pv_result_format;  // buffer: F(P̄V)
   // ---- end of forward ----
   Normalisation normalisation = Normalisation::rcp_multiply;
   LseFormula lse = LseFormula::fa2;
-  std::optional<Format> lse_format;           // natural: LSE rounded to this (fp32)
-  SfuSet sfu;                                 // ex2 / rcp / lg2 models (FA2, Triton)
-  bool ftz = true;                            // fp32 ops flush subnormal results (fast math)
+  std::optional<Format> lse_format;  // natural: LSE rounded to this (fp32)
+  SfuSet sfu;                        // ex2 / rcp / lg2 models (FA2, Triton)
+  bool ftz = true;                   // fp32 ops flush subnormal results (fast math)
 
   // ---- backward ----
   DeltaFormula delta = DeltaFormula::fa2_threads;
-  std::optional<Format> delta_format;         // rounded_products: the result (the stored delta / D tensor)
-  std::optional<Format> delta_product_format; // rounded_products: each product dO·O
-  std::optional<Format> bwd_format;           // tensor-op models: every op's result (dP, dS, ...)
+  std::optional<Format> delta_format;          // rounded_products: the result (the stored delta / D tensor)
+  std::optional<Format> delta_product_format;  // rounded_products: each product dO·O
+  std::optional<Format> bwd_format;            // tensor-op models: every op's result (dP, dS, ...)
   BackwardKernel backward = BackwardKernel::fa2_seqk_parallel;
   // triton_prescaled_k: the host multiplies K by (softmax_scale * bwd_k_prescale) in double
   // (Python floats), PyTorch passes it to the kernel as an fp32 scalar and rounds
@@ -226,8 +226,8 @@ struct KernelModel {
   // ---- variants (suffixes) ----
   bool dynmax = false;
   double dynmax_beta = 2.0, dynmax_tol = 1e-3;
-  bool delta_dpp = false;   // delta = rowsum(dP∘P)
-  bool o_fp32 = false;      // delta from O kept in fp32 (before the final cast)
+  bool delta_dpp = false;  // delta = rowsum(dP∘P)
+  bool o_fp32 = false;     // delta from O kept in fp32 (before the final cast)
   // The final cast of O: rne is every recipe's own (cvt.rn / .to(dtype)); +o-MODE
   // replaces it with MODE in every structure (sr: o_sr_bits random bits keyed by the
   // run's seed and the element's index).
@@ -250,15 +250,15 @@ KernelModel correctly_rounded_recipe(const Format& input, const Format& output);
 // ---- recipe overrides (bias-test --recipe FILE, tools/recipe_file.hpp) ----------------
 // The stages whose result format a recipe file may set: one entry per std::optional<Format>
 // field of KernelModel, named as the member. `used(model)` is whether the engine's passes
-// read the field for that model (attention/engine_stage_uses.cpp, beside them) (its structure, scale handling, accumulator, row sum, LSE,
-// delta and backward kinds, +dynmax), so an override the model would ignore is refused
+// read the field for that model (attention/engine_stage_uses.cpp, beside them) (its structure, scale handling,
+// accumulator, row sum, LSE, delta and backward kinds, +dynmax), so an override the model would ignore is refused
 // instead of dropped. A stage format is any signed format with a zero, or std::nullopt
 // (fp64: no rounding); `p_cast` must in addition hold its values exactly in a float (at
 // most 24 significant bits, exponents within fp32's), since P̄ is fed to the P·V dot as
 // float.
 struct StageField {
-  const char* name;   // e.g. "p_cast"
-  const char* what;   // one line: what the stage is
+  const char* name;  // e.g. "p_cast"
+  const char* what;  // one line: what the stage is
   std::optional<Format> KernelModel::*member;
   bool (*used)(const KernelModel&);
 };

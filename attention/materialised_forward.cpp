@@ -42,9 +42,9 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
     const double raw = ar.dot(km.pv_dot, 0.0, pc.data(), hd.vt_row(c), nk);
     const double dot = km.fp8.enabled ? ar.f32(raw * out_descale) : raw;
     o_pre_out[c] = dot;
-    o_out[c] = km.o_round == RoundingMode::rne || A::exact
-                   ? ar.to(km.pv_result_format, dot)
-                   : ar.to_traced(km.pv_result_format, dot, nullptr, out_spec, o_position + static_cast<std::uint64_t>(c));
+    o_out[c] = km.o_round == RoundingMode::rne || A::exact ? ar.to(km.pv_result_format, dot)
+                                                           : ar.to_traced(km.pv_result_format, dot, nullptr, out_spec,
+                                                                          o_position + static_cast<std::uint64_t>(c));
   }
   st.m = m;
   st.l = l;
@@ -69,11 +69,11 @@ void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& h
   }
 }
 
-#define FB_ATTN_INSTANTIATE(A, E)                                                                                 \
-  template void materialised_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, \
-                                               int, double*, double*, RowStats&, std::vector<double>&,            \
-                                               std::vector<E>&, std::uint64_t, const RunOptions&);                \
-  template void materialised_p_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,  \
+#define FB_ATTN_INSTANTIATE(A, E)                                                                                      \
+  template void materialised_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int, \
+                                               double*, double*, RowStats&, std::vector<double>&, std::vector<E>&,     \
+                                               std::uint64_t, const RunOptions&);                                      \
+  template void materialised_p_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,       \
                                          const RowStats&, double*);
 FB_ATTN_FOR_EACH_ARITH(FB_ATTN_INSTANTIATE)
 #undef FB_ATTN_INSTANTIATE

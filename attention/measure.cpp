@@ -25,8 +25,8 @@ std::vector<double> delta_units(const Format& output_format, const Tensor4& d_o,
   return units;
 }
 
-ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in,
-                                 const AttentionOutputs& exact, std::uint64_t seed) {
+ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in, const AttentionOutputs& exact,
+                                 std::uint64_t seed) {
   RunOptions opt;
   opt.seed = seed;
   const AttentionOutputs cr = round_exact_outputs(*reference.recipe, in, exact, opt);
@@ -45,8 +45,8 @@ ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionIn
 
 ReferenceErrors correctly_rounded_errors(const Format& output_format, const AttentionInputs& in,
                                          const AttentionOutputs& exact) {
-  const ModelHandle reference{
-      "correctly-rounded", std::make_shared<const KernelModel>(correctly_rounded_recipe(in.dtype, output_format))};
+  const ModelHandle reference{"correctly-rounded",
+                              std::make_shared<const KernelModel>(correctly_rounded_recipe(in.dtype, output_format))};
   return reference_errors(reference, in, exact);
 }
 
@@ -82,14 +82,13 @@ void check_inputs_support_statistics(const AttentionInputs& in, const std::strin
     if (!t) continue;
     const std::vector<std::size_t> rows = non_finite_rows(*t);
     if (!rows.empty())
-      throw std::invalid_argument(source + ": tensor " + name + ": NaN or infinity in " +
-                                  std::to_string(rows.size()) + " row(s) " + describe_rows(rows, t->heads, t->rows) +
+      throw std::invalid_argument(source + ": tensor " + name + ": NaN or infinity in " + std::to_string(rows.size()) +
+                                  " row(s) " + describe_rows(rows, t->heads, t->rows) +
                                   "; errors on non-finite inputs support no verdict");
   }
 }
 
-TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed,
-                           bool trace_events) {
+TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed, bool trace_events) {
   RunOptions opt;
   opt.seed = seed;
   Tracer tracer;
@@ -128,8 +127,8 @@ TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, 
   return t;
 }
 
-TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
-                           const AttentionInputs& in, std::uint64_t seed) {
+TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against, const AttentionInputs& in,
+                           std::uint64_t seed) {
   if (std::string(model.recipe->input.name) != against.recipe->input.name ||
       std::string(model.recipe->output.name) != against.recipe->output.name)
     throw std::invalid_argument("--against " + against.name + ": takes " + against.recipe->input.name + " -> " +
@@ -149,8 +148,8 @@ TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
   TrialErrors t;
   t.o_ulps.resize(a.o.data.size());
   for (std::size_t i = 0; i < a.o.data.size(); ++i)
-    t.o_ulps[i] = (a.o.data[i] - b.o.data[i]) /
-                  ulp_at(out_format, std::max(std::fabs(want.o.data[i]), scale.o.data[i]));
+    t.o_ulps[i] =
+        (a.o.data[i] - b.o.data[i]) / ulp_at(out_format, std::max(std::fabs(want.o.data[i]), scale.o.data[i]));
   if (a.delta && b.delta && want.delta && in.d_o) {
     const std::vector<double> unit = delta_units(out_format, *in.d_o, want.o, *want.delta);
     for (std::size_t i = 0; i < a.delta->data.size(); ++i)

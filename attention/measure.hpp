@@ -46,7 +46,7 @@ struct TrialErrors {
   // The correctly rounded reference on the same inputs (reference_errors), in the same
   // units; filled by measure_errors, empty for paired measurements.
   std::vector<double> o_cr_ulps, delta_cr_ulps;
-  std::vector<double> row_max;     // per row: its exact max scaled score (exact_attention's row_max)
+  std::vector<double> row_max;  // per row: its exact max scaled score (exact_attention's row_max)
   // Rows (index b·H·N + h·N + r) where the model's O or delta is NaN or infinite although
   // the inputs are finite: no error of such a row means anything (bias-test reports them
   // and gives no verdict). Their errors are left in o_ulps/delta_ulps (non-finite).
@@ -63,8 +63,8 @@ struct TrialErrors {
 struct ReferenceErrors {
   std::vector<double> o_ulps, delta_ulps;
 };
-ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in,
-                                 const AttentionOutputs& exact, std::uint64_t seed = 0);
+ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in, const AttentionOutputs& exact,
+                                 std::uint64_t seed = 0);
 // The same with RNE into `output_format` (captured traces: every kernel's final cast is RNE).
 ReferenceErrors correctly_rounded_errors(const Format& output_format, const AttentionInputs& in,
                                          const AttentionOutputs& exact);
@@ -77,8 +77,7 @@ std::string describe_rows(const std::vector<std::size_t>& rows, int heads, int s
 // dO. The message names `source` (a file) and the tensor and rows ([b,h,r]) holding them.
 void check_inputs_support_statistics(const AttentionInputs& in, const std::string& source);
 // in.d_o present => delta errors are measured too.
-TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed,
-                           bool trace_events);
+TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed, bool trace_events);
 // Paired difference of two models on the SAME inputs and seed (bias-test --against):
 // what `model` changes relative to `against` (say, a truncating accumulator against one
 // promoted to fp32), with the input noise both share cancelled. O differences are in

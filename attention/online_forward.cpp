@@ -209,12 +209,22 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   for (int c = 0; c < d; ++c) {
     double pre;
     switch (km.normalisation) {
-      case Normalisation::rcp_multiply: pre = ar.f32(acc[c] * (empty ? 1.0 : ar.rcp(l))); break;
-      case Normalisation::ieee_reciprocal: pre = ar.f32(acc[c] * (empty ? 1.0 : ar.f32(1.0 / l))); break;
-      case Normalisation::fa3_finalize: pre = ar.f32(acc[c] * fa3_out_scale); break;
-      case Normalisation::divide_fp32: pre = empty ? acc[c] : ar.f32(acc[c] / l); break;
+      case Normalisation::rcp_multiply:
+        pre = ar.f32(acc[c] * (empty ? 1.0 : ar.rcp(l)));
+        break;
+      case Normalisation::ieee_reciprocal:
+        pre = ar.f32(acc[c] * (empty ? 1.0 : ar.f32(1.0 / l)));
+        break;
+      case Normalisation::fa3_finalize:
+        pre = ar.f32(acc[c] * fa3_out_scale);
+        break;
+      case Normalisation::divide_fp32:
+        pre = empty ? acc[c] : ar.f32(acc[c] / l);
+        break;
       case Normalisation::divide_in_format:
-      default: pre = empty ? acc[c] : ar.op(formats::fp32, acc[c] / l); break;
+      default:
+        pre = empty ? acc[c] : ar.op(formats::fp32, acc[c] / l);
+        break;
     }
     // The final cast: one rounding of the fp32 value (buffer models: of the division's
     // fp32 opmath result) into the output format.
@@ -317,10 +327,10 @@ void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& h
   }
 }
 
-#define FB_ATTN_INSTANTIATE(A, E)                                                                                   \
-  template void online_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int, \
-                                         double*, double*, RowStats&, Scratch<E>&, std::uint64_t,                \
-                                         const RunOptions&, RowTrace*);
+#define FB_ATTN_INSTANTIATE(A, E)                                                                                    \
+  template void online_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,     \
+                                         double*, double*, RowStats&, Scratch<E>&, std::uint64_t, const RunOptions&, \
+                                         RowTrace*);
 FB_ATTN_FOR_EACH_ARITH(FB_ATTN_INSTANTIATE)
 #undef FB_ATTN_INSTANTIATE
 

@@ -92,7 +92,8 @@ double generate(std::string_view name, const Draw& x, int head_dim) {
         return kx.normal(0);
       }
       case kV:
-      case kDO: return -1.0 + 0.25 * x.normal(0);
+      case kDO:
+        return -1.0 + 0.25 * x.normal(0);
     }
   }
   if (name == "fa3-outliers") return x.normal(0) + (x.u(10) < 0.001 ? 10.0 * x.normal(1) : 0.0);
@@ -155,12 +156,13 @@ Tensor4 group_leaders(const Tensor4& t, int kv_heads) {
 
 }  // namespace
 
-AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen,
-                              int head_dim, const Format& dtype, bool with_backward, int kv_heads) {
+AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen, int head_dim,
+                              const Format& dtype, bool with_backward, int kv_heads) {
   bool known = false;
   for (const std::string& s : scenario_names()) known |= s == name;
   if (!known)
-    throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (random, fa3-outliers, sink, ties, wide-ties)");
+    throw std::invalid_argument("unknown scenario '" + std::string(name) +
+                                "' (random, fa3-outliers, sink, ties, wide-ties)");
   if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0) throw std::invalid_argument("scenario: negative shape");
   AttentionInputs in;
   in.dtype = dtype;

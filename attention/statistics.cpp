@@ -45,8 +45,7 @@ double beta_continued_fraction(double a, double b, double x) {
 double regularized_incomplete_beta(double a, double b, double x) {
   if (x <= 0.0) return 0.0;
   if (x >= 1.0) return 1.0;
-  const double log_front = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                           b * std::log1p(-x);
+  const double log_front = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
   // The continued fraction converges fast for x < (a+1)/(a+b+2); use symmetry otherwise.
   if (x < (a + 1.0) / (a + b + 2.0)) return std::exp(log_front) * beta_continued_fraction(a, b, x) / a;
   return 1.0 - std::exp(log_front) * beta_continued_fraction(b, a, 1.0 - x) / b;
@@ -60,8 +59,10 @@ double invert_cdf(Cdf cdf, double p) {
   while (cdf(hi) < p && hi < 1e300) hi *= 2.0;
   for (int i = 0; i < 200; ++i) {
     const double mid = 0.5 * (lo + hi);
-    if (cdf(mid) < p) lo = mid;
-    else hi = mid;
+    if (cdf(mid) < p)
+      lo = mid;
+    else
+      hi = mid;
     if (hi - lo <= 1e-15 * std::max(1.0, std::fabs(mid))) break;
   }
   return 0.5 * (lo + hi);
@@ -97,8 +98,8 @@ double binomial_two_sided_p(std::size_t k, std::size_t n) {
   const double lgn1 = std::lgamma(static_cast<double>(n) + 1.0);
   double log_sum = -std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i <= low; ++i) {
-    const double term = lgn1 - std::lgamma(static_cast<double>(i) + 1.0) -
-                        std::lgamma(static_cast<double>(n - i) + 1.0) + log_half_n;
+    const double term =
+        lgn1 - std::lgamma(static_cast<double>(i) + 1.0) - std::lgamma(static_cast<double>(n - i) + 1.0) + log_half_n;
     const double hi = std::max(log_sum, term);
     log_sum = hi + std::log(std::exp(log_sum - hi) + std::exp(term - hi));
   }
@@ -148,8 +149,10 @@ BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
   std::size_t positives = 0, negatives = 0;
   for (double e : errors) {
     ss += (e - mean) * (e - mean);
-    if (e > 0) ++positives;
-    else if (e < 0) ++negatives;
+    if (e > 0)
+      ++positives;
+    else if (e < 0)
+      ++negatives;
   }
   const double stddev = n < 2 ? 0.0 : std::sqrt(ss / static_cast<double>(n - 1));
   return summarize_moments(n, mean, stddev, positives, negatives, alpha);

@@ -27,10 +27,10 @@ struct BiasStatistics {
   double mean = 0.0, stddev = 0.0;
   double ci_low = 0.0, ci_high = 0.0;  // (1 - alpha) confidence interval of the mean
   double t_statistic = 0.0;
-  double p_t = 1.0;                    // two-sided t-test
+  double p_t = 1.0;  // two-sided t-test
   std::size_t positives = 0, negatives = 0;
-  double p_sign = 1.0;                 // two-sided exact sign test
-  double min_detectable = 0.0;         // |bias| detectable at alpha with 80% power
+  double p_sign = 1.0;          // two-sided exact sign test
+  double min_detectable = 0.0;  // |bias| detectable at alpha with 80% power
   bool biased = false;
   std::string verdict() const { return biased ? "biased" : "no detectable bias"; }
 };
@@ -56,9 +56,9 @@ struct RowSummary {
   double final_max = 0.0, final_sum = 0.0;  // running max and ℓ after the last tile
   int p_equal_one = 0, repeated_max = 0;
   int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;  // P·V, all features
-  double pv_signed_error = 0.0;                                                // value units
-  int o_cast_up = 0, o_cast_down = 0, o_cast_ties = 0;  // final cast of O (up/down in magnitude)
-  double o_cast_error_ulps = 0.0;                       // Σ signed error of that cast, output ulps
+  double pv_signed_error = 0.0;                                               // value units
+  int o_cast_up = 0, o_cast_down = 0, o_cast_ties = 0;                        // final cast of O (up/down in magnitude)
+  double o_cast_error_ulps = 0.0;  // Σ signed error of that cast, output ulps
   double delta_error_from_o = 0.0, delta_error_from_reduction = 0.0;
 };
 RowSummary summarize_row(const RowTrace& trace);

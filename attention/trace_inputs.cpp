@@ -15,7 +15,8 @@ ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype)
   if (dtype == formats::bf16 || dtype == formats::fp16) return parse_kernel_model(name, dtype);
   // Models that name their dtype ignore the one given: parse with bf16, then check.
   std::string text = name;
-  if (text == "standard" || text.rfind("standard+", 0) == 0) text = "standard-" + std::string(dtype.name) + text.substr(8);
+  if (text == "standard" || text.rfind("standard+", 0) == 0)
+    text = "standard-" + std::string(dtype.name) + text.substr(8);
   ModelHandle h = parse_kernel_model(text, formats::bf16);
   if (!(h.recipe->input == dtype))
     throw std::invalid_argument("kernel model " + name + " reads " + h.recipe->input.name + " inputs, not " +
@@ -31,7 +32,7 @@ Tensor4 tensor_from_trace(const Trace& trace, std::string_view name) {
     throw TraceError(trace.source_name() + ": tensor " + std::string(name) + ": expected 4 dimensions, got " +
                      std::to_string(t.shape.size()));
   Tensor4 out(static_cast<int>(shape[0]), static_cast<int>(shape[1]), static_cast<int>(shape[2]),
-                    static_cast<int>(shape[3]));
+              static_cast<int>(shape[3]));
   out.data = trace.values(name);
   return out;
 }
@@ -70,7 +71,7 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
 }
 
 ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
-                                   std::string& note) {
+                             std::string& note) {
   note.clear();
   std::string set_name = choice;
   if (set_name == "auto") {

@@ -41,8 +41,8 @@ struct NullTraceSink {
   void on_p_cast(const E* /*pc*/, int /*len*/, int /*kv_begin*/) {}
   // The DotTrace an untraced feature's P·V dot tallies into: none.
   DotTrace* tally_dot() { return nullptr; }
-  void on_tile_end(const KernelModel&, int, int, int, double, double, const double*, const double*, const double*,
-                   int, int) {}
+  void on_tile_end(const KernelModel&, int, int, int, double, double, const double*, const double*, const double*, int,
+                   int) {}
 };
 
 class TileTraceSink {
@@ -82,8 +82,8 @@ class TileTraceSink {
   double traced_mma_column(const KernelModel& km, const A& ar, double acc, const E* pc, const E* vcol, int kv_begin,
                            int len) {
     const int step = km.pv_dot.promote_every > 0 ? km.pv_dot.promote_every
-                     : km.pv_dot.model          ? fused_step_size(*km.pv_dot.model, len)
-                                                : len;
+                     : km.pv_dot.model           ? fused_step_size(*km.pv_dot.model, len)
+                                                 : len;
     for (int i = 0; i < len; i += step) {
       const int n = std::min(step, len - i);
       dot_.steps.clear();

@@ -158,10 +158,11 @@ int memory_mode(const std::string& model, int seqlen, int head_dim, int threads)
   const double peak_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
   const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                      1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-  std::printf("memory: emulated %s forward, seqlen %d head dim %d one head, %d threads: peak RSS %.1f MiB "
-              "(limit %.0f MiB; the parent at fork: %.1f MiB), %.1f s wall, %.1f s cpu\n",
-              model.c_str(), seqlen, head_dim, threads, peak_mib, kLimitMiB,
-              static_cast<double>(self.ru_maxrss) / 1024.0, wall, cpu);
+  std::printf(
+      "memory: emulated %s forward, seqlen %d head dim %d one head, %d threads: peak RSS %.1f MiB "
+      "(limit %.0f MiB; the parent at fork: %.1f MiB), %.1f s wall, %.1f s cpu\n",
+      model.c_str(), seqlen, head_dim, threads, peak_mib, kLimitMiB, static_cast<double>(self.ru_maxrss) / 1024.0, wall,
+      cpu);
   if (peak_mib >= kLimitMiB) {
     std::fprintf(stderr, "error: peak RSS %.1f MiB is not under %.0f MiB\n", peak_mib, kLimitMiB);
     return 1;
@@ -183,14 +184,22 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--model") model = next();
-    else if (a == "--seqlen") seqlen = std::atoi(next()), seqlen_given = true;
-    else if (a == "--headdim") head_dim = std::atoi(next());
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--trace") trace = true;
-    else if (a == "--backward") backward = true;
-    else if (a == "--memory") memory = true;
-    else if (a == "--quick") seqlen = 256, seqlen_given = true;
+    if (a == "--model")
+      model = next();
+    else if (a == "--seqlen")
+      seqlen = std::atoi(next()), seqlen_given = true;
+    else if (a == "--headdim")
+      head_dim = std::atoi(next());
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--trace")
+      trace = true;
+    else if (a == "--backward")
+      backward = true;
+    else if (a == "--memory")
+      memory = true;
+    else if (a == "--quick")
+      seqlen = 256, seqlen_given = true;
     else {
       std::fprintf(stderr, "error: unknown argument %s\n", a.c_str());
       return 2;
@@ -207,9 +216,12 @@ int main(int argc, char** argv) {
   const ModelHandle m = parse_kernel_model(model, formats::bf16);
 
   AttentionOutputs native;
-  const Timing t_native = timed(1, [&] { native = fb::bench::native_flash_forward(in, m.recipe->tiles_for(head_dim, seqlen).block_n, 1); });
-  std::printf("native float tiled forward: seqlen %d head dim %d, 1 thread: %.3f s wall, %.3f s cpu (%.3g products/cpu s)\n",
-              seqlen, head_dim, t_native.wall, t_native.cpu, 2.0 * seqlen * static_cast<double>(seqlen) * head_dim / t_native.cpu);
+  const Timing t_native =
+      timed(1, [&] { native = fb::bench::native_flash_forward(in, m.recipe->tiles_for(head_dim, seqlen).block_n, 1); });
+  std::printf(
+      "native float tiled forward: seqlen %d head dim %d, 1 thread: %.3f s wall, %.3f s cpu (%.3g products/cpu s)\n",
+      seqlen, head_dim, t_native.wall, t_native.cpu,
+      2.0 * seqlen * static_cast<double>(seqlen) * head_dim / t_native.cpu);
   const char* what = backward ? "forward+backward" : "forward";
 
   RunOptions opt;
@@ -217,11 +229,13 @@ int main(int argc, char** argv) {
   AttentionOutputs emu;
   const Timing t_emu = timed(threads, [&] { emu = run_attention(m, in, opt); });
   double max_diff = 0.0;
-  for (std::size_t i = 0; i < emu.o.data.size(); ++i) max_diff = std::max(max_diff, std::fabs(emu.o.data[i] - native.o.data[i]));
-  std::printf("emulated %s %s, %d thread%s: %.3f s wall, %.3f s cpu (%.3g products/cpu s, %.2fx native cpu); "
-              "max |O_emu - O_native| = %g\n",
-              m.name.c_str(), what, threads, threads > 1 ? "s" : "", t_emu.wall, t_emu.cpu, products / t_emu.cpu,
-              t_emu.cpu / t_native.cpu, max_diff);
+  for (std::size_t i = 0; i < emu.o.data.size(); ++i)
+    max_diff = std::max(max_diff, std::fabs(emu.o.data[i] - native.o.data[i]));
+  std::printf(
+      "emulated %s %s, %d thread%s: %.3f s wall, %.3f s cpu (%.3g products/cpu s, %.2fx native cpu); "
+      "max |O_emu - O_native| = %g\n",
+      m.name.c_str(), what, threads, threads > 1 ? "s" : "", t_emu.wall, t_emu.cpu, products / t_emu.cpu,
+      t_emu.cpu / t_native.cpu, max_diff);
 
   int status = 0;
   Tracer tracer;
@@ -233,10 +247,11 @@ int main(int argc, char** argv) {
     traced_opt.tracer = &tracer;
     AttentionOutputs traced;
     const Timing t_traced = timed(threads, [&] { traced = run_attention(m, in, traced_opt); });
-    std::printf("emulated %s %s traced (every row), %d thread%s: %.3f s wall, %.3f s cpu: %.2fx the untraced cpu "
-                "(target <= 2); trace checksum %016llx\n",
-                m.name.c_str(), what, threads, threads > 1 ? "s" : "", t_traced.wall, t_traced.cpu,
-                t_traced.cpu / t_emu.cpu, static_cast<unsigned long long>(trace_checksum(tracer)));
+    std::printf(
+        "emulated %s %s traced (every row), %d thread%s: %.3f s wall, %.3f s cpu: %.2fx the untraced cpu "
+        "(target <= 2); trace checksum %016llx\n",
+        m.name.c_str(), what, threads, threads > 1 ? "s" : "", t_traced.wall, t_traced.cpu, t_traced.cpu / t_emu.cpu,
+        static_cast<unsigned long long>(trace_checksum(tracer)));
     if (!same_outputs(traced, emu)) {
       std::fprintf(stderr, "error: the traced run's results differ from the untraced run's\n");
       status = 1;
@@ -259,10 +274,11 @@ int main(int argc, char** argv) {
       traced_one = trace_checksum(tracer_one);
       same = same && traced_one == trace_checksum(tracer);
     }
-    std::printf("emulated %s %s, 1 thread: %.3f s wall, %.3f s cpu (%d threads: %.2fx faster wall); results%s %s "
-                "the %d-thread run's bit for bit\n",
-                m.name.c_str(), what, t_one.wall, t_one.cpu, threads, t_one.wall / t_emu.wall,
-                trace ? " and traced records" : "", same ? "identical to" : "DIFFER from", threads);
+    std::printf(
+        "emulated %s %s, 1 thread: %.3f s wall, %.3f s cpu (%d threads: %.2fx faster wall); results%s %s "
+        "the %d-thread run's bit for bit\n",
+        m.name.c_str(), what, t_one.wall, t_one.cpu, threads, t_one.wall / t_emu.wall,
+        trace ? " and traced records" : "", same ? "identical to" : "DIFFER from", threads);
     if (!same) status = 1;
   }
   return status;

@@ -355,12 +355,12 @@ OpRow bench_op(const Config& cfg, const Format& f, std::string_view name, double
     const bool same_bits = e.bits == reference[i].bits || (fb::is_nan(f, e.bits) && fb::is_nan(f, reference[i].bits));
     // MPFR's range ends at a full binade, so an overflow into e4m3's NaN code can
     // look exact to it: compare inexact only below overflow.
-    const bool same_inexact = (e.flags & fb::flag::overflow) != 0 ||
-                              ((e.flags & fb::flag::inexact) != 0) == reference[i].inexact;
+    const bool same_inexact =
+        (e.flags & fb::flag::overflow) != 0 || ((e.flags & fb::flag::inexact) != 0) == reference[i].inexact;
     if (!same_bits || !same_inexact) ++mismatches;
   }
-  return {f.name,  std::string(name), emu.wall_ns, mpfr.wall_ns, native_ns,  emu.cpu_ns,
-          mpfr.cpu_ns, batch.wall_ns,     batch.cpu_ns, m,         mismatches, batched_same};
+  return {f.name,        std::string(name), emu.wall_ns, mpfr.wall_ns, native_ns,   emu.cpu_ns, mpfr.cpu_ns,
+          batch.wall_ns, batch.cpu_ns,      m,           mismatches,   batched_same};
 }
 
 // ---- reporting ---------------------------------------------------------------------

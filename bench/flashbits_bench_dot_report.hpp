@@ -119,12 +119,14 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
   const double native_add = native[0].cpu_ns_per_op;
   std::printf("flashbits-bench%s: single thread, median of %d runs, CPU: %s\n", cfg.quick ? " --quick" : "",
               cfg.repetitions, cpu_name().c_str());
-  std::printf("vector loops (round_array, batched ops) built for: %s (chosen at run time; FLASHBITS_NO_AVX512=1 or\n"
-              " FLASHBITS_NO_AVX2=1 caps it; the figures depend on it)\n",
-              fb::lane_instruction_set());
-  std::printf("(wall: median steady_clock time; cpu: median CPU time of this thread, which leaves out\n"
-              " waiting for a core on a loaded machine; timings depend on the machine and its load;\n"
-              " ratios, speedups and targets use the cpu figures, taken within this run)\n\n");
+  std::printf(
+      "vector loops (round_array, batched ops) built for: %s (chosen at run time; FLASHBITS_NO_AVX512=1 or\n"
+      " FLASHBITS_NO_AVX2=1 caps it; the figures depend on it)\n",
+      fb::lane_instruction_set());
+  std::printf(
+      "(wall: median steady_clock time; cpu: median CPU time of this thread, which leaves out\n"
+      " waiting for a core on a loaded machine; timings depend on the machine and its load;\n"
+      " ratios, speedups and targets use the cpu figures, taken within this run)\n\n");
 
   std::printf("Native fp32 baseline (%zu elements per array)\n", cfg.op_count);
   std::printf("  %-4s  %-28s  %10s  %10s\n", "op", "loop", "wall ns/op", "cpu ns/op");
@@ -141,13 +143,15 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
   }
 
   std::printf("\nScalar ops, rne (emulated: %zu ops; MPFR: %zu ops)\n", cfg.op_count, cfg.mpfr_op_count);
-  std::printf("  single = one fb::add/mul/fma call per op; batched = fb::add_array/mul_array/fma_array\n"
-              "  (emu/array_rounding.hpp) over the whole array; speedup and 50x use the batched cpu figure\n");
+  std::printf(
+      "  single = one fb::add/mul/fma call per op; batched = fb::add_array/mul_array/fma_array\n"
+      "  (emu/array_rounding.hpp) over the whole array; speedup and 50x use the batched cpu figure\n");
   std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %8s  %8s  %8s  %s\n", "format", "op",
               "single", "single", "batched", "batched", "MPFR", "MPFR", "speedup", "speedup", "50x", "x native",
               "x native", "x native", "== MPFR");
   std::printf("  %-6s %-4s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %8s  %-4s  %8s  %8s  %8s  %s\n", "", "", "wall", "cpu",
-              "wall", "cpu", "wall", "cpu", "single", "batched", "", "single", "batched", "MPFR", "(batched == single)");
+              "wall", "cpu", "wall", "cpu", "single", "batched", "", "single", "batched", "MPFR",
+              "(batched == single)");
   for (const auto& r : ops) {
     const double speedup = r.mpfr_cpu_ns / r.batched_cpu_ns;
     char agree[64];
@@ -156,14 +160,16 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
     } else {
       std::snprintf(agree, sizeof agree, "MISMATCH %zu/%zu", r.mpfr_mismatches, r.mpfr_checked);
     }
-    std::printf("  %-6s %-4s  %9.2f  %9.2f  %9.2f  %9.2f  %9.1f  %9.1f  %7.1fx  %7.1fx  %-4s  %8.1f  %8.1f  %8.1f  %s%s\n",
-                r.format.c_str(), r.op.c_str(), r.emulated_ns, r.emulated_cpu_ns, r.batched_ns, r.batched_cpu_ns,
-                r.mpfr_ns, r.mpfr_cpu_ns, r.mpfr_cpu_ns / r.emulated_cpu_ns, speedup, speedup >= 50.0 ? "yes" : "NO",
-                r.emulated_cpu_ns / r.native_ns, r.batched_cpu_ns / r.native_ns, r.mpfr_cpu_ns / r.native_ns, agree,
-                r.batched_matches_single ? "" : " BATCHED MISMATCH");
+    std::printf(
+        "  %-6s %-4s  %9.2f  %9.2f  %9.2f  %9.2f  %9.1f  %9.1f  %7.1fx  %7.1fx  %-4s  %8.1f  %8.1f  %8.1f  %s%s\n",
+        r.format.c_str(), r.op.c_str(), r.emulated_ns, r.emulated_cpu_ns, r.batched_ns, r.batched_cpu_ns, r.mpfr_ns,
+        r.mpfr_cpu_ns, r.mpfr_cpu_ns / r.emulated_cpu_ns, speedup, speedup >= 50.0 ? "yes" : "NO",
+        r.emulated_cpu_ns / r.native_ns, r.batched_cpu_ns / r.native_ns, r.mpfr_cpu_ns / r.native_ns, agree,
+        r.batched_matches_single ? "" : " BATCHED MISMATCH");
   }
-  std::printf("  (ns per op; speedup = MPFR cpu / emulated cpu; x native = cpu time / the native fp32 loop's cpu\n"
-              "   time for the same op, above)\n");
+  std::printf(
+      "  (ns per op; speedup = MPFR cpu / emulated cpu; x native = cpu time / the native fp32 loop's cpu\n"
+      "   time for the same op, above)\n");
 }
 
 void print_json(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
@@ -173,9 +179,10 @@ void print_json(const Config& cfg, const std::vector<NativeRow>& native, const s
   json j;
   j["tensor_core_dot"] = {{"native_fp32_fma_dot_products_per_second", native_dot}, {"rows", json::array()}};
   for (const auto& r : dots)
-    j["tensor_core_dot"]["rows"].push_back(
-        {{"model", r.model}, {"input", r.input}, {"products_per_second", r.products_per_second},
-         {"ratio_to_native", r.products_per_second / native_dot}});
+    j["tensor_core_dot"]["rows"].push_back({{"model", r.model},
+                                            {"input", r.input},
+                                            {"products_per_second", r.products_per_second},
+                                            {"ratio_to_native", r.products_per_second / native_dot}});
   j["config"] = {{"quick", cfg.quick},
                  {"repetitions", cfg.repetitions},
                  {"statistic", "median"},
@@ -189,7 +196,8 @@ void print_json(const Config& cfg, const std::vector<NativeRow>& native, const s
                  {"cpu", cpu_name()}};
   j["native"] = json::array();
   for (const auto& r : native) {
-    j["native"].push_back({{"op", r.op}, {"loop", r.how}, {"ns_per_op", r.ns_per_op}, {"cpu_ns_per_op", r.cpu_ns_per_op}});
+    j["native"].push_back(
+        {{"op", r.op}, {"loop", r.how}, {"ns_per_op", r.ns_per_op}, {"cpu_ns_per_op", r.cpu_ns_per_op}});
   }
   j["array_rounding"] = json::array();
   for (const auto& r : arrays) {

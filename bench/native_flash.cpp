@@ -30,13 +30,15 @@ void head_as_float(const attn::Tensor4& t, int b, int h, std::vector<float>& row
 }
 
 // One head's forward, every row.
-void forward_head(const attn::AttentionInputs& in, int b, int h, int block_n, double scale, attn::AttentionOutputs& out) {
+void forward_head(const attn::AttentionInputs& in, int b, int h, int block_n, double scale,
+                  attn::AttentionOutputs& out) {
   const int N = in.q.rows, D = in.q.cols;
   const float scale_log2 = static_cast<float>(scale * std::numbers::log2e);
   std::vector<float> k, v, vt;
   head_as_float(in.k, b, h, k, nullptr);
   head_as_float(in.v, b, h, v, &vt);
-  std::vector<float> q(static_cast<std::size_t>(D)), s(static_cast<std::size_t>(block_n)), acc(static_cast<std::size_t>(D));
+  std::vector<float> q(static_cast<std::size_t>(D)), s(static_cast<std::size_t>(block_n)),
+      acc(static_cast<std::size_t>(D));
   for (int r = 0; r < N; ++r) {
     for (int c = 0; c < D; ++c) q[c] = static_cast<float>(in.q.at(b, h, r, c));
     const int nk = in.causal ? r + 1 : N;

@@ -55,8 +55,8 @@ template <class FormatSource, RoundingMode Mode>
 // chosen at run time (lane_isa); all compute the same integers.
 template <Format F, RoundingMode Mode>
 [[gnu::always_inline]] inline void round_array_lanes_body(const float* in, std::uint32_t* out_bits, std::size_t n,
-                                                          const RoundingSpec& spec_in,
-                                                          std::uint64_t first_position, Flags* flags_out) {
+                                                          const RoundingSpec& spec_in, std::uint64_t first_position,
+                                                          Flags* flags_out) {
   const RoundingSpec spec{Mode, spec_in.overflow, spec_in.sr_bits, spec_in.seed};
   // stochastic_bits(seed, position) with its key hoisted out of the loop (the
   // caller splits arrays where the position's high word changes).
@@ -190,19 +190,21 @@ void for_each_key_span(std::size_t n, std::uint64_t first_position, Flags* flags
 template <Format F, RoundingMode Mode>
 void round_array_lanes(const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
                        std::uint64_t first_position, Flags* flags_out) {
-  for_each_key_span(n, first_position, flags_out, [&](std::size_t offset, std::size_t count, std::uint64_t position,
-                                                      Flags* span_flags) {
+  for_each_key_span(
+      n, first_position, flags_out,
+      [&](std::size_t offset, std::size_t count, std::uint64_t position, Flags* span_flags) {
 #ifdef FLASHBITS_LANES_MULTIVERSION
-    switch (lane_isa()) {
-      case LaneIsa::avx512:
-        return round_array_lanes_avx512<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
-      case LaneIsa::avx2:
-        return round_array_lanes_avx2<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
-      case LaneIsa::baseline: break;
-    }
+        switch (lane_isa()) {
+          case LaneIsa::avx512:
+            return round_array_lanes_avx512<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+          case LaneIsa::avx2:
+            return round_array_lanes_avx2<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+          case LaneIsa::baseline:
+            break;
+        }
 #endif
-    round_array_lanes_body<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
-  });
+        round_array_lanes_body<F, Mode>(in + offset, out_bits + offset, count, spec, position, span_flags);
+      });
 }
 
 template <Format F>
@@ -210,7 +212,8 @@ void dispatch_lanes(const float* in, std::uint32_t* out_bits, std::size_t n, con
                     std::uint64_t first_position, Flags* flags_out) {
   switch (spec.mode) {
 #define FB_MODE_CASE(m) \
-  case RoundingMode::m: return round_array_lanes<F, RoundingMode::m>(in, out_bits, n, spec, first_position, flags_out);
+  case RoundingMode::m: \
+    return round_array_lanes<F, RoundingMode::m>(in, out_bits, n, spec, first_position, flags_out);
     FB_MODE_CASE(rne)
     FB_MODE_CASE(rna)
     FB_MODE_CASE(rtz)
@@ -226,10 +229,9 @@ template <class FormatSource>
 void dispatch_mode(const FormatSource& source, const float* in, std::uint32_t* out_bits, std::size_t n,
                    const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   switch (spec.mode) {
-#define FB_MODE_CASE(m)                                                                             \
-  case RoundingMode::m:                                                                             \
-    return round_array_loop<FormatSource, RoundingMode::m>(source, in, out_bits, n, spec,           \
-                                                           first_position, flags_out);
+#define FB_MODE_CASE(m) \
+  case RoundingMode::m: \
+    return round_array_loop<FormatSource, RoundingMode::m>(source, in, out_bits, n, spec, first_position, flags_out);
     FB_MODE_CASE(rne)
     FB_MODE_CASE(rna)
     FB_MODE_CASE(rtz)
@@ -246,16 +248,19 @@ void dispatch_mode(const FormatSource& source, const float* in, std::uint32_t* o
 const char* lane_instruction_set() {
 #ifdef FLASHBITS_LANES_MULTIVERSION
   switch (lane_isa()) {
-    case LaneIsa::avx512: return "avx512";
-    case LaneIsa::avx2: return "avx2";
-    case LaneIsa::baseline: break;
+    case LaneIsa::avx512:
+      return "avx512";
+    case LaneIsa::avx2:
+      return "avx2";
+    case LaneIsa::baseline:
+      break;
   }
 #endif
   return "baseline";
 }
 
-void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n,
-                 const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
+                 std::uint64_t first_position, Flags* flags_out) {
   // The formats that carry real tensors get a loop compiled for them; others share
   // one loop that reads the format at run time (same routine, slower).
   auto run = [&](const auto& source) { dispatch_mode(source, in, out_bits, n, spec, first_position, flags_out); };
@@ -296,7 +301,8 @@ template <Format F>
   const std::uint32_t sig = fraction | (std::min(exp_field, 1u) << F.man_bits);
   const std::int32_t q = static_cast<std::int32_t>(std::max(exp_field, 1u)) - F.bias - F.man_bits;
   const std::int32_t lead =
-      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(sig))) >> 23) -
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(sig))) >>
+                                23) -
       127;
   const std::int32_t up = (p - 1) - lead;  // 0 for normals; garbage for zero (not ordinary)
   const std::int32_t up_clamped = up < 0 ? 0 : (up > 23 ? 23 : up);
@@ -305,9 +311,9 @@ template <Format F>
   // value, so that the lanes compute exactly with it (see add_lane).
   significand = (sig << up_clamped) & (0u - nonzero);
   exponent = static_cast<std::int32_t>(select_u32_bit(nonzero, static_cast<std::uint32_t>(q - up_clamped),
-                                                              static_cast<std::uint32_t>(kZeroOperandExponent)));
+                                                      static_cast<std::uint32_t>(kZeroOperandExponent)));
   const bool special = F.special == SpecialEncoding::ieee ? exp_field == F.exp_field_max()
-                                                           : (bits & ~F.sign_mask()) == F.quiet_nan_pattern();
+                                                          : (bits & ~F.sign_mask()) == F.quiet_nan_pattern();
   ordinary = static_cast<std::uint32_t>(!special);  // 0 or 1
 }
 
@@ -366,16 +372,18 @@ template <int K, bool ZeroSumNegative, int ZeroExponent>
   negative = select_u32_bit(zero, zero_sum_negative, big_n ^ flip);
   const std::uint32_t safe = stand_in | zero;
   const std::int32_t lead =
-      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(safe))) >> 23) -
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(safe))) >>
+                                23) -
       127;
   exponent = zero != 0 ? ZeroExponent : big_e - W - 1 - (23 - lead);
   return (safe << (23 - lead)) & (zero - 1u);
 }
 
 template <Format F, RoundingMode Mode, BinaryKind Kind>
-[[gnu::always_inline]] inline void binary_lanes_body(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
-                                                  std::size_t n, const RoundingSpec& spec_in,
-                                                  std::uint64_t first_position, Flags* flags_out) {
+[[gnu::always_inline]] inline void binary_lanes_body(const std::uint32_t* a, const std::uint32_t* b,
+                                                     const std::uint32_t* c, std::uint32_t* out, std::size_t n,
+                                                     const RoundingSpec& spec_in, std::uint64_t first_position,
+                                                     Flags* flags_out) {
   static_assert(2 * F.precision() <= 22 && F.precision() + 2 <= 22);  // add_lane's window
   // Exact zero sums (add_lane): fb::add's sign rule, and an exponent that leaves
   // nothing kept (round_pack_lane's precondition for a zero significand).
@@ -519,32 +527,35 @@ template <Format F, RoundingMode Mode, BinaryKind Kind>
 }
 #endif
 template <Format F, RoundingMode Mode, BinaryKind Kind>
-void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out, std::size_t n,
-               const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
-  for_each_key_span(n, first_position, flags_out, [&](std::size_t offset, std::size_t count, std::uint64_t position,
-                                                      Flags* span_flags) {
-    const std::uint32_t* c_span = c ? c + offset : nullptr;
+void binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
+                  std::size_t n, const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+  for_each_key_span(n, first_position, flags_out,
+                    [&](std::size_t offset, std::size_t count, std::uint64_t position, Flags* span_flags) {
+                      const std::uint32_t* c_span = c ? c + offset : nullptr;
 #ifdef FLASHBITS_LANES_MULTIVERSION
-    switch (lane_isa()) {
-      case LaneIsa::avx512:
-        return binary_lanes_avx512<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec,
-                                                  position, span_flags);
-      case LaneIsa::avx2:
-        return binary_lanes_avx2<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position,
-                                                span_flags);
-      case LaneIsa::baseline: break;
-    }
+                      switch (lane_isa()) {
+                        case LaneIsa::avx512:
+                          return binary_lanes_avx512<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count,
+                                                                    spec, position, span_flags);
+                        case LaneIsa::avx2:
+                          return binary_lanes_avx2<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count,
+                                                                  spec, position, span_flags);
+                        case LaneIsa::baseline:
+                          break;
+                      }
 #endif
-    binary_lanes_body<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec, position, span_flags);
-  });
+                      binary_lanes_body<F, Mode, Kind>(a + offset, b + offset, c_span, out + offset, count, spec,
+                                                       position, span_flags);
+                    });
 }
 
 template <Format F, BinaryKind Kind>
-void dispatch_binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out, std::size_t n,
-                        const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
+void dispatch_binary_lanes(const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c, std::uint32_t* out,
+                           std::size_t n, const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   switch (spec.mode) {
 #define FB_MODE_CASE(m) \
-  case RoundingMode::m: return binary_lanes<F, RoundingMode::m, Kind>(a, b, c, out, n, spec, first_position, flags_out);
+  case RoundingMode::m: \
+    return binary_lanes<F, RoundingMode::m, Kind>(a, b, c, out, n, spec, first_position, flags_out);
     FB_MODE_CASE(rne)
     FB_MODE_CASE(rna)
     FB_MODE_CASE(rtz)
@@ -586,10 +597,14 @@ void per_element(std::size_t n, std::uint64_t first_position, Flags* flags_out, 
 void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   constexpr auto kAdd = BinaryKind::add;
-  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
-  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
-  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
-  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::bf16)
+    return dispatch_binary_lanes<formats::bf16, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16)
+    return dispatch_binary_lanes<formats::fp16, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3)
+    return dispatch_binary_lanes<formats::e4m3, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2)
+    return dispatch_binary_lanes<formats::e5m2, kAdd>(a, b, nullptr, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return add(f, a[i], b[i], spec, pos); });
 }
@@ -597,10 +612,14 @@ void add_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
 void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t* out, std::size_t n,
                const RoundingSpec& spec, std::uint64_t first_position, Flags* flags_out) {
   constexpr auto kMul = BinaryKind::mul;
-  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
-  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
-  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
-  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::bf16)
+    return dispatch_binary_lanes<formats::bf16, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16)
+    return dispatch_binary_lanes<formats::fp16, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3)
+    return dispatch_binary_lanes<formats::e4m3, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2)
+    return dispatch_binary_lanes<formats::e5m2, kMul>(a, b, nullptr, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return mul(f, a[i], b[i], spec, pos); });
 }
@@ -610,10 +629,14 @@ void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
                Flags* flags_out) {
   // 2p <= 22 fits add_lane's window (see there): bf16, fp16, e4m3, e5m2.
   constexpr auto kFma = BinaryKind::fma;
-  if (f == formats::bf16) return dispatch_binary_lanes<formats::bf16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
-  if (f == formats::fp16) return dispatch_binary_lanes<formats::fp16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
-  if (f == formats::e4m3) return dispatch_binary_lanes<formats::e4m3, kFma>(a, b, c, out, n, spec, first_position, flags_out);
-  if (f == formats::e5m2) return dispatch_binary_lanes<formats::e5m2, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::bf16)
+    return dispatch_binary_lanes<formats::bf16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::fp16)
+    return dispatch_binary_lanes<formats::fp16, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::e4m3)
+    return dispatch_binary_lanes<formats::e4m3, kFma>(a, b, c, out, n, spec, first_position, flags_out);
+  if (f == formats::e5m2)
+    return dispatch_binary_lanes<formats::e5m2, kFma>(a, b, c, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return fma(f, a[i], b[i], c[i], spec, pos); });
 }

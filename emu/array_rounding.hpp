@@ -34,8 +34,8 @@ namespace fb {
 // All give identical results; only the speed differs (reported by flashbits-bench).
 const char* lane_instruction_set();
 
-void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n,
-                 const RoundingSpec& spec, std::uint64_t first_position = 0, Flags* flags_out = nullptr);
+void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
+                 std::uint64_t first_position = 0, Flags* flags_out = nullptr);
 
 // Batched scalar operations: for every i < n, out[i] and the flags are exactly
 // those of fb::add / fb::mul / fb::fma (emu/ops.hpp) on (a[i], b[i][, c[i]]) with

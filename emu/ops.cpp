@@ -13,16 +13,13 @@ Rounded invalid_result(const Format& f) {
   // Formats with no NaN (fp6, fp4) have nothing better than +0 to return.
   return {f.has_nan() ? pack_nan(f) : pack_zero(f, false), flag::invalid};
 }
-Rounded nan_result(const Format& f) {
-  return f.has_nan() ? Rounded{pack_nan(f), 0} : invalid_result(f);
-}
+Rounded nan_result(const Format& f) { return f.has_nan() ? Rounded{pack_nan(f), 0} : invalid_result(f); }
 Rounded infinite_result(const Format& f, bool negative, const RoundingSpec& spec, Flags extra) {
   // An unsigned format (e8m0) cannot hold -inf any more than other negative values.
   if (negative && !f.is_signed) return invalid_result(f);
   if (f.has_inf()) return {pack_infinite(f, negative, spec.overflow), extra};
   // No inf in the format: an infinite result is an overflow.
-  return {pack_infinite(f, negative, spec.overflow),
-          static_cast<Flags>(extra | flag::overflow | flag::inexact)};
+  return {pack_infinite(f, negative, spec.overflow), static_cast<Flags>(extra | flag::overflow | flag::inexact)};
 }
 Rounded zero_result(const Format& f, bool negative) {
   if (!f.has_zero()) return invalid_result(f);
@@ -30,17 +27,14 @@ Rounded zero_result(const Format& f, bool negative) {
 }
 
 // round_pack, inlined into each operation: the scalar ops' hot path.
-[[gnu::always_inline]] inline Rounded round_exact(const Format& f, const ExactValue& v,
-                                                  const RoundingSpec& spec, std::uint64_t position,
-                                                  RoundingEvent* event) {
+[[gnu::always_inline]] inline Rounded round_exact(const Format& f, const ExactValue& v, const RoundingSpec& spec,
+                                                  std::uint64_t position, RoundingEvent* event) {
   return round_pack_inline(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
 }
 
 // 2^k as a double for k in fp64's normal exponent range, without a libm call.
 constexpr bool is_normal_exponent(int k) { return k >= -1022 && k <= 1023; }
-constexpr double power_of_two(int k) {
-  return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
-}
+constexpr double power_of_two(int k) { return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52); }
 
 // The exact value of an operand: the same number as fb::to_double, assembled from
 // the decoded fields instead of through ldexp (at most 24 significant bits and an
@@ -48,12 +42,15 @@ constexpr double power_of_two(int k) {
 [[gnu::always_inline]] inline double operand_value(const Format& f, std::uint32_t stored) {
   const Decoded d = decode(f, stored);
   switch (d.cls) {
-    case ValueClass::nan: return std::numeric_limits<double>::quiet_NaN();
+    case ValueClass::nan:
+      return std::numeric_limits<double>::quiet_NaN();
     case ValueClass::infinite:
       return d.negative ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-    case ValueClass::zero: return d.negative ? -0.0 : 0.0;
+    case ValueClass::zero:
+      return d.negative ? -0.0 : 0.0;
     case ValueClass::subnormal:
-    case ValueClass::normal: break;
+    case ValueClass::normal:
+      break;
   }
   // value = significand * 2^(exponent - man_bits); the leading bit goes to fp64's bit 52.
   const int lead = 31 - std::countl_zero(d.significand);
@@ -79,8 +76,7 @@ constexpr double power_of_two(int k) {
   // Multiplying by a power of two is exact, as ldexp is; 0 <= t <= 2, so
   // truncation is floor.
   const int scale = 2 - exponent;
-  const double t = is_normal_exponent(scale) ? std::fabs(lo) * power_of_two(scale)
-                                             : std::fabs(std::ldexp(lo, scale));
+  const double t = is_normal_exponent(scale) ? std::fabs(lo) * power_of_two(scale) : std::fabs(std::ldexp(lo, scale));
   const std::uint64_t whole = static_cast<std::uint64_t>(t);
   const bool fractional = t != static_cast<double>(whole);
   sig <<= 2;
@@ -93,9 +89,7 @@ constexpr double power_of_two(int k) {
   return {negative, exponent, sig, fractional};
 }
 
-int leading_exponent(const ExactValue& v) {
-  return v.exponent + 63 - std::countl_zero(v.significand);
-}
+int leading_exponent(const ExactValue& v) { return v.exponent + 63 - std::countl_zero(v.significand); }
 
 // Fills the addition fields of an event for the exact sum x + y = v.
 void describe_addition(double x, double y, const ExactValue& v, RoundingEvent* event) {
@@ -178,20 +172,20 @@ template <class FormatChoice>
 }
 }  // namespace
 
-Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
+Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
+            RoundingEvent* event) {
   return with_format(f, [&](auto choice) { return add_in(choice, a, b, false, spec, position, event); });
 }
 
-Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
+Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
+            RoundingEvent* event) {
   return with_format(f, [&](auto choice) { return add_in(choice, a, b, true, spec, position, event); });
 }
 
 namespace {
 template <class FormatChoice>
 [[gnu::flatten]] Rounded mul_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
+                                std::uint64_t position, RoundingEvent* event) {
   const Format& f = choice.format();
   const double x = operand_value(f, a), y = operand_value(f, b);
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
@@ -206,13 +200,13 @@ template <class FormatChoice>
 }
 }  // namespace
 
-Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
+Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
+            RoundingEvent* event) {
   return with_format(f, [&](auto choice) { return mul_in(choice, a, b, spec, position, event); });
 }
 
-Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position, RoundingEvent* event) {
+Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
+            RoundingEvent* event) {
   const double x = operand_value(f, a), y = operand_value(f, b);
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
   const bool neg = std::signbit(x) != std::signbit(y);
@@ -237,8 +231,7 @@ Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
   return round_exact(f, exact_from_sum_inline(q, stand_in), spec, position, event);
 }
 
-Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position,
-             RoundingEvent* event) {
+Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
   const double x = operand_value(f, a);
   if (std::isnan(x)) return nan_result(f);
   if (x == 0.0) return zero_result(f, std::signbit(x));  // sqrt(-0) = -0
@@ -255,7 +248,7 @@ Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::ui
 namespace {
 template <class FormatChoice>
 [[gnu::flatten]] Rounded fma_in(FormatChoice choice, std::uint32_t a, std::uint32_t b, std::uint32_t c,
-            const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
+                                const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
   const Format& f = choice.format();
   const double x = operand_value(f, a), y = operand_value(f, b), z = operand_value(f, c);
   if (std::isnan(x) || std::isnan(y) || std::isnan(z)) return nan_result(f);
@@ -279,29 +272,35 @@ template <class FormatChoice>
 }
 }  // namespace
 
-Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
-            const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
+Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c, const RoundingSpec& spec,
+            std::uint64_t position, RoundingEvent* event) {
   return with_format(f, [&](auto choice) { return fma_in(choice, a, b, c, spec, position, event); });
 }
 
-Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec,
-                std::uint64_t position, RoundingEvent* event) {
+Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position,
+                RoundingEvent* event) {
   const double x = operand_value(from, a);
   if (event) *event = RoundingEvent{};
   return round_double(to, x, spec, position, event);
 }
 
-Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b,
-                 std::uint32_t c, const RoundingSpec& spec, std::uint64_t position,
-                 RoundingEvent* event) {
+Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+                 const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
   switch (op) {
-    case OpKind::add: return add(f, a, b, spec, position, event);
-    case OpKind::sub: return sub(f, a, b, spec, position, event);
-    case OpKind::mul: return mul(f, a, b, spec, position, event);
-    case OpKind::div: return div(f, a, b, spec, position, event);
-    case OpKind::fma: return fma(f, a, b, c, spec, position, event);
-    case OpKind::sqrt: return sqrt(f, a, spec, position, event);
-    case OpKind::cvt: return convert(f, from, a, spec, position, event);
+    case OpKind::add:
+      return add(f, a, b, spec, position, event);
+    case OpKind::sub:
+      return sub(f, a, b, spec, position, event);
+    case OpKind::mul:
+      return mul(f, a, b, spec, position, event);
+    case OpKind::div:
+      return div(f, a, b, spec, position, event);
+    case OpKind::fma:
+      return fma(f, a, b, c, spec, position, event);
+    case OpKind::sqrt:
+      return sqrt(f, a, spec, position, event);
+    case OpKind::cvt:
+      return convert(f, from, a, spec, position, event);
   }
   return invalid_result(f);
 }

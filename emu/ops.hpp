@@ -40,27 +40,37 @@ namespace fb {
 enum class OpKind : std::uint8_t { add, sub, mul, div, fma, sqrt, cvt };
 constexpr int operand_count(OpKind k) {
   switch (k) {
-    case OpKind::sqrt: return 1;
-    case OpKind::cvt: return 1;
-    case OpKind::fma: return 3;
-    default: return 2;
+    case OpKind::sqrt:
+      return 1;
+    case OpKind::cvt:
+      return 1;
+    case OpKind::fma:
+      return 3;
+    default:
+      return 2;
   }
 }
 constexpr std::string_view to_string(OpKind k) {
   switch (k) {
-    case OpKind::add: return "add";
-    case OpKind::sub: return "sub";
-    case OpKind::mul: return "mul";
-    case OpKind::div: return "div";
-    case OpKind::fma: return "fma";
-    case OpKind::sqrt: return "sqrt";
-    case OpKind::cvt: return "cvt";
+    case OpKind::add:
+      return "add";
+    case OpKind::sub:
+      return "sub";
+    case OpKind::mul:
+      return "mul";
+    case OpKind::div:
+      return "div";
+    case OpKind::fma:
+      return "fma";
+    case OpKind::sqrt:
+      return "sqrt";
+    case OpKind::cvt:
+      return "cvt";
   }
   return "?";
 }
 constexpr bool parse_op(std::string_view s, OpKind& out) {
-  for (OpKind k : {OpKind::add, OpKind::sub, OpKind::mul, OpKind::div, OpKind::fma, OpKind::sqrt,
-                   OpKind::cvt}) {
+  for (OpKind k : {OpKind::add, OpKind::sub, OpKind::mul, OpKind::div, OpKind::fma, OpKind::sqrt, OpKind::cvt}) {
     if (s == to_string(k)) {
       out = k;
       return true;
@@ -81,17 +91,17 @@ struct ExactValue {
 // stand-in whose only meaning is its sign and "strictly inside half an ulp".
 ExactValue exact_from_sum(double hi, double lo);
 
-Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position = 0, RoundingEvent* event = nullptr);
-Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position = 0, RoundingEvent* event = nullptr);
-Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position = 0, RoundingEvent* event = nullptr);
-Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec,
-            std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position = 0,
+            RoundingEvent* event = nullptr);
+Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position = 0,
+            RoundingEvent* event = nullptr);
+Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position = 0,
+            RoundingEvent* event = nullptr);
+Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position = 0,
+            RoundingEvent* event = nullptr);
 // a*b + c with one rounding.
-Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c,
-            const RoundingSpec& spec, std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c, const RoundingSpec& spec,
+            std::uint64_t position = 0, RoundingEvent* event = nullptr);
 Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position = 0,
              RoundingEvent* event = nullptr);
 // Convert `a`, a value of format `from`, into format `to`. NaN stays NaN (no flag);
@@ -103,8 +113,8 @@ Rounded convert(const Format& to, const Format& from, std::uint32_t a, const Rou
 
 // Round an exact fp64 value (finite or not) into `f`: the entry point for values
 // computed exactly elsewhere (accumulators, tests).
-Rounded round_double(const Format& f, double exact, const RoundingSpec& spec,
-                     std::uint64_t position = 0, RoundingEvent* event = nullptr);
+Rounded round_double(const Format& f, double exact, const RoundingSpec& spec, std::uint64_t position = 0,
+                     RoundingEvent* event = nullptr);
 
 // Knuth's TwoSum, the one home of this error-free transformation: sum = fl(a + b) (round to
 // nearest, as the host's double add) and sum + error == a + b exactly, for finite a, b whose
@@ -122,8 +132,7 @@ inline TwoSum two_sum(double a, double b) {
 
 // Generic dispatch used by the CLI and batch mode. For cvt, `b` is unused and the
 // source format is `from`.
-Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b,
-                 std::uint32_t c, const RoundingSpec& spec, std::uint64_t position = 0,
-                 RoundingEvent* event = nullptr);
+Rounded apply_op(OpKind op, const Format& f, const Format& from, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+                 const RoundingSpec& spec, std::uint64_t position = 0, RoundingEvent* event = nullptr);
 
 }  // namespace fb

@@ -46,25 +46,31 @@ namespace fb {
 enum class RoundingMode : std::uint8_t { rne, rna, rtz, rup, rdn, rto, sr };
 enum class OverflowPolicy : std::uint8_t { ieee, satfinite };
 
-inline constexpr RoundingMode kAllDeterministicModes[] = {
-    RoundingMode::rne, RoundingMode::rna, RoundingMode::rtz,
-    RoundingMode::rup, RoundingMode::rdn, RoundingMode::rto};
+inline constexpr RoundingMode kAllDeterministicModes[] = {RoundingMode::rne, RoundingMode::rna, RoundingMode::rtz,
+                                                          RoundingMode::rup, RoundingMode::rdn, RoundingMode::rto};
 
 constexpr std::string_view to_string(RoundingMode m) {
   switch (m) {
-    case RoundingMode::rne: return "rne";
-    case RoundingMode::rna: return "rna";
-    case RoundingMode::rtz: return "rtz";
-    case RoundingMode::rup: return "rup";
-    case RoundingMode::rdn: return "rdn";
-    case RoundingMode::rto: return "rto";
-    case RoundingMode::sr: return "sr";
+    case RoundingMode::rne:
+      return "rne";
+    case RoundingMode::rna:
+      return "rna";
+    case RoundingMode::rtz:
+      return "rtz";
+    case RoundingMode::rup:
+      return "rup";
+    case RoundingMode::rdn:
+      return "rdn";
+    case RoundingMode::rto:
+      return "rto";
+    case RoundingMode::sr:
+      return "sr";
   }
   return "?";
 }
 constexpr bool parse_rounding_mode(std::string_view s, RoundingMode& out) {
-  for (RoundingMode m : {RoundingMode::rne, RoundingMode::rna, RoundingMode::rtz, RoundingMode::rup,
-                         RoundingMode::rdn, RoundingMode::rto, RoundingMode::sr}) {
+  for (RoundingMode m : {RoundingMode::rne, RoundingMode::rna, RoundingMode::rtz, RoundingMode::rup, RoundingMode::rdn,
+                         RoundingMode::rto, RoundingMode::sr}) {
     if (s == to_string(m)) {
       out = m;
       return true;
@@ -72,9 +78,7 @@ constexpr bool parse_rounding_mode(std::string_view s, RoundingMode& out) {
   }
   return false;
 }
-constexpr std::string_view to_string(OverflowPolicy p) {
-  return p == OverflowPolicy::ieee ? "ieee" : "satfinite";
-}
+constexpr std::string_view to_string(OverflowPolicy p) { return p == OverflowPolicy::ieee ? "ieee" : "satfinite"; }
 
 // IEEE exception flags, as a bit set.
 using Flags = std::uint8_t;
@@ -100,7 +104,7 @@ inline constexpr int kMaxSrBits = 32;
 struct RoundingSpec {
   RoundingMode mode = RoundingMode::rne;
   OverflowPolicy overflow = OverflowPolicy::ieee;
-  int sr_bits = 24;           // 1..kMaxSrBits
+  int sr_bits = 24;  // 1..kMaxSrBits
   std::uint64_t seed = 0;
 };
 
@@ -168,23 +172,23 @@ struct RoundingEvent {
   // The exact value handed to round_pack: (-1)^negative * (significand + sticky) *
   // 2^(exponent - 63), significand normalised with its top bit at bit 63.
   bool negative = false;
-  int exponent = 0;               // unbiased exponent of the leading bit
+  int exponent = 0;  // unbiased exponent of the leading bit
   std::uint64_t significand = 0;
   bool input_sticky = false;
-  int kept_bits = 0;              // significand bits the result keeps (< p when subnormal)
-  bool round_bit = false;         // first discarded bit
-  bool sticky_bit = false;        // OR of everything below the round bit
+  int kept_bits = 0;        // significand bits the result keeps (< p when subnormal)
+  bool round_bit = false;   // first discarded bit
+  bool sticky_bit = false;  // OR of everything below the round bit
   bool tie = false;
   RoundDirection direction = RoundDirection::exact;
-  bool rounding_carry = false;    // rounding up carried into the next binade
-  double error_ulps = 0.0;        // (result - exact) in ulps of the kept LSB, signed
+  bool rounding_carry = false;  // rounding up carried into the next binade
+  double error_ulps = 0.0;      // (result - exact) in ulps of the kept LSB, signed
   Flags flags = 0;
   // Additions (add, sub, fma, accumulation steps).
   bool is_addition = false;
-  int alignment_shift = 0;        // exponent of larger operand minus smaller one
+  int alignment_shift = 0;            // exponent of larger operand minus smaller one
   bool significand_overflow = false;  // same-sign sum carried out: exponent one above larger
-  int cancellation_depth = 0;     // leading bits lost to cancellation (opposite signs)
-  bool exact_zero = false;        // the exact sum was zero
+  int cancellation_depth = 0;         // leading bits lost to cancellation (opposite signs)
+  bool exact_zero = false;            // the exact sum was zero
 };
 
 struct Rounded {
@@ -223,13 +227,20 @@ template <class Bit>
   const Bit inexact = round_bit | sticky;
   const Bit positive = static_cast<Bit>(negative ^ Bit{1});
   switch (mode) {
-    case RoundingMode::rne: return round_bit & (sticky | kept_odd);
-    case RoundingMode::rna: return round_bit;
-    case RoundingMode::rtz: return Bit{0};
-    case RoundingMode::rup: return inexact & positive;
-    case RoundingMode::rdn: return inexact & negative;
-    case RoundingMode::rto: return Bit{0};  // handled by forcing the LSB
-    case RoundingMode::sr: return inexact & sr_carry;
+    case RoundingMode::rne:
+      return round_bit & (sticky | kept_odd);
+    case RoundingMode::rna:
+      return round_bit;
+    case RoundingMode::rtz:
+      return Bit{0};
+    case RoundingMode::rup:
+      return inexact & positive;
+    case RoundingMode::rdn:
+      return inexact & negative;
+    case RoundingMode::rto:
+      return Bit{0};  // handled by forcing the LSB
+    case RoundingMode::sr:
+      return inexact & sr_carry;
   }
   return Bit{0};
 }
@@ -250,9 +261,8 @@ template <class Bit>
 // Whether a discarded fraction rounds the kept magnitude up by one.
 // frac64: the discarded part as a 0.64 fixed-point fraction of the kept LSB;
 // below: whether anything non-zero lies below those 64 bits.
-[[gnu::always_inline]] inline bool rounds_up(RoundingMode mode, bool negative, std::uint64_t kept,
-                                             std::uint64_t frac64, bool below, const RoundingSpec& spec,
-                                             std::uint64_t position) {
+[[gnu::always_inline]] inline bool rounds_up(RoundingMode mode, bool negative, std::uint64_t kept, std::uint64_t frac64,
+                                             bool below, const RoundingSpec& spec, std::uint64_t position) {
   const bool round_bit = (frac64 >> 63) != 0;
   const bool sticky = ((frac64 << 1) != 0) | below;
   if (mode == RoundingMode::sr) {
@@ -269,12 +279,11 @@ namespace detail {
 // (round_pack<F>) or a constant mode gets every format fact and mode test folded
 // into a branch-light loop body. It is still the one rounding routine.
 [[gnu::always_inline]] inline Rounded round_pack_body(const Format& f, bool negative, int exponent,
-                                                      std::uint64_t significand, bool sticky,
-                                                      const RoundingSpec& spec, std::uint64_t position,
-                                                      RoundingEvent* event) {
+                                                      std::uint64_t significand, bool sticky, const RoundingSpec& spec,
+                                                      std::uint64_t position, RoundingEvent* event) {
   const int lead = 63 - std::countl_zero(significand);
   const std::uint64_t n = significand << (63 - lead);  // leading bit at bit 63
-  const int e = exponent + lead;                        // value in [2^e, 2^(e+1))
+  const int e = exponent + lead;                       // value in [2^e, 2^(e+1))
   const int p = f.precision();
   const int emin = f.emin();
   const std::uint32_t sign_bits = negative ? f.sign_mask() : 0u;
@@ -347,8 +356,7 @@ namespace detail {
   // minus one: a rounding carry then increments the exponent by itself.
   std::int64_t layout_magnitude;
   if (e >= emin) {
-    layout_magnitude = ((static_cast<std::int64_t>(e) + f.bias - 1) << f.man_bits) +
-                       static_cast<std::int64_t>(kept);
+    layout_magnitude = ((static_cast<std::int64_t>(e) + f.bias - 1) << f.man_bits) + static_cast<std::int64_t>(kept);
   } else {
     layout_magnitude = static_cast<std::int64_t>(kept);
   }
@@ -373,8 +381,8 @@ namespace detail {
     event->round_bit = round_bit;
     event->sticky_bit = sticky_bit;
     event->tie = round_bit && !sticky_bit;
-    event->direction = !inexact ? RoundDirection::exact
-                       : (kept > kept_exact ? RoundDirection::up : RoundDirection::down);
+    event->direction =
+        !inexact ? RoundDirection::exact : (kept > kept_exact ? RoundDirection::up : RoundDirection::down);
     event->rounding_carry = carried;
     const double fraction = std::ldexp(static_cast<double>(frac64 >> 11), -53);
     double err = static_cast<double>(kept - kept_exact) - fraction;
@@ -384,9 +392,8 @@ namespace detail {
         err = std::numeric_limits<double>::infinity();
       } else {
         // max finite minus the exact value, in units of the kept LSB
-        const double exact_units = std::ldexp(static_cast<double>(n >> 11), -(64 - kept_bits) + 11) ;
-        err = std::ldexp(static_cast<double>(d.significand), d.exponent - e + kept_bits - 1 - f.man_bits) -
-              exact_units;
+        const double exact_units = std::ldexp(static_cast<double>(n >> 11), -(64 - kept_bits) + 11);
+        err = std::ldexp(static_cast<double>(d.significand), d.exponent - e + kept_bits - 1 - f.man_bits) - exact_units;
       }
     }
     event->error_ulps = negative ? -err : err;
@@ -397,9 +404,8 @@ namespace detail {
 }  // namespace detail
 
 // The one round-and-pack routine. See the contract at the top of this file.
-inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uint64_t significand,
-                          bool sticky, const RoundingSpec& spec, std::uint64_t position = 0,
-                          RoundingEvent* event = nullptr) {
+inline Rounded round_pack(const Format& f, bool negative, int exponent, std::uint64_t significand, bool sticky,
+                          const RoundingSpec& spec, std::uint64_t position = 0, RoundingEvent* event = nullptr) {
   return detail::round_pack_body(f, negative, exponent, significand, sticky, spec, position, event);
 }
 
@@ -429,9 +435,9 @@ struct RuntimeFormat {
 // The same routine for a format known at compile time (array loops): identical
 // results, with the format's facts constant-folded.
 template <Format F>
-[[gnu::always_inline]] inline Rounded round_pack(bool negative, int exponent, std::uint64_t significand,
-                                                 bool sticky, const RoundingSpec& spec,
-                                                 std::uint64_t position = 0, RoundingEvent* event = nullptr) {
+[[gnu::always_inline]] inline Rounded round_pack(bool negative, int exponent, std::uint64_t significand, bool sticky,
+                                                 const RoundingSpec& spec, std::uint64_t position = 0,
+                                                 RoundingEvent* event = nullptr) {
   return detail::round_pack_body(F, negative, exponent, significand, sticky, spec, position, event);
 }
 
@@ -541,8 +547,8 @@ template <Format F, RoundingMode Mode, int Lead = -1>
   if constexpr (Mode == RoundingMode::rto) {
     kept |= inexact;
   } else {
-    kept += detail::round_up_decision<std::uint32_t>(Mode, negative, kept & 1u, round_bit, sticky,
-                                                     sr_carry(fraction_hi32));
+    kept +=
+        detail::round_up_decision<std::uint32_t>(Mode, negative, kept & 1u, round_bit, sticky, sr_carry(fraction_hi32));
   }
   std::uint32_t flags = inexact * flag::inexact;
   // Tininess after rounding: a value in [2^(emin-1), 2^emin) rounded at full
@@ -572,10 +578,10 @@ template <Format F, RoundingMode Mode, int Lead = -1>
   const std::uint32_t magnitude = (static_cast<std::uint32_t>(e_packed - emin) << F.man_bits) + kept;
   // magnitude < 2^31 (e_packed is clamped), so a signed compare, which AVX2 has, is exact.
   const bool overflow = static_cast<std::int32_t>(magnitude) > static_cast<std::int32_t>(F.max_finite_pattern());
-  constexpr bool to_infinity_pos = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||
-                                   Mode == RoundingMode::sr || Mode == RoundingMode::rup;
-  constexpr bool to_infinity_neg = Mode == RoundingMode::rne || Mode == RoundingMode::rna ||
-                                   Mode == RoundingMode::sr || Mode == RoundingMode::rdn;
+  constexpr bool to_infinity_pos =
+      Mode == RoundingMode::rne || Mode == RoundingMode::rna || Mode == RoundingMode::sr || Mode == RoundingMode::rup;
+  constexpr bool to_infinity_neg =
+      Mode == RoundingMode::rne || Mode == RoundingMode::rna || Mode == RoundingMode::sr || Mode == RoundingMode::rdn;
   // pack_infinite(F, sign, spec.overflow) without its branch on the policy.
   constexpr std::uint32_t max_pos = pack_max_finite(F, false), max_neg = pack_max_finite(F, true);
   constexpr std::uint32_t inf_pos = pack_infinite(F, false, OverflowPolicy::ieee);
@@ -586,8 +592,7 @@ template <Format F, RoundingMode Mode, int Lead = -1>
   // F has signed zeros or not: pack_zero's choice, as a mask on the sign bit.
   constexpr std::uint32_t zero_sign = F.has_negative_zero() ? F.sign_mask() : 0u;
   const std::uint32_t sign_bits = negative * F.sign_mask();
-  std::uint32_t result =
-      to_container(F, select_u32(magnitude == 0, sign_bits & zero_sign, sign_bits) | magnitude);
+  std::uint32_t result = to_container(F, select_u32(magnitude == 0, sign_bits & zero_sign, sign_bits) | magnitude);
   result = select_u32(overflow, select_u32_bit(negative, overflow_neg, overflow_pos), result);
   flags |= overflow ? (flag::overflow | flag::inexact) : 0u;
   flags_out = flags;

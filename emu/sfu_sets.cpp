@@ -49,9 +49,12 @@ const char* unmeasured_note(SpecialFunction f) {
 
 const char* table_file(SpecialFunction f) {
   switch (f) {
-    case SpecialFunction::ex2: return "ex2_h200.fbsfu";
-    case SpecialFunction::rcp: return "rcp_h200.fbsfu";
-    case SpecialFunction::lg2: return "lg2_h200.fbsfu";
+    case SpecialFunction::ex2:
+      return "ex2_h200.fbsfu";
+    case SpecialFunction::rcp:
+      return "rcp_h200.fbsfu";
+    case SpecialFunction::lg2:
+      return "lg2_h200.fbsfu";
   }
   return "";
 }

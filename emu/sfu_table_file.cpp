@@ -88,11 +88,13 @@ constexpr int kMaxGuardBits = 24;
 // Why an lg2_extended entry (T bits, R) is outside what lg2_extended_rule supports, or "".
 std::string extended_entry_problem(std::uint32_t t_bits, std::int32_t r, int guard_bits) {
   if (r <= -(std::int32_t{1} << 30) || r >= (std::int32_t{1} << 30)) return "|R| >= 2^30";
-  if ((t_bits & sfu_rules::kFp32ExpMask) == sfu_rules::kFp32ExpMask) return r == 0 ? "" : "R != 0 with a NaN or infinite T";
+  if ((t_bits & sfu_rules::kFp32ExpMask) == sfu_rules::kFp32ExpMask)
+    return r == 0 ? "" : "R != 0 with a NaN or infinite T";
   using namespace sfu_rules;
   const std::uint32_t biased = (t_bits >> kFp32ManBits) & kFp32ExpFieldMax;
   const int ulp_exponent = static_cast<int>(std::max<std::uint32_t>(biased, 1)) - kFp32Bias - kFp32ManBits;  // ulp(T)
-  const double l = static_cast<double>(float_of(t_bits)) + std::ldexp(static_cast<double>(r), ulp_exponent - guard_bits);
+  const double l =
+      static_cast<double>(float_of(t_bits)) + std::ldexp(static_cast<double>(r), ulp_exponent - guard_bits);
   return std::fabs(l) < 2.0 ? "" : "|L| >= 2";
 }
 // The fp32 1.m of mantissa field m: exponent field = the bias (x in [1, 2)).
@@ -114,8 +116,12 @@ int width_for(std::int32_t d) {
 class ByteWriter {
  public:
   void u8(std::uint8_t v) { bytes_.push_back(v); }
-  void u16(std::uint16_t v) { for (int i = 0; i < 2; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i))); }
-  void u32(std::uint32_t v) { for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i))); }
+  void u16(std::uint16_t v) {
+    for (int i = 0; i < 2; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
   void text(std::string_view s) { bytes_.insert(bytes_.end(), s.begin(), s.end()); }
   // `deltas` as runs of equal bit width (see the format above).
   void delta_stream(const std::vector<std::uint32_t>& deltas) {
@@ -188,8 +194,8 @@ class ByteReader {
     throw std::runtime_error(path_ + ": field '" + field + "': " + why);
   }
   void need(std::size_t n, const std::string& field) const {
-    if (end_ - pos_ < n) fail(field, "file truncated (needs " + std::to_string(n) + " more bytes at offset " +
-                                         std::to_string(pos_) + ")");
+    if (end_ - pos_ < n)
+      fail(field, "file truncated (needs " + std::to_string(n) + " more bytes at offset " + std::to_string(pos_) + ")");
   }
   std::uint8_t u8(const std::string& field) {
     need(1, field);
@@ -209,7 +215,8 @@ class ByteReader {
   }
   std::string text(std::size_t n, const std::string& field) {
     need(n, field);
-    std::string s(bytes_.begin() + static_cast<std::ptrdiff_t>(pos_), bytes_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+    std::string s(bytes_.begin() + static_cast<std::ptrdiff_t>(pos_),
+                  bytes_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
     pos_ += n;
     return s;
   }
@@ -220,8 +227,8 @@ class ByteReader {
       const std::string run_field = field + ".run[" + std::to_string(s.runs.size()) + "]";
       const std::uint32_t length = u32(run_field + ".length");
       if (length == 0 || length > count - done) {
-        fail(run_field + ".length", std::to_string(length) + " is 0 or exceeds the " + std::to_string(count - done) +
-                                        " deltas still due");
+        fail(run_field + ".length",
+             std::to_string(length) + " is 0 or exceeds the " + std::to_string(count - done) + " deltas still due");
       }
       const std::uint8_t width = u8(run_field + ".width");
       if (width > 32) fail(run_field + ".width", std::to_string(width) + " > 32");
@@ -251,8 +258,7 @@ class DeltaTableModel final : public TableModel {
   };
   DeltaTableModel(SpecialFunction f, TableProvenance provenance, std::vector<Segment> segments,
                   std::vector<std::uint8_t> data)
-      : TableModel(f, std::move(provenance)), segments_(std::move(segments)),
-        data_(std::move(data)) {
+      : TableModel(f, std::move(provenance)), segments_(std::move(segments)), data_(std::move(data)) {
     for (const Segment& s : segments_) covered_ += s.count;
   }
   bool hardware_measured() const override { return measured() && covered_ == kAllInputs; }
@@ -316,14 +322,16 @@ void write_table_file(const std::string& path, const SfuTable& table) {
     if (table.mantissa_outputs.size() != kRcpMantissaEntries) bad("mantissa_outputs must have 2^23 entries");
     w.u32(table.nan_output);
     std::vector<std::uint32_t> deltas(kRcpMantissaEntries);
-    for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - rcp_mantissa_base(m);
+    for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m)
+      deltas[m] = table.mantissa_outputs[m] - rcp_mantissa_base(m);
     w.delta_stream(deltas);
   } else if (table.form == SfuTableForm::lg2_exponent_split) {
     if (table.function != SpecialFunction::lg2) bad("lg2_exponent_split form needs function lg2");
     if (table.mantissa_outputs.size() != kLg2MantissaEntries) bad("mantissa_outputs must have 2^23 entries");
     w.u32(table.nan_output);
     std::vector<std::uint32_t> deltas(kLg2MantissaEntries);
-    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - lg2_mantissa_base(m);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m)
+      deltas[m] = table.mantissa_outputs[m] - lg2_mantissa_base(m);
     w.delta_stream(deltas);
   } else if (table.form == SfuTableForm::ex2_fixed_point) {
     if (table.function != SpecialFunction::ex2) bad("ex2_fixed_point form needs function ex2");
@@ -359,14 +367,15 @@ void write_table_file(const std::string& path, const SfuTable& table) {
     w.delta_stream(deltas);
   } else if (table.form == SfuTableForm::lg2_extended) {
     if (table.function != SpecialFunction::lg2) bad("lg2_extended form needs function lg2");
-    if (table.mantissa_outputs.size() != kLg2MantissaEntries || table.extended_residuals.size() != kLg2MantissaEntries) {
+    if (table.mantissa_outputs.size() != kLg2MantissaEntries ||
+        table.extended_residuals.size() != kLg2MantissaEntries) {
       bad("mantissa_outputs and extended_residuals must have 2^23 entries each");
     }
     if (table.guard_bits < 0 || table.guard_bits > kMaxGuardBits) bad("guard_bits must be 0..24");
     if (static_cast<int>(table.final_rounding) > 3) bad("unknown final_rounding");
     for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) {
-      if (const std::string why = extended_entry_problem(table.mantissa_outputs[m], table.extended_residuals[m],
-                                                        table.guard_bits);
+      if (const std::string why =
+              extended_entry_problem(table.mantissa_outputs[m], table.extended_residuals[m], table.guard_bits);
           !why.empty()) {
         bad("entry " + std::to_string(m) + ": " + why);
       }
@@ -375,9 +384,11 @@ void write_table_file(const std::string& path, const SfuTable& table) {
     w.u8(static_cast<std::uint8_t>(table.guard_bits));
     w.u8(static_cast<std::uint8_t>(table.final_rounding));
     std::vector<std::uint32_t> deltas(kLg2MantissaEntries);
-    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) deltas[m] = table.mantissa_outputs[m] - lg2_mantissa_base(m);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m)
+      deltas[m] = table.mantissa_outputs[m] - lg2_mantissa_base(m);
     w.delta_stream(deltas);
-    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) deltas[m] = static_cast<std::uint32_t>(table.extended_residuals[m]);
+    for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m)
+      deltas[m] = static_cast<std::uint32_t>(table.extended_residuals[m]);
     w.delta_stream(deltas);
   } else {
     bad("unknown form " + std::to_string(static_cast<int>(table.form)));
@@ -447,20 +458,24 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
       next_free = first + static_cast<std::uint64_t>(n);
       segments.push_back({first, n, r.delta_stream(n, field)});
     }
-    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    if (r.position() != body)
+      r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     model = std::make_unique<DeltaTableModel>(f, TableProvenance{measured == 1, path, std::move(source)},
                                               std::move(segments), std::move(bytes));
   } else if (form == 2) {
     const std::uint32_t nan_output = r.u32("nan_output");
     const DeltaStream deltas = r.delta_stream(kRcpMantissaEntries, "mantissa_table");
-    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    if (r.position() != body)
+      r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     std::vector<std::uint32_t> table(kRcpMantissaEntries);
     for (std::uint32_t m = 0; m < kRcpMantissaEntries; ++m) table[m] = rcp_mantissa_base(m) + deltas.delta(bytes, m);
-    model = make_rcp_mantissa_model(TableProvenance{measured == 1, path, std::move(source)}, nan_output, std::move(table));
+    model =
+        make_rcp_mantissa_model(TableProvenance{measured == 1, path, std::move(source)}, nan_output, std::move(table));
   } else if (form == 3) {
     const std::uint32_t nan_output = r.u32("nan_output");
     const DeltaStream deltas = r.delta_stream(kLg2MantissaEntries, "mantissa_table");
-    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    if (r.position() != body)
+      r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     std::vector<std::uint32_t> table(kLg2MantissaEntries);
     for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) table[m] = lg2_mantissa_base(m) + deltas.delta(bytes, m);
     model = make_lg2_exponent_split_model(TableProvenance{measured == 1, path, std::move(source)}, nan_output,
@@ -474,7 +489,8 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     const std::uint64_t n = std::uint64_t{1} << fraction_bits;
     const DeltaStream pos = r.delta_stream(n, "positive_table");
     const DeltaStream neg = r.delta_stream(n, "negative_table");
-    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    if (r.position() != body)
+      r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     std::vector<std::uint32_t> positive(n), negative(n);
     for (std::uint64_t i = 0; i < n; ++i) {
       positive[i] = fixed_point_base(fraction_bits, static_cast<std::uint32_t>(i)) + pos.delta(bytes, i);
@@ -490,7 +506,8 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     if (rounding > 3) r.fail("final_rounding", "unknown code " + std::to_string(rounding));
     const DeltaStream t_deltas = r.delta_stream(kLg2MantissaEntries, "mantissa_table");
     const DeltaStream r_values = r.delta_stream(kLg2MantissaEntries, "residual_table");
-    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    if (r.position() != body)
+      r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     std::vector<std::uint32_t> table(kLg2MantissaEntries);
     std::vector<std::int32_t> residuals(kLg2MantissaEntries);
     for (std::uint32_t m = 0; m < kLg2MantissaEntries; ++m) {
@@ -512,7 +529,8 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     const std::uint32_t nan_output = r.u32("nan_output");
     const std::uint64_t n = std::uint64_t{1} << fraction_bits;
     const DeltaStream deltas = r.delta_stream(n, "fraction_table");
-    if (r.position() != body) r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
+    if (r.position() != body)
+      r.fail("crc32", std::to_string(body - r.position()) + " unexpected bytes before the checksum");
     std::vector<std::uint32_t> table(n);
     for (std::uint64_t i = 0; i < n; ++i) {
       table[i] = fixed_point_base(fraction_bits, static_cast<std::uint32_t>(i)) + deltas.delta(bytes, i);

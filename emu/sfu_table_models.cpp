@@ -80,8 +80,8 @@ namespace {
 // exact sum, then round_pack, round to nearest even, subnormal results kept).
 struct RoundPackFp32Add {
   float operator()(float a, float b) const {
-    const Rounded sum = add(formats::fp32, std::bit_cast<std::uint32_t>(a), std::bit_cast<std::uint32_t>(b),
-                            RoundingSpec{});
+    const Rounded sum =
+        add(formats::fp32, std::bit_cast<std::uint32_t>(a), std::bit_cast<std::uint32_t>(b), RoundingSpec{});
     return std::bit_cast<float>(sum.bits);
   }
 };
@@ -90,8 +90,11 @@ class Ex2FixedPointModel final : public TableModel {
  public:
   Ex2FixedPointModel(TableProvenance provenance, int fraction_bits, FixedPointRounding rounding,
                      std::uint32_t nan_output, std::vector<std::uint32_t> table)
-      : TableModel(SpecialFunction::ex2, std::move(provenance)), fraction_bits_(fraction_bits), rounding_(rounding),
-        nan_output_(nan_output), table_(std::move(table)) {}
+      : TableModel(SpecialFunction::ex2, std::move(provenance)),
+        fraction_bits_(fraction_bits),
+        rounding_(rounding),
+        nan_output_(nan_output),
+        table_(std::move(table)) {}
   std::string describe() const override {
     return describe_rule("2^k * T[frac] with " + std::to_string(fraction_bits_) + " fraction bits");
   }
@@ -140,8 +143,10 @@ class Ex2SignMagnitudeModel final : public TableModel {
   // `table` is T+ followed by T- (2^(N+1) entries), the layout the shared rule indexes.
   Ex2SignMagnitudeModel(TableProvenance provenance, int fraction_bits, std::uint32_t nan_output,
                         std::vector<std::uint32_t> table)
-      : TableModel(SpecialFunction::ex2, std::move(provenance)), fraction_bits_(fraction_bits),
-        nan_output_(nan_output), table_(std::move(table)) {}
+      : TableModel(SpecialFunction::ex2, std::move(provenance)),
+        fraction_bits_(fraction_bits),
+        nan_output_(nan_output),
+        table_(std::move(table)) {}
   std::string describe() const override {
     return describe_rule("|x| truncated to " + std::to_string(fraction_bits_) +
                          " fraction bits, T+[frac] * 2^k or T-[frac] * 2^-k by sign");
@@ -161,8 +166,12 @@ class Lg2ExtendedModel final : public TableModel {
  public:
   Lg2ExtendedModel(TableProvenance provenance, std::uint32_t nan_output, int guard_bits, FinalRounding rounding,
                    std::vector<std::uint32_t> table, std::vector<std::int32_t> residuals)
-      : TableModel(SpecialFunction::lg2, std::move(provenance)), nan_output_(nan_output), guard_bits_(guard_bits),
-        rounding_(rounding), table_(std::move(table)), residuals_(std::move(residuals)) {}
+      : TableModel(SpecialFunction::lg2, std::move(provenance)),
+        nan_output_(nan_output),
+        guard_bits_(guard_bits),
+        rounding_(rounding),
+        table_(std::move(table)),
+        residuals_(std::move(residuals)) {}
   std::string describe() const override {
     return describe_rule("e + L[m] rounded once (" + std::string(to_string(rounding_)) + "), L = T + R ulp(T) 2^-" +
                          std::to_string(guard_bits_) + " over the 2^23 mantissas");
@@ -205,8 +214,7 @@ std::unique_ptr<SpecialFunctionModel> make_ex2_sign_magnitude_model(TableProvena
                                                                     std::vector<std::uint32_t> positive,
                                                                     const std::vector<std::uint32_t>& negative) {
   positive.insert(positive.end(), negative.begin(), negative.end());
-  return std::make_unique<Ex2SignMagnitudeModel>(std::move(provenance), fraction_bits, nan_output,
-                                                 std::move(positive));
+  return std::make_unique<Ex2SignMagnitudeModel>(std::move(provenance), fraction_bits, nan_output, std::move(positive));
 }
 
 std::unique_ptr<SpecialFunctionModel> make_lg2_extended_model(TableProvenance provenance, std::uint32_t nan_output,

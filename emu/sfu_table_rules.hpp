@@ -78,7 +78,13 @@ constexpr std::uint32_t kFp32ExpFieldMax = formats::fp32.exp_field_max();
 // Argument rounding of the ex2 fixed-point form (emu FixedPointRounding numbering).
 enum ArgRounding : int { kFloor = 0, kNearestEven = 1, kTowardZero = 2, kArgRoundingCount };
 // Final rounding of the lg2 extended form (emu FinalRounding numbering).
-enum FinalRoundingCode : int { kFinalNearestEven = 0, kFinalTowardZero = 1, kFinalDown = 2, kFinalUp = 3, kFinalRoundingCount };
+enum FinalRoundingCode : int {
+  kFinalNearestEven = 0,
+  kFinalTowardZero = 1,
+  kFinalDown = 2,
+  kFinalUp = 3,
+  kFinalRoundingCount
+};
 
 FB_HD inline std::uint32_t sfu_bits(float f) {
   std::uint32_t b;
@@ -253,8 +259,9 @@ FB_HD inline int sfu_clz64(unsigned long long v) {
 FB_HD inline std::uint32_t sfu_round_fixed(long long s, int x, bool sticky, int rounding) {
   if (s == 0 && !sticky) return 0u;
   const bool negative = s < 0;
-  unsigned long long mag = negative ? static_cast<unsigned long long>(-(s + 1)) + 1ull : static_cast<unsigned long long>(s);
-  if (negative && sticky) mag -= 1;  // s + f = -(|s| - f): magnitude |s| - 1 plus the fraction 1 - f
+  unsigned long long mag =
+      negative ? static_cast<unsigned long long>(-(s + 1)) + 1ull : static_cast<unsigned long long>(s);
+  if (negative && sticky) mag -= 1;                   // s + f = -(|s| - f): magnitude |s| - 1 plus the fraction 1 - f
   if (mag == 0) return negative ? kFp32SignBit : 0u;  // below one unit (not reached by the rule)
   const int msb = 63 - sfu_clz64(mag);
   unsigned long long q;

@@ -37,28 +37,38 @@ namespace fb {
 
 std::string_view to_string(SpecialFunction f) {
   switch (f) {
-    case SpecialFunction::ex2: return "ex2";
-    case SpecialFunction::rcp: return "rcp";
-    case SpecialFunction::lg2: return "lg2";
+    case SpecialFunction::ex2:
+      return "ex2";
+    case SpecialFunction::rcp:
+      return "rcp";
+    case SpecialFunction::lg2:
+      return "lg2";
   }
   return "?";
 }
 
 std::string_view to_string(FinalRounding r) {
   switch (r) {
-    case FinalRounding::nearest_even: return "nearest_even";
-    case FinalRounding::toward_zero: return "toward_zero";
-    case FinalRounding::down: return "down";
-    case FinalRounding::up: return "up";
+    case FinalRounding::nearest_even:
+      return "nearest_even";
+    case FinalRounding::toward_zero:
+      return "toward_zero";
+    case FinalRounding::down:
+      return "down";
+    case FinalRounding::up:
+      return "up";
   }
   return "?";
 }
 
 std::string_view to_string(SfuKind k) {
   switch (k) {
-    case SfuKind::correct: return "correct";
-    case SfuKind::table: return "table";
-    case SfuKind::oracle: return "oracle";
+    case SfuKind::correct:
+      return "correct";
+    case SfuKind::table:
+      return "table";
+    case SfuKind::oracle:
+      return "oracle";
   }
   return "?";
 }
@@ -168,17 +178,17 @@ std::optional<float> round_if_decided(DoubleDouble a, double rel_err) {
 }
 
 // ---- multiprecision last resort -----------------------------------------------------
-using BigFloat = boost::multiprecision::number<
-    boost::multiprecision::cpp_bin_float<192, boost::multiprecision::digit_base_2>,
-    boost::multiprecision::et_off>;
+using BigFloat =
+    boost::multiprecision::number<boost::multiprecision::cpp_bin_float<192, boost::multiprecision::digit_base_2>,
+                                  boost::multiprecision::et_off>;
 
 // The fp32 (RNE) rounding of v, decided at 2^-150 relative: as round_if_decided, the value is
 // only an approximation, so the midpoint test decides and round_decided rounds.
 float round_big(const BigFloat& v, const char* what) {
   const bool negative = v < 0;
   int e = 0;
-  const BigFloat m = frexp(negative ? BigFloat(-v) : v, &e);                  // m in [1/2, 1)
-  const BigFloat scaled = ldexp(m, formats::fp32.precision());               // [2^23, 2^24)
+  const BigFloat m = frexp(negative ? BigFloat(-v) : v, &e);    // m in [1/2, 1)
+  const BigFloat scaled = ldexp(m, formats::fp32.precision());  // [2^23, 2^24)
   const BigFloat base = floor(scaled);
   const BigFloat to_midpoint = (scaled - base) - BigFloat(0.5);
   if (abs(to_midpoint) < ldexp(BigFloat(1), -150) || e - 1 < formats::fp32.emin()) {
@@ -194,7 +204,7 @@ float round_big(const BigFloat& v, const char* what) {
 std::optional<float> ex2_without_evaluation(float x) {
   if (std::isnan(x)) return quiet_nan();
   if (x >= kEx2OverflowFrom) return plus_inf();  // 2^x >= 2^128 overflows (+inf included)
-  if (x < kEx2NormalFrom) return 0.0f;            // 2^x < 2^-126 is subnormal: flushed (-inf included)
+  if (x < kEx2NormalFrom) return 0.0f;           // 2^x < 2^-126 is subnormal: flushed (-inf included)
   if (x == std::floor(x)) return std::ldexp(1.0f, static_cast<int>(x));
   return std::nullopt;
 }
@@ -313,9 +323,12 @@ std::optional<float> ex2_correct_ftz_at(float x, CorrectStage stage) {
   x = flush_subnormal(x);
   if (auto r = ex2_without_evaluation(x)) return r;
   switch (stage) {
-    case CorrectStage::double_only: return ex2_stage_double(x);
-    case CorrectStage::double_double: return ex2_stage_double_double(x);
-    case CorrectStage::multiprecision: return ex2_stage_multiprecision(x);
+    case CorrectStage::double_only:
+      return ex2_stage_double(x);
+    case CorrectStage::double_double:
+      return ex2_stage_double_double(x);
+    case CorrectStage::multiprecision:
+      return ex2_stage_multiprecision(x);
   }
   return std::nullopt;
 }
@@ -324,9 +337,12 @@ std::optional<float> lg2_correct_ftz_at(float x, CorrectStage stage) {
   x = flush_subnormal(x);
   if (auto r = lg2_without_evaluation(x)) return r;
   switch (stage) {
-    case CorrectStage::double_only: return lg2_stage_double(x);
-    case CorrectStage::double_double: return lg2_stage_double_double(x);
-    case CorrectStage::multiprecision: return lg2_stage_multiprecision(x);
+    case CorrectStage::double_only:
+      return lg2_stage_double(x);
+    case CorrectStage::double_double:
+      return lg2_stage_double_double(x);
+    case CorrectStage::multiprecision:
+      return lg2_stage_multiprecision(x);
   }
   return std::nullopt;
 }
@@ -354,9 +370,12 @@ float rcp_correct_ftz(float x) {
 
 float correct_ftz(SpecialFunction f, float x) {
   switch (f) {
-    case SpecialFunction::ex2: return ex2_correct_ftz(x);
-    case SpecialFunction::rcp: return rcp_correct_ftz(x);
-    case SpecialFunction::lg2: return lg2_correct_ftz(x);
+    case SpecialFunction::ex2:
+      return ex2_correct_ftz(x);
+    case SpecialFunction::rcp:
+      return rcp_correct_ftz(x);
+    case SpecialFunction::lg2:
+      return lg2_correct_ftz(x);
   }
   return quiet_nan();
 }
@@ -390,8 +409,8 @@ class OracleModel final : public SpecialFunctionModel {
   bool hardware_measured() const override { return false; }  // unseen inputs are not
   std::string describe() const override {
     return std::string(to_string(f_)) + ": oracle (" + std::to_string(seen_.size()) +
-           " traced values; unseen inputs use correct rounding, UNMEASURED; " +
-           std::to_string(fallback_count()) + " fallbacks so far)";
+           " traced values; unseen inputs use correct rounding, UNMEASURED; " + std::to_string(fallback_count()) +
+           " fallbacks so far)";
   }
   float evaluate(float x) const override {
     const auto it = seen_.find(bits_of(x));
@@ -433,11 +452,12 @@ class Ex2NoFtzModel final : public SpecialFunctionModel {
   bool hardware_measured() const override { return ftz_->hardware_measured(); }
   std::string describe() const override {
     return "ex2 without .ftz (ex2.approx.f32): x < -126 gives RN(ex2ftz(x * 0.5)^2) with subnormal results "
-           "kept (the rule measured on an H200 on all 2^32 inputs), ex2ftz = [" + ftz_->describe() + "]";
+           "kept (the rule measured on an H200 on all 2^32 inputs), ex2ftz = [" +
+           ftz_->describe() + "]";
   }
   float evaluate(float x) const override {
     if (!(x < kEx2NormalFrom)) return ftz_->evaluate(x);
-    const float y = ftz_->evaluate(x * 0.5f);  // exact: x is normal or -inf
+    const float y = ftz_->evaluate(x * 0.5f);                                       // exact: x is normal or -inf
     const Rounded sq = mul(formats::fp32, bits_of(y), bits_of(y), RoundingSpec{});  // one RNE rounding, subnormals kept
     return float_of(sq.bits);
   }

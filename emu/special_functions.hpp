@@ -101,9 +101,9 @@ std::optional<float> lg2_correct_ftz_at(float x, CorrectStage stage);
 // In-memory form of an FBSFU1 table file (format in sfu_table_file.cpp). Outputs are
 // raw fp32 bit patterns; the file stores them as deltas from correct_ftz.
 enum class SfuTableForm : std::uint8_t {
-  delta_segments = 0,   // any function: explicit outputs for ranges of input bit patterns
-  ex2_fixed_point = 1,  // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
-  rcp_mantissa = 2,     // rcp only: x = +-2^e * 1.m -> +-T[m] * 2^-e (ftz), T over the 2^23 mantissas
+  delta_segments = 0,      // any function: explicit outputs for ranges of input bit patterns
+  ex2_fixed_point = 1,     // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
+  rcp_mantissa = 2,        // rcp only: x = +-2^e * 1.m -> +-T[m] * 2^-e (ftz), T over the 2^23 mantissas
   lg2_exponent_split = 3,  // lg2 only: x = 2^e * 1.m > 0 -> RN_fp32(e + T[m]) (ftz), T over the 2^23 mantissas
   ex2_sign_magnitude = 4,  // ex2 only: |x| truncated to N fraction bits, k.i; x >= 0: T+[i] * 2^k, x < 0: T-[i] * 2^-k
   lg2_extended = 5,        // lg2 only: x = 2^e * 1.m > 0 -> one rounding of e + L[m], L[m] finer than fp32
@@ -118,8 +118,8 @@ inline constexpr std::uint32_t kLg2MantissaEntries = std::uint32_t{1} << 23;
 enum class FixedPointRounding : std::uint8_t { floor = 0, nearest_even = 1, toward_zero = 2 };
 
 struct SfuTableSegment {
-  std::uint32_t first_input = 0;        // input bit pattern of outputs[0]
-  std::vector<std::uint32_t> outputs;   // outputs for first_input, first_input + 1, ...
+  std::uint32_t first_input = 0;       // input bit pattern of outputs[0]
+  std::vector<std::uint32_t> outputs;  // outputs for first_input, first_input + 1, ...
 };
 
 struct SfuTable {
@@ -155,7 +155,8 @@ struct SfuTable {
 // the exact e + L, L = T + R * ulp(T) * 2^-guard_bits, rounded once to fp32 by `rounding`
 // (an exact zero gives +0; a result below 2^-126 is flushed to zero of its sign). It is
 // emu/sfu_table_rules.hpp lg2_extended_model, the one statement of the rule, which the device
-// code evaluates too (tests/test_probe_file.cpp checks it against MPFR). Requires guard_bits in 0..24, |R| < 2^30 and |L| < 2.
+// code evaluates too (tests/test_probe_file.cpp checks it against MPFR). Requires guard_bits in 0..24, |R| < 2^30 and
+// |L| < 2.
 std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding);
 
 // The FBSFU1 file's checksum: CRC-32 (IEEE 802.3, as zlib) of `n` bytes. Public so that
@@ -213,7 +214,7 @@ std::vector<std::string> sfu_table_dirs();
 // FA2 fast-math compositions. The fp32 constants are those CUDA's __expf / __logf use.
 inline constexpr std::uint32_t kLog2eFp32Bits = 0x3fb8aa3bu;  // 1.44269502f
 inline constexpr std::uint32_t kLn2Fp32Bits = 0x3f317218u;    // 0.693147182f
-float fast_exp(const SfuSet& s, float x);  // ex2(fl32.ftz(x * log2e))
-float fast_log(const SfuSet& s, float x);  // fl32.ftz(lg2(x) * ln2)
+float fast_exp(const SfuSet& s, float x);                     // ex2(fl32.ftz(x * log2e))
+float fast_log(const SfuSet& s, float x);                     // fl32.ftz(lg2(x) * ln2)
 
 }  // namespace fb

@@ -16,9 +16,9 @@ Rounded empty_sum(const Format& f) {
 
 struct FloatParts {
   bool negative;
-  bool special;             // inf or NaN
+  bool special;               // inf or NaN
   std::uint32_t significand;  // integer, implicit bit included for normals
-  int lsb_exponent;         // value = significand * 2^lsb_exponent
+  int lsb_exponent;           // value = significand * 2^lsb_exponent
 };
 FloatParts float_parts(float x) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
@@ -50,15 +50,17 @@ Rounded sum_pairwise(const Format& f, std::span<const std::uint32_t> x, const Ro
                      std::uint64_t position) {
   if (x.empty()) return empty_sum(f);
   return pairwise_reduce(
-      0, x.size(), [&](std::size_t i) { return Rounded{x[i], 0}; },
+      0, x.size(),
+      [&](std::size_t i) {
+        return Rounded{x[i], 0};
+      },
       [&](const Rounded& left, const Rounded& right, std::size_t split) {
         const Rounded joined = add(f, left.bits, right.bits, spec, position + split);
         return Rounded{joined.bits, static_cast<Flags>(left.flags | right.flags | joined.flags)};
       });
 }
 
-Rounded sum_kahan(const Format& f, std::span<const std::uint32_t> x, const RoundingSpec& spec,
-                  std::uint64_t position) {
+Rounded sum_kahan(const Format& f, std::span<const std::uint32_t> x, const RoundingSpec& spec, std::uint64_t position) {
   if (x.empty()) return empty_sum(f);
   std::uint32_t s = x[0];
   std::uint32_t c = pack_zero(f, false);
@@ -133,10 +135,19 @@ void ExactAccumulator::add_scaled(bool negative, std::uint64_t magnitude, int ls
 void ExactAccumulator::add(const Format& f, std::uint32_t bits) {
   const Decoded d = decode(f, bits);
   switch (d.cls) {
-    case ValueClass::nan: has_nan_ = true; any_term_ = true; return;
-    case ValueClass::infinite: add_infinity(d.negative); return;
-    case ValueClass::zero: note_zero_term(d.negative); return;
-    default: add_scaled(d.negative, d.significand, d.exponent - f.man_bits); return;
+    case ValueClass::nan:
+      has_nan_ = true;
+      any_term_ = true;
+      return;
+    case ValueClass::infinite:
+      add_infinity(d.negative);
+      return;
+    case ValueClass::zero:
+      note_zero_term(d.negative);
+      return;
+    default:
+      add_scaled(d.negative, d.significand, d.exponent - f.man_bits);
+      return;
   }
 }
 
@@ -170,8 +181,7 @@ void ExactAccumulator::add(float x) { add(formats::fp32, std::bit_cast<std::uint
 void ExactAccumulator::add_product(float a, float b) {
   const FloatParts x = float_parts(a), y = float_parts(b);
   if (!x.special && !y.special && x.significand != 0 && y.significand != 0) {
-    add_scaled(x.negative != y.negative, std::uint64_t{x.significand} * y.significand,
-               x.lsb_exponent + y.lsb_exponent);
+    add_scaled(x.negative != y.negative, std::uint64_t{x.significand} * y.significand, x.lsb_exponent + y.lsb_exponent);
     return;
   }
   add_product(formats::fp32, std::bit_cast<std::uint32_t>(a), formats::fp32, std::bit_cast<std::uint32_t>(b));

@@ -43,14 +43,16 @@ constexpr int kSignShift = formats::fp32.width() - 1;
 
 constexpr std::string_view kFasi =
     "Fasi, Higham, Mikaitis, Pranesh 2021 (PeerJ CS 7:e330); Khattak & Mikaitis 2025; Xie et al. 2025 (MMA-Sim)";
-constexpr std::string_view kKhattak = "Khattak & Mikaitis 2025 (arXiv:2512.07004); Xie et al. 2025 (MMA-Sim, arXiv:2511.10909)";
+constexpr std::string_view kKhattak =
+    "Khattak & Mikaitis 2025 (arXiv:2512.07004); Xie et al. 2025 (MMA-Sim, arXiv:2511.10909)";
 constexpr std::string_view kFp8 = "Xie et al. 2025 (MMA-Sim); Khattak & Mikaitis 2025: fp8 F=13, e8m13 output";
 
 // Notes (string literals, so that they concatenate): what is measured, what is assumed.
 #define FB_MEASURED "measured on NVIDIA H200, driver 580.159.04, 2026-11-26 (bit for bit, >= 10^6 probe cases)"
 #define FB_UNMEASURED_RULES \
   "overflow gives inf and a result rounded to zero is +0 (follows Xie et al. 2025; measured on sm_90 only)"
-#define FB_F16ACC "assumed: alignment as the fp32-accumulate form of the same target, output RNE to fp16 (Fasi et al. 2021)"
+#define FB_F16ACC \
+  "assumed: alignment as the fp32-accumulate form of the same target, output RNE to fp16 (Fasi et al. 2021)"
 
 using enum DotOutput;
 constexpr ZeroTermPolicy kZ = ZeroTermPolicy::ignored;
@@ -67,8 +69,10 @@ constexpr TensorCoreModel kModels[] = {
     {"sm89", formats::bf16, 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
     {"sm89", formats::fp16, 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
     {"sm89", formats::tf32, 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed); " FB_UNMEASURED_RULES},
-    {"sm89", formats::e4m3, 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
-    {"sm89", formats::e5m2, 16, 13, true, fp32_e8m13, kZ, false, kFp8, "16 products per step assumed; " FB_UNMEASURED_RULES},
+    {"sm89", formats::e4m3, 16, 13, true, fp32_e8m13, kZ, false, kFp8,
+     "16 products per step assumed; " FB_UNMEASURED_RULES},
+    {"sm89", formats::e5m2, 16, 13, true, fp32_e8m13, kZ, false, kFp8,
+     "16 products per step assumed; " FB_UNMEASURED_RULES},
     {"sm89-f16acc", formats::fp16, 8, 24, true, fp16_rne, kZ, false, kKhattak, FB_F16ACC "; " FB_UNMEASURED_RULES},
     {"sm90-mma", formats::bf16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
      "m16n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
@@ -85,8 +89,10 @@ constexpr TensorCoreModel kModels[] = {
      "m64n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
     {"sm90-wgmma", formats::tf32, 8, 25, true, fp32_rz, kZ, false, kKhattak,
      "as sm90-mma tf32 (8 products per step, F=25; measured there, not for wgmma); " FB_UNMEASURED_RULES},
-    {"sm90-wgmma", formats::e4m3, 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
-    {"sm90-wgmma", formats::e5m2, 32, 13, true, fp32_e8m13, kZ, true, kFp8, "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
+    {"sm90-wgmma", formats::e4m3, 32, 13, true, fp32_e8m13, kZ, true, kFp8,
+     "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
+    {"sm90-wgmma", formats::e5m2, 32, 13, true, fp32_e8m13, kZ, true, kFp8,
+     "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
     {"sm90-wgmma-f16acc", formats::fp16, 16, 25, true, fp16_rne, kZ, false, kKhattak,
      "assumed as sm90-mma-f16acc (measured there): alignment as the fp32-accumulate form, output RNE to fp16; no "
      "wgmma f16-accumulate form was probed; " FB_UNMEASURED_RULES},
@@ -104,9 +110,12 @@ const Format& input_format_of(const TensorCoreModel& m) { return m.input; }
 
 inline const Format& output_format_of(DotOutput output) {
   switch (output) {
-    case fp16_rne: return formats::fp16;
-    case fp32_e8m13: return kE8m13InFp32Layout;
-    default: return formats::fp32;
+    case fp16_rne:
+      return formats::fp16;
+    case fp32_e8m13:
+      return kE8m13InFp32Layout;
+    default:
+      return formats::fp32;
   }
 }
 
@@ -144,10 +153,13 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
   bool nan = std::isnan(c), pos = std::isinf(c) && c > 0, neg = std::isinf(c) && c < 0;
   for (int i = 0; i < n; ++i) {
     const float x = a[i], y = b[i];
-    if (std::isnan(x) || std::isnan(y)) nan = true;
+    if (std::isnan(x) || std::isnan(y))
+      nan = true;
     else if (std::isinf(x) || std::isinf(y)) {
-      if (x == 0.0f || y == 0.0f) nan = true;
-      else (std::signbit(x) != std::signbit(y) ? neg : pos) = true;
+      if (x == 0.0f || y == 0.0f)
+        nan = true;
+      else
+        (std::signbit(x) != std::signbit(y) ? neg : pos) = true;
     }
   }
   if (nan || (pos && neg)) return pack_nan(out);
@@ -179,10 +191,12 @@ template <Format F>
   static constexpr RoundingSpec kRz{RoundingMode::rtz, OverflowPolicy::ieee, 24, 0};
   static constexpr RoundingSpec kRne{RoundingMode::rne, OverflowPolicy::ieee, 24, 0};
   switch (output) {
-    case fp16_rne: return hardware_output<formats::fp16>(round_pack<formats::fp16>(neg, unit, mag, false, kRne, 0, event));
+    case fp16_rne:
+      return hardware_output<formats::fp16>(round_pack<formats::fp16>(neg, unit, mag, false, kRne, 0, event));
     case fp32_e8m13:
       return hardware_output<kE8m13InFp32Layout>(round_pack<kE8m13InFp32Layout>(neg, unit, mag, false, kRz, 0, event));
-    default: return hardware_output<formats::fp32>(round_pack<formats::fp32>(neg, unit, mag, false, kRz, 0, event));
+    default:
+      return hardware_output<formats::fp32>(round_pack<formats::fp32>(neg, unit, mag, false, kRz, 0, event));
   }
 }
 
@@ -192,12 +206,13 @@ template <Format F>
 // output kind at compile time (they must equal n, m.fraction_bits and m.output): the
 // same code, with its loops unrolled and its output rounding folded to one path.
 template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
-[[gnu::always_inline]] inline std::uint32_t fused_step_body(const TensorCoreModel& m, int input_emin, float c, const float* a, const float* b,
-                         int n_runtime, int first_product, DotTrace* trace) {
+[[gnu::always_inline]] inline std::uint32_t fused_step_body(const TensorCoreModel& m, int input_emin, float c,
+                                                            const float* a, const float* b, int n_runtime,
+                                                            int first_product, DotTrace* trace) {
   const int n = kN > 0 ? kN : n_runtime;
   const DotOutput output = kOut >= 0 ? static_cast<DotOutput>(kOut) : m.output;
   constexpr int kMaxTerms = kN > 0 ? kN + 1 : 65;
-  [[maybe_unused]] std::int64_t alignment_of[kMaxTerms];  // 64-bit lanes, as the loop below
+  [[maybe_unused]] std::int64_t alignment_of[kMaxTerms];                   // 64-bit lanes, as the loop below
   const Format& acc = output == fp16_rne ? formats::fp16 : formats::fp32;  // accumulator_format(m)
   const int c_emin = acc.emin();
   // A zero term takes part in the maximum only under as_min_exponent, with its
@@ -350,8 +365,8 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   return result;
 }
 
-std::uint32_t fused_step_traced(const TensorCoreModel& m, int input_emin, float c, const float* a,
-                                const float* b, int n, int first_product, DotTrace* trace) {
+std::uint32_t fused_step_traced(const TensorCoreModel& m, int input_emin, float c, const float* a, const float* b,
+                                int n, int first_product, DotTrace* trace) {
   return fused_step_body<true>(m, input_emin, c, a, b, n, first_product, trace);
 }
 [[gnu::flatten]] std::uint32_t fused_step_plain(const TensorCoreModel& m, int input_emin, float c, const float* a,
@@ -362,9 +377,9 @@ std::uint32_t fused_step_traced(const TensorCoreModel& m, int input_emin, float 
 // The same code compiled for AVX2, whose variable 64-bit shifts let both term loops
 // vectorise (~1.7x); integer arithmetic only, so the results are identical.
 #define FLASHBITS_DOT_AVX2 1
-[[gnu::target("avx2"), gnu::flatten]] std::uint32_t fused_step_avx2(const TensorCoreModel& m, int input_emin,
-                                                                    float c, const float* a, const float* b,
-                                                                    int n, int first_product) {
+[[gnu::target("avx2"), gnu::flatten]] std::uint32_t fused_step_avx2(const TensorCoreModel& m, int input_emin, float c,
+                                                                    const float* a, const float* b, int n,
+                                                                    int first_product) {
   return fused_step_body<false>(m, input_emin, c, a, b, n, first_product, nullptr);
 }
 // Traced steps of the presets' full step shapes (the attention tracer traces every P·V
@@ -375,13 +390,15 @@ template <int kN, int kF, int kOut>
                                                                            int n, int first_product, DotTrace* trace) {
   return fused_step_body<true, kN, kF, kOut>(m, input_emin, c, a, b, n, first_product, trace);
 }
-using TracedStep = std::uint32_t (*)(const TensorCoreModel&, int, float, const float*, const float*, int, int, DotTrace*);
+using TracedStep = std::uint32_t (*)(const TensorCoreModel&, int, float, const float*, const float*, int, int,
+                                     DotTrace*);
 // The fixed-shape traced step for a preset's full steps, or nullptr.
 TracedStep traced_step_for(const TensorCoreModel& m) {
   static const bool has_avx2 = __builtin_cpu_supports("avx2");
   if (!has_avx2) return nullptr;
-#define FB_TRACED(N, F, O) \
-  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fused_step_traced_avx2<N, F, static_cast<int>(O)>;
+#define FB_TRACED(N, F, O)                                               \
+  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) \
+    return &fused_step_traced_avx2<N, F, static_cast<int>(O)>;
   FB_PRESET_STEP_SHAPES(FB_TRACED)
 #undef FB_TRACED
   return nullptr;
@@ -428,11 +445,13 @@ template <int kN, int kF, int kOut>
         const std::uint32_t normal_a = ea != 0, normal_b = eb != 0;
         const auto xa = static_cast<std::int32_t>(ea + (normal_a ^ 1u));
         const auto xb = static_cast<std::int32_t>(eb + (normal_b ^ 1u));
-        const std::uint32_t sa = (ua & kManMask) | (normal_a << kManBits), sb = (ub & kManMask) | (normal_b << kManBits);
+        const std::uint32_t sa = (ua & kManMask) | (normal_a << kManBits),
+                            sb = (ub & kManMask) | (normal_b << kManBits);
         magnitude[j] = static_cast<std::uint64_t>(sa) * sb;
         sign_mask[j] = 0 - static_cast<std::uint64_t>((ua ^ ub) >> kSignShift);
         lsb[j] = xa + xb - 2 * kBias - 2 * kManBits;
-        alignment[j] = ((sa != 0) & (sb != 0)) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 2 * kBias : kNone;
+        alignment[j] =
+            ((sa != 0) & (sb != 0)) ? std::max(xa, emin_biased) + std::max(xb, emin_biased) - 2 * kBias : kNone;
       }
       // Per step, what does not depend on C: off the chain from one step's C to the next.
       std::int32_t step_largest[kChunk / kN];
@@ -446,7 +465,8 @@ template <int kN, int kF, int kOut>
         if (special_products != 0 || pc.special) [[unlikely]] {
           bits = fused_step_body<false, kN, kF, kOut>(m, input_emin, acc, a + i + s, b + i + s, kN, i + s, nullptr);
         } else {
-          std::int32_t largest = std::max(pc.significand != 0 ? std::max(pc.exponent, c_emin) : kNone, step_largest[s / kN]);
+          std::int32_t largest =
+              std::max(pc.significand != 0 ? std::max(pc.exponent, c_emin) : kNone, step_largest[s / kN]);
           if (largest == kNone) largest = c_emin;  // every term is zero
           const std::int32_t unit = largest - kF;
           // C: as in fused_step_body (it may shift left by up to F - 23).
@@ -497,20 +517,20 @@ template <int kN, int kF, int kOut>
 FixedDot fixed_dot_for(const TensorCoreModel& m) {
 #ifdef FLASHBITS_DOT_AVX2
   static const bool has_avx2 = __builtin_cpu_supports("avx2");
-#define FB_FIXED(N, F, O) \
+#define FB_FIXED(N, F, O)                                                \
   if (m.products_per_step == N && m.fraction_bits == F && m.output == O) \
     return has_avx2 ? &fixed_dot_avx2<N, F, static_cast<int>(O)> : &fixed_dot_plain<N, F, static_cast<int>(O)>;
 #else
-#define FB_FIXED(N, F, O) \
-  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) return &fixed_dot_plain<N, F, static_cast<int>(O)>;
+#define FB_FIXED(N, F, O)                                                \
+  if (m.products_per_step == N && m.fraction_bits == F && m.output == O) \
+    return &fixed_dot_plain<N, F, static_cast<int>(O)>;
 #endif
   FB_PRESET_STEP_SHAPES(FB_FIXED)
 #undef FB_FIXED
   return nullptr;
 }
 
-std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const float* b, int k,
-                        DotTrace* trace) {
+std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const float* b, int k, DotTrace* trace) {
   ExactAccumulator acc;
   acc.add(c);
   int largest = std::numeric_limits<int>::min();
@@ -527,8 +547,9 @@ std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const
       largest = acc.leading_exponent();
       ev.largest_exponent = largest;
       ev.output_event = ev_round;
-      ev.output_residue = ev_round.error_ulps == 0.0 ? 0.0
-                          : -std::ldexp(ev_round.error_ulps, ev_round.exponent - ev_round.kept_bits + 1);
+      ev.output_residue = ev_round.error_ulps == 0.0
+                              ? 0.0
+                              : -std::ldexp(ev_round.error_ulps, ev_round.exponent - ev_round.kept_bits + 1);
     }
     if (trace->tally_only) {
       trace->tally_only->add(ev);
@@ -611,9 +632,8 @@ float fused_dot(const TensorCoreModel& model, float c, const float* a, const flo
   return accumulator_value(model, dot_bits_from_floats(model, c, a, b, k, trace));
 }
 
-std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
-                             std::span<const std::uint32_t> a_bits, std::span<const std::uint32_t> b_bits,
-                             DotTrace* trace) {
+std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits, std::span<const std::uint32_t> a_bits,
+                             std::span<const std::uint32_t> b_bits, DotTrace* trace) {
   const Format& in = input_format_of(model);
   const int k = static_cast<int>(std::min(a_bits.size(), b_bits.size()));
   std::vector<float> a(static_cast<std::size_t>(k)), b(static_cast<std::size_t>(k));

@@ -38,15 +38,15 @@ namespace fb {
 // least 2^(emax+1) in magnitude, i.e. when the rounded value with unbounded exponent
 // exceeds max finite (so under RZ, |sum| in (max finite, 2^128) still gives max finite).
 enum class DotOutput : std::uint8_t {
-  fp32_rz,      // normalise, truncate to fp32, overflow to inf (Volta..Hopper fp16/bf16/tf32 into f32)
-  fp16_rne,     // normalise, round to nearest even into fp16, overflow to inf (fp16 accumulate)
-  fp32_e8m13,   // fp32 truncated to 13 fraction bits, overflow to inf (Hopper fp8 wgmma, Ada fp8 mma)
-  exact_rne,    // exact sum, one IEEE RNE rounding into fp32 (the `exact-rne` reference)
+  fp32_rz,     // normalise, truncate to fp32, overflow to inf (Volta..Hopper fp16/bf16/tf32 into f32)
+  fp16_rne,    // normalise, round to nearest even into fp16, overflow to inf (fp16 accumulate)
+  fp32_e8m13,  // fp32 truncated to 13 fraction bits, overflow to inf (Hopper fp8 wgmma, Ada fp8 mma)
+  exact_rne,   // exact sum, one IEEE RNE rounding into fp32 (the `exact-rne` reference)
 };
 
 // Exponent a zero (or zero-product) term contributes to the alignment maximum.
 enum class ZeroTermPolicy : std::uint8_t {
-  ignored,       // zero terms do not take part in choosing the largest exponent (default)
+  ignored,          // zero terms do not take part in choosing the largest exponent (default)
   as_min_exponent,  // zero terms count with the smallest exponent of their format
                     // (a zero product: 2*emin of the input format; a zero C: emin of C's format)
 };
@@ -75,16 +75,16 @@ enum class ZeroTermPolicy : std::uint8_t {
 //   for e8m13, where C is truncated to 13 fraction bits).
 
 struct TensorCoreModel {
-  std::string_view name;          // "sm80", "sm90-mma", ...
-  Format input;                   // the input format this preset applies to
-  int products_per_step;          // products fused in one step (k of the step)
-  int fraction_bits;              // F
-  bool truncate_terms;            // each aligned term truncated toward zero to F bits
+  std::string_view name;  // "sm80", "sm90-mma", ...
+  Format input;           // the input format this preset applies to
+  int products_per_step;  // products fused in one step (k of the step)
+  int fraction_bits;      // F
+  bool truncate_terms;    // each aligned term truncated toward zero to F bits
   DotOutput output;
   ZeroTermPolicy zero_terms;
-  bool hardware_validated;        // measured bit for bit on a GPU by this project (see STATUS)
-  std::string_view source;        // where the parameters come from
-  std::string_view note = {};     // parameters assumed rather than published, if any
+  bool hardware_validated;     // measured bit for bit on a GPU by this project (see STATUS)
+  std::string_view source;     // where the parameters come from
+  std::string_view note = {};  // parameters assumed rather than published, if any
 };
 
 // Fused steps of `model` for k products: products_per_step <= 0 means one step for all.
@@ -106,27 +106,27 @@ const TensorCoreModel* find_tensor_core_model(std::string_view name, const Forma
 
 // What one fused step did (docs/DESIGN.md §3-4); the attention tracer builds on these.
 struct DotStepEvent {
-  int largest_exponent = 0;       // alignment exponent of the step
-  int terms = 0;                  // C plus the products in this step
-  double truncated_value = 0.0;   // signed sum of what truncation to F bits removed
-  int truncated_terms = 0;        // terms that lost bits to the truncation
-  bool carry_out = false;         // the fixed-point sum carried past the largest exponent
-  int normalisation_shift = 0;    // final left (+) or right (-) shift before output rounding
-  double output_residue = 0.0;    // what the output rounding removed (signed)
+  int largest_exponent = 0;      // alignment exponent of the step
+  int terms = 0;                 // C plus the products in this step
+  double truncated_value = 0.0;  // signed sum of what truncation to F bits removed
+  int truncated_terms = 0;       // terms that lost bits to the truncation
+  bool carry_out = false;        // the fixed-point sum carried past the largest exponent
+  int normalisation_shift = 0;   // final left (+) or right (-) shift before output rounding
+  double output_residue = 0.0;   // what the output rounding removed (signed)
   // Additions to the published record (may be ignored by readers):
-  int first_product = 0;          // index of the step's first product in a/b
-  int fraction_bits = 0;          // F used for the truncation
-  std::int64_t aligned_sum = 0;   // exact fixed-point sum, in units of 2^(largest_exponent - F)
-  RoundingEvent output_event{};   // round_pack's event for the output rounding
-  bool special = false;           // NaN/inf step: no fixed-point sum was formed
+  int first_product = 0;         // index of the step's first product in a/b
+  int fraction_bits = 0;         // F used for the truncation
+  std::int64_t aligned_sum = 0;  // exact fixed-point sum, in units of 2^(largest_exponent - F)
+  RoundingEvent output_event{};  // round_pack's event for the output rounding
+  bool special = false;          // NaN/inf step: no fixed-point sum was formed
 };
 // Per-term detail, recorded only when DotTrace::record_terms is set.
 struct DotTermEvent {
   int step = 0;
-  int product = -1;               // index into a/b, or -1 for C
-  int alignment_exponent = 0;     // exponent this term brought to the alignment maximum
-  double value = 0.0;             // exact term (product or C)
-  double truncated_value = 0.0;   // signed part removed by truncation to F bits
+  int product = -1;              // index into a/b, or -1 for C
+  int alignment_exponent = 0;    // exponent this term brought to the alignment maximum
+  double value = 0.0;            // exact term (product or C)
+  double truncated_value = 0.0;  // signed part removed by truncation to F bits
 };
 // Totals over traced steps, for callers that need only counts (the attention tracer
 // traces every P·V step of every traced row). A step's signed error is
@@ -167,8 +167,7 @@ float fused_dot(const TensorCoreModel& model, float c, const float* a, const flo
 
 // Bit-level entry point used by `flashbits dot` and the probe checker: inputs as
 // raw bit patterns of the model's input format, C and D as fp32 (or fp16) bits.
-std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits,
-                             std::span<const std::uint32_t> a_bits, std::span<const std::uint32_t> b_bits,
-                             DotTrace* trace = nullptr);
+std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits, std::span<const std::uint32_t> a_bits,
+                             std::span<const std::uint32_t> b_bits, DotTrace* trace = nullptr);
 
 }  // namespace fb

@@ -10,9 +10,14 @@ double to_double(const Format& f, std::uint32_t stored) {
   const Decoded d = decode(f, stored);
   double magnitude = 0.0;
   switch (d.cls) {
-    case ValueClass::nan: return std::numeric_limits<double>::quiet_NaN();
-    case ValueClass::infinite: magnitude = std::numeric_limits<double>::infinity(); break;
-    case ValueClass::zero: magnitude = 0.0; break;
+    case ValueClass::nan:
+      return std::numeric_limits<double>::quiet_NaN();
+    case ValueClass::infinite:
+      magnitude = std::numeric_limits<double>::infinity();
+      break;
+    case ValueClass::zero:
+      magnitude = 0.0;
+      break;
     case ValueClass::subnormal:
     case ValueClass::normal:
       magnitude = std::ldexp(static_cast<double>(d.significand), d.exponent - f.man_bits);
@@ -43,7 +48,7 @@ bool from_double_exact(const Format& f, double value, std::uint32_t& stored) {
   }
   int exp2 = 0;
   const double frac = std::frexp(std::fabs(value), &exp2);  // value = frac * 2^exp2, frac in [0.5,1)
-  int e = exp2 - 1;                                          // value = 1.xxx * 2^e
+  int e = exp2 - 1;                                         // value = 1.xxx * 2^e
   int exp_field = 0;
   int frac_bits = f.man_bits;
   if (e < f.emin()) {
@@ -59,10 +64,8 @@ bool from_double_exact(const Format& f, double value, std::uint32_t& stored) {
   const double scaled = std::ldexp(frac, frac_bits + 1);
   if (scaled != std::floor(scaled)) return false;
   auto sig = static_cast<std::uint64_t>(scaled);
-  std::uint32_t man = exp_field == 0 ? static_cast<std::uint32_t>(sig)
-                                     : static_cast<std::uint32_t>(sig) & f.man_mask();
-  if (exp_field == static_cast<int>(f.max_finite_exp_field()) && man > f.max_finite_man_field())
-    return false;
+  std::uint32_t man = exp_field == 0 ? static_cast<std::uint32_t>(sig) : static_cast<std::uint32_t>(sig) & f.man_mask();
+  if (exp_field == static_cast<int>(f.max_finite_exp_field()) && man > f.max_finite_man_field()) return false;
   layout = sign | (static_cast<std::uint32_t>(exp_field) << f.man_bits) | man;
   stored = to_container(f, layout);
   return true;

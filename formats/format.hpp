@@ -26,14 +26,14 @@ enum class SpecialEncoding : std::uint8_t {
 };
 
 struct Format {
-  char name[12];            // "bf16", "e4m3", or "eXmY" for custom formats
+  char name[12];  // "bf16", "e4m3", or "eXmY" for custom formats
   int exp_bits;
-  int man_bits;             // stored fraction bits (precision is man_bits + 1)
+  int man_bits;  // stored fraction bits (precision is man_bits + 1)
   int bias;
   SpecialEncoding special;
   bool is_signed;
-  int container_bits;       // bits of the stored word (8, 16 or 32)
-  bool left_aligned;        // stored in the container's top bits (tf32: fp32 layout, low 13 bits zero)
+  int container_bits;  // bits of the stored word (8, 16 or 32)
+  bool left_aligned;   // stored in the container's top bits (tf32: fp32 layout, low 13 bits zero)
 
   // ---- derived facts -------------------------------------------------------
   constexpr int width() const { return (is_signed ? 1 : 0) + exp_bits + man_bits; }
@@ -45,15 +45,11 @@ struct Format {
   constexpr std::uint32_t exp_field_max() const { return (1u << exp_bits) - 1u; }
   constexpr std::uint32_t man_mask() const { return (1u << man_bits) - 1u; }
   constexpr std::uint32_t sign_mask() const { return is_signed ? (1u << (exp_bits + man_bits)) : 0u; }
-  constexpr std::uint32_t width_mask() const {
-    return width() >= 32 ? 0xffffffffu : ((1u << width()) - 1u);
-  }
+  constexpr std::uint32_t width_mask() const { return width() >= 32 ? 0xffffffffu : ((1u << width()) - 1u); }
   constexpr bool has_inf() const { return special == SpecialEncoding::ieee; }
   constexpr bool has_nan() const { return special != SpecialEncoding::finite; }
   constexpr bool has_zero() const { return special != SpecialEncoding::scale; }
-  constexpr bool has_negative_zero() const {
-    return is_signed && special != SpecialEncoding::fnuz && has_zero();
-  }
+  constexpr bool has_negative_zero() const { return is_signed && special != SpecialEncoding::fnuz && has_zero(); }
   constexpr bool has_subnormals() const { return special != SpecialEncoding::scale; }
   // Formats with no inf and no NaN can only saturate on overflow, whatever the policy.
   constexpr bool always_saturates() const { return special == SpecialEncoding::finite; }
@@ -61,9 +57,12 @@ struct Format {
   // Largest biased exponent field that holds finite numbers.
   constexpr std::uint32_t max_finite_exp_field() const {
     switch (special) {
-      case SpecialEncoding::ieee: return exp_field_max() - 1u;
-      case SpecialEncoding::scale: return exp_field_max() - 1u;
-      default: return exp_field_max();
+      case SpecialEncoding::ieee:
+        return exp_field_max() - 1u;
+      case SpecialEncoding::scale:
+        return exp_field_max() - 1u;
+      default:
+        return exp_field_max();
     }
   }
   // Mantissa field of the largest finite number (E4M3FN loses its top code to NaN).
@@ -84,18 +83,21 @@ struct Format {
     switch (special) {
       case SpecialEncoding::ieee:
         return (exp_field_max() << man_bits) | (man_bits > 0 ? (1u << (man_bits - 1)) : 0u);
-      case SpecialEncoding::fn: return (exp_field_max() << man_bits) | man_mask();
-      case SpecialEncoding::fnuz: return sign_mask();
-      case SpecialEncoding::scale: return exp_field_max();
-      case SpecialEncoding::finite: return 0u;  // unreachable: callers check has_nan()
+      case SpecialEncoding::fn:
+        return (exp_field_max() << man_bits) | man_mask();
+      case SpecialEncoding::fnuz:
+        return sign_mask();
+      case SpecialEncoding::scale:
+        return exp_field_max();
+      case SpecialEncoding::finite:
+        return 0u;  // unreachable: callers check has_nan()
     }
     return 0u;
   }
 
   constexpr bool operator==(const Format& o) const {
-    return exp_bits == o.exp_bits && man_bits == o.man_bits && bias == o.bias &&
-           special == o.special && is_signed == o.is_signed &&
-           container_bits == o.container_bits && left_aligned == o.left_aligned;
+    return exp_bits == o.exp_bits && man_bits == o.man_bits && bias == o.bias && special == o.special &&
+           is_signed == o.is_signed && container_bits == o.container_bits && left_aligned == o.left_aligned;
   }
 };
 
@@ -114,8 +116,7 @@ inline constexpr Format e2m3{"e2m3", 2, 3, 1, SpecialEncoding::finite, true, 8, 
 inline constexpr Format e2m1{"e2m1", 2, 1, 1, SpecialEncoding::finite, true, 8, false};
 inline constexpr Format e8m0{"e8m0", 8, 0, 127, SpecialEncoding::scale, false, 8, false};
 
-inline constexpr Format all_named[] = {fp32, tf32, bf16, fp16, e4m3, e5m2, e4m3fnuz,
-                                       e5m2fnuz, e3m2, e2m3, e2m1, e8m0};
+inline constexpr Format all_named[] = {fp32, tf32, bf16, fp16, e4m3, e5m2, e4m3fnuz, e5m2fnuz, e3m2, e2m3, e2m1, e8m0};
 }  // namespace formats
 
 // Custom IEEE-style eXmY formats are limited so that every operation stays exact in
@@ -181,17 +182,15 @@ enum class ValueClass : std::uint8_t { zero, subnormal, normal, infinite, nan };
 struct Decoded {
   ValueClass cls;
   bool negative;
-  int exponent;              // unbiased exponent of the leading significand bit position
-  std::uint32_t significand; // integer significand, man_bits + 1 bits wide for normals
+  int exponent;               // unbiased exponent of the leading significand bit position
+  std::uint32_t significand;  // integer significand, man_bits + 1 bits wide for normals
 };
 
 // Strip the container: tf32 is stored in fp32's layout with low bits zero.
 constexpr std::uint32_t to_layout(const Format& f, std::uint32_t stored) {
   return (stored >> f.storage_shift()) & f.width_mask();
 }
-constexpr std::uint32_t to_container(const Format& f, std::uint32_t layout) {
-  return layout << f.storage_shift();
-}
+constexpr std::uint32_t to_container(const Format& f, std::uint32_t layout) { return layout << f.storage_shift(); }
 
 // Decode a stored bit pattern. Bits above the container width are ignored.
 constexpr Decoded decode(const Format& f, std::uint32_t stored) {
@@ -222,9 +221,7 @@ constexpr Decoded decode(const Format& f, std::uint32_t stored) {
   return {ValueClass::normal, neg, static_cast<int>(e) - f.bias, m | (1u << f.man_bits)};
 }
 
-constexpr bool is_nan(const Format& f, std::uint32_t stored) {
-  return decode(f, stored).cls == ValueClass::nan;
-}
+constexpr bool is_nan(const Format& f, std::uint32_t stored) { return decode(f, stored).cls == ValueClass::nan; }
 
 // Exact value as a double. Every value of every format here (at most 24 significant
 // bits, exponents within [-149, 128]) is exactly representable in fp64.

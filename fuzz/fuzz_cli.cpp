@@ -87,8 +87,8 @@ void check_batch(const std::string& input, int rc, const std::string& out, const
   fb::fuzz::require(err.rfind("error: line ", 0) == 0 && err.find('\n') == err.size() - 1,
                     "exit 2 without exactly one 'error: line N: ...' line: " + err);
   const std::size_t bad_line = std::stoull(err.substr(12));
-  fb::fuzz::require(bad_line >= 1 && bad_line <= lines, "error names line " + std::to_string(bad_line) + " of " +
-                                                            std::to_string(lines));
+  fb::fuzz::require(bad_line >= 1 && bad_line <= lines,
+                    "error names line " + std::to_string(bad_line) + " of " + std::to_string(lines));
   fb::fuzz::require(count_lines(out) == bad_line - 1, "results of the lines before the bad one are missing");
 }
 

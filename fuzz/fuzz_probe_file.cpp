@@ -17,8 +17,8 @@
 namespace {
 
 bool same_header(const fb::gpu::ProbeHeader& a, const fb::gpu::ProbeHeader& b) {
-  return a.form == b.form && a.k == b.k && a.input == b.input && a.c_format == b.c_format &&
-         a.d_format == b.d_format && a.batches == b.batches && a.models == b.models && a.extra == b.extra;
+  return a.form == b.form && a.k == b.k && a.input == b.input && a.c_format == b.c_format && a.d_format == b.d_format &&
+         a.batches == b.batches && a.models == b.models && a.extra == b.extra;
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const fb::fuzz::TempFile file("recipe");
-  static const char* const kModels[] = {"fa2-sm80", "fa-bf16acc+dynmax", "standard-bf16", "fa3-fp8-sm90",
-                                        "triton-tutorial", "golden-bf16-flash", "fa2-sm90", "standard-fp32"};
+  static const char* const kModels[] = {"fa2-sm80",        "fa-bf16acc+dynmax", "standard-bf16", "fa3-fp8-sm90",
+                                        "triton-tutorial", "golden-bf16-flash", "fa2-sm90",      "standard-fp32"};
   if (size == 0) return 0;
   const fb::attn::ModelHandle model = fb::attn::parse_kernel_model(kModels[data[0] % 8], fb::formats::bf16);
   const fb::attn::KernelModel before = *model.recipe;

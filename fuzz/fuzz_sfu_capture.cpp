@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const float got = model->evaluate(std::ldexp(static_cast<float>(i), -table.fraction_bits));
       std::uint32_t got_bits;
       std::memcpy(&got_bits, &got, 4);
-      fb::fuzz::require(got_bits == table.fraction_outputs[i], "converted ex2 table changed T[" + std::to_string(i) + "]");
+      fb::fuzz::require(got_bits == table.fraction_outputs[i],
+                        "converted ex2 table changed T[" + std::to_string(i) + "]");
     }
   }
   return 0;

@@ -18,7 +18,6 @@
 
 namespace {
 
-
 float float_from_bits(std::uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, 4);
@@ -49,10 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)model->hardware_measured();
   // Special values, both signs of the edges of the ranges, and patterns from the input
   // itself (so the fuzzer can steer evaluation into the segments it wrote).
-  std::vector<std::uint32_t> inputs = {0u,          0x80000000u, 0x00000001u, 0x007fffffu, 0x00800000u,
-                                       0x3f800000u, 0xbf800000u, 0x43000000u, 0xc3200000u, 0xc3210000u,
-                                       0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                                       0xffffffffu};
+  std::vector<std::uint32_t> inputs = {0u,          0x80000000u, 0x00000001u, 0x007fffffu, 0x00800000u, 0x3f800000u,
+                                       0xbf800000u, 0x43000000u, 0xc3200000u, 0xc3210000u, 0x7f7fffffu, 0xff7fffffu,
+                                       0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffffffffu};
   for (std::size_t i = 0; i + 4 <= bytes.size() && inputs.size() < 64; i += 4) {
     std::uint32_t w = 0;
     std::memcpy(&w, bytes.data() + i, 4);

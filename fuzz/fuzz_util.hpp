@@ -34,8 +34,7 @@ class TempFile {
  public:
   explicit TempFile(std::string_view tag) {
     const char* dir = std::getenv("TMPDIR");
-    path_ = std::string(dir && *dir ? dir : "/tmp") + "/fb_fuzz_" + std::string(tag) + "_" +
-            std::to_string(::getpid());
+    path_ = std::string(dir && *dir ? dir : "/tmp") + "/fb_fuzz_" + std::string(tag) + "_" + std::to_string(::getpid());
   }
   ~TempFile() { std::remove(path_.c_str()); }
   TempFile(const TempFile&) = delete;

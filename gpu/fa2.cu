@@ -219,8 +219,10 @@ int run(Fa2Options o) {
   p.trace_l = device_alloc<float>(tr * 4, 0xff);
   p.trace_p = device_alloc<float>(tr * tiles.block_n, 0xff);
   p.trace_acc_o = device_alloc<float>(tr * o.hdim, 0xff);
-  if (o.hdim == 64) launch<64>(p);
-  else launch<128>(p);
+  if (o.hdim == 64)
+    launch<64>(p);
+  else
+    launch<128>(p);
 
   Fa2DeviceInfo info;
   int device = 0;
@@ -264,8 +266,8 @@ int run(Fa2Options o) {
     tensors.push_back(make_tensor("trace_m", "F32", {r, b}, m_h.data(), m_h.size() * 4));
     tensors.push_back(make_tensor("trace_l_partial", "F32", {r, b, 4}, l_h.data(), l_h.size() * 4));
     tensors.push_back(make_tensor("trace_p", "F32", {r, b, bn}, p_h.data(), p_h.size() * 4));
-    tensors.push_back(make_tensor("trace_acc_o", "F32", {r, b, static_cast<std::uint64_t>(o.hdim)}, a_h.data(),
-                                  a_h.size() * 4));
+    tensors.push_back(
+        make_tensor("trace_acc_o", "F32", {r, b, static_cast<std::uint64_t>(o.hdim)}, a_h.data(), a_h.size() * 4));
   }
   Fa2RunFacts facts;
   facts.options = o;

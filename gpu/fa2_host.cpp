@@ -47,13 +47,20 @@ Fa2Options parse_fa2_args(int argc, const char* const* argv) {
     if (!known) throw Fa2UsageError("unknown argument '" + arg + "'");
     if (i + 1 >= argc) throw Fa2UsageError(arg + ": missing value");
     const char* value = argv[++i];
-    if (arg == "--out") o.out = value;
-    else if (arg == "--input") o.input = value;
-    else if (arg == "--variant") o.variant = value;
-    else if (arg == "--batch") o.batch = parse_int(arg, value);
-    else if (arg == "--heads") o.heads = parse_int(arg, value);
-    else if (arg == "--seq") o.seq = parse_int(arg, value);
-    else if (arg == "--hdim") o.hdim = parse_int(arg, value);
+    if (arg == "--out")
+      o.out = value;
+    else if (arg == "--input")
+      o.input = value;
+    else if (arg == "--variant")
+      o.variant = value;
+    else if (arg == "--batch")
+      o.batch = parse_int(arg, value);
+    else if (arg == "--heads")
+      o.heads = parse_int(arg, value);
+    else if (arg == "--seq")
+      o.seq = parse_int(arg, value);
+    else if (arg == "--hdim")
+      o.hdim = parse_int(arg, value);
     else if (arg == "--seed") {
       const long long s = parse_integer(arg, value);
       if (s < 0) throw Fa2UsageError("--seed: must be >= 0");
@@ -145,8 +152,9 @@ std::map<std::string, std::string> fa2_trace_metadata(const Fa2RunFacts& run, co
       {"block_n", std::to_string(tiles.block_n)},
       {"bwd_block_m", std::to_string(tiles.bwd_block_m)},
       {"bwd_block_n", std::to_string(tiles.bwd_block_n)},
-      {"warp_layout", "forward: block_m/16 warps x 16 query rows; backward dk/dv: bwd_block_n/16 warps x 16 keys; "
-                      "backward dq: bwd_block_m/16 warps x 16 query rows (FA2: 4 warps fwd, 8 bwd)"},
+      {"warp_layout",
+       "forward: block_m/16 warps x 16 query rows; backward dk/dv: bwd_block_n/16 warps x 16 keys; "
+       "backward dq: bwd_block_m/16 warps x 16 query rows (FA2: 4 warps fwd, 8 bwd)"},
       {"kv_order_forward", "last_to_first"},
       {"m_block_order_dkdv", "last_to_first"},
       {"kv_order_dq", "first_to_last (deterministic; FA2 adds per-block dQ with atomics)"},

@@ -71,17 +71,17 @@ void validate_fa2_problem(const Fa2Options& o);
 bool parse_fa2_bool(const std::string& text, const std::string& what);
 
 struct Fa2DeviceInfo {
-  std::string name;           // cudaDeviceProp::name
-  int major = 0, minor = 0;   // compute capability
+  std::string name;          // cudaDeviceProp::name
+  int major = 0, minor = 0;  // compute capability
   int driver = 0, runtime = 0;
 };
 
 struct Fa2RunFacts {
-  Fa2Options options;         // after --input set the shape
+  Fa2Options options;          // after --input set the shape
   double softmax_scale = 0.0;  // as the run used it (the input's decimal, or 1/sqrt(d))
   float scale_log2 = 0.f;
   std::vector<int> trace_rows;
-  std::string scenario;       // from the input trace, may be empty
+  std::string scenario;  // from the input trace, may be empty
 };
 
 std::map<std::string, std::string> fa2_trace_metadata(const Fa2RunFacts& run, const Fa2DeviceInfo& device);

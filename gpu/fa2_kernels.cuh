@@ -9,19 +9,26 @@
 namespace fb::gpu {
 namespace {
 
-constexpr int kRowsPerWarp = 16;              // one m16n8k16 row tile per warp
-constexpr float kLn2 = 0.693147182f;          // the constant __logf multiplies lg2 by
-constexpr float kLog2e = 1.44269504f;         // float(M_LOG2E)
+constexpr int kRowsPerWarp = 16;               // one m16n8k16 row tile per warp
+constexpr float kLn2 = 0.693147182f;           // the constant __logf multiplies lg2 by
+constexpr float kLog2e = 1.44269504f;          // float(M_LOG2E)
 constexpr float kDynmaxBeta = kFa2DynmaxBeta;  // gpu/fa2_host.hpp: the CPU model's +dynmax defaults
 constexpr double kDynmaxTol = kFa2DynmaxTol;
 
-template <int D> constexpr int kBlockM = fa2_tile_sizes(D).block_m;
-template <int D> constexpr int kBlockN = fa2_tile_sizes(D).block_n;
-template <int D> constexpr int kBwdBlockM = fa2_tile_sizes(D).bwd_block_m;
-template <int D> constexpr int kBwdBlockN = fa2_tile_sizes(D).bwd_block_n;
-template <int D> constexpr int kFwdThreads = kBlockM<D> / kRowsPerWarp * 32;
-template <int D> constexpr int kDkDvThreads = kBwdBlockN<D> / kRowsPerWarp * 32;
-template <int D> constexpr int kDqThreads = kBwdBlockM<D> / kRowsPerWarp * 32;
+template <int D>
+constexpr int kBlockM = fa2_tile_sizes(D).block_m;
+template <int D>
+constexpr int kBlockN = fa2_tile_sizes(D).block_n;
+template <int D>
+constexpr int kBwdBlockM = fa2_tile_sizes(D).bwd_block_m;
+template <int D>
+constexpr int kBwdBlockN = fa2_tile_sizes(D).bwd_block_n;
+template <int D>
+constexpr int kFwdThreads = kBlockM<D> / kRowsPerWarp * 32;
+template <int D>
+constexpr int kDkDvThreads = kBwdBlockN<D> / kRowsPerWarp * 32;
+template <int D>
+constexpr int kDqThreads = kBwdBlockM<D> / kRowsPerWarp * 32;
 
 struct Problem {
   int batch, heads, seq, hdim;
@@ -86,7 +93,8 @@ __device__ void rows_times_rows(const std::uint32_t (&a)[D / 16][4], const __nv_
   for (int ks = 0; ks < D / 16; ++ks) {
     for (int nt = 0; nt < NT; ++nt) {
       const __nv_bfloat16* brow = bbase + static_cast<std::size_t>(nt * 8 + g) * D + ks * 16;
-      const std::uint32_t b[2] = {pack_raw(brow + 2 * t, brow + 2 * t + 1), pack_raw(brow + 2 * t + 8, brow + 2 * t + 9)};
+      const std::uint32_t b[2] = {pack_raw(brow + 2 * t, brow + 2 * t + 1),
+                                  pack_raw(brow + 2 * t + 8, brow + 2 * t + 9)};
       mma_m16n8k16_bf16_f32(acc[nt], a[ks], b, acc[nt]);
     }
   }
@@ -165,7 +173,8 @@ __global__ void __launch_bounds__(kFwdThreads<D>) fa2_forward(Problem p) {
         int count = 0;  // masked -inf entries give (rm - -inf) = inf or NaN: never counted
         for (int nt = 0; nt < NT; ++nt)
           for (int j = 0; j < 2; ++j)
-            count += (static_cast<double>(rm) - static_cast<double>(s[nt][2 * i + j])) * p.softmax_scale_exact <= kDynmaxTol;
+            count +=
+                (static_cast<double>(rm) - static_cast<double>(s[nt][2 * i + j])) * p.softmax_scale_exact <= kDynmaxTol;
         count = quad_sum_int(count);
         const float m_block = (count > 1 && rm > 0.f) ? kDynmaxBeta * rm : (count > 1 && rm < 0.f) ? 0.f : rm;
         m = first ? m_block : fmaxf(row_max[i], m_block);
@@ -183,7 +192,8 @@ __global__ void __launch_bounds__(kFwdThreads<D>) fa2_forward(Problem p) {
       row_max[i] = m;
       const float max_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, p.scale_log2);
       for (int nt = 0; nt < NT; ++nt)
-        for (int j = 0; j < 2; ++j) s[nt][2 * i + j] = ex2_approx_ftz(__fmaf_rn(s[nt][2 * i + j], p.scale_log2, -max_scaled));
+        for (int j = 0; j < 2; ++j)
+          s[nt][2 * i + j] = ex2_approx_ftz(__fmaf_rn(s[nt][2 * i + j], p.scale_log2, -max_scaled));
       // FA2's `row_sum *= scores_scale` then `row_sum += p` is one FFMA under nvcc's
       // contraction (seen in PyTorch's build of FA2's softmax.h on H200).
       float sum = first ? s[0][2 * i] : __fmaf_rn(row_sum[i], row_scale[i], s[0][2 * i]);
@@ -269,7 +279,7 @@ __global__ void __launch_bounds__(kDkDvThreads<D>) fa2_backward_dkdv(Problem p) 
       const int r0 = mb * BM + rc * 16;
       const __nv_bfloat16* qrows = p.q + head + static_cast<std::size_t>(r0) * D;
       const __nv_bfloat16* dorows = p.dout + head + static_cast<std::size_t>(r0) * D;
-      float pt[2][4], dst[2][4];  // P^T and dS^T: [key g / g+8][row nt*8 + 2t + (e&1)]
+      float pt[2][4], dst[2][4];                     // P^T and dS^T: [key g / g+8][row nt*8 + 2t + (e&1)]
       rows_times_rows<D, 2>(ka, qrows, g, t, pt);    // S^T = K Q^T
       rows_times_rows<D, 2>(va, dorows, g, t, dst);  // dP^T = V dO^T
       for (int nt = 0; nt < 2; ++nt) {
@@ -324,7 +334,7 @@ __global__ void __launch_bounds__(kDqThreads<D>) fa2_backward_dq(Problem p) {
       const int k0 = nb * BN + kc * 16;
       const __nv_bfloat16* krows = p.k + head + static_cast<std::size_t>(k0) * D;
       float s[2][4], ds[2][4];
-      rows_times_rows<D, 2>(qa, krows, g, t, s);                                     // S = Q K^T
+      rows_times_rows<D, 2>(qa, krows, g, t, s);                                           // S = Q K^T
       rows_times_rows<D, 2>(da, p.v + head + static_cast<std::size_t>(k0) * D, g, t, ds);  // dP = dO V^T
       for (int nt = 0; nt < 2; ++nt) {
         for (int e = 0; e < 4; ++e) {

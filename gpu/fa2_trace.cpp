@@ -12,7 +12,8 @@ Fa2Inputs read_fa2_inputs(const std::string& path) {
   const Safetensors in = read_safetensors(path);
   Fa2Inputs r;
   const SafeTensor* q = in.find("q");
-  if (!q || q->dtype != Dtype::BF16 || q->shape.size() != 4) throw std::runtime_error(path + ": q: missing or not BF16 [B,H,N,D]");
+  if (!q || q->dtype != Dtype::BF16 || q->shape.size() != 4)
+    throw std::runtime_error(path + ": q: missing or not BF16 [B,H,N,D]");
   r.shape = q->shape;
   auto take = [&](const char* name, std::vector<std::uint16_t>& dst) {
     const SafeTensor* t = in.find(name);

@@ -18,8 +18,8 @@
 namespace fb::gpu {
 
 struct Fa2Inputs {
-  std::vector<std::uint64_t> shape;              // [B, H, N, D]
-  std::vector<std::uint16_t> q, k, v, dout;      // bf16 bit patterns
+  std::vector<std::uint64_t> shape;          // [B, H, N, D]
+  std::vector<std::uint16_t> q, k, v, dout;  // bf16 bit patterns
   std::map<std::string, std::string> metadata;
 };
 Fa2Inputs read_fa2_inputs(const std::string& path);

@@ -202,7 +202,8 @@ void write_fa2_trace_lite(const std::string& path, const std::vector<Fa2Tensor>&
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xffu);
   f.write(reinterpret_cast<const char*>(len), 8);
   f << header;
-  for (const Fa2Tensor& t : tensors) f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+  for (const Fa2Tensor& t : tensors)
+    f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
   if (!f) throw std::runtime_error(path + ": write failed");
 }
 
@@ -222,7 +223,8 @@ Fa2Inputs read_fa2_inputs_lite(const std::string& path) {
   const std::size_t base = 8 + n;
   Fa2Inputs r;
   if (const Json* meta = root.get("__metadata__")) {
-    for (std::size_t i = 0; i < meta->member_keys.size(); ++i) r.metadata[meta->member_keys[i]] = meta->member_values[i].text;
+    for (std::size_t i = 0; i < meta->member_keys.size(); ++i)
+      r.metadata[meta->member_keys[i]] = meta->member_values[i].text;
   }
   auto load = [&](const char* name, std::vector<std::uint16_t>& dst, bool first) {
     const Json* t = root.get(name);
@@ -239,8 +241,10 @@ Fa2Inputs read_fa2_inputs_lite(const std::string& path) {
       dims.push_back(std::stoull(d.text));
       count *= dims.back();
     }
-    if (first) r.shape = dims;
-    else if (dims != r.shape) throw std::runtime_error(path + ": " + name + ": shape differs from q");
+    if (first)
+      r.shape = dims;
+    else if (dims != r.shape)
+      throw std::runtime_error(path + ": " + name + ": shape differs from q");
     const std::uint64_t begin = std::stoull(offs->items[0].text), end = std::stoull(offs->items[1].text);
     if (end < begin || end - begin != count * 2 || base + end > data.size()) {
       throw std::runtime_error(path + ": " + name + ": data_offsets do not match the shape or the file");

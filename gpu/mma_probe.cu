@@ -64,7 +64,9 @@ constexpr int kN = 8;  // every form probes an n8 tile
 // ---- device side ----------------------------------------------------------------------
 // Tiles are stored as element arrays of container bits: A[m][k], Bt[n][k], C[m][n], D[m][n].
 // kChain (the `chained` batch): D2[m][n] = mma(A, B, D) as a kernel's K loop does it.
-__device__ __forceinline__ std::uint32_t pack2(std::uint32_t lo, std::uint32_t hi) { return (lo & 0xffffu) | (hi << 16); }
+__device__ __forceinline__ std::uint32_t pack2(std::uint32_t lo, std::uint32_t hi) {
+  return (lo & 0xffffu) | (hi << 16);
+}
 
 template <int F, bool kChain>
 __global__ void mma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
@@ -134,17 +136,27 @@ __device__ __forceinline__ void wgmma_issue(float (&acc)[4], std::uint64_t da, s
   static_assert(kRepeat == 1 || kRepeat == 2);
 #define FB_WGMMA_ONE(SHAPE, TYPE, TAIL) \
   "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {%0,%1,%2,%3}, %4, %5, p, 1, 1" TAIL ";\n"
-#define FB_WGMMA_RUN(INSTRUCTIONS)                                                               \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n" INSTRUCTIONS "}\n"                  \
-               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                          \
+#define FB_WGMMA_RUN(INSTRUCTIONS)                                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n" INSTRUCTIONS "}\n" \
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])       \
                : "l"(da), "l"(db), "r"(1))
-#define FB_WGMMA(SHAPE, TYPE, TAIL)                                                              \
-  if constexpr (kRepeat == 1) FB_WGMMA_RUN(FB_WGMMA_ONE(SHAPE, TYPE, TAIL));                     \
-  else FB_WGMMA_RUN(FB_WGMMA_ONE(SHAPE, TYPE, TAIL) FB_WGMMA_ONE(SHAPE, TYPE, TAIL))
-  if constexpr (F == kWgmmaBf16) { FB_WGMMA("m64n8k16", "bf16", ", 0, 0"); }
-  if constexpr (F == kWgmmaF16) { FB_WGMMA("m64n8k16", "f16", ", 0, 0"); }
-  if constexpr (F == kWgmmaE4m3) { FB_WGMMA("m64n8k32", "e4m3", ""); }
-  if constexpr (F == kWgmmaE5m2) { FB_WGMMA("m64n8k32", "e5m2", ""); }
+#define FB_WGMMA(SHAPE, TYPE, TAIL)                \
+  if constexpr (kRepeat == 1)                      \
+    FB_WGMMA_RUN(FB_WGMMA_ONE(SHAPE, TYPE, TAIL)); \
+  else                                             \
+    FB_WGMMA_RUN(FB_WGMMA_ONE(SHAPE, TYPE, TAIL) FB_WGMMA_ONE(SHAPE, TYPE, TAIL))
+  if constexpr (F == kWgmmaBf16) {
+    FB_WGMMA("m64n8k16", "bf16", ", 0, 0");
+  }
+  if constexpr (F == kWgmmaF16) {
+    FB_WGMMA("m64n8k16", "f16", ", 0, 0");
+  }
+  if constexpr (F == kWgmmaE4m3) {
+    FB_WGMMA("m64n8k32", "e4m3", "");
+  }
+  if constexpr (F == kWgmmaE5m2) {
+    FB_WGMMA("m64n8k32", "e5m2", "");
+  }
 #undef FB_WGMMA
 #undef FB_WGMMA_RUN
 #undef FB_WGMMA_ONE
@@ -185,13 +197,17 @@ __global__ void wgmma_kernel(const std::uint32_t* A, const std::uint32_t* Bt, co
   if constexpr (kChain) D2 += tile * M * kN;
   for (int e = tid; e < M * K; e += blockDim.x) {
     const int r = e / K, k = e % K, at = kmajor_offset(r, k * elem_bytes);
-    if (elem_bytes == 2) *reinterpret_cast<std::uint16_t*>(a_smem + at) = static_cast<std::uint16_t>(A[e]);
-    else a_smem[at] = static_cast<unsigned char>(A[e]);
+    if (elem_bytes == 2)
+      *reinterpret_cast<std::uint16_t*>(a_smem + at) = static_cast<std::uint16_t>(A[e]);
+    else
+      a_smem[at] = static_cast<unsigned char>(A[e]);
   }
   for (int e = tid; e < kN * K; e += blockDim.x) {
     const int n = e / K, k = e % K, at = kmajor_offset(n, k * elem_bytes);
-    if (elem_bytes == 2) *reinterpret_cast<std::uint16_t*>(b_smem + at) = static_cast<std::uint16_t>(Bt[e]);
-    else b_smem[at] = static_cast<unsigned char>(Bt[e]);
+    if (elem_bytes == 2)
+      *reinterpret_cast<std::uint16_t*>(b_smem + at) = static_cast<std::uint16_t>(Bt[e]);
+    else
+      b_smem[at] = static_cast<unsigned char>(Bt[e]);
   }
   // Generic-proxy stores must be made visible to the async proxy that wgmma reads through.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -404,11 +420,16 @@ int run(int argc, char** argv) {
                              // separate processes, so a wgmma fault cannot lose the mma.sync file
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--dry-run") dry_run = true;
-    else if (arg == "--forms" && i + 1 < argc) only = argv[++i];
-    else if (arg == "--out" && i + 1 < argc) out = argv[++i];
-    else if (arg == "--tiles" && i + 1 < argc) tiles = std::atoi(argv[++i]);
-    else if (arg == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    if (arg == "--dry-run")
+      dry_run = true;
+    else if (arg == "--forms" && i + 1 < argc)
+      only = argv[++i];
+    else if (arg == "--out" && i + 1 < argc)
+      out = argv[++i];
+    else if (arg == "--tiles" && i + 1 < argc)
+      tiles = std::atoi(argv[++i]);
+    else if (arg == "--seed" && i + 1 < argc)
+      seed = std::strtoull(argv[++i], nullptr, 10);
     else {
       std::fprintf(stderr,
                    "usage: fb-mma-probe --out FILE [--tiles N per batch, default 4] [--seed S] [--forms all|mma|wgmma] "
@@ -462,7 +483,8 @@ int run(int argc, char** argv) {
     const int per_batch = f.wgmma ? (tiles + 3) / 4 : tiles;
     probe_form(file, form, per_batch, seed, prop, fields, dry_run);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("%s: %llu cases (%.2f s)\n", f.ptx, static_cast<unsigned long long>(section_cases(f, per_batch)), seconds);
+    std::printf("%s: %llu cases (%.2f s)\n", f.ptx, static_cast<unsigned long long>(section_cases(f, per_batch)),
+                seconds);
     std::fflush(stdout);
   }
   file.finish();

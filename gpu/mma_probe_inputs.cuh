@@ -26,10 +26,9 @@ enum Batch : int {
   kSignedZeros,   // exact zero sums: every product -0 (C = -0 or +0), or x - x pairs with C = -0
   kBatchCount
 };
-const char* const kBatchNames[kBatchCount] = {"random_bits", "random_normal", "specials", "ties",
-                                              "cancellation", "exponent_gap", "zero_terms", "c_huge",
-                                              "c_tiny",       "overflow",     "f_boundary", "chained",
-                                              "signed_zeros"};
+const char* const kBatchNames[kBatchCount] = {"random_bits",  "random_normal", "specials",    "ties",   "cancellation",
+                                              "exponent_gap", "zero_terms",    "c_huge",      "c_tiny", "overflow",
+                                              "f_boundary",   "chained",       "signed_zeros"};
 
 // F, the aligned-significand width (fraction bits kept below the largest exponent of a
 // fused step) of the emu model fb-mma-probe names for a form on a device (model_for
@@ -78,12 +77,18 @@ class Designer {
   }
   std::uint32_t special(const Format& fmt) {
     switch (uniform(6)) {
-      case 0: return fmt.has_nan() ? to_container(fmt, fmt.quiet_nan_pattern()) : 0u;
-      case 1: return pack_inf(fmt, false);
-      case 2: return pack_inf(fmt, true);
-      case 3: return to_container(fmt, chance(0.5) ? fmt.sign_mask() : 0u);
-      case 4: return value(fmt, chance(0.5), fmt.emin() - range(1, fmt.man_bits), static_cast<std::uint32_t>(rng_()));
-      default: return value(fmt, chance(0.5), fmt.emax(), fmt.man_mask());
+      case 0:
+        return fmt.has_nan() ? to_container(fmt, fmt.quiet_nan_pattern()) : 0u;
+      case 1:
+        return pack_inf(fmt, false);
+      case 2:
+        return pack_inf(fmt, true);
+      case 3:
+        return to_container(fmt, chance(0.5) ? fmt.sign_mask() : 0u);
+      case 4:
+        return value(fmt, chance(0.5), fmt.emin() - range(1, fmt.man_bits), static_cast<std::uint32_t>(rng_()));
+      default:
+        return value(fmt, chance(0.5), fmt.emax(), fmt.man_mask());
     }
   }
   std::uint32_t pack_inf(const Format& fmt, bool negative) {
@@ -135,7 +140,8 @@ class Designer {
         const int which = range(0, f_.k - 1);
         product(which, chance(0.5), ec - out_precision, chance(0.7) ? 0u : (1u << (in.man_bits - 1)));
         for (int i = 0; i < f_.k; ++i) {
-          if (i != which && chance(0.3)) product(i, chance(0.5), ec - out_precision - range(1, 24), static_cast<std::uint32_t>(rng_()));
+          if (i != which && chance(0.3))
+            product(i, chance(0.5), ec - out_precision - range(1, 24), static_cast<std::uint32_t>(rng_()));
         }
         break;
       }
@@ -174,7 +180,7 @@ class Designer {
       case kCHuge: {
         for (int i = 0; i < f_.k; ++i) a[i] = random_value(in, mid - 4, mid + 4);
         const std::uint32_t u = uniform(10);
-        c = u == 0 ? pack_inf(cf, chance(0.5))
+        c = u == 0   ? pack_inf(cf, chance(0.5))
             : u == 1 ? to_container(cf, cf.quiet_nan_pattern())
                      : value(cf, chance(0.5), cf.emax() - range(0, 4), static_cast<std::uint32_t>(rng_()));
         break;
@@ -184,10 +190,17 @@ class Designer {
         c = value(cf, chance(0.5), cf.emin() - range(-1, cf.man_bits), static_cast<std::uint32_t>(rng_()));
         break;
       }
-      case kOverflow: design_overflow(a, b, c); break;
-      case kFBoundary: design_f_boundary(a, b, c); break;
-      case kSignedZeros: design_signed_zeros(a, b, c); break;
-      default: break;
+      case kOverflow:
+        design_overflow(a, b, c);
+        break;
+      case kFBoundary:
+        design_f_boundary(a, b, c);
+        break;
+      case kSignedZeros:
+        design_signed_zeros(a, b, c);
+        break;
+      default:
+        break;
     }
     ++batch_row_;
   }
@@ -222,7 +235,9 @@ class Designer {
     auto product = [&](int i, bool n, int exponent, std::uint32_t mantissa) {
       a[i] = value(in, n != b_negative(b[i]), exponent - b_exponent(b[i]), mantissa);
     };
-    auto near_max_c = [&](int j) { return value(cf, neg, emax, cf.max_finite_man_field() - static_cast<std::uint32_t>(j)); };
+    auto near_max_c = [&](int j) {
+      return value(cf, neg, emax, cf.max_finite_man_field() - static_cast<std::uint32_t>(j));
+    };
     // |n| quarter-ulps as one product (exact: |n| <= 20 needs 5 bits); false if it does not fit
     auto quarter_ulps = [&](int i, int n) {
       if (n == 0) return true;
@@ -246,10 +261,11 @@ class Designer {
           for (int i = 0; i < f_.k; ++i) {
             if (a[i] == 0 && chance(0.5)) a[i] = random_value(in, mid - 4, mid + 4);
           }
-          c = chance(0.5) ? random_value(cf, -4, 4) : value(cf, neg, emax - range(0, 3), static_cast<std::uint32_t>(rng_()));
+          c = chance(0.5) ? random_value(cf, -4, 4)
+                          : value(cf, neg, emax - range(0, 3), static_cast<std::uint32_t>(rng_()));
           return;
         }
-        case 1: {  // near M
+        case 1: {                                          // near M
           static const int kT[] = {0, 2, 1, -4, 4, 3, 8};  // the first four cover M, both sides of M + ulp/2, below M
           const int t = kT[(row / 4) % 7], j = (row / 28) % 4;
           c = near_max_c(j);
@@ -265,7 +281,8 @@ class Designer {
           }
           if (row >= 28 && chance(0.25)) {  // from the second round of t: a sticky term far below the ulp
             const int exponent = ulp_e - 2 - range(3, 20), i = f_.k - 1;
-            if (a[i] == 0 && product_fits(b, i, exponent)) product(i, chance(0.5), exponent, static_cast<std::uint32_t>(rng_()));
+            if (a[i] == 0 && product_fits(b, i, exponent))
+              product(i, chance(0.5), exponent, static_cast<std::uint32_t>(rng_()));
           }
           return;
         }
@@ -282,11 +299,14 @@ class Designer {
           c = chance(0.5) ? near_max_c(0) : value(cf, neg, emax - range(0, 1), static_cast<std::uint32_t>(rng_()));
           int i0 = 0, i1 = 1;
           for (int i = 0; i < f_.k; ++i) {
-            if (b_exponent(b[i]) > b_exponent(b[i0])) i1 = i0, i0 = i;
-            else if (i != i0 && (i1 == i0 || b_exponent(b[i]) > b_exponent(b[i1]))) i1 = i;
+            if (b_exponent(b[i]) > b_exponent(b[i0]))
+              i1 = i0, i0 = i;
+            else if (i != i0 && (i1 == i0 || b_exponent(b[i]) > b_exponent(b[i1])))
+              i1 = i;
           }
           const int exponent = std::min({emax, in.emax() + b_exponent(b[i0]), in.emax() + b_exponent(b[i1])});
-          const std::uint32_t m = static_cast<std::uint32_t>(rng_()) & std::min(in.man_mask(), in.max_finite_man_field());
+          const std::uint32_t m =
+              static_cast<std::uint32_t>(rng_()) & std::min(in.man_mask(), in.max_finite_man_field());
           product(i0, neg, exponent, m);
           product(i1, !neg, exponent, m);
           return;
@@ -298,7 +318,9 @@ class Designer {
     switch (row % 3) {
       case 0:  // the largest products the inputs allow, mostly of C's sign
         for (int i = 0; i < f_.k; ++i) {
-          if (chance(0.7)) product(i, chance(0.8) ? neg : !neg, in.emax() + b_exponent(b[i]) - range(0, 1), static_cast<std::uint32_t>(rng_()));
+          if (chance(0.7))
+            product(i, chance(0.8) ? neg : !neg, in.emax() + b_exponent(b[i]) - range(0, 1),
+                    static_cast<std::uint32_t>(rng_()));
         }
         return;
       case 1:  // moderate products, random signs
@@ -342,7 +364,7 @@ class Designer {
     struct Term {
       int slot;  // -1: C, else product index
       bool neg;
-      int offset;  // the term's exponent is E - offset
+      int offset;              // the term's exponent is E - offset
       std::uint32_t mantissa;  // field bits of the term's format
     };
     for (int attempt = 0;; ++attempt) {
@@ -362,13 +384,15 @@ class Designer {
       bool c_used = true;
       if (mode == 0) {
         c_used = chance(0.5);
-        if (c_used) terms.push_back({-1, neg, 0, x << (cf.man_bits - in.man_bits)});
-        else terms.push_back({take(), neg, 0, x});
+        if (c_used)
+          terms.push_back({-1, neg, 0, x << (cf.man_bits - in.man_bits)});
+        else
+          terms.push_back({take(), neg, 0, x});
         terms.push_back({take(), !neg, 0, x});
       } else if (mode == 1) {
         std::uint32_t cm = static_cast<std::uint32_t>(rng_()) & cf.man_mask();
         cm &= ~((1u << (cf.precision() - p_out)) - 1u);  // only output-precision bits
-        if (rne_out) cm |= 1u;                            // odd: the midpoint rounds away under RNE
+        if (rne_out) cm |= 1u;                           // odd: the midpoint rounds away under RNE
         terms.push_back({-1, neg, 0, cm});
         if (rne_out) terms.push_back({take(), neg, p_out, 0u});  // half an ulp of C
       } else {
@@ -411,8 +435,10 @@ class Designer {
       for (int i = 0; i < f_.k; ++i) a[i] = 0;
       c = 0;
       for (const Term& t : terms) {
-        if (t.slot < 0) c = value(cf, t.neg, e - t.offset, t.mantissa);
-        else a[t.slot] = value(in, t.neg != b_negative(b[t.slot]), e - t.offset - b_exponent(b[t.slot]), t.mantissa);
+        if (t.slot < 0)
+          c = value(cf, t.neg, e - t.offset, t.mantissa);
+        else
+          a[t.slot] = value(in, t.neg != b_negative(b[t.slot]), e - t.offset - b_exponent(b[t.slot]), t.mantissa);
       }
       return;
     }
@@ -493,8 +519,10 @@ template <int F, bool kChain>
 void launch(int tiles, const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C, std::uint32_t* D,
             std::uint32_t* D2) {
   if (tiles <= 0) return;
-  if constexpr (F >= kWgmmaBf16) wgmma_kernel<F, kChain><<<tiles, 128>>>(A, Bt, C, D, D2);
-  else mma_kernel<F, kChain><<<tiles, 32>>>(A, Bt, C, D, D2);
+  if constexpr (F >= kWgmmaBf16)
+    wgmma_kernel<F, kChain><<<tiles, 128>>>(A, Bt, C, D, D2);
+  else
+    mma_kernel<F, kChain><<<tiles, 32>>>(A, Bt, C, D, D2);
 }
 template <int F>
 void launch_both(int tiles, int chained_from, int chained_to, std::size_t a_n, std::size_t b_n, std::size_t c_n,
@@ -511,14 +539,30 @@ void launch_form(int form, int tiles, int chained_from, int chained_to, std::siz
                  std::size_t c_n, const std::uint32_t* A, const std::uint32_t* Bt, const std::uint32_t* C,
                  std::uint32_t* D, std::uint32_t* D2) {
   switch (form) {
-    case kMmaBf16F32: launch_both<kMmaBf16F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kMmaF16F32: launch_both<kMmaF16F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kMmaF16F16: launch_both<kMmaF16F16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kMmaTf32F32: launch_both<kMmaTf32F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaBf16: launch_both<kWgmmaBf16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaF16: launch_both<kWgmmaF16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaE4m3: launch_both<kWgmmaE4m3>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
-    case kWgmmaE5m2: launch_both<kWgmmaE5m2>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2); break;
+    case kMmaBf16F32:
+      launch_both<kMmaBf16F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kMmaF16F32:
+      launch_both<kMmaF16F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kMmaF16F16:
+      launch_both<kMmaF16F16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kMmaTf32F32:
+      launch_both<kMmaTf32F32>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kWgmmaBf16:
+      launch_both<kWgmmaBf16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kWgmmaF16:
+      launch_both<kWgmmaF16>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kWgmmaE4m3:
+      launch_both<kWgmmaE4m3>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
+    case kWgmmaE5m2:
+      launch_both<kWgmmaE5m2>(tiles, chained_from, chained_to, a_n, b_n, c_n, A, Bt, C, D, D2);
+      break;
   }
   FB_CUDA_CHECK(cudaGetLastError());
   FB_CUDA_CHECK(cudaDeviceSynchronize());

@@ -31,7 +31,9 @@ std::string value_text(const Format& f, std::uint32_t bits) {
   std::snprintf(buf, sizeof buf, "%.9g", to_double(f, bits));
   return buf;
 }
-std::string bits_and_value(const Format& f, std::uint32_t bits) { return hex(f, bits) + " (" + value_text(f, bits) + ")"; }
+std::string bits_and_value(const Format& f, std::uint32_t bits) {
+  return hex(f, bits) + " (" + value_text(f, bits) + ")";
+}
 
 // Signed distance in units in the last place between two finite values of one format,
 // counted along the ordered bit patterns (the usual "ulps apart").
@@ -78,9 +80,12 @@ bool model_for_section(const std::string& name, const ProbeHeader& h, TensorCore
 }
 
 nlohmann::json step_json(const DotStepEvent& s) {
-  return {{"largest_exponent", s.largest_exponent}, {"terms", s.terms},
-          {"truncated_value", s.truncated_value},   {"truncated_terms", s.truncated_terms},
-          {"carry_out", s.carry_out},               {"normalisation_shift", s.normalisation_shift},
+  return {{"largest_exponent", s.largest_exponent},
+          {"terms", s.terms},
+          {"truncated_value", s.truncated_value},
+          {"truncated_terms", s.truncated_terms},
+          {"carry_out", s.carry_out},
+          {"normalisation_shift", s.normalisation_shift},
           {"output_residue", s.output_residue}};
 }
 
@@ -91,8 +96,8 @@ void explain_text(std::ostream& out, const ProbeSection& sec, std::size_t i, std
   out << "    C = " << bits_and_value(h.c_format, sec.c(i)) << "\n";
   for (int j = 0; j < h.k; ++j) {
     const std::uint32_t a = sec.a(i)[j], b = sec.b(i)[j];
-    out << "    a" << j << " = " << bits_and_value(h.input, a) << "  b" << j << " = "
-        << bits_and_value(h.input, b) << "  a*b = " << to_double(h.input, a) * to_double(h.input, b) << "\n";
+    out << "    a" << j << " = " << bits_and_value(h.input, a) << "  b" << j << " = " << bits_and_value(h.input, b)
+        << "  a*b = " << to_double(h.input, a) * to_double(h.input, b) << "\n";
   }
   out << "    expected " << bits_and_value(h.d_format, expected) << "  got " << bits_and_value(h.d_format, sec.d(i));
   if (!is_nan(h.d_format, expected) && !is_nan(h.d_format, sec.d(i))) {
@@ -126,7 +131,8 @@ class Replayer {
     const int k = h_.k;
     const std::uint32_t* ab = sec.a(i);
     const std::uint32_t* bb = sec.b(i);
-    if (in_table_.empty()) return fused_dot_bits(model_, sec.c(i), {ab, static_cast<std::size_t>(k)}, {bb, static_cast<std::size_t>(k)});
+    if (in_table_.empty())
+      return fused_dot_bits(model_, sec.c(i), {ab, static_cast<std::size_t>(k)}, {bb, static_cast<std::size_t>(k)});
     const int shift = h_.input.storage_shift();
     const std::uint32_t mask = h_.input.width_mask();
     for (int j = 0; j < k; ++j) {
@@ -240,8 +246,7 @@ void copy_case(const ProbeSection& from, std::size_t i, ProbeSection& to) {
 
 }  // namespace
 
-int run_probe_check(const std::string& path, const ProbeCheckOptions& options, std::ostream& out,
-                    std::ostream& err) {
+int run_probe_check(const std::string& path, const ProbeCheckOptions& options, std::ostream& out, std::ostream& err) {
   ProbeFile file;
   try {
     file = read_probe_file(path);
@@ -297,15 +302,17 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
           as.push_back({{"bits", hex(h.input, a[j])}, {"value", to_double(h.input, a[j])}});
           bs.push_back({{"bits", hex(h.input, b[j])}, {"value", to_double(h.input, b[j])}});
         }
-        nlohmann::json m_json = {{"case", i},
-                                 {"batch", h.batches[sec.batch(i)]},
-                                 {"c", {{"bits", hex(h.c_format, sec.c(i))}, {"value", to_double(h.c_format, sec.c(i))}}},
-                                 {"a", as},
-                                 {"b", bs},
-                                 {"expected", {{"bits", hex(h.d_format, expected)}, {"value", value_text(h.d_format, expected)}}},
-                                 {"got", {{"bits", hex(h.d_format, sec.d(i))}, {"value", value_text(h.d_format, sec.d(i))}}},
-                                 {"steps", steps}};
-        if (!is_nan(h.d_format, expected) && !is_nan(h.d_format, sec.d(i))) m_json["ulps"] = ulps_apart(h.d_format, sec.d(i), expected);
+        nlohmann::json m_json = {
+            {"case", i},
+            {"batch", h.batches[sec.batch(i)]},
+            {"c", {{"bits", hex(h.c_format, sec.c(i))}, {"value", to_double(h.c_format, sec.c(i))}}},
+            {"a", as},
+            {"b", bs},
+            {"expected", {{"bits", hex(h.d_format, expected)}, {"value", value_text(h.d_format, expected)}}},
+            {"got", {{"bits", hex(h.d_format, sec.d(i))}, {"value", value_text(h.d_format, sec.d(i))}}},
+            {"steps", steps}};
+        if (!is_nan(h.d_format, expected) && !is_nan(h.d_format, sec.d(i)))
+          m_json["ulps"] = ulps_apart(h.d_format, sec.d(i), expected);
         explained.push_back(m_json);
       } else {
         explain_text(text, sec, i, expected, trace);
@@ -315,12 +322,14 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
       ProbeSection sub = subset_of(sec, {{"subset", "mismatches"},
                                          {"subset_model", model_name},
                                          {"subset_mismatches_total", std::to_string(mismatches)}});
-      for (std::size_t m = 0; m < mismatches && m < options.max_mismatches; ++m) copy_case(sec, result.mismatches[m], sub);
+      for (std::size_t m = 0; m < mismatches && m < options.max_mismatches; ++m)
+        copy_case(sec, result.mismatches[m], sub);
       mismatch_file_cases += sub.cases();
       mismatch_file.sections.push_back(std::move(sub));
     }
     if (!options.sample_out.empty()) {
-      ProbeSection sub = subset_of(sec, {{"subset", "sample"}, {"subset_per_batch", std::to_string(options.sample_per_batch)}});
+      ProbeSection sub =
+          subset_of(sec, {{"subset", "sample"}, {"subset_per_batch", std::to_string(options.sample_per_batch)}});
       std::vector<std::size_t> taken(h.batches.size(), 0);
       for (std::size_t i = 0; i < sec.cases(); ++i) {
         if (taken[sec.batch(i)] < options.sample_per_batch) {
@@ -333,8 +342,8 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     }
     if (!options.predictions_out.empty()) {
       // Every case with D = the model's output: what a rehearsal (no GPU) checks against.
-      ProbeSection sub = subset_of(sec, {{"source", "model-prediction:" + model_name},
-                                         {"subset", "model_predictions"}});
+      ProbeSection sub =
+          subset_of(sec, {{"source", "model-prediction:" + model_name}, {"subset", "model_predictions"}});
       for (std::size_t i = 0; i < sec.cases(); ++i) {
         const std::span<const std::uint32_t> a(sec.a(i), static_cast<std::size_t>(h.k));
         const std::span<const std::uint32_t> b(sec.b(i), static_cast<std::size_t>(h.k));
@@ -352,12 +361,20 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
                                   {"matches", batch_cases[bi] - batch_mismatches[bi]},
                                   {"mismatches", batch_mismatches[bi]}};
       }
-      report["forms"].push_back({{"form", h.form}, {"model", model_name}, {"model_hardware_validated", model.hardware_validated}, {"k", h.k}, {"input", h.input.name},
-                                 {"source", source}, {"cases", sec.cases()}, {"matches", sec.cases() - mismatches},
-                                 {"mismatches", mismatches}, {"batches", batches}, {"explained", explained}});
+      report["forms"].push_back({{"form", h.form},
+                                 {"model", model_name},
+                                 {"model_hardware_validated", model.hardware_validated},
+                                 {"k", h.k},
+                                 {"input", h.input.name},
+                                 {"source", source},
+                                 {"cases", sec.cases()},
+                                 {"matches", sec.cases() - mismatches},
+                                 {"mismatches", mismatches},
+                                 {"batches", batches},
+                                 {"explained", explained}});
     } else {
-      out << h.form << " [model " << model_name << " (" << validation << "), source " << source << "]: " << sec.cases() << " cases, "
-          << sec.cases() - mismatches << " match, " << mismatches << " mismatch\n";
+      out << h.form << " [model " << model_name << " (" << validation << "), source " << source << "]: " << sec.cases()
+          << " cases, " << sec.cases() - mismatches << " match, " << mismatches << " mismatch\n";
       for (std::size_t bi = 0; bi < h.batches.size(); ++bi) {
         if (batch_cases[bi] == 0) continue;
         out << "  batch " << h.batches[bi] << ": " << batch_cases[bi] << " cases, "
@@ -386,13 +403,17 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     report["cases"] = total_cases;
     report["matches"] = total_cases - total_mismatches;
     report["mismatches"] = total_mismatches;
-    if (!options.mismatches_out.empty()) report["mismatches_out"] = {{"file", options.mismatches_out}, {"cases", mismatch_file_cases}};
-    if (!options.sample_out.empty()) report["sample_out"] = {{"file", options.sample_out}, {"cases", sample_file_cases}};
+    if (!options.mismatches_out.empty())
+      report["mismatches_out"] = {{"file", options.mismatches_out}, {"cases", mismatch_file_cases}};
+    if (!options.sample_out.empty())
+      report["sample_out"] = {{"file", options.sample_out}, {"cases", sample_file_cases}};
     out << report.dump(2) << "\n";
   } else {
     out << "total: " << total_cases << " cases, " << total_mismatches << " mismatch\n";
-    if (!options.mismatches_out.empty()) out << "mismatches: " << mismatch_file_cases << " cases written to " << options.mismatches_out << "\n";
-    if (!options.sample_out.empty()) out << "sample: " << sample_file_cases << " cases written to " << options.sample_out << "\n";
+    if (!options.mismatches_out.empty())
+      out << "mismatches: " << mismatch_file_cases << " cases written to " << options.mismatches_out << "\n";
+    if (!options.sample_out.empty())
+      out << "sample: " << sample_file_cases << " cases written to " << options.sample_out << "\n";
   }
   return total_mismatches == 0 ? 0 : 1;
 }

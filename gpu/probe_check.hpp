@@ -23,20 +23,19 @@
 namespace fb::gpu {
 
 struct ProbeCheckOptions {
-  std::string model;            // empty: per section, the header's first model
+  std::string model;  // empty: per section, the header's first model
   bool json = false;
-  std::size_t max_report = 10;  // mismatches explained per form
-  std::string mismatches_out;   // empty: not written
+  std::size_t max_report = 10;          // mismatches explained per form
+  std::string mismatches_out;           // empty: not written
   std::size_t max_mismatches = 100000;  // per section, in mismatches_out
-  std::string sample_out;       // empty: not written
+  std::string sample_out;               // empty: not written
   // Every case with D replaced by the model's output, source "model-prediction:<model>"
   // (a rehearsal's stand-in for the hardware; empty: not written).
   std::string predictions_out;
   std::size_t sample_per_batch = 0;
-  unsigned jobs = 0;            // replay threads; 0: std::thread::hardware_concurrency()
+  unsigned jobs = 0;  // replay threads; 0: std::thread::hardware_concurrency()
 };
 
-int run_probe_check(const std::string& path, const ProbeCheckOptions& options, std::ostream& out,
-                    std::ostream& err);
+int run_probe_check(const std::string& path, const ProbeCheckOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace fb::gpu

@@ -107,8 +107,7 @@ Format parse_format_field(const Reader& r, const std::string& field, const std::
   return f;
 }
 
-ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::string& text,
-                         std::uint64_t& cases) {
+ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::string& text, std::uint64_t& cases) {
   if (!is_utf8(text)) r.fail(prefix + "header", "not UTF-8 text");
   std::map<std::string, std::string> kv;
   for (const std::string& line : split(text, '\n')) {
@@ -133,8 +132,8 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
     } catch (const std::exception&) {
       r.fail(prefix + key, "'" + v + "' is not an integer");
     }
-    if (used != v.size() || x < lo || x > hi) r.fail(prefix + key, "'" + v + "' is not an integer in " +
-                                                    std::to_string(lo) + ".." + std::to_string(hi));
+    if (used != v.size() || x < lo || x > hi)
+      r.fail(prefix + key, "'" + v + "' is not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
     return x;
   };
   ProbeHeader h;
@@ -146,7 +145,8 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
   h.d_format = parse_format_field(r, prefix + "d_format", take("d_format"));
   for (const char* key : {"c_format", "d_format"}) {
     const Format& f = std::string(key) == "c_format" ? h.c_format : h.d_format;
-    if (!(f == formats::fp32) && !(f == formats::fp16)) r.fail(prefix + key, std::string("must be fp32 or fp16, not ") + f.name);
+    if (!(f == formats::fp32) && !(f == formats::fp16))
+      r.fail(prefix + key, std::string("must be fp32 or fp16, not ") + f.name);
   }
   cases = static_cast<std::uint64_t>(take_int("cases", 0, 1ll << 40));
   h.batches = split(take("batches"), ',');
@@ -230,7 +230,8 @@ ProbeFile read_probe_file(const std::string& path) {
   std::string data(static_cast<std::size_t>(size), '\0');
   if (!f.read(data.data(), size)) throw ProbeFileError(path + ": read failed");
   Reader r(path, std::move(data));
-  if (r.bytes(8, "magic") != std::string(kMagic, sizeof kMagic)) r.fail("magic", "not a probe file (expected FBPROBE1)");
+  if (r.bytes(8, "magic") != std::string(kMagic, sizeof kMagic))
+    r.fail("magic", "not a probe file (expected FBPROBE1)");
   const std::uint32_t n = r.u32("section_count");
   if (n > kMaxSections) r.fail("section_count", std::to_string(n) + " exceeds " + std::to_string(kMaxSections));
   ProbeFile file;
@@ -243,8 +244,8 @@ ProbeFile read_probe_file(const std::string& path) {
     sec.header = parse_header(r, prefix, r.bytes(len, prefix + "header"), cases);
     const std::uint64_t words = cases * sec.words_per_case();
     if (words * 4 > r.remaining()) {
-      r.fail(prefix + "cases", std::to_string(cases) + " cases need " + std::to_string(words * 4) +
-                                   " bytes but only " + std::to_string(r.remaining()) + " remain");
+      r.fail(prefix + "cases", std::to_string(cases) + " cases need " + std::to_string(words * 4) + " bytes but only " +
+                                   std::to_string(r.remaining()) + " remain");
     }
     std::vector<std::uint32_t>& w = sec.mutable_words();
     w.resize(words);

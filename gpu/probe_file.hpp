@@ -28,13 +28,13 @@ struct ProbeFileError : std::runtime_error {
 };
 
 struct ProbeHeader {
-  std::string form;                 // PTX instruction form, e.g. "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-  int k = 0;                        // products per output element
-  Format input = formats::bf16;     // A and B element format
-  Format c_format = formats::fp32;  // accumulator input C
-  Format d_format = formats::fp32;  // output D
-  std::vector<std::string> batches; // batch names; a case's batch field indexes this list
-  std::vector<std::string> models;  // emu models that should replay it, first is the default
+  std::string form;                  // PTX instruction form, e.g. "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+  int k = 0;                         // products per output element
+  Format input = formats::bf16;      // A and B element format
+  Format c_format = formats::fp32;   // accumulator input C
+  Format d_format = formats::fp32;   // output D
+  std::vector<std::string> batches;  // batch names; a case's batch field indexes this list
+  std::vector<std::string> models;   // emu models that should replay it, first is the default
   std::map<std::string, std::string> extra;  // device, compute_capability, source, driver, cuda, ...
 };
 
@@ -50,8 +50,7 @@ class ProbeSection {
   std::uint32_t d(std::size_t i) const { return words_[(i + 1) * words_per_case() - 1]; }
   void set_d(std::size_t i, std::uint32_t bits) { words_[(i + 1) * words_per_case() - 1] = bits; }
   // Appends one case; a and b must hold header.k patterns each.
-  void add_case(std::uint32_t batch, std::uint32_t c, const std::uint32_t* a, const std::uint32_t* b,
-                std::uint32_t d);
+  void add_case(std::uint32_t batch, std::uint32_t c, const std::uint32_t* a, const std::uint32_t* b, std::uint32_t d);
   const std::vector<std::uint32_t>& words() const { return words_; }
   std::vector<std::uint32_t>& mutable_words() { return words_; }
 

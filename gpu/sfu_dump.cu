@@ -26,8 +26,10 @@ __global__ void evaluate_kernel(int fn, std::uint64_t base, std::uint64_t count,
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const float x = __uint_as_float(static_cast<std::uint32_t>(base + i));
-    const float y = fn == kEx2 ? ex2_approx_ftz(x) : fn == kEx2NoFtz ? ex2_approx(x) : fn == kRcp ? rcp_approx_ftz(x)
-                                                                                                   : lg2_approx_ftz(x);
+    const float y = fn == kEx2        ? ex2_approx_ftz(x)
+                    : fn == kEx2NoFtz ? ex2_approx(x)
+                    : fn == kRcp      ? rcp_approx_ftz(x)
+                                      : lg2_approx_ftz(x);
     out[i] = __float_as_uint(y);
   }
 }
@@ -36,8 +38,10 @@ int run(int argc, char** argv) {
   std::string function, out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--function" && i + 1 < argc) function = argv[++i];
-    else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    if (a == "--function" && i + 1 < argc)
+      function = argv[++i];
+    else if (a == "--out" && i + 1 < argc)
+      out = argv[++i];
     else {
       std::fprintf(stderr, "usage: fb-sfu-dump --function ex2|ex2nf|rcp|lg2 --out FILE\n");
       return 2;

@@ -142,7 +142,8 @@ int run(const Options& o) {
     summary << " ex2_bits=";
     for (std::size_t i = 0; i < o.ex2_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_bits[i];
     summary << " ex2_roundings=";
-    for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i) summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
+    for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i)
+      summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
     summary << " ex2_sm_bits=";
     for (std::size_t i = 0; i < o.ex2_sm_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_sm_bits[i];
     if (o.ex2_sm_bits.empty()) summary << "none";
@@ -200,8 +201,14 @@ int run(const Options& o) {
       }
       still += unresolved;
       char line[96];
-      std::snprintf(line, sizeof line, "    0x%08x ref(long double)=0x%08x%s\n", in,
-                    [&] { std::uint32_t b; std::memcpy(&b, &ref, 4); return b; }(), unresolved ? " UNRESOLVED" : "");
+      std::snprintf(
+          line, sizeof line, "    0x%08x ref(long double)=0x%08x%s\n", in,
+          [&] {
+            std::uint32_t b;
+            std::memcpy(&b, &ref, 4);
+            return b;
+          }(),
+          unresolved ? " UNRESOLVED" : "");
       listing << line;
     }
     summary << "  reference uncertain in double: " << stats->uncertain << " inputs (listed up to " << kUncertainCap
@@ -254,16 +261,16 @@ int run(const Options& o) {
             FB_CUDA_CHECK(cudaMemcpy(&conflicts, d_conflicts, sizeof conflicts, cudaMemcpyDeviceToHost));
           }
           summary << "  hypothesis "
-                  << (fn == kEx2 ? std::string("ex2(x) = 2^k * T(frac), x fixed point (") + kArgRoundingNames[rounding] +
-                                       ") with N="
+                  << (fn == kEx2 ? std::string("ex2(x) = 2^k * T(frac), x fixed point (") +
+                                       kArgRoundingNames[rounding] + ") with N="
                                  : std::string("rcp(2^e m) = 2^-e * T(m), N="))
                   << nbits << " fraction bits: " << (conflicts == 0 ? "HOLDS" : "fails") << " (" << conflicts
                   << " inputs disagree with the first seen at their key)\n";
           if (conflicts == 0 && held_at[rounding] < 0) held_at[rounding] = nbits;
           if (conflicts == 0 && nbits <= 24 && !emitted_clean) {
             const std::uint32_t nan_output = measure_nan_output(fn);
-            const std::string key =
-                fn == kEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding] : std::string("rcp_mantissa");
+            const std::string key = fn == kEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding]
+                                               : std::string("rcp_mantissa");
             const unsigned long long mismatches = verify_table_model(
                 {fn == kEx2 ? kTmEx2FixedPoint : kTmRcpMantissa, nbits, rounding, d_table, nullptr, 0}, nan_output,
                 chunk, summary);

@@ -191,7 +191,8 @@ void lg2_extended_analysis(std::uint64_t chunk, const Options& o, const std::str
       const long double mid = std::ldexp(0.5L * (static_cast<long double>(lo[best * n]) + hi[best * n]), -60);
       t[0] = sfu_bits(static_cast<float>(mid));
       FB_CUDA_CHECK(cudaMemcpy(d_t, t.data(), 4, cudaMemcpyHostToDevice));
-      summary << "    T[0] = " << static_cast<double>(mid) << " (L[0]'s interval midpoint; lg2(1) = +0 is a special value)\n";
+      summary << "    T[0] = " << static_cast<double>(mid)
+              << " (L[0]'s interval midpoint; lg2(1) = +0 is a special value)\n";
     }
     // L[m] = T[m] + R[m] ulp(T[m]) 2^-g with the fewest guard bits per mantissa; G the largest.
     std::vector<int> g(n);
@@ -212,7 +213,8 @@ void lg2_extended_analysis(std::uint64_t chunk, const Options& o, const std::str
     for (std::size_t m = 0; m < n; ++m) {
       residuals[m] = static_cast<int>(r[m] * (1ll << (guard - g[m])));  // |R| <= 2^guard
       zero_r += residuals[m] == 0;
-      std::uint32_t z = (static_cast<std::uint32_t>(residuals[m]) << 1) ^ static_cast<std::uint32_t>(residuals[m] >> 31);
+      std::uint32_t z =
+          (static_cast<std::uint32_t>(residuals[m]) << 1) ^ static_cast<std::uint32_t>(residuals[m] >> 31);
       do {
         tail += static_cast<char>((z & 0x7fu) | (z > 0x7fu ? 0x80u : 0u));
         z >>= 7;
@@ -241,8 +243,8 @@ void lg2_extended_analysis(std::uint64_t chunk, const Options& o, const std::str
   }
   FB_CUDA_CHECK(cudaFree(d_t));
   FB_CUDA_CHECK(cudaFree(d_counts));
-  summary << "  lg2 raw evidence (--lg2-raw-evidence " << kRawEvidenceNames[o.lg2_raw_evidence] << "): "
-          << (want_raw ? "written" : "not written") << "\n";
+  summary << "  lg2 raw evidence (--lg2-raw-evidence " << kRawEvidenceNames[o.lg2_raw_evidence]
+          << "): " << (want_raw ? "written" : "not written") << "\n";
   if (want_raw) write_raw_binades(kLg2, o.lg2_raw_binades, o, dev, summary);
 }
 

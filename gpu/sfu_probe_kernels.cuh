@@ -35,7 +35,6 @@ struct Stats {
   std::uint32_t uncertain_inputs[kUncertainCap];
 };
 
-
 // Ordered integer of an fp32 pattern, so that differences count ulps across zero.
 __host__ __device__ inline long long ordered(std::uint32_t bits) {
   const long long mag = bits & 0x7fffffffu;
@@ -43,17 +42,20 @@ __host__ __device__ inline long long ordered(std::uint32_t bits) {
 }
 
 __device__ inline float hw(int fn, float x) {
-  return fn == kEx2 ? ex2_approx_ftz(x) : fn == kRcp ? rcp_approx_ftz(x) : fn == kLg2 ? lg2_approx_ftz(x) : ex2_approx(x);
+  return fn == kEx2   ? ex2_approx_ftz(x)
+         : fn == kRcp ? rcp_approx_ftz(x)
+         : fn == kLg2 ? lg2_approx_ftz(x)
+                      : ex2_approx(x);
 }
 
 // Correctly rounded reference from a double approximation; sets `uncertain` when the
 // double is too close to an fp32 rounding boundary for its error bound (the table writers'
 // sfu_round_reference, gpu/sfu_table_model.hpp).
-__host__ __device__ inline float round_reference(double r, bool& uncertain) { return sfu_round_reference(r, uncertain); }
-
-__device__ inline double exact_fn(int fn, double x) {
-  return fn == kEx2 ? exp2(x) : fn == kRcp ? 1.0 / x : log2(x);
+__host__ __device__ inline float round_reference(double r, bool& uncertain) {
+  return sfu_round_reference(r, uncertain);
 }
+
+__device__ inline double exact_fn(int fn, double x) { return fn == kEx2 ? exp2(x) : fn == kRcp ? 1.0 / x : log2(x); }
 
 // round_reference for results that are not flushed (ex2nf): the same, but a double that
 // rounds to zero is checked against the boundary 2^-150 between 0 and the smallest
@@ -86,7 +88,8 @@ inline float round_reference_unflushed_host(long double r, bool exact, bool& unr
 // Full mask: the chunked loops run whole warps (count is a multiple of 32, warps are aligned).
 __device__ inline void warp_aggregated_increment(unsigned long long* hist, int bin) {
   const unsigned int same = __match_any_sync(0xffffffffu, bin);
-  if (static_cast<int>(threadIdx.x & 31u) == __ffs(same) - 1) atomicAdd(&hist[bin], static_cast<unsigned long long>(__popc(same)));
+  if (static_cast<int>(threadIdx.x & 31u) == __ffs(same) - 1)
+    atomicAdd(&hist[bin], static_cast<unsigned long long>(__popc(same)));
 }
 
 __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, Stats* stats) {
@@ -100,9 +103,8 @@ __global__ void measure_kernel(int fn, std::uint64_t base, std::uint64_t count, 
     const float x = __uint_as_float(in);
     const float y = hw(fn, x);
     bool uncertain = false;
-    const float ref = fn == kEx2Nf
-                          ? round_reference_unflushed(exp2(static_cast<double>(x)), x == rintf(x), uncertain)
-                          : sfu_ftz(round_reference(exact_fn(fn, static_cast<double>(sfu_ftz(x))), uncertain));
+    const float ref = fn == kEx2Nf ? round_reference_unflushed(exp2(static_cast<double>(x)), x == rintf(x), uncertain)
+                                   : sfu_ftz(round_reference(exact_fn(fn, static_cast<double>(sfu_ftz(x))), uncertain));
     int bin;
     if (isnan(y) || isnan(ref)) {
       bin = (isnan(y) && isnan(ref)) ? kBinNanBoth : kBinNanMismatch;
@@ -163,13 +165,15 @@ __global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t bas
     const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (split.k << 23));
     // Written once, so a non-empty L2 read is final and only the first inputs per key pay for the CAS.
     unsigned long long old = __ldcg(&table[split.index]);
-    if (old == kEmpty64) old = atomicCAS(&table[split.index], kEmpty64, (static_cast<unsigned long long>(in) << 32) | v);
+    if (old == kEmpty64)
+      old = atomicCAS(&table[split.index], kEmpty64, (static_cast<unsigned long long>(in) << 32) | v);
     if (old == kEmpty64 || static_cast<std::uint32_t>(old) == v) continue;
     ++local_conflicts;
     const std::uint32_t binade = in >> 23;
     atomicAdd(&binade_conflicts[binade], 1u);
     volatile unsigned int* taken = &ev->binade_examples[binade];  // read first: no atomics once full
-    if (*taken < kConflictExamplesPerBinade && atomicAdd(&ev->binade_examples[binade], 1u) < kConflictExamplesPerBinade) {
+    if (*taken < kConflictExamplesPerBinade &&
+        atomicAdd(&ev->binade_examples[binade], 1u) < kConflictExamplesPerBinade) {
       const unsigned int slot = atomicAdd(&ev->examples, 1u);
       if (slot < kConflictExampleCap) {
         const std::uint32_t first = static_cast<std::uint32_t>(old >> 32);
@@ -200,9 +204,8 @@ __global__ void narrow_table_kernel(const unsigned long long* wide, std::uint32_
 constexpr int kRegionCount = 6;
 const char* const kEx2RegionNames[kRegionCount] = {"NaN",          "x >= 128",    "x < -160",
                                                    "[-160, -125)", "[-125, 127)", "[127, 128)"};
-const char* const kRcpRegionNames[kRegionCount] = {"NaN",          "+-0 and subnormal", "+-inf",
-                                                   "|x| in [2^-126, 2^-125)", "|x| in [2^-125, 2^126)",
-                                                   "|x| >= 2^126 finite"};
+const char* const kRcpRegionNames[kRegionCount] = {
+    "NaN", "+-0 and subnormal", "+-inf", "|x| in [2^-126, 2^-125)", "|x| in [2^-125, 2^126)", "|x| >= 2^126 finite"};
 __device__ inline int ex2_region(float x) {
   if (isnan(x)) return 0;
   if (x >= kEx2InfFrom) return 1;
@@ -210,7 +213,7 @@ __device__ inline int ex2_region(float x) {
   if (x < -125.f) return 3;
   return x < 127.f ? 4 : 5;
 }
-const char* const kLg2RegionNames[kRegionCount] = {"NaN", "+-0 and subnormal", "x < 0 (-inf included)", "+inf",
+const char* const kLg2RegionNames[kRegionCount] = {"NaN",    "+-0 and subnormal",    "x < 0 (-inf included)", "+inf",
                                                    "[1, 2)", "other positive normal"};
 __device__ inline int lg2_region(float x) {
   if (isnan(x)) return 0;
@@ -262,12 +265,21 @@ __global__ void table_verify_kernel(TableSpec spec, std::uint32_t nan_output, st
     const std::uint32_t hw_bits = __float_as_uint(hw(fn, x));
     std::uint32_t model_bits;
     switch (spec.kind) {
-      case kTmEx2FixedPoint: model_bits = ex2_table_model(x, spec.nbits, spec.rounding, spec.table, nan_output); break;
-      case kTmEx2SignMagnitude: model_bits = ex2_sign_magnitude_table_model(x, spec.nbits, spec.table, nan_output); break;
-      case kTmRcpMantissa: model_bits = rcp_table_model(x, spec.table, nan_output); break;
-      case kTmLg2Split: model_bits = lg2_table_model(x, spec.table, nan_output); break;
+      case kTmEx2FixedPoint:
+        model_bits = ex2_table_model(x, spec.nbits, spec.rounding, spec.table, nan_output);
+        break;
+      case kTmEx2SignMagnitude:
+        model_bits = ex2_sign_magnitude_table_model(x, spec.nbits, spec.table, nan_output);
+        break;
+      case kTmRcpMantissa:
+        model_bits = rcp_table_model(x, spec.table, nan_output);
+        break;
+      case kTmLg2Split:
+        model_bits = lg2_table_model(x, spec.table, nan_output);
+        break;
       default:
-        model_bits = lg2_extended_table_model(x, spec.table, spec.residuals, spec.guard_bits, spec.rounding, nan_output);
+        model_bits =
+            lg2_extended_table_model(x, spec.table, spec.residuals, spec.guard_bits, spec.rounding, nan_output);
     }
     if (hw_bits == model_bits) continue;
     atomicAdd(&result->mismatches[fn == kEx2 ? ex2_region(x) : fn == kRcp ? rcp_region(x) : lg2_region(x)], 1ull);
@@ -316,7 +328,8 @@ __global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, s
     const RcpMantissaSplit split = rcp_mantissa_split(in);  // the model's key
     const std::uint32_t m = split.mantissa;
     const long long e = split.e;
-    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y) & 0x7fffffffu) + (e << 23));
+    const std::uint32_t v =
+        static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y) & 0x7fffffffu) + (e << 23));
     local_conflicts += record_key(table, m, v);
   }
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
@@ -367,7 +380,8 @@ __global__ void lg2_split_hypothesis_kernel(std::uint64_t base, std::uint64_t co
 
 // The lg2_exponent_split table: T[m] = the hardware's lg2(1.m).
 __global__ void lg2_mantissa_table_kernel(std::uint32_t* table) {
-  for (std::uint32_t m = blockIdx.x * blockDim.x + threadIdx.x; m < kLg2MantissaTableEntries; m += gridDim.x * blockDim.x) {
+  for (std::uint32_t m = blockIdx.x * blockDim.x + threadIdx.x; m < kLg2MantissaTableEntries;
+       m += gridDim.x * blockDim.x) {
     table[m] = __float_as_uint(lg2_approx_ftz(__uint_as_float(0x3f800000u | m)));
   }
 }
@@ -459,8 +473,8 @@ __global__ void table_delta_kernel(int fn, int nbits, bool sign_magnitude, const
 // kept (the products are exact in double, then rounded once).
 constexpr int kNfRegionCount = 5, kNfHypCount = 2;
 constexpr unsigned int kNfRegionExamples = 4;
-const char* const kNfRegionNames[kNfRegionCount] = {"NaN", "subnormal input", "overflow (+inf result)",
-                                                    "normal result", "subnormal-or-zero result"};
+const char* const kNfRegionNames[kNfRegionCount] = {"NaN", "subnormal input", "overflow (+inf result)", "normal result",
+                                                    "subnormal-or-zero result"};
 const char* const kNfHypNames[kNfHypCount] = {"RN(2^-24 * ex2.approx.ftz.f32(RN(x + 24)))",
                                               "RN(ex2.approx.ftz.f32(x * 0.5)^2)"};
 struct NfCompare {

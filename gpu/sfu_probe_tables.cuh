@@ -256,8 +256,9 @@ void write_ex2_conflicts(const std::vector<ConflictCapture>& caps, const Options
   std::istringstream devs(dev);
   for (std::string line; std::getline(devs, line);) f << "# " << line << "\n";
   f << "# per hypothesis: a 'hypothesis' line, 'binade' lines (sign exponent_field conflicts; the input\n"
-       "# binade of the conflicting input), then up to " << kConflictExampleCap << " examples (at most "
-    << kConflictExamplesPerBinade << " per input binade), sorted by x:\n"
+       "# binade of the conflicting input), then up to "
+    << kConflictExampleCap << " examples (at most " << kConflictExamplesPerBinade
+    << " per input binade), sorted by x:\n"
        "#   key first_x first_y x y  first_x first_y x y (hex bits, then %.9g)\n"
        "# first_x: the input whose output was recorded first at the key; x: an input that disagreed.\n"
        "# key and value: x * 2^N rounded to the integer xf (argument rounding), key = xf mod 2^N,\n"
@@ -272,9 +273,8 @@ void write_ex2_conflicts(const std::vector<ConflictCapture>& caps, const Options
     }
     std::vector<unsigned int> order(n);
     for (unsigned int i = 0; i < n; ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](unsigned int a, unsigned int b) {
-      return c.ev->example[a][3] < c.ev->example[b][3];
-    });
+    std::sort(order.begin(), order.end(),
+              [&](unsigned int a, unsigned int b) { return c.ev->example[a][3] < c.ev->example[b][3]; });
     for (unsigned int i : order) {
       const std::uint32_t* e = c.ev->example[i];
       char line[160];
@@ -329,7 +329,8 @@ void write_raw_binades(int fn, const std::vector<std::uint32_t>& binades, const 
   for (int i = 0; i < b.count; ++i) f << (i ? "," : "") << hex32(b.start[i]);
   f << "\ninputs_per_binade=8388608\nreference=round_reference(" << (fn == kEx2 ? "exp2" : "log2")
     << "(double(x))) RNE, no flushing needed in these binades\n"
-       "delta=int8\nescape=-128\nescape_count=" << counts[0] << "\nescape_uncertain_reference=" << counts[1] << "\n"
+       "delta=int8\nescape=-128\nescape_count="
+    << counts[0] << "\nescape_uncertain_reference=" << counts[1] << "\n"
     << dev << "end\n";
   f.write(reinterpret_cast<const char*>(delta.data()), static_cast<std::streamsize>(delta.size()));
   const std::uint32_t n_escapes = counts[0];
@@ -368,8 +369,9 @@ void ex2_nf_compare(std::uint64_t chunk, std::ostringstream& summary) {
     }
   }
   for (int h = 0; h < kNfHypCount; ++h) {
-    summary << "  hypothesis for x < -126 (" << r->hyp_tested << " inputs, -inf included): ex2.approx.f32(x) = "
-            << kNfHypNames[h] << ": " << (r->hyp_mismatches[h] == 0 ? "HOLDS" : "fails") << " (" << r->hyp_mismatches[h]
+    summary << "  hypothesis for x < -126 (" << r->hyp_tested
+            << " inputs, -inf included): ex2.approx.f32(x) = " << kNfHypNames[h] << ": "
+            << (r->hyp_mismatches[h] == 0 ? "HOLDS" : "fails") << " (" << r->hyp_mismatches[h]
             << " inputs differ, max |ulp difference| " << r->hyp_max_ulps[h] << ")\n";
     for (unsigned int e = 0; e < std::min(r->hyp_examples[h], kVerifyExamples); ++e) {
       const std::uint32_t* x = r->hyp_example[h][e];

@@ -133,11 +133,11 @@ Domain make_domain(int fn) {
   const std::uint32_t specials[Domain::kSpecialsNamed] = {
       0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu,  // zeros, subnormals
       0x00800000u, 0x80800000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,  // normal ends, inf
-      0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fffffffu, 0xffffffffu,              // NaNs
-      0x43000000u, 0x42ffffffu, 0xc3200000u, 0xc3200001u, 0xc31fffffu,              // ex2: 128, -160
-      0xc2fa0000u, 0xc2fa0001u, 0x42fe0000u, 0x42fdffffu, 0xc2fc0000u,              // -125, 127, -126
-      0x7e800000u, 0x7e800001u, 0xfe800000u, 0x00ffffffu, 0x01000000u,              // rcp: 2^126, 2^-125
-      0x3f800001u, 0x3f7fffffu};                                                    // around 1
+      0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fffffffu, 0xffffffffu,               // NaNs
+      0x43000000u, 0x42ffffffu, 0xc3200000u, 0xc3200001u, 0xc31fffffu,               // ex2: 128, -160
+      0xc2fa0000u, 0xc2fa0001u, 0x42fe0000u, 0x42fdffffu, 0xc2fc0000u,               // -125, 127, -126
+      0x7e800000u, 0x7e800001u, 0xfe800000u, 0x00ffffffu, 0x01000000u,               // rcp: 2^126, 2^-125
+      0x3f800001u, 0x3f7fffffu};                                                     // around 1
   extra.insert(extra.end(), std::begin(specials), std::end(specials));
   std::sort(extra.begin(), extra.end());
   extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
@@ -159,10 +159,9 @@ const Domain& domain_of(int fn) {
 constexpr int kRegionCount = 6;
 const char* const kEx2RegionNames[kRegionCount] = {"NaN",          "x >= 128",    "x < -160",
                                                    "[-160, -125)", "[-125, 127)", "[127, 128)"};
-const char* const kRcpRegionNames[kRegionCount] = {"NaN",          "+-0 and subnormal", "+-inf",
-                                                   "|x| in [2^-126, 2^-125)", "|x| in [2^-125, 2^126)",
-                                                   "|x| >= 2^126 finite"};
-const char* const kLg2RegionNames[kRegionCount] = {"NaN", "+-0 and subnormal", "x < 0 (-inf included)", "+inf",
+const char* const kRcpRegionNames[kRegionCount] = {
+    "NaN", "+-0 and subnormal", "+-inf", "|x| in [2^-126, 2^-125)", "|x| in [2^-125, 2^126)", "|x| >= 2^126 finite"};
+const char* const kLg2RegionNames[kRegionCount] = {"NaN",    "+-0 and subnormal",    "x < 0 (-inf included)", "+inf",
                                                    "[1, 2)", "other positive normal"};
 int region(int fn, float x) {
   const float a = std::fabs(x);
@@ -195,15 +194,22 @@ struct TableSpec {
   int guard_bits;
 };
 int table_fn(int kind) {
-  return kind == kTmRcpMantissa ? kSfuTableRcp : (kind == kTmLg2Split || kind == kTmLg2Extended) ? kSfuTableLg2 : kSfuTableEx2;
+  return kind == kTmRcpMantissa                            ? kSfuTableRcp
+         : (kind == kTmLg2Split || kind == kTmLg2Extended) ? kSfuTableLg2
+                                                           : kSfuTableEx2;
 }
 std::uint32_t table_model(const TableSpec& spec, float x, std::uint32_t nan_output) {
   switch (spec.kind) {
-    case kTmEx2FixedPoint: return ex2_table_model(x, spec.nbits, spec.rounding, spec.table, nan_output);
-    case kTmEx2SignMagnitude: return ex2_sign_magnitude_table_model(x, spec.nbits, spec.table, nan_output);
-    case kTmRcpMantissa: return rcp_table_model(x, spec.table, nan_output);
-    case kTmLg2Split: return lg2_table_model(x, spec.table, nan_output);
-    default: return lg2_extended_table_model(x, spec.table, spec.residuals, spec.guard_bits, spec.rounding, nan_output);
+    case kTmEx2FixedPoint:
+      return ex2_table_model(x, spec.nbits, spec.rounding, spec.table, nan_output);
+    case kTmEx2SignMagnitude:
+      return ex2_sign_magnitude_table_model(x, spec.nbits, spec.table, nan_output);
+    case kTmRcpMantissa:
+      return rcp_table_model(x, spec.table, nan_output);
+    case kTmLg2Split:
+      return lg2_table_model(x, spec.table, nan_output);
+    default:
+      return lg2_extended_table_model(x, spec.table, spec.residuals, spec.guard_bits, spec.rounding, nan_output);
   }
 }
 
@@ -232,15 +238,23 @@ unsigned long long verify_table_model(const Context& c, const TableSpec& spec, s
     case kTmEx2FixedPoint:
       s << "  table model (emu Ex2FixedPointModel, N=" << spec.nbits << ", " << kArgRoundingNames[spec.rounding] << ")";
       break;
-    case kTmEx2SignMagnitude: s << "  table model (emu Ex2SignMagnitudeModel, N=" << spec.nbits << ")"; break;
-    case kTmRcpMantissa: s << "  table model (emu RcpMantissaModel, 2^23 mantissas)"; break;
-    case kTmLg2Split: s << "  table model (emu Lg2ExponentSplitModel, 2^23 mantissas)"; break;
+    case kTmEx2SignMagnitude:
+      s << "  table model (emu Ex2SignMagnitudeModel, N=" << spec.nbits << ")";
+      break;
+    case kTmRcpMantissa:
+      s << "  table model (emu RcpMantissaModel, 2^23 mantissas)";
+      break;
+    case kTmLg2Split:
+      s << "  table model (emu Lg2ExponentSplitModel, 2^23 mantissas)";
+      break;
     default:
       s << "  table model (emu Lg2ExtendedModel, " << kFinalRoundingNames[spec.rounding] << ", " << spec.guard_bits
         << " guard bits)";
   }
   s << " vs the stand-in on the " << d.size() << " inputs of the domain:";
-  const char* const* names = fn == kSfuTableEx2 ? kEx2RegionNames : fn == kSfuTableRcp ? kRcpRegionNames : kLg2RegionNames;
+  const char* const* names = fn == kSfuTableEx2   ? kEx2RegionNames
+                             : fn == kSfuTableRcp ? kRcpRegionNames
+                                                  : kLg2RegionNames;
   unsigned long long total = 0;
   for (int r = 0; r < kRegionCount; ++r) {
     total += mismatches[r];
@@ -304,7 +318,8 @@ int main(int argc, char** argv) {
       for (std::string item; std::getline(s, item, ',');) {
         int r = 0;
         while (r < kArgRoundingCount && item != kArgRoundingNames[r]) ++r;
-        if (r == kArgRoundingCount) return bad("--ex2-roundings: '" + item + "' is not floor, nearest_even or toward_zero");
+        if (r == kArgRoundingCount)
+          return bad("--ex2-roundings: '" + item + "' is not floor, nearest_even or toward_zero");
         o.ex2_roundings.push_back(r);
       }
       if (o.ex2_roundings.empty()) return bad("--ex2-roundings: empty list");

@@ -19,7 +19,8 @@ unsigned long long record_key(std::vector<std::uint32_t>& table, std::uint32_t k
   return slot != value ? 1 : 0;
 }
 
-unsigned long long ex2_fixed_point_hypothesis(const Context& c, int nbits, int rounding, std::vector<std::uint32_t>& table) {
+unsigned long long ex2_fixed_point_hypothesis(const Context& c, int nbits, int rounding,
+                                              std::vector<std::uint32_t>& table) {
   table.assign(std::size_t{1} << nbits, kSfuTableUnfilled);
   unsigned long long conflicts = 0;
   domain_of(kSfuTableEx2).for_each([&](std::uint32_t in) {
@@ -62,8 +63,8 @@ unsigned long long rcp_hypothesis(const Context& c, std::vector<std::uint32_t>& 
 
 void write_table(const Context& c, int fn, int nbits, const std::string& key, const std::vector<std::uint32_t>& table,
                  std::uint32_t nan_output, const std::string& extra, const std::string& tail = std::string()) {
-  write_sfu_table(c.out_dir, fn, nbits, key, nan_output, extra, stand_in_lines(), sfu_table_deltas(fn, nbits, key, table.data()),
-                  c.summary, tail);
+  write_sfu_table(c.out_dir, fn, nbits, key, nan_output, extra, stand_in_lines(),
+                  sfu_table_deltas(fn, nbits, key, table.data()), c.summary, tail);
 }
 
 // ex2 and rcp: fb-sfu-probe's loop over N and the argument roundings, the preference for the
@@ -92,14 +93,15 @@ void ex2_or_rcp(const Context& c, int fn, std::vector<int> bits, const std::vect
                 << " inputs disagree with the first seen at their key)\n";
       if (conflicts == 0 && held_at[rounding] < 0) held_at[rounding] = nbits;
       if (conflicts == 0 && nbits <= 24 && !emitted_clean) {
-        const std::string key =
-            fn == kSfuTableEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding] : std::string("rcp_mantissa");
+        const std::string key = fn == kSfuTableEx2 ? std::string("ex2_fixed_point_") + kArgRoundingNames[rounding]
+                                                   : std::string("rcp_mantissa");
         const unsigned long long mismatches = verify_table_model(
             c, {fn == kSfuTableEx2 ? kTmEx2FixedPoint : kTmRcpMantissa, nbits, rounding, table.data(), nullptr, 0},
             nan_output);
-        const std::string extra = (fn == kSfuTableEx2 ? "argument_rounding=" + std::string(kArgRoundingNames[rounding]) + "\n"
-                                                      : std::string("table_model=rcp_mantissa\n")) +
-                                  "table_model_mismatches=" + std::to_string(mismatches) + "\n" + domain_line(fn);
+        const std::string extra =
+            (fn == kSfuTableEx2 ? "argument_rounding=" + std::string(kArgRoundingNames[rounding]) + "\n"
+                                : std::string("table_model=rcp_mantissa\n")) +
+            "table_model_mismatches=" + std::to_string(mismatches) + "\n" + domain_line(fn);
         if (mismatches == 0 || !emitted) {
           write_table(c, fn, nbits, key, table, nan_output, extra);
           emitted = true;
@@ -118,8 +120,8 @@ void ex2_or_rcp(const Context& c, int fn, std::vector<int> bits, const std::vect
     if (conflicts != 0 || sm_clean) continue;
     const unsigned long long mismatches =
         verify_table_model(c, {kTmEx2SignMagnitude, nbits, 0, table.data(), nullptr, 0}, nan_output);
-    const std::string extra = "table_model=ex2_sign_magnitude\ntable_model_mismatches=" + std::to_string(mismatches) +
-                              "\n" + domain_line(fn);
+    const std::string extra =
+        "table_model=ex2_sign_magnitude\ntable_model_mismatches=" + std::to_string(mismatches) + "\n" + domain_line(fn);
     if (mismatches == 0 || !sm_emitted) {
       write_table(c, fn, nbits, "ex2_sign_magnitude", table, nan_output, extra);
       sm_emitted = true;
@@ -159,7 +161,8 @@ void lg2_split(const Context& c, const std::vector<std::uint32_t>& t) {
   }
   if (mismatches != 0) return;
   const std::uint32_t nan_output = c.hw(kSfuTableLg2, kNanInput);
-  const unsigned long long verified = verify_table_model(c, {kTmLg2Split, 23, kFloor, t.data(), nullptr, 0}, nan_output);
+  const unsigned long long verified =
+      verify_table_model(c, {kTmLg2Split, 23, kFloor, t.data(), nullptr, 0}, nan_output);
   write_table(c, kSfuTableLg2, 23, "lg2_exponent_split", t, nan_output,
               "table_model=lg2_exponent_split\ntable_model_mismatches=" + std::to_string(verified) + "\n" +
                   domain_line(kSfuTableLg2));
@@ -196,9 +199,10 @@ void lg2_extended(const Context& c, std::vector<std::uint32_t> t) {
       hi[k * n + m] = std::min(hi[k * n + m], h);
     }
   }
-  c.summary << "  lg2 extended precision (--lg2-extended): lg2(2^e * 1.m) = round(e + L[m]), one L[m] per mantissa over the "
-            << inputs << " positive normal inputs of the domain with e != 0 and the 2^23 of [1, 2) (" << non_finite
-            << " NaN or infinite outputs)\n";
+  c.summary
+      << "  lg2 extended precision (--lg2-extended): lg2(2^e * 1.m) = round(e + L[m]), one L[m] per mantissa over the "
+      << inputs << " positive normal inputs of the domain with e != 0 and the 2^23 of [1, 2) (" << non_finite
+      << " NaN or infinite outputs)\n";
   for (std::size_t k = 0; k < modes; ++k) {
     for (std::size_t m = 0; m < n; ++m) empty[k] += lo[k * n + m] > hi[k * n + m];
     c.summary << "    final rounding " << kFinalRoundingNames[k] << ": " << (empty[k] == 0 ? "HOLDS" : "fails") << " ("
@@ -215,7 +219,8 @@ void lg2_extended(const Context& c, std::vector<std::uint32_t> t) {
   {
     const long double mid = std::ldexp(0.5L * (static_cast<long double>(lo[b]) + hi[b]), -60);
     t[0] = sfu_bits(static_cast<float>(mid));
-    c.summary << "    T[0] = " << static_cast<double>(mid) << " (L[0]'s interval midpoint; lg2(1) = +0 is a special value)\n";
+    c.summary << "    T[0] = " << static_cast<double>(mid)
+              << " (L[0]'s interval midpoint; lg2(1) = +0 is a special value)\n";
   }
   std::vector<int> g(n);
   std::vector<long long> r(n);
@@ -281,7 +286,8 @@ int run(const Options& o, const StandIn& hw) {
   summary << " ex2_bits=";
   for (std::size_t i = 0; i < o.ex2_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_bits[i];
   summary << " ex2_roundings=";
-  for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i) summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
+  for (std::size_t i = 0; i < o.ex2_roundings.size(); ++i)
+    summary << (i ? "," : "") << kArgRoundingNames[o.ex2_roundings[i]];
   summary << " ex2_sm_bits=";
   for (std::size_t i = 0; i < o.ex2_sm_bits.size(); ++i) summary << (i ? "," : "") << o.ex2_sm_bits[i];
   if (o.ex2_sm_bits.empty()) summary << "none";
@@ -295,7 +301,11 @@ int run(const Options& o, const StandIn& hw) {
   for (int fn : {kSfuTableEx2, kSfuTableRcp, kSfuTableLg2}) {
     if (!o.functions[fn]) continue;
     const Clock::time_point t_fn = Clock::now();
-    summary << "\n[" << kFnPtx[fn] << "] stand-in: " << (fn == kSfuTableEx2 ? *hw.set.ex2 : fn == kSfuTableRcp ? *hw.set.rcp : *hw.set.lg2).describe()
+    summary << "\n[" << kFnPtx[fn] << "] stand-in: "
+            << (fn == kSfuTableEx2   ? *hw.set.ex2
+                : fn == kSfuTableRcp ? *hw.set.rcp
+                                     : *hw.set.lg2)
+                   .describe()
             << "\n  domain: " << domain_of(fn).describe() << "\n";
     if (fn != kSfuTableLg2) {
       ex2_or_rcp(c, fn, fn == kSfuTableEx2 ? o.ex2_bits : std::vector<int>{23},
@@ -334,8 +344,8 @@ int check(const std::vector<std::pair<int, std::string>>& checks, const StandIn&
       return 2;
     }
     if (to_string(model->function()) != kFnNames[fn]) {
-      std::fprintf(stderr, "error: %s: an %s table, not %s\n", path.c_str(), std::string(to_string(model->function())).c_str(),
-                   kFnNames[fn]);
+      std::fprintf(stderr, "error: %s: an %s table, not %s\n", path.c_str(),
+                   std::string(to_string(model->function())).c_str(), kFnNames[fn]);
       return 2;
     }
     const Domain& d = domain_of(fn);
@@ -350,8 +360,8 @@ int check(const std::vector<std::pair<int, std::string>>& checks, const StandIn&
         listed += line;
       }
     });
-    std::printf("check %s %s: %llu of %llu domain inputs differ from the stand-in%s (%s)\n%s", kFnNames[fn], path.c_str(),
-                differ, static_cast<unsigned long long>(d.size()), differ == 0 ? ", all bit for bit" : "",
+    std::printf("check %s %s: %llu of %llu domain inputs differ from the stand-in%s (%s)\n%s", kFnNames[fn],
+                path.c_str(), differ, static_cast<unsigned long long>(d.size()), differ == 0 ? ", all bit for bit" : "",
                 model->describe().c_str(), listed.c_str());
     if (differ != 0) rc = 1;
   }

@@ -27,7 +27,8 @@ unsigned long long parse_unsigned(const std::string& path, const std::string& fi
   } catch (const std::exception&) {
     used = 0;
   }
-  if (text.empty() || used != text.size() || text[0] == '-') fail(path, field, "'" + text + "' is not an unsigned integer");
+  if (text.empty() || used != text.size() || text[0] == '-')
+    fail(path, field, "'" + text + "' is not an unsigned integer");
   return v;
 }
 
@@ -54,7 +55,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   };
   const std::string function = need("function");
   if (function != "ex2" && function != "rcp" && function != "lg2") {
-    fail(path, "function", "'" + function + "' has no FBSFU1 form (only ex2, rcp and lg2 tables convert); keep the FBSFUT1 file");
+    fail(path, "function",
+         "'" + function + "' has no FBSFU1 form (only ex2, rcp and lg2 tables convert); keep the FBSFUT1 file");
   }
   const bool is_ex2 = function == "ex2", is_lg2 = function == "lg2";
   const std::string key = need("key");
@@ -117,19 +119,25 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     table.argument_rounding = roundings.at(key);
     table.source += ", argument " + key.substr(std::string("ex2_fixed_point_").size());
     outputs = &table.fraction_outputs;
-    base_value = [](std::size_t i, int n) { return ex2_correct_ftz(std::ldexp(static_cast<float>(i), -n)); };  // exact: i < 2^24
+    base_value = [](std::size_t i, int n) {
+      return ex2_correct_ftz(std::ldexp(static_cast<float>(i), -n));
+    };  // exact: i < 2^24
   } else if (is_lg2) {
     table.function = SpecialFunction::lg2;
     table.form = lg2_ext ? SfuTableForm::lg2_extended : SfuTableForm::lg2_exponent_split;
     table.source += lg2_ext ? ", lg2 extended" : ", lg2 exponent split";
     outputs = &table.mantissa_outputs;
-    base_value = [](std::size_t m, int n) { return lg2_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n)); };  // exact: 1.m
+    base_value = [](std::size_t m, int n) {
+      return lg2_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n));
+    };  // exact: 1.m
   } else {
     table.function = SpecialFunction::rcp;
     table.form = SfuTableForm::rcp_mantissa;
     table.source += ", rcp mantissa";
     outputs = &table.mantissa_outputs;
-    base_value = [](std::size_t m, int n) { return rcp_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n)); };  // exact: 1.m
+    base_value = [](std::size_t m, int n) {
+      return rcp_correct_ftz(1.0f + std::ldexp(static_cast<float>(m), -n));
+    };  // exact: 1.m
   }
   table.source += " (" + path + ")";
   outputs->resize(entries);
@@ -149,7 +157,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   }
   at += (entries + 1) / 2;
   std::uint32_t n_escapes = 0;
-  for (int b = 0; b < 4; ++b) n_escapes |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
+  for (int b = 0; b < 4; ++b)
+    n_escapes |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
   at += 4;
   if (lg2_ext ? data.size() < at + 8ull * n_escapes : data.size() != at + 8ull * n_escapes) {
     fail(path, "escapes", "count does not match the file size");
@@ -161,7 +170,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   };
   for (std::uint32_t e = 0; e < n_escapes; ++e) {
     const std::uint32_t k = u32_at(at + 8ull * e), bits = u32_at(at + 8ull * e + 4);
-    if (k >= entries || !escaped[k]) fail(path, "escapes", "entry " + std::to_string(e) + " names a key that is not escaped");
+    if (k >= entries || !escaped[k])
+      fail(path, "escapes", "entry " + std::to_string(e) + " names a key that is not escaped");
     (*outputs)[k] = bits;
     escaped[k] = false;
   }
@@ -170,7 +180,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   }
   if (ex2_sm) {
     const std::size_t half = entries / 2;
-    table.fraction_outputs.assign(sign_magnitude_outputs.begin(), sign_magnitude_outputs.begin() + static_cast<std::ptrdiff_t>(half));
+    table.fraction_outputs.assign(sign_magnitude_outputs.begin(),
+                                  sign_magnitude_outputs.begin() + static_cast<std::ptrdiff_t>(half));
     table.negative_fraction_outputs.assign(sign_magnitude_outputs.begin() + static_cast<std::ptrdiff_t>(half),
                                            sign_magnitude_outputs.end());
   }
@@ -181,7 +192,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     table.guard_bits = static_cast<int>(guard);
     const std::string rounding = need("final_rounding");
     bool known = false;
-    for (FinalRounding r : {FinalRounding::nearest_even, FinalRounding::toward_zero, FinalRounding::down, FinalRounding::up}) {
+    for (FinalRounding r :
+         {FinalRounding::nearest_even, FinalRounding::toward_zero, FinalRounding::down, FinalRounding::up}) {
       if (rounding == to_string(r)) table.final_rounding = r, known = true;
     }
     if (!known) fail(path, "final_rounding", "'" + rounding + "' is not nearest_even, toward_zero, down or up");
@@ -225,7 +237,8 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
     if (!kv.count(key)) fail(path, key, "missing");
     return kv[key];
   };
-  if (need("function") != "ex2" || need("ptx") != "ex2.approx.ftz.f32") fail(path, "function", "not ex2.approx.ftz.f32");
+  if (need("function") != "ex2" || need("ptx") != "ex2.approx.ftz.f32")
+    fail(path, "function", "not ex2.approx.ftz.f32");
   if (need("delta") != "int8" || need("escape") != "-128") fail(path, "delta", "expected int8 deltas, escape -128");
   constexpr std::size_t kPerBinade = std::size_t{1} << 23;
   if (parse_unsigned(path, "inputs_per_binade", need("inputs_per_binade")) != kPerBinade) {
@@ -242,7 +255,8 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != item.size() || v > 0xffffffffu || (v & 0x7fffffu) != 0) fail(path, "binades", "'" + item + "' is not a binade start");
+      if (used != item.size() || v > 0xffffffffu || (v & 0x7fffffu) != 0)
+        fail(path, "binades", "'" + item + "' is not a binade start");
       starts.push_back(static_cast<std::uint32_t>(v));
     }
   }
@@ -257,7 +271,8 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
   const std::uint32_t n_escapes = u32_at(escapes_at);
   if (data.size() != escapes_at + 4 + 8ull * n_escapes) fail(path, "escapes", "count does not match the file size");
   std::map<std::uint32_t, std::uint32_t> escaped;
-  for (std::uint32_t e = 0; e < n_escapes; ++e) escaped[u32_at(escapes_at + 4 + 8ull * e)] = u32_at(escapes_at + 8 + 8ull * e);
+  for (std::uint32_t e = 0; e < n_escapes; ++e)
+    escaped[u32_at(escapes_at + 4 + 8ull * e)] = u32_at(escapes_at + 8 + 8ull * e);
   // The hardware's output for every input of binade b (the reference is the correctly rounded
   // 2^x, which the device's reference equals wherever it did not escape).
   auto outputs_of = [&](std::size_t b) {

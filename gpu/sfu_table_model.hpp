@@ -161,13 +161,15 @@ struct SfuTableDelta {
   bool uncertain;  // escaped because the double reference was too close to a rounding boundary
 };
 FB_HD inline SfuTableDelta sfu_table_delta(int fn, int nbits, bool sign_magnitude, std::uint32_t j,
-                                               std::uint32_t value) {
+                                           std::uint32_t value) {
   bool uncertain = false;
   const std::uint32_t half = 1u << nbits;
   const double frac = ldexp(static_cast<double>(sign_magnitude ? j % half : j), -nbits);  // in [0,1)
   const double arg = sign_magnitude && j >= half ? -frac : frac;
-  const float ref = sfu_round_reference(
-      fn == kSfuTableEx2 ? exp2(arg) : fn == kSfuTableRcp ? 1.0 / (1.0 + frac) : log2(1.0 + frac), uncertain);
+  const float ref = sfu_round_reference(fn == kSfuTableEx2   ? exp2(arg)
+                                        : fn == kSfuTableRcp ? 1.0 / (1.0 + frac)
+                                                             : log2(1.0 + frac),
+                                        uncertain);
   const long long d = static_cast<long long>(value) - static_cast<long long>(sfu_bits(ref));
   if (uncertain || d < -7 || d > 7) return {kSfuTableEscape, uncertain};
   return {static_cast<int>(d), false};

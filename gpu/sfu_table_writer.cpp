@@ -79,7 +79,8 @@ bool write_sfu_table(const std::string& out_dir, int fn, int nbits, const std::s
   }
   std::ofstream f(out_dir + "/" + name, std::ios::binary);
   f << "FBSFUT1\nfunction=" << function_name(fn) << "\nkey=" << key << "\nkey_bits=" << nbits << "\nentries=" << entries
-    << "\nnan_output=" << nan_output << "\n" << extra << device << "end\n";
+    << "\nnan_output=" << nan_output << "\n"
+    << extra << device << "end\n";
   std::vector<unsigned char> packed(entries / 2);
   for (std::uint32_t i = 0; i < entries; i += 2) {
     packed[i / 2] = static_cast<unsigned char>((deltas.delta[i] & 0xf) | ((deltas.delta[i + 1] & 0xf) << 4));
@@ -87,7 +88,8 @@ bool write_sfu_table(const std::string& out_dir, int fn, int nbits, const std::s
   f.write(reinterpret_cast<const char*>(packed.data()), static_cast<std::streamsize>(packed.size()));
   const std::uint32_t n_escapes = deltas.escape_count;
   f.write(reinterpret_cast<const char*>(&n_escapes), 4);  // the device and file are little-endian
-  f.write(reinterpret_cast<const char*>(deltas.escapes.data()), static_cast<std::streamsize>(deltas.escapes.size() * 4));
+  f.write(reinterpret_cast<const char*>(deltas.escapes.data()),
+          static_cast<std::streamsize>(deltas.escapes.size() * 4));
   f << tail;
   summary << "  wrote " << name << ": " << entries << " entries, " << deltas.escape_count << " escaped ("
           << deltas.uncertain << " of them because the double reference was too close to a rounding boundary)\n";

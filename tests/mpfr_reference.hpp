@@ -72,9 +72,7 @@ struct RefFormat {
   bool has_inf() const { return specials == Specials::ieee; }
   bool has_nan() const { return specials != Specials::finite; }
   bool has_zero() const { return specials != Specials::scale; }
-  bool has_negative_zero() const {
-    return is_signed && specials != Specials::fnuz && specials != Specials::scale;
-  }
+  bool has_negative_zero() const { return is_signed && specials != Specials::fnuz && specials != Specials::scale; }
   // Unbiased exponent of the smallest normal; e8m0 uses the biased-zero code as 2^-127.
   int emin() const { return specials == Specials::scale ? -bias : 1 - bias; }
   std::uint32_t top_finite_exp_field() const {
@@ -163,16 +161,19 @@ inline RefValue decode(const RefFormat& f, std::uint32_t stored) {
     if (mf == 0) return {Class::zero, neg, 0, 0};
     return {Class::finite, neg, mf, f.emin() - f.man_bits};
   }
-  return {Class::finite, neg, mf | (std::uint64_t{1} << f.man_bits),
-          static_cast<int>(ef) - f.bias - f.man_bits};
+  return {Class::finite, neg, mf | (std::uint64_t{1} << f.man_bits), static_cast<int>(ef) - f.bias - f.man_bits};
 }
 
 inline double to_double(const RefValue& v) {
   switch (v.cls) {
-    case Class::nan: return std::nan("");
-    case Class::inf: return v.negative ? -HUGE_VAL : HUGE_VAL;
-    case Class::zero: return v.negative ? -0.0 : 0.0;
-    case Class::finite: break;
+    case Class::nan:
+      return std::nan("");
+    case Class::inf:
+      return v.negative ? -HUGE_VAL : HUGE_VAL;
+    case Class::zero:
+      return v.negative ? -0.0 : 0.0;
+    case Class::finite:
+      break;
   }
   const double m = std::ldexp(static_cast<double>(v.significand), v.exponent);
   return v.negative ? -m : m;
@@ -218,10 +219,14 @@ inline Exact exact_zero_sum(bool first_negative, bool second_negative) {
 }
 inline Exact exact_of(const RefValue& v) {
   switch (v.cls) {
-    case Class::nan: return exact_nan(0);
-    case Class::inf: return exact_inf(v.negative);
-    case Class::zero: return exact_zero(v.negative);
-    case Class::finite: break;
+    case Class::nan:
+      return exact_nan(0);
+    case Class::inf:
+      return exact_inf(v.negative);
+    case Class::zero:
+      return exact_zero(v.negative);
+    case Class::finite:
+      break;
   }
   Exact e;
   e.cls = Class::finite;
@@ -249,24 +254,32 @@ inline Exact exact_of_double(double x) {
 struct Result {
   std::uint32_t bits;  // in the container
   RefFlags flags;
-  bool is_nan;         // any NaN encoding of the format is then acceptable
+  bool is_nan;  // any NaN encoding of the format is then acceptable
 };
 
 namespace detail {
 
-inline std::uint32_t encode(const RefFormat& f, bool negative, std::uint32_t exp_field,
-                            std::uint32_t man_field) {
+inline std::uint32_t encode(const RefFormat& f, bool negative, std::uint32_t exp_field, std::uint32_t man_field) {
   return f.to_container((negative ? f.sign_bit() : 0u) | (exp_field << f.man_bits) | man_field);
 }
 inline Result nan_result(const RefFormat& f, RefFlags flags) {
   if (!f.has_nan()) return {encode(f, false, 0, 0), static_cast<RefFlags>(flags | kInvalid), false};
   std::uint32_t layout = 0;
   switch (f.specials) {
-    case Specials::ieee: layout = (f.exp_ones() << f.man_bits) | (1u << (f.man_bits - 1)); break;
-    case Specials::fn: layout = (f.exp_ones() << f.man_bits) | f.man_ones(); break;
-    case Specials::fnuz: layout = f.sign_bit(); break;
-    case Specials::scale: layout = f.exp_ones(); break;
-    case Specials::finite: break;
+    case Specials::ieee:
+      layout = (f.exp_ones() << f.man_bits) | (1u << (f.man_bits - 1));
+      break;
+    case Specials::fn:
+      layout = (f.exp_ones() << f.man_bits) | f.man_ones();
+      break;
+    case Specials::fnuz:
+      layout = f.sign_bit();
+      break;
+    case Specials::scale:
+      layout = f.exp_ones();
+      break;
+    case Specials::finite:
+      break;
   }
   return {f.to_container(layout), flags, true};
 }
@@ -299,8 +312,8 @@ struct OnGrid {
 };
 
 // Round (significand + s) * 2^exponent to an integer multiple of 2^quantum.
-inline OnGrid round_to_quantum(std::uint64_t significand, int exponent, bool sticky, int quantum,
-                               Mode mode, bool negative) {
+inline OnGrid round_to_quantum(std::uint64_t significand, int exponent, bool sticky, int quantum, Mode mode,
+                               bool negative) {
   const int shift = quantum - exponent;
   if (shift <= 0) {
     // The quantum is finer than the value's last bit: exact (a sticky value always
@@ -338,11 +351,21 @@ inline OnGrid round_to_quantum(std::uint64_t significand, int exponent, bool sti
     case Mode::rne:
       up = fraction == Fraction::above_half || (fraction == Fraction::half && (integer & 1u) != 0);
       break;
-    case Mode::rna: up = fraction != Fraction::below_half; break;
-    case Mode::rtz: up = false; break;
-    case Mode::rup: up = !negative; break;
-    case Mode::rdn: up = negative; break;
-    case Mode::rto: up = (integer & 1u) == 0; break;  // land on the odd neighbour
+    case Mode::rna:
+      up = fraction != Fraction::below_half;
+      break;
+    case Mode::rtz:
+      up = false;
+      break;
+    case Mode::rup:
+      up = !negative;
+      break;
+    case Mode::rdn:
+      up = negative;
+      break;
+    case Mode::rto:
+      up = (integer & 1u) == 0;
+      break;  // land on the odd neighbour
   }
   return {integer + (up ? 1u : 0u), true};
 }
@@ -353,11 +376,14 @@ inline OnGrid round_to_quantum(std::uint64_t significand, int exponent, bool sti
 inline Result round_to(const RefFormat& f, const Exact& v, Mode mode, Policy policy) {
   using namespace detail;
   switch (v.cls) {
-    case Class::nan: return nan_result(f, v.flags);
-    case Class::inf: return infinite_result(f, v.negative, policy, v.flags);
+    case Class::nan:
+      return nan_result(f, v.flags);
+    case Class::inf:
+      return infinite_result(f, v.negative, policy, v.flags);
     case Class::zero:
       return zero_result(f, v.opposite_sign_zero ? mode == Mode::rdn : v.negative, v.flags);
-    case Class::finite: break;
+    case Class::finite:
+      break;
   }
   const bool neg = v.negative;
   if (neg && !f.is_signed) return nan_result(f, static_cast<RefFlags>(v.flags | kInvalid));
@@ -387,8 +413,8 @@ inline Result round_to(const RefFormat& f, const Exact& v, Mode mode, Policy pol
   const bool normal = (significand >> f.man_bits) != 0;
   if (normal && (result_e > f.emax() || (result_e == f.emax() && significand > f.max_significand()))) {
     flags |= kOverflow | kInexact;
-    const bool towards_infinity = mode == Mode::rne || mode == Mode::rna ||
-                                  (mode == Mode::rup && !neg) || (mode == Mode::rdn && neg);
+    const bool towards_infinity =
+        mode == Mode::rne || mode == Mode::rna || (mode == Mode::rup && !neg) || (mode == Mode::rdn && neg);
     if (towards_infinity && policy == Policy::ieee && f.specials != Specials::finite) {
       return f.has_inf() ? Result{encode(f, neg, f.exp_ones(), 0), flags, false} : nan_result(f, flags);
     }

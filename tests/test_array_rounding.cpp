@@ -72,12 +72,18 @@ const FormatPair kFormats[] = {{fb::formats::bf16, fbref::table::bf16},
 
 fb::RoundingMode to_emu(Mode m) {
   switch (m) {
-    case Mode::rne: return fb::RoundingMode::rne;
-    case Mode::rna: return fb::RoundingMode::rna;
-    case Mode::rtz: return fb::RoundingMode::rtz;
-    case Mode::rup: return fb::RoundingMode::rup;
-    case Mode::rdn: return fb::RoundingMode::rdn;
-    case Mode::rto: return fb::RoundingMode::rto;
+    case Mode::rne:
+      return fb::RoundingMode::rne;
+    case Mode::rna:
+      return fb::RoundingMode::rna;
+    case Mode::rtz:
+      return fb::RoundingMode::rtz;
+    case Mode::rup:
+      return fb::RoundingMode::rup;
+    case Mode::rdn:
+      return fb::RoundingMode::rdn;
+    case Mode::rto:
+      return fb::RoundingMode::rto;
   }
   return fb::RoundingMode::sr;
 }
@@ -112,7 +118,7 @@ class MpfrConvert {
     if (std::isnan(in)) return fbref::detail::nan_result(f, 0);
     const bool negative = std::signbit(in);
     if (in == 0.0f) return fbref::detail::zero_result(f, negative, 0);
-    mpfr_set_flt(x_, in, MPFR_RNDN);  // exact: 24 <= 96 bits
+    mpfr_set_flt(x_, in, MPFR_RNDN);                       // exact: 24 <= 96 bits
     const int e = static_cast<int>(mpfr_get_exp(x_)) - 1;  // |in| in [2^e, 2^(e+1))
     const int emin = f.emin();
 
@@ -120,8 +126,7 @@ class MpfrConvert {
     bool unbounded_inexact = false;
     const std::uint64_t k_unbounded = round_on_grid(e - f.man_bits, mode, unbounded_inexact);
     // |result| = k_unbounded * 2^(e - man_bits); compare with 2^emin and max finite.
-    const bool tiny = e < emin && std::ldexp(static_cast<double>(k_unbounded), e - f.man_bits) <
-                                      std::ldexp(1.0, emin);
+    const bool tiny = e < emin && std::ldexp(static_cast<double>(k_unbounded), e - f.man_bits) < std::ldexp(1.0, emin);
     const double max_finite = std::ldexp(static_cast<double>(f.max_significand()), f.emax() - f.man_bits);
     const bool overflow = std::ldexp(static_cast<double>(k_unbounded), e - f.man_bits) > max_finite;
     if (overflow) {
@@ -157,8 +162,8 @@ class MpfrConvert {
   static Result convert_overflow(const RefFormat& f, float in, Mode mode, Policy policy) {
     const bool negative = std::signbit(in);
     const fbref::RefFlags flags = fbref::kOverflow | fbref::kInexact;
-    const bool to_infinity = mode == Mode::rne || mode == Mode::rna || (mode == Mode::rup && !negative) ||
-                             (mode == Mode::rdn && negative);
+    const bool to_infinity =
+        mode == Mode::rne || mode == Mode::rna || (mode == Mode::rup && !negative) || (mode == Mode::rdn && negative);
     if (policy == Policy::satfinite || !to_infinity || !f.has_nan()) {
       return fbref::detail::max_finite_result(f, negative, flags);
     }
@@ -172,16 +177,28 @@ class MpfrConvert {
     mpfr_mul_2si(scaled_, x_, -quantum, MPFR_RNDN);  // exact
     int ternary = 0;
     switch (mode) {
-      case Mode::rne: ternary = mpfr_rint(k_, scaled_, MPFR_RNDN); break;
-      case Mode::rna: ternary = mpfr_round(k_, scaled_); break;
-      case Mode::rtz: ternary = mpfr_rint(k_, scaled_, MPFR_RNDZ); break;
-      case Mode::rup: ternary = mpfr_rint(k_, scaled_, MPFR_RNDU); break;
-      case Mode::rdn: ternary = mpfr_rint(k_, scaled_, MPFR_RNDD); break;
-      case Mode::rto: ternary = mpfr_trunc(k_, scaled_); break;
+      case Mode::rne:
+        ternary = mpfr_rint(k_, scaled_, MPFR_RNDN);
+        break;
+      case Mode::rna:
+        ternary = mpfr_round(k_, scaled_);
+        break;
+      case Mode::rtz:
+        ternary = mpfr_rint(k_, scaled_, MPFR_RNDZ);
+        break;
+      case Mode::rup:
+        ternary = mpfr_rint(k_, scaled_, MPFR_RNDU);
+        break;
+      case Mode::rdn:
+        ternary = mpfr_rint(k_, scaled_, MPFR_RNDD);
+        break;
+      case Mode::rto:
+        ternary = mpfr_trunc(k_, scaled_);
+        break;
     }
     inexact = ternary != 0;
     mpfr_abs(k_, k_, MPFR_RNDN);
-    std::uint64_t k = mpfr_get_ui(k_, MPFR_RNDN);  // k < 2^26: fits
+    std::uint64_t k = mpfr_get_ui(k_, MPFR_RNDN);            // k < 2^26: fits
     if (mode == Mode::rto && inexact && (k & 1u) == 0) ++k;  // land on the odd neighbour
     return k;
   }
@@ -496,7 +513,8 @@ std::vector<std::uint32_t> operand_patterns(const fb::Format& f, std::size_t sam
 }
 
 void check_batched(const fb::Format& f, BatchOp op, const std::vector<std::uint32_t>& a,
-                   const std::vector<std::uint32_t>& b, const std::vector<std::uint32_t>& c, const fb::RoundingSpec& spec) {
+                   const std::vector<std::uint32_t>& b, const std::vector<std::uint32_t>& c,
+                   const fb::RoundingSpec& spec) {
   const std::size_t n = a.size();
   const std::uint64_t first = 4242;
   std::vector<std::uint32_t> out(n);
@@ -505,8 +523,12 @@ void check_batched(const fb::Format& f, BatchOp op, const std::vector<std::uint3
     const std::size_t m = std::min(kFlagBlock, n - start);
     fb::Flags got_flags = 0;
     switch (op) {
-      case BatchOp::add: fb::add_array(f, &a[start], &b[start], &out[start], m, spec, first + start, &got_flags); break;
-      case BatchOp::mul: fb::mul_array(f, &a[start], &b[start], &out[start], m, spec, first + start, &got_flags); break;
+      case BatchOp::add:
+        fb::add_array(f, &a[start], &b[start], &out[start], m, spec, first + start, &got_flags);
+        break;
+      case BatchOp::mul:
+        fb::mul_array(f, &a[start], &b[start], &out[start], m, spec, first + start, &got_flags);
+        break;
       case BatchOp::fma:
         fb::fma_array(f, &a[start], &b[start], &c[start], &out[start], m, spec, first + start, &got_flags);
         break;
@@ -515,9 +537,15 @@ void check_batched(const fb::Format& f, BatchOp op, const std::vector<std::uint3
     for (std::size_t i = start; i < start + m; ++i) {
       fb::Rounded r{};
       switch (op) {
-        case BatchOp::add: r = fb::add(f, a[i], b[i], spec, first + i); break;
-        case BatchOp::mul: r = fb::mul(f, a[i], b[i], spec, first + i); break;
-        case BatchOp::fma: r = fb::fma(f, a[i], b[i], c[i], spec, first + i); break;
+        case BatchOp::add:
+          r = fb::add(f, a[i], b[i], spec, first + i);
+          break;
+        case BatchOp::mul:
+          r = fb::mul(f, a[i], b[i], spec, first + i);
+          break;
+        case BatchOp::fma:
+          r = fb::fma(f, a[i], b[i], c[i], spec, first + i);
+          break;
       }
       want_flags |= r.flags;
       if (r.bits != out[i] && bad_bits++ == 0) first_bad = i;

@@ -16,7 +16,7 @@ TEST_CASE("ulp_at: grid spacing of bf16, fp16, fp32 at normal, subnormal and zer
   CHECK(ulp_at(formats::bf16, 1.0) == std::ldexp(1.0, -7));
   CHECK(ulp_at(formats::bf16, -3.0) == std::ldexp(1.0, -6));
   CHECK(ulp_at(formats::bf16, 0.0) == std::ldexp(1.0, -133));  // emin -126, 7 fraction bits
-  CHECK(ulp_at(formats::fp16, 1e-6) == std::ldexp(1.0, -24));   // subnormal spacing
+  CHECK(ulp_at(formats::fp16, 1e-6) == std::ldexp(1.0, -24));  // subnormal spacing
   CHECK(ulp_at(formats::fp16, 65504.0) == 32.0);
   CHECK(ulp_at(formats::fp32, 1.0) == std::ldexp(1.0, -23));
 }
@@ -61,9 +61,9 @@ TEST_CASE("add_stage_errors measures each stage in ulps of its storage format at
   StageHistograms h;
   add_stage_errors(h, run, ref, formats::bf16);
   CHECK(h.o.total == 3);
-  CHECK(h.o.counts[40] == 1);  // +1 ulp: bin [1, 1.125)
-  CHECK(h.o.counts[28] == 1);  // -0.5 ulp
-  CHECK(h.o.counts[32] == 1);  // exact
+  CHECK(h.o.counts[40] == 1);    // +1 ulp: bin [1, 1.125)
+  CHECK(h.o.counts[28] == 1);    // -0.5 ulp
+  CHECK(h.o.counts[32] == 1);    // exact
   CHECK(h.lse.counts[56] == 1);  // +3 ulps
   CHECK(h.delta.total == 0);     // no backward
 }

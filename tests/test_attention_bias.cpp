@@ -66,7 +66,8 @@ BiasSamples measure(const ModelHandle& m, const std::string& scenario, int trial
   BiasSamples out;
   const int d = 64;
   for (int t = 0; t < trials; ++t) {
-    const AttentionInputs in = make_scenario(scenario, 5000 + static_cast<std::uint64_t>(t), 1, 1, seqlen, d, formats::bf16, true);
+    const AttentionInputs in =
+        make_scenario(scenario, 5000 + static_cast<std::uint64_t>(t), 1, 1, seqlen, d, formats::bf16, true);
     RunOptions opt;
     opt.threads = 2;
     const AttentionOutputs got = run_attention(m, in, opt);
@@ -137,7 +138,8 @@ TieRates sink_tie_rates(int trials, int seqlen) {
   const int d = 64;
   long long plain = 0, dynmax = 0, count = 0;
   for (int t = 0; t < trials; ++t) {
-    const AttentionInputs in = make_scenario("sink", 5000 + static_cast<std::uint64_t>(t), 1, 1, seqlen, d, formats::bf16, true);
+    const AttentionInputs in =
+        make_scenario("sink", 5000 + static_cast<std::uint64_t>(t), 1, 1, seqlen, d, formats::bf16, true);
     for (int r = 0; r < seqlen; ++r) {
       long double s = 0;
       for (int c = 0; c < d; ++c) s += static_cast<long double>(in.q.at(0, 0, r, c)) * in.k.at(0, 0, 0, c);
@@ -156,7 +158,9 @@ TieRates sink_tie_rates(int trials, int seqlen) {
 
 }  // namespace
 
-TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive, half an ulp per exact tie; +dynmax cuts ties and bias with them; ties bounded below 0.04 ulp") {
+TEST_CASE(
+    "fa-bf16acc on sink: O biased negative, delta positive, half an ulp per exact tie; +dynmax cuts ties and bias with "
+    "them; ties bounded below 0.04 ulp") {
   if (sanitizer_scale()) {
     // Under ASan/UBSan only the machinery runs (one tiny trial each); no statistics.
     measure("fa-bf16acc", "sink", 1, 16);
@@ -218,8 +222,8 @@ TEST_CASE("fa-bf16acc on sink: O biased negative, delta positive, half an ulp pe
     return static_cast<int>(std::count_if(v.begin(), v.end(), [](double x) { return x > 0.0; }));
   };
   const BiasStatistics plain_scores = summarize(plain_by_score, 1e-3), fixed_scores = summarize(fixed_by_score, 1e-3);
-  const double fixed_spread =
-      *std::max_element(fixed_by_score.begin(), fixed_by_score.end()) - *std::min_element(fixed_by_score.begin(), fixed_by_score.end());
+  const double fixed_spread = *std::max_element(fixed_by_score.begin(), fixed_by_score.end()) -
+                              *std::min_element(fixed_by_score.begin(), fixed_by_score.end());
   CAPTURE(plain_scores.mean);
   CAPTURE(plain_scores.p_t);
   CAPTURE(fixed_scores.mean);

@@ -34,12 +34,36 @@ struct Mp {
   ~Mp() { mpfr_clear(v); }
   double d() const { return mpfr_get_d(v, MPFR_RNDN); }
 };
-Mp operator+(const Mp& a, const Mp& b) { Mp r; mpfr_add(r.v, a.v, b.v, MPFR_RNDN); return r; }
-Mp operator-(const Mp& a, const Mp& b) { Mp r; mpfr_sub(r.v, a.v, b.v, MPFR_RNDN); return r; }
-Mp operator*(const Mp& a, const Mp& b) { Mp r; mpfr_mul(r.v, a.v, b.v, MPFR_RNDN); return r; }
-Mp operator/(const Mp& a, const Mp& b) { Mp r; mpfr_div(r.v, a.v, b.v, MPFR_RNDN); return r; }
-Mp mp_exp(const Mp& a) { Mp r; mpfr_exp(r.v, a.v, MPFR_RNDN); return r; }
-Mp mp_log(const Mp& a) { Mp r; mpfr_log(r.v, a.v, MPFR_RNDN); return r; }
+Mp operator+(const Mp& a, const Mp& b) {
+  Mp r;
+  mpfr_add(r.v, a.v, b.v, MPFR_RNDN);
+  return r;
+}
+Mp operator-(const Mp& a, const Mp& b) {
+  Mp r;
+  mpfr_sub(r.v, a.v, b.v, MPFR_RNDN);
+  return r;
+}
+Mp operator*(const Mp& a, const Mp& b) {
+  Mp r;
+  mpfr_mul(r.v, a.v, b.v, MPFR_RNDN);
+  return r;
+}
+Mp operator/(const Mp& a, const Mp& b) {
+  Mp r;
+  mpfr_div(r.v, a.v, b.v, MPFR_RNDN);
+  return r;
+}
+Mp mp_exp(const Mp& a) {
+  Mp r;
+  mpfr_exp(r.v, a.v, MPFR_RNDN);
+  return r;
+}
+Mp mp_log(const Mp& a) {
+  Mp r;
+  mpfr_log(r.v, a.v, MPFR_RNDN);
+  return r;
+}
 
 void check_close(const Tensor4& got, const std::vector<Mp>& want, const char* what) {
   CAPTURE(what);

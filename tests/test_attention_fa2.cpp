@@ -73,7 +73,8 @@ PlainResult plain_fa2_row(const AttentionInputs& in, const char* tc_name, int ro
     for (int j = 0; j < count; ++j) {
       p[j] = sfu.ex2->evaluate(ftz(std::fmaf(s[j], scale_log2, -max_scaled)));
       const int thread = (j % 8) / 2;
-      row_sum[thread] = pending[thread] ? ftz(std::fmaf(row_sum[thread], scores_scale, p[j])) : ftz(row_sum[thread] + p[j]);
+      row_sum[thread] =
+          pending[thread] ? ftz(std::fmaf(row_sum[thread], scores_scale, p[j])) : ftz(row_sum[thread] + p[j]);
       pending[thread] = false;
     }
     for (int t = 0; t < 4; ++t)
@@ -145,7 +146,8 @@ float plain_fa2_delta(const std::vector<float>& d_o, const std::vector<float>& o
 TEST_CASE("fa2 forward equals a plain transcription of FA2, element for element") {
   // Default tiles (hdim 64: 128 keys): 200 keys = a partial tile visited first, then a full one.
   // Under the sanitizer run: 136 keys (a partial tile of 8, then a full one).
-  const bool small_run = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  const bool small_run =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   AttentionInputs in = make_scenario("random", 21, 1, 1, small_run ? 136 : 200, 64, formats::bf16, false);
   compare_with_plain("fa2-sm80", "sm80", in, 0, 128);
   compare_with_plain("fa2-sm90", "sm90-mma", in, 0, 128);
@@ -204,7 +206,8 @@ TEST_CASE("the tracer records a consistent story and does not change results") {
       long double exact_with_cast = 0.0L;
       for (int c = 0; c < 64; ++c)
         exact_with_cast += static_cast<long double>(in.d_o->at(0, 0, t.row, c)) * b.o.at(0, 0, t.row, c);
-      const double reduction = static_cast<double>(static_cast<long double>(b.delta->at(0, 0, t.row, 0)) - exact_with_cast);
+      const double reduction =
+          static_cast<double>(static_cast<long double>(b.delta->at(0, 0, t.row, 0)) - exact_with_cast);
       CHECK(std::fabs(t.delta_error_from_reduction - reduction) <= 1e-12 * (1.0 + std::fabs(reduction)));
       // The O part is zero only if no element of O rounded. FA2 rounds its fp32 O; fa-bf16acc
       // on sink does not: its bf16 ℓ is exactly 2 (two P̄ == 1, the rest below half an ulp) and

@@ -68,7 +68,8 @@ void check_exact(const std::string& name, const AttentionInputs& in, int block_m
 std::vector<KernelModel> models_for(const Format& dtype) {
   std::vector<KernelModel> out;
   for (KernelModel& m : base_kernel_models(dtype)) {
-    const bool clash = (m.input == formats::fp16 && dtype == formats::bf16) || (m.input == formats::bf16 && dtype == formats::fp16);
+    const bool clash =
+        (m.input == formats::fp16 && dtype == formats::bf16) || (m.input == formats::bf16 && dtype == formats::fp16);
     if (!clash && !m.fp8.enabled) out.push_back(std::move(m));
   }
   return out;
@@ -90,10 +91,10 @@ TEST_CASE("every kernel model in exact arithmetic equals the exact reference") {
 
 TEST_CASE("variants in exact arithmetic: dynmax changes nothing, delta-dpp and o-fp32 are the same maths") {
   AttentionInputs in = make_scenario("sink", 5, 1, 1, 40, 32, formats::bf16, true);
-  for (const char* name : {"fa2-sm80+dynmax", "fa2-sm90+dynmax:beta=4,tol=0.01", "fa-bf16acc+dynmax",
-                           "golden-bf16-flash+dynmax", "triton-tutorial+dynmax", "fa2-sm80+delta-dpp",
-                           "fa-bf16acc+delta-dpp", "fa2-sm90+o-fp32+o-sr", "standard-bf16+delta-dpp",
-                           "standard-bf16+dynmax", "golden-bf16-baseline+dynmax:beta=3,tol=0.5"}) {
+  for (const char* name :
+       {"fa2-sm80+dynmax", "fa2-sm90+dynmax:beta=4,tol=0.01", "fa-bf16acc+dynmax", "golden-bf16-flash+dynmax",
+        "triton-tutorial+dynmax", "fa2-sm80+delta-dpp", "fa-bf16acc+delta-dpp", "fa2-sm90+o-fp32+o-sr",
+        "standard-bf16+delta-dpp", "standard-bf16+dynmax", "golden-bf16-baseline+dynmax:beta=3,tol=0.5"}) {
     check_exact(name, in, 16, 8);
   }
 }
@@ -259,8 +260,10 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK(parse_kernel_model("standard", formats::fp16).recipe->input == formats::fp16);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+o-up", formats::bf16), std::invalid_argument);
   CHECK(parse_kernel_model("fa2-sm80", formats::fp16).recipe->input == formats::fp16);
-  CHECK_THROWS_WITH_AS(parse_kernel_model("fa3-sm90", formats::bf16), doctest::Contains("fa3-sm90"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+nope", formats::bf16), doctest::Contains("nope"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_kernel_model("fa3-sm90", formats::bf16), doctest::Contains("fa3-sm90"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+nope", formats::bf16), doctest::Contains("nope"),
+                       std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:beta=x", formats::bf16), std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:gamma=1", formats::bf16), std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80", formats::fp32), std::invalid_argument);
@@ -415,8 +418,8 @@ std::vector<std::pair<std::string, Format>> recipe_predicate_cases() {
   std::vector<std::pair<std::string, Format>> out;
   for (const Format& dtype : {formats::bf16, formats::fp16}) {
     for (const KernelModel& m : base_kernel_models(dtype)) {
-      const bool clash = (m.input == formats::fp16 && dtype == formats::bf16) ||
-                         (m.input == formats::bf16 && dtype == formats::fp16);
+      const bool clash =
+          (m.input == formats::fp16 && dtype == formats::bf16) || (m.input == formats::bf16 && dtype == formats::fp16);
       if (!clash) out.emplace_back(m.base, dtype);
       // The reference takes no +dynmax (it has no arithmetic of its own), only +o-MODE.
       if (!clash && m.structure != Structure::correctly_rounded) out.emplace_back(m.base + "+dynmax", dtype);

@@ -18,9 +18,7 @@ long double scaled_score(const AttentionInputs& in, int r, int j) {
   for (int c = 0; c < in.q.cols; ++c) s += static_cast<long double>(in.q.at(0, 0, r, c)) * in.k.at(0, 0, j, c);
   return s * static_cast<long double>(in.softmax_scale);
 }
-bool representable(const Format& f, double x) {
-  return to_double(f, round_double(f, x, RoundingSpec{}).bits) == x;
-}
+bool representable(const Format& f, double x) { return to_double(f, round_double(f, x, RoundingSpec{}).bits) == x; }
 }  // namespace
 
 TEST_CASE("scenarios are deterministic, element-wise reproducible and representable in the dtype") {

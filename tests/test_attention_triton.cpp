@@ -290,7 +290,8 @@ TEST_CASE("triton-tutorial backward: the host K pre-scale rounds, gradients stay
   for (int j = 0; j < 128; ++j)
     for (int c = 0; c < 64; ++c) {
       const double k = in.k.at(0, 0, j, c);
-      const double kp = to_double(formats::fp16, round_double(formats::fp16, static_cast<float>(k * factor), RoundingSpec{}).bits);
+      const double kp =
+          to_double(formats::fp16, round_double(formats::fp16, static_cast<float>(k * factor), RoundingSpec{}).bits);
       rounded += kp != k * 0.3 * 1.4426950408889634 ? 1 : 0;
     }
   CHECK(rounded > 128 * 64 / 2);
@@ -313,15 +314,15 @@ TEST_CASE("triton-tutorial in exact arithmetic equals the exact reference, causa
     AttentionInputs in = make_scenario("fa3-outliers", 17, 1, 2, 53, 24, formats::fp16, true);
     in.causal = causal;
     const AttentionOutputs ref = exact_attention(in);
-    for (const char* name : {"triton-tutorial", "triton-tutorial+delta-dpp", "triton-tutorial+o-fp32",
-                             "triton-tutorial+dynmax"}) {
+    for (const char* name :
+         {"triton-tutorial", "triton-tutorial+delta-dpp", "triton-tutorial+o-fp32", "triton-tutorial+dynmax"}) {
       for (int bm : {0, 12}) {
         CAPTURE(name);
         CAPTURE(causal);
         CAPTURE(bm);
         RunOptions opt;
         opt.exact_arithmetic = true;
-        opt.block_m = bm;      // forward BLOCK_M and backward step (BLOCK_M1 = BLOCK_N2)
+        opt.block_m = bm;           // forward BLOCK_M and backward step (BLOCK_M1 = BLOCK_N2)
         opt.block_n = bm ? 20 : 0;  // forward BLOCK_N and backward block (BLOCK_N1 = BLOCK_M2)
         const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::fp16), in, opt);
         auto worst = [](const Tensor4& a, const Tensor4& b) {

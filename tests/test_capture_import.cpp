@@ -215,7 +215,8 @@ TEST_CASE("bare captures: every missing or conflicting statement is one clear er
   // Two names for one schema tensor.
   const fs::path both = dir / "both";
   fs::create_directories(both);
-  for (const char* name : {"q", "k", "v", "o"}) fs::copy_file(dir / "npy" / (std::string(name) + ".npy"), both / (std::string(name) + ".npy"));
+  for (const char* name : {"q", "k", "v", "o"})
+    fs::copy_file(dir / "npy" / (std::string(name) + ".npy"), both / (std::string(name) + ".npy"));
   fs::copy_file(dir / "npy" / "o.npy", both / "out.npy");
   o.dtype = formats::bf16;
   CHECK_THROWS_WITH_AS(import_capture({both}, o), doctest::Contains("both name the schema's 'o'"), TraceError);
@@ -231,9 +232,10 @@ TEST_CASE("npy and npz parsers refuse malformed input with one line") {
     // initializer list as out of bounds (-Warray-bounds).
     std::vector<std::uint8_t> b;
     b.reserve(10 + header.size() + data_bytes);
-    for (std::uint8_t byte : {std::uint8_t{0x93}, std::uint8_t{'N'}, std::uint8_t{'U'}, std::uint8_t{'M'},
-                              std::uint8_t{'P'}, std::uint8_t{'Y'}, std::uint8_t{1}, std::uint8_t{0},
-                              static_cast<std::uint8_t>(header.size() & 255), static_cast<std::uint8_t>(header.size() >> 8)})
+    for (std::uint8_t byte :
+         {std::uint8_t{0x93}, std::uint8_t{'N'}, std::uint8_t{'U'}, std::uint8_t{'M'}, std::uint8_t{'P'},
+          std::uint8_t{'Y'}, std::uint8_t{1}, std::uint8_t{0}, static_cast<std::uint8_t>(header.size() & 255),
+          static_cast<std::uint8_t>(header.size() >> 8)})
       b.push_back(byte);
     for (char c : header) b.push_back(static_cast<std::uint8_t>(c));
     for (std::size_t i = 0; i < data_bytes; ++i) b.push_back(0x3c);

@@ -57,13 +57,15 @@ std::filesystem::path scratch() {
 Run run(const std::string& args, const std::string& shell = "") {
   static int counter = 0;
   const std::string base = (scratch() / ("run" + std::to_string(counter++))).string();
-  const std::string cmd = shell + std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
+  const std::string cmd =
+      shell + std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
 }
 
-const std::string kSweep = "sweep --model fa2-sm80,fa-bf16acc --scenario sink,random --seqlen 64 --headdim 32 "
-                           "--trials 3 --seed 7";
+const std::string kSweep =
+    "sweep --model fa2-sm80,fa-bf16acc --scenario sink,random --seqlen 64 --headdim 32 "
+    "--trials 3 --seed 7";
 
 }  // namespace
 
@@ -104,9 +106,10 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   CHECK(run("sweep --model fa2-sm80 --shard 3/2 --trials 2 --seqlen 16 --headdim 16").code == 2);
   // A variant that cannot take the shape fails inside the worker threads: still one
   // error line naming it, exit 2, no abort (same for bias-test and deviation).
-  for (const char* cmd : {"sweep --model fa3-fp8-sm90+hadamard --scenario random --trials 2 --seqlen 16 --headdim 24 --jobs 2",
-                          "bias-test --model fa3-fp8-sm90+hadamard --scenario random --trials 2 --seqlen 16 --headdim 24",
-                          "deviation --models fa3-fp8-sm90+hadamard --inputs normal --seqlen 16 --headdim 24"}) {
+  for (const char* cmd :
+       {"sweep --model fa3-fp8-sm90+hadamard --scenario random --trials 2 --seqlen 16 --headdim 24 --jobs 2",
+        "bias-test --model fa3-fp8-sm90+hadamard --scenario random --trials 2 --seqlen 16 --headdim 24",
+        "deviation --models fa3-fp8-sm90+hadamard --inputs normal --seqlen 16 --headdim 24"}) {
     CAPTURE(cmd);
     const Run r = run(cmd);
     CHECK(r.code == 2);
@@ -118,8 +121,9 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
 TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are skipped with a note") {
   // formats x rounds x models x scenarios as in docs/CLI.md; fa2-sm90 has no e4m3 form and a
   // bare `standard` is standard-FMT (standard-fp8 for e4m3): 2x4x2x3 + 1x4x1x3 = 60 rows.
-  const Run r = run("sweep --formats bf16,fp16,e4m3 --round rne,rtz,sr,rto --model fa2-sm90,standard "
-                    "--scenario sink,random,ties --seqlen 16 --headdim 16 --trials 1 --jobs 2 --json");
+  const Run r =
+      run("sweep --formats bf16,fp16,e4m3 --round rne,rtz,sr,rto --model fa2-sm90,standard "
+          "--scenario sink,random,ties --seqlen 16 --headdim 16 --trials 1 --jobs 2 --json");
   REQUIRE(r.code == 0);
   const auto js = nlohmann::json::parse(r.out);
   CHECK(js["rows"].size() == 60);
@@ -136,16 +140,18 @@ TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are 
 TEST_CASE("bias-test --against: paired on the same inputs and seed") {
   // Pairing: a model against itself differs by exactly zero in every trial, even with a
   // seeded stochastic final cast (+o-sr) -- only if inputs AND seeds are shared.
-  const Run same = run("bias-test --model fa-bf16acc+o-sr --against fa-bf16acc+o-sr --scenario random --trials 4 "
-                       "--seqlen 48 --headdim 16 --json");
+  const Run same =
+      run("bias-test --model fa-bf16acc+o-sr --against fa-bf16acc+o-sr --scenario random --trials 4 "
+          "--seqlen 48 --headdim 16 --json");
   REQUIRE(same.code == 0);
   const auto js = nlohmann::json::parse(same.out);
   CHECK(js["o"]["mean_ulps"].get<double>() == 0.0);
   CHECK(js["o"]["positives"].get<int>() + js["o"]["negatives"].get<int>() == 0);
   // Qiu & Yao's mechanism (docs/DESIGN.md §7) as a paired difference: what the plain max adds
   // over the dynamic max is O pushed negative and delta positive on sink.
-  const Run mech = run("bias-test --model fa-bf16acc --against fa-bf16acc+dynmax --scenario sink --trials 16 "
-                       "--seqlen 96 --headdim 32 --json");
+  const Run mech =
+      run("bias-test --model fa-bf16acc --against fa-bf16acc+dynmax --scenario sink --trials 16 "
+          "--seqlen 96 --headdim 32 --json");
   REQUIRE(mech.code == 1);
   const auto jm = nlohmann::json::parse(mech.out);
   CHECK(jm["o"]["mean_ulps"].get<double>() < 0.0);
@@ -153,8 +159,9 @@ TEST_CASE("bias-test --against: paired on the same inputs and seed") {
   CHECK(jm["delta"]["mean_ulps"].get<double>() > 0.0);
   CHECK(jm["delta"]["ci"][0].get<double>() > 0.0);
   // sweep --against pairs the same way: a model against itself is zero in every row.
-  const Run sw = run("sweep --model fa-bf16acc+o-sr --against fa-bf16acc+o-sr --scenario random,sink --trials 3 "
-                     "--seqlen 48 --headdim 16 --json");
+  const Run sw =
+      run("sweep --model fa-bf16acc+o-sr --against fa-bf16acc+o-sr --scenario random,sink --trials 3 "
+          "--seqlen 48 --headdim 16 --json");
   REQUIRE(sw.code == 0);
   const auto jw = nlohmann::json::parse(sw.out);
   REQUIRE(jw["rows"].size() == 2);
@@ -170,7 +177,9 @@ TEST_CASE("bias-test --against: paired on the same inputs and seed") {
   CHECK(run("bias-test --traces /nonexistent --against fa2-sm80").code == 2);
 }
 
-TEST_CASE("bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax shrinks it; --by-max groups rows by max score") {
+TEST_CASE(
+    "bias-test: fa-bf16acc on sink is biased (O negative, delta positive); +dynmax shrinks it; --by-max groups rows by "
+    "max score") {
   // Head dim 64 (scale 1/8): a row's sink score is its bf16 q_0 in [7, 9], so the rows
   // share the 49 bf16 values of [7, 9] (32 in [7, 8), 17 in [8, 9]) as their max.
   const std::string common = " --scenario sink --trials 48 --seqlen 96 --headdim 64 --by-max --json";
@@ -249,7 +258,8 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   // paired difference against the plain model is nonzero, and the subject names the recipe
   // and its changes.
   const std::string fp32 = std::string(FLASHBITS_SOURCE_DIR) + "/docs/recipes/fp32-storage.json";
-  const Run stored = run("bias-test --model fa-bf16acc+dynmax --recipe " + fp32 + " --against fa-bf16acc+dynmax" + common);
+  const Run stored =
+      run("bias-test --model fa-bf16acc+dynmax --recipe " + fp32 + " --against fa-bf16acc+dynmax" + common);
   REQUIRE(stored.code != 2);
   const auto js = nlohmann::json::parse(stored.out);
   CHECK(js["o"]["positives"].get<int>() + js["o"]["negatives"].get<int>() > 0);
@@ -283,7 +293,8 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   // replay --recipe: a trace emulated with correctly rounded SFUs replays 100% under a
   // recipe that restates them, and not under the coarse ex2 table (exit 1, table named).
   const auto trace = (scratch() / "recipe_trace.safetensors").string();
-  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 64 --headdim 32 --seed 3 --out " + trace).code == 0);
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 64 --headdim 32 --seed 3 --out " + trace).code ==
+          0);
   const std::string correct = write_file("correct.json", R"({"sfu": {"ex2": "correct", "rcp": "correct"}})");
   CHECK(run("replay " + trace + " --recipe " + correct).code == 0);
   const Run coarse = run("replay " + trace + " --recipe " + sfu);
@@ -337,7 +348,7 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
   const double fp32 = j["rows"][0]["rmse"], bf16 = j["rows"][1]["rmse"];
   CHECK(fp32 > 0);
   CHECK(fp32 * 4096 < bf16);  // 16 more significand bits: 2^16 smaller unit roundoff, 16x slack
-  CHECK(bf16 < 0.05);  // bf16 attention outputs of N(0,1) inputs are O(1): a few 1e-3
+  CHECK(bf16 < 0.05);         // bf16 attention outputs of N(0,1) inputs are O(1): a few 1e-3
   CHECK(run("deviation --models fa2-sm80 --tiles 64by64 --seqlen 64 --headdim 32").code == 2);
 }
 
@@ -584,25 +595,29 @@ TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess ove
   CHECK(jb["excess"]["delta"]["ci"][0].get<double>() > 0.0);
   // Paired both ways: the reference against itself differs by exactly 0; with its one
   // rounding toward zero (V < 0 everywhere on wide-ties) it is biased, t ~ 40 at 8 trials.
-  const Run same = run("bias-test --model correctly-rounded --against correctly-rounded --scenario wide-ties "
-                       "--trials 4 --seqlen 32 --headdim 16 --json");
+  const Run same =
+      run("bias-test --model correctly-rounded --against correctly-rounded --scenario wide-ties "
+          "--trials 4 --seqlen 32 --headdim 16 --json");
   REQUIRE(same.code == 0);
   CHECK(nlohmann::json::parse(same.out)["o"]["mean_ulps"].get<double>() == 0.0);
-  const Run rtz = run("bias-test --model correctly-rounded+o-rtz --against correctly-rounded --scenario wide-ties "
-                      "--trials 8 --seqlen 32 --headdim 16 --json");
+  const Run rtz =
+      run("bias-test --model correctly-rounded+o-rtz --against correctly-rounded --scenario wide-ties "
+          "--trials 8 --seqlen 32 --headdim 16 --json");
   REQUIRE(rtz.code == 1);
   const auto jz = nlohmann::json::parse(rtz.out);
   CHECK(jz["verdict_from"] == "paired");
   CHECK(jz["o"]["ci"][0].get<double>() > 0.0);  // toward zero from negative outputs
   // Text names the reference and the statistic the verdict used.
   const Run text = run("bias-test --model correctly-rounded --scenario random --trials 2 --seqlen 16 --headdim 16");
-  CHECK(text.out.find("the correctly rounded reference (exact attention, rounded once per output)") != std::string::npos);
+  CHECK(text.out.find("the correctly rounded reference (exact attention, rounded once per output)") !=
+        std::string::npos);
   CHECK(text.out.find("verdict (from the excess over the correctly rounded reference)") != std::string::npos);
 }
 
 TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and JSON; the verdict from the excess") {
   const std::string csv = (scratch() / "three.csv").string();
-  const std::string grid = "sweep --model correctly-rounded,fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16";
+  const std::string grid =
+      "sweep --model correctly-rounded,fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16";
   const Run js = run(grid + " --json --csv " + csv);
   REQUIRE(js.code == 1);  // fa-bf16acc's row is biased: a failed check
   const auto j = nlohmann::json::parse(js.out);
@@ -618,7 +633,8 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
   CHECK(kernel["verdict"] == "biased");
   CHECK(kernel["excess"]["o"]["ci"][1].get<double>() < 0.0);
   CHECK(kernel["excess"]["o"]["mean_ulps"].get<double>() ==
-        doctest::Approx(kernel["o_mean_ulps"].get<double>() - kernel["correctly_rounded"]["o"]["mean_ulps"].get<double>()));
+        doctest::Approx(kernel["o_mean_ulps"].get<double>() -
+                        kernel["correctly_rounded"]["o"]["mean_ulps"].get<double>()));
   const std::string text = slurp(csv);
   CHECK(text.find("o_cr_mean_ulps,o_excess_mean_ulps,o_excess_p_t") != std::string::npos);
   CHECK(text.find(",excess,biased\n") != std::string::npos);
@@ -631,15 +647,17 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
   REQUIRE(merged.code == 1);
   CHECK(merged.out == table.out);
   // --round applies to the reference as well: correctly-rounded+o-rtz against itself is 0.
-  const Run rtz = run("sweep --model correctly-rounded --round rtz --scenario wide-ties --seqlen 32 --headdim 16 "
-                      "--trials 4 --json");
+  const Run rtz =
+      run("sweep --model correctly-rounded --round rtz --scenario wide-ties --seqlen 32 --headdim 16 "
+          "--trials 4 --json");
   REQUIRE(rtz.code == 0);
   const auto jr = nlohmann::json::parse(rtz.out)["rows"][0];
   CHECK(jr["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
   CHECK(jr["o_mean_ulps"].get<double>() > 0.1);  // rtz toward zero on negative outputs
   // Paired rows are a difference of two kernels: no reference, verdict from the difference.
-  const Run paired = run("sweep --model fa2-sm80 --against correctly-rounded --scenario sink --seqlen 32 --headdim 16 "
-                         "--trials 2 --json");
+  const Run paired =
+      run("sweep --model fa2-sm80 --against correctly-rounded --scenario sink --seqlen 32 --headdim 16 "
+          "--trials 2 --json");
   REQUIRE(paired.code == 0);
   const auto jp = nlohmann::json::parse(paired.out)["rows"][0];
   CHECK(jp["verdict_from"] == "paired");
@@ -649,8 +667,8 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
 namespace {
 // A one-head bf16 trace of the sink inputs (seqlen n, head dim 64) whose captured o is the
 // exact O rounded once, with the given element of `tensor` replaced by `poison`.
-std::string poisoned_trace(const std::string& name, const std::string& tensor, std::size_t at, double poison, int n = 64,
-                           const std::string& model = "fa2-sm80") {
+std::string poisoned_trace(const std::string& name, const std::string& tensor, std::size_t at, double poison,
+                           int n = 64, const std::string& model = "fa2-sm80") {
   auto in = fb::attn::make_scenario("sink", 12, 1, 1, n, 64, fb::formats::bf16, true);
   const auto exact = fb::attn::exact_attention(in);
   std::vector<double> o(exact.o.data.size());
@@ -798,8 +816,8 @@ TEST_CASE("issue 21: a failed write is exit 2, files are written whole or not at
     CHECK(one_error(out, "/dev/full"));
     // stdout: flushed and checked at exit.
     const std::string err = (scratch() / "full.err").string();
-    for (const std::string& args : {std::string("formats"), std::string("op add bf16 rne 3f80 3b80"),
-                                    std::string("merge ") + shard}) {
+    for (const std::string& args :
+         {std::string("formats"), std::string("op add bf16 rne 3f80 3b80"), std::string("merge ") + shard}) {
       CAPTURE(args);
       CHECK(exit_code_of(std::string("'") + FLASHBITS_BINARY + "' " + args + " > /dev/full 2> " + err) == 2);
       CHECK(slurp(err).find("error: cannot write standard output") != std::string::npos);
@@ -835,7 +853,8 @@ TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anyt
     REQUIRE(run(args + " --csv " + path).code == 0);
     return path;
   };
-  const std::string a1 = shard("m_a1.csv", sweep(2, 3) + " --shard 1/2"), a2 = shard("m_a2.csv", sweep(2, 3) + " --shard 2/2");
+  const std::string a1 = shard("m_a1.csv", sweep(2, 3) + " --shard 1/2"),
+                    a2 = shard("m_a2.csv", sweep(2, 3) + " --shard 2/2");
   const Run whole = run(sweep(2, 3));
   const Run merged = run("merge " + a2 + " " + a1);
   REQUIRE(merged.code == 0);
@@ -855,8 +874,7 @@ TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anyt
           "--trials '3' differs from '2'");
   refused(a1 + " " + shard("m_s9.csv", sweep(2, 9) + " --shard 2/2"), (scratch() / "m_s9.csv").string(),
           "seed 9 differs from 3");
-  refused(a1 + " " + shard("m_n3.csv", sweep(2, 3) + " --shard 2/3"), (scratch() / "m_n3.csv").string(),
-          "cut into 3");
+  refused(a1 + " " + shard("m_n3.csv", sweep(2, 3) + " --shard 2/3"), (scratch() / "m_n3.csv").string(), "cut into 3");
   refused(a1 + " " + shard("m_g.csv", sweep(2, 3, 32) + " --shard 2/2"), (scratch() / "m_g.csv").string(),
           "--seqlen '32' differs from '16'");
   // A row edited to trials = -3 (column 8 of the first row).
@@ -902,8 +920,8 @@ TEST_CASE("issue 21: every trace make-trace writes replays; what it cannot write
     if (name.empty() || name[0] == '+') continue;  // variant suffixes
     CAPTURE(name);
     const std::string path = (scratch() / ("every_" + name + ".safetensors")).string();
-    const Run made = run("make-trace --model " + name + " --scenario random --seqlen 32 --headdim 16 --backward --out " +
-                         path);
+    const Run made =
+        run("make-trace --model " + name + " --scenario random --seqlen 32 --headdim 16 --backward --out " + path);
     if (name.rfind("golden-fp64", 0) == 0) {
       CHECK(made.code == 2);
       CHECK(one_error(made, "fp64"));
@@ -948,8 +966,9 @@ TEST_CASE("issue 21: --sr-bits is 1..32 wherever sr bits are accepted; --alpha i
 
 TEST_CASE("issue 21: replay --row recomputes that row only, with the full replay's result for it") {
   const std::string trace = (scratch() / "rows512.safetensors").string();
-  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 512 --headdim 32 --seed 4 --backward --out " + trace)
-              .code == 0);
+  REQUIRE(
+      run("make-trace --model fa2-sm80 --scenario sink --seqlen 512 --headdim 32 --seed 4 --backward --out " + trace)
+          .code == 0);
   // Under another model, so that rows mismatch: row 300's verdicts must be the full run's.
   const Run full = run("replay " + trace + " --model fa-bf16acc --json");
   const Run one = run("replay " + trace + " --model fa-bf16acc --row 300 --json");
@@ -992,8 +1011,8 @@ TEST_CASE("issue 21: an output path that names an input is refused, and the inpu
   const auto link = scratch() / "in_trace_link.safetensors";
   std::filesystem::remove(link);
   std::filesystem::create_symlink(trace, link);
-  for (const std::string& out : {trace, (scratch() / ".." / scratch().filename() / "in_trace.safetensors").string(),
-                                 link.string()}) {
+  for (const std::string& out :
+       {trace, (scratch() / ".." / scratch().filename() / "in_trace.safetensors").string(), link.string()}) {
     CAPTURE(out);
     const Run r = run("replay " + trace + " --plot " + out);
     CHECK(r.code == 2);
@@ -1022,8 +1041,8 @@ TEST_CASE("issue 21: an output path that names an input is refused, and the inpu
 TEST_CASE("issue 21: usage errors are one `error:` line and exit 2, with suggestions; --version") {
   const std::string trace = (scratch() / "u_trace.safetensors").string();
   REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 32 --headdim 16 --out " + trace).code == 0);
-  for (const char* args : {"--row -1", "--head -1 --row 0", "--batch -2 --row 0", "--row 3 --all", "--plot ''",
-                           "--head 0"}) {
+  for (const char* args :
+       {"--row -1", "--head -1 --row 0", "--batch -2 --row 0", "--row 3 --all", "--plot ''", "--head 0"}) {
     CAPTURE(args);
     const Run r = run("replay " + trace + " " + std::string(args));
     CHECK(r.code == 2);
@@ -1094,8 +1113,8 @@ TEST_CASE("issue 21: --jobs defaults to the machine's cores, says so, and result
 TEST_CASE("issue 21: sweep and merge exit 1 when a row's verdict is biased, 0 when none is") {
   // fa-bf16acc on sink is biased (Qiu & Yao); fa2-sm80 on random is not.
   const std::string biased_csv = (scratch() / "biased.csv").string();
-  const Run biased = run("sweep --model fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16 --csv " +
-                         biased_csv);
+  const Run biased =
+      run("sweep --model fa-bf16acc --scenario sink --seqlen 96 --headdim 64 --trials 16 --csv " + biased_csv);
   CHECK(biased.code == 1);
   CHECK(biased.out.find("biased") != std::string::npos);
   CHECK(run("merge " + biased_csv).code == 1);
@@ -1145,7 +1164,8 @@ TEST_CASE("issue 21: bias-test --traces refuses generator options; a recipe's du
   CHECK(one_error(orphan, "--source"));
   const std::string recipe = (scratch() / "dup.json").string();
   std::ofstream(recipe) << R"({"name": "a", "stages": {"p_cast": "bf16", "p_cast": "fp16"}})";
-  const Run dup = run("bias-test --model fa-bf16acc --recipe " + recipe + " --scenario sink --trials 2 --seqlen 16 "
+  const Run dup = run("bias-test --model fa-bf16acc --recipe " + recipe +
+                      " --scenario sink --trials 2 --seqlen 16 "
                       "--headdim 16");
   CHECK(dup.code == 2);
   CHECK(one_error(dup, recipe + ": p_cast: duplicate key"));

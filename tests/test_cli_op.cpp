@@ -65,8 +65,8 @@ Run flashbits(const std::string& args, const std::string& input = "") {
     std::ofstream in(base + ".in", std::ios::binary);
     in << input;
   }
-  const std::string cmd = std::string("'") + FLASHBITS_BINARY + "' " + args + " < " + base + ".in > " + base +
-                          ".out 2> " + base + ".err";
+  const std::string cmd =
+      std::string("'") + FLASHBITS_BINARY + "' " + args + " < " + base + ".in > " + base + ".out 2> " + base + ".err";
   const int status = std::system(cmd.c_str());
   Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
   for (const char* ext : {".in", ".out", ".err"}) std::remove((base + ext).c_str());
@@ -88,8 +88,8 @@ std::uint32_t random_operand(const IeeeFormat& f, std::mt19937_64& rng) {
   const std::uint32_t sign = static_cast<std::uint32_t>(rng() & 1u);
   const int exponent = static_cast<int>(rng() % 10) - 3;
   const std::uint32_t man = static_cast<std::uint32_t>(rng()) & ((1u << f.man_bits) - 1u);
-  const std::uint32_t layout = (sign << (f.exp_bits + f.man_bits)) |
-                               (static_cast<std::uint32_t>(exponent + f.bias) << f.man_bits) | man;
+  const std::uint32_t layout =
+      (sign << (f.exp_bits + f.man_bits)) | (static_cast<std::uint32_t>(exponent + f.bias) << f.man_bits) | man;
   return layout << f.shift;
 }
 
@@ -112,9 +112,12 @@ std::string expected_line(const std::string& op, const IeeeFormat& f, mpfr_rnd_t
   set_operand(x, f, a);
   set_operand(y, f, b);
   int ternary = 0;
-  if (op == "add") ternary = mpfr_add(r, x, y, rnd);
-  else if (op == "sub") ternary = mpfr_sub(r, x, y, rnd);
-  else ternary = mpfr_mul(r, x, y, rnd);
+  if (op == "add")
+    ternary = mpfr_add(r, x, y, rnd);
+  else if (op == "sub")
+    ternary = mpfr_sub(r, x, y, rnd);
+  else
+    ternary = mpfr_mul(r, x, y, rnd);
   std::uint32_t layout = mpfr_signbit(r) ? (1u << (f.exp_bits + f.man_bits)) : 0u;
   if (!mpfr_zero_p(r)) {
     mpz_t z;
@@ -262,12 +265,11 @@ TEST_CASE("op --batch: hex is lower-case and zero-padded to the format's width")
       "add e3m2 rne 0x01 0x01\n"              // 2^-4 twice = 2^-3: 02
       "add e2m1 rne 0x2 +1.0\n"               // 1 + 1 = 2: 0 10 0 = 4 -> 04
       "mul e8m0 rne 7f 0x80\n"                // 1 * 2 = 2 = 2^(128 - 127): 80
-      "add fp32 rne 3fc00000 3fc00000\n"  // 1.5 + 1.5 = 3: 40400000
-      "cvt bf16 rne fp32:c0968717\n"      // Qiu & Yao: -4.703990... -> -4.71875 = c097, inexact
-      "add fp16 rne 3c00 -1.0\n";         // 1 + (-1) = +0 under rne: 0000
-  const std::vector<std::string> expected = {"00000002 -", "00004000 -", "c000 -", "0002 -", "c0 -", "02 -",
-                                             "02 -",       "04 -",       "80 -",   "40400000 -", "c097 x",
-                                             "0000 -"};
+      "add fp32 rne 3fc00000 3fc00000\n"      // 1.5 + 1.5 = 3: 40400000
+      "cvt bf16 rne fp32:c0968717\n"          // Qiu & Yao: -4.703990... -> -4.71875 = c097, inexact
+      "add fp16 rne 3c00 -1.0\n";             // 1 + (-1) = +0 under rne: 0000
+  const std::vector<std::string> expected = {"00000002 -", "00004000 -", "c000 -", "0002 -",     "c0 -",   "02 -",
+                                             "02 -",       "04 -",       "80 -",   "40400000 -", "c097 x", "0000 -"};
   const Run r = flashbits("op --batch -", input);
   CHECK(r.exit_code == 0);
   CHECK(lines_of(r.out) == expected);
@@ -302,17 +304,17 @@ TEST_CASE("op --batch: a malformed line N prints 'error: line N: ...' and exits 
 
 TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decimal exit 2") {
   const char* bad[] = {
-      "op add bf17 rne 3f80 3b80",  // unknown format
-      "op add e9m2 rne 3f 3b",      // exponent bits out of range
-      "op add bf16 rne 3g80 3b80",  // not hex
-      "op add bf16 rne 3f80",       // one operand for add
-      "op sqrt bf16 rne 3f80 3f80", // two for sqrt
-      "op fma bf16 rne 3f80 3f80",  // two for fma
-      "op add bf16 rne 0.1 1.0",    // 0.1 is not a dyadic rational
-      "op add e4m3 rne 1.0 +500.0", // beyond e4m3's 448
-      "op add fp16 rne 3c00 -1e-9", // below fp16's 2^-24 and not zero
+      "op add bf17 rne 3f80 3b80",   // unknown format
+      "op add e9m2 rne 3f 3b",       // exponent bits out of range
+      "op add bf16 rne 3g80 3b80",   // not hex
+      "op add bf16 rne 3f80",        // one operand for add
+      "op sqrt bf16 rne 3f80 3f80",  // two for sqrt
+      "op fma bf16 rne 3f80 3f80",   // two for fma
+      "op add bf16 rne 0.1 1.0",     // 0.1 is not a dyadic rational
+      "op add e4m3 rne 1.0 +500.0",  // beyond e4m3's 448
+      "op add fp16 rne 3c00 -1e-9",  // below fp16's 2^-24 and not zero
       "op add --format bf16 --round rne 3f80 3g80",
-      "op cvt bf16 rne 3f80",       // cvt needs SRC:HEX
+      "op cvt bf16 rne 3f80",  // cvt needs SRC:HEX
   };
   for (const char* args : bad) {
     INFO(args);
@@ -334,8 +336,7 @@ TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decim
 TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, naming it") {
   for (const char* args : {"op add bf16 rne 1 2", "op add bf16 rne 3f80 10", "op add bf16 rne 1e3 3f80",
                            "op add fp16 rne 3c00 8001", "op add --format bf16 --round rne 3f80 2",
-                           "op cvt bf16 rne fp32:10", "op cvt bf16 rne fp32:3e800000",
-                           "op mul e4m3 rne 0001 4e"}) {
+                           "op cvt bf16 rne fp32:10", "op cvt bf16 rne fp32:3e800000", "op mul e4m3 rne 0001 4e"}) {
     INFO(args);
     const Run r = flashbits(args);
     CHECK(r.exit_code == 2);
@@ -429,9 +430,10 @@ TEST_CASE("issue 21: x/0 flags follow one documented rule in every format and po
   };
   // With inf: exact infinity, z alone; satfinite packs it as max finite. Without inf: an
   // overflow, xoz; NaN (e4m3) or max finite (e2m1, no NaN) under ieee.
-  for (const Case& c : {Case{"fp32", "0x3f800000", "7f800000 z", "7f7fffff z"}, Case{"bf16", "0x3f80", "7f80 z", "7f7f z"},
-                        Case{"fp16", "0x3c00", "7c00 z", "7bff z"}, Case{"e5m2", "0x3c", "7c z", "7b z"},
-                        Case{"e4m3", "0x38", "7f xoz", "7e xoz"}, Case{"e2m1", "0x2", "07 xoz", "07 xoz"}}) {
+  for (const Case& c :
+       {Case{"fp32", "0x3f800000", "7f800000 z", "7f7fffff z"}, Case{"bf16", "0x3f80", "7f80 z", "7f7f z"},
+        Case{"fp16", "0x3c00", "7c00 z", "7bff z"}, Case{"e5m2", "0x3c", "7c z", "7b z"},
+        Case{"e4m3", "0x38", "7f xoz", "7e xoz"}, Case{"e2m1", "0x2", "07 xoz", "07 xoz"}}) {
     CAPTURE(c.format);
     CHECK(flashbits(std::string("op div ") + c.format + " rne " + c.one + " 0x0").out == std::string(c.ieee) + "\n");
     CHECK(flashbits(std::string("op div ") + c.format + " rne " + c.one + " 0x0 satfinite").out ==

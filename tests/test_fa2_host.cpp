@@ -99,8 +99,8 @@ TEST_CASE("fa2 tile sizes are FA2's launch configuration and the replay model's"
 }
 
 TEST_CASE("fa2 command line parses and rejects bad arguments") {
-  const Fa2Options o = parse({"--out", "t.safetensors", "--hdim", "128", "--seq", "512", "--batch", "2", "--heads",
-                              "3", "--seed", "9", "--causal", "--variant", "dynmax", "--trace-rows", "0,5,511"});
+  const Fa2Options o = parse({"--out", "t.safetensors", "--hdim", "128", "--seq", "512", "--batch", "2", "--heads", "3",
+                              "--seed", "9", "--causal", "--variant", "dynmax", "--trace-rows", "0,5,511"});
   CHECK(o.out == "t.safetensors");
   CHECK(o.hdim == 128);
   CHECK(o.seq == 512);
@@ -118,10 +118,10 @@ TEST_CASE("fa2 command line parses and rejects bad arguments") {
   CHECK(defaults.hdim == 64);
   CHECK_NOTHROW(fb::gpu::validate_fa2_problem(defaults));
 
-  CHECK_THROWS_AS(parse({}), Fa2UsageError);                                   // --out missing
-  CHECK_THROWS_AS(parse({"--out", "x", "--bogus"}), Fa2UsageError);            // unknown flag
-  CHECK_THROWS_AS(parse({"--out", "x", "--seq"}), Fa2UsageError);              // missing value
-  CHECK_THROWS_AS(parse({"--out", "x", "--seq", "12x"}), Fa2UsageError);       // not a number
+  CHECK_THROWS_AS(parse({}), Fa2UsageError);                              // --out missing
+  CHECK_THROWS_AS(parse({"--out", "x", "--bogus"}), Fa2UsageError);       // unknown flag
+  CHECK_THROWS_AS(parse({"--out", "x", "--seq"}), Fa2UsageError);         // missing value
+  CHECK_THROWS_AS(parse({"--out", "x", "--seq", "12x"}), Fa2UsageError);  // not a number
   CHECK_THROWS_AS(parse({"--out", "x", "--hdim", ""}), Fa2UsageError);
   CHECK_THROWS_AS(parse({"--out", "x", "--seq", "99999999999"}), Fa2UsageError);
   CHECK_THROWS_AS(parse({"--out", "x", "--seed", "-1"}), Fa2UsageError);

@@ -27,9 +27,7 @@ using boost::multiprecision::cpp_int;
 using boost::multiprecision::cpp_rational;
 namespace fmt = fb::formats;
 
-cpp_rational pow2(int e) {
-  return e >= 0 ? cpp_rational(cpp_int(1) << e) : cpp_rational(cpp_int(1), cpp_int(1) << -e);
-}
+cpp_rational pow2(int e) { return e >= 0 ? cpp_rational(cpp_int(1) << e) : cpp_rational(cpp_int(1), cpp_int(1) << -e); }
 cpp_rational rational_of_double(double v) {
   int e = 0;
   const double m = std::frexp(v, &e);
@@ -44,8 +42,8 @@ struct Spec {
   std::string_view name;
   int exp_bits, man_bits, bias;
   Rule rule;
-  int width;                        // bits in the pattern (tf32: 19, stored shifted left by 13)
-  int shift;                        // storage shift into the container
+  int width;                                           // bits in the pattern (tf32: 19, stored shifted left by 13)
+  int shift;                                           // storage shift into the container
   cpp_rational max_finite, min_normal, min_subnormal;  // from the §2 table; min_subnormal 0 = none
 };
 
@@ -98,8 +96,10 @@ Meaning meaning(const Spec& s, std::uint32_t pattern) {
     case Rule::finite:
       break;
     case Rule::scale:  // unsigned 2^(e - 127), 0xff NaN
-      if (e == e_all_ones) r.nan = true;
-      else r.value = pow2(static_cast<int>(e) - s.bias);
+      if (e == e_all_ones)
+        r.nan = true;
+      else
+        r.value = pow2(static_cast<int>(e) - s.bias);
       return r;
   }
   const cpp_rational fraction = cpp_rational(cpp_int(m)) / pow2(s.man_bits);
@@ -248,9 +248,9 @@ TEST_CASE("parse_format: names, eXmY spellings and bad names") {
   CHECK(fb::to_double(e3m4, e3m4.max_finite_pattern()) == 15.5);
   CHECK(named("e6m9").container_bits == 16);
   CHECK(named("e8m12").container_bits == 32);
-  for (std::string_view bad : {"", "bf", "fp8", "e", "e5", "e5m", "em2", "e5m2x", "E5M2", "BF16", "e1m2",
-                               "e9m2", "e5m0", "e5m24", "e4m3fn", " bf16", "bf16 ", "e-5m2", "e5m-2",
-                               "fp32\n", "e10m5"}) {
+  for (std::string_view bad :
+       {"",     "bf",   "fp8",   "e",      "e5",    "e5m",   "em2",   "e5m2x", "E5M2",   "BF16", "e1m2",
+        "e9m2", "e5m0", "e5m24", "e4m3fn", " bf16", "bf16 ", "e-5m2", "e5m-2", "fp32\n", "e10m5"}) {
     fb::Format out = fmt::e2m1;
     INFO("name '" << bad << "'");
     CHECK_FALSE(fb::parse_format(bad, out));

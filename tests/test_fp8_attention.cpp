@@ -74,9 +74,7 @@ double e4m3_code_to_double(int code) {
 // fp32 results correctly rounded by MPFR.
 struct Mpfr24 {
   mpfr_t a, b, r;
-  Mpfr24() {
-    mpfr_inits2(24, a, b, r, static_cast<mpfr_ptr>(nullptr));
-  }
+  Mpfr24() { mpfr_inits2(24, a, b, r, static_cast<mpfr_ptr>(nullptr)); }
   ~Mpfr24() { mpfr_clears(a, b, r, static_cast<mpfr_ptr>(nullptr)); }
   float div(double x, double y) {  // x, y exact in double
     mpfr_t X, Y;
@@ -320,8 +318,7 @@ TEST_CASE("incoherent processing: Hadamard orthogonality and the transform in ex
   for (int i = 0; i < d; ++i)
     for (int j = 0; j < d; ++j) {
       Rational s = 0;
-      for (int c = 0; c < d; ++c)
-        s += Rational(signs[i] * h[i * d + c], 8) * Rational(signs[j] * h[j * d + c], 8);
+      for (int c = 0; c < d; ++c) s += Rational(signs[i] * h[i * d + c], 8) * Rational(signs[j] * h[j * d + c], 8);
       REQUIRE(s == (i == j ? Rational(1) : Rational(0)));
     }
   std::mt19937_64 rng(7);
@@ -351,7 +348,8 @@ TEST_CASE("fa3-fp8-sm90: one row recomputed through fused_dot_bits (the `flashbi
       const AttentionInputs in = scenario(scen, 3, 1, n, d);
       const std::string name = promote ? "fa3-fp8-sm90+promote:" + std::to_string(promote) : "fa3-fp8-sm90";
       const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
-      const RefQuant q = reference_quantise(in.q, mp), k = reference_quantise(in.k, mp), v = reference_quantise(in.v, mp);
+      const RefQuant q = reference_quantise(in.q, mp), k = reference_quantise(in.k, mp),
+                     v = reference_quantise(in.v, mp);
       // The engine's quantised operands are the reference's.
       Fp8Quantisation per_tensor;
       per_tensor.enabled = true;
@@ -396,7 +394,8 @@ TEST_CASE("DotSpec promotion: groups from C = 0 through fused_dot_bits, fp32 add
     float want = c0;
     for (int i = 0; i < k; i += spec.promote_every) {
       const int len = std::min(spec.promote_every, k - i);
-      const std::vector<std::uint32_t> ga(ab.begin() + i, ab.begin() + i + len), gb(bb.begin() + i, bb.begin() + i + len);
+      const std::vector<std::uint32_t> ga(ab.begin() + i, ab.begin() + i + len),
+          gb(bb.begin() + i, bb.begin() + i + len);
       want = mp.add(want, bits_float(fused_dot_bits(tc, 0u, ga, gb)));
     }
     CAPTURE(k);
@@ -413,7 +412,9 @@ TEST_CASE("sm90-wgmma e4m3: e8m13 truncation, hand-checked cases against exact r
   {
     const std::vector<std::uint32_t> a{0x38, 0x08, 0x08}, b{0x38, 0x04, 0x02};
     Rational exact = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) exact += Rational(e4m3_code_to_double(static_cast<int>(a[i]))) * Rational(e4m3_code_to_double(static_cast<int>(b[i])));
+    for (std::size_t i = 0; i < a.size(); ++i)
+      exact +=
+          Rational(e4m3_code_to_double(static_cast<int>(a[i]))) * Rational(e4m3_code_to_double(static_cast<int>(b[i])));
     CHECK(exact == Rational(1) + Rational(1, 8192) + Rational(1, 16384));
     const float got = bits_float(fused_dot_bits(tc, 0u, a, b));
     CHECK(Rational(static_cast<double>(got)) == Rational(1) + Rational(1, 8192));
@@ -446,7 +447,8 @@ TEST_CASE("fp8 models: the RMSE ordering of FlashAttention-3's table on fa3-outl
   // without incoherent processing 0.90 of the baseline and 1.36x FA3. The margins below
   // leave 0.1-0.15 on each side. Under the sanitizer scale, two seeds and the plain order.
   const bool small = sanitizer_scale();
-  const std::vector<std::uint64_t> seeds = small ? std::vector<std::uint64_t>{1, 3} : std::vector<std::uint64_t>{1, 2, 3, 4};
+  const std::vector<std::uint64_t> seeds =
+      small ? std::vector<std::uint64_t>{1, 3} : std::vector<std::uint64_t>{1, 2, 3, 4};
   double baseline = 0, fa3 = 0, no_block = 0, no_incoherent = 0;  // pooled squared RMSE
   for (std::uint64_t seed : seeds) {
     const AttentionInputs in = make_scenario("fa3-outliers", seed, 1, 1, 512, 64, formats::bf16, false);

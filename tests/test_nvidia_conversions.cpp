@@ -123,9 +123,8 @@ void check_on_threads(const Conversion& c, unsigned threads, ForEachInput for_ea
   std::vector<Mismatches> per_thread(threads);
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for_each_input(t, threads, [&](std::uint32_t input) { compare_one(c, input, per_thread[t]); });
-    });
+    pool.emplace_back(
+        [&, t] { for_each_input(t, threads, [&](std::uint32_t input) { compare_one(c, input, per_thread[t]); }); });
   }
   for (auto& th : pool) th.join();
   std::uint64_t total = 0;
@@ -148,10 +147,14 @@ unsigned worker_threads() {
 // and e5m2's exact ties (round bits 19, 20), so every target's exact ties get 0x00.
 std::uint32_t low_byte_for(std::uint32_t high24) {
   switch ((high24 >> 9) & 3u) {
-    case 0: return 0x00;
-    case 1: return 0x01;
-    case 2: return 0x80;
-    default: return (high24 * 0x9e3779b1u) >> 24;
+    case 0:
+      return 0x00;
+    case 1:
+      return 0x01;
+    case 2:
+      return 0x80;
+    default:
+      return (high24 * 0x9e3779b1u) >> 24;
   }
 }
 
@@ -171,8 +174,8 @@ std::vector<float> nvidia_values(const Format& target) {
       raw.x = static_cast<unsigned short>(p);
       v = __half2float(__half(raw));
     } else {
-      const __half_raw hr = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(p),
-                                                    target == fmt::e4m3 ? __NV_E4M3 : __NV_E5M2);
+      const __half_raw hr =
+          __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(p), target == fmt::e4m3 ? __NV_E4M3 : __NV_E5M2);
       v = __half2float(__half(hr));
     }
     if (std::isfinite(v) && v >= 0.0f) out.push_back(v);
@@ -189,8 +192,8 @@ std::vector<std::uint32_t> boundary_inputs(const Format& target) {
   std::vector<float> cuts;
   for (std::size_t i = 0; i + 1 < v.size(); ++i) cuts.push_back(v[i] + (v[i + 1] - v[i]) / 2);  // exact
   const float top = v.back(), spacing = v.back() - v[v.size() - 2];
-  cuts.push_back(top + spacing / 2);      // the overflow threshold of round-to-nearest
-  cuts.push_back(top + spacing);          // the first value past max finite
+  cuts.push_back(top + spacing / 2);  // the overflow threshold of round-to-nearest
+  cuts.push_back(top + spacing);      // the first value past max finite
   cuts.push_back(top + 3 * spacing / 2);
   std::vector<std::uint32_t> out;
   for (float cut : cuts) {
@@ -214,8 +217,7 @@ TEST_CASE("fp32 conversions match NVIDIA host functions on a strided sample of 2
   const std::uint32_t step = sanitizer_scale() ? 64u : 1u;  // 2^24 inputs, or 2^18 under sanitizers
   for (const Conversion& c : kConversions) {
     check_on_threads(c, worker_threads(), [step](unsigned t, unsigned n, auto visit) {
-      for (std::uint32_t high = t * step; high < (1u << 24); high += n * step)
-        visit((high << 8) | low_byte_for(high));
+      for (std::uint32_t high = t * step; high < (1u << 24); high += n * step) visit((high << 8) | low_byte_for(high));
     });
   }
 }
@@ -248,11 +250,11 @@ TEST_CASE("the NVIDIA comparison detects a wrong rounding mode or overflow polic
 }
 
 TEST_CASE("fp32 specials convert as NVIDIA host functions do") {
-  const std::uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                                    0xffc00000u, 0x7f800001u, 0x7fffffffu, 0x00000001u, 0x807fffffu,
-                                    0x7f7fffffu, 0xff7fffffu, 0x43e00000u /*448*/, 0x43e80000u /*464*/,
-                                    0x47600000u /*57344*/, 0x47700000u /*61440*/, 0x477fe000u /*65504*/,
-                                    0x477ff000u /*65520*/};
+  const std::uint32_t specials[] = {
+      0x00000000u,           0x80000000u,           0x7f800000u,         0xff800000u,         0x7fc00000u,
+      0xffc00000u,           0x7f800001u,           0x7fffffffu,         0x00000001u,         0x807fffffu,
+      0x7f7fffffu,           0xff7fffffu,           0x43e00000u /*448*/, 0x43e80000u /*464*/, 0x47600000u /*57344*/,
+      0x47700000u /*61440*/, 0x477fe000u /*65504*/, 0x477ff000u /*65520*/};
   for (const Conversion& c : kConversions) {
     check_on_threads(c, 1, [&](unsigned, unsigned, auto visit) {
       for (std::uint32_t x : specials) visit(x);
@@ -260,7 +262,8 @@ TEST_CASE("fp32 specials convert as NVIDIA host functions do") {
   }
 }
 
-// One subcase per conversion, so that one can be run alone: --subcase='__float2half_rn' (names hold no commas, doctest's filter separator).
+// One subcase per conversion, so that one can be run alone: --subcase='__float2half_rn' (names hold no commas,
+// doctest's filter separator).
 TEST_CASE("fp32 conversions match NVIDIA host functions on all 2^32 inputs (exhaustive)") {
   for (const Conversion& c : kConversions) {
     SUBCASE(c.name) {

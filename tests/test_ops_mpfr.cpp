@@ -63,12 +63,18 @@ std::uint64_t exhaustive_stride() { return sanitizer_scale() ? 47 : 1; }
 
 fb::RoundingMode to_emu(Mode m) {
   switch (m) {
-    case Mode::rne: return fb::RoundingMode::rne;
-    case Mode::rna: return fb::RoundingMode::rna;
-    case Mode::rtz: return fb::RoundingMode::rtz;
-    case Mode::rup: return fb::RoundingMode::rup;
-    case Mode::rdn: return fb::RoundingMode::rdn;
-    case Mode::rto: return fb::RoundingMode::rto;
+    case Mode::rne:
+      return fb::RoundingMode::rne;
+    case Mode::rna:
+      return fb::RoundingMode::rna;
+    case Mode::rtz:
+      return fb::RoundingMode::rtz;
+    case Mode::rup:
+      return fb::RoundingMode::rup;
+    case Mode::rdn:
+      return fb::RoundingMode::rdn;
+    case Mode::rto:
+      return fb::RoundingMode::rto;
   }
   return fb::RoundingMode::sr;
 }
@@ -124,9 +130,9 @@ struct MismatchLog {
   }
   void finish() const {
     for (const std::string& r : reports) FAIL_CHECK(r);
-    INFO("checked " << checked << " results, " << mismatches << " mismatches; reference flags x u o z v: "
-                    << flag_counts[0] << " " << flag_counts[1] << " " << flag_counts[2] << " " << flag_counts[3]
-                    << " " << flag_counts[4] << ", exact " << exact_results);
+    INFO("checked " << checked << " results, " << mismatches
+                    << " mismatches; reference flags x u o z v: " << flag_counts[0] << " " << flag_counts[1] << " "
+                    << flag_counts[2] << " " << flag_counts[3] << " " << flag_counts[4] << ", exact " << exact_results);
     CHECK(checked > 0);
     CHECK(mismatches == 0);
   }
@@ -140,22 +146,20 @@ struct Operands {
 bool same_result(const RefFormat& f, const fbref::Result& want, const fb::Rounded& got) {
   if (got.flags != want.flags) return false;
   if (!want.is_nan) return got.bits == want.bits;
-  return f.to_container(f.to_layout(got.bits)) == got.bits &&
-         fbref::decode(f, got.bits).cls == fbref::Class::nan;
+  return f.to_container(f.to_layout(got.bits)) == got.bits && fbref::decode(f, got.bits).cls == fbref::Class::nan;
 }
 
-void record_mismatch(MismatchLog& log, const char* op, const RefFormat& to, const RefFormat* from,
-                     Mode mode, Policy policy, const Operands& x, const fbref::Result& want,
-                     const fb::Rounded& got) {
+void record_mismatch(MismatchLog& log, const char* op, const RefFormat& to, const RefFormat* from, Mode mode,
+                     Policy policy, const Operands& x, const fbref::Result& want, const fb::Rounded& got) {
   ++log.mismatches;
   if (log.reports.size() >= MismatchLog::kReported) return;
   char text[320];
   std::snprintf(text, sizeof text,
                 "%s %s%s%s mode=%s policy=%s a=0x%x b=0x%x c=0x%x (%d operands): expected 0x%x%s flags %s, "
                 "got 0x%x flags %s",
-                op, from ? from->name : "", from ? "->" : "", to.name, fbref::name_of(mode),
-                fbref::name_of(policy), x.a, x.b, x.c, x.count, want.bits, want.is_nan ? " (any NaN)" : "",
-                flags_text(want.flags).c_str(), got.bits, flags_text(got.flags).c_str());
+                op, from ? from->name : "", from ? "->" : "", to.name, fbref::name_of(mode), fbref::name_of(policy),
+                x.a, x.b, x.c, x.count, want.bits, want.is_nan ? " (any NaN)" : "", flags_text(want.flags).c_str(),
+                got.bits, flags_text(got.flags).c_str());
   log.reports.emplace_back(text);
 }
 
@@ -179,13 +183,20 @@ inline void check_every_mode(MismatchLog& log, const char* op, const RefFormat& 
 
 Exact reference_exact(fbref::MpfrExact& mpfr, OpKind op, const RefFormat& f, const Operands& x) {
   switch (op) {
-    case OpKind::add: return mpfr.add(f, x.a, x.b);
-    case OpKind::sub: return mpfr.sub(f, x.a, x.b);
-    case OpKind::mul: return mpfr.mul(f, x.a, x.b);
-    case OpKind::div: return mpfr.div(f, x.a, x.b);
-    case OpKind::fma: return mpfr.fma(f, x.a, x.b, x.c);
-    case OpKind::sqrt: return mpfr.sqrt(f, x.a);
-    case OpKind::cvt: break;
+    case OpKind::add:
+      return mpfr.add(f, x.a, x.b);
+    case OpKind::sub:
+      return mpfr.sub(f, x.a, x.b);
+    case OpKind::mul:
+      return mpfr.mul(f, x.a, x.b);
+    case OpKind::div:
+      return mpfr.div(f, x.a, x.b);
+    case OpKind::fma:
+      return mpfr.fma(f, x.a, x.b, x.c);
+    case OpKind::sqrt:
+      return mpfr.sqrt(f, x.a);
+    case OpKind::cvt:
+      break;
   }
   std::abort();
 }
@@ -194,9 +205,8 @@ Exact reference_exact(fbref::MpfrExact& mpfr, OpKind op, const RefFormat& f, con
 void check_op(MismatchLog& log, fbref::MpfrExact& mpfr, OpKind op, const FormatPair& f, const Operands& x) {
   const Exact exact = reference_exact(mpfr, op, *f.ref, x);
   const std::string_view name = fb::to_string(op);
-  check_every_mode(log, name.data(), *f.ref, nullptr, x, exact, [&](const fb::RoundingSpec& spec) {
-    return fb::apply_op(op, f.emu, f.emu, x.a, x.b, x.c, spec);
-  });
+  check_every_mode(log, name.data(), *f.ref, nullptr, x, exact,
+                   [&](const fb::RoundingSpec& spec) { return fb::apply_op(op, f.emu, f.emu, x.a, x.b, x.c, spec); });
 }
 
 void check_convert(MismatchLog& log, const FormatPair& to, const FormatPair& from, std::uint32_t a) {
@@ -239,9 +249,18 @@ class OperandSource {
     const std::uint32_t max_finite = max_finite_magnitude();
     const std::uint32_t top_binade = f.top_finite_exp_field() << f.man_bits;
     const std::uint32_t half_ulp_above_one = one | (1u << (f.man_bits - 1));
-    const std::uint32_t bases[] = {0u, 1u, min_normal, one, one + min_normal, one - min_normal,
-                                   half_ulp_above_one, top_binade, max_finite, max_finite + 1u,
-                                   f.exp_ones() << f.man_bits, (f.exp_ones() << f.man_bits) | 1u,
+    const std::uint32_t bases[] = {0u,
+                                   1u,
+                                   min_normal,
+                                   one,
+                                   one + min_normal,
+                                   one - min_normal,
+                                   half_ulp_above_one,
+                                   top_binade,
+                                   max_finite,
+                                   max_finite + 1u,
+                                   f.exp_ones() << f.man_bits,
+                                   (f.exp_ones() << f.man_bits) | 1u,
                                    (f.bias - f.man_bits - 1u) << f.man_bits,  // 2^-(p): half ulp of one
                                    (f.bias + f.man_bits + 1u) << f.man_bits};
     for (std::uint32_t base : bases) {
@@ -277,9 +296,15 @@ class OperandSource {
     const std::uint32_t top = f_.top_finite_exp_field();
     std::uint32_t exp_field = 0;
     switch (rng() % 4) {
-      case 0: exp_field = static_cast<std::uint32_t>(rng() % (top + 1)); break;
-      case 1: exp_field = static_cast<std::uint32_t>(rng() % 4); break;
-      case 2: exp_field = top - static_cast<std::uint32_t>(rng() % 4); break;
+      case 0:
+        exp_field = static_cast<std::uint32_t>(rng() % (top + 1));
+        break;
+      case 1:
+        exp_field = static_cast<std::uint32_t>(rng() % 4);
+        break;
+      case 2:
+        exp_field = top - static_cast<std::uint32_t>(rng() % 4);
+        break;
       default: {
         const int spread = f_.precision() + 3;
         exp_field = static_cast<std::uint32_t>(
@@ -293,13 +318,17 @@ class OperandSource {
     exp_field = std::min(exp_field, f_.top_finite_exp_field());
     std::uint32_t man = 0;
     switch (rng() % 3) {
-      case 0: man = static_cast<std::uint32_t>(rng()) & f_.man_ones(); break;
+      case 0:
+        man = static_cast<std::uint32_t>(rng()) & f_.man_ones();
+        break;
       case 1: {
         const int kept = 1 + static_cast<int>(rng() % 3);
         man = (static_cast<std::uint32_t>(rng()) & f_.man_ones()) & ~(f_.man_ones() >> std::min(kept, f_.man_bits));
         break;
       }
-      default: man = f_.man_ones() - static_cast<std::uint32_t>(rng() % 3) ; break;
+      default:
+        man = f_.man_ones() - static_cast<std::uint32_t>(rng() % 3);
+        break;
     }
     std::uint32_t m = (exp_field << f_.man_bits) | (man & f_.man_ones());
     m = std::min(m, max_finite_magnitude());
@@ -309,14 +338,12 @@ class OperandSource {
   std::uint32_t neighbour(std::uint32_t stored, int k) const {
     const std::uint32_t l = layout(stored);
     const std::uint32_t sign = l & f_.sign_bit();
-    const std::int64_t m = std::clamp<std::int64_t>(static_cast<std::int64_t>(l & magnitude_mask()) + k, 0,
-                                                    magnitude_mask());
+    const std::int64_t m =
+        std::clamp<std::int64_t>(static_cast<std::int64_t>(l & magnitude_mask()) + k, 0, magnitude_mask());
     return container(sign | static_cast<std::uint32_t>(m));
   }
   std::uint32_t negate(std::uint32_t stored) const { return container(layout(stored) ^ f_.sign_bit()); }
-  std::uint32_t exp_field(std::uint32_t stored) const {
-    return (layout(stored) >> f_.man_bits) & f_.exp_ones();
-  }
+  std::uint32_t exp_field(std::uint32_t stored) const { return (layout(stored) >> f_.man_bits) & f_.exp_ones(); }
   // The format's value nearest to x (reference rounding, rne, saturating).
   std::uint32_t nearest(double x) const {
     return fbref::round_to(f_, fbref::exact_of_double(x), Mode::rne, Policy::satfinite).bits;
@@ -337,9 +364,15 @@ Operands random_pair(OpKind op, const OperandSource& src, std::mt19937_64& rng) 
   std::uint32_t a = 0, b = 0;
   const int scheme = static_cast<int>(rng() % 8);
   switch (scheme) {
-    case 0: a = src.any(rng), b = src.any(rng); break;
-    case 1: a = src.finite(rng), b = src.finite(rng); break;
-    case 2: a = src.edge(rng), b = rng() & 1 ? src.edge(rng) : src.finite(rng); break;
+    case 0:
+      a = src.any(rng), b = src.any(rng);
+      break;
+    case 1:
+      a = src.finite(rng), b = src.finite(rng);
+      break;
+    case 2:
+      a = src.edge(rng), b = rng() & 1 ? src.edge(rng) : src.finite(rng);
+      break;
     default: {
       a = src.finite(rng);
       if (op == OpKind::add || op == OpKind::sub) {
@@ -350,14 +383,16 @@ Operands random_pair(OpKind op, const OperandSource& src, std::mt19937_64& rng) 
             b = src.neighbour(cancel, random_step(rng));
             break;
           }
-          case 4: case 5: {  // alignment shifts around p: ties, sticky bits, carries
+          case 4:
+          case 5: {  // alignment shifts around p: ties, sticky bits, carries
             const int d = static_cast<int>(rng() % (f.precision() + 4));
             b = src.with_exponent(rng, ea > static_cast<std::uint32_t>(d) ? ea - d : 0);
             break;
           }
           default: {  // sums that land on the overflow boundary
             a = src.neighbour(src.container(src.max_finite_magnitude()), -static_cast<int>(rng() % 4));
-            b = src.with_exponent(rng, f.top_finite_exp_field() - static_cast<std::uint32_t>(rng() % (f.precision() + 2)));
+            b = src.with_exponent(rng,
+                                  f.top_finite_exp_field() - static_cast<std::uint32_t>(rng() % (f.precision() + 2)));
             const bool same_sign = ((src.layout(a) ^ src.layout(b)) & f.sign_bit()) == 0;
             if (same_sign != (op == OpKind::add)) b = src.negate(b);
           }
@@ -367,8 +402,13 @@ Operands random_pair(OpKind op, const OperandSource& src, std::mt19937_64& rng) 
         // thresholds and one, then moved a few ulps.
         const double min_normal = std::ldexp(1.0, f.emin());
         const double min_subnormal = std::ldexp(1.0, f.emin() - f.man_bits);
-        const double targets[] = {src.max_finite(), min_normal, min_normal * (1 - std::ldexp(1.0, -f.precision())),
-                                  min_subnormal, min_subnormal / 2, 1.0, 1.5};
+        const double targets[] = {src.max_finite(),
+                                  min_normal,
+                                  min_normal * (1 - std::ldexp(1.0, -f.precision())),
+                                  min_subnormal,
+                                  min_subnormal / 2,
+                                  1.0,
+                                  1.5};
         const double target = targets[rng() % std::size(targets)];
         const double x = src.value(a);
         if (x == 0.0 || !std::isfinite(x)) break;
@@ -386,9 +426,15 @@ Operands random_triple(const OperandSource& src, std::mt19937_64& rng) {
   const RefFormat& f = src.format();
   Operands x{3, 0, 0, 0};
   switch (rng() % 6) {
-    case 0: x.a = src.any(rng), x.b = src.any(rng), x.c = src.any(rng); break;
-    case 1: x.a = src.finite(rng), x.b = src.finite(rng), x.c = src.finite(rng); break;
-    case 2: x.a = src.edge(rng), x.b = src.finite(rng), x.c = rng() & 1 ? src.edge(rng) : src.any(rng); break;
+    case 0:
+      x.a = src.any(rng), x.b = src.any(rng), x.c = src.any(rng);
+      break;
+    case 1:
+      x.a = src.finite(rng), x.b = src.finite(rng), x.c = src.finite(rng);
+      break;
+    case 2:
+      x.a = src.edge(rng), x.b = src.finite(rng), x.c = rng() & 1 ? src.edge(rng) : src.any(rng);
+      break;
     default: {
       x.a = src.finite(rng);
       x.b = src.finite(rng);
@@ -412,9 +458,9 @@ Operands random_triple(const OperandSource& src, std::mt19937_64& rng) {
 // comparison says little about the edges.
 void require_edges_reached(const MismatchLog& log, bool can_underflow) {
   const std::uint64_t floor = log.checked / 2000;
-  INFO("reference flags x u o z v: " << log.flag_counts[0] << " " << log.flag_counts[1] << " "
-                                     << log.flag_counts[2] << " " << log.flag_counts[3] << " "
-                                     << log.flag_counts[4] << ", exact " << log.exact_results);
+  INFO("reference flags x u o z v: " << log.flag_counts[0] << " " << log.flag_counts[1] << " " << log.flag_counts[2]
+                                     << " " << log.flag_counts[3] << " " << log.flag_counts[4] << ", exact "
+                                     << log.exact_results);
   CHECK(log.exact_results > floor);
   CHECK(log.flag_counts[0] > floor);
   if (can_underflow) CHECK(log.flag_counts[1] > floor);
@@ -455,7 +501,8 @@ void run_all_pairs(const RefFormat& ref) {
       check_op(log, mpfr, op, f, Operands{2, container_of_index(ref, i / n), container_of_index(ref, i % n), 0});
     }
   }
-  for (std::uint64_t i = 0; i < n; ++i) check_op(log, mpfr, OpKind::sqrt, f, Operands{1, container_of_index(ref, i), 0, 0});
+  for (std::uint64_t i = 0; i < n; ++i)
+    check_op(log, mpfr, OpKind::sqrt, f, Operands{1, container_of_index(ref, i), 0, 0});
   log.finish();
 }
 
@@ -517,8 +564,8 @@ TEST_CASE("reference_format_table_matches_design") {
       CHECK(infs == (f.has_inf() ? 2 : 0));
       CHECK((nans > 0) == f.has_nan());
     }
-    CHECK(fbref::to_double(fbref::decode(f, fbref::round_to(f, fbref::exact_of_double(1e300), Mode::rtz,
-                                                            Policy::ieee).bits)) == row.max_finite);
+    CHECK(fbref::to_double(fbref::decode(
+              f, fbref::round_to(f, fbref::exact_of_double(1e300), Mode::rtz, Policy::ieee).bits)) == row.max_finite);
     // The emulator's table agrees on the layout.
     const FormatPair p = pair_of(f);
     CHECK(p.emu.exp_bits == f.exp_bits);
@@ -716,16 +763,16 @@ void run_random_exhaustive(const RefFormat& ref, std::uint64_t pairs_per_op) {
   for (OpKind op : {OpKind::add, OpKind::sub, OpKind::mul, OpKind::div, OpKind::fma}) {
     CAPTURE(fb::to_string(op));
     const std::uint64_t chunks = 1024;
-    const MismatchLog log = parallel_for(chunks, [&](MismatchLog& l, fbref::MpfrExact& mpfr, std::uint64_t lo,
-                                                     std::uint64_t hi) {
-      for (std::uint64_t chunk = lo; chunk < hi; ++chunk) {
-        std::mt19937_64 rng(0x5eed1000 + chunk * 131 + static_cast<std::uint64_t>(op));
-        for (std::uint64_t i = 0; i < pairs_per_op / chunks; ++i) {
-          const Operands x = op == OpKind::fma ? random_triple(src, rng) : random_pair(op, src, rng);
-          check_op(l, mpfr, op, f, x);
-        }
-      }
-    });
+    const MismatchLog log =
+        parallel_for(chunks, [&](MismatchLog& l, fbref::MpfrExact& mpfr, std::uint64_t lo, std::uint64_t hi) {
+          for (std::uint64_t chunk = lo; chunk < hi; ++chunk) {
+            std::mt19937_64 rng(0x5eed1000 + chunk * 131 + static_cast<std::uint64_t>(op));
+            for (std::uint64_t i = 0; i < pairs_per_op / chunks; ++i) {
+              const Operands x = op == OpKind::fma ? random_triple(src, rng) : random_pair(op, src, rng);
+              check_op(l, mpfr, op, f, x);
+            }
+          }
+        });
     log.finish();
   }
 }
@@ -733,26 +780,26 @@ void run_random_exhaustive(const RefFormat& ref, std::uint64_t pairs_per_op) {
 void run_all_pairs_exhaustive(const RefFormat& ref, OpKind op) {
   const FormatPair f = pair_of(ref);
   const std::uint64_t n = ref.pattern_count();
-  const MismatchLog log = parallel_for(n, [&](MismatchLog& l, fbref::MpfrExact& mpfr, std::uint64_t lo,
-                                              std::uint64_t hi) {
-    for (std::uint64_t a = lo; a < hi; a += exhaustive_stride())
-      for (std::uint64_t b = 0; b < n; ++b)
-        check_op(l, mpfr, op, f, Operands{2, container_of_index(ref, a), container_of_index(ref, b), 0});
-  });
+  const MismatchLog log =
+      parallel_for(n, [&](MismatchLog& l, fbref::MpfrExact& mpfr, std::uint64_t lo, std::uint64_t hi) {
+        for (std::uint64_t a = lo; a < hi; a += exhaustive_stride())
+          for (std::uint64_t b = 0; b < n; ++b)
+            check_op(l, mpfr, op, f, Operands{2, container_of_index(ref, a), container_of_index(ref, b), 0});
+      });
   log.finish();
 }
 
 void run_fma_exhaustive(const RefFormat& ref) {
   const FormatPair f = pair_of(ref);
   const std::uint64_t n = ref.pattern_count();
-  const MismatchLog log = parallel_for(n, [&](MismatchLog& l, fbref::MpfrExact& mpfr, std::uint64_t lo,
-                                              std::uint64_t hi) {
-    for (std::uint64_t a = lo; a < hi; a += exhaustive_stride())
-      for (std::uint64_t b = 0; b < n; ++b)
-        for (std::uint64_t c = 0; c < n; ++c)
-          check_op(l, mpfr, OpKind::fma, f,
-                   Operands{3, container_of_index(ref, a), container_of_index(ref, b), container_of_index(ref, c)});
-  });
+  const MismatchLog log =
+      parallel_for(n, [&](MismatchLog& l, fbref::MpfrExact& mpfr, std::uint64_t lo, std::uint64_t hi) {
+        for (std::uint64_t a = lo; a < hi; a += exhaustive_stride())
+          for (std::uint64_t b = 0; b < n; ++b)
+            for (std::uint64_t c = 0; c < n; ++c)
+              check_op(l, mpfr, OpKind::fma, f,
+                       Operands{3, container_of_index(ref, a), container_of_index(ref, b), container_of_index(ref, c)});
+      });
   log.finish();
 }
 }  // namespace
@@ -777,11 +824,11 @@ TEST_CASE("fp32_cvt_all_inputs_exhaustive") {
   for (const RefFormat* to_ref : {&t::bf16, &t::fp16, &t::e4m3, &t::e5m2}) {
     CAPTURE(to_ref->name);
     const FormatPair to = pair_of(*to_ref);
-    const MismatchLog log = parallel_for(std::uint64_t{1} << 32, [&](MismatchLog& l, fbref::MpfrExact&,
-                                                                     std::uint64_t lo, std::uint64_t hi) {
-      for (std::uint64_t a = lo; a < hi; a += exhaustive_stride())
-        check_convert(l, to, from, static_cast<std::uint32_t>(a));
-    });
+    const MismatchLog log = parallel_for(std::uint64_t{1} << 32,
+                                         [&](MismatchLog& l, fbref::MpfrExact&, std::uint64_t lo, std::uint64_t hi) {
+                                           for (std::uint64_t a = lo; a < hi; a += exhaustive_stride())
+                                             check_convert(l, to, from, static_cast<std::uint32_t>(a));
+                                         });
     log.finish();
   }
 }

@@ -91,7 +91,8 @@ using fb::gpu::ProbeFile;
 using fb::gpu::ProbeSection;
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("fb_test_probe_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("fb_test_probe_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 std::uint32_t float_bits(float f) {
@@ -132,7 +133,8 @@ Term fp32_term(std::uint32_t c) {
   const long long m = static_cast<long long>((c & 0x7fffff) | 0x800000) * ((c >> 31) ? -1 : 1);
   return {cpp_int(m), field - 127 - 23, field - 127};
 }
-std::uint32_t hopper_reference(std::uint32_t c, const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b) {
+std::uint32_t hopper_reference(std::uint32_t c, const std::vector<std::uint32_t>& a,
+                               const std::vector<std::uint32_t>& b) {
   constexpr int F = 25;
   std::vector<Term> terms{fp32_term(c)};
   for (std::size_t i = 0; i < a.size(); ++i) terms.push_back(bf16_product(a[i], b[i]));
@@ -142,8 +144,10 @@ std::uint32_t hopper_reference(std::uint32_t c, const std::vector<std::uint32_t>
   cpp_int sum = 0;
   for (const Term& t : terms) {
     const int shift = t.exp - unit;
-    if (shift >= 0) sum += t.sig << shift;
-    else sum += t.sig / (cpp_int(1) << -shift);  // cpp_int division truncates toward zero
+    if (shift >= 0)
+      sum += t.sig << shift;
+    else
+      sum += t.sig / (cpp_int(1) << -shift);  // cpp_int division truncates toward zero
   }
   if (sum == 0) return 0;  // +0 (the cases below never sum to zero)
   const bool neg = sum < 0;
@@ -186,7 +190,8 @@ ProbeSection hopper_section() {
   // Random normal values over a 2^16 exponent spread: truncation matters here.
   auto random_bf16 = [&](int elo, int ehi) {
     const int e = elo + static_cast<int>(rng() % static_cast<unsigned>(ehi - elo + 1));
-    return static_cast<std::uint32_t>(((rng() & 1u) << 15) | (static_cast<std::uint32_t>(e + 127) << 7) | (rng() & 0x7fu));
+    return static_cast<std::uint32_t>(((rng() & 1u) << 15) | (static_cast<std::uint32_t>(e + 127) << 7) |
+                                      (rng() & 0x7fu));
   };
   for (int i = 0; i < 400; ++i) {
     const int ec = -8 + static_cast<int>(rng() % 17);
@@ -510,7 +515,7 @@ TEST_CASE("probe_file_header_not_utf8_is_bad_input") {
   ProbeFile file;
   file.sections = {hopper_section()};
   for (const std::string& bad_form : {std::string("mma.sync\xff.f32"), std::string("mma\xc0\xafsync"),
-                                     std::string("mma\xed\xa0\x80"), std::string("mma\xe2\x82")}) {
+                                      std::string("mma\xed\xa0\x80"), std::string("mma\xe2\x82")}) {
     file.sections[0].header.form = bad_form;
     const std::string path = temp_path("not_utf8.fbp");
     fb::gpu::write_probe_file(path, file);
@@ -551,7 +556,7 @@ struct ExpectedForm {
   int k;
   const RefFormat* input;
   const RefFormat* cd;
-  int out_precision;  // the precision ties are placed against (fp8 on Hopper: 13 fraction bits)
+  int out_precision;        // the precision ties are placed against (fp8 on Hopper: 13 fraction bits)
   bool products_reach_max;  // some a*b can exceed the output's max finite (bf16/tf32 -> fp32, fp16 -> fp16)
 };
 
@@ -639,10 +644,9 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
       {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 32, &fbref::table::e4m3, &fbref::table::fp32, 14, false},
       {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2", 32, &fbref::table::e5m2, &fbref::table::fp32, 14, false},
   };
-  const std::vector<std::string> batches = {"random_bits",  "random_normal", "specials", "ties",
-                                            "cancellation", "exponent_gap",  "zero_terms", "c_huge",
-                                            "c_tiny",       "overflow",      "f_boundary", "chained",
-                                            "signed_zeros"};
+  const std::vector<std::string> batches = {"random_bits",  "random_normal", "specials",    "ties",   "cancellation",
+                                            "exponent_gap", "zero_terms",    "c_huge",      "c_tiny", "overflow",
+                                            "f_boundary",   "chained",       "signed_zeros"};
   REQUIRE(file.sections.size() == std::size(forms));
   for (std::size_t s = 0; s < std::size(forms); ++s) {
     const ExpectedForm& x = forms[s];
@@ -710,7 +714,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
       for (int j = 0; j < x.k; ++j) products[j] = value_of(in, sec.a(i)[j]) * value_of(in, sec.b(i)[j]);  // exact
       bool ok = false;
       if (batch == "ties") {
-        for (double p : products) ok = ok || (p != 0.0 && is_midpoint(cval + p, x.out_precision));  // C + p exact in double
+        for (double p : products)
+          ok = ok || (p != 0.0 && is_midpoint(cval + p, x.out_precision));  // C + p exact in double
       } else if (batch == "cancellation") {
         const double p = products[0];
         ok = std::isfinite(cval) && cval != 0.0 && p != 0.0 && std::signbit(p) != std::signbit(cval) &&
@@ -786,7 +791,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
         ok = !terms.empty() && !beyond_4 && boundary_term;
         // Visible: the output rounding of the truncated sum differs from that of the exact sum.
         const bool rne = cd.man_bits == 10;
-        if (ok && round_to(truncated, x.out_precision, cd.emin(), rne) != round_to(exact, x.out_precision, cd.emin(), rne)) {
+        if (ok &&
+            round_to(truncated, x.out_precision, cd.emin(), rne) != round_to(exact, x.out_precision, cd.emin(), rne)) {
           ++f_boundary_visible;
         }
       } else if (batch == "signed_zeros") {
@@ -798,8 +804,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
         cpp_int sum = 0;
         for (int j = 0; j < x.k; ++j) {
           const ref::RefValue av = ref::decode(in, sec.a(i)[j]), bv = ref::decode(in, sec.b(i)[j]);
-          all_neg_zero = all_neg_zero && av.cls == ref::Class::zero && bv.cls == ref::Class::finite &&
-                         av.negative != bv.negative;
+          all_neg_zero =
+              all_neg_zero && av.cls == ref::Class::zero && bv.cls == ref::Class::finite && av.negative != bv.negative;
           all_nonzero = all_nonzero && av.cls == ref::Class::finite && bv.cls == ref::Class::finite;
           if (all_nonzero) sum += exact_product(in, sec.a(i)[j], sec.b(i)[j]);
         }
@@ -822,13 +828,13 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     CHECK(c_classes[ref::Class::inf] > 0);
     CHECK(c_classes[ref::Class::zero] > 0);
     CHECK(c_subnormals > 0);
-    CHECK(d_not_dry == 0);  // a dry run measures nothing: every D is 0xffffffff
+    CHECK(d_not_dry == 0);                          // a dry run measures nothing: every D is 0xffffffff
     if (in.left_aligned) CHECK(tf32_low_bits > 0);  // the hardware's use of the low 13 bits is probed
     // Designed rows: the fraction that must do what the batch promises (ties: 70% of rows
     // place an exact half-ulp term, the rest 3/4 ulp; sticky terms come later in the sum).
-    const std::map<std::string, double> required = {{"ties", 0.4},         {"cancellation", 0.9}, {"exponent_gap", 0.5},
-                                                    {"zero_terms", 0.75},  {"c_huge", 1.0},       {"c_tiny", 1.0},
-                                                    {"overflow", 1.0},     {"f_boundary", 1.0},   {"signed_zeros", 1.0}};
+    const std::map<std::string, double> required = {{"ties", 0.4},        {"cancellation", 0.9}, {"exponent_gap", 0.5},
+                                                    {"zero_terms", 0.75}, {"c_huge", 1.0},       {"c_tiny", 1.0},
+                                                    {"overflow", 1.0},    {"f_boundary", 1.0},   {"signed_zeros", 1.0}};
     for (const auto& requirement : required) {
       // Named variables, not structured bindings: clang before 16 cannot capture bindings.
       const std::string& batch = requirement.first;
@@ -887,7 +893,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     const fb::TensorCoreModel* model = fb::find_tensor_core_model(sec.header.models.front(), sec.header.input);
     REQUIRE(model != nullptr);
     const std::size_t k = static_cast<std::size_t>(sec.header.k), per_case = sec.words_per_case();
-    const auto chained = static_cast<std::uint32_t>(std::find(batches.begin(), batches.end(), "chained") - batches.begin());
+    const auto chained =
+        static_cast<std::uint32_t>(std::find(batches.begin(), batches.end(), "chained") - batches.begin());
     std::size_t chained_seen = 0;
     for (std::size_t i = 0; i < sec.cases(); ++i) {
       if (sec.batch(i) == chained && chained_seen++ % 2 == 1) sec.mutable_words()[i * per_case + 1] = sec.d(i - 1);
@@ -896,8 +903,10 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
   }
   {
     ProbeSection& sec = filled.sections[victim_section];  // the fp16-accumulate form: a 16-bit D
-    const auto boundary = static_cast<std::uint32_t>(std::find(batches.begin(), batches.end(), "f_boundary") - batches.begin());
-    while (sec.batch(victim) != boundary || ref::decode(fbref::table::fp16, sec.d(victim)).cls == ref::Class::nan) ++victim;
+    const auto boundary =
+        static_cast<std::uint32_t>(std::find(batches.begin(), batches.end(), "f_boundary") - batches.begin());
+    while (sec.batch(victim) != boundary || ref::decode(fbref::table::fp16, sec.d(victim)).cls == ref::Class::nan)
+      ++victim;
     sec.set_d(victim, sec.d(victim) ^ 1u);
   }
   const std::string filled_path = temp_path("dry_filled.fbp"), mism = temp_path("dry_mismatches.fbp"),
@@ -917,7 +926,8 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
                                    std::size_t n = 0;
                                    for (const auto& sec : filled.sections) n += sec.cases();
                                    return n;
-                                 }()) + " cases, 1 mismatch") != std::string::npos,
+                                 }()) +
+                                 " cases, 1 mismatch") != std::string::npos,
                   out.str());
     if (jobs == 1) {
       text_one_thread = out.str();
@@ -961,18 +971,19 @@ struct CaptureSpec {
   std::uint32_t entries = 0;  // 0: 2^n
   std::string extra_header;   // more "key=value\n" lines
   std::string tail;           // bytes after the escapes (lg2_extended: the residuals)
-  std::vector<int> deltas;                                  // per key, -7..7 or -8 (escaped)
+  std::vector<int> deltas;    // per key, -7..7 or -8 (escaped)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> escapes;
   bool drop_last_escape = false;
 };
 
 // An FBSFUT1 file written from gpu/README.md's layout.
 std::string write_capture(const std::string& name, const CaptureSpec& spec) {
-  std::string out = "FBSFUT1\nfunction=" + spec.function + "\nkey=" + spec.key + "\nkey_bits=" + std::to_string(spec.n) +
-                    "\nentries=" + std::to_string(spec.entries ? spec.entries : 1u << spec.n) +
-                    "\nnan_output=2147483647\nsource=cuda:Test GPU\n" +
-                    "device=Test GPU\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\ntable_model_mismatches=" +
-                    spec.mismatches + "\n" + spec.extra_header + "end\n";
+  std::string out =
+      "FBSFUT1\nfunction=" + spec.function + "\nkey=" + spec.key + "\nkey_bits=" + std::to_string(spec.n) +
+      "\nentries=" + std::to_string(spec.entries ? spec.entries : 1u << spec.n) +
+      "\nnan_output=2147483647\nsource=cuda:Test GPU\n" +
+      "device=Test GPU\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\ntable_model_mismatches=" + spec.mismatches +
+      "\n" + spec.extra_header + "end\n";
   for (std::size_t i = 0; i < spec.deltas.size(); i += 2) {
     out.push_back(static_cast<char>((spec.deltas[i] & 0xf) | ((spec.deltas[i + 1] & 0xf) << 4)));
   }
@@ -1127,7 +1138,8 @@ std::uint32_t rcp_mantissa_rule(std::uint32_t x_bits, std::uint32_t t_bits) {
 std::vector<std::uint32_t> mirror_inputs(bool small, std::mt19937& rng, std::initializer_list<float> edges,
                                          const std::vector<std::uint32_t>& mantissas) {
   std::vector<std::uint32_t> inputs;
-  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
+  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093)
+    inputs.push_back(static_cast<std::uint32_t>(b));
   for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
   for (float edge : edges) {
     for (std::uint32_t sign : {0u, 0x80000000u}) {
@@ -1211,7 +1223,8 @@ TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
     if (m % 100003 == 3 || m == 0x2aaaaau) d = -8;  // escaped: an explicit output
     spec.deltas[m] = d;
     if (d == -8) {
-      expected[m] = m == 0x2aaaaau ? 0x40800000u : exact_rcp_of_one_point_m(m) + 1000u + m % 7;  // 4: overflows at e = -126
+      expected[m] =
+          m == 0x2aaaaau ? 0x40800000u : exact_rcp_of_one_point_m(m) + 1000u + m % 7;  // 4: overflows at e = -126
       spec.escapes.push_back({m, expected[m]});
     } else {
       expected[m] = exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(d);
@@ -1261,7 +1274,8 @@ TEST_CASE("sfu_capture_rcp_table_converts_to_the_emu_table_model") {
 }
 
 TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
-  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  const bool small =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   std::mt19937 rng(2025);
   fb::SfuTable table;
   table.function = fb::SpecialFunction::rcp;
@@ -1270,14 +1284,14 @@ TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
   table.source = "test: synthetic";
   table.mantissa_outputs.resize(fb::gpu::kRcpMantissaTableEntries);
   for (std::uint32_t m = 0; m < fb::gpu::kRcpMantissaTableEntries; ++m) {
-    table.mantissa_outputs[m] = exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4);
+    table.mantissa_outputs[m] =
+        exact_rcp_of_one_point_m(m) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4);
   }
   // Entries beyond what hardware returns: each special case of the rule.
   const std::vector<std::pair<std::uint32_t, std::uint32_t>> special = {
-      {0u, 0x3f7fffffu},        {1u, 0x3f800000u},        {2u, 0x7fc00000u},  {3u, 0xffc00123u},
-      {4u, 0x40800000u},        {5u, 0x407fffffu},        {6u, 0xbf400000u},  {7u, 0x00000000u},
-      {8u, 0x80000000u},        {9u, 0x00400000u},        {10u, 0x80000001u}, {11u, 0x7f800000u},
-      {12u, 0xff800000u},       {0x7fffffu, 0x3f000001u}};
+      {0u, 0x3f7fffffu},  {1u, 0x3f800000u},  {2u, 0x7fc00000u},  {3u, 0xffc00123u},       {4u, 0x40800000u},
+      {5u, 0x407fffffu},  {6u, 0xbf400000u},  {7u, 0x00000000u},  {8u, 0x80000000u},       {9u, 0x00400000u},
+      {10u, 0x80000001u}, {11u, 0x7f800000u}, {12u, 0xff800000u}, {0x7fffffu, 0x3f000001u}};
   for (const auto& [m, bits] : special) table.mantissa_outputs[m] = bits;
   const std::string path = temp_path("mirror_rcp.fbsfu");
   fb::write_table_file(path, table);
@@ -1285,11 +1299,12 @@ TEST_CASE("sfu_device_rcp_table_model_matches_the_emu_table_model") {
 
   std::vector<std::uint32_t> special_mantissas;
   for (const auto& entry : special) special_mantissas.push_back(entry.first);
-  const std::vector<std::uint32_t> inputs =
-      mirror_inputs(small, rng, {0x1p126f, 0x1p127f, 0x1p-126f, 0x1p-125f, 1.f, 2.f, 0.f, 0x1p-130f, HUGE_VALF, 0x1.fffffep127f},
-                    special_mantissas);
+  const std::vector<std::uint32_t> inputs = mirror_inputs(
+      small, rng, {0x1p126f, 0x1p127f, 0x1p-126f, 0x1p-125f, 1.f, 2.f, 0.f, 0x1p-130f, HUGE_VALF, 0x1.fffffep127f},
+      special_mantissas);
   const std::size_t differ = count_mirror_differences(
-      inputs, [&](float x) { return fb::gpu::rcp_table_model(x, table.mantissa_outputs.data(), table.nan_output); }, *emu);
+      inputs, [&](float x) { return fb::gpu::rcp_table_model(x, table.mantissa_outputs.data(), table.nan_output); },
+      *emu);
   CHECK(differ == 0);
   std::filesystem::remove(path);
 }
@@ -1317,13 +1332,13 @@ std::uint32_t lg2_split_rule(std::uint32_t x_bits, std::uint32_t t_bits, bool* i
   std::memcpy(&t, &t_bits, 4);
   if (std::isnan(t)) return t_bits;
   mpfr_t sum, tm, em;
-  mpfr_inits2(24, sum, tm, em, (mpfr_ptr)nullptr);
-  mpfr_set_flt(tm, t, MPFR_RNDN);                                                  // exact
-  mpfr_set_si(em, static_cast<long>((x_bits >> 23) & 0xffu) - 127, MPFR_RNDN);    // exact
+  mpfr_inits2(24, sum, tm, em, (mpfr_ptr) nullptr);
+  mpfr_set_flt(tm, t, MPFR_RNDN);                                               // exact
+  mpfr_set_si(em, static_cast<long>((x_bits >> 23) & 0xffu) - 127, MPFR_RNDN);  // exact
   const int ternary = mpfr_add(sum, tm, em, MPFR_RNDN);
   if (inexact) *inexact = ternary != 0;
   const float f = mpfr_get_flt(sum, MPFR_RNDN);  // exact: 24 bits
-  mpfr_clears(sum, tm, em, (mpfr_ptr)nullptr);
+  mpfr_clears(sum, tm, em, (mpfr_ptr) nullptr);
   if (f != 0.f && std::fabs(f) < 0x1p-126f) return float_bits(f) & 0x80000000u;
   return float_bits(f);
 }
@@ -1333,7 +1348,8 @@ std::uint32_t lg2_split_rule(std::uint32_t x_bits, std::uint32_t t_bits, bool* i
 TEST_CASE("sfu_capture_lg2_table_converts_and_device_model_matches_the_emu") {
   // One test case for the conversion and the device mirror: each 2^23-entry conversion, write
   // or load costs about 0.35 s.
-  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  const bool small =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   constexpr int n = 23;
   constexpr std::uint32_t entries = 1u << n;
   CaptureSpec spec;
@@ -1343,16 +1359,17 @@ TEST_CASE("sfu_capture_lg2_table_converts_and_device_model_matches_the_emu") {
   std::mt19937 rng(4343);
   // Escaped entries: explicit outputs far from lg2(1.m), and each special case of the rule.
   const std::vector<std::pair<std::uint32_t, std::uint32_t>> special = {
-      {0x2aaaaau, 0x7fc00123u},  // NaN with a payload: returned as is
-      {0x155555u, 0x00400000u},  // subnormal 2^-127: flushed at e = 0
-      {0x012345u, 0x80400000u},  // -2^-127: -0 at e = 0
-      {0x333333u, 0x80000000u},  // -0: +0 at e = 0
-      {0x444444u, 0x7f800000u},  // +inf
-      {0x555555u, 0xff800000u},  // -inf
-      {0x666666u, 0xbf800000u},  // -1: +0 at e = 1
+      {0x2aaaaau, 0x7fc00123u},   // NaN with a payload: returned as is
+      {0x155555u, 0x00400000u},   // subnormal 2^-127: flushed at e = 0
+      {0x012345u, 0x80400000u},   // -2^-127: -0 at e = 0
+      {0x333333u, 0x80000000u},   // -0: +0 at e = 0
+      {0x444444u, 0x7f800000u},   // +inf
+      {0x555555u, 0xff800000u},   // -inf
+      {0x666666u, 0xbf800000u},   // -1: +0 at e = 1
       {0x777777u, 0x3f7fffffu}};  // 1 - 2^-24: -2^-24 at e = -1, 128 at e = 127
   std::map<std::uint32_t, std::uint32_t> escaped(special.begin(), special.end());
-  for (std::uint32_t m = 3; m < entries; m += 100003) escaped.emplace(m, 0x3f000000u + m % 977);  // explicit, in [0.5, 1)
+  for (std::uint32_t m = 3; m < entries; m += 100003)
+    escaped.emplace(m, 0x3f000000u + m % 977);  // explicit, in [0.5, 1)
   spec.deltas.resize(entries);
   for (std::uint32_t m = 0; m < entries; ++m) spec.deltas[m] = escaped.count(m) ? -8 : static_cast<int>(rng() % 15) - 7;
   spec.deltas[0] = 0;  // T[0] = lg2(1) = +0, not a negative delta from +0's bits
@@ -1461,10 +1478,12 @@ TEST_CASE("sfu_lg2_exponent_split_prediction_is_one_rounding") {
 }
 
 TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
-  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  const bool small =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   std::mt19937 rng(2024);
   std::vector<std::uint32_t> inputs;
-  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093) inputs.push_back(static_cast<std::uint32_t>(b));
+  for (std::uint64_t b = 0; b < (1ull << 32); b += small ? 262139 : 4093)
+    inputs.push_back(static_cast<std::uint32_t>(b));
   for (int i = 0; i < (small ? 20000 : 1000000); ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
   for (float edge : {128.f, 127.f, -125.f, -126.f, -150.f, -160.f, 0.f, -0.f, 0x1p-130f, -0x1p-130f, 1e-30f, -1e-30f,
                      HUGE_VALF, -HUGE_VALF}) {
@@ -1488,7 +1507,8 @@ TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
     for (long long k : {127ll, 126ll, -125ll, -126ll, -127ll, -128ll, -159ll, -160ll, 0ll}) {
       for (long long idx = 0; idx < 8; ++idx) js.push_back((k << n) + idx);
     }
-    for (int i = 0; i < (small ? 500 : 20000); ++i) js.push_back(lo + static_cast<long long>(rng() % static_cast<std::uint64_t>(hi - lo)));
+    for (int i = 0; i < (small ? 500 : 20000); ++i)
+      js.push_back(lo + static_cast<long long>(rng() % static_cast<std::uint64_t>(hi - lo)));
     for (long long j : js) {
       for (long long twice : {2 * j, 2 * j + 1, 2 * j - 1}) {
         const float x = std::ldexp(static_cast<float>(twice), -(n + 1));
@@ -1510,14 +1530,15 @@ TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
       table.source = "test: synthetic";
       for (int i = 0; i < (1 << n); ++i) {
         const float base = static_cast<float>(std::exp2(static_cast<double>(i) / (1 << n)));
-        table.fraction_outputs.push_back(float_bits(base) + static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4));
+        table.fraction_outputs.push_back(float_bits(base) +
+                                         static_cast<std::uint32_t>(static_cast<int>(rng() % 9) - 4));
       }
-      table.fraction_outputs[1] = 0x7fc00000u;   // a NaN entry is returned as is
-      table.fraction_outputs[2] = 0x3fffffffu;   // just below 2: the largest finite result at k = 127
-      table.fraction_outputs[3] = 0x3f000001u;   // below 1: flushes earlier at the bottom
-      table.fraction_outputs[4] = 0xc0000000u;   // -2: overflows to -inf at k = 127 (sign kept)
-      table.fraction_outputs[5] = 0x40000000u;   // 2: overflows to +inf at k = 127
-      table.fraction_outputs[6] = 0xbf000000u;   // -0.5: flushes to -0 at k = -126
+      table.fraction_outputs[1] = 0x7fc00000u;  // a NaN entry is returned as is
+      table.fraction_outputs[2] = 0x3fffffffu;  // just below 2: the largest finite result at k = 127
+      table.fraction_outputs[3] = 0x3f000001u;  // below 1: flushes earlier at the bottom
+      table.fraction_outputs[4] = 0xc0000000u;  // -2: overflows to -inf at k = 127 (sign kept)
+      table.fraction_outputs[5] = 0x40000000u;  // 2: overflows to +inf at k = 127
+      table.fraction_outputs[6] = 0xbf000000u;  // -0.5: flushes to -0 at k = -126
       const std::string path = temp_path("mirror_" + std::to_string(n) + "_" + std::to_string(rounding) + ".fbsfu");
       fb::write_table_file(path, table);
       const auto emu = fb::load_table_model(path);
@@ -1525,7 +1546,8 @@ TEST_CASE("sfu_device_table_model_matches_the_emu_table_model") {
       for (std::uint32_t in : inputs) {
         float x;
         std::memcpy(&x, &in, 4);
-        const std::uint32_t mirror = fb::gpu::ex2_table_model(x, n, rounding, table.fraction_outputs.data(), table.nan_output);
+        const std::uint32_t mirror =
+            fb::gpu::ex2_table_model(x, n, rounding, table.fraction_outputs.data(), table.nan_output);
         const std::uint32_t reference = float_bits(emu->evaluate(x));
         if (mirror != reference && ++differ <= 5) {
           char line[96];
@@ -1595,16 +1617,16 @@ std::uint32_t lg2_extended_mpfr(int e, std::uint32_t t_bits, long r, int g, mpfr
   const std::uint32_t biased = (t_bits >> 23) & 0xffu;
   const int ue = static_cast<int>(std::max(biased, 1u)) - 150;
   mpfr_t v, w, out;
-  mpfr_inits2(512, v, w, (mpfr_ptr)nullptr);
+  mpfr_inits2(512, v, w, (mpfr_ptr) nullptr);
   mpfr_init2(out, 24);
-  mpfr_set_flt(v, t, MPFR_RNDN);                                            // exact
-  mpfr_set_si_2exp(w, r, ue - g, MPFR_RNDN);                                // exact
-  mpfr_add(v, v, w, MPFR_RNDN);                                             // exact at 512 bits
-  mpfr_add_si(v, v, e, MPFR_RNDN);                                          // exact
+  mpfr_set_flt(v, t, MPFR_RNDN);              // exact
+  mpfr_set_si_2exp(w, r, ue - g, MPFR_RNDN);  // exact
+  mpfr_add(v, v, w, MPFR_RNDN);               // exact at 512 bits
+  mpfr_add_si(v, v, e, MPFR_RNDN);            // exact
   const bool zero = mpfr_zero_p(v) != 0;
-  mpfr_set(out, v, rnd);                                                    // the one rounding
-  const float f = mpfr_get_flt(out, MPFR_RNDN);                             // exact
-  mpfr_clears(v, w, out, (mpfr_ptr)nullptr);
+  mpfr_set(out, v, rnd);                         // the one rounding
+  const float f = mpfr_get_flt(out, MPFR_RNDN);  // exact
+  mpfr_clears(v, w, out, (mpfr_ptr) nullptr);
   if (zero) return 0u;
   if (std::fabs(f) < 0x1p-126f) return float_bits(f) & 0x80000000u;
   return float_bits(f);
@@ -1615,7 +1637,8 @@ const mpfr_rnd_t kMpfrFinalRounding[4] = {MPFR_RNDN, MPFR_RNDZ, MPFR_RNDD, MPFR_
 }  // namespace
 
 TEST_CASE("sfu_capture_ex2_sign_magnitude_converts_and_device_model_matches_the_emu") {
-  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  const bool small =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   constexpr int n = 10;
   constexpr std::uint32_t half = 1u << n;
   CaptureSpec spec;
@@ -1626,15 +1649,16 @@ TEST_CASE("sfu_capture_ex2_sign_magnitude_converts_and_device_model_matches_the_
   std::mt19937 rng(5151);
   // Escaped entries: each special case of the rule, on both sides.
   const std::map<std::uint32_t, std::uint32_t> escaped = {
-      {1u, 0x7fc00123u},           // NaN with a payload: returned as is
-      {2u, 0x3fffffffu},           // just below 2: the largest finite result at k = 127
-      {3u, 0x40000000u},           // 2: overflows at k = 127
-      {half + 1u, 0x3f000001u},    // T- just above 1/2: flushes from k = 126 on
-      {half + 2u, 0x3f800000u},    // T- = 1: 2^-126 at k = 126 is normal
-      {half + 3u, 0xbf400000u},    // negative T-: -0 once flushed
-      {half + 4u, 0x7fc00001u}};   // NaN on the negative side
+      {1u, 0x7fc00123u},          // NaN with a payload: returned as is
+      {2u, 0x3fffffffu},          // just below 2: the largest finite result at k = 127
+      {3u, 0x40000000u},          // 2: overflows at k = 127
+      {half + 1u, 0x3f000001u},   // T- just above 1/2: flushes from k = 126 on
+      {half + 2u, 0x3f800000u},   // T- = 1: 2^-126 at k = 126 is normal
+      {half + 3u, 0xbf400000u},   // negative T-: -0 once flushed
+      {half + 4u, 0x7fc00001u}};  // NaN on the negative side
   spec.deltas.resize(spec.entries);
-  for (std::uint32_t j = 0; j < spec.entries; ++j) spec.deltas[j] = escaped.count(j) ? -8 : static_cast<int>(rng() % 15) - 7;
+  for (std::uint32_t j = 0; j < spec.entries; ++j)
+    spec.deltas[j] = escaped.count(j) ? -8 : static_cast<int>(rng() % 15) - 7;
   spec.deltas[0] = spec.deltas[half] = 0;  // T+[0] = T-[0] = 1
   for (const auto& [j, bits] : escaped) spec.escapes.push_back({j, bits});
   auto expected = [&](std::uint32_t j) {
@@ -1665,24 +1689,26 @@ TEST_CASE("sfu_capture_ex2_sign_magnitude_converts_and_device_model_matches_the_
   CHECK(model->hardware_measured());
   std::vector<std::uint32_t> mantissas = {0, 1, 0x400000u, 0x7fffffu, 0x7ffffeu};
   for (int i = 0; i < 16; ++i) mantissas.push_back(rng() & 0x7fffffu);
-  const std::vector<std::uint32_t> inputs =
-      mirror_inputs(small, rng, {128.f, 127.f, 126.f, 125.f, 1.f, 0x1p-10f, 0x1p-11f, 0.f, 0x1p-130f, 160.f, HUGE_VALF},
-                    mantissas);
+  const std::vector<std::uint32_t> inputs = mirror_inputs(
+      small, rng, {128.f, 127.f, 126.f, 125.f, 1.f, 0x1p-10f, 0x1p-11f, 0.f, 0x1p-130f, 160.f, HUGE_VALF}, mantissas);
   // The emu model against the rule written here, then the device model against the emu.
   std::size_t rule_differ = 0;
   for (std::uint32_t b : inputs) {
     float x;
     std::memcpy(&x, &b, 4);
-    const std::uint32_t want = sign_magnitude_rule(b, n, table.fraction_outputs, table.negative_fraction_outputs, 0x7fffffffu);
+    const std::uint32_t want =
+        sign_magnitude_rule(b, n, table.fraction_outputs, table.negative_fraction_outputs, 0x7fffffffu);
     if (float_bits(model->evaluate(x)) != want && ++rule_differ <= 5) {
       char line[64];
-      std::snprintf(line, sizeof line, "x bits 0x%08x: emu 0x%08x, rule 0x%08x", b, float_bits(model->evaluate(x)), want);
+      std::snprintf(line, sizeof line, "x bits 0x%08x: emu 0x%08x, rule 0x%08x", b, float_bits(model->evaluate(x)),
+                    want);
       FAIL_CHECK(line);
     }
   }
   CHECK(rule_differ == 0);
   std::vector<std::uint32_t> device_table = table.fraction_outputs;
-  device_table.insert(device_table.end(), table.negative_fraction_outputs.begin(), table.negative_fraction_outputs.end());
+  device_table.insert(device_table.end(), table.negative_fraction_outputs.begin(),
+                      table.negative_fraction_outputs.end());
   const std::size_t mirror_differ = count_mirror_differences(
       inputs, [&](float x) { return fb::gpu::ex2_sign_magnitude_table_model(x, n, device_table.data(), 0x7fffffffu); },
       *model);
@@ -1696,14 +1722,14 @@ TEST_CASE("sfu_capture_ex2_sign_magnitude_converts_and_device_model_matches_the_
   CHECK(eval_bits(float_bits(1.0f)) == expected(0) + (1u << 23));
   CHECK(eval_bits(float_bits(-1.0f)) == expected(half) - (1u << 23));
   CHECK(eval_bits(float_bits(-0.0f)) == expected(half));
-  CHECK(eval_bits(0x80000001u) == expected(half));  // negative subnormal: -0
+  CHECK(eval_bits(0x80000001u) == expected(half));                       // negative subnormal: -0
   CHECK(eval_bits(float_bits(-3.0f * 0x1p-11f)) == expected(half + 1));  // |x| = 1.5 / 2^10: i = 1
-  CHECK(eval_bits(float_bits(3.0f * 0x1p-11f)) == 0x7fc00123u);              // i = 1: the NaN entry
-  CHECK(eval_bits(float_bits(127.0f + 2.0f / half)) == 0x7f7fffffu);         // T+[2] * 2^127
-  CHECK(eval_bits(float_bits(127.0f + 3.0f / half)) == 0x7f800000u);         // overflow
-  CHECK(eval_bits(float_bits(-126.0f - 2.0f / half)) == 0x00800000u);        // T-[2] = 1: 2^-126
-  CHECK(eval_bits(float_bits(-126.0f - 1.0f / half)) == 0u);                 // flushed
-  CHECK(eval_bits(float_bits(-126.0f - 3.0f / half)) == 0x80000000u);        // negative entry: -0
+  CHECK(eval_bits(float_bits(3.0f * 0x1p-11f)) == 0x7fc00123u);          // i = 1: the NaN entry
+  CHECK(eval_bits(float_bits(127.0f + 2.0f / half)) == 0x7f7fffffu);     // T+[2] * 2^127
+  CHECK(eval_bits(float_bits(127.0f + 3.0f / half)) == 0x7f800000u);     // overflow
+  CHECK(eval_bits(float_bits(-126.0f - 2.0f / half)) == 0x00800000u);    // T-[2] = 1: 2^-126
+  CHECK(eval_bits(float_bits(-126.0f - 1.0f / half)) == 0u);             // flushed
+  CHECK(eval_bits(float_bits(-126.0f - 3.0f / half)) == 0x80000000u);    // negative entry: -0
   CHECK(eval_bits(0xff800000u) == 0u);
   CHECK(eval_bits(0x7f800000u) == 0x7f800000u);
 
@@ -1732,19 +1758,31 @@ TEST_CASE("sfu_lg2_extended_model_matches_the_emu_rule_and_mpfr") {
     const int g = static_cast<int>(rng() % 25);
     std::uint32_t t_bits;
     switch (rng() % 8) {
-      case 0: t_bits = 0u; break;
-      case 1: t_bits = rng() % 0x800000u; break;                                  // subnormal
-      case 2: t_bits = 0x80000000u | (0x30000000u + rng() % 0x0f800000u); break;  // negative, |T| < 1
-      case 3: t_bits = 0x20000000u + rng() % 0x13000000u; break;                  // tiny: 2^-63 .. 2^-25
-      case 4: t_bits = 0x3f7fffffu - rng() % 64; break;                           // just below 1
-      default: t_bits = 0x33800000u + rng() % (0x3f800000u - 0x33800000u); break;  // [2^-24, 1)
+      case 0:
+        t_bits = 0u;
+        break;
+      case 1:
+        t_bits = rng() % 0x800000u;
+        break;  // subnormal
+      case 2:
+        t_bits = 0x80000000u | (0x30000000u + rng() % 0x0f800000u);
+        break;  // negative, |T| < 1
+      case 3:
+        t_bits = 0x20000000u + rng() % 0x13000000u;
+        break;  // tiny: 2^-63 .. 2^-25
+      case 4:
+        t_bits = 0x3f7fffffu - rng() % 64;
+        break;  // just below 1
+      default:
+        t_bits = 0x33800000u + rng() % (0x3f800000u - 0x33800000u);
+        break;  // [2^-24, 1)
     }
     const long r = static_cast<long>(rng() % (2u << g)) - (1l << g);  // |R| <= 2^g
     const int e = (rng() % 4 == 0) ? static_cast<int>(rng() % 5) - 2 : static_cast<int>(rng() % 254) - 126;
     for (int k = 0; k < 4; ++k) {
       const std::uint32_t device = fb::gpu::lg2_extended_model(e, t_bits, static_cast<int>(r), g, k);
-      const std::uint32_t emu = fb::lg2_extended_rule(e, t_bits, static_cast<std::int32_t>(r), g,
-                                                      static_cast<fb::FinalRounding>(k));
+      const std::uint32_t emu =
+          fb::lg2_extended_rule(e, t_bits, static_cast<std::int32_t>(r), g, static_cast<fb::FinalRounding>(k));
       const std::uint32_t want = lg2_extended_mpfr(e, t_bits, r, g, kMpfrFinalRounding[k]);
       INFO("e=", e, " T=0x", std::hex, t_bits, std::dec, " R=", r, " g=", g, " rounding=", k);
       REQUIRE(device == emu);
@@ -1843,7 +1881,8 @@ TEST_CASE("sfu_lg2_extended_interval_analysis_recovers_a_synthetic_hardware") {
 }
 
 TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") {
-  const bool small = std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
+  const bool small =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   constexpr int n = 23;
   constexpr std::uint32_t entries = 1u << n;
   CaptureSpec spec;
@@ -1852,8 +1891,8 @@ TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") 
   spec.n = n;
   spec.extra_header = "guard_bits=3\nfinal_rounding=toward_zero\n";
   std::mt19937 rng(6262);
-  const std::map<std::uint32_t, std::uint32_t> escaped = {{0x2aaaaau, 0x7fc00123u}, {0x155555u, 0x00400000u},
-                                                          {0x333333u, 0x80000000u}, {0x012345u, 0xb5000000u}};
+  const std::map<std::uint32_t, std::uint32_t> escaped = {
+      {0x2aaaaau, 0x7fc00123u}, {0x155555u, 0x00400000u}, {0x333333u, 0x80000000u}, {0x012345u, 0xb5000000u}};
   spec.deltas.resize(entries);
   for (std::uint32_t m = 0; m < entries; ++m) spec.deltas[m] = escaped.count(m) ? -8 : static_cast<int>(rng() % 5) - 2;
   spec.deltas[0] = 0;
@@ -1893,7 +1932,8 @@ TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") 
       inputs,
       [&](float x) {
         return fb::gpu::lg2_extended_table_model(x, table.mantissa_outputs.data(), table.extended_residuals.data(),
-                                                 table.guard_bits, static_cast<int>(table.final_rounding), table.nan_output);
+                                                 table.guard_bits, static_cast<int>(table.final_rounding),
+                                                 table.nan_output);
       },
       *model);
   CHECK(mirror_differ == 0);
@@ -1903,8 +1943,8 @@ TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") 
       const std::uint32_t b = (biased << 23) | m;
       float x;
       std::memcpy(&x, &b, 4);
-      const std::uint32_t want = lg2_extended_mpfr(static_cast<int>(biased) - 127, table.mantissa_outputs[m],
-                                                   residuals[m], 3, MPFR_RNDZ);
+      const std::uint32_t want =
+          lg2_extended_mpfr(static_cast<int>(biased) - 127, table.mantissa_outputs[m], residuals[m], 3, MPFR_RNDZ);
       REQUIRE(float_bits(model->evaluate(x)) == want);
     }
   }
@@ -1920,7 +1960,8 @@ TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") 
   bad = spec;
   bad.extra_header = "guard_bits=3\nfinal_rounding=sideways\n";
   write_capture("cap_lg2_ext_bad.fbsfut", bad);
-  CHECK_THROWS_WITH_AS(fb::gpu::sfu_capture_to_table(bad_path), doctest::Contains("final_rounding"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(fb::gpu::sfu_capture_to_table(bad_path), doctest::Contains("final_rounding"),
+                       std::runtime_error);
   for (const std::string& p : {in, out, bad_path}) std::filesystem::remove(p);
   mpfr_free_cache();
 }
@@ -1941,10 +1982,10 @@ void legacy_emit_table(int fn, int nbits, const std::string& key, const std::str
   const std::uint32_t entries = sign_magnitude ? 2u << nbits : 1u << nbits;
   std::string suffix;  // (the original built the name in one expression)
   if (fn == kEx2 && !sign_magnitude) suffix = "_" + key.substr(key.rfind("point_") + 6);
-  const std::string name =
-      sign_magnitude            ? "ex2_sm_table_n" + std::to_string(nbits) + ".fbsfut"
-      : key == "lg2_extended"   ? "lg2_extended_n" + std::to_string(nbits) + ".fbsfut"
-                                : std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) + suffix + ".fbsfut";
+  const std::string name = sign_magnitude ? "ex2_sm_table_n" + std::to_string(nbits) + ".fbsfut"
+                           : key == "lg2_extended"
+                               ? "lg2_extended_n" + std::to_string(nbits) + ".fbsfut"
+                               : std::string(kFnNames[fn]) + "_table_n" + std::to_string(nbits) + suffix + ".fbsfut";
   const std::uint32_t escape_cap = key == "lg2_extended" ? entries : 1u << 20;
   if (counts[1] > escape_cap || counts[0] != 0) {
     summary << "  NOT writing " << name << ": " << counts[0] << " keys never seen, " << counts[1] << " escapes\n";
@@ -1952,7 +1993,8 @@ void legacy_emit_table(int fn, int nbits, const std::string& key, const std::str
   }
   std::ofstream f(out_dir + "/" + name, std::ios::binary);
   f << "FBSFUT1\nfunction=" << kFnNames[fn] << "\nkey=" << key << "\nkey_bits=" << nbits << "\nentries=" << entries
-    << "\nnan_output=" << nan_output << "\n" << extra << device << "end\n";
+    << "\nnan_output=" << nan_output << "\n"
+    << extra << device << "end\n";
   std::vector<unsigned char> packed(entries / 2);
   for (std::uint32_t i = 0; i < entries; i += 2) {
     packed[i / 2] = static_cast<unsigned char>((delta[i] & 0xf) | ((delta[i + 1] & 0xf) << 4));
@@ -2021,7 +2063,8 @@ TEST_CASE("sfu_table_writer_writes_what_fb_sfu_probe_wrote") {
   const std::string dir_old = temp_path("writer_old"), dir_new = temp_path("writer_new");
   std::filesystem::create_directories(dir_old);
   std::filesystem::create_directories(dir_new);
-  const std::string device = "source=cuda:Test GPU\ndevice=Test GPU\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\n";
+  const std::string device =
+      "source=cuda:Test GPU\ndevice=Test GPU\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\n";
   for (const Case& c : cases) {
     CAPTURE(c.key);
     CAPTURE(c.nbits);
@@ -2050,10 +2093,10 @@ TEST_CASE("sfu_table_writer_writes_what_fb_sfu_probe_wrote") {
     const std::string name = fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key);
     std::filesystem::remove(dir_old + "/" + name);
     std::filesystem::remove(dir_new + "/" + name);
-    legacy_emit_table(c.fn, c.nbits, c.key, dir_old, device, 0x7fffffffu, extra, summary_old, d.delta, counts, d.escapes,
-                      c.tail);
-    const bool wrote = fb::gpu::write_sfu_table(dir_new, c.fn, c.nbits, c.key, 0x7fffffffu, extra, device, d,
-                                                summary_new, c.tail);
+    legacy_emit_table(c.fn, c.nbits, c.key, dir_old, device, 0x7fffffffu, extra, summary_old, d.delta, counts,
+                      d.escapes, c.tail);
+    const bool wrote =
+        fb::gpu::write_sfu_table(dir_new, c.fn, c.nbits, c.key, 0x7fffffffu, extra, device, d, summary_new, c.tail);
     CHECK(summary_new.str() == summary_old.str());
     CHECK(wrote == (c.unfilled == 0 && !c.over_cap));
     CHECK(std::filesystem::exists(dir_new + "/" + name) == wrote);
@@ -2144,17 +2187,20 @@ TEST_CASE("sfu_table_writer_deltas_convert_back_to_the_table") {
     }
     for (const std::string source : {"cuda:Test GPU", "rehearsal:fb-sfu-rehearse"}) {
       CAPTURE(source);
-      const std::string device = "source=" + source + "\ndevice=Test\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\n";
+      const std::string device =
+          "source=" + source + "\ndevice=Test\ncompute_capability=9.0\ndriver=1\ncuda_runtime=1\n";
       std::ostringstream summary;
       REQUIRE(fb::gpu::write_sfu_table(dir, c.fn, c.nbits, c.key, 0x7fffffffu, c.extra + "table_model_mismatches=0\n",
                                        device, d, summary, tail));
       CHECK(summary.str().find("  wrote " + fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key) + ": " +
-                               std::to_string(entries) + " entries, " + std::to_string(d.escape_count) + " escaped") == 0);
-      const fb::SfuTable converted = fb::gpu::sfu_capture_to_table(dir + "/" + fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key));
+                               std::to_string(entries) + " entries, " + std::to_string(d.escape_count) + " escaped") ==
+            0);
+      const fb::SfuTable converted =
+          fb::gpu::sfu_capture_to_table(dir + "/" + fb::gpu::sfu_table_file_name(c.fn, c.nbits, c.key));
       CHECK(converted.measured_on_hardware == (source == std::string("cuda:Test GPU")));
-      std::vector<std::uint32_t> back =
-          c.fn == 0 ? converted.fraction_outputs : converted.mantissa_outputs;
-      if (sm) back.insert(back.end(), converted.negative_fraction_outputs.begin(), converted.negative_fraction_outputs.end());
+      std::vector<std::uint32_t> back = c.fn == 0 ? converted.fraction_outputs : converted.mantissa_outputs;
+      if (sm)
+        back.insert(back.end(), converted.negative_fraction_outputs.begin(), converted.negative_fraction_outputs.end());
       REQUIRE(back.size() == table.size());
       std::uint32_t differ = 0;
       for (std::uint32_t j = 0; j < entries; ++j) differ += back[j] != table[j];

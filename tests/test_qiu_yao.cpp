@@ -50,8 +50,7 @@ cpp_rational fp32_value(std::uint32_t bits) {
 }
 
 // The paper's bit string, assembled field by field.
-constexpr std::uint32_t kSign = 1, kExponent = 0b10000001, kKept = 0b0010110, kRound = 1,
-                        kResidual = 0b000011100010111;
+constexpr std::uint32_t kSign = 1, kExponent = 0b10000001, kKept = 0b0010110, kRound = 1, kResidual = 0b000011100010111;
 constexpr std::uint32_t kPartialSum = (kSign << 31) | (kExponent << 23) | (kKept << 16) | (kRound << 15) | kResidual;
 constexpr std::uint32_t kTieSum = kPartialSum & ~std::uint32_t{0x7fff};  // residual removed
 
@@ -170,8 +169,8 @@ TEST_CASE("Qiu & Yao's clamp: with STABLE=1 a tied max of 26 collapses O to -0.1
   CHECK(bits == 0xbdd1u);
   for (int c = 0; c < 64; ++c) {
     CAPTURE(c);
-    CHECK(fixed.o.at(0, 0, 0, c) == want);        // their output: the clamp wins
-    CHECK(plain.o.at(0, 0, 0, c) == -1.0);        // no fix: l ~ 2, no clamp
+    CHECK(fixed.o.at(0, 0, 0, c) == want);                                 // their output: the clamp wins
+    CHECK(plain.o.at(0, 0, 0, c) == -1.0);                                 // no fix: l ~ 2, no clamp
     CHECK(fixed.o.at(0, 0, 2, c) == doctest::Approx(-1.0).epsilon(0.01));  // max 8: fine
     // Max 23: 2 exp(-23) = 2.05e-10 > 1e-10, no clamp; O is -1 within bf16's rounding.
     CHECK(fixed.o.at(0, 0, 1, c) == doctest::Approx(-1.0).epsilon(0.01));
@@ -252,8 +251,8 @@ TEST_CASE("Qiu & Yao's backward under CUDA autocast: D in fp32, dP - D in fp32, 
       for (int c = 0; c < d; ++c) {
         std::vector<double> tq, tk, tv;
         for (int b = 0; b < n; ++b) {
-          tq.push_back(bf16_rne(ds[a * n + b]) * in.k.at(0, 0, b, c));   // einsum(ds, k): ds cast to bf16
-          tk.push_back(bf16_rne(ds[b * n + a]) * in.q.at(0, 0, b, c));   // einsum(ds, q)
+          tq.push_back(bf16_rne(ds[a * n + b]) * in.k.at(0, 0, b, c));    // einsum(ds, k): ds cast to bf16
+          tk.push_back(bf16_rne(ds[b * n + a]) * in.q.at(0, 0, b, c));    // einsum(ds, q)
           tv.push_back(bf16_rne(p[b * n + a]) * in.d_o->at(0, 0, b, c));  // einsum(p, do)
         }
         dq[a * d + c] = bf16_rne(exact_sum(tq));

@@ -117,20 +117,18 @@ TEST_CASE("safetensors_dtype_table") {
 TEST_CASE("safetensors_reads_file_laid_out_like_python_save_file") {
   // save_file({"q": bf16 [1,1,2,3], "lse": f32 [1,1,2], "idx": int64 [2]}, f, metadata={"source": "emulated"})
   // Python/Rust order: I64 > F32 > BF16, so idx, lse, q.
-  std::string header =
-      R"({"__metadata__":{"source":"emulated"},)"
-      R"("idx":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
-      R"("lse":{"dtype":"F32","shape":[1,1,2],"data_offsets":[16,24]},)"
-      R"("q":{"dtype":"BF16","shape":[1,1,2,3],"data_offsets":[24,36]}})";
+  std::string header = R"({"__metadata__":{"source":"emulated"},)"
+                       R"("idx":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+                       R"("lse":{"dtype":"F32","shape":[1,1,2],"data_offsets":[16,24]},)"
+                       R"("q":{"dtype":"BF16","shape":[1,1,2,3],"data_offsets":[24,36]}})";
   while (header.size() % 8 != 0) header += ' ';
   REQUIRE(header.size() == 224);  // 217 characters of JSON + 7 spaces
-  const Bytes data = {
-      // idx: 7, -2 as little-endian int64
-      0x07, 0, 0, 0, 0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-      // lse: 0.1f = 0x3dcccccd, -1.5f = 0xbfc00000
-      0xcd, 0xcc, 0xcc, 0x3d, 0x00, 0x00, 0xc0, 0xbf,
-      // q: bf16 1.0 (3f80), -5.0 (c0a0), 0.10009765625 (3dcd), -0 (8000), 2^-133 (0001), inf (7f80)
-      0x80, 0x3f, 0xa0, 0xc0, 0xcd, 0x3d, 0x00, 0x80, 0x01, 0x00, 0x80, 0x7f};
+  const Bytes data = {            // idx: 7, -2 as little-endian int64
+                      0x07, 0, 0, 0, 0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                      // lse: 0.1f = 0x3dcccccd, -1.5f = 0xbfc00000
+                      0xcd, 0xcc, 0xcc, 0x3d, 0x00, 0x00, 0xc0, 0xbf,
+                      // q: bf16 1.0 (3f80), -5.0 (c0a0), 0.10009765625 (3dcd), -0 (8000), 2^-133 (0001), inf (7f80)
+                      0x80, 0x3f, 0xa0, 0xc0, 0xcd, 0x3d, 0x00, 0x80, 0x01, 0x00, 0x80, 0x7f};
   const Bytes bytes = file_bytes(header, data);
   const fb::Safetensors file = fb::parse_safetensors(bytes, "python.safetensors");
 
@@ -178,8 +176,7 @@ TEST_CASE("safetensors_empty_and_scalar_tensors") {
   CHECK(file.find("e")->bytes.empty());
   CHECK(file.find("e")->element_count() == 0);
   // Dims whose product would overflow are fine next to a zero dim: the tensor is empty.
-  const std::string huge_empty =
-      R"({"z":{"dtype":"F64","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})";
+  const std::string huge_empty = R"({"z":{"dtype":"F64","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})";
   const fb::Safetensors z = fb::parse_safetensors(file_bytes(huge_empty), "z.safetensors");
   CHECK(z.tensors.at(0).element_count() == 0);
   const fb::Safetensors z_again = fb::parse_safetensors(fb::serialize_safetensors(z), "z2");
@@ -211,7 +208,8 @@ TEST_CASE("safetensors_bad_files_give_one_clear_error") {
       {"bad utf8 key", file_bytes("{\"\xff\":1}"), "header is not valid JSON"},
       {"array header", file_bytes("[1,2]"), "header is not a JSON object"},
       {"scalar header", file_bytes("5"), "header is not a JSON object"},
-      {"entry not object", one("5"), "bad.safetensors: tensor 'a': expected an object with dtype, shape and data_offsets, got number 5"},
+      {"entry not object", one("5"),
+       "bad.safetensors: tensor 'a': expected an object with dtype, shape and data_offsets, got number 5"},
       {"missing dtype", one(R"({"shape":[4],"data_offsets":[0,16]})"), "tensor 'a': missing field 'dtype'"},
       {"missing shape", one(R"({"dtype":"F32","data_offsets":[0,16]})"), "tensor 'a': missing field 'shape'"},
       {"missing offsets", one(R"({"dtype":"F32","shape":[4]})"), "tensor 'a': missing field 'data_offsets'"},
@@ -226,7 +224,8 @@ TEST_CASE("safetensors_bad_files_give_one_clear_error") {
        "tensor 'a': field 'shape': entry 1 must be a non-negative integer, got number -2"},
       {"float shape", one(R"({"dtype":"F32","shape":[4.0],"data_offsets":[0,16]})"),
        "field 'shape': entry 0 must be a non-negative integer, got number 4.0"},
-      {"string shape", one(R"({"dtype":"F32","shape":["4"],"data_offsets":[0,16]})"), "entry 0 must be a non-negative integer"},
+      {"string shape", one(R"({"dtype":"F32","shape":["4"],"data_offsets":[0,16]})"),
+       "entry 0 must be a non-negative integer"},
       {"huge shape", one(R"({"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,16]})"),
        "entry 0 must be a non-negative integer"},
       {"shape overflow", one(R"({"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,16]})"),
@@ -243,11 +242,15 @@ TEST_CASE("safetensors_bad_files_give_one_clear_error") {
        "tensor 'a': field 'data_offsets': [0, 20] runs past the end of the data section (16 bytes)"},
       {"size mismatch", one(R"({"dtype":"F32","shape":[3],"data_offsets":[0,16]})"),
        "tensor 'a': field 'data_offsets': [0, 16] spans 16 bytes but shape [3] of F32 needs 12"},
-      {"overlap", file_bytes(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
-                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four_f32),
+      {"overlap",
+       file_bytes(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                  four_f32),
        "tensor 'b': field 'data_offsets': [8, 16] overlaps tensor 'a' [0, 12]"},
-      {"hole", file_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four_f32),
+      {"hole",
+       file_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                  four_f32),
        "tensor 'b': field 'data_offsets': [8, 16] leaves a gap after tensor 'a', which ends at 4"},
       {"hole at start", one(R"({"dtype":"F32","shape":[2],"data_offsets":[8,16]})"),
        "leaves a gap after the start of the data section"},
@@ -257,16 +260,17 @@ TEST_CASE("safetensors_bad_files_give_one_clear_error") {
        "__metadata__: expected an object of string values, got array [\"x\"]"},
       {"metadata number", file_bytes(R"({"__metadata__":{"source":"emulated","causal":true}})"),
        "__metadata__: key 'causal': expected a string value, got boolean true"},
-      {"duplicate tensor", file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four_f32),
+      {"duplicate tensor",
+       file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                  four_f32),
        "bad.safetensors: duplicate key 'a' (JSON keys must be unique)"},
       {"duplicate field", one(R"({"dtype":"F32","dtype":"F16","shape":[4],"data_offsets":[0,16]})"),
        "tensor 'a': duplicate key 'dtype'"},
       {"duplicate metadata", file_bytes(R"({"__metadata__":{"k":"1","k":"2"}})"), "__metadata__: duplicate key 'k'"},
       {"deep nesting", one(R"({"dtype":"F32","shape":[[[4]]],"data_offsets":[0,16]})"),
        "tensor 'a': field 'shape': nested deeper than a safetensors header can be"},
-      {"long array", one("{\"dtype\":\"F32\",\"shape\":[" + many_ones + "1]}"),
-       "array longer than 64 elements"},
+      {"long array", one("{\"dtype\":\"F32\",\"shape\":[" + many_ones + "1]}"), "array longer than 64 elements"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -311,7 +315,8 @@ TEST_CASE("safetensors_path_io") {
     }
     return "(no error)";
   };
-  CHECK(path_error(dir / "missing.safetensors").find("missing.safetensors: cannot open: No such file or directory") != std::string::npos);
+  CHECK(path_error(dir / "missing.safetensors").find("missing.safetensors: cannot open: No such file or directory") !=
+        std::string::npos);
   CHECK(path_error(dir).find("not a regular file") != std::string::npos);
 
   // Reading from a path (header first, then each tensor) refuses exactly what parsing the
@@ -396,12 +401,24 @@ TEST_CASE("safetensors_random_mutations_only_throw_trace_error") {
     for (int e = 0; e < edits && bytes.size() > 8; ++e) {
       const std::size_t in_header = 8 + rng() % (std::min(header_end, bytes.size()) - 8);
       switch (rng() % 8) {
-        case 0: bytes[in_header] = static_cast<std::uint8_t>(json_alphabet[rng() % (sizeof json_alphabet - 1)]); break;
-        case 1: bytes[rng() % bytes.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8)); break;
-        case 2: bytes.resize(rng() % bytes.size()); break;
-        case 3: bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(in_header), json_alphabet[rng() % 10]); break;
-        case 4: bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(in_header)); break;
-        case 5: bytes[rng() % 8] = static_cast<std::uint8_t>(rng()); break;
+        case 0:
+          bytes[in_header] = static_cast<std::uint8_t>(json_alphabet[rng() % (sizeof json_alphabet - 1)]);
+          break;
+        case 1:
+          bytes[rng() % bytes.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+          break;
+        case 2:
+          bytes.resize(rng() % bytes.size());
+          break;
+        case 3:
+          bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(in_header), json_alphabet[rng() % 10]);
+          break;
+        case 4:
+          bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(in_header));
+          break;
+        case 5:
+          bytes[rng() % 8] = static_cast<std::uint8_t>(rng());
+          break;
         case 6: {  // change a digit: shapes, offsets and the header length disagree
           for (std::size_t i = in_header; i < std::min(bytes.size(), header_end); ++i)
             if (bytes[i] >= '0' && bytes[i] <= '9') {
@@ -410,7 +427,9 @@ TEST_CASE("safetensors_random_mutations_only_throw_trace_error") {
             }
           break;
         }
-        default: bytes.insert(bytes.end(), static_cast<std::size_t>(rng() % 3), 0); break;
+        default:
+          bytes.insert(bytes.end(), static_cast<std::size_t>(rng() % 3), 0);
+          break;
       }
     }
     try {

@@ -66,9 +66,7 @@ float ftz_in(float x) {
   const std::uint32_t b = bits_of(x);
   return ((b >> 23) & 0xffu) == 0 ? float_of(b & 0x80000000u) : x;
 }
-float ftz_out(float y) {
-  return (y != 0.0f && std::fabs(y) < 0x1p-126f) ? std::copysign(0.0f, y) : y;
-}
+float ftz_out(float y) { return (y != 0.0f && std::fabs(y) < 0x1p-126f) ? std::copysign(0.0f, y) : y; }
 
 // MPFR at fp32 precision and exponent range. emin/emax are MPFR's per-thread state;
 // each thread makes its own Mpfr32.
@@ -79,24 +77,33 @@ class Mpfr32 {
     old_emax_ = mpfr_get_emax();
     mpfr_set_emin(-148);  // 2^-149 = 0.1b * 2^-148
     mpfr_set_emax(128);
-    mpfr_inits2(24, x_, y_, z_, (mpfr_ptr)nullptr);
+    mpfr_inits2(24, x_, y_, z_, (mpfr_ptr) nullptr);
   }
   ~Mpfr32() {
-    mpfr_clears(x_, y_, z_, (mpfr_ptr)nullptr);
+    mpfr_clears(x_, y_, z_, (mpfr_ptr) nullptr);
     mpfr_set_emin(old_emin_);
     mpfr_set_emax(old_emax_);
   }
   Mpfr32(const Mpfr32&) = delete;
   Mpfr32& operator=(const Mpfr32&) = delete;
 
-  float ex2(float x) { return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_exp2(y, a, MPFR_RNDN); }); }
-  float lg2(float x) { return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_log2(y, a, MPFR_RNDN); }); }
-  float rcp(float x) { return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_ui_div(y, 1, a, MPFR_RNDN); }); }
+  float ex2(float x) {
+    return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_exp2(y, a, MPFR_RNDN); });
+  }
+  float lg2(float x) {
+    return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_log2(y, a, MPFR_RNDN); });
+  }
+  float rcp(float x) {
+    return unary(x, [](mpfr_t y, const mpfr_t a) { return mpfr_ui_div(y, 1, a, MPFR_RNDN); });
+  }
   float of(SpecialFunction f, float x) {
     switch (f) {
-      case SpecialFunction::ex2: return ex2(x);
-      case SpecialFunction::rcp: return rcp(x);
-      case SpecialFunction::lg2: return lg2(x);
+      case SpecialFunction::ex2:
+        return ex2(x);
+      case SpecialFunction::rcp:
+        return rcp(x);
+      case SpecialFunction::lg2:
+        return lg2(x);
     }
     return 0.0f;
   }
@@ -137,9 +144,12 @@ bool same_result(float got, float want) {
 
 std::function<float(float)> library_correct(SpecialFunction f) {
   switch (f) {
-    case SpecialFunction::ex2: return fb::ex2_correct_ftz;
-    case SpecialFunction::rcp: return fb::rcp_correct_ftz;
-    case SpecialFunction::lg2: return fb::lg2_correct_ftz;
+    case SpecialFunction::ex2:
+      return fb::ex2_correct_ftz;
+    case SpecialFunction::rcp:
+      return fb::rcp_correct_ftz;
+    case SpecialFunction::lg2:
+      return fb::lg2_correct_ftz;
   }
   return {};
 }
@@ -196,9 +206,12 @@ std::uint32_t random_input(SpecialFunction f, std::mt19937_64& rng) {
   const std::uint32_t sign = r & 0x80000000u, man = r & 0x007fffffu;
   const std::uint32_t u = static_cast<std::uint32_t>(rng() >> 32);
   switch (f) {
-    case SpecialFunction::ex2: return sign | ((100u + u % 34u) << 23) | man;  // 2^-27 <= |x| < 128
-    case SpecialFunction::rcp: return sign | ((1u + u % 254u) << 23) | man;   // normal
-    case SpecialFunction::lg2: return ((1u + u % 254u) << 23) | man;          // positive normal
+    case SpecialFunction::ex2:
+      return sign | ((100u + u % 34u) << 23) | man;  // 2^-27 <= |x| < 128
+    case SpecialFunction::rcp:
+      return sign | ((1u + u % 254u) << 23) | man;  // normal
+    case SpecialFunction::lg2:
+      return ((1u + u % 254u) << 23) | man;  // positive normal
   }
   return r;
 }
@@ -228,11 +241,11 @@ struct Binade {
 // Binades chosen for their hazards: around 1 (both sides), ex2 near overflow and in the
 // flush region, rcp and lg2 at the bottom of the normal range and rcp's flush region.
 const Binade kBinades[] = {
-    {SpecialFunction::ex2, 1.0f},       {SpecialFunction::ex2, 0.5f},      {SpecialFunction::ex2, 0x1p-126f},
-    {SpecialFunction::ex2, 64.0f},      {SpecialFunction::ex2, -1.0f},     {SpecialFunction::ex2, -64.0f},
-    {SpecialFunction::ex2, -0.5f},    {SpecialFunction::rcp, 1.0f},      {SpecialFunction::rcp, 0x1p126f},
-    {SpecialFunction::rcp, 0x1p-126f},  {SpecialFunction::rcp, -0.5f},     {SpecialFunction::lg2, 1.0f},
-    {SpecialFunction::lg2, 0.5f},       {SpecialFunction::lg2, 0x1p-126f}, {SpecialFunction::lg2, 0x1p127f},
+    {SpecialFunction::ex2, 1.0f},      {SpecialFunction::ex2, 0.5f},      {SpecialFunction::ex2, 0x1p-126f},
+    {SpecialFunction::ex2, 64.0f},     {SpecialFunction::ex2, -1.0f},     {SpecialFunction::ex2, -64.0f},
+    {SpecialFunction::ex2, -0.5f},     {SpecialFunction::rcp, 1.0f},      {SpecialFunction::rcp, 0x1p126f},
+    {SpecialFunction::rcp, 0x1p-126f}, {SpecialFunction::rcp, -0.5f},     {SpecialFunction::lg2, 1.0f},
+    {SpecialFunction::lg2, 0.5f},      {SpecialFunction::lg2, 0x1p-126f}, {SpecialFunction::lg2, 0x1p127f},
 };
 
 void check_binades(std::uint64_t stride) {
@@ -364,13 +377,26 @@ TEST_CASE("ex2_correct_ftz_special_values") {
     std::uint32_t in, out;
   };
   const Case cases[] = {
-      {bits_of(-inf), 0x00000000u},      {bits_of(inf), 0x7f800000u},      {0x00000000u, 0x3f800000u},
-      {0x80000000u, 0x3f800000u},        {0x00000001u, 0x3f800000u},       {0x807fffffu, 0x3f800000u},
-      {bits_of(1.0f), 0x40000000u},      {bits_of(-1.0f), 0x3f000000u},    {bits_of(127.0f), 0x7f000000u},
-      {bits_of(-126.0f), 0x00800000u},   {bits_of(std::nextafter(-126.0f, -inf)), 0x00000000u},
-      {bits_of(-149.0f), 0x00000000u},   {bits_of(128.0f), 0x7f800000u},   {bits_of(0.5f), 0x3fb504f3u},
-      {bits_of(-0.5f), 0x3f3504f3u},     {bits_of(0x1p-30f), 0x3f800000u}, {bits_of(-0x1p-30f), 0x3f800000u},
-      {bits_of(0x1p-24f), 0x3f800000u},  {bits_of(1e30f), 0x7f800000u},    {bits_of(-1e30f), 0x00000000u},
+      {bits_of(-inf), 0x00000000u},
+      {bits_of(inf), 0x7f800000u},
+      {0x00000000u, 0x3f800000u},
+      {0x80000000u, 0x3f800000u},
+      {0x00000001u, 0x3f800000u},
+      {0x807fffffu, 0x3f800000u},
+      {bits_of(1.0f), 0x40000000u},
+      {bits_of(-1.0f), 0x3f000000u},
+      {bits_of(127.0f), 0x7f000000u},
+      {bits_of(-126.0f), 0x00800000u},
+      {bits_of(std::nextafter(-126.0f, -inf)), 0x00000000u},
+      {bits_of(-149.0f), 0x00000000u},
+      {bits_of(128.0f), 0x7f800000u},
+      {bits_of(0.5f), 0x3fb504f3u},
+      {bits_of(-0.5f), 0x3f3504f3u},
+      {bits_of(0x1p-30f), 0x3f800000u},
+      {bits_of(-0x1p-30f), 0x3f800000u},
+      {bits_of(0x1p-24f), 0x3f800000u},
+      {bits_of(1e30f), 0x7f800000u},
+      {bits_of(-1e30f), 0x00000000u},
   };
   for (const Case& c : cases) {
     INFO("input 0x", std::hex, c.in);
@@ -386,12 +412,21 @@ TEST_CASE("rcp_correct_ftz_special_values") {
     std::uint32_t in, out;
   };
   const Case cases[] = {
-      {0x00000000u, 0x7f800000u},         {0x80000000u, 0xff800000u},         {0x00000001u, 0x7f800000u},
-      {0x807fffffu, 0xff800000u},         {bits_of(inf), 0x00000000u},        {bits_of(-inf), 0x80000000u},
-      {bits_of(0x1p126f), 0x00800000u},   {bits_of(std::nextafter(0x1p126f, inf)), 0x00000000u},
-      {bits_of(-std::nextafter(0x1p126f, inf)), 0x80000000u},               {bits_of(0x1p-126f), 0x7e800000u},
-      {bits_of(3.0f), 0x3eaaaaabu},       {bits_of(-3.0f), 0xbeaaaaabu},      {0x7f7fffffu, 0x00000000u},
-      {bits_of(0x1p-127f), 0x7f800000u},  {bits_of(1.0f), 0x3f800000u},
+      {0x00000000u, 0x7f800000u},
+      {0x80000000u, 0xff800000u},
+      {0x00000001u, 0x7f800000u},
+      {0x807fffffu, 0xff800000u},
+      {bits_of(inf), 0x00000000u},
+      {bits_of(-inf), 0x80000000u},
+      {bits_of(0x1p126f), 0x00800000u},
+      {bits_of(std::nextafter(0x1p126f, inf)), 0x00000000u},
+      {bits_of(-std::nextafter(0x1p126f, inf)), 0x80000000u},
+      {bits_of(0x1p-126f), 0x7e800000u},
+      {bits_of(3.0f), 0x3eaaaaabu},
+      {bits_of(-3.0f), 0xbeaaaaabu},
+      {0x7f7fffffu, 0x00000000u},
+      {bits_of(0x1p-127f), 0x7f800000u},
+      {bits_of(1.0f), 0x3f800000u},
   };
   for (const Case& c : cases) {
     INFO("input 0x", std::hex, c.in);
@@ -406,9 +441,9 @@ TEST_CASE("lg2_correct_ftz_special_values") {
     std::uint32_t in, out;
   };
   const Case cases[] = {
-      {0x00000000u, 0xff800000u},        {0x80000000u, 0xff800000u},         {0x00000001u, 0xff800000u},
-      {0x807fffffu, 0xff800000u},        {bits_of(inf), 0x7f800000u},        {bits_of(1.0f), 0x00000000u},
-      {bits_of(2.0f), 0x3f800000u},      {bits_of(0.5f), 0xbf800000u},       {bits_of(0x1p-126f), bits_of(-126.0f)},
+      {0x00000000u, 0xff800000u},           {0x80000000u, 0xff800000u},   {0x00000001u, 0xff800000u},
+      {0x807fffffu, 0xff800000u},           {bits_of(inf), 0x7f800000u},  {bits_of(1.0f), 0x00000000u},
+      {bits_of(2.0f), 0x3f800000u},         {bits_of(0.5f), 0xbf800000u}, {bits_of(0x1p-126f), bits_of(-126.0f)},
       {bits_of(0x1p127f), bits_of(127.0f)}, {0x7f7fffffu, 0x43000000u},
   };
   for (const Case& c : cases) {
@@ -421,15 +456,9 @@ TEST_CASE("lg2_correct_ftz_special_values") {
 }
 
 // ---- correct rounding against MPFR ----------------------------------------------------
-TEST_CASE("ex2_correct_ftz_random_vs_mpfr") {
-  check_random_against_mpfr(SpecialFunction::ex2, scaled(2'000'000), 1);
-}
-TEST_CASE("rcp_correct_ftz_random_vs_mpfr") {
-  check_random_against_mpfr(SpecialFunction::rcp, scaled(2'000'000), 2);
-}
-TEST_CASE("lg2_correct_ftz_random_vs_mpfr") {
-  check_random_against_mpfr(SpecialFunction::lg2, scaled(2'000'000), 3);
-}
+TEST_CASE("ex2_correct_ftz_random_vs_mpfr") { check_random_against_mpfr(SpecialFunction::ex2, scaled(2'000'000), 1); }
+TEST_CASE("rcp_correct_ftz_random_vs_mpfr") { check_random_against_mpfr(SpecialFunction::rcp, scaled(2'000'000), 2); }
+TEST_CASE("lg2_correct_ftz_random_vs_mpfr") { check_random_against_mpfr(SpecialFunction::lg2, scaled(2'000'000), 3); }
 
 TEST_CASE("sfu_correct_binades_strided_vs_mpfr") { check_binades(sanitizer_run() ? 61 * 50 : 61); }
 
@@ -484,7 +513,7 @@ TEST_CASE("fast_exp_fast_log_compositions_vs_mpfr") {
   Mpfr32 ref;
   const fb::SfuSet sfu = fb::correct_sfu_set();
   const float log2e = 0x1.715476p+0f;  // round(log2 e) to fp32, written out
-  const float ln2 = 0x1.62e43p-1f;                      // round(ln 2) to fp32, written out
+  const float ln2 = 0x1.62e43p-1f;     // round(ln 2) to fp32, written out
   CHECK(bits_of(log2e) == fb::kLog2eFp32Bits);
   CHECK(bits_of(ln2) == fb::kLn2Fp32Bits);
   std::mt19937_64 rng(11);
@@ -524,9 +553,9 @@ TEST_CASE("sfu_set_and_correct_model_describe_unmeasured") {
 // ---- oracle ---------------------------------------------------------------------------------
 TEST_CASE("oracle_model_uses_trace_and_counts_fallbacks") {
   std::unordered_map<std::uint32_t, std::uint32_t> seen{
-      {bits_of(0.5f), 0x3fb504f4u},    // one ulp above the correctly rounded 2^0.5
-      {bits_of(-3.0f), 0x3e000001u},   // 2^-3 plus one ulp
-      {0x7fc00000u, 0x7fffffffu},      // the GPU's canonical NaN
+      {bits_of(0.5f), 0x3fb504f4u},   // one ulp above the correctly rounded 2^0.5
+      {bits_of(-3.0f), 0x3e000001u},  // 2^-3 plus one ulp
+      {0x7fc00000u, 0x7fffffffu},     // the GPU's canonical NaN
   };
   const auto m = fb::make_oracle_model(SpecialFunction::ex2, seen);
   CHECK(m->kind() == fb::SfuKind::oracle);
@@ -588,11 +617,13 @@ TEST_CASE("table_delta_segments_round_trip") {
   small.function = SpecialFunction::rcp;
   small.segments.resize(1);
   small.segments[0].first_input = bits_of(1.0f);
-  for (std::uint32_t i = 0; i < 100000; ++i) small.segments[0].outputs.push_back(bits_of(ref.rcp(float_of(bits_of(1.0f) + i))));
+  for (std::uint32_t i = 0; i < 100000; ++i)
+    small.segments[0].outputs.push_back(bits_of(ref.rcp(float_of(bits_of(1.0f) + i))));
   fb::write_table_file(path, small);
   CHECK(read_bytes(path).size() == 6 + 3 + 2 + 4 + 8 + 5 + 4);
   const auto ms = fb::load_table_model(path);
-  for (std::uint32_t i = 0; i < 100000; i += 7) CHECK(bits_of(ms->evaluate(float_of(bits_of(1.0f) + i))) == small.segments[0].outputs[i]);
+  for (std::uint32_t i = 0; i < 100000; i += 7)
+    CHECK(bits_of(ms->evaluate(float_of(bits_of(1.0f) + i))) == small.segments[0].outputs[i]);
   std::remove(path.c_str());
   mpfr_free_cache();
 }
@@ -600,8 +631,8 @@ TEST_CASE("table_delta_segments_round_trip") {
 TEST_CASE("table_ex2_fixed_point_round_trip") {
   Mpfr32 ref;
   constexpr int kN = 12;
-  for (auto rounding : {fb::FixedPointRounding::floor, fb::FixedPointRounding::nearest_even,
-                        fb::FixedPointRounding::toward_zero}) {
+  for (auto rounding :
+       {fb::FixedPointRounding::floor, fb::FixedPointRounding::nearest_even, fb::FixedPointRounding::toward_zero}) {
     fb::SfuTable t;
     t.function = SpecialFunction::ex2;
     t.form = fb::SfuTableForm::ex2_fixed_point;
@@ -612,7 +643,8 @@ TEST_CASE("table_ex2_fixed_point_round_trip") {
     t.nan_output = 0x7fffffffu;
     for (std::uint32_t i = 0; i < (1u << kN); ++i) {
       const std::int32_t delta = (i % 7 == 3) ? 1 : (i % 11 == 5) ? -1 : 0;
-      t.fraction_outputs.push_back(bits_of(ref.ex2(std::ldexp(static_cast<float>(i), -kN))) + static_cast<std::uint32_t>(delta));
+      t.fraction_outputs.push_back(bits_of(ref.ex2(std::ldexp(static_cast<float>(i), -kN))) +
+                                   static_cast<std::uint32_t>(delta));
     }
     const std::string path = temp_path("fixed.fbsfu");
     fb::write_table_file(path, t);
@@ -629,7 +661,7 @@ TEST_CASE("table_ex2_fixed_point_round_trip") {
       int e = 0;
       const double mant = std::frexp(static_cast<double>(x), &e);
       const auto M = static_cast<std::int64_t>(std::ldexp(mant, 24));  // x = M * 2^(e - 24)
-      const int shift = e - 24 + kN;                                     // x * 2^N = M * 2^shift
+      const int shift = e - 24 + kN;                                   // x * 2^N = M * 2^shift
       std::int64_t xf;
       if (shift >= 0) {
         xf = M * (std::int64_t{1} << shift);
@@ -706,20 +738,19 @@ struct MantissaTableFixture {
 // The rcp_mantissa fixture: reciprocals, and entries that exercise sign, overflow, NaN and
 // zero handling.
 MantissaTableFixture rcp_mantissa_fixture() {
-  return MantissaTableFixture(
-      fb::kRcpMantissaEntries, exact_rcp_of_one_point_m, 0,
-      {{0, -1},          // T[0] just below 1: at |x| = 2^126 the result flushes
-       {1, 1},           // T[1] = 1 - 2^-24: still flushes at 2^126 * 1.m
-       {0x7fffff, 1},    // the last mantissa
-       {0x400000, -1}},  // 1.5
-      {{0x2aaaaau, 0x40800000u},   // 4: overflows to inf at e = -126, 2^127 at e = -125
-       {0x155555u, 0x407fffffu},   // just below 4: the largest finite result at e = -126
-       {0x333333u, 0xbf400000u},   // -0.75: the sign flips
-       {0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
-       {0x555555u, 0x00000000u},   // +0
-       {0x666666u, 0x00400000u},   // subnormal entry 2^-127: normal at e <= -1
-       {0x777777u, 0xff800000u},   // -inf
-       {0x012345u, 0x3f800000u}});  // 1: exactly 2^-126 (normal) at e = 126, flushes at 127
+  return MantissaTableFixture(fb::kRcpMantissaEntries, exact_rcp_of_one_point_m, 0,
+                              {{0, -1},                     // T[0] just below 1: at |x| = 2^126 the result flushes
+                               {1, 1},                      // T[1] = 1 - 2^-24: still flushes at 2^126 * 1.m
+                               {0x7fffff, 1},               // the last mantissa
+                               {0x400000, -1}},             // 1.5
+                              {{0x2aaaaau, 0x40800000u},    // 4: overflows to inf at e = -126, 2^127 at e = -125
+                               {0x155555u, 0x407fffffu},    // just below 4: the largest finite result at e = -126
+                               {0x333333u, 0xbf400000u},    // -0.75: the sign flips
+                               {0x444444u, 0x7fc00001u},    // NaN with a payload: returned as is
+                               {0x555555u, 0x00000000u},    // +0
+                               {0x666666u, 0x00400000u},    // subnormal entry 2^-127: normal at e <= -1
+                               {0x777777u, 0xff800000u},    // -inf
+                               {0x012345u, 0x3f800000u}});  // 1: exactly 2^-126 (normal) at e = 126, flushes at 127
 }
 
 fb::SfuTable rcp_mantissa_table(const MantissaTableFixture& fx) {
@@ -731,7 +762,6 @@ fb::SfuTable rcp_mantissa_table(const MantissaTableFixture& fx) {
   t.mantissa_outputs = fx.table;
   return t;
 }
-
 
 // An FBSFU1 mantissa-table file written byte by byte from the format comment (not by
 // fb::write_table_file): `function` and `form` codes, empty source, nan_output 0x7fc00000,
@@ -747,7 +777,8 @@ std::vector<std::uint8_t> hand_written_delta_table(std::uint8_t function, std::u
   b.push_back(2);
   for (std::uint32_t j = 0; j < 256; j += 4) {
     std::uint8_t byte = 0;
-    for (std::uint32_t k = 0; k < 4; ++k) byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
+    for (std::uint32_t k = 0; k < 4; ++k)
+      byte = static_cast<std::uint8_t>(byte | ((((j + k) % 3 + 3) & 3u) << (2 * k)));
     b.push_back(byte);  // (m % 3 - 1) mod 4 = (m % 3 + 3) mod 4
   }
   u32(entries - 256);
@@ -785,7 +816,8 @@ TEST_CASE("table_rcp_mantissa_round_trip") {
 
   // Special inputs (header rules): NaN -> nan_output; +-0 and subnormals -> +-inf; +-inf -> +-0.
   const float inf = std::numeric_limits<float>::infinity();
-  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u}) CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
+  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u})
+    CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
   for (std::uint32_t sub : {0x00000000u, 0x00000001u, 0x007fffffu, 0x00400000u}) {
     CHECK(bits_of(m->evaluate(float_of(sub))) == 0x7f800000u);
     CHECK(bits_of(m->evaluate(float_of(sub | 0x80000000u))) == 0xff800000u);
@@ -819,7 +851,8 @@ TEST_CASE("table_rcp_mantissa_round_trip") {
           ++checked_vs_mpfr;
         } else if (fx.perturbation[mant] != 0 && (want & 0x7fffffffu) != 0) {
           // A perturbed entry moves a normal result by exactly that many ulps.
-          REQUIRE(static_cast<std::int64_t>(got & 0x7fffffffu) - static_cast<std::int64_t>(bits_of(ref.rcp(x)) & 0x7fffffffu) ==
+          REQUIRE(static_cast<std::int64_t>(got & 0x7fffffffu) -
+                      static_cast<std::int64_t>(bits_of(ref.rcp(x)) & 0x7fffffffu) ==
                   fx.perturbation[mant]);
         }
       }
@@ -827,7 +860,7 @@ TEST_CASE("table_rcp_mantissa_round_trip") {
   }
   // The boundaries, written out: 1/2^126 = 2^-126 is normal, T[0] perturbed to 1 - 2^-24
   // flushes it; 2^127 * anything flushes; T = 4 overflows at e = -126 only.
-  CHECK(bits_of(m->evaluate(0x1p126f)) == 0u);                        // T[0] = 0x3f7fffff
+  CHECK(bits_of(m->evaluate(0x1p126f)) == 0u);  // T[0] = 0x3f7fffff
   CHECK(bits_of(m->evaluate(-0x1p127f)) == 0x80000000u);
   CHECK(bits_of(m->evaluate(float_of(0x00800000u | 0x2aaaaau))) == 0x7f800000u);  // e = -126, T = 4
   CHECK(bits_of(m->evaluate(float_of(0x80800000u | 0x2aaaaau))) == 0xff800000u);
@@ -854,7 +887,8 @@ TEST_CASE("table_rcp_mantissa_round_trip") {
     plain.function = SpecialFunction::rcp;
     plain.form = fb::SfuTableForm::rcp_mantissa;
     plain.mantissa_outputs.resize(fb::kRcpMantissaEntries);
-    for (std::uint32_t mant = 0; mant < fb::kRcpMantissaEntries; ++mant) plain.mantissa_outputs[mant] = exact_rcp_of_one_point_m(mant);
+    for (std::uint32_t mant = 0; mant < fb::kRcpMantissaEntries; ++mant)
+      plain.mantissa_outputs[mant] = exact_rcp_of_one_point_m(mant);
     fb::write_table_file(path, plain);
     // All deltas 0: the header, nan_output and one zero-width run.
     CHECK(read_bytes(path).size() == 6 + 3 + 2 + 4 + 5 + 4);
@@ -917,7 +951,7 @@ namespace {
 // farther than 2^-46 (relative) from the midpoint to the fp32 neighbour on its side,
 // otherwise MPFR decides. (MPFR alone for all 2^23 entries would take about 25 s.)
 std::uint32_t lg2_rne_of_one_point_m(std::uint32_t m, Mpfr32& ref) {
-  if (m == 0) return 0u;  // lg2(1) = +0 exactly
+  if (m == 0) return 0u;                                                      // lg2(1) = +0 exactly
   const double l = std::log2(1.0 + std::ldexp(static_cast<double>(m), -23));  // argument exact
   const float f = static_cast<float>(l);
   const float other = static_cast<double>(f) < l ? std::nextafter(f, 2.0f) : std::nextafter(f, 0.0f);
@@ -941,7 +975,7 @@ std::uint32_t lg2_split_reference(Mpfr32& ref, float x, std::uint32_t t_bits) {
 // to a 25-bit midpoint).
 bool midpoint_separates(float x, float t, int e, float got, float correct) {
   mpfr_t sum, lg, mid, nb;
-  mpfr_inits2(256, sum, lg, mid, nb, (mpfr_ptr)nullptr);
+  mpfr_inits2(256, sum, lg, mid, nb, (mpfr_ptr) nullptr);
   mpfr_set_flt(sum, t, MPFR_RNDN);
   mpfr_add_si(sum, sum, e, MPFR_RNDN);  // exact
   mpfr_set_flt(lg, x, MPFR_RNDN);
@@ -952,7 +986,7 @@ bool midpoint_separates(float x, float t, int e, float got, float correct) {
   mpfr_div_2ui(mid, mid, 1, MPFR_RNDN);
   const bool low_ok = mpfr_cmp(mid, mpfr_cmp(sum, lg) < 0 ? sum : lg) >= 0;
   const bool high_ok = mpfr_cmp(mid, mpfr_cmp(sum, lg) < 0 ? lg : sum) <= 0;
-  mpfr_clears(sum, lg, mid, nb, (mpfr_ptr)nullptr);
+  mpfr_clears(sum, lg, mid, nb, (mpfr_ptr) nullptr);
   return low_ok && high_ok;
 }
 
@@ -961,14 +995,14 @@ bool midpoint_separates(float x, float t, int e, float got, float correct) {
 MantissaTableFixture lg2_split_fixture(Mpfr32& ref) {
   return MantissaTableFixture(
       fb::kLg2MantissaEntries, [&](std::uint32_t m) { return lg2_rne_of_one_point_m(m, ref); }, 1,
-      {{1, -1},          // the smallest nonzero entry, about 2^-22.5
-       {0x7fffff, 1},    // the last mantissa: T just below 1
-       {0x400000, -1}},  // lg2(1.5)
-      {{0x444444u, 0x7fc00001u},   // NaN with a payload: returned as is
-       {0x555555u, 0x00400000u},   // subnormal 2^-127: flushed at e = 0, e + 2^-127 = e elsewhere
-       {0x666666u, 0x80000000u},   // -0: e + (-0) = e, and +0 at e = 0 (IEEE sum of zeros)
-       {0x777777u, 0x7f800000u},   // +inf: +inf in every binade
-       {0x123456u, 0xbf800000u},   // -1: exactly +0 at e = 1, -2 at e = -1
+      {{1, -1},                     // the smallest nonzero entry, about 2^-22.5
+       {0x7fffff, 1},               // the last mantissa: T just below 1
+       {0x400000, -1}},             // lg2(1.5)
+      {{0x444444u, 0x7fc00001u},    // NaN with a payload: returned as is
+       {0x555555u, 0x00400000u},    // subnormal 2^-127: flushed at e = 0, e + 2^-127 = e elsewhere
+       {0x666666u, 0x80000000u},    // -0: e + (-0) = e, and +0 at e = 0 (IEEE sum of zeros)
+       {0x777777u, 0x7f800000u},    // +inf: +inf in every binade
+       {0x123456u, 0xbf800000u},    // -1: exactly +0 at e = 1, -2 at e = -1
        {0x234567u, 0x3f7fffffu}});  // 1 - 2^-24: exact -2^-24 at e = -1, rounds up to 128 at e = 127
 }
 
@@ -993,13 +1027,13 @@ TEST_CASE("table_lg2_split_reference_check") {
     CHECK(lg2_rne_of_one_point_m(m, ref) == bits_of(ref.lg2(float_of(0x3f800000u | m))));
   }
   // The MPFR sum reference on values written out: ties to even, cancellation, signed zeros.
-  CHECK(bits_of(ref.add_integer(float_of(0x3f7fffffu), 127)) == bits_of(128.0f));     // 128 - 2^-24
-  CHECK(bits_of(ref.add_integer(float_of(0x3f7fffffu), -1)) == bits_of(-0x1p-24f));   // exact
-  CHECK(bits_of(ref.add_integer(0x1p-18f, 64)) == bits_of(64.0f));                    // tie (ulp 2^-17), to even
-  CHECK(bits_of(ref.add_integer(0x1.8p-18f, 64)) == bits_of(64.0f + 0x1p-17f));       // above the tie
-  CHECK(bits_of(ref.add_integer(0x1.8p-17f, 64)) == bits_of(64.0f + 0x1p-16f));       // tie at an odd last bit: up
-  CHECK(bits_of(ref.add_integer(-0.0f, 0)) == 0u);                                    // -0 + 0 = +0
-  CHECK(bits_of(ref.add_integer(float_of(0x00400000u), 0)) == 0u);                    // flushed
+  CHECK(bits_of(ref.add_integer(float_of(0x3f7fffffu), 127)) == bits_of(128.0f));    // 128 - 2^-24
+  CHECK(bits_of(ref.add_integer(float_of(0x3f7fffffu), -1)) == bits_of(-0x1p-24f));  // exact
+  CHECK(bits_of(ref.add_integer(0x1p-18f, 64)) == bits_of(64.0f));                   // tie (ulp 2^-17), to even
+  CHECK(bits_of(ref.add_integer(0x1.8p-18f, 64)) == bits_of(64.0f + 0x1p-17f));      // above the tie
+  CHECK(bits_of(ref.add_integer(0x1.8p-17f, 64)) == bits_of(64.0f + 0x1p-16f));      // tie at an odd last bit: up
+  CHECK(bits_of(ref.add_integer(-0.0f, 0)) == 0u);                                   // -0 + 0 = +0
+  CHECK(bits_of(ref.add_integer(float_of(0x00400000u), 0)) == 0u);                   // flushed
   mpfr_free_cache();
 }
 
@@ -1018,7 +1052,8 @@ TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") 
 
   // Special inputs (header rules): NaN and x < 0 -> nan_output; +-0 and subnormals -> -inf; +inf -> +inf.
   const float inf = std::numeric_limits<float>::infinity();
-  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u}) CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
+  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u})
+    CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
   for (std::uint32_t sub : {0x00000000u, 0x00000001u, 0x007fffffu, 0x00400000u}) {
     CHECK(bits_of(m->evaluate(float_of(sub))) == 0xff800000u);
     CHECK(bits_of(m->evaluate(float_of(sub | 0x80000000u))) == 0xff800000u);
@@ -1031,7 +1066,8 @@ TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") 
   // Unperturbed entries against MPFR's correctly rounded lg2(x): equal at e = 0 (the entry
   // itself); elsewhere, where they differ, a rounding midpoint must separate e + T and lg2(x).
   std::mt19937_64 rng(78);
-  std::vector<std::uint32_t> mantissas = {0, 1, 2, 3, 5, 7, 0x400000u, 0x7ffffeu, 0x7fffffu, 4099 + 5, 4111 + 7, 0x3504f3u};
+  std::vector<std::uint32_t> mantissas = {0,         1,         2,         3,        5,        7,
+                                          0x400000u, 0x7ffffeu, 0x7fffffu, 4099 + 5, 4111 + 7, 0x3504f3u};
   for (const auto& s : fx.special) mantissas.push_back(s.first);
   const int random_per_binade = sanitizer_run() ? 4 : 40;
   std::size_t equal_to_correct = 0, separated = 0, perturbed_at_zero = 0;
@@ -1049,7 +1085,8 @@ TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") 
       const float correct = ref.lg2(x);
       if (fx.perturbation[mant] != 0) {
         if (e == 0) {  // the entry itself: that many ulps from correct rounding
-          REQUIRE(static_cast<std::int64_t>(got) - static_cast<std::int64_t>(bits_of(correct)) == fx.perturbation[mant]);
+          REQUIRE(static_cast<std::int64_t>(got) - static_cast<std::int64_t>(bits_of(correct)) ==
+                  fx.perturbation[mant]);
           ++perturbed_at_zero;
         }
       } else if (e == 0 || got == bits_of(correct)) {
@@ -1065,7 +1102,7 @@ TEST_CASE("table_lg2_exponent_split_round_trip_delta_base_and_corrupted_files") 
   CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x444444u))) == 0x7fc00001u);  // NaN entry
   CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x555555u))) == 0u);           // 2^-127 flushed at e = 0
   CHECK(bits_of(m->evaluate(float_of(0x40000000u | 0x555555u))) == bits_of(1.0f));
-  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x666666u))) == 0u);           // 0 + (-0) = +0
+  CHECK(bits_of(m->evaluate(float_of(0x3f800000u | 0x666666u))) == 0u);  // 0 + (-0) = +0
   CHECK(bits_of(m->evaluate(float_of(0x3f000000u | 0x666666u))) == bits_of(-1.0f));
   CHECK(bits_of(m->evaluate(float_of(0x00800000u | 0x777777u))) == 0x7f800000u);  // +inf entry
   CHECK(bits_of(m->evaluate(float_of(0x40000000u | 0x123456u))) == 0u);           // 1 + (-1) = +0
@@ -1136,7 +1173,8 @@ TEST_CASE("table_corrupted_files_rejected") {
   t.source = "src";  // 3 bytes: segment_count at offset 14
   t.segments.resize(1);
   t.segments[0].first_input = bits_of(1.0f);
-  for (std::uint32_t i = 0; i < 300; ++i) t.segments[0].outputs.push_back(bits_of(ref.rcp(float_of(bits_of(1.0f) + i))) + (i == 17 ? 1u : 0u));
+  for (std::uint32_t i = 0; i < 300; ++i)
+    t.segments[0].outputs.push_back(bits_of(ref.rcp(float_of(bits_of(1.0f) + i))) + (i == 17 ? 1u : 0u));
   const std::string good = temp_path("good.fbsfu"), bad = temp_path("bad.fbsfu");
   fb::write_table_file(good, t);
   const std::vector<std::uint8_t> bytes = read_bytes(good);
@@ -1242,7 +1280,8 @@ std::vector<int> rcp_h200_deltas(const fb::SpecialFunctionModel& m, Mpfr32& ref)
   std::vector<int> d(fb::kRcpMantissaEntries);
   for (std::uint32_t mant = 0; mant < fb::kRcpMantissaEntries; ++mant) {
     const float x = float_of(0x3f800000u | mant);
-    d[mant] = static_cast<int>(static_cast<std::int64_t>(bits_of(m.evaluate(x))) - static_cast<std::int64_t>(bits_of(ref.rcp(x))));
+    d[mant] = static_cast<int>(static_cast<std::int64_t>(bits_of(m.evaluate(x))) -
+                               static_cast<std::int64_t>(bits_of(ref.rcp(x))));
   }
   return d;
 }
@@ -1333,7 +1372,8 @@ TEST_CASE("shipped_rcp_h200_table_against_mpfr_and_the_measured_histogram") {
   }
   // Special inputs, as the device verification's regions found them (0 mismatches each).
   const float inf = std::numeric_limits<float>::infinity();
-  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u}) CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
+  for (std::uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u})
+    CHECK(bits_of(m->evaluate(float_of(nan))) == 0x7fffffffu);
   CHECK(bits_of(m->evaluate(0.0f)) == 0x7f800000u);
   CHECK(bits_of(m->evaluate(-0.0f)) == 0xff800000u);
   CHECK(bits_of(m->evaluate(float_of(0x00000001u))) == 0x7f800000u);
@@ -1421,7 +1461,8 @@ TEST_CASE("sfu_named_sets_correct_and_hw_sm90") {
   CHECK_FALSE(fb::find_sfu_set("").has_value());
   const auto correct = fb::find_sfu_set("correct");
   REQUIRE(correct.has_value());
-  for (const auto* member : {&correct->ex2, &correct->rcp, &correct->lg2}) CHECK((*member)->kind() == fb::SfuKind::correct);
+  for (const auto* member : {&correct->ex2, &correct->rcp, &correct->lg2})
+    CHECK((*member)->kind() == fb::SfuKind::correct);
   // The first compiled-in folder is this source tree's emu/tables (unless the environment overrides it).
   if (!std::getenv("FLASHBITS_SFU_TABLES")) {
     REQUIRE(fb::sfu_table_dirs().size() == 2);
@@ -1449,7 +1490,10 @@ TEST_CASE("sfu_named_sets_correct_and_hw_sm90") {
   const std::string saved = old ? old : "";
   ::setenv("FLASHBITS_SFU_TABLES", empty.c_str(), 1);
   const auto bare = fb::find_sfu_set("hw-sm90");
-  if (old) ::setenv("FLASHBITS_SFU_TABLES", saved.c_str(), 1); else ::unsetenv("FLASHBITS_SFU_TABLES");
+  if (old)
+    ::setenv("FLASHBITS_SFU_TABLES", saved.c_str(), 1);
+  else
+    ::unsetenv("FLASHBITS_SFU_TABLES");
   REQUIRE(bare.has_value());
   for (const auto* member : {&bare->ex2, &bare->rcp, &bare->lg2}) {
     CHECK((*member)->kind() == fb::SfuKind::correct);
@@ -1490,7 +1534,8 @@ TEST_CASE("ex2_no_ftz_model_squares_the_half_argument_below_minus_126") {
     subnormal += want != 0.0f && std::fabs(want) < 0x1p-126f;
   }
   CHECK(subnormal > 100);
-  for (float x : {-126.0f, -1.0f, 0.0f, 3.5f, 127.9f, 0x1p-130f, -0x1p-130f}) CHECK(bits_of(nf->evaluate(x)) == bits_of(ftz->evaluate(x)));
+  for (float x : {-126.0f, -1.0f, 0.0f, 3.5f, 127.9f, 0x1p-130f, -0x1p-130f})
+    CHECK(bits_of(nf->evaluate(x)) == bits_of(ftz->evaluate(x)));
   CHECK(bits_of(nf->evaluate(-std::numeric_limits<float>::infinity())) == 0u);
   CHECK(std::isnan(nf->evaluate(std::numeric_limits<float>::quiet_NaN())));
   CHECK(bits_of(nf->evaluate(-149.0f)) == 0x00000001u);  // 2^-149: the smallest subnormal, kept
@@ -1520,7 +1565,8 @@ TEST_CASE("table_ex2_sign_magnitude_and_lg2_extended_round_trip_and_corrupted_fi
     const double ax = std::fabs(static_cast<double>(x));
     const auto fixed = static_cast<std::uint64_t>(std::floor(ax * 64));
     const int k = static_cast<int>(fixed / 64);
-    const std::uint32_t t = std::signbit(x) ? sm.negative_fraction_outputs[fixed % 64] : sm.fraction_outputs[fixed % 64];
+    const std::uint32_t t =
+        std::signbit(x) ? sm.negative_fraction_outputs[fixed % 64] : sm.fraction_outputs[fixed % 64];
     const double v = std::ldexp(static_cast<double>(float_of(t)), std::signbit(x) ? -k : k);
     const float want = x >= 128.0f || v >= 0x1p128 ? std::numeric_limits<float>::infinity()
                        : v < 0x1p-126              ? 0.0f
@@ -1587,7 +1633,7 @@ TEST_CASE("table_ex2_sign_magnitude_and_lg2_extended_round_trip_and_corrupted_fi
     const auto p2 = fb::load_table_model(pow2_path);
     CHECK(bits_of(p2->evaluate(1.0f)) == 0u);
     CHECK(bits_of(p2->evaluate(0.5f)) == 0xbf7ffffeu);
-    CHECK(bits_of(p2->evaluate(2.0f)) == 0x3f800000u);  // 1 + L toward zero is 1
+    CHECK(bits_of(p2->evaluate(2.0f)) == 0x3f800000u);       // 1 + L toward zero is 1
     CHECK(bits_of(p2->evaluate(0x1p-126f)) == 0xc2fbffffu);  // -126 + L: -(126 - 2^-17), as measured
   }
   bytes = read_bytes(path);

@@ -54,21 +54,21 @@ struct ExactInput {
   }
   cpp_rational as_rational() const {
     cpp_rational r = cpp_rational(cpp_int(significand));
-    if (exponent >= 0) r *= cpp_rational(cpp_int(1) << exponent);
-    else r /= cpp_rational(cpp_int(1) << -exponent);
+    if (exponent >= 0)
+      r *= cpp_rational(cpp_int(1) << exponent);
+    else
+      r /= cpp_rational(cpp_int(1) << -exponent);
     return negative ? -r : r;
   }
 };
 
-cpp_rational pow2(int e) {
-  return e >= 0 ? cpp_rational(cpp_int(1) << e) : cpp_rational(cpp_int(1), cpp_int(1) << -e);
-}
+cpp_rational pow2(int e) { return e >= 0 ? cpp_rational(cpp_int(1) << e) : cpp_rational(cpp_int(1), cpp_int(1) << -e); }
 
 // The neighbours of a value on a grid of spacing 2^ulp_exp, and the discarded
 // fraction, computed exactly.
 struct Neighbours {
-  cpp_rational down, up;   // in magnitude: |down| <= |x| < |up|
-  cpp_rational fraction;   // (|x| - |down|) / ulp, in [0, 1)
+  cpp_rational down, up;  // in magnitude: |down| <= |x| < |up|
+  cpp_rational fraction;  // (|x| - |down|) / ulp, in [0, 1)
 };
 Neighbours neighbours(const cpp_rational& x, int ulp_exp) {
   const cpp_rational ulp = pow2(ulp_exp);
@@ -123,9 +123,12 @@ Draws draw(const fb::Format& f, const ExactInput& x, const Neighbours& n, const 
       ++d.down;
     } else {
       const cpp_rational v = rational_of_double(fb::to_double(f, bits));
-      if (v == n.up) ++d.up, up_bits = bits, know_up = true;
-      else if (v == n.down) ++d.down, down_bits = bits, know_down = true;
-      else ++d.other;
+      if (v == n.up)
+        ++d.up, up_bits = bits, know_up = true;
+      else if (v == n.down)
+        ++d.down, down_bits = bits, know_down = true;
+      else
+        ++d.other;
     }
   }
   return d;
@@ -186,8 +189,8 @@ TEST_CASE("sr: the mean of many draws converges to the exact value") {
     // statistical resolution of 10^6 draws (~5e-4 ulp).
     const Draws d = draw(c.format, c.x, n, sr_spec(32, 777), draws);
     REQUIRE(d.other == 0);
-    const cpp_rational mean = (cpp_rational(cpp_int(d.up)) * n.up + cpp_rational(cpp_int(d.down)) * n.down) /
-                              cpp_rational(cpp_int(draws));
+    const cpp_rational mean =
+        (cpp_rational(cpp_int(d.up)) * n.up + cpp_rational(cpp_int(d.down)) * n.down) / cpp_rational(cpp_int(draws));
     const double ulp = static_cast<double>(pow2(c.ulp_exp));
     const double error_ulps = static_cast<double>(cpp_rational(mean - x)) / ulp;
     const double p = static_cast<double>(n.fraction);
@@ -283,7 +286,8 @@ struct StreamStatistics {
 double chi_square_256(const std::vector<std::uint64_t>& counts, std::uint64_t total) {
   const double expected = static_cast<double>(total) / 256.0;
   double chi2 = 0.0;
-  for (std::uint64_t c : counts) chi2 += (static_cast<double>(c) - expected) * (static_cast<double>(c) - expected) / expected;
+  for (std::uint64_t c : counts)
+    chi2 += (static_cast<double>(c) - expected) * (static_cast<double>(c) - expected) / expected;
   return chi2;
 }
 
@@ -325,9 +329,8 @@ TEST_CASE("sr stream: uniform low and high bytes, independent neighbours and see
   for (std::uint64_t seed : {0ull, 12345ull, 0xfedcba9876543210ull}) {
     for (std::uint64_t first : {std::uint64_t{1}, (std::uint64_t{1} << 32) - count / 2, std::uint64_t{7} << 40}) {
       const StreamStatistics s = stream_statistics(shipped_stream, seed, first, count);
-      INFO("seed " << seed << ", first position " << first << ": chi2 low " << s.low_byte << ", high "
-                   << s.high_byte << ", neighbours " << s.neighbours << ", seeds " << s.seeds << " (limit " << limit
-                   << ")");
+      INFO("seed " << seed << ", first position " << first << ": chi2 low " << s.low_byte << ", high " << s.high_byte
+                   << ", neighbours " << s.neighbours << ", seeds " << s.seeds << " (limit " << limit << ")");
       CHECK(s.low_byte < limit);
       CHECK(s.high_byte < limit);
       CHECK(s.neighbours < limit);
@@ -345,8 +348,8 @@ TEST_CASE("sr stream: uniform low and high bytes, independent neighbours and see
 }
 
 TEST_CASE("sr stream: stochastic_bits is the documented keyed hash, across 2^32 boundaries") {
-  // The definition documented in emu/rounding.hpp, spelled out here independently: SplitMix64's finaliser for the key, two keyed rounds of
-  // lowbias32 (constants from C. Wellons' hash-prospector) for the word.
+  // The definition documented in emu/rounding.hpp, spelled out here independently: SplitMix64's finaliser for the key,
+  // two keyed rounds of lowbias32 (constants from C. Wellons' hash-prospector) for the word.
   auto splitmix = [](std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

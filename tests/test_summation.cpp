@@ -44,9 +44,12 @@ double ref_value(const RefFormat& f, std::uint32_t bits) {
   const std::uint32_t e = (bits >> f.mbits) & ((1u << f.ebits) - 1u);
   const std::uint32_t m = bits & ((1u << f.mbits) - 1u);
   double v;
-  if (e == (1u << f.ebits) - 1u) v = m ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
-  else if (e == 0) v = std::ldexp(static_cast<double>(m), f.emin() - f.mbits);
-  else v = std::ldexp(static_cast<double>(m | (1u << f.mbits)), static_cast<int>(e) - f.bias - f.mbits);
+  if (e == (1u << f.ebits) - 1u)
+    v = m ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else if (e == 0)
+    v = std::ldexp(static_cast<double>(m), f.emin() - f.mbits);
+  else
+    v = std::ldexp(static_cast<double>(m | (1u << f.mbits)), static_cast<int>(e) - f.bias - f.mbits);
   return neg ? -v : v;
 }
 
@@ -134,11 +137,20 @@ struct Gen {
     const std::uint32_t m = static_cast<std::uint32_t>(rng()) & ((1u << f.mbits) - 1u);
     int e;
     switch (kind) {
-      case 0: return static_cast<std::uint32_t>(rng() & ((std::uint64_t{1} << (1 + f.ebits + f.mbits)) - 1u));  // anything
-      case 1: e = range(f.bias - 4, f.bias + 4); break;                        // overlapping
-      case 2: e = range(0, 3); break;                                          // subnormal region
-      case 3: e = range((1 << f.ebits) - 5, (1 << f.ebits) - 2); break;        // near overflow
-      default: e = range(0, (1 << f.ebits) - 2); break;                        // wide, finite
+      case 0:
+        return static_cast<std::uint32_t>(rng() & ((std::uint64_t{1} << (1 + f.ebits + f.mbits)) - 1u));  // anything
+      case 1:
+        e = range(f.bias - 4, f.bias + 4);
+        break;  // overlapping
+      case 2:
+        e = range(0, 3);
+        break;  // subnormal region
+      case 3:
+        e = range((1 << f.ebits) - 5, (1 << f.ebits) - 2);
+        break;  // near overflow
+      default:
+        e = range(0, (1 << f.ebits) - 2);
+        break;  // wide, finite
     }
     return sign | (static_cast<std::uint32_t>(e) << f.mbits) | m;
   }
@@ -152,10 +164,14 @@ bool same(const RefFormat& f, std::uint32_t got, double want) {
 enum class Algo { sequential, pairwise, kahan, fma_chain };
 const char* algo_name(Algo a) {
   switch (a) {
-    case Algo::sequential: return "sequential";
-    case Algo::pairwise: return "pairwise";
-    case Algo::kahan: return "kahan";
-    case Algo::fma_chain: return "fma-chain";
+    case Algo::sequential:
+      return "sequential";
+    case Algo::pairwise:
+      return "pairwise";
+    case Algo::kahan:
+      return "kahan";
+    case Algo::fma_chain:
+      return "fma-chain";
   }
   return "?";
 }
@@ -236,9 +252,8 @@ TEST_CASE("sequential, pairwise, Kahan and FMA-chain summation match MPFR step b
             ++failures;
             std::string xs;
             for (auto b : x) xs += std::to_string(b) + ",";
-            FAIL_CHECK(algo_name(algo) << " " << f->fb->name << " " << fb::to_string(mode.fb) << " x=" << xs
-                                       << " got " << got.bits << " want " << want << " ("
-                                       << ref_encode(*f, want) << ")");
+            FAIL_CHECK(algo_name(algo) << " " << f->fb->name << " " << fb::to_string(mode.fb) << " x=" << xs << " got "
+                                       << got.bits << " want " << want << " (" << ref_encode(*f, want) << ")");
           }
         }
       }
@@ -249,8 +264,8 @@ TEST_CASE("sequential, pairwise, Kahan and FMA-chain summation match MPFR step b
 TEST_CASE("exact accumulator: one rounding of the cpp_rational sum of values and products") {
   namespace mp = boost::multiprecision;
   const int cases = 20000 / test_scale_divisor();
-  const fb::Format* sources[] = {&fb::formats::fp32, &fb::formats::bf16, &fb::formats::fp16, &fb::formats::tf32,
-                                 &fb::formats::e4m3, &fb::formats::e5m2};
+  const fb::Format* sources[] = {&fb::formats::fp32, &fb::formats::bf16, &fb::formats::fp16,
+                                 &fb::formats::tf32, &fb::formats::e4m3, &fb::formats::e5m2};
   const RefFormat* outs[] = {&kFp32, &kBf16, &kFp16};
   Gen g(4242);
   mpfr_t x;
@@ -263,8 +278,10 @@ TEST_CASE("exact accumulator: one rounding of the cpp_rational sum of values and
     const bool cancel = g.range(0, 2) == 0;
     bool all_neg_zero = true, all_pos_zero = true;
     auto note = [&](const mp::cpp_rational& v, bool negative) {
-      if (v != 0) all_neg_zero = all_pos_zero = false;
-      else (negative ? all_pos_zero : all_neg_zero) = false;
+      if (v != 0)
+        all_neg_zero = all_pos_zero = false;
+      else
+        (negative ? all_pos_zero : all_neg_zero) = false;
     };
     for (int t = 0; t < terms; ++t) {
       // Finite values only here (specials are checked below); random widths and exponents.
@@ -289,8 +306,8 @@ TEST_CASE("exact accumulator: one rounding of the cpp_rational sum of values and
         const std::uint32_t m = layout & fmt.man_mask();
         const mp::cpp_int sig = e == 0 ? mp::cpp_int(m) : mp::cpp_int(m | (1u << fmt.man_bits));
         const int scale = (e == 0 ? 1 : static_cast<int>(e)) - fmt.bias - fmt.man_bits;
-        mp::cpp_rational r = scale >= 0 ? mp::cpp_rational(sig << scale)
-                                        : mp::cpp_rational(sig, mp::cpp_int(1) << -scale);
+        mp::cpp_rational r =
+            scale >= 0 ? mp::cpp_rational(sig << scale) : mp::cpp_rational(sig, mp::cpp_int(1) << -scale);
         return neg ? mp::cpp_rational(-r) : r;
       };
       auto sign_of = [](const fb::Format& fmt, std::uint32_t bits) {
@@ -334,8 +351,8 @@ TEST_CASE("exact accumulator: one rounding of the cpp_rational sum of values and
         }
         if (!same(*out, got.bits, want)) {
           ++failures;
-          FAIL_CHECK("case " << n << " into " << out->fb->name << " " << fb::to_string(mode.fb) << ": got "
-                             << got.bits << " want " << want);
+          FAIL_CHECK("case " << n << " into " << out->fb->name << " " << fb::to_string(mode.fb) << ": got " << got.bits
+                             << " want " << want);
         }
       }
     }

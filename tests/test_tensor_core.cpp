@@ -38,13 +38,15 @@ int test_scale_divisor() {
 struct RefFormat {
   const char* name;
   int ebits, mbits, bias;
-  bool fn;       // OCP E4M3: no inf, only S.1111.111 is NaN
-  int shift;     // stored left-shifted (tf32 in fp32's layout)
+  bool fn;    // OCP E4M3: no inf, only S.1111.111 is NaN
+  int shift;  // stored left-shifted (tf32 in fp32's layout)
 };
 constexpr RefFormat kRefFp32{"fp32", 8, 23, 127, false, 0};
 constexpr RefFormat kRefFp16{"fp16", 5, 10, 15, false, 0};
-const RefFormat kRefInputs[] = {{"bf16", 8, 7, 127, false, 0}, {"fp16", 5, 10, 15, false, 0},
-                                {"tf32", 8, 10, 127, false, 13}, {"e4m3", 4, 3, 7, true, 0},
+const RefFormat kRefInputs[] = {{"bf16", 8, 7, 127, false, 0},
+                                {"fp16", 5, 10, 15, false, 0},
+                                {"tf32", 8, 10, 127, false, 13},
+                                {"e4m3", 4, 3, 7, true, 0},
                                 {"e5m2", 5, 2, 15, false, 0}};
 
 enum class Cls { zero, finite, inf, nan };
@@ -110,7 +112,7 @@ std::uint32_t ref_round(const Big& s, int lsb, int p, int emin, int emax, int eb
     return sign | (static_cast<std::uint32_t>(exponent + bias) << (p - 1)) | (k - (1u << (p - 1)));
   }
   if (k == 0 && mode != RefMode::ieee_rne) return 0u;  // rounded to zero: +0 on the tensor cores
-  return sign | k;  // subnormal, or a signed zero (IEEE)
+  return sign | k;                                     // subnormal, or a signed zero (IEEE)
 }
 
 struct RefModel {
@@ -121,8 +123,8 @@ struct RefModel {
 float fp32_of(std::uint32_t b) { return std::bit_cast<float>(b); }
 
 // The reference fused dot: returns bits of the accumulator format (fp32 or fp16).
-std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bits,
-                      const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b) {
+std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bits, const std::vector<std::uint32_t>& a,
+                      const std::vector<std::uint32_t>& b) {
   const bool f16 = m.out == fb::DotOutput::fp16_rne;
   const RefFormat& acc = f16 ? kRefFp16 : kRefFp32;
   const std::uint32_t nan = f16 ? 0x7e00u : 0x7fc00000u;
@@ -141,10 +143,15 @@ std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bi
       const RefValue x = ref_decode(in, a[static_cast<std::size_t>(j)]);
       const RefValue y = ref_decode(in, b[static_cast<std::size_t>(j)]);
       const bool neg = x.neg != y.neg;
-      if (x.cls == Cls::nan || y.cls == Cls::nan) { nan_seen = true; continue; }
+      if (x.cls == Cls::nan || y.cls == Cls::nan) {
+        nan_seen = true;
+        continue;
+      }
       if (x.cls == Cls::inf || y.cls == Cls::inf) {
-        if (x.cls == Cls::zero || y.cls == Cls::zero) nan_seen = true;
-        else (neg ? ninf : pinf) = true;
+        if (x.cls == Cls::zero || y.cls == Cls::zero)
+          nan_seen = true;
+        else
+          (neg ? ninf : pinf) = true;
         continue;
       }
       if (x.cls == Cls::zero || y.cls == Cls::zero) {
@@ -190,10 +197,18 @@ std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bi
         d = all_neg_zero && m.out == fb::DotOutput::exact_rne ? 0x80000000u : 0u;
       } else {
         switch (m.out) {
-          case fb::DotOutput::fp32_rz: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::rz); break;
-          case fb::DotOutput::exact_rne: d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::ieee_rne); break;
-          case fb::DotOutput::fp16_rne: d = ref_round(sum, lsb, 11, -14, 15, 5, 15, RefMode::rne); break;
-          case fb::DotOutput::fp32_e8m13: d = ref_round(sum, lsb, 14, -126, 127, 8, 127, RefMode::rz) << 10; break;
+          case fb::DotOutput::fp32_rz:
+            d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::rz);
+            break;
+          case fb::DotOutput::exact_rne:
+            d = ref_round(sum, lsb, 24, -126, 127, 8, 127, RefMode::ieee_rne);
+            break;
+          case fb::DotOutput::fp16_rne:
+            d = ref_round(sum, lsb, 11, -14, 15, 5, 15, RefMode::rne);
+            break;
+          case fb::DotOutput::fp32_e8m13:
+            d = ref_round(sum, lsb, 14, -126, 127, 8, 127, RefMode::rz) << 10;
+            break;
         }
       }
     }
@@ -260,10 +275,18 @@ void random_case(Gen& g, const RefFormat& in, bool f16_acc, int per_step, std::u
   }
   // C: cancellation-friendly, wide, subnormal or special.
   switch (g.range(0, 5)) {
-    case 0: c = g.any(acc); break;
-    case 1: c = g.value(acc, acc.bias - 4, acc.bias + 4); break;
-    case 2: c = g.value(acc, 0, 1); break;
-    case 3: c = (g.bits(1) << (acc.ebits + acc.mbits)); break;  // signed zero
+    case 0:
+      c = g.any(acc);
+      break;
+    case 1:
+      c = g.value(acc, acc.bias - 4, acc.bias + 4);
+      break;
+    case 2:
+      c = g.value(acc, 0, 1);
+      break;
+    case 3:
+      c = (g.bits(1) << (acc.ebits + acc.mbits));
+      break;  // signed zero
     default: {
       // Minus the (double-rounded, deliberately approximate) sum of the products:
       // deep cancellation against C.
@@ -281,8 +304,10 @@ void random_case(Gen& g, const RefFormat& in, bool f16_acc, int per_step, std::u
         // nearest fp16 by truncating the float's fraction (fine for test inputs)
         const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
         const int e = static_cast<int>((u >> 23) & 0xff) - 127;
-        if (e < -14 || e > 15) c = (u >> 16) & 0x8000u;
-        else c = ((u >> 16) & 0x8000u) | (static_cast<std::uint32_t>(e + 15) << 10) | ((u >> 13) & 0x3ffu);
+        if (e < -14 || e > 15)
+          c = (u >> 16) & 0x8000u;
+        else
+          c = ((u >> 16) & 0x8000u) | (static_cast<std::uint32_t>(e + 15) << 10) | ((u >> 13) & 0x3ffu);
       } else {
         c = std::bit_cast<std::uint32_t>(f);
       }
@@ -368,9 +393,9 @@ TEST_CASE("every tensor-core preset matches the independent exact-integer refere
       }
       if (got != want || !float_ok) {
         ++failures;
-        FAIL_CHECK(std::string(model.name) << " " << std::string(model.input.name) << " " << describe_case(c, a, b)
-                                           << " got " << hex(got) << " want " << hex(want)
-                                           << (float_ok ? "" : " (float entry point differs)"));
+        FAIL_CHECK(std::string(model.name)
+                   << " " << std::string(model.input.name) << " " << describe_case(c, a, b) << " got " << hex(got)
+                   << " want " << hex(want) << (float_ok ? "" : " (float entry point differs)"));
       }
     }
   }
@@ -402,7 +427,7 @@ TEST_CASE("exact-rne equals the MPFR sum of products rounded once to fp32") {
       for (std::size_t i = 0; i < a.size(); ++i) {
         mpfr_set_flt(prod, to_float(in, a[i]), MPFR_RNDN);
         mpfr_set_flt(t, to_float(in, b[i]), MPFR_RNDN);
-        mpfr_mul(prod, prod, t, MPFR_RNDN);  // exact at 1400 bits
+        mpfr_mul(prod, prod, t, MPFR_RNDN);   // exact at 1400 bits
         mpfr_add(acc, acc, prod, MPFR_RNDN);  // exact: the range spans < 1400 bits
       }
       const float want = mpfr_get_flt(acc, MPFR_RNDN);
@@ -456,11 +481,13 @@ TEST_CASE("sm80 m16n8k16 is two chained k=8 steps; sm90-mma fuses 16 products") 
   Gen g(77);
   const RefFormat& in = ref_input("fp16");
   for (int n = 0; n < 2000; ++n) {
-    for (int i = 0; i < 16; ++i) a[static_cast<std::size_t>(i)] = g.value(in, 10, 20), b[static_cast<std::size_t>(i)] = g.value(in, 10, 20);
+    for (int i = 0; i < 16; ++i)
+      a[static_cast<std::size_t>(i)] = g.value(in, 10, 20), b[static_cast<std::size_t>(i)] = g.value(in, 10, 20);
     const std::uint32_t c = g.value(kRefFp32, 120, 134);
     const std::vector<std::uint32_t> a1(a.begin(), a.begin() + 8), b1(b.begin(), b.begin() + 8);
     const std::vector<std::uint32_t> a2(a.begin() + 8, a.end()), b2(b.begin() + 8, b.end());
-    const std::uint32_t two_steps = ref_dot({8, 24, fb::DotOutput::fp32_rz}, in, ref_dot({8, 24, fb::DotOutput::fp32_rz}, in, c, a1, b1), a2, b2);
+    const std::uint32_t two_steps =
+        ref_dot({8, 24, fb::DotOutput::fp32_rz}, in, ref_dot({8, 24, fb::DotOutput::fp32_rz}, in, c, a1, b1), a2, b2);
     REQUIRE(fb::fused_dot_bits(*sm80, c, a, b) == two_steps);
   }
 }
@@ -530,14 +557,14 @@ TEST_CASE("specials and signed zeros") {
   auto dot = [&](std::uint32_t c, std::vector<std::uint32_t> a, std::vector<std::uint32_t> b) {
     return fb::fused_dot_bits(*m, c, a, b);
   };
-  CHECK(dot(0u, {0x7f80u}, {0x0000u}) == 0x7fc00000u);                 // inf * 0
+  CHECK(dot(0u, {0x7f80u}, {0x0000u}) == 0x7fc00000u);                    // inf * 0
   CHECK(dot(0u, {0x7f80u, 0x7f80u}, {0x3f80u, 0xbf80u}) == 0x7fc00000u);  // inf - inf
-  CHECK(dot(0xff800000u, {0x7f80u}, {0x3f80u}) == 0x7fc00000u);          // C=-inf, +inf product
-  CHECK(dot(0u, {0x7f80u}, {0xbf80u}) == 0xff800000u);                   // -inf
-  CHECK(dot(0x7fc00001u, {0x3f80u}, {0x3f80u}) == 0x7fc00000u);          // NaN C, canonical NaN out
-  CHECK(dot(0x80000000u, {0x8000u}, {0x3f80u}) == 0x00000000u);          // -0 + (-0)*1: +0, not IEEE's -0
-  CHECK(dot(0x80000000u, {0x0000u}, {0x3f80u}) == 0x00000000u);          // -0 + 0 = +0
-  CHECK(dot(0x3f800000u, {0x3f80u}, {0xbf80u}) == 0x00000000u);          // 1 - 1 = +0
+  CHECK(dot(0xff800000u, {0x7f80u}, {0x3f80u}) == 0x7fc00000u);           // C=-inf, +inf product
+  CHECK(dot(0u, {0x7f80u}, {0xbf80u}) == 0xff800000u);                    // -inf
+  CHECK(dot(0x7fc00001u, {0x3f80u}, {0x3f80u}) == 0x7fc00000u);           // NaN C, canonical NaN out
+  CHECK(dot(0x80000000u, {0x8000u}, {0x3f80u}) == 0x00000000u);           // -0 + (-0)*1: +0, not IEEE's -0
+  CHECK(dot(0x80000000u, {0x0000u}, {0x3f80u}) == 0x00000000u);           // -0 + 0 = +0
+  CHECK(dot(0x3f800000u, {0x3f80u}, {0xbf80u}) == 0x00000000u);           // 1 - 1 = +0
   // A bf16 subnormal product keeps its value exactly: 2^-126 * 2^-7 ... C = 0.
   CHECK(dot(0u, {0x0001u}, {0x3f80u}) == 0x00010000u);
   // Overflow gives inf, also under RZ (Xie et al. 2025; measured on sm_90): the exact sum
@@ -592,15 +619,18 @@ TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step
       const double spread = fb::accumulator_format(m) == fb::formats::fp16 ? 5 : 12;
       auto draw = [&] {
         for (;;) {
-          const auto bits = static_cast<std::uint32_t>(rng()) & ((in.container_bits == 32 ? 0xffffffffu : (1u << in.container_bits) - 1u));
+          const auto bits = static_cast<std::uint32_t>(rng()) &
+                            ((in.container_bits == 32 ? 0xffffffffu : (1u << in.container_bits) - 1u));
           const double x = fb::to_double(in, bits);
-          if (std::isfinite(x) && (x == 0.0 || std::fabs(std::log2(std::fabs(x))) < spread)) return static_cast<float>(x);
+          if (std::isfinite(x) && (x == 0.0 || std::fabs(std::log2(std::fabs(x))) < spread))
+            return static_cast<float>(x);
         }
       };
       const int k = 1 + static_cast<int>(rng() % 70);
       std::vector<float> a(static_cast<std::size_t>(k)), b(static_cast<std::size_t>(k));
       for (int i = 0; i < k; ++i) a[static_cast<std::size_t>(i)] = draw(), b[static_cast<std::size_t>(i)] = draw();
-      const float c = static_cast<float>(std::ldexp(static_cast<double>(rng() % 2001) - 1000.0, -static_cast<int>(rng() % 20)));
+      const float c =
+          static_cast<float>(std::ldexp(static_cast<double>(rng() % 2001) - 1000.0, -static_cast<int>(rng() % 20)));
       fb::DotTrace recorded;
       const float d = fb::fused_dot(m, c, a.data(), b.data(), k, &recorded);
       fb::DotStepTally from_events, tallied;
@@ -618,7 +648,8 @@ TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step
       CHECK(tallied.ties == from_events.ties);
       CHECK(tallied.rounded_up == from_events.rounded_up);
       CHECK(tallied.rounded_down == from_events.rounded_down);
-      CHECK(std::bit_cast<std::uint64_t>(tallied.signed_error) == std::bit_cast<std::uint64_t>(from_events.signed_error));
+      CHECK(std::bit_cast<std::uint64_t>(tallied.signed_error) ==
+            std::bit_cast<std::uint64_t>(from_events.signed_error));
       // D - exact, with the exact sum in MPFR.
       mpfr_t exact, term;
       mpfr_init2(exact, 4096);

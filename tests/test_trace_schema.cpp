@@ -225,7 +225,8 @@ TEST_CASE("trace_builder_values_and_f64") {
   }
   CHECK(message == "trace builder: tensor 'q': format tf32 has no safetensors dtype");
 
-  CHECK_THROWS_WITH_AS(trace.bits("o"), "trace: tensor 'o' has dtype F64, which has no flashbits format; read it with values()",
+  CHECK_THROWS_WITH_AS(trace.bits("o"),
+                       "trace: tensor 'o' has dtype F64, which has no flashbits format; read it with values()",
                        fb::TraceError);
   CHECK_THROWS_WITH_AS(trace.tensor("dq"), "trace: no tensor 'dq' in this trace", fb::TraceError);
 }
@@ -249,11 +250,11 @@ TEST_CASE("trace_reads_hand_written_python_layout") {
   const Bytes data = {
       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,  // pos = -1
       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x00,  // pos = 2^53
-      0x00, 0x00, 0x80, 0x3f,              // lse = 1.0f
-      0xcd, 0x3d, 0x80, 0xbf,              // k = 0.10009765625, -1.0
-      0x01, 0x80, 0x7f, 0x7f,              // o = -2^-133, 0x7f7f (max finite bf16)
-      0xc0, 0x7f, 0x80, 0xff,              // q = NaN (7fc0), -inf (ff80)
-      0x00, 0x00, 0x49, 0x40,              // v = 0.0, 3.140625 (4049)
+      0x00, 0x00, 0x80, 0x3f,                          // lse = 1.0f
+      0xcd, 0x3d, 0x80, 0xbf,                          // k = 0.10009765625, -1.0
+      0x01, 0x80, 0x7f, 0x7f,                          // o = -2^-133, 0x7f7f (max finite bf16)
+      0xc0, 0x7f, 0x80, 0xff,                          // q = NaN (7fc0), -inf (ff80)
+      0x00, 0x00, 0x49, 0x40,                          // v = 0.0, 3.140625 (4049)
   };
   bytes.insert(bytes.end(), data.begin(), data.end());
   const fb::Trace trace = fb::parse_trace(bytes, "python.safetensors");
@@ -283,9 +284,10 @@ TEST_CASE("trace_integer_values_beyond_2_pow_53_are_refused") {
   fb::Safetensors file = full_builder(rng).to_safetensors();
   file.tensors.push_back({"big", fb::Dtype::U64, {1}, {1, 0, 0, 0, 0, 0, 0x20, 0}});  // 2^53 + 1
   const fb::Trace trace = fb::Trace::from_safetensors(file, "t");
-  CHECK_THROWS_WITH_AS(trace.values("big"),
-                       "t: tensor 'big': element 0 is an integer too large to be exact as a double; read its bytes instead",
-                       fb::TraceError);
+  CHECK_THROWS_WITH_AS(
+      trace.values("big"),
+      "t: tensor 'big': element 0 is an integer too large to be exact as a double; read its bytes instead",
+      fb::TraceError);
 }
 
 TEST_CASE("trace_validation_names_tensor_and_field") {
@@ -307,7 +309,8 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
       {"capitalised emulated", minimal_trace(R"({"source":"Emulated"})"), "got 'Emulated'"},
       {"o last dim", minimal_trace(ok_meta, "[1,1,2,3]"),
        "trace.safetensors: tensor 'o': shape [1,1,2,3] does not match q's [1,1,2,2] in the last dim (expected 2)"},
-      {"o rows", minimal_trace(ok_meta, "[1,1,3,2]"), "tensor 'o': shape [1,1,3,2] does not match q's [1,1,2,2] in the rows dim"},
+      {"o rows", minimal_trace(ok_meta, "[1,1,3,2]"),
+       "tensor 'o': shape [1,1,3,2] does not match q's [1,1,2,2] in the rows dim"},
       {"o heads", minimal_trace(ok_meta, "[1,3,1,2]"), "in the heads dim"},
       {"o rank", minimal_trace(ok_meta, "[6]"), "tensor 'o': shape [6] has rank 1; expected rank 4"},
       {"q dtype", minimal_trace(ok_meta, "[1,1,2,2]", "F32"), "tensor 'k': dtype BF16 differs from q's F32"},
@@ -362,8 +365,8 @@ TEST_CASE("trace_validation_of_optional_tensors") {
         "x.safetensors: tensor 'lse': shape [1,2,3,2] does not match q's [1,2,3,4] in the last dim (expected 1)");
   CHECK(error_with("lse", fb::Dtype::F32, {1, 2, 4}) ==
         "x.safetensors: tensor 'lse': shape [1,2,4] does not match q's [1,2,3,4] in the rows dim (expected 3)");
-  CHECK(error_with("lse", fb::Dtype::F32, {1, 2}).find("tensor 'lse': shape [1,2] has rank 2; expected [batch, heads, rows]") !=
-        std::string::npos);
+  CHECK(error_with("lse", fb::Dtype::F32, {1, 2})
+            .find("tensor 'lse': shape [1,2] has rank 2; expected [batch, heads, rows]") != std::string::npos);
   CHECK(error_with("lse", fb::Dtype::I32, {1, 2, 3}).find("tensor 'lse': dtype I32 is not a floating-point dtype") !=
         std::string::npos);
   CHECK(error_with("delta", fb::Dtype::F64, {1, 2, 3}) == "(no error)");
@@ -371,11 +374,13 @@ TEST_CASE("trace_validation_of_optional_tensors") {
         "x.safetensors: tensor 'dk': shape [1,2,3,4] does not match k's [1,2,5,4] in the rows dim (expected 5)");
   CHECK(error_with("v", fb::Dtype::BF16, {1, 2, 5, 3}).find("tensor 'v': shape [1,2,5,3] does not match k's") !=
         std::string::npos);
-  CHECK(error_with("k", fb::Dtype::BF16, {1, 2, 5, 3}).find("tensor 'k': shape [1,2,5,3] does not match q's [1,2,3,4] in the last dim") !=
+  CHECK(error_with("k", fb::Dtype::BF16, {1, 2, 5, 3})
+            .find("tensor 'k': shape [1,2,5,3] does not match q's [1,2,3,4] in the last dim") != std::string::npos);
+  CHECK(error_with("s", fb::Dtype::F32, {1, 2, 3, 4})
+            .find("tensor 's': shape [1,2,3,4] does not match q's [1,2,3,4] in the last dim (expected 5)") !=
         std::string::npos);
-  CHECK(error_with("s", fb::Dtype::F32, {1, 2, 3, 4}).find("tensor 's': shape [1,2,3,4] does not match q's [1,2,3,4] in the last dim (expected 5)") !=
+  CHECK(error_with("q", fb::Dtype::BF16, {1, 2, 3, 4, 1}).find("tensor 'q': shape [1,2,3,4,1] has rank 5") !=
         std::string::npos);
-  CHECK(error_with("q", fb::Dtype::BF16, {1, 2, 3, 4, 1}).find("tensor 'q': shape [1,2,3,4,1] has rank 5") != std::string::npos);
   CHECK(error_with("o", fb::Dtype::BF16, {}, true) ==
         "x.safetensors: missing required tensor 'o' (a trace always has q, k, v and o)");
   CHECK(error_with("extra_intermediate", fb::Dtype::I32, {9, 9}) == "(no error)");  // other names are kept
@@ -388,8 +393,8 @@ TEST_CASE("trace_validation_of_optional_tensors") {
   std::erase_if(zero.tensors, [](const fb::SafeTensor& t) {
     return t.name != "q" && t.name != "o" && t.name != "k" && t.name != "v";
   });
-  CHECK_THROWS_WITH_AS(fb::Trace::from_safetensors(zero, "z"), "z: tensor 'q': shape [1,2,0,4] has a dim outside [1, 2^31-1]",
-                       fb::TraceError);
+  CHECK_THROWS_WITH_AS(fb::Trace::from_safetensors(zero, "z"),
+                       "z: tensor 'q': shape [1,2,0,4] has a dim outside [1, 2^31-1]", fb::TraceError);
 }
 
 TEST_CASE("trace_source_distinguishes_hardware_from_emulated") {
@@ -412,7 +417,8 @@ TEST_CASE("trace_source_distinguishes_hardware_from_emulated") {
 
 TEST_CASE("trace_write_and_read_path") {
   std::mt19937_64 rng(12);
-  const auto path = std::filesystem::temp_directory_path() / ("fb_trace_" + std::to_string(::getpid()) + ".safetensors");
+  const auto path =
+      std::filesystem::temp_directory_path() / ("fb_trace_" + std::to_string(::getpid()) + ".safetensors");
   const fb::TraceBuilder builder = full_builder(rng);
   builder.write(path);
   const fb::Trace trace = fb::read_trace(path);

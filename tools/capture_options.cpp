@@ -20,8 +20,9 @@ std::vector<CLI::Option*> add_capture_options(CLI::App& app, CaptureOptionText& 
   added.push_back(
       app.add_option("--causal", t.causal, "true|false: causal masking of a capture that does not record it"));
   if (with_dtype)
-    added.push_back(app.add_option(
-        "--dtype", t.dtype, "format of q, k, v (bf16, fp16, ...); numpy files hold bf16 as uint16 and need --dtype bf16"));
+    added.push_back(
+        app.add_option("--dtype", t.dtype,
+                       "format of q, k, v (bf16, fp16, ...); numpy files hold bf16 as uint16 and need --dtype bf16"));
   added.push_back(app.add_option("--layout", t.layout,
                                  "auto|bhsd|bshd: [batch, heads, seq, dim] (PyTorch SDPA) or [batch, seq, heads, dim] "
                                  "(flash_attn); auto decides from the shapes and refuses an ambiguous capture "

@@ -101,8 +101,8 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
   }
   if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
     // Digits only (or digits e digits): a hex pattern and a decimal number at once.
-    throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" +
-                     s + " for the value");
+    throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
+                     " for the value");
   }
   std::string_view hex = text;
   if (prefixed) hex.remove_prefix(2);
@@ -112,10 +112,14 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
   std::uint64_t v = 0;
   for (char ch : hex) {
     int d;
-    if (ch >= '0' && ch <= '9') d = ch - '0';
-    else if (ch >= 'a' && ch <= 'f') d = ch - 'a' + 10;
-    else if (ch >= 'A' && ch <= 'F') d = ch - 'A' + 10;
-    else throw InputError(w + ": '" + s + "' is not a hex bit pattern (0x...) or a decimal value (+1, 1.5)");
+    if (ch >= '0' && ch <= '9')
+      d = ch - '0';
+    else if (ch >= 'a' && ch <= 'f')
+      d = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'F')
+      d = ch - 'A' + 10;
+    else
+      throw InputError(w + ": '" + s + "' is not a hex bit pattern (0x...) or a decimal value (+1, 1.5)");
     v = v * 16 + static_cast<std::uint64_t>(d);
   }
   const std::uint64_t container_limit = std::uint64_t{1} << f.container_bits;
@@ -223,16 +227,16 @@ int jobs_or_throw(long long jobs, std::string_view option) {
 
 void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim) {
   const std::string given = (batch != 1 ? "--batch " + std::to_string(batch) + " " : std::string()) +
-                            (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) +
-                            "--seqlen " + std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
-  if (batch < 1 || heads < 1 || seqlen < 1 || headdim < 1)
-    throw InputError(given + ": expected positive sizes");
+                            (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) + "--seqlen " +
+                            std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
+  if (batch < 1 || heads < 1 || seqlen < 1 || headdim < 1) throw InputError(given + ": expected positive sizes");
   // Multiply in long double: no overflow for any int sizes.
   const long double elements = static_cast<long double>(batch) * heads * seqlen * headdim;
   if (elements > static_cast<long double>(kMaxTensorElements)) {
     char count[64];
     std::snprintf(count, sizeof count, "%.0Lf", elements);
-    throw InputError(given + ": " + count + " elements per tensor, over the limit of 2^31 (2147483648); give a smaller --seqlen or --headdim");
+    throw InputError(given + ": " + count +
+                     " elements per tensor, over the limit of 2^31 (2147483648); give a smaller --seqlen or --headdim");
   }
   const long double bytes = elements * kBytesPerElement;
   if (bytes > static_cast<long double>(kMaxMemoryBytes)) {
@@ -424,9 +428,12 @@ int terminal_columns() {
 std::string duration_text(double seconds) {
   const long s = static_cast<long>(seconds + 0.5);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
 }
 }  // namespace
@@ -441,10 +448,12 @@ std::string progress_line(std::uint64_t done, std::uint64_t total, const std::st
   const int room = columns - 1 - static_cast<int>(counts.size()) - 3;  // "[" "] " and the cursor's column
   const int width = std::min(40, room);
   if (width < 5) return counts.substr(0, static_cast<std::size_t>(std::max(0, columns - 1)));
-  const int filled = total == 0 ? width : static_cast<int>(static_cast<double>(width) * static_cast<double>(done) /
-                                                           static_cast<double>(total));
-  return "[" + std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(width - filled), ' ') +
-         "] " + counts;
+  const int filled =
+      total == 0
+          ? width
+          : static_cast<int>(static_cast<double>(width) * static_cast<double>(done) / static_cast<double>(total));
+  return "[" + std::string(static_cast<std::size_t>(filled), '#') +
+         std::string(static_cast<std::size_t>(width - filled), ' ') + "] " + counts;
 }
 
 ProgressBar::ProgressBar(std::string unit, std::uint64_t total) : unit_(std::move(unit)), total_(total) {
@@ -459,8 +468,8 @@ ProgressBar::ProgressBar(std::string unit, std::uint64_t total) : unit_(std::mov
       const int columns = terminal_columns();
       const std::string line = progress_line(done, total_, unit_, elapsed, columns);
       // Clear what a longer previous line left, then draw.
-      std::cerr << "\r" << line << std::string(drawn_width_ > line.size() ? drawn_width_ - line.size() : 0, ' ')
-                << "\r" << line << std::flush;
+      std::cerr << "\r" << line << std::string(drawn_width_ > line.size() ? drawn_width_ - line.size() : 0, ' ') << "\r"
+                << line << std::flush;
       drawn_width_ = std::max(drawn_width_, line.size());
       drawn_ = true;
       if (stop_signal_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) return;

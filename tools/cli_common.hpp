@@ -56,7 +56,7 @@ struct SubcommandRegistration {
   }
 };
 #define FLASHBITS_SUBCOMMAND(ident, name, description, setup) \
-  static const ::fb::cli::SubcommandRegistration ident##_registration{name, description, setup}
+  static const ::fb::cli::SubcommandRegistration ident##_registration { name, description, setup }
 
 // ---- shared parsing helpers; each throws InputError naming what was wrong --------
 Format parse_format_or_throw(std::string_view text, std::string_view what);

@@ -43,11 +43,12 @@ void print_spread(const char* what, const attn::ValueSpread& s) {
 }
 
 void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
-  std::printf("%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
-              "       min detectable bias %.3g ulp  -> %s\n",
-              what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic,
-              attn::p_value_text(s.p_t).c_str(), s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
-              s.min_detectable, attn::stat_verdict(s, run_has_verdict).c_str());
+  std::printf(
+      "%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
+      "       min detectable bias %.3g ulp  -> %s\n",
+      what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic, attn::p_value_text(s.p_t).c_str(),
+      s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(), s.min_detectable,
+      attn::stat_verdict(s, run_has_verdict).c_str());
 }
 
 // --model mode: checks the options and resolves the models (the run checks nothing of them).
@@ -115,7 +116,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   if (r.paired) {
     print_stats("O", r.o, o.alpha, has_verdict);
     if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
-    std::cout << "(paired: " << o.model << " minus " << o.against << " on the same inputs and seed; O in ulps "
+    std::cout << "(paired: " << o.model << " minus " << o.against
+              << " on the same inputs and seed; O in ulps "
                  "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
                  "sum|dO*O|))\n";
   } else {
@@ -140,7 +142,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     if (!dm.empty()) print_spread("delta", attn::describe_values(dm));
   }
   if (r.no_verdict) {
-    std::cout << "non-finite output: " << r.non_finite_rows << " row(s) with a NaN or infinite output on finite inputs ("
+    std::cout << "non-finite output: " << r.non_finite_rows
+              << " row(s) with a NaN or infinite output on finite inputs ("
               << (r.from_traces ? "the captured kernel's o or delta" : "the model's O or delta")
               << "): no verdict; the statistics above leave those rows (trials) out\n";
     for (const std::string& w : r.non_finite_where) std::cout << "  " << w << "\n";
@@ -167,8 +170,10 @@ int run_bias_test(const BiasOptions& o) {
   }
   const attn::BiasReport report = attn::run_bias(run, hooks);
   progress.reset();  // clears its line before the report
-  if (o.json) std::cout << attn::bias_report_json(report, o.by_max).dump(2) << "\n";
-  else print_report(report, o);
+  if (o.json)
+    std::cout << attn::bias_report_json(report, o.by_max).dump(2) << "\n";
+  else
+    print_report(report, o);
   return report.biased || report.no_verdict ? kExitCheckFailed : kExitOk;
 }
 
@@ -178,9 +183,9 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
   app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
   auto* traces = app.add_option("--traces", o->traces,
-                                 "a trace or bare capture, or a directory of .safetensors/.npz ones (takes none of "
-                                 "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
-                                 "--dtype names a capture's format)");
+                                "a trace or bare capture, or a directory of .safetensors/.npz ones (takes none of "
+                                "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
+                                "--dtype names a capture's format)");
   auto* scenario = app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
   auto* trials = app.add_option("--trials", o->trials, "trials (default 32)");
   app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
@@ -193,8 +198,7 @@ Runner setup_bias_test(CLI::App& app) {
   // A trace run would ignore these silently; refuse them (exit 2, naming both options).
   for (CLI::Option* generator : {scenario, trials, seed, seqlen, headdim}) traces->excludes(generator);
   for (CLI::Option* statement : add_capture_options(app, o->capture, false, false)) statement->needs(traces);
-  app.add_flag("--by-max", o->by_max,
-               "also describe the errors grouped by each row's exact max score (descriptive)");
+  app.add_flag("--by-max", o->by_max, "also describe the errors grouped by each row's exact max score (descriptive)");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_bias_test(*o); };
 }

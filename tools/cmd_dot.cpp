@@ -47,8 +47,7 @@ std::vector<std::uint32_t> parse_list(const Format& f, const std::string& text, 
 
 DotRequest parse_dot_words(const std::vector<std::string>& words, const std::string& expected_model) {
   if (words.size() != 5) {
-    throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " +
-                     std::to_string(words.size()));
+    throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " + std::to_string(words.size()));
   }
   const std::string& name = words[0];
   if (!expected_model.empty() && name != expected_model) {
@@ -99,11 +98,11 @@ void print_trace(const DotTrace& t) {
                   s.first_product + s.terms - 2);
       continue;
     }
-    std::printf("step %zu: products %d..%d, largest exponent %d, F=%d, truncated %d term(s) by %.17g, "
-                "carry-out %s, normalisation shift %d, output residue %.17g\n",
-                i, s.first_product, s.first_product + s.terms - 2, s.largest_exponent, s.fraction_bits,
-                s.truncated_terms, s.truncated_value, s.carry_out ? "yes" : "no", s.normalisation_shift,
-                s.output_residue);
+    std::printf(
+        "step %zu: products %d..%d, largest exponent %d, F=%d, truncated %d term(s) by %.17g, "
+        "carry-out %s, normalisation shift %d, output residue %.17g\n",
+        i, s.first_product, s.first_product + s.terms - 2, s.largest_exponent, s.fraction_bits, s.truncated_terms,
+        s.truncated_value, s.carry_out ? "yes" : "no", s.normalisation_shift, s.output_residue);
   }
 }
 
@@ -112,8 +111,9 @@ int run_dot(const DotOptions& o) {
     if (!o.words.empty()) throw InputError("--batch takes no dot words on the command line");
     // A batch prints one D per line; a trace would break that one-to-one format.
     if (o.trace)
-      throw InputError("--batch and --trace cannot be combined (a batch prints one D per line; trace one "
-                       "line at a time)");
+      throw InputError(
+          "--batch and --trace cannot be combined (a batch prints one D per line; trace one "
+          "line at a time)");
     return run_batch(o);
   }
   if (o.words.empty()) throw InputError("give --batch FILE|- or the words MODEL INFMT C_HEX A1,... B1,...");
@@ -134,5 +134,8 @@ Runner setup_dot(CLI::App& app) {
 }
 
 }  // namespace
-FLASHBITS_SUBCOMMAND(dot, "dot", "Tensor-core fused dot products D = C + sum a_i*b_i, bit for bit (models not yet validated on hardware)", setup_dot);
+FLASHBITS_SUBCOMMAND(
+    dot, "dot",
+    "Tensor-core fused dot products D = C + sum a_i*b_i, bit for bit (models not yet validated on hardware)",
+    setup_dot);
 }  // namespace fb::cli

@@ -27,12 +27,11 @@ struct MakeTraceOptions {
 };
 
 std::vector<std::uint64_t> shape_of(const attn::Tensor4& t) {
-  return {static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads),
-          static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)};
+  return {static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads), static_cast<std::uint64_t>(t.rows),
+          static_cast<std::uint64_t>(t.cols)};
 }
 std::vector<std::uint64_t> row_shape(const attn::Tensor4& t) {
-  return {static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads),
-          static_cast<std::uint64_t>(t.rows)};
+  return {static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads), static_cast<std::uint64_t>(t.rows)};
 }
 
 int run_make_trace(const MakeTraceOptions& o) {
@@ -51,7 +50,8 @@ int run_make_trace(const MakeTraceOptions& o) {
     const bool o_unrounded = km.structure != attn::Structure::correctly_rounded &&
                              km.o_acc != attn::OAccumulator::mma_c && !km.o_buffer_format;
     if (o_unrounded)
-      throw InputError("--model " + o.model + ": its outputs are fp64 values, which a trace cannot hold (trace "
+      throw InputError("--model " + o.model +
+                       ": its outputs are fp64 values, which a trace cannot hold (trace "
                        "tensors are bf16, fp16, fp32, e4m3 or e5m2); measure it with bias-test or deviation instead");
   }
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
@@ -74,8 +74,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(o.headdim));
   attn::RunOptions opt;
   opt.seed = o.seed;
-  ProgressBar progress("rows",
-                       static_cast<std::uint64_t>(o.batch) * o.heads * o.seqlen * (o.backward ? 2 : 1));
+  ProgressBar progress("rows", static_cast<std::uint64_t>(o.batch) * o.heads * o.seqlen * (o.backward ? 2 : 1));
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
   progress.finish();
@@ -107,8 +106,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   if (in.d_o) {
     b.add_values("do", in_f, shape_of(*in.d_o), in.d_o->data);
     if (out.delta)
-      b.add_values("delta", model.recipe->delta_format.value_or(formats::fp32), row_shape(*out.delta),
-                   out.delta->data);
+      b.add_values("delta", model.recipe->delta_format.value_or(formats::fp32), row_shape(*out.delta), out.delta->data);
     if (out.dq) b.add_values("dq", out_f, shape_of(*out.dq), out.dq->data);
     if (out.dk) b.add_values("dk", out_f, shape_of(*out.dk), out.dk->data);
     if (out.dv) b.add_values("dv", out_f, shape_of(*out.dv), out.dv->data);
@@ -116,9 +114,9 @@ int run_make_trace(const MakeTraceOptions& o) {
   const std::vector<std::uint8_t> bytes = b.serialize(o.out);  // validated as the reader would
   write_output_file(o.out, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "the trace");
   std::cout << "wrote " << o.out << " (source emulated, model " << model.name << ", scenario " << o.scenario
-            << ", batch " << o.batch << ", heads " << o.heads << (kv_heads != o.heads ? " over kv heads " +
-            std::to_string(kv_heads) : std::string()) << ", seqlen " << o.seqlen << ", head dim " << o.headdim
-            << (in.d_o ? ", with backward" : "") << ")\n";
+            << ", batch " << o.batch << ", heads " << o.heads
+            << (kv_heads != o.heads ? " over kv heads " + std::to_string(kv_heads) : std::string()) << ", seqlen "
+            << o.seqlen << ", head dim " << o.headdim << (in.d_o ? ", with backward" : "") << ")\n";
   return kExitOk;
 }
 

@@ -43,8 +43,8 @@ Runner setup_merge(CLI::App& app) {
       ->required();
   app.add_option("--csv", o->csv, "write the merged rows as CSV (written whole: a temporary file renamed into place)");
   app.add_flag("--json", o->json, "print JSON instead of the table");
-  o->alpha_option = app.add_option("--alpha", o->alpha,
-                                   "significance level of the verdict, in (0, 1) (default: the shards' own)");
+  o->alpha_option =
+      app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default: the shards' own)");
   return [o] { return run_merge(*o); };
 }
 

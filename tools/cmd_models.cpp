@@ -29,16 +29,18 @@ struct ModelSection {
 
 std::string_view output_name(DotOutput o) {
   switch (o) {
-    case DotOutput::fp32_rz: return "fp32, normalise then RZ";
-    case DotOutput::fp16_rne: return "fp16, normalise then RNE";
-    case DotOutput::fp32_e8m13: return "fp32 truncated (RZ) to 13 fraction bits (e8m13)";
-    case DotOutput::exact_rne: return "fp32, exact sum then one RNE rounding";
+    case DotOutput::fp32_rz:
+      return "fp32, normalise then RZ";
+    case DotOutput::fp16_rne:
+      return "fp16, normalise then RNE";
+    case DotOutput::fp32_e8m13:
+      return "fp32 truncated (RZ) to 13 fraction bits (e8m13)";
+    case DotOutput::exact_rne:
+      return "fp32, exact sum then one RNE rounding";
   }
   return "?";
 }
-std::string_view zero_name(ZeroTermPolicy z) {
-  return z == ZeroTermPolicy::ignored ? "ignored" : "as-min-exponent";
-}
+std::string_view zero_name(ZeroTermPolicy z) { return z == ZeroTermPolicy::ignored ? "ignored" : "as-min-exponent"; }
 
 // ---- dot (tensor-core) models ------------------------------------------------------
 void print_dot_models(std::ostream& os) {
@@ -50,9 +52,9 @@ void print_dot_models(std::ostream& os) {
     const std::string step = m.products_per_step > 0 ? std::to_string(m.products_per_step) : "all";
     const std::string f = m.truncate_terms ? std::to_string(m.fraction_bits) : "-";
     std::snprintf(line, sizeof line, "%-18.*s %-5s %6s %3s %-48.*s %-10.*s\n", static_cast<int>(m.name.size()),
-                  m.name.data(), m.input.name, step.c_str(), f.c_str(),
-                  static_cast<int>(output_name(m.output).size()), output_name(m.output).data(),
-                  static_cast<int>(zero_name(m.zero_terms).size()), zero_name(m.zero_terms).data());
+                  m.name.data(), m.input.name, step.c_str(), f.c_str(), static_cast<int>(output_name(m.output).size()),
+                  output_name(m.output).data(), static_cast<int>(zero_name(m.zero_terms).size()),
+                  zero_name(m.zero_terms).data());
     os << line;
     os << "    source: " << m.source << "\n";
     if (!m.note.empty()) os << "    note: " << m.note << "\n";
@@ -95,16 +97,17 @@ constexpr SfuKindInfo kSfuKinds[] = {
      "correctly rounded fp32 (RNE) of the exact function after .ftz; NOT the hardware (ex2 ~2 ulp, rcp 1 ulp)", false},
     {SfuKind::table, "table", "values measured on a GPU and loaded from a table file; exact where the table covers",
      true},
-    {SfuKind::oracle, "oracle",
-     "values taken from a captured trace; unseen inputs fall back to `correct` (counted)", false},
+    {SfuKind::oracle, "oracle", "values taken from a captured trace; unseen inputs fall back to `correct` (counted)",
+     false},
 };
 
 void print_sfu_models(std::ostream& os) {
   os << "functions: ex2 rcp lg2 (MUFU, .ftz); exp(x) = ex2(fl32(x*log2 e)), log(x) = fl32(lg2(x)*ln 2)\n";
   for (const SfuKindInfo& k : kSfuKinds) {
     os << "  " << k.name << ": " << k.what << "\n";
-    os << "    status: " << (k.measured ? "measured on hardware by construction (per loaded table)"
-                                        : "unmeasured: reports using it say the SFU model is unmeasured")
+    os << "    status: "
+       << (k.measured ? "measured on hardware by construction (per loaded table)"
+                      : "unmeasured: reports using it say the SFU model is unmeasured")
        << "\n";
   }
 }
@@ -112,7 +115,9 @@ void print_sfu_models(std::ostream& os) {
 nlohmann::json sfu_models_json() {
   nlohmann::json arr = nlohmann::json::array();
   for (const SfuKindInfo& k : kSfuKinds) {
-    arr.push_back({{"kind", k.name}, {"description", k.what}, {"hardware_measured", k.measured},
+    arr.push_back({{"kind", k.name},
+                   {"description", k.what},
+                   {"hardware_measured", k.measured},
                    {"status", k.measured ? "measured (table)" : "unmeasured"}});
   }
   return arr;

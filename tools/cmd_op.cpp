@@ -40,8 +40,8 @@ int run_batch(const OpOptions& o) {
     const OpRequest req = parse_op_words(words, base);
     check_overflow_word(o, base, req);
     // The stochastic stream is keyed by the line's position in the batch.
-    const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
-                               req.operands[2], req.spec, line_no - 1);
+    const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1], req.operands[2],
+                               req.spec, line_no - 1);
     return hex_bits(req.format, r.bits) + ' ' + flags_string(r.flags);
   });
 }
@@ -50,8 +50,8 @@ int run_op(const OpOptions& o) {
   if (!o.batch.empty()) {
     if (!o.words.empty()) throw InputError("--batch takes no operation words on the command line");
     // Each batch line names its own format and rounding and prints one `BITS FLAGS` line.
-    const std::pair<const char*, bool> ignored[] = {{"--format", !o.format.empty()}, {"--round", !o.round.empty()},
-                                                    {"--json", o.json}, {"--explain", o.explain}};
+    const std::pair<const char*, bool> ignored[] = {
+        {"--format", !o.format.empty()}, {"--round", !o.round.empty()}, {"--json", o.json}, {"--explain", o.explain}};
     for (const auto& [name, given] : ignored)
       if (given)
         throw InputError(std::string("--batch and ") + name +
@@ -79,8 +79,8 @@ int run_op(const OpOptions& o) {
   }
   check_overflow_word(o, base, req);
   RoundingEvent ev;
-  const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1],
-                             req.operands[2], req.spec, o.position, &ev);
+  const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1], req.operands[2],
+                             req.spec, o.position, &ev);
   if (o.json) {
     nlohmann::json j;
     j["op"] = std::string(to_string(req.op));

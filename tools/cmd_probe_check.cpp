@@ -36,22 +36,24 @@ Runner setup_probe_check(CLI::App& app) {
   app.add_option("--predictions-out", args->options.predictions_out,
                  "write every case with D replaced by the model's output to FILE (source model-prediction:MODEL): "
                  "a rehearsal's stand-in for a GPU");
-  auto* per_batch = app.add_option("--sample-per-batch", args->options.sample_per_batch,
-                                   "cases per batch in --sample-out")
-                        ->check(CLI::PositiveNumber);
+  auto* per_batch =
+      app.add_option("--sample-per-batch", args->options.sample_per_batch, "cases per batch in --sample-out")
+          ->check(CLI::PositiveNumber);
   sample_out->needs(per_batch);
   per_batch->needs(sample_out);
-  app.add_option("--jobs", args->options.jobs, "replay threads, 1..1024 (default: the machine's cores, " + std::to_string(default_jobs()) +
-                     " here; results do not depend on it)")->check(CLI::Range(1u, 1024u));
+  app.add_option("--jobs", args->options.jobs,
+                 "replay threads, 1..1024 (default: the machine's cores, " + std::to_string(default_jobs()) +
+                     " here; results do not depend on it)")
+      ->check(CLI::Range(1u, 1024u));
   return [args] {
     // No output may overwrite the probe file it is cut from, nor another output.
     const gpu::ProbeCheckOptions& o = args->options;
     refuse_output_over_inputs("--mismatches-out", o.mismatches_out, {{"the probe file", args->file}});
     refuse_output_over_inputs("--sample-out", o.sample_out,
                               {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out}});
-    refuse_output_over_inputs("--predictions-out", o.predictions_out,
-                              {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out},
-                               {"--sample-out", o.sample_out}});
+    refuse_output_over_inputs(
+        "--predictions-out", o.predictions_out,
+        {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out}, {"--sample-out", o.sample_out}});
     return gpu::run_probe_check(args->file, o, std::cout, std::cerr);
   };
 }

@@ -47,7 +47,7 @@ struct ReplayOptions {
   std::vector<std::string> sfu_dumps;  // FUNC=FILE
   std::string sfu_record, sfu_values;
   std::string sfu_set = "auto";  // auto | model | a named SFU set
-  CaptureOptionText capture;      // --source, --scale, --causal, --dtype, --layout of a bare capture
+  CaptureOptionText capture;     // --source, --scale, --causal, --dtype, --layout of a bare capture
   int batch = -1, head = -1, row = -1;
   int feature = 0;  // --feature: the feature of O whose P·V accumulation --plot/--explain traces
   bool all = false, explain = false, json = false;
@@ -82,8 +82,8 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
   const RawTensor captured = trace.bits(name);
   const attn::Tensor4 shape = attn::tensor_from_trace(trace, name);
   if (shape.data.size() != recomputed.data.size())
-    throw TraceError(trace.source_name() + ": tensor " + name + ": expected " +
-                     std::to_string(recomputed.data.size()) + " elements, got " + std::to_string(shape.data.size()));
+    throw TraceError(trace.source_name() + ": tensor " + name + ": expected " + std::to_string(recomputed.data.size()) +
+                     " elements, got " + std::to_string(shape.data.size()));
   const Format& f = captured.format;
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
@@ -139,9 +139,9 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
           causal ? static_cast<std::size_t>(((m_block + 1) * tiles.block_m + block_n - 1) / block_n) : blocks;
       for (std::size_t e = 0; e < inner; ++e) {
         const std::uint32_t want = captured.bits[(slot * blocks + kb) * inner + e];
-        const std::optional<double> got = tile             ? value(*tile, e)
-                                          : kb < visited   ? std::optional<double>(empty)
-                                                           : std::optional<double>(std::nan(""));
+        const std::optional<double> got = tile           ? value(*tile, e)
+                                          : kb < visited ? std::optional<double>(empty)
+                                                         : std::optional<double>(std::nan(""));
         if (!got) continue;
         ++cmp.compared;
         std::uint32_t got_bits = 0;
@@ -161,9 +161,10 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
 
 void check_options(const ReplayOptions& o) {
   const bool row_given = o.row_option->count() > 0;
-  for (const auto& [name, value, given] : {std::tuple<const char*, int, bool>{"--batch", o.batch, o.batch_option->count() > 0},
-                                          {"--head", o.head, o.head_option->count() > 0},
-                                          {"--row", o.row, row_given}})
+  for (const auto& [name, value, given] :
+       {std::tuple<const char*, int, bool>{"--batch", o.batch, o.batch_option->count() > 0},
+        {"--head", o.head, o.head_option->count() > 0},
+        {"--row", o.row, row_given}})
     if (given && value < 0)
       throw InputError(std::string(name) + " " + std::to_string(value) +
                        ": expected a row coordinate >= 0 (leave --row out to compare every row)");
@@ -173,8 +174,8 @@ void check_options(const ReplayOptions& o) {
   if (o.plot_option->count() > 0 && o.plot.empty()) throw InputError("--plot: the output path is empty");
   if (o.feature_option->count() > 0 && o.plot.empty() && !o.explain)
     throw InputError("--feature: it selects the feature --plot/--explain traces; give one of them");
-  std::vector<std::pair<std::string, std::string>> inputs = {{"the trace", o.path}, {"--recipe", o.recipe},
-                                                             {"--sfu-values", o.sfu_values}};
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"the trace", o.path}, {"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}};
   for (const std::string& spec : o.sfu_dumps)
     if (const auto eq = spec.find('='); eq != std::string::npos) inputs.emplace_back("--sfu-dump", spec.substr(eq + 1));
   refuse_output_over_inputs("--plot", o.plot, inputs);
@@ -187,17 +188,16 @@ int run_replay(const ReplayOptions& o) {
   const Trace trace = load_capture({o.path}, capture_options_or_throw(o.capture));
   const TraceMetadata& md = trace.metadata();
   const std::string model_name = o.model.empty() ? md.model : o.model;
-  if (model_name.empty())
-    throw InputError(o.path + ": metadata key model is empty; give --model NAME");
+  if (model_name.empty()) throw InputError(o.path + ": metadata key model is empty; give --model NAME");
   const attn::AttentionInputs in = attn::inputs_from_trace(trace);
   attn::ModelHandle model;
   try {
     model = attn::parse_model_for_inputs(model_name, in.dtype);
   } catch (const std::invalid_argument& e) {
     // A model named by the trace's metadata is an error of the file: name it first.
-    throw InputError((o.model.empty() ? o.path + ": metadata model '" + model_name + "'"
-                                      : std::string("--model ") + model_name) +
-                     ": " + e.what());
+    throw InputError(
+        (o.model.empty() ? o.path + ": metadata model '" + model_name + "'" : std::string("--model ") + model_name) +
+        ": " + e.what());
   }
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with
@@ -214,10 +214,14 @@ int run_replay(const ReplayOptions& o) {
       const auto eq = spec.find('=');
       const std::string fn = spec.substr(0, eq);
       SpecialFunction f;
-      if (fn == "ex2") f = SpecialFunction::ex2;
-      else if (fn == "rcp") f = SpecialFunction::rcp;
-      else if (fn == "lg2") f = SpecialFunction::lg2;
-      else throw InputError("--sfu-dump " + spec + ": expected ex2=FILE, rcp=FILE or lg2=FILE");
+      if (fn == "ex2")
+        f = SpecialFunction::ex2;
+      else if (fn == "rcp")
+        f = SpecialFunction::rcp;
+      else if (fn == "lg2")
+        f = SpecialFunction::lg2;
+      else
+        throw InputError("--sfu-dump " + spec + ": expected ex2=FILE, rcp=FILE or lg2=FILE");
       if (eq == std::string::npos || eq + 1 == spec.size()) throw InputError("--sfu-dump " + spec + ": no FILE");
       try {
         recipe->sfu.model_for(f) = load_sfu_dump(spec.substr(eq + 1), f);
@@ -259,8 +263,9 @@ int run_replay(const ReplayOptions& o) {
     }
     model.recipe = std::move(recipe);
   }
-  if (o.row >= 0 && (o.row >= static_cast<int>(trace.rows()) || std::max(o.batch, 0) >= static_cast<int>(trace.batch()) ||
-                     std::max(o.head, 0) >= static_cast<int>(trace.heads())))
+  if (o.row >= 0 &&
+      (o.row >= static_cast<int>(trace.rows()) || std::max(o.batch, 0) >= static_cast<int>(trace.batch()) ||
+       std::max(o.head, 0) >= static_cast<int>(trace.heads())))
     throw InputError("--batch/--head/--row: outside the trace's shape");
   attn::RunOptions opt;
   if (auto it = trace.raw_metadata().find("seed"); it != trace.raw_metadata().end()) {
@@ -273,8 +278,8 @@ int run_replay(const ReplayOptions& o) {
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
   if (o.explain || !o.plot.empty()) {
     if (o.feature < 0 || static_cast<std::uint64_t>(o.feature) >= trace.head_dim())
-      throw InputError("--feature " + std::to_string(o.feature) + ": expected 0.." + std::to_string(trace.head_dim() - 1) +
-                       " (the head dim of " + trace.source_name() + ")");
+      throw InputError("--feature " + std::to_string(o.feature) + ": expected 0.." +
+                       std::to_string(trace.head_dim() - 1) + " (the head dim of " + trace.source_name() + ")");
     tracer.rows.push_back({tb, th, tr});
     tracer.plot_feature = o.feature;
     opt.tracer = &tracer;
@@ -303,8 +308,9 @@ int run_replay(const ReplayOptions& o) {
   const std::uint64_t rows_recomputed = progress.counter().load() / row_units;
   if (!o.sfu_record.empty()) {
     if (!attn::sfu_hardware_measured(*model.recipe))
-      throw InputError("--sfu-record: the SFU models are not all hardware tables (give --sfu-dump for each "
-                       "function the model evaluates): recorded values must be the hardware's");
+      throw InputError(
+          "--sfu-record: the SFU models are not all hardware tables (give --sfu-dump for each "
+          "function the model evaluates): recorded values must be the hardware's");
     SfuValues values;
     values.header["source"] = md.source.rfind("cuda:", 0) == 0 ? md.source : "cuda:unknown";
     values.header["trace"] = o.path;
@@ -339,13 +345,13 @@ int run_replay(const ReplayOptions& o) {
     const bool causal = in.causal;
     using Tile = attn::TileRecord;
     if (trace.has("trace_m"))
-      comparisons.push_back(compare_intermediate(trace, "trace_m", intermediate_rows, traced, tiles, causal, -INFINITY,
-                                                 [](const Tile& t, std::size_t) { return std::optional<double>(t.running_max); }));
+      comparisons.push_back(
+          compare_intermediate(trace, "trace_m", intermediate_rows, traced, tiles, causal, -INFINITY,
+                               [](const Tile& t, std::size_t) { return std::optional<double>(t.running_max); }));
     if (trace.has("trace_l_partial"))
-      comparisons.push_back(compare_intermediate(trace, "trace_l_partial", intermediate_rows, traced, tiles, causal, 0.0,
-                                                 [](const Tile& t, std::size_t e) {
-                                                   return e < 4 ? std::optional<double>(t.thread_sums[e]) : std::nullopt;
-                                                 }));
+      comparisons.push_back(compare_intermediate(
+          trace, "trace_l_partial", intermediate_rows, traced, tiles, causal, 0.0,
+          [](const Tile& t, std::size_t e) { return e < 4 ? std::optional<double>(t.thread_sums[e]) : std::nullopt; }));
     if (trace.has("trace_p"))
       comparisons.push_back(compare_intermediate(trace, "trace_p", intermediate_rows, traced, tiles, causal, 0.0,
                                                  [](const Tile& t, std::size_t e) {
@@ -353,10 +359,10 @@ int run_replay(const ReplayOptions& o) {
                                                    return std::optional<double>(e < t.p.size() ? t.p[e] : 0.0);
                                                  }));
     if (trace.has("trace_acc_o"))
-      comparisons.push_back(compare_intermediate(trace, "trace_acc_o", intermediate_rows, traced, tiles, causal, 0.0,
-                                                 [](const Tile& t, std::size_t e) {
-                                                   return e < t.acc.size() ? std::optional<double>(t.acc[e]) : std::nullopt;
-                                                 }));
+      comparisons.push_back(compare_intermediate(
+          trace, "trace_acc_o", intermediate_rows, traced, tiles, causal, 0.0, [](const Tile& t, std::size_t e) {
+            return e < t.acc.size() ? std::optional<double>(t.acc[e]) : std::nullopt;
+          }));
   }
   // The backward's outputs, whenever the trace holds them (the run computes them from dO).
   const std::pair<const char*, const std::optional<attn::Tensor4>*> gradients[] = {
@@ -376,8 +382,7 @@ int run_replay(const ReplayOptions& o) {
   const std::string source_line = provenance_text(md);
   const std::string sfu = model.recipe->sfu.describe();
   const bool sfu_measured = attn::sfu_hardware_measured(*model.recipe);  // the functions it evaluates
-  const std::string sfu_line =
-      "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
+  const std::string sfu_line = "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
   bool mismatch = oracle_fallbacks != 0;
   for (const auto& c : comparisons) mismatch |= !c.mismatches.empty();
 
@@ -395,8 +400,8 @@ int run_replay(const ReplayOptions& o) {
     // (FA2 visits KV tiles last to first) along the accumulation step, so the curve stays
     // cumulative, with the P-bar == 1 keys marked at the step that visited them.
     const bool increasing = std::is_sorted(order.begin(), order.end()) && order.size() == cum.size();
-    p.x_label = increasing ? "key index"
-                           : "accumulation step (the kernel's visiting order of keys; KV tiles last to first)";
+    p.x_label =
+        increasing ? "key index" : "accumulation step (the kernel's visiting order of keys; KV tiles last to first)";
     for (std::size_t i = 0; i < cum.size(); ++i) {
       p.xs.push_back(increasing ? order[i] : static_cast<double>(i));
       p.ys.push_back(cum[i]);
@@ -441,8 +446,7 @@ int run_replay(const ReplayOptions& o) {
       t["compared"] = c.compared;
       t["matching"] = c.matching;
       t["mismatches"] = nlohmann::ordered_json::array();
-      for (const auto& m : c.mismatches)
-      {
+      for (const auto& m : c.mismatches) {
         nlohmann::ordered_json mm;
         mm["index"] = {m.b, m.h, m.r, m.c};
         mm["captured"] = hex_bits(trace.bits(c.name).format, m.captured);
@@ -493,10 +497,11 @@ int run_replay(const ReplayOptions& o) {
           break;
         }
         char line[200];
-        std::snprintf(line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n",
-                      c.name.c_str(), m.b, m.h, m.r, m.c, hex_bits(trace.bits(c.name).format, m.captured).c_str(),
-                      m.recomputed_exact ? hex_bits(trace.bits(c.name).format, m.recomputed).c_str() : "(not representable)",
-                      m.ulps);
+        std::snprintf(
+            line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n", c.name.c_str(), m.b, m.h,
+            m.r, m.c, hex_bits(trace.bits(c.name).format, m.captured).c_str(),
+            m.recomputed_exact ? hex_bits(trace.bits(c.name).format, m.recomputed).c_str() : "(not representable)",
+            m.ulps);
         std::cout << line;
       }
     }

@@ -64,7 +64,7 @@ struct Config {
 // A grid cell's model, or why the model cannot run in that format.
 struct ResolvedModel {
   std::optional<attn::ModelHandle> model;
-  std::string label;        // the row's model column (a bare `standard` made explicit)
+  std::string label;         // the row's model column (a bare `standard` made explicit)
   std::string not_runnable;  // set when model is empty
 };
 
@@ -138,7 +138,7 @@ int run_sweep(const SweepOptions& o) {
           std::optional<ResolvedModel> baseline;
           // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
           if (!o.against.empty()) baseline = resolve_model(o.against, format, "rne", o.sr_bits);
-          const std::string& why = !resolved.model ? resolved.not_runnable
+          const std::string& why = !resolved.model                ? resolved.not_runnable
                                    : baseline && !baseline->model ? baseline->not_runnable
                                                                   : resolved.not_runnable;
           if (!why.empty()) {
@@ -250,8 +250,7 @@ Runner setup_sweep(CLI::App& app) {
                  "final cast of O: rne (each recipe's own) or rtz, rup, rdn, rna, rto, sr (+o-MODE), comma-separated");
   app.add_option("--model", o->models, "kernel models, comma-separated")->required();
   app.add_option("--scenario", o->scenarios, "scenarios, comma-separated (default sink)");
-  app.add_option("--against", o->against,
-                 "paired: each row is --model minus this model on the same inputs and seed");
+  app.add_option("--against", o->against, "paired: each row is --model minus this model on the same inputs and seed");
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)");
   app.add_option("--trials", o->trials, "trials per configuration (default 8)");

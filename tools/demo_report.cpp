@@ -44,16 +44,19 @@ void describe_event(std::ostream& os, const char* what, const RoundingEvent& ev,
   // The significand as bits: kept bits | round bit | what sticky covers.
   std::string bits;
   for (int i = 63; i >= 0 && 63 - i < kept_bits + 12; --i) {
-    if (63 - i == kept_bits) bits += " | ";
-    else if (63 - i == kept_bits + 1) bits += " ";
+    if (63 - i == kept_bits)
+      bits += " | ";
+    else if (63 - i == kept_bits + 1)
+      bits += " ";
     bits += ((ev.significand >> i) & 1) ? '1' : '0';
   }
   os << "      significand bits: " << bits << "...  (kept | round bit, then sticky region)\n";
   os << "      significand overflow: " << (ev.significand_overflow ? "yes (a same-sign add carried out a bit)" : "no")
      << ", round bit " << ev.round_bit << ", sticky " << ev.sticky_bit << (ev.tie ? ", exact tie" : "") << "\n";
   os << "      RNE decision: rounded "
-     << (ev.direction == RoundDirection::up ? "up (away from zero)"
-                                            : ev.direction == RoundDirection::down ? "down (toward zero)" : "exactly")
+     << (ev.direction == RoundDirection::up     ? "up (away from zero)"
+         : ev.direction == RoundDirection::down ? "down (toward zero)"
+                                                : "exactly")
      << ", error " << fmt("%+.3g", ev.error_ulps) << " ulp\n";
 }
 
@@ -101,8 +104,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // A model whose O is NaN or infinite on these finite inputs gets no verdict: say where.
   const std::vector<std::size_t> bad_base = attn::non_finite_rows(base.o);
   if (!bad_base.empty()) {
-    os << "2. No mechanism, no statistics: " << model.name << "'s O is non-finite in " << bad_base.size()
-       << " row(s) " << attn::describe_rows(bad_base, base.o.heads, base.o.rows)
+    os << "2. No mechanism, no statistics: " << model.name << "'s O is non-finite in " << bad_base.size() << " row(s) "
+       << attn::describe_rows(bad_base, base.o.heads, base.o.rows)
        << " (finite inputs).\n\nVerdict: none (the output is not finite everywhere).\n";
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }
@@ -232,6 +235,5 @@ int run_demo_report(std::ostream& os, const std::string& path) {
        << "capture from " << md.source << ".)\n";
   return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
 }
-
 
 }  // namespace fb::cli

@@ -11,9 +11,12 @@ namespace fb::cli {
 namespace {
 const char* direction_name(RoundDirection d) {
   switch (d) {
-    case RoundDirection::exact: return "exact";
-    case RoundDirection::up: return "away-from-zero";
-    case RoundDirection::down: return "toward-zero";
+    case RoundDirection::exact:
+      return "exact";
+    case RoundDirection::up:
+      return "away-from-zero";
+    case RoundDirection::down:
+      return "toward-zero";
   }
   return "?";
 }
@@ -37,7 +40,8 @@ nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev) {
   j["exact"] = {{"value", exact_value_string(ev)},
                 {"negative", ev.negative},
                 {"exponent", ev.exponent},
-                {"significand_hex", [&] {
+                {"significand_hex",
+                 [&] {
                    char b[24];
                    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(ev.significand));
                    return std::string(b);
@@ -49,8 +53,10 @@ nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev) {
   j["tie"] = ev.tie;
   j["direction"] = direction_name(ev.direction);
   j["rounding_carry"] = ev.rounding_carry;
-  if (std::isfinite(ev.error_ulps)) j["error_ulps"] = ev.error_ulps;
-  else j["error_ulps"] = ev.error_ulps > 0 ? "inf" : (ev.error_ulps < 0 ? "-inf" : "nan");
+  if (std::isfinite(ev.error_ulps))
+    j["error_ulps"] = ev.error_ulps;
+  else
+    j["error_ulps"] = ev.error_ulps > 0 ? "inf" : (ev.error_ulps < 0 ? "-inf" : "nan");
   j["flags"] = flags_string(ev.flags);
   if (ev.is_addition) {
     j["addition"] = {{"alignment_shift", ev.alignment_shift},
@@ -67,11 +73,13 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
   std::ostringstream o;
   if (ev.is_addition) {
     o << "addition: alignment shift " << ev.alignment_shift << " bits";
-    if (ev.exact_zero) o << "; exact cancellation to zero";
+    if (ev.exact_zero)
+      o << "; exact cancellation to zero";
     else if (ev.significand_overflow)
       o << "; SIGNIFICAND OVERFLOW: the aligned same-sign sum carried out, the exponent is one above "
            "the larger operand's and one more bit is shifted out";
-    else if (ev.cancellation_depth > 0) o << "; cancellation of " << ev.cancellation_depth << " leading bit(s)";
+    else if (ev.cancellation_depth > 0)
+      o << "; cancellation of " << ev.cancellation_depth << " leading bit(s)";
     o << "\n";
   }
   if (ev.significand == 0) {
@@ -93,9 +101,9 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
   o << "kept bits " << ev.kept_bits << " of precision " << f.precision()
     << (ev.kept_bits < f.precision() ? " (subnormal result)" : "") << "\n";
   o << "round bit " << ev.round_bit << ", sticky bit " << ev.sticky_bit << " -> "
-    << (ev.direction == RoundDirection::exact ? "exact"
-                                              : (ev.tie ? "a TIE" : (ev.round_bit ? "above the halfway point"
-                                                                                  : "below the halfway point")))
+    << (ev.direction == RoundDirection::exact
+            ? "exact"
+            : (ev.tie ? "a TIE" : (ev.round_bit ? "above the halfway point" : "below the halfway point")))
     << "\n";
   o << "mode " << to_string(spec.mode) << ": rounded " << direction_name(ev.direction);
   if (ev.rounding_carry) o << " (the carry ran into the exponent)";

@@ -65,8 +65,9 @@ std::string one_line(std::string text) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"flashbits: bit-exact low-precision floating point and FlashAttention rounding-bias "
-               "simulator"};
+  CLI::App app{
+      "flashbits: bit-exact low-precision floating point and FlashAttention rounding-bias "
+      "simulator"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   app.set_version_flag("--version", std::string("flashbits ") + FLASHBITS_VERSION, "Print the version and exit");
@@ -113,8 +114,8 @@ int run(int argc, char** argv) {
         break;
       }
     }
-    std::cerr << "error: " << where << fb::cli::shorten_echoes(message) << " (see `flashbits " << (sub ? sub->get_name() + " " : "")
-              << "--help`)\n";
+    std::cerr << "error: " << where << fb::cli::shorten_echoes(message) << " (see `flashbits "
+              << (sub ? sub->get_name() + " " : "") << "--help`)\n";
     return fb::cli::kExitBadInput;
   }
   try {

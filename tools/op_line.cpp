@@ -6,8 +6,8 @@ namespace fb::cli {
 void parse_operands(OpRequest& req, const std::vector<std::string>& words) {
   const int needed = operand_count(req.op);
   if (static_cast<int>(words.size()) != needed) {
-    throw InputError(std::string(to_string(req.op)) + " takes " + std::to_string(needed) +
-                     " operand" + (needed > 1 ? "s" : "") + ", got " + std::to_string(words.size()));
+    throw InputError(std::string(to_string(req.op)) + " takes " + std::to_string(needed) + " operand" +
+                     (needed > 1 ? "s" : "") + ", got " + std::to_string(words.size()));
   }
   if (req.op == OpKind::cvt) {
     const std::string& w = words[0];
@@ -32,8 +32,8 @@ OpRequest parse_op_words(const std::vector<std::string>& words_in, const Roundin
     words.pop_back();
   }
   if (words.size() < 4) {
-    throw InputError("expected 'OP FORMAT ROUND A [B [C]] [satfinite]', got " +
-                     std::to_string(words_in.size()) + " word(s)");
+    throw InputError("expected 'OP FORMAT ROUND A [B [C]] [satfinite]', got " + std::to_string(words_in.size()) +
+                     " word(s)");
   }
   if (!parse_op(words[0], req.op)) {
     throw InputError("unknown operation '" + words[0] + "' (expected add sub mul div fma sqrt cvt)");

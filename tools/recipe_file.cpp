@@ -71,8 +71,8 @@ std::optional<Format> stage_format(const std::string& path, const std::string& f
     if (f.emin() < input.emin() || f.emax() > input.emax())
       fail(path, field,
            value + "'s exponent range [" + std::to_string(f.emin()) + ", " + std::to_string(f.emax()) +
-               "] is outside that of the P·V tensor-core dot's input format " + std::string(input.name) +
-               " [" + std::to_string(input.emin()) + ", " + std::to_string(input.emax()) + "]");
+               "] is outside that of the P·V tensor-core dot's input format " + std::string(input.name) + " [" +
+               std::to_string(input.emin()) + ", " + std::to_string(input.emax()) + "]");
   }
   return f;
 }
@@ -139,8 +139,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
         known += (known.empty() ? "" : ", ") + std::string(s.name);
       }
       if (!stage) fail(path, field, "unknown stage (known: " + known + ")");
-      if (!stage->used(*model.recipe))
-        fail(path, field, model.name + " does not use this stage (" + stage->what + ")");
+      if (!stage->used(*model.recipe)) fail(path, field, model.name + " does not use this stage (" + stage->what + ")");
       const std::string text = string_member(path, field, value);
       (*recipe).*(stage->member) =
           stage_format(path, field, text, name == std::string("p_cast") ? &model.recipe->pv_dot : nullptr);
@@ -174,7 +173,8 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
       }
       note("sfu=" + text);
     } else if (!sfu.is_object() || sfu.empty()) {
-      fail(path, "sfu", "expected the name of an SFU set (" + set_names() + ") or a non-empty object of function: table");
+      fail(path, "sfu",
+           "expected the name of an SFU set (" + set_names() + ") or a non-empty object of function: table");
     }
     static const nlohmann::json kNoFunctions = nlohmann::json::object();
     const nlohmann::json& functions = sfu.is_object() ? sfu : kNoFunctions;
@@ -186,8 +186,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
       if (!function) fail(path, field, "unknown function (ex2, rcp, lg2)");
       const SpecialFunction f = *function;
       std::shared_ptr<const SpecialFunctionModel>& slot = recipe->sfu.model_for(f);
-      if (!attn::uses_special_function(*model.recipe, f))
-        fail(path, field, model.name + " does not evaluate " + name);
+      if (!attn::uses_special_function(*model.recipe, f)) fail(path, field, model.name + " does not evaluate " + name);
       const std::string text = string_member(path, field, value);
       if (text == "correct") {
         slot = make_correct_model(f);
@@ -206,7 +205,8 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
           fail(path, field, e.what());
         }
         if (loaded->function() != f)
-          fail(path, field, table.string() + " is a table of " + std::string(to_string(loaded->function())) + ", not " + name);
+          fail(path, field,
+               table.string() + " is a table of " + std::string(to_string(loaded->function())) + ", not " + name);
         slot = std::move(loaded);
       }
       note(name + "=" + text);

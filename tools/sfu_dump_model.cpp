@@ -22,7 +22,11 @@ class DumpModel final : public SpecialFunctionModel {
  public:
   DumpModel(SpecialFunction f, std::string path, std::string source, const std::uint32_t* outputs, void* map,
             std::size_t map_bytes)
-      : function_(f), path_(std::move(path)), source_(std::move(source)), outputs_(outputs), map_(map),
+      : function_(f),
+        path_(std::move(path)),
+        source_(std::move(source)),
+        outputs_(outputs),
+        map_(map),
         map_bytes_(map_bytes) {}
   ~DumpModel() override { munmap(map_, map_bytes_); }
   DumpModel(const DumpModel&) = delete;
@@ -56,7 +60,7 @@ std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, Spe
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   const int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) fail("cannot open for reading");
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) {
     close(fd);
     fail("cannot stat");
@@ -82,7 +86,8 @@ std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, Spe
     if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
   }
   std::string error;
-  if (!magic_ok) error = "not an FBSFUDUMP1 file";
+  if (!magic_ok)
+    error = "not an FBSFUDUMP1 file";
   else if (kv["function"] != to_string(expected))
     error = "function: '" + kv["function"] + "', expected '" + std::string(to_string(expected)) + "'";
   else if (kv["source"].rfind("cuda:", 0) != 0)

@@ -90,7 +90,8 @@ SfuValues read_sfu_values(const std::string& path) {
       std::string fn_part, count_part;
       s >> fn_part >> count_part;
       SpecialFunction fn;
-      if (!parse_function(fn_part.substr(9), fn)) fail(path, "function", "'" + fn_part.substr(9) + "' is not ex2, rcp or lg2");
+      if (!parse_function(fn_part.substr(9), fn))
+        fail(path, "function", "'" + fn_part.substr(9) + "' is not ex2, rcp or lg2");
       if (count_part.rfind("count=", 0) != 0) fail(path, "function " + fn_part.substr(9), "missing count=N");
       std::uint64_t n = 0;
       try {
@@ -115,7 +116,8 @@ SfuValues read_sfu_values(const std::string& path) {
   std::uint64_t need = 0;
   for (const auto& o : order) need += o.second * 8;
   if (data.size() - pos != need)
-    fail(path, "pairs", std::to_string(data.size() - pos) + " bytes after the header, expected " + std::to_string(need));
+    fail(path, "pairs",
+         std::to_string(data.size() - pos) + " bytes after the header, expected " + std::to_string(need));
   auto u32 = [&](std::size_t at) {
     std::uint32_t w = 0;
     for (int b = 0; b < 4; ++b) w |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);

@@ -27,18 +27,24 @@ double tick_step(double span, int count) {
 std::string num(double v) {
   char buf[40];
   if (std::fabs(v) < 1e-300) v = 0.0;
-  if (v == std::floor(v) && std::fabs(v) < 1e12) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.4g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e12)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
 }
 
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -109,8 +115,8 @@ void write_line_plot(const std::string& path, const LinePlot& plot) {
   s << "\"/>\n";
   s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << height - 22 << "\" text-anchor=\"middle\">"
-    << escape(p.x_label) << "</text>\n";
+  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << height - 22 << "\" text-anchor=\"middle\">" << escape(p.x_label)
+    << "</text>\n";
   s << "<text transform=\"translate(24," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
     << escape(p.y_label) << "</text>\n";
   // legend

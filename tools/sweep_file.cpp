@@ -138,7 +138,8 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
 
 SweepFile read_sweep_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   std::stringstream buf;
@@ -208,7 +209,8 @@ SweepFile read_sweep_file(const std::string& path) {
     }
     const auto f = split_csv(line);
     if (f.size() != kCsvColumns)
-      throw InputError(where + ": expected " + std::to_string(kCsvColumns) + " columns, got " + std::to_string(f.size()));
+      throw InputError(where + ": expected " + std::to_string(kCsvColumns) + " columns, got " +
+                       std::to_string(f.size()));
     SweepRow s;
     s.index = to_int(f[0], where + " column index");
     s.format = f[1];
@@ -246,8 +248,9 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
   if (files.empty()) throw InputError("merge: no shard files");
   for (const auto& [path, file] : files)
     if (!file.run)
-      throw InputError(path + ": no run record (the sweep's parameters, seed and shard: a file written by an older "
-                              "flashbits, or truncated); rerun that sweep shard");
+      throw InputError(path +
+                       ": no run record (the sweep's parameters, seed and shard: a file written by an older "
+                       "flashbits, or truncated); rerun that sweep shard");
   const std::string& first_path = files.front().first;
   const SweepRun& first = *files.front().second.run;
   // Every parameter the rows depend on must agree.
@@ -289,8 +292,7 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
   std::vector<const std::string*> shard_file(static_cast<std::size_t>(first.shard_n), nullptr);
   for (const auto& [path, file] : files) {
     const std::string*& seen = shard_file[static_cast<std::size_t>(file.run->shard_k - 1)];
-    if (seen)
-      throw InputError(path + ": shard " + file.run->shard_text() + " is given twice (also " + *seen + ")");
+    if (seen) throw InputError(path + ": shard " + file.run->shard_text() + " is given twice (also " + *seen + ")");
     seen = &path;
   }
   for (int k = 1; k <= first.shard_n; ++k)
@@ -326,8 +328,10 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
         if (v < 0 || v > row.trials)
           throw InputError(where + ": " + name + " " + std::to_string(v) + " is outside 0..trials");
       for (const auto& [name, v] : {std::pair<const char*, long long>{"elements", row.elements},
-                                    {"sig_overflows", row.sig_overflows}, {"ties", row.ties},
-                                    {"rounded_up", row.rounded_up}, {"rounded_down", row.rounded_down}})
+                                    {"sig_overflows", row.sig_overflows},
+                                    {"ties", row.ties},
+                                    {"rounded_up", row.rounded_up},
+                                    {"rounded_down", row.rounded_down}})
         if (v < 0) throw InputError(where + ": " + name + " " + std::to_string(v) + " is negative");
       if (!index_seen.insert(row.index).second)
         throw InputError(where + ": configuration " + row.configuration() + " appears twice");

@@ -68,10 +68,10 @@ std::string SweepRow::configuration() const {
 namespace {
 
 struct Derived {
-  attn::BiasStatistics o, d;          // error against exact
-  attn::BiasStatistics cr_o, cr_d;    // the correctly rounded reference's error
-  attn::BiasStatistics ex_o, ex_d;    // excess: error minus the reference's
-  bool has_reference = false;         // false for paired (A-vs-B) rows
+  attn::BiasStatistics o, d;        // error against exact
+  attn::BiasStatistics cr_o, cr_d;  // the correctly rounded reference's error
+  attn::BiasStatistics ex_o, ex_d;  // excess: error minus the reference's
+  bool has_reference = false;       // false for paired (A-vs-B) rows
   double rms = 0;
   std::string verdict, verdict_from;
 };
@@ -175,8 +175,8 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
   os << kCsvHeader << "\n";
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, alpha);
-    os << r.index << "," << r.format << "," << r.round << "," << r.model << "," << r.scenario << "," << r.seqlen
-       << "," << r.headdim << "," << r.trials;
+    os << r.index << "," << r.format << "," << r.round << "," << r.model << "," << r.scenario << "," << r.seqlen << ","
+       << r.headdim << "," << r.trials;
     for (const NamedMoments& m : kTrialMoments) os << "," << moments_csv(r.*m.member);
     os << "," << r.elements << "," << exact_text(r.sq_sum) << "," << exact_text(r.max_abs) << "," << r.sig_overflows
        << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << "," << r.ref_trials;
@@ -186,8 +186,7 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
        << "," << (x.has_reference ? short_text(x.ex_o.p_t) : "") << "," << short_text(x.d.mean) << ","
        << short_text(x.d.p_t) << "," << (x.has_reference ? short_text(x.cr_d.mean) : "") << ","
        << (x.has_reference ? short_text(x.ex_d.mean) : "") << "," << (x.has_reference ? short_text(x.ex_d.p_t) : "")
-       << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict_from << "," << x.verdict
-       << "\n";
+       << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict_from << "," << x.verdict << "\n";
   }
   // Last, so that a truncated file has no run record and merge refuses it.
   os << kRunPrefix << run_json(run).dump() << "\n";
@@ -258,8 +257,10 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
     write_csv(out, rows, run);
     write_output_file(csv_path, out.str(), "the CSV");
   }
-  if (json) write_json(std::cout, rows, run);
-  else write_table(std::cout, rows, run.alpha);
+  if (json)
+    write_json(std::cout, rows, run);
+  else
+    write_table(std::cout, rows, run.alpha);
   // A row whose verdict is "biased" is a failed check (exit 1), as in bias-test.
   for (const SweepRow& r : rows)
     if (derive(r, run.alpha).verdict == "biased") return kExitCheckFailed;

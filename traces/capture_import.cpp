@@ -60,8 +60,7 @@ void reinterpret_bit_patterns(Safetensors& file, const std::optional<Format>& dt
     if (dtype_is_floating(t.dtype)) continue;
     const std::size_t width = dtype_size(t.dtype);
     const std::optional<Dtype> target = dtype ? dtype_of_format(*dtype) : std::nullopt;
-    const bool fits = target && dtype_size(*target) == width && t.dtype != Dtype::BOOL &&
-                      (width == 1 || width == 2);
+    const bool fits = target && dtype_size(*target) == width && t.dtype != Dtype::BOOL && (width == 1 || width == 2);
     if (!fits)
       fail(source, "tensor " + quoted_name(t.name) + " is " + std::string(dtype_name(t.dtype)) +
                        (dtype ? ", which does not hold " + std::string(dtype->name) + " bit patterns"
@@ -179,8 +178,9 @@ void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view so
   merge_option(m, trace_keys::dtype, o.dtype, o.dtype ? o.dtype->name : "", "--dtype", parse_trace_dtype, source);
   const auto src = m.find(std::string(trace_keys::source));
   if (src == m.end())
-    fail(source, "the capture does not say where it came from: pass --source cuda:<gpu> (a hardware capture), "
-                 "--source emulated or --source unknown");
+    fail(source,
+         "the capture does not say where it came from: pass --source cuda:<gpu> (a hardware capture), "
+         "--source emulated or --source unknown");
   if (o.source && !is_valid_source(*o.source))
     fail(source, "--source " + quoted_name(*o.source) + ": expected cuda:<gpu>, emulated or unknown");
 }
@@ -232,7 +232,8 @@ Trace import_capture(const std::vector<std::filesystem::path>& paths, const Capt
   reinterpret_bit_patterns(file, options.dtype, source);
   if (decide_layout(file, options, source) == CaptureLayout::bshd)
     for (SafeTensor& t : file.tensors)
-      if (t.shape.size() == 4 && std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) != kSequenceMajor.end())
+      if (t.shape.size() == 4 &&
+          std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) != kSequenceMajor.end())
         transpose_sequence_major(t);
   merge_metadata(file, options, source);
   return Trace::from_safetensors(std::move(file), source);

@@ -53,9 +53,7 @@ struct CaptureOptions {
   std::optional<Format> dtype;  // the format of q, k, v (and how integer arrays are read)
   CaptureLayout layout = CaptureLayout::automatic;
 
-  bool any() const {
-    return source || model || softmax_scale || causal || dtype || layout != CaptureLayout::automatic;
-  }
+  bool any() const { return source || model || softmax_scale || causal || dtype || layout != CaptureLayout::automatic; }
 };
 
 // Reads one capture: a single .safetensors or .npz file, or one or more .npy files, or a

@@ -74,7 +74,10 @@ class HeaderDict {
     skip();
     if (i_ != s_.size()) fail(source_, "header: text after the closing '}'");
     if (!seen_descr || !seen_order || !seen_shape)
-      fail(source_, std::string("header: missing key '") + (!seen_descr ? "descr" : !seen_order ? "fortran_order" : "shape") +
+      fail(source_, std::string("header: missing key '") +
+                        (!seen_descr   ? "descr"
+                         : !seen_order ? "fortran_order"
+                                       : "shape") +
                         "'");
     return out;
   }
@@ -117,7 +120,8 @@ class HeaderDict {
       std::uint64_t v = 0;
       while (std::isdigit(static_cast<unsigned char>(peek()))) {
         const std::uint64_t digit = static_cast<std::uint64_t>(s_[i_++] - '0');
-        if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) fail(source_, "header: a 'shape' dim overflows");
+        if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10)
+          fail(source_, "header: a 'shape' dim overflows");
         v = v * 10 + digit;
       }
       dims.push_back(v);
@@ -270,7 +274,8 @@ std::vector<Member> central_directory(std::span<const std::uint8_t> b, std::stri
     while (e + 4 <= e_end) {
       const std::uint16_t id = static_cast<std::uint16_t>(little(b, e, 2));
       const std::size_t len = little(b, e + 2, 2);
-      if (e + 4 + len > e_end) fail(source, "ZIP member " + quoted_name(m.name) + ": an extra field runs past its entry");
+      if (e + 4 + len > e_end)
+        fail(source, "ZIP member " + quoted_name(m.name) + ": an extra field runs past its entry");
       if (id == 0x0001) {
         std::size_t f = e + 4;
         for (std::uint64_t* field : {&m.uncompressed, &m.compressed, &m.local_offset}) {
@@ -323,7 +328,8 @@ SafeTensor parse_npy(std::span<const std::uint8_t> b, std::string_view name, std
   const std::uint8_t* p = b.data() + data_begin + header_len;
   t.bytes.assign(p, p + data);
   if (type.swap)
-    for (std::size_t i = 0; i < t.bytes.size(); i += size) std::reverse(t.bytes.begin() + i, t.bytes.begin() + i + size);
+    for (std::size_t i = 0; i < t.bytes.size(); i += size)
+      std::reverse(t.bytes.begin() + i, t.bytes.begin() + i + size);
   return t;
 }
 

@@ -73,8 +73,7 @@ std::string describe_json(const nlohmann::json& value) {
   if (value.is_structured() && value.size() <= 4) {
     small = true;
     for (const auto& item : value) {
-      small = small && !item.is_structured() &&
-              (!item.is_string() || item.get_ref<const std::string&>().size() <= 16);
+      small = small && !item.is_structured() && (!item.is_string() || item.get_ref<const std::string&>().size() <= 16);
     }
     for (const auto& [key, item] : value.items()) small = small && key.size() <= 16;
   }
@@ -221,7 +220,8 @@ Entry check_entry(std::string_view source, const std::string& name, const nlohma
 
   const nlohmann::json& shape = entry.at("shape");
   if (!shape.is_array())
-    fail(source, tensor_field(name, "shape") + "expected an array of non-negative integers, got " + describe_json(shape));
+    fail(source,
+         tensor_field(name, "shape") + "expected an array of non-negative integers, got " + describe_json(shape));
   std::uint64_t count = 1;
   bool overflow = false;
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -250,8 +250,7 @@ Entry check_entry(std::string_view source, const std::string& name, const nlohma
   out.begin = *begin;
   out.end = *end;
   const std::string span = "[" + std::to_string(out.begin) + ", " + std::to_string(out.end) + "]";
-  if (out.begin > out.end)
-    fail(source, tensor_field(name, "data_offsets") + span + ": begin is greater than end");
+  if (out.begin > out.end) fail(source, tensor_field(name, "data_offsets") + span + ": begin is greater than end");
   if (out.end > data_size)
     fail(source, tensor_field(name, "data_offsets") + span + " runs past the end of the data section (" +
                      std::to_string(data_size) + " bytes)");
@@ -276,12 +275,18 @@ std::optional<Dtype> parse_dtype(std::string_view name) {
 
 std::optional<Format> dtype_format(Dtype dtype) {
   switch (dtype) {
-    case Dtype::BF16: return formats::bf16;
-    case Dtype::F16: return formats::fp16;
-    case Dtype::F32: return formats::fp32;
-    case Dtype::F8_E4M3: return formats::e4m3;
-    case Dtype::F8_E5M2: return formats::e5m2;
-    default: return std::nullopt;
+    case Dtype::BF16:
+      return formats::bf16;
+    case Dtype::F16:
+      return formats::fp16;
+    case Dtype::F32:
+      return formats::fp32;
+    case Dtype::F8_E4M3:
+      return formats::e4m3;
+    case Dtype::F8_E5M2:
+      return formats::e5m2;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -379,8 +384,8 @@ Layout parse_header(std::span<const std::uint8_t> header_bytes, std::uint64_t da
         fail(source, "__metadata__: expected an object of string values, got " + describe_json(entry));
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string())
-          fail(source, "__metadata__: key " + quoted_name(key) + ": expected a string value, got " +
-                           describe_json(value));
+          fail(source,
+               "__metadata__: key " + quoted_name(key) + ": expected a string value, got " + describe_json(value));
         out.metadata.emplace(key, value.get<std::string>());
       }
       continue;
@@ -401,10 +406,11 @@ Layout parse_header(std::span<const std::uint8_t> header_bytes, std::uint64_t da
       fail(source, tensor_field(e.name, "data_offsets") + span + " overlaps tensor " + quoted_name(previous->name) +
                        " [" + std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "]");
     if (e.begin > covered)
-      fail(source, tensor_field(e.name, "data_offsets") + span + " leaves a gap after " +
-                       (previous ? "tensor " + quoted_name(previous->name) + ", which ends at " + std::to_string(covered)
-                                 : std::string("the start of the data section")) +
-                       "; safetensors requires tensors to cover the data section without gaps");
+      fail(source,
+           tensor_field(e.name, "data_offsets") + span + " leaves a gap after " +
+               (previous ? "tensor " + quoted_name(previous->name) + ", which ends at " + std::to_string(covered)
+                         : std::string("the start of the data section")) +
+               "; safetensors requires tensors to cover the data section without gaps");
     covered = e.end;
     previous = &e;
   }
@@ -433,7 +439,8 @@ Safetensors parse_safetensors(std::span<const std::uint8_t> bytes, std::string_v
   out.tensors.reserve(layout.entries.size());
   for (Entry& e : layout.entries) {
     SafeTensor t = tensor_of(e);
-    t.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(e.begin), data.begin() + static_cast<std::ptrdiff_t>(e.end));
+    t.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(e.begin),
+                   data.begin() + static_cast<std::ptrdiff_t>(e.end));
     out.tensors.push_back(std::move(t));
   }
   return out;
@@ -483,9 +490,9 @@ std::vector<std::uint8_t> serialize_safetensors(const Safetensors& file, std::st
     const std::uint64_t count = t.element_count();
     if (count == UINT64_MAX || t.bytes.size() / dtype_size(t.dtype) != count ||
         t.bytes.size() % dtype_size(t.dtype) != 0)
-      fail(target, "tensor " + quoted_name(t.name) + ": holds " + std::to_string(t.bytes.size()) +
-                       " bytes but shape " + shape_string(t.shape) + " of " + std::string(dtype_name(t.dtype)) +
-                       " needs " + std::to_string(count) + " elements");
+      fail(target, "tensor " + quoted_name(t.name) + ": holds " + std::to_string(t.bytes.size()) + " bytes but shape " +
+                       shape_string(t.shape) + " of " + std::string(dtype_name(t.dtype)) + " needs " +
+                       std::to_string(count) + " elements");
     nlohmann::ordered_json entry;
     entry["dtype"] = dtype_name(t.dtype);
     entry["shape"] = t.shape;
@@ -503,7 +510,8 @@ std::vector<std::uint8_t> serialize_safetensors(const Safetensors& file, std::st
 
   std::vector<std::uint8_t> out;
   out.reserve(8 + text.size() + offset);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i)));
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i)));
   out.insert(out.end(), text.begin(), text.end());
   for (const SafeTensor& t : file.tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
   return out;

@@ -44,11 +44,25 @@ struct TraceError : std::runtime_error {
 };
 
 enum class Dtype : std::uint8_t {
-  BF16, F16, F32, F64, F8_E4M3, F8_E5M2, BOOL, U8, I8, I16, U16, I32, U32, I64, U64,
+  BF16,
+  F16,
+  F32,
+  F64,
+  F8_E4M3,
+  F8_E5M2,
+  BOOL,
+  U8,
+  I8,
+  I16,
+  U16,
+  I32,
+  U32,
+  I64,
+  U64,
 };
-inline constexpr Dtype kAllDtypes[] = {
-    Dtype::BF16, Dtype::F16, Dtype::F32, Dtype::F64, Dtype::F8_E4M3, Dtype::F8_E5M2, Dtype::BOOL, Dtype::U8,
-    Dtype::I8,   Dtype::I16, Dtype::U16, Dtype::I32, Dtype::U32,     Dtype::I64,     Dtype::U64};
+inline constexpr Dtype kAllDtypes[] = {Dtype::BF16,    Dtype::F16,  Dtype::F32, Dtype::F64, Dtype::F8_E4M3,
+                                       Dtype::F8_E5M2, Dtype::BOOL, Dtype::U8,  Dtype::I8,  Dtype::I16,
+                                       Dtype::U16,     Dtype::I32,  Dtype::U32, Dtype::I64, Dtype::U64};
 
 std::string_view dtype_name(Dtype dtype);            // the safetensors spelling, "BF16"
 std::optional<Dtype> parse_dtype(std::string_view);  // exact, case-sensitive spelling
@@ -65,15 +79,15 @@ inline constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
 struct SafeTensor {
   std::string name;
   Dtype dtype = Dtype::F32;
-  std::vector<std::uint64_t> shape;   // empty for a scalar
-  std::vector<std::uint8_t> bytes;    // raw little-endian data, element_count()*dtype_size()
+  std::vector<std::uint64_t> shape;  // empty for a scalar
+  std::vector<std::uint8_t> bytes;   // raw little-endian data, element_count()*dtype_size()
 
   std::uint64_t element_count() const;  // product of shape (1 for a scalar); UINT64_MAX on overflow
 };
 
 struct Safetensors {
-  std::vector<SafeTensor> tensors;               // data-offset order when read
-  std::map<std::string, std::string> metadata;   // the "__metadata__" map
+  std::vector<SafeTensor> tensors;              // data-offset order when read
+  std::map<std::string, std::string> metadata;  // the "__metadata__" map
 
   const SafeTensor* find(std::string_view name) const;
 };

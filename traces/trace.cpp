@@ -58,25 +58,28 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
   TraceMetadata out;
   const auto src = find_key(raw, trace_keys::source);
   if (!src)
-    fail(source, "__metadata__: missing key 'source' (expected \"cuda:<gpu>\" for a hardware capture, \"emulated\" "
-                 "or \"unknown\"; for a bare capture, state it with --source)");
+    fail(source,
+         "__metadata__: missing key 'source' (expected \"cuda:<gpu>\" for a hardware capture, \"emulated\" "
+         "or \"unknown\"; for a bare capture, state it with --source)");
   if (!is_valid_source(*src))
-    fail(source, key_prefix(trace_keys::source) + "expected \"cuda:<gpu>\" for a hardware capture, \"emulated\" or "
-                     "\"unknown\", got " + quoted_name(*src));
+    fail(source, key_prefix(trace_keys::source) +
+                     "expected \"cuda:<gpu>\" for a hardware capture, \"emulated\" or "
+                     "\"unknown\", got " +
+                     quoted_name(*src));
   out.source = std::string(*src);
 
-  for (auto [key, field] : {std::pair{trace_keys::kernel, &out.kernel}, std::pair{trace_keys::model, &out.model},
-                            std::pair{trace_keys::device, &out.device},
-                            std::pair{trace_keys::compute_capability, &out.compute_capability},
-                            std::pair{trace_keys::versions, &out.versions}})
+  for (auto [key, field] :
+       {std::pair{trace_keys::kernel, &out.kernel}, std::pair{trace_keys::model, &out.model},
+        std::pair{trace_keys::device, &out.device}, std::pair{trace_keys::compute_capability, &out.compute_capability},
+        std::pair{trace_keys::versions, &out.versions}})
     if (const auto v = find_key(raw, key)) *field = std::string(*v);
 
   if (const auto v = find_key(raw, trace_keys::softmax_scale)) {
     double scale = 0.0;
     const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), scale);
     if (ec != std::errc() || end != v->data() + v->size() || !std::isfinite(scale) || !(scale > 0.0))
-      fail(source, key_prefix(trace_keys::softmax_scale) + "expected a finite positive decimal number, got " +
-                       quoted_name(*v));
+      fail(source,
+           key_prefix(trace_keys::softmax_scale) + "expected a finite positive decimal number, got " + quoted_name(*v));
     out.softmax_scale = scale;
   }
   if (const auto v = find_key(raw, trace_keys::causal)) {
@@ -91,10 +94,13 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
   if (const auto v = find_key(raw, trace_keys::dtype)) {
     out.dtype = parse_trace_dtype(*v);
     if (!out.dtype)
-      fail(source, key_prefix(trace_keys::dtype) + "expected a format name (bf16, fp16, fp32, e4m3, e5m2) or a torch "
-                                                   "dtype name, got " + quoted_name(*v));
+      fail(source, key_prefix(trace_keys::dtype) +
+                       "expected a format name (bf16, fp16, fp32, e4m3, e5m2) or a torch "
+                       "dtype name, got " +
+                       quoted_name(*v));
   }
-  for (auto [key, field] : {std::pair{trace_keys::block_m, &out.block_m}, std::pair{trace_keys::block_n, &out.block_n}}) {
+  for (auto [key, field] :
+       {std::pair{trace_keys::block_m, &out.block_m}, std::pair{trace_keys::block_n, &out.block_n}}) {
     const auto v = find_key(raw, key);
     if (!v) continue;
     int size = 0;
@@ -115,9 +121,10 @@ void check_shape(std::string_view source, const SafeTensor& t, const std::string
   const auto& shape = t.shape;
   const bool rank_ok = shape.size() == 4 || (allow_rank3 && shape.size() == 3);
   if (!rank_ok)
-    fail(source, "tensor " + quoted_name(t.name) + ": shape " + shape_string(shape) + " has rank " +
-                     std::to_string(shape.size()) + "; expected " +
-                     (allow_rank3 ? "[batch, heads, rows] or [batch, heads, rows, 1]" : "rank 4 [batch, heads, rows, cols]"));
+    fail(source,
+         "tensor " + quoted_name(t.name) + ": shape " + shape_string(shape) + " has rank " +
+             std::to_string(shape.size()) + "; expected " +
+             (allow_rank3 ? "[batch, heads, rows] or [batch, heads, rows, 1]" : "rank 4 [batch, heads, rows, cols]"));
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (expected[d] != 0 && shape[d] != expected[d])
       fail(source, "tensor " + quoted_name(t.name) + ": shape " + shape_string(shape) + " does not match " +
@@ -152,8 +159,8 @@ void validate_tensors(const Safetensors& file, const TraceMetadata& metadata, st
   for (const SafeTensor* t : {&q, &k})
     for (std::uint64_t dim : t->shape)
       if (dim == 0 || dim > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
-        fail(source, "tensor " + quoted_name(t->name) + ": shape " + shape_string(t->shape) +
-                         " has a dim outside [1, 2^31-1]");
+        fail(source,
+             "tensor " + quoted_name(t->name) + ": shape " + shape_string(t->shape) + " has a dim outside [1, 2^31-1]");
 
   const std::vector<std::uint64_t>& qs = q.shape;
   const std::vector<std::uint64_t>& ks = k.shape;
@@ -237,8 +244,8 @@ std::vector<double> Trace::values(std::string_view name) const {
     } else if (t.dtype == Dtype::BOOL) {
       value = raw != 0 ? 1.0 : 0.0;
     } else {
-      const bool is_signed = t.dtype == Dtype::I8 || t.dtype == Dtype::I16 || t.dtype == Dtype::I32 ||
-                             t.dtype == Dtype::I64;
+      const bool is_signed =
+          t.dtype == Dtype::I8 || t.dtype == Dtype::I16 || t.dtype == Dtype::I32 || t.dtype == Dtype::I64;
       const unsigned bits = static_cast<unsigned>(8 * dtype_size(t.dtype));
       std::uint64_t magnitude = raw;
       bool negative = false;
@@ -285,9 +292,7 @@ bool is_valid_source(std::string_view source) {
          source == kEmulatedSource || source == kUnknownSource;
 }
 
-bool is_hardware_capture(const Trace& trace) {
-  return trace.metadata().source.starts_with(kCudaSourcePrefix);
-}
+bool is_hardware_capture(const Trace& trace) { return trace.metadata().source.starts_with(kCudaSourcePrefix); }
 
 std::string provenance_text(const TraceMetadata& m) {
   if (m.source.starts_with(kCudaSourcePrefix))
@@ -326,7 +331,8 @@ TraceBuilder& TraceBuilder::extra_metadata(std::string key, std::string value) {
 TraceBuilder& TraceBuilder::add_bits(std::string name, const Format& format, std::vector<std::uint64_t> shape,
                                      std::span<const std::uint32_t> bits) {
   const auto dtype = dtype_of_format(format);
-  if (!dtype) fail("trace builder", "tensor " + quoted_name(name) + ": format " + format.name + " has no safetensors dtype");
+  if (!dtype)
+    fail("trace builder", "tensor " + quoted_name(name) + ": format " + format.name + " has no safetensors dtype");
   SafeTensor t{std::move(name), *dtype, std::move(shape), {}};
   if (t.element_count() != bits.size())
     fail("trace builder", "tensor " + quoted_name(t.name) + ": " + std::to_string(bits.size()) +
@@ -349,7 +355,8 @@ TraceBuilder& TraceBuilder::add_values(std::string name, const Format& format, s
   return add_bits(std::move(name), format, std::move(shape), bits);
 }
 
-TraceBuilder& TraceBuilder::add_f64(std::string name, std::vector<std::uint64_t> shape, std::span<const double> values) {
+TraceBuilder& TraceBuilder::add_f64(std::string name, std::vector<std::uint64_t> shape,
+                                    std::span<const double> values) {
   SafeTensor t{std::move(name), Dtype::F64, std::move(shape), {}};
   if (t.element_count() != values.size())
     fail("trace builder", "tensor " + quoted_name(t.name) + ": " + std::to_string(values.size()) +

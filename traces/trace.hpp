@@ -58,7 +58,7 @@ inline constexpr std::string_view kCudaSourcePrefix = "cuda:";
 inline constexpr std::string_view kUnknownSource = "unknown";
 
 struct TraceMetadata {
-  std::string source;  // "cuda:<gpu>", "emulated" or "unknown"
+  std::string source;                                               // "cuda:<gpu>", "emulated" or "unknown"
   std::string kernel, model, device, compute_capability, versions;  // empty when absent
   std::optional<double> softmax_scale;
   std::optional<bool> causal;

@@ -46,8 +46,8 @@ pyb::tuple round_f32(const carray<float>& x, const std::string& fmt, const std::
       for (std::size_t start = 0; start < n; start += kChunk) {
         const std::size_t len = std::min(kChunk, n - start);
         for (std::size_t i = 0; i < len; ++i) {
-          const Rounded r = convert(f, formats::fp32, std::bit_cast<std::uint32_t>(in[start + i]), spec,
-                                    position + start + i);
+          const Rounded r =
+              convert(f, formats::fp32, std::bit_cast<std::uint32_t>(in[start + i]), spec, position + start + i);
           tmp[i] = r.bits;
           fl[start + i] = r.flags;
         }
@@ -152,10 +152,18 @@ pyb::array_t<double> decode_bits(const pyb::array& bits, const std::string& fmt)
       for (std::size_t i = 0; i < table.size(); ++i) table[i] = to_double(f, static_cast<std::uint32_t>(i));
     }
     switch (dt.itemsize()) {
-      case 1: valid = decode_typed(f, static_cast<const std::uint8_t*>(p), o, n, table); break;
-      case 2: valid = decode_typed(f, static_cast<const std::uint16_t*>(p), o, n, table); break;
-      case 4: valid = decode_typed(f, static_cast<const std::uint32_t*>(p), o, n, table); break;
-      default: valid = decode_typed(f, static_cast<const std::uint64_t*>(p), o, n, table); break;
+      case 1:
+        valid = decode_typed(f, static_cast<const std::uint8_t*>(p), o, n, table);
+        break;
+      case 2:
+        valid = decode_typed(f, static_cast<const std::uint16_t*>(p), o, n, table);
+        break;
+      case 4:
+        valid = decode_typed(f, static_cast<const std::uint32_t*>(p), o, n, table);
+        break;
+      default:
+        valid = decode_typed(f, static_cast<const std::uint64_t*>(p), o, n, table);
+        break;
     }
   }
   if (!valid) checked_bits(f, carray<std::uint64_t>(bits), "bits");  // throws the CLI's message
@@ -184,7 +192,8 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
                       std::to_string(operands.size()));
   static const char* names[] = {"a", "b", "c"};
   std::vector<std::vector<std::uint32_t>> ops;
-  for (std::size_t i = 0; i < operands.size(); ++i) ops.push_back(checked_bits(f, carray<std::uint64_t>(operands[i]), names[i]));
+  for (std::size_t i = 0; i < operands.size(); ++i)
+    ops.push_back(checked_bits(f, carray<std::uint64_t>(operands[i]), names[i]));
   const std::size_t n = ops[0].size();
   for (const auto& o : ops)
     if (o.size() != n) throw cli::InputError("operands: expected arrays of one shape (broadcast them first)");

@@ -22,7 +22,8 @@ namespace {
 
 attn::Tensor4 tensor4(const pyb::object& obj, const char* name) {
   const carray<double> a(obj);
-  if (a.ndim() != 4) throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+  if (a.ndim() != 4)
+    throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
   attn::Tensor4 t(static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), static_cast<int>(a.shape(2)),
                   static_cast<int>(a.shape(3)));
   std::copy(a.data(), a.data() + a.size(), t.data.begin());
@@ -75,8 +76,8 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
     throw cli::InputError("k, v: expected shape [" + std::to_string(Q.batch) + ",Hk,Nk," + std::to_string(Q.cols) +
                           "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
                           std::to_string(Q.heads) + ")");
-  if (in.d_o && (in.d_o->batch != Q.batch || in.d_o->heads != Q.heads || in.d_o->rows != Q.rows ||
-                 in.d_o->cols != Q.cols))
+  if (in.d_o &&
+      (in.d_o->batch != Q.batch || in.d_o->heads != Q.heads || in.d_o->rows != Q.rows || in.d_o->cols != Q.cols))
     throw cli::InputError("do: expected the shape of q");
   if (Q.batch < 1 || Q.heads < 1 || Q.rows < 1 || Q.cols < 1 || in.k.rows < 1)
     throw cli::InputError("q, k, v: expected positive sizes (an empty problem has nothing to compute)");
@@ -162,8 +163,8 @@ pyb::dict row_trace_dict(const attn::RowTrace& t, const attn::KernelModel& km) {
   pyb::list o_cast;
   for (const RoundingEvent& ev : t.o_cast) o_cast.append(to_python(cli::event_to_json(km.output, ev)));
   d["o_cast"] = o_cast;
-  d["cumulative_error_by_key"] =
-      pyb::array_t<double>(static_cast<pyb::ssize_t>(t.cumulative_error_by_key.size()), t.cumulative_error_by_key.data());
+  d["cumulative_error_by_key"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(t.cumulative_error_by_key.size()),
+                                                      t.cumulative_error_by_key.data());
   d["key_order"] = pyb::array_t<int>(static_cast<pyb::ssize_t>(t.key_order.size()), t.key_order.data());
   d["p_equal_one_keys"] =
       pyb::array_t<int>(static_cast<pyb::ssize_t>(t.p_equal_one_keys.size()), t.p_equal_one_keys.data());
@@ -236,8 +237,8 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
     } else {
       for (const auto& [b, h, r] : *trace_rows) {
         if (b < 0 || b >= in->q.batch || h < 0 || h >= in->q.heads || r < 0 || r >= in->q.rows)
-          throw cli::InputError("trace: row (" + std::to_string(b) + "," + std::to_string(h) + "," +
-                                std::to_string(r) + ") is outside the problem");
+          throw cli::InputError("trace: row (" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(r) +
+                                ") is outside the problem");
         tracer->rows.push_back({b, h, r});
       }
     }

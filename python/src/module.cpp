@@ -30,9 +30,12 @@ std::vector<pyb::ssize_t> shape_of(const pyb::array& a) {
 
 pyb::array bits_array(const Format& f, const std::vector<pyb::ssize_t>& shape) {
   switch (f.container_bits) {
-    case 8: return pyb::array_t<std::uint8_t>(shape);
-    case 16: return pyb::array_t<std::uint16_t>(shape);
-    default: return pyb::array_t<std::uint32_t>(shape);
+    case 8:
+      return pyb::array_t<std::uint8_t>(shape);
+    case 16:
+      return pyb::array_t<std::uint16_t>(shape);
+    default:
+      return pyb::array_t<std::uint32_t>(shape);
   }
 }
 
@@ -49,7 +52,8 @@ void store_bits(const Format& f, pyb::array& out, std::size_t offset, const std:
       for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint16_t>(bits[i]);
       break;
     }
-    default: std::memcpy(static_cast<std::uint32_t*>(base) + offset, bits, n * sizeof(std::uint32_t));
+    default:
+      std::memcpy(static_cast<std::uint32_t*>(base) + offset, bits, n * sizeof(std::uint32_t));
   }
 }
 
@@ -93,8 +97,7 @@ std::vector<std::uint32_t> encode_values(const Format& f, const double* v, std::
   for (std::size_t i = 0; i < n; ++i) {
     if (!from_double_exact(f, v[i], out[i]))
       throw cli::InputError(what + "[" + std::to_string(i) + "]: " + shortest(v[i]) +
-                            " is not exactly representable in " + f.name +
-                            " (give a hex bit pattern 0x... instead)");
+                            " is not exactly representable in " + f.name + " (give a hex bit pattern 0x... instead)");
   }
   return out;
 }
@@ -102,12 +105,18 @@ std::vector<std::uint32_t> encode_values(const Format& f, const double* v, std::
 template <class J>
 pyb::object json_to_python(const J& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return pyb::none();
-    case nlohmann::json::value_t::boolean: return pyb::bool_(j.template get<bool>());
-    case nlohmann::json::value_t::number_integer: return pyb::int_(j.template get<long long>());
-    case nlohmann::json::value_t::number_unsigned: return pyb::int_(j.template get<unsigned long long>());
-    case nlohmann::json::value_t::number_float: return pyb::float_(j.template get<double>());
-    case nlohmann::json::value_t::string: return pyb::str(j.template get<std::string>());
+    case nlohmann::json::value_t::null:
+      return pyb::none();
+    case nlohmann::json::value_t::boolean:
+      return pyb::bool_(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return pyb::int_(j.template get<long long>());
+    case nlohmann::json::value_t::number_unsigned:
+      return pyb::int_(j.template get<unsigned long long>());
+    case nlohmann::json::value_t::number_float:
+      return pyb::float_(j.template get<double>());
+    case nlohmann::json::value_t::string:
+      return pyb::str(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       pyb::list l;
       for (const auto& e : j) l.append(json_to_python(e));
@@ -118,7 +127,8 @@ pyb::object json_to_python(const J& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d[pyb::str(it.key())] = json_to_python(it.value());
       return d;
     }
-    default: return pyb::none();
+    default:
+      return pyb::none();
   }
 }
 pyb::object to_python(const nlohmann::ordered_json& j) { return json_to_python(j); }

@@ -28,7 +28,8 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
                      const std::optional<std::string>& dtype, const std::string& layout) {
   CaptureOptions options;
   if (source) {
-    if (!is_valid_source(*source)) throw cli::InputError("source " + *source + ": expected cuda:<gpu>, emulated or unknown");
+    if (!is_valid_source(*source))
+      throw cli::InputError("source " + *source + ": expected cuda:<gpu>, emulated or unknown");
     options.source = *source;
   }
   options.model = model;
@@ -52,8 +53,8 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
     std::copy(values.begin(), values.end(), a.mutable_data());
     tensors[pyb::str(t.name)] = a;
     const auto f = dtype_format(t.dtype);
-    dtypes[pyb::str(t.name)] = f ? std::string(f->name) : (t.dtype == Dtype::F64 ? std::string("fp64")
-                                                                                 : std::string(dtype_name(t.dtype)));
+    dtypes[pyb::str(t.name)] =
+        f ? std::string(f->name) : (t.dtype == Dtype::F64 ? std::string("fp64") : std::string(dtype_name(t.dtype)));
   }
   pyb::dict d;
   d["path"] = path;
@@ -65,7 +66,8 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
 }
 
 // tensors: (name, array, format, is_bits) in the order they are written.
-void save_trace(const std::string& path, const std::vector<std::tuple<std::string, pyb::array, std::string, bool>>& tensors,
+void save_trace(const std::string& path,
+                const std::vector<std::tuple<std::string, pyb::array, std::string, bool>>& tensors,
                 const std::map<std::string, std::string>& metadata) {
   Safetensors file;
   file.metadata = metadata;
