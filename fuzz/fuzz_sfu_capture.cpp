@@ -4,7 +4,8 @@
 // - a bad capture is refused only by std::runtime_error whose one-line message starts with
 //   the file name; any other exception, a crash, a sanitizer report or a leak is a finding;
 // - a capture it accepts converts the way fb-sfu-table-convert does: write_table_file
-//   does not refuse it and load_table_model reads it back; for ex2 the loaded model gives
+//   does not refuse it and load_table_model reads it back, measured exactly when the
+//   capture's source is a GPU (cuda:...); for ex2 the loaded model gives
 //   T[i] at the exact key x = i * 2^-N (k = 0 in the ex2_fixed_point hypothesis) for every
 //   normal, non-NaN T[i] the capture produced.
 #include <cmath>
@@ -27,7 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fb::write_table_file(converted.path(), table);
   const auto model = fb::load_table_model(converted.path());
-  fb::fuzz::require(model->hardware_measured(), "a converted capture is not marked measured");
+  // Measured exactly when the capture came from a GPU (source=cuda:...); a rehearsal's
+  // stand-in table (source=rehearsal:...) must never load as a hardware measurement.
+  fb::fuzz::require(model->hardware_measured() == table.measured_on_hardware,
+                    "a converted capture loads with the wrong measured flag");
   if (table.form == fb::SfuTableForm::ex2_fixed_point) {
     const std::size_t n = table.fraction_outputs.size();
     for (std::size_t i = 0; i < n; i += 1 + n / 64) {

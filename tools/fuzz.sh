@@ -148,7 +148,7 @@ hex "$(texthex FBPROBE1)$(u32 0)" > "$d/empty"
 
 # FBSFUT1 (gpu/README.md): ex2 N = 4 with one escaped entry, and an rcp header.
 d="$work/fuzz_sfu_capture"; mkdir -p "$d"
-sfut() {  # sfut FUNCTION KEY BITS ENTRIES
+sfut() {  # sfut FUNCTION KEY BITS ENTRIES SOURCE (cuda:<gpu> for a capture, rehearsal:... for a stand-in)
   texthex "FBSFUT1
 function=$1
 key=$2
@@ -156,15 +156,15 @@ key_bits=$3
 entries=$4
 table_model_mismatches=0
 nan_output=2147483647
-source=NVIDIA H100
+source=$5
 compute_capability=9.0
 driver=550.54
 end
 "
 }
-hex "$(sfut ex2 ex2_fixed_point_floor 4 16)0010f08001000000$(u32 1)$(u32 7)$(u32 0x3f9837f0)" > "$d/ex2_floor"
-hex "$(sfut ex2 ex2_fixed_point_nearest_even 2 4)0000$(u32 0)" > "$d/ex2_even"
-hex "$(sfut rcp rcp_mantissa 23 8388608)00" > "$d/rcp_short"
+hex "$(sfut ex2 ex2_fixed_point_floor 4 16 'cuda:NVIDIA H100')0010f08001000000$(u32 1)$(u32 7)$(u32 0x3f9837f0)" > "$d/ex2_floor"
+hex "$(sfut ex2 ex2_fixed_point_nearest_even 2 4 'rehearsal:stand-in')0000$(u32 0)" > "$d/ex2_even"
+hex "$(sfut rcp rcp_mantissa 23 8388608 'cuda:NVIDIA H100')00" > "$d/rcp_short"
 
 # `op --batch` and `dot --batch` lines (docs/CLI.md).
 d="$work/fuzz_op"; mkdir -p "$d"
