@@ -300,11 +300,11 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
   };
   const std::vector<Case> cases = {
       {"no source", minimal_trace(R"({"kernel":"x"})"),
-       "trace.safetensors: __metadata__: missing key 'source' (expected \"cuda:<gpu>\" for a hardware capture or "
-       "\"emulated\")"},
+       "trace.safetensors: __metadata__: missing key 'source' (expected \"cuda:<gpu>\" for a hardware capture, "
+       "\"emulated\" or \"unknown\"; for a bare capture, state it with --source)"},
       {"bad source", minimal_trace(R"({"source":"gpu"})"),
-       "trace.safetensors: __metadata__: key 'source': expected \"cuda:<gpu>\" for a hardware capture or "
-       "\"emulated\", got 'gpu'"},
+       "trace.safetensors: __metadata__: key 'source': expected \"cuda:<gpu>\" for a hardware capture, "
+       "\"emulated\" or \"unknown\", got 'gpu'"},
       {"cuda without gpu", minimal_trace(R"({"source":"cuda:"})"), "got 'cuda:'"},
       {"capitalised emulated", minimal_trace(R"({"source":"Emulated"})"), "got 'Emulated'"},
       {"o last dim", minimal_trace(ok_meta, "[1,1,2,3]"),
