@@ -97,8 +97,6 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
   // Grouped-query attention: q head h reads k/v head h / group, as FA2 (h_h_k_ratio) does.
   const int Hk = in.k.heads, group = Hk > 0 ? H / Hk : 1;
-  if (group > 1 && km.fp8.enabled)
-    throw std::invalid_argument("attention: grouped-query attention is not modelled for the fp8 kernels");
   Geometry g;
   g.n = N;
   g.d = D;
@@ -139,13 +137,15 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     copy_rows(fp8 ? fp8->k : in.k, b, h / group, hd.k, backward ? &hd.kt : nullptr);
     copy_rows(fp8 ? fp8->v : in.v, b, h / group, hd.v, &hd.vt);
     if (fp8) {
-      auto slice = [bh](const std::vector<double>& all, int blocks) {
-        return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(bh) * blocks,
-                                   all.begin() + static_cast<std::ptrdiff_t>(bh + 1) * blocks);
+      // The descales of this q head and of the k/v head it reads (index b * heads + head).
+      auto slice = [](const std::vector<double>& all, int slice_index, int blocks) {
+        return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(slice_index) * blocks,
+                                   all.begin() + static_cast<std::ptrdiff_t>(slice_index + 1) * blocks);
       };
-      hd.q_descale = slice(fp8->q_descale, fp8->q_blocks);
-      hd.k_descale = slice(fp8->k_descale, fp8->kv_blocks);
-      hd.v_descale = slice(fp8->v_descale, fp8->kv_blocks);
+      const int kv_slice = b * Hk + h / group;
+      hd.q_descale = slice(fp8->q_descale, bh, fp8->q_blocks);
+      hd.k_descale = slice(fp8->k_descale, kv_slice, fp8->kv_blocks);
+      hd.v_descale = slice(fp8->v_descale, kv_slice, fp8->kv_blocks);
       hd.q_block_rows = fp8->q_block_rows;
       hd.kv_block_rows = fp8->kv_block_rows;
     }
@@ -314,7 +314,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     out.dv.reset();
     out.dq_pre_cast.reset();
   }
-  if (group > 1) {
+  if (group > 1 && out.dk) {
     out.dk = sum_kv_groups(ar, km.output, *out.dk, Hk);
     out.dv = sum_kv_groups(ar, km.output, *out.dv, Hk);
   }

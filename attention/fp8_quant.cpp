@@ -17,23 +17,30 @@ namespace {
 bool is_power_of_two(int d) { return d > 0 && (d & (d - 1)) == 0; }
 
 // Quantises the rows [0, n) of every (batch, head) slice of `src` in blocks of
-// `block_rows` rows into `dst`, writing one descale per block.
+// `block_rows` rows into `dst`, writing one descale per block and head. The heads of
+// `src` go in groups of `heads_per_scale` consecutive heads that share each block's scale
+// (amax over the whole group): Q under grouped-query attention, whose descale FA3 takes
+// per (batch, kv head). The shared scale is stored once per head of the group.
 void quantise_tensor(const Format& format, const Tensor4& src, Tensor4& dst, int block_rows, int blocks,
-                     std::vector<double>& descale, bool exact) {
+                     int heads_per_scale, std::vector<double>& descale, bool exact) {
   dst = Tensor4(src.batch, src.heads, src.rows, src.cols);
   descale.assign(static_cast<std::size_t>(src.batch) * src.heads * blocks, 1.0);
   for (int b = 0; b < src.batch; ++b)
-    for (int h = 0; h < src.heads; ++h)
+    for (int h0 = 0; h0 < src.heads; h0 += heads_per_scale)
       for (int blk = 0; blk < blocks; ++blk) {
         const int r0 = blk * block_rows, r1 = std::min(src.rows, r0 + block_rows);
+        const int h1 = std::min(src.heads, h0 + heads_per_scale);
         double amax = 0.0;
-        for (int r = r0; r < r1; ++r)
-          for (int c = 0; c < src.cols; ++c) amax = std::max(amax, std::fabs(src.at(b, h, r, c)));
+        for (int h = h0; h < h1; ++h)
+          for (int r = r0; r < r1; ++r)
+            for (int c = 0; c < src.cols; ++c) amax = std::max(amax, std::fabs(src.at(b, h, r, c)));
         const double scale = fp8_scale(format, amax, exact);
-        descale[(static_cast<std::size_t>(b) * src.heads + h) * blocks + blk] = scale;
-        for (int r = r0; r < r1; ++r)
-          for (int c = 0; c < src.cols; ++c)
-            dst.at(b, h, r, c) = fp8_quantise(format, src.at(b, h, r, c), scale, exact);
+        for (int h = h0; h < h1; ++h) {
+          descale[(static_cast<std::size_t>(b) * src.heads + h) * blocks + blk] = scale;
+          for (int r = r0; r < r1; ++r)
+            for (int c = 0; c < src.cols; ++c)
+              dst.at(b, h, r, c) = fp8_quantise(format, src.at(b, h, r, c), scale, exact);
+        }
       }
 }
 
@@ -127,9 +134,12 @@ Fp8Inputs quantise_fp8_inputs(const Fp8Quantisation& spec, const AttentionInputs
         for (int h = 0; h < t->heads; ++h)
           for (int r = 0; r < t->rows; ++r) incoherent_transform(t->row(b, h, r), d, signs);
   }
-  quantise_tensor(spec.format, q, out.q, out.q_block_rows, out.q_blocks, out.q_descale, exact);
-  quantise_tensor(spec.format, k, out.k, out.kv_block_rows, out.kv_blocks, out.k_descale, exact);
-  quantise_tensor(spec.format, in.v, out.v, out.kv_block_rows, out.kv_blocks, out.v_descale, exact);
+  // Per-tensor scaling follows FA3's descale shape (batch, kv heads): under grouped-query
+  // attention one q scale serves the q heads of a group. Block scales stay per q head.
+  const int group = in.k.heads > 0 ? std::max(1, in.q.heads / in.k.heads) : 1;
+  quantise_tensor(spec.format, q, out.q, out.q_block_rows, out.q_blocks, spec.block ? 1 : group, out.q_descale, exact);
+  quantise_tensor(spec.format, k, out.k, out.kv_block_rows, out.kv_blocks, 1, out.k_descale, exact);
+  quantise_tensor(spec.format, in.v, out.v, out.kv_block_rows, out.kv_blocks, 1, out.v_descale, exact);
   return out;
 }
 

@@ -13,8 +13,10 @@
 //     A real pre-processing kernel would run it in fp32 or bf16 (NOT modelled: assumed
 //     negligible against e4m3's 3 mantissa bits).
 //   * scale = fp32(amax / 448) per (batch, head) slice of a tensor (FA3's descale has
-//     shape (batch, kv heads)), or with +block-quant per Br×d block of Q and Bc×d block
-//     of K and V; amax 0 gives scale 1.
+//     shape (batch, kv heads), so under grouped-query attention the amax of Q is taken
+//     over each group of q heads and shared by them), or with +block-quant per Br×d block
+//     of Q (per q head; ASSUMED, FA3's interface has no block descales) and Bc×d block of
+//     K and V; amax 0 gives scale 1.
 //   * x8 = e4m3(fp32(x / scale)), RNE, satfinite (the PyTorch `(x / scale).to(e4m3)`
 //     order: an fp32 division, then the conversion, as `cvt.rn.satfinite` does). Both
 //     fp32 quotients are correctly rounded (one rounding of the exact quotient).
@@ -36,7 +38,8 @@ struct Fp8Inputs {
   int q_block_rows = 0;   // rows per Q scale block (seqlen for per-tensor scaling)
   int kv_block_rows = 0;  // rows per K/V scale block
   int q_blocks = 1, kv_blocks = 1;
-  // Descale factors, index (batch * heads + head) * blocks + block.
+  // Descale factors, index (batch * heads + head) * blocks + block, with the heads of the
+  // tensor (q's for q_descale, k's for k_descale and v_descale).
   std::vector<double> q_descale, k_descale, v_descale;
 };
 

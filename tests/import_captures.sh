@@ -67,6 +67,24 @@ for shape in "--heads 1 --kv-heads 1" "--heads 4 --kv-heads 1" "--heads 4 --kv-h
     fi
   done
 done
+# The fp8 kernels take grouped-query inputs too (forward only: no fp8 backward is modelled).
+d="$work/fp8-gqa"
+mkdir -p "$d"
+if "$fb" make-trace --model fa3-fp8-sm90 --scenario random --seqlen 64 --headdim 32 --heads 4 --kv-heads 2 \
+     --out "$d/original.safetensors" >/dev/null &&
+   "$py" "$root/tests/export_capture.py" "$d/original.safetensors" "$d"; then
+  expect 0 "fp8 grouped-query npz" "$fb" replay "$d/capture.npz" --model fa3-fp8-sm90 --source emulated \
+    --scale "$(cat "$d/scale.txt")" --causal "$(cat "$d/causal.txt")" --dtype bf16 --layout bhsd
+else
+  echo "FAIL: make-trace/export of an fp8 grouped-query trace"
+  fail=1
+fi
+# A grouped-query replay says that the group sum of dK, dV is assumed.
+d=$(ls -d "$work"/fa2-sm80-*heads4--kv-heads2 | head -1)
+if ! "$fb" replay "$d/original.safetensors" | grep -q "grouped-query dk, dv.*ASSUMED"; then
+  echo "FAIL: a grouped-query replay does not label the assumed group-sum order"
+  fail=1
+fi
 # Errors: one line, exit 2.
 d=$(ls -d "$work"/fa2-sm80-*heads1--kv-heads1 | head -1)
 expect 2 "no source" "$fb" replay "$d/bare.safetensors" --model fa2-sm80 --layout bhsd

@@ -12,12 +12,14 @@
 // dK, dV against the exact sum of the repeated run's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
 
@@ -120,14 +122,79 @@ TEST_CASE("grouped-query attention: the exact and correctly rounded references")
   for (std::size_t i = 0; i < cr_got.dk->data.size(); ++i) CHECK(cr_got.dk->data[i] == bf16_rne(got.dk->data[i]));
 }
 
-TEST_CASE("grouped-query attention: shapes that do not divide, and fp8 kernels, are refused") {
+TEST_CASE("grouped-query attention: shapes that do not divide are refused") {
   AttentionInputs in = make_scenario("random", 1, 1, 4, 8, 8, formats::bf16, false, 2);
   in.k = make_scenario("random", 1, 1, 3, 8, 8, formats::bf16, false).k;
   in.v = in.k;
   CHECK_THROWS_AS(run_attention(parse_kernel_model("fa2-sm80", formats::bf16), in, RunOptions{}),
                   std::invalid_argument);
   CHECK_THROWS_AS(make_scenario("random", 1, 1, 4, 8, 8, formats::bf16, false, 3), std::invalid_argument);
-  const AttentionInputs gqa = make_scenario("random", 1, 1, 4, 8, 8, formats::bf16, false, 2);
-  CHECK_THROWS_AS(run_attention(parse_kernel_model("fa3-fp8-sm90", formats::bf16), gqa, RunOptions{}),
-                  std::invalid_argument);
+}
+
+// The fp8 kernels: FA3 takes its descales per (batch, kv head), so under GQA one q scale
+// (amax over the group's q heads) serves the whole group, while K and V keep one scale per
+// kv head. The references: (1) with +block-quant, scales are per q head and per k/v block,
+// so GQA must equal the multi-head run on repeated k/v; (2) per-tensor, when every q head of
+// a group has the same amax (one shared largest element) the group scale is each head's own
+// scale, so GQA must again equal the repeated run; (3) in general the group's q scale is the
+// largest of its heads' own scales (fp32(amax / 448) is monotone in amax), taken from the
+// multi-head quantisation.
+TEST_CASE("grouped-query attention on the fp8 kernels") {
+  const int heads = 4, kv_heads = 2, group = 2, n = 48, d = 16;
+  for (const char* model_name : {"fa3-fp8-sm90", "fa3-fp8-sm90+block-quant", "fa3-fp8-sm90+hadamard", "standard-fp8"}) {
+    CAPTURE(model_name);
+    const ModelHandle model = parse_kernel_model(model_name, formats::bf16);
+    for (const char* scenario : {"random", "sink"}) {
+      CAPTURE(scenario);
+      AttentionInputs gqa = make_scenario(scenario, 7, 2, heads, n, d, formats::bf16, true, kv_heads);
+      const bool per_tensor = std::string(model_name).find("block-quant") == std::string::npos;
+      if (per_tensor) {
+        // One shared largest |q| in every head (and, with +hadamard, after the transform the
+        // amaxes differ again: that model is checked by (3) below only).
+        double largest = 1.0;  // a power of two above every |q| (exact in bf16)
+        for (const double x : gqa.q.data)
+          while (std::fabs(x) >= largest) largest *= 2;
+        for (int b = 0; b < gqa.q.batch; ++b)
+          for (int h = 0; h < heads; ++h) gqa.q.at(b, h, 3, 5) = -largest;
+      }
+      AttentionInputs mha = gqa;
+      mha.k = repeat_heads(gqa.k, group);
+      mha.v = repeat_heads(gqa.v, group);
+      RunOptions opt;
+      opt.block_n = 16;
+      opt.block_m = 16;
+      const Fp8Quantisation& spec = model.recipe->fp8;
+      const Fp8Inputs gq = quantise_fp8_inputs(spec, gqa, opt.block_m, opt.block_n, opt.seed, false);
+      const Fp8Inputs mq = quantise_fp8_inputs(spec, mha, opt.block_m, opt.block_n, opt.seed, false);
+      // (3) q's descale: the group's largest per-head scale, for every head of the group;
+      // k's and v's: the first head of each repeated group's.
+      REQUIRE(gq.q_descale.size() == mq.q_descale.size());
+      REQUIRE(gq.k_descale.size() * group == mq.k_descale.size());
+      const int qb = gq.q_blocks, kb = gq.kv_blocks;
+      for (int b = 0; b < 2; ++b)
+        for (int h = 0; h < heads; ++h)
+          for (int blk = 0; blk < qb; ++blk) {
+            double want = mq.q_descale[(static_cast<std::size_t>(b) * heads + h) * qb + blk];
+            if (!spec.block)
+              for (int g = (h / group) * group; g < (h / group + 1) * group; ++g)
+                want = std::max(want, mq.q_descale[(static_cast<std::size_t>(b) * heads + g) * qb + blk]);
+            CHECK(gq.q_descale[(static_cast<std::size_t>(b) * heads + h) * qb + blk] == want);
+          }
+      for (int b = 0; b < 2; ++b)
+        for (int hk = 0; hk < kv_heads; ++hk)
+          for (int blk = 0; blk < kb; ++blk) {
+            const std::size_t at = (static_cast<std::size_t>(b) * kv_heads + hk) * kb + blk;
+            const std::size_t from = (static_cast<std::size_t>(b) * heads + hk * group) * kb + blk;
+            CHECK(gq.k_descale[at] == mq.k_descale[from]);
+            CHECK(gq.v_descale[at] == mq.v_descale[from]);
+          }
+      if (std::string(model_name).find("hadamard") != std::string::npos) continue;
+      // (1), (2): the whole forward and delta equal the repeated run's.
+      const AttentionOutputs got = run_attention(model, gqa, opt);
+      const AttentionOutputs want = run_attention(model, mha, opt);
+      check_equal(got.o, want.o, "o");
+      check_equal(got.lse, want.lse, "lse");
+      check_equal(*got.delta, *want.delta, "delta");
+    }
+  }
 }

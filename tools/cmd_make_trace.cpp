@@ -60,8 +60,6 @@ int run_make_trace(const MakeTraceOptions& o) {
   if (kv_heads < 1 || o.heads % kv_heads != 0)
     throw InputError("--kv-heads " + std::to_string(o.kv_heads) + ": expected a divisor of --heads " +
                      std::to_string(o.heads) + " (grouped-query attention)");
-  if (kv_heads != o.heads && model.recipe->fp8.enabled)
-    throw InputError("--kv-heads: grouped-query attention is not modelled for the fp8 kernels (" + model.name + ")");
   check_problem_size(o.batch, o.heads, o.seqlen, o.headdim);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   attn::AttentionInputs in;

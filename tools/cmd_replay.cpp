@@ -367,6 +367,7 @@ int run_replay(const ReplayOptions& o) {
   // The backward's outputs, whenever the trace holds them (the run computes them from dO).
   const std::pair<const char*, const std::optional<attn::Tensor4>*> gradients[] = {
       {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}};
+  bool group_summed_gradient = false;
   for (const auto& [name, tensor] : gradients) {
     if (!trace.has(name)) continue;
     if (one_row && trace.has("do")) {
@@ -376,7 +377,13 @@ int run_replay(const ReplayOptions& o) {
     if (!tensor->has_value())
       throw InputError(o.path + ": tensor " + name + " is captured but the trace has no do to recompute it from");
     comparisons.push_back(compare(o, trace, name, **tensor));
+    group_summed_gradient |= name != std::string("dq") && trace.kv_heads() < trace.heads();
   }
+  if (group_summed_gradient)
+    notes.push_back(
+        "note: grouped-query dk, dv: each q head's gradient in the output format, summed over its group in fp32 "
+        "in head order and rounded once (FA2's mha_bwd sums with a PyTorch reduction; that order is ASSUMED, not "
+        "measured on hardware)");
 
   const bool hardware = is_hardware_capture(trace);
   const std::string source_line = provenance_text(md);
