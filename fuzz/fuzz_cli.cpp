@@ -1,7 +1,8 @@
 // fuzz/fuzz_cli.cpp: libFuzzer targets for the `flashbits` subcommands that read a file
 // of untrusted text, run the way tools/main.cpp runs them (the subcommand registry, the
-// real option parsing) with stdout and stderr captured. Built once per command, chosen by
-// FB_FUZZ_COMMAND:
+// real option parsing) with stdout and stderr captured. Compiled once and linked into one
+// target per command, each with a one-line source defining fb_fuzz_command
+// (fuzz/CMakeLists.txt):
 // - "op", "dot": the input is a --batch file (tools/op_line.hpp, tools/cmd_dot.cpp, and
 //   cli_common's run_line_batch). The run must return 0 with one output line per input
 //   line, or 2 with exactly one stderr line "error: line N: ..." after the N - 1 results
@@ -21,13 +22,13 @@
 #include "fuzz/fuzz_util.hpp"
 #include "tools/cli_common.hpp"
 
-#ifndef FB_FUZZ_COMMAND
-#error "define FB_FUZZ_COMMAND (op, dot or merge)"
-#endif
+// "op", "dot" or "merge": defined by the target (constant-initialised, so it is set before
+// kCommand below is).
+extern const char* const fb_fuzz_command;
 
 namespace {
 
-const std::string kCommand = FB_FUZZ_COMMAND;
+const std::string kCommand = fb_fuzz_command;
 
 // Redirects std::cout and std::cerr into strings for its lifetime.
 class Captured {

@@ -2142,7 +2142,11 @@ TEST_CASE("sfu_table_writer_deltas_convert_back_to_the_table") {
   std::mt19937 rng(17);
   const std::string dir = temp_path("writer_round_trip");
   std::filesystem::create_directories(dir);
+  // The sanitizer build runs the two small table forms (2^10, 2^11 entries), not the 2^23 ones.
+  const bool small =
+      std::getenv("FLASHBITS_TEST_SCALE") && std::string(std::getenv("FLASHBITS_TEST_SCALE")) == "sanitizer";
   for (const Case& c : cases) {
+    if (small && c.nbits > 11) continue;
     CAPTURE(c.key);
     const bool sm = c.key == "ex2_sign_magnitude";
     const std::uint32_t entries = fb::gpu::sfu_table_entries(c.nbits, c.key);
