@@ -2,8 +2,12 @@
 #include "attention/bias_run.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 
 #include "attention/kernel_models.hpp"
 #include "attention/measure.hpp"
@@ -59,6 +63,112 @@ struct Samples {
   std::vector<double> o, delta, o_cr, delta_cr, o_excess, delta_excess;
 };
 
+// What one trial or one trace file adds to the report. Items run apart (possibly on
+// several threads) and are joined in item order by merge_item, which appends and adds in
+// exactly the order a run on one thread would: the report is the same bit for bit.
+struct ItemResult {
+  struct RowMax {
+    double row_max, o_row;
+    std::optional<double> delta_row;
+  };
+  Samples s;
+  std::vector<RowMax> by_max;  // in the order RowMaxGroups::add would see them
+  std::size_t non_finite_rows = 0;
+  std::string non_finite_where;  // empty when every row was finite
+  std::string delta_note;        // trace mode: how delta was obtained, when computed
+  bool hardware = false, unknown_source = false;
+};
+
+void append(std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); }
+
+void merge_item(const ItemResult& item, Samples& s, BiasReport& report) {
+  append(s.o, item.s.o);
+  append(s.delta, item.s.delta);
+  append(s.o_cr, item.s.o_cr);
+  append(s.delta_cr, item.s.delta_cr);
+  append(s.o_excess, item.s.o_excess);
+  append(s.delta_excess, item.s.delta_excess);
+  for (const ItemResult::RowMax& r : item.by_max)
+    report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
+  report.non_finite_rows += item.non_finite_rows;
+  if (!item.non_finite_where.empty()) report.non_finite_where.push_back(item.non_finite_where);
+  if (!item.delta_note.empty()) report.delta_note = item.delta_note;
+}
+
+// Runs run_item(i) for every i in [0, count) on `threads` threads (the caller's own when 1)
+// and rethrows the error of the first failing item in index order. Items are taken in
+// increasing order, so when item i fails every item before it has been taken and runs to
+// its end; the items after i not yet taken are skipped. The error is then the one a run on
+// one thread would raise.
+void for_each_item(int count, int threads, const BiasHooks& hooks, const std::function<void(int)>& run_item) {
+  threads = std::clamp(threads, 1, std::max(count, 1));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(count));
+  std::atomic<int> next{0};
+  const auto stop = [&] { next.store(count); };
+  const auto worker = [&] {
+    for (int i = next++; i < count; i = next++) {
+      try {
+        run_item(i);
+      } catch (...) {
+        errors[static_cast<std::size_t>(i)] = std::current_exception();
+        stop();
+      }
+    }
+  };
+  if (threads == 1) {
+    worker();
+  } else if (hooks.start_threads) {
+    hooks.start_threads(threads, worker, stop);
+  } else {
+    std::vector<std::thread> pool;
+    std::exception_ptr start_failure;
+    for (int t = 0; t < threads && !start_failure; ++t) {
+      try {
+        pool.emplace_back(worker);
+      } catch (const std::system_error&) {
+        start_failure = std::current_exception();
+        stop();
+      }
+    }
+    for (std::thread& t : pool) t.join();
+    if (start_failure) std::rethrow_exception(start_failure);
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+void run_trial(const BiasRun& run, int t, ItemResult& item) {
+  const ModelHandle& model = run.model;
+  const std::uint64_t seed = trial_seed(run.seed, run.seed_key, static_cast<std::uint64_t>(t));
+  const auto in = make_scenario(run.scenario, seed, 1, 1, run.seqlen, run.headdim, model.recipe->input, true);
+  const TrialErrors e =
+      run.against ? measure_paired(model, *run.against, in, seed) : measure_errors(model, in, seed, false);
+  Samples& s = item.s;
+  if (!e.non_finite_rows.empty()) {
+    item.non_finite_rows = e.non_finite_rows.size();
+    item.non_finite_where = "trial " + std::to_string(t) + ": " + std::to_string(e.non_finite_rows.size()) +
+                            " row(s) " + describe_rows(e.non_finite_rows, 1, run.seqlen);
+    return;
+  }
+  s.o.push_back(mean_of(e.o_ulps));
+  if (!e.delta_ulps.empty()) s.delta.push_back(mean_of(e.delta_ulps));
+  if (!e.o_cr_ulps.empty()) {
+    s.o_cr.push_back(mean_of(e.o_cr_ulps));
+    s.o_excess.push_back(s.o.back() - s.o_cr.back());
+  }
+  if (!e.delta_cr_ulps.empty()) {
+    s.delta_cr.push_back(mean_of(e.delta_cr_ulps));
+    s.delta_excess.push_back(s.delta.back() - s.delta_cr.back());
+  }
+  const std::size_t d = static_cast<std::size_t>(run.headdim);
+  for (std::size_t r = 0; r < e.row_max.size(); ++r) {
+    double row_sum = 0;
+    for (std::size_t c = 0; c < d; ++c) row_sum += e.o_ulps[r * d + c];
+    item.by_max.push_back({e.row_max[r], row_sum / static_cast<double>(d),
+                           e.delta_ulps.empty() ? std::nullopt : std::optional<double>(e.delta_ulps[r])});
+  }
+}
+
 void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, BiasReport& report) {
   const ModelHandle& model = run.model;
   report.subject = model.name + (run.against ? " against " + run.against->name : "") + " on " + run.scenario +
@@ -70,38 +180,13 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
       : model.recipe->hardware_validated() ? "emulated model, all parts validated on hardware"
                                            : "emulated model; SFU " + model.recipe->sfu.describe() +
                                                  " -- parts of this model are unmeasured on hardware";
-  for (int t = 0; t < run.trials; ++t) {
+  std::vector<ItemResult> items(static_cast<std::size_t>(std::max(run.trials, 0)));
+  for_each_item(run.trials, run.threads, hooks, [&](int t) {
     if (hooks.before_item) hooks.before_item();
-    const std::uint64_t seed = trial_seed(run.seed, run.seed_key, static_cast<std::uint64_t>(t));
-    const auto in = make_scenario(run.scenario, seed, 1, 1, run.seqlen, run.headdim, model.recipe->input, true);
-    const TrialErrors e =
-        run.against ? measure_paired(model, *run.against, in, seed) : measure_errors(model, in, seed, false);
-    if (!e.non_finite_rows.empty()) {
-      report.non_finite_rows += e.non_finite_rows.size();
-      report.non_finite_where.push_back("trial " + std::to_string(t) + ": " + std::to_string(e.non_finite_rows.size()) +
-                                        " row(s) " + describe_rows(e.non_finite_rows, 1, run.seqlen));
-      if (hooks.after_trial) hooks.after_trial();
-      continue;
-    }
-    s.o.push_back(mean_of(e.o_ulps));
-    if (!e.delta_ulps.empty()) s.delta.push_back(mean_of(e.delta_ulps));
-    if (!e.o_cr_ulps.empty()) {
-      s.o_cr.push_back(mean_of(e.o_cr_ulps));
-      s.o_excess.push_back(s.o.back() - s.o_cr.back());
-    }
-    if (!e.delta_cr_ulps.empty()) {
-      s.delta_cr.push_back(mean_of(e.delta_cr_ulps));
-      s.delta_excess.push_back(s.delta.back() - s.delta_cr.back());
-    }
-    const std::size_t d = static_cast<std::size_t>(run.headdim);
-    for (std::size_t r = 0; r < e.row_max.size(); ++r) {
-      double row_sum = 0;
-      for (std::size_t c = 0; c < d; ++c) row_sum += e.o_ulps[r * d + c];
-      report.by_max.add(e.row_max[r], row_sum / static_cast<double>(d),
-                        e.delta_ulps.empty() ? nullptr : &e.delta_ulps[r]);
-    }
+    run_trial(run, t, items[static_cast<std::size_t>(t)]);
     if (hooks.after_trial) hooks.after_trial();
-  }
+  });
+  for (const ItemResult& item : items) merge_item(item, s, report);
 }
 
 // The trace's own model (its metadata), when it names one that reads the trace's dtype;
@@ -115,7 +200,8 @@ ModelHandle trace_model(const Trace& trace, const Format& dtype) {
   return named;
 }
 
-void add_trace(const Trace& trace, Samples& s, BiasReport& report) {
+void add_trace(const Trace& trace, ItemResult& item) {
+  Samples& s = item.s;
   const auto in = inputs_from_trace(trace);
   check_inputs_support_statistics(in, trace.source_name());
   const auto exact = exact_attention(in);
@@ -164,8 +250,8 @@ void add_trace(const Trace& trace, Samples& s, BiasReport& report) {
         kernel_deltas.push_back(*v);
       }
       if (!kernel_deltas.empty())
-        report.delta_note = "delta: computed from each trace's captured O and dO as its kernel does (" +
-                            trace.metadata().model + "'s reduction), since the capture holds no delta";
+        item.delta_note = "delta: computed from each trace's captured O and dO as its kernel does (" +
+                          trace.metadata().model + "'s reduction), since the capture holds no delta";
     }
   }
   std::vector<double> trace_delta;  // per row (NaN where the row is left out)
@@ -189,15 +275,16 @@ void add_trace(const Trace& trace, Samples& s, BiasReport& report) {
   for (std::size_t k = 0; k < kept_rows.size(); ++k) {
     const std::size_t r = kept_rows[k];
     if (bad[r]) continue;  // its delta was non-finite
-    report.by_max.add(exact.row_max->data[r], s.o[first_sample + k], trace_delta.empty() ? nullptr : &trace_delta[r]);
+    item.by_max.push_back({exact.row_max->data[r], s.o[first_sample + k],
+                           trace_delta.empty() ? std::nullopt : std::optional<double>(trace_delta[r])});
   }
   if (!bad_rows.empty()) {
     // A row with a finite O but a non-finite delta already gave its O sample; drop the
     // run's verdict all the same, and name every such row.
     std::sort(bad_rows.begin(), bad_rows.end());
-    report.non_finite_rows += bad_rows.size();
-    report.non_finite_where.push_back(trace.source_name() + ": " + std::to_string(bad_rows.size()) + " row(s) " +
-                                      describe_rows(bad_rows, in.q.heads, in.q.rows));
+    item.non_finite_rows = bad_rows.size();
+    item.non_finite_where = trace.source_name() + ": " + std::to_string(bad_rows.size()) + " row(s) " +
+                            describe_rows(bad_rows, in.q.heads, in.q.rows);
   }
 }
 
@@ -211,13 +298,20 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
     run_model_trials(run, hooks, s, report);
   } else {
     report.from_traces = true;
-    int hardware = 0, unknown = 0;
-    for (const auto& file : run.traces) {
+    std::vector<ItemResult> items(run.traces.size());
+    for_each_item(static_cast<int>(run.traces.size()), run.threads, hooks, [&](int i) {
       if (hooks.before_item) hooks.before_item();
-      const Trace trace = import_capture({file}, run.capture);
-      hardware += is_hardware_capture(trace);
-      unknown += trace.metadata().source == kUnknownSource;
-      add_trace(trace, s, report);
+      ItemResult& item = items[static_cast<std::size_t>(i)];
+      const Trace trace = import_capture({run.traces[static_cast<std::size_t>(i)]}, run.capture);
+      item.hardware = is_hardware_capture(trace);
+      item.unknown_source = trace.metadata().source == kUnknownSource;
+      add_trace(trace, item);
+    });
+    int hardware = 0, unknown = 0;
+    for (const ItemResult& item : items) {
+      merge_item(item, s, report);
+      hardware += item.hardware;
+      unknown += item.unknown_source;
     }
     report.subject = std::to_string(run.traces.size()) + " traces" +
                      (run.traces_label.empty() ? "" : " in " + run.traces_label) + " (one sample per row)";

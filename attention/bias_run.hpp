@@ -87,12 +87,25 @@ struct BiasRun {
   CaptureOptions capture;  // what bare captures among them lack (traces/capture_import.hpp)
   std::string traces_label;
   double alpha = 1e-3;
+  // The trials (model mode) or trace files (trace mode) run on this many threads, each item
+  // on one thread (its attention run on that thread alone). The report does not depend on
+  // it: every trial is seeded by its index, every item's samples are kept apart and joined
+  // in item order afterwards, and an error is the one the first failing item (in order)
+  // raised, as a run on one thread would raise it.
+  int threads = 1;
 };
 
 // Called before every trial or trace (Python: a pending Ctrl-C stops the run there) and
-// after every trial of model mode (the CLI's progress bar). Either may be empty.
+// after every trial of model mode (the CLI's progress bar). Either may be empty. With
+// threads > 1 they are called from the run's threads, concurrently.
+// start_threads runs `worker` on `threads` threads and joins them; when a thread cannot be
+// started it calls `stop` (the running workers then return soon), joins the started ones
+// and throws (the CLI's run_on_threads names --jobs). Empty: std::thread, rethrowing the
+// std::system_error. Not called when threads is 1 (the caller's thread does the work).
 struct BiasHooks {
   std::function<void()> before_item, after_trial;
+  std::function<void(int threads, const std::function<void()>& worker, const std::function<void()>& stop)>
+      start_threads;
 };
 
 struct BiasReport {

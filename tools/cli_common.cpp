@@ -258,6 +258,13 @@ int default_jobs() {
   return static_cast<int>(std::clamp<unsigned>(n, 1u, static_cast<unsigned>(kMaxJobs)));
 }
 
+CLI::Option* add_jobs_option(CLI::App& app, int& jobs) {
+  jobs = default_jobs();
+  return app.add_option("--jobs", jobs,
+                        "threads, 1.." + std::to_string(kMaxJobs) + " (default: the machine's cores, " +
+                            std::to_string(default_jobs()) + " here; results do not depend on it)");
+}
+
 void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,
                     std::string_view option) {
   std::vector<std::thread> threads;

@@ -98,6 +98,10 @@ int jobs_or_throw(long long jobs, std::string_view option = "--jobs");
 // The default of every --jobs: the machine's hardware threads
 // (std::thread::hardware_concurrency()), at least 1 and at most kMaxJobs.
 int default_jobs();
+// Adds --jobs to a command with the wording sweep's has: "threads, 1..kMaxJobs (default:
+// the machine's cores, N here; results do not depend on it)", defaulting `jobs` to
+// default_jobs(). The command checks the value with jobs_or_throw before any work.
+CLI::Option* add_jobs_option(CLI::App& app, int& jobs);
 // Runs `worker` on `jobs` threads and joins them. A thread that cannot be started (the
 // system's thread or memory limit) calls `stop` (which must make the running workers return
 // soon), joins the ones started and throws InputError naming `option` and the count.

@@ -10,6 +10,9 @@
 // - --model M --recipe FILE: M with the recipe file's stage formats and SFU tables
 //   (tools/recipe_file.hpp); trials are seeded as for M alone, so both see the same inputs.
 // - --by-max: descriptive only; the verdict and exit code are unchanged.
+// - --jobs J: the trials (or trace files) run on J threads, one trial per thread at a time
+//   (a default one-head problem has too few row blocks to split one run); the output does
+//   not depend on J (attention/bias_run.hpp BiasRun::threads).
 // Exit 1 when O or delta is biased, or when an output was non-finite (no verdict).
 #include <algorithm>
 #include <cstdio>
@@ -29,7 +32,7 @@ namespace {
 
 struct BiasOptions {
   std::string model, against, recipe, traces, scenario = "sink", dtype = "bf16";
-  int trials = 32, seqlen = 256, headdim = 64;
+  int trials = 32, seqlen = 256, headdim = 64, jobs = default_jobs();
   double alpha = 1e-3;
   std::uint64_t seed = 0;
   bool json = false, by_max = false;
@@ -160,10 +163,16 @@ int run_bias_test(const BiasOptions& o) {
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
   alpha_or_throw(o.alpha);
+  const int jobs = jobs_or_throw(o.jobs);
   attn::BiasRun run = o.model.empty() ? traces_run(o) : model_run(o);
   run.alpha = o.alpha;
+  run.threads = jobs;
   std::optional<ProgressBar> progress;
   attn::BiasHooks hooks;
+  // A thread the system cannot start is exit 2 naming --jobs, as in sweep.
+  hooks.start_threads = [](int threads, const std::function<void()>& worker, const std::function<void()>& stop) {
+    run_on_threads(threads, worker, stop);
+  };
   if (!o.model.empty()) {
     progress.emplace("trials", static_cast<std::uint64_t>(o.trials));
     hooks.after_trial = [&progress] { progress->advance(); };
@@ -198,6 +207,7 @@ Runner setup_bias_test(CLI::App& app) {
   // A trace run would ignore these silently; refuse them (exit 2, naming both options).
   for (CLI::Option* generator : {scenario, trials, seed, seqlen, headdim}) traces->excludes(generator);
   for (CLI::Option* statement : add_capture_options(app, o->capture, false, false)) statement->needs(traces);
+  add_jobs_option(app, o->jobs);
   app.add_flag("--by-max", o->by_max, "also describe the errors grouped by each row's exact max score (descriptive)");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_bias_test(*o); };

@@ -8,6 +8,8 @@
 // A --heads or --headdim of 0 is bad input (exit 2). A model whose O is NaN or infinite on
 // the (finite) inputs gets no figures: its row names the rows of O that are not finite
 // (JSON: "non_finite_rows" instead of the statistics) and the command exits 1.
+// --jobs J: the engine's threads for each model run (RunOptions::threads, over (head, row
+// block)); the output does not depend on J.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,7 +27,7 @@ namespace {
 
 struct DeviationOptions {
   std::string models, inputs = "normal", seqlens = "1024", tiles, dtype = "bf16";
-  int headdim = 64, heads = 1;
+  int headdim = 64, heads = 1, jobs = default_jobs();
   std::uint64_t seed = 0;
   bool json = false;
 };
@@ -78,6 +80,7 @@ int run_deviation(const DeviationOptions& o) {
     throw InputError("--heads " + std::to_string(o.heads) + " --headdim " + std::to_string(o.headdim) +
                      ": expected positive sizes (an empty problem has no deviation)");
   for (const int n : seqlens) check_problem_size(1, o.heads, n, o.headdim);
+  const int jobs = jobs_or_throw(o.jobs);
 
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   if (!o.json)
@@ -96,6 +99,7 @@ int run_deviation(const DeviationOptions& o) {
       for (auto [br, bc] : tiles) {
         attn::RunOptions opt;
         opt.seed = o.seed;
+        opt.threads = jobs;
         opt.block_m = br;
         opt.block_n = bc;
         opt.progress = &progress.counter();
@@ -183,6 +187,7 @@ Runner setup_deviation(CLI::App& app) {
   app.add_option("--tiles", o->tiles, "tile sizes BrxBc, comma-separated (default: the recipe's)");
   app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
   app.add_option("--seed", o->seed, "seed (default 0)");
+  add_jobs_option(app, o->jobs);
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_deviation(*o); };
 }

@@ -6,6 +6,8 @@
 // Everything it writes, replay reads back (fp32 models included: attention/trace_inputs.hpp
 // parse_model_for_inputs); a model whose outputs no trace tensor can hold (golden-fp64-*)
 // is refused before any work. The file is written whole or not at all (write_output_file).
+// --jobs J: the engine's threads (RunOptions::threads, over (batch, head, row block) forward
+// and (batch, head) backward); the trace's bytes do not depend on J.
 #include <cmath>
 #include <iostream>
 
@@ -22,6 +24,7 @@ struct MakeTraceOptions {
   std::string model, scenario = "sink", out, dtype = "bf16";
   int seqlen = 256, headdim = 64;
   int batch = 1, heads = 1, kv_heads = 0;  // kv_heads 0: = heads
+  int jobs = default_jobs();
   std::uint64_t seed = 0;
   bool backward = false;
 };
@@ -61,6 +64,7 @@ int run_make_trace(const MakeTraceOptions& o) {
     throw InputError("--kv-heads " + std::to_string(o.kv_heads) + ": expected a divisor of --heads " +
                      std::to_string(o.heads) + " (grouped-query attention)");
   check_problem_size(o.batch, o.heads, o.seqlen, o.headdim);
+  const int jobs = jobs_or_throw(o.jobs);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   attn::AttentionInputs in;
   try {
@@ -72,6 +76,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(o.headdim));
   attn::RunOptions opt;
   opt.seed = o.seed;
+  opt.threads = jobs;
   ProgressBar progress("rows", static_cast<std::uint64_t>(o.batch) * o.heads * o.seqlen * (o.backward ? 2 : 1));
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
@@ -132,6 +137,7 @@ Runner setup_make_trace(CLI::App& app) {
   app.add_option("--dtype", o->dtype,
                  "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "
                  "`standard` standard-fp32");
+  add_jobs_option(app, o->jobs);
   app.add_flag("--backward", o->backward, "also run and record the backward (do, delta, dq, dk, dv)");
   app.add_option("--out", o->out, "output .safetensors file (written whole: a temporary file renamed into place)")
       ->required();

@@ -20,6 +20,9 @@
 //   --sfu-dump, --sfu-values) or the other output; the plot is written whole or not at all.
 // - --recipe FILE changes the model's stage formats or SFU models (tools/recipe_file.hpp),
 //   e.g. to replay a hardware capture with the SFU tables captured on the same GPU.
+// - --jobs J: the engine's threads (RunOptions::threads, over (batch, head, row block)
+//   forward and (batch, head) backward); the output does not depend on J (the traced rows,
+//   the SFU recorder and the oracles' fallback counts are per row or thread-safe).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,6 +52,7 @@ struct ReplayOptions {
   std::string sfu_set = "auto";  // auto | model | a named SFU set
   CaptureOptionText capture;     // --source, --scale, --causal, --dtype, --layout of a bare capture
   int batch = -1, head = -1, row = -1;
+  int jobs = default_jobs();
   int feature = 0;  // --feature: the feature of O whose P·V accumulation --plot/--explain traces
   bool all = false, explain = false, json = false;
   // Given on the command line (the defaults -1 and "" would otherwise hide it).
@@ -66,6 +70,7 @@ struct Mismatch {
 };
 struct Comparison {
   std::string name;
+  Format format = formats::fp32;  // the captured tensor's, set by compare (trace.bits decodes the whole tensor)
   long long compared = 0, matching = 0;
   std::vector<Mismatch> mismatches;
 };
@@ -80,6 +85,7 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
   Comparison cmp;
   cmp.name = name;
   const RawTensor captured = trace.bits(name);
+  cmp.format = captured.format;
   const attn::Tensor4 shape = attn::tensor_from_trace(trace, name);
   if (shape.data.size() != recomputed.data.size())
     throw TraceError(trace.source_name() + ": tensor " + name + ": expected " + std::to_string(recomputed.data.size()) +
@@ -122,6 +128,7 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
   Comparison cmp;
   cmp.name = name;
   const RawTensor captured = trace.bits(name);
+  cmp.format = captured.format;
   if (captured.shape.size() < 2 || captured.shape[0] != rows.size())
     throw TraceError(trace.source_name() + ": tensor " + name + ": expected [" + std::to_string(rows.size()) +
                      " traced rows][kv blocks]...");
@@ -185,6 +192,7 @@ void check_options(const ReplayOptions& o) {
 
 int run_replay(const ReplayOptions& o) {
   check_options(o);
+  const int jobs = jobs_or_throw(o.jobs);
   const Trace trace = load_capture({o.path}, capture_options_or_throw(o.capture));
   const TraceMetadata& md = trace.metadata();
   const std::string model_name = o.model.empty() ? md.model : o.model;
@@ -268,6 +276,7 @@ int run_replay(const ReplayOptions& o) {
        std::max(o.head, 0) >= static_cast<int>(trace.heads())))
     throw InputError("--batch/--head/--row: outside the trace's shape");
   attn::RunOptions opt;
+  opt.threads = jobs;
   if (auto it = trace.raw_metadata().find("seed"); it != trace.raw_metadata().end()) {
     try {
       opt.seed = std::stoull(it->second);
@@ -456,8 +465,8 @@ int run_replay(const ReplayOptions& o) {
       for (const auto& m : c.mismatches) {
         nlohmann::ordered_json mm;
         mm["index"] = {m.b, m.h, m.r, m.c};
-        mm["captured"] = hex_bits(trace.bits(c.name).format, m.captured);
-        mm["recomputed"] = m.recomputed_exact ? hex_bits(trace.bits(c.name).format, m.recomputed) : "not representable";
+        mm["captured"] = hex_bits(c.format, m.captured);
+        mm["recomputed"] = m.recomputed_exact ? hex_bits(c.format, m.recomputed) : "not representable";
         mm["ulps"] = m.ulps;
         t["mismatches"].push_back(mm);
       }
@@ -504,11 +513,9 @@ int run_replay(const ReplayOptions& o) {
           break;
         }
         char line[200];
-        std::snprintf(
-            line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n", c.name.c_str(), m.b, m.h,
-            m.r, m.c, hex_bits(trace.bits(c.name).format, m.captured).c_str(),
-            m.recomputed_exact ? hex_bits(trace.bits(c.name).format, m.recomputed).c_str() : "(not representable)",
-            m.ulps);
+        std::snprintf(line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n", c.name.c_str(),
+                      m.b, m.h, m.r, m.c, hex_bits(c.format, m.captured).c_str(),
+                      m.recomputed_exact ? hex_bits(c.format, m.recomputed).c_str() : "(not representable)", m.ulps);
         std::cout << line;
       }
     }
@@ -576,6 +583,7 @@ Runner setup_replay(CLI::App& app) {
                                      "feature (column) of O whose accumulation --plot draws and --explain follows "
                                      "(0..head dim - 1; default 0)");
   app.add_flag("--json", o->json, "JSON output");
+  add_jobs_option(app, o->jobs);
   add_capture_options(app, o->capture, false);
   return [o] { return run_replay(*o); };
 }
