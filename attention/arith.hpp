@@ -27,6 +27,7 @@
 
 #include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
+#include "emu/software_exp2.hpp"
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
 
@@ -73,6 +74,8 @@ struct HardwareArith {
     return f32(std::fma(static_cast<float>(a), static_cast<float>(b), static_cast<float>(c)));
   }
   double ex2(double x) const { return km->sfu.ex2->evaluate(static_cast<float>(x)); }
+  // FlashAttention-4's FMA-polynomial exp2 (+sw-exp2), bit-exact plain fp32 arithmetic.
+  double software_ex2(double x) const { return fa4_software_ex2(static_cast<float>(x)); }
   double rcp(double x) const { return km->sfu.rcp->evaluate(static_cast<float>(x)); }
   double lg2(double x) const { return km->sfu.lg2->evaluate(static_cast<float>(x)); }
   double fast_log(double x) const { return fb::fast_log(km->sfu, static_cast<float>(x)); }
@@ -123,6 +126,7 @@ struct ExactArith {
   double op(const std::optional<Format>&, double x) const { return x; }
   double fma32(double a, double b, double c) const { return std::fma(a, b, c); }
   double ex2(double x) const { return std::exp2(x); }
+  double software_ex2(double x) const { return std::exp2(x); }
   double rcp(double x) const { return 1.0 / x; }
   double lg2(double x) const { return std::log2(x); }
   double fast_log(double x) const { return std::log(x); }

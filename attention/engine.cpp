@@ -16,6 +16,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "attention/arith.hpp"
@@ -76,17 +77,25 @@ void parallel_for(int count, int threads, const Fn& fn) {
   std::vector<std::thread> pool;
   std::exception_ptr error;
   std::atomic<bool> failed{false};
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (int i = next++; i < count && !failed; i = next++) {
-        try {
-          fn(i);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-        }
+  const auto work = [&] {
+    for (int i = next++; i < count && !failed; i = next++) {
+      try {
+        fn(i);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
       }
-    });
+    }
+  };
+  // The calling thread works too. A thread the system cannot start is left out: the items
+  // are independent and every result is the same on any number of threads.
+  for (int t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    }
   }
+  work();
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);
 }
@@ -109,6 +118,10 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   g.tiles.block_m = std::max(1, g.tiles.block_m);
   g.tiles.bwd_block_m = std::max(1, g.tiles.bwd_block_m);
   g.tiles.bwd_block_n = std::max(1, g.tiles.bwd_block_n);
+  if (km.sw_exp2 && km.sw_exp2_every > 0 && g.tiles.block_n % 32 != 0) {
+    throw std::invalid_argument("attention: +sw-exp2:EVERY,START splits KV tiles in 32-column fragments; block_n " +
+                                std::to_string(g.tiles.block_n) + " is not a multiple of 32");
+  }
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < N) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }
@@ -291,7 +304,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     const auto count_backward_rows = [&] {
       if (opt.progress) opt.progress->fetch_add(static_cast<std::uint64_t>(N), std::memory_order_relaxed);
     };
-    if (km.fp8.enabled) return count_backward_rows();  // no fp8 backward is modelled: delta only
+    if (!km.backward_modelled) return count_backward_rows();  // forward-only recipe: delta only
     double* dq = out.dq->row(b, h, 0);
     double* dk = out.dk->row(b, h, 0);
     double* dv = out.dv->row(b, h, 0);
@@ -308,7 +321,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     }
     count_backward_rows();
   });
-  if (km.fp8.enabled) {
+  if (!km.backward_modelled) {
     out.dq.reset();
     out.dk.reset();
     out.dv.reset();

@@ -256,10 +256,12 @@ double exponent_argument(const KernelModel& km, const A& ar, double s, double sc
 
 // P̄_j from the score and the current max (FA2 softmax.h scale_apply_exp2, per entry).
 // `two_step`: the Triton tutorial's causal on-band tiles scale first and subtract the max
-// separately (KernelModel::causal_band_two_step_exponent).
+// separately (KernelModel::causal_band_two_step_exponent). `software`: the exp2 is FA4's
+// FMA polynomial (+sw-exp2) instead of the SFU's.
 template <class A>
-double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double s, double m,
-                bool two_step = false) {
+double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double s, double m, bool two_step = false,
+                bool software = false) {
+  const auto p_exp2 = [&](double x) { return software ? ar.software_ex2(x) : kernel_exp2(km, ar, x); };
   switch (km.scale) {
     case ScaleHandling::exponent_ffma: {
       // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled),
@@ -269,13 +271,12 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
       const double max_scaled = m == -kInf    ? 0.0
                                 : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset)
                                               : ar.f32(m * sc.scale_log2);
-      return kernel_exp2(km, ar, exponent_argument(km, ar, s, sc.scale_log2, max_scaled));
+      return p_exp2(exponent_argument(km, ar, s, sc.scale_log2, max_scaled));
     }
     case ScaleHandling::log2_units: {
       const double mm = m == -kInf ? 0.0 : m;
-      if (two_step)
-        return kernel_exp2(km, ar, ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
-      return kernel_exp2(km, ar, ar.fma32(s, sc.qk_scale, -mm));           // qk * qk_scale - m_ij, fused by Triton
+      if (two_step) return p_exp2(ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
+      return p_exp2(ar.fma32(s, sc.qk_scale, -mm));                       // qk * qk_scale - m_ij, fused by Triton
     }
     case ScaleHandling::multiply_scores: {
       if (s == -kInf) return 0.0;

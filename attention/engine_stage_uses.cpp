@@ -15,9 +15,9 @@ bool reference(const KernelModel& m) { return m.structure == Structure::correctl
 bool online(const KernelModel& m) { return m.structure == Structure::online_softmax; }
 bool materialised(const KernelModel& m) { return m.structure == Structure::materialised; }
 bool scales_scores(const KernelModel& m) { return !reference(m) && m.scale == ScaleHandling::multiply_scores; }
-// fp8 models have no backward (engine.cpp run_typed: "no fp8 backward is modelled").
+// Forward-only recipes run no backward kernel (engine.cpp run_typed: backward_modelled).
 bool tensor_op_backward(const KernelModel& m) {
-  return !reference(m) && m.backward == BackwardKernel::tensor_ops && !m.fp8.enabled;
+  return !reference(m) && m.backward == BackwardKernel::tensor_ops && m.backward_modelled;
 }
 bool o_buffer(const KernelModel& m) { return online(m) && m.o_acc == OAccumulator::buffer; }
 bool pairwise_row_sum(const KernelModel& m) { return online(m) && m.row_sum == RowSumOrder::pairwise; }

@@ -119,6 +119,57 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       m.score_dot.promote_every = every;
       m.pv_dot.promote_every = every;
       canonical += "+promote:" + std::to_string(every);
+    } else if (variant == "lazy-rescale") {
+      if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
+        throw std::invalid_argument("+lazy-rescale applies to online models with base-2 exponents (FA2, FA3, Triton)");
+      double threshold = 8.0;  // FA4's value for 16-bit inputs (flash_fwd_sm100.py)
+      if (colon != std::string::npos && p.substr(colon + 1) == "off") {
+        // fa4-sm100 without its lazy rescaling: the max moves on every rise, as in FA2.
+        m.lazy_rescale_log2 = 0.0;
+        canonical += "+lazy-rescale:off";
+        continue;
+      }
+      if (colon != std::string::npos) threshold = parse_number(p.substr(colon + 1), "+lazy-rescale:T");
+      if (!(threshold > 0.0) || threshold > 64.0)
+        throw std::invalid_argument("+lazy-rescale:T: T must be in (0, 64] (log2 units)");
+      // FA4 asserts max_offset + rescale_threshold < log2(max of the P̄ cast's format): P̄
+      // may reach 2^(offset + T), and above the format's largest value it would saturate.
+      const Format& p_format = m.p_cast ? *m.p_cast : formats::fp32;
+      const double log2_max = std::log2(to_double(p_format, p_format.max_finite_pattern()));
+      if (m.fp8.p_max_offset + threshold >= log2_max) {
+        char why[160];
+        std::snprintf(why, sizeof why, "+lazy-rescale:%g: P̄ could reach 2^%g, beyond %s's largest value 2^%.3f",
+                      threshold, m.fp8.p_max_offset + threshold, p_format.name, log2_max);
+        throw std::invalid_argument(why);
+      }
+      m.lazy_rescale_log2 = threshold;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "+lazy-rescale:%g", threshold);
+      canonical += buf;
+    } else if (variant == "sw-exp2") {
+      if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
+        throw std::invalid_argument("+sw-exp2 applies to online models whose P̄ is an exp2 (FA2, FA3, Triton)");
+      m.sw_exp2 = true;
+      if (colon != std::string::npos && p.substr(colon + 1) == "off") {
+        // fa4-sm100 with every P̄ exponential on the MUFU.
+        m.sw_exp2 = false;
+        canonical += "+sw-exp2:off";
+      } else if (colon != std::string::npos) {
+        const std::string args = p.substr(colon + 1);
+        const std::size_t comma = args.find(',');
+        if (comma == std::string::npos) throw std::invalid_argument("+sw-exp2:EVERY,START: expected two integers");
+        const double every = parse_number(args.substr(0, comma), "+sw-exp2 EVERY");
+        const double first_fragment = parse_number(args.substr(comma + 1), "+sw-exp2 START");
+        if (every != std::floor(every) || every < 2 || every > 32 || static_cast<int>(every) % 2 != 0)
+          throw std::invalid_argument("+sw-exp2:EVERY,START: EVERY must be an even number in 2..32");
+        if (first_fragment != std::floor(first_fragment) || first_fragment < 0 || first_fragment > 64)
+          throw std::invalid_argument("+sw-exp2:EVERY,START: START must be a fragment index in 0..64");
+        m.sw_exp2_every = static_cast<int>(every);
+        m.sw_exp2_start_fragment = static_cast<int>(first_fragment);
+        canonical += "+sw-exp2:" + std::to_string(m.sw_exp2_every) + "," + std::to_string(m.sw_exp2_start_fragment);
+      } else {
+        canonical += "+sw-exp2";
+      }
     } else if (colon != std::string::npos) {
       throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
     } else if (variant == "block-quant" || variant == "hadamard") {
@@ -128,7 +179,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       (variant == "block-quant" ? m.fp8.block : m.fp8.hadamard) = true;
       canonical += "+" + variant;
     } else if (variant == "delta-dpp") {
-      if (m.fp8.enabled) throw std::invalid_argument("+delta-dpp: the fp8 models have no backward (dP) modelled");
+      if (!m.backward_modelled) throw std::invalid_argument("+delta-dpp: " + m.base + " has no backward (dP) modelled");
       m.delta_dpp = true;
       canonical += "+delta-dpp";
     } else if (variant == "unfused-exp") {
@@ -146,7 +197,8 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     } else {
       throw std::invalid_argument(
           "unknown variant '+" + variant +
-          "' (dynmax, unfused-exp, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, o-rto; fp8 models: "
+          "' (dynmax, unfused-exp, lazy-rescale, sw-exp2, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
+          "o-rto; fp8 models: "
           "block-quant, hadamard, promote)");
     }
   }
@@ -170,6 +222,28 @@ std::vector<KernelModelDescription> describe_kernel_models() {
                  "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
                  "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA",
                  ""});
+  out.push_back(
+      {"+lazy-rescale[:T|:off]",
+       "online models: FlashAttention-4's lazy rescaling. The running max (and the rescale of O and l) "
+       "moves only when a tile's max exceeds it by more than T in log2 units, (m_old - m_new)*scale_log2 "
+       "< -T in fp32; until then P-bar may reach 2^T. T defaults to 8, FA4's value for 16-bit inputs "
+       "(FA4 uses 0, no lazy rescaling, for fp8); :off turns it off (fa4-sm100 has it). EMULATION: not measured "
+       "on hardware",
+       "flash_attn/cute/softmax.py SoftmaxSm100.update_row_max; flash_attn/cute/flash_fwd_sm100.py "
+       "rescale_threshold (Dao-AILab/flash-attention 0251105a)"});
+  out.push_back(
+      {"+sw-exp2[:EVERY,START|:off]",
+       "online models: FlashAttention-4's software exp2 for the forward's P-bar: max(x,-127), "
+       "add.rm with 1.5*2^23 (floor), the fraction f, Horner p(f) = 1 + f(0.6951461 + f(0.2275644 + "
+       "f*0.0771191)) by fp32 FMAs, floor(x) added to p's exponent bits. Bare: every P-bar; "
+       ":EVERY,START: FA4's split, in each 32-column fragment of the tile but the last and those before "
+       "START, column pairs k with k % EVERY >= EVERY-4 (FA4 tunes e.g. 10,1 or 16,1 at head dim 128). "
+       "The rescale factor and the backward keep the SFU ex2; :off puts every P-bar back on the SFU (fa4-sm100 "
+       "has the split). Plain fp32 arithmetic: bit-exact without "
+       "hardware; the split is read from the source, not measured",
+       "flash_attn/cute/utils.py ex2_emulation_2, e2e_asm2, POLY_EX2[3]; flash_attn/cute/softmax.py "
+       "apply_exp2_convert; flash_attn/cute/flash_fwd_sm100.py _TUNING_CONFIG (Dao-AILab/flash-attention "
+       "0251105a)"});
   out.push_back({"+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)", ""});
   out.push_back({"+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)", ""});
   out.push_back(

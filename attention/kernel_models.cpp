@@ -404,6 +404,100 @@ KernelModel fa3_fp8(const Format& dtype) {
   m.fp8.enabled = true;
   m.fp8.format = formats::e4m3;
   m.fp8.p_max_offset = 8;
+  m.backward_modelled = false;
+  return m;
+}
+
+// FA3 forward tile sizes (kBlockM x kBlockN) for 2-byte elements on sm90, non-causal, same
+// head dim for V, no paged KV: hopper/tile_size.h tile_size_fwd_sm90 (element_size == 2):
+// hdim <= 64: 192x192; <= 96: 192x144; <= 128: 128x176; <= 192: 128x112; else 128x80.
+// Causal runs use kBlockN 128 at head dims <= 128 (not modelled: pass the tile size).
+std::vector<std::pair<int, TileSizes>> fa3_16bit_tiles() {
+  return {
+      {64, TileSizes{192, 192, 192, 192}},  {96, TileSizes{192, 144, 192, 144}}, {128, TileSizes{128, 176, 128, 176}},
+      {192, TileSizes{128, 112, 128, 112}}, {256, TileSizes{128, 80, 128, 80}},
+  };
+}
+
+// FlashAttention-3's bf16/fp16 forward on Hopper: the fp8 recipe's steps (they are one
+// template, hopper/softmax.h and mainloop_fwd_sm90_tma_gmma_ws.hpp) with Max_offset 0, the
+// 16-bit operands fed to wgmma directly, P̄ cast to the input dtype and FA3's 2-byte tiles.
+KernelModel fa3_16bit(const Format& dtype) {
+  KernelModel m = fa3_fp8(dtype);
+  m.base = "fa3-sm90";
+  m.description =
+      "FlashAttention-3 bf16/fp16 forward (hopper/): S and P·V through sm90-wgmma (16 products/step, 25 "
+      "fraction bits, C chained), softmax fp32 as FA3 (thread_reduce_ row sums, exp2f(x*scale - max*scale)), "
+      "P̄ cast to the input dtype, finalize (rcp of the row sum), O in the input dtype; KV tiles last to "
+      "first, FA3's non-causal 2-byte tiles; SFUs: correct rounding (UNMEASURED); forward only (backward: "
+      "delta from O, dO, order ASSUMED as FA2's)";
+  m.sources =
+      "hopper/flash_fwd_kernel_sm90.h (Softmax<..., Max_offset = !Is_FP8 ? 0 : 8>); hopper/softmax.h "
+      "(scale_apply_exp2 with Max_offset 0: max_scaled = max*scale; thread_reduce_; finalize: inv_sum = "
+      "(sum == 0 || sum != sum) ? 0 : 1/sum, LSE = max*(scale_log2*ln2) + logf(sum)); "
+      "hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp (KV blocks n_block_max-1 down to n_block_min; with "
+      "IntraWGOverlap O still sees +P·V then *scale in FA2's sequence); hopper/tile_size.h "
+      "tile_size_fwd_sm90 (element_size 2). ASSUMED: fast-math FFMA contractions and rcp.approx as in the "
+      "fp8 model; the row-sum thread layout of wgmma is FA2's quad layout";
+  m.output = dtype;
+  m.tiles_by_head_dim = fa3_16bit_tiles();
+  m.p_cast = dtype;
+  m.fp8 = Fp8Quantisation{};
+  m.backward_modelled = false;
+  return m;
+}
+
+// FlashAttention-4's forward on Blackwell (flash_attn/cute/flash_fwd_sm100.py, CuTe DSL).
+// One thread owns a whole row of the 128-column S tile (SoftmaxSm100, num_rows = 1).
+KernelModel fa4(const Format& dtype) {
+  KernelModel m;
+  m.base = "fa4-sm100";
+  m.description =
+      "FlashAttention-4 forward (flash_attn/cute, sm100): S and P·V through the sm100 tcgen05 model "
+      "(MMA-Sim's parameters, UNMEASURED), KV tiles of 128 last to first, one thread per row: lazy rescaling "
+      "(threshold 8 log2 units for 16-bit inputs), P̄ = exp2 of one FFMA, on the MUFU or FA4's degree-3 FMA "
+      "polynomial (default split: every 16, from fragment 1), row sum in FA4's 8-lane order, O rescaled "
+      "in fp32 by the correction warps, rcp of the row sum, O in the input dtype; SFUs: correct rounding "
+      "(UNMEASURED); forward only (backward: delta from O, dO, order ASSUMED as FA2's). EMULATION: no "
+      "Blackwell capture exists";
+  m.sources =
+      "Dao-AILab/flash-attention 0251105a: flash_attn/cute/flash_fwd_sm100.py (m_block 128 x q_stage 2, "
+      "n_block 128; n_block from n_block_max-1 down; rescale_threshold = 8.0 for 16-bit q, 0 for fp8; "
+      "max_offset 0 for 16-bit; ex2_emu_freq default 16, ex2_emu_start_frg default 1, _TUNING_CONFIG; "
+      "correction_rescale: O *= acc_scale (fp32 mul; skipped by a warp vote when no acc_scale < 1, exact); "
+      "correction_epilogue: scale = rcp_approx(row_sum) * v_descale, LSE = (row_max*scale_log2 + "
+      "lg2(row_sum) - max_offset)*ln2); flash_attn/cute/softmax.py SoftmaxSm100 (update_row_max, "
+      "scale_subtract_rowmax: FFMA(s, scale_log2, max_offset - max*scale_log2), apply_exp2_convert, "
+      "update_row_sum: fadd_reduce(P̄, init = row_sum*acc_scale)); flash_attn/cute/utils.py (fadd_reduce for "
+      "arch >= 100: 4 packed f32x2 accumulators; ex2_emulation_2, POLY_EX2). Tensor core: MMA-Sim "
+      "(Xie et al. 2025) TCGen05MMASim, 25 fraction bits. ASSUMED: the LSE's m*scale_log2 + lg2 contracted "
+      "into an FFMA; row_sum*acc_scale rounded before the packed add; ex2/rcp/lg2 as fast-math MUFU";
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::last_to_first;
+  m.tiles_by_head_dim = {{0, TileSizes{128, 128, 128, 128}}};
+  m.score_dot = tensor_core_dot("sm100");
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::exponent_ffma;
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::fa4_lanes;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.p_cast = dtype;
+  m.pv_dot = tensor_core_dot("sm100");
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::rcp_multiply;
+  m.lse = LseFormula::fa4;
+  m.sfu = correct_sfu_set();
+  m.ftz = true;
+  m.lazy_rescale_log2 = 8.0;
+  m.sw_exp2 = true;
+  m.sw_exp2_every = 16;
+  m.sw_exp2_start_fragment = 1;
+  m.delta = DeltaFormula::fa2_threads;  // assumed (no backward modelled)
+  m.backward_modelled = false;
   return m;
 }
 
@@ -436,6 +530,7 @@ KernelModel standard_fp8(const Format& dtype) {
   m.fp8.enabled = true;
   m.fp8.format = formats::e4m3;
   m.fp8.p_scale = 448.0;
+  m.backward_modelled = false;
   m.fp8.p_before_cast = formats::fp16;
   return m;
 }
@@ -532,6 +627,8 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   }
   table.push_back(triton_tutorial(dtype));
   table.push_back(fa3_fp8(dtype));
+  table.push_back(fa3_16bit(dtype));
+  table.push_back(fa4(dtype));
   table.push_back(standard_fp8(dtype));
   table.push_back(correctly_rounded_model(dtype, dtype));
   return table;

@@ -80,12 +80,15 @@ enum class Exp2Function : std::uint8_t {
 
 // Order of the row sum ℓ.
 enum class RowSumOrder : std::uint8_t {
-  fa2_quad,  // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
-             // quad sum (t0+t2)+(t1+t3) once at the end of the forward
-  pairwise,  // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
-  fa3_quad,  // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
-             // (starting from its first column), then adds that tile sum to its running
-             // sum; quad sum at the end as fa2_quad
+  fa2_quad,   // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
+              // quad sum (t0+t2)+(t1+t3) once at the end of the forward
+  pairwise,   // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
+  fa3_quad,   // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
+              // (starting from its first column), then adds that tile sum to its running
+              // sum; quad sum at the end as fa2_quad
+  fa4_lanes,  // FA4 (one thread per row) fadd_reduce for sm100: eight fp32 lanes, lane l
+              // folding columns l, l+8, ...; lane 0 starts from ℓ·α (ℓ·α rounded, then + P̄_0);
+              // then lanes (0,1)+=(2,3), (4,5)+=(6,7), (0,1)+=(4,5), ℓ = lane0 + lane1
 };
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
@@ -124,6 +127,8 @@ enum class LseFormula : std::uint8_t {
                // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
   log2_units,  // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
   natural,     // PyTorch: fp32(m + log(ℓ)) with m already scaled
+  fa4,         // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
+               // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
 };
 
 enum class DeltaFormula : std::uint8_t {
@@ -220,6 +225,11 @@ struct KernelModel {
   // the max is subtracted by a separate fp32 subtraction; elsewhere one FMA qk*qk_scale - m.
   bool causal_band_two_step_exponent = false;
 
+  // Whether the recipe models its kernel's backward (dQ, dK, dV). Forward-only recipes (the
+  // fp8 models, fa3-sm90, fa4-sm100) still give delta, from O and dO in delta's order, so that
+  // bias-test can measure it; their dQ, dK, dV are absent.
+  bool backward_modelled = true;
+
   // ---- FP8 (fa3-fp8-sm90, standard-fp8) ----
   Fp8Quantisation fp8;
 
@@ -233,6 +243,18 @@ struct KernelModel {
   // run's seed and the element's index).
   RoundingMode o_round = RoundingMode::rne;
   int o_sr_bits = 24;
+  // +lazy-rescale[:T] (FlashAttention-4's rescale_threshold, softmax.py SoftmaxSm100): after a
+  // KV tile the running max is kept, and O and ℓ are not rescaled, while the new max exceeds
+  // it by at most T in log2 units ((m_old - m_new)·scale_log2 >= -T, in fp32 as FA4 forms it);
+  // P̄ may then reach 2^T instead of 1. 0 = off (FA2, FA3: the max always moves).
+  double lazy_rescale_log2 = 0.0;
+  // +sw-exp2[:EVERY,START] (FlashAttention-4's ex2 emulation, emu/software_exp2.hpp): the
+  // forward's P̄ exponentials go through FA4's degree-3 FMA polynomial instead of the SFU
+  // ex2; all of them (sw_exp2_every == 0), or FA4's split of each 32-column fragment
+  // (fa4_software_ex2_uses_polynomial with EVERY, START). The rescale factor α and the
+  // backward keep the SFU, as FA4 does.
+  bool sw_exp2 = false;
+  int sw_exp2_every = 0, sw_exp2_start_fragment = 0;
 
   // Tile sizes this recipe uses for a problem (RunOptions' block sizes override when > 0).
   TileSizes tiles_for(int head_dim, int seqlen) const;  // seqlen: materialised models use one tile

@@ -20,6 +20,7 @@
 
 #include "attention/engine_detail.hpp"
 #include "attention/trace_sink.hpp"
+#include "emu/software_exp2.hpp"
 
 namespace fb::attn::detail {
 namespace {
@@ -79,7 +80,26 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
                       int kv_begin, double m, const double* s, double* p, int len) {
   const bool two_step =
       km.causal_band_two_step_exponent && g.causal && kv_begin >= row / g.tiles.block_m * g.tiles.block_m;
-  for (int j = 0; j < len; ++j) p[j] = exponent(km, ar, k, s[j], m, two_step);
+  for (int j = 0; j < len; ++j) {
+    // +sw-exp2: FA4's apply_exp2_convert picks the polynomial by the column's place in the tile.
+    const bool software =
+        km.sw_exp2 && (km.sw_exp2_every == 0 || fa4_software_ex2_uses_polynomial(j, g.tiles.block_n, km.sw_exp2_every,
+                                                                                 km.sw_exp2_start_fragment));
+    p[j] = exponent(km, ar, k, s[j], m, two_step, software);
+  }
+}
+
+// +lazy-rescale (FA4's SoftmaxSm100.update_row_max): keep the old max while the new one
+// exceeds it by at most T in log2 units, (m_old - m_new)·scale_log2 >= -T, formed in fp32 as
+// the rescale factor's argument is. The first tile and a row with no finite max yet always move.
+template <class A>
+bool keep_old_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, bool Is_first, double m_old,
+                  double m_new) {
+  if (km.lazy_rescale_log2 <= 0.0 || Is_first || m_old == -kInf) return false;
+  const double cur = m_new == -kInf ? 0.0 : m_new;
+  const double gap_log2 =
+      km.scale == ScaleHandling::exponent_ffma ? ar.f32(ar.f32(m_old - cur) * sc.scale_log2) : ar.f32(m_old - cur);
+  return gap_log2 >= -km.lazy_rescale_log2;
 }
 
 // reduce_sum: the tile's P̄ (unrounded) joins ℓ in the recipe's order.
@@ -106,6 +126,27 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     }
     for (int owner = 0; owner < 4; ++owner)
       if (rescale_pending[owner]) state.l_thread[owner] = ar.f32(state.l_thread[owner] * alpha);
+  } else if (km.row_sum == RowSumOrder::fa4_lanes) {
+    // FA4 update_row_sum: fadd_reduce over the thread's whole row (arch >= 100): lane l of
+    // four packed f32x2 accumulators folds columns l, l+8, ...; lane 0 starts from ℓ·α (the
+    // product rounded, then the packed add), lane 1 from 0 (exact). Masked columns past `len`
+    // are P̄ = 0 in the kernel: adding them changes nothing, so they are not visited.
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const double init = Is_first ? 0.0 : ar.f32(state.l * alpha);
+    lane[0] = init;
+    for (int j = 0; j < len; ++j) {
+      if (j == 0) {
+        lane[0] = Is_first ? p[0] : ar.f32(init + p[0]);  // (init, 0) + (P̄_0, P̄_1)
+      } else {
+        lane[j % 8] = j < 8 ? p[j] : ar.f32(lane[j % 8] + p[j]);
+      }
+    }
+    for (int l = 0; l < 2; ++l) {
+      lane[l] = ar.f32(lane[l] + lane[l + 2]);
+      lane[l + 4] = ar.f32(lane[l + 4] + lane[l + 6]);
+    }
+    for (int l = 0; l < 2; ++l) lane[l] = ar.f32(lane[l] + lane[l + 4]);
+    state.l = ar.f32(lane[0] + lane[1]);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {
     // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
     // then joins its running sum (0 + x is exact, so the first tile needs no case).
@@ -257,6 +298,13 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       st.lse_kernel = empty ? kInf : ar.f32(m + ar.lg2(l));
       st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
       break;
+    case LseFormula::fa4: {
+      // correction_epilogue: (row_max*scale_log2 + lg2(row_sum) - max_offset) * ln2, max_offset 0.
+      const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
+      st.lse = empty ? kInf : ar.f32(ar.fma32(m, k.scale_log2, ar.lg2(l)) * ln2);
+      st.lse_kernel = st.lse;
+      break;
+    }
     case LseFormula::natural:
       st.lse = empty ? kInf : ar.op(km.lse_format, m + ar.log32(l));
       st.lse_kernel = st.lse;
@@ -297,7 +345,9 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
 
     const double m_old = state.m;
     state.m = reduce_max(km, ar, k, sc.s.data(), len, m_old, sink.repeated_max());
-    const double alpha = rescale_factor(km, ar, k, m_old, state.m);
+    const bool lazy = keep_old_max(km, ar, k, Is_first, m_old, state.m);
+    if (lazy) state.m = m_old;
+    const double alpha = lazy ? 1.0 : rescale_factor(km, ar, k, m_old, state.m);  // FA4: acc_scale = 1.0
     softmax_rescale_o(km, ar, Is_first, alpha, sc.acc, state, sink);
     scale_apply_exp2(km, ar, k, g, row, kb, state.m, sc.s.data(), sc.p.data(), len);
     reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);

@@ -3,7 +3,7 @@
 // (issue 4, "Speed and memory").
 //
 // Usage: bench_attention [--model fa2-sm90] [--seqlen 4096] [--headdim 64] [--threads 1]
-//                        [--trace] [--backward] [--quick] [--memory]
+//                        [--trace] [--backward] [--quick] [--memory] [--against MODEL]
 // - Default: the native float tiled forward, then the emulated run; one line each with
 //   wall and CPU seconds, products per CPU second and the ratio to native.
 // - --trace: also the same run with every row traced ("full statistics"), in the same
@@ -15,6 +15,9 @@
 // - --memory: peak resident memory of one emulated forward (seqlen 32768 unless
 //   --seqlen is given) in a forked child, read from the child's own rusage (ru_maxrss),
 //   so the figure is for that run alone; exit 1 when it reaches 1 GiB. Nothing else runs.
+// - --against MODEL: also times MODEL's emulated forward on the same inputs in the same run
+//   and prints the ratio of the two CPU times (issue 23: every new kernel model within 2x
+//   of fa2-sm90's emulation time).
 // - --quick (CI smoke): seqlen 256.
 // CPU time is that of the benchmark thread for single-thread runs (on a shared, loaded
 // machine this is the honest measure of the work done) and of the process for
@@ -31,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -171,8 +175,8 @@ int memory_mode(const std::string& model, int seqlen, int head_dim, int threads)
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string model = "fa2-sm90";
+int run_benchmark(int argc, char** argv) {
+  std::string model = "fa2-sm90", against;
   int seqlen = 4096, head_dim = 64, threads = 1;
   bool trace = false, backward = false, memory = false, seqlen_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -198,6 +202,8 @@ int main(int argc, char** argv) {
       backward = true;
     else if (a == "--memory")
       memory = true;
+    else if (a == "--against")
+      against = next();
     else if (a == "--quick")
       seqlen = 256, seqlen_given = true;
     else {
@@ -236,6 +242,15 @@ int main(int argc, char** argv) {
       "max |O_emu - O_native| = %g\n",
       m.name.c_str(), what, threads, threads > 1 ? "s" : "", t_emu.wall, t_emu.cpu, products / t_emu.cpu,
       t_emu.cpu / t_native.cpu, max_diff);
+
+  if (!against.empty()) {
+    const ModelHandle base = parse_kernel_model(against, formats::bf16);
+    AttentionOutputs base_out;
+    const Timing t_base = timed(threads, [&] { base_out = run_attention(base, in, opt); });
+    std::printf("emulated %s %s, %d thread%s: %.3f s wall, %.3f s cpu; %s / %s cpu = %.2f\n", base.name.c_str(), what,
+                threads, threads > 1 ? "s" : "", t_base.wall, t_base.cpu, m.name.c_str(), base.name.c_str(),
+                t_emu.cpu / t_base.cpu);
+  }
 
   int status = 0;
   Tracer tracer;
@@ -282,4 +297,13 @@ int main(int argc, char** argv) {
     if (!same) status = 1;
   }
   return status;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_benchmark(argc, argv);
+  } catch (const std::exception& e) {  // a bad --model or --against, or a refused problem
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 }

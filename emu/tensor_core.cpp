@@ -1,4 +1,5 @@
-// emu/tensor_core.cpp: the tensor-core presets and the fused dot-add (see the header).
+// emu/tensor_core.cpp: the fused dot-add (see the header); the preset table itself is in
+// emu/tensor_core_presets.cpp.
 //
 // How it stays fast and exact: every input value is a float with at most 24
 // significant bits, so a product is an exact 48-bit integer times a power of two.
@@ -29,7 +30,8 @@
   X(4, 23, fp32_rz)              \
   X(4, 24, fp32_rz)              \
   X(16, 13, fp32_e8m13)          \
-  X(32, 13, fp32_e8m13)
+  X(32, 13, fp32_e8m13)          \
+  X(32, 25, fp32_rz)
 
 namespace fb {
 namespace {
@@ -41,70 +43,7 @@ constexpr std::uint32_t kManMask = formats::fp32.man_mask();
 constexpr std::uint32_t kExpFieldMax = formats::fp32.exp_field_max();
 constexpr int kSignShift = formats::fp32.width() - 1;
 
-constexpr std::string_view kFasi =
-    "Fasi, Higham, Mikaitis, Pranesh 2021 (PeerJ CS 7:e330); Khattak & Mikaitis 2025; Xie et al. 2025 (MMA-Sim)";
-constexpr std::string_view kKhattak =
-    "Khattak & Mikaitis 2025 (arXiv:2512.07004); Xie et al. 2025 (MMA-Sim, arXiv:2511.10909)";
-constexpr std::string_view kFp8 = "Xie et al. 2025 (MMA-Sim); Khattak & Mikaitis 2025: fp8 F=13, e8m13 output";
-
-// Notes (string literals, so that they concatenate): what is measured, what is assumed.
-#define FB_MEASURED "measured on NVIDIA H200, driver 580.159.04, 2026-11-26 (bit for bit, >= 10^6 probe cases)"
-#define FB_UNMEASURED_RULES \
-  "overflow gives inf and a result rounded to zero is +0 (follows Xie et al. 2025; measured on sm_90 only)"
-#define FB_F16ACC \
-  "assumed: alignment as the fp32-accumulate form of the same target, output RNE to fp16 (Fasi et al. 2021)"
-
 using enum DotOutput;
-constexpr ZeroTermPolicy kZ = ZeroTermPolicy::ignored;
-
-// name, input, products per step, F, truncate, output, zero terms, validated, source, note
-constexpr TensorCoreModel kModels[] = {
-    {"sm70", formats::fp16, 4, 23, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
-    {"sm70-f16acc", formats::fp16, 4, 23, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
-    {"sm80", formats::bf16, 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
-    {"sm80", formats::fp16, 8, 24, true, fp32_rz, kZ, false, kFasi, FB_UNMEASURED_RULES},
-    {"sm80", formats::tf32, 4, 24, true, fp32_rz, kZ, false, kFasi,
-     "F=24 assumed equal to the fp16/bf16 path; m16n8k8 as two steps of 4 (Xie et al. 2025); " FB_UNMEASURED_RULES},
-    {"sm80-f16acc", formats::fp16, 8, 24, true, fp16_rne, kZ, false, kFasi, FB_F16ACC "; " FB_UNMEASURED_RULES},
-    {"sm89", formats::bf16, 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
-    {"sm89", formats::fp16, 8, 24, true, fp32_rz, kZ, false, kKhattak, FB_UNMEASURED_RULES},
-    {"sm89", formats::tf32, 4, 24, true, fp32_rz, kZ, false, kKhattak, "as sm80 tf32 (assumed); " FB_UNMEASURED_RULES},
-    {"sm89", formats::e4m3, 16, 13, true, fp32_e8m13, kZ, false, kFp8,
-     "16 products per step assumed; " FB_UNMEASURED_RULES},
-    {"sm89", formats::e5m2, 16, 13, true, fp32_e8m13, kZ, false, kFp8,
-     "16 products per step assumed; " FB_UNMEASURED_RULES},
-    {"sm89-f16acc", formats::fp16, 8, 24, true, fp16_rne, kZ, false, kKhattak, FB_F16ACC "; " FB_UNMEASURED_RULES},
-    {"sm90-mma", formats::bf16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
-     "m16n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
-    {"sm90-mma", formats::fp16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
-     "m16n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
-    {"sm90-mma", formats::tf32, 8, 25, true, fp32_rz, kZ, true, kKhattak,
-     "m16n8k8 fuses all 8 products in one step (not Ampere's two steps of 4), F=25, the register's low 13 bits "
-     "ignored, overflow to inf: " FB_MEASURED},
-    {"sm90-mma-f16acc", formats::fp16, 16, 25, true, fp16_rne, kZ, true, kKhattak,
-     "alignment as the fp32-accumulate form (F=25), output RNE to fp16, a result rounded to zero is +0: " FB_MEASURED},
-    {"sm90-wgmma", formats::bf16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
-     "m64n8k16: 16 products per step, F=25, RZ, overflow to inf: " FB_MEASURED},
-    {"sm90-wgmma", formats::fp16, 16, 25, true, fp32_rz, kZ, true, kKhattak,
-     "m64n8k16: 16 products per step, F=25, RZ: " FB_MEASURED},
-    {"sm90-wgmma", formats::tf32, 8, 25, true, fp32_rz, kZ, false, kKhattak,
-     "as sm90-mma tf32 (8 products per step, F=25; measured there, not for wgmma); " FB_UNMEASURED_RULES},
-    {"sm90-wgmma", formats::e4m3, 32, 13, true, fp32_e8m13, kZ, true, kFp8,
-     "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
-    {"sm90-wgmma", formats::e5m2, 32, 13, true, fp32_e8m13, kZ, true, kFp8,
-     "m64n8k32: 32 products per step, F=13, e8m13: " FB_MEASURED},
-    {"sm90-wgmma-f16acc", formats::fp16, 16, 25, true, fp16_rne, kZ, false, kKhattak,
-     "assumed as sm90-mma-f16acc (measured there): alignment as the fp32-accumulate form, output RNE to fp16; no "
-     "wgmma f16-accumulate form was probed; " FB_UNMEASURED_RULES},
-    {"exact-rne", formats::bf16, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", formats::fp16, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", formats::tf32, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", formats::e4m3, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-    {"exact-rne", formats::e5m2, 0, 0, false, exact_rne, kZ, false, "reference: exact sum, one RNE rounding", {}},
-};
-#undef FB_MEASURED
-#undef FB_UNMEASURED_RULES
-#undef FB_F16ACC
 
 const Format& input_format_of(const TensorCoreModel& m) { return m.input; }
 
@@ -610,19 +549,6 @@ std::uint32_t dot_bits_from_floats(const TensorCoreModel& m, float c, const floa
 }
 
 }  // namespace
-
-std::span<const TensorCoreModel> tensor_core_models() { return kModels; }
-
-const TensorCoreModel* find_tensor_core_model(std::string_view name, const Format& input) {
-  for (const TensorCoreModel& m : kModels) {
-    if (m.name == name && input == m.input) return &m;
-  }
-  return nullptr;
-}
-
-bool is_tensor_core_model_name(std::string_view name) {
-  return std::any_of(std::begin(kModels), std::end(kModels), [&](const auto& m) { return m.name == name; });
-}
 
 const Format& accumulator_format(const TensorCoreModel& model) {
   return model.output == fp16_rne ? formats::fp16 : formats::fp32;

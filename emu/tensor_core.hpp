@@ -18,9 +18,11 @@
 // measured on an NVIDIA H200 (driver 580.159.04, 2026-11-26; >= 10^6 cases per form,
 // gpu/README.md) reproduce the hardware bit for bit and are marked `hardware_validated`:
 // sm90-mma bf16/fp16/tf32 and sm90-mma-f16acc, sm90-wgmma bf16/fp16/e4m3/e5m2. Every
-// other preset (sm70, sm80, sm89, sm90-wgmma tf32 and f16acc) is NOT validated on
-// hardware; the rules measured on sm_90 (overflow to inf, +0 for a rounded-to-zero
-// result) are applied to them as Xie et al. 2025 publish them.
+// other preset (sm70, sm80, sm89, sm90-wgmma tf32 and f16acc, and the Blackwell sm100
+// (tcgen05.mma) and sm120 (RTX Blackwell mma.sync) presets, whose parameters are MMA-Sim's)
+// is NOT validated on hardware; the rules measured on sm_90 (overflow to inf, +0 for a
+// rounded-to-zero result) are applied to them as Xie et al. 2025 publish them. The
+// Blackwell fp6/fp4 (e3m2, e2m3, e2m1) presets go beyond MMA-Sim (assumed: the fp8 path).
 // Regression set: traces/hw/probes_h200.fbp (ctest tensor_core_hw_probes_h200).
 #pragma once
 
@@ -98,7 +100,8 @@ bool is_tensor_core_model_name(std::string_view name);
 // The custom format e8m13 in fp32's 32-bit layout (low 10 bits zero): Hopper's fp8 accumulator.
 inline constexpr Format kE8m13InFp32Layout{"e8m13", 8, 13, 127, SpecialEncoding::ieee, true, 32, true};
 
-// All presets: sm70, sm80, sm89, sm90-mma, sm90-wgmma, exact-rne, each per input format.
+// All presets: sm70, sm80, sm89, sm90-mma, sm90-wgmma, sm100, sm120, exact-rne, each per
+// input format (the table is emu/tensor_core_presets.cpp).
 std::span<const TensorCoreModel> tensor_core_models();
 // The preset for a model name and input format, or nullptr when that hardware has no
 // such instruction form.
@@ -159,7 +162,7 @@ struct DotTrace {
 };
 
 // Hot path (no allocation unless tracing). a, b hold the exact values of `k` elements of the model's input format
-// (as float; all of bf16/fp16/tf32/fp8 are exact in float); c is an fp32 value (or an
+// (as float; all of bf16/fp16/tf32/fp8/fp6/fp4 are exact in float); c is an fp32 value (or an
 // fp16 value for fp16_rne output). Returns the output value as float. NaN/inf follow
 // IEEE propagation (inf - inf and 0*inf give the canonical NaN).
 float fused_dot(const TensorCoreModel& model, float c, const float* a, const float* b, int k,

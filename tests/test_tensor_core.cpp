@@ -38,16 +38,16 @@ int test_scale_divisor() {
 struct RefFormat {
   const char* name;
   int ebits, mbits, bias;
-  bool fn;    // OCP E4M3: no inf, only S.1111.111 is NaN
-  int shift;  // stored left-shifted (tf32 in fp32's layout)
+  bool fn;                   // OCP E4M3: no inf, only S.1111.111 is NaN
+  int shift;                 // stored left-shifted (tf32 in fp32's layout)
+  bool finite_only = false;  // OCP fp6/fp4: no inf, no NaN; every pattern is a number
 };
 constexpr RefFormat kRefFp32{"fp32", 8, 23, 127, false, 0};
 constexpr RefFormat kRefFp16{"fp16", 5, 10, 15, false, 0};
-const RefFormat kRefInputs[] = {{"bf16", 8, 7, 127, false, 0},
-                                {"fp16", 5, 10, 15, false, 0},
-                                {"tf32", 8, 10, 127, false, 13},
-                                {"e4m3", 4, 3, 7, true, 0},
-                                {"e5m2", 5, 2, 15, false, 0}};
+const RefFormat kRefInputs[] = {{"bf16", 8, 7, 127, false, 0},     {"fp16", 5, 10, 15, false, 0},
+                                {"tf32", 8, 10, 127, false, 13},   {"e4m3", 4, 3, 7, true, 0},
+                                {"e5m2", 5, 2, 15, false, 0},      {"e3m2", 3, 2, 3, false, 0, true},
+                                {"e2m3", 2, 3, 1, false, 0, true}, {"e2m1", 2, 1, 1, false, 0, true}};
 
 enum class Cls { zero, finite, inf, nan };
 struct RefValue {
@@ -63,7 +63,9 @@ RefValue ref_decode(const RefFormat& f, std::uint32_t stored) {
   const std::uint32_t e = (bits >> f.mbits) & ((1u << f.ebits) - 1u);
   const std::uint32_t m = bits & ((1u << f.mbits) - 1u);
   const std::uint32_t emax_field = (1u << f.ebits) - 1u;
-  if (f.fn) {
+  if (f.finite_only) {
+    // no special encodings
+  } else if (f.fn) {
     if (e == emax_field && m == (1u << f.mbits) - 1u) return {Cls::nan, neg, 0, 0, 0};
   } else if (e == emax_field) {
     return {m ? Cls::nan : Cls::inf, neg, 0, 0, 0};
@@ -677,4 +679,197 @@ TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step
   }
   CHECK(presets >= 10);
   CHECK(finite_checks > presets * trials * 3 / 4);
+}
+
+// ---- Blackwell (sm100 tcgen05.mma, sm120 mma.sync): MMA-Sim's parameters ------------
+// The random cases above check every new preset against the reference; these pin the
+// parameters MMA-Sim publishes (mmasim/simulator/nv.py, mmasim/isa/nv_tcgen05mma.py,
+// mmasim/isa/nv_mma.py) and what each one changes, on hand-worked cases.
+
+TEST_CASE("Blackwell presets: MMA-Sim's k per step, F = 25 and outputs, all marked unmeasured") {
+  struct Expected {
+    const char* name;
+    const fb::Format& input;
+    int per_step;
+    fb::DotOutput output;
+    bool beyond_mma_sim;  // fp6/fp4: MMA-Sim's f8f6f4 kind takes only e4m3/e5m2
+  };
+  using enum fb::DotOutput;
+  namespace f = fb::formats;
+  const Expected expected[] = {
+      {"sm100", f::bf16, 16, fp32_rz, false},         {"sm100", f::fp16, 16, fp32_rz, false},
+      {"sm100", f::tf32, 8, fp32_rz, false},          {"sm100", f::e4m3, 32, fp32_rz, false},
+      {"sm100", f::e5m2, 32, fp32_rz, false},         {"sm100", f::e3m2, 32, fp32_rz, true},
+      {"sm100", f::e2m3, 32, fp32_rz, true},          {"sm100", f::e2m1, 32, fp32_rz, true},
+      {"sm100-f16acc", f::fp16, 16, fp16_rne, false}, {"sm100-f16acc", f::e4m3, 32, fp16_rne, false},
+      {"sm100-f16acc", f::e5m2, 32, fp16_rne, false}, {"sm120", f::bf16, 16, fp32_rz, false},
+      {"sm120", f::fp16, 16, fp32_rz, false},         {"sm120", f::tf32, 8, fp32_rz, false},
+      {"sm120", f::e4m3, 32, fp32_rz, false},         {"sm120", f::e5m2, 32, fp32_rz, false},
+      {"sm120", f::e3m2, 32, fp32_rz, true},          {"sm120", f::e2m3, 32, fp32_rz, true},
+      {"sm120", f::e2m1, 32, fp32_rz, true},          {"sm120-f16acc", f::fp16, 16, fp16_rne, false},
+      {"sm120-f16acc", f::e4m3, 32, fp16_rne, false}, {"sm120-f16acc", f::e5m2, 32, fp16_rne, false},
+  };
+  int blackwell_rows = 0;
+  for (const fb::TensorCoreModel& m : fb::tensor_core_models()) {
+    blackwell_rows += std::string_view(m.name).starts_with("sm100") || std::string_view(m.name).starts_with("sm120");
+  }
+  CHECK(blackwell_rows == static_cast<int>(std::size(expected)));
+  for (const Expected& e : expected) {
+    CAPTURE(e.name);
+    CAPTURE(e.input.name);
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(e.name, e.input);
+    REQUIRE(m != nullptr);
+    CHECK(m->products_per_step == e.per_step);
+    CHECK(m->fraction_bits == 25);
+    CHECK(m->truncate_terms);
+    CHECK(m->output == e.output);
+    CHECK(m->zero_terms == fb::ZeroTermPolicy::ignored);
+    CHECK_FALSE(m->hardware_validated);
+    CHECK(m->source.find("MMA-Sim") != std::string_view::npos);
+    CHECK(m->source.find("2511.10909") != std::string_view::npos);
+    CHECK(m->note.find("UNMEASURED") != std::string_view::npos);
+    CHECK((m->note.find("ASSUMED beyond MMA-Sim") != std::string_view::npos) == e.beyond_mma_sim);
+  }
+  // Forms the instructions lack: kind::f16 with f16 D takes f16 inputs only; tf32 has no f16 D.
+  CHECK(fb::find_tensor_core_model("sm100-f16acc", fb::formats::bf16) == nullptr);
+  CHECK(fb::find_tensor_core_model("sm100-f16acc", fb::formats::tf32) == nullptr);
+  CHECK(fb::find_tensor_core_model("sm120-f16acc", fb::formats::e2m1) == nullptr);
+}
+
+TEST_CASE("Blackwell fp8: F = 25 keeps C bits Hopper's 13-bit fp8 path drops") {
+  const fb::TensorCoreModel* hopper = fb::find_tensor_core_model("sm90-wgmma", fb::formats::e4m3);
+  REQUIRE(hopper);
+  const std::vector<std::uint32_t> zero{0x00u};
+  // C = 1 + 2^-20 with a zero product: Hopper truncates it to 13 fraction bits (1.0);
+  // Blackwell's F = 25 and fp32 output keep it.
+  CHECK(fb::fused_dot_bits(*hopper, 0x3f800008u, zero, zero) == 0x3f800000u);
+  for (const char* name : {"sm100", "sm120"}) {
+    for (const fb::Format* in : {&fb::formats::e4m3, &fb::formats::e5m2}) {
+      const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, *in);
+      REQUIRE(m);
+      CHECK(fb::fused_dot_bits(*m, 0x3f800008u, zero, zero) == 0x3f800008u);
+    }
+  }
+  // With 16-bit-style truncation at F = 25: C = -(1 - 2^-24) plus 1*1 gives 2^-24 exactly
+  // (F = 25 keeps C's last bit); with F = 24 it would be 2^-23 (cf. Fasi et al.'s sm70 case).
+  const fb::TensorCoreModel* sm100 = fb::find_tensor_core_model("sm100", fb::formats::e4m3);
+  REQUIRE(sm100);
+  const std::vector<std::uint32_t> one{0x38u};  // e4m3 1.0
+  CHECK(fb::fused_dot_bits(*sm100, 0xbf7fffffu, one, one) == std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -24)));
+}
+
+TEST_CASE("Blackwell fp8: 32 products fuse in one step (tcgen05 kind::f8f6f4 k=32, mma.sync m16n8k32)") {
+  // a0*b0 = 2^16, a1*b1 = -2^16 and a16*b16 = 2^-10 (e4m3 2^-9 subnormal times 2^-1), k = 17.
+  // One step aligns 2^-10 to exponent 16 with F = 25: truncated to 0, and the sum is +0.
+  // Two steps of 16 would give 2^-10 exactly (the reference below confirms the case tells
+  // them apart).
+  std::vector<std::uint32_t> a(17, 0u), b(17, 0u);
+  a[0] = 0x78u, b[0] = 0x78u;  // 2^8 * 2^8
+  a[1] = 0x78u, b[1] = 0xf8u;  // 2^8 * -2^8
+  a[16] = 0x01u, b[16] = 0x30u;
+  const RefFormat& in = ref_input("e4m3");
+  CHECK(ref_dot({16, 25, fb::DotOutput::fp32_rz}, in, 0u, a, b) == std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -10)));
+  CHECK(ref_dot({32, 25, fb::DotOutput::fp32_rz}, in, 0u, a, b) == 0u);
+  for (const char* name : {"sm100", "sm120"}) {
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb::formats::e4m3);
+    REQUIRE(m);
+    CHECK(fb::fused_dot_bits(*m, 0u, a, b) == 0u);
+    // The 33rd product starts a second step: with a[32]*b[32] = 2^-10 added, that step sees
+    // C = +0 and keeps 2^-10.
+    std::vector<std::uint32_t> a2 = a, b2 = b;
+    a2.resize(33, 0u), b2.resize(33, 0u);
+    a2[32] = 0x01u, b2[32] = 0x30u;
+    CHECK(fb::fused_dot_bits(*m, 0u, a2, b2) == std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -10)));
+  }
+}
+
+TEST_CASE("Blackwell fp8 with fp16 accumulator: F = 25 alignment, output RNE to fp16") {
+  for (const char* name : {"sm100-f16acc", "sm120-f16acc"}) {
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb::formats::e4m3);
+    REQUIRE(m);
+    CHECK(fb::accumulator_format(*m) == fb::formats::fp16);
+    // C = fp16 1.0; 1 + 2^-11 is a tie between 1 and 1 + 2^-10: even gives 1.0.
+    CHECK(fb::fused_dot_bits(*m, 0x3c00u, std::vector<std::uint32_t>{0x01u}, std::vector<std::uint32_t>{0x28u}) ==
+          0x3c00u);
+    // 1 + 1.5 * 2^-11 is past the tie: 1 + 2^-10 (RNE, where RZ would give 1.0).
+    CHECK(fb::fused_dot_bits(*m, 0x3c00u, std::vector<std::uint32_t>{0x01u}, std::vector<std::uint32_t>{0x2cu}) ==
+          0x3c01u);
+    // 65504 + 448 * 448 overflows fp16: inf.
+    CHECK(fb::fused_dot_bits(*m, 0x7bffu, std::vector<std::uint32_t>{0x7eu}, std::vector<std::uint32_t>{0x7eu}) ==
+          0x7c00u);
+  }
+}
+
+TEST_CASE("Blackwell fp4/fp6 (assumed fp8 path): exact products, subnormals aligned at the format's emin") {
+  for (const char* name : {"sm100", "sm120"}) {
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb::formats::e2m1);
+    REQUIRE(m);
+    // 6*6 + 0.5*(-0.5) = 35.75 (e2m1: 6 = 0x7, 0.5 = 0x1 (subnormal), -0.5 = 0x9).
+    CHECK(fb::fused_dot_bits(*m, 0u, std::vector<std::uint32_t>{0x7u, 0x1u}, std::vector<std::uint32_t>{0x7u, 0x9u}) ==
+          0x420f0000u);
+    // 0.5 * 0.5 aligns at e2m1's emin 0 + 0 (not at its value's exponent -2): the grid is
+    // 2^-25, so C = -(0.25 - 2^-26) truncates to -(0.25 - 2^-25) and D = 2^-25 (aligning
+    // at -2 would keep C exactly and give 2^-26).
+    CHECK(fb::fused_dot_bits(*m, 0xbe7fffffu, std::vector<std::uint32_t>{0x1u}, std::vector<std::uint32_t>{0x1u}) ==
+          0x33000000u);
+    // The fp6 forms: e3m2 28 * -28 (its max finite, 0x1f and 0x3f); e2m3 7.5 (0x1f) times
+    // its smallest subnormal 0.125 (0x01).
+    const fb::TensorCoreModel* m6 = fb::find_tensor_core_model(name, fb::formats::e3m2);
+    REQUIRE(m6);
+    CHECK(fb::fused_dot_bits(*m6, 0u, std::vector<std::uint32_t>{0x1fu}, std::vector<std::uint32_t>{0x3fu}) ==
+          std::bit_cast<std::uint32_t>(-784.0f));
+    const fb::TensorCoreModel* m63 = fb::find_tensor_core_model(name, fb::formats::e2m3);
+    REQUIRE(m63);
+    CHECK(fb::fused_dot_bits(*m63, 0u, std::vector<std::uint32_t>{0x1fu}, std::vector<std::uint32_t>{0x01u}) ==
+          std::bit_cast<std::uint32_t>(7.5f * 0.125f));
+  }
+}
+
+TEST_CASE("Blackwell fp4/fp6 exhaustive: every e2m1 pair of products, every fp6 product, against the reference") {
+  // e2m1: every (a0, b0, a1, b1) (16^4) with each C below; e3m2 and e2m3: every single
+  // product (64^2) with each C. C covers zeros, cancellation against the products, values
+  // far above and below them, subnormals, max finite and the specials.
+  const std::uint32_t cs[] = {0x00000000u, 0x80000000u, 0x3f800000u, 0xbf800000u, 0x32800000u, 0xbe7fffffu,
+                              0x42100000u, 0xc20f0000u, 0x00000001u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                              0x7fc00000u, 0x3f800001u, 0x4b800001u, 0xb3400000u};
+  for (const char* name : {"sm100", "sm120"}) {
+    CAPTURE(name);
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb::formats::e2m1);
+    REQUIRE(m);
+    const RefModel ref{m->products_per_step, m->fraction_bits, m->output};
+    const RefFormat& in = ref_input("e2m1");
+    std::vector<std::uint32_t> a(2), b(2);
+    long cases = 0;
+    int failures = 0;
+    for (std::uint32_t bits = 0; bits < (1u << 16) && failures < 5; ++bits) {
+      a[0] = bits & 0xfu, b[0] = (bits >> 4) & 0xfu, a[1] = (bits >> 8) & 0xfu, b[1] = bits >> 12;
+      for (const std::uint32_t c : cs) {
+        ++cases;
+        const std::uint32_t want = ref_dot(ref, in, c, a, b), got = fb::fused_dot_bits(*m, c, a, b);
+        if (got != want) {
+          ++failures;
+          FAIL_CHECK(describe_case(c, a, b) << " got " << hex(got) << " want " << hex(want));
+        }
+      }
+    }
+    CHECK(cases == (1L << 16) * static_cast<long>(std::size(cs)));
+    for (const char* fp6 : {"e3m2", "e2m3"}) {
+      CAPTURE(fp6);
+      const fb::TensorCoreModel* m6 = fb::find_tensor_core_model(name, fb_input(fp6));
+      REQUIRE(m6);
+      const RefModel ref6{m6->products_per_step, m6->fraction_bits, m6->output};
+      const RefFormat& in6 = ref_input(fp6);
+      std::vector<std::uint32_t> x(1), y(1);
+      for (std::uint32_t bits = 0; bits < (1u << 12) && failures < 5; ++bits) {
+        x[0] = bits & 0x3fu, y[0] = bits >> 6;
+        for (const std::uint32_t c : cs) {
+          const std::uint32_t want = ref_dot(ref6, in6, c, x, y), got = fb::fused_dot_bits(*m6, c, x, y);
+          if (got != want) {
+            ++failures;
+            FAIL_CHECK(describe_case(c, x, y) << " got " << hex(got) << " want " << hex(want));
+          }
+        }
+      }
+    }
+  }
 }

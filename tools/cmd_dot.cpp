@@ -24,7 +24,7 @@
 namespace fb::cli {
 namespace {
 
-constexpr std::string_view kDotInputs[] = {"bf16", "fp16", "tf32", "e4m3", "e5m2"};
+constexpr std::string_view kDotInputs[] = {"bf16", "fp16", "tf32", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"};
 
 struct DotRequest {
   const TensorCoreModel* model = nullptr;
@@ -58,7 +58,7 @@ DotRequest parse_dot_words(const std::vector<std::string>& words, const std::str
   }
   bool known_input = false;
   for (auto n : kDotInputs) known_input |= words[1] == n;
-  if (!known_input) throw InputError("INFMT: '" + words[1] + "' is not one of bf16 fp16 tf32 e4m3 e5m2");
+  if (!known_input) throw InputError("INFMT: '" + words[1] + "' is not one of bf16 fp16 tf32 e4m3 e5m2 e3m2 e2m3 e2m1");
   const Format input = parse_format_or_throw(words[1], "INFMT");
   DotRequest req;
   req.model = find_tensor_core_model(name, input);

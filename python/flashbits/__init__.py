@@ -199,7 +199,8 @@ def sqrt(a, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 
 def dot(model: str, a, b, c=None, fmt: str = "bf16") -> Rounded:
     """Tensor-core fused dot products D = C + sum_i a[..., i] * b[..., i], as the named
     hardware model computes them (``flashbits dot``; models: ``dot_models()``). ``a`` and
-    ``b`` hold values (or bit patterns) of the input format ``fmt`` (bf16 fp16 tf32 e4m3 e5m2),
+    ``b`` hold values (or bit patterns) of the input format ``fmt`` (bf16 fp16 tf32 e4m3 e5m2, and
+    e3m2 e2m3 e2m1 for the Blackwell presets),
     shape [..., k]; ``c`` values of the accumulator (fp32, fp16 for the *-f16acc models),
     shape [...] (default 0). Returns D in the accumulator format."""
     acc = _core.dot_format(model, fmt)
