@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <numbers>
 #include <string>
@@ -29,6 +28,7 @@
 #include "emu/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/software_exp2_reference.hpp"
+#include "tests/test_scale.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -164,8 +164,7 @@ TEST_CASE("fa4-sm100 equals FlashAttention-4's forward written from its source")
   CorrectSfu sfu;
   fb_test::SoftwareExp2Reference poly;
   // The sanitizer build runs one input and every 7th row of it: the paths, not the coverage.
-  const char* scale = std::getenv("FLASHBITS_TEST_SCALE");
-  const bool sanitizer = scale != nullptr && std::string(scale) == "sanitizer";
+  const bool sanitizer = fb_test::sanitizer_scale();
   for (const Variant& variant : variants) {
     const ModelHandle model = parse_kernel_model(std::string("fa4-sm100") + variant.suffix, formats::bf16);
     const TensorCoreModel& tc = *model.recipe->score_dot.model;

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
+#include "tests/test_scale.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -52,9 +52,8 @@ void check_equal(const Tensor4& got, const Tensor4& want, const char* what) {
 TEST_CASE("grouped-query attention equals multi-head attention on repeated k and v") {
   const char* const models[] = {"fa2-sm80",        "fa2-sm90",   "pytorch-fa2-sm90", "standard-bf16",
                                 "triton-tutorial", "fa-bf16acc", "fa2-sm80+dynmax",  "fa2-sm80+o-fp32"};
-  // The sanitizer build (FLASHBITS_TEST_SCALE=sanitizer) runs one model of each backward kind.
-  const char* scale = std::getenv("FLASHBITS_TEST_SCALE");
-  const bool sanitizer = scale != nullptr && std::string(scale) == "sanitizer";
+  // The sanitizer build runs one model of each backward kind.
+  const bool sanitizer = fb_test::sanitizer_scale();
   for (const char* model_name : models) {
     const std::string name = model_name;
     if (sanitizer && name != "fa2-sm80" && name != "triton-tutorial" && name != "fa-bf16acc") continue;

@@ -24,51 +24,19 @@
 #include "attention/attention.hpp"
 #include "emu/special_functions.hpp"
 #include "tests/bf16_reference.hpp"
+#include "tests/cli_run.hpp"
+#include "tests/test_scale.hpp"
 #include "traces/trace.hpp"
 
-#ifndef FLASHBITS_BINARY
-#error "FLASHBITS_BINARY must name the flashbits executable"
-#endif
-
 namespace {
-// The sanitizer build (FLASHBITS_TEST_SCALE=sanitizer) runs each command's paths, not the
-// statistics: cases that need many trials or whole-trace replays to say something skip
-// those parts there (the Release run keeps them).
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
-
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::filesystem::path scratch() {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("fb_cli_commands_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-// `shell` runs first in the same /bin/sh (a ulimit, say).
-Run run(const std::string& args, const std::string& shell = "") {
-  static int counter = 0;
-  const std::string base = (scratch() / ("run" + std::to_string(counter++))).string();
-  const std::string cmd =
-      shell + std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
-}
+// The sanitizer build (tests/test_scale.hpp) runs each command's paths, not the statistics:
+// cases that need many trials or whole-trace replays to say something skip those parts there
+// (the Release run keeps them).
+using fb_test::run;
+using fb_test::Run;
+using fb_test::sanitizer_scale;
+using fb_test::scratch;
+using fb_test::slurp;
 
 const std::string kSweep =
     "sweep --model fa2-sm80,fa-bf16acc --scenario sink,random --seqlen 64 --headdim 32 "
@@ -425,8 +393,7 @@ TEST_CASE("replay: the shipped example traces replay bit for bit") {
 TEST_CASE("long runs: a progress bar on a terminal's stderr, nothing when stderr is not a terminal") {
   // docs/CLI.md: a run of more than about 2 s shows a progress bar when stderr is a terminal.
   // util-linux `script` gives the command a pseudo-terminal; stdout goes to a file.
-  const char* scale = std::getenv("FLASHBITS_TEST_SCALE");
-  if ((scale && std::string(scale) == "sanitizer") || std::system("command -v script > /dev/null 2>&1") != 0) {
+  if (sanitizer_scale() || std::system("command -v script > /dev/null 2>&1") != 0) {
     MESSAGE("skipped: sanitizer build or no `script` (util-linux)");
     return;
   }

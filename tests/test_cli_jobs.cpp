@@ -12,63 +12,32 @@
 // thread count (bias-test's items are joined in order, errors included).
 // FLASHBITS_TEST_SCALE=sanitizer shrinks the problems (an ASan build runs this too).
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
 
-#ifndef FLASHBITS_BINARY
-#error "FLASHBITS_BINARY must name the flashbits executable"
-#endif
+#include "tests/cli_run.hpp"
+#include "tests/test_scale.hpp"
 
 namespace {
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::strcmp(s, "sanitizer") == 0;
-}
+using fb_test::sanitizer_scale;
 
 // Sizes: several row blocks per head (block_m is 64 or 128 for these models at head dim 32)
 // and several heads and batches, small enough for a sanitizer build.
 std::string seqlen() { return sanitizer_scale() ? "80" : "200"; }
 std::string trials() { return sanitizer_scale() ? "5" : "12"; }
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::filesystem::path scratch() {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("fb_cli_jobs_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+using fb_test::run;
+using fb_test::Run;
+using fb_test::scratch;
+using fb_test::slurp;
 
 std::string path(const std::string& name) { return (scratch() / name).string(); }
-
-Run run(const std::string& args) {
-  static int counter = 0;
-  const std::string base = path("run" + std::to_string(counter++));
-  const std::string cmd = std::string("'") + FLASHBITS_BINARY + "' " + args + " > " + base + ".out 2> " + base + ".err";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
-}
 
 int lines(const std::string& text) {
   int n = 0;

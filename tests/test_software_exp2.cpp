@@ -10,7 +10,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <random>
 #include <set>
@@ -19,13 +18,11 @@
 
 #include "emu/software_exp2.hpp"
 #include "tests/software_exp2_reference.hpp"
+#include "tests/test_scale.hpp"
 
 namespace {
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 
 std::vector<float> inputs() {
   const int n = sanitizer_scale() ? 2000 : 100000;
