@@ -33,19 +33,23 @@ struct SoftmaxState {
   double l = 0.0;
 };
 
+// The base-2 exponent of α for recipes that rescale with exp2 (not multiply_scores), formed in
+// fp32 as the kernels form it: (m_old - m_new)·scale_log2 (FA2, FA3, FA4), or m_old - m_new
+// for Triton, whose max is already in log2 units. softmax_rescale_o: scores_max_cur = max ==
+// -inf ? 0 : max (Check_inf). FA4's lazy rescaling compares this same value to -T.
+template <class A>
+double rescale_exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m_old, double m_new) {
+  const double cur = m_new == -kInf ? 0.0 : m_new;
+  return km.scale == ScaleHandling::exponent_ffma ? ar.f32(ar.f32(m_old - cur) * sc.scale_log2) : ar.f32(m_old - cur);
+}
+
 // α = the factor applied to ℓ and O when the max moves from m_old to m_new.
 template <class A>
 double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m_old, double m_new) {
   switch (km.scale) {
-    case ScaleHandling::exponent_ffma: {
-      // softmax_rescale_o: scores_max_cur = max == -inf ? 0 : max (Check_inf).
-      const double cur = m_new == -kInf ? 0.0 : m_new;
-      return kernel_exp2(km, ar, ar.f32(ar.f32(m_old - cur) * sc.scale_log2));
-    }
-    case ScaleHandling::log2_units: {
-      const double cur = m_new == -kInf ? 0.0 : m_new;
-      return kernel_exp2(km, ar, ar.f32(m_old - cur));
-    }
+    case ScaleHandling::exponent_ffma:
+    case ScaleHandling::log2_units:
+      return kernel_exp2(km, ar, rescale_exponent(km, ar, sc, m_old, m_new));
     case ScaleHandling::multiply_scores: {
       if (m_old == -kInf) return 0.0;  // nothing accumulated yet (guards -inf - -inf)
       return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, m_old - m_new)));
@@ -90,16 +94,13 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
 }
 
 // +lazy-rescale (FA4's SoftmaxSm100.update_row_max): keep the old max while the new one
-// exceeds it by at most T in log2 units, (m_old - m_new)·scale_log2 >= -T, formed in fp32 as
-// the rescale factor's argument is. The first tile and a row with no finite max yet always move.
+// exceeds it by at most T in log2 units, rescale_exponent >= -T. The first tile and a row
+// with no finite max yet always move.
 template <class A>
 bool keep_old_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, bool Is_first, double m_old,
                   double m_new) {
   if (km.lazy_rescale_log2 <= 0.0 || Is_first || m_old == -kInf) return false;
-  const double cur = m_new == -kInf ? 0.0 : m_new;
-  const double gap_log2 =
-      km.scale == ScaleHandling::exponent_ffma ? ar.f32(ar.f32(m_old - cur) * sc.scale_log2) : ar.f32(m_old - cur);
-  return gap_log2 >= -km.lazy_rescale_log2;
+  return rescale_exponent(km, ar, sc, m_old, m_new) >= -km.lazy_rescale_log2;
 }
 
 // reduce_sum: the tile's P̄ (unrounded) joins ℓ in the recipe's order.
