@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
@@ -111,6 +112,22 @@ struct HardwareArith {
     double s = c;
     for (int i = 0; i < k; ++i) s = std::fma(static_cast<double>(a[i]), static_cast<double>(b[i]), s);
     return s;
+  }
+  // Whether dot_columns runs `spec`'s dots side by side in vector lanes
+  // (fb::fused_dot_columns): a tensor-core chain without +promote. Otherwise callers loop
+  // over dot(); the results are the same bits either way.
+  static bool columns_batched(const DotSpec& spec) {
+    return spec.kind == DotKind::tensor_core && spec.promote_every <= 0;
+  }
+  // dot() for `lanes` columns at once (only where columns_batched): acc[l] =
+  // dot(spec, acc[l], a, column l, k), column l = b[j*ldb + l]. `lane_values` is scratch.
+  void dot_columns(const DotSpec& spec, double* acc, const float* a, const float* b, std::size_t ldb, int k, int lanes,
+                   std::vector<float>& lane_values) const {
+    lane_values.resize(static_cast<std::size_t>(lanes));
+    // The accumulators hold fp32 (or fp16) values: exact as float.
+    for (int l = 0; l < lanes; ++l) lane_values[static_cast<std::size_t>(l)] = static_cast<float>(acc[l]);
+    fused_dot_columns(*spec.model, lane_values.data(), a, b, ldb, k, lanes, lane_values.data());
+    for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];
   }
 };
 

@@ -147,7 +147,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     hd.n = N;
     hd.d = D;
     copy_rows(fp8 ? fp8->q : in.q, b, h, hd.q, backward ? &hd.qt : nullptr);
-    copy_rows(fp8 ? fp8->k : in.k, b, h / group, hd.k, backward ? &hd.kt : nullptr);
+    copy_rows(fp8 ? fp8->k : in.k, b, h / group, hd.k, &hd.kt);
     copy_rows(fp8 ? fp8->v : in.v, b, h / group, hd.v, &hd.vt);
     if (fp8) {
       // The descales of this q head and of the k/v head it reads (index b * heads + head).

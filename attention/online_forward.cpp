@@ -192,15 +192,30 @@ template <class A, class E, class Sink>
 void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<E>& sc, int kv_begin, int len,
              double alpha, Sink& sink) {
   const int d = hd.d;
+  // The tile's d dots side by side (P̄ against V's columns) on rows that are not traced
+  // (a traced row's steps are tallied or plotted one dot at a time).
+  const bool side_by_side = dots_side_by_side<A, E>(km.pv_dot) && sink.tally_dot() == nullptr && !Sink::enabled;
+  const E* v_tile = hd.v_row(kv_begin);
+  const auto v_stride = static_cast<std::size_t>(d);
   if (km.fp8.block) {
     // +block-quant: the tile's P̄·V from C = 0, then acc = fma(tile, v_descale_j, acc) in
     // fp32 (assumed placement). Traced rows count the tile's steps; no per-key plot.
     const double vd = hd.v_descale[kv_begin / hd.kv_block_rows];
+    if (side_by_side) {
+      std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
+      dot_columns(ar, km.pv_dot, sc.tile_dots.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values);
+      for (int c = 0; c < d; ++c) sc.acc[c] = ar.fma32(sc.tile_dots[c], vd, sc.acc[c]);
+      return;
+    }
     for (int c = 0; c < d; ++c) {
       const double tile = ar.dot(km.pv_dot, 0.0, sc.pc.data(), hd.vt_row(c) + kv_begin, len, sink.tally_dot());
       sc.acc[c] = ar.fma32(tile, vd, sc.acc[c]);
     }
   } else if (km.o_acc == OAccumulator::mma_c) {
+    if (side_by_side) {
+      dot_columns(ar, km.pv_dot, sc.acc.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values);
+      return;
+    }
     for (int c = 0; c < d; ++c) {
       const E* vcol = hd.vt_row(c) + kv_begin;
       if constexpr (Sink::enabled) {
@@ -212,9 +227,13 @@ void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<
       sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len, sink.tally_dot());
     }
   } else {
+    if (side_by_side) {
+      std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
+      dot_columns(ar, km.pv_dot, sc.tile_dots.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values);
+    }
     for (int c = 0; c < d; ++c) {
       const E* vcol = hd.vt_row(c) + kv_begin;
-      const double pv_exact = ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len);
+      const double pv_exact = side_by_side ? sc.tile_dots[c] : ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len);
       const double scaled = ar.op(km.o_buffer_format, sc.acc[c] * alpha);
       if constexpr (Sink::enabled) {
         sc.acc[c] = sink.traced_buffer_update(km, ar, scaled, pv_exact, sc.pc.data(), vcol, kv_begin, len, alpha, c);
@@ -337,7 +356,7 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
     sink.on_tile_begin();
 
     // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
-    for (int j = 0; j < len; ++j) sc.s[j] = score(km, ar, k, q, hd.k_row(kb + j), g.d);
+    tile_scores(km, ar, k, hd, q, kb, len, sc.s.data(), sc.lane_values);
     if (km.fp8.block) {
       // +block-quant: this (Q block, KV block)'s descale on the fp32 scores (assumed placement).
       const double qk = ar.f32(hd.q_descale[row / hd.q_block_rows] * hd.k_descale[kb / hd.kv_block_rows]);

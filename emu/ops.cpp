@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include "emu/power_of_two.hpp"
+
 namespace fb {
 namespace {
 
@@ -31,10 +33,6 @@ Rounded zero_result(const Format& f, bool negative) {
                                                   std::uint64_t position, RoundingEvent* event) {
   return round_pack_inline(f, v.negative, v.exponent, v.significand, v.sticky, spec, position, event);
 }
-
-// 2^k as a double for k in fp64's normal exponent range, without a libm call.
-constexpr bool is_normal_exponent(int k) { return k >= -1022 && k <= 1023; }
-constexpr double power_of_two(int k) { return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52); }
 
 // The exact value of an operand: the same number as fb::to_double, assembled from
 // the decoded fields instead of through ldexp (at most 24 significant bits and an
@@ -76,7 +74,8 @@ constexpr double power_of_two(int k) { return std::bit_cast<double>(static_cast<
   // Multiplying by a power of two is exact, as ldexp is; 0 <= t <= 2, so
   // truncation is floor.
   const int scale = 2 - exponent;
-  const double t = is_normal_exponent(scale) ? std::fabs(lo) * power_of_two(scale) : std::fabs(std::ldexp(lo, scale));
+  const double t =
+      is_normal_power_of_two_exponent(scale) ? std::fabs(lo) * power_of_two(scale) : std::fabs(std::ldexp(lo, scale));
   const std::uint64_t whole = static_cast<std::uint64_t>(t);
   const bool fractional = t != static_cast<double>(whole);
   sig <<= 2;

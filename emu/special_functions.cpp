@@ -31,6 +31,7 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
 #include "emu/ops.hpp"
+#include "emu/power_of_two.hpp"
 #include "formats/format.hpp"
 
 namespace fb {
@@ -163,11 +164,12 @@ std::optional<float> round_if_decided(DoubleDouble a, double rel_err) {
   const bool negative = a.hi < 0;
   const double hi = std::fabs(a.hi);
   const double lo = negative ? -a.lo : a.lo;
-  const int e = std::ilogb(hi);
-  if (e < formats::fp32.emin()) return std::nullopt;  // outside the domain this helper serves
+  // Outside the domain this helper serves (NaN too): below fp32's normal range.
+  if (!(hi >= power_of_two(formats::fp32.emin()))) return std::nullopt;
+  const int e = static_cast<int>(std::bit_cast<std::uint64_t>(hi) >> 52) - 1023;  // hi: a positive normal double
   // In units of the fp32 ulp of hi's binade: m_hi in [2^23, 2^24).
-  const double m_hi = std::ldexp(hi, kManBits - e);
-  const double m_lo = std::ldexp(lo, kManBits - e);
+  const double m_hi = times_power_of_two(hi, kManBits - e);
+  const double m_lo = times_power_of_two(lo, kManBits - e);
   const double base = std::floor(m_hi);
   // Signed distance from A to the midpoint base + 1/2; the only midpoint within
   // reach, since |m_lo| < 2^-28 and the error bound is far below 1/2.
@@ -237,7 +239,7 @@ std::optional<float> ex2_stage_double(float x) {
   }();
   double p = kInverseFactorial[13];
   for (int n = 12; n >= 0; --n) p = p * t + kInverseFactorial[n];
-  return round_if_decided({std::ldexp(p, s.k), 0.0}, 0x1p-46);
+  return round_if_decided({times_power_of_two(p, s.k), 0.0}, 0x1p-46);
 }
 
 // Same series in double-double to t^27 (truncation below 2^-140), Horner as
@@ -249,7 +251,7 @@ std::optional<float> ex2_stage_double_double(float x) {
   const DoubleDouble t = fast_two_sum(tp.hi, tp.lo + s.r * kLn2.lo);
   DoubleDouble p{1.0, 0.0};
   for (int n = 27; n >= 1; --n) p = dd_add({1.0, 0.0}, dd_div_d(dd_mul(t, p), n));
-  return round_if_decided({std::ldexp(p.hi, s.k), std::ldexp(p.lo, s.k)}, 0x1p-88);
+  return round_if_decided({times_power_of_two(p.hi, s.k), times_power_of_two(p.lo, s.k)}, 0x1p-88);
 }
 
 float ex2_stage_multiprecision(float x) {

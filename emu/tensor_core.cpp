@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 
+#include "emu/power_of_two.hpp"
 #include "emu/summation.hpp"
 
 // The presets' step shapes (products per step, F, output), the one list both compiled
@@ -47,16 +48,7 @@ using enum DotOutput;
 
 const Format& input_format_of(const TensorCoreModel& m) { return m.input; }
 
-inline const Format& output_format_of(DotOutput output) {
-  switch (output) {
-    case fp16_rne:
-      return formats::fp16;
-    case fp32_e8m13:
-      return kE8m13InFp32Layout;
-    default:
-      return formats::fp32;
-  }
-}
+inline const Format& output_format_of(DotOutput output) { return dot_output_format(output); }
 
 float accumulator_value(const TensorCoreModel& m, std::uint32_t bits) {
   if (m.output == fp16_rne) return static_cast<float>(to_double(formats::fp16, bits));
@@ -76,14 +68,6 @@ inline Parts split(float x) {
   const std::uint32_t normal = e != 0 ? 1u : 0u;
   return {(u & kManMask) | (normal << kManBits), static_cast<int>(e + (1u - normal)) - kBias, (u >> kSignShift) != 0,
           e == kExpFieldMax};
-}
-
-// x * 2^e for an integer-valued x (|x| < 2^53): where 2^e is a normal double this is one
-// exact multiplication, the same value as std::ldexp (whose library call dominated the
-// traced step's cost); both give the same infinity on overflow.
-inline double times_pow2(double x, std::int64_t e) {
-  if (e >= -1022 && e <= 1023) return x * std::bit_cast<double>(static_cast<std::uint64_t>(1023 + e) << 52);
-  return std::ldexp(x, static_cast<int>(e));
 }
 
 // The canonical NaN, or an infinity, for a step that holds NaN or inf terms.
@@ -244,7 +228,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
     if (truncated_terms != 0) {
       for (int i = 0; i <= n; ++i) {
         if (removed[i] == 0) continue;
-        const double r = times_pow2(static_cast<double>(static_cast<std::int64_t>(removed[i])), lsb[i]);
+        const double r = times_power_of_two(static_cast<double>(static_cast<std::int64_t>(removed[i])), lsb[i]);
         truncated_value += sign_mask[i] != 0 ? -r : r;
       }
     }
@@ -252,7 +236,8 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
       for (int i = 0; i <= n; ++i) {
         const bool negative = sign_mask[i] != 0;
         const double removed_value =
-            removed[i] == 0 ? 0.0 : times_pow2(static_cast<double>(static_cast<std::int64_t>(removed[i])), lsb[i]);
+            removed[i] == 0 ? 0.0
+                            : times_power_of_two(static_cast<double>(static_cast<std::int64_t>(removed[i])), lsb[i]);
         DotTermEvent te;
         te.step = static_cast<int>(trace->steps.size());
         te.product = i == 0 ? -1 : first_product + i - 1;
@@ -278,7 +263,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
       const int lead = 63 - std::countl_zero(mag);
       carry_out = lead > F;
       normalisation_shift = F - lead;
-      const double exact = times_pow2(static_cast<double>(sum), unit);
+      const double exact = times_power_of_two(static_cast<double>(sum), unit);
       const double got = output == fp32_rz ? static_cast<double>(std::bit_cast<float>(result)) : to_double(out, result);
       output_residue = std::isfinite(got) ? exact - got : exact;
     }

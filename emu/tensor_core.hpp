@@ -26,6 +26,7 @@
 // Regression set: traces/hw/probes_h200.fbp (ctest tensor_core_hw_probes_h200).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -99,6 +100,12 @@ const Format& accumulator_format(const TensorCoreModel& model);
 bool is_tensor_core_model_name(std::string_view name);
 // The custom format e8m13 in fp32's 32-bit layout (low 10 bits zero): Hopper's fp8 accumulator.
 inline constexpr Format kE8m13InFp32Layout{"e8m13", 8, 13, 127, SpecialEncoding::ieee, true, 32, true};
+// The format a step's exact sum is rounded into: fp16, fp32, or e8m13 in fp32's layout.
+constexpr const Format& dot_output_format(DotOutput output) {
+  return output == DotOutput::fp16_rne     ? formats::fp16
+         : output == DotOutput::fp32_e8m13 ? kE8m13InFp32Layout
+                                           : formats::fp32;
+}
 
 // All presets: sm70, sm80, sm89, sm90-mma, sm90-wgmma, sm100, sm120, exact-rne, each per
 // input format (the table is emu/tensor_core_presets.cpp).
@@ -167,6 +174,22 @@ struct DotTrace {
 // IEEE propagation (inf - inf and 0*inf give the canonical NaN).
 float fused_dot(const TensorCoreModel& model, float c, const float* a, const float* b, int k,
                 DotTrace* trace = nullptr);
+
+// Many dots of one model at once, in the shapes attention runs: one P̄ row against the
+// columns of a V tile, one q against the columns of a Kᵀ tile. For every lane l < lanes,
+//   d[l] = fused_dot(model, c[l], a, column l of b, k),  column l of b = b[j*ldb + l], j < k,
+// bit for bit (NaN payloads included). c and d may be the same array.
+// Why it is faster: fused_dot's steps form one dependent chain per dot; here independent
+// dots run side by side in vector lanes (AVX2: four fp64 lanes, two registers interleaved),
+// each lane carrying its dot through align, truncate, sum, normalise and round. Every
+// quantity is exact in fp64 (a product of two <= 24-bit significands has <= 48 bits; the
+// truncated terms are integers below 2^(F+2) and their sum below 2^53), so truncation is
+// one round-toward-zero of the product scaled by 2^-(E-F) and the output rounding one
+// rounding of the exact sum onto the output's grid. Lanes that meet a NaN, an infinity or
+// an overflow, and every lane on a CPU without AVX2, a model with one step for all
+// products (exact-rne), ZeroTermPolicy::as_min_exponent or k == 0, run fused_dot itself.
+void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
+                       int k, int lanes, float* d);
 
 // Bit-level entry point used by `flashbits dot` and the probe checker: inputs as
 // raw bit patterns of the model's input format, C and D as fp32 (or fp16) bits.

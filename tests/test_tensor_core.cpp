@@ -334,6 +334,15 @@ std::string describe_case(std::uint32_t c, const std::vector<std::uint32_t>& a, 
   return s;
 }
 
+// The value of an input as the float fused_dot takes (decoded by the reference).
+float ref_float(const RefFormat& in, std::uint32_t bits) {
+  const RefValue v = ref_decode(in, bits);
+  if (v.cls == Cls::nan) return std::numeric_limits<float>::quiet_NaN();
+  if (v.cls == Cls::inf) return v.neg ? -INFINITY : INFINITY;
+  const float m = static_cast<float>(std::ldexp(static_cast<double>(v.mant), v.lsb));
+  return v.neg ? -m : m;
+}
+
 const RefFormat& ref_input(std::string_view name) {
   for (const RefFormat& f : kRefInputs) {
     if (name == f.name) return f;
@@ -381,14 +390,7 @@ TEST_CASE("every tensor-core preset matches the independent exact-integer refere
       if (!f16) {
         af.clear(), bf.clear();
         for (std::size_t i = 0; i < a.size(); ++i) {
-          const RefValue x = ref_decode(in, a[i]), y = ref_decode(in, b[i]);
-          auto to_f = [](const RefValue& v) {
-            if (v.cls == Cls::nan) return std::numeric_limits<float>::quiet_NaN();
-            if (v.cls == Cls::inf) return v.neg ? -INFINITY : INFINITY;
-            const float m = static_cast<float>(std::ldexp(static_cast<double>(v.mant), v.lsb));
-            return v.neg ? -m : m;
-          };
-          af.push_back(to_f(x)), bf.push_back(to_f(y));
+          af.push_back(ref_float(in, a[i])), bf.push_back(ref_float(in, b[i]));
         }
         const float d = fb::fused_dot(model, fp32_of(c), af.data(), bf.data(), static_cast<int>(a.size()));
         float_ok = std::bit_cast<std::uint32_t>(d) == want;
@@ -868,6 +870,88 @@ TEST_CASE("Blackwell fp4/fp6 exhaustive: every e2m1 pair of products, every fp6 
             ++failures;
             FAIL_CHECK(describe_case(c, x, y) << " got " << hex(got) << " want " << hex(want));
           }
+        }
+      }
+    }
+  }
+}
+
+// fused_dot_columns runs many dots side by side in vector lanes (a second implementation
+// of the step, in fp64): each lane checked against the exact-integer reference. Lanes share
+// a and differ in b and C; some lanes reuse lane 0's column with sign flips and last-bit
+// tweaks (cancellation across lanes' different C), some take a whole fresh case (so every
+// distribution of random_case, specials included, lands in some lane). 29 lanes: the
+// groups of sixteen, eight and four lanes, and one lane past them; b is stored with a row
+// stride wider than the lanes, and C and D share one array.
+TEST_CASE("fused_dot_columns matches the exact-integer reference in every lane") {
+  const int trials = 800 / test_scale_divisor();
+  constexpr int kLanes = 29;
+  constexpr std::size_t kStride = 32;
+  int preset_index = 0;
+  for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
+    ++preset_index;
+    const RefFormat& in = ref_input(model.input.name);
+    const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
+    const bool f16 = model.output == fb::DotOutput::fp16_rne;
+    const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
+    Gen g(0xc01u * 1000u + static_cast<std::uint64_t>(preset_index));
+    int failures = 0;
+    for (int t = 0; t < trials && failures < 5; ++t) {
+      std::uint32_t c0 = 0;
+      std::vector<std::uint32_t> a, b0;
+      random_case(g, in, f16, std::max(model.products_per_step, 8), c0, a, b0);
+      const int k = static_cast<int>(a.size());
+      std::vector<std::vector<std::uint32_t>> columns(kLanes);
+      std::vector<std::uint32_t> c_bits(kLanes);
+      for (int l = 0; l < kLanes; ++l) {
+        std::vector<std::uint32_t>& col = columns[static_cast<std::size_t>(l)];
+        switch (l == 0 ? 0 : g.range(0, 2)) {
+          case 0:
+            col = b0, c_bits[static_cast<std::size_t>(l)] = c0;
+            break;
+          case 1: {  // lane 0's column, signs and last bits flipped at random, C anew
+            col = b0;
+            for (std::uint32_t& y : col) {
+              if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
+              if (g.range(0, 3) == 0) y ^= 1u << in.shift;
+            }
+            c_bits[static_cast<std::size_t>(l)] =
+                g.range(0, 1) == 0 ? c0 ^ (1u << (acc_format.ebits + acc_format.mbits)) : g.value(acc_format, 0, 200);
+            break;
+          }
+          default: {  // a fresh case's column and C, padded or cut to k
+            std::vector<std::uint32_t> a2;
+            std::uint32_t c2 = 0;
+            random_case(g, in, f16, std::max(model.products_per_step, 8), c2, a2, col);
+            col.resize(static_cast<std::size_t>(k), 0u);
+            c_bits[static_cast<std::size_t>(l)] = c2;
+          }
+        }
+      }
+      std::vector<float> af(static_cast<std::size_t>(k)), panel(static_cast<std::size_t>(k) * kStride, 7.0f);
+      for (int j = 0; j < k; ++j) {
+        af[static_cast<std::size_t>(j)] = ref_float(in, a[static_cast<std::size_t>(j)]);
+        for (int l = 0; l < kLanes; ++l)
+          panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)] =
+              ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
+      }
+      std::vector<float> cd(kLanes);
+      for (int l = 0; l < kLanes; ++l)
+        cd[static_cast<std::size_t>(l)] = ref_float(acc_format, c_bits[static_cast<std::size_t>(l)]);
+      fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, kLanes, cd.data());
+      for (int l = 0; l < kLanes && failures < 5; ++l) {
+        const std::uint32_t want =
+            ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)]);
+        const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+        const float got = cd[static_cast<std::size_t>(l)];
+        const bool same = std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want_value);
+        if (!same) {
+          ++failures;
+          FAIL_CHECK(std::string(model.name)
+                     << " " << std::string(model.input.name) << " lane " << l << " "
+                     << describe_case(c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)])
+                     << " got " << hex(std::bit_cast<std::uint32_t>(got)) << " want "
+                     << hex(std::bit_cast<std::uint32_t>(want_value)));
         }
       }
     }
