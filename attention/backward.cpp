@@ -85,6 +85,9 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
   std::vector<double> dk_acc(static_cast<std::size_t>(bn) * d), dv_acc(static_cast<std::size_t>(bn) * d);
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
       ds_rows(static_cast<std::size_t>(bm) * bn);
+  std::vector<double> s_row(static_cast<std::size_t>(bn)), dp_row(static_cast<std::size_t>(bn)),
+      dq_part(static_cast<std::size_t>(d));
+  std::vector<float> lane_values;
   const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
@@ -95,12 +98,22 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
       const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
       for (int r = rb; r < re; ++r) {
         const int nk = visible_keys(g, r);
+        // S and dP of the row's visible keys in the tile, each a dot per key.
+        const int visible = std::clamp(nk - kb, 0, klen);
+        std::fill(s_row.begin(), s_row.end(), 0.0);
+        std::fill(dp_row.begin(), dp_row.end(), 0.0);
+        dots_against_columns(
+            ar, km.score_dot, s_row.data(), hd.q_row(r), hd.kt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
+            [&](int l) { return hd.k_row(kb + l); }, lane_values);
+        dots_against_columns(
+            ar, km.score_dot, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
+            [&](int l) { return hd.v_row(kb + l); }, lane_values);
         for (int j = kb; j < ke; ++j) {
           double p = 0.0, ds = 0.0;
           if (j < nk) {
-            const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(r), hd.k_row(j), d));
+            const double s = ar.to(km.score_format, s_row[static_cast<std::size_t>(j - kb)]);
             p = fa2_backward_p(km, ar, k, s, stats[r].lse_kernel);
-            const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
+            const double dp = dp_row[static_cast<std::size_t>(j - kb)];
             ds = ar.f32(p * ar.f32(dp - delta[r]));  // pointwise_mult: p * (dp - d)
           }
           const std::size_t tj = static_cast<std::size_t>(j - kb) * bm + (r - rb);
@@ -109,22 +122,26 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
           ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
         }
       }
+      // dV and dK: for key j, its d columns against the tile's dO and Q rows.
       for (int j = 0; j < klen; ++j) {
         const E* pcol = pt.data() + static_cast<std::size_t>(j) * bm;
         const E* dscol = dst.data() + static_cast<std::size_t>(j) * bm;
-        for (int c = 0; c < d; ++c) {
-          double& dv = dv_acc[static_cast<std::size_t>(j) * d + c];
-          dv = ar.dot(km.pv_dot, dv, pcol, hd.dot_row(c) + rb, rlen);
-          double& dk = dk_acc[static_cast<std::size_t>(j) * d + c];
-          dk = ar.dot(km.pv_dot, dk, dscol, hd.qt_row(c) + rb, rlen);
-        }
+        dots_against_columns(
+            ar, km.pv_dot, dv_acc.data() + static_cast<std::size_t>(j) * d, pcol, hd.do_row(rb),
+            static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.dot_row(c) + rb; }, lane_values);
+        dots_against_columns(
+            ar, km.pv_dot, dk_acc.data() + static_cast<std::size_t>(j) * d, dscol, hd.q_row(rb),
+            static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.qt_row(c) + rb; }, lane_values);
       }
       for (int r = rb; r < re; ++r) {
         const E* dsr = ds_rows.data() + static_cast<std::size_t>(r - rb) * bn;
+        std::fill(dq_part.begin(), dq_part.end(), 0.0);
+        dots_against_columns(
+            ar, km.pv_dot, dq_part.data(), dsr, hd.k_row(kb), static_cast<std::size_t>(d), klen, d,
+            [&](int c) { return hd.kt_row(c) + kb; }, lane_values);
         for (int c = 0; c < d; ++c) {
-          const double part = ar.dot(km.pv_dot, 0.0, dsr, hd.kt_row(c) + kb, klen);
           double& acc = dq_acc[static_cast<std::size_t>(r) * d + c];
-          acc = ar.f32(acc + part);
+          acc = ar.f32(acc + dq_part[static_cast<std::size_t>(c)]);
         }
       }
     }
@@ -195,6 +212,9 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
   const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
   std::vector<Span> spans;
   std::vector<E> p_col(static_cast<std::size_t>(n)), ds_col(static_cast<std::size_t>(n));
+  std::vector<double> dv_row(static_cast<std::size_t>(d)), dk_row(static_cast<std::size_t>(d)),
+      dq_row(static_cast<std::size_t>(d));
+  std::vector<float> lane_values;
   auto p_and_ds = [&](int r, int j, E& p_out, E& ds_out) {
     if (j >= visible_keys(g, r)) {  // tl.where(mask, pT, 0.0)
       p_out = ds_out = static_cast<E>(0);
@@ -211,16 +231,22 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
     triton_steps(g.causal, n, kb, block, step, km.bwd_mask_slice, Span{std::min(n, kb + block), n}, spans);
     for (const Span& sp : spans)
       for (int r = sp.begin; r < sp.end; ++r) p_and_ds(r, j, p_col[r], ds_col[r]);
+    // Each span is one tl.dot, its accumulator the next one's C.
+    std::fill(dv_row.begin(), dv_row.end(), 0.0);
+    std::fill(dk_row.begin(), dk_row.end(), 0.0);
+    for (const Span& sp : spans) {
+      const int len = sp.end - sp.begin;
+      dots_against_columns(
+          ar, km.pv_dot, dv_row.data(), p_col.data() + sp.begin, hd.do_row(sp.begin), static_cast<std::size_t>(d), len,
+          d, [&](int c) { return hd.dot_row(c) + sp.begin; }, lane_values);
+      dots_against_columns(
+          ar, km.pv_dot, dk_row.data(), ds_col.data() + sp.begin, hd.q_row(sp.begin), static_cast<std::size_t>(d), len,
+          d, [&](int c) { return hd.qt_row(c) + sp.begin; }, lane_values);
+    }
     for (int c = 0; c < d; ++c) {
-      double dv = 0.0, dk = 0.0;
-      for (const Span& sp : spans) {
-        const int len = sp.end - sp.begin;
-        dv = ar.dot(km.pv_dot, dv, p_col.data() + sp.begin, hd.dot_row(c) + sp.begin, len);
-        dk = ar.dot(km.pv_dot, dk, ds_col.data() + sp.begin, hd.qt_row(c) + sp.begin, len);
-      }
       const std::size_t o = static_cast<std::size_t>(j) * d + c;
-      dv_out[o] = ar.to(km.output, dv);
-      dk_out[o] = ar.to(km.output, ar.f32(dk * k.scale_f));
+      dv_out[o] = ar.to(km.output, dv_row[static_cast<std::size_t>(c)]);
+      dk_out[o] = ar.to(km.output, ar.f32(dk_row[static_cast<std::size_t>(c)] * k.scale_f));
     }
   }
   // dQ (the kernel recomputes P and dS; the same arithmetic gives the same values).
@@ -233,12 +259,13 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
         E p_unused;
         p_and_ds(r, j, p_unused, ds_row[j]);
       }
-    for (int c = 0; c < d; ++c) {
-      double dq = 0.0;
-      for (const Span& sp : spans)
-        dq = ar.dot(km.pv_dot, dq, ds_row.data() + sp.begin, hd.kpt_row(c) + sp.begin, sp.end - sp.begin);
-      dq_out[static_cast<std::size_t>(r) * d + c] = ar.to(km.output, ar.f32(dq * ln2));
-    }
+    std::fill(dq_row.begin(), dq_row.end(), 0.0);
+    for (const Span& sp : spans)
+      dots_against_columns(
+          ar, km.pv_dot, dq_row.data(), ds_row.data() + sp.begin, hd.kp_row(sp.begin), static_cast<std::size_t>(d),
+          sp.end - sp.begin, d, [&](int c) { return hd.kpt_row(c) + sp.begin; }, lane_values);
+    for (int c = 0; c < d; ++c)
+      dq_out[static_cast<std::size_t>(r) * d + c] = ar.to(km.output, ar.f32(dq_row[static_cast<std::size_t>(c)] * ln2));
   }
 }
 
@@ -260,6 +287,9 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
       ds_rows(static_cast<std::size_t>(bm) * bn);
   std::vector<double> prow(static_cast<std::size_t>(n));
+  std::vector<double> dv_blk(static_cast<std::size_t>(d)), dk_blk(static_cast<std::size_t>(d)),
+      dq_blk(static_cast<std::size_t>(d));
+  std::vector<float> lane_values;
   const std::optional<Format> F = km.bwd_format;
   const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
   for (int nb = 0; nb < n_blocks; ++nb) {
@@ -298,23 +328,34 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
           ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
         }
       }
-      for (int j = 0; j < klen; ++j)
+      for (int j = 0; j < klen; ++j) {
+        std::fill(dv_blk.begin(), dv_blk.end(), 0.0);
+        std::fill(dk_blk.begin(), dk_blk.end(), 0.0);
+        dots_against_columns(
+            ar, km.pv_dot, dv_blk.data(), pt.data() + static_cast<std::size_t>(j) * bm, hd.do_row(rb),
+            static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.dot_row(c) + rb; }, lane_values);
+        dots_against_columns(
+            ar, km.pv_dot, dk_blk.data(), dst.data() + static_cast<std::size_t>(j) * bm, hd.q_row(rb),
+            static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.qt_row(c) + rb; }, lane_values);
         for (int c = 0; c < d; ++c) {
           const std::size_t o = static_cast<std::size_t>(kb + j) * d + c;
-          const double dv_blk =
-              ar.to(F, ar.dot(km.pv_dot, 0.0, pt.data() + static_cast<std::size_t>(j) * bm, hd.dot_row(c) + rb, rlen));
-          const double dk_blk =
-              ar.to(F, ar.dot(km.pv_dot, 0.0, dst.data() + static_cast<std::size_t>(j) * bm, hd.qt_row(c) + rb, rlen));
-          dv_out[o] = mb == 0 ? dv_blk : ar.op(F, dv_out[o] + dv_blk);
-          dk_out[o] = mb == 0 ? dk_blk : ar.op(F, dk_out[o] + dk_blk);
+          const double dv_c = ar.to(F, dv_blk[static_cast<std::size_t>(c)]);
+          const double dk_c = ar.to(F, dk_blk[static_cast<std::size_t>(c)]);
+          dv_out[o] = mb == 0 ? dv_c : ar.op(F, dv_out[o] + dv_c);
+          dk_out[o] = mb == 0 ? dk_c : ar.op(F, dk_out[o] + dk_c);
         }
-      for (int r = rb; r < re; ++r)
+      }
+      for (int r = rb; r < re; ++r) {
+        std::fill(dq_blk.begin(), dq_blk.end(), 0.0);
+        dots_against_columns(
+            ar, km.pv_dot, dq_blk.data(), ds_rows.data() + static_cast<std::size_t>(r - rb) * bn, hd.k_row(kb),
+            static_cast<std::size_t>(d), klen, d, [&](int c) { return hd.kt_row(c) + kb; }, lane_values);
         for (int c = 0; c < d; ++c) {
           const std::size_t o = static_cast<std::size_t>(r) * d + c;
-          const double blk = ar.to(F, ar.dot(km.pv_dot, 0.0, ds_rows.data() + static_cast<std::size_t>(r - rb) * bn,
-                                             hd.kt_row(c) + kb, klen));
+          const double blk = ar.to(F, dq_blk[static_cast<std::size_t>(c)]);
           dq_out[o] = nb == 0 ? blk : ar.op(F, dq_out[o] + blk);
         }
+      }
     }
   }
 }

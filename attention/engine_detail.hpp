@@ -211,20 +211,30 @@ void dot_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, cons
   if constexpr (!A::exact && std::is_same_v<E, float>) ar.dot_columns(spec, acc, a, b, ldb, k, lanes, lane_values);
 }
 
+// acc[l] = dot(spec, acc[l], a, column l, k) for l < lanes, column l of the row-major panel
+// b being b[j*ldb + l]: side by side where dots_side_by_side allows, otherwise one dot per
+// column through column_of(l), a pointer to column l's k elements stored contiguously (the
+// transposed matrix's row). Both give the same bits.
+template <class A, class E, class ColumnOf>
+void dots_against_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, const E* b, std::size_t ldb, int k,
+                          int lanes, ColumnOf column_of, std::vector<float>& lane_values) {
+  if (dots_side_by_side<A, E>(spec)) {
+    dot_columns(ar, spec, acc, a, b, ldb, k, lanes, lane_values);
+    return;
+  }
+  for (int l = 0; l < lanes; ++l) acc[l] = ar.dot(spec, acc[l], a, column_of(l), k);
+}
+
 // The scores of keys [kb, kb + len) for query q into s[0, len), through the keys' Kᵀ
 // columns side by side where the score dot allows it (hd.kt holds Kᵀ).
 template <class A, class E>
 void tile_scores(const KernelModel& km, const A& ar, const ScaleConstants& sc, const HeadData<E>& hd, const E* q,
                  int kb, int len, double* s, std::vector<float>& lane_values) {
-  if constexpr (!A::exact && std::is_same_v<E, float>) {
-    if (dots_side_by_side<A, E>(km.score_dot) && !hd.kt.empty()) {
-      std::fill(s, s + len, 0.0);
-      dot_columns(ar, km.score_dot, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len, lane_values);
-      for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
-      return;
-    }
-  }
-  for (int j = 0; j < len; ++j) s[j] = score(km, ar, sc, q, hd.k_row(kb + j), hd.d);
+  std::fill(s, s + len, 0.0);
+  dots_against_columns(
+      ar, km.score_dot, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len,
+      [&](int l) { return hd.k_row(kb + l); }, lane_values);
+  for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
 }
 
 // FA2 softmax.h reduce_max: the stabilising max after a tile, m_new = max(m_old, tile max)

@@ -152,8 +152,9 @@ template <int kGroups, bool kNearest>
     __m128i products[kGroups];
     if constexpr (kGroups % 2 == 0) {
       for (int g = 0; g < kGroups; g += 2) {
-        const __m256i both = _mm256_max_epi32(
-            largest_products8(b + l0 + 4 * g, ldb, a_alignment, j0, j1, lc.input_emin), _mm256_set1_epi32(kLowestExponent));
+        const __m256i both =
+            _mm256_max_epi32(largest_products8(b + l0 + 4 * g, ldb, a_alignment, j0, j1, lc.input_emin),
+                             _mm256_set1_epi32(kLowestExponent));
         products[g] = _mm256_castsi256_si128(both);
         products[g + 1] = _mm256_extracti128_si256(both, 1);
       }
@@ -218,12 +219,9 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
   if (lanes >= 4 && lanes_apply(model, k)) {
     const Format& out = dot_output_format(model.output);
     const int input_emin = model.input.emin();
-    const LaneConstants lc{model.fraction_bits,
-                           input_emin,
-                           std::ldexp(1.0, accumulator_format(model).emin()),
-                           out.man_bits,
-                           out.emin(),
-                           to_double(out, to_container(out, out.max_finite_pattern()))};
+    const LaneConstants lc{
+        model.fraction_bits, input_emin, std::ldexp(1.0, accumulator_format(model).emin()),
+        out.man_bits,        out.emin(), to_double(out, to_container(out, out.max_finite_pattern()))};
     // The shared vector once: its values in fp64 and its alignment exponents.
     std::vector<double> a_value(static_cast<std::size_t>(k));
     std::vector<int> a_alignment(static_cast<std::size_t>(k));
@@ -245,8 +243,8 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
         lane_groups<kGroups, true>(lc, model.products_per_step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0, d,
                                    bad);
       else
-        lane_groups<kGroups, false>(lc, model.products_per_step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0, d,
-                                    bad);
+        lane_groups<kGroups, false>(lc, model.products_per_step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0,
+                                    d, bad);
       for (int i = 0; i < 4 * kGroups; ++i) {
         if (!bad[i]) continue;
         redo_lane.push_back(l0 + i);
