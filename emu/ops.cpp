@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "emu/power_of_two.hpp"
+#include "formats/power_of_two.hpp"
 
 namespace fb {
 namespace {

@@ -31,7 +31,7 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
 #include "emu/ops.hpp"
-#include "emu/power_of_two.hpp"
+#include "formats/power_of_two.hpp"
 #include "formats/format.hpp"
 
 namespace fb {
@@ -170,7 +170,9 @@ std::optional<float> round_if_decided(DoubleDouble a, double rel_err) {
   // In units of the fp32 ulp of hi's binade: m_hi in [2^23, 2^24).
   const double m_hi = times_power_of_two(hi, kManBits - e);
   const double m_lo = times_power_of_two(lo, kManBits - e);
-  const double base = std::floor(m_hi);
+  // floor(m_hi): m_hi is positive and below 2^24, so truncation to an integer is floor (one
+  // instruction, where std::floor is a library call on baseline x86-64).
+  const double base = static_cast<double>(static_cast<std::int64_t>(m_hi));
   // Signed distance from A to the midpoint base + 1/2; the only midpoint within
   // reach, since |m_lo| < 2^-28 and the error bound is far below 1/2.
   const double to_midpoint = ((m_hi - base) - 0.5) + m_lo;  // one rounding, in the + m_lo
@@ -207,7 +209,9 @@ std::optional<float> ex2_without_evaluation(float x) {
   if (std::isnan(x)) return quiet_nan();
   if (x >= kEx2OverflowFrom) return plus_inf();  // 2^x >= 2^128 overflows (+inf included)
   if (x < kEx2NormalFrom) return 0.0f;           // 2^x < 2^-126 is subnormal: flushed (-inf included)
-  if (x == std::floor(x)) return std::ldexp(1.0f, static_cast<int>(x));
+  // |x| < 128 here, so the truncated integer is exact and x is an integer when they agree.
+  const auto whole = static_cast<int>(x);
+  if (x == static_cast<float>(whole)) return static_cast<float>(power_of_two(whole));
   return std::nullopt;
 }
 
@@ -218,7 +222,11 @@ struct Ex2Split {
   double r;
 };
 Ex2Split split_ex2_argument(double x) {
-  const double k = std::floor(x + 0.5);
+  // floor(x + 0.5) without the library call: x + 0.5 is exact and |x| < 128, so
+  // truncation toward zero, corrected by one below zero, is floor.
+  const double shifted = x + 0.5;
+  double k = static_cast<double>(static_cast<std::int64_t>(shifted));
+  if (k > shifted) k -= 1.0;
   return {static_cast<int>(k), x - k};
 }
 

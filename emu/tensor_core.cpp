@@ -18,7 +18,7 @@
 #include <cstring>
 #include <limits>
 
-#include "emu/power_of_two.hpp"
+#include "formats/power_of_two.hpp"
 #include "emu/summation.hpp"
 
 // The presets' step shapes (products per step, F, output), the one list both compiled

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "formats/power_of_two.hpp"
+
 namespace fb {
 
 double to_double(const Format& f, std::uint32_t stored) {
@@ -20,7 +22,7 @@ double to_double(const Format& f, std::uint32_t stored) {
       break;
     case ValueClass::subnormal:
     case ValueClass::normal:
-      magnitude = std::ldexp(static_cast<double>(d.significand), d.exponent - f.man_bits);
+      magnitude = times_power_of_two(static_cast<double>(d.significand), d.exponent - f.man_bits);
       break;
   }
   return d.negative ? -magnitude : magnitude;

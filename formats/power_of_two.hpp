@@ -1,4 +1,4 @@
-// emu/power_of_two.hpp: exact scaling by powers of two without a libm call.
+// formats/power_of_two.hpp: exact scaling by powers of two without a libm call.
 //
 // Contract: power_of_two(k) is 2^k for k in fp64's normal exponent range [-1022, 1023].
 // times_power_of_two(x, e) equals std::ldexp(x, e) for every x and e: one multiplication
