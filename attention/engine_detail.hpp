@@ -207,8 +207,9 @@ bool dots_side_by_side(const DotSpec& spec) {
 // every instantiation compiles).
 template <class A, class E>
 void dot_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, const E* b, std::size_t ldb, int k,
-                 int lanes, std::vector<float>& lane_values) {
-  if constexpr (!A::exact && std::is_same_v<E, float>) ar.dot_columns(spec, acc, a, b, ldb, k, lanes, lane_values);
+                 int lanes, std::vector<float>& lane_values, DotTrace* tally = nullptr) {
+  if constexpr (!A::exact && std::is_same_v<E, float>)
+    ar.dot_columns(spec, acc, a, b, ldb, k, lanes, lane_values, tally);
 }
 
 // acc[l] = dot(spec, acc[l], a, column l, k) for l < lanes, column l of the row-major panel

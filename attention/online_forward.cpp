@@ -192,9 +192,9 @@ template <class A, class E, class Sink>
 void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<E>& sc, int kv_begin, int len,
              double alpha, Sink& sink) {
   const int d = hd.d;
-  // The tile's d dots side by side (P̄ against V's columns) on rows that are not traced
-  // (a traced row's steps are tallied or plotted one dot at a time).
-  const bool side_by_side = dots_side_by_side<A, E>(km.pv_dot) && sink.tally_dot() == nullptr && !Sink::enabled;
+  // The tile's d dots side by side (P̄ against V's columns); a traced row's steps are
+  // tallied there too, and its plotted column runs one step at a time.
+  const bool side_by_side = dots_side_by_side<A, E>(km.pv_dot);
   const E* v_tile = hd.v_row(kv_begin);
   const auto v_stride = static_cast<std::size_t>(d);
   if (km.fp8.block) {
@@ -203,7 +203,8 @@ void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<
     const double vd = hd.v_descale[kv_begin / hd.kv_block_rows];
     if (side_by_side) {
       std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
-      dot_columns(ar, km.pv_dot, sc.tile_dots.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values);
+      dot_columns(ar, km.pv_dot, sc.tile_dots.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values,
+                  sink.tally_dot());
       for (int c = 0; c < d; ++c) sc.acc[c] = ar.fma32(sc.tile_dots[c], vd, sc.acc[c]);
       return;
     }
@@ -213,7 +214,20 @@ void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<
     }
   } else if (km.o_acc == OAccumulator::mma_c) {
     if (side_by_side) {
-      dot_columns(ar, km.pv_dot, sc.acc.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values);
+      // Columns [first, c) side by side, the plotted column on its own, in column order (the
+      // tally adds steps in that order).
+      int first = 0;
+      if constexpr (Sink::enabled) {
+        for (int c = 0; c < d; ++c) {
+          if (!sink.plots(c)) continue;
+          dot_columns(ar, km.pv_dot, sc.acc.data() + first, sc.pc.data(), v_tile + first, v_stride, len, c - first,
+                      sc.lane_values, sink.tally_dot());
+          sc.acc[c] = sink.traced_mma_column(km, ar, sc.acc[c], sc.pc.data(), hd.vt_row(c) + kv_begin, kv_begin, len);
+          first = c + 1;
+        }
+      }
+      dot_columns(ar, km.pv_dot, sc.acc.data() + first, sc.pc.data(), v_tile + first, v_stride, len, d - first,
+                  sc.lane_values, sink.tally_dot());
       return;
     }
     for (int c = 0; c < d; ++c) {

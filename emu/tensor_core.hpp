@@ -188,8 +188,11 @@ float fused_dot(const TensorCoreModel& model, float c, const float* a, const flo
 // rounding of the exact sum onto the output's grid. Lanes that meet a NaN, an infinity or
 // an overflow, and every lane on a CPU without AVX2, a model with one step for all
 // products (exact-rne), ZeroTermPolicy::as_min_exponent or k == 0, run fused_dot itself.
+// With `tally`, every step of every lane is added to it as fused_dot with
+// DotTrace::tally_only = tally would add it, lane after lane (the same counts and the same
+// signed error, summed in the same order).
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
-                       int k, int lanes, float* d);
+                       int k, int lanes, float* d, DotStepTally* tally = nullptr);
 
 // Bit-level entry point used by `flashbits dot` and the probe checker: inputs as
 // raw bit patterns of the model's input format, C and D as fp32 (or fp16) bits.

@@ -25,6 +25,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define FLASHBITS_COLUMNS_AVX2 1
+// (GCC gives a lambda the enclosing function's target only when told.)
+#define FLASHBITS_COLUMNS_LAMBDA_TARGET __attribute__((target("avx2")))
 #endif
 
 namespace fb {
@@ -32,16 +34,17 @@ namespace {
 
 // Lane l through fused_dot itself (its column gathered into `column`).
 void lane_by_fused_dot(const TensorCoreModel& m, float c, const float* a, const float* b, std::size_t ldb, int k,
-                       int lane, std::vector<float>& column, float* d) {
+                       int lane, std::vector<float>& column, DotTrace* trace, float* d) {
   column.resize(static_cast<std::size_t>(k));
   for (int j = 0; j < k; ++j) column[static_cast<std::size_t>(j)] = b[static_cast<std::size_t>(j) * ldb + lane];
-  *d = fused_dot(m, c, a, column.data(), k);
+  *d = fused_dot(m, c, a, column.data(), k, trace);
 }
 
 #ifdef FLASHBITS_COLUMNS_AVX2
-// Alignment exponents travel as the powers of two 2^A (fp64), so that the largest is one
-// max, a zero term is 0 (below every 2^A), a product's is the product of its factors' and
-// the step's scale 2^-(E-F) is one integer subtraction on the bits of 2^E.
+// The products' alignment exponents are integers in 32-bit lanes (eight per register, from
+// the inputs' bits); the step's largest then travels as the power of two 2^E (fp64), where
+// C's joins it by one max (C's own as 2^A: its exponent bits, a zero C giving 0, below every
+// 2^A) and the step's scale 2^-(E-F) is one integer subtraction on the bits of 2^E.
 // The floor of E: only an all-zero step is below it (its sum is 0 whatever E is); it keeps
 // 2^-(E-F) and 2^(E-F) normal doubles.
 constexpr int kLowestExponent = -700;
@@ -117,10 +120,12 @@ struct LaneConstants {
 // that the out-of-order core overlaps their dependent chains. `bad` receives, per lane,
 // whether it met a NaN, an infinity or an overflow. kNearest: RNE output (fp16
 // accumulators), otherwise toward zero.
-template <int kGroups, bool kNearest>
+// With kTally, each lane's steps are also recorded for DotStepTally::add, lane i of the
+// call at [i * steps + s]: the signed error, and bits 1 carry-out, 2 tie, 4 sum >= 0.
+template <int kGroups, bool kNearest, bool kTally>
 [[gnu::target("avx2")]] void lane_groups(const LaneConstants& lc, int step, const float* c, const double* a_value,
                                          const int* a_alignment, const float* b, std::size_t ldb, int k, int l0,
-                                         float* d, bool* bad) {
+                                         float* d, bool* bad, double* step_error, std::uint8_t* step_bits) {
   static_assert(kGroups == 1 || kGroups % 2 == 0);
   const __m256d zero = _mm256_setzero_pd(), sign = _mm256_set1_pd(-0.0);
   const __m256d acc_emin = _mm256_set1_pd(lc.accumulator_emin);
@@ -146,7 +151,12 @@ template <int kGroups, bool kNearest>
     acc[g] = _mm256_cvtps_pd(_mm_loadu_ps(c + l0 + 4 * g));
     flagged[g] = zero;
   }
-  for (int j0 = 0; j0 < k; j0 += step) {
+  [[maybe_unused]] const int steps = (k + step - 1) / step;
+  [[maybe_unused]] const __m256d carry_from = _mm256_set1_pd(std::ldexp(1.0, lc.fraction_bits + 1));
+  [[maybe_unused]] const __m256i low_mask = _mm256_set1_epi64x((std::int64_t{1} << dropped) - 1);
+  [[maybe_unused]] const __m256i half_bit = _mm256_set1_epi64x(std::int64_t{1} << (dropped - 1));
+  [[maybe_unused]] const __m256d half = _mm256_set1_pd(0.5);
+  for (int j0 = 0, s = 0; j0 < k; j0 += step, ++s) {
     const int j1 = std::min(k, j0 + step);
     // The products' largest alignment exponents, 2^E of each group: independent of C.
     __m128i products[kGroups];
@@ -168,20 +178,29 @@ template <int kGroups, bool kNearest>
       const __m256d down = _mm256_castsi256_pd(_mm256_sub_epi64(down_base, _mm256_castpd_si256(largest)));
       const __m256d up = _mm256_mul_pd(largest, minus_f);
       // Each term truncated toward zero onto the grid 2^(E-F), as an integer; the sum is exact.
-      __m256d sum0 = _mm256_round_pd(_mm256_mul_pd(acc[g], down), kToZero), sum1 = zero;
+      // Traced: what truncation removed (exact: x - trunc(x), then scaled back), summed in
+      // term order (C, then the products) as fused_step_body sums it.
+      __m256d removed = zero;
+      auto truncate = [&](__m256d scaled) FLASHBITS_COLUMNS_LAMBDA_TARGET {
+        const __m256d kept = _mm256_round_pd(scaled, kToZero);
+        if constexpr (kTally) removed = _mm256_add_pd(removed, _mm256_mul_pd(_mm256_sub_pd(scaled, kept), up));
+        return kept;
+      };
+      __m256d sum0 = truncate(_mm256_mul_pd(acc[g], down)), sum1 = zero;
       int j = j0;
       for (; j + 1 < j1; j += 2) {
         const __m256d p0 = _mm256_mul_pd(row_values(column, ldb, j), _mm256_set1_pd(a_value[j]));
         const __m256d p1 = _mm256_mul_pd(row_values(column, ldb, j + 1), _mm256_set1_pd(a_value[j + 1]));
-        sum0 = _mm256_add_pd(sum0, _mm256_round_pd(_mm256_mul_pd(p0, down), kToZero));
-        sum1 = _mm256_add_pd(sum1, _mm256_round_pd(_mm256_mul_pd(p1, down), kToZero));
+        sum0 = _mm256_add_pd(sum0, truncate(_mm256_mul_pd(p0, down)));
+        sum1 = _mm256_add_pd(sum1, truncate(_mm256_mul_pd(p1, down)));
       }
       if (j < j1) {
         const __m256d p0 = _mm256_mul_pd(row_values(column, ldb, j), _mm256_set1_pd(a_value[j]));
-        sum0 = _mm256_add_pd(sum0, _mm256_round_pd(_mm256_mul_pd(p0, down), kToZero));
+        sum0 = _mm256_add_pd(sum0, truncate(_mm256_mul_pd(p0, down)));
       }
       // The exact sum, rounded once into the output.
-      const __m256d exact = _mm256_mul_pd(_mm256_add_pd(sum0, sum1), up);
+      const __m256d sum = _mm256_add_pd(sum0, sum1);
+      const __m256d exact = _mm256_mul_pd(sum, up);
       __m256i bits = _mm256_castpd_si256(exact);
       if constexpr (kNearest)
         bits = _mm256_add_epi64(_mm256_add_epi64(bits, half_minus_one),
@@ -192,6 +211,33 @@ template <int kGroups, bool kNearest>
           _mm256_blendv_pd(normal, below, _mm256_cmp_pd(_mm256_andnot_pd(sign, exact), normal_floor, _CMP_LT_OQ));
       // +0 for a zero result; NaN compares unequal, so it stays and is flagged below.
       acc[g] = _mm256_and_pd(result, _mm256_cmp_pd(result, zero, _CMP_NEQ_UQ));
+      if constexpr (kTally) {
+        // DotStepTally::add's inputs as fused_step_body forms them: the error
+        // -(removed + (exact - result)); carry-out |sum| >= 2^(F+1); a tie when the bits the
+        // output dropped are exactly one half (from exact's own bits in the normal range, from
+        // its scaled fraction on the fixed grid below it).
+        const __m256d error = _mm256_sub_pd(zero, _mm256_add_pd(removed, _mm256_sub_pd(exact, acc[g])));
+        const __m256d carry = _mm256_cmp_pd(_mm256_andnot_pd(sign, sum), carry_from, _CMP_GE_OQ);
+        const __m256i exact_bits = _mm256_castpd_si256(exact);
+        const __m256d tie_normal =
+            _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(exact_bits, low_mask), half_bit));
+        const __m256d scaled = _mm256_mul_pd(exact, to_grid);
+        const __m256d fraction = _mm256_andnot_pd(sign, _mm256_sub_pd(scaled, _mm256_round_pd(scaled, kToZero)));
+        const __m256d tie_below = _mm256_cmp_pd(fraction, half, _CMP_EQ_OQ);
+        const __m256d is_below = _mm256_cmp_pd(_mm256_andnot_pd(sign, exact), normal_floor, _CMP_LT_OQ);
+        const __m256d tie = _mm256_blendv_pd(tie_normal, tie_below, is_below);
+        const __m256d nonnegative = _mm256_cmp_pd(sum, zero, _CMP_GE_OQ);
+        double lane_error[4];
+        _mm256_storeu_pd(lane_error, error);
+        const int carry_mask = _mm256_movemask_pd(carry), tie_mask = _mm256_movemask_pd(tie),
+                  nonnegative_mask = _mm256_movemask_pd(nonnegative);
+        for (int i = 0; i < 4; ++i) {
+          const std::size_t at = static_cast<std::size_t>(4 * g + i) * static_cast<std::size_t>(steps) + s;
+          step_error[at] = lane_error[i];
+          step_bits[at] = static_cast<std::uint8_t>(((carry_mask >> i) & 1) | (((tie_mask >> i) & 1) << 1) |
+                                                    (((nonnegative_mask >> i) & 1) << 2));
+        }
+      }
       flagged[g] = _mm256_or_pd(flagged[g], _mm256_cmp_pd(_mm256_andnot_pd(sign, acc[g]), output_max, _CMP_NLE_UQ));
     }
   }
@@ -212,8 +258,11 @@ bool lanes_apply(const TensorCoreModel& m, int k) {
 }  // namespace
 
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
-                       int k, int lanes, float* d) {
+                       int k, int lanes, float* d, DotStepTally* tally) {
   std::vector<float> column;
+  DotTrace lane_trace;
+  lane_trace.tally_only = tally;
+  DotTrace* const trace = tally != nullptr ? &lane_trace : nullptr;
   int lane = 0;
 #ifdef FLASHBITS_COLUMNS_AVX2
   if (lanes >= 4 && lanes_apply(model, k)) {
@@ -231,34 +280,39 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
       a_value[static_cast<std::size_t>(j)] = a[j];
       a_alignment[static_cast<std::size_t>(j)] = (bits & 0x7fffffffu) == 0 ? kNoTerm : std::max(exponent, input_emin);
     }
-    // c and d may alias: a lane to redo needs its own C, kept before d is written.
-    std::vector<float> redo_c;
-    std::vector<int> redo_lane;
+    const int step = model.products_per_step, steps = (k + step - 1) / step;
+    std::vector<double> step_error(tally != nullptr ? static_cast<std::size_t>(16) * steps : 0);
+    std::vector<std::uint8_t> step_bits(step_error.size());
     bool bad[16];
     auto run = [&](auto groups, int l0) {
       constexpr int kGroups = decltype(groups)::value;
+      // c and d may alias: a lane to redo needs its own C, kept before d is written.
       float c_in[4 * kGroups];
       std::copy(c + l0, c + l0 + 4 * kGroups, c_in);
-      if (model.output == DotOutput::fp16_rne)
-        lane_groups<kGroups, true>(lc, model.products_per_step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0, d,
-                                   bad);
-      else
-        lane_groups<kGroups, false>(lc, model.products_per_step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0,
-                                    d, bad);
+      const bool nearest = model.output == DotOutput::fp16_rne;
+      auto kernel = nearest ? (tally ? &lane_groups<kGroups, true, true> : &lane_groups<kGroups, true, false>)
+                            : (tally ? &lane_groups<kGroups, false, true> : &lane_groups<kGroups, false, false>);
+      kernel(lc, step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0, d, bad, step_error.data(),
+             step_bits.data());
+      // Lane by lane in order, so that a tally adds the steps as one dot after another would.
       for (int i = 0; i < 4 * kGroups; ++i) {
-        if (!bad[i]) continue;
-        redo_lane.push_back(l0 + i);
-        redo_c.push_back(c_in[i]);
+        if (bad[i]) {
+          lane_by_fused_dot(model, c_in[i], a, b, ldb, k, l0 + i, column, trace, d + l0 + i);
+        } else if (tally) {
+          for (int t = 0; t < steps; ++t) {
+            const std::size_t at = static_cast<std::size_t>(i) * steps + t;
+            const std::uint8_t f = step_bits[at];
+            tally->add((f & 1) != 0, (f & 2) != 0, step_error[at], (f & 4) != 0);
+          }
+        }
       }
     };
     for (; lane + 16 <= lanes; lane += 16) run(std::integral_constant<int, 4>{}, lane);
     for (; lane + 8 <= lanes; lane += 8) run(std::integral_constant<int, 2>{}, lane);
     for (; lane + 4 <= lanes; lane += 4) run(std::integral_constant<int, 1>{}, lane);
-    for (std::size_t i = 0; i < redo_lane.size(); ++i)
-      lane_by_fused_dot(model, redo_c[i], a, b, ldb, k, redo_lane[i], column, d + redo_lane[i]);
   }
 #endif
-  for (; lane < lanes; ++lane) lane_by_fused_dot(model, c[lane], a, b, ldb, k, lane, column, d + lane);
+  for (; lane < lanes; ++lane) lane_by_fused_dot(model, c[lane], a, b, ldb, k, lane, column, trace, d + lane);
 }
 
 }  // namespace fb

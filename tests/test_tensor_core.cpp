@@ -935,10 +935,37 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference in every lane")
           panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)] =
               ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
       }
-      std::vector<float> cd(kLanes);
+      std::vector<float> cd(kLanes), column(static_cast<std::size_t>(k));
       for (int l = 0; l < kLanes; ++l)
         cd[static_cast<std::size_t>(l)] = ref_float(acc_format, c_bits[static_cast<std::size_t>(l)]);
-      fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, kLanes, cd.data());
+      const std::vector<float> c_copy = cd;
+      fb::DotStepTally lanes_tally;
+      fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, kLanes, cd.data(), &lanes_tally);
+      // The tally against fused_dot's own traced steps, one lane after another (the scalar
+      // step's trace is checked against the reference by the trace tests of this file).
+      fb::DotStepTally one_by_one;
+      fb::DotTrace tally_trace;
+      tally_trace.tally_only = &one_by_one;
+      for (int l = 0; l < kLanes; ++l) {
+        for (int j = 0; j < k; ++j)
+          column[static_cast<std::size_t>(j)] =
+              panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)];
+        (void)fb::fused_dot(model, c_copy[static_cast<std::size_t>(l)], af.data(), column.data(), k, &tally_trace);
+      }
+      const bool same_tally = lanes_tally.significand_overflows == one_by_one.significand_overflows &&
+                              lanes_tally.ties == one_by_one.ties && lanes_tally.rounded_up == one_by_one.rounded_up &&
+                              lanes_tally.rounded_down == one_by_one.rounded_down &&
+                              std::bit_cast<std::uint64_t>(lanes_tally.signed_error) ==
+                                  std::bit_cast<std::uint64_t>(one_by_one.signed_error);
+      if (!same_tally && failures < 5) {
+        ++failures;
+        FAIL_CHECK(std::string(model.name)
+                   << " " << std::string(model.input.name) << " tally: overflows " << lanes_tally.significand_overflows
+                   << "/" << one_by_one.significand_overflows << " ties " << lanes_tally.ties << "/" << one_by_one.ties
+                   << " up " << lanes_tally.rounded_up << "/" << one_by_one.rounded_up << " down "
+                   << lanes_tally.rounded_down << "/" << one_by_one.rounded_down << " error "
+                   << lanes_tally.signed_error << "/" << one_by_one.signed_error);
+      }
       for (int l = 0; l < kLanes && failures < 5; ++l) {
         const std::uint32_t want =
             ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)]);
