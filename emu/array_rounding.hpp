@@ -5,9 +5,10 @@
 // for every i < n, exactly what fb::convert(to, formats::fp32, bits(in[i]), spec,
 // first_position + i) gives: the same bits (in `to`'s container, one uint32 per
 // element) and the same flags, which are OR-ed over the array into *flags_out
-// (when flags_out is not null). Element i uses stochastic-rounding position
-// first_position + i, so splitting an array into chunks with matching positions
-// gives identical results.
+// (when flags_out is not null). With flags_out null (what most callers pass) it runs
+// the flags-free path: loops compiled without the flags and their reduction, same
+// bits. Element i uses stochastic-rounding position first_position + i, so
+// splitting an array into chunks with matching positions gives identical results.
 //
 // It is not a second rounding algorithm: for bf16, fp16, e4m3, e5m2 and e2m1 every
 // element goes through round_pack_lane (emu/rounding.hpp: round_pack over 32-bit
@@ -17,7 +18,9 @@
 // redone by fb::convert, whose bits and flags they get. Other formats run
 // round_pack itself per element.
 //
-// The batched operations below are built the same way; see their comment.
+// The batched operations below are built the same way; see their comment. They live
+// in emu/array_ops.cpp (a translation unit of its own, for compile time); the ISA
+// choice both share is emu/array_lanes.hpp.
 #pragma once
 
 #include <cstddef>

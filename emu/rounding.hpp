@@ -482,7 +482,7 @@ template <Format F>
 // is sr. A zero significand gives the format's zero with that sign and no flag.
 // Flags come back as a 32-bit word so that a loop's flag reduction stays in
 // 32-bit lanes.
-// Branch-free selects for the lane loops here and in emu/array_rounding.cpp: c ? a : b
+// Branch-free selects for the lane loops here and in emu/array_rounding.cpp and emu/array_ops.cpp: c ? a : b
 // written with masks: a loop made of these has no branch and no many-way merge, which GCC's
 // if-conversion (and so its vectoriser) gives up on.
 [[gnu::always_inline]] constexpr std::uint32_t select_u32(bool c, std::uint32_t a, std::uint32_t b) {

@@ -257,6 +257,8 @@ std::vector<float> edge_inputs(const RefFormat& f) {
   v.push_back(-0.0f);
   v.push_back(std::nanf(""));
   v.push_back(-std::nanf(""));
+  v.push_back(std::numeric_limits<float>::infinity());
+  v.push_back(-std::numeric_limits<float>::infinity());
   v.push_back(std::numeric_limits<float>::max());
   v.push_back(std::numeric_limits<float>::denorm_min());
   return v;
@@ -277,6 +279,9 @@ struct Failure {
 // Runs round_array on the inputs (block by block, so flags are per block) and
 // compares with the reference on `threads` threads. Returns the first failures.
 // Both policies in one pass over the reference: [0] ieee, [1] satfinite.
+// The flags-free path (flags_out null, a loop compiled without flags) runs too, in
+// pieces of odd lengths (vector tails, chunk boundaries), and its bits are checked
+// against the same reference (policy index + 2 in a Failure).
 std::vector<Failure> compare_with_mpfr(const FormatPair& fmt, Mode mode, const std::vector<float>& in) {
   fb::RoundingSpec specs[2];
   std::vector<std::uint32_t> outs[2];
@@ -291,6 +296,17 @@ std::vector<Failure> compare_with_mpfr(const FormatPair& fmt, Mode mode, const s
       const std::size_t n = std::min(kFlagBlock, in.size() - first);
       fb::round_array(fmt.emu, in.data() + first, outs[p].data() + first, n, specs[p], first,
                       &block_flags_by_policy[p][b]);
+    }
+  }
+  std::vector<std::uint32_t> flags_free_outs[2];
+  for (int p = 0; p < 2; ++p) {
+    flags_free_outs[p].assign(in.size(), 0xdeadbeefu);
+    const std::size_t pieces[] = {1, 7, 1023, 1025, 4099};
+    std::size_t first = 0;
+    for (std::size_t k = 0; first < in.size(); ++k) {
+      const std::size_t count = std::min(k < 5 ? pieces[k] : in.size(), in.size() - first);
+      fb::round_array(fmt.emu, in.data() + first, flags_free_outs[p].data() + first, count, specs[p], first, nullptr);
+      first += count;
     }
   }
   const std::size_t block_count = block_flags_by_policy[0].size();
@@ -309,22 +325,25 @@ std::vector<Failure> compare_with_mpfr(const FormatPair& fmt, Mode mode, const s
           const float x = in[i];
           const auto want = ref.convert(fmt.ref, x, mode);
           for (int p = 0; p < 2; ++p) {
-            const std::uint32_t out = outs[p][i];
-            if (std::isinf(x)) {
-              // The spec leaves satfinite packing of an infinite input open: only
-              // agreement with the scalar conversion is required.
-              const fb::Rounded r =
-                  fb::convert(fmt.emu, fb::formats::fp32, std::bit_cast<std::uint32_t>(x), specs[p], i);
-              want_flags[p] |= r.flags;
-              if (r.bits != out && failures[t].size() < 8) failures[t].push_back({i, x, p, out, r.bits, 0, 0});
-              continue;
+            for (int path = 0; path < 2; ++path) {  // 0: flagged, 1: flags-free
+              const std::uint32_t out = path == 0 ? outs[p][i] : flags_free_outs[p][i];
+              const int tag = p + 2 * path;
+              if (std::isinf(x)) {
+                // The spec leaves satfinite packing of an infinite input open: only
+                // agreement with the scalar conversion is required.
+                const fb::Rounded r =
+                    fb::convert(fmt.emu, fb::formats::fp32, std::bit_cast<std::uint32_t>(x), specs[p], i);
+                if (path == 0) want_flags[p] |= r.flags;
+                if (r.bits != out && failures[t].size() < 8) failures[t].push_back({i, x, tag, out, r.bits, 0, 0});
+                continue;
+              }
+              if (path == 0) want_flags[p] |= want.result[p].flags;
+              // Compared in the format's bit layout: where a narrow format sits in its
+              // container is the format table's business, not this unit's.
+              const std::uint32_t got = fb::to_layout(fmt.emu, out), expected = fmt.ref.to_layout(want.result[p].bits);
+              const bool same = want.result[p].is_nan ? fb::is_nan(fmt.emu, out) : got == expected;
+              if (!same && failures[t].size() < 8) failures[t].push_back({i, x, tag, got, expected, 0, 0});
             }
-            want_flags[p] |= want.result[p].flags;
-            // Compared in the format's bit layout: where a narrow format sits in its
-            // container is the format table's business, not this unit's.
-            const std::uint32_t got = fb::to_layout(fmt.emu, out), expected = fmt.ref.to_layout(want.result[p].bits);
-            const bool same = want.result[p].is_nan ? fb::is_nan(fmt.emu, out) : got == expected;
-            if (!same && failures[t].size() < 8) failures[t].push_back({i, x, p, got, expected, 0, 0});
           }
         }
         for (int p = 0; p < 2; ++p) {
@@ -351,10 +370,10 @@ void check_all_modes(const std::vector<float>& common_inputs) {
       CAPTURE(fbref::name_of(mode));
       for (const Failure& f : failures) {
         char buf[200];
-        std::snprintf(buf, sizeof buf,
-                      "%s: index %zu input 0x%08x: bits got 0x%x want 0x%x, block flags got %u want %u",
-                      fbref::name_of(fbref::kPolicies[f.policy]), f.index, std::bit_cast<std::uint32_t>(f.input),
-                      f.got_bits, f.want_bits, f.got_flags, f.want_flags);
+        std::snprintf(
+            buf, sizeof buf, "%s%s: index %zu input 0x%08x: bits got 0x%x want 0x%x, block flags got %u want %u",
+            fbref::name_of(fbref::kPolicies[f.policy % 2]), f.policy >= 2 ? " (flags-free path)" : "", f.index,
+            std::bit_cast<std::uint32_t>(f.input), f.got_bits, f.want_bits, f.got_flags, f.want_flags);
         FAIL_CHECK(buf);
       }
       CHECK(failures.empty());
@@ -364,7 +383,9 @@ void check_all_modes(const std::vector<float>& common_inputs) {
 
 }  // namespace
 
-TEST_CASE("round_array equals an MPFR conversion: bf16 fp16 e4m3 e5m2 e2m1, all modes but sr, both policies") {
+TEST_CASE(
+    "round_array equals an MPFR conversion, flagged and flags-free paths: bf16 fp16 e4m3 e5m2 e2m1, all modes but sr, "
+    "both policies") {
   const std::uint32_t count = sanitizer_scale() ? (1u << 15) : (1u << 22);
   check_all_modes(strided_inputs(count));
 }
@@ -404,10 +425,23 @@ TEST_CASE("round_array sr equals per-element convert, and chunking keeps positio
             if (mismatches++ == 0) first_bad = i;
           }
         }
+        // The flags-free path (flags_out null), in one call and in two pieces.
+        std::vector<std::uint32_t> flags_free(all.size(), 0xdeadbeefu), flags_free_split(all.size(), 0xdeadbeefu);
+        fb::round_array(fmt.emu, all.data(), flags_free.data(), all.size(), spec, first_position);
+        fb::round_array(fmt.emu, all.data(), flags_free_split.data(), split + 1, spec, first_position);
+        fb::round_array(fmt.emu, all.data() + split + 1, flags_free_split.data() + split + 1, all.size() - split - 1,
+                        spec, first_position + split + 1);
+        std::size_t flags_free_mismatches = 0;
+        for (std::size_t i = 0; i < all.size(); ++i) {
+          const fb::Rounded r =
+              fb::convert(fmt.emu, fb::formats::fp32, std::bit_cast<std::uint32_t>(all[i]), spec, first_position + i);
+          flags_free_mismatches += (r.bits != flags_free[i]) + (r.bits != flags_free_split[i]);
+        }
         CAPTURE(fmt.emu.name);
         CAPTURE(sr_bits);
         CAPTURE(first_bad);
         CHECK(mismatches == 0);
+        CHECK(flags_free_mismatches == 0);
         CHECK(flags == want_flags);
         CHECK(chunk_flags == want_flags);
       }
