@@ -4,19 +4,25 @@
 // Contract: one run measures, single-threaded, the median over several repetitions
 // (wall time with std::chrono::steady_clock, and this thread's CPU time) of
 // - fp32 array -> bf16 / fp16 / e4m3 rounding through fb::round_array (rne, rtz, sr),
-//   in ns per element;
+//   in ns per element (default 2^24 elements: the size changes the figure, ~20% between
+//   2^22 and 2^24, so every report prints it; --array-elements sets it);
 // - native fp32 add / mul / fma loops over float arrays (the baseline of this run);
 // - emulated scalar bf16 / fp16 / e4m3 add, mul, fma through emu/ops.hpp (rne), one
 //   call per op ("single") and through the batched API fb::add_array / mul_array /
 //   fma_array ("batched", emu/array_rounding.hpp; the speedup target is judged on it);
-// - the same ops through MPFR (mpfr_set_d, op, mpfr_check_range + mpfr_subnormalize
-//   with the format's emin/emax, mpfr_get_d, encode), the reference path;
-// and prints each figure, its ratio to the native baseline and the emulated-vs-MPFR
-// speedup (ratios from the CPU times, which a loaded machine distorts least), as a
-// table or (--json) as one JSON object. --quick runs small sizes (the
+// - the same ops as a plain MPFR loop, the reference path (issue 25 "honest baselines"):
+//   operands already mpfr_t (converted before the timed region), each op the MPFR
+//   operation with MPFR_RNDN then mpfr_subnormalize, the format's emin/emax set once
+//   around the loop, and no flashbits call inside it; the speedup divides its time by
+//   the batched API's over the same operands (the same count);
+// - tensor-core fused dot products (k = 64) against native fp32 dot products compiled
+//   with the FMA instruction: one dependent FMA chain, and 16 independent accumulators;
+// and prints each figure with its size, its ratio to the native baseline and the
+// emulated-vs-MPFR speedup (ratios from the CPU times, which a loaded machine distorts
+// least), as a table or (--json) as one JSON object. --quick runs small sizes (the
 // CI smoke test). As a cross-check that the timed code computes the right thing, the
-// run also compares the emulated results with the MPFR results (bits, and inexact
-// below overflow) and
+// run also compares, outside the timed regions, the emulated results with the MPFR
+// results (bits, and inexact below overflow) and
 // round_array with per-element fb::convert (bits and OR-ed flags) on the timed data,
 // and the batched ops' bits and OR-ed flags with the single calls';
 // any mismatch makes the exit status 1.
@@ -30,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -56,7 +63,7 @@ namespace fmt = fb::formats;
 struct Config {
   bool quick = false;
   bool json = false;
-  std::size_t array_elements = std::size_t{1} << 22;
+  std::size_t array_elements = std::size_t{1} << 24;
   std::size_t op_count = std::size_t{1} << 20;
   std::size_t mpfr_op_count = std::size_t{1} << 17;
   int repetitions = 7;
@@ -157,7 +164,9 @@ struct NativeRow {
 struct OpRow {
   std::string format, op;
   double emulated_ns, mpfr_ns, native_ns, emulated_cpu_ns, mpfr_cpu_ns;  // native_ns: cpu time
-  double batched_ns, batched_cpu_ns;  // the batched API (fb::add_array / mul_array / fma_array)
+  double batched_ns, batched_cpu_ns;   // the batched API (fb::add_array / mul_array / fma_array), n ops
+  double batched_cpu_ns_at_mpfr_size;  // the same over the first mpfr_ops operands: the speedup's numerator
+  std::size_t ops, mpfr_ops;           // sizes: emulated (single and batched) and MPFR
   std::size_t mpfr_checked, mpfr_mismatches;
   bool batched_matches_single;  // batched bits and OR-ed flags == the single calls'
 };
@@ -260,31 +269,49 @@ std::uint32_t encode_rounded_double(const Format& f, double d, const RoundingSpe
 
 enum class BenchOp { add, mul, fma };
 
-// Bits of the result, and MPFR's inexact flag.
+// Bits of an MPFR result, and whether it was inexact.
 struct MpfrResult {
   std::uint32_t bits;
   bool inexact;
 };
 
-template <BenchOp Op>
-MpfrResult mpfr_one(const Format& f, mpfr_t x, mpfr_t y, mpfr_t z, mpfr_t r, std::uint32_t a, std::uint32_t b,
-                    std::uint32_t c, const RoundingSpec& spec) {
-  mpfr_clear_flags();
-  mpfr_set_d(x, fb::to_double(f, a), MPFR_RNDN);
-  mpfr_set_d(y, fb::to_double(f, b), MPFR_RNDN);
-  int t;
-  if constexpr (Op == BenchOp::add) {
-    t = mpfr_add(r, x, y, MPFR_RNDN);
-  } else if constexpr (Op == BenchOp::mul) {
-    t = mpfr_mul(r, x, y, MPFR_RNDN);
-  } else {
-    mpfr_set_d(z, fb::to_double(f, c), MPFR_RNDN);
-    t = mpfr_fma(r, x, y, z, MPFR_RNDN);
+// An array of MPFR numbers of one precision, initialised and cleared outside any timed
+// region (mpfr_t is an array type, so the elements are its struct).
+class MpfrArray {
+ public:
+  MpfrArray(std::size_t n, mpfr_prec_t precision) : values_(n) {
+    for (auto& v : values_) mpfr_init2(&v, precision);
   }
-  t = mpfr_check_range(r, t, MPFR_RNDN);
-  mpfr_subnormalize(r, t, MPFR_RNDN);
-  const std::uint32_t bits = encode_rounded_double(f, mpfr_get_d(r, MPFR_RNDN), spec);
-  return {bits, mpfr_inexflag_p() != 0};
+  ~MpfrArray() {
+    for (auto& v : values_) mpfr_clear(&v);
+  }
+  MpfrArray(const MpfrArray&) = delete;
+  MpfrArray& operator=(const MpfrArray&) = delete;
+  mpfr_ptr operator[](std::size_t i) { return &values_[i]; }
+
+ private:
+  std::vector<__mpfr_struct> values_;
+};
+
+// The plain MPFR loop the emulator is compared with (issue 25 "honest baselines"): the
+// operands are already mpfr_t, each op is the MPFR operation with MPFR_RNDN followed by
+// mpfr_subnormalize, under the format's exponent range (set once by the caller). No
+// flashbits call, no conversion and no flag clearing inside: the ternary value of each
+// result is kept (non-zero = inexact). MPFR's operations return results already in the
+// current exponent range, so mpfr_check_range is not needed.
+template <BenchOp Op>
+void mpfr_loop(MpfrArray& r, MpfrArray& x, MpfrArray& y, MpfrArray& z, int* ternary, std::size_t m) {
+  for (std::size_t i = 0; i < m; ++i) {
+    int t;
+    if constexpr (Op == BenchOp::add) {
+      t = mpfr_add(r[i], x[i], y[i], MPFR_RNDN);
+    } else if constexpr (Op == BenchOp::mul) {
+      t = mpfr_mul(r[i], x[i], y[i], MPFR_RNDN);
+    } else {
+      t = mpfr_fma(r[i], x[i], y[i], z[i], MPFR_RNDN);
+    }
+    ternary[i] = mpfr_subnormalize(r[i], t, MPFR_RNDN);
+  }
 }
 
 template <BenchOp Op>
@@ -338,16 +365,35 @@ OpRow bench_op(const Config& cfg, const Format& f, std::string_view name, double
   });
   const bool batched_same = batched == emulated && batched_flags == single_flags;
 
+  // The batched API again over the first m operands: the speedup over MPFR compares
+  // the same number of ops (m), so that cache effects of the size do not enter it.
   const std::size_t m = std::min(cfg.mpfr_op_count, n);
-  std::vector<MpfrResult> reference(m);
-  const MpfrRange range(f);
-  mpfr_t x, y, z, r;
-  mpfr_inits2(f.precision(), x, y, z, r, static_cast<mpfr_ptr>(nullptr));
-  const Timing mpfr = median_ns_per_item(cfg, m, [&] {
-    for (std::size_t i = 0; i < m; ++i) reference[i] = mpfr_one<Op>(f, x, y, z, r, a[i], b[i], c[i], spec);
-    keep_memory(reference.data());
+  const std::vector<std::uint32_t> am(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(m)),
+      bm(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(m)),
+      cm(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(m));
+  std::vector<std::uint32_t> batched_m(m);
+  fb::Flags batched_m_flags = 0;
+  const Timing batch_m = median_ns_per_item(cfg, m, [&] {
+    emulated_batch<Op>(f, am, bm, cm, batched_m, spec, batched_m_flags);
+    keep_memory(batched_m.data());
   });
-  mpfr_clears(x, y, z, r, static_cast<mpfr_ptr>(nullptr));
+
+  // MPFR: operands converted (exactly) before the timed region; range set once around it.
+  const MpfrRange range(f);
+  MpfrArray x(m, f.precision()), y(m, f.precision()), z(m, f.precision()), r(m, f.precision());
+  for (std::size_t i = 0; i < m; ++i) {
+    mpfr_set_d(x[i], fb::to_double(f, a[i]), MPFR_RNDN);
+    mpfr_set_d(y[i], fb::to_double(f, b[i]), MPFR_RNDN);
+    mpfr_set_d(z[i], fb::to_double(f, c[i]), MPFR_RNDN);
+  }
+  std::vector<int> ternary(m);
+  const Timing mpfr = median_ns_per_item(cfg, m, [&] {
+    mpfr_loop<Op>(r, x, y, z, ternary.data(), m);
+    keep_memory(ternary.data());
+  });
+  std::vector<MpfrResult> reference(m);
+  for (std::size_t i = 0; i < m; ++i)
+    reference[i] = {encode_rounded_double(f, mpfr_get_d(r[i], MPFR_RNDN), spec), ternary[i] != 0};
 
   std::size_t mismatches = 0;
   for (std::size_t i = 0; i < m; ++i) {
@@ -359,8 +405,22 @@ OpRow bench_op(const Config& cfg, const Format& f, std::string_view name, double
         (e.flags & fb::flag::overflow) != 0 || ((e.flags & fb::flag::inexact) != 0) == reference[i].inexact;
     if (!same_bits || !same_inexact) ++mismatches;
   }
-  return {f.name,        std::string(name), emu.wall_ns, mpfr.wall_ns, native_ns,   emu.cpu_ns, mpfr.cpu_ns,
-          batch.wall_ns, batch.cpu_ns,      m,           mismatches,   batched_same};
+  const bool batched_m_same = std::equal(batched_m.begin(), batched_m.end(), emulated.begin());
+  return {f.name,
+          std::string(name),
+          emu.wall_ns,
+          mpfr.wall_ns,
+          native_ns,
+          emu.cpu_ns,
+          mpfr.cpu_ns,
+          batch.wall_ns,
+          batch.cpu_ns,
+          batch_m.cpu_ns,
+          n,
+          m,
+          m,
+          mismatches,
+          batched_same && batched_m_same};
 }
 
 // ---- reporting ---------------------------------------------------------------------
@@ -383,18 +443,35 @@ std::string cpu_name() {
 #include "bench/flashbits_bench_dot_report.hpp"
 
 int main(int argc, char** argv) {
+  static constexpr const char* kUsage =
+      "usage: flashbits-bench [--quick] [--json] [--array-elements N] [--ops N] [--mpfr-ops N]\n"
+      "  defaults: 2^24 array elements, 2^20 emulated ops, 2^17 MPFR ops (--quick: 2^16, 2^14, 2^12)\n";
   Config cfg;
+  struct {
+    std::size_t array_elements = 0, op_count = 0, mpfr_op_count = 0;
+  } sized;  // sizes given on the command line (0: the default)
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--quick") {
       cfg.quick = true;
     } else if (arg == "--json") {
       cfg.json = true;
+    } else if (arg == "--array-elements" || arg == "--ops" || arg == "--mpfr-ops") {
+      // Sizes change the figures (2^22 and 2^24 array elements differ by ~20%), so they
+      // are options, and every report prints them.
+      char* end = nullptr;
+      const unsigned long long v = i + 1 < argc ? std::strtoull(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || v < 1 || v > (1ull << 30)) {
+        std::fprintf(stderr, "error: %s needs a count from 1 to 2^30\n", argv[i]);
+        return 2;
+      }
+      ++i;
+      (arg == "--array-elements" ? sized.array_elements : arg == "--ops" ? sized.op_count : sized.mpfr_op_count) = v;
     } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: flashbits-bench [--quick] [--json]\n");
+      std::printf("%s", kUsage);
       return 0;
     } else {
-      std::fprintf(stderr, "error: unknown argument '%s' (usage: flashbits-bench [--quick] [--json])\n", argv[i]);
+      std::fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], kUsage);
       return 2;
     }
   }
@@ -404,6 +481,9 @@ int main(int argc, char** argv) {
     cfg.mpfr_op_count = std::size_t{1} << 12;
     cfg.repetitions = 3;
   }
+  if (sized.array_elements) cfg.array_elements = sized.array_elements;
+  if (sized.op_count) cfg.op_count = sized.op_count;
+  if (sized.mpfr_op_count) cfg.mpfr_op_count = sized.mpfr_op_count;
 
   // Native baseline over the float values of bf16 operands: the same count and the
   // same kind of data as the emulated ops.
@@ -434,18 +514,19 @@ int main(int argc, char** argv) {
     ops.push_back(bench_op<BenchOp::fma>(cfg, *f, "fma", native[2].cpu_ns_per_op));
   }
 
-  double native_dot = 0.0;
+  NativeDot native_dot;
   const std::vector<DotRow> dots = bench_dot(cfg, native_dot);
 
   if (cfg.json) {
     print_json(cfg, native, arrays, ops, dots, native_dot);
   } else {
     print_table(cfg, native, arrays, ops);
-    print_dot_table(dots, native_dot);
+    print_dot_table(cfg, dots, native_dot);
   }
   bool ok = true;
   for (const auto& r : arrays) ok = ok && r.matches_convert;
   for (const auto& r : ops) ok = ok && r.mpfr_mismatches == 0 && r.batched_matches_single;
+  for (const auto& r : dots) ok = ok && r.columns_match;
   if (!ok) std::fprintf(stderr, "error: a timed result disagrees with its reference (see the table)\n");
   return ok ? 0 : 1;
 }
