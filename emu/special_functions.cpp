@@ -287,7 +287,7 @@ struct Lg2Split {
 Lg2Split split_lg2_argument(float x) {
   const std::uint32_t b = bits_of(x);
   int e = static_cast<int>(b >> kManBits) - kBias;
-  double m = 1.0 + std::ldexp(static_cast<double>(b & kManMask), -kManBits);
+  double m = 1.0 + times_power_of_two(static_cast<double>(b & kManMask), -kManBits);
   if ((b & kManMask) > 0x3504f3u) m *= 0.5, e += 1;  // m > 1.41421354 (just above sqrt 2)
   return {e, m};
 }
