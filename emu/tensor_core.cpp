@@ -535,6 +535,10 @@ std::uint32_t dot_bits_from_floats(const TensorCoreModel& m, float c, const floa
 
 }  // namespace
 
+std::uint32_t dot_step_output(DotOutput output, std::int64_t sum, int unit) {
+  return step_output(output, sum, unit, nullptr);
+}
+
 const Format& accumulator_format(const TensorCoreModel& model) {
   return model.output == fp16_rne ? formats::fp16 : formats::fp32;
 }

@@ -194,6 +194,12 @@ float fused_dot(const TensorCoreModel& model, float c, const float* a, const flo
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
                        int k, int lanes, float* d, DotStepTally* tally = nullptr);
 
+// The output rounding of one fused step, the rules above in one place: the exact sum
+// sum * 2^unit rounded into `output` (bits of fp32, fp16, or e8m13 in fp32's layout), overflow
+// giving +-inf and a zero or rounded-to-zero result +0. Other dot models reuse it
+// (emu/tensor_core_block_scaled.cpp).
+std::uint32_t dot_step_output(DotOutput output, std::int64_t sum, int unit);
+
 // Bit-level entry point used by `flashbits dot` and the probe checker: inputs as
 // raw bit patterns of the model's input format, C and D as fp32 (or fp16) bits.
 std::uint32_t fused_dot_bits(const TensorCoreModel& model, std::uint32_t c_bits, std::span<const std::uint32_t> a_bits,

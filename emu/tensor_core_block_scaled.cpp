@@ -163,19 +163,6 @@ Scale scale_of(const Format& f, std::uint8_t byte) {
   return s;
 }
 
-// The step's exact sum (sum * 2^unit) rounded into fp32 under the tensor-core output rules
-// of emu/tensor_core.cpp step_output (fp32_rz): round_pack toward zero, overflow gives
-// +-inf, a non-zero sum whose magnitude rounds to zero and an exact zero give +0.
-// (The same three rules as step_output; tensor_core.cpp keeps that routine file-local.)
-std::uint32_t fp32_rz_output(bool negative, std::uint64_t magnitude, int unit) {
-  if (magnitude == 0) return 0u;
-  static constexpr RoundingSpec kRz{RoundingMode::rtz, OverflowPolicy::ieee, 24, 0};
-  const Rounded r = round_pack<formats::fp32>(negative, unit, magnitude, false, kRz);
-  const std::uint32_t sign = negative ? 0x80000000u : 0u;
-  if ((r.flags & flag::overflow) != 0) return sign | 0x7f800000u;
-  return (r.bits & 0x7fffffffu) == 0 ? 0u : r.bits;
-}
-
 // Signed value of a term truncated toward zero onto the grid 2^unit.
 std::int64_t truncated(const Term& t, int unit) {
   if (t.magnitude == 0) return 0;  // a zero term's lsb may lie anywhere
@@ -270,9 +257,7 @@ std::uint32_t step(const BlockScaledModel& m, const Format& fa, const Format& fb
   const int unit = largest - m.fraction_bits;
   std::int64_t sum = 0;
   for (int i = 0; i < count; ++i) sum += truncated(terms[i], unit);
-  const bool negative = sum < 0;
-  return fp32_rz_output(negative, negative ? 0u - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum),
-                        unit);
+  return dot_step_output(DotOutput::fp32_rz, sum, unit);  // RZ into fp32, inf on overflow, +0
 }
 
 void check_arguments(const BlockScaledModel& m, const Format& fa, const Format& fb, int k) {
