@@ -72,21 +72,10 @@ inline Parts split(float x) {
 
 // The canonical NaN, or an infinity, for a step that holds NaN or inf terms.
 std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, const float* b, int n) {
-  const Format& out = accumulator_format(m);
-  bool nan = std::isnan(c), pos = std::isinf(c) && c > 0, neg = std::isinf(c) && c < 0;
-  for (int i = 0; i < n; ++i) {
-    const float x = a[i], y = b[i];
-    if (std::isnan(x) || std::isnan(y))
-      nan = true;
-    else if (std::isinf(x) || std::isinf(y)) {
-      if (x == 0.0f || y == 0.0f)
-        nan = true;
-      else
-        (std::signbit(x) != std::signbit(y) ? neg : pos) = true;
-    }
-  }
-  if (nan || (pos && neg)) return pack_nan(out);
-  return to_container(out, (neg ? out.sign_mask() : 0u) | out.inf_pattern());
+  SpecialTerms specials;
+  specials.add_value(c);
+  for (int i = 0; i < n; ++i) specials.add_product(a[i], b[i]);
+  return specials.result(accumulator_format(m));
 }
 
 // The output rounding of a step's exact sum (sum * 2^unit) into the model's output.

@@ -26,6 +26,7 @@
 // Regression set: traces/hw/probes_h200.fbp (ctest tensor_core_hw_probes_h200).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -199,6 +200,34 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
 // giving +-inf and a zero or rounded-to-zero result +0. Other dot models reuse it
 // (emu/tensor_core_block_scaled.cpp).
 std::uint32_t dot_step_output(DotOutput output, std::int64_t sum, int unit);
+
+// The specials rule of one fused step, in one place (other dot models reuse it,
+// emu/tensor_core_block_scaled.cpp): C and each product a*b classified; any NaN, inf*0, or
+// +inf with -inf makes the step the canonical NaN, otherwise an infinite term makes it the
+// infinity of its sign. result() gives those bits in `out` (precondition: any()).
+struct SpecialTerms {
+  bool nan = false, positive_inf = false, negative_inf = false;
+  void add_value(float c) {
+    nan = nan || std::isnan(c);
+    positive_inf = positive_inf || (std::isinf(c) && c > 0);
+    negative_inf = negative_inf || (std::isinf(c) && c < 0);
+  }
+  void add_product(float x, float y) {
+    if (std::isnan(x) || std::isnan(y)) {
+      nan = true;
+    } else if (std::isinf(x) || std::isinf(y)) {
+      if (x == 0.0f || y == 0.0f)
+        nan = true;
+      else
+        (std::signbit(x) != std::signbit(y) ? negative_inf : positive_inf) = true;
+    }
+  }
+  bool any() const { return nan || positive_inf || negative_inf; }
+  std::uint32_t result(const Format& out) const {
+    if (nan || (positive_inf && negative_inf)) return pack_nan(out);
+    return to_container(out, (negative_inf ? out.sign_mask() : 0u) | out.inf_pattern());
+  }
+};
 
 // Bit-level entry point used by `flashbits dot` and the probe checker: inputs as
 // raw bit patterns of the model's input format, C and D as fp32 (or fp16) bits.

@@ -117,8 +117,6 @@ constexpr BlockScaledModel kBlockScaledModels[] = {
 #undef FB_BS_MX
 #undef FB_BS_FP4
 
-constexpr std::uint32_t kFp32Nan = 0x7fc00000u;  // pack_nan(formats::fp32), the project's canonical NaN
-
 // An exact finite value as sign, integer magnitude times 2^lsb, and the exponent it brings
 // to the alignment maximum (its leading bit position, its format's emin for subnormals).
 struct Term {
@@ -181,23 +179,14 @@ std::int64_t truncated(const Term& t, int unit) {
 std::uint32_t step(const BlockScaledModel& m, const Format& fa, const Format& fb, float c, const float* a,
                    const float* b, int first, int n, const std::uint8_t* scale_a, const std::uint8_t* scale_b) {
   // Specials first (MMA-Sim checks them before any alignment).
-  bool nan = std::isnan(c), pos_inf = std::isinf(c) && c > 0, neg_inf = std::isinf(c) && c < 0;
+  // fused_dot's specials rule, plus: a NaN scale among the step's blocks gives NaN.
+  SpecialTerms specials;
+  specials.add_value(c);
   const int first_block = first / m.block, end_block = (first + n + m.block - 1) / m.block;
   for (int j = first_block; j < end_block; ++j)
-    nan = nan || scale_of(m.scale, scale_a[j]).nan || scale_of(m.scale, scale_b[j]).nan;
-  for (int i = 0; i < n; ++i) {
-    const float x = a[first + i], y = b[first + i];
-    if (std::isnan(x) || std::isnan(y))
-      nan = true;
-    else if (std::isinf(x) || std::isinf(y)) {
-      if (x == 0.0f || y == 0.0f)
-        nan = true;
-      else
-        (std::signbit(x) != std::signbit(y) ? neg_inf : pos_inf) = true;
-    }
-  }
-  if (nan || (pos_inf && neg_inf)) return kFp32Nan;
-  if (pos_inf || neg_inf) return neg_inf ? 0xff800000u : 0x7f800000u;
+    specials.nan = specials.nan || scale_of(m.scale, scale_a[j]).nan || scale_of(m.scale, scale_b[j]).nan;
+  for (int i = 0; i < n; ++i) specials.add_product(a[first + i], b[first + i]);
+  if (specials.any()) return specials.result(formats::fp32);
 
   // The terms: C, then one per product (group == 0) or one per group of products.
   // At most 65 terms: C and one per product of a step of <= 64 (every preset's k).
