@@ -212,18 +212,19 @@ void dot_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, cons
     ar.dot_columns(spec, acc, a, b, ldb, k, lanes, lane_values, tally);
 }
 
-// acc[l] = dot(spec, acc[l], a, column l, k) for l < lanes, column l of the row-major panel
-// b being b[j*ldb + l]: side by side where dots_side_by_side allows, otherwise one dot per
-// column through column_of(l), a pointer to column l's k elements stored contiguously (the
-// transposed matrix's row). Both give the same bits.
+// acc[l] = dot(spec, acc[l], a, column l, k, tally) for l < lanes, column l of the row-major
+// panel b being b[j*ldb + l]: side by side where dots_side_by_side allows, otherwise one dot
+// per column through column_of(l), a pointer to column l's k elements stored contiguously
+// (the transposed matrix's row). Both give the same bits and tally the same steps, column
+// after column. `tally`: null, or a DotTrace with tally_only set.
 template <class A, class E, class ColumnOf>
 void dots_against_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, const E* b, std::size_t ldb, int k,
-                          int lanes, ColumnOf column_of, std::vector<float>& lane_values) {
+                          int lanes, ColumnOf column_of, std::vector<float>& lane_values, DotTrace* tally = nullptr) {
   if (dots_side_by_side<A, E>(spec)) {
-    dot_columns(ar, spec, acc, a, b, ldb, k, lanes, lane_values);
+    dot_columns(ar, spec, acc, a, b, ldb, k, lanes, lane_values, tally);
     return;
   }
-  for (int l = 0; l < lanes; ++l) acc[l] = ar.dot(spec, acc[l], a, column_of(l), k);
+  for (int l = 0; l < lanes; ++l) acc[l] = ar.dot(spec, acc[l], a, column_of(l), k, tally);
 }
 
 // The scores of keys [kb, kb + len) for query q into s[0, len), through the keys' Kᵀ

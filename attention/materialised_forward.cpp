@@ -39,14 +39,13 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   const RoundingSpec out_spec = final_cast_spec(km, opt);
   // fp8 baseline: the P·V GEMM's descale, fp32(v_descale / p_scale), on its fp32 result.
   const double out_descale = km.fp8.enabled ? ar.f32(hd.v_descale[0] / km.fp8.p_scale) : 1.0;
-  // P·V: the d dots side by side (P against V's columns) where the dot allows it.
+  // P·V: P against V's columns, side by side where the dot allows it.
   std::vector<double> pv(static_cast<std::size_t>(d), 0.0);
-  const bool side_by_side = dots_side_by_side<A, E>(km.pv_dot);
-  if (side_by_side)
-    dot_columns(ar, km.pv_dot, pv.data(), pc.data(), hd.v_row(0), static_cast<std::size_t>(d), nk, d, lane_values);
+  dots_against_columns(
+      ar, km.pv_dot, pv.data(), pc.data(), hd.v_row(0), static_cast<std::size_t>(d), nk, d,
+      [&](int c) { return hd.vt_row(c); }, lane_values);
   for (int c = 0; c < d; ++c) {
-    const double raw =
-        side_by_side ? pv[static_cast<std::size_t>(c)] : ar.dot(km.pv_dot, 0.0, pc.data(), hd.vt_row(c), nk);
+    const double raw = pv[static_cast<std::size_t>(c)];
     const double dot = km.fp8.enabled ? ar.f32(raw * out_descale) : raw;
     o_pre_out[c] = dot;
     o_out[c] = km.o_round == RoundingMode::rne || A::exact ? ar.to(km.pv_result_format, dot)

@@ -192,65 +192,43 @@ template <class A, class E, class Sink>
 void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<E>& sc, int kv_begin, int len,
              double alpha, Sink& sink) {
   const int d = hd.d;
-  // The tile's d dots side by side (P̄ against V's columns); a traced row's steps are
-  // tallied there too, and its plotted column runs one step at a time.
-  const bool side_by_side = dots_side_by_side<A, E>(km.pv_dot);
-  const E* v_tile = hd.v_row(kv_begin);
-  const auto v_stride = static_cast<std::size_t>(d);
+  // The tile's P̄ against V's columns [first, first + count), side by side where the model
+  // allows it (dots_against_columns); a traced row tallies their steps.
+  auto columns = [&](double* acc, int first, int count, DotTrace* tally) {
+    dots_against_columns(
+        ar, km.pv_dot, acc, sc.pc.data(), hd.v_row(kv_begin) + first, static_cast<std::size_t>(d), len, count,
+        [&](int l) { return hd.vt_row(first + l) + kv_begin; }, sc.lane_values, tally);
+  };
   if (km.fp8.block) {
     // +block-quant: the tile's P̄·V from C = 0, then acc = fma(tile, v_descale_j, acc) in
     // fp32 (assumed placement). Traced rows count the tile's steps; no per-key plot.
     const double vd = hd.v_descale[kv_begin / hd.kv_block_rows];
-    if (side_by_side) {
-      std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
-      dot_columns(ar, km.pv_dot, sc.tile_dots.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values,
-                  sink.tally_dot());
-      for (int c = 0; c < d; ++c) sc.acc[c] = ar.fma32(sc.tile_dots[c], vd, sc.acc[c]);
-      return;
-    }
-    for (int c = 0; c < d; ++c) {
-      const double tile = ar.dot(km.pv_dot, 0.0, sc.pc.data(), hd.vt_row(c) + kv_begin, len, sink.tally_dot());
-      sc.acc[c] = ar.fma32(tile, vd, sc.acc[c]);
-    }
+    std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
+    columns(sc.tile_dots.data(), 0, d, sink.tally_dot());
+    for (int c = 0; c < d; ++c) sc.acc[c] = ar.fma32(sc.tile_dots[c], vd, sc.acc[c]);
   } else if (km.o_acc == OAccumulator::mma_c) {
-    if (side_by_side) {
-      // Columns [first, c) side by side, the plotted column on its own, in column order (the
-      // tally adds steps in that order).
-      int first = 0;
-      if constexpr (Sink::enabled) {
-        for (int c = 0; c < d; ++c) {
-          if (!sink.plots(c)) continue;
-          dot_columns(ar, km.pv_dot, sc.acc.data() + first, sc.pc.data(), v_tile + first, v_stride, len, c - first,
-                      sc.lane_values, sink.tally_dot());
-          sc.acc[c] = sink.traced_mma_column(km, ar, sc.acc[c], sc.pc.data(), hd.vt_row(c) + kv_begin, kv_begin, len);
-          first = c + 1;
-        }
+    // The columns before and after the plotted one together, the plotted column step by step,
+    // in column order (the tally adds steps in that order).
+    int first = 0;
+    if constexpr (Sink::enabled) {
+      for (int c = 0; c < d; ++c) {
+        if (!sink.plots(c)) continue;
+        columns(sc.acc.data() + first, first, c - first, sink.tally_dot());
+        sc.acc[c] = sink.traced_mma_column(km, ar, sc.acc[c], sc.pc.data(), hd.vt_row(c) + kv_begin, kv_begin, len);
+        first = c + 1;
       }
-      dot_columns(ar, km.pv_dot, sc.acc.data() + first, sc.pc.data(), v_tile + first, v_stride, len, d - first,
-                  sc.lane_values, sink.tally_dot());
-      return;
     }
-    for (int c = 0; c < d; ++c) {
-      const E* vcol = hd.vt_row(c) + kv_begin;
-      if constexpr (Sink::enabled) {
-        if (sink.plots(c)) {
-          sc.acc[c] = sink.traced_mma_column(km, ar, sc.acc[c], sc.pc.data(), vcol, kv_begin, len);
-          continue;
-        }
-      }
-      sc.acc[c] = ar.dot(km.pv_dot, sc.acc[c], sc.pc.data(), vcol, len, sink.tally_dot());
-    }
+    columns(sc.acc.data() + first, first, d - first, sink.tally_dot());
   } else {
-    if (side_by_side) {
-      std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
-      dot_columns(ar, km.pv_dot, sc.tile_dots.data(), sc.pc.data(), v_tile, v_stride, len, d, sc.lane_values);
-    }
+    // P̄V from C = 0 for every column (untraced: a traced row records the buffer update).
+    std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);
+    columns(sc.tile_dots.data(), 0, d, nullptr);
     for (int c = 0; c < d; ++c) {
-      const E* vcol = hd.vt_row(c) + kv_begin;
-      const double pv_exact = side_by_side ? sc.tile_dots[c] : ar.dot(km.pv_dot, 0.0, sc.pc.data(), vcol, len);
+      const double pv_exact = sc.tile_dots[c];
       const double scaled = ar.op(km.o_buffer_format, sc.acc[c] * alpha);
       if constexpr (Sink::enabled) {
-        sc.acc[c] = sink.traced_buffer_update(km, ar, scaled, pv_exact, sc.pc.data(), vcol, kv_begin, len, alpha, c);
+        sc.acc[c] = sink.traced_buffer_update(km, ar, scaled, pv_exact, sc.pc.data(), hd.vt_row(c) + kv_begin, kv_begin,
+                                              len, alpha, c);
       } else {
         const double pv = ar.to(km.pv_result_format, pv_exact);
         sc.acc[c] = ar.op(km.o_buffer_format, scaled + pv);
