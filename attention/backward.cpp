@@ -16,27 +16,46 @@
 
 namespace fb::attn::detail {
 
+DeltaThreadLayout delta_thread_layout(DeltaFormula formula, int d) {
+  const auto round_up = [](int x, int m) { return (x + m - 1) / m * m; };
+  DeltaThreadLayout layout;
+  switch (formula) {
+    case DeltaFormula::fa2_threads:  // dot_do_o: kBlockKSmem = 64 if the padded d is a multiple of 64, else 32
+      layout.padded_head_dim = round_up(d, 32);
+      layout.chunk = layout.padded_head_dim % 64 == 0 ? 64 : 32;
+      return layout;
+    case DeltaFormula::fa3_threads:  // round_up_headdim (flash_api.cpp), then kBlockKGmem
+      layout.padded_head_dim = d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : round_up(d, 64);
+      break;
+    case DeltaFormula::fa4_threads:  // head_dim_v_padded: a multiple of 32, then gmem_k_block_size
+    default:
+      layout.padded_head_dim = round_up(d, 32);
+      break;
+  }
+  layout.chunk = layout.padded_head_dim % 128 == 0 ? 128 : layout.padded_head_dim % 64 == 0 ? 64 : 32;
+  return layout;
+}
+
 // delta for one row from O (or O kept in fp32) and dO.
 template <class A, class E>
 double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const double* o, int d) {
   switch (km.delta) {
-    case DeltaFormula::fa2_threads: {
-      // dot_do_o: FA2's head dim template is d rounded up to a multiple of 32; each
-      // thread loads 8 contiguous elements per kBlockKSmem-wide chunk (64 if the
-      // template head dim is a multiple of 64, else 32), so a row is shared by
-      // kBlockKSmem/8 threads; each sums its elements sequentially (chunk by chunk) in
-      // fp32 (products of bf16/fp16 are exact, so the FFMA equals add-of-product), then
-      // Allreduce<threads> (shfl_xor threads/2, ..., 1).
-      const int padded = (d + 31) / 32 * 32;
-      const int chunk = padded % 64 == 0 ? 64 : 32;
-      const int threads = chunk / 8;
-      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    case DeltaFormula::fa2_threads:
+    case DeltaFormula::fa3_threads:
+    case DeltaFormula::fa4_threads: {
+      // Each of the row's threads loads 8 contiguous elements per chunk and sums its
+      // products sequentially (chunk by chunk) in fp32: the first a multiply, the rest
+      // FFMAs (products of bf16/fp16 are exact, so an FFMA equals add-of-product); padding
+      // columns are zero. Then Allreduce<threads> (shfl_xor threads/2, ..., 1).
+      const DeltaThreadLayout layout = delta_thread_layout(km.delta, d);
+      const int threads = layout.chunk / 8;
+      double part[16] = {};
       for (int t = 0; t < threads; ++t) {
         bool first = true;
-        for (int base = 0; base < padded; base += chunk) {
+        for (int base = 0; base < layout.padded_head_dim; base += layout.chunk) {
           for (int e = 0; e < 8; ++e) {
             const int col = base + 8 * t + e;
-            const double x = col < d ? static_cast<double>(d_o[col]) : 0.0;  // padding columns are zero
+            const double x = col < d ? static_cast<double>(d_o[col]) : 0.0;
             const double y = col < d ? o[col] : 0.0;
             part[t] = first ? ar.f32(x * y) : ar.fma32(x, y, part[t]);
             first = false;
@@ -71,8 +90,9 @@ double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& 
 }
 }  // namespace
 
-// The FA2 backward (compute_dq_dk_dv_seqk_parallel) for one head: for each n_block,
-// m_blocks from last to first; dV += P̄ᵀdO and dK += dSᵀQ through the MMA with the
+// The FlashAttention backward (FA2 compute_dq_dk_dv_seqk_parallel; FA3 and FA4 have the same
+// numerics, see KernelModel::bwd_row_block_order) for one head: for each n_block, its
+// m_blocks in the recipe's order; dV += P̄ᵀdO and dK += dSᵀQ through the MMA with the
 // accumulators as C; dQ partial per (n_block, m_block) added to dq_accum in fp32.
 template <class A, class E>
 void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
@@ -94,7 +114,9 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
     std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
     std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
     const int mb_min = g.causal ? kb / bm : 0;
-    for (int mb = m_blocks - 1; mb >= mb_min; --mb) {
+    const bool ascending = km.bwd_row_block_order == RowBlockOrder::first_to_last;
+    for (int step = 0; step < m_blocks - mb_min; ++step) {
+      const int mb = ascending ? mb_min + step : m_blocks - 1 - step;
       const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
       for (int r = rb; r < re; ++r) {
         const int nk = visible_keys(g, r);

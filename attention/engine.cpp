@@ -111,14 +111,15 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   g.d = D;
   g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
   g.causal = in.causal;
-  g.tiles = km.tiles_for(D, N);
+  g.tiles = km.tiles_for(D, N, in.causal);
   if (opt.block_m > 0) g.tiles.block_m = g.tiles.bwd_block_m = opt.block_m;
   if (opt.block_n > 0) g.tiles.block_n = g.tiles.bwd_block_n = opt.block_n;
   g.tiles.block_n = std::max(1, g.tiles.block_n);
   g.tiles.block_m = std::max(1, g.tiles.block_m);
   g.tiles.bwd_block_m = std::max(1, g.tiles.bwd_block_m);
   g.tiles.bwd_block_n = std::max(1, g.tiles.bwd_block_n);
-  if (km.sw_exp2 && km.sw_exp2_every > 0 && g.tiles.block_n % 32 != 0) {
+  g.software_exp2 = km.software_exp2_split(D, in.causal, N, group);
+  if (g.software_exp2.enabled && g.software_exp2.every > 0 && g.tiles.block_n % 32 != 0) {
     throw std::invalid_argument("attention: +sw-exp2:EVERY,START splits KV tiles in 32-column fragments; block_n " +
                                 std::to_string(g.tiles.block_n) + " is not a multiple of 32");
   }

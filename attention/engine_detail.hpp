@@ -82,6 +82,7 @@ struct Geometry {
   double scale = 0.0;
   bool causal = false;
   TileSizes tiles;
+  SoftwareExp2Split software_exp2;  // the run's +sw-exp2 split (KernelModel::software_exp2_split)
 };
 
 // Per-row scalars of the forward the backward needs.
@@ -141,7 +142,8 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
     k.qk_scale = scale * std::numbers::log2e;
     k.scale_f = scale;
   } else {
-    k.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
+    const double scale_param = km.scale_log2_from_fp32_scale ? static_cast<double>(static_cast<float>(scale)) : scale;
+    k.scale_log2 = static_cast<float>(scale_param * std::numbers::log2e);
     k.qk_scale = ar.f32(static_cast<double>(static_cast<float>(scale)) * static_cast<double>(1.44269504f));
     // FA2 passes params.scale_softmax as float; PyTorch multiplies a 16/32-bit tensor by
     // the Python scalar in fp32 opmath; only fp64 tensors keep it in double.
@@ -376,8 +378,16 @@ template <class A, class E>
 void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
                         const RowStats& st, double* p_out);
 
-// attention/backward.cpp. delta for one row from O (or O kept in fp32) and dO; 0 for
-// DeltaFormula::softmax_backward, whose delta is delta_from_dpp.
+// attention/backward.cpp. The thread layout of a DeltaFormula::*_threads preprocess for head
+// dim d: the head dim the kernel was instantiated for (padding columns are zero) and the
+// chunk one load of the row's threads covers (chunk / 8 threads per row, at most 16).
+struct DeltaThreadLayout {
+  int padded_head_dim = 0;
+  int chunk = 0;
+};
+DeltaThreadLayout delta_thread_layout(DeltaFormula formula, int d);
+// delta for one row from O (or O kept in fp32) and dO; 0 for DeltaFormula::softmax_backward,
+// whose delta is delta_from_dpp.
 template <class A, class E>
 double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const double* o, int d);
 // delta = rowsum(dP∘P) (+delta-dpp, and PyTorch's softmax backward). `scratch` is reused.

@@ -150,6 +150,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
         throw std::invalid_argument("+sw-exp2 applies to online models whose P̄ is an exp2 (FA2, FA3, Triton)");
       m.sw_exp2 = true;
+      m.sw_exp2_fa4_tuning = false;  // an explicit split replaces fa4-sm100's tuning table
       if (colon != std::string::npos && p.substr(colon + 1) == "off") {
         // fa4-sm100 with every P̄ exponential on the MUFU.
         m.sw_exp2 = false;

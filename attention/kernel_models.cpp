@@ -67,6 +67,8 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.score_dot = tensor_core_dot(tc);
   m.score_format = formats::fp32;
   m.scale = ScaleHandling::exponent_ffma;
+  m.scale_log2_from_fp32_scale =
+      true;  // set_params_fprop(float softmax_scale): scale_softmax_log2 = softmax_scale * M_LOG2E
   m.max_format = formats::fp32;
   m.p_format = formats::fp32;
   m.row_sum = RowSumOrder::fa2_quad;
@@ -348,8 +350,9 @@ KernelModel triton_tutorial(const Format& dtype) {
 
 // FA3 forward tile sizes (kBlockM x kBlockN) for 1-byte elements on sm90, non-causal,
 // V row-major, no paged KV: hopper/tile_size.h tile_size_fwd_sm90 (element_size != 2):
-// hdim <= 64: 192x160; <= 96: 192x128; <= 128: 128x224; <= 192: 128x160; else 128x128.
-// (Causal runs use other kBlockN values; not modelled.) FA3 has no fp8 backward.
+// hdim <= 64: 192x160; <= 96: 192x128; <= 128: 128x224; <= 192: 128x160; else 128x128; for
+// causal runs too (only local attention changes kBlockN for 1-byte elements). FA3 has no fp8
+// backward.
 std::vector<std::pair<int, TileSizes>> fa3_fp8_tiles() {
   return {
       {64, TileSizes{192, 160, 192, 160}},  {96, TileSizes{192, 128, 192, 128}},  {128, TileSizes{128, 224, 128, 224}},
@@ -387,6 +390,7 @@ KernelModel fa3_fp8(const Format& dtype) {
   m.score_dot = tensor_core_dot("sm90-wgmma");
   m.score_format = formats::fp32;
   m.scale = ScaleHandling::exponent_ffma;
+  m.scale_log2_from_fp32_scale = true;  // hopper/flash_api.cpp set_params_fprop(float softmax_scale)
   m.max_format = formats::fp32;
   m.p_format = formats::fp32;
   m.row_sum = RowSumOrder::fa3_quad;
@@ -408,42 +412,66 @@ KernelModel fa3_fp8(const Format& dtype) {
   return m;
 }
 
-// FA3 forward tile sizes (kBlockM x kBlockN) for 2-byte elements on sm90, non-causal, same
-// head dim for V, no paged KV: hopper/tile_size.h tile_size_fwd_sm90 (element_size == 2):
-// hdim <= 64: 192x192; <= 96: 192x144; <= 128: 128x176; <= 192: 128x112; else 128x80.
-// Causal runs use kBlockN 128 at head dims <= 128 (not modelled: pass the tile size).
-std::vector<std::pair<int, TileSizes>> fa3_16bit_tiles() {
+// FA3 tile sizes for 2-byte elements on sm90, same head dim for V, no paged KV, no softcap.
+// Forward (kBlockM x kBlockN): hopper/tile_size.h tile_size_fwd_sm90 (element_size == 2):
+// hdim <= 64: 192x192, causal 192x128; <= 96: 192x144; <= 128: 128x176, causal 128x128;
+// <= 192: 128x112 (headdim_v > 128); else 128x80. Backward (kBlockM x kBlockN):
+// hopper/flash_bwd_launch_template.h run_mha_bwd_hdim* for Arch >= 90: hdim 64: 128x128;
+// 96: 64x128; 128: 80x128, causal 64x128; 192: 64x96; 256: 64x80.
+std::vector<std::pair<int, TileSizes>> fa3_16bit_tiles(bool causal) {
   return {
-      {64, TileSizes{192, 192, 192, 192}},  {96, TileSizes{192, 144, 192, 144}}, {128, TileSizes{128, 176, 128, 176}},
-      {192, TileSizes{128, 112, 128, 112}}, {256, TileSizes{128, 80, 128, 80}},
+      {64, TileSizes{192, causal ? 128 : 192, 128, 128}},
+      {96, TileSizes{192, 144, 64, 128}},
+      {128, causal ? TileSizes{128, 128, 64, 128} : TileSizes{128, 176, 80, 128}},
+      {192, TileSizes{128, 112, 64, 96}},
+      {256, TileSizes{128, 80, 64, 80}},
   };
 }
 
-// FlashAttention-3's bf16/fp16 forward on Hopper: the fp8 recipe's steps (they are one
-// template, hopper/softmax.h and mainloop_fwd_sm90_tma_gmma_ws.hpp) with Max_offset 0, the
-// 16-bit operands fed to wgmma directly, P̄ cast to the input dtype and FA3's 2-byte tiles.
+// FlashAttention-3's bf16/fp16 forward and backward on Hopper. Forward: the fp8 recipe's
+// steps (they are one template, hopper/softmax.h and mainloop_fwd_sm90_tma_gmma_ws.hpp) with
+// Max_offset 0, the 16-bit operands fed to wgmma directly, P̄ cast to the input dtype and
+// FA3's 2-byte tiles. Backward: hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp has FA2's numerics
+// (P = exp2f(S*scale_log2 - LSE*log2e) as one FFMA, dS = P*(dP - dPsum), dV += Pᵀ dO and
+// dK += dSᵀ Q chained in the wgmma accumulators, dQ per (n_block, m_block) atomically added
+// in fp32, dK and dQ times softmax_scale in fp32 before the cast) with the m_blocks visited
+// first to last and FA3's own preprocess (delta layout) and tiles.
 KernelModel fa3_16bit(const Format& dtype) {
   KernelModel m = fa3_fp8(dtype);
   m.base = "fa3-sm90";
   m.description =
-      "FlashAttention-3 bf16/fp16 forward (hopper/): S and P·V through sm90-wgmma (16 products/step, 25 "
-      "fraction bits, C chained), softmax fp32 as FA3 (thread_reduce_ row sums, exp2f(x*scale - max*scale)), "
-      "P̄ cast to the input dtype, finalize (rcp of the row sum), O in the input dtype; KV tiles last to "
-      "first, FA3's non-causal 2-byte tiles; SFUs: correct rounding (UNMEASURED); forward only (backward: "
-      "delta from O, dO, order ASSUMED as FA2's)";
+      "FlashAttention-3 bf16/fp16 forward and backward (hopper/): S and P·V through sm90-wgmma (16 "
+      "products/step, 25 fraction bits, C chained), softmax fp32 as FA3 (thread_reduce_ row sums, "
+      "exp2f(x*scale - max*scale)), P̄ cast to the input dtype, finalize (rcp of the row sum), O in the input "
+      "dtype; KV tiles last to first, FA3's 2-byte tiles (causal runs have their own); backward: FA3's "
+      "preprocess (delta: 8 elements per thread, up to 16 threads per row, butterfly), P and dS as FA2, dK/dV "
+      "chained over the row blocks first to last, dQ partials added in fp32 in ascending KV-block order (the "
+      "hardware's atomic order is not deterministic; deterministic=True orders non-causal runs so); SFUs: "
+      "correct rounding (UNMEASURED); GQA dK/dV summed as fa2's (ASSUMED)";
   m.sources =
-      "hopper/flash_fwd_kernel_sm90.h (Softmax<..., Max_offset = !Is_FP8 ? 0 : 8>); hopper/softmax.h "
-      "(scale_apply_exp2 with Max_offset 0: max_scaled = max*scale; thread_reduce_; finalize: inv_sum = "
-      "(sum == 0 || sum != sum) ? 0 : 1/sum, LSE = max*(scale_log2*ln2) + logf(sum)); "
+      "Dao-AILab/flash-attention 0251105a: hopper/flash_fwd_kernel_sm90.h (Softmax<..., Max_offset = !Is_FP8 ? "
+      "0 : 8>); hopper/softmax.h (scale_apply_exp2 with Max_offset 0: max_scaled = max*scale; thread_reduce_; "
+      "finalize: inv_sum = (sum == 0 || sum != sum) ? 0 : 1/sum, LSE = max*(scale_log2*ln2) + logf(sum)); "
       "hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp (KV blocks n_block_max-1 down to n_block_min; with "
       "IntraWGOverlap O still sees +P·V then *scale in FA2's sequence); hopper/tile_size.h "
-      "tile_size_fwd_sm90 (element_size 2). ASSUMED: fast-math FFMA contractions and rcp.approx as in the "
-      "fp8 model; the row-sum thread layout of wgmma is FA2's quad layout";
+      "tile_size_fwd_sm90 (element_size 2, is_causal); hopper/flash_bwd_launch_template.h (run_mha_bwd_hdim*, "
+      "Arch >= 90 tiles); hopper/flash_bwd_preprocess_kernel.h (kBlockKGmem = 128/64/32 dividing kHeadDim, "
+      "kGmemThreadsPerRow = kBlockKGmem/8, dP_sum = do*o then += do*o, Allreduce; LSE_log2 = lse*M_LOG2E, 0 "
+      "for -inf); hopper/flash_api.cpp round_up_headdim; hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp (bwd_step: "
+      "exp2f(scores*softmax_scale_log2 - lse_scaled), dS = scores*(dS - dP_sum_cur), P and dS converted to "
+      "the input dtype, m_block from m_block_min up, atomicAdd of dQ per m_block, tdKrdK *= softmax_scale); "
+      "hopper/flash_bwd_postprocess_kernel.h (dQaccum * softmax_scale, then convert); hopper/epilogue_bwd.hpp "
+      "(dK, dV converted). ASSUMED: fast-math FFMA contractions and rcp.approx (hopper/setup.py "
+      "--use_fast_math); the row-sum thread layout of wgmma is FA2's quad layout";
   m.output = dtype;
-  m.tiles_by_head_dim = fa3_16bit_tiles();
+  m.tiles_by_head_dim = fa3_16bit_tiles(false);
+  m.causal_tiles_by_head_dim = fa3_16bit_tiles(true);
   m.p_cast = dtype;
   m.fp8 = Fp8Quantisation{};
-  m.backward_modelled = false;
+  m.delta = DeltaFormula::fa3_threads;
+  m.backward = BackwardKernel::fa2_seqk_parallel;
+  m.bwd_row_block_order = RowBlockOrder::first_to_last;
+  m.backward_modelled = true;
   return m;
 }
 
@@ -453,30 +481,50 @@ KernelModel fa4(const Format& dtype) {
   KernelModel m;
   m.base = "fa4-sm100";
   m.description =
-      "FlashAttention-4 forward (flash_attn/cute, sm100): S and P·V through the sm100 tcgen05 model "
-      "(MMA-Sim's parameters, UNMEASURED), KV tiles of 128 last to first, one thread per row: lazy rescaling "
-      "(threshold 8 log2 units for 16-bit inputs), P̄ = exp2 of one FFMA, on the MUFU or FA4's degree-3 FMA "
-      "polynomial (default split: every 16, from fragment 1), row sum in FA4's 8-lane order, O rescaled "
-      "in fp32 by the correction warps, rcp of the row sum, O in the input dtype; SFUs: correct rounding "
-      "(UNMEASURED); forward only (backward: delta from O, dO, order ASSUMED as FA2's). EMULATION: no "
-      "Blackwell capture exists";
+      "FlashAttention-4 forward and backward (flash_attn/cute, sm100): S and P·V through the sm100 tcgen05 "
+      "model (MMA-Sim's parameters, UNMEASURED), KV tiles of 128 last to first, one thread per row: lazy "
+      "rescaling (threshold 8 log2 units for 16-bit inputs), P̄ = exp2 of one FFMA, on the MUFU or FA4's "
+      "degree-3 FMA polynomial on the columns FA4's tuning table picks for the run (head dim, causal, seqlen, "
+      "GQA: every 16 from fragment 1 by default, every 10 for non-causal 2-CTA head dim 128, none at head "
+      "dim 192 non-causal), row sum in FA4's 8-lane order, O rescaled in fp32 by the correction warps, rcp of "
+      "the row sum, O in the input dtype; backward (flash_bwd_sm100.py): preprocess delta (up to 16 threads "
+      "per row), P = ex2 of one FFMA on the MUFU, dS = P*(dP - dPsum), dK/dV chained over 128-row blocks "
+      "first to last, dQ partials over 128 keys (256 with 2-CTA at head dim >= 128) added in fp32 in "
+      "ascending order (ASSUMED: the hardware's reduce-add order is not deterministic); head dim > 192 "
+      "runs FA4's dedicated hd256 kernels, not modelled (refused unless +sw-exp2:off or :EVERY,START is "
+      "given); SFUs: correct rounding (UNMEASURED). EMULATION: no Blackwell capture exists";
   m.sources =
       "Dao-AILab/flash-attention 0251105a: flash_attn/cute/flash_fwd_sm100.py (m_block 128 x q_stage 2, "
       "n_block 128; n_block from n_block_max-1 down; rescale_threshold = 8.0 for 16-bit q, 0 for fp8; "
-      "max_offset 0 for 16-bit; ex2_emu_freq default 16, ex2_emu_start_frg default 1, _TUNING_CONFIG; "
+      "max_offset 0 for 16-bit; head_dim_padded = multiple of 16; _TUNING_CONFIG keyed (use_2cta_instrs, "
+      "is_causal, head_dim_padded, is_sm103), _default_enable_ex2_emu, ex2_emu_freq default 16 (pack_gqa, "
+      "head_dim_padded > 64, non-causal: the table's or 10), ex2_emu_start_frg default 1; "
       "correction_rescale: O *= acc_scale (fp32 mul; skipped by a warp vote when no acc_scale < 1, exact); "
       "correction_epilogue: scale = rcp_approx(row_sum) * v_descale, LSE = (row_max*scale_log2 + "
-      "lg2(row_sum) - max_offset)*ln2); flash_attn/cute/softmax.py SoftmaxSm100 (update_row_max, "
-      "scale_subtract_rowmax: FFMA(s, scale_log2, max_offset - max*scale_log2), apply_exp2_convert, "
-      "update_row_sum: fadd_reduce(P̄, init = row_sum*acc_scale)); flash_attn/cute/utils.py (fadd_reduce for "
-      "arch >= 100: 4 packed f32x2 accumulators; ex2_emulation_2, POLY_EX2). Tensor core: MMA-Sim "
-      "(Xie et al. 2025) TCGen05MMASim, 25 fraction bits. ASSUMED: the LSE's m*scale_log2 + lg2 contracted "
-      "into an FFMA; row_sum*acc_scale rounded before the packed add; ex2/rcp/lg2 as fast-math MUFU";
+      "lg2(row_sum) - max_offset)*ln2); flash_attn/cute/interface.py (forward FwdConfig(128, 128); "
+      "use_2cta_instrs: sm100, not causal/local/split, head dims padded to 16 in {128, 192} with head_dim_v "
+      "128, seqlen_q*group > 2*tile_m, tile_m % group == 0; pack_gqa = group > 1; backward 128 x 128, "
+      "use_2cta_instrs = head_dim >= 128; dedicated hd256 kernels); flash_attn/cute/softmax.py SoftmaxSm100 "
+      "(update_row_max, scale_subtract_rowmax: FFMA(s, scale_log2, max_offset - max*scale_log2), "
+      "apply_exp2_convert, update_row_sum: fadd_reduce(P̄, init = row_sum*acc_scale)); flash_attn/cute/utils.py "
+      "(fadd_reduce for arch >= 100: 4 packed f32x2 accumulators; ex2_emulation_2, POLY_EX2); "
+      "flash_attn/cute/flash_bwd_preprocess.py (head_dim_v_padded multiple of 32, gmem_k_block_size 128/64/32, "
+      "threads_per_row = that / 8, TensorSSA reduce then warp_reduce; lse_log2 = lse*LOG2_E, 0 for -inf); "
+      "flash_attn/cute/flash_bwd_sm100.py (m_block from m_block_min up; fma_packed_f32x2(S, scale_log2, "
+      "-lse), exp2 fastmath; sub then mul for dS; mma_tiler_dsk reduction over tile_n*cta_group_size; dK *= "
+      "softmax_scale before the cast); flash_attn/cute/flash_bwd_postprocess.py (dQ = acc*scale, then the "
+      "cast). Tensor core: MMA-Sim (Xie et al. 2025) TCGen05MMASim, 25 fraction bits. ASSUMED: the LSE's "
+      "m*scale_log2 + lg2 contracted into an FFMA; row_sum*acc_scale rounded before the packed add; "
+      "ex2/rcp/lg2 as fast-math MUFU; num_splits = 1 (FA4 may split KV when batch*heads*m_blocks leave SMs "
+      "idle); the preprocess's in-thread reduce sequential; GQA dK/dV summed as fa2's";
   m.input = dtype;
   m.output = dtype;
   m.structure = Structure::online_softmax;
   m.kv_order = KvOrder::last_to_first;
-  m.tiles_by_head_dim = {{0, TileSizes{128, 128, 128, 128}}};
+  // Backward tiles 128 x 128; from head dim 128 the backward runs 2-CTA MMAs whose dQ reduction
+  // spans the cluster's 2 x 128 keys (the dQ partial per 256 keys; dK and dV per key are
+  // unchanged by the pairing).
+  m.tiles_by_head_dim = {{127, TileSizes{128, 128, 128, 128}}, {0, TileSizes{128, 128, 128, 256}}};
   m.score_dot = tensor_core_dot("sm100");
   m.score_format = formats::fp32;
   m.scale = ScaleHandling::exponent_ffma;
@@ -494,10 +542,13 @@ KernelModel fa4(const Format& dtype) {
   m.ftz = true;
   m.lazy_rescale_log2 = 8.0;
   m.sw_exp2 = true;
-  m.sw_exp2_every = 16;
+  m.sw_exp2_fa4_tuning = true;
+  m.sw_exp2_every = 16;  // FA4's default split (the tuning table refines it per run)
   m.sw_exp2_start_fragment = 1;
-  m.delta = DeltaFormula::fa2_threads;  // assumed (no backward modelled)
-  m.backward_modelled = false;
+  m.delta = DeltaFormula::fa4_threads;
+  m.backward = BackwardKernel::fa2_seqk_parallel;
+  m.bwd_row_block_order = RowBlockOrder::first_to_last;
+  m.backward_modelled = true;
   return m;
 }
 
@@ -565,7 +616,7 @@ KernelModel correctly_rounded_model(const Format& input, const Format& output) {
 
 }  // namespace
 
-TileSizes KernelModel::tiles_for(int head_dim, int seqlen) const {
+TileSizes KernelModel::tiles_for(int head_dim, int seqlen, bool causal) const {
   if (golden_tiles) {
     // FlashAttention's rule with M the on-chip memory in elements. Golden et al. give
     // the rule but this project has not found the M of their runs; M = 32768 elements
@@ -584,10 +635,53 @@ TileSizes KernelModel::tiles_for(int head_dim, int seqlen) const {
     t.block_m = t.block_n = t.bwd_block_m = t.bwd_block_n = std::max(1, seqlen);
     return t;
   }
-  for (const auto& [d, t] : tiles_by_head_dim) {
+  const auto& table = causal && !causal_tiles_by_head_dim.empty() ? causal_tiles_by_head_dim : tiles_by_head_dim;
+  for (const auto& [d, t] : table) {
     if (d == 0 || head_dim <= d) return t;
   }
-  return tiles_by_head_dim.back().second;
+  return table.back().second;
+}
+
+// FA4's choice (flash_fwd_sm100.py __init__ and __call__, interface.py _flash_attn_fwd) for
+// 16-bit inputs on sm100 (not sm103, whose table turns the polynomial off), non-local,
+// non-varlen, one KV split. Sources are cited in fa4()'s `sources`.
+SoftwareExp2Split KernelModel::software_exp2_split(int head_dim, bool causal, int seqlen_q,
+                                                   int q_heads_per_kv_head) const {
+  if (!sw_exp2) return {};
+  if (!sw_exp2_fa4_tuning) return {true, sw_exp2_every, sw_exp2_start_fragment};
+  const int padded = (head_dim + 15) / 16 * 16;
+  if (padded > 192)
+    throw std::invalid_argument(base + ": head dim " + std::to_string(head_dim) +
+                                " runs FlashAttention-4's dedicated hd256 kernels, which this model does not "
+                                "describe; add +sw-exp2:off or +sw-exp2:EVERY,START to run the generic kernel's "
+                                "steps anyway (ASSUMED)");
+  const int group = std::max(1, q_heads_per_kv_head);
+  const bool pack_gqa = group > 1;
+  constexpr int kTileM = 128;
+  // head_dim_v == head_dim here, so only a padded head dim of 128 meets head_dim_v 128.
+  const bool two_cta = !causal && padded == 128 && static_cast<long long>(seqlen_q) * group > 2 * kTileM &&
+                       (!pack_gqa || kTileM % group == 0);
+  bool enabled = padded <= 128;  // _default_enable_ex2_emu (192 needs 2-CTA, which needs head_dim_v 128)
+  int every = 16, start = 1;
+  bool tuned = false;
+  // _TUNING_CONFIG entries that apply: (2cta, causal, padded) -> (freq, start).
+  struct Tuning {
+    bool two_cta, causal;
+    int padded, freq, start;
+  };
+  static constexpr Tuning kTable[] = {
+      {true, false, 128, 10, 1}, {false, true, 128, 16, 1}, {true, false, 192, 16, 0}, {false, true, 192, 32, 1}};
+  for (const Tuning& t : kTable) {
+    if (t.two_cta == two_cta && t.causal == causal && t.padded == padded) {
+      enabled = t.freq > 0;
+      every = t.freq;
+      start = t.start;
+      tuned = true;
+    }
+  }
+  if (!enabled) return {};
+  if (pack_gqa && padded > 64 && !causal) every = tuned ? every : 10;
+  return {true, every, start};
 }
 
 bool KernelModel::hardware_validated() const {

@@ -132,7 +132,15 @@ enum class LseFormula : std::uint8_t {
 };
 
 enum class DeltaFormula : std::uint8_t {
-  fa2_threads,       // per-thread sequential fp32 over 8 contiguous columns per chunk, butterfly
+  // The three FlashAttention preprocess kernels: each thread of a row's group loads 8
+  // contiguous 16-bit elements per chunk (the chunk is kBlockKGmem wide), sums its products
+  // sequentially in fp32 chunk by chunk, then a butterfly over the group (shfl_xor g/2 .. 1).
+  // They differ in the padded head dim and the chunk (delta_thread_layout, backward.cpp):
+  fa2_threads,       // FA2 dot_do_o: d padded to a multiple of 32; chunk 64 if that is a multiple of 64, else 32
+  fa3_threads,       // FA3 flash_bwd_preprocess_kernel.h: d padded to the instantiated head dim (64, 96, 128,
+                     // 192, 256: round_up_headdim); chunk 128, 64 or 32, the largest dividing it
+  fa4_threads,       // FA4 flash_bwd_preprocess.py: d padded to a multiple of 32; chunk 128, 64 or 32, the
+                     // largest dividing it (the in-thread reduce ASSUMED sequential: a CuTe DSL TensorSSA reduce)
   rounded_products,  // products rounded to `delta_product_format`, summed pairwise in fp32, returned in
                      // delta_format (Qiu & Yao under autocast: bf16 products, an fp32 sum; Triton
                      // tl.sum(o * do) with do in fp32: fp32 products)
@@ -155,6 +163,20 @@ struct TileSizes {
   int bwd_block_m = 64, bwd_block_n = 128;  // backward
 };
 
+// The order in which a backward KV block visits its row (query) blocks. It fixes the order
+// of the chained dK and dV accumulations.
+enum class RowBlockOrder : std::uint8_t {
+  last_to_first,  // FA2 compute_dq_dk_dv_seqk_parallel: m_block from m_block_max - 1 down
+  first_to_last,  // FA3 mainloop_bwd_sm90 and FA4 flash_bwd_sm100: m_block from m_block_min up
+};
+
+// Which P̄ exponentials of an online forward go through FA4's software exp2 (+sw-exp2).
+struct SoftwareExp2Split {
+  bool enabled = false;    // some P̄ through the polynomial (else every one on the SFU)
+  int every = 0;           // 0: every P̄; else FA4's split (fa4_software_ex2_uses_polynomial)
+  int start_fragment = 0;  // with `every`: the first 32-column fragment that uses it
+};
+
 struct KernelModel {
   std::string base;               // base name, e.g. "fa2-sm90"
   std::string description;        // one line for `flashbits models`
@@ -165,12 +187,19 @@ struct KernelModel {
   KvOrder kv_order = KvOrder::last_to_first;
   // Tile sizes for a head dim; 0 head dim rules fall through to the last entry.
   std::vector<std::pair<int, TileSizes>> tiles_by_head_dim;
+  // The same for causal runs, where a kernel picks other tiles (FA3); empty: as non-causal.
+  std::vector<std::pair<int, TileSizes>> causal_tiles_by_head_dim;
   bool golden_tiles = false;  // Golden et al.: B_c = ceil(M/4d), B_r = min(ceil(M/4d), d), M = SRAM elements
 
   // ---- scores ----
   DotSpec score_dot;
   std::optional<Format> score_format;  // S = F(Q·Kᵀ); fp32 for FA2
   ScaleHandling scale = ScaleHandling::exponent_ffma;
+  // exponent_ffma: the kernel's C++ API takes softmax_scale as a float and forms
+  // scale_log2 = float(softmax_scale * M_LOG2E) from it (FA2's and FA3's set_params: the
+  // scale is rounded to fp32 first, which changes scale_log2 at head dims such as 48, 80 and
+  // 192); false: from the scale in double (FA4's Python softmax_scale * LOG2_E).
+  bool scale_log2_from_fp32_scale = false;
   ExponentArgument exponent_argument = ExponentArgument::ffma;  // exponent_ffma models
   Exp2Function exp2_function = Exp2Function::ex2_approx_ftz;    // online models' exp2f
   std::optional<Format> scaled_score_format;                    // multiply_scores: S = F(S * scale)
@@ -214,6 +243,7 @@ struct KernelModel {
   std::optional<Format> delta_product_format;  // rounded_products: each product dO·O
   std::optional<Format> bwd_format;            // tensor-op models: every op's result (dP, dS, ...)
   BackwardKernel backward = BackwardKernel::fa2_seqk_parallel;
+  RowBlockOrder bwd_row_block_order = RowBlockOrder::last_to_first;  // fa2_seqk_parallel
   // triton_prescaled_k: the host multiplies K by (softmax_scale * bwd_k_prescale) in double
   // (Python floats), PyTorch passes it to the kernel as an fp32 scalar and rounds
   // fp32(k * scalar) to the input format: K' = F(fp32(k * fp32(c))).
@@ -226,7 +256,7 @@ struct KernelModel {
   bool causal_band_two_step_exponent = false;
 
   // Whether the recipe models its kernel's backward (dQ, dK, dV). Forward-only recipes (the
-  // fp8 models, fa3-sm90, fa4-sm100) still give delta, from O and dO in delta's order, so that
+  // fp8 models) still give delta, from O and dO in delta's order, so that
   // bias-test can measure it; their dQ, dK, dV are absent.
   bool backward_modelled = true;
 
@@ -255,9 +285,17 @@ struct KernelModel {
   // backward keep the SFU, as FA4 does.
   bool sw_exp2 = false;
   int sw_exp2_every = 0, sw_exp2_start_fragment = 0;
+  // fa4-sm100's own split: EVERY and START (and whether the polynomial is used at all) come
+  // from FA4's tuning table for the run's head dim, causal flag, seqlen and GQA group
+  // (software_exp2_split); an explicit +sw-exp2[:EVERY,START|:off] replaces it.
+  bool sw_exp2_fa4_tuning = false;
 
   // Tile sizes this recipe uses for a problem (RunOptions' block sizes override when > 0).
-  TileSizes tiles_for(int head_dim, int seqlen) const;  // seqlen: materialised models use one tile
+  // seqlen: materialised models use one tile; causal: causal_tiles_by_head_dim where given.
+  TileSizes tiles_for(int head_dim, int seqlen, bool causal) const;
+  // Which of the forward's P̄ exponentials go through the software exp2 in a run of this
+  // shape (`q_heads_per_kv_head` > 1: grouped-query attention).
+  SoftwareExp2Split software_exp2_split(int head_dim, bool causal, int seqlen_q, int q_heads_per_kv_head) const;
   // Whether every part of the recipe was measured on hardware (SFUs, tensor cores).
   bool hardware_validated() const;
 };

@@ -86,9 +86,9 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
       km.causal_band_two_step_exponent && g.causal && kv_begin >= row / g.tiles.block_m * g.tiles.block_m;
   for (int j = 0; j < len; ++j) {
     // +sw-exp2: FA4's apply_exp2_convert picks the polynomial by the column's place in the tile.
-    const bool software =
-        km.sw_exp2 && (km.sw_exp2_every == 0 || fa4_software_ex2_uses_polynomial(j, g.tiles.block_n, km.sw_exp2_every,
-                                                                                 km.sw_exp2_start_fragment));
+    const SoftwareExp2Split& sw = g.software_exp2;
+    const bool software = sw.enabled && (sw.every == 0 || fa4_software_ex2_uses_polynomial(j, g.tiles.block_n, sw.every,
+                                                                                           sw.start_fragment));
     p[j] = exponent(km, ar, k, s[j], m, two_step, software);
   }
 }

@@ -222,8 +222,9 @@ int run_benchmark(int argc, char** argv) {
   const ModelHandle m = parse_kernel_model(model, formats::bf16);
 
   AttentionOutputs native;
-  const Timing t_native =
-      timed(1, [&] { native = fb::bench::native_flash_forward(in, m.recipe->tiles_for(head_dim, seqlen).block_n, 1); });
+  const Timing t_native = timed(1, [&] {
+    native = fb::bench::native_flash_forward(in, m.recipe->tiles_for(head_dim, seqlen, in.causal).block_n, 1);
+  });
   std::printf(
       "native float tiled forward: seqlen %d head dim %d, 1 thread: %.3f s wall, %.3f s cpu (%.3g products/cpu s)\n",
       seqlen, head_dim, t_native.wall, t_native.cpu,

@@ -11,7 +11,7 @@
 // Only the tensor-core dots come from the library (fb::fused_dot with the recipe's preset,
 // itself tested against exact rationals in test_tensor_core.cpp). O and LSE must agree bit
 // for bit on every row of several inputs, including sink rows where the max rises lazily.
-// fa3-sm90: exact arithmetic reproduces exact attention, and the recipe is forward-only.
+// fa3-sm90 and fa4-sm100: exact arithmetic reproduces exact attention, forward and backward.
 #include <doctest/doctest.h>
 #include <gmp.h>
 #include <mpfr.h>
@@ -194,7 +194,7 @@ TEST_CASE("fa4-sm100 equals FlashAttention-4's forward written from its source")
   }
 }
 
-TEST_CASE("fa4-sm100 and fa3-sm90: forward only; exact arithmetic is exact attention") {
+TEST_CASE("fa4-sm100 and fa3-sm90: exact arithmetic is exact attention, forward and backward") {
   for (const char* name : {"fa4-sm100", "fa3-sm90", "fa3-sm90+lazy-rescale"}) {
     CAPTURE(name);
     const ModelHandle model = parse_kernel_model(name, formats::bf16);
@@ -203,12 +203,19 @@ TEST_CASE("fa4-sm100 and fa3-sm90: forward only; exact arithmetic is exact atten
     opt.exact_arithmetic = true;
     const AttentionOutputs got = run_attention(model, in, opt);
     const AttentionOutputs want = exact_attention(in);
-    double worst = 0;
-    for (std::size_t i = 0; i < got.o.data.size(); ++i)
-      worst = std::max(worst, std::fabs(got.o.data[i] - want.o.data[i]) / (1e-30 + std::fabs(want.o.data[i])));
-    CHECK(worst < 1e-12);
-    CHECK(got.delta.has_value());  // delta from O and dO, for bias-test
-    CHECK(!got.dq.has_value());    // no backward kernel modelled
-    CHECK_THROWS_AS(parse_kernel_model(std::string(name) + "+delta-dpp", formats::bf16), std::invalid_argument);
+    auto worst = [](const Tensor4& a, const Tensor4& b) {
+      double w = 0, scale = 0;
+      for (double x : b.data) scale = std::max(scale, std::fabs(x));
+      for (std::size_t i = 0; i < a.data.size(); ++i) w = std::max(w, std::fabs(a.data[i] - b.data[i]));
+      return w / (1e-300 + scale);
+    };
+    CHECK(worst(got.o, want.o) < 1e-12);
+    REQUIRE(got.dq.has_value());
+    REQUIRE(want.dq.has_value());
+    CHECK(worst(*got.dq, *want.dq) < 1e-12);
+    CHECK(worst(*got.dk, *want.dk) < 1e-12);
+    CHECK(worst(*got.dv, *want.dv) < 1e-12);
+    CHECK(got.delta.has_value());
+    (void)parse_kernel_model(std::string(name) + "+delta-dpp", formats::bf16);  // a backward with dP exists
   }
 }

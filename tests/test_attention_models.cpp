@@ -295,14 +295,14 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   // FA2's default tiles (flash_fwd_launch_template.h): hdim64 128x128, hdim128 128x64.
   const ModelHandle fa2_handle = parse_kernel_model("fa2-sm80", formats::bf16);
   const KernelModel& fa2 = *fa2_handle.recipe;
-  CHECK(fa2.tiles_for(64, 4096).block_n == 128);
-  CHECK(fa2.tiles_for(128, 4096).block_n == 64);
+  CHECK(fa2.tiles_for(64, 4096, false).block_n == 128);
+  CHECK(fa2.tiles_for(128, 4096, false).block_n == 64);
   // Golden et al.: B_c = ceil(M/4d), B_r = min(ceil(M/4d), d), M = 32768 (assumed).
   const ModelHandle golden_handle = parse_kernel_model("golden-bf16-flash", formats::bf16);
   const KernelModel& g = *golden_handle.recipe;
-  CHECK(g.tiles_for(64, 4096).block_n == 128);
-  CHECK(g.tiles_for(64, 4096).block_m == 64);
-  CHECK(g.tiles_for(48, 4096).block_n == 171);
+  CHECK(g.tiles_for(64, 4096, false).block_n == 128);
+  CHECK(g.tiles_for(64, 4096, false).block_m == 64);
+  CHECK(g.tiles_for(48, 4096, false).block_n == 171);
 }
 
 TEST_CASE("+o-sr rounds the final cast of O stochastically: a neighbour of the RNE value, by seed, reproducible") {

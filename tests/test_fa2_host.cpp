@@ -84,7 +84,7 @@ TEST_CASE("fa2 tile sizes are FA2's launch configuration and the replay model's"
     const auto handle = fb::attn::parse_kernel_model(model, fb::formats::bf16);
     for (int d : {64, 128}) {
       INFO(model << " d=" << d);
-      const fb::attn::TileSizes cpu = handle.recipe->tiles_for(d, 256);
+      const fb::attn::TileSizes cpu = handle.recipe->tiles_for(d, 256, false);
       const fb::gpu::Fa2TileSizes gpu = fb::gpu::fa2_tile_sizes(d);
       CHECK(cpu.block_m == gpu.block_m);
       CHECK(cpu.block_n == gpu.block_n);

@@ -142,7 +142,7 @@ int run_deviation(const DeviationOptions& o) {
         const double rmse = std::sqrt(sumsq / count);
         std::string tile_text = "none";
         if (model.recipe->structure == attn::Structure::online_softmax) {
-          const auto t = model.recipe->tiles_for(o.headdim, n);
+          const auto t = model.recipe->tiles_for(o.headdim, n, in.causal);
           tile_text = std::to_string(br ? br : t.block_m) + "x" + std::to_string(bc ? bc : t.block_n);
         }
         if (o.json) {

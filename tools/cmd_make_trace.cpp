@@ -92,7 +92,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   md.causal = in.causal;
   md.dtype = model.recipe->input;
   if (model.recipe->structure == attn::Structure::online_softmax) {
-    const auto t = model.recipe->tiles_for(o.headdim, o.seqlen);
+    const auto t = model.recipe->tiles_for(o.headdim, o.seqlen, in.causal);
     md.block_m = t.block_m;
     md.block_n = t.block_n;
   }

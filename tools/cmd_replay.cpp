@@ -350,7 +350,7 @@ int run_replay(const ReplayOptions& o) {
     std::vector<const attn::RowTrace*> traced;
     for (std::size_t i = 0; i < intermediate_rows.size(); ++i) traced.push_back(&tracer.traces[first_intermediate + i]);
     const attn::TileSizes tiles =
-        model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()));
+        model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()), in.causal);
     const bool causal = in.causal;
     using Tile = attn::TileRecord;
     if (trace.has("trace_m"))
