@@ -70,6 +70,12 @@ struct BlockScaledModel {
   std::string_view note = {};  // what is assumed rather than published
 };
 
+// The scale format's name as PTX spells it: ue8m0 for formats::e8m0 (the format table's
+// e8m0 is already unsigned), ue4m3 for kUe4m3Scale.
+inline std::string_view block_scale_format_name(const Format& scale) {
+  return scale == formats::e8m0 ? std::string_view("ue8m0") : std::string_view(scale.name);
+}
+
 // All presets: sm100 and sm120, kinds mxf8f6f4 (ue8m0, block 32), mxf4 (ue8m0, block 32) and
 // mxf4nvf4 (ue8m0 block 32 or 16, ue4m3 block 16; sm120 also ue4m3 block 32).
 std::span<const BlockScaledModel> block_scaled_models();

@@ -15,6 +15,7 @@
 #include "attention/attention.hpp"
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
+#include "emu/tensor_core_block_scaled.hpp"
 #include "tools/cli_common.hpp"
 
 namespace fb::cli {
@@ -85,6 +86,72 @@ nlohmann::json dot_models_json() {
   return arr;
 }
 
+// ---- block-scaled (Blackwell) dot models -------------------------------------------
+// emu/tensor_core_block_scaled.hpp; every preset is UNMEASURED (none validated on hardware).
+std::string scale_format_name(const Format& f) { return std::string(fb::block_scale_format_name(f)); }
+std::string input_list(const BlockScaledModel& m) {
+  std::string out;
+  for (const Format& f : m.inputs) {
+    if (!out.empty()) out += ',';
+    out += f.name;
+  }
+  return out;
+}
+std::string zero_term_rule(const BlockScaledModel& m) {
+  return m.zero_exponent == kZeroTermsIgnored ? "ignored" : "at 2^" + std::to_string(m.zero_exponent);
+}
+constexpr std::string_view kBlockScaledStatus = "UNMEASURED (emulation; not validated on hardware)";
+
+void print_block_scaled_models(std::ostream& os) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-6s %-9s %-24s %-6s %5s %6s %3s %5s %-10s %s\n", "model", "kind", "inputs",
+                "scale", "block", "k/step", "F", "group", "zero terms", "output");
+  os << line;
+  for (const BlockScaledModel& m : block_scaled_models()) {
+    const std::string group = m.group > 0 ? std::to_string(m.group) : "-";
+    std::snprintf(line, sizeof line, "%-6.*s %-9.*s %-24s %-6s %5d %6d %3d %5s %-10s %.*s\n",
+                  static_cast<int>(m.name.size()), m.name.data(), static_cast<int>(m.kind.size()), m.kind.data(),
+                  input_list(m).c_str(), scale_format_name(m.scale).c_str(), m.block, m.products_per_step,
+                  m.fraction_bits, group.c_str(), zero_term_rule(m).c_str(),
+                  static_cast<int>(output_name(m.output).size()), output_name(m.output).data());
+    os << line;
+    os << "    source: " << m.source << "\n";
+    if (!m.note.empty()) os << "    note: " << m.note << "\n";
+    os << "    status: " << (m.hardware_validated ? "validated on hardware" : kBlockScaledStatus) << "\n";
+  }
+  os << "D = C + sum a_i*b_i*sa[i/block]*sb[i/block], k in steps of k/step (a step's fp32 result is the next\n"
+        "C). group '-': each product times both scales is a term aligned at ea+eb+esa+esb; group G: the\n"
+        "products of each run of G are summed exactly, times both scales, aligned at esa+esb alone. C and\n"
+        "the terms align to the largest exponent (zero terms at the listed 2^e), are truncated toward zero\n"
+        "to F fraction bits, summed exactly and rounded once to fp32 toward zero. Inputs a and b may have\n"
+        "different formats among those listed. See emu/tensor_core_block_scaled.hpp.\n";
+}
+
+nlohmann::json block_scaled_models_json() {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const BlockScaledModel& m : block_scaled_models()) {
+    nlohmann::json inputs = nlohmann::json::array();
+    for (const Format& f : m.inputs) inputs.push_back(f.name);
+    arr.push_back({{"name", std::string(m.name)},
+                   {"kind", std::string(m.kind)},
+                   {"inputs", inputs},
+                   {"scale_format", scale_format_name(m.scale)},
+                   {"block", m.block},
+                   {"products_per_step", m.products_per_step},
+                   {"fraction_bits", m.fraction_bits},
+                   {"group", m.group},
+                   {"zero_exponent",
+                    m.zero_exponent == kZeroTermsIgnored ? nlohmann::json(nullptr) : nlohmann::json(m.zero_exponent)},
+                   {"output", std::string(output_name(m.output))},
+                   {"accumulator_format", "fp32"},
+                   {"hardware_validated", m.hardware_validated},
+                   {"status", m.hardware_validated ? "validated on hardware" : "UNMEASURED"},
+                   {"source", std::string(m.source)},
+                   {"note", std::string(m.note)}});
+  }
+  return arr;
+}
+
 // ---- special-function (SFU) model kinds --------------------------------------------
 struct SfuKindInfo {
   SfuKind kind;
@@ -148,6 +215,10 @@ const std::vector<ModelSection>& model_sections() {
   static const std::vector<ModelSection> sections{
       {"dot_models", "Dot (tensor-core accumulation) models — `flashbits dot --model NAME`", print_dot_models,
        dot_models_json},
+      {"block_scaled_dot_models",
+       "Block-scaled dot models (Blackwell, UNMEASURED) — `flashbits dot MODEL INFMT C A B --kind KIND "
+       "[--scale-format S] [--block N] --scale-a ... --scale-b ... [--input-b FMT]`",
+       print_block_scaled_models, block_scaled_models_json},
       {"special_function_models", "Special-function (SFU) model kinds", print_sfu_models, sfu_models_json},
       {"kernel_models", "Kernel models — `--model` of replay, sweep, bias-test, deviation (suffixes compose)",
        print_kernel_models, kernel_models_json},
