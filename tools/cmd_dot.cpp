@@ -19,6 +19,11 @@
 //   output line is `D_HEX (VALUE) UNMEASURED: emulation of ...`: hex first, as every dot line,
 //   and always the UNMEASURED mark (no block-scaled preset is validated on hardware). No
 //   --trace: the block-scaled model records no per-step trace.
+// - AMD MFMA (CDNA1-3, emu/tensor_core_amd.hpp): MODEL an AMD preset name (cdna1, cdna2, ...) on
+//   the command line (not --batch); INFMT is a's format and b's unless --input-b names b's (the
+//   mixed fp8 pairs). The output line is as the block-scaled one, with the UNMEASURED mark (no
+//   AMD preset is validated on hardware). No --trace, --kind or scales: those models record no
+//   trace and take no scales.
 #include <bit>
 #include <charconv>
 #include <cctype>
@@ -31,6 +36,7 @@
 #include <stdexcept>
 
 #include "emu/tensor_core.hpp"
+#include "emu/tensor_core_amd.hpp"
 #include "emu/tensor_core_block_scaled.hpp"
 #include "tools/cli_common.hpp"
 
@@ -65,6 +71,9 @@ DotRequest parse_dot_words(const std::vector<std::string>& words, const std::str
   const std::string& name = words[0];
   if (!expected_model.empty() && name != expected_model) {
     throw InputError("MODEL '" + name + "' differs from --model " + expected_model);
+  }
+  if (is_amd_dot_model_name(name)) {
+    throw InputError("MODEL: AMD MFMA model '" + name + "' takes the words on the command line, not --batch");
   }
   if (!is_tensor_core_model_name(name)) {
     throw InputError("MODEL: unknown dot model '" + name + "' (see `flashbits models`)");
@@ -259,6 +268,56 @@ int run_block_scaled(const DotOptions& o) {
   return kExitOk;
 }
 
+// ---- AMD MFMA (CDNA1-3) -------------------------------------------------------------
+// The formats of MODEL's presets, `a` or `a x b` for the mixed pairs (for the error naming them).
+std::string amd_input_forms(const std::string& name) {
+  std::string out;
+  for (const AmdDotModel& m : amd_dot_models()) {
+    if (m.name != name) continue;
+    if (!out.empty()) out += ", ";
+    out += m.a_input.name;
+    if (m.b_input != m.a_input) out += std::string(" x ") + m.b_input.name + " (--input-b)";
+  }
+  return out;
+}
+
+int run_amd(const DotOptions& o) {
+  const BlockScaledOptions& s = o.scaled;
+  if (!o.batch.empty()) throw InputError("--batch: AMD MFMA models take the words on the command line, not --batch");
+  if (o.trace) throw InputError("--trace: the AMD MFMA models record no per-step trace (leave out --trace)");
+  if (!s.kind.empty() || !s.scale_format.empty() || !s.block.empty() || !s.scale_a.empty() || !s.scale_b.empty())
+    throw InputError(
+        "--kind, --scale-format, --block, --scale-a and --scale-b belong to a block-scaled dot (sm100, "
+        "sm120), not to AMD MFMA model " +
+        o.words[0]);
+  if (o.words.size() != 5)
+    throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " + std::to_string(o.words.size()));
+  const std::string& name = o.words[0];
+  if (!o.model.empty() && name != o.model) throw InputError("MODEL '" + name + "' differs from --model " + o.model);
+  const Format fa = parse_format_or_throw(o.words[1], "INFMT");
+  const Format fb = s.input_b.empty() ? fa : parse_format_or_throw(s.input_b, "--input-b");
+  const AmdDotModel* m = find_amd_dot_model(name, fa, fb);
+  if (!m) {
+    const std::string given = fb == fa ? std::string(fa.name) : std::string(fa.name) + " x " + fb.name;
+    throw InputError("model " + name + " has no " + given + " input form (that hardware lacks it); it takes " +
+                     amd_input_forms(name));
+  }
+  const std::uint32_t c = parse_operand_or_throw(formats::fp32, o.words[2], "C");
+  const std::vector<std::uint32_t> a = parse_list(fa, o.words[3], "A"), b = parse_list(fb, o.words[4], "B");
+  if (a.size() != b.size())
+    throw InputError("A has " + std::to_string(a.size()) + " elements but B has " + std::to_string(b.size()));
+  std::uint32_t d = 0;
+  try {
+    d = fused_dot_amd_bits(*m, c, a, b);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());  // the checks above should leave none
+  }
+  std::cout << hex_bits(formats::fp32, d) << " (" << shortest_value(std::bit_cast<float>(d))
+            << ") UNMEASURED: emulation of " << m->name << " " << fa.name << " x " << fb.name
+            << " (MMA-Sim's parameters, not validated on hardware)\n";
+  return kExitOk;
+}
+
 int run_batch(const DotOptions& o) {
   return run_line_batch(o.batch, [&](const std::vector<std::string>& words, std::uint64_t) {
     return run_request(parse_dot_words(words, o.model), nullptr);
@@ -282,6 +341,7 @@ void print_trace(const DotTrace& t) {
 }
 
 int run_dot(const DotOptions& o) {
+  if (!o.words.empty() && is_amd_dot_model_name(o.words[0])) return run_amd(o);
   if (!o.scaled.kind.empty()) return run_block_scaled(o);
   if (o.scaled.any_given())
     throw InputError(
@@ -318,7 +378,8 @@ Runner setup_dot(CLI::App& app) {
   app.add_option("--scale-a", o->scaled.scale_a,
                  "block-scaled: a's k/block scales S1,...: hex byte (0x7f), 2^E or an exact value (+0.5)");
   app.add_option("--scale-b", o->scaled.scale_b, "block-scaled: b's k/block scales, as --scale-a");
-  app.add_option("--input-b", o->scaled.input_b, "block-scaled: b's format when it differs from INFMT (mxf8f6f4)");
+  app.add_option("--input-b", o->scaled.input_b,
+                 "b's format when it differs from INFMT (block-scaled mxf8f6f4; AMD cdna3 fp8/bf8 pairs)");
   return [o] { return run_dot(*o); };
 }
 

@@ -15,6 +15,7 @@
 #include "attention/attention.hpp"
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
+#include "emu/tensor_core_amd.hpp"
 #include "emu/tensor_core_block_scaled.hpp"
 #include "tools/cli_common.hpp"
 
@@ -152,6 +153,55 @@ nlohmann::json block_scaled_models_json() {
   return arr;
 }
 
+// ---- AMD MFMA (CDNA1-3) dot models ---------------------------------------------------
+// emu/tensor_core_amd.hpp; every preset is UNMEASURED (no AMD GPU probed by this project).
+std::string fraction_bits_or_dash(int bits) { return bits > 0 ? std::to_string(bits) : "-"; }
+
+void print_amd_dot_models(std::ostream& os) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-8s %-8s %-8s %-17s %6s %3s %3s\n", "model", "a", "b", "arithmetic", "k/step", "F",
+                "F2");
+  os << line;
+  for (const AmdDotModel& m : amd_dot_models()) {
+    const std::string_view arithmetic = to_string(m.arithmetic);
+    std::snprintf(line, sizeof line, "%-8.*s %-8s %-8s %-17.*s %6d %3s %3s\n", static_cast<int>(m.name.size()),
+                  m.name.data(), m.a_input.name, m.b_input.name, static_cast<int>(arithmetic.size()), arithmetic.data(),
+                  m.products_per_step, fraction_bits_or_dash(m.fraction_bits).c_str(),
+                  fraction_bits_or_dash(m.sum_fraction_bits).c_str());
+    os << line;
+    os << "    instructions: " << m.instructions << "\n";
+    os << "    source: " << m.source << "\n";
+    if (!m.note.empty()) os << "    note: " << m.note << "\n";
+    os << "    status: " << (m.hardware_validated ? "validated on hardware" : kBlockScaledStatus) << "\n";
+  }
+  os << "D = C + sum a_i*b_i, C and D fp32, k in steps of k/step (a step's fp32 result is the next C).\n"
+        "fma_chain: one fp32 fma (RNE) per product; exact_step: C + products summed exactly, one RNE\n"
+        "rounding; ftz_pairwise: fp32 RNE products and pairwise sums, subnormals flushed; two_stage:\n"
+        "products truncated to F bits at their largest exponent, sum floored to F2 bits, RNE to fp32;\n"
+        "grouped_two_stage: the same with even/odd products summed apart first. tf32 here is the xf32\n"
+        "instructions' input. See emu/tensor_core_amd.hpp.\n";
+}
+
+nlohmann::json amd_dot_models_json() {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const AmdDotModel& m : amd_dot_models()) {
+    arr.push_back({{"name", std::string(m.name)},
+                   {"a_input", m.a_input.name},
+                   {"b_input", m.b_input.name},
+                   {"arithmetic", std::string(to_string(m.arithmetic))},
+                   {"products_per_step", m.products_per_step},
+                   {"fraction_bits", m.fraction_bits},
+                   {"sum_fraction_bits", m.sum_fraction_bits},
+                   {"accumulator_format", "fp32"},
+                   {"instructions", std::string(m.instructions)},
+                   {"hardware_validated", m.hardware_validated},
+                   {"status", m.hardware_validated ? "validated on hardware" : "UNMEASURED"},
+                   {"source", std::string(m.source)},
+                   {"note", std::string(m.note)}});
+  }
+  return arr;
+}
+
 // ---- special-function (SFU) model kinds --------------------------------------------
 struct SfuKindInfo {
   SfuKind kind;
@@ -219,6 +269,9 @@ const std::vector<ModelSection>& model_sections() {
        "Block-scaled dot models (Blackwell, UNMEASURED) — `flashbits dot MODEL INFMT C A B --kind KIND "
        "[--scale-format S] [--block N] --scale-a ... --scale-b ... [--input-b FMT]`",
        print_block_scaled_models, block_scaled_models_json},
+      {"amd_dot_models",
+       "AMD MFMA dot models (CDNA1-3, UNMEASURED) — `flashbits dot MODEL INFMT C A B [--input-b FMT]`",
+       print_amd_dot_models, amd_dot_models_json},
       {"special_function_models", "Special-function (SFU) model kinds", print_sfu_models, sfu_models_json},
       {"kernel_models", "Kernel models — `--model` of replay, sweep, bias-test, deviation (suffixes compose)",
        print_kernel_models, kernel_models_json},

@@ -366,7 +366,7 @@ def test_models_lists_every_block_scaled_preset_as_unmeasured(cli):
     start = out.index("Block-scaled dot models")
     # After the dot models section, before the special-function one.
     assert out.index("Dot (tensor-core accumulation) models") < start < out.index("Special-function (SFU)")
-    section = out[start:out.index("Special-function (SFU)")]
+    section = out[start:out.index("\n\n", start)]  # up to the next section (AMD MFMA)
     rows = [ln.split() for ln in section.splitlines() if ln.startswith("sm1")]
     listed = {(r[0], r[1], r[3], int(r[4])): r for r in rows}
     assert set(listed) == set(PRESETS)
