@@ -28,11 +28,27 @@
 
 #include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
+#include "emu/tensor_core_amd.hpp"
 #include "emu/software_exp2.hpp"
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
 
 namespace fb::attn::detail {
+
+// KOrder::ck_interleave16: x[0, k) rearranged in the order CK's IterateK warp GEMM feeds the
+// MFMA, zero-padded to a multiple of 16 (out holds that many). Slot s of a 16-chunk is MFMA
+// step i = s / 8, lane group g = (s % 8) / 4, element j = s % 4, which carries chunk k
+// 8g + 4i + j: steps {0-3, 8-11} and {4-7, 12-15}. Returns the padded length.
+template <class E>
+int ck_interleave16(const E* x, int k, E* out) {
+  const int padded = (k + 15) / 16 * 16;
+  for (int base = 0; base < padded; base += 16)
+    for (int slot = 0; slot < 16; ++slot) {
+      const int src = base + 8 * ((slot % 8) / 4) + 4 * (slot / 8) + slot % 4;
+      out[base + slot] = src < k ? x[src] : static_cast<E>(0);
+    }
+  return padded;
+}
 
 inline double round_into(const Format& f, double x, const RoundingSpec& spec, std::uint64_t position = 0,
                          RoundingEvent* event = nullptr) {
@@ -90,6 +106,14 @@ struct HardwareArith {
     if constexpr (std::is_same_v<E, float>) {
       switch (spec.kind) {
         case DotKind::tensor_core: {
+          if (spec.k_order == KOrder::ck_interleave16) {
+            thread_local std::vector<float> pa, pb;
+            pa.resize(static_cast<std::size_t>(k) + 16);
+            pb.resize(static_cast<std::size_t>(k) + 16);
+            const int padded = ck_interleave16(a, k, pa.data());
+            ck_interleave16(b, k, pb.data());
+            return fused_dot(*spec.model, static_cast<float>(c), pa.data(), pb.data(), padded, trace);
+          }
           if (spec.promote_every <= 0) return fused_dot(*spec.model, static_cast<float>(c), a, b, k, trace);
           // +promote:N: each group of N products runs on the tensor core from C = 0; its
           // result is added into the fp32 accumulator by one CUDA-core fp32 add.
@@ -99,6 +123,18 @@ struct HardwareArith {
             acc = f32(acc + static_cast<double>(fused_dot(*spec.model, 0.0f, a + i, b + i, n, trace)));
           }
           return acc;
+        }
+        case DotKind::amd_mfma: {
+          // MMA-Sim's AMD models record no per-step trace: traced rows get no step events.
+          if (spec.k_order == KOrder::ck_interleave16) {
+            thread_local std::vector<float> pa, pb;
+            pa.resize(static_cast<std::size_t>(k) + 16);
+            pb.resize(static_cast<std::size_t>(k) + 16);
+            const int padded = ck_interleave16(a, k, pa.data());
+            ck_interleave16(b, k, pb.data());
+            return fused_dot_amd(*spec.amd, static_cast<float>(c), pa.data(), pb.data(), padded);
+          }
+          return fused_dot_amd(*spec.amd, static_cast<float>(c), a, b, k);
         }
         case DotKind::fp32_fma_chain: {
           float s = static_cast<float>(c);
@@ -117,7 +153,7 @@ struct HardwareArith {
   // (fb::fused_dot_columns): a tensor-core chain without +promote. Otherwise callers loop
   // over dot(); the results are the same bits either way.
   static bool columns_batched(const DotSpec& spec) {
-    return spec.kind == DotKind::tensor_core && spec.promote_every <= 0;
+    return spec.kind == DotKind::tensor_core && spec.promote_every <= 0 && spec.k_order == KOrder::ascending;
   }
   // dot() for `lanes` columns at once (only where columns_batched): acc[l] =
   // dot(spec, acc[l], a, column l, k, tally), column l = b[j*ldb + l]. `tally`: null, or a

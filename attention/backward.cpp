@@ -66,6 +66,11 @@ double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const doub
         for (int t = 0; t < off; ++t) part[t] = ar.f32(part[t] + part[t + off]);
       return part[0];
     }
+    case DeltaFormula::row_fma_chain: {
+      double sum = 0.0;  // fma(o, do, 0) is the rounded product
+      for (int c = 0; c < d; ++c) sum = ar.fma32(static_cast<double>(d_o[c]), o[c], sum);
+      return sum;
+    }
     case DeltaFormula::rounded_products: {
       std::vector<double> prod(static_cast<std::size_t>(d));
       for (int c = 0; c < d; ++c) prod[c] = ar.op(km.delta_product_format, static_cast<double>(d_o[c]) * o[c]);

@@ -86,8 +86,9 @@ bool uses_special_function(const KernelModel& km, SpecialFunction f) {
     case SpecialFunction::rcp:  // normalize_softmax_lse (rcp_multiply, fa3_finalize)
       return online(km) &&
              (km.normalisation == Normalisation::rcp_multiply || km.normalisation == Normalisation::fa3_finalize);
-    case SpecialFunction::lg2:  // normalize_softmax_lse: fast_log (fa2, fa3) or lg2 (log2_units)
-      return online(km) && km.lse != LseFormula::natural;
+    case SpecialFunction::lg2:  // normalize_softmax_lse: fast_log (fa2, fa3) or lg2 (log2_units, fa4); ck_fp64
+                                // takes logf, modelled correctly rounded (not an SfuSet function)
+      return online(km) && km.lse != LseFormula::natural && km.lse != LseFormula::ck_fp64;
   }
   return false;
 }

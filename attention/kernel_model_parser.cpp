@@ -12,6 +12,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "emu/tensor_core.hpp"
+#include "emu/tensor_core_amd.hpp"
 
 namespace fb::attn {
 namespace {
@@ -19,6 +20,13 @@ namespace {
 // The recipe names its tensor-core model; its form depends on the operands' format, known
 // only once the variants are read (fp8 models feed the quantised format).
 void resolve_dot(DotSpec& d, const Format& input) {
+  if (d.kind == DotKind::amd_mfma) {
+    d.amd = find_amd_dot_model(d.tensor_core, input);
+    if (!d.amd)
+      throw std::invalid_argument("AMD MFMA model '" + d.tensor_core + "' has no form for input format " +
+                                  std::string(input.name));
+    return;
+  }
   if (d.kind != DotKind::tensor_core) return;
   d.model = find_tensor_core_model(d.tensor_core, input);
   if (!d.model) {

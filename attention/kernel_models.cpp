@@ -17,6 +17,7 @@
 
 #include "attention/attention.hpp"
 #include "emu/tensor_core.hpp"
+#include "emu/tensor_core_amd.hpp"
 
 namespace fb::attn {
 namespace {
@@ -552,6 +553,68 @@ KernelModel fa4(const Format& dtype) {
   return m;
 }
 
+// Composable Kernel's FMHA forward on CDNA3 (MI300, gfx942), the kernel ROCm FlashAttention's
+// CK backend runs for bf16/fp16 (ck_tile BlockFmhaPipelineQRKSVSAsync, FAST_EXP2). The facts
+// and their citations are in notes/cdna3_fmha.md; the recipe follows CK 00fe0752 for the P̄
+// cast and the LSE, and CK 8e22e1ae's tile table.
+KernelModel ck_fmha_cdna3(const Format& dtype) {
+  KernelModel m;
+  m.base = "ck-fmha-cdna3";
+  m.description =
+      "Composable Kernel FMHA forward on AMD CDNA3 (MI300, gfx942) as ROCm FlashAttention builds it (bf16/fp16, "
+      "FAST_EXP2, flush denormals, bf16 RNE): S and P·V through the cdna3 MFMA model (v_mfma_f32_32x32x8, "
+      "MMA-Sim's two-stage arithmetic, UNMEASURED) in CK's IterateK order (each 16-wide k chunk as two "
+      "8-product MFMAs over k {0-3,8-11} then {4-7,12-15}), KV tiles first to last (128x64 at head dim <= 64, "
+      "128x128 above), P̄ = ex2(fma(S, scale_log2, -fp32(m*scale_log2))), α = ex2(fma(m_old, scale_log2, "
+      "-fp32(m_new*scale_log2))) on every tile (not 1 when the max stays), O *= α then P̄·V chained, row sum "
+      "in two lane groups of 8-column blocks, ℓ = fma(α, ℓ, tile sum), 1/ℓ correctly rounded, LSE in double "
+      "(m*scale_log2 / log2e + logf ℓ); v_exp_f32 and logf modelled as correctly rounded (UNMEASURED: no "
+      "bit-exact definition is public); forward only (delta: one thread per row, an fp32 FMA chain). "
+      "EMULATION: no AMD capture exists";
+  m.sources =
+      "notes/cdna3_fmha.md (facts with file and line). ROCm/composable_kernel 8e22e1ae: "
+      "include/ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs_async.hpp (KV loop from "
+      "GetTileRangeAlongX upward; row_max = scale_s*m; p = exp2(scale_s*s - row_max); tmp = exp2(scale_s*m_old "
+      "- row_max); l = tmp*l + rowsum_p; o_acc *= tmp; o_acc *= 1/l); block_fmha_pipeline_qx_ks_vs_custom_policy.hpp "
+      "and ops/gemm/warp/warp_gemm_attribute_mfma.hpp (WarpGemmMfmaBf16Bf16F32M32N32K16 SwizzleB, IterateK "
+      "kKIter = 2: k sets of the two MFMAs); ops/reduce/block/block_reduce.hpp (sequential in-thread sum, one "
+      "shuffle across the lane groups); example/ck_tile/01_fmha/codegen/ops/fmha_fwd.py (tiles); "
+      "ops/fmha/kernel/fmha_fwd_kernel.hpp (scale_s = float(scale * log2e)); CK 00fe0752: LSE = m*scale_s / "
+      "C_LOG2E + log(l), the P̄ cast_tile (RNE); ROCm/flash-attention b3ae4966 setup.py "
+      "(CK_TILE_FMHA_FWD_FAST_EXP2=1, -fgpu-flush-denormals-to-zero, CK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=3: RNE), "
+      "csrc/flash_attn_ck/mha_fwd.cpp (float softmax_scale). MFMA arithmetic: MMA-Sim (Xie et al. 2025) CDNA3. "
+      "ASSUMED: HIP's default FMA contraction (-ffp-contract=fast), exp2f as one v_exp_f32, 1/l as IEEE division, "
+      "logf correctly rounded; which CK commit a wheel pins (newer CK runs 64x128 tiles with 16x16 MFMAs at "
+      "head dim 128 on small grids: not modelled)";
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::first_to_last;
+  m.tiles_by_head_dim = {{64, TileSizes{128, 64, 128, 64}}, {0, TileSizes{128, 128, 128, 128}}};
+  m.score_dot = DotSpec{DotKind::amd_mfma, "cdna3", nullptr};
+  m.score_dot.k_order = KOrder::ck_interleave16;
+  m.pv_dot = m.score_dot;
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::exponent_ffma;
+  m.scale_log2_from_fp32_scale = true;  // mha_fwd(..., float softmax_scale); scale_s = float(scale * log2e)
+  m.exponent_argument = ExponentArgument::ffma;
+  m.rescale_exponent = RescaleExponent::ffma_scaled_max;
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::ck_two_lanes;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.p_cast = dtype;
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::ieee_reciprocal;
+  m.lse = LseFormula::ck_fp64;
+  m.sfu = correct_sfu_set();
+  m.ftz = true;
+  m.delta = DeltaFormula::row_fma_chain;  // block_fmha_bwd_dot_do_o.hpp: one thread per row
+  m.backward_modelled = false;
+  return m;
+}
+
 // The FA3 paper's "baseline FP8": standard (materialised) attention with per-tensor
 // scaling, fp32 matmul accumulators and the intermediate softmax in fp16 (arXiv
 // 2407.08608 §4.3). The fp8 GEMMs are ASSUMED to be cuBLAS/CUTLASS-style fp8 GEMMs on
@@ -689,6 +752,7 @@ bool KernelModel::hardware_validated() const {
   // reports say it is the reference (tools name it so), not that it was measured.
   if (structure == Structure::correctly_rounded) return true;
   auto dot_ok = [](const DotSpec& d) {
+    if (d.kind == DotKind::amd_mfma) return d.amd != nullptr && d.amd->hardware_validated;
     return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated);
   };
   return dot_ok(score_dot) && dot_ok(pv_dot) && sfu_hardware_measured(*this);
@@ -723,6 +787,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   table.push_back(fa3_fp8(dtype));
   table.push_back(fa3_16bit(dtype));
   table.push_back(fa4(dtype));
+  table.push_back(ck_fmha_cdna3(dtype));
   table.push_back(standard_fp8(dtype));
   table.push_back(correctly_rounded_model(dtype, dtype));
   return table;

@@ -27,25 +27,37 @@
 
 namespace fb {
 struct TensorCoreModel;
-}
+struct AmdDotModel;
+}  // namespace fb
 
 namespace fb::attn {
 
 // How a dot product (a matmul's inner product) is accumulated.
 enum class DotKind : std::uint8_t {
   tensor_core,     // fb::fused_dot with the named TensorCoreModel, C chained
+  amd_mfma,        // fb::fused_dot_amd with the named AmdDotModel (emu/tensor_core_amd.hpp), C chained
   fp32_fma_chain,  // sequential fp32 FMAs (SIMT / CPU fp32 GEMM)
   fp64_fma_chain,  // sequential fp64 FMAs (golden fp64)
 };
+// The order in which a kernel feeds the k dimension to its MMA instructions.
+enum class KOrder : std::uint8_t {
+  ascending,        // k in order, products_per_step at a time (every NVIDIA recipe)
+  ck_interleave16,  // Composable Kernel's WarpGemm IterateK<M32N32K8, 2> (SwizzleB): each aligned
+                    // chunk of 16 k runs as two chained 8-product MFMAs over k {0-3, 8-11} then
+                    // {4-7, 12-15}; a partial last chunk is zero-padded
+};
+
 struct DotSpec {
   DotKind kind = DotKind::tensor_core;
   std::string tensor_core;                 // model name, e.g. "sm80", "sm90-mma"
   const TensorCoreModel* model = nullptr;  // resolved for the input format at parse time
+  const AmdDotModel* amd = nullptr;        // amd_mfma: likewise
   // +promote:N (DeepSeek-V3's fp32 promotion): 0 = off. Otherwise the tensor core runs
   // each group of N products from C = 0 (chained fused steps, the model's own output
   // rounding, e.g. e8m13 truncation) and the group's result is added into an fp32
   // accumulator (which starts at the dot's C) by one fp32 add on the CUDA cores.
   int promote_every = 0;
+  KOrder k_order = KOrder::ascending;
 };
 
 // correctly_rounded: not a kernel but the reference any kernel is measured against (model
@@ -70,6 +82,14 @@ enum class ExponentArgument : std::uint8_t {
               // UNFUSE_FMA (seen in its SASS: FMUL, FADD, MUFU.EX2); variant +unfused-exp
 };
 
+// How α's base-2 exponent is formed by exponent_ffma recipes when the max moves from m_old to m_new.
+enum class RescaleExponent : std::uint8_t {
+  scaled_difference,  // FA2, FA3, FA4: fp32(fp32(m_old - m_new) * scale_log2); 0 when the max stays
+  ffma_scaled_max,    // CK FMHA: fma(m_old, scale_log2, -fp32(m_new * scale_log2)), the same FFMA as the
+                      // exponent of P̄; not 0 when the max stays (m·scale_log2's rounding error), so α
+                      // may differ from 1 by an ulp on every tile
+};
+
 // Which exp2 an online kernel's exponentials call.
 enum class Exp2Function : std::uint8_t {
   ex2_approx_ftz,   // --use_fast_math: exp2f is one ex2.approx.ftz.f32 (the SfuSet's ex2)
@@ -80,15 +100,18 @@ enum class Exp2Function : std::uint8_t {
 
 // Order of the row sum ℓ.
 enum class RowSumOrder : std::uint8_t {
-  fa2_quad,   // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
-              // quad sum (t0+t2)+(t1+t3) once at the end of the forward
-  pairwise,   // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
-  fa3_quad,   // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
-              // (starting from its first column), then adds that tile sum to its running
-              // sum; quad sum at the end as fa2_quad
-  fa4_lanes,  // FA4 (one thread per row) fadd_reduce for sm100: eight fp32 lanes, lane l
-              // folding columns l, l+8, ...; lane 0 starts from ℓ·α (ℓ·α rounded, then + P̄_0);
-              // then lanes (0,1)+=(2,3), (4,5)+=(6,7), (0,1)+=(4,5), ℓ = lane0 + lane1
+  fa2_quad,      // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
+                 // quad sum (t0+t2)+(t1+t3) once at the end of the forward
+  pairwise,      // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
+  fa3_quad,      // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
+                 // (starting from its first column), then adds that tile sum to its running
+                 // sum; quad sum at the end as fa2_quad
+  ck_two_lanes,  // CK FMHA (gfx942, 32x32 MFMA C layout): lane group g sums, in fp32 from 0 in
+                 // ascending order, the tile columns c with floor(c/8) mod 2 == g; the tile sum is
+                 // fp32(s0 + s1) (one ds_bpermute step) and ℓ = fma(α, ℓ, tile sum)
+  fa4_lanes,     // FA4 (one thread per row) fadd_reduce for sm100: eight fp32 lanes, lane l
+                 // folding columns l, l+8, ...; lane 0 starts from ℓ·α (ℓ·α rounded, then + P̄_0);
+                 // then lanes (0,1)+=(2,3), (4,5)+=(6,7), (0,1)+=(4,5), ℓ = lane0 + lane1
 };
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
@@ -127,6 +150,8 @@ enum class LseFormula : std::uint8_t {
                // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
   log2_units,  // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
   natural,     // PyTorch: fp32(m + log(ℓ)) with m already scaled
+  ck_fp64,     // CK FMHA: fp32(fp64(fp64(fp32(m·scale_log2)) / log2e) + fp64(logf(ℓ))), the scale
+               // constant divided out in double (CK writes -inf for an empty row; reported +inf as fa2)
   fa4,         // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
                // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
 };
@@ -144,6 +169,7 @@ enum class DeltaFormula : std::uint8_t {
   rounded_products,  // products rounded to `delta_product_format`, summed pairwise in fp32, returned in
                      // delta_format (Qiu & Yao under autocast: bf16 products, an fp32 sum; Triton
                      // tl.sum(o * do) with do in fp32: fp32 products)
+  row_fma_chain,     // CK FMHA dot_do_o: one thread per row, d = fma(o, do, d) from 0 over the columns
   softmax_backward,  // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
 };
 
@@ -200,9 +226,10 @@ struct KernelModel {
   // scale is rounded to fp32 first, which changes scale_log2 at head dims such as 48, 80 and
   // 192); false: from the scale in double (FA4's Python softmax_scale * LOG2_E).
   bool scale_log2_from_fp32_scale = false;
-  ExponentArgument exponent_argument = ExponentArgument::ffma;  // exponent_ffma models
-  Exp2Function exp2_function = Exp2Function::ex2_approx_ftz;    // online models' exp2f
-  std::optional<Format> scaled_score_format;                    // multiply_scores: S = F(S * scale)
+  ExponentArgument exponent_argument = ExponentArgument::ffma;            // exponent_ffma models
+  Exp2Function exp2_function = Exp2Function::ex2_approx_ftz;              // online models' exp2f
+  RescaleExponent rescale_exponent = RescaleExponent::scaled_difference;  // exponent_ffma models' α
+  std::optional<Format> scaled_score_format;                              // multiply_scores: S = F(S * scale)
   bool scale_in_input_dtype = false;  // the scale is first rounded to that format (a bf16 tensor op)
   // ---- max, exponent, sum ----
   std::optional<Format> max_format;  // the m buffer (fp32 for FA2, bf16 for fa-bf16acc)

@@ -37,10 +37,14 @@ struct SoftmaxState {
 // fp32 as the kernels form it: (m_old - m_new)·scale_log2 (FA2, FA3, FA4), or m_old - m_new
 // for Triton, whose max is already in log2 units. softmax_rescale_o: scores_max_cur = max ==
 // -inf ? 0 : max (Check_inf). FA4's lazy rescaling compares this same value to -T.
+// CK FMHA forms it as the exponent of P̄ (RescaleExponent::ffma_scaled_max).
 template <class A>
 double rescale_exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m_old, double m_new) {
   const double cur = m_new == -kInf ? 0.0 : m_new;
-  return km.scale == ScaleHandling::exponent_ffma ? ar.f32(ar.f32(m_old - cur) * sc.scale_log2) : ar.f32(m_old - cur);
+  if (km.scale != ScaleHandling::exponent_ffma) return ar.f32(m_old - cur);
+  if (km.rescale_exponent == RescaleExponent::ffma_scaled_max)
+    return ar.fma32(m_old, sc.scale_log2, -ar.f32(cur * sc.scale_log2));
+  return ar.f32(ar.f32(m_old - cur) * sc.scale_log2);
 }
 
 // α = the factor applied to ℓ and O when the max moves from m_old to m_new.
@@ -148,6 +152,16 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     }
     for (int l = 0; l < 2; ++l) lane[l] = ar.f32(lane[l] + lane[l + 4]);
     state.l = ar.f32(lane[0] + lane[1]);
+  } else if (km.row_sum == RowSumOrder::ck_two_lanes) {
+    // CK: lane group g folds the tile columns with (c / 8) % 2 == g from 0 (exact first add),
+    // one shuffle adds the two, and ℓ = fma(α, ℓ, tile sum) (α = 0 on the first tile, ℓ = 0).
+    double lane[2] = {0, 0};
+    for (int j = 0; j < len; ++j) {
+      double& s = lane[(j / 8) % 2];
+      s = ar.f32(s + p[j]);
+    }
+    const double tile_sum = ar.f32(lane[0] + lane[1]);
+    state.l = Is_first ? tile_sum : ar.fma32(alpha, state.l, tile_sum);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {
     // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
     // then joins its running sum (0 + x is exact, so the first tile needs no case).
@@ -314,6 +328,20 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       // correction_epilogue: (row_max*scale_log2 + lg2(row_sum) - max_offset) * ln2, max_offset 0.
       const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
       st.lse = empty ? kInf : ar.f32(ar.fma32(m, k.scale_log2, ar.lg2(l)) * ln2);
+      st.lse_kernel = st.lse;
+      break;
+    }
+    case LseFormula::ck_fp64: {
+      // lse = m * scale_s / C_LOG2E + log(l): fp32(m·scale_log2), then a double division by
+      // log2 e and a double add of logf(ℓ), converted to float.
+      if (empty) {
+        st.lse = kInf;
+      } else if constexpr (A::exact) {
+        st.lse = m * k.scale_log2 / std::numbers::log2e + std::log(l);
+      } else {
+        const double scaled_max = ar.f32(m * k.scale_log2);
+        st.lse = static_cast<float>(scaled_max / std::numbers::log2e + ar.log32(l));
+      }
       st.lse_kernel = st.lse;
       break;
     }

@@ -26,6 +26,7 @@
 #include <optional>
 
 #include "attention/attention.hpp"
+#include "attention/arith.hpp"
 #include "attention/kernel_models.hpp"
 #include "emu/tensor_core.hpp"
 
@@ -78,9 +79,32 @@ class TileTraceSink {
   // acc += P̄·v for the plot feature of an MMA-accumulator model, fused step by fused step, to
   // place the error after every step on the key axis. (+promote: one promotion group per
   // call, so groups start where the untraced dot's do.)
+  // A k order other than ascending (CK's interleave) steps through the rearranged, zero-padded
+  // keys, so the steps are the untraced dot's; keys are plotted in that order.
   template <class A, class E>
   double traced_mma_column(const KernelModel& km, const A& ar, double acc, const E* pc, const E* vcol, int kv_begin,
                            int len) {
+    if (km.pv_dot.k_order == KOrder::ck_interleave16) {
+      std::vector<E> pc_order(static_cast<std::size_t>(len) + 16), v_order(pc_order.size());
+      std::vector<int> key(static_cast<std::size_t>(len));
+      for (int j = 0; j < len; ++j) key[static_cast<std::size_t>(j)] = j + 1;  // 0 marks padding
+      std::vector<int> key_order(pc_order.size());
+      const int padded = ck_interleave16(pc, len, pc_order.data());
+      ck_interleave16(vcol, len, v_order.data());
+      ck_interleave16(key.data(), len, key_order.data());
+      KernelModel ascending = km;  // the same steps over keys already in the MFMA's order
+      ascending.pv_dot.k_order = KOrder::ascending;
+      return traced_mma_steps(ascending, ar, acc, pc_order.data(), v_order.data(), kv_begin, padded, key_order.data());
+    }
+    return traced_mma_steps(km, ar, acc, pc, vcol, kv_begin, len, nullptr);
+  }
+
+ private:
+  // The steps of traced_mma_column; key_of[i] (when given) is 1 + position i's key within the
+  // tile, 0 for padding, which is not plotted.
+  template <class A, class E>
+  double traced_mma_steps(const KernelModel& km, const A& ar, double acc, const E* pc, const E* vcol, int kv_begin,
+                          int len, const int* key_of) {
     const int step = km.pv_dot.promote_every > 0 ? km.pv_dot.promote_every
                      : km.pv_dot.model           ? fused_step_size(*km.pv_dot.model, len)
                                                  : len;
@@ -98,13 +122,16 @@ class TileTraceSink {
         exact_acc_plot_ += static_cast<long double>(pc[i + j]) * static_cast<long double>(vcol[i + j]);
       const double err = static_cast<double>(static_cast<long double>(acc) - exact_acc_plot_);
       for (int j = 0; j < n; ++j) {
+        const int key = key_of ? key_of[i + j] - 1 : i + j;
+        if (key < 0) continue;  // zero padding of a partial chunk
         trace_->cumulative_error_by_key.push_back(err);
-        trace_->key_order.push_back(kv_begin + i + j);
+        trace_->key_order.push_back(kv_begin + key);
       }
     }
     return acc;
   }
 
+ public:
   // A buffer accumulator's update O = F(F(O·α) + F(P̄V)) for feature c, given scaled = F(O·α)
   // and the exact P̄V; each rounding counted into the tile, the plot feature's two events kept.
   template <class A, class E>
