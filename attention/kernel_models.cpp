@@ -553,6 +553,47 @@ KernelModel fa4(const Format& dtype) {
   return m;
 }
 
+// FlashAttention-4's fp8 forward on Blackwell: the same kernel (flash_fwd_sm100.py) with
+// 8-bit q/k/v: Max_offset 8 (P̄ up to 2^8), no lazy rescaling (rescale_threshold 0 for fp8),
+// P̄ cast to the input fp8 format, the q/k descales folded into scale_log2 and the v descale
+// into the output scale as FA3 does, O in bf16; _FP8_TUNING_CONFIG for the polynomial split.
+// FA4 has no fp8 backward (interface.py raises for requires_grad).
+KernelModel fa4_fp8(const Format& dtype) {
+  KernelModel m = fa4(dtype);
+  m.base = "fa4-fp8-sm100";
+  m.description =
+      "FlashAttention-4 fp8 forward (flash_attn/cute, sm100): Q, K, V quantised to e4m3 (per-tensor scale "
+      "amax/448, as the caller does), S and P·V through the sm100 tcgen05 e4m3 model (kind::f8f6f4, 32 products "
+      "per step, MMA-Sim's parameters, UNMEASURED), KV tiles of 128 last to first, one thread per row: no lazy "
+      "rescaling (FA4 uses threshold 0 for fp8), P̄ = exp2(fma(S, scale_log2*qk_descale, 8 - m*scale_log2)) in "
+      "[0, 256] on the MUFU or FA4's polynomial (FA4's fp8 tuning table), FA4's 8-lane row sum, P̄ cast to e4m3, "
+      "O = acc * (rcp(ℓ) * v_descale) in bf16, LSE = (m*scale_log2 + lg2 ℓ - 8)*ln2; SFUs: correct rounding "
+      "(UNMEASURED); forward only (FA4 has no fp8 backward; delta from O, dO). EMULATION: no Blackwell "
+      "capture exists";
+  m.sources = std::string(
+                  "Dao-AILab/flash-attention 0251105a: flash_attn/cute/flash_fwd_sm100.py (max_offset = 8 if "
+                  "q_dtype.width == 8; rescale_threshold = 8.0 if width 16 else 0.0; _load_effective_descales: "
+                  "qk_descale = 1.0 * q_descale * k_descale, softmax_scale_log2_eff = softmax_scale_log2 * "
+                  "qk_descale; correction epilogue scale = rcp_approx(row_sum) * v_descale, LSE = (row_max * "
+                  "softmax_scale_log2_eff + (log2(row_sum) - max_offset)) * LN2; _FP8_TUNING_CONFIG merged over "
+                  "_TUNING_CONFIG for head_dim_padded >= 96); flash_attn/cute/softmax.py (scale_subtract_rowmax: "
+                  "bias = max_offset - row_max*scale_log2, FFMA(s, scale_log2, bias)); flash_attn/cute/interface.py "
+                  "(fp8 q/k/v give a bf16 output; FP8 backward raises NotImplementedError). ASSUMED: 8 - "
+                  "m*scale_log2 contracted into one FFMA (as FA3's fp8 model), e4m3 casts RNE satfinite, "
+                  "per-tensor quantisation amax/448 by the caller. Shared with fa4-sm100: ") +
+              m.sources;
+  m.output = formats::bf16;
+  m.p_cast = formats::e4m3;
+  m.lazy_rescale_log2 = 0.0;
+  m.normalisation = Normalisation::fa3_finalize;  // rcp(ℓ) * v_descale, then acc * that
+  m.fp8.enabled = true;
+  m.fp8.format = formats::e4m3;
+  m.fp8.p_max_offset = 8;
+  m.delta = DeltaFormula::fa4_threads;
+  m.backward_modelled = false;
+  return m;
+}
+
 // Composable Kernel's FMHA forward on CDNA3 (MI300, gfx942), the kernel ROCm FlashAttention's
 // CK backend runs for bf16/fp16 (ck_tile BlockFmhaPipelineQRKSVSAsync, FAST_EXP2). The facts
 // and their citations are in notes/cdna3_fmha.md; the recipe follows CK 00fe0752 for the P̄
@@ -734,14 +775,19 @@ SoftwareExp2Split KernelModel::software_exp2_split(int head_dim, bool causal, in
   };
   static constexpr Tuning kTable[] = {
       {true, false, 128, 10, 1}, {false, true, 128, 16, 1}, {true, false, 192, 16, 0}, {false, true, 192, 32, 1}};
-  for (const Tuning& t : kTable) {
+  // _FP8_TUNING_CONFIG, merged over the 16-bit table for 8-bit inputs at padded head dims >= 96.
+  static constexpr Tuning kFp8Table[] = {{true, false, 128, 10, 1}, {false, true, 128, 8, 1}};
+  const auto apply = [&](const Tuning& t) {
     if (t.two_cta == two_cta && t.causal == causal && t.padded == padded) {
       enabled = t.freq > 0;
       every = t.freq;
       start = t.start;
       tuned = true;
     }
-  }
+  };
+  for (const Tuning& t : kTable) apply(t);
+  if (fp8.enabled && padded >= 96)
+    for (const Tuning& t : kFp8Table) apply(t);
   if (!enabled) return {};
   if (pack_gqa && padded > 64 && !causal) every = tuned ? every : 10;
   return {true, every, start};
@@ -787,6 +833,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   table.push_back(fa3_fp8(dtype));
   table.push_back(fa3_16bit(dtype));
   table.push_back(fa4(dtype));
+  table.push_back(fa4_fp8(dtype));
   table.push_back(ck_fmha_cdna3(dtype));
   table.push_back(standard_fp8(dtype));
   table.push_back(correctly_rounded_model(dtype, dtype));

@@ -325,9 +325,10 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
       break;
     case LseFormula::fa4: {
-      // correction_epilogue: (row_max*scale_log2 + lg2(row_sum) - max_offset) * ln2, max_offset 0.
+      // correction_epilogue: (row_max*scale_log2 + (lg2(row_sum) - max_offset)) * ln2 (8 for fp8).
       const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
-      st.lse = empty ? kInf : ar.f32(ar.fma32(m, k.scale_log2, ar.lg2(l)) * ln2);
+      const double log_sum = ar.f32(ar.lg2(l) - km.fp8.p_max_offset);
+      st.lse = empty ? kInf : ar.f32(ar.fma32(m, k.scale_log2, log_sum) * ln2);
       st.lse_kernel = st.lse;
       break;
     }

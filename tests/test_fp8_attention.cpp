@@ -35,6 +35,7 @@
 #include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
 #include "emu/tensor_core.hpp"
+#include "tests/software_exp2_reference.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -205,6 +206,95 @@ std::vector<float> reference_fa3_row(const RefQuant& q, const RefQuant& k, const
   return o;
 }
 
+// One query row of FlashAttention-4's fp8 forward (flash_fwd_sm100.py, softmax.py), written
+// from the source facts: KV tiles of 128 last to first; scale_log2 = fp32(fp32(scale*log2e) *
+// fp32(qd*kd)); S_j through fused_dot_bits with the sm100 e4m3 preset; the max moves on every
+// tile (rescale_threshold 0 for fp8): α = ex2(fp32(fp32(m_old - m_new) * scale_log2)); bias =
+// 8 - m*scale_log2 in one FFMA (ASSUMED contraction); P̄ = ex2(fmaf(S, scale_log2, bias)) on
+// the MUFU, or FA4's polynomial (MPFR reference) on column pairs k % 16 >= 12 of the tile's
+// 32-column fragments 1 and 2 (the split FA4 picks at head dim 64); the 8-lane row sum, lane 0
+// from fp32(ℓ·α); O *= α in fp32, then P8·V chained; O = bf16(fp32(acc * fp32(1/ℓ * vd)));
+// LSE = fp32(fmaf(m, scale_log2, fp32(log2 ℓ - 8)) * fp32(ln 2)).
+struct Fa4Row {
+  std::vector<float> o;
+  float lse;
+};
+Fa4Row reference_fa4_fp8_row(const RefQuant& q, const RefQuant& k, const RefQuant& v, int n, int d, int row, Mpfr24& mp,
+                             fb_test::SoftwareExp2Reference& poly) {
+  const TensorCoreModel& tc = *find_tensor_core_model("sm100", formats::e4m3);
+  const int block_n = 128;
+  const float scale_log2 = static_cast<float>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * M_LOG2E) *
+                                              static_cast<float>(q.scale * k.scale));
+  std::vector<std::uint32_t> qrow(d), kj(d);
+  for (int c = 0; c < d; ++c) qrow[c] = static_cast<std::uint32_t>(q.codes[static_cast<std::size_t>(row) * d + c]);
+  float m = -INFINITY, l = 0.0f;
+  std::vector<float> acc(static_cast<std::size_t>(d), 0.0f);
+  const int tiles = (n + block_n - 1) / block_n;
+  for (int it = 0; it < tiles; ++it) {
+    const bool first = it == 0;
+    const int kb = (tiles - 1 - it) * block_n, len = std::min(n, kb + block_n) - kb;
+    std::vector<float> s(static_cast<std::size_t>(len)), p(static_cast<std::size_t>(len));
+    float tile_max = -INFINITY;
+    for (int j = 0; j < len; ++j) {
+      for (int c = 0; c < d; ++c) kj[c] = static_cast<std::uint32_t>(k.codes[static_cast<std::size_t>(kb + j) * d + c]);
+      s[static_cast<std::size_t>(j)] = bits_float(fused_dot_bits(tc, 0u, qrow, kj));
+      tile_max = std::max(tile_max, s[static_cast<std::size_t>(j)]);
+    }
+    const float m_new = std::max(m, tile_max);
+    const float alpha = first ? 1.0f : mp.exp2(static_cast<float>((m - m_new) * scale_log2));
+    m = m_new;
+    const float bias = std::fmaf(-m, scale_log2, 8.0f);
+    for (int j = 0; j < len; ++j) {
+      const float arg = std::fmaf(s[static_cast<std::size_t>(j)], scale_log2, bias);
+      const int fragment = j / 32, pair = (j % 32) & ~1;
+      const bool on_polynomial = fragment >= 1 && fragment < block_n / 32 - 1 && pair % 16 >= 12;
+      p[static_cast<std::size_t>(j)] = on_polynomial ? poly(arg) : mp.exp2(arg);
+    }
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const float init = first ? 0.0f : l * alpha;
+    for (int j = 0; j < len; ++j) {
+      const float x = p[static_cast<std::size_t>(j)];
+      if (j == 0) {
+        lane[0] = first ? x : init + x;
+      } else if (j < 8) {
+        lane[j] = x;
+      } else {
+        lane[j % 8] += x;
+      }
+    }
+    lane[0] += lane[2];
+    lane[1] += lane[3];
+    lane[4] += lane[6];
+    lane[5] += lane[7];
+    lane[0] += lane[4];
+    lane[1] += lane[5];
+    l = lane[0] + lane[1];
+    if (!first)
+      for (float& a : acc) a *= alpha;
+    std::vector<std::uint32_t> p8(static_cast<std::size_t>(len)), vcol(static_cast<std::size_t>(len));
+    for (int j = 0; j < len; ++j)
+      p8[static_cast<std::size_t>(j)] = static_cast<std::uint32_t>(e4m3_nearest_code(p[static_cast<std::size_t>(j)]));
+    for (int c = 0; c < d; ++c) {
+      for (int j = 0; j < len; ++j)
+        vcol[static_cast<std::size_t>(j)] =
+            static_cast<std::uint32_t>(v.codes[static_cast<std::size_t>(kb + j) * d + c]);
+      acc[static_cast<std::size_t>(c)] =
+          bits_float(fused_dot_bits(tc, float_bits(acc[static_cast<std::size_t>(c)]), p8, vcol));
+    }
+  }
+  Fa4Row r;
+  const float out_scale = mp.div(1.0, l) * static_cast<float>(v.scale);
+  for (int c = 0; c < d; ++c) r.o.push_back(bf16_rne(acc[static_cast<std::size_t>(c)] * out_scale));
+  mpfr_t x, y;
+  mpfr_inits2(24, x, y, static_cast<mpfr_ptr>(nullptr));
+  mpfr_set_flt(x, l, MPFR_RNDN);
+  mpfr_log2(y, x, MPFR_RNDN);
+  const float log_sum = mpfr_get_flt(y, MPFR_RNDN) - 8.0f;
+  mpfr_clears(x, y, static_cast<mpfr_ptr>(nullptr));
+  r.lse = std::fmaf(m, scale_log2, log_sum) * static_cast<float>(M_LN2);
+  return r;
+}
+
 AttentionInputs scenario(const char* name, std::uint64_t seed, int heads, int n, int d) {
   return make_scenario(name, seed, 1, heads, n, d, formats::bf16, false);
 }
@@ -367,6 +457,36 @@ TEST_CASE("fa3-fp8-sm90: one row recomputed through fused_dot_bits (the `flashbi
       }
     }
   }
+}
+
+TEST_CASE("fa4-fp8-sm100: rows recomputed from FlashAttention-4's source bit for bit") {
+  Mpfr24 mp;
+  fb_test::SoftwareExp2Reference poly;
+  const int n = 256, d = 64;  // two KV tiles of 128
+  const int rows = sanitizer_scale() ? 3 : 12;
+  for (const char* scen : {"random", "sink"}) {
+    CAPTURE(scen);
+    const AttentionInputs in = scenario(scen, 5, 1, n, d);
+    const AttentionOutputs got = run_attention(parse_kernel_model("fa4-fp8-sm100", formats::bf16), in, RunOptions{});
+    const RefQuant q = reference_quantise(in.q, mp), k = reference_quantise(in.k, mp), v = reference_quantise(in.v, mp);
+    for (int r = 0; r < rows; ++r) {
+      const int row = r * (n / rows);
+      CAPTURE(row);
+      const Fa4Row want = reference_fa4_fp8_row(q, k, v, n, d, row, mp, poly);
+      CHECK(float_bits(static_cast<float>(got.lse.at(0, 0, row, 0))) == float_bits(want.lse));
+      int differ = 0;
+      for (int c = 0; c < d; ++c)
+        differ += float_bits(static_cast<float>(got.o.at(0, 0, row, c))) != float_bits(want.o[c]);
+      CHECK(differ == 0);
+    }
+  }
+  // Forward only, and FA4's fp8 threshold: no lazy rescaling.
+  const ModelHandle m = parse_kernel_model("fa4-fp8-sm100", formats::bf16);
+  CHECK(m.recipe->lazy_rescale_log2 == 0.0);
+  CHECK(!m.recipe->backward_modelled);
+  // _FP8_TUNING_CONFIG: causal head dim 128 uses every 8 (the 16-bit table says 16).
+  CHECK(m.recipe->software_exp2_split(128, true, 4096, 1).every == 8);
+  CHECK(parse_kernel_model("fa4-sm100", formats::bf16).recipe->software_exp2_split(128, true, 4096, 1).every == 16);
 }
 
 TEST_CASE("DotSpec promotion: groups from C = 0 through fused_dot_bits, fp32 adds by MPFR") {
