@@ -65,6 +65,7 @@
 #include "emu/rounding.hpp"
 #include "emu/summation.hpp"
 #include "emu/tensor_core.hpp"
+#include "formats/power_of_two.hpp"
 
 namespace fb {
 namespace {
@@ -262,8 +263,77 @@ std::uint32_t ftz_step(float c, const float* a, const float* b, int n, const Amd
   return canonical(n == 0 ? acc : add_flushed(acc, s));
 }
 
+// A finite non-zero input's alignment exponent: its exponent (an fp32 subnormal reads as
+// -126), at least its format's emin.
+int alignment_exponent(float x, int format_emin) {
+  const auto field = static_cast<int>((bits_of(x) >> 23) & 0xffu);
+  return std::max(field != 0 ? field - 127 : -126, format_emin);
+}
+
+// The one-group two-stage step in fp64 (the common case of two_stage_step: finite operands,
+// products below 2^128). Every intermediate is an integer times a power of two held exactly:
+// products of at most 11-bit significands, scalings by powers of two, trunc and floor of
+// values below 2^53. The result is the integer path's (same truncations and floors) and the
+// last rounding is the host's IEEE fp64 -> fp32 conversion, round to nearest even (overflow
+// handled here). Returns false where the integer path must decide.
+bool two_stage_step_fp64(float c, const float* a, const float* b, int n, const AmdDotModel& m, std::uint32_t* out) {
+  constexpr int kNone = std::numeric_limits<int>::min() / 4;
+  const int F = m.fraction_bits, F2 = m.sum_fraction_bits;
+  const int a_emin = m.a_input.emin(), b_emin = m.b_input.emin();
+  if (!std::isfinite(c)) return false;
+  double product[64];
+  int product_exponent = kNone;
+  for (int i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return false;
+    product[i] = static_cast<double>(a[i]) * static_cast<double>(b[i]);  // exact
+    if (product[i] == 0.0) continue;
+    if (std::fabs(product[i]) >= 0x1p128) return false;
+    product_exponent = std::max(product_exponent, alignment_exponent(a[i], a_emin) + alignment_exponent(b[i], b_emin));
+  }
+  double dot_units = 0.0;  // the truncated products' sum in units 2^(product_exponent - F)
+  if (product_exponent != kNone) {
+    const double scale = power_of_two(F - product_exponent);
+    for (int i = 0; i < n; ++i) dot_units += std::trunc(product[i] * scale);
+  }
+  const int c_exponent = c == 0.0f ? -126 : alignment_exponent(c, -126);
+  const int E = std::max(product_exponent, c_exponent);
+  const int unit = E - F2 - 1;
+  double total = product_exponent == kNone ? 0.0 : std::floor(dot_units * power_of_two(product_exponent - F - unit));
+  total += std::floor(static_cast<double>(c) * power_of_two(F - E)) * power_of_two(F2 + 1 - F);
+  if (total == 0.0) {
+    *out = 0u;  // [assumption] an exact zero gives +0
+    return true;
+  }
+  const int lead = static_cast<int>((std::bit_cast<std::uint64_t>(total) >> 52) & 0x7ffu) - 1023 + unit;
+  const int grid = std::max(lead, formats::fp32.emin()) - F2;
+  int exponent = unit;
+  if (grid > unit) {
+    total = std::floor(total * power_of_two(unit - grid));
+    exponent = grid;
+  }
+  if (total == 0.0) {
+    *out = 0u;
+    return true;
+  }
+  const double value = total * power_of_two(exponent);  // at most 32 significant bits: exact
+  const double magnitude = std::fabs(value);
+  if (magnitude > static_cast<double>(std::numeric_limits<float>::max())) {
+    // RNE overflow: from the midpoint between FLT_MAX and 2^128 on, infinity.
+    const float big =
+        magnitude >= 0x1.ffffffp127 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::max();
+    *out = bits_of(value < 0 ? -big : big);
+    return true;
+  }
+  *out = bits_of(static_cast<float>(value));
+  return true;
+}
+
 // The two-stage (and grouped) fused step of CDNA3.
 std::uint32_t two_stage_step(float c, const float* a, const float* b, int n, const AmdDotModel& m) {
+  if (m.arithmetic == two_stage) {
+    std::uint32_t fast = 0;
+    if (two_stage_step_fp64(c, a, b, n, m, &fast)) return fast;
+  }
   constexpr int kNone = std::numeric_limits<int>::min() / 4;
   const int F = m.fraction_bits, F2 = m.sum_fraction_bits;
   const int groups = m.arithmetic == grouped_two_stage ? 2 : 1;
