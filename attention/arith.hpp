@@ -38,15 +38,19 @@ namespace fb::attn::detail {
 // KOrder::ck_interleave16: x[0, k) rearranged in the order CK's IterateK warp GEMM feeds the
 // MFMA, zero-padded to a multiple of 16 (out holds that many). Slot s of a 16-chunk is MFMA
 // step i = s / 8, lane group g = (s % 8) / 4, element j = s % 4, which carries chunk k
-// 8g + 4i + j: steps {0-3, 8-11} and {4-7, 12-15}. Returns the padded length.
+// 8g + 4i + j (ck_interleave16_source): steps {0-3, 8-11} and {4-7, 12-15}. Returns the
+// padded length.
+constexpr int ck_interleave16_source(int slot) {
+  const int s = slot % 16;
+  return slot - s + 8 * ((s % 8) / 4) + 4 * (s / 8) + s % 4;
+}
 template <class E>
 int ck_interleave16(const E* x, int k, E* out) {
   const int padded = (k + 15) / 16 * 16;
-  for (int base = 0; base < padded; base += 16)
-    for (int slot = 0; slot < 16; ++slot) {
-      const int src = base + 8 * ((slot % 8) / 4) + 4 * (slot / 8) + slot % 4;
-      out[base + slot] = src < k ? x[src] : static_cast<E>(0);
-    }
+  for (int slot = 0; slot < padded; ++slot) {
+    const int src = ck_interleave16_source(slot);
+    out[slot] = src < k ? x[src] : static_cast<E>(0);
+  }
   return padded;
 }
 
@@ -150,9 +154,11 @@ struct HardwareArith {
     return s;
   }
   // Whether dot_columns runs `spec`'s dots side by side in vector lanes
-  // (fb::fused_dot_columns): a tensor-core chain without +promote. Otherwise callers loop
-  // over dot(); the results are the same bits either way.
+  // (fb::fused_dot_columns, fb::fused_dot_amd_columns): a tensor-core chain without +promote
+  // in k order, or an AMD MFMA chain in any k order. Otherwise callers loop over dot(); the
+  // results are the same bits either way.
   static bool columns_batched(const DotSpec& spec) {
+    if (spec.kind == DotKind::amd_mfma) return true;
     return spec.kind == DotKind::tensor_core && spec.promote_every <= 0 && spec.k_order == KOrder::ascending;
   }
   // dot() for `lanes` columns at once (only where columns_batched): acc[l] =
@@ -163,6 +169,29 @@ struct HardwareArith {
     lane_values.resize(static_cast<std::size_t>(lanes));
     // The accumulators hold fp32 (or fp16) values: exact as float.
     for (int l = 0; l < lanes; ++l) lane_values[static_cast<std::size_t>(l)] = static_cast<float>(acc[l]);
+    if (spec.kind == DotKind::amd_mfma) {
+      // No per-step trace for AMD models. CK's interleave: the shared vector and the panel's
+      // rows (k) rearranged once per call, zero-padded to whole 16-chunks.
+      if (spec.k_order == KOrder::ck_interleave16) {
+        thread_local std::vector<float> a_order, panel;
+        const int padded = (k + 15) / 16 * 16;
+        a_order.resize(static_cast<std::size_t>(padded));
+        ck_interleave16(a, k, a_order.data());
+        panel.assign(static_cast<std::size_t>(padded) * lanes, 0.0f);
+        for (int slot = 0; slot < padded; ++slot) {
+          const int j = ck_interleave16_source(slot);
+          if (j < k)
+            std::copy(b + static_cast<std::size_t>(j) * ldb, b + static_cast<std::size_t>(j) * ldb + lanes,
+                      panel.begin() + static_cast<std::ptrdiff_t>(slot) * lanes);
+        }
+        fused_dot_amd_columns(*spec.amd, lane_values.data(), a_order.data(), panel.data(),
+                              static_cast<std::size_t>(lanes), padded, lanes, lane_values.data());
+      } else {
+        fused_dot_amd_columns(*spec.amd, lane_values.data(), a, b, ldb, k, lanes, lane_values.data());
+      }
+      for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];
+      return;
+    }
     fused_dot_columns(*spec.model, lane_values.data(), a, b, ldb, k, lanes, lane_values.data(),
                       tally != nullptr ? tally->tally_only : nullptr);
     for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];

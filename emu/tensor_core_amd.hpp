@@ -35,6 +35,7 @@
 // preset's `note`.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -77,6 +78,15 @@ float fused_dot_amd(const AmdDotModel& model, float c, const float* a, const flo
 // Bit-level entry point (for `flashbits dot` and probe checkers): a and b as raw bit patterns of
 // their formats, C and D as fp32 bits; k = a_bits.size() (std::invalid_argument unless b_bits
 // has the same size).
+// Many dots of one preset side by side: for every lane l < lanes,
+//   d[l] = fused_dot_amd(model, c[l], a, column l of b, k),  column l of b = b[j*ldb + l], j < k,
+// bit for bit; c and d may be the same array. The two-stage kind (CDNA3 fp16/bf16) runs four
+// lanes per AVX2 register in fp64, where every step quantity is exact
+// (emu/tensor_core_amd_columns.cpp); other kinds, xf32, lanes meeting NaN, infinities or
+// products of 2^128 or more, and CPUs without AVX2 run fused_dot_amd per lane.
+void fused_dot_amd_columns(const AmdDotModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
+                           int k, int lanes, float* d);
+
 std::uint32_t fused_dot_amd_bits(const AmdDotModel& model, std::uint32_t c_bits, std::span<const std::uint32_t> a_bits,
                                  std::span<const std::uint32_t> b_bits);
 

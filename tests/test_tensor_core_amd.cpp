@@ -568,3 +568,49 @@ TEST_CASE("AMD presets match the exact reference: exhaustive random tier (5e5 pe
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE(total << " random AMD dot cases in " << s << " s");
 }
+
+TEST_CASE("AMD columns: fused_dot_amd_columns equals the exact reference lane by lane") {
+  // One shared a against many columns (the attention engine's use), for every preset; the
+  // two-stage presets run side by side in AVX2 lanes, the rest per lane. Lane counts cover
+  // the groups of four and the scalar tail; columns get zeros, NaN/inf and huge products.
+  const int per_preset = fb_test::sanitizer_scale() ? 20 : 400;
+  std::uint64_t model_index = 0;
+  for (const RefModel& rm : kRefModels) {
+    const fb::AmdDotModel* m = fb::find_amd_dot_model(rm.name, *rm.a.fmt, *rm.b.fmt);
+    REQUIRE(m != nullptr);
+    std::mt19937_64 rng(0xc01u + 0x9e3779b97f4a7c15ull * ++model_index);
+    int failures = 0;
+    for (int t = 0; t < per_preset; ++t) {
+      const Case first = random_case(rm, rng);
+      const int k = static_cast<int>(first.a.size());
+      const int lanes = 1 + static_cast<int>(rng() % 13);
+      const int center_b = static_cast<int>(rng() % 20) - 10;
+      std::vector<float> a(static_cast<std::size_t>(k)), b(static_cast<std::size_t>(k) * lanes), c(lanes), d(lanes);
+      std::vector<std::uint32_t> c_bits(lanes);
+      std::vector<std::vector<std::uint32_t>> columns(lanes, std::vector<std::uint32_t>(static_cast<std::size_t>(k)));
+      for (int j = 0; j < k; ++j)
+        a[static_cast<std::size_t>(j)] =
+            static_cast<float>(fb::to_double(*rm.a.fmt, first.a[static_cast<std::size_t>(j)]));
+      for (int l = 0; l < lanes; ++l) {
+        const Case other = random_case(rm, rng);
+        c_bits[static_cast<std::size_t>(l)] = l == 0 ? first.c : other.c;
+        c[static_cast<std::size_t>(l)] = std::bit_cast<float>(c_bits[static_cast<std::size_t>(l)]);
+        for (int j = 0; j < k; ++j) {
+          const std::uint32_t bits = l == 0 ? first.b[static_cast<std::size_t>(j)] : random_bits(rm.b, rng, center_b);
+          columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)] = bits;
+          b[static_cast<std::size_t>(j) * lanes + l] = static_cast<float>(fb::to_double(*rm.b.fmt, bits));
+        }
+      }
+      fb::fused_dot_amd_columns(*m, c.data(), a.data(), b.data(), static_cast<std::size_t>(lanes), k, lanes, d.data());
+      for (int l = 0; l < lanes; ++l) {
+        const std::uint32_t want =
+            ref_dot(rm, c_bits[static_cast<std::size_t>(l)], first.a, columns[static_cast<std::size_t>(l)]);
+        const std::uint32_t got = std::bit_cast<std::uint32_t>(d[static_cast<std::size_t>(l)]);
+        if (got != want && failures++ < 5)
+          FAIL_CHECK(std::string(rm.name) << " " << std::string(rm.a.name) << " lane " << l << " of " << lanes << " k "
+                                          << k << ": got " << hex(got) << " want " << hex(want));
+      }
+    }
+    CHECK(failures == 0);
+  }
+}
