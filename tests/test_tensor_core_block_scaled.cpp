@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -561,6 +562,35 @@ TEST_CASE("block-scaled presets match the exact reference on random cases") {
       CHECK(nans > 50);
       CHECK(infs > 20);
       CHECK(zeros > 50);
+    }
+  }
+}
+
+TEST_CASE("block-scaled presets match the exact reference: exhaustive random tier (10^5 per preset and format)") {
+  // Issue 23's floor: at least 10^5 cases per model and input format. mxf8f6f4 draws a's
+  // format from five, so it runs 6 * 10^5 cases; every a format is counted.
+  std::mt19937_64 rng(0xe4a0'57be'b10cULL);
+  const long per_format = fb_test::sanitizer_scale() ? 2000 : 100000;
+  for (const fb::BlockScaledModel& m : fb::block_scaled_models()) {
+    const RefModel ref = ref_model_of(m);
+    const long cases = m.group != 0 ? per_format : 6 * per_format;
+    std::map<std::string, long> by_format;
+    long mismatches = 0;
+    for (long n = 0; n < cases; ++n) {
+      const Case t = random_case(m, rng);
+      ++by_format[t.fa->name];
+      const std::uint32_t want = ref_dot(ref, *t.fa, *t.fb, t.c, t.a, t.b, t.sa, t.sb);
+      const std::uint32_t got = run(m, t);
+      if (!same(want, got) && ++mismatches <= 5) {
+        CAPTURE(describe(m, t));
+        CHECK(got == want);
+      }
+    }
+    CAPTURE(std::string(m.name) + " " + std::string(m.kind) + " block" + std::to_string(m.block));
+    CHECK(mismatches == 0);
+    for (const auto& [format, count] : by_format) {
+      CAPTURE(format);
+      CHECK(count >= per_format);
     }
   }
 }
