@@ -70,9 +70,6 @@
 namespace fb {
 namespace {
 
-constexpr std::string_view kSimSource =
-    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909): github microsoft/MMA-Sim mmasim/mmasim/amd/sim.py (arithmetic per "
-    "arch and type), mmasim/isa/amd.py (instruction shapes); github peichenxie/MMA-Sim src/mmasim/mmasim/arithmetic/";
 #define FB_AMD_UNMEASURED "UNMEASURED: no AMD GPU probed by this project; "
 #define FB_AMD_NAN "NaN canonical 0x7fc00000 (payload not modelled); "
 #define FB_AMD_FUSED_ZERO "an exact-zero sum gives +0 (assumed); "

@@ -588,9 +588,9 @@ TEST_CASE("block-scaled presets match the exact reference: exhaustive random tie
     }
     CAPTURE(std::string(m.name) + " " + std::string(m.kind) + " block" + std::to_string(m.block));
     CHECK(mismatches == 0);
-    for (const auto& [format, count] : by_format) {
-      CAPTURE(format);
-      CHECK(count >= per_format);
+    for (const auto& entry : by_format) {  // (no structured binding: CAPTURE is a lambda)
+      CAPTURE(entry.first);
+      CHECK(entry.second >= per_format);
     }
   }
 }
