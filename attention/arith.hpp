@@ -108,16 +108,23 @@ struct HardwareArith {
   template <class E>
   double dot(const DotSpec& spec, double c, const E* a, const E* b, int k, DotTrace* trace = nullptr) const {
     if constexpr (std::is_same_v<E, float>) {
+      if (spec.k_order == KOrder::ck_interleave16) {  // both operands in the MFMA's k order, once
+        thread_local std::vector<float> pa, pb;
+        pa.resize(static_cast<std::size_t>(k) + 16);
+        pb.resize(static_cast<std::size_t>(k) + 16);
+        const int padded = ck_interleave16(a, k, pa.data());
+        ck_interleave16(b, k, pb.data());
+        return dot_in_k_order(spec, c, pa.data(), pb.data(), padded, trace);
+      }
+    }
+    return dot_in_k_order(spec, c, a, b, k, trace);
+  }
+  // dot() with a and b already in the order the instructions take k.
+  template <class E>
+  double dot_in_k_order(const DotSpec& spec, double c, const E* a, const E* b, int k, DotTrace* trace) const {
+    if constexpr (std::is_same_v<E, float>) {
       switch (spec.kind) {
         case DotKind::tensor_core: {
-          if (spec.k_order == KOrder::ck_interleave16) {
-            thread_local std::vector<float> pa, pb;
-            pa.resize(static_cast<std::size_t>(k) + 16);
-            pb.resize(static_cast<std::size_t>(k) + 16);
-            const int padded = ck_interleave16(a, k, pa.data());
-            ck_interleave16(b, k, pb.data());
-            return fused_dot(*spec.model, static_cast<float>(c), pa.data(), pb.data(), padded, trace);
-          }
           if (spec.promote_every <= 0) return fused_dot(*spec.model, static_cast<float>(c), a, b, k, trace);
           // +promote:N: each group of N products runs on the tensor core from C = 0; its
           // result is added into the fp32 accumulator by one CUDA-core fp32 add.
@@ -130,14 +137,6 @@ struct HardwareArith {
         }
         case DotKind::amd_mfma: {
           // MMA-Sim's AMD models record no per-step trace: traced rows get no step events.
-          if (spec.k_order == KOrder::ck_interleave16) {
-            thread_local std::vector<float> pa, pb;
-            pa.resize(static_cast<std::size_t>(k) + 16);
-            pb.resize(static_cast<std::size_t>(k) + 16);
-            const int padded = ck_interleave16(a, k, pa.data());
-            ck_interleave16(b, k, pb.data());
-            return fused_dot_amd(*spec.amd, static_cast<float>(c), pa.data(), pb.data(), padded);
-          }
           return fused_dot_amd(*spec.amd, static_cast<float>(c), a, b, k);
         }
         case DotKind::fp32_fma_chain: {
