@@ -16,7 +16,11 @@
 // branch-free loop that GCC vectorises (AVX-512 and AVX2 builds, the best the
 // CPU has chosen at run time, and a baseline one); infinities and NaNs are then
 // redone by fb::convert, whose bits and flags they get. Other formats run
-// round_pack itself per element.
+// round_pack itself per element. Two flags-free shortcuts give the same bits without
+// decoding (see the .cpp): bf16 in every mode but sr rounds the fp32 encoding itself
+// (bf16 keeps fp32's exponent field, so round_pack's rule reduces to an integer
+// rounding of the encoding), and fp16 in rne/rtz/rup/rdn uses the CPU's F16C
+// conversion (vcvtps2ph) where it has one and MXCSR's DAZ and FTZ are clear.
 //
 // The batched operations below are built the same way; see their comment. They live
 // in emu/array_ops.cpp (a translation unit of its own, for compile time); the ISA
@@ -38,6 +42,15 @@ namespace fb {
 const char* lane_instruction_set();
 
 void round_array(const Format& to, const float* in, std::uint32_t* out_bits, std::size_t n, const RoundingSpec& spec,
+                 std::uint64_t first_position = 0, Flags* flags_out = nullptr);
+// The same, written into the format's own container width: uint16 for formats with a
+// 16-bit container (bf16, fp16, custom ones), uint8 for 8-bit ones (fp8, fp6, fp4, e8m0).
+// Same bits, flags and positions as the uint32 form; a quarter (half) less memory
+// traffic than it, which is what array rounding is bound by (bench_rounding_vs_cpfloat).
+// Throws std::invalid_argument if to.container_bits is not the output's width.
+void round_array(const Format& to, const float* in, std::uint16_t* out_bits, std::size_t n, const RoundingSpec& spec,
+                 std::uint64_t first_position = 0, Flags* flags_out = nullptr);
+void round_array(const Format& to, const float* in, std::uint8_t* out_bits, std::size_t n, const RoundingSpec& spec,
                  std::uint64_t first_position = 0, Flags* flags_out = nullptr);
 
 // Batched scalar operations: for every i < n, out[i] and the flags are exactly

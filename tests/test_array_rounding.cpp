@@ -33,12 +33,17 @@
 #include <doctest/doctest.h>
 #include <mpfr.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -309,6 +314,44 @@ std::vector<Failure> compare_with_mpfr(const FormatPair& fmt, Mode mode, const s
       first += count;
     }
   }
+  // The narrow-container overloads (uint16 for 16-bit containers, uint8 for 8-bit
+  // ones), flags-free in the same odd pieces and flagged per block, widened here for
+  // the comparison; their block flags must equal the uint32 form's.
+  const int container_bits = fmt.emu.container_bits;
+  const bool has_narrow = container_bits == 16 || container_bits == 8;
+  std::vector<std::uint32_t> narrow_outs[2][2];  // [policy][0: flagged, 1: flags-free]
+  bool narrow_flags_differ = false;
+  auto run_narrow = [&](const fb::RoundingSpec& spec, std::uint32_t* widened, std::size_t first, std::size_t count,
+                        fb::Flags* flags) {
+    if (container_bits == 16) {
+      std::vector<std::uint16_t> tmp(count, 0xbeef);
+      fb::round_array(fmt.emu, in.data() + first, tmp.data(), count, spec, first, flags);
+      std::copy(tmp.begin(), tmp.end(), widened);
+    } else {
+      std::vector<std::uint8_t> tmp(count, 0xbe);
+      fb::round_array(fmt.emu, in.data() + first, tmp.data(), count, spec, first, flags);
+      std::copy(tmp.begin(), tmp.end(), widened);
+    }
+  };
+  if (has_narrow) {
+    for (int p = 0; p < 2; ++p) {
+      narrow_outs[p][0].assign(in.size(), 0xdeadbeefu);
+      narrow_outs[p][1].assign(in.size(), 0xdeadbeefu);
+      for (std::size_t b = 0; b < block_flags_by_policy[p].size(); ++b) {
+        const std::size_t first = b * kFlagBlock;
+        fb::Flags flags = 0;
+        run_narrow(specs[p], narrow_outs[p][0].data() + first, first, std::min(kFlagBlock, in.size() - first), &flags);
+        narrow_flags_differ = narrow_flags_differ || flags != block_flags_by_policy[p][b];
+      }
+      const std::size_t pieces[] = {3, 9, 1021, 1027, 4097};
+      std::size_t first = 0;
+      for (std::size_t k = 0; first < in.size(); ++k) {
+        const std::size_t count = std::min(k < 5 ? pieces[k] : in.size(), in.size() - first);
+        run_narrow(specs[p], narrow_outs[p][1].data() + first, first, count, nullptr);
+        first += count;
+      }
+    }
+  }
   const std::size_t block_count = block_flags_by_policy[0].size();
 
   const unsigned thread_count = 2;
@@ -325,8 +368,11 @@ std::vector<Failure> compare_with_mpfr(const FormatPair& fmt, Mode mode, const s
           const float x = in[i];
           const auto want = ref.convert(fmt.ref, x, mode);
           for (int p = 0; p < 2; ++p) {
-            for (int path = 0; path < 2; ++path) {  // 0: flagged, 1: flags-free
-              const std::uint32_t out = path == 0 ? outs[p][i] : flags_free_outs[p][i];
+            for (int path = 0; path < (has_narrow ? 4 : 2); ++path) {
+              // 0: flagged, 1: flags-free, 2: narrow flagged, 3: narrow flags-free
+              const std::uint32_t out = path == 0   ? outs[p][i]
+                                        : path == 1 ? flags_free_outs[p][i]
+                                                    : narrow_outs[p][path - 2][i];
               const int tag = p + 2 * path;
               if (std::isinf(x)) {
                 // The spec leaves satfinite packing of an infinite input open: only
@@ -356,8 +402,13 @@ std::vector<Failure> compare_with_mpfr(const FormatPair& fmt, Mode mode, const s
   for (auto& th : pool) th.join();
   std::vector<Failure> all;
   for (auto& f : failures) all.insert(all.end(), f.begin(), f.end());
+  if (narrow_flags_differ) all.push_back({0, in[0], 8, 0, 0, 0, 0});
   return all;
 }
+
+// Failure::policy is policy + 2 * path; 8 marks narrow-container block flags that differ.
+constexpr const char* kPathNames[] = {"", " (flags-free path)", " (narrow container, flagged)",
+                                      " (narrow container, flags-free)", " (narrow container: block flags differ)"};
 
 void check_all_modes(const std::vector<float>& common_inputs) {
   for (const FormatPair& fmt : kFormats) {
@@ -370,10 +421,10 @@ void check_all_modes(const std::vector<float>& common_inputs) {
       CAPTURE(fbref::name_of(mode));
       for (const Failure& f : failures) {
         char buf[200];
-        std::snprintf(
-            buf, sizeof buf, "%s%s: index %zu input 0x%08x: bits got 0x%x want 0x%x, block flags got %u want %u",
-            fbref::name_of(fbref::kPolicies[f.policy % 2]), f.policy >= 2 ? " (flags-free path)" : "", f.index,
-            std::bit_cast<std::uint32_t>(f.input), f.got_bits, f.want_bits, f.got_flags, f.want_flags);
+        std::snprintf(buf, sizeof buf,
+                      "%s%s: index %zu input 0x%08x: bits got 0x%x want 0x%x, block flags got %u want %u",
+                      fbref::name_of(fbref::kPolicies[f.policy % 2]), kPathNames[std::min(f.policy / 2, 4)], f.index,
+                      std::bit_cast<std::uint32_t>(f.input), f.got_bits, f.want_bits, f.got_flags, f.want_flags);
         FAIL_CHECK(buf);
       }
       CHECK(failures.empty());
@@ -512,13 +563,53 @@ TEST_CASE("round_array on other formats (runtime-format loop) equals the MPFR co
 TEST_CASE("round_array handles n = 0 and a null flags pointer") {
   fb::RoundingSpec spec;
   fb::Flags flags = 0xff;
-  fb::round_array(fb::formats::bf16, nullptr, nullptr, 0, spec, 0, &flags);
+  fb::round_array(fb::formats::bf16, nullptr, static_cast<std::uint32_t*>(nullptr), 0, spec, 0, &flags);
   CHECK(flags == 0);
   const float one_third = 1.0f / 3.0f;  // 0x3eaaaaab: bf16 rne gives 0x3eab
   std::uint32_t out = 0;
   fb::round_array(fb::formats::bf16, &one_third, &out, 1, spec, 0, nullptr);
   CHECK(out == 0x3eabu);
 }
+
+TEST_CASE("round_array's narrow containers: a format of another container width is refused") {
+  const float x = 1.0f;
+  std::uint16_t out16 = 0;
+  std::uint8_t out8 = 0;
+  const fb::RoundingSpec spec;
+  CHECK_THROWS_AS(fb::round_array(fb::formats::e4m3, &x, &out16, 1, spec), std::invalid_argument);
+  CHECK_THROWS_AS(fb::round_array(fb::formats::tf32, &x, &out16, 1, spec), std::invalid_argument);
+  CHECK_THROWS_AS(fb::round_array(fb::formats::bf16, &x, &out8, 1, spec), std::invalid_argument);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The fp16 fast path uses the CPU's conversion instruction, which MXCSR's DAZ (denormal
+// inputs read as zero) and FTZ could affect; round_array must give IEEE results
+// whatever the caller's MXCSR holds. Expected values from the definitions: the
+// smallest fp32 subnormal rounded up is fp16's smallest subnormal 2^-24 (0x0001);
+// 1.5 * 2^-24 rounded to nearest even is 2^-23 (0x0002), a subnormal FTZ would flush.
+TEST_CASE("round_array to fp16 ignores MXCSR's DAZ and FTZ") {
+  const unsigned saved = _mm_getcsr();
+  const float inputs[2] = {std::numeric_limits<float>::denorm_min(), 0x1.8p-24f};
+  for (unsigned csr_bits : {0x0040u, 0x8000u, 0x8040u}) {
+    _mm_setcsr(saved | csr_bits);
+    fb::RoundingSpec spec;
+    std::uint16_t out[2] = {0xbeef, 0xbeef};
+    spec.mode = fb::RoundingMode::rup;
+    fb::round_array(fb::formats::fp16, inputs, out, 1, spec);
+    spec.mode = fb::RoundingMode::rne;
+    fb::round_array(fb::formats::fp16, inputs + 1, out + 1, 1, spec);
+    std::uint32_t out32[64];
+    std::vector<float> many(64, inputs[0]);  // a whole vector's worth, not just the scalar tail
+    spec.mode = fb::RoundingMode::rup;
+    fb::round_array(fb::formats::fp16, many.data(), out32, 64, spec);
+    _mm_setcsr(saved);
+    CAPTURE(csr_bits);
+    CHECK(out[0] == 0x0001);
+    CHECK(out[1] == 0x0002);
+    CHECK(std::all_of(out32, out32 + 64, [](std::uint32_t b) { return b == 0x0001; }));
+  }
+}
+#endif
 
 // ---- batched scalar ops (add_array, mul_array, fma_array) -----------------------------
 // Reference: the scalar fb::add / fb::mul / fb::fma, which tests/test_ops_mpfr.cpp

@@ -54,21 +54,21 @@ pyb::tuple round_f32(const carray<float>& x, const std::string& fmt, const std::
         store_bits(f, out, start, tmp.data(), len);
         signals.poll();
       }
-    } else if (f.container_bits == 32) {
-      auto* o = static_cast<std::uint32_t*>(out.mutable_data());
-      for (std::size_t start = 0; start < n; start += kChunk) {
-        const std::size_t len = std::min(kChunk, n - start);
-        round_array(f, in + start, o + start, len, spec, position + start);
-        signals.poll();
-      }
     } else {
-      // Round a cache-sized chunk into uint32, then narrow it into the container.
-      std::vector<std::uint32_t> tmp(std::min(n, kChunk));
-      for (std::size_t start = 0; start < n; start += kChunk) {
-        const std::size_t len = std::min(kChunk, n - start);
-        round_array(f, in + start, tmp.data(), len, spec, position + start);
-        store_bits(f, out, start, tmp.data(), len);
-        signals.poll();
+      // Straight into the container (round_array has an overload for each width).
+      auto round_into = [&](auto* o) {
+        for (std::size_t start = 0; start < n; start += kChunk) {
+          const std::size_t len = std::min(kChunk, n - start);
+          round_array(f, in + start, o + start, len, spec, position + start);
+          signals.poll();
+        }
+      };
+      if (f.container_bits == 16) {
+        round_into(static_cast<std::uint16_t*>(out.mutable_data()));
+      } else if (f.container_bits == 8) {
+        round_into(static_cast<std::uint8_t*>(out.mutable_data()));
+      } else {
+        round_into(static_cast<std::uint32_t*>(out.mutable_data()));
       }
     }
   }
@@ -320,7 +320,10 @@ std::vector<std::pair<double, double>> time_round_array(const carray<float>& x, 
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, "ieee", 0, std::nullopt);
   const std::size_t n = static_cast<std::size_t>(x.size());
-  std::vector<std::uint32_t> out(n);
+  // The format's own container, as round_f32 writes it.
+  std::vector<std::uint32_t> out32(f.container_bits == 32 ? n : 0);
+  std::vector<std::uint16_t> out16(f.container_bits == 16 ? n : 0);
+  std::vector<std::uint8_t> out8(f.container_bits == 8 ? n : 0);
   std::vector<std::pair<double, double>> times;
   pyb::gil_scoped_release release;
   const auto cpu_now = [] {
@@ -331,7 +334,13 @@ std::vector<std::pair<double, double>> time_round_array(const carray<float>& x, 
   for (int r = 0; r < reps; ++r) {
     const auto w0 = std::chrono::steady_clock::now();
     const double c0 = cpu_now();
-    round_array(f, x.data(), out.data(), n, spec);
+    if (f.container_bits == 16) {
+      round_array(f, x.data(), out16.data(), n, spec);
+    } else if (f.container_bits == 8) {
+      round_array(f, x.data(), out8.data(), n, spec);
+    } else {
+      round_array(f, x.data(), out32.data(), n, spec);
+    }
     const double c1 = cpu_now();
     const auto w1 = std::chrono::steady_clock::now();
     times.emplace_back(std::chrono::duration<double>(w1 - w0).count(), c1 - c0);
