@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,16 +42,20 @@ double thread_cpu_ns() {
   return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
 }
 
-// Best of `reps` runs of f(), in ns per element.
-template <class F>
-double time_per_element(std::size_t n, int reps, F&& f) {
-  double best = 1e300;
+// Best of `reps` runs of each of `variants`, in ns per element. The variants take turns
+// (one run of each per round), so that a change in the machine's load or memory state
+// during the measurement falls on all of them alike: the ratios compare like with like.
+std::vector<double> time_per_element(std::size_t n, int reps, const std::vector<std::function<void()>>& variants) {
+  std::vector<double> best(variants.size(), 1e300);
   for (int r = 0; r < reps; ++r) {
-    const double t0 = thread_cpu_ns();
-    f();
-    best = std::min(best, thread_cpu_ns() - t0);
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      const double t0 = thread_cpu_ns();
+      variants[v]();
+      best[v] = std::min(best[v], thread_cpu_ns() - t0);
+    }
   }
-  return best / static_cast<double>(n);
+  for (double& b : best) b /= static_cast<double>(n);
+  return best;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -155,8 +160,9 @@ int main(int argc, char** argv) {
               have_avx512bf16() ? "yes" : "none", have_f16c() ? "yes" : "none");
   {
     std::vector<std::uint16_t> half(n);
-    const double t_half = time_per_element(n, reps, [&] { copy_top_half(in.data(), half.data(), n); });
-    const double t_copy = time_per_element(n, reps, [&] { copy_fp32(in.data(), cpf.data(), n); });
+    const std::vector<double> t = time_per_element(
+        n, reps, {[&] { copy_top_half(in.data(), half.data(), n); }, [&] { copy_fp32(in.data(), cpf.data(), n); }});
+    const double t_half = t[0], t_copy = t[1];
     std::printf(
         "memory floors: fp32 -> 16-bit top half %.3f, fp32 copy (memcpy) %.3f ns/element: %.2fx, the most a "
         "16-bit writer can gain on an fp32 writer here\n",
@@ -170,18 +176,47 @@ int main(int argc, char** argv) {
     spec.mode = c.mode;
     spec.seed = 7;
     fb::Flags flags = 0;
-    const double t_free =
-        time_per_element(n, reps, [&] { fb::round_array(c.format, in.data(), fast.data(), n, spec); });
     const bool eight_bit = c.format.container_bits == 8;
-    const double t_narrow = time_per_element(n, reps, [&] {
-      if (eight_bit) {
-        fb::round_array(c.format, in.data(), narrow8.data(), n, spec);
-      } else {
-        fb::round_array(c.format, in.data(), narrow16.data(), n, spec);
-      }
+    std::vector<std::function<void()>> variants = {
+        [&] { fb::round_array(c.format, in.data(), fast.data(), n, spec); },
+        [&] {
+          if (eight_bit) {
+            fb::round_array(c.format, in.data(), narrow8.data(), n, spec);
+          } else {
+            fb::round_array(c.format, in.data(), narrow16.data(), n, spec);
+          }
+        },
+        [&] { fb::round_array(c.format, in.data(), flagged.data(), n, spec, 0, &flags); }};
+    // The CPU's own conversion and CPFloat, when present, take their turns too.
+    int native_at = -1, cpfloat_at = -1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    const bool fp16 = c.format == fb::formats::fp16, bf16 = c.format == fb::formats::bf16;
+    if (fp16 && have_f16c() && (c.mode == RoundingMode::rne || c.mode == RoundingMode::rtz)) {
+      native_at = static_cast<int>(variants.size());
+      variants.push_back([&] {
+        if (c.mode == RoundingMode::rne) {
+          f16c_convert<0>(in.data(), native.data(), n);
+        } else {
+          f16c_convert<3>(in.data(), native.data(), n);
+        }
+      });
+    } else if (bf16 && have_avx512bf16() && c.mode == RoundingMode::rne) {
+      native_at = static_cast<int>(variants.size());
+      variants.push_back([&] { bf16_convert(in.data(), native.data(), n); });
+    }
+#endif
+#ifdef FLASHBITS_HAVE_CPFLOAT
+    const int cpf_mode = c.mode == RoundingMode::rne ? 0 : c.mode == RoundingMode::rtz ? 1 : 2;
+    cpfloat_at = static_cast<int>(variants.size());
+    variants.push_back([&] {
+      fb_bench_cpfloat_round(cpf.data(), in.data(), n, c.cpfloat_precision, c.cpfloat_emin, c.cpfloat_emax,
+                             c.cpfloat_inf, cpf_mode);
     });
-    const double t_flag =
-        time_per_element(n, reps, [&] { fb::round_array(c.format, in.data(), flagged.data(), n, spec, 0, &flags); });
+#endif
+    const std::vector<double> times = time_per_element(n, reps, variants);
+    const double t_free = times[0], t_narrow = times[1], t_flag = times[2];
+    const double t_native = native_at >= 0 ? times[static_cast<std::size_t>(native_at)] : -1;
+    const double t_cpf = cpfloat_at >= 0 ? times[static_cast<std::size_t>(cpfloat_at)] : -1;
     // The slow path: fb::convert per element, bits and the OR of the flags.
     fb::Flags want_flags = 0;
     std::size_t differ = 0;
@@ -196,20 +231,6 @@ int main(int argc, char** argv) {
                   std::string(fb::to_string(c.mode)).c_str(), differ, flags, want_flags);
       ok = false;
     }
-    double t_native = -1;
-#if defined(__x86_64__) && defined(__GNUC__)
-    const bool fp16 = c.format == fb::formats::fp16, bf16 = c.format == fb::formats::bf16;
-    if (fp16 && have_f16c() && (c.mode == RoundingMode::rne || c.mode == RoundingMode::rtz)) {
-      t_native = time_per_element(n, reps, [&] {
-        if (c.mode == RoundingMode::rne) {
-          f16c_convert<0>(in.data(), native.data(), n);
-        } else {
-          f16c_convert<3>(in.data(), native.data(), n);
-        }
-      });
-    } else if (bf16 && have_avx512bf16() && c.mode == RoundingMode::rne) {
-      t_native = time_per_element(n, reps, [&] { bf16_convert(in.data(), native.data(), n); });
-    }
     if (t_native >= 0) {
       std::size_t native_differ = 0;
       for (std::size_t i = 0; i < n; ++i) native_differ += native[i] != fb::to_layout(c.format, fast[i]);
@@ -219,15 +240,6 @@ int main(int argc, char** argv) {
         ok = false;
       }
     }
-#endif
-    double t_cpf = -1;
-#ifdef FLASHBITS_HAVE_CPFLOAT
-    const int cpf_mode = c.mode == RoundingMode::rne ? 0 : c.mode == RoundingMode::rtz ? 1 : 2;
-    t_cpf = time_per_element(n, reps, [&] {
-      fb_bench_cpfloat_round(cpf.data(), in.data(), n, c.cpfloat_precision, c.cpfloat_emin, c.cpfloat_emax,
-                             c.cpfloat_inf, cpf_mode);
-    });
-#endif
     char native_s[16] = "none", cpf_s[16] = "-", ratio_native[16] = "-", ratio_cpf[16] = "-";
     if (t_native >= 0) {
       std::snprintf(native_s, sizeof native_s, "%.3f", t_native);
