@@ -17,7 +17,6 @@
 // tested against exact integers in test_tensor_core_amd.cpp). O and LSE must agree bit for bit.
 #include <doctest/doctest.h>
 #include <gmp.h>
-#include <mpfr.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -31,6 +30,7 @@
 #include "attention/kernel_models.hpp"
 #include "emu/tensor_core_amd.hpp"
 #include "tests/bf16_reference.hpp"
+#include "tests/mpfr_sfu_reference.hpp"
 #include "tests/test_scale.hpp"
 
 using namespace fb;
@@ -38,29 +38,7 @@ using namespace fb::attn;
 
 namespace {
 
-class CorrectEx2 {
- public:
-  CorrectEx2() {
-    mpfr_init2(x_, 64);
-    mpfr_init2(y_, 24);
-  }
-  ~CorrectEx2() {
-    mpfr_clear(x_);
-    mpfr_clear(y_);
-  }
-  CorrectEx2(const CorrectEx2&) = delete;
-  CorrectEx2& operator=(const CorrectEx2&) = delete;
-  float operator()(float x) {
-    if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
-    mpfr_set_flt(x_, x, MPFR_RNDN);
-    mpfr_exp2(y_, x_, MPFR_RNDN);
-    const float y = mpfr_get_flt(y_, MPFR_RNDN);
-    return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
-  }
-
- private:
-  mpfr_t x_, y_;
-};
+using fbref::CorrectSfuFtz;
 
 float ftz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x; }
 float f32(double x) { return static_cast<float>(x); }
@@ -91,7 +69,7 @@ struct RowResult {
   double lse;
 };
 
-RowResult ck_row(const AmdDotModel& mfma, const AttentionInputs& in, int h, int row, CorrectEx2& ex2) {
+RowResult ck_row(const AmdDotModel& mfma, const AttentionInputs& in, int h, int row, CorrectSfuFtz& sfu) {
   const int n = in.q.rows, d = in.q.cols, block_n = d <= 64 ? 64 : 128;
   const float scale = f32(in.softmax_scale > 0 ? in.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d)));
   const float scale_log2 = f32(static_cast<double>(scale) * std::numbers::log2e);  // float(scale * log2e)
@@ -115,8 +93,8 @@ RowResult ck_row(const AmdDotModel& mfma, const AttentionInputs& in, int h, int 
     m = std::max(m, tile_max);
     const float row_max = ftz(m * scale_log2);
     for (int j = 0; j < len; ++j)
-      p[static_cast<std::size_t>(j)] = ex2(std::fma(s[static_cast<std::size_t>(j)], scale_log2, -row_max));
-    const float alpha = first ? 0.0f : ex2(std::fma(m_old, scale_log2, -row_max));
+      p[static_cast<std::size_t>(j)] = sfu.ex2(std::fma(s[static_cast<std::size_t>(j)], scale_log2, -row_max));
+    const float alpha = first ? 0.0f : sfu.ex2(std::fma(m_old, scale_log2, -row_max));
     float lane[2] = {0.0f, 0.0f};
     for (int j = 0; j < len; ++j) lane[(j / 8) % 2] = ftz(lane[(j / 8) % 2] + p[static_cast<std::size_t>(j)]);
     const float tile_sum = ftz(lane[0] + lane[1]);
@@ -145,7 +123,7 @@ RowResult ck_row(const AmdDotModel& mfma, const AttentionInputs& in, int h, int 
 
 TEST_CASE("ck-fmha-cdna3 equals CK's FMHA forward written from its source") {
   const bool sanitizer = fb_test::sanitizer_scale();
-  CorrectEx2 ex2;
+  CorrectSfuFtz sfu;
   const ModelHandle model = parse_kernel_model("ck-fmha-cdna3", formats::bf16);
   REQUIRE(model.recipe->score_dot.amd != nullptr);
   const AmdDotModel& mfma = *model.recipe->score_dot.amd;
@@ -173,7 +151,7 @@ TEST_CASE("ck-fmha-cdna3 equals CK's FMHA forward written from its source") {
     std::size_t differ = 0, rows = 0;
     const int stride = sanitizer ? 9 : 2;
     for (int r = 0; r < k.n; r += stride) {
-      const RowResult want = ck_row(mfma, in, 0, r, ex2);
+      const RowResult want = ck_row(mfma, in, 0, r, sfu);
       bool same = got.lse.at(0, 0, r, 0) == want.lse;
       for (int c = 0; c < k.d; ++c) same = same && got.o.at(0, 0, r, c) == want.o[static_cast<std::size_t>(c)];
       differ += !same;

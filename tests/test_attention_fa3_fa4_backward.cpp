@@ -24,7 +24,6 @@
 // agree bit for bit.
 #include <doctest/doctest.h>
 #include <gmp.h>
-#include <mpfr.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -38,6 +37,7 @@
 #include "attention/kernel_models.hpp"
 #include "emu/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
+#include "tests/mpfr_sfu_reference.hpp"
 #include "tests/test_scale.hpp"
 
 using namespace fb;
@@ -45,30 +45,7 @@ using namespace fb::attn;
 
 namespace {
 
-// Correctly rounded fp32 of 2^x with ftz on the input and the output (ex2.approx.ftz's model).
-class CorrectEx2 {
- public:
-  CorrectEx2() {
-    mpfr_init2(x_, 64);
-    mpfr_init2(y_, 24);
-  }
-  ~CorrectEx2() {
-    mpfr_clear(x_);
-    mpfr_clear(y_);
-  }
-  CorrectEx2(const CorrectEx2&) = delete;
-  CorrectEx2& operator=(const CorrectEx2&) = delete;
-  float operator()(float x) {
-    if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
-    mpfr_set_flt(x_, x, MPFR_RNDN);
-    mpfr_exp2(y_, x_, MPFR_RNDN);
-    const float y = mpfr_get_flt(y_, MPFR_RNDN);
-    return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
-  }
-
- private:
-  mpfr_t x_, y_;
-};
+using fbref::CorrectSfuFtz;
 
 // fp32 results under --use_fast_math: subnormals flush to zero.
 float ftz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x; }
@@ -118,7 +95,7 @@ struct Gradients {
 
 // One head's backward. `row_block`: kBlockM; `dq_keys`: keys per dQ partial.
 Gradients plain_backward(Kernel kernel, const TensorCoreModel& tc, const AttentionInputs& in,
-                         const AttentionOutputs& fwd, int h, int row_block, int dq_keys, CorrectEx2& ex2) {
+                         const AttentionOutputs& fwd, int h, int row_block, int dq_keys, CorrectSfuFtz& sfu) {
   const int n = in.q.rows, d = in.q.cols;
   const double scale = in.softmax_scale > 0 ? in.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d));
   const float scale_f = static_cast<float>(scale);
@@ -157,7 +134,7 @@ Gradients plain_backward(Kernel kernel, const TensorCoreModel& tc, const Attenti
         b[static_cast<std::size_t>(c)] = at(in.v, h, j, c);
       }
       const float dp = fused_dot(tc, 0.0f, a.data(), b.data(), d);
-      const float pr = ex2(std::fma(s, scale_log2, -lse_log2[static_cast<std::size_t>(r)]));
+      const float pr = sfu.ex2(std::fma(s, scale_log2, -lse_log2[static_cast<std::size_t>(r)]));
       const float dsr = ftz(pr * ftz(dp - g.delta[static_cast<std::size_t>(r)]));
       p[static_cast<std::size_t>(r) * n + j] = to_bf16(pr);
       ds[static_cast<std::size_t>(r) * n + j] = to_bf16(dsr);
@@ -226,7 +203,7 @@ TEST_CASE("fa3-sm90 and fa4-sm100 backward equal FlashAttention-3/-4's backward 
       {"fa4-sm100", Kernel::fa4, 128, true, 128, 256},
   };
   const bool sanitizer = fb_test::sanitizer_scale();
-  CorrectEx2 ex2;
+  CorrectSfuFtz sfu;
   for (const Case& k : cases) {
     if (sanitizer && k.d != 64) continue;
     CAPTURE(k.model);
@@ -241,7 +218,7 @@ TEST_CASE("fa3-sm90 and fa4-sm100 backward equal FlashAttention-3/-4's backward 
       in.causal = k.causal;
       const AttentionOutputs got = run_attention(model, in, RunOptions{});
       REQUIRE(got.dq.has_value());
-      const Gradients want = plain_backward(k.kernel, tc, in, got, 0, k.row_block, k.dq_keys, ex2);
+      const Gradients want = plain_backward(k.kernel, tc, in, got, 0, k.row_block, k.dq_keys, sfu);
       std::size_t differ_delta = 0, differ_dq = 0, differ_dk = 0, differ_dv = 0;
       for (int r = 0; r < n; ++r) {
         differ_delta += got.delta->at(0, 0, r, 0) != want.delta[static_cast<std::size_t>(r)];

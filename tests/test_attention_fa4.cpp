@@ -14,7 +14,6 @@
 // fa3-sm90 and fa4-sm100: exact arithmetic reproduces exact attention, forward and backward.
 #include <doctest/doctest.h>
 #include <gmp.h>
-#include <mpfr.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +26,7 @@
 #include "attention/kernel_models.hpp"
 #include "emu/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
+#include "tests/mpfr_sfu_reference.hpp"
 #include "tests/software_exp2_reference.hpp"
 #include "tests/test_scale.hpp"
 
@@ -35,35 +35,7 @@ using namespace fb::attn;
 
 namespace {
 
-// Correctly rounded fp32 of 2^x and log2(x), with ftz on the input and the output.
-class CorrectSfu {
- public:
-  CorrectSfu() {
-    mpfr_init2(x_, 64);
-    mpfr_init2(y_, 24);
-  }
-  ~CorrectSfu() {
-    mpfr_clear(x_);
-    mpfr_clear(y_);
-  }
-  CorrectSfu(const CorrectSfu&) = delete;
-  CorrectSfu& operator=(const CorrectSfu&) = delete;
-  float ex2(float x) {
-    if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
-    mpfr_set_flt(x_, x, MPFR_RNDN);
-    mpfr_exp2(y_, x_, MPFR_RNDN);
-    return flush(mpfr_get_flt(y_, MPFR_RNDN));
-  }
-  float lg2(float x) {
-    mpfr_set_flt(x_, x, MPFR_RNDN);
-    mpfr_log2(y_, x_, MPFR_RNDN);
-    return flush(mpfr_get_flt(y_, MPFR_RNDN));
-  }
-
- private:
-  static float flush(float y) { return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y; }
-  mpfr_t x_, y_;
-};
+using CorrectSfu = fbref::CorrectSfuFtz;
 
 float f32(double x) { return static_cast<float>(x); }
 
