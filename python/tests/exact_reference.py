@@ -64,6 +64,23 @@ def floor_log2(a: Fraction) -> int:
     return e
 
 
+def decode(fmt: Fmt, bits: int):
+    """Exact value of the encoding `bits` of fmt, from its layout: a Fraction (zeros as 0),
+    or NAN, INF, "-inf"."""
+    sign = -1 if bits >> (fmt.ebits + fmt.mbits) & 1 else 1
+    e, m = bits >> fmt.mbits & ((1 << fmt.ebits) - 1), bits & ((1 << fmt.mbits) - 1)
+    top = (1 << fmt.ebits) - 1
+    if fmt.kind == "ieee" and e == top:
+        return NAN if m else (INF if sign > 0 else "-inf")
+    if fmt.kind == "fn" and e == top and m == (1 << fmt.mbits) - 1:
+        return NAN
+    if fmt.kind == "fnuz" and sign < 0 and e == 0 and m == 0:
+        return NAN  # the sign bit alone: fnuz formats' only NaN
+    if e == 0:
+        return sign * Fraction(m, 1 << fmt.mbits) * Fraction(2) ** fmt.emin
+    return sign * Fraction((1 << fmt.mbits) + m, 1 << fmt.mbits) * Fraction(2) ** (e - fmt.bias)
+
+
 def _round_to_quantum(a: Fraction, q: int, negative: bool, mode: str):
     """|x| = a > 0 rounded to a multiple of 2^q; returns (rounded magnitude, inexact)."""
     n = a / Fraction(2) ** q

@@ -7,13 +7,15 @@
 # - ftz_pairwise (CDNA2 fp16/bf16): subnormal inputs read as +0, fp32 RNE products and sums;
 # - two_stage (CDNA3 fp16/bf16): products truncated toward zero to F = 24 fraction bits at the
 #   largest product exponent and summed; then normalised and rounded to nearest even into fp32.
-# The formats are decoded here from their bit layouts (no flashbits code), so a disagreement
-# is a bug in one of the two. Only the CLI is needed, not the Python module.
+# The formats are decoded from their bit layouts by exact_reference.py (no flashbits code), so
+# a disagreement is a bug in one of the two. Only the CLI is needed, not the Python module.
 import json
 import random
 from fractions import Fraction
 
 import pytest
+from exact_reference import FORMATS, INF, floor_log2
+from exact_reference import decode as decode_value
 
 NAN32 = 0x7FC00000
 UNMEASURED_WORDS = ("UNMEASURED", "emulation", "not validated on hardware")
@@ -40,27 +42,11 @@ PRESETS = {
     ("cdna3", "e5m2fnuz", "e4m3fnuz"): ("grouped_two_stage", 16, 24, 31),
 }
 
-# Bit layouts (exponent bits, mantissa bits, bias); fnuz: no inf, 0x80 is the only NaN, no -0.
-LAYOUTS = {"fp32": (8, 23, 127), "fp16": (5, 10, 15), "bf16": (8, 7, 127), "e4m3fnuz": (4, 3, 8),
-           "e5m2fnuz": (5, 2, 16)}
-
-
 def decode(fmt, bits):
-    """Exact value (Fraction) of a finite element, or 'nan'."""
-    eb, mb, bias = LAYOUTS[fmt]
-    if fmt.endswith("fnuz") and bits == 0x80:
-        return "nan"
-    sign = -1 if bits >> (eb + mb) & 1 else 1
-    e, m = bits >> mb & ((1 << eb) - 1), bits & ((1 << mb) - 1)
-    assert fmt.endswith("fnuz") or e != (1 << eb) - 1, "no inf/NaN in these hand cases"
-    if e == 0:
-        return sign * Fraction(m, 1 << mb) * Fraction(2) ** (1 - bias)
-    return sign * Fraction((1 << mb) + m, 1 << mb) * Fraction(2) ** (e - bias)
-
-
-def floor_log2(x):
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    return e if Fraction(2) ** e <= x else e - 1
+    """Exact value (Fraction) of a finite element, or 'nan' (exact_reference's decoder)."""
+    value = decode_value(FORMATS[fmt], bits)
+    assert value not in (INF, "-inf"), "no inf in these hand cases"
+    return value
 
 
 def fp32_rne_bits(x):

@@ -7,24 +7,18 @@
 # emin; kind::mxf4/mxf4nvf4: the exact sum of each run of 16 products times both scales,
 # aligned at esa+esb) align to the largest exponent E (zero terms at the preset's e_zero), are
 # truncated toward zero to F fraction bits below E, summed exactly and rounded once to fp32
-# toward zero. It decodes every format from its bit layout itself (no flashbits code), so a
-# disagreement is a bug in one of the two. Only the CLI is needed, not the Python module.
+# toward zero. Every format is decoded from its bit layout by exact_reference.py (no flashbits
+# code), so a disagreement is a bug in one of the two. Only the CLI is needed, not the Python module.
 import random
 import zlib
 from fractions import Fraction
 
 import pytest
+from exact_reference import FORMATS as EXACT_FORMATS
+from exact_reference import decode as decode_value
+from exact_reference import floor_log2
 
 NAN32 = 0x7FC00000
-
-# Bit layouts: (exponent bits, mantissa bits, bias, specials) of the OCP element formats.
-FORMATS = {
-    "e4m3": (4, 3, 7, "fn"),
-    "e5m2": (5, 2, 15, "ieee"),
-    "e3m2": (3, 2, 3, "finite"),
-    "e2m3": (2, 3, 1, "finite"),
-    "e2m1": (2, 1, 1, "finite"),
-}
 
 # (model, kind, scale format, block) -> (inputs, k per step, group, F, e_zero): the preset
 # table as docs/DESIGN.md and MMA-Sim give it (F = 25 for k = 32, 35 for k = 64).
@@ -44,25 +38,14 @@ PRESETS = {
 }
 
 
-def floor_log2(x):
-    """floor(log2(x)) of a positive Fraction."""
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    return e if Fraction(2) ** e <= x else e - 1
-
-
 def decode(fmt, bits):
-    """(value Fraction or 'nan' / '+inf' / '-inf', alignment exponent of a non-zero value)."""
-    eb, mb, bias, special = FORMATS[fmt]
-    sign = -1 if bits >> (eb + mb) & 1 else 1
-    e, m = bits >> mb & ((1 << eb) - 1), bits & ((1 << mb) - 1)
-    if special == "ieee" and e == (1 << eb) - 1:
-        return ("nan" if m else ("+inf" if sign > 0 else "-inf")), None
-    if special == "fn" and e == (1 << eb) - 1 and m == (1 << mb) - 1:
-        return "nan", None
-    emin = 1 - bias
-    if e == 0:
-        return sign * Fraction(m, 1 << mb) * Fraction(2) ** emin, emin
-    return sign * Fraction((1 << mb) + m, 1 << mb) * Fraction(2) ** (e - bias), e - bias
+    """(value Fraction or 'nan' / 'inf' / '-inf', alignment exponent of a finite value: its
+    exponent, at least its format's emin)."""
+    f = EXACT_FORMATS[fmt]
+    value = decode_value(f, bits)
+    if isinstance(value, str):
+        return value, None
+    return value, f.emin if value == 0 else max(floor_log2(abs(value)), f.emin)
 
 
 def decode_scale(scale_format, byte):
@@ -79,13 +62,7 @@ def decode_scale(scale_format, byte):
 
 
 def fp32_value(bits):
-    sign = -1 if bits >> 31 else 1
-    e, m = bits >> 23 & 0xFF, bits & 0x7FFFFF
-    if e == 0xFF:
-        return "nan" if m else ("+inf" if sign > 0 else "-inf")
-    if e == 0:
-        return sign * Fraction(m) * Fraction(2) ** -149
-    return sign * Fraction(0x800000 + m) * Fraction(2) ** (e - 150)
+    return decode_value(EXACT_FORMATS["fp32"], bits)
 
 
 def fp32_rz_bits(x):
@@ -264,7 +241,7 @@ def test_nan_scale_gives_nan_even_for_zero_products(cli):
 
 
 def random_element(fmt, rng):
-    eb, mb, _, _ = FORMATS[fmt]
+    eb, mb = EXACT_FORMATS[fmt].ebits, EXACT_FORMATS[fmt].mbits
     while True:
         bits = 0 if rng.random() < 0.25 else rng.randrange(1 << (1 + eb + mb))
         if not isinstance(decode(fmt, bits)[0], str):
