@@ -306,6 +306,14 @@ double exponent_argument(const KernelModel& km, const A& ar, double s, double sc
   return ar.fma32(s, scale_log2, -max_scaled);
 }
 
+// exponent_ffma models: scale_apply_exp2's max_scaled = max == -inf ? 0 : max * scale.
+// FA3 fp8 subtracts Max_offset from the scaled max (one FFMA, assumed), so P̄ <= 2^offset.
+template <class A>
+double exponent_max_scaled(const KernelModel& km, const A& ar, const ScaleConstants& sc, double m) {
+  const double offset = km.fp8.p_max_offset;
+  return m == -kInf ? 0.0 : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset) : ar.f32(m * sc.scale_log2);
+}
+
 // P̄_j from the score and the current max (FA2 softmax.h scale_apply_exp2, per entry).
 // `two_step`: the Triton tutorial's causal on-band tiles scale first and subtract the max
 // separately (KernelModel::causal_band_two_step_exponent). `software`: the exp2 is FA4's
@@ -316,14 +324,8 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
   const auto p_exp2 = [&](double x) { return software ? ar.software_ex2(x) : kernel_exp2(km, ar, x); };
   switch (km.scale) {
     case ScaleHandling::exponent_ffma: {
-      // scale_apply_exp2: max_scaled = max == -inf ? 0 : max * scale; exp2f(S*scale - max_scaled),
-      // one FFMA or FMUL then FADD (exponent_argument).
-      // FA3 fp8 subtracts Max_offset from the scaled max (one FFMA, assumed), so P̄ <= 2^offset.
-      const double offset = km.fp8.p_max_offset;
-      const double max_scaled = m == -kInf    ? 0.0
-                                : offset != 0 ? ar.fma32(m, sc.scale_log2, -offset)
-                                              : ar.f32(m * sc.scale_log2);
-      return p_exp2(exponent_argument(km, ar, s, sc.scale_log2, max_scaled));
+      // scale_apply_exp2: exp2f(S*scale - max_scaled), one FFMA or FMUL then FADD (exponent_argument).
+      return p_exp2(exponent_argument(km, ar, s, sc.scale_log2, exponent_max_scaled(km, ar, sc, m)));
     }
     case ScaleHandling::log2_units: {
       const double mm = m == -kInf ? 0.0 : m;
@@ -347,9 +349,16 @@ struct Scratch {
   std::vector<double> s, p, acc, o_pre, tile_dots;
   std::vector<E> pc;
   std::vector<float> lane_values;  // HardwareArith::dot_columns
+  // One tile's ex2 arguments and results as fp32, for the SFU model's evaluate_array, and its
+  // P̄ cast as the cast format's encodings (round_array).
+  std::vector<float> ex2_args, ex2_values;
+  std::vector<std::uint16_t> p_cast_bits;
   void size(int bn, int d) {
     s.resize(static_cast<std::size_t>(bn));
     p.resize(static_cast<std::size_t>(bn));
+    ex2_args.resize(static_cast<std::size_t>(bn));
+    ex2_values.resize(static_cast<std::size_t>(bn));
+    p_cast_bits.resize(static_cast<std::size_t>(bn));
     pc.resize(static_cast<std::size_t>(bn));
     acc.resize(static_cast<std::size_t>(d));
     tile_dots.resize(static_cast<std::size_t>(d));

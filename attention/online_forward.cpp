@@ -17,9 +17,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <type_traits>
 
 #include "attention/engine_detail.hpp"
 #include "attention/trace_sink.hpp"
+#include "emu/array_rounding.hpp"
 #include "emu/software_exp2.hpp"
 
 namespace fb::attn::detail {
@@ -81,11 +83,35 @@ void softmax_rescale_o(const KernelModel& km, const A& ar, bool Is_first, double
   sink.on_rescale(alpha);
 }
 
+// Whether scale_apply_exp2 hands the tile's exponentials to the SFU model at once
+// (SpecialFunctionModel::evaluate_array: the same bits as one evaluate() per entry, and for
+// the correct ex2 model about twice as fast): FFMA exponents into the .ftz ex2 on the SFU,
+// i.e. the entries whose exponent() is ar.ex2(exponent_argument(...)) through kernel_exp2.
+template <class A>
+bool exp2_over_tile(const KernelModel& km, const Geometry& g) {
+  if constexpr (A::exact) return false;
+  return km.scale == ScaleHandling::exponent_ffma && km.exp2_function == Exp2Function::ex2_approx_ftz &&
+         !g.software_exp2.enabled && !(km.causal_band_two_step_exponent && g.causal);
+}
+
 // scale_apply_exp2 over the tile: P̄_j from S_j and the new max. Triton, causal: tiles from
 // the row block's first key on take the masked ("on-band") path (start_n >= start_m * BLOCK_M).
+// ex2_args, ex2_values: fp32 scratch of len entries (exp2_over_tile).
 template <class A>
 void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& k, const Geometry& g, int row,
-                      int kv_begin, double m, const double* s, double* p, int len) {
+                      int kv_begin, double m, const double* s, double* p, int len, float* ex2_args, float* ex2_values) {
+  if constexpr (!A::exact) {
+    if (exp2_over_tile<A>(km, g)) {
+      // exponent()'s exponent_ffma case with kernel_exp2's ar.ex2, per entry: the argument is
+      // an fp32 value (fma32 or f32), read by ar.ex2 as that float.
+      const double max_scaled = exponent_max_scaled(km, ar, k, m);
+      for (int j = 0; j < len; ++j)
+        ex2_args[j] = static_cast<float>(exponent_argument(km, ar, s[j], k.scale_log2, max_scaled));
+      ar.km->sfu.ex2->evaluate_array(ex2_args, ex2_values, static_cast<std::size_t>(len));
+      for (int j = 0; j < len; ++j) p[j] = ex2_values[j];
+      return;
+    }
+  }
   const bool two_step =
       km.causal_band_two_step_exponent && g.causal && kv_begin >= row / g.tiles.block_m * g.tiles.block_m;
   for (int j = 0; j < len; ++j) {
@@ -355,6 +381,31 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   st.l = l;
 }
 
+// The P̄ cast: pc[j] = ar.to(km.p_cast, p[j]). Into bf16 or fp16 (HardwareArith: RNE through
+// round_double) the tile goes through fb::round_array instead (flags-free): for an entry that
+// holds an fp32 value it gives the bits of fb::convert from fp32, the one RNE rounding of the
+// same value, so the same bits; any entry that is not an fp32 value (none is: P̄ comes out of
+// an fp32 exp) takes ar.to. The bits are read back by to_double as round_into reads them.
+template <class A, class E>
+void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len) {
+  if constexpr (!A::exact && std::is_same_v<E, float>) {
+    if (km.p_cast && (*km.p_cast == formats::bf16 || *km.p_cast == formats::fp16)) {
+      float* p32 = sc.ex2_values.data();  // free again: scale_apply_exp2 has copied its values into p
+      bool all_fp32 = true;
+      for (int j = 0; j < len; ++j) {
+        p32[j] = static_cast<float>(sc.p[j]);
+        all_fp32 = all_fp32 && static_cast<double>(p32[j]) == sc.p[j];
+      }
+      if (all_fp32) {
+        round_array(*km.p_cast, p32, sc.p_cast_bits.data(), static_cast<std::size_t>(len), RoundingSpec{});
+        for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(to_double(*km.p_cast, sc.p_cast_bits[j]));
+        return;
+      }
+    }
+  }
+  for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(ar.to(km.p_cast, sc.p[j]));
+}
+
 // The loop, over one query row's KV tiles.
 template <class A, class E, class Sink>
 void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
@@ -390,11 +441,12 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
     if (lazy) state.m = m_old;
     const double alpha = lazy ? 1.0 : rescale_factor(km, ar, k, m_old, state.m);  // FA4: acc_scale = 1.0
     softmax_rescale_o(km, ar, Is_first, alpha, sc.acc, state, sink);
-    scale_apply_exp2(km, ar, k, g, row, kb, state.m, sc.s.data(), sc.p.data(), len);
+    scale_apply_exp2(km, ar, k, g, row, kb, state.m, sc.s.data(), sc.p.data(), len, sc.ex2_args.data(),
+                     sc.ex2_values.data());
     reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);
 
     // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
-    for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(ar.to(km.p_cast, sc.p[j]));
+    cast_p(km, ar, sc, len);
     sink.on_p_cast(sc.pc.data(), len, kb);
     gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
     sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);

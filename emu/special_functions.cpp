@@ -21,6 +21,7 @@
 // exhaustive test (all 2^32 inputs against MPFR) is the proof that the margins hold.
 #include "emu/special_functions.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -142,43 +143,64 @@ DoubleDouble dd_reciprocal(double d) {
 constexpr DoubleDouble kLn2{0x1.62e42fefa39efp-1, 0x1.abc9e3b39803fp-56};
 constexpr DoubleDouble kLog2e{0x1.71547652b82fep+0, 0x1.777d0ffda0d24p-56};
 
-// The fp32 RNE rounding of a value known to lie strictly between kept * 2^exponent and the
-// midpoint (kept + 1/2) * 2^exponent (above_midpoint false), or strictly between that midpoint
-// and (kept + 1) * 2^exponent (true), kept in [2^23, 2^24), the result normal or overflowing.
-// The stages below only know which side of the midpoint the exact value lies on; that is all
-// round-to-nearest-even needs, so it is handed to round_pack (the one rounding routine) as
-// the round bit with a sticky remainder. (Only the bits are used: the inexact flag would be
-// wrong for a value that is exactly kept * 2^exponent, which nothing reads here.)
-float round_decided(bool negative, std::uint64_t kept, int exponent, bool above_midpoint) {
+// The fp32 RNE rounding, as bits, of a value known to lie strictly between kept * 2^exponent
+// and the midpoint (kept + 1/2) * 2^exponent (above_midpoint false), or strictly between that
+// midpoint and (kept + 1) * 2^exponent (true), kept in [2^23, 2^24), the result normal or
+// overflowing. The stages below only know which side of the midpoint the exact value lies on;
+// that is all round-to-nearest-even needs, so it is handed to round_pack (the one rounding
+// routine) as the round bit with a sticky remainder. (Only the bits are used: the inexact flag
+// would be wrong for a value that is exactly kept * 2^exponent, which nothing reads here.)
+std::uint32_t round_decided(bool negative, std::uint64_t kept, int exponent, bool above_midpoint) {
   const std::uint64_t with_round_bit = 2 * kept + (above_midpoint ? 1u : 0u);
-  return float_of(round_pack(formats::fp32, negative, exponent - 1, with_round_bit, true, RoundingSpec{}).bits);
+  return round_pack(formats::fp32, negative, exponent - 1, with_round_bit, true, RoundingSpec{}).bits;
+}
+
+// The stage results' "not decided" marker: +0's bits, which no decided result has (normal or inf).
+constexpr std::uint32_t kUndecided = 0;
+
+// The midpoint test of round_if_decided for a positive A = hi + lo, without branches (the
+// array ex2 loop runs it for every element): whether every value within rel_err * A of A
+// rounds alike, and if so how, as round_decided's arguments: kept (in [2^23, 2^24); 0 when
+// undecided, which no decided value has), the exponent of its last bit, and the side of the
+// midpoint.
+struct Decision {
+  std::uint32_t kept;
+  std::int32_t exponent;
+  std::uint32_t above_midpoint;
+};
+[[gnu::always_inline]] inline Decision decide_positive(double hi, double lo, double rel_err) {
+  // Outside the domain this helper serves (NaN too): below fp32's normal range, or from 2^128
+  // on (no stage reaches it: 2^x < 2^128 for x < 128, |lg2 x| <= 150).
+  const bool in_domain = hi >= power_of_two(formats::fp32.emin()) && hi < power_of_two(formats::fp32.emax() + 1);
+  const double h = in_domain ? hi : 1.0;  // a stand-in that keeps the arithmetic below defined
+  const int e = static_cast<int>(std::bit_cast<std::uint64_t>(h) >> 52) - 1023;  // h: a positive normal double
+  // In units of the fp32 ulp of h's binade: m_hi in [2^23, 2^24). 2^(kManBits - e) is a normal
+  // double (e in [-126, 127]), so each product is the one times_power_of_two would form.
+  const double to_units = power_of_two(kManBits - e);
+  const double m_hi = h * to_units;
+  const double m_lo = lo * to_units;
+  // floor(m_hi): m_hi is positive and below 2^24, so truncation to an integer is floor (one
+  // instruction, where std::floor is a library call on baseline x86-64).
+  const double base = static_cast<double>(static_cast<std::int32_t>(m_hi));
+  // Signed distance from A to the midpoint base + 1/2; the only midpoint within
+  // reach, since |m_lo| < 2^-28 and the error bound is far below 1/2.
+  const double to_midpoint = ((m_hi - base) - 0.5) + m_lo;  // one rounding, in the + m_lo
+  const double margin = 2.0 * rel_err * m_hi + 0x1p-50 * std::fabs(to_midpoint);
+  const bool decided = in_domain && !(std::fabs(to_midpoint) <= margin);
+  return {decided ? static_cast<std::uint32_t>(base) : 0u, e - kManBits, to_midpoint > 0 ? 1u : 0u};
 }
 
 // The fp32 (RNE) rounding of a non-zero v known only as A = hi + lo with
 // |A - v| <= rel_err * |v|, if every value in that interval rounds the same way.
 // The result must lie in fp32's normal range or overflow (true for ex2 and lg2 here).
 // Why this is not just round_pack of A: A is an approximation, so the question is whether the
-// whole interval around it rounds one way (the midpoint test below); only the final rounding,
-// once decided, goes through round_pack (round_decided).
+// whole interval around it rounds one way (the midpoint test, decide_positive); only the final
+// rounding, once decided, is done (round_decided). RNE is symmetric: the sign is set last.
 std::optional<float> round_if_decided(DoubleDouble a, double rel_err) {
   const bool negative = a.hi < 0;
-  const double hi = std::fabs(a.hi);
-  const double lo = negative ? -a.lo : a.lo;
-  // Outside the domain this helper serves (NaN too): below fp32's normal range.
-  if (!(hi >= power_of_two(formats::fp32.emin()))) return std::nullopt;
-  const int e = static_cast<int>(std::bit_cast<std::uint64_t>(hi) >> 52) - 1023;  // hi: a positive normal double
-  // In units of the fp32 ulp of hi's binade: m_hi in [2^23, 2^24).
-  const double m_hi = times_power_of_two(hi, kManBits - e);
-  const double m_lo = times_power_of_two(lo, kManBits - e);
-  // floor(m_hi): m_hi is positive and below 2^24, so truncation to an integer is floor (one
-  // instruction, where std::floor is a library call on baseline x86-64).
-  const double base = static_cast<double>(static_cast<std::int64_t>(m_hi));
-  // Signed distance from A to the midpoint base + 1/2; the only midpoint within
-  // reach, since |m_lo| < 2^-28 and the error bound is far below 1/2.
-  const double to_midpoint = ((m_hi - base) - 0.5) + m_lo;  // one rounding, in the + m_lo
-  const double margin = 2.0 * rel_err * m_hi + 0x1p-50 * std::fabs(to_midpoint);
-  if (std::fabs(to_midpoint) <= margin) return std::nullopt;
-  return round_decided(negative, static_cast<std::uint64_t>(base), e - kManBits, to_midpoint > 0);
+  const Decision d = decide_positive(std::fabs(a.hi), negative ? -a.lo : a.lo, rel_err);
+  if (d.kept == 0) return std::nullopt;
+  return float_of(round_decided(negative, d.kept, d.exponent, d.above_midpoint != 0));
 }
 
 // ---- multiprecision last resort -----------------------------------------------------
@@ -199,7 +221,7 @@ float round_big(const BigFloat& v, const char* what) {
     throw std::logic_error(std::string(what) + ": multiprecision stage could not decide the rounding");
   }
   const auto kept = static_cast<std::uint64_t>(static_cast<double>(base));  // exact: an integer < 2^24
-  return round_decided(negative, kept, e - formats::fp32.precision(), to_midpoint > 0);
+  return float_of(round_decided(negative, kept, e - formats::fp32.precision(), to_midpoint > 0));
 }
 
 // ---- ex2 ------------------------------------------------------------------------------
@@ -225,29 +247,59 @@ Ex2Split split_ex2_argument(double x) {
   // floor(x + 0.5) without the library call: x + 0.5 is exact and |x| < 128, so
   // truncation toward zero, corrected by one below zero, is floor.
   const double shifted = x + 0.5;
-  double k = static_cast<double>(static_cast<std::int64_t>(shifted));
+  double k = static_cast<double>(static_cast<std::int32_t>(shifted));
   if (k > shifted) k -= 1.0;
   return {static_cast<int>(k), x - k};
 }
 
+// 1/n! for n < 14, rounded to double.
+constexpr std::array<double, 14> kInverseFactorial = [] {
+  std::array<double, 14> c{};
+  double f = 1.0;
+  for (int n = 0; n < 14; ++n) {
+    if (n > 0) f *= n;  // exact: 13! < 2^53
+    c[n] = 1.0 / f;
+  }
+  return c;
+}();
+
+// The double stage for n <= kEx2StageChunk inputs: bits[i] = its fp32 result for x[i], or
+// kUndecided. The scalar stage (ex2_stage_double, n = 1) and the array one
+// (ex2_correct_ftz_array) both run it, so they are the same function.
 // 2^r = exp(t), t = r ln2, |t| <= 0.347. Taylor to t^13: truncation below 2^-57
 // relative; Horner in double with 1/n! rounded adds a few 2^-53; t's rounding adds
 // |t| 2^-52. Total below 2^-50; claimed 2^-46.
+// It runs in passes over the elements, each Horner step over all of them: every element sees
+// the same operations in the same order as alone, but the steps of different elements do not
+// wait for each other (one element's Horner chain is latency-bound) and each step's loop
+// vectorises.
+// Requires x[i] in [-126, 128) (what ex2_without_evaluation leaves): then k is in [-126, 128]
+// and 2^k a normal double, so p * 2^k is the product times_power_of_two would form.
+constexpr std::size_t kEx2StageChunk = 256;
+[[gnu::always_inline]] inline void ex2_stage_double_bits(const float* x, std::uint32_t* bits, std::size_t n) {
+  double t[kEx2StageChunk], p[kEx2StageChunk];
+  int k[kEx2StageChunk];
+  for (std::size_t i = 0; i < n; ++i) {
+    const Ex2Split s = split_ex2_argument(x[i]);
+    k[i] = s.k;
+    t[i] = s.r * kLn2.hi;
+    p[i] = kInverseFactorial[13];
+  }
+  for (int c = 12; c >= 0; --c)
+    for (std::size_t i = 0; i < n; ++i) p[i] = p[i] * t[i] + kInverseFactorial[c];
+  Decision decisions[kEx2StageChunk];
+  for (std::size_t i = 0; i < n; ++i) decisions[i] = decide_positive(p[i] * power_of_two(k[i]), 0.0, 0x1p-46);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Decision& d = decisions[i];
+    bits[i] = d.kept == 0 ? kUndecided : round_decided(false, d.kept, d.exponent, d.above_midpoint != 0);
+  }
+}
+
 std::optional<float> ex2_stage_double(float x) {
-  const Ex2Split s = split_ex2_argument(x);
-  const double t = s.r * kLn2.hi;
-  static constexpr std::array<double, 14> kInverseFactorial = [] {
-    std::array<double, 14> c{};
-    double f = 1.0;
-    for (int n = 0; n < 14; ++n) {
-      if (n > 0) f *= n;  // exact: 13! < 2^53
-      c[n] = 1.0 / f;
-    }
-    return c;
-  }();
-  double p = kInverseFactorial[13];
-  for (int n = 12; n >= 0; --n) p = p * t + kInverseFactorial[n];
-  return round_if_decided({times_power_of_two(p, s.k), 0.0}, 0x1p-46);
+  std::uint32_t bits = kUndecided;
+  ex2_stage_double_bits(&x, &bits, 1);
+  if (bits == kUndecided) return std::nullopt;
+  return float_of(bits);
 }
 
 // Same series in double-double to t^27 (truncation below 2^-140), Horner as
@@ -365,6 +417,40 @@ float ex2_correct_ftz(float x) {
   return ex2_stage_multiprecision(x);
 }
 
+void ex2_correct_ftz_array(const float* x, float* y, std::size_t n) {
+  float args[kEx2StageChunk];
+  std::uint32_t bits[kEx2StageChunk];
+  bool redo[kEx2StageChunk];
+  for (std::size_t first = 0; first < n; first += kEx2StageChunk) {
+    const std::size_t count = std::min(kEx2StageChunk, n - first);
+    const float* xc = x + first;
+    float* yc = y + first;
+    // ex2_correct_ftz's first two steps for every element: the inputs that reach the double
+    // stage (finite non-integers in [-126, 128) after the flush, those ex2_without_evaluation
+    // leaves) get its result where it decides; the others run the stage on a stand-in
+    // argument, so that the chunk runs it as a whole, and are redone.
+    for (std::size_t i = 0; i < count; ++i) {
+      const float xi = flush_subnormal(xc[i]);
+      const bool in_range = xi >= kEx2NormalFrom && xi < kEx2OverflowFrom;  // false for NaN
+      // The stand-in: x clamped into [-126, 128) (NaN gives -126), which leaves every input in
+      // range as it is.
+      constexpr float kLargestBelowOverflow = 0x1.fffffep+6f;  // the fp32 below 128
+      const float at_least = xi > kEx2NormalFrom ? xi : kEx2NormalFrom;
+      args[i] = at_least < kLargestBelowOverflow ? at_least : kLargestBelowOverflow;
+      const bool integer = args[i] == static_cast<float>(static_cast<std::int32_t>(args[i]));
+      redo[i] = !in_range || integer;
+    }
+    ex2_stage_double_bits(args, bits, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (redo[i] || bits[i] == kUndecided) {
+        yc[i] = ex2_correct_ftz(xc[i]);
+      } else {
+        yc[i] = float_of(bits[i]);
+      }
+    }
+  }
+}
+
 float lg2_correct_ftz(float x) {
   x = flush_subnormal(x);
   if (auto r = lg2_without_evaluation(x)) return *r;
@@ -404,6 +490,10 @@ class CorrectModel final : public SpecialFunctionModel {
            (note_.empty() ? std::string() : " " + note_);
   }
   float evaluate(float x) const override { return correct_ftz(f_, x); }
+  void evaluate_array(const float* x, float* y, std::size_t n) const override {
+    if (f_ == SpecialFunction::ex2) return ex2_correct_ftz_array(x, y, n);
+    SpecialFunctionModel::evaluate_array(x, y, n);
+  }
 
  private:
   SpecialFunction f_;

@@ -47,6 +47,7 @@
 //   falling back to `correct` (and counting the fallbacks) for unseen inputs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -74,6 +75,11 @@ class SpecialFunctionModel {
   // A one-line description for reports, e.g. "ex2: correct (UNMEASURED on hardware)".
   virtual std::string describe() const = 0;
   virtual float evaluate(float x) const = 0;
+  // y[i] = evaluate(x[i]) for i < n (x and y must not overlap). The correct ex2 model runs
+  // ex2_correct_ftz_array; other models loop over evaluate().
+  virtual void evaluate_array(const float* x, float* y, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) y[i] = evaluate(x[i]);
+  }
   // How many evaluations so far fell back to `correct` (oracle: unseen inputs; table:
   // inputs outside the table). Always 0 for `correct`. Thread-safe.
   virtual std::uint64_t fallback_count() const { return 0; }
@@ -81,6 +87,12 @@ class SpecialFunctionModel {
 
 // ---- correct rounding, with .ftz (the default, unmeasured model) ------------------
 float ex2_correct_ftz(float x);
+// y[i] = ex2_correct_ftz(x[i]) for i < n, bit for bit (x and y must not overlap): the same
+// function, its double stage run over chunks of the array in passes (each Horner step over
+// every element of the chunk; about twice as fast as n calls on x86-64), and the elements that
+// stage does not decide (364 of the 2^32 inputs), specials, integers and out-of-range inputs
+// redone by ex2_correct_ftz.
+void ex2_correct_ftz_array(const float* x, float* y, std::size_t n);
 float rcp_correct_ftz(float x);
 float lg2_correct_ftz(float x);
 float correct_ftz(SpecialFunction f, float x);

@@ -508,6 +508,95 @@ TEST_CASE("sfu_correct_stages_vs_mpfr") {
   mpfr_free_cache();
 }
 
+// ---- the array ex2 --------------------------------------------------------------------------
+// ex2_correct_ftz_array over one array mixing every kind of input (so that the decided, the
+// redone and the stand-in elements sit side by side and across its 256-element chunks):
+// random inputs, the special values, both sides of the flush threshold -126 and of the
+// overflow threshold 128, integers, subnormal inputs (read as zero), and inputs whose 2^x lies
+// so near a rounding midpoint that the double stage leaves them undecided. Each element
+// against MPFR (this file's .ftz rule; NaN results must be fp32's quiet NaN 0x7fc00000) and
+// against the scalar ex2_correct_ftz; also through the correct model's evaluate_array, and at
+// lengths 0 and 1.
+TEST_CASE("ex2_correct_ftz_array_vs_mpfr_and_scalar") {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          127.0f,
+                          -126.0f,
+                          128.0f,
+                          -125.0f,
+                          0.5f,
+                          -0.5f,
+                          inf,
+                          -inf,
+                          float_of(0x7fc00000u),
+                          float_of(0x7fc00001u),
+                          float_of(0xffffffffu),
+                          float_of(0x7f800001u),
+                          float_of(0x00000001u),
+                          float_of(0x807fffffu),
+                          float_of(0x00400000u),
+                          0x1p-126f,
+                          -0x1p-126f,
+                          0x1p-30f,
+                          -0x1p-30f,
+                          1e30f,
+                          -1e30f,
+                          -149.0f,
+                          -1000.0f,
+                          0x1p-24f,
+                          -0x1p-24f,
+                          3.0e-8f};
+  for (float edge : {-126.0f, -125.5f, 128.0f, 127.5f, 0.0f, -1.0f, 1.0f, -64.0f}) {
+    float up = edge, down = edge;
+    for (int i = 0; i < 4; ++i) {
+      up = std::nextafter(up, inf);
+      down = std::nextafter(down, -inf);
+      x.push_back(up);
+      x.push_back(down);
+    }
+  }
+  std::size_t hard_count = 0;
+  for (float lo : {1.0f, 0.5f, -1.0f, 64.0f}) {
+    const auto hard = undecided_by_double_stage(SpecialFunction::ex2, lo, 10);
+    hard_count += hard.size();
+    x.insert(x.end(), hard.begin(), hard.end());
+  }
+  CHECK(hard_count >= (sanitizer_run() ? 1u : 4u));  // else the redo of undecided elements goes untested
+  std::mt19937_64 rng(23);
+  const std::size_t random_count = scaled(100'000) + 77;  // not a whole number of chunks
+  for (std::size_t i = 0; i < random_count; ++i) x.push_back(float_of(random_input(SpecialFunction::ex2, rng)));
+  std::shuffle(x.begin(), x.end(), rng);
+
+  std::vector<float> y(x.size(), -7.0f), via_model(x.size(), -7.0f);
+  fb::ex2_correct_ftz_array(x.data(), y.data(), x.size());
+  fb::make_correct_model(SpecialFunction::ex2)->evaluate_array(x.data(), via_model.data(), x.size());
+  Mpfr32 ref;
+  std::uint64_t bad_mpfr = 0, bad_scalar = 0, bad_model = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float want = ref.ex2(x[i]);
+    const std::uint32_t want_bits = std::isnan(want) ? 0x7fc00000u : bits_of(want);
+    if (bits_of(y[i]) != want_bits && bad_mpfr++ < 5)
+      MESSAGE("input bits ", bits_of(x[i]), " got ", bits_of(y[i]), " want ", want_bits);
+    if (bits_of(y[i]) != bits_of(fb::ex2_correct_ftz(x[i]))) ++bad_scalar;
+    if (bits_of(via_model[i]) != bits_of(y[i])) ++bad_model;
+  }
+  CHECK(bad_mpfr == 0);
+  CHECK(bad_scalar == 0);
+  CHECK(bad_model == 0);
+
+  float untouched = -7.0f;
+  fb::ex2_correct_ftz_array(x.data(), &untouched, 0);  // writes nothing
+  CHECK(untouched == -7.0f);
+  const float one_in = 0.25f;
+  float one_out = 0.0f;
+  fb::ex2_correct_ftz_array(&one_in, &one_out, 1);
+  CHECK(bits_of(one_out) == 0x3f9837f0u);  // 2^0.25 = 1.18920712 rounded to fp32, written out
+  mpfr_free_cache();
+}
+
 // ---- fast-math compositions ---------------------------------------------------------------
 TEST_CASE("fast_exp_fast_log_compositions_vs_mpfr") {
   Mpfr32 ref;
