@@ -169,6 +169,13 @@ struct RunOptions {
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);
+// What an fp8 kernel model computes with: its quantised Q, K, V (incoherent processing and
+// scales as run_attention applies them, for opt's seed and block sizes) times their
+// descales, exactly. exact_attention() of these is the exact attention of the quantised
+// inputs, against which the kernel's own arithmetic is measured apart from the
+// quantisation. nullopt for models that do not quantise their inputs.
+std::optional<AttentionInputs> inputs_as_quantised(const KernelModel& km, const AttentionInputs& in,
+                                                   const RunOptions& opt);
 // The shapes every run accepts (std::invalid_argument naming the rule otherwise): q, k, v
 // share batch, sequence length and head dim (head dim at most 256); k and v share their
 // heads, which divide q's (grouped-query attention: q head h reads k/v head h / (H/Hk); dK

@@ -56,11 +56,11 @@ ValueSpread describe_values(const std::vector<double>& v) {
 namespace {
 
 // The samples of a run, before they are summarised. Per output: the error against exact,
-// the correctly rounded reference's error on the same inputs, and the excess (error minus
-// reference, element by element, then averaged like the error). Paired runs have no
-// reference: their difference is the excess.
+// the kernel's own error against its target, the input quantisation's (fp8 only), and the
+// floor's against the same target (measure.hpp TrialErrors); the excess is kernel - floor.
 struct Samples {
-  std::vector<double> o, delta, o_cr, delta_cr, o_excess, delta_excess;
+  std::vector<double> o, delta, o_kernel, delta_kernel, o_quant, delta_quant, o_cr, delta_cr;
+  ElementSpread o_spread;  // every element of O: the kernel's own error and the floor's
 };
 
 // What one trial or one trace file adds to the report. Items run apart (possibly on
@@ -84,10 +84,13 @@ void append(std::vector<double>& to, const std::vector<double>& from) { to.inser
 void merge_item(const ItemResult& item, Samples& s, BiasReport& report) {
   append(s.o, item.s.o);
   append(s.delta, item.s.delta);
+  append(s.o_kernel, item.s.o_kernel);
+  append(s.delta_kernel, item.s.delta_kernel);
+  append(s.o_quant, item.s.o_quant);
+  append(s.delta_quant, item.s.delta_quant);
   append(s.o_cr, item.s.o_cr);
   append(s.delta_cr, item.s.delta_cr);
-  append(s.o_excess, item.s.o_excess);
-  append(s.delta_excess, item.s.delta_excess);
+  s.o_spread.merge(item.s.o_spread);
   for (const ItemResult::RowMax& r : item.by_max)
     report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
   report.non_finite_rows += item.non_finite_rows;
@@ -139,7 +142,8 @@ void for_each_item(int count, int threads, const BiasHooks& hooks, const std::fu
 
 void run_trial(const BiasRun& run, int t, ItemResult& item) {
   const ModelHandle& model = run.model;
-  const std::uint64_t seed = trial_seed(run.seed, run.seed_key, static_cast<std::uint64_t>(t));
+  // Seeded by the scenario alone: every model sees the same inputs in trial t.
+  const std::uint64_t seed = trial_seed(run.seed, run.scenario, static_cast<std::uint64_t>(t));
   const auto in = make_scenario(run.scenario, seed, 1, 1, run.seqlen, run.headdim, model.recipe->input, true);
   const TrialErrors e =
       run.against ? measure_paired(model, *run.against, in, seed) : measure_errors(model, in, seed, false);
@@ -151,14 +155,15 @@ void run_trial(const BiasRun& run, int t, ItemResult& item) {
     return;
   }
   s.o.push_back(mean_of(e.o_ulps));
-  if (!e.delta_ulps.empty()) s.delta.push_back(mean_of(e.delta_ulps));
-  if (!e.o_cr_ulps.empty()) {
-    s.o_cr.push_back(mean_of(e.o_cr_ulps));
-    s.o_excess.push_back(s.o.back() - s.o_cr.back());
-  }
-  if (!e.delta_cr_ulps.empty()) {
+  s.o_kernel.push_back(mean_of(e.o_kernel_ulps));
+  for (std::size_t i = 0; i < e.o_kernel_ulps.size(); ++i) s.o_spread.add(e.o_kernel_ulps[i], e.o_cr_ulps[i]);
+  s.o_cr.push_back(mean_of(e.o_cr_ulps));
+  if (!e.o_quant_ulps.empty()) s.o_quant.push_back(mean_of(e.o_quant_ulps));
+  if (!e.delta_ulps.empty()) {
+    s.delta.push_back(mean_of(e.delta_ulps));
+    s.delta_kernel.push_back(mean_of(e.delta_kernel_ulps));
     s.delta_cr.push_back(mean_of(e.delta_cr_ulps));
-    s.delta_excess.push_back(s.delta.back() - s.delta_cr.back());
+    if (!e.delta_quant_ulps.empty()) s.delta_quant.push_back(mean_of(e.delta_quant_ulps));
   }
   const std::size_t d = static_cast<std::size_t>(run.headdim);
   for (std::size_t r = 0; r < e.row_max.size(); ++r) {
@@ -212,27 +217,46 @@ void add_trace(const Trace& trace, ItemResult& item) {
   // The reference in the final cast's mode of the trace's model (+o-MODE; RNE, every
   // kernel's own cast, when the metadata names no model of o's format).
   const ModelHandle named = trace_model(trace, in.dtype);
+  const ErrorUnits units = error_units(o_bits.format, in, exact);
   const ReferenceErrors cr = named.recipe && named.recipe->output == o_bits.format
-                                 ? reference_errors(correctly_rounded_reference(*named.recipe), in, exact)
-                                 : correctly_rounded_errors(o_bits.format, in, exact);
+                                 ? reference_errors(correctly_rounded_reference(*named.recipe), in, exact, units)
+                                 : correctly_rounded_errors(o_bits.format, in, exact, units);
   const int d = o_vals.cols;
+  // Rows of one kv head of one batch entry share its keys and values: they are one cluster,
+  // whose mean is one independent sample (a row each would make the interval far too narrow).
+  const int heads = in.q.heads, rows = in.q.rows, kv_heads = std::max(1, in.k.heads);
+  const int group = std::max(1, heads / kv_heads);
+  const auto cluster_of = [&](std::size_t r) {
+    const std::size_t per_batch = static_cast<std::size_t>(heads) * static_cast<std::size_t>(rows);
+    const std::size_t b = r / per_batch, h = (r / static_cast<std::size_t>(rows)) % static_cast<std::size_t>(heads);
+    return b * static_cast<std::size_t>(kv_heads) + h / static_cast<std::size_t>(group);
+  };
+  const std::size_t clusters = static_cast<std::size_t>(std::max(1, in.q.batch)) * static_cast<std::size_t>(kv_heads);
+  struct ClusterSums {
+    double o = 0, o_cr = 0, delta = 0, delta_cr = 0;
+    long long o_rows = 0, delta_rows = 0;
+  };
+  std::vector<ClusterSums> sums(clusters);
   // The captured kernel's output, non-finite on these finite inputs: reported, not measured.
   std::vector<std::size_t> bad_rows = non_finite_rows(o_vals);
   std::vector<bool> bad(exact.o.data.size() / static_cast<std::size_t>(d), false);
   for (std::size_t r : bad_rows) bad[r] = true;
-  std::vector<std::size_t> kept_rows;  // trace row of each sample added below
+  std::vector<double> row_o(bad.size(), 0.0);  // each row's mean O error (by_max)
   for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
     if (bad[r]) continue;
     double sum = 0, sum_cr = 0;
     for (int c = 0; c < d; ++c) {
       const double want = exact.o.data[r * d + c];
-      sum += (o_vals.data[r * d + c] - want) / ulp_at(o_bits.format, want);
+      sum += (o_vals.data[r * d + c] - want) / units.o[r * d + c];
       sum_cr += cr.o_ulps[r * d + c];
     }
-    s.o.push_back(sum / d);
-    s.o_cr.push_back(sum_cr / d);
-    s.o_excess.push_back((sum - sum_cr) / d);
-    kept_rows.push_back(r);
+    row_o[r] = sum / d;
+    for (int c = 0; c < d; ++c)
+      s.o_spread.add((o_vals.data[r * d + c] - exact.o.data[r * d + c]) / units.o[r * d + c], cr.o_ulps[r * d + c]);
+    ClusterSums& cs = sums[cluster_of(r)];
+    cs.o += sum / d;
+    cs.o_cr += sum_cr / d;
+    ++cs.o_rows;
   }
   // delta: the captured one, else (PyTorch's SDPA does not return it) the one the trace's
   // kernel computes from the captured O and dO (kernel_delta).
@@ -258,29 +282,41 @@ void add_trace(const Trace& trace, ItemResult& item) {
   if (!kernel_deltas.empty() && exact.delta) {
     if (kernel_deltas.size() != exact.delta->data.size())
       throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
-    const std::vector<double> unit = delta_units(o_bits.format, *in.d_o, exact.o, *exact.delta);
     for (std::size_t i = 0; i < kernel_deltas.size(); ++i) {
-      trace_delta.push_back((kernel_deltas[i] - exact.delta->data[i]) / unit[i]);
+      trace_delta.push_back((kernel_deltas[i] - exact.delta->data[i]) / units.delta[i]);
       if (!std::isfinite(kernel_deltas[i])) {
         if (!bad[i]) bad_rows.push_back(i);
         bad[i] = true;
       }
       if (bad[i]) continue;
-      s.delta.push_back(trace_delta.back());
-      s.delta_cr.push_back(cr.delta_ulps[i]);
-      s.delta_excess.push_back(trace_delta.back() - cr.delta_ulps[i]);
+      ClusterSums& cs = sums[cluster_of(i)];
+      cs.delta += trace_delta.back();
+      cs.delta_cr += cr.delta_ulps[i];
+      ++cs.delta_rows;
     }
   }
-  const std::size_t first_sample = s.o.size() - kept_rows.size();
-  for (std::size_t k = 0; k < kept_rows.size(); ++k) {
-    const std::size_t r = kept_rows[k];
-    if (bad[r]) continue;  // its delta was non-finite
-    item.by_max.push_back({exact.row_max->data[r], s.o[first_sample + k],
+  // Captured traces are not quantised by flashbits: the kernel's target is exact attention
+  // of the captured inputs, so its own error is its error against exact.
+  for (const ClusterSums& cs : sums) {
+    if (cs.o_rows > 0) {
+      s.o.push_back(cs.o / static_cast<double>(cs.o_rows));
+      s.o_kernel.push_back(s.o.back());
+      s.o_cr.push_back(cs.o_cr / static_cast<double>(cs.o_rows));
+    }
+    if (cs.delta_rows > 0) {
+      s.delta.push_back(cs.delta / static_cast<double>(cs.delta_rows));
+      s.delta_kernel.push_back(s.delta.back());
+      s.delta_cr.push_back(cs.delta_cr / static_cast<double>(cs.delta_rows));
+    }
+  }
+  for (std::size_t r = 0; r < bad.size(); ++r) {
+    if (bad[r]) continue;  // its O or delta was non-finite
+    item.by_max.push_back({exact.row_max->data[r], row_o[r],
                            trace_delta.empty() ? std::nullopt : std::optional<double>(trace_delta[r])});
   }
   if (!bad_rows.empty()) {
-    // A row with a finite O but a non-finite delta already gave its O sample; drop the
-    // run's verdict all the same, and name every such row.
+    // A row with a finite O but a non-finite delta already gave its O to its cluster; drop
+    // the run's verdict all the same, and name every such row.
     std::sort(bad_rows.begin(), bad_rows.end());
     item.non_finite_rows = bad_rows.size();
     item.non_finite_where = trace.source_name() + ": " + std::to_string(bad_rows.size()) + " row(s) " +
@@ -320,27 +356,41 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
                         (unknown ? " (" + std::to_string(unknown) + " of them of UNKNOWN provenance)" : "");
   }
   report.paired = run.against.has_value();
+  report.alpha = run.alpha;
+  report.at_stake = run.at_stake;
+  report.samples_note =
+      report.from_traces
+          ? "one sample per kv head of each batch entry of each trace (its rows share keys and values, so "
+            "they are one cluster: the sample is their mean)"
+          : "one sample per trial (each trial draws its own keys and values)";
   report.o = summarize(s.o, run.alpha);
   report.delta = summarize(s.delta, run.alpha);
   report.has_delta = !s.delta.empty();
-  if (report.paired) {
-    report.o_excess = report.o;
-    report.delta_excess = report.delta;
-  } else {
-    report.o_cr = summarize(s.o_cr, run.alpha);
-    report.delta_cr = summarize(s.delta_cr, run.alpha);
-    report.o_excess = summarize(s.o_excess, run.alpha);
-    report.delta_excess = summarize(s.delta_excess, run.alpha);
-  }
+  report.has_quantisation = !s.o_quant.empty();
+  report.o_quant = summarize(s.o_quant, run.alpha);
+  report.delta_quant = summarize(s.delta_quant, run.alpha);
+  report.o_cr = summarize(s.o_cr, run.alpha);
+  report.delta_cr = summarize(s.delta_cr, run.alpha);
+  report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, run.alpha, run.at_stake);
+  report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, run.alpha, run.at_stake);
+  report.o_spread = s.o_spread;
+  report.o_excess = report.o_vs_floor.excess;
+  report.delta_excess = report.delta_vs_floor.excess;
   report.no_verdict = report.non_finite_rows > 0;
-  report.biased = !report.no_verdict && (report.o_excess.biased || (report.has_delta && report.delta_excess.biased));
+  report.verdict = report.has_delta ? combine(report.o_vs_floor.verdict, report.delta_vs_floor.verdict)
+                                    : report.o_vs_floor.verdict;
+  report.biased = !report.no_verdict && report.verdict == Verdict::adds_bias;
   return report;
+}
+
+std::string report_verdict_text(const BiasReport& r) {
+  return r.no_verdict ? "no verdict (non-finite output)" : verdict_text(r.verdict);
 }
 
 std::string stat_verdict(const BiasStatistics& s, bool run_has_verdict) {
   if (s.n == 0) return "no samples";
   if (!run_has_verdict) return "none (non-finite output elsewhere in the run)";
-  return s.verdict();
+  return s.biased ? "mean differs from 0" : "mean not distinguishable from 0";
 }
 
 namespace {
@@ -372,6 +422,20 @@ nlohmann::ordered_json spread_json(const ValueSpread& s) {
   return j;
 }
 
+nlohmann::ordered_json comparison_json(const FloorComparison& c, bool run_has_verdict) {
+  nlohmann::ordered_json j;
+  j["verdict"] = run_has_verdict ? verdict_text(c.verdict) : "none (non-finite output)";
+  j["reason"] = c.reason;
+  j["kernel_mean_ulps"] = c.kernel.mean;
+  j["floor_mean_ulps"] = c.floor.mean;
+  j["excess_mean_ulps"] = c.excess.mean;
+  j["excess_p_t"] = c.excess.p_t;
+  j["min_detectable_ulps"] = c.excess.min_detectable;
+  j["distance_mean_ulps"] = c.distance.mean;
+  j["distance_p_t"] = c.distance.p_t;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
@@ -380,20 +444,35 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   j["subject"] = r.subject;
   j["provenance"] = r.provenance;
   if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
+  j["samples"] = r.samples_note;
   j["alpha"] = r.alpha;
+  j["at_stake_ulps"] = r.at_stake;
   j["o"] = stats_json(r.o, has_verdict);
   if (r.has_delta) j["delta"] = stats_json(r.delta, has_verdict);
-  if (!r.paired) {
-    nlohmann::ordered_json cr, ex;
-    cr["o"] = stats_json(r.o_cr, has_verdict);
-    ex["o"] = stats_json(r.o_excess, has_verdict);
-    if (r.has_delta) {
-      cr["delta"] = stats_json(r.delta_cr, has_verdict);
-      ex["delta"] = stats_json(r.delta_excess, has_verdict);
-    }
-    j["correctly_rounded"] = cr;
-    j["excess"] = ex;
+  if (r.has_quantisation) {
+    nlohmann::ordered_json q;
+    q["o"] = stats_json(r.o_quant, has_verdict);
+    if (r.has_delta) q["delta"] = stats_json(r.delta_quant, has_verdict);
+    j["quantisation"] = q;
   }
+  nlohmann::ordered_json cr, ex, vs;
+  cr["o"] = stats_json(r.o_cr, has_verdict);
+  ex["o"] = stats_json(r.o_excess, has_verdict);
+  vs["o"] = comparison_json(r.o_vs_floor, has_verdict);
+  if (r.has_delta) {
+    cr["delta"] = stats_json(r.delta_cr, has_verdict);
+    ex["delta"] = stats_json(r.delta_excess, has_verdict);
+    vs["delta"] = comparison_json(r.delta_vs_floor, has_verdict);
+  }
+  j[r.paired ? "against" : "correctly_rounded"] = cr;
+  j["excess"] = ex;
+  j["against_floor"] = vs;
+  nlohmann::ordered_json spread;
+  spread["elements"] = r.o_spread.elements;
+  spread["kernel_rms_ulps"] = r.o_spread.kernel_rms();
+  spread["floor_rms_ulps"] = r.o_spread.floor_rms();
+  spread["kernel_max_abs_ulps"] = r.o_spread.kernel_max_abs;
+  j["o_spread"] = spread;
   if (r.no_verdict) {
     nlohmann::ordered_json nf;
     nf["rows"] = r.non_finite_rows;
@@ -401,7 +480,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
     j["non_finite_output"] = nf;
   }
   j["verdict_from"] = r.no_verdict ? "none" : r.paired ? "paired" : "excess";
-  j["verdict"] = r.no_verdict ? "no verdict (non-finite output)" : r.biased ? "biased" : "no detectable bias";
+  j["verdict"] = report_verdict_text(r);
   if (by_max) {
     nlohmann::ordered_json g;
     g["distinct_values"] = r.by_max.size();

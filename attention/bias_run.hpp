@@ -1,22 +1,22 @@
-// attention/bias_run.hpp: one bias-test run (docs/CLI.md bias-test): is a kernel model's O
-// (and delta) biased on a scenario, or are captured kernels' outputs biased? The CLI
-// (`flashbits bias-test`) and the Python module (flashbits.bias_test) both run it here and
-// render its report: the CLI as text or with bias_report_json, Python with
+// attention/bias_run.hpp: one bias-test run (docs/CLI.md bias-test): does a kernel model add
+// bias to O (and delta) beyond its format's floor on a scenario, or do captured kernels'
+// outputs? The CLI (`flashbits bias-test`) and the Python module (flashbits.bias_test) both
+// run it here and render its report: the CLI as text or with bias_report_json, Python with
 // bias_report_json, so their JSON agrees field by field.
 //
-// Samples:
-// - model mode: one sample per trial, the mean signed error (against exact_attention; O in
-//   ulps of the output format at the exact value, delta in reduction ulps as
-//   measure.hpp delta_units says) of O and of delta over a 1-head problem of
-//   seqlen x headdim drawn with trial_seed(seed, seed_key, trial).
-// - with `against`: one sample per trial, the paired difference of the model and `against`
-//   on the same inputs and seed (measure.hpp measure_paired): the bias the model adds
-//   relative to `against`, free of the input noise they share (fp8 quantisation, say).
-// - trace mode: one sample per captured row of every trace file: the captured o (and
-//   delta) against exact_attention of the captured inputs (no replay).
-// Besides the error against exact, every non-paired run measures the correctly rounded
-// reference's error on the same inputs and the excess (error minus reference); the verdict
-// tests the excess (the kernel's own share), or the paired difference.
+// Samples (independent ones: the verdict's interval and p-value assume it):
+// - model mode: one per trial, the mean signed error of O and of delta over a 1-head
+//   problem of seqlen x headdim drawn with trial_seed(seed, scenario, trial): every model
+//   sees the same inputs in trial t, whatever its name.
+// - trace mode: one per cluster of captured rows that share their keys and values (one kv
+//   head of one batch entry of one trace), the mean over the cluster's rows of the captured
+//   o (and delta) against exact_attention of the captured inputs (no replay).
+// Per sample, three errors (measure.hpp TrialErrors): against exact; the kernel's own
+// (against the exact attention of what it computed with: for fp8 models the quantised
+// inputs, whose quantisation error is reported on its own); and the floor's: the correctly
+// rounded reference rounded where the kernel keeps its outputs, or with `against` that
+// model on the same inputs and seed. verdict.hpp compares kernel and floor: the excess, its
+// direction and the test's power decide the verdict.
 // No verdict on data that cannot support one: a trace with a NaN or infinity in q, k, v or
 // dO, or with a dimension of 0, is bad input (std::invalid_argument naming the file and
 // rows); a model (or captured kernel) whose O or delta is non-finite on finite inputs is
@@ -31,6 +31,8 @@
 // once), which would make any CI too narrow.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -44,6 +46,7 @@
 #include "attention/attention.hpp"
 #include "traces/capture_import.hpp"
 #include "attention/statistics.hpp"
+#include "attention/verdict.hpp"
 
 namespace fb::attn {
 
@@ -74,11 +77,10 @@ ValueSpread describe_values(const std::vector<double>& v);
 // What to measure. The caller validates its options (their names differ between the CLI
 // and Python) and resolves the models; run_bias checks only what it discovers on the way.
 struct BiasRun {
-  // Model mode when model.recipe is set. seed_key is the model's name before any recipe
-  // file was applied, so that a model with and without a recipe sees the same inputs.
+  // Model mode when model.recipe is set; the trials are seeded by scenario, seed and trial only.
   ModelHandle model;
   std::optional<ModelHandle> against;
-  std::string scenario, seed_key;
+  std::string scenario;
   int trials = 0, seqlen = 0, headdim = 0;
   std::uint64_t seed = 0;
   // Trace mode otherwise: these files, in this order; the subject says "in traces_label"
@@ -87,6 +89,7 @@ struct BiasRun {
   CaptureOptions capture;  // what bare captures among them lack (traces/capture_import.hpp)
   std::string traces_label;
   double alpha = 1e-3;
+  double at_stake = kDefaultAtStakeUlps;  // verdict.hpp: the bias the test must be able to see
   // The trials (model mode) or trace files (trace mode) run on this many threads, each item
   // on one thread (its attention run on that thread alone). The report does not depend on
   // it: every trial is seeded by its index, every item's samples are kept apart and joined
@@ -108,20 +111,52 @@ struct BiasHooks {
       start_threads;
 };
 
+// The spread of O's errors over every element (no test: rows and elements are not
+// independent): the kernel's own error and the floor's, RMS and largest. A kernel whose
+// damage is not a signed bias (a P̄ that saturates shrinks the largest weights of some rows,
+// with either sign in O) shows here.
+struct ElementSpread {
+  std::size_t elements = 0;
+  double kernel_sumsq = 0, floor_sumsq = 0, kernel_max_abs = 0;
+  void add(double kernel, double floor) {
+    ++elements;
+    kernel_sumsq += kernel * kernel;
+    floor_sumsq += floor * floor;
+    kernel_max_abs = std::max(kernel_max_abs, std::fabs(kernel));
+  }
+  void merge(const ElementSpread& o) {
+    elements += o.elements;
+    kernel_sumsq += o.kernel_sumsq;
+    floor_sumsq += o.floor_sumsq;
+    kernel_max_abs = std::max(kernel_max_abs, o.kernel_max_abs);
+  }
+  double kernel_rms() const { return elements ? std::sqrt(kernel_sumsq / static_cast<double>(elements)) : 0.0; }
+  double floor_rms() const { return elements ? std::sqrt(floor_sumsq / static_cast<double>(elements)) : 0.0; }
+};
+
 struct BiasReport {
   std::string subject, provenance;
   std::string delta_note;  // how delta was obtained when a trace holds none; else empty
-  double alpha = 1e-3;
-  bool from_traces = false, paired = false, has_delta = false;
+  std::string samples_note;  // what one sample is, and why the samples are independent
+  double alpha = 1e-3, at_stake = kDefaultAtStakeUlps;
+  bool from_traces = false, paired = false, has_delta = false, has_quantisation = false;
   // no_verdict: some row's output was non-finite (counted and described below).
-  bool no_verdict = false, biased = false;
-  // Error against exact; the correctly rounded reference's (not for paired runs); the
-  // excess, which is the paired difference itself for paired runs (the verdict's statistic).
-  BiasStatistics o, delta, o_cr, delta_cr, o_excess, delta_excess;
+  bool no_verdict = false;
+  Verdict verdict = Verdict::inconclusive;  // combine(o_vs_floor, delta_vs_floor) unless no_verdict
+  bool biased = false;                      // verdict == adds_bias (and a verdict was given)
+  // Error against exact; the input quantisation's (fp8 kernels: the exact attention of the
+  // quantised inputs against exact); the floor's (the correctly rounded reference, or the
+  // --against model) against the kernel's target; the excess (kernel minus floor).
+  BiasStatistics o, delta, o_quant, delta_quant, o_cr, delta_cr, o_excess, delta_excess;
+  FloorComparison o_vs_floor, delta_vs_floor;
+  ElementSpread o_spread;
   std::size_t non_finite_rows = 0;
   std::vector<std::string> non_finite_where;  // one line per trial or trace
   RowMaxGroups by_max;
 };
+
+// The verdict line's words for a run ("adds bias", ..., "no verdict (non-finite output)").
+std::string report_verdict_text(const BiasReport& report);
 
 BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks = {});
 

@@ -100,6 +100,18 @@ void parallel_for(int count, int threads, const Fn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// The tiles of a run: the recipe's for the shape, RunOptions' block sizes where given.
+TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunOptions& opt) {
+  TileSizes t = km.tiles_for(in.q.cols, in.q.rows, in.causal);
+  if (opt.block_m > 0) t.block_m = t.bwd_block_m = opt.block_m;
+  if (opt.block_n > 0) t.block_n = t.bwd_block_n = opt.block_n;
+  t.block_n = std::max(1, t.block_n);
+  t.block_m = std::max(1, t.block_m);
+  t.bwd_block_m = std::max(1, t.bwd_block_m);
+  t.bwd_block_n = std::max(1, t.bwd_block_n);
+  return t;
+}
+
 template <class A, class E>
 AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionInputs& in, const RunOptions& opt) {
   check_attention_inputs(in);
@@ -111,13 +123,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   g.d = D;
   g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
   g.causal = in.causal;
-  g.tiles = km.tiles_for(D, N, in.causal);
-  if (opt.block_m > 0) g.tiles.block_m = g.tiles.bwd_block_m = opt.block_m;
-  if (opt.block_n > 0) g.tiles.block_n = g.tiles.bwd_block_n = opt.block_n;
-  g.tiles.block_n = std::max(1, g.tiles.block_n);
-  g.tiles.block_m = std::max(1, g.tiles.block_m);
-  g.tiles.bwd_block_m = std::max(1, g.tiles.bwd_block_m);
-  g.tiles.bwd_block_n = std::max(1, g.tiles.bwd_block_n);
+  g.tiles = run_tiles(km, in, opt);
   g.software_exp2 = km.software_exp2_split(D, in.causal, N, group);
   if (g.software_exp2.enabled && g.software_exp2.every > 0 && g.tiles.block_n % 32 != 0) {
     throw std::invalid_argument("attention: +sw-exp2:EVERY,START splits KV tiles in 32-column fragments; block_n " +
@@ -356,6 +362,31 @@ std::optional<double> kernel_delta(const ModelHandle& model, const double* d_o, 
   if (km.delta == DeltaFormula::softmax_backward) return std::nullopt;  // needs dP and P, not O
   const detail::HardwareArith ar{&km};
   return delta_from_o(km, ar, d_o, o, d);
+}
+
+std::optional<AttentionInputs> inputs_as_quantised(const KernelModel& km, const AttentionInputs& in,
+                                                   const RunOptions& opt) {
+  if (!km.fp8.enabled || km.structure == Structure::correctly_rounded) return std::nullopt;
+  check_attention_inputs(in);
+  const TileSizes tiles = run_tiles(km, in, opt);
+  const Fp8Inputs fp8 = quantise_fp8_inputs(km.fp8, in, tiles.block_m, tiles.block_n, opt.seed, false);
+  // value · descale of its (batch, head, block) slice: an e4m3 value (4 significant bits)
+  // times an fp32 descale (24) is exact in double.
+  const auto dequantise = [](const Tensor4& x8, const std::vector<double>& descale, int blocks, int block_rows,
+                             Tensor4& out) {
+    for (int b = 0; b < x8.batch; ++b)
+      for (int h = 0; h < x8.heads; ++h)
+        for (int r = 0; r < x8.rows; ++r) {
+          const int block = std::min(blocks - 1, r / std::max(1, block_rows));
+          const double scale = descale[static_cast<std::size_t>((b * x8.heads + h) * blocks + block)];
+          for (int c = 0; c < x8.cols; ++c) out.at(b, h, r, c) = x8.at(b, h, r, c) * scale;
+        }
+  };
+  AttentionInputs seen = in;
+  dequantise(fp8.q, fp8.q_descale, fp8.q_blocks, fp8.q_block_rows, seen.q);
+  dequantise(fp8.k, fp8.k_descale, fp8.kv_blocks, fp8.kv_block_rows, seen.k);
+  dequantise(fp8.v, fp8.v_descale, fp8.kv_blocks, fp8.kv_block_rows, seen.v);
+  return seen;
 }
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt) {

@@ -189,15 +189,23 @@ double correctly_rounded_delta(const KernelModel& km, const double* d_o, const d
 AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
                                      const RunOptions& opt) {
   const Format& out_f = km.output;
+  // Where the kernel this reference stands for keeps O (stored_o_format: the output dtype
+  // unless correctly_rounded_reference() placed it elsewhere).
+  const std::optional<Format> o_store = stored_o_format(km);
   AttentionOutputs out;
-  out.o = rounded(km, exact.o, out_f, opt.seed, kO);
+  out.o = o_store ? rounded(km, exact.o, *o_store, opt.seed, kO) : exact.o;
   out.lse = rounded(km, exact.lse, formats::fp32, opt.seed, kLse);
   const int d = in.q.cols;
   if (in.d_o && exact.delta) {
     out.delta = *exact.delta;
-    for (std::size_t r = 0; r < out.delta->data.size(); ++r)
-      out.delta->data[r] = correctly_rounded_delta(km, &in.d_o->data[r * static_cast<std::size_t>(d)],
-                                                   &out.o.data[r * static_cast<std::size_t>(d)], d, opt.seed, r);
+    if (km.reference_delta_exact || !o_store) {
+      // delta of a kernel that never reads a rounded O: the exact delta, rounded once.
+      out.delta = rounded(km, *exact.delta, formats::fp32, opt.seed, kDelta);
+    } else {
+      for (std::size_t r = 0; r < out.delta->data.size(); ++r)
+        out.delta->data[r] = correctly_rounded_delta(km, &in.d_o->data[r * static_cast<std::size_t>(d)],
+                                                     &out.o.data[r * static_cast<std::size_t>(d)], d, opt.seed, r);
+    }
     out.dq = rounded(km, *exact.dq, out_f, opt.seed, kDq);
     out.dk = rounded(km, *exact.dk, out_f, opt.seed, kDk);
     out.dv = rounded(km, *exact.dv, out_f, opt.seed, kDv);
@@ -246,6 +254,20 @@ ModelHandle correctly_rounded_reference(const KernelModel& like) {
   m.o_sr_bits = like.o_sr_bits;
   std::string name = m.base;
   if (m.o_round != RoundingMode::rne) name += "+o-" + std::string(to_string(m.o_round));
+  // Rounded where the kernel's outputs actually are: its O buffer's format (an fp32-storage
+  // recipe keeps O in fp32), and its delta's O (none when delta reads O before the cast).
+  const std::optional<Format> store = stored_o_format(like);
+  if (!store) {
+    m.reference_o_exact = true;
+    name += " (O kept exact)";
+  } else if (!(*store == like.output)) {
+    m.reference_o_store = store;
+    name += std::string(" (O kept in ") + store->name + ")";
+  }
+  if (delta_reads_unrounded_o(like)) {
+    m.reference_delta_exact = true;
+    name += " (delta from the exact O)";
+  }
   return ModelHandle{name, std::make_shared<const KernelModel>(std::move(m))};
 }
 

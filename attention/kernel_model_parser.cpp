@@ -145,10 +145,21 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       const Format& p_format = m.p_cast ? *m.p_cast : formats::fp32;
       const double log2_max = std::log2(to_double(p_format, p_format.max_finite_pattern()));
       if (m.fp8.p_max_offset + threshold >= log2_max) {
-        char why[160];
-        std::snprintf(why, sizeof why, "+lazy-rescale:%g: P̄ could reach 2^%g, beyond %s's largest value 2^%.3f",
-                      threshold, m.fp8.p_max_offset + threshold, p_format.name, log2_max);
-        throw std::invalid_argument(why);
+        char why[240];
+        if (m.fp8.enabled) {
+          // Expressible: the fp8 P̄ cast saturates (cvt.rn.satfinite), as FA4's fp8 forward did
+          // before Dao-AILab/flash-attention#2717 (Max_offset 8 with threshold 4: P̄ up to 2^12).
+          std::snprintf(why, sizeof why,
+                        "+lazy-rescale:%g: P̄ can reach 2^%g, beyond %s's largest value %g: it saturates there "
+                        "(FA4's fp8 bug before flash-attention#2717)",
+                        threshold, m.fp8.p_max_offset + threshold, p_format.name,
+                        to_double(p_format, p_format.max_finite_pattern()));
+          m.warning = why;
+        } else {
+          std::snprintf(why, sizeof why, "+lazy-rescale:%g: P̄ could reach 2^%g, beyond %s's largest value 2^%.3f",
+                        threshold, m.fp8.p_max_offset + threshold, p_format.name, log2_max);
+          throw std::invalid_argument(why);
+        }
       }
       m.lazy_rescale_log2 = threshold;
       char buf[64];

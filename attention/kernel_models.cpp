@@ -840,6 +840,24 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   return table;
 }
 
+std::optional<Format> stored_o_format(const KernelModel& km) {
+  switch (km.structure) {
+    case Structure::correctly_rounded:
+      if (km.reference_o_exact) return std::nullopt;
+      return km.reference_o_store ? km.reference_o_store : std::optional<Format>(km.output);
+    case Structure::materialised:
+      return km.pv_result_format;
+    case Structure::online_softmax:
+    default:
+      return km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
+  }
+}
+
+bool delta_reads_unrounded_o(const KernelModel& km) {
+  if (km.structure == Structure::correctly_rounded) return km.reference_delta_exact;
+  return km.o_fp32 || km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
+}
+
 KernelModel correctly_rounded_recipe(const Format& input, const Format& output) {
   return correctly_rounded_model(input, output);
 }

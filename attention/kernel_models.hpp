@@ -282,6 +282,10 @@ struct KernelModel {
   // the max is subtracted by a separate fp32 subtraction; elsewhere one FMA qk*qk_scale - m.
   bool causal_band_two_step_exponent = false;
 
+  // A one-line warning every front end prints when the model is named (empty: none): a
+  // variant that reproduces a known kernel bug, e.g. an fp8 P̄ that saturates.
+  std::string warning;
+
   // Whether the recipe models its kernel's backward (dQ, dK, dV). Forward-only recipes (the
   // fp8 models) still give delta, from O and dO in delta's order, so that
   // bias-test can measure it; their dQ, dK, dV are absent.
@@ -300,6 +304,14 @@ struct KernelModel {
   // run's seed and the element's index).
   RoundingMode o_round = RoundingMode::rne;
   int o_sr_bits = 24;
+  // Structure::correctly_rounded only, set by correctly_rounded_reference() for a kernel: the
+  // reference rounds where that kernel's outputs actually are. O is rounded once into
+  // reference_o_store when set (the kernel's O buffer, e.g. fp32 under an fp32-storage
+  // recipe), left exact with reference_o_exact (an fp64 buffer), else rounded into `output`;
+  // with reference_delta_exact delta is the exact delta rounded once into fp32 (a kernel whose
+  // delta reads an O before its final cast, or rowsum(dP∘P)), else Σ dO·O of that stored O.
+  std::optional<Format> reference_o_store;
+  bool reference_o_exact = false, reference_delta_exact = false;
   // +lazy-rescale[:T] (FlashAttention-4's rescale_threshold, softmax.py SoftmaxSm100): after a
   // KV tile the running max is kept, and O and ℓ are not rescaled, while the new max exceeds
   // it by at most T in log2 units ((m_old - m_new)·scale_log2 >= -T, in fp32 as FA4 forms it);
@@ -326,6 +338,14 @@ struct KernelModel {
   // Whether every part of the recipe was measured on hardware (SFUs, tensor cores).
   bool hardware_validated() const;
 };
+
+// The format O leaves a kernel in, i.e. what AttentionOutputs::o holds: the output dtype for
+// MMA-accumulator models, the O buffer's format for buffer models (a recipe may keep it in
+// fp32), F(P̄·V)'s for materialised ones; nullopt: fp64, never rounded.
+std::optional<Format> stored_o_format(const KernelModel& km);
+// Whether the kernel's delta reads anything but its stored O: O kept in fp32 before the final
+// cast (+o-fp32), or rowsum(dP∘P) (+delta-dpp, the tensor-op softmax backward).
+bool delta_reads_unrounded_o(const KernelModel& km);
 
 // The table of base recipes for a given input dtype (bf16 or fp16 where the model
 // does not name its own). Exposed for tests and `flashbits models`.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <stdexcept>
 
@@ -25,29 +27,40 @@ std::vector<double> delta_units(const Format& output_format, const Tensor4& d_o,
   return units;
 }
 
+ErrorUnits error_units(const Format& output_format, const AttentionInputs& in, const AttentionOutputs& exact) {
+  // Σ_j P_ij·|V_jc| is exactly the attention output of the same scores over |V|.
+  AttentionInputs abs_v = in;
+  for (double& x : abs_v.v.data) x = std::fabs(x);
+  abs_v.d_o.reset();
+  const AttentionOutputs scale = exact_attention(abs_v);
+  ErrorUnits u;
+  u.o.resize(exact.o.data.size());
+  for (std::size_t i = 0; i < u.o.size(); ++i)
+    u.o[i] = ulp_at(output_format, std::max(std::fabs(exact.o.data[i]), scale.o.data[i]));
+  if (in.d_o && exact.delta) u.delta = delta_units(output_format, *in.d_o, exact.o, *exact.delta);
+  return u;
+}
+
 ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in, const AttentionOutputs& exact,
-                                 std::uint64_t seed) {
+                                 const ErrorUnits& units, std::uint64_t seed) {
   RunOptions opt;
   opt.seed = seed;
   const AttentionOutputs cr = round_exact_outputs(*reference.recipe, in, exact, opt);
-  const Format& output_format = reference.recipe->output;
   ReferenceErrors r;
   r.o_ulps.resize(cr.o.data.size());
-  for (std::size_t i = 0; i < cr.o.data.size(); ++i)
-    r.o_ulps[i] = (cr.o.data[i] - exact.o.data[i]) / ulp_at(output_format, exact.o.data[i]);
-  if (in.d_o && exact.delta && cr.delta) {
-    const std::vector<double> unit = delta_units(output_format, *in.d_o, exact.o, *exact.delta);
+  for (std::size_t i = 0; i < cr.o.data.size(); ++i) r.o_ulps[i] = (cr.o.data[i] - exact.o.data[i]) / units.o[i];
+  if (in.d_o && exact.delta && cr.delta && !units.delta.empty()) {
     for (std::size_t row = 0; row < exact.delta->data.size(); ++row)
-      r.delta_ulps.push_back((cr.delta->data[row] - exact.delta->data[row]) / unit[row]);
+      r.delta_ulps.push_back((cr.delta->data[row] - exact.delta->data[row]) / units.delta[row]);
   }
   return r;
 }
 
 ReferenceErrors correctly_rounded_errors(const Format& output_format, const AttentionInputs& in,
-                                         const AttentionOutputs& exact) {
+                                         const AttentionOutputs& exact, const ErrorUnits& units) {
   const ModelHandle reference{"correctly-rounded",
                               std::make_shared<const KernelModel>(correctly_rounded_recipe(in.dtype, output_format))};
-  return reference_errors(reference, in, exact);
+  return reference_errors(reference, in, exact, units);
 }
 
 std::vector<std::size_t> non_finite_rows(const Tensor4& t) {
@@ -88,6 +101,37 @@ void check_inputs_support_statistics(const AttentionInputs& in, const std::strin
   }
 }
 
+namespace {
+
+// (got - want) / unit, element by element.
+std::vector<double> errors_in(const std::vector<double>& got, const std::vector<double>& want,
+                              const std::function<double(std::size_t)>& unit) {
+  std::vector<double> e(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) e[i] = (got[i] - want[i]) / unit(i);
+  return e;
+}
+
+void add_non_finite(TrialErrors& t, const AttentionOutputs& x) {
+  for (std::size_t r : non_finite_rows(x.o)) t.non_finite_rows.push_back(r);
+  if (x.delta)
+    for (std::size_t r : non_finite_rows(*x.delta)) t.non_finite_rows.push_back(r);
+  std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
+  t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
+}
+
+// The exact attention of what `model` computes with: of its quantised inputs for fp8 models
+// (with `seen` set to them), else nullopt (the target is exact attention itself).
+std::optional<AttentionOutputs> quantised_target(const ModelHandle& model, const AttentionInputs& in,
+                                                 std::uint64_t seed, std::optional<AttentionInputs>& seen) {
+  RunOptions opt;
+  opt.seed = seed;
+  seen = inputs_as_quantised(*model.recipe, in, opt);
+  if (!seen) return std::nullopt;
+  return exact_attention(*seen);
+}
+
+}  // namespace
+
 TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed, bool trace_events) {
   RunOptions opt;
   opt.seed = seed;
@@ -98,22 +142,28 @@ TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, 
   }
   const AttentionOutputs got = run_attention(model, in, opt);
   const AttentionOutputs want = exact_attention(in);
+  std::optional<AttentionInputs> seen;
+  const std::optional<AttentionOutputs> quantised = quantised_target(model, in, seed, seen);
+  const AttentionOutputs& target = quantised ? *quantised : want;
   TrialErrors t;
-  const Format& out_format = model.recipe->output;
-  t.o_ulps.resize(got.o.data.size());
-  for (std::size_t i = 0; i < got.o.data.size(); ++i)
-    t.o_ulps[i] = (got.o.data[i] - want.o.data[i]) / ulp_at(out_format, want.o.data[i]);
-  t.non_finite_rows = non_finite_rows(got.o);
+  // One set of units (at the exact values of the inputs given) for every series, so that the
+  // excess kernel - floor is the same whichever target the two are measured against.
+  const ErrorUnits units = error_units(model.recipe->output, in, want);
+  const auto o_unit = [&](std::size_t i) { return units.o[i]; };
+  t.o_ulps = errors_in(got.o.data, want.o.data, o_unit);
+  t.o_kernel_ulps = quantised ? errors_in(got.o.data, target.o.data, o_unit) : t.o_ulps;
+  if (quantised) t.o_quant_ulps = errors_in(target.o.data, want.o.data, o_unit);
   if (got.delta && want.delta && in.d_o) {
-    const std::vector<double> unit = delta_units(model.recipe->output, *in.d_o, want.o, *want.delta);
-    for (std::size_t i = 0; i < got.delta->data.size(); ++i)
-      t.delta_ulps.push_back((got.delta->data[i] - want.delta->data[i]) / unit[i]);
-    for (std::size_t r : non_finite_rows(*got.delta)) t.non_finite_rows.push_back(r);
-    std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
-    t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
+    const auto d_unit = [&](std::size_t i) { return units.delta[i]; };
+    t.delta_ulps = errors_in(got.delta->data, want.delta->data, d_unit);
+    t.delta_kernel_ulps = quantised ? errors_in(got.delta->data, target.delta->data, d_unit) : t.delta_ulps;
+    if (quantised) t.delta_quant_ulps = errors_in(target.delta->data, want.delta->data, d_unit);
   }
-  // The reference in the model's own final-cast mode (+o-MODE), on the same inputs and seed.
-  ReferenceErrors cr = reference_errors(correctly_rounded_reference(*model.recipe), in, want, seed);
+  add_non_finite(t, got);
+  // The floor: the reference in the model's own final-cast mode (+o-MODE), rounded where the
+  // model keeps its outputs, on the same inputs and seed, against the same target.
+  ReferenceErrors cr =
+      reference_errors(correctly_rounded_reference(*model.recipe), seen ? *seen : in, target, units, seed);
   t.o_cr_ulps = std::move(cr.o_ulps);
   if (!t.delta_ulps.empty()) t.delta_cr_ulps = std::move(cr.delta_ulps);
   t.row_max = want.row_max->data;
@@ -139,36 +189,32 @@ TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
   const AttentionOutputs a = run_attention(model, in, opt);
   const AttentionOutputs b = run_attention(against, in, opt);
   const AttentionOutputs want = exact_attention(in);
-  // Σ_j P_ij·|V_jc| is exactly the attention output of the same scores over |V|.
-  AttentionInputs abs_v = in;
-  for (double& x : abs_v.v.data) x = std::fabs(x);
-  abs_v.d_o.reset();
-  const AttentionOutputs scale = exact_attention(abs_v);
-  const Format& out_format = model.recipe->output;
+  std::optional<AttentionInputs> seen;
+  const std::optional<AttentionOutputs> quantised = quantised_target(model, in, seed, seen);
+  const AttentionOutputs& target = quantised ? *quantised : want;
+  const ErrorUnits units = error_units(model.recipe->output, in, want);
+  const auto o_unit = [&](std::size_t i) { return units.o[i]; };
   TrialErrors t;
-  t.o_ulps.resize(a.o.data.size());
-  for (std::size_t i = 0; i < a.o.data.size(); ++i)
-    t.o_ulps[i] =
-        (a.o.data[i] - b.o.data[i]) / ulp_at(out_format, std::max(std::fabs(want.o.data[i]), scale.o.data[i]));
+  t.o_ulps = errors_in(a.o.data, want.o.data, o_unit);
+  t.o_kernel_ulps = errors_in(a.o.data, target.o.data, o_unit);
+  t.o_cr_ulps = errors_in(b.o.data, target.o.data, o_unit);
+  if (quantised) t.o_quant_ulps = errors_in(target.o.data, want.o.data, o_unit);
   if (a.delta && b.delta && want.delta && in.d_o) {
-    const std::vector<double> unit = delta_units(out_format, *in.d_o, want.o, *want.delta);
-    for (std::size_t i = 0; i < a.delta->data.size(); ++i)
-      t.delta_ulps.push_back((a.delta->data[i] - b.delta->data[i]) / unit[i]);
+    const auto d_unit = [&](std::size_t i) { return units.delta[i]; };
+    t.delta_ulps = errors_in(a.delta->data, want.delta->data, d_unit);
+    t.delta_kernel_ulps = errors_in(a.delta->data, target.delta->data, d_unit);
+    t.delta_cr_ulps = errors_in(b.delta->data, target.delta->data, d_unit);
+    if (quantised) t.delta_quant_ulps = errors_in(target.delta->data, want.delta->data, d_unit);
   }
-  for (const AttentionOutputs* x : {&a, &b}) {
-    for (std::size_t r : non_finite_rows(x->o)) t.non_finite_rows.push_back(r);
-    if (x->delta)
-      for (std::size_t r : non_finite_rows(*x->delta)) t.non_finite_rows.push_back(r);
-  }
-  std::sort(t.non_finite_rows.begin(), t.non_finite_rows.end());
-  t.non_finite_rows.erase(std::unique(t.non_finite_rows.begin(), t.non_finite_rows.end()), t.non_finite_rows.end());
+  add_non_finite(t, a);
+  add_non_finite(t, b);
   t.row_max = want.row_max->data;
   return t;
 }
 
-std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the configuration text
-  for (unsigned char c : configuration) h = (h ^ c) * 0x100000001b3ull;
+std::uint64_t trial_seed(std::uint64_t seed, const std::string& scenario, std::uint64_t trial) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the scenario's name
+  for (unsigned char c : scenario) h = (h ^ c) * 0x100000001b3ull;
   return mix64(mix64(seed ^ 0x6a09e667f3bcc909ull) + mix64(h) + trial * 0x9e3779b97f4a7c15ull);
 }
 

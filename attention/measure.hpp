@@ -40,11 +40,20 @@ inline constexpr int kTracedRows = 8;
 std::vector<double> delta_units(const Format& output_format, const Tensor4& d_o, const Tensor4& o_exact,
                                 const Tensor4& delta_exact);
 
+// Every error below is in error_units of the model's output format.
 struct TrialErrors {
-  std::vector<double> o_ulps;      // per element of O (signed)
+  std::vector<double> o_ulps;      // per element of O (signed), against exact attention
   std::vector<double> delta_ulps;  // per row (signed); empty without a backward
-  // The correctly rounded reference on the same inputs (reference_errors), in the same
-  // units; filled by measure_errors, empty for paired measurements.
+  // The kernel's own arithmetic: its error against the exact attention of what it was given
+  // (the "target"). For fp8 kernels that is the exact attention of the quantised inputs with
+  // their descales (inputs_as_quantised); for every other model the target is exact
+  // attention itself and these equal o_ulps and delta_ulps. In the target's units.
+  std::vector<double> o_kernel_ulps, delta_kernel_ulps;
+  // fp8 kernels: the input quantisation's own error, target against exact (empty otherwise).
+  std::vector<double> o_quant_ulps, delta_quant_ulps;
+  // The floor on the same inputs, against the same target and in the same units as
+  // o_kernel_ulps: the correctly rounded reference (reference_errors; measure_errors), or the
+  // --against model (measure_paired). The excess, the kernel's own share, is kernel - floor.
   std::vector<double> o_cr_ulps, delta_cr_ulps;
   std::vector<double> row_max;  // per row: its exact max scaled score (exact_attention's row_max)
   // Rows (index b·H·N + h·N + r) where the model's O or delta is NaN or infinite although
@@ -53,21 +62,31 @@ struct TrialErrors {
   std::vector<std::size_t> non_finite_rows;
   long long significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
 };
+// The units bias-test and sweep measure errors in (docs/DESIGN.md §13): per element of O,
+// one ulp of the output format at max(|O_exact|, Σ_j P_ij·|V_jc|), the scale of P·V's
+// rounding errors (an O that cancels to near zero would otherwise turn a rounding error of
+// the terms' size into thousands of ulps at the tiny exact value, and its heavy tail would
+// swamp every mean); per row of delta, delta_units. `exact` = exact_attention(in).
+struct ErrorUnits {
+  std::vector<double> o, delta;  // delta empty without in.d_o
+};
+ErrorUnits error_units(const Format& output_format, const AttentionInputs& in, const AttentionOutputs& exact);
+
 // The correctly rounded reference's errors: the model `correctly-rounded` (attention.hpp
 // round_exact_outputs: the best any kernel with this output format can do) run on the same
 // inputs from `exact` (= exact_attention(in)), in its final cast's mode (`reference`, e.g.
 // correctly_rounded_reference(model) for a model's +o-MODE; sr keyed by `seed`).
-// Errors against the exact values, O in ulps of the output format at the exact value,
-// delta in delta_units. The part of a kernel's error that is its own is its error minus
-// this one, element by element on the same inputs (bias-test's and sweep's "excess").
+// Errors against the exact values, in `units`. The part of a kernel's error that is its own
+// is its error minus this one, element by element on the same inputs (bias-test's and
+// sweep's "excess").
 struct ReferenceErrors {
   std::vector<double> o_ulps, delta_ulps;
 };
 ReferenceErrors reference_errors(const ModelHandle& reference, const AttentionInputs& in, const AttentionOutputs& exact,
-                                 std::uint64_t seed = 0);
+                                 const ErrorUnits& units, std::uint64_t seed = 0);
 // The same with RNE into `output_format` (captured traces: every kernel's final cast is RNE).
 ReferenceErrors correctly_rounded_errors(const Format& output_format, const AttentionInputs& in,
-                                         const AttentionOutputs& exact);
+                                         const AttentionOutputs& exact, const ErrorUnits& units);
 // Rows (b·H·N + h·N + r) of `t` ([B,H,N,cols]) holding a NaN or an infinity.
 std::vector<std::size_t> non_finite_rows(const Tensor4& t);
 // "[b,h,r], ..." for at most `limit` of `rows` (indices into a [B,H,N] grid), then "and K more".
@@ -76,19 +95,22 @@ std::string describe_rows(const std::vector<std::size_t>& rows, int heads, int s
 // batch, head count, sequence length or head dim of 0, or a NaN or infinity in q, k, v or
 // dO. The message names `source` (a file) and the tensor and rows ([b,h,r]) holding them.
 void check_inputs_support_statistics(const AttentionInputs& in, const std::string& source);
-// in.d_o present => delta errors are measured too.
+// in.d_o present => delta errors are measured too. The floor (o_cr_ulps) is
+// correctly_rounded_reference(model): rounded where the model keeps its outputs.
 TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, std::uint64_t seed, bool trace_events);
-// Paired difference of two models on the SAME inputs and seed (bias-test --against):
-// what `model` changes relative to `against` (say, a truncating accumulator against one
-// promoted to fp32), with the input noise both share cancelled. O differences are in
-// ulps of model's output format at max(|O_exact|, Σ_j P_ij·|V_jc|) (the scale of P·V's
-// rounding errors, so near-zero outputs do not blow the unit up), delta differences in
-// delta_units. Both models must take the same input dtype and give the same output
+// Two models on the SAME inputs and seed (bias-test --against): the floor is `against`, so
+// the excess is what `model` changes relative to it (say, a truncating accumulator against
+// one promoted to fp32), with the input noise both share cancelled. o_kernel_ulps and
+// o_cr_ulps are the two models' errors against model's target; their difference is the
+// paired difference. Both models must take the same input dtype and give the same output
 // format (else std::invalid_argument).
 TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against, const AttentionInputs& in,
                            std::uint64_t seed);
-// Counter-based seed of one trial: independent of threads and shards.
-std::uint64_t trial_seed(std::uint64_t seed, const std::string& configuration, std::uint64_t trial);
+// Counter-based seed of one trial: independent of threads and shards. `scenario` is the
+// scenario's name alone, never a model's: every model of a bias-test, sweep or --against
+// comparison sees the same inputs in trial t (rounded to its input dtype), so their results
+// pair element by element.
+std::uint64_t trial_seed(std::uint64_t seed, const std::string& scenario, std::uint64_t trial);
 // The mean of `v` (0 for an empty vector): a trial's sample is the mean of its errors.
 double mean_of(const std::vector<double>& v);
 

@@ -403,6 +403,17 @@ void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len) {
       }
     }
   }
+  if constexpr (!A::exact) {
+    if (km.fp8.enabled && km.p_cast) {
+      // The fp8 kernels cast P̄ by cvt.rn.satfinite (PTX's only conversion to e4m3/e5m2): a P̄
+      // beyond the format's largest finite value saturates to it (+lazy-rescale:T with
+      // Max_offset + T above log2 of that value, FA4's fp8 bug before flash-attention#2717).
+      RoundingSpec saturating;
+      saturating.overflow = OverflowPolicy::satfinite;
+      for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(round_into(*km.p_cast, sc.p[j], saturating));
+      return;
+    }
+  }
   for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(ar.to(km.p_cast, sc.p[j]));
 }
 

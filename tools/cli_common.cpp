@@ -504,4 +504,8 @@ void ProgressBar::finish() {
   if (drawn_) std::cerr << "\r" << std::string(drawn_width_, ' ') << "\r" << std::flush;
 }
 
+void warn_about_model(const std::string& name, const std::string& warning) {
+  if (!warning.empty()) std::cerr << "warning: " << name << ": " << warning << "\n";
+}
+
 }  // namespace fb::cli

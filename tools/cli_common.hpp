@@ -36,6 +36,13 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInternalError = 3;
+// bias-test: the test could not have detected a bias of the size at stake (too few samples,
+// zero variance, or too little power): no verdict either way.
+inline constexpr int kExitInconclusive = 4;
+
+// A kernel model's warning (KernelModel::warning, e.g. an fp8 P̄ that saturates), one line on
+// stderr: `warning: NAME: WARNING`. Nothing when `warning` is empty.
+void warn_about_model(const std::string& name, const std::string& warning);
 
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -13,14 +13,17 @@
 // - --jobs J: the trials (or trace files) run on J threads, one trial per thread at a time
 //   (a default one-head problem has too few row blocks to split one run); the output does
 //   not depend on J (attention/bias_run.hpp BiasRun::threads).
-// Exit 1 when O or delta is biased, or when an output was non-finite (no verdict).
+// Exit 1 when the kernel adds bias to O or delta, or when an output was non-finite (no
+// verdict); 4 (kExitInconclusive) when the test could not have detected the bias at stake.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 
+#include "attention/kernel_models.hpp"
 #include "attention/bias_run.hpp"
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
@@ -33,7 +36,7 @@ namespace {
 struct BiasOptions {
   std::string model, against, recipe, traces, scenario = "sink", dtype = "bf16";
   int trials = 32, seqlen = 256, headdim = 64, jobs = default_jobs();
-  double alpha = 1e-3;
+  double alpha = 1e-3, at_stake = attn::kDefaultAtStakeUlps;
   std::uint64_t seed = 0;
   bool json = false, by_max = false;
   CaptureOptionText capture;  // --traces: what bare captures lack (--source, --scale, --causal, --layout)
@@ -48,10 +51,16 @@ void print_spread(const char* what, const attn::ValueSpread& s) {
 void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
   std::printf(
       "%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
-      "       min detectable bias %.3g ulp  -> %s\n",
+      "       min detectable %.3g ulp  -> %s\n",
       what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic, attn::p_value_text(s.p_t).c_str(),
       s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(), s.min_detectable,
       attn::stat_verdict(s, run_has_verdict).c_str());
+}
+
+// One output's verdict against its floor, with its reason (the size next to the floor, or
+// why the test cannot decide).
+void print_comparison(const char* what, const attn::FloorComparison& c) {
+  std::printf("%-6s %s: %s\n", what, attn::verdict_text(c.verdict).c_str(), c.reason.c_str());
 }
 
 // --model mode: checks the options and resolves the models (the run checks nothing of them).
@@ -72,8 +81,7 @@ attn::BiasRun model_run(const BiasOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw InputError("--model " + o.model + ": " + e.what());
   }
-  // Trials are keyed by the model's own name: with and without the recipe, the same inputs.
-  run.seed_key = run.model.name + "/" + o.scenario;
+  warn_about_model(run.model.name, run.model.recipe->warning);
   if (!o.recipe.empty()) run.model = apply_recipe_file(run.model, o.recipe);
   if (!o.against.empty()) {
     try {
@@ -81,6 +89,7 @@ attn::BiasRun model_run(const BiasOptions& o) {
     } catch (const std::invalid_argument& e) {
       throw InputError("--against " + o.against + ": " + e.what());
     }
+    warn_about_model(run.against->name, run.against->recipe->warning);
   }
   run.scenario = o.scenario;
   run.trials = o.trials;
@@ -116,26 +125,32 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   const bool has_verdict = !r.no_verdict;
   std::cout << "bias-test: " << r.subject << "\n" << r.provenance << "\n";
   if (!r.delta_note.empty()) std::cout << r.delta_note << "\n";
-  if (r.paired) {
-    print_stats("O", r.o, o.alpha, has_verdict);
-    if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
-    std::cout << "(paired: " << o.model << " minus " << o.against
-              << " on the same inputs and seed; O in ulps "
-                 "of its format at max(|O|, sum_j P_ij |V_jc|), delta in ulps of O's format at max(|delta|, "
-                 "sum|dO*O|))\n";
-  } else {
-    std::cout << "error against exact:\n";
-    print_stats("O", r.o, o.alpha, has_verdict);
-    if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
-    std::cout << "correctly rounded reference (exact, rounded once to the output format) on the same inputs:\n";
-    print_stats("O", r.o_cr, o.alpha, has_verdict);
-    if (r.has_delta) print_stats("delta", r.delta_cr, o.alpha, has_verdict);
-    std::cout << "excess over the reference (error minus the reference's, element by element):\n";
-    print_stats("O", r.o_excess, o.alpha, has_verdict);
-    if (r.has_delta) print_stats("delta", r.delta_excess, o.alpha, has_verdict);
-    std::cout << "(O in ulps of its format at the exact value; delta in ulps of O's format at "
-                 "max(|delta|, sum|dO*O|), the scale of its rounding errors)\n";
+  std::cout << "samples: " << r.samples_note << "\n";
+  std::cout << "error against exact:\n";
+  print_stats("O", r.o, o.alpha, has_verdict);
+  if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
+  if (r.has_quantisation) {
+    std::cout << "input quantisation (exact attention of the quantised inputs with their descales, against "
+                 "exact; not the kernel's arithmetic):\n";
+    print_stats("O", r.o_quant, o.alpha, has_verdict);
+    if (r.has_delta) print_stats("delta", r.delta_quant, o.alpha, has_verdict);
   }
+  const std::string target = r.has_quantisation ? "the exact attention of the quantised inputs" : "exact";
+  if (r.paired) {
+    std::cout << "floor: " << o.against << " on the same inputs and seed, against " << target << ":\n";
+  } else {
+    std::cout << "floor: the correctly rounded reference (" << target
+              << " rounded once, where the kernel keeps its outputs), against " << target << ":\n";
+  }
+  print_stats("O", r.o_cr, o.alpha, has_verdict);
+  if (r.has_delta) print_stats("delta", r.delta_cr, o.alpha, has_verdict);
+  std::cout << "excess over the floor (the kernel's error minus the floor's, sample by sample):\n";
+  print_stats("O", r.o_excess, o.alpha, has_verdict);
+  if (r.has_delta) print_stats("delta", r.delta_excess, o.alpha, has_verdict);
+  std::printf("spread of O over %zu elements (descriptive): RMS %.4g ulp (the floor's %.4g), largest |error| %.4g ulp\n",
+              r.o_spread.elements, r.o_spread.kernel_rms(), r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
+  std::cout << "(O in ulps of its format at max(|O|, sum_j P_ij |V_jc|), delta at max(|delta|, sum|dO*O|): "
+               "the scales of their rounding errors)\n";
   if (o.by_max) {
     std::cout << "by row max: " << r.by_max.size()
               << " distinct values, each the mean error over the rows sharing it (descriptive: the values "
@@ -151,10 +166,26 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
               << "): no verdict; the statistics above leave those rows (trials) out\n";
     for (const std::string& w : r.non_finite_where) std::cout << "  " << w << "\n";
     std::cout << "verdict: none (the output is not finite everywhere)\n";
-  } else {
-    const char* basis = r.paired ? "the paired difference" : "the excess over the correctly rounded reference";
-    std::cout << "verdict (from " << basis << "): " << (r.biased ? "this kernel adds bias" : "no detectable bias")
-              << "\n";
+    return;
+  }
+  std::printf("against the floor (alpha %g, at stake %g ulp):\n", o.alpha, o.at_stake);
+  print_comparison("O", r.o_vs_floor);
+  if (r.has_delta) print_comparison("delta", r.delta_vs_floor);
+  const char* basis = r.paired ? "the paired difference" : "the excess over the correctly rounded reference";
+  const char* subject = r.paired ? "the kernel, relative to --against, " : "this kernel ";
+  switch (r.verdict) {
+    case attn::Verdict::adds_bias:
+      std::cout << "verdict (from " << basis << "): " << subject << "adds bias\n";
+      break;
+    case attn::Verdict::less_biased_than_floor:
+      std::cout << "verdict (from " << basis << "): " << subject << "is less biased than its format's floor\n";
+      break;
+    case attn::Verdict::no_detectable_bias:
+      std::cout << "verdict (from " << basis << "): no detectable bias\n";
+      break;
+    case attn::Verdict::inconclusive:
+      std::cout << "verdict (from " << basis << "): inconclusive (the reasons above)\n";
+      break;
   }
 }
 
@@ -166,6 +197,9 @@ int run_bias_test(const BiasOptions& o) {
   const int jobs = jobs_or_throw(o.jobs);
   attn::BiasRun run = o.model.empty() ? traces_run(o) : model_run(o);
   run.alpha = o.alpha;
+  if (!(o.at_stake > 0) || !std::isfinite(o.at_stake))
+    throw InputError("--at-stake " + std::to_string(o.at_stake) + ": expected a positive number of ulps");
+  run.at_stake = o.at_stake;
   run.threads = jobs;
   std::optional<ProgressBar> progress;
   attn::BiasHooks hooks;
@@ -183,7 +217,8 @@ int run_bias_test(const BiasOptions& o) {
     std::cout << attn::bias_report_json(report, o.by_max).dump(2) << "\n";
   else
     print_report(report, o);
-  return report.biased || report.no_verdict ? kExitCheckFailed : kExitOk;
+  if (report.biased || report.no_verdict) return kExitCheckFailed;
+  return report.verdict == attn::Verdict::inconclusive ? kExitInconclusive : kExitOk;
 }
 
 Runner setup_bias_test(CLI::App& app) {
@@ -198,6 +233,9 @@ Runner setup_bias_test(CLI::App& app) {
   auto* scenario = app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
   auto* trials = app.add_option("--trials", o->trials, "trials (default 32)");
   app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
+  app.add_option("--at-stake", o->at_stake,
+                 "the smallest bias (ulps) that matters: a test that could not detect it is inconclusive "
+                 "(default 0.05)");
   auto* seed = app.add_option("--seed", o->seed, "seed (default 0)");
   auto* seqlen = app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
   auto* headdim = app.add_option("--headdim", o->headdim, "head dimension (default 64)");

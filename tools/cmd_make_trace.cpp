@@ -45,6 +45,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw InputError("--model " + o.model + ": " + e.what());
   }
+  warn_about_model(model.name, model.recipe->warning);
   // A trace holds bf16, fp16, fp32, e4m3 or e5m2 tensors: a model whose O is never rounded
   // to a format (golden-fp64-*: fp64 throughout) cannot be written, nor replayed. Refused
   // here, before any work, rather than after the run.

@@ -207,6 +207,7 @@ int run_replay(const ReplayOptions& o) {
         (o.model.empty() ? o.path + ": metadata model '" + model_name + "'" : std::string("--model ") + model_name) +
         ": " + e.what());
   }
+  warn_about_model(model.name, model.recipe->warning);
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with
   // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set.

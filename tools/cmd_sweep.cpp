@@ -15,7 +15,8 @@
 // error on the same inputs (the model `correctly-rounded` in the row's --round mode) and the
 // excess (the difference, trial by trial); the verdict tests the excess (sweep_table.hpp).
 // Determinism: trial t of configuration c draws its inputs from
-// trial_seed(seed, c's text, t), so results do not depend on --jobs or --shard.
+// trial_seed(seed, c's scenario, t), so results do not depend on --jobs or --shard, and every
+// model of a scenario sees the same inputs.
 // --shard K/N runs the configurations i (0-based, in product order) with i % N == K-1;
 // every output records the run (sweep_table.hpp SweepRun: seed, shard, grid, trials, ...)
 // so that merge can refuse an incomplete or mixed set of shards.
@@ -125,6 +126,7 @@ int run_sweep(const SweepOptions& o) {
   const auto scenario_list = attn::scenario_names();
   std::vector<Config> configs;
   std::vector<std::string> not_runnable;  // distinct reasons, in grid order
+  std::vector<std::string> warned;        // models whose warning was printed
   long long index = 0, runnable = 0;
   for (const auto& fmt : split_list(o.formats))
     for (const auto& round : split_list(o.rounds))
@@ -147,6 +149,10 @@ int run_sweep(const SweepOptions& o) {
             continue;  // not a grid cell: shards agree on this without running anything
           }
           ++runnable;
+          if (std::find(warned.begin(), warned.end(), resolved.model->name) == warned.end()) {
+            warned.push_back(resolved.model->name);
+            warn_about_model(resolved.model->name, resolved.model->recipe->warning);
+          }
           Config c{SweepRow{}, *resolved.model, resolved.model->recipe->input, std::nullopt};
           c.row.index = index;
           c.row.format = fmt;
@@ -181,16 +187,18 @@ int run_sweep(const SweepOptions& o) {
       const Config& c = configs[item / o.trials];
       const std::uint64_t trial = item % o.trials;
       try {
-        const std::uint64_t s = attn::trial_seed(o.seed, c.row.configuration(), trial);
+        // Seeded by the scenario, never the model: every row of one scenario sees the same inputs.
+        const std::uint64_t s = attn::trial_seed(o.seed, c.row.scenario, trial);
         const auto in = attn::make_scenario(c.row.scenario, s, 1, 1, o.seqlen, o.headdim, c.dtype, true);
         attn::TrialErrors e = attn::measure_errors(c.model, in, s, true);
         if (c.against) {
-          // A paired row: the difference of two kernels, with no reference of its own.
-          const attn::TrialErrors paired = attn::measure_paired(c.model, *c.against, in, s);
-          e.o_ulps = paired.o_ulps;
-          e.delta_ulps = paired.delta_ulps;
-          e.o_cr_ulps.clear();
-          e.delta_cr_ulps.clear();
+          // A paired row: its floor is B on the same inputs and seed (the PV events stay A's).
+          attn::TrialErrors paired = attn::measure_paired(c.model, *c.against, in, s);
+          paired.significand_overflows = e.significand_overflows;
+          paired.ties = e.ties;
+          paired.rounded_up = e.rounded_up;
+          paired.rounded_down = e.rounded_down;
+          e = std::move(paired);
         }
         per_trial[item].add_trial(e);
       } catch (const std::invalid_argument& e) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tools/cli_common.hpp"
+#include "attention/verdict.hpp"
 #include "tools/sweep_columns.hpp"
 
 namespace fb::cli {
@@ -19,11 +20,13 @@ using namespace sweep_columns;
 
 void SweepRow::add_trial(const attn::TrialErrors& t) {
   ++trials;
-  const double om = attn::mean_of(t.o_ulps);
+  // The kernel's own errors (against the exact attention of what it computed with: for fp8
+  // models the quantised inputs; for every other model exact attention itself).
+  const double om = attn::mean_of(t.o_kernel_ulps);
   o.add(om);
-  const double dm = attn::mean_of(t.delta_ulps);
+  const double dm = attn::mean_of(t.delta_kernel_ulps);
   d.add(dm);
-  for (double e : t.o_ulps) {
+  for (double e : t.o_kernel_ulps) {
     sq_sum += e * e;
     max_abs = std::max(max_abs, std::fabs(e));
   }
@@ -60,6 +63,8 @@ void SweepRow::absorb(const SweepRow& other) {
   ex_d.merge(other.ex_d);
 }
 
+bool SweepRow::paired() const { return model.find("-vs-") != std::string::npos; }
+
 std::string SweepRow::configuration() const {
   return format + "/" + round + "/" + model + "/" + scenario + "/n" + std::to_string(seqlen) + "/d" +
          std::to_string(headdim);
@@ -68,13 +73,28 @@ std::string SweepRow::configuration() const {
 namespace {
 
 struct Derived {
-  attn::BiasStatistics o, d;        // error against exact
-  attn::BiasStatistics cr_o, cr_d;  // the correctly rounded reference's error
-  attn::BiasStatistics ex_o, ex_d;  // excess: error minus the reference's
-  bool has_reference = false;       // false for paired (A-vs-B) rows
+  attn::BiasStatistics o, d;        // the kernel's error
+  attn::BiasStatistics cr_o, cr_d;  // the floor's: the correctly rounded reference, or B for A-vs-B rows
+  attn::BiasStatistics ex_o, ex_d;  // excess: error minus the floor's
+  bool has_reference = false;       // false only for rows of older files without a floor
   double rms = 0;
   std::string verdict, verdict_from;
+  attn::Verdict outcome = attn::Verdict::inconclusive;
 };
+attn::FloorMoments floor_moments(long long n, const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
+                                 const attn::ErrorMoments& excess) {
+  attn::FloorMoments m;
+  m.n = static_cast<std::size_t>(n);
+  m.sum_k = kernel.sum;
+  m.sumsq_k = kernel.sumsq;
+  m.sum_f = floor.sum;
+  m.sumsq_f = floor.sumsq;
+  m.sum_x = excess.sum;
+  m.sumsq_x = excess.sumsq;
+  m.x_positives = static_cast<std::size_t>(excess.pos);
+  m.x_negatives = static_cast<std::size_t>(excess.neg);
+  return m;
+}
 Derived derive(const SweepRow& r, double alpha) {
   Derived x;
   x.o = r.o.statistics(r.trials, alpha);
@@ -85,11 +105,18 @@ Derived derive(const SweepRow& r, double alpha) {
   x.ex_o = r.ex_o.statistics(r.ref_trials, alpha);
   x.ex_d = r.ex_d.statistics(r.ref_trials, alpha);
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
-  // The verdict: the kernel's own share (excess over its format's correctly rounded output);
-  // a paired row is already a difference of two kernels.
-  const bool biased = x.has_reference ? (x.ex_o.biased || x.ex_d.biased) : (x.o.biased || x.d.biased);
-  x.verdict = biased ? "biased" : "no detectable bias";
-  x.verdict_from = x.has_reference ? "excess" : "paired";
+  // The verdict (attention/verdict.hpp, as bias-test): the kernel's own share against its
+  // floor, its direction, and whether the trials could have seen the default bias at stake.
+  const attn::FloorComparison co =
+      attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, attn::kDefaultAtStakeUlps);
+  x.outcome = co.verdict;
+  if (r.d.sum != 0 || r.d.sumsq != 0 || r.cr_d.sumsq != 0) {
+    const attn::FloorComparison cd =
+        attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, attn::kDefaultAtStakeUlps);
+    x.outcome = attn::combine(x.outcome, cd.verdict);
+  }
+  x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
+  x.verdict_from = r.paired() ? "paired" : "excess";
   return x;
 }
 
@@ -134,19 +161,24 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alp
                   r.max_abs, r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
     os << line;
   }
-  os << "Means of the per-trial mean signed error, in ulps of the output format at the exact value (O) and at\n"
-        "max(|delta|, sum|dO*O|) (delta): \"err\" against exact_attention; \"CR\" the correctly rounded\n"
+  os << "Means of the per-trial mean signed error, in ulps of the output format at max(|O|, sum_j P_ij |V_jc|)\n"
+        "(O) and at max(|delta|, sum|dO*O|) (delta): \"err\" against exact_attention; \"CR\" the correctly rounded\n"
         "reference's on the same inputs (exact, rounded once into the output format in the row's --round mode;\n"
         "delta from that O, rounded once to fp32): the output format's own share; \"excess\" err minus CR,\n"
         "trial by trial: the kernel's own share. RMS and max over every element of O (against exact).\n"
         "PV event counts are from the first "
      << attn::kTracedRows
-     << " rows of every trial (tiled models only).\nVerdict: t-test on the per-trial excess of O or delta,\n"
-        "alpha = "
-     << alpha << ".\n"
-     << "Rows named A-vs-B (sweep --against B) are paired differences A minus B on the same inputs and\n"
-        "seed, O in ulps at max(|O|, sum_j P_ij |V_jc|), with no reference (-): their verdict tests the\n"
-        "difference itself; their PV counts are A's.\n";
+     << " rows of every trial (tiled models only).\nVerdict (as bias-test, docs/CLI.md): the per-trial excess of O "
+        "and of delta against the floor,\nalpha = "
+     << alpha << ", at stake " << attn::kDefaultAtStakeUlps
+     << " ulp: \"adds bias\" when the excess is significant and the error lies\n"
+        "further from zero than the floor's; \"less biased\" when it lies significantly closer; \"inconclusive\"\n"
+        "when fewer than "
+     << attn::kMinVerdictSamples
+     << " trials, or the test could not detect the bias at stake. fp8 rows: errors against the exact\n"
+        "attention of the quantised inputs (the quantisation apart).\n"
+     << "Rows named A-vs-B (sweep --against B) compare A with B on the same inputs and seed: \"CR\" is B's\n"
+        "error, \"excess\" the paired difference A minus B; their PV counts are A's.\n";
 }
 
 namespace {
@@ -261,9 +293,9 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
     write_json(std::cout, rows, run);
   else
     write_table(std::cout, rows, run.alpha);
-  // A row whose verdict is "biased" is a failed check (exit 1), as in bias-test.
+  // A row whose kernel adds bias is a failed check (exit 1), as in bias-test.
   for (const SweepRow& r : rows)
-    if (derive(r, run.alpha).verdict == "biased") return kExitCheckFailed;
+    if (derive(r, run.alpha).outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
   return kExitOk;
 }
 

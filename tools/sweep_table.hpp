@@ -44,6 +44,8 @@ struct SweepRow {
   // Adds another row's statistics (trials of the same configuration, in trial order).
   void absorb(const SweepRow& other);
   std::string configuration() const;
+  // A paired row (sweep --against B, named A-vs-B): its floor (cr_) is B on the same inputs.
+  bool paired() const;
 };
 
 // What one `flashbits sweep` run (or one shard of it) was: every parameter its rows depend
@@ -86,7 +88,7 @@ SweepFile read_sweep_file(const std::string& path);
 SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha);
 // Renders rows the way sweep does (table on stdout, --csv FILE written whole, --json),
 // with run.alpha as the verdict's significance level. Returns kExitCheckFailed (1) when any
-// row's verdict is "biased" (as bias-test does), else kExitOk.
+// row's kernel adds bias (as bias-test does), else kExitOk.
 int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);
 
 }  // namespace fb::cli

@@ -49,8 +49,6 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   } catch (const std::invalid_argument& e) {
     throw InputError("model " + model + ": " + e.what());
   }
-  // Keyed by the model's own name, as the CLI does: with and without the recipe, the same inputs.
-  run.seed_key = run.model.name + "/" + scenario;
   if (!recipe.empty()) run.model = cli::apply_recipe_file(run.model, recipe);
   if (!against.empty()) {
     try {

@@ -1,0 +1,171 @@
+// attention/verdict.cpp: the floor comparison and its verdict (contract in verdict.hpp).
+#include "attention/verdict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace fb::attn {
+
+std::string verdict_text(Verdict v) {
+  switch (v) {
+    case Verdict::adds_bias:
+      return "adds bias";
+    case Verdict::less_biased_than_floor:
+      return "less biased than its format's floor";
+    case Verdict::no_detectable_bias:
+      return "no detectable bias";
+    case Verdict::inconclusive:
+    default:
+      return "inconclusive";
+  }
+}
+
+Verdict combine(Verdict a, Verdict b) {
+  for (Verdict v : {Verdict::adds_bias, Verdict::inconclusive, Verdict::less_biased_than_floor})
+    if (a == v || b == v) return v;
+  return Verdict::no_detectable_bias;
+}
+
+void FloorMoments::add(double kernel, double floor) {
+  const double x = kernel - floor;
+  ++n;
+  sum_k += kernel;
+  sumsq_k += kernel * kernel;
+  sum_f += floor;
+  sumsq_f += floor * floor;
+  sum_x += x;
+  sumsq_x += x * x;
+  x_positives += x > 0;
+  x_negatives += x < 0;
+}
+
+namespace {
+
+double sign_of(double mean) { return mean < 0 ? -1.0 : 1.0; }
+
+std::string ulps_text(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%+.3g ulp", v);
+  return buf;
+}
+
+// The size of the excess next to the floor: "excess +0.00047 ulp, 0.09x its floor's +0.0052 ulp".
+std::string size_next_to_floor(const FloorComparison& c) {
+  std::string text = "excess " + ulps_text(c.excess.mean);
+  if (c.floor.mean != 0.0) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, ", %.2gx its floor's ", std::fabs(c.excess.mean / c.floor.mean));
+    text += buf + ulps_text(c.floor.mean);
+  } else {
+    text += ", its floor's mean 0";
+  }
+  return text;
+}
+
+// The verdict from the four statistics (verdict.hpp's rules); x_all_zero: every X_i == 0.
+void decide(FloorComparison& c, double alpha, bool x_all_zero) {
+  const BiasStatistics& x = c.excess;
+  char buf[160];
+  if (x.n < kMinVerdictSamples) {
+    c.verdict = Verdict::inconclusive;
+    std::snprintf(buf, sizeof buf, "%zu independent samples; a verdict needs at least %zu", x.n, kMinVerdictSamples);
+    c.reason = buf;
+    return;
+  }
+  if (x_all_zero) {
+    c.verdict = Verdict::no_detectable_bias;
+    c.reason = "equal to its floor in every sample";
+    return;
+  }
+  if (!(x.stddev > 0.0)) {
+    c.verdict = Verdict::inconclusive;
+    c.reason = "the excess has zero variance across samples, so no interval can be formed";
+    return;
+  }
+  if (x.p_t < alpha) {
+    const BiasStatistics& z = c.distance;
+    if (z.p_t < alpha && z.mean > 0) {
+      c.verdict = Verdict::adds_bias;
+      c.reason = size_next_to_floor(c) + "; its error lies further from zero than the floor's";
+    } else if (z.p_t < alpha && z.mean < 0) {
+      c.verdict = Verdict::less_biased_than_floor;
+      c.reason = "error " + ulps_text(c.kernel.mean) + " against its floor's " + ulps_text(c.floor.mean) +
+                 ": closer to zero than the correctly rounded output";
+    } else {
+      c.verdict = Verdict::no_detectable_bias;
+      c.reason = size_next_to_floor(c) + ", but the error lies no detectably further from zero than the floor's";
+    }
+    return;
+  }
+  if (x.min_detectable > c.at_stake) {
+    c.verdict = Verdict::inconclusive;
+    std::snprintf(buf, sizeof buf,
+                  "the test could detect only a bias of %.3g ulp or more (80%% power), above the %.3g ulp at stake",
+                  x.min_detectable, c.at_stake);
+    c.reason = buf;
+    return;
+  }
+  c.verdict = Verdict::no_detectable_bias;
+  std::snprintf(buf, sizeof buf, "a bias of %.3g ulp would have been detected (80%% power)", x.min_detectable);
+  c.reason = buf;
+}
+
+// Student-t statistics of Z from the sums: Z = s(K - F) when the signs agree, else s(K + F).
+BiasStatistics distance_from_moments(const FloorMoments& m, double s_k, double s_f, double alpha) {
+  if (m.n == 0) return summarize_moments(0, 0, 0, 0, 0, alpha);
+  const double n = static_cast<double>(m.n);
+  const double mean = (s_k * m.sum_k - s_f * m.sum_f) / n;
+  // Σ(K + F)² = 2ΣK² + 2ΣF² - Σ(K - F)²: sums of like-signed terms, no cancellation.
+  const double sumsq = s_k == s_f ? m.sumsq_x : 2.0 * m.sumsq_k + 2.0 * m.sumsq_f - m.sumsq_x;
+  const double sd = m.n > 1 ? std::sqrt(std::max(0.0, sumsq - n * mean * mean) / (n - 1.0)) : 0.0;
+  return summarize_moments(m.n, mean, sd, 0, 0, alpha);
+}
+
+BiasStatistics from_sums(std::size_t n, double sum, double sumsq, std::size_t pos, std::size_t neg, double alpha) {
+  const double mean = n ? sum / static_cast<double>(n) : 0.0;
+  const double sd =
+      n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
+  return summarize_moments(n, mean, sd, pos, neg, alpha);
+}
+
+}  // namespace
+
+FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake) {
+  FloorComparison c;
+  c.at_stake = at_stake;
+  c.kernel = from_sums(m.n, m.sum_k, m.sumsq_k, 0, 0, alpha);
+  c.floor = from_sums(m.n, m.sum_f, m.sumsq_f, 0, 0, alpha);
+  c.excess = from_sums(m.n, m.sum_x, m.sumsq_x, m.x_positives, m.x_negatives, alpha);
+  const double s_k = sign_of(c.kernel.mean);
+  const double s_f = c.floor.mean == 0.0 ? s_k : sign_of(c.floor.mean);
+  c.distance = distance_from_moments(m, s_k, s_f, alpha);
+  decide(c, alpha, m.n > 0 && m.sumsq_x == 0.0);
+  return c;
+}
+
+FloorComparison compare_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor, double alpha,
+                                   double at_stake) {
+  if (kernel.size() != floor.size()) throw std::invalid_argument("compare_with_floor: kernel and floor sizes differ");
+  FloorComparison c;
+  c.at_stake = at_stake;
+  std::vector<double> x(kernel.size()), z(kernel.size());
+  bool all_zero = !kernel.empty();
+  for (std::size_t i = 0; i < kernel.size(); ++i) {
+    x[i] = kernel[i] - floor[i];
+    all_zero = all_zero && x[i] == 0.0;
+  }
+  // Two-pass statistics of each series (summarize): accurate however small the excess is.
+  c.kernel = summarize(kernel, alpha);
+  c.floor = summarize(floor, alpha);
+  c.excess = summarize(x, alpha);
+  const double s_k = sign_of(c.kernel.mean);
+  const double s_f = c.floor.mean == 0.0 ? s_k : sign_of(c.floor.mean);
+  for (std::size_t i = 0; i < kernel.size(); ++i) z[i] = s_k * kernel[i] - s_f * floor[i];
+  c.distance = summarize(z, alpha);
+  decide(c, alpha, all_zero);
+  return c;
+}
+
+}  // namespace fb::attn

@@ -1,0 +1,75 @@
+// attention/verdict.hpp: the answer bias-test and sweep give: does a kernel add bias beyond
+// its format's floor, could the test have seen a bias of the size at stake, and which way
+// does the kernel's error lie (docs/CLI.md bias-test, docs/DESIGN.md §13).
+//
+// Contract. Per independent sample i (a trial, or a cluster of captured rows that share
+// their keys and values) the caller gives two signed errors in the same units (ulps):
+//   K_i, the kernel's error, and F_i, the floor's: the correctly rounded reference's error,
+// both against the exact value of what the kernel was given (for fp8 kernels, the exact
+// attention of the quantised inputs with their descales, so the input quantisation is
+// measured apart). The excess X_i = K_i - F_i is the kernel's own share. The distance
+// Z_i = s_K K_i - s_F F_i, with s_K and s_F the signs of the two means (+1 for a zero
+// mean; s_F = s_K when the floor's mean is 0), has mean |mean K| - |mean F|: positive when
+// the kernel's error lies further from zero than the floor's, in the floor's direction or
+// beyond it on the other side.
+//
+// The verdict, each test two-sided Student t at level alpha:
+//   - inconclusive when there are fewer than kMinVerdictSamples samples, or the excess has
+//     zero variance without being identically zero (a t statistic of +-inf is no evidence);
+//   - no detectable bias when every X_i is exactly 0 (the kernel is its floor);
+//   - when the excess is significant: adds bias if Z is significantly positive, less biased
+//     than its format's floor if Z is significantly negative, and otherwise no detectable
+//     bias (the error moved, but lies no further from zero);
+//   - when the excess is not significant: inconclusive if the smallest bias the test could
+//     detect (80% power) exceeds `at_stake`, else no detectable bias.
+// Pure functions, no state.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "attention/statistics.hpp"
+
+namespace fb::attn {
+
+// Fewer independent samples than this never give a verdict (t with < 7 degrees of freedom
+// at alpha = 1e-3 needs t > 5.4, and one outlier decides it).
+inline constexpr std::size_t kMinVerdictSamples = 8;
+// The default size at stake, in ulps of the output format: a bias per attention call that
+// the test must be able to see for "no detectable bias" to mean anything. Half the smallest
+// bias known to break training: Qiu & Yao's bf16 P̄·V bias (fa-bf16acc, sink, seqlen 256)
+// measures -0.09 ulp in O and +0.16 ulp in delta here (docs/DESIGN.md §13).
+inline constexpr double kDefaultAtStakeUlps = 0.05;
+
+enum class Verdict { adds_bias, less_biased_than_floor, no_detectable_bias, inconclusive };
+// "adds bias", "less biased than its format's floor", "no detectable bias", "inconclusive".
+std::string verdict_text(Verdict v);
+// The combined verdict of a run's outputs (O, delta): adds bias if any adds bias, else
+// inconclusive if any is, else less biased if any is, else no detectable bias.
+Verdict combine(Verdict a, Verdict b);
+
+// Sufficient statistics of the pairs (K_i, F_i) and of their difference X_i, kept apart so
+// that a kernel equal to its floor has an exactly zero excess (sweep shards carry these).
+struct FloorMoments {
+  std::size_t n = 0;
+  double sum_k = 0, sumsq_k = 0, sum_f = 0, sumsq_f = 0, sum_x = 0, sumsq_x = 0;
+  std::size_t x_positives = 0, x_negatives = 0;
+  void add(double kernel, double floor);
+};
+
+struct FloorComparison {
+  Verdict verdict = Verdict::inconclusive;
+  BiasStatistics kernel, floor;  // K and F
+  BiasStatistics excess;         // X = K - F (its sign test included)
+  BiasStatistics distance;       // Z: > 0 when the kernel lies further from zero (no sign test)
+  double at_stake = kDefaultAtStakeUlps;
+  std::string reason;  // why this verdict, one clause ("excess +0.31 ulp, 12x its floor ...")
+};
+
+FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake);
+// The same from the samples themselves (kernel.size() == floor.size()).
+FloorComparison compare_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor, double alpha,
+                                   double at_stake);
+
+}  // namespace fb::attn

@@ -1,0 +1,163 @@
+// tests/test_verdict.cpp: the bias verdict (attention/verdict.hpp) on synthetic samples whose
+// truth is known by construction, its t statistics against Boost.Math's Student t, and the
+// moments form (sweep, merge) against the sample form.
+#include <doctest/doctest.h>
+
+#include <boost/math/distributions/students_t.hpp>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention/verdict.hpp"
+
+namespace {
+
+using fb::attn::compare_with_floor;
+using fb::attn::FloorComparison;
+using fb::attn::FloorMoments;
+using fb::attn::Verdict;
+
+// n samples: the floor's error around floor_mean, the kernel's around kernel_mean, each with
+// its own noise (sd) and a shared part (both see the same inputs, so their errors correlate).
+struct Pairs {
+  std::vector<double> kernel, floor;
+};
+Pairs draw(int n, double kernel_mean, double floor_mean, double sd, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, sd);
+  Pairs p;
+  for (int i = 0; i < n; ++i) {
+    const double shared = noise(rng);
+    p.floor.push_back(floor_mean + shared + 0.1 * noise(rng));
+    p.kernel.push_back(kernel_mean + shared + 0.1 * noise(rng));
+  }
+  return p;
+}
+
+// Two-sided p of a one-sample t test, from Boost (the independent reference).
+double boost_p(const std::vector<double>& x) {
+  const double n = static_cast<double>(x.size());
+  double mean = 0;
+  for (double v : x) mean += v;
+  mean /= n;
+  double ss = 0;
+  for (double v : x) ss += (v - mean) * (v - mean);
+  const double se = std::sqrt(ss / (n - 1) / n);
+  boost::math::students_t dist(n - 1);
+  return 2.0 * boost::math::cdf(boost::math::complement(dist, std::fabs(mean / se)));
+}
+
+}  // namespace
+
+TEST_CASE("direction: a kernel closer to zero than its floor is less biased, never 'adds bias'") {
+  // The case: the floor (bf16 O, delta from it) errs by -0.032 ulp, the kernel (O kept
+  // in fp32) by +0.0001: the excess is large and positive, but the kernel lies closer to zero.
+  const Pairs p = draw(300, 0.0001, -0.032, 0.01, 1);
+  const FloorComparison c = compare_with_floor(p.kernel, p.floor, 1e-3, 0.02);
+  CHECK(c.excess.mean > 0.03);
+  CHECK(c.excess.p_t < 1e-3);
+  CHECK(c.distance.mean < 0);
+  CHECK(c.verdict == Verdict::less_biased_than_floor);
+}
+
+TEST_CASE("direction: further from zero in the floor's direction, or beyond it, adds bias") {
+  const Pairs same = draw(64, 0.05, 0.01, 0.01, 2);  // same side, further out
+  CHECK(compare_with_floor(same.kernel, same.floor, 1e-3, 0.02).verdict == Verdict::adds_bias);
+  const Pairs beyond = draw(64, 0.08, -0.02, 0.01, 3);  // past zero, further out on the other side
+  const FloorComparison c = compare_with_floor(beyond.kernel, beyond.floor, 1e-3, 0.02);
+  CHECK(c.verdict == Verdict::adds_bias);
+  // The reason states the size next to the floor: "excess +0.1 ulp, 5x its floor's -0.02 ulp".
+  CHECK(c.reason.find("its floor's") != std::string::npos);
+  const Pairs negative = draw(64, -0.06, -0.01, 0.01, 4);  // negative bias: the sign of the excess
+  const FloorComparison n = compare_with_floor(negative.kernel, negative.floor, 1e-3, 0.02);
+  CHECK(n.excess.mean < 0);
+  CHECK(n.verdict == Verdict::adds_bias);
+}
+
+TEST_CASE("direction: a mirrored error (moved, no further from zero) is no detectable bias") {
+  // kernel ≈ -floor: the excess is significant, the distance from zero the same.
+  std::vector<double> kernel, floor;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.002);
+  for (int i = 0; i < 200; ++i) {
+    const double f = 0.03 + noise(rng);
+    floor.push_back(f);
+    kernel.push_back(-f + 1e-4 * noise(rng));
+  }
+  const FloorComparison c = compare_with_floor(kernel, floor, 1e-3, 0.02);
+  CHECK(c.excess.p_t < 1e-3);
+  CHECK(c.verdict == Verdict::no_detectable_bias);
+}
+
+TEST_CASE("power: too few samples, zero variance and a wide interval are inconclusive") {
+  // Two trials whose excess happens to be equal: t = inf, yet no evidence.
+  CHECK(compare_with_floor({0.5, 0.7}, {0.25, 0.45}, 1e-3, 0.02).verdict == Verdict::inconclusive);
+  // Enough samples, zero variance of a nonzero excess.
+  std::vector<double> k(20), f(20);
+  for (int i = 0; i < 20; ++i) {
+    f[i] = 0.25 * i;  // dyadic: k - f is exactly 0.5 in every sample
+    k[i] = f[i] + 0.5;
+  }
+  const FloorComparison zero_var = compare_with_floor(k, f, 1e-3, 0.02);
+  CHECK(zero_var.excess.stddev == 0);
+  CHECK(zero_var.verdict == Verdict::inconclusive);
+  // Noise of 3 ulp per trial over 16 trials: no bias seen, but none of 0.02 ulp could be.
+  const Pairs wide = draw(16, 0.0, 0.0, 3.0, 6);
+  std::vector<double> noisy = wide.kernel;
+  for (std::size_t i = 0; i < noisy.size(); ++i) noisy[i] += 3.0 * std::sin(17.0 * static_cast<double>(i));
+  const FloorComparison w = compare_with_floor(noisy, wide.floor, 1e-3, 0.02);
+  CHECK(w.excess.p_t >= 1e-3);
+  CHECK(w.excess.min_detectable > 0.02);
+  CHECK(w.verdict == Verdict::inconclusive);
+  CHECK(w.reason.find("could detect only") != std::string::npos);
+  // The same data with a larger bias at stake decides.
+  CHECK(compare_with_floor(noisy, wide.floor, 1e-3, 1e3).verdict == Verdict::no_detectable_bias);
+}
+
+TEST_CASE("a kernel equal to its floor in every sample has no detectable bias") {
+  const Pairs p = draw(12, 0.01, 0.01, 0.01, 7);
+  CHECK(compare_with_floor(p.floor, p.floor, 1e-3, 0.02).verdict == Verdict::no_detectable_bias);
+}
+
+TEST_CASE("the excess and the distance: t tests against Boost.Math") {
+  const Pairs p = draw(40, 0.02, -0.01, 0.01, 8);
+  const FloorComparison c = compare_with_floor(p.kernel, p.floor, 1e-3, 0.02);
+  std::vector<double> x, z;
+  const double s_k = c.kernel.mean < 0 ? -1 : 1, s_f = c.floor.mean < 0 ? -1 : 1;
+  for (std::size_t i = 0; i < p.kernel.size(); ++i) {
+    x.push_back(p.kernel[i] - p.floor[i]);
+    z.push_back(s_k * p.kernel[i] - s_f * p.floor[i]);
+  }
+  CHECK(c.excess.p_t == doctest::Approx(boost_p(x)).epsilon(1e-6));
+  CHECK(c.distance.p_t == doctest::Approx(boost_p(z)).epsilon(1e-6));
+  CHECK(c.distance.mean == doctest::Approx(std::fabs(c.kernel.mean) - std::fabs(c.floor.mean)));
+}
+
+TEST_CASE("moments form (sweep shards) gives the sample form's verdicts and statistics") {
+  for (unsigned seed = 10; seed < 16; ++seed) {
+    for (const auto& [km, fm] : {std::pair{0.0001, -0.032}, {0.05, 0.01}, {0.08, -0.02}, {0.0, 0.0}}) {
+      const Pairs p = draw(30, km, fm, 0.01, seed);
+      FloorMoments m;
+      for (std::size_t i = 0; i < p.kernel.size(); ++i) m.add(p.kernel[i], p.floor[i]);
+      const FloorComparison a = compare_with_floor(p.kernel, p.floor, 1e-3, 0.02);
+      const FloorComparison b = compare_with_floor(m, 1e-3, 0.02);
+      CAPTURE(seed);
+      CAPTURE(km);
+      CHECK(a.verdict == b.verdict);
+      CHECK(b.excess.mean == doctest::Approx(a.excess.mean).epsilon(1e-9));
+      CHECK(b.excess.stddev == doctest::Approx(a.excess.stddev).epsilon(1e-6));
+      CHECK(b.distance.mean == doctest::Approx(a.distance.mean).epsilon(1e-9));
+      CHECK(b.distance.stddev == doctest::Approx(a.distance.stddev).epsilon(1e-6));
+      CHECK(b.excess.positives == a.excess.positives);
+    }
+  }
+}
+
+TEST_CASE("combine: adds bias dominates, then inconclusive, then less biased") {
+  CHECK(fb::attn::combine(Verdict::no_detectable_bias, Verdict::adds_bias) == Verdict::adds_bias);
+  CHECK(fb::attn::combine(Verdict::inconclusive, Verdict::adds_bias) == Verdict::adds_bias);
+  CHECK(fb::attn::combine(Verdict::less_biased_than_floor, Verdict::inconclusive) == Verdict::inconclusive);
+  CHECK(fb::attn::combine(Verdict::less_biased_than_floor, Verdict::no_detectable_bias) ==
+        Verdict::less_biased_than_floor);
+  CHECK(fb::attn::combine(Verdict::no_detectable_bias, Verdict::no_detectable_bias) == Verdict::no_detectable_bias);
+}
