@@ -182,11 +182,11 @@ Runner setup_deviation(CLI::App& app) {
   app.add_option("--models", o->models, "kernel models, comma-separated")->required();
   app.add_option("--inputs", o->inputs, "normal|fa3-outliers|sink (default normal)");
   app.add_option("--seqlen", o->seqlens, "sequence lengths, comma-separated (default 1024)");
-  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
-  app.add_option("--heads", o->heads, "heads (default 1)");
+  app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
+  app.add_option("--heads", o->heads, "heads (default 1)")->check(size_in());
   app.add_option("--tiles", o->tiles, "tile sizes BrxBc, comma-separated (default: the recipe's)");
   app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
-  app.add_option("--seed", o->seed, "seed (default 0)");
+  add_seed_option(app, o->seed, "seed (default 0)");
   add_jobs_option(app, o->jobs);
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_deviation(*o); };
