@@ -252,6 +252,17 @@ TEST_CASE("issue 34: merge refuses a row whose configuration is not its index's 
   edited.erase(edited.begin() + 2);
   const std::string record = write_file("grid_record.csv", joined(edited));
   check_refused(run("merge " + record), {record + ": run record: configurations 2", "grid of 1"});
+  // The grid is bounded before any model is parsed: merge reads its lists from the files.
+  edited = lines;
+  std::string many;
+  for (int beta = 2; beta < 70002; ++beta) {
+    if (!many.empty()) many += ',';
+    many += "fa2-sm80+dynmax:beta=";  // appended piece by piece: GCC 12 misreports + here (-Wrestrict)
+    many += std::to_string(beta);
+  }
+  edited[3].replace(edited[3].find("fa2-sm80,fa-bf16acc"), std::string("fa2-sm80,fa-bf16acc").size(), many);
+  const std::string huge = write_file("grid_huge.csv", joined(edited));
+  check_refused(run("merge " + huge), {huge + ": run record", "70000 configurations, over the limit of 65536"});
   // JSON shards name the row by its position.
   const Run json = run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --json");
   REQUIRE(json.code == 0);

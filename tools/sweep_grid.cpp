@@ -17,12 +17,12 @@ namespace {
 // A comma-separated option's entries (empty ones dropped); an entry given twice is refused.
 std::vector<std::string> split_list(const std::string& text, const std::string& option) {
   std::vector<std::string> out;
+  std::set<std::string> seen;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) {
-      if (std::find(out.begin(), out.end(), item) != out.end())
-        throw InputError(option + " " + text + ": " + item + " is given twice");
+      if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
       out.push_back(item);
     }
   return out;
@@ -77,37 +77,45 @@ ResolvedModel resolve_model(const std::string& model, const Format& format, cons
 }  // namespace
 
 SweepGrid sweep_grid(const SweepRun& run) {
-  const auto scenario_list = attn::scenario_names();
   const std::vector<std::string> formats = split_list(run.formats, "--formats");
   const std::vector<std::string> rounds = split_list(run.rounds, "--round");
   const std::vector<std::string> models = split_list(run.models, "--model");
   const std::vector<std::string> scenarios = split_list(run.scenarios, "--scenario");
+  // Bounded before any model is parsed: merge reads these lists from files it is given.
+  const long double cells = static_cast<long double>(formats.size()) * rounds.size() * models.size() * scenarios.size();
+  if (cells > static_cast<long double>(kMaxSweepCells))
+    throw InputError("--formats x --round x --model x --scenario: " + std::to_string(static_cast<long long>(cells)) +
+                     " configurations, over the limit of " + std::to_string(kMaxSweepCells) +
+                     "; split the grid into several sweeps");
+  std::vector<Format> parsed_formats;
+  for (const auto& fmt : formats) parsed_formats.push_back(parse_format_or_throw(fmt, "--formats"));
+  for (const auto& round : rounds) parse_mode_or_throw(round, "--round");
+  const auto scenario_list = attn::scenario_names();
+  for (const auto& scenario : scenarios)
+    if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
+      throw InputError("--scenario " + scenario + ": unknown scenario");
   SweepGrid grid;
   std::map<std::string, std::string> model_of_configuration;  // configuration -> the --model entry
   const int sr_bits = static_cast<int>(run.sr_bits);
-  for (const auto& fmt : formats)
+  for (std::size_t f = 0; f < formats.size(); ++f)
     for (const auto& round : rounds)
-      for (const auto& model : models)
+      for (const auto& model : models) {
+        const ResolvedModel resolved = resolve_model(model, parsed_formats[f], round, sr_bits);
+        std::optional<ResolvedModel> baseline;
+        // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
+        if (!run.against.empty()) baseline = resolve_model(run.against, parsed_formats[f], "rne", sr_bits);
+        const std::string& why = !resolved.model                ? resolved.not_runnable
+                                 : baseline && !baseline->model ? baseline->not_runnable
+                                                                : resolved.not_runnable;
+        if (!why.empty()) {
+          if (std::find(grid.skipped.begin(), grid.skipped.end(), why) == grid.skipped.end())
+            grid.skipped.push_back(why);
+          continue;  // not grid cells: shards agree on this without running anything
+        }
         for (const auto& scenario : scenarios) {
-          const Format format = parse_format_or_throw(fmt, "--formats");
-          parse_mode_or_throw(round, "--round");
-          if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
-            throw InputError("--scenario " + scenario + ": unknown scenario");
-          const ResolvedModel resolved = resolve_model(model, format, round, sr_bits);
-          std::optional<ResolvedModel> baseline;
-          // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
-          if (!run.against.empty()) baseline = resolve_model(run.against, format, "rne", sr_bits);
-          const std::string& why = !resolved.model                ? resolved.not_runnable
-                                   : baseline && !baseline->model ? baseline->not_runnable
-                                                                  : resolved.not_runnable;
-          if (!why.empty()) {
-            if (std::find(grid.skipped.begin(), grid.skipped.end(), why) == grid.skipped.end())
-              grid.skipped.push_back(why);
-            continue;  // not a grid cell: shards agree on this without running anything
-          }
           SweepCell c{SweepRow{}, *resolved.model, resolved.model->recipe->input, std::nullopt};
           c.row.index = static_cast<long long>(grid.cells.size());
-          c.row.format = fmt;
+          c.row.format = formats[f];
           c.row.round = round;
           c.row.model = resolved.label;
           if (baseline) {
@@ -124,6 +132,7 @@ SweepGrid sweep_grid(const SweepRun& run) {
                              " are both configuration " + at->first + "; give one");
           grid.cells.push_back(std::move(c));
         }
+      }
   if (grid.cells.empty()) {
     if (grid.skipped.empty()) throw InputError("--model: expected at least one model");
     throw InputError("no configuration can run: " + grid.skipped.front() +

@@ -12,7 +12,9 @@
 //   --against B makes every row the paired difference `A-vs-B`.
 // - Throws InputError naming the option and the word: an unknown format, rounding mode,
 //   scenario or model; an entry given twice in one list (`--model a,a`); two cells that are
-//   one configuration (`--model standard,standard-bf16` with bf16).
+//   one configuration (`--model standard,standard-bf16` with bf16); more than
+//   kMaxSweepCells cells in the product (checked before any model is parsed, as merge
+//   computes the grid from the lists in the files it is given).
 #pragma once
 
 #include <optional>
@@ -24,6 +26,8 @@
 #include "tools/sweep_table.hpp"
 
 namespace fb::cli {
+
+inline constexpr long long kMaxSweepCells = 1 << 16;
 
 struct SweepCell {
   SweepRow row;  // the configuration: index, format, round, model (as the row names it), scenario, sizes
