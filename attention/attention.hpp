@@ -176,8 +176,12 @@ AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& 
 // quantisation. nullopt for models that do not quantise their inputs.
 std::optional<AttentionInputs> inputs_as_quantised(const KernelModel& km, const AttentionInputs& in,
                                                    const RunOptions& opt);
+// The largest head dim the engine models: FlashAttention's kernels stop at 256 (their tile
+// tables end there), and exact_attention's error bound is argued for d <= 256 (exact.cpp).
+// The CLI checks --headdim against it as it parses the options (tools/cli_common.hpp).
+inline constexpr int kMaxHeadDim = 256;
 // The shapes every run accepts (std::invalid_argument naming the rule otherwise): q, k, v
-// share batch, sequence length and head dim (head dim at most 256); k and v share their
+// share batch, sequence length and head dim (head dim at most kMaxHeadDim); k and v share their
 // heads, which divide q's (grouped-query attention: q head h reads k/v head h / (H/Hk); dK
 // and dV then have k's heads); dO has q's shape.
 void check_attention_inputs(const AttentionInputs& in);

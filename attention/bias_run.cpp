@@ -277,6 +277,10 @@ void add_trace(const Trace& trace, ItemResult& item) {
         item.delta_note = "delta: computed from each trace's captured O and dO as its kernel does (" +
                           trace.metadata().model + "'s reduction), since the capture holds no delta";
     }
+  } else if (in.d_o) {
+    item.delta_note = "delta: NOT tested for " + trace.source_name() +
+                      ": the capture holds dO but no delta, and its metadata names no model to compute delta as "
+                      "its kernel does (flashbits import --model NAME records one)";
   }
   std::vector<double> trace_delta;  // per row (NaN where the row is left out)
   if (!kernel_deltas.empty() && exact.delta) {

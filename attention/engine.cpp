@@ -353,7 +353,8 @@ void check_attention_inputs(const AttentionInputs& in) {
   if (in.d_o &&
       (in.d_o->batch != q.batch || in.d_o->heads != q.heads || in.d_o->rows != q.rows || in.d_o->cols != q.cols))
     throw std::invalid_argument("attention: dO must have the shape of O");
-  if (q.cols > 256) throw std::invalid_argument("attention: head dim above 256 is not modelled");
+  if (q.cols > kMaxHeadDim)
+    throw std::invalid_argument("attention: head dim above " + std::to_string(kMaxHeadDim) + " is not modelled");
 }
 
 std::optional<double> kernel_delta(const ModelHandle& model, const double* d_o, const double* o, int d) {

@@ -4,6 +4,7 @@
 // Contract: attention/attention.hpp; docs/CLI.md "Kernel models".
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -77,10 +78,22 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
   }
   KernelModel m = std::move(*found);
   std::string canonical = m.base;
+  // Each setting once: a repeated variant (+dynmax+dynmax) or two final casts of O
+  // (+o-rtz+o-rup) would otherwise silently keep the last. Setting -> the part that set it.
+  std::map<std::string, std::string> settings;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     const std::size_t colon = p.find(':');
     const std::string variant = p.substr(0, colon);
+    {
+      RoundingMode o_mode{};
+      const bool o_cast = variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), o_mode);
+      const std::string setting = o_cast ? "O's final rounding (+o-MODE)" : "+" + variant;
+      if (const auto [at, first] = settings.emplace(setting, p); !first)
+        throw std::invalid_argument(at->second == p
+                                        ? "+" + p + " is given twice"
+                                        : "+" + at->second + " and +" + p + " both set " + setting + "; give one");
+    }
     if (RoundingMode mode{}; m.structure == Structure::correctly_rounded &&
                              !(variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), mode))) {
       throw std::invalid_argument(

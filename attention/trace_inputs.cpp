@@ -70,6 +70,30 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
   return in;
 }
 
+ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option, std::string_view option_name) {
+  for (const char* name : {"q", "k", "v", "o", "do", "lse", "delta", "dq", "dk", "dv"}) {
+    if (!trace.has(name)) continue;
+    const Dtype dtype = trace.tensor(name).dtype;
+    if (!dtype_format(dtype))
+      throw TraceError(trace.source_name() + ": tensor " + name + " is " + std::string(dtype_name(dtype)) +
+                       ": replay reads and compares tensors in bf16, fp16, fp32, e4m3 or e5m2 (store it in the "
+                       "format the kernel used)");
+  }
+  ReplayableTrace out;
+  out.inputs = inputs_from_trace(trace);
+  const std::string& metadata_model = trace.metadata().model;
+  const std::string& name = model_option.empty() ? metadata_model : model_option;
+  if (name.empty()) return out;
+  try {
+    out.model = parse_model_for_inputs(name, out.inputs.dtype);
+  } catch (const std::invalid_argument& e) {
+    // A model named by the trace's metadata is an error of the file: name the file first.
+    if (model_option.empty()) throw TraceError(trace.source_name() + ": metadata model '" + name + "': " + e.what());
+    throw std::invalid_argument(std::string(option_name) + " " + name + ": " + e.what());
+  }
+  return out;
+}
+
 ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
                              std::string& note) {
   note.clear();

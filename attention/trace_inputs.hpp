@@ -26,6 +26,23 @@ ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype)
 // (grouped-query attention). TraceError (naming the file) when k and v differ in shape, or
 // differ from q other than in heads (a KV length other than q's is not modelled).
 AttentionInputs inputs_from_trace(const Trace& trace);
+// What a trace must be for a model to run on it and be compared with it, beyond the schema
+// (trace.hpp): replay checks it before it runs, and import before it writes a trace, so that
+// import never writes a trace replay cannot read. The inputs (inputs_from_trace: k and v of
+// one shape, with q's batch, rows and head dim); q, k, v, o, and do, lse, delta, dq, dk, dv
+// where present, in a format flashbits decodes (bf16, fp16, fp32, e4m3, e5m2: not F64 or
+// integers), since they are compared bit for bit in their own format; and, when a model is
+// named, one that reads the inputs' dtype (parse_model_for_inputs). The model is
+// `model_option` when not empty (named as `option_name` in messages), else the metadata's
+// (none named: `model` is empty). TraceError naming the file for a defect of the file,
+// `FILE: metadata model 'X': ...` included; std::invalid_argument `OPTION X: ...` for a
+// model given as an option.
+struct ReplayableTrace {
+  AttentionInputs inputs;
+  ModelHandle model;  // empty (no recipe) when no model is named
+};
+ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option,
+                                 std::string_view option_name = "--model");
 // The SFU models a trace is replayed with. `choice`: "model" keeps the model's own; a set
 // name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
 // (measured on an H200) for a hardware capture from compute capability 9.0 and the model's

@@ -17,8 +17,12 @@
 #include <fstream>
 #include <iostream>
 #include <cstdlib>
+#include <charconv>
+#include <limits>
 #include <string>
 #include <system_error>
+
+#include "attention/attention.hpp"
 
 namespace fb::cli {
 
@@ -290,6 +294,38 @@ int sr_bits_or_throw(long long bits, std::string_view option) {
   return static_cast<int>(bits);
 }
 
+CLI::Validator integer_in(std::uint64_t lo, std::uint64_t hi, const std::string& limit) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  auto check = [lo, hi, range, limit](std::string& word) -> std::string {
+    std::string_view digits = word;
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    const bool in_range =
+        !digits.empty() && end == digits.data() + digits.size() && ec == std::errc() && value >= lo && value <= hi;
+    if (in_range) return "";
+    return "expected an integer " + range + (limit.empty() ? "" : " (" + limit + ")") + ", got '" + word + "'";
+  };
+  return CLI::Validator(check, range, "integer_in");
+}
+
+CLI::Option* add_seed_option(CLI::App& app, std::uint64_t& seed, const std::string& description) {
+  return app.add_option("--seed", seed, description)
+      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "2^64-1"));
+}
+
+CLI::Validator trials_in(long long at_least) {
+  return integer_in(static_cast<std::uint64_t>(at_least), static_cast<std::uint64_t>(kMaxTrials),
+                    "at most 2^24 trials");
+}
+
+CLI::Validator headdim_in() {
+  return integer_in(1, attn::kMaxHeadDim,
+                    "the engine models head dims up to " + std::to_string(attn::kMaxHeadDim) + ", as FlashAttention");
+}
+
+CLI::Validator size_in() { return integer_in(1, static_cast<std::uint64_t>(std::numeric_limits<int>::max())); }
+
 double alpha_or_throw(double alpha, std::string_view option) {
   if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0)) {
     char buf[64];
@@ -405,6 +441,42 @@ void refuse_output_over_inputs(std::string_view output_option, const std::string
       throw InputError(std::string(output_option) + " " + output + ": is the same file as " + role + " " + input +
                        " (it would be overwritten); choose another output path");
   }
+}
+
+void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const std::string prefix = std::string(option) + " " + path + ": ";
+  if (path == "-") {
+    if (stdout_allowed) return;
+    throw InputError(prefix + "standard output is not supported here; give a file path (./- for a file named -)");
+  }
+  std::error_code ec;
+  // Through a symbolic link: the file it names is replaced (write_output_file), in its directory.
+  fs::path target = path;
+  if (fs::is_symlink(target, ec)) {
+    const fs::path resolved = fs::weakly_canonical(target, ec);
+    if (!ec) target = resolved;
+  }
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw InputError(prefix + "is a directory, expected a file path");
+    if (!S_ISREG(st.st_mode)) {
+      // A device or a pipe is written in place.
+      if (::access(target.c_str(), W_OK) != 0) throw InputError(prefix + "cannot be written: " + errno_text(errno));
+      return;
+    }
+  }
+  // A regular file (or a new one) is a temporary file renamed into place: its directory must
+  // take new files.
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  struct stat dir_st {};
+  if (::stat(dir.c_str(), &dir_st) != 0)
+    throw InputError(prefix + "cannot write into directory " + dir.string() + ": " + errno_text(errno));
+  if (!S_ISDIR(dir_st.st_mode)) throw InputError(prefix + dir.string() + " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw InputError(prefix + "cannot write into directory " + dir.string() + ": " + errno_text(errno));
 }
 
 bool flush_stdout(std::string& reason) {

@@ -128,6 +128,21 @@ void check_problem_size(long long batch, long long heads, long long seqlen, long
 void check_trials(long long trials, long long at_least, std::string_view option = "--trials");
 // --sr-bits: 1..kMaxSrBits random bits.
 int sr_bits_or_throw(long long bits, std::string_view option = "--sr-bits");
+// An integer option checked as CLI11 reads it (a usage error, exit 2, before any work): the
+// word is decimal digits, with an optional '+', of a value in lo..hi. Without it CLI11 clamps
+// an unsigned option (`--seed -1`, `2^64` and `1e20` all became 2^64-1) and says of `--trials
+// 1e12` only that it cannot be converted. CLI11 puts the option's name before the message:
+// `--trials: expected an integer 1..16777216 (2^24, the most trials), got '1e12'`; `limit`,
+// when given, is that parenthesis.
+CLI::Validator integer_in(std::uint64_t lo, std::uint64_t hi, const std::string& limit = "");
+// --seed of every command that takes one: 0..2^64-1, checked by integer_in.
+CLI::Option* add_seed_option(CLI::App& app, std::uint64_t& seed, const std::string& description);
+// The checks of the problem-size options, as CLI11 reads them (integer_in): --trials
+// at_least..kMaxTrials; --headdim 1..attn::kMaxHeadDim (the engine models no larger head);
+// --seqlen, --heads, --kv-heads and --batch 1..INT_MAX (their product is check_problem_size's).
+CLI::Validator trials_in(long long at_least);
+CLI::Validator headdim_in();
+CLI::Validator size_in();
 // --alpha: a significance level, finite, in (0, 1).
 double alpha_or_throw(double alpha, std::string_view option = "--alpha");
 
@@ -144,6 +159,14 @@ void write_output_file(const std::string& path, std::string_view content, std::s
 // weakly_canonical path. `inputs`: (option or role, path) pairs; empty paths are skipped.
 void refuse_output_over_inputs(std::string_view output_option, const std::string& output,
                                const std::vector<std::pair<std::string, std::string>>& inputs);
+// Checks an output option's path before any work is done, so that a run never computes for
+// an hour to find its output unwritable: the directory it would be written in exists, is a
+// directory and is writable, and the path is not a directory (an existing device or pipe must
+// be writable). "-" is standard output where `stdout_allowed` (sweep and merge --csv); for
+// other options it is refused (a file named - is written as ./-). An empty path is an option
+// not given and passes. Throws InputError "OPTION PATH: ..." (exit 2). write_output_file still
+// checks every write: the disk may fill up meanwhile.
+void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed = false);
 // Flushes stdout (std::cout and C stdio); false when anything written to it was lost.
 bool flush_stdout(std::string& reason);
 

@@ -231,14 +231,14 @@ Runner setup_bias_test(CLI::App& app) {
                                 "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
                                 "--dtype names a capture's format)");
   auto* scenario = app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
-  auto* trials = app.add_option("--trials", o->trials, "trials (default 32)");
+  auto* trials = app.add_option("--trials", o->trials, "trials (default 32)")->check(trials_in(2));
   app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
   app.add_option("--at-stake", o->at_stake,
                  "the smallest bias (ulps) that matters: a test that could not detect it is inconclusive "
                  "(default 0.05)");
-  auto* seed = app.add_option("--seed", o->seed, "seed (default 0)");
-  auto* seqlen = app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
-  auto* headdim = app.add_option("--headdim", o->headdim, "head dimension (default 64)");
+  auto* seed = add_seed_option(app, o->seed, "seed (default 0)");
+  auto* seqlen = app.add_option("--seqlen", o->seqlen, "sequence length (default 256)")->check(size_in());
+  auto* headdim = app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
   o->dtype_option = app.add_option("--dtype", o->dtype,
                                    "dtype for models that do not name one (default bf16); with --traces, the format "
                                    "of the captures' q, k, v");

@@ -11,9 +11,11 @@
 // --jobs J: the engine's threads for each model run (RunOptions::threads, over (head, row
 // block)); the output does not depend on J.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -50,12 +52,12 @@ int run_deviation(const DeviationOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   std::vector<int> seqlens;
   for (const auto& s : split_list(o.seqlens)) {
-    try {
-      seqlens.push_back(std::stoi(s));
-    } catch (const std::exception&) {
-      throw InputError("--seqlen " + s + ": expected a positive integer");
-    }
-    if (seqlens.back() < 1) throw InputError("--seqlen " + s + ": expected a positive integer");
+    // Every character a digit: std::stoi read "1e8" as 1 and "16x" as 16.
+    int n = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size() || n < 1)
+      throw InputError("--seqlen " + s + ": expected an integer 1.." + std::to_string(std::numeric_limits<int>::max()));
+    seqlens.push_back(n);
   }
   std::vector<std::pair<int, int>> tiles;  // (Br, Bc); (0, 0) = the recipe's
   for (const auto& t : split_list(o.tiles)) {
@@ -182,11 +184,11 @@ Runner setup_deviation(CLI::App& app) {
   app.add_option("--models", o->models, "kernel models, comma-separated")->required();
   app.add_option("--inputs", o->inputs, "normal|fa3-outliers|sink (default normal)");
   app.add_option("--seqlen", o->seqlens, "sequence lengths, comma-separated (default 1024)");
-  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
-  app.add_option("--heads", o->heads, "heads (default 1)");
+  app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
+  app.add_option("--heads", o->heads, "heads (default 1)")->check(size_in());
   app.add_option("--tiles", o->tiles, "tile sizes BrxBc, comma-separated (default: the recipe's)");
   app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
-  app.add_option("--seed", o->seed, "seed (default 0)");
+  add_seed_option(app, o->seed, "seed (default 0)");
   add_jobs_option(app, o->jobs);
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return run_deviation(*o); };

@@ -6,6 +6,7 @@
 // whole or not at all, and never over one of its inputs.
 #include <iostream>
 
+#include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
 #include "traces/trace.hpp"
@@ -22,10 +23,14 @@ struct ImportOptions {
 int run_import(const ImportOptions& o) {
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
+  check_output_path("--out", o.out);
   std::vector<std::pair<std::string, std::string>> inputs;
   for (const std::string& capture : o.captures) inputs.emplace_back("the capture", capture);
   refuse_output_over_inputs("--out", o.out, inputs);
   const Trace trace = load_capture(o.captures, options);
+  // Exactly what replay checks (attention/trace_inputs.hpp): no trace is written that replay,
+  // bias-test --traces or Python cannot read. --model is metadata here, merged into the file's.
+  attn::check_replayable(trace, o.statement.model);
   const std::vector<std::uint8_t> bytes = serialize_safetensors(trace.file(), o.out);
   parse_trace(bytes, o.out);  // what is written reads back as a valid trace
   write_output_file(o.out, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "the trace");

@@ -23,7 +23,7 @@ namespace {
 struct MakeTraceOptions {
   std::string model, scenario = "sink", out, dtype = "bf16";
   int seqlen = 256, headdim = 64;
-  int batch = 1, heads = 1, kv_heads = 0;  // kv_heads 0: = heads
+  int batch = 1, heads = 1, kv_heads = 0;  // kv_heads 0: not given, = heads (--kv-heads 0 is refused)
   int jobs = default_jobs();
   std::uint64_t seed = 0;
   bool backward = false;
@@ -67,6 +67,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   check_problem_size(o.batch, o.heads, o.seqlen, o.headdim);
   const int jobs = jobs_or_throw(o.jobs);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
+  check_output_path("--out", o.out);
   attn::AttentionInputs in;
   try {
     in = attn::make_scenario(o.scenario, o.seed, o.batch, o.heads, o.seqlen, o.headdim, model.recipe->input, o.backward,
@@ -128,13 +129,14 @@ Runner setup_make_trace(CLI::App& app) {
   auto o = std::make_shared<MakeTraceOptions>();
   app.add_option("--model", o->model, "kernel model")->required();
   app.add_option("--scenario", o->scenario, "random|fa3-outliers|sink|ties (default sink)");
-  app.add_option("--seqlen", o->seqlen, "sequence length (default 256)");
-  app.add_option("--headdim", o->headdim, "head dimension (default 64)");
-  app.add_option("--batch", o->batch, "batch size (default 1)");
-  app.add_option("--heads", o->heads, "query heads (default 1)");
+  app.add_option("--seqlen", o->seqlen, "sequence length (default 256)")->check(size_in());
+  app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
+  app.add_option("--batch", o->batch, "batch size (default 1)")->check(size_in());
+  app.add_option("--heads", o->heads, "query heads (default 1)")->check(size_in());
   app.add_option("--kv-heads", o->kv_heads,
-                 "key/value heads, a divisor of --heads (default: --heads; fewer is grouped-query attention)");
-  app.add_option("--seed", o->seed, "seed (default 0)");
+                 "key/value heads, a divisor of --heads (default: --heads; fewer is grouped-query attention)")
+      ->check(size_in());
+  add_seed_option(app, o->seed, "seed (default 0)");
   app.add_option("--dtype", o->dtype,
                  "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "
                  "`standard` standard-fp32");

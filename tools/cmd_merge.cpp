@@ -25,6 +25,7 @@ struct MergeOptions {
 int run_merge(const MergeOptions& o) {
   std::optional<double> alpha;
   if (o.alpha_option && o.alpha_option->count() > 0) alpha = alpha_or_throw(o.alpha);
+  check_csv_output(o.csv, o.json);
   std::vector<std::pair<std::string, std::string>> inputs;
   for (const auto& f : o.files) inputs.emplace_back("shard", f);
   refuse_output_over_inputs("--csv", o.csv, inputs);
@@ -41,7 +42,9 @@ Runner setup_merge(CLI::App& app) {
   auto o = std::make_shared<MergeOptions>();
   app.add_option("files", o->files, "shard files written by sweep --csv or --json (all N shards of one run)")
       ->required();
-  app.add_option("--csv", o->csv, "write the merged rows as CSV (written whole: a temporary file renamed into place)");
+  app.add_option("--csv", o->csv,
+                 "write the merged rows as CSV (written whole: a temporary file renamed into place); - writes it to "
+                 "standard output instead of the table");
   app.add_flag("--json", o->json, "print JSON instead of the table");
   o->alpha_option =
       app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default: the shards' own)");

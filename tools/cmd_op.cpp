@@ -1,6 +1,7 @@
 // tools/cmd_op.cpp: `flashbits op`, one exact scalar operation or a batch of them.
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 
 #include "tools/cli_common.hpp"
@@ -107,8 +108,9 @@ Runner setup_op(CLI::App& app) {
   app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite")
       ->each([o](const std::string&) { o->overflow_given = true; });
   app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)");
-  app.add_option("--seed", o->seed, "seed of the stochastic-rounding stream");
-  app.add_option("--position", o->position, "logical position in the stochastic stream");
+  add_seed_option(app, o->seed, "seed of the stochastic-rounding stream");
+  app.add_option("--position", o->position, "logical position in the stochastic stream")
+      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "2^64-1"));
   app.add_option("--batch", o->batch, "FILE or - : one 'OP FORMAT ROUND A [B [C]]' per line");
   app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
   app.add_flag("--explain", o->explain, "explain the rounding bit by bit");

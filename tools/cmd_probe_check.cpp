@@ -48,6 +48,9 @@ Runner setup_probe_check(CLI::App& app) {
   return [args] {
     // No output may overwrite the probe file it is cut from, nor another output.
     const gpu::ProbeCheckOptions& o = args->options;
+    check_output_path("--mismatches-out", o.mismatches_out);
+    check_output_path("--sample-out", o.sample_out);
+    check_output_path("--predictions-out", o.predictions_out);
     refuse_output_over_inputs("--mismatches-out", o.mismatches_out, {{"the probe file", args->file}});
     refuse_output_over_inputs("--sample-out", o.sample_out,
                               {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out}});

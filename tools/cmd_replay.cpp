@@ -185,6 +185,8 @@ void check_options(const ReplayOptions& o) {
       {"the trace", o.path}, {"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}};
   for (const std::string& spec : o.sfu_dumps)
     if (const auto eq = spec.find('='); eq != std::string::npos) inputs.emplace_back("--sfu-dump", spec.substr(eq + 1));
+  check_output_path("--plot", o.plot);
+  check_output_path("--sfu-record", o.sfu_record);
   refuse_output_over_inputs("--plot", o.plot, inputs);
   refuse_output_over_inputs("--sfu-record", o.sfu_record, inputs);
   refuse_output_over_inputs("--plot", o.plot, {{"--sfu-record", o.sfu_record}});
@@ -195,18 +197,13 @@ int run_replay(const ReplayOptions& o) {
   const int jobs = jobs_or_throw(o.jobs);
   const Trace trace = load_capture({o.path}, capture_options_or_throw(o.capture));
   const TraceMetadata& md = trace.metadata();
-  const std::string model_name = o.model.empty() ? md.model : o.model;
-  if (model_name.empty()) throw InputError(o.path + ": metadata key model is empty; give --model NAME");
-  const attn::AttentionInputs in = attn::inputs_from_trace(trace);
-  attn::ModelHandle model;
-  try {
-    model = attn::parse_model_for_inputs(model_name, in.dtype);
-  } catch (const std::invalid_argument& e) {
-    // A model named by the trace's metadata is an error of the file: name it first.
-    throw InputError(
-        (o.model.empty() ? o.path + ": metadata model '" + model_name + "'" : std::string("--model ") + model_name) +
-        ": " + e.what());
-  }
+  if (o.model.empty() && md.model.empty())
+    throw InputError(o.path + ": metadata key model is empty; give --model NAME");
+  // What import checks before it writes a trace (attention/trace_inputs.hpp), so that every
+  // imported trace replays.
+  attn::ReplayableTrace replayable = attn::check_replayable(trace, o.model);
+  const attn::AttentionInputs& in = replayable.inputs;
+  attn::ModelHandle model = std::move(replayable.model);
   warn_about_model(model.name, model.recipe->warning);
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with

@@ -13,6 +13,7 @@
 
 #include "tools/cli_common.hpp"
 #include "tools/sweep_columns.hpp"
+#include "tools/sweep_grid.hpp"
 #include "tools/sweep_table.hpp"
 
 namespace fb::cli {
@@ -158,6 +159,7 @@ SweepFile read_sweep_file(const std::string& path) {
       for (const auto& r : j.at("rows")) {
         const std::string where = path + ": rows[" + std::to_string(rows.size()) + "]";
         SweepRow s;
+        file.row_where.push_back("rows[" + std::to_string(rows.size()) + "]");
         s.index = json_int(r, "index", where);
         s.format = r.at("format").get<std::string>();
         s.round = r.at("round").get<std::string>();
@@ -212,6 +214,7 @@ SweepFile read_sweep_file(const std::string& path) {
       throw InputError(where + ": expected " + std::to_string(kCsvColumns) + " columns, got " +
                        std::to_string(f.size()));
     SweepRow s;
+    file.row_where.push_back("line " + std::to_string(line_no));
     s.index = to_int(f[0], where + " column index");
     s.format = f[1];
     s.round = f[2];
@@ -299,6 +302,16 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
     if (!shard_file[static_cast<std::size_t>(k - 1)])
       throw InputError(first_path + ": its sweep has " + std::to_string(first.shard_n) + " shards and shard " +
                        std::to_string(k) + "/" + std::to_string(first.shard_n) + " is missing");
+  // The grid the run's options make: row i must be its configuration i.
+  SweepGrid grid;
+  try {
+    grid = sweep_grid(first);
+  } catch (const InputError& e) {
+    throw InputError(first_path + ": run record: " + e.what());
+  }
+  if (static_cast<long long>(grid.cells.size()) != first.configurations)
+    throw InputError(first_path + ": run record: configurations " + std::to_string(first.configurations) +
+                     ", but its options make a grid of " + std::to_string(grid.cells.size()));
   // Every row belongs to its shard and holds the run's trials.
   std::set<long long> index_seen;
   for (const auto& [path, file] : files) {
@@ -307,10 +320,17 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
     if (r.configurations >= r.shard_k) expected_rows = (r.configurations - r.shard_k) / r.shard_n + 1;
     for (std::size_t i = 0; i < file.rows.size(); ++i) {
       const SweepRow& row = file.rows[i];
-      const std::string where = path + ": row " + std::to_string(i + 1) + " (index " + std::to_string(row.index) + ")";
+      const std::string where = path + ": " +
+                                (i < file.row_where.size() ? file.row_where[i] : "row " + std::to_string(i + 1)) +
+                                " (index " + std::to_string(row.index) + ")";
       if (row.index < 0 || row.index >= r.configurations || row.index % r.shard_n != r.shard_k - 1)
         throw InputError(where + ": not a configuration of shard " + r.shard_text() + " of " +
                          std::to_string(r.configurations));
+      if (const SweepRow& cell = grid.cells[static_cast<std::size_t>(row.index)].row;
+          row.format != cell.format || row.round != cell.round || row.model != cell.model ||
+          row.scenario != cell.scenario)
+        throw InputError(where + ": configuration " + row.configuration() + " is not in the run's grid (index " +
+                         std::to_string(row.index) + " is " + cell.configuration() + ")");
       if (row.trials != r.trials)
         throw InputError(where + ": trials " + std::to_string(row.trials) + " differs from the run's " +
                          std::to_string(r.trials));

@@ -282,17 +282,27 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
   os << out.dump(2) << "\n";
 }
 
+void check_csv_output(const std::string& csv_path, bool json) {
+  if (csv_path == "-" && json)
+    throw InputError("--csv - and --json: both would be written to standard output; give one");
+  check_output_path("--csv", csv_path, true);
+}
+
 int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run) {
   std::sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) { return a.index < b.index; });
-  if (!csv_path.empty()) {
-    std::ostringstream out;
-    write_csv(out, rows, run);
-    write_output_file(csv_path, out.str(), "the CSV");
+  if (csv_path == "-") {
+    write_csv(std::cout, rows, run);  // the CSV is the output, in place of the table
+  } else {
+    if (!csv_path.empty()) {
+      std::ostringstream out;
+      write_csv(out, rows, run);
+      write_output_file(csv_path, out.str(), "the CSV");
+    }
+    if (json)
+      write_json(std::cout, rows, run);
+    else
+      write_table(std::cout, rows, run.alpha);
   }
-  if (json)
-    write_json(std::cout, rows, run);
-  else
-    write_table(std::cout, rows, run.alpha);
   // A row whose kernel adds bias is a failed check (exit 1), as in bias-test.
   for (const SweepRow& r : rows)
     if (derive(r, run.alpha).outcome == attn::Verdict::adds_bias) return kExitCheckFailed;

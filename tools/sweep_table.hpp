@@ -76,6 +76,7 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
 // has no run record (written by an older flashbits, or truncated).
 struct SweepFile {
   std::vector<SweepRow> rows;
+  std::vector<std::string> row_where;  // where each row is, for messages: "line N" (CSV), "rows[i]" (JSON)
   std::optional<SweepRun> run;
 };
 SweepFile read_sweep_file(const std::string& path);
@@ -83,12 +84,20 @@ SweepFile read_sweep_file(const std::string& path);
 // valid run record; every record agrees on every parameter but the shard K (and alpha);
 // no shard appears twice and none of 1..N is missing; every row belongs to its shard
 // (index < configurations, index % N == K - 1, the run's trials, seqlen and headdim,
-// counts within 0..trials). Throws InputError naming the file and what mismatched. Returns
+// counts within 0..trials) and is the configuration its index names in the run's grid
+// (sweep_grid.hpp, from the record's options; a record whose options make another number of
+// configurations is refused too). Throws InputError naming the file (and the row's line)
+// and what mismatched. Returns
 // the merged run (shard 1/1; alpha: `alpha` when given, else the shards' common one).
 SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha);
 // Renders rows the way sweep does (table on stdout, --csv FILE written whole, --json),
-// with run.alpha as the verdict's significance level. Returns kExitCheckFailed (1) when any
-// row's kernel adds bias (as bias-test does), else kExitOk.
+// with run.alpha as the verdict's significance level. `--csv -` writes the CSV to stdout in
+// place of the table. Returns kExitCheckFailed (1) when any row's kernel adds bias (as
+// bias-test does), else kExitOk.
 int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);
+// sweep's and merge's --csv and --json, checked before any work: the CSV's path can be
+// written (check_output_path; - is stdout) and `--csv -` is not given with --json (both
+// would be stdout). InputError (exit 2) otherwise.
+void check_csv_output(const std::string& csv_path, bool json);
 
 }  // namespace fb::cli

@@ -1,0 +1,342 @@
+// tests/test_cli_options.cpp: issue 34 item 6, "wrong or unusable results", run as the built
+// `flashbits` binary: option values CLI11 used to clamp or could not convert, output paths
+// checked before any work, model names with a repeated or conflicting variant, duplicate sweep
+// entries, merge rows outside their run's grid, import refusing what replay cannot read, and
+// bias-test saying that a capture's delta went untested.
+//
+// Independent facts checked: the ranges docs/CLI.md states (2^64 - 1 = 18446744073709551615,
+// 2^24 = 16777216, 2^31 - 1 = 2147483647, head dim 256); a refusal is exit 2 with one
+// `error:` line naming the option (or file and line) and nothing written. Each case failed
+// before issue 34: the value was clamped or accepted, or the run did its work first.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli_run.hpp"
+#include "traces/safetensors.hpp"
+#include "traces/trace.hpp"
+
+namespace {
+using fb_test::run;
+using fb_test::Run;
+using fb_test::scratch;
+using fb_test::slurp;
+namespace fs = std::filesystem;
+
+bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+// Exit 2 with exactly one line on stderr, an `error:` line holding every needle.
+void check_refused(const Run& r, const std::vector<std::string>& needles) {
+  CHECK_MESSAGE(r.code == 2, r.out << r.err);
+  CHECK_MESSAGE(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
+  CHECK_MESSAGE(r.err.rfind("error: ", 0) == 0, r.err);
+  for (const std::string& needle : needles)
+    CHECK_MESSAGE(has(r.err, needle), "missing '" << needle << "' in " << r.err);
+}
+
+std::string write_file(const std::string& name, const std::string& content) {
+  const std::string path = (scratch() / name).string();
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) lines.push_back(line);
+  return lines;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+// A float tensor of `shape` holding multiples of 1/8 in [-2, 2) (exact in every format).
+fb::SafeTensor float_tensor(const std::string& name, fb::Dtype dtype, std::vector<std::uint64_t> shape) {
+  fb::SafeTensor t{name, dtype, shape, {}};
+  const std::uint64_t n = t.element_count();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(static_cast<int>((i * 37 + 11) % 32) - 16) / 8.0;
+    if (dtype == fb::Dtype::F64) {
+      const auto bits = std::bit_cast<std::uint64_t>(v);
+      for (int b = 0; b < 8; ++b) t.bytes.push_back(static_cast<std::uint8_t>(bits >> (8 * b)));
+    } else {
+      const auto bits = std::bit_cast<std::uint32_t>(static_cast<float>(v));
+      for (int b = 0; b < 4; ++b) t.bytes.push_back(static_cast<std::uint8_t>(bits >> (8 * b)));
+    }
+  }
+  return t;
+}
+
+const std::string kSmallSweep = "sweep --scenario random --seqlen 16 --headdim 16 --trials 1 --jobs 2";
+}  // namespace
+
+TEST_CASE("issue 34: --seed outside 0..2^64-1 is refused, naming --seed and its range") {
+  const std::string out = (scratch() / "seed.safetensors").string();
+  const std::vector<std::string> commands = {
+      "op add bf16 sr 0x3f80 0x3b80",
+      kSmallSweep + " --model fa2-sm80",
+      "bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16",
+      "deviation --models fa2-sm80 --seqlen 16 --headdim 16",
+      "make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out " + out,
+  };
+  // CLI11 used to turn each of these into 2^64 - 1 and run.
+  for (const std::string& cmd : commands)
+    for (const std::string seed : {"-1", "18446744073709551616", "1e20", "0x10", "1.5"}) {
+      CAPTURE(cmd);
+      CAPTURE(seed);
+      check_refused(run(cmd + " --seed " + seed), {"--seed", "0..18446744073709551615", "'" + seed + "'"});
+    }
+  CHECK_FALSE(fs::exists(out));
+  // The ends of the range are seeds.
+  CHECK(run("op add bf16 sr 0x3f80 0x3b80 --seed 18446744073709551615").code == 0);
+  CHECK(run("op add bf16 sr 0x3f80 0x3b80 --seed 0").code == 0);
+  check_refused(run("op add bf16 sr 0x3f80 0x3b80 --position -1"), {"--position", "18446744073709551615"});
+}
+
+TEST_CASE("issue 34: --trials, --heads and --headdim words beyond their limits name the option and the limit") {
+  const std::string out = (scratch() / "limits.safetensors").string();
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --trials 1e12"), {"--trials", "16777216", "1e12"});
+  check_refused(run("bias-test --model fa2-sm80 --trials 1e12"), {"--trials", "2..16777216"});
+  check_refused(run("bias-test --model fa2-sm80 --trials 1"), {"--trials", "2..16777216"});
+  check_refused(run("deviation --models fa2-sm80 --heads 1e8 --seqlen 16"), {"--heads", "2147483647", "1e8"});
+  // deviation's --seqlen list: std::stoi read 1e8 as 1 and 16x as 16, and ran.
+  check_refused(run("deviation --models fa2-sm80 --headdim 16 --seqlen 16,1e8"), {"--seqlen 1e8", "2147483647"});
+  check_refused(run("deviation --models fa2-sm80 --headdim 16 --seqlen 16x"), {"--seqlen 16x"});
+  check_refused(run("make-trace --model fa2-sm80 --heads 1e8 --out " + out), {"--heads", "2147483647"});
+  // The head dim the engine models (256, attention/engine.cpp) is checked as the options are
+  // read, in every command with --headdim: before it, make-trace ran and failed in the engine
+  // without naming the option.
+  for (const std::string& cmd :
+       {kSmallSweep + " --model fa2-sm80", std::string("bias-test --model fa2-sm80 --trials 2"),
+        std::string("deviation --models fa2-sm80 --seqlen 16"),
+        "make-trace --model fa2-sm80 --seqlen 16 --out " + out}) {
+    CAPTURE(cmd);
+    check_refused(run(cmd + " --headdim 512"), {"--headdim", "1..256", "'512'"});
+    check_refused(run(cmd + " --headdim 257"), {"--headdim", "1..256"});
+  }
+  CHECK_FALSE(fs::exists(out));
+  CHECK(run("make-trace --model standard-bf16 --scenario random --seqlen 4 --headdim 256 --out " + out).code == 0);
+}
+
+TEST_CASE("issue 34: --kv-heads 0 is refused, not read as every head") {
+  const std::string out = (scratch() / "kv0.safetensors").string();
+  check_refused(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --heads 4 --kv-heads 0 --out " + out),
+                {"--kv-heads", "'0'"});
+  CHECK_FALSE(fs::exists(out));
+  check_refused(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --heads 4 --kv-heads 3 --out " + out),
+                {"--kv-heads 3", "divisor"});
+  REQUIRE(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --heads 4 --kv-heads 2 --out " + out).code == 0);
+  CHECK(fb::read_trace(out).kv_heads() == 2);
+}
+
+TEST_CASE("issue 34: a model name with a repeated or conflicting variant is refused, naming both parts") {
+  const std::string bias = "bias-test --trials 2 --seqlen 16 --headdim 16 --model ";
+  check_refused(run(bias + "fa2-sm80+o-rtz+o-rup"), {"+o-rtz and +o-rup", "final rounding"});
+  check_refused(run(bias + "fa2-sm80+o-sr+dynmax+o-rdn"), {"+o-sr and +o-rdn"});
+  check_refused(run(bias + "fa2-sm80+dynmax+dynmax"), {"+dynmax is given twice"});
+  check_refused(run(bias + "fa2-sm80+dynmax:beta=3+dynmax"), {"+dynmax:beta=3 and +dynmax"});
+  check_refused(run(bias + "fa4-sm100+lazy-rescale:off+lazy-rescale:4"), {"+lazy-rescale:off and +lazy-rescale:4"});
+  // sweep's --round adds a second final cast to a model that has one.
+  check_refused(run(kSmallSweep + " --model fa2-sm80+o-rup --round rtz"), {"--round rtz", "+o-rup and +o-rtz"});
+  // Distinct variants still compose; +o-fp32 (the buffer) is not a rounding mode.
+  CHECK(run(bias + "fa2-sm80+dynmax+o-rtz+o-fp32").code != 2);
+  CHECK(run(kSmallSweep + " --model fa2-sm80+o-rup").code != 2);
+}
+
+TEST_CASE("issue 34: sweep refuses a list entry given twice and two entries that are one configuration") {
+  check_refused(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc,fa2-sm80"), {"--model", "fa2-sm80 is given twice"});
+  check_refused(run("sweep --seqlen 16 --headdim 16 --trials 1 --model fa2-sm80 --scenario random,sink,random"),
+                {"--scenario", "random is given twice"});
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --formats bf16,bf16"), {"--formats", "bf16 is given twice"});
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --round rne,rtz,rne"), {"--round", "rne is given twice"});
+  check_refused(run(kSmallSweep + " --model standard,standard-bf16"),
+                {"standard and standard-bf16", "bf16/rne/standard-bf16/random/n16/d16"});
+  // In fp16 they are two configurations (standard is standard-fp16 there; standard-bf16 is skipped).
+  CHECK(run(kSmallSweep + " --model standard,standard-bf16 --formats fp16").code == 0);
+}
+
+TEST_CASE("issue 34: --csv - writes the CSV to stdout, not to a file named -") {
+  const fs::path dir = scratch() / "csv_dash";
+  fs::create_directories(dir);
+  const std::string in_dir = "cd '" + dir.string() + "' && ";
+  const std::string csv = (dir / "sweep.csv").string();
+  REQUIRE(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv " + csv).code == 0);
+  const Run dash = run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv -", in_dir);
+  CHECK(dash.code == 0);
+  CHECK(dash.out == slurp(csv));  // the CSV alone, in place of the table
+  CHECK(dash.out.rfind("index,format,round,model,", 0) == 0);
+  CHECK_FALSE(fs::exists(dir / "-"));
+  const Run merged = run("merge " + csv + " --csv -", in_dir);
+  CHECK(merged.code == 0);
+  CHECK(merged.out == slurp(csv));
+  CHECK_FALSE(fs::exists(dir / "-"));
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --csv - --json", in_dir), {"--csv -", "--json"});
+  check_refused(run("merge " + csv + " --csv - --json", in_dir), {"--csv -", "--json"});
+  // Where stdout is not an option, - is refused rather than written as a file named -.
+  check_refused(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out -", in_dir), {"--out -", "./-"});
+  CHECK_FALSE(fs::exists(dir / "-"));
+}
+
+TEST_CASE("issue 34: an unwritable output path is refused before any work") {
+  const std::string missing = (scratch() / "no_such_dir").string();
+  const std::string trace =
+      (fs::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "random-fa2-sm80.safetensors").string();
+  // Each command also has a defect it would only meet while working (a missing input file),
+  // or work it would print: the output path is named first, and nothing else is done.
+  const Run make = run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out " + missing + "/t.safetensors");
+  check_refused(make, {"--out " + missing + "/t.safetensors", missing});
+  const Run sweep = run(kSmallSweep + " --model fa2-sm80 --csv " + missing + "/s.csv");
+  check_refused(sweep, {"--csv " + missing + "/s.csv"});
+  CHECK(sweep.out.empty());
+  check_refused(run("merge " + missing + "/shard.csv --csv " + missing + "/m.csv"), {"--csv " + missing + "/m.csv"});
+  check_refused(run("import " + missing + "/capture.npz --source unknown --out " + missing + "/t.safetensors"),
+                {"--out " + missing});
+  const Run plot = run("replay " + trace + " --plot " + missing + "/p.svg");
+  check_refused(plot, {"--plot " + missing + "/p.svg"});
+  CHECK(plot.out.empty());  // before: the whole replay was printed, then the plot failed
+  check_refused(run("replay " + trace + " --sfu-record " + missing + "/r.bin"), {"--sfu-record " + missing});
+  check_refused(run("probe-check " + missing + "/p.fbp --mismatches-out " + missing + "/m.fbp"),
+                {"--mismatches-out " + missing});
+  check_refused(run("probe-check " + missing + "/p.fbp --sample-out " + missing + "/s.fbp --sample-per-batch 1"),
+                {"--sample-out " + missing});
+  check_refused(run("probe-check " + missing + "/p.fbp --predictions-out " + missing + "/s.fbp"),
+                {"--predictions-out " + missing});
+  // A directory is not an output file; a path whose directory is a file has no directory.
+  check_refused(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out " + scratch().string()),
+                {"--out", "is a directory"});
+  const std::string file = write_file("plain_file", "x");
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --csv " + file + "/s.csv"), {"--csv", "not a directory"});
+  CHECK_FALSE(fs::exists(missing));
+}
+
+TEST_CASE("issue 34: merge refuses a row whose configuration is not its index's in the run's grid") {
+  const std::string csv = (scratch() / "grid.csv").string();
+  REQUIRE(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv " + csv).code == 0);
+  REQUIRE(run("merge " + csv).code == 0);
+  const std::vector<std::string> lines = lines_of(slurp(csv));
+  REQUIRE(lines.size() == 4);  // header, index 0 (fa2-sm80), index 1 (fa-bf16acc), # run
+  auto with_model = [](std::string line, const std::string& from, const std::string& to) {
+    const std::size_t at = line.find("," + from + ",");
+    REQUIRE(at != std::string::npos);
+    return line.replace(at + 1, from.size(), to);
+  };
+  // A model name edited to another model (fa2-sm90 runs in bf16 too: every column is valid).
+  std::vector<std::string> edited = lines;
+  edited[1] = with_model(lines[1], "fa2-sm80", "fa2-sm90");
+  const std::string one = write_file("grid_edited.csv", joined(edited));
+  check_refused(run("merge " + one),
+                {one + ": line 2 (index 0)", "configuration bf16/rne/fa2-sm90/random/n16/d16 is not in the run's grid",
+                 "index 0 is bf16/rne/fa2-sm80/random/n16/d16"});
+  // Two rows' models swapped: each is in the grid, but not at its index.
+  edited = lines;
+  edited[1] = with_model(lines[1], "fa2-sm80", "fa-bf16acc");
+  edited[2] = with_model(lines[2], "fa-bf16acc", "fa2-sm80");
+  const std::string swapped = write_file("grid_swapped.csv", joined(edited));
+  check_refused(run("merge " + swapped), {swapped + ": line 2", "bf16/rne/fa-bf16acc/random/n16/d16"});
+  // A run record whose options make fewer configurations than it claims.
+  edited = lines;
+  const std::size_t models = edited[3].find("fa2-sm80,fa-bf16acc");
+  REQUIRE(models != std::string::npos);
+  edited[3].replace(models, std::string("fa2-sm80,fa-bf16acc").size(), "fa2-sm80");
+  edited.erase(edited.begin() + 2);
+  const std::string record = write_file("grid_record.csv", joined(edited));
+  check_refused(run("merge " + record), {record + ": run record: configurations 2", "grid of 1"});
+  // The grid is bounded before any model is parsed: merge reads its lists from the files.
+  edited = lines;
+  std::string many;
+  for (int beta = 2; beta < 70002; ++beta) {
+    if (!many.empty()) many += ',';
+    many += "fa2-sm80+dynmax:beta=";  // appended piece by piece: GCC 12 misreports + here (-Wrestrict)
+    many += std::to_string(beta);
+  }
+  edited[3].replace(edited[3].find("fa2-sm80,fa-bf16acc"), std::string("fa2-sm80,fa-bf16acc").size(), many);
+  const std::string huge = write_file("grid_huge.csv", joined(edited));
+  check_refused(run("merge " + huge), {huge + ": run record", "70000 configurations, over the limit of 65536"});
+  // JSON shards name the row by its position.
+  const Run json = run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --json");
+  REQUIRE(json.code == 0);
+  nlohmann::json j = nlohmann::json::parse(json.out);
+  j["rows"][1]["scenario"] = "sink";
+  const std::string json_path = write_file("grid_edited.json", j.dump());
+  check_refused(run("merge " + json_path), {json_path + ": rows[1] (index 1)", "bf16/rne/fa-bf16acc/sink/n16/d16"});
+}
+
+TEST_CASE("issue 34: import refuses what replay cannot read, with the check replay uses") {
+  const fs::path dir = scratch() / "import";
+  fs::create_directories(dir);
+  auto bare = [&](const std::string& name, fb::Dtype dtype, std::uint64_t kv_rows) {
+    fb::Safetensors file;
+    for (const char* t : {"q", "o"}) file.tensors.push_back(float_tensor(t, dtype, {1, 1, 16, 16}));
+    for (const char* t : {"k", "v"}) file.tensors.push_back(float_tensor(t, dtype, {1, 1, kv_rows, 16}));
+    const std::string path = (dir / name).string();
+    fb::write_safetensors(path, file);
+    return path;
+  };
+  const std::string statement = " --source unknown --layout bhsd --out ";
+  const std::string out = (dir / "out.safetensors").string();
+  // float64 arrays: the models compare bf16/fp16/fp32/fp8 bit patterns; --dtype does not
+  // make them bf16 (before: written, then every replay failed).
+  const std::string f64 = bare("f64.safetensors", fb::Dtype::F64, 16);
+  check_refused(run("import " + f64 + statement + out + " --dtype bf16"), {f64, "F64"});
+  check_refused(run("import " + f64 + statement + out), {f64, "F64"});
+  check_refused(run("replay " + f64 + " --model fa2-sm80 --source unknown --layout bhsd --dtype bf16"), {f64, "F64"});
+  // A KV length other than q's: the models need Nk = N.
+  const std::string nk = bare("nk.safetensors", fb::Dtype::F32, 32);
+  check_refused(run("import " + nk + statement + out), {nk, "k [1,1,32,16]"});
+  // A model that does not exist, or does not read the capture's dtype (fp32 here).
+  const std::string good = bare("good.safetensors", fb::Dtype::F32, 16);
+  check_refused(run("import " + good + statement + out + " --model nosuch"),
+                {"--model nosuch", "unknown kernel model"});
+  check_refused(run("import " + good + statement + out + " --model fa2-sm80"), {"--model fa2-sm80", "fp32"});
+  CHECK_FALSE(fs::exists(out));
+  // What import writes, replay reads (it may mismatch: the capture's o is not a kernel's).
+  const Run ok = run("import " + good + statement + out + " --model standard-fp32");
+  REQUIRE_MESSAGE(ok.code == 0, ok.err);
+  const Run replay = run("replay " + out);
+  CHECK_MESSAGE((replay.code == 0 || replay.code == 1), replay.err);
+}
+
+TEST_CASE("issue 34: bias-test --traces says so when a capture's dO gives no delta test") {
+  const std::string full = (scratch() / "bwd_full.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 32 --headdim 16 --backward --out " + full).code ==
+          0);
+  const fb::Trace trace = fb::read_trace(full);
+  // The capture PyTorch's SDPA gives with no kernel named: q, k, v, o, do; no delta, no model.
+  fb::Safetensors file;
+  file.metadata = trace.file().metadata;
+  file.metadata.erase("model");
+  for (const char* name : {"q", "k", "v", "o", "do"}) file.tensors.push_back(trace.tensor(name));
+  const std::string bare = (scratch() / "bwd_no_model.safetensors").string();
+  fb::write_safetensors(bare, file);
+  const Run json = run("bias-test --traces " + bare + " --json");
+  REQUIRE_MESSAGE((json.code == 0 || json.code == 1), json.err);
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  REQUIRE(j.contains("delta_note"));
+  const std::string note = j["delta_note"].get<std::string>();
+  CHECK(has(note, "NOT tested"));
+  CHECK(has(note, bare));
+  CHECK(has(note, "dO but no delta"));
+  CHECK_FALSE(j.contains("delta"));
+  const Run text = run("bias-test --traces " + bare);
+  CHECK(has(text.out, "delta: NOT tested for " + bare));
+  // With the model named, delta is computed from O and dO, and tested.
+  file.metadata["model"] = "fa2-sm80";
+  const std::string named = (scratch() / "bwd_named.safetensors").string();
+  fb::write_safetensors(named, file);
+  const Run computed = run("bias-test --traces " + named + " --json");
+  REQUIRE_MESSAGE((computed.code == 0 || computed.code == 1), computed.err);
+  const nlohmann::json c = nlohmann::json::parse(computed.out);
+  CHECK(c.contains("delta"));
+  CHECK_FALSE(has(c.value("delta_note", ""), "NOT tested"));
+}

@@ -1,0 +1,144 @@
+// tools/sweep_grid.cpp: a sweep run's grid from its options (contract in sweep_grid.hpp).
+#include "tools/sweep_grid.hpp"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "attention/kernel_models.hpp"
+#include "tools/cli_common.hpp"
+
+namespace fb::cli {
+namespace {
+
+// A comma-separated option's entries (empty ones dropped); an entry given twice is refused.
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) {
+      if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
+      out.push_back(item);
+    }
+  return out;
+}
+
+// A grid cell's model, or why the model cannot run in that format.
+struct ResolvedModel {
+  std::optional<attn::ModelHandle> model;
+  std::string label;         // the row's model column (a bare `standard` made explicit)
+  std::string not_runnable;  // set when model is empty
+};
+
+ResolvedModel resolve_model(const std::string& model, const Format& format, const std::string& round, int sr_bits) {
+  const std::size_t plus = model.find('+');
+  std::string base = model.substr(0, plus);
+  const std::string variants = plus == std::string::npos ? "" : model.substr(plus);
+  const std::string format_name = format.name;
+  if (base == "standard") {
+    if (format == formats::fp32 || format == formats::bf16 || format == formats::fp16) {
+      base = "standard-" + format_name;
+    } else if (format == formats::e4m3) {
+      base = "standard-fp8";
+    } else {
+      return {std::nullopt, model, "standard has no " + format_name + " form (fp32, bf16, fp16, e4m3)"};
+    }
+  }
+  const std::string label = base + variants;
+  const std::string name = round == "rne" ? label : label + "+o-" + round;
+  attn::ModelHandle h;
+  try {
+    // Models that do not name their dtype take bf16 or fp16 from the format.
+    h = attn::parse_kernel_model(name, format == formats::fp16 ? formats::fp16 : formats::bf16);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(std::string("--model ") + model + (round == "rne" ? "" : " with --round " + round) + ": " +
+                     e.what());
+  }
+  const attn::KernelModel& r = *h.recipe;
+  const bool runs_in_format = r.input == format || (r.fp8.enabled && r.fp8.format == format);
+  if (!runs_in_format) {
+    std::string runs_in = r.input.name;
+    if (r.fp8.enabled) runs_in += std::string(" or ") + r.fp8.format.name;
+    return {std::nullopt, label, label + " runs in " + runs_in + ", not " + format_name};
+  }
+  if (round == "sr" && sr_bits != 24) {
+    auto recipe = std::make_shared<attn::KernelModel>(r);
+    recipe->o_sr_bits = sr_bits;
+    h.recipe = recipe;
+  }
+  return {h, label, ""};
+}
+
+}  // namespace
+
+SweepGrid sweep_grid(const SweepRun& run) {
+  const std::vector<std::string> formats = split_list(run.formats, "--formats");
+  const std::vector<std::string> rounds = split_list(run.rounds, "--round");
+  const std::vector<std::string> models = split_list(run.models, "--model");
+  const std::vector<std::string> scenarios = split_list(run.scenarios, "--scenario");
+  // Bounded before any model is parsed: merge reads these lists from files it is given.
+  const long double cells = static_cast<long double>(formats.size()) * rounds.size() * models.size() * scenarios.size();
+  if (cells > static_cast<long double>(kMaxSweepCells))
+    throw InputError("--formats x --round x --model x --scenario: " + std::to_string(static_cast<long long>(cells)) +
+                     " configurations, over the limit of " + std::to_string(kMaxSweepCells) +
+                     "; split the grid into several sweeps");
+  std::vector<Format> parsed_formats;
+  for (const auto& fmt : formats) parsed_formats.push_back(parse_format_or_throw(fmt, "--formats"));
+  for (const auto& round : rounds) parse_mode_or_throw(round, "--round");
+  const auto scenario_list = attn::scenario_names();
+  for (const auto& scenario : scenarios)
+    if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
+      throw InputError("--scenario " + scenario + ": unknown scenario");
+  SweepGrid grid;
+  std::map<std::string, std::string> model_of_configuration;  // configuration -> the --model entry
+  const int sr_bits = static_cast<int>(run.sr_bits);
+  for (std::size_t f = 0; f < formats.size(); ++f)
+    for (const auto& round : rounds)
+      for (const auto& model : models) {
+        const ResolvedModel resolved = resolve_model(model, parsed_formats[f], round, sr_bits);
+        std::optional<ResolvedModel> baseline;
+        // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
+        if (!run.against.empty()) baseline = resolve_model(run.against, parsed_formats[f], "rne", sr_bits);
+        const std::string& why = !resolved.model                ? resolved.not_runnable
+                                 : baseline && !baseline->model ? baseline->not_runnable
+                                                                : resolved.not_runnable;
+        if (!why.empty()) {
+          if (std::find(grid.skipped.begin(), grid.skipped.end(), why) == grid.skipped.end())
+            grid.skipped.push_back(why);
+          continue;  // not grid cells: shards agree on this without running anything
+        }
+        for (const auto& scenario : scenarios) {
+          SweepCell c{SweepRow{}, *resolved.model, resolved.model->recipe->input, std::nullopt};
+          c.row.index = static_cast<long long>(grid.cells.size());
+          c.row.format = formats[f];
+          c.row.round = round;
+          c.row.model = resolved.label;
+          if (baseline) {
+            c.against = *baseline->model;
+            c.row.model = resolved.label + "-vs-" + baseline->label;
+          }
+          c.row.scenario = scenario;
+          c.row.seqlen = static_cast<int>(run.seqlen);
+          c.row.headdim = static_cast<int>(run.headdim);
+          // Two entries that name one configuration (standard and standard-bf16 in bf16) would
+          // run it twice under one name.
+          if (const auto [at, first] = model_of_configuration.emplace(c.row.configuration(), model); !first)
+            throw InputError("--model " + run.models + ": " + at->second + " and " + model +
+                             " are both configuration " + at->first + "; give one");
+          grid.cells.push_back(std::move(c));
+        }
+      }
+  if (grid.cells.empty()) {
+    if (grid.skipped.empty()) throw InputError("--model: expected at least one model");
+    throw InputError("no configuration can run: " + grid.skipped.front() +
+                     (grid.skipped.size() > 1 ? " (and " + std::to_string(grid.skipped.size() - 1) + " more)" : ""));
+  }
+  return grid;
+}
+
+}  // namespace fb::cli
