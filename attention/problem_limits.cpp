@@ -25,8 +25,8 @@ SizeRefusal problem_size_refusal(long long batch, long long heads, long long seq
   if (bytes > static_cast<long double>(kMaxMemoryBytes)) {
     char needed[64];
     std::snprintf(needed, sizeof needed, "%.1f", static_cast<double>(bytes / (1LL << 30)));
-    return {std::string("needs about ") + needed + " GiB, over the limit of " +
-                std::to_string(kMaxMemoryBytes >> 30) + " GiB",
+    return {std::string("needs about ") + needed + " GiB, over the limit of " + std::to_string(kMaxMemoryBytes >> 30) +
+                " GiB",
             true};
   }
   return {};
