@@ -206,7 +206,7 @@ def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0,
     fmt, mode, overflow, seed, sr_bits, position, flags = _rounding_args(fmt, mode, overflow, seed, sr_bits,
                                                                         position, flags)
     if _is_bits(a):
-        bits, fl = _core.op("cvt", fmt, [_operand(a, "x")], mode, overflow, seed, sr_bits, position, flags)
+        bits, fl = _core.op("cvt", fmt, [_operand(a, "x")], mode, overflow, seed, sr_bits, position, flags, ["x"])
     elif a.dtype in (_np.float16, _np.float32):
         bits, fl = _core.round_f32(_np.ascontiguousarray(a, dtype=_np.float32), fmt, mode, overflow, seed, sr_bits,
                                    position, flags)
@@ -241,7 +241,7 @@ def _op(kind, operands, fmt, mode, overflow, seed, sr_bits, position, flags):
         raise ValueError(f"operands: shapes {', '.join(str(a.shape) for a in arrays)} do not broadcast") from None
     shape = arrays[0].shape
     inputs = [_operand(a, names[i]) for i, a in enumerate(arrays)]
-    out, fl = _core.op(kind, fmt, inputs, mode, overflow, seed, sr_bits, position, flags)
+    out, fl = _core.op(kind, fmt, inputs, mode, overflow, seed, sr_bits, position, flags, list(names[:len(inputs)]))
     return Rounded(out.reshape(shape), _core.format_info(fmt)["name"], None if fl is None else fl.reshape(shape))
 
 

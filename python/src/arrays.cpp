@@ -176,7 +176,8 @@ pyb::array_t<double> decode_bits(const pyb::array& bits, const std::string& fmt,
 
 pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector<pyb::array>& operands,
               const std::string& mode, const std::string& overflow, std::uint64_t seed,
-              std::optional<long long> sr_bits, std::uint64_t position, bool want_flags) {
+              std::optional<long long> sr_bits, std::uint64_t position, bool want_flags,
+              const std::vector<std::string>& names) {
   // cvt: round() on bit patterns of fmt itself (apply_op converts from fmt to fmt).
   OpKind k{};
   if (!parse_op(kind, k)) throw cli::InputError("unknown operation '" + kind + "'");
@@ -185,7 +186,7 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
   if (static_cast<int>(operands.size()) != operand_count(k))
     throw PyTypeError(kind + ": expected " + std::to_string(operand_count(k)) + " operands, got " +
                       std::to_string(operands.size()));
-  static const char* names[] = {"a", "b", "c"};
+  if (names.size() != operands.size()) throw PyTypeError(kind + ": expected a name for each operand");
   std::vector<std::vector<std::uint32_t>> ops;
   for (std::size_t i = 0; i < operands.size(); ++i) ops.push_back(operand_bits(f, operands[i], names[i]));
   const std::size_t n = ops[0].size();
@@ -352,7 +353,7 @@ void register_arrays(pyb::module_& m) {
         "flags"_a);
   m.def("decode", &decode_bits, "bits"_a, "fmt"_a, "any_width"_a = false);
   m.def("op", &op, "kind"_a, "fmt"_a, "operands"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
-        "flags"_a);
+        "flags"_a, "names"_a);
   m.def("dot_format", &dot_format, "model"_a, "fmt"_a);
   m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a);
   m.def("format_info", &format_info, "fmt"_a);

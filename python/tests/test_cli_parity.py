@@ -121,18 +121,19 @@ def test_attention_reads_bit_patterns():
     assert np.all(fb.attention(ones, ones, ones, "fa2-sm80", dtype="fp16").o == 1.0)
 
 
-@pytest.mark.parametrize("call", [
-    lambda w: fb.round(np.array([0x3f80], w), "bf16"),
-    lambda w: fb.decode(np.array([0x3f80], w), "bf16"),
-    lambda w: fb.add(np.array([0x3f80], w), np.array([0x3f80], w), "bf16"),
-    lambda w: fb.dot("sm80", np.full((1, 4), 0x3f80, w), np.full((1, 4), 0x3f80, w)),
-    lambda w: fb.attention(*(np.full((4, 8), 0x3f80, w) for _ in range(3)), "fa2-sm80"),
-    lambda w: fb.exact_attention(*(np.full((4, 8), 0x3f80, w) for _ in range(3))),
+@pytest.mark.parametrize("name, call", [
+    ("x", lambda w: fb.round(np.array([0x3f80], w), "bf16")),
+    ("bits", lambda w: fb.decode(np.array([0x3f80], w), "bf16")),
+    ("a", lambda w: fb.add(np.array([0x3f80], w), np.array([0x3f80], w), "bf16")),
+    ("a", lambda w: fb.dot("sm80", np.full((1, 4), 0x3f80, w), np.full((1, 4), 0x3f80, w))),
+    ("q", lambda w: fb.attention(*(np.full((4, 8), 0x3f80, w) for _ in range(3)), "fa2-sm80")),
+    ("q", lambda w: fb.exact_attention(*(np.full((4, 8), 0x3f80, w) for _ in range(3)))),
 ])
-def test_bit_patterns_of_the_wrong_width_are_a_value_error(call, tmp_path):
+def test_bit_patterns_of_the_wrong_width_are_a_value_error(name, call, tmp_path):
     for wrong in (np.uint32, np.uint64):
-        with pytest.raises(ValueError, match=rf"a uint{8 * np.dtype(wrong).itemsize} array holds .*bf16 patterns "
-                                             r"are 16-bit"):
+        bits = 8 * np.dtype(wrong).itemsize
+        with pytest.raises(ValueError, match=rf"^{name}: a uint{bits} array holds {bits}-bit patterns, but bf16 "
+                                             r"patterns are 16-bit"):
             call(wrong)
     call(np.uint16)  # the container width is accepted
     with pytest.raises(ValueError, match="uint8 array holds 8-bit patterns, but bf16 patterns are 16-bit"):
