@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "attention/attention.hpp"
+#include "attention/problem_limits.hpp"
 
 namespace fb::cli {
 
@@ -230,31 +231,17 @@ int jobs_or_throw(long long jobs, std::string_view option) {
 }
 
 void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim) {
+  const attn::SizeRefusal refusal = attn::problem_size_refusal(batch, heads, seqlen, headdim);
+  if (!refusal) return;
   const std::string given = (batch != 1 ? "--batch " + std::to_string(batch) + " " : std::string()) +
                             (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) + "--seqlen " +
                             std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
-  if (batch < 1 || heads < 1 || seqlen < 1 || headdim < 1) throw InputError(given + ": expected positive sizes");
-  // Multiply in long double: no overflow for any int sizes.
-  const long double elements = static_cast<long double>(batch) * heads * seqlen * headdim;
-  if (elements > static_cast<long double>(kMaxTensorElements)) {
-    char count[64];
-    std::snprintf(count, sizeof count, "%.0Lf", elements);
-    throw InputError(given + ": " + count +
-                     " elements per tensor, over the limit of 2^31 (2147483648); give a smaller --seqlen or --headdim");
-  }
-  const long double bytes = elements * kBytesPerElement;
-  if (bytes > static_cast<long double>(kMaxMemoryBytes)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes / (1LL << 30)));
-    throw InputError(given + ": needs about " + buf +
-                     " GiB, over the limit of 64 GiB; give a smaller --seqlen or --headdim");
-  }
+  throw InputError(given + ": " + refusal.reason + (refusal.too_large ? "; give a smaller --seqlen or --headdim" : ""));
 }
 
 void check_trials(long long trials, long long at_least, std::string_view option) {
-  if (trials < at_least || trials > kMaxTrials)
-    throw InputError(std::string(option) + " " + std::to_string(trials) + ": expected " + std::to_string(at_least) +
-                     ".." + std::to_string(kMaxTrials));
+  const std::string refusal = attn::trials_refusal(trials, at_least);
+  if (!refusal.empty()) throw InputError(std::string(option) + " " + std::to_string(trials) + ": " + refusal);
 }
 
 int default_jobs() {

@@ -115,15 +115,10 @@ CLI::Option* add_jobs_option(CLI::App& app, int& jobs);
 void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,
                     std::string_view option = "--jobs");
 // Problem sizes (--batch, --heads, --seqlen, --headdim, --trials), checked before anything is
-// allocated: each size is positive; the elements of one tensor (q, k, v, o, dO),
-// batch x heads x seqlen x headdim, at most kMaxTensorElements; and the memory estimate,
-// kBytesPerElement (about 16 fp64 arrays of that size: inputs, outputs, gradients, their
-// packed copies) per element, at most kMaxMemoryBytes. --trials is at most kMaxTrials.
+// allocated against the limits of attention/problem_limits.hpp (shared with the Python
+// module): each size positive, at most attn::kMaxTensorElements elements per tensor and
+// attn::kMaxMemoryBytes of memory estimate; --trials at most attn::kMaxTrials.
 // Throws InputError naming the options and the limit (exit 2).
-inline constexpr long long kMaxTensorElements = 1LL << 31;
-inline constexpr long long kBytesPerElement = 128;
-inline constexpr long long kMaxMemoryBytes = 64LL << 30;
-inline constexpr long long kMaxTrials = 1LL << 24;
 void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim);
 void check_trials(long long trials, long long at_least, std::string_view option = "--trials");
 // --sr-bits: 1..kMaxSrBits random bits.

@@ -6,9 +6,17 @@ Arrays in, arrays out: every function takes numpy arrays or anything with ``__ar
 with the GIL released. Ctrl-C raises KeyboardInterrupt. Bad input raises ValueError (or
 TypeError for a wrong kind of argument) with the message the ``flashbits`` CLI prints.
 
-Values and bit patterns: an array of an unsigned integer dtype (uint8/16/32/64) holds bit
-patterns of the format; any other array holds values, which must be exactly representable
-in the format wherever an operand is expected (round them first with ``round``).
+Values and bit patterns: an array of an unsigned integer dtype holds bit patterns of the
+format the function names (``fmt``, the model's input format, a trace tensor's format), and
+its width must be that format's container (uint16 for bf16 and fp16, uint8 for the 8-, 6-
+and 4-bit formats, uint32 for fp32 and tf32; anything else is a ValueError); any other
+array holds values, which must be exactly representable in the format wherever an operand
+is expected (round them first with ``round``). Every function converts its inputs the same
+way (``_operand`` here, ``operand_bits`` in the C++ part).
+
+Arguments are checked before the C++ part sees them: a wrong kind (a string for an array
+or a number, a float for an integer, None for a required array) is a TypeError naming the
+argument, an integer outside what the C++ part takes a ValueError naming it.
 """
 from __future__ import annotations
 
@@ -38,12 +46,73 @@ _atexit.register(_core._wait_for_abandoned_work)
 def flags_string(flags: int) -> str:
     """The CLI's spelling of a flag set: letters ``xuozv`` (inexact, underflow, overflow,
     divbyzero, invalid) in that order, or ``-`` for none."""
-    f = int(flags)
+    f = _int_arg("flags", flags)
     s = "".join(c for bit, c in ((1, "x"), (2, "u"), (4, "o"), (8, "z"), (16, "v")) if f & bit)
     return s or "-"
 
 
+# ---- argument checks: every public function passes its arguments through these --------------
+_UINT64_MAX = (1 << 64) - 1
+
+
+def _kind(v) -> str:
+    return "None" if v is None else type(v).__name__
+
+
+def _str_arg(name: str, v, optional: bool = False):
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"{name}: expected a string, got {_kind(v)}")
+    return v
+
+
+def _path_arg(name: str, v, optional: bool = False):
+    if v is None and optional:
+        return None
+    if isinstance(v, (str, _os.PathLike)):
+        p = _os.fspath(v)
+        if isinstance(p, str):
+            return p
+    raise TypeError(f"{name}: expected a path (str or os.PathLike), got {_kind(v)}")
+
+
+def _int_arg(name: str, v, bits: int = 64, unsigned: bool = False, optional: bool = False):
+    """An integer (Python or numpy; not bool) in the range of the C++ type that takes it."""
+    if v is None and optional:
+        return None
+    if isinstance(v, (bool, _np.bool_)) or not isinstance(v, (int, _np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {_kind(v)}")
+    v = int(v)
+    lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if not lo <= v <= hi:
+        kind = "unsigned" if unsigned else "signed"
+        raise ValueError(f"{name}={v}: outside the range of a {bits}-bit {kind} integer ({lo}..{hi})")
+    return v
+
+
+def _bool_arg(name: str, v, optional: bool = False):
+    if v is None and optional:
+        return None
+    if not isinstance(v, (bool, _np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {_kind(v)}")
+    return bool(v)
+
+
+def _float_arg(name: str, v, optional: bool = False):
+    if v is None and optional:
+        return None
+    if isinstance(v, (bool, _np.bool_)) or not isinstance(v, (int, float, _np.integer, _np.floating)):
+        raise TypeError(f"{name}: expected a number, got {_kind(v)}")
+    try:
+        return float(v)
+    except OverflowError:
+        raise ValueError(f"{name}={v}: too large for a float") from None
+
+
 def _as_array(x, name: str) -> _np.ndarray:
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name}: expected an array (numpy, or anything with __array__), got {_kind(x)}")
     if isinstance(x, _np.ndarray):
         a = x
     else:
@@ -75,12 +144,13 @@ def _as_float64(a: _np.ndarray, name: str) -> _np.ndarray:
     return _np.ascontiguousarray(a, dtype=_np.float64)
 
 
-def _as_bits(a: _np.ndarray, fmt: str, name: str) -> _np.ndarray:
-    """Bit patterns of `fmt` (uint64) from bit patterns or exactly representable values."""
-    if _is_bits(a):
-        return _np.ascontiguousarray(a, dtype=_np.uint64)
-    return _np.ascontiguousarray(_core.encode(_as_float64(a, name).ravel(), fmt, name), dtype=_np.uint64
-                                 ).reshape(a.shape)
+def _operand(x, name: str) -> _np.ndarray:
+    """THE conversion of an input array, for every function that takes values: bit patterns
+    (an unsigned integer array, passed as it is: the C++ part checks its width against the
+    format and each pattern) or values (as float64, exactly: the C++ part checks that each
+    is representable). C-contiguous either way."""
+    a = _as_array(x, name)
+    return _np.ascontiguousarray(a) if _is_bits(a) else _as_float64(a, name)
 
 
 class Rounded:
@@ -114,55 +184,72 @@ class Rounded:
         return f"Rounded(format={self.format!r}, shape={self.bits.shape}, flags={'yes' if self.flags is not None else 'no'})"
 
 
+def _rounding_args(fmt, mode, overflow, seed, sr_bits, position, flags):
+    return (_str_arg("fmt", fmt), _str_arg("mode", mode), _str_arg("overflow", overflow),
+            _int_arg("seed", seed, unsigned=True), _int_arg("sr_bits", sr_bits, optional=True),
+            _int_arg("position", position, unsigned=True), _bool_arg("flags", flags))
+
+
 def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0, sr_bits: int | None = None,
           *, position: int = 0, flags: bool = False) -> Rounded:
     """Round every element of ``x`` once into ``fmt`` (any format of ``flashbits formats``,
     custom ``eXmY`` included) in ``mode`` (rne rna rtz rup rdn rto sr) with the ``overflow``
     policy (ieee or satfinite). float32 input runs the C++ array path (fb::round_array);
     float64 (and integer) input is rounded exactly from its fp64 value; float16 is widened
-    exactly. Element i uses stochastic-rounding position ``position + i`` (row-major), so
-    results equal the CLI's ``op --batch`` lines. ``flags=True`` also returns per-element
-    IEEE flags."""
+    exactly. An unsigned integer array holds bit patterns of ``fmt`` itself (its container
+    width: uint16 for bf16), whose values are already in ``fmt``: they come back as they
+    are, converted as ``flashbits op cvt FMT MODE FMT:0x...`` converts them (round fp32 bit
+    patterns by passing ``x.view(np.float32)``). Element i uses stochastic-rounding position
+    ``position + i`` (row-major), so results equal the CLI's ``op --batch`` lines.
+    ``flags=True`` also returns per-element IEEE flags."""
     a = _as_array(x, "x")
-    if a.dtype == _np.float16:
-        a = a.astype(_np.float32)
-    if a.dtype == _np.float32:
-        bits, fl = _core.round_f32(_np.ascontiguousarray(a), fmt, mode, overflow, int(seed), sr_bits,
-                                   int(position), bool(flags))
+    fmt, mode, overflow, seed, sr_bits, position, flags = _rounding_args(fmt, mode, overflow, seed, sr_bits,
+                                                                        position, flags)
+    if _is_bits(a):
+        bits, fl = _core.op("cvt", fmt, [_operand(a, "x")], mode, overflow, seed, sr_bits, position, flags, ["x"])
+    elif a.dtype in (_np.float16, _np.float32):
+        bits, fl = _core.round_f32(_np.ascontiguousarray(a, dtype=_np.float32), fmt, mode, overflow, seed, sr_bits,
+                                   position, flags)
     else:
-        bits, fl = _core.round_f64(_as_float64(a, "x"), fmt, mode, overflow, int(seed), sr_bits, int(position),
-                                   bool(flags))
+        bits, fl = _core.round_f64(_as_float64(a, "x"), fmt, mode, overflow, seed, sr_bits, position, flags)
     return Rounded(bits, _core.format_info(fmt)["name"], fl)
 
 
 def decode(bits, fmt: str) -> _np.ndarray:
-    """Exact values (float64) of bit patterns of ``fmt`` (any integer array; each must be a
-    valid pattern of the format's container)."""
+    """Exact values (float64) of bit patterns of ``fmt``: an unsigned integer array of the
+    format's container width (uint16 for bf16, as ``Rounded.bits`` holds them), or
+    non-negative signed integers (a list of ints); each must be a valid pattern."""
     a = _as_array(bits, "bits")
+    fmt = _str_arg("fmt", fmt)
     if a.dtype.kind not in "ui":
         raise TypeError(f"bits: expected an integer array of bit patterns, got dtype {a.dtype}")
-    if a.dtype.kind == "i" and a.size and a.min() < 0:
-        raise ValueError(f"bits: {a.min()} is not a bit pattern (negative)")
-    return _core.decode(_np.ascontiguousarray(a, dtype=a.dtype if a.dtype.kind == "u" else _np.uint64), fmt)
+    if a.dtype.kind == "i":
+        if a.size and a.min() < 0:
+            raise ValueError(f"bits: {a.min()} is not a bit pattern (negative)")
+        return _core.decode(_np.ascontiguousarray(a, dtype=_np.uint64), fmt, any_width=True)
+    return _core.decode(_np.ascontiguousarray(a), fmt)
 
 
 def _op(kind, operands, fmt, mode, overflow, seed, sr_bits, position, flags):
     names = "abc"
     arrays = [_as_array(x, names[i]) for i, x in enumerate(operands)]
+    fmt, mode, overflow, seed, sr_bits, position, flags = _rounding_args(fmt, mode, overflow, seed, sr_bits,
+                                                                        position, flags)
     try:
         arrays = _np.broadcast_arrays(*arrays)
     except ValueError:
         raise ValueError(f"operands: shapes {', '.join(str(a.shape) for a in arrays)} do not broadcast") from None
     shape = arrays[0].shape
-    bits = [_as_bits(a, fmt, names[i]).ravel() for i, a in enumerate(arrays)]
-    out, fl = _core.op(kind, fmt, bits, mode, overflow, int(seed), sr_bits, int(position), bool(flags))
+    inputs = [_operand(a, names[i]) for i, a in enumerate(arrays)]
+    out, fl = _core.op(kind, fmt, inputs, mode, overflow, seed, sr_bits, position, flags, list(names[:len(inputs)]))
     return Rounded(out.reshape(shape), _core.format_info(fmt)["name"], None if fl is None else fl.reshape(shape))
 
 
 def add(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
         position: int = 0, flags: bool = False) -> Rounded:
     """a + b in ``fmt``, rounded once (numpy broadcasting). Operands: values exactly
-    representable in ``fmt``, or bit patterns (unsigned integer arrays)."""
+    representable in ``fmt``, or bit patterns of ``fmt`` (unsigned integer arrays of its
+    container width)."""
     return _op("add", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
@@ -199,26 +286,23 @@ def sqrt(a, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 
 def dot(model: str, a, b, c=None, fmt: str = "bf16") -> Rounded:
     """Tensor-core fused dot products D = C + sum_i a[..., i] * b[..., i], as the named
     hardware model computes them (``flashbits dot``; models: ``dot_models()``). ``a`` and
-    ``b`` hold values (or bit patterns) of the input format ``fmt`` (bf16 fp16 tf32 e4m3 e5m2, and
-    e3m2 e2m3 e2m1 for the Blackwell presets),
-    shape [..., k]; ``c`` values of the accumulator (fp32, fp16 for the *-f16acc models),
-    shape [...] (default 0). Returns D in the accumulator format."""
-    acc = _core.dot_format(model, fmt)
-    a = _as_array(a, "a")
-    b = _as_array(b, "b")
+    ``b`` hold values (or bit patterns, unsigned integers of its container width) of the input
+    format ``fmt`` (bf16 fp16 tf32 e4m3 e5m2, and e3m2 e2m3 e2m1 for the Blackwell presets),
+    shape [..., k]; ``c`` values (or bit patterns) of the accumulator (fp32, fp16 for the
+    *-f16acc models), shape [...] (default 0). Returns D in the accumulator format."""
+    acc = _core.dot_format(_str_arg("model", model), _str_arg("fmt", fmt))
+    a = _operand(a, "a")
+    b = _operand(b, "b")
     if a.ndim < 1 or a.shape != b.shape:
         raise ValueError(f"a, b: expected arrays of one shape [..., k], got {a.shape} and {b.shape}")
     batch = a.shape[:-1]
-    c = _np.zeros(batch) if c is None else _as_array(c, "c")
+    c = _np.zeros(batch) if c is None else _operand(c, "c")
     try:
         c = _np.broadcast_to(c, batch)
     except ValueError:
         raise ValueError(f"c: shape {c.shape} does not match the batch shape {batch}") from None
     k = a.shape[-1]
-    ab = _as_bits(a, fmt, "a").reshape(-1, k)
-    bb = _as_bits(b, fmt, "b").reshape(-1, k)
-    cb = _as_bits(_np.ascontiguousarray(c), acc, "c").reshape(-1)
-    out = _core.dot(model, fmt, ab, bb, cb)
+    out = _core.dot(model, fmt, a.reshape(-1, k), b.reshape(-1, k), _np.ascontiguousarray(c).reshape(-1))
     return Rounded(out.reshape(batch), acc)
 
 
@@ -263,37 +347,51 @@ def _attention_inputs(q, k, v, do):
                          f"got {qa.shape}, {ka.shape}, {va.shape}")
     lead = qa.shape[:-2]
     pad = (1,) * (4 - qa.ndim)
-    arrays = [_as_float64(a, n).reshape(pad + a.shape) for a, n in ((qa, "q"), (ka, "k"), (va, "v"))]
+    # The CLI's size limits, before anything is copied (a broadcast view costs nothing yet).
+    _core._check_attention_size(list(pad + qa.shape))
+    arrays = [_operand(a, n).reshape(pad + a.shape) for a, n in ((qa, "q"), (ka, "k"), (va, "v"))]
     d_o = None
     if do is not None:
         da = _as_array(do, "do")
         if da.shape != qa.shape:
             raise ValueError(f"do: expected the shape of q {qa.shape}, got {da.shape}")
-        d_o = _as_float64(da, "do").reshape(pad + da.shape)
+        d_o = _operand(da, "do").reshape(pad + da.shape)
     return arrays, d_o, lead, qa.dtype, ka.shape[:-2]
 
 
-def _trace_rows(trace, ndim):
-    if trace is False or trace is None:
-        return None, False
-    if trace is True:
-        return None, True
+def _trace_rows(trace):
+    if trace is None or isinstance(trace, (bool, _np.bool_)):
+        return None, bool(trace)
+    if isinstance(trace, (str, bytes)) or not hasattr(trace, "__iter__"):
+        raise TypeError(f"trace: expected True, False or a list of rows, got {_kind(trace)}")
     rows = []
     for r in trace:
         t = (r,) if _np.isscalar(r) else tuple(r)
         if len(t) > 3:
             raise ValueError(f"trace: row {r!r}: expected (batch, head, row), (head, row) or row")
-        rows.append(tuple(int(x) for x in (0,) * (3 - len(t)) + t))
+        rows.append(tuple(_int_arg("trace", x, bits=32) for x in (0,) * (3 - len(t)) + t))
     return rows, False
+
+
+def _default_dtype(dtype, in_dtype):
+    # float16 values are fp16; everything else (bit patterns included) bf16 unless told.
+    dtype = _str_arg("dtype", dtype, optional=True)
+    return dtype if dtype is not None else "fp16" if in_dtype == _np.float16 else "bf16"
 
 
 def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float | None = None,
               recipe: str | None = None, trace=False, *, dtype: str | None = None, seed: int = 0,
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model") -> AttentionResult:
     """Run attention as the kernel ``model`` computes it (``models()``; ``correctly-rounded`` is
-    the exact result rounded once per output). q [..., N, D], k and v [..., Nk, D] with up to
-    two leading axes (batch, head); values exactly representable in the model's input format
-    (``dtype``: bf16 by default, fp16 for float16 input; models that name theirs use it).
+    the exact result rounded once per output). q, k and v [..., N, D] with up to two leading
+    axes (batch, head); k and v may have fewer heads than q (grouped-query), but not another
+    length: the kernel models are self-attention only (Nk = N; the engine refuses any other
+    Nk, and so does this function, with a ValueError saying so). Values exactly
+    representable in the model's input format (``dtype``: bf16 by default, fp16 for float16
+    input; models that name theirs use it; the fp8 models take bf16 and quantise it), or its
+    bit patterns (unsigned integers of its container width: uint16 for bf16 and fp16, where
+    ``dtype="fp16"`` says which). Problems larger than the CLI accepts (elements per tensor,
+    memory) are a ValueError.
     ``do`` runs the backward. ``scale`` defaults to 1/sqrt(D). ``recipe``: a recipe file
     (``bias-test --recipe``). ``trace``: True traces every row, or a list of rows (``row``,
     ``(head, row)`` or ``(batch, head, row)``). ``sfu``: the special-function set, ``model``
@@ -301,25 +399,27 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     ``replay --sfu auto`` picks for a capture from compute capability 9.0). Results never
     depend on ``threads``."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
-    if dtype is None:
-        dtype = "fp16" if in_dtype == _np.float16 else "bf16"
-    rows, trace_all = _trace_rows(trace, len(lead) + 2)
-    threads = (_os.cpu_count() or 1) if threads is None else int(threads)
-    d = _core.attention(arrays[0], arrays[1], arrays[2], model, d_o, bool(causal),
-                        None if scale is None else float(scale), "" if recipe is None else _os.fspath(recipe),
-                        rows, trace_all, dtype, int(seed), threads, int(plot_feature), sfu)
+    dtype = _default_dtype(dtype, in_dtype)
+    rows, trace_all = _trace_rows(trace)
+    threads = _int_arg("threads", threads, optional=True)
+    threads = (_os.cpu_count() or 1) if threads is None else threads
+    recipe = _path_arg("recipe", recipe, optional=True)
+    d = _core.attention(arrays[0], arrays[1], arrays[2], _str_arg("model", model), d_o, _bool_arg("causal", causal),
+                        _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
+                        dtype, _int_arg("seed", seed, unsigned=True), threads,
+                        _int_arg("plot_feature", plot_feature, bits=32), _str_arg("sfu", sfu))
     return AttentionResult(d, lead, kv_lead)
 
 
 def exact_attention(q, k, v, do=None, causal: bool = False, scale: float | None = None, *,
                     dtype: str | None = None) -> AttentionResult:
     """The exact reference (high precision, not rounded): O, LSE, and with ``do`` delta, dQ, dK,
-    dV, plus each row's exact max scaled score (``row_max``). Inputs as for ``attention``."""
+    dV, plus each row's exact max scaled score (``row_max``). Inputs as for ``attention`` (bit
+    patterns are of ``dtype``)."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
-    if dtype is None:
-        dtype = "fp16" if in_dtype == _np.float16 else "bf16"
-    d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, bool(causal),
-                              None if scale is None else float(scale), dtype)
+    dtype = _default_dtype(dtype, in_dtype)
+    d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, _bool_arg("causal", causal),
+                              _float_arg("scale", scale, optional=True), dtype)
     return AttentionResult(d, lead, kv_lead)
 
 
@@ -346,11 +446,23 @@ def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, 
     """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
     captured traces (``traces``: a directory, whose *.safetensors are taken in sorted order as
     ``bias-test --traces DIR`` does, or a list of files; one sample per row). Returns the
-    fields of ``flashbits bias-test --json`` for the same arguments."""
+    fields of ``flashbits bias-test --json`` for the same arguments. ``trials``, ``seqlen``
+    and ``headdim`` are held to the CLI's limits (at most 2^24 trials; seqlen x headdim at
+    most 2^31 elements and about 64 GiB of working memory): a ValueError beyond them."""
+    model = _str_arg("model", model, optional=True)
+    scenario = _str_arg("scenario", scenario)
+    against = _str_arg("against", against, optional=True)
+    recipe = _path_arg("recipe", recipe, optional=True)
+    trials, seqlen, headdim = (_int_arg(n, x) for n, x in (("trials", trials), ("seqlen", seqlen),
+                                                            ("headdim", headdim)))
+    dtype = _str_arg("dtype", dtype)
+    alpha = _float_arg("alpha", alpha)
+    seed = _int_arg("seed", seed, unsigned=True)
+    by_max = _bool_arg("by_max", by_max)
     files, label = [], ""
     if traces is not None:
-        if isinstance(traces, (str, bytes, _os.PathLike)):
-            path = _os.fspath(traces)
+        if isinstance(traces, (str, _os.PathLike)):
+            path = _path_arg("traces", traces)
             if _os.path.isdir(path):
                 label = path
                 files = sorted(_os.path.join(path, n) for n in _os.listdir(path) if n.endswith(".safetensors"))
@@ -360,13 +472,14 @@ def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, 
                 files = [path]
             else:
                 raise ValueError(f"traces {path}: cannot list directory (No such file or directory)")
-        else:
-            files = [_os.fspath(t) for t in traces]
+        elif hasattr(traces, "__iter__") and not isinstance(traces, bytes):
+            files = [_path_arg("traces", t) for t in traces]
             if not files:
                 raise ValueError("traces: an empty list")
-    d = _core.bias_test(model or "", scenario, files, label, against or "",
-                        "" if recipe is None else _os.fspath(recipe), int(trials), int(seqlen), int(headdim),
-                        dtype, float(alpha), int(seed), bool(by_max))
+        else:
+            raise TypeError(f"traces: expected a directory or a list of files, got {_kind(traces)}")
+    d = _core.bias_test(model or "", scenario, files, label, against or "", "" if recipe is None else recipe,
+                        trials, seqlen, headdim, dtype, alpha, seed, by_max)
     return BiasTestResult(d)
 
 
@@ -422,7 +535,10 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     "emulated" or "unknown"), ``model``, ``scale``, ``causal`` and ``dtype`` supply what the
     file lacks (its own metadata wins; a disagreement is a ValueError); ``layout`` is "bhsd"
     (SDPA), "bshd" (flash_attn) or "auto"; k and v may have fewer heads than q (GQA)."""
-    return Trace(_core.load_trace(_os.fspath(path), source, model, scale, causal, dtype, layout))
+    return Trace(_core.load_trace(_path_arg("path", path), _str_arg("source", source, optional=True),
+                                  _str_arg("model", model, optional=True), _float_arg("scale", scale, optional=True),
+                                  _bool_arg("causal", causal, optional=True), _str_arg("dtype", dtype, optional=True),
+                                  _str_arg("layout", layout)))
 
 
 _ROW_TENSORS = ("lse", "delta", "m", "l")
@@ -436,40 +552,50 @@ def _meta_string(v) -> str:
     return str(v)
 
 
+def _dict_arg(name: str, v) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise TypeError(f"{name}: expected a dict, got {_kind(v)}")
+    return dict(v)
+
+
+_SOURCES = "'cuda:<gpu>' for a hardware capture, 'emulated' for one flashbits computed, or 'unknown'"
+
+
 def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = None, formats: dict | None = None,
                **named) -> None:
     """Write a trace that ``flashbits replay`` and ``safetensors`` read: ``tensors`` (and
     keyword tensors: ``q=..., k=..., v=..., o=..., do=...``), each holding values exactly
-    representable in its format or bit patterns (unsigned integer arrays). Formats come from
-    ``formats`` (name -> bf16 fp16 fp32 e4m3 e5m2 fp64), else the metadata's ``dtype`` (default
-    bf16) for q k v o do dq dk dv, fp32 for lse delta m l, fp64 for any other name.
-    ``metadata`` (strings; bools, numbers converted) must hold what the schema requires;
-    ``source`` defaults to ``emulated`` (a hardware capture must say ``cuda:<gpu>``)."""
-    all_tensors = dict(tensors or {})
+    representable in its format or bit patterns (unsigned integer arrays of the format's
+    container width). Formats come from ``formats`` (name -> bf16 fp16 fp32 e4m3 e5m2 fp64),
+    else the metadata's ``dtype`` (default bf16) for q k v o do dq dk dv, fp32 for lse delta m
+    l, fp64 for any other name. ``metadata`` (strings; bools, numbers converted) must hold
+    what the schema requires, ``source`` included: nothing is assumed about where the
+    tensors came from (``cuda:<gpu>`` for a hardware capture, ``emulated`` for outputs
+    flashbits computed, ``unknown``), as ``flashbits import`` asks for ``--source``."""
+    all_tensors = _dict_arg("tensors", tensors)
     all_tensors.update(named)
-    meta = {str(k): _meta_string(v) for k, v in (metadata or {}).items()}
-    meta.setdefault("source", "emulated")
-    fmts = dict(formats or {})
+    meta = {str(k): _meta_string(v) for k, v in _dict_arg("metadata", metadata).items()}
+    if "source" not in meta:
+        raise ValueError(f"metadata: no source: say where the tensors came from ({_SOURCES})")
+    fmts = {name: _str_arg(f"formats[{name!r}]", f) for name, f in _dict_arg("formats", formats).items()}
     dtype = meta.get("dtype", "bf16")
     order = [n for n in ("q", "k", "v", "o") if n in all_tensors] + [n for n in all_tensors
                                                                    if n not in ("q", "k", "v", "o")]
     items = []
     for name in order:
-        a = _as_array(all_tensors[name], name)
         fmt = fmts.get(name) or (dtype if name in ("q", "k", "v", "o", "do", "dq", "dk", "dv")
                                  else "fp32" if name in _ROW_TENSORS else "fp64")
-        if _is_bits(a):
-            items.append((name, _np.ascontiguousarray(a, dtype=_np.uint64), fmt, True))
-        else:
-            items.append((name, _as_float64(a, name), fmt, False))
-    _core.save_trace(_os.fspath(path), items, meta)
+        items.append((str(name), _operand(all_tensors[name], name), fmt))
+    _core.save_trace(_path_arg("path", path), items, meta)
 
 
 # ---- catalogues ------------------------------------------------------------------------------
 def format_info(fmt: str) -> dict:
     """A format's parameters (``flashbits formats``): exp_bits, man_bits, bias, container
     bits, specials, emin, emax, max finite."""
-    return _core.format_info(fmt)
+    return _core.format_info(_str_arg("fmt", fmt))
 
 
 def models() -> list:

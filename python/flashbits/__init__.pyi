@@ -1,6 +1,11 @@
 # Type stubs of the flashbits package (python/flashbits/__init__.py; the C++ part is
 # flashbits._core, which is private). Arrays are numpy arrays; every array argument also
-# accepts anything with __array__ (CPU torch tensors included).
+# accepts anything with __array__ (CPU torch tensors included). An unsigned integer array
+# holds bit patterns of the named format, in that format's container width (uint16 for
+# bf16 and fp16, uint8 for 8/6/4-bit formats, uint32 for fp32 and tf32; another width is a
+# ValueError); any other array holds values. The annotations are enforced at run time: an
+# argument of another kind is a TypeError naming it (bool is not taken for int, nor int
+# for bool), an integer beyond the C++ type that takes it a ValueError.
 from os import PathLike
 from typing import Any, Iterator, Sequence
 
@@ -104,6 +109,7 @@ def load_trace(
     dtype: str | None = ...,
     layout: str = ...,
 ) -> Trace: ...
+# metadata must hold "source" (cuda:<gpu>, emulated or unknown): nothing is assumed.
 def save_trace(path: str | PathLike[str], tensors: dict[str, ArrayLike] | None = None, *,
                metadata: dict[str, Any] | None = None, formats: dict[str, str] | None = None,
                **named: ArrayLike) -> None: ...

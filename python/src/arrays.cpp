@@ -1,4 +1,4 @@
-// python/src/arrays.cpp: round, decode, encode, the elementwise operations and the
+// python/src/arrays.cpp: round, decode, the elementwise operations and the
 // tensor-core dot products over whole arrays (GIL released, Ctrl-C polled between chunks).
 //
 // Every function here is a loop over the C++ core's own entry points, element i keyed at
@@ -6,7 +6,8 @@
 // - round_f32: fb::round_array (the vectorised array path) chunk by chunk, or fb::convert per
 //   element when per-element flags are asked for (round_array only ORs them);
 // - round_f64: fb::round_double per element (an fp64 value is rounded exactly, once);
-// - op: fb::add_array / mul_array / fma_array without flags, fb::apply_op per element with;
+// - op: fb::add_array / mul_array / fma_array without flags, fb::apply_op per element with
+//   (and for "cvt": round() on bit patterns of the format itself, fb::apply_op from it to it);
 // - dot: fb::fused_dot_bits per row.
 #include <algorithm>
 #include <bit>
@@ -29,7 +30,7 @@ pyb::object flags_or_none(bool want, pyb::array_t<std::uint8_t>& flags) {
 }
 
 pyb::tuple round_f32(const carray<float>& x, const std::string& fmt, const std::string& mode,
-                     const std::string& overflow, std::uint64_t seed, std::optional<int> sr_bits,
+                     const std::string& overflow, std::uint64_t seed, std::optional<long long> sr_bits,
                      std::uint64_t position, bool want_flags) {
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
@@ -76,7 +77,7 @@ pyb::tuple round_f32(const carray<float>& x, const std::string& fmt, const std::
 }
 
 pyb::tuple round_f64(const carray<double>& x, const std::string& fmt, const std::string& mode,
-                     const std::string& overflow, std::uint64_t seed, std::optional<int> sr_bits,
+                     const std::string& overflow, std::uint64_t seed, std::optional<long long> sr_bits,
                      std::uint64_t position, bool want_flags) {
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
@@ -134,11 +135,14 @@ bool decode_typed(const Format& f, const T* p, double* o, std::size_t n, const s
   return true;
 }
 
-pyb::array_t<double> decode_bits(const pyb::array& bits, const std::string& fmt) {
+// `any_width`: the Python layer's uint64 copy of a signed integer array (a list of ints), which
+// has no width of its own; an unsigned array the caller gave must be f's container width.
+pyb::array_t<double> decode_bits(const pyb::array& bits, const std::string& fmt, bool any_width) {
   const Format f = parse_fmt(fmt);
   const pyb::dtype dt = bits.dtype();
   if (dt.kind() != 'u' || !(bits.flags() & pyb::array::c_style))
     throw PyTypeError("bits: expected a C-contiguous unsigned integer array");
+  if (!any_width) check_bits_width(f, static_cast<int>(8 * dt.itemsize()), "bits");
   pyb::array_t<double> out(shape_of(bits));
   double* o = out.mutable_data();
   const std::size_t n = static_cast<std::size_t>(bits.size());
@@ -170,30 +174,21 @@ pyb::array_t<double> decode_bits(const pyb::array& bits, const std::string& fmt)
   return out;
 }
 
-// Values -> bit patterns, each exactly representable (ValueError naming the first that is not).
-pyb::array encode(const carray<double>& values, const std::string& fmt, const std::string& what) {
-  const Format f = parse_fmt(fmt);
-  const std::vector<std::uint32_t> bits =
-      encode_values(f, values.data(), static_cast<std::size_t>(values.size()), what);
-  pyb::array out = bits_array(f, shape_of(values));
-  store_bits(f, out, 0, bits.data(), bits.size());
-  return out;
-}
-
 pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector<pyb::array>& operands,
-              const std::string& mode, const std::string& overflow, std::uint64_t seed, std::optional<int> sr_bits,
-              std::uint64_t position, bool want_flags) {
+              const std::string& mode, const std::string& overflow, std::uint64_t seed,
+              std::optional<long long> sr_bits, std::uint64_t position, bool want_flags,
+              const std::vector<std::string>& names) {
+  // cvt: round() on bit patterns of fmt itself (apply_op converts from fmt to fmt).
   OpKind k{};
-  if (!parse_op(kind, k) || k == OpKind::cvt) throw cli::InputError("unknown operation '" + kind + "'");
+  if (!parse_op(kind, k)) throw cli::InputError("unknown operation '" + kind + "'");
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
   if (static_cast<int>(operands.size()) != operand_count(k))
     throw PyTypeError(kind + ": expected " + std::to_string(operand_count(k)) + " operands, got " +
                       std::to_string(operands.size()));
-  static const char* names[] = {"a", "b", "c"};
+  if (names.size() != operands.size()) throw PyTypeError(kind + ": expected a name for each operand");
   std::vector<std::vector<std::uint32_t>> ops;
-  for (std::size_t i = 0; i < operands.size(); ++i)
-    ops.push_back(checked_bits(f, carray<std::uint64_t>(operands[i]), names[i]));
+  for (std::size_t i = 0; i < operands.size(); ++i) ops.push_back(operand_bits(f, operands[i], names[i]));
   const std::size_t n = ops[0].size();
   for (const auto& o : ops)
     if (o.size() != n) throw cli::InputError("operands: expected arrays of one shape (broadcast them first)");
@@ -260,9 +255,9 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
   if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 1 || a.shape(0) != b.shape(0) || a.shape(1) != b.shape(1) ||
       c.shape(0) != a.shape(0))
     throw cli::InputError("a, b, c: expected shapes [n, k], [n, k] and [n]");
-  const std::vector<std::uint32_t> av = checked_bits(input, carray<std::uint64_t>(a), "a");
-  const std::vector<std::uint32_t> bv = checked_bits(input, carray<std::uint64_t>(b), "b");
-  const std::vector<std::uint32_t> cv = checked_bits(acc, carray<std::uint64_t>(c), "c");
+  const std::vector<std::uint32_t> av = operand_bits(input, a, "a");
+  const std::vector<std::uint32_t> bv = operand_bits(input, b, "b");
+  const std::vector<std::uint32_t> cv = operand_bits(acc, c, "c");
   const std::size_t n = static_cast<std::size_t>(a.shape(0)), k = static_cast<std::size_t>(a.shape(1));
   pyb::array out = bits_array(acc, {static_cast<pyb::ssize_t>(n)});
   {
@@ -356,10 +351,9 @@ void register_arrays(pyb::module_& m) {
         "flags"_a);
   m.def("round_f64", &round_f64, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
         "flags"_a);
-  m.def("decode", &decode_bits, "bits"_a, "fmt"_a);
-  m.def("encode", &encode, "values"_a, "fmt"_a, "what"_a);
+  m.def("decode", &decode_bits, "bits"_a, "fmt"_a, "any_width"_a = false);
   m.def("op", &op, "kind"_a, "fmt"_a, "operands"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
-        "flags"_a);
+        "flags"_a, "names"_a);
   m.def("dot_format", &dot_format, "model"_a, "fmt"_a);
   m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a);
   m.def("format_info", &format_info, "fmt"_a);

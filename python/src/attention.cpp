@@ -1,15 +1,22 @@
 // python/src/attention.cpp: attention(), exact_attention() and the models list.
 //
-// Contract: q, k, v (and do) arrive as float64 [B,H,N,D] / [B,H,Nk,D] arrays (the Python layer
-// adds leading axes); every value must be exactly representable in the model's input format
-// (ValueError naming the first element that is not). The model is parsed as the CLI parses
-// --model with --dtype (attention/trace_inputs.hpp parse_model_for_inputs), a recipe file applied
-// as `--recipe` does. The run itself (attn::run_attention, or exact_attention) happens on a
-// worker thread with the GIL released (common.hpp run_interruptible).
+// Contract: q, k, v (and do) arrive as [B,H,N,D] arrays (the Python layer adds leading axes)
+// of float64 values, each exactly representable in the model's input format, or of that
+// format's bit patterns (unsigned integers of its container width): common.hpp operand_bits,
+// ValueError naming the first bad element. k and v may have fewer heads than q (GQA) but
+// the same length: the engine models Nk = N only, and a different Nk is a ValueError saying
+// so. The problem size is held to the CLI's limits (attention/problem_limits.hpp). The model
+// is parsed as the CLI parses --model with --dtype (attention/trace_inputs.hpp
+// parse_model_for_inputs), a recipe file applied as `--recipe` does. The run itself
+// (attn::run_attention, or exact_attention) happens on a worker thread with the GIL released
+// (common.hpp run_interruptible).
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/problem_limits.hpp"
 #include "attention/statistics.hpp"
 #include "common.hpp"
 #include "emu/special_functions.hpp"
@@ -20,13 +27,16 @@
 namespace fb::py {
 namespace {
 
-attn::Tensor4 tensor4(const pyb::object& obj, const char* name) {
-  const carray<double> a(obj);
-  if (a.ndim() != 4)
+// An input tensor as values of f: bit patterns or exactly representable values (operand_bits,
+// naming the first bad element by its 4-D index), decoded exactly.
+attn::Tensor4 tensor4(const pyb::object& obj, const Format& f, const char* name) {
+  const pyb::array a = pyb::array::ensure(obj);
+  if (!a || a.ndim() != 4)
     throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+  const std::vector<std::uint32_t> bits = operand_bits(f, a, name);
   attn::Tensor4 t(static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), static_cast<int>(a.shape(2)),
                   static_cast<int>(a.shape(3)));
-  std::copy(a.data(), a.data() + a.size(), t.data.begin());
+  std::transform(bits.begin(), bits.end(), t.data.begin(), [&](std::uint32_t b) { return to_double(f, b); });
   return t;
 }
 
@@ -38,55 +48,57 @@ pyb::array_t<double> to_array(const attn::Tensor4& t, bool squeeze_last) {
   return a;
 }
 
-void check_exact(const attn::Tensor4& t, const Format& f, const char* name) {
-  for (std::size_t i = 0; i < t.data.size(); ++i) {
-    std::uint32_t bits;
-    if (!from_double_exact(f, t.data[i], bits)) {
-      std::size_t r = i;
-      const int c = static_cast<int>(r % t.cols);
-      r /= t.cols;
-      const int row = static_cast<int>(r % t.rows);
-      r /= t.rows;
-      const int h = static_cast<int>(r % t.heads);
-      const int b = static_cast<int>(r / t.heads);
-      throw cli::InputError(std::string(name) + "[" + std::to_string(b) + "," + std::to_string(h) + "," +
-                            std::to_string(row) + "," + std::to_string(c) + "]: " + shortest(t.data[i]) +
-                            " is not exactly representable in " + f.name + " (round it first: flashbits.round(x, \"" +
-                            f.name + "\").values)");
-    }
-  }
+// The CLI's size limits on q's shape [B,H,N,D]. The Python layer calls this (as
+// _check_attention_size) before it converts any array, and make_inputs again.
+void check_size(const std::array<long long, 4>& q) {
+  if (const attn::SizeRefusal refusal = attn::problem_size_refusal(q[0], q[1], q[2], q[3]))
+    throw cli::InputError("q [" + std::to_string(q[0]) + "," + std::to_string(q[1]) + "," + std::to_string(q[2]) + "," +
+                          std::to_string(q[3]) + "]: " + refusal.reason);
 }
 
+// Shapes and sizes are checked before any tensor is converted (a problem over the CLI's size
+// limits is refused without allocating it).
 attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, const pyb::object& v,
                                   const pyb::object& d_o, bool causal, std::optional<double> scale,
                                   const Format& dtype) {
+  const auto shape = [](const pyb::object& obj, const char* name) {
+    const pyb::array a = pyb::array::ensure(obj);
+    if (!a || a.ndim() != 4)
+      throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+    return std::array<long long, 4>{a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
+  };
+  const auto Q = shape(q, "q"), K = shape(k, "k"), V = shape(v, "v");
+  const auto text = [](const std::array<long long, 4>& s) {
+    return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "," +
+           std::to_string(s[3]) + "]";
+  };
+  // k and v may carry fewer heads than q, dividing them (grouped-query attention).
+  const auto kv_fits = [&](const std::array<long long, 4>& t) {
+    return t[0] == Q[0] && t[1] >= 1 && Q[1] % t[1] == 0 && t[1] == K[1];
+  };
+  if (!kv_fits(K) || !kv_fits(V) || K[2] != V[2] || K[3] != Q[3] || V[3] != Q[3])
+    throw cli::InputError("k, v: expected shape [" + std::to_string(Q[0]) + ",Hk,Nk," + std::to_string(Q[3]) +
+                          "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
+                          std::to_string(Q[1]) + ")");
+  // The engine (attn::check_attention_inputs) models self-attention lengths only.
+  if (K[2] != Q[2])
+    throw cli::InputError("k, v: kv length " + std::to_string(K[2]) + " differs from q's length " +
+                          std::to_string(Q[2]) + "; the kernel models need Nk = N (self-attention)");
+  if (!d_o.is_none() && shape(d_o, "do") != Q) throw cli::InputError("do: expected the shape of q " + text(Q));
+  check_size(Q);
   attn::AttentionInputs in;
-  in.q = tensor4(q, "q");
-  in.k = tensor4(k, "k");
-  in.v = tensor4(v, "v");
-  if (!d_o.is_none()) in.d_o = tensor4(d_o, "do");
+  in.q = tensor4(q, dtype, "q");
+  in.k = tensor4(k, dtype, "k");
+  in.v = tensor4(v, dtype, "v");
+  if (!d_o.is_none()) in.d_o = tensor4(d_o, dtype, "do");
   in.dtype = dtype;
   in.causal = causal;
-  const auto& Q = in.q;
-  // k and v may carry fewer heads than q, dividing them (grouped-query attention).
-  const auto kv_fits = [&](const attn::Tensor4& t) {
-    return t.batch == Q.batch && t.heads >= 1 && Q.heads % t.heads == 0 && t.heads == in.k.heads;
-  };
-  if (!kv_fits(in.k) || !kv_fits(in.v) || in.k.rows != in.v.rows || in.k.cols != Q.cols || in.v.cols != Q.cols)
-    throw cli::InputError("k, v: expected shape [" + std::to_string(Q.batch) + ",Hk,Nk," + std::to_string(Q.cols) +
-                          "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
-                          std::to_string(Q.heads) + ")");
-  if (in.d_o &&
-      (in.d_o->batch != Q.batch || in.d_o->heads != Q.heads || in.d_o->rows != Q.rows || in.d_o->cols != Q.cols))
-    throw cli::InputError("do: expected the shape of q");
-  if (Q.batch < 1 || Q.heads < 1 || Q.rows < 1 || Q.cols < 1 || in.k.rows < 1)
-    throw cli::InputError("q, k, v: expected positive sizes (an empty problem has nothing to compute)");
   if (scale) {
     if (!(std::isfinite(*scale) && *scale > 0))
       throw cli::InputError("scale: " + shortest(*scale) + " is not a finite positive number");
     in.softmax_scale = *scale;
   } else {
-    in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(Q.cols));
+    in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(Q[3]));
   }
   return in;
 }
@@ -215,17 +227,13 @@ struct RunResult {
 pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::object& v, const std::string& model_name,
                     const pyb::object& d_o, bool causal, std::optional<double> scale, const std::string& recipe,
                     const std::optional<std::vector<std::array<int, 3>>>& trace_rows, bool trace_all,
-                    const std::string& dtype_name, std::uint64_t seed, int threads, int plot_feature,
+                    const std::string& dtype_name, std::uint64_t seed, long long threads, int plot_feature,
                     const std::string& sfu) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
   const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu);
-  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
-  check_exact(in->q, in->dtype, "q");
-  check_exact(in->k, in->dtype, "k");
-  check_exact(in->v, in->dtype, "v");
-  if (in->d_o) check_exact(*in->d_o, in->dtype, "do");
   if (threads < 1 || threads > cli::kMaxJobs)
-    throw cli::InputError("threads " + std::to_string(threads) + ": expected 1.." + std::to_string(cli::kMaxJobs));
+    throw cli::InputError("threads=" + std::to_string(threads) + ": expected 1.." + std::to_string(cli::kMaxJobs));
+  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
   std::optional<attn::Tracer> tracer;
   if (trace_all || trace_rows) {
     tracer.emplace();
@@ -246,7 +254,7 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
   RunResult result = run_interruptible<RunResult>([in, model, tracer, seed, threads](const Cancel& cancel) mutable {
     attn::RunOptions opt;
     opt.cancel = &cancel;  // Ctrl-C stops the engine between rows
-    opt.threads = threads;
+    opt.threads = static_cast<int>(threads);
     opt.seed = seed;
     if (tracer) opt.tracer = &*tracer;
     RunResult r;
@@ -274,10 +282,6 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
                 std::optional<double> scale, const std::string& dtype_name) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, dtype));
-  check_exact(in->q, dtype, "q");
-  check_exact(in->k, dtype, "k");
-  check_exact(in->v, dtype, "v");
-  if (in->d_o) check_exact(*in->d_o, dtype, "do");
   const attn::AttentionOutputs out =
       run_interruptible<attn::AttentionOutputs>([in](const Cancel&) { return attn::exact_attention(*in); });
   pyb::dict d = outputs_dict(out);
@@ -309,6 +313,7 @@ void register_attention(pyb::module_& m) {
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "model"_a, "do"_a, "causal"_a, "scale"_a, "recipe"_a,
         "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a);
   m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a);
+  m.def("_check_attention_size", &check_size, "q_shape"_a);
   m.def("models", &models);
   m.def("scenario_names", &attn::scenario_names);
 }

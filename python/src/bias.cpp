@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "attention/bias_run.hpp"
+#include "attention/problem_limits.hpp"
 #include "attention/trace_inputs.hpp"
 #include "common.hpp"
 #include "tools/recipe_file.hpp"
@@ -23,8 +24,8 @@ using cli::InputError;
 // its options); the run itself is attn::run_bias.
 attn::BiasRun make_run(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
                        const std::string& traces_label, const std::string& against, const std::string& recipe,
-                       int trials, int seqlen, int headdim, const std::string& dtype_name, double alpha,
-                       std::uint64_t seed) {
+                       long long trials, long long seqlen, long long headdim, const std::string& dtype_name,
+                       double alpha, std::uint64_t seed) {
   if (model.empty() == traces.empty()) throw InputError("give exactly one of model=NAME or traces=[FILES]");
   if (!against.empty() && model.empty()) throw InputError("against: needs model");
   if (!recipe.empty() && model.empty()) throw InputError("recipe: needs model (the recipe changes that model)");
@@ -39,10 +40,12 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   const auto names = attn::scenario_names();
   if (std::find(names.begin(), names.end(), scenario) == names.end())
     throw InputError("scenario " + scenario + ": unknown scenario");
-  if (trials < 2) throw InputError("trials: expected at least 2");
-  if (seqlen < 1 || headdim < 1)
-    throw InputError("seqlen " + std::to_string(seqlen) + " headdim " + std::to_string(headdim) +
-                     ": expected positive sizes (an empty problem has no errors to test)");
+  // The CLI's limits (attention/problem_limits.hpp), named as Python names the arguments.
+  if (const std::string refusal = attn::trials_refusal(trials, 2); !refusal.empty())
+    throw InputError("trials=" + std::to_string(trials) + ": " + refusal);
+  if (const attn::SizeRefusal refusal = attn::problem_size_refusal(1, 1, seqlen, headdim))
+    throw InputError("seqlen=" + std::to_string(seqlen) + " headdim=" + std::to_string(headdim) + ": " +
+                     refusal.reason + (refusal.too_large ? "; give a smaller seqlen or headdim" : ""));
   const Format dtype = cli::parse_format_or_throw(dtype_name, "dtype");
   try {
     run.model = attn::parse_model_for_inputs(model, dtype);
@@ -58,17 +61,17 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
     }
   }
   run.scenario = scenario;
-  run.trials = trials;
-  run.seqlen = seqlen;
-  run.headdim = headdim;
+  run.trials = static_cast<int>(trials);  // within the limits checked above
+  run.seqlen = static_cast<int>(seqlen);
+  run.headdim = static_cast<int>(headdim);
   run.seed = seed;
   return run;
 }
 
 pyb::object bias_test(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
                       const std::string& traces_label, const std::string& against, const std::string& recipe,
-                      int trials, int seqlen, int headdim, const std::string& dtype, double alpha, std::uint64_t seed,
-                      bool by_max) {
+                      long long trials, long long seqlen, long long headdim, const std::string& dtype, double alpha,
+                      std::uint64_t seed, bool by_max) {
   const nlohmann::ordered_json j = run_interruptible<nlohmann::ordered_json>([=](const Cancel& cancel) {
     const attn::BiasRun run =
         make_run(model, scenario, traces, traces_label, against, recipe, trials, seqlen, headdim, dtype, alpha, seed);

@@ -60,7 +60,7 @@ inline Format parse_fmt(const std::string& text, const char* what = "fmt") {
   return cli::parse_format_or_throw(text, what);
 }
 RoundingSpec make_spec(const std::string& mode, const std::string& overflow, std::uint64_t seed,
-                       std::optional<int> sr_bits);
+                       std::optional<long long> sr_bits);
 
 // ---- arrays ------------------------------------------------------------------------------
 template <class T>
@@ -71,12 +71,21 @@ pyb::array bits_array(const Format& f, const std::vector<pyb::ssize_t>& shape);
 // Writes uint32 bit patterns into a bits_array of f's container, element `offset` on.
 void store_bits(const Format& f, pyb::array& out, std::size_t offset, const std::uint32_t* bits, std::size_t n);
 std::vector<pyb::ssize_t> shape_of(const pyb::array& a);
-// Bit patterns (any unsigned integer array, already checked non-negative by Python) as uint32,
-// each checked to be a valid pattern of f: the CLI's message for the first bad one, naming
-// `what`[index].
+// An element of `a` by its index in a's shape, for messages: "q[0,1,2,3]", "a[7]".
+std::string element_name(const std::string& what, const std::vector<pyb::ssize_t>& shape, std::size_t flat);
+// The width a bit-pattern array of f must have: its container (8, 16 or 32 bits). Throws the
+// ValueError naming `what` when an unsigned integer array of `dtype_bits` bits is another width.
+void check_bits_width(const Format& f, int dtype_bits, const std::string& what);
+// Bit patterns as uint32, each checked to be a valid pattern of f (the CLI's message for the
+// first bad one, naming its element of `what`).
 std::vector<std::uint32_t> checked_bits(const Format& f, const carray<std::uint64_t>& bits, const std::string& what);
 // Values, each exactly representable in f (the CLI's message otherwise), as bit patterns.
-std::vector<std::uint32_t> encode_values(const Format& f, const double* v, std::size_t n, const std::string& what);
+std::vector<std::uint32_t> encode_values(const Format& f, const carray<double>& values, const std::string& what);
+// THE conversion of an operand array (README "Python": unsigned integer arrays are bit
+// patterns, any other array holds values): an unsigned integer array must be f's container
+// width and hold valid patterns of f; any other array (the Python layer hands float64) holds
+// values exactly representable in f. Returns the bit patterns, row-major.
+std::vector<std::uint32_t> operand_bits(const Format& f, const pyb::array& a, const std::string& what);
 std::string shortest(double v);
 // A JSON value as the Python object json.loads would give (dicts keep the order).
 pyb::object to_python(const nlohmann::ordered_json& j);

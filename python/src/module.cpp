@@ -15,7 +15,7 @@ void register_bias(pyb::module_& m);
 void register_traces(pyb::module_& m);
 
 RoundingSpec make_spec(const std::string& mode, const std::string& overflow, std::uint64_t seed,
-                       std::optional<int> sr_bits) {
+                       std::optional<long long> sr_bits) {
   RoundingSpec s;
   s.mode = cli::parse_mode_or_throw(mode, "mode");
   s.overflow = cli::parse_overflow_or_throw(overflow, "overflow");
@@ -77,6 +77,25 @@ std::string hex_of(std::uint64_t v) {
 }
 }  // namespace
 
+std::string element_name(const std::string& what, const std::vector<pyb::ssize_t>& shape, std::size_t flat) {
+  std::vector<std::size_t> index(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const auto extent = static_cast<std::size_t>(shape[d]);
+    index[d] = extent ? flat % extent : 0;
+    flat = extent ? flat / extent : 0;
+  }
+  std::string name = what + "[";
+  for (std::size_t d = 0; d < index.size(); ++d) name += (d ? "," : "") + std::to_string(index[d]);
+  return name + "]";
+}
+
+void check_bits_width(const Format& f, int dtype_bits, const std::string& what) {
+  if (dtype_bits == f.container_bits) return;
+  const std::string want = std::to_string(f.container_bits), got = std::to_string(dtype_bits);
+  throw cli::InputError(what + ": a uint" + got + " array holds " + got + "-bit patterns, but " + f.name +
+                        " patterns are " + want + "-bit: give them as uint" + want + " (values as a float array)");
+}
+
 std::vector<std::uint32_t> checked_bits(const Format& f, const carray<std::uint64_t>& bits, const std::string& what) {
   const std::size_t n = static_cast<std::size_t>(bits.size());
   const std::uint64_t* p = bits.data();
@@ -84,22 +103,36 @@ std::vector<std::uint32_t> checked_bits(const Format& f, const carray<std::uint6
   for (std::size_t i = 0; i < n; ++i) {
     if (!valid_pattern(f, p[i])) {
       // The CLI's own message for this operand.
-      cli::parse_operand_or_throw(f, "0x" + hex_of(p[i]), what + "[" + std::to_string(i) + "]");
-      throw cli::InputError(what + "[" + std::to_string(i) + "]: not a valid bit pattern");
+      const std::string name = element_name(what, shape_of(bits), i);
+      cli::parse_operand_or_throw(f, "0x" + hex_of(p[i]), name);
+      throw cli::InputError(name + ": not a valid bit pattern");
     }
     out[i] = static_cast<std::uint32_t>(p[i]);
   }
   return out;
 }
 
-std::vector<std::uint32_t> encode_values(const Format& f, const double* v, std::size_t n, const std::string& what) {
+std::vector<std::uint32_t> encode_values(const Format& f, const carray<double>& values, const std::string& what) {
+  const std::size_t n = static_cast<std::size_t>(values.size());
+  const double* v = values.data();
   std::vector<std::uint32_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (!from_double_exact(f, v[i], out[i]))
-      throw cli::InputError(what + "[" + std::to_string(i) + "]: " + shortest(v[i]) +
+      throw cli::InputError(element_name(what, shape_of(values), i) + ": " + shortest(v[i]) +
                             " is not exactly representable in " + f.name + " (give a hex bit pattern 0x... instead)");
   }
   return out;
+}
+
+std::vector<std::uint32_t> operand_bits(const Format& f, const pyb::array& a, const std::string& what) {
+  const pyb::dtype dt = a.dtype();
+  if (dt.kind() == 'u') {
+    check_bits_width(f, static_cast<int>(8 * dt.itemsize()), what);
+    return checked_bits(f, carray<std::uint64_t>(a), what);
+  }
+  if (dt.kind() != 'f')
+    throw PyTypeError(what + ": expected values (a float array) or bit patterns (unsigned integers)");
+  return encode_values(f, carray<double>(a), what);
 }
 
 template <class J>

@@ -9,8 +9,10 @@
 //   bshd layout; grouped-query) is read as `flashbits import` reads it, with what it lacks
 //   given as source/model/scale/causal/dtype/layout (traces/capture_import.hpp).
 // - save_trace(path, tensors, metadata) encodes each tensor in its format (values must be
-//   exactly representable, bit patterns valid), serialises, validates the bytes with the
-//   reader (parse_trace) and writes the file whole or not at all (cli::write_output_file).
+//   exactly representable, bit patterns of the format's container width and valid:
+//   operand_bits), serialises, validates the bytes with the reader (parse_trace) and writes
+//   the file whole or not at all (cli::write_output_file). The caller states the source
+//   (the Python layer refuses a save without one, as `flashbits import` does).
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -65,18 +67,19 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   return d;
 }
 
-// tensors: (name, array, format, is_bits) in the order they are written.
-void save_trace(const std::string& path,
-                const std::vector<std::tuple<std::string, pyb::array, std::string, bool>>& tensors,
+// tensors: (name, array, format) in the order they are written; an array holds float64
+// values or bit patterns (unsigned integers: operand_bits).
+void save_trace(const std::string& path, const std::vector<std::tuple<std::string, pyb::array, std::string>>& tensors,
                 const std::map<std::string, std::string>& metadata) {
   Safetensors file;
   file.metadata = metadata;
-  for (const auto& [name, array, fmt, is_bits] : tensors) {
+  for (const auto& [name, array, fmt] : tensors) {
     SafeTensor t;
     t.name = name;
     for (pyb::ssize_t i = 0; i < array.ndim(); ++i) t.shape.push_back(static_cast<std::uint64_t>(array.shape(i)));
     if (fmt == "fp64") {
-      if (is_bits) throw cli::InputError(name + ": fp64 tensors are given as values, not bit patterns");
+      if (array.dtype().kind() == 'u')
+        throw cli::InputError(name + ": fp64 tensors are given as values, not bit patterns");
       const carray<double> a(array);
       t.dtype = Dtype::F64;
       t.bytes.resize(static_cast<std::size_t>(a.size()) * 8);
@@ -88,13 +91,7 @@ void save_trace(const std::string& path,
         throw cli::InputError(name + ": format " + fmt +
                               " cannot be stored in a trace (bf16, fp16, fp32, e4m3, e5m2 or fp64)");
       t.dtype = *dtype;
-      std::vector<std::uint32_t> bits;
-      if (is_bits) {
-        bits = checked_bits(f, carray<std::uint64_t>(array), name);
-      } else {
-        const carray<double> a(array);
-        bits = encode_values(f, a.data(), static_cast<std::size_t>(a.size()), name);
-      }
+      const std::vector<std::uint32_t> bits = operand_bits(f, array, name);
       const std::size_t size = dtype_size(*dtype);
       t.bytes.resize(bits.size() * size);
       for (std::size_t i = 0; i < bits.size(); ++i)

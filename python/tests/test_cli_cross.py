@@ -18,8 +18,8 @@ def hexbits(bits, fmt):
 
 def random_patterns(fmt, n, rng):
     info = fb.format_info(fmt)
-    bits = rng.integers(0, 1 << info["width"], n, dtype=np.uint64)
-    return bits
+    # Bit patterns in the format's container (uint8/16/32), as the module takes them.
+    return rng.integers(0, 1 << info["width"], n, dtype=np.uint64).astype(f"uint{info['container_bits']}")
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "e3m4"])
@@ -99,7 +99,8 @@ def test_python_trace_replays_in_cli(cli, tmp_path):
     # A changed O is caught by the CLI.
     o_bad = r.o.copy()
     o_bad[0, 1, 5, 7] = fb.round(np.array([o_bad[0, 1, 5, 7] * 1.5]), "bf16").values[0] or 1.0
-    fb.save_trace(path, q=q, k=k, v=v, o=o_bad, metadata={"model": "fa2-sm80", "softmax_scale": 0.125})
+    fb.save_trace(path, q=q, k=k, v=v, o=o_bad,
+                  metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 0.125})
     rc, out, err = cli("replay", str(path), "--json")
     assert rc == 1 and json.loads(out)["match"] is False
 
@@ -160,8 +161,10 @@ def test_bias_test_traces_matches_cli_json(cli, tmp_path):
     (lambda: fb.round(np.ones(3), "bf17"), ["op", "cvt", "bf17", "rne", "fp32:3f800000"]),
     (lambda: fb.round(np.ones(3), "bf16", "rnx"), ["op", "cvt", "bf16", "rnx", "fp32:3f800000"]),
     (lambda: fb.add(np.array([0.1]), np.array([1.0]), "bf16"), ["op", "add", "bf16", "rne", "0.1", "1.0"]),
-    (lambda: fb.add(np.array([0x1ffff], dtype=np.uint32), np.array([0], dtype=np.uint32), "bf16"),
-     ["op", "add", "bf16", "rne", "0x1ffff", "0x0"]),
+    (lambda: fb.add(np.array([0x1f], dtype=np.uint8), np.array([0], dtype=np.uint8), "e2m1"),
+     ["op", "add", "e2m1", "rne", "0x1f", "0x0"]),
+    (lambda: fb.add(np.array([0x1fff], dtype=np.uint32), np.array([0], dtype=np.uint32), "tf32"),
+     ["op", "add", "tf32", "rne", "0x1fff", "0x0"]),
     (lambda: fb.round(np.ones(3), "bf16", "sr", sr_bits=40), ["op", "cvt", "bf16", "sr", "fp32:3f800000",
                                                               "--sr-bits", "40"]),
     (lambda: fb.dot("sm99", np.ones((1, 2)), np.ones((1, 2))), None),

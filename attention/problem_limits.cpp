@@ -1,0 +1,40 @@
+// attention/problem_limits.cpp: the size checks of attention/problem_limits.hpp; the figures
+// in the messages are written from the constants, never restated.
+#include "attention/problem_limits.hpp"
+
+#include <bit>
+#include <cstdio>
+
+namespace fb::attn {
+
+static_assert(std::has_single_bit(static_cast<unsigned long long>(kMaxTensorElements)),
+              "the message names the element limit as a power of two");
+
+SizeRefusal problem_size_refusal(long long batch, long long heads, long long seqlen, long long headdim) {
+  if (batch < 1 || heads < 1 || seqlen < 1 || headdim < 1) return {"expected positive sizes", false};
+  const long double elements = static_cast<long double>(batch) * heads * seqlen * headdim;
+  if (elements > static_cast<long double>(kMaxTensorElements)) {
+    char count[64];
+    std::snprintf(count, sizeof count, "%.0Lf", elements);
+    const int log2_limit = std::countr_zero(static_cast<unsigned long long>(kMaxTensorElements));
+    return {std::string(count) + " elements per tensor, over the limit of 2^" + std::to_string(log2_limit) + " (" +
+                std::to_string(kMaxTensorElements) + ")",
+            true};
+  }
+  const long double bytes = elements * kBytesPerElement;
+  if (bytes > static_cast<long double>(kMaxMemoryBytes)) {
+    char needed[64];
+    std::snprintf(needed, sizeof needed, "%.1f", static_cast<double>(bytes / (1LL << 30)));
+    return {std::string("needs about ") + needed + " GiB, over the limit of " + std::to_string(kMaxMemoryBytes >> 30) +
+                " GiB",
+            true};
+  }
+  return {};
+}
+
+std::string trials_refusal(long long trials, long long at_least) {
+  if (trials >= at_least && trials <= kMaxTrials) return {};
+  return "expected " + std::to_string(at_least) + ".." + std::to_string(kMaxTrials);
+}
+
+}  // namespace fb::attn

@@ -1,0 +1,279 @@
+# The module holds to what the CLI holds to (issue 34 item 7): unsigned integer arrays are bit
+# patterns of the named format in every function (of its container width, else a ValueError),
+# the kv length the engine models, the CLI's size limits, TypeErrors naming the argument
+# for a wrong kind of argument, and traces that never claim a provenance nobody stated.
+# References: exact_reference.py (formats decoded from their layouts with fractions), numpy,
+# the safetensors header read with json, and the CLI's own messages.
+import json
+import math
+import random
+import struct
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import flashbits as fb
+from exact_reference import FORMATS, decode as exact_decode, round_exact
+
+# Each format's container, from its width (1 + exponent + mantissa bits), not from flashbits.
+CONTAINERS = {"bf16": np.uint16, "fp16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8, "e2m1": np.uint8,
+              "e3m2": np.uint8, "fp32": np.uint32, "e3m4": np.uint8, "e6m9": np.uint16}
+
+
+def finite_patterns(name, n, rng):
+    """n random bit patterns of a finite, non-NaN value of `name` (decoded independently)."""
+    fmt = FORMATS[name]
+    width = 1 + fmt.ebits + fmt.mbits
+    out = []
+    while len(out) < n:
+        b = rng.randrange(1 << width)
+        if not isinstance(exact_decode(fmt, b), str):
+            out.append(b)
+    return np.array(out, dtype=CONTAINERS[name])
+
+
+def bf16_bits(shape, seed):
+    """bf16 bit patterns of moderate values (|x| in [2^-7, 2^4)), built from the layout."""
+    rng = np.random.default_rng(seed)
+    sign = rng.integers(0, 2, shape, dtype=np.uint16)
+    exponent = rng.integers(127 - 7, 127 + 4, shape).astype(np.uint16)
+    mantissa = rng.integers(0, 128, shape, dtype=np.uint16)
+    return (sign << 15) | (exponent << 7) | mantissa
+
+
+def bf16_values(bits):
+    return np.vectorize(lambda b: float(exact_decode(FORMATS["bf16"], int(b))))(bits).astype(np.float64)
+
+
+# ---- bit patterns -----------------------------------------------------------------------------
+def test_round_reads_unsigned_arrays_as_bit_patterns():
+    r = fb.round(np.array([0x3f80, 0xc040], np.uint16), "bf16")
+    assert r.values.tolist() == [1.0, -3.0]  # not 16256.0 and 49216.0
+    for name in CONTAINERS:
+        bits = finite_patterns(name, 300, random.Random(name))
+        r = fb.round(bits, name, flags=True)
+        assert r.bits.dtype == CONTAINERS[name] and np.array_equal(r.bits, bits), name
+        want = [exact_decode(FORMATS[name], int(b)) for b in bits]
+        assert [Fraction(v) for v in r.values] == want, name
+        width = 1 + FORMATS[name].ebits + FORMATS[name].mbits
+        signs = [-1.0 if int(b) >> (width - 1) & 1 else 1.0 for b in bits]
+        assert [math.copysign(1, v) for v in r.values] == signs, name  # -0 stays -0
+        assert not np.any(r.flags), name  # a value of the format rounds exactly
+    # NaN patterns stay NaN.
+    assert math.isnan(fb.round(np.array([0x7fc1], np.uint16), "bf16").values[0])
+
+
+def test_ops_dot_and_save_trace_read_bit_patterns_of_the_named_format(tmp_path):
+    rng = random.Random(7)
+    a, b = finite_patterns("e4m3", 200, rng), finite_patterns("e4m3", 200, rng)
+    r = fb.mul(a, b, "e4m3", "rtz", overflow="satfinite")
+    fmt = FORMATS["e4m3"]
+    for i in range(200):
+        product = exact_decode(fmt, int(a[i])) * exact_decode(fmt, int(b[i]))
+        want, _ = round_exact(product, fmt, "rtz", "satfinite")
+        if isinstance(want, tuple):
+            # A zero: an exact zero product has the sign of the operands' signs (IEEE 754 6.3).
+            negative = bool((int(a[i]) ^ int(b[i])) & 0x80) if product == 0 else want[1]
+            assert r.values[i] == 0 and math.copysign(1, r.values[i]) == (-1 if negative else 1), i
+        else:
+            assert Fraction(r.values[i]) == want, i
+    # Bits and values of the same numbers give the same bits (values decoded independently).
+    va = np.array([float(exact_decode(fmt, int(x))) for x in a])
+    vb = np.array([float(exact_decode(fmt, int(x))) for x in b])
+    assert np.array_equal(fb.add(a, b, "e4m3").bits, fb.add(va, vb, "e4m3").bits)
+    qa, qb = bf16_bits((5, 16), 1), bf16_bits((5, 16), 2)
+    d = fb.dot("sm80", qa, qb)
+    dv = fb.dot("sm80", bf16_values(qa), bf16_values(qb))
+    assert np.array_equal(d.bits, dv.bits)
+    # The exact sum of 16 products of bf16 values is within an fp32 ulp or two of D.
+    for row in range(5):
+        exact = sum(exact_decode(FORMATS["bf16"], int(x)) * exact_decode(FORMATS["bf16"], int(y))
+                    for x, y in zip(qa[row], qb[row]))
+        assert abs(Fraction(d.values[row]) - exact) <= abs(exact) * Fraction(1, 2 ** 20) + Fraction(1, 2 ** 40)
+    # A trace written from bit patterns holds their values.
+    q, k, v, o = (bf16_bits((1, 1, 8, 4), s) for s in range(4))
+    path = tmp_path / "bits.safetensors"
+    fb.save_trace(path, q=q, k=k, v=v, o=o, metadata={"source": "unknown", "softmax_scale": 0.5})
+    t = fb.load_trace(path)
+    for name, bits in (("q", q), ("k", k), ("v", v), ("o", o)):
+        assert np.array_equal(t[name], bf16_values(bits)), name
+
+
+def numpy_attention(q, k, v, scale):
+    """Softmax attention in numpy (longdouble): independent of flashbits."""
+    s = np.einsum("...nd,...md->...nm", q.astype(np.longdouble), k.astype(np.longdouble)) * scale
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return np.einsum("...nm,...md->...nd", p / p.sum(axis=-1, keepdims=True), v.astype(np.longdouble))
+
+
+def test_attention_reads_bit_patterns():
+    q, k, v = (bf16_bits((2, 48, 16), s) for s in (3, 4, 5))
+    exact = fb.exact_attention(q, k, v, scale=0.25)
+    want = numpy_attention(bf16_values(q), bf16_values(k), bf16_values(v), 0.25)
+    assert np.allclose(exact.o, want.astype(np.float64), rtol=0, atol=1e-12)
+    r = fb.attention(q, k, v, "fa2-sm80", scale=0.25)
+    rv = fb.attention(bf16_values(q), bf16_values(k), bf16_values(v), "fa2-sm80", scale=0.25)
+    assert np.array_equal(r.o, rv.o) and np.array_equal(r.lse, rv.lse)
+    assert np.max(np.abs(r.o - want.astype(np.float64))) < 2 ** -5
+    # fp16 bit patterns, said by dtype: 0x3c00 is 1.0 in fp16 (and 1.0078125 read as bf16).
+    ones = np.full((4, 8), 0x3c00, np.uint16)
+    assert np.all(fb.attention(ones, ones, ones, "fa2-sm80", dtype="fp16").o == 1.0)
+
+
+@pytest.mark.parametrize("name, call", [
+    ("x", lambda w: fb.round(np.array([0x3f80], w), "bf16")),
+    ("bits", lambda w: fb.decode(np.array([0x3f80], w), "bf16")),
+    ("a", lambda w: fb.add(np.array([0x3f80], w), np.array([0x3f80], w), "bf16")),
+    ("a", lambda w: fb.dot("sm80", np.full((1, 4), 0x3f80, w), np.full((1, 4), 0x3f80, w))),
+    ("q", lambda w: fb.attention(*(np.full((4, 8), 0x3f80, w) for _ in range(3)), "fa2-sm80")),
+    ("q", lambda w: fb.exact_attention(*(np.full((4, 8), 0x3f80, w) for _ in range(3)))),
+])
+def test_bit_patterns_of_the_wrong_width_are_a_value_error(name, call, tmp_path):
+    for wrong in (np.uint32, np.uint64):
+        bits = 8 * np.dtype(wrong).itemsize
+        with pytest.raises(ValueError, match=rf"^{name}: a uint{bits} array holds {bits}-bit patterns, but bf16 "
+                                             r"patterns are 16-bit"):
+            call(wrong)
+    call(np.uint16)  # the container width is accepted
+    with pytest.raises(ValueError, match="uint8 array holds 8-bit patterns, but bf16 patterns are 16-bit"):
+        fb.save_trace(tmp_path / "t.safetensors", q=np.ones((1, 1, 2, 2), np.uint8), k=np.ones((1, 1, 2, 2)),
+                      v=np.ones((1, 1, 2, 2)), o=np.ones((1, 1, 2, 2)), metadata={"source": "unknown"})
+
+
+# ---- kv length --------------------------------------------------------------------------------
+def test_kv_length_other_than_q_length_is_refused_clearly():
+    assert "Nk = N" in fb.attention.__doc__
+    q = np.ones((64, 16))
+    kv = np.ones((48, 16))
+    for call in (lambda: fb.attention(q, kv, kv, "fa2-sm80"), lambda: fb.exact_attention(q, kv, kv)):
+        with pytest.raises(ValueError, match=r"kv length 48 differs from q's length 64.*Nk = N"):
+            call()
+    # Grouped-query k and v of q's length still run.
+    r = fb.attention(np.ones((4, 64, 16)), np.ones((2, 64, 16)), np.ones((2, 64, 16)), "fa2-sm80")
+    assert r.o.shape == (4, 64, 16) and np.all(r.o == 1.0)
+
+
+# ---- size limits ------------------------------------------------------------------------------
+def cli_tail(cli, *args):
+    rc, _, err = cli(*args, check=False)
+    assert rc == 2, err
+    line = err.strip().splitlines()[-1]
+    return line.split(": ", 2)[2]  # after "error: --option value: "
+
+
+def test_bias_test_holds_to_the_cli_size_limits(cli):
+    trials = 2 ** 24 + 1
+    with pytest.raises(ValueError) as e:
+        fb.bias_test("fa2-sm80", trials=trials)
+    assert str(e.value) == f"trials={trials}: expected 2..{2 ** 24}"
+    assert str(e.value).split(": ", 1)[1] == cli_tail(cli, "bias-test", "--model", "fa2-sm80", "--trials", str(trials))
+    with pytest.raises(ValueError) as e:
+        fb.bias_test("fa2-sm80", headdim=10 ** 8)
+    elements = 256 * 10 ** 8
+    assert str(e.value) == (f"seqlen=256 headdim={10 ** 8}: {elements} elements per tensor, over the limit of 2^31 "
+                            f"({2 ** 31}); give a smaller seqlen or headdim")
+    want = cli_tail(cli, "bias-test", "--model", "fa2-sm80", "--headdim", str(10 ** 8))
+    assert str(e.value).split(": ", 1)[1] == want.replace("--", "")
+    # Under the element limit, over the memory one: 2^30 elements at 128 bytes each.
+    with pytest.raises(ValueError, match=r"seqlen=65536 headdim=16384: needs about 128\.0 GiB, over the limit of "
+                                         r"64 GiB"):
+        fb.bias_test("fa2-sm80", seqlen=2 ** 16, headdim=2 ** 14)
+    # Beyond any C++ integer: a ValueError naming the argument, not a TypeError from the binding.
+    with pytest.raises(ValueError, match=r"^trials=\d+: outside the range"):
+        fb.bias_test("fa2-sm80", trials=2 ** 70)
+    # 2^24 trials pass the trials check: the next check (seqlen) is what refuses.
+    with pytest.raises(ValueError, match="expected positive sizes"):
+        fb.bias_test("fa2-sm80", trials=2 ** 24, seqlen=0)
+
+
+def test_attention_holds_to_the_cli_size_limits():
+    # 2^31 + 2^16 elements would be allocated by the engine; the check needs no array that big:
+    # a broadcast view of one element has the shape and costs nothing.
+    q = np.broadcast_to(np.float64(1.0), (2 ** 15 + 1, 1, 256, 256))
+    with pytest.raises(ValueError, match=rf"q \[{2 ** 15 + 1},1,256,256\]: {(2 ** 15 + 1) * 2 ** 16} elements per "
+                                         r"tensor, over the limit of 2\^31"):
+        fb.exact_attention(q, q, q)
+
+
+# ---- argument kinds ---------------------------------------------------------------------------
+X = np.ones(3)
+Q = np.ones((4, 8))
+
+
+@pytest.mark.parametrize("name, call", [
+    ("x", lambda: fb.round("x", "bf16")),
+    ("x", lambda: fb.round(None, "bf16")),
+    ("fmt", lambda: fb.round(X, 16)),
+    ("mode", lambda: fb.round(X, "bf16", mode=None)),
+    ("seed", lambda: fb.round(X, "bf16", seed="3")),
+    ("seed", lambda: fb.round(X, "bf16", seed=1.5)),
+    ("sr_bits", lambda: fb.round(X, "bf16", "sr", sr_bits="5")),
+    ("position", lambda: fb.round(X, "bf16", position=[1])),
+    ("flags", lambda: fb.round(X, "bf16", flags="yes")),
+    ("fmt", lambda: fb.decode(np.ones(2, np.uint16), None)),
+    ("b", lambda: fb.add(X, "1", "bf16")),
+    ("fmt", lambda: fb.mul(X, X, fmt=None)),
+    ("model", lambda: fb.dot(80, np.ones((1, 4)), np.ones((1, 4)))),
+    ("q", lambda: fb.attention(None, Q, Q, "fa2-sm80")),
+    ("model", lambda: fb.attention(Q, Q, Q, None)),
+    ("causal", lambda: fb.attention(Q, Q, Q, "fa2-sm80", causal="no")),
+    ("scale", lambda: fb.attention(Q, Q, Q, "fa2-sm80", scale="0.5")),
+    ("threads", lambda: fb.attention(Q, Q, Q, "fa2-sm80", threads=2.0)),
+    ("trace", lambda: fb.attention(Q, Q, Q, "fa2-sm80", trace=3)),
+    ("trace", lambda: fb.attention(Q, Q, Q, "fa2-sm80", trace=[(0, "1")])),
+    ("dtype", lambda: fb.exact_attention(Q, Q, Q, dtype=16)),
+    ("trials", lambda: fb.bias_test("fa2-sm80", trials="3")),
+    ("seqlen", lambda: fb.bias_test("fa2-sm80", seqlen=64.0)),
+    ("alpha", lambda: fb.bias_test("fa2-sm80", alpha="0.01")),
+    ("by_max", lambda: fb.bias_test("fa2-sm80", by_max=1)),
+    ("model", lambda: fb.bias_test(3)),
+    ("traces", lambda: fb.bias_test(traces=3)),
+    ("path", lambda: fb.load_trace(None)),
+    ("scale", lambda: fb.load_trace("x.npz", scale="1")),
+    ("tensors", lambda: fb.save_trace("x.safetensors", [Q])),
+    ("metadata", lambda: fb.save_trace("x.safetensors", q=Q, metadata="source=unknown")),
+    ("fmt", lambda: fb.format_info(None)),
+    ("flags", lambda: fb.flags_string("x")),
+])
+def test_a_wrong_kind_of_argument_is_a_type_error_naming_it(name, call):
+    with pytest.raises(TypeError) as e:
+        call()
+    message = str(e.value)
+    assert message.startswith(name + ":"), message
+    assert "incompatible function arguments" not in message
+
+
+@pytest.mark.parametrize("name, call", [
+    ("seed", lambda: fb.round(X, "bf16", seed=-1)),
+    ("position", lambda: fb.round(X, "bf16", position=2 ** 64)),
+    ("seed", lambda: fb.attention(Q, Q, Q, "fa2-sm80", seed=2 ** 64)),
+    ("threads", lambda: fb.attention(Q, Q, Q, "fa2-sm80", threads=0)),
+    ("sr_bits", lambda: fb.round(X, "bf16", "sr", sr_bits=2 ** 80)),
+])
+def test_an_integer_out_of_range_is_a_value_error_naming_it(name, call):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value).startswith(name + "="), str(e.value)
+
+
+# ---- trace provenance -------------------------------------------------------------------------
+def safetensors_metadata(path):
+    """The __metadata__ of a safetensors file, read from its JSON header (the format's spec)."""
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(size)).get("__metadata__", {})
+
+
+def test_save_trace_states_no_provenance_nobody_gave(tmp_path):
+    q = fb.round(np.random.default_rng(0).standard_normal((1, 1, 8, 4)), "bf16").values
+    path = tmp_path / "t.safetensors"
+    with pytest.raises(ValueError, match="metadata: no source: .*cuda:<gpu>.*emulated.*unknown"):
+        fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"softmax_scale": 0.5})
+    assert not path.exists()
+    for source in ("unknown", "emulated", "cuda:NVIDIA H200"):
+        fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": source, "softmax_scale": 0.5})
+        assert safetensors_metadata(path)["source"] == source
+        assert fb.load_trace(path).hardware == source.startswith("cuda:")
+    with pytest.raises(ValueError, match="source"):  # the trace schema's own check
+        fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "my laptop"})
