@@ -26,19 +26,31 @@
 //   negative; with it, per-score errors of either sign whose mean over score values is
 //   not significant (p > 1e-3), spread wider than the plain bias.
 // - fa-bf16acc on ties (every tie exact, no residual bits): no bias in O (p > 1e-3).
+// - run_bias (bias-test's library call) keeps the excess's sign: excess = kernel error minus
+//   the correctly rounded reference's error. Traces whose O is the exact O rounded up (down)
+//   to bf16 here, not by the library, err at least as much upward (downward) as RNE does in
+//   every element: excess > 0 (< 0) in every row. fa-bf16acc on sink (the negative bias
+//   measured above): excess < 0. The mean excess is the mean error minus the mean reference
+//   error in each run.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/bias_run.hpp"
 #include "attention/kernel_models.hpp"
 #include "attention/statistics.hpp"
 #include "tests/bf16_reference.hpp"
+#include "traces/trace.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -262,4 +274,99 @@ TEST_CASE(
   CHECK(to.ci_low > -0.04);
   CHECK(to.ci_high < 0.04);
   CHECK(to.min_detectable < 0.04);
+}
+
+namespace {
+
+// The bf16 value next above bf16 value r (bf16 is the top half of an fp32: one step of the
+// low bit of that half, away from zero for r > 0, toward it for r < 0).
+double bf16_next_up(double r) {
+  float f = static_cast<float>(r);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = f == 0.0f ? 0x00010000u : f > 0.0f ? bits + 0x10000u : bits - 0x10000u;
+  std::memcpy(&f, &bits, sizeof bits);
+  return f;
+}
+double bf16_round_up(double x) {
+  const double r = bf16_rne(x);
+  return r < x ? bf16_next_up(r) : r;
+}
+double bf16_round_down(double x) { return -bf16_round_up(-x); }
+
+// A 1x1x64x64 sink trace whose O is `round`(exact O), written to `path`.
+void write_rounded_trace(const std::filesystem::path& path, double (*round)(double)) {
+  const AttentionInputs in = make_scenario("sink", 11, 1, 1, 64, 64, formats::bf16, true);
+  const AttentionOutputs exact = exact_attention(in);
+  std::vector<double> o(exact.o.data.size());
+  for (std::size_t i = 0; i < o.size(); ++i) o[i] = round(exact.o.data[i]);
+  TraceMetadata md;
+  md.source = "emulated";
+  md.model = "fa2-sm80";
+  md.softmax_scale = in.softmax_scale;
+  md.causal = false;
+  md.dtype = formats::bf16;
+  const std::vector<std::uint64_t> shape = {1, 1, 64, 64};
+  TraceBuilder(md)
+      .add_values("q", formats::bf16, shape, in.q.data)
+      .add_values("k", formats::bf16, shape, in.k.data)
+      .add_values("v", formats::bf16, shape, in.v.data)
+      .add_values("do", formats::bf16, shape, in.d_o->data)
+      .add_values("o", formats::bf16, shape, o)
+      .write(path);
+}
+
+}  // namespace
+
+TEST_CASE("run_bias: the excess is the error minus the correctly rounded reference's, with its sign") {
+  // Traces: O rounded up, then down, from the exact O; one sample per row (64 rows).
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_sign_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto up_path = dir / "up.safetensors", down_path = dir / "down.safetensors";
+  write_rounded_trace(up_path, bf16_round_up);
+  write_rounded_trace(down_path, bf16_round_down);
+  BiasRun up_run;
+  up_run.traces = {up_path};
+  const BiasReport up = run_bias(up_run);
+  BiasRun down_run;
+  down_run.traces = {down_path};
+  const BiasReport down = run_bias(down_run);
+  std::filesystem::remove_all(dir);
+  CAPTURE(up.o.mean);
+  CAPTURE(up.o_cr.mean);
+  CAPTURE(up.o_excess.mean);
+  CAPTURE(down.o.mean);
+  CAPTURE(down.o_excess.mean);
+  CHECK(up.o.mean > 0.0);
+  CHECK(up.o_excess.mean > 0.0);
+  CHECK(up.o_excess.positives == 64);
+  CHECK(up.o_excess.negatives == 0);
+  CHECK(down.o.mean < 0.0);
+  CHECK(down.o_excess.mean < 0.0);
+  CHECK(down.o_excess.negatives == 64);
+  CHECK(down.o_excess.positives == 0);
+  // Same inputs, same reference; RNE errs less than either directed rounding.
+  CHECK(up.o_cr.mean == down.o_cr.mean);
+  CHECK(std::fabs(up.o_cr.mean) < up.o.mean);
+  CHECK(std::fabs(up.o_cr.mean) < -down.o.mean);
+  for (const BiasReport* r : {&up, &down})
+    CHECK(r->o_excess.mean == doctest::Approx(r->o.mean - r->o_cr.mean).epsilon(1e-9));
+
+  // Model mode: fa-bf16acc on sink errs negative (the first test case), and so does its excess.
+  BiasRun model_run;
+  model_run.model = parse_kernel_model("fa-bf16acc", formats::bf16);
+  model_run.scenario = "sink";
+  model_run.seed_key = model_run.model.name + "/sink";
+  model_run.trials = sanitizer_scale() ? 3 : 12;
+  model_run.seqlen = sanitizer_scale() ? 48 : 96;
+  model_run.headdim = 64;
+  model_run.seed = 1;
+  const BiasReport model = run_bias(model_run);
+  CAPTURE(model.o.mean);
+  CAPTURE(model.o_cr.mean);
+  CAPTURE(model.o_excess.mean);
+  CHECK(model.o.mean < 0.0);
+  CHECK(model.o_excess.mean < 0.0);
+  CHECK(model.o_excess.mean == doctest::Approx(model.o.mean - model.o_cr.mean).epsilon(1e-9));
+  CHECK(std::fabs(model.o_cr.mean) < -model.o_excess.mean);  // the kernel's share dominates
 }

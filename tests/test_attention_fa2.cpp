@@ -7,12 +7,17 @@
 // with the same scalar and dot models (fb::fused_dot, the correct-rounding SFU set,
 // std::fmaf, fb::round_double), compared element for element with run_attention().
 // Also: the tracer records a consistent story and costs nothing in the results.
+// PyTorch's build (pytorch-fa2-sm80/sm90) forms the exponent argument as FMUL then FADD
+// (softmax.h UNFUSE_FMA): on a row built so that the FFMA and the two roundings differ
+// (found by search here, each argument computed in exact arithmetic and rounded as the
+// kernel rounds it), every P̄ must be the MPFR ex2 of the unfused argument.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -21,6 +26,7 @@
 #include "emu/special_functions.hpp"
 #include "emu/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
+#include "tests/mpfr_sfu_reference.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -217,6 +223,88 @@ TEST_CASE("the tracer records a consistent story and does not change results") {
     }
     // FA2 visits KV tiles last to first: the first traced key is in the last tile.
     if (std::string(name) == "fa2-sm80") CHECK(tracer.traces[0].key_order.front() >= 128);
+  }
+}
+
+namespace {
+
+// FA2's exponent argument S·scale_log2 - max_scaled in fp32, two ways. Fused (FFMA): the
+// exact value rounded once; S has 8 significant bits and scale_log2 24, so the product is
+// exact in double, and S and the max are close enough (both within [-16, 16]) that the
+// difference is exact in double too; the caller checks it against std::fmaf. Unfused
+// (PyTorch: __fmul_rn, then the FADD): the product rounded to fp32, then the difference.
+float fused_argument(float s, float scale_log2, float max_scaled) {
+  return static_cast<float>(static_cast<double>(s) * scale_log2 - max_scaled);
+}
+float unfused_argument(float s, float scale_log2, float max_scaled) {
+  const float product = static_cast<float>(static_cast<double>(s) * scale_log2);
+  return static_cast<float>(static_cast<double>(product) - max_scaled);
+}
+
+}  // namespace
+
+TEST_CASE("pytorch-fa2: P̄ is ex2 of the unfused exponent argument (FMUL, then FADD), where the FFMA differs") {
+  // One query row q = e_0, so S_j = k_j[0] exactly; 128 keys, one tile (head dim 64), so
+  // every P̄ uses the row max m. Key 0 holds m; key 1 a score S found below such that the
+  // fused and unfused arguments differ and so do their ex2 values; the other keys are
+  // pseudo-random bf16 scores in (m - 20, m].
+  const int n = 128, d = 64;
+  const double scale = 0.125;
+  // set_params_fprop: scale_softmax_log2 = softmax_scale (a float) * M_LOG2E, stored as float.
+  const float scale_log2 = static_cast<float>(static_cast<double>(static_cast<float>(scale)) * std::numbers::log2e);
+  const float m = 11.3125f;  // bf16: 1.0110101·2^3
+  REQUIRE(bf16_rne(m) == m);
+  const float max_scaled = static_cast<float>(static_cast<double>(m) * scale_log2);
+  fbref::CorrectSfuFtz sfu;
+  float differing_score = 0;
+  for (int k = 1; k < 20 * 16 && differing_score == 0; ++k) {
+    const float s = m - static_cast<float>(k) / 16;  // a bf16 value: |s| < 16, a multiple of 1/16
+    if (bf16_rne(s) != s) continue;
+    const float fused = fused_argument(s, scale_log2, max_scaled),
+                unfused = unfused_argument(s, scale_log2, max_scaled);
+    REQUIRE(fused == std::fmaf(s, scale_log2, -max_scaled));
+    if (fused != unfused && sfu.ex2(fused) != sfu.ex2(unfused)) differing_score = s;
+  }
+  REQUIRE(differing_score != 0);
+  CAPTURE(differing_score);
+
+  AttentionInputs in = make_scenario("random", 31, 1, 1, n, d, formats::bf16, false);
+  in.softmax_scale = scale;
+  for (int c = 0; c < d; ++c) in.q.at(0, 0, 0, c) = c == 0 ? 1.0 : 0.0;
+  unsigned state = 12345;
+  for (int key = 0; key < n; ++key) {
+    state = state * 1664525u + 1013904223u;
+    in.k.at(0, 0, key, 0) = bf16_rne(m - 20.0 * static_cast<double>(state >> 8) / (1u << 24));
+  }
+  in.k.at(0, 0, 0, 0) = m;
+  in.k.at(0, 0, 1, 0) = differing_score;
+
+  for (const std::string model : {"pytorch-fa2-sm80", "pytorch-fa2-sm90"}) {
+    CAPTURE(model);
+    Tracer tracer;
+    tracer.rows = {{0, 0, 0}};
+    RunOptions opt;
+    opt.tracer = &tracer;
+    opt.block_n = n;
+    run_attention(parse_kernel_model(model, formats::bf16), in, opt);
+    REQUIRE(tracer.traces.size() == 1);
+    REQUIRE(tracer.traces[0].tiles.size() == 1);
+    const TileRecord& tile = tracer.traces[0].tiles[0];
+    REQUIRE(tile.running_max == m);
+    REQUIRE(tile.p.size() == static_cast<std::size_t>(n));
+    int wrong = 0, fused_differs = 0;
+    for (int key = 0; key < n; ++key) {
+      const float s = static_cast<float>(in.k.at(0, 0, key, 0));
+      const float unfused = unfused_argument(s, scale_log2, max_scaled);
+      const float fused = fused_argument(s, scale_log2, max_scaled);
+      REQUIRE(unfused > -126.0f);  // libdevice exp2f's scaled path is not reached
+      const double want = sfu.ex2(unfused);
+      wrong += tile.p[static_cast<std::size_t>(key)] != want;
+      fused_differs += sfu.ex2(fused) != want;
+    }
+    CHECK(wrong == 0);
+    CHECK(tile.p[1] == sfu.ex2(unfused_argument(differing_score, scale_log2, max_scaled)));
+    CHECK(fused_differs >= 1);  // the row tells FMUL+FADD from the FFMA
   }
 }
 

@@ -13,11 +13,17 @@
 //   and then by more; the traced running max must stay, then move, exactly as FA4's rule
 //   says, with P̄ above 1 in between. In exact arithmetic the lazy run must still equal
 //   exact attention (the kept max cancels between O and ℓ).
+// - +lazy-rescale at the threshold itself (issue 34 item 9: random inputs never land on the
+//   tie, so `>` for `>=` went unnoticed): the scale is searched here so that the kernel's
+//   fp32 rise, fp32(fp32(m_new - m_old)·scale_log2), is exactly T while the real product is
+//   not; FA4 keeps the max there (acc_scale_ >= -T) and just below, and moves it at the
+//   next fp32 rise above T. Checked on fa4-sm100 (T = 8) and on FA2/FA3 with the variant.
 // - The variants' limits (fp8's P̄ range, materialised models, the 32-column split) are refused.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <set>
 #include <stdexcept>
@@ -146,6 +152,95 @@ TEST_CASE("+lazy-rescale keeps the max while it rises by at most T log2 units") 
   CHECK(*std::max_element(plain.tiles[1].p.begin(), plain.tiles[1].p.end()) == 1.0);
   // The rescale skipped on tile 1 shows in ℓ: lazily, tile 2's sum is not scaled by 2^-1.44.
   CHECK(lazy.tiles[1].running_sum > plain.tiles[1].running_sum);
+}
+
+namespace {
+
+// A softmax scale whose scale_log2 (fp32(scale·log2 e), as the recipes form it, from the
+// double scale or from its fp32 value) puts the kernel's fp32 rise fp32(rise·scale_log2)
+// where `want` asks: -1 the largest value below T, 0 exactly T, +1 the smallest value above
+// T that some fp32 scale_log2 reaches. Searched over the fp32 neighbours of T / rise; each
+// candidate is evaluated in exact double arithmetic (the rise has 8 significant bits and
+// scale_log2 24, so the product is exact in double and rounded once to fp32).
+struct TieScale {
+  double scale = 0;
+  float scale_log2 = 0, rise_log2 = 0;
+};
+TieScale scale_for_rise(float rise, float threshold, int want) {
+  float candidate = static_cast<float>(static_cast<double>(threshold) / rise);
+  for (int i = 0; i < 64; ++i) candidate = std::nextafter(candidate, 0.0f);  // start well below
+  TieScale below, tie, above;
+  for (int i = 0; i < 128; ++i, candidate = std::nextafter(candidate, 1.0f)) {
+    const double scale = candidate * std::numbers::ln2;
+    const bool same_from_double = static_cast<float>(scale * std::numbers::log2e) == candidate;
+    const bool same_from_fp32 =
+        static_cast<float>(static_cast<double>(static_cast<float>(scale)) * std::numbers::log2e) == candidate;
+    if (!same_from_double || !same_from_fp32) continue;
+    const double exact_product = static_cast<double>(rise) * candidate;
+    const TieScale here{scale, candidate, static_cast<float>(exact_product)};
+    if (here.rise_log2 < threshold) below = here;
+    if (here.rise_log2 == threshold && exact_product != threshold && tie.scale == 0) tie = here;
+    if (here.rise_log2 > threshold && above.scale == 0) above = here;
+  }
+  return want < 0 ? below : want == 0 ? tie : above;
+}
+
+}  // namespace
+
+TEST_CASE("+lazy-rescale at exactly T keeps the max; the next fp32 rise above T moves it") {
+  // One query row q = e_0, so S_j = k_j[0] exactly. Tiles of 128 keys visited last to first:
+  // tile 1 holds the first max m_old = 1 (key 200), tile 0 the rise to m_new (key 10); every
+  // other key is -2. FA4's rule from its source (softmax.py update_row_max): acc_scale_ =
+  // (m_old - m_new)·scale_log2 in fp32, and the max is kept iff acc_scale_ >= -T, i.e. while
+  // the fp32 rise in log2 units is at most T. m_new is the first bf16 value in [16, 32) whose
+  // rise reaches T exactly for some fp32 scale_log2 (not every rise does: consecutive
+  // scale_log2 values can step over T).
+  const int n = 256, d = 64;
+  const float m_old = 1.0f;
+  AttentionInputs base = make_scenario("random", 12, 1, 1, n, d, formats::bf16, false);
+  for (int c = 0; c < d; ++c) base.q.at(0, 0, 0, c) = c == 0 ? 1.0 : 0.0;
+  for (int key = 0; key < n; ++key) base.k.at(0, 0, key, 0) = -2.0;
+  base.k.at(0, 0, 200, 0) = m_old;
+  struct Case {
+    const char* model;
+    float threshold;
+  };
+  for (const Case& model_case : {Case{"fa4-sm100", 8.0f}, Case{"fa2-sm90+lazy-rescale", 8.0f},
+                                 Case{"fa2-sm80+lazy-rescale:3", 3.0f}, Case{"fa3-sm90+lazy-rescale:5.5", 5.5f}}) {
+    const std::string model_name = model_case.model;
+    CAPTURE(model_name);
+    float m_new = 0;
+    for (int k = 1; k < 128 && m_new == 0; ++k) {
+      const float candidate = 16.0f + static_cast<float>(k) / 8;  // bf16: 8 significant bits
+      if (scale_for_rise(candidate - m_old, model_case.threshold, 0).scale > 0) m_new = candidate;
+    }
+    REQUIRE(m_new > 0);
+    CAPTURE(m_new);
+    const float rise = m_new - m_old;  // exact
+    base.k.at(0, 0, 10, 0) = m_new;
+    for (const int want : {-1, 0, 1}) {
+      CAPTURE(want);
+      const TieScale found = scale_for_rise(rise, model_case.threshold, want);
+      REQUIRE(found.scale > 0);
+      CAPTURE(found.scale);
+      CAPTURE(found.rise_log2);
+      AttentionInputs in = base;
+      in.softmax_scale = found.scale;
+      const RowTrace trace = traced_run(model_case.model, in, 0, 128);
+      REQUIRE(trace.tiles.size() == 2);
+      CHECK(trace.tiles[0].running_max == m_old);
+      CHECK(std::fabs(found.rise_log2 - model_case.threshold) < 1e-5);  // next to T, not far off
+      const bool kept = found.rise_log2 <= model_case.threshold;
+      CHECK(kept == (want <= 0));
+      CHECK(trace.tiles[1].running_max == (kept ? m_old : m_new));
+      // Under the kept max key 10's P̄ is about 2^T (not 1): the exponent used the kept max.
+      const double top = *std::max_element(trace.tiles[1].p.begin(), trace.tiles[1].p.end());
+      if (kept)
+        CHECK(top == doctest::Approx(std::exp2(static_cast<double>(model_case.threshold))).epsilon(1e-5));
+      else
+        CHECK(top == doctest::Approx(1.0).epsilon(1e-5));
+    }
+  }
 }
 
 TEST_CASE("+lazy-rescale in exact arithmetic is exact attention") {

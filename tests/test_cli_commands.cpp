@@ -1223,3 +1223,34 @@ TEST_CASE("issue 21: replay --plot draws the feature it names (--feature), warns
   CHECK(run("replay " + example.string() + " --row 3 --feature 64 --plot " + svg).code == 2);
   CHECK(run("replay " + example.string() + " --row 3 --feature 2").code == 2);
 }
+
+// Issue 34 item 9: data_offsets one byte past the data section. A safetensors file with 16
+// data bytes whose tensor ends at byte 17 is bad input for every command that reads traces:
+// exit 2, one error line naming the file, the tensor, its span and the data length. Ending
+// exactly at byte 16 passes the container check (the file then fails as a trace: no q).
+TEST_CASE("replay and bias-test: data_offsets one byte past the data is exit 2 with the span in the error") {
+  auto container = [](const std::string& header) {
+    std::string bytes;
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+    return bytes + header + std::string(16, '\x01');
+  };
+  const std::filesystem::path dir = scratch() / "offsets_past_end";
+  std::filesystem::create_directories(dir);
+  const std::string past = write_file("offsets_past_end/past.safetensors",
+                                      container(R"({"o":{"dtype":"U8","shape":[17],"data_offsets":[0,17]}})"));
+  const std::string needle =
+      "tensor 'o': field 'data_offsets': [0, 17] runs past the end of the data section (16 bytes)";
+  for (const std::string& command : {"replay " + past, "bias-test --traces " + dir.string()}) {
+    CAPTURE(command);
+    const Run r = run(command);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(one_error(r, needle), r.err);
+    CHECK(r.err.find("past.safetensors") != std::string::npos);
+  }
+  const std::string exact =
+      write_file("exact_end.safetensors", container(R"({"o":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})"));
+  const Run at_end = run("replay " + exact);
+  CHECK(at_end.code == 2);
+  CHECK(at_end.err.find("runs past the end") == std::string::npos);
+  CHECK(at_end.err.find("data_offsets") == std::string::npos);
+}

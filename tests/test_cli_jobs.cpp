@@ -10,6 +10,13 @@
 // `error:` line naming --jobs, as sweep's (tools/cli_common.hpp jobs_or_throw). When
 // trace files are bad, the error names the first bad one in sorted order whatever the
 // thread count (bias-test's items are joined in order, errors included).
+// Stochastic rounding is keyed by the seed and the element, never by the thread: every
+// variant that rounds stochastically (+o-sr on an online, a materialised and the correctly
+// rounded model; sweep's --round sr) gives the same bytes on 1 and 3 threads, in make-trace's
+// file, replay, bias-test, deviation and sweep. The engine hands out (batch, head, 64-row
+// block) items one at a time to whichever thread asks next, so these problems have 16-32
+// items of some milliseconds each: far more than 3, and long enough that the threads
+// started after the first item have items left to take.
 // FLASHBITS_TEST_SCALE=sanitizer shrinks the problems (an ASan build runs this too).
 #include <doctest/doctest.h>
 
@@ -169,4 +176,53 @@ TEST_CASE("deviation: several models, sizes, heads and tiles the same with --job
   CHECK(lines(text.out) >= 1 + 3 * 2 * 2);
   same_output_for_jobs(args + " --json", 0);
   refuses_bad_jobs(args);
+}
+
+TEST_CASE("stochastic rounding does not depend on the thread: +o-sr and --round sr with --jobs 1 and --jobs 3") {
+  // make-trace: 2 batches x 4 heads x (seqlen / 64) row blocks of forward items (16 or 32),
+  // on the online loop, the materialised path and the correctly rounded reference (whose sr
+  // also rounds dQ, dK, dV; it rounds on the calling thread here, but on the trial threads in
+  // bias-test and sweep, where it is the excess's reference for +o-sr and --round sr).
+  for (const std::string model : {"fa2-sm80+o-sr", "standard-bf16+o-sr", "correctly-rounded+o-sr"}) {
+    CAPTURE(model);
+    const bool reference = model.rfind("correctly-rounded", 0) == 0;
+    const std::string name = model.substr(0, model.find('+'));
+    const auto args = [&](const std::string& out, int seed) {
+      return std::string("make-trace --model ") + model + " --scenario random --batch 2 --heads 4 --kv-heads 2" +
+             " --seqlen " + seqlen() + " --headdim 32 --seed " + std::to_string(seed) +
+             (reference ? " --backward" : "") + " --out " + out;
+    };
+    const std::string a = path("sr_" + name + "_a.safetensors"), b = path("sr_" + name + "_b.safetensors");
+    const Run one = run(args(a, 9) + " --jobs 1");
+    const Run three = run(args(b, 9) + " --jobs 3");
+    INFO("stderr --jobs 1: " << one.err);
+    INFO("stderr --jobs 3: " << three.err);
+    REQUIRE(one.code == 0);
+    REQUIRE(three.code == 0);
+    const std::string bytes = slurp(a);
+    CHECK(bytes.size() > 10000);
+    CHECK(slurp(b) == bytes);
+    if (model == "fa2-sm80+o-sr") {
+      // The stream is live: O differs from the same run's RNE cast (replay under fa2-sm80
+      // reports mismatches, exit 1).
+      CHECK(run("replay " + a + " --model fa2-sm80 --jobs 1").code == 1);
+      // Replay recomputes O with the trace's seed, on 1 and 3 threads: every value matches.
+      const Run replayed = same_output_for_jobs("replay " + a, 0);
+      CHECK(replayed.out.find("result: all compared values match") != std::string::npos);
+    }
+  }
+  // bias-test: trials on threads (each seeded by its index), alone and paired.
+  same_output_for_jobs("bias-test --model fa2-sm80+o-sr --scenario random --seqlen 64 --headdim 32 --seed 4 --trials " +
+                       trials() + " --json");
+  same_output_for_jobs(
+      "bias-test --model fa2-sm80+o-sr --against fa2-sm80 --scenario sink --seqlen 64 --headdim 32 --trials " +
+      trials() + " --json");
+  // deviation: the engine's threads over each model's rows.
+  same_output_for_jobs("deviation --models fa2-sm80+o-sr,standard-bf16+o-sr --seqlen " + seqlen() +
+                           " --heads 4 --headdim 32 --inputs random --seed 6 --json",
+                       0);
+  // sweep --round sr (with --sr-bits, which changes the recipe): configurations x trials.
+  same_output_for_jobs(
+      "sweep --model fa2-sm80,standard-bf16 --round sr --sr-bits 8 --scenario random --seqlen 64 --headdim 32 "
+      "--trials 3 --seed 8 --json");
 }

@@ -4,7 +4,9 @@
 // trip, a file assembled byte by byte here exactly as `safetensors.torch.save_file` lays
 // it out (Rust serializer: "__metadata__" first, tensors sorted by dtype descending then
 // name, fields dtype/shape/data_offsets, header padded with spaces to a multiple of 8),
-// and a table of malformed files with the error text each must produce.
+// and a table of malformed files with the error text each must produce. data_offsets at the
+// exact end of the data section: end == data length is read, end == length + 1 is refused
+// with the past-the-end message (an off-by-one there passed every overshoot of 4 bytes).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -279,6 +281,68 @@ TEST_CASE("safetensors_bad_files_give_one_clear_error") {
     CHECK(message.rfind("bad.safetensors: ", 0) == 0);
     CHECK(message.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("safetensors_data_offsets_may_end_at_the_data_length_but_not_one_byte_past") {
+  // 16 data bytes 0..15. U8 tensors so that a span of any length has a shape that fits it:
+  // only the offsets' bound can refuse them.
+  Bytes data(16);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i + 1);
+  // One tensor ending exactly at the end of the data: read, every byte.
+  const fb::Safetensors whole =
+      fb::parse_safetensors(file_bytes(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})", data), "ok");
+  REQUIRE(whole.tensors.size() == 1);
+  CHECK(whole.tensors[0].bytes == data);
+  // Two tensors, the second ending exactly at the end: both read, split where the header says.
+  const fb::Safetensors split =
+      fb::parse_safetensors(file_bytes(R"({"a":{"dtype":"U8","shape":[7],"data_offsets":[0,7]},)"
+                                       R"("b":{"dtype":"U8","shape":[9],"data_offsets":[7,16]}})",
+                                       data),
+                            "ok");
+  REQUIRE(split.tensors.size() == 2);
+  for (const auto& t : split.tensors) {
+    CAPTURE(t.name);
+    const std::size_t begin = t.name == "a" ? 0 : 7, end = t.name == "a" ? 7 : 16;
+    CHECK(t.bytes ==
+          Bytes(data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end)));
+  }
+  // One byte past the end, alone, as the second of two, and as a one-byte tensor starting
+  // at the end: refused, naming the tensor, its span and the data length.
+  struct Case {
+    std::string what, header, expected;
+  };
+  const Case cases[] = {
+      {"one tensor", R"({"a":{"dtype":"U8","shape":[17],"data_offsets":[0,17]}})",
+       "bad.safetensors: tensor 'a': field 'data_offsets': [0, 17] runs past the end of the data section (16 bytes)"},
+      {"second tensor",
+       R"({"a":{"dtype":"U8","shape":[7],"data_offsets":[0,7]},"b":{"dtype":"U8","shape":[10],"data_offsets":[7,17]}})",
+       "bad.safetensors: tensor 'b': field 'data_offsets': [7, 17] runs past the end of the data section (16 bytes)"},
+      {"starts at the end",
+       R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]},"b":{"dtype":"U8","shape":[1],"data_offsets":[16,17]}})",
+       "bad.safetensors: tensor 'b': field 'data_offsets': [16, 17] runs past the end of the data section (16 bytes)"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const std::string message = error_of(file_bytes(c.header, data));
+    CHECK(message == c.expected);
+  }
+  // The same refusal from a file on disk.
+  const auto path = std::filesystem::temp_directory_path() / ("fb_safetensors_bound_" + std::to_string(::getpid()));
+  {
+    const Bytes bytes = file_bytes(cases[0].header, data);
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::string from_file = "(no error)";
+  try {
+    fb::read_safetensors(path);
+  } catch (const fb::TraceError& e) {
+    from_file = e.what();
+  }
+  std::filesystem::remove(path);
+  CHECK(from_file.find("tensor 'a': field 'data_offsets': [0, 17] runs past the end of the data section (16 bytes)") !=
+        std::string::npos);
+  CHECK(from_file.find(path.filename().string()) != std::string::npos);
 }
 
 TEST_CASE("safetensors_error_quotes_odd_names_on_one_line") {
