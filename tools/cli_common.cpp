@@ -302,7 +302,7 @@ CLI::Option* add_seed_option(CLI::App& app, std::uint64_t& seed, const std::stri
 }
 
 CLI::Validator trials_in(long long at_least) {
-  return integer_in(static_cast<std::uint64_t>(at_least), static_cast<std::uint64_t>(kMaxTrials),
+  return integer_in(static_cast<std::uint64_t>(at_least), static_cast<std::uint64_t>(attn::kMaxTrials),
                     "at most 2^24 trials");
 }
 
