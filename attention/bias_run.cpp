@@ -185,6 +185,8 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
       : model.recipe->hardware_validated() ? "emulated model, all parts validated on hardware"
                                            : "emulated model; SFU " + model.recipe->sfu.describe() +
                                                  " -- parts of this model are unmeasured on hardware";
+  for (const ModelHandle* m : {&model, run.against ? &*run.against : nullptr})
+    if (m && !m->recipe->warning.empty()) report.warnings.push_back(m->name + ": " + m->recipe->warning);
   std::vector<ItemResult> items(static_cast<std::size_t>(std::max(run.trials, 0)));
   for_each_item(run.trials, run.threads, hooks, [&](int t) {
     if (hooks.before_item) hooks.before_item();
@@ -354,7 +356,7 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       unknown += item.unknown_source;
     }
     report.subject = std::to_string(run.traces.size()) + " traces" +
-                     (run.traces_label.empty() ? "" : " in " + run.traces_label) + " (one sample per row)";
+                     (run.traces_label.empty() ? "" : " in " + run.traces_label) + " (one sample per kv head of each trace)";
     report.provenance = std::to_string(hardware) + " of " + std::to_string(run.traces.size()) +
                         " traces are hardware captures (source cuda:...); the rest are emulated" +
                         (unknown ? " (" + std::to_string(unknown) + " of them of UNKNOWN provenance)" : "");
@@ -448,6 +450,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   j["subject"] = r.subject;
   j["provenance"] = r.provenance;
   if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
+  if (!r.warnings.empty()) j["warnings"] = r.warnings;
   j["samples"] = r.samples_note;
   j["alpha"] = r.alpha;
   j["at_stake_ulps"] = r.at_stake;

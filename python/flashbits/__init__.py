@@ -437,15 +437,19 @@ class BiasTestResult(dict):
 
     @property
     def biased(self) -> bool:
-        return self["verdict"] == "biased"
+        return self["verdict"] == "adds bias"
 
 
 def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, against: str | None = None,
               recipe: str | None = None, trials: int = 32, seqlen: int = 256, headdim: int = 64,
-              dtype: str = "bf16", alpha: float = 1e-3, seed: int = 0, by_max: bool = False) -> BiasTestResult:
+              dtype: str = "bf16", alpha: float = 1e-3, at_stake: float = 0.05, seed: int = 0,
+              by_max: bool = False) -> BiasTestResult:
     """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
     captured traces (``traces``: a directory, whose *.safetensors are taken in sorted order as
-    ``bias-test --traces DIR`` does, or a list of files; one sample per row). Returns the
+    ``bias-test --traces DIR`` does, or a list of files; one sample per kv head of each trace,
+    whose rows share their keys). ``verdict`` is "adds bias", "less biased than its format's
+    floor", "no detectable bias" or "inconclusive" (fewer than 8 samples, or a test that could
+    not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it. Returns the
     fields of ``flashbits bias-test --json`` for the same arguments. ``trials``, ``seqlen``
     and ``headdim`` are held to the CLI's limits (at most 2^24 trials; seqlen x headdim at
     most 2^31 elements and about 64 GiB of working memory): a ValueError beyond them."""
@@ -457,6 +461,7 @@ def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, 
                                                             ("headdim", headdim)))
     dtype = _str_arg("dtype", dtype)
     alpha = _float_arg("alpha", alpha)
+    at_stake = _float_arg("at_stake", at_stake)
     seed = _int_arg("seed", seed, unsigned=True)
     by_max = _bool_arg("by_max", by_max)
     files, label = [], ""
@@ -479,7 +484,7 @@ def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, 
         else:
             raise TypeError(f"traces: expected a directory or a list of files, got {_kind(traces)}")
     d = _core.bias_test(model or "", scenario, files, label, against or "", "" if recipe is None else recipe,
-                        trials, seqlen, headdim, dtype, alpha, seed, by_max)
+                        trials, seqlen, headdim, dtype, alpha, at_stake, seed, by_max)
     return BiasTestResult(d)
 
 

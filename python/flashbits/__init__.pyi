@@ -80,7 +80,8 @@ class BiasTestResult(dict[str, Any]):
 def bias_test(model: str | None = None, scenario: str = "sink", *,
               traces: str | PathLike[str] | Sequence[str | PathLike[str]] | None = None, against: str | None = None,
               recipe: str | PathLike[str] | None = None, trials: int = 32, seqlen: int = 256, headdim: int = 64,
-              dtype: str = "bf16", alpha: float = 1e-3, seed: int = 0, by_max: bool = False) -> BiasTestResult: ...
+              dtype: str = "bf16", alpha: float = 1e-3, at_stake: float = 0.05, seed: int = 0,
+              by_max: bool = False) -> BiasTestResult: ...
 
 class Trace:
     path: str

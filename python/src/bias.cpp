@@ -8,6 +8,7 @@
 // files (the CLI's --traces DIR is the sorted *.safetensors of DIR; flashbits.bias_test
 // does that listing in Python), and the run stops between trials (or traces) on Ctrl-C.
 #include <algorithm>
+#include <cmath>
 
 #include "attention/bias_run.hpp"
 #include "attention/problem_limits.hpp"
@@ -25,13 +26,15 @@ using cli::InputError;
 attn::BiasRun make_run(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
                        const std::string& traces_label, const std::string& against, const std::string& recipe,
                        long long trials, long long seqlen, long long headdim, const std::string& dtype_name,
-                       double alpha, std::uint64_t seed) {
+                       double alpha, double at_stake, std::uint64_t seed) {
   if (model.empty() == traces.empty()) throw InputError("give exactly one of model=NAME or traces=[FILES]");
   if (!against.empty() && model.empty()) throw InputError("against: needs model");
   if (!recipe.empty() && model.empty()) throw InputError("recipe: needs model (the recipe changes that model)");
   cli::alpha_or_throw(alpha, "alpha");
+  if (!(at_stake > 0) || !std::isfinite(at_stake)) throw InputError("at_stake: expected a positive number of ulps");
   attn::BiasRun run;
   run.alpha = alpha;
+  run.at_stake = at_stake;
   if (model.empty()) {
     run.traces.assign(traces.begin(), traces.end());
     run.traces_label = traces_label;
@@ -43,6 +46,11 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   // The CLI's limits (attention/problem_limits.hpp), named as Python names the arguments.
   if (const std::string refusal = attn::trials_refusal(trials, 2); !refusal.empty())
     throw InputError("trials=" + std::to_string(trials) + ": " + refusal);
+  // The CLI checks --headdim as it parses it (tools/cli_common.hpp headdim_in): the same range.
+  if (headdim > attn::kMaxHeadDim)
+    throw InputError("headdim=" + std::to_string(headdim) + ": expected 1.." + std::to_string(attn::kMaxHeadDim) +
+                     " (the engine models head dims up to " + std::to_string(attn::kMaxHeadDim) +
+                     ", as FlashAttention)");
   if (const attn::SizeRefusal refusal = attn::problem_size_refusal(1, 1, seqlen, headdim))
     throw InputError("seqlen=" + std::to_string(seqlen) + " headdim=" + std::to_string(headdim) + ": " +
                      refusal.reason + (refusal.too_large ? "; give a smaller seqlen or headdim" : ""));
@@ -71,10 +79,11 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
 pyb::object bias_test(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
                       const std::string& traces_label, const std::string& against, const std::string& recipe,
                       long long trials, long long seqlen, long long headdim, const std::string& dtype, double alpha,
-                      std::uint64_t seed, bool by_max) {
+                      double at_stake, std::uint64_t seed, bool by_max) {
   const nlohmann::ordered_json j = run_interruptible<nlohmann::ordered_json>([=](const Cancel& cancel) {
     const attn::BiasRun run =
-        make_run(model, scenario, traces, traces_label, against, recipe, trials, seqlen, headdim, dtype, alpha, seed);
+        make_run(model, scenario, traces, traces_label, against, recipe, trials, seqlen, headdim, dtype, alpha,
+                 at_stake, seed);
     attn::BiasHooks hooks;
     hooks.before_item = [&cancel] { check_cancel(cancel); };
     return attn::bias_report_json(attn::run_bias(run, hooks), by_max);
@@ -87,7 +96,7 @@ pyb::object bias_test(const std::string& model, const std::string& scenario, con
 void register_bias(pyb::module_& m) {
   using namespace pyb::literals;
   m.def("bias_test", &bias_test, "model"_a, "scenario"_a, "traces"_a, "traces_label"_a, "against"_a, "recipe"_a,
-        "trials"_a, "seqlen"_a, "headdim"_a, "dtype"_a, "alpha"_a, "seed"_a, "by_max"_a);
+        "trials"_a, "seqlen"_a, "headdim"_a, "dtype"_a, "alpha"_a, "at_stake"_a, "seed"_a, "by_max"_a);
 }
 
 }  // namespace fb::py

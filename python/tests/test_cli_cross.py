@@ -154,7 +154,9 @@ def test_bias_test_traces_matches_cli_json(cli, tmp_path):
     want = json.loads(out)
     got = fb.bias_test(traces=str(tmp_path), by_max=True)
     assert got == want
-    assert got.excess.o.n == 128 and got.verdict in ("biased", "no detectable bias")
+    # Two one-head traces: one sample each (the rows of a head share its keys), too few for a verdict.
+    assert got.excess.o.n == 2 and got.verdict == "inconclusive"
+    assert got.o_spread.elements == 2 * 64 * 32
 
 
 @pytest.mark.parametrize("call, cli_args", [
