@@ -317,8 +317,8 @@ void add_trace(const Trace& trace, ItemResult& item) {
   }
   for (std::size_t r = 0; r < bad.size(); ++r) {
     if (bad[r]) continue;  // its O or delta was non-finite
-    item.by_max.push_back({exact.row_max->data[r], row_o[r],
-                           trace_delta.empty() ? std::nullopt : std::optional<double>(trace_delta[r])});
+    item.by_max.push_back(
+        {exact.row_max->data[r], row_o[r], trace_delta.empty() ? std::nullopt : std::optional<double>(trace_delta[r])});
   }
   if (!bad_rows.empty()) {
     // A row with a finite O but a non-finite delta already gave its O to its cluster; drop
@@ -356,7 +356,8 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       unknown += item.unknown_source;
     }
     report.subject = std::to_string(run.traces.size()) + " traces" +
-                     (run.traces_label.empty() ? "" : " in " + run.traces_label) + " (one sample per kv head of each trace)";
+                     (run.traces_label.empty() ? "" : " in " + run.traces_label) +
+                     " (one sample per kv head of each trace)";
     report.provenance = std::to_string(hardware) + " of " + std::to_string(run.traces.size()) +
                         " traces are hardware captures (source cuda:...); the rest are emulated" +
                         (unknown ? " (" + std::to_string(unknown) + " of them of UNKNOWN provenance)" : "");
@@ -383,8 +384,8 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.o_excess = report.o_vs_floor.excess;
   report.delta_excess = report.delta_vs_floor.excess;
   report.no_verdict = report.non_finite_rows > 0;
-  report.verdict = report.has_delta ? combine(report.o_vs_floor.verdict, report.delta_vs_floor.verdict)
-                                    : report.o_vs_floor.verdict;
+  report.verdict =
+      report.has_delta ? combine(report.o_vs_floor.verdict, report.delta_vs_floor.verdict) : report.o_vs_floor.verdict;
   report.biased = !report.no_verdict && report.verdict == Verdict::adds_bias;
   return report;
 }

@@ -136,8 +136,8 @@ struct ElementSpread {
 
 struct BiasReport {
   std::string subject, provenance;
-  std::string delta_note;  // how delta was obtained when a trace holds none; else empty
-  std::string samples_note;  // what one sample is, and why the samples are independent
+  std::string delta_note;             // how delta was obtained when a trace holds none; else empty
+  std::string samples_note;           // what one sample is, and why the samples are independent
   std::vector<std::string> warnings;  // "NAME: ..." of every model that carries a KernelModel::warning
   double alpha = 1e-3, at_stake = kDefaultAtStakeUlps;
   bool from_traces = false, paired = false, has_delta = false, has_quantisation = false;

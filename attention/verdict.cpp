@@ -125,8 +125,7 @@ BiasStatistics distance_from_moments(const FloorMoments& m, double s_k, double s
 
 BiasStatistics from_sums(std::size_t n, double sum, double sumsq, std::size_t pos, std::size_t neg, double alpha) {
   const double mean = n ? sum / static_cast<double>(n) : 0.0;
-  const double sd =
-      n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
+  const double sd = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
   return summarize_moments(n, mean, sd, pos, neg, alpha);
 }
 

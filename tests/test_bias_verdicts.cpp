@@ -71,8 +71,8 @@ TEST_CASE("direction: an O kept in fp32 has an fp32 floor and is not said to add
   CHECK(std::fabs(r.delta_cr.mean) < 1e-5);
   CHECK(r.verdict != Verdict::adds_bias);
   // The plain recipe's floor is bf16's: its delta, from the bf16 O, errs negative on sink.
-  const BiasReport plain = run_bias(model_run(parse_kernel_model("fa-bf16acc+dynmax", formats::bf16), "sink",
-                                              trials, 96, 64, 7));
+  const BiasReport plain =
+      run_bias(model_run(parse_kernel_model("fa-bf16acc+dynmax", formats::bf16), "sink", trials, 96, 64, 7));
   CHECK(plain.delta_cr.mean < -0.01);
 }
 
@@ -199,7 +199,7 @@ TEST_CASE("FA4 fp8 before flash-attention#2717: P̄ saturates at 448 under lazy-
     acc_kept += std::min(p_kept, 448.0L) * seen->v.at(0, 0, j, 0);
     acc_moved += p_moved * seen->v.at(0, 0, j, 0);
   }
-  const double expected_prefix = static_cast<double>(acc_kept / l_kept);  // about 0.21
+  const double expected_prefix = static_cast<double>(acc_kept / l_kept);   // about 0.21
   const double expected_fixed = static_cast<double>(acc_moved / l_moved);  // about 0.88, the true O
   REQUIRE(expected_fixed > 3 * expected_prefix);
   const AttentionOutputs a = run_attention(prefix, in, opt);

@@ -147,8 +147,9 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   std::cout << "excess over the floor (the kernel's error minus the floor's, sample by sample):\n";
   print_stats("O", r.o_excess, o.alpha, has_verdict);
   if (r.has_delta) print_stats("delta", r.delta_excess, o.alpha, has_verdict);
-  std::printf("spread of O over %zu elements (descriptive): RMS %.4g ulp (the floor's %.4g), largest |error| %.4g ulp\n",
-              r.o_spread.elements, r.o_spread.kernel_rms(), r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
+  std::printf(
+      "spread of O over %zu elements (descriptive): RMS %.4g ulp (the floor's %.4g), largest |error| %.4g ulp\n",
+      r.o_spread.elements, r.o_spread.kernel_rms(), r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
   std::cout << "(O in ulps of its format at max(|O|, sum_j P_ij |V_jc|), delta at max(|delta|, sum|dO*O|): "
                "the scales of their rounding errors)\n";
   if (o.by_max) {

@@ -81,9 +81,8 @@ pyb::object bias_test(const std::string& model, const std::string& scenario, con
                       long long trials, long long seqlen, long long headdim, const std::string& dtype, double alpha,
                       double at_stake, std::uint64_t seed, bool by_max) {
   const nlohmann::ordered_json j = run_interruptible<nlohmann::ordered_json>([=](const Cancel& cancel) {
-    const attn::BiasRun run =
-        make_run(model, scenario, traces, traces_label, against, recipe, trials, seqlen, headdim, dtype, alpha,
-                 at_stake, seed);
+    const attn::BiasRun run = make_run(model, scenario, traces, traces_label, against, recipe, trials, seqlen, headdim,
+                                       dtype, alpha, at_stake, seed);
     attn::BiasHooks hooks;
     hooks.before_item = [&cancel] { check_cancel(cancel); };
     return attn::bias_report_json(attn::run_bias(run, hooks), by_max);
