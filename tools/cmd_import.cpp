@@ -22,9 +22,8 @@ struct ImportOptions {
 int run_import(const ImportOptions& o) {
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
-  std::vector<std::pair<std::string, std::string>> inputs;
-  for (const std::string& capture : o.captures) inputs.emplace_back("the capture", capture);
-  refuse_output_over_inputs("--out", o.out, inputs);
+  // Every file the capture reads, a directory's .npy files included.
+  refuse_output_over_inputs("--out", o.out, capture_inputs("the capture", o.captures));
   const Trace trace = load_capture(o.captures, options);
   const std::vector<std::uint8_t> bytes = serialize_safetensors(trace.file(), o.out);
   parse_trace(bytes, o.out);  // what is written reads back as a valid trace
