@@ -54,7 +54,7 @@ struct ReplayOptions {
   int batch = -1, head = -1, row = -1;
   int jobs = default_jobs();
   int feature = 0;  // --feature: the feature of O whose P·V accumulation --plot/--explain traces
-  bool all = false, explain = false, json = false;
+  bool all = false, explain = false, json = false, verbose = false;
   // Given on the command line (the defaults -1 and "" would otherwise hide it).
   CLI::Option *batch_option = nullptr, *head_option = nullptr, *row_option = nullptr, *plot_option = nullptr;
   CLI::Option* feature_option = nullptr;
@@ -181,8 +181,9 @@ void check_options(const ReplayOptions& o) {
   if (o.plot_option->count() > 0 && o.plot.empty()) throw InputError("--plot: the output path is empty");
   if (o.feature_option->count() > 0 && o.plot.empty() && !o.explain)
     throw InputError("--feature: it selects the feature --plot/--explain traces; give one of them");
-  std::vector<std::pair<std::string, std::string>> inputs = {
-      {"the trace", o.path}, {"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}};
+  // Every file the command reads: a directory capture's .npy files included.
+  std::vector<std::pair<std::string, std::string>> inputs = capture_inputs("the trace", {o.path});
+  inputs.insert(inputs.end(), {{"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}});
   for (const std::string& spec : o.sfu_dumps)
     if (const auto eq = spec.find('='); eq != std::string::npos) inputs.emplace_back("--sfu-dump", spec.substr(eq + 1));
   refuse_output_over_inputs("--plot", o.plot, inputs);
@@ -396,9 +397,12 @@ int run_replay(const ReplayOptions& o) {
 
   const bool hardware = is_hardware_capture(trace);
   const std::string source_line = provenance_text(md);
+  // One short line by default (each model's summary); the full descriptions (table paths,
+  // provenance, rules) under --verbose and in the JSON.
   const std::string sfu = model.recipe->sfu.describe();
   const bool sfu_measured = attn::sfu_hardware_measured(*model.recipe);  // the functions it evaluates
-  const std::string sfu_line = "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
+  const std::string sfu_line = "SFU model: " + (o.verbose ? sfu : model.recipe->sfu.summary()) +
+                               (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
   bool mismatch = oracle_fallbacks != 0;
   for (const auto& c : comparisons) mismatch |= !c.mismatches.empty();
 
@@ -449,6 +453,7 @@ int run_replay(const ReplayOptions& o) {
     j["hardware_capture"] = hardware;
     j["model"] = model.name;
     j["sfu"] = sfu;
+    j["sfu_summary"] = model.recipe->sfu.summary();
     j["sfu_hardware_measured"] = sfu_measured;
     if (!oracles.empty()) j["sfu_values_fallbacks"] = oracle_fallbacks;
     j["model_hardware_validated"] = model.recipe->hardware_validated();
@@ -491,7 +496,7 @@ int run_replay(const ReplayOptions& o) {
       }
     }
     j["match"] = !mismatch;
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << "replay " << o.path << " under " << model.name << "\n" << source_line << "\n" << sfu_line << "\n";
     for (const auto& n : notes) std::cout << n << "\n";
@@ -583,6 +588,8 @@ Runner setup_replay(CLI::App& app) {
                                      "feature (column) of O whose accumulation --plot draws and --explain follows "
                                      "(0..head dim - 1; default 0)");
   app.add_flag("--json", o->json, "JSON output");
+  app.add_flag("--verbose", o->verbose,
+               "the SFU models' full descriptions (table paths, provenance, rules) instead of one short line");
   add_jobs_option(app, o->jobs);
   add_capture_options(app, o->capture, false);
   return [o] { return run_replay(*o); };
