@@ -125,7 +125,7 @@ TEST_CASE("issue 34: whole-file reads have a size cap: /dev/zero and oversized f
   CHECK(one_error(values, "/dev/zero: larger than the 256 MiB cap for an FBSFUVAL1 file"));
   const Run batch = run("op --batch /dev/zero", limited);
   CHECK(batch.code == 2);
-  CHECK(one_error(batch, "line 1: longer than 1 MiB"));
+  CHECK(one_error(batch, "line 1: longer than 16 MiB"));
   // A regular file past the cap is refused by its size, before any read (sparse: no disk used).
   const auto big = scratch() / "big_recipe.json";
   std::ofstream(big) << "{}";

@@ -85,7 +85,7 @@ std::string flags_string(Flags flags);
 // batch then prints `error: line N: ...` on stderr (after flushing earlier results) and
 // returns kExitBadInput. line_no counts from 1. A line of kMaxBatchLineBytes or more (a
 // file without newlines, /dev/zero) is such a malformed line: no line is held whole past it.
-inline constexpr std::size_t kMaxBatchLineBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kMaxBatchLineBytes = std::size_t{16} << 20;
 using BatchLineRunner = std::function<std::string(const std::vector<std::string>& words, std::uint64_t line_no)>;
 int run_line_batch(const std::string& path, const BatchLineRunner& run_line);
 
