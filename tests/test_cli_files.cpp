@@ -104,6 +104,17 @@ TEST_CASE("issue 34: an output over a file inside a directory input is refused, 
   CHECK(one_error(plot_over, "is the same file as the trace " + (with_out / "out.npy").string()));
   CHECK(slurp((with_out / "out.npy").string()) == out_before);
   CHECK(one_error(run(replay + "--sfu-record " + (with_out / "query.npy").string()), "same file"));
+  // --plot over an FBSFU1 table that --recipe loads (a copy of the shipped ex2 table).
+  const auto table = scratch() / "ex2_copy.fbsfu";
+  std::filesystem::copy_file(std::string(FLASHBITS_SOURCE_DIR) + "/emu/tables/ex2_h200.fbsfu", table,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string table_before = slurp(table.string());
+  std::ofstream(scratch() / "table_recipe.json") << R"({"sfu": {"ex2": "ex2_copy.fbsfu"}})";
+  const Run over_table = run("replay " + small_trace("table_trace.safetensors") + " --recipe " +
+                             (scratch() / "table_recipe.json").string() + " --plot " + table.string());
+  CHECK(over_table.code == 2);
+  CHECK(one_error(over_table, "is the same file as the recipe's table " + table.string()));
+  CHECK(slurp(table.string()) == table_before);
   // A plot beside it is written (the replay itself may mismatch: exit 0 or 1).
   const Run plot_beside = run(replay + "--plot " + (scratch() / "capture_plot.svg").string());
   CHECK((plot_beside.code == 0 || plot_beside.code == 1));

@@ -16,8 +16,9 @@
 //   every row and are not compared (a note says so; replay without --row compares them).
 //   The output says how many rows were recomputed. Negative coordinates, --row with --all,
 //   --batch/--head without --row, and an empty --plot path are usage errors (exit 2).
-// - No output path (--plot, --sfu-record) may name an input (the trace, --recipe,
-//   --sfu-dump, --sfu-values) or the other output; the plot is written whole or not at all.
+// - No output path (--plot, --sfu-record) may name an input (the trace, each file of a
+//   directory capture, --recipe and the tables it loads, --sfu-dump, --sfu-values) or the
+//   other output; the plot is written whole or not at all.
 // - --recipe FILE changes the model's stage formats or SFU models (tools/recipe_file.hpp),
 //   e.g. to replay a hardware capture with the SFU tables captured on the same GPU.
 // - --jobs J: the engine's threads (RunOptions::threads, over (batch, head, row block)
@@ -216,7 +217,14 @@ int run_replay(const ReplayOptions& o) {
     model = attn::with_capture_sfu(model, trace, o.sfu_set, note);
     if (!note.empty()) notes.push_back(note);
   }
-  if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
+  if (!o.recipe.empty()) {
+    // The recipe's tables are inputs too; they are known once it is read, before any output.
+    std::vector<std::string> tables;
+    model = apply_recipe_file(model, o.recipe, &tables);
+    for (const std::string& table : tables)
+      for (const auto& [option, output] : {std::pair{"--plot", o.plot}, {"--sfu-record", o.sfu_record}})
+        refuse_output_over_inputs(option, output, {{"the recipe's table", table}});
+  }
   if (!o.sfu_dumps.empty()) {
     auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
     for (const std::string& spec : o.sfu_dumps) {

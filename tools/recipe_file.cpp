@@ -67,7 +67,8 @@ std::optional<Format> stage_format(const std::string& path, const std::string& f
 
 }  // namespace
 
-attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path) {
+attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path,
+                                    std::vector<std::string>* tables_read) {
   std::string contents;
   try {
     contents = read_file_capped(path, kRecipeFile);
@@ -198,6 +199,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
           fail(path, field,
                table.string() + " is a table of " + std::string(to_string(loaded->function())) + ", not " + name);
         slot = std::move(loaded);
+        if (tables_read) tables_read->push_back(table.string());
       }
       note(name + "=" + text);
     }
