@@ -47,6 +47,7 @@
 #include "emu/sfu_table_models.hpp"
 #include "emu/sfu_table_rules.hpp"
 #include "emu/special_functions.hpp"
+#include "formats/file_read.hpp"
 #include "formats/format.hpp"
 
 namespace fb {
@@ -403,9 +404,8 @@ void write_table_file(const std::string& path, const SfuTable& table) {
 }
 
 std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open table file");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::uint8_t> bytes =
+      read_file_capped_bytes(path, kSfuTableFile);  // FileReadError: a runtime_error
   constexpr std::size_t kCrcBytes = 4;
   {
     ByteReader magic_reader(path, bytes, bytes.size());

@@ -45,6 +45,7 @@
 #include "emu/sfu_table_models.hpp"
 
 #include <bit>
+#include <filesystem>
 #include <utility>
 
 #include "emu/ops.hpp"
@@ -68,6 +69,14 @@ std::string TableModel::describe_rule(const std::string& rule) const {
   return std::string(to_string(f_)) + ": table " + provenance_.path +
          " (source: " + (provenance_.source.empty() ? "?" : provenance_.source) + "), " + rule + ", " +
          (provenance_.measured ? "measured on hardware" : "SYNTHETIC, not measured");
+}
+
+std::string TableModel::summary() const {
+  const std::string name = std::filesystem::path(provenance_.path).filename().string();
+  return std::string(to_string(f_)) + " table " + name +
+         (hardware_measured() ? " (measured)"
+          : measured()        ? " (measured, partial: other inputs UNMEASURED)"
+                              : " (SYNTHETIC)");
 }
 
 std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding) {

@@ -35,6 +35,8 @@ class TableModel : public SpecialFunctionModel {
   SpecialFunction function() const override { return f_; }
   SfuKind kind() const override { return SfuKind::table; }
   bool hardware_measured() const override { return provenance_.measured; }
+  // "ex2 table ex2_h200.fbsfu (measured)": the file's name, not its directory or provenance.
+  std::string summary() const override;
 
  protected:
   // "<f>: table <path> (source: ...), <rule>, measured on hardware | SYNTHETIC, not measured".

@@ -512,6 +512,9 @@ class OracleModel final : public SpecialFunctionModel {
            " traced values; unseen inputs use correct rounding, UNMEASURED; " + std::to_string(fallback_count()) +
            " fallbacks so far)";
   }
+  std::string summary() const override {
+    return std::string(to_string(f_)) + " oracle (" + std::to_string(seen_.size()) + " values, others UNMEASURED)";
+  }
   float evaluate(float x) const override {
     const auto it = seen_.find(bits_of(x));
     if (it != seen_.end()) return float_of(it->second);
@@ -555,6 +558,7 @@ class Ex2NoFtzModel final : public SpecialFunctionModel {
            "kept (the rule measured on an H200 on all 2^32 inputs), ex2ftz = [" +
            ftz_->describe() + "]";
   }
+  std::string summary() const override { return ftz_->summary() + " + no-ftz rule"; }
   float evaluate(float x) const override {
     if (!(x < kEx2NormalFrom)) return ftz_->evaluate(x);
     const float y = ftz_->evaluate(x * 0.5f);                                       // exact: x is normal or -inf
@@ -579,6 +583,15 @@ std::string SfuSet::describe() const {
   for (const auto* m : {&ex2, &rcp, &lg2}) {
     if (!d.empty()) d += "; ";
     d += *m ? (*m)->describe() : std::string("(no model)");
+  }
+  return d;
+}
+
+std::string SfuSet::summary() const {
+  std::string d;
+  for (const auto* m : {&ex2, &rcp, &lg2}) {
+    if (!d.empty()) d += ", ";
+    d += *m ? (*m)->summary() : std::string("(no model)");
   }
   return d;
 }

@@ -72,8 +72,16 @@ class SpecialFunctionModel {
   // true only for models measured on hardware (a table captured on a GPU that covers
   // every input); false for correct, oracle and partial or synthetic tables.
   virtual bool hardware_measured() const = 0;
-  // A one-line description for reports, e.g. "ex2: correct (UNMEASURED on hardware)".
+  // The full description, for --verbose and JSON reports: the table's path and provenance,
+  // its rule, its coverage (several hundred characters for a table).
   virtual std::string describe() const = 0;
+  // A few words for the one line a report prints by default, with no paths but a file name:
+  // the function, the kind and whether it is measured on hardware, e.g. "ex2 correct
+  // (UNMEASURED)", "rcp table rcp_h200.fbsfu (measured)".
+  virtual std::string summary() const {
+    return std::string(to_string(function())) + " " + std::string(to_string(kind())) +
+           (hardware_measured() ? " (measured)" : " (UNMEASURED)");
+  }
   virtual float evaluate(float x) const = 0;
   // y[i] = evaluate(x[i]) for i < n (x and y must not overlap). The correct ex2 model runs
   // ex2_correct_ftz_array; other models loop over evaluate().
@@ -193,7 +201,8 @@ struct SfuSet {
     return f == SpecialFunction::ex2 ? ex2 : f == SpecialFunction::rcp ? rcp : lg2;
   }
   bool all_hardware_measured() const;
-  std::string describe() const;  // for reports
+  std::string describe() const;  // each model's describe(): for --verbose and JSON reports
+  std::string summary() const;   // each model's summary(), one short line: for reports
 };
 SfuSet correct_sfu_set();
 

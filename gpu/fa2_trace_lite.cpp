@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "formats/file_read.hpp"
 #include "gpu/fa2_trace.hpp"
 
 namespace fb::gpu {
@@ -208,11 +209,7 @@ void write_fa2_trace_lite(const std::string& path, const std::vector<Fa2Tensor>&
 }
 
 Fa2Inputs read_fa2_inputs_lite(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open for reading");
-  std::ostringstream buf;
-  buf << f.rdbuf();
-  const std::string data = buf.str();
+  const std::string data = read_file_capped(path, kTraceFile);  // FileReadError: a runtime_error
   if (data.size() < 8) throw std::runtime_error(path + ": header length: file shorter than 8 bytes");
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "emu/tensor_core.hpp"
+#include "formats/json_text.hpp"
 #include "gpu/probe_file.hpp"
 
 namespace fb::gpu {
@@ -407,7 +408,7 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
       report["mismatches_out"] = {{"file", options.mismatches_out}, {"cases", mismatch_file_cases}};
     if (!options.sample_out.empty())
       report["sample_out"] = {{"file", options.sample_out}, {"cases", sample_file_cases}};
-    out << report.dump(2) << "\n";
+    out << json_text(report, 2) << "\n";
   } else {
     out << "total: " << total_cases << " cases, " << total_mismatches << " mismatch\n";
     if (!options.mismatches_out.empty())

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "formats/file_read.hpp"
+
 namespace fb::gpu {
 namespace {
 
@@ -220,15 +222,13 @@ void write_probe_file(const std::string& path, const ProbeFile& file) {
 }
 
 ProbeFile read_probe_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ProbeFileError(path + ": cannot open for reading");
   // One read into one buffer: device files reach gigabytes (fb-mma-probe --tiles 900).
-  f.seekg(0, std::ios::end);
-  const std::streamoff size = f.tellg();
-  f.seekg(0, std::ios::beg);
-  if (size < 0) throw ProbeFileError(path + ": cannot determine the file size");
-  std::string data(static_cast<std::size_t>(size), '\0');
-  if (!f.read(data.data(), size)) throw ProbeFileError(path + ": read failed");
+  std::string data;
+  try {
+    data = read_file_capped(path, kProbeFile);
+  } catch (const FileReadError& e) {
+    throw ProbeFileError(e.what());
+  }
   Reader r(path, std::move(data));
   if (r.bytes(8, "magic") != std::string(kMagic, sizeof kMagic))
     r.fail("magic", "not a probe file (expected FBPROBE1)");

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "formats/file_read.hpp"
+
 namespace fb::gpu {
 namespace {
 
@@ -35,11 +37,7 @@ unsigned long long parse_unsigned(const std::string& path, const std::string& fi
 }  // namespace
 
 SfuTable sfu_capture_to_table(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "file", "cannot open");
-  std::ostringstream buf;
-  buf << f.rdbuf();
-  const std::string data = buf.str();
+  const std::string data = read_file_capped(path, kSfuCaptureFile);
   const std::size_t end = data.find("\nend\n");
   if (data.compare(0, 8, "FBSFUT1\n") != 0 || end == std::string::npos) fail(path, "magic", "not an FBSFUT1 file");
   std::map<std::string, std::string> kv;
@@ -219,11 +217,7 @@ SfuTable sfu_capture_to_table(const std::string& path) {
 }
 
 SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::string& report) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "file", "cannot open");
-  std::ostringstream buf;
-  buf << f.rdbuf();
-  const std::string data = buf.str();
+  const std::string data = read_file_capped(path, kSfuCaptureFile);
   const std::size_t end = data.find("\nend\n");
   if (data.compare(0, 10, "FBSFURAW1\n") != 0 || end == std::string::npos) fail(path, "magic", "not an FBSFURAW1 file");
   std::map<std::string, std::string> kv;

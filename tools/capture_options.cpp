@@ -65,4 +65,12 @@ Trace load_capture(const std::vector<std::string>& paths, const CaptureOptions& 
   return import_capture(files, options);
 }
 
+std::vector<std::pair<std::string, std::string>> capture_inputs(const std::string& role,
+                                                                const std::vector<std::string>& paths) {
+  std::vector<std::pair<std::string, std::string>> inputs;
+  for (const auto& file : capture_files(std::vector<std::filesystem::path>(paths.begin(), paths.end())))
+    inputs.emplace_back(role, file.string());
+  return inputs;
+}
+
 }  // namespace fb::cli

@@ -32,5 +32,9 @@ std::vector<CLI::Option*> add_capture_options(CLI::App& app, CaptureOptionText& 
 CaptureOptions capture_options_or_throw(const CaptureOptionText& text);
 // import_capture on the paths (one file, one directory of .npy, or several .npy files).
 Trace load_capture(const std::vector<std::string>& paths, const CaptureOptions& options);
+// The files load_capture reads for `paths` (a directory's .npy files, traces/capture_import.hpp
+// capture_files), each as (role, file) for refuse_output_over_inputs.
+std::vector<std::pair<std::string, std::string>> capture_inputs(const std::string& role,
+                                                                const std::vector<std::string>& paths);
 
 }  // namespace fb::cli

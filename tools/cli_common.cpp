@@ -24,6 +24,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/problem_limits.hpp"
+#include "formats/text_escape.hpp"
 
 namespace fb::cli {
 
@@ -177,13 +178,29 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
   }
   std::string line, out;
   std::uint64_t line_no = 0;
-  while (std::getline(*in, line)) {
+  // std::getline with a cap: a line (or a file with no newline, /dev/zero) longer than
+  // kMaxBatchLineBytes is a bad line, not an unbounded allocation.
+  auto next_line = [&] {
+    line.clear();
+    char c = 0;
+    bool any = false;
+    while (in->get(c)) {
+      any = true;
+      if (c == '\n') return true;
+      if (line.size() == kMaxBatchLineBytes) return true;  // the caller reports it
+      line += c;
+    }
+    return any;
+  };
+  while (next_line()) {
     ++line_no;
     try {
+      if (line.size() == kMaxBatchLineBytes)
+        throw InputError("longer than " + byte_count_text(kMaxBatchLineBytes) + " (the most a batch line may hold)");
       out += run_line(split_words(line), line_no);
     } catch (const InputError& e) {
       std::cout << out << std::flush;
-      std::cerr << "error: line " << line_no << ": " << shorten_echoes(e.what()) << "\n";
+      print_error_line("line " + std::to_string(line_no) + ": " + e.what());
       return kExitBadInput;
     }
     out += '\n';
@@ -218,7 +235,12 @@ std::string shorten_echoes(std::string_view message) {
       out += word;
     i = j;
   }
-  return out;
+  // After the cut, so that a multi-byte character cut in two is shown escaped, not raw.
+  return escape_unprintable(out);
+}
+
+void print_error_line(std::string_view message, std::string_view prefix) {
+  std::cerr << prefix << shorten_echoes(message) << "\n";
 }
 
 bool stderr_is_terminal() { return ::isatty(2) != 0; }

@@ -3,13 +3,17 @@
 // Contract:
 // - A subcommand registers itself with FLASHBITS_SUBCOMMAND(name, setup); setup adds
 //   its options to the CLI11 sub-app and returns the function to run.
-// - Bad input is reported by throwing InputError (exit code 2, one line on stderr);
+// - Bad input is reported by throwing InputError (exit code 2, one line on stderr), or
+//   FileReadError from read_file_capped (formats/file_read.hpp, the one whole-file read:
+//   a missing, unreadable or too large input file), also exit 2;
 //   a failed check returns 1; success returns 0 (docs/CLI.md conventions).
 // - Exit codes: 0 ok; 1 a check failed; 2 bad input, one `error: ...` line on stderr
 //   naming what was wrong (a bad option value, file or line; also an output that cannot
 //   be written: a missing directory, a full disk, /dev/full, a closed or full stdout --
 //   main flushes stdout before exiting and reports a failed flush as exit 2); 3 an
 //   internal error (a flashbits bug), one `internal error: ...` line.
+// - Every --json output is written by json_text (formats/json_text.hpp): a string that is not
+//   UTF-8 (a path with byte 0xff) is escaped, never an exception.
 // - Output files are written whole or not at all (write_output_file): a partial file never
 //   stands where a complete one is claimed, and no output path may name an input
 //   (refuse_output_over_inputs).
@@ -28,6 +32,8 @@
 #include <vector>
 
 #include "emu/rounding.hpp"
+#include "formats/file_read.hpp"
+#include "formats/json_text.hpp"  // json_text: every --json output
 #include "formats/format.hpp"
 
 namespace fb::cli {
@@ -84,16 +90,23 @@ std::string flags_string(Flags flags);
 // line, splits each line into whitespace-separated words and writes run_line's result as
 // one output line, in input order. run_line throws InputError for a malformed line; the
 // batch then prints `error: line N: ...` on stderr (after flushing earlier results) and
-// returns kExitBadInput. line_no counts from 1.
+// returns kExitBadInput. line_no counts from 1. A line of kMaxBatchLineBytes or more (a
+// file without newlines, /dev/zero) is such a malformed line: no line is held whole past it.
+inline constexpr std::size_t kMaxBatchLineBytes = std::size_t{16} << 20;
 using BatchLineRunner = std::function<std::string(const std::vector<std::string>& words, std::uint64_t line_no)>;
 int run_line_batch(const std::string& path, const BatchLineRunner& run_line);
 
-// An error message with every echoed word (a run of non-blank characters) longer than
-// kMaxEchoedWord cut to its first kEchoedPrefix characters + "... (N bytes)": a 10 MB
-// operand is not copied whole into the one error line.
+// An error message made safe to print as one line: every echoed word (a run of non-blank
+// characters) longer than kMaxEchoedWord cut to its first kEchoedPrefix bytes + "... (N
+// bytes)" (a 10 MB operand is not copied whole into the one error line), then every byte
+// that is not printable UTF-8 -- a control character, a newline, byte 0xff of a path --
+// shown as \xNN (formats/text_escape.hpp escape_unprintable).
 inline constexpr std::size_t kMaxEchoedWord = 200;
 inline constexpr std::size_t kEchoedPrefix = 64;
 std::string shorten_echoes(std::string_view message);
+// The one printer of error lines on stderr: `prefix` ("error: " or "internal error: ") and
+// shorten_echoes(message), then a newline. Every error line of the CLI goes through it.
+void print_error_line(std::string_view message, std::string_view prefix = "error: ");
 
 // Whether stderr is a terminal (progress bars are shown only then).
 bool stderr_is_terminal();

@@ -215,7 +215,7 @@ int run_bias_test(const BiasOptions& o) {
   const attn::BiasReport report = attn::run_bias(run, hooks);
   progress.reset();  // clears its line before the report
   if (o.json)
-    std::cout << attn::bias_report_json(report, o.by_max).dump(2) << "\n";
+    std::cout << json_text(attn::bias_report_json(report, o.by_max), 2) << "\n";
   else
     print_report(report, o);
   if (report.biased || report.no_verdict) return kExitCheckFailed;

@@ -170,7 +170,7 @@ int run_deviation(const DeviationOptions& o) {
   if (o.json) {
     nlohmann::ordered_json j;
     j["rows"] = rows;
-    std::cout << j.dump() << "\n";
+    std::cout << json_text(j) << "\n";
   } else {
     std::printf("inputs: %s, head dim %d, %d head(s), seed %llu; golden = exact_attention of the same inputs\n",
                 o.inputs.c_str(), o.headdim, o.heads, static_cast<unsigned long long>(o.seed));

@@ -10,8 +10,10 @@
 // - A malformed line prints `error: line N: ...` on stderr and exits 2, after the
 //   results of the lines before it. A model/input-format pair the hardware lacks is
 //   such an error and names both.
-// - Every model's parameters are published ones NOT yet validated on hardware by this
-//   project (`flashbits models` says so).
+// - The sm90 forms (sm90-mma bf16/fp16/tf32 and its f16acc, sm90-wgmma bf16/fp16/e4m3/e5m2)
+//   were validated on an H200 (docs/DESIGN.md §4, §11); every other model's parameters are
+//   published ones or assumptions NOT validated on hardware (`flashbits models` gives each
+//   model's status).
 // - Block-scaled (Blackwell kind::mxf8f6f4 / mxf4 / mxf4nvf4, emu/tensor_core_block_scaled.hpp):
 //   `--kind` on the command line (not --batch) selects the preset of MODEL with --scale-format
 //   and --block (each may be left out when only one preset fits); --scale-a / --scale-b give
@@ -386,6 +388,7 @@ Runner setup_dot(CLI::App& app) {
 }  // namespace
 FLASHBITS_SUBCOMMAND(
     dot, "dot",
-    "Tensor-core fused dot products D = C + sum a_i*b_i, bit for bit (models not yet validated on hardware)",
+    "Tensor-core fused dot products D = C + sum a_i*b_i, bit for bit (sm90 forms validated on an H200, the "
+    "others unmeasured: see `flashbits models`)",
     setup_dot);
 }  // namespace fb::cli

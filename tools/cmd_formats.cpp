@@ -74,7 +74,7 @@ int run_formats(bool json, const std::vector<std::string>& names) {
       j["max_finite_hex"] = hex_bits(f, to_container(f, f.max_finite_pattern()));
       arr.push_back(j);
     }
-    std::cout << nlohmann::json{{"formats", arr}}.dump(2) << "\n";
+    std::cout << json_text(nlohmann::json{{"formats", arr}}, 2) << "\n";
     return kExitOk;
   }
   std::printf("%-9s %3s %3s %4s %-44s %-14s %-13s %-13s\n", "name", "exp", "man", "bias", "specials", "max finite",

@@ -24,9 +24,8 @@ int run_import(const ImportOptions& o) {
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   check_output_path("--out", o.out);
-  std::vector<std::pair<std::string, std::string>> inputs;
-  for (const std::string& capture : o.captures) inputs.emplace_back("the capture", capture);
-  refuse_output_over_inputs("--out", o.out, inputs);
+  // Every file the capture reads, a directory's .npy files included.
+  refuse_output_over_inputs("--out", o.out, capture_inputs("the capture", o.captures));
   const Trace trace = load_capture(o.captures, options);
   // Exactly what replay checks (attention/trace_inputs.hpp): no trace is written that replay,
   // bias-test --traces or Python cannot read. --model is metadata here, merged into the file's.

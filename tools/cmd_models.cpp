@@ -283,7 +283,7 @@ int run_models(bool json) {
   if (json) {
     nlohmann::json j;
     for (const ModelSection& s : model_sections()) j[s.key] = s.json();
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
     return kExitOk;
   }
   bool first = true;

@@ -92,7 +92,7 @@ int run_op(const OpOptions& o) {
     j["result_value"] = to_double(req.format, r.bits);
     j["flags"] = flags_string(r.flags);
     j["event"] = event_to_json(req.format, ev);
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << hex_bits(req.format, r.bits) << ' ' << flags_string(r.flags) << "\n";
     if (o.explain) std::cout << explain_event(req.format, req.spec, ev, r.bits);

@@ -4,6 +4,7 @@
 // order; gpu/README.md), --jobs replays on that many threads (the output does not depend on it).
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "gpu/probe_check.hpp"
 #include "tools/cli_common.hpp"
@@ -57,7 +58,17 @@ Runner setup_probe_check(CLI::App& app) {
     refuse_output_over_inputs(
         "--predictions-out", o.predictions_out,
         {{"the probe file", args->file}, {"--mismatches-out", o.mismatches_out}, {"--sample-out", o.sample_out}});
-    return gpu::run_probe_check(args->file, o, std::cout, std::cerr);
+    // Its error lines are printed by print_error_line, the one printer that escapes what they
+    // echo (a path with byte 0xff, say).
+    std::ostringstream errors;
+    const int code = gpu::run_probe_check(args->file, o, std::cout, errors);
+    std::istringstream lines(errors.str());
+    for (std::string line; std::getline(lines, line);) {
+      const bool internal = line.rfind("internal error: ", 0) == 0;
+      const std::string_view prefix = internal ? "internal error: " : line.rfind("error: ", 0) == 0 ? "error: " : "";
+      print_error_line(std::string_view(line).substr(prefix.size()), prefix);
+    }
+    return code;
   };
 }
 

@@ -16,8 +16,9 @@
 //   every row and are not compared (a note says so; replay without --row compares them).
 //   The output says how many rows were recomputed. Negative coordinates, --row with --all,
 //   --batch/--head without --row, and an empty --plot path are usage errors (exit 2).
-// - No output path (--plot, --sfu-record) may name an input (the trace, --recipe,
-//   --sfu-dump, --sfu-values) or the other output; the plot is written whole or not at all.
+// - No output path (--plot, --sfu-record) may name an input (the trace, each file of a
+//   directory capture, --recipe and the tables it loads, --sfu-dump, --sfu-values) or the
+//   other output; the plot is written whole or not at all.
 // - --recipe FILE changes the model's stage formats or SFU models (tools/recipe_file.hpp),
 //   e.g. to replay a hardware capture with the SFU tables captured on the same GPU.
 // - --jobs J: the engine's threads (RunOptions::threads, over (batch, head, row block)
@@ -54,7 +55,7 @@ struct ReplayOptions {
   int batch = -1, head = -1, row = -1;
   int jobs = default_jobs();
   int feature = 0;  // --feature: the feature of O whose P·V accumulation --plot/--explain traces
-  bool all = false, explain = false, json = false;
+  bool all = false, explain = false, json = false, verbose = false;
   // Given on the command line (the defaults -1 and "" would otherwise hide it).
   CLI::Option *batch_option = nullptr, *head_option = nullptr, *row_option = nullptr, *plot_option = nullptr;
   CLI::Option* feature_option = nullptr;
@@ -181,8 +182,9 @@ void check_options(const ReplayOptions& o) {
   if (o.plot_option->count() > 0 && o.plot.empty()) throw InputError("--plot: the output path is empty");
   if (o.feature_option->count() > 0 && o.plot.empty() && !o.explain)
     throw InputError("--feature: it selects the feature --plot/--explain traces; give one of them");
-  std::vector<std::pair<std::string, std::string>> inputs = {
-      {"the trace", o.path}, {"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}};
+  // Every file the command reads: a directory capture's .npy files included.
+  std::vector<std::pair<std::string, std::string>> inputs = capture_inputs("the trace", {o.path});
+  inputs.insert(inputs.end(), {{"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}});
   for (const std::string& spec : o.sfu_dumps)
     if (const auto eq = spec.find('='); eq != std::string::npos) inputs.emplace_back("--sfu-dump", spec.substr(eq + 1));
   check_output_path("--plot", o.plot);
@@ -213,7 +215,14 @@ int run_replay(const ReplayOptions& o) {
     model = attn::with_capture_sfu(model, trace, o.sfu_set, note);
     if (!note.empty()) notes.push_back(note);
   }
-  if (!o.recipe.empty()) model = apply_recipe_file(model, o.recipe);
+  if (!o.recipe.empty()) {
+    // The recipe's tables are inputs too; they are known once it is read, before any output.
+    std::vector<std::string> tables;
+    model = apply_recipe_file(model, o.recipe, &tables);
+    for (const std::string& table : tables)
+      for (const auto& [option, output] : {std::pair{"--plot", o.plot}, {"--sfu-record", o.sfu_record}})
+        refuse_output_over_inputs(option, output, {{"the recipe's table", table}});
+  }
   if (!o.sfu_dumps.empty()) {
     auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
     for (const std::string& spec : o.sfu_dumps) {
@@ -394,9 +403,12 @@ int run_replay(const ReplayOptions& o) {
 
   const bool hardware = is_hardware_capture(trace);
   const std::string source_line = provenance_text(md);
+  // One short line by default (each model's summary); the full descriptions (table paths,
+  // provenance, rules) under --verbose and in the JSON.
   const std::string sfu = model.recipe->sfu.describe();
   const bool sfu_measured = attn::sfu_hardware_measured(*model.recipe);  // the functions it evaluates
-  const std::string sfu_line = "SFU model: " + sfu + (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
+  const std::string sfu_line = "SFU model: " + (o.verbose ? sfu : model.recipe->sfu.summary()) +
+                               (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
   bool mismatch = oracle_fallbacks != 0;
   for (const auto& c : comparisons) mismatch |= !c.mismatches.empty();
 
@@ -447,6 +459,7 @@ int run_replay(const ReplayOptions& o) {
     j["hardware_capture"] = hardware;
     j["model"] = model.name;
     j["sfu"] = sfu;
+    j["sfu_summary"] = model.recipe->sfu.summary();
     j["sfu_hardware_measured"] = sfu_measured;
     if (!oracles.empty()) j["sfu_values_fallbacks"] = oracle_fallbacks;
     j["model_hardware_validated"] = model.recipe->hardware_validated();
@@ -489,7 +502,7 @@ int run_replay(const ReplayOptions& o) {
       }
     }
     j["match"] = !mismatch;
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << "replay " << o.path << " under " << model.name << "\n" << source_line << "\n" << sfu_line << "\n";
     for (const auto& n : notes) std::cout << n << "\n";
@@ -581,6 +594,8 @@ Runner setup_replay(CLI::App& app) {
                                      "feature (column) of O whose accumulation --plot draws and --explain follows "
                                      "(0..head dim - 1; default 0)");
   app.add_flag("--json", o->json, "JSON output");
+  app.add_flag("--verbose", o->verbose,
+               "the SFU models' full descriptions (table paths, provenance, rules) instead of one short line");
   add_jobs_option(app, o->jobs);
   add_capture_options(app, o->capture, false);
   return [o] { return run_replay(*o); };

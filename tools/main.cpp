@@ -80,8 +80,8 @@ int run(int argc, char** argv) {
   }
   // A first word that is no subcommand: name it (CLI11 would only say one is required).
   if (argc >= 2 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
-    std::cerr << "error: unknown subcommand '" << argv[1] << "'" << suggestion(argv[1], names)
-              << "; see `flashbits --help`\n";
+    fb::cli::print_error_line(std::string("unknown subcommand '") + argv[1] + "'" + suggestion(argv[1], names) +
+                              "; see `flashbits --help`");
     return fb::cli::kExitBadInput;
   }
   try {
@@ -114,8 +114,7 @@ int run(int argc, char** argv) {
         break;
       }
     }
-    std::cerr << "error: " << where << fb::cli::shorten_echoes(message) << " (see `flashbits "
-              << (sub ? sub->get_name() + " " : "") << "--help`)\n";
+    fb::cli::print_error_line(where + message + " (see `flashbits " + (sub ? sub->get_name() + " " : "") + "--help`)");
     return fb::cli::kExitBadInput;
   }
   try {
@@ -123,20 +122,24 @@ int run(int argc, char** argv) {
       if (s->parsed()) return run();
     }
   } catch (const fb::cli::InputError& e) {
-    std::cerr << "error: " << fb::cli::shorten_echoes(e.what()) << "\n";
+    fb::cli::print_error_line(e.what());
+    return fb::cli::kExitBadInput;
+  } catch (const fb::FileReadError& e) {
+    // An input file that cannot be read or is larger than its kind's cap.
+    fb::cli::print_error_line(e.what());
     return fb::cli::kExitBadInput;
   } catch (const fb::TraceError& e) {
     // A bad trace file is bad input: one line naming file, tensor and field.
-    std::cerr << "error: " << fb::cli::shorten_echoes(e.what()) << "\n";
+    fb::cli::print_error_line(e.what());
     return fb::cli::kExitBadInput;
   } catch (const std::invalid_argument& e) {
     // The library reports an impossible combination of user choices (a model variant
     // with a head dim it cannot take, say) this way; it is bad input, not a crash.
-    std::cerr << "error: " << fb::cli::shorten_echoes(e.what()) << "\n";
+    fb::cli::print_error_line(e.what());
     return fb::cli::kExitBadInput;
   } catch (const std::exception& e) {
     // Anything else is a flashbits bug; say so in one line rather than abort.
-    std::cerr << "internal error: " << fb::cli::shorten_echoes(e.what()) << "\n";
+    fb::cli::print_error_line(e.what(), "internal error: ");
     return fb::cli::kExitInternalError;
   }
   return fb::cli::kExitBadInput;
@@ -149,7 +152,7 @@ int main(int argc, char** argv) {
   // Output that never reached stdout (a full disk, /dev/full, a closed pipe) is a failed run.
   std::string reason;
   if (!fb::cli::flush_stdout(reason)) {
-    std::cerr << "error: cannot write standard output: " << reason << "\n";
+    fb::cli::print_error_line("cannot write standard output: " + reason);
     return code == fb::cli::kExitInternalError ? code : fb::cli::kExitBadInput;
   }
   return code;

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <memory>
 #include <optional>
@@ -14,27 +13,16 @@
 
 #include "attention/kernel_models.hpp"
 #include "emu/special_functions.hpp"
+#include "formats/file_read.hpp"
+#include "formats/text_escape.hpp"
 #include "tools/cli_common.hpp"
 
 namespace fb::cli {
 namespace {
 
-// Keys and values come from the file: control characters are shown as \xNN so the error
-// stays one line.
-std::string printable(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+// Keys and values come from the file: escape_unprintable shows control characters and bytes
+// that are not UTF-8 as \xNN so the error stays one printable line.
+std::string printable(const std::string& text) { return escape_unprintable(text); }
 
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
   throw InputError(path + ": " + printable(field) + ": " + printable(what));
@@ -79,11 +67,14 @@ std::optional<Format> stage_format(const std::string& path, const std::string& f
 
 }  // namespace
 
-attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in || std::filesystem::is_directory(path)) fail(path, "file", "cannot open");
-  std::stringstream buf;
-  buf << in.rdbuf();
+attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path,
+                                    std::vector<std::string>* tables_read) {
+  std::string contents;
+  try {
+    contents = read_file_capped(path, kRecipeFile);
+  } catch (const FileReadError& e) {
+    throw InputError(e.what());
+  }
   nlohmann::json j;
   // A key given twice in one object: nlohmann keeps the last silently; refuse it instead.
   std::vector<std::set<std::string>> seen_keys;  // one set per open object
@@ -101,7 +92,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     return true;
   };
   try {
-    j = nlohmann::json::parse(buf.str(), check_keys);
+    j = nlohmann::json::parse(contents, check_keys);
   } catch (const nlohmann::json::exception& e) {
     // parse_error: "[json.exception.parse_error.101] parse error at line 2, column 3: ...";
     // out_of_range (a number too large for a double, found by fuzz_recipe): "[...406] number
@@ -208,6 +199,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
           fail(path, field,
                table.string() + " is a table of " + std::string(to_string(loaded->function())) + ", not " + name);
         slot = std::move(loaded);
+        if (tables_read) tables_read->push_back(table.string());
       }
       note(name + "=" + text);
     }

@@ -23,11 +23,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "attention/attention.hpp"
 
 namespace fb::cli {
 
-attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path);
+// `tables_read`, when given, receives the path of every FBSFU1 table the recipe loaded (inputs
+// a command's output paths must not name: refuse_output_over_inputs).
+attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path,
+                                    std::vector<std::string>* tables_read = nullptr);
 
 }  // namespace fb::cli

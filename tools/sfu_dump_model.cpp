@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -36,6 +37,10 @@ class DumpModel final : public SpecialFunctionModel {
   bool hardware_measured() const override { return true; }
   std::string describe() const override {
     return std::string(to_string(function_)) + ": full hardware dump " + path_ + " (all 2^32 inputs, " + source_ + ")";
+  }
+  std::string summary() const override {
+    return std::string(to_string(function_)) + " dump " + std::filesystem::path(path_).filename().string() +
+           " (measured)";
   }
   float evaluate(float x) const override {
     std::uint32_t in;

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
+#include "formats/file_read.hpp"
 #include "tools/cli_common.hpp"
 
 namespace fb::cli {
@@ -67,9 +67,7 @@ void write_sfu_values(const std::string& path, const SfuValues& values) {
 }
 
 SfuValues read_sfu_values(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open for reading");
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string data = read_file_capped(path, kSfuValuesFile);
   std::size_t pos = 0;
   auto next_line = [&](std::string& line) {
     const std::size_t nl = data.find('\n', pos);

@@ -43,6 +43,7 @@ class RecordingSfuModel final : public SpecialFunctionModel {
   SfuKind kind() const override { return inner_->kind(); }
   bool hardware_measured() const override { return inner_->hardware_measured(); }
   std::string describe() const override { return inner_->describe() + " (recording inputs)"; }
+  std::string summary() const override { return inner_->summary() + " (recording)"; }
   float evaluate(float x) const override;
   std::uint64_t fallback_count() const override { return inner_->fallback_count(); }
   // The recorded (input, output) pairs, sorted by input.

@@ -141,12 +141,7 @@ SweepFile read_sweep_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": read failed");
-  const std::string text = buf.str();
+  const std::string text = read_file_capped(path, kSweepFile);  // FileReadError: exit 2 (tools/main.cpp)
   SweepFile file;
   std::vector<SweepRow>& rows = file.rows;
   const auto first = text.find_first_not_of(" \t\r\n");

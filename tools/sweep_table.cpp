@@ -221,7 +221,7 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
        << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict_from << "," << x.verdict << "\n";
   }
   // Last, so that a truncated file has no run record and merge refuses it.
-  os << kRunPrefix << run_json(run).dump() << "\n";
+  os << kRunPrefix << json_text(run_json(run)) << "\n";
 }
 
 void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
@@ -279,7 +279,7 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     j["verdict"] = x.verdict;
     out["rows"].push_back(j);
   }
-  os << out.dump(2) << "\n";
+  os << json_text(out, 2) << "\n";
 }
 
 void check_csv_output(const std::string& csv_path, bool json) {

@@ -185,24 +185,15 @@ void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view so
     fail(source, "--source " + quoted_name(*o.source) + ": expected cuda:<gpu>, emulated or unknown");
 }
 
-Safetensors load(const std::vector<std::filesystem::path>& paths, std::string& source) {
-  if (paths.empty()) throw TraceError("import: no capture file given");
+std::string extension(const std::filesystem::path& p) {
+  std::string e = p.extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return e;
+}
+
+Safetensors load(const std::vector<std::filesystem::path>& given, std::string& source) {
+  const std::vector<std::filesystem::path> paths = capture_files(given);
   source = paths.front().string();
-  auto extension = [](const std::filesystem::path& p) {
-    std::string e = p.extension().string();
-    std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return e;
-  };
-  std::error_code ec;
-  if (paths.size() == 1 && std::filesystem::is_directory(paths.front(), ec)) {
-    std::vector<std::filesystem::path> arrays;
-    for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
-      if (entry.is_regular_file() && extension(entry.path()) == ".npy") arrays.push_back(entry.path());
-    if (ec) fail(source, "cannot list the directory: " + ec.message());
-    if (arrays.empty()) fail(source, "directory holds no .npy files");
-    std::sort(arrays.begin(), arrays.end());
-    return load(arrays, source);
-  }
   if (paths.size() == 1 && extension(paths.front()) == ".npz") return read_npz(paths.front());
   if (paths.size() == 1 && extension(paths.front()) != ".npy") return read_safetensors(paths.front());
   Safetensors out;
@@ -217,6 +208,20 @@ Safetensors load(const std::vector<std::filesystem::path>& paths, std::string& s
 }
 
 }  // namespace
+
+std::vector<std::filesystem::path> capture_files(const std::vector<std::filesystem::path>& paths) {
+  if (paths.empty()) throw TraceError("import: no capture file given");
+  std::error_code ec;
+  if (paths.size() != 1 || !std::filesystem::is_directory(paths.front(), ec)) return paths;
+  const std::string source = paths.front().string();
+  std::vector<std::filesystem::path> arrays;
+  for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
+    if (entry.is_regular_file() && extension(entry.path()) == ".npy") arrays.push_back(entry.path());
+  if (ec) fail(source, "cannot list the directory: " + ec.message());
+  if (arrays.empty()) fail(source, "directory holds no .npy files");
+  std::sort(arrays.begin(), arrays.end());
+  return arrays;
+}
 
 std::optional<CaptureLayout> parse_capture_layout(std::string_view text) {
   if (text == "auto") return CaptureLayout::automatic;

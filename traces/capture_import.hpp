@@ -60,4 +60,10 @@ struct CaptureOptions {
 // directory holding .npy files. Throws TraceError (see the contract above).
 Trace import_capture(const std::vector<std::filesystem::path>& paths, const CaptureOptions& options);
 
+// The files import_capture reads for `paths`: a directory's .npy files (sorted), else `paths`
+// itself. The one listing of a capture directory, so that a command can refuse an output path
+// naming any file it reads (tools/cli_common.hpp refuse_output_over_inputs). Throws TraceError
+// for a directory that cannot be listed or holds no .npy file.
+std::vector<std::filesystem::path> capture_files(const std::vector<std::filesystem::path>& paths);
+
 }  // namespace fb

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/file_read.hpp"
+
 namespace fb {
 
 namespace {
@@ -173,14 +175,11 @@ std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     fail(source, ec ? "cannot open: " + ec.message() : std::string("not a regular file"));
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail(source, "cannot read its size: " + ec.message());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(source, "cannot open for reading");
-  std::vector<std::uint8_t> bytes(size);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  if (static_cast<std::uintmax_t>(in.gcount()) != size) fail(source, "read failed (file changed while reading?)");
-  return bytes;
+  try {
+    return read_file_capped_bytes(source, kTraceFile);
+  } catch (const FileReadError& e) {
+    throw TraceError(e.what());
+  }
 }
 
 // ---- ZIP (PKWARE APPNOTE 6.3): the central directory, ZIP64 records, stored or deflate. ----

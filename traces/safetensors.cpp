@@ -13,6 +13,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "formats/file_read.hpp"
+
 namespace fb {
 
 namespace {
@@ -455,6 +457,11 @@ Safetensors read_safetensors(const std::filesystem::path& path) {
     fail(source, ec ? "cannot open: " + ec.message() : std::string("not a regular file"));
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) fail(source, "cannot read its size: " + ec.message());
+  try {
+    check_file_size_capped(source, size, kTraceFile);  // each tensor is read into its own buffer
+  } catch (const FileReadError& e) {
+    throw TraceError(e.what());
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(source, "cannot open for reading");
   auto read_exactly = [&](std::uint8_t* into, std::uint64_t count) {

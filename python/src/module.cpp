@@ -199,6 +199,8 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const fb::TraceError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const fb::FileReadError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::out_of_range& e) {

@@ -1,0 +1,78 @@
+// formats/file_read.cpp: read_file_capped and its size checks (contract in file_read.hpp).
+#include "formats/file_read.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace fb {
+
+std::string byte_count_text(std::uint64_t bytes) {
+  if (bytes >= kGiB && bytes % kGiB == 0) return std::to_string(bytes / kGiB) + " GiB";
+  if (bytes >= kMiB && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+namespace {
+[[noreturn]] void too_large(const std::string& path, const FileKind& kind, const std::string& size) {
+  throw FileReadError(path + ": " + size + "larger than the " + byte_count_text(kind.max_bytes) + " cap for " +
+                      kind.what);
+}
+}  // namespace
+
+void check_file_size_capped(const std::string& path, std::uint64_t size, const FileKind& kind) {
+  if (size > kind.max_bytes) too_large(path, kind, std::to_string(size) + " bytes, ");
+}
+
+namespace {
+// Container: std::string or std::vector<std::uint8_t>.
+template <class Container>
+Container read_capped(const std::string& path, const FileKind& kind) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw FileReadError(path + ": cannot read: is a directory");
+  Container data;
+  if (S_ISREG(st.st_mode)) {
+    check_file_size_capped(path, static_cast<std::uint64_t>(st.st_size), kind);
+    data.reserve(static_cast<std::size_t>(st.st_size));
+  }
+  // Chunks, never more than max_bytes + 1 in all: a device or pipe that never ends (/dev/zero)
+  // or a file that grows while being read is refused as soon as it passes the cap.
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  while (true) {
+    const std::uint64_t room = kind.max_bytes + 1 - data.size();
+    const std::size_t want = static_cast<std::size_t>(room < kChunk ? room : kChunk);
+    const std::size_t had = data.size();
+    data.resize(had + want);
+    const ssize_t n = ::read(fd, data.data() + had, want);
+    if (n < 0) {
+      data.resize(had);
+      if (errno == EINTR) continue;
+      throw FileReadError(path + ": read failed: " + std::strerror(errno));
+    }
+    data.resize(had + static_cast<std::size_t>(n));
+    if (n == 0) break;
+    if (data.size() > kind.max_bytes) too_large(path, kind, "");
+  }
+  return data;
+}
+}  // namespace
+
+std::string read_file_capped(const std::string& path, const FileKind& kind) {
+  return read_capped<std::string>(path, kind);
+}
+
+std::vector<std::uint8_t> read_file_capped_bytes(const std::string& path, const FileKind& kind) {
+  return read_capped<std::vector<std::uint8_t>>(path, kind);
+}
+
+}  // namespace fb

@@ -1,0 +1,22 @@
+// formats/text_escape.hpp: how bytes that are not printable UTF-8 are shown to people and
+// written into JSON.
+//
+// Contract of escape_unprintable: returns `text` with every byte that is not part of valid
+// UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), and, when
+// `controls`, every ASCII control character (0x00-0x1f, 0x7f) but tab, written as the four
+// characters \xNN (lower-case hex); everything else, multi-byte UTF-8 included, is kept
+// byte for byte. A string that is already printable UTF-8 comes back unchanged.
+// Its users: the error-line printer (tools/cli_common.cpp shorten_echoes, through which
+// tools/main.cpp prints every error line) and every --json output (formats/json_text.hpp),
+// so that neither echoes raw bytes nor fails on a non-UTF-8 path (a path with byte 0xff
+// is shown as ...\xff...).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace fb {
+
+std::string escape_unprintable(std::string_view text, bool controls = true);
+
+}  // namespace fb

@@ -1,0 +1,224 @@
+// tests/test_cli_files.cpp: issue 34's input-file rules, run as the built `flashbits` binary:
+// no output over any input file (a directory capture's files included), a size cap on every
+// whole-file read, non-UTF-8 paths and metadata in --json and in error lines, the short SFU
+// line of replay, and the help's hardware status.
+//
+// Independent facts checked: the exit codes and message forms of docs/CLI.md; the bytes of an
+// input before and after a refused run; /dev/zero never ends, so a read without a cap runs out
+// of memory (the runs here are under `ulimit -v`, so such a bug shows as exit 3 or a kill,
+// not as a machine out of memory); JSON parsed by nlohmann from the command's stdout; which
+// tensor-core forms were validated on the H200 (docs/DESIGN.md §11).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/cli_run.hpp"
+
+namespace {
+using fb_test::run;
+using fb_test::Run;
+using fb_test::scratch;
+using fb_test::slurp;
+
+bool one_error(const Run& r, const std::string& needle) {
+  return std::count(r.err.begin(), r.err.end(), '\n') == 1 && r.err.rfind("error: ", 0) == 0 &&
+         r.err.find(needle) != std::string::npos;
+}
+
+// A numpy .npy file (NEP 1, version 1.0) of uint16 bf16 bit patterns in shape [1, seq, 1, dim]
+// (flash_attn's bshd layout), header padded to 64 bytes as numpy writes it.
+void write_bf16_npy(const std::filesystem::path& path, int seq, int dim, std::uint16_t salt) {
+  std::string header = "{'descr': '<u2', 'fortran_order': False, 'shape': (1, " + std::to_string(seq) + ", 1, " +
+                       std::to_string(dim) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  // Small bf16 values: +-1, +-0.5, +-0.25, +-2 (exact in every format involved).
+  const std::uint16_t values[] = {0x3f80, 0x3f00, 0x3e80, 0x4000, 0xbf80, 0xbf00, 0xbe80, 0xc000};
+  for (int i = 0; i < seq * dim; ++i) {
+    const std::uint16_t v = values[(i * 5 + salt) % 8];
+    bytes += static_cast<char>(v & 0xff);
+    bytes += static_cast<char>(v >> 8);
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A directory capture as the issue's: query.npy, key.npy, value.npy, out.npy.
+std::filesystem::path capture_dir(const std::string& name) {
+  const auto dir = scratch() / name;
+  std::filesystem::create_directories(dir);
+  write_bf16_npy(dir / "query.npy", 16, 8, 1);
+  write_bf16_npy(dir / "key.npy", 16, 8, 2);
+  write_bf16_npy(dir / "value.npy", 16, 8, 3);
+  write_bf16_npy(dir / "out.npy", 16, 8, 4);
+  return dir;
+}
+
+const std::string kBare = " --source unknown --dtype bf16 --layout bshd";
+
+std::string small_trace(const std::string& name) {
+  const std::string path = (scratch() / name).string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario sink --seqlen 32 --headdim 16 --out '" + path + "'").code == 0);
+  return path;
+}
+
+// The line of `text` that starts with `prefix`, or "".
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  const auto at = text.rfind("\n" + prefix);
+  const std::size_t from = text.rfind(prefix, 0) == 0 ? 0 : at == std::string::npos ? std::string::npos : at + 1;
+  if (from == std::string::npos) return "";
+  return text.substr(from, text.find('\n', from) - from);
+}
+
+}  // namespace
+
+TEST_CASE("issue 34: an output over a file inside a directory input is refused, and the file is untouched") {
+  const auto dir = capture_dir("npy_capture");
+  const std::string query_before = slurp((dir / "query.npy").string());
+  const Run over = run("import " + dir.string() + kBare + " --out " + (dir / "query.npy").string());
+  CHECK(over.code == 2);
+  CHECK(one_error(over, "is the same file as the capture " + (dir / "query.npy").string()));
+  CHECK(slurp((dir / "query.npy").string()) == query_before);
+  // The same file by another spelling of the path.
+  const Run dotted = run("import " + dir.string() + kBare + " --out " + (dir / "." / "key.npy").string());
+  CHECK(dotted.code == 2);
+  // Beside the inputs is fine: the capture imports.
+  const Run beside = run("import " + dir.string() + kBare + " --out " + (dir / "trace.safetensors").string());
+  CHECK(beside.code == 0);
+
+  // replay of a directory capture: --plot over its out.npy.
+  const auto with_out = capture_dir("npy_capture_out");
+  const std::string out_before = slurp((with_out / "out.npy").string());
+  const std::string replay = "replay " + with_out.string() + kBare + " --model fa2-sm80 --row 1 ";
+  const Run plot_over = run(replay + "--plot " + (with_out / "out.npy").string());
+  CHECK(plot_over.code == 2);
+  CHECK(one_error(plot_over, "is the same file as the trace " + (with_out / "out.npy").string()));
+  CHECK(slurp((with_out / "out.npy").string()) == out_before);
+  CHECK(one_error(run(replay + "--sfu-record " + (with_out / "query.npy").string()), "same file"));
+  // --plot over an FBSFU1 table that --recipe loads (a copy of the shipped ex2 table).
+  const auto table = scratch() / "ex2_copy.fbsfu";
+  std::filesystem::copy_file(std::string(FLASHBITS_SOURCE_DIR) + "/emu/tables/ex2_h200.fbsfu", table,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string table_before = slurp(table.string());
+  std::ofstream(scratch() / "table_recipe.json") << R"({"sfu": {"ex2": "ex2_copy.fbsfu"}})";
+  const Run over_table = run("replay " + small_trace("table_trace.safetensors") + " --recipe " +
+                             (scratch() / "table_recipe.json").string() + " --plot " + table.string());
+  CHECK(over_table.code == 2);
+  CHECK(one_error(over_table, "is the same file as the recipe's table " + table.string()));
+  CHECK(slurp(table.string()) == table_before);
+  // A plot beside it is written (the replay itself may mismatch: exit 0 or 1).
+  const Run plot_beside = run(replay + "--plot " + (scratch() / "capture_plot.svg").string());
+  CHECK((plot_beside.code == 0 || plot_beside.code == 1));
+  CHECK(slurp((scratch() / "capture_plot.svg").string()).rfind("<svg", 0) == 0);
+}
+
+TEST_CASE("issue 34: whole-file reads have a size cap: /dev/zero and oversized files are exit 2 naming the cap") {
+  // 8 GB of address space: far more than any capped read needs, far less than an unbounded one.
+  const std::string limited = "ulimit -v 8000000; ";
+  const Run recipe = run("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --recipe /dev/zero", limited);
+  CHECK(recipe.code == 2);
+  CHECK(one_error(recipe, "/dev/zero: larger than the 16 MiB cap for a recipe file"));
+  const Run merge = run("merge /dev/zero", limited);
+  CHECK(merge.code == 2);
+  CHECK(one_error(merge, "/dev/zero: larger than the 256 MiB cap for a sweep result file"));
+  const std::string trace = small_trace("cap_trace.safetensors");
+  const Run values = run("replay " + trace + " --sfu-values /dev/zero", limited);
+  CHECK(values.code == 2);
+  CHECK(one_error(values, "/dev/zero: larger than the 256 MiB cap for an FBSFUVAL1 file"));
+  const Run batch = run("op --batch /dev/zero", limited);
+  CHECK(batch.code == 2);
+  CHECK(one_error(batch, "line 1: longer than 16 MiB"));
+  // A regular file past the cap is refused by its size, before any read (sparse: no disk used).
+  const auto big = scratch() / "big_recipe.json";
+  std::ofstream(big) << "{}";
+  std::filesystem::resize_file(big, (std::uintmax_t{16} << 20) + 1);
+  const Run big_recipe = run("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --recipe " + big.string());
+  CHECK(big_recipe.code == 2);
+  CHECK(one_error(big_recipe, "16777217 bytes, larger than the 16 MiB cap for a recipe file"));
+}
+
+TEST_CASE("issue 34: a path or metadata string that is not UTF-8 is escaped in --json and in error lines") {
+  // replay --json of a trace whose path holds byte 0xff.
+  const std::string trace = small_trace("t\xff.safetensors");
+  const Run r = run("replay '" + trace + "' --json");
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  nlohmann::json j;
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(r.out));
+  CHECK(j["trace"].get<std::string>().ends_with("t\\xff.safetensors"));
+
+  // --source of a bare capture, carried into the replay's JSON.
+  const auto dir = capture_dir("npy_capture_source");
+  const Run source = run("replay " + dir.string() + " --source 'cuda:GPU\xff' --dtype bf16 --layout bshd " +
+                         "--model fa2-sm80 --row 0 --json");
+  CHECK((source.code == 0 || source.code == 1));
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(source.out));
+  CHECK(j["source"] == "cuda:GPU\\xff");
+
+  // probe-check --json of a probe file whose path holds byte 0xff (a cut of the shipped file).
+  const std::string shipped = std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/probes_h200.fbp";
+  const std::string probes = (scratch() / "p\xff.fbp").string();
+  REQUIRE(run("probe-check " + shipped + " --sample-out '" + probes + "' --sample-per-batch 1").code == 0);
+  const Run probe = run("probe-check '" + probes + "' --json");
+  CHECK(probe.code == 0);
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(probe.out));
+  CHECK(j["file"].get<std::string>().ends_with("p\\xff.fbp"));
+
+  // Error lines show such bytes escaped, never raw: a missing path, an unknown subcommand, a
+  // probe-check error (printed by its own reader), a control character in an echoed word.
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"replay '" + (scratch() / "missing\xff.safetensors").string() + "'", "missing\\xff.safetensors"},
+           {"'swe\xff'", "unknown subcommand 'swe\\xff'"},
+           {"probe-check '" + (scratch() / "missing\xfe.fbp").string() + "'", "missing\\xfe.fbp"},
+           {"op add fp32 rne '0x3f80\x1b[31m' 0x3f800000", "0x3f80\\x1b[31m"}}) {
+    CAPTURE(args);
+    const Run e = run(args);
+    CHECK(e.code == 2);
+    CHECK(one_error(e, needle));
+    CHECK(e.err.find_first_of("\xff\xfe\x1b") == std::string::npos);
+  }
+}
+
+TEST_CASE("issue 34: replay's SFU line is one short line without paths; --verbose and the JSON have the details") {
+  const std::string trace = small_trace("sfu_line.safetensors");
+  // The shipped H200 ex2 table alone (loading the whole hw-sm90 set takes seconds).
+  const std::string recipe = (scratch() / "h200_ex2.json").string();
+  std::ofstream(recipe) << R"({"sfu": {"ex2": ")" << FLASHBITS_SOURCE_DIR << R"(/emu/tables/ex2_h200.fbsfu"}})";
+  const std::string replay = "replay " + trace + " --recipe " + recipe;
+  const Run plain = run(replay);
+  REQUIRE((plain.code == 0 || plain.code == 1));
+  const std::string line = line_starting(plain.out, "SFU model: ");
+  CAPTURE(line);
+  CHECK(line.size() <= 160);
+  CHECK(line.find('/') == std::string::npos);
+  CHECK(line.rfind("SFU model: ex2 table ex2_h200.fbsfu (measured), rcp correct (UNMEASURED)", 0) == 0);
+  const std::string verbose = line_starting(run(replay + " --verbose").out, "SFU model: ");
+  CHECK(verbose.find("emu/tables/ex2_h200.fbsfu") != std::string::npos);
+  CHECK(verbose.find("measured on hardware") != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(run(replay + " --json").out);
+  CHECK(j["sfu"].get<std::string>().find("emu/tables/ex2_h200.fbsfu") != std::string::npos);
+  CHECK("SFU model: " + j["sfu_summary"].get<std::string>() == line.substr(0, line.find("  [warning")));
+  // The default (correct) SFU models: one short line too, saying they are unmeasured.
+  const std::string correct = line_starting(run("replay " + trace).out, "SFU model: ");
+  CHECK(correct.rfind("SFU model: ex2 correct (UNMEASURED), rcp correct (UNMEASURED)", 0) == 0);
+  CHECK(correct.size() <= 160);
+}
+
+TEST_CASE("issue 34: the help states which tensor-core models were validated on hardware") {
+  for (const std::string args : {"--help", "dot --help"}) {
+    CAPTURE(args);
+    const Run r = run(args);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("not yet validated") == std::string::npos);
+    CHECK(r.out.find("sm90 forms validated on an H200") != std::string::npos);
+  }
+}
