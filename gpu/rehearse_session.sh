@@ -76,9 +76,10 @@ echo "sfu: $exact of 3 converted tables give the stand-in's outputs on their dom
 [ "$rc" = 0 ] && [ "$exact" = 3 ] || { cat "$sfu/check.txt"; fail=1; }
 printf '{"name": "rehearsal SFU tables", "sfu": {%s}}\n' "$recipe" > "$sfu/recipe.json"
 trace=$tmp/imported/torch/torch_bf16_sink_d64.safetensors
-"$build/tools/flashbits" replay "$trace" --recipe "$sfu/recipe.json" > "$sfu/replay_tables.txt" 2>&1
+# --verbose: the full SFU descriptions (paths, provenance), which the checks below read.
+"$build/tools/flashbits" replay "$trace" --recipe "$sfu/recipe.json" --verbose > "$sfu/replay_tables.txt" 2>&1
 rc_tables=$?
-"$build/tools/flashbits" replay "$trace" --sfu hw-sm90 > "$sfu/replay_stand_in.txt" 2>&1
+"$build/tools/flashbits" replay "$trace" --sfu hw-sm90 --verbose > "$sfu/replay_stand_in.txt" 2>&1
 rc_stand_in=$?
 loaded=$(grep -cE '^SFU model: ex2: table [^ ]*ex2\.fbsfu .*; rcp: table [^ ]*rcp\.fbsfu .*; lg2: table [^ ]*lg2\.fbsfu ' "$sfu/replay_tables.txt")
 posing=$(grep '^SFU model: ' "$sfu/replay_tables.txt" | grep -c ', measured on hardware')
