@@ -552,7 +552,8 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   const Run e = run("demo --trace " + emulated);
   REQUIRE(e.code == 0);
   CHECK(e.out.find("EMULATED trace") != std::string::npos);
-  CHECK(e.out.find("fa-bf16acc is biased on this trace") != std::string::npos);
+  CHECK(e.out.find("fa-bf16acc: adds bias on this trace") != std::string::npos);
+  CHECK(e.out.find("intervals above are optimistic") != std::string::npos);
 }
 
 TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess over the correctly rounded reference") {
