@@ -601,6 +601,30 @@ TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess ove
   CHECK(text.out.find("verdict (from the excess over the correctly rounded reference)") != std::string::npos);
 }
 
+TEST_CASE("issue 34: the reproducers of a misleading verdict") {
+  // Direction: fa-bf16acc+dynmax with its storage in fp32 keeps O (and delta's input) in fp32;
+  // its floor is fp32's, not bf16's -0.03 ulp in delta, and it is never said to add bias.
+  const std::string fp32 = std::string(FLASHBITS_SOURCE_DIR) + "/docs/recipes/fp32-storage.json";
+  const int trials = sanitizer_scale() ? 8 : 64;
+  const Run stored = run("bias-test --model fa-bf16acc+dynmax --recipe " + fp32 +
+                         " --scenario sink --seqlen 96 --seed 7 --json --trials " + std::to_string(trials));
+  CHECK(stored.code == 0);
+  const auto js = nlohmann::json::parse(stored.out);
+  CHECK(std::fabs(js["correctly_rounded"]["delta"]["mean_ulps"].get<double>()) < 1e-5);
+  CHECK(js["verdict"] != "adds bias");
+  // Power: two trials never give a verdict, even when they happen to agree (t = inf).
+  const Run two = run("bias-test --model fa2-sm80 --trials 2 --seqlen 32 --headdim 16 --seed 34");
+  CHECK(two.code == 4);
+  CHECK(two.out.find("verdict (from the excess over the correctly rounded reference): inconclusive") !=
+        std::string::npos);
+  // FA4's fp8 forward before flash-attention#2717: expressible, with one warning line.
+  const Run fa4 = run("bias-test --model fa4-fp8-sm100+lazy-rescale:4 --scenario random --seqlen 256 --trials 2");
+  CHECK(fa4.code == 4);
+  CHECK(fa4.err.find("warning: fa4-fp8-sm100+lazy-rescale:4: ") == 0);
+  CHECK(fa4.err.find("saturates") != std::string::npos);
+  CHECK(fa4.out.find("input quantisation") != std::string::npos);
+}
+
 TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and JSON; the verdict from the excess") {
   const std::string csv = (scratch() / "three.csv").string();
   const std::string grid =
