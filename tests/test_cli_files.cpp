@@ -178,11 +178,14 @@ TEST_CASE("issue 34: a path or metadata string that is not UTF-8 is escaped in -
 
   // Error lines show such bytes escaped, never raw: a missing path, an unknown subcommand, a
   // probe-check error (printed by its own reader), a control character in an echoed word.
-  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& args_needle : std::vector<std::pair<std::string, std::string>>{
            {"replay '" + (scratch() / "missing\xff.safetensors").string() + "'", "missing\\xff.safetensors"},
            {"'swe\xff'", "unknown subcommand 'swe\\xff'"},
            {"probe-check '" + (scratch() / "missing\xfe.fbp").string() + "'", "missing\\xfe.fbp"},
            {"op add fp32 rne '0x3f80\x1b[31m' 0x3f800000", "0x3f80\\x1b[31m"}}) {
+    // Plain names: doctest's CAPTURE cannot take a structured binding under clang 14.
+    const std::string& args = args_needle.first;
+    const std::string& needle = args_needle.second;
     CAPTURE(args);
     const Run e = run(args);
     CHECK(e.code == 2);
