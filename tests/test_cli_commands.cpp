@@ -1102,7 +1102,7 @@ TEST_CASE("reports print an underflowed p-value as <1e-300, never p=0") {
   const Run demo = run("demo --trace " + example.string());
   CHECK(demo.out.find("p=0 ") == std::string::npos);
   CHECK(demo.out.find("p=0\n") == std::string::npos);
-  CHECK(demo.out.find("fa-bf16acc is biased on this trace") != std::string::npos);
+  CHECK(demo.out.find("fa-bf16acc: adds bias on this trace") != std::string::npos);
 }
 
 // ---- issue 21, second batch ----------------------------------------------------------
