@@ -225,10 +225,8 @@ double mean_of(const std::vector<double>& v) {
 }
 
 BiasStatistics ErrorMoments::statistics(long long n, double alpha) const {
-  const double m = mean(n);
-  const double stddev = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * m) / static_cast<double>(n - 1)) : 0.0;
-  return summarize_moments(static_cast<std::size_t>(n), m, stddev, static_cast<std::size_t>(pos),
-                           static_cast<std::size_t>(neg), alpha);
+  return summarize_sums(static_cast<std::size_t>(std::max(n, 0LL)), sum, sumsq, static_cast<std::size_t>(pos),
+                        static_cast<std::size_t>(neg), alpha);
 }
 
 }  // namespace fb::attn

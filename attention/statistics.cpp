@@ -138,6 +138,13 @@ BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std:
   return s;
 }
 
+BiasStatistics summarize_sums(std::size_t n, double sum, double sumsq, std::size_t positives, std::size_t negatives,
+                              double alpha) {
+  const double mean = n ? sum / static_cast<double>(n) : 0.0;
+  const double stddev = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
+  return summarize_moments(n, mean, stddev, positives, negatives, alpha);
+}
+
 BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
   const std::size_t n = errors.size();
   if (n == 0) return summarize_moments(0, 0.0, 0.0, 0, 0, alpha);

@@ -43,6 +43,9 @@ std::string p_value_text(double p);
 // sign counts): used where only sufficient statistics survive, e.g. merged sweep shards.
 BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std::size_t positives,
                                  std::size_t negatives, double alpha = 1e-3);
+// The same from the sums (n, Σx, Σx²): the variance is Σx² - n·mean² (clamped at 0).
+BiasStatistics summarize_sums(std::size_t n, double sum, double sumsq, std::size_t positives, std::size_t negatives,
+                              double alpha = 1e-3);
 
 // ---- aggregators -----------------------------------------------------------------------
 // ulp of format f at x: the spacing of f's grid at |x| (the subnormal spacing below the

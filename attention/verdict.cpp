@@ -114,19 +114,9 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero) {
 
 // Student-t statistics of Z from the sums: Z = s(K - F) when the signs agree, else s(K + F).
 BiasStatistics distance_from_moments(const FloorMoments& m, double s_k, double s_f, double alpha) {
-  if (m.n == 0) return summarize_moments(0, 0, 0, 0, 0, alpha);
-  const double n = static_cast<double>(m.n);
-  const double mean = (s_k * m.sum_k - s_f * m.sum_f) / n;
   // Σ(K + F)² = 2ΣK² + 2ΣF² - Σ(K - F)²: sums of like-signed terms, no cancellation.
   const double sumsq = s_k == s_f ? m.sumsq_x : 2.0 * m.sumsq_k + 2.0 * m.sumsq_f - m.sumsq_x;
-  const double sd = m.n > 1 ? std::sqrt(std::max(0.0, sumsq - n * mean * mean) / (n - 1.0)) : 0.0;
-  return summarize_moments(m.n, mean, sd, 0, 0, alpha);
-}
-
-BiasStatistics from_sums(std::size_t n, double sum, double sumsq, std::size_t pos, std::size_t neg, double alpha) {
-  const double mean = n ? sum / static_cast<double>(n) : 0.0;
-  const double sd = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
-  return summarize_moments(n, mean, sd, pos, neg, alpha);
+  return summarize_sums(m.n, s_k * m.sum_k - s_f * m.sum_f, sumsq, 0, 0, alpha);
 }
 
 }  // namespace
@@ -134,9 +124,9 @@ BiasStatistics from_sums(std::size_t n, double sum, double sumsq, std::size_t po
 FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake) {
   FloorComparison c;
   c.at_stake = at_stake;
-  c.kernel = from_sums(m.n, m.sum_k, m.sumsq_k, 0, 0, alpha);
-  c.floor = from_sums(m.n, m.sum_f, m.sumsq_f, 0, 0, alpha);
-  c.excess = from_sums(m.n, m.sum_x, m.sumsq_x, m.x_positives, m.x_negatives, alpha);
+  c.kernel = summarize_sums(m.n, m.sum_k, m.sumsq_k, 0, 0, alpha);
+  c.floor = summarize_sums(m.n, m.sum_f, m.sumsq_f, 0, 0, alpha);
+  c.excess = summarize_sums(m.n, m.sum_x, m.sumsq_x, m.x_positives, m.x_negatives, alpha);
   const double s_k = sign_of(c.kernel.mean);
   const double s_f = c.floor.mean == 0.0 ? s_k : sign_of(c.floor.mean);
   c.distance = distance_from_moments(m, s_k, s_f, alpha);

@@ -12,8 +12,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -22,16 +20,13 @@
 #include "attention/kernel_models.hpp"
 #include "attention/measure.hpp"
 #include "emu/ops.hpp"
+#include "tests/test_scale.hpp"
 
 using namespace fb;
 using namespace fb::attn;
+using fb_test::sanitizer_scale;
 
 namespace {
-
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s && std::strcmp(s, "sanitizer") == 0;
-}
 
 BiasRun model_run(const ModelHandle& model, const std::string& scenario, int trials, int seqlen, int headdim,
                   std::uint64_t seed) {

@@ -347,6 +347,18 @@ double alpha_or_throw(double alpha, std::string_view option) {
 namespace {
 std::string errno_text(int err) { return std::strerror(err); }
 
+// The file an output path writes: through a symbolic link, the file it names (the link is
+// kept and its target replaced), else the path itself.
+std::filesystem::path output_target(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path target = path;
+  if (std::filesystem::is_symlink(target, ec)) {
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(target, ec);
+    if (!ec) target = resolved;
+  }
+  return target;
+}
+
 // Writes all of `content` to `fd`; false with errno set on failure.
 bool write_all(int fd, std::string_view content) {
   std::size_t done = 0;
@@ -370,13 +382,7 @@ void write_output_file(const std::string& path, std::string_view content, std::s
   const std::string prefix = path + ": cannot write " + std::string(what) + ": ";
   if (path.empty()) throw InputError(std::string(what) + ": the output path is empty");
   namespace fs = std::filesystem;
-  std::error_code ec;
-  // Through a symbolic link: replace the file it names, not the link.
-  fs::path target = path;
-  if (fs::is_symlink(target, ec)) {
-    const fs::path resolved = fs::weakly_canonical(target, ec);
-    if (!ec) target = resolved;
-  }
+  const fs::path target = output_target(path);
   struct stat st {};
   const bool exists = ::stat(target.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw InputError(prefix + "is a directory");
@@ -460,13 +466,8 @@ void check_output_path(std::string_view option, const std::string& path, bool st
     if (stdout_allowed) return;
     throw InputError(prefix + "standard output is not supported here; give a file path (./- for a file named -)");
   }
-  std::error_code ec;
   // Through a symbolic link: the file it names is replaced (write_output_file), in its directory.
-  fs::path target = path;
-  if (fs::is_symlink(target, ec)) {
-    const fs::path resolved = fs::weakly_canonical(target, ec);
-    if (!ec) target = resolved;
-  }
+  const fs::path target = output_target(path);
   struct stat st {};
   if (::stat(target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw InputError(prefix + "is a directory, expected a file path");

@@ -109,12 +109,11 @@ Derived derive(const SweepRow& r, double alpha) {
   // floor, its direction, and whether the trials could have seen the default bias at stake.
   const attn::FloorComparison co =
       attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, attn::kDefaultAtStakeUlps);
-  x.outcome = co.verdict;
-  if (r.d.sum != 0 || r.d.sumsq != 0 || r.cr_d.sumsq != 0) {
-    const attn::FloorComparison cd =
-        attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, attn::kDefaultAtStakeUlps);
-    x.outcome = attn::combine(x.outcome, cd.verdict);
-  }
+  // A row without a backward has delta sums of 0 (an identically zero excess: no detectable
+  // bias), which leaves O's verdict as it is.
+  const attn::FloorComparison cd =
+      attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, attn::kDefaultAtStakeUlps);
+  x.outcome = attn::combine(co.verdict, cd.verdict);
   x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
   x.verdict_from = r.paired() ? "paired" : "excess";
   return x;
