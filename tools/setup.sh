@@ -6,7 +6,8 @@ if [ "$(id -u)" = 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq cmake ninja-build g++ clang clang-format libclang-rt-dev libboost-dev libmpfr-dev libgmp-dev zlib1g-dev doctest-dev \
-    libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest >/dev/null
+    libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest \
+    python3-torch libopenblas0-pthread fortunes >/dev/null
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 # The Python module (python/, build/python) is built too wherever CMake configured it

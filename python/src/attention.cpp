@@ -294,6 +294,19 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
   return d;
 }
 
+// What flashbits.torch needs before it converts a tensor: the format the model reads its
+// inputs in (and dO), the format of its outputs, and whether it has a backward.
+pyb::dict model_formats(const std::string& name, const std::string& dtype_name, const std::string& recipe,
+                        const std::string& sfu) {
+  const attn::ModelHandle model = model_or_throw(name, parse_fmt(dtype_name, "dtype"), recipe, sfu);
+  pyb::dict d;
+  d["model"] = model.name;
+  d["input"] = std::string(model.recipe->input.name);
+  d["output"] = std::string(model.recipe->output.name);
+  d["backward"] = model.recipe->structure == attn::Structure::correctly_rounded || model.recipe->backward_modelled;
+  return d;
+}
+
 pyb::list models() {
   pyb::list l;
   for (const attn::KernelModelDescription& m : attn::describe_kernel_models()) {
@@ -314,6 +327,7 @@ void register_attention(pyb::module_& m) {
         "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a);
   m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a);
   m.def("_check_attention_size", &check_size, "q_shape"_a);
+  m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a);
   m.def("models", &models);
   m.def("scenario_names", &attn::scenario_names);
 }

@@ -38,3 +38,15 @@ def test_readme_import_command_works():
     p = subprocess.run([sys.executable, "-c", cmd], env=dict(os.environ, PYTHONPATH=BUILD_PYTHON), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[16043]", p.stdout + p.stderr
+
+
+def test_readme_training_example_runs_as_written(tmp_path):
+    section = readme_section("Training")
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, "the Training section has one python block"
+    script = tmp_path / "training_example.py"
+    script.write_text(blocks[0])
+    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=BUILD_PYTHON),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == "torch.float32 torch.Size([2, 4, 64, 32])"

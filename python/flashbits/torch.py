@@ -1,0 +1,246 @@
+"""flashbits.torch: a flashbits kernel model as a PyTorch attention op (README "Training").
+
+``scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
+scale=None, *, model, ...)`` has the call shape of
+``torch.nn.functional.scaled_dot_product_attention``, so a model swaps one call. It is a
+``torch.autograd.Function``: the forward runs the kernel model (``flashbits.attention``) and
+keeps what the kernel keeps for its backward (the rounded inputs, O and LSE); the backward
+runs the model's own backward. For every model, O, dQ, dK and dV are bit for bit what
+``flashbits.attention(q, k, v, model, do=dO)`` returns for the same rounded inputs.
+
+Rounding: each of q, k, v (and the incoming gradient dO) is rounded ONCE, round to nearest
+even, from the caller's values to the model's input format (bf16 unless the model names
+another, or fp16 for float16 tensors; ``dtype=`` overrides) by flashbits' own rounding, never
+through an intermediate type. A tensor already in that format (bf16 or fp16, contiguous) is
+read in place, without a copy. Outputs are rounded once into the caller's dtype (exact
+whenever the model's output format fits in it, as bf16 into float32 does); gradients come back
+in the dtype of the input they belong to.
+
+Models: every name of ``flashbits.models()`` with its variants (``fa-bf16acc+dynmax``), a
+``recipe`` file, an ``sfu`` set; ``correctly-rounded`` (exact attention rounded once per
+output); ``exact`` (the exact reference, inputs rounded once to ``dtype``, default fp32,
+outputs fp64 rounded once to the caller's dtype: smooth, for finite-difference checks); and
+two controls that are NOT emulations of any kernel: ``fp32`` and ``fp64``, PyTorch's own math
+attention (softmax(q kᵀ·scale) v) in that precision with PyTorch's autograd.
+
+Supported: CPU tensors of any floating dtype, shapes [L, E], [H, L, E] or [B, H, L, E]; k and
+v with fewer heads than q dividing them (grouped-query attention: query head h reads kv head
+h // (Hq/Hk)); ``is_causal`` (the mask aligned top-left, query i sees keys 0..i); ``scale``
+(default 1/sqrt(E)). Refused with a ValueError naming the argument, never a silent fallback:
+an ``attn_mask``, ``dropout_p`` other than 0, tensors not on the CPU, key lengths other than
+the query length (the kernel models are self-attention only), a value head dim other than
+the query's, a model without a backward when a gradient is needed. The GIL is released while
+the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x: only public APIs.
+"""
+from __future__ import annotations
+
+import math as _math
+import os as _os
+
+import numpy as _np
+import torch as _torch
+
+from . import _core
+from . import attention as _attention
+from . import exact_attention as _exact_attention
+from . import round as _round
+
+__all__ = ["scaled_dot_product_attention", "CONTROL_MODELS", "model_formats"]
+
+# Not emulations: PyTorch's math attention in this precision (the training experiment's control).
+CONTROL_MODELS = {"fp32": _torch.float32, "fp64": _torch.float64}
+_EXACT = "exact"
+
+_TORCH_FORMAT = {_torch.bfloat16: "bf16", _torch.float16: "fp16", _torch.float32: "fp32"}
+_NUMPY_BITS = {"bf16": _np.uint16, "fp16": _np.uint16}
+_TORCH_BITS_VIEW = {_torch.bfloat16: _torch.int16, _torch.float16: _torch.int16}
+
+
+def model_formats(model: str, dtype: str = "bf16", recipe: str | None = None, sfu: str = "model") -> dict:
+    """The canonical name of ``model`` (with ``dtype``, ``recipe``, ``sfu``), the format it
+    reads its inputs in (``input``), the format of its outputs (``output``) and whether it
+    has a backward (``backward``). ValueError for an unknown model, recipe or SFU set."""
+    return _core._model_formats(model, dtype, "" if recipe is None else _os.fspath(recipe), sfu)
+
+
+def _check_tensor(name: str, t) -> None:
+    if not isinstance(t, _torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: a tensor on device '{t.device}'; flashbits.torch computes on the CPU "
+                         f"(pass {name}.cpu())")
+    if not t.is_floating_point():
+        raise ValueError(f"{name}: dtype {t.dtype} is not a floating-point dtype")
+    if not 2 <= t.dim() <= 4:
+        raise ValueError(f"{name}: expected [L, E], [H, L, E] or [B, H, L, E], got shape {tuple(t.shape)}")
+
+
+def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, model):
+    if not isinstance(model, str):
+        raise TypeError(f"model: expected a model name (str), got {type(model).__name__}")
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        _check_tensor(name, t)
+    if attn_mask is not None:
+        raise ValueError("attn_mask: a general mask is not modelled by the kernel models; "
+                         "use is_causal=True for the causal mask, or attn_mask=None")
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or dropout_p != 0:
+        raise ValueError(f"dropout_p: {dropout_p!r}; the kernel models have no dropout (give 0.0)")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal: expected True or False, got {type(is_causal).__name__}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"scale: expected a number or None, got {type(scale).__name__}")
+        if not (_math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale: {scale!r} is not a finite positive number")
+    if k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(f"key, value: expected the rank of query ({q.dim()}), got shapes {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
+    if k.shape != v.shape[:-1] + k.shape[-1:] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"key, value: expected one shape but the last axis, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    if v.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"value: head dim {v.shape[-1]} (key {k.shape[-1]}) differs from query's "
+                         f"{q.shape[-1]}; the kernel models need one head dim")
+    if k.shape[-2] != q.shape[-2]:
+        raise ValueError(f"key: length {k.shape[-2]} differs from query's {q.shape[-2]}; the kernel models "
+                         f"are self-attention only (key length = query length)")
+    if q.dim() == 4 and k.shape[0] != q.shape[0]:
+        raise ValueError(f"key: batch {k.shape[0]} differs from query's {q.shape[0]}")
+    if q.dim() >= 3:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hk < 1 or hq % hk:
+            raise ValueError(f"key: {hk} heads do not divide query's {hq} (grouped-query attention)")
+
+
+# ---- the controls: PyTorch's own math attention -----------------------------------------------
+def _math_attention(q, k, v, is_causal, scale, dtype):
+    """softmax(q kᵀ·scale) v computed by PyTorch in ``dtype``, kv heads repeated for GQA."""
+    qc, kc, vc = q.to(dtype), k.to(dtype), v.to(dtype)
+    if qc.dim() >= 3 and kc.shape[-3] != qc.shape[-3]:
+        group = qc.shape[-3] // kc.shape[-3]
+        kc = kc.repeat_interleave(group, dim=-3)
+        vc = vc.repeat_interleave(group, dim=-3)
+    s = _torch.matmul(qc, kc.transpose(-2, -1)) * scale
+    if is_causal:
+        n = s.shape[-1]
+        mask = _torch.ones(n, n, dtype=_torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    o = _torch.matmul(_torch.softmax(s, dim=-1), vc)
+    return o.to(q.dtype)
+
+
+# ---- rounding in and out ----------------------------------------------------------------------
+def _as_operand(t: _torch.Tensor, fmt: str) -> _np.ndarray:
+    """``t`` as an operand of ``fmt`` for flashbits.attention: its bit patterns read in place
+    when ``t`` already holds ``fmt`` contiguously (no copy), else its values rounded once
+    (round to nearest even) into ``fmt`` by flashbits, never through an intermediate type."""
+    t = t.detach()
+    if _TORCH_FORMAT.get(t.dtype) == fmt and fmt in _NUMPY_BITS:
+        return t.contiguous().view(_TORCH_BITS_VIEW[t.dtype]).numpy().view(_NUMPY_BITS[fmt])
+    if t.dtype == _torch.bfloat16:
+        t = t.float()  # numpy has no bfloat16; every bf16 value is exact in float32
+    a = t.contiguous().numpy()
+    if fmt == "fp32" and a.dtype == _np.float32:
+        return a
+    return _round(a, fmt).bits
+
+
+def _to_torch(values: _np.ndarray, dtype: _torch.dtype) -> _torch.Tensor:
+    """float64 values rounded once (RNE) into a torch dtype: exact when they fit."""
+    fmt = _TORCH_FORMAT.get(dtype)
+    if dtype == _torch.float64 or fmt is None:
+        return _torch.from_numpy(_np.ascontiguousarray(values)).to(dtype)
+    return _torch.from_numpy(_round(values, fmt).values).to(dtype)
+
+
+class _EmulatedAttention(_torch.autograd.Function):
+    """The kernel model's forward and backward (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, config):  # noqa: D401 - autograd's protocol
+        fmt = config["input"]
+        operands = tuple(_as_operand(t, fmt) for t in (q, k, v))
+        # Traced rows (for an observer) change no result: the engine records, it does not alter.
+        r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None)
+        config["forward_traces"] = r.traces
+        ctx.config = config
+        ctx.operands = operands
+        ctx.o, ctx.lse = r.o, r.lse  # what the kernel keeps for its backward
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
+        return _to_torch(r.o, q.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_o):
+        config = ctx.config
+        if not config["backward"]:
+            raise RuntimeError(f"flashbits.torch: model {config['model']} has no backward modelled")
+        d_o = _as_operand(grad_o, config["input"])
+        r = config["run"](*ctx.operands, d_o)
+        # The model's backward reads the forward's O and LSE; the engine recomputes them on
+        # the same rounded inputs, deterministically. Were they ever to differ, the gradients
+        # would belong to another forward: refuse rather than return them.
+        if not (_np.array_equal(r.o, ctx.o, equal_nan=True) and _np.array_equal(r.lse, ctx.lse, equal_nan=True)):
+            raise RuntimeError(f"flashbits.torch: model {config['model']}'s backward recomputed an O or LSE "
+                               f"that differs from its forward's")
+        grads = (_to_torch(r.dq, ctx.dtypes[0]), _to_torch(r.dk, ctx.dtypes[1]), _to_torch(r.dv, ctx.dtypes[2]))
+        if config.get("observe") is not None:
+            config["observe"]({"q": ctx.operands[0], "k": ctx.operands[1], "v": ctx.operands[2], "do": d_o,
+                               "format": config["input"], "model": config["model"], "result": r,
+                               "traces": config.get("forward_traces"), "scale": config["scale"],
+                               "causal": config["causal"]})
+        return grads + (None,)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *,
+                                 model: str, recipe=None, sfu: str | None = None, dtype: str | None = None,
+                                 seed: int = 0, threads: int | None = None, observe=None, trace=None):
+    """Attention as the flashbits kernel ``model`` computes it, differentiable (module
+    docstring). ``recipe``: a recipe file (``bias-test --recipe``); ``sfu``: an SFU set
+    (``correct``, ``hw-sm90``) replacing the model's own; ``dtype``: the input format of a
+    model that does not name its own (default bf16, fp16 for float16 query); ``seed``: the
+    stochastic-rounding stream of ``+o-sr`` models; ``threads``: worker threads (default 1;
+    results never depend on it).
+
+    ``observe`` (for measurements, as the training experiment takes them): a callable given,
+    after each backward, a dict with the rounded operands ``q k v do`` (arrays of ``format``),
+    ``model``, ``scale``, ``causal``, the backward run's ``result`` (a
+    ``flashbits.AttentionResult`` with o, lse, delta, dq, dk, dv) and ``traces``: with
+    ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
+    from the forward run (tracing never changes a result)."""
+    _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, model)
+    e = query.shape[-1]
+    scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
+    if model in CONTROL_MODELS:
+        if recipe is not None or sfu is not None:
+            raise ValueError(f"recipe, sfu: the control '{model}' is PyTorch's math attention; it takes neither")
+        return _math_attention(query, key, value, is_causal, scale, CONTROL_MODELS[model])
+    threads = 1 if threads is None else threads
+    if model == _EXACT:
+        if recipe is not None or sfu is not None:
+            raise ValueError("recipe, sfu: the exact reference takes neither")
+        fmt = dtype or "fp32"
+
+        def run(q, k, v, d_o, trace=None):
+            return _exact_attention(q, k, v, do=d_o, causal=is_causal, scale=scale, dtype=fmt)
+
+        config = {"model": _EXACT, "input": fmt, "backward": True, "run": run}
+    else:
+        if dtype is None:
+            dtype = "fp16" if query.dtype == _torch.float16 else "bf16"
+        recipe_path = None if recipe is None else _os.fspath(recipe)
+        sfu_set = "model" if sfu is None else sfu
+        formats = model_formats(model, dtype, recipe_path, sfu_set)
+
+        def run(q, k, v, d_o, trace=None):
+            return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe_path,
+                              dtype=formats["input"], seed=seed, threads=threads, sfu=sfu_set,
+                              trace=False if trace is None else trace)
+
+        config = {"model": formats["model"], "input": formats["input"], "backward": formats["backward"], "run": run}
+        if not config["backward"] and _torch.is_grad_enabled() and any(
+                t.requires_grad for t in (query, key, value)):
+            raise ValueError(f"model: {formats['model']} has no backward modelled; a gradient was asked for "
+                             f"(run it under torch.no_grad(), or pick a model with a backward)")
+    config.update({"scale": scale, "causal": is_causal, "observe": observe,
+                   "trace": None if model == _EXACT else trace})
+    return _EmulatedAttention.apply(query, key, value, config)

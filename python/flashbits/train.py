@@ -1,0 +1,1095 @@
+"""flashbits.train: does a kernel's rounding bias break training? (README "Training",
+docs/TRAINING.md).
+
+A small pre-LN GPT (nanoGPT's architecture, written here from its published description:
+token and learned position embeddings, blocks of LayerNorm -> causal self-attention ->
+residual and LayerNorm -> MLP(4x, GELU) -> residual, a final LayerNorm, the output head tied
+to the token embedding) is trained on character-level text. Chosen layers run their
+attention through a flashbits kernel model (``flashbits.torch``); the others run PyTorch's
+fp32 math attention.
+
+Fork design (as Qiu & Yao replayed batch indices): one shared checkpoint is trained in fp32
+up to ``--fork-step``; from it, every arm (a kernel model with its variants and recipe) trains
+``--steps`` more steps on the same batches in the same order for a given seed (the batch of
+step t depends on (seed, t) only). Each (arm, seed) is its own run directory and can be its
+own process (``--arm A --seed S``); ``merge`` joins them into ``summary.json``.
+
+Per step and arm: loss and gradient norm; for each emulated layer on a fixed sample of rows
+(batch entry 0, every head, ``--probe-rows`` rows): the tie rate (rows whose final max is
+reached by two or more keys after the kernel's rounding), the signed error of O and of
+delta = rowsum(dO*O) against the exact attention of the same rounded inputs, their running
+sums, and the largest singular values of W_Q and W_K. Weight snapshots give the deviation
+from the control arm and between two control seeds (Golden et al.'s measure).
+
+Command line: ``python3 -m flashbits.train --help``. Bad input is one line and exit 2;
+Ctrl-C writes a checkpoint and prints the command that resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+
+from . import attention as _attention
+from . import exact_attention as _exact_attention
+from . import round as _round
+from . import torch as _fbtorch
+
+CONTROL = "fp32"
+LOW_PRECISION = "bf16-autocast"  # the whole model trained under bf16 autocast (Golden's comparison)
+DEFAULT_CORPUS_DIR = "/usr/share/games/fortunes"
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit 2."""
+
+
+# ---- configuration ----------------------------------------------------------------------------
+@dataclasses.dataclass
+class ModelConfig:
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 64
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclasses.dataclass
+class StudyConfig:
+    """What every run of one study shares (config.json); arms and seeds are per run."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    corpus: str = DEFAULT_CORPUS_DIR
+    corpus_sha256: str = ""
+    batch_size: int = 16
+    fork_step: int = 500
+    steps: int = 2000
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    init_seed: int = 0
+    emulate_layers: tuple = (1,)
+    probe_rows: int = 16
+    probe_every: int = 1
+    probe_batch: str = "live"  # or "forced-ties" (forced_ties_batch)
+    snapshot_every: int = 500
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["emulate_layers"] = list(self.emulate_layers)
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> "StudyConfig":
+        d = dict(d)
+        d["model"] = ModelConfig(**d["model"])
+        d["emulate_layers"] = tuple(d["emulate_layers"])
+        return StudyConfig(**d)
+
+
+PRESETS = {
+    # The configuration of docs/TRAINING.md's runs.
+    "study": {},
+    # CI's smoke test: the whole driver in seconds.
+    "smoke": {"model": ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32), "batch_size": 4,
+              "fork_step": 10, "steps": 30, "probe_rows": 8, "snapshot_every": 10, "emulate_layers": (1,)},
+}
+
+
+# ---- the corpus -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Corpus:
+    text_sha256: str
+    vocab: str
+    train: torch.Tensor  # int64 token ids
+    val: torch.Tensor
+
+
+def _corpus_files(path: str) -> list:
+    if os.path.isdir(path):
+        # The fortunes package: text files; skip the .dat indexes and .u8 copies.
+        names = sorted(n for n in os.listdir(path)
+                       if not n.endswith((".dat", ".u8")) and os.path.isfile(os.path.join(path, n)))
+        if not names:
+            raise UsageError(f"corpus {path}: a directory with no text files")
+        return [os.path.join(path, n) for n in names]
+    if not os.path.exists(path):
+        hint = " (install Debian's fortunes package, or give --corpus FILE)" if path == DEFAULT_CORPUS_DIR else ""
+        raise UsageError(f"corpus {path}: no such file or directory{hint}")
+    return [path]
+
+
+def load_corpus(path: str, block_size: int, max_bytes: int = 256 << 20) -> Corpus:
+    """Character-level text: the UTF-8 text of ``path`` (a file, or every text file of a
+    directory in name order, joined by newlines), its sorted characters as the vocabulary,
+    the first 90% for training and the rest for validation. UsageError when it cannot be
+    read, is not UTF-8, or is too short for one training block in each part."""
+    parts = []
+    total = 0
+    for f in _corpus_files(path):
+        try:
+            with open(f, "rb") as fh:
+                raw = fh.read(max_bytes + 1 - total)
+        except OSError as e:
+            raise UsageError(f"corpus {f}: {e.strerror}") from None
+        total += len(raw)
+        if total > max_bytes:
+            raise UsageError(f"corpus {path}: larger than {max_bytes >> 20} MiB")
+        try:
+            parts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise UsageError(f"corpus {f}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    text = "\n".join(parts)
+    if not text.strip():
+        raise UsageError(f"corpus {path}: empty")
+    vocab = "".join(sorted(set(text)))
+    index = {c: i for i, c in enumerate(vocab)}
+    ids = torch.tensor([index[c] for c in text], dtype=torch.int64)
+    split = int(len(ids) * 0.9)
+    need = block_size + 2
+    if split < need or len(ids) - split < need:
+        raise UsageError(f"corpus {path}: {len(text)} characters; at least {10 * need} are needed for "
+                         f"block size {block_size} (90% train, 10% validation)")
+    return Corpus(hashlib.sha256(text.encode("utf-8")).hexdigest(), vocab, ids[:split], ids[split:])
+
+
+def batch_indices(stream: tuple, step: int, batch_size: int, n_tokens: int, block_size: int) -> np.ndarray:
+    """Start offsets of the batch of ``step`` in ``stream``: a function of (stream, step) only,
+    so every arm sees the same batches and a resumed run the same next ones."""
+    rng = np.random.default_rng(list(stream) + [step])
+    return rng.integers(0, n_tokens - block_size - 1, size=batch_size)
+
+
+def get_batch(data: torch.Tensor, offsets: np.ndarray, block_size: int):
+    x = torch.stack([data[i:i + block_size] for i in offsets])
+    y = torch.stack([data[i + 1:i + 1 + block_size] for i in offsets])
+    return x, y
+
+
+# ---- the model --------------------------------------------------------------------------------
+class CausalSelfAttention(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.c_attn = torch.nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = torch.nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.attention = None  # callable(q, k, v) -> o; set by the arm
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.cfg.n_head, self.cfg.head_dim).transpose(1, 2) for z in (q, k, v))
+        o = self.attention(q, k, v)
+        return self.c_proj(o.transpose(1, 2).contiguous().view(b, t, c))
+
+    def w_q_w_k(self):
+        c = self.cfg.n_embd
+        w = self.c_attn.weight
+        return w[:c], w[c:2 * c]
+
+
+class Block(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = torch.nn.LayerNorm(cfg.n_embd)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(cfg.n_embd, 4 * cfg.n_embd), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * cfg.n_embd, cfg.n_embd))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(torch.nn.Module):
+    """Pre-LN decoder-only transformer (nanoGPT's layout), dropout 0, weights N(0, 0.02) with
+    the residual projections scaled by 1/sqrt(2 n_layer), the head tied to the embedding."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = torch.nn.Embedding(vocab_size, cfg.n_embd)
+        self.wpe = torch.nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.blocks = torch.nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = torch.nn.LayerNorm(cfg.n_embd)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                torch.nn.init.zeros_(p)
+            elif p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * cfg.n_layer) if name.endswith(("c_proj.weight", "mlp.2.weight")) else 0.02
+                torch.nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        for block in self.blocks:
+            x = block(x)
+        logits = torch.nn.functional.linear(self.ln_f(x), self.wte.weight)
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+# ---- arms -------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Arm:
+    """An arm: ``fp32`` (the control: PyTorch's fp32 math attention everywhere),
+    ``bf16-autocast`` (the whole model under CPU bf16 autocast, attention included: low-
+    precision training as Golden et al. compare it), or a flashbits kernel model with its
+    variants, optionally followed by ``[recipe=FILE]`` or ``[STAGE=FORMAT,...]`` (a recipe
+    written for it: ``fa-bf16acc[o_buffer_format=e8m5]``)."""
+    name: str
+    model: str
+    recipe: dict | None = None
+    recipe_file: str | None = None
+
+    @property
+    def emulated(self) -> bool:
+        return self.model not in (CONTROL, LOW_PRECISION)
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.name)
+
+
+_ARM = re.compile(r"^([A-Za-z0-9_.:=,+-]+)(?:\[([^\]]*)\])?$")
+
+
+def parse_arm(spec: str) -> Arm:
+    m = _ARM.match(spec.strip())
+    if not m:
+        raise UsageError(f"arm '{spec}': expected MODEL[+VARIANT...] or MODEL[recipe=FILE] or MODEL[STAGE=FORMAT,...]")
+    model, options = m.group(1), m.group(2)
+    arm = Arm(spec.strip(), model)
+    if options is None:
+        return arm
+    if not arm.emulated:
+        raise UsageError(f"arm '{spec}': {model} is not a kernel model; it takes no recipe")
+    stages = {}
+    for item in filter(None, (s.strip() for s in options.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not value:
+            raise UsageError(f"arm '{spec}': '{item}': expected KEY=VALUE")
+        if key == "recipe":
+            arm.recipe_file = value
+        else:
+            stages[key] = value
+    if arm.recipe_file and stages:
+        raise UsageError(f"arm '{spec}': give a recipe file or stages, not both")
+    if stages:
+        arm.recipe = {"name": spec.strip(), "stages": stages}
+    return arm
+
+
+def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
+    """Resolve the arm's recipe and run its attention once on zeros of the study's shape, so
+    that an unknown model, a bad recipe or a shape the model cannot run is refused before
+    any training (UsageError with flashbits' message)."""
+    if not arm.emulated:
+        return arm
+    if arm.recipe is not None:
+        os.makedirs(recipe_dir, exist_ok=True)
+        arm.recipe_file = os.path.join(recipe_dir, arm.slug + ".json")
+        write_atomic(arm.recipe_file, json.dumps(arm.recipe, indent=1).encode())
+    shape = (1, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim)
+    z = torch.zeros(shape, requires_grad=True)
+    try:
+        _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)
+        o = _fbtorch.scaled_dot_product_attention(z, z, z, is_causal=True, model=arm.model, recipe=arm.recipe_file)
+        o.sum().backward()
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise UsageError(f"arm '{arm.name}': {e}") from None
+    return arm
+
+
+# ---- measurements of one emulated layer --------------------------------------------------------
+def sign_test_p(positives: int, negatives: int) -> float:
+    """Two-sided exact binomial sign test (ties dropped): P(|K - n/2| >= |k - n/2|), K~B(n, 1/2)."""
+    n = positives + negatives
+    if n == 0:
+        return 1.0
+    k = min(positives, negatives)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
+
+
+def row_is_tied(trace: dict) -> bool:
+    """The row's final max reached by two or more keys after the kernel's rounding: the tile
+    that first set the final running max saw its max more than once."""
+    tiles = trace["tiles"]
+    if not tiles:
+        return False
+    final = tiles[-1]["running_max"]
+    for tile in tiles:
+        if tile["running_max"] == final:
+            return tile["repeated_max"] > 0
+    return False
+
+
+def measure(q, k, v, d_o, fmt: str, scale: float, causal: bool, result, traces, rows: list) -> dict:
+    """Signed errors of O (mean over the rows' features) and delta (mean over the rows) of a
+    kernel run (``result``, with its backward) against the exact attention of the same
+    rounded inputs (batch entry 0), and the tie rate of the traced rows."""
+    exact = _exact_attention(q[:1], k[:1], v[:1], do=d_o[:1], causal=causal, scale=scale, dtype=fmt)
+    o_err = [np.mean(result.o[0, h, r] - exact.o[0, h, r]) for _, h, r in rows]
+    d_err = [result.delta[0, h, r] - exact.delta[0, h, r] for _, h, r in rows]
+    traces = traces or []
+    ties = sum(row_is_tied(t) for t in traces)
+    return {"o_error": float(np.mean(o_err)), "delta_error": float(np.mean(d_err)),
+            "tie_rate": ties / len(traces) if traces else float("nan")}
+
+
+def forced_ties_batch(rng: np.random.Generator, heads: int, n: int, d: int):
+    """A batch [1, heads, n, d] whose rows' max is reached by exactly two keys, as in Qiu &
+    Yao's failure (and flashbits' `sink` scenario, docs/DESIGN.md §7): every query row is
+    one bf16 vector u, keys 0 and 1 are one vector whose score lies in [7, 9], the other keys'
+    scores 8-20 below it (their P-bar only sets sticky bits); V and dO are N(-1, 1/16) in
+    half the features (the sink features) and N(0, 1) in the rest. Values rounded once to
+    bf16. Returns q, k, v, dO as float64 arrays."""
+    def bf16(x):
+        return _round(x[None], "bf16").values
+
+    u = bf16(rng.standard_normal((heads, 1, d)))[0]
+    scale = 1.0 / math.sqrt(d)
+    norm = (u * u).sum(-1, keepdims=True)
+    top = rng.uniform(7.0, 9.0, size=(heads, 1, 1))
+    k = u * (top - rng.uniform(8.0, 20.0, size=(heads, n, 1))) / (scale * norm)
+    k[:, 0] = k[:, 1] = (u * top / (scale * norm))[:, 0]
+    sink = np.arange(d) < d // 2
+    v = np.where(sink, rng.normal(-1.0, 0.25, (heads, n, d)), rng.standard_normal((heads, n, d)))
+    d_o = np.where(sink, rng.normal(-1.0, 0.25, (heads, n, d)), rng.standard_normal((heads, n, d)))
+    return bf16(np.repeat(u, n, axis=1)), bf16(k), bf16(v), bf16(d_o)
+
+
+def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, rows: list) -> dict:
+    """The arm's kernel measured on a fresh forced-ties batch of the layer's shape (seeded by
+    seed and step; training does not see it)."""
+    rng = np.random.default_rng([0x71E5, seed, step])
+    q, k, v, d_o = forced_ties_batch(rng, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim)
+    r = _attention(q, k, v, arm.model, do=d_o, causal=True, recipe=arm.recipe_file, threads=1, trace=rows)
+    return measure(q, k, v, d_o, "bf16", 1.0 / math.sqrt(cfg.model.head_dim), True, r, r.traces, rows)
+
+
+class LayerProbe:
+    """The mechanism metrics of one emulated layer (module docstring), filled by the
+    attention op's observer after each backward on probe steps."""
+
+    def __init__(self, rows: list):
+        self.rows = rows  # (batch 0, head, row) triples
+        self.pending = None
+
+    def observe(self, seen: dict) -> None:
+        self.pending = measure(seen["q"], seen["k"], seen["v"], seen["do"], seen["format"], seen["scale"],
+                               seen["causal"], seen["result"], seen["traces"], self.rows)
+
+
+def probe_rows(cfg: StudyConfig) -> list:
+    n = cfg.model.block_size
+    rows = np.linspace(n // 4, n - 1, num=max(1, cfg.probe_rows // cfg.model.n_head)).round().astype(int)
+    return [(0, h, int(r)) for h in range(cfg.model.n_head) for r in sorted(set(rows.tolist()))]
+
+
+def spectral_norm(w: torch.Tensor) -> float:
+    return float(torch.linalg.svdvals(w.detach().double())[0])
+
+
+# ---- files ------------------------------------------------------------------------------------
+def write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def save_atomic(obj, path: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, what: str) -> dict:
+    try:
+        ck = torch.load(path, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a corrupt file
+        raise UsageError(f"checkpoint {path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+                         f"; remove it to start {what} again") from None
+    if not isinstance(ck, dict) or "config" not in ck or "model" not in ck:
+        raise UsageError(f"checkpoint {path}: not a flashbits.train checkpoint")
+    return ck
+
+
+def check_same_config(path: str, found: dict, expected: dict) -> None:
+    for key in sorted(set(found) | set(expected)):
+        if found.get(key) != expected.get(key):
+            raise UsageError(f"{path}: written for another configuration ({key}: {found.get(key)!r} there, "
+                             f"{expected.get(key)!r} now); use another --out or the same options")
+
+
+# ---- training ---------------------------------------------------------------------------------
+class Progress:
+    """One status line with the step rate and ETA (rewritten in place on a terminal)."""
+
+    def __init__(self, label: str, total: int, quiet: bool):
+        self.label, self.total, self.quiet = label, total, quiet
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def update(self, done: int, loss: float) -> None:
+        now = time.monotonic()
+        if self.quiet or (now - self.last < (0.5 if self.tty else 30.0) and done < self.total):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else float("inf")
+        width = 24
+        filled = int(width * done / max(self.total, 1))
+        line = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
+                f"loss {loss:.4f} {rate:.2f} steps/s ETA {eta:.0f}s")
+        sys.stderr.write(("\r" + line) if self.tty else line + "\n")
+        if self.tty and done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe | None):
+    def control(q, k, v):
+        return _fbtorch.scaled_dot_product_attention(q, k, v, is_causal=True, model=CONTROL)
+
+    if arm_model in (CONTROL, LOW_PRECISION):
+        return control
+
+    def emulated(q, k, v):
+        observe = probe.observe if probe is not None and probe.active else None
+        return _fbtorch.scaled_dot_product_attention(q, k, v, is_causal=True, model=arm_model, recipe=recipe_file,
+                                                     threads=threads, observe=observe,
+                                                     trace=probe.rows if observe else None)
+    return emulated
+
+
+def build_model(cfg: StudyConfig, vocab: int) -> GPT:
+    torch.manual_seed(cfg.init_seed)
+    return GPT(cfg.model, vocab)
+
+
+def make_optimizer(model: GPT, cfg: StudyConfig):
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                             weight_decay=cfg.weight_decay)
+
+
+def train_step(model, optimizer, x, y, cfg: StudyConfig, autocast: bool):
+    optimizer.zero_grad(set_to_none=True)
+    if autocast:
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = model(x, y)
+    else:
+        loss = model(x, y)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+    optimizer.step()
+    return float(loss.detach()), float(grad_norm)
+
+
+def weights_digest(model: GPT) -> str:
+    h = hashlib.sha256()
+    for name, p in model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def fork_checkpoint(out: str, cfg: StudyConfig, corpus: Corpus, quiet: bool) -> str:
+    """The shared fp32 checkpoint at --fork-step (trained here unless it exists; every process
+    computes the same bytes, so concurrent array jobs may race harmlessly)."""
+    path = os.path.join(out, "fork.pt")
+    if os.path.exists(path):
+        ck = load_checkpoint(path, "the fork")
+        check_same_config(path, ck["config"], cfg.to_json())
+        return path
+    model = build_model(cfg, len(corpus.vocab))
+    for block in model.blocks:
+        block.attn.attention = attention_for(CONTROL, None, 1, None)
+    optimizer = make_optimizer(model, cfg)
+    progress = Progress("fork (fp32)", cfg.fork_step, quiet)
+    for step in range(cfg.fork_step):
+        x, y = get_batch(corpus.train, batch_indices((0x5EED, cfg.init_seed), step, cfg.batch_size,
+                                                     len(corpus.train), cfg.model.block_size), cfg.model.block_size)
+        loss, _ = train_step(model, optimizer, x, y, cfg, autocast=False)
+        progress.update(step + 1, loss)
+    save_atomic({"config": cfg.to_json(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "step": cfg.fork_step}, path)
+    return path
+
+
+def run_dir(out: str, arm: Arm, seed: int) -> str:
+    return os.path.join(out, "runs", arm.slug, f"seed{seed}")
+
+
+CSV_FIELDS = ["step", "loss", "grad_norm"]
+
+
+def layer_fields(layer: int) -> list:
+    return [f"L{layer}_{n}" for n in ("tie_rate", "o_error", "delta_error", "o_error_sum", "delta_error_sum",
+                                      "wq_sigma", "wk_sigma")]
+
+
+def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, threads: int, quiet: bool,
+            stop_after: int | None = None) -> dict:
+    """Train one (arm, seed) from the fork, resuming from its checkpoint when there is one.
+    Ctrl-C, or ``stop_after`` steps done in this call, writes the checkpoint and raises
+    Interrupted (the run resumes from it bit for bit)."""
+    directory = run_dir(out, arm, seed)
+    os.makedirs(os.path.join(directory, "snapshots"), exist_ok=True)
+    ck_path = os.path.join(directory, "checkpoint.pt")
+    identity = {"study": cfg.to_json(), "arm": arm.name, "seed": seed}
+    model = build_model(cfg, len(corpus.vocab))
+    optimizer = make_optimizer(model, cfg)
+    if os.path.exists(ck_path):
+        ck = load_checkpoint(ck_path, "this run")
+        check_same_config(ck_path, ck["config"], identity)
+        rows, start = ck["rows"], ck["step"]
+        fork_info = ck["fork"]
+    else:
+        ck = load_checkpoint(fork_checkpoint(out, cfg, corpus, quiet), "the fork")
+        rows, start = [], 0
+        fork_info = None
+    model.load_state_dict(ck["model"])
+    optimizer.load_state_dict(ck["optimizer"])
+    if fork_info is None:
+        # The arms' common start: the fork's weights, and the loss of the first forked batch
+        # under the control's attention (every arm must agree on both, bit for bit).
+        for block in model.blocks:
+            block.attn.attention = attention_for(CONTROL, None, 1, None)
+        x, y = get_batch(corpus.train, batch_indices((seed,), 0, cfg.batch_size, len(corpus.train),
+                                                     cfg.model.block_size), cfg.model.block_size)
+        with torch.no_grad():
+            fork_info = {"weights_sha256": weights_digest(model), "loss": float(model(x, y))}
+    probes = {}
+    for i, block in enumerate(model.blocks):
+        emulate = arm.emulated and i in cfg.emulate_layers
+        probe = LayerProbe(probe_rows(cfg)) if emulate else None
+        if probe is not None:
+            probe.active = False
+            probes[i] = probe
+        block.attn.attention = attention_for(arm.model if emulate else CONTROL, arm.recipe_file, threads, probe)
+    sums = {i: (rows[-1][f"L{i}_o_error_sum"], rows[-1][f"L{i}_delta_error_sum"]) if rows else (0.0, 0.0)
+            for i in cfg.emulate_layers}
+    autocast = arm.model == LOW_PRECISION
+
+    def save(step):
+        save_atomic({"config": identity, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                     "step": step, "rows": rows, "fork": fork_info}, ck_path)
+
+    progress = Progress(f"{arm.name} seed {seed}", cfg.steps, quiet)
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    try:
+        for step in range(start, cfg.steps):
+            probing = step % cfg.probe_every == 0
+            for probe in probes.values():
+                probe.active = probing and cfg.probe_batch == "live"
+                probe.pending = None
+            x, y = get_batch(corpus.train, batch_indices((seed,), step, cfg.batch_size, len(corpus.train),
+                                                         cfg.model.block_size), cfg.model.block_size)
+            loss, grad_norm = train_step(model, optimizer, x, y, cfg, autocast)
+            row = {"step": cfg.fork_step + step + 1, "loss": loss, "grad_norm": grad_norm}
+            for i in cfg.emulate_layers:
+                wq, wk = model.blocks[i].attn.w_q_w_k()
+                p = probes[i].pending if i in probes else None
+                if i in probes and probing and cfg.probe_batch == "forced-ties":
+                    p = forced_ties_metrics(arm, cfg, seed, step, probes[i].rows)
+                o_sum, d_sum = sums[i]
+                if p is not None:
+                    o_sum, d_sum = o_sum + p["o_error"], d_sum + p["delta_error"]
+                    sums[i] = (o_sum, d_sum)
+                nan = float("nan")
+                row.update({f"L{i}_tie_rate": p["tie_rate"] if p else nan, f"L{i}_o_error": p["o_error"] if p else nan,
+                            f"L{i}_delta_error": p["delta_error"] if p else nan, f"L{i}_o_error_sum": o_sum,
+                            f"L{i}_delta_error_sum": d_sum, f"L{i}_wq_sigma": spectral_norm(wq),
+                            f"L{i}_wk_sigma": spectral_norm(wk)})
+            rows.append(row)
+            done = step + 1
+            if done % cfg.snapshot_every == 0 or done == cfg.steps:
+                save_atomic(model.state_dict(), os.path.join(directory, "snapshots", f"step{done}.pt"))
+                save(done)
+            progress.update(done, loss)
+            if stop_after is not None and done - start >= stop_after and done < cfg.steps:
+                interrupted.append(True)
+            if interrupted:
+                save(done)
+                raise Interrupted(ck_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    write_csv(os.path.join(directory, "steps.csv"), rows, cfg)
+    result = run_result(rows, cfg, fork_info)
+    result.update({"arm": arm.name, "seed": seed})
+    write_atomic(os.path.join(directory, "result.json"), json.dumps(result, indent=1).encode())
+    return result
+
+
+def _csv_value(v) -> str:
+    if isinstance(v, float):
+        return repr(v)  # round-trips the double exactly
+    return str(v)
+
+
+def write_csv(path: str, rows: list, cfg: StudyConfig) -> None:
+    fields = CSV_FIELDS + [f for i in cfg.emulate_layers for f in layer_fields(i)]
+    lines = [",".join(fields)] + [",".join(_csv_value(r.get(f, "")) for f in fields) for r in rows]
+    write_atomic(path, ("\n".join(lines) + "\n").encode())
+
+
+def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
+    losses = [r["loss"] for r in rows]
+    layers = {}
+    for i in cfg.emulate_layers:
+        errs = [r[f"L{i}_delta_error"] for r in rows if not math.isnan(r[f"L{i}_delta_error"])]
+        ties = [r[f"L{i}_tie_rate"] for r in rows if not math.isnan(r[f"L{i}_tie_rate"])]
+        layers[str(i)] = {
+            "delta_error_sum": rows[-1][f"L{i}_delta_error_sum"] if rows else 0.0,
+            "o_error_sum": rows[-1][f"L{i}_o_error_sum"] if rows else 0.0,
+            "delta_error_positive": sum(e > 0 for e in errs), "delta_error_negative": sum(e < 0 for e in errs),
+            "tie_rate": float(np.mean(ties)) if ties else None,
+            "wq_spectral_norm": rows[-1][f"L{i}_wq_sigma"] if rows else None,
+            "wk_spectral_norm": rows[-1][f"L{i}_wk_sigma"] if rows else None,
+        }
+    tail = losses[-50:]
+    return {"steps": len(rows), "fork": fork_info, "final_loss": float(np.mean(tail)) if tail else None,
+            "nan": any(math.isnan(x) for x in losses), "layers": layers}
+
+
+# ---- merging and verdicts ---------------------------------------------------------------------
+@dataclasses.dataclass
+class Thresholds:
+    divergence_nats: float = 0.5
+    divergence_window: int = 50
+    divergence_steps: int = 100
+    sign_p: float = 0.01
+    wq_ratio: float = 1.2
+
+
+def read_steps(path: str) -> list:
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+        out = []
+        for line in f:
+            vals = line.strip().split(",")
+            out.append({k: (int(v) if k == "step" else float(v)) for k, v in zip(header, vals)})
+    return out
+
+
+def moving_mean(xs: list, window: int) -> list:
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= window:
+            acc -= xs[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def diverged(arm_losses: list, control_losses: list, th: Thresholds) -> bool:
+    """A 50-step mean loss more than 0.5 nats above the control's, or NaN, for 100 or more
+    steps (the thresholds' defaults)."""
+    n = min(len(arm_losses), len(control_losses))
+    a = moving_mean(arm_losses[:n], th.divergence_window)
+    c = moving_mean(control_losses[:n], th.divergence_window)
+    bad = sum(1 for x, y in zip(a, c) if math.isnan(x) or x > y + th.divergence_nats)
+    return bad >= th.divergence_steps
+
+
+def weight_deviation(a: dict, b: dict) -> float:
+    """||A - B|| / ||B|| over every parameter (Frobenius), the relative weight deviation."""
+    num = sum(float(((a[k].double() - b[k].double()) ** 2).sum()) for k in b)
+    den = sum(float((b[k].double() ** 2).sum()) for k in b)
+    return math.sqrt(num / den) if den > 0 else float("nan")
+
+
+def merge(out: str, th: Thresholds) -> dict:
+    """Join every finished (arm, seed) run under ``out`` into summary.json, the plots and the
+    verdicts; the same file whether the runs came from one process or many."""
+    cfg_path = os.path.join(out, "config.json")
+    if not os.path.exists(cfg_path):
+        raise UsageError(f"{out}: no config.json (not a flashbits.train output directory)")
+    with open(cfg_path) as f:
+        cfg = StudyConfig.from_json(json.load(f)["study"])
+    runs = {}
+    runs_dir = os.path.join(out, "runs")
+    for slug in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
+        for sd in sorted(os.listdir(os.path.join(runs_dir, slug))):
+            res_path = os.path.join(runs_dir, slug, sd, "result.json")
+            if os.path.exists(res_path):
+                with open(res_path) as f:
+                    res = json.load(f)
+                res["rows"] = read_steps(os.path.join(runs_dir, slug, sd, "steps.csv"))
+                res["dir"] = os.path.join(runs_dir, slug, sd)
+                runs.setdefault(res["arm"], {})[res["seed"]] = res
+    if not runs:
+        raise UsageError(f"{out}: no finished runs to merge")
+    control = runs.get(CONTROL, {})
+    summary = {"config": cfg.to_json(), "control": CONTROL,
+               "thresholds": dataclasses.asdict(th), "arms": {}}
+    final_step = cfg.steps
+
+    def snapshot(res, step):
+        p = os.path.join(res["dir"], "snapshots", f"step{step}.pt")
+        return torch.load(p, map_location="cpu") if os.path.exists(p) else None
+
+    for name, seeds in sorted(runs.items()):
+        per_seed, div_votes, signs_pos, signs_neg, d_sums, ratios = {}, [], 0, 0, [], []
+        for seed, res in sorted(seeds.items()):
+            ctrl = control.get(seed)
+            losses = [r["loss"] for r in res["rows"]]
+            entry = {"final_loss": res["final_loss"], "nan": res["nan"], "steps": res["steps"], "fork": res["fork"],
+                     "layers": res["layers"]}
+            if ctrl is not None and name != CONTROL:
+                entry["diverged"] = diverged(losses, [r["loss"] for r in ctrl["rows"]], th)
+                div_votes.append(entry["diverged"])
+                a, b = snapshot(res, final_step), snapshot(ctrl, final_step)
+                entry["weight_deviation_from_control"] = weight_deviation(a, b) if a and b else None
+            elif name == CONTROL:
+                entry["diverged"] = res["nan"]
+                div_votes.append(res["nan"])
+            for layer, stats in res["layers"].items():
+                signs_pos += stats["delta_error_positive"]
+                signs_neg += stats["delta_error_negative"]
+                d_sums.append(stats["delta_error_sum"])
+                if ctrl is not None and ctrl["layers"].get(layer, {}).get("wq_spectral_norm"):
+                    ratio = stats["wq_spectral_norm"] / ctrl["layers"][layer]["wq_spectral_norm"]
+                    entry.setdefault("wq_spectral_norm_ratio", {})[layer] = ratio
+                    ratios.append(ratio)
+            per_seed[str(seed)] = entry
+        p = sign_test_p(signs_pos, signs_neg)
+        arm_diverged = sum(div_votes) * 2 > len(div_votes) if div_votes else False
+        wq_ratio = float(np.mean(ratios)) if ratios else None
+        measured = name not in (CONTROL, LOW_PRECISION)
+        if arm_diverged:
+            verdict = "diverged"
+        elif measured and (p < th.sign_p or (wq_ratio is not None and wq_ratio > th.wq_ratio)):
+            verdict = "mechanism present, no divergence"
+        else:
+            verdict = "no effect seen"
+        summary["arms"][name] = {
+            "final_loss": float(np.mean([s["final_loss"] for s in per_seed.values()])),
+            "diverged": arm_diverged,
+            "delta_error_sum": float(np.sum(d_sums)) if d_sums else None,
+            "delta_error_positive_steps": signs_pos, "delta_error_negative_steps": signs_neg,
+            "delta_error_sign_p": p if measured else None,
+            "wq_spectral_norm_ratio": wq_ratio,
+            "verdict": verdict,
+            "seeds": sorted(seeds),
+            "per_seed": per_seed,
+        }
+    summary["golden"] = golden_ratio(runs, final_step, snapshot)
+    write_atomic(os.path.join(out, "summary.json"), json.dumps(summary, indent=1, allow_nan=True).encode())
+    write_plots(out, runs, cfg)
+    print_verdicts(summary, th)
+    return summary
+
+
+def golden_ratio(runs: dict, step: int, snapshot) -> dict:
+    """Golden et al.'s comparison at the final step: each arm's weight deviation from the
+    control (same seed), beside the deviation between control seeds (same fork, other batch
+    order) and that of bf16 autocast training."""
+    control = runs.get(CONTROL, {})
+    seeds = sorted(control)
+    out = {"step": step, "seed_to_seed": None, "deviation": {}}
+    if len(seeds) >= 2:
+        a, b = snapshot(control[seeds[0]], step), snapshot(control[seeds[1]], step)
+        if a and b:
+            out["seed_to_seed"] = weight_deviation(a, b)
+    for name, seeds_runs in runs.items():
+        if name == CONTROL:
+            continue
+        devs = []
+        for seed, res in seeds_runs.items():
+            if seed in control:
+                a, b = snapshot(res, step), snapshot(control[seed], step)
+                if a and b:
+                    devs.append(weight_deviation(a, b))
+        if devs:
+            out["deviation"][name] = float(np.mean(devs))
+    low = out["deviation"].get(LOW_PRECISION)
+    out["ratio_to_low_precision"] = {n: (d / low if low else None) for n, d in out["deviation"].items()}
+    return out
+
+
+def print_verdicts(summary: dict, th: Thresholds) -> None:
+    print(f"verdicts (diverged: a {th.divergence_window}-step mean loss > {th.divergence_nats} nats above the "
+          f"control for >= {th.divergence_steps} steps in most seeds; mechanism: delta-error sign test p < "
+          f"{th.sign_p} or W_Q spectral norm > {th.wq_ratio}x the control)")
+    for name, a in summary["arms"].items():
+        p = a["delta_error_sign_p"]
+        ratio = a["wq_spectral_norm_ratio"]
+        print(f"  {name}: {a['verdict']} (final loss {a['final_loss']:.4f}; delta error sum "
+              f"{a['delta_error_sum'] if a['delta_error_sum'] is not None else float('nan'):+.3e}, "
+              f"{a['delta_error_positive_steps']}+/{a['delta_error_negative_steps']}-"
+              f"{'' if p is None else f', sign test p {p:.2g}'}"
+              f"{'' if ratio is None else f', W_Q norm {ratio:.3f}x control'})")
+    g = summary["golden"]
+    if g["seed_to_seed"] is not None:
+        print(f"  weight deviation at step {g['step']}: control seed to seed {g['seed_to_seed']:.3e}; "
+              + ", ".join(f"{n} {d:.3e}" for n, d in sorted(g["deviation"].items())))
+
+
+# ---- plots (SVG, no plotting library needed) ---------------------------------------------------
+_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf"]
+
+
+def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
+    """A line chart of ``series`` (name -> (xs, ys)); NaNs break a line."""
+    w, h, left, right, top, bottom = 760, 420, 70, 210, 30, 40
+    pts = [(x, y) for xs, ys in series.values() for x, y in zip(xs, ys) if math.isfinite(y)]
+    if not pts:
+        return
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    if x1 == x0:
+        x1 = x0 + 1
+    if y1 == y0:
+        y0, y1 = y0 - 1, y1 + 1
+
+    def sx(x):
+        return left + (x - x0) / (x1 - x0) * (w - left - right)
+
+    def sy(y):
+        return h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom)
+
+    esc = lambda s: s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+             f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
+             f'<text x="{left}" y="18" font-size="13">{esc(title)}</text>',
+             f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
+             f'<text x="{left}" y="{h - 8}">step {x0:g}</text>',
+             f'<text x="{w - right}" y="{h - 8}" text-anchor="end">{x1:g}</text>',
+             f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{y1:.4g}</text>',
+             f'<text x="{left - 4}" y="{h - bottom}" text-anchor="end">{y0:.4g}</text>',
+             f'<text x="12" y="{(top + h - bottom) / 2}" transform="rotate(-90 12 {(top + h - bottom) / 2})" '
+             f'text-anchor="middle">{esc(ylabel)}</text>']
+    for n, (name, (xs, ys)) in enumerate(series.items()):
+        colour = _COLOURS[n % len(_COLOURS)]
+        segment = []
+        for x, y in list(zip(xs, ys)) + [(None, float("nan"))]:
+            if x is not None and math.isfinite(y):
+                segment.append(f"{sx(x):.1f},{sy(y):.1f}")
+                continue
+            if segment:
+                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{" ".join(segment)}"/>')
+            segment = []
+        ly = top + 14 * n + 10
+        parts.append(f'<line x1="{w - right + 10}" y1="{ly - 4}" x2="{w - right + 30}" y2="{ly - 4}" '
+                     f'stroke="{colour}" stroke-width="2"/><text x="{w - right + 34}" y="{ly}">{esc(name)}</text>')
+    parts.append("</svg>")
+    write_atomic(path, "\n".join(parts).encode())
+
+
+def write_plots(out: str, runs: dict, cfg: StudyConfig) -> None:
+    plots = os.path.join(out, "plots")
+    os.makedirs(plots, exist_ok=True)
+    for seed in sorted({s for seeds in runs.values() for s in seeds}):
+        def series(column, smooth=1):
+            d = {}
+            for name, seeds in sorted(runs.items()):
+                if seed in seeds and seeds[seed]["rows"] and column in seeds[seed]["rows"][0]:
+                    rows = seeds[seed]["rows"]
+                    ys = [r[column] for r in rows]
+                    d[name] = ([r["step"] for r in rows], moving_mean(ys, smooth) if smooth > 1 else ys)
+            return d
+        svg_lines(os.path.join(plots, f"loss_seed{seed}.svg"), f"training loss, 50-step mean (seed {seed})",
+                  "loss (nats)", series("loss", 50))
+        for i in cfg.emulate_layers:
+            for column, label in (("delta_error_sum", "running sum of delta's signed error"),
+                                  ("o_error_sum", "running sum of O's signed error"),
+                                  ("wq_sigma", "largest singular value of W_Q"),
+                                  ("tie_rate", "tie rate (50-step mean)")):
+                svg_lines(os.path.join(plots, f"L{i}_{column}_seed{seed}.svg"), f"layer {i}: {label} (seed {seed})",
+                          label, series(f"L{i}_{column}", 50 if column == "tie_rate" else 1))
+
+
+# ---- command line -----------------------------------------------------------------------------
+def _int_list(text: str, name: str) -> tuple:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip() != "")
+    except ValueError:
+        raise UsageError(f"{name} {text}: expected comma-separated integers") from None
+    if not vals:
+        raise UsageError(f"{name}: empty")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m flashbits.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Example: python3 -m flashbits.train --preset smoke --out /tmp/fbtrain\n"
+                                       "Scale-out: one process per (arm, seed) with --arm A --seed S, then "
+                                       "`python3 -m flashbits.train merge --out DIR`.")
+    p.add_argument("command", nargs="?", default="run", choices=["run", "merge"],
+                   help="run (train the arms, then merge what is finished) or merge (only join finished runs)")
+    p.add_argument("--out", required=True, help="output directory (config.json, fork.pt, runs/, summary.json, plots/)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="study")
+    p.add_argument("--corpus", help=f"a UTF-8 text file or a directory of them (default {DEFAULT_CORPUS_DIR})")
+    p.add_argument("--arms", default="fp32,fa-bf16acc,fa-bf16acc+dynmax",
+                   help="comma-separated arms (fp32, bf16-autocast, MODEL[+VARIANT], MODEL[recipe=FILE], "
+                        "MODEL[STAGE=FORMAT;...]; inside [] separate stages with ';')")
+    p.add_argument("--arm", help="run only this arm (one process of a job array)")
+    p.add_argument("--seeds", default="0,1", help="comma-separated batch-order seeds")
+    p.add_argument("--seed", type=int, help="run only this seed")
+    for name, kind in (("n-layer", int), ("n-head", int), ("n-embd", int), ("block-size", int), ("batch-size", int),
+                       ("fork-step", int), ("steps", int), ("probe-rows", int), ("probe-every", int),
+                       ("snapshot-every", int), ("lr", float), ("beta1", float), ("beta2", float),
+                       ("weight-decay", float), ("clip", float), ("init-seed", int)):
+        p.add_argument(f"--{name}", type=kind)
+    p.add_argument("--probe-batch", choices=["live", "forced-ties"],
+                   help="what the mechanism metrics measure: the emulated layers' own rows (live, default) or, "
+                        "each probe step, the arm's kernel on a fresh forced-ties batch of the layer's shape")
+    p.add_argument("--emulate-layers", help="comma-separated layer indices (0-based) that run the emulated kernel")
+    p.add_argument("--threads", type=int, default=1, help="threads of torch and of the emulated kernel per process")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--stop-after", type=int, metavar="N",
+                   help="stop each run after N more steps as Ctrl-C does (checkpoint, exit 130; the same "
+                        "command resumes): for time-limited batch jobs")
+    th = Thresholds()
+    p.add_argument("--divergence-nats", type=float, default=th.divergence_nats)
+    p.add_argument("--divergence-steps", type=int, default=th.divergence_steps)
+    p.add_argument("--sign-p", type=float, default=th.sign_p)
+    p.add_argument("--wq-ratio", type=float, default=th.wq_ratio)
+    return p
+
+
+def study_config(args) -> StudyConfig:
+    preset = dict(PRESETS[args.preset])
+    cfg = StudyConfig(**preset)
+    m = dataclasses.asdict(cfg.model)
+    for key in ("n_layer", "n_head", "n_embd", "block_size"):
+        v = getattr(args, key)
+        if v is not None:
+            m[key] = v
+    cfg.model = ModelConfig(**m)
+    for key in ("batch_size", "fork_step", "steps", "probe_rows", "probe_every", "snapshot_every", "lr", "beta1",
+                "beta2", "weight_decay", "clip", "init_seed"):
+        v = getattr(args, key)
+        if v is not None:
+            setattr(cfg, key, v)
+    if args.probe_batch is not None:
+        cfg.probe_batch = args.probe_batch
+    if args.emulate_layers is not None:
+        cfg.emulate_layers = _int_list(args.emulate_layers, "--emulate-layers")
+    if args.corpus is not None:
+        cfg.corpus = os.path.abspath(args.corpus)
+    positive = {"--n-layer": cfg.model.n_layer, "--n-head": cfg.model.n_head, "--n-embd": cfg.model.n_embd,
+                "--block-size": cfg.model.block_size, "--batch-size": cfg.batch_size, "--steps": cfg.steps,
+                "--probe-rows": cfg.probe_rows, "--probe-every": cfg.probe_every,
+                "--snapshot-every": cfg.snapshot_every, "--threads": args.threads}
+    if args.stop_after is not None:
+        positive["--stop-after"] = args.stop_after
+    for name, v in positive.items():
+        if v < 1:
+            raise UsageError(f"{name} {v}: expected a positive integer")
+    if cfg.fork_step < 0:
+        raise UsageError(f"--fork-step {cfg.fork_step}: expected 0 or more")
+    if cfg.model.n_embd % cfg.model.n_head:
+        raise UsageError(f"--n-embd {cfg.model.n_embd}: not a multiple of --n-head {cfg.model.n_head}")
+    for layer in cfg.emulate_layers:
+        if not 0 <= layer < cfg.model.n_layer:
+            raise UsageError(f"--emulate-layers: layer {layer} outside 0..{cfg.model.n_layer - 1}")
+    for name, v in (("--lr", cfg.lr), ("--clip", cfg.clip)):
+        if not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{name} {v}: expected a finite positive number")
+    for name, v in (("--beta1", cfg.beta1), ("--beta2", cfg.beta2)):
+        if not 0 <= v < 1:
+            raise UsageError(f"{name} {v}: expected 0 <= beta < 1")
+    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise UsageError(f"--weight-decay {cfg.weight_decay}: expected a finite number >= 0")
+    return cfg
+
+
+def split_arms(text: str) -> list:
+    """Arms separated by commas outside brackets (a recipe's stages inside [] use ';' or ',')."""
+    arms, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            arms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    arms.append(cur)
+    return [a.strip().replace(";", ",") for a in arms if a.strip()]
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    th = Thresholds(divergence_nats=args.divergence_nats, divergence_steps=args.divergence_steps,
+                    sign_p=args.sign_p, wq_ratio=args.wq_ratio)
+    try:
+        if args.command == "merge":
+            merge(args.out, th)
+            return 0
+        cfg = study_config(args)
+        torch.set_num_threads(args.threads)
+        corpus = load_corpus(cfg.corpus, cfg.model.block_size)
+        cfg.corpus_sha256 = corpus.text_sha256
+        os.makedirs(args.out, exist_ok=True)
+        cfg_path = os.path.join(args.out, "config.json")
+        if os.path.exists(cfg_path):
+            try:
+                with open(cfg_path) as f:
+                    found = json.load(f)["study"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise UsageError(f"{cfg_path}: unreadable ({e})") from None
+            check_same_config(cfg_path, found, cfg.to_json())
+        else:
+            write_atomic(cfg_path, json.dumps({"study": cfg.to_json(), "vocab": corpus.vocab}, indent=1).encode())
+        arms = [parse_arm(a) for a in split_arms(args.arm if args.arm else args.arms)]
+        names = [a.name for a in arms]
+        if len(set(names)) != len(names):
+            raise UsageError(f"--arms: an arm named twice ({', '.join(names)})")
+        seeds = (args.seed,) if args.seed is not None else _int_list(args.seeds, "--seeds")
+        for s in seeds:
+            if not 0 <= s < 2 ** 32:
+                raise UsageError(f"seed {s}: expected 0..2^32-1")
+        arms = [validate_arm(a, cfg, os.path.join(args.out, "recipes")) for a in arms]
+        fork_checkpoint(args.out, cfg, corpus, args.quiet)
+        for arm in arms:
+            for seed in seeds:
+                run_arm(args.out, cfg, corpus, arm, seed, args.threads, args.quiet, args.stop_after)
+        merge(args.out, th)
+        return 0
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Interrupted as e:
+        again = " ".join(sys.argv[1:]) if argv is None else " ".join(argv)
+        print(f"\nstopped: checkpoint written to {e}; resume with: python3 -m flashbits.train {again}",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("\ninterrupted before training started; nothing to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+# flashbits.torch: the kernel models as a PyTorch autograd op (python/flashbits/torch.py).
+#
+# References: flashbits.attention with do= (the op must be that model, bit for bit: the
+# wiring), PyTorch's own float64 math attention and autograd (independent of flashbits: the
+# correctly rounded model must lie within half an ulp of it, the bound its one rounding
+# allows), and central finite differences of the exact model (its gradients are the
+# derivative of its forward).
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import flashbits as fb  # noqa: E402
+import flashbits.torch as fbt  # noqa: E402
+
+MODELS = ["fa2-sm80", "pytorch-fa2-sm90", "fa3-sm90", "fa-bf16acc", "fa-bf16acc+dynmax", "triton-tutorial",
+          "standard-bf16", "fa4-sm100", "correctly-rounded", "fa-bf16acc+delta-dpp"]
+
+
+def _inputs(shape_q, heads_kv, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    b, h, n, d = shape_q
+    q = torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(dtype)
+    k = torch.randn(b, heads_kv, n, d, generator=g, dtype=torch.float64).to(dtype)
+    v = torch.randn(b, heads_kv, n, d, generator=g, dtype=torch.float64).to(dtype)
+    do = torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(dtype)
+    return q, k, v, do
+
+
+def _bits(a):
+    return np.asarray(a, dtype=np.float64).view(np.uint64)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_and_gradients_are_the_model_bit_for_bit(model, causal):
+    # Batch 2, 4 query heads over 2 kv heads (GQA), fp32 tensors rounded to bf16 inside.
+    q, k, v, do = _inputs((2, 4, 24, 16), 2, seed=len(model) + causal)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, is_causal=causal, model=model)
+    o.backward(do)
+    rounded = [fb.round(t.numpy(), "bf16").values for t in (q, k, v, do)]
+    ref = fb.attention(*rounded[:3], model, do=rounded[3], causal=causal, threads=1)
+    assert o.dtype == torch.float32
+    for got, want in ((o, ref.o), (leaves[0].grad, ref.dq), (leaves[1].grad, ref.dk), (leaves[2].grad, ref.dv)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got.detach().double().numpy()), _bits(want))
+
+
+def test_inputs_are_rounded_once_from_float64_not_through_float32():
+    # 1 + 2^-8 + 2^-30: once to bf16 (RNE) it is above the halfway point and rounds up to
+    # 1 + 2^-7; through float32 first it would become the tie 1 + 2^-8 and round to even, 1.
+    x = 1 + 2.0 ** -8 + 2.0 ** -30
+    assert float(torch.tensor(x, dtype=torch.float32)) == 1 + 2.0 ** -8  # the double rounding a cast would do
+    operand = fbt._as_operand(torch.full((1, 1, 2, 2), x, dtype=torch.float64), "bf16")
+    assert operand.dtype == np.uint16
+    assert fb.decode(operand, "bf16").flat[0] == 1 + 2.0 ** -7
+    # and the op computes with exactly that operand: every q, k, v equal to x gives O = x rounded
+    t = torch.full((1, 1, 4, 8), x, dtype=torch.float64)
+    o = fbt.scaled_dot_product_attention(t, t, t, model="correctly-rounded")
+    assert o.dtype == torch.float64
+    assert torch.all(o == 1 + 2.0 ** -7)
+
+
+def test_bf16_input_is_read_in_place_and_outputs_keep_the_callers_dtype():
+    q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=3, dtype=torch.bfloat16)
+    operand = fbt._as_operand(q, "bf16")
+    assert np.shares_memory(operand, q.view(torch.int16).numpy())  # no copy
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, model="fa2-sm80")
+    o.backward(do)
+    assert o.dtype == torch.bfloat16 and leaves[0].grad.dtype == torch.bfloat16
+    ref = fb.attention(*(t.float().numpy() for t in (q, k, v)), "fa2-sm80", do=do.float().numpy(), threads=1)
+    np.testing.assert_array_equal(o.detach().float().numpy(), ref.o)
+    np.testing.assert_array_equal(leaves[1].grad.float().numpy(), ref.dk)
+
+
+def test_float16_tensors_run_an_fp16_model():
+    q, k, v, do = _inputs((1, 2, 16, 8), 1, seed=4, dtype=torch.float16)
+    o = fbt.scaled_dot_product_attention(q, k, v, model="fa2-sm80")
+    ref = fb.attention(q.numpy(), k.numpy(), v.numpy(), "fa2-sm80", threads=1)
+    assert ref.dtype == "fp16" and o.dtype == torch.float16
+    np.testing.assert_array_equal(o.numpy().astype(np.float64), ref.o)
+
+
+def _math_attention_f64(q, k, v, causal, scale):
+    group = q.shape[-3] // k.shape[-3]
+    k = k.repeat_interleave(group, dim=-3)
+    v = v.repeat_interleave(group, dim=-3)
+    s = q @ k.transpose(-2, -1) * scale
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _half_ulp_bf16(x):
+    # half an ulp of bf16 at |x| (normal range): 2^(floor(log2|x|) - 8)
+    e = np.floor(np.log2(np.maximum(np.abs(x), 2.0 ** -126)))
+    return 2.0 ** (e - 8)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_correctly_rounded_is_within_half_an_ulp_of_torch_float64_math_attention(causal):
+    q, k, v, do = _inputs((2, 4, 20, 16), 2, seed=11)
+    rq, rk, rv, rdo = (torch.from_numpy(fb.round(t.numpy(), "bf16").values) for t in (q, k, v, do))
+    leaves = [t.clone().requires_grad_(True) for t in (rq, rk, rv)]
+    ref = _math_attention_f64(*leaves, causal, 1 / 4)
+    ref.backward(rdo)
+    mine = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*mine, is_causal=causal, scale=0.25, model="correctly-rounded")
+    o.backward(do)
+    # One RNE rounding of the exact value: |error| <= half an ulp at the exact value; float64
+    # math attention is within ~1e-15 relative of exact, so the bound holds with that slack.
+    for got, want in ((o, ref), (mine[0].grad, leaves[0].grad), (mine[1].grad, leaves[1].grad),
+                      (mine[2].grad, leaves[2].grad)):
+        g, w = got.detach().double().numpy(), want.detach().numpy()
+        err = np.abs(g - w)
+        bound = _half_ulp_bf16(w) * (1 + 1e-9) + 1e-12 * np.abs(w).max()
+        assert np.all(err <= bound), float((err / bound).max())
+        assert np.any(g != w)  # the model really rounds: not float64 passed through
+
+
+def test_exact_model_gradients_match_central_finite_differences():
+    # Inputs on a 2^-10 grid and steps of 2^-10 keep every perturbed input exactly an fp32
+    # value, so the exact model sees exactly the perturbation (gradcheck's own step would be
+    # rounded away by the op's rounding to fp32).
+    g = torch.Generator().manual_seed(5)
+    shape = (1, 2, 6, 4)
+    q, k, v = ((torch.randint(-1024, 1024, shape, generator=g).double() / 1024).requires_grad_(True)
+               for _ in range(3))
+
+    def fn(q, k, v):
+        return fbt.scaled_dot_product_attention(q, k, v, is_causal=True, model="exact")
+
+    assert torch.autograd.gradcheck(fn, (q, k, v), eps=2.0 ** -10, atol=2e-5, rtol=1e-3)
+
+
+def test_fp32_control_is_torch_math_attention():
+    q, k, v, _ = _inputs((1, 4, 12, 8), 2, seed=6)
+    o = fbt.scaled_dot_product_attention(q, k, v, is_causal=True, model="fp32")
+    ref = _math_attention_f64(q.double(), k.double(), v.double(), True, 1 / math.sqrt(8))
+    assert o.dtype == torch.float32
+    assert float((o.double() - ref).abs().max()) < 1e-5
+
+
+def test_model_without_backward_is_refused_when_a_gradient_is_asked_for():
+    q, k, v, _ = _inputs((1, 1, 16, 16), 1, seed=7)
+    with pytest.raises(ValueError, match="model: .*no backward"):
+        fbt.scaled_dot_product_attention(q.clone().requires_grad_(True), k, v, model="fa3-fp8-sm90")
+    with torch.no_grad():
+        o = fbt.scaled_dot_product_attention(q, k, v, model="fa3-fp8-sm90")
+    np.testing.assert_array_equal(o.numpy(), fb.attention(fb.round(q.numpy(), "bf16").values,
+                                                          fb.round(k.numpy(), "bf16").values,
+                                                          fb.round(v.numpy(), "bf16").values, "fa3-fp8-sm90",
+                                                          threads=1).o)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"attn_mask": torch.zeros(8, 8)}, "attn_mask: a general mask"),
+    ({"dropout_p": 0.1}, "dropout_p: 0.1"),
+    ({"scale": -1.0}, "scale: -1.0"),
+    ({"model": "no-such-model"}, "model no-such-model"),
+])
+def test_unsupported_arguments_are_clear_value_errors(kwargs, message):
+    q, k, v, _ = _inputs((1, 1, 8, 8), 1)
+    args = {"model": "fa2-sm80", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        fbt.scaled_dot_product_attention(q, k, v, **args)
+
+
+def test_shape_device_and_dtype_errors_name_the_argument():
+    q, k, v, _ = _inputs((1, 2, 8, 8), 2)
+    with pytest.raises(ValueError, match="key: length 6 differs from query's 8"):
+        fbt.scaled_dot_product_attention(q, k[:, :, :6], v[:, :, :6], model="fa2-sm80")
+    with pytest.raises(ValueError, match="key: 2 heads do not divide query's 3"):
+        fbt.scaled_dot_product_attention(torch.zeros(1, 3, 8, 8), k, v, model="fa2-sm80")
+    with pytest.raises(ValueError, match="query: a tensor on device 'meta'"):
+        fbt.scaled_dot_product_attention(torch.empty(1, 2, 8, 8, device="meta"), k, v, model="fa2-sm80")
+    with pytest.raises(ValueError, match="value: dtype torch.int64"):
+        fbt.scaled_dot_product_attention(q, k, torch.zeros(1, 2, 8, 8, dtype=torch.int64), model="fa2-sm80")
+    with pytest.raises(TypeError, match="model: expected a model name"):
+        fbt.scaled_dot_product_attention(q, k, v, model=None)
+    with pytest.raises(ValueError, match="recipe, sfu: the control"):
+        fbt.scaled_dot_product_attention(q, k, v, model="fp32", sfu="correct")
+
+
+def test_observer_sees_the_backward_and_the_traced_rows():
+    q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=8)
+    seen = []
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, is_causal=True, model="fa-bf16acc", observe=seen.append,
+                                         trace=[(0, 1, 5)])
+    o.backward(do)
+    assert len(seen) == 1
+    s = seen[0]
+    assert s["format"] == "bf16" and s["causal"] and s["scale"] == 1 / math.sqrt(8)
+    np.testing.assert_array_equal(s["result"].o, o.detach().double().numpy())
+    assert s["result"].delta.shape == (1, 2, 16)
+    assert [(t["batch"], t["head"], t["row"]) for t in s["traces"]] == [(0, 1, 5)]
