@@ -5,7 +5,7 @@
 # model its metadata names (with the SFU set measured on that GPU: replay --sfu auto) and
 # must match bit for bit, every tensor it holds (exit 0). The eager captures (PyTorch eager
 # attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are
-# assumed, not modelled: README "Hardware status") are a known residual: they must replay
+# assumed, not modelled: docs/FINDINGS.md "Hardware status") are a known residual: they must replay
 # without an error (exit 0 or 1, not 2). FLASHBITS_TEST_SCALE=sanitizer replays one capture
 # of each kind but bias, whose captures are torch captures of more heads (the same replay
 # path as the torch kind's, and the longest run under ASan).

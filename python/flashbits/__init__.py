@@ -1,5 +1,5 @@
 """flashbits from Python: the bit-exact low-precision emulator and the FlashAttention
-rounding-bias simulator of the flashbits C++ core (README "Python").
+rounding-bias simulator of the flashbits C++ core (docs/PYTHON.md).
 
 Arrays in, arrays out: every function takes numpy arrays or anything with ``__array__``
 (CPU torch tensors included; torch.bfloat16 is widened to float32, exactly) and loops in C++
