@@ -107,19 +107,25 @@ ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const
     }
   }
   if (set_name == "model") return model;
-  const std::optional<SfuSet> set = find_sfu_set(set_name);
-  if (!set) {
-    std::string names;
-    for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("--sfu " + set_name + ": unknown SFU set (auto, model, " + names + ")");
-  }
+  if (std::optional<ModelHandle> changed = with_sfu_set(model, set_name)) return *changed;
+  throw std::invalid_argument("--sfu " + set_name + ": unknown SFU set (auto, model, " + sfu_set_list() + ")");
+}
+
+std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::string& set_name) {
+  std::optional<SfuSet> set = find_sfu_set(set_name);
+  if (!set) return std::nullopt;
   auto recipe = std::make_shared<KernelModel>(*model.recipe);
-  SfuSet chosen = *set;
   for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
-    if (uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = chosen.model_for(f);
+    if (uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = set->model_for(f);
   ModelHandle out = model;
   out.recipe = std::move(recipe);
   return out;
+}
+
+std::string sfu_set_list() {
+  std::string names;
+  for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
 }
 
 }  // namespace fb::attn

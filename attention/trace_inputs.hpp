@@ -7,6 +7,7 @@
 // std::invalid_argument (both are bad input to the CLI, exit 2, and ValueError in Python).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,11 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
 // names the CLI option --sfu, its only source of names).
 ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
                              std::string& note);
+// The model with every special function it evaluates taken from the named SFU set (correct,
+// hw-sm90), the others left alone; nullopt when no set has that name.
+std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::string& set_name);
+// The named SFU sets, comma separated, for messages.
+std::string sfu_set_list();
 // Tensor4 of a trace tensor: [B,H,N,D] as is; [B,H,N] as [B,H,N,1]. TraceError otherwise.
 Tensor4 tensor_from_trace(const Trace& trace, std::string_view name);
 

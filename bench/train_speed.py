@@ -103,7 +103,7 @@ def main() -> int:
         timers[arm.name] = t
         model = train.build_model(cfg, len(corpus.vocab))
         for i, block in enumerate(model.blocks):
-            emulate = arm.emulated and i in cfg.emulate_layers
+            emulate = arm.emulates(i, cfg)
             probe = train.LayerProbe(train.probe_rows(cfg)) if emulate else None
             if probe is not None:
                 probe.active = True

@@ -33,124 +33,6 @@ std::vector<Subcommand>& subcommand_registry() {
   return registry;
 }
 
-Format parse_format_or_throw(std::string_view text, std::string_view what) {
-  Format f{};
-  if (!parse_format(text, f)) {
-    throw InputError(std::string(what) + ": unknown format '" + std::string(text) +
-                     "' (expected fp32 tf32 bf16 fp16 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 "
-                     "e8m0, or eXmY with 2<=X<=8, 1<=Y<=23)");
-  }
-  return f;
-}
-
-RoundingMode parse_mode_or_throw(std::string_view text, std::string_view what) {
-  RoundingMode m{};
-  if (!parse_rounding_mode(text, m)) {
-    throw InputError(std::string(what) + ": unknown rounding mode '" + std::string(text) +
-                     "' (expected rne rna rtz rup rdn rto sr)");
-  }
-  return m;
-}
-
-OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view what) {
-  if (text == "ieee") return OverflowPolicy::ieee;
-  if (text == "satfinite") return OverflowPolicy::satfinite;
-  throw InputError(std::string(what) + ": unknown overflow policy '" + std::string(text) +
-                   "' (expected ieee or satfinite)");
-}
-
-namespace {
-// [+-]? (D+ [. D*]? | . D+) ([eE] [+-]? D+)?, or [+-]? inf|nan (any case).
-bool is_decimal_word(const std::string& s) {
-  std::size_t i = 0;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-  std::string rest = s.substr(i);
-  for (char& c : rest) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (rest == "inf" || rest == "nan") return true;
-  auto digits = [&](std::size_t& j) {
-    const std::size_t from = j;
-    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
-    return j - from;
-  };
-  std::size_t mantissa = digits(i);
-  if (i < s.size() && s[i] == '.') {
-    ++i;
-    mantissa += digits(i);
-  }
-  if (mantissa == 0) return false;
-  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-    if (digits(i) == 0) return false;
-  }
-  return i == s.size();
-}
-}  // namespace
-
-std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what) {
-  const std::string s(text);
-  const std::string w(what);
-  if (s.empty()) throw InputError(w + ": empty operand");
-  const bool prefixed = s.size() >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-  const bool marked_decimal = s[0] == '+' || s[0] == '-' || s.find('.') != std::string::npos;
-  const bool decimal = is_decimal_word(s);
-  if (!prefixed && (marked_decimal || (decimal && !(s[0] >= '0' && s[0] <= '9')))) {
-    // A value: signed, with a point, or inf / nan.
-    if (!decimal) throw InputError(w + ": '" + s + "' is not a decimal number");
-    const double v = std::strtod(s.c_str(), nullptr);
-    std::uint32_t bits = 0;
-    if (!from_double_exact(f, v, bits)) {
-      throw InputError(w + ": " + s + " is not exactly representable in " + f.name +
-                       " (give a hex bit pattern 0x... instead)");
-    }
-    return bits;
-  }
-  if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
-    // Digits only (or digits e digits): a hex pattern and a decimal number at once.
-    throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
-                     " for the value");
-  }
-  std::string_view hex = text;
-  if (prefixed) hex.remove_prefix(2);
-  if (hex.empty() || hex.size() > 8) {
-    throw InputError(w + ": '" + s + "' is not a hex bit pattern of " + f.name);
-  }
-  std::uint64_t v = 0;
-  for (char ch : hex) {
-    int d;
-    if (ch >= '0' && ch <= '9')
-      d = ch - '0';
-    else if (ch >= 'a' && ch <= 'f')
-      d = ch - 'a' + 10;
-    else if (ch >= 'A' && ch <= 'F')
-      d = ch - 'A' + 10;
-    else
-      throw InputError(w + ": '" + s + "' is not a hex bit pattern (0x...) or a decimal value (+1, 1.5)");
-    v = v * 16 + static_cast<std::uint64_t>(d);
-  }
-  const std::uint64_t container_limit = std::uint64_t{1} << f.container_bits;
-  const std::uint32_t layout_bits = static_cast<std::uint32_t>(v) >> f.storage_shift();
-  if (v >= container_limit || (static_cast<std::uint32_t>(v) & ((1u << f.storage_shift()) - 1u)) != 0 ||
-      (layout_bits & ~f.width_mask()) != 0) {
-    throw InputError(w + ": 0x" + std::string(hex) + " is not a valid " + f.name + " bit pattern (" +
-                     std::to_string(f.width()) + " bits" +
-                     (f.storage_shift() ? ", low " + std::to_string(f.storage_shift()) + " bits zero" : "") + ")");
-  }
-  return static_cast<std::uint32_t>(v);
-}
-
-std::string hex_bits(const Format& f, std::uint32_t bits) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%0*x", f.hex_digits(), bits);
-  return buf;
-}
-
-std::string flags_string(Flags flags) {
-  char buf[6];
-  flags_to_chars(flags, buf);
-  return buf;
-}
-
 namespace {
 std::vector<std::string> split_words(const std::string& line) {
   std::vector<std::string> words;
@@ -245,27 +127,6 @@ void print_error_line(std::string_view message, std::string_view prefix) {
 
 bool stderr_is_terminal() { return ::isatty(2) != 0; }
 
-int jobs_or_throw(long long jobs, std::string_view option) {
-  if (jobs < 1 || jobs > kMaxJobs)
-    throw InputError(std::string(option) + " " + std::to_string(jobs) + ": expected 1.." + std::to_string(kMaxJobs) +
-                     " threads");
-  return static_cast<int>(jobs);
-}
-
-void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim) {
-  const attn::SizeRefusal refusal = attn::problem_size_refusal(batch, heads, seqlen, headdim);
-  if (!refusal) return;
-  const std::string given = (batch != 1 ? "--batch " + std::to_string(batch) + " " : std::string()) +
-                            (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) + "--seqlen " +
-                            std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
-  throw InputError(given + ": " + refusal.reason + (refusal.too_large ? "; give a smaller --seqlen or --headdim" : ""));
-}
-
-void check_trials(long long trials, long long at_least, std::string_view option) {
-  const std::string refusal = attn::trials_refusal(trials, at_least);
-  if (!refusal.empty()) throw InputError(std::string(option) + " " + std::to_string(trials) + ": " + refusal);
-}
-
 int default_jobs() {
   const unsigned n = std::thread::hardware_concurrency();
   return static_cast<int>(std::clamp<unsigned>(n, 1u, static_cast<unsigned>(kMaxJobs)));
@@ -294,13 +155,6 @@ void run_on_threads(int jobs, const std::function<void()>& worker, const std::fu
   }
   for (auto& t : threads) t.join();
   if (!failure.empty()) throw InputError(failure);
-}
-
-int sr_bits_or_throw(long long bits, std::string_view option) {
-  if (bits < 1 || bits > kMaxSrBits)
-    throw InputError(std::string(option) + ": " + std::to_string(bits) + " is outside 1.." +
-                     std::to_string(kMaxSrBits));
-  return static_cast<int>(bits);
 }
 
 CLI::Validator integer_in(std::uint64_t lo, std::uint64_t hi, const std::string& limit) {
@@ -335,160 +189,6 @@ CLI::Validator headdim_in() {
 
 CLI::Validator size_in() { return integer_in(1, static_cast<std::uint64_t>(std::numeric_limits<int>::max())); }
 
-double alpha_or_throw(double alpha, std::string_view option) {
-  if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", alpha);
-    throw InputError(std::string(option) + " " + buf + ": expected a significance level strictly between 0 and 1");
-  }
-  return alpha;
-}
-
-namespace {
-std::string errno_text(int err) { return std::strerror(err); }
-
-// The file an output path writes: through a symbolic link, the file it names (the link is
-// kept and its target replaced), else the path itself.
-std::filesystem::path output_target(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path target = path;
-  if (std::filesystem::is_symlink(target, ec)) {
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(target, ec);
-    if (!ec) target = resolved;
-  }
-  return target;
-}
-
-// Writes all of `content` to `fd`; false with errno set on failure.
-bool write_all(int fd, std::string_view content) {
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (n == 0) {
-      errno = EIO;
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-}  // namespace
-
-void write_output_file(const std::string& path, std::string_view content, std::string_view what) {
-  const std::string prefix = path + ": cannot write " + std::string(what) + ": ";
-  if (path.empty()) throw InputError(std::string(what) + ": the output path is empty");
-  namespace fs = std::filesystem;
-  const fs::path target = output_target(path);
-  struct stat st {};
-  const bool exists = ::stat(target.c_str(), &st) == 0;
-  if (exists && S_ISDIR(st.st_mode)) throw InputError(prefix + "is a directory");
-  if (exists && !S_ISREG(st.st_mode)) {
-    // A device or a pipe: nothing to rename into place; write directly, check everything.
-    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) throw InputError(prefix + errno_text(errno));
-    const bool ok = write_all(fd, content);
-    const int write_errno = errno;
-    if (::close(fd) != 0 && ok) throw InputError(prefix + errno_text(errno));
-    if (!ok) throw InputError(prefix + errno_text(write_errno));
-    return;
-  }
-  fs::path dir = target.parent_path();
-  if (dir.empty()) dir = ".";
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw InputError(prefix + errno_text(errno));
-  auto fail = [&](int err) {
-    ::unlink(tmp.c_str());
-    throw InputError(prefix + errno_text(err));
-  };
-  // The permissions a newly created file would get (0666 less the umask); an existing
-  // file keeps its own.
-  mode_t mode = 0;
-  if (exists) {
-    mode = st.st_mode & 07777;
-  } else {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    mode = 0666 & ~mask;
-  }
-  if (::fchmod(fd, mode) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(err);
-  }
-  if (!write_all(fd, content)) {
-    const int err = errno;
-    ::close(fd);
-    fail(err);
-  }
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-    const int err = errno;
-    ::close(fd);
-    fail(err);
-  }
-  if (::close(fd) != 0) fail(errno);
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) fail(errno);
-}
-
-void refuse_output_over_inputs(std::string_view output_option, const std::string& output,
-                               const std::vector<std::pair<std::string, std::string>>& inputs) {
-  namespace fs = std::filesystem;
-  if (output.empty()) return;
-  auto same = [](const std::string& a, const std::string& b) {
-    std::error_code ec;
-    if (fs::exists(a, ec) && fs::exists(b, ec)) {
-      const bool eq = fs::equivalent(a, b, ec);
-      if (!ec) return eq;
-    }
-    const fs::path ca = fs::weakly_canonical(a, ec);
-    if (ec) return a == b;
-    const fs::path cb = fs::weakly_canonical(b, ec);
-    if (ec) return a == b;
-    return ca == cb;
-  };
-  for (const auto& [role, input] : inputs) {
-    if (input.empty() || input == "-") continue;
-    if (same(output, input))
-      throw InputError(std::string(output_option) + " " + output + ": is the same file as " + role + " " + input +
-                       " (it would be overwritten); choose another output path");
-  }
-}
-
-void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  const std::string prefix = std::string(option) + " " + path + ": ";
-  if (path == "-") {
-    if (stdout_allowed) return;
-    throw InputError(prefix + "standard output is not supported here; give a file path (./- for a file named -)");
-  }
-  // Through a symbolic link: the file it names is replaced (write_output_file), in its directory.
-  const fs::path target = output_target(path);
-  struct stat st {};
-  if (::stat(target.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) throw InputError(prefix + "is a directory, expected a file path");
-    if (!S_ISREG(st.st_mode)) {
-      // A device or a pipe is written in place.
-      if (::access(target.c_str(), W_OK) != 0) throw InputError(prefix + "cannot be written: " + errno_text(errno));
-      return;
-    }
-  }
-  // A regular file (or a new one) is a temporary file renamed into place: its directory must
-  // take new files.
-  fs::path dir = target.parent_path();
-  if (dir.empty()) dir = ".";
-  struct stat dir_st {};
-  if (::stat(dir.c_str(), &dir_st) != 0)
-    throw InputError(prefix + "cannot write into directory " + dir.string() + ": " + errno_text(errno));
-  if (!S_ISDIR(dir_st.st_mode)) throw InputError(prefix + dir.string() + " is not a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw InputError(prefix + "cannot write into directory " + dir.string() + ": " + errno_text(errno));
-}
-
 bool flush_stdout(std::string& reason) {
   std::cout.flush();
   const bool stream_failed = !std::cout;
@@ -496,7 +196,7 @@ bool flush_stdout(std::string& reason) {
   const bool flush_failed = std::fflush(stdout) != 0;
   const int err = errno;
   if (flush_failed || std::ferror(stdout) || stream_failed) {
-    reason = err != 0 ? errno_text(err) : "output was lost";
+    reason = err != 0 ? std::string(std::strerror(err)) : "output was lost";
     return false;
   }
   return true;

@@ -31,12 +31,34 @@
 #include <thread>
 #include <vector>
 
+#include "api/input_error.hpp"
+#include "api/names.hpp"
+#include "api/output_file.hpp"
 #include "emu/rounding.hpp"
 #include "formats/file_read.hpp"
 #include "formats/json_text.hpp"  // json_text: every --json output
 #include "formats/format.hpp"
 
 namespace fb::cli {
+
+// The library API (api/: every face's input errors, parsers, option values and output files),
+// under the names the subcommands call them by.
+using api::alpha_or_throw;
+using api::check_output_path;
+using api::check_problem_size;
+using api::check_trials;
+using api::flags_string;
+using api::hex_bits;
+using api::InputError;
+using api::jobs_or_throw;
+using api::kMaxJobs;
+using api::parse_format_or_throw;
+using api::parse_mode_or_throw;
+using api::parse_operand_or_throw;
+using api::parse_overflow_or_throw;
+using api::refuse_output_over_inputs;
+using api::sr_bits_or_throw;
+using api::write_output_file;
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
@@ -50,9 +72,6 @@ inline constexpr int kExitInconclusive = 4;
 // stderr: `warning: NAME: WARNING`. Nothing when `warning` is empty.
 void warn_about_model(const std::string& name, const std::string& warning);
 
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 using Runner = std::function<int()>;
 using Setup = std::function<Runner(CLI::App&)>;
@@ -72,20 +91,6 @@ struct SubcommandRegistration {
   static const ::fb::cli::SubcommandRegistration ident##_registration { name, description, setup }
 
 // ---- shared parsing helpers; each throws InputError naming what was wrong --------
-Format parse_format_or_throw(std::string_view text, std::string_view what);
-RoundingMode parse_mode_or_throw(std::string_view text, std::string_view what);
-OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view what);
-// An operand of `op` and `dot` (docs/COMMANDS.md "Operands"):
-// - a bit pattern in hex: "0x3f80", or bare "3f80" when the word cannot be read as a
-//   decimal number (it holds a hex letter other than an exponent's e, as "3f80", "c097");
-// - a value, exactly representable in the format: a decimal with a sign or a point or both
-//   ("1.5", "-2", "+0.5e3", "-0", "1.0"), or inf / nan with an optional sign.
-// A bare word that is both (digits only, or digits e digits: "1", "10", "8001", "1e3") is
-// ambiguous and refused, naming the word and both readings -- except all zeros, which is
-// +0 either way. Throws InputError naming `what` and the word.
-std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what);
-std::string hex_bits(const Format& f, std::uint32_t bits);
-std::string flags_string(Flags flags);
 // Batch mode shared by `op --batch` and `dot --batch` (docs/CLI.md): reads FILE or "-" line by
 // line, splits each line into whitespace-separated words and writes run_line's result as
 // one output line, in input order. run_line throws InputError for a malformed line; the
@@ -112,9 +117,6 @@ void print_error_line(std::string_view message, std::string_view prefix = "error
 bool stderr_is_terminal();
 
 // ---- option values shared by several subcommands; each throws InputError -----------
-// --jobs: 1..kMaxJobs worker threads (results never depend on it).
-inline constexpr int kMaxJobs = 1024;
-int jobs_or_throw(long long jobs, std::string_view option = "--jobs");
 // The default of every --jobs: the machine's hardware threads
 // (std::thread::hardware_concurrency()), at least 1 and at most kMaxJobs.
 int default_jobs();
@@ -127,15 +129,6 @@ CLI::Option* add_jobs_option(CLI::App& app, int& jobs);
 // soon), joins the ones started and throws InputError naming `option` and the count.
 void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,
                     std::string_view option = "--jobs");
-// Problem sizes (--batch, --heads, --seqlen, --headdim, --trials), checked before anything is
-// allocated against the limits of attention/problem_limits.hpp (shared with the Python
-// module): each size positive, at most attn::kMaxTensorElements elements per tensor and
-// attn::kMaxMemoryBytes of memory estimate; --trials at most attn::kMaxTrials.
-// Throws InputError naming the options and the limit (exit 2).
-void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim);
-void check_trials(long long trials, long long at_least, std::string_view option = "--trials");
-// --sr-bits: 1..kMaxSrBits random bits.
-int sr_bits_or_throw(long long bits, std::string_view option = "--sr-bits");
 // An integer option checked as CLI11 reads it (a usage error, exit 2, before any work): the
 // word is decimal digits, with an optional '+', of a value in lo..hi. Without it CLI11 clamps
 // an unsigned option (`--seed -1`, `2^64` and `1e20` all became 2^64-1) and says of `--trials
@@ -151,30 +144,8 @@ CLI::Option* add_seed_option(CLI::App& app, std::uint64_t& seed, const std::stri
 CLI::Validator trials_in(long long at_least);
 CLI::Validator headdim_in();
 CLI::Validator size_in();
-// --alpha: a significance level, finite, in (0, 1).
-double alpha_or_throw(double alpha, std::string_view option = "--alpha");
 
 // ---- output files --------------------------------------------------------------------
-// Writes `content` to `path` whole or not at all. A regular file (or a new one) is written to
-// a temporary file in the same directory, flushed and closed with every error checked, then
-// renamed over `path`; on any failure the temporary is removed and `path` is left as it was.
-// A path naming something other than a regular file (a device such as /dev/full or
-// /dev/stdout, a pipe) cannot be renamed into: it is written directly, and the write, flush
-// and close are checked. Throws InputError "PATH: cannot write WHAT: REASON" (exit 2).
-void write_output_file(const std::string& path, std::string_view content, std::string_view what);
-// Refuses (InputError, exit 2) an output path that names one of the inputs (or another
-// output): the same file by std::filesystem::equivalent when both exist, else the same
-// weakly_canonical path. `inputs`: (option or role, path) pairs; empty paths are skipped.
-void refuse_output_over_inputs(std::string_view output_option, const std::string& output,
-                               const std::vector<std::pair<std::string, std::string>>& inputs);
-// Checks an output option's path before any work is done, so that a run never computes for
-// an hour to find its output unwritable: the directory it would be written in exists, is a
-// directory and is writable, and the path is not a directory (an existing device or pipe must
-// be writable). "-" is standard output where `stdout_allowed` (sweep and merge --csv); for
-// other options it is refused (a file named - is written as ./-). An empty path is an option
-// not given and passes. Throws InputError "OPTION PATH: ..." (exit 2). write_output_file still
-// checks every write: the disk may fill up meanwhile.
-void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed = false);
 // Flushes stdout (std::cout and C stdio); false when anything written to it was lost.
 bool flush_stdout(std::string& reason);
 

@@ -28,7 +28,7 @@
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
-#include "tools/recipe_file.hpp"
+#include "api/models.hpp"
 
 namespace fb::cli {
 namespace {
@@ -76,13 +76,8 @@ attn::BiasRun model_run(const BiasOptions& o) {
   check_trials(o.trials, 2);
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   attn::BiasRun run;
-  try {
-    run.model = attn::parse_model_for_inputs(o.model, dtype);
-  } catch (const std::invalid_argument& e) {
-    throw InputError("--model " + o.model + ": " + e.what());
-  }
+  run.model = api::resolve_model({o.model, dtype, "model", o.recipe});
   warn_about_model(run.model.name, run.model.recipe->warning);
-  if (!o.recipe.empty()) run.model = apply_recipe_file(run.model, o.recipe);
   if (!o.against.empty()) {
     try {
       run.against = attn::parse_model_for_inputs(o.against, dtype);

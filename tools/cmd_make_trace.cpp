@@ -13,6 +13,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "api/models.hpp"
 #include "tools/cli_common.hpp"
 #include "attention/trace_inputs.hpp"
 #include "traces/trace.hpp"
@@ -39,12 +40,7 @@ std::vector<std::uint64_t> row_shape(const attn::Tensor4& t) {
 
 int run_make_trace(const MakeTraceOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
-  attn::ModelHandle model;
-  try {
-    model = attn::parse_model_for_inputs(o.model, dtype);
-  } catch (const std::invalid_argument& e) {
-    throw InputError("--model " + o.model + ": " + e.what());
-  }
+  const attn::ModelHandle model = api::resolve_model({o.model, dtype, "model", ""});
   warn_about_model(model.name, model.recipe->warning);
   // A trace holds bf16, fp16, fp32, e4m3 or e5m2 tensors: a model whose O is never rounded
   // to a format (golden-fp64-*: fp64 throughout) cannot be written, nor replayed. Refused

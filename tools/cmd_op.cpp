@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "tools/cli_common.hpp"
-#include "tools/event_report.hpp"
+#include "api/event_json.hpp"
 #include "tools/op_line.hpp"
 
 namespace fb::cli {
@@ -91,11 +91,11 @@ int run_op(const OpOptions& o) {
     j["result"] = hex_bits(req.format, r.bits);
     j["result_value"] = to_double(req.format, r.bits);
     j["flags"] = flags_string(r.flags);
-    j["event"] = event_to_json(req.format, ev);
+    j["event"] = api::event_to_json(req.format, ev);
     std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << hex_bits(req.format, r.bits) << ' ' << flags_string(r.flags) << "\n";
-    if (o.explain) std::cout << explain_event(req.format, req.spec, ev, r.bits);
+    if (o.explain) std::cout << api::explain_event(req.format, req.spec, ev, r.bits);
   }
   return kExitOk;
 }

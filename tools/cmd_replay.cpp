@@ -38,7 +38,7 @@
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
-#include "tools/recipe_file.hpp"
+#include "api/models.hpp"
 #include "tools/sfu_dump_model.hpp"
 #include "tools/sfu_values.hpp"
 #include "tools/svg_plot.hpp"
@@ -209,17 +209,14 @@ int run_replay(const ReplayOptions& o) {
   warn_about_model(model.name, model.recipe->warning);
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with
-  // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set.
+  // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set; then
+  // the recipe replaces what it names (api/models.hpp, as every face resolves a model).
   {
-    std::string note;
-    model = attn::with_capture_sfu(model, trace, o.sfu_set, note);
-    if (!note.empty()) notes.push_back(note);
-  }
-  if (!o.recipe.empty()) {
+    api::ModelResolutionNotes resolution;
+    model = api::refine_model(std::move(model), o.sfu_set, o.recipe, {}, &trace, &resolution);
+    if (!resolution.sfu_note.empty()) notes.push_back(resolution.sfu_note);
     // The recipe's tables are inputs too; they are known once it is read, before any output.
-    std::vector<std::string> tables;
-    model = apply_recipe_file(model, o.recipe, &tables);
-    for (const std::string& table : tables)
+    for (const std::string& table : resolution.recipe_tables)
       for (const auto& [option, output] : {std::pair{"--plot", o.plot}, {"--sfu-record", o.sfu_record}})
         refuse_output_over_inputs(option, output, {{"the recipe's table", table}});
   }

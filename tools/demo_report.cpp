@@ -12,7 +12,8 @@
 #include "emu/ops.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
-#include "tools/event_report.hpp"
+#include "api/event_json.hpp"
+#include "api/models.hpp"
 #include "attention/measure.hpp"
 #include "attention/trace_inputs.hpp"
 #include "attention/verdict.hpp"
@@ -41,7 +42,7 @@ std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& wan
 }
 
 void describe_event(std::ostream& os, const char* what, const RoundingEvent& ev, int kept_bits) {
-  os << "    " << what << ": exact value " << exact_value_string(ev) << "\n";
+  os << "    " << what << ": exact value " << api::exact_value_string(ev) << "\n";
   // The significand as bits: kept bits | round bit | what sticky covers.
   std::string bits;
   for (int i = 63; i >= 0 && 63 - i < kept_bits + 12; --i) {
@@ -75,15 +76,17 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   const attn::AttentionInputs in = attn::inputs_from_trace(trace);
   // No verdict on inputs that cannot support one (exit 2, naming the file and rows).
   attn::check_inputs_support_statistics(in, path);
-  std::string sfu_note;
-  // The metadata's model: an unknown or unfit one is an error of this file.
+  // The metadata's model (an unknown or unfit one is an error of this file), with the SFUs
+  // measured on the capture's GPU where there are some (api/models.hpp).
   attn::ModelHandle named;
   try {
     named = attn::parse_model_for_inputs(md.model, in.dtype);
   } catch (const std::invalid_argument& e) {
     throw InputError(path + ": metadata model '" + md.model + "': " + e.what());
   }
-  const attn::ModelHandle model = attn::with_capture_sfu(named, trace, "auto", sfu_note);
+  api::ModelResolutionNotes resolution;
+  const attn::ModelHandle model = api::refine_model(named, "auto", "", {}, &trace, &resolution);
+  const std::string& sfu_note = resolution.sfu_note;
   const Format& out_f = model.recipe->output;
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
   os << (is_hardware_capture(trace) ? "hardware capture (source " + md.source + ")"
@@ -197,8 +200,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // 3. The kernel against the best its output format allows, and the fix beside it: per row
   // the mean error of O against exact, the correctly rounded reference's (exact O rounded
   // once into the output format) and the kernel's excess over it (bias-test's verdict).
-  const attn::ModelHandle fixed =
-      attn::with_capture_sfu(attn::parse_model_for_inputs(md.model + "+dynmax", in.dtype), trace, "auto", sfu_note);
+  const attn::ModelHandle fixed = api::resolve_model({md.model + "+dynmax", in.dtype, "auto", ""}, {}, &trace);
   const attn::AttentionOutputs fix = attn::run_attention(fixed, in, {});
   // With the fix, a model whose O is NaN or infinite on these finite inputs gets no verdict.
   const std::vector<std::size_t> bad_fix = attn::non_finite_rows(fix.o);

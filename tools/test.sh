@@ -13,6 +13,8 @@ if command -v clang-format >/dev/null; then
 else
   echo "warning: clang-format not found: the style check (tools/check_format.sh) is skipped" >&2
 fi
+# The layers: no #include may point up or sideways (docs/DESIGN.md §1).
+python3 tools/check_layers.py
 # Where nvcc exists (on PATH or at /usr/local/cuda, as on the project's machines), gpu/ must
 # compile: a configure that silently skipped the CUDA targets would pass CI untested.
 require_cuda=OFF

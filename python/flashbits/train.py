@@ -252,11 +252,21 @@ class Arm:
     ``bf16-autocast`` (the whole model under CPU bf16 autocast, attention included: low-
     precision training as Golden et al. compare it), or a flashbits kernel model with its
     variants, optionally followed by ``[recipe=FILE]`` or ``[STAGE=FORMAT,...]`` (a recipe
-    written for it: ``fa-bf16acc[o_buffer_format=e8m5]``)."""
+    written for it: ``fa-bf16acc[o_buffer_format=e8m5]``) and ``layers=all`` or
+    ``layers=0+2`` (the layers this arm emulates, instead of the study's --emulate-layers;
+    the mechanism metrics stay on the study's layers): ``pytorch-fa2-sm90[layers=all]``."""
     name: str
     model: str
     recipe: dict | None = None
     recipe_file: str | None = None
+    layers: tuple | str | None = None  # the study's --emulate-layers unless the arm says [layers=...]
+
+    def emulates(self, layer: int, cfg: "StudyConfig") -> bool:
+        if not self.emulated:
+            return False
+        if self.layers is None:
+            return layer in cfg.emulate_layers
+        return self.layers == "all" or layer in self.layers
 
     @property
     def emulated(self) -> bool:
@@ -287,6 +297,14 @@ def parse_arm(spec: str) -> Arm:
             raise UsageError(f"arm '{spec}': '{item}': expected KEY=VALUE")
         if key == "recipe":
             arm.recipe_file = value
+        elif key == "layers":
+            if value == "all":
+                arm.layers = "all"
+            else:
+                try:
+                    arm.layers = tuple(int(x) for x in value.split("+"))
+                except ValueError:
+                    raise UsageError(f"arm '{spec}': layers={value}: expected 'all' or N+M+...") from None
         else:
             stages[key] = value
     if arm.recipe_file and stages:
@@ -302,6 +320,10 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
     any training (UsageError with flashbits' message)."""
     if not arm.emulated:
         return arm
+    if isinstance(arm.layers, tuple):
+        for layer in arm.layers:
+            if not 0 <= layer < cfg.model.n_layer:
+                raise UsageError(f"arm '{arm.name}': layer {layer} outside 0..{cfg.model.n_layer - 1}")
     if arm.recipe is not None:
         os.makedirs(recipe_dir, exist_ok=True)
         arm.recipe_file = os.path.join(recipe_dir, arm.slug + ".json")
@@ -585,8 +607,8 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
             fork_info = {"weights_sha256": weights_digest(model), "loss": float(model(x, y))}
     probes = {}
     for i, block in enumerate(model.blocks):
-        emulate = arm.emulated and i in cfg.emulate_layers
-        probe = LayerProbe(probe_rows(cfg)) if emulate else None
+        emulate = arm.emulates(i, cfg)
+        probe = LayerProbe(probe_rows(cfg)) if emulate and i in cfg.emulate_layers else None
         if probe is not None:
             probe.active = False
             probes[i] = probe

@@ -180,7 +180,7 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
               const std::vector<std::string>& names) {
   // cvt: round() on bit patterns of fmt itself (apply_op converts from fmt to fmt).
   OpKind k{};
-  if (!parse_op(kind, k)) throw cli::InputError("unknown operation '" + kind + "'");
+  if (!parse_op(kind, k)) throw api::InputError("unknown operation '" + kind + "'");
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
   if (static_cast<int>(operands.size()) != operand_count(k))
@@ -191,7 +191,7 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
   for (std::size_t i = 0; i < operands.size(); ++i) ops.push_back(operand_bits(f, operands[i], names[i]));
   const std::size_t n = ops[0].size();
   for (const auto& o : ops)
-    if (o.size() != n) throw cli::InputError("operands: expected arrays of one shape (broadcast them first)");
+    if (o.size() != n) throw api::InputError("operands: expected arrays of one shape (broadcast them first)");
   pyb::array out = bits_array(f, shape_of(operands[0]));
   pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(operands[0]) : std::vector<pyb::ssize_t>{0});
   {
@@ -231,13 +231,13 @@ constexpr std::string_view kDotInputs[] = {"bf16", "fp16", "tf32", "e4m3", "e5m2
 
 const TensorCoreModel& dot_model_or_throw(const std::string& model, const std::string& fmt) {
   if (!is_tensor_core_model_name(model))
-    throw cli::InputError("model: unknown dot model '" + model + "' (see `flashbits models`)");
+    throw api::InputError("model: unknown dot model '" + model + "' (see `flashbits models`)");
   bool known_input = false;
   for (auto name : kDotInputs) known_input |= fmt == name;
-  if (!known_input) throw cli::InputError("fmt: '" + fmt + "' is not one of bf16 fp16 tf32 e4m3 e5m2");
+  if (!known_input) throw api::InputError("fmt: '" + fmt + "' is not one of bf16 fp16 tf32 e4m3 e5m2");
   const Format input = parse_fmt(fmt);
   const TensorCoreModel* tc = find_tensor_core_model(model, input);
-  if (!tc) throw cli::InputError("model " + model + " has no " + fmt + " input form (that hardware lacks it)");
+  if (!tc) throw api::InputError("model " + model + " has no " + fmt + " input form (that hardware lacks it)");
   return *tc;
 }
 
@@ -254,7 +254,7 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
   const Format& acc = accumulator_format(*tc);
   if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 1 || a.shape(0) != b.shape(0) || a.shape(1) != b.shape(1) ||
       c.shape(0) != a.shape(0))
-    throw cli::InputError("a, b, c: expected shapes [n, k], [n, k] and [n]");
+    throw api::InputError("a, b, c: expected shapes [n, k], [n, k] and [n]");
   const std::vector<std::uint32_t> av = operand_bits(input, a, "a");
   const std::vector<std::uint32_t> bv = operand_bits(input, b, "b");
   const std::vector<std::uint32_t> cv = operand_bits(acc, c, "c");

@@ -20,8 +20,8 @@
 #include "attention/statistics.hpp"
 #include "common.hpp"
 #include "emu/special_functions.hpp"
-#include "tools/event_report.hpp"
-#include "tools/recipe_file.hpp"
+#include "api/event_json.hpp"
+#include "api/models.hpp"
 #include "attention/trace_inputs.hpp"
 
 namespace fb::py {
@@ -32,7 +32,7 @@ namespace {
 attn::Tensor4 tensor4(const pyb::object& obj, const Format& f, const char* name) {
   const pyb::array a = pyb::array::ensure(obj);
   if (!a || a.ndim() != 4)
-    throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+    throw api::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
   const std::vector<std::uint32_t> bits = operand_bits(f, a, name);
   attn::Tensor4 t(static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), static_cast<int>(a.shape(2)),
                   static_cast<int>(a.shape(3)));
@@ -52,7 +52,7 @@ pyb::array_t<double> to_array(const attn::Tensor4& t, bool squeeze_last) {
 // _check_attention_size) before it converts any array, and make_inputs again.
 void check_size(const std::array<long long, 4>& q) {
   if (const attn::SizeRefusal refusal = attn::problem_size_refusal(q[0], q[1], q[2], q[3]))
-    throw cli::InputError("q [" + std::to_string(q[0]) + "," + std::to_string(q[1]) + "," + std::to_string(q[2]) + "," +
+    throw api::InputError("q [" + std::to_string(q[0]) + "," + std::to_string(q[1]) + "," + std::to_string(q[2]) + "," +
                           std::to_string(q[3]) + "]: " + refusal.reason);
 }
 
@@ -64,7 +64,7 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   const auto shape = [](const pyb::object& obj, const char* name) {
     const pyb::array a = pyb::array::ensure(obj);
     if (!a || a.ndim() != 4)
-      throw cli::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+      throw api::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
     return std::array<long long, 4>{a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
   };
   const auto Q = shape(q, "q"), K = shape(k, "k"), V = shape(v, "v");
@@ -77,14 +77,14 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
     return t[0] == Q[0] && t[1] >= 1 && Q[1] % t[1] == 0 && t[1] == K[1];
   };
   if (!kv_fits(K) || !kv_fits(V) || K[2] != V[2] || K[3] != Q[3] || V[3] != Q[3])
-    throw cli::InputError("k, v: expected shape [" + std::to_string(Q[0]) + ",Hk,Nk," + std::to_string(Q[3]) +
+    throw api::InputError("k, v: expected shape [" + std::to_string(Q[0]) + ",Hk,Nk," + std::to_string(Q[3]) +
                           "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
                           std::to_string(Q[1]) + ")");
   // The engine (attn::check_attention_inputs) models self-attention lengths only.
   if (K[2] != Q[2])
-    throw cli::InputError("k, v: kv length " + std::to_string(K[2]) + " differs from q's length " +
+    throw api::InputError("k, v: kv length " + std::to_string(K[2]) + " differs from q's length " +
                           std::to_string(Q[2]) + "; the kernel models need Nk = N (self-attention)");
-  if (!d_o.is_none() && shape(d_o, "do") != Q) throw cli::InputError("do: expected the shape of q " + text(Q));
+  if (!d_o.is_none() && shape(d_o, "do") != Q) throw api::InputError("do: expected the shape of q " + text(Q));
   check_size(Q);
   attn::AttentionInputs in;
   in.q = tensor4(q, dtype, "q");
@@ -95,7 +95,7 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   in.causal = causal;
   if (scale) {
     if (!(std::isfinite(*scale) && *scale > 0))
-      throw cli::InputError("scale: " + shortest(*scale) + " is not a finite positive number");
+      throw api::InputError("scale: " + shortest(*scale) + " is not a finite positive number");
     in.softmax_scale = *scale;
   } else {
     in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(Q[3]));
@@ -103,29 +103,11 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   return in;
 }
 
-// The model as `replay --model NAME --recipe FILE --sfu SET` builds it (SET "model": its own).
+// The model as every face builds it (api/models.hpp: the name for `dtype`, the SFU set, then
+// the recipe, which wins over the set), with Python's spelling of the arguments in messages.
 attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, const std::string& recipe,
                                  const std::string& sfu) {
-  attn::ModelHandle model;
-  try {
-    model = attn::parse_model_for_inputs(name, dtype);
-  } catch (const std::invalid_argument& e) {
-    throw cli::InputError("model " + name + ": " + e.what());
-  }
-  if (!recipe.empty()) model = cli::apply_recipe_file(model, recipe);
-  if (sfu == "model") return model;
-  const std::optional<SfuSet> set = find_sfu_set(sfu);
-  if (!set) {
-    std::string names;
-    for (const auto& n : sfu_set_names()) names += (names.empty() ? "" : ", ") + n;
-    throw cli::InputError("sfu " + sfu + ": unknown SFU set (model, " + names + ")");
-  }
-  auto km = std::make_shared<attn::KernelModel>(*model.recipe);
-  SfuSet chosen = *set;
-  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
-    if (attn::uses_special_function(*km, f)) km->sfu.model_for(f) = chosen.model_for(f);
-  model.recipe = std::move(km);
-  return model;
+  return api::resolve_model({name, dtype, sfu, recipe}, {"model", "sfu"});
 }
 
 pyb::dict dot_step_dict(const DotStepEvent& s) {
@@ -141,7 +123,7 @@ pyb::dict dot_step_dict(const DotStepEvent& s) {
   d["fraction_bits"] = s.fraction_bits;
   d["aligned_sum"] = s.aligned_sum;
   d["special"] = s.special;
-  d["output_event"] = to_python(cli::event_to_json(formats::fp32, s.output_event));
+  d["output_event"] = to_python(api::event_to_json(formats::fp32, s.output_event));
   return d;
 }
 
@@ -173,7 +155,7 @@ pyb::dict row_trace_dict(const attn::RowTrace& t, const attn::KernelModel& km) {
   }
   d["tiles"] = tiles;
   pyb::list o_cast;
-  for (const RoundingEvent& ev : t.o_cast) o_cast.append(to_python(cli::event_to_json(km.output, ev)));
+  for (const RoundingEvent& ev : t.o_cast) o_cast.append(to_python(api::event_to_json(km.output, ev)));
   d["o_cast"] = o_cast;
   d["cumulative_error_by_key"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(t.cumulative_error_by_key.size()),
                                                       t.cumulative_error_by_key.data());
@@ -184,7 +166,7 @@ pyb::dict row_trace_dict(const attn::RowTrace& t, const attn::KernelModel& km) {
   for (const DotStepEvent& s : t.pv_dot_steps) steps.append(dot_step_dict(s));
   d["pv_dot_steps"] = steps;
   pyb::list buffer;
-  for (const RoundingEvent& ev : t.pv_buffer_events) buffer.append(to_python(cli::event_to_json(km.output, ev)));
+  for (const RoundingEvent& ev : t.pv_buffer_events) buffer.append(to_python(api::event_to_json(km.output, ev)));
   d["pv_buffer_events"] = buffer;
   d["delta_error_from_o"] = t.delta_error_from_o;
   d["delta_error_from_reduction"] = t.delta_error_from_reduction;
@@ -231,8 +213,8 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
                     const std::string& sfu) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
   const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu);
-  if (threads < 1 || threads > cli::kMaxJobs)
-    throw cli::InputError("threads=" + std::to_string(threads) + ": expected 1.." + std::to_string(cli::kMaxJobs));
+  if (threads < 1 || threads > api::kMaxJobs)
+    throw api::InputError("threads=" + std::to_string(threads) + ": expected 1.." + std::to_string(api::kMaxJobs));
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
   std::optional<attn::Tracer> tracer;
   if (trace_all || trace_rows) {
@@ -245,7 +227,7 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
     } else {
       for (const auto& [b, h, r] : *trace_rows) {
         if (b < 0 || b >= in->q.batch || h < 0 || h >= in->q.heads || r < 0 || r >= in->q.rows)
-          throw cli::InputError("trace: row (" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(r) +
+          throw api::InputError("trace: row (" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(r) +
                                 ") is outside the problem");
         tracer->rows.push_back({b, h, r});
       }

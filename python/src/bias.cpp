@@ -14,12 +14,12 @@
 #include "attention/problem_limits.hpp"
 #include "attention/trace_inputs.hpp"
 #include "common.hpp"
-#include "tools/recipe_file.hpp"
+#include "api/models.hpp"
 
 namespace fb::py {
 namespace {
 
-using cli::InputError;
+using api::InputError;
 
 // The Python arguments, checked here with Python's names for them (the CLI's messages name
 // its options); the run itself is attn::run_bias.
@@ -30,7 +30,7 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   if (model.empty() == traces.empty()) throw InputError("give exactly one of model=NAME or traces=[FILES]");
   if (!against.empty() && model.empty()) throw InputError("against: needs model");
   if (!recipe.empty() && model.empty()) throw InputError("recipe: needs model (the recipe changes that model)");
-  cli::alpha_or_throw(alpha, "alpha");
+  api::alpha_or_throw(alpha, "alpha");
   if (!(at_stake > 0) || !std::isfinite(at_stake)) throw InputError("at_stake: expected a positive number of ulps");
   attn::BiasRun run;
   run.alpha = alpha;
@@ -54,13 +54,8 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   if (const attn::SizeRefusal refusal = attn::problem_size_refusal(1, 1, seqlen, headdim))
     throw InputError("seqlen=" + std::to_string(seqlen) + " headdim=" + std::to_string(headdim) + ": " +
                      refusal.reason + (refusal.too_large ? "; give a smaller seqlen or headdim" : ""));
-  const Format dtype = cli::parse_format_or_throw(dtype_name, "dtype");
-  try {
-    run.model = attn::parse_model_for_inputs(model, dtype);
-  } catch (const std::invalid_argument& e) {
-    throw InputError("model " + model + ": " + e.what());
-  }
-  if (!recipe.empty()) run.model = cli::apply_recipe_file(run.model, recipe);
+  const Format dtype = api::parse_format_or_throw(dtype_name, "dtype");
+  run.model = api::resolve_model({model, dtype, "model", recipe}, {"model", "sfu"});
   if (!against.empty()) {
     try {
       run.against = attn::parse_model_for_inputs(against, dtype);

@@ -2,7 +2,7 @@
 // typed array helpers, and the two ways a long call stays interruptible with the GIL released.
 //
 // Contract:
-// - Bad input throws fb::cli::InputError (or TraceError, std::invalid_argument) with the
+// - Bad input throws fb::api::InputError (or TraceError, std::invalid_argument) with the
 //   message the CLI prints after "error: "; module.cpp translates them to ValueError.
 //   PyTypeError (below) becomes TypeError.
 // - Short loops over arrays run on the calling thread with the GIL released and call
@@ -36,7 +36,10 @@
 
 #include "emu/rounding.hpp"
 #include "formats/format.hpp"
-#include "tools/cli_common.hpp"
+#include "api/input_error.hpp"
+#include "api/names.hpp"
+#include "api/output_file.hpp"
+#include "formats/file_read.hpp"
 
 namespace fb::py {
 
@@ -57,7 +60,7 @@ inline void check_cancel(const Cancel& c) {
 
 // ---- names, with the CLI's messages ------------------------------------------------------
 inline Format parse_fmt(const std::string& text, const char* what = "fmt") {
-  return cli::parse_format_or_throw(text, what);
+  return api::parse_format_or_throw(text, what);
 }
 RoundingSpec make_spec(const std::string& mode, const std::string& overflow, std::uint64_t seed,
                        std::optional<long long> sr_bits);

@@ -17,10 +17,10 @@ void register_traces(pyb::module_& m);
 RoundingSpec make_spec(const std::string& mode, const std::string& overflow, std::uint64_t seed,
                        std::optional<long long> sr_bits) {
   RoundingSpec s;
-  s.mode = cli::parse_mode_or_throw(mode, "mode");
-  s.overflow = cli::parse_overflow_or_throw(overflow, "overflow");
+  s.mode = api::parse_mode_or_throw(mode, "mode");
+  s.overflow = api::parse_overflow_or_throw(overflow, "overflow");
   s.seed = seed;
-  if (sr_bits) s.sr_bits = cli::sr_bits_or_throw(*sr_bits, "sr_bits");
+  if (sr_bits) s.sr_bits = api::sr_bits_or_throw(*sr_bits, "sr_bits");
   return s;
 }
 
@@ -85,14 +85,17 @@ std::string element_name(const std::string& what, const std::vector<pyb::ssize_t
     flat = extent ? flat / extent : 0;
   }
   std::string name = what + "[";
-  for (std::size_t d = 0; d < index.size(); ++d) name += (d ? "," : "") + std::to_string(index[d]);
+  for (std::size_t d = 0; d < index.size(); ++d) {
+    if (d) name += ',';
+    name += std::to_string(index[d]);
+  }
   return name + "]";
 }
 
 void check_bits_width(const Format& f, int dtype_bits, const std::string& what) {
   if (dtype_bits == f.container_bits) return;
   const std::string want = std::to_string(f.container_bits), got = std::to_string(dtype_bits);
-  throw cli::InputError(what + ": a uint" + got + " array holds " + got + "-bit patterns, but " + f.name +
+  throw api::InputError(what + ": a uint" + got + " array holds " + got + "-bit patterns, but " + f.name +
                         " patterns are " + want + "-bit: give them as uint" + want + " (values as a float array)");
 }
 
@@ -104,8 +107,8 @@ std::vector<std::uint32_t> checked_bits(const Format& f, const carray<std::uint6
     if (!valid_pattern(f, p[i])) {
       // The CLI's own message for this operand.
       const std::string name = element_name(what, shape_of(bits), i);
-      cli::parse_operand_or_throw(f, "0x" + hex_of(p[i]), name);
-      throw cli::InputError(name + ": not a valid bit pattern");
+      api::parse_operand_or_throw(f, "0x" + hex_of(p[i]), name);
+      throw api::InputError(name + ": not a valid bit pattern");
     }
     out[i] = static_cast<std::uint32_t>(p[i]);
   }
@@ -118,7 +121,7 @@ std::vector<std::uint32_t> encode_values(const Format& f, const carray<double>& 
   std::vector<std::uint32_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (!from_double_exact(f, v[i], out[i]))
-      throw cli::InputError(element_name(what, shape_of(values), i) + ": " + shortest(v[i]) +
+      throw api::InputError(element_name(what, shape_of(values), i) + ": " + shortest(v[i]) +
                             " is not exactly representable in " + f.name + " (give a hex bit pattern 0x... instead)");
   }
   return out;
@@ -195,7 +198,7 @@ PYBIND11_MODULE(_core, m) {
       if (p) std::rethrow_exception(p);
     } catch (const py::PyTypeError& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
-    } catch (const fb::cli::InputError& e) {
+    } catch (const fb::api::InputError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const fb::TraceError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());

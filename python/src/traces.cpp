@@ -11,7 +11,7 @@
 // - save_trace(path, tensors, metadata) encodes each tensor in its format (values must be
 //   exactly representable, bit patterns of the format's container width and valid:
 //   operand_bits), serialises, validates the bytes with the reader (parse_trace) and writes
-//   the file whole or not at all (cli::write_output_file). The caller states the source
+//   the file whole or not at all (api::write_output_file). The caller states the source
 //   (the Python layer refuses a save without one, as `flashbits import` does).
 #include <cmath>
 #include <cstring>
@@ -31,18 +31,18 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   CaptureOptions options;
   if (source) {
     if (!is_valid_source(*source))
-      throw cli::InputError("source " + *source + ": expected cuda:<gpu>, emulated or unknown");
+      throw api::InputError("source " + *source + ": expected cuda:<gpu>, emulated or unknown");
     options.source = *source;
   }
   options.model = model;
   if (scale) {
-    if (!std::isfinite(*scale) || !(*scale > 0)) throw cli::InputError("scale: expected a finite positive number");
+    if (!std::isfinite(*scale) || !(*scale > 0)) throw api::InputError("scale: expected a finite positive number");
     options.softmax_scale = scale;
   }
   options.causal = causal;
   if (dtype) options.dtype = parse_fmt(*dtype, "dtype");
   const auto parsed_layout = parse_capture_layout(layout);
-  if (!parsed_layout) throw cli::InputError("layout " + layout + ": expected auto, bhsd or bshd");
+  if (!parsed_layout) throw api::InputError("layout " + layout + ": expected auto, bhsd or bshd");
   options.layout = *parsed_layout;
   const Trace trace = import_capture({path}, options);
   pyb::dict metadata;
@@ -79,7 +79,7 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
     for (pyb::ssize_t i = 0; i < array.ndim(); ++i) t.shape.push_back(static_cast<std::uint64_t>(array.shape(i)));
     if (fmt == "fp64") {
       if (array.dtype().kind() == 'u')
-        throw cli::InputError(name + ": fp64 tensors are given as values, not bit patterns");
+        throw api::InputError(name + ": fp64 tensors are given as values, not bit patterns");
       const carray<double> a(array);
       t.dtype = Dtype::F64;
       t.bytes.resize(static_cast<std::size_t>(a.size()) * 8);
@@ -88,7 +88,7 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
       const Format f = parse_fmt(fmt, (name + ": format").c_str());
       const auto dtype = dtype_of_format(f);
       if (!dtype)
-        throw cli::InputError(name + ": format " + fmt +
+        throw api::InputError(name + ": format " + fmt +
                               " cannot be stored in a trace (bf16, fp16, fp32, e4m3, e5m2 or fp64)");
       t.dtype = *dtype;
       const std::vector<std::uint32_t> bits = operand_bits(f, array, name);
@@ -102,7 +102,7 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
   }
   const std::vector<std::uint8_t> bytes = serialize_safetensors(file, path);
   parse_trace(bytes, path);  // the reader's checks: schema, metadata, shapes
-  cli::write_output_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+  api::write_output_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
                          "the trace");
 }
 

@@ -212,3 +212,11 @@ def test_arm_specs():
         "fp32", "fa-bf16acc+dynmax:beta=2,tol=0.001", "x[a=b,c=d]"]
     with pytest.raises(train.UsageError, match="fp32 is not a kernel model"):
         train.parse_arm("fp32[recipe=x.json]")
+    cfg = train.StudyConfig(emulate_layers=(1,))
+    everywhere, some = train.parse_arm("pytorch-fa2-sm90[layers=all]"), train.parse_arm("fa2-sm80[layers=0+3]")
+    assert [everywhere.emulates(i, cfg) for i in range(4)] == [True] * 4
+    assert [some.emulates(i, cfg) for i in range(4)] == [True, False, False, True]
+    assert [train.parse_arm("fa2-sm80").emulates(i, cfg) for i in range(4)] == [False, True, False, False]
+    assert not train.parse_arm("fp32").emulates(1, cfg)
+    with pytest.raises(train.UsageError, match="layers=x: expected 'all' or N"):
+        train.parse_arm("fa2-sm80[layers=x]")

@@ -1,7 +1,7 @@
-// tools/recipe_file.cpp: reads a recipe file and applies it to a kernel model (contract in
+// api/recipe_file.cpp: reads a recipe file and applies it to a kernel model (contract in
 // the header). The knowledge of which stage a model reads lives in attention/kernel_models
 // (recipe_stage_fields, uses_special_function); this file only parses and checks.
-#include "tools/recipe_file.hpp"
+#include "api/recipe_file.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -15,9 +15,9 @@
 #include "emu/special_functions.hpp"
 #include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
-#include "tools/cli_common.hpp"
+#include "api/input_error.hpp"
 
-namespace fb::cli {
+namespace fb::api {
 namespace {
 
 // Keys and values come from the file: escape_unprintable shows control characters and bytes
@@ -211,4 +211,4 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
   return out;
 }
 
-}  // namespace fb::cli
+}  // namespace fb::api

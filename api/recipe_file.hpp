@@ -1,4 +1,4 @@
-// tools/recipe_file.hpp: `bias-test --model NAME --recipe FILE` (docs/CLI.md): a JSON file that
+// api/recipe_file.hpp: `bias-test --model NAME --recipe FILE` (docs/CLI.md): a JSON file that
 // changes named stages of a kernel model, to test a kernel variant that has no model name.
 //
 // File format (docs/COMMANDS.md "Recipe files"):
@@ -27,11 +27,11 @@
 
 #include "attention/attention.hpp"
 
-namespace fb::cli {
+namespace fb::api {
 
 // `tables_read`, when given, receives the path of every FBSFU1 table the recipe loaded (inputs
 // a command's output paths must not name: refuse_output_over_inputs).
 attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::string& path,
                                     std::vector<std::string>* tables_read = nullptr);
 
-}  // namespace fb::cli
+}  // namespace fb::api

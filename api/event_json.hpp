@@ -1,4 +1,4 @@
-// tools/event_report.hpp: a rounding event as JSON (for --json) and as a bit-by-bit
+// api/event_json.hpp: a rounding event as JSON (for --json) and as a bit-by-bit
 // explanation for a person (for --explain).
 #pragma once
 
@@ -7,7 +7,7 @@
 
 #include "emu/rounding.hpp"
 
-namespace fb::cli {
+namespace fb::api {
 
 nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev);
 // Several lines: the exact significand with kept | round | sticky bits marked, the
@@ -17,4 +17,4 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
 // The exact value of the event's significand as a decimal string (up to 17 digits).
 std::string exact_value_string(const RoundingEvent& ev);
 
-}  // namespace fb::cli
+}  // namespace fb::api

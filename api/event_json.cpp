@@ -1,13 +1,13 @@
-// tools/event_report.cpp: rendering of rounding events.
-#include "tools/event_report.hpp"
+// api/event_json.cpp: rendering of rounding events.
+#include "api/event_json.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-#include "tools/cli_common.hpp"
+#include "api/names.hpp"
 
-namespace fb::cli {
+namespace fb::api {
 namespace {
 const char* direction_name(RoundDirection d) {
   switch (d) {
@@ -115,4 +115,4 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
   return o.str();
 }
 
-}  // namespace fb::cli
+}  // namespace fb::api

@@ -1,0 +1,48 @@
+// api/models.cpp: model resolution (contract: api/models.hpp).
+#include "api/models.hpp"
+
+#include <stdexcept>
+
+#include "api/recipe_file.hpp"
+#include "attention/trace_inputs.hpp"
+
+namespace fb::api {
+
+attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionNames& names, const Trace* capture,
+                                ModelResolutionNotes* notes) {
+  attn::ModelHandle model;
+  try {
+    model = attn::parse_model_for_inputs(choice.name, choice.dtype);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(names.model + " " + choice.name + ": " + e.what());
+  }
+  return refine_model(std::move(model), choice.sfu_set, choice.recipe_path, names, capture, notes);
+}
+
+attn::ModelHandle refine_model(attn::ModelHandle model, const std::string& sfu_set, const std::string& recipe_path,
+                               const ModelOptionNames& names, const Trace* capture, ModelResolutionNotes* notes) {
+  if (sfu_set == "auto") {
+    if (capture == nullptr)
+      throw InputError(names.sfu + " auto: picks the set measured on a capture's GPU; there is no capture here "
+                                   "(give model or a set: " +
+                       attn::sfu_set_list() + ")");
+    std::string note;
+    try {
+      model = attn::with_capture_sfu(model, *capture, sfu_set, note);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+    if (notes != nullptr) notes->sfu_note = note;
+  } else if (sfu_set != "model") {
+    std::optional<attn::ModelHandle> changed = attn::with_sfu_set(model, sfu_set);
+    if (!changed)
+      throw InputError(names.sfu + " " + sfu_set + ": unknown SFU set (" + (capture ? "auto, " : "") + "model, " +
+                       attn::sfu_set_list() + ")");
+    model = std::move(*changed);
+  }
+  if (!recipe_path.empty())
+    model = apply_recipe_file(model, recipe_path, notes != nullptr ? &notes->recipe_tables : nullptr);
+  return model;
+}
+
+}  // namespace fb::api

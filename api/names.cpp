@@ -1,0 +1,169 @@
+// api/names.cpp: the parsers of api/names.hpp (contract there).
+#include "api/names.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "attention/problem_limits.hpp"
+
+namespace fb::api {
+
+Format parse_format_or_throw(std::string_view text, std::string_view what) {
+  Format f{};
+  if (!parse_format(text, f)) {
+    throw InputError(std::string(what) + ": unknown format '" + std::string(text) +
+                     "' (expected fp32 tf32 bf16 fp16 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 "
+                     "e8m0, or eXmY with 2<=X<=8, 1<=Y<=23)");
+  }
+  return f;
+}
+
+RoundingMode parse_mode_or_throw(std::string_view text, std::string_view what) {
+  RoundingMode m{};
+  if (!parse_rounding_mode(text, m)) {
+    throw InputError(std::string(what) + ": unknown rounding mode '" + std::string(text) +
+                     "' (expected rne rna rtz rup rdn rto sr)");
+  }
+  return m;
+}
+
+OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view what) {
+  if (text == "ieee") return OverflowPolicy::ieee;
+  if (text == "satfinite") return OverflowPolicy::satfinite;
+  throw InputError(std::string(what) + ": unknown overflow policy '" + std::string(text) +
+                   "' (expected ieee or satfinite)");
+}
+
+namespace {
+// [+-]? (D+ [. D*]? | . D+) ([eE] [+-]? D+)?, or [+-]? inf|nan (any case).
+bool is_decimal_word(const std::string& s) {
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  std::string rest = s.substr(i);
+  for (char& c : rest) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (rest == "inf" || rest == "nan") return true;
+  auto digits = [&](std::size_t& j) {
+    const std::size_t from = j;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
+    return j - from;
+  };
+  std::size_t mantissa = digits(i);
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    mantissa += digits(i);
+  }
+  if (mantissa == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (digits(i) == 0) return false;
+  }
+  return i == s.size();
+}
+}  // namespace
+
+std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what) {
+  const std::string s(text);
+  const std::string w(what);
+  if (s.empty()) throw InputError(w + ": empty operand");
+  const bool prefixed = s.size() >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const bool marked_decimal = s[0] == '+' || s[0] == '-' || s.find('.') != std::string::npos;
+  const bool decimal = is_decimal_word(s);
+  if (!prefixed && (marked_decimal || (decimal && !(s[0] >= '0' && s[0] <= '9')))) {
+    // A value: signed, with a point, or inf / nan.
+    if (!decimal) throw InputError(w + ": '" + s + "' is not a decimal number");
+    const double v = std::strtod(s.c_str(), nullptr);
+    std::uint32_t bits = 0;
+    if (!from_double_exact(f, v, bits)) {
+      throw InputError(w + ": " + s + " is not exactly representable in " + f.name +
+                       " (give a hex bit pattern 0x... instead)");
+    }
+    return bits;
+  }
+  if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
+    // Digits only (or digits e digits): a hex pattern and a decimal number at once.
+    throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
+                     " for the value");
+  }
+  std::string_view hex = text;
+  if (prefixed) hex.remove_prefix(2);
+  if (hex.empty() || hex.size() > 8) {
+    throw InputError(w + ": '" + s + "' is not a hex bit pattern of " + f.name);
+  }
+  std::uint64_t v = 0;
+  for (char ch : hex) {
+    int d;
+    if (ch >= '0' && ch <= '9')
+      d = ch - '0';
+    else if (ch >= 'a' && ch <= 'f')
+      d = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'F')
+      d = ch - 'A' + 10;
+    else
+      throw InputError(w + ": '" + s + "' is not a hex bit pattern (0x...) or a decimal value (+1, 1.5)");
+    v = v * 16 + static_cast<std::uint64_t>(d);
+  }
+  const std::uint64_t container_limit = std::uint64_t{1} << f.container_bits;
+  const std::uint32_t layout_bits = static_cast<std::uint32_t>(v) >> f.storage_shift();
+  if (v >= container_limit || (static_cast<std::uint32_t>(v) & ((1u << f.storage_shift()) - 1u)) != 0 ||
+      (layout_bits & ~f.width_mask()) != 0) {
+    throw InputError(w + ": 0x" + std::string(hex) + " is not a valid " + f.name + " bit pattern (" +
+                     std::to_string(f.width()) + " bits" +
+                     (f.storage_shift() ? ", low " + std::to_string(f.storage_shift()) + " bits zero" : "") + ")");
+  }
+  return static_cast<std::uint32_t>(v);
+}
+
+std::string hex_bits(const Format& f, std::uint32_t bits) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%0*x", f.hex_digits(), bits);
+  return buf;
+}
+
+std::string flags_string(Flags flags) {
+  char buf[6];
+  flags_to_chars(flags, buf);
+  return buf;
+}
+
+int jobs_or_throw(long long jobs, std::string_view option) {
+  if (jobs < 1 || jobs > kMaxJobs)
+    throw InputError(std::string(option) + " " + std::to_string(jobs) + ": expected 1.." + std::to_string(kMaxJobs) +
+                     " threads");
+  return static_cast<int>(jobs);
+}
+
+void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim) {
+  const attn::SizeRefusal refusal = attn::problem_size_refusal(batch, heads, seqlen, headdim);
+  if (!refusal) return;
+  const std::string given = (batch != 1 ? "--batch " + std::to_string(batch) + " " : std::string()) +
+                            (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) + "--seqlen " +
+                            std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
+  throw InputError(given + ": " + refusal.reason + (refusal.too_large ? "; give a smaller --seqlen or --headdim" : ""));
+}
+
+void check_trials(long long trials, long long at_least, std::string_view option) {
+  const std::string refusal = attn::trials_refusal(trials, at_least);
+  if (!refusal.empty()) throw InputError(std::string(option) + " " + std::to_string(trials) + ": " + refusal);
+}
+
+int sr_bits_or_throw(long long bits, std::string_view option) {
+  if (bits < 1 || bits > kMaxSrBits)
+    throw InputError(std::string(option) + ": " + std::to_string(bits) + " is outside 1.." +
+                     std::to_string(kMaxSrBits));
+  return static_cast<int>(bits);
+}
+
+double alpha_or_throw(double alpha, std::string_view option) {
+  if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", alpha);
+    throw InputError(std::string(option) + " " + buf + ": expected a significance level strictly between 0 and 1");
+  }
+  return alpha;
+}
+
+}  // namespace fb::api
