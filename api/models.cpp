@@ -23,8 +23,9 @@ attn::ModelHandle refine_model(attn::ModelHandle model, const std::string& sfu_s
                                const ModelOptionNames& names, const Trace* capture, ModelResolutionNotes* notes) {
   if (sfu_set == "auto") {
     if (capture == nullptr)
-      throw InputError(names.sfu + " auto: picks the set measured on a capture's GPU; there is no capture here "
-                                   "(give model or a set: " +
+      throw InputError(names.sfu +
+                       " auto: picks the set measured on a capture's GPU; there is no capture here "
+                       "(give model or a set: " +
                        attn::sfu_set_list() + ")");
     std::string note;
     try {

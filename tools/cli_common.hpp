@@ -72,7 +72,6 @@ inline constexpr int kExitInconclusive = 4;
 // stderr: `warning: NAME: WARNING`. Nothing when `warning` is empty.
 void warn_about_model(const std::string& name, const std::string& warning);
 
-
 using Runner = std::function<int()>;
 using Setup = std::function<Runner(CLI::App&)>;
 
