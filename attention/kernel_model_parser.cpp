@@ -221,6 +221,13 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
             m.base + "'s kernel skips tiles above the diagonal");
       m.visit_masked_tiles = true;
       canonical += "+visit-masked-tiles";
+    } else if (variant == "cuda-expf") {
+      // torch.exp on an fp32 CUDA tensor: only fa-bf16acc spells its exponentials as torch.exp.
+      if (m.base != "fa-bf16acc")
+        throw std::invalid_argument("+cuda-expf applies to fa-bf16acc only (its exp is torch.exp on an fp32 tensor); " +
+                                    m.base + " computes its exponentials otherwise");
+      m.cuda_expf = true;
+      canonical += "+cuda-expf";
     } else if (variant == "delta-dpp") {
       if (!m.backward_modelled) throw std::invalid_argument("+delta-dpp: " + m.base + " has no backward (dP) modelled");
       m.delta_dpp = true;
@@ -238,11 +245,12 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       m.o_round = mode;
       canonical += "+" + variant;
     } else {
-      throw std::invalid_argument("unknown variant '+" + variant +
-                                  "' (dynmax, visit-masked-tiles, unfused-exp, lazy-rescale, sw-exp2, delta-dpp, "
-                                  "o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
-                                  "o-rto; fp8 models: "
-                                  "block-quant, hadamard, promote)");
+      throw std::invalid_argument(
+          "unknown variant '+" + variant +
+          "' (dynmax, visit-masked-tiles, cuda-expf, unfused-exp, lazy-rescale, sw-exp2, delta-dpp, "
+          "o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
+          "o-rto; fp8 models: "
+          "block-quant, hadamard, promote)");
     }
   }
   // fp8 models feed the tensor cores the quantised operands.
@@ -270,6 +278,14 @@ std::vector<KernelModelDescription> describe_kernel_models() {
                  "ucker/why-low-precision-training-fails attention.py @30ef0216: line 29 (max_neg_value = "
                  "-finfo(q.dtype).max), 68-78 (every key tile; causal masked_fill_), 80-89 (amax, STABLE=1), "
                  "93-109 (exp, clamp(min=EPSILON), l and O updates)"});
+  out.push_back({"+cuda-expf",
+                 "fa-bf16acc: torch.exp on fp32 as CUDA's expf without fast math computes it: k from "
+                 "fma.rm(sat(fma(x, log2e/256, 0.5)), 252, 1.5*2^23+1), ex2.approx.ftz(fma(x, log2e_lo, fma(x, "
+                 "log2e_hi, -k))) * 2^k, the ex2 from the model's SFU set (correct = UNMEASURED; a recipe's "
+                 "\"sfu\": \"hw-sm90\" gives the H200's measured ex2). Default: exp correctly rounded (ASSUMED). "
+                 "That PyTorch's exp kernel compiles to this sequence is ASSUMED (read from nvcc 13.0's PTX for expf, "
+                 "sm_90, not from a PyTorch binary)",
+                 "emu/cuda_expf.hpp; nvcc -arch=sm_90 -ptx of a kernel calling expf (CUDA 13.0)"});
   out.push_back({"+unfused-exp",
                  "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
                  "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA",

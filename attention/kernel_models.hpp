@@ -305,6 +305,10 @@ struct KernelModel {
   // is 0 on a wholly masked tile, line 89), exp, clamped block sum and O update like any
   // score. Off: the visible keys only (masked tiles skipped, the diagonal tile cut short).
   bool visit_masked_tiles = false;
+  // +cuda-expf (fa-bf16acc): the fp32 exp of the tensor ops (torch.exp on a CUDA tensor) is
+  // CUDA's expf, an FMA range reduction around the SfuSet's ex2 (emu/cuda_expf.hpp), instead
+  // of correctly rounded.
+  bool cuda_expf = false;
   bool delta_dpp = false;  // delta = rowsum(dP∘P)
   bool o_fp32 = false;     // delta from O kept in fp32 (before the final cast)
   // The final cast of O: rne is every recipe's own (cvt.rn / .to(dtype)); +o-MODE
