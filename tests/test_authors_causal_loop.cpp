@@ -17,6 +17,7 @@
 // causal, with and without +dynmax; rows whose running max is negative and unique lose it to
 // STABLE=1's max of 0 on a masked tile, so there the variant must differ from plain
 // fa-bf16acc+dynmax (the check that fails if the variant were a no-op).
+// Traced rows give the same bits, and a non-causal run is unchanged by the variant.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -264,4 +265,31 @@ TEST_CASE("+visit-masked-tiles is refused outside fa-bf16acc and named in the ca
                   std::invalid_argument);
   CHECK(parse_kernel_model("fa-bf16acc+dynmax+visit-masked-tiles", fmt::bf16).name.find("+visit-masked-tiles") !=
         std::string::npos);
+}
+
+TEST_CASE("+visit-masked-tiles: non-causal runs are unchanged, traced rows compute the same bits") {
+  using namespace fb::attn;
+  AttentionInputs in = sampled_inputs();
+  const ModelHandle variant = parse_kernel_model("fa-bf16acc+dynmax+visit-masked-tiles", fmt::bf16);
+  // Traced rows run the same loop over the trace sink: row 1 (odd, negative max, two masked
+  // tiles after its diagonal tile) and a row of the last query tile.
+  const AttentionOutputs untraced = run_attention(variant, in, RunOptions{});
+  Tracer tracer;
+  tracer.rows = {{0, 0, 1}, {0, 0, kN - 1}};
+  RunOptions traced_opt;
+  traced_opt.tracer = &tracer;
+  const AttentionOutputs traced = run_attention(variant, in, traced_opt);
+  REQUIRE(tracer.traces.size() == 2);
+  CHECK(tracer.traces[0].tiles.size() == 3);  // every key tile, as their loop visits them
+  CHECK(tracer.traces[0].tiles.back().running_max == 0.0);
+  for (int row : {1, kN - 1}) {
+    CAPTURE(row);
+    CHECK(traced.lse.at(0, 0, row, 0) == untraced.lse.at(0, 0, row, 0));
+    for (int c = 0; c < kD; ++c) CHECK(traced.o.at(0, 0, row, c) == untraced.o.at(0, 0, row, c));
+  }
+  // Without causal masking there is nothing above the diagonal: the variant changes nothing.
+  in.causal = false;
+  const AttentionOutputs a = run_attention(variant, in, RunOptions{});
+  const AttentionOutputs b = run_attention(parse_kernel_model("fa-bf16acc+dynmax", fmt::bf16), in, RunOptions{});
+  CHECK(rows_differing(a, b, 0, kN) == 0);
 }
