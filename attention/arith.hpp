@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attention/kernel_models.hpp"
+#include "emu/cuda_expf.hpp"
 #include "emu/ops.hpp"
 #include "emu/tensor_core_amd.hpp"
 #include "emu/software_exp2.hpp"
@@ -101,8 +102,12 @@ struct HardwareArith {
   double lg2(double x) const { return km->sfu.lg2->evaluate(static_cast<float>(x)); }
   double fast_log(double x) const { return fb::fast_log(km->sfu, static_cast<float>(x)); }
   // PyTorch's fp32 exp/log (CUDA expf/logf, <= 2 ulp): modelled as libm fp64 rounded to
-  // fp32, i.e. (almost always) correctly rounded. UNMEASURED against the GPU.
-  double exp32(double x) const { return static_cast<float>(std::exp(x)); }
+  // fp32, i.e. (almost always) correctly rounded, UNMEASURED against the GPU; with
+  // KernelModel::cuda_expf, exp is CUDA's expf sequence over the SFU set's ex2 (emu/cuda_expf.hpp).
+  double exp32(double x) const {
+    if (km->cuda_expf) return cuda_expf(static_cast<float>(x), *km->sfu.ex2);
+    return static_cast<float>(std::exp(x));
+  }
   double log32(double x) const { return static_cast<float>(std::log(x)); }
 
   template <class E>

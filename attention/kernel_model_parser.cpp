@@ -211,6 +211,23 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         throw std::invalid_argument("+block-quant: " + m.base + " is per-tensor by definition (no tiles)");
       (variant == "block-quant" ? m.fp8.block : m.fp8.hadamard) = true;
       canonical += "+" + variant;
+    } else if (variant == "visit-masked-tiles") {
+      // Only Qiu & Yao's loop visits causal-masked tiles with a finite mask value; every other
+      // model's kernel skips them (FA2, FA3, FA4, Triton, CK) or masks with -inf (PyTorch).
+      if (m.base != "fa-bf16acc")
+        throw std::invalid_argument(
+            "+visit-masked-tiles applies to fa-bf16acc only (Qiu & Yao's causal loop, which "
+            "masks with -finfo.max); " +
+            m.base + "'s kernel skips tiles above the diagonal");
+      m.visit_masked_tiles = true;
+      canonical += "+visit-masked-tiles";
+    } else if (variant == "cuda-expf") {
+      // torch.exp on an fp32 CUDA tensor: only fa-bf16acc spells its exponentials as torch.exp.
+      if (m.base != "fa-bf16acc")
+        throw std::invalid_argument("+cuda-expf applies to fa-bf16acc only (its exp is torch.exp on an fp32 tensor); " +
+                                    m.base + " computes its exponentials otherwise");
+      m.cuda_expf = true;
+      canonical += "+cuda-expf";
     } else if (variant == "delta-dpp") {
       if (!m.backward_modelled) throw std::invalid_argument("+delta-dpp: " + m.base + " has no backward (dP) modelled");
       m.delta_dpp = true;
@@ -230,7 +247,8 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     } else {
       throw std::invalid_argument(
           "unknown variant '+" + variant +
-          "' (dynmax, unfused-exp, lazy-rescale, sw-exp2, delta-dpp, o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
+          "' (dynmax, visit-masked-tiles, cuda-expf, unfused-exp, lazy-rescale, sw-exp2, delta-dpp, "
+          "o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
           "o-rto; fp8 models: "
           "block-quant, hadamard, promote)");
     }
@@ -251,6 +269,23 @@ std::vector<KernelModelDescription> describe_kernel_models() {
                  "Tensor-op models (fa-bf16acc, standard-*, golden-*) count scores >= r_m - tol computed in the "
                  "scores' format, as the authors' code does; kernel models compare exactly",
                  ""});
+  out.push_back({"+visit-masked-tiles",
+                 "fa-bf16acc: causal runs visit every KV tile as Qiu & Yao's loop does, tiles wholly above the "
+                 "diagonal included, with the masked scores -finfo(bf16).max (not -inf): P-bar = 0 there, the "
+                 "block sum is clamped to 1e-10 and joins l; with +dynmax (STABLE=1) such a tile's max is 0, so a "
+                 "negative running max becomes 0 and O, l and LSE are rescaled by exp(m). Also sums the diagonal "
+                 "tile over all its keys, masked ones as exact zeros. Off: those tiles are skipped",
+                 "ucker/why-low-precision-training-fails attention.py @30ef0216: line 29 (max_neg_value = "
+                 "-finfo(q.dtype).max), 68-78 (every key tile; causal masked_fill_), 80-89 (amax, STABLE=1), "
+                 "93-109 (exp, clamp(min=EPSILON), l and O updates)"});
+  out.push_back({"+cuda-expf",
+                 "fa-bf16acc: torch.exp on fp32 as CUDA's expf without fast math computes it: k from "
+                 "fma.rm(sat(fma(x, log2e/256, 0.5)), 252, 1.5*2^23+1), ex2.approx.ftz(fma(x, log2e_lo, fma(x, "
+                 "log2e_hi, -k))) * 2^k, the ex2 from the model's SFU set (correct = UNMEASURED; a recipe's "
+                 "\"sfu\": \"hw-sm90\" gives the H200's measured ex2). Default: exp correctly rounded (ASSUMED). "
+                 "That PyTorch's exp kernel compiles to this sequence is ASSUMED (read from nvcc 13.0's PTX for expf, "
+                 "sm_90, not from a PyTorch binary)",
+                 "emu/cuda_expf.hpp; nvcc -arch=sm_90 -ptx of a kernel calling expf (CUDA 13.0)"});
   out.push_back({"+unfused-exp",
                  "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
                  "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA",

@@ -237,8 +237,10 @@ KernelModel fa_bf16acc() {
       "loss.backward() outside autocast, where their backward raises a dtype error (einsum of fp32 P with bf16 "
       "dO), so no run of theirs computed these gradients as written; train.py also compiles the model "
       "(torch.compile, whose fusions can skip bf16 roundings: eager semantics modelled); causal runs: their "
-      "loop also visits KV tiles wholly above the diagonal (a clamped block sum of 1e-10, and with STABLE=1 a "
-      "max of 0), which the model skips";
+      "loop also visits KV tiles wholly above the diagonal, masked with -finfo(bf16).max (a clamped block sum "
+      "of 1e-10, and with STABLE=1 a max of 0), which the model skips unless +visit-masked-tiles is given. "
+      "ASSUMED: torch.exp and torch.log on fp32 are correctly rounded; on a GPU torch.exp is CUDA's expf (an "
+      "FMA range reduction around ex2.approx.ftz, <= 2 ulp), which +cuda-expf models";
   m.sources =
       "docs/DESIGN.md §7; ucker/why-low-precision-training-fails attention.py and train.py @30ef0216 (dtypes "
       "per PyTorch autocast and type promotion; einsum and sum reduction orders assumed)";

@@ -297,6 +297,18 @@ struct KernelModel {
   // ---- variants (suffixes) ----
   bool dynmax = false;
   double dynmax_beta = 2.0, dynmax_tol = 1e-3;
+  // +visit-masked-tiles (fa-bf16acc): Qiu & Yao's causal loop (attention.py @30ef0216,
+  // lines 68-109). Every row visits every KV tile, those wholly above its diagonal included,
+  // and each tile holds all its keys: the causal-masked scores are masked_fill_ed with
+  // -finfo(q.dtype).max (line 29, 78), the input format's largest finite value negated, not
+  // -inf, and then run through the tile's max (with +dynmax their STABLE=1 block max, which
+  // is 0 on a wholly masked tile, line 89), exp, clamped block sum and O update like any
+  // score. Off: the visible keys only (masked tiles skipped, the diagonal tile cut short).
+  bool visit_masked_tiles = false;
+  // +cuda-expf (fa-bf16acc): the fp32 exp of the tensor ops (torch.exp on a CUDA tensor) is
+  // CUDA's expf, an FMA range reduction around the SfuSet's ex2 (emu/cuda_expf.hpp), instead
+  // of correctly rounded.
+  bool cuda_expf = false;
   bool delta_dpp = false;  // delta = rowsum(dP∘P)
   bool o_fp32 = false;     // delta from O kept in fp32 (before the final cast)
   // The final cast of O: rne is every recipe's own (cvt.rn / .to(dtype)); +o-MODE

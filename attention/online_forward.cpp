@@ -11,7 +11,9 @@
 // rows over NullTraceSink, which compiles to nothing.
 //
 // Modelling notes: causal tiles entirely above a row's diagonal are skipped (for this row
-// FA2 would see -inf scores, P̄ = 0 and a rescale of 0 * 0: numerically a no-op). A row that
+// FA2 would see -inf scores, P̄ = 0 and a rescale of 0 * 0: numerically a no-op), and the
+// diagonal tile ends at the row's last visible key; KernelModel::visit_masked_tiles visits
+// them as Qiu & Yao's loop does, where a finite mask value and STABLE=1 make them count. A row that
 // sees nothing follows FA2's guards: m = -inf is used as 0 in the exponent; l == 0 gives
 // inv = 1, O = 0 and LSE = +inf (PyTorch-style code without guards would give NaN).
 #include <algorithm>
@@ -422,7 +424,12 @@ template <class A, class E, class Sink>
 void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
                          double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
                          const RunOptions& opt, Sink& sink) {
-  const int nk = visible_keys(g, row);
+  // +visit-masked-tiles: the loop runs over every key, the causal-masked ones as scores of
+  // -(the input format's largest finite value), as Qiu & Yao's masked_fill_ leaves them.
+  const int visible = visible_keys(g, row);
+  const bool masked_in_loop = km.visit_masked_tiles && g.causal;
+  const int nk = masked_in_loop ? g.n : visible;
+  const double masked_score = -to_double(km.input, km.input.max_finite_pattern());
   const int bn = g.tiles.block_n;
   const int tiles = (nk + bn - 1) / bn;
   const ScaleConstants k = head_scale_constants(km, ar, g, hd);
@@ -440,6 +447,8 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
 
     // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
     tile_scores(km, ar, k, hd, q, kb, len, sc.s.data(), sc.lane_values);
+    if (masked_in_loop)
+      for (int j = std::max(visible - kb, 0); j < len; ++j) sc.s[j] = masked_score;
     if (km.fp8.block) {
       // +block-quant: this (Q block, KV block)'s descale on the fp32 scores (assumed placement).
       const double qk = ar.f32(hd.q_descale[row / hd.q_block_rows] * hd.k_descale[kb / hd.kv_block_rows]);
