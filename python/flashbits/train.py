@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from fractions import Fraction
 import hashlib
 import json
 import math
@@ -346,8 +347,9 @@ def sign_test_p(positives: int, negatives: int) -> float:
     if n == 0:
         return 1.0
     k = min(positives, negatives)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
-    return min(1.0, 2.0 * tail)
+    # Exact integers, then one division: 2.0 ** n overflows a float beyond n = 1023 steps.
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, float(Fraction(2 * tail, 1 << n)))
 
 
 def row_is_tied(trace: dict) -> bool:
