@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "emu/dot_step_json.hpp"
 #include "emu/tensor_core.hpp"
 #include "formats/json_text.hpp"
 #include "gpu/probe_file.hpp"
@@ -78,16 +79,6 @@ bool model_for_section(const std::string& name, const ProbeHeader& h, TensorCore
     model.output = DotOutput::fp32_rz;
   }
   return true;
-}
-
-nlohmann::json step_json(const DotStepEvent& s) {
-  return {{"largest_exponent", s.largest_exponent},
-          {"terms", s.terms},
-          {"truncated_value", s.truncated_value},
-          {"truncated_terms", s.truncated_terms},
-          {"carry_out", s.carry_out},
-          {"normalisation_shift", s.normalisation_shift},
-          {"output_residue", s.output_residue}};
 }
 
 void explain_text(std::ostream& out, const ProbeSection& sec, std::size_t i, std::uint32_t expected,
@@ -297,7 +288,7 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
       const std::uint32_t expected = fused_dot_bits(model, sec.c(i), a, b, &trace);
       if (options.json) {
         nlohmann::json steps = nlohmann::json::array();
-        for (const DotStepEvent& e : trace.steps) steps.push_back(step_json(e));
+        for (const DotStepEvent& e : trace.steps) steps.push_back(nlohmann::json(dot_step_json(e)));
         nlohmann::json as = nlohmann::json::array(), bs = nlohmann::json::array();
         for (int j = 0; j < h.k; ++j) {
           as.push_back({{"bits", hex(h.input, a[j])}, {"value", to_double(h.input, a[j])}});

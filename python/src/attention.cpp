@@ -19,6 +19,7 @@
 #include "attention/problem_limits.hpp"
 #include "attention/statistics.hpp"
 #include "common.hpp"
+#include "emu/dot_step_json.hpp"
 #include "emu/special_functions.hpp"
 #include "api/event_json.hpp"
 #include "api/models.hpp"
@@ -110,19 +111,9 @@ attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, c
   return api::resolve_model({name, dtype, sfu, recipe}, {"model", "sfu"});
 }
 
+// A P·V step's record (emu/dot_step_json.hpp, the one serialiser) and its output rounding.
 pyb::dict dot_step_dict(const DotStepEvent& s) {
-  pyb::dict d;
-  d["largest_exponent"] = s.largest_exponent;
-  d["terms"] = s.terms;
-  d["truncated_value"] = s.truncated_value;
-  d["truncated_terms"] = s.truncated_terms;
-  d["carry_out"] = s.carry_out;
-  d["normalisation_shift"] = s.normalisation_shift;
-  d["output_residue"] = s.output_residue;
-  d["first_product"] = s.first_product;
-  d["fraction_bits"] = s.fraction_bits;
-  d["aligned_sum"] = s.aligned_sum;
-  d["special"] = s.special;
+  pyb::dict d = to_python(dot_step_json(s));
   d["output_event"] = to_python(api::event_to_json(formats::fp32, s.output_event));
   return d;
 }
