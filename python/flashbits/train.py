@@ -780,6 +780,7 @@ def merge(out: str, th: Thresholds) -> dict:
 
     for name, seeds in sorted(runs.items()):
         per_seed, div_votes, signs_pos, signs_neg, d_sums, ratios = {}, [], 0, 0, [], []
+        o_pos, o_neg, o_sums = 0, 0, []
         for seed, res in sorted(seeds.items()):
             ctrl = control.get(seed)
             losses = [r["loss"] for r in res["rows"]]
@@ -797,6 +798,10 @@ def merge(out: str, th: Thresholds) -> dict:
                 signs_pos += stats["delta_error_positive"]
                 signs_neg += stats["delta_error_negative"]
                 d_sums.append(stats["delta_error_sum"])
+                o_errors = [r[f"L{layer}_o_error"] for r in res["rows"] if not math.isnan(r[f"L{layer}_o_error"])]
+                o_pos += sum(e > 0 for e in o_errors)
+                o_neg += sum(e < 0 for e in o_errors)
+                o_sums.append(stats["o_error_sum"])
                 if ctrl is not None and ctrl["layers"].get(layer, {}).get("wq_spectral_norm"):
                     ratio = stats["wq_spectral_norm"] / ctrl["layers"][layer]["wq_spectral_norm"]
                     entry.setdefault("wq_spectral_norm_ratio", {})[layer] = ratio
@@ -818,6 +823,10 @@ def merge(out: str, th: Thresholds) -> dict:
             "delta_error_sum": float(np.sum(d_sums)) if d_sums else None,
             "delta_error_positive_steps": signs_pos, "delta_error_negative_steps": signs_neg,
             "delta_error_sign_p": p if measured else None,
+            # O's signed error, the mechanism's first step (delta inherits it through dO*O)
+            "o_error_sum": float(np.sum(o_sums)) if o_sums else None,
+            "o_error_positive_steps": o_pos, "o_error_negative_steps": o_neg,
+            "o_error_sign_p": sign_test_p(o_pos, o_neg) if measured else None,
             "wq_spectral_norm_ratio": wq_ratio,
             "verdict": verdict,
             "seeds": sorted(seeds),
@@ -864,11 +873,16 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
     for name, a in summary["arms"].items():
         p = a["delta_error_sign_p"]
         ratio = a["wq_spectral_norm_ratio"]
-        print(f"  {name}: {a['verdict']} (final loss {a['final_loss']:.4f}; delta error sum "
-              f"{a['delta_error_sum'] if a['delta_error_sum'] is not None else float('nan'):+.3e}, "
-              f"{a['delta_error_positive_steps']}+/{a['delta_error_negative_steps']}-"
-              f"{'' if p is None else f', sign test p {p:.2g}'}"
-              f"{'' if ratio is None else f', W_Q norm {ratio:.3f}x control'})")
+        o_p = a["o_error_sign_p"]
+        d_sum = a["delta_error_sum"] if a["delta_error_sum"] is not None else float("nan")
+        delta = f"delta error sum {d_sum:+.3e}, {a['delta_error_positive_steps']}+/{a['delta_error_negative_steps']}-"
+        if p is not None:
+            delta += f", sign test p {p:.2g}"
+        o_part = ""
+        if o_p is not None:
+            o_part = f"; O error {a['o_error_positive_steps']}+/{a['o_error_negative_steps']}-, p {o_p:.2g}"
+        w_part = "" if ratio is None else f"; W_Q norm {ratio:.3f}x control"
+        print(f"  {name}: {a['verdict']} (final loss {a['final_loss']:.4f}; {delta}{o_part}{w_part})")
     g = summary["golden"]
     if g["seed_to_seed"] is not None:
         print(f"  weight deviation at step {g['step']}: control seed to seed {g['seed_to_seed']:.3e}; "

@@ -60,7 +60,7 @@ def test_smoke_losses_are_finite_and_every_output_is_written(smoke):
     for name, arm in summary["arms"].items():
         assert math.isfinite(arm["final_loss"]) and not arm["diverged"]
         assert set(arm) >= {"final_loss", "diverged", "delta_error_sum", "delta_error_sign_p",
-                            "wq_spectral_norm_ratio", "per_seed"}
+                            "wq_spectral_norm_ratio", "per_seed", "o_error_sum", "o_error_sign_p"}
         assert set(arm["per_seed"]) == {"0", "1"}
         for seed in (0, 1):
             rows = train.read_steps(str(out / "runs" / train.parse_arm(name).slug / f"seed{seed}" / "steps.csv"))
