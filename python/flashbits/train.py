@@ -446,9 +446,17 @@ def save_atomic(obj, path: str) -> None:
     os.replace(tmp, path)
 
 
+def torch_load(path: str):
+    """A checkpoint or snapshot this driver wrote. weights_only=False on every torch version:
+    PyTorch 2.6 made True the default, and 1.13's restricted unpickler cannot read a float,
+    so only the explicit choice reads the same files on both (they are the user's own run
+    directory's files, written by this module)."""
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def load_checkpoint(path: str, what: str) -> dict:
     try:
-        ck = torch.load(path, map_location="cpu")
+        ck = torch_load(path)
     except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a corrupt file
         raise UsageError(f"checkpoint {path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
                          f"; remove it to start {what} again") from None
@@ -776,7 +784,7 @@ def merge(out: str, th: Thresholds) -> dict:
 
     def snapshot(res, step):
         p = os.path.join(res["dir"], "snapshots", f"step{step}.pt")
-        return torch.load(p, map_location="cpu") if os.path.exists(p) else None
+        return torch_load(p) if os.path.exists(p) else None
 
     for name, seeds in sorted(runs.items()):
         per_seed, div_votes, signs_pos, signs_neg, d_sums, ratios = {}, [], 0, 0, [], []
