@@ -935,6 +935,11 @@ def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
              f'text-anchor="middle">{esc(ylabel)}</text>']
     for n, (name, (xs, ys)) in enumerate(series.items()):
         colour = _COLOURS[n % len(_COLOURS)]
+        # At most ~500 points a line (the chart is 480 pixels wide): every stride-th, and the last.
+        stride = max(1, len(xs) // 500)
+        if stride > 1:
+            keep = list(range(0, len(xs), stride)) + ([len(xs) - 1] if (len(xs) - 1) % stride else [])
+            xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
         segment = []
         for x, y in list(zip(xs, ys)) + [(None, float("nan"))]:
             if x is not None and math.isfinite(y):
