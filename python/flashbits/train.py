@@ -969,6 +969,13 @@ def write_plots(out: str, runs: dict, cfg: StudyConfig) -> None:
             return d
         svg_lines(os.path.join(plots, f"loss_seed{seed}.svg"), f"training loss, 50-step mean (seed {seed})",
                   "loss (nats)", series("loss", 50))
+        losses = series("loss", 50)
+        if CONTROL in losses:
+            control_steps, control_loss = losses[CONTROL]
+            difference = {name: (xs, [y - c for y, c in zip(ys, control_loss)])
+                          for name, (xs, ys) in losses.items() if name != CONTROL and xs == control_steps}
+            svg_lines(os.path.join(plots, f"loss_minus_control_seed{seed}.svg"),
+                      f"training loss minus the fp32 control's, 50-step means (seed {seed})", "nats", difference)
         for i in cfg.emulate_layers:
             for column, label in (("delta_error_sum", "running sum of delta's signed error"),
                                   ("o_error_sum", "running sum of O's signed error"),
