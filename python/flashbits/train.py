@@ -904,7 +904,7 @@ _COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#
 
 def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
     """A line chart of ``series`` (name -> (xs, ys)); NaNs break a line."""
-    w, h, left, right, top, bottom = 760, 420, 70, 210, 30, 40
+    w, h, left, right, top, bottom = 900, 420, 70, 350, 30, 40
     pts = [(x, y) for xs, ys in series.values() for x, y in zip(xs, ys) if math.isfinite(y)]
     if not pts:
         return
