@@ -221,3 +221,29 @@ def test_arm_specs():
     assert not train.parse_arm("fp32").emulates(1, cfg)
     with pytest.raises(train.UsageError, match="layers=x: expected 'all' or N"):
         train.parse_arm("fa2-sm80[layers=x]")
+
+
+def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path, corpus):
+    import signal
+    import time
+    env = dict(os.environ, PYTHONPATH=BUILD_PYTHON, PYTHONDONTWRITEBYTECODE="1")
+    args = [sys.executable, "-m", "flashbits.train", "--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path),
+            "--arms", "fa-bf16acc", "--seeds", "0", "--steps", "1000000"]
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "runs" / "fa-bf16acc" / "seed0"
+    # The progress line (stderr is not a terminal: one line at the first step, then every 30 s)
+    # says the step loop runs; Ctrl-C from then on must checkpoint.
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if line.startswith("fa-bf16acc seed 0 ["):
+            break
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, rest = p.communicate(timeout=120)
+    err = "".join(seen) + rest
+    assert p.returncode == 130, err
+    assert "stopped: checkpoint written to" in err and "resume with: python3 -m flashbits.train" in err
+    assert "Traceback" not in err
+    ck = train.load_checkpoint(str(run / "checkpoint.pt"), "this run")
+    assert ck["step"] >= 1 and len(ck["rows"]) == ck["step"]
