@@ -102,13 +102,8 @@ def main() -> int:
         t = Timers()
         timers[arm.name] = t
         model = train.build_model(cfg, len(corpus.vocab))
-        for i, block in enumerate(model.blocks):
-            emulate = arm.emulates(i, cfg)
-            probe = train.LayerProbe(train.probe_rows(cfg)) if emulate else None
-            if probe is not None:
-                probe.active = True
-            block.attn.attention = train.attention_for(arm.model if emulate else train.CONTROL, arm.recipe_file, 1,
-                                                       probe)
+        for probe in train.install_arm_attention(model, arm, cfg, threads=1).values():
+            probe.active = True
         state[arm.name] = (arm, model, train.make_optimizer(model, cfg), [])
     original_attention, original_exact = fbt._attention, train._exact_attention
     times = {a.name: [] for a in arms}

@@ -415,6 +415,7 @@ class LayerProbe:
 
     def __init__(self, rows: list):
         self.rows = rows  # (batch 0, head, row) triples
+        self.active = False  # measure the next backward
         self.pending = None
 
     def observe(self, seen: dict) -> None:
@@ -514,6 +515,26 @@ def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe |
     return emulated
 
 
+def use_control_attention(model: GPT) -> None:
+    """Every layer on the control's fp32 math attention (the fork, the fork's common loss)."""
+    for block in model.blocks:
+        block.attn.attention = attention_for(CONTROL, None, 1, None)
+
+
+def install_arm_attention(model: GPT, arm: "Arm", cfg: StudyConfig, threads: int) -> dict:
+    """Each layer's attention as the arm runs it: the arm's kernel model where it emulates,
+    the control's elsewhere. Returns the probes of the study's emulated layers (layer ->
+    LayerProbe, inactive until a probe step sets them)."""
+    probes = {}
+    for i, block in enumerate(model.blocks):
+        emulate = arm.emulates(i, cfg)
+        probe = LayerProbe(probe_rows(cfg)) if emulate and i in cfg.emulate_layers else None
+        if probe is not None:
+            probes[i] = probe
+        block.attn.attention = attention_for(arm.model if emulate else CONTROL, arm.recipe_file, threads, probe)
+    return probes
+
+
 def build_model(cfg: StudyConfig, vocab: int) -> GPT:
     torch.manual_seed(cfg.init_seed)
     return GPT(cfg.model, vocab)
@@ -558,8 +579,7 @@ def fork_checkpoint(out: str, cfg: StudyConfig, corpus: Corpus, quiet: bool) -> 
         check_same_config(path, ck["config"], cfg.to_json())
         return path
     model = build_model(cfg, len(corpus.vocab))
-    for block in model.blocks:
-        block.attn.attention = attention_for(CONTROL, None, 1, None)
+    use_control_attention(model)
     optimizer = make_optimizer(model, cfg)
     progress = Progress("fork (fp32)", cfg.fork_step, quiet)
     for step in range(cfg.fork_step):
@@ -609,20 +629,12 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
     if fork_info is None:
         # The arms' common start: the fork's weights, and the loss of the first forked batch
         # under the control's attention (every arm must agree on both, bit for bit).
-        for block in model.blocks:
-            block.attn.attention = attention_for(CONTROL, None, 1, None)
+        use_control_attention(model)
         x, y = get_batch(corpus.train, batch_indices((seed,), 0, cfg.batch_size, len(corpus.train),
                                                      cfg.model.block_size), cfg.model.block_size)
         with torch.no_grad():
             fork_info = {"weights_sha256": weights_digest(model), "loss": float(model(x, y))}
-    probes = {}
-    for i, block in enumerate(model.blocks):
-        emulate = arm.emulates(i, cfg)
-        probe = LayerProbe(probe_rows(cfg)) if emulate and i in cfg.emulate_layers else None
-        if probe is not None:
-            probe.active = False
-            probes[i] = probe
-        block.attn.attention = attention_for(arm.model if emulate else CONTROL, arm.recipe_file, threads, probe)
+    probes = install_arm_attention(model, arm, cfg, threads)
     sums = {i: (rows[-1][f"L{i}_o_error_sum"], rows[-1][f"L{i}_delta_error_sum"]) if rows else (0.0, 0.0)
             for i in cfg.emulate_layers}
     autocast = arm.model == LOW_PRECISION
@@ -690,16 +702,22 @@ def write_csv(path: str, rows: list, cfg: StudyConfig) -> None:
     write_atomic(path, ("\n".join(lines) + "\n").encode())
 
 
+def sign_counts(rows: list, column: str) -> tuple:
+    """Steps whose value in `column` is positive, and negative (unprobed steps, NaN, left out)."""
+    values = [r[column] for r in rows if not math.isnan(r[column])]
+    return sum(v > 0 for v in values), sum(v < 0 for v in values)
+
+
 def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
     losses = [r["loss"] for r in rows]
     layers = {}
     for i in cfg.emulate_layers:
-        errs = [r[f"L{i}_delta_error"] for r in rows if not math.isnan(r[f"L{i}_delta_error"])]
+        positive, negative = sign_counts(rows, f"L{i}_delta_error")
         ties = [r[f"L{i}_tie_rate"] for r in rows if not math.isnan(r[f"L{i}_tie_rate"])]
         layers[str(i)] = {
             "delta_error_sum": rows[-1][f"L{i}_delta_error_sum"] if rows else 0.0,
             "o_error_sum": rows[-1][f"L{i}_o_error_sum"] if rows else 0.0,
-            "delta_error_positive": sum(e > 0 for e in errs), "delta_error_negative": sum(e < 0 for e in errs),
+            "delta_error_positive": positive, "delta_error_negative": negative,
             "tie_rate": float(np.mean(ties)) if ties else None,
             "wq_spectral_norm": rows[-1][f"L{i}_wq_sigma"] if rows else None,
             "wk_spectral_norm": rows[-1][f"L{i}_wk_sigma"] if rows else None,
@@ -806,9 +824,10 @@ def merge(out: str, th: Thresholds) -> dict:
                 signs_pos += stats["delta_error_positive"]
                 signs_neg += stats["delta_error_negative"]
                 d_sums.append(stats["delta_error_sum"])
-                o_errors = [r[f"L{layer}_o_error"] for r in res["rows"] if not math.isnan(r[f"L{layer}_o_error"])]
-                o_pos += sum(e > 0 for e in o_errors)
-                o_neg += sum(e < 0 for e in o_errors)
+                # From the CSV: result.json files written before O's counts existed lack them.
+                positive, negative = sign_counts(res["rows"], f"L{layer}_o_error")
+                o_pos += positive
+                o_neg += negative
                 o_sums.append(stats["o_error_sum"])
                 if ctrl is not None and ctrl["layers"].get(layer, {}).get("wq_spectral_norm"):
                     ratio = stats["wq_spectral_norm"] / ctrl["layers"][layer]["wq_spectral_norm"]
