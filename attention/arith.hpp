@@ -168,8 +168,10 @@ struct HardwareArith {
   // dot() for `lanes` columns at once (only where columns_batched): acc[l] =
   // dot(spec, acc[l], a, column l, k, tally), column l = b[j*ldb + l]. `tally`: null, or a
   // DotTrace with tally_only set (a traced row's step counts). `lane_values` is scratch.
-  void dot_columns(const DotSpec& spec, double* acc, const float* a, const float* b, std::size_t ldb, int k, int lanes,
-                   std::vector<float>& lane_values, DotTrace* tally = nullptr) const {
+  // `b_alignment`: b's prepared alignment exponents (fb::fused_dot_rows), or null.
+  void dot_columns(const DotSpec& spec, double* acc, const float* a, const float* b, const std::int32_t* b_alignment,
+                   std::size_t ldb, int k, int lanes, std::vector<float>& lane_values,
+                   DotTrace* tally = nullptr) const {
     lane_values.resize(static_cast<std::size_t>(lanes));
     // The accumulators hold fp32 (or fp16) values: exact as float.
     for (int l = 0; l < lanes; ++l) lane_values[static_cast<std::size_t>(l)] = static_cast<float>(acc[l]);
@@ -197,7 +199,7 @@ struct HardwareArith {
       return;
     }
     fused_dot_columns(*spec.model, lane_values.data(), a, b, ldb, k, lanes, lane_values.data(),
-                      tally != nullptr ? tally->tally_only : nullptr);
+                      tally != nullptr ? tally->tally_only : nullptr, b_alignment);
     for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];
   }
 };

@@ -130,10 +130,10 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         std::fill(s_row.begin(), s_row.end(), 0.0);
         std::fill(dp_row.begin(), dp_row.end(), 0.0);
         dots_against_columns(
-            ar, km.score_dot, s_row.data(), hd.q_row(r), hd.kt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
+            ar, km.score_dot, hd, s_row.data(), hd.q_row(r), hd.kt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
             [&](int l) { return hd.k_row(kb + l); }, lane_values);
         dots_against_columns(
-            ar, km.score_dot, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
+            ar, km.score_dot, hd, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
             [&](int l) { return hd.v_row(kb + l); }, lane_values);
         for (int j = kb; j < ke; ++j) {
           double p = 0.0, ds = 0.0;
@@ -154,17 +154,17 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         const E* pcol = pt.data() + static_cast<std::size_t>(j) * bm;
         const E* dscol = dst.data() + static_cast<std::size_t>(j) * bm;
         dots_against_columns(
-            ar, km.pv_dot, dv_acc.data() + static_cast<std::size_t>(j) * d, pcol, hd.do_row(rb),
+            ar, km.pv_dot, hd, dv_acc.data() + static_cast<std::size_t>(j) * d, pcol, hd.do_row(rb),
             static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.dot_row(c) + rb; }, lane_values);
         dots_against_columns(
-            ar, km.pv_dot, dk_acc.data() + static_cast<std::size_t>(j) * d, dscol, hd.q_row(rb),
+            ar, km.pv_dot, hd, dk_acc.data() + static_cast<std::size_t>(j) * d, dscol, hd.q_row(rb),
             static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.qt_row(c) + rb; }, lane_values);
       }
       for (int r = rb; r < re; ++r) {
         const E* dsr = ds_rows.data() + static_cast<std::size_t>(r - rb) * bn;
         std::fill(dq_part.begin(), dq_part.end(), 0.0);
         dots_against_columns(
-            ar, km.pv_dot, dq_part.data(), dsr, hd.k_row(kb), static_cast<std::size_t>(d), klen, d,
+            ar, km.pv_dot, hd, dq_part.data(), dsr, hd.k_row(kb), static_cast<std::size_t>(d), klen, d,
             [&](int c) { return hd.kt_row(c) + kb; }, lane_values);
         for (int c = 0; c < d; ++c) {
           double& acc = dq_acc[static_cast<std::size_t>(r) * d + c];
@@ -264,10 +264,10 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
     for (const Span& sp : spans) {
       const int len = sp.end - sp.begin;
       dots_against_columns(
-          ar, km.pv_dot, dv_row.data(), p_col.data() + sp.begin, hd.do_row(sp.begin), static_cast<std::size_t>(d), len,
+          ar, km.pv_dot, hd, dv_row.data(), p_col.data() + sp.begin, hd.do_row(sp.begin), static_cast<std::size_t>(d), len,
           d, [&](int c) { return hd.dot_row(c) + sp.begin; }, lane_values);
       dots_against_columns(
-          ar, km.pv_dot, dk_row.data(), ds_col.data() + sp.begin, hd.q_row(sp.begin), static_cast<std::size_t>(d), len,
+          ar, km.pv_dot, hd, dk_row.data(), ds_col.data() + sp.begin, hd.q_row(sp.begin), static_cast<std::size_t>(d), len,
           d, [&](int c) { return hd.qt_row(c) + sp.begin; }, lane_values);
     }
     for (int c = 0; c < d; ++c) {
@@ -289,7 +289,7 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
     std::fill(dq_row.begin(), dq_row.end(), 0.0);
     for (const Span& sp : spans)
       dots_against_columns(
-          ar, km.pv_dot, dq_row.data(), ds_row.data() + sp.begin, hd.kp_row(sp.begin), static_cast<std::size_t>(d),
+          ar, km.pv_dot, hd, dq_row.data(), ds_row.data() + sp.begin, hd.kp_row(sp.begin), static_cast<std::size_t>(d),
           sp.end - sp.begin, d, [&](int c) { return hd.kpt_row(c) + sp.begin; }, lane_values);
     for (int c = 0; c < d; ++c)
       dq_out[static_cast<std::size_t>(r) * d + c] = ar.to(km.output, ar.f32(dq_row[static_cast<std::size_t>(c)] * ln2));
@@ -359,10 +359,10 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
         std::fill(dv_blk.begin(), dv_blk.end(), 0.0);
         std::fill(dk_blk.begin(), dk_blk.end(), 0.0);
         dots_against_columns(
-            ar, km.pv_dot, dv_blk.data(), pt.data() + static_cast<std::size_t>(j) * bm, hd.do_row(rb),
+            ar, km.pv_dot, hd, dv_blk.data(), pt.data() + static_cast<std::size_t>(j) * bm, hd.do_row(rb),
             static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.dot_row(c) + rb; }, lane_values);
         dots_against_columns(
-            ar, km.pv_dot, dk_blk.data(), dst.data() + static_cast<std::size_t>(j) * bm, hd.q_row(rb),
+            ar, km.pv_dot, hd, dk_blk.data(), dst.data() + static_cast<std::size_t>(j) * bm, hd.q_row(rb),
             static_cast<std::size_t>(d), rlen, d, [&](int c) { return hd.qt_row(c) + rb; }, lane_values);
         for (int c = 0; c < d; ++c) {
           const std::size_t o = static_cast<std::size_t>(kb + j) * d + c;
@@ -375,7 +375,7 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
       for (int r = rb; r < re; ++r) {
         std::fill(dq_blk.begin(), dq_blk.end(), 0.0);
         dots_against_columns(
-            ar, km.pv_dot, dq_blk.data(), ds_rows.data() + static_cast<std::size_t>(r - rb) * bn, hd.k_row(kb),
+            ar, km.pv_dot, hd, dq_blk.data(), ds_rows.data() + static_cast<std::size_t>(r - rb) * bn, hd.k_row(kb),
             static_cast<std::size_t>(d), klen, d, [&](int c) { return hd.kt_row(c) + kb; }, lane_values);
         for (int c = 0; c < d; ++c) {
           const std::size_t o = static_cast<std::size_t>(r) * d + c;

@@ -182,6 +182,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
           hd.kpt[static_cast<std::size_t>(c) * N + r] = hd.kp[i];
         }
     }
+    hd.prepare_panel_alignments(km);
   });
 
   // Traced rows, by (b, h, r).

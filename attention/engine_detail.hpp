@@ -57,6 +57,41 @@ struct HeadData {
   // block (one entry each under per-tensor scaling); empty otherwise.
   std::vector<double> q_descale, k_descale, v_descale;
   int q_block_rows = 1, kv_block_rows = 1;
+  // The alignment exponents (fb::dot_alignment_exponents) of every matrix above that a
+  // tensor-core dot reads as its column panel, per input format's emin: prepared once per
+  // head (prepare_panel_alignments), read by every row (fb::fused_dot_rows' b_alignment).
+  struct PanelAlignment {
+    const E* data;
+    std::size_t size;
+    int emin;
+    std::vector<std::int32_t> alignment;
+  };
+  std::vector<PanelAlignment> panel_alignments;
+  // For float operands and tensor-core dot specs of km (no-op otherwise); call once the
+  // matrices are final.
+  void prepare_panel_alignments(const KernelModel& km) {
+    if constexpr (std::is_same_v<E, float>) {
+      for (const DotSpec* spec : {&km.score_dot, &km.pv_dot}) {
+        if (spec->kind != DotKind::tensor_core || spec->model == nullptr) continue;
+        const int emin = spec->model->input.emin();
+        for (const std::vector<E>* m : {&q, &k, &v, &vt, &d_o, &d_ot, &qt, &kt, &kp, &kpt}) {
+          if (m->empty() || alignment_of(*spec, m->data()) != nullptr) continue;
+          PanelAlignment& pa = panel_alignments.emplace_back(PanelAlignment{m->data(), m->size(), emin, {}});
+          pa.alignment.resize(m->size());
+          dot_alignment_exponents(*spec->model, m->data(), m->size(), pa.alignment.data());
+        }
+      }
+    }
+  }
+  // b's alignment exponents for spec's input format, b pointing into one of the matrices;
+  // null when none were prepared.
+  const std::int32_t* alignment_of(const DotSpec& spec, const E* b) const {
+    if (spec.kind != DotKind::tensor_core || spec.model == nullptr) return nullptr;
+    const int emin = spec.model->input.emin();
+    for (const PanelAlignment& pa : panel_alignments)
+      if (pa.emin == emin && b >= pa.data && b < pa.data + pa.size) return pa.alignment.data() + (b - pa.data);
+    return nullptr;
+  }
 };
 
 // One head's rows of t as E (exact: t holds values of a format E represents), and optionally
@@ -208,22 +243,24 @@ bool dots_side_by_side(const DotSpec& spec) {
 // HardwareArith::dot_columns where dots_side_by_side<A, E>(spec) (a no-op otherwise, so that
 // every instantiation compiles).
 template <class A, class E>
-void dot_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, const E* b, std::size_t ldb, int k,
-                 int lanes, std::vector<float>& lane_values, DotTrace* tally = nullptr) {
+void dot_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, const E* b, const std::int32_t* b_alignment,
+                 std::size_t ldb, int k, int lanes, std::vector<float>& lane_values, DotTrace* tally = nullptr) {
   if constexpr (!A::exact && std::is_same_v<E, float>)
-    ar.dot_columns(spec, acc, a, b, ldb, k, lanes, lane_values, tally);
+    ar.dot_columns(spec, acc, a, b, b_alignment, ldb, k, lanes, lane_values, tally);
 }
 
 // acc[l] = dot(spec, acc[l], a, column l, k, tally) for l < lanes, column l of the row-major
 // panel b being b[j*ldb + l]: side by side where dots_side_by_side allows, otherwise one dot
 // per column through column_of(l), a pointer to column l's k elements stored contiguously
 // (the transposed matrix's row). Both give the same bits and tally the same steps, column
-// after column. `tally`: null, or a DotTrace with tally_only set.
+// after column. `tally`: null, or a DotTrace with tally_only set. b points into one of hd's
+// matrices, whose prepared alignment exponents the side-by-side dots read.
 template <class A, class E, class ColumnOf>
-void dots_against_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, const E* b, std::size_t ldb, int k,
-                          int lanes, ColumnOf column_of, std::vector<float>& lane_values, DotTrace* tally = nullptr) {
+void dots_against_columns(const A& ar, const DotSpec& spec, const HeadData<E>& hd, double* acc, const E* a, const E* b,
+                          std::size_t ldb, int k, int lanes, ColumnOf column_of, std::vector<float>& lane_values,
+                          DotTrace* tally = nullptr) {
   if (dots_side_by_side<A, E>(spec)) {
-    dot_columns(ar, spec, acc, a, b, ldb, k, lanes, lane_values, tally);
+    dot_columns(ar, spec, acc, a, b, hd.alignment_of(spec, b), ldb, k, lanes, lane_values, tally);
     return;
   }
   for (int l = 0; l < lanes; ++l) acc[l] = ar.dot(spec, acc[l], a, column_of(l), k, tally);
@@ -236,7 +273,7 @@ void tile_scores(const KernelModel& km, const A& ar, const ScaleConstants& sc, c
                  int kb, int len, double* s, std::vector<float>& lane_values) {
   std::fill(s, s + len, 0.0);
   dots_against_columns(
-      ar, km.score_dot, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len,
+      ar, km.score_dot, hd, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len,
       [&](int l) { return hd.k_row(kb + l); }, lane_values);
   for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
 }

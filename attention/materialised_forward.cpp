@@ -42,7 +42,7 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   // P·V: P against V's columns, side by side where the dot allows it.
   std::vector<double> pv(static_cast<std::size_t>(d), 0.0);
   dots_against_columns(
-      ar, km.pv_dot, pv.data(), pc.data(), hd.v_row(0), static_cast<std::size_t>(d), nk, d,
+      ar, km.pv_dot, hd, pv.data(), pc.data(), hd.v_row(0), static_cast<std::size_t>(d), nk, d,
       [&](int c) { return hd.vt_row(c); }, lane_values);
   for (int c = 0; c < d; ++c) {
     const double raw = pv[static_cast<std::size_t>(c)];

@@ -238,7 +238,7 @@ void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<
   // allows it (dots_against_columns); a traced row tallies their steps.
   auto columns = [&](double* acc, int first, int count, DotTrace* tally) {
     dots_against_columns(
-        ar, km.pv_dot, acc, sc.pc.data(), hd.v_row(kv_begin) + first, static_cast<std::size_t>(d), len, count,
+        ar, km.pv_dot, hd, acc, sc.pc.data(), hd.v_row(kv_begin) + first, static_cast<std::size_t>(d), len, count,
         [&](int l) { return hd.vt_row(first + l) + kv_begin; }, sc.lane_values, tally);
   };
   if (km.fp8.block) {

@@ -516,17 +516,20 @@ int main(int argc, char** argv) {
 
   NativeDot native_dot;
   const std::vector<DotRow> dots = bench_dot(cfg, native_dot);
+  const std::vector<GemmRow> gemm = bench_gemm(cfg);
 
   if (cfg.json) {
-    print_json(cfg, native, arrays, ops, dots, native_dot);
+    print_json(cfg, native, arrays, ops, dots, gemm, native_dot);
   } else {
     print_table(cfg, native, arrays, ops);
     print_dot_table(cfg, dots, native_dot);
+    print_gemm_table(gemm, native_dot);
   }
   bool ok = true;
   for (const auto& r : arrays) ok = ok && r.matches_convert;
   for (const auto& r : ops) ok = ok && r.mpfr_mismatches == 0 && r.batched_matches_single;
   for (const auto& r : dots) ok = ok && r.columns_match;
+  for (const auto& r : gemm) ok = ok && r.match;
   if (!ok) std::fprintf(stderr, "error: a timed result disagrees with its reference (see the table)\n");
   return ok ? 0 : 1;
 }

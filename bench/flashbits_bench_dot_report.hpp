@@ -86,6 +86,41 @@ double columns_products_per_second(const fb::TensorCoreModel& model, const Forma
   });
 }
 
+// The blocked GEMM kernel (fb::fused_dot_rows) on one instruction set: kGemmRows rows of A
+// against kColumnLanes columns of a k x kColumnLanes panel whose alignment exponents are
+// prepared once, as attention's K and V panels are. Every lane is compared bit for bit
+// with fused_dot before timing (`matches`).
+constexpr int kGemmRows = 64;
+double gemm_products_per_second(const fb::TensorCoreModel& model, const Format& in, int k, fb::DotIsa isa,
+                                double min_seconds, bool& matches) {
+  const std::vector<float> a = random_dot_inputs(in, static_cast<std::size_t>(k) * kGemmRows, 6);
+  const std::vector<float> panel = random_dot_inputs(in, static_cast<std::size_t>(k) * kColumnLanes, 7);
+  const std::vector<float> c = random_dot_inputs(fmt::fp32, static_cast<std::size_t>(kGemmRows) * kColumnLanes, 8);
+  std::vector<std::int32_t> alignment(panel.size());
+  fb::dot_alignment_exponents(model, panel.data(), panel.size(), alignment.data());
+  std::vector<float> d(c.size()), column(static_cast<std::size_t>(k));
+  auto run = [&] {
+    fb::fused_dot_rows(model, c.data(), kColumnLanes, a.data(), static_cast<std::size_t>(k), kGemmRows, panel.data(),
+                       alignment.data(), kColumnLanes, k, kColumnLanes, d.data(), kColumnLanes, isa);
+  };
+  run();
+  matches = true;
+  for (int r = 0; r < kGemmRows; ++r)
+    for (int l = 0; l < kColumnLanes; ++l) {
+      for (int j = 0; j < k; ++j)
+        column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * kColumnLanes + static_cast<std::size_t>(l)];
+      const std::size_t at = static_cast<std::size_t>(r) * kColumnLanes + static_cast<std::size_t>(l);
+      const float one = fb::fused_dot(model, c[at], a.data() + static_cast<std::size_t>(r) * k, column.data(), k);
+      matches = matches && std::bit_cast<std::uint32_t>(one) == std::bit_cast<std::uint32_t>(d[at]);
+    }
+  volatile float sink = 0.0f;
+  return products_per_cpu_second(min_seconds, [&] {
+    run();
+    sink = sink + d[0];
+    return static_cast<std::uint64_t>(k) * kColumnLanes * kGemmRows;
+  });
+}
+
 // The native baselines, compiled for the FMA instruction (inline vfmadd, no libm fmaf
 // through the PLT). "chain": s = fma(a_i, b_i, s), one dependent chain as a dot product
 // is, so each FMA waits for the previous one (the latency bound). "16 accumulators":
@@ -153,11 +188,37 @@ struct DotRow {
   double columns_products_per_second;  // fb::fused_dot_columns, kColumnLanes at once
   bool columns_match;                  // its bits == fused_dot's, lane by lane
 };
+struct GemmRow {
+  std::string model, input, isa;
+  double products_per_second;
+  bool match;  // every lane == fused_dot's bits
+};
 struct NativeDot {
   double chain = 0.0, accumulators = 0.0;  // products per cpu second
   bool hardware_fma = false;
 };
 double dot_min_seconds(const Config& cfg) { return cfg.quick ? 0.05 : 0.5; }
+const char* isa_name(fb::DotIsa isa) {
+  return isa == fb::DotIsa::avx512 ? "avx512" : isa == fb::DotIsa::avx2 ? "avx2" : "portable";
+}
+// sm90-wgmma bf16 carries issue 36's target (>= 5e9 products/s with AVX2, k = 64).
+std::vector<GemmRow> bench_gemm(const Config& cfg) {
+  const double min_seconds = dot_min_seconds(cfg);
+  std::vector<GemmRow> rows;
+  const std::pair<const char*, const Format*> models[] = {
+      {"sm90-wgmma", &fmt::bf16}, {"sm90-mma", &fmt::fp16}, {"sm80", &fmt::bf16}, {"sm90-wgmma", &fmt::e4m3}};
+  for (const fb::DotIsa isa : {fb::DotIsa::avx512, fb::DotIsa::avx2, fb::DotIsa::portable}) {
+    if (!fb::dot_isa_available(isa)) continue;
+    for (const auto& [name, f] : models) {
+      const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, *f);
+      if (!m) continue;
+      bool match = false;
+      const double rate = gemm_products_per_second(*m, *f, kDotLength, isa, isa == fb::DotIsa::portable ? min_seconds / 4 : min_seconds, match);
+      rows.push_back({name, f->name, isa_name(isa), rate, match});
+    }
+  }
+  return rows;
+}
 std::vector<DotRow> bench_dot(const Config& cfg, NativeDot& native) {
   const double min_seconds = dot_min_seconds(cfg);
   native.hardware_fma = cpu_has_fma();
@@ -175,6 +236,19 @@ std::vector<DotRow> bench_dot(const Config& cfg, NativeDot& native) {
     }
   }
   return rows;
+}
+
+void print_gemm_table(const std::vector<GemmRow>& rows, const NativeDot& native) {
+  std::printf(
+      "  blocked kernel: fb::fused_dot_rows, %d rows x %d columns (k=%d), panel alignment prepared, each instruction\n"
+      "  set this CPU has; bits checked against fused_dot (target: sm90-wgmma bf16 >= 5e9 with AVX2)\n",
+      kGemmRows, kColumnLanes, kDotLength);
+  std::printf("  %-10s %-5s %-8s  %12s  %9s  %9s  %s\n", "model", "input", "isa", "products/s", "x chain", "x 16 acc",
+              "== fused_dot");
+  for (const auto& r : rows)
+    std::printf("  %-10s %-5s %-8s  %12.3g  %9.3f  %9.3f  %s\n", r.model.c_str(), r.input.c_str(), r.isa.c_str(),
+                r.products_per_second, r.products_per_second / native.chain, r.products_per_second / native.accumulators,
+                r.match ? "yes" : "MISMATCH");
 }
 
 void print_dot_table(const Config& cfg, const std::vector<DotRow>& rows, const NativeDot& native) {
@@ -270,7 +344,8 @@ void print_table(const Config& cfg, const std::vector<NativeRow>& native, const 
 }
 
 void print_json(const Config& cfg, const std::vector<NativeRow>& native, const std::vector<ArrayRow>& arrays,
-                const std::vector<OpRow>& ops, const std::vector<DotRow>& dots, const NativeDot& native_dot) {
+                const std::vector<OpRow>& ops, const std::vector<DotRow>& dots, const std::vector<GemmRow>& gemm,
+                const NativeDot& native_dot) {
   using nlohmann::json;
   const double native_add = native[0].cpu_ns_per_op;
   json j;
@@ -292,6 +367,14 @@ void print_json(const Config& cfg, const std::vector<NativeRow>& native, const s
          {"columns_products_per_second", r.columns_products_per_second},
          {"columns_ratio_to_one_dot", r.columns_products_per_second / r.products_per_second},
          {"columns_match_fused_dot", r.columns_match}});
+  j["tensor_core_gemm"] = {{"k", kDotLength}, {"rows", kGemmRows}, {"columns", kColumnLanes}, {"results", json::array()}};
+  for (const auto& r : gemm)
+    j["tensor_core_gemm"]["results"].push_back({{"model", r.model},
+                                                {"input", r.input},
+                                                {"isa", r.isa},
+                                                {"products_per_second", r.products_per_second},
+                                                {"ratio_to_native", r.products_per_second / native_dot.chain},
+                                                {"match_fused_dot", r.match}});
   j["config"] = {{"quick", cfg.quick},
                  {"repetitions", cfg.repetitions},
                  {"statistic", "median"},

@@ -179,21 +179,51 @@ float fused_dot(const TensorCoreModel& model, float c, const float* a, const flo
 // Many dots of one model at once, in the shapes attention runs: one P̄ row against the
 // columns of a V tile, one q against the columns of a Kᵀ tile. For every lane l < lanes,
 //   d[l] = fused_dot(model, c[l], a, column l of b, k),  column l of b = b[j*ldb + l], j < k,
-// bit for bit (NaN payloads included). c and d may be the same array.
-// Why it is faster: fused_dot's steps form one dependent chain per dot; here independent
-// dots run side by side in vector lanes (AVX2: four fp64 lanes, two registers interleaved),
-// each lane carrying its dot through align, truncate, sum, normalise and round. Every
-// quantity is exact in fp64 (a product of two <= 24-bit significands has <= 48 bits; the
-// truncated terms are integers below 2^(F+2) and their sum below 2^53), so truncation is
-// one round-toward-zero of the product scaled by 2^-(E-F) and the output rounding one
-// rounding of the exact sum onto the output's grid. Lanes that meet a NaN, an infinity or
-// an overflow, and every lane on a CPU without AVX2, a model with one step for all
-// products (exact-rne), ZeroTermPolicy::as_min_exponent or k == 0, run fused_dot itself.
-// With `tally`, every step of every lane is added to it as fused_dot with
-// DotTrace::tally_only = tally would add it, lane after lane (the same counts and the same
-// signed error, summed in the same order).
+// bit for bit (NaN payloads included). c and d may be the same array. b_alignment: as
+// fused_dot_rows' (null: computed here).
+// Untallied, this is fused_dot_rows with one row (the blocked kernel below). With `tally`,
+// every step of every lane is also added to it as fused_dot with DotTrace::tally_only =
+// tally would add it, lane after lane (the same counts and the same signed error, summed in
+// the same order); those lanes run side by side in fp64 (AVX2: four lanes per register,
+// where every intermediate of the step and of its trace is exact), and lanes that meet a
+// NaN, an infinity or an overflow, every lane on a CPU without AVX2, and models outside
+// the kernel (exact-rne, ZeroTermPolicy::as_min_exponent, k == 0) run fused_dot itself.
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
-                       int k, int lanes, float* d, DotStepTally* tally = nullptr);
+                       int k, int lanes, float* d, DotStepTally* tally = nullptr,
+                       const std::int32_t* b_alignment = nullptr);
+
+// The blocked GEMM kernel (emu/tensor_core_gemm.cpp). For r < rows and l < lanes:
+//   d[r*ldd + l] = fused_dot(model, c[r*ldc + l], a + r*lda, column l of b, k),
+// column l of b = b[j*ldb + l] for j < k, bit for bit (NaN payloads included). c and d may
+// be the same array with ldc == ldd. b_alignment, when not null, holds
+// dot_alignment_exponents of b in b's layout (a panel prepared once for many calls);
+// otherwise it is computed here.
+// How: several rows of A (register-blocked) against 16 (AVX-512) or 8 (AVX2) columns at
+// once, in fp32 and int32 lanes: each product is exact in fp32, scaled by 2^-(E-F) and
+// truncated by one fp32-to-int32 conversion, and the step's integers summed exactly; the
+// exponent work reads the prepared alignment exponents. A model outside
+// fused_dot_rows_blocked, a panel or row with a NaN or an infinity, k == 0, and a lane
+// whose step leaves the kernel's exact range (overflow, an all-tiny step) run fused_dot.
+// `isa` picks the instruction set (tests check each); `best` is the CPU's best, which
+// FLASHBITS_NO_AVX512 / FLASHBITS_NO_AVX2 cap. An unavailable one falls back to `best`.
+enum class DotIsa : std::uint8_t { portable, avx2, avx512, best };
+DotIsa best_dot_isa();
+bool dot_isa_available(DotIsa isa);
+// Whether fused_dot_rows runs `model` in its lanes: a model with fused steps, truncated
+// or not, ZeroTermPolicy::ignored, F < 29, inputs of at most 10 fraction bits.
+bool fused_dot_rows_blocked(const TensorCoreModel& model);
+// Each element's alignment exponent for `model`'s input format (an opaque int32 per
+// element, for fused_dot_rows' b_alignment).
+void dot_alignment_exponents(const TensorCoreModel& model, const float* b, std::size_t n, std::int32_t* alignment);
+void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ldc, const float* a, std::size_t lda,
+                    int rows, const float* b, const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes,
+                    float* d, std::size_t ldd, DotIsa isa = DotIsa::best);
+// n independent dots through the same kernel, W at a time side by side: for i < n,
+//   d[i] = fused_dot(model, c[i], a + i*k, b + i*k, k)
+// bit for bit (c and d may be the same array). For batches of unrelated dots
+// (fb.dot, `flashbits dot --batch`); the same fallbacks as fused_dot_rows.
+void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* a, const float* b, int k, int n,
+                     float* d, DotIsa isa = DotIsa::best);
 
 // The output rounding of one fused step, the rules above in one place: the exact sum
 // sum * 2^unit rounded into `output` (bits of fp32, fp16, or e8m13 in fp32's layout), overflow

@@ -1,5 +1,7 @@
 // emu/tensor_core_columns.cpp: fused_dot_columns, many dots of one model side by side in
-// vector lanes (contract and exactness argument: emu/tensor_core.hpp).
+// vector lanes (contract and exactness argument: emu/tensor_core.hpp). Untallied calls go to
+// the blocked kernel (fused_dot_rows, emu/tensor_core_gemm.cpp); this file's fp64 lanes
+// serve the tallied ones, whose step events need the truncated remainders.
 //
 // The rules are fused_dot's (emu/tensor_core.cpp holds them in one place: its
 // fused_step_body); this file computes the same step for four dots per register in fp64,
@@ -258,7 +260,11 @@ bool lanes_apply(const TensorCoreModel& m, int k) {
 }  // namespace
 
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
-                       int k, int lanes, float* d, DotStepTally* tally) {
+                       int k, int lanes, float* d, DotStepTally* tally, const std::int32_t* b_alignment) {
+  if (tally == nullptr) {
+    fused_dot_rows(model, c, 0, a, 0, 1, b, b_alignment, ldb, k, lanes, d, 0);
+    return;
+  }
   std::vector<float> column;
   DotTrace lane_trace;
   lane_trace.tally_only = tally;
@@ -290,8 +296,8 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
       float c_in[4 * kGroups];
       std::copy(c + l0, c + l0 + 4 * kGroups, c_in);
       const bool nearest = model.output == DotOutput::fp16_rne;
-      auto kernel = nearest ? (tally ? &lane_groups<kGroups, true, true> : &lane_groups<kGroups, true, false>)
-                            : (tally ? &lane_groups<kGroups, false, true> : &lane_groups<kGroups, false, false>);
+      // (Only tallied calls come here: untallied ones run fused_dot_rows above.)
+      auto kernel = nearest ? &lane_groups<kGroups, true, true> : &lane_groups<kGroups, false, true>;
       kernel(lc, step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0, d, bad, step_error.data(),
              step_bits.data());
       // Lane by lane in order, so that a tally adds the steps as one dot after another would.

@@ -263,13 +263,33 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
   {
     pyb::gil_scoped_release release;
     SignalPoll signals;
-    std::vector<std::uint32_t> tmp(std::min(n, std::size_t{1024}));
-    for (std::size_t start = 0; start < n; start += 1024) {
-      const std::size_t len = std::min<std::size_t>(1024, n - start);
+    // Chunks of dots through the blocked kernel (fb::fused_dot_pairs: fused_dot's bits), from
+    // the operands' exact values; D back to bits exactly (a NaN D is the canonical NaN).
+    constexpr std::size_t kDotChunk = 1024;
+    std::vector<std::uint32_t> tmp(std::min(n, kDotChunk));
+    std::vector<float> a_values, b_values, c_values, d_values;
+    for (std::size_t start = 0; start < n; start += kDotChunk) {
+      const std::size_t len = std::min(kDotChunk, n - start);
+      a_values.resize(len * k);
+      b_values.resize(len * k);
+      c_values.resize(len);
+      d_values.resize(len);
+      for (std::size_t i = 0; i < len * k; ++i) {
+        a_values[i] = static_cast<float>(to_double(input, av[start * k + i]));
+        b_values[i] = static_cast<float>(to_double(input, bv[start * k + i]));
+      }
+      for (std::size_t i = 0; i < len; ++i) c_values[i] = static_cast<float>(to_double(acc, cv[start + i]));
+      fused_dot_pairs(*tc, c_values.data(), a_values.data(), b_values.data(), static_cast<int>(k), static_cast<int>(len),
+                      d_values.data());
       for (std::size_t i = 0; i < len; ++i) {
-        const std::size_t r = start + i;
-        tmp[i] = fused_dot_bits(*tc, cv[r], std::span<const std::uint32_t>(av.data() + r * k, k),
-                                std::span<const std::uint32_t>(bv.data() + r * k, k));
+        const float d = d_values[i];
+        if (acc.width() == 32) {
+          tmp[i] = std::bit_cast<std::uint32_t>(d);
+        } else if (std::isnan(d)) {
+          tmp[i] = pack_nan(acc);
+        } else if (!from_double_exact(acc, d, tmp[i])) {
+          throw std::logic_error("dot: a D value is not exact in " + std::string(acc.name));
+        }
       }
       store_bits(acc, out, start, tmp.data(), len);
       signals.poll();

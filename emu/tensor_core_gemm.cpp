@@ -1,0 +1,534 @@
+// emu/tensor_core_gemm.cpp: fused_dot_rows, the blocked tensor-core GEMM kernel
+// (contract: emu/tensor_core.hpp; docs/DESIGN.md §4).
+//
+// One description of the fused step, written once (`block`, below) over an instruction-set
+// traits type, and instantiated for AVX-512 (16 lanes), AVX2 (8 lanes) and portable C++
+// (one lane), chosen at run time. The rules are fused_dot's (emu/tensor_core.cpp); what
+// differs is only where the exactness comes from:
+// - the inputs are values of formats of at most 11 significand bits, so a product a*b is
+//   exact in fp32 whenever it is a normal fp32 number;
+// - a step's alignment exponent E and unit u = E - F turn each term t into
+//   trunc(t * 2^-u): an exact scaling by a power of two, then one fp32-to-int32 conversion
+//   that truncates toward zero (the sign-magnitude truncation of fused_step_body);
+// - those integers are below 2^(F+2) in magnitude and are summed exactly in int32, in
+//   chunks short enough that a chunk cannot overflow, the chunks in fp64 (exact below 2^53);
+// - the exact sum times 2^u is rounded once into the output (dot_step_output's rules).
+// Where those arguments fail, the lane is flagged and recomputed by fused_dot, which holds
+// every rule: E above kHighestExponent (a product could overflow fp32; overflow, infinities
+// and NaN in C live there), E below F - 125 with a non-zero term (2^-u would overflow), and
+// a result at or beyond the output's largest finite value. A product that underflows fp32
+// is harmless: with E >= F - 125 it is below 2^-125 * 2^125 = 1 after scaling, and
+// truncates to 0 whether or not fp32 rounded it, as the exact term does.
+// Inputs with a NaN or an infinity never reach the kernel (fused_dot_rows routes them).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "emu/array_lanes.hpp"
+#include "emu/tensor_core.hpp"
+
+#ifdef FLASHBITS_LANES_MULTIVERSION
+#include <immintrin.h>
+#endif
+
+namespace fb {
+namespace {
+
+// Alignment exponent of a zero term: far below any real one, also when two are added.
+constexpr std::int32_t kNoTerm = -(1 << 20);
+// A step with E above this goes to fused_dot: its products are below 2^(E+2) <= 2^127,
+// finite in fp32, and C (below 2^(E+1)) is finite too.
+constexpr int kHighestExponent = 125;
+
+// What one model's step needs, in the form the lanes use.
+struct StepRule {
+  int fraction_bits;          // F
+  int step;                   // products per fused step
+  int chunk;                  // products per int32 partial sum (C joins the first)
+  std::int32_t lowest;        // F - 125: the smallest E whose scale 2^(F-E) is a normal fp32
+  std::int32_t accumulator_emin;
+  DotOutput output;
+  int output_fraction_bits;   // the output's fraction bits (fp32 23, e8m13 13, fp16 10)
+  int output_emin;
+  double output_max;          // largest finite output; a result at or past it is redone
+  // The output rounding on fp64 lanes: in the output's normal range, keep the top bits of
+  // the exact value's fp64 significand (after adding just under half an output ulp plus its
+  // last kept bit, for round-to-nearest-even); below it, round onto the fixed grid
+  // 2^(emin - fraction bits).
+  int dropped;                // 52 - output fraction bits
+  double normal_floor;        // 2^output_emin
+  double to_grid, from_grid;  // 2^(fraction bits - emin) and its inverse
+  bool nearest;               // fp16_rne: to nearest even; otherwise toward zero
+};
+
+StepRule step_rule(const TensorCoreModel& m) {
+  const Format& out = dot_output_format(m.output);
+  const int f = m.fraction_bits;
+  // C is below 2^(F+1) and each product term below 2^(F+2) after scaling (a product's
+  // significand is below 4): a chunk of n products plus C stays below 2^31 when
+  // 2^(F+1) + n * 2^(F+2) <= 2^31, i.e. n <= 2^(29-F) - 1/2.
+  const int chunk = f >= 29 ? 0 : static_cast<int>(std::min<std::int64_t>(m.products_per_step, (std::int64_t{1} << (29 - f)) - 1));
+  return StepRule{f,
+                  m.products_per_step,
+                  chunk,
+                  f - 125,
+                  accumulator_format(m).emin(),
+                  m.output,
+                  out.man_bits,
+                  out.emin(),
+                  to_double(out, to_container(out, out.max_finite_pattern())),
+                  52 - out.man_bits,
+                  std::ldexp(1.0, out.emin()),
+                  std::ldexp(1.0, out.man_bits - out.emin()),
+                  std::ldexp(1.0, out.emin() - out.man_bits),
+                  m.output == DotOutput::fp16_rne};
+}
+
+// The alignment exponent of a NaN or an infinity: far above kHighestExponent, also when
+// added to a zero's kNoTerm, so that any step it joins is redone by fused_dot.
+constexpr std::int32_t kNotFinite = 1 << 22;
+
+// The alignment exponent of one value: max(exponent, emin) for a finite non-zero value (a
+// float subnormal reads as -127, below every emin), kNoTerm for a zero, kNotFinite for a
+// NaN or an infinity.
+std::int32_t input_alignment(float x, int emin) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  const int field = static_cast<int>((bits >> 23) & 0xffu);
+  if (field == 0xff) return kNotFinite;
+  if ((bits & 0x7fffffffu) == 0) return kNoTerm;
+  return std::max(field - 127, emin);
+}
+
+// ---------------------------------------------------------------------------------------
+// Instruction-set traits. Each gives W lanes of fp32 (F), int32 (I), a lane mask (M), the
+// exact step sum (Wide), and the step's output rounding.
+
+namespace portable {
+struct Lanes {
+  static constexpr int W = 1;
+  using F = float;
+  using I = std::int32_t;
+  using M = bool;
+  using Wide = std::int64_t;
+  static F load(const float* p) { return *p; }
+  static I load(const std::int32_t* p) { return *p; }
+  static F splat(float x) { return x; }
+  static I splat(std::int32_t x) { return x; }
+  static F mul(F a, F b) { return a * b; }
+  // Toward zero; a flagged lane may hold anything, so out-of-range values give 0 (never UB).
+  static I truncate(F x) { return std::fabs(x) < 2147483648.0f ? static_cast<I>(x) : 0; }
+  static I add(I a, I b) { return static_cast<I>(static_cast<std::uint32_t>(a) + static_cast<std::uint32_t>(b)); }
+  static I max(I a, I b) { return std::max(a, b); }
+  static I min(I a, I b) { return std::min(a, b); }
+  static M greater(I a, I b) { return a > b; }
+  static M either(M a, M b) { return a || b; }
+  static M both(M a, M b) { return a && b; }
+  static M none() { return false; }
+  // 2^(F - e) for e in [lowest, kHighestExponent]: a normal fp32.
+  static F scale_down(int f, I e) { return std::bit_cast<float>(static_cast<std::uint32_t>(f - e + 127) << 23); }
+  static I accumulator_alignment(F acc, std::int32_t emin) { return input_alignment(acc, emin); }
+  static void wide_zero(Wide& w) { w = 0; }
+  static void wide_add(Wide& w, I part) { w += part; }
+  static F round_output(const StepRule& rule, const Wide& sum, I e, M& bad) {
+    const std::uint32_t bits = dot_step_output(rule.output, sum, e - rule.fraction_bits);
+    const double value = to_double(rule.nearest ? formats::fp16 : formats::fp32, bits);
+    bad = bad || !(std::fabs(value) < rule.output_max);
+    return static_cast<float>(value);
+  }
+  static void store(float* p, F x) { *p = x; }
+  static void store_mask(bool* p, M m) { *p = m; }
+};
+#include "emu/tensor_core_gemm_block.inc"
+}  // namespace portable
+
+#ifdef FLASHBITS_LANES_MULTIVERSION
+// Each instruction set's traits and kernel are compiled under its own target (the
+// includes above stay at the default target, so no shared inline function is built for it).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+struct Lanes {
+  static constexpr int W = 8;
+  using F = __m256;
+  using I = __m256i;
+  using M = __m256i;
+  struct Wide {
+    __m256d low, high;
+  };
+  [[gnu::always_inline]] inline static F load(const float* p) { return _mm256_loadu_ps(p); }
+  [[gnu::always_inline]] inline static I load(const std::int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  [[gnu::always_inline]] inline static F splat(float x) { return _mm256_set1_ps(x); }
+  [[gnu::always_inline]] inline static I splat(std::int32_t x) { return _mm256_set1_epi32(x); }
+  [[gnu::always_inline]] inline static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  [[gnu::always_inline]] inline static I truncate(F x) { return _mm256_cvttps_epi32(x); }
+  [[gnu::always_inline]] inline static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  [[gnu::always_inline]] inline static I max(I a, I b) { return _mm256_max_epi32(a, b); }
+  [[gnu::always_inline]] inline static I min(I a, I b) { return _mm256_min_epi32(a, b); }
+  [[gnu::always_inline]] inline static M greater(I a, I b) { return _mm256_cmpgt_epi32(a, b); }
+  [[gnu::always_inline]] inline static M either(M a, M b) { return _mm256_or_si256(a, b); }
+  [[gnu::always_inline]] inline static M both(M a, M b) { return _mm256_and_si256(a, b); }
+  [[gnu::always_inline]] inline static M none() { return _mm256_setzero_si256(); }
+  [[gnu::always_inline]] inline static F scale_down(int f, I e) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(f + 127), e), 23));
+  }
+  [[gnu::always_inline]] inline static I accumulator_alignment(F acc, std::int32_t emin) {
+    const __m256i bits = _mm256_castps_si256(acc);
+    const __m256i exponent =
+        _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(0xff)), _mm256_set1_epi32(127));
+    const __m256i zero = _mm256_cmpeq_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)), _mm256_setzero_si256());
+    return _mm256_blendv_epi8(_mm256_max_epi32(exponent, _mm256_set1_epi32(emin)), _mm256_set1_epi32(kNoTerm), zero);
+  }
+  [[gnu::always_inline]] inline static void wide_zero(Wide& w) { w.low = w.high = _mm256_setzero_pd(); }
+  [[gnu::always_inline]] inline static void wide_add(Wide& w, I part) {
+    w.low = _mm256_add_pd(w.low, _mm256_cvtepi32_pd(_mm256_castsi256_si128(part)));
+    w.high = _mm256_add_pd(w.high, _mm256_cvtepi32_pd(_mm256_extracti128_si256(part, 1)));
+  }
+  // One half: exact = sum * 2^unit, rounded; `bad` gets |exact| >= output_max.
+  [[gnu::always_inline]] inline static __m256d round_half(const StepRule& g, __m256d sum, __m128i unit,
+                                        __m256d& bad) {
+    const __m256d sign = _mm256_set1_pd(-0.0), zero = _mm256_setzero_pd();
+    const __m256d power = _mm256_castsi256_pd(
+        _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(unit), _mm256_set1_epi64x(1023)), 52));
+    const __m256d exact = _mm256_mul_pd(sum, power);
+    const __m256d magnitude = _mm256_andnot_pd(sign, exact);
+    __m256i bits = _mm256_castpd_si256(exact);
+    if (g.nearest)
+      bits = _mm256_add_epi64(
+          _mm256_add_epi64(bits, _mm256_set1_epi64x((std::int64_t{1} << (g.dropped - 1)) - 1)),
+          _mm256_and_si256(_mm256_srl_epi64(bits, _mm_cvtsi32_si128(g.dropped)), _mm256_set1_epi64x(1)));
+    const __m256d normal =
+        _mm256_castsi256_pd(_mm256_and_si256(bits, _mm256_set1_epi64x(~((std::int64_t{1} << g.dropped) - 1))));
+    const __m256d scaled = _mm256_mul_pd(exact, _mm256_set1_pd(g.to_grid));
+    const __m256d on_grid = g.nearest ? _mm256_round_pd(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                                      : _mm256_round_pd(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256d below = _mm256_mul_pd(on_grid, _mm256_set1_pd(g.from_grid));
+    const __m256d result =
+        _mm256_blendv_pd(normal, below, _mm256_cmp_pd(magnitude, _mm256_set1_pd(g.normal_floor), _CMP_LT_OQ));
+    bad = _mm256_or_pd(bad, _mm256_cmp_pd(magnitude, _mm256_set1_pd(g.output_max), _CMP_GE_OQ));
+    return _mm256_and_pd(result, _mm256_cmp_pd(result, zero, _CMP_NEQ_UQ));
+  }
+  [[gnu::always_inline]] inline static F round_output(const StepRule& rule, const Wide& sum, I e, M& bad) {
+    const __m256i unit = _mm256_sub_epi32(e, _mm256_set1_epi32(rule.fraction_bits));
+    __m256d bad_low = _mm256_setzero_pd(), bad_high = _mm256_setzero_pd();
+    const __m256d low = round_half(rule, sum.low, _mm256_castsi256_si128(unit), bad_low);
+    const __m256d high = round_half(rule, sum.high, _mm256_extracti128_si256(unit, 1), bad_high);
+    // The fp64 results lie on the output's grid, so the narrowing is exact.
+    // Each 64-bit mask lane is all ones or zeros: its low 32 bits make the 32-bit lane.
+    const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m128i low_bits = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(bad_low), pick));
+    const __m128i high_bits = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(bad_high), pick));
+    bad = _mm256_or_si256(bad, _mm256_set_m128i(high_bits, low_bits));
+    return _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low));
+  }
+  [[gnu::always_inline]] inline static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
+  [[gnu::always_inline]] inline static void store_mask(bool* p, M m) {
+    const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(m));
+    for (int i = 0; i < W; ++i) p[i] = (bits >> i) & 1;
+  }
+};
+#include "emu/tensor_core_gemm_block.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq")
+// GCC 12's AVX-512 intrinsics start from an undefined register written as a self-initialised
+// variable (`__m512 __Y = __Y;`), which -Wmaybe-uninitialized reports once they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace avx512 {
+struct Lanes {
+  static constexpr int W = 16;
+  using F = __m512;
+  using I = __m512i;
+  using M = __mmask16;
+  struct Wide {
+    __m512d low, high;
+  };
+  [[gnu::always_inline]] inline static F load(const float* p) { return _mm512_loadu_ps(p); }
+  [[gnu::always_inline]] inline static I load(const std::int32_t* p) { return _mm512_loadu_si512(p); }
+  [[gnu::always_inline]] inline static F splat(float x) { return _mm512_set1_ps(x); }
+  [[gnu::always_inline]] inline static I splat(std::int32_t x) { return _mm512_set1_epi32(x); }
+  [[gnu::always_inline]] inline static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  [[gnu::always_inline]] inline static I truncate(F x) { return _mm512_cvttps_epi32(x); }
+  [[gnu::always_inline]] inline static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  [[gnu::always_inline]] inline static I max(I a, I b) { return _mm512_max_epi32(a, b); }
+  [[gnu::always_inline]] inline static I min(I a, I b) { return _mm512_min_epi32(a, b); }
+  [[gnu::always_inline]] inline static M greater(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
+  [[gnu::always_inline]] inline static M either(M a, M b) { return static_cast<M>(a | b); }
+  [[gnu::always_inline]] inline static M both(M a, M b) { return static_cast<M>(a & b); }
+  [[gnu::always_inline]] inline static M none() { return 0; }
+  [[gnu::always_inline]] inline static F scale_down(int f, I e) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(f + 127), e), 23));
+  }
+  [[gnu::always_inline]] inline static I accumulator_alignment(F acc, std::int32_t emin) {
+    const __m512i bits = _mm512_castps_si512(acc);
+    const __m512i exponent =
+        _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(0xff)), _mm512_set1_epi32(127));
+    const __mmask16 nonzero = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x7fffffff));
+    return _mm512_mask_blend_epi32(nonzero, _mm512_set1_epi32(kNoTerm), _mm512_max_epi32(exponent, _mm512_set1_epi32(emin)));
+  }
+  [[gnu::always_inline]] inline static void wide_zero(Wide& w) { w.low = w.high = _mm512_setzero_pd(); }
+  [[gnu::always_inline]] inline static void wide_add(Wide& w, I part) {
+    w.low = _mm512_add_pd(w.low, _mm512_cvtepi32_pd(_mm512_castsi512_si256(part)));
+    w.high = _mm512_add_pd(w.high, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(part, 1)));
+  }
+  [[gnu::always_inline]] inline static __m512d round_half(const StepRule& g, __m512d sum, __m256i unit,
+                                          __mmask8& bad) {
+    const __m512d power = _mm512_castsi512_pd(
+        _mm512_slli_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(unit), _mm512_set1_epi64(1023)), 52));
+    const __m512d exact = _mm512_mul_pd(sum, power);
+    const __m512d magnitude = _mm512_abs_pd(exact);
+    __m512i bits = _mm512_castpd_si512(exact);
+    if (g.nearest)
+      bits = _mm512_add_epi64(_mm512_add_epi64(bits, _mm512_set1_epi64((std::int64_t{1} << (g.dropped - 1)) - 1)),
+                              _mm512_and_si512(_mm512_srl_epi64(bits, _mm_cvtsi32_si128(g.dropped)), _mm512_set1_epi64(1)));
+    const __m512d normal =
+        _mm512_castsi512_pd(_mm512_and_si512(bits, _mm512_set1_epi64(~((std::int64_t{1} << g.dropped) - 1))));
+    const __m512d scaled = _mm512_mul_pd(exact, _mm512_set1_pd(g.to_grid));
+    const __m512d on_grid = g.nearest ? _mm512_roundscale_pd(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                                      : _mm512_roundscale_pd(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512d below = _mm512_mul_pd(on_grid, _mm512_set1_pd(g.from_grid));
+    const __m512d result =
+        _mm512_mask_blend_pd(_mm512_cmp_pd_mask(magnitude, _mm512_set1_pd(g.normal_floor), _CMP_LT_OQ), normal, below);
+    bad = static_cast<__mmask8>(bad | _mm512_cmp_pd_mask(magnitude, _mm512_set1_pd(g.output_max), _CMP_GE_OQ));
+    // +0 for a zero result.
+    return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(result, _mm512_setzero_pd(), _CMP_NEQ_UQ), result);
+  }
+  [[gnu::always_inline]] inline static F round_output(const StepRule& rule, const Wide& sum, I e, M& bad) {
+    const __m512i unit = _mm512_sub_epi32(e, _mm512_set1_epi32(rule.fraction_bits));
+    __mmask8 bad_low = 0, bad_high = 0;
+    const __m512d low = round_half(rule, sum.low, _mm512_castsi512_si256(unit), bad_low);
+    const __m512d high = round_half(rule, sum.high, _mm512_extracti64x4_epi64(unit, 1), bad_high);
+    bad = static_cast<M>(bad | bad_low | (bad_high << 8));
+    // The fp64 results lie on the output's grid, so the narrowing is exact.
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(low)), _mm512_cvtpd_ps(high), 1);
+  }
+  [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  [[gnu::always_inline]] inline static void store_mask(bool* p, M m) {
+    for (int i = 0; i < W; ++i) p[i] = (m >> i) & 1;
+  }
+};
+#include "emu/tensor_core_gemm_block.inc"
+}  // namespace avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+using BlockFunction = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
+                               const std::int32_t*, std::size_t, float*, bool*);
+// Each instruction set's register blocking, as measured (flashbits-bench): `rows` rows of A
+// against `rows_groups` groups of W columns where the rows allow it, otherwise one row
+// against `groups` groups, then one group. The step is bound by vector arithmetic, not by
+// loads, so wide column blocks (independent chains) pay more than many rows.
+struct IsaKernels {
+  int lanes;        // W
+  int rows, rows_groups;
+  int groups;
+  BlockFunction rows_block, row_groups, one_group, pairs;
+  void (*alignments)(const float*, std::size_t, int, std::int32_t*);
+};
+IsaKernels kernels_for(DotIsa isa) {
+  switch (isa) {
+#ifdef FLASHBITS_LANES_MULTIVERSION
+    case DotIsa::avx512:
+      return {avx512::Lanes::W, 2, 2, 4, &avx512::block<2, 2>, &avx512::block<1, 4>, &avx512::block<1, 1>,
+              &avx512::block<1, 1, true>, &avx512::alignments};
+    case DotIsa::avx2:
+      return {avx2::Lanes::W, 1, 4, 4, &avx2::block<1, 4>, &avx2::block<1, 4>, &avx2::block<1, 1>,
+              &avx2::block<1, 1, true>, &avx2::alignments};
+#endif
+    default:
+      return {portable::Lanes::W, 1, 1, 1, &portable::block<1, 1>, &portable::block<1, 1>, &portable::block<1, 1>,
+              &portable::block<1, 1, true>, &portable::alignments};
+  }
+}
+
+// Per-thread scratch of fused_dot_rows (a call allocates nothing once it has grown).
+struct RowsScratch {
+  std::vector<float> a_value, acc, c_in, tail_value, column;
+  std::vector<std::int32_t> a_alignment, own_alignment, tail_alignment;
+  std::vector<char> bad;
+};
+
+}  // namespace
+
+DotIsa best_dot_isa() {
+#ifdef FLASHBITS_LANES_MULTIVERSION
+  switch (array_lanes::lane_isa()) {
+    case array_lanes::LaneIsa::avx512: return DotIsa::avx512;
+    case array_lanes::LaneIsa::avx2: return DotIsa::avx2;
+    case array_lanes::LaneIsa::baseline: break;
+  }
+#endif
+  return DotIsa::portable;
+}
+
+bool dot_isa_available(DotIsa isa) {
+  switch (isa) {
+    case DotIsa::portable: return true;
+    case DotIsa::avx2: return best_dot_isa() == DotIsa::avx2 || best_dot_isa() == DotIsa::avx512;
+    case DotIsa::avx512: return best_dot_isa() == DotIsa::avx512;
+    case DotIsa::best: return true;
+  }
+  return false;
+}
+
+bool fused_dot_rows_blocked(const TensorCoreModel& model) {
+  return model.products_per_step > 0 && model.output != DotOutput::exact_rne &&
+         model.zero_terms == ZeroTermPolicy::ignored && model.fraction_bits < 29 && model.input.man_bits <= 10;
+}
+
+void dot_alignment_exponents(const TensorCoreModel& model, const float* b, std::size_t n, std::int32_t* alignment) {
+  const int emin = model.input.emin();
+  for (std::size_t i = 0; i < n; ++i) alignment[i] = input_alignment(b[i], emin);
+}
+
+void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ldc, const float* a, std::size_t lda,
+                    int rows, const float* b, const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes,
+                    float* d, std::size_t ldd, DotIsa isa) {
+  if (rows <= 0 || lanes <= 0) return;
+  thread_local RowsScratch scratch;
+  auto by_fused_dot = [&](int r, int l, float c_value) {
+    scratch.column.resize(static_cast<std::size_t>(k));
+    for (int j = 0; j < k; ++j) scratch.column[static_cast<std::size_t>(j)] = b[static_cast<std::size_t>(j) * ldb + l];
+    d[static_cast<std::size_t>(r) * ldd + l] =
+        fused_dot(model, c_value, a + static_cast<std::size_t>(r) * lda, scratch.column.data(), k);
+  };
+  if (k <= 0 || !fused_dot_rows_blocked(model)) {
+    for (int r = 0; r < rows; ++r)
+      for (int l = 0; l < lanes; ++l) by_fused_dot(r, l, c[static_cast<std::size_t>(r) * ldc + l]);
+    return;
+  }
+  const StepRule rule = step_rule(model);
+  if (isa == DotIsa::best || !dot_isa_available(isa)) isa = best_dot_isa();
+  const IsaKernels kernels = kernels_for(isa);
+  const int w = kernels.lanes;
+  const int emin = model.input.emin();
+  const std::size_t uk = static_cast<std::size_t>(k);
+
+  // The panel's alignment exponents, computed here when the caller has none prepared.
+  if (b_alignment == nullptr) {
+    scratch.own_alignment.resize(uk * ldb);
+    for (std::size_t j = 0; j < uk; ++j)
+      kernels.alignments(b + j * ldb, static_cast<std::size_t>(lanes), emin, scratch.own_alignment.data() + j * ldb);
+    b_alignment = scratch.own_alignment.data();
+  }
+  // The last partial group of lanes reads a zero-padded copy of its columns.
+  const int full = lanes / w * w;
+  if (full < lanes) {
+    scratch.tail_value.assign(uk * w, 0.0f);
+    scratch.tail_alignment.assign(uk * w, kNoTerm);
+    for (std::size_t j = 0; j < uk; ++j)
+      for (int l = full; l < lanes; ++l) {
+        scratch.tail_value[j * w + (l - full)] = b[j * ldb + l];
+        scratch.tail_alignment[j * w + (l - full)] = b_alignment[j * ldb + l];
+      }
+  }
+  const int max_rows = kernels.rows, max_lanes = std::max({kernels.rows_groups, kernels.groups, 1}) * w;
+  scratch.a_value.resize(static_cast<std::size_t>(max_rows) * uk);
+  scratch.a_alignment.resize(scratch.a_value.size());
+  scratch.acc.resize(static_cast<std::size_t>(max_rows) * max_lanes);
+  scratch.c_in.resize(scratch.acc.size());
+  scratch.bad.resize(scratch.acc.size());
+  bool* bad = reinterpret_cast<bool*>(scratch.bad.data());
+
+  // `block_rows` rows from r0 (their prepared A rows from `first_row` of the scratch) against
+  // lanes [l0, l0 + n), n <= width, through `run` over `panel` / `panel_alignment` (row
+  // stride `stride`).
+  auto run_block = [&](BlockFunction run, int r0, int first_row, int block_rows, int l0, int n, int width,
+                       const float* panel, const std::int32_t* panel_alignment, std::size_t stride) {
+    for (int r = 0; r < block_rows; ++r)
+      for (int l = 0; l < width; ++l)
+        scratch.c_in[static_cast<std::size_t>(r) * width + l] =
+            l < n ? c[static_cast<std::size_t>(r0 + r) * ldc + l0 + l] : 0.0f;
+    std::copy(scratch.c_in.begin(), scratch.c_in.begin() + block_rows * width, scratch.acc.begin());
+    run(rule, k, scratch.a_value.data() + static_cast<std::size_t>(first_row) * uk,
+        scratch.a_alignment.data() + static_cast<std::size_t>(first_row) * uk, panel, panel_alignment, stride,
+        scratch.acc.data(), bad);
+    for (int r = 0; r < block_rows; ++r)
+      for (int l = 0; l < n; ++l) {
+        const std::size_t at = static_cast<std::size_t>(r) * width + l;
+        if (bad[at])
+          by_fused_dot(r0 + r, l0 + l, scratch.c_in[at]);
+        else
+          d[static_cast<std::size_t>(r0 + r) * ldd + l0 + l] = scratch.acc[at];
+      }
+  };
+  // One row (prepared at `first_row`) against lanes [l0, lanes).
+  auto run_row = [&](int r, int first_row, int l0) {
+    const int wide = kernels.groups * w;
+    for (; l0 + wide <= lanes; l0 += wide)
+      run_block(kernels.row_groups, r, first_row, 1, l0, wide, wide, b + l0, b_alignment + l0, ldb);
+    for (; l0 + w <= lanes; l0 += w)
+      run_block(kernels.one_group, r, first_row, 1, l0, w, w, b + l0, b_alignment + l0, ldb);
+    if (l0 < lanes)
+      run_block(kernels.one_group, r, first_row, 1, l0, lanes - l0, w, scratch.tail_value.data(),
+                scratch.tail_alignment.data(), static_cast<std::size_t>(w));
+  };
+  for (int r0 = 0; r0 < rows;) {
+    const int block_rows = kernels.rows > 1 && rows - r0 >= kernels.rows ? kernels.rows : 1;
+    for (int r = 0; r < block_rows; ++r)
+      kernels.alignments(a + static_cast<std::size_t>(r0 + r) * lda, uk, emin,
+                         scratch.a_alignment.data() + static_cast<std::size_t>(r) * uk);
+    for (int r = 0; r < block_rows; ++r)
+      std::copy(a + static_cast<std::size_t>(r0 + r) * lda, a + static_cast<std::size_t>(r0 + r) * lda + uk,
+                scratch.a_value.begin() + static_cast<std::ptrdiff_t>(r) * static_cast<std::ptrdiff_t>(uk));
+    if (block_rows == 1) {
+      run_row(r0, 0, 0);
+    } else {
+      const int wide = kernels.rows_groups * w;
+      int l0 = 0;
+      for (; l0 + wide <= lanes; l0 += wide)
+        run_block(kernels.rows_block, r0, 0, block_rows, l0, wide, wide, b + l0, b_alignment + l0, ldb);
+      if (l0 < lanes)
+        for (int r = 0; r < block_rows; ++r) run_row(r0 + r, r, l0);
+    }
+    r0 += block_rows;
+  }
+}
+
+void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* a, const float* b, int k, int n,
+                     float* d, DotIsa isa) {
+  if (n <= 0) return;
+  if (k <= 0 || !fused_dot_rows_blocked(model)) {
+    for (int i = 0; i < n; ++i)
+      d[i] = fused_dot(model, c[i], a + static_cast<std::size_t>(i) * k, b + static_cast<std::size_t>(i) * k, k);
+    return;
+  }
+  const StepRule rule = step_rule(model);
+  if (isa == DotIsa::best || !dot_isa_available(isa)) isa = best_dot_isa();
+  const IsaKernels kernels = kernels_for(isa);
+  const int w = kernels.lanes, emin = model.input.emin();
+  const std::size_t uk = static_cast<std::size_t>(k), uw = static_cast<std::size_t>(w);
+  // W dots at a time, transposed into k x W panels (lanes past n: zeros, never stored).
+  std::vector<float> a_panel(uk * uw), b_panel(uk * uw), acc(uw), c_in(uw);
+  std::vector<std::int32_t> a_alignment(uk * uw), b_alignment(uk * uw);
+  std::vector<char> bad_storage(uw);
+  bool* bad = reinterpret_cast<bool*>(bad_storage.data());
+  for (int i0 = 0; i0 < n; i0 += w) {
+    const int lanes = std::min(w, n - i0);
+    for (int l = 0; l < w; ++l) {
+      const float* a_dot = a + static_cast<std::size_t>(i0 + l) * uk;
+      const float* b_dot = b + static_cast<std::size_t>(i0 + l) * uk;
+      for (std::size_t j = 0; j < uk; ++j) {
+        const float x = l < lanes ? a_dot[j] : 0.0f, y = l < lanes ? b_dot[j] : 0.0f;
+        a_panel[j * uw + l] = x;
+        b_panel[j * uw + l] = y;
+        a_alignment[j * uw + l] = input_alignment(x, emin);
+        b_alignment[j * uw + l] = input_alignment(y, emin);
+      }
+      c_in[static_cast<std::size_t>(l)] = acc[static_cast<std::size_t>(l)] = l < lanes ? c[i0 + l] : 0.0f;
+    }
+    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(), bad);
+    for (int l = 0; l < lanes; ++l) {
+      const std::size_t i = static_cast<std::size_t>(i0 + l);
+      d[i] = bad[l] ? fused_dot(model, c_in[static_cast<std::size_t>(l)], a + i * uk, b + i * uk, k)
+                    : acc[static_cast<std::size_t>(l)];
+    }
+  }
+}
+
+}  // namespace fb
