@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""bench/attention_vs_torch.py: flashbits' emulated FlashAttention forward against the
-approximation people use instead, a PyTorch blockwise bf16 emulation (issue 25, item 2).
+"""bench/attention_vs_torch.py: flashbits' emulated FlashAttention forward (or, with --backward,
+forward plus backward) against the approximation people use instead, a PyTorch blockwise bf16
+emulation (issues 25 and 36).
 
 Contract:
 - The flashbits side is the project's own benchmark, `bench_attention --model MODEL
@@ -14,8 +15,11 @@ Contract:
   of the kernel's numerics, NOT bit-exact (fp32 matmul order is the CPU library's,
   exp is torch's, no tensor-core alignment/truncation). Timed by this thread's CPU time
   (time.thread_time) and wall time, median of --repeats runs after one warm-up run.
-- Prints both times and the ratio flashbits / torch (from the CPU times); the issue's
-  target is <= 2. Also prints, as a sanity check of the torch emulation (untimed), its
+  --backward: both sides run forward plus backward; torch's backward is autograd through
+  the same blockwise code (dO random bf16), flashbits' is `bench_attention --backward`.
+- Prints both times and the ratio flashbits / torch (from the CPU times); issue 36's
+  targets are <= 5 (forward) and <= 6 (forward plus backward), the long-term goal 2. Also
+  prints, as a sanity check of the torch emulation (untimed), its
   largest error against float64 attention on the same inputs.
 - One core on the torch side also for its BLAS: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
   default to 1 before torch is imported. Debian's torch calls whatever libblas.so.3 the
@@ -38,13 +42,16 @@ import sys
 import time
 
 EMULATED_LINE = re.compile(
-    r"^emulated (?P<model>\S+) forward, 1 thread: (?P<wall>[0-9.]+) s wall, (?P<cpu>[0-9.]+) s cpu", re.M
+    r"^emulated (?P<model>\S+) (?P<what>forward|forward\+backward), 1 thread: (?P<wall>[0-9.]+) s wall, "
+    r"(?P<cpu>[0-9.]+) s cpu", re.M
 )
 
 
-def run_flashbits(binary, model, seqlen, head_dim):
+def run_flashbits(binary, model, seqlen, head_dim, backward):
     """Runs bench_attention single-threaded; returns (wall s, cpu s, its full output)."""
     cmd = [binary, "--model", model, "--seqlen", str(seqlen), "--headdim", str(head_dim), "--threads", "1"]
+    if backward:
+        cmd.append("--backward")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.stderr.write(f"error: {' '.join(cmd)} exited with {proc.returncode}\n{proc.stdout}{proc.stderr}")
@@ -93,13 +100,23 @@ def loaded_blas_libraries():
     return ", ".join(sorted(names)) or "none found"
 
 
-def time_torch(torch, q, k, v, block, repeats):
-    blockwise_bf16_attention(torch, q, k, v, block)  # warm-up
+def time_torch(torch, q, k, v, block, repeats, d_o=None):
+    """Median (wall, cpu) of the blockwise forward, or with d_o of forward plus backward
+    (autograd through the same blockwise code into bf16 gradients of q, k and v)."""
+    def run():
+        if d_o is None:
+            return blockwise_bf16_attention(torch, q, k, v, block)
+        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        out = blockwise_bf16_attention(torch, *leaves, block)
+        out.backward(d_o)
+        return out.detach()
+
+    run()  # warm-up
     walls, cpus = [], []
     out = None
     for _ in range(repeats):
         c0, w0 = time.thread_time(), time.perf_counter()
-        out = blockwise_bf16_attention(torch, q, k, v, block)
+        out = run()
         cpus.append(time.thread_time() - c0)
         walls.append(time.perf_counter() - w0)
     return statistics.median(walls), statistics.median(cpus), out
@@ -114,6 +131,8 @@ def main():
     parser.add_argument("--headdim", type=int, default=64)
     parser.add_argument("--block", type=int, default=64, help="keys per block of the torch emulation")
     parser.add_argument("--repeats", type=int, default=3, help="timed torch runs (median)")
+    parser.add_argument("--backward", action="store_true",
+                        help="time forward plus backward on both sides (torch: autograd of the blockwise code)")
     args = parser.parse_args()
     if min(args.seqlen, args.headdim, args.block, args.repeats) < 1:
         parser.error("--seqlen, --headdim, --block and --repeats must be positive")
@@ -135,19 +154,22 @@ def main():
     generator = torch.Generator().manual_seed(25)
     q, k, v = (torch.randn(args.seqlen, args.headdim, generator=generator).to(torch.bfloat16) for _ in range(3))
 
-    fb_wall, fb_cpu, fb_output = run_flashbits(args.bench_attention, args.model, args.seqlen, args.headdim)
-    t_wall, t_cpu, out = time_torch(torch, q, k, v, args.block, args.repeats)
+    d_o = torch.randn(args.seqlen, args.headdim, generator=generator).to(torch.bfloat16) if args.backward else None
+    fb_wall, fb_cpu, fb_output = run_flashbits(args.bench_attention, args.model, args.seqlen, args.headdim,
+                                               args.backward)
+    t_wall, t_cpu, out = time_torch(torch, q, k, v, args.block, args.repeats, d_o)
+    what = "forward plus backward" if args.backward else "forward"
 
     # Untimed sanity check of the torch emulation against float64 attention.
     q64, k64, v64 = q.double(), k.double(), v.double()
     reference = torch.softmax((q64 @ k64.T) / math.sqrt(args.headdim), dim=1) @ v64
     max_error = (out.double() - reference).abs().max().item()
 
-    print(f"attention forward, seqlen {args.seqlen}, head dim {args.headdim}, one head, bf16 inputs, one thread")
+    print(f"attention {what}, seqlen {args.seqlen}, head dim {args.headdim}, one head, bf16 inputs, one thread")
     for line in fb_output.splitlines():
         print(f"  bench_attention: {line}")
     print(f"flashbits {args.model} (bench_attention, bit-exact emulation): {fb_cpu:.3f} s cpu, {fb_wall:.3f} s wall")
-    print(f"torch {torch.__version__} blockwise bf16 emulation, block {args.block}, 1 thread (NOT bit-exact; median "
+    print(f"torch {torch.__version__} blockwise bf16 emulation ({what}), block {args.block}, 1 thread (NOT bit-exact; median "
           f"of {args.repeats}): {t_cpu:.3f} s cpu, {t_wall:.3f} s wall; max |O - O_float64| = {max_error:.3g}")
     blas = loaded_blas_libraries()
     print(f"  torch's BLAS: {blas}")
@@ -155,7 +177,8 @@ def main():
         print("  note: that is the reference BLAS, several times slower than an optimised one at these matmuls, "
               "so the ratio flatters flashbits; for the honest ratio run with an optimised BLAS, e.g. "
               "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread (Debian: libopenblas0-pthread)")
-    print(f"ratio flashbits / torch (cpu): {fb_cpu / t_cpu:.2f} (issue 25 target: <= 2)")
+    target = "<= 6 (issue 36; long-term 2)" if args.backward else "<= 5 (issue 36; long-term 2)"
+    print(f"ratio flashbits / torch (cpu), {what}: {fb_cpu / t_cpu:.2f} (target {target})")
     return 0
 
 

@@ -200,13 +200,16 @@ struct Lanes {
           _mm256_and_si256(_mm256_srl_epi64(bits, _mm_cvtsi32_si128(g.dropped)), _mm256_set1_epi64x(1)));
     const __m256d normal =
         _mm256_castsi256_pd(_mm256_and_si256(bits, _mm256_set1_epi64x(~((std::int64_t{1} << g.dropped) - 1))));
+    bad = _mm256_or_pd(bad, _mm256_cmp_pd(magnitude, _mm256_set1_pd(g.output_max), _CMP_GE_OQ));
+    // A sum of +0 gives +0 above. Results below the output's normal range are rare: their
+    // grid, and the +0 of a tiny negative sum, only where a lane has one.
+    const __m256d small = _mm256_cmp_pd(magnitude, _mm256_set1_pd(g.normal_floor), _CMP_LT_OQ);
+    if (_mm256_testz_pd(small, small)) return normal;
     const __m256d scaled = _mm256_mul_pd(exact, _mm256_set1_pd(g.to_grid));
     const __m256d on_grid = g.nearest ? _mm256_round_pd(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
                                       : _mm256_round_pd(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __m256d below = _mm256_mul_pd(on_grid, _mm256_set1_pd(g.from_grid));
-    const __m256d result =
-        _mm256_blendv_pd(normal, below, _mm256_cmp_pd(magnitude, _mm256_set1_pd(g.normal_floor), _CMP_LT_OQ));
-    bad = _mm256_or_pd(bad, _mm256_cmp_pd(magnitude, _mm256_set1_pd(g.output_max), _CMP_GE_OQ));
+    const __m256d result = _mm256_blendv_pd(normal, below, small);
     return _mm256_and_pd(result, _mm256_cmp_pd(result, zero, _CMP_NEQ_UQ));
   }
   [[gnu::always_inline]] inline static F round_output(const StepRule& rule, const Wide& sum, I e, M& bad) {
@@ -299,6 +302,25 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static F round_output(const StepRule& rule, const Wide& sum, I e, M& bad) {
     const __m512i unit = _mm512_sub_epi32(e, _mm512_set1_epi32(rule.fraction_bits));
+    if (!rule.nearest) {
+      // fp32 and e8m13 outputs: one conversion with embedded round-toward-zero, which is the
+      // truncation onto fp32's grid, subnormals included (no MXCSR state is read); e8m13
+      // then drops 10 more fraction bits, truncation again (the grids nest). exact = sum * 2^unit
+      // by scalef (exact: the result is far inside fp64's range).
+      const __m512d low = _mm512_scalef_pd(sum.low, _mm512_cvtepi32_pd(_mm512_castsi512_si256(unit)));
+      const __m512d high = _mm512_scalef_pd(sum.high, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(unit, 1)));
+      const __m512d limit = _mm512_set1_pd(rule.output_max);
+      bad = static_cast<M>(bad | _mm512_cmp_pd_mask(_mm512_abs_pd(low), limit, _CMP_GE_OQ) |
+                           (_mm512_cmp_pd_mask(_mm512_abs_pd(high), limit, _CMP_GE_OQ) << 8));
+      __m512 result = _mm512_insertf32x8(
+          _mm512_castps256_ps512(_mm512_cvt_roundpd_ps(low, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)),
+          _mm512_cvt_roundpd_ps(high, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), 1);
+      if (rule.output_fraction_bits < 23)
+        result = _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_castps_si512(result), _mm512_set1_epi32(~((1 << (23 - rule.output_fraction_bits)) - 1))));
+      // A zero result is +0 (RZ keeps the sign of a tiny negative sum).
+      return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(result, _mm512_setzero_ps(), _CMP_NEQ_UQ), result);
+    }
     __mmask8 bad_low = 0, bad_high = 0;
     const __m512d low = round_half(rule, sum.low, _mm512_castsi512_si256(unit), bad_low);
     const __m512d high = round_half(rule, sum.high, _mm512_extracti64x4_epi64(unit, 1), bad_high);
