@@ -138,7 +138,7 @@ struct Lanes {
     return static_cast<float>(value);
   }
   static void store(float* p, F x) { *p = x; }
-  static void store_mask(bool* p, M m) { *p = m; }
+  static std::uint64_t mask_bits(M m) { return m ? 1u : 0u; }
 };
 #include "emu/tensor_core_gemm_block.inc"
 }  // namespace portable
@@ -226,9 +226,8 @@ struct Lanes {
     return _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low));
   }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
-  [[gnu::always_inline]] inline static void store_mask(bool* p, M m) {
-    const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(m));
-    for (int i = 0; i < W; ++i) p[i] = (bits >> i) & 1;
+  [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) {
+    return static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
   }
 };
 #include "emu/tensor_core_gemm_block.inc"
@@ -329,9 +328,7 @@ struct Lanes {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(low)), _mm512_cvtpd_ps(high), 1);
   }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
-  [[gnu::always_inline]] inline static void store_mask(bool* p, M m) {
-    for (int i = 0; i < W; ++i) p[i] = (m >> i) & 1;
-  }
+  [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) { return m; }
 };
 #include "emu/tensor_core_gemm_block.inc"
 }  // namespace avx512
@@ -340,7 +337,7 @@ struct Lanes {
 #endif
 
 using BlockFunction = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
-                               const std::int32_t*, std::size_t, float*, bool*);
+                               const std::int32_t*, std::size_t, float*, std::uint64_t*);
 // Each instruction set's register blocking, as measured (flashbits-bench): `rows` rows of A
 // against `rows_groups` groups of W columns where the rows allow it, otherwise one row
 // against `groups` groups, then one group. The step is bound by vector arithmetic, not by
@@ -372,7 +369,6 @@ IsaKernels kernels_for(DotIsa isa) {
 struct RowsScratch {
   std::vector<float> a_value, acc, c_in, tail_value, column;
   std::vector<std::int32_t> a_alignment, own_alignment, tail_alignment;
-  std::vector<char> bad;
 };
 
 }  // namespace
@@ -454,30 +450,34 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
   scratch.a_alignment.resize(scratch.a_value.size());
   scratch.acc.resize(static_cast<std::size_t>(max_rows) * max_lanes);
   scratch.c_in.resize(scratch.acc.size());
-  scratch.bad.resize(scratch.acc.size());
-  bool* bad = reinterpret_cast<bool*>(scratch.bad.data());
+  std::uint64_t bad[8];  // per row of a block (rows <= 8)
 
   // `block_rows` rows from r0 (their prepared A rows from `first_row` of the scratch) against
   // lanes [l0, l0 + n), n <= width, through `run` over `panel` / `panel_alignment` (row
   // stride `stride`).
   auto run_block = [&](BlockFunction run, int r0, int first_row, int block_rows, int l0, int n, int width,
                        const float* panel, const std::int32_t* panel_alignment, std::size_t stride) {
-    for (int r = 0; r < block_rows; ++r)
-      for (int l = 0; l < width; ++l)
-        scratch.c_in[static_cast<std::size_t>(r) * width + l] =
-            l < n ? c[static_cast<std::size_t>(r0 + r) * ldc + l0 + l] : 0.0f;
+    for (int r = 0; r < block_rows; ++r) {
+      float* row_in = scratch.c_in.data() + static_cast<std::size_t>(r) * width;
+      const float* c_row = c + static_cast<std::size_t>(r0 + r) * ldc + l0;
+      std::copy(c_row, c_row + n, row_in);
+      std::fill(row_in + n, row_in + width, 0.0f);
+    }
     std::copy(scratch.c_in.begin(), scratch.c_in.begin() + block_rows * width, scratch.acc.begin());
     run(rule, k, scratch.a_value.data() + static_cast<std::size_t>(first_row) * uk,
         scratch.a_alignment.data() + static_cast<std::size_t>(first_row) * uk, panel, panel_alignment, stride,
         scratch.acc.data(), bad);
-    for (int r = 0; r < block_rows; ++r)
-      for (int l = 0; l < n; ++l) {
-        const std::size_t at = static_cast<std::size_t>(r) * width + l;
-        if (bad[at])
-          by_fused_dot(r0 + r, l0 + l, scratch.c_in[at]);
-        else
-          d[static_cast<std::size_t>(r0 + r) * ldd + l0 + l] = scratch.acc[at];
+    for (int r = 0; r < block_rows; ++r) {
+      const float* acc_row = scratch.acc.data() + static_cast<std::size_t>(r) * width;
+      float* d_row = d + static_cast<std::size_t>(r0 + r) * ldd + l0;
+      // The C lanes to redo are read before d is written (c and d may alias).
+      std::uint64_t redo = bad[r] & (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1);
+      std::copy(acc_row, acc_row + n, d_row);
+      for (; redo != 0; redo &= redo - 1) {
+        const int l = std::countr_zero(redo);
+        by_fused_dot(r0 + r, l0 + l, scratch.c_in[static_cast<std::size_t>(r) * width + l]);
       }
+    }
   };
   // One row (prepared at `first_row`) against lanes [l0, lanes).
   auto run_row = [&](int r, int first_row, int l0) {
@@ -528,8 +528,7 @@ void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* 
   // W dots at a time, transposed into k x W panels (lanes past n: zeros, never stored).
   std::vector<float> a_panel(uk * uw), b_panel(uk * uw), acc(uw), c_in(uw);
   std::vector<std::int32_t> a_alignment(uk * uw), b_alignment(uk * uw);
-  std::vector<char> bad_storage(uw);
-  bool* bad = reinterpret_cast<bool*>(bad_storage.data());
+  std::uint64_t bad = 0;
   for (int i0 = 0; i0 < n; i0 += w) {
     const int lanes = std::min(w, n - i0);
     for (int l = 0; l < w; ++l) {
@@ -544,10 +543,10 @@ void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* 
       }
       c_in[static_cast<std::size_t>(l)] = acc[static_cast<std::size_t>(l)] = l < lanes ? c[i0 + l] : 0.0f;
     }
-    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(), bad);
+    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(), &bad);
     for (int l = 0; l < lanes; ++l) {
       const std::size_t i = static_cast<std::size_t>(i0 + l);
-      d[i] = bad[l] ? fused_dot(model, c_in[static_cast<std::size_t>(l)], a + i * uk, b + i * uk, k)
+      d[i] = (bad >> l) & 1 ? fused_dot(model, c_in[static_cast<std::size_t>(l)], a + i * uk, b + i * uk, k)
                     : acc[static_cast<std::size_t>(l)];
     }
   }
