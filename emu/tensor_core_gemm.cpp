@@ -144,10 +144,15 @@ struct Lanes {
 }  // namespace portable
 
 #ifdef FLASHBITS_LANES_MULTIVERSION
-// Each instruction set's traits and kernel are compiled under its own target (the
-// includes above stay at the default target, so no shared inline function is built for it).
+// Each instruction set's traits and kernel are compiled under its own target (GCC: a target
+// pragma; clang: the target attribute applied to every function of the region). The includes
+// above stay at the default target, so no shared inline function is built for it.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 namespace avx2 {
 struct Lanes {
   static constexpr int W = 8;
@@ -232,14 +237,25 @@ struct Lanes {
 };
 #include "emu/tensor_core_gemm_block.inc"
 }  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))), \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq")
+#endif
 // GCC 12's AVX-512 intrinsics start from an undefined register written as a self-initialised
 // variable (`__m512 __Y = __Y;`), which -Wmaybe-uninitialized reports once they are inlined.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace avx512 {
 struct Lanes {
   static constexpr int W = 16;
@@ -333,7 +349,11 @@ struct Lanes {
 #include "emu/tensor_core_gemm_block.inc"
 }  // namespace avx512
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 using BlockFunction = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
