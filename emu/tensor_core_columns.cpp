@@ -122,9 +122,9 @@ struct LaneConstants {
 // that the out-of-order core overlaps their dependent chains. `bad` receives, per lane,
 // whether it met a NaN, an infinity or an overflow. kNearest: RNE output (fp16
 // accumulators), otherwise toward zero.
-// With kTally, each lane's steps are also recorded for DotStepTally::add, lane i of the
+// Each lane's steps are also recorded for DotStepTally::add, lane i of the
 // call at [i * steps + s]: the signed error, and bits 1 carry-out, 2 tie, 4 sum >= 0.
-template <int kGroups, bool kNearest, bool kTally>
+template <int kGroups, bool kNearest>
 [[gnu::target("avx2")]] void lane_groups(const LaneConstants& lc, int step, const float* c, const double* a_value,
                                          const int* a_alignment, const float* b, std::size_t ldb, int k, int l0,
                                          float* d, bool* bad, double* step_error, std::uint8_t* step_bits) {
@@ -153,11 +153,11 @@ template <int kGroups, bool kNearest, bool kTally>
     acc[g] = _mm256_cvtps_pd(_mm_loadu_ps(c + l0 + 4 * g));
     flagged[g] = zero;
   }
-  [[maybe_unused]] const int steps = (k + step - 1) / step;
-  [[maybe_unused]] const __m256d carry_from = _mm256_set1_pd(std::ldexp(1.0, lc.fraction_bits + 1));
-  [[maybe_unused]] const __m256i low_mask = _mm256_set1_epi64x((std::int64_t{1} << dropped) - 1);
-  [[maybe_unused]] const __m256i half_bit = _mm256_set1_epi64x(std::int64_t{1} << (dropped - 1));
-  [[maybe_unused]] const __m256d half = _mm256_set1_pd(0.5);
+  const int steps = (k + step - 1) / step;
+  const __m256d carry_from = _mm256_set1_pd(std::ldexp(1.0, lc.fraction_bits + 1));
+  const __m256i low_mask = _mm256_set1_epi64x((std::int64_t{1} << dropped) - 1);
+  const __m256i half_bit = _mm256_set1_epi64x(std::int64_t{1} << (dropped - 1));
+  const __m256d half = _mm256_set1_pd(0.5);
   for (int j0 = 0, s = 0; j0 < k; j0 += step, ++s) {
     const int j1 = std::min(k, j0 + step);
     // The products' largest alignment exponents, 2^E of each group: independent of C.
@@ -185,7 +185,7 @@ template <int kGroups, bool kNearest, bool kTally>
       __m256d removed = zero;
       auto truncate = [&](__m256d scaled) FLASHBITS_COLUMNS_LAMBDA_TARGET {
         const __m256d kept = _mm256_round_pd(scaled, kToZero);
-        if constexpr (kTally) removed = _mm256_add_pd(removed, _mm256_mul_pd(_mm256_sub_pd(scaled, kept), up));
+        removed = _mm256_add_pd(removed, _mm256_mul_pd(_mm256_sub_pd(scaled, kept), up));
         return kept;
       };
       __m256d sum0 = truncate(_mm256_mul_pd(acc[g], down)), sum1 = zero;
@@ -213,7 +213,7 @@ template <int kGroups, bool kNearest, bool kTally>
           _mm256_blendv_pd(normal, below, _mm256_cmp_pd(_mm256_andnot_pd(sign, exact), normal_floor, _CMP_LT_OQ));
       // +0 for a zero result; NaN compares unequal, so it stays and is flagged below.
       acc[g] = _mm256_and_pd(result, _mm256_cmp_pd(result, zero, _CMP_NEQ_UQ));
-      if constexpr (kTally) {
+      {
         // DotStepTally::add's inputs as fused_step_body forms them: the error
         // -(removed + (exact - result)); carry-out |sum| >= 2^(F+1); a tie when the bits the
         // output dropped are exactly one half (from exact's own bits in the normal range, from
@@ -297,7 +297,7 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
       std::copy(c + l0, c + l0 + 4 * kGroups, c_in);
       const bool nearest = model.output == DotOutput::fp16_rne;
       // (Only tallied calls come here: untallied ones run fused_dot_rows above.)
-      auto kernel = nearest ? &lane_groups<kGroups, true, true> : &lane_groups<kGroups, false, true>;
+      auto kernel = nearest ? &lane_groups<kGroups, true> : &lane_groups<kGroups, false>;
       kernel(lc, step, c, a_value.data(), a_alignment.data(), b, ldb, k, l0, d, bad, step_error.data(),
              step_bits.data());
       // Lane by lane in order, so that a tally adds the steps as one dot after another would.
