@@ -198,8 +198,8 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
 // be the same array with ldc == ldd. b_alignment, when not null, holds
 // dot_alignment_exponents of b in b's layout (a panel prepared once for many calls);
 // otherwise it is computed here.
-// How: several rows of A (register-blocked) against 16 (AVX-512) or 8 (AVX2) columns at
-// once, in fp32 and int32 lanes: each product is exact in fp32, scaled by 2^-(E-F) and
+// How: each row of A against four registers of 16 (AVX-512) or 8 (AVX2) columns at once
+// (independent chains), in fp32 and int32 lanes: each product is exact in fp32, scaled by 2^-(E-F) and
 // truncated by one fp32-to-int32 conversion, and the step's integers summed exactly; the
 // exponent work reads the prepared alignment exponents. A model outside
 // fused_dot_rows_blocked, a panel or row with a NaN or an infinity, k == 0, and a lane

@@ -358,30 +358,25 @@ struct Lanes {
 
 using BlockFunction = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
                                const std::int32_t*, std::size_t, float*, std::uint64_t*);
-// Each instruction set's register blocking, as measured (flashbits-bench): `rows` rows of A
-// against `rows_groups` groups of W columns where the rows allow it, otherwise one row
-// against `groups` groups, then one group. The step is bound by vector arithmetic, not by
-// loads, so wide column blocks (independent chains) pay more than many rows.
+// Each instruction set's blocking, as measured: one row against `groups` groups of W columns
+// (4 on both AVX2 and AVX-512 was fastest), then one group, then the zero-padded tail.
 struct IsaKernels {
-  int lanes;        // W
-  int rows, rows_groups;
+  int lanes;  // W
   int groups;
-  BlockFunction rows_block, row_groups, one_group, pairs;
+  BlockFunction row_groups, one_group, pairs;
   void (*alignments)(const float*, std::size_t, int, std::int32_t*);
 };
 IsaKernels kernels_for(DotIsa isa) {
   switch (isa) {
 #ifdef FLASHBITS_LANES_MULTIVERSION
     case DotIsa::avx512:
-      return {avx512::Lanes::W, 2, 2, 4, &avx512::block<2, 2>, &avx512::block<1, 4>, &avx512::block<1, 1>,
-              &avx512::block<1, 1, true>, &avx512::alignments};
+      return {avx512::Lanes::W, 4, &avx512::block<4>, &avx512::block<1>, &avx512::block<1, true>, &avx512::alignments};
     case DotIsa::avx2:
-      return {avx2::Lanes::W, 1, 4, 4, &avx2::block<1, 4>, &avx2::block<1, 4>, &avx2::block<1, 1>,
-              &avx2::block<1, 1, true>, &avx2::alignments};
+      return {avx2::Lanes::W, 4, &avx2::block<4>, &avx2::block<1>, &avx2::block<1, true>, &avx2::alignments};
 #endif
     default:
-      return {portable::Lanes::W, 1, 1, 1, &portable::block<1, 1>, &portable::block<1, 1>, &portable::block<1, 1>,
-              &portable::block<1, 1, true>, &portable::alignments};
+      return {portable::Lanes::W, 1, &portable::block<1>, &portable::block<1>, &portable::block<1, true>,
+              &portable::alignments};
   }
 }
 
@@ -465,70 +460,43 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
         scratch.tail_alignment[j * w + (l - full)] = b_alignment[j * ldb + l];
       }
   }
-  const int max_rows = kernels.rows, max_lanes = std::max({kernels.rows_groups, kernels.groups, 1}) * w;
-  scratch.a_value.resize(static_cast<std::size_t>(max_rows) * uk);
-  scratch.a_alignment.resize(scratch.a_value.size());
-  scratch.acc.resize(static_cast<std::size_t>(max_rows) * max_lanes);
+  const int max_lanes = kernels.groups * w;
+  scratch.a_value.resize(uk);
+  scratch.a_alignment.resize(uk);
+  scratch.acc.resize(static_cast<std::size_t>(max_lanes));
   scratch.c_in.resize(scratch.acc.size());
-  std::uint64_t bad[8];  // per row of a block (rows <= 8)
 
-  // `block_rows` rows from r0 (their prepared A rows from `first_row` of the scratch) against
-  // lanes [l0, l0 + n), n <= width, through `run` over `panel` / `panel_alignment` (row
-  // stride `stride`).
-  auto run_block = [&](BlockFunction run, int r0, int first_row, int block_rows, int l0, int n, int width,
-                       const float* panel, const std::int32_t* panel_alignment, std::size_t stride) {
-    for (int r = 0; r < block_rows; ++r) {
-      float* row_in = scratch.c_in.data() + static_cast<std::size_t>(r) * width;
-      const float* c_row = c + static_cast<std::size_t>(r0 + r) * ldc + l0;
-      std::copy(c_row, c_row + n, row_in);
-      std::fill(row_in + n, row_in + width, 0.0f);
-    }
-    std::copy(scratch.c_in.begin(), scratch.c_in.begin() + block_rows * width, scratch.acc.begin());
-    run(rule, k, scratch.a_value.data() + static_cast<std::size_t>(first_row) * uk,
-        scratch.a_alignment.data() + static_cast<std::size_t>(first_row) * uk, panel, panel_alignment, stride,
-        scratch.acc.data(), bad);
-    for (int r = 0; r < block_rows; ++r) {
-      const float* acc_row = scratch.acc.data() + static_cast<std::size_t>(r) * width;
-      float* d_row = d + static_cast<std::size_t>(r0 + r) * ldd + l0;
-      // The C lanes to redo are read before d is written (c and d may alias).
-      std::uint64_t redo = bad[r] & (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1);
-      std::copy(acc_row, acc_row + n, d_row);
-      for (; redo != 0; redo &= redo - 1) {
-        const int l = std::countr_zero(redo);
-        by_fused_dot(r0 + r, l0 + l, scratch.c_in[static_cast<std::size_t>(r) * width + l]);
-      }
+  // Row r against lanes [l0, l0 + n), n <= width, through `run` over `panel` /
+  // `panel_alignment` (row stride `stride`).
+  auto run_block = [&](BlockFunction run, int r, int l0, int n, int width, const float* panel,
+                       const std::int32_t* panel_alignment, std::size_t stride) {
+    const float* c_row = c + static_cast<std::size_t>(r) * ldc + l0;
+    std::copy(c_row, c_row + n, scratch.c_in.begin());
+    std::fill(scratch.c_in.begin() + n, scratch.c_in.begin() + width, 0.0f);
+    std::copy(scratch.c_in.begin(), scratch.c_in.begin() + width, scratch.acc.begin());
+    std::uint64_t bad = 0;
+    run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride,
+        scratch.acc.data(), &bad);
+    // The C of a lane to redo comes from the saved copy (c and d may alias).
+    std::copy(scratch.acc.begin(), scratch.acc.begin() + n, d + static_cast<std::size_t>(r) * ldd + l0);
+    for (std::uint64_t redo = bad & (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1); redo != 0;
+         redo &= redo - 1) {
+      const int l = std::countr_zero(redo);
+      by_fused_dot(r, l0 + l, scratch.c_in[static_cast<std::size_t>(l)]);
     }
   };
-  // One row (prepared at `first_row`) against lanes [l0, lanes).
-  auto run_row = [&](int r, int first_row, int l0) {
+  for (int r = 0; r < rows; ++r) {
+    const float* a_row = a + static_cast<std::size_t>(r) * lda;
+    std::copy(a_row, a_row + uk, scratch.a_value.begin());
+    kernels.alignments(a_row, uk, emin, scratch.a_alignment.data());
     const int wide = kernels.groups * w;
+    int l0 = 0;
     for (; l0 + wide <= lanes; l0 += wide)
-      run_block(kernels.row_groups, r, first_row, 1, l0, wide, wide, b + l0, b_alignment + l0, ldb);
-    for (; l0 + w <= lanes; l0 += w)
-      run_block(kernels.one_group, r, first_row, 1, l0, w, w, b + l0, b_alignment + l0, ldb);
+      run_block(kernels.row_groups, r, l0, wide, wide, b + l0, b_alignment + l0, ldb);
+    for (; l0 + w <= lanes; l0 += w) run_block(kernels.one_group, r, l0, w, w, b + l0, b_alignment + l0, ldb);
     if (l0 < lanes)
-      run_block(kernels.one_group, r, first_row, 1, l0, lanes - l0, w, scratch.tail_value.data(),
-                scratch.tail_alignment.data(), static_cast<std::size_t>(w));
-  };
-  for (int r0 = 0; r0 < rows;) {
-    const int block_rows = kernels.rows > 1 && rows - r0 >= kernels.rows ? kernels.rows : 1;
-    for (int r = 0; r < block_rows; ++r)
-      kernels.alignments(a + static_cast<std::size_t>(r0 + r) * lda, uk, emin,
-                         scratch.a_alignment.data() + static_cast<std::size_t>(r) * uk);
-    for (int r = 0; r < block_rows; ++r)
-      std::copy(a + static_cast<std::size_t>(r0 + r) * lda, a + static_cast<std::size_t>(r0 + r) * lda + uk,
-                scratch.a_value.begin() + static_cast<std::ptrdiff_t>(r) * static_cast<std::ptrdiff_t>(uk));
-    if (block_rows == 1) {
-      run_row(r0, 0, 0);
-    } else {
-      const int wide = kernels.rows_groups * w;
-      int l0 = 0;
-      for (; l0 + wide <= lanes; l0 += wide)
-        run_block(kernels.rows_block, r0, 0, block_rows, l0, wide, wide, b + l0, b_alignment + l0, ldb);
-      if (l0 < lanes)
-        for (int r = 0; r < block_rows; ++r) run_row(r0 + r, r, l0);
-    }
-    r0 += block_rows;
+      run_block(kernels.one_group, r, l0, lanes - l0, w, scratch.tail_value.data(), scratch.tail_alignment.data(),
+                static_cast<std::size_t>(w));
   }
 }
 

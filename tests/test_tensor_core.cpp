@@ -988,9 +988,8 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference in every lane")
 // fused_dot_rows, the blocked GEMM kernel (a third implementation of the step, in fp32 and
 // int32 lanes), on each instruction set this CPU has: every lane of every row checked
 // against the exact-integer reference and against fused_dot, bit for bit. A trial is a
-// GEMM: 1 to 9 rows (the register-blocked groups of four or two rows and the rows past
-// them), 1 to 40 lanes (whole groups of 16 or 8 and a ragged tail), b stored with a wider
-// row stride. Rows share the panel: row 0 is a random case's a, the others that row with
+// GEMM: 1 to 9 rows, 1 to 40 lanes (the blocks of four registers, single registers of 16
+// or 8 lanes, and a ragged tail), b stored with a wider row stride. Rows share the panel: row 0 is a random case's a, the others that row with
 // sign and last-bit flips, or a fresh case's. Columns likewise. Most trials keep every
 // value finite so that the lanes, not the fallback, compute; one in four lets a fresh
 // case bring its NaNs and infinities (the fallback's routes). Half the trials pass the
