@@ -199,11 +199,12 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
 // dot_alignment_exponents of b in b's layout (a panel prepared once for many calls);
 // otherwise it is computed here.
 // How: each row of A against four registers of 16 (AVX-512) or 8 (AVX2) columns at once
-// (independent chains), in fp32 and int32 lanes: each product is exact in fp32, scaled by 2^-(E-F) and
-// truncated by one fp32-to-int32 conversion, and the step's integers summed exactly; the
-// exponent work reads the prepared alignment exponents. A model outside
-// fused_dot_rows_blocked, a panel or row with a NaN or an infinity, k == 0, and a lane
-// whose step leaves the kernel's exact range (overflow, an all-tiny step) run fused_dot.
+// (independent chains), in fp32 and int32 lanes: each product is exact in fp32, scaled by
+// 2^-(E-F) and truncated by one fp32-to-int32 conversion, and the step's integers summed
+// exactly; the exponent work reads the prepared alignment exponents. A model outside
+// fused_dot_rows_blocked and k == 0 run fused_dot; so does each lane whose step leaves the
+// kernel's exact range (a NaN or infinity in its row, column or C, overflow, a non-zero
+// step whose largest term is below 2^(F-125)).
 // `isa` picks the instruction set (tests check each); `best` is the CPU's best, which
 // FLASHBITS_NO_AVX512 / FLASHBITS_NO_AVX2 cap. An unavailable one falls back to `best`.
 enum class DotIsa : std::uint8_t { portable, avx2, avx512, best };
