@@ -33,13 +33,15 @@ constexpr ZeroTermPolicy kZ = ZeroTermPolicy::ignored;
 // every non-block-scaled kind (fp8 included: Hopper's and Ada's 13-bit fp8 path is not used),
 // fp32 output truncated (RZ), fp16 output RNE.
 constexpr std::string_view kMmaSimSm100 =
-    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909), github microsoft/MMA-Sim mmasim/simulator/nv.py "
-    "(TCGen05MMASim: F=25 for every kind but mxf4*), mmasim/isa/nv_tcgen05mma.py (k per kind), "
-    "mmasim/simulator/functions.py (nv_fused_dot_add: truncation to F, fp32 RZ / fp16 RNE output)";
+    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909), github microsoft/MMA-Sim @c78513835c8b "
+    "mmasim/simulator/nv_ptx.py (tcgen05mma: F=25; only the block-scaled k=64 kinds differ), "
+    "mmasim/isa/nv_ptx/nv_tcgen05mma.py (k per kind), mmasim/simulator/arithmetic.py (nv_fused_dot_add: "
+    "truncation to F, fp32 RZ / fp16 RNE output)";
 constexpr std::string_view kMmaSimSm120 =
-    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909), github microsoft/MMA-Sim mmasim/simulator/nv.py "
-    "(MMASim, arch_accum_fractional_bits \"RTX Blackwell\": 25, no split-k, no 13-bit fp8 path), "
-    "mmasim/isa/nv_mma.py (RTX Blackwell mma.sync shapes), mmasim/simulator/functions.py (nv_fused_dot_add)";
+    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909), github microsoft/MMA-Sim @c78513835c8b "
+    "mmasim/simulator/nv_ptx.py (mma, arch_accum_fractional_bits \"RTX Blackwell\": 25, no split-k, no 13-bit fp8 "
+    "path), mmasim/isa/nv_ptx/nv_mma.py (RTX Blackwell mma.sync shapes), mmasim/simulator/arithmetic.py "
+    "(nv_fused_dot_add)";
 #define FB_BLACKWELL "UNMEASURED: no Blackwell GPU probed by this project; "
 #define FB_FP6_FP4                                                                                   \
   "ASSUMED beyond MMA-Sim, whose kind::f8f6f4 takes only e4m3/e5m2 (e3m2, e2m3, e2m1 are a TODO in " \

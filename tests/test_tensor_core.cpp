@@ -685,8 +685,8 @@ TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step
 
 // ---- Blackwell (sm100 tcgen05.mma, sm120 mma.sync): MMA-Sim's parameters ------------
 // The random cases above check every new preset against the reference; these pin the
-// parameters MMA-Sim publishes (mmasim/simulator/nv.py, mmasim/isa/nv_tcgen05mma.py,
-// mmasim/isa/nv_mma.py) and what each one changes, on hand-worked cases.
+// parameters MMA-Sim publishes (github microsoft/MMA-Sim @c78513835c8b mmasim/simulator/nv_ptx.py,
+// mmasim/isa/nv_ptx/nv_tcgen05mma.py, nv_mma.py) and what each one changes, on hand-worked cases.
 
 TEST_CASE("Blackwell presets: MMA-Sim's k per step, F = 25 and outputs, all marked unmeasured") {
   struct Expected {
