@@ -29,10 +29,10 @@
 #include "attention/kernel_models.hpp"
 #include "emu/cuda_expf.hpp"
 #include "emu/ops.hpp"
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 #include "emu/software_exp2.hpp"
 #include "emu/special_functions.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 namespace fb::attn::detail {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "emu/rounding.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "formats/format.hpp"
 
 namespace fb::attn {

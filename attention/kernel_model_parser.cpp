@@ -12,8 +12,8 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/tensor_core.hpp"
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 
 namespace fb::attn {
 namespace {

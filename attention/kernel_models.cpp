@@ -16,8 +16,8 @@
 #include <stdexcept>
 
 #include "attention/attention.hpp"
-#include "emu/tensor_core.hpp"
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 
 namespace fb::attn {
 namespace {

@@ -35,7 +35,7 @@ namespace fb::attn {
 // How a dot product (a matmul's inner product) is accumulated.
 enum class DotKind : std::uint8_t {
   tensor_core,     // fb::fused_dot with the named TensorCoreModel, C chained
-  amd_mfma,        // fb::fused_dot_amd with the named AmdDotModel (emu/tensor_core_amd.hpp), C chained
+  amd_mfma,        // fb::fused_dot_amd with the named AmdDotModel (emu/dot/tensor_core_amd.hpp), C chained
   fp32_fma_chain,  // sequential fp32 FMAs (SIMT / CPU fp32 GEMM)
   fp64_fma_chain,  // sequential fp64 FMAs (golden fp64)
 };

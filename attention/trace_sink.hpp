@@ -28,7 +28,7 @@
 #include "attention/attention.hpp"
 #include "attention/arith.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 namespace fb::attn::detail {
 

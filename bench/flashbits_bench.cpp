@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "emu/array_rounding.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "emu/ops.hpp"
 #include "formats/format.hpp"
 

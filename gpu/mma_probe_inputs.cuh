@@ -32,7 +32,7 @@ const char* const kBatchNames[kBatchCount] = {"random_bits",  "random_normal", "
 
 // F, the aligned-significand width (fraction bits kept below the largest exponent of a
 // fused step) of the emu model fb-mma-probe names for a form on a device (model_for
-// below); the same numbers as emu/tensor_core.cpp's presets (test_probe_file checks the
+// below); the same numbers as emu/dot/tensor_core.cpp's presets (test_probe_file checks the
 // dry-run header's f_boundary_f against them): fp8 13, sm70 23, sm80/sm89 24, sm90 25.
 int fraction_bits_for(const FormInfo& f, int major) {
   if (f.input.width() == 8) return 13;

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "emu/dot_step_json.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/dot_step_json.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "formats/json_text.hpp"
 #include "gpu/probe_file.hpp"
 

@@ -28,7 +28,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/mpfr_sfu_reference.hpp"
 #include "tests/test_scale.hpp"

@@ -35,7 +35,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/mpfr_sfu_reference.hpp"
 #include "tests/test_scale.hpp"

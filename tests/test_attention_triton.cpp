@@ -30,7 +30,7 @@
 #include "attention/attention.hpp"
 #include "emu/ops.hpp"
 #include "emu/special_functions.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 using namespace fb;
 using namespace fb::attn;

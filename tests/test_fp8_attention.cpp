@@ -34,7 +34,7 @@
 #include "attention/attention.hpp"
 #include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "tests/software_exp2_reference.hpp"
 
 using namespace fb;

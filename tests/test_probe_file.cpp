@@ -75,7 +75,7 @@
 #include <random>
 #include <sstream>
 
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "gpu/probe_check.hpp"
 #include "gpu/probe_file.hpp"
 #include "gpu/sfu_table.hpp"
@@ -661,7 +661,7 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     CHECK(sec.header.batches == batches);
     REQUIRE(!sec.header.models.empty());
     CHECK(sec.header.extra.at("source") == "dry-run:no-gpu");  // never mistaken for a measurement
-    // f_boundary is designed against the F of the form's own model, as emu/tensor_core has it.
+    // f_boundary is designed against the F of the form's own model, as emu/dot/tensor_core has it.
     const int F = std::stoi(sec.header.extra.at("f_boundary_f"));
     const fb::TensorCoreModel* model = fb::find_tensor_core_model(sec.header.models.front(), sec.header.input);
     REQUIRE(model != nullptr);

@@ -1,4 +1,4 @@
-// tests/test_tensor_core.cpp: the tensor-core fused dot-add models (emu/tensor_core.hpp).
+// tests/test_tensor_core.cpp: the tensor-core fused dot-add models (emu/dot/tensor_core.hpp).
 //
 // The reference is written here independently of the implementation: its own bit
 // decoding, products and alignment on a fixed 1024-bit integer grid (Boost
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 namespace {
 

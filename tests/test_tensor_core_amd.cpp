@@ -1,5 +1,5 @@
 // tests/test_tensor_core_amd.cpp: the AMD CDNA1/2/3 MFMA dot-add models
-// (emu/tensor_core_amd.hpp).
+// (emu/dot/tensor_core_amd.hpp).
 //
 // The reference is written here from MMA-Sim's rules as read from its sources (github
 // microsoft/MMA-Sim mmasim/mmasim/amd/sim.py; github peichenxie/MMA-Sim
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 #include "tests/test_scale.hpp"
 
 namespace {

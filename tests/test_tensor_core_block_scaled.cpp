@@ -1,5 +1,5 @@
 // tests/test_tensor_core_block_scaled.cpp: the block-scaled tensor-core dot-add
-// (emu/tensor_core_block_scaled.hpp).
+// (emu/dot/tensor_core_block_scaled.hpp).
 //
 // The reference is written here from MMA-Sim's published rules (github microsoft/MMA-Sim,
 // mmasim/simulator/arithmetic.py fused_dot_add and nv_fused_dot_add_with_block_scale), not
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/tensor_core_block_scaled.hpp"
+#include "emu/dot/tensor_core_block_scaled.hpp"
 #include "tests/test_scale.hpp"
 
 namespace {

@@ -14,14 +14,14 @@
 //   were validated on an H200 (docs/DESIGN.md §4, §11); every other model's parameters are
 //   published ones or assumptions NOT validated on hardware (`flashbits models` gives each
 //   model's status).
-// - Block-scaled (Blackwell kind::mxf8f6f4 / mxf4 / mxf4nvf4, emu/tensor_core_block_scaled.hpp):
+// - Block-scaled (Blackwell kind::mxf8f6f4 / mxf4 / mxf4nvf4, emu/dot/tensor_core_block_scaled.hpp):
 //   `--kind` on the command line (not --batch) selects the preset of MODEL with --scale-format
 //   and --block (each may be left out when only one preset fits); --scale-a / --scale-b give
 //   k / block scale bytes each; --input-b gives b's format when it differs from INFMT. The one
 //   output line is `D_HEX (VALUE) UNMEASURED: emulation of ...`: hex first, as every dot line,
 //   and always the UNMEASURED mark (no block-scaled preset is validated on hardware). No
 //   --trace: the block-scaled model records no per-step trace.
-// - AMD MFMA (CDNA1-3, emu/tensor_core_amd.hpp): MODEL an AMD preset name (cdna1, cdna2, ...) on
+// - AMD MFMA (CDNA1-3, emu/dot/tensor_core_amd.hpp): MODEL an AMD preset name (cdna1, cdna2, ...) on
 //   the command line (not --batch); INFMT is a's format and b's unless --input-b names b's (the
 //   mixed fp8 pairs). The output line is as the block-scaled one, with the UNMEASURED mark (no
 //   AMD preset is validated on hardware). No --trace, --kind or scales: those models record no
@@ -37,9 +37,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "emu/tensor_core.hpp"
-#include "emu/tensor_core_amd.hpp"
-#include "emu/tensor_core_block_scaled.hpp"
+#include "emu/dot/tensor_core.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_block_scaled.hpp"
 #include "tools/cli_common.hpp"
 
 namespace fb::cli {

@@ -14,9 +14,9 @@
 
 #include "attention/attention.hpp"
 #include "emu/special_functions.hpp"
-#include "emu/tensor_core.hpp"
-#include "emu/tensor_core_amd.hpp"
-#include "emu/tensor_core_block_scaled.hpp"
+#include "emu/dot/tensor_core.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_block_scaled.hpp"
 #include "tools/cli_common.hpp"
 
 namespace fb::cli {
@@ -65,7 +65,7 @@ void print_dot_models(std::ostream& os) {
   os << "Alignment: C and the products of one step align to their largest exponent; each term is\n"
         "truncated toward zero to F fraction bits of it and summed exactly; k beyond one step chains\n"
         "steps (a step's result is the next C). Zero terms do not choose the exponent ('ignored');\n"
-        "an exact zero step result is +0 unless every term is -0. See emu/tensor_core.hpp.\n";
+        "an exact zero step result is +0 unless every term is -0. See emu/dot/tensor_core.hpp.\n";
 }
 
 nlohmann::json dot_models_json() {
@@ -88,7 +88,7 @@ nlohmann::json dot_models_json() {
 }
 
 // ---- block-scaled (Blackwell) dot models -------------------------------------------
-// emu/tensor_core_block_scaled.hpp; every preset is UNMEASURED (none validated on hardware).
+// emu/dot/tensor_core_block_scaled.hpp; every preset is UNMEASURED (none validated on hardware).
 std::string scale_format_name(const Format& f) { return std::string(fb::block_scale_format_name(f)); }
 std::string input_list(const BlockScaledModel& m) {
   std::string out;
@@ -125,7 +125,7 @@ void print_block_scaled_models(std::ostream& os) {
         "products of each run of G are summed exactly, times both scales, aligned at esa+esb alone. C and\n"
         "the terms align to the largest exponent (zero terms at the listed 2^e), are truncated toward zero\n"
         "to F fraction bits, summed exactly and rounded once to fp32 toward zero. Inputs a and b may have\n"
-        "different formats among those listed. See emu/tensor_core_block_scaled.hpp.\n";
+        "different formats among those listed. See emu/dot/tensor_core_block_scaled.hpp.\n";
 }
 
 nlohmann::json block_scaled_models_json() {
@@ -154,7 +154,7 @@ nlohmann::json block_scaled_models_json() {
 }
 
 // ---- AMD MFMA (CDNA1-3) dot models ---------------------------------------------------
-// emu/tensor_core_amd.hpp; every preset is UNMEASURED (no AMD GPU probed by this project).
+// emu/dot/tensor_core_amd.hpp; every preset is UNMEASURED (no AMD GPU probed by this project).
 std::string fraction_bits_or_dash(int bits) { return bits > 0 ? std::to_string(bits) : "-"; }
 
 void print_amd_dot_models(std::ostream& os) {
@@ -179,7 +179,7 @@ void print_amd_dot_models(std::ostream& os) {
         "rounding; ftz_pairwise: fp32 RNE products and pairwise sums, subnormals flushed; two_stage:\n"
         "products truncated to F bits at their largest exponent, sum floored to F2 bits, RNE to fp32;\n"
         "grouped_two_stage: the same with even/odd products summed apart first. tf32 here is the xf32\n"
-        "instructions' input. See emu/tensor_core_amd.hpp.\n";
+        "instructions' input. See emu/dot/tensor_core_amd.hpp.\n";
 }
 
 nlohmann::json amd_dot_models_json() {

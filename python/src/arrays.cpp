@@ -18,7 +18,7 @@
 #include "common.hpp"
 #include "emu/array_rounding.hpp"
 #include "emu/ops.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 namespace fb::py {
 namespace {

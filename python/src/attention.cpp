@@ -19,7 +19,7 @@
 #include "attention/problem_limits.hpp"
 #include "attention/statistics.hpp"
 #include "common.hpp"
-#include "emu/dot_step_json.hpp"
+#include "emu/dot/dot_step_json.hpp"
 #include "emu/special_functions.hpp"
 #include "api/event_json.hpp"
 #include "api/models.hpp"
@@ -111,7 +111,7 @@ attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, c
   return api::resolve_model({name, dtype, sfu, recipe}, {"model", "sfu"});
 }
 
-// A P·V step's record (emu/dot_step_json.hpp, the one serialiser) and its output rounding.
+// A P·V step's record (emu/dot/dot_step_json.hpp, the one serialiser) and its output rounding.
 pyb::dict dot_step_dict(const DotStepEvent& s) {
   pyb::dict d = to_python(dot_step_json(s));
   d["output_event"] = to_python(api::event_to_json(formats::fp32, s.output_event));

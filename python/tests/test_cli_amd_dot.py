@@ -1,6 +1,6 @@
 # `flashbits dot` with an AMD MFMA model (cdna1, cdna2, cdna2-1k, cdna3, cdna3-k4) and its
 # `flashbits models` section, checked against exact values worked out here with
-# fractions.Fraction from the rules docs/CLI.md and emu/tensor_core_amd.hpp state (MMA-Sim's
+# fractions.Fraction from the rules docs/CLI.md and emu/dot/tensor_core_amd.hpp state (MMA-Sim's
 # model, not measured on hardware):
 # - fma_chain (fp32, every CDNA): one IEEE fp32 fma per product, round to nearest even, in order;
 # - exact_step (CDNA1 fp16/bf16): per step C + products summed exactly, one RNE rounding;

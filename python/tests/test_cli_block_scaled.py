@@ -1,7 +1,7 @@
 # `flashbits dot --kind ...` (the Blackwell block-scaled kinds) and their `flashbits models`
 # section, checked against an exact reference written here with fractions.Fraction.
 #
-# The reference implements the rule as docs/CLI.md and emu/tensor_core_block_scaled.hpp state
+# The reference implements the rule as docs/CLI.md and emu/dot/tensor_core_block_scaled.hpp state
 # it (MMA-Sim's model, not measured on hardware): per step of k/step products, C and the terms
 # (kind::mxf8f6f4: each a*b*sa*sb, aligned at ea+eb+esa+esb with subnormals at their format's
 # emin; kind::mxf4/mxf4nvf4: the exact sum of each run of 16 products times both scales,

@@ -99,7 +99,7 @@ def test_trace_returns_the_rounding_events_of_the_traced_rows():
     assert np.array_equal(untraced.o, r.o) and untraced.traces is None
     mma = fb.attention(q, k, v, "fa2-sm80", trace=True)
     assert len(mma.traces) == 256 and len(mma.traces[0]["pv_dot_steps"]) > 0
-    # A step's record (emu/dot_step_json.hpp): the published fields, this project's, the event.
+    # A step's record (emu/dot/dot_step_json.hpp): the published fields, this project's, the event.
     step = mma.traces[0]["pv_dot_steps"][0]
     assert list(step) == ["largest_exponent", "terms", "truncated_value", "truncated_terms", "carry_out",
                           "normalisation_shift", "output_residue", "first_product", "fraction_bits", "aligned_sum",

@@ -1,5 +1,5 @@
-// emu/dot_step_json.cpp: the DotStepEvent serialiser (contract: emu/dot_step_json.hpp).
-#include "emu/dot_step_json.hpp"
+// emu/dot/dot_step_json.cpp: the DotStepEvent serialiser (contract: emu/dot/dot_step_json.hpp).
+#include "emu/dot/dot_step_json.hpp"
 
 namespace fb {
 

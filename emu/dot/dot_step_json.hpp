@@ -1,17 +1,17 @@
-// emu/dot_step_json.hpp: one fused tensor-core step's record (DotStepEvent) as JSON, the one
+// emu/dot/dot_step_json.hpp: one fused tensor-core step's record (DotStepEvent) as JSON, the one
 // serialiser of it: probe-check's --json (gpu/probe_check.cpp) and the Python module's
 // traces (python/src/attention.cpp) both write it.
 //
 // Contract: an object with, in this order, largest_exponent, terms, truncated_value,
 // truncated_terms, carry_out, normalisation_shift, output_residue (the published record of
-// emu/tensor_core.hpp) and first_product, fraction_bits, aligned_sum, special (this
+// emu/dot/tensor_core.hpp) and first_product, fraction_bits, aligned_sum, special (this
 // project's additions). The output rounding's event is not included: a face that reports it
 // renders it with its format (api/event_json.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 namespace fb {
 

@@ -1,5 +1,5 @@
-// emu/tensor_core.cpp: the fused dot-add (see the header); the preset table itself is in
-// emu/tensor_core_presets.cpp.
+// emu/dot/tensor_core.cpp: the fused dot-add (see the header); the preset table itself is in
+// emu/dot/tensor_core_presets.cpp.
 //
 // How it stays fast and exact: every input value is a float with at most 24
 // significant bits, so a product is an exact 48-bit integer times a power of two.
@@ -10,7 +10,7 @@
 // (fixed_dot_body) that decode all products of up to 64 first and then run the steps;
 // they give the same bits as fused_step_body (tests/test_tensor_core checks both
 // against an exact reference) and fall back to it for NaN/inf and partial steps.
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -81,7 +81,7 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
 // The output rounding of a step's exact sum (sum * 2^unit) into the model's output.
 // An exact zero sum is +0 whatever the terms' signs (measured on sm_90, every form: C = -0
 // with every product -0 gives +0, where IEEE addition would keep -0).
-// The hardware's rules on top of round_pack's rounding (emu/tensor_core.hpp): overflow
+// The hardware's rules on top of round_pack's rounding (emu/dot/tensor_core.hpp): overflow
 // gives +-inf in every output (round_pack's RZ would give max finite; its overflow flag
 // is exactly "the rounded value with unbounded exponent exceeds max finite"), and a
 // non-zero sum whose magnitude rounds to zero gives +0.

@@ -1,13 +1,13 @@
-// emu/tensor_core_amd.hpp: AMD Instinct MFMA dot-add models, CDNA1 (MI100), CDNA2 (MI200)
+// emu/dot/tensor_core_amd.hpp: AMD Instinct MFMA dot-add models, CDNA1 (MI100), CDNA2 (MI200)
 // and CDNA3 (MI300) (docs/DESIGN.md §4), as MMA-Sim (Xie et al. 2025, arXiv:2511.10909)
 // models them.
 //
 // Contract: an AmdDotModel is a named set of parameters, not code, like TensorCoreModel
-// (emu/tensor_core.hpp); fused_dot_amd() computes D = C + sum_i a_i*b_i with C and D fp32,
+// (emu/dot/tensor_core.hpp); fused_dot_amd() computes D = C + sum_i a_i*b_i with C and D fp32,
 // k cut into steps of `products_per_step` (a last shorter step takes what is left; k == 0
 // runs one step with C alone), each step's fp32 result the next step's C. AMD's arithmetic
 // does not fit TensorCoreModel's single truncate-then-round step, so each model names one of
-// these arithmetics (rules in emu/tensor_core_amd.cpp, with their MMA-Sim sources):
+// these arithmetics (rules in emu/dot/tensor_core_amd.cpp, with their MMA-Sim sources):
 // - fma_chain (fp32 MFMA, every CDNA): one IEEE fp32 fma, round to nearest even, per
 //   product, in order.
 // - exact_step (CDNA1 fp16/bf16): each step's C plus its products summed exactly, one
@@ -82,7 +82,7 @@ float fused_dot_amd(const AmdDotModel& model, float c, const float* a, const flo
 //   d[l] = fused_dot_amd(model, c[l], a, column l of b, k),  column l of b = b[j*ldb + l], j < k,
 // bit for bit; c and d may be the same array. The two-stage kind (CDNA3 fp16/bf16) runs four
 // lanes per AVX2 register in fp64, where every step quantity is exact
-// (emu/tensor_core_amd_columns.cpp); other kinds, xf32, lanes meeting NaN, infinities or
+// (emu/dot/tensor_core_amd_columns.cpp); other kinds, xf32, lanes meeting NaN, infinities or
 // products of 2^128 or more, and CPUs without AVX2 run fused_dot_amd per lane.
 void fused_dot_amd_columns(const AmdDotModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
                            int k, int lanes, float* d);

@@ -1,4 +1,4 @@
-// emu/tensor_core.hpp: tensor-core fused dot-add models (docs/DESIGN.md §4).
+// emu/dot/tensor_core.hpp: tensor-core fused dot-add models (docs/DESIGN.md §4).
 //
 // Contract: a TensorCoreModel is a named set of parameters, not code. fused_dot()
 // computes D = C + sum_i a_i*b_i the way the named hardware does:
@@ -109,7 +109,7 @@ constexpr const Format& dot_output_format(DotOutput output) {
 }
 
 // All presets: sm70, sm80, sm89, sm90-mma, sm90-wgmma, sm100, sm120, exact-rne, each per
-// input format (the table is emu/tensor_core_presets.cpp).
+// input format (the table is emu/dot/tensor_core_presets.cpp).
 std::span<const TensorCoreModel> tensor_core_models();
 // The preset for a model name and input format, or nullptr when that hardware has no
 // such instruction form.
@@ -192,7 +192,7 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
                        int k, int lanes, float* d, DotStepTally* tally = nullptr,
                        const std::int32_t* b_alignment = nullptr);
 
-// The blocked GEMM kernel (emu/tensor_core_gemm.cpp). For r < rows and l < lanes:
+// The blocked GEMM kernel (emu/dot/tensor_core_gemm.cpp). For r < rows and l < lanes:
 //   d[r*ldd + l] = fused_dot(model, c[r*ldc + l], a + r*lda, column l of b, k),
 // column l of b = b[j*ldb + l] for j < k, bit for bit (NaN payloads included). c and d may
 // be the same array with ldc == ldd. b_alignment, when not null, holds
@@ -229,11 +229,11 @@ void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* 
 // The output rounding of one fused step, the rules above in one place: the exact sum
 // sum * 2^unit rounded into `output` (bits of fp32, fp16, or e8m13 in fp32's layout), overflow
 // giving +-inf and a zero or rounded-to-zero result +0. Other dot models reuse it
-// (emu/tensor_core_block_scaled.cpp).
+// (emu/dot/tensor_core_block_scaled.cpp).
 std::uint32_t dot_step_output(DotOutput output, std::int64_t sum, int unit);
 
 // The specials rule of one fused step, in one place (other dot models reuse it,
-// emu/tensor_core_block_scaled.cpp): C and each product a*b classified; any NaN, inf*0, or
+// emu/dot/tensor_core_block_scaled.cpp): C and each product a*b classified; any NaN, inf*0, or
 // +inf with -inf makes the step the canonical NaN, otherwise an infinite term makes it the
 // infinity of its sign. result() gives those bits in `out` (precondition: any()).
 struct SpecialTerms {

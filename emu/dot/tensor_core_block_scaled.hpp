@@ -1,8 +1,8 @@
-// emu/tensor_core_block_scaled.hpp: block-scaled tensor-core dot-add models, the Blackwell
+// emu/dot/tensor_core_block_scaled.hpp: block-scaled tensor-core dot-add models, the Blackwell
 // kinds whose inputs carry one scale per block of k (docs/DESIGN.md §4, "Blackwell").
 //
 // Contract: a BlockScaledModel is a named set of parameters, not code, like TensorCoreModel
-// (emu/tensor_core.hpp), whose rules it shares. fused_dot_block_scaled() computes
+// (emu/dot/tensor_core.hpp), whose rules it shares. fused_dot_block_scaled() computes
 //   D = C + sum_i a_i * b_i * sa[i / block] * sb[i / block]
 // the way MMA-Sim (Xie et al. 2025, github microsoft/MMA-Sim) models the hardware:
 // - k is cut into steps of `products_per_step` (the instruction's k: 32 or 64); each step
@@ -29,7 +29,7 @@
 //
 // STATUS: UNMEASURED. No preset is validated on hardware (no Blackwell GPU was probed);
 // every parameter is MMA-Sim's, and the choices MMA-Sim leaves open are [assumption]s
-// named in emu/tensor_core_block_scaled.cpp and each preset's `note`.
+// named in emu/dot/tensor_core_block_scaled.cpp and each preset's `note`.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,7 @@
 #include <span>
 #include <string_view>
 
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "formats/format.hpp"
 
 namespace fb {

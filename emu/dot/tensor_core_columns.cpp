@@ -1,9 +1,9 @@
-// emu/tensor_core_columns.cpp: fused_dot_columns, many dots of one model side by side in
-// vector lanes (contract and exactness argument: emu/tensor_core.hpp). Untallied calls go to
-// the blocked kernel (fused_dot_rows, emu/tensor_core_gemm.cpp); this file's fp64 lanes
+// emu/dot/tensor_core_columns.cpp: fused_dot_columns, many dots of one model side by side in
+// vector lanes (contract and exactness argument: emu/dot/tensor_core.hpp). Untallied calls go to
+// the blocked kernel (fused_dot_rows, emu/dot/tensor_core_gemm.cpp); this file's fp64 lanes
 // serve the tallied ones, whose step events need the truncated remainders.
 //
-// The rules are fused_dot's (emu/tensor_core.cpp holds them in one place: its
+// The rules are fused_dot's (emu/dot/tensor_core.cpp holds them in one place: its
 // fused_step_body); this file computes the same step for four dots per register in fp64,
 // where every intermediate is exact, so only the algorithm's shape differs:
 // - a term's alignment exponent: max(its exponent, the format's emin) for a non-zero value
@@ -22,7 +22,7 @@
 #include <cmath>
 #include <vector>
 
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

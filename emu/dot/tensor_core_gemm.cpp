@@ -1,9 +1,9 @@
-// emu/tensor_core_gemm.cpp: fused_dot_rows, the blocked tensor-core GEMM kernel
-// (contract: emu/tensor_core.hpp; docs/DESIGN.md §4).
+// emu/dot/tensor_core_gemm.cpp: fused_dot_rows, the blocked tensor-core GEMM kernel
+// (contract: emu/dot/tensor_core.hpp; docs/DESIGN.md §4).
 //
 // One description of the fused step, written once (`block`, below) over an instruction-set
 // traits type, and instantiated for AVX-512 (16 lanes), AVX2 (8 lanes) and portable C++
-// (one lane), chosen at run time. The rules are fused_dot's (emu/tensor_core.cpp); what
+// (one lane), chosen at run time. The rules are fused_dot's (emu/dot/tensor_core.cpp); what
 // differs is only where the exactness comes from:
 // - the inputs are values of formats of at most 11 significand bits, so a product a*b is
 //   exact in fp32 whenever it is a normal fp32 number;
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "emu/array_lanes.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 #ifdef FLASHBITS_LANES_MULTIVERSION
 #include <immintrin.h>
@@ -140,7 +140,7 @@ struct Lanes {
   static void store(float* p, F x) { *p = x; }
   static std::uint64_t mask_bits(M m) { return m ? 1u : 0u; }
 };
-#include "emu/tensor_core_gemm_block.inc"
+#include "emu/dot/tensor_core_gemm_block.inc"
 }  // namespace portable
 
 #ifdef FLASHBITS_LANES_MULTIVERSION
@@ -235,7 +235,7 @@ struct Lanes {
     return static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
   }
 };
-#include "emu/tensor_core_gemm_block.inc"
+#include "emu/dot/tensor_core_gemm_block.inc"
 }  // namespace avx2
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -346,7 +346,7 @@ struct Lanes {
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) { return m; }
 };
-#include "emu/tensor_core_gemm_block.inc"
+#include "emu/dot/tensor_core_gemm_block.inc"
 }  // namespace avx512
 #pragma GCC diagnostic pop
 #if defined(__clang__)

@@ -1,4 +1,4 @@
-// emu/tensor_core_block_scaled.cpp: the block-scaled dot-add (see the header) and its
+// emu/dot/tensor_core_block_scaled.cpp: the block-scaled dot-add (see the header) and its
 // preset table.
 //
 // The facts, from github microsoft/MMA-Sim (Xie et al. 2025, arXiv:2511.10909), snapshot
@@ -45,7 +45,7 @@
 // - An infinite C in the k = 64 kinds (MMA-Sim's math.trunc would raise) gives inf of its
 //   sign; overflow of the fp32 result gives inf (MMA-Sim: torch's fp64 -> fp32 conversion).
 // - A last step shorter than the instruction (k not a multiple of it) fuses what is there.
-#include "emu/tensor_core_block_scaled.hpp"
+#include "emu/dot/tensor_core_block_scaled.hpp"
 
 #include <algorithm>
 #include <array>

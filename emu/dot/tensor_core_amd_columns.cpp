@@ -1,5 +1,5 @@
-// emu/tensor_core_amd_columns.cpp: fused_dot_amd_columns, many dots of one AMD preset side by
-// side in vector lanes (contract: emu/tensor_core_amd.hpp).
+// emu/dot/tensor_core_amd_columns.cpp: fused_dot_amd_columns, many dots of one AMD preset side by
+// side in vector lanes (contract: emu/dot/tensor_core_amd.hpp).
 //
 // The two-stage kind (CDNA3 fp16/bf16/xf32, one group) runs four dots per AVX2 register in
 // fp64, with the same exact arithmetic as the scalar step (tensor_core_amd.cpp
@@ -17,7 +17,7 @@
 #include <cmath>
 #include <vector>
 
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

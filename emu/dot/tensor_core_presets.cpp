@@ -1,14 +1,14 @@
-// emu/tensor_core_presets.cpp: the table of named tensor-core presets (emu/tensor_core.hpp,
+// emu/dot/tensor_core_presets.cpp: the table of named tensor-core presets (emu/dot/tensor_core.hpp,
 // docs/DESIGN.md §4) and the look-ups over it.
 //
 // Contract: each row is one hardware instruction form's parameters for one input format,
 // with where they come from (`source`), what is assumed or measured (`note`) and whether
 // this project reproduced the hardware bit for bit (`hardware_validated`). Rows are data
-// only; emu/tensor_core.cpp runs them. Names are unique per (name, input format).
+// only; emu/dot/tensor_core.cpp runs them. Names are unique per (name, input format).
 #include <algorithm>
 #include <iterator>
 
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 
 namespace fb {
 namespace {

@@ -1,4 +1,4 @@
-// emu/tensor_core_amd.cpp: the AMD MFMA dot-add arithmetics (see the header) and their
+// emu/dot/tensor_core_amd.cpp: the AMD MFMA dot-add arithmetics (see the header) and their
 // preset table.
 //
 // The facts, from MMA-Sim (Xie et al. 2025, arXiv:2511.10909). Versions read, oldest first:
@@ -51,7 +51,7 @@
 //   with P = 4: s = (p0+p1) + p2).
 // - CDNA1's overflow: MMA-Sim tests the fp64 sum of the terms for inf before rounding; here
 //   the exact sum's RNE rounding decides (they differ only within 2^-53 of the threshold).
-#include "emu/tensor_core_amd.hpp"
+#include "emu/dot/tensor_core_amd.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -64,7 +64,7 @@
 #include "emu/ops.hpp"
 #include "emu/rounding.hpp"
 #include "emu/summation.hpp"
-#include "emu/tensor_core.hpp"
+#include "emu/dot/tensor_core.hpp"
 #include "formats/power_of_two.hpp"
 
 namespace fb {
