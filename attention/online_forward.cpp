@@ -107,8 +107,17 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
       // exponent()'s exponent_ffma case with kernel_exp2's ar.ex2, per entry: the argument is
       // an fp32 value (fma32 or f32), read by ar.ex2 as that float.
       const double max_scaled = exponent_max_scaled(km, ar, k, m);
-      for (int j = 0; j < len; ++j)
-        ex2_args[j] = static_cast<float>(exponent_argument(km, ar, s[j], k.scale_log2, max_scaled));
+      if (km.exponent_argument == ExponentArgument::ffma) {
+        // exponent_argument's FFMA over the tile at once: ar.fma32(s, scale_log2, -max_scaled)
+        // of fp32 values (S, the fp32 constant, the f32/fma32 max), which is std::fma on those
+        // floats, flushed as ar.f32 flushes (ffma_uniform_f32_array).
+        for (int j = 0; j < len; ++j) ex2_args[j] = static_cast<float>(s[j]);
+        ffma_uniform_f32_array(ex2_args, static_cast<float>(k.scale_log2), static_cast<float>(-max_scaled), ex2_args,
+                               static_cast<std::size_t>(len), km.ftz);
+      } else {
+        for (int j = 0; j < len; ++j)
+          ex2_args[j] = static_cast<float>(exponent_argument(km, ar, s[j], k.scale_log2, max_scaled));
+      }
       ar.km->sfu.ex2->evaluate_array(ex2_args, ex2_values, static_cast<std::size_t>(len));
       for (int j = 0; j < len; ++j) p[j] = ex2_values[j];
       return;
