@@ -227,6 +227,20 @@ double score_of_dot(const KernelModel& km, const A& ar, const ScaleConstants& sc
   if (km.scale == ScaleHandling::multiply_scores) s = ar.op(km.scaled_score_format, s * sc.scale_f);
   return s;
 }
+// score_of_dot over a tile, s[j] = score_of_dot(km, ar, sc, s[j]) for j < len, with the
+// recipe's format choices read once (ar.to into fp32 is ar.f32; no score format and no scale
+// leaves the dot as it is).
+template <class A>
+void scores_of_dots(const KernelModel& km, const A& ar, const ScaleConstants& sc, double* s, int len) {
+  if (km.scale != ScaleHandling::multiply_scores) {
+    if (!km.score_format) return;
+    if (*km.score_format == formats::fp32) {
+      for (int j = 0; j < len; ++j) s[j] = ar.f32(s[j]);
+      return;
+    }
+  }
+  for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
+}
 template <class A, class E>
 double score(const KernelModel& km, const A& ar, const ScaleConstants& sc, const E* q, const E* k, int d) {
   return score_of_dot(km, ar, sc, ar.dot(km.score_dot, 0.0, q, k, d));
@@ -275,7 +289,7 @@ void tile_scores(const KernelModel& km, const A& ar, const ScaleConstants& sc, c
   dots_against_columns(
       ar, km.score_dot, hd, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len,
       [&](int l) { return hd.k_row(kb + l); }, lane_values);
-  for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
+  scores_of_dots(km, ar, sc, s, len);
 }
 
 // FA2 softmax.h reduce_max: the stabilising max after a tile, m_new = max(m_old, tile max)
