@@ -157,7 +157,11 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     // column adds masked zeros, i.e. ℓ·α rounded once.
     const bool fused = fused_row_sum_rescale(km, Is_first);
     bool rescale_pending[4] = {fused, fused, fused, fused};
-    for (int j = 0; j < len; ++j) {
+    // The first 8 columns (each thread's first, where the fused rescale is) and a ragged end
+    // entry by entry; whole groups of 8 between them with the owners unrolled (the same adds in
+    // the same order per thread, four independent chains).
+    const int whole_end = std::min(len, 8) + (len - std::min(len, 8)) / 8 * 8;
+    auto one_entry = [&](int j) {
       const int owner = (j % 8) / 2;
       double& lt = state.l_thread[owner];
       if (rescale_pending[owner]) {
@@ -166,7 +170,16 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
       } else {
         lt = ar.f32(lt + p[j]);
       }
+    };
+    for (int j = 0; j < std::min(len, 8); ++j) one_entry(j);
+    for (int j = 8; j < whole_end; j += 8) {
+      for (int owner = 0; owner < 4; ++owner) {
+        double& lt = state.l_thread[owner];
+        lt = ar.f32(lt + p[j + 2 * owner]);
+        lt = ar.f32(lt + p[j + 2 * owner + 1]);
+      }
     }
+    for (int j = whole_end; j < len; ++j) one_entry(j);
     for (int owner = 0; owner < 4; ++owner)
       if (rescale_pending[owner]) state.l_thread[owner] = ar.f32(state.l_thread[owner] * alpha);
   } else if (km.row_sum == RowSumOrder::fa4_lanes) {
