@@ -321,6 +321,11 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       km.normalisation != Normalisation::fa3_finalize
           ? 0.0
           : ar.f32((empty ? 0.0 : ar.rcp(l)) * (km.fp8.enabled && !km.fp8.block ? hd.v_descale[0] : 1.0));
+  // ℓ's reciprocal (rcp_multiply) once for the row where the rcp model is a pure function (the
+  // correct one): a division per column otherwise. Table and oracle models count their
+  // fallbacks per evaluation, so they keep one evaluation per column.
+  const bool rcp_once = A::exact || ar.km->sfu.rcp->kind() == SfuKind::correct;
+  const double inv_l = km.normalisation == Normalisation::rcp_multiply && !empty && rcp_once ? ar.rcp(l) : 1.0;
   const RoundingSpec out_spec = final_cast_spec(km, opt);
   const std::optional<Format> out_format =
       km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
@@ -328,7 +333,7 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
     double pre;
     switch (km.normalisation) {
       case Normalisation::rcp_multiply:
-        pre = ar.f32(acc[c] * (empty ? 1.0 : ar.rcp(l)));
+        pre = ar.f32(acc[c] * (empty ? 1.0 : rcp_once ? inv_l : ar.rcp(l)));
         break;
       case Normalisation::ieee_reciprocal:
         pre = ar.f32(acc[c] * (empty ? 1.0 : ar.f32(1.0 / l)));
