@@ -400,16 +400,13 @@ struct Scratch {
   std::vector<double> s, p, acc, o_pre, tile_dots;
   std::vector<E> pc;
   std::vector<float> lane_values;  // HardwareArith::dot_columns
-  // One tile's ex2 arguments and results as fp32, for the SFU model's evaluate_array, and its
-  // P̄ cast as the cast format's encodings (round_array).
+  // One tile's ex2 arguments and results as fp32, for the SFU model's evaluate_array.
   std::vector<float> ex2_args, ex2_values;
-  std::vector<std::uint16_t> p_cast_bits;
   void size(int bn, int d) {
     s.resize(static_cast<std::size_t>(bn));
     p.resize(static_cast<std::size_t>(bn));
     ex2_args.resize(static_cast<std::size_t>(bn));
     ex2_values.resize(static_cast<std::size_t>(bn));
-    p_cast_bits.resize(static_cast<std::size_t>(bn));
     pc.resize(static_cast<std::size_t>(bn));
     acc.resize(static_cast<std::size_t>(d));
     tile_dots.resize(static_cast<std::size_t>(d));

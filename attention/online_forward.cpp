@@ -302,6 +302,43 @@ void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<
   }
 }
 
+// to_double of every encoding of a 16-bit format, as float (exact: bf16 and fp16 values are
+// fp32 values), built once per format: cast_p reads a P̄'s value back from its bits by one
+// load instead of decoding it per entry. Only for bf16 and fp16.
+const float* values_of_encodings(const Format& f) {
+  auto build = [](const Format& g) {
+    std::vector<float> values(std::size_t{1} << 16);
+    for (std::uint32_t b = 0; b < values.size(); ++b) values[b] = static_cast<float>(to_double(g, b));
+    return values;
+  };
+  static const std::vector<float> bf16 = build(formats::bf16), fp16 = build(formats::fp16);
+  return f == formats::bf16 ? bf16.data() : fp16.data();
+}
+
+// ar.to(f, x[j]) into out[j] for j < n, with f bf16 or fp16 (HardwareArith: RNE through
+// round_double), where every x[j] holds an fp32 value (false, nothing written, otherwise): the
+// array goes through fb::round_array (flags-free), which for an fp32 value gives the bits of
+// fb::convert from fp32, the one RNE rounding of the same value, so the same bits; they are read
+// back as round_into reads them, by to_double (values_of_encodings). Scratch is per thread.
+template <class T>
+bool round_fp32_values_into_16bit(const Format& f, const double* x, T* out, int n) {
+  thread_local std::vector<float> x32;
+  thread_local std::vector<std::uint16_t> bits;
+  x32.resize(static_cast<std::size_t>(n));
+  bits.resize(static_cast<std::size_t>(n));
+  bool all_fp32 = true;
+  for (int j = 0; j < n; ++j) {
+    x32[j] = static_cast<float>(x[j]);
+    all_fp32 = all_fp32 && static_cast<double>(x32[j]) == x[j];
+  }
+  if (!all_fp32) return false;
+  round_array(f, x32.data(), bits.data(), static_cast<std::size_t>(n), RoundingSpec{});
+  const float* values = values_of_encodings(f);
+  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(values[bits[j]]);
+  return true;
+}
+bool is_16bit_cast_format(const std::optional<Format>& f) { return f && (*f == formats::bf16 || *f == formats::fp16); }
+
 // normalize_softmax_lse: quad_allreduce_ of ℓ, O = acc_o normalised by ℓ and cast once into
 // the output format, and the row's LSE, each as the recipe's kernel forms them.
 template <class A, class E, class Sink>
@@ -329,6 +366,10 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   const RoundingSpec out_spec = final_cast_spec(km, opt);
   const std::optional<Format> out_format =
       km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
+  // Untraced, RNE into bf16 or fp16: the row's cast after the loop, by
+  // round_fp32_values_into_16bit (ar.to per column where some value is not an fp32 one).
+  const bool batched_cast =
+      !A::exact && !Sink::enabled && km.o_round == RoundingMode::rne && is_16bit_cast_format(out_format);
   for (int c = 0; c < d; ++c) {
     double pre;
     switch (km.normalisation) {
@@ -359,10 +400,13 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       o_out[c] = sink.traced_o_cast(ar, out_format, pre, out_spec, position);
     } else if (km.o_round != RoundingMode::rne && !A::exact) {
       o_out[c] = ar.to_traced(out_format, pre, nullptr, out_spec, position);
-    } else {
+    } else if (!batched_cast) {
       o_out[c] = ar.to(out_format, pre);
     }
   }
+  // The plain RNE cast of the row at once, where the rows above left it (batched_cast).
+  if (batched_cast && !round_fp32_values_into_16bit(*out_format, o_pre_out, o_out, d))
+    for (int c = 0; c < d; ++c) o_out[c] = ar.to(out_format, o_pre_out[c]);
   switch (km.lse) {
     case LseFormula::fa2:
       st.lse = empty ? kInf : ar.fma32(m, k.scale_f, ar.fast_log(l));
@@ -411,42 +455,13 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   st.l = l;
 }
 
-// to_double of every encoding of a 16-bit format, as float (exact: bf16 and fp16 values are
-// fp32 values), built once per format: cast_p reads a P̄'s value back from its bits by one
-// load instead of decoding it per entry. Only for bf16 and fp16.
-const float* values_of_encodings(const Format& f) {
-  auto build = [](const Format& g) {
-    std::vector<float> values(std::size_t{1} << 16);
-    for (std::uint32_t b = 0; b < values.size(); ++b) values[b] = static_cast<float>(to_double(g, b));
-    return values;
-  };
-  static const std::vector<float> bf16 = build(formats::bf16), fp16 = build(formats::fp16);
-  return f == formats::bf16 ? bf16.data() : fp16.data();
-}
-
-// The P̄ cast: pc[j] = ar.to(km.p_cast, p[j]). Into bf16 or fp16 (HardwareArith: RNE through
-// round_double) the tile goes through fb::round_array instead (flags-free): for an entry that
-// holds an fp32 value it gives the bits of fb::convert from fp32, the one RNE rounding of the
-// same value, so the same bits; any entry that is not an fp32 value (none is: P̄ comes out of
-// an fp32 exp) takes ar.to. The bits are read back as round_into reads them, by to_double
-// (values_of_encodings).
+// The P̄ cast: pc[j] = ar.to(km.p_cast, p[j]); into bf16 or fp16 by round_fp32_values_into_16bit
+// (every P̄ is an fp32 value: it comes out of an fp32 exp).
 template <class A, class E>
 void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len) {
   if constexpr (!A::exact && std::is_same_v<E, float>) {
-    if (km.p_cast && (*km.p_cast == formats::bf16 || *km.p_cast == formats::fp16)) {
-      float* p32 = sc.ex2_values.data();  // free again: scale_apply_exp2 has copied its values into p
-      bool all_fp32 = true;
-      for (int j = 0; j < len; ++j) {
-        p32[j] = static_cast<float>(sc.p[j]);
-        all_fp32 = all_fp32 && static_cast<double>(p32[j]) == sc.p[j];
-      }
-      if (all_fp32) {
-        round_array(*km.p_cast, p32, sc.p_cast_bits.data(), static_cast<std::size_t>(len), RoundingSpec{});
-        const float* values = values_of_encodings(*km.p_cast);
-        for (int j = 0; j < len; ++j) sc.pc[j] = values[sc.p_cast_bits[j]];
-        return;
-      }
-    }
+    if (is_16bit_cast_format(km.p_cast) && round_fp32_values_into_16bit(*km.p_cast, sc.p.data(), sc.pc.data(), len))
+      return;
   }
   if constexpr (!A::exact) {
     if (km.fp8.enabled && km.p_cast) {
