@@ -30,6 +30,7 @@
 #include "attention/arith.hpp"
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "emu/array_rounding.hpp"
 #include "emu/summation.hpp"
 
 namespace fb::attn::detail {
@@ -390,6 +391,46 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
     }
   }
   return 0.0;
+}
+
+// ---- casts of whole rows into bf16 or fp16 --------------------------------------------
+// to_double of every encoding of a 16-bit format, as float (exact: bf16 and fp16 values are
+// fp32 values), built once per format: round_fp32_values_into_16bit reads a value back from its
+// bits by one load instead of decoding it per entry. Only for bf16 and fp16.
+inline const float* values_of_encodings(const Format& f) {
+  auto build = [](const Format& g) {
+    std::vector<float> values(std::size_t{1} << 16);
+    for (std::uint32_t b = 0; b < values.size(); ++b) values[b] = static_cast<float>(to_double(g, b));
+    return values;
+  };
+  static const std::vector<float> bf16 = build(formats::bf16), fp16 = build(formats::fp16);
+  return f == formats::bf16 ? bf16.data() : fp16.data();
+}
+
+// ar.to(f, x[j]) into out[j] for j < n, with f bf16 or fp16 (HardwareArith: RNE through
+// round_double), where every x[j] holds an fp32 value (false, nothing written, otherwise): the
+// array goes through fb::round_array (flags-free), which for an fp32 value gives the bits of
+// fb::convert from fp32, the one RNE rounding of the same value, so the same bits; they are read
+// back as round_into reads them, by to_double (values_of_encodings). Scratch is per thread.
+template <class T>
+bool round_fp32_values_into_16bit(const Format& f, const double* x, T* out, int n) {
+  thread_local std::vector<float> x32;
+  thread_local std::vector<std::uint16_t> bits;
+  x32.resize(static_cast<std::size_t>(n));
+  bits.resize(static_cast<std::size_t>(n));
+  bool all_fp32 = true;
+  for (int j = 0; j < n; ++j) {
+    x32[j] = static_cast<float>(x[j]);
+    all_fp32 = all_fp32 && static_cast<double>(x32[j]) == x[j];
+  }
+  if (!all_fp32) return false;
+  round_array(f, x32.data(), bits.data(), static_cast<std::size_t>(n), RoundingSpec{});
+  const float* values = values_of_encodings(f);
+  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(values[bits[j]]);
+  return true;
+}
+inline bool is_16bit_cast_format(const std::optional<Format>& f) {
+  return f && (*f == formats::bf16 || *f == formats::fp16);
 }
 
 // ---- the passes (each defined in its own file) --------------------------------------------
