@@ -75,8 +75,8 @@ struct HardwareArith {
     if (km->ftz && f != 0.0f && std::fabs(f) < FLT_MIN) f = std::copysign(0.0f, f);
     return f;
   }
-  // Round into a stage format (nullopt = fp64, no rounding).
-  double to(const std::optional<Format>& f, double x) const {
+  // Round into a stage format (nullopt = fp64, no rounding). Forced inline, as f32.
+  [[gnu::always_inline]] double to(const std::optional<Format>& f, double x) const {
     if (!f) return x;
     if (*f == formats::fp32) return f32(x);
     return round_into(*f, x, RoundingSpec{});

@@ -135,15 +135,6 @@ void fa2_backward_p_ds_row(const KernelModel& km, const A& ar, const ScaleConsta
   std::fill(ds + visible, ds + klen, 0.0);
 }
 
-// out[j] = ar.to(km.p_cast, x[j]) for j < n: a row at once into bf16 or fp16
-// (round_fp32_values_into_16bit), where it can.
-template <class A, class E>
-void cast_p_row(const KernelModel& km, const A& ar, const double* x, E* out, int n) {
-  if constexpr (!A::exact) {
-    if (is_16bit_cast_format(km.p_cast) && round_fp32_values_into_16bit(*km.p_cast, x, out, n)) return;
-  }
-  for (int j = 0; j < n; ++j) out[j] = static_cast<E>(ar.to(km.p_cast, x[j]));
-}
 }  // namespace
 
 // The FlashAttention backward (FA2 compute_dq_dk_dv_seqk_parallel; FA3 and FA4 have the same
@@ -162,7 +153,8 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
       ds_rows(static_cast<std::size_t>(bm) * bn);
   std::vector<double> s_row(static_cast<std::size_t>(bn)), dp_row(static_cast<std::size_t>(bn)),
-      dq_part(static_cast<std::size_t>(d)), p_row(static_cast<std::size_t>(bn)), ds_row(static_cast<std::size_t>(bn));
+      dq_part(static_cast<std::size_t>(d)), p_row(static_cast<std::size_t>(bn)), ds_row(static_cast<std::size_t>(bn)),
+      out_row(static_cast<std::size_t>(d));
   std::vector<E> p_cast(static_cast<std::size_t>(bn));
   std::vector<float> lane_values, ex2_args, ex2_values;
   const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
@@ -191,8 +183,8 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         fa2_backward_p_ds_row(km, ar, k, s_row.data(), dp_row.data(), visible, klen, stats[r].lse_kernel, delta[r],
                               p_row.data(), ds_row.data(), ex2_args, ex2_values);
         E* ds_cast = ds_rows.data() + static_cast<std::size_t>(r - rb) * bn;
-        cast_p_row(km, ar, p_row.data(), p_cast.data(), klen);
-        cast_p_row(km, ar, ds_row.data(), ds_cast, klen);
+        to_row(ar, km.p_cast, p_row.data(), p_cast.data(), klen);
+        to_row(ar, km.p_cast, ds_row.data(), ds_cast, klen);
         for (int j = 0; j < klen; ++j) {
           const std::size_t tj = static_cast<std::size_t>(j) * bm + (r - rb);
           pt[tj] = p_cast[static_cast<std::size_t>(j)];
@@ -222,17 +214,22 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         }
       }
     }
-    for (int j = 0; j < klen; ++j)
-      for (int c = 0; c < d; ++c) {
-        const std::size_t i = static_cast<std::size_t>(j) * d + c, o = static_cast<std::size_t>(kb + j) * d + c;
-        dk_out[o] = ar.to(km.output, ar.f32(dk_acc[i] * k.scale_f));
-        dv_out[o] = ar.to(km.output, dv_acc[i]);
-      }
+    // dK (scaled in fp32) and dV cast into the output format, a key's d columns at once.
+    for (int j = 0; j < klen; ++j) {
+      const std::size_t i = static_cast<std::size_t>(j) * d, o = static_cast<std::size_t>(kb + j) * d;
+      for (int c = 0; c < d; ++c) out_row[static_cast<std::size_t>(c)] = ar.f32(dk_acc[i + c] * k.scale_f);
+      to_row(ar, km.output, out_row.data(), dk_out + o, d);
+      to_row(ar, km.output, dv_acc.data() + i, dv_out + o, d);
+    }
   }
-  for (std::size_t i = 0; i < dq_acc.size(); ++i) {
-    const double pre = ar.f32(dq_acc[i] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
-    if (dq_pre_out) dq_pre_out[i] = pre;
-    dq_out[i] = ar.to(km.output, pre);
+  for (int r = 0; r < n; ++r) {
+    const std::size_t i = static_cast<std::size_t>(r) * d;
+    for (int c = 0; c < d; ++c) {
+      const double pre = ar.f32(dq_acc[i + c] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
+      out_row[static_cast<std::size_t>(c)] = pre;
+      if (dq_pre_out) dq_pre_out[i + c] = pre;
+    }
+    to_row(ar, km.output, out_row.data(), dq_out + i, d);
   }
 }
 

@@ -432,6 +432,15 @@ bool round_fp32_values_into_16bit(const Format& f, const double* x, T* out, int 
 inline bool is_16bit_cast_format(const std::optional<Format>& f) {
   return f && (*f == formats::bf16 || *f == formats::fp16);
 }
+// out[j] = ar.to(f, x[j]) for j < n: into bf16 or fp16 by round_fp32_values_into_16bit where it
+// can (the same values), otherwise entry by entry.
+template <class A, class T>
+void to_row(const A& ar, const std::optional<Format>& f, const double* x, T* out, int n) {
+  if constexpr (!A::exact) {
+    if (is_16bit_cast_format(f) && round_fp32_values_into_16bit(*f, x, out, n)) return;
+  }
+  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(ar.to(f, x[j]));
+}
 
 // ---- the passes (each defined in its own file) --------------------------------------------
 // Online-softmax scratch of one worker: one KV tile's scores, P̄ and P̄ cast, the O
