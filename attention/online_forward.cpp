@@ -172,12 +172,30 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
       }
     };
     for (int j = 0; j < std::min(len, 8); ++j) one_entry(j);
-    for (int j = 8; j < whole_end; j += 8) {
-      for (int owner = 0; owner < 4; ++owner) {
-        double& lt = state.l_thread[owner];
-        lt = ar.f32(lt + p[j + 2 * owner]);
-        lt = ar.f32(lt + p[j + 2 * owner + 1]);
+    // P̄ is an fp32 value unless the recipe's exp leaves it in fp64 (multiply_scores without
+    // a narrower p_format).
+    const bool p_fp32 = km.scale != ScaleHandling::multiply_scores ||
+                        (km.p_format && (*km.p_format == formats::fp32 || is_16bit_cast_format(km.p_format)));
+    if (A::exact || !p_fp32) {
+      for (int j = 8; j < whole_end; j += 8) {
+        for (int owner = 0; owner < 4; ++owner) {
+          double& lt = state.l_thread[owner];
+          lt = ar.f32(lt + p[j + 2 * owner]);
+          lt = ar.f32(lt + p[j + 2 * owner + 1]);
+        }
       }
+    } else if constexpr (!A::exact) {
+      // The same adds in fp32: ar.f32(lt + P̄) of two fp32 values is their fp32 sum (the
+      // innocuous double rounding of arith.hpp), flushed as f32 flushes.
+      float lt[4];
+      for (int owner = 0; owner < 4; ++owner) lt[owner] = static_cast<float>(state.l_thread[owner]);
+      for (int j = 8; j < whole_end; j += 8) {
+        for (int owner = 0; owner < 4; ++owner) {
+          lt[owner] = ar.flush32(lt[owner] + static_cast<float>(p[j + 2 * owner]));
+          lt[owner] = ar.flush32(lt[owner] + static_cast<float>(p[j + 2 * owner + 1]));
+        }
+      }
+      for (int owner = 0; owner < 4; ++owner) state.l_thread[owner] = lt[owner];
     }
     for (int j = whole_end; j < len; ++j) one_entry(j);
     for (int owner = 0; owner < 4; ++owner)
