@@ -303,7 +303,28 @@ template <class A>
 double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n, double m_old,
                   int* repeated_max) {
   double r = -kInf;
-  for (int j = 0; j < n; ++j) r = std::max(r, s[j]);
+  {
+    // r = max(r, s[j]) in order keeps the first entry that equals the largest value (NaNs
+    // skipped), which fixes the sign of a zero maximum. Eight lanes of that fold, joined,
+    // find the largest value without a chain of dependent compares; a largest value of zero
+    // takes the sign of its first entry from a scan (any other value has one encoding).
+    constexpr int kLanes = 8;
+    double lane[kLanes];
+    std::fill(lane, lane + kLanes, -kInf);
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], s[j + l]);
+    for (; j < n; ++j) lane[0] = std::max(lane[0], s[j]);
+    double largest = -kInf;
+    for (int l = 0; l < kLanes; ++l) largest = std::max(largest, lane[l]);
+    r = largest;
+    if (largest == 0.0)
+      for (j = 0; j < n; ++j)
+        if (s[j] == 0.0) {
+          r = s[j];
+          break;
+        }
+  }
   if (repeated_max && r != -kInf) {
     int ties = 0;
     for (int j = 0; j < n; ++j) ties += s[j] == r ? 1 : 0;
@@ -421,7 +442,7 @@ bool round_fp32_values_into_16bit(const Format& f, const double* x, T* out, int 
   bool all_fp32 = true;
   for (int j = 0; j < n; ++j) {
     x32[j] = static_cast<float>(x[j]);
-    all_fp32 = all_fp32 && static_cast<double>(x32[j]) == x[j];
+    all_fp32 &= static_cast<double>(x32[j]) == x[j];  // `&=`: no branch, the loop vectorises
   }
   if (!all_fp32) return false;
   round_array(f, x32.data(), bits.data(), static_cast<std::size_t>(n), RoundingSpec{});
