@@ -433,21 +433,26 @@ inline const float* values_of_encodings(const Format& f) {
 // array goes through fb::round_array (flags-free), which for an fp32 value gives the bits of
 // fb::convert from fp32, the one RNE rounding of the same value, so the same bits; they are read
 // back as round_into reads them, by to_double (values_of_encodings). Scratch is per thread.
+// The float overload takes the fp32 values as floats (nothing to check).
+template <class T>
+void round_fp32_values_into_16bit(const Format& f, const float* x32, T* out, int n) {
+  thread_local std::vector<std::uint16_t> bits;
+  bits.resize(static_cast<std::size_t>(n));
+  round_array(f, x32, bits.data(), static_cast<std::size_t>(n), RoundingSpec{});
+  const float* values = values_of_encodings(f);
+  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(values[bits[j]]);
+}
 template <class T>
 bool round_fp32_values_into_16bit(const Format& f, const double* x, T* out, int n) {
   thread_local std::vector<float> x32;
-  thread_local std::vector<std::uint16_t> bits;
   x32.resize(static_cast<std::size_t>(n));
-  bits.resize(static_cast<std::size_t>(n));
   bool all_fp32 = true;
   for (int j = 0; j < n; ++j) {
     x32[j] = static_cast<float>(x[j]);
-    all_fp32 &= static_cast<double>(x32[j]) == x[j];  // `&=`: no branch, the loop vectorises
+    all_fp32 &= static_cast<double>(x32[j]) == x[j];  // `&=`: no branch
   }
   if (!all_fp32) return false;
-  round_array(f, x32.data(), bits.data(), static_cast<std::size_t>(n), RoundingSpec{});
-  const float* values = values_of_encodings(f);
-  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(values[bits[j]]);
+  round_fp32_values_into_16bit(f, x32.data(), out, n);
   return true;
 }
 inline bool is_16bit_cast_format(const std::optional<Format>& f) {

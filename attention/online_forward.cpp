@@ -437,12 +437,18 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
 }
 
 // The P̄ cast: pc[j] = ar.to(km.p_cast, p[j]); into bf16 or fp16 by round_fp32_values_into_16bit
-// (every P̄ is an fp32 value: it comes out of an fp32 exp).
+// (every P̄ is an fp32 value: it comes out of an fp32 exp), from the tile's ex2 results as floats
+// where scale_apply_exp2 left P̄ there (p32: sc.ex2_values, p[j] = p32[j]; null otherwise).
 template <class A, class E>
-void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len) {
+void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len, const float* p32) {
   if constexpr (!A::exact && std::is_same_v<E, float>) {
-    if (is_16bit_cast_format(km.p_cast) && round_fp32_values_into_16bit(*km.p_cast, sc.p.data(), sc.pc.data(), len))
-      return;
+    if (is_16bit_cast_format(km.p_cast)) {
+      if (p32) {
+        round_fp32_values_into_16bit(*km.p_cast, p32, sc.pc.data(), len);
+        return;
+      }
+      if (round_fp32_values_into_16bit(*km.p_cast, sc.p.data(), sc.pc.data(), len)) return;
+    }
   }
   if constexpr (!A::exact) {
     if (km.fp8.enabled && km.p_cast) {
@@ -505,7 +511,7 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
     reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);
 
     // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
-    cast_p(km, ar, sc, len);
+    cast_p(km, ar, sc, len, exp2_over_tile<A>(km, g) ? sc.ex2_values.data() : nullptr);
     sink.on_p_cast(sc.pc.data(), len, kb);
     gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
     sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);
