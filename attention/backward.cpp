@@ -87,12 +87,54 @@ namespace {
 // P for one row and key in the FA2 backward: ex2(S*scale_log2 - LSE*log2e) (Scale_max=false:
 // max_scaled = lse * float(M_LOG2E)).
 template <class A>
-double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
+double fa2_backward_lse_scaled(const A& ar, double lse_kernel) {
   double log2e = std::numbers::log2e;
   if constexpr (!A::exact) log2e = static_cast<float>(std::numbers::log2e);
-  const double lse_scaled = lse_kernel == -kInf ? 0.0 : ar.f32(lse_kernel * log2e);
-  return kernel_exp2(km, ar, exponent_argument(km, ar, s, k.scale_log2, lse_scaled));
+  return lse_kernel == -kInf ? 0.0 : ar.f32(lse_kernel * log2e);
 }
+template <class A>
+double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
+  return kernel_exp2(km, ar, exponent_argument(km, ar, s, k.scale_log2, fa2_backward_lse_scaled(ar, lse_kernel)));
+}
+
+// One row's P and dS over a tile's klen keys, as mma_backward_head's per-key steps give them:
+// for the first `visible` keys P = fa2_backward_p of S = ar.to(score_format, s_dot[j]) and
+// dS = pointwise_mult p * (dp - delta), for the rest 0 (masked). Where kernel_exp2 is the
+// SFU's ex2 (ex2_approx_ftz), the row's exponents go to the model's evaluate_array at once (the
+// same bits as one evaluate() each), FFMA exponents through ffma_uniform_f32_array (std::fma
+// on the same floats, flushed as ar.f32 flushes). args, values: fp32 scratch.
+template <class A>
+void fa2_backward_p_ds_row(const KernelModel& km, const A& ar, const ScaleConstants& k, const double* s_dot,
+                           const double* dp, int visible, int klen, double lse_kernel, double delta, double* p,
+                           double* ds, std::vector<float>& args, std::vector<float>& values) {
+  bool done = false;
+  if constexpr (!A::exact) {
+    if (km.exp2_function == Exp2Function::ex2_approx_ftz) {
+      const auto n = static_cast<std::size_t>(visible);
+      args.resize(n);
+      values.resize(n);
+      const double lse_scaled = fa2_backward_lse_scaled(ar, lse_kernel);
+      if (km.exponent_argument == ExponentArgument::ffma) {
+        for (int j = 0; j < visible; ++j) args[j] = static_cast<float>(ar.to(km.score_format, s_dot[j]));
+        ffma_uniform_f32_array(args.data(), static_cast<float>(k.scale_log2), static_cast<float>(-lse_scaled),
+                               args.data(), n, km.ftz);
+      } else {
+        for (int j = 0; j < visible; ++j)
+          args[j] =
+              static_cast<float>(exponent_argument(km, ar, ar.to(km.score_format, s_dot[j]), k.scale_log2, lse_scaled));
+      }
+      ar.km->sfu.ex2->evaluate_array(args.data(), values.data(), n);
+      for (int j = 0; j < visible; ++j) p[j] = values[j];
+      done = true;
+    }
+  }
+  if (!done)
+    for (int j = 0; j < visible; ++j) p[j] = fa2_backward_p(km, ar, k, ar.to(km.score_format, s_dot[j]), lse_kernel);
+  for (int j = 0; j < visible; ++j) ds[j] = ar.f32(p[j] * ar.f32(dp[j] - delta));  // pointwise_mult: p * (dp - d)
+  std::fill(p + visible, p + klen, 0.0);
+  std::fill(ds + visible, ds + klen, 0.0);
+}
+
 }  // namespace
 
 // The FlashAttention backward (FA2 compute_dq_dk_dv_seqk_parallel; FA3 and FA4 have the same
@@ -111,8 +153,10 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
       ds_rows(static_cast<std::size_t>(bm) * bn);
   std::vector<double> s_row(static_cast<std::size_t>(bn)), dp_row(static_cast<std::size_t>(bn)),
-      dq_part(static_cast<std::size_t>(d));
-  std::vector<float> lane_values;
+      dq_part(static_cast<std::size_t>(d)), p_row(static_cast<std::size_t>(bn)), ds_row(static_cast<std::size_t>(bn)),
+      out_row(static_cast<std::size_t>(d));
+  std::vector<E> p_cast(static_cast<std::size_t>(bn));
+  std::vector<float> lane_values, ex2_args, ex2_values;
   const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
@@ -135,18 +179,16 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         dots_against_columns(
             ar, km.score_dot, hd, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
             [&](int l) { return hd.v_row(kb + l); }, lane_values);
-        for (int j = kb; j < ke; ++j) {
-          double p = 0.0, ds = 0.0;
-          if (j < nk) {
-            const double s = ar.to(km.score_format, s_row[static_cast<std::size_t>(j - kb)]);
-            p = fa2_backward_p(km, ar, k, s, stats[r].lse_kernel);
-            const double dp = dp_row[static_cast<std::size_t>(j - kb)];
-            ds = ar.f32(p * ar.f32(dp - delta[r]));  // pointwise_mult: p * (dp - d)
-          }
-          const std::size_t tj = static_cast<std::size_t>(j - kb) * bm + (r - rb);
-          pt[tj] = static_cast<E>(ar.to(km.p_cast, p));
-          dst[tj] = static_cast<E>(ar.to(km.p_cast, ds));
-          ds_rows[static_cast<std::size_t>(r - rb) * bn + (j - kb)] = dst[tj];
+        // P and dS of the row's keys in the tile (0 past the visible ones), cast for the MMAs.
+        fa2_backward_p_ds_row(km, ar, k, s_row.data(), dp_row.data(), visible, klen, stats[r].lse_kernel, delta[r],
+                              p_row.data(), ds_row.data(), ex2_args, ex2_values);
+        E* ds_cast = ds_rows.data() + static_cast<std::size_t>(r - rb) * bn;
+        to_row(ar, km.p_cast, p_row.data(), p_cast.data(), klen);
+        to_row(ar, km.p_cast, ds_row.data(), ds_cast, klen);
+        for (int j = 0; j < klen; ++j) {
+          const std::size_t tj = static_cast<std::size_t>(j) * bm + (r - rb);
+          pt[tj] = p_cast[static_cast<std::size_t>(j)];
+          dst[tj] = ds_cast[j];
         }
       }
       // dV and dK: for key j, its d columns against the tile's dO and Q rows.
@@ -172,17 +214,22 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
         }
       }
     }
-    for (int j = 0; j < klen; ++j)
-      for (int c = 0; c < d; ++c) {
-        const std::size_t i = static_cast<std::size_t>(j) * d + c, o = static_cast<std::size_t>(kb + j) * d + c;
-        dk_out[o] = ar.to(km.output, ar.f32(dk_acc[i] * k.scale_f));
-        dv_out[o] = ar.to(km.output, dv_acc[i]);
-      }
+    // dK (scaled in fp32) and dV cast into the output format, a key's d columns at once.
+    for (int j = 0; j < klen; ++j) {
+      const std::size_t i = static_cast<std::size_t>(j) * d, o = static_cast<std::size_t>(kb + j) * d;
+      for (int c = 0; c < d; ++c) out_row[static_cast<std::size_t>(c)] = ar.f32(dk_acc[i + c] * k.scale_f);
+      to_row(ar, km.output, out_row.data(), dk_out + o, d);
+      to_row(ar, km.output, dv_acc.data() + i, dv_out + o, d);
+    }
   }
-  for (std::size_t i = 0; i < dq_acc.size(); ++i) {
-    const double pre = ar.f32(dq_acc[i] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
-    if (dq_pre_out) dq_pre_out[i] = pre;
-    dq_out[i] = ar.to(km.output, pre);
+  for (int r = 0; r < n; ++r) {
+    const std::size_t i = static_cast<std::size_t>(r) * d;
+    for (int c = 0; c < d; ++c) {
+      const double pre = ar.f32(dq_acc[i + c] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
+      out_row[static_cast<std::size_t>(c)] = pre;
+      if (dq_pre_out) dq_pre_out[i + c] = pre;
+    }
+    to_row(ar, km.output, out_row.data(), dq_out + i, d);
   }
 }
 

@@ -30,6 +30,7 @@
 #include "attention/arith.hpp"
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "emu/array_rounding.hpp"
 #include "emu/summation.hpp"
 
 namespace fb::attn::detail {
@@ -227,6 +228,20 @@ double score_of_dot(const KernelModel& km, const A& ar, const ScaleConstants& sc
   if (km.scale == ScaleHandling::multiply_scores) s = ar.op(km.scaled_score_format, s * sc.scale_f);
   return s;
 }
+// score_of_dot over a tile, s[j] = score_of_dot(km, ar, sc, s[j]) for j < len, with the
+// recipe's format choices read once (ar.to into fp32 is ar.f32; no score format and no scale
+// leaves the dot as it is).
+template <class A>
+void scores_of_dots(const KernelModel& km, const A& ar, const ScaleConstants& sc, double* s, int len) {
+  if (km.scale != ScaleHandling::multiply_scores) {
+    if (!km.score_format) return;
+    if (*km.score_format == formats::fp32) {
+      for (int j = 0; j < len; ++j) s[j] = ar.f32(s[j]);
+      return;
+    }
+  }
+  for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
+}
 template <class A, class E>
 double score(const KernelModel& km, const A& ar, const ScaleConstants& sc, const E* q, const E* k, int d) {
   return score_of_dot(km, ar, sc, ar.dot(km.score_dot, 0.0, q, k, d));
@@ -275,7 +290,7 @@ void tile_scores(const KernelModel& km, const A& ar, const ScaleConstants& sc, c
   dots_against_columns(
       ar, km.score_dot, hd, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len,
       [&](int l) { return hd.k_row(kb + l); }, lane_values);
-  for (int j = 0; j < len; ++j) s[j] = score_of_dot(km, ar, sc, s[j]);
+  scores_of_dots(km, ar, sc, s, len);
 }
 
 // FA2 softmax.h reduce_max: the stabilising max after a tile, m_new = max(m_old, tile max)
@@ -288,7 +303,28 @@ template <class A>
 double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n, double m_old,
                   int* repeated_max) {
   double r = -kInf;
-  for (int j = 0; j < n; ++j) r = std::max(r, s[j]);
+  {
+    // r = max(r, s[j]) in order keeps the first entry that equals the largest value (NaNs
+    // skipped), which fixes the sign of a zero maximum. Eight lanes of that fold, joined,
+    // find the largest value without a chain of dependent compares; a largest value of zero
+    // takes the sign of its first entry from a scan (any other value has one encoding).
+    constexpr int kLanes = 8;
+    double lane[kLanes];
+    std::fill(lane, lane + kLanes, -kInf);
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], s[j + l]);
+    for (; j < n; ++j) lane[0] = std::max(lane[0], s[j]);
+    double largest = -kInf;
+    for (int l = 0; l < kLanes; ++l) largest = std::max(largest, lane[l]);
+    r = largest;
+    if (largest == 0.0)
+      for (j = 0; j < n; ++j)
+        if (s[j] == 0.0) {
+          r = s[j];
+          break;
+        }
+  }
   if (repeated_max && r != -kInf) {
     int ties = 0;
     for (int j = 0; j < n; ++j) ties += s[j] == r ? 1 : 0;
@@ -378,6 +414,60 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
   return 0.0;
 }
 
+// ---- casts of whole rows into bf16 or fp16 --------------------------------------------
+// to_double of every encoding of a 16-bit format, as float (exact: bf16 and fp16 values are
+// fp32 values), built once per format: round_fp32_values_into_16bit reads a value back from its
+// bits by one load instead of decoding it per entry. Only for bf16 and fp16.
+inline const float* values_of_encodings(const Format& f) {
+  auto build = [](const Format& g) {
+    std::vector<float> values(std::size_t{1} << 16);
+    for (std::uint32_t b = 0; b < values.size(); ++b) values[b] = static_cast<float>(to_double(g, b));
+    return values;
+  };
+  static const std::vector<float> bf16 = build(formats::bf16), fp16 = build(formats::fp16);
+  return f == formats::bf16 ? bf16.data() : fp16.data();
+}
+
+// ar.to(f, x[j]) into out[j] for j < n, with f bf16 or fp16 (HardwareArith: RNE through
+// round_double), where every x[j] holds an fp32 value (false, nothing written, otherwise): the
+// array goes through fb::round_array (flags-free), which for an fp32 value gives the bits of
+// fb::convert from fp32, the one RNE rounding of the same value, so the same bits; they are read
+// back as round_into reads them, by to_double (values_of_encodings). Scratch is per thread.
+// The float overload takes the fp32 values as floats (nothing to check).
+template <class T>
+void round_fp32_values_into_16bit(const Format& f, const float* x32, T* out, int n) {
+  thread_local std::vector<std::uint16_t> bits;
+  bits.resize(static_cast<std::size_t>(n));
+  round_array(f, x32, bits.data(), static_cast<std::size_t>(n), RoundingSpec{});
+  const float* values = values_of_encodings(f);
+  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(values[bits[j]]);
+}
+template <class T>
+bool round_fp32_values_into_16bit(const Format& f, const double* x, T* out, int n) {
+  thread_local std::vector<float> x32;
+  x32.resize(static_cast<std::size_t>(n));
+  bool all_fp32 = true;
+  for (int j = 0; j < n; ++j) {
+    x32[j] = static_cast<float>(x[j]);
+    all_fp32 &= static_cast<double>(x32[j]) == x[j];  // `&=`: no branch
+  }
+  if (!all_fp32) return false;
+  round_fp32_values_into_16bit(f, x32.data(), out, n);
+  return true;
+}
+inline bool is_16bit_cast_format(const std::optional<Format>& f) {
+  return f && (*f == formats::bf16 || *f == formats::fp16);
+}
+// out[j] = ar.to(f, x[j]) for j < n: into bf16 or fp16 by round_fp32_values_into_16bit where it
+// can (the same values), otherwise entry by entry.
+template <class A, class T>
+void to_row(const A& ar, const std::optional<Format>& f, const double* x, T* out, int n) {
+  if constexpr (!A::exact) {
+    if (is_16bit_cast_format(f) && round_fp32_values_into_16bit(*f, x, out, n)) return;
+  }
+  for (int j = 0; j < n; ++j) out[j] = static_cast<T>(ar.to(f, x[j]));
+}
+
 // ---- the passes (each defined in its own file) --------------------------------------------
 // Online-softmax scratch of one worker: one KV tile's scores, P̄ and P̄ cast, the O
 // accumulator and O before its cast.
@@ -386,16 +476,13 @@ struct Scratch {
   std::vector<double> s, p, acc, o_pre, tile_dots;
   std::vector<E> pc;
   std::vector<float> lane_values;  // HardwareArith::dot_columns
-  // One tile's ex2 arguments and results as fp32, for the SFU model's evaluate_array, and its
-  // P̄ cast as the cast format's encodings (round_array).
+  // One tile's ex2 arguments and results as fp32, for the SFU model's evaluate_array.
   std::vector<float> ex2_args, ex2_values;
-  std::vector<std::uint16_t> p_cast_bits;
   void size(int bn, int d) {
     s.resize(static_cast<std::size_t>(bn));
     p.resize(static_cast<std::size_t>(bn));
     ex2_args.resize(static_cast<std::size_t>(bn));
     ex2_values.resize(static_cast<std::size_t>(bn));
-    p_cast_bits.resize(static_cast<std::size_t>(bn));
     pc.resize(static_cast<std::size_t>(bn));
     acc.resize(static_cast<std::size_t>(d));
     tile_dots.resize(static_cast<std::size_t>(d));

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <numbers>
 #include <type_traits>
+#include <vector>
 
 #include "attention/engine_detail.hpp"
 #include "attention/trace_sink.hpp"
@@ -107,8 +108,17 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
       // exponent()'s exponent_ffma case with kernel_exp2's ar.ex2, per entry: the argument is
       // an fp32 value (fma32 or f32), read by ar.ex2 as that float.
       const double max_scaled = exponent_max_scaled(km, ar, k, m);
-      for (int j = 0; j < len; ++j)
-        ex2_args[j] = static_cast<float>(exponent_argument(km, ar, s[j], k.scale_log2, max_scaled));
+      if (km.exponent_argument == ExponentArgument::ffma) {
+        // exponent_argument's FFMA over the tile at once: ar.fma32(s, scale_log2, -max_scaled)
+        // of fp32 values (S, the fp32 constant, the f32/fma32 max), which is std::fma on those
+        // floats, flushed as ar.f32 flushes (ffma_uniform_f32_array).
+        for (int j = 0; j < len; ++j) ex2_args[j] = static_cast<float>(s[j]);
+        ffma_uniform_f32_array(ex2_args, static_cast<float>(k.scale_log2), static_cast<float>(-max_scaled), ex2_args,
+                               static_cast<std::size_t>(len), km.ftz);
+      } else {
+        for (int j = 0; j < len; ++j)
+          ex2_args[j] = static_cast<float>(exponent_argument(km, ar, s[j], k.scale_log2, max_scaled));
+      }
       ar.km->sfu.ex2->evaluate_array(ex2_args, ex2_values, static_cast<std::size_t>(len));
       for (int j = 0; j < len; ++j) p[j] = ex2_values[j];
       return;
@@ -147,7 +157,11 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     // column adds masked zeros, i.e. ℓ·α rounded once.
     const bool fused = fused_row_sum_rescale(km, Is_first);
     bool rescale_pending[4] = {fused, fused, fused, fused};
-    for (int j = 0; j < len; ++j) {
+    // The first 8 columns (each thread's first, where the fused rescale is) and a ragged end
+    // entry by entry; whole groups of 8 between them with the owners unrolled (the same adds in
+    // the same order per thread, four independent chains).
+    const int whole_end = std::min(len, 8) + (len - std::min(len, 8)) / 8 * 8;
+    auto one_entry = [&](int j) {
       const int owner = (j % 8) / 2;
       double& lt = state.l_thread[owner];
       if (rescale_pending[owner]) {
@@ -156,7 +170,34 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
       } else {
         lt = ar.f32(lt + p[j]);
       }
+    };
+    for (int j = 0; j < std::min(len, 8); ++j) one_entry(j);
+    // P̄ is an fp32 value unless the recipe's exp leaves it in fp64 (multiply_scores without
+    // a narrower p_format).
+    const bool p_fp32 = km.scale != ScaleHandling::multiply_scores ||
+                        (km.p_format && (*km.p_format == formats::fp32 || is_16bit_cast_format(km.p_format)));
+    if (A::exact || !p_fp32) {
+      for (int j = 8; j < whole_end; j += 8) {
+        for (int owner = 0; owner < 4; ++owner) {
+          double& lt = state.l_thread[owner];
+          lt = ar.f32(lt + p[j + 2 * owner]);
+          lt = ar.f32(lt + p[j + 2 * owner + 1]);
+        }
+      }
+    } else if constexpr (!A::exact) {
+      // The same adds in fp32: ar.f32(lt + P̄) of two fp32 values is their fp32 sum (the
+      // innocuous double rounding of arith.hpp), flushed as f32 flushes.
+      float lt[4];
+      for (int owner = 0; owner < 4; ++owner) lt[owner] = static_cast<float>(state.l_thread[owner]);
+      for (int j = 8; j < whole_end; j += 8) {
+        for (int owner = 0; owner < 4; ++owner) {
+          lt[owner] = ar.flush32(lt[owner] + static_cast<float>(p[j + 2 * owner]));
+          lt[owner] = ar.flush32(lt[owner] + static_cast<float>(p[j + 2 * owner + 1]));
+        }
+      }
+      for (int owner = 0; owner < 4; ++owner) state.l_thread[owner] = lt[owner];
     }
+    for (int j = whole_end; j < len; ++j) one_entry(j);
     for (int owner = 0; owner < 4; ++owner)
       if (rescale_pending[owner]) state.l_thread[owner] = ar.f32(state.l_thread[owner] * alpha);
   } else if (km.row_sum == RowSumOrder::fa4_lanes) {
@@ -298,14 +339,23 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       km.normalisation != Normalisation::fa3_finalize
           ? 0.0
           : ar.f32((empty ? 0.0 : ar.rcp(l)) * (km.fp8.enabled && !km.fp8.block ? hd.v_descale[0] : 1.0));
+  // ℓ's reciprocal (rcp_multiply) once for the row where the rcp model is a pure function (the
+  // correct one): a division per column otherwise. Table and oracle models count their
+  // fallbacks per evaluation, so they keep one evaluation per column.
+  const bool rcp_once = A::exact || ar.km->sfu.rcp->kind() == SfuKind::correct;
+  const double inv_l = km.normalisation == Normalisation::rcp_multiply && !empty && rcp_once ? ar.rcp(l) : 1.0;
   const RoundingSpec out_spec = final_cast_spec(km, opt);
   const std::optional<Format> out_format =
       km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
+  // Untraced, RNE into bf16 or fp16: the row's cast after the loop, by
+  // round_fp32_values_into_16bit (ar.to per column where some value is not an fp32 one).
+  const bool batched_cast =
+      !A::exact && !Sink::enabled && km.o_round == RoundingMode::rne && is_16bit_cast_format(out_format);
   for (int c = 0; c < d; ++c) {
     double pre;
     switch (km.normalisation) {
       case Normalisation::rcp_multiply:
-        pre = ar.f32(acc[c] * (empty ? 1.0 : ar.rcp(l)));
+        pre = ar.f32(acc[c] * (empty ? 1.0 : rcp_once ? inv_l : ar.rcp(l)));
         break;
       case Normalisation::ieee_reciprocal:
         pre = ar.f32(acc[c] * (empty ? 1.0 : ar.f32(1.0 / l)));
@@ -331,10 +381,13 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       o_out[c] = sink.traced_o_cast(ar, out_format, pre, out_spec, position);
     } else if (km.o_round != RoundingMode::rne && !A::exact) {
       o_out[c] = ar.to_traced(out_format, pre, nullptr, out_spec, position);
-    } else {
+    } else if (!batched_cast) {
       o_out[c] = ar.to(out_format, pre);
     }
   }
+  // The plain RNE cast of the row at once, where the rows above left it (batched_cast).
+  if (batched_cast && !round_fp32_values_into_16bit(*out_format, o_pre_out, o_out, d))
+    for (int c = 0; c < d; ++c) o_out[c] = ar.to(out_format, o_pre_out[c]);
   switch (km.lse) {
     case LseFormula::fa2:
       st.lse = empty ? kInf : ar.fma32(m, k.scale_f, ar.fast_log(l));
@@ -383,26 +436,18 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   st.l = l;
 }
 
-// The P̄ cast: pc[j] = ar.to(km.p_cast, p[j]). Into bf16 or fp16 (HardwareArith: RNE through
-// round_double) the tile goes through fb::round_array instead (flags-free): for an entry that
-// holds an fp32 value it gives the bits of fb::convert from fp32, the one RNE rounding of the
-// same value, so the same bits; any entry that is not an fp32 value (none is: P̄ comes out of
-// an fp32 exp) takes ar.to. The bits are read back by to_double as round_into reads them.
+// The P̄ cast: pc[j] = ar.to(km.p_cast, p[j]); into bf16 or fp16 by round_fp32_values_into_16bit
+// (every P̄ is an fp32 value: it comes out of an fp32 exp), from the tile's ex2 results as floats
+// where scale_apply_exp2 left P̄ there (p32: sc.ex2_values, p[j] = p32[j]; null otherwise).
 template <class A, class E>
-void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len) {
+void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len, const float* p32) {
   if constexpr (!A::exact && std::is_same_v<E, float>) {
-    if (km.p_cast && (*km.p_cast == formats::bf16 || *km.p_cast == formats::fp16)) {
-      float* p32 = sc.ex2_values.data();  // free again: scale_apply_exp2 has copied its values into p
-      bool all_fp32 = true;
-      for (int j = 0; j < len; ++j) {
-        p32[j] = static_cast<float>(sc.p[j]);
-        all_fp32 = all_fp32 && static_cast<double>(p32[j]) == sc.p[j];
-      }
-      if (all_fp32) {
-        round_array(*km.p_cast, p32, sc.p_cast_bits.data(), static_cast<std::size_t>(len), RoundingSpec{});
-        for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(to_double(*km.p_cast, sc.p_cast_bits[j]));
+    if (is_16bit_cast_format(km.p_cast)) {
+      if (p32) {
+        round_fp32_values_into_16bit(*km.p_cast, p32, sc.pc.data(), len);
         return;
       }
+      if (round_fp32_values_into_16bit(*km.p_cast, sc.p.data(), sc.pc.data(), len)) return;
     }
   }
   if constexpr (!A::exact) {
@@ -466,7 +511,7 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
     reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);
 
     // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
-    cast_p(km, ar, sc, len);
+    cast_p(km, ar, sc, len, exp2_over_tile<A>(km, g) ? sc.ex2_values.data() : nullptr);
     sink.on_p_cast(sc.pc.data(), len, kb);
     gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
     sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);

@@ -1,8 +1,8 @@
-// emu/array_lanes.hpp: internal to emu/array_rounding.cpp and emu/array_ops.cpp (not
-// a public interface): what their vectorised lane loops share, the instruction-set
-// choice made once at run time and the split of an array into pieces with one
-// stochastic key each. Kept in one place so that both translation units (split for
-// compile time: each is a large set of template instantiations) choose alike.
+// emu/array_lanes.hpp: internal to emu/array_rounding.cpp, emu/array_ops.cpp and
+// emu/special_functions.cpp (not a public interface): what their vectorised lane loops
+// share, the instruction-set choice made once at run time and the split of an array into
+// pieces with one stochastic key each. Kept in one place so that every translation unit
+// (split for compile time: each is a large set of template instantiations) chooses alike.
 #pragma once
 
 #include <algorithm>

@@ -5,6 +5,7 @@
 // longest compile; the ISA choice they share is emu/array_lanes.hpp.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "emu/array_lanes.hpp"
@@ -384,6 +385,52 @@ void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
     return dispatch_binary_lanes<formats::e5m2, kFma>(a, b, c, out, n, spec, first_position, flags_out);
   per_element(n, first_position, flags_out, out,
               [&](std::size_t i, std::uint64_t pos) { return fma(f, a[i], b[i], c[i], spec, pos); });
+}
+
+namespace {
+[[gnu::always_inline]] inline void ffma_uniform_f32_body(const float* x, float b, float c, float* out, std::size_t n,
+                                                         bool ftz) {
+  // The flush as a mask on the encoding (exponent field 0: zero or subnormal, kept as its
+  // sign), so that the loop has no branch.
+  const std::uint32_t keep_subnormal = ftz ? 0u : 0x7fffffffu;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t r = std::bit_cast<std::uint32_t>(std::fma(x[i], b, c));
+    const std::uint32_t mask = (r & 0x7f800000u) == 0 ? 0x80000000u | keep_subnormal : 0xffffffffu;
+    out[i] = std::bit_cast<float>(r & mask);
+  }
+}
+#ifdef FLASHBITS_LANES_MULTIVERSION
+// The ISA sets of emu/array_lanes.hpp with FMA, which std::fma needs to be an instruction.
+[[gnu::target("avx2,fma")]] void ffma_uniform_f32_avx2(const float* x, float b, float c, float* out, std::size_t n,
+                                                       bool ftz) {
+  ffma_uniform_f32_body(x, b, c, out, n, ftz);
+}
+[[gnu::target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq")]] void ffma_uniform_f32_avx512(const float* x, float b,
+                                                                                            float c, float* out,
+                                                                                            std::size_t n, bool ftz) {
+  ffma_uniform_f32_body(x, b, c, out, n, ftz);
+}
+bool cpu_has_fma() {
+  static const bool fma = __builtin_cpu_supports("fma");
+  return fma;
+}
+#endif
+}  // namespace
+
+void ffma_uniform_f32_array(const float* x, float b, float c, float* out, std::size_t n, bool ftz) {
+#ifdef FLASHBITS_LANES_MULTIVERSION
+  if (cpu_has_fma()) {
+    switch (lane_isa()) {
+      case LaneIsa::avx512:
+        return ffma_uniform_f32_avx512(x, b, c, out, n, ftz);
+      case LaneIsa::avx2:
+        return ffma_uniform_f32_avx2(x, b, c, out, n, ftz);
+      case LaneIsa::baseline:
+        break;
+    }
+  }
+#endif
+  ffma_uniform_f32_body(x, b, c, out, n, ftz);
 }
 
 }  // namespace fb

@@ -1,5 +1,5 @@
 // emu/array_rounding.hpp: rounding whole fp32 arrays into a narrow format, and
-// batched scalar operations (add_array, mul_array, fma_array).
+// batched scalar operations (add_array, mul_array, fma_array, ffma_uniform_f32_array).
 //
 // Contract: round_array(to, in, out_bits, n, spec, first_position, flags_out) gives,
 // for every i < n, exactly what fb::convert(to, formats::fp32, bits(in[i]), spec,
@@ -74,5 +74,13 @@ void mul_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, 
 void fma_array(const Format& f, const std::uint32_t* a, const std::uint32_t* b, const std::uint32_t* c,
                std::uint32_t* out, std::size_t n, const RoundingSpec& spec, std::uint64_t first_position = 0,
                Flags* flags_out = nullptr);
+
+// A kernel's fp32 FFMA with two operands uniform over the array (e.g. S * scale - max):
+// out[i] = std::fma(x[i], b, c), one RNE rounding in fp32, and with `ftz` a subnormal result
+// replaced by the zero of its sign (nvcc --use_fast_math's results; inputs are not flushed).
+// Same bits as that scalar expression per element (NaNs included: the CPU's FMA either way);
+// vectorised with the CPU's FMA instructions where lane_instruction_set() is avx2 or avx512
+// and the CPU has FMA. out may be x.
+void ffma_uniform_f32_array(const float* x, float b, float c, float* out, std::size_t n, bool ftz);
 
 }  // namespace fb

@@ -26,11 +26,13 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
+#include "emu/array_lanes.hpp"
 #include "emu/ops.hpp"
 #include "formats/power_of_two.hpp"
 #include "formats/format.hpp"
@@ -87,7 +89,8 @@ constexpr int kBias = formats::fp32.bias;
 std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
 float float_of(std::uint32_t b) { return std::bit_cast<float>(b); }
 
-bool is_subnormal_bits(std::uint32_t b) { return (b & kExpMask) == 0 && (b & kManMask) != 0; }
+// `&`, not `&&`: no branch, so that the array ex2 loop that flushes its inputs vectorises.
+bool is_subnormal_bits(std::uint32_t b) { return ((b & kExpMask) == 0) & ((b & kManMask) != 0); }
 
 // PTX .ftz: a subnormal becomes zero of the same sign (inputs and results alike).
 float flush_subnormal(float x) {
@@ -144,15 +147,20 @@ constexpr DoubleDouble kLn2{0x1.62e42fefa39efp-1, 0x1.abc9e3b39803fp-56};
 constexpr DoubleDouble kLog2e{0x1.71547652b82fep+0, 0x1.777d0ffda0d24p-56};
 
 // The fp32 RNE rounding, as bits, of a value known to lie strictly between kept * 2^exponent
-// and the midpoint (kept + 1/2) * 2^exponent (above_midpoint false), or strictly between that
-// midpoint and (kept + 1) * 2^exponent (true), kept in [2^23, 2^24), the result normal or
+// and the midpoint (kept + 1/2) * 2^exponent (above_midpoint 0), or strictly between that
+// midpoint and (kept + 1) * 2^exponent (1), kept in [2^23, 2^24), the result normal or
 // overflowing. The stages below only know which side of the midpoint the exact value lies on;
-// that is all round-to-nearest-even needs, so it is handed to round_pack (the one rounding
-// routine) as the round bit with a sticky remainder. (Only the bits are used: the inexact flag
-// would be wrong for a value that is exactly kept * 2^exponent, which nothing reads here.)
-std::uint32_t round_decided(bool negative, std::uint64_t kept, int exponent, bool above_midpoint) {
-  const std::uint64_t with_round_bit = 2 * kept + (above_midpoint ? 1u : 0u);
-  return round_pack(formats::fp32, negative, exponent - 1, with_round_bit, true, RoundingSpec{}).bits;
+// that is all round-to-nearest-even needs, so any value on that side rounds alike: the one a
+// quarter of the kept LSB from the midpoint, (4 kept + 1 or 3) * 2^(exponent - 2), has at most
+// 26 bits and is a normal double (exponent >= -149), so it is formed exactly and the host's
+// IEEE double -> float conversion (RNE, as HardwareArith::f32 and round_into use it) rounds
+// it. Why not round_pack: this runs once per element in the array ex2 loop, where a conversion
+// vectorises and a call to round_pack does not. (Only the bits: no flags.)
+[[gnu::always_inline]] inline std::uint32_t round_decided(std::uint32_t negative, std::uint32_t kept,
+                                                          std::int32_t exponent, std::uint32_t above_midpoint) {
+  const double inside =
+      static_cast<double>(static_cast<std::int32_t>(4 * kept + 1 + 2 * above_midpoint)) * power_of_two(exponent - 2);
+  return bits_of(static_cast<float>(inside)) | (negative << 31);
 }
 
 // The stage results' "not decided" marker: +0's bits, which no decided result has (normal or inf).
@@ -170,24 +178,37 @@ struct Decision {
 };
 [[gnu::always_inline]] inline Decision decide_positive(double hi, double lo, double rel_err) {
   // Outside the domain this helper serves (NaN too): below fp32's normal range, or from 2^128
-  // on (no stage reaches it: 2^x < 2^128 for x < 128, |lg2 x| <= 150).
-  const bool in_domain = hi >= power_of_two(formats::fp32.emin()) && hi < power_of_two(formats::fp32.emax() + 1);
-  const double h = in_domain ? hi : 1.0;  // a stand-in that keeps the arithmetic below defined
-  const int e = static_cast<int>(std::bit_cast<std::uint64_t>(h) >> 52) - 1023;  // h: a positive normal double
-  // In units of the fp32 ulp of h's binade: m_hi in [2^23, 2^24). 2^(kManBits - e) is a normal
-  // double (e in [-126, 127]), so each product is the one times_power_of_two would form.
-  const double to_units = power_of_two(kManBits - e);
-  const double m_hi = h * to_units;
-  const double m_lo = lo * to_units;
-  // floor(m_hi): m_hi is positive and below 2^24, so truncation to an integer is floor (one
-  // instruction, where std::floor is a library call on baseline x86-64).
-  const double base = static_cast<double>(static_cast<std::int32_t>(m_hi));
+  // on (no stage reaches it: 2^x < 2^128 for x < 128, |lg2 x| <= 150). Read on the encoding,
+  // one unsigned compare: negative values and NaNs lie above the range.
+  constexpr std::uint64_t kFrom = std::bit_cast<std::uint64_t>(power_of_two(formats::fp32.emin()));
+  constexpr std::uint64_t kTo = std::bit_cast<std::uint64_t>(power_of_two(formats::fp32.emax() + 1));
+  const std::uint64_t hi_bits = std::bit_cast<std::uint64_t>(hi);
+  const bool in_domain = hi_bits - kFrom < kTo - kFrom;
+  // Everything below is read from the encoding of hi, a positive normal double in the domain:
+  // integer operations and exact floating-point ones, so that nothing is undefined outside it
+  // (there the result is discarded) and no select is needed, which the array ex2 loop's
+  // vectoriser needs (GCC turns a select between doubles into a branch around the
+  // floating-point operations after it, and gives up on the loop).
+  const int e = static_cast<int>(hi_bits >> 52) - 1023;
+  // In units of the fp32 ulp of hi's binade: m_hi = hi * 2^(kManBits - e) in [2^23, 2^24), i.e.
+  // hi's significand under the exponent of 2^23; base = floor(m_hi), its top 24 bits; and
+  // m_hi - base - 1/2, the signed distance of hi to the midpoint base + 1/2, from the 29 bits
+  // below them (exact: a 29-bit integer times 2^-29). 2^(kManBits - e) is a normal double
+  // (e in [-126, 127]), so m_lo is the product times_power_of_two would form.
+  constexpr std::uint64_t kFraction = (std::uint64_t{1} << 52) - 1;
+  constexpr int kBelow = 52 - kManBits;  // the double's fraction bits under the fp32 ulp
+  const double m_hi = std::bit_cast<double>((hi_bits & kFraction) | (std::uint64_t{1023 + kManBits} << 52));
+  const double m_lo = lo * power_of_two(kManBits - e);
+  const auto base = static_cast<std::uint32_t>((hi_bits & kFraction) >> kBelow) | (1u << kManBits);
+  const std::int32_t below_midpoint =
+      static_cast<std::int32_t>(hi_bits & ((std::uint64_t{1} << kBelow) - 1)) - (std::int32_t{1} << (kBelow - 1));
   // Signed distance from A to the midpoint base + 1/2; the only midpoint within
   // reach, since |m_lo| < 2^-28 and the error bound is far below 1/2.
-  const double to_midpoint = ((m_hi - base) - 0.5) + m_lo;  // one rounding, in the + m_lo
+  const double to_midpoint =
+      static_cast<double>(below_midpoint) * power_of_two(-kBelow) + m_lo;  // rounded once, in the + m_lo
   const double margin = 2.0 * rel_err * m_hi + 0x1p-50 * std::fabs(to_midpoint);
-  const bool decided = in_domain && !(std::fabs(to_midpoint) <= margin);
-  return {decided ? static_cast<std::uint32_t>(base) : 0u, e - kManBits, to_midpoint > 0 ? 1u : 0u};
+  const bool decided = in_domain & !(std::fabs(to_midpoint) <= margin);  // `&`: no branch
+  return {base & (0u - static_cast<std::uint32_t>(decided)), e - kManBits, to_midpoint > 0 ? 1u : 0u};
 }
 
 // The fp32 (RNE) rounding of a non-zero v known only as A = hi + lo with
@@ -200,7 +221,7 @@ std::optional<float> round_if_decided(DoubleDouble a, double rel_err) {
   const bool negative = a.hi < 0;
   const Decision d = decide_positive(std::fabs(a.hi), negative ? -a.lo : a.lo, rel_err);
   if (d.kept == 0) return std::nullopt;
-  return float_of(round_decided(negative, d.kept, d.exponent, d.above_midpoint != 0));
+  return float_of(round_decided(negative ? 1u : 0u, d.kept, d.exponent, d.above_midpoint));
 }
 
 // ---- multiprecision last resort -----------------------------------------------------
@@ -220,8 +241,8 @@ float round_big(const BigFloat& v, const char* what) {
   if (abs(to_midpoint) < ldexp(BigFloat(1), -150) || e - 1 < formats::fp32.emin()) {
     throw std::logic_error(std::string(what) + ": multiprecision stage could not decide the rounding");
   }
-  const auto kept = static_cast<std::uint64_t>(static_cast<double>(base));  // exact: an integer < 2^24
-  return float_of(round_decided(negative, kept, e - formats::fp32.precision(), to_midpoint > 0));
+  const auto kept = static_cast<std::uint32_t>(static_cast<double>(base));  // exact: an integer < 2^24
+  return float_of(round_decided(negative ? 1u : 0u, kept, e - formats::fp32.precision(), to_midpoint > 0 ? 1u : 0u));
 }
 
 // ---- ex2 ------------------------------------------------------------------------------
@@ -243,12 +264,12 @@ struct Ex2Split {
   int k;
   double r;
 };
-Ex2Split split_ex2_argument(double x) {
+[[gnu::always_inline]] inline Ex2Split split_ex2_argument(double x) {
   // floor(x + 0.5) without the library call: x + 0.5 is exact and |x| < 128, so
   // truncation toward zero, corrected by one below zero, is floor.
   const double shifted = x + 0.5;
   double k = static_cast<double>(static_cast<std::int32_t>(shifted));
-  if (k > shifted) k -= 1.0;
+  k -= k > shifted ? 1.0 : 0.0;  // a select, not a branch, so that the array loop vectorises
   return {static_cast<int>(k), x - k};
 }
 
@@ -287,11 +308,11 @@ constexpr std::size_t kEx2StageChunk = 256;
   }
   for (int c = 12; c >= 0; --c)
     for (std::size_t i = 0; i < n; ++i) p[i] = p[i] * t[i] + kInverseFactorial[c];
-  Decision decisions[kEx2StageChunk];
-  for (std::size_t i = 0; i < n; ++i) decisions[i] = decide_positive(p[i] * power_of_two(k[i]), 0.0, 0x1p-46);
   for (std::size_t i = 0; i < n; ++i) {
-    const Decision& d = decisions[i];
-    bits[i] = d.kept == 0 ? kUndecided : round_decided(false, d.kept, d.exponent, d.above_midpoint != 0);
+    const Decision d = decide_positive(p[i] * power_of_two(k[i]), 0.0, 0x1p-46);
+    // kUndecided where d.kept is 0 (a mask: see decide_positive for why not a select).
+    const std::uint32_t undecided = static_cast<std::uint32_t>(d.kept == 0);
+    bits[i] = round_decided(0u, d.kept, d.exponent, d.above_midpoint) & (undecided - 1u);
   }
 }
 
@@ -417,10 +438,15 @@ float ex2_correct_ftz(float x) {
   return ex2_stage_multiprecision(x);
 }
 
-void ex2_correct_ftz_array(const float* x, float* y, std::size_t n) {
+namespace {
+// ex2_correct_ftz_array's loop, compiled for the baseline and (where the CPU has them, chosen at
+// run time as the array rounding loops choose, emu/array_lanes.hpp) for AVX2 and AVX-512: the
+// same operations on the same doubles in every build (no contraction: -ffp-contract=off), so
+// the same bits; only the vector width differs.
+[[gnu::always_inline]] inline void ex2_correct_ftz_array_body(const float* x, float* y, std::size_t n) {
   float args[kEx2StageChunk];
   std::uint32_t bits[kEx2StageChunk];
-  bool redo[kEx2StageChunk];
+  std::uint32_t redo[kEx2StageChunk];
   for (std::size_t first = 0; first < n; first += kEx2StageChunk) {
     const std::size_t count = std::min(kEx2StageChunk, n - first);
     const float* xc = x + first;
@@ -428,27 +454,60 @@ void ex2_correct_ftz_array(const float* x, float* y, std::size_t n) {
     // ex2_correct_ftz's first two steps for every element: the inputs that reach the double
     // stage (finite non-integers in [-126, 128) after the flush, those ex2_without_evaluation
     // leaves) get its result where it decides; the others run the stage on a stand-in
-    // argument, so that the chunk runs it as a whole, and are redone.
+    // argument, so that the chunk runs it as a whole, and are redone. (The integers are found
+    // after the stage, in a loop of its own: here GCC would skip the test where the input is
+    // out of range, a branch that stops the vectoriser.)
     for (std::size_t i = 0; i < count; ++i) {
-      const float xi = flush_subnormal(xc[i]);
-      const bool in_range = xi >= kEx2NormalFrom && xi < kEx2OverflowFrom;  // false for NaN
-      // The stand-in: x clamped into [-126, 128) (NaN gives -126), which leaves every input in
-      // range as it is.
-      constexpr float kLargestBelowOverflow = 0x1.fffffep+6f;  // the fp32 below 128
-      const float at_least = xi > kEx2NormalFrom ? xi : kEx2NormalFrom;
-      args[i] = at_least < kLargestBelowOverflow ? at_least : kLargestBelowOverflow;
-      const bool integer = args[i] == static_cast<float>(static_cast<std::int32_t>(args[i]));
-      redo[i] = !in_range || integer;
+      // flush_subnormal, and the stand-in: -126 for an input out of range (any argument in
+      // range would do, the element is redone). Both select between encodings, not floats (see
+      // decide_positive for why).
+      std::uint32_t xb;
+      std::memcpy(&xb, xc + i, sizeof xb);  // (bits_of(xc[i]) leaves the loop unvectorised)
+      const std::uint32_t flushed = is_subnormal_bits(xb) ? xb & kSignBit : xb;
+      // xi >= -126 && xi < 128 (false for NaN), on the sign and magnitude of the encoding.
+      const std::uint32_t negative = flushed >> 31, magnitude = flushed & ~kSignBit;
+      const bool in_range = magnitude < (negative != 0 ? bits_of(-kEx2NormalFrom) + 1 : bits_of(kEx2OverflowFrom));
+      args[i] = float_of(in_range ? flushed : bits_of(kEx2NormalFrom));
+      redo[i] = in_range ? 0u : 1u;
     }
     ex2_stage_double_bits(args, bits, count);
+    // The decided results as they are, then (rarely: specials, integers, undecided) a pass that
+    // redoes the others, so that the first loop has no call in it.
+    std::uint32_t any_redo = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      if (redo[i] || bits[i] == kUndecided) {
-        yc[i] = ex2_correct_ftz(xc[i]);
-      } else {
-        yc[i] = float_of(bits[i]);
-      }
+      const bool integer = args[i] == static_cast<float>(static_cast<std::int32_t>(args[i]));  // |args| < 128
+      redo[i] |= (integer | (bits[i] == kUndecided)) ? 1u : 0u;                                // `|`: no branch
+      any_redo |= redo[i];
+      yc[i] = float_of(bits[i]);
     }
+    if (any_redo == 0) continue;
+    for (std::size_t i = 0; i < count; ++i)
+      if (redo[i] != 0) yc[i] = ex2_correct_ftz(xc[i]);
   }
+}
+
+#ifdef FLASHBITS_LANES_MULTIVERSION
+[[FLASHBITS_TARGET_AVX2]] void ex2_correct_ftz_array_avx2(const float* x, float* y, std::size_t n) {
+  ex2_correct_ftz_array_body(x, y, n);
+}
+[[FLASHBITS_TARGET_AVX512]] void ex2_correct_ftz_array_avx512(const float* x, float* y, std::size_t n) {
+  ex2_correct_ftz_array_body(x, y, n);
+}
+#endif
+}  // namespace
+
+void ex2_correct_ftz_array(const float* x, float* y, std::size_t n) {
+#ifdef FLASHBITS_LANES_MULTIVERSION
+  switch (array_lanes::lane_isa()) {
+    case array_lanes::LaneIsa::avx512:
+      return ex2_correct_ftz_array_avx512(x, y, n);
+    case array_lanes::LaneIsa::avx2:
+      return ex2_correct_ftz_array_avx2(x, y, n);
+    case array_lanes::LaneIsa::baseline:
+      break;
+  }
+#endif
+  ex2_correct_ftz_array_body(x, y, n);
 }
 
 float lg2_correct_ftz(float x) {

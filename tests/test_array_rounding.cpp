@@ -862,3 +862,50 @@ TEST_CASE("add_array, mul_array, fma_array with zero operands follow IEEE 754's 
     }
   }
 }
+
+TEST_CASE("ffma_uniform_f32_array equals std::fma per element, flushed as the kernels' ftz") {
+  // Inputs: every 65537th fp32 encoding (all magnitudes, so b = 2^-100 gives subnormal
+  // products, where ftz acts), the specials and zeros, and values near 2, which b = -0.5 and
+  // c = 1 cancel to tiny results and an exact zero. c subnormal too (ftz flushes results, not
+  // inputs). An offset of 3 leaves ragged vector tails.
+  std::vector<float> x;
+  for (std::uint64_t i = 0; i < (1ull << 32); i += 65537)
+    x.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(i)));
+  for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 1.0f, -1.0f,
+                  0x1p-126f, -0x1p-127f})
+    x.push_back(v);
+  // Near x = 2: with b = -0.5 and c = 1 (below) the FMA cancels to tiny and zero results.
+  float near_two = 2.0f;
+  for (int k = 0; k < 40; ++k) near_two = std::nextafter(near_two, 0.0f);
+  for (int k = 0; k < 80; ++k, near_two = std::nextafter(near_two, 4.0f)) x.push_back(near_two);
+  const float bs[] = {1.4426950f, -0.5f, 0x1p-100f, 3.0e20f};
+  const float cs[] = {-2.0f, 0.0f, -0.0f, 0x1p-130f, 1.0f, 1.0e30f};
+  std::vector<float> out(x.size() + 1);
+  for (const float b : bs)
+    for (const float c : cs)
+      for (const bool ftz : {false, true})
+        for (const std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+          const std::size_t n = x.size() - offset;
+          fb::ffma_uniform_f32_array(x.data() + offset, b, c, out.data(), n, ftz);
+          for (std::size_t i = 0; i < n; ++i) {
+            float want = std::fma(x[offset + i], b, c);
+            if (ftz && want != 0.0f && std::fabs(want) < std::numeric_limits<float>::min())
+              want = std::copysign(0.0f, want);
+            if (std::isnan(want)) {
+              CHECK(std::isnan(out[i]));
+            } else {
+              INFO("x = " << x[offset + i] << " b = " << b << " c = " << c << " ftz = " << ftz << " i = " << i);
+              CHECK(std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(want));
+            }
+          }
+        }
+  // In place (out == x).
+  std::vector<float> in_place(x.begin(), x.begin() + 100), copy = in_place;
+  fb::ffma_uniform_f32_array(in_place.data(), 2.0f, -1.0f, in_place.data(), in_place.size(), true);
+  for (std::size_t i = 0; i < copy.size(); ++i) {
+    float want = std::fma(copy[i], 2.0f, -1.0f);
+    if (want != 0.0f && std::fabs(want) < std::numeric_limits<float>::min()) want = std::copysign(0.0f, want);
+    if (!std::isnan(want)) CHECK(std::bit_cast<std::uint32_t>(in_place[i]) == std::bit_cast<std::uint32_t>(want));
+  }
+}
