@@ -177,8 +177,8 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
             ar, km.score_dot, hd, s_row.data(), hd.q_row(r), hd.kt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
             [&](int l) { return hd.k_row(kb + l); }, lane_values);
         dots_against_columns(
-            ar, km.score_dot, hd, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
-            [&](int l) { return hd.v_row(kb + l); }, lane_values);
+            ar, km.score_dot, hd, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d,
+            visible, [&](int l) { return hd.v_row(kb + l); }, lane_values);
         // P and dS of the row's keys in the tile (0 past the visible ones), cast for the MMAs.
         fa2_backward_p_ds_row(km, ar, k, s_row.data(), dp_row.data(), visible, klen, stats[r].lse_kernel, delta[r],
                               p_row.data(), ds_row.data(), ex2_args, ex2_values);
@@ -311,11 +311,11 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
     for (const Span& sp : spans) {
       const int len = sp.end - sp.begin;
       dots_against_columns(
-          ar, km.pv_dot, hd, dv_row.data(), p_col.data() + sp.begin, hd.do_row(sp.begin), static_cast<std::size_t>(d), len,
-          d, [&](int c) { return hd.dot_row(c) + sp.begin; }, lane_values);
+          ar, km.pv_dot, hd, dv_row.data(), p_col.data() + sp.begin, hd.do_row(sp.begin), static_cast<std::size_t>(d),
+          len, d, [&](int c) { return hd.dot_row(c) + sp.begin; }, lane_values);
       dots_against_columns(
-          ar, km.pv_dot, hd, dk_row.data(), ds_col.data() + sp.begin, hd.q_row(sp.begin), static_cast<std::size_t>(d), len,
-          d, [&](int c) { return hd.qt_row(c) + sp.begin; }, lane_values);
+          ar, km.pv_dot, hd, dk_row.data(), ds_col.data() + sp.begin, hd.q_row(sp.begin), static_cast<std::size_t>(d),
+          len, d, [&](int c) { return hd.qt_row(c) + sp.begin; }, lane_values);
     }
     for (int c = 0; c < d; ++c) {
       const std::size_t o = static_cast<std::size_t>(j) * d + c;

@@ -108,7 +108,8 @@ double gemm_products_per_second(const fb::TensorCoreModel& model, const Format& 
   for (int r = 0; r < kGemmRows; ++r)
     for (int l = 0; l < kColumnLanes; ++l) {
       for (int j = 0; j < k; ++j)
-        column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * kColumnLanes + static_cast<std::size_t>(l)];
+        column[static_cast<std::size_t>(j)] =
+            panel[static_cast<std::size_t>(j) * kColumnLanes + static_cast<std::size_t>(l)];
       const std::size_t at = static_cast<std::size_t>(r) * kColumnLanes + static_cast<std::size_t>(l);
       const float one = fb::fused_dot(model, c[at], a.data() + static_cast<std::size_t>(r) * k, column.data(), k);
       matches = matches && std::bit_cast<std::uint32_t>(one) == std::bit_cast<std::uint32_t>(d[at]);
@@ -213,7 +214,8 @@ std::vector<GemmRow> bench_gemm(const Config& cfg) {
       const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, *f);
       if (!m) continue;
       bool match = false;
-      const double rate = gemm_products_per_second(*m, *f, kDotLength, isa, isa == fb::DotIsa::portable ? min_seconds / 4 : min_seconds, match);
+      const double rate = gemm_products_per_second(*m, *f, kDotLength, isa,
+                                                   isa == fb::DotIsa::portable ? min_seconds / 4 : min_seconds, match);
       rows.push_back({name, f->name, isa_name(isa), rate, match});
     }
   }
@@ -247,8 +249,8 @@ void print_gemm_table(const std::vector<GemmRow>& rows, const NativeDot& native)
               "== fused_dot");
   for (const auto& r : rows)
     std::printf("  %-10s %-5s %-8s  %12.3g  %9.3f  %9.3f  %s\n", r.model.c_str(), r.input.c_str(), r.isa.c_str(),
-                r.products_per_second, r.products_per_second / native.chain, r.products_per_second / native.accumulators,
-                r.match ? "yes" : "MISMATCH");
+                r.products_per_second, r.products_per_second / native.chain,
+                r.products_per_second / native.accumulators, r.match ? "yes" : "MISMATCH");
 }
 
 void print_dot_table(const Config& cfg, const std::vector<DotRow>& rows, const NativeDot& native) {
@@ -367,7 +369,8 @@ void print_json(const Config& cfg, const std::vector<NativeRow>& native, const s
          {"columns_products_per_second", r.columns_products_per_second},
          {"columns_ratio_to_one_dot", r.columns_products_per_second / r.products_per_second},
          {"columns_match_fused_dot", r.columns_match}});
-  j["tensor_core_gemm"] = {{"k", kDotLength}, {"rows", kGemmRows}, {"columns", kColumnLanes}, {"results", json::array()}};
+  j["tensor_core_gemm"] = {
+      {"k", kDotLength}, {"rows", kGemmRows}, {"columns", kColumnLanes}, {"results", json::array()}};
   for (const auto& r : gemm)
     j["tensor_core_gemm"]["results"].push_back({{"model", r.model},
                                                 {"input", r.input},

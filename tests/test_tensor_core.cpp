@@ -989,12 +989,11 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference in every lane")
 // int32 lanes), on each instruction set this CPU has: every lane of every row checked
 // against the exact-integer reference and against fused_dot, bit for bit. A trial is a
 // GEMM: 1 to 9 rows, 1 to 40 lanes (the blocks of four registers, single registers of 16
-// or 8 lanes, and a ragged tail), b stored with a wider row stride. Rows share the panel: row 0 is a random case's a, the others that row with
-// sign and last-bit flips, or a fresh case's. Columns likewise. Most trials keep every
-// value finite so that the lanes, not the fallback, compute; one in four lets a fresh
-// case bring its NaNs and infinities (the fallback's routes). Half the trials pass the
-// panel's prepared alignment exponents, half let the kernel compute them; half share C
-// and D.
+// or 8 lanes, and a ragged tail), b stored with a wider row stride. Rows share the panel: row 0 is a random case's a,
+// the others that row with sign and last-bit flips, or a fresh case's. Columns likewise. Most trials keep every value
+// finite so that the lanes, not the fallback, compute; one in four lets a fresh case bring its NaNs and infinities (the
+// fallback's routes). Half the trials pass the panel's prepared alignment exponents, half let the kernel compute them;
+// half share C and D.
 TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on every instruction set") {
   const int trials = std::max(8, 240 / test_scale_divisor());
   for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
@@ -1012,7 +1011,9 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
       const int per_step = std::max(model.products_per_step, 8);
       Gen g(0x9e33u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
       auto finite = [&](const std::vector<std::uint32_t>& v) {
-        return std::all_of(v.begin(), v.end(), [&](std::uint32_t x) { return ref_decode(in, x).cls != Cls::nan && ref_decode(in, x).cls != Cls::inf; });
+        return std::all_of(v.begin(), v.end(), [&](std::uint32_t x) {
+          return ref_decode(in, x).cls != Cls::nan && ref_decode(in, x).cls != Cls::inf;
+        });
       };
       // A fresh case's vector cut or padded to k; with allow_specials false, redrawn until finite.
       auto fresh = [&](int k, bool allow_specials, std::uint32_t& c, std::vector<std::uint32_t>& x) {
@@ -1044,20 +1045,26 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
           }
           return v;
         };
-        std::vector<std::vector<std::uint32_t>> a_rows(static_cast<std::size_t>(rows)), columns(static_cast<std::size_t>(lanes));
+        std::vector<std::vector<std::uint32_t>> a_rows(static_cast<std::size_t>(rows)),
+            columns(static_cast<std::size_t>(lanes));
         std::vector<std::uint32_t> c_bits(static_cast<std::size_t>(rows) * lanes);
         for (int r = 0; r < rows; ++r) {
           std::uint32_t unused = 0;
           auto& row = a_rows[static_cast<std::size_t>(r)];
-          if (r == 0) row = a0;
-          else if (g.range(0, 1) == 0) row = variant(a0);
-          else fresh(k, allow_specials, unused, row);
+          if (r == 0)
+            row = a0;
+          else if (g.range(0, 1) == 0)
+            row = variant(a0);
+          else
+            fresh(k, allow_specials, unused, row);
           if (!allow_specials && !finite(row)) row = a0;
         }
         for (int l = 0; l < lanes; ++l) {
           auto& col = columns[static_cast<std::size_t>(l)];
-          if (l == 0) col = b0;
-          else if (g.range(0, 1) == 0) col = variant(b0);
+          if (l == 0)
+            col = b0;
+          else if (g.range(0, 1) == 0)
+            col = variant(b0);
           else {
             std::uint32_t unused = 0;
             fresh(k, allow_specials, unused, col);
@@ -1076,10 +1083,12 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
         std::vector<float> a_values(static_cast<std::size_t>(rows) * k), panel(static_cast<std::size_t>(k) * ldb, 7.0f);
         for (int r = 0; r < rows; ++r)
           for (int j = 0; j < k; ++j)
-            a_values[static_cast<std::size_t>(r) * k + j] = ref_float(in, a_rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)]);
+            a_values[static_cast<std::size_t>(r) * k + j] =
+                ref_float(in, a_rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)]);
         for (int j = 0; j < k; ++j)
           for (int l = 0; l < lanes; ++l)
-            panel[static_cast<std::size_t>(j) * ldb + l] = ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
+            panel[static_cast<std::size_t>(j) * ldb + l] =
+                ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
         std::vector<float> c_values(c_bits.size());
         for (std::size_t i = 0; i < c_bits.size(); ++i) c_values[i] = ref_float(acc_format, c_bits[i]);
         std::vector<std::int32_t> alignment;
@@ -1098,17 +1107,21 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
         for (int r = 0; r < rows && failures < 5; ++r)
           for (int l = 0; l < lanes && failures < 5; ++l) {
             const std::size_t at = static_cast<std::size_t>(r) * lanes + l;
-            const std::uint32_t want = ref_dot(ref, in, c_bits[at], a_rows[static_cast<std::size_t>(r)], columns[static_cast<std::size_t>(l)]);
+            const std::uint32_t want =
+                ref_dot(ref, in, c_bits[at], a_rows[static_cast<std::size_t>(r)], columns[static_cast<std::size_t>(l)]);
             const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-            for (int j = 0; j < k; ++j) column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * ldb + l];
-            const float by_fused_dot = fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
+            for (int j = 0; j < k; ++j)
+              column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * ldb + l];
+            const float by_fused_dot =
+                fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
             const std::uint32_t got = std::bit_cast<std::uint32_t>(d_values[at]);
             if (got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) {
               ++failures;
               FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
                                 << std::string(model.input.name) << " row " << r << " of " << rows << " lane " << l
                                 << " of " << lanes << " "
-                                << describe_case(c_bits[at], a_rows[static_cast<std::size_t>(r)], columns[static_cast<std::size_t>(l)])
+                                << describe_case(c_bits[at], a_rows[static_cast<std::size_t>(r)],
+                                                 columns[static_cast<std::size_t>(l)])
                                 << " got " << hex(got) << " want " << hex(std::bit_cast<std::uint32_t>(want_value))
                                 << " fused_dot " << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
             }
@@ -1133,26 +1146,33 @@ TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
       const bool f16 = model.output == fb::DotOutput::fp16_rne;
       const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
       // The largest significand at exponent 0 (fn formats: 1.75 for e4m3 stays finite).
-      const std::uint32_t top = ((static_cast<std::uint32_t>(in.bias) << in.mbits) | ((1u << in.mbits) - 1u)) << in.shift;
-      const std::uint32_t c_top = (static_cast<std::uint32_t>(acc_format.bias) << acc_format.mbits) | ((1u << acc_format.mbits) - 1u);
+      const std::uint32_t top = ((static_cast<std::uint32_t>(in.bias) << in.mbits) | ((1u << in.mbits) - 1u))
+                                << in.shift;
+      const std::uint32_t c_top =
+          (static_cast<std::uint32_t>(acc_format.bias) << acc_format.mbits) | ((1u << acc_format.mbits) - 1u);
       for (const bool negative : {false, true})
         for (const int steps : {1, 2}) {
           const int k = steps * model.products_per_step;
           const std::uint32_t sign = negative ? (1u << (in.ebits + in.mbits)) << in.shift : 0u;
-          const std::vector<std::uint32_t> a(static_cast<std::size_t>(k), top | sign), b(static_cast<std::size_t>(k), top);
+          const std::vector<std::uint32_t> a(static_cast<std::size_t>(k), top | sign),
+              b(static_cast<std::size_t>(k), top);
           const std::uint32_t c = c_top | (negative ? 1u << (acc_format.ebits + acc_format.mbits) : 0u);
           const int lanes = 17;
-          std::vector<float> av(static_cast<std::size_t>(k), ref_float(in, a[0])), panel(static_cast<std::size_t>(k) * lanes, ref_float(in, b[0]));
+          std::vector<float> av(static_cast<std::size_t>(k), ref_float(in, a[0])),
+              panel(static_cast<std::size_t>(k) * lanes, ref_float(in, b[0]));
           std::vector<float> cd(static_cast<std::size_t>(lanes), ref_float(acc_format, c));
-          fb::fused_dot_rows(model, cd.data(), lanes, av.data(), k, 1, panel.data(), nullptr, lanes, k, lanes, cd.data(), lanes, isa);
+          fb::fused_dot_rows(model, cd.data(), lanes, av.data(), k, 1, panel.data(), nullptr, lanes, k, lanes,
+                             cd.data(), lanes, isa);
           const std::uint32_t want = ref_dot(ref, in, c, a, b);
           const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
           for (int l = 0; l < lanes; ++l)
-            CHECK_MESSAGE(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)]) == std::bit_cast<std::uint32_t>(want_value),
+            CHECK_MESSAGE(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)]) ==
+                              std::bit_cast<std::uint32_t>(want_value),
                           "isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
-                                 << std::string(model.input.name) << " lane " << l << " negative " << negative << " steps "
-                                 << steps << " got " << hex(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)]))
-                                 << " want " << hex(std::bit_cast<std::uint32_t>(want_value)));
+                                 << std::string(model.input.name) << " lane " << l << " negative " << negative
+                                 << " steps " << steps << " got "
+                                 << hex(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)])) << " want "
+                                 << hex(std::bit_cast<std::uint32_t>(want_value)));
         }
     }
   }

@@ -76,23 +76,30 @@ namespace {
 #define FB_AMD_PARTIAL "a last step shorter than L fuses what is left (assumed); "
 
 constexpr std::string_view kFmaSource =
-    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (f32 -> MMA_FMA), "
+    "Xie et al. 2025 (MMA-Sim, arXiv:2511.10909): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (f32 -> "
+    "MMA_FMA), "
     "github peichenxie/MMA-Sim @0a5ce40 src/mmasim/mmasim/arithmetic/fma.py (MMA_FMA)";
 constexpr std::string_view kExactSource =
-    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (CDNA1 -> MMA_E_FDPA, L_max 4 fp16, "
-    "2 bf16), github peichenxie/MMA-Sim @0a5ce40 src/mmasim/mmasim/arithmetic/fdpa.py (e_fdpa, normalize_parts_to_fp32)";
+    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (CDNA1 -> MMA_E_FDPA, L_max "
+    "4 fp16, "
+    "2 bf16), github peichenxie/MMA-Sim @0a5ce40 src/mmasim/mmasim/arithmetic/fdpa.py (e_fdpa, "
+    "normalize_parts_to_fp32)";
 constexpr std::string_view kFtzSource =
-    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (CDNA2 -> MMA_FTZ_MUL_ADD, P 2 for "
+    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (CDNA2 -> MMA_FTZ_MUL_ADD, "
+    "P 2 for "
     "bf16 "
     "without _1k, else 4), github peichenxie/MMA-Sim @4da32eb src/mmasim/mmasim/arithmetic/ftz_mul_add.py";
 constexpr std::string_view kTrSource =
-    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (CDNA3 -> MMA_TR_FDPA F=24 F2=31 "
+    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (CDNA3 -> MMA_TR_FDPA F=24 "
+    "F2=31 "
     "RNE-FP32, L_max 4 xf32, else 8), mmasim/isa/amd.py; github peichenxie/MMA-Sim @0a5ce40 "
     "src/mmasim/mmasim/arithmetic/fdpa.py "
     "(tr_fdpa)";
 constexpr std::string_view kGtrSource =
-    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (fp8/bf8 -> MMA_GTR_FDPA F=24 F2=31 "
-    "RNE-FP32 L_max=16), mmasim/isa/amd.py; github peichenxie/MMA-Sim @0a5ce40 src/mmasim/mmasim/arithmetic/fdpa.py (gtr_fdpa)";
+    "Xie et al. 2025 (MMA-Sim): github microsoft/MMA-Sim @7969d39 mmasim/mmasim/amd/sim.py (fp8/bf8 -> MMA_GTR_FDPA "
+    "F=24 F2=31 "
+    "RNE-FP32 L_max=16), mmasim/isa/amd.py; github peichenxie/MMA-Sim @0a5ce40 src/mmasim/mmasim/arithmetic/fdpa.py "
+    "(gtr_fdpa)";
 #define FB_AMD_FMA "one IEEE fp32 fma (RNE, subnormals kept) per product, in k order; " FB_AMD_NAN
 #define FB_AMD_EXACT                                                                                            \
   "per step of L products: C + products summed exactly, one RNE rounding to fp32 (subnormals kept, overflow "   \

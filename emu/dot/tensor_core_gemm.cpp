@@ -44,15 +44,15 @@ constexpr int kHighestExponent = 125;
 
 // What one model's step needs, in the form the lanes use.
 struct StepRule {
-  int fraction_bits;          // F
-  int step;                   // products per fused step
-  int chunk;                  // products per int32 partial sum (C joins the first)
-  std::int32_t lowest;        // F - 125: the smallest E whose scale 2^(F-E) is a normal fp32
+  int fraction_bits;    // F
+  int step;             // products per fused step
+  int chunk;            // products per int32 partial sum (C joins the first)
+  std::int32_t lowest;  // F - 125: the smallest E whose scale 2^(F-E) is a normal fp32
   std::int32_t accumulator_emin;
   DotOutput output;
-  int output_fraction_bits;   // the output's fraction bits (fp32 23, e8m13 13, fp16 10)
+  int output_fraction_bits;  // the output's fraction bits (fp32 23, e8m13 13, fp16 10)
   int output_emin;
-  double output_max;          // largest finite output; a result at or past it is redone
+  double output_max;  // largest finite output; a result at or past it is redone
   // The output rounding on fp64 lanes: in the output's normal range, keep the top bits of
   // the exact value's fp64 significand (after adding just under half an output ulp plus its
   // last kept bit, for round-to-nearest-even); below it, round onto the fixed grid
@@ -69,7 +69,8 @@ StepRule step_rule(const TensorCoreModel& m) {
   // C is below 2^(F+1) and each product term below 2^(F+2) after scaling (a product's
   // significand is below 4): a chunk of n products plus C stays below 2^31 when
   // 2^(F+1) + n * 2^(F+2) <= 2^31, i.e. n <= 2^(29-F) - 1/2.
-  const int chunk = f >= 29 ? 0 : static_cast<int>(std::min<std::int64_t>(m.products_per_step, (std::int64_t{1} << (29 - f)) - 1));
+  const int chunk =
+      f >= 29 ? 0 : static_cast<int>(std::min<std::int64_t>(m.products_per_step, (std::int64_t{1} << (29 - f)) - 1));
   return StepRule{f,
                   m.products_per_step,
                   chunk,
@@ -163,7 +164,9 @@ struct Lanes {
     __m256d low, high;
   };
   [[gnu::always_inline]] inline static F load(const float* p) { return _mm256_loadu_ps(p); }
-  [[gnu::always_inline]] inline static I load(const std::int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  [[gnu::always_inline]] inline static I load(const std::int32_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
   [[gnu::always_inline]] inline static F splat(float x) { return _mm256_set1_ps(x); }
   [[gnu::always_inline]] inline static I splat(std::int32_t x) { return _mm256_set1_epi32(x); }
   [[gnu::always_inline]] inline static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
@@ -180,9 +183,10 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static I accumulator_alignment(F acc, std::int32_t emin) {
     const __m256i bits = _mm256_castps_si256(acc);
-    const __m256i exponent =
-        _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(0xff)), _mm256_set1_epi32(127));
-    const __m256i zero = _mm256_cmpeq_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)), _mm256_setzero_si256());
+    const __m256i exponent = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(0xff)),
+                                              _mm256_set1_epi32(127));
+    const __m256i zero =
+        _mm256_cmpeq_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)), _mm256_setzero_si256());
     return _mm256_blendv_epi8(_mm256_max_epi32(exponent, _mm256_set1_epi32(emin)), _mm256_set1_epi32(kNoTerm), zero);
   }
   [[gnu::always_inline]] inline static void wide_zero(Wide& w) { w.low = w.high = _mm256_setzero_pd(); }
@@ -191,8 +195,7 @@ struct Lanes {
     w.high = _mm256_add_pd(w.high, _mm256_cvtepi32_pd(_mm256_extracti128_si256(part, 1)));
   }
   // One half: exact = sum * 2^unit, rounded; `bad` gets |exact| >= output_max.
-  [[gnu::always_inline]] inline static __m256d round_half(const StepRule& g, __m256d sum, __m128i unit,
-                                        __m256d& bad) {
+  [[gnu::always_inline]] inline static __m256d round_half(const StepRule& g, __m256d sum, __m128i unit, __m256d& bad) {
     const __m256d sign = _mm256_set1_pd(-0.0), zero = _mm256_setzero_pd();
     const __m256d power = _mm256_castsi256_pd(
         _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(unit), _mm256_set1_epi64x(1023)), 52));
@@ -283,26 +286,27 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static I accumulator_alignment(F acc, std::int32_t emin) {
     const __m512i bits = _mm512_castps_si512(acc);
-    const __m512i exponent =
-        _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(0xff)), _mm512_set1_epi32(127));
+    const __m512i exponent = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(0xff)),
+                                              _mm512_set1_epi32(127));
     const __mmask16 nonzero = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x7fffffff));
-    return _mm512_mask_blend_epi32(nonzero, _mm512_set1_epi32(kNoTerm), _mm512_max_epi32(exponent, _mm512_set1_epi32(emin)));
+    return _mm512_mask_blend_epi32(nonzero, _mm512_set1_epi32(kNoTerm),
+                                   _mm512_max_epi32(exponent, _mm512_set1_epi32(emin)));
   }
   [[gnu::always_inline]] inline static void wide_zero(Wide& w) { w.low = w.high = _mm512_setzero_pd(); }
   [[gnu::always_inline]] inline static void wide_add(Wide& w, I part) {
     w.low = _mm512_add_pd(w.low, _mm512_cvtepi32_pd(_mm512_castsi512_si256(part)));
     w.high = _mm512_add_pd(w.high, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(part, 1)));
   }
-  [[gnu::always_inline]] inline static __m512d round_half(const StepRule& g, __m512d sum, __m256i unit,
-                                          __mmask8& bad) {
+  [[gnu::always_inline]] inline static __m512d round_half(const StepRule& g, __m512d sum, __m256i unit, __mmask8& bad) {
     const __m512d power = _mm512_castsi512_pd(
         _mm512_slli_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(unit), _mm512_set1_epi64(1023)), 52));
     const __m512d exact = _mm512_mul_pd(sum, power);
     const __m512d magnitude = _mm512_abs_pd(exact);
     __m512i bits = _mm512_castpd_si512(exact);
     if (g.nearest)
-      bits = _mm512_add_epi64(_mm512_add_epi64(bits, _mm512_set1_epi64((std::int64_t{1} << (g.dropped - 1)) - 1)),
-                              _mm512_and_si512(_mm512_srl_epi64(bits, _mm_cvtsi32_si128(g.dropped)), _mm512_set1_epi64(1)));
+      bits = _mm512_add_epi64(
+          _mm512_add_epi64(bits, _mm512_set1_epi64((std::int64_t{1} << (g.dropped - 1)) - 1)),
+          _mm512_and_si512(_mm512_srl_epi64(bits, _mm_cvtsi32_si128(g.dropped)), _mm512_set1_epi64(1)));
     const __m512d normal =
         _mm512_castsi512_pd(_mm512_and_si512(bits, _mm512_set1_epi64(~((std::int64_t{1} << g.dropped) - 1))));
     const __m512d scaled = _mm512_mul_pd(exact, _mm512_set1_pd(g.to_grid));
@@ -327,9 +331,9 @@ struct Lanes {
       const __m512d limit = _mm512_set1_pd(rule.output_max);
       bad = static_cast<M>(bad | _mm512_cmp_pd_mask(_mm512_abs_pd(low), limit, _CMP_GE_OQ) |
                            (_mm512_cmp_pd_mask(_mm512_abs_pd(high), limit, _CMP_GE_OQ) << 8));
-      __m512 result = _mm512_insertf32x8(
-          _mm512_castps256_ps512(_mm512_cvt_roundpd_ps(low, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)),
-          _mm512_cvt_roundpd_ps(high, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), 1);
+      __m512 result =
+          _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(low, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)),
+                             _mm512_cvt_roundpd_ps(high, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), 1);
       if (rule.output_fraction_bits < 23)
         result = _mm512_castsi512_ps(_mm512_and_si512(
             _mm512_castps_si512(result), _mm512_set1_epi32(~((1 << (23 - rule.output_fraction_bits)) - 1))));
@@ -375,7 +379,7 @@ IsaKernels kernels_for(DotIsa isa) {
       return {avx2::Lanes::W, 4, &avx2::block<4>, &avx2::block<1>, &avx2::block<1, true>, &avx2::alignments};
 #endif
     default:
-      return {portable::Lanes::W, 1, &portable::block<1>, &portable::block<1>, &portable::block<1, true>,
+      return {portable::Lanes::W,   1, &portable::block<1>, &portable::block<1>, &portable::block<1, true>,
               &portable::alignments};
   }
 }
@@ -391,9 +395,12 @@ struct RowsScratch {
 DotIsa best_dot_isa() {
 #ifdef FLASHBITS_LANES_MULTIVERSION
   switch (array_lanes::lane_isa()) {
-    case array_lanes::LaneIsa::avx512: return DotIsa::avx512;
-    case array_lanes::LaneIsa::avx2: return DotIsa::avx2;
-    case array_lanes::LaneIsa::baseline: break;
+    case array_lanes::LaneIsa::avx512:
+      return DotIsa::avx512;
+    case array_lanes::LaneIsa::avx2:
+      return DotIsa::avx2;
+    case array_lanes::LaneIsa::baseline:
+      break;
   }
 #endif
   return DotIsa::portable;
@@ -401,10 +408,14 @@ DotIsa best_dot_isa() {
 
 bool dot_isa_available(DotIsa isa) {
   switch (isa) {
-    case DotIsa::portable: return true;
-    case DotIsa::avx2: return best_dot_isa() == DotIsa::avx2 || best_dot_isa() == DotIsa::avx512;
-    case DotIsa::avx512: return best_dot_isa() == DotIsa::avx512;
-    case DotIsa::best: return true;
+    case DotIsa::portable:
+      return true;
+    case DotIsa::avx2:
+      return best_dot_isa() == DotIsa::avx2 || best_dot_isa() == DotIsa::avx512;
+    case DotIsa::avx512:
+      return best_dot_isa() == DotIsa::avx512;
+    case DotIsa::best:
+      return true;
   }
   return false;
 }
@@ -475,8 +486,8 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
     std::fill(scratch.c_in.begin() + n, scratch.c_in.begin() + width, 0.0f);
     std::copy(scratch.c_in.begin(), scratch.c_in.begin() + width, scratch.acc.begin());
     std::uint64_t bad = 0;
-    run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride,
-        scratch.acc.data(), &bad);
+    run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride, scratch.acc.data(),
+        &bad);
     // The C of a lane to redo comes from the saved copy (c and d may alias).
     std::copy(scratch.acc.begin(), scratch.acc.begin() + n, d + static_cast<std::size_t>(r) * ldd + l0);
     for (std::uint64_t redo = bad & (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1); redo != 0;
@@ -531,11 +542,12 @@ void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* 
       }
       c_in[static_cast<std::size_t>(l)] = acc[static_cast<std::size_t>(l)] = l < lanes ? c[i0 + l] : 0.0f;
     }
-    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(), &bad);
+    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(),
+                  &bad);
     for (int l = 0; l < lanes; ++l) {
       const std::size_t i = static_cast<std::size_t>(i0 + l);
       d[i] = (bad >> l) & 1 ? fused_dot(model, c_in[static_cast<std::size_t>(l)], a + i * uk, b + i * uk, k)
-                    : acc[static_cast<std::size_t>(l)];
+                            : acc[static_cast<std::size_t>(l)];
     }
   }
 }

@@ -279,8 +279,8 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
         b_values[i] = static_cast<float>(to_double(input, bv[start * k + i]));
       }
       for (std::size_t i = 0; i < len; ++i) c_values[i] = static_cast<float>(to_double(acc, cv[start + i]));
-      fused_dot_pairs(*tc, c_values.data(), a_values.data(), b_values.data(), static_cast<int>(k), static_cast<int>(len),
-                      d_values.data());
+      fused_dot_pairs(*tc, c_values.data(), a_values.data(), b_values.data(), static_cast<int>(k),
+                      static_cast<int>(len), d_values.data());
       for (std::size_t i = 0; i < len; ++i) {
         const float d = d_values[i];
         if (acc.width() == 32) {
