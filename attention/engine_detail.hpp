@@ -75,8 +75,11 @@ struct HeadData {
       for (const DotSpec* spec : {&km.score_dot, &km.pv_dot}) {
         if (spec->kind != DotKind::tensor_core || spec->model == nullptr) continue;
         const int emin = spec->model->input.emin();
-        for (const std::vector<E>* m : {&q, &k, &v, &vt, &d_o, &d_ot, &qt, &kt, &kp, &kpt}) {
-          if (m->empty() || alignment_of(*spec, m->data()) != nullptr) continue;
+        // The matrices the dots read as column panels: Kᵀ and V in the forward; with a
+        // backward also Vᵀ, dO, Q, K and the prescaled K' (not the other transposes).
+        const bool backward = !d_o.empty();
+        for (const std::vector<E>* m : {&kt, &v, &vt, &d_o, &q, &k, &kp}) {
+          if (m->empty() || (!backward && m != &kt && m != &v) || alignment_of(*spec, m->data()) != nullptr) continue;
           PanelAlignment& pa = panel_alignments.emplace_back(PanelAlignment{m->data(), m->size(), emin, {}});
           pa.alignment.resize(m->size());
           dot_alignment_exponents(*spec->model, m->data(), m->size(), pa.alignment.data());
