@@ -182,7 +182,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
           hd.kpt[static_cast<std::size_t>(c) * N + r] = hd.kp[i];
         }
     }
-    hd.prepare_panel_alignments(km);
+    hd.prepare_panels(km);
   });
 
   // Traced rows, by (b, h, r).

@@ -58,19 +58,25 @@ struct HeadData {
   // block (one entry each under per-tensor scaling); empty otherwise.
   std::vector<double> q_descale, k_descale, v_descale;
   int q_block_rows = 1, kv_block_rows = 1;
-  // The alignment exponents (fb::dot_alignment_exponents) of every matrix above that a
-  // tensor-core dot reads as its column panel, per input format's emin: prepared once per
-  // head (prepare_panel_alignments), read by every row (fb::fused_dot_rows' b_alignment).
-  struct PanelAlignment {
+  // The matrices a tensor-core dot reads as its column panel, prepared once per head
+  // (prepare_panels) for every row (fb::fused_dot_rows), per input format's emin: their
+  // alignment exponents (fb::dot_alignment_exponents), and for Kᵀ and Vᵀ, whose rows are n
+  // long, a copy in tiles of kPanelTile columns: a tile's d rows then lie in d * kPanelTile
+  // contiguous elements instead of d rows n elements apart, which map to the same L1 sets.
+  static constexpr int kPanelTile = 64;
+  struct Panel {
     const E* data;
     std::size_t size;
     int emin;
     std::vector<std::int32_t> alignment;
+    int rows = 0;  // tiled copies only: the matrix's rows (d); columns: n
+    std::vector<E> tiled;
+    std::vector<std::int32_t> tiled_alignment;
   };
-  std::vector<PanelAlignment> panel_alignments;
+  std::vector<Panel> panels;
   // For float operands and tensor-core dot specs of km (no-op otherwise); call once the
   // matrices are final.
-  void prepare_panel_alignments(const KernelModel& km) {
+  void prepare_panels(const KernelModel& km) {
     if constexpr (std::is_same_v<E, float>) {
       for (const DotSpec* spec : {&km.score_dot, &km.pv_dot}) {
         if (spec->kind != DotKind::tensor_core || spec->model == nullptr) continue;
@@ -79,21 +85,33 @@ struct HeadData {
         // backward also Vᵀ, dO, Q, K and the prescaled K' (not the other transposes).
         const bool backward = !d_o.empty();
         for (const std::vector<E>* m : {&kt, &v, &vt, &d_o, &q, &k, &kp}) {
-          if (m->empty() || (!backward && m != &kt && m != &v) || alignment_of(*spec, m->data()) != nullptr) continue;
-          PanelAlignment& pa = panel_alignments.emplace_back(PanelAlignment{m->data(), m->size(), emin, {}});
-          pa.alignment.resize(m->size());
-          dot_alignment_exponents(*spec->model, m->data(), m->size(), pa.alignment.data());
+          if (m->empty() || (!backward && m != &kt && m != &v) || panel_of(*spec, m->data()) != nullptr) continue;
+          Panel& p = panels.emplace_back(Panel{m->data(), m->size(), emin, {}, 0, {}, {}});
+          p.alignment.resize(m->size());
+          dot_alignment_exponents(*spec->model, m->data(), m->size(), p.alignment.data());
+          if (m == &kt || m == &vt) {
+            const std::size_t tiles = (static_cast<std::size_t>(n) + kPanelTile - 1) / kPanelTile;
+            const std::size_t tile_size = static_cast<std::size_t>(d) * kPanelTile;
+            p.rows = d;
+            p.tiled.assign(tiles * tile_size, E{0});
+            for (int r = 0; r < d; ++r)
+              for (int c = 0; c < n; ++c)
+                p.tiled[static_cast<std::size_t>(c / kPanelTile) * tile_size +
+                        static_cast<std::size_t>(r) * kPanelTile + static_cast<std::size_t>(c % kPanelTile)] =
+                    (*m)[static_cast<std::size_t>(r) * n + c];
+            p.tiled_alignment.resize(p.tiled.size());
+            dot_alignment_exponents(*spec->model, p.tiled.data(), p.tiled.size(), p.tiled_alignment.data());
+          }
         }
       }
     }
   }
-  // b's alignment exponents for spec's input format, b pointing into one of the matrices;
-  // null when none were prepared.
-  const std::int32_t* alignment_of(const DotSpec& spec, const E* b) const {
+  // The prepared panel b points into, for spec's input format; null when none.
+  const Panel* panel_of(const DotSpec& spec, const E* b) const {
     if (spec.kind != DotKind::tensor_core || spec.model == nullptr) return nullptr;
     const int emin = spec.model->input.emin();
-    for (const PanelAlignment& pa : panel_alignments)
-      if (pa.emin == emin && b >= pa.data && b < pa.data + pa.size) return pa.alignment.data() + (b - pa.data);
+    for (const Panel& p : panels)
+      if (p.emin == emin && b >= p.data && b < p.data + p.size) return &p;
     return nullptr;
   }
 };
@@ -278,7 +296,22 @@ void dots_against_columns(const A& ar, const DotSpec& spec, const HeadData<E>& h
                           std::size_t ldb, int k, int lanes, ColumnOf column_of, std::vector<float>& lane_values,
                           DotTrace* tally = nullptr) {
   if (dots_side_by_side<A, E>(spec)) {
-    dot_columns(ar, spec, acc, a, b, hd.alignment_of(spec, b), ldb, k, lanes, lane_values, tally);
+    const typename HeadData<E>::Panel* panel = hd.panel_of(spec, b);
+    const std::size_t offset = panel ? static_cast<std::size_t>(b - panel->data) : 0;
+    constexpr int kTile = HeadData<E>::kPanelTile;
+    if (panel && !panel->tiled.empty() && ldb == static_cast<std::size_t>(hd.n) && offset % kTile == 0 &&
+        offset < ldb && k <= panel->rows) {
+      // Columns from the tiled copy, one tile (kTile lanes) per call, in lane order.
+      const std::size_t tile_size = static_cast<std::size_t>(panel->rows) * kTile;
+      for (int l0 = 0; l0 < lanes; l0 += kTile) {
+        const std::size_t at = (offset / kTile + static_cast<std::size_t>(l0 / kTile)) * tile_size;
+        dot_columns(ar, spec, acc + l0, a, panel->tiled.data() + at, panel->tiled_alignment.data() + at,
+                    static_cast<std::size_t>(kTile), k, std::min(kTile, lanes - l0), lane_values, tally);
+      }
+      return;
+    }
+    dot_columns(ar, spec, acc, a, b, panel ? panel->alignment.data() + offset : nullptr, ldb, k, lanes, lane_values,
+                tally);
     return;
   }
   for (int l = 0; l < lanes; ++l) acc[l] = ar.dot(spec, acc[l], a, column_of(l), k, tally);
