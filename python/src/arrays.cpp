@@ -8,7 +8,8 @@
 // - round_f64: fb::round_double per element (an fp64 value is rounded exactly, once);
 // - op: fb::add_array / mul_array / fma_array without flags, fb::apply_op per element with
 //   (and for "cvt": round() on bit patterns of the format itself, fb::apply_op from it to it);
-// - dot: fb::fused_dot_bits per row.
+// - dot: fb::fused_dot_pairs over chunks of rows (fused_dot's bits; the CLI's `dot --batch` keeps
+//   fused_dot_bits, so tests/test_cli_cross.py compares the two paths).
 #include <algorithm>
 #include <bit>
 #include <chrono>
