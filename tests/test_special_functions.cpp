@@ -1360,7 +1360,9 @@ TEST_CASE("lg2_correct_ftz_all_inputs_exhaustive") {
 namespace {
 
 std::string shipped_table(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "emu" / "tables" / name).string();
+  // The source tree from CMake, not __FILE__: a compiler cache (ccache's base_dir) rewrites
+  // __FILE__ relative to the build directory, which ctest does not run from.
+  return (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "emu" / "tables" / name).string();
 }
 
 // Per-mantissa delta (hardware minus correctly rounded, ulps) of the shipped rcp table's T[m]
