@@ -3,6 +3,11 @@
 // Contract:
 // - Tensors are [batch][head][row][col], row-major, holding exact values as double
 //   (every value of every format of at most 32 bits is exact in fp64).
+// - q has N query rows, k and v Nk key rows; Nk may differ from N (decoding with a KV cache,
+//   cross-attention). A causal mask is aligned bottom-right as FA2 >= 2.1 aligns it: query
+//   row i sees keys j <= i + Nk - N, so a row above the corner (i < N - Nk) sees none and gets
+//   every model's all-masked guards (O = 0, LSE = +inf, zero gradients). N == Nk is ordinary
+//   causal self-attention.
 // - A KernelModel is a documented recipe (attention/kernel_models.cpp holds the one
 //   table): for every stage it names the format, rounding, accumulation model,
 //   special-function model and operation order. Variants (+dynmax, +delta-dpp,
@@ -57,10 +62,10 @@ struct AttentionInputs {
 };
 
 struct AttentionOutputs {
-  Tensor4 o;                     // [b][h][n][d], values of the output dtype
-  Tensor4 lse;                   // [b][h][n][1], fp32 values (natural log)
-  std::optional<Tensor4> delta;  // [b][h][n][1]
-  std::optional<Tensor4> dq, dk, dv;
+  Tensor4 o;                          // [b][h][n][d], values of the output dtype (n: q's rows)
+  Tensor4 lse;                        // [b][h][n][1], fp32 values (natural log)
+  std::optional<Tensor4> delta;       // [b][h][n][1]
+  std::optional<Tensor4> dq, dk, dv;  // dq like q; dk, dv like k ([b][hk][nk][d])
   // FA2-structured backwards: dQ in fp32 before its cast (dq_accum * softmax_scale), as
   // fb-fa2 records it (dq_accum); empty for other models.
   std::optional<Tensor4> dq_pre_cast;
@@ -181,9 +186,9 @@ std::optional<AttentionInputs> inputs_as_quantised(const KernelModel& km, const 
 // The CLI checks --headdim against it as it parses the options (tools/cli_common.hpp).
 inline constexpr int kMaxHeadDim = 256;
 // The shapes every run accepts (std::invalid_argument naming the rule otherwise): q, k, v
-// share batch, sequence length and head dim (head dim at most kMaxHeadDim); k and v share their
-// heads, which divide q's (grouped-query attention: q head h reads k/v head h / (H/Hk); dK
-// and dV then have k's heads); dO has q's shape.
+// share batch and head dim (head dim at most kMaxHeadDim); k and v share their length Nk
+// (any, q's length N or not) and their heads, which divide q's (grouped-query attention: q head
+// h reads k/v head h / (H/Hk); dK and dV then have k's heads and length); dO has q's shape.
 void check_attention_inputs(const AttentionInputs& in);
 // delta for one row as the model's backward computes it from a given O and dO (its
 // DeltaFormula, in its order and formats); nullopt for models whose delta needs dP∘P.
@@ -222,8 +227,11 @@ ModelHandle correctly_rounded_reference(const KernelModel& like);
 // kv_heads (0: = heads) makes grouped-query inputs: k and v keep the first head of each
 // group of heads / kv_heads (which must divide heads), so each group's first q head meets
 // the k it was drawn with (a sink row stays a sink row) and its other q heads share it.
+// seqlen_k (0: = seqlen) another key length: the scenario drawn at max(seqlen, seqlen_k), then
+// q and dO keep its last seqlen rows, k and v its first seqlen_k rows (so a decode, seqlen 1,
+// holds the last query row of the square problem of seqlen_k).
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen, int head_dim,
-                              const Format& dtype, bool with_backward, int kv_heads = 0);
+                              const Format& dtype, bool with_backward, int kv_heads = 0, int seqlen_k = 0);
 std::vector<std::string> scenario_names();
 
 }  // namespace fb::attn

@@ -145,10 +145,10 @@ template <class A, class E>
 void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
                        const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
                        double* dk_out, double* dv_out, double* dq_pre_out) {
-  const int n = g.n, d = g.d;
+  const int nq = g.nq, nk = g.nk, d = g.d;
   const int bm = g.tiles.bwd_block_m, bn = g.tiles.bwd_block_n;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
-  std::vector<double> dq_acc(static_cast<std::size_t>(n) * d, 0.0);
+  std::vector<double> dq_acc(static_cast<std::size_t>(nq) * d, 0.0);
   std::vector<double> dk_acc(static_cast<std::size_t>(bn) * d), dv_acc(static_cast<std::size_t>(bn) * d);
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
       ds_rows(static_cast<std::size_t>(bm) * bn);
@@ -157,27 +157,28 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
       out_row(static_cast<std::size_t>(d));
   std::vector<E> p_cast(static_cast<std::size_t>(bn));
   std::vector<float> lane_values, ex2_args, ex2_values;
-  const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
+  const int n_blocks = (nk + bn - 1) / bn, m_blocks = (nq + bm - 1) / bm;
   for (int nb = 0; nb < n_blocks; ++nb) {
-    const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
+    const int kb = nb * bn, ke = std::min(nk, kb + bn), klen = ke - kb;
     std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
     std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
-    const int mb_min = g.causal ? kb / bm : 0;
+    // The first row block that sees key kb: FA2 flash_bwd_kernel.h:320, m_block_min =
+    // max(0, (n_block * kBlockN + seqlen_q - seqlen_k) / kBlockM) (the shifted diagonal).
+    const int mb_min = g.causal ? std::max(0, kb - causal_offset(g)) / bm : 0;
     const bool ascending = km.bwd_row_block_order == RowBlockOrder::first_to_last;
     for (int step = 0; step < m_blocks - mb_min; ++step) {
       const int mb = ascending ? mb_min + step : m_blocks - 1 - step;
-      const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
+      const int rb = mb * bm, re = std::min(nq, rb + bm), rlen = re - rb;
       for (int r = rb; r < re; ++r) {
-        const int nk = visible_keys(g, r);
         // S and dP of the row's visible keys in the tile, each a dot per key.
-        const int visible = std::clamp(nk - kb, 0, klen);
+        const int visible = std::clamp(visible_keys(g, r) - kb, 0, klen);
         std::fill(s_row.begin(), s_row.end(), 0.0);
         std::fill(dp_row.begin(), dp_row.end(), 0.0);
         dots_against_columns(
-            ar, km.score_dot, hd, s_row.data(), hd.q_row(r), hd.kt_row(0) + kb, static_cast<std::size_t>(n), d, visible,
-            [&](int l) { return hd.k_row(kb + l); }, lane_values);
+            ar, km.score_dot, hd, s_row.data(), hd.q_row(r), hd.kt_row(0) + kb, static_cast<std::size_t>(nk), d,
+            visible, [&](int l) { return hd.k_row(kb + l); }, lane_values);
         dots_against_columns(
-            ar, km.score_dot, hd, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(n), d,
+            ar, km.score_dot, hd, dp_row.data(), hd.do_row(r), hd.vt_row(0) + kb, static_cast<std::size_t>(nk), d,
             visible, [&](int l) { return hd.v_row(kb + l); }, lane_values);
         // P and dS of the row's keys in the tile (0 past the visible ones), cast for the MMAs.
         fa2_backward_p_ds_row(km, ar, k, s_row.data(), dp_row.data(), visible, klen, stats[r].lse_kernel, delta[r],
@@ -222,7 +223,7 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
       to_row(ar, km.output, dv_acc.data() + i, dv_out + o, d);
     }
   }
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < nq; ++r) {
     const std::size_t i = static_cast<std::size_t>(r) * d;
     for (int c = 0; c < d; ++c) {
       const double pre = ar.f32(dq_acc[i + c] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
@@ -249,11 +250,14 @@ struct Span {
   int begin = 0, end = 0;
 };
 
-// The tutorial's visiting order along the inner index for one outer block starting at
-// `block_begin` (a KV block of _attn_bwd_dkdv or a row block of _attn_bwd_dq). Causal: the
-// diagonal block [block_begin, block_begin + block) in steps of step / slice (MASK=True),
-// then `rest` in steps of `step` (MASK=False). Non-causal: [0, n) in steps of `step`
-// (ASSUMED: the tutorial's backward is written for causal attention only).
+// The tutorial's visiting order along the inner index (n long: rows for _attn_bwd_dkdv, keys
+// for _attn_bwd_dq) for one outer block whose diagonal starts at `block_begin` (a KV block's
+// first row, or a row block's first key). Causal: the diagonal block [block_begin,
+// block_begin + block) in steps of step / slice (MASK=True), then `rest` in steps of `step`
+// (MASK=False). Non-causal: [0, n) in steps of `step` (ASSUMED: the tutorial's backward is
+// written for causal attention only). The tutorial takes one N_CTX; with a key length other
+// than the query length the diagonal is shifted by nk - nq (FA2's bottom-right alignment) and
+// the diagonal block is clipped to [0, n) (ASSUMED: the tutorial has no such case).
 void triton_steps(bool causal, int n, int block_begin, int block, int step, int slice, Span rest,
                   std::vector<Span>& out) {
   out.clear();
@@ -264,7 +268,7 @@ void triton_steps(bool causal, int n, int block_begin, int block, int step, int 
     cover(0, n, step);
     return;
   }
-  cover(block_begin, std::min(n, block_begin + block), std::max(1, step / std::max(1, slice)));
+  cover(std::max(0, block_begin), std::clamp(block_begin + block, 0, n), std::max(1, step / std::max(1, slice)));
   cover(rest.begin, rest.end, step);
 }
 }  // namespace
@@ -280,12 +284,12 @@ template <class A, class E>
 void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
                           const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
                           double* dk_out, double* dv_out) {
-  const int n = g.n, d = g.d;
+  const int nq = g.nq, nk = g.nk, d = g.d, offset = causal_offset(g);
   const int block = g.tiles.bwd_block_n, step = g.tiles.bwd_block_m;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
   const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
   std::vector<Span> spans;
-  std::vector<E> p_col(static_cast<std::size_t>(n)), ds_col(static_cast<std::size_t>(n));
+  std::vector<E> p_col(static_cast<std::size_t>(nq)), ds_col(static_cast<std::size_t>(std::max(nq, nk)));
   std::vector<double> dv_row(static_cast<std::size_t>(d)), dk_row(static_cast<std::size_t>(d)),
       dq_row(static_cast<std::size_t>(d));
   std::vector<float> lane_values;
@@ -299,10 +303,11 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
     p_out = static_cast<E>(ar.to(km.p_cast, p));
     ds_out = static_cast<E>(ar.to(km.p_cast, ar.f32(p * ar.f32(dp - delta[r]))));
   };
-  // dK, dV.
-  for (int j = 0; j < n; ++j) {
+  // dK, dV: the rows of key j's KV block, from the block's diagonal row kb - offset.
+  for (int j = 0; j < nk; ++j) {
     const int kb = j / block * block;
-    triton_steps(g.causal, n, kb, block, step, km.bwd_mask_slice, Span{std::min(n, kb + block), n}, spans);
+    triton_steps(g.causal, nq, kb - offset, block, step, km.bwd_mask_slice,
+                 Span{std::clamp(kb - offset + block, 0, nq), nq}, spans);
     for (const Span& sp : spans)
       for (int r = sp.begin; r < sp.end; ++r) p_and_ds(r, j, p_col[r], ds_col[r]);
     // Each span is one tl.dot, its accumulator the next one's C.
@@ -325,9 +330,10 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
   }
   // dQ (the kernel recomputes P and dS; the same arithmetic gives the same values).
   std::vector<E>& ds_row = ds_col;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < nq; ++r) {
     const int rb = r / block * block;
-    triton_steps(g.causal, n, rb, block, step, km.bwd_mask_slice, Span{0, rb}, spans);
+    triton_steps(g.causal, nk, rb + offset, block, step, km.bwd_mask_slice, Span{0, std::clamp(rb + offset, 0, nk)},
+                 spans);
     for (const Span& sp : spans)
       for (int j = sp.begin; j < sp.end; ++j) {
         E p_unused;
@@ -350,26 +356,26 @@ template <class A, class E>
 void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
                             const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
                             double* dk_out, double* dv_out) {
-  const int n = g.n, d = g.d;
+  const int nq = g.nq, nkeys = g.nk, d = g.d;
   const bool materialised = km.structure == Structure::materialised;
-  const int bm = materialised ? std::max(1, n) : g.tiles.bwd_block_m,
-            bn = materialised ? std::max(1, n) : g.tiles.bwd_block_n;
+  const int bm = materialised ? std::max(1, nq) : g.tiles.bwd_block_m,
+            bn = materialised ? std::max(1, nkeys) : g.tiles.bwd_block_n;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
-  std::fill(dq_out, dq_out + static_cast<std::size_t>(n) * d, 0.0);
-  std::fill(dk_out, dk_out + static_cast<std::size_t>(n) * d, 0.0);
-  std::fill(dv_out, dv_out + static_cast<std::size_t>(n) * d, 0.0);
+  std::fill(dq_out, dq_out + static_cast<std::size_t>(nq) * d, 0.0);
+  std::fill(dk_out, dk_out + static_cast<std::size_t>(nkeys) * d, 0.0);
+  std::fill(dv_out, dv_out + static_cast<std::size_t>(nkeys) * d, 0.0);
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
       ds_rows(static_cast<std::size_t>(bm) * bn);
-  std::vector<double> prow(static_cast<std::size_t>(n));
+  std::vector<double> prow(static_cast<std::size_t>(nkeys));
   std::vector<double> dv_blk(static_cast<std::size_t>(d)), dk_blk(static_cast<std::size_t>(d)),
       dq_blk(static_cast<std::size_t>(d));
   std::vector<float> lane_values;
   const std::optional<Format> F = km.bwd_format;
-  const int n_blocks = (n + bn - 1) / bn, m_blocks = (n + bm - 1) / bm;
+  const int n_blocks = (nkeys + bn - 1) / bn, m_blocks = (nq + bm - 1) / bm;
   for (int nb = 0; nb < n_blocks; ++nb) {
-    const int kb = nb * bn, ke = std::min(n, kb + bn), klen = ke - kb;
+    const int kb = nb * bn, ke = std::min(nkeys, kb + bn), klen = ke - kb;
     for (int mb = 0; mb < m_blocks; ++mb) {
-      const int rb = mb * bm, re = std::min(n, rb + bm), rlen = re - rb;
+      const int rb = mb * bm, re = std::min(nq, rb + bm), rlen = re - rb;
       for (int r = rb; r < re; ++r) {
         const int nk = visible_keys(g, r);
         if (materialised) materialised_p_row(km, ar, hd, g, r, stats[r], prow.data());
@@ -445,7 +451,7 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
   scratch.assign(static_cast<std::size_t>(nk), 0.0);
   std::vector<double> prow;
   if (km.structure == Structure::materialised) {
-    prow.resize(static_cast<std::size_t>(g.n));
+    prow.resize(static_cast<std::size_t>(g.nk));
     materialised_p_row(km, ar, hd, g, row, st, prow.data());
   }
   for (int j = 0; j < nk; ++j) {

@@ -102,7 +102,7 @@ void parallel_for(int count, int threads, const Fn& fn) {
 
 // The tiles of a run: the recipe's for the shape, RunOptions' block sizes where given.
 TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunOptions& opt) {
-  TileSizes t = km.tiles_for(in.q.cols, in.q.rows, in.causal);
+  TileSizes t = km.tiles_for(in.q.cols, in.q.rows, in.causal, in.k.rows);
   if (opt.block_m > 0) t.block_m = t.bwd_block_m = opt.block_m;
   if (opt.block_n > 0) t.block_n = t.bwd_block_n = opt.block_n;
   t.block_n = std::max(1, t.block_n);
@@ -115,11 +115,13 @@ TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunO
 template <class A, class E>
 AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionInputs& in, const RunOptions& opt) {
   check_attention_inputs(in);
-  const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
+  // N query rows, Nk keys (check_attention_inputs: any Nk >= 1).
+  const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols, Nk = in.k.rows;
   // Grouped-query attention: q head h reads k/v head h / group, as FA2 (h_h_k_ratio) does.
   const int Hk = in.k.heads, group = Hk > 0 ? H / Hk : 1;
   Geometry g;
-  g.n = N;
+  g.nq = N;
+  g.nk = Nk;
   g.d = D;
   g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
   g.causal = in.causal;
@@ -129,7 +131,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     throw std::invalid_argument("attention: +sw-exp2:EVERY,START splits KV tiles in 32-column fragments; block_n " +
                                 std::to_string(g.tiles.block_n) + " is not a multiple of 32");
   }
-  if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < N) {
+  if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }
 
@@ -151,7 +153,8 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   parallel_for(B * H, opt.threads, [&](int bh) {
     const int b = bh / H, h = bh % H;
     HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
-    hd.n = N;
+    hd.nq = N;
+    hd.nk = Nk;
     hd.d = D;
     copy_rows(fp8 ? fp8->q : in.q, b, h, hd.q, backward ? &hd.qt : nullptr);
     copy_rows(fp8 ? fp8->k : in.k, b, h / group, hd.k, &hd.kt);
@@ -175,11 +178,11 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       const double factor = triton_k_prescale<A>(km, g.scale);
       hd.kp.resize(hd.k.size());
       hd.kpt.resize(hd.k.size());
-      for (int r = 0; r < N; ++r)
+      for (int r = 0; r < Nk; ++r)
         for (int c = 0; c < D; ++c) {
           const std::size_t i = static_cast<std::size_t>(r) * D + c;
           hd.kp[i] = static_cast<E>(ar.op(km.input, static_cast<double>(hd.k[i]) * factor));
-          hd.kpt[static_cast<std::size_t>(c) * N + r] = hd.kp[i];
+          hd.kpt[static_cast<std::size_t>(c) * Nk + r] = hd.kp[i];
         }
     }
     hd.prepare_panels(km);
@@ -277,10 +280,10 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   // Backward: (batch, head) work items.
   out.delta = Tensor4(B, H, N, 1);
   out.dq = Tensor4(B, H, N, D);
-  // dK and dV per q head; with grouped-query attention they are summed over each group after
-  // the backward (sum_kv_groups).
-  out.dk = Tensor4(B, H, N, D);
-  out.dv = Tensor4(B, H, N, D);
+  // dK and dV per q head, Nk rows; with grouped-query attention they are summed over each
+  // group after the backward (sum_kv_groups).
+  out.dk = Tensor4(B, H, Nk, D);
+  out.dv = Tensor4(B, H, Nk, D);
   if (km.backward == BackwardKernel::fa2_seqk_parallel) out.dq_pre_cast = Tensor4(B, H, N, D);
   parallel_for(B * H, opt.threads, [&](int bh) {
     const int b = bh / H, h = bh % H;
@@ -346,9 +349,12 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
 
 void check_attention_inputs(const AttentionInputs& in) {
   const Tensor4 &q = in.q, &k = in.k, &v = in.v;
-  if (q.batch != k.batch || k.batch != v.batch || q.rows != k.rows || k.rows != v.rows || q.cols != k.cols ||
-      v.cols != q.cols)
-    throw std::invalid_argument("attention: q, k, v must have the same batch, seqlen and head dim");
+  if (q.batch != k.batch || k.batch != v.batch || q.cols != k.cols || v.cols != q.cols)
+    throw std::invalid_argument("attention: q, k, v must have the same batch and head dim");
+  // The key length may differ from the query length (decoding, cross-attention): k and v share it.
+  if (k.rows != v.rows)
+    throw std::invalid_argument("attention: k and v must have the same length (" + std::to_string(k.rows) + " and " +
+                                std::to_string(v.rows) + ")");
   if (k.heads != v.heads || (k.heads == 0 ? q.heads != 0 : q.heads % k.heads != 0))
     throw std::invalid_argument("attention: k and v must have the same heads, dividing q's (grouped-query attention)");
   if (in.d_o &&

@@ -38,38 +38,39 @@ namespace fb::attn::detail {
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // ---- per-head operands, prepared once (O(N·d)) --------------------------------------
+// nq query rows (Q, dO, and their transposes) and nk key rows (K, V, Kᵀ, Vᵀ, K', K'ᵀ).
 template <class E>
 struct HeadData {
-  int n = 0, d = 0;
-  std::vector<E> q, k, v, vt;        // rows [n][d]; vt = Vᵀ [d][n]
-  std::vector<E> d_o, d_ot, qt, kt;  // backward: dO rows, dOᵀ, Qᵀ; Kᵀ (also tile_scores)
+  int nq = 0, nk = 0, d = 0;
+  std::vector<E> q, k, v, vt;        // rows [nq or nk][d]; vt = Vᵀ [d][nk]
+  std::vector<E> d_o, d_ot, qt, kt;  // backward: dO rows, dOᵀ [d][nq], Qᵀ [d][nq]; Kᵀ [d][nk] (also tile_scores)
   std::vector<E> kp, kpt;            // triton_prescaled_k backward: the host-prescaled K' rows and K'ᵀ
   const E* q_row(int r) const { return q.data() + static_cast<std::size_t>(r) * d; }
   const E* k_row(int r) const { return k.data() + static_cast<std::size_t>(r) * d; }
   const E* v_row(int r) const { return v.data() + static_cast<std::size_t>(r) * d; }
-  const E* vt_row(int c) const { return vt.data() + static_cast<std::size_t>(c) * n; }
+  const E* vt_row(int c) const { return vt.data() + static_cast<std::size_t>(c) * nk; }
   const E* do_row(int r) const { return d_o.data() + static_cast<std::size_t>(r) * d; }
-  const E* dot_row(int c) const { return d_ot.data() + static_cast<std::size_t>(c) * n; }
-  const E* qt_row(int c) const { return qt.data() + static_cast<std::size_t>(c) * n; }
-  const E* kt_row(int c) const { return kt.data() + static_cast<std::size_t>(c) * n; }
+  const E* dot_row(int c) const { return d_ot.data() + static_cast<std::size_t>(c) * nq; }
+  const E* qt_row(int c) const { return qt.data() + static_cast<std::size_t>(c) * nq; }
+  const E* kt_row(int c) const { return kt.data() + static_cast<std::size_t>(c) * nk; }
   const E* kp_row(int r) const { return kp.data() + static_cast<std::size_t>(r) * d; }
-  const E* kpt_row(int c) const { return kpt.data() + static_cast<std::size_t>(c) * n; }
+  const E* kpt_row(int c) const { return kpt.data() + static_cast<std::size_t>(c) * nk; }
   // fp8 models (attention/fp8_quant.hpp): this head's descale per Q block and per K/V
   // block (one entry each under per-tensor scaling); empty otherwise.
   std::vector<double> q_descale, k_descale, v_descale;
   int q_block_rows = 1, kv_block_rows = 1;
   // The matrices a tensor-core dot reads as its column panel, prepared once per head
   // (prepare_panels) for every row (fb::fused_dot_rows), per input format's emin: their
-  // alignment exponents (fb::dot_alignment_exponents), and for Kᵀ and Vᵀ, whose rows are n
+  // alignment exponents (fb::dot_alignment_exponents), and for Kᵀ and Vᵀ, whose rows are nk
   // long, a copy in tiles of kPanelTile columns: a tile's d rows then lie in d * kPanelTile
-  // contiguous elements instead of d rows n elements apart, which map to the same L1 sets.
+  // contiguous elements instead of d rows nk elements apart, which map to the same L1 sets.
   static constexpr int kPanelTile = 64;
   struct Panel {
     const E* data;
     std::size_t size;
     int emin;
     std::vector<std::int32_t> alignment;
-    int rows = 0;  // tiled copies only: the matrix's rows (d); columns: n
+    int rows = 0;  // tiled copies only: the matrix's rows (d); columns: nk
     std::vector<E> tiled;
     std::vector<std::int32_t> tiled_alignment;
   };
@@ -90,15 +91,15 @@ struct HeadData {
           p.alignment.resize(m->size());
           dot_alignment_exponents(*spec->model, m->data(), m->size(), p.alignment.data());
           if (m == &kt || m == &vt) {
-            const std::size_t tiles = (static_cast<std::size_t>(n) + kPanelTile - 1) / kPanelTile;
+            const std::size_t tiles = (static_cast<std::size_t>(nk) + kPanelTile - 1) / kPanelTile;
             const std::size_t tile_size = static_cast<std::size_t>(d) * kPanelTile;
             p.rows = d;
             p.tiled.assign(tiles * tile_size, E{0});
             for (int r = 0; r < d; ++r)
-              for (int c = 0; c < n; ++c)
+              for (int c = 0; c < nk; ++c)
                 p.tiled[static_cast<std::size_t>(c / kPanelTile) * tile_size +
                         static_cast<std::size_t>(r) * kPanelTile + static_cast<std::size_t>(c % kPanelTile)] =
-                    (*m)[static_cast<std::size_t>(r) * n + c];
+                    (*m)[static_cast<std::size_t>(r) * nk + c];
             p.tiled_alignment.resize(p.tiled.size());
             dot_alignment_exponents(*spec->model, p.tiled.data(), p.tiled.size(), p.tiled_alignment.data());
           }
@@ -134,8 +135,9 @@ void copy_rows(const Tensor4& t, int b, int h, std::vector<E>& rows, std::vector
   }
 }
 
+// nq query rows, nk keys (nq != nk: decoding with a KV cache, cross-attention).
 struct Geometry {
-  int n = 0, d = 0;
+  int nq = 0, nk = 0, d = 0;
   double scale = 0.0;
   bool causal = false;
   TileSizes tiles;
@@ -158,8 +160,17 @@ inline std::optional<Format> promoted(const std::optional<Format>& a, const std:
   return formats::fp32;
 }
 
-// Keys a row may see (causal: up to and including the diagonal).
-inline int visible_keys(const Geometry& g, int row) { return g.causal ? std::min(g.n, row + 1) : g.n; }
+// The causal diagonal's offset: query row i's diagonal key is i + causal_offset(g). FA2 >= 2.1
+// aligns the mask to the bottom-right corner (csrc/flash_attn/src/mask.h:54, col_idx_limit_right
+// = min(max_seqlen_k, row_idx + 1 + max_seqlen_k - max_seqlen_q)), so the last query row sees
+// every key; 0 for nq == nk.
+inline int causal_offset(const Geometry& g) { return g.nk - g.nq; }
+// Keys a row may see: all nk, or causal up to and including its (bottom-right aligned)
+// diagonal, keys j <= row + nk - nq; none for the rows above the corner (row < nq - nk), which
+// the kernels' all-masked guards give O = 0 and LSE = +inf.
+inline int visible_keys(const Geometry& g, int row) {
+  return g.causal ? std::clamp(row + 1 + causal_offset(g), 0, g.nk) : g.nk;
+}
 
 // Pairwise (recursive halving) sum with every addition rounded by `add`: the order of
 // emu/summation.hpp pairwise_reduce.
@@ -299,7 +310,7 @@ void dots_against_columns(const A& ar, const DotSpec& spec, const HeadData<E>& h
     const typename HeadData<E>::Panel* panel = hd.panel_of(spec, b);
     const std::size_t offset = panel ? static_cast<std::size_t>(b - panel->data) : 0;
     constexpr int kTile = HeadData<E>::kPanelTile;
-    if (panel && !panel->tiled.empty() && ldb == static_cast<std::size_t>(hd.n) && offset % kTile == 0 &&
+    if (panel && !panel->tiled.empty() && ldb == static_cast<std::size_t>(hd.nk) && offset % kTile == 0 &&
         offset < ldb && k <= panel->rows) {
       // Columns from the tiled copy, one tile (kTile lanes) per call, in lane order.
       const std::size_t tile_size = static_cast<std::size_t>(panel->rows) * kTile;
@@ -324,7 +335,7 @@ void tile_scores(const KernelModel& km, const A& ar, const ScaleConstants& sc, c
                  int kb, int len, double* s, std::vector<float>& lane_values) {
   std::fill(s, s + len, 0.0);
   dots_against_columns(
-      ar, km.score_dot, hd, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.n), hd.d, len,
+      ar, km.score_dot, hd, s, q, hd.kt_row(0) + kb, static_cast<std::size_t>(hd.nk), hd.d, len,
       [&](int l) { return hd.k_row(kb + l); }, lane_values);
   scores_of_dots(km, ar, sc, s, len);
 }
@@ -541,7 +552,7 @@ template <class A, class E>
 void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
                               double* o_out, double* o_pre_out, RowStats& st, std::vector<double>& s,
                               std::vector<E>& pc, std::uint64_t o_position, const RunOptions& opt);
-// The materialised softmax row P (values of p_cast, g.n entries, 0 past the visible keys)
+// The materialised softmax row P (values of p_cast, g.nk entries, 0 past the visible keys)
 // recomputed from the saved m and l, as the backward recomputes it.
 template <class A, class E>
 void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
@@ -563,7 +574,7 @@ double delta_from_o(const KernelModel& km, const A& ar, const E* d_o, const doub
 template <class A, class E>
 double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
                       const RowStats& st, std::vector<double>& scratch);
-// One head's dQ, dK, dV ([n][d] each) from the forward's row statistics and delta, by the
+// One head's dQ ([nq][d]), dK and dV ([nk][d]) from the forward's row statistics and delta, by the
 // recipe's backward kernel. dq_pre_out (fa2 only): dQ in fp32 before its cast.
 template <class A, class E>
 void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,

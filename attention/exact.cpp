@@ -8,7 +8,9 @@
 // passes), so nothing cancels catastrophically except where the true result is itself
 // tiny. The reference is thus ~1e-16 relative, 13 orders below one bf16 ulp (2^-8)
 // and 11 below one fp16 ulp (2^-11): far beyond what measuring those errors needs.
-// All-masked rows give O = 0, LSE = +inf and zero gradients, as FA2 does.
+// All-masked rows give O = 0, LSE = +inf and zero gradients, as FA2 does. The key length Nk
+// may differ from the query length N; causal masks align bottom-right as FA2 >= 2.1 does:
+// row r sees keys j <= r + Nk - N (none for r < N - Nk).
 // Memory O(N·d); work split over (batch, head); results do not depend on threads.
 //
 // round_exact_outputs(): the model `correctly-rounded` (attention.hpp), the exact outputs
@@ -31,7 +33,7 @@ namespace fb::attn {
 
 AttentionOutputs exact_attention(const AttentionInputs& in) {
   const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
-  const int Hk = in.k.heads;
+  const int Hk = in.k.heads, Nk = in.k.rows;
   // Grouped-query attention: q head h reads k/v head h / group (check_attention_inputs).
   check_attention_inputs(in);
   const int group = Hk > 0 ? H / Hk : 1;
@@ -45,8 +47,8 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   if (backward) {
     out.delta = Tensor4(B, H, N, 1);
     out.dq = Tensor4(B, H, N, D);
-    out.dk = Tensor4(B, Hk, N, D);
-    out.dv = Tensor4(B, Hk, N, D);
+    out.dk = Tensor4(B, Hk, Nk, D);
+    out.dv = Tensor4(B, Hk, Nk, D);
   }
   // Each q head's dK and dV contributions, summed over its group once every head is done
   // (heads run on several threads; the group sum is in long double, in head order).
@@ -54,16 +56,16 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       head_dv(backward ? static_cast<std::size_t>(B) * H : 0);
   auto head = [&](int b, int h) {
     const int hk = h / group;
-    std::vector<long double> s(static_cast<std::size_t>(N)), o(static_cast<std::size_t>(D));
+    std::vector<long double> s(static_cast<std::size_t>(Nk)), o(static_cast<std::size_t>(D));
     std::vector<long double> forward_only;  // stands in for the gradients when there is no backward
     std::vector<long double>& dk = backward ? head_dk[static_cast<std::size_t>(b) * H + h] : forward_only;
     std::vector<long double>& dv = backward ? head_dv[static_cast<std::size_t>(b) * H + h] : forward_only;
     if (backward) {
-      dk.assign(static_cast<std::size_t>(N) * D, 0.0L);
-      dv.assign(static_cast<std::size_t>(N) * D, 0.0L);
+      dk.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
+      dv.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
     }
     for (int r = 0; r < N; ++r) {
-      const int nk = in.causal ? std::min(N, r + 1) : N;
+      const int nk = in.causal ? std::clamp(r + 1 + Nk - N, 0, Nk) : Nk;
       const double* q = in.q.row(b, h, r);
       long double m = -std::numeric_limits<long double>::infinity();
       for (int j = 0; j < nk; ++j) {
@@ -127,7 +129,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   if (backward) {
     for (int b = 0; b < B; ++b)
       for (int hk = 0; hk < Hk; ++hk)
-        for (int j = 0; j < N; ++j)
+        for (int j = 0; j < Nk; ++j)
           for (int c = 0; c < D; ++c) {
             long double dk = 0.0L, dv = 0.0L;
             const std::size_t at = static_cast<std::size_t>(j) * D + c;

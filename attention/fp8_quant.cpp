@@ -117,12 +117,13 @@ double fp8_quantise(const Format& format, double x, double scale, bool exact) {
 
 Fp8Inputs quantise_fp8_inputs(const Fp8Quantisation& spec, const AttentionInputs& in, int block_m, int block_n,
                               std::uint64_t seed, bool exact) {
-  const int n = in.q.rows, d = in.q.cols;
+  // Q blocks over the query length, K/V blocks over the key length (they differ when decoding).
+  const int nq = in.q.rows, nk = in.k.rows, d = in.q.cols;
   Fp8Inputs out;
-  out.q_block_rows = spec.block ? std::max(1, block_m) : std::max(1, n);
-  out.kv_block_rows = spec.block ? std::max(1, block_n) : std::max(1, n);
-  out.q_blocks = std::max(1, (n + out.q_block_rows - 1) / out.q_block_rows);
-  out.kv_blocks = std::max(1, (n + out.kv_block_rows - 1) / out.kv_block_rows);
+  out.q_block_rows = spec.block ? std::max(1, block_m) : std::max(1, nq);
+  out.kv_block_rows = spec.block ? std::max(1, block_n) : std::max(1, nk);
+  out.q_blocks = std::max(1, (nq + out.q_block_rows - 1) / out.q_block_rows);
+  out.kv_blocks = std::max(1, (nk + out.kv_block_rows - 1) / out.kv_block_rows);
   Tensor4 q = in.q, k = in.k;
   if (spec.hadamard) {
     if (!is_power_of_two(d)) {

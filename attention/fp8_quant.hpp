@@ -35,8 +35,8 @@ namespace fb::attn {
 
 struct Fp8Inputs {
   Tensor4 q, k, v;        // values of the 8-bit format (exact in double)
-  int q_block_rows = 0;   // rows per Q scale block (seqlen for per-tensor scaling)
-  int kv_block_rows = 0;  // rows per K/V scale block
+  int q_block_rows = 0;   // rows per Q scale block (q's length for per-tensor scaling)
+  int kv_block_rows = 0;  // rows per K/V scale block (k's length for per-tensor scaling)
   int q_blocks = 1, kv_blocks = 1;
   // Descale factors, index (batch * heads + head) * blocks + block, with the heads of the
   // tensor (q's for q_descale, k's for k_descale and v_descale).

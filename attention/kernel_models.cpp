@@ -722,7 +722,7 @@ KernelModel correctly_rounded_model(const Format& input, const Format& output) {
 
 }  // namespace
 
-TileSizes KernelModel::tiles_for(int head_dim, int seqlen, bool causal) const {
+TileSizes KernelModel::tiles_for(int head_dim, int seqlen, bool causal, int seqlen_k) const {
   if (golden_tiles) {
     // FlashAttention's rule with M the on-chip memory in elements. Golden et al. give
     // the rule but this project has not found the M of their runs; M = 32768 elements
@@ -738,7 +738,8 @@ TileSizes KernelModel::tiles_for(int head_dim, int seqlen, bool causal) const {
   }
   if (tiles_by_head_dim.empty()) {
     TileSizes t;
-    t.block_m = t.block_n = t.bwd_block_m = t.bwd_block_n = std::max(1, seqlen);
+    t.block_m = t.bwd_block_m = std::max(1, seqlen);
+    t.block_n = t.bwd_block_n = std::max(1, seqlen_k > 0 ? seqlen_k : seqlen);
     return t;
   }
   const auto& table = causal && !causal_tiles_by_head_dim.empty() ? causal_tiles_by_head_dim : tiles_by_head_dim;

@@ -342,8 +342,10 @@ struct KernelModel {
   bool sw_exp2_fa4_tuning = false;
 
   // Tile sizes this recipe uses for a problem (RunOptions' block sizes override when > 0).
-  // seqlen: materialised models use one tile; causal: causal_tiles_by_head_dim where given.
-  TileSizes tiles_for(int head_dim, int seqlen, bool causal) const;
+  // seqlen (the query length) and seqlen_k (the key length; 0: = seqlen): models without a
+  // tile table use one tile each way (block_m = seqlen, block_n = seqlen_k); causal:
+  // causal_tiles_by_head_dim where given.
+  TileSizes tiles_for(int head_dim, int seqlen, bool causal, int seqlen_k = 0) const;
   // Which of the forward's P̄ exponentials go through the software exp2 in a run of this
   // shape (`q_heads_per_kv_head` > 1: grouped-query attention).
   SoftwareExp2Split software_exp2_split(int head_dim, bool causal, int seqlen_q, int q_heads_per_kv_head) const;

@@ -18,8 +18,8 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   const int d = g.d;
   const int nk = visible_keys(g, row);
   const ScaleConstants k = head_scale_constants(km, ar, g, hd);
-  s.resize(static_cast<std::size_t>(g.n));
-  pc.resize(static_cast<std::size_t>(g.n));
+  s.resize(static_cast<std::size_t>(g.nk));
+  pc.resize(static_cast<std::size_t>(g.nk));
   std::vector<float> lane_values;
   tile_scores(km, ar, k, hd, hd.q_row(row), 0, nk, s.data(), lane_values);
   // The row's max, or +dynmax's over the whole row (one "tile"); the backward recomputes P
@@ -64,7 +64,7 @@ void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& h
   const ScaleConstants k = scale_constants(km, ar, g.scale);
   const int nk = visible_keys(g, row);
   const bool empty = st.l == 0.0 || std::isnan(st.l);
-  for (int j = 0; j < g.n; ++j) {
+  for (int j = 0; j < g.nk; ++j) {
     if (j >= nk || empty) {
       p_out[j] = 0.0;
       continue;

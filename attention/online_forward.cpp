@@ -15,7 +15,11 @@
 // diagonal tile ends at the row's last visible key; KernelModel::visit_masked_tiles visits
 // them as Qiu & Yao's loop does, where a finite mask value and STABLE=1 make them count. A row that
 // sees nothing follows FA2's guards: m = -inf is used as 0 in the exponent; l == 0 gives
-// inv = 1, O = 0 and LSE = +inf (PyTorch-style code without guards would give NaN).
+// inv = 1, O = 0 and LSE = +inf (PyTorch-style code without guards would give NaN). With a
+// key length other than the query length the causal diagonal is aligned bottom-right as in
+// FA2 >= 2.1 (visible_keys); the rows above the corner see no key at all: they visit no tile
+// (not even under +visit-masked-tiles) and take the same guards, every model alike (FA2's
+// flash_fwd_kernel.h:101-132 writes O = 0 and LSE = +inf for a row block with no KV block).
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -98,7 +102,10 @@ bool exp2_over_tile(const KernelModel& km, const Geometry& g) {
 }
 
 // scale_apply_exp2 over the tile: P̄_j from S_j and the new max. Triton, causal: tiles from
-// the row block's first key on take the masked ("on-band") path (start_n >= start_m * BLOCK_M).
+// the row block's first row's diagonal key on take the masked ("on-band") path (_attn_fwd_inner
+// STAGE 2: lo = start_m * BLOCK_M). The tutorial takes one N_CTX for q and k; with a key length
+// other than the query length the band starts at the shifted diagonal, start_m * BLOCK_M +
+// (nk - nq), as FA2 aligns its mask (ASSUMED: the tutorial has no such case).
 // ex2_args, ex2_values: fp32 scratch of len entries (exp2_over_tile).
 template <class A>
 void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& k, const Geometry& g, int row,
@@ -124,8 +131,8 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
       return;
     }
   }
-  const bool two_step =
-      km.causal_band_two_step_exponent && g.causal && kv_begin >= row / g.tiles.block_m * g.tiles.block_m;
+  const bool two_step = km.causal_band_two_step_exponent && g.causal &&
+                        kv_begin >= row / g.tiles.block_m * g.tiles.block_m + causal_offset(g);
   for (int j = 0; j < len; ++j) {
     // +sw-exp2: FA4's apply_exp2_convert picks the polynomial by the column's place in the tile.
     const SoftwareExp2Split& sw = g.software_exp2;
@@ -246,7 +253,7 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
   } else {
     int sum_len = len;
     if (km.row_sum_over_full_tile) {  // masked columns of the tile enter the reduction as zeros
-      sum_len = std::min(g.n, kv_begin + g.tiles.block_n) - kv_begin;
+      sum_len = std::min(g.nk, kv_begin + g.tiles.block_n) - kv_begin;
       std::fill(p.begin() + len, p.begin() + sum_len, 0.0);
     }
     double rs = pairwise_sum(p.data(), sum_len, [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
@@ -333,7 +340,8 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
     state.l = ar.f32(ar.f32(l_thread[0] + l_thread[2]) + ar.f32(l_thread[1] + l_thread[3]));
   }
   const double m = state.m, l = state.l;
-  const bool empty = l == 0.0 || std::isnan(l);
+  // m == -inf: no score seen (a row above the causal corner; Triton's ℓ starts at 1).
+  const bool empty = l == 0.0 || std::isnan(l) || m == -kInf;
   // FA3 finalize(v_descale): one per-row output scale, fp32(inv_sum * v_descale).
   const double fa3_out_scale =
       km.normalisation != Normalisation::fa3_finalize
@@ -473,7 +481,7 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
   // -(the input format's largest finite value), as Qiu & Yao's masked_fill_ leaves them.
   const int visible = visible_keys(g, row);
   const bool masked_in_loop = km.visit_masked_tiles && g.causal;
-  const int nk = masked_in_loop ? g.n : visible;
+  const int nk = masked_in_loop && visible > 0 ? g.nk : visible;
   const double masked_score = -to_double(km.input, km.input.max_finite_pattern());
   const int bn = g.tiles.block_n;
   const int tiles = (nk + bn - 1) / bn;

@@ -154,22 +154,44 @@ Tensor4 group_leaders(const Tensor4& t, int kv_heads) {
   return out;
 }
 
+// Rows [first, first + count) of every (batch, head) slice of t.
+Tensor4 row_range(const Tensor4& t, int first, int count) {
+  Tensor4 out(t.batch, t.heads, count, t.cols);
+  for (int b = 0; b < t.batch; ++b)
+    for (int h = 0; h < t.heads; ++h)
+      for (int r = 0; r < count; ++r)
+        for (int c = 0; c < t.cols; ++c) out.at(b, h, r, c) = t.at(b, h, first + r, c);
+  return out;
+}
+
 }  // namespace
 
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen, int head_dim,
-                              const Format& dtype, bool with_backward, int kv_heads) {
+                              const Format& dtype, bool with_backward, int kv_heads, int seqlen_k) {
   bool known = false;
   for (const std::string& s : scenario_names()) known |= s == name;
   if (!known)
     throw std::invalid_argument("unknown scenario '" + std::string(name) +
                                 "' (random, fa3-outliers, sink, ties, wide-ties)");
-  if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0) throw std::invalid_argument("scenario: negative shape");
+  if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0 || seqlen_k < 0)
+    throw std::invalid_argument("scenario: negative shape");
+  // Another key length: the square problem of the longer length, q (and dO) its last seqlen
+  // rows, k and v its first seqlen_k rows.
+  const int nk = seqlen_k > 0 ? seqlen_k : seqlen, n = std::max(seqlen, nk);
   AttentionInputs in;
   in.dtype = dtype;
-  in.q = make_tensor(name, seed, kQ, batch, heads, seqlen, head_dim, dtype);
-  in.k = make_tensor(name, seed, kK, batch, heads, seqlen, head_dim, dtype);
-  in.v = make_tensor(name, seed, kV, batch, heads, seqlen, head_dim, dtype);
-  if (with_backward) in.d_o = make_tensor(name, seed, kDO, batch, heads, seqlen, head_dim, dtype);
+  in.q = make_tensor(name, seed, kQ, batch, heads, n, head_dim, dtype);
+  in.k = make_tensor(name, seed, kK, batch, heads, n, head_dim, dtype);
+  in.v = make_tensor(name, seed, kV, batch, heads, n, head_dim, dtype);
+  if (with_backward) in.d_o = make_tensor(name, seed, kDO, batch, heads, n, head_dim, dtype);
+  if (seqlen < n) {
+    in.q = row_range(in.q, n - seqlen, seqlen);
+    if (in.d_o) in.d_o = row_range(*in.d_o, n - seqlen, seqlen);
+  }
+  if (nk < n) {
+    in.k = row_range(in.k, 0, nk);
+    in.v = row_range(in.v, 0, nk);
+  }
   if (kv_heads < 0 || (kv_heads > 0 && heads % kv_heads != 0))
     throw std::invalid_argument("scenario: kv heads " + std::to_string(kv_heads) + " do not divide heads " +
                                 std::to_string(heads));

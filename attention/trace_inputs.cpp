@@ -54,14 +54,16 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
     return a.batch == b.batch && a.heads == b.heads && a.rows == b.rows && a.cols == b.cols;
   };
   // Grouped-query traces (k and v with fewer heads, dividing q's) are fine; the engine maps
-  // q head h to k/v head h / (H/Hk). What it cannot run is a KV length other than q's.
+  // q head h to k/v head h / (H/Hk). So is a KV length other than q's (decoding,
+  // cross-attention; a causal mask is then aligned bottom-right, as FA2 aligns it).
   Tensor4 k_like_q = in.k;
   k_like_q.heads = in.q.heads;
+  k_like_q.rows = in.q.rows;
   if (!same_shape(in.k, in.v) || !same_shape(in.q, k_like_q))
     throw TraceError(trace.source_name() + ": q " + shape_text(in.q) + ", k " + shape_text(in.k) + " and v " +
                      shape_text(in.v) +
-                     ": the models need k and v of one shape, with q's batch, rows and head dim (their heads may "
-                     "divide q's: grouped-query attention)");
+                     ": the models need k and v of one shape, with q's batch and head dim (their heads may "
+                     "divide q's: grouped-query attention; their length may differ from q's)");
   if (trace.has("do")) in.d_o = tensor_from_trace(trace, "do");
   const TraceMetadata& m = trace.metadata();
   in.dtype = m.dtype ? *m.dtype : trace.bits("q").format;

@@ -24,13 +24,13 @@ ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype)
 
 // The inputs a trace captured (q, k, v, and dO when present), with its scale, causal flag
 // and dtype (metadata dtype, else q's dtype). k and v may have fewer heads than q
-// (grouped-query attention). TraceError (naming the file) when k and v differ in shape, or
-// differ from q other than in heads (a KV length other than q's is not modelled).
+// (grouped-query attention) and another length (Nk != N: decoding, cross-attention).
+// TraceError (naming the file) when k and v differ in shape, or from q in batch or head dim.
 AttentionInputs inputs_from_trace(const Trace& trace);
 // What a trace must be for a model to run on it and be compared with it, beyond the schema
 // (trace.hpp): replay checks it before it runs, and import before it writes a trace, so that
 // import never writes a trace replay cannot read. The inputs (inputs_from_trace: k and v of
-// one shape, with q's batch, rows and head dim); q, k, v, o, and do, lse, delta, dq, dk, dv
+// one shape, with q's batch and head dim); q, k, v, o, and do, lse, delta, dq, dk, dv
 // where present, in a format flashbits decodes (bf16, fp16, fp32, e4m3, e5m2: not F64 or
 // integers), since they are compared bit for bit in their own format; and, when a model is
 // named, one that reads the inputs' dtype (parse_model_for_inputs). The model is

@@ -1207,7 +1207,9 @@ TEST_CASE("issue 21: errors about a trace's contents start with the trace's path
   // --model on the command line is named as the option.
   CHECK(one_error(run("replay " + poisoned_trace("known_model", "none", 0, 0.0) + "/t.safetensors --model nope"),
                   "--model nope"));
-  // k and v with fewer rows than q (the builder refuses k rows != v rows).
+  // k and v with fewer rows than q: read since issue 38 (cross-attention, a KV length other than
+  // q's); this o is the square problem's, not the model's, so replay and demo report mismatches
+  // (exit 1) and bias-test has one sample (inconclusive, exit 4). Never exit 2.
   auto in = fb::attn::make_scenario("random", 3, 1, 1, 32, 16, fb::formats::bf16, false);
   const auto exact = fb::attn::exact_attention(in);
   fb::TraceMetadata md;
@@ -1230,11 +1232,14 @@ TEST_CASE("issue 21: errors about a trace's contents start with the trace's path
       .add_values("v", fb::formats::bf16, half, v_half)
       .add_values("o", fb::formats::bf16, full, o)
       .write(rows);
-  for (const std::string& cmd : {"replay " + rows, "demo --trace " + rows, "bias-test --traces " + rows_dir.string()}) {
+  for (const std::pair<std::string, int>& expected :
+       {std::pair{"replay " + rows, 1}, std::pair{"demo --trace " + rows, 1},
+        std::pair{"bias-test --traces " + rows_dir.string(), 4}}) {
+    const std::string& cmd = expected.first;
     CAPTURE(cmd);
     const Run r = run(cmd);
-    CHECK(r.code == 2);
-    CHECK_MESSAGE(r.err.rfind("error: " + rows + ": ", 0) == 0, r.err);
+    CHECK(r.code == expected.second);
+    CHECK_MESSAGE(r.err.find("error:") == std::string::npos, r.err);
   }
 }
 

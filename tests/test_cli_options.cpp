@@ -291,9 +291,14 @@ TEST_CASE("issue 34: import refuses what replay cannot read, with the check repl
   check_refused(run("import " + f64 + statement + out + " --dtype bf16"), {f64, "F64"});
   check_refused(run("import " + f64 + statement + out), {f64, "F64"});
   check_refused(run("replay " + f64 + " --model fa2-sm80 --source unknown --layout bhsd --dtype bf16"), {f64, "F64"});
-  // A KV length other than q's: the models need Nk = N.
+  // A KV length other than q's (cross-attention, decoding) is imported, and replays.
   const std::string nk = bare("nk.safetensors", fb::Dtype::F32, 32);
-  check_refused(run("import " + nk + statement + out), {nk, "k [1,1,32,16]"});
+  const std::string nk_out = (dir / "nk_out.safetensors").string();
+  const Run nk_import = run("import " + nk + statement + nk_out + " --model standard-fp32");
+  REQUIRE_MESSAGE(nk_import.code == 0, nk_import.err);
+  CHECK(nk_import.out.find("kv length 32") != std::string::npos);
+  const Run nk_replay = run("replay " + nk_out);
+  CHECK_MESSAGE((nk_replay.code == 0 || nk_replay.code == 1), nk_replay.err);
   // A model that does not exist, or does not read the capture's dtype (fp32 here).
   const std::string good = bare("good.safetensors", fb::Dtype::F32, 16);
   check_refused(run("import " + good + statement + out + " --model nosuch"),
@@ -339,4 +344,49 @@ TEST_CASE("issue 34: bias-test --traces says so when a capture's dO gives no del
   const nlohmann::json c = nlohmann::json::parse(computed.out);
   CHECK(c.contains("delta"));
   CHECK_FALSE(has(c.value("delta_note", ""), "NOT tested"));
+}
+
+TEST_CASE("issue 38: make-trace --seqlen-k, replay and bias-test --traces with a key length other than N") {
+  const fs::path dir = scratch() / "nq_nk";
+  fs::create_directories(dir);
+  std::vector<std::string> paths;
+  for (int seed = 0; seed < 3; ++seed) {
+    const std::string path = (dir / ("decode" + std::to_string(seed) + ".safetensors")).string();
+    const Run made =
+        run("make-trace --model fa2-sm80 --scenario sink --seqlen 8 --seqlen-k 40 --headdim 16 --backward "
+            "--seed " +
+            std::to_string(seed) + " --out " + path);
+    REQUIRE_MESSAGE(made.code == 0, made.err);
+    CHECK_MESSAGE(has(made.out, "seqlen 8, kv length 40"), made.out);
+    paths.push_back(path);
+  }
+  const fb::Trace trace = fb::read_trace(paths[0]);
+  CHECK(trace.rows() == 8);
+  CHECK(trace.kv_rows() == 40);
+  CHECK(trace.tensor("dk").shape[2] == 40);
+  CHECK(trace.tensor("dq").shape[2] == 8);
+  // The emulator's own trace replays bit for bit, every tensor, and explains a row.
+  const Run replay = run("replay " + paths[0]);
+  CHECK_MESSAGE(replay.code == 0, replay.out << replay.err);
+  const Run explain = run("replay " + paths[0] + " --explain --row 7");
+  CHECK_MESSAGE(explain.code == 0, explain.out << explain.err);
+  const Run bias = run("bias-test --traces " + dir.string());
+  // Three samples: inconclusive (exit 4), but measured, against the exact reference of N != Nk.
+  CHECK_MESSAGE(bias.code == 4, bias.out << bias.err);
+  CHECK_MESSAGE(has(bias.out, "3 traces"), bias.out);
+  CHECK_MESSAGE(has(bias.out, "O      n=3"), bias.out);
+  // A stated seqlen_k that is not k's length: exit 2, naming the file and the key.
+  fb::Safetensors file = fb::read_safetensors(paths[0]);
+  file.metadata["seqlen_k"] = "39";
+  const std::string bad = (scratch() / "nq_nk_bad.safetensors").string();
+  fb::write_safetensors(bad, file);
+  check_refused(run("replay " + bad), {bad, "seqlen_k", "says 39", "'k'", "40 rows"});
+  file.metadata["seqlen_k"] = "forty";
+  fb::write_safetensors(bad, file);
+  check_refused(run("replay " + bad), {bad, "seqlen_k", "positive sequence length", "forty"});
+  // Stated and right: accepted.
+  file.metadata["seqlen_k"] = "40";
+  file.metadata["seqlen_q"] = "8";
+  fb::write_safetensors(bad, file);
+  CHECK(run("replay " + bad).code == 0);
 }

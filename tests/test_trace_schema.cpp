@@ -330,6 +330,14 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
       {"tile zero", minimal_trace(R"({"source":"emulated","block_m":"0"})"),
        "__metadata__: key 'block_m': expected a positive tile size (at most 65536), got '0'"},
       {"tile text", minimal_trace(R"({"source":"emulated","block_n":"64x"})"), "key 'block_n'"},
+      // The stated lengths (issue 38) must be the shapes': q's rows and k's rows (2 here).
+      {"seqlen_q wrong", minimal_trace(R"({"source":"emulated","seqlen_q":"3"})"),
+       "trace.safetensors: __metadata__: key 'seqlen_q': says 3 but tensor 'q' has 2 rows [1,1,2,2]"},
+      {"seqlen_k wrong", minimal_trace(R"({"source":"emulated","seqlen_k":"1"})"),
+       "__metadata__: key 'seqlen_k': says 1 but tensor 'k' has 2 rows"},
+      {"seqlen_k text", minimal_trace(R"({"source":"emulated","seqlen_k":"2k"})"),
+       "__metadata__: key 'seqlen_k': expected a positive sequence length (at most 2^31-1), got '2k'"},
+      {"seqlen_q zero", minimal_trace(R"({"source":"emulated","seqlen_q":"0"})"), "key 'seqlen_q'"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -337,7 +345,8 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
     CHECK_MESSAGE(message.find(c.expected) != std::string::npos, message);
   }
   for (const char* good : {R"({"source":"cuda:A100","causal":"False","dtype":"bf16","block_m":"64"})",
-                           R"({"source":"emulated","causal":"1","dtype":"torch.bfloat16","softmax_scale":"1e-1"})"})
+                           R"({"source":"emulated","causal":"1","dtype":"torch.bfloat16","softmax_scale":"1e-1"})",
+                           R"({"source":"emulated","seqlen_q":"2","seqlen_k":"2"})"})
     CHECK(trace_error(minimal_trace(good)) == "(no error)");
 }
 

@@ -23,8 +23,8 @@ namespace {
 
 struct MakeTraceOptions {
   std::string model, scenario = "sink", out, dtype = "bf16";
-  int seqlen = 256, headdim = 64;
-  int batch = 1, heads = 1, kv_heads = 0;  // kv_heads 0: not given, = heads (--kv-heads 0 is refused)
+  int seqlen = 256, headdim = 64, seqlen_k = 0;  // seqlen_k 0: not given, = seqlen
+  int batch = 1, heads = 1, kv_heads = 0;        // kv_heads 0: not given, = heads (--kv-heads 0 is refused)
   int jobs = default_jobs();
   std::uint64_t seed = 0;
   bool backward = false;
@@ -61,13 +61,15 @@ int run_make_trace(const MakeTraceOptions& o) {
     throw InputError("--kv-heads " + std::to_string(o.kv_heads) + ": expected a divisor of --heads " +
                      std::to_string(o.heads) + " (grouped-query attention)");
   check_problem_size(o.batch, o.heads, o.seqlen, o.headdim);
+  const int seqlen_k = o.seqlen_k == 0 ? o.seqlen : o.seqlen_k;
+  if (seqlen_k != o.seqlen) check_problem_size(o.batch, o.heads, seqlen_k, o.headdim);
   const int jobs = jobs_or_throw(o.jobs);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   check_output_path("--out", o.out);
   attn::AttentionInputs in;
   try {
     in = attn::make_scenario(o.scenario, o.seed, o.batch, o.heads, o.seqlen, o.headdim, model.recipe->input, o.backward,
-                             kv_heads);
+                             kv_heads, seqlen_k);
   } catch (const std::invalid_argument& e) {
     throw InputError("--scenario " + o.scenario + ": " + e.what());
   }
@@ -90,7 +92,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   md.causal = in.causal;
   md.dtype = model.recipe->input;
   if (model.recipe->structure == attn::Structure::online_softmax) {
-    const auto t = model.recipe->tiles_for(o.headdim, o.seqlen, in.causal);
+    const auto t = model.recipe->tiles_for(o.headdim, o.seqlen, in.causal, seqlen_k);
     md.block_m = t.block_m;
     md.block_n = t.block_n;
   }
@@ -117,7 +119,8 @@ int run_make_trace(const MakeTraceOptions& o) {
   std::cout << "wrote " << o.out << " (source emulated, model " << model.name << ", scenario " << o.scenario
             << ", batch " << o.batch << ", heads " << o.heads
             << (kv_heads != o.heads ? " over kv heads " + std::to_string(kv_heads) : std::string()) << ", seqlen "
-            << o.seqlen << ", head dim " << o.headdim << (in.d_o ? ", with backward" : "") << ")\n";
+            << o.seqlen << (seqlen_k != o.seqlen ? ", kv length " + std::to_string(seqlen_k) : std::string())
+            << ", head dim " << o.headdim << (in.d_o ? ", with backward" : "") << ")\n";
   return kExitOk;
 }
 
@@ -126,6 +129,9 @@ Runner setup_make_trace(CLI::App& app) {
   app.add_option("--model", o->model, "kernel model")->required();
   app.add_option("--scenario", o->scenario, "random|fa3-outliers|sink|ties (default sink)");
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)")->check(size_in());
+  app.add_option("--seqlen-k", o->seqlen_k,
+                 "key/value length (default: --seqlen; the scenario's first SEQLEN_K keys, q its last --seqlen rows)")
+      ->check(size_in());
   app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
   app.add_option("--batch", o->batch, "batch size (default 1)")->check(size_in());
   app.add_option("--heads", o->heads, "query heads (default 1)")->check(size_in());

@@ -118,13 +118,14 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
 // One of fb-fa2's per-row intermediates ([traced row][kv block][...], fp32, NaN where the
 // kernel never visited the block) against the traced rows' tile records. `value` gives the
 // model's value of element `e` of a tile, or nullopt where that tile does not hold it. A
-// causal m-block also visits KV blocks where a row sees no key (FA2 visits n < ceil((m + 1)
-// * block_m / block_n)); the model skips them as the no-ops they are, so there the kernel's
-// state is still the initial one: max -inf, sums 0, P 0, accumulator 0 (`empty`).
+// causal m-block also visits KV blocks where a row sees no key (FA2 visits n < ceil(((m + 1)
+// * block_m + seqlen_k - seqlen_q) / block_n), flash_fwd_kernel.h:94); the model skips them as
+// the no-ops they are, so there the kernel's state is still the initial one: max -inf, sums 0,
+// P 0, accumulator 0 (`empty`). `causal_offset`: seqlen_k - seqlen_q.
 template <class Value>
 Comparison compare_intermediate(const Trace& trace, const std::string& name, const std::vector<int>& rows,
                                 const std::vector<const attn::RowTrace*>& traced, const attn::TileSizes& tiles,
-                                bool causal, double empty, Value value) {
+                                bool causal, int causal_offset, double empty, Value value) {
   const int block_n = tiles.block_n;
   Comparison cmp;
   cmp.name = name;
@@ -144,7 +145,9 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
         if (t.kv_begin == static_cast<int>(kb) * block_n) tile = &t;
       const int m_block = rows[slot] / tiles.block_m;
       const std::size_t visited =
-          causal ? static_cast<std::size_t>(((m_block + 1) * tiles.block_m + block_n - 1) / block_n) : blocks;
+          causal ? static_cast<std::size_t>(std::max(0, (m_block + 1) * tiles.block_m + causal_offset + block_n - 1) /
+                                            block_n)
+                 : blocks;
       for (std::size_t e = 0; e < inner; ++e) {
         const std::uint32_t want = captured.bits[(slot * blocks + kb) * inner + e];
         const std::optional<double> got = tile           ? value(*tile, e)
@@ -354,28 +357,31 @@ int run_replay(const ReplayOptions& o) {
     std::vector<const attn::RowTrace*> traced;
     for (std::size_t i = 0; i < intermediate_rows.size(); ++i) traced.push_back(&tracer.traces[first_intermediate + i]);
     const attn::TileSizes tiles =
-        model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()), in.causal);
+        model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()), in.causal,
+                                static_cast<int>(trace.kv_rows()));
     const bool causal = in.causal;
+    const int causal_offset = static_cast<int>(trace.kv_rows()) - static_cast<int>(trace.rows());
     using Tile = attn::TileRecord;
     if (trace.has("trace_m"))
       comparisons.push_back(
-          compare_intermediate(trace, "trace_m", intermediate_rows, traced, tiles, causal, -INFINITY,
+          compare_intermediate(trace, "trace_m", intermediate_rows, traced, tiles, causal, causal_offset, -INFINITY,
                                [](const Tile& t, std::size_t) { return std::optional<double>(t.running_max); }));
     if (trace.has("trace_l_partial"))
       comparisons.push_back(compare_intermediate(
-          trace, "trace_l_partial", intermediate_rows, traced, tiles, causal, 0.0,
+          trace, "trace_l_partial", intermediate_rows, traced, tiles, causal, causal_offset, 0.0,
           [](const Tile& t, std::size_t e) { return e < 4 ? std::optional<double>(t.thread_sums[e]) : std::nullopt; }));
     if (trace.has("trace_p"))
-      comparisons.push_back(compare_intermediate(trace, "trace_p", intermediate_rows, traced, tiles, causal, 0.0,
-                                                 [](const Tile& t, std::size_t e) {
+      comparisons.push_back(compare_intermediate(trace, "trace_p", intermediate_rows, traced, tiles, causal,
+                                                 causal_offset, 0.0, [](const Tile& t, std::size_t e) {
                                                    // keys past the row's causal limit: exp2(-inf) = 0
                                                    return std::optional<double>(e < t.p.size() ? t.p[e] : 0.0);
                                                  }));
     if (trace.has("trace_acc_o"))
-      comparisons.push_back(compare_intermediate(
-          trace, "trace_acc_o", intermediate_rows, traced, tiles, causal, 0.0, [](const Tile& t, std::size_t e) {
-            return e < t.acc.size() ? std::optional<double>(t.acc[e]) : std::nullopt;
-          }));
+      comparisons.push_back(compare_intermediate(trace, "trace_acc_o", intermediate_rows, traced, tiles, causal,
+                                                 causal_offset, 0.0, [](const Tile& t, std::size_t e) {
+                                                   return e < t.acc.size() ? std::optional<double>(t.acc[e])
+                                                                           : std::nullopt;
+                                                 }));
   }
   // The backward's outputs, whenever the trace holds them (the run computes them from dO).
   const std::pair<const char*, const std::optional<attn::Tensor4>*> gradients[] = {

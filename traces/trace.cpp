@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace fb {
 
@@ -109,6 +110,16 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
       fail(source, key_prefix(key) + "expected a positive tile size (at most 65536), got " + quoted_name(*v));
     *field = size;
   }
+  for (auto [key, field] :
+       {std::pair{trace_keys::seqlen_q, &out.seqlen_q}, std::pair{trace_keys::seqlen_k, &out.seqlen_k}}) {
+    const auto v = find_key(raw, key);
+    if (!v) continue;
+    int length = 0;
+    const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), length);
+    if (ec != std::errc() || end != v->data() + v->size() || length <= 0)
+      fail(source, key_prefix(key) + "expected a positive sequence length (at most 2^31-1), got " + quoted_name(*v));
+    *field = length;
+  }
   return out;
 }
 
@@ -191,6 +202,12 @@ void validate_tensors(const Safetensors& file, const TraceMetadata& metadata, st
       fail(source, "tensor '" + std::string(shares) + "': dtype " + std::string(dtype_name(t.dtype)) +
                        " differs from q's " + std::string(dtype_name(q.dtype)) + " (q, k and v share one dtype)");
   }
+  // Stated lengths must be the shapes' (the query length q's rows, the key length k's rows).
+  for (auto [key, stated, tensor] : {std::tuple{trace_keys::seqlen_q, metadata.seqlen_q, &q},
+                                     std::tuple{trace_keys::seqlen_k, metadata.seqlen_k, &k}})
+    if (stated && static_cast<std::uint64_t>(*stated) != tensor->shape[2])
+      fail(source, key_prefix(key) + "says " + std::to_string(*stated) + " but tensor " + quoted_name(tensor->name) +
+                       " has " + std::to_string(tensor->shape[2]) + " rows " + shape_string(tensor->shape));
   if (metadata.dtype) {
     const auto q_format = dtype_format(q.dtype);
     if (q_format && !(*q_format == *metadata.dtype))
@@ -318,6 +335,8 @@ std::map<std::string, std::string> metadata_strings(const TraceMetadata& m) {
   if (m.dtype) put(trace_keys::dtype, m.dtype->name);
   if (m.block_m) put(trace_keys::block_m, std::to_string(*m.block_m));
   if (m.block_n) put(trace_keys::block_n, std::to_string(*m.block_n));
+  if (m.seqlen_q) put(trace_keys::seqlen_q, std::to_string(*m.seqlen_q));
+  if (m.seqlen_k) put(trace_keys::seqlen_k, std::to_string(*m.seqlen_k));
   return out;
 }
 

@@ -4,7 +4,10 @@
 // indexed [batch][head][row][column]:
 //   required  q [B,H,N,D], k [B,Hk,Nk,D], v [B,Hk,Nk,D], o [B,H,N,D], where Hk divides H
 //             (grouped-query attention: q head h reads k/v head h / (H/Hk), as FA2 and
-//             SDPA's enable_gqa do; Hk = H is ordinary multi-head attention)
+//             SDPA's enable_gqa do; Hk = H is ordinary multi-head attention). The query
+//             length N (seqlen_q) and the key length Nk (seqlen_k) are the shapes' and may
+//             differ (decoding with a KV cache, cross-attention; causal then means FA2's
+//             bottom-right alignment); traces written before they could differ have N = Nk.
 //   optional  do, dq like q; dk, dv like k; lse, delta, m, l as [B,H,N] or [B,H,N,1];
 //             s, p as [B,H,N,Nk]; any other name is kept unchecked (instrumented kernels
 //             may capture more per-row intermediates).
@@ -19,6 +22,8 @@
 //   causal             true|false (Python's True|False and 1|0 accepted)
 //   dtype              a flashbits format name or torch dtype name; must match q's dtype
 //   block_m, block_n   positive tile sizes
+//   seqlen_q, seqlen_k optional, each a positive integer equal to q's rows (N) and k's rows
+//                      (Nk): a capture may state them; the shapes are what is read
 //   any other key      kept in raw_metadata()
 // Contract: read_trace/parse_trace/Trace::from_safetensors either return a trace that
 // satisfies all of the above or throw TraceError with one line naming the file, the tensor
@@ -51,6 +56,8 @@ inline constexpr std::string_view causal = "causal";
 inline constexpr std::string_view dtype = "dtype";
 inline constexpr std::string_view block_m = "block_m";
 inline constexpr std::string_view block_n = "block_n";
+inline constexpr std::string_view seqlen_q = "seqlen_q";
+inline constexpr std::string_view seqlen_k = "seqlen_k";
 }  // namespace trace_keys
 
 inline constexpr std::string_view kEmulatedSource = "emulated";
@@ -64,6 +71,7 @@ struct TraceMetadata {
   std::optional<bool> causal;
   std::optional<Format> dtype;
   std::optional<int> block_m, block_n;
+  std::optional<int> seqlen_q, seqlen_k;  // when stated: q's and k's rows (validated against them)
 };
 
 // A tensor's stored bit patterns (in the container of `format`), row-major.
@@ -95,7 +103,7 @@ class Trace {
   std::uint64_t kv_heads() const { return tensor("k").shape[1]; }  // divides heads()
   std::uint64_t rows() const { return q_shape()[2]; }
   std::uint64_t head_dim() const { return q_shape()[3]; }
-  std::uint64_t kv_rows() const { return tensor("k").shape[2]; }
+  std::uint64_t kv_rows() const { return tensor("k").shape[2]; }  // the key length; may differ from rows()
 
  private:
   const std::vector<std::uint64_t>& q_shape() const { return tensor("q").shape; }

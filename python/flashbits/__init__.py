@@ -384,9 +384,10 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model") -> AttentionResult:
     """Run attention as the kernel ``model`` computes it (``models()``; ``correctly-rounded`` is
     the exact result rounded once per output). q, k and v [..., N, D] with up to two leading
-    axes (batch, head); k and v may have fewer heads than q (grouped-query), but not another
-    length: the kernel models are self-attention only (Nk = N; the engine refuses any other
-    Nk, and so does this function, with a ValueError saying so). Values exactly
+    axes (batch, head); k and v [..., Nk, D] may have fewer heads than q (grouped-query) and
+    another length Nk (decoding with a KV cache, cross-attention); ``causal`` then aligns the
+    mask bottom-right as FlashAttention does (query row i sees keys j <= i + Nk - N; rows that
+    see no key get O = 0 and LSE = +inf). dK and dV have k's shape. Values exactly
     representable in the model's input format (``dtype``: bf16 by default, fp16 for float16
     input; models that name theirs use it; the fp8 models take bf16 and quantise it), or its
     bit patterns (unsigned integers of its container width: uint16 for bf16 and fp16, where

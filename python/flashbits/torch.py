@@ -27,9 +27,12 @@ Supported: CPU tensors of any floating dtype, shapes [L, E], [H, L, E] or [B, H,
 v with fewer heads than q dividing them (grouped-query attention: query head h reads kv head
 h // (Hq/Hk)); ``is_causal`` (the mask aligned top-left, query i sees keys 0..i); ``scale``
 (default 1/sqrt(E)). Refused with a ValueError naming the argument, never a silent fallback:
-an ``attn_mask``, ``dropout_p`` other than 0, tensors not on the CPU, key lengths other than
-the query length (the kernel models are self-attention only), a value head dim other than
-the query's, a model without a backward when a gradient is needed. The GIL is released while
+an ``attn_mask``, ``dropout_p`` other than 0, tensors not on the CPU, ``is_causal`` with a
+key length other than the query length (PyTorch's mask is then aligned top-left, the kernel
+models' bottom-right as FlashAttention's; PyTorch's own flash backend refuses that case too;
+``flashbits.attention`` runs it bottom-right), a value head dim other than the query's, a model
+without a backward when a gradient is needed. Without ``is_causal`` the key length may differ
+from the query length (cross-attention, decoding). The GIL is released while
 the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x: only public APIs.
 """
 from __future__ import annotations
@@ -101,9 +104,10 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, model):
     if v.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"value: head dim {v.shape[-1]} (key {k.shape[-1]}) differs from query's "
                          f"{q.shape[-1]}; the kernel models need one head dim")
-    if k.shape[-2] != q.shape[-2]:
-        raise ValueError(f"key: length {k.shape[-2]} differs from query's {q.shape[-2]}; the kernel models "
-                         f"are self-attention only (key length = query length)")
+    if is_causal and k.shape[-2] != q.shape[-2]:
+        raise ValueError(f"key: length {k.shape[-2]} differs from query's {q.shape[-2]} with is_causal=True: "
+                         f"PyTorch aligns that mask top-left, the kernel models bottom-right (FlashAttention's); "
+                         f"use flashbits.attention(causal=True) for the bottom-right mask")
     if q.dim() == 4 and k.shape[0] != q.shape[0]:
         raise ValueError(f"key: batch {k.shape[0]} differs from query's {q.shape[0]}")
     if q.dim() >= 3:
@@ -121,7 +125,7 @@ def _math_attention(q, k, v, is_causal, scale, dtype):
         kc = kc.repeat_interleave(group, dim=-3)
         vc = vc.repeat_interleave(group, dim=-3)
     s = _torch.matmul(qc, kc.transpose(-2, -1)) * scale
-    if is_causal:
+    if is_causal:  # query length = key length (_check_arguments)
         n = s.shape[-1]
         mask = _torch.ones(n, n, dtype=_torch.bool).triu(1)
         s = s.masked_fill(mask, float("-inf"))

@@ -3,9 +3,10 @@
 // Contract: q, k, v (and do) arrive as [B,H,N,D] arrays (the Python layer adds leading axes)
 // of float64 values, each exactly representable in the model's input format, or of that
 // format's bit patterns (unsigned integers of its container width): common.hpp operand_bits,
-// ValueError naming the first bad element. k and v may have fewer heads than q (GQA) but
-// the same length: the engine models Nk = N only, and a different Nk is a ValueError saying
-// so. The problem size is held to the CLI's limits (attention/problem_limits.hpp). The model
+// ValueError naming the first bad element. k and v may have fewer heads than q (GQA) and
+// another length Nk (decoding, cross-attention; causal aligns bottom-right, as FA2). The
+// problem size, q's [B,H,N,D] and the per-q-head keys [B,H,Nk,D] (the engine's dK, dV per q
+// head), is held to the CLI's limits (attention/problem_limits.hpp). The model
 // is parsed as the CLI parses --model with --dtype (attention/trace_inputs.hpp
 // parse_model_for_inputs), a recipe file applied as `--recipe` does. The run itself
 // (attn::run_attention, or exact_attention) happens on a worker thread with the GIL released
@@ -81,12 +82,11 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
     throw api::InputError("k, v: expected shape [" + std::to_string(Q[0]) + ",Hk,Nk," + std::to_string(Q[3]) +
                           "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
                           std::to_string(Q[1]) + ")");
-  // The engine (attn::check_attention_inputs) models self-attention lengths only.
-  if (K[2] != Q[2])
-    throw api::InputError("k, v: kv length " + std::to_string(K[2]) + " differs from q's length " +
-                          std::to_string(Q[2]) + "; the kernel models need Nk = N (self-attention)");
   if (!d_o.is_none() && shape(d_o, "do") != Q) throw api::InputError("do: expected the shape of q " + text(Q));
   check_size(Q);
+  // The keys as the engine holds them, one copy per q head (dK and dV before the GQA sum).
+  if (const attn::SizeRefusal refusal = attn::problem_size_refusal(Q[0], Q[1], K[2], Q[3]))
+    throw api::InputError("k " + text(K) + " (over q's " + std::to_string(Q[1]) + " heads): " + refusal.reason);
   attn::AttentionInputs in;
   in.q = tensor4(q, dtype, "q");
   in.k = tensor4(k, dtype, "k");

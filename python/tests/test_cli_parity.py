@@ -142,15 +142,21 @@ def test_bit_patterns_of_the_wrong_width_are_a_value_error(name, call, tmp_path)
 
 
 # ---- kv length --------------------------------------------------------------------------------
-def test_kv_length_other_than_q_length_is_refused_clearly():
-    assert "Nk = N" in fb.attention.__doc__
-    q = np.ones((64, 16))
-    kv = np.ones((48, 16))
-    for call in (lambda: fb.attention(q, kv, kv, "fa2-sm80"), lambda: fb.exact_attention(q, kv, kv)):
-        with pytest.raises(ValueError, match=r"kv length 48 differs from q's length 64.*Nk = N"):
-            call()
-    # Grouped-query k and v of q's length still run.
-    r = fb.attention(np.ones((4, 64, 16)), np.ones((2, 64, 16)), np.ones((2, 64, 16)), "fa2-sm80")
+def test_kv_length_other_than_q_length_runs_bottom_right_causal():
+    assert "bottom-right" in fb.attention.__doc__
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.integers(-8, 9, shape) / 8.0 for shape in ((2, 5, 16), (1, 12, 16), (1, 12, 16), (2, 5, 16)))
+    for causal in (False, True):
+        r = fb.attention(q, k, v, "fa2-sm80", do=do, causal=causal)
+        x = fb.exact_attention(q, k, v, do=do, causal=causal)
+        assert r.o.shape == (2, 5, 16) and r.dk.shape == (1, 12, 16) and r.dq.shape == q.shape
+        assert x.dk.shape == (1, 12, 16) and x.dq.shape == q.shape
+        assert np.max(np.abs(r.o - x.o)) < 0.05 and np.max(np.abs(r.dk - x.dk)) < 0.05
+    # Causal with more queries than keys: rows above the corner see nothing (O = 0, LSE = +inf).
+    r = fb.attention(np.ones((8, 16)), np.ones((3, 16)), np.ones((3, 16)), "fa2-sm80", causal=True)
+    assert np.all(r.o[:5] == 0) and np.all(np.isinf(r.lse[:5])) and np.all(r.o[5:] == 1.0)
+    # Grouped-query k and v of another length run too.
+    r = fb.attention(np.ones((4, 64, 16)), np.ones((2, 24, 16)), np.ones((2, 24, 16)), "fa2-sm80")
     assert r.o.shape == (4, 64, 16) and np.all(r.o == 1.0)
 
 

@@ -172,8 +172,16 @@ def test_unsupported_arguments_are_clear_value_errors(kwargs, message):
 
 def test_shape_device_and_dtype_errors_name_the_argument():
     q, k, v, _ = _inputs((1, 2, 8, 8), 2)
-    with pytest.raises(ValueError, match="key: length 6 differs from query's 8"):
-        fbt.scaled_dot_product_attention(q, k[:, :, :6], v[:, :, :6], model="fa2-sm80")
+    with pytest.raises(ValueError, match="key: length 6 differs from query's 8 with is_causal=True"):
+        fbt.scaled_dot_product_attention(q, k[:, :, :6], v[:, :, :6], is_causal=True, model="fa2-sm80")
+    # Without is_causal another key length runs (cross-attention), gradients of k's shape,
+    # close to PyTorch's own fp64 math attention.
+    kk, vv = k[:, :, :6].detach().clone().requires_grad_(), v[:, :, :6].detach().clone().requires_grad_()
+    out = fbt.scaled_dot_product_attention(q, kk, vv, model="fa2-sm80")
+    out.sum().backward()
+    assert out.shape == q.shape and kk.grad.shape == kk.shape
+    want = fbt.scaled_dot_product_attention(q.detach(), kk.detach(), vv.detach(), model="fp64")
+    assert torch.allclose(out.detach().double(), want.double(), atol=0.05)
     with pytest.raises(ValueError, match="key: 2 heads do not divide query's 3"):
         fbt.scaled_dot_product_attention(torch.zeros(1, 3, 8, 8), k, v, model="fa2-sm80")
     with pytest.raises(ValueError, match="query: a tensor on device 'meta'"):

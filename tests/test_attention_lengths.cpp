@@ -1,0 +1,370 @@
+// tests/test_attention_lengths.cpp: a key length Nk other than the query length N (decoding
+// with a KV cache, cross-attention), causal masks aligned bottom-right as FA2 >= 2.1 aligns
+// them (csrc/flash_attn/src/mask.h: query row i sees keys j <= i + Nk - N).
+//
+// The references, each independent of the engine's code for the case:
+// - MPFR at 256 bits, written here from the definitions with the bottom-right rule spelled
+//   out again, against exact_attention (long double): O, LSE, delta, dQ, dK, dV for N < Nk,
+//   N > Nk (rows above the corner see nothing: O = 0, LSE = +inf, zero gradients) and N = 1.
+// - Every kernel model in exact arithmetic (every rounding the identity) against
+//   exact_attention, forward and backward: the tiling, KV order, masks, row-block logic and
+//   backward loops of each structure with N != Nk.
+// - Consistency of the hardware arithmetic: a decode (N = 1, and the last few rows) is the
+//   last rows of the square problem with the same keys, bit for bit, for every model whose
+//   forward rows depend only on their own query row and the KV tiling (every model but the
+//   fp8 ones, whose Q scale is an amax over the rows, and the Triton tutorial's causal band,
+//   which depends on the row block); non-causal likewise.
+// - Grouped-query attention on the fp8 kernels with N != Nk equals the multi-head run on
+//   repeated k and v (K and V descales per kv head, per KV block with +block-quant).
+#include <doctest/doctest.h>
+#include <mpfr.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
+
+using namespace fb;
+using namespace fb::attn;
+
+namespace {
+
+constexpr mpfr_prec_t kPrec = 256;
+
+struct Mp {
+  mpfr_t v;
+  Mp() { mpfr_init2(v, kPrec), mpfr_set_zero(v, 1); }
+  explicit Mp(double x) { mpfr_init2(v, kPrec), mpfr_set_d(v, x, MPFR_RNDN); }
+  Mp(const Mp& o) { mpfr_init2(v, kPrec), mpfr_set(v, o.v, MPFR_RNDN); }
+  Mp& operator=(const Mp& o) {
+    mpfr_set(v, o.v, MPFR_RNDN);
+    return *this;
+  }
+  ~Mp() { mpfr_clear(v); }
+  double d() const { return mpfr_get_d(v, MPFR_RNDN); }
+};
+Mp binary(const Mp& a, const Mp& b, int (*f)(mpfr_ptr, mpfr_srcptr, mpfr_srcptr, mpfr_rnd_t)) {
+  Mp r;
+  f(r.v, a.v, b.v, MPFR_RNDN);
+  return r;
+}
+Mp operator+(const Mp& a, const Mp& b) { return binary(a, b, mpfr_add); }
+Mp operator-(const Mp& a, const Mp& b) { return binary(a, b, mpfr_sub); }
+Mp operator*(const Mp& a, const Mp& b) { return binary(a, b, mpfr_mul); }
+Mp operator/(const Mp& a, const Mp& b) { return binary(a, b, mpfr_div); }
+Mp mp_exp(const Mp& a) {
+  Mp r;
+  mpfr_exp(r.v, a.v, MPFR_RNDN);
+  return r;
+}
+Mp mp_log(const Mp& a) {
+  Mp r;
+  mpfr_log(r.v, a.v, MPFR_RNDN);
+  return r;
+}
+
+// want: a value per element; +inf where `infinite` (LSE of a row that sees nothing).
+void check_close(const Tensor4& got, const std::vector<Mp>& want, const std::vector<bool>& infinite, const char* what) {
+  CAPTURE(what);
+  REQUIRE(got.data.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    if (!infinite.empty() && infinite[i]) {
+      CHECK(got.data[i] == std::numeric_limits<double>::infinity());
+      continue;
+    }
+    const double w = want[i].d();
+    CHECK(std::fabs(got.data[i] - w) <= 1e-15 * std::max(1.0, std::fabs(w)));
+  }
+}
+
+// Inputs of N query rows and Nk keys, one head.
+AttentionInputs inputs(const char* scenario, std::uint64_t seed, int n, int nk, int d, bool causal) {
+  AttentionInputs in = make_scenario(scenario, seed, 1, 1, n, d, formats::bf16, true, 0, nk);
+  in.causal = causal;
+  return in;
+}
+
+bool same_bits(const Tensor4& a, const Tensor4& b) {
+  if (a.data.size() != b.data.size()) return false;
+  for (std::size_t i = 0; i < a.data.size(); ++i)
+    if (!(a.data[i] == b.data[i] && std::signbit(a.data[i]) == std::signbit(b.data[i])) &&
+        !(std::isnan(a.data[i]) && std::isnan(b.data[i])))
+      return false;
+  return true;
+}
+
+double max_rel_diff(const Tensor4& a, const Tensor4& b) {
+  REQUIRE(a.data.size() == b.data.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    const double x = a.data[i], y = b.data[i];
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return INFINITY;
+      continue;
+    }
+    m = std::max(m, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
+  }
+  return m;
+}
+
+// Rows [first, first + count) of t (every batch and head).
+Tensor4 last_rows(const Tensor4& t, int count) {
+  Tensor4 out(t.batch, t.heads, count, t.cols);
+  for (int b = 0; b < t.batch; ++b)
+    for (int h = 0; h < t.heads; ++h)
+      for (int r = 0; r < count; ++r)
+        for (int c = 0; c < t.cols; ++c) out.at(b, h, r, c) = t.at(b, h, t.rows - count + r, c);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("make_scenario with another key length: q the last rows, k and v the first keys of the square one") {
+  const AttentionInputs square = make_scenario("sink", 3, 1, 2, 20, 8, formats::bf16, true);
+  const AttentionInputs decode = make_scenario("sink", 3, 1, 2, 4, 8, formats::bf16, true, 0, 20);
+  CHECK(decode.q.rows == 4);
+  CHECK(decode.k.rows == 20);
+  CHECK(same_bits(decode.q, last_rows(square.q, 4)));
+  CHECK(same_bits(*decode.d_o, last_rows(*square.d_o, 4)));
+  CHECK(same_bits(decode.k, square.k));
+  const AttentionInputs cross = make_scenario("random", 3, 1, 1, 20, 8, formats::bf16, false, 0, 6);
+  CHECK(cross.q.rows == 20);
+  CHECK(cross.k.rows == 6);
+  CHECK(cross.v.rows == 6);
+}
+
+TEST_CASE("exact_attention with N != Nk agrees with MPFR, causal aligned bottom-right") {
+  const int d = 8;
+  for (const std::pair<int, int>& lengths : {std::pair{5, 11}, std::pair{11, 5}, std::pair{1, 9}, std::pair{7, 1}}) {
+    const int n = lengths.first, nk = lengths.second;
+    for (bool causal : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(nk);
+      CAPTURE(causal);
+      const AttentionInputs in = inputs("random", 77, n, nk, d, causal);
+      REQUIRE(in.q.rows == n);
+      REQUIRE(in.k.rows == nk);
+      const AttentionOutputs got = exact_attention(in);
+      REQUIRE(got.dk->rows == nk);
+      REQUIRE(got.dq->rows == n);
+      const Mp scale(in.softmax_scale);
+      std::vector<Mp> o(n * d), lse(n), delta(n), dq(n * d), dk(nk * d), dv(nk * d);
+      std::vector<bool> lse_inf(n, false);
+      for (int r = 0; r < n; ++r) {
+        // Bottom-right: the last query row's diagonal is the last key.
+        int visible = nk;
+        if (causal) visible = std::max(0, std::min(nk, r + 1 + (nk - n)));
+        if (visible == 0) {
+          lse_inf[r] = true;  // O, delta, dQ stay 0
+          continue;
+        }
+        std::vector<Mp> s(visible);
+        Mp m;
+        for (int j = 0; j < visible; ++j) {
+          Mp acc;
+          for (int c = 0; c < d; ++c) acc = acc + Mp(in.q.at(0, 0, r, c)) * Mp(in.k.at(0, 0, j, c));
+          s[j] = acc * scale;
+          if (j == 0 || mpfr_greater_p(s[j].v, m.v)) m = s[j];
+        }
+        Mp l;
+        for (int j = 0; j < visible; ++j) l = l + mp_exp(s[j] - m);
+        lse[r] = m + mp_log(l);
+        for (int c = 0; c < d; ++c) {
+          Mp acc;
+          for (int j = 0; j < visible; ++j) acc = acc + mp_exp(s[j] - m) * Mp(in.v.at(0, 0, j, c));
+          o[r * d + c] = acc / l;
+          delta[r] = delta[r] + Mp(in.d_o->at(0, 0, r, c)) * o[r * d + c];
+        }
+        for (int j = 0; j < visible; ++j) {
+          const Mp p = mp_exp(s[j] - lse[r]);
+          Mp dp;
+          for (int c = 0; c < d; ++c) dp = dp + Mp(in.d_o->at(0, 0, r, c)) * Mp(in.v.at(0, 0, j, c));
+          const Mp ds = p * (dp - delta[r]);
+          for (int c = 0; c < d; ++c) {
+            dq[r * d + c] = dq[r * d + c] + scale * ds * Mp(in.k.at(0, 0, j, c));
+            dk[j * d + c] = dk[j * d + c] + scale * ds * Mp(in.q.at(0, 0, r, c));
+            dv[j * d + c] = dv[j * d + c] + p * Mp(in.d_o->at(0, 0, r, c));
+          }
+        }
+      }
+      check_close(got.o, o, {}, "O");
+      check_close(got.lse, lse, lse_inf, "LSE");
+      check_close(*got.delta, delta, {}, "delta");
+      check_close(*got.dq, dq, {}, "dQ");
+      check_close(*got.dk, dk, {}, "dK");
+      check_close(*got.dv, dv, {}, "dV");
+    }
+  }
+}
+
+TEST_CASE("every kernel model with N != Nk in exact arithmetic equals the exact reference") {
+  // Tiles of 8 keys over 37 (or 13) keys and row blocks of 16: several rescalings, a ragged
+  // last tile, and causal row blocks that straddle the shifted diagonal.
+  std::vector<std::string> names;
+  for (const KernelModel& m : base_kernel_models(formats::bf16))
+    if (m.input != formats::fp16 && m.structure != Structure::correctly_rounded) names.push_back(m.base);
+  names.push_back("fa-bf16acc+visit-masked-tiles");
+  names.push_back("fa2-sm80+dynmax");
+  names.push_back("fa3-fp8-sm90+block-quant");
+  for (const std::pair<int, int>& lengths :
+       {std::pair{9, 37}, std::pair{37, 13}, std::pair{1, 37}, std::pair{37, 37}}) {
+    for (bool causal : {false, true}) {
+      const AttentionInputs in = inputs("random", 5, lengths.first, lengths.second, 16, causal);
+      const AttentionOutputs ref = exact_attention(in);
+      for (const std::string& name : names) {
+        CAPTURE(name);
+        CAPTURE(lengths.first);
+        CAPTURE(lengths.second);
+        CAPTURE(causal);
+        const ModelHandle model = parse_kernel_model(name, formats::bf16);
+        RunOptions opt;
+        opt.exact_arithmetic = true;
+        opt.block_m = 16;
+        opt.block_n = model.recipe->sw_exp2 ? 32 : 8;
+        const AttentionOutputs got = run_attention(model, in, opt);
+        // Qiu & Yao's masked tiles each add their sum's clamp, EPSILON = 1e-10, to ℓ (as in
+        // the square case): a few 1e-10 relative, not a masking error (which is ~1e-2).
+        const double tol = model.recipe->visit_masked_tiles && causal ? 1e-8 : 1e-12;
+        REQUIRE(got.o.rows == lengths.first);
+        CHECK(max_rel_diff(got.o, ref.o) < tol);
+        CHECK(max_rel_diff(got.lse, ref.lse) < tol);
+        REQUIRE(got.delta.has_value());
+        CHECK(max_rel_diff(*got.delta, *ref.delta) < tol);
+        if (!got.dq) continue;  // forward-only recipes
+        REQUIRE(got.dk->rows == lengths.second);
+        CHECK(max_rel_diff(*got.dq, *ref.dq) < tol);
+        CHECK(max_rel_diff(*got.dk, *ref.dk) < tol);
+        CHECK(max_rel_diff(*got.dv, *ref.dv) < tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("rows above the causal corner (N > Nk) get O = 0 and LSE = +inf in every model, hardware arithmetic") {
+  const AttentionInputs in = inputs("random", 9, 20, 6, 16, true);
+  for (const KernelModel& m : base_kernel_models(formats::bf16)) {
+    if (m.input == formats::fp16) continue;
+    CAPTURE(m.base);
+    const ModelHandle model = parse_kernel_model(m.base, formats::bf16);
+    RunOptions opt;
+    opt.block_n = model.recipe->sw_exp2 ? 32 : 8;
+    const AttentionOutputs got = run_attention(model, in, opt);
+    for (int r = 0; r < 20; ++r) {
+      CAPTURE(r);
+      const bool above = r < 20 - 6;
+      CHECK((got.lse.at(0, 0, r, 0) == INFINITY) == above);
+      if (!above) continue;
+      for (int c = 0; c < 16; ++c) CHECK(got.o.at(0, 0, r, c) == 0.0);
+      if (got.dq)
+        for (int c = 0; c < 16; ++c) CHECK(got.dq->at(0, 0, r, c) == 0.0);
+    }
+    for (double x : got.o.data) CHECK(std::isfinite(x));
+    if (got.dk)
+      for (double x : got.dk->data) CHECK(std::isfinite(x));
+  }
+}
+
+TEST_CASE("a decode is the last rows of the square problem, bit for bit (hardware arithmetic)") {
+  // The same keys: q of the decode is the square problem's last rows (make_scenario), so with
+  // the bottom-right diagonal each decode row sees exactly the keys its square row sees.
+  const int nk = 70, d = 32;
+  const AttentionInputs square_in = make_scenario("sink", 21, 1, 2, nk, d, formats::bf16, false);
+  for (const KernelModel& m : base_kernel_models(formats::bf16)) {
+    if (m.input == formats::fp16 || m.fp8.enabled) continue;  // fp8: Q's scale is an amax over the rows
+    for (bool causal : {false, true}) {
+      // The Triton tutorial's causal on-band tiles are a row block's: not a per-row fact.
+      if (causal && m.causal_band_two_step_exponent) continue;
+      for (int n : {1, 5}) {
+        CAPTURE(m.base);
+        CAPTURE(causal);
+        CAPTURE(n);
+        const ModelHandle model = parse_kernel_model(m.base, formats::bf16);
+        AttentionInputs square = square_in, decode = make_scenario("sink", 21, 1, 2, n, d, formats::bf16, false, 0, nk);
+        square.causal = decode.causal = causal;
+        RunOptions opt;
+        opt.block_n = model.recipe->sw_exp2 ? 32 : 16;
+        const AttentionOutputs full = run_attention(model, square, opt);
+        const AttentionOutputs dec = run_attention(model, decode, opt);
+        CHECK(same_bits(dec.o, last_rows(full.o, n)));
+        CHECK(same_bits(dec.lse, last_rows(full.lse, n)));
+      }
+    }
+  }
+}
+
+TEST_CASE("the Triton tutorial's causal band follows the shifted diagonal") {
+  // Rows of one row block: for a decode row the on-band tiles start at its diagonal key, so a
+  // one-row decode with the row block of one row equals the square problem's last row when the
+  // square problem's row blocks are one row too (block_m = 1: every tile from the row's own
+  // diagonal tile on is on-band in both).
+  const int nk = 40, d = 16;
+  const ModelHandle model = parse_kernel_model("triton-tutorial", formats::bf16);
+  AttentionInputs square = make_scenario("random", 4, 1, 1, nk, d, formats::bf16, false);
+  AttentionInputs decode = make_scenario("random", 4, 1, 1, 1, d, formats::bf16, false, 0, nk);
+  square.causal = decode.causal = true;
+  RunOptions opt;
+  opt.block_m = 1;
+  opt.block_n = 8;
+  const AttentionOutputs full = run_attention(model, square, opt);
+  const AttentionOutputs dec = run_attention(model, decode, opt);
+  CHECK(same_bits(dec.o, last_rows(full.o, 1)));
+  CHECK(same_bits(dec.lse, last_rows(full.lse, 1)));
+}
+
+TEST_CASE("grouped-query attention on the fp8 kernels with N != Nk equals multi-head on repeated k and v") {
+  const int heads = 4, kv_heads = 2, group = 2, d = 16;
+  for (const char* model_name : {"fa3-fp8-sm90", "fa3-fp8-sm90+block-quant", "standard-fp8", "fa4-fp8-sm100"}) {
+    for (const std::pair<int, int>& lengths : {std::pair{8, 40}, std::pair{40, 24}}) {
+      for (bool causal : {false, true}) {
+        CAPTURE(model_name);
+        CAPTURE(lengths.first);
+        CAPTURE(causal);
+        const ModelHandle model = parse_kernel_model(model_name, formats::bf16);
+        AttentionInputs gqa =
+            make_scenario("random", 7, 2, heads, lengths.first, d, formats::bf16, true, kv_heads, lengths.second);
+        gqa.causal = causal;
+        // Per-tensor scaling takes Q's scale over each group of q heads: one shared largest
+        // |q| in every head makes it each head's own (as tests/test_attention_gqa.cpp).
+        double largest = 1.0;
+        for (const double x : gqa.q.data)
+          while (std::fabs(x) >= largest) largest *= 2;
+        for (int b = 0; b < 2; ++b)
+          for (int h = 0; h < heads; ++h) gqa.q.at(b, h, 0, 3) = -largest;
+        AttentionInputs mha = gqa;
+        Tensor4 k(2, heads, lengths.second, d), v(2, heads, lengths.second, d);
+        for (int b = 0; b < 2; ++b)
+          for (int h = 0; h < heads; ++h)
+            for (int r = 0; r < lengths.second; ++r)
+              for (int c = 0; c < d; ++c) {
+                k.at(b, h, r, c) = gqa.k.at(b, h / group, r, c);
+                v.at(b, h, r, c) = gqa.v.at(b, h / group, r, c);
+              }
+        mha.k = k;
+        mha.v = v;
+        RunOptions opt;
+        opt.block_m = 16;
+        opt.block_n = std::string(model_name).rfind("fa4", 0) == 0 ? 32 : 16;
+        const AttentionOutputs got = run_attention(model, gqa, opt);
+        const AttentionOutputs want = run_attention(model, mha, opt);
+        CHECK(same_bits(got.o, want.o));
+        CHECK(same_bits(got.lse, want.lse));
+        REQUIRE(got.delta.has_value());
+        CHECK(same_bits(*got.delta, *want.delta));
+      }
+    }
+  }
+}
+
+TEST_CASE("shapes: k and v of different lengths are refused, naming both") {
+  AttentionInputs in = inputs("random", 1, 8, 12, 8, false);
+  in.v = Tensor4(1, 1, 11, 8);
+  const ModelHandle model = parse_kernel_model("fa2-sm80", formats::bf16);
+  CHECK_THROWS_WITH_AS(run_attention(model, in, RunOptions{}),
+                       "attention: k and v must have the same length (12 and 11)", std::invalid_argument);
+}
