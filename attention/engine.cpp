@@ -235,21 +235,32 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     sc.size(g.tiles.block_n, D);
     std::vector<double> s_full;
     std::vector<E> pc_full;
+    // Untraced online rows are run together (online_forward_rows), after the others.
+    std::vector<OnlineRowOutput> untraced;
     for (int r = rbk * rows_per_item; r < std::min(N, (rbk + 1) * rows_per_item); ++r) {
       if (!row_selected(b, h, r)) continue;
-      check_cancel(opt);
-      double* o = out.o.row(b, h, r);
-      double* pre = o_pre.row(b, h, r);
-      RowStats& st = stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)];
+      const OnlineRowOutput row_out{r, out.o.row(b, h, r), o_pre.row(b, h, r),
+                                    &stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)],
+                                    out.o.index(b, h, r, 0)};
       const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
-      const std::uint64_t pos = out.o.index(b, h, r, 0);
-      if (km.structure == Structure::materialised) {
-        materialised_forward_row(km, ar, hd, g, r, o, pre, st, s_full, pc_full, pos, opt);
-      } else {
-        RowTrace* trace = slot >= 0 ? &opt.tracer->traces[static_cast<std::size_t>(slot)] : nullptr;
-        online_forward_row(km, ar, hd, g, r, o, pre, st, sc, pos, opt, trace);
+      if (km.structure != Structure::materialised && slot < 0) {
+        untraced.push_back(row_out);
+        continue;
       }
-      out.lse.at(b, h, r, 0) = st.lse;
+      check_cancel(opt);
+      if (km.structure == Structure::materialised) {
+        materialised_forward_row(km, ar, hd, g, r, row_out.o, row_out.o_pre, *row_out.stats, s_full, pc_full,
+                                 row_out.o_position, opt);
+      } else {
+        online_forward_row(km, ar, hd, g, row_out, sc, opt, &opt.tracer->traces[static_cast<std::size_t>(slot)]);
+      }
+      out.lse.at(b, h, r, 0) = row_out.stats->lse;
+      if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
+    }
+    check_cancel(opt);
+    online_forward_rows(km, ar, hd, g, untraced.data(), static_cast<int>(untraced.size()), sc, opt);
+    for (const OnlineRowOutput& row_out : untraced) {
+      out.lse.at(b, h, row_out.row, 0) = row_out.stats->lse;
       if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
     }
   });

@@ -525,6 +525,8 @@ struct Scratch {
   std::vector<float> lane_values;  // HardwareArith::dot_columns
   // One tile's ex2 arguments and results as fp32, for the SFU model's evaluate_array.
   std::vector<float> ex2_args, ex2_values;
+  // online_forward_rows: each row's acc_o while a block of rows walks the KV tiles together.
+  std::vector<std::vector<double>> row_acc;
   void size(int bn, int d) {
     s.resize(static_cast<std::size_t>(bn));
     p.resize(static_cast<std::size_t>(bn));
@@ -537,14 +539,29 @@ struct Scratch {
   }
 };
 
+// Where one row of the online forward writes: O (the output format's values), O before its
+// final cast, and the row's statistics; o_position is O's first element's index in the output
+// (stochastic rounding's position).
+struct OnlineRowOutput {
+  int row = 0;
+  double* o = nullptr;
+  double* o_pre = nullptr;
+  RowStats* stats = nullptr;
+  std::uint64_t o_position = 0;
+};
+
 // attention/online_forward.cpp: one query row over its KV tiles (FA2 compute_attn_1rowblock,
-// for one row). Writes O (o_out, the output format's values), O before its final cast
-// (o_pre_out) and the row's statistics. `trace` non-null: the row's story is recorded into it
+// for one row). `trace` non-null: the row's story is recorded into it
 // (attention/trace_sink.hpp), with the same numerics.
 template <class A, class E>
-void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
-                        double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
-                        const RunOptions& opt, RowTrace* trace);
+void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                        const OnlineRowOutput& out, Scratch<E>& sc, const RunOptions& opt, RowTrace* trace);
+// The same for `count` untraced rows of one head at once, with the same bits as
+// online_forward_row per row: tile by tile, each row in turn, so that one tile's K and V serve
+// the whole block while they are in cache (as FA2's row block shares them in shared memory).
+template <class A, class E>
+void online_forward_rows(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                         const OnlineRowOutput* outs, int count, Scratch<E>& sc, const RunOptions& opt);
 
 // attention/materialised_forward.cpp: one row of the materialised softmax (standard-FMT,
 // golden-FMT-baseline, standard-fp8): S, P = F(p / l) and O = P·V over every visible key.

@@ -472,81 +472,144 @@ void cast_p(const KernelModel& km, const A& ar, Scratch<E>& sc, int len, const f
   for (int j = 0; j < len; ++j) sc.pc[j] = static_cast<E>(ar.to(km.p_cast, sc.p[j]));
 }
 
-// The loop, over one query row's KV tiles.
-template <class A, class E, class Sink>
-void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
-                         double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
-                         const RunOptions& opt, Sink& sink) {
+// One query row's registers across its KV tiles (FA2 keeps them per row: max, ℓ and acc_o,
+// which lives in Scratch::acc while the row runs a tile), and the tiles it visits.
+template <class E>
+struct OnlineRow {
+  int row = 0;
+  int visible = 0;  // keys at or left of the causal diagonal (all keys without causal)
+  int nk = 0;       // keys the loop runs over: visible, or every key with +visit-masked-tiles
+  int tiles = 0;
+  bool masked_in_loop = false;
+  const E* q = nullptr;
+  SoftmaxState state;
+};
+
+template <class A, class E>
+OnlineRow<E> begin_row(const KernelModel& km, const HeadData<E>& hd, const Geometry& g, int row) {
+  OnlineRow<E> r;
+  r.row = row;
   // +visit-masked-tiles: the loop runs over every key, the causal-masked ones as scores of
   // -(the input format's largest finite value), as Qiu & Yao's masked_fill_ leaves them.
-  const int visible = visible_keys(g, row);
-  const bool masked_in_loop = km.visit_masked_tiles && g.causal;
-  const int nk = masked_in_loop && visible > 0 ? g.nk : visible;
-  const double masked_score = -to_double(km.input, km.input.max_finite_pattern());
+  r.visible = visible_keys(g, row);
+  r.masked_in_loop = km.visit_masked_tiles && g.causal;
+  // A row above the causal corner (nq > nk) sees no key: it visits no tile, masked or not.
+  r.nk = r.masked_in_loop && r.visible > 0 ? g.nk : r.visible;
+  r.tiles = (r.nk + g.tiles.block_n - 1) / g.tiles.block_n;
+  r.q = hd.q_row(row);
+  r.state.l = km.l_init_one ? 1.0 : 0.0;
+  return r;
+}
+
+// Tile `it` (in the row's visiting order) of row r: its scores, softmax steps and P̄·V into
+// sc.acc, the row's accumulator.
+template <class A, class E, class Sink>
+void online_tile(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, const ScaleConstants& k,
+                 OnlineRow<E>& r, int it, Scratch<E>& sc, Sink& sink) {
+  SoftmaxState& state = r.state;
   const int bn = g.tiles.block_n;
-  const int tiles = (nk + bn - 1) / bn;
-  const ScaleConstants k = head_scale_constants(km, ar, g, hd);
-  const E* q = hd.q_row(row);
-  SoftmaxState state;
-  state.l = km.l_init_one ? 1.0 : 0.0;
-  std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
-  sink.on_row_begin(km, bn, tiles, nk, g.d);
+  const bool Is_first = it == 0;
+  const int t = km.kv_order == KvOrder::last_to_first ? r.tiles - 1 - it : it;
+  const int kb = t * bn, ke = std::min(r.nk, kb + bn), len = ke - kb;
+  sink.on_tile_begin();
 
-  for (int it = 0; it < tiles; ++it) {
-    const bool Is_first = it == 0;
-    const int t = km.kv_order == KvOrder::last_to_first ? tiles - 1 - it : it;
-    const int kb = t * bn, ke = std::min(nk, kb + bn), len = ke - kb;
-    sink.on_tile_begin();
-
-    // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
-    tile_scores(km, ar, k, hd, q, kb, len, sc.s.data(), sc.lane_values);
-    if (masked_in_loop)
-      for (int j = std::max(visible - kb, 0); j < len; ++j) sc.s[j] = masked_score;
-    if (km.fp8.block) {
-      // +block-quant: this (Q block, KV block)'s descale on the fp32 scores (assumed placement).
-      const double qk = ar.f32(hd.q_descale[row / hd.q_block_rows] * hd.k_descale[kb / hd.kv_block_rows]);
-      for (int j = 0; j < len; ++j) sc.s[j] = ar.f32(sc.s[j] * qk);
-    }
-
-    const double m_old = state.m;
-    state.m = reduce_max(km, ar, k, sc.s.data(), len, m_old, sink.repeated_max());
-    const bool lazy = keep_old_max(km, ar, k, Is_first, m_old, state.m);
-    if (lazy) state.m = m_old;
-    const double alpha = lazy ? 1.0 : rescale_factor(km, ar, k, m_old, state.m);  // FA4: acc_scale = 1.0
-    softmax_rescale_o(km, ar, Is_first, alpha, sc.acc, state, sink);
-    scale_apply_exp2(km, ar, k, g, row, kb, state.m, sc.s.data(), sc.p.data(), len, sc.ex2_args.data(),
-                     sc.ex2_values.data());
-    reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);
-
-    // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
-    cast_p(km, ar, sc, len, exp2_over_tile<A>(km, g) ? sc.ex2_values.data() : nullptr);
-    sink.on_p_cast(sc.pc.data(), len, kb);
-    gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
-    sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);
+  // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
+  tile_scores(km, ar, k, hd, r.q, kb, len, sc.s.data(), sc.lane_values);
+  if (r.masked_in_loop) {
+    const double masked_score = -to_double(km.input, km.input.max_finite_pattern());
+    for (int j = std::max(r.visible - kb, 0); j < len; ++j) sc.s[j] = masked_score;
+  }
+  if (km.fp8.block) {
+    // +block-quant: this (Q block, KV block)'s descale on the fp32 scores (assumed placement).
+    const double qk = ar.f32(hd.q_descale[r.row / hd.q_block_rows] * hd.k_descale[kb / hd.kv_block_rows]);
+    for (int j = 0; j < len; ++j) sc.s[j] = ar.f32(sc.s[j] * qk);
   }
 
-  normalize_softmax_lse(km, ar, hd, k, state, sc.acc, o_out, o_pre_out, st, o_position, opt, sink);
+  const double m_old = state.m;
+  state.m = reduce_max(km, ar, k, sc.s.data(), len, m_old, sink.repeated_max());
+  const bool lazy = keep_old_max(km, ar, k, Is_first, m_old, state.m);
+  if (lazy) state.m = m_old;
+  const double alpha = lazy ? 1.0 : rescale_factor(km, ar, k, m_old, state.m);  // FA4: acc_scale = 1.0
+  softmax_rescale_o(km, ar, Is_first, alpha, sc.acc, state, sink);
+  scale_apply_exp2(km, ar, k, g, r.row, kb, state.m, sc.s.data(), sc.p.data(), len, sc.ex2_args.data(),
+                   sc.ex2_values.data());
+  reduce_sum(km, ar, g, Is_first, alpha, kb, sc.p, len, state);
+
+  // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
+  cast_p(km, ar, sc, len, exp2_over_tile<A>(km, g) ? sc.ex2_values.data() : nullptr);
+  sink.on_p_cast(sc.pc.data(), len, kb);
+  gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
+  sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);
+}
+
+// The loop, over one query row's KV tiles.
+template <class A, class E, class Sink>
+void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                         const OnlineRowOutput& out, Scratch<E>& sc, const RunOptions& opt, Sink& sink) {
+  const ScaleConstants k = head_scale_constants(km, ar, g, hd);
+  OnlineRow<E> r = begin_row<A>(km, hd, g, out.row);
+  std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
+  sink.on_row_begin(km, g.tiles.block_n, r.tiles, r.nk, g.d);
+  for (int it = 0; it < r.tiles; ++it) online_tile(km, ar, hd, g, k, r, it, sc, sink);
+  normalize_softmax_lse(km, ar, hd, k, r.state, sc.acc, out.o, out.o_pre, *out.stats, out.o_position, opt, sink);
 }
 
 }  // namespace
 
 template <class A, class E>
-void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
-                        double* o_out, double* o_pre_out, RowStats& st, Scratch<E>& sc, std::uint64_t o_position,
-                        const RunOptions& opt, RowTrace* trace) {
+void online_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                        const OnlineRowOutput& out, Scratch<E>& sc, const RunOptions& opt, RowTrace* trace) {
   if (trace) {
     TileTraceSink sink(trace);
-    online_forward_loop(km, ar, hd, g, row, o_out, o_pre_out, st, sc, o_position, opt, sink);
+    online_forward_loop(km, ar, hd, g, out, sc, opt, sink);
   } else {
     NullTraceSink sink;
-    online_forward_loop(km, ar, hd, g, row, o_out, o_pre_out, st, sc, o_position, opt, sink);
+    online_forward_loop(km, ar, hd, g, out, sc, opt, sink);
   }
 }
 
-#define FB_ATTN_INSTANTIATE(A, E)                                                                                    \
-  template void online_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, int,     \
-                                         double*, double*, RowStats&, Scratch<E>&, std::uint64_t, const RunOptions&, \
-                                         RowTrace*);
+template <class A, class E>
+void online_forward_rows(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                         const OnlineRowOutput* outs, int count, Scratch<E>& sc, const RunOptions& opt) {
+  if (count <= 0) return;
+  const ScaleConstants k = head_scale_constants(km, ar, g, hd);
+  NullTraceSink sink;
+  std::vector<OnlineRow<E>> rows;
+  rows.reserve(static_cast<std::size_t>(count));
+  int most_tiles = 0;
+  for (int i = 0; i < count; ++i) {
+    rows.push_back(begin_row<A>(km, hd, g, outs[i].row));
+    most_tiles = std::max(most_tiles, rows.back().tiles);
+  }
+  // Each row's acc_o, swapped into sc.acc while the row runs a tile.
+  sc.row_acc.resize(static_cast<std::size_t>(count));
+  for (auto& acc : sc.row_acc) acc.assign(static_cast<std::size_t>(g.d), 0.0);
+  // Tile index outer, rows inner: the rows of the block visit their it-th tiles one after
+  // another, so a tile's K and V (and their panels) are read from memory once per block of
+  // rows instead of once per row. The rows are independent (FA2's per-row registers), so the
+  // order in which their steps interleave cannot change a bit.
+  for (int it = 0; it < most_tiles; ++it) {
+    for (int i = 0; i < count; ++i) {
+      OnlineRow<E>& r = rows[static_cast<std::size_t>(i)];
+      if (it >= r.tiles) continue;
+      std::swap(sc.acc, sc.row_acc[static_cast<std::size_t>(i)]);
+      online_tile(km, ar, hd, g, k, r, it, sc, sink);
+      std::swap(sc.acc, sc.row_acc[static_cast<std::size_t>(i)]);
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    const OnlineRowOutput& out = outs[i];
+    normalize_softmax_lse(km, ar, hd, k, rows[static_cast<std::size_t>(i)].state,
+                          sc.row_acc[static_cast<std::size_t>(i)], out.o, out.o_pre, *out.stats, out.o_position, opt,
+                          sink);
+  }
+}
+
+#define FB_ATTN_INSTANTIATE(A, E)                                                                            \
+  template void online_forward_row<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,  \
+                                         const OnlineRowOutput&, Scratch<E>&, const RunOptions&, RowTrace*); \
+  template void online_forward_rows<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&, \
+                                          const OnlineRowOutput*, int, Scratch<E>&, const RunOptions&);
 FB_ATTN_FOR_EACH_ARITH(FB_ATTN_INSTANTIATE)
 #undef FB_ATTN_INSTANTIATE
 

@@ -24,6 +24,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "emu/array_lanes.hpp"
@@ -124,6 +125,9 @@ struct Lanes {
   static I add(I a, I b) { return static_cast<I>(static_cast<std::uint32_t>(a) + static_cast<std::uint32_t>(b)); }
   static I max(I a, I b) { return std::max(a, b); }
   static I min(I a, I b) { return std::min(a, b); }
+  static I sub(I a, I b) { return static_cast<I>(static_cast<std::uint32_t>(a) - static_cast<std::uint32_t>(b)); }
+  static I min_unsigned(I a, I b) { return static_cast<std::uint32_t>(a) < static_cast<std::uint32_t>(b) ? a : b; }
+  static M below_unsigned(I a, I b) { return static_cast<std::uint32_t>(a) < static_cast<std::uint32_t>(b); }
   static M greater(I a, I b) { return a > b; }
   static M either(M a, M b) { return a || b; }
   static M both(M a, M b) { return a && b; }
@@ -175,6 +179,12 @@ struct Lanes {
   [[gnu::always_inline]] inline static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   [[gnu::always_inline]] inline static I max(I a, I b) { return _mm256_max_epi32(a, b); }
   [[gnu::always_inline]] inline static I min(I a, I b) { return _mm256_min_epi32(a, b); }
+  [[gnu::always_inline]] inline static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  [[gnu::always_inline]] inline static I min_unsigned(I a, I b) { return _mm256_min_epu32(a, b); }
+  [[gnu::always_inline]] inline static M below_unsigned(I a, I b) {
+    const __m256i flip = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::min());
+    return _mm256_cmpgt_epi32(_mm256_xor_si256(b, flip), _mm256_xor_si256(a, flip));
+  }
   [[gnu::always_inline]] inline static M greater(I a, I b) { return _mm256_cmpgt_epi32(a, b); }
   [[gnu::always_inline]] inline static M either(M a, M b) { return _mm256_or_si256(a, b); }
   [[gnu::always_inline]] inline static M both(M a, M b) { return _mm256_and_si256(a, b); }
@@ -223,6 +233,26 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static F round_output(const StepRule& rule, const Wide& sum, I e, M& bad) {
     const __m256i unit = _mm256_sub_epi32(e, _mm256_set1_epi32(rule.fraction_bits));
+    if (!rule.nearest) {
+      // Toward zero (fp32 and e8m13 outputs): clearing the fp64 sum's low `dropped` significand
+      // bits truncates it to the output's precision whatever its exponent; the narrowing to
+      // fp32 is then exact, and so is the scaling by 2^unit (a normal fp32) wherever the
+      // result is a normal number. Lanes below the normal range take the fp64 path below.
+      const __m256d keep = _mm256_castsi256_pd(_mm256_set1_epi64x(~((std::int64_t{1} << rule.dropped) - 1)));
+      const __m256 truncated = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_and_pd(sum.high, keep)),
+                                               _mm256_cvtpd_ps(_mm256_and_pd(sum.low, keep)));
+      const __m256 power = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(unit, _mm256_set1_epi32(127)), 23));
+      const __m256 result = _mm256_mul_ps(truncated, power);
+      const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), result);
+      const __m256 small =
+          _mm256_and_ps(_mm256_cmp_ps(magnitude, _mm256_set1_ps(static_cast<float>(rule.normal_floor)), _CMP_LT_OQ),
+                        _mm256_cmp_ps(magnitude, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+      if (_mm256_testz_ps(small, small)) {
+        bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
+                                       magnitude, _mm256_set1_ps(static_cast<float>(rule.output_max)), _CMP_GE_OQ)));
+        return result;
+      }
+    }
     __m256d bad_low = _mm256_setzero_pd(), bad_high = _mm256_setzero_pd();
     const __m256d low = round_half(rule, sum.low, _mm256_castsi256_si128(unit), bad_low);
     const __m256d high = round_half(rule, sum.high, _mm256_extracti128_si256(unit, 1), bad_high);
@@ -278,6 +308,9 @@ struct Lanes {
   [[gnu::always_inline]] inline static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   [[gnu::always_inline]] inline static I max(I a, I b) { return _mm512_max_epi32(a, b); }
   [[gnu::always_inline]] inline static I min(I a, I b) { return _mm512_min_epi32(a, b); }
+  [[gnu::always_inline]] inline static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  [[gnu::always_inline]] inline static I min_unsigned(I a, I b) { return _mm512_min_epu32(a, b); }
+  [[gnu::always_inline]] inline static M below_unsigned(I a, I b) { return _mm512_cmplt_epu32_mask(a, b); }
   [[gnu::always_inline]] inline static M greater(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
   [[gnu::always_inline]] inline static M either(M a, M b) { return static_cast<M>(a | b); }
   [[gnu::always_inline]] inline static M both(M a, M b) { return static_cast<M>(a & b); }
