@@ -111,10 +111,11 @@ def test_amd_cdna3_bf16_truncates_products_at_24_bits():
     assert fp32_rne_bits(1 + Fraction(3, 2**25)) == 0x3F800001
     d = fb.dot("cdna3", np.array([[1.0, 1.5 * 2.0**-24]]), np.array([[1.0, 1.0]]), fmt="bf16")
     assert d.format == "fp32" and int(d.bits[0]) == 0x3F800000
-    # The same operands through an NVIDIA model keep their own rule: sm80 also truncates
-    # (F = 24 below the largest exponent, then RZ): 1.0 as well; exact-rne rounds once: up.
-    assert int(fb.dot("exact-rne", np.array([[1.0, 1.5 * 2.0**-24]]), np.array([[1.0, 1.0]]),
-                      fmt="bf16").bits[0]) == 0x3F800001
+    # The same operands through NVIDIA models keep their own rules: sm80 truncates too (F = 24
+    # below the largest exponent, then RZ): 1.0; exact-rne rounds the exact sum once: up.
+    a, b = np.array([[1.0, 1.5 * 2.0**-24]]), np.array([[1.0, 1.0]])
+    assert int(fb.dot("sm80", a, b, fmt="bf16").bits[0]) == 0x3F800000
+    assert int(fb.dot("exact-rne", a, b, fmt="bf16").bits[0]) == 0x3F800001
 
 
 AMD_FORMS = [("cdna1", "fp16", None), ("cdna1", "bf16", None), ("cdna2", "fp16", None), ("cdna2", "bf16", None),
