@@ -88,10 +88,11 @@ PLANS = {
     # H200: 132 SMs, 2*SMs = 264; FA2 splits when batch*heads*ceil(seq_q/64) < 0.8*264 and
     # seq_k spans >= 2 blocks (block_n 256 for d <= 64, 128 for d <= 128).
     "splitkv": [
-        Shape("splitkv_bf16_decode_q1_k2048_d128", "bf16", 1, 2, 1, 2048, 128, None, False),
-        Shape("splitkv_fp16_decode_q4_k2048_d64_causal", "fp16", 1, 4, 4, 2048, 64, "bottom-right", False),
-        Shape("splitkv_bf16_cross_q128_k2048_d64_causal", "bf16", 1, 2, 128, 2048, 64, "bottom-right", False),
-        Shape("splitkv_bf16_n1024_d128_causal", "bf16", 1, 2, 1024, 1024, 128, "bottom-right", False),
+        # predicted splits on 132 SMs: 8, 4, 4, 8, 2
+        Shape("splitkv_bf16_decode_q1_k1024_d128", "bf16", 1, 2, 1, 1024, 128, None, False),
+        Shape("splitkv_fp16_decode_q4_k1024_d64_causal", "fp16", 1, 2, 4, 1024, 64, "bottom-right", False),
+        Shape("splitkv_bf16_cross_q128_k1024_d64_causal", "bf16", 1, 2, 128, 1024, 64, "bottom-right", False),
+        Shape("splitkv_bf16_n1024_d128_causal", "bf16", 1, 1, 1024, 1024, 128, "bottom-right", False),
         Shape("splitkv_bf16_n512_d64", "bf16", 1, 1, 512, 512, 64, None, False),
     ],
     "flex": [
@@ -117,7 +118,7 @@ PLANS = {
         Shape("cudnn_bf16_n256_d64", "bf16", 1, 2, 256, 256, 64, None),
         Shape("cudnn_bf16_n256_d64_causal", "bf16", 1, 2, 256, 256, 64, "top-left"),
         Shape("cudnn_fp16_n384_d64", "fp16", 1, 2, 384, 384, 64, None),
-        Shape("cudnn_bf16_n512_d128_causal", "bf16", 1, 2, 512, 512, 128, "top-left"),
+        Shape("cudnn_bf16_n512_d128_causal", "bf16", 1, 1, 512, 512, 128, "top-left"),
         Shape("cudnn_bf16_n200_d96", "bf16", 1, 2, 200, 200, 96, None),
         Shape("cudnn_bf16_cross_q128_k512_d64", "bf16", 1, 2, 128, 512, 64, None),
         Shape("cudnn_bf16_cross_q128_k512_d64_causal_br", "bf16", 1, 2, 128, 512, 64, "bottom-right"),

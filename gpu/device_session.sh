@@ -60,8 +60,10 @@ run_step() {
   if [ "$left" -lt 5 ]; then
     echo "== [t=$(now)s] $name: SKIPPED (session time limit ${SESSION_LIMIT}s reached)"
     STATUS+=("$name: skipped (session time limit)")
+    STEP_RAN=0
     return
   fi
+  STEP_RAN=1
   [ "$budget" -gt "$left" ] && budget=$left
   s=$(date +%s)
   echo "== [t=$(now)s] $name: budget ${budget}s"
@@ -311,16 +313,16 @@ run_step binaries 200 step_binaries
 run_step mma-probes 90 step_mma
 pack probes "$W/mma"
 run_step path-splitkv 45 "step_path splitkv"
-pack captures_paths "$W/paths"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
 start_sass_background $(( SESSION_LIMIT - 30 - $(now) ))
 run_step path-math 45 "step_path math"
-pack captures_paths "$W/paths"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
 run_step path-cudnn 60 "step_path cudnn"
-pack captures_paths "$W/paths"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
 run_step path-tutorial 90 "step_path tutorial"
-pack captures_paths "$W/paths"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
 run_step path-flex 150 "step_path flex"
-pack captures_paths "$W/paths"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
 run_step torch-captures 120 step_torch
 pack captures_torch "$W/torch"
 run_step fb-fa2-captures 60 step_fa2
