@@ -51,7 +51,9 @@ Contract:
   "none", path_taken "no: CPU stand-in" and stand_in saying it is NOT a hardware capture.
   It needs only torch (>= 1.13) and numpy; safetensors is not needed in either mode (the
   writer below lays the file out as safetensors.torch.save_file does).
-- --list: print the plan (one capture per line) and exit.
+- --list: print the plan (one capture per line) and exit. --dump-sass-from CACHE_DIR: only
+  the SASS/PTX step, on the cubins under CACHE_DIR (exit 1 when there is none): the CPU
+  rehearsal runs it on cubins nvcc made, so the step cannot rot.
 - Exit 0 when every capture of the plan succeeded, 1 when some failed (each failure is in
   the log and on stdout), 2 on bad usage, no CUDA device without --stand-in, or a
   missing tutorial file.
@@ -629,7 +631,15 @@ def main():
     ap.add_argument("--seed", type=int, default=38000)
     ap.add_argument("--only", help="comma-separated capture names of the plan")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--dump-sass-from", metavar="CACHE_DIR",
+                    help="only the SASS/PTX step on the cubins under CACHE_DIR (a CPU check of it), into OUT_DIR/sass")
     args = ap.parse_args()
+    if args.dump_sass_from:
+        if not args.out_dir:
+            print("error: --dump-sass-from needs --out-dir", file=sys.stderr)
+            return 2
+        n = dump_triton_sass(args.dump_sass_from, os.path.join(args.out_dir, "sass"), print)
+        return 0 if n else 1
     plan = PLANS[args.path]
     if args.only:
         wanted = set(args.only.split(","))

@@ -12,6 +12,9 @@
 #   O, LSE and the gradients against a float64 recomputation with the metadata's mask;
 # - the checks can fail: a copy of a bottom-right capture relabelled top-left, and one whose
 #   stand_in note is removed, must fail check_paths --strict;
+# - the SASS/PTX step (--dump-sass-from) on gpu/sass_probe.cu's cubin and PTX, where nvcc
+#   exists: ex2.approx.f32 counted in the PTX, and with cuobjdump MUFU.EX2 and MUFU.RCP in the
+#   SASS;
 # - flashbits replays each capture under its model or the nearest one: exit 0 or 1 (a
 #   mismatch: stand-ins are not the kernels), never 2, except that a capture with seqlen_q !=
 #   seqlen_k may be refused (exit 2) by a flashbits without Nq != Nk support (reported).
@@ -52,6 +55,50 @@ if [ -z "$given" ]; then
   grep -q "tutorial_sha256" "$dir"/tutorial/*.safetensors || { echo "tutorial captures lack tutorial_sha256"; fail=1; }
 else
   dir=$(cd "$given" && pwd)
+fi
+
+# The Triton SASS/PTX step (capture_paths.py --dump-sass-from) on a cubin and PTX nvcc makes
+# here from gpu/sass_probe.cu, where nvcc exists: one summary row whose PTX counts see the
+# ex2.approx.f32 that file holds, and where cuobjdump exists too, SASS counts with MUFU.EX2
+# and MUFU.RCP (without cuobjdump the listing says so).
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ -x "$nvcc" ]; then
+  mkdir -p "$tmp/cache/k"
+  if "$nvcc" -arch=sm_90a -cubin -o "$tmp/cache/k/sass_probe.cubin" "$root/gpu/sass_probe.cu" &&
+     "$nvcc" -arch=sm_90a -ptx -o "$tmp/cache/k/sass_probe.ptx" "$root/gpu/sass_probe.cu"; then
+    "$py" "$root/gpu/capture_paths.py" --path flex --dump-sass-from "$tmp/cache" --out-dir "$tmp/sassout" > "$tmp/sass.log" 2>&1
+    rc=$?
+    counts=$("$py" - "$tmp/sassout/sass/triton_summary.tsv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+r = rows[0] if rows else {}
+print(len(rows), r.get("ex2.approx.f32", 0), r.get("MUFU.EX2", 0), r.get("MUFU.RCP", 0), r.get("instructions", 0))
+EOF
+)
+    read -r rows ptx_ex2 ex2 rcp insns <<< "$counts"
+    echo "sass step on nvcc's cubin: exit $rc; rows $rows, PTX ex2.approx.f32 $ptx_ex2, SASS MUFU.EX2 $ex2, MUFU.RCP $rcp, instructions $insns ($(tail -1 "$tmp/sass.log"))"
+    [ "$rc" = 0 ] && [ "$rows" = 1 ] && [ "${ptx_ex2:-0}" -gt 0 ] || { cat "$tmp/sass.log"; fail=1; }
+    # The SASS counter on a listing cuobjdump wrote on the H200 (gpu/sass_probe.cu, run 1):
+    # its MUFU.EX2 and FFMA lines, counted independently here with grep.
+    listing=$root/traces/hw/h200/sass/sass_probe_default.txt
+    want="$(grep -c ' MUFU\.EX2 ' "$listing") $(grep -cE ' FFMA(\.[A-Z0-9_.]+)? ' "$listing")"
+    got=$("$py" -c "
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location('cp', sys.argv[1]); m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m); c = m.count_sass(open(sys.argv[2]).read()); print(c['MUFU.EX2'], c['FFMA'])
+" "$root/gpu/capture_paths.py" "$listing")
+    echo "SASS counter on the H200 listing of gpu/sass_probe.cu: MUFU.EX2, FFMA $got (grep: $want)"
+    [ "$got" = "$want" ] && [ "${got%% *}" -gt 0 ] || fail=1
+    if grep -q 'cuobjdump missing' "$tmp/sass.log"; then
+      grep -q 'no cuobjdump found' "$tmp"/sassout/sass/*.sass || { echo "sass: no note of the missing cuobjdump"; fail=1; }
+    else
+      [ "${ex2:-0}" -gt 0 ] && [ "${rcp:-0}" -gt 0 ] && [ "${insns:-0}" -gt 20 ] || { echo "sass: SASS counts missing"; fail=1; }
+    fi
+  else
+    echo "sass step: nvcc could not compile gpu/sass_probe.cu"; fail=1
+  fi
+else
+  echo "sass step: no nvcc here: not checked"
 fi
 
 # Every capture of every plan.
