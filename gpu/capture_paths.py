@@ -160,11 +160,14 @@ ST_DTYPES = {"bfloat16": ("BF16", 2), "float16": ("F16", 2), "float32": ("F32", 
 
 
 def tensor_bytes(t):
+    """The tensor's little-endian element bytes (numpy when present, else through uint8)."""
     import torch
     t = t.detach().contiguous().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().tobytes()
-    return t.numpy().tobytes()
+    try:
+        import numpy  # noqa: F401
+        return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+    except ImportError:  # torch without numpy: reinterpret as bytes (torch >= 2.0)
+        return bytes(t.reshape(-1).view(torch.uint8).tolist())
 
 
 def save_trace(path, tensors, metadata):
