@@ -11,9 +11,9 @@
 //        D = 0xffffffff, source "dry-run:no-gpu"; for checking the generator and file]
 // Per form and batch: N mma tiles (16x8 outputs) or (N+3)/4 wgmma tiles (64x8); the
 // `chained` batch records two cases per output. Batch indices are stable: new batches
-// are appended (signed_zeros follows chained). The file is streamed form by form (a
-// section's cases never sit in memory at once), written to FILE.partial and renamed at
-// the end, so an interrupted run leaves no truncated FILE.
+// are appended (signed_zeros follows chained, then zero_exponent and inf_overflow). The
+// file is streamed form by form (a section's cases never sit in memory at once), written
+// to FILE.partial and renamed at the end, so an interrupted run leaves no truncated FILE.
 #include <cuda_runtime.h>
 
 #include <algorithm>
