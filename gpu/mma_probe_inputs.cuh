@@ -1,10 +1,24 @@
 // gpu/mma_probe_inputs.cuh: fb-mma-probe's host side input design (the batches of raw,
 // normal and designed inputs per instruction form) and the launches that run them on the device.
-// Contract: not a stand-alone header. gpu/mma_probe.cu includes it once, at this point of its
-// translation unit (after its includes and the definitions before it), so the code keeps its
-// original order and linkage and every kernel stays in the one translation unit with its
-// launches (no relocatable device code).
+// Contract: it includes what it uses, so that it parses alone (clangd, an IDE). gpu/mma_probe.cu
+// includes it once: its launches stay in the one translation unit with the kernels of
+// gpu/mma_probe_kernels.cuh (no relocatable device code), hence the anonymous namespace.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/format.hpp"
+#include "gpu/device_common.cuh"
+#include "gpu/mma_probe_kernels.cuh"
+#include "gpu/probe_file.hpp"
 
 namespace fb::gpu {
 namespace {
