@@ -8,8 +8,9 @@
 //   by Figueroa's theorem (1995) double rounding through a format of >= 2p+2 bits is
 //   innocuous for +, -, *, / of p-bit operands (p = 24, 11, 8 here), so this equals the
 //   correctly rounded operation. FMAs use std::fmaf (one rounding). Dot products use the
-//   recipe's DotSpec (fb::fused_dot for tensor cores; with DotSpec::promote_every, groups of
-//   that many products from C = 0 added into an fp32 accumulator, DeepSeek-V3's promotion).
+//   recipe's DotSpec (its fb::DotModel, whichever family, through the model's one call; with
+//   DotSpec::promote_every, groups of that many products from C = 0 added into an fp32
+//   accumulator, DeepSeek-V3's promotion).
 //   SFUs come from the recipe's SfuSet.
 // - ExactArith: every rounding is the identity and special functions are libm in fp64;
 //   dots are fp64 FMA chains. Runs the recipe's order of operations in (near-)exact
@@ -29,10 +30,9 @@
 #include "attention/kernel_models.hpp"
 #include "emu/cuda_expf.hpp"
 #include "emu/ops.hpp"
-#include "emu/dot/tensor_core_amd.hpp"
+#include "emu/dot/dot_model.hpp"
 #include "emu/software_exp2.hpp"
 #include "emu/special_functions.hpp"
-#include "emu/dot/tensor_core.hpp"
 
 namespace fb::attn::detail {
 
@@ -135,19 +135,16 @@ struct HardwareArith {
     if constexpr (std::is_same_v<E, float>) {
       switch (spec.kind) {
         case DotKind::tensor_core: {
-          if (spec.promote_every <= 0) return fused_dot(*spec.model, static_cast<float>(c), a, b, k, trace);
+          // Models that record no per-step trace (AMD MFMA) leave traced rows without step events.
+          if (spec.promote_every <= 0) return spec.dot.dot(static_cast<float>(c), a, b, k, {}, trace);
           // +promote:N: each group of N products runs on the tensor core from C = 0; its
           // result is added into the fp32 accumulator by one CUDA-core fp32 add.
           double acc = f32(c);
           for (int i = 0; i < k; i += spec.promote_every) {
             const int n = std::min(spec.promote_every, k - i);
-            acc = f32(acc + static_cast<double>(fused_dot(*spec.model, 0.0f, a + i, b + i, n, trace)));
+            acc = f32(acc + static_cast<double>(spec.dot.dot(0.0f, a + i, b + i, n, {}, trace)));
           }
           return acc;
-        }
-        case DotKind::amd_mfma: {
-          // MMA-Sim's AMD models record no per-step trace: traced rows get no step events.
-          return fused_dot_amd(*spec.amd, static_cast<float>(c), a, b, k);
         }
         case DotKind::fp32_fma_chain: {
           float s = static_cast<float>(c);
@@ -162,13 +159,11 @@ struct HardwareArith {
     for (int i = 0; i < k; ++i) s = std::fma(static_cast<double>(a[i]), static_cast<double>(b[i]), s);
     return s;
   }
-  // Whether dot_columns runs `spec`'s dots side by side in vector lanes
-  // (fb::fused_dot_columns, fb::fused_dot_amd_columns): a tensor-core chain without +promote
-  // in k order, or an AMD MFMA chain in any k order. Otherwise callers loop over dot(); the
-  // results are the same bits either way.
+  // Whether dot_columns runs `spec`'s dots side by side in vector lanes (fb::DotModel::
+  // dot_columns): a dot model's chain without +promote, in any k order. Otherwise callers
+  // loop over dot(); the results are the same bits either way.
   static bool columns_batched(const DotSpec& spec) {
-    if (spec.kind == DotKind::amd_mfma) return true;
-    return spec.kind == DotKind::tensor_core && spec.promote_every <= 0 && spec.k_order == KOrder::ascending;
+    return spec.kind == DotKind::tensor_core && spec.promote_every <= 0;
   }
   // dot() for `lanes` columns at once (only where columns_batched): acc[l] =
   // dot(spec, acc[l], a, column l, k, tally), column l = b[j*ldb + l]. `tally`: null, or a
@@ -180,31 +175,26 @@ struct HardwareArith {
     lane_values.resize(static_cast<std::size_t>(lanes));
     // The accumulators hold fp32 (or fp16) values: exact as float.
     for (int l = 0; l < lanes; ++l) lane_values[static_cast<std::size_t>(l)] = static_cast<float>(acc[l]);
-    if (spec.kind == DotKind::amd_mfma) {
-      // No per-step trace for AMD models. CK's interleave: the shared vector and the panel's
-      // rows (k) rearranged once per call, zero-padded to whole 16-chunks.
-      if (spec.k_order == KOrder::ck_interleave16) {
-        thread_local std::vector<float> a_order, panel;
-        const int padded = (k + 15) / 16 * 16;
-        a_order.resize(static_cast<std::size_t>(padded));
-        ck_interleave16(a, k, a_order.data());
-        panel.assign(static_cast<std::size_t>(padded) * lanes, 0.0f);
-        for (int slot = 0; slot < padded; ++slot) {
-          const int j = ck_interleave16_source(slot);
-          if (j < k)
-            std::copy(b + static_cast<std::size_t>(j) * ldb, b + static_cast<std::size_t>(j) * ldb + lanes,
-                      panel.begin() + static_cast<std::ptrdiff_t>(slot) * lanes);
-        }
-        fused_dot_amd_columns(*spec.amd, lane_values.data(), a_order.data(), panel.data(),
-                              static_cast<std::size_t>(lanes), padded, lanes, lane_values.data());
-      } else {
-        fused_dot_amd_columns(*spec.amd, lane_values.data(), a, b, ldb, k, lanes, lane_values.data());
+    DotStepTally* const steps = tally != nullptr ? tally->tally_only : nullptr;
+    if (spec.k_order == KOrder::ck_interleave16) {
+      // CK's interleave: the shared vector and the panel's rows (k) rearranged once per call,
+      // zero-padded to whole 16-chunks (b_alignment describes b's own layout: not passed).
+      thread_local std::vector<float> a_order, panel;
+      const int padded = (k + 15) / 16 * 16;
+      a_order.resize(static_cast<std::size_t>(padded));
+      ck_interleave16(a, k, a_order.data());
+      panel.assign(static_cast<std::size_t>(padded) * lanes, 0.0f);
+      for (int slot = 0; slot < padded; ++slot) {
+        const int j = ck_interleave16_source(slot);
+        if (j < k)
+          std::copy(b + static_cast<std::size_t>(j) * ldb, b + static_cast<std::size_t>(j) * ldb + lanes,
+                    panel.begin() + static_cast<std::ptrdiff_t>(slot) * lanes);
       }
-      for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];
-      return;
+      spec.dot.dot_columns(lane_values.data(), a_order.data(), panel.data(), static_cast<std::size_t>(lanes), padded,
+                           lanes, lane_values.data(), steps);
+    } else {
+      spec.dot.dot_columns(lane_values.data(), a, b, ldb, k, lanes, lane_values.data(), steps, b_alignment);
     }
-    fused_dot_columns(*spec.model, lane_values.data(), a, b, ldb, k, lanes, lane_values.data(),
-                      tally != nullptr ? tally->tally_only : nullptr, b_alignment);
     for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];
   }
 };

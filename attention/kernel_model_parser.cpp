@@ -12,8 +12,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/dot/tensor_core.hpp"
-#include "emu/dot/tensor_core_amd.hpp"
+#include "emu/dot/dot_model.hpp"
 
 namespace fb::attn {
 namespace {
@@ -21,19 +20,15 @@ namespace {
 // The recipe names its tensor-core model; its form depends on the operands' format, known
 // only once the variants are read (fp8 models feed the quantised format).
 void resolve_dot(DotSpec& d, const Format& input) {
-  if (d.kind == DotKind::amd_mfma) {
-    d.amd = find_amd_dot_model(d.tensor_core, input);
-    if (!d.amd)
-      throw std::invalid_argument("AMD MFMA model '" + d.tensor_core + "' has no form for input format " +
-                                  std::string(input.name));
-    return;
-  }
   if (d.kind != DotKind::tensor_core) return;
-  d.model = find_tensor_core_model(d.tensor_core, input);
-  if (!d.model) {
-    throw std::invalid_argument("tensor-core model '" + d.tensor_core + "' has no form for input format " +
+  try {
+    d.dot = find_dot_model(d.tensor_core, input);
+  } catch (const DotModelError&) {
+    throw std::invalid_argument("dot model '" + d.tensor_core + "' has no form for input format " +
                                 std::string(input.name));
   }
+  // Attention feeds a dot no scales; a block-scaled kind is not reachable without its kind.
+  d.model = d.dot.nvidia();
 }
 
 double parse_number(const std::string& text, const std::string& what) {

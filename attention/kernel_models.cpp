@@ -634,7 +634,7 @@ KernelModel ck_fmha_cdna3(const Format& dtype) {
   m.structure = Structure::online_softmax;
   m.kv_order = KvOrder::first_to_last;
   m.tiles_by_head_dim = {{64, TileSizes{128, 64, 128, 64}}, {0, TileSizes{128, 128, 128, 128}}};
-  m.score_dot = DotSpec{DotKind::amd_mfma, "cdna3", nullptr};
+  m.score_dot = DotSpec{DotKind::tensor_core, "cdna3", nullptr};
   m.score_dot.k_order = KOrder::ck_interleave16;
   m.pv_dot = m.score_dot;
   m.score_format = formats::fp32;
@@ -801,8 +801,7 @@ bool KernelModel::hardware_validated() const {
   // reports say it is the reference (tools name it so), not that it was measured.
   if (structure == Structure::correctly_rounded) return true;
   auto dot_ok = [](const DotSpec& d) {
-    if (d.kind == DotKind::amd_mfma) return d.amd != nullptr && d.amd->hardware_validated;
-    return d.kind != DotKind::tensor_core || (d.model && d.model->hardware_validated);
+    return d.kind != DotKind::tensor_core || (d.dot.valid() && d.dot.hardware_validated());
   };
   return dot_ok(score_dot) && dot_ok(pv_dot) && sfu_hardware_measured(*this);
 }

@@ -21,21 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "emu/dot/dot_model.hpp"
 #include "emu/rounding.hpp"
 #include "emu/special_functions.hpp"
 #include "formats/format.hpp"
-
-namespace fb {
-struct TensorCoreModel;
-struct AmdDotModel;
-}  // namespace fb
 
 namespace fb::attn {
 
 // How a dot product (a matmul's inner product) is accumulated.
 enum class DotKind : std::uint8_t {
-  tensor_core,     // fb::fused_dot with the named TensorCoreModel, C chained
-  amd_mfma,        // fb::fused_dot_amd with the named AmdDotModel (emu/dot/tensor_core_amd.hpp), C chained
+  tensor_core,     // the named emu/dot model (fb::DotModel: NVIDIA tensor core or AMD MFMA), C chained
   fp32_fma_chain,  // sequential fp32 FMAs (SIMT / CPU fp32 GEMM)
   fp64_fma_chain,  // sequential fp64 FMAs (golden fp64)
 };
@@ -49,15 +44,18 @@ enum class KOrder : std::uint8_t {
 
 struct DotSpec {
   DotKind kind = DotKind::tensor_core;
-  std::string tensor_core;                 // model name, e.g. "sm80", "sm90-mma"
-  const TensorCoreModel* model = nullptr;  // resolved for the input format at parse time
-  const AmdDotModel* amd = nullptr;        // amd_mfma: likewise
+  std::string tensor_core;  // dot model name, e.g. "sm80", "sm90-mma", "cdna3" (fb::find_dot_model)
+  // dot.nvidia(): the NVIDIA preset the side-by-side kernels and prepared alignment panels
+  // take (attention/engine_detail.hpp); null for the other families.
+  const TensorCoreModel* model = nullptr;
   // +promote:N (DeepSeek-V3's fp32 promotion): 0 = off. Otherwise the tensor core runs
   // each group of N products from C = 0 (chained fused steps, the model's own output
   // rounding, e.g. e8m13 truncation) and the group's result is added into an fp32
   // accumulator (which starts at the dot's C) by one fp32 add on the CUDA cores.
   int promote_every = 0;
   KOrder k_order = KOrder::ascending;
+  // tensor_core: the model, resolved by fb::find_dot_model for the input format at parse time.
+  DotModel dot{};
 };
 
 // correctly_rounded: not a kernel but the reference any kernel is measured against (model

@@ -324,4 +324,52 @@ FB_HD inline std::uint32_t lg2_extended_table_model(float x, const std::uint32_t
   return lg2_extended_model(sfu_unbiased_exponent(b), table[m], residuals[m], guard_bits, rounding);
 }
 
+// ---- The table hypotheses --------------------------------------------------------------------
+// fb-sfu-probe tests them on the GPU over all 2^32 inputs and fb-sfu-rehearse restates them on
+// the CPU; both take each input's entry from here, so the two cannot drift. A hypothesis holds
+// when, over its domain, every input's value equals the value of the first input seen at the
+// same key: the table it fills is then the table model's table.
+struct SfuHypothesisEntry {
+  std::uint32_t key;
+  std::uint32_t value;
+};
+// ex2 (both splits): x in [-125, 127), where 2^k * T cannot leave the normal range.
+FB_HD inline bool ex2_hypothesis_domain(std::uint32_t in) {
+  const float x = sfu_float(in);
+  return x >= -125.f && x < 127.f;
+}
+// ex2 fixed point with N fraction bits: key = the fraction of the fixed-point x * 2^N
+// (ex2_fixed_point_split), value = the hardware's bits `hw` minus k in the exponent field.
+FB_HD inline SfuHypothesisEntry ex2_fixed_point_entry(std::uint32_t in, std::uint32_t hw, int nbits, int rounding) {
+  const Ex2FixedPointSplit split = ex2_fixed_point_split(sfu_ftz(sfu_float(in)), nbits, rounding);
+  return {split.index, static_cast<std::uint32_t>(static_cast<long long>(hw) - split.k * (1ll << 23))};
+}
+// ex2 sign magnitude with N fraction bits: key = x's sign and the N fraction bits of |x|
+// truncated (ex2_sign_magnitude_split), value = hw minus (x >= 0) or plus (x < 0) k in the
+// exponent field.
+FB_HD inline SfuHypothesisEntry ex2_sign_magnitude_entry(std::uint32_t in, std::uint32_t hw, int nbits) {
+  const Ex2SignMagnitudeSplit split = ex2_sign_magnitude_split(sfu_ftz(sfu_float(in)), nbits);
+  const long long k = split.negative ? -split.k : split.k;
+  return {split.index, static_cast<std::uint32_t>(static_cast<long long>(hw) - k * (1ll << 23))};
+}
+// rcp: normal inputs whose reciprocal is normal (biased exponent 2..252).
+FB_HD inline bool rcp_hypothesis_domain(std::uint32_t in) {
+  const std::uint32_t biased = (in >> 23) & 0xffu;
+  return biased >= 2 && biased <= 252;
+}
+// rcp mantissa: key = the mantissa field, value = hw without its sign plus the input's unbiased
+// exponent in the exponent field (the table holds positive 1.m; negative inputs are checked by
+// verifying the table model).
+FB_HD inline SfuHypothesisEntry rcp_mantissa_entry(std::uint32_t in, std::uint32_t hw) {
+  const RcpMantissaSplit split = rcp_mantissa_split(in);
+  return {split.mantissa, static_cast<std::uint32_t>(static_cast<long long>(hw & 0x7fffffffu) + split.e * (1ll << 23))};
+}
+// lg2 exponent split: positive normal inputs; the prediction for `in` is
+// lg2_exponent_split_model(in, the hardware's lg2 of lg2_mantissa_input(in) = 1.m).
+FB_HD inline bool lg2_split_domain(std::uint32_t in) {
+  const std::uint32_t biased = (in >> 23) & 0xffu;
+  return (in >> 31) == 0 && biased != 0 && biased != 255;
+}
+FB_HD inline std::uint32_t lg2_mantissa_input(std::uint32_t in) { return 0x3f800000u | (in & kFp32ManMask); }
+
 }  // namespace fb::sfu_rules

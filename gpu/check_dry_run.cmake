@@ -1,7 +1,7 @@
 # gpu/check_dry_run.cmake: the gpu_mma_probe_dry_run test. Runs fb-mma-probe --dry-run (no
 # GPU: inputs only, D = 0xffffffff) and then the test_probe_file case that checks the file
 # it wrote (forms, batches, special inputs, designed batches including overflow, f_boundary,
-# chained and signed_zeros, in exact arithmetic; probe-check's --mismatches-out/--sample-out/--jobs on it
+# chained, signed_zeros, zero_exponent and inf_overflow, in exact arithmetic; probe-check's --mismatches-out/--sample-out/--jobs on it
 # with D filled in from the emu; tests/test_probe_file.cpp). Also: the same seed writes the
 # same bytes again (the file is a reproducible input set), and no FILE.partial is left.
 # Usage: cmake -DPROBE=fb-mma-probe -DCHECKER=test_probe_file -DOUT=file.fbp -P check_dry_run.cmake

@@ -6,14 +6,24 @@
 #        OUT=DIR bash gpu/device_session.sh --rehearse  on a CPU: fakes for every GPU step
 #
 # Contract:
-# - Steps run in order of value: attention captures (PyTorch SDPA flash, then fb-fa2), the
-#   tensor-core probes, the SFU probes, the SASS listings. Each step has its own time budget
-#   (timeout), and its results are packed into $OUT the moment it ends, so a failing or
-#   hanging step loses nothing that came before it and does not stop the steps after it.
-# - At most 8 files come back, 16 MiB each: session.log, captures_torch.tar.xz,
-#   captures_bias.tar.xz, captures_fa2.tar.xz, probes.tar.xz, sfu.tar.xz (summary, ex2
-#   tables, conflicts), sfu_tables.tar.xz (rcp/lg2 tables, raw ex2 evidence), sass.tar.xz. A
-#   pack over 15 MiB is cut down (the log says what was dropped).
+# - Steps run in order of value: the tensor-core probes, the five attention paths of issue 38
+#   (gpu/capture_paths.py: FA2 split-KV, math, cuDNN, the Triton tutorial, FlexAttention; one
+#   process and one step each), the PyTorch SDPA flash captures and fb-fa2, the SFU probes,
+#   the SASS listings. Each step has its own time budget (timeout), clipped so the whole
+#   session ends within SESSION_LIMIT seconds (default 345: under 6 minutes; a step that
+#   would start with under 5 s left is skipped and says so), and its results are packed into
+#   $OUT the moment it ends, so a failing or hanging step loses nothing that came before it
+#   and does not stop the steps after it.
+# - At most 8 files come back, 16 MiB each: session.log, probes.tar.xz, captures_paths.tar.xz
+#   (the five paths: captures, capture logs, the Triton kernels' SASS/PTX; re-packed after
+#   each path), captures_torch.tar.xz (with eager/ and bias/, the stacked bias capture),
+#   captures_fa2.tar.xz, sfu.tar.xz (summary, ex2 tables, conflicts), sfu_tables.tar.xz
+#   (rcp/lg2 tables, raw ex2 evidence), sass.tar.xz. A pack over 15 MiB is cut down (the log
+#   says what was dropped).
+# - The tutorial kernel is not in the repo: TRITON_TUTORIAL_FILE (default
+#   gpu/vendor/triton_06_fused_attention.py, git-ignored, carried; gpu/README.md "Attention
+#   paths") must hold Triton's python/tutorials/06-fused-attention.py, else that step fails
+#   alone. FB_PYTHON (default python3) runs the Python steps.
 # - Binaries: prebuilt ones in .devbin/ (carried with the tree: fb-mma-probe, fb-sfu-probe,
 #   fb-fa2, and a static `flashbits` for checking the probes on the device) are used when
 #   they run there; otherwise gpu/ is built on the spot (cmake -S gpu) and the probes come
@@ -35,12 +45,26 @@ export T0=$(date +%s)
 export W=$(mktemp -d /tmp/fbsession.XXXXXX)
 export JOBS=$(nproc)
 export PACK_LIMIT=$((15 * 1024 * 1024))
+# The whole session ends within SESSION_LIMIT s (budgets are clipped; 20 s kept for the last
+# packs). The CPU rehearsal is slower than the GPU and is not clipped unless asked.
+export SESSION_LIMIT=${SESSION_LIMIT:-$([ "$REHEARSE" = 1 ] && echo 3600 || echo 345)}
+export FB_PYTHON=${FB_PYTHON:-python3}
+export TRITON_TUTORIAL_FILE=${TRITON_TUTORIAL_FILE:-$FB_ROOT/gpu/vendor/triton_06_fused_attention.py}
 STATUS=()
 now() { echo $(( $(date +%s) - T0 )); }
 
-# run_step NAME BUDGET FUNCTION: runs an exported function under its own timeout.
+# run_step NAME BUDGET FUNCTION [ARG]: runs an exported function under its own timeout.
 run_step() {
-  local name=$1 budget=$2 fn=$3 s rc e
+  local name=$1 budget=$2 fn=$3 s rc e left
+  left=$(( SESSION_LIMIT - 20 - $(now) ))
+  if [ "$left" -lt 5 ]; then
+    echo "== [t=$(now)s] $name: SKIPPED (session time limit ${SESSION_LIMIT}s reached)"
+    STATUS+=("$name: skipped (session time limit)")
+    STEP_RAN=0
+    return
+  fi
+  STEP_RAN=1
+  [ "$budget" -gt "$left" ] && budget=$left
   s=$(date +%s)
   echo "== [t=$(now)s] $name: budget ${budget}s"
   timeout -k 10 "$budget" bash -c "$fn"
@@ -122,6 +146,24 @@ step_torch() {
     --bias-dir "$FB_ROOT/gpu/inputs/bias" --out-dir "$W/torch"
 }
 export -f step_torch
+
+# One attention path of issue 38 (gpu/capture_paths.py), in its own process; on a CPU the
+# same script writes stand-ins (source emulated), or says why it cannot.
+step_path() {
+  local p=$1 extra=()
+  mkdir -p "$W/paths/$p"
+  if [ "$REHEARSE" = 1 ]; then
+    if ! "$FB_PYTHON" -c 'import torch, numpy' 2>/dev/null; then
+      echo "rehearsal: $FB_PYTHON has no torch or numpy: the $p stand-ins are SKIPPED"
+      echo "no torch or numpy for $FB_PYTHON" > "$W/paths/$p/SKIPPED"
+      return 0
+    fi
+    extra=(--stand-in)
+  fi
+  PYTHONUNBUFFERED=1 "$FB_PYTHON" "$FB_ROOT/gpu/capture_paths.py" --path "$p" --out-dir "$W/paths/$p" \
+    --cache-dir "$W/cache_$p" --tutorial-file "$TRITON_TUTORIAL_FILE" "${extra[@]}"
+}
+export -f step_path
 
 step_fa2() {
   mkdir -p "$W/fa2"
@@ -231,15 +273,19 @@ export -f step_sfu
 # the background from after the captures and is waited for here.
 start_sass_background() {
   mkdir -p "$W/sass"
+  # the kernels to match: this session's split-KV captures and the first session's flash ones
+  cat "$FB_ROOT"/traces/hw/h200/capture_log.jsonl "$W"/paths/splitkv/capture_log.jsonl "$W"/torch/capture_log.jsonl \
+    > "$W/kernels_from.jsonl" 2>/dev/null
   local lib
   lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cuda.so'))" 2>/dev/null)
   if ! command -v cuobjdump >/dev/null && [ -x /usr/local/cuda/bin/cuobjdump ]; then export PATH=$PATH:/usr/local/cuda/bin; fi
   if [ -z "$lib" ] || [ ! -f "$lib" ] || ! command -v cuobjdump >/dev/null; then
     echo "sass: no libtorch_cuda.so or no cuobjdump: skipped" | tee "$W/sass/sass_status.txt"; return
   fi
+  [ "$1" -ge 10 ] || { echo "sass: no time left for cuobjdump: skipped" | tee "$W/sass/sass_status.txt"; return; }
   ls -l "$lib" > "$W/sass/library.txt"
   ( timeout -k 5 "$1" bash -c "cuobjdump -sass -arch sm_90 '$lib' 2>'$W/sass/cuobjdump_stderr.txt' \
-      | python3 '$FB_ROOT/gpu/sass_flash.py' --kernels-from '$W/torch/capture_log.jsonl' --out-dir '$W/sass'" \
+      | python3 '$FB_ROOT/gpu/sass_flash.py' --kernels-from '$W/kernels_from.jsonl' --out-dir '$W/sass'" \
       > "$W/sass/filter_stdout.txt" 2>&1; echo "exit $?" >> "$W/sass/filter_stdout.txt" ) &
   echo $! > "$W/sass_pid"
 }
@@ -260,24 +306,34 @@ step_sass_probe() {
 export -f step_sass_probe
 
 echo "== flashbits device session $(date -u +%FT%TZ) $([ $REHEARSE = 1 ] && echo '(REHEARSAL: fakes, no GPU)')"
-echo "== budgets (s): info 20, binaries 200, torch 170, fa2 60, mma 120, sfu 150, sass 60 (measured on an H200: 2 min in all)"
+echo "== budgets (s): info 20, binaries 200, mma 90, paths: splitkv 45, math 45, cudnn 60, tutorial 90, flex 150;" \
+  "torch 120, fa2 60, sfu 60, sass 30 + wait; all clipped to the session limit ${SESSION_LIMIT}s"
 run_step info 20 step_info
 run_step binaries 200 step_binaries
-run_step torch-captures 170 step_torch
-mkdir -p "$W/torch/bias"; mv "$W"/torch/bias "$W/bias" 2>/dev/null
-cp "$W/torch/capture_log.jsonl" "$W/bias/" 2>/dev/null
-pack captures_torch "$W/torch"; pack captures_bias "$W/bias"
-start_sass_background 330
+run_step mma-probes 90 step_mma
+pack probes "$W/mma"
+run_step path-splitkv 45 "step_path splitkv"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
+start_sass_background $(( SESSION_LIMIT - 30 - $(now) ))
+run_step path-math 45 "step_path math"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
+run_step path-cudnn 60 "step_path cudnn"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
+run_step path-tutorial 90 "step_path tutorial"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
+run_step path-flex 150 "step_path flex"
+[ "$STEP_RAN" = 1 ] && pack captures_paths "$W/paths"
+run_step torch-captures 120 step_torch
+pack captures_torch "$W/torch"
 run_step fb-fa2-captures 60 step_fa2
 pack captures_fa2 "$W/fa2"
-run_step mma-probes 120 step_mma
-pack probes "$W/mma"
-run_step sfu-probes 150 step_sfu
+run_step sfu-probes 60 step_sfu
 pack sfu "$W/sfu"; pack sfu_tables "$W/sfu_tables"
 run_step sass-probe 30 step_sass_probe
 if [ -f "$W/sass_pid" ]; then
   pid=$(cat "$W/sass_pid"); waited=0
-  while kill -0 "$pid" 2>/dev/null && [ $waited -lt 60 ]; do sleep 2; waited=$((waited + 2)); done
+  wait_for=$(( SESSION_LIMIT - 15 - $(now) )); [ "$wait_for" -gt 60 ] && wait_for=60
+  while kill -0 "$pid" 2>/dev/null && [ $waited -lt "$wait_for" ]; do sleep 2; waited=$((waited + 2)); done
   kill -0 "$pid" 2>/dev/null && { echo "sass: still running after the wait: stopped"; kill -- -"$pid" 2>/dev/null; pkill -f "cuobjdump -sass" ; sleep 1; }
   cat "$W/sass/filter_stdout.txt" 2>/dev/null
 fi

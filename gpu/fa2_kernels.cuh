@@ -1,10 +1,19 @@
 // gpu/fa2_kernels.cuh: fb-fa2's device side: tile sizes, the fragment and MMA helpers,
 // and the forward, delta, dK/dV and dQ kernels.
-// Contract: not a stand-alone header. gpu/fa2.cu includes it once, at this point of its
-// translation unit (after its includes and the definitions before it), so the code keeps its
-// original order and linkage and every kernel stays in the one translation unit with its
-// launches (no relocatable device code).
+// Contract: it includes what it uses, so that it parses alone (clangd, an IDE). gpu/fa2.cu
+// includes it once: its kernels stay in the one translation unit with their launches (no
+// relocatable device code), hence the anonymous namespace.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "gpu/device_common.cuh"
+#include "gpu/fa2_host.hpp"
 
 namespace fb::gpu {
 namespace {

@@ -15,6 +15,9 @@
 # - a rehearsal's SFU tables (*.fbsfut whose header says source=rehearsal:), into DEST/sfu
 #   unless DEST is under traces/hw/;
 # - the tensor-core probe verdict (check_big.json) and its mismatching cases and sample;
+# - the attention paths (captures_paths: gpu/capture_paths.py) into DEST/paths/<path>/, with
+#   their capture logs and Triton SASS; checked by gpu/check_paths.py and replayed under their
+#   metadata model or the nearest one (reported as "== replay-path FILE under MODEL (...)");
 # - then checks: probe-check on the probe files, and `flashbits replay` of every capture
 #   under its metadata model; each result is printed and written to DEST/import_report.txt.
 # Exit 0 when everything was imported (whatever the checks found), 2 on a missing or
@@ -67,12 +70,20 @@ copy_dir "$work/captures_torch/eager" "$dest/eager" '*.safetensors'
 copy_dir "$work/captures_fa2" "$dest/fa2" '*.safetensors'
 [ -f "$work/captures_torch/capture_log.jsonl" ] && cp "$work/captures_torch/capture_log.jsonl" "$dest/"
 [ -f "$files/session.log" ] && cp "$files/session.log" "$dest/"
-for big in "$work"/captures_bias/*.safetensors; do
+for big in "$work"/captures_bias/*.safetensors "$work"/captures_torch/bias/*.safetensors; do
   [ -e "$big" ] || continue
   mkdir -p "$dest/bias"
   python3 gpu/split_heads.py "$big" "$dest/bias/$(basename "$big" .safetensors)" 16 >/dev/null || exit 2
 done
 copy_dir "$work/probes" "$dest/probes"
+# The attention paths of issue 38 (gpu/capture_paths.py): captures, capture logs, the Triton
+# kernels' SASS summaries and listings, per path.
+for p in splitkv flex tutorial math cudnn; do
+  [ -d "$work/captures_paths/$p" ] || continue
+  copy_dir "$work/captures_paths/$p" "$dest/paths/$p" '*.safetensors'
+  copy_dir "$work/captures_paths/$p" "$dest/paths/$p" 'capture_log.jsonl'
+  [ -d "$work/captures_paths/$p/sass" ] && copy_dir "$work/captures_paths/$p/sass" "$dest/paths/$p/sass"
+done
 if [ -d "$work/sfu" ]; then
   mkdir -p "$dest/sfu"
   cp "$work"/sfu/sfu_summary.txt "$dest/sfu/" 2>/dev/null
@@ -144,5 +155,22 @@ report="$dest/import_report.txt"
     echo "== replay ${t#"$dest"/}"
     "$fb" replay "$t" | grep -E 'match bit|^result|under'
   done
+  # The paths' captures: checked against float64 (gpu/check_paths.py), then replayed under
+  # the model their metadata names or, where flashbits has no model of the kernel, the
+  # nearest one (named as such): math standard-<dtype>; flex and cudnn pytorch-fa2-sm90.
+  if [ -d "$dest/paths" ]; then
+    echo "== check-paths"
+    "${FB_PYTHON:-python3}" gpu/check_paths.py "$dest/paths" | sed 's/^/    /'
+    echo "check-paths exit ${PIPESTATUS[0]}"
+    for t in "$dest"/paths/*/*.safetensors; do
+      [ -e "$t" ] || continue
+      model=$(python3 gpu/check_paths.py --replay-model "$t")
+      echo "== replay-path ${t#"$dest"/} under ${model}"
+      "$fb" replay "$t" --model "${model%% *}" > "$work/replay_path.txt" 2>&1
+      rc=$?
+      grep -E 'match bit|^result|^error' "$work/replay_path.txt" | sed 's/^/    /'
+      echo "replay-path exit $rc"
+    done
+  fi
 } 2>&1 | tee "$report"
 echo "wrote $report"

@@ -1,10 +1,24 @@
 // gpu/mma_probe_inputs.cuh: fb-mma-probe's host side input design (the batches of raw,
 // normal and designed inputs per instruction form) and the launches that run them on the device.
-// Contract: not a stand-alone header. gpu/mma_probe.cu includes it once, at this point of its
-// translation unit (after its includes and the definitions before it), so the code keeps its
-// original order and linkage and every kernel stays in the one translation unit with its
-// launches (no relocatable device code).
+// Contract: it includes what it uses, so that it parses alone (clangd, an IDE). gpu/mma_probe.cu
+// includes it once: its launches stay in the one translation unit with the kernels of
+// gpu/mma_probe_kernels.cuh (no relocatable device code), hence the anonymous namespace.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/format.hpp"
+#include "gpu/device_common.cuh"
+#include "gpu/mma_probe_kernels.cuh"
+#include "gpu/probe_file.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -24,11 +38,13 @@ enum Batch : int {
   kFBoundary,     // terms F-3..F+3 binades below the largest, low bits set: truncation at F shows in D
   kChained,       // random normal tiles, two cases per output: (C,a,b,D1) then (D1,a,b,D2)
   kSignedZeros,   // exact zero sums: every product -0 (C = -0 or +0), or x - x pairs with C = -0
+  kZeroExponent,  // a zero times a huge partner beside tiny terms; C = 0 beside products below C's emin
+  kInfOverflow,   // C = +-inf with a product beyond the output's range, of C's sign or the opposite
   kBatchCount
 };
-const char* const kBatchNames[kBatchCount] = {"random_bits",  "random_normal", "specials",    "ties",   "cancellation",
-                                              "exponent_gap", "zero_terms",    "c_huge",      "c_tiny", "overflow",
-                                              "f_boundary",   "chained",       "signed_zeros"};
+const char* const kBatchNames[kBatchCount] = {
+    "random_bits", "random_normal", "specials",   "ties",    "cancellation", "exponent_gap",  "zero_terms",  "c_huge",
+    "c_tiny",      "overflow",      "f_boundary", "chained", "signed_zeros", "zero_exponent", "inf_overflow"};
 
 // F, the aligned-significand width (fraction bits kept below the largest exponent of a
 // fused step) of the emu model fb-mma-probe names for a form on a device (model_for
@@ -198,6 +214,12 @@ class Designer {
         break;
       case kSignedZeros:
         design_signed_zeros(a, b, c);
+        break;
+      case kZeroExponent:
+        design_zero_exponent(a, b, c);
+        break;
+      case kInfOverflow:
+        design_inf_overflow(a, b, c);
         break;
       default:
         break;
@@ -481,6 +503,120 @@ class Designer {
     c = neg_zero_c;
   }
 
+  // zero_exponent: which exponent a zero term takes in the alignment. flashbits' presets
+  // ignore zero terms (ZeroTermPolicy::ignored); the hypotheses this batch separates from it:
+  // a zero product aligns at e_zero + e_partner (the zero's exponent field read as emin), or a
+  // zero C aligns at C's emin (ZeroTermPolicy::as_min_exponent). The B columns of its tiles
+  // (zero_exponent_b_column) hold one huge partner +-2^emax at a random position p and small
+  // powers of two 2^eb elsewhere, eb chosen so the terms below are normal. Rows alternate:
+  //  even  a[p] = +-0 (a zero times the huge partner: Ez = emin + emax), every other product
+  //        nonzero with its lead at Ez - F + d, d in [-2, 6], lowest bit set; C +-0 or a value
+  //        at the same level. Aligned at Ez, the terms lose bits below 2^(Ez - F) (all of them
+  //        for d < 0); ignored, the zero changes nothing.
+  //  odd   (forms whose products reach that far below C's emin: bf16, tf32) C = +-0, a[p] = 0
+  //        too, the other products nonzero with leads in (g, g + man_bits], g = C's emin - F,
+  //        lowest bit set: aligned at C's emin, their bits below 2^g are lost (the losses of
+  //        up to 15 terms reach the fp32 output's subnormal ulp 2^-149); other forms (fp16,
+  //        fp8: no normal product reaches there) repeat the even design.
+  // Checked in exact arithmetic in tests/test_probe_file.cpp (the truncation is visible in the
+  // rounded output in most rows).
+  int zero_exponent_level() const { return f_.input.emin() + f_.input.emax() - F_; }  // Ez - F
+  int zero_exponent_small_b() const {
+    const Format& in = f_.input;
+    const int eb = zero_exponent_level() + 2 - (in.emin() + in.emax()) / 2;
+    return std::max(in.emin(), std::min(in.emax() - 1, eb));
+  }
+  void zero_exponent_b_column(std::uint32_t* b) {
+    const Format& in = f_.input;
+    const int p = range(0, f_.k - 1), eb = zero_exponent_small_b();
+    for (int i = 0; i < f_.k; ++i) {
+      b[i] = i == p ? value(in, chance(0.5), in.emax(), 0)
+                    : value(in, chance(0.5), std::max(in.emin(), std::min(in.emax() - 1, eb + range(-1, 1))), 0);
+    }
+  }
+  void design_zero_exponent(std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
+    const Format& in = f_.input;
+    const Format& cf = f_.cd;
+    int p = 0;
+    for (int i = 1; i < f_.k; ++i) {
+      if (b_exponent(b[i]) > b_exponent(b[p])) p = i;
+    }
+    auto product = [&](int i, bool neg, int exponent, std::uint32_t mantissa) {
+      a[i] = value(in, neg != b_negative(b[i]), exponent - b_exponent(b[i]), mantissa);
+    };
+    const std::uint32_t zero_a = to_container(in, chance(0.5) ? in.sign_mask() : 0u);
+    const bool same_sign = chance(0.5), neg = chance(0.5);
+    // Odd rows: C = 0 beside products whose leads lie in (g, g + man_bits], g = C's emin - F,
+    // so each keeps its lowest bit (set) below the grid 2^g, where every product fits as a
+    // normal input below C's emin.
+    if (batch_row_ % 2 == 1) {
+      const int g = cf.emin() - F_;
+      auto lowest = [&](int i) { return std::max(g + 1, in.emin() + b_exponent(b[i])); };
+      auto highest = [&] { return std::min(g + in.man_bits, cf.emin() - 1); };
+      bool fits = true;
+      for (int i = 0; i < f_.k && fits; ++i) fits = i == p || (lowest(i) <= highest() && product_fits(b, i, highest()));
+      if (fits) {
+        for (int i = 0; i < f_.k; ++i) {
+          if (i == p)
+            a[i] = zero_a;
+          else
+            product(i, same_sign ? neg : chance(0.5), range(lowest(i), highest()),
+                    static_cast<std::uint32_t>(rng_()) | 1u);
+        }
+        c = to_container(cf, chance(0.5) ? cf.sign_mask() : 0u);
+        return;
+      }
+    }
+    // Even rows (and odd rows where the above cannot be built); a term whose a would be
+    // subnormal moves up to the lowest normal one (narrow formats: fp8).
+    const int base = zero_exponent_level() + range(-2, 6);
+    for (int i = 0; i < f_.k; ++i) {
+      const int exponent = i == p ? 0 : std::max(base - range(0, 2), in.emin() + b_exponent(b[i]));
+      if (i == p)
+        a[i] = zero_a;
+      else if (product_fits(b, i, exponent))
+        product(i, same_sign ? neg : chance(0.5), exponent, static_cast<std::uint32_t>(rng_()) | 1u);
+      else
+        a[i] = to_container(in, 0u);
+    }
+    c = chance(0.5) ? to_container(cf, chance(0.5) ? cf.sign_mask() : 0u)
+                    : value(cf, chance(0.5), base - range(0, 2), static_cast<std::uint32_t>(rng_()) | 1u);
+  }
+
+  // inf_overflow: C = +-inf together with a product beyond the output's range (where the
+  // inputs can make one: bf16/tf32 into fp32, fp16 into fp16; else the largest product the
+  // inputs allow) of C's sign or the opposite one. Rows cycle by 4: (C = +inf, same sign),
+  // (+inf, opposite), (-inf, same), (-inf, opposite). IEEE-style per-product rounding turns an
+  // opposite-sign overflowing product into inf - inf = NaN; an exact (wide) accumulation
+  // keeps C's inf; flashbits' presets say which. In half the rows a second large product
+  // of the same sign as the first, the other products moderate or zero. Each tile's B
+  // columns hold a +-2^2 (inf_overflow_b_column) so the product can exceed the range.
+  void inf_overflow_b_column(std::uint32_t* b) {
+    design_b_column(b);
+    const Format& in = f_.input;
+    b[range(0, f_.k - 1)] = value(in, chance(0.5), std::min(2, in.emax()), 0);
+  }
+  void design_inf_overflow(std::uint32_t* a, const std::uint32_t* b, std::uint32_t& c) {
+    const Format& in = f_.input;
+    const Format& cf = f_.cd;
+    const int row = batch_row_ % 4;
+    const bool c_neg = row >= 2, opposite = row % 2 == 1;
+    const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
+    c = pack_inf(cf, c_neg);
+    int big = 0;
+    for (int i = 1; i < f_.k; ++i) {
+      if (b_exponent(b[i]) > b_exponent(b[big])) big = i;
+    }
+    const bool p_neg = c_neg != opposite;
+    for (int i = 0; i < f_.k; ++i) a[i] = chance(0.3) ? 0u : random_value(in, mid - 4, mid + 4);
+    // the largest a: exponent emax, the mantissa the largest finite one of that binade at most
+    a[big] = value(in, p_neg != b_negative(b[big]), in.emax(), static_cast<std::uint32_t>(rng_()));
+    if (chance(0.5)) {
+      const int second = (big + 1 + range(0, f_.k - 2)) % f_.k;
+      a[second] = value(in, p_neg != b_negative(b[second]), in.emax(), static_cast<std::uint32_t>(rng_()));
+    }
+  }
+
   // Fills one tile (A[m][k], Bt[n][k], C[m][n]) of the given batch.
   void fill_tile(Batch batch, std::uint32_t* A, std::uint32_t* Bt, std::uint32_t* C) {
     const Format& in = f_.input;
@@ -497,7 +633,14 @@ class Designer {
       for (int i = 0; i < M * kN; ++i) C[i] = element(f_.cd, 2 * mid);
       return;
     }
-    for (int n = 0; n < kN; ++n) design_b_column(Bt + n * K);
+    for (int n = 0; n < kN; ++n) {
+      if (batch == kZeroExponent)
+        zero_exponent_b_column(Bt + n * K);
+      else if (batch == kInfOverflow)
+        inf_overflow_b_column(Bt + n * K);
+      else
+        design_b_column(Bt + n * K);
+    }
     for (int i = 0; i < M * kN; ++i) C[i] = random_value(f_.cd, -4, 4);
     // Row r is designed against column r % 8; its other seven outputs mix it with other columns.
     for (int r = 0; r < M; ++r) {

@@ -5,8 +5,11 @@
 #   sm_90a) and a statically linked `flashbits` (build-static/), which checks the
 #   tensor-core probes on the device so that only the verdict and the mismatches come back;
 # - gpu/inputs/: the attention inputs (gpu/make_inputs.sh).
-# Both are git-ignored: the device tool's call names them in `carry`:
-#   run: command "bash gpu/device_session.sh", carry [".devbin", "gpu/inputs"], timeout_s 480
+# - gpu/vendor/triton_06_fused_attention.py: Triton's fused-attention tutorial, which the
+#   session's tutorial step runs; not in this repo (gpu/README.md "Attention paths"):
+#   TRITON_TUTORIAL=FILE copies it there, else a warning says the tutorial step will fail.
+# All three are git-ignored: the device tool's call names them in `carry`:
+#   run: command "bash gpu/device_session.sh", carry [".devbin", "gpu/inputs", "gpu/vendor"], timeout_s 420
 # Usage: gpu/prepare_session.sh   (needs tools/setup.sh's packages and nvcc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +27,11 @@ cp build-device/fb-mma-probe build-device/fb-sfu-probe build-device/fb-sfu-dump 
 strip .devbin/* 2>/dev/null || true
 [ -x build/tools/flashbits ] || cmake --build build -j "$jobs" --target flashbits
 gpu/make_inputs.sh build/tools/flashbits
-du -sh .devbin gpu/inputs
+mkdir -p gpu/vendor
+[ -n "${TRITON_TUTORIAL:-}" ] && cp "$TRITON_TUTORIAL" gpu/vendor/triton_06_fused_attention.py
+if [ -f gpu/vendor/triton_06_fused_attention.py ]; then
+  sha256sum gpu/vendor/triton_06_fused_attention.py
+else
+  echo "warning: no gpu/vendor/triton_06_fused_attention.py: the session's tutorial step will fail (alone)" >&2
+fi
+du -sh .devbin gpu/inputs gpu/vendor

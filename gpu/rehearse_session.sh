@@ -16,6 +16,12 @@
 #   (fb-sfu-rehearse --check), and load in flashbits from a recipe file: `flashbits replay`
 #   of a fake capture with the three tables reports exactly what it reports with --sfu
 #   hw-sm90 (the stand-in itself).
+# - attention paths (issue 38): the session's five path steps write gpu/capture_paths.py's
+#   CPU stand-ins (source emulated) with the first python3 that has torch and numpy
+#   (FB_PYTHON); they are packed into captures_paths.tar.xz, imported into paths/, and must
+#   pass gpu/rehearse_paths.sh (every planned capture, check_paths --strict, the negative
+#   controls, flashbits replay). Without such a python the steps say SKIPPED and so does this.
+# - no step is skipped for the session's time limit.
 # fb-fa2 needs a GPU and is skipped by the rehearsal (the session log says so). Exit 0 when
 # all of the above holds.
 set -uo pipefail
@@ -30,26 +36,45 @@ for p in flashbits:tools/flashbits fb-mma-probe:gpu/fb-mma-probe fb-sfu-probe:gp
   ln -s "$build/${p#*:}" "$tmp/bin/${p%%:*}"
 done
 fail=0
-FB_DEVBIN=$tmp/bin OUT=$tmp/out bash "$root/gpu/device_session.sh" --rehearse > "$tmp/session.txt" 2>&1
+py=""
+for cand in ${FB_PYTHON:-} python3 /usr/bin/python3; do
+  if "$cand" -c 'import torch, numpy' 2>/dev/null; then py=$cand; break; fi
+done
+FB_PYTHON=${py:-python3} FB_DEVBIN=$tmp/bin OUT=$tmp/out bash "$root/gpu/device_session.sh" --rehearse > "$tmp/session.txt" 2>&1
 echo "session exit $?"
 steps=$(grep -cE '^== \[t=[0-9]+s\] [a-z0-9-]+: exit [0-9]+ after' "$tmp/out/session.log")
 bad=$(grep -E '^== \[t=[0-9]+s\] [a-z0-9-]+: exit [0-9]+ after' "$tmp/out/session.log" | grep -vc ': exit 0 after')
 echo "$steps steps, $bad failed"
 [ "$steps" -ge 6 ] && [ "$bad" -eq 0 ] || { fail=1; grep -E ': exit [1-9]' "$tmp/out/session.log"; }
 grep -q 'rehearsal: one flipped D: probe-check exit 1 (must be 1)' "$tmp/out/session.log" || { echo "no flipped-D check"; fail=1; }
+if grep -q ': SKIPPED (session time limit' "$tmp/out/session.log"; then
+  echo "steps skipped for the session time limit:"; grep ': SKIPPED (session time limit' "$tmp/out/session.log"; fail=1
+fi
 for f in session.log captures_torch.tar.xz probes.tar.xz; do
   [ -s "$tmp/out/$f" ] || { echo "missing $f"; fail=1; }
 done
 FLASHBITS=$build/tools/flashbits bash "$root/gpu/import_session.sh" "$tmp/out" "$tmp/imported" > "$tmp/import.txt" 2>&1
 echo "import exit $?"
 report=$tmp/imported/import_report.txt
-replays=$(grep -c '^== replay' "$report")
+replays=$(grep -c '^== replay ' "$report")
 exact=$(grep -c '^result: all compared values match' "$report")
 probes=$(grep -c '^== probe-check' "$report")
 probe_ok=$(grep -c '^exit 0' "$report")
 echo "import: $exact of $replays replays bit for bit, $probe_ok of $probes probe files pass"
 [ "$replays" -ge 24 ] && [ "$exact" -eq "$replays" ] || fail=1
 [ "$probes" -ge 2 ] && [ "$probe_ok" -eq "$probes" ] || fail=1
+
+# The attention paths: stand-ins packed, imported, and checked as gpu/rehearse_paths.sh does.
+if [ -n "$py" ]; then
+  [ -s "$tmp/out/captures_paths.tar.xz" ] || { echo "missing captures_paths.tar.xz"; fail=1; }
+  FB_PYTHON=$py bash "$root/gpu/rehearse_paths.sh" "$build" "$tmp/imported/paths" > "$tmp/paths.txt" 2>&1
+  rc=$?
+  echo "paths: gpu/rehearse_paths.sh on the imported stand-ins: exit $rc"
+  [ "$rc" = 0 ] || { cat "$tmp/paths.txt"; fail=1; }
+  grep -q '^== replay-path ' "$report" || { echo "paths: the import replayed no path capture"; fail=1; }
+else
+  echo "paths: SKIPPED (no python3 with torch and numpy here)"
+fi
 
 # SFU: the rehearsal's tables, imported, converted, loaded and compared with the stand-in.
 sfu=$tmp/sfu_loaded

@@ -1,10 +1,28 @@
 // gpu/sfu_probe_analyses.cuh: fb-sfu-probe's ex2 sign-magnitude hypothesis (FBSFU1 form 4) and
 // lg2 extended-precision analysis (--lg2-extended, FBSFU1 form 5), kernels and host drivers.
-// Contract: not a stand-alone header. gpu/sfu_probe.cu includes it once, at this point of its
-// translation unit (after its includes and the definitions before it), so the code keeps its
-// original order and linkage and every kernel stays in the one translation unit with its
-// launches (no relocatable device code).
+// Contract: it includes what it uses, so that it parses alone (clangd, an IDE). gpu/sfu_probe.cu
+// includes it once: its kernels stay in the one translation unit with their launches (no
+// relocatable device code), hence the anonymous namespace.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/device_common.cuh"
+#include "gpu/sfu_table_model.hpp"
+#include "gpu/sfu_table_writer.hpp"
+#include "gpu/sfu_probe_tables.cuh"
 
 namespace fb::gpu {
 namespace {

@@ -1,10 +1,27 @@
 // gpu/sfu_probe_kernels.cuh: fb-sfu-probe's functions, histogram and region constants, the host
 // reference rounding, and the measurement, hypothesis, table-verification and ex2nf-comparison kernels.
-// Contract: not a stand-alone header. gpu/sfu_probe.cu includes it once, at this point of its
-// translation unit (after its includes and the definitions before it), so the code keeps its
-// original order and linkage and every kernel stays in the one translation unit with its
-// launches (no relocatable device code).
+// Contract: it includes what it uses, so that it parses alone (clangd, an IDE). gpu/sfu_probe.cu
+// includes it once: its kernels stay in the one translation unit with their launches (no
+// relocatable device code), hence the anonymous namespace.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/device_common.cuh"
+#include "gpu/sfu_table_model.hpp"
+#include "gpu/sfu_table_writer.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -158,15 +175,13 @@ __global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t bas
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
-    const float x = __uint_as_float(in);
-    if (!(x >= -125.f && x < 127.f)) continue;
-    const float y = ex2_approx_ftz(x);
-    const Ex2FixedPointSplit split = ex2_fixed_point_split(sfu_ftz(x), nbits, rounding);  // the model's key
-    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (split.k << 23));
+    if (!ex2_hypothesis_domain(in)) continue;
+    const std::uint32_t y = __float_as_uint(ex2_approx_ftz(__uint_as_float(in)));
+    const SfuHypothesisEntry entry = ex2_fixed_point_entry(in, y, nbits, rounding);
+    const std::uint32_t v = entry.value;
     // Written once, so a non-empty L2 read is final and only the first inputs per key pay for the CAS.
-    unsigned long long old = __ldcg(&table[split.index]);
-    if (old == kEmpty64)
-      old = atomicCAS(&table[split.index], kEmpty64, (static_cast<unsigned long long>(in) << 32) | v);
+    unsigned long long old = __ldcg(&table[entry.key]);
+    if (old == kEmpty64) old = atomicCAS(&table[entry.key], kEmpty64, (static_cast<unsigned long long>(in) << 32) | v);
     if (old == kEmpty64 || static_cast<std::uint32_t>(old) == v) continue;
     ++local_conflicts;
     const std::uint32_t binade = in >> 23;
@@ -177,11 +192,11 @@ __global__ void ex2_hypothesis_kernel(int nbits, int rounding, std::uint64_t bas
       const unsigned int slot = atomicAdd(&ev->examples, 1u);
       if (slot < kConflictExampleCap) {
         const std::uint32_t first = static_cast<std::uint32_t>(old >> 32);
-        ev->example[slot][0] = split.index;
+        ev->example[slot][0] = entry.key;
         ev->example[slot][1] = first;
         ev->example[slot][2] = __float_as_uint(ex2_approx_ftz(__uint_as_float(first)));
         ev->example[slot][3] = in;
-        ev->example[slot][4] = __float_as_uint(y);
+        ev->example[slot][4] = y;
       }
     }
   }
@@ -302,13 +317,10 @@ __global__ void ex2_sm_hypothesis_kernel(int nbits, std::uint64_t base, std::uin
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
-    const float x = __uint_as_float(in);
-    if (!(x >= -125.f && x < 127.f)) continue;
-    const float y = ex2_approx_ftz(x);
-    const Ex2SignMagnitudeSplit split = ex2_sign_magnitude_split(sfu_ftz(x), nbits);  // the model's key
-    const long long k = split.negative ? -split.k : split.k;
-    const std::uint32_t v = static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y)) - (k << 23));
-    local_conflicts += record_key(table, split.index, v);
+    if (!ex2_hypothesis_domain(in)) continue;
+    const SfuHypothesisEntry entry =
+        ex2_sign_magnitude_entry(in, __float_as_uint(ex2_approx_ftz(__uint_as_float(in))), nbits);
+    local_conflicts += record_key(table, entry.key, entry.value);
   }
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
 }
@@ -322,15 +334,9 @@ __global__ void rcp_hypothesis_kernel(std::uint64_t base, std::uint64_t count, s
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
-    const int biased = static_cast<int>((in >> 23) & 0xff);
-    if (biased < 2 || biased > 252) continue;  // normal inputs whose reciprocal is normal
-    const float y = rcp_approx_ftz(__uint_as_float(in));
-    const RcpMantissaSplit split = rcp_mantissa_split(in);  // the model's key
-    const std::uint32_t m = split.mantissa;
-    const long long e = split.e;
-    const std::uint32_t v =
-        static_cast<std::uint32_t>(static_cast<long long>(__float_as_uint(y) & 0x7fffffffu) + (e << 23));
-    local_conflicts += record_key(table, m, v);
+    if (!rcp_hypothesis_domain(in)) continue;
+    const SfuHypothesisEntry entry = rcp_mantissa_entry(in, __float_as_uint(rcp_approx_ftz(__uint_as_float(in))));
+    local_conflicts += record_key(table, entry.key, entry.value);
   }
   if (local_conflicts) atomicAdd(conflicts, local_conflicts);  // one atomic per thread, not per input
 }
@@ -355,11 +361,11 @@ __global__ void lg2_split_hypothesis_kernel(std::uint64_t base, std::uint64_t co
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t in = static_cast<std::uint32_t>(base + i);
+    if (!lg2_split_domain(in)) continue;  // positive normal inputs only
     const std::uint32_t biased = (in >> 23) & 0xffu;
-    if ((in >> 31) != 0 || biased == 0 || biased == 255) continue;  // positive normal inputs only
     ++local_tested;
     const std::uint32_t hw_bits = __float_as_uint(lg2_approx_ftz(__uint_as_float(in)));
-    const std::uint32_t t_bits = __float_as_uint(lg2_approx_ftz(__uint_as_float(0x3f800000u | (in & 0x7fffffu))));
+    const std::uint32_t t_bits = __float_as_uint(lg2_approx_ftz(__uint_as_float(lg2_mantissa_input(in))));
     const std::uint32_t predicted = lg2_exponent_split_model(in, t_bits);
     if (hw_bits == predicted) continue;
     atomicAdd(&result->mismatches_by_exponent[biased - 1], 1ull);

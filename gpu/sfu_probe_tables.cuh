@@ -1,10 +1,28 @@
 // gpu/sfu_probe_tables.cuh: fb-sfu-probe's raw-binade capture kernel, options, and the host drivers
 // that emit and verify the FBSFUT1 tables, write ex2 conflicts and raw evidence, and compare ex2nf.
-// Contract: not a stand-alone header. gpu/sfu_probe.cu includes it once, at this point of its
-// translation unit (after its includes and the definitions before it), so the code keeps its
-// original order and linkage and every kernel stays in the one translation unit with its
-// launches (no relocatable device code).
+// Contract: it includes what it uses, so that it parses alone (clangd, an IDE). gpu/sfu_probe.cu
+// includes it once: its kernels stay in the one translation unit with their launches (no
+// relocatable device code), hence the anonymous namespace.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/device_common.cuh"
+#include "gpu/sfu_table_model.hpp"
+#include "gpu/sfu_table_writer.hpp"
+#include "gpu/sfu_probe_kernels.cuh"
 
 namespace fb::gpu {
 namespace {

@@ -24,11 +24,9 @@ unsigned long long ex2_fixed_point_hypothesis(const Context& c, int nbits, int r
   table.assign(std::size_t{1} << nbits, kSfuTableUnfilled);
   unsigned long long conflicts = 0;
   domain_of(kSfuTableEx2).for_each([&](std::uint32_t in) {
-    const float x = sfu_float(in);
-    if (!(x >= -125.f && x < 127.f)) return;
-    const Ex2FixedPointSplit split = ex2_fixed_point_split(sfu_ftz(x), nbits, rounding);
-    const auto v = static_cast<std::uint32_t>(static_cast<long long>(c.hw(kSfuTableEx2, in)) - split.k * (1ll << 23));
-    conflicts += record_key(table, split.index, v);
+    if (!ex2_hypothesis_domain(in)) return;
+    const SfuHypothesisEntry entry = ex2_fixed_point_entry(in, c.hw(kSfuTableEx2, in), nbits, rounding);
+    conflicts += record_key(table, entry.key, entry.value);
   });
   return conflicts;
 }
@@ -37,12 +35,9 @@ unsigned long long ex2_sign_magnitude_hypothesis(const Context& c, int nbits, st
   table.assign(std::size_t{2} << nbits, kSfuTableUnfilled);
   unsigned long long conflicts = 0;
   domain_of(kSfuTableEx2).for_each([&](std::uint32_t in) {
-    const float x = sfu_float(in);
-    if (!(x >= -125.f && x < 127.f)) return;
-    const Ex2SignMagnitudeSplit split = ex2_sign_magnitude_split(sfu_ftz(x), nbits);
-    const long long k = split.negative ? -split.k : split.k;
-    const auto v = static_cast<std::uint32_t>(static_cast<long long>(c.hw(kSfuTableEx2, in)) - k * (1ll << 23));
-    conflicts += record_key(table, split.index, v);
+    if (!ex2_hypothesis_domain(in)) return;
+    const SfuHypothesisEntry entry = ex2_sign_magnitude_entry(in, c.hw(kSfuTableEx2, in), nbits);
+    conflicts += record_key(table, entry.key, entry.value);
   });
   return conflicts;
 }
@@ -51,12 +46,9 @@ unsigned long long rcp_hypothesis(const Context& c, std::vector<std::uint32_t>& 
   table.assign(kRcpMantissaTableEntries, kSfuTableUnfilled);
   unsigned long long conflicts = 0;
   domain_of(kSfuTableRcp).for_each([&](std::uint32_t in) {
-    const int biased = static_cast<int>((in >> 23) & 0xff);
-    if (biased < 2 || biased > 252) return;  // normal inputs whose reciprocal is normal
-    const RcpMantissaSplit split = rcp_mantissa_split(in);
-    const auto v = static_cast<std::uint32_t>(static_cast<long long>(c.hw(kSfuTableRcp, in) & 0x7fffffffu) +
-                                              static_cast<long long>(split.e) * (1ll << 23));
-    conflicts += record_key(table, split.mantissa, v);
+    if (!rcp_hypothesis_domain(in)) return;
+    const SfuHypothesisEntry entry = rcp_mantissa_entry(in, c.hw(kSfuTableRcp, in));
+    conflicts += record_key(table, entry.key, entry.value);
   });
   return conflicts;
 }
@@ -137,10 +129,10 @@ void lg2_split(const Context& c, const std::vector<std::uint32_t>& t) {
   long long max_ulps = 0;
   std::vector<std::uint32_t> examples;
   domain_of(kSfuTableLg2).for_each([&](std::uint32_t in) {
-    const std::uint32_t biased = (in >> 23) & 0xffu;
-    if ((in >> 31) != 0 || biased == 0 || biased == 255) return;
+    if (!lg2_split_domain(in)) return;
     ++tested;
-    const std::uint32_t hw_bits = c.hw(kSfuTableLg2, in), predicted = lg2_exponent_split_model(in, t[in & 0x7fffffu]);
+    const std::uint32_t hw_bits = c.hw(kSfuTableLg2, in),
+                        predicted = lg2_exponent_split_model(in, t[in & kFp32ManMask]);
     if (hw_bits == predicted) return;
     ++mismatches;
     const auto ordered = [](std::uint32_t b) {

@@ -125,8 +125,8 @@ TEST_CASE("ck-fmha-cdna3 equals CK's FMHA forward written from its source") {
   const bool sanitizer = fb_test::sanitizer_scale();
   CorrectSfuFtz sfu;
   const ModelHandle model = parse_kernel_model("ck-fmha-cdna3", formats::bf16);
-  REQUIRE(model.recipe->score_dot.amd != nullptr);
-  const AmdDotModel& mfma = *model.recipe->score_dot.amd;
+  REQUIRE(model.recipe->score_dot.dot.amd() != nullptr);
+  const AmdDotModel& mfma = *model.recipe->score_dot.dot.amd();
   CHECK(std::string(mfma.name) == "cdna3");
   CHECK(!model.recipe->hardware_validated());
   struct Case {

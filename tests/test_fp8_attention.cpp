@@ -495,6 +495,7 @@ TEST_CASE("DotSpec promotion: groups from C = 0 through fused_dot_bits, fp32 add
   KernelModel km;
   const fb::attn::detail::HardwareArith ar{&km};
   DotSpec spec{DotKind::tensor_core, "sm90-wgmma", &tc};
+  spec.dot = DotModel(tc);
   std::mt19937_64 rng(99);
   for (int trial = 0; trial < (sanitizer_scale() ? 20 : 300); ++trial) {
     const int k = 32 + static_cast<int>(rng() % 300);
@@ -553,6 +554,7 @@ TEST_CASE("sm90-wgmma e4m3: e8m13 truncation, hand-checked cases against exact r
     KernelModel km;
     const fb::attn::detail::HardwareArith ar{&km};
     DotSpec spec{DotKind::tensor_core, "sm90-wgmma", &tc};
+    spec.dot = DotModel(tc);
     spec.promote_every = 32;
     CHECK(Rational(ar.dot(spec, 1.0, af.data(), bf.data(), 128)) == Rational(1) + Rational(1, 128));
   }

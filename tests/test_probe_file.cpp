@@ -25,7 +25,11 @@
 //   F the emu model's, truncation changing the rounded output in at least half the rows;
 //   chained: pairs (C,a,b,D1), (D1,a,b,D2); signed_zeros: an exactly zero sum, every product
 //   -0 with C = -0 (half the rows) or +0 (a quarter), or non-zero products cancelling
-//   exactly with C = -0 (a quarter)). Then the file with D filled in by
+//   exactly with C = -0 (a quarter); zero_exponent: one zero times a +-2^emax partner per row
+//   beside nonzero terms, aligning at the zero's exponent changing the rounded output in most
+//   rows, and for bf16/tf32 C = 0 rows beside products below C's emin; inf_overflow: C = +-inf
+//   with a product beyond the output's range, of the same and of the opposite sign, in equal
+//   numbers). Then the file with D filled in by
 //   fused_dot_bits and one bit flipped: probe-check's mismatches file holds exactly that
 //   case, its sample the first N cases of every batch, on 1 and 3 threads alike.
 // - SFU capture tables (gpu/sfu_table.hpp): an FBSFUT1 file written here byte by byte from
@@ -644,9 +648,9 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
       {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 32, &fbref::table::e4m3, &fbref::table::fp32, 14, false},
       {"wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2", 32, &fbref::table::e5m2, &fbref::table::fp32, 14, false},
   };
-  const std::vector<std::string> batches = {"random_bits",  "random_normal", "specials",    "ties",   "cancellation",
-                                            "exponent_gap", "zero_terms",    "c_huge",      "c_tiny", "overflow",
-                                            "f_boundary",   "chained",       "signed_zeros"};
+  const std::vector<std::string> batches = {
+      "random_bits", "random_normal", "specials",   "ties",    "cancellation", "exponent_gap",  "zero_terms",  "c_huge",
+      "c_tiny",      "overflow",      "f_boundary", "chained", "signed_zeros", "zero_exponent", "inf_overflow"};
   REQUIRE(file.sections.size() == std::size(forms));
   for (std::size_t s = 0; s < std::size(forms); ++s) {
     const ExpectedForm& x = forms[s];
@@ -684,6 +688,11 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     int f_boundary_visible = 0;
     // signed_zeros: rows of -0 products with C = -0 / C = +0, rows of x, -x pairs with C = -0
     int sz_neg_products_neg_c = 0, sz_neg_products_pos_c = 0, sz_cancel = 0, sz_neg_c = 0;
+    // zero_exponent: rows of a zero times the huge partner, rows of C = 0 beside products below
+    // C's emin; how many of each show the alignment at the zero's exponent in the rounded output
+    int ze_partner = 0, ze_partner_visible = 0, ze_c_zero = 0, ze_c_zero_visible = 0;
+    // inf_overflow: (C sign, largest product's sign relative to C) -> rows
+    std::map<std::string, int> inf_kinds;
     std::vector<std::size_t> chained_cases;
     for (std::size_t i = 0; i < sec.cases(); ++i) {
       ++per_batch[sec.batch(i)];
@@ -815,6 +824,74 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
           sz_neg_c += cz.negative ? 1 : 0;
           ok = all_neg_zero || (all_nonzero && sum == 0 && cz.negative);
         }
+      } else if (batch == "zero_exponent") {
+        // Exactly one input pair is a zero a_j times the huge partner b_j = +-2^emax; every
+        // other product is zero or finite. Even rows: some other product is nonzero; odd rows
+        // (when present) C = +-0 and every other product nonzero with its lead in (g, g + man_bits],
+        // g = C's emin - F (below C's emin, bits below the grid 2^g).
+        int partners = 0, zero_partner = 0, nonzero = 0, below_grid = 0;
+        std::vector<std::pair<cpp_int, int>> terms;  // exact value, alignment exponent
+        const ref::RefValue cz = ref::decode(cd, c);
+        if (cz.cls == ref::Class::finite) terms.push_back({exact_of(cd, c), lead_of(cd, c)});
+        bool finite = cz.cls == ref::Class::finite || cz.cls == ref::Class::zero;
+        for (int j = 0; j < x.k; ++j) {
+          const ref::RefValue av = ref::decode(in, sec.a(i)[j]), bv = ref::decode(in, sec.b(i)[j]);
+          finite =
+              finite && (av.cls == ref::Class::finite || av.cls == ref::Class::zero) && bv.cls == ref::Class::finite;
+          if (bv.cls == ref::Class::finite && std::fabs(value_of(in, sec.b(i)[j])) == std::ldexp(1.0, in.emax())) {
+            ++partners;
+            zero_partner += av.cls == ref::Class::zero ? 1 : 0;
+          } else if (av.cls == ref::Class::finite) {
+            ++nonzero;
+            const int lead = lead_of(in, sec.a(i)[j]) + lead_of(in, sec.b(i)[j]);
+            below_grid += lead > cd.emin() - F && lead <= cd.emin() - F + in.man_bits ? 1 : 0;
+            terms.push_back({exact_product(in, sec.a(i)[j], sec.b(i)[j]), lead});
+          }
+        }
+        const bool c_zero_design = cz.cls == ref::Class::zero && nonzero == x.k - 1 && below_grid == nonzero;
+        ok = finite && partners == 1 && zero_partner == 1 && nonzero > 0;
+        if (ok) {
+          // Alignment at the zero's exponent (the partner's zero times 2^emax: emin + emax; a zero
+          // C: C's emin) against zero terms ignored: truncation of every term to F bits below the
+          // largest exponent, exact sum, the output's rounding.
+          int e_ignored = INT_MIN;
+          for (const auto& t : terms) e_ignored = std::max(e_ignored, t.second);
+          const int e_zero =
+              c_zero_design ? std::max(e_ignored, cd.emin()) : std::max(e_ignored, in.emin() + in.emax());
+          cpp_int kept_ignored = 0, kept_zero = 0;
+          for (const auto& t : terms) {
+            kept_ignored += truncate_to(t.first, e_ignored - F);
+            kept_zero += truncate_to(t.first, e_zero - F);
+          }
+          const bool rne = cd.man_bits == 10;
+          const bool visible = round_to(kept_ignored, x.out_precision, cd.emin(), rne) !=
+                               round_to(kept_zero, x.out_precision, cd.emin(), rne);
+          ++(c_zero_design ? ze_c_zero : ze_partner);
+          (c_zero_design ? ze_c_zero_visible : ze_partner_visible) += visible ? 1 : 0;
+        }
+      } else if (batch == "inf_overflow") {
+        // C = +-inf; every input finite; the largest product (a_j at the input's top binade)
+        // beyond the output's max finite where the inputs can reach it.
+        const ref::RefValue cv2 = ref::decode(cd, c);
+        bool finite = true;
+        int largest = -1;
+        double largest_mag = 0.0;
+        for (int j = 0; j < x.k; ++j) {
+          const ref::RefValue av = ref::decode(in, sec.a(i)[j]), bv = ref::decode(in, sec.b(i)[j]);
+          finite = finite && av.cls != ref::Class::nan && av.cls != ref::Class::inf && bv.cls == ref::Class::finite;
+          const double mag = std::fabs(products[j]);
+          if (mag > largest_mag) largest_mag = mag, largest = j;
+        }
+        const bool top_binade =
+            largest >= 0 && std::fabs(value_of(in, sec.a(i)[largest])) >= std::ldexp(1.0, in.emax());
+        const bool beyond_abs =
+            largest >= 0 && abs_of(exact_product(in, sec.a(i)[largest], sec.b(i)[largest])) > max_finite;
+        ok = cv2.cls == ref::Class::inf && finite && top_binade && (beyond_abs || !x.products_reach_max);
+        if (ok) {
+          const bool same = std::signbit(products[largest]) == cv2.negative;
+          ++inf_kinds[std::string(cv2.negative ? "-inf" : "+inf") + (same ? ", same sign" : ", opposite sign")];
+          if (beyond_abs) ++inf_kinds["product beyond max finite"];
+        }
       }
       passed[batch] += ok ? 1 : 0;
     }
@@ -832,9 +909,10 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
     if (in.left_aligned) CHECK(tf32_low_bits > 0);  // the hardware's use of the low 13 bits is probed
     // Designed rows: the fraction that must do what the batch promises (ties: 70% of rows
     // place an exact half-ulp term, the rest 3/4 ulp; sticky terms come later in the sum).
-    const std::map<std::string, double> required = {{"ties", 0.4},        {"cancellation", 0.9}, {"exponent_gap", 0.5},
-                                                    {"zero_terms", 0.75}, {"c_huge", 1.0},       {"c_tiny", 1.0},
-                                                    {"overflow", 1.0},    {"f_boundary", 1.0},   {"signed_zeros", 1.0}};
+    const std::map<std::string, double> required = {
+        {"ties", 0.4},         {"cancellation", 0.9},  {"exponent_gap", 0.5}, {"zero_terms", 0.75},
+        {"c_huge", 1.0},       {"c_tiny", 1.0},        {"overflow", 1.0},     {"f_boundary", 1.0},
+        {"signed_zeros", 1.0}, {"zero_exponent", 1.0}, {"inf_overflow", 1.0}};
     for (const auto& requirement : required) {
       // Named variables, not structured bindings: clang before 16 cannot capture bindings.
       const std::string& batch = requirement.first;
@@ -868,6 +946,31 @@ TEST_CASE("probe_mma_dry_run_file" * doctest::skip()) {
       CHECK(4 * sz_cancel == n);
       CHECK(4 * sz_neg_products_pos_c == n);
       CHECK(2 * sz_neg_products_neg_c == n);
+    }
+    // zero_exponent: aligning at the zero's exponent changes the rounded output in most rows
+    // (not for fp16 outputs, whose subnormal ulp lies above every lost bit); the C = 0 rows
+    // exist where products reach below C's emin - F + man_bits (bf16 and tf32 inputs).
+    {
+      MESSAGE(form_name, ": zero_exponent partner rows ", ze_partner, " (visible ", ze_partner_visible,
+              "), C = 0 rows ", ze_c_zero, " (visible ", ze_c_zero_visible, ")");
+      CHECK(ze_partner > 0);
+      if (cd.man_bits != 10) CHECK(ze_partner_visible * 4 >= ze_partner * 3);
+      if (in.exp_bits == 8) {
+        CHECK(ze_c_zero * 2 == designed["zero_exponent"]);
+        CHECK(ze_c_zero_visible * 4 >= ze_c_zero);
+      } else {
+        CHECK(ze_c_zero == 0);
+      }
+    }
+    // inf_overflow: the four (C sign, product sign) kinds in equal numbers; products beyond the
+    // output's range in every row where the inputs can reach it.
+    {
+      const int n = designed["inf_overflow"];
+      CHECK(n % 16 == 0);
+      for (const char* kind : {"+inf, same sign", "+inf, opposite sign", "-inf, same sign", "-inf, opposite sign"}) {
+        CHECK_MESSAGE(4 * inf_kinds[kind] == n, kind);
+      }
+      CHECK(inf_kinds["product beyond max finite"] == (x.products_reach_max ? n : 0));
     }
     // chained: pairs (C, a, b, D1), (D1, a, b, D2) of random normal inputs, as many outputs as
     // any other batch; in a dry run D1 = D2 = 0xffffffff, so the second C is that pattern too.

@@ -26,6 +26,9 @@
 //   mixed fp8 pairs). The output line is as the block-scaled one, with the UNMEASURED mark (no
 //   AMD preset is validated on hardware). No --trace, --kind or scales: those models record no
 //   trace and take no scales.
+// - Every model is resolved by emu/dot/dot_model.hpp's one lookup (find_dot_model) and run
+//   through its one call; what a model needs (scales, a trace) is read from the DotModel,
+//   so the family decides only how the result line looks (below).
 #include <bit>
 #include <charconv>
 #include <cctype>
@@ -34,24 +37,24 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
-#include "emu/dot/tensor_core.hpp"
-#include "emu/dot/tensor_core_amd.hpp"
-#include "emu/dot/tensor_core_block_scaled.hpp"
+#include "emu/dot/dot_model.hpp"
 #include "tools/cli_common.hpp"
 
 namespace fb::cli {
 namespace {
 
-constexpr std::string_view kDotInputs[] = {"bf16", "fp16", "tf32", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"};
+// The lookup's errors in the CLI's words (the option or positional word at fault).
+constexpr DotModelWords kCliWords{"MODEL", "INFMT", "--input-b", "--kind", "--scale-format", "--block"};
 
-struct DotRequest {
-  const TensorCoreModel* model = nullptr;
-  std::uint32_t c = 0;
-  std::vector<std::uint32_t> a, b;
-};
+// Whether D's line carries the UNMEASURED mark: the AMD and block-scaled families, none of
+// whose presets is measured. An NVIDIA line is D's hex alone, as `dot --batch` has always
+// printed it (scripts parse it; `flashbits models` gives each preset's status). This is the
+// one place the CLI looks at the family, and only for the look of its output.
+bool marked_output(const DotModel& m) { return m.family() != DotFamily::nvidia; }
 
 std::vector<std::uint32_t> parse_list(const Format& f, const std::string& text, std::string_view what) {
   std::vector<std::uint32_t> out;
@@ -66,43 +69,7 @@ std::vector<std::uint32_t> parse_list(const Format& f, const std::string& text, 
   return out;
 }
 
-DotRequest parse_dot_words(const std::vector<std::string>& words, const std::string& expected_model) {
-  if (words.size() != 5) {
-    throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " + std::to_string(words.size()));
-  }
-  const std::string& name = words[0];
-  if (!expected_model.empty() && name != expected_model) {
-    throw InputError("MODEL '" + name + "' differs from --model " + expected_model);
-  }
-  if (is_amd_dot_model_name(name)) {
-    throw InputError("MODEL: AMD MFMA model '" + name + "' takes the words on the command line, not --batch");
-  }
-  if (!is_tensor_core_model_name(name)) {
-    throw InputError("MODEL: unknown dot model '" + name + "' (see `flashbits models`)");
-  }
-  bool known_input = false;
-  for (auto n : kDotInputs) known_input |= words[1] == n;
-  if (!known_input) throw InputError("INFMT: '" + words[1] + "' is not one of bf16 fp16 tf32 e4m3 e5m2 e3m2 e2m3 e2m1");
-  const Format input = parse_format_or_throw(words[1], "INFMT");
-  DotRequest req;
-  req.model = find_tensor_core_model(name, input);
-  if (!req.model) {
-    throw InputError("model " + name + " has no " + words[1] + " input form (that hardware lacks it)");
-  }
-  req.c = parse_operand_or_throw(accumulator_format(*req.model), words[2], "C");
-  req.a = parse_list(input, words[3], "A");
-  req.b = parse_list(input, words[4], "B");
-  if (req.a.size() != req.b.size()) {
-    throw InputError("A has " + std::to_string(req.a.size()) + " elements but B has " + std::to_string(req.b.size()));
-  }
-  return req;
-}
-
-std::string run_request(const DotRequest& r, DotTrace* trace) {
-  return hex_bits(accumulator_format(*r.model), fused_dot_bits(*r.model, r.c, r.a, r.b, trace));
-}
-
-// The block-scaled options; `kind` empty: an ordinary dot.
+// The block-scaled options and --input-b; all empty: an ordinary dot.
 struct BlockScaledOptions {
   std::string kind, scale_format, block, input_b, scale_a, scale_b;  // empty: not given
   bool any_given() const {
@@ -118,59 +85,79 @@ struct DotOptions {
   BlockScaledOptions scaled;
 };
 
-// ---- block-scaled kinds ------------------------------------------------------------
+// One dot's model and operands, parsed from the five words (and the options).
+struct DotRequest {
+  DotModel model;
+  std::uint32_t c = 0;
+  std::vector<std::uint32_t> a, b;
+  std::vector<std::uint8_t> scale_a, scale_b;
+};
+
 std::string scale_format_name(const Format& f) { return std::string(fb::block_scale_format_name(f)); }
 
-std::string preset_combination(const BlockScaledModel& m) {
-  return std::string(m.kind) + " " + scale_format_name(m.scale) + " " + std::to_string(m.block);
+std::vector<std::uint8_t> parse_scales(const Format& scale, const std::string& text, const std::string& option,
+                                       std::size_t expected, int k, int block);
+
+DotModel resolve_model(const std::vector<std::string>& words, const std::string& expected_model,
+                       const BlockScaledOptions& s) {
+  if (words.size() != 5) {
+    throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " + std::to_string(words.size()));
+  }
+  const std::string& name = words[0];
+  if (!expected_model.empty() && name != expected_model) {
+    throw InputError("MODEL '" + name + "' differs from --model " + expected_model);
+  }
+  const Format fa = parse_format_or_throw(words[1], "INFMT");
+  std::optional<Format> fb;
+  if (!s.input_b.empty()) fb = parse_format_or_throw(s.input_b, "--input-b");
+  int block = 0;
+  if (!s.block.empty()) {
+    const auto [ptr, ec] = std::from_chars(s.block.data(), s.block.data() + s.block.size(), block);
+    if (ec != std::errc() || ptr != s.block.data() + s.block.size() || block <= 0)
+      throw InputError("--block: '" + s.block + "' is not a number of elements (32 or 16)");
+  }
+  try {
+    return find_dot_model(DotModelQuery{name, fa, fb ? &*fb : nullptr, s.kind, s.scale_format, block}, kCliWords);
+  } catch (const DotModelError& e) {
+    throw InputError(e.what());
+  }
 }
 
-std::string accepted_inputs(const BlockScaledModel& m) {
-  std::string out;
-  for (const Format& f : m.inputs) {
-    if (!out.empty()) out += ' ';
-    out += f.name;
+DotRequest parse_dot(const std::vector<std::string>& words, const std::string& expected_model,
+                     const BlockScaledOptions& s) {
+  DotRequest req;
+  req.model = resolve_model(words, expected_model, s);
+  const DotModel& m = req.model;
+  req.c = parse_operand_or_throw(m.accumulator(), words[2], "C");
+  req.a = parse_list(m.a_input(), words[3], "A");
+  req.b = parse_list(m.b_input(), words[4], "B");
+  if (req.a.size() != req.b.size()) {
+    throw InputError("A has " + std::to_string(req.a.size()) + " elements but B has " + std::to_string(req.b.size()));
   }
-  return out;
+  const int k = static_cast<int>(req.a.size());
+  const int block = m.scale_block();
+  if (block == 0) {
+    for (const auto& [given, option] : {std::pair{&s.scale_a, "--scale-a"}, std::pair{&s.scale_b, "--scale-b"}})
+      if (!given->empty())
+        throw InputError(std::string(option) + ": model " + m.describe() +
+                         " takes no scales (block-scaled dots do: give --kind)");
+    return req;
+  }
+  if (k % block != 0)
+    throw InputError("k = " + std::to_string(k) + " (the elements of A and B) is not a multiple of the block (" +
+                     std::to_string(block) + ")");
+  const auto blocks = static_cast<std::size_t>(k / block);
+  req.scale_a = parse_scales(m.scale_format(), s.scale_a, "--scale-a", blocks, k, block);
+  req.scale_b = parse_scales(m.scale_format(), s.scale_b, "--scale-b", blocks, k, block);
+  return req;
 }
 
-// The preset that MODEL and the options name; InputError listing the valid combinations
-// when none (or more than one, with --scale-format or --block left out) fits.
-const BlockScaledModel& choose_block_scaled_model(const std::string& name, const BlockScaledOptions& o) {
-  std::string valid;
-  std::vector<const BlockScaledModel*> fits;
-  for (const BlockScaledModel& m : block_scaled_models()) {
-    if (m.name != name) continue;
-    if (!valid.empty()) valid += ", ";
-    valid += preset_combination(m);
-    if (m.kind == o.kind && (o.scale_format.empty() || scale_format_name(m.scale) == o.scale_format) &&
-        (o.block.empty() || std::to_string(m.block) == o.block))
-      fits.push_back(&m);
+std::uint32_t run_request(const DotRequest& r, DotTrace* trace) {
+  try {
+    return r.model.dot_bits(r.c, r.a, r.b, r.scale_a, r.scale_b, trace);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());  // the checks in parse_dot should leave none
   }
-  if (valid.empty()) {
-    std::string names;
-    for (const BlockScaledModel& m : block_scaled_models())
-      if (names.find(std::string(m.name)) == std::string::npos) names += " " + std::string(m.name);
-    throw InputError("MODEL: '" + name + "' has no block-scaled kinds (--kind); models with them:" + names);
-  }
-  const std::string given = "--kind " + o.kind + (o.scale_format.empty() ? "" : " --scale-format " + o.scale_format) +
-                            (o.block.empty() ? "" : " --block " + o.block);
-  if (fits.empty())
-    throw InputError("model " + name + " has no block-scaled form " + given +
-                     "; valid (KIND SCALE-FORMAT BLOCK): " + valid);
-  if (fits.size() > 1)
-    throw InputError("model " + name + " " + given + " is ambiguous: give --scale-format and --block; valid (KIND " +
-                     "SCALE-FORMAT BLOCK): " + valid);
-  return *fits.front();
-}
-
-// An input format the preset takes, named in the error when it does not.
-Format block_scaled_input(const BlockScaledModel& m, const std::string& text, std::string_view what) {
-  const Format f = parse_format_or_throw(text, what);
-  if (!block_scaled_accepts(m, f))
-    throw InputError(std::string(what) + ": " + std::string(m.name) + " kind::" + std::string(m.kind) + " takes no " +
-                     text + " operand (it takes " + accepted_inputs(m) + ")");
-  return f;
 }
 
 // One scale byte: `2^E` (a power of two), a value (as an operand: signed or with a point,
@@ -232,97 +219,15 @@ std::string shortest_value(float x) {
   return std::string(buf, r.ptr);
 }
 
-int run_block_scaled(const DotOptions& o) {
-  const BlockScaledOptions& s = o.scaled;
-  if (!o.batch.empty()) throw InputError("--kind (block-scaled dot) takes the words on the command line, not --batch");
-  if (o.trace) throw InputError("--trace: the block-scaled model records no per-step trace (leave out --trace)");
-  if (o.words.size() != 5)
-    throw InputError("--kind: expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " +
-                     std::to_string(o.words.size()));
-  const std::string& name = o.words[0];
-  if (!o.model.empty() && name != o.model) throw InputError("MODEL '" + name + "' differs from --model " + o.model);
-  if (!s.scale_format.empty() && s.scale_format != "ue8m0" && s.scale_format != "ue4m3")
-    throw InputError("--scale-format: '" + s.scale_format + "' is not one of ue8m0 ue4m3");
-  const BlockScaledModel& m = choose_block_scaled_model(name, s);
-  const Format fa = block_scaled_input(m, o.words[1], "INFMT");
-  const Format fb = s.input_b.empty() ? fa : block_scaled_input(m, s.input_b, "--input-b");
-  const std::uint32_t c = parse_operand_or_throw(formats::fp32, o.words[2], "C");
-  const std::vector<std::uint32_t> a = parse_list(fa, o.words[3], "A"), b = parse_list(fb, o.words[4], "B");
-  if (a.size() != b.size())
-    throw InputError("A has " + std::to_string(a.size()) + " elements but B has " + std::to_string(b.size()));
-  const int k = static_cast<int>(a.size());
-  if (k % m.block != 0)
-    throw InputError("k = " + std::to_string(k) + " (the elements of A and B) is not a multiple of the block (" +
-                     std::to_string(m.block) + ")");
-  const auto blocks = static_cast<std::size_t>(k / m.block);
-  const std::vector<std::uint8_t> sa = parse_scales(m.scale, s.scale_a, "--scale-a", blocks, k, m.block);
-  const std::vector<std::uint8_t> sb = parse_scales(m.scale, s.scale_b, "--scale-b", blocks, k, m.block);
-  std::uint32_t d = 0;
-  try {
-    d = fused_dot_block_scaled_bits(m, fa, fb, c, a, b, sa, sb);
-  } catch (const std::invalid_argument& e) {
-    throw InputError(e.what());  // the checks above should leave none
-  }
-  std::cout << hex_bits(formats::fp32, d) << " (" << shortest_value(std::bit_cast<float>(d))
-            << ") UNMEASURED: emulation of " << m.name << " kind::" << m.kind << " " << scale_format_name(m.scale)
-            << " block " << m.block << ", " << fa.name << " x " << fb.name
-            << " (MMA-Sim's parameters, not validated on hardware)\n";
-  return kExitOk;
-}
-
-// ---- AMD MFMA (CDNA1-3) -------------------------------------------------------------
-// The formats of MODEL's presets, `a` or `a x b` for the mixed pairs (for the error naming them).
-std::string amd_input_forms(const std::string& name) {
-  std::string out;
-  for (const AmdDotModel& m : amd_dot_models()) {
-    if (m.name != name) continue;
-    if (!out.empty()) out += ", ";
-    out += m.a_input.name;
-    if (m.b_input != m.a_input) out += std::string(" x ") + m.b_input.name + " (--input-b)";
-  }
-  return out;
-}
-
-int run_amd(const DotOptions& o) {
-  const BlockScaledOptions& s = o.scaled;
-  if (!o.batch.empty()) throw InputError("--batch: AMD MFMA models take the words on the command line, not --batch");
-  if (o.trace) throw InputError("--trace: the AMD MFMA models record no per-step trace (leave out --trace)");
-  if (!s.kind.empty() || !s.scale_format.empty() || !s.block.empty() || !s.scale_a.empty() || !s.scale_b.empty())
-    throw InputError(
-        "--kind, --scale-format, --block, --scale-a and --scale-b belong to a block-scaled dot (sm100, "
-        "sm120), not to AMD MFMA model " +
-        o.words[0]);
-  if (o.words.size() != 5)
-    throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " + std::to_string(o.words.size()));
-  const std::string& name = o.words[0];
-  if (!o.model.empty() && name != o.model) throw InputError("MODEL '" + name + "' differs from --model " + o.model);
-  const Format fa = parse_format_or_throw(o.words[1], "INFMT");
-  const Format fb = s.input_b.empty() ? fa : parse_format_or_throw(s.input_b, "--input-b");
-  const AmdDotModel* m = find_amd_dot_model(name, fa, fb);
-  if (!m) {
-    const std::string given = fb == fa ? std::string(fa.name) : std::string(fa.name) + " x " + fb.name;
-    throw InputError("model " + name + " has no " + given + " input form (that hardware lacks it); it takes " +
-                     amd_input_forms(name));
-  }
-  const std::uint32_t c = parse_operand_or_throw(formats::fp32, o.words[2], "C");
-  const std::vector<std::uint32_t> a = parse_list(fa, o.words[3], "A"), b = parse_list(fb, o.words[4], "B");
-  if (a.size() != b.size())
-    throw InputError("A has " + std::to_string(a.size()) + " elements but B has " + std::to_string(b.size()));
-  std::uint32_t d = 0;
-  try {
-    d = fused_dot_amd_bits(*m, c, a, b);
-  } catch (const std::invalid_argument& e) {
-    throw InputError(e.what());  // the checks above should leave none
-  }
-  std::cout << hex_bits(formats::fp32, d) << " (" << shortest_value(std::bit_cast<float>(d))
-            << ") UNMEASURED: emulation of " << m->name << " " << fa.name << " x " << fb.name
-            << " (MMA-Sim's parameters, not validated on hardware)\n";
-  return kExitOk;
-}
-
 int run_batch(const DotOptions& o) {
   return run_line_batch(o.batch, [&](const std::vector<std::string>& words, std::uint64_t) {
-    return run_request(parse_dot_words(words, o.model), nullptr);
+    const DotRequest req = parse_dot(words, o.model, {});
+    // A batch prints D's hex alone, one per line: no room for the mark those models carry.
+    if (marked_output(req.model))
+      throw InputError("MODEL: " + req.model.describe() +
+                       " is an UNMEASURED emulation whose result carries that mark: give its words on the command "
+                       "line, not --batch");
+    return hex_bits(req.model.accumulator(), run_request(req, nullptr));
   });
 }
 
@@ -343,12 +248,11 @@ void print_trace(const DotTrace& t) {
 }
 
 int run_dot(const DotOptions& o) {
-  if (!o.words.empty() && is_amd_dot_model_name(o.words[0])) return run_amd(o);
-  if (!o.scaled.kind.empty()) return run_block_scaled(o);
-  if (o.scaled.any_given())
-    throw InputError(
-        "--scale-format, --block, --scale-a, --scale-b and --input-b belong to a block-scaled dot: give --kind");
   if (!o.batch.empty()) {
+    if (o.scaled.any_given())
+      throw InputError(
+          "--batch lines take no --kind, --scale-format, --block, --scale-a, --scale-b or --input-b: give one such "
+          "dot's words on the command line, not --batch");
     if (!o.words.empty()) throw InputError("--batch takes no dot words on the command line");
     // A batch prints one D per line; a trace would break that one-to-one format.
     if (o.trace)
@@ -358,10 +262,19 @@ int run_dot(const DotOptions& o) {
     return run_batch(o);
   }
   if (o.words.empty()) throw InputError("give --batch FILE|- or the words MODEL INFMT C_HEX A1,... B1,...");
-  const DotRequest req = parse_dot_words(o.words, o.model);
+  const DotRequest req = parse_dot(o.words, o.model, o.scaled);
+  const DotModel& m = req.model;
+  if (o.trace && !m.records_trace())
+    throw InputError("--trace: " + m.describe() + " records no per-step trace (leave out --trace)");
   DotTrace trace;
-  std::cout << run_request(req, o.trace ? &trace : nullptr) << "\n";
-  if (o.trace) print_trace(trace);
+  const std::uint32_t d = run_request(req, o.trace ? &trace : nullptr);
+  if (!marked_output(m)) {
+    std::cout << hex_bits(m.accumulator(), d) << "\n";
+    if (o.trace) print_trace(trace);
+    return kExitOk;
+  }
+  std::cout << hex_bits(m.accumulator(), d) << " (" << shortest_value(std::bit_cast<float>(d))
+            << ") UNMEASURED: emulation of " << m.describe() << " (MMA-Sim's parameters, not validated on hardware)\n";
   return kExitOk;
 }
 

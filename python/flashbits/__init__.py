@@ -31,7 +31,7 @@ __all__ = [
     "INEXACT", "UNDERFLOW", "OVERFLOW", "DIVBYZERO", "INVALID", "flags_string",
     "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot",
     "AttentionResult", "attention", "exact_attention", "BiasTestResult", "bias_test",
-    "Trace", "load_trace", "save_trace", "format_info", "models", "dot_models", "scenarios",
+    "Trace", "load_trace", "save_trace", "format_info", "models", "dot_models", "dot_model", "scenarios",
 ]
 __version__ = "0.1.0"
 
@@ -283,14 +283,50 @@ def sqrt(a, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 
     return _op("sqrt", (a,), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
-def dot(model: str, a, b, c=None, fmt: str = "bf16") -> Rounded:
-    """Tensor-core fused dot products D = C + sum_i a[..., i] * b[..., i], as the named
-    hardware model computes them (``flashbits dot``; models: ``dot_models()``). ``a`` and
+def dot_model(model: str, fmt: str = "bf16", *, fmt_b: str | None = None, kind: str | None = None,
+              scale_format: str | None = None, block: int | None = None) -> dict:
+    """What ``dot`` would run for these arguments (the one dot-model lookup, any family):
+    name, a/b formats, accumulator, k_step (products per fused step; 0: all of k), kind,
+    scale_block (0: no scales) and scale_format, hardware_validated, source, note."""
+    return _core.dot_model(*_dot_model_args(model, fmt, fmt_b, kind, scale_format, block))
+
+
+def _dot_model_args(model, fmt, fmt_b, kind, scale_format, block):
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block <= 0):
+        raise TypeError(f"block: expected a positive int, got {_kind(block)}")
+    return (_str_arg("model", model), _str_arg("fmt", fmt), _str_arg("fmt_b", fmt_b, True) or "",
+            _str_arg("kind", kind, True) or "", _str_arg("scale_format", scale_format, True) or "", block or 0)
+
+
+def _scale_bytes(s, name: str, shape):
+    """Scale bytes (uint8, or ints 0..255) of shape [..., k / block], as a C-contiguous
+    [n, k / block] uint8 array."""
+    if s is None:
+        return None
+    arr = _as_array(s, name)
+    if arr.dtype != _np.uint8:
+        if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() > 255)):
+            raise ValueError(f"{name}: expected scale bytes, integers 0..255 (uint8)")
+        arr = arr.astype(_np.uint8)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape} (one byte per block of k), got {arr.shape}")
+    return _np.ascontiguousarray(arr).reshape(-1, shape[-1]) if shape[-1] else arr.reshape(-1, 0)
+
+
+def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None, kind: str | None = None,
+        scale_format: str | None = None, block: int | None = None, scale_a=None, scale_b=None) -> Rounded:
+    """Fused dot products D = C + sum_i a[..., i] * b[..., i], as the named hardware model
+    computes them (``flashbits dot``; models: ``dot_models()``, details: ``dot_model()``):
+    NVIDIA tensor cores (sm70 .. sm120, exact-rne), AMD MFMA (cdna1 .. cdna3-k4) and, with
+    ``kind``, the Blackwell block-scaled kinds (sm100/sm120 mxf8f6f4, mxf4, mxf4nvf4). ``a`` and
     ``b`` hold values (or bit patterns, unsigned integers of its container width) of the input
-    format ``fmt`` (bf16 fp16 tf32 e4m3 e5m2, and e3m2 e2m3 e2m1 for the Blackwell presets),
-    shape [..., k]; ``c`` values (or bit patterns) of the accumulator (fp32, fp16 for the
-    *-f16acc models), shape [...] (default 0). Returns D in the accumulator format."""
-    acc = _core.dot_format(_str_arg("model", model), _str_arg("fmt", fmt))
+    format ``fmt`` (b: ``fmt_b`` when it differs, for AMD's mixed fp8 pairs and mxf8f6f4), shape
+    [..., k]; ``c`` values (or bit patterns) of the accumulator (fp32, fp16 for the *-f16acc
+    models), shape [...] (default 0). A block-scaled kind also takes ``scale_a`` and ``scale_b``,
+    raw scale bytes (ue8m0 or ue4m3, chosen by ``scale_format`` and ``block`` where the kind has
+    several) of shape [..., k / block]. Returns D in the accumulator format."""
+    args = _dot_model_args(model, fmt, fmt_b, kind, scale_format, block)
+    info = _core.dot_model(*args)
     a = _operand(a, "a")
     b = _operand(b, "b")
     if a.ndim < 1 or a.shape != b.shape:
@@ -302,8 +338,17 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16") -> Rounded:
     except ValueError:
         raise ValueError(f"c: shape {c.shape} does not match the batch shape {batch}") from None
     k = a.shape[-1]
-    out = _core.dot(model, fmt, a.reshape(-1, k), b.reshape(-1, k), _np.ascontiguousarray(c).reshape(-1))
-    return Rounded(out.reshape(batch), acc)
+    if not info["scale_block"] and (scale_a is not None or scale_b is not None):
+        raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
+                         "give kind)")
+    if info["scale_block"] and k % info["scale_block"]:
+        raise ValueError(f"k = {k} is not a multiple of the block ({info['scale_block']})")
+    blocks = k // info["scale_block"] if info["scale_block"] else 0
+    sa = _scale_bytes(scale_a, "scale_a", batch + (blocks,))
+    sb = _scale_bytes(scale_b, "scale_b", batch + (blocks,))
+    out = _core.dot(args[0], args[1], a.reshape(-1, k), b.reshape(-1, k), _np.ascontiguousarray(c).reshape(-1),
+                    *args[2:], sa, sb)
+    return Rounded(out.reshape(batch), info["accumulator"])
 
 
 # ---- attention -------------------------------------------------------------------------------
@@ -610,7 +655,7 @@ def models() -> list:
 
 
 def dot_models() -> list:
-    """The tensor-core dot models (``flashbits dot``)."""
+    """The dot models' names, every family (``flashbits dot``; ``dot_model()`` for one's details)."""
     return _core.dot_models()
 
 

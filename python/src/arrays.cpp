@@ -8,18 +8,20 @@
 // - round_f64: fb::round_double per element (an fp64 value is rounded exactly, once);
 // - op: fb::add_array / mul_array / fma_array without flags, fb::apply_op per element with
 //   (and for "cvt": round() on bit patterns of the format itself, fb::apply_op from it to it);
-// - dot: fb::fused_dot_pairs over chunks of rows (fused_dot's bits; the CLI's `dot --batch` keeps
-//   fused_dot_bits, so tests/test_cli_cross.py compares the two paths).
+// - dot: the one dot-model lookup and call (emu/dot/dot_model.hpp), DotModel::dot_pairs over
+//   chunks of rows (NVIDIA: the blocked kernel, fused_dot's bits; the CLI's `dot` keeps the
+//   bit-level entry point, so the tests compare the two paths).
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <ctime>
+#include <optional>
 #include <cstring>
 
 #include "common.hpp"
 #include "emu/array_rounding.hpp"
 #include "emu/ops.hpp"
-#include "emu/dot/tensor_core.hpp"
+#include "emu/dot/dot_model.hpp"
 
 namespace fb::py {
 namespace {
@@ -228,44 +230,95 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
   return pyb::make_tuple(out, flags_or_none(want_flags, flags));
 }
 
-constexpr std::string_view kDotInputs[] = {"bf16", "fp16", "tf32", "e4m3", "e5m2"};
-
-const TensorCoreModel& dot_model_or_throw(const std::string& model, const std::string& fmt) {
-  if (!is_tensor_core_model_name(model))
-    throw api::InputError("model: unknown dot model '" + model + "' (see `flashbits models`)");
-  bool known_input = false;
-  for (auto name : kDotInputs) known_input |= fmt == name;
-  if (!known_input) throw api::InputError("fmt: '" + fmt + "' is not one of bf16 fp16 tf32 e4m3 e5m2");
-  const Format input = parse_fmt(fmt);
-  const TensorCoreModel* tc = find_tensor_core_model(model, input);
-  if (!tc) throw api::InputError("model " + model + " has no " + fmt + " input form (that hardware lacks it)");
-  return *tc;
+// fb.dot's model: the one lookup (emu/dot/dot_model.hpp) in fb.dot's keyword names. fmt_b,
+// kind and scale_format empty and block 0 when not given.
+DotModel dot_model_or_throw(const std::string& model, const std::string& fmt, const std::string& fmt_b,
+                            const std::string& kind, const std::string& scale_format, int block) {
+  const Format a_input = parse_fmt(fmt);
+  const std::optional<Format> b_input = fmt_b.empty() ? std::nullopt : std::optional<Format>(parse_fmt(fmt_b));
+  DotModelQuery query;
+  query.name = model;
+  query.a_input = a_input;
+  query.b_input = b_input ? &*b_input : nullptr;
+  query.kind = kind;
+  query.scale_format = scale_format;
+  query.block = block;
+  try {
+    return find_dot_model(query);
+  } catch (const DotModelError& e) {
+    throw api::InputError(e.what());
+  }
 }
 
-std::string dot_format(const std::string& model, const std::string& fmt) {
-  return accumulator_format(dot_model_or_throw(model, fmt)).name;
+// What fb.dot needs to shape its call, and what a user may want to know about the model.
+pyb::dict dot_model_info(const std::string& model, const std::string& fmt, const std::string& fmt_b,
+                         const std::string& kind, const std::string& scale_format, int block) {
+  const DotModel m = dot_model_or_throw(model, fmt, fmt_b, kind, scale_format, block);
+  pyb::dict d;
+  d["name"] = std::string(m.name());
+  d["a_format"] = std::string(m.a_input().name);
+  d["b_format"] = std::string(m.b_input().name);
+  d["accumulator"] = std::string(m.accumulator().name);
+  d["k_step"] = m.k_step();
+  d["kind"] = std::string(m.kind());
+  d["scale_block"] = m.scale_block();
+  d["scale_format"] = m.scale_block() > 0 ? std::string(block_scale_format_name(m.scale_format())) : std::string();
+  d["hardware_validated"] = m.hardware_validated();
+  d["source"] = std::string(m.source());
+  d["note"] = std::string(m.note());
+  d["description"] = m.describe();
+  return d;
 }
 
-// D = C + sum_i a_i b_i per row of a, b ([n, k] bit patterns of `fmt`) and c ([n] bit
-// patterns of the accumulator format): the CLI's `dot` on every row.
+// Raw scale bytes, [n, k / block], checked against the model's shape.
+std::vector<std::uint8_t> scale_bytes(const std::optional<pyb::array>& scales, std::size_t n, std::size_t blocks,
+                                      const std::string& what) {
+  if (!scales) throw api::InputError(what + ": missing: the block-scaled dot needs k / block scale bytes per row");
+  const pyb::array& s = *scales;
+  if (s.dtype().kind() != 'u' || s.dtype().itemsize() != 1 || !(s.flags() & pyb::array::c_style))
+    throw PyTypeError(what + ": expected a C-contiguous uint8 array of scale bytes");
+  if (s.ndim() != 2 || static_cast<std::size_t>(s.shape(0)) != n || static_cast<std::size_t>(s.shape(1)) != blocks)
+    throw api::InputError(what + ": expected shape [" + std::to_string(n) + ", " + std::to_string(blocks) +
+                          "] (one byte per block of k)");
+  const auto* p = static_cast<const std::uint8_t*>(s.data());
+  return std::vector<std::uint8_t>(p, p + n * blocks);
+}
+
+// D = C + sum_i a_i b_i per row of a ([n, k] bit patterns of `fmt`), b ([n, k] of fmt_b, or
+// of fmt when empty) and c ([n] bit patterns of the accumulator format), times each block's
+// scales (scale_a, scale_b: [n, k / block] bytes) for a block-scaled model: the CLI's `dot` on
+// every row, through the one DotModel call whatever the family.
 pyb::array dot(const std::string& model, const std::string& fmt, const pyb::array& a, const pyb::array& b,
-               const pyb::array& c) {
-  const TensorCoreModel* tc = &dot_model_or_throw(model, fmt);
-  const Format input = parse_fmt(fmt);
-  const Format& acc = accumulator_format(*tc);
+               const pyb::array& c, const std::string& fmt_b, const std::string& kind, const std::string& scale_format,
+               int block, const std::optional<pyb::array>& scale_a, const std::optional<pyb::array>& scale_b) {
+  const DotModel m = dot_model_or_throw(model, fmt, fmt_b, kind, scale_format, block);
+  const Format& acc = m.accumulator();
   if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 1 || a.shape(0) != b.shape(0) || a.shape(1) != b.shape(1) ||
       c.shape(0) != a.shape(0))
     throw api::InputError("a, b, c: expected shapes [n, k], [n, k] and [n]");
-  const std::vector<std::uint32_t> av = operand_bits(input, a, "a");
-  const std::vector<std::uint32_t> bv = operand_bits(input, b, "b");
+  const std::vector<std::uint32_t> av = operand_bits(m.a_input(), a, "a");
+  const std::vector<std::uint32_t> bv = operand_bits(m.b_input(), b, "b");
   const std::vector<std::uint32_t> cv = operand_bits(acc, c, "c");
   const std::size_t n = static_cast<std::size_t>(a.shape(0)), k = static_cast<std::size_t>(a.shape(1));
+  const std::size_t scale_block = static_cast<std::size_t>(m.scale_block());
+  std::vector<std::uint8_t> sa, sb;
+  if (scale_block == 0) {
+    if (scale_a || scale_b) throw api::InputError("scale_a, scale_b: model " + m.describe() + " takes no scales");
+  } else {
+    if (k % scale_block != 0)
+      throw api::InputError("k = " + std::to_string(k) + " is not a multiple of the block (" +
+                            std::to_string(scale_block) + ")");
+    sa = scale_bytes(scale_a, n, k / scale_block, "scale_a");
+    sb = scale_bytes(scale_b, n, k / scale_block, "scale_b");
+  }
+  const std::size_t blocks = scale_block == 0 ? 0 : k / scale_block;
   pyb::array out = bits_array(acc, {static_cast<pyb::ssize_t>(n)});
   {
     pyb::gil_scoped_release release;
     SignalPoll signals;
-    // Chunks of dots through the blocked kernel (fb::fused_dot_pairs: fused_dot's bits), from
-    // the operands' exact values; D back to bits exactly (a NaN D is the canonical NaN).
+    // Chunks of dots through DotModel::dot_pairs (NVIDIA: the blocked kernel, fused_dot's
+    // bits), from the operands' exact values; D back to bits exactly (a NaN D is the
+    // canonical NaN).
     constexpr std::size_t kDotChunk = 1024;
     std::vector<std::uint32_t> tmp(std::min(n, kDotChunk));
     std::vector<float> a_values, b_values, c_values, d_values;
@@ -276,12 +329,13 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
       c_values.resize(len);
       d_values.resize(len);
       for (std::size_t i = 0; i < len * k; ++i) {
-        a_values[i] = static_cast<float>(to_double(input, av[start * k + i]));
-        b_values[i] = static_cast<float>(to_double(input, bv[start * k + i]));
+        a_values[i] = static_cast<float>(to_double(m.a_input(), av[start * k + i]));
+        b_values[i] = static_cast<float>(to_double(m.b_input(), bv[start * k + i]));
       }
       for (std::size_t i = 0; i < len; ++i) c_values[i] = static_cast<float>(to_double(acc, cv[start + i]));
-      fused_dot_pairs(*tc, c_values.data(), a_values.data(), b_values.data(), static_cast<int>(k),
-                      static_cast<int>(len), d_values.data());
+      m.dot_pairs(c_values.data(), a_values.data(), b_values.data(), static_cast<int>(k), static_cast<int>(len),
+                  d_values.data(), blocks ? sa.data() + start * blocks : nullptr,
+                  blocks ? sb.data() + start * blocks : nullptr);
       for (std::size_t i = 0; i < len; ++i) {
         const float d = d_values[i];
         if (acc.width() == 32) {
@@ -321,10 +375,7 @@ pyb::dict format_info(const std::string& fmt) {
 
 std::vector<std::string> dot_models() {
   std::vector<std::string> out;
-  for (const TensorCoreModel& m : tensor_core_models()) {
-    const std::string name(m.name);
-    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
-  }
+  for (std::string_view name : dot_model_names()) out.emplace_back(name);
   return out;
 }
 
@@ -375,8 +426,9 @@ void register_arrays(pyb::module_& m) {
   m.def("decode", &decode_bits, "bits"_a, "fmt"_a, "any_width"_a = false);
   m.def("op", &op, "kind"_a, "fmt"_a, "operands"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
         "flags"_a, "names"_a);
-  m.def("dot_format", &dot_format, "model"_a, "fmt"_a);
-  m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a);
+  m.def("dot_model", &dot_model_info, "model"_a, "fmt"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a);
+  m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
+        "scale_a"_a, "scale_b"_a);
   m.def("format_info", &format_info, "fmt"_a);
   m.def("dot_models", &dot_models);
   m.def("_time_round_array", &time_round_array, "x"_a, "fmt"_a, "mode"_a, "reps"_a);
