@@ -7,7 +7,9 @@
 //   cross-attention). A causal mask is aligned bottom-right as FA2 >= 2.1 aligns it: query
 //   row i sees keys j <= i + Nk - N, so a row above the corner (i < N - Nk) sees none and gets
 //   every model's all-masked guards (O = 0, LSE = +inf, zero gradients). N == Nk is ordinary
-//   causal self-attention.
+//   causal self-attention. AttentionInputs::causal_alignment top_left instead aligns it to the
+//   top-left corner (row i sees keys j <= i: PyTorch's is_causal, FA2 before 2.1), for captures
+//   that used it; the same mask when N == Nk.
 // - A KernelModel is a documented recipe (attention/kernel_models.cpp holds the one
 //   table): for every stage it names the format, rounding, accumulation model,
 //   special-function model and operation order. Variants (+dynmax, +delta-dpp,
@@ -59,6 +61,9 @@ struct AttentionInputs {
   Format dtype = formats::bf16;  // input/output dtype of the kernel (bf16 or fp16, e4m3 for fp8)
   double softmax_scale = 0.0;    // 0 means 1/sqrt(head dim)
   bool causal = false;
+  // Where a causal mask's diagonal starts when the lengths differ (the contract above).
+  enum class CausalAlignment { bottom_right, top_left };
+  CausalAlignment causal_alignment = CausalAlignment::bottom_right;
 };
 
 struct AttentionOutputs {

@@ -125,6 +125,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   g.d = D;
   g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
   g.causal = in.causal;
+  g.top_left = in.causal_alignment == AttentionInputs::CausalAlignment::top_left;
   g.tiles = run_tiles(km, in, opt);
   g.software_exp2 = km.software_exp2_split(D, in.causal, N, group);
   if (g.software_exp2.enabled && g.software_exp2.every > 0 && g.tiles.block_n % 32 != 0) {

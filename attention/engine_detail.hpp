@@ -140,6 +140,7 @@ struct Geometry {
   int nq = 0, nk = 0, d = 0;
   double scale = 0.0;
   bool causal = false;
+  bool top_left = false;  // AttentionInputs::CausalAlignment::top_left
   TileSizes tiles;
   SoftwareExp2Split software_exp2;  // the run's +sw-exp2 split (KernelModel::software_exp2_split)
 };
@@ -163,8 +164,8 @@ inline std::optional<Format> promoted(const std::optional<Format>& a, const std:
 // The causal diagonal's offset: query row i's diagonal key is i + causal_offset(g). FA2 >= 2.1
 // aligns the mask to the bottom-right corner (csrc/flash_attn/src/mask.h:54, col_idx_limit_right
 // = min(max_seqlen_k, row_idx + 1 + max_seqlen_k - max_seqlen_q)), so the last query row sees
-// every key; 0 for nq == nk.
-inline int causal_offset(const Geometry& g) { return g.nk - g.nq; }
+// every key; 0 for nq == nk, and for a top-left aligned mask (row i sees keys j <= i).
+inline int causal_offset(const Geometry& g) { return g.top_left ? 0 : g.nk - g.nq; }
 // Keys a row may see: all nk, or causal up to and including its (bottom-right aligned)
 // diagonal, keys j <= row + nk - nq; none for the rows above the corner (row < nq - nk), which
 // the kernels' all-masked guards give O = 0 and LSE = +inf.

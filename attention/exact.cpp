@@ -10,7 +10,7 @@
 // and 11 below one fp16 ulp (2^-11): far beyond what measuring those errors needs.
 // All-masked rows give O = 0, LSE = +inf and zero gradients, as FA2 does. The key length Nk
 // may differ from the query length N; causal masks align bottom-right as FA2 >= 2.1 does:
-// row r sees keys j <= r + Nk - N (none for r < N - Nk).
+// row r sees keys j <= r + Nk - N (none for r < N - Nk); top-left aligned, j <= r.
 // Memory O(N·d); work split over (batch, head); results do not depend on threads.
 //
 // round_exact_outputs(): the model `correctly-rounded` (attention.hpp), the exact outputs
@@ -34,6 +34,7 @@ namespace fb::attn {
 AttentionOutputs exact_attention(const AttentionInputs& in) {
   const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
   const int Hk = in.k.heads, Nk = in.k.rows;
+  const int offset = in.causal_alignment == AttentionInputs::CausalAlignment::top_left ? 0 : Nk - N;
   // Grouped-query attention: q head h reads k/v head h / group (check_attention_inputs).
   check_attention_inputs(in);
   const int group = Hk > 0 ? H / Hk : 1;
@@ -65,7 +66,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       dv.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
     }
     for (int r = 0; r < N; ++r) {
-      const int nk = in.causal ? std::clamp(r + 1 + Nk - N, 0, Nk) : Nk;
+      const int nk = in.causal ? std::clamp(r + 1 + offset, 0, Nk) : Nk;
       const double* q = in.q.row(b, h, r);
       long double m = -std::numeric_limits<long double>::infinity();
       for (int j = 0; j < nk; ++j) {

@@ -69,6 +69,7 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
   in.dtype = m.dtype ? *m.dtype : trace.bits("q").format;
   in.softmax_scale = m.softmax_scale.value_or(0.0);
   in.causal = m.causal.value_or(false);
+  if (m.causal_alignment == "top-left") in.causal_alignment = AttentionInputs::CausalAlignment::top_left;
   return in;
 }
 

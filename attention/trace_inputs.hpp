@@ -24,7 +24,8 @@ ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype)
 
 // The inputs a trace captured (q, k, v, and dO when present), with its scale, causal flag
 // and dtype (metadata dtype, else q's dtype). k and v may have fewer heads than q
-// (grouped-query attention) and another length (Nk != N: decoding, cross-attention).
+// (grouped-query attention) and another length (Nk != N: decoding, cross-attention); a causal
+// mask is aligned as metadata causal_alignment says (bottom-right unless top-left).
 // TraceError (naming the file) when k and v differ in shape, or from q in batch or head dim.
 AttentionInputs inputs_from_trace(const Trace& trace);
 // What a trace must be for a model to run on it and be compared with it, beyond the schema

@@ -83,10 +83,12 @@ void check_close(const Tensor4& got, const std::vector<Mp>& want, const std::vec
   }
 }
 
-// Inputs of N query rows and Nk keys, one head.
-AttentionInputs inputs(const char* scenario, std::uint64_t seed, int n, int nk, int d, bool causal) {
+// Inputs of N query rows and Nk keys, one head; `top_left`: the causal mask aligned top-left.
+AttentionInputs inputs(const char* scenario, std::uint64_t seed, int n, int nk, int d, bool causal,
+                       bool top_left = false) {
   AttentionInputs in = make_scenario(scenario, seed, 1, 1, n, d, formats::bf16, true, 0, nk);
   in.causal = causal;
+  if (top_left) in.causal_alignment = AttentionInputs::CausalAlignment::top_left;
   return in;
 }
 
@@ -143,11 +145,13 @@ TEST_CASE("exact_attention with N != Nk agrees with MPFR, causal aligned bottom-
   const int d = 8;
   for (const std::pair<int, int>& lengths : {std::pair{5, 11}, std::pair{11, 5}, std::pair{1, 9}, std::pair{7, 1}}) {
     const int n = lengths.first, nk = lengths.second;
-    for (bool causal : {false, true}) {
+    for (int mask = 0; mask < 3; ++mask) {
+      const bool causal = mask > 0, top_left = mask == 2;
       CAPTURE(n);
       CAPTURE(nk);
       CAPTURE(causal);
-      const AttentionInputs in = inputs("random", 77, n, nk, d, causal);
+      CAPTURE(top_left);
+      const AttentionInputs in = inputs("random", 77, n, nk, d, causal, top_left);
       REQUIRE(in.q.rows == n);
       REQUIRE(in.k.rows == nk);
       const AttentionOutputs got = exact_attention(in);
@@ -157,9 +161,9 @@ TEST_CASE("exact_attention with N != Nk agrees with MPFR, causal aligned bottom-
       std::vector<Mp> o(n * d), lse(n), delta(n), dq(n * d), dk(nk * d), dv(nk * d);
       std::vector<bool> lse_inf(n, false);
       for (int r = 0; r < n; ++r) {
-        // Bottom-right: the last query row's diagonal is the last key.
+        // Bottom-right: the last query row's diagonal is the last key; top-left: row r's is key r.
         int visible = nk;
-        if (causal) visible = std::max(0, std::min(nk, r + 1 + (nk - n)));
+        if (causal) visible = std::max(0, std::min(nk, r + 1 + (top_left ? 0 : nk - n)));
         if (visible == 0) {
           lse_inf[r] = true;  // O, delta, dQ stay 0
           continue;
@@ -214,8 +218,9 @@ TEST_CASE("every kernel model with N != Nk in exact arithmetic equals the exact 
   names.push_back("fa3-fp8-sm90+block-quant");
   for (const std::pair<int, int>& lengths :
        {std::pair{9, 37}, std::pair{37, 13}, std::pair{1, 37}, std::pair{37, 37}}) {
-    for (bool causal : {false, true}) {
-      const AttentionInputs in = inputs("random", 5, lengths.first, lengths.second, 16, causal);
+    for (int mask = 0; mask < 3; ++mask) {  // not causal, causal bottom-right, causal top-left
+      const bool causal = mask > 0;
+      const AttentionInputs in = inputs("random", 5, lengths.first, lengths.second, 16, causal, mask == 2);
       const AttentionOutputs ref = exact_attention(in);
       for (const std::string& name : names) {
         CAPTURE(name);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention.hpp"
 #include "tests/cli_run.hpp"
 #include "traces/safetensors.hpp"
 #include "traces/trace.hpp"
@@ -389,4 +390,37 @@ TEST_CASE("issue 38: make-trace --seqlen-k, replay and bias-test --traces with a
   file.metadata["seqlen_q"] = "8";
   fb::write_safetensors(bad, file);
   CHECK(run("replay " + bad).code == 0);
+}
+
+TEST_CASE("issue 38: replay runs a causal mask aligned as the trace's causal_alignment says") {
+  // The model's own outputs for a top-left causal mask (PyTorch's is_causal) with N < Nk: a
+  // trace saying top-left replays bit for bit; the same trace saying bottom-right does not.
+  auto in = fb::attn::make_scenario("random", 5, 1, 1, 12, 16, fb::formats::bf16, false, 0, 40);
+  in.causal = true;
+  in.causal_alignment = fb::attn::AttentionInputs::CausalAlignment::top_left;
+  const fb::attn::ModelHandle model = fb::attn::parse_kernel_model("fa2-sm80", fb::formats::bf16);
+  const fb::attn::AttentionOutputs out = fb::attn::run_attention(model, in, fb::attn::RunOptions{});
+  const auto shape = [](const fb::attn::Tensor4& t) {
+    return std::vector<std::uint64_t>{static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads),
+                                      static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)};
+  };
+  for (const char* alignment : {"top-left", "bottom-right"}) {
+    CAPTURE(alignment);
+    fb::TraceMetadata md;
+    md.source = "emulated";
+    md.model = "fa2-sm80";
+    md.softmax_scale = in.softmax_scale;
+    md.causal = true;
+    md.causal_alignment = alignment;
+    md.dtype = fb::formats::bf16;
+    const std::string path = (scratch() / (std::string("aligned_") + alignment + ".safetensors")).string();
+    fb::TraceBuilder(md)
+        .add_values("q", fb::formats::bf16, shape(in.q), in.q.data)
+        .add_values("k", fb::formats::bf16, shape(in.k), in.k.data)
+        .add_values("v", fb::formats::bf16, shape(in.v), in.v.data)
+        .add_values("o", fb::formats::bf16, shape(out.o), out.o.data)
+        .write(path);
+    const Run r = run("replay " + path);
+    CHECK_MESSAGE(r.code == (std::string(alignment) == "top-left" ? 0 : 1), r.out << r.err);
+  }
 }

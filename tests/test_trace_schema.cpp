@@ -338,6 +338,10 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
       {"seqlen_k text", minimal_trace(R"({"source":"emulated","seqlen_k":"2k"})"),
        "__metadata__: key 'seqlen_k': expected a positive sequence length (at most 2^31-1), got '2k'"},
       {"seqlen_q zero", minimal_trace(R"({"source":"emulated","seqlen_q":"0"})"), "key 'seqlen_q'"},
+      {"alignment name", minimal_trace(R"({"source":"emulated","causal_alignment":"top_left"})"),
+       "__metadata__: key 'causal_alignment': expected none, bottom-right or top-left, got 'top_left'"},
+      {"alignment vs causal", minimal_trace(R"({"source":"emulated","causal":"false","causal_alignment":"top-left"})"),
+       "__metadata__: key 'causal_alignment': says 'top-left' but key 'causal' says false"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -346,7 +350,9 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
   }
   for (const char* good : {R"({"source":"cuda:A100","causal":"False","dtype":"bf16","block_m":"64"})",
                            R"({"source":"emulated","causal":"1","dtype":"torch.bfloat16","softmax_scale":"1e-1"})",
-                           R"({"source":"emulated","seqlen_q":"2","seqlen_k":"2"})"})
+                           R"({"source":"emulated","seqlen_q":"2","seqlen_k":"2"})",
+                           R"({"source":"emulated","causal":"true","causal_alignment":"top-left"})",
+                           R"({"source":"emulated","causal":"0","causal_alignment":"none"})"})
     CHECK(trace_error(minimal_trace(good)) == "(no error)");
 }
 

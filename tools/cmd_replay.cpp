@@ -360,7 +360,9 @@ int run_replay(const ReplayOptions& o) {
         model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()), in.causal,
                                 static_cast<int>(trace.kv_rows()));
     const bool causal = in.causal;
-    const int causal_offset = static_cast<int>(trace.kv_rows()) - static_cast<int>(trace.rows());
+    const int causal_offset = in.causal_alignment == attn::AttentionInputs::CausalAlignment::top_left
+                                  ? 0
+                                  : static_cast<int>(trace.kv_rows()) - static_cast<int>(trace.rows());
     using Tile = attn::TileRecord;
     if (trace.has("trace_m"))
       comparisons.push_back(

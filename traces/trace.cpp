@@ -120,6 +120,15 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
       fail(source, key_prefix(key) + "expected a positive sequence length (at most 2^31-1), got " + quoted_name(*v));
     *field = length;
   }
+  if (const auto v = find_key(raw, trace_keys::causal_alignment)) {
+    if (*v != "none" && *v != "bottom-right" && *v != "top-left")
+      fail(source, key_prefix(trace_keys::causal_alignment) + "expected none, bottom-right or top-left, got " +
+                       quoted_name(*v));
+    if (out.causal && *out.causal != (*v != "none"))
+      fail(source, key_prefix(trace_keys::causal_alignment) + "says " + quoted_name(*v) + " but key 'causal' says " +
+                       (*out.causal ? "true" : "false"));
+    out.causal_alignment = std::string(*v);
+  }
   return out;
 }
 
@@ -337,6 +346,7 @@ std::map<std::string, std::string> metadata_strings(const TraceMetadata& m) {
   if (m.block_n) put(trace_keys::block_n, std::to_string(*m.block_n));
   if (m.seqlen_q) put(trace_keys::seqlen_q, std::to_string(*m.seqlen_q));
   if (m.seqlen_k) put(trace_keys::seqlen_k, std::to_string(*m.seqlen_k));
+  if (m.causal_alignment) put(trace_keys::causal_alignment, *m.causal_alignment);
   return out;
 }
 

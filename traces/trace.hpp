@@ -24,6 +24,9 @@
 //   block_m, block_n   positive tile sizes
 //   seqlen_q, seqlen_k optional, each a positive integer equal to q's rows (N) and k's rows
 //                      (Nk): a capture may state them; the shapes are what is read
+//   causal_alignment   optional: none (not causal), bottom-right (key j <= row i + Nk - N, FA2
+//                      >= 2.1, the default) or top-left (j <= i, PyTorch's is_causal); must
+//                      agree with causal where both are given
 //   any other key      kept in raw_metadata()
 // Contract: read_trace/parse_trace/Trace::from_safetensors either return a trace that
 // satisfies all of the above or throw TraceError with one line naming the file, the tensor
@@ -58,6 +61,7 @@ inline constexpr std::string_view block_m = "block_m";
 inline constexpr std::string_view block_n = "block_n";
 inline constexpr std::string_view seqlen_q = "seqlen_q";
 inline constexpr std::string_view seqlen_k = "seqlen_k";
+inline constexpr std::string_view causal_alignment = "causal_alignment";
 }  // namespace trace_keys
 
 inline constexpr std::string_view kEmulatedSource = "emulated";
@@ -71,7 +75,8 @@ struct TraceMetadata {
   std::optional<bool> causal;
   std::optional<Format> dtype;
   std::optional<int> block_m, block_n;
-  std::optional<int> seqlen_q, seqlen_k;  // when stated: q's and k's rows (validated against them)
+  std::optional<int> seqlen_q, seqlen_k;        // when stated: q's and k's rows (validated against them)
+  std::optional<std::string> causal_alignment;  // "none", "bottom-right" or "top-left" when stated
 };
 
 // A tensor's stored bit patterns (in the container of `format`), row-major.

@@ -432,7 +432,8 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     axes (batch, head); k and v [..., Nk, D] may have fewer heads than q (grouped-query) and
     another length Nk (decoding with a KV cache, cross-attention); ``causal`` then aligns the
     mask bottom-right as FlashAttention does (query row i sees keys j <= i + Nk - N; rows that
-    see no key get O = 0 and LSE = +inf). dK and dV have k's shape. Values exactly
+    see no key get O = 0 and LSE = +inf; a trace's ``causal_alignment`` top-left is replayed
+    by ``flashbits replay``, not taken here). dK and dV have k's shape. Values exactly
     representable in the model's input format (``dtype``: bf16 by default, fp16 for float16
     input; models that name theirs use it; the fp8 models take bf16 and quantise it), or its
     bit patterns (unsigned integers of its container width: uint16 for bf16 and fp16, where
