@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "attention/kernel_models.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
 #include "api/input_error.hpp"
@@ -140,7 +140,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
 
   if (j.contains("sfu")) {
     const nlohmann::json& sfu = j["sfu"];
-    // A named SFU set (emu/special_functions.hpp find_sfu_set), whole ("sfu": "hw-sm90": every
+    // A named SFU set (emu/sfu/special_functions.hpp find_sfu_set), whole ("sfu": "hw-sm90": every
     // function the model evaluates) or per function ("ex2": "hw-sm90"); names take precedence
     // over table paths.
     auto named_set = [&](const std::string& field, const std::string& text) -> std::optional<SfuSet> {

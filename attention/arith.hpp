@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "attention/kernel_models.hpp"
-#include "emu/cuda_expf.hpp"
+#include "emu/sfu/cuda_expf.hpp"
 #include "emu/ops.hpp"
 #include "emu/dot/dot_model.hpp"
-#include "emu/software_exp2.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/software_exp2.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb::attn::detail {
 
@@ -108,7 +108,7 @@ struct HardwareArith {
   double fast_log(double x) const { return fb::fast_log(km->sfu, static_cast<float>(x)); }
   // PyTorch's fp32 exp/log (CUDA expf/logf, <= 2 ulp): modelled as libm fp64 rounded to
   // fp32, i.e. (almost always) correctly rounded, UNMEASURED against the GPU; with
-  // KernelModel::cuda_expf, exp is CUDA's expf sequence over the SFU set's ex2 (emu/cuda_expf.hpp).
+  // KernelModel::cuda_expf, exp is CUDA's expf sequence over the SFU set's ex2 (emu/sfu/cuda_expf.hpp).
   double exp32(double x) const {
     if (km->cuda_expf) return cuda_expf(static_cast<float>(x), *km->sfu.ex2);
     return static_cast<float>(std::exp(x));

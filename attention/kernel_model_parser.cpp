@@ -280,7 +280,7 @@ std::vector<KernelModelDescription> describe_kernel_models() {
                  "\"sfu\": \"hw-sm90\" gives the H200's measured ex2). Default: exp correctly rounded (ASSUMED). "
                  "That PyTorch's exp kernel compiles to this sequence is ASSUMED (read from nvcc 13.0's PTX for expf, "
                  "sm_90, not from a PyTorch binary)",
-                 "emu/cuda_expf.hpp; nvcc -arch=sm_90 -ptx of a kernel calling expf (CUDA 13.0)"});
+                 "emu/sfu/cuda_expf.hpp; nvcc -arch=sm_90 -ptx of a kernel calling expf (CUDA 13.0)"});
   out.push_back({"+unfused-exp",
                  "FA2/FA3 models: the exponent argument S*scale_log2 - max_scaled as __fmul_rn then a separate "
                  "subtraction (two roundings, PyTorch's UNFUSE_FMA) instead of one FFMA",

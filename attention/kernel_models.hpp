@@ -23,7 +23,7 @@
 
 #include "emu/dot/dot_model.hpp"
 #include "emu/rounding.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "formats/format.hpp"
 
 namespace fb::attn {
@@ -304,7 +304,7 @@ struct KernelModel {
   // score. Off: the visible keys only (masked tiles skipped, the diagonal tile cut short).
   bool visit_masked_tiles = false;
   // +cuda-expf (fa-bf16acc): the fp32 exp of the tensor ops (torch.exp on a CUDA tensor) is
-  // CUDA's expf, an FMA range reduction around the SfuSet's ex2 (emu/cuda_expf.hpp), instead
+  // CUDA's expf, an FMA range reduction around the SfuSet's ex2 (emu/sfu/cuda_expf.hpp), instead
   // of correctly rounded.
   bool cuda_expf = false;
   bool delta_dpp = false;  // delta = rowsum(dP∘P)
@@ -327,7 +327,7 @@ struct KernelModel {
   // it by at most T in log2 units ((m_old - m_new)·scale_log2 >= -T, in fp32 as FA4 forms it);
   // P̄ may then reach 2^T instead of 1. 0 = off (FA2, FA3: the max always moves).
   double lazy_rescale_log2 = 0.0;
-  // +sw-exp2[:EVERY,START] (FlashAttention-4's ex2 emulation, emu/software_exp2.hpp): the
+  // +sw-exp2[:EVERY,START] (FlashAttention-4's ex2 emulation, emu/sfu/software_exp2.hpp): the
   // forward's P̄ exponentials go through FA4's degree-3 FMA polynomial instead of the SFU
   // ex2; all of them (sw_exp2_every == 0), or FA4's split of each 32-column fragment
   // (fa4_software_ex2_uses_polynomial with EVERY, START). The rescale factor α and the

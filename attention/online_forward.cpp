@@ -29,7 +29,7 @@
 #include "attention/engine_detail.hpp"
 #include "attention/trace_sink.hpp"
 #include "emu/array_rounding.hpp"
-#include "emu/software_exp2.hpp"
+#include "emu/sfu/software_exp2.hpp"
 
 namespace fb::attn::detail {
 namespace {

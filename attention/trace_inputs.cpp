@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "attention/kernel_models.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb::attn {
 

@@ -1,5 +1,5 @@
 // emu/array_lanes.hpp: internal to emu/array_rounding.cpp, emu/array_ops.cpp and
-// emu/special_functions.cpp (not a public interface): what their vectorised lane loops
+// emu/sfu/special_functions.cpp (not a public interface): what their vectorised lane loops
 // share, the instruction-set choice made once at run time and the split of an array into
 // pieces with one stochastic key each. Kept in one place so that every translation unit
 // (split for compile time: each is a large set of template instantiations) chooses alike.

@@ -24,7 +24,7 @@
 //   own split of x (gpu/sfu_table_model.hpp ex2_fixed_point_split), so the captured table
 //   is indexed exactly as the model, and the emu after conversion, reads it.
 // - When an ex2 hypothesis holds (N <= 24), the table is then evaluated on the device
-//   exactly as the emu's table model evaluates it (emu/special_functions.cpp
+//   exactly as the emu's table model evaluates it (emu/sfu/special_functions.cpp
 //   Ex2FixedPointModel::evaluate, restated in gpu/sfu_table_model.hpp: input ftz, NaN ->
 //   the measured NaN output, x >= 128 -> +inf, x < -160 -> +0, 2^k * T[i] with overflow to
 //   inf and flush below 2^-126) on ALL 2^32 inputs and compared bit for bit with the

@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "gpu/sfu_table_model.hpp"
 #include "gpu/sfu_table_writer.hpp"
 

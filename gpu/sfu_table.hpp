@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb::gpu {
 

@@ -1,6 +1,6 @@
 // gpu/sfu_table_convert.cpp: fb-sfu-table-convert, turns an ex2, rcp or lg2 table captured by
 // fb-sfu-probe (FBSFUT1, gpu/README.md) into the emu's FBSFU1 table file
-// (emu/special_functions.cpp), the form `table` SFU models load.
+// (emu/sfu/special_functions.cpp), the form `table` SFU models load.
 //
 // Contract: gpu/sfu_table.hpp sfu_capture_to_table() does the conversion (ex2 fixed-point,
 // rcp mantissa and lg2 exponent-split tables whose emu evaluation reproduced the hardware on

@@ -2,7 +2,7 @@
 // models themselves (ex2_table_model, rcp_table_model, lg2_exponent_split_model,
 // lg2_table_model, ex2_sign_magnitude_table_model, lg2_extended_model,
 // lg2_extended_table_model, the splits that key the hypotheses, ArgRounding,
-// FinalRoundingCode) are stated once in emu/sfu_table_rules.hpp, which the emulator's table
+// FinalRoundingCode) are stated once in emu/sfu/sfu_table_rules.hpp, which the emulator's table
 // models use too; they are visible here in fb::gpu, where the device code and the tests name
 // them.
 //
@@ -25,7 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "emu/sfu_table_rules.hpp"
+#include "emu/sfu/sfu_table_rules.hpp"
 
 namespace fb::gpu {
 

@@ -2,7 +2,7 @@
 // tests assume by default (ex2.approx.ftz and lg2.approx.ftz modelled as correctly
 // rounded): fp32 2^x and log2(x) rounded to nearest by MPFR, with a subnormal input read
 // as zero and a subnormal result flushed to zero. Not the code under test: it shares no
-// code with emu/special_functions.cpp. One object per thread (it owns MPFR variables).
+// code with emu/sfu/special_functions.cpp. One object per thread (it owns MPFR variables).
 #pragma once
 
 #include <mpfr.h>

@@ -1,5 +1,5 @@
 // tests/software_exp2_reference.hpp: an independent reference for FlashAttention-4's software
-// exp2 (emu/software_exp2.hpp), shared by tests/test_software_exp2.cpp and
+// exp2 (emu/sfu/software_exp2.hpp), shared by tests/test_software_exp2.cpp and
 // tests/test_attention_fa4_variants.cpp. Nothing here calls emu/.
 //
 // It evaluates the kernel's instruction sequence in MPFR at 24 bits with the rounding each

@@ -23,7 +23,7 @@
 
 #include "attention/attention.hpp"
 #include "emu/ops.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "emu/dot/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/mpfr_sfu_reference.hpp"

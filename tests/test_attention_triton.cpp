@@ -29,7 +29,7 @@
 
 #include "attention/attention.hpp"
 #include "emu/ops.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "emu/dot/tensor_core.hpp"
 
 using namespace fb;

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "attention/attention.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/cli_run.hpp"
 #include "tests/test_scale.hpp"

@@ -25,8 +25,8 @@
 #include <string>
 
 #include "attention/attention.hpp"
-#include "emu/cuda_expf.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/cuda_expf.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "formats/format.hpp"
 #include "tests/bf16_reference.hpp"
 

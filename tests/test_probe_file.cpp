@@ -46,7 +46,7 @@
 //   mantissas, and whose outputs follow the rule RN_fp32(e + T[m]) (one MPFR rounding written
 //   here, ftz) over every binade, with the special inputs of the header.
 // - The table model fb-sfu-probe evaluates on the device (gpu/sfu_table_model.hpp) gives the
-//   same bits as the emu's table model (emu/special_functions.cpp) for tables with
+//   same bits as the emu's table model (emu/sfu/special_functions.cpp) for tables with
 //   perturbed, NaN, negative and overflowing entries, on a stride over all 2^32 inputs, random
 //   inputs, the region boundaries, and arguments exactly on and half-way between the
 //   fixed-point grid (where the argument roundings differ), for every argument rounding;

@@ -1,4 +1,4 @@
-// tests/test_software_exp2.cpp: FlashAttention-4's software exp2 (emu/software_exp2.hpp).
+// tests/test_software_exp2.cpp: FlashAttention-4's software exp2 (emu/sfu/software_exp2.hpp).
 //
 // The reference (tests/software_exp2_reference.hpp) evaluates the same instruction sequence
 // in MPFR with each instruction's rounding. Inputs: 10^5 fp32
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/software_exp2.hpp"
+#include "emu/sfu/software_exp2.hpp"
 #include "tests/software_exp2_reference.hpp"
 #include "tests/test_scale.hpp"
 

@@ -1,4 +1,4 @@
-// tests/test_special_functions.cpp: the SFU models (emu/special_functions.hpp) against
+// tests/test_special_functions.cpp: the SFU models (emu/sfu/special_functions.hpp) against
 // independent references.
 //
 // References: MPFR at precision 24 with fp32's exponent range and mpfr_subnormalize
@@ -45,7 +45,7 @@
 
 #include <unistd.h>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "tests/rcp_reference.hpp"
 
 namespace {

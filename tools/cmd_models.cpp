@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "attention/attention.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "emu/dot/tensor_core.hpp"
 #include "emu/dot/tensor_core_amd.hpp"
 #include "emu/dot/tensor_core_block_scaled.hpp"

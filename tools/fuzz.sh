@@ -112,7 +112,7 @@ u32() { printf '%02x%02x%02x%02x' $(( $1 & 255 )) $(( ($1 >> 8) & 255 )) $(( ($1
 u16() { printf '%02x%02x' $(( $1 & 255 )) $(( ($1 >> 8) & 255 )); }
 texthex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
 
-# FBSFU1 (emu/special_functions.cpp): a first byte 01 makes the harness append the CRC.
+# FBSFU1 (emu/sfu/special_functions.cpp): a first byte 01 makes the harness append the CRC.
 d="$work/fuzz_sfu_table"; mkdir -p "$d"
 sfu_magic=$(texthex FBSFU1)
 src=$(texthex "fuzz seed")

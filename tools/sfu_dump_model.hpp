@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb::cli {
 

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb::cli {
 

@@ -21,7 +21,7 @@
 #include "attention/statistics.hpp"
 #include "common.hpp"
 #include "emu/dot/dot_step_json.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "api/event_json.hpp"
 #include "api/models.hpp"
 #include "attention/trace_inputs.hpp"

@@ -1,5 +1,5 @@
-// emu/cuda_expf.cpp: the PTX sequence of CUDA's expf (contract in emu/cuda_expf.hpp).
-#include "emu/cuda_expf.hpp"
+// emu/sfu/cuda_expf.cpp: the PTX sequence of CUDA's expf (contract in emu/sfu/cuda_expf.hpp).
+#include "emu/sfu/cuda_expf.hpp"
 
 #include <bit>
 #include <cmath>

@@ -1,5 +1,5 @@
-// emu/software_exp2.cpp: FlashAttention-4's software exp2 (contract in software_exp2.hpp).
-#include "emu/software_exp2.hpp"
+// emu/sfu/software_exp2.cpp: FlashAttention-4's software exp2 (contract in software_exp2.hpp).
+#include "emu/sfu/software_exp2.hpp"
 
 #include <bit>
 #include <cmath>

@@ -1,4 +1,4 @@
-// emu/cuda_expf.hpp: CUDA's expf without fast math (what torch.exp runs on an fp32 CUDA
+// emu/sfu/cuda_expf.hpp: CUDA's expf without fast math (what torch.exp runs on an fp32 CUDA
 // tensor), built from a model of ex2.approx.ftz.f32.
 //
 // Contract: cuda_expf(x, ex2) returns, bit for bit, what the PTX sequence nvcc emits for
@@ -20,7 +20,7 @@
 // GPU rests on the ex2 model (measured on an H200 in the hw-sm90 set; correct = UNMEASURED).
 #pragma once
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb {
 

@@ -1,4 +1,4 @@
-// emu/sfu_sets.cpp: the named SFU sets of emu/special_functions.hpp (find_sfu_set).
+// emu/sfu/sfu_sets.cpp: the named SFU sets of emu/sfu/special_functions.hpp (find_sfu_set).
 //
 // "hw-sm90" holds what was measured on an NVIDIA H200 (sm_90, driver 580.159.04, CUDA 13.0)
 // with fb-sfu-probe (gpu/README.md), converted with fb-sfu-table-convert into emu/tables/:
@@ -17,7 +17,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 #ifndef FLASHBITS_SFU_TABLE_DIR
 #define FLASHBITS_SFU_TABLE_DIR "emu/tables"

@@ -1,6 +1,6 @@
-// emu/sfu_table_file.cpp: the FBSFU1 table file: crc32, the writer (write_table_file), the
+// emu/sfu/sfu_table_file.cpp: the FBSFU1 table file: crc32, the writer (write_table_file), the
 // validating loader (load_table_model) and the delta-segment (form 0) model; the models of
-// forms 1..5 are emu/sfu_table_models.cpp, their rules emu/sfu_table_rules.hpp.
+// forms 1..5 are emu/sfu/sfu_table_models.cpp, their rules emu/sfu/sfu_table_rules.hpp.
 //
 // ---- FBSFU1 table file (version 1), all integers little-endian ---------------------
 //   magic         6 bytes  "FBSFU1"
@@ -44,9 +44,9 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "emu/sfu_table_models.hpp"
-#include "emu/sfu_table_rules.hpp"
-#include "emu/special_functions.hpp"
+#include "emu/sfu/sfu_table_models.hpp"
+#include "emu/sfu/sfu_table_rules.hpp"
+#include "emu/sfu/special_functions.hpp"
 #include "formats/file_read.hpp"
 #include "formats/format.hpp"
 

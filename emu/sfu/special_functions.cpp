@@ -1,7 +1,7 @@
-// emu/special_functions.cpp: the SFU models of special_functions.hpp that need no table:
+// emu/sfu/special_functions.cpp: the SFU models of special_functions.hpp that need no table:
 // correct rounding without MPFR, the oracle, ex2 without .ftz, SFU sets and the fast-math
-// compositions. The FBSFU1 table file is emu/sfu_table_file.cpp, its models
-// emu/sfu_table_models.cpp.
+// compositions. The FBSFU1 table file is emu/sfu/sfu_table_file.cpp, its models
+// emu/sfu/sfu_table_models.cpp.
 //
 // ---- How `correct` stays correctly rounded without MPFR ----------------------------
 // rcp is one exact division through fb::div (emu/ops.hpp), then ftz.
@@ -19,7 +19,7 @@
 //      log2(x) only for powers of two, handled exactly before any stage), so it throws.
 // The bounds carry a wide margin over the error analysis in the comments below; the
 // exhaustive test (all 2^32 inputs against MPFR) is the proof that the margins hold.
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,13 +1,13 @@
-// emu/sfu_table_models.hpp: the emulator's SFU table models (FBSFU1 forms 1..5), built from
-// already-decoded tables. emu/sfu_table_file.cpp decodes a file and calls these factories;
-// the evaluation rules themselves are emu/sfu_table_rules.hpp, shared with the device.
+// emu/sfu/sfu_table_models.hpp: the emulator's SFU table models (FBSFU1 forms 1..5), built from
+// already-decoded tables. emu/sfu/sfu_table_file.cpp decodes a file and calls these factories;
+// the evaluation rules themselves are emu/sfu/sfu_table_rules.hpp, shared with the device.
 //
 // Contract: each factory takes the table exactly as the file defines it (sizes already
 // checked by the loader: 2^N entries for forms 1 and 4's halves, 2^23 for forms 2, 3, 5)
 // and returns a SpecialFunctionModel whose evaluate() is the form's rule (the hypotheses in
-// emu/sfu_table_models.cpp), kind() table, hardware_measured() = provenance.measured, and
+// emu/sfu/sfu_table_models.cpp), kind() table, hardware_measured() = provenance.measured, and
 // describe() "<f>: table <path> (source: ...), <rule>, measured on hardware | SYNTHETIC".
-// TableModel is the shared base, also used by emu/sfu_table_file.cpp's delta-segment model.
+// TableModel is the shared base, also used by emu/sfu/sfu_table_file.cpp's delta-segment model.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "emu/special_functions.hpp"
+#include "emu/sfu/special_functions.hpp"
 
 namespace fb {
 

@@ -1,7 +1,7 @@
-// emu/sfu_table_models.cpp: the emulator's FBSFU1 table models of forms 1..5
-// (emu/sfu_table_models.hpp), each a thin wrapper of its rule in emu/sfu_table_rules.hpp,
+// emu/sfu/sfu_table_models.cpp: the emulator's FBSFU1 table models of forms 1..5
+// (emu/sfu/sfu_table_models.hpp), each a thin wrapper of its rule in emu/sfu/sfu_table_rules.hpp,
 // the one statement of the rules that fb-sfu-probe's device code evaluates too. What each
-// form hypothesises about the hardware (the file layout is in emu/sfu_table_file.cpp):
+// form hypothesises about the hardware (the file layout is in emu/sfu/sfu_table_file.cpp):
 //
 // ex2_fixed_point hypothesis: xf = round(x * 2^N) per argument_rounding (after input
 //   ftz), k = floor(xf / 2^N), i = xf mod 2^N, result = T[i] * 2^k, with results of
@@ -37,19 +37,19 @@
 //   more precisely than fp32 and to round e + L[m] once: L[m] = T[m] + R[m] * ulp(T[m]) *
 //   2^-g exactly (T[m] the hardware's output for 1.m when the final rounding is its own, g
 //   the guard bits, ulp(T) = 2^(max(biased exponent, 1) - 150)), and a positive normal x =
-//   2^e * 1.m gives e + L[m] rounded once by final_rounding (lg2_extended_rule, i.e. emu/sfu_table_rules.hpp
+//   2^e * 1.m gives e + L[m] rounded once by final_rounding (lg2_extended_rule, i.e. emu/sfu/sfu_table_rules.hpp
 //   lg2_extended_model: exact integer arithmetic; an exact zero gives +0, a result below 2^-126 flushes to zero of its
 //   sign; a NaN or infinite T[m] is returned as is). Specials as lg2_exponent_split. With
 //   g = 0, R = 0 and nearest-even it is the lg2_exponent_split rule. The loader refuses
 //   g > 24, |R| >= 2^30 and entries with |L| >= 2.
-#include "emu/sfu_table_models.hpp"
+#include "emu/sfu/sfu_table_models.hpp"
 
 #include <bit>
 #include <filesystem>
 #include <utility>
 
 #include "emu/ops.hpp"
-#include "emu/sfu_table_rules.hpp"
+#include "emu/sfu/sfu_table_rules.hpp"
 #include "formats/format.hpp"
 
 namespace fb {

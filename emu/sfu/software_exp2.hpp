@@ -1,4 +1,4 @@
-// emu/software_exp2.hpp: FlashAttention-4's software exp2, the polynomial it evaluates with
+// emu/sfu/software_exp2.hpp: FlashAttention-4's software exp2, the polynomial it evaluates with
 // FMAs on part of a softmax row instead of the MUFU ex2 (flash_attn/cute/utils.py
 // ex2_emulation_2 and its PTX twin e2e_asm2; POLY_EX2; softmax.py apply_exp2_convert).
 //

@@ -1,4 +1,4 @@
-// emu/special_functions.hpp: models of the GPU special-function unit (docs/DESIGN.md §5).
+// emu/sfu/special_functions.hpp: models of the GPU special-function unit (docs/DESIGN.md §5).
 //
 // Contract: a SpecialFunctionModel maps an fp32 input to an fp32 output for one of
 // ex2, rcp, lg2 (the MUFU instructions FA2 uses through fast math), with PTX `.ftz`
@@ -176,7 +176,7 @@ struct SfuTable {
 // given its entries T[m] (fp32 bits) and R[m]: a NaN or infinite T is returned as is; otherwise
 // the exact e + L, L = T + R * ulp(T) * 2^-guard_bits, rounded once to fp32 by `rounding`
 // (an exact zero gives +0; a result below 2^-126 is flushed to zero of its sign). It is
-// emu/sfu_table_rules.hpp lg2_extended_model, the one statement of the rule, which the device
+// emu/sfu/sfu_table_rules.hpp lg2_extended_model, the one statement of the rule, which the device
 // code evaluates too (tests/test_probe_file.cpp checks it against MPFR). Requires guard_bits in 0..24, |R| < 2^30 and
 // |L| < 2.
 std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding);
