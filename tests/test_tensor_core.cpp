@@ -876,109 +876,125 @@ TEST_CASE("Blackwell fp4/fp6 exhaustive: every e2m1 pair of products, every fp6 
   }
 }
 
-// fused_dot_columns runs many dots side by side in vector lanes (a second implementation
-// of the step, in fp64): each lane checked against the exact-integer reference. Lanes share
-// a and differ in b and C; some lanes reuse lane 0's column with sign flips and last-bit
-// tweaks (cancellation across lanes' different C), some take a whole fresh case (so every
-// distribution of random_case, specials included, lands in some lane). 29 lanes: the
-// groups of sixteen, eight and four lanes, and one lane past them; b is stored with a row
-// stride wider than the lanes, and C and D share one array.
-TEST_CASE("fused_dot_columns matches the exact-integer reference in every lane") {
+// fused_dot_columns runs many dots side by side in the blocked kernel's lanes, on each
+// instruction set this CPU has; with a tally, the kernel's tallied form (each term's
+// truncation remainder kept and summed in fp64, the step's error, carry-out, tie and direction
+// formed in the lanes, the signed error summed lane after lane). Each lane's D is checked
+// against the exact-integer reference, and the tally against fused_dot's own traced steps with
+// DotTrace::tally_only, one lane after another (an independent path: fused_step_body), bit for
+// bit. Lanes share a and differ in b and C; some lanes reuse lane 0's column with sign flips
+// and last-bit tweaks (cancellation across lanes' different C), some take a whole fresh case
+// (so every distribution of random_case lands in some lane: specials, overflow, zero terms,
+// subnormal outputs, ties of the fp16 outputs, chained C over several steps). 29 lanes (whole
+// groups of 16 or 8, then a last group overlapping the one before), or 5 (fewer than a group:
+// the zero-padded copy); b is stored with a row stride wider than the lanes, and C and D share
+// one array.
+TEST_CASE("fused_dot_columns matches the exact-integer reference and fused_dot's tally in every lane") {
   const int trials = 800 / test_scale_divisor();
   constexpr int kLanes = 29;
   constexpr std::size_t kStride = 32;
-  int preset_index = 0;
-  for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
-    ++preset_index;
-    const RefFormat& in = ref_input(model.input.name);
-    const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
-    const bool f16 = model.output == fb::DotOutput::fp16_rne;
-    const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
-    Gen g(0xc01u * 1000u + static_cast<std::uint64_t>(preset_index));
-    int failures = 0;
-    for (int t = 0; t < trials && failures < 5; ++t) {
-      std::uint32_t c0 = 0;
-      std::vector<std::uint32_t> a, b0;
-      random_case(g, in, f16, std::max(model.products_per_step, 8), c0, a, b0);
-      const int k = static_cast<int>(a.size());
-      std::vector<std::vector<std::uint32_t>> columns(kLanes);
-      std::vector<std::uint32_t> c_bits(kLanes);
-      for (int l = 0; l < kLanes; ++l) {
-        std::vector<std::uint32_t>& col = columns[static_cast<std::size_t>(l)];
-        switch (l == 0 ? 0 : g.range(0, 2)) {
-          case 0:
-            col = b0, c_bits[static_cast<std::size_t>(l)] = c0;
-            break;
-          case 1: {  // lane 0's column, signs and last bits flipped at random, C anew
-            col = b0;
-            for (std::uint32_t& y : col) {
-              if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
-              if (g.range(0, 3) == 0) y ^= 1u << in.shift;
+  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
+    if (!fb::dot_isa_available(isa)) {
+      MESSAGE("instruction set " << static_cast<int>(isa) << " not on this CPU: not checked");
+      continue;
+    }
+    int preset_index = 0;
+    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
+      ++preset_index;
+      const RefFormat& in = ref_input(model.input.name);
+      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
+      const bool f16 = model.output == fb::DotOutput::fp16_rne;
+      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
+      Gen g(0xc01u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
+      int failures = 0;
+      for (int t = 0; t < trials && failures < 5; ++t) {
+        const int lanes = t % 4 == 3 ? 5 : kLanes;
+        std::uint32_t c0 = 0;
+        std::vector<std::uint32_t> a, b0;
+        random_case(g, in, f16, std::max(model.products_per_step, 8), c0, a, b0);
+        const int k = static_cast<int>(a.size());
+        std::vector<std::vector<std::uint32_t>> columns(kLanes);
+        std::vector<std::uint32_t> c_bits(kLanes);
+        for (int l = 0; l < kLanes; ++l) {
+          std::vector<std::uint32_t>& col = columns[static_cast<std::size_t>(l)];
+          switch (l == 0 ? 0 : g.range(0, 2)) {
+            case 0:
+              col = b0, c_bits[static_cast<std::size_t>(l)] = c0;
+              break;
+            case 1: {  // lane 0's column, signs and last bits flipped at random, C anew
+              col = b0;
+              for (std::uint32_t& y : col) {
+                if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
+                if (g.range(0, 3) == 0) y ^= 1u << in.shift;
+              }
+              c_bits[static_cast<std::size_t>(l)] =
+                  g.range(0, 1) == 0 ? c0 ^ (1u << (acc_format.ebits + acc_format.mbits)) : g.value(acc_format, 0, 200);
+              break;
             }
-            c_bits[static_cast<std::size_t>(l)] =
-                g.range(0, 1) == 0 ? c0 ^ (1u << (acc_format.ebits + acc_format.mbits)) : g.value(acc_format, 0, 200);
-            break;
-          }
-          default: {  // a fresh case's column and C, padded or cut to k
-            std::vector<std::uint32_t> a2;
-            std::uint32_t c2 = 0;
-            random_case(g, in, f16, std::max(model.products_per_step, 8), c2, a2, col);
-            col.resize(static_cast<std::size_t>(k), 0u);
-            c_bits[static_cast<std::size_t>(l)] = c2;
+            default: {  // a fresh case's column and C, padded or cut to k
+              std::vector<std::uint32_t> a2;
+              std::uint32_t c2 = 0;
+              random_case(g, in, f16, std::max(model.products_per_step, 8), c2, a2, col);
+              col.resize(static_cast<std::size_t>(k), 0u);
+              c_bits[static_cast<std::size_t>(l)] = c2;
+            }
           }
         }
-      }
-      std::vector<float> af(static_cast<std::size_t>(k)), panel(static_cast<std::size_t>(k) * kStride, 7.0f);
-      for (int j = 0; j < k; ++j) {
-        af[static_cast<std::size_t>(j)] = ref_float(in, a[static_cast<std::size_t>(j)]);
+        std::vector<float> af(static_cast<std::size_t>(k)), panel(static_cast<std::size_t>(k) * kStride, 7.0f);
+        for (int j = 0; j < k; ++j) {
+          af[static_cast<std::size_t>(j)] = ref_float(in, a[static_cast<std::size_t>(j)]);
+          for (int l = 0; l < kLanes; ++l)
+            panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)] =
+                ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
+        }
+        std::vector<float> cd(kLanes), column(static_cast<std::size_t>(k));
         for (int l = 0; l < kLanes; ++l)
-          panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)] =
-              ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
-      }
-      std::vector<float> cd(kLanes), column(static_cast<std::size_t>(k));
-      for (int l = 0; l < kLanes; ++l)
-        cd[static_cast<std::size_t>(l)] = ref_float(acc_format, c_bits[static_cast<std::size_t>(l)]);
-      const std::vector<float> c_copy = cd;
-      fb::DotStepTally lanes_tally;
-      fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, kLanes, cd.data(), &lanes_tally);
-      // The tally against fused_dot's own traced steps, one lane after another (the scalar
-      // step's trace is checked against the reference by the trace tests of this file).
-      fb::DotStepTally one_by_one;
-      fb::DotTrace tally_trace;
-      tally_trace.tally_only = &one_by_one;
-      for (int l = 0; l < kLanes; ++l) {
-        for (int j = 0; j < k; ++j)
-          column[static_cast<std::size_t>(j)] =
-              panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)];
-        (void)fb::fused_dot(model, c_copy[static_cast<std::size_t>(l)], af.data(), column.data(), k, &tally_trace);
-      }
-      const bool same_tally = lanes_tally.significand_overflows == one_by_one.significand_overflows &&
-                              lanes_tally.ties == one_by_one.ties && lanes_tally.rounded_up == one_by_one.rounded_up &&
-                              lanes_tally.rounded_down == one_by_one.rounded_down &&
-                              std::bit_cast<std::uint64_t>(lanes_tally.signed_error) ==
-                                  std::bit_cast<std::uint64_t>(one_by_one.signed_error);
-      if (!same_tally && failures < 5) {
-        ++failures;
-        FAIL_CHECK(std::string(model.name)
-                   << " " << std::string(model.input.name) << " tally: overflows " << lanes_tally.significand_overflows
-                   << "/" << one_by_one.significand_overflows << " ties " << lanes_tally.ties << "/" << one_by_one.ties
-                   << " up " << lanes_tally.rounded_up << "/" << one_by_one.rounded_up << " down "
-                   << lanes_tally.rounded_down << "/" << one_by_one.rounded_down << " error "
-                   << lanes_tally.signed_error << "/" << one_by_one.signed_error);
-      }
-      for (int l = 0; l < kLanes && failures < 5; ++l) {
-        const std::uint32_t want =
-            ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)]);
-        const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-        const float got = cd[static_cast<std::size_t>(l)];
-        const bool same = std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want_value);
-        if (!same) {
+          cd[static_cast<std::size_t>(l)] = ref_float(acc_format, c_bits[static_cast<std::size_t>(l)]);
+        const std::vector<float> c_copy = cd;
+        fb::DotStepTally lanes_tally;
+        fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, lanes, cd.data(), &lanes_tally,
+                              nullptr, isa);
+        // The tally against fused_dot's own traced steps, one lane after another (the scalar
+        // step's trace is checked against the reference by the trace tests of this file).
+        fb::DotStepTally one_by_one;
+        fb::DotTrace tally_trace;
+        tally_trace.tally_only = &one_by_one;
+        for (int l = 0; l < lanes; ++l) {
+          for (int j = 0; j < k; ++j)
+            column[static_cast<std::size_t>(j)] =
+                panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)];
+          (void)fb::fused_dot(model, c_copy[static_cast<std::size_t>(l)], af.data(), column.data(), k, &tally_trace);
+        }
+        const bool same_tally = lanes_tally.significand_overflows == one_by_one.significand_overflows &&
+                                lanes_tally.ties == one_by_one.ties &&
+                                lanes_tally.rounded_up == one_by_one.rounded_up &&
+                                lanes_tally.rounded_down == one_by_one.rounded_down &&
+                                std::bit_cast<std::uint64_t>(lanes_tally.signed_error) ==
+                                    std::bit_cast<std::uint64_t>(one_by_one.signed_error);
+        if (!same_tally && failures < 5) {
           ++failures;
           FAIL_CHECK(std::string(model.name)
-                     << " " << std::string(model.input.name) << " lane " << l << " "
-                     << describe_case(c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)])
-                     << " got " << hex(std::bit_cast<std::uint32_t>(got)) << " want "
-                     << hex(std::bit_cast<std::uint32_t>(want_value)));
+                     << " " << std::string(model.input.name) << " isa " << static_cast<int>(isa) << " lanes " << lanes
+                     << " tally: overflows " << lanes_tally.significand_overflows << "/"
+                     << one_by_one.significand_overflows << " ties " << lanes_tally.ties << "/" << one_by_one.ties
+                     << " up " << lanes_tally.rounded_up << "/" << one_by_one.rounded_up << " down "
+                     << lanes_tally.rounded_down << "/" << one_by_one.rounded_down << " error "
+                     << lanes_tally.signed_error << "/" << one_by_one.signed_error);
+        }
+        for (int l = 0; l < lanes && failures < 5; ++l) {
+          const std::uint32_t want =
+              ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)]);
+          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+          const float got = cd[static_cast<std::size_t>(l)];
+          const bool same = std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want_value);
+          if (!same) {
+            ++failures;
+            FAIL_CHECK(std::string(model.name)
+                       << " " << std::string(model.input.name) << " lane " << l << " "
+                       << describe_case(c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)])
+                       << " got " << hex(std::bit_cast<std::uint32_t>(got)) << " want "
+                       << hex(std::bit_cast<std::uint32_t>(want_value)));
+          }
         }
       }
     }

@@ -176,21 +176,24 @@ struct DotTrace {
 float fused_dot(const TensorCoreModel& model, float c, const float* a, const float* b, int k,
                 DotTrace* trace = nullptr);
 
+// The instruction set of the blocked kernel (see fused_dot_rows).
+enum class DotIsa : std::uint8_t { portable, avx2, avx512, best };
+
 // Many dots of one model at once, in the shapes attention runs: one P̄ row against the
 // columns of a V tile, one q against the columns of a Kᵀ tile. For every lane l < lanes,
 //   d[l] = fused_dot(model, c[l], a, column l of b, k),  column l of b = b[j*ldb + l], j < k,
-// bit for bit (NaN payloads included). c and d may be the same array. b_alignment: as
+// bit for bit (NaN payloads included). c and d may be the same array. b_alignment and isa: as
 // fused_dot_rows' (null: computed here).
-// Untallied, this is fused_dot_rows with one row (the blocked kernel below). With `tally`,
-// every step of every lane is also added to it as fused_dot with DotTrace::tally_only =
-// tally would add it, lane after lane (the same counts and the same signed error, summed in
-// the same order); those lanes run side by side in fp64 (AVX2: four lanes per register,
-// where every intermediate of the step and of its trace is exact), and lanes that meet a
-// NaN, an infinity or an overflow, every lane on a CPU without AVX2, and models outside
-// the kernel (exact-rne, ZeroTermPolicy::as_min_exponent, k == 0) run fused_dot itself.
+// This is fused_dot_rows with one row (the blocked kernel below). With `tally`, every step of
+// every lane is also added to it as fused_dot with DotTrace::tally_only = tally would add it,
+// lane after lane (the same counts and the same signed error, summed in the same order): the
+// kernel's tallied form also keeps each term's truncation remainder (exact in fp32) and sums it
+// in fp64 in term order, then forms the step's error, carry-out and tie as fused_step_body
+// does. Lanes it cannot run exactly (its fallbacks, and steps where a term's remainder could be
+// inexact in fp32: a bit of the scaled term below 2^-149) run fused_dot itself, in lane order.
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
                        int k, int lanes, float* d, DotStepTally* tally = nullptr,
-                       const std::int32_t* b_alignment = nullptr);
+                       const std::int32_t* b_alignment = nullptr, DotIsa isa = DotIsa::best);
 
 // The blocked GEMM kernel (emu/dot/tensor_core_gemm.cpp). For r < rows and l < lanes:
 //   d[r*ldd + l] = fused_dot(model, c[r*ldc + l], a + r*lda, column l of b, k),
@@ -207,7 +210,6 @@ void fused_dot_columns(const TensorCoreModel& model, const float* c, const float
 // step whose largest term is below 2^(F-125)).
 // `isa` picks the instruction set (tests check each); `best` is the CPU's best, which
 // FLASHBITS_NO_AVX512 / FLASHBITS_NO_AVX2 cap. An unavailable one falls back to `best`.
-enum class DotIsa : std::uint8_t { portable, avx2, avx512, best };
 DotIsa best_dot_isa();
 bool dot_isa_available(DotIsa isa);
 // Whether fused_dot_rows runs `model` in its lanes: a model with fused steps, truncated

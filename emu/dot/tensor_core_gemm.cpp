@@ -62,6 +62,11 @@ struct StepRule {
   double normal_floor;        // 2^output_emin
   double to_grid, from_grid;  // 2^(fraction bits - emin) and its inverse
   bool nearest;               // fp16_rne: to nearest even; otherwise toward zero
+  // The tallied kernel (block<..., kTally>): a step's carry-out is |sum| >= 2^(F+1); a tie,
+  // the dropped part of the exact value exactly half an output ulp (round_pack's tie).
+  double carry_from;                 // 2^(F+1)
+  std::int32_t tally_product_floor;  // 2m - 149, m the input's fraction bits
+  bool tally_checks_products;        // whether a product or its scaled value can be inexact in fp32
 };
 
 StepRule step_rule(const TensorCoreModel& m) {
@@ -72,21 +77,42 @@ StepRule step_rule(const TensorCoreModel& m) {
   // 2^(F+1) + n * 2^(F+2) <= 2^31, i.e. n <= 2^(29-F) - 1/2.
   const int chunk =
       f >= 29 ? 0 : static_cast<int>(std::min<std::int64_t>(m.products_per_step, (std::int64_t{1} << (29 - f)) - 1));
-  return StepRule{f,
-                  m.products_per_step,
-                  chunk,
-                  f - 125,
-                  accumulator_format(m).emin(),
-                  m.output,
-                  out.man_bits,
-                  out.emin(),
-                  to_double(out, to_container(out, out.max_finite_pattern())),
-                  52 - out.man_bits,
-                  std::ldexp(1.0, out.emin()),
-                  std::ldexp(1.0, out.man_bits - out.emin()),
-                  std::ldexp(1.0, out.emin() - out.man_bits),
-                  m.output == DotOutput::fp16_rne};
+  return StepRule{f, m.products_per_step, chunk, f - 125, accumulator_format(m).emin(), m.output, out.man_bits,
+                  out.emin(), to_double(out, to_container(out, out.max_finite_pattern())), 52 - out.man_bits,
+                  std::ldexp(1.0, out.emin()), std::ldexp(1.0, out.man_bits - out.emin()),
+                  std::ldexp(1.0, out.emin() - out.man_bits), m.output == DotOutput::fp16_rne, std::ldexp(1.0, f + 1),
+                  2 * m.input.man_bits - 149,
+                  // The lowest bit a product can have is 2^(2(emin - m)); scaled by 2^-u, u up to
+                  // kHighestExponent - F, it stays at or above 2^-149 for fp16 and the fp8 formats.
+                  2 * (m.input.emin() - m.input.man_bits) - std::max(0, kHighestExponent - f) < -149};
 }
+
+// DotStepTally's signed error over a block's steps, lane after lane, each lane's steps in order:
+// error[step * width + lane] for lane in [lane, lanes), step < steps, added to `sum` one at a
+// time. The tallied kernel runs a previous block's chain, `quota` lanes per step of its own, so
+// that the fp64 chain's latency overlaps the vector work.
+struct ErrorChain {
+  const double* error = nullptr;
+  std::size_t width = 0;
+  int steps = 0, lane = 0, lanes = 0;
+  double sum = 0.0;
+  [[gnu::always_inline]] inline void run(int lane_count) {
+    for (const int end = std::min(lanes, lane + lane_count); lane < end; ++lane) {
+      const double* error_of_lane = error + lane;
+      for (int t = 0; t < steps; ++t) sum += error_of_lane[static_cast<std::size_t>(t) * width];
+    }
+  }
+};
+// What the tallied kernel writes per step s: the signed error of lane l at error[s * lanes + l]
+// (lanes: the block's G*W), and bit l of carry[s], tie[s], up[s], down[s] (DotStepTally::add's
+// counts); and the chain it continues.
+struct TallyOut {
+  double* error;
+  std::uint64_t *carry, *tie, *up, *down;
+  ErrorChain* chain;
+  int quota;
+};
+constexpr int kNoTally = 0, kTally = 1, kTallyCheckTerms = 2;
 
 // The alignment exponent of a NaN or an infinity: far above kHighestExponent, also when
 // added to a zero's kNoTerm, so that any step it joins is redone by fused_dot.
@@ -145,6 +171,26 @@ struct Lanes {
   }
   static void store(float* p, F x) { *p = x; }
   static std::uint64_t mask_bits(M m) { return m ? 1u : 0u; }
+  // The tally (block<..., kTally>).
+  using Removed = double;
+  static F fraction(F x) { return x - std::trunc(x); }
+  static void removed_start(Removed& r, F fraction) { r = fraction; }
+  static void removed_add(Removed& r, F fraction) { r += static_cast<double>(fraction); }
+  static void tally_step(const StepRule& rule, const Wide& sum, I unit, F result, Removed removed, double* error,
+                         std::uint64_t& carry, std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down) {
+    const double value = static_cast<double>(sum);
+    const double exact = std::ldexp(value, unit);
+    const double step_error = -(std::ldexp(removed, unit) + (exact - static_cast<double>(result)));
+    *error = step_error;
+    carry = std::fabs(value) >= rule.carry_from;
+    const auto bits = std::bit_cast<std::uint64_t>(exact);
+    const std::uint64_t low = (std::uint64_t{1} << rule.dropped) - 1, half = std::uint64_t{1} << (rule.dropped - 1);
+    const double scaled = std::fabs(exact * rule.to_grid);
+    tie = std::fabs(exact) < rule.normal_floor ? scaled - std::trunc(scaled) == 0.5 : (bits & low) == half;
+    const bool away_from_zero = (step_error > 0) == (value >= 0);  // as DotStepTally::add
+    up = step_error != 0.0 && away_from_zero;
+    down = step_error != 0.0 && !away_from_zero;
+  }
 };
 #include "emu/dot/tensor_core_gemm_block.inc"
 }  // namespace portable
@@ -154,10 +200,10 @@ struct Lanes {
 // pragma; clang: the target attribute applied to every function of the region). The includes
 // above stay at the default target, so no shared inline function is built for it.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,popcnt"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,popcnt")
 #endif
 namespace avx2 {
 struct Lanes {
@@ -268,6 +314,66 @@ struct Lanes {
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) {
     return static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
   }
+  // The tally (block<..., kTally>): the portable traits' steps, four fp64 lanes at a time.
+  using Removed = Wide;
+  [[gnu::always_inline]] inline static F fraction(F x) {
+    return _mm256_sub_ps(x, _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+  }
+  [[gnu::always_inline]] inline static void removed_start(Removed& r, F fraction) {
+    r.low = _mm256_cvtps_pd(_mm256_castps256_ps128(fraction));
+    r.high = _mm256_cvtps_pd(_mm256_extractf128_ps(fraction, 1));
+  }
+  [[gnu::always_inline]] inline static void removed_add(Removed& r, F fraction) {
+    r.low = _mm256_add_pd(r.low, _mm256_cvtps_pd(_mm256_castps256_ps128(fraction)));
+    r.high = _mm256_add_pd(r.high, _mm256_cvtps_pd(_mm256_extractf128_ps(fraction, 1)));
+  }
+  [[gnu::always_inline]] inline static void tally_half(const StepRule& rule, __m256d sum, __m128i unit, __m256d got,
+                                                       __m256d removed, double* error, int& carry, int& tie, int& up,
+                                                       int& down) {
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    const __m256d power = _mm256_castsi256_pd(
+        _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(unit), _mm256_set1_epi64x(1023)), 52));
+    const __m256d exact = _mm256_mul_pd(sum, power);
+    const __m256d residue = _mm256_sub_pd(exact, got);
+    const __m256d step_error = _mm256_xor_pd(_mm256_add_pd(_mm256_mul_pd(removed, power), residue), sign);
+    _mm256_storeu_pd(error, step_error);
+    carry = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, sum), _mm256_set1_pd(rule.carry_from), _CMP_GE_OQ));
+    const __m256i low = _mm256_set1_epi64x((std::int64_t{1} << rule.dropped) - 1);
+    const __m256i half = _mm256_set1_epi64x(std::int64_t{1} << (rule.dropped - 1));
+    const __m256d tie_normal =
+        _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(_mm256_castpd_si256(exact), low), half));
+    tie = _mm256_movemask_pd(tie_normal);
+    // Below the output's normal range (rare: only where a lane has one), the fixed grid's half
+    // (a zero has no tie either way).
+    const __m256d below =
+        _mm256_and_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, exact), _mm256_set1_pd(rule.normal_floor), _CMP_LT_OQ),
+                      _mm256_cmp_pd(exact, _mm256_setzero_pd(), _CMP_NEQ_OQ));
+    if (!_mm256_testz_pd(below, below)) {
+      const __m256d scaled = _mm256_andnot_pd(sign, _mm256_mul_pd(exact, _mm256_set1_pd(rule.to_grid)));
+      const __m256d fraction = _mm256_sub_pd(scaled, _mm256_round_pd(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+      const __m256d tie_below = _mm256_cmp_pd(fraction, _mm256_set1_pd(0.5), _CMP_EQ_OQ);
+      tie = _mm256_movemask_pd(_mm256_blendv_pd(tie_normal, tie_below, below));
+    }
+    // DotStepTally::add's direction: away from zero when the error has the sum's sign.
+    const int nonnegative = _mm256_movemask_pd(_mm256_cmp_pd(sum, _mm256_setzero_pd(), _CMP_GE_OQ));
+    const int positive = _mm256_movemask_pd(_mm256_cmp_pd(step_error, _mm256_setzero_pd(), _CMP_GT_OQ));
+    const int non_zero = _mm256_movemask_pd(_mm256_cmp_pd(step_error, _mm256_setzero_pd(), _CMP_NEQ_UQ));
+    up = non_zero & ~(positive ^ nonnegative);
+    down = non_zero & (positive ^ nonnegative);
+  }
+  [[gnu::always_inline]] inline static void tally_step(const StepRule& rule, const Wide& sum, I unit, F result,
+                                                       const Removed& removed, double* error, std::uint64_t& carry,
+                                                       std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down) {
+    int carry_low, tie_low, up_low, down_low, carry_high, tie_high, up_high, down_high;
+    tally_half(rule, sum.low, _mm256_castsi256_si128(unit), _mm256_cvtps_pd(_mm256_castps256_ps128(result)),
+               removed.low, error, carry_low, tie_low, up_low, down_low);
+    tally_half(rule, sum.high, _mm256_extracti128_si256(unit, 1), _mm256_cvtps_pd(_mm256_extractf128_ps(result, 1)),
+               removed.high, error + 4, carry_high, tie_high, up_high, down_high);
+    carry = static_cast<std::uint64_t>(carry_low | (carry_high << 4));
+    tie = static_cast<std::uint64_t>(tie_low | (tie_high << 4));
+    up = static_cast<std::uint64_t>(up_low | (up_high << 4));
+    down = static_cast<std::uint64_t>(down_low | (down_high << 4));
+  }
 };
 #include "emu/dot/tensor_core_gemm_block.inc"
 }  // namespace avx2
@@ -278,11 +384,11 @@ struct Lanes {
 #endif
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))), \
+#pragma clang attribute push(__attribute__((target("avx2,fma,popcnt,avx512f,avx512vl,avx512bw,avx512dq"))), \
                              apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq")
+#pragma GCC target("avx2,fma,popcnt,avx512f,avx512vl,avx512bw,avx512dq")
 #endif
 // GCC 12's AVX-512 intrinsics start from an undefined register written as a self-initialised
 // variable (`__m512 __Y = __Y;`), which -Wmaybe-uninitialized reports once they are inlined.
@@ -383,6 +489,65 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) { return m; }
+  // The tally (block<..., kTally>): the portable traits' steps, eight fp64 lanes at a time.
+  using Removed = Wide;
+  [[gnu::always_inline]] inline static F fraction(F x) {
+    return _mm512_sub_ps(x, _mm512_roundscale_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+  }
+  [[gnu::always_inline]] inline static void removed_start(Removed& r, F fraction) {
+    r.low = _mm512_cvtps_pd(_mm512_castps512_ps256(fraction));
+    r.high = _mm512_cvtps_pd(_mm512_extractf32x8_ps(fraction, 1));
+  }
+  [[gnu::always_inline]] inline static void removed_add(Removed& r, F fraction) {
+    r.low = _mm512_add_pd(r.low, _mm512_cvtps_pd(_mm512_castps512_ps256(fraction)));
+    r.high = _mm512_add_pd(r.high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(fraction, 1)));
+  }
+  [[gnu::always_inline]] inline static void tally_half(const StepRule& rule, __m512d sum, __m256i unit, __m512d got,
+                                                       __m512d removed, double* error, __mmask8& carry, __mmask8& tie,
+                                                       __mmask8& up, __mmask8& down) {
+    const __m512d power = _mm512_cvtepi32_pd(unit);
+    const __m512d exact = _mm512_scalef_pd(sum, power);
+    const __m512d residue = _mm512_sub_pd(exact, got);
+    const __m512d step_error = _mm512_castsi512_pd(
+        _mm512_xor_si512(_mm512_castpd_si512(_mm512_add_pd(_mm512_scalef_pd(removed, power), residue)),
+                         _mm512_set1_epi64(std::numeric_limits<std::int64_t>::min())));
+    _mm512_storeu_pd(error, step_error);
+    carry = _mm512_cmp_pd_mask(_mm512_abs_pd(sum), _mm512_set1_pd(rule.carry_from), _CMP_GE_OQ);
+    const __mmask8 tie_normal = _mm512_cmpeq_epi64_mask(
+        _mm512_and_si512(_mm512_castpd_si512(exact), _mm512_set1_epi64((std::int64_t{1} << rule.dropped) - 1)),
+        _mm512_set1_epi64(std::int64_t{1} << (rule.dropped - 1)));
+    tie = tie_normal;
+    // Below the output's normal range (rare: only where a lane has one), the fixed grid's half
+    // (a zero has no tie either way).
+    const __mmask8 below = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(exact, _mm512_setzero_pd(), _CMP_NEQ_OQ),
+                                                   _mm512_abs_pd(exact), _mm512_set1_pd(rule.normal_floor), _CMP_LT_OQ);
+    if (below != 0) {
+      const __m512d scaled = _mm512_abs_pd(_mm512_mul_pd(exact, _mm512_set1_pd(rule.to_grid)));
+      const __m512d fraction =
+          _mm512_sub_pd(scaled, _mm512_roundscale_pd(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+      const __mmask8 tie_below = _mm512_cmp_pd_mask(fraction, _mm512_set1_pd(0.5), _CMP_EQ_OQ);
+      tie = static_cast<__mmask8>((tie_normal & ~below) | (tie_below & below));
+    }
+    // DotStepTally::add's direction: away from zero when the error has the sum's sign.
+    const __mmask8 nonnegative = _mm512_cmp_pd_mask(sum, _mm512_setzero_pd(), _CMP_GE_OQ);
+    const __mmask8 positive = _mm512_cmp_pd_mask(step_error, _mm512_setzero_pd(), _CMP_GT_OQ);
+    const __mmask8 non_zero = _mm512_cmp_pd_mask(step_error, _mm512_setzero_pd(), _CMP_NEQ_UQ);
+    up = static_cast<__mmask8>(non_zero & ~(positive ^ nonnegative));
+    down = static_cast<__mmask8>(non_zero & (positive ^ nonnegative));
+  }
+  [[gnu::always_inline]] inline static void tally_step(const StepRule& rule, const Wide& sum, I unit, F result,
+                                                       const Removed& removed, double* error, std::uint64_t& carry,
+                                                       std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down) {
+    __mmask8 carry_low, tie_low, up_low, down_low, carry_high, tie_high, up_high, down_high;
+    tally_half(rule, sum.low, _mm512_castsi512_si256(unit), _mm512_cvtps_pd(_mm512_castps512_ps256(result)),
+               removed.low, error, carry_low, tie_low, up_low, down_low);
+    tally_half(rule, sum.high, _mm512_extracti64x4_epi64(unit, 1), _mm512_cvtps_pd(_mm512_extractf32x8_ps(result, 1)),
+               removed.high, error + 8, carry_high, tie_high, up_high, down_high);
+    carry = carry_low | (std::uint64_t{carry_high} << 8);
+    tie = tie_low | (std::uint64_t{tie_high} << 8);
+    up = up_low | (std::uint64_t{up_high} << 8);
+    down = down_low | (std::uint64_t{down_high} << 8);
+  }
 };
 #include "emu/dot/tensor_core_gemm_block.inc"
 }  // namespace avx512
@@ -395,33 +560,43 @@ struct Lanes {
 #endif
 
 using BlockFunction = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
-                               const std::int32_t*, std::size_t, float*, std::uint64_t*);
+                               const std::int32_t*, std::size_t, float*, std::uint64_t*, const TallyOut*);
 // Each instruction set's blocking, as measured: one row against `groups` groups of W columns
 // (4 on both AVX2 and AVX-512 was fastest), then one group, then the zero-padded tail.
+// The tallied kernel (one group; `tally_checked`: block<..., kTallyCheckTerms>) and its counts.
 struct IsaKernels {
   int lanes;  // W
   int groups;
   BlockFunction row_groups, one_group, pairs;
   void (*alignments)(const float*, std::size_t, int, std::int32_t*);
+  BlockFunction tally, tally_checked;
+  void (*count_tally)(const TallyOut&, int, std::uint64_t, DotStepTally&);
 };
+#define FB_ISA_KERNELS(ns, groups)                                                                 \
+  IsaKernels {                                                                                     \
+    ns::Lanes::W, groups, &ns::block<groups>, &ns::block<1>, &ns::block<1, true>, &ns::alignments, \
+        &ns::block<1, false, kTally>, &ns::block<1, false, kTallyCheckTerms>, &ns::count_tally     \
+  }
 IsaKernels kernels_for(DotIsa isa) {
   switch (isa) {
 #ifdef FLASHBITS_LANES_MULTIVERSION
     case DotIsa::avx512:
-      return {avx512::Lanes::W, 4, &avx512::block<4>, &avx512::block<1>, &avx512::block<1, true>, &avx512::alignments};
+      return FB_ISA_KERNELS(avx512, 4);
     case DotIsa::avx2:
-      return {avx2::Lanes::W, 4, &avx2::block<4>, &avx2::block<1>, &avx2::block<1, true>, &avx2::alignments};
+      return FB_ISA_KERNELS(avx2, 4);
 #endif
     default:
-      return {portable::Lanes::W,   1, &portable::block<1>, &portable::block<1>, &portable::block<1, true>,
-              &portable::alignments};
+      return FB_ISA_KERNELS(portable, 1);
   }
 }
+#undef FB_ISA_KERNELS
 
 // Per-thread scratch of fused_dot_rows (a call allocates nothing once it has grown).
 struct RowsScratch {
   std::vector<float> a_value, acc, c_in, tail_value, column;
   std::vector<std::int32_t> a_alignment, own_alignment, tail_alignment;
+  std::vector<double> step_error;  // the tallied kernel's TallyOut, two groups'
+  std::vector<std::uint64_t> step_flags;
 };
 
 }  // namespace
@@ -464,16 +639,23 @@ void dot_alignment_exponents(const TensorCoreModel& model, const float* b, std::
   kernels_for(best_dot_isa()).alignments(b, n, emin, alignment);
 }
 
-void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ldc, const float* a, std::size_t lda,
-                    int rows, const float* b, const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes,
-                    float* d, std::size_t ldd, DotIsa isa) {
+namespace {
+
+// fused_dot_rows, and with `tally` (rows == 1) fused_dot_columns' tallied form: every step of
+// every lane added to *tally lane after lane, as fused_dot with DotTrace::tally_only would.
+void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size_t ldc, const float* a, std::size_t lda,
+                         int rows, const float* b, const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes,
+                         float* d, std::size_t ldd, DotIsa isa, DotStepTally* tally) {
   if (rows <= 0 || lanes <= 0) return;
   thread_local RowsScratch scratch;
+  DotTrace lane_trace;
+  lane_trace.tally_only = tally;
+  DotTrace* const trace = tally != nullptr ? &lane_trace : nullptr;
   auto by_fused_dot = [&](int r, int l, float c_value) {
     scratch.column.resize(static_cast<std::size_t>(k));
     for (int j = 0; j < k; ++j) scratch.column[static_cast<std::size_t>(j)] = b[static_cast<std::size_t>(j) * ldb + l];
     d[static_cast<std::size_t>(r) * ldd + l] =
-        fused_dot(model, c_value, a + static_cast<std::size_t>(r) * lda, scratch.column.data(), k);
+        fused_dot(model, c_value, a + static_cast<std::size_t>(r) * lda, scratch.column.data(), k, trace);
   };
   if (k <= 0 || !fused_dot_rows_blocked(model)) {
     for (int r = 0; r < rows; ++r)
@@ -494,9 +676,10 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
       kernels.alignments(b + j * ldb, static_cast<std::size_t>(lanes), emin, scratch.own_alignment.data() + j * ldb);
     b_alignment = scratch.own_alignment.data();
   }
-  // The last partial group of lanes reads a zero-padded copy of its columns.
+  // The last partial group of lanes reads a zero-padded copy of its columns (the tallied
+  // form: only when there are fewer lanes than one group).
   const int full = lanes / w * w;
-  if (full < lanes) {
+  if (full < lanes && (tally == nullptr || lanes < w)) {
     scratch.tail_value.assign(uk * w, 0.0f);
     scratch.tail_alignment.assign(uk * w, kNoTerm);
     for (std::size_t j = 0; j < uk; ++j)
@@ -511,6 +694,74 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
   scratch.acc.resize(static_cast<std::size_t>(max_lanes));
   scratch.c_in.resize(scratch.acc.size());
 
+  if (tally != nullptr) {
+    // One row (fused_dot_columns), in lane order, one group of W lanes per kernel call (four
+    // groups per call measured no faster: the tallied step is bound by its arithmetic). Each
+    // call also runs the fp64 chain of the previous call's errors (ErrorChain), so that only the
+    // last call's chain runs on its own. A group with a lane to redo tallies here, in order,
+    // with fused_dot for that lane. When the lanes are not a multiple of W, the last group is
+    // the last W lanes (its lanes already done are recomputed and dropped: their C may be a D
+    // by now); with fewer than W lanes, the zero-padded copy.
+    std::copy(a, a + uk, scratch.a_value.begin());
+    kernels.alignments(a, uk, emin, scratch.a_alignment.data());
+    const int steps = (k + rule.step - 1) / rule.step;
+    const std::size_t per_block = static_cast<std::size_t>(steps) * static_cast<std::size_t>(w);
+    scratch.step_error.resize(2 * per_block);
+    scratch.step_flags.resize(2 * 4 * static_cast<std::size_t>(steps));
+    const BlockFunction run = rule.tally_checks_products ? kernels.tally_checked : kernels.tally;
+    ErrorChain chain;
+    chain.sum = tally->signed_error;
+    int pending = 0, parity = 0;
+    for (int done = 0; done < lanes; parity ^= 1) {
+      const bool padded = lanes < w;
+      const int width = w;
+      const int l0 = padded ? 0 : std::min(done, lanes - width);
+      const float* panel = padded ? scratch.tail_value.data() : b + l0;
+      const std::int32_t* panel_alignment = padded ? scratch.tail_alignment.data() : b_alignment + l0;
+      const std::size_t stride = padded ? static_cast<std::size_t>(w) : ldb;
+      const int first = done - l0, end = std::min(lanes - l0, width);  // the block's new lanes
+      std::copy(c + l0, c + l0 + end, scratch.c_in.begin());
+      std::fill(scratch.c_in.begin() + end, scratch.c_in.begin() + width, 0.0f);
+      std::copy(scratch.c_in.begin(), scratch.c_in.begin() + width, scratch.acc.begin());
+      double* error = scratch.step_error.data() + static_cast<std::size_t>(parity) * per_block;
+      std::uint64_t* flags = scratch.step_flags.data() + static_cast<std::size_t>(parity) * 4 * steps;
+      const TallyOut out{
+          error, flags, flags + steps, flags + 2 * steps, flags + 3 * steps, &chain, (pending + steps - 1) / steps};
+      std::uint64_t bad = 0;
+      run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride,
+          scratch.acc.data(), &bad, &out);
+      chain.run(lanes);  // (the previous block's chain is done by now)
+      std::copy(scratch.acc.begin() + first, scratch.acc.begin() + end, d + l0 + first);
+      const std::uint64_t new_lanes =
+          ((end == 64 ? 0 : std::uint64_t{1} << end) - 1) & ~((std::uint64_t{1} << first) - 1);
+      kernels.count_tally(out, steps, new_lanes & ~bad, *tally);
+      chain.error = error;
+      chain.width = static_cast<std::size_t>(width);
+      chain.steps = steps;
+      chain.lane = first;
+      chain.lanes = end;
+      pending = end - first;
+      if ((bad & new_lanes) != 0) {
+        for (int l = first; l < end; ++l) {
+          if ((bad >> l) & 1) {
+            tally->signed_error = chain.sum;
+            by_fused_dot(0, l0 + l, scratch.c_in[static_cast<std::size_t>(l)]);
+            chain.sum = tally->signed_error;
+          } else {
+            chain.lane = l;
+            chain.run(1);
+          }
+        }
+        chain.lane = chain.lanes;
+        pending = 0;
+      }
+      done = l0 + end;
+    }
+    chain.run(lanes);
+    tally->signed_error = chain.sum;
+    return;
+  }
+
   // Row r against lanes [l0, l0 + n), n <= width, through `run` over `panel` /
   // `panel_alignment` (row stride `stride`).
   auto run_block = [&](BlockFunction run, int r, int l0, int n, int width, const float* panel,
@@ -521,7 +772,7 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
     std::copy(scratch.c_in.begin(), scratch.c_in.begin() + width, scratch.acc.begin());
     std::uint64_t bad = 0;
     run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride, scratch.acc.data(),
-        &bad);
+        &bad, nullptr);
     // The C of a lane to redo comes from the saved copy (c and d may alias).
     std::copy(scratch.acc.begin(), scratch.acc.begin() + n, d + static_cast<std::size_t>(r) * ldd + l0);
     for (std::uint64_t redo = bad & (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1); redo != 0;
@@ -543,6 +794,19 @@ void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ld
       run_block(kernels.one_group, r, l0, lanes - l0, w, scratch.tail_value.data(), scratch.tail_alignment.data(),
                 static_cast<std::size_t>(w));
   }
+}
+
+}  // namespace
+
+void fused_dot_rows(const TensorCoreModel& model, const float* c, std::size_t ldc, const float* a, std::size_t lda,
+                    int rows, const float* b, const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes,
+                    float* d, std::size_t ldd, DotIsa isa) {
+  rows_through_kernel(model, c, ldc, a, lda, rows, b, b_alignment, ldb, k, lanes, d, ldd, isa, nullptr);
+}
+
+void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
+                       int k, int lanes, float* d, DotStepTally* tally, const std::int32_t* b_alignment, DotIsa isa) {
+  rows_through_kernel(model, c, 0, a, 0, 1, b, b_alignment, ldb, k, lanes, d, 0, isa, tally);
 }
 
 void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* a, const float* b, int k, int n,
@@ -576,8 +840,8 @@ void fused_dot_pairs(const TensorCoreModel& model, const float* c, const float* 
       }
       c_in[static_cast<std::size_t>(l)] = acc[static_cast<std::size_t>(l)] = l < lanes ? c[i0 + l] : 0.0f;
     }
-    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(),
-                  &bad);
+    kernels.pairs(rule, k, a_panel.data(), a_alignment.data(), b_panel.data(), b_alignment.data(), uw, acc.data(), &bad,
+                  nullptr);
     for (int l = 0; l < lanes; ++l) {
       const std::size_t i = static_cast<std::size_t>(i0 + l);
       d[i] = (bad >> l) & 1 ? fused_dot(model, c_in[static_cast<std::size_t>(l)], a + i * uk, b + i * uk, k)
