@@ -370,8 +370,8 @@ std::vector<KernelModelDescription> describe_kernel_models() {
        "(read from nvcc 13.0 PTX) on pytorch-fa2-*. UNMEASURED: no capture of a split run has been replayed; "
        "which combine PyTorch 2.11 vendors is ASSUMED (logsum)",
        "flash_api.cpp num_splits_heuristic, set_params_splitkv (pytorch/pytorch ef3d5c9e; Dao-AILab/"
-       "flash-attention 0251105a lines 281-345); flash_fwd_kernel.h compute_attn_1rowblock_splitkv:535-581, "
-       "combine_attn_seqk_parallel:1118-1296; flash_fwd_launch_template.h:136-191; utils.h Allreduce:112-131 "
+       "flash-attention 0251105a lines 281-347); flash_fwd_kernel.h compute_attn_1rowblock_splitkv:535-581, "
+       "combine_attn_seqk_parallel:1118-1299; flash_fwd_launch_template.h:136-191; utils.h Allreduce:112-131 "
        "(0251105a); docs/DESIGN.md §6"});
   out.push_back({"+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)", ""});
   out.push_back({"+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)", ""});

@@ -12,7 +12,7 @@
 //   smallest eligible split count whose wave efficiency n/ceil(n), n = float(bhm*s)/SMs, is at
 //   least 0.85 of the best over 1..min(max_splits, SMs, n_blocks); a count is eligible when it
 //   is 1 or ceil(n_blocks/s) differs from ceil(n_blocks/(s-1)).
-// - fa2_splitkv_num_splits: flash_api.cpp mha_fwd and set_params_splitkv (FA2 317-345, 424-436,
+// - fa2_splitkv_num_splits: flash_api.cpp mha_fwd and set_params_splitkv (FA2 317-347, 424-436,
 //   496-499; PyTorch ef3d5c9e mha_fwd): seqlen_q == 1 drops causal; a decode with grouped heads
 //   is run as seqlen_q = heads/kv_heads rows of kv_heads heads (seqlenq_ngroups_swapped);
 //   block_n = 256 (d <= 64), 128 (d <= 128), 64; m_blocks = ceil(seqlen_q/64); the heuristic
