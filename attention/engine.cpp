@@ -24,6 +24,7 @@
 #include "attention/engine_detail.hpp"
 #include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/splitkv.hpp"
 
 namespace fb::attn {
 
@@ -131,6 +132,18 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   if (g.software_exp2.enabled && g.software_exp2.every > 0 && g.tiles.block_n % 32 != 0) {
     throw std::invalid_argument("attention: +sw-exp2:EVERY,START splits KV tiles in 32-column fragments; block_n " +
                                 std::to_string(g.tiles.block_n) + " is not a multiple of 32");
+  }
+  if (km.splitkv.enabled) {
+    // +splitkv (attention/splitkv.hpp): the split count mha_fwd picks for this shape; with more
+    // than one split the split kernel's tiles, 64 x kBlockN (flash_fwd_launch_template.h:181-191).
+    g.num_splits = fa2_splitkv_num_splits(km, B, H, Hk, N, Nk, D);
+    if (g.num_splits > 1) {
+      if (opt.block_n <= 0) g.tiles.block_n = fa2_splitkv_block_n(D);
+      if (opt.block_m <= 0) g.tiles.block_m = 64;
+      if (opt.tracer)
+        throw std::invalid_argument("attention: tracing a row of a split-KV run (+splitkv, " +
+                                    std::to_string(g.num_splits) + " splits) is not modelled");
+    }
   }
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");

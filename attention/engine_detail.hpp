@@ -143,6 +143,9 @@ struct Geometry {
   bool top_left = false;  // AttentionInputs::CausalAlignment::top_left
   TileSizes tiles;
   SoftwareExp2Split software_exp2;  // the run's +sw-exp2 split (KernelModel::software_exp2_split)
+  // +splitkv: the run's split count (attention/splitkv.hpp fa2_splitkv_num_splits); 0 without
+  // +splitkv. 1 is PyTorch's regular kernel, run through the split loop with one split.
+  int num_splits = 0;
 };
 
 // Per-row scalars of the forward the backward needs.

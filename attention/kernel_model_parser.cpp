@@ -198,6 +198,57 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       } else {
         canonical += "+sw-exp2";
       }
+    } else if (variant == "splitkv") {
+      // FA2's split-KV forward (flash_api.cpp set_params_splitkv, flash_fwd_kernel.h
+      // compute_attn_1rowblock_splitkv and combine_attn_seqk_parallel): the online FA2 models only.
+      if (m.base.rfind("fa2-", 0) != 0 && m.base.rfind("pytorch-fa2-", 0) != 0)
+        throw std::invalid_argument("+splitkv applies to the FA2 models (fa2-*, pytorch-fa2-*), not " + m.base);
+      m.splitkv.enabled = true;
+      const std::string args = colon == std::string::npos ? "" : p.substr(colon + 1);
+      std::size_t s = 0;
+      bool first = true;
+      while (!args.empty() && s <= args.size()) {
+        const std::size_t comma = args.find(',', s);
+        const std::string item = args.substr(s, comma == std::string::npos ? std::string::npos : comma - s);
+        const std::size_t eq = item.find('=');
+        const std::string key = eq == std::string::npos ? (first ? "n" : item) : item.substr(0, eq);
+        const std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
+        if (eq == std::string::npos && !first)
+          throw std::invalid_argument("+splitkv: expected key=value after the first parameter, got '" + item + "'");
+        if (key == "n") {
+          if (value == "auto") {
+            m.splitkv.num_splits = 0;
+          } else {
+            const double n = parse_number(value, "+splitkv:N");
+            // set_params_splitkv: TORCH_CHECK(params.num_splits <= 128)
+            if (n != std::floor(n) || n < 1 || n > 128)
+              throw std::invalid_argument("+splitkv:N: N must be an integer in 1..128 (or auto)");
+            m.splitkv.num_splits = static_cast<int>(n);
+          }
+        } else if (key == "sms") {
+          const double sms = parse_number(value, "+splitkv sms");
+          if (sms != std::floor(sms) || sms < 1 || sms > 4096)
+            throw std::invalid_argument("+splitkv: sms must be an integer in 1..4096");
+          m.splitkv.sm_count = static_cast<int>(sms);
+        } else if (key == "combine") {
+          if (value == "logsum") {
+            m.splitkv.scale = SplitKvScale::exp_minus_logsum;
+          } else if (value == "inv-sum") {
+            m.splitkv.scale = SplitKvScale::exp_minus_max_inv_sum;
+          } else {
+            throw std::invalid_argument("+splitkv: combine must be logsum or inv-sum, got '" + value + "'");
+          }
+        } else {
+          throw std::invalid_argument("+splitkv: unknown parameter '" + key + "' (n, sms, combine)");
+        }
+        first = false;
+        if (comma == std::string::npos) break;
+        s = comma + 1;
+      }
+      canonical += "+splitkv:" + (m.splitkv.num_splits == 0 ? "auto,sms=" + std::to_string(m.splitkv.sm_count)
+                                                            : std::to_string(m.splitkv.num_splits));
+      if (m.splitkv.scale == SplitKvScale::exp_minus_max_inv_sum) canonical += ",combine=inv-sum";
+      m.description += "; split-KV forward (+splitkv, UNMEASURED: no split capture replayed)";
     } else if (colon != std::string::npos) {
       throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
     } else if (variant == "block-quant" || variant == "hadamard") {
@@ -242,7 +293,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     } else {
       throw std::invalid_argument(
           "unknown variant '+" + variant +
-          "' (dynmax, visit-masked-tiles, cuda-expf, unfused-exp, lazy-rescale, sw-exp2, delta-dpp, "
+          "' (dynmax, visit-masked-tiles, cuda-expf, unfused-exp, lazy-rescale, sw-exp2, splitkv, delta-dpp, "
           "o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
           "o-rto; fp8 models: "
           "block-quant, hadamard, promote)");
@@ -307,6 +358,21 @@ std::vector<KernelModelDescription> describe_kernel_models() {
        "flash_attn/cute/utils.py ex2_emulation_2, e2e_asm2, POLY_EX2[3]; flash_attn/cute/softmax.py "
        "apply_exp2_convert; flash_attn/cute/flash_fwd_sm100.py _TUNING_CONFIG (Dao-AILab/flash-attention "
        "0251105a)"});
+  out.push_back(
+      {"+splitkv[:N|:auto][,sms=S][,combine=logsum|inv-sum]",
+       "FA2 models: the split-KV forward PyTorch's SDPA flash backend takes when batch*heads*ceil(seqlen_q/64) "
+       "is below 0.8 * 2 * SMs (decoding): N splits of the KV blocks (block_n 256 for d <= 64, 128 for d <= 128, "
+       "64 above), each normalised by its own l into an fp32 O_accum and LSE_accum (-inf when empty), then the "
+       "combine kernel: lse_max, a butterfly sum of expf(lse_s - lse_max), lse = logf(sum) + lse_max, "
+       "O = sum of fma(scale_s, O_accum_s) cast once. auto (default): num_splits_heuristic with S SMs (132 on "
+       "sm90 models, 108 on sm80); combine=inv-sum: the newest upstream's scale expf(lse_s - lse_max) / sum "
+       "instead of expf(lse_s - lse). Combine's expf/logf: fast math on fa2-*, CUDA's expf and libdevice logf "
+       "(read from nvcc 13.0 PTX) on pytorch-fa2-*. UNMEASURED: no capture of a split run has been replayed; "
+       "which combine PyTorch 2.11 vendors is ASSUMED (logsum)",
+       "flash_api.cpp num_splits_heuristic, set_params_splitkv (pytorch/pytorch ef3d5c9e; Dao-AILab/"
+       "flash-attention 0251105a lines 281-347); flash_fwd_kernel.h compute_attn_1rowblock_splitkv:535-581, "
+       "combine_attn_seqk_parallel:1118-1299; flash_fwd_launch_template.h:136-191; utils.h Allreduce:112-131 "
+       "(0251105a); docs/DESIGN.md §6"});
   out.push_back({"+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)", ""});
   out.push_back({"+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)", ""});
   out.push_back(

@@ -88,6 +88,11 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.ftz = true;
   m.delta = DeltaFormula::fa2_threads;
   m.backward = BackwardKernel::fa2_seqk_parallel;  // flash_bwd_kernel.h compute_dq_dk_dv_seqk_parallel
+  // +splitkv's defaults (off unless named): the heuristic's SM count of the GPU the tensor-core
+  // model stands for (H100 SXM and H200: 132; A100: 108), and the combine compiled with
+  // --use_fast_math as upstream's setup.py:321 (Dao-AILab/flash-attention 0251105a) builds it.
+  m.splitkv.sm_count = hopper ? 132 : 108;
+  m.splitkv.fast_math = true;
   return m;
 }
 
@@ -104,15 +109,16 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
 // - flash_api.cpp mha_fwd calls set_params_splitkv, whose num_splits_heuristic(batch*heads*
 //   ceil(seqlen_q/64), 2*SMs, ceil(seqlen_k/block_n), 128) picks a split-KV kernel plus a
 //   combine kernel when batch*heads*m_blocks < 0.8*2*SMs and seqlen_k spans >= 2 of its blocks
-//   (block_n 256 for d <= 64, 128 for d <= 128). Split-KV is NOT modelled: captures avoid it
-//   (gpu/capture_torch.py tiles the heads to 64 and records the kernels that ran).
+//   (block_n 256 for d <= 64, 128 for d <= 128). The variant +splitkv models it (UNMEASURED:
+//   captures avoid it, gpu/capture_torch.py tiles the heads to 64 and records the kernels
+//   that ran; docs/DESIGN.md §6 "Split-KV").
 KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
   KernelModel m = fa2(name, tc, dtype, hopper);
   m.description =
       "FlashAttention-2 as PyTorch ships it (SDPA flash backend): FA2's steps and tiles with the "
       "exponent argument unfused (FMUL, FADD), libdevice exp2f (x < -126: ex2(x/2)^2), IEEE "
       "reciprocal 1/l, no flush to zero; " +
-      tc + " tensor-core model; split-KV not modelled";
+      tc + " tensor-core model; split-KV only with +splitkv (UNMEASURED)";
   m.sources =
       "PyTorch aten/src/ATen/native/transformers/cuda/flash_attn/softmax.h (#define UNFUSE_FMA; "
       "scale_apply_exp2; normalize_softmax_lse: inv_sum = 1.f / sum, lse = row_max * softmax_scale + "
@@ -124,6 +130,7 @@ KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Fo
   m.exp2_function = Exp2Function::exp2f_libdevice;
   m.normalisation = Normalisation::ieee_reciprocal;
   m.ftz = false;
+  m.splitkv.fast_math = false;  // the combine kernel's expf/logf: CUDA's, without fast math
   return m;
 }
 
@@ -800,6 +807,7 @@ bool KernelModel::hardware_validated() const {
   // The reference has no hardware part to validate (no tensor cores, no SFUs): true vacuously;
   // reports say it is the reference (tools name it so), not that it was measured.
   if (structure == Structure::correctly_rounded) return true;
+  if (splitkv.enabled) return false;  // no capture of a split-KV run has been replayed
   auto dot_ok = [](const DotSpec& d) {
     return d.kind != DotKind::tensor_core || (d.dot.valid() && d.dot.hardware_validated());
   };

@@ -201,6 +201,30 @@ struct SoftwareExp2Split {
   int start_fragment = 0;  // with `every`: the first 32-column fragment that uses it
 };
 
+// Split-KV forward (+splitkv, FA2 models only; docs/DESIGN.md §6 "Split-KV"): the keys of a
+// row are split over num_splits thread blocks (flash_fwd_kernel.h compute_attn_1rowblock_splitkv),
+// each normalising its part with its own row sum into an fp32 O_accum and an LSE_accum, and a
+// combine kernel (combine_attn_seqk_parallel) joins them. UNMEASURED: no capture of a split
+// run has been replayed.
+enum class SplitKvScale : std::uint8_t {
+  exp_minus_logsum,      // scale_s = expf(lse_s - lse_logsum): FA2 v2.x (flash_fwd_kernel.h at
+                         // 3e9414f1, f816dee6 and 0251105a), taken as PyTorch's (ASSUMED)
+  exp_minus_max_inv_sum  // scale_s = expf(lse_s - lse_max) * inv_sum, inv_sum = 1/lse_sum (0 when
+                         // lse_sum is 0 or NaN): the newest upstream as reported at 0142ff05 (NOT
+                         // read here); +splitkv:...,combine=inv-sum
+};
+struct SplitKv {
+  bool enabled = false;
+  int num_splits = 0;  // 0: flash_api.cpp num_splits_heuristic for the run's shape
+  int sm_count = 0;    // the heuristic's multiProcessorCount (132: H100 SXM, H200; 108: A100)
+  SplitKvScale scale = SplitKvScale::exp_minus_logsum;
+  // The combine kernel's expf, logf and 1.f/x: with --use_fast_math (upstream FA2's setup.py)
+  // ex2.approx.ftz(x * log2e), lg2.approx.ftz(x) * ln2 contracted with the following add,
+  // rcp.approx.ftz; without (PyTorch) CUDA's expf (emu/sfu/cuda_expf.hpp), libdevice logf
+  // (emu/sfu/cuda_logf.hpp) and an IEEE division.
+  bool fast_math = true;
+};
+
 struct KernelModel {
   std::string base;               // base name, e.g. "fa2-sm90"
   std::string description;        // one line for `flashbits models`
@@ -293,6 +317,7 @@ struct KernelModel {
   Fp8Quantisation fp8;
 
   // ---- variants (suffixes) ----
+  SplitKv splitkv;  // +splitkv[:N|auto][,sms=S][,combine=logsum|inv-sum]
   bool dynmax = false;
   double dynmax_beta = 2.0, dynmax_tol = 1e-3;
   // +visit-masked-tiles (fa-bf16acc): Qiu & Yao's causal loop (attention.py @30ef0216,

@@ -136,7 +136,8 @@ TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, 
   RunOptions opt;
   opt.seed = seed;
   Tracer tracer;
-  if (trace_events && model.recipe->structure == Structure::online_softmax) {
+  // A split-KV run (+splitkv) traces no row (the engine refuses it): its event counts stay 0.
+  if (trace_events && model.recipe->structure == Structure::online_softmax && !model.recipe->splitkv.enabled) {
     for (int r = 0; r < std::min(kTracedRows, in.q.rows); ++r) tracer.rows.push_back({0, 0, r});
     opt.tracer = &tracer;
   }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attention/engine_detail.hpp"
+#include "attention/splitkv.hpp"
 #include "attention/trace_sink.hpp"
 #include "emu/array_rounding.hpp"
 #include "emu/sfu/software_exp2.hpp"
@@ -480,6 +481,7 @@ struct OnlineRow {
   int visible = 0;  // keys at or left of the causal diagonal (all keys without causal)
   int nk = 0;       // keys the loop runs over: visible, or every key with +visit-masked-tiles
   int tiles = 0;
+  int first_tile = 0;  // the tiles visited are first_tile .. first_tile + tiles - 1 (+splitkv: a split's)
   bool masked_in_loop = false;
   const E* q = nullptr;
   SoftmaxState state;
@@ -509,7 +511,7 @@ void online_tile(const KernelModel& km, const A& ar, const HeadData<E>& hd, cons
   SoftmaxState& state = r.state;
   const int bn = g.tiles.block_n;
   const bool Is_first = it == 0;
-  const int t = km.kv_order == KvOrder::last_to_first ? r.tiles - 1 - it : it;
+  const int t = r.first_tile + (km.kv_order == KvOrder::last_to_first ? r.tiles - 1 - it : it);
   const int kb = t * bn, ke = std::min(r.nk, kb + bn), len = ke - kb;
   sink.on_tile_begin();
 
@@ -554,6 +556,57 @@ void online_forward_loop(const KernelModel& km, const A& ar, const HeadData<E>& 
   normalize_softmax_lse(km, ar, hd, k, r.state, sc.acc, out.o, out.o_pre, *out.stats, out.o_position, opt, sink);
 }
 
+// +splitkv (attention/splitkv.hpp; docs/DESIGN.md §6 "Split-KV"): one query row as FA2's split
+// kernel and combine kernel compute it. Split s visits the global KV tiles [s*per, min((s+1)*per,
+// n_blocks)), per = ceil(n_blocks / num_splits) (flash_fwd_kernel.h:535-539), cut at the row's
+// last visible tile: the tiles between it and its row block's causal limit hold only masked
+// scores for this row, which leave max, l and acc_o as they are (as in the regular kernel); a
+// split that sees no key of the row writes O_accum = 0 and LSE_accum = -inf (544-581; a split
+// whose tiles are all masked for the row ends with l = 0, the same values). Each split runs the
+// same tile steps from a fresh state and normalize_softmax_lse (Split=true: its O is kept in
+// fp32, O_accum, and an empty row's LSE is -inf, not +inf); the combine joins them. One split is
+// PyTorch's regular kernel (run_mha_fwd runs it when num_splits <= 1): its O and LSE directly.
+template <class A, class E>
+void splitkv_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                         const ScaleConstants& k, const OnlineRowOutput& out, Scratch<E>& sc, const RunOptions& opt) {
+  NullTraceSink sink;
+  const int splits = g.num_splits, d = g.d, bn = g.tiles.block_n;
+  const int n_blocks = (g.nk + bn - 1) / bn;
+  const int per = (n_blocks + splits - 1) / splits;
+  std::vector<double> lse(static_cast<std::size_t>(splits)), o_accum(static_cast<std::size_t>(splits) * d);
+  std::vector<double> o_cast(static_cast<std::size_t>(d));
+  for (int s = 0; s < splits; ++s) {
+    OnlineRow<E> r = begin_row<A>(km, hd, g, out.row);
+    const int lo = s * per, hi = std::min({(s + 1) * per, n_blocks, r.tiles});
+    r.first_tile = lo;
+    r.tiles = std::max(0, hi - lo);
+    std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
+    for (int it = 0; it < r.tiles; ++it) online_tile(km, ar, hd, g, k, r, it, sc, sink);
+    if (splits == 1) {  // the regular kernel: O cast and LSE as without +splitkv
+      normalize_softmax_lse(km, ar, hd, k, r.state, sc.acc, out.o, out.o_pre, *out.stats, out.o_position, opt, sink);
+      return;
+    }
+    RowStats st;
+    double* o_s = o_accum.data() + static_cast<std::size_t>(s) * d;
+    normalize_softmax_lse(km, ar, hd, k, r.state, sc.acc, o_cast.data(), o_s, st, out.o_position, opt, sink);
+    const bool empty = st.l == 0.0 || std::isnan(st.l) || st.m == -kInf;
+    lse[static_cast<std::size_t>(s)] = empty ? -kInf : st.lse;
+  }
+  const SplitKvCombined c = splitkv_combine_row(km, ar, d, splits, lse.data(), o_accum.data());
+  // convert_type<Element>(tOrO) (flash_fwd_kernel.h:1273, at 0251105a): one rounding into the output dtype.
+  const RoundingSpec out_spec = final_cast_spec(km, opt);
+  for (int col = 0; col < d; ++col) {
+    const double pre = c.o_pre[static_cast<std::size_t>(col)];
+    out.o_pre[col] = pre;
+    out.o[col] = km.o_round != RoundingMode::rne && !A::exact
+                     ? ar.to_traced(km.output, pre, nullptr, out_spec, out.o_position + static_cast<std::uint64_t>(col))
+                     : ar.to(km.output, pre);
+  }
+  out.stats->lse = out.stats->lse_kernel = c.lse;
+  out.stats->m = c.lse_max;  // the combine's; the FA2 backward reads only the LSE
+  out.stats->l = c.lse_sum;
+}
+
 }  // namespace
 
 template <class A, class E>
@@ -573,6 +626,10 @@ void online_forward_rows(const KernelModel& km, const A& ar, const HeadData<E>& 
                          const OnlineRowOutput* outs, int count, Scratch<E>& sc, const RunOptions& opt) {
   if (count <= 0) return;
   const ScaleConstants k = head_scale_constants(km, ar, g, hd);
+  if (g.num_splits > 0) {
+    for (int i = 0; i < count; ++i) splitkv_forward_row(km, ar, hd, g, k, outs[i], sc, opt);
+    return;
+  }
   NullTraceSink sink;
   std::vector<OnlineRow<E>> rows;
   rows.reserve(static_cast<std::size_t>(count));
