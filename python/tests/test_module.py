@@ -152,7 +152,7 @@ def run_snippet(code):
 
 @pytest.mark.parametrize("snippet", [
     "fb.bias_test('fa2-sm80', trials=100000, seqlen=128, headdim=32)",
-    "fb.attention(*(fb.round(np.ones((1, 1, 8192, 64)), 'bf16').values for _ in range(3)), 'fa2-sm90', threads=1)",
+    "fb.attention(*(fb.round(np.ones((1, 1, 16384, 64)), 'bf16').values for _ in range(3)), 'fa2-sm90', threads=1)",
 ])
 def test_ctrl_c_interrupts_a_long_engine_call(snippet):
     p = run_snippet(f"""
