@@ -72,6 +72,9 @@ import sys
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capture_common import kernel_names, predicted_splits  # noqa: E402
+
 PATHS = ("splitkv", "flex", "tutorial", "math", "cudnn")
 
 
@@ -238,23 +241,6 @@ def stand_in(shape, q, k, v, do, scale):
 
 
 # ---- the GPU paths ---------------------------------------------------------------------------
-def kernel_names(fn):
-    try:
-        import torch
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        names = []
-        for e in prof.events():
-            dt = getattr(e, "device_type", None)
-            if dt is not None and "CUDA" in str(dt) and e.name not in names:
-                names.append(e.name)
-        return names, None
-    except Exception as exc:  # noqa: BLE001 - the capture itself does not need the profiler
-        return [], f"{type(exc).__name__}: {exc}"
-
-
 def bits_equal(a, b):
     import torch
     if a.dtype != b.dtype or a.shape != b.shape:
@@ -534,12 +520,7 @@ def model_for(path, major):
 
 
 def num_splits_predicted(shape, sms):
-    """FA2's heuristic (capture_torch.py's), for the record."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        from capture_torch import predicted_splits
-    except Exception:  # noqa: BLE001 - capture_torch needs safetensors; the heuristic is optional
-        return "unknown"
+    """FA2's heuristic (gpu/capture_common.py), for the record."""
     return str(predicted_splits(shape.batch, shape.heads, shape.seq_q, shape.seq_k, shape.hdim, sms))
 
 

@@ -48,33 +48,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capture_common import kernel_names, predicted_splits  # noqa: E402
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def num_splits_heuristic(batch_nheads_mblocks, num_sms, num_n_blocks, max_splits):
-    """FA2's heuristic as PyTorch's flash_api.cpp states it (for the record only)."""
-    if batch_nheads_mblocks >= 0.8 * num_sms:
-        return 1
-    max_splits = min(max_splits, num_sms, num_n_blocks)
-    ceildiv = lambda a, b: (a + b - 1) // b  # noqa: E731
-    eligible = lambda s: s == 1 or ceildiv(num_n_blocks, s) != ceildiv(num_n_blocks, s - 1)  # noqa: E731
-    eff = []
-    for s in range(1, max_splits + 1):
-        if not eligible(s):
-            eff.append(0.0)
-        else:
-            waves = batch_nheads_mblocks * s / num_sms
-            eff.append(waves / math.ceil(waves))
-    best = max(eff) if eff else 0.0
-    for s in range(1, max_splits + 1):
-        if eligible(s) and eff[s - 1] >= 0.85 * best:
-            return s
-    return 1
-
-
-def predicted_splits(batch, heads, seq_q, seq_k, hdim, sms):
-    block_n = 256 if hdim <= 64 else (128 if hdim <= 128 else 64)
-    return num_splits_heuristic(batch * heads * ((seq_q + 63) // 64), 2 * sms, (seq_k + block_n - 1) // block_n, 128)
 
 
 def run_heads_needed(batch, seq_q, sms, minimum):
@@ -83,23 +60,6 @@ def run_heads_needed(batch, seq_q, sms, minimum):
     while batch * heads * m_blocks < 0.8 * 2 * sms:
         heads *= 2
     return heads
-
-
-def kernel_names(fn):
-    """Names of the CUDA kernels fn launches (profiler), or an error string."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        names = []
-        for e in prof.events():
-            dt = getattr(e, "device_type", None)
-            if dt is not None and "CUDA" in str(dt) and e.name not in names:
-                names.append(e.name)
-        return names, None
-    except Exception as exc:  # noqa: BLE001 - the capture itself does not need the profiler
-        return [], f"{type(exc).__name__}: {exc}"
 
 
 TRAITS = re.compile(r"Flash_(fwd|bwd)_kernel_traits<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)")
