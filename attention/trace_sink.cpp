@@ -7,7 +7,7 @@
 namespace fb::attn::detail {
 
 void TileTraceSink::on_row_begin(const KernelModel& km, int block_n, int tiles, int visible_keys, int d) {
-  const int step = km.pv_dot.model ? std::max(1, fused_step_size(*km.pv_dot.model, block_n)) : block_n;
+  const int step = std::max(1, traced_step_size(km.pv_dot, block_n));
   const int steps_per_tile = (block_n + step - 1) / step;
   dot_.steps.reserve(static_cast<std::size_t>(steps_per_tile));
   trace_->tiles.reserve(static_cast<std::size_t>(tiles));

@@ -28,9 +28,22 @@
 #include "attention/attention.hpp"
 #include "attention/arith.hpp"
 #include "attention/kernel_models.hpp"
-#include "emu/dot/tensor_core.hpp"
+#include "emu/dot/dot_model.hpp"
 
 namespace fb::attn::detail {
+
+// The products a traced P·V column plots as one step: a +promote group, else the dot model's
+// own step when it records its steps (NVIDIA's presets), else the whole tile in one call (the
+// AMD models step inside their own call and record none; the non-tensor-core dots have no
+// steps).
+inline int traced_step_size(const DotSpec& pv_dot, int len) {
+  if (pv_dot.promote_every > 0) return pv_dot.promote_every;
+  if (pv_dot.kind == DotKind::tensor_core && pv_dot.dot.records_trace()) {
+    const int step = pv_dot.dot.k_step();
+    return step > 0 ? step : std::max(1, len);
+  }
+  return len;
+}
 
 struct NullTraceSink {
   static constexpr bool enabled = false;
@@ -105,9 +118,7 @@ class TileTraceSink {
   template <class A, class E>
   double traced_mma_steps(const KernelModel& km, const A& ar, double acc, const E* pc, const E* vcol, int kv_begin,
                           int len, const int* key_of) {
-    const int step = km.pv_dot.promote_every > 0 ? km.pv_dot.promote_every
-                     : km.pv_dot.model           ? fused_step_size(*km.pv_dot.model, len)
-                                                 : len;
+    const int step = traced_step_size(km.pv_dot, len);
     for (int i = 0; i < len; i += step) {
       const int n = std::min(step, len - i);
       dot_.steps.clear();

@@ -61,13 +61,13 @@ class DotModel {
   int k_step() const;
   // Elements of k per scale byte; 0 when the model takes no scales.
   int scale_block() const { return scaled_ != nullptr ? scaled_->block : 0; }
-  const Format& scale_format() const;  // precondition: scale_block() > 0
-  std::string_view kind() const;       // the block-scaled kind (mxf8f6f4, ...), empty otherwise
-  std::string_view source() const;     // where the parameters come from
-  std::string_view note() const;       // what is assumed rather than published (may be empty)
-  bool hardware_validated() const;     // measured bit for bit on a GPU by this project
-  bool records_trace() const { return family_ == DotFamily::nvidia; }  // DotTrace is filled
-  std::string describe() const;  // one phrase naming the preset and operands, for reports
+  const Format& scale_format() const;                        // precondition: scale_block() > 0
+  std::string_view kind() const;                             // the block-scaled kind (mxf8f6f4, ...), empty otherwise
+  std::string_view source() const;                           // where the parameters come from
+  std::string_view note() const;                             // what is assumed rather than published (may be empty)
+  bool hardware_validated() const;                           // measured bit for bit on a GPU by this project
+  bool records_trace() const { return nvidia_ != nullptr; }  // DotTrace is filled
+  std::string describe() const;                              // one phrase naming the preset and operands, for reports
 
   // D = C + sum_i a_i*b_i (times the blocks' scales when scale_block() > 0); a[i], b[i] exact
   // values of a_input() / b_input() as float, c of accumulator(). `trace` is filled only where
