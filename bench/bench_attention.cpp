@@ -41,6 +41,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "bench/native_flash.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu/make_inputs.sh: writes the attention inputs a device session captures, with flashbits'
-# own scenario generators (attention/scenarios.cpp), BEFORE the session, on this machine:
+# own scenario generators (studies/scenarios.cpp), BEFORE the session, on this machine:
 # - gpu/inputs/<scenario>_d<hdim>_<dtype>.safetensors for scenarios random, sink,
 #   fa3-outliers, head dims 64 and 128, dtypes bf16 and fp16 (seq 256, seed 7, with dO:
 #   `flashbits make-trace --backward`, source "emulated");

@@ -1,5 +1,6 @@
-// attention/bias_run.cpp: a bias-test run and its JSON report (contract in bias_run.hpp).
-#include "attention/bias_run.hpp"
+// studies/bias_run.cpp: a bias-test run and its JSON report (contract in bias_run.hpp).
+#include "studies/bias_run.hpp"
+#include "studies/scenarios.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +11,7 @@
 #include <thread>
 
 #include "attention/kernel_models.hpp"
-#include "attention/measure.hpp"
+#include "studies/measure.hpp"
 #include "attention/trace_inputs.hpp"
 #include "traces/trace.hpp"
 

@@ -1,4 +1,4 @@
-// attention/bias_run.hpp: one bias-test run (docs/CLI.md bias-test): does a kernel model add
+// studies/bias_run.hpp: one bias-test run (docs/CLI.md bias-test): does a kernel model add
 // bias to O (and delta) beyond its format's floor on a scenario, or do captured kernels'
 // outputs? The CLI (`flashbits bias-test`) and the Python module (flashbits.bias_test) both
 // run it here and render its report: the CLI as text or with bias_report_json, Python with
@@ -45,8 +45,8 @@
 
 #include "attention/attention.hpp"
 #include "traces/capture_import.hpp"
-#include "attention/statistics.hpp"
-#include "attention/verdict.hpp"
+#include "studies/statistics.hpp"
+#include "studies/verdict.hpp"
 
 namespace fb::attn {
 

@@ -1,6 +1,6 @@
-// attention/measure.cpp: error measurement of kernel models against exact attention
+// studies/measure.cpp: error measurement of kernel models against exact attention
 // (contract in measure.hpp).
-#include "attention/measure.hpp"
+#include "studies/measure.hpp"
 
 #include <algorithm>
 #include <cmath>

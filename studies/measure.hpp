@@ -1,4 +1,4 @@
-// attention/measure.hpp: signed errors of a kernel model's outputs against exact attention,
+// studies/measure.hpp: signed errors of a kernel model's outputs against exact attention,
 // in ulps, per trial; what sweep, bias-test, replay, demo and the Python module measure with.
 //
 // Contract:
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 
 namespace fb::attn {
 

@@ -1,4 +1,4 @@
-// attention/scenarios.cpp: seeded input scenarios (make_scenario).
+// studies/scenarios.cpp: seeded input scenarios (make_scenario).
 //
 // Contract: every element is a pure function of (scenario, seed, tensor, b, h, row, col)
 // through a counter-based generator (SplitMix64 finaliser over the element's
@@ -36,7 +36,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "attention/attention.hpp"
+#include "studies/scenarios.hpp"
 #include "emu/ops.hpp"
 
 namespace fb::attn {

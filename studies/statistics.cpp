@@ -1,6 +1,6 @@
-// attention/statistics.cpp: bias statistics; distributions written out from their
+// studies/statistics.cpp: bias statistics; distributions written out from their
 // textbook definitions (regularised incomplete beta by Lentz's continued fraction).
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// attention/statistics.hpp: bias statistics over signed errors (docs/DESIGN.md, docs/CLI.md bias-test).
+// studies/statistics.hpp: bias statistics over signed errors (docs/DESIGN.md, docs/CLI.md bias-test).
 //
 // Contract: summarize() takes per-trial signed errors (in ulps) and returns the mean
 // with a (1 - alpha) confidence interval (Student t), the two-sided one-sample t-test

@@ -1,5 +1,5 @@
-// attention/verdict.cpp: the floor comparison and its verdict (contract in verdict.hpp).
-#include "attention/verdict.hpp"
+// studies/verdict.cpp: the floor comparison and its verdict (contract in verdict.hpp).
+#include "studies/verdict.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// attention/verdict.hpp: the answer bias-test and sweep give: does a kernel add bias beyond
+// studies/verdict.hpp: the answer bias-test and sweep give: does a kernel add bias beyond
 // its format's floor, could the test have seen a bias of the size at stake, and which way
 // does the kernel's error lie (docs/CLI.md bias-test, docs/DESIGN.md §13).
 //
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 
 namespace fb::attn {
 

@@ -1,4 +1,4 @@
-// tests/test_attention_aggregators.cpp: the aggregators of attention/statistics.hpp (row
+// tests/test_attention_aggregators.cpp: the aggregators of studies/statistics.hpp (row
 // summaries, per-stage histograms of signed errors in ulps), against counts and ulps worked
 // out by hand here, and the RNE half-ulp bound on the final cast of O.
 #include <doctest/doctest.h>
@@ -7,7 +7,8 @@
 #include <stdexcept>
 
 #include "attention/attention.hpp"
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -4,7 +4,7 @@
 // recipes) in ulps of bf16 at the exact value; one sample per trial (a fresh scenario
 // seed) is the mean error over the sink features (c % 4 in {0, 1}: V and dO mostly
 // negative there) of every row, and for delta the mean over rows. The verdict uses
-// the one-sample t-test of attention/statistics.hpp.
+// the one-sample t-test of studies/statistics.hpp.
 // - fa-bf16acc on sink: O biased negative and delta positive, p < 1e-6.
 // - Its size, predicted without the engine: with P-bar == 1 the sink pair's sum
 //   W = V_0 + V_1 (9 significant bits) is an exact bf16 tie in ~43% of the sink entries,
@@ -46,11 +46,12 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "attention/bias_run.hpp"
+#include "studies/bias_run.hpp"
 #include "attention/kernel_models.hpp"
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 #include "tests/bf16_reference.hpp"
 #include "traces/trace.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

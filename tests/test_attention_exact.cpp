@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -27,6 +27,7 @@
 #include "emu/dot/tensor_core.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/mpfr_sfu_reference.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -39,6 +39,7 @@
 #include "tests/bf16_reference.hpp"
 #include "tests/mpfr_sfu_reference.hpp"
 #include "tests/test_scale.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

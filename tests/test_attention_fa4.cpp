@@ -29,6 +29,7 @@
 #include "tests/mpfr_sfu_reference.hpp"
 #include "tests/software_exp2_reference.hpp"
 #include "tests/test_scale.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -33,6 +33,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tests/software_exp2_reference.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -23,6 +23,7 @@
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
 #include "tests/test_scale.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

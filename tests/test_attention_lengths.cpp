@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "studies/scenarios.hpp"
 #include "attention/kernel_models.hpp"
 
 using namespace fb;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "studies/scenarios.hpp"
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
 

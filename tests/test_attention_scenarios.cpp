@@ -8,6 +8,7 @@
 
 #include "attention/attention.hpp"
 #include "emu/ops.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "studies/scenarios.hpp"
 #include "attention/kernel_models.hpp"
 #include "attention/splitkv.hpp"
 #include "emu/sfu/cuda_expf.hpp"

@@ -31,6 +31,7 @@
 #include "emu/ops.hpp"
 #include "emu/sfu/special_functions.hpp"
 #include "emu/dot/tensor_core.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

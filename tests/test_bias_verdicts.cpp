@@ -16,11 +16,12 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "attention/bias_run.hpp"
+#include "studies/bias_run.hpp"
 #include "attention/kernel_models.hpp"
-#include "attention/measure.hpp"
+#include "studies/measure.hpp"
 #include "emu/ops.hpp"
 #include "tests/test_scale.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -27,6 +27,7 @@
 #include "tests/cli_run.hpp"
 #include "tests/test_scale.hpp"
 #include "traces/trace.hpp"
+#include "studies/scenarios.hpp"
 
 namespace {
 // The sanitizer build (tests/test_scale.hpp) runs each command's paths, not the statistics:

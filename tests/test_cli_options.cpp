@@ -23,6 +23,7 @@
 #include "tests/cli_run.hpp"
 #include "traces/safetensors.hpp"
 #include "traces/trace.hpp"
+#include "studies/scenarios.hpp"
 
 namespace {
 using fb_test::run;

@@ -36,6 +36,7 @@
 #include "attention/kernel_models.hpp"
 #include "emu/dot/tensor_core.hpp"
 #include "tests/software_exp2_reference.hpp"
+#include "studies/scenarios.hpp"
 
 using namespace fb;
 using namespace fb::attn;

@@ -10,7 +10,7 @@
 #include <random>
 #include <string>
 
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 
 namespace {
 bool sanitizer_scale() {

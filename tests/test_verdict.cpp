@@ -1,4 +1,4 @@
-// tests/test_verdict.cpp: the bias verdict (attention/verdict.hpp) on synthetic samples whose
+// tests/test_verdict.cpp: the bias verdict (studies/verdict.hpp) on synthetic samples whose
 // truth is known by construction, its t statistics against Boost.Math's Student t, and the
 // moments form (sweep, merge) against the sample form.
 #include <doctest/doctest.h>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "attention/verdict.hpp"
+#include "studies/verdict.hpp"
 
 namespace {
 

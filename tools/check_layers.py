@@ -3,8 +3,8 @@
 
 The layers, each using only those below it:
   formats/ -> emu/ -> traces/ (trace and table file formats) -> gpu/ (the probe and SFU
-  capture formats beside them, and CUDA programs) -> attention/ (the engine and the studies)
-  -> api/ (the one library API: input errors, names, model resolution, event JSON, output
+  capture formats beside them, and CUDA programs) -> attention/ (the engine) -> studies/
+  (scenarios, measurement, statistics, verdicts, bias runs) -> api/ (the one library API: input errors, names, model resolution, event JSON, output
   files) -> the faces: tools/ (the CLI), python/, bench/, fuzz/.
 A folder includes its own files and those of lower layers; a face never includes another
 face. tests/ may include anything (it tests every layer). One edge is allowed by name, with
@@ -16,8 +16,8 @@ import os
 import re
 import sys
 
-RANK = {"formats": 0, "emu": 1, "traces": 2, "gpu": 3, "attention": 4, "api": 5,
-        "tools": 6, "python": 6, "bench": 6, "fuzz": 6}
+RANK = {"formats": 0, "emu": 1, "traces": 2, "gpu": 3, "attention": 4, "studies": 5, "api": 6,
+        "tools": 7, "python": 7, "bench": 7, "fuzz": 7}
 FACES = {"tools", "python", "bench", "fuzz"}
 ALLOWED = {
     # The CLI's own fuzz harness runs the CLI's subcommands (registry, option parsing) on
@@ -52,7 +52,7 @@ def violations(root: str):
                         yield f"{rel}:{line}: includes {target}/{rest}: a face ({layer}/) never includes another face"
                     elif RANK[target] >= RANK[layer]:
                         yield (f"{rel}:{line}: includes {target}/{rest}: {target}/ is not below {layer}/ "
-                               f"(layers: formats, emu, traces, gpu, attention, api, faces)")
+                               f"(layers: formats, emu, traces, gpu, attention, studies, api, faces)")
 
 
 def main() -> int:

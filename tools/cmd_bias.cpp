@@ -3,7 +3,7 @@
 //
 // This file parses and checks the options, resolves the models and prints; the run itself
 // (samples, statistics, the reference and excess, non-finite rows, --by-max groups) is
-// attention/bias_run.hpp, which the Python module's bias_test runs too.
+// studies/bias_run.hpp, which the Python module's bias_test runs too.
 // - --model M: one sample per trial over a 1-head problem of --seqlen x --headdim.
 // - --traces DIR: one sample per captured row of every *.safetensors in DIR (sorted).
 // - --model M --against B: the paired difference of M and B on the same inputs and seed.
@@ -12,7 +12,7 @@
 // - --by-max: descriptive only; the verdict and exit code are unchanged.
 // - --jobs J: the trials (or trace files) run on J threads, one trial per thread at a time
 //   (a default one-head problem has too few row blocks to split one run); the output does
-//   not depend on J (attention/bias_run.hpp BiasRun::threads).
+//   not depend on J (studies/bias_run.hpp BiasRun::threads).
 // Exit 1 when the kernel adds bias to O or delta, or when an output was non-finite (no
 // verdict); 4 (kExitInconclusive) when the test could not have detected the bias at stake.
 #include <algorithm>
@@ -24,11 +24,12 @@
 #include <optional>
 
 #include "attention/kernel_models.hpp"
-#include "attention/bias_run.hpp"
+#include "studies/bias_run.hpp"
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
 #include "api/models.hpp"
+#include "studies/scenarios.hpp"
 
 namespace fb::cli {
 namespace {

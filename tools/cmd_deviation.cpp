@@ -22,7 +22,8 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
-#include "attention/measure.hpp"
+#include "studies/measure.hpp"
+#include "studies/scenarios.hpp"
 
 namespace fb::cli {
 namespace {

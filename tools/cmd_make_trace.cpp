@@ -17,6 +17,7 @@
 #include "tools/cli_common.hpp"
 #include "attention/trace_inputs.hpp"
 #include "traces/trace.hpp"
+#include "studies/scenarios.hpp"
 
 namespace fb::cli {
 namespace {

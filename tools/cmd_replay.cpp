@@ -34,7 +34,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"

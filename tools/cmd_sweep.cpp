@@ -36,6 +36,7 @@
 #include "tools/cli_common.hpp"
 #include "tools/sweep_grid.hpp"
 #include "tools/sweep_table.hpp"
+#include "studies/scenarios.hpp"
 
 namespace fb::cli {
 namespace {

@@ -14,9 +14,9 @@
 #include "tools/cli_common.hpp"
 #include "api/event_json.hpp"
 #include "api/models.hpp"
-#include "attention/measure.hpp"
+#include "studies/measure.hpp"
 #include "attention/trace_inputs.hpp"
-#include "attention/verdict.hpp"
+#include "studies/verdict.hpp"
 
 namespace fb::cli {
 namespace {
@@ -227,7 +227,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   line("correctly rounded reference (exact, rounded once)", err_cr);
   line(model.name + " excess over the reference", excess);
   line(fixed.name + " excess over the reference", excess_fix);
-  // bias-test's verdict (attention/verdict.hpp) on the rows; the rows of one head share its
+  // bias-test's verdict (studies/verdict.hpp) on the rows; the rows of one head share its
   // keys, so they are not independent samples and the interval is optimistic: said below.
   const attn::FloorComparison c_base = attn::compare_with_floor(err, err_cr, 1e-3, attn::kDefaultAtStakeUlps);
   const attn::FloorComparison c_fix = attn::compare_with_floor(err_fix, err_cr, 1e-3, attn::kDefaultAtStakeUlps);

@@ -1,5 +1,6 @@
 // tools/sweep_grid.cpp: a sweep run's grid from its options (contract in sweep_grid.hpp).
 #include "tools/sweep_grid.hpp"
+#include "studies/scenarios.hpp"
 
 #include <algorithm>
 #include <map>

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "tools/cli_common.hpp"
-#include "attention/verdict.hpp"
+#include "studies/verdict.hpp"
 #include "tools/sweep_columns.hpp"
 
 namespace fb::cli {
@@ -105,7 +105,7 @@ Derived derive(const SweepRow& r, double alpha) {
   x.ex_o = r.ex_o.statistics(r.ref_trials, alpha);
   x.ex_d = r.ex_d.statistics(r.ref_trials, alpha);
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
-  // The verdict (attention/verdict.hpp, as bias-test): the kernel's own share against its
+  // The verdict (studies/verdict.hpp, as bias-test): the kernel's own share against its
   // floor, its direction, and whether the trials could have seen the default bias at stake.
   const attn::FloorComparison co =
       attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, attn::kDefaultAtStakeUlps);

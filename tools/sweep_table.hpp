@@ -1,5 +1,5 @@
 // tools/sweep_table.hpp: the sweep file format and rendering `flashbits sweep` and `merge`
-// share (the measurement itself is attention/measure.hpp).
+// share (the measurement itself is studies/measure.hpp).
 //
 // Contract:
 // - SweepRow holds a configuration and SUFFICIENT statistics only (n, sums, sums of
@@ -10,7 +10,7 @@
 //   from them by derive(), so a merged set of shard rows renders byte for byte as the
 //   unsharded run did (configurations are never split across shards).
 // - The per-trial bias statistics are computed from the sums (attn::ErrorMoments), the
-//   same formulas as attention/statistics.cpp's summarize() but from (n, Σx, Σx²):
+//   same formulas as studies/statistics.cpp's summarize() but from (n, Σx, Σx²):
 //   merge has no per-trial vectors.
 #pragma once
 
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/measure.hpp"
+#include "studies/measure.hpp"
 
 namespace fb::cli {
 

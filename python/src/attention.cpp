@@ -18,13 +18,14 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "attention/problem_limits.hpp"
-#include "attention/statistics.hpp"
+#include "studies/statistics.hpp"
 #include "common.hpp"
 #include "emu/dot/dot_step_json.hpp"
 #include "emu/sfu/special_functions.hpp"
 #include "api/event_json.hpp"
 #include "api/models.hpp"
 #include "attention/trace_inputs.hpp"
+#include "studies/scenarios.hpp"
 
 namespace fb::py {
 namespace {

@@ -3,18 +3,19 @@
 // Contract: the returned object (JSON, converted to Python dicts in the same key order) has
 // exactly the fields and values `flashbits bias-test --json` prints for the same arguments
 // (python/tests/test_cli_cross.py compares them field by field): both run
-// attention/bias_run.hpp run_bias and render it with bias_report_json; only the checks of
+// studies/bias_run.hpp run_bias and render it with bias_report_json; only the checks of
 // the arguments (named as Python names them) are here. Differences: `traces` is a list of
 // files (the CLI's --traces DIR is the sorted *.safetensors of DIR; flashbits.bias_test
 // does that listing in Python), and the run stops between trials (or traces) on Ctrl-C.
 #include <algorithm>
 #include <cmath>
 
-#include "attention/bias_run.hpp"
+#include "studies/bias_run.hpp"
 #include "attention/problem_limits.hpp"
 #include "attention/trace_inputs.hpp"
 #include "common.hpp"
 #include "api/models.hpp"
+#include "studies/scenarios.hpp"
 
 namespace fb::py {
 namespace {
