@@ -3,7 +3,7 @@
 // them (csrc/flash_attn/src/mask.h: query row i sees keys j <= i + Nk - N).
 //
 // The references, each independent of the engine's code for the case:
-// - MPFR at 256 bits, written here from the definitions with the bottom-right rule spelled
+// - MPFR at 256 bits (tests/mpfr_attention.hpp, from the definitions), the bottom-right rule spelled
 //   out again, against exact_attention (long double): O, LSE, delta, dQ, dK, dV for N < Nk,
 //   N > Nk (rows above the corner see nothing: O = 0, LSE = +inf, zero gradients) and N = 1.
 // - Every kernel model in exact arithmetic (every rounding the identity) against
@@ -27,62 +27,19 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "studies/scenarios.hpp"
 #include "attention/kernel_models.hpp"
+#include "studies/scenarios.hpp"
+#include "tests/mpfr_attention.hpp"
+#include "tests/tensor_compare.hpp"
 
 using namespace fb;
 using namespace fb::attn;
+using fb::test::check_close;
+using fb::test::max_rel_diff;
+using fb::test::MpAttention;
+using fb::test::same_bits;
 
 namespace {
-
-constexpr mpfr_prec_t kPrec = 256;
-
-struct Mp {
-  mpfr_t v;
-  Mp() { mpfr_init2(v, kPrec), mpfr_set_zero(v, 1); }
-  explicit Mp(double x) { mpfr_init2(v, kPrec), mpfr_set_d(v, x, MPFR_RNDN); }
-  Mp(const Mp& o) { mpfr_init2(v, kPrec), mpfr_set(v, o.v, MPFR_RNDN); }
-  Mp& operator=(const Mp& o) {
-    mpfr_set(v, o.v, MPFR_RNDN);
-    return *this;
-  }
-  ~Mp() { mpfr_clear(v); }
-  double d() const { return mpfr_get_d(v, MPFR_RNDN); }
-};
-Mp binary(const Mp& a, const Mp& b, int (*f)(mpfr_ptr, mpfr_srcptr, mpfr_srcptr, mpfr_rnd_t)) {
-  Mp r;
-  f(r.v, a.v, b.v, MPFR_RNDN);
-  return r;
-}
-Mp operator+(const Mp& a, const Mp& b) { return binary(a, b, mpfr_add); }
-Mp operator-(const Mp& a, const Mp& b) { return binary(a, b, mpfr_sub); }
-Mp operator*(const Mp& a, const Mp& b) { return binary(a, b, mpfr_mul); }
-Mp operator/(const Mp& a, const Mp& b) { return binary(a, b, mpfr_div); }
-Mp mp_exp(const Mp& a) {
-  Mp r;
-  mpfr_exp(r.v, a.v, MPFR_RNDN);
-  return r;
-}
-Mp mp_log(const Mp& a) {
-  Mp r;
-  mpfr_log(r.v, a.v, MPFR_RNDN);
-  return r;
-}
-
-// want: a value per element; +inf where `infinite` (LSE of a row that sees nothing).
-void check_close(const Tensor4& got, const std::vector<Mp>& want, const std::vector<bool>& infinite, const char* what) {
-  CAPTURE(what);
-  REQUIRE(got.data.size() == want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    CAPTURE(i);
-    if (!infinite.empty() && infinite[i]) {
-      CHECK(got.data[i] == std::numeric_limits<double>::infinity());
-      continue;
-    }
-    const double w = want[i].d();
-    CHECK(std::fabs(got.data[i] - w) <= 1e-15 * std::max(1.0, std::fabs(w)));
-  }
-}
 
 // Inputs of N query rows and Nk keys, one head; `top_left`: the causal mask aligned top-left.
 AttentionInputs inputs(const char* scenario, std::uint64_t seed, int n, int nk, int d, bool causal,
@@ -91,29 +48,6 @@ AttentionInputs inputs(const char* scenario, std::uint64_t seed, int n, int nk, 
   in.causal = causal;
   if (top_left) in.causal_alignment = AttentionInputs::CausalAlignment::top_left;
   return in;
-}
-
-bool same_bits(const Tensor4& a, const Tensor4& b) {
-  if (a.data.size() != b.data.size()) return false;
-  for (std::size_t i = 0; i < a.data.size(); ++i)
-    if (!(a.data[i] == b.data[i] && std::signbit(a.data[i]) == std::signbit(b.data[i])) &&
-        !(std::isnan(a.data[i]) && std::isnan(b.data[i])))
-      return false;
-  return true;
-}
-
-double max_rel_diff(const Tensor4& a, const Tensor4& b) {
-  REQUIRE(a.data.size() == b.data.size());
-  double m = 0.0;
-  for (std::size_t i = 0; i < a.data.size(); ++i) {
-    const double x = a.data[i], y = b.data[i];
-    if (std::isinf(x) || std::isinf(y)) {
-      if (x != y) return INFINITY;
-      continue;
-    }
-    m = std::max(m, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
-  }
-  return m;
 }
 
 // Rows [first, first + count) of t (every batch and head).
@@ -158,52 +92,15 @@ TEST_CASE("exact_attention with N != Nk agrees with MPFR, causal aligned bottom-
       const AttentionOutputs got = exact_attention(in);
       REQUIRE(got.dk->rows == nk);
       REQUIRE(got.dq->rows == n);
-      const Mp scale(in.softmax_scale);
-      std::vector<Mp> o(n * d), lse(n), delta(n), dq(n * d), dk(nk * d), dv(nk * d);
-      std::vector<bool> lse_inf(n, false);
-      for (int r = 0; r < n; ++r) {
-        // Bottom-right: the last query row's diagonal is the last key; top-left: row r's is key r.
-        int visible = nk;
-        if (causal) visible = std::max(0, std::min(nk, r + 1 + (top_left ? 0 : nk - n)));
-        if (visible == 0) {
-          lse_inf[r] = true;  // O, delta, dQ stay 0
-          continue;
-        }
-        std::vector<Mp> s(visible);
-        Mp m;
-        for (int j = 0; j < visible; ++j) {
-          Mp acc;
-          for (int c = 0; c < d; ++c) acc = acc + Mp(in.q.at(0, 0, r, c)) * Mp(in.k.at(0, 0, j, c));
-          s[j] = acc * scale;
-          if (j == 0 || mpfr_greater_p(s[j].v, m.v)) m = s[j];
-        }
-        Mp l;
-        for (int j = 0; j < visible; ++j) l = l + mp_exp(s[j] - m);
-        lse[r] = m + mp_log(l);
-        for (int c = 0; c < d; ++c) {
-          Mp acc;
-          for (int j = 0; j < visible; ++j) acc = acc + mp_exp(s[j] - m) * Mp(in.v.at(0, 0, j, c));
-          o[r * d + c] = acc / l;
-          delta[r] = delta[r] + Mp(in.d_o->at(0, 0, r, c)) * o[r * d + c];
-        }
-        for (int j = 0; j < visible; ++j) {
-          const Mp p = mp_exp(s[j] - lse[r]);
-          Mp dp;
-          for (int c = 0; c < d; ++c) dp = dp + Mp(in.d_o->at(0, 0, r, c)) * Mp(in.v.at(0, 0, j, c));
-          const Mp ds = p * (dp - delta[r]);
-          for (int c = 0; c < d; ++c) {
-            dq[r * d + c] = dq[r * d + c] + scale * ds * Mp(in.k.at(0, 0, j, c));
-            dk[j * d + c] = dk[j * d + c] + scale * ds * Mp(in.q.at(0, 0, r, c));
-            dv[j * d + c] = dv[j * d + c] + p * Mp(in.d_o->at(0, 0, r, c));
-          }
-        }
-      }
-      check_close(got.o, o, {}, "O");
-      check_close(got.lse, lse, lse_inf, "LSE");
-      check_close(*got.delta, delta, {}, "delta");
-      check_close(*got.dq, dq, {}, "dQ");
-      check_close(*got.dk, dk, {}, "dK");
-      check_close(*got.dv, dv, {}, "dV");
+      // Bottom-right: the last query row's diagonal is the last key; top-left: row r's is key r.
+      const MpAttention want = fb::test::mpfr_attention(
+          in, [&](int r) { return causal ? std::max(0, std::min(nk, r + 1 + (top_left ? 0 : nk - n))) : nk; });
+      check_close(got.o, want.o, {}, "O");
+      check_close(got.lse, want.lse, want.lse_infinite, "LSE");
+      check_close(*got.delta, want.delta, {}, "delta");
+      check_close(*got.dq, want.dq, {}, "dQ");
+      check_close(*got.dk, want.dk, {}, "dK");
+      check_close(*got.dv, want.dv, {}, "dV");
     }
   }
 }

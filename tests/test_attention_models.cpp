@@ -22,28 +22,17 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "studies/scenarios.hpp"
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
+#include "studies/scenarios.hpp"
+#include "tests/tensor_compare.hpp"
 
 using namespace fb;
 using namespace fb::attn;
+using fb::test::max_rel_diff;
+using fb::test::same_bits;
 
 namespace {
-
-double max_abs_diff(const Tensor4& a, const Tensor4& b) {
-  REQUIRE(a.data.size() == b.data.size());
-  double m = 0.0;
-  for (std::size_t i = 0; i < a.data.size(); ++i) {
-    const double x = a.data[i], y = b.data[i];
-    if (std::isinf(x) || std::isinf(y)) {
-      if (x != y) return INFINITY;
-      continue;
-    }
-    m = std::max(m, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
-  }
-  return m;
-}
 
 void check_exact(const std::string& name, const AttentionInputs& in, int block_m, int block_n) {
   CAPTURE(name);
@@ -55,16 +44,16 @@ void check_exact(const std::string& name, const AttentionInputs& in, int block_m
   opt.block_n = block_n;
   const AttentionOutputs got = run_attention(model, in, opt);
   const AttentionOutputs ref = exact_attention(in);
-  CHECK(max_abs_diff(got.o, ref.o) < 1e-12);
-  CHECK(max_abs_diff(got.lse, ref.lse) < 1e-12);
+  CHECK(max_rel_diff(got.o, ref.o) < 1e-12);
+  CHECK(max_rel_diff(got.lse, ref.lse) < 1e-12);
   REQUIRE(got.delta.has_value());
-  CHECK(max_abs_diff(*got.delta, *ref.delta) < 1e-12);
+  CHECK(max_rel_diff(*got.delta, *ref.delta) < 1e-12);
   // Forward-only recipes (fa3-sm90, fa4-sm100) give delta but no dQ, dK, dV.
   REQUIRE(got.dq.has_value() == model.recipe->backward_modelled);
   if (!model.recipe->backward_modelled) return;
-  CHECK(max_abs_diff(*got.dq, *ref.dq) < 1e-12);
-  CHECK(max_abs_diff(*got.dk, *ref.dk) < 1e-12);
-  CHECK(max_abs_diff(*got.dv, *ref.dv) < 1e-12);
+  CHECK(max_rel_diff(*got.dq, *ref.dq) < 1e-12);
+  CHECK(max_rel_diff(*got.dk, *ref.dk) < 1e-12);
+  CHECK(max_rel_diff(*got.dv, *ref.dv) < 1e-12);
 }
 
 // Recipes that can read inputs of `dtype` (an fp16 recipe cannot read bf16 values).
@@ -387,14 +376,6 @@ TEST_CASE("+o-MODE: the final cast of O in every rounding mode, for online, buff
 
 namespace {
 
-// Outputs equal bit for bit (NaN never occurs here; -0 and +0 are told apart).
-bool same_bits(const Tensor4& a, const Tensor4& b) {
-  if (a.data.size() != b.data.size()) return false;
-  for (std::size_t i = 0; i < a.data.size(); ++i) {
-    if (std::memcmp(&a.data[i], &b.data[i], sizeof(double)) != 0) return false;
-  }
-  return true;
-}
 bool same_outputs(const AttentionOutputs& a, const AttentionOutputs& b) {
   auto same_opt = [](const std::optional<Tensor4>& x, const std::optional<Tensor4>& y) {
     return x.has_value() == y.has_value() && (!x || same_bits(*x, *y));

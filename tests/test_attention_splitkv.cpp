@@ -24,43 +24,22 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "studies/scenarios.hpp"
 #include "attention/kernel_models.hpp"
 #include "attention/splitkv.hpp"
 #include "emu/sfu/cuda_expf.hpp"
 #include "emu/sfu/cuda_logf.hpp"
 #include "emu/sfu/special_functions.hpp"
+#include "studies/scenarios.hpp"
+#include "tests/tensor_compare.hpp"
 
 using namespace fb;
 using namespace fb::attn;
+using fb::test::max_rel_diff;
+using fb::test::same_bits;
 
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-bool same_bits(const Tensor4& a, const Tensor4& b) {
-  if (a.data.size() != b.data.size()) return false;
-  for (std::size_t i = 0; i < a.data.size(); ++i)
-    if (!(a.data[i] == b.data[i] && std::signbit(a.data[i]) == std::signbit(b.data[i])) &&
-        !(std::isnan(a.data[i]) && std::isnan(b.data[i])))
-      return false;
-  return true;
-}
-
-// Largest |a - b| / max(1, |b|) over finite entries; infinity if the infinities differ.
-double max_rel_diff(const Tensor4& a, const Tensor4& b) {
-  REQUIRE(a.data.size() == b.data.size());
-  double m = 0.0;
-  for (std::size_t i = 0; i < a.data.size(); ++i) {
-    const double x = a.data[i], y = b.data[i];
-    if (std::isinf(x) || std::isinf(y)) {
-      if (x != y) return kInfinity;
-      continue;
-    }
-    m = std::max(m, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
-  }
-  return m;
-}
 
 AttentionInputs forward_inputs(const char* scenario, std::uint64_t seed, int heads, int n, int nk, int d, bool causal) {
   AttentionInputs in = make_scenario(scenario, seed, 1, heads, n, d, formats::bf16, false, 0, nk);
