@@ -109,3 +109,83 @@ def test_every_example_runs_as_written(scratch):
                             "\n    ".join(p.stdout.splitlines()[:40]))
     assert ran >= 30
     assert not failures, "\n".join(failures)
+
+
+# ---- docs/PYTHON.md "Replaying the captures you already have" ---------------------------------
+# Its shell block and its one-line Python example, run as written on dumps of the kind the
+# section describes: a bare `save_file` dump (tensors, no flashbits metadata) and an `.npz` in
+# flash_attn's [batch, seq, heads, dim] layout with bf16 saved as uint16. Both are cut from an
+# emulated pytorch-fa2-sm90 trace (make-trace), so the replays must agree bit for bit, and the
+# npz's values must read back as the trace's.
+PYTHON_PAGE = os.path.join(ROOT, "docs", "PYTHON.md")
+
+
+def python_page_shell_block():
+    text = open(PYTHON_PAGE, encoding="utf-8").read()
+    section = text[text.index("## Replaying the captures you already have"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "docs/PYTHON.md lost its replay block"
+    return [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def write_bare_safetensors(path, tensors):
+    """safetensors with no __metadata__: name -> (dtype string, shape, raw bytes)."""
+    import json
+    import struct
+    header, offset, blobs = {}, 0, []
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_python_page_replay_block_runs_as_written(scratch, tmp_path):
+    import numpy as np
+    import flashbits as fb
+    work = tmp_path / "dumps"
+    work.mkdir()
+    trace = work / "made.safetensors"
+    subprocess.run([CLI, "make-trace", "--model", "pytorch-fa2-sm90", "--scenario", "random", "--seqlen", "128",
+                    "--headdim", "64", "--heads", "2", "--out", str(trace)], check=True, capture_output=True)
+    t = fb.load_trace(str(trace))
+    assert all(t.formats[name] == "bf16" for name in ("q", "k", "v", "o"))
+    bits = {name: np.ascontiguousarray(fb.round(t[name], "bf16").bits) for name in ("q", "k", "v", "o")}
+    lse = np.ascontiguousarray(t["lse"].astype(np.float32))  # fp32 values: exact
+    assert np.array_equal(lse.astype(np.float64), t["lse"])
+    # The LSE's [batch, heads, seq] shape is what tells the two layouts apart.
+    dump = {name: ("BF16", b.shape, b.tobytes()) for name, b in bits.items()}
+    dump["softmax_lse"] = ("F32", lse.shape, lse.tobytes())
+    write_bare_safetensors(work / "dump.safetensors", dump)
+    names = {"q": "query", "k": "key", "v": "value", "o": "out"}
+    np.savez(work / "dump.npz", softmax_lse=lse, **{names[n]: b.transpose(0, 2, 1, 3) for n, b in bits.items()})
+
+    env = dict(os.environ, PATH=f"{scratch / 'bin'}:{os.environ['PATH']}")
+    commands = python_page_shell_block()
+    assert len(commands) == 3 and commands[0].startswith("flashbits replay dump.safetensors")
+    for command in commands:
+        p = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        # The first replay is under the model that made the data: bit for bit (exit 0). The
+        # last replays the imported trace under another model (fa2-sm90), which may differ
+        # (exit 1, a result, as in docs/COMMANDS.md), but must run and give its verdict.
+        same_model = command is commands[0] or command.startswith("flashbits import")
+        assert p.returncode in ((0,) if same_model else (0, 1)), \
+            f"docs/PYTHON.md: {command}\n exit {p.returncode}: {p.stderr.strip()[:400]}\n{p.stdout[-400:]}"
+        if command.startswith("flashbits replay"):
+            assert "result: " in p.stdout, p.stdout[-800:]
+
+    text = open(PYTHON_PAGE, encoding="utf-8").read()
+    example = re.search(r"In Python: `(flashbits\.load_trace\([^`]*\))`", text)
+    assert example, "docs/PYTHON.md lost its load_trace example"
+    old = os.getcwd()
+    os.chdir(work)
+    try:
+        loaded = eval(example.group(1), {"flashbits": fb})  # noqa: S307 - the page's own line
+    finally:
+        os.chdir(old)
+    assert np.array_equal(fb.round(loaded["q"], "bf16").bits, bits["q"])
+    assert np.array_equal(loaded["o"], t["o"])
+    assert loaded.metadata["source"] == "unknown"
