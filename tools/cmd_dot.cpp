@@ -98,8 +98,10 @@ std::string scale_format_name(const Format& f) { return std::string(fb::block_sc
 std::vector<std::uint8_t> parse_scales(const Format& scale, const std::string& text, const std::string& option,
                                        std::size_t expected, int k, int block);
 
-DotModel resolve_model(const std::vector<std::string>& words, const std::string& expected_model,
-                       const BlockScaledOptions& s) {
+// The dot model a `dot` line names (MODEL and INFMT, with --input-b/--kind/--scale-format/--block),
+// through the one lookup every face uses (fb::find_dot_model).
+DotModel dot_model_of_line(const std::vector<std::string>& words, const std::string& expected_model,
+                           const BlockScaledOptions& s) {
   if (words.size() != 5) {
     throw InputError("expected 5 words `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, got " + std::to_string(words.size()));
   }
@@ -126,7 +128,7 @@ DotModel resolve_model(const std::vector<std::string>& words, const std::string&
 DotRequest parse_dot(const std::vector<std::string>& words, const std::string& expected_model,
                      const BlockScaledOptions& s) {
   DotRequest req;
-  req.model = resolve_model(words, expected_model, s);
+  req.model = dot_model_of_line(words, expected_model, s);
   const DotModel& m = req.model;
   req.c = parse_operand_or_throw(m.accumulator(), words[2], "C");
   req.a = parse_list(m.a_input(), words[3], "A");

@@ -36,7 +36,7 @@ struct ResolvedModel {
   std::string not_runnable;  // set when model is empty
 };
 
-ResolvedModel resolve_model(const std::string& model, const Format& format, const std::string& round, int sr_bits) {
+ResolvedModel grid_cell_model(const std::string& model, const Format& format, const std::string& round, int sr_bits) {
   const std::size_t plus = model.find('+');
   std::string base = model.substr(0, plus);
   const std::string variants = plus == std::string::npos ? "" : model.substr(plus);
@@ -101,10 +101,10 @@ SweepGrid sweep_grid(const SweepRun& run) {
   for (std::size_t f = 0; f < formats.size(); ++f)
     for (const auto& round : rounds)
       for (const auto& model : models) {
-        const ResolvedModel resolved = resolve_model(model, parsed_formats[f], round, sr_bits);
+        const ResolvedModel resolved = grid_cell_model(model, parsed_formats[f], round, sr_bits);
         std::optional<ResolvedModel> baseline;
         // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
-        if (!run.against.empty()) baseline = resolve_model(run.against, parsed_formats[f], "rne", sr_bits);
+        if (!run.against.empty()) baseline = grid_cell_model(run.against, parsed_formats[f], "rne", sr_bits);
         const std::string& why = !resolved.model                ? resolved.not_runnable
                                  : baseline && !baseline->model ? baseline->not_runnable
                                                                 : resolved.not_runnable;
