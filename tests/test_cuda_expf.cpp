@@ -29,6 +29,7 @@
 #include "emu/sfu/special_functions.hpp"
 #include "formats/format.hpp"
 #include "tests/bf16_reference.hpp"
+#include "traces/sfu_sets.hpp"
 
 namespace {
 
