@@ -16,6 +16,8 @@
 #include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
 #include "api/input_error.hpp"
+#include "traces/sfu_sets.hpp"
+#include "traces/sfu_table_file.hpp"
 
 namespace fb::api {
 namespace {
@@ -140,7 +142,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
 
   if (j.contains("sfu")) {
     const nlohmann::json& sfu = j["sfu"];
-    // A named SFU set (emu/sfu/special_functions.hpp find_sfu_set), whole ("sfu": "hw-sm90": every
+    // A named SFU set (traces/sfu_sets.hpp find_sfu_set), whole ("sfu": "hw-sm90": every
     // function the model evaluates) or per function ("ex2": "hw-sm90"); names take precedence
     // over table paths.
     auto named_set = [&](const std::string& field, const std::string& text) -> std::optional<SfuSet> {

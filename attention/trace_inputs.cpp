@@ -8,6 +8,7 @@
 
 #include "attention/kernel_models.hpp"
 #include "emu/sfu/special_functions.hpp"
+#include "traces/sfu_sets.hpp"
 
 namespace fb::attn {
 

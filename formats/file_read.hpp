@@ -42,7 +42,7 @@ inline constexpr FileKind kRecipeFile{"a recipe file", 16 * kMiB};
 // Sweep results read back by `merge` (CSV or JSON shards): rows of a few hundred bytes, so
 // about a million rows.
 inline constexpr FileKind kSweepFile{"a sweep result file", 256 * kMiB};
-// FBSFU1 special-function tables (emu/sfu/sfu_table_file.cpp): the H200 ones are 2-17 MB; a
+// FBSFU1 special-function tables (traces/sfu_table_file.cpp): the H200 ones are 2-17 MB; a
 // delta table over all 2^32 inputs (4 bits each, with escapes) stays under the cap.
 inline constexpr FileKind kSfuTableFile{"an FBSFU1 table", 4 * kGiB};
 // The device's SFU captures (FBSFUT1 tables, FBSFURAW1 evidence of a few binades), read by

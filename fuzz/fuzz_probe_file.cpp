@@ -1,6 +1,6 @@
 // fuzz/fuzz_probe_file.cpp: libFuzzer target for the tensor-core probe file reader
-// (gpu/probe_file.hpp read_probe_file) and the checker behind `flashbits probe-check`
-// (gpu/probe_check.hpp run_probe_check). Properties checked on every input:
+// (traces/probe_file.hpp read_probe_file) and the checker behind `flashbits probe-check`
+// (traces/probe_check.hpp run_probe_check). Properties checked on every input:
 // - the reader refuses a bad file only by fb::gpu::ProbeFileError whose one-line message
 //   starts with the file name; any other exception, a crash, a sanitizer report or a leak
 //   is a finding;
@@ -11,8 +11,8 @@
 #include <string>
 
 #include "fuzz/fuzz_util.hpp"
-#include "gpu/probe_check.hpp"
-#include "gpu/probe_file.hpp"
+#include "traces/probe_check.hpp"
+#include "traces/probe_file.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // fuzz/fuzz_sfu_capture.cpp: libFuzzer target for the FBSFUT1 capture reader
-// (gpu/sfu_table.hpp sfu_capture_to_table, behind fb-sfu-table-convert). Properties
+// (traces/sfu_capture.hpp sfu_capture_to_table, behind fb-sfu-table-convert). Properties
 // checked on every input:
 // - a bad capture is refused only by std::runtime_error whose one-line message starts with
 //   the file name; any other exception, a crash, a sanitizer report or a leak is a finding;
@@ -14,7 +14,8 @@
 #include <stdexcept>
 
 #include "fuzz/fuzz_util.hpp"
-#include "gpu/sfu_table.hpp"
+#include "traces/sfu_capture.hpp"
+#include "traces/sfu_table_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const fb::fuzz::TempFile file("sfu_capture"), converted("sfu_capture_fbsfu1");

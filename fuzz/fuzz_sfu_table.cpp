@@ -1,5 +1,5 @@
 // fuzz/fuzz_sfu_table.cpp: libFuzzer target for the FBSFU1 SFU table loader
-// (emu/sfu/special_functions.hpp load_table_model). Properties checked on every input:
+// (traces/sfu_table_file.hpp load_table_model). Properties checked on every input:
 // - a bad file is refused only by std::runtime_error whose one-line message starts with
 //   the file name; any other exception, a crash, a sanitizer report or a leak is a finding;
 // - a table it accepts evaluates any input without a crash and describes itself.
@@ -15,6 +15,7 @@
 
 #include "emu/sfu/special_functions.hpp"
 #include "fuzz/fuzz_util.hpp"
+#include "traces/sfu_table_file.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 // SFU set, every tensor and every per-row intermediate (ctest replay_hardware_traces).
 //
 // Contract:
-// - Tiles: FA2's launch configuration per head dim (gpu/fa2_host.hpp fa2_tile_sizes):
+// - Tiles: FA2's launch configuration per head dim (traces/fa2_host.hpp fa2_tile_sizes):
 //   forward block_m x block_n = 128x128 (d 64), 128x64 (d 128); backward bwd_block_m x
 //   bwd_block_n = 128x128 (d 64), 64x128 (d 128). What differs from FA2 is the warp
 //   layout, not the tiles (see "Deviations").
@@ -63,9 +63,9 @@
 //   acc_o; NaN for tiles a causal m-block never visits.
 // - Output: a safetensors trace (docs/DESIGN.md §9): q k v do o dq dk dv (BF16 [B,H,N,D]),
 //   lse delta (F32 [B,H,N]), dq_accum (F32), the trace_* tensors, and full metadata
-//   (gpu/fa2_host.cpp fa2_trace_metadata: source cuda:<device>, causal, tiles, ...).
+//   (traces/fa2_host.cpp fa2_trace_metadata: source cuda:<device>, causal, tiles, ...).
 // - Bad arguments or shapes: one line on stderr, exit 2; CUDA errors: exit 3.
-// Usage: see gpu/fa2_host.cpp fa2_usage().
+// Usage: see traces/fa2_host.cpp fa2_usage().
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -79,8 +79,8 @@
 #include <vector>
 
 #include "gpu/device_common.cuh"
-#include "gpu/fa2_host.hpp"
-#include "gpu/fa2_trace.hpp"
+#include "traces/fa2_host.hpp"
+#include "traces/fa2_trace.hpp"
 
 // The device side: helpers and kernels, one translation unit with the launches below (no -rdc).
 #include "gpu/fa2_kernels.cuh"

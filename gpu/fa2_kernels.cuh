@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "gpu/device_common.cuh"
-#include "gpu/fa2_host.hpp"
+#include "traces/fa2_host.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -21,7 +21,7 @@ namespace {
 constexpr int kRowsPerWarp = 16;               // one m16n8k16 row tile per warp
 constexpr float kLn2 = 0.693147182f;           // the constant __logf multiplies lg2 by
 constexpr float kLog2e = 1.44269504f;          // float(M_LOG2E)
-constexpr float kDynmaxBeta = kFa2DynmaxBeta;  // gpu/fa2_host.hpp: the CPU model's +dynmax defaults
+constexpr float kDynmaxBeta = kFa2DynmaxBeta;  // traces/fa2_host.hpp: the CPU model's +dynmax defaults
 constexpr double kDynmaxTol = kFa2DynmaxTol;
 
 template <int D>

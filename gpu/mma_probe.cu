@@ -4,7 +4,7 @@
 // patterns including NaN, inf and subnormals, plus designed batches that separate the
 // accumulation hypotheses of docs/DESIGN.md §4), and writes every output element as one
 // probe case (D = C + sum_i a_i b_i, its inputs and the hardware's D) to a probe file
-// (gpu/probe_file.hpp, gpu/README.md), which `flashbits probe-check` replays on a CPU.
+// (traces/probe_file.hpp, gpu/README.md), which `flashbits probe-check` replays on a CPU.
 // Forms: mma.sync m16n8k16 bf16/fp16 -> f32, fp16 -> f16, mma.sync m16n8k8 tf32 -> f32
 // (sm_80+), wgmma m64n8k16 bf16/fp16 and m64n8k32 e4m3/e5m2 -> f32 (sm_90a only).
 // Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--forms all|mma|wgmma] [--dry-run: inputs only, no GPU,
@@ -26,7 +26,7 @@
 
 #include "formats/format.hpp"
 #include "gpu/device_common.cuh"
-#include "gpu/probe_file.hpp"
+#include "traces/probe_file.hpp"
 
 // The forms and kernels, then the host side's input design and launches: one translation
 // unit (no -rdc).

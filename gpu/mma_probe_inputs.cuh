@@ -18,7 +18,7 @@
 #include "formats/format.hpp"
 #include "gpu/device_common.cuh"
 #include "gpu/mma_probe_kernels.cuh"
-#include "gpu/probe_file.hpp"
+#include "traces/probe_file.hpp"
 
 namespace fb::gpu {
 namespace {

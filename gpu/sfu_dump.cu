@@ -2,7 +2,7 @@
 //
 // Contract: evaluates the named PTX instruction (ex2 = ex2.approx.ftz.f32, ex2nf =
 // ex2.approx.f32, rcp = rcp.approx.ftz.f32, lg2 = lg2.approx.ftz.f32) on all 2^32 input bit
-// patterns and writes an FBSFUDUMP1 file (tools/sfu_dump_model.hpp): a 4096-byte NUL-padded
+// patterns and writes an FBSFUDUMP1 file (traces/sfu_dump.hpp): a 4096-byte NUL-padded
 // text header, then the 2^32 output bit patterns as little-endian u32 in input order
 // (16 GiB). Meant for the device machine only (gpu/device_replay.sh writes the dumps to
 // /dev/shm, replays the hardware traces with them, and deletes them): the dump is how a

@@ -38,7 +38,7 @@
 // - Writes a summary (sfu_summary.txt) and, for the smallest N (then the first rounding
 //   in floor, nearest_even, toward_zero order) at which a hypothesis holds and verifies,
 //   a table file in the format documented in gpu/README.md ("FBSFUT1"; written by
-//   gpu/sfu_table_writer.hpp, the writer fb-sfu-rehearse shares); if no holding
+//   traces/sfu_capture_writer.hpp, the writer fb-sfu-rehearse shares); if no holding
 //   ex2 table verifies, the first holding one is written anyway (its header says how
 //   many inputs it gets wrong); the same for the one rcp table (rcp_table_n23.fbsfut).
 // - lg2: one hypothesis is counted on all positive normal inputs: lg2(2^e * 1.m) =
@@ -101,7 +101,7 @@
 
 #include "gpu/device_common.cuh"
 #include "gpu/sfu_table_model.hpp"
-#include "gpu/sfu_table_writer.hpp"
+#include "traces/sfu_capture_writer.hpp"
 
 // The kernels and the drivers that launch them, split by topic; one translation unit (no -rdc).
 #include "gpu/sfu_probe_kernels.cuh"

@@ -21,7 +21,7 @@
 
 #include "gpu/device_common.cuh"
 #include "gpu/sfu_table_model.hpp"
-#include "gpu/sfu_table_writer.hpp"
+#include "traces/sfu_capture_writer.hpp"
 #include "gpu/sfu_probe_tables.cuh"
 
 namespace fb::gpu {

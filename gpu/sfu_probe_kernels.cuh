@@ -21,7 +21,7 @@
 
 #include "gpu/device_common.cuh"
 #include "gpu/sfu_table_model.hpp"
-#include "gpu/sfu_table_writer.hpp"
+#include "traces/sfu_capture_writer.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -67,7 +67,7 @@ __device__ inline float hw(int fn, float x) {
 
 // Correctly rounded reference from a double approximation; sets `uncertain` when the
 // double is too close to an fp32 rounding boundary for its error bound (the table writers'
-// sfu_round_reference, gpu/sfu_table_model.hpp).
+// sfu_round_reference, traces/sfu_capture_rules.hpp).
 __host__ __device__ inline float round_reference(double r, bool& uncertain) {
   return sfu_round_reference(r, uncertain);
 }
@@ -436,7 +436,7 @@ bool lg2_split_hypothesis(std::uint64_t chunk, std::ostringstream& summary) {
 // Table entries as 4-bit deltas (in ulps) from the correctly rounded exact value at the
 // key; -8 escapes to an explicit (key, bits) pair: used for deltas outside -7..7 and for
 // keys whose double reference was too close to a rounding boundary to be trusted. Each entry
-// is gpu/sfu_table_model.hpp sfu_table_delta, the host writer's too (gpu/sfu_table_writer.hpp
+// is traces/sfu_capture_rules.hpp sfu_table_delta, the host writer's too (traces/sfu_capture_writer.hpp
 // sfu_table_deltas, which fb-sfu-rehearse uses); the escapes are listed in the order the
 // threads record them.
 // sign_magnitude (ex2 only): entries 2^(nbits+1), key j < 2^nbits -> 2^(j / 2^nbits), key

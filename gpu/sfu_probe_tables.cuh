@@ -21,7 +21,7 @@
 
 #include "gpu/device_common.cuh"
 #include "gpu/sfu_table_model.hpp"
-#include "gpu/sfu_table_writer.hpp"
+#include "traces/sfu_capture_writer.hpp"
 #include "gpu/sfu_probe_kernels.cuh"
 
 namespace fb::gpu {
@@ -100,7 +100,7 @@ std::string device_line(const cudaDeviceProp& prop) {
 // ex2 sign-magnitude tables (key ex2_sign_magnitude) hold 2^(nbits+1) entries, T+ then T-;
 // `tail` is appended after the escapes (lg2 extended: the residuals).
 // The deltas are computed on the device (table_delta_kernel); the file, its name and the
-// summary line are gpu/sfu_table_writer.hpp write_sfu_table's, the writer fb-sfu-rehearse uses.
+// summary line are traces/sfu_capture_writer.hpp write_sfu_table's, the writer fb-sfu-rehearse uses.
 void emit_table(int fn, int nbits, const std::string& key, std::uint32_t* d_table, const Options& o,
                 const std::string& device, std::uint32_t nan_output, const std::string& extra,
                 std::ostringstream& summary, const std::string& tail = std::string()) {

@@ -18,7 +18,7 @@
 //   picks it). A table whose hypothesis held is evaluated with gpu/sfu_table_model.hpp's
 //   mirror of the emu's model on the whole domain against the stand-in (mismatches per
 //   region) and written, with the same preference as fb-sfu-probe (the smallest N whose model
-//   reproduces the stand-in, else the first that held), through gpu/sfu_table_writer.hpp, the
+//   reproduces the stand-in, else the first that held), through traces/sfu_capture_writer.hpp, the
 //   writer fb-sfu-probe uses: the same names, header and layout; the header's source is
 //   "rehearsal:fb-sfu-rehearse" (fb-sfu-table-convert then marks the table not measured) and
 //   table_model_mismatches counts the domain only (table_model_domain says so).
@@ -49,7 +49,9 @@
 
 #include "emu/sfu/special_functions.hpp"
 #include "gpu/sfu_table_model.hpp"
-#include "gpu/sfu_table_writer.hpp"
+#include "traces/sfu_capture_writer.hpp"
+#include "traces/sfu_sets.hpp"
+#include "traces/sfu_table_file.hpp"
 
 namespace fb::gpu {
 namespace {

@@ -1,15 +1,15 @@
 // gpu/sfu_table_convert.cpp: fb-sfu-table-convert, turns an ex2, rcp or lg2 table captured by
 // fb-sfu-probe (FBSFUT1, gpu/README.md) into the emu's FBSFU1 table file
-// (emu/sfu/special_functions.cpp), the form `table` SFU models load.
+// (traces/sfu_table_file.hpp), the form `table` SFU models load.
 //
-// Contract: gpu/sfu_table.hpp sfu_capture_to_table() does the conversion (ex2 fixed-point,
+// Contract: traces/sfu_capture.hpp sfu_capture_to_table() does the conversion (ex2 fixed-point,
 // rcp mantissa and lg2 exponent-split tables whose emu evaluation reproduced the hardware on
 // all 2^32 inputs); this program writes its result (FBSFU1 form ex2_fixed_point,
 // rcp_mantissa or lg2_exponent_split). A table that
 // did not reproduce the hardware is refused and a malformed input fails: each exits 2 with
 // one line naming the file and field.
 // Also: fb-sfu-table-convert --ex2-from-raw RAW.bin OUT.fbsfu derives the ex2 sign-magnitude
-// table from fb-sfu-probe's raw ex2 evidence (FBSFURAW1; gpu/sfu_table.hpp
+// table from fb-sfu-probe's raw ex2 evidence (FBSFURAW1; traces/sfu_capture.hpp
 // sfu_raw_ex2_to_sign_magnitude_table: written unmeasured, the rule checked on the file's
 // binades only).
 // Usage: fb-sfu-table-convert IN.fbsfut OUT.fbsfu | --ex2-from-raw RAW.bin OUT.fbsfu
@@ -18,7 +18,8 @@
 #include <exception>
 #include <string>
 
-#include "gpu/sfu_table.hpp"
+#include "traces/sfu_capture.hpp"
+#include "traces/sfu_table_file.hpp"
 
 int main(int argc, char** argv) {
   const bool from_raw = argc == 4 && std::strcmp(argv[1], "--ex2-from-raw") == 0;

@@ -4,21 +4,11 @@
 // lg2_extended_table_model, the splits that key the hypotheses, ArgRounding,
 // FinalRoundingCode) are stated once in emu/sfu/sfu_table_rules.hpp, which the emulator's table
 // models use too; they are visible here in fb::gpu, where the device code and the tests name
-// them.
+// them. The FBSFUT1 entries (sfu_round_reference, sfu_table_delta) are
+// traces/sfu_capture_rules.hpp, included here.
 //
 // Contract of what this header adds (host and device):
 // lg2_interval / lg2_representative: the `--lg2-extended` interval analysis (below).
-// sfu_round_reference(r, uncertain): fp32 RNE of a double approximation r of an exact value,
-// `uncertain` set when r lies within 2^-49 (relative) of an fp32 rounding boundary (the double
-// evaluation's error bound does not prove the rounding); fb-sfu-probe's reference for all its
-// comparisons.
-// sfu_table_delta(fn, N, sign_magnitude, j, value): the FBSFUT1 entry (gpu/README.md) of table
-// key j holding `value` (fn: kSfuTableEx2, kSfuTableRcp, kSfuTableLg2): value minus the bits
-// of the correctly rounded value at the key (ex2: 2^(j / 2^N); sign magnitude: 2^(j / 2^N) for
-// j < 2^N, 2^(-(j - 2^N) / 2^N) above; rcp: 1 / (1 + j 2^-23); lg2: lg2(1 + j 2^-23)), in
-// ulps, escaped when outside -7..7 or when the double reference is uncertain. fb-sfu-probe's
-// table_delta_kernel and the host writer (gpu/sfu_table_writer.hpp sfu_table_deltas) both
-// compute the deltas with it.
 // Plain C++ when not compiled by nvcc.
 #pragma once
 
@@ -26,6 +16,7 @@
 #include <cstdint>
 
 #include "emu/sfu/sfu_table_rules.hpp"
+#include "traces/sfu_capture_rules.hpp"
 
 namespace fb::gpu {
 
@@ -121,58 +112,6 @@ FB_HD inline bool lg2_representative(std::uint32_t t_bits, long long lo, long lo
     return true;
   }
   return false;
-}
-
-// ---- FBSFUT1 table entries (fb-sfu-probe's table_delta_kernel, the host writer) -------------
-// Function numbering of the FBSFUT1 writers (fb-sfu-probe's Fn: ex2, rcp, lg2 first).
-enum SfuTableFunction : int { kSfuTableEx2 = 0, kSfuTableRcp = 1, kSfuTableLg2 = 2 };
-// The delta that marks an escaped entry, and a key no input set (fb-sfu-probe's kEmpty).
-constexpr int kSfuTableEscape = -8;
-constexpr std::uint32_t kSfuTableUnfilled = 0xffffffffu;
-
-FB_HD inline bool sfu_isfinite(double v) {
-#ifdef __CUDA_ARCH__
-  return isfinite(v);
-#else
-  return std::isfinite(v);
-#endif
-}
-FB_HD inline bool sfu_isfinite(float v) {
-#ifdef __CUDA_ARCH__
-  return isfinite(v);
-#else
-  return std::isfinite(v);
-#endif
-}
-
-FB_HD inline float sfu_round_reference(double r, bool& uncertain) {
-  uncertain = false;
-  const float f = static_cast<float>(r);  // RNE
-  if (!sfu_isfinite(r) || r == 0.0 || !sfu_isfinite(f) || f == 0.f) return f;
-  const float toward = static_cast<double>(f) < r ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
-  if (!sfu_isfinite(toward)) return f;
-  const double boundary = 0.5 * (static_cast<double>(f) + static_cast<double>(toward));
-  uncertain = fabs(r - boundary) <= fabs(r) * 0x1p-49;
-  return f;
-}
-
-struct SfuTableDelta {
-  int delta;       // -7..7, or kSfuTableEscape
-  bool uncertain;  // escaped because the double reference was too close to a rounding boundary
-};
-FB_HD inline SfuTableDelta sfu_table_delta(int fn, int nbits, bool sign_magnitude, std::uint32_t j,
-                                           std::uint32_t value) {
-  bool uncertain = false;
-  const std::uint32_t half = 1u << nbits;
-  const double frac = ldexp(static_cast<double>(sign_magnitude ? j % half : j), -nbits);  // in [0,1)
-  const double arg = sign_magnitude && j >= half ? -frac : frac;
-  const float ref = sfu_round_reference(fn == kSfuTableEx2   ? exp2(arg)
-                                        : fn == kSfuTableRcp ? 1.0 / (1.0 + frac)
-                                                             : log2(1.0 + frac),
-                                        uncertain);
-  const long long d = static_cast<long long>(value) - static_cast<long long>(sfu_bits(ref));
-  if (uncertain || d < -7 || d > 7) return {kSfuTableEscape, uncertain};
-  return {static_cast<int>(d), false};
 }
 
 }  // namespace fb::gpu

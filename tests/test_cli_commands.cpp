@@ -26,6 +26,7 @@
 #include "tests/bf16_reference.hpp"
 #include "tests/cli_run.hpp"
 #include "tests/test_scale.hpp"
+#include "traces/sfu_table_file.hpp"
 #include "traces/trace.hpp"
 #include "studies/scenarios.hpp"
 

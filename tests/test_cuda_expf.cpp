@@ -30,6 +30,7 @@
 #include "formats/format.hpp"
 #include "tests/bf16_reference.hpp"
 #include "studies/scenarios.hpp"
+#include "traces/sfu_sets.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // tests/test_fa2_host.cpp: the host side of fb-fa2 that runs without a GPU
-// (gpu/fa2_host.hpp, gpu/fa2_trace_lite.cpp).
+// (traces/fa2_host.hpp, traces/fa2_trace_lite.cpp).
 // - Tiles: fa2_tile_sizes equals FA2's launch configuration, written here from FA2's
 //   flash_fwd_launch_template.h / flash_bwd_launch_template.h (hdim64: fwd 128x128, bwd
 //   128x128; hdim128: fwd 128x64, bwd 64x128), and the tiles of the CPU models fa2-sm80 and
@@ -29,8 +29,8 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
-#include "gpu/fa2_host.hpp"
-#include "gpu/fa2_trace.hpp"
+#include "traces/fa2_host.hpp"
+#include "traces/fa2_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace {

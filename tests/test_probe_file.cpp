@@ -1,5 +1,5 @@
-// tests/test_probe_file.cpp: the probe file format (gpu/probe_file.hpp) and the probe
-// checker (gpu/probe_check.hpp) without a GPU.
+// tests/test_probe_file.cpp: the probe file format (traces/probe_file.hpp) and the probe
+// checker (traces/probe_check.hpp) without a GPU.
 // - Round trip: every header field and case word survives write/read; malformed files
 //   fail with an error naming the file and the field.
 // - The checker: a probe file whose D values come from an INDEPENDENT computation
@@ -32,7 +32,7 @@
 //   numbers). Then the file with D filled in by
 //   fused_dot_bits and one bit flipped: probe-check's mismatches file holds exactly that
 //   case, its sample the first N cases of every batch, on 1 and 3 threads alike.
-// - SFU capture tables (gpu/sfu_table.hpp): an FBSFUT1 file written here byte by byte from
+// - SFU capture tables (traces/sfu_capture.hpp): an FBSFUT1 file written here byte by byte from
 //   the README's layout converts into an emu table model whose outputs equal the MPFR
 //   correctly rounded 2^(i/2^N) plus the delta written here (or the escaped bits), under the
 //   file's argument rounding; a table whose emu evaluation did not reproduce the hardware,
@@ -56,7 +56,7 @@
 //   subnormal, signed zero, infinite and negative escaped entries). The lg2
 //   hypothesis' prediction RN_fp32(e + T) (lg2_exponent_split_model) equals MPFR's correctly
 //   rounded sum.
-// - The shared FBSFUT1 writer (gpu/sfu_table_writer.hpp, fb-sfu-probe's and fb-sfu-rehearse's):
+// - The shared FBSFUT1 writer (traces/sfu_capture_writer.hpp, fb-sfu-probe's and fb-sfu-rehearse's):
 //   for the same deltas, counts and escapes it writes the bytes and summary lines fb-sfu-probe's
 //   emit_table wrote before the writer was shared (kept here verbatim), refusals included; its
 //   host deltas equal fb-sfu-probe's former per-key computation, and a table written with them
@@ -80,11 +80,13 @@
 #include <sstream>
 
 #include "emu/dot/tensor_core.hpp"
-#include "gpu/probe_check.hpp"
-#include "gpu/probe_file.hpp"
-#include "gpu/sfu_table.hpp"
 #include "gpu/sfu_table_model.hpp"
-#include "gpu/sfu_table_writer.hpp"
+#include "traces/probe_check.hpp"
+#include "traces/probe_file.hpp"
+#include "traces/sfu_capture.hpp"
+#include "traces/sfu_capture_rules.hpp"
+#include "traces/sfu_capture_writer.hpp"
+#include "traces/sfu_table_file.hpp"
 #include "mpfr_reference.hpp"
 #include "rcp_reference.hpp"
 
@@ -2069,7 +2071,7 @@ TEST_CASE("sfu_capture_lg2_extended_converts_and_device_model_matches_the_emu") 
   mpfr_free_cache();
 }
 
-// ---- the shared FBSFUT1 writer (gpu/sfu_table_writer.hpp) ------------------------------------
+// ---- the shared FBSFUT1 writer (traces/sfu_capture_writer.hpp) -----------------------------
 namespace {
 
 // fb-sfu-probe's emit_table as it was before its host side moved into the shared writer

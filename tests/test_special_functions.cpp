@@ -47,6 +47,8 @@
 
 #include "emu/sfu/special_functions.hpp"
 #include "tests/rcp_reference.hpp"
+#include "traces/sfu_sets.hpp"
+#include "traces/sfu_table_file.hpp"
 
 namespace {
 

@@ -2,13 +2,15 @@
 """tools/check_layers.py: fails on an #include that points up or sideways (docs/DESIGN.md §1).
 
 The layers, each using only those below it:
-  formats/ -> emu/ -> traces/ (trace and table file formats) -> gpu/ (the probe and SFU
-  capture formats beside them, and CUDA programs) -> attention/ (the engine) -> studies/
-  (scenarios, measurement, statistics, verdicts, bias runs) -> api/ (the one library API: input errors, names, model resolution, event JSON, output
-  files) -> the faces: tools/ (the CLI), python/, bench/, fuzz/.
+  formats/ -> emu/ -> traces/ (every file format: traces, captures, SFU tables and the probe
+  and SFU capture formats, fb-fa2's host side) -> attention/ (the engine) -> studies/
+  (scenarios, measurement, statistics, verdicts, bias runs) -> api/ (the one library API:
+  input errors, names, model resolution, event JSON, output files) -> the faces: tools/ (the
+  CLI), python/, bench/, fuzz/, and gpu/ (the CUDA programs and their device sessions).
 A folder includes its own files and those of lower layers; a face never includes another
-face. tests/ may include anything (it tests every layer). One edge is allowed by name, with
-its reason, in ALLOWED below.
+face. gpu/ includes only formats/, emu/ and traces/ (what its programs read and write). tests/
+may include anything (it tests every layer). One edge is allowed by name, with its reason, in
+ALLOWED below.
 
 Usage: tools/check_layers.py [ROOT]   (exit 0: clean; 1: violations, one line each)
 """
@@ -16,9 +18,15 @@ import os
 import re
 import sys
 
-RANK = {"formats": 0, "emu": 1, "traces": 2, "gpu": 3, "attention": 4, "studies": 5, "api": 6,
-        "tools": 7, "python": 7, "bench": 7, "fuzz": 7}
-FACES = {"tools", "python", "bench", "fuzz"}
+RANK = {"formats": 0, "emu": 1, "traces": 2, "attention": 3, "studies": 4, "api": 5,
+        "tools": 6, "python": 6, "bench": 6, "fuzz": 6, "gpu": 6}
+FACES = {"tools", "python", "bench", "fuzz", "gpu"}
+# Faces that may include only some of the layers below them.
+ONLY = {
+    # The CUDA programs and their host tools need the file formats and the emu's SFU rules,
+    # never the engine or the API.
+    "gpu": {"formats", "emu", "traces"},
+}
 ALLOWED = {
     # The CLI's own fuzz harness runs the CLI's subcommands (registry, option parsing) on
     # untrusted files: what it tests is the face itself.
@@ -50,9 +58,12 @@ def violations(root: str):
                     line = text.count("\n", 0, m.start()) + 1
                     if layer in FACES and target in FACES:
                         yield f"{rel}:{line}: includes {target}/{rest}: a face ({layer}/) never includes another face"
+                    elif layer in ONLY and target not in ONLY[layer]:
+                        yield (f"{rel}:{line}: includes {target}/{rest}: {layer}/ includes only "
+                               f"{', '.join(sorted(ONLY[layer]))}")
                     elif RANK[target] >= RANK[layer]:
                         yield (f"{rel}:{line}: includes {target}/{rest}: {target}/ is not below {layer}/ "
-                               f"(layers: formats, emu, traces, gpu, attention, studies, api, faces)")
+                               f"(layers: formats, emu, traces, attention, studies, api, faces)")
 
 
 def main() -> int:

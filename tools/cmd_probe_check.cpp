@@ -1,13 +1,13 @@
 // tools/cmd_probe_check.cpp: `flashbits probe-check FILE`, hardware probe outputs vs the
-// tensor-core models. Exit 0 all match, 1 any mismatch, 2 bad file (gpu/probe_check.hpp).
+// tensor-core models. Exit 0 all match, 1 any mismatch, 2 bad file (traces/probe_check.hpp).
 // --mismatches-out / --sample-out write subsets of FILE as probe files (every section, in
 // order; gpu/README.md), --jobs replays on that many threads (the output does not depend on it).
 #include <iostream>
 #include <memory>
 #include <sstream>
 
-#include "gpu/probe_check.hpp"
 #include "tools/cli_common.hpp"
+#include "traces/probe_check.hpp"
 
 namespace fb::cli {
 namespace {

@@ -39,9 +39,9 @@
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
 #include "api/models.hpp"
-#include "tools/sfu_dump_model.hpp"
-#include "tools/sfu_values.hpp"
 #include "tools/svg_plot.hpp"
+#include "traces/sfu_dump.hpp"
+#include "traces/sfu_values.hpp"
 
 namespace fb::cli {
 namespace {
@@ -334,7 +334,8 @@ int run_replay(const ReplayOptions& o) {
     values.header["program"] = "flashbits replay --sfu-record";
     for (const auto& rec : recorders) values.pairs[rec->function()] = rec->recorded();
     try {
-      write_sfu_values(o.sfu_record, values);
+      // Whole or not at all.
+      write_output_file(o.sfu_record, encode_sfu_values(o.sfu_record, values), "the SFU values");
     } catch (const std::runtime_error& e) {
       throw InputError(e.what());
     }

@@ -125,7 +125,7 @@ hex "01${sfu_magic}000101$(u16 0)0401$(u32 0x7fffffff)$(u32 16)02$(u32 0x1b6c2d4
 # a table with a wrong checksum (the harness appends none)
 hex "00${sfu_magic}000000$(u16 0)$(u32 1)$(u32 0)$(u32 1)00deadbeef" > "$d/bad_crc"
 
-# FBPROBE1 (gpu/probe_file.hpp): one bf16 section with two cases, and a two-section file.
+# FBPROBE1 (traces/probe_file.hpp): one bf16 section with two cases, and a two-section file.
 d="$work/fuzz_probe_file"; mkdir -p "$d"
 probe_section() {  # probe_section K CASES_HEX HEADER_EXTRA
   local h="form=mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32

@@ -1,5 +1,5 @@
 // emu/dot/dot_step_json.hpp: one fused tensor-core step's record (DotStepEvent) as JSON, the one
-// serialiser of it: probe-check's --json (gpu/probe_check.cpp) and the Python module's
+// serialiser of it: probe-check's --json (traces/probe_check.cpp) and the Python module's
 // traces (python/src/attention.cpp) both write it.
 //
 // Contract: an object with, in this order, largest_exponent, terms, truncated_value,

@@ -1,7 +1,7 @@
 // emu/sfu/sfu_table_models.cpp: the emulator's FBSFU1 table models of forms 1..5
 // (emu/sfu/sfu_table_models.hpp), each a thin wrapper of its rule in emu/sfu/sfu_table_rules.hpp,
 // the one statement of the rules that fb-sfu-probe's device code evaluates too. What each
-// form hypothesises about the hardware (the file layout is in emu/sfu/sfu_table_file.cpp):
+// form hypothesises about the hardware (the file layout is in traces/sfu_table_file.cpp):
 //
 // ex2_fixed_point hypothesis: xf = round(x * 2^N) per argument_rounding (after input
 //   ftz), k = floor(xf / 2^N), i = xf mod 2^N, result = T[i] * 2^k, with results of

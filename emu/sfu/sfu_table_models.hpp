@@ -1,5 +1,5 @@
 // emu/sfu/sfu_table_models.hpp: the emulator's SFU table models (FBSFU1 forms 1..5), built from
-// already-decoded tables. emu/sfu/sfu_table_file.cpp decodes a file and calls these factories;
+// already-decoded tables. traces/sfu_table_file.cpp decodes a file and calls these factories;
 // the evaluation rules themselves are emu/sfu/sfu_table_rules.hpp, shared with the device.
 //
 // Contract: each factory takes the table exactly as the file defines it (sizes already
@@ -7,7 +7,7 @@
 // and returns a SpecialFunctionModel whose evaluate() is the form's rule (the hypotheses in
 // emu/sfu/sfu_table_models.cpp), kind() table, hardware_measured() = provenance.measured, and
 // describe() "<f>: table <path> (source: ...), <rule>, measured on hardware | SYNTHETIC".
-// TableModel is the shared base, also used by emu/sfu/sfu_table_file.cpp's delta-segment model.
+// TableModel is the shared base, also used by traces/sfu_table_file.cpp's delta-segment model.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // emu/sfu/sfu_table_rules.hpp: the ONE statement of how an FBSFU1 table model turns an fp32 input
-// into fp32 output bits (forms 1..5 of emu/sfu/sfu_table_file.cpp), shared by the host emulator
-// (emu/sfu/sfu_table_file.cpp's table models) and CUDA device code (fb-sfu-probe evaluates
+// into fp32 output bits (forms 1..5 of traces/sfu_table_file.cpp), shared by the host emulator
+// (emu/sfu/sfu_table_models.cpp's table models) and CUDA device code (fb-sfu-probe evaluates
 // captured tables with these on all 2^32 inputs). Header-only, plain C++ when not compiled
 // by nvcc, __host__ __device__ under nvcc; it needs nothing but formats/format.hpp so that
 // gpu/ also builds standalone on a device machine.

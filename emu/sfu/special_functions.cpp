@@ -1,6 +1,6 @@
 // emu/sfu/special_functions.cpp: the SFU models of special_functions.hpp that need no table:
 // correct rounding without MPFR, the oracle, ex2 without .ftz, SFU sets and the fast-math
-// compositions. The FBSFU1 table file is emu/sfu/sfu_table_file.cpp, its models
+// compositions. The FBSFU1 table file is traces/sfu_table_file.cpp, its models
 // emu/sfu/sfu_table_models.cpp.
 //
 // ---- How `correct` stays correctly rounded without MPFR ----------------------------

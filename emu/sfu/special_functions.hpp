@@ -41,7 +41,7 @@
 //   approximate (ex2 max 2 ulp, rcp 1 ulp); every report using it must say the SFU
 //   model is unmeasured.
 // - table:   loaded from a file measured on a GPU (format: FBSFU1, documented in
-//   sfu_table_file.cpp); bit-exact by construction where the table covers the
+//   traces/sfu_table_file.cpp); bit-exact by construction where the table covers the
 //   input; inputs it does not cover fall back to `correct` and are counted.
 // - oracle:  values taken from a captured trace: a map input bits -> output bits,
 //   falling back to `correct` (and counting the fallbacks) for unseen inputs.
@@ -120,16 +120,8 @@ std::optional<float> ex2_correct_ftz_at(float x, CorrectStage stage);
 std::optional<float> lg2_correct_ftz_at(float x, CorrectStage stage);
 
 // ---- table model ------------------------------------------------------------------
-// In-memory form of an FBSFU1 table file (format in sfu_table_file.cpp). Outputs are
-// raw fp32 bit patterns; the file stores them as deltas from correct_ftz.
-enum class SfuTableForm : std::uint8_t {
-  delta_segments = 0,      // any function: explicit outputs for ranges of input bit patterns
-  ex2_fixed_point = 1,     // ex2 only: x -> fixed point with N fraction bits, 2^k * T[frac]
-  rcp_mantissa = 2,        // rcp only: x = +-2^e * 1.m -> +-T[m] * 2^-e (ftz), T over the 2^23 mantissas
-  lg2_exponent_split = 3,  // lg2 only: x = 2^e * 1.m > 0 -> RN_fp32(e + T[m]) (ftz), T over the 2^23 mantissas
-  ex2_sign_magnitude = 4,  // ex2 only: |x| truncated to N fraction bits, k.i; x >= 0: T+[i] * 2^k, x < 0: T-[i] * 2^-k
-  lg2_extended = 5,        // lg2 only: x = 2^e * 1.m > 0 -> one rounding of e + L[m], L[m] finer than fp32
-};
+// What the table models (emu/sfu/sfu_table_models.hpp) are built from. The FBSFU1 table file,
+// its in-memory form (SfuTable) and its loader are traces/sfu_table_file.hpp.
 // How the lg2_extended form rounds the exact e + L[m] to fp32 (once; results below 2^-126 flushed).
 enum class FinalRounding : std::uint8_t { nearest_even = 0, toward_zero = 1, down = 2, up = 3 };
 std::string_view to_string(FinalRounding r);
@@ -139,39 +131,6 @@ inline constexpr std::uint32_t kLg2MantissaEntries = std::uint32_t{1} << 23;
 // How the ex2 argument is converted to fixed point (the hypothesis to test on a GPU).
 enum class FixedPointRounding : std::uint8_t { floor = 0, nearest_even = 1, toward_zero = 2 };
 
-struct SfuTableSegment {
-  std::uint32_t first_input = 0;       // input bit pattern of outputs[0]
-  std::vector<std::uint32_t> outputs;  // outputs for first_input, first_input + 1, ...
-};
-
-struct SfuTable {
-  SpecialFunction function = SpecialFunction::ex2;
-  SfuTableForm form = SfuTableForm::delta_segments;
-  bool measured_on_hardware = false;  // false for synthetic tables (tests)
-  std::string source;                 // provenance: GPU, driver, date, capture tool
-  // delta_segments: sorted, non-overlapping
-  std::vector<SfuTableSegment> segments;
-  // ex2_fixed_point: T[i] = fp32 bits of the hardware's 2^(i / 2^fraction_bits)
-  int fraction_bits = 0;  // 1..24
-  FixedPointRounding argument_rounding = FixedPointRounding::floor;
-  std::vector<std::uint32_t> fraction_outputs;  // 2^fraction_bits entries
-  // rcp_mantissa: T[m] = fp32 bits of the hardware's rcp(1.m), m the 23-bit mantissa field;
-  // lg2_exponent_split: T[m] = fp32 bits of the hardware's lg2(1.m)
-  std::vector<std::uint32_t> mantissa_outputs;  // 2^23 entries (kRcpMantissaEntries, kLg2MantissaEntries)
-  // ex2_sign_magnitude: fraction_bits N (1..24), fraction_outputs = T+[i] (the hardware's
-  // 2^(i / 2^N), in [1, 2)) and negative_fraction_outputs = T-[i] (its 2^(-i / 2^N), in
-  // (1/2, 1]), 2^N entries each.
-  std::vector<std::uint32_t> negative_fraction_outputs;
-  // lg2_extended: mantissa_outputs = T[m] (the hardware's lg2(1.m)), extended_residuals = R[m]
-  // (2^23 entries), L[m] = T[m] + R[m] * ulp(T[m]) * 2^-guard_bits exactly (ulp of a zero or
-  // subnormal T: 2^-149), e + L[m] rounded once by final_rounding (see lg2_extended_rule).
-  std::vector<std::int32_t> extended_residuals;
-  int guard_bits = 0;  // 0..24
-  FinalRounding final_rounding = FinalRounding::nearest_even;
-  // forms 1..5: what a NaN input gives (GPU: 0x7fffffff); forms 3, 5: also what x < 0 gives
-  std::uint32_t nan_output = 0x7fc00000u;
-};
-
 // The lg2_extended rule (FBSFU1 form 5) for a positive normal x = 2^e * 1.m (e in -126..127)
 // given its entries T[m] (fp32 bits) and R[m]: a NaN or infinite T is returned as is; otherwise
 // the exact e + L, L = T + R * ulp(T) * 2^-guard_bits, rounded once to fp32 by `rounding`
@@ -180,16 +139,6 @@ struct SfuTable {
 // code evaluates too (tests/test_probe_file.cpp checks it against MPFR). Requires guard_bits in 0..24, |R| < 2^30 and
 // |L| < 2.
 std::uint32_t lg2_extended_rule(int e, std::uint32_t t_bits, std::int32_t r, int guard_bits, FinalRounding rounding);
-
-// The FBSFU1 file's checksum: CRC-32 (IEEE 802.3, as zlib) of `n` bytes. Public so that
-// tools writing such files (and the fuzzer, to reach past the check) share this one.
-std::uint32_t crc32(const std::uint8_t* data, std::size_t n);
-
-// Writes `table` as an FBSFU1 file; throws std::runtime_error on an inconsistent table
-// or an I/O error.
-void write_table_file(const std::string& path, const SfuTable& table);
-// Loads a table file; throws std::runtime_error naming the file and field on a bad file.
-std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path);
 
 // ---- oracle model -----------------------------------------------------------------
 std::unique_ptr<SpecialFunctionModel> make_oracle_model(SpecialFunction f,
@@ -216,23 +165,6 @@ SfuSet correct_sfu_set();
 // and outside x < -126 the two instructions agree everywhere. Its function() is ex2; it is
 // hardware-measured exactly when `ex2_ftz` is.
 std::unique_ptr<SpecialFunctionModel> make_ex2_no_ftz_model(std::shared_ptr<const SpecialFunctionModel> ex2_ftz);
-
-// ---- named SFU sets ------------------------------------------------------------------------
-// Sets a recipe can name (tools/recipe_file.cpp: "sfu": "<set>" or per function):
-// - "correct": correct_sfu_set().
-// - "hw-sm90": the tables measured on an NVIDIA H200 (sm_90) shipped in emu/tables/
-//   (rcp_h200.fbsfu, ex2_h200.fbsfu, lg2_h200.fbsfu, each used when present); a function
-//   without a table is correctly rounded and its describe() says loudly that it is
-//   UNMEASURED and approximate on that hardware.
-// The tables are looked up in sfu_table_dirs(), first match wins: $FLASHBITS_SFU_TABLES alone
-// if set, else this source tree's emu/tables and the build's emu/tables (where the build
-// extracts emu/tables/*.tar.xz, for tables too large to ship uncompressed), both compiled in.
-// Loaded once per process and shared.
-std::vector<std::string> sfu_set_names();
-// nullopt for an unknown name; a shipped table that exists but does not load throws
-// std::runtime_error naming the file.
-std::optional<SfuSet> find_sfu_set(std::string_view name);
-std::vector<std::string> sfu_table_dirs();
 
 // FA2 fast-math compositions. The fp32 constants are those CUDA's __expf / __logf use.
 inline constexpr std::uint32_t kLog2eFp32Bits = 0x3fb8aa3bu;  // 1.44269502f

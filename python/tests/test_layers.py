@@ -36,6 +36,6 @@ def test_an_include_up_or_sideways_fails_with_file_and_line(tmp_path):
     lines = p.stdout.strip().splitlines()
     assert lines == [
         "emu/up.cpp:2: includes attention/attention.hpp: attention/ is not below emu/ "
-        "(layers: formats, emu, traces, gpu, attention, api, faces)",
+        "(layers: formats, emu, traces, attention, studies, api, faces)",
         "python/src/face.cpp:2: includes tools/cli_common.hpp: a face (python/) never includes another face",
     ]

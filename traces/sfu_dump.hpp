@@ -1,4 +1,4 @@
-// tools/sfu_dump_model.hpp: an SFU model read from a full hardware dump (FBSFUDUMP1).
+// traces/sfu_dump.hpp: an SFU model read from a full hardware dump (FBSFUDUMP1).
 //
 // Contract: a dump holds one special function's fp32 output bits for every one of the
 // 2^32 input bit patterns, in input order, as written by gpu/sfu_dump.cu on a GPU:
@@ -16,8 +16,8 @@
 
 #include "emu/sfu/special_functions.hpp"
 
-namespace fb::cli {
+namespace fb {
 
 std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, SpecialFunction expected);
 
-}  // namespace fb::cli
+}  // namespace fb

@@ -1,5 +1,5 @@
-// gpu/probe_check.cpp: replays probe cases through the tensor-core models (probe_check.hpp).
-#include "gpu/probe_check.hpp"
+// traces/probe_check.cpp: replays probe cases through the tensor-core models (probe_check.hpp).
+#include "traces/probe_check.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +18,7 @@
 #include "emu/dot/dot_step_json.hpp"
 #include "emu/dot/tensor_core.hpp"
 #include "formats/json_text.hpp"
-#include "gpu/probe_file.hpp"
+#include "traces/probe_file.hpp"
 
 namespace fb::gpu {
 namespace {

@@ -1,5 +1,5 @@
-// tools/sfu_values.cpp: FBSFUVAL1 files (tools/sfu_values.hpp).
-#include "tools/sfu_values.hpp"
+// traces/sfu_values.cpp: FBSFUVAL1 files (traces/sfu_values.hpp).
+#include "traces/sfu_values.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -7,9 +7,8 @@
 #include <stdexcept>
 
 #include "formats/file_read.hpp"
-#include "tools/cli_common.hpp"
 
-namespace fb::cli {
+namespace fb {
 namespace {
 
 constexpr std::uint64_t kMaxPairs = std::uint64_t{1} << 32;
@@ -47,7 +46,7 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> RecordingSfuModel::recorded
   return v;
 }
 
-void write_sfu_values(const std::string& path, const SfuValues& values) {
+std::string encode_sfu_values(const std::string& path, const SfuValues& values) {
   std::ostringstream out;
   out << "FBSFUVAL1\n";
   for (const auto& [k, v] : values.header) {
@@ -63,7 +62,7 @@ void write_sfu_values(const std::string& path, const SfuValues& values) {
         for (int b = 0; b < 4; ++b) out.put(static_cast<char>((w >> (8 * b)) & 0xffu));
     }
   }
-  write_output_file(path, out.str(), "the SFU values");  // whole or not at all
+  return out.str();
 }
 
 SfuValues read_sfu_values(const std::string& path) {
@@ -135,4 +134,4 @@ SfuValues read_sfu_values(const std::string& path) {
   return v;
 }
 
-}  // namespace fb::cli
+}  // namespace fb

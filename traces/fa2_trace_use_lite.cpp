@@ -1,6 +1,6 @@
-// gpu/fa2_trace_use_lite.cpp: binds fb-fa2's trace I/O to the dependency-free writer and
-// reader (fa2_trace_lite.cpp) in the standalone gpu/ build, where traces/ is not built.
-#include "gpu/fa2_trace.hpp"
+// traces/fa2_trace_use_lite.cpp: binds fb-fa2's trace I/O to the dependency-free writer and
+// reader (fa2_trace_lite.cpp) in the standalone gpu/ build, where fb_traces is not built.
+#include "traces/fa2_trace.hpp"
 
 namespace fb::gpu {
 

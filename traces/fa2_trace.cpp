@@ -1,5 +1,5 @@
-// gpu/fa2_trace.cpp: fb-fa2's trace I/O through traces/safetensors (see fa2_trace.hpp).
-#include "gpu/fa2_trace.hpp"
+// traces/fa2_trace.cpp: fb-fa2's trace I/O through traces/safetensors (see fa2_trace.hpp).
+#include "traces/fa2_trace.hpp"
 
 #include <cstring>
 #include <stdexcept>

@@ -1,5 +1,5 @@
-// tools/sfu_dump_model.cpp: FBSFUDUMP1 files (tools/sfu_dump_model.hpp).
-#include "tools/sfu_dump_model.hpp"
+// traces/sfu_dump.cpp: FBSFUDUMP1 files (traces/sfu_dump.hpp).
+#include "traces/sfu_dump.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace fb::cli {
+namespace fb {
 namespace {
 
 constexpr std::size_t kHeaderBytes = 4096;
@@ -106,4 +106,4 @@ std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, Spe
   return std::make_unique<DumpModel>(expected, path, kv["source"] + ", " + kv["instruction"], outputs, map, want);
 }
 
-}  // namespace fb::cli
+}  // namespace fb

@@ -1,4 +1,4 @@
-// tools/sfu_values.hpp: the hardware SFU outputs one replay needs (FBSFUVAL1 files).
+// traces/sfu_values.hpp: the hardware SFU outputs one replay needs (FBSFUVAL1 files).
 //
 // Contract:
 // - A values file holds, per special function, the (input bits, output bits) pairs of every
@@ -25,14 +25,16 @@
 
 #include "emu/sfu/special_functions.hpp"
 
-namespace fb::cli {
+namespace fb {
 
 struct SfuValues {
   std::map<std::string, std::string> header;  // source, trace, model, program, ...
   std::map<SpecialFunction, std::vector<std::pair<std::uint32_t, std::uint32_t>>> pairs;
 };
 
-void write_sfu_values(const std::string& path, const SfuValues& values);
+// The file's bytes; throws std::runtime_error naming `path` on a header key holding '=' or a
+// newline, or a value holding a newline. The caller writes them whole (replay: write_output_file).
+std::string encode_sfu_values(const std::string& path, const SfuValues& values);
 SfuValues read_sfu_values(const std::string& path);
 
 // Decorator that records every input it evaluates (thread-safe) and forwards to `inner`.
@@ -55,4 +57,4 @@ class RecordingSfuModel final : public SpecialFunctionModel {
   mutable std::unordered_map<std::uint32_t, std::uint32_t> seen_;
 };
 
-}  // namespace fb::cli
+}  // namespace fb

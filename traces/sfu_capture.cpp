@@ -1,5 +1,5 @@
-// gpu/sfu_table.cpp: FBSFUT1 (fb-sfu-probe) -> SfuTable (emu table model); see sfu_table.hpp.
-#include "gpu/sfu_table.hpp"
+// traces/sfu_capture.cpp: FBSFUT1 (fb-sfu-probe) -> SfuTable (emu table model); see traces/sfu_capture.hpp.
+#include "traces/sfu_capture.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// emu/sfu/sfu_sets.cpp: the named SFU sets of emu/sfu/special_functions.hpp (find_sfu_set).
+// traces/sfu_sets.cpp: the named SFU sets (traces/sfu_sets.hpp find_sfu_set).
 //
 // "hw-sm90" holds what was measured on an NVIDIA H200 (sm_90, driver 580.159.04, CUDA 13.0)
 // with fb-sfu-probe (gpu/README.md), converted with fb-sfu-table-convert into emu/tables/:
@@ -10,6 +10,8 @@
 // A function without a table is correctly rounded, with a note saying it is UNMEASURED. A table
 // too large to ship uncompressed goes in as emu/tables/<name>.tar.xz; emu/CMakeLists.txt
 // extracts it into the build's emu/tables at configure time (CMake's own xz, no dependency).
+#include "traces/sfu_sets.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -18,6 +20,7 @@
 #include <stdexcept>
 
 #include "emu/sfu/special_functions.hpp"
+#include "traces/sfu_table_file.hpp"
 
 #ifndef FLASHBITS_SFU_TABLE_DIR
 #define FLASHBITS_SFU_TABLE_DIR "emu/tables"

@@ -1,6 +1,6 @@
-// gpu/fa2_host.cpp: fb-fa2's command line, problem checks and trace metadata (see
-// gpu/fa2_host.hpp for the contract). No CUDA here, so tests/test_fa2_host.cpp runs it.
-#include "gpu/fa2_host.hpp"
+// traces/fa2_host.cpp: fb-fa2's command line, problem checks and trace metadata (see
+// traces/fa2_host.hpp for the contract). No CUDA here, so tests/test_fa2_host.cpp runs it.
+#include "traces/fa2_host.hpp"
 
 #include <cerrno>
 #include <cstdio>

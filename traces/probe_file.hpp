@@ -1,4 +1,4 @@
-// gpu/probe_file.hpp: the tensor-core probe file format (reader and writer).
+// traces/probe_file.hpp: the tensor-core probe file format (reader and writer).
 //
 // Contract: a probe file holds, per instruction form, the raw bit patterns a GPU probe
 // fed to one tensor-core instruction and the bits it produced, one "case" per output

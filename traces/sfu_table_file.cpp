@@ -1,4 +1,4 @@
-// emu/sfu/sfu_table_file.cpp: the FBSFU1 table file: crc32, the writer (write_table_file), the
+// traces/sfu_table_file.cpp: the FBSFU1 table file: crc32, the writer (write_table_file), the
 // validating loader (load_table_model) and the delta-segment (form 0) model; the models of
 // forms 1..5 are emu/sfu/sfu_table_models.cpp, their rules emu/sfu/sfu_table_rules.hpp.
 //
@@ -43,6 +43,8 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+
+#include "traces/sfu_table_file.hpp"
 
 #include "emu/sfu/sfu_table_models.hpp"
 #include "emu/sfu/sfu_table_rules.hpp"

@@ -1,11 +1,11 @@
-// gpu/sfu_table_writer.cpp: FBSFUT1 writing shared by fb-sfu-probe and fb-sfu-rehearse; see
-// sfu_table_writer.hpp.
-#include "gpu/sfu_table_writer.hpp"
+// traces/sfu_capture_writer.cpp: FBSFUT1 writing shared by fb-sfu-probe and fb-sfu-rehearse; see
+// traces/sfu_capture_writer.hpp.
+#include "traces/sfu_capture_writer.hpp"
 
 #include <fstream>
 #include <stdexcept>
 
-#include "gpu/sfu_table_model.hpp"
+#include "traces/sfu_capture_rules.hpp"
 
 namespace fb::gpu {
 namespace {

@@ -1,7 +1,7 @@
-// gpu/fa2_trace_lite.cpp: a dependency-free implementation of gpu/fa2_trace.hpp's *_lite
+// traces/fa2_trace_lite.cpp: a dependency-free implementation of traces/fa2_trace.hpp's *_lite
 // functions, what fb-fa2 uses in the standalone gpu/ build on a device machine that lacks
-// nlohmann_json (the project build uses fa2_trace.cpp and traces/ instead; the tests check
-// this writer's output with traces/).
+// nlohmann_json (the project build uses fa2_trace.cpp and fb_traces instead; the tests check
+// this writer's output with fb_traces).
 //
 // Contract: writes the safetensors layout (u64 LE header length, JSON header with
 // "__metadata__" and per-tensor dtype/shape/data_offsets, raw LE data) and reads the
@@ -15,7 +15,7 @@
 #include <stdexcept>
 
 #include "formats/file_read.hpp"
-#include "gpu/fa2_trace.hpp"
+#include "traces/fa2_trace.hpp"
 
 namespace fb::gpu {
 namespace {

@@ -1,4 +1,4 @@
-// gpu/sfu_table_writer.hpp: the host side of writing an FBSFUT1 table (gpu/README.md "SFU table
+// traces/sfu_capture_writer.hpp: the host side of writing an FBSFUT1 table (gpu/README.md "SFU table
 // format"), shared by fb-sfu-probe (the CUDA program; its deltas come from the device) and
 // fb-sfu-rehearse (the CPU rehearsal of the SFU step; its deltas from sfu_table_deltas), so
 // both write tables through the same code. Plain C++, no CUDA and no emu: it builds in the
@@ -11,9 +11,9 @@
 // - sfu_table_file_name(fn, N, key): ex2_sm_table_nN.fbsfut (ex2_sign_magnitude),
 //   lg2_extended_nN.fbsfut, ex2_table_nN_<rounding>.fbsfut (ex2 fixed point, the key's
 //   rounding), rcp_table_nN.fbsfut, lg2_table_nN.fbsfut; fn a SfuTableFunction
-//   (gpu/sfu_table_model.hpp: 0 ex2, 1 rcp, 2 lg2).
+//   (traces/sfu_capture_rules.hpp: 0 ex2, 1 rcp, 2 lg2).
 // - sfu_table_deltas(fn, N, key, table): the FBSFUT1 body of a host table (entries values,
-//   kSfuTableUnfilled for a key no input set) by gpu/sfu_table_model.hpp sfu_table_delta,
+//   kSfuTableUnfilled for a key no input set) by traces/sfu_capture_rules.hpp sfu_table_delta,
 //   the function fb-sfu-probe's table_delta_kernel applies per key; escapes in key order
 //   (the device lists them in the order its threads record them).
 // - write_sfu_table(out_dir, fn, N, key, nan_output, extra, device, deltas, summary, tail):

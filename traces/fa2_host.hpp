@@ -1,4 +1,4 @@
-// gpu/fa2_host.hpp: the host side of fb-fa2 that needs no GPU (plain C++17, shared by
+// traces/fa2_host.hpp: the host side of fb-fa2 that needs no GPU (plain C++17, shared by
 // fa2.cu and tests/test_fa2_host.cpp): FA2's tile sizes per head dim, the command line,
 // the argument and shape checks, and the trace metadata.
 //

@@ -1,4 +1,4 @@
-// gpu/probe_check.hpp: compare a probe file's hardware outputs with the emu models.
+// traces/probe_check.hpp: compare a probe file's hardware outputs with the emu models.
 //
 // Contract: run_probe_check() replays every case of every section with
 // fb::fused_dot_bits under the section's model (the --model override, else the first

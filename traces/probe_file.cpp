@@ -1,5 +1,5 @@
-// gpu/probe_file.cpp: reader and writer of the probe file format (see probe_file.hpp).
-#include "gpu/probe_file.hpp"
+// traces/probe_file.cpp: reader and writer of the probe file format (see probe_file.hpp).
+#include "traces/probe_file.hpp"
 
 #include <unistd.h>
 
