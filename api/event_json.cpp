@@ -115,4 +115,21 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
   return o.str();
 }
 
+nlohmann::ordered_json tile_record_json(const attn::TileRecord& t) {
+  nlohmann::ordered_json j;
+  j["kv_tile"] = t.kv_tile;
+  j["kv_begin"] = t.kv_begin;
+  j["kv_end"] = t.kv_end;
+  j["running_max"] = t.running_max;
+  j["running_sum"] = t.running_sum;
+  j["p_equal_one"] = t.p_equal_one;
+  j["repeated_max"] = t.repeated_max;
+  j["significand_overflows"] = t.significand_overflows;
+  j["ties"] = t.ties;
+  j["rounded_up"] = t.rounded_up;
+  j["rounded_down"] = t.rounded_down;
+  j["pv_signed_error"] = t.pv_signed_error;
+  return j;
+}
+
 }  // namespace fb::api

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "attention/attention.hpp"
 #include "emu/rounding.hpp"
 
 namespace fb::api {
@@ -16,5 +17,9 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
                           std::uint32_t result_bits);
 // The exact value of the event's significand as a decimal string (up to 17 digits).
 std::string exact_value_string(const RoundingEvent& ev);
+// One traced KV tile's scalars (key range, running max and sum, P̄ == 1 and tied-max counts,
+// the P·V step tallies and signed error), in TileRecord's order: `replay --explain --json`
+// prints exactly this per tile, and the Python module adds the tile's arrays to it.
+nlohmann::ordered_json tile_record_json(const attn::TileRecord& t);
 
 }  // namespace fb::api

@@ -38,6 +38,7 @@
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
+#include "api/event_json.hpp"
 #include "api/models.hpp"
 #include "tools/svg_plot.hpp"
 #include "traces/sfu_dump.hpp"
@@ -491,21 +492,7 @@ int run_replay(const ReplayOptions& o) {
     }
     if (o.explain && row_trace) {
       j["explain"] = nlohmann::ordered_json::array();
-      for (const auto& t : row_trace->tiles) {
-        nlohmann::ordered_json e;
-        e["kv_tile"] = t.kv_tile;
-        e["kv_begin"] = t.kv_begin;
-        e["kv_end"] = t.kv_end;
-        e["running_max"] = t.running_max;
-        e["running_sum"] = t.running_sum;
-        e["p_equal_one"] = t.p_equal_one;
-        e["significand_overflows"] = t.significand_overflows;
-        e["ties"] = t.ties;
-        e["rounded_up"] = t.rounded_up;
-        e["rounded_down"] = t.rounded_down;
-        e["pv_signed_error"] = t.pv_signed_error;
-        j["explain"].push_back(e);
-      }
+      for (const auto& t : row_trace->tiles) j["explain"].push_back(api::tile_record_json(t));
     }
     j["match"] = !mismatch;
     std::cout << json_text(j, 2) << "\n";

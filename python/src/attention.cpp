@@ -127,19 +127,7 @@ pyb::dict row_trace_dict(const attn::RowTrace& t, const attn::KernelModel& km) {
   d["plot_feature"] = t.plot_feature;
   pyb::list tiles;
   for (const attn::TileRecord& tr : t.tiles) {
-    pyb::dict e;
-    e["kv_tile"] = tr.kv_tile;
-    e["kv_begin"] = tr.kv_begin;
-    e["kv_end"] = tr.kv_end;
-    e["running_max"] = tr.running_max;
-    e["running_sum"] = tr.running_sum;
-    e["p_equal_one"] = tr.p_equal_one;
-    e["repeated_max"] = tr.repeated_max;
-    e["significand_overflows"] = tr.significand_overflows;
-    e["ties"] = tr.ties;
-    e["rounded_up"] = tr.rounded_up;
-    e["rounded_down"] = tr.rounded_down;
-    e["pv_signed_error"] = tr.pv_signed_error;
+    pyb::dict e = to_python(api::tile_record_json(tr));
     e["thread_sums"] = pyb::array_t<double>(4, tr.thread_sums.data());
     e["p"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(tr.p.size()), tr.p.data());
     e["acc"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(tr.acc.size()), tr.acc.data());

@@ -125,6 +125,29 @@ def test_cli_trace_loads_and_replays_in_python(cli, tmp_path):
     assert all(np.array_equal(t2[n], t[n]) for n in t.tensors)
 
 
+def test_replay_explain_tiles_match_the_module_row_trace(cli, tmp_path):
+    path = tmp_path / "sink.safetensors"
+    rc, out, err = cli("make-trace", "--model", "fa2-sm80", "--scenario", "sink", "--seqlen", "300", "--headdim", "64",
+                       "--out", str(path))
+    assert rc == 0, err
+    rc, out, err = cli("replay", str(path), "--row", "37", "--explain", "--json")
+    assert rc == 0, out + err
+    explained = json.loads(out)["explain"]
+    t = fb.load_trace(path)
+    r = fb.attention(t["q"], t["k"], t["v"], t.model, scale=t.scale, causal=t.causal, trace=[(0, 0, 37)])
+    tiles = r.traces[0]["tiles"]
+    # The CLI's tile records are the module's, field for field and in the same order, less
+    # the module's per-tile arrays.
+    arrays = {"thread_sums", "p", "acc"}
+    assert explained == [{key: value for key, value in tile.items() if key not in arrays} for tile in tiles]
+    # FA2 visits the 128-key tiles last to first (the last one ragged), each key once.
+    assert [(e["kv_begin"], e["kv_end"]) for e in explained] == [(256, 300), (128, 256), (0, 128)]
+    # p_equal_one counts P̄ == 1 after its cast to bf16 (the sink's P̄ is 1 − 2^−23 before).
+    for tile in tiles:
+        assert tile["p_equal_one"] == int(np.count_nonzero(fb.round(tile["p"], "bf16").values == 1.0))
+    assert explained[-1]["p_equal_one"] > 0
+
+
 def test_shipped_hardware_trace_replays_in_python():
     path = os.path.join(ROOT, "traces", "hw", "h200", "torch", "torch_bf16_sink_d64.safetensors")
     t = fb.load_trace(path)
