@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "formats/file_read.hpp"
+#include "traces/key_value_line.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -114,9 +115,9 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
   std::map<std::string, std::string> kv;
   for (const std::string& line : split(text, '\n')) {
     if (line.empty()) continue;
-    const std::size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) r.fail(prefix + "header", "line '" + line + "' is not key=value");
-    kv[line.substr(0, eq)] = line.substr(eq + 1);
+    std::string key, value;
+    if (!split_key_value(line, key, value)) r.fail(prefix + "header", "line '" + line + "' is not key=value");
+    kv[key] = value;
   }
   auto take = [&](const std::string& key) {
     auto it = kv.find(key);

@@ -2,7 +2,7 @@
 //
 // Contract: a probe file holds, per instruction form, the raw bit patterns a GPU probe
 // fed to one tensor-core instruction and the bits it produced, one "case" per output
-// element: D = C + sum_{i<k} a_i * b_i. The layout is documented in gpu/README.md:
+// element: D = C + sum_{i<k} a_i * b_i. The layout is documented in traces/README.md:
 //   magic "FBPROBE1" (8 bytes), u32 section count, then per section
 //   u32 header length H, H bytes of "key=value\n" text, then `cases` records of
 //   u32 batch, u32 c, u32 a[k], u32 b[k], u32 d (all little-endian).

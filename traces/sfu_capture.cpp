@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/file_read.hpp"
+#include "traces/key_value_line.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -34,23 +35,47 @@ unsigned long long parse_unsigned(const std::string& path, const std::string& fi
   return v;
 }
 
+// The text header fb-sfu-probe writes before its binary part: `magic` (with its newline),
+// "key=value" lines, then "end". `body` is the offset just past "end\n".
+struct CaptureHeader {
+  std::map<std::string, std::string> fields;
+  std::size_t body = 0;
+};
+
+CaptureHeader read_capture_header(const std::string& path, const std::string& data, const std::string& magic) {
+  const std::size_t end = data.find("\nend\n");
+  const std::string name = magic.substr(0, magic.size() - 1);
+  if (data.compare(0, magic.size(), magic) != 0 || end == std::string::npos)
+    fail(path, "magic", "not an " + name + " file");
+  CaptureHeader h;
+  std::istringstream header(data.substr(magic.size(), end - magic.size() + 1));
+  for (std::string line, key, value; std::getline(header, line);) {
+    if (!split_key_value(line, key, value)) fail(path, "header", "line '" + line + "' is not key=value");
+    h.fields[key] = value;
+  }
+  h.body = end + 5;
+  return h;
+}
+
+std::string need_field(const std::string& path, const CaptureHeader& h, const char* key) {
+  const auto it = h.fields.find(key);
+  if (it == h.fields.end()) fail(path, key, "missing");
+  return it->second;
+}
+
+// The provenance keys are written by every fb-sfu-probe, but a missing one only blanks its
+// part of the description.
+std::string optional_field(const CaptureHeader& h, const char* key) {
+  const auto it = h.fields.find(key);
+  return it == h.fields.end() ? std::string() : it->second;
+}
+
 }  // namespace
 
 SfuTable sfu_capture_to_table(const std::string& path) {
   const std::string data = read_file_capped(path, kSfuCaptureFile);
-  const std::size_t end = data.find("\nend\n");
-  if (data.compare(0, 8, "FBSFUT1\n") != 0 || end == std::string::npos) fail(path, "magic", "not an FBSFUT1 file");
-  std::map<std::string, std::string> kv;
-  std::istringstream header(data.substr(8, end - 8 + 1));
-  for (std::string line; std::getline(header, line);) {
-    const std::size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) fail(path, "header", "line '" + line + "' is not key=value");
-    kv[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  auto need = [&](const char* key) {
-    if (!kv.count(key)) fail(path, key, "missing");
-    return kv[key];
-  };
+  const CaptureHeader header = read_capture_header(path, data, "FBSFUT1\n");
+  auto need = [&](const char* key) { return need_field(path, header, key); };
   const std::string function = need("function");
   if (function != "ex2" && function != "rcp" && function != "lg2") {
     fail(path, "function",
@@ -84,17 +109,18 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   if (parse_unsigned(path, "entries", need("entries")) != entries) {
     fail(path, "entries", ex2_sm ? "is not 2^(key_bits + 1)" : "is not 2^key_bits");
   }
-  std::size_t at = end + 5;
+  std::size_t at = header.body;
   if (data.size() < at + (entries + 1) / 2 + 4) fail(path, "deltas", "file ends early");
   SfuTable table;
   // A capture on a GPU (fb-sfu-probe: source=cuda:<device>) is a measurement; a rehearsal's
   // table (fb-sfu-rehearse: source=rehearsal:..., a stand-in for the GPU) is not.
-  table.measured_on_hardware = kv["source"].rfind("cuda:", 0) == 0;
+  table.measured_on_hardware = optional_field(header, "source").rfind("cuda:", 0) == 0;
   const unsigned long long nan_output = parse_unsigned(path, "nan_output", need("nan_output"));
   if (nan_output > 0xffffffffull) fail(path, "nan_output", "does not fit 32 bits");
   table.nan_output = static_cast<std::uint32_t>(nan_output);
-  table.source = "fb-sfu-probe " + kv["source"] + " cc " + kv["compute_capability"] + " driver " + kv["driver"];
-  // The deltas are ulps from the correctly rounded value at the key (gpu/README.md), the same
+  table.source = "fb-sfu-probe " + optional_field(header, "source") + " cc " +
+                 optional_field(header, "compute_capability") + " driver " + optional_field(header, "driver");
+  // The deltas are ulps from the correctly rounded value at the key (traces/README.md "FBSFUT1"), the same
   // base FBSFU1 uses for these forms.
   std::vector<std::uint32_t>* outputs = nullptr;
   float (*base_value)(std::size_t, int) = nullptr;
@@ -218,19 +244,8 @@ SfuTable sfu_capture_to_table(const std::string& path) {
 
 SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::string& report) {
   const std::string data = read_file_capped(path, kSfuCaptureFile);
-  const std::size_t end = data.find("\nend\n");
-  if (data.compare(0, 10, "FBSFURAW1\n") != 0 || end == std::string::npos) fail(path, "magic", "not an FBSFURAW1 file");
-  std::map<std::string, std::string> kv;
-  std::istringstream header(data.substr(10, end - 10 + 1));
-  for (std::string line; std::getline(header, line);) {
-    const std::size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) fail(path, "header", "line '" + line + "' is not key=value");
-    kv[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  auto need = [&](const char* key) {
-    if (!kv.count(key)) fail(path, key, "missing");
-    return kv[key];
-  };
+  const CaptureHeader header = read_capture_header(path, data, "FBSFURAW1\n");
+  auto need = [&](const char* key) { return need_field(path, header, key); };
   if (need("function") != "ex2" || need("ptx") != "ex2.approx.ftz.f32")
     fail(path, "function", "not ex2.approx.ftz.f32");
   if (need("delta") != "int8" || need("escape") != "-128") fail(path, "delta", "expected int8 deltas, escape -128");
@@ -254,7 +269,7 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
       starts.push_back(static_cast<std::uint32_t>(v));
     }
   }
-  std::size_t at = end + 5;
+  std::size_t at = header.body;
   if (data.size() < at + starts.size() * kPerBinade + 4) fail(path, "deltas", "file ends early");
   const std::size_t escapes_at = at + starts.size() * kPerBinade;
   auto u32_at = [&](std::size_t p) {
@@ -335,7 +350,8 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
       }
     }
   }
-  const std::string device = kv["source"] + " cc " + kv["compute_capability"] + " driver " + kv["driver"];
+  const std::string device = optional_field(header, "source") + " cc " + optional_field(header, "compute_capability") +
+                             " driver " + optional_field(header, "driver");
   table.source = "fb-sfu-probe raw evidence " + device + " (" + std::filesystem::path(path).filename().string() +
                  "): T+ from [1,2), T- from (-2,-1]; the sign-magnitude rule (N=23) reproduces all " +
                  std::to_string(starts.size()) + " binades of the file (" + std::to_string(checked) +

@@ -1,5 +1,5 @@
 // traces/sfu_capture.hpp: reads the SFU tables fb-sfu-probe captures on a GPU (FBSFUT1,
-// gpu/README.md) and turns them into the emu's `table` model (FBSFU1, traces/sfu_table_file.hpp).
+// layout in traces/README.md) and turns them into the emu's `table` model (FBSFU1, traces/sfu_table_file.hpp).
 //
 // Contract: sfu_capture_to_table() accepts an ex2 fixed-point table (key
 // ex2_fixed_point_floor | ex2_fixed_point_nearest_even | ex2_fixed_point_toward_zero), an

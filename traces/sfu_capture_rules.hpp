@@ -1,8 +1,7 @@
-// traces/sfu_capture_rules.hpp: the entries of an FBSFUT1 table (gpu/README.md "SFU table
-// format"), the table fb-sfu-probe captures on a GPU: computed per key by fb-sfu-probe's
-// table_delta_kernel on the device and by the host writer (traces/sfu_capture_writer.hpp
-// sfu_table_deltas) alike, so this header is host and device code (plain C++ when not compiled
-// by nvcc). The table rules it builds on are emu/sfu/sfu_table_rules.hpp, visible here in fb::gpu.
+// traces/sfu_capture_rules.hpp: the entries of an FBSFUT1 table (traces/README.md "FBSFUT1"), the table fb-sfu-probe
+// captures on a GPU: computed per key by fb-sfu-probe's table_delta_kernel on the device and by the host writer
+// (traces/sfu_capture_writer.hpp sfu_table_deltas) alike, so this header is host and device code (plain C++ when not
+// compiled by nvcc). The table rules it builds on are emu/sfu/sfu_table_rules.hpp, visible here in fb::gpu.
 //
 // Contract:
 // sfu_round_reference(r, uncertain): fp32 RNE of a double approximation r of an exact value,

@@ -1,8 +1,7 @@
-// traces/sfu_capture_writer.hpp: the host side of writing an FBSFUT1 table (gpu/README.md "SFU table
-// format"), shared by fb-sfu-probe (the CUDA program; its deltas come from the device) and
-// fb-sfu-rehearse (the CPU rehearsal of the SFU step; its deltas from sfu_table_deltas), so
-// both write tables through the same code. Plain C++, no CUDA and no emu: it builds in the
-// standalone gpu/ build too.
+// traces/sfu_capture_writer.hpp: the host side of writing an FBSFUT1 table (traces/README.md "FBSFUT1"), shared by
+// fb-sfu-probe (the CUDA program; its deltas come from the device) and fb-sfu-rehearse (the CPU rehearsal of the SFU
+// step; its deltas from sfu_table_deltas), so both write tables through the same code. Plain C++, no CUDA and no emu:
+// it builds in the standalone gpu/ build too.
 //
 // Contract:
 // - sfu_table_entries(N, key): 2^N, 2^(N+1) for key ex2_sign_magnitude (T+ then T-).

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "traces/key_value_line.hpp"
+
 namespace fb {
 namespace {
 
@@ -87,8 +89,10 @@ std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, Spe
   std::map<std::string, std::string> kv;
   const bool magic_ok = line == "FBSFUDUMP1";
   while (std::getline(lines, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+    // Lines that are not key=value are skipped: the 4096-byte header is NUL-padded text that
+    // only its known keys are read from.
+    std::string key, value;
+    if (split_key_value(line, key, value)) kv[key] = value;
   }
   std::string error;
   if (!magic_ok)

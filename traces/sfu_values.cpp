@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "formats/file_read.hpp"
+#include "traces/key_value_line.hpp"
 
 namespace fb {
 namespace {
@@ -104,9 +105,9 @@ SfuValues read_sfu_values(const std::string& path) {
       order.emplace_back(fn, n);
       continue;
     }
-    const auto eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) fail(path, "header", "line '" + line + "' is not key=value");
-    v.header[line.substr(0, eq)] = line.substr(eq + 1);
+    std::string key, value;
+    if (!split_key_value(line, key, value)) fail(path, "header", "line '" + line + "' is not key=value");
+    v.header[key] = value;
   }
   if (v.header["source"].rfind("cuda:", 0) != 0)
     fail(path, "source", "'" + v.header["source"] + "' is not a hardware capture (cuda:<gpu>)");
