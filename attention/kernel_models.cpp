@@ -39,15 +39,17 @@ DotSpec torch_matmul_dot(const std::optional<Format>& input) {
 // (sm80/sm90: is_sm8x is false for both), no dropout, non-causal:
 // flash_fwd_launch_template.h run_mha_fwd_hdim32: 128x128; run_mha_fwd_hdim64:
 // 128x128 ("Using block size (64 x 256) is 27% slower"); hdim96: 128x64; hdim128:
-// 128x64 ("1st ones are good for H100, A100"); hdim192: 128x64; hdim256: 128x64 on
-// A100, 64x64 on H100. Backward (flash_bwd_launch_template.h, smem >= 144 KB):
+// 128x64 ("1st ones are good for H100, A100"); hdim160: 128x32 ("For A100, H100, 128 x 32
+// is the fastest"; sm86/sm89 run 128x64 or 64x64, not modelled); hdim192 and hdim224:
+// 128x64; hdim256: 128x64 on A100, 64x64 on H100 (github Dao-AILab/flash-attention
+// @f816dee6, csrc/flash_attn/src/; PyTorch's copy @7952b981 has the same). Backward (flash_bwd_launch_template.h, smem >= 144 KB):
 // hdim32/64: 128x128; hdim96/128: 64x128; hdim160+: 64x64. FA2 instantiates head dims
 // 32, 64, 96, 128, 160, 192, 224, 256; a smaller head dim runs the next larger one.
 std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
   return {
       {32, TileSizes{128, 128, 128, 128}}, {64, TileSizes{128, 128, 128, 128}},
       {96, TileSizes{128, 64, 64, 128}},   {128, TileSizes{128, 64, 64, 128}},
-      {160, TileSizes{128, 64, 64, 64}},   {192, TileSizes{128, 64, 64, 64}},
+      {160, TileSizes{128, 32, 64, 64}},   {192, TileSizes{128, 64, 64, 64}},
       {224, TileSizes{128, 64, 64, 64}},   {256, hopper ? TileSizes{64, 64, 64, 64} : TileSizes{128, 64, 64, 64}},
   };
 }
