@@ -36,15 +36,16 @@ DotSpec torch_matmul_dot(const std::optional<Format>& input) {
 }
 
 // FA2 forward tile sizes (kBlockM x kBlockN) per head dim, for A100 and H100
-// (sm80/sm90: is_sm8x is false for both), no dropout, non-causal:
+// (sm80/sm90: is_sm8x is false for both), no dropout, non-causal unless said:
 // flash_fwd_launch_template.h run_mha_fwd_hdim32: 128x128; run_mha_fwd_hdim64:
 // 128x128 ("Using block size (64 x 256) is 27% slower"); hdim96: 128x64; hdim128:
-// 128x64 ("1st ones are good for H100, A100"); hdim160: 128x32 ("For A100, H100, 128 x 32
-// is the fastest"; sm86/sm89 run 128x64 or 64x64, not modelled); hdim192 and hdim224:
-// 128x64; hdim256: 128x64 on A100, 64x64 on H100 (github Dao-AILab/flash-attention
-// @f816dee6, csrc/flash_attn/src/; PyTorch's copy @7952b981 has the same). Backward (flash_bwd_launch_template.h, smem >= 144 KB):
-// hdim32/64: 128x128; hdim96/128: 64x128; hdim160+: 64x64. FA2 instantiates head dims
-// 32, 64, 96, 128, 160, 192, 224, 256; a smaller head dim runs the next larger one.
+// 128x64 ("1st ones are good for H100, A100"); hdim160: 128x32, causal too ("For A100,
+// H100, 128 x 32 is the fastest"; sm86/sm89 run 128x64 or 64x64, not modelled); hdim192
+// and hdim224: 128x64; hdim256: 128x64 on A100, 64x64 on H100. Backward
+// (flash_bwd_launch_template.h, smem >= 144 KB): hdim32/64: 128x128; hdim96/128: 64x128;
+// hdim160+: 64x64. Both files at github Dao-AILab/flash-attention @f816dee6,
+// csrc/flash_attn/src/; PyTorch's copy (@7952b981) has the same. FA2 instantiates head
+// dims 32, 64, 96, 128, 160, 192, 224, 256; a smaller head dim runs the next larger one.
 std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
   return {
       {32, TileSizes{128, 128, 128, 128}}, {64, TileSizes{128, 128, 128, 128}},
@@ -60,8 +61,9 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
   m.description = "FlashAttention-2 (Dao-AILab csrc v2) as docs/DESIGN.md §6, " + tc +
                   " tensor-core model, KV blocks last to first, SFUs: correct rounding (UNMEASURED)";
   m.sources =
-      "FA2 softmax.h, flash_fwd_kernel.h, flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h; "
-      "tiles: flash_fwd_launch_template.h run_mha_fwd_hdim64/hdim128, flash_bwd_launch_template.h";
+      "FA2 (github Dao-AILab/flash-attention @0251105a, csrc/flash_attn/src/) softmax.h, flash_fwd_kernel.h, "
+      "flash_bwd_kernel.h, flash_bwd_preprocess_kernel.h; tiles: flash_fwd_launch_template.h and "
+      "flash_bwd_launch_template.h @f816dee6";
   m.input = dtype;
   m.output = dtype;
   m.structure = Structure::online_softmax;
