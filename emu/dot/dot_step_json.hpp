@@ -1,6 +1,6 @@
 // emu/dot/dot_step_json.hpp: one fused tensor-core step's record (DotStepEvent) as JSON, the one
 // serialiser of it: probe-check's --json (traces/probe_check.cpp) and the Python module's
-// traces (python/src/attention.cpp) both write it.
+// traces (python/src/bind_attention.cpp) both write it.
 //
 // Contract: an object with, in this order, largest_exponent, terms, truncated_value,
 // truncated_terms, carry_out, normalisation_shift, output_residue (the published record of

@@ -1,4 +1,4 @@
-// python/src/attention.cpp: attention(), exact_attention() and the models list.
+// python/src/bind_attention.cpp: attention(), exact_attention() and the models list.
 //
 // Contract: q, k, v (and do) arrive as [B,H,N,D] arrays (the Python layer adds leading axes)
 // of float64 values, each exactly representable in the model's input format, or of that

@@ -1,4 +1,4 @@
-// python/src/arrays.cpp: round, decode, the elementwise operations and the
+// python/src/bind_arrays.cpp: round, decode, the elementwise operations and the
 // tensor-core dot products over whole arrays (GIL released, Ctrl-C polled between chunks).
 //
 // Every function here is a loop over the C++ core's own entry points, element i keyed at

@@ -1,4 +1,4 @@
-// python/src/traces.cpp: load_trace() and save_trace(), the safetensors traces of
+// python/src/bind_traces.cpp: load_trace() and save_trace(), the safetensors traces of
 // traces/trace.hpp, metadata included.
 //
 // Contract:

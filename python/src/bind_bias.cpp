@@ -1,4 +1,4 @@
-// python/src/bias.cpp: bias_test(), `flashbits bias-test --json` as a function.
+// python/src/bind_bias.cpp: bias_test(), `flashbits bias-test --json` as a function.
 //
 // Contract: the returned object (JSON, converted to Python dicts in the same key order) has
 // exactly the fields and values `flashbits bias-test --json` prints for the same arguments
