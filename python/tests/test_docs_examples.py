@@ -189,3 +189,26 @@ def test_python_page_replay_block_runs_as_written(scratch, tmp_path):
     assert np.array_equal(fb.round(loaded["q"], "bf16").bits, bits["q"])
     assert np.array_equal(loaded["o"], t["o"])
     assert loaded.metadata["source"] == "unknown"
+
+
+# ---- docs/TRAINING.md: the flashbits.torch call ------------------------------------------------
+# The page's one Python block, run as written on small tensors: every keyword it shows must be
+# accepted, and the result is the module's attention on the same inputs rounded to bf16.
+TRAINING_PAGE = os.path.join(ROOT, "docs", "TRAINING.md")
+
+
+def test_training_page_sdpa_call_runs_as_written():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    import flashbits as fb
+    text = open(TRAINING_PAGE, encoding="utf-8").read()
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block and "scaled_dot_product_attention" in block.group(1), "docs/TRAINING.md lost its call"
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 48, 32, generator=gen, dtype=torch.float64) for _ in range(3))
+    scope = {"q": q, "k": k, "v": v}
+    exec(block.group(1), scope)  # noqa: S102 - the page's own lines
+    o = scope["o"]
+    assert o.shape == q.shape and o.dtype == q.dtype
+    rounded = [fb.round(x.numpy(), "bf16").values for x in (q, k, v)]
+    assert np.array_equal(o.numpy(), fb.attention(*rounded, "fa-bf16acc+dynmax").o)
