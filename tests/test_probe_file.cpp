@@ -1081,7 +1081,7 @@ struct CaptureSpec {
   bool drop_last_escape = false;
 };
 
-// An FBSFUT1 file written from gpu/README.md's layout.
+// An FBSFUT1 file written from traces/README.md's layout.
 std::string write_capture(const std::string& name, const CaptureSpec& spec) {
   std::string out =
       "FBSFUT1\nfunction=" + spec.function + "\nkey=" + spec.key + "\nkey_bits=" + std::to_string(spec.n) +
@@ -1213,6 +1213,19 @@ TEST_CASE("sfu_capture_table_converts_to_the_emu_table_model") {
   CaptureSpec missing_escape = good;
   missing_escape.drop_last_escape = true;
   expect_refusal(write_capture("escape.fbsfut", missing_escape), "escapes");
+  // Header lines must be key=value with a non-empty key (traces/key_value_line.hpp); a value
+  // may hold '=' itself.
+  for (const std::string bad_line : {"no equals sign\n", "=value without a key\n"}) {
+    CaptureSpec bad_header = good;
+    bad_header.extra_header = bad_line;
+    expect_refusal(write_capture("header.fbsfut", bad_header),
+                   "header: line '" + bad_line.substr(0, bad_line.size() - 1));
+  }
+  CaptureSpec equals_in_value = good;
+  equals_in_value.extra_header = "program=fb-sfu-probe --ex2-bits=23\n";
+  const std::string with_equals = write_capture("equals.fbsfut", equals_in_value);
+  CHECK(fb::gpu::sfu_capture_to_table(with_equals).fraction_bits == good.n);
+  std::filesystem::remove(with_equals);
   const std::string truncated = write_capture("trunc.fbsfut", good);
   {
     std::ifstream in(truncated, std::ios::binary);
