@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -40,17 +41,23 @@ Container read_capped(const std::string& path, const FileKind& kind) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw FileReadError(path + ": cannot read: is a directory");
+  constexpr std::size_t kChunk = std::size_t{1} << 20, kSmallAsk = std::size_t{1} << 16;
   Container data;
   if (S_ISREG(st.st_mode)) {
     check_file_size_capped(path, static_cast<std::uint64_t>(st.st_size), kind);
-    data.reserve(static_cast<std::size_t>(st.st_size));
+    // Room for the end-of-file read below too, so that it does not move what was read.
+    data.reserve(static_cast<std::size_t>(st.st_size) + kSmallAsk);
   }
-  // Chunks, never more than max_bytes + 1 in all: a device or pipe that never ends (/dev/zero)
-  // or a file that grows while being read is refused as soon as it passes the cap.
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  // Reads, never more than max_bytes + 1 in all: a device or pipe that never ends (/dev/zero)
+  // or a file that grows while being read is refused as soon as it passes the cap. Each read
+  // zero-fills what it asks for first, so the asks follow what is there: a regular file's
+  // whole size and one byte more (one read, then one that finds the end), otherwise 64 KiB,
+  // doubling up to 1 MiB while reads come back full. (Asking 1 MiB every time zero-filled
+  // 2 MiB to read a small file.)
+  std::size_t ask = S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) + 1 : kSmallAsk;
   while (true) {
     const std::uint64_t room = kind.max_bytes + 1 - data.size();
-    const std::size_t want = static_cast<std::size_t>(room < kChunk ? room : kChunk);
+    const std::size_t want = static_cast<std::size_t>(room < ask ? room : ask);
     const std::size_t had = data.size();
     data.resize(had + want);
     const ssize_t n = ::read(fd, data.data() + had, want);
@@ -62,6 +69,7 @@ Container read_capped(const std::string& path, const FileKind& kind) {
     data.resize(had + static_cast<std::size_t>(n));
     if (n == 0) break;
     if (data.size() > kind.max_bytes) too_large(path, kind, "");
+    ask = static_cast<std::size_t>(n) == want ? std::min(2 * want, kChunk) : kSmallAsk;
   }
   return data;
 }
