@@ -9,7 +9,7 @@
 #   fuzz_dot          `flashbits dot --batch` lines                  RUNS/8
 #   fuzz_merge        `flashbits merge` shard (CSV and JSON)         RUNS/20 (slowest per input)
 #   fuzz_recipe       `bias-test --recipe` recipe file (JSON)        RUNS/8
-# The shares keep CI (tools/fuzz.sh 100000) near 40 s of fuzzing on 2 cores.
+# The shares keep CI (tools/fuzz.sh 100000) near 50 s of fuzzing on 2 cores.
 # Builds the targets with clang (-fsanitize=fuzzer,address,undefined; the libraries
 # under test are instrumented with fuzzer-no-link), seeds each a corpus of valid and
 # slightly broken inputs into a temp dir, and runs a fixed number of inputs per target.
