@@ -123,7 +123,6 @@ nlohmann::ordered_json tile_record_json(const attn::TileRecord& t) {
   j["running_max"] = t.running_max;
   j["running_sum"] = t.running_sum;
   j["p_equal_one"] = t.p_equal_one;
-  j["repeated_max"] = t.repeated_max;
   j["significand_overflows"] = t.significand_overflows;
   j["ties"] = t.ties;
   j["rounded_up"] = t.rounded_up;

@@ -17,9 +17,10 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
                           std::uint32_t result_bits);
 // The exact value of the event's significand as a decimal string (up to 17 digits).
 std::string exact_value_string(const RoundingEvent& ev);
-// One traced KV tile's scalars (key range, running max and sum, P̄ == 1 and tied-max counts,
-// the P·V step tallies and signed error), in TileRecord's order: `replay --explain --json`
-// prints exactly this per tile, and the Python module adds the tile's arrays to it.
+// One traced KV tile's scalars as `replay --explain --json` prints them (docs/CLI.md): key
+// range, running max and sum, the count of P̄ == 1, the P·V step tallies and signed error, in
+// TileRecord's order. The Python module's row traces start from it and add the tile's
+// tied-max count and arrays.
 nlohmann::ordered_json tile_record_json(const attn::TileRecord& t);
 
 }  // namespace fb::api

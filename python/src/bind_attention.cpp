@@ -128,6 +128,7 @@ pyb::dict row_trace_dict(const attn::RowTrace& t, const attn::KernelModel& km) {
   pyb::list tiles;
   for (const attn::TileRecord& tr : t.tiles) {
     pyb::dict e = to_python(api::tile_record_json(tr));
+    e["repeated_max"] = tr.repeated_max;
     e["thread_sums"] = pyb::array_t<double>(4, tr.thread_sums.data());
     e["p"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(tr.p.size()), tr.p.data());
     e["acc"] = pyb::array_t<double>(static_cast<pyb::ssize_t>(tr.acc.size()), tr.acc.data());

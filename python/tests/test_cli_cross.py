@@ -137,9 +137,9 @@ def test_replay_explain_tiles_match_the_module_row_trace(cli, tmp_path):
     r = fb.attention(t["q"], t["k"], t["v"], t.model, scale=t.scale, causal=t.causal, trace=[(0, 0, 37)])
     tiles = r.traces[0]["tiles"]
     # The CLI's tile records are the module's, field for field and in the same order, less
-    # the module's per-tile arrays.
-    arrays = {"thread_sums", "p", "acc"}
-    assert explained == [{key: value for key, value in tile.items() if key not in arrays} for tile in tiles]
+    # what only the module adds: the tied-max count and the per-tile arrays.
+    module_only = {"repeated_max", "thread_sums", "p", "acc"}
+    assert explained == [{key: value for key, value in tile.items() if key not in module_only} for tile in tiles]
     # FA2 visits the 128-key tiles last to first (the last one ragged), each key once.
     assert [(e["kv_begin"], e["kv_end"]) for e in explained] == [(256, 300), (128, 256), (0, 128)]
     # p_equal_one counts P̄ == 1 after its cast to bf16 (the sink's P̄ is 1 − 2^−23 before).
