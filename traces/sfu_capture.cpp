@@ -38,8 +38,24 @@ unsigned long long parse_unsigned(const std::string& path, const std::string& fi
 // The text header fb-sfu-probe writes before its binary part: `magic` (with its newline),
 // "key=value" lines, then "end". `body` is the offset just past "end\n".
 struct CaptureHeader {
+  std::string path;
   std::map<std::string, std::string> fields;
   std::size_t body = 0;
+
+  std::string need(const char* key) const {
+    const auto it = fields.find(key);
+    if (it == fields.end()) fail(path, key, "missing");
+    return it->second;
+  }
+  // The provenance keys are written by every fb-sfu-probe, but a missing one only blanks its
+  // part of the description.
+  std::string optional(const char* key) const {
+    const auto it = fields.find(key);
+    return it == fields.end() ? std::string() : it->second;
+  }
+  std::string device() const {
+    return optional("source") + " cc " + optional("compute_capability") + " driver " + optional("driver");
+  }
 };
 
 CaptureHeader read_capture_header(const std::string& path, const std::string& data, const std::string& magic) {
@@ -48,6 +64,7 @@ CaptureHeader read_capture_header(const std::string& path, const std::string& da
   if (data.compare(0, magic.size(), magic) != 0 || end == std::string::npos)
     fail(path, "magic", "not an " + name + " file");
   CaptureHeader h;
+  h.path = path;
   std::istringstream header(data.substr(magic.size(), end - magic.size() + 1));
   for (std::string line, key, value; std::getline(header, line);) {
     if (!split_key_value(line, key, value)) fail(path, "header", "line '" + line + "' is not key=value");
@@ -57,32 +74,18 @@ CaptureHeader read_capture_header(const std::string& path, const std::string& da
   return h;
 }
 
-std::string need_field(const std::string& path, const CaptureHeader& h, const char* key) {
-  const auto it = h.fields.find(key);
-  if (it == h.fields.end()) fail(path, key, "missing");
-  return it->second;
-}
-
-// The provenance keys are written by every fb-sfu-probe, but a missing one only blanks its
-// part of the description.
-std::string optional_field(const CaptureHeader& h, const char* key) {
-  const auto it = h.fields.find(key);
-  return it == h.fields.end() ? std::string() : it->second;
-}
-
 }  // namespace
 
 SfuTable sfu_capture_to_table(const std::string& path) {
   const std::string data = read_file_capped(path, kSfuCaptureFile);
   const CaptureHeader header = read_capture_header(path, data, "FBSFUT1\n");
-  auto need = [&](const char* key) { return need_field(path, header, key); };
-  const std::string function = need("function");
+  const std::string function = header.need("function");
   if (function != "ex2" && function != "rcp" && function != "lg2") {
     fail(path, "function",
          "'" + function + "' has no FBSFU1 form (only ex2, rcp and lg2 tables convert); keep the FBSFUT1 file");
   }
   const bool is_ex2 = function == "ex2", is_lg2 = function == "lg2";
-  const std::string key = need("key");
+  const std::string key = header.need("key");
   const bool ex2_sm = is_ex2 && key == "ex2_sign_magnitude", lg2_ext = is_lg2 && key == "lg2_extended";
   const std::map<std::string, FixedPointRounding> roundings = {
       {"ex2_fixed_point_floor", FixedPointRounding::floor},
@@ -97,16 +100,17 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   }
   // fb-sfu-probe evaluates the table the way the emu does on every input; only a table that
   // reproduced the hardware everywhere may call itself measured.
-  const unsigned long long mismatches = parse_unsigned(path, "table_model_mismatches", need("table_model_mismatches"));
+  const unsigned long long mismatches =
+      parse_unsigned(path, "table_model_mismatches", header.need("table_model_mismatches"));
   if (mismatches != 0) {
     fail(path, "table_model_mismatches",
          std::to_string(mismatches) + " inputs where the table model differs from the hardware; not converted");
   }
-  const unsigned long long nbits = parse_unsigned(path, "key_bits", need("key_bits"));
+  const unsigned long long nbits = parse_unsigned(path, "key_bits", header.need("key_bits"));
   if (is_ex2 && (nbits < 1 || nbits > 24)) fail(path, "key_bits", "must be 1..24");
   if (!is_ex2 && nbits != 23) fail(path, "key_bits", "must be 23 for " + key);
   const std::size_t entries = std::size_t{1} << (ex2_sm ? nbits + 1 : nbits);
-  if (parse_unsigned(path, "entries", need("entries")) != entries) {
+  if (parse_unsigned(path, "entries", header.need("entries")) != entries) {
     fail(path, "entries", ex2_sm ? "is not 2^(key_bits + 1)" : "is not 2^key_bits");
   }
   std::size_t at = header.body;
@@ -114,14 +118,13 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   SfuTable table;
   // A capture on a GPU (fb-sfu-probe: source=cuda:<device>) is a measurement; a rehearsal's
   // table (fb-sfu-rehearse: source=rehearsal:..., a stand-in for the GPU) is not.
-  table.measured_on_hardware = optional_field(header, "source").rfind("cuda:", 0) == 0;
-  const unsigned long long nan_output = parse_unsigned(path, "nan_output", need("nan_output"));
+  table.measured_on_hardware = header.optional("source").rfind("cuda:", 0) == 0;
+  const unsigned long long nan_output = parse_unsigned(path, "nan_output", header.need("nan_output"));
   if (nan_output > 0xffffffffull) fail(path, "nan_output", "does not fit 32 bits");
   table.nan_output = static_cast<std::uint32_t>(nan_output);
-  table.source = "fb-sfu-probe " + optional_field(header, "source") + " cc " +
-                 optional_field(header, "compute_capability") + " driver " + optional_field(header, "driver");
-  // The deltas are ulps from the correctly rounded value at the key (traces/README.md "FBSFUT1"), the same
-  // base FBSFU1 uses for these forms.
+  table.source = "fb-sfu-probe " + header.device();
+  // The deltas are ulps from the correctly rounded value at the key (traces/README.md
+  // "FBSFUT1"), the same base FBSFU1 uses for these forms.
   std::vector<std::uint32_t>* outputs = nullptr;
   float (*base_value)(std::size_t, int) = nullptr;
   std::vector<std::uint32_t> sign_magnitude_outputs;
@@ -211,10 +214,10 @@ SfuTable sfu_capture_to_table(const std::string& path) {
   }
   if (lg2_ext) {
     // guard_bits, final_rounding, then the residuals R[m] as zigzag LEB128 varints.
-    const unsigned long long guard = parse_unsigned(path, "guard_bits", need("guard_bits"));
+    const unsigned long long guard = parse_unsigned(path, "guard_bits", header.need("guard_bits"));
     if (guard > 24) fail(path, "guard_bits", "must be 0..24");
     table.guard_bits = static_cast<int>(guard);
-    const std::string rounding = need("final_rounding");
+    const std::string rounding = header.need("final_rounding");
     bool known = false;
     for (FinalRounding r :
          {FinalRounding::nearest_even, FinalRounding::toward_zero, FinalRounding::down, FinalRounding::up}) {
@@ -245,17 +248,17 @@ SfuTable sfu_capture_to_table(const std::string& path) {
 SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::string& report) {
   const std::string data = read_file_capped(path, kSfuCaptureFile);
   const CaptureHeader header = read_capture_header(path, data, "FBSFURAW1\n");
-  auto need = [&](const char* key) { return need_field(path, header, key); };
-  if (need("function") != "ex2" || need("ptx") != "ex2.approx.ftz.f32")
+  if (header.need("function") != "ex2" || header.need("ptx") != "ex2.approx.ftz.f32")
     fail(path, "function", "not ex2.approx.ftz.f32");
-  if (need("delta") != "int8" || need("escape") != "-128") fail(path, "delta", "expected int8 deltas, escape -128");
+  if (header.need("delta") != "int8" || header.need("escape") != "-128")
+    fail(path, "delta", "expected int8 deltas, escape -128");
   constexpr std::size_t kPerBinade = std::size_t{1} << 23;
-  if (parse_unsigned(path, "inputs_per_binade", need("inputs_per_binade")) != kPerBinade) {
+  if (parse_unsigned(path, "inputs_per_binade", header.need("inputs_per_binade")) != kPerBinade) {
     fail(path, "inputs_per_binade", "must be 8388608");
   }
   std::vector<std::uint32_t> starts;
   {
-    std::istringstream list(need("binades"));
+    std::istringstream list(header.need("binades"));
     for (std::string item; std::getline(list, item, ',');) {
       std::size_t used = 0;
       unsigned long v = 0;
@@ -350,14 +353,13 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
       }
     }
   }
-  const std::string device = optional_field(header, "source") + " cc " + optional_field(header, "compute_capability") +
-                             " driver " + optional_field(header, "driver");
-  table.source = "fb-sfu-probe raw evidence " + device + " (" + std::filesystem::path(path).filename().string() +
+  table.source = "fb-sfu-probe raw evidence " + header.device() + " (" +
+                 std::filesystem::path(path).filename().string() +
                  "): T+ from [1,2), T- from (-2,-1]; the sign-magnitude rule (N=23) reproduces all " +
                  std::to_string(starts.size()) + " binades of the file (" + std::to_string(checked) +
                  " inputs), NOT yet verified on all 2^32 inputs; nan_output assumed 0x7fffffff";
   report = "sign-magnitude rule (N=23) reproduces all " + std::to_string(checked) + " inputs of " +
-           std::to_string(starts.size()) + " binades (" + need("binades") + ")";
+           std::to_string(starts.size()) + " binades (" + header.need("binades") + ")";
   return table;
 }
 

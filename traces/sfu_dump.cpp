@@ -89,8 +89,8 @@ std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, Spe
   std::map<std::string, std::string> kv;
   const bool magic_ok = line == "FBSFUDUMP1";
   while (std::getline(lines, line)) {
-    // Lines that are not key=value are skipped: the 4096-byte header is NUL-padded text that
-    // only its known keys are read from.
+    // Only the known keys are read; a line that is not key=value is ignored, as it always was
+    // (the checks below name what is missing or wrong).
     std::string key, value;
     if (split_key_value(line, key, value)) kv[key] = value;
   }
