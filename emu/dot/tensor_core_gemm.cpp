@@ -67,6 +67,14 @@ struct StepRule {
   double carry_from;                 // 2^(F+1)
   std::int32_t tally_product_floor;  // 2m - 149, m the input's fraction bits
   bool tally_checks_products;        // whether a product or its scaled value can be inexact in fp32
+  // The narrow form (block<..., kNarrow>, AVX2): the whole step summed in one int32 and rounded
+  // toward zero from it, without the fp64 chunk sums. The step's exact sum is below
+  // B = 2^(F+1) + step * 2^(F+2); where B < 2^32 an int32 sum that wrapped reads at least
+  // 2^32 - B in magnitude, so a lane whose |sum| reaches narrow_limit = min(2^32 - B, 2^31) is
+  // redone by fused_dot (for 16 bf16 products at F = 25 that is a sum within 2^26 of 2^31, which
+  // only terms near their largest significand reach). Only toward-zero outputs.
+  bool narrow;
+  std::uint32_t narrow_limit;
 };
 
 StepRule step_rule(const TensorCoreModel& m) {
@@ -77,14 +85,19 @@ StepRule step_rule(const TensorCoreModel& m) {
   // 2^(F+1) + n * 2^(F+2) <= 2^31, i.e. n <= 2^(29-F) - 1/2.
   const int chunk =
       f >= 29 ? 0 : static_cast<int>(std::min<std::int64_t>(m.products_per_step, (std::int64_t{1} << (29 - f)) - 1));
-  return StepRule{f, m.products_per_step, chunk, f - 125, accumulator_format(m).emin(), m.output, out.man_bits,
-                  out.emin(), to_double(out, to_container(out, out.max_finite_pattern())), 52 - out.man_bits,
-                  std::ldexp(1.0, out.emin()), std::ldexp(1.0, out.man_bits - out.emin()),
-                  std::ldexp(1.0, out.emin() - out.man_bits), m.output == DotOutput::fp16_rne, std::ldexp(1.0, f + 1),
-                  2 * m.input.man_bits - 149,
-                  // The lowest bit a product can have is 2^(2(emin - m)); scaled by 2^-u, u up to
-                  // kHighestExponent - F, it stays at or above 2^-149 for fp16 and the fp8 formats.
-                  2 * (m.input.emin() - m.input.man_bits) - std::max(0, kHighestExponent - f) < -149};
+  const std::int64_t step_bound = (std::int64_t{1} << (f + 1)) + m.products_per_step * (std::int64_t{1} << (f + 2));
+  const bool narrow = (m.output == DotOutput::fp32_rz || m.output == DotOutput::fp32_e8m13) && f < 29 &&
+                      step_bound < (std::int64_t{1} << 32);
+  const auto narrow_limit =
+      static_cast<std::uint32_t>(std::min((std::int64_t{1} << 32) - step_bound, std::int64_t{1} << 31));
+  return StepRule{
+      f, m.products_per_step, chunk, f - 125, accumulator_format(m).emin(), m.output, out.man_bits, out.emin(),
+      to_double(out, to_container(out, out.max_finite_pattern())), 52 - out.man_bits, std::ldexp(1.0, out.emin()),
+      std::ldexp(1.0, out.man_bits - out.emin()), std::ldexp(1.0, out.emin() - out.man_bits),
+      m.output == DotOutput::fp16_rne, std::ldexp(1.0, f + 1), 2 * m.input.man_bits - 149,
+      // The lowest bit a product can have is 2^(2(emin - m)); scaled by 2^-u, u up to
+      // kHighestExponent - F, it stays at or above 2^-149 for fp16 and the fp8 formats.
+      2 * (m.input.emin() - m.input.man_bits) - std::max(0, kHighestExponent - f) < -149, narrow, narrow_limit};
 }
 
 // DotStepTally's signed error over a block's steps, lane after lane, each lane's steps in order:
@@ -168,6 +181,13 @@ struct Lanes {
     const double value = to_double(rule.nearest ? formats::fp16 : formats::fp32, bits);
     bad = bad || !(std::fabs(value) < rule.output_max);
     return static_cast<float>(value);
+  }
+  // The narrow form (StepRule::narrow): the int64 sum of the int32 one, flagged where it may
+  // have wrapped.
+  static F round_narrow(const StepRule& rule, I sum, I e, M& bad) {
+    const std::uint32_t magnitude = sum < 0 ? 0u - static_cast<std::uint32_t>(sum) : static_cast<std::uint32_t>(sum);
+    bad = bad || magnitude >= rule.narrow_limit;
+    return round_output(rule, Wide{sum}, e, bad);
   }
   static void store(float* p, F x) { *p = x; }
   static std::uint64_t mask_bits(M m) { return m ? 1u : 0u; }
@@ -309,6 +329,39 @@ struct Lanes {
     const __m128i high_bits = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(bad_high), pick));
     bad = _mm256_or_si256(bad, _mm256_set_m128i(high_bits, low_bits));
     return _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low));
+  }
+  // The narrow form (StepRule::narrow): the step's exact sum as one int32 per lane. A lane
+  // whose |sum| reaches narrow_limit may have wrapped and is redone. Otherwise the sum is
+  // truncated to fp32 (24 bits): the conversion rounds to nearest, and one step back toward
+  // zero (the encoding minus one) undoes it where it rounded up in magnitude, which converting
+  // back and comparing shows (|sum| < 2^31 - 64 here, so the value converted back is exact).
+  // e8m13 keeps 13 of those fraction bits (truncation again). Scaling by 2^unit is exact for a
+  // normal result; lanes below the normal range take round_output's fp64 path.
+  [[gnu::always_inline]] inline static F round_narrow(const StepRule& rule, I sum, I e, M& bad) {
+    const __m256i magnitude = _mm256_abs_epi32(sum);
+    bad = _mm256_or_si256(
+        bad, below_unsigned(_mm256_set1_epi32(static_cast<std::int32_t>(rule.narrow_limit - 1)), magnitude));
+    const __m256 nearest = _mm256_cvtepi32_ps(sum);
+    const __m256i rounded_up = _mm256_cmpgt_epi32(_mm256_abs_epi32(_mm256_cvttps_epi32(nearest)), magnitude);
+    __m256i truncated = _mm256_add_epi32(_mm256_castps_si256(nearest), rounded_up);
+    if (rule.output_fraction_bits < 23)
+      truncated = _mm256_and_si256(truncated, _mm256_set1_epi32(~((1 << (23 - rule.output_fraction_bits)) - 1)));
+    const __m256i unit = _mm256_sub_epi32(e, _mm256_set1_epi32(rule.fraction_bits));
+    const __m256 power = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(unit, _mm256_set1_epi32(127)), 23));
+    const __m256 result = _mm256_mul_ps(_mm256_castsi256_ps(truncated), power);
+    const __m256 result_magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), result);
+    const __m256 small = _mm256_and_ps(
+        _mm256_cmp_ps(result_magnitude, _mm256_set1_ps(static_cast<float>(rule.normal_floor)), _CMP_LT_OQ),
+        _mm256_cmp_ps(result_magnitude, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    if (!_mm256_testz_ps(small, small)) {
+      Wide wide;
+      wide_zero(wide);
+      wide_add(wide, sum);
+      return round_output(rule, wide, e, bad);
+    }
+    bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
+                                   result_magnitude, _mm256_set1_ps(static_cast<float>(rule.output_max)), _CMP_GE_OQ)));
+    return result;
   }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) {
@@ -487,6 +540,17 @@ struct Lanes {
     // The fp64 results lie on the output's grid, so the narrowing is exact.
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(low)), _mm512_cvtpd_ps(high), 1);
   }
+  // The narrow form (StepRule::narrow): flagged where the int32 sum may have wrapped, then
+  // rounded as a one-chunk sum.
+  [[gnu::always_inline]] inline static F round_narrow(const StepRule& rule, I sum, I e, M& bad) {
+    bad =
+        static_cast<M>(bad | _mm512_cmpge_epu32_mask(_mm512_abs_epi32(sum),
+                                                     _mm512_set1_epi32(static_cast<std::int32_t>(rule.narrow_limit))));
+    Wide wide;
+    wide_zero(wide);
+    wide_add(wide, sum);
+    return round_output(rule, wide, e, bad);
+  }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) { return m; }
   // The tally (block<..., kTally>): the portable traits' steps, eight fp64 lanes at a time.
@@ -564,6 +628,7 @@ using BlockFunction = void (*)(const StepRule&, int, const float*, const std::in
 // Each instruction set's blocking, as measured: one row against `groups` groups of W columns
 // (4 on both AVX2 and AVX-512 was fastest), then one group, then the zero-padded tail.
 // The tallied kernel (one group; `tally_checked`: block<..., kTallyCheckTerms>) and its counts.
+// The narrow forms: where StepRule::narrow allows them.
 struct IsaKernels {
   int lanes;  // W
   int groups;
@@ -571,11 +636,13 @@ struct IsaKernels {
   void (*alignments)(const float*, std::size_t, int, std::int32_t*);
   BlockFunction tally, tally_checked;
   void (*count_tally)(const TallyOut&, int, std::uint64_t, DotStepTally&);
+  BlockFunction narrow_row_groups, narrow_one_group;
 };
 #define FB_ISA_KERNELS(ns, groups)                                                                 \
   IsaKernels {                                                                                     \
     ns::Lanes::W, groups, &ns::block<groups>, &ns::block<1>, &ns::block<1, true>, &ns::alignments, \
-        &ns::block<1, false, kTally>, &ns::block<1, false, kTallyCheckTerms>, &ns::count_tally     \
+        &ns::block<1, false, kTally>, &ns::block<1, false, kTallyCheckTerms>, &ns::count_tally,    \
+        &ns::block<groups, false, kNoTally, true>, &ns::block<1, false, kNoTally, true>            \
   }
 IsaKernels kernels_for(DotIsa isa) {
   switch (isa) {
@@ -781,17 +848,18 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
       by_fused_dot(r, l0 + l, scratch.c_in[static_cast<std::size_t>(l)]);
     }
   };
+  const BlockFunction row_groups = rule.narrow ? kernels.narrow_row_groups : kernels.row_groups;
+  const BlockFunction one_group = rule.narrow ? kernels.narrow_one_group : kernels.one_group;
   for (int r = 0; r < rows; ++r) {
     const float* a_row = a + static_cast<std::size_t>(r) * lda;
     std::copy(a_row, a_row + uk, scratch.a_value.begin());
     kernels.alignments(a_row, uk, emin, scratch.a_alignment.data());
     const int wide = kernels.groups * w;
     int l0 = 0;
-    for (; l0 + wide <= lanes; l0 += wide)
-      run_block(kernels.row_groups, r, l0, wide, wide, b + l0, b_alignment + l0, ldb);
-    for (; l0 + w <= lanes; l0 += w) run_block(kernels.one_group, r, l0, w, w, b + l0, b_alignment + l0, ldb);
+    for (; l0 + wide <= lanes; l0 += wide) run_block(row_groups, r, l0, wide, wide, b + l0, b_alignment + l0, ldb);
+    for (; l0 + w <= lanes; l0 += w) run_block(one_group, r, l0, w, w, b + l0, b_alignment + l0, ldb);
     if (l0 < lanes)
-      run_block(kernels.one_group, r, l0, lanes - l0, w, scratch.tail_value.data(), scratch.tail_alignment.data(),
+      run_block(one_group, r, l0, lanes - l0, w, scratch.tail_value.data(), scratch.tail_alignment.data(),
                 static_cast<std::size_t>(w));
   }
 }
