@@ -284,32 +284,59 @@ constexpr std::array<double, 14> kInverseFactorial = [] {
   return c;
 }();
 
+// 2^(j/64) for j in [0, 64), each correctly rounded to double (from 192-bit values, which no
+// midpoint between doubles can confuse: 2^(j/64) is irrational for j > 0).
+const std::array<double, 64>& ex2_fraction_table() {
+  static const std::array<double, 64> table = [] {
+    std::array<double, 64> t{};
+    const BigFloat ln2 = log(BigFloat(2));
+    for (int j = 0; j < 64; ++j) {
+      int e = 0;
+      const BigFloat m = frexp(exp(BigFloat(j) / 64 * ln2), &e);  // [1/2, 1)
+      const BigFloat scaled = ldexp(m, 53);
+      BigFloat kept = floor(scaled);
+      if (scaled - kept > BigFloat(0.5)) kept += 1;
+      t[static_cast<std::size_t>(j)] = std::ldexp(static_cast<double>(kept), e - 53);  // kept <= 2^53: exact
+    }
+    return t;
+  }();
+  return table;
+}
+
 // The double stage for n <= kEx2StageChunk inputs: bits[i] = its fp32 result for x[i], or
 // kUndecided. The scalar stage (ex2_stage_double, n = 1) and the array one
 // (ex2_correct_ftz_array) both run it, so they are the same function.
-// 2^r = exp(t), t = r ln2, |t| <= 0.347. Taylor to t^13: truncation below 2^-57
-// relative; Horner in double with 1/n! rounded adds a few 2^-53; t's rounding adds
-// |t| 2^-52. Total below 2^-50; claimed 2^-46.
+// x = k + j/64 + r with n = round(64 x) = 64 k + j, j in [0, 64), |r| <= 1/128, all exact (64 x
+// is exact in double, and so is 64 x + 1/2 once |64 x| >= 1/2; below that the sum lies in
+// (0, 1) however it rounds, so its floor is 0; r = x - n/64 is exact: for |x| < 1/128 it is x,
+// otherwise its bits lie between 2^-8 and x's last bit, at or above 2^-30). 2^x = 2^k * T[j] * exp(t),
+// t = r ln2, |t| <= 0.00542. Taylor to t^5: truncation below 0.00542^6/720 < 2^-54; t's two
+// roundings (ln2's and the product's) move exp(t) by below 2^-59; Horner in double, 1/n!
+// rounded, adds about 1.1 * 2^-53 (the last addition's rounding; the earlier ones are scaled by
+// |t|); T[j] and the product p * T[j] one 2^-53 each. Total below 2^-51; claimed 2^-46.
 // It runs in passes over the elements, each Horner step over all of them: every element sees
 // the same operations in the same order as alone, but the steps of different elements do not
 // wait for each other (one element's Horner chain is latency-bound) and each step's loop
 // vectorises.
 // Requires x[i] in [-126, 128) (what ex2_without_evaluation leaves): then k is in [-126, 128]
-// and 2^k a normal double, so p * 2^k is the product times_power_of_two would form.
+// and 2^k a normal double, so the product times 2^k is what times_power_of_two would form.
 constexpr std::size_t kEx2StageChunk = 256;
 [[gnu::always_inline]] inline void ex2_stage_double_bits(const float* x, std::uint32_t* bits, std::size_t n) {
-  double t[kEx2StageChunk], p[kEx2StageChunk];
-  int k[kEx2StageChunk];
+  const double* const fraction = ex2_fraction_table().data();
+  double t[kEx2StageChunk], p[kEx2StageChunk], scale[kEx2StageChunk];
   for (std::size_t i = 0; i < n; ++i) {
-    const Ex2Split s = split_ex2_argument(x[i]);
-    k[i] = s.k;
-    t[i] = s.r * kLn2.hi;
-    p[i] = kInverseFactorial[13];
+    // floor(64 x + 1/2) without the library call, as split_ex2_argument does.
+    const double shifted = static_cast<double>(x[i]) * 64.0 + 0.5;
+    std::int32_t whole = static_cast<std::int32_t>(shifted);
+    whole -= static_cast<double>(whole) > shifted ? 1 : 0;  // a select, so that the loop vectorises
+    t[i] = (static_cast<double>(x[i]) - static_cast<double>(whole) * (1.0 / 64)) * kLn2.hi;
+    scale[i] = fraction[whole & 63] * power_of_two(whole >> 6);  // exact: a power of two
+    p[i] = kInverseFactorial[5];
   }
-  for (int c = 12; c >= 0; --c)
-    for (std::size_t i = 0; i < n; ++i) p[i] = p[i] * t[i] + kInverseFactorial[c];
+  for (int c = 4; c >= 0; --c)
+    for (std::size_t i = 0; i < n; ++i) p[i] = p[i] * t[i] + kInverseFactorial[static_cast<std::size_t>(c)];
   for (std::size_t i = 0; i < n; ++i) {
-    const Decision d = decide_positive(p[i] * power_of_two(k[i]), 0.0, 0x1p-46);
+    const Decision d = decide_positive(p[i] * scale[i], 0.0, 0x1p-46);
     // kUndecided where d.kept is 0 (a mask: see decide_positive for why not a select).
     const std::uint32_t undecided = static_cast<std::uint32_t>(d.kept == 0);
     bits[i] = round_decided(0u, d.kept, d.exponent, d.above_midpoint) & (undecided - 1u);
