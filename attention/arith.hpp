@@ -197,6 +197,17 @@ struct HardwareArith {
     }
     for (int l = 0; l < lanes; ++l) acc[l] = lane_values[static_cast<std::size_t>(l)];
   }
+  // Whether dot_rows runs `spec`'s dots: columns_batched, in the k order as stored.
+  static bool rows_batched(const DotSpec& spec) {
+    return columns_batched(spec) && spec.k_order != KOrder::ck_interleave16;
+  }
+  // dot_columns for `rows` vectors (only where rows_batched): cd[r*ldc + l] = dot(spec,
+  // cd[r*ldc + l], a + r*lda, column l, k), the accumulators as floats (they hold fp32 or fp16
+  // values). Untallied.
+  void dot_rows(const DotSpec& spec, float* cd, std::size_t ldc, const float* a, std::size_t lda, int rows,
+                const float* b, const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes) const {
+    spec.dot.dot_rows(cd, ldc, a, lda, rows, b, b_alignment, ldb, k, lanes, cd, ldc);
+  }
 };
 
 struct ExactArith {

@@ -300,6 +300,30 @@ void dot_columns(const A& ar, const DotSpec& spec, double* acc, const E* a, cons
     ar.dot_columns(spec, acc, a, b, b_alignment, ldb, k, lanes, lane_values, tally);
 }
 
+// The column panel b (row stride ldb, `lanes` columns of k rows, pointing into one of hd's
+// matrices) as the side-by-side dots read it: run(l0, n, panel, alignment, stride) for its
+// columns [l0, l0 + n) in lane order. From the tiled copy where hd prepared one (one tile of
+// kPanelTile lanes per call), otherwise as stored, with the prepared alignment exponents where
+// there are some (null: none).
+template <class E, class Run>
+void over_column_panel(const DotSpec& spec, const HeadData<E>& hd, const E* b, std::size_t ldb, int k, int lanes,
+                       Run run) {
+  const typename HeadData<E>::Panel* panel = hd.panel_of(spec, b);
+  const std::size_t offset = panel ? static_cast<std::size_t>(b - panel->data) : 0;
+  constexpr int kTile = HeadData<E>::kPanelTile;
+  if (panel && !panel->tiled.empty() && ldb == static_cast<std::size_t>(hd.nk) && offset % kTile == 0 && offset < ldb &&
+      k <= panel->rows) {
+    const std::size_t tile_size = static_cast<std::size_t>(panel->rows) * kTile;
+    for (int l0 = 0; l0 < lanes; l0 += kTile) {
+      const std::size_t at = (offset / kTile + static_cast<std::size_t>(l0 / kTile)) * tile_size;
+      run(l0, std::min(kTile, lanes - l0), panel->tiled.data() + at, panel->tiled_alignment.data() + at,
+          static_cast<std::size_t>(kTile));
+    }
+    return;
+  }
+  run(0, lanes, b, panel ? panel->alignment.data() + offset : nullptr, ldb);
+}
+
 // acc[l] = dot(spec, acc[l], a, column l, k, tally) for l < lanes, column l of the row-major
 // panel b being b[j*ldb + l]: side by side where dots_side_by_side allows, otherwise one dot
 // per column through column_of(l), a pointer to column l's k elements stored contiguously
@@ -311,25 +335,34 @@ void dots_against_columns(const A& ar, const DotSpec& spec, const HeadData<E>& h
                           std::size_t ldb, int k, int lanes, ColumnOf column_of, std::vector<float>& lane_values,
                           DotTrace* tally = nullptr) {
   if (dots_side_by_side<A, E>(spec)) {
-    const typename HeadData<E>::Panel* panel = hd.panel_of(spec, b);
-    const std::size_t offset = panel ? static_cast<std::size_t>(b - panel->data) : 0;
-    constexpr int kTile = HeadData<E>::kPanelTile;
-    if (panel && !panel->tiled.empty() && ldb == static_cast<std::size_t>(hd.nk) && offset % kTile == 0 &&
-        offset < ldb && k <= panel->rows) {
-      // Columns from the tiled copy, one tile (kTile lanes) per call, in lane order.
-      const std::size_t tile_size = static_cast<std::size_t>(panel->rows) * kTile;
-      for (int l0 = 0; l0 < lanes; l0 += kTile) {
-        const std::size_t at = (offset / kTile + static_cast<std::size_t>(l0 / kTile)) * tile_size;
-        dot_columns(ar, spec, acc + l0, a, panel->tiled.data() + at, panel->tiled_alignment.data() + at,
-                    static_cast<std::size_t>(kTile), k, std::min(kTile, lanes - l0), lane_values, tally);
-      }
-      return;
-    }
-    dot_columns(ar, spec, acc, a, b, panel ? panel->alignment.data() + offset : nullptr, ldb, k, lanes, lane_values,
-                tally);
+    over_column_panel(spec, hd, b, ldb, k, lanes,
+                      [&](int l0, int n, const E* panel, const std::int32_t* alignment, std::size_t stride) {
+                        dot_columns(ar, spec, acc + l0, a, panel, alignment, stride, k, n, lane_values, tally);
+                      });
     return;
   }
   for (int l = 0; l < lanes; ++l) acc[l] = ar.dot(spec, acc[l], a, column_of(l), k, tally);
+}
+
+// Whether `spec`'s dots of a block of rows run as one call (rows_against_columns).
+template <class A, class E>
+bool rows_side_by_side(const DotSpec& spec) {
+  if constexpr (!A::exact && std::is_same_v<E, float>) return A::rows_batched(spec);
+  return false;
+}
+
+// dots_against_columns for `rows` vectors at once, where rows_side_by_side: cd[r*ldc + l] =
+// dot(spec, cd[r*ldc + l], a + r*lda, column l, k), the accumulators as floats. The same bits
+// as one dots_against_columns per row (untallied), with the kernel's set-up paid once per block.
+template <class A, class E>
+void rows_against_columns(const A& ar, const DotSpec& spec, const HeadData<E>& hd, float* cd, std::size_t ldc,
+                          const E* a, std::size_t lda, int rows, const E* b, std::size_t ldb, int k, int lanes) {
+  if constexpr (!A::exact && std::is_same_v<E, float>) {
+    over_column_panel(spec, hd, b, ldb, k, lanes,
+                      [&](int l0, int n, const E* panel, const std::int32_t* alignment, std::size_t stride) {
+                        ar.dot_rows(spec, cd + l0, ldc, a, lda, rows, panel, alignment, stride, k, n);
+                      });
+  }
 }
 
 // The scores of keys [kb, kb + len) for query q into s[0, len), through the keys' Kᵀ
@@ -531,6 +564,10 @@ struct Scratch {
   std::vector<float> ex2_args, ex2_values;
   // online_forward_rows: each row's acc_o while a block of rows walks the KV tiles together.
   std::vector<std::vector<double>> row_acc;
+  // online_tile_rows: a block's Q rows (where not consecutive), its scores, P̄ and acc_o as
+  // floats, row-major.
+  std::vector<E> block_q, block_pc;
+  std::vector<float> block_scores, block_acc;
   void size(int bn, int d) {
     s.resize(static_cast<std::size_t>(bn));
     p.resize(static_cast<std::size_t>(bn));

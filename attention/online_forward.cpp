@@ -503,20 +503,28 @@ OnlineRow<E> begin_row(const KernelModel& km, const HeadData<E>& hd, const Geome
   return r;
 }
 
-// Tile `it` (in the row's visiting order) of row r: its scores, softmax steps and P̄·V into
-// sc.acc, the row's accumulator.
-template <class A, class E, class Sink>
-void online_tile(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, const ScaleConstants& k,
-                 OnlineRow<E>& r, int it, Scratch<E>& sc, Sink& sink) {
-  SoftmaxState& state = r.state;
+// The keys [kb, ke) of tile `it` (in the row's visiting order) of row r; len = ke - kb.
+struct TileSpan {
+  int kb = 0, ke = 0, len = 0;
+};
+template <class E>
+TileSpan tile_span(const KernelModel& km, const Geometry& g, const OnlineRow<E>& r, int it) {
   const int bn = g.tiles.block_n;
-  const bool Is_first = it == 0;
   const int t = r.first_tile + (km.kv_order == KvOrder::last_to_first ? r.tiles - 1 - it : it);
-  const int kb = t * bn, ke = std::min(r.nk, kb + bn), len = ke - kb;
-  sink.on_tile_begin();
+  const int kb = t * bn, ke = std::min(r.nk, kb + bn);
+  return {kb, ke, ke - kb};
+}
 
-  // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
-  tile_scores(km, ar, k, hd, r.q, kb, len, sc.s.data(), sc.lane_values);
+// Tile `it` of row r from its scores in sc.s (tile_scores' values) to P̄ in sc.pc: masking, the
+// max, the rescale of acc_o (sc.acc) and ℓ, exp2 and the P̄ cast. Returns the rescale factor α
+// that gemm_pv takes.
+template <class A, class E, class Sink>
+double tile_softmax(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                    const ScaleConstants& k, OnlineRow<E>& r, int it, const TileSpan& span, Scratch<E>& sc,
+                    Sink& sink) {
+  SoftmaxState& state = r.state;
+  const bool Is_first = it == 0;
+  const int kb = span.kb, len = span.len;
   if (r.masked_in_loop) {
     const double masked_score = -to_double(km.input, km.input.max_finite_pattern());
     for (int j = std::max(r.visible - kb, 0); j < len; ++j) sc.s[j] = masked_score;
@@ -540,8 +548,84 @@ void online_tile(const KernelModel& km, const A& ar, const HeadData<E>& hd, cons
   // P̄ cast for the P·V matmul (convert_type<Element>, after the sum: ℓ used the unrounded P̄).
   cast_p(km, ar, sc, len, exp2_over_tile<A>(km, g) ? sc.ex2_values.data() : nullptr);
   sink.on_p_cast(sc.pc.data(), len, kb);
-  gemm_pv(km, ar, hd, sc, kb, len, alpha, sink);
-  sink.on_tile_end(km, it, kb, ke, state.m, state.l, state.l_thread, sc.p.data(), sc.acc.data(), len, g.d);
+  return alpha;
+}
+
+// Tile `it` (in the row's visiting order) of row r: its scores, softmax steps and P̄·V into
+// sc.acc, the row's accumulator.
+template <class A, class E, class Sink>
+void online_tile(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, const ScaleConstants& k,
+                 OnlineRow<E>& r, int it, Scratch<E>& sc, Sink& sink) {
+  const TileSpan span = tile_span(km, g, r, it);
+  sink.on_tile_begin();
+  // S = Q·Kᵀ for the tile; columns past the row's last visible key are masked (not computed).
+  tile_scores(km, ar, k, hd, r.q, span.kb, span.len, sc.s.data(), sc.lane_values);
+  const double alpha = tile_softmax(km, ar, hd, g, k, r, it, span, sc, sink);
+  gemm_pv(km, ar, hd, sc, span.kb, span.len, alpha, sink);
+  sink.on_tile_end(km, it, span.kb, span.ke, r.state.m, r.state.l, r.state.l_thread, sc.p.data(), sc.acc.data(),
+                   span.len, g.d);
+}
+
+// Tile `it` of the untraced rows rows[first, last), which all visit the same keys `span`: the
+// steps of online_tile, with the scores of all the rows in one call of the dot kernel, and
+// their P̄·V too where gemm_pv is one plain chain from acc_o (acc_o as C: mma_c, no block
+// descale). The rows are independent, so the bits are online_tile's; what changes is that the
+// kernel's per-call set-up is paid once per tile instead of once per row.
+template <class A, class E>
+void online_tile_rows(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                      const ScaleConstants& k, std::vector<OnlineRow<E>>& rows, int first, int last, int it,
+                      const TileSpan& span, Scratch<E>& sc, NullTraceSink& sink) {
+  const int n = last - first, d = g.d, len = span.len;
+  const auto un = static_cast<std::size_t>(n), ud = static_cast<std::size_t>(d), ulen = static_cast<std::size_t>(len);
+  // Q's rows of the block: in place where they are consecutive (the untraced rows usually are).
+  const E* q = rows[static_cast<std::size_t>(first)].q;
+  bool consecutive = true;
+  for (int i = first + 1; i < last; ++i)
+    consecutive = consecutive && rows[static_cast<std::size_t>(i)].row == rows[static_cast<std::size_t>(i) - 1].row + 1;
+  if (!consecutive) {
+    sc.block_q.resize(un * ud);
+    for (int i = first; i < last; ++i)
+      std::copy(rows[static_cast<std::size_t>(i)].q, rows[static_cast<std::size_t>(i)].q + d,
+                sc.block_q.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i - first) * ud));
+    q = sc.block_q.data();
+  }
+  sc.block_scores.assign(un * ulen, 0.0f);
+  rows_against_columns(ar, km.score_dot, hd, sc.block_scores.data(), ulen, q, ud, n, hd.kt_row(0) + span.kb,
+                       static_cast<std::size_t>(hd.nk), d, len);
+  const bool pv_together = rows_side_by_side<A, E>(km.pv_dot) && km.o_acc == OAccumulator::mma_c && !km.fp8.block;
+  if (pv_together) {
+    sc.block_pc.resize(un * ulen);
+    sc.block_acc.resize(un * ud);
+  }
+  for (int i = first; i < last; ++i) {
+    OnlineRow<E>& r = rows[static_cast<std::size_t>(i)];
+    const std::size_t at = static_cast<std::size_t>(i - first);
+    std::swap(sc.acc, sc.row_acc[static_cast<std::size_t>(i)]);
+    sink.on_tile_begin();
+    for (int j = 0; j < len; ++j)
+      sc.s[static_cast<std::size_t>(j)] = sc.block_scores[at * ulen + static_cast<std::size_t>(j)];
+    scores_of_dots(km, ar, k, sc.s.data(), len);
+    const double alpha = tile_softmax(km, ar, hd, g, k, r, it, span, sc, sink);
+    if (pv_together) {
+      // The accumulators hold fp32 (or fp16) values: exact as float.
+      std::copy(sc.pc.begin(), sc.pc.begin() + len, sc.block_pc.begin() + static_cast<std::ptrdiff_t>(at * ulen));
+      for (int c = 0; c < d; ++c)
+        sc.block_acc[at * ud + static_cast<std::size_t>(c)] = static_cast<float>(sc.acc[static_cast<std::size_t>(c)]);
+    } else {
+      gemm_pv(km, ar, hd, sc, span.kb, len, alpha, sink);
+    }
+    sink.on_tile_end(km, it, span.kb, span.ke, r.state.m, r.state.l, r.state.l_thread, sc.p.data(), sc.acc.data(), len,
+                     d);
+    std::swap(sc.acc, sc.row_acc[static_cast<std::size_t>(i)]);
+  }
+  if (!pv_together) return;
+  rows_against_columns(ar, km.pv_dot, hd, sc.block_acc.data(), ud, sc.block_pc.data(), ulen, n, hd.v_row(span.kb), ud,
+                       len, d);
+  for (int i = first; i < last; ++i) {
+    std::vector<double>& acc = sc.row_acc[static_cast<std::size_t>(i)];
+    const std::size_t at = static_cast<std::size_t>(i - first);
+    for (int c = 0; c < d; ++c) acc[static_cast<std::size_t>(c)] = sc.block_acc[at * ud + static_cast<std::size_t>(c)];
+  }
 }
 
 // The loop, over one query row's KV tiles.
@@ -645,13 +729,32 @@ void online_forward_rows(const KernelModel& km, const A& ar, const HeadData<E>& 
   // another, so a tile's K and V (and their panels) are read from memory once per block of
   // rows instead of once per row. The rows are independent (FA2's per-row registers), so the
   // order in which their steps interleave cannot change a bit.
+  // Where the score dots run for a block of rows at once, each run of rows that visit the same
+  // keys at step `it` (all rows without causal masking) goes through online_tile_rows.
+  const bool together = rows_side_by_side<A, E>(km.score_dot);
   for (int it = 0; it < most_tiles; ++it) {
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < count;) {
       OnlineRow<E>& r = rows[static_cast<std::size_t>(i)];
-      if (it >= r.tiles) continue;
+      if (it >= r.tiles) {
+        ++i;
+        continue;
+      }
+      if (together) {
+        const TileSpan span = tile_span(km, g, r, it);
+        int last = i + 1;
+        while (last < count && it < rows[static_cast<std::size_t>(last)].tiles) {
+          const TileSpan next = tile_span(km, g, rows[static_cast<std::size_t>(last)], it);
+          if (next.kb != span.kb || next.len != span.len) break;
+          ++last;
+        }
+        online_tile_rows(km, ar, hd, g, k, rows, i, last, it, span, sc, sink);
+        i = last;
+        continue;
+      }
       std::swap(sc.acc, sc.row_acc[static_cast<std::size_t>(i)]);
       online_tile(km, ar, hd, g, k, r, it, sc, sink);
       std::swap(sc.acc, sc.row_acc[static_cast<std::size_t>(i)]);
+      ++i;
     }
   }
   for (int i = 0; i < count; ++i) {

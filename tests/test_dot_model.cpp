@@ -6,7 +6,7 @@
 // - the handle's facts against the preset table fields and the formats' own names;
 // - one hand-worked case per family whose exact D is derived in the comments (a routing error
 //   to another family's arithmetic gives a different D);
-// - the batch calls (dot_pairs, dot_columns: other code paths, AVX2 lanes for AMD two-stage)
+// - the batch calls (dot_pairs, dot_columns, dot_rows: other code paths, AVX2 lanes for AMD two-stage)
 //   against dot() lane by lane;
 // - what a model lacks is refused with the caller's words.
 #include <doctest/doctest.h>
@@ -141,7 +141,7 @@ TEST_CASE("one hand-worked dot per family") {
   CHECK_THROWS_AS(sm80.dot_bits(0, one, one, std::vector<std::uint8_t>{127}), std::invalid_argument);
 }
 
-TEST_CASE("dot_pairs and dot_columns give dot()'s bits lane by lane") {
+TEST_CASE("dot_pairs, dot_columns and dot_rows give dot()'s bits lane by lane") {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 4.0f);
   struct Form {
@@ -179,6 +179,28 @@ TEST_CASE("dot_pairs and dot_columns give dot()'s bits lane by lane") {
       CHECK(std::bit_cast<std::uint32_t>(d[l]) == std::bit_cast<std::uint32_t>(want[l]));
       CHECK(std::bit_cast<std::uint32_t>(p[l]) == std::bit_cast<std::uint32_t>(want[l]));
     }
+    // dot_rows: row 0 is a with C = c, rows 1 and 2 fresh vectors and fresh C, in strided
+    // rows (lda = k + 2, ldc = lanes + 1), C and D in place.
+    const int rows = 3;
+    const std::size_t lda = k + 2, ldc = lanes + 1;
+    std::vector<float> a_rows(rows * lda, 9.0f), cd(rows * ldc, 9.0f), c_rows(rows * ldc);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < k; ++j) a_rows[r * lda + j] = r == 0 ? a[j] : value();
+    for (int r = 0; r < rows; ++r)
+      for (int l = 0; l < lanes; ++l)
+        cd[r * ldc + l] = r == 0
+                              ? c[l]
+                              : static_cast<float>(fb::to_double(
+                                    m.accumulator(), fb::round_double(m.accumulator(), 64.0 * normal(rng), {}).bits));
+    c_rows = cd;
+    m.dot_rows(cd.data(), ldc, a_rows.data(), lda, rows, b.data(), nullptr, lanes, k, lanes, cd.data(), ldc);
+    for (int r = 0; r < rows; ++r)
+      for (int l = 0; l < lanes; ++l) {
+        for (int j = 0; j < k; ++j) column[j] = b[static_cast<std::size_t>(j) * lanes + l];
+        const float row_want = m.dot(c_rows[r * ldc + l], a_rows.data() + r * lda, column.data(), k);
+        CHECK(std::bit_cast<std::uint32_t>(cd[r * ldc + l]) == std::bit_cast<std::uint32_t>(row_want));
+      }
+    CHECK(cd[ldc - 1] == 9.0f);  // past the lanes: untouched
   }
 }
 

@@ -176,6 +176,25 @@ void DotModel::dot_columns(const float* c, const float* a, const float* b, std::
   throw std::invalid_argument("dot model " + describe() + " needs scales: no column dots");
 }
 
+void DotModel::dot_rows(const float* c, std::size_t ldc, const float* a, std::size_t lda, int rows, const float* b,
+                        const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes, float* d,
+                        std::size_t ldd) const {
+  switch (family_) {
+    case DotFamily::nvidia:
+      fused_dot_rows(*nvidia_, c, ldc, a, lda, rows, b, b_alignment, ldb, k, lanes, d, ldd);
+      return;
+    case DotFamily::amd:
+      for (int r = 0; r < rows; ++r) {
+        const auto at = static_cast<std::size_t>(r);
+        fused_dot_amd_columns(*amd_, c + at * ldc, a + at * lda, b, ldb, k, lanes, d + at * ldd);
+      }
+      return;
+    case DotFamily::block_scaled:
+      break;
+  }
+  throw std::invalid_argument("dot model " + describe() + " needs scales: no row dots");
+}
+
 // ---- the lookup -------------------------------------------------------------------------
 namespace {
 

@@ -95,6 +95,12 @@ class DotModel {
   // scale_block() == 0 (std::invalid_argument otherwise).
   void dot_columns(const float* c, const float* a, const float* b, std::size_t ldb, int k, int lanes, float* d,
                    DotStepTally* tally = nullptr, const std::int32_t* b_alignment = nullptr) const;
+  // dot_columns for `rows` vectors at once, row r of a at a + r*lda, its C and D in rows of c and
+  // d (strides ldc, ldd; c and d may alias): d[r*ldd + l] = dot(c[r*ldc + l], row r, column l, k),
+  // bit for bit. NVIDIA runs fused_dot_rows over the whole block, so that its per-call set-up is
+  // paid once; `b_alignment` as there (null: computed). Precondition: scale_block() == 0.
+  void dot_rows(const float* c, std::size_t ldc, const float* a, std::size_t lda, int rows, const float* b,
+                const std::int32_t* b_alignment, std::size_t ldb, int k, int lanes, float* d, std::size_t ldd) const;
 
   // The underlying preset of the handle's family, null for the others.
   const TensorCoreModel* nvidia() const { return nvidia_; }
