@@ -1004,12 +1004,12 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference and fused_dot's
 // fused_dot_rows, the blocked GEMM kernel (a third implementation of the step, in fp32 and
 // int32 lanes), on each instruction set this CPU has: every lane of every row checked
 // against the exact-integer reference and against fused_dot, bit for bit. A trial is a
-// GEMM: 1 to 9 rows, 1 to 40 lanes (the blocks of four registers, single registers of 16
-// or 8 lanes, and a ragged tail), b stored with a wider row stride. Rows share the panel: row 0 is a random case's a,
-// the others that row with sign and last-bit flips, or a fresh case's. Columns likewise. Most trials keep every value
-// finite so that the lanes, not the fallback, compute; one in four lets a fresh case bring its NaNs and infinities (the
-// fallback's routes). Half the trials pass the panel's prepared alignment exponents, half let the kernel compute them;
-// half share C and D.
+// GEMM: 1 to 9 rows, 1 to 80 lanes (the 64-lane blocks of several registers, single registers
+// of 16 or 8 lanes, and a ragged tail), b stored with a wider row stride. Rows share the panel: row 0 is a random
+// case's a, the others that row with sign and last-bit flips, or a fresh case's. Columns likewise. Most trials keep
+// every value finite so that the lanes, not the fallback, compute; one in four lets a fresh case bring its NaNs and
+// infinities (the fallback's routes). Half the trials pass the panel's prepared alignment exponents, half let the
+// kernel compute them; half share C and D.
 TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on every instruction set") {
   const int trials = std::max(8, 240 / test_scale_divisor());
   for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
@@ -1051,7 +1051,7 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
           if (allow_specials || (finite(a0) && finite(b0)) || tries > 50) break;
         }
         const int k = static_cast<int>(a0.size());
-        const int rows = g.range(1, 9), lanes = g.range(1, 40);
+        const int rows = g.range(1, 9), lanes = g.range(1, 80);
         const std::size_t ldb = static_cast<std::size_t>(lanes) + 3;
         auto variant = [&](std::vector<std::uint32_t> v) {
           for (std::uint32_t& y : v) {
@@ -1173,7 +1173,7 @@ TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
           const std::vector<std::uint32_t> a(static_cast<std::size_t>(k), top | sign),
               b(static_cast<std::size_t>(k), top);
           const std::uint32_t c = c_top | (negative ? 1u << (acc_format.ebits + acc_format.mbits) : 0u);
-          const int lanes = 17;
+          const int lanes = 75;  // a 64-lane block, a single register and a tail
           std::vector<float> av(static_cast<std::size_t>(k), ref_float(in, a[0])),
               panel(static_cast<std::size_t>(k) * lanes, ref_float(in, b[0]));
           std::vector<float> cd(static_cast<std::size_t>(lanes), ref_float(acc_format, c));
