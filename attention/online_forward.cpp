@@ -298,18 +298,17 @@ void gemm_pv(const KernelModel& km, const A& ar, const HeadData<E>& hd, Scratch<
     columns(sc.tile_dots.data(), 0, d, sink.tally_dot());
     for (int c = 0; c < d; ++c) sc.acc[c] = ar.fma32(sc.tile_dots[c], vd, sc.acc[c]);
   } else if (km.o_acc == OAccumulator::mma_c) {
-    // The columns before and after the plotted one together, the plotted column step by step,
-    // in column order (the tally adds steps in that order).
-    int first = 0;
+    // Every column in one call, the tally adding their steps lane after lane (column order).
+    // A traced row then runs its plotted column again, step by step from the same C, to record
+    // those steps (the chain is the same computation, so it ends on the same D).
+    const int plotted = Sink::enabled ? sink.plotted_feature(d) : -1;
+    const double plotted_c = plotted >= 0 ? sc.acc[static_cast<std::size_t>(plotted)] : 0.0;
+    columns(sc.acc.data(), 0, d, sink.tally_dot());
     if constexpr (Sink::enabled) {
-      for (int c = 0; c < d; ++c) {
-        if (!sink.plots(c)) continue;
-        columns(sc.acc.data() + first, first, c - first, sink.tally_dot());
-        sc.acc[c] = sink.traced_mma_column(km, ar, sc.acc[c], sc.pc.data(), hd.vt_row(c) + kv_begin, kv_begin, len);
-        first = c + 1;
-      }
+      if (plotted >= 0)
+        sc.acc[static_cast<std::size_t>(plotted)] =
+            sink.traced_mma_column(km, ar, plotted_c, sc.pc.data(), hd.vt_row(plotted) + kv_begin, kv_begin, len);
     }
-    columns(sc.acc.data() + first, first, d - first, sink.tally_dot());
   } else {
     // P̄V from C = 0 for every column (untraced: a traced row records the buffer update).
     std::fill(sc.tile_dots.begin(), sc.tile_dots.end(), 0.0);

@@ -2,6 +2,8 @@
 // sizing a traced row's record and closing each tile's TileRecord.
 #include "attention/trace_sink.hpp"
 
+#include <utility>
+
 #include "attention/engine_detail.hpp"
 
 namespace fb::attn::detail {
@@ -46,7 +48,7 @@ void TileTraceSink::on_tile_end(const KernelModel& km, int tile_index, int kv_be
   if (quad_row_sum(km)) std::copy(l_thread, l_thread + 4, tile_.thread_sums.begin());
   tile_.p.assign(p, p + len);
   tile_.acc.assign(acc, acc + d);
-  trace_->tiles.push_back(tile_);
+  trace_->tiles.push_back(std::move(tile_));
 }
 
 }  // namespace fb::attn::detail

@@ -55,6 +55,7 @@ struct NullTraceSink {
   void on_p_cast(const E* /*pc*/, int /*len*/, int /*kv_begin*/) {}
   // The DotTrace an untraced feature's P·V dot tallies into: none.
   DotTrace* tally_dot() { return nullptr; }
+  int plotted_feature(int /*d*/) const { return -1; }
   void on_tile_end(const KernelModel&, int, int, int, double, double, const double*, const double*, const double*, int,
                    int) {}
 };
@@ -67,7 +68,7 @@ class TileTraceSink {
   // Reserves the record's sizes up front: no reallocation inside the traced loops.
   void on_row_begin(const KernelModel& km, int block_n, int tiles, int visible_keys, int d);
   void on_tile_begin() {
-    tile_ = TileRecord{};  // (dot_ keeps its capacity)
+    tile_ = TileRecord{};  // (dot_ keeps its capacity; on_tile_end moved p and acc out)
     tally_ = DotStepTally{};
   }
   int* repeated_max() { return &tile_.repeated_max; }
@@ -88,10 +89,15 @@ class TileTraceSink {
     return &dot_;
   }
   bool plots(int feature) const { return feature == trace_->plot_feature; }
+  // The feature whose P·V steps are recorded, or -1 when it is not one of the row's d.
+  int plotted_feature(int d) const {
+    return trace_->plot_feature >= 0 && trace_->plot_feature < d ? trace_->plot_feature : -1;
+  }
 
   // acc += P̄·v for the plot feature of an MMA-accumulator model, fused step by fused step, to
   // place the error after every step on the key axis. (+promote: one promotion group per
-  // call, so groups start where the untraced dot's do.)
+  // call, so groups start where the untraced dot's do.) The steps are recorded, not tallied:
+  // the caller's call over every column (tally_dot) has counted them already, in column order.
   // A k order other than ascending (CK's interleave) steps through the rearranged, zero-padded
   // keys, so the steps are the untraced dot's; keys are plotted in that order.
   template <class A, class E>
@@ -125,7 +131,6 @@ class TileTraceSink {
       dot_.tally_only = nullptr;
       acc = ar.dot(km.pv_dot, acc, pc + i, vcol + i, n, &dot_);
       for (DotStepEvent ev : dot_.steps) {
-        tally_.add(ev);
         ev.first_product += kv_begin + i;  // as a key index
         trace_->pv_dot_steps.push_back(ev);
       }
