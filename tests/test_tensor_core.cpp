@@ -1194,6 +1194,87 @@ TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
   }
 }
 
+// Steps at the top of fp32's range: products whose exponents sum to 116..127, mostly of one
+// sign, with C 0, of the same size or near the largest finite fp32, so that some step results
+// overflow to inf and others stay just below it (the AVX2 kernel does not compare its results
+// with the largest finite value: it lets the scaling overflow). Every lane is checked against
+// the exact-integer reference and fused_dot. Only the inputs whose products reach that high
+// (bf16, tf32).
+TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow and those that do not") {
+  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
+    if (!fb::dot_isa_available(isa)) continue;
+    int preset_index = 0;
+    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
+      ++preset_index;
+      const RefFormat& in = ref_input(model.input.name);
+      if (!fb::fused_dot_rows_blocked(model) || in.bias < 127) continue;
+      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
+      const bool f16 = model.output == fb::DotOutput::fp16_rne;
+      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
+      Gen g(0x70b5u * 1000u + static_cast<std::uint64_t>(preset_index) * 11u + static_cast<std::uint64_t>(isa));
+      auto encode = [&](const RefFormat& f, bool negative, int exponent, std::uint32_t fraction) {
+        return ((static_cast<std::uint32_t>(negative) << (f.ebits + f.mbits)) |
+                (static_cast<std::uint32_t>(exponent + f.bias) << f.mbits) | fraction)
+               << f.shift;
+      };
+      const int k = 2 * model.products_per_step, lanes = 75, rows = 3;
+      std::vector<std::vector<std::uint32_t>> a(rows), b(lanes);
+      std::vector<std::uint32_t> c(static_cast<std::size_t>(rows) * lanes);
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < k; ++j) a[r].push_back(encode(in, g.range(0, 9) == 0, 63, g.bits(in.mbits)));
+      for (int l = 0; l < lanes; ++l) {
+        const int top = g.range(116 - 63, 127 - 63);  // b's exponent: products at 2^116..2^127
+        for (int j = 0; j < k; ++j)
+          b[l].push_back(
+              encode(in, g.range(0, 9) == 0, top - (g.range(0, 3) == 0 ? g.range(0, 3) : 0), g.bits(in.mbits)));
+        for (int r = 0; r < rows; ++r) {
+          const int kind = g.range(0, 3);
+          const int c_exponent = kind == 3 ? 127 : std::min(127, top + 63 - g.range(0, 3));
+          c[static_cast<std::size_t>(r) * lanes + l] =
+              kind == 0 ? 0u
+                        : encode(acc_format, g.range(0, 5) == 0, c_exponent,
+                                 kind == 3 ? (1u << acc_format.mbits) - 1u : g.bits(acc_format.mbits));
+        }
+      }
+      std::vector<float> a_values(static_cast<std::size_t>(rows) * k), panel(static_cast<std::size_t>(k) * lanes);
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < k; ++j) a_values[static_cast<std::size_t>(r) * k + j] = ref_float(in, a[r][j]);
+      for (int j = 0; j < k; ++j)
+        for (int l = 0; l < lanes; ++l) panel[static_cast<std::size_t>(j) * lanes + l] = ref_float(in, b[l][j]);
+      std::vector<float> cd(c.size());
+      for (std::size_t i = 0; i < c.size(); ++i) cd[i] = ref_float(acc_format, c[i]);
+      const std::vector<float> c_values = cd;
+      fb::fused_dot_rows(model, cd.data(), lanes, a_values.data(), k, rows, panel.data(), nullptr, lanes, k, lanes,
+                         cd.data(), lanes, isa);
+      int failures = 0, overflowed = 0, finite_near_top = 0;
+      std::vector<float> column(static_cast<std::size_t>(k));
+      for (int r = 0; r < rows; ++r)
+        for (int l = 0; l < lanes; ++l) {
+          const std::size_t at = static_cast<std::size_t>(r) * lanes + l;
+          const std::uint32_t want = ref_dot(ref, in, c[at], a[r], b[l]);
+          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+          for (int j = 0; j < k; ++j)
+            column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * lanes + l];
+          const float by_fused_dot =
+              fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
+          overflowed += std::isinf(want_value) ? 1 : 0;
+          finite_near_top += std::isfinite(want_value) && std::fabs(want_value) >= 0x1p122f ? 1 : 0;
+          const std::uint32_t got = std::bit_cast<std::uint32_t>(cd[at]);
+          if ((got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) &&
+              ++failures <= 5)
+            FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
+                              << std::string(model.input.name) << " row " << r << " lane " << l << " got " << hex(got)
+                              << " want " << hex(std::bit_cast<std::uint32_t>(want_value)) << " fused_dot "
+                              << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
+        }
+      CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
+      // The case is only a test where both kinds of result occur.
+      CHECK_MESSAGE(overflowed > 0, std::string(model.name) << ": no result overflowed");
+      CHECK_MESSAGE(finite_near_top > 0, std::string(model.name) << ": no finite result at or above 2^122");
+    }
+  }
+}
+
 // fused_dot_pairs: n unrelated dots (each a random case of every distribution, specials
 // included, cut or zero-padded to one k) through the kernel side by side, each checked
 // against the exact-integer reference and fused_dot, on every instruction set.

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "emu/array_lanes.hpp"
@@ -45,10 +46,14 @@ constexpr int kHighestExponent = 125;
 
 // What one model's step needs, in the form the lanes use.
 struct StepRule {
-  int fraction_bits;    // F
-  int step;             // products per fused step
-  int chunk;            // products per int32 partial sum (C joins the first)
-  std::int32_t lowest;  // F - 125: the smallest E whose scale 2^(F-E) is a normal fp32
+  int fraction_bits;  // F
+  int step;           // products per fused step
+  int chunk;          // products per int32 partial sum (C joins the first)
+  // F - 125: the smallest E whose scale 2^(F-E) is a normal fp32. E is clamped to at least
+  // this, so u = E - F >= -125 and a non-zero sum of integers is at least 2^-125 in magnitude:
+  // a toward-zero output (fp32, e8m13, whose normal range starts at 2^-126; step_rule checks
+  // it) is 0 or a normal number, and the vector kernels need no subnormal path for it.
+  std::int32_t lowest;
   std::int32_t accumulator_emin;
   DotOutput output;
   int output_fraction_bits;  // the output's fraction bits (fp32 23, e8m13 13, fp16 10)
@@ -72,7 +77,8 @@ struct StepRule {
   // B = 2^(F+1) + step * 2^(F+2); where B < 2^32 an int32 sum that wrapped reads at least
   // 2^32 - B in magnitude, so a lane whose |sum| reaches narrow_limit = min(2^32 - B, 2^31) is
   // redone by fused_dot (for 16 bf16 products at F = 25 that is a sum within 2^26 of 2^31, which
-  // only terms near their largest significand reach). Only toward-zero outputs.
+  // only terms near their largest significand reach). Only toward-zero outputs, with an fp32
+  // accumulator (emin -126: a normal fp32 C is its own alignment exponent).
   bool narrow;
   std::uint32_t narrow_limit;
 };
@@ -86,10 +92,13 @@ StepRule step_rule(const TensorCoreModel& m) {
   const int chunk =
       f >= 29 ? 0 : static_cast<int>(std::min<std::int64_t>(m.products_per_step, (std::int64_t{1} << (29 - f)) - 1));
   const std::int64_t step_bound = (std::int64_t{1} << (f + 1)) + m.products_per_step * (std::int64_t{1} << (f + 2));
-  const bool narrow = (m.output == DotOutput::fp32_rz || m.output == DotOutput::fp32_e8m13) && f < 29 &&
-                      step_bound < (std::int64_t{1} << 32);
+  const bool toward_zero = m.output == DotOutput::fp32_rz || m.output == DotOutput::fp32_e8m13;
   const auto narrow_limit =
       static_cast<std::uint32_t>(std::min((std::int64_t{1} << 32) - step_bound, std::int64_t{1} << 31));
+  if (m.output != DotOutput::fp16_rne && out.emin() > -125)
+    throw std::logic_error("step_rule: a toward-zero output whose normal range starts above 2^-125");
+  const bool narrow =
+      toward_zero && f < 29 && step_bound < (std::int64_t{1} << 32) && accumulator_format(m).emin() <= -126;
   return StepRule{
       f, m.products_per_step, chunk, f - 125, accumulator_format(m).emin(), m.output, out.man_bits, out.emin(),
       to_double(out, to_container(out, out.max_finite_pattern())), 52 - out.man_bits, std::ldexp(1.0, out.emin()),
@@ -189,6 +198,9 @@ struct Lanes {
     bad = bad || magnitude >= rule.narrow_limit;
     return round_output(rule, Wide{sum}, e, bad);
   }
+  // (The AVX2 traits' shortcuts for the narrow form; the general forms here.)
+  static I narrow_accumulator_alignment(F acc, std::int32_t emin) { return accumulator_alignment(acc, emin); }
+  static M narrow_input_check(F) { return false; }
   static void store(float* p, F x) { *p = x; }
   static std::uint64_t mask_bits(M m) { return m ? 1u : 0u; }
   // The tally (block<..., kTally>).
@@ -302,22 +314,17 @@ struct Lanes {
     if (!rule.nearest) {
       // Toward zero (fp32 and e8m13 outputs): clearing the fp64 sum's low `dropped` significand
       // bits truncates it to the output's precision whatever its exponent; the narrowing to
-      // fp32 is then exact, and so is the scaling by 2^unit (a normal fp32) wherever the
-      // result is a normal number. Lanes below the normal range take the fp64 path below.
+      // fp32 is then exact, and so is the scaling by 2^unit (a normal fp32): the result is 0 or
+      // a normal number (StepRule::lowest).
       const __m256d keep = _mm256_castsi256_pd(_mm256_set1_epi64x(~((std::int64_t{1} << rule.dropped) - 1)));
       const __m256 truncated = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_and_pd(sum.high, keep)),
                                                _mm256_cvtpd_ps(_mm256_and_pd(sum.low, keep)));
       const __m256 power = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(unit, _mm256_set1_epi32(127)), 23));
       const __m256 result = _mm256_mul_ps(truncated, power);
       const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), result);
-      const __m256 small =
-          _mm256_and_ps(_mm256_cmp_ps(magnitude, _mm256_set1_ps(static_cast<float>(rule.normal_floor)), _CMP_LT_OQ),
-                        _mm256_cmp_ps(magnitude, _mm256_setzero_ps(), _CMP_NEQ_UQ));
-      if (_mm256_testz_ps(small, small)) {
-        bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
-                                       magnitude, _mm256_set1_ps(static_cast<float>(rule.output_max)), _CMP_GE_OQ)));
-        return result;
-      }
+      bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
+                                     magnitude, _mm256_set1_ps(static_cast<float>(rule.output_max)), _CMP_GE_OQ)));
+      return result;
     }
     __m256d bad_low = _mm256_setzero_pd(), bad_high = _mm256_setzero_pd();
     const __m256d low = round_half(rule, sum.low, _mm256_castsi256_si128(unit), bad_low);
@@ -335,8 +342,10 @@ struct Lanes {
   // truncated to fp32 (24 bits): the conversion rounds to nearest, and one step back toward
   // zero (the encoding minus one) undoes it where it rounded up in magnitude, which converting
   // back and comparing shows (|sum| < 2^31 - 64 here, so the value converted back is exact).
-  // e8m13 keeps 13 of those fraction bits (truncation again). Scaling by 2^unit is exact for a
-  // normal result; lanes below the normal range take round_output's fp64 path.
+  // e8m13 keeps 13 of those fraction bits (truncation again). Scaling by 2^unit is exact where
+  // the result is finite: it is 0 or a normal number (StepRule::lowest), and a value truncated
+  // toward zero below 2^128 is at most the largest finite fp32 (or e8m13) value, while one at
+  // or past 2^128 overflows to inf in the multiplication, as the model's output does.
   [[gnu::always_inline]] inline static F round_narrow(const StepRule& rule, I sum, I e, M& bad) {
     const __m256i magnitude = _mm256_abs_epi32(sum);
     bad = _mm256_or_si256(
@@ -346,22 +355,26 @@ struct Lanes {
     __m256i truncated = _mm256_add_epi32(_mm256_castps_si256(nearest), rounded_up);
     if (rule.output_fraction_bits < 23)
       truncated = _mm256_and_si256(truncated, _mm256_set1_epi32(~((1 << (23 - rule.output_fraction_bits)) - 1)));
-    const __m256i unit = _mm256_sub_epi32(e, _mm256_set1_epi32(rule.fraction_bits));
-    const __m256 power = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(unit, _mm256_set1_epi32(127)), 23));
-    const __m256 result = _mm256_mul_ps(_mm256_castsi256_ps(truncated), power);
-    const __m256 result_magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), result);
-    const __m256 small = _mm256_and_ps(
-        _mm256_cmp_ps(result_magnitude, _mm256_set1_ps(static_cast<float>(rule.normal_floor)), _CMP_LT_OQ),
-        _mm256_cmp_ps(result_magnitude, _mm256_setzero_ps(), _CMP_NEQ_UQ));
-    if (!_mm256_testz_ps(small, small)) {
-      Wide wide;
-      wide_zero(wide);
-      wide_add(wide, sum);
-      return round_output(rule, wide, e, bad);
-    }
-    bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
-                                   result_magnitude, _mm256_set1_ps(static_cast<float>(rule.output_max)), _CMP_GE_OQ)));
-    return result;
+    // 2^unit = 2^(e - F), a normal fp32.
+    const __m256 power =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127 - rule.fraction_bits)), 23));
+    return _mm256_mul_ps(_mm256_castsi256_ps(truncated), power);
+  }
+  // The narrow form's C alignment: C is 0 or a normal fp32 after a step (StepRule::lowest), so
+  // an exponent field of 0 means a zero, which gets kNoTerm (_mm256_sign_epi32 zeroes the lanes
+  // whose field is 0), and a normal C is its own alignment (emin -126). A non-finite C reads
+  // 128, above kHighestExponent. A subnormal C can only come in with the call's C:
+  // narrow_input_check flags it.
+  [[gnu::always_inline]] inline static I narrow_accumulator_alignment(F acc, std::int32_t) {
+    const __m256i field = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(acc), 23), _mm256_set1_epi32(0xff));
+    return _mm256_add_epi32(_mm256_sign_epi32(_mm256_sub_epi32(field, _mm256_set1_epi32(127 + kNoTerm)), field),
+                            _mm256_set1_epi32(kNoTerm));
+  }
+  [[gnu::always_inline]] inline static M narrow_input_check(F acc) {
+    const __m256i magnitude = _mm256_and_si256(_mm256_castps_si256(acc), _mm256_set1_epi32(0x7fffffff));
+    // 0 < magnitude < 2^23 (the encodings of the subnormals)
+    return _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x800000), magnitude),
+                            _mm256_cmpgt_epi32(magnitude, _mm256_setzero_si256()));
   }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) {
@@ -551,6 +564,11 @@ struct Lanes {
     wide_add(wide, sum);
     return round_output(rule, wide, e, bad);
   }
+  // (The AVX2 traits' shortcuts for the narrow form; the general forms here, unmeasured.)
+  [[gnu::always_inline]] inline static I narrow_accumulator_alignment(F acc, std::int32_t emin) {
+    return accumulator_alignment(acc, emin);
+  }
+  [[gnu::always_inline]] inline static M narrow_input_check(F) { return none(); }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) { return m; }
   // The tally (block<..., kTally>): the portable traits' steps, eight fp64 lanes at a time.
