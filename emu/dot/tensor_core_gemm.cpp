@@ -26,6 +26,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "emu/array_lanes.hpp"
@@ -38,8 +39,10 @@
 namespace fb {
 namespace {
 
-// Alignment exponent of a zero term: far below any real one, also when two are added.
-constexpr std::int32_t kNoTerm = -(1 << 20);
+// Alignment exponent of a zero term: far below any real one (those lie in [-150, 128]), also
+// when two are added, yet with every alignment exponent, and every sum of two, inside int16
+// (the 16-bit exponent path, block<..., kAlign16>): -12000 + -12000 and 16000 + 16000 fit.
+constexpr std::int32_t kNoTerm = -12000;
 // A step with E above this goes to fused_dot: its products are below 2^(E+2) <= 2^127,
 // finite in fp32, and C (below 2^(E+1)) is finite too.
 constexpr int kHighestExponent = 125;
@@ -137,8 +140,13 @@ struct TallyOut {
 constexpr int kNoTally = 0, kTally = 1, kTallyCheckTerms = 2;
 
 // The alignment exponent of a NaN or an infinity: far above kHighestExponent, also when
-// added to a zero's kNoTerm, so that any step it joins is redone by fused_dot.
-constexpr std::int32_t kNotFinite = 1 << 22;
+// added to a zero's kNoTerm (4000), so that any step it joins is redone by fused_dot.
+constexpr std::int32_t kNotFinite = 16000;
+static_assert(2 * kNoTerm >= -32768 && 2 * kNotFinite <= 32767 && kNotFinite + kNoTerm > kHighestExponent &&
+              kNoTerm + 128 < kNoTerm / 2);
+// A panel's alignment exponents: int32, or int16 for block<..., kAlign16>.
+template <bool kAlign16>
+using PanelAlignment = std::conditional_t<kAlign16, std::int16_t, std::int32_t>;
 
 // The alignment exponent of one value: max(exponent, emin) for a finite non-zero value (a
 // float subnormal reads as -127, below every emin), kNoTerm for a zero, kNotFinite for a
@@ -375,6 +383,17 @@ struct Lanes {
     // 0 < magnitude < 2^23 (the encodings of the subnormals)
     return _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x800000), magnitude),
                             _mm256_cmpgt_epi32(magnitude, _mm256_setzero_si256()));
+  }
+  // The 16-bit alignment exponents (block<..., kAlign16>): 16 lanes, two groups, per vector.
+  [[gnu::always_inline]] inline static I load16(const std::int16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  [[gnu::always_inline]] inline static I splat16(std::int16_t x) { return _mm256_set1_epi16(x); }
+  [[gnu::always_inline]] inline static I add16(I a, I b) { return _mm256_add_epi16(a, b); }
+  [[gnu::always_inline]] inline static I max16(I a, I b) { return _mm256_max_epi16(a, b); }
+  [[gnu::always_inline]] inline static I widen_low16(I x) { return _mm256_cvtepi16_epi32(_mm256_castsi256_si128(x)); }
+  [[gnu::always_inline]] inline static I widen_high16(I x) {
+    return _mm256_cvtepi16_epi32(_mm256_extracti128_si256(x, 1));
   }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) {
@@ -648,7 +667,10 @@ using BlockFunction = void (*)(const StepRule&, int, const float*, const std::in
 // 7-8% faster than 4: the step is bound by its dependent chain, and 8 independent chains hide
 // more of it than the register spills cost), then one group, then the zero-padded tail.
 // The tallied kernel (one group; `tally_checked`: block<..., kTallyCheckTerms>) and its counts.
-// The narrow forms: where StepRule::narrow allows them.
+// The narrow forms: where StepRule::narrow allows them; `narrow_row_groups16` (AVX2 only: null
+// elsewhere) reads the panel's alignment exponents as int16, for calls over several rows.
+using Block16Function = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
+                                 const std::int16_t*, std::size_t, float*, std::uint64_t*, const TallyOut*);
 struct IsaKernels {
   int lanes;  // W
   int groups;
@@ -657,23 +679,24 @@ struct IsaKernels {
   BlockFunction tally, tally_checked;
   void (*count_tally)(const TallyOut&, int, std::uint64_t, DotStepTally&);
   BlockFunction narrow_row_groups, narrow_one_group;
+  Block16Function narrow_row_groups16;
 };
-#define FB_ISA_KERNELS(ns, groups)                                                                 \
+#define FB_ISA_KERNELS(ns, groups, groups16)                                                       \
   IsaKernels {                                                                                     \
     ns::Lanes::W, groups, &ns::block<groups>, &ns::block<1>, &ns::block<1, true>, &ns::alignments, \
         &ns::block<1, false, kTally>, &ns::block<1, false, kTallyCheckTerms>, &ns::count_tally,    \
-        &ns::block<groups, false, kNoTally, true>, &ns::block<1, false, kNoTally, true>            \
+        &ns::block<groups, false, kNoTally, true>, &ns::block<1, false, kNoTally, true>, groups16  \
   }
 IsaKernels kernels_for(DotIsa isa) {
   switch (isa) {
 #ifdef FLASHBITS_LANES_MULTIVERSION
     case DotIsa::avx512:
-      return FB_ISA_KERNELS(avx512, 4);
+      return FB_ISA_KERNELS(avx512, 4, nullptr);
     case DotIsa::avx2:
-      return FB_ISA_KERNELS(avx2, 8);
+      return FB_ISA_KERNELS(avx2, 8, (&avx2::block<8, false, kNoTally, true, true>));
 #endif
     default:
-      return FB_ISA_KERNELS(portable, 1);
+      return FB_ISA_KERNELS(portable, 1, nullptr);
   }
 }
 #undef FB_ISA_KERNELS
@@ -682,7 +705,8 @@ IsaKernels kernels_for(DotIsa isa) {
 struct RowsScratch {
   std::vector<float> a_value, acc, c_in, tail_value, column;
   std::vector<std::int32_t> a_alignment, own_alignment, tail_alignment;
-  std::vector<double> step_error;  // the tallied kernel's TallyOut, two groups'
+  std::vector<std::int16_t> alignment16;  // the panel's, narrowed for narrow_row_groups16
+  std::vector<double> step_error;         // the tallied kernel's TallyOut, two groups'
   std::vector<std::uint64_t> step_flags;
 };
 
@@ -738,11 +762,13 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
   DotTrace lane_trace;
   lane_trace.tally_only = tally;
   DotTrace* const trace = tally != nullptr ? &lane_trace : nullptr;
-  auto by_fused_dot = [&](int r, int l, float c_value) {
+  auto fused_dot_of_lane = [&](int r, int l, float c_value) {
     scratch.column.resize(static_cast<std::size_t>(k));
     for (int j = 0; j < k; ++j) scratch.column[static_cast<std::size_t>(j)] = b[static_cast<std::size_t>(j) * ldb + l];
-    d[static_cast<std::size_t>(r) * ldd + l] =
-        fused_dot(model, c_value, a + static_cast<std::size_t>(r) * lda, scratch.column.data(), k, trace);
+    return fused_dot(model, c_value, a + static_cast<std::size_t>(r) * lda, scratch.column.data(), k, trace);
+  };
+  auto by_fused_dot = [&](int r, int l, float c_value) {
+    d[static_cast<std::size_t>(r) * ldd + l] = fused_dot_of_lane(r, l, c_value);
   };
   if (k <= 0 || !fused_dot_rows_blocked(model)) {
     for (int r = 0; r < rows; ++r)
@@ -849,37 +875,48 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
     return;
   }
 
-  // Row r against lanes [l0, l0 + n), n <= width, through `run` over `panel` /
-  // `panel_alignment` (row stride `stride`).
-  auto run_block = [&](BlockFunction run, int r, int l0, int n, int width, const float* panel,
-                       const std::int32_t* panel_alignment, std::size_t stride) {
+  // Row r (its values a_row) against lanes [l0, l0 + n), n <= width, through `run` over `panel`
+  // / `panel_alignment` (row stride `stride`).
+  auto run_block = [&](auto run, int r, const float* a_row, int l0, int n, int width, const float* panel,
+                       const auto* panel_alignment, std::size_t stride) {
     const float* c_row = c + static_cast<std::size_t>(r) * ldc + l0;
-    std::copy(c_row, c_row + n, scratch.c_in.begin());
-    std::fill(scratch.c_in.begin() + n, scratch.c_in.begin() + width, 0.0f);
-    std::copy(scratch.c_in.begin(), scratch.c_in.begin() + width, scratch.acc.begin());
+    std::copy(c_row, c_row + n, scratch.acc.begin());
+    std::fill(scratch.acc.begin() + n, scratch.acc.begin() + width, 0.0f);
     std::uint64_t bad = 0;
-    run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride, scratch.acc.data(),
-        &bad, nullptr);
-    // The C of a lane to redo comes from the saved copy (c and d may alias).
-    std::copy(scratch.acc.begin(), scratch.acc.begin() + n, d + static_cast<std::size_t>(r) * ldd + l0);
+    run(rule, k, a_row, scratch.a_alignment.data(), panel, panel_alignment, stride, scratch.acc.data(), &bad, nullptr);
+    // The lanes to redo, each from its C, before D is written (c and d may alias).
     for (std::uint64_t redo = bad & (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1); redo != 0;
          redo &= redo - 1) {
       const int l = std::countr_zero(redo);
-      by_fused_dot(r, l0 + l, scratch.c_in[static_cast<std::size_t>(l)]);
+      scratch.acc[static_cast<std::size_t>(l)] = fused_dot_of_lane(r, l0 + l, c_row[l]);
     }
+    std::copy(scratch.acc.begin(), scratch.acc.begin() + n, d + static_cast<std::size_t>(r) * ldd + l0);
   };
   const BlockFunction row_groups = rule.narrow ? kernels.narrow_row_groups : kernels.row_groups;
   const BlockFunction one_group = rule.narrow ? kernels.narrow_one_group : kernels.one_group;
+  const int wide = kernels.groups * w;
+  // The 16-bit panel for the whole register blocks, narrowed once per call: over several rows
+  // its cost (one pass over k x lanes exponents) is repaid.
+  const bool narrow16 = rule.narrow && kernels.narrow_row_groups16 != nullptr && rows >= 4 && lanes >= wide;
+  if (narrow16) {
+    const std::size_t blocked = static_cast<std::size_t>(lanes / wide * wide);
+    scratch.alignment16.resize(uk * ldb);
+    for (std::size_t j = 0; j < uk; ++j)
+      for (std::size_t l = 0; l < blocked; ++l)
+        scratch.alignment16[j * ldb + l] = static_cast<std::int16_t>(b_alignment[j * ldb + l]);
+  }
   for (int r = 0; r < rows; ++r) {
     const float* a_row = a + static_cast<std::size_t>(r) * lda;
-    std::copy(a_row, a_row + uk, scratch.a_value.begin());
     kernels.alignments(a_row, uk, emin, scratch.a_alignment.data());
-    const int wide = kernels.groups * w;
     int l0 = 0;
-    for (; l0 + wide <= lanes; l0 += wide) run_block(row_groups, r, l0, wide, wide, b + l0, b_alignment + l0, ldb);
-    for (; l0 + w <= lanes; l0 += w) run_block(one_group, r, l0, w, w, b + l0, b_alignment + l0, ldb);
+    if (narrow16)
+      for (; l0 + wide <= lanes; l0 += wide)
+        run_block(kernels.narrow_row_groups16, r, a_row, l0, wide, wide, b + l0, scratch.alignment16.data() + l0, ldb);
+    for (; l0 + wide <= lanes; l0 += wide)
+      run_block(row_groups, r, a_row, l0, wide, wide, b + l0, b_alignment + l0, ldb);
+    for (; l0 + w <= lanes; l0 += w) run_block(one_group, r, a_row, l0, w, w, b + l0, b_alignment + l0, ldb);
     if (l0 < lanes)
-      run_block(one_group, r, l0, lanes - l0, w, scratch.tail_value.data(), scratch.tail_alignment.data(),
+      run_block(one_group, r, a_row, l0, lanes - l0, w, scratch.tail_value.data(), scratch.tail_alignment.data(),
                 static_cast<std::size_t>(w));
   }
 }
