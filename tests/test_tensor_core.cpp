@@ -1199,7 +1199,8 @@ TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
 // overflow to inf and others stay just below it (the AVX2 kernel does not compare its results
 // with the largest finite value: it lets the scaling overflow). Every lane is checked against
 // the exact-integer reference and fused_dot. Only the inputs whose products reach that high
-// (bf16, tf32).
+// (bf16, tf32). Four rows, so that AVX2's first 64 lanes take its 16-bit exponent path and
+// the last 11 its 32-bit one.
 TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow and those that do not") {
   for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
     if (!fb::dot_isa_available(isa)) continue;
@@ -1217,7 +1218,7 @@ TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow 
                 (static_cast<std::uint32_t>(exponent + f.bias) << f.mbits) | fraction)
                << f.shift;
       };
-      const int k = 2 * model.products_per_step, lanes = 75, rows = 3;
+      const int k = 2 * model.products_per_step, lanes = 75, rows = 4;
       std::vector<std::vector<std::uint32_t>> a(rows), b(lanes);
       std::vector<std::uint32_t> c(static_cast<std::size_t>(rows) * lanes);
       for (int r = 0; r < rows; ++r)
