@@ -108,6 +108,46 @@ def test_trace_returns_the_rounding_events_of_the_traced_rows():
     assert step["fraction_bits"] == 24 and step["terms"] == 9  # sm80: F = 24, C and 8 products a step
 
 
+def same_record(a, b):
+    """Deep equality of two trace records (dicts, lists, numpy arrays by their bits)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(same_record(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(same_record, a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, float):
+        return isinstance(b, float) and np.float64(a).tobytes() == np.float64(b).tobytes()
+    return type(a) is type(b) and a == b
+
+
+def test_traced_rows_are_a_sequence_read_row_by_row():
+    # Every row traced keeps the engine's records and builds a row's dicts when it is read; each
+    # item must be that row's record, the same as tracing the row alone in another run.
+    q, k, v = (bf16((2, 2, 48, 32), s) for s in range(20, 23))
+    r = fb.attention(q, k, v, "fa2-sm80", causal=True, trace=True, threads=2)
+    rows = [(b, h, i) for b in range(2) for h in range(2) for i in range(48)]
+    assert isinstance(r.traces, fb.RowTraces) and len(r.traces) == len(rows) == 192
+    assert [(t["batch"], t["head"], t["row"]) for t in r.traces] == rows
+    for i in (0, 1, 47, 100, 191):
+        alone = fb.attention(q, k, v, "fa2-sm80", causal=True, trace=[rows[i]]).traces
+        assert len(alone) == 1 and same_record(r.traces[i], alone[0]), i
+        assert same_record(r.traces[i - 192], alone[-1])
+    # A record read twice is two equal dicts (the reader may change one freely).
+    first = r.traces[5]
+    first["tiles"].clear()
+    assert len(r.traces[5]["tiles"]) > 0
+    assert [t["row"] for t in r.traces[45:50]] == [45, 46, 47, 0, 1]
+    assert same_record(r.traces[190:500:3], [r.traces[190]])
+    assert [t["row"] for t in reversed(r.traces)][:2] == [47, 46] and r.traces[::-1][0]["row"] == 47
+    for bad in (192, -193):
+        with pytest.raises(IndexError, match="out of range: 192 traced rows"):
+            r.traces[bad]
+    with pytest.raises(TypeError):
+        r.traces["0"]
+    assert repr(r.traces) == "RowTraces(192 traced rows)"
+
+
 def test_ops_flags_and_bits_inputs():
     r = fb.add(np.array([1.0, 65504.0, 1.0]), np.array([2.0 ** -11, 65504.0, -1.0]), "fp16", flags=True)
     assert r.values.tolist() == [1.0, np.inf, 0.0]
