@@ -8,7 +8,9 @@
 //   wall and CPU seconds, products per CPU second and the ratio to native.
 // - --trace: also the same run with every row traced ("full statistics"), in the same
 //   process; prints the traced / untraced CPU ratio (target <= 1.5, issue 36) and a checksum of every
-//   traced record (to check that a change to the tracer leaves the records identical).
+//   traced record (to check that a change to the tracer leaves the records identical); with one
+//   thread also the records' size and the CPU time of allocating and writing that much memory
+//   alone, as a ratio to the untraced run (the floor under any tracer keeping these records).
 // - --threads N > 1: the emulated runs use N threads, and the single-thread run is made
 //   as well; O, LSE (and with --backward delta, dQ, dK, dV, and with --trace every
 //   traced record) must be identical bit for bit: exit 1 on a mismatch.
@@ -36,6 +38,7 @@
 #include <ctime>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "attention/attention.hpp"
@@ -127,6 +130,44 @@ std::uint64_t trace_checksum(const Tracer& tracer) {
     f.d(t.delta_error_from_o), f.d(t.delta_error_from_reduction);
   }
   return f.h;
+}
+
+// The traced records' own memory: every vector a RowTrace holds, by its capacity (what the
+// tracer reserved and wrote).
+template <class T>
+std::size_t bytes_of(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+std::size_t record_bytes(const Tracer& tracer) {
+  std::size_t n = bytes_of(tracer.traces);
+  for (const RowTrace& t : tracer.traces) {
+    n += bytes_of(t.tiles) + bytes_of(t.o_cast) + bytes_of(t.cumulative_error_by_key) + bytes_of(t.p_equal_one_keys) +
+         bytes_of(t.key_order) + bytes_of(t.pv_dot_steps) + bytes_of(t.pv_buffer_events);
+    for (const TileRecord& r : t.tiles) n += bytes_of(r.p) + bytes_of(r.acc);
+  }
+  return n;
+}
+// The floor under any tracer that keeps these records: the same allocations (one per vector,
+// of its capacity, in the order the tracer makes them) written once and kept until the last
+// is made, with none of the tracing work. On a machine where a fresh page costs a fault
+// (this benchmark's VM), this alone is a large part of an untraced forward.
+double allocation_floor_seconds(const Tracer& tracer) {
+  std::vector<std::unique_ptr<unsigned char[]>> kept;
+  const double c0 = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
+  auto make = [&](std::size_t bytes) {
+    if (bytes == 0) return;
+    kept.emplace_back(new unsigned char[bytes]);
+    std::memset(kept.back().get(), 1, bytes);
+  };
+  for (const RowTrace& t : tracer.traces) {
+    make(bytes_of(t.tiles)), make(bytes_of(t.o_cast)), make(bytes_of(t.cumulative_error_by_key));
+    make(bytes_of(t.key_order)), make(bytes_of(t.pv_dot_steps)), make(bytes_of(t.pv_buffer_events));
+    make(bytes_of(t.p_equal_one_keys));
+    for (const TileRecord& r : t.tiles) make(bytes_of(r.p)), make(bytes_of(r.acc));
+  }
+  const double seconds = clock_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+  kept.clear();
+  return seconds;
 }
 
 // Peak RSS of one emulated forward, run in a forked child so that the figure is that
@@ -269,6 +310,13 @@ int run_benchmark(int argc, char** argv) {
         "(target <= 1.5, issue 36); trace checksum %016llx\n",
         m.name.c_str(), what, threads, threads > 1 ? "s" : "", t_traced.wall, t_traced.cpu, t_traced.cpu / t_emu.cpu,
         static_cast<unsigned long long>(trace_checksum(tracer)));
+    if (threads == 1) {
+      const double floor = allocation_floor_seconds(tracer);
+      std::printf(
+          "  the traced records: %.1f MB; allocating and writing the same memory, no tracing work: %.3f s cpu, "
+          "%.2fx the untraced cpu (the floor under these records)\n",
+          1e-6 * static_cast<double>(record_bytes(tracer)), floor, floor / t_emu.cpu);
+    }
     if (!same_outputs(traced, emu)) {
       std::fprintf(stderr, "error: the traced run's results differ from the untraced run's\n");
       status = 1;
