@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit as _atexit
 import collections.abc as _abc
+import copy as _copy
 import operator as _operator
 import os as _os
 
@@ -381,6 +382,33 @@ class RowTraces(_abc.Sequence):
 
     def __repr__(self):
         return f"RowTraces({len(self)} traced row{'s' if len(self) != 1 else ''})"
+
+    def __reduce__(self):
+        # Pickled (and deep-copied) as the rows' dicts, so that a result crosses processes.
+        return RowTraces._of_dicts, (list(self),)
+
+    @staticmethod
+    def _of_dicts(dicts):
+        return RowTraces(_DictRows(dicts))
+
+
+class _DictRows:
+    """RowTraces' rows held as dicts already (an unpickled RowTraces); each read is a copy, as a
+    read of the engine's records is a new dict."""
+
+    __slots__ = ("_dicts",)
+
+    def __init__(self, dicts):
+        self._dicts = dicts
+
+    def __len__(self):
+        return len(self._dicts)
+
+    def row(self, i):
+        return _copy.deepcopy(self._dicts[i])
+
+    def __reduce__(self):
+        return _DictRows, (self._dicts,)
 
 
 class AttentionResult:

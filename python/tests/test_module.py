@@ -1,6 +1,8 @@
 # The module's own behaviour: attention against an independent numpy reference, shapes,
 # __array__ inputs, traces of rounding events, the GIL released during long calls, Ctrl-C.
+import copy
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -146,6 +148,13 @@ def test_traced_rows_are_a_sequence_read_row_by_row():
     with pytest.raises(TypeError):
         r.traces["0"]
     assert repr(r.traces) == "RowTraces(192 traced rows)"
+    # A result crosses processes (pickle) and copies with its traced rows' records.
+    back = pickle.loads(pickle.dumps(r))
+    assert isinstance(back.traces, fb.RowTraces) and len(back.traces) == 192
+    assert all(same_record(back.traces[i], r.traces[i]) for i in (0, 77, 191))
+    copied = pickle.loads(pickle.dumps(back)).traces
+    copied[3]["tiles"].clear()
+    assert same_record(copied[3], r.traces[3]) and same_record(copy.deepcopy(r).traces[-1], r.traces[-1])
 
 
 def test_ops_flags_and_bits_inputs():
