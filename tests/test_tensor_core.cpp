@@ -358,6 +358,34 @@ const fb::Format& fb_input(std::string_view name) {
   return fb::formats::fp32;
 }
 
+// One tensor-core preset on one instruction set of this CPU, with what the exact-integer
+// reference needs for it: the kernel tests below run every preset on every instruction set.
+struct PresetOnIsa {
+  fb::DotIsa isa;
+  const fb::TensorCoreModel& model;
+  int preset_index;  // 1 for the first preset: each test's random seeds derive from it
+  const RefFormat& in;
+  RefModel ref;
+  bool f16;                     // fp16 output (fp16_rne), else fp32
+  const RefFormat& acc_format;  // C's and D's format
+};
+template <class Check>
+void each_preset_on_each_isa(Check&& check) {
+  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
+    if (!fb::dot_isa_available(isa)) {
+      MESSAGE("instruction set " << static_cast<int>(isa) << " not on this CPU: not checked");
+      continue;
+    }
+    int preset_index = 0;
+    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
+      const bool f16 = model.output == fb::DotOutput::fp16_rne;
+      check(PresetOnIsa{isa, model, ++preset_index, ref_input(model.input.name),
+                        RefModel{model.products_per_step, model.fraction_bits, model.output}, f16,
+                        f16 ? kRefFp16 : kRefFp32});
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every tensor-core preset matches the independent exact-integer reference") {
@@ -893,112 +921,100 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference and fused_dot's
   const int trials = 800 / test_scale_divisor();
   constexpr int kLanes = 29;
   constexpr std::size_t kStride = 32;
-  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
-    if (!fb::dot_isa_available(isa)) {
-      MESSAGE("instruction set " << static_cast<int>(isa) << " not on this CPU: not checked");
-      continue;
-    }
-    int preset_index = 0;
-    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
-      ++preset_index;
-      const RefFormat& in = ref_input(model.input.name);
-      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
-      const bool f16 = model.output == fb::DotOutput::fp16_rne;
-      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
-      Gen g(0xc01u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
-      int failures = 0;
-      for (int t = 0; t < trials && failures < 5; ++t) {
-        const int lanes = t % 4 == 3 ? 5 : kLanes;
-        std::uint32_t c0 = 0;
-        std::vector<std::uint32_t> a, b0;
-        random_case(g, in, f16, std::max(model.products_per_step, 8), c0, a, b0);
-        const int k = static_cast<int>(a.size());
-        std::vector<std::vector<std::uint32_t>> columns(kLanes);
-        std::vector<std::uint32_t> c_bits(kLanes);
-        for (int l = 0; l < kLanes; ++l) {
-          std::vector<std::uint32_t>& col = columns[static_cast<std::size_t>(l)];
-          switch (l == 0 ? 0 : g.range(0, 2)) {
-            case 0:
-              col = b0, c_bits[static_cast<std::size_t>(l)] = c0;
-              break;
-            case 1: {  // lane 0's column, signs and last bits flipped at random, C anew
-              col = b0;
-              for (std::uint32_t& y : col) {
-                if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
-                if (g.range(0, 3) == 0) y ^= 1u << in.shift;
-              }
-              c_bits[static_cast<std::size_t>(l)] =
-                  g.range(0, 1) == 0 ? c0 ^ (1u << (acc_format.ebits + acc_format.mbits)) : g.value(acc_format, 0, 200);
-              break;
+  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
+    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+    Gen g(0xc01u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
+    int failures = 0;
+    for (int t = 0; t < trials && failures < 5; ++t) {
+      const int lanes = t % 4 == 3 ? 5 : kLanes;
+      std::uint32_t c0 = 0;
+      std::vector<std::uint32_t> a, b0;
+      random_case(g, in, f16, std::max(model.products_per_step, 8), c0, a, b0);
+      const int k = static_cast<int>(a.size());
+      std::vector<std::vector<std::uint32_t>> columns(kLanes);
+      std::vector<std::uint32_t> c_bits(kLanes);
+      for (int l = 0; l < kLanes; ++l) {
+        std::vector<std::uint32_t>& col = columns[static_cast<std::size_t>(l)];
+        switch (l == 0 ? 0 : g.range(0, 2)) {
+          case 0:
+            col = b0, c_bits[static_cast<std::size_t>(l)] = c0;
+            break;
+          case 1: {  // lane 0's column, signs and last bits flipped at random, C anew
+            col = b0;
+            for (std::uint32_t& y : col) {
+              if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
+              if (g.range(0, 3) == 0) y ^= 1u << in.shift;
             }
-            default: {  // a fresh case's column and C, padded or cut to k
-              std::vector<std::uint32_t> a2;
-              std::uint32_t c2 = 0;
-              random_case(g, in, f16, std::max(model.products_per_step, 8), c2, a2, col);
-              col.resize(static_cast<std::size_t>(k), 0u);
-              c_bits[static_cast<std::size_t>(l)] = c2;
-            }
+            c_bits[static_cast<std::size_t>(l)] =
+                g.range(0, 1) == 0 ? c0 ^ (1u << (acc_format.ebits + acc_format.mbits)) : g.value(acc_format, 0, 200);
+            break;
           }
-        }
-        std::vector<float> af(static_cast<std::size_t>(k)), panel(static_cast<std::size_t>(k) * kStride, 7.0f);
-        for (int j = 0; j < k; ++j) {
-          af[static_cast<std::size_t>(j)] = ref_float(in, a[static_cast<std::size_t>(j)]);
-          for (int l = 0; l < kLanes; ++l)
-            panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)] =
-                ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
-        }
-        std::vector<float> cd(kLanes), column(static_cast<std::size_t>(k));
-        for (int l = 0; l < kLanes; ++l)
-          cd[static_cast<std::size_t>(l)] = ref_float(acc_format, c_bits[static_cast<std::size_t>(l)]);
-        const std::vector<float> c_copy = cd;
-        fb::DotStepTally lanes_tally;
-        fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, lanes, cd.data(), &lanes_tally,
-                              nullptr, isa);
-        // The tally against fused_dot's own traced steps, one lane after another (the scalar
-        // step's trace is checked against the reference by the trace tests of this file).
-        fb::DotStepTally one_by_one;
-        fb::DotTrace tally_trace;
-        tally_trace.tally_only = &one_by_one;
-        for (int l = 0; l < lanes; ++l) {
-          for (int j = 0; j < k; ++j)
-            column[static_cast<std::size_t>(j)] =
-                panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)];
-          (void)fb::fused_dot(model, c_copy[static_cast<std::size_t>(l)], af.data(), column.data(), k, &tally_trace);
-        }
-        const bool same_tally = lanes_tally.significand_overflows == one_by_one.significand_overflows &&
-                                lanes_tally.ties == one_by_one.ties &&
-                                lanes_tally.rounded_up == one_by_one.rounded_up &&
-                                lanes_tally.rounded_down == one_by_one.rounded_down &&
-                                std::bit_cast<std::uint64_t>(lanes_tally.signed_error) ==
-                                    std::bit_cast<std::uint64_t>(one_by_one.signed_error);
-        if (!same_tally && failures < 5) {
-          ++failures;
-          FAIL_CHECK(std::string(model.name)
-                     << " " << std::string(model.input.name) << " isa " << static_cast<int>(isa) << " lanes " << lanes
-                     << " tally: overflows " << lanes_tally.significand_overflows << "/"
-                     << one_by_one.significand_overflows << " ties " << lanes_tally.ties << "/" << one_by_one.ties
-                     << " up " << lanes_tally.rounded_up << "/" << one_by_one.rounded_up << " down "
-                     << lanes_tally.rounded_down << "/" << one_by_one.rounded_down << " error "
-                     << lanes_tally.signed_error << "/" << one_by_one.signed_error);
-        }
-        for (int l = 0; l < lanes && failures < 5; ++l) {
-          const std::uint32_t want =
-              ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)]);
-          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-          const float got = cd[static_cast<std::size_t>(l)];
-          const bool same = std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want_value);
-          if (!same) {
-            ++failures;
-            FAIL_CHECK(std::string(model.name)
-                       << " " << std::string(model.input.name) << " lane " << l << " "
-                       << describe_case(c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)])
-                       << " got " << hex(std::bit_cast<std::uint32_t>(got)) << " want "
-                       << hex(std::bit_cast<std::uint32_t>(want_value)));
+          default: {  // a fresh case's column and C, padded or cut to k
+            std::vector<std::uint32_t> a2;
+            std::uint32_t c2 = 0;
+            random_case(g, in, f16, std::max(model.products_per_step, 8), c2, a2, col);
+            col.resize(static_cast<std::size_t>(k), 0u);
+            c_bits[static_cast<std::size_t>(l)] = c2;
           }
         }
       }
+      std::vector<float> af(static_cast<std::size_t>(k)), panel(static_cast<std::size_t>(k) * kStride, 7.0f);
+      for (int j = 0; j < k; ++j) {
+        af[static_cast<std::size_t>(j)] = ref_float(in, a[static_cast<std::size_t>(j)]);
+        for (int l = 0; l < kLanes; ++l)
+          panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)] =
+              ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
+      }
+      std::vector<float> cd(kLanes), column(static_cast<std::size_t>(k));
+      for (int l = 0; l < kLanes; ++l)
+        cd[static_cast<std::size_t>(l)] = ref_float(acc_format, c_bits[static_cast<std::size_t>(l)]);
+      const std::vector<float> c_copy = cd;
+      fb::DotStepTally lanes_tally;
+      fb::fused_dot_columns(model, cd.data(), af.data(), panel.data(), kStride, k, lanes, cd.data(), &lanes_tally,
+                            nullptr, isa);
+      // The tally against fused_dot's own traced steps, one lane after another (the scalar
+      // step's trace is checked against the reference by the trace tests of this file).
+      fb::DotStepTally one_by_one;
+      fb::DotTrace tally_trace;
+      tally_trace.tally_only = &one_by_one;
+      for (int l = 0; l < lanes; ++l) {
+        for (int j = 0; j < k; ++j)
+          column[static_cast<std::size_t>(j)] =
+              panel[static_cast<std::size_t>(j) * kStride + static_cast<std::size_t>(l)];
+        (void)fb::fused_dot(model, c_copy[static_cast<std::size_t>(l)], af.data(), column.data(), k, &tally_trace);
+      }
+      const bool same_tally = lanes_tally.significand_overflows == one_by_one.significand_overflows &&
+                              lanes_tally.ties == one_by_one.ties && lanes_tally.rounded_up == one_by_one.rounded_up &&
+                              lanes_tally.rounded_down == one_by_one.rounded_down &&
+                              std::bit_cast<std::uint64_t>(lanes_tally.signed_error) ==
+                                  std::bit_cast<std::uint64_t>(one_by_one.signed_error);
+      if (!same_tally && failures < 5) {
+        ++failures;
+        FAIL_CHECK(std::string(model.name)
+                   << " " << std::string(model.input.name) << " isa " << static_cast<int>(isa) << " lanes " << lanes
+                   << " tally: overflows " << lanes_tally.significand_overflows << "/"
+                   << one_by_one.significand_overflows << " ties " << lanes_tally.ties << "/" << one_by_one.ties
+                   << " up " << lanes_tally.rounded_up << "/" << one_by_one.rounded_up << " down "
+                   << lanes_tally.rounded_down << "/" << one_by_one.rounded_down << " error "
+                   << lanes_tally.signed_error << "/" << one_by_one.signed_error);
+      }
+      for (int l = 0; l < lanes && failures < 5; ++l) {
+        const std::uint32_t want =
+            ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)]);
+        const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+        const float got = cd[static_cast<std::size_t>(l)];
+        const bool same = std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want_value);
+        if (!same) {
+          ++failures;
+          FAIL_CHECK(std::string(model.name)
+                     << " " << std::string(model.input.name) << " lane " << l << " "
+                     << describe_case(c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)])
+                     << " got " << hex(std::bit_cast<std::uint32_t>(got)) << " want "
+                     << hex(std::bit_cast<std::uint32_t>(want_value)));
+        }
+      }
     }
-  }
+  });
 }
 
 // fused_dot_rows, the blocked GEMM kernel (a third implementation of the step, in fp32 and
@@ -1012,140 +1028,129 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference and fused_dot's
 // kernel compute them; half share C and D.
 TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on every instruction set") {
   const int trials = std::max(8, 240 / test_scale_divisor());
-  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
-    if (!fb::dot_isa_available(isa)) {
-      MESSAGE("instruction set " << static_cast<int>(isa) << " not on this CPU: not checked");
-      continue;
-    }
-    int preset_index = 0;
-    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
-      ++preset_index;
-      const RefFormat& in = ref_input(model.input.name);
-      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
-      const bool f16 = model.output == fb::DotOutput::fp16_rne;
-      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
-      const int per_step = std::max(model.products_per_step, 8);
-      Gen g(0x9e33u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
-      auto finite = [&](const std::vector<std::uint32_t>& v) {
-        return std::all_of(v.begin(), v.end(), [&](std::uint32_t x) {
-          return ref_decode(in, x).cls != Cls::nan && ref_decode(in, x).cls != Cls::inf;
-        });
-      };
-      // A fresh case's vector cut or padded to k; with allow_specials false, redrawn until finite.
-      auto fresh = [&](int k, bool allow_specials, std::uint32_t& c, std::vector<std::uint32_t>& x) {
-        std::vector<std::uint32_t> other;
-        for (int tries = 0;; ++tries) {
-          random_case(g, in, f16, per_step, c, x, other);
-          x.resize(static_cast<std::size_t>(k), 0u);
-          if (allow_specials || finite(x) || tries > 50) break;
-        }
-        if (!allow_specials && !finite(x)) std::fill(x.begin(), x.end(), 0u);
-      };
-      int failures = 0;
-      for (int t = 0; t < trials && failures < 5; ++t) {
-        const bool allow_specials = g.range(0, 3) == 0;
-        std::uint32_t c0 = 0;
-        std::vector<std::uint32_t> a0, b0;
-        for (int tries = 0;; ++tries) {
-          random_case(g, in, f16, per_step, c0, a0, b0);
-          if (allow_specials || (finite(a0) && finite(b0)) || tries > 50) break;
-        }
-        const int k = static_cast<int>(a0.size());
-        const int rows = g.range(1, 9), lanes = g.range(1, 80);
-        const std::size_t ldb = static_cast<std::size_t>(lanes) + 3;
-        auto variant = [&](std::vector<std::uint32_t> v) {
-          for (std::uint32_t& y : v) {
-            if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
-            if (g.range(0, 3) == 0 && ref_decode(in, y ^ (1u << in.shift)).cls == ref_decode(in, y).cls)
-              y ^= 1u << in.shift;
-          }
-          return v;
-        };
-        std::vector<std::vector<std::uint32_t>> a_rows(static_cast<std::size_t>(rows)),
-            columns(static_cast<std::size_t>(lanes));
-        std::vector<std::uint32_t> c_bits(static_cast<std::size_t>(rows) * lanes);
-        for (int r = 0; r < rows; ++r) {
-          std::uint32_t unused = 0;
-          auto& row = a_rows[static_cast<std::size_t>(r)];
-          if (r == 0)
-            row = a0;
-          else if (g.range(0, 1) == 0)
-            row = variant(a0);
-          else
-            fresh(k, allow_specials, unused, row);
-          if (!allow_specials && !finite(row)) row = a0;
-        }
-        for (int l = 0; l < lanes; ++l) {
-          auto& col = columns[static_cast<std::size_t>(l)];
-          if (l == 0)
-            col = b0;
-          else if (g.range(0, 1) == 0)
-            col = variant(b0);
-          else {
-            std::uint32_t unused = 0;
-            fresh(k, allow_specials, unused, col);
-          }
-          if (!allow_specials && !finite(col)) col = b0;
-        }
-        for (int r = 0; r < rows; ++r)
-          for (int l = 0; l < lanes; ++l) {
-            std::uint32_t c = c0;
-            if (r + l > 0) {
-              std::vector<std::uint32_t> unused_a, unused_b;
-              random_case(g, in, f16, per_step, c, unused_a, unused_b);
-            }
-            c_bits[static_cast<std::size_t>(r) * lanes + l] = c;
-          }
-        std::vector<float> a_values(static_cast<std::size_t>(rows) * k), panel(static_cast<std::size_t>(k) * ldb, 7.0f);
-        for (int r = 0; r < rows; ++r)
-          for (int j = 0; j < k; ++j)
-            a_values[static_cast<std::size_t>(r) * k + j] =
-                ref_float(in, a_rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)]);
-        for (int j = 0; j < k; ++j)
-          for (int l = 0; l < lanes; ++l)
-            panel[static_cast<std::size_t>(j) * ldb + l] =
-                ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
-        std::vector<float> c_values(c_bits.size());
-        for (std::size_t i = 0; i < c_bits.size(); ++i) c_values[i] = ref_float(acc_format, c_bits[i]);
-        std::vector<std::int32_t> alignment;
-        const bool prepared = g.range(0, 1) == 0;
-        if (prepared) {
-          alignment.resize(panel.size());
-          fb::dot_alignment_exponents(model, panel.data(), panel.size(), alignment.data());
-        }
-        const bool shared = g.range(0, 1) == 0;
-        std::vector<float> d_values = shared ? c_values : std::vector<float>(c_values.size(), -1.0f);
-        fb::fused_dot_rows(model, shared ? d_values.data() : c_values.data(), static_cast<std::size_t>(lanes),
-                           a_values.data(), static_cast<std::size_t>(k), rows, panel.data(),
-                           prepared ? alignment.data() : nullptr, ldb, k, lanes, d_values.data(),
-                           static_cast<std::size_t>(lanes), isa);
-        std::vector<float> column(static_cast<std::size_t>(k));
-        for (int r = 0; r < rows && failures < 5; ++r)
-          for (int l = 0; l < lanes && failures < 5; ++l) {
-            const std::size_t at = static_cast<std::size_t>(r) * lanes + l;
-            const std::uint32_t want =
-                ref_dot(ref, in, c_bits[at], a_rows[static_cast<std::size_t>(r)], columns[static_cast<std::size_t>(l)]);
-            const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-            for (int j = 0; j < k; ++j)
-              column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * ldb + l];
-            const float by_fused_dot =
-                fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
-            const std::uint32_t got = std::bit_cast<std::uint32_t>(d_values[at]);
-            if (got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) {
-              ++failures;
-              FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
-                                << std::string(model.input.name) << " row " << r << " of " << rows << " lane " << l
-                                << " of " << lanes << " "
-                                << describe_case(c_bits[at], a_rows[static_cast<std::size_t>(r)],
-                                                 columns[static_cast<std::size_t>(l)])
-                                << " got " << hex(got) << " want " << hex(std::bit_cast<std::uint32_t>(want_value))
-                                << " fused_dot " << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
-            }
-          }
+  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
+    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+    const int per_step = std::max(model.products_per_step, 8);
+    Gen g(0x9e33u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
+    auto finite = [&](const std::vector<std::uint32_t>& v) {
+      return std::all_of(v.begin(), v.end(), [&](std::uint32_t x) {
+        return ref_decode(in, x).cls != Cls::nan && ref_decode(in, x).cls != Cls::inf;
+      });
+    };
+    // A fresh case's vector cut or padded to k; with allow_specials false, redrawn until finite.
+    auto fresh = [&](int k, bool allow_specials, std::uint32_t& c, std::vector<std::uint32_t>& x) {
+      std::vector<std::uint32_t> other;
+      for (int tries = 0;; ++tries) {
+        random_case(g, in, f16, per_step, c, x, other);
+        x.resize(static_cast<std::size_t>(k), 0u);
+        if (allow_specials || finite(x) || tries > 50) break;
       }
-      CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
+      if (!allow_specials && !finite(x)) std::fill(x.begin(), x.end(), 0u);
+    };
+    int failures = 0;
+    for (int t = 0; t < trials && failures < 5; ++t) {
+      const bool allow_specials = g.range(0, 3) == 0;
+      std::uint32_t c0 = 0;
+      std::vector<std::uint32_t> a0, b0;
+      for (int tries = 0;; ++tries) {
+        random_case(g, in, f16, per_step, c0, a0, b0);
+        if (allow_specials || (finite(a0) && finite(b0)) || tries > 50) break;
+      }
+      const int k = static_cast<int>(a0.size());
+      const int rows = g.range(1, 9), lanes = g.range(1, 80);
+      const std::size_t ldb = static_cast<std::size_t>(lanes) + 3;
+      auto variant = [&](std::vector<std::uint32_t> v) {
+        for (std::uint32_t& y : v) {
+          if (g.range(0, 3) == 0) y ^= (1u << (in.ebits + in.mbits)) << in.shift;
+          if (g.range(0, 3) == 0 && ref_decode(in, y ^ (1u << in.shift)).cls == ref_decode(in, y).cls)
+            y ^= 1u << in.shift;
+        }
+        return v;
+      };
+      std::vector<std::vector<std::uint32_t>> a_rows(static_cast<std::size_t>(rows)),
+          columns(static_cast<std::size_t>(lanes));
+      std::vector<std::uint32_t> c_bits(static_cast<std::size_t>(rows) * lanes);
+      for (int r = 0; r < rows; ++r) {
+        std::uint32_t unused = 0;
+        auto& row = a_rows[static_cast<std::size_t>(r)];
+        if (r == 0)
+          row = a0;
+        else if (g.range(0, 1) == 0)
+          row = variant(a0);
+        else
+          fresh(k, allow_specials, unused, row);
+        if (!allow_specials && !finite(row)) row = a0;
+      }
+      for (int l = 0; l < lanes; ++l) {
+        auto& col = columns[static_cast<std::size_t>(l)];
+        if (l == 0)
+          col = b0;
+        else if (g.range(0, 1) == 0)
+          col = variant(b0);
+        else {
+          std::uint32_t unused = 0;
+          fresh(k, allow_specials, unused, col);
+        }
+        if (!allow_specials && !finite(col)) col = b0;
+      }
+      for (int r = 0; r < rows; ++r)
+        for (int l = 0; l < lanes; ++l) {
+          std::uint32_t c = c0;
+          if (r + l > 0) {
+            std::vector<std::uint32_t> unused_a, unused_b;
+            random_case(g, in, f16, per_step, c, unused_a, unused_b);
+          }
+          c_bits[static_cast<std::size_t>(r) * lanes + l] = c;
+        }
+      std::vector<float> a_values(static_cast<std::size_t>(rows) * k), panel(static_cast<std::size_t>(k) * ldb, 7.0f);
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < k; ++j)
+          a_values[static_cast<std::size_t>(r) * k + j] =
+              ref_float(in, a_rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)]);
+      for (int j = 0; j < k; ++j)
+        for (int l = 0; l < lanes; ++l)
+          panel[static_cast<std::size_t>(j) * ldb + l] =
+              ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]);
+      std::vector<float> c_values(c_bits.size());
+      for (std::size_t i = 0; i < c_bits.size(); ++i) c_values[i] = ref_float(acc_format, c_bits[i]);
+      std::vector<std::int32_t> alignment;
+      const bool prepared = g.range(0, 1) == 0;
+      if (prepared) {
+        alignment.resize(panel.size());
+        fb::dot_alignment_exponents(model, panel.data(), panel.size(), alignment.data());
+      }
+      const bool shared = g.range(0, 1) == 0;
+      std::vector<float> d_values = shared ? c_values : std::vector<float>(c_values.size(), -1.0f);
+      fb::fused_dot_rows(model, shared ? d_values.data() : c_values.data(), static_cast<std::size_t>(lanes),
+                         a_values.data(), static_cast<std::size_t>(k), rows, panel.data(),
+                         prepared ? alignment.data() : nullptr, ldb, k, lanes, d_values.data(),
+                         static_cast<std::size_t>(lanes), isa);
+      std::vector<float> column(static_cast<std::size_t>(k));
+      for (int r = 0; r < rows && failures < 5; ++r)
+        for (int l = 0; l < lanes && failures < 5; ++l) {
+          const std::size_t at = static_cast<std::size_t>(r) * lanes + l;
+          const std::uint32_t want =
+              ref_dot(ref, in, c_bits[at], a_rows[static_cast<std::size_t>(r)], columns[static_cast<std::size_t>(l)]);
+          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+          for (int j = 0; j < k; ++j)
+            column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * ldb + l];
+          const float by_fused_dot =
+              fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
+          const std::uint32_t got = std::bit_cast<std::uint32_t>(d_values[at]);
+          if (got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) {
+            ++failures;
+            FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
+                              << std::string(model.input.name) << " row " << r << " of " << rows << " lane " << l
+                              << " of " << lanes << " "
+                              << describe_case(c_bits[at], a_rows[static_cast<std::size_t>(r)],
+                                               columns[static_cast<std::size_t>(l)])
+                              << " got " << hex(got) << " want " << hex(std::bit_cast<std::uint32_t>(want_value))
+                              << " fused_dot " << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
+          }
+        }
     }
-  }
+    CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
+  });
 }
 
 // The int32 partial sums at their bound: every product and C at the largest significand of
@@ -1153,45 +1158,37 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
 // 2^(F+1) + n * 2^(F+2) (for 16 bf16 products at F = 25, past 2^31): the kernel must split
 // the step's sum where int32 would wrap. Both signs, one and two steps, every instruction set.
 TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
-  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
-    if (!fb::dot_isa_available(isa)) continue;
-    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
-      if (!fb::fused_dot_rows_blocked(model)) continue;
-      const RefFormat& in = ref_input(model.input.name);
-      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
-      const bool f16 = model.output == fb::DotOutput::fp16_rne;
-      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
-      // The largest significand at exponent 0 (fn formats: 1.75 for e4m3 stays finite).
-      const std::uint32_t top = ((static_cast<std::uint32_t>(in.bias) << in.mbits) | ((1u << in.mbits) - 1u))
-                                << in.shift;
-      const std::uint32_t c_top =
-          (static_cast<std::uint32_t>(acc_format.bias) << acc_format.mbits) | ((1u << acc_format.mbits) - 1u);
-      for (const bool negative : {false, true})
-        for (const int steps : {1, 2}) {
-          const int k = steps * model.products_per_step;
-          const std::uint32_t sign = negative ? (1u << (in.ebits + in.mbits)) << in.shift : 0u;
-          const std::vector<std::uint32_t> a(static_cast<std::size_t>(k), top | sign),
-              b(static_cast<std::size_t>(k), top);
-          const std::uint32_t c = c_top | (negative ? 1u << (acc_format.ebits + acc_format.mbits) : 0u);
-          const int lanes = 75;  // a 64-lane block, a single register and a tail
-          std::vector<float> av(static_cast<std::size_t>(k), ref_float(in, a[0])),
-              panel(static_cast<std::size_t>(k) * lanes, ref_float(in, b[0]));
-          std::vector<float> cd(static_cast<std::size_t>(lanes), ref_float(acc_format, c));
-          fb::fused_dot_rows(model, cd.data(), lanes, av.data(), k, 1, panel.data(), nullptr, lanes, k, lanes,
-                             cd.data(), lanes, isa);
-          const std::uint32_t want = ref_dot(ref, in, c, a, b);
-          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-          for (int l = 0; l < lanes; ++l)
-            CHECK_MESSAGE(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)]) ==
-                              std::bit_cast<std::uint32_t>(want_value),
-                          "isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
-                                 << std::string(model.input.name) << " lane " << l << " negative " << negative
-                                 << " steps " << steps << " got "
-                                 << hex(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)])) << " want "
-                                 << hex(std::bit_cast<std::uint32_t>(want_value)));
-        }
-    }
-  }
+  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
+    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+    if (!fb::fused_dot_rows_blocked(model)) return;
+    // The largest significand at exponent 0 (fn formats: 1.75 for e4m3 stays finite).
+    const std::uint32_t top = ((static_cast<std::uint32_t>(in.bias) << in.mbits) | ((1u << in.mbits) - 1u)) << in.shift;
+    const std::uint32_t c_top =
+        (static_cast<std::uint32_t>(acc_format.bias) << acc_format.mbits) | ((1u << acc_format.mbits) - 1u);
+    for (const bool negative : {false, true})
+      for (const int steps : {1, 2}) {
+        const int k = steps * model.products_per_step;
+        const std::uint32_t sign = negative ? (1u << (in.ebits + in.mbits)) << in.shift : 0u;
+        const std::vector<std::uint32_t> a(static_cast<std::size_t>(k), top | sign),
+            b(static_cast<std::size_t>(k), top);
+        const std::uint32_t c = c_top | (negative ? 1u << (acc_format.ebits + acc_format.mbits) : 0u);
+        const int lanes = 75;  // a 64-lane block, a single register and a tail
+        std::vector<float> av(static_cast<std::size_t>(k), ref_float(in, a[0])),
+            panel(static_cast<std::size_t>(k) * lanes, ref_float(in, b[0]));
+        std::vector<float> cd(static_cast<std::size_t>(lanes), ref_float(acc_format, c));
+        fb::fused_dot_rows(model, cd.data(), lanes, av.data(), k, 1, panel.data(), nullptr, lanes, k, lanes, cd.data(),
+                           lanes, isa);
+        const std::uint32_t want = ref_dot(ref, in, c, a, b);
+        const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+        for (int l = 0; l < lanes; ++l)
+          CHECK_MESSAGE(
+              std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)]) == std::bit_cast<std::uint32_t>(want_value),
+              "isa " << static_cast<int>(isa) << " " << std::string(model.name) << " " << std::string(model.input.name)
+                     << " lane " << l << " negative " << negative << " steps " << steps << " got "
+                     << hex(std::bit_cast<std::uint32_t>(cd[static_cast<std::size_t>(l)])) << " want "
+                     << hex(std::bit_cast<std::uint32_t>(want_value)));
+      }
+  });
 }
 
 // Steps at the top of fp32's range: products whose exponents sum to 116..127, mostly of one
@@ -1202,78 +1199,70 @@ TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
 // (bf16, tf32). Four rows, so that AVX2's first 64 lanes take its 16-bit exponent path and
 // the last 11 its 32-bit one.
 TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow and those that do not") {
-  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
-    if (!fb::dot_isa_available(isa)) continue;
-    int preset_index = 0;
-    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
-      ++preset_index;
-      const RefFormat& in = ref_input(model.input.name);
-      if (!fb::fused_dot_rows_blocked(model) || in.bias < 127) continue;
-      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
-      const bool f16 = model.output == fb::DotOutput::fp16_rne;
-      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
-      Gen g(0x70b5u * 1000u + static_cast<std::uint64_t>(preset_index) * 11u + static_cast<std::uint64_t>(isa));
-      auto encode = [&](const RefFormat& f, bool negative, int exponent, std::uint32_t fraction) {
-        return ((static_cast<std::uint32_t>(negative) << (f.ebits + f.mbits)) |
-                (static_cast<std::uint32_t>(exponent + f.bias) << f.mbits) | fraction)
-               << f.shift;
-      };
-      const int k = 2 * model.products_per_step, lanes = 75, rows = 4;
-      std::vector<std::vector<std::uint32_t>> a(rows), b(lanes);
-      std::vector<std::uint32_t> c(static_cast<std::size_t>(rows) * lanes);
-      for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < k; ++j) a[r].push_back(encode(in, g.range(0, 9) == 0, 63, g.bits(in.mbits)));
-      for (int l = 0; l < lanes; ++l) {
-        const int top = g.range(116 - 63, 127 - 63);  // b's exponent: products at 2^116..2^127
-        for (int j = 0; j < k; ++j)
-          b[l].push_back(
-              encode(in, g.range(0, 9) == 0, top - (g.range(0, 3) == 0 ? g.range(0, 3) : 0), g.bits(in.mbits)));
-        for (int r = 0; r < rows; ++r) {
-          const int kind = g.range(0, 3);
-          const int c_exponent = kind == 3 ? 127 : std::min(127, top + 63 - g.range(0, 3));
-          c[static_cast<std::size_t>(r) * lanes + l] =
-              kind == 0 ? 0u
-                        : encode(acc_format, g.range(0, 5) == 0, c_exponent,
-                                 kind == 3 ? (1u << acc_format.mbits) - 1u : g.bits(acc_format.mbits));
-        }
-      }
-      std::vector<float> a_values(static_cast<std::size_t>(rows) * k), panel(static_cast<std::size_t>(k) * lanes);
-      for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < k; ++j) a_values[static_cast<std::size_t>(r) * k + j] = ref_float(in, a[r][j]);
+  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
+    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+    if (!fb::fused_dot_rows_blocked(model) || in.bias < 127) return;
+    Gen g(0x70b5u * 1000u + static_cast<std::uint64_t>(preset_index) * 11u + static_cast<std::uint64_t>(isa));
+    auto encode = [&](const RefFormat& f, bool negative, int exponent, std::uint32_t fraction) {
+      return ((static_cast<std::uint32_t>(negative) << (f.ebits + f.mbits)) |
+              (static_cast<std::uint32_t>(exponent + f.bias) << f.mbits) | fraction)
+             << f.shift;
+    };
+    const int k = 2 * model.products_per_step, lanes = 75, rows = 4;
+    std::vector<std::vector<std::uint32_t>> a(rows), b(lanes);
+    std::vector<std::uint32_t> c(static_cast<std::size_t>(rows) * lanes);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < k; ++j) a[r].push_back(encode(in, g.range(0, 9) == 0, 63, g.bits(in.mbits)));
+    for (int l = 0; l < lanes; ++l) {
+      const int top = g.range(116 - 63, 127 - 63);  // b's exponent: products at 2^116..2^127
       for (int j = 0; j < k; ++j)
-        for (int l = 0; l < lanes; ++l) panel[static_cast<std::size_t>(j) * lanes + l] = ref_float(in, b[l][j]);
-      std::vector<float> cd(c.size());
-      for (std::size_t i = 0; i < c.size(); ++i) cd[i] = ref_float(acc_format, c[i]);
-      const std::vector<float> c_values = cd;
-      fb::fused_dot_rows(model, cd.data(), lanes, a_values.data(), k, rows, panel.data(), nullptr, lanes, k, lanes,
-                         cd.data(), lanes, isa);
-      int failures = 0, overflowed = 0, finite_near_top = 0;
-      std::vector<float> column(static_cast<std::size_t>(k));
-      for (int r = 0; r < rows; ++r)
-        for (int l = 0; l < lanes; ++l) {
-          const std::size_t at = static_cast<std::size_t>(r) * lanes + l;
-          const std::uint32_t want = ref_dot(ref, in, c[at], a[r], b[l]);
-          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-          for (int j = 0; j < k; ++j)
-            column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * lanes + l];
-          const float by_fused_dot =
-              fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
-          overflowed += std::isinf(want_value) ? 1 : 0;
-          finite_near_top += std::isfinite(want_value) && std::fabs(want_value) >= 0x1p122f ? 1 : 0;
-          const std::uint32_t got = std::bit_cast<std::uint32_t>(cd[at]);
-          if ((got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) &&
-              ++failures <= 5)
-            FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
-                              << std::string(model.input.name) << " row " << r << " lane " << l << " got " << hex(got)
-                              << " want " << hex(std::bit_cast<std::uint32_t>(want_value)) << " fused_dot "
-                              << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
-        }
-      CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
-      // The case is only a test where both kinds of result occur.
-      CHECK_MESSAGE(overflowed > 0, std::string(model.name) << ": no result overflowed");
-      CHECK_MESSAGE(finite_near_top > 0, std::string(model.name) << ": no finite result at or above 2^122");
+        b[l].push_back(
+            encode(in, g.range(0, 9) == 0, top - (g.range(0, 3) == 0 ? g.range(0, 3) : 0), g.bits(in.mbits)));
+      for (int r = 0; r < rows; ++r) {
+        const int kind = g.range(0, 3);
+        const int c_exponent = kind == 3 ? 127 : std::min(127, top + 63 - g.range(0, 3));
+        c[static_cast<std::size_t>(r) * lanes + l] =
+            kind == 0 ? 0u
+                      : encode(acc_format, g.range(0, 5) == 0, c_exponent,
+                               kind == 3 ? (1u << acc_format.mbits) - 1u : g.bits(acc_format.mbits));
+      }
     }
-  }
+    std::vector<float> a_values(static_cast<std::size_t>(rows) * k), panel(static_cast<std::size_t>(k) * lanes);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < k; ++j) a_values[static_cast<std::size_t>(r) * k + j] = ref_float(in, a[r][j]);
+    for (int j = 0; j < k; ++j)
+      for (int l = 0; l < lanes; ++l) panel[static_cast<std::size_t>(j) * lanes + l] = ref_float(in, b[l][j]);
+    std::vector<float> cd(c.size());
+    for (std::size_t i = 0; i < c.size(); ++i) cd[i] = ref_float(acc_format, c[i]);
+    const std::vector<float> c_values = cd;
+    fb::fused_dot_rows(model, cd.data(), lanes, a_values.data(), k, rows, panel.data(), nullptr, lanes, k, lanes,
+                       cd.data(), lanes, isa);
+    int failures = 0, overflowed = 0, finite_near_top = 0;
+    std::vector<float> column(static_cast<std::size_t>(k));
+    for (int r = 0; r < rows; ++r)
+      for (int l = 0; l < lanes; ++l) {
+        const std::size_t at = static_cast<std::size_t>(r) * lanes + l;
+        const std::uint32_t want = ref_dot(ref, in, c[at], a[r], b[l]);
+        const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+        for (int j = 0; j < k; ++j)
+          column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(j) * lanes + l];
+        const float by_fused_dot =
+            fb::fused_dot(model, c_values[at], a_values.data() + static_cast<std::size_t>(r) * k, column.data(), k);
+        overflowed += std::isinf(want_value) ? 1 : 0;
+        finite_near_top += std::isfinite(want_value) && std::fabs(want_value) >= 0x1p122f ? 1 : 0;
+        const std::uint32_t got = std::bit_cast<std::uint32_t>(cd[at]);
+        if ((got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) &&
+            ++failures <= 5)
+          FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
+                            << std::string(model.input.name) << " row " << r << " lane " << l << " got " << hex(got)
+                            << " want " << hex(std::bit_cast<std::uint32_t>(want_value)) << " fused_dot "
+                            << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
+      }
+    CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
+    // The case is only a test where both kinds of result occur.
+    CHECK_MESSAGE(overflowed > 0, std::string(model.name) << ": no result overflowed");
+    CHECK_MESSAGE(finite_near_top > 0, std::string(model.name) << ": no finite result at or above 2^122");
+  });
 }
 
 // fused_dot_pairs: n unrelated dots (each a random case of every distribution, specials
@@ -1281,54 +1270,46 @@ TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow 
 // against the exact-integer reference and fused_dot, on every instruction set.
 TEST_CASE("fused_dot_pairs matches the exact-integer reference and fused_dot on every instruction set") {
   const int trials = std::max(4, 60 / test_scale_divisor());
-  for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
-    if (!fb::dot_isa_available(isa)) continue;
-    int preset_index = 0;
-    for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
-      ++preset_index;
-      const RefFormat& in = ref_input(model.input.name);
-      const RefModel ref{model.products_per_step, model.fraction_bits, model.output};
-      const bool f16 = model.output == fb::DotOutput::fp16_rne;
-      const RefFormat& acc_format = f16 ? kRefFp16 : kRefFp32;
-      const int per_step = std::max(model.products_per_step, 8);
-      Gen g(0x9a175u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
-      int failures = 0;
-      for (int t = 0; t < trials && failures < 5; ++t) {
-        const int n = g.range(1, 40), k = g.range(1, 2 * per_step + per_step / 2);
-        std::vector<std::vector<std::uint32_t>> as(static_cast<std::size_t>(n)), bs(static_cast<std::size_t>(n));
-        std::vector<std::uint32_t> cs(static_cast<std::size_t>(n));
-        std::vector<float> af(static_cast<std::size_t>(n) * k), bf(af.size()), cd(static_cast<std::size_t>(n));
-        for (int i = 0; i < n; ++i) {
-          auto& x = as[static_cast<std::size_t>(i)];
-          auto& y = bs[static_cast<std::size_t>(i)];
-          random_case(g, in, f16, per_step, cs[static_cast<std::size_t>(i)], x, y);
-          x.resize(static_cast<std::size_t>(k), 0u);
-          y.resize(static_cast<std::size_t>(k), 0u);
-          for (int j = 0; j < k; ++j) {
-            af[static_cast<std::size_t>(i) * k + j] = ref_float(in, x[static_cast<std::size_t>(j)]);
-            bf[static_cast<std::size_t>(i) * k + j] = ref_float(in, y[static_cast<std::size_t>(j)]);
-          }
-          cd[static_cast<std::size_t>(i)] = ref_float(acc_format, cs[static_cast<std::size_t>(i)]);
+  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
+    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+    const int per_step = std::max(model.products_per_step, 8);
+    Gen g(0x9a175u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
+    int failures = 0;
+    for (int t = 0; t < trials && failures < 5; ++t) {
+      const int n = g.range(1, 40), k = g.range(1, 2 * per_step + per_step / 2);
+      std::vector<std::vector<std::uint32_t>> as(static_cast<std::size_t>(n)), bs(static_cast<std::size_t>(n));
+      std::vector<std::uint32_t> cs(static_cast<std::size_t>(n));
+      std::vector<float> af(static_cast<std::size_t>(n) * k), bf(af.size()), cd(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        auto& x = as[static_cast<std::size_t>(i)];
+        auto& y = bs[static_cast<std::size_t>(i)];
+        random_case(g, in, f16, per_step, cs[static_cast<std::size_t>(i)], x, y);
+        x.resize(static_cast<std::size_t>(k), 0u);
+        y.resize(static_cast<std::size_t>(k), 0u);
+        for (int j = 0; j < k; ++j) {
+          af[static_cast<std::size_t>(i) * k + j] = ref_float(in, x[static_cast<std::size_t>(j)]);
+          bf[static_cast<std::size_t>(i) * k + j] = ref_float(in, y[static_cast<std::size_t>(j)]);
         }
-        const std::vector<float> c_copy = cd;
-        fb::fused_dot_pairs(model, cd.data(), af.data(), bf.data(), k, n, cd.data(), isa);
-        for (int i = 0; i < n && failures < 5; ++i) {
-          const std::size_t at = static_cast<std::size_t>(i);
-          const std::uint32_t want = ref_dot(ref, in, cs[at], as[at], bs[at]);
-          const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
-          const float by_fused_dot = fb::fused_dot(model, c_copy[at], af.data() + at * k, bf.data() + at * k, k);
-          const std::uint32_t got = std::bit_cast<std::uint32_t>(cd[at]);
-          if (got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) {
-            ++failures;
-            FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
-                              << std::string(model.input.name) << " dot " << i << " of " << n << " "
-                              << describe_case(cs[at], as[at], bs[at]) << " got " << hex(got) << " want "
-                              << hex(std::bit_cast<std::uint32_t>(want_value)) << " fused_dot "
-                              << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
-          }
+        cd[static_cast<std::size_t>(i)] = ref_float(acc_format, cs[static_cast<std::size_t>(i)]);
+      }
+      const std::vector<float> c_copy = cd;
+      fb::fused_dot_pairs(model, cd.data(), af.data(), bf.data(), k, n, cd.data(), isa);
+      for (int i = 0; i < n && failures < 5; ++i) {
+        const std::size_t at = static_cast<std::size_t>(i);
+        const std::uint32_t want = ref_dot(ref, in, cs[at], as[at], bs[at]);
+        const float want_value = f16 ? ref_float(kRefFp16, want) : fp32_of(want);
+        const float by_fused_dot = fb::fused_dot(model, c_copy[at], af.data() + at * k, bf.data() + at * k, k);
+        const std::uint32_t got = std::bit_cast<std::uint32_t>(cd[at]);
+        if (got != std::bit_cast<std::uint32_t>(want_value) || got != std::bit_cast<std::uint32_t>(by_fused_dot)) {
+          ++failures;
+          FAIL_CHECK("isa " << static_cast<int>(isa) << " " << std::string(model.name) << " "
+                            << std::string(model.input.name) << " dot " << i << " of " << n << " "
+                            << describe_case(cs[at], as[at], bs[at]) << " got " << hex(got) << " want "
+                            << hex(std::bit_cast<std::uint32_t>(want_value)) << " fused_dot "
+                            << hex(std::bit_cast<std::uint32_t>(by_fused_dot)));
         }
       }
-      CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
     }
-  }
+    CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
+  });
 }
