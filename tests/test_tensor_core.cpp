@@ -358,17 +358,12 @@ const fb::Format& fb_input(std::string_view name) {
   return fb::formats::fp32;
 }
 
-// One tensor-core preset on one instruction set of this CPU, with what the exact-integer
-// reference needs for it: the kernel tests below run every preset on every instruction set.
-struct PresetOnIsa {
-  fb::DotIsa isa;
-  const fb::TensorCoreModel& model;
-  int preset_index;  // 1 for the first preset: each test's random seeds derive from it
-  const RefFormat& in;
-  RefModel ref;
-  bool f16;                     // fp16 output (fp16_rne), else fp32
-  const RefFormat& acc_format;  // C's and D's format
-};
+// Every tensor-core preset on every instruction set of this CPU, with what the exact-integer
+// reference needs for it: check(isa, model, preset_index, in, ref, f16, acc_format), where
+// preset_index is 1 for the first preset (each test's random seeds derive from it), in is the
+// input's reference format, f16 whether the output is fp16 (fp16_rne, else fp32), and
+// acc_format C's and D's format. (Parameters, not a struct unpacked by a structured binding:
+// clang before 16 cannot capture those in the tests' inner lambdas.)
 template <class Check>
 void each_preset_on_each_isa(Check&& check) {
   for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
@@ -379,9 +374,8 @@ void each_preset_on_each_isa(Check&& check) {
     int preset_index = 0;
     for (const fb::TensorCoreModel& model : fb::tensor_core_models()) {
       const bool f16 = model.output == fb::DotOutput::fp16_rne;
-      check(PresetOnIsa{isa, model, ++preset_index, ref_input(model.input.name),
-                        RefModel{model.products_per_step, model.fraction_bits, model.output}, f16,
-                        f16 ? kRefFp16 : kRefFp32});
+      check(isa, model, ++preset_index, ref_input(model.input.name),
+            RefModel{model.products_per_step, model.fraction_bits, model.output}, f16, f16 ? kRefFp16 : kRefFp32);
     }
   }
 }
@@ -921,8 +915,8 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference and fused_dot's
   const int trials = 800 / test_scale_divisor();
   constexpr int kLanes = 29;
   constexpr std::size_t kStride = 32;
-  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
-    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+  each_preset_on_each_isa([&](fb::DotIsa isa, const fb::TensorCoreModel& model, int preset_index, const RefFormat& in,
+                              const RefModel& ref, bool f16, const RefFormat& acc_format) {
     Gen g(0xc01u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
     int failures = 0;
     for (int t = 0; t < trials && failures < 5; ++t) {
@@ -1028,8 +1022,8 @@ TEST_CASE("fused_dot_columns matches the exact-integer reference and fused_dot's
 // kernel compute them; half share C and D.
 TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on every instruction set") {
   const int trials = std::max(8, 240 / test_scale_divisor());
-  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
-    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+  each_preset_on_each_isa([&](fb::DotIsa isa, const fb::TensorCoreModel& model, int preset_index, const RefFormat& in,
+                              const RefModel& ref, bool f16, const RefFormat& acc_format) {
     const int per_step = std::max(model.products_per_step, 8);
     Gen g(0x9e33u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
     auto finite = [&](const std::vector<std::uint32_t>& v) {
@@ -1158,8 +1152,8 @@ TEST_CASE("fused_dot_rows matches the exact-integer reference and fused_dot on e
 // 2^(F+1) + n * 2^(F+2) (for 16 bf16 products at F = 25, past 2^31): the kernel must split
 // the step's sum where int32 would wrap. Both signs, one and two steps, every instruction set.
 TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
-  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
-    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+  each_preset_on_each_isa([&](fb::DotIsa isa, const fb::TensorCoreModel& model, int /*preset_index*/,
+                              const RefFormat& in, const RefModel& ref, bool f16, const RefFormat& acc_format) {
     if (!fb::fused_dot_rows_blocked(model)) return;
     // The largest significand at exponent 0 (fn formats: 1.75 for e4m3 stays finite).
     const std::uint32_t top = ((static_cast<std::uint32_t>(in.bias) << in.mbits) | ((1u << in.mbits) - 1u)) << in.shift;
@@ -1199,8 +1193,8 @@ TEST_CASE("fused_dot_rows sums a step's largest terms without wrapping") {
 // (bf16, tf32). Four rows, so that AVX2's first 64 lanes take its 16-bit exponent path and
 // the last 11 its 32-bit one.
 TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow and those that do not") {
-  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
-    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+  each_preset_on_each_isa([&](fb::DotIsa isa, const fb::TensorCoreModel& model, int preset_index, const RefFormat& in,
+                              const RefModel& ref, bool f16, const RefFormat& acc_format) {
     if (!fb::fused_dot_rows_blocked(model) || in.bias < 127) return;
     Gen g(0x70b5u * 1000u + static_cast<std::uint64_t>(preset_index) * 11u + static_cast<std::uint64_t>(isa));
     auto encode = [&](const RefFormat& f, bool negative, int exponent, std::uint32_t fraction) {
@@ -1270,8 +1264,8 @@ TEST_CASE("fused_dot_rows near fp32's largest values: the results that overflow 
 // against the exact-integer reference and fused_dot, on every instruction set.
 TEST_CASE("fused_dot_pairs matches the exact-integer reference and fused_dot on every instruction set") {
   const int trials = std::max(4, 60 / test_scale_divisor());
-  each_preset_on_each_isa([&](const PresetOnIsa& preset) {
-    const auto& [isa, model, preset_index, in, ref, f16, acc_format] = preset;
+  each_preset_on_each_isa([&](fb::DotIsa isa, const fb::TensorCoreModel& model, int preset_index, const RefFormat& in,
+                              const RefModel& ref, bool f16, const RefFormat& acc_format) {
     const int per_step = std::max(model.products_per_step, 8);
     Gen g(0x9a175u * 1000u + static_cast<std::uint64_t>(preset_index) * 7u + static_cast<std::uint64_t>(isa));
     int failures = 0;
