@@ -132,39 +132,36 @@ std::uint64_t trace_checksum(const Tracer& tracer) {
   return f.h;
 }
 
-// The traced records' own memory: every vector a RowTrace holds, by its capacity (what the
-// tracer reserved and wrote).
-template <class T>
-std::size_t bytes_of(const std::vector<T>& v) {
-  return v.capacity() * sizeof(T);
+// Every vector a traced run's records hold (the traces and, per row, each of its vectors and
+// each tile's P̄ and accumulator), by its capacity (what the tracer reserved and wrote), in the
+// order the tracer makes them: visit(bytes).
+template <class Visit>
+void each_record_vector(const Tracer& tracer, Visit&& visit) {
+  auto bytes_of = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  visit(bytes_of(tracer.traces));
+  for (const RowTrace& t : tracer.traces) {
+    visit(bytes_of(t.tiles)), visit(bytes_of(t.o_cast)), visit(bytes_of(t.cumulative_error_by_key));
+    visit(bytes_of(t.key_order)), visit(bytes_of(t.pv_dot_steps)), visit(bytes_of(t.pv_buffer_events));
+    visit(bytes_of(t.p_equal_one_keys));
+    for (const TileRecord& r : t.tiles) visit(bytes_of(r.p)), visit(bytes_of(r.acc));
+  }
 }
 std::size_t record_bytes(const Tracer& tracer) {
-  std::size_t n = bytes_of(tracer.traces);
-  for (const RowTrace& t : tracer.traces) {
-    n += bytes_of(t.tiles) + bytes_of(t.o_cast) + bytes_of(t.cumulative_error_by_key) + bytes_of(t.p_equal_one_keys) +
-         bytes_of(t.key_order) + bytes_of(t.pv_dot_steps) + bytes_of(t.pv_buffer_events);
-    for (const TileRecord& r : t.tiles) n += bytes_of(r.p) + bytes_of(r.acc);
-  }
+  std::size_t n = 0;
+  each_record_vector(tracer, [&](std::size_t bytes) { n += bytes; });
   return n;
 }
-// The floor under any tracer that keeps these records: the same allocations (one per vector,
-// of its capacity, in the order the tracer makes them) written once and kept until the last
-// is made, with none of the tracing work. On a machine where a fresh page costs a fault
-// (this benchmark's VM), this alone is a large part of an untraced forward.
+// The floor under any tracer that keeps these records: the same allocations written once and
+// kept until the last is made, with none of the tracing work. On a machine where a fresh page
+// costs a fault (this benchmark's VM), this alone is a large part of an untraced forward.
 double allocation_floor_seconds(const Tracer& tracer) {
   std::vector<std::unique_ptr<unsigned char[]>> kept;
   const double c0 = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
-  auto make = [&](std::size_t bytes) {
+  each_record_vector(tracer, [&](std::size_t bytes) {
     if (bytes == 0) return;
     kept.emplace_back(new unsigned char[bytes]);
     std::memset(kept.back().get(), 1, bytes);
-  };
-  for (const RowTrace& t : tracer.traces) {
-    make(bytes_of(t.tiles)), make(bytes_of(t.o_cast)), make(bytes_of(t.cumulative_error_by_key));
-    make(bytes_of(t.key_order)), make(bytes_of(t.pv_dot_steps)), make(bytes_of(t.pv_buffer_events));
-    make(bytes_of(t.p_equal_one_keys));
-    for (const TileRecord& r : t.tiles) make(bytes_of(r.p)), make(bytes_of(r.acc));
-  }
+  });
   const double seconds = clock_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
   kept.clear();
   return seconds;

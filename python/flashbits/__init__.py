@@ -361,54 +361,43 @@ class RowTraces(_abc.Sequence):
     (``AttentionResult`` says what it holds). The records stay in the C++ engine's own form
     until read, and each read builds a new dict: every row's dicts at once would cost far more
     memory and time than the run itself (tracing every row of a 2048-row head: 2.2 GB and
-    12.7 s of dicts, against 0.18 GB of records and a 0.6 s run). Keep the dicts you need, or ``list()`` it."""
+    12.7 s of dicts, against 0.18 GB of records and a 0.6 s run). Keep the dicts you need, or
+    ``list()`` it."""
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_count", "_row")
 
-    def __init__(self, rows):
-        self._rows = rows
+    def __init__(self, count: int, row):
+        # row(i), 0 <= i < count: a new dict of row i's records.
+        self._count = count
+        self._row = row
 
     def __len__(self):
-        return len(self._rows)
+        return self._count
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self._rows.row(j) for j in range(*i.indices(len(self)))]
+            return [self._row(j) for j in range(*i.indices(len(self)))]
         n = len(self)
         j = _operator.index(i)
         if not -n <= j < n:
             raise IndexError(f"trace row {i} out of range: {n} traced row{'s' if n != 1 else ''}")
-        return self._rows.row(j + n if j < 0 else j)
+        return self._row(j + n if j < 0 else j)
 
     def __repr__(self):
         return f"RowTraces({len(self)} traced row{'s' if len(self) != 1 else ''})"
 
     def __reduce__(self):
-        # Pickled (and deep-copied) as the rows' dicts, so that a result crosses processes.
+        # Pickled (and deep-copied) as the rows' dicts, so that a result crosses processes; each
+        # read of the copy is a copy again, as a read of the engine's records is a new dict.
         return RowTraces._of_dicts, (list(self),)
 
     @staticmethod
     def _of_dicts(dicts):
-        return RowTraces(_DictRows(dicts))
+        return RowTraces(len(dicts), lambda i: _copy.deepcopy(dicts[i]))
 
-
-class _DictRows:
-    """RowTraces' rows held as dicts already (an unpickled RowTraces); each read is a copy, as a
-    read of the engine's records is a new dict."""
-
-    __slots__ = ("_dicts",)
-
-    def __init__(self, dicts):
-        self._dicts = dicts
-
-    def __len__(self):
-        return len(self._dicts)
-
-    def row(self, i):
-        return _copy.deepcopy(self._dicts[i])
-
-    def __reduce__(self):
-        return _DictRows, (self._dicts,)
+    @staticmethod
+    def _of_engine(rows):
+        return RowTraces(len(rows), rows.row)
 
 
 class AttentionResult:
@@ -438,7 +427,7 @@ class AttentionResult:
         self.dtype = d["dtype"]
         self.output_format = d["output_format"]
         self.sfu = d.get("sfu")
-        self.traces = None if d["traces"] is None else RowTraces(d["traces"])
+        self.traces = None if d["traces"] is None else RowTraces._of_engine(d["traces"])
 
     def __repr__(self):
         extra = " with backward" if self.dq is not None or self.delta is not None else ""
