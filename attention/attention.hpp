@@ -145,6 +145,15 @@ struct Tracer {
   std::vector<RowTrace> traces;  // filled by run_attention, in `rows` order
 };
 
+// An upper bound, in bytes, on what a Tracer keeps for one traced row of a run of `km` on
+// seqlen_q query rows, seqlen_k keys and head_dim features (the RowTrace and the capacity of
+// each of its vectors: every tile's P̄ and accumulator, the plot feature's step events and
+// per-key errors). block_n is RunOptions::block_n (0: the recipe's tiles). It grows with
+// seqlen_k, so tracing every row of a head grows with seqlen_q x seqlen_k; the faces refuse
+// a tracer over attention/problem_limits.hpp's trace_size_refusal before they run it.
+std::uint64_t traced_row_bytes_bound(const KernelModel& km, int seqlen_q, int seqlen_k, int head_dim, bool causal,
+                                     int block_n = 0);
+
 // Thrown by run_attention when RunOptions::cancel is set while it runs.
 struct Cancelled : std::runtime_error {
   Cancelled() : std::runtime_error("attention run cancelled") {}

@@ -32,6 +32,19 @@ SizeRefusal problem_size_refusal(long long batch, long long heads, long long seq
   return {};
 }
 
+SizeRefusal trace_size_refusal(long long traced_rows, unsigned long long bytes_per_row) {
+  if (traced_rows <= 0) return {};
+  const long double bytes = static_cast<long double>(traced_rows) * static_cast<long double>(bytes_per_row);
+  if (bytes <= static_cast<long double>(kMaxMemoryBytes)) return {};
+  char needed[64], per_row[64];
+  std::snprintf(needed, sizeof needed, "%.1f", static_cast<double>(bytes / (1LL << 30)));
+  std::snprintf(per_row, sizeof per_row, "%.0f", static_cast<double>(bytes_per_row) / 1024.0);
+  return {"tracing " + std::to_string(traced_rows) + " row" + (traced_rows == 1 ? "" : "s") + " keeps about " + needed +
+              " GiB of records (about " + per_row + " KiB a row), over the limit of " +
+              std::to_string(kMaxMemoryBytes >> 30) + " GiB",
+          true};
+}
+
 std::string trials_refusal(long long trials, long long at_least) {
   if (trials >= at_least && trials <= kMaxTrials) return {};
   return "expected " + std::to_string(at_least) + ".." + std::to_string(kMaxTrials);

@@ -6,7 +6,10 @@
 // - A problem is batch x heads x seqlen x headdim elements per tensor (q, k, v, o, dO): at
 //   most kMaxTensorElements, and its memory estimate, kBytesPerElement per element (about
 //   16 fp64 arrays of that size: inputs, outputs, gradients, their packed copies), at most
-//   kMaxMemoryBytes. A trial count is at most kMaxTrials.
+//   kMaxMemoryBytes. A trial count is at most kMaxTrials. The records of traced rows are
+//   counted apart, against the same memory limit (trace_size_refusal): they grow with the
+//   traced rows times the keys, so tracing every row of a long sequence needs far more than
+//   its tensors.
 // - The checks return why the values are refused, as a phrase to follow the caller's own
 //   naming of them ("--seqlen 256 --headdim 100000000: " in the CLI, "seqlen=256
 //   headdim=100000000: " in Python), or an empty string when they are within the limits.
@@ -32,6 +35,12 @@ struct SizeRefusal {
 // "needs about X GiB, over the limit of 64 GiB"; empty when the sizes are fine. Any long long
 // sizes (the product is formed in long double: no overflow).
 SizeRefusal problem_size_refusal(long long batch, long long heads, long long seqlen, long long headdim);
+
+// A tracer's records: traced_rows rows of at most bytes_per_row each (traced_row_bytes_bound,
+// attention/attention.hpp), at most kMaxMemoryBytes on top of the problem's own estimate.
+// "tracing N rows keeps about X GiB of records (about Y KiB a row), over the limit of 64 GiB",
+// too_large set; empty when within the limit (or when no row is traced).
+SizeRefusal trace_size_refusal(long long traced_rows, unsigned long long bytes_per_row);
 
 // "expected AT_LEAST..kMaxTrials", or empty when trials is in that range.
 std::string trials_refusal(long long trials, long long at_least);

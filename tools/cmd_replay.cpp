@@ -34,6 +34,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/problem_limits.hpp"
 #include "studies/statistics.hpp"
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
@@ -313,6 +314,10 @@ int run_replay(const ReplayOptions& o) {
     }
     opt.tracer = &tracer;
   }
+  if (const attn::SizeRefusal refusal = attn::trace_size_refusal(
+          static_cast<long long>(tracer.rows.size()),
+          attn::traced_row_bytes_bound(*model.recipe, in.q.rows, in.k.rows, in.q.cols, in.causal)))
+    throw TraceError(trace.source_name() + ": tensor trace_rows: " + refusal.reason);
   // --row: only that row's forward (and delta); the backward's dQ, dK, dV need every row.
   const bool one_row = o.row >= 0;
   if (one_row) opt.only_rows.push_back({tb, th, tr});

@@ -222,6 +222,14 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
   std::optional<attn::Tracer> tracer;
   if (trace_all || trace_rows) {
+    // Refused before a row is listed: trace=True over 2^31 one-feature rows would list them.
+    const long long traced = trace_all ? static_cast<long long>(in->q.batch) * in->q.heads * in->q.rows
+                                       : static_cast<long long>(trace_rows->size());
+    const std::uint64_t row_bytes =
+        attn::traced_row_bytes_bound(*model.recipe, in->q.rows, in->k.rows, in->q.cols, in->causal);
+    if (const attn::SizeRefusal refusal = attn::trace_size_refusal(traced, row_bytes))
+      throw api::InputError("trace: " + refusal.reason +
+                            (trace_all ? "; pass a list of the rows to trace" : "; trace fewer rows"));
     tracer.emplace();
     tracer->plot_feature = plot_feature;
     if (trace_all) {

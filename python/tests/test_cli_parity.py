@@ -7,10 +7,12 @@
 import json
 import math
 import random
+import re
 import struct
 from fractions import Fraction
 
 import numpy as np
+
 import pytest
 
 import flashbits as fb
@@ -204,6 +206,29 @@ def test_attention_holds_to_the_cli_size_limits():
     with pytest.raises(ValueError, match=rf"q \[{2 ** 15 + 1},1,256,256\]: {(2 ** 15 + 1) * 2 ** 16} elements per "
                                          r"tensor, over the limit of 2\^31"):
         fb.exact_attention(q, q, q)
+
+
+
+def test_traced_rows_hold_to_the_memory_limit(cli, tmp_path):
+    # Tiny tensors (head dim 1), but 2^16 traced rows of 2^16 keys: a traced row keeps at
+    # least P-bar and the plotted error of every key (two doubles), 2^32 x 16 bytes = 64 GiB
+    # before any tile or event, so every face refuses before it runs.
+    n = 2 ** 16
+    over = r"tracing 65536 rows keeps about (\d+)\.\d GiB of records \(about \d+ KiB a row\), over the limit of 64 GiB"
+    q = np.zeros((1, 1, n, 1))
+    with pytest.raises(ValueError, match=rf"^trace: {over}; pass a list of the rows to trace$") as e:
+        fb.attention(q, q, q, "fa2-sm80", trace=True)
+    assert int(re.search(over, str(e.value)).group(1)) >= 64
+    with pytest.raises(ValueError, match=rf"^trace: {over}; trace fewer rows$"):
+        fb.attention(q, q, q, "fa2-sm80", trace=list(range(n)))
+    # The same rows named by a trace's trace_rows (fb-fa2's intermediates) in replay.
+    bits = np.zeros((1, 1, n, 1), np.uint16)
+    path = tmp_path / "rows.safetensors"
+    fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.arange(n, dtype=np.int32),
+                  metadata={"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"})
+    rc, _, err = cli("replay", str(path), check=False)
+    assert rc == 2, err
+    assert re.search(rf"^error: {re.escape(str(path))}: tensor trace_rows: {over}$", err.strip(), re.M), err
 
 
 # ---- argument kinds ---------------------------------------------------------------------------
