@@ -52,6 +52,8 @@
 #include "emu/ops.hpp"
 #include "formats/format.hpp"
 #include "tests/mpfr_reference.hpp"
+#include "tests/reference_modes.hpp"
+#include "tests/test_scale.hpp"
 
 namespace {
 
@@ -60,10 +62,7 @@ using fbref::Policy;
 using fbref::RefFormat;
 using fbref::Result;
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 
 struct FormatPair {
   fb::Format emu;
@@ -75,26 +74,7 @@ const FormatPair kFormats[] = {{fb::formats::bf16, fbref::table::bf16},
                                {fb::formats::e5m2, fbref::table::e5m2},
                                {fb::formats::e2m1, fbref::table::e2m1}};
 
-fb::RoundingMode to_emu(Mode m) {
-  switch (m) {
-    case Mode::rne:
-      return fb::RoundingMode::rne;
-    case Mode::rna:
-      return fb::RoundingMode::rna;
-    case Mode::rtz:
-      return fb::RoundingMode::rtz;
-    case Mode::rup:
-      return fb::RoundingMode::rup;
-    case Mode::rdn:
-      return fb::RoundingMode::rdn;
-    case Mode::rto:
-      return fb::RoundingMode::rto;
-  }
-  return fb::RoundingMode::sr;
-}
-fb::OverflowPolicy to_emu(Policy p) {
-  return p == Policy::ieee ? fb::OverflowPolicy::ieee : fb::OverflowPolicy::satfinite;
-}
+using fb_test::to_emu;
 
 // ---- the MPFR reference -------------------------------------------------------------
 

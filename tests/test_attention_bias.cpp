@@ -52,16 +52,14 @@
 #include "tests/bf16_reference.hpp"
 #include "traces/trace.hpp"
 #include "studies/scenarios.hpp"
+#include "tests/test_scale.hpp"
 
 using namespace fb;
 using namespace fb::attn;
 
 namespace {
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s && std::strcmp(s, "sanitizer") == 0;
-}
+using fb_test::sanitizer_scale;
 
 double bf16_ulp(double x) {
   if (x == 0.0) return std::ldexp(1.0, -133);

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "tests/test_scale.hpp"
 
 #ifndef FLASHBITS_BINARY
 #error "FLASHBITS_BINARY must name the flashbits executable"
@@ -33,10 +34,7 @@
 
 namespace {
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 
 struct Run {
   int exit_code;

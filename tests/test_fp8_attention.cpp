@@ -37,6 +37,7 @@
 #include "emu/dot/tensor_core.hpp"
 #include "tests/software_exp2_reference.hpp"
 #include "studies/scenarios.hpp"
+#include "tests/test_scale.hpp"
 
 using namespace fb;
 using namespace fb::attn;
@@ -44,10 +45,7 @@ using Rational = boost::multiprecision::cpp_rational;
 
 namespace {
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 
 // ---- e4m3 written again from the docs/DESIGN.md §2 table: 4 exponent bits, bias 7, 3
 // mantissa bits, no inf, S.1111.111 is NaN, max 448, subnormals m * 2^-9. ----------------

@@ -30,6 +30,7 @@
 
 #include "emu/ops.hpp"
 #include "formats/format.hpp"
+#include "tests/test_scale.hpp"
 
 #if defined(FLASHBITS_HAVE_CUDA_HOST_HEADERS)
 #include <cuda_bf16.h>
@@ -43,10 +44,7 @@ using fb::OverflowPolicy;
 using fb::RoundingMode;
 namespace fmt = fb::formats;
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 
 template <class T>
 std::uint32_t raw16(const T& v) {

@@ -40,6 +40,8 @@
 #include "emu/ops.hpp"
 #include "formats/format.hpp"
 #include "tests/mpfr_reference.hpp"
+#include "tests/reference_modes.hpp"
+#include "tests/test_scale.hpp"
 
 namespace {
 
@@ -53,34 +55,12 @@ static_assert(fbref::kInexact == fb::flag::inexact && fbref::kUnderflow == fb::f
               fbref::kOverflow == fb::flag::overflow && fbref::kDivByZero == fb::flag::divbyzero &&
               fbref::kInvalid == fb::flag::invalid);
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 std::uint64_t scaled(std::uint64_t n) { return sanitizer_scale() ? std::max<std::uint64_t>(1, n / 50) : n; }
 // Exhaustive loops visit every index, or every 47th (a prime) under the sanitizer.
 std::uint64_t exhaustive_stride() { return sanitizer_scale() ? 47 : 1; }
 
-fb::RoundingMode to_emu(Mode m) {
-  switch (m) {
-    case Mode::rne:
-      return fb::RoundingMode::rne;
-    case Mode::rna:
-      return fb::RoundingMode::rna;
-    case Mode::rtz:
-      return fb::RoundingMode::rtz;
-    case Mode::rup:
-      return fb::RoundingMode::rup;
-    case Mode::rdn:
-      return fb::RoundingMode::rdn;
-    case Mode::rto:
-      return fb::RoundingMode::rto;
-  }
-  return fb::RoundingMode::sr;
-}
-fb::OverflowPolicy to_emu(Policy p) {
-  return p == Policy::ieee ? fb::OverflowPolicy::ieee : fb::OverflowPolicy::satfinite;
-}
+using fb_test::to_emu;
 
 // A format as the emulator knows it (parsed from its name) and as the reference does.
 struct FormatPair {

@@ -11,12 +11,10 @@
 #include <string>
 
 #include "studies/statistics.hpp"
+#include "tests/test_scale.hpp"
 
 namespace {
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 }  // namespace
 
 TEST_CASE("student_t_cdf_and_quantile_match_boost") {

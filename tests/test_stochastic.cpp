@@ -29,6 +29,7 @@
 
 #include "emu/ops.hpp"
 #include "formats/format.hpp"
+#include "tests/test_scale.hpp"
 
 namespace {
 
@@ -36,10 +37,7 @@ using boost::multiprecision::cpp_int;
 using boost::multiprecision::cpp_rational;
 namespace fmt = fb::formats;
 
-bool sanitizer_scale() {
-  const char* s = std::getenv("FLASHBITS_TEST_SCALE");
-  return s != nullptr && std::string(s) == "sanitizer";
-}
+using fb_test::sanitizer_scale;
 
 // A test value given exactly: (-1)^negative * significand * 2^exponent, with the
 // significand at most 53 bits so that the fp64 built from it is the same number.
