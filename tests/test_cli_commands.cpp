@@ -387,6 +387,43 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
   CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
 }
 
+TEST_CASE("replay under a forward-only model compares O, LSE and delta and says dQ, dK, dV are not") {
+  // A trace of fa3-fp8-sm90 (forward and delta only) given gradients of its shape, as a capture
+  // of the real kernel's backward would hold: the forward is compared (and matches: the same
+  // model wrote it), the gradients are named as not compared, and nothing is refused.
+  const auto own = (scratch() / "fp8_forward.safetensors").string();
+  REQUIRE(
+      run("make-trace --model fa3-fp8-sm90 --scenario random --seqlen 64 --headdim 32 --seed 3 --backward --out " + own)
+          .code == 0);
+  const fb::Trace t = fb::read_trace(own);
+  REQUIRE(!t.has("dq"));
+  fb::TraceBuilder b(t.metadata());
+  for (const char* name : {"q", "k", "v", "o", "lse", "do", "delta"}) {
+    const fb::RawTensor raw = t.bits(name);
+    b.add_bits(name, raw.format, raw.shape, raw.bits);
+  }
+  for (const auto& [name, like_name] : {std::pair{"dq", "q"}, std::pair{"dk", "k"}, std::pair{"dv", "v"}}) {
+    const fb::RawTensor like = t.bits(like_name);
+    b.add_bits(name, like.format, like.shape, like.bits);
+  }
+  const auto with_gradients = (scratch() / "fp8_with_gradients.safetensors").string();
+  b.write(with_gradients);
+  const Run text = run("replay " + with_gradients);
+  CHECK(text.code == 0);
+  CHECK(text.out.find("note: fa3-fp8-sm90 models its kernel's forward and delta only: dq, dk, dv are not compared") !=
+        std::string::npos);
+  const Run r = run("replay " + with_gradients + " --json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["match"] == true);
+  CHECK(j["not_compared"] == nlohmann::json::array({"dq", "dk", "dv"}));
+  std::vector<std::string> compared;
+  for (const auto& tensor : j["tensors"]) compared.push_back(tensor["name"]);
+  CHECK(compared == std::vector<std::string>{"o", "lse", "delta"});
+  // A model with a backward still compares the gradients (and these are not its gradients).
+  CHECK(run("replay " + with_gradients + " --model fa2-sm80").code == 1);
+}
+
 TEST_CASE("replay: the shipped example traces replay bit for bit") {
   const std::filesystem::path examples = std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples";
   int count = 0;

@@ -396,10 +396,15 @@ int run_replay(const ReplayOptions& o) {
   const std::pair<const char*, const std::optional<attn::Tensor4>*> gradients[] = {
       {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}};
   bool group_summed_gradient = false;
+  std::vector<std::string> not_modelled;  // a forward-only model's gradients (it gives delta)
   for (const auto& [name, tensor] : gradients) {
     if (!trace.has(name)) continue;
     if (one_row && trace.has("do")) {
       not_compared.push_back(name);
+      continue;
+    }
+    if (!tensor->has_value() && trace.has("do") && !model.recipe->backward_modelled) {
+      not_modelled.push_back(name);
       continue;
     }
     if (!tensor->has_value())
@@ -462,6 +467,13 @@ int run_replay(const ReplayOptions& o) {
     for (const auto& n : not_compared) names += (names.empty() ? "" : ", ") + n;
     notes.push_back("note: --row recomputes one row's forward only: " + names +
                     " need the backward of every row and are not compared (replay without --row compares them)");
+  }
+  if (!not_modelled.empty()) {
+    std::string names;
+    for (const auto& n : not_modelled) names += (names.empty() ? "" : ", ") + n;
+    notes.push_back("note: " + model.name + " models its kernel's forward and delta only: " + names +
+                    " are not compared (`flashbits models` names the models with a backward)");
+    not_compared.insert(not_compared.end(), not_modelled.begin(), not_modelled.end());
   }
 
   if (o.json) {
