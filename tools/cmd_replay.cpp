@@ -462,16 +462,16 @@ int run_replay(const ReplayOptions& o) {
                 << " points are NaN or infinite (the row's output is not finite) and are left out of the plot\n";
     write_line_plot(o.plot, p);  // throws (exit 2) before anything claims it was written
   }
-  if (!not_compared.empty()) {
-    std::string names;
-    for (const auto& n : not_compared) names += (names.empty() ? "" : ", ") + n;
-    notes.push_back("note: --row recomputes one row's forward only: " + names +
+  const auto comma_list = [](const std::vector<std::string>& names) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    return list;
+  };
+  if (!not_compared.empty())
+    notes.push_back("note: --row recomputes one row's forward only: " + comma_list(not_compared) +
                     " need the backward of every row and are not compared (replay without --row compares them)");
-  }
   if (!not_modelled.empty()) {
-    std::string names;
-    for (const auto& n : not_modelled) names += (names.empty() ? "" : ", ") + n;
-    notes.push_back("note: " + model.name + " models its kernel's forward and delta only: " + names +
+    notes.push_back("note: " + model.name + " models its kernel's forward and delta only: " + comma_list(not_modelled) +
                     " are not compared (`flashbits models` names the models with a backward)");
     not_compared.insert(not_compared.end(), not_modelled.begin(), not_modelled.end());
   }

@@ -491,10 +491,10 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     ``do`` runs the backward. ``scale`` defaults to 1/sqrt(D). ``recipe``: a recipe file
     (``bias-test --recipe``). ``trace``: True traces every row, or a list of rows (``row``,
     ``(head, row)`` or ``(batch, head, row)``); the traced rows' records (about 45 bytes a key
-    a row) are held to the same 64 GiB, a ValueError before the run. ``sfu``: the special-function set, ``model``
-    (the model's own) or a named set (``correct``, ``hw-sm90``: measured on an H200, what
-    ``replay --sfu auto`` picks for a capture from compute capability 9.0). Results never
-    depend on ``threads``."""
+    a row) are held to the same 64 GiB, a ValueError before the run. ``sfu``: the
+    special-function set, ``model`` (the model's own) or a named set (``correct``, ``hw-sm90``:
+    measured on an H200, what ``replay --sfu auto`` picks for a capture from compute capability
+    9.0). Results never depend on ``threads``."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     dtype = _default_dtype(dtype, in_dtype)
     rows, trace_all = _trace_rows(trace)
