@@ -1,8 +1,9 @@
 """flashbits.torch: a flashbits kernel model as a PyTorch attention op (README "Training").
 
 ``scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
-scale=None, *, model, ...)`` has the call shape of
-``torch.nn.functional.scaled_dot_product_attention``, so a model swaps one call. It is a
+scale=None, enable_gqa=False, *, model, ...)`` has the call shape of
+``torch.nn.functional.scaled_dot_product_attention`` (PyTorch 2.5's, ``enable_gqa`` included),
+so a model swaps one call. It is a
 ``torch.autograd.Function``: the forward runs the kernel model (``flashbits.attention``) and
 keeps what the kernel keeps for its backward (the rounded inputs, O and LSE); the backward
 runs the model's own backward. For every model, O, dQ, dK and dV are bit for bit what
@@ -25,8 +26,9 @@ attention (softmax(q kᵀ·scale) v) in that precision with PyTorch's autograd.
 
 Supported: CPU tensors of any floating dtype, shapes [L, E], [H, L, E] or [B, H, L, E]; k and
 v with fewer heads than q dividing them (grouped-query attention: query head h reads kv head
-h // (Hq/Hk)); ``is_causal`` (the mask aligned top-left, query i sees keys 0..i); ``scale``
-(default 1/sqrt(E)). Refused with a ValueError naming the argument, never a silent fallback:
+h // (Hq/Hk)), with or without ``enable_gqa=True`` (PyTorch refuses most such shapes without
+it; here they have the one meaning they can have); ``is_causal`` (the mask aligned top-left,
+query i sees keys 0..i); ``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the argument, never a silent fallback:
 an ``attn_mask``, ``dropout_p`` other than 0, tensors not on the CPU, ``is_causal`` with a
 key length other than the query length (PyTorch's mask is then aligned top-left, the kernel
 models' bottom-right as FlashAttention's; PyTorch's own flash backend refuses that case too;
@@ -195,8 +197,8 @@ class _EmulatedAttention(_torch.autograd.Function):
         return grads + (None,)
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *,
-                                 model: str, recipe=None, sfu: str | None = None, dtype: str | None = None,
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False, *, model: str, recipe=None, sfu: str | None = None, dtype: str | None = None,
                                  seed: int = 0, threads: int | None = None, observe=None, trace=None):
     """Attention as the flashbits kernel ``model`` computes it, differentiable (module
     docstring). ``recipe``: a recipe file (``bias-test --recipe``); ``sfu``: an SFU set
@@ -212,6 +214,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
     from the forward run (tracing never changes a result)."""
     _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, model)
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa: expected True or False, got {type(enable_gqa).__name__}")
     e = query.shape[-1]
     scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
     if model in CONTROL_MODELS:

@@ -194,6 +194,26 @@ def test_shape_device_and_dtype_errors_name_the_argument():
         fbt.scaled_dot_product_attention(q, k, v, model="fp32", sfu="correct")
 
 
+def test_enable_gqa_is_taken_where_pytorch_takes_it():
+    # A Llama-style call: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    # (PyTorch 2.5+). The keyword and the eighth positional argument are both accepted, and the
+    # op is still the model bit for bit (flashbits.attention, as in the first test).
+    q, k, v, do = _inputs((1, 4, 12, 8), 2, seed=21)
+    rounded = [fb.round(t.numpy(), "bf16").values for t in (q, k, v, do)]
+    ref = fb.attention(*rounded[:3], "pytorch-fa2-sm90", do=rounded[3], causal=True, threads=1)
+    for call in (lambda *t: fbt.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True,
+                                                              model="pytorch-fa2-sm90"),
+                 lambda *t: fbt.scaled_dot_product_attention(*t, None, 0.0, True, None, True,
+                                                              model="pytorch-fa2-sm90")):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        o = call(*leaves)
+        o.backward(do)
+        np.testing.assert_array_equal(_bits(o.detach().double().numpy()), _bits(ref.o))
+        np.testing.assert_array_equal(_bits(leaves[1].grad.double().numpy()), _bits(ref.dk))
+    with pytest.raises(TypeError, match="enable_gqa: expected True or False, got str"):
+        fbt.scaled_dot_product_attention(q, k, v, enable_gqa="yes", model="pytorch-fa2-sm90")
+
+
 def test_observer_sees_the_backward_and_the_traced_rows():
     q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=8)
     seen = []
