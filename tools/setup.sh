@@ -5,9 +5,13 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq cmake ninja-build g++ clang clang-format libclang-rt-dev libboost-dev libmpfr-dev libgmp-dev zlib1g-dev doctest-dev \
-    libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest \
-    python3-torch libopenblas0-pthread fortunes >/dev/null
+  # Exactly these, no "recommended" extras: clang alone recommends llvm-14-dev (270 MB) and
+  # python3-torch libtorch-dev with its -dev tree, 157 packages and 120 MB of downloads that
+  # nothing here uses. llvm gives the sanitizers llvm-symbolizer (file:line in a report); xz
+  # packs the device session's results (gpu/device_session.sh).
+  apt-get install -y -qq --no-install-recommends cmake ninja-build g++ clang clang-format libclang-rt-dev llvm \
+    libboost-dev libmpfr-dev libgmp-dev zlib1g-dev doctest-dev libcli11-dev nlohmann-json3-dev pybind11-dev \
+    python3-dev python3-numpy python3-pytest python3-torch libopenblas0-pthread fortunes xz-utils >/dev/null
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 # The Python module (python/, build/python) is built too wherever CMake configured it
