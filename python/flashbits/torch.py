@@ -40,6 +40,7 @@ the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x: only p
 from __future__ import annotations
 
 import math as _math
+import numbers as _numbers
 import os as _os
 
 import numpy as _np
@@ -88,12 +89,15 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, model):
     if attn_mask is not None:
         raise ValueError("attn_mask: a general mask is not modelled by the kernel models; "
                          "use is_causal=True for the causal mask, or attn_mask=None")
-    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or dropout_p != 0:
-        raise ValueError(f"dropout_p: {dropout_p!r}; the kernel models have no dropout (give 0.0)")
+    # numbers.Real: a numpy scalar (np.float32(0.0) from a config array) is a number too.
+    if not isinstance(dropout_p, _numbers.Real) or isinstance(dropout_p, bool) or dropout_p != 0:
+        # float(): numpy 2's repr of a scalar is np.float32(...), not the number
+        shown = float(dropout_p) if isinstance(dropout_p, _numbers.Real) else dropout_p
+        raise ValueError(f"dropout_p: {shown!r}; the kernel models have no dropout (give 0.0)")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal: expected True or False, got {type(is_causal).__name__}")
     if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        if isinstance(scale, bool) or not isinstance(scale, _numbers.Real):
             raise TypeError(f"scale: expected a number or None, got {type(scale).__name__}")
         if not (_math.isfinite(scale) and scale > 0):
             raise ValueError(f"scale: {scale!r} is not a finite positive number")

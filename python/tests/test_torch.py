@@ -214,6 +214,19 @@ def test_enable_gqa_is_taken_where_pytorch_takes_it():
         fbt.scaled_dot_product_attention(q, k, v, enable_gqa="yes", model="pytorch-fa2-sm90")
 
 
+def test_numpy_scalars_are_numbers_for_dropout_and_scale():
+    # A config read into numpy gives np.float32(0.0) for dropout and np.float64 for the scale:
+    # numbers, taken as such (np.float32(0.0) was refused as "dropout_p: 0.0 ... give 0.0").
+    q, k, v, _ = _inputs((1, 2, 8, 8), 2, seed=22)
+    o = fbt.scaled_dot_product_attention(q, k, v, dropout_p=np.float32(0.0), scale=np.float64(0.3),
+                                         model="fa2-sm80")
+    rounded = [fb.round(t.numpy(), "bf16").values for t in (q, k, v)]
+    np.testing.assert_array_equal(_bits(o.double().numpy()),
+                                  _bits(fb.attention(*rounded, "fa2-sm80", scale=0.3, threads=1).o))
+    with pytest.raises(ValueError, match="dropout_p: 0.1"):
+        fbt.scaled_dot_product_attention(q, k, v, dropout_p=np.float32(0.1), model="fa2-sm80")
+
+
 def test_observer_sees_the_backward_and_the_traced_rows():
     q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=8)
     seen = []
