@@ -3,11 +3,11 @@
 ``scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 scale=None, enable_gqa=False, *, model, ...)`` has the call shape of
 ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch 2.5's, ``enable_gqa`` included),
-so a model swaps one call. It is a
-``torch.autograd.Function``: the forward runs the kernel model (``flashbits.attention``) and
-keeps what the kernel keeps for its backward (the rounded inputs, O and LSE); the backward
-runs the model's own backward. For every model, O, dQ, dK and dV are bit for bit what
-``flashbits.attention(q, k, v, model, do=dO)`` returns for the same rounded inputs.
+so a model swaps one call. It is a ``torch.autograd.Function``: the forward runs the kernel
+model (``flashbits.attention``) and keeps what the kernel keeps for its backward (the rounded
+inputs, O and LSE); the backward runs the model's own backward. For every model, O, dQ, dK and
+dV are bit for bit what ``flashbits.attention(q, k, v, model, do=dO)`` returns for the same
+rounded inputs.
 
 Rounding: each of q, k, v (and the incoming gradient dO) is rounded ONCE, round to nearest
 even, from the caller's values to the model's input format (bf16 unless the model names
@@ -24,18 +24,19 @@ outputs fp64 rounded once to the caller's dtype: smooth, for finite-difference c
 two controls that are NOT emulations of any kernel: ``fp32`` and ``fp64``, PyTorch's own math
 attention (softmax(q kᵀ·scale) v) in that precision with PyTorch's autograd.
 
-Supported: CPU tensors of any floating dtype, shapes [L, E], [H, L, E] or [B, H, L, E]; k and
-v with fewer heads than q dividing them (grouped-query attention: query head h reads kv head
-h // (Hq/Hk)), with or without ``enable_gqa=True`` (PyTorch refuses most such shapes without
-it; here they have the one meaning they can have); ``is_causal`` (the mask aligned top-left,
-query i sees keys 0..i); ``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the argument, never a silent fallback:
-an ``attn_mask``, ``dropout_p`` other than 0, tensors not on the CPU, ``is_causal`` with a
-key length other than the query length (PyTorch's mask is then aligned top-left, the kernel
-models' bottom-right as FlashAttention's; PyTorch's own flash backend refuses that case too;
-``flashbits.attention`` runs it bottom-right), a value head dim other than the query's, a model
-without a backward when a gradient is needed. Without ``is_causal`` the key length may differ
-from the query length (cross-attention, decoding). The GIL is released while
-the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x: only public APIs.
+Supported: CPU tensors of any floating dtype, shapes [L, E], [H, L, E] or [B, H, L, E]; k and v
+with fewer heads than q dividing them (grouped-query attention: query head h reads kv head h //
+(Hq/Hk)), with or without ``enable_gqa=True`` (PyTorch refuses most such shapes without it;
+here they have the one meaning they can have); ``is_causal`` (the mask aligned top-left, query
+i sees keys 0..i); ``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the
+argument, never a silent fallback: an ``attn_mask``, ``dropout_p`` other than 0, tensors not on
+the CPU, ``is_causal`` with a key length other than the query length (PyTorch's mask is then
+aligned top-left, the kernel models' bottom-right as FlashAttention's; PyTorch's own flash
+backend refuses that case too; ``flashbits.attention`` runs it bottom-right), a value head dim
+other than the query's, a model without a backward when a gradient is needed. Without
+``is_causal`` the key length may differ from the query length (cross-attention, decoding). The
+GIL is released while the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x:
+only public APIs.
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def _check_tensor(name: str, t) -> None:
         raise ValueError(f"{name}: expected [L, E], [H, L, E] or [B, H, L, E], got shape {tuple(t.shape)}")
 
 
-def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, model):
+def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, model):
     if not isinstance(model, str):
         raise TypeError(f"model: expected a model name (str), got {type(model).__name__}")
     for name, t in (("query", q), ("key", k), ("value", v)):
@@ -90,12 +91,14 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, model):
         raise ValueError("attn_mask: a general mask is not modelled by the kernel models; "
                          "use is_causal=True for the causal mask, or attn_mask=None")
     # numbers.Real: a numpy scalar (np.float32(0.0) from a config array) is a number too.
-    if not isinstance(dropout_p, _numbers.Real) or isinstance(dropout_p, bool) or dropout_p != 0:
+    dropout_is_number = isinstance(dropout_p, _numbers.Real) and not isinstance(dropout_p, bool)
+    if not dropout_is_number or dropout_p != 0:
         # float(): numpy 2's repr of a scalar is np.float32(...), not the number
-        shown = float(dropout_p) if isinstance(dropout_p, _numbers.Real) else dropout_p
+        shown = float(dropout_p) if dropout_is_number else dropout_p
         raise ValueError(f"dropout_p: {shown!r}; the kernel models have no dropout (give 0.0)")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal: expected True or False, got {type(is_causal).__name__}")
+    for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected True or False, got {type(flag).__name__}")
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, _numbers.Real):
             raise TypeError(f"scale: expected a number or None, got {type(scale).__name__}")
@@ -202,8 +205,9 @@ class _EmulatedAttention(_torch.autograd.Function):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False, *, model: str, recipe=None, sfu: str | None = None, dtype: str | None = None,
-                                 seed: int = 0, threads: int | None = None, observe=None, trace=None):
+                                 enable_gqa=False, *, model: str, recipe=None, sfu: str | None = None,
+                                 dtype: str | None = None, seed: int = 0, threads: int | None = None, observe=None,
+                                 trace=None):
     """Attention as the flashbits kernel ``model`` computes it, differentiable (module
     docstring). ``recipe``: a recipe file (``bias-test --recipe``); ``sfu``: an SFU set
     (``correct``, ``hw-sm90``) replacing the model's own; ``dtype``: the input format of a
@@ -217,9 +221,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``flashbits.AttentionResult`` with o, lse, delta, dq, dk, dv) and ``traces``: with
     ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
     from the forward run (tracing never changes a result)."""
-    _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, model)
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa: expected True or False, got {type(enable_gqa).__name__}")
+    _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, model)
     e = query.shape[-1]
     scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
     if model in CONTROL_MODELS:
