@@ -166,4 +166,13 @@ double alpha_or_throw(double alpha, std::string_view option) {
   return alpha;
 }
 
+double at_stake_or_throw(double ulps, std::string_view option) {
+  if (!(std::isfinite(ulps) && ulps > 0.0)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", ulps);
+    throw InputError(std::string(option) + " " + buf + ": expected a positive, finite number of ulps");
+  }
+  return ulps;
+}
+
 }  // namespace fb::api

@@ -430,7 +430,9 @@ nlohmann::ordered_json spread_json(const ValueSpread& s) {
   return j;
 }
 
-nlohmann::ordered_json comparison_json(const FloorComparison& c, bool run_has_verdict) {
+}  // namespace
+
+nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_has_verdict) {
   nlohmann::ordered_json j;
   j["verdict"] = run_has_verdict ? verdict_text(c.verdict) : "none (non-finite output)";
   j["reason"] = c.reason;
@@ -443,8 +445,6 @@ nlohmann::ordered_json comparison_json(const FloorComparison& c, bool run_has_ve
   j["distance_p_t"] = c.distance.p_t;
   return j;
 }
-
-}  // namespace
 
 nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   const bool has_verdict = !r.no_verdict;
@@ -467,11 +467,11 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   nlohmann::ordered_json cr, ex, vs;
   cr["o"] = stats_json(r.o_cr, has_verdict);
   ex["o"] = stats_json(r.o_excess, has_verdict);
-  vs["o"] = comparison_json(r.o_vs_floor, has_verdict);
+  vs["o"] = floor_comparison_json(r.o_vs_floor, has_verdict);
   if (r.has_delta) {
     cr["delta"] = stats_json(r.delta_cr, has_verdict);
     ex["delta"] = stats_json(r.delta_excess, has_verdict);
-    vs["delta"] = comparison_json(r.delta_vs_floor, has_verdict);
+    vs["delta"] = floor_comparison_json(r.delta_vs_floor, has_verdict);
   }
   j[r.paired ? "against" : "correctly_rounded"] = cr;
   j["excess"] = ex;

@@ -164,6 +164,10 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks = {});
 // A statistic's own verdict, or why it has none (no finite samples; the run's rows with a
 // non-finite output, which leave the whole run without a verdict).
 std::string stat_verdict(const BiasStatistics& s, bool run_has_verdict);
+// One output's verdict against its floor as bias-test's and sweep's JSON write it ("verdict",
+// "reason", the means, p-values and the smallest detectable bias); run_has_verdict false
+// writes the verdict as none (a non-finite output).
+nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_has_verdict);
 // `flashbits bias-test --json`'s object (docs/CLI.md); by_max adds "by_row_max".
 nlohmann::ordered_json bias_report_json(const BiasReport& report, bool by_max);
 

@@ -960,6 +960,92 @@ TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anyt
   CHECK(one_error(run("merge " + a1 + " " + a2 + " --alpha 2"), "--alpha"));
 }
 
+TEST_CASE("sweep and merge: --at-stake judges as bias-test does, travels in the run record, merge may change it") {
+  // Two rows: fa2-sm80, whose excess over the floor is small but not zero, and the floor
+  // itself, whose excess is identically zero (no detectable bias at any level).
+  const std::string options = " --scenario sink --seqlen 64 --headdim 32 --trials 8 --seed 3";
+  const std::string grid = "sweep --model fa2-sm80,correctly-rounded" + options;
+  auto sweep_rows = [&](const std::string& level) {
+    const Run r = run(grid + level + " --json");
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["rows"];
+  };
+  for (const std::string level : {"", " --at-stake 1e-9", " --at-stake 5"}) {
+    CAPTURE(level);
+    const Run b = run("bias-test --model fa2-sm80" + options + level + " --json");
+    REQUIRE((b.code == 0 || b.code == 4));
+    const auto test = nlohmann::json::parse(b.out);
+    const auto rows = sweep_rows(level);
+    CHECK(rows[0]["verdict"] == test["verdict"]);
+    // Each output's verdict and its reason, as bias-test's against_floor gives them.
+    for (const char* output : {"o", "delta"}) {
+      CAPTURE(output);
+      CHECK(rows[0]["against_floor"][output]["verdict"] == test["against_floor"][output]["verdict"]);
+      CHECK(rows[0]["against_floor"][output]["reason"] == test["against_floor"][output]["reason"]);
+    }
+    CHECK(rows[1]["verdict"] == "no detectable bias");
+  }
+  // Eight trials cannot see a bias of 1e-9 ulp in an excess that is not identically zero,
+  // in O or in delta.
+  const auto tiny_rows = sweep_rows(" --at-stake 1e-9");
+  CHECK(tiny_rows[0]["against_floor"]["o"]["verdict"] == "inconclusive");
+  CHECK(tiny_rows[0]["against_floor"]["delta"]["verdict"] == "inconclusive");
+  const Run tiny = run(grid + " --at-stake 1e-9");
+  REQUIRE(tiny.code == 0);
+  CHECK(tiny.out.find("at stake 1e-09 ulp") != std::string::npos);
+  CHECK(nlohmann::json::parse(run(grid + " --at-stake 1e-9 --json").out)["run"]["at_stake_ulps"] == 1e-9);
+
+  auto shard = [&](const std::string& name, const std::string& args) {
+    const std::string path = (scratch() / name).string();
+    REQUIRE(run(args + " --csv " + path).code == 0);
+    return path;
+  };
+  const std::string t1 = shard("k_t1.csv", grid + " --at-stake 1e-9 --shard 1/2"),
+                    t2 = shard("k_t2.csv", grid + " --at-stake 1e-9 --shard 2/2");
+  CHECK(run("merge " + t1 + " " + t2).out == tiny.out);
+  // merge --at-stake judges the same rows at another level, exactly as sweep would have.
+  const Run wide = run(grid + " --at-stake 5");
+  CHECK(run("merge " + t1 + " " + t2 + " --at-stake 5").out == wide.out);
+  // Shards judged at different levels: refused unless merge names the level.
+  const std::string d2 = shard("k_d2.csv", grid + " --shard 2/2");
+  const Run mixed = run("merge " + t1 + " " + d2);
+  CHECK(mixed.code == 2);
+  CHECK_MESSAGE(one_error(mixed, "--at-stake"), mixed.err);
+  CHECK(run("merge " + t1 + " " + d2 + " --at-stake 5").out == wide.out);
+  // A record written before sweep took --at-stake was judged at the default, and is read so.
+  {
+    const std::string d1 = shard("k_d1.csv", grid + " --shard 1/2");
+    std::vector<std::string> old;
+    for (const std::string& path : {d1, d2}) {
+      std::string text = slurp(path);
+      const std::size_t at = text.find(",\"at_stake_ulps\":");
+      REQUIRE(at != std::string::npos);
+      text.erase(at, text.find('}', at) - at);
+      old.push_back(write_file("old_" + std::filesystem::path(path).filename().string(), text));
+    }
+    const Run merged = run("merge " + old[0] + " " + old[1]);
+    CHECK(merged.code == 0);
+    CHECK(merged.out == run(grid).out);
+    // A level that is not a positive number of ulps, in a record or given.
+    std::string text = slurp(d1);
+    const std::size_t at = text.find("\"at_stake_ulps\":");
+    text.replace(at, text.find('}', at) - at, "\"at_stake_ulps\":-1");
+    const std::string bad = write_file("k_bad.csv", text);
+    const Run refused = run("merge " + bad + " " + d2);
+    CHECK(refused.code == 2);
+    CHECK_MESSAGE(one_error(refused, "at_stake_ulps"), refused.err);
+    CHECK(refused.err.find("error: " + bad + ": ") == 0);
+  }
+  for (const char* level : {"0", "-1", "nan", "inf", "x"}) {
+    CAPTURE(level);
+    const Run s = run(kSmallSweep + " --at-stake " + level);
+    CHECK(s.code == 2);
+    CHECK(one_error(s, "--at-stake"));
+    CHECK(s.out.empty());
+    CHECK(one_error(run("merge " + t1 + " " + t2 + " --at-stake " + level), "--at-stake"));
+  }
+}
+
 TEST_CASE("issue 21: every trace make-trace writes replays; what it cannot write is refused before any work") {
   const Run models = run("models --json");
   REQUIRE(models.code == 0);

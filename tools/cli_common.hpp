@@ -44,6 +44,7 @@ namespace fb::cli {
 // The library API (api/: every face's input errors, parsers, option values and output files),
 // under the names the subcommands call them by.
 using api::alpha_or_throw;
+using api::at_stake_or_throw;
 using api::check_output_path;
 using api::check_problem_size;
 using api::check_trials;

@@ -194,9 +194,7 @@ int run_bias_test(const BiasOptions& o) {
   const int jobs = jobs_or_throw(o.jobs);
   attn::BiasRun run = o.model.empty() ? traces_run(o) : model_run(o);
   run.alpha = o.alpha;
-  if (!(o.at_stake > 0) || !std::isfinite(o.at_stake))
-    throw InputError("--at-stake " + std::to_string(o.at_stake) + ": expected a positive number of ulps");
-  run.at_stake = o.at_stake;
+  run.at_stake = at_stake_or_throw(o.at_stake);
   run.threads = jobs;
   std::optional<ProgressBar> progress;
   attn::BiasHooks hooks;

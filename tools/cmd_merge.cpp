@@ -4,7 +4,8 @@
 // (tools/sweep_table.hpp). The files must be exactly the N shards of one run, as their run
 // records say (sweep_table.hpp check_shards): a missing or repeated shard, shards of
 // different runs (seed, trials, grid, sizes, sr bits) or a row that is not its shard's are
-// refused (exit 2, one line naming the file and what mismatched).
+// refused (exit 2, one line naming the file and what mismatched). --alpha and --at-stake
+// judge the merged rows at other levels than the shards'.
 #include <iostream>
 #include <optional>
 
@@ -18,20 +19,23 @@ struct MergeOptions {
   std::vector<std::string> files;
   std::string csv;
   bool json = false;
-  double alpha = 1e-3;
+  double alpha = 1e-3, at_stake = 0;
   CLI::Option* alpha_option = nullptr;
+  CLI::Option* at_stake_option = nullptr;
 };
 
 int run_merge(const MergeOptions& o) {
   std::optional<double> alpha;
   if (o.alpha_option && o.alpha_option->count() > 0) alpha = alpha_or_throw(o.alpha);
+  std::optional<double> at_stake;
+  if (o.at_stake_option && o.at_stake_option->count() > 0) at_stake = at_stake_or_throw(o.at_stake);
   check_csv_output(o.csv, o.json);
   std::vector<std::pair<std::string, std::string>> inputs;
   for (const auto& f : o.files) inputs.emplace_back("shard", f);
   refuse_output_over_inputs("--csv", o.csv, inputs);
   std::vector<std::pair<std::string, SweepFile>> shards;
   for (const auto& f : o.files) shards.emplace_back(f, read_sweep_file(f));
-  const SweepRun run = check_shards(shards, alpha);
+  const SweepRun run = check_shards(shards, alpha, at_stake);
   std::vector<SweepRow> rows;
   for (auto& [path, file] : shards)
     for (auto& r : file.rows) rows.push_back(std::move(r));
@@ -48,6 +52,10 @@ Runner setup_merge(CLI::App& app) {
   app.add_flag("--json", o->json, "print JSON instead of the table");
   o->alpha_option =
       app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default: the shards' own)");
+  o->at_stake_option = app.add_option(
+      "--at-stake", o->at_stake,
+      "the smallest bias (ulps) that matters to the verdict: a test that could not detect it is inconclusive "
+      "(default: the shards' own)");
   return [o] { return run_merge(*o); };
 }
 

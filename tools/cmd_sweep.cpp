@@ -22,7 +22,7 @@
 // every output records the run (sweep_table.hpp SweepRun: seed, shard, grid, trials, ...)
 // so that merge can refuse an incomplete or mixed set of shards.
 // --jobs: 1..kMaxJobs threads; a thread the system cannot start is exit 2 (run_on_threads).
-// --sr-bits 1..32 and --alpha in (0, 1) as everywhere else (cli_common.hpp).
+// --sr-bits 1..32, --alpha in (0, 1) and --at-stake > 0 as everywhere else (cli_common.hpp).
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -45,7 +45,7 @@ struct SweepOptions {
   std::string formats = "bf16", rounds = "rne", models, scenarios = "sink", shard, csv, against;
   int seqlen = 256, headdim = 64, trials = 8, jobs = default_jobs(), sr_bits = 24;
   std::uint64_t seed = 0;
-  double alpha = 1e-3;
+  double alpha = 1e-3, at_stake = attn::kDefaultAtStakeUlps;
   bool json = false;
 };
 
@@ -69,6 +69,7 @@ int run_sweep(const SweepOptions& o) {
   const int jobs = jobs_or_throw(o.jobs);
   sr_bits_or_throw(o.sr_bits);
   alpha_or_throw(o.alpha);
+  at_stake_or_throw(o.at_stake);
   SweepRun run;
   run.seed = o.seed;
   run.shard_k = shard_k;
@@ -83,6 +84,7 @@ int run_sweep(const SweepOptions& o) {
   run.headdim = o.headdim;
   run.sr_bits = o.sr_bits;
   run.alpha = o.alpha;
+  run.at_stake = o.at_stake;
   SweepGrid grid = sweep_grid(run);
   run.configurations = static_cast<long long>(grid.cells.size());
   std::vector<Config> configs;
@@ -176,6 +178,9 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--shard", o->shard,
                  "K/N: run configurations i with i % N == K-1 (the output's run record lets merge check the set)");
   app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default 1e-3)");
+  app.add_option("--at-stake", o->at_stake,
+                 "the smallest bias (ulps) that matters to the verdict: a row whose test could not detect it is "
+                 "inconclusive (default 0.05, as bias-test)");
   app.add_option("--csv", o->csv,
                  "also write the rows (with sufficient statistics and a last `# run` line recording the "
                  "parameters, seed and shard) as CSV; - writes it to standard output instead of the table");

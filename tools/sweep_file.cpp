@@ -130,6 +130,13 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
     const nlohmann::json& alpha = j.at("alpha");
     if (!alpha.is_number()) throw InputError(where + " field alpha: expected a number, got " + alpha.dump());
     run.alpha = alpha_or_throw(alpha.get<double>(), where + " field alpha");
+    // Absent from records written before sweep took --at-stake: those were judged at the default.
+    if (j.contains("at_stake_ulps")) {
+      const nlohmann::json& at_stake = j.at("at_stake_ulps");
+      if (!at_stake.is_number())
+        throw InputError(where + " field at_stake_ulps: expected a number, got " + at_stake.dump());
+      run.at_stake = at_stake_or_throw(at_stake.get<double>(), where + " field at_stake_ulps");
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + ": " + e.what());
   }
@@ -242,7 +249,8 @@ SweepFile read_sweep_file(const std::string& path) {
   return file;
 }
 
-SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha) {
+SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha,
+                      std::optional<double> at_stake) {
   if (files.empty()) throw InputError("merge: no shard files");
   for (const auto& [path, file] : files)
     if (!file.run)
@@ -358,14 +366,19 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
   }
   SweepRun merged = first;
   merged.shard_k = merged.shard_n = 1;
-  if (alpha) {
-    merged.alpha = *alpha;
-  } else {
+  // The verdict's levels: merge's own when given, else the shards must share theirs.
+  auto level = [&](double SweepRun::*member, const std::optional<double>& given, const std::string& option) {
+    if (given) {
+      merged.*member = *given;
+      return;
+    }
     for (const auto& [path, file] : files)
-      if (file.run->alpha != first.alpha)
-        throw InputError(path + ": --alpha " + short_text(file.run->alpha) + " differs from " +
-                         short_text(first.alpha) + " in " + first_path + "; give merge --alpha");
-  }
+      if ((*file.run).*member != first.*member)
+        throw InputError(path + ": " + option + " " + short_text((*file.run).*member) + " differs from " +
+                         short_text(first.*member) + " in " + first_path + "; give merge " + option);
+  };
+  level(&SweepRun::alpha, alpha, "--alpha");
+  level(&SweepRun::at_stake, at_stake, "--at-stake");
   return merged;
 }
 

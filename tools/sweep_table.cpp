@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tools/cli_common.hpp"
+#include "studies/bias_run.hpp"
 #include "studies/verdict.hpp"
 #include "tools/sweep_columns.hpp"
 
@@ -79,6 +80,7 @@ struct Derived {
   bool has_reference = false;       // false only for rows of older files without a floor
   double rms = 0;
   std::string verdict, verdict_from;
+  attn::FloorComparison o_vs_floor, d_vs_floor;  // each output's verdict, as bias-test's against_floor
   attn::Verdict outcome = attn::Verdict::inconclusive;
 };
 attn::FloorMoments floor_moments(long long n, const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
@@ -95,7 +97,9 @@ attn::FloorMoments floor_moments(long long n, const attn::ErrorMoments& kernel, 
   m.x_negatives = static_cast<std::size_t>(excess.neg);
   return m;
 }
-Derived derive(const SweepRow& r, double alpha) {
+// The levels come from the run: its --alpha and --at-stake (a merge may override both).
+Derived derive(const SweepRow& r, const SweepRun& run) {
+  const double alpha = run.alpha;
   Derived x;
   x.o = r.o.statistics(r.trials, alpha);
   x.d = r.d.statistics(r.trials, alpha);
@@ -106,14 +110,12 @@ Derived derive(const SweepRow& r, double alpha) {
   x.ex_d = r.ex_d.statistics(r.ref_trials, alpha);
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
   // The verdict (studies/verdict.hpp, as bias-test): the kernel's own share against its
-  // floor, its direction, and whether the trials could have seen the default bias at stake.
-  const attn::FloorComparison co =
-      attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, attn::kDefaultAtStakeUlps);
+  // floor, its direction, and whether the trials could have seen the bias at stake.
+  x.o_vs_floor = attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, run.at_stake);
   // A row without a backward has delta sums of 0 (an identically zero excess: no detectable
   // bias), which leaves O's verdict as it is.
-  const attn::FloorComparison cd =
-      attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, attn::kDefaultAtStakeUlps);
-  x.outcome = attn::combine(co.verdict, cd.verdict);
+  x.d_vs_floor = attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, run.at_stake);
+  x.outcome = attn::combine(x.o_vs_floor.verdict, x.d_vs_floor.verdict);
   x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
   x.verdict_from = r.paired() ? "paired" : "excess";
   return x;
@@ -138,7 +140,7 @@ void moments_json(nlohmann::ordered_json& out, const std::string& prefix, const 
 
 }  // namespace
 
-void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alpha) {
+void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
   char line[640];
   std::snprintf(line, sizeof line, "%-44s %6s %9s %9s %9s %9s %9s %9s %9s %9s %8s %7s %-15s %s\n", "configuration",
                 "trials", "O err", "O CR", "O excess", "dlt err", "dlt CR", "dlt exc.", "RMS", "max|err|", "sig.ovf",
@@ -151,7 +153,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alp
     return std::string(buf);
   };
   for (const SweepRow& r : rows) {
-    const Derived x = derive(r, alpha);
+    const Derived x = derive(r, run);
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
     std::snprintf(line, sizeof line, "%-44s %6lld %9.4g %9s %9s %9.4g %9s %9s %9.4g %9.4g %8lld %7lld %-15s %s\n",
                   r.configuration().c_str(), r.trials, x.o.mean, or_dash(x.has_reference, x.cr_o.mean).c_str(),
@@ -169,7 +171,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alp
      << attn::kTracedRows
      << " rows of every trial (tiled models only).\nVerdict (as bias-test, docs/CLI.md): the per-trial excess of O "
         "and of delta against the floor,\nalpha = "
-     << alpha << ", at stake " << attn::kDefaultAtStakeUlps
+     << run.alpha << ", at stake " << run.at_stake
      << " ulp: \"adds bias\" when the excess is significant and the error lies\n"
         "further from zero than the floor's; \"less biased\" when it lies significantly closer; \"inconclusive\"\n"
         "when fewer than "
@@ -197,15 +199,15 @@ nlohmann::ordered_json run_json(const SweepRun& run) {
   j["headdim"] = run.headdim;
   j["sr_bits"] = run.sr_bits;
   j["alpha"] = run.alpha;
+  j["at_stake_ulps"] = run.at_stake;
   return j;
 }
 }  // namespace
 
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
-  const double alpha = run.alpha;
   os << kCsvHeader << "\n";
   for (const SweepRow& r : rows) {
-    const Derived x = derive(r, alpha);
+    const Derived x = derive(r, run);
     os << r.index << "," << r.format << "," << r.round << "," << r.model << "," << r.scenario << "," << r.seqlen << ","
        << r.headdim << "," << r.trials;
     for (const NamedMoments& m : kTrialMoments) os << "," << moments_csv(r.*m.member);
@@ -224,13 +226,13 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
 }
 
 void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
-  const double alpha = run.alpha;
   nlohmann::ordered_json out;
-  out["alpha"] = alpha;
+  out["alpha"] = run.alpha;
+  out["at_stake_ulps"] = run.at_stake;
   out["run"] = run_json(run);
   out["rows"] = nlohmann::ordered_json::array();
   for (const SweepRow& r : rows) {
-    const Derived x = derive(r, alpha);
+    const Derived x = derive(r, run);
     nlohmann::ordered_json j;
     j["index"] = r.index;
     j["format"] = r.format;
@@ -274,6 +276,8 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     }
     j["rms_ulps"] = x.rms;
     j["max_abs_ulps"] = r.max_abs;
+    j["against_floor"] = {{"o", attn::floor_comparison_json(x.o_vs_floor, true)},
+                          {"delta", attn::floor_comparison_json(x.d_vs_floor, true)}};
     j["verdict_from"] = x.verdict_from;
     j["verdict"] = x.verdict;
     out["rows"].push_back(j);
@@ -300,11 +304,11 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
     if (json)
       write_json(std::cout, rows, run);
     else
-      write_table(std::cout, rows, run.alpha);
+      write_table(std::cout, rows, run);
   }
   // A row whose kernel adds bias is a failed check (exit 1), as in bias-test.
   for (const SweepRow& r : rows)
-    if (derive(r, run.alpha).outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
+    if (derive(r, run).outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
   return kExitOk;
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "studies/measure.hpp"
+#include "studies/verdict.hpp"
 
 namespace fb::cli {
 
@@ -54,9 +55,11 @@ struct SweepRow {
 // both hold the same object:
 //   {"program": "flashbits sweep", "seed": S, "shard": "K/N", "configurations": C,
 //    "trials": T, "formats": "...", "round": "...", "models": "...", "scenarios": "...",
-//    "against": "...", "seqlen": N, "headdim": D, "sr_bits": R, "alpha": A}
+//    "against": "...", "seqlen": N, "headdim": D, "sr_bits": R, "alpha": A, "at_stake_ulps": U}
 // `configurations` counts the grid cells of the unsharded run (shard K/N holds those with
 // index % N == K - 1); the lists are the options as given. A merged set is shard 1/1.
+// alpha and at_stake are the verdict's levels (studies/verdict.hpp), not the rows': a record
+// without at_stake (written before sweep had --at-stake) was judged at the default.
 struct SweepRun {
   std::uint64_t seed = 0;
   int shard_k = 1, shard_n = 1;
@@ -65,10 +68,12 @@ struct SweepRun {
   std::string formats, rounds, models, scenarios, against;
   long long seqlen = 0, headdim = 0, sr_bits = 24;
   double alpha = 1e-3;
+  double at_stake = attn::kDefaultAtStakeUlps;  // ulps
   std::string shard_text() const { return std::to_string(shard_k) + "/" + std::to_string(shard_n); }
 };
 
-void write_table(std::ostream& os, const std::vector<SweepRow>& rows, double alpha);
+// The verdicts use run.alpha and run.at_stake.
+void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 // Reads what write_csv / write_json wrote (sniffs the first character); throws
@@ -81,17 +86,20 @@ struct SweepFile {
 };
 SweepFile read_sweep_file(const std::string& path);
 // Checks that `files` (path, contents) are exactly the shards of one sweep run: each has a
-// valid run record; every record agrees on every parameter but the shard K (and alpha);
+// valid run record; every record agrees on every parameter but the shard K (and the levels
+// alpha and at_stake, which merge may give);
 // no shard appears twice and none of 1..N is missing; every row belongs to its shard
 // (index < configurations, index % N == K - 1, the run's trials, seqlen and headdim,
 // counts within 0..trials) and is the configuration its index names in the run's grid
 // (sweep_grid.hpp, from the record's options; a record whose options make another number of
 // configurations is refused too). Throws InputError naming the file (and the row's line)
 // and what mismatched. Returns
-// the merged run (shard 1/1; alpha: `alpha` when given, else the shards' common one).
-SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha);
+// the merged run (shard 1/1; alpha and at_stake: the ones given, else the shards' common
+// ones, and shards that differ in one not given are refused).
+SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& files, std::optional<double> alpha,
+                      std::optional<double> at_stake);
 // Renders rows the way sweep does (table on stdout, --csv FILE written whole, --json),
-// with run.alpha as the verdict's significance level. `--csv -` writes the CSV to stdout in
+// with run.alpha and run.at_stake as the verdict's levels. `--csv -` writes the CSV to stdout in
 // place of the table. Returns kExitCheckFailed (1) when any row's kernel adds bias (as
 // bias-test does), else kExitOk.
 int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);

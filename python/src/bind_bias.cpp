@@ -32,7 +32,7 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   if (!against.empty() && model.empty()) throw InputError("against: needs model");
   if (!recipe.empty() && model.empty()) throw InputError("recipe: needs model (the recipe changes that model)");
   api::alpha_or_throw(alpha, "alpha");
-  if (!(at_stake > 0) || !std::isfinite(at_stake)) throw InputError("at_stake: expected a positive number of ulps");
+  api::at_stake_or_throw(at_stake, "at_stake");
   attn::BiasRun run;
   run.alpha = alpha;
   run.at_stake = at_stake;
