@@ -1141,6 +1141,17 @@ TEST_CASE("issue 21: replay --row recomputes that row only, with the full replay
   CHECK(text.code == 0);
   CHECK(text.out.find("rows recomputed: 1 of " + n) != std::string::npos);
   CHECK(text.out.find("dq, dk, dv need the backward of every row") != std::string::npos);
+  // A coordinate past the trace's shape (one batch, one head, n rows) is named with the shape.
+  for (const auto& [given, option] : {std::pair<std::string, std::string>{"--row " + n, "--row " + n},
+                                      {"--row 0 --head 1", "--head 1"},
+                                      {"--row 0 --batch 3", "--batch 3"}}) {
+    CAPTURE(given);
+    const Run outside = run("replay " + trace + " " + given);
+    CHECK(outside.code == 2);
+    CHECK(outside.out.empty());
+    CHECK_MESSAGE(one_error(outside, option + ": outside the trace's shape (batch 1, heads 1, rows " + n), outside.err);
+  }
+  CHECK(run("replay " + trace + " --row " + std::to_string(rows - 1)).code == 0);
 }
 
 TEST_CASE("issue 21: an output path that names an input is refused, and the input is untouched") {

@@ -280,10 +280,17 @@ int run_replay(const ReplayOptions& o) {
     }
     model.recipe = std::move(recipe);
   }
-  if (o.row >= 0 &&
-      (o.row >= static_cast<int>(trace.rows()) || std::max(o.batch, 0) >= static_cast<int>(trace.batch()) ||
-       std::max(o.head, 0) >= static_cast<int>(trace.heads())))
-    throw InputError("--batch/--head/--row: outside the trace's shape");
+  if (o.row >= 0) {
+    // Name the coordinate that misses and the extent it must fit in.
+    for (const auto& [option, value, extent] :
+         {std::tuple<const char*, int, std::size_t>{"--batch", std::max(o.batch, 0), trace.batch()},
+          {"--head", std::max(o.head, 0), trace.heads()},
+          {"--row", o.row, trace.rows()}})
+      if (static_cast<std::size_t>(value) >= extent)
+        throw InputError(std::string(option) + " " + std::to_string(value) + ": outside the trace's shape (batch " +
+                         std::to_string(trace.batch()) + ", heads " + std::to_string(trace.heads()) + ", rows " +
+                         std::to_string(trace.rows()) + "; coordinates count from 0)");
+  }
   attn::RunOptions opt;
   opt.threads = jobs;
   if (auto it = trace.raw_metadata().find("seed"); it != trace.raw_metadata().end()) {
