@@ -66,6 +66,11 @@ struct AttentionInputs {
   CausalAlignment causal_alignment = CausalAlignment::bottom_right;
 };
 
+// What a forward leaves for its backward beyond O and LSE (O before its final cast, each
+// row's softmax statistics), with what identifies the run it came from. Opaque: only
+// run_attention reads it (RunOptions::keep_forward_state, RunOptions::forward_state).
+struct ForwardState;
+
 struct AttentionOutputs {
   Tensor4 o;                          // [b][h][n][d], values of the output dtype (n: q's rows)
   Tensor4 lse;                        // [b][h][n][1], fp32 values (natural log)
@@ -77,6 +82,8 @@ struct AttentionOutputs {
   // exact_attention() only: each row's exact max scaled score over its visible keys
   // ([b][h][n][1]; -inf when none is visible). run_attention() leaves it empty.
   std::optional<Tensor4> row_max;
+  // RunOptions::keep_forward_state only: the forward's state, for a backward run alone.
+  std::shared_ptr<const ForwardState> forward_state;
 };
 
 // A parsed kernel model name: base recipe plus variant suffixes, e.g.
@@ -185,6 +192,17 @@ struct RunOptions {
   // std::invalid_argument. Progress counts the rows computed (1 per forward row, 1 per delta).
   // The correctly-rounded model (one rounding of exact_attention) ignores it: every row.
   std::vector<std::array<int, 3>> only_rows;
+  // keep_forward_state: the outputs also carry the forward's state (AttentionOutputs::
+  // forward_state; null for the correctly-rounded model, which has no forward of its own).
+  bool keep_forward_state = false;
+  // Run the backward alone from a kept state, as a training step's backward runs from what
+  // its forward saved: O, LSE, delta, dQ, dK, dV are bit for bit those of one run with the
+  // forward. The inputs must carry dO and be the kept run's (q, k, v, dtype, scale, causal and
+  // its alignment) under the same model and options (seed, tiles, exact_arithmetic): the
+  // engine checks each (the inputs by a hash of their values) and throws
+  // std::invalid_argument naming the first that differs. Not with only_rows or a tracer (a
+  // traced row's record is the forward's). Null: the forward runs as usual.
+  std::shared_ptr<const ForwardState> forward_state;
 };
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt);

@@ -12,6 +12,7 @@
 // are per-row registers; so block_m only matters for the backward.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <exception>
 #include <stdexcept>
@@ -30,6 +31,22 @@ namespace fb::attn {
 
 // The passes and their shared steps.
 using namespace detail;
+
+// RunOptions::keep_forward_state: what the backward reads of the forward (O, LSE, O before
+// its cast, each row's statistics) and what the run was, so that a backward run from it can
+// check that it is the same run.
+struct ForwardState {
+  std::string model;
+  int batch = 0, heads = 0, kv_heads = 0, rows = 0, keys = 0, head_dim = 0;
+  std::string dtype;
+  double scale = 0.0;
+  bool causal = false, top_left = false, exact_arithmetic = false;
+  std::uint64_t seed = 0;
+  TileSizes tiles;
+  std::uint64_t inputs_hash = 0;
+  Tensor4 o, lse, o_pre;
+  std::vector<std::vector<RowStats>> stats;  // [b * heads + h][row]
+};
 
 namespace {
 
@@ -60,6 +77,46 @@ Tensor4 sum_kv_groups(const A& ar, const Format& output, const Tensor4& per_q_he
           }
         }
   return out;
+}
+
+// The bit patterns of q, k and v and their shapes, hashed (splitmix64 steps): a kept forward
+// state must be the state of these inputs.
+std::uint64_t inputs_hash(const AttentionInputs& in) {
+  std::uint64_t h = 0;
+  const auto mix = [&h](std::uint64_t x) {
+    h += x + 0x9e3779b97f4a7c15ULL;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+  };
+  for (const Tensor4* t : {&in.q, &in.k, &in.v}) {
+    for (int extent : {t->batch, t->heads, t->rows, t->cols}) mix(static_cast<std::uint64_t>(extent));
+    for (double value : t->data) mix(std::bit_cast<std::uint64_t>(value));
+  }
+  return h;
+}
+
+// RunOptions::forward_state: the kept state must be this run's forward; names what differs.
+void check_kept_state(const ForwardState& kept, const std::string& model, const AttentionInputs& in,
+                      const RunOptions& opt, const Geometry& g) {
+  const auto refuse = [](const std::string& what) {
+    throw std::invalid_argument("forward_state: " + what + " (a kept forward runs only its own backward)");
+  };
+  if (!in.d_o) refuse("no dO: a kept forward state is for a backward run");
+  if (!opt.only_rows.empty() || opt.tracer) refuse("not with only_rows or a tracer");
+  if (kept.model != model) refuse("kept by model " + kept.model + ", not " + model);
+  if (kept.batch != in.q.batch || kept.heads != in.q.heads || kept.kv_heads != in.k.heads || kept.rows != in.q.rows ||
+      kept.keys != in.k.rows || kept.head_dim != in.q.cols)
+    refuse("kept for other shapes");
+  if (kept.dtype != in.dtype.name) refuse("kept for " + kept.dtype + " inputs, not " + in.dtype.name);
+  if (kept.scale != g.scale) refuse("kept for another softmax scale");
+  if (kept.causal != g.causal || kept.top_left != g.top_left) refuse("kept for another mask");
+  if (kept.seed != opt.seed) refuse("kept for another seed");
+  if (kept.exact_arithmetic != opt.exact_arithmetic) refuse("kept for another arithmetic");
+  if (kept.tiles.block_m != g.tiles.block_m || kept.tiles.block_n != g.tiles.block_n ||
+      kept.tiles.bwd_block_m != g.tiles.bwd_block_m || kept.tiles.bwd_block_n != g.tiles.bwd_block_n)
+    refuse("kept for other tiles");
+  if (kept.inputs_hash != inputs_hash(in)) refuse("kept for other q, k or v values");
 }
 
 // RunOptions::cancel: stop between rows.
@@ -114,7 +171,8 @@ TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunO
 }
 
 template <class A, class E>
-AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionInputs& in, const RunOptions& opt) {
+AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km, const A& ar, const AttentionInputs& in,
+                           const RunOptions& opt) {
   check_attention_inputs(in);
   // N query rows, Nk keys (check_attention_inputs: any Nk >= 1).
   const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols, Nk = in.k.rows;
@@ -149,13 +207,21 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }
 
+  // RunOptions::forward_state: the backward alone, from a kept forward of this very run.
+  const ForwardState* kept = opt.forward_state.get();
+  if (kept) check_kept_state(*kept, model_name, in, opt, g);
+  if (opt.keep_forward_state && !opt.only_rows.empty())
+    throw std::invalid_argument("keep_forward_state: not with only_rows (the state would lack the other rows)");
+
   AttentionOutputs out;
-  out.o = Tensor4(B, H, N, D);
-  out.lse = Tensor4(B, H, N, 1);
-  Tensor4 o_pre(B, H, N, D);
+  // A kept forward's O and LSE are this run's; its O before the cast and its row statistics
+  // are read where they are kept.
+  out.o = kept ? kept->o : Tensor4(B, H, N, D);
+  out.lse = kept ? kept->lse : Tensor4(B, H, N, 1);
+  Tensor4 o_pre = kept ? Tensor4() : Tensor4(B, H, N, D);
   const bool backward = in.d_o.has_value();
-  std::vector<std::vector<RowStats>> stats(static_cast<std::size_t>(B) * H,
-                                           std::vector<RowStats>(static_cast<std::size_t>(N)));
+  std::vector<std::vector<RowStats>> stats;
+  if (!kept) stats.assign(static_cast<std::size_t>(B) * H, std::vector<RowStats>(static_cast<std::size_t>(N)));
 
   // fp8 models: incoherent processing and quantisation of Q, K, V (attention/fp8_quant.hpp),
   // with the run's tiles as the +block-quant blocks.
@@ -238,10 +304,10 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     return selected.empty() || selected[(static_cast<std::size_t>(b) * H + h) * N + r] != 0;
   };
 
-  // Forward: (batch, head, row block) work items.
+  // Forward: (batch, head, row block) work items; none when a kept forward is given.
   const int rows_per_item = 64;
   const int row_blocks = (N + rows_per_item - 1) / rows_per_item;
-  parallel_for(B * H * row_blocks, opt.threads, [&](int item) {
+  parallel_for(kept ? 0 : B * H * row_blocks, opt.threads, [&](int item) {
     const int bh = item / row_blocks, rbk = item % row_blocks;
     const int b = bh / H, h = bh % H;
     const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
@@ -278,6 +344,33 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
       if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
     }
   });
+  if (opt.keep_forward_state && !kept) {
+    auto state = std::make_shared<ForwardState>();
+    state->model = model_name;
+    state->batch = B;
+    state->heads = H;
+    state->kv_heads = Hk;
+    state->rows = N;
+    state->keys = Nk;
+    state->head_dim = D;
+    state->dtype = in.dtype.name;
+    state->scale = g.scale;
+    state->causal = g.causal;
+    state->top_left = g.top_left;
+    state->exact_arithmetic = opt.exact_arithmetic;
+    state->seed = opt.seed;
+    state->tiles = g.tiles;
+    state->inputs_hash = inputs_hash(in);
+    state->o = out.o;
+    state->lse = out.lse;
+    state->o_pre = std::move(o_pre);
+    state->stats = std::move(stats);
+    out.forward_state = state;
+    kept = state.get();
+  }
+  // What the backward reads of the forward: this run's, or the kept run's.
+  const Tensor4& forward_o_pre = kept ? kept->o_pre : o_pre;
+  const std::vector<std::vector<RowStats>>& forward_stats = kept ? kept->stats : stats;
   if (!backward) return out;
 
   if (!selected.empty()) {
@@ -287,13 +380,13 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
     parallel_for(B * H, opt.threads, [&](int bh) {
       const int b = bh / H, h = bh % H;
       const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
-      const auto& st = stats[static_cast<std::size_t>(bh)];
+      const auto& st = forward_stats[static_cast<std::size_t>(bh)];
       std::vector<double> scratch;
       const bool dpp = km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
       for (int r = 0; r < N; ++r) {
         if (!row_selected(b, h, r)) continue;
         check_cancel(opt);
-        const double* o_used = km.o_fp32 ? o_pre.row(b, h, r) : out.o.row(b, h, r);
+        const double* o_used = km.o_fp32 ? forward_o_pre.row(b, h, r) : out.o.row(b, h, r);
         out.delta->at(b, h, r, 0) =
             dpp ? delta_from_dpp(km, ar, hd, g, r, st[r], scratch) : delta_from_o(km, ar, hd.do_row(r), o_used, D);
         if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
@@ -313,12 +406,12 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
   parallel_for(B * H, opt.threads, [&](int bh) {
     const int b = bh / H, h = bh % H;
     const HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
-    const auto& st = stats[static_cast<std::size_t>(bh)];
+    const auto& st = forward_stats[static_cast<std::size_t>(bh)];
     std::vector<double> delta(static_cast<std::size_t>(N)), scratch;
     for (int r = 0; r < N; ++r) {
       check_cancel(opt);
       const bool dpp = km.delta_dpp || km.delta == DeltaFormula::softmax_backward;
-      const double* o_used = km.o_fp32 ? o_pre.row(b, h, r) : out.o.row(b, h, r);
+      const double* o_used = km.o_fp32 ? forward_o_pre.row(b, h, r) : out.o.row(b, h, r);
       delta[r] = dpp ? delta_from_dpp(km, ar, hd, g, r, st[r], scratch) : delta_from_o(km, ar, hd.do_row(r), o_used, D);
       out.delta->at(b, h, r, 0) = delta[r];
       const int slot = trace_slot[(static_cast<std::size_t>(b) * H + h) * N + r];
@@ -326,7 +419,7 @@ AttentionOutputs run_typed(const KernelModel& km, const A& ar, const AttentionIn
         // Decomposition of delta's error against Σ dO·O_pre (the kernel's own unrounded O).
         long double with_pre = 0, with_cast = 0;
         for (int c = 0; c < D; ++c) {
-          with_pre += static_cast<long double>(hd.do_row(r)[c]) * o_pre.row(b, h, r)[c];
+          with_pre += static_cast<long double>(hd.do_row(r)[c]) * forward_o_pre.row(b, h, r)[c];
           with_cast += static_cast<long double>(hd.do_row(r)[c]) * out.o.row(b, h, r)[c];
         }
         RowTrace& t = opt.tracer->traces[static_cast<std::size_t>(slot)];
@@ -434,17 +527,21 @@ AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& 
                                 in.dtype.name + " (parse the model with the inputs' dtype)");
   }
   if (km.structure == Structure::correctly_rounded) {
+    // It keeps no forward state (it has no forward of its own), so any state is another model's.
+    if (opt.forward_state)
+      throw std::invalid_argument("forward_state: kept by model " + opt.forward_state->model + ", not " + model.name +
+                                  " (a kept forward runs only its own backward)");
     if (opt.exact_arithmetic) return exact_attention(in);  // its one rounding per output is the identity
     check_attention_inputs(in);
     return round_exact_outputs(km, in, exact_attention(in), opt);
   }
   if (opt.exact_arithmetic) {
     if (opt.tracer) throw std::invalid_argument("run_attention: the tracer needs the hardware arithmetic");
-    return run_typed<ExactArith, double>(km, ExactArith{&km}, in, opt);
+    return run_typed<ExactArith, double>(model.name, km, ExactArith{&km}, in, opt);
   }
   const bool fp64_model = km.score_dot.kind == DotKind::fp64_fma_chain || !km.p_cast;
-  if (fp64_model) return run_typed<HardwareArith, double>(km, HardwareArith{&km}, in, opt);
-  return run_typed<HardwareArith, float>(km, HardwareArith{&km}, in, opt);
+  if (fp64_model) return run_typed<HardwareArith, double>(model.name, km, HardwareArith{&km}, in, opt);
+  return run_typed<HardwareArith, float>(model.name, km, HardwareArith{&km}, in, opt);
 }
 
 }  // namespace fb::attn

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <cstdlib>
 #include <string>
 #include <atomic>
@@ -497,4 +499,134 @@ TEST_CASE("RunOptions::cancel stops a run between rows with Cancelled; unset, th
   progress = 0;
   CHECK_NOTHROW(run_attention(model, in, opt));
   CHECK(progress.load() == 2u * 2u * 512u);
+}
+
+namespace {
+// Every output a run gives, bit for bit (absent in both counts as equal).
+void check_same_outputs(const AttentionOutputs& got, const AttentionOutputs& want) {
+  CHECK(same_bits(got.o, want.o));
+  CHECK(same_bits(got.lse, want.lse));
+  const std::pair<const std::optional<Tensor4>*, const std::optional<Tensor4>*> pairs[] = {
+      {&got.delta, &want.delta},
+      {&got.dq, &want.dq},
+      {&got.dk, &want.dk},
+      {&got.dv, &want.dv},
+      {&got.dq_pre_cast, &want.dq_pre_cast}};
+  for (const auto& [a, b] : pairs) {
+    REQUIRE(a->has_value() == b->has_value());
+    if (a->has_value()) CHECK(same_bits(**a, **b));
+  }
+}
+}  // namespace
+
+TEST_CASE("a backward run from a kept forward is the run with the forward, bit for bit, for every model") {
+  // The run that computes the forward and the backward together is the one the hardware
+  // captures replay; a kept forward must change nothing in it. Grouped heads, N != Nk and a
+  // bottom-right causal mask, and a square non-causal problem; fp16 for the fp16 recipes.
+  struct Shape {
+    int batch, heads, kv_heads, rows, keys, head_dim;
+    bool causal;
+  };
+  for (const Shape& s : {Shape{2, 4, 2, 40, 72, 32, true}, Shape{1, 2, 2, 64, 64, 16, false}}) {
+    for (const Format& dtype : {formats::bf16, formats::fp16}) {
+      AttentionInputs in =
+          make_scenario("sink", 21, s.batch, s.heads, s.rows, s.head_dim, dtype, true, s.kv_heads, s.keys);
+      in.causal = s.causal;
+      AttentionInputs forward_only = in;
+      forward_only.d_o.reset();
+      std::vector<std::string> names = {"correctly-rounded", "fa2-sm80+o-fp32", "fa2-sm90+delta-dpp+o-sr",
+                                        "pytorch-fa2-sm90+splitkv:auto,sms=1"};
+      for (const KernelModel& m : base_kernel_models(dtype)) {
+        const bool clash = (m.input == formats::fp16 && dtype == formats::bf16) ||
+                           (m.input == formats::bf16 && dtype == formats::fp16);
+        if (!clash) names.push_back(m.base);
+      }
+      for (const std::string& name : names) {
+        if (dtype == formats::fp16 && name.find('+') != std::string::npos) continue;
+        CAPTURE(name);
+        CAPTURE(s.causal);
+        CAPTURE(dtype.name);
+        const ModelHandle model = parse_kernel_model(name, dtype);
+        RunOptions opt;
+        opt.threads = 2;
+        opt.seed = 5;
+        const AttentionOutputs together = run_attention(model, in, opt);
+        RunOptions keep = opt;
+        keep.keep_forward_state = true;
+        const AttentionOutputs forward = run_attention(model, forward_only, keep);
+        CHECK(same_bits(forward.o, together.o));
+        // The correctly-rounded reference has no forward of its own to keep.
+        CHECK((forward.forward_state == nullptr) == (name == "correctly-rounded"));
+        RunOptions from_kept = opt;
+        from_kept.forward_state = forward.forward_state;
+        check_same_outputs(run_attention(model, in, from_kept), together);
+      }
+    }
+  }
+  // In exact arithmetic too.
+  AttentionInputs in = make_scenario("random", 4, 1, 2, 30, 16, formats::bf16, true, 1, 50);
+  in.causal = true;
+  const ModelHandle model = parse_kernel_model("fa2-sm80", formats::bf16);
+  RunOptions opt;
+  opt.exact_arithmetic = true;
+  opt.keep_forward_state = true;
+  const AttentionOutputs together = run_attention(model, in, opt);
+  REQUIRE(together.forward_state != nullptr);
+  RunOptions from_kept;
+  from_kept.exact_arithmetic = true;
+  from_kept.forward_state = together.forward_state;
+  check_same_outputs(run_attention(model, in, from_kept), together);
+}
+
+TEST_CASE("a kept forward runs only its own backward: any other run is refused, naming what differs") {
+  AttentionInputs in = make_scenario("random", 8, 1, 2, 24, 16, formats::bf16, true);
+  const ModelHandle model = parse_kernel_model("fa2-sm80", formats::bf16);
+  RunOptions keep;
+  keep.keep_forward_state = true;
+  keep.seed = 3;
+  const auto kept = run_attention(model, in, keep).forward_state;
+  REQUIRE(kept != nullptr);
+  auto refused = [&](const ModelHandle& m, const AttentionInputs& inputs, RunOptions opt, const std::string& why) {
+    CAPTURE(why);
+    opt.forward_state = kept;
+    try {
+      run_attention(m, inputs, opt);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(why) != std::string::npos, e.what());
+    }
+  };
+  RunOptions same;
+  same.seed = 3;
+  refused(parse_kernel_model("fa2-sm90", formats::bf16), in, same, "kept by model fa2-sm80, not fa2-sm90");
+  refused(parse_kernel_model("correctly-rounded", formats::bf16), in, same, "kept by model fa2-sm80");
+  AttentionInputs other = in;
+  other.k.data[7] = std::nextafter(other.k.data[7], 1e9);  // one value, one ulp of fp64
+  refused(model, other, same, "other q, k or v values");
+  other = in;
+  other.softmax_scale = 0.5;
+  refused(model, other, same, "another softmax scale");
+  other = in;
+  other.causal = true;
+  refused(model, other, same, "another mask");
+  other = in;
+  other.d_o.reset();
+  refused(model, other, same, "no dO");
+  refused(model, make_scenario("random", 8, 1, 2, 25, 16, formats::bf16, true), same, "other shapes");
+  RunOptions seed = same;
+  seed.seed = 4;
+  refused(model, in, seed, "another seed");
+  RunOptions tiles = same;
+  tiles.block_n = 8;
+  refused(model, in, tiles, "other tiles");
+  RunOptions exact = same;
+  exact.exact_arithmetic = true;
+  refused(model, in, exact, "another arithmetic");
+  RunOptions rows = same;
+  rows.only_rows = {{0, 0, 1}};
+  refused(model, in, rows, "not with only_rows");
+  // A state of part of the rows is never kept.
+  RunOptions partial = keep;
+  partial.only_rows = {{0, 0, 1}};
+  CHECK_THROWS_AS(run_attention(model, in, partial), std::invalid_argument);
 }

@@ -409,7 +409,8 @@ class AttentionResult:
     rounding events of O's final cast (``o_cast``), of the P·V accumulation (``pv_dot_steps``,
     ``pv_buffer_events``), the cumulative error along the keys, the delta decomposition and a
     ``summary``; None when nothing was traced. ``exact_attention`` also sets
-    ``row_max``. ``sfu`` describes the special-function models used."""
+    ``row_max``. ``sfu`` describes the special-function models used. ``backward(do)`` runs the
+    model's backward from this forward when ``attention`` kept it (``keep_forward=True``)."""
 
     def __init__(self, d: dict, lead: tuple, kv_lead: tuple | None = None):
         def shape(x, lead=lead):
@@ -428,6 +429,26 @@ class AttentionResult:
         self.output_format = d["output_format"]
         self.sfu = d.get("sfu")
         self.traces = None if d["traces"] is None else RowTraces._of_engine(d["traces"])
+        self._kept = d.get("kept_forward")
+        self._lead, self._kv_lead = lead, kv_lead
+
+    def backward(self, do, *, threads: int | None = None) -> "AttentionResult":
+        """The model's backward from this forward, as a training step's backward runs from what
+        its forward saved: the result (O, LSE, delta, dQ, dK, dV) is bit for bit that of
+        ``attention(q, k, v, model, do=do, ...)`` with this call's arguments, without running the
+        forward again. Needs ``attention(..., keep_forward=True)``; ``do`` has q's shape, values
+        (or bit patterns) of the model's input format, as ``attention`` takes it. Results never
+        depend on ``threads`` (default: the machine's cores)."""
+        if self._kept is None:
+            raise ValueError("backward: this result kept no forward; run attention(..., keep_forward=True)")
+        da = _as_array(do, "do")
+        want = self._lead + self.o.shape[len(self._lead):]
+        if da.shape != want:
+            raise ValueError(f"do: expected the shape of q {want}, got {da.shape}")
+        threads = _int_arg("threads", threads, optional=True)
+        threads = (_os.cpu_count() or 1) if threads is None else threads
+        d_o = _operand(da, "do").reshape((1,) * (2 - len(self._lead)) + da.shape)
+        return AttentionResult(_core.attention_backward(self._kept, d_o, threads), self._lead, self._kv_lead)
 
     def __repr__(self):
         extra = " with backward" if self.dq is not None or self.delta is not None else ""
@@ -475,7 +496,8 @@ def _default_dtype(dtype, in_dtype):
 
 def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float | None = None,
               recipe: str | None = None, trace=False, *, dtype: str | None = None, seed: int = 0,
-              threads: int | None = None, plot_feature: int = 0, sfu: str = "model") -> AttentionResult:
+              threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
+              keep_forward: bool = False) -> AttentionResult:
     """Run attention as the kernel ``model`` computes it (``models()``; ``correctly-rounded`` is
     the exact result rounded once per output). q, k and v [..., N, D] with up to two leading
     axes (batch, head); k and v [..., Nk, D] may have fewer heads than q (grouped-query) and
@@ -494,7 +516,8 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     a row) are held to the same 64 GiB, a ValueError before the run. ``sfu``: the
     special-function set, ``model`` (the model's own) or a named set (``correct``, ``hw-sm90``:
     measured on an H200, what ``replay --sfu auto`` picks for a capture from compute capability
-    9.0). Results never depend on ``threads``."""
+    9.0). ``keep_forward``: keep what the backward needs of this forward, for
+    ``AttentionResult.backward(do)``. Results never depend on ``threads``."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     dtype = _default_dtype(dtype, in_dtype)
     rows, trace_all = _trace_rows(trace)
@@ -504,7 +527,8 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     d = _core.attention(arrays[0], arrays[1], arrays[2], _str_arg("model", model), d_o, _bool_arg("causal", causal),
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
                         dtype, _int_arg("seed", seed, unsigned=True), threads,
-                        _int_arg("plot_feature", plot_feature, bits=32), _str_arg("sfu", sfu))
+                        _int_arg("plot_feature", plot_feature, bits=32), _str_arg("sfu", sfu),
+                        _bool_arg("keep_forward", keep_forward))
     return AttentionResult(d, lead, kv_lead)
 
 

@@ -68,11 +68,13 @@ class AttentionResult:
     output_format: str
     sfu: str | None
     traces: list[dict[str, Any]] | None
+    def backward(self, do: ArrayLike, *, threads: int | None = None) -> AttentionResult: ...
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, model: str, do: ArrayLike | None = None,
               causal: bool = False, scale: float | None = None, recipe: str | PathLike[str] | None = None,
               trace: bool | Sequence[Row] = False, *, dtype: str | None = None, seed: int = 0,
-              threads: int | None = None, plot_feature: int = 0, sfu: str = "model") -> AttentionResult: ...
+              threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
+              keep_forward: bool = False) -> AttentionResult: ...
 def exact_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, do: ArrayLike | None = None, causal: bool = False,
                     scale: float | None = None, *, dtype: str | None = None) -> AttentionResult: ...
 

@@ -5,9 +5,10 @@ scale=None, enable_gqa=False, *, model, ...)`` has the call shape of
 ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch 2.5's, ``enable_gqa`` included),
 so a model swaps one call. It is a ``torch.autograd.Function``: the forward runs the kernel
 model (``flashbits.attention``) and keeps what the kernel keeps for its backward (the rounded
-inputs, O and LSE); the backward runs the model's own backward. For every model, O, dQ, dK and
-dV are bit for bit what ``flashbits.attention(q, k, v, model, do=dO)`` returns for the same
-rounded inputs.
+inputs, O, LSE and the engine's per-row state: ``keep_forward=True``); the backward runs the
+model's own backward from it (``AttentionResult.backward``), without a second forward. For every
+model, O, dQ, dK and dV are bit for bit what ``flashbits.attention(q, k, v, model, do=dO)``
+returns for the same rounded inputs.
 
 Rounding: each of q, k, v (and the incoming gradient dO) is rounded ONCE, round to nearest
 even, from the caller's values to the model's input format (bf16 unless the model names
@@ -174,11 +175,12 @@ class _EmulatedAttention(_torch.autograd.Function):
         fmt = config["input"]
         operands = tuple(_as_operand(t, fmt) for t in (q, k, v))
         # Traced rows (for an observer) change no result: the engine records, it does not alter.
-        r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None)
+        r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None,
+                          keep_forward=config["keep_forward"])
         config["forward_traces"] = r.traces
         ctx.config = config
         ctx.operands = operands
-        ctx.o, ctx.lse = r.o, r.lse  # what the kernel keeps for its backward
+        ctx.forward = r  # what the kernel keeps for its backward: O, LSE and the engine's state
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         return _to_torch(r.o, q.dtype)
 
@@ -188,11 +190,16 @@ class _EmulatedAttention(_torch.autograd.Function):
         if not config["backward"]:
             raise RuntimeError(f"flashbits.torch: model {config['model']} has no backward modelled")
         d_o = _as_operand(grad_o, config["input"])
-        r = config["run"](*ctx.operands, d_o)
-        # The model's backward reads the forward's O and LSE; the engine recomputes them on
-        # the same rounded inputs, deterministically. Were they ever to differ, the gradients
-        # would belong to another forward: refuse rather than return them.
-        if not (_np.array_equal(r.o, ctx.o, equal_nan=True) and _np.array_equal(r.lse, ctx.lse, equal_nan=True)):
+        # The model's backward from its forward's kept state (the engine checks that the state is
+        # this run's); the exact reference has none and computes its forward again.
+        if getattr(ctx.forward, "_kept", None) is not None:
+            r = ctx.forward.backward(d_o, threads=config["threads"])
+        else:
+            r = config["run"](*ctx.operands, d_o)
+        # Were the backward's O and LSE ever not the forward's, the gradients would belong to
+        # another forward: refuse rather than return them.
+        if not (_np.array_equal(r.o, ctx.forward.o, equal_nan=True)
+                and _np.array_equal(r.lse, ctx.forward.lse, equal_nan=True)):
             raise RuntimeError(f"flashbits.torch: model {config['model']}'s backward recomputed an O or LSE "
                                f"that differs from its forward's")
         grads = (_to_torch(r.dq, ctx.dtypes[0]), _to_torch(r.dk, ctx.dtypes[1]), _to_torch(r.dv, ctx.dtypes[2]))
@@ -234,7 +241,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError("recipe, sfu: the exact reference takes neither")
         fmt = dtype or "fp32"
 
-        def run(q, k, v, d_o, trace=None):
+        def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _exact_attention(q, k, v, do=d_o, causal=is_causal, scale=scale, dtype=fmt)
 
         config = {"model": _EXACT, "input": fmt, "backward": True, "run": run}
@@ -245,16 +252,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         sfu_set = "model" if sfu is None else sfu
         formats = model_formats(model, dtype, recipe_path, sfu_set)
 
-        def run(q, k, v, d_o, trace=None):
+        def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe_path,
                               dtype=formats["input"], seed=seed, threads=threads, sfu=sfu_set,
-                              trace=False if trace is None else trace)
+                              trace=False if trace is None else trace, keep_forward=keep_forward)
 
         config = {"model": formats["model"], "input": formats["input"], "backward": formats["backward"], "run": run}
         if not config["backward"] and _torch.is_grad_enabled() and any(
                 t.requires_grad for t in (query, key, value)):
             raise ValueError(f"model: {formats['model']} has no backward modelled; a gradient was asked for "
                              f"(run it under torch.no_grad(), or pick a model with a backward)")
-    config.update({"scale": scale, "causal": is_causal, "observe": observe,
+    # Keep the forward's state only where a backward can follow (autograd turns grad mode off
+    # inside forward(), so it is decided here).
+    keep = config["backward"] and _torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    config.update({"scale": scale, "causal": is_causal, "observe": observe, "threads": threads, "keep_forward": keep,
                    "trace": None if model == _EXACT else trace})
     return _EmulatedAttention.apply(query, key, value, config)

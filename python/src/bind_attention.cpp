@@ -210,15 +210,29 @@ class TraceRows {
   std::shared_ptr<const attn::KernelModel> recipe_;
 };
 
+// A forward kept for its backward (attention(keep_forward=True), AttentionResult.backward):
+// the model, the inputs as the engine read them (without dO), the run's seed and the engine's
+// state (null for the correctly-rounded model, whose backward then runs whole).
+struct KeptForward {
+  attn::ModelHandle model;
+  std::shared_ptr<const attn::AttentionInputs> inputs;
+  std::uint64_t seed = 0;
+  std::shared_ptr<const attn::ForwardState> state;
+};
+
+void check_threads(long long threads) {
+  if (threads < 1 || threads > api::kMaxJobs)
+    throw api::InputError("threads=" + std::to_string(threads) + ": expected 1.." + std::to_string(api::kMaxJobs));
+}
+
 pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::object& v, const std::string& model_name,
                     const pyb::object& d_o, bool causal, std::optional<double> scale, const std::string& recipe,
                     const std::optional<std::vector<std::array<int, 3>>>& trace_rows, bool trace_all,
                     const std::string& dtype_name, std::uint64_t seed, long long threads, int plot_feature,
-                    const std::string& sfu) {
+                    const std::string& sfu, bool keep_forward) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
   const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu);
-  if (threads < 1 || threads > api::kMaxJobs)
-    throw api::InputError("threads=" + std::to_string(threads) + ": expected 1.." + std::to_string(api::kMaxJobs));
+  check_threads(threads);
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
   std::optional<attn::Tracer> tracer;
   if (trace_all || trace_rows) {
@@ -245,17 +259,19 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
       }
     }
   }
-  RunResult result = run_interruptible<RunResult>([in, model, tracer, seed, threads](const Cancel& cancel) mutable {
-    attn::RunOptions opt;
-    opt.cancel = &cancel;  // Ctrl-C stops the engine between rows
-    opt.threads = static_cast<int>(threads);
-    opt.seed = seed;
-    if (tracer) opt.tracer = &*tracer;
-    RunResult r;
-    r.out = attn::run_attention(model, *in, opt);
-    r.tracer = std::move(tracer);
-    return r;
-  });
+  RunResult result =
+      run_interruptible<RunResult>([in, model, tracer, seed, threads, keep_forward](const Cancel& cancel) mutable {
+        attn::RunOptions opt;
+        opt.cancel = &cancel;  // Ctrl-C stops the engine between rows
+        opt.threads = static_cast<int>(threads);
+        opt.seed = seed;
+        opt.keep_forward_state = keep_forward;
+        if (tracer) opt.tracer = &*tracer;
+        RunResult r;
+        r.out = attn::run_attention(model, *in, opt);
+        r.tracer = std::move(tracer);
+        return r;
+      });
   pyb::dict d = outputs_dict(result.out);
   d["model"] = model.name;
   d["scale"] = in->softmax_scale;
@@ -267,6 +283,45 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
   } else {
     d["traces"] = pyb::none();
   }
+  if (keep_forward) {
+    auto forward_inputs = std::make_shared<attn::AttentionInputs>(*in);
+    forward_inputs->d_o.reset();
+    d["kept_forward"] = KeptForward{model, std::move(forward_inputs), seed, result.out.forward_state};
+  } else {
+    d["kept_forward"] = pyb::none();
+  }
+  return d;
+}
+
+// The backward of a kept forward, with dO [batch, head, row, col] (q's shape): the outputs of
+// attention() with that dO, without running the forward again (RunOptions::forward_state).
+pyb::dict backward(const KeptForward& kept, const pyb::object& d_o, long long threads) {
+  check_threads(threads);
+  const attn::Tensor4& q = kept.inputs->q;
+  const pyb::array a = pyb::array::ensure(d_o);
+  const std::array<long long, 4> want{q.batch, q.heads, q.rows, q.cols};
+  if (!a || a.ndim() != 4 || std::array<long long, 4>{a.shape(0), a.shape(1), a.shape(2), a.shape(3)} != want)
+    throw api::InputError("do: expected the shape of q [" + std::to_string(q.batch) + "," + std::to_string(q.heads) +
+                          "," + std::to_string(q.rows) + "," + std::to_string(q.cols) + "]");
+  auto in = std::make_shared<attn::AttentionInputs>(*kept.inputs);
+  in->d_o = tensor4(d_o, in->dtype, "do");
+  const attn::AttentionOutputs out =
+      run_interruptible<attn::AttentionOutputs>([in, kept, threads](const Cancel& cancel) {
+        attn::RunOptions opt;
+        opt.cancel = &cancel;
+        opt.threads = static_cast<int>(threads);
+        opt.seed = kept.seed;
+        opt.forward_state = kept.state;
+        return attn::run_attention(kept.model, *in, opt);
+      });
+  pyb::dict d = outputs_dict(out);
+  d["model"] = kept.model.name;
+  d["scale"] = in->softmax_scale;
+  d["dtype"] = std::string(kept.model.recipe->input.name);
+  d["output_format"] = std::string(kept.model.recipe->output.name);
+  d["sfu"] = kept.model.recipe->sfu.describe();
+  d["traces"] = pyb::none();
+  d["kept_forward"] = pyb::none();
   return d;
 }
 
@@ -316,8 +371,10 @@ pyb::list models() {
 void register_attention(pyb::module_& m) {
   using namespace pyb::literals;
   pyb::class_<TraceRows>(m, "_TraceRows").def("__len__", &TraceRows::size).def("row", &TraceRows::row, "i"_a);
+  pyb::class_<KeptForward>(m, "_KeptForward");
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "model"_a, "do"_a, "causal"_a, "scale"_a, "recipe"_a,
-        "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a);
+        "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a, "keep_forward"_a);
+  m.def("attention_backward", &backward, "kept"_a, "do"_a, "threads"_a);
   m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a);
   m.def("_check_attention_size", &check_size, "q_shape"_a);
   m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a);

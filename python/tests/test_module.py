@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import flashbits as fb
-from conftest import BUILD_PYTHON
+from conftest import BUILD_PYTHON, ROOT
 
 
 def bf16(shape, seed, scale=1.0):
@@ -86,6 +86,57 @@ def test_shapes_dtypes_and_array_protocol():
     # Another kv length (cross-attention, decoding) runs; dK and dV have k's shape.
     r48 = fb.attention(q, k[:48], v[:48], "fa2-sm80")
     assert r48.o.shape == q.shape
+
+
+def _same_bits(a, b):
+    return a is None and b is None or (a.shape == b.shape and a.tobytes() == b.tobytes())
+
+
+@pytest.mark.parametrize("model", ["fa2-sm80", "pytorch-fa2-sm90+o-fp32", "fa-bf16acc", "triton-tutorial",
+                                   "standard-bf16", "fa3-fp8-sm90", "correctly-rounded"])
+def test_backward_from_a_kept_forward_is_attention_with_do(model):
+    # The one-call run (forward and backward together) is what the H200 captures replay; the
+    # kept forward's backward must give every output of it, bit for bit. Shapes of every rank,
+    # grouped heads, a causal decode (N < Nk), and dO as bf16 bit patterns.
+    cases = [((24, 16), (24, 16), False),
+             ((4, 20, 16), (2, 36, 16), True),
+             ((2, 4, 33, 32), (2, 1, 33, 32), True)]
+    for i, (q_shape, kv_shape, causal) in enumerate(cases):
+        q, k, v = bf16(q_shape, 30 + i), bf16(kv_shape, 40 + i), bf16(kv_shape, 50 + i)
+        do_bits = fb.round(np.random.default_rng(60 + i).standard_normal(q_shape), "bf16").bits
+        one_call = fb.attention(q, k, v, model, do=do_bits, causal=causal, seed=3, threads=2)
+        forward = fb.attention(q, k, v, model, causal=causal, seed=3, keep_forward=True, threads=1)
+        assert _same_bits(forward.o, one_call.o) and forward.dq is None
+        kept = forward.backward(do_bits, threads=2)
+        for name in ("o", "lse", "delta", "dq", "dk", "dv"):
+            assert _same_bits(getattr(kept, name), getattr(one_call, name)), (model, i, name)
+        assert kept.model == one_call.model and (kept.dk is None or kept.dk.shape == k.shape)
+        # Again from the same kept forward: nothing in it is used up.
+        assert _same_bits(forward.backward(do_bits).dq, one_call.dq)
+
+
+def test_backward_needs_a_kept_forward_and_dos_of_qs_shape():
+    q, k, v = bf16((2, 16, 8), 1), bf16((2, 16, 8), 2), bf16((2, 16, 8), 3)
+    with pytest.raises(ValueError, match="keep_forward=True"):
+        fb.attention(q, k, v, "fa2-sm80").backward(q)
+    r = fb.attention(q, k, v, "fa2-sm80", keep_forward=True)
+    with pytest.raises(ValueError, match=r"do: expected the shape of q \(2, 16, 8\)"):
+        r.backward(q[:, :8])
+    with pytest.raises(ValueError, match="threads=0"):
+        r.backward(q, threads=0)
+    with pytest.raises(ValueError, match="do"):
+        r.backward(q + 2.0 ** -20)  # not bf16 values
+    with pytest.raises(TypeError, match="keep_forward"):
+        fb.attention(q, k, v, "fa2-sm80", keep_forward="yes")
+
+
+def test_kept_backward_benchmark_runs_and_checks_its_outputs():
+    # bench/kept_backward.py at a tiny size: it must run, and its bit-for-bit check must pass.
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kept_backward.py"), "--shape", "1,2,24,16",
+                        "--reps", "1", "--models", "fa2-sm80,standard-bf16"],
+                       env=dict(os.environ, PYTHONPATH=BUILD_PYTHON), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()[2:]] == ["fa2-sm80", "standard-bf16"]
 
 
 def test_trace_returns_the_rounding_events_of_the_traced_rows():

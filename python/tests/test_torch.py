@@ -240,3 +240,29 @@ def test_observer_sees_the_backward_and_the_traced_rows():
     np.testing.assert_array_equal(s["result"].o, o.detach().double().numpy())
     assert s["result"].delta.shape == (1, 2, 16)
     assert [(t["batch"], t["head"], t["row"]) for t in s["traces"]] == [(0, 1, 5)]
+
+
+def test_backward_runs_from_the_kept_forward_without_a_second_forward(monkeypatch):
+    # A training step's backward must not pay for the forward twice: the op runs the model once
+    # (keeping its state) and the backward from that state, with the gradients of the one-call run.
+    calls = []
+    real = fbt._attention
+
+    def counting(*args, **kwargs):
+        calls.append((kwargs.get("do") is not None, kwargs.get("keep_forward")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fbt, "_attention", counting)
+    q, k, v, do = _inputs((1, 2, 20, 16), 2, seed=9)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    fbt.scaled_dot_product_attention(*leaves, is_causal=True, model="fa2-sm80").backward(do)
+    assert calls == [(False, True)]
+    rounded = [fb.round(t.numpy(), "bf16").values for t in (q, k, v, do)]
+    ref = real(*rounded[:3], "fa2-sm80", do=rounded[3], causal=True, threads=1)
+    for got, want in ((leaves[0].grad, ref.dq), (leaves[1].grad, ref.dk), (leaves[2].grad, ref.dv)):
+        np.testing.assert_array_equal(_bits(got.double().numpy()), _bits(want))
+    # Under no_grad nothing is kept (no backward can follow).
+    calls.clear()
+    with torch.no_grad():
+        fbt.scaled_dot_product_attention(q, k, v, model="fa2-sm80")
+    assert calls == [(False, False)]
