@@ -75,7 +75,7 @@ struct StepRule {
   double carry_from;                 // 2^(F+1)
   std::int32_t tally_product_floor;  // 2m - 149, m the input's fraction bits
   bool tally_checks_products;        // whether a product or its scaled value can be inexact in fp32
-  // The narrow form (block<..., kNarrow>, AVX2): the whole step summed in one int32 and rounded
+  // The narrow form (block<..., kNarrow>): the whole step summed in one int32 and rounded
   // toward zero from it, without the fp64 chunk sums. The step's exact sum is below
   // B = 2^(F+1) + step * 2^(F+2); where B < 2^32 an int32 sum that wrapped reads at least
   // 2^32 - B in magnitude, so a lane whose |sum| reaches narrow_limit = min(2^32 - B, 2^31) is
@@ -206,7 +206,7 @@ struct Lanes {
     bad = bad || magnitude >= rule.narrow_limit;
     return round_output(rule, Wide{sum}, e, bad);
   }
-  // (The AVX2 traits' shortcuts for the narrow form; the general forms here.)
+  // (The vector traits' shortcuts for the narrow form; the general forms here.)
   static I narrow_accumulator_alignment(F acc, std::int32_t emin) { return accumulator_alignment(acc, emin); }
   static M narrow_input_check(F) { return false; }
   static void store(float* p, F x) { *p = x; }
@@ -572,22 +572,48 @@ struct Lanes {
     // The fp64 results lie on the output's grid, so the narrowing is exact.
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(low)), _mm512_cvtpd_ps(high), 1);
   }
-  // The narrow form (StepRule::narrow): flagged where the int32 sum may have wrapped, then
-  // rounded as a one-chunk sum.
+  // The narrow form (StepRule::narrow), as the AVX2 traits argue it: flagged where the int32
+  // sum may have wrapped (|INT_MIN| reads 2^31, at or past every narrow_limit); otherwise
+  // truncated onto fp32's 24 bits by the conversion's embedded round-toward-zero (no MXCSR
+  // state is read), e8m13 keeping 13 of those fraction bits, then scaled by 2^(e - F), which
+  // is exact where the result is finite and overflows to inf at or past 2^128, as the model's
+  // output does.
   [[gnu::always_inline]] inline static F round_narrow(const StepRule& rule, I sum, I e, M& bad) {
     bad =
         static_cast<M>(bad | _mm512_cmpge_epu32_mask(_mm512_abs_epi32(sum),
                                                      _mm512_set1_epi32(static_cast<std::int32_t>(rule.narrow_limit))));
-    Wide wide;
-    wide_zero(wide);
-    wide_add(wide, sum);
-    return round_output(rule, wide, e, bad);
+    __m512 truncated = _mm512_cvt_roundepi32_ps(sum, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    if (rule.output_fraction_bits < 23)
+      truncated = _mm512_castsi512_ps(_mm512_and_si512(
+          _mm512_castps_si512(truncated), _mm512_set1_epi32(~((1 << (23 - rule.output_fraction_bits)) - 1))));
+    const __m512 power =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127 - rule.fraction_bits)), 23));
+    return _mm512_mul_ps(truncated, power);
   }
-  // (The AVX2 traits' shortcuts for the narrow form; the general forms here, unmeasured.)
-  [[gnu::always_inline]] inline static I narrow_accumulator_alignment(F acc, std::int32_t emin) {
-    return accumulator_alignment(acc, emin);
+  // The narrow form's C alignment (the AVX2 traits' argument): C is 0 or a normal fp32 after a
+  // step, so an exponent field of 0 is a zero (kNoTerm) and a normal C is its own alignment; a
+  // non-finite C reads 128, above kHighestExponent. A subnormal C can only come in with the
+  // call's C: narrow_input_check flags it.
+  [[gnu::always_inline]] inline static I narrow_accumulator_alignment(F acc, std::int32_t) {
+    const __m512i field = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(acc), 23), _mm512_set1_epi32(0xff));
+    return _mm512_mask_blend_epi32(_mm512_test_epi32_mask(field, field), _mm512_set1_epi32(kNoTerm),
+                                   _mm512_sub_epi32(field, _mm512_set1_epi32(127)));
   }
-  [[gnu::always_inline]] inline static M narrow_input_check(F) { return none(); }
+  [[gnu::always_inline]] inline static M narrow_input_check(F acc) {
+    const __m512i magnitude = _mm512_and_si512(_mm512_castps_si512(acc), _mm512_set1_epi32(0x7fffffff));
+    // 0 < magnitude < 2^23 (the encodings of the subnormals)
+    return _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(magnitude, magnitude), magnitude,
+                                        _mm512_set1_epi32(0x800000));
+  }
+  // The 16-bit alignment exponents (block<..., kAlign16>): 32 lanes, two groups, per vector.
+  [[gnu::always_inline]] inline static I load16(const std::int16_t* p) { return _mm512_loadu_si512(p); }
+  [[gnu::always_inline]] inline static I splat16(std::int16_t x) { return _mm512_set1_epi16(x); }
+  [[gnu::always_inline]] inline static I add16(I a, I b) { return _mm512_add_epi16(a, b); }
+  [[gnu::always_inline]] inline static I max16(I a, I b) { return _mm512_max_epi16(a, b); }
+  [[gnu::always_inline]] inline static I widen_low16(I x) { return _mm512_cvtepi16_epi32(_mm512_castsi512_si256(x)); }
+  [[gnu::always_inline]] inline static I widen_high16(I x) {
+    return _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(x, 1));
+  }
   [[gnu::always_inline]] inline static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
   [[gnu::always_inline]] inline static std::uint64_t mask_bits(M m) { return m; }
   // The tally (block<..., kTally>): the portable traits' steps, eight fp64 lanes at a time.
@@ -667,8 +693,9 @@ using BlockFunction = void (*)(const StepRule&, int, const float*, const std::in
 // 7-8% faster than 4: the step is bound by its dependent chain, and 8 independent chains hide
 // more of it than the register spills cost), then one group, then the zero-padded tail.
 // The tallied kernel (one group; `tally_checked`: block<..., kTallyCheckTerms>) and its counts.
-// The narrow forms: where StepRule::narrow allows them; `narrow_row_groups16` (AVX2 only: null
-// elsewhere) reads the panel's alignment exponents as int16, for calls over several rows.
+// The narrow forms: where StepRule::narrow allows them; `narrow_row_groups16` (AVX2 and
+// AVX-512; null for the portable code) reads the panel's alignment exponents as int16, for calls
+// over several rows.
 using Block16Function = void (*)(const StepRule&, int, const float*, const std::int32_t*, const float*,
                                  const std::int16_t*, std::size_t, float*, std::uint64_t*, const TallyOut*);
 struct IsaKernels {
@@ -691,7 +718,7 @@ IsaKernels kernels_for(DotIsa isa) {
   switch (isa) {
 #ifdef FLASHBITS_LANES_MULTIVERSION
     case DotIsa::avx512:
-      return FB_ISA_KERNELS(avx512, 4, nullptr);
+      return FB_ISA_KERNELS(avx512, 4, (&avx512::block<4, false, kNoTally, true, true>));
     case DotIsa::avx2:
       return FB_ISA_KERNELS(avx2, 8, (&avx2::block<8, false, kNoTally, true, true>));
 #endif
