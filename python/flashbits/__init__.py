@@ -432,6 +432,20 @@ class AttentionResult:
         self._kept = d.get("kept_forward")
         self._lead, self._kv_lead = lead, kv_lead
 
+    def __getstate__(self):
+        # A kept forward is the engine's memory, not data: a pickled result leaves it behind
+        # (its backward then says so); a deep copy in this process shares it (it never changes).
+        state = dict(self.__dict__)
+        state["_kept"] = None
+        return state
+
+    def __deepcopy__(self, memo):
+        copied = AttentionResult.__new__(AttentionResult)
+        memo[id(self)] = copied
+        for name, value in self.__dict__.items():
+            setattr(copied, name, value if name == "_kept" else _copy.deepcopy(value, memo))
+        return copied
+
     def backward(self, do, *, threads: int | None = None) -> "AttentionResult":
         """The model's backward from this forward, as a training step's backward runs from what
         its forward saved: the result (O, LSE, delta, dQ, dK, dV) is bit for bit that of

@@ -7,7 +7,7 @@
 # argument of another kind is a TypeError naming it (bool is not taken for int, nor int
 # for bool), an integer beyond the C++ type that takes it a ValueError.
 from os import PathLike
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +54,13 @@ def dot(model: str, a: ArrayLike, b: ArrayLike, c: ArrayLike | None = None, fmt:
 def dot_model(model: str, fmt: str = "bf16", *, fmt_b: str | None = None, kind: str | None = None,
               scale_format: str | None = None, block: int | None = None) -> dict[str, Any]: ...
 
+class RowTraces(Sequence[dict[str, Any]]):
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
 class AttentionResult:
     o: npt.NDArray[np.float64]
     lse: npt.NDArray[np.float64]
@@ -67,7 +74,7 @@ class AttentionResult:
     dtype: str
     output_format: str
     sfu: str | None
-    traces: list[dict[str, Any]] | None
+    traces: RowTraces | None
     def backward(self, do: ArrayLike, *, threads: int | None = None) -> AttentionResult: ...
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, model: str, do: ArrayLike | None = None,

@@ -115,6 +115,20 @@ def test_backward_from_a_kept_forward_is_attention_with_do(model):
         assert _same_bits(forward.backward(do_bits).dq, one_call.dq)
 
 
+def test_a_kept_forward_is_shared_by_deep_copies_and_left_behind_by_pickles():
+    q, k, v, do = (bf16((1, 2, 20, 16), s) for s in range(4))
+    r = fb.attention(q, k, v, "fa2-sm80", keep_forward=True)
+    want = fb.attention(q, k, v, "fa2-sm80", do=do)
+    copied = copy.deepcopy(r)
+    assert copied.o is not r.o and np.array_equal(copied.o, r.o)
+    assert copied.backward(do).dq.tobytes() == want.dq.tobytes()
+    back = pickle.loads(pickle.dumps(r))
+    assert back.o.tobytes() == r.o.tobytes()
+    with pytest.raises(ValueError, match="kept no forward"):
+        back.backward(do)
+    assert r.backward(do).dv.tobytes() == want.dv.tobytes()  # the original still has it
+
+
 def test_backward_needs_a_kept_forward_and_dos_of_qs_shape():
     q, k, v = bf16((2, 16, 8), 1), bf16((2, 16, 8), 2), bf16((2, 16, 8), 3)
     with pytest.raises(ValueError, match="keep_forward=True"):
