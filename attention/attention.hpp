@@ -201,7 +201,8 @@ struct RunOptions {
   // its alignment) under the same model and options (seed, tiles, exact_arithmetic): the
   // engine checks each (the inputs by a hash of their values) and throws
   // std::invalid_argument naming the first that differs. Not with only_rows or a tracer (a
-  // traced row's record is the forward's). Null: the forward runs as usual.
+  // traced row's record is the forward's). Null: the forward runs as usual. Progress counts
+  // the kept forward's rows as done at the start.
   std::shared_ptr<const ForwardState> forward_state;
 };
 

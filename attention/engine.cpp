@@ -344,7 +344,11 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
       if (opt.progress) opt.progress->fetch_add(1, std::memory_order_relaxed);
     }
   });
-  if (opt.keep_forward_state && !kept) {
+  if (kept) {
+    // The kept forward's rows are done (RunOptions::progress counts them), and it is the state.
+    if (opt.progress) opt.progress->fetch_add(static_cast<std::uint64_t>(B) * H * N, std::memory_order_relaxed);
+    if (opt.keep_forward_state) out.forward_state = opt.forward_state;
+  } else if (opt.keep_forward_state) {
     auto state = std::make_shared<ForwardState>();
     state->model = model_name;
     state->batch = B;

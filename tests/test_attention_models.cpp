@@ -575,7 +575,14 @@ TEST_CASE("a backward run from a kept forward is the run with the forward, bit f
   RunOptions from_kept;
   from_kept.exact_arithmetic = true;
   from_kept.forward_state = together.forward_state;
-  check_same_outputs(run_attention(model, in, from_kept), together);
+  // A progress display counts the kept forward's rows as done: the same total as one run.
+  std::atomic<std::uint64_t> progress{0};
+  from_kept.progress = &progress;
+  from_kept.keep_forward_state = true;
+  const AttentionOutputs again = run_attention(model, in, from_kept);
+  check_same_outputs(again, together);
+  CHECK(progress.load() == 2u * 2 * 30);                 // batch 1 x heads 2 x rows 30, forward and backward
+  CHECK(again.forward_state == together.forward_state);  // the state it ran from
 }
 
 TEST_CASE("a kept forward runs only its own backward: any other run is refused, naming what differs") {
