@@ -1142,9 +1142,13 @@ TEST_CASE("issue 21: replay --row recomputes that row only, with the full replay
   CHECK(text.out.find("rows recomputed: 1 of " + n) != std::string::npos);
   CHECK(text.out.find("dq, dk, dv need the backward of every row") != std::string::npos);
   // A coordinate past the trace's shape (one batch, one head, n rows) is named with the shape.
-  for (const auto& [given, option] : {std::pair<std::string, std::string>{"--row " + n, "--row " + n},
-                                      {"--row 0 --head 1", "--head 1"},
-                                      {"--row 0 --batch 3", "--batch 3"}}) {
+  // (A named pair, not a structured binding: clang before 16 cannot capture bindings in CAPTURE.)
+  for (const std::pair<std::string, std::string>& case_ :
+       {std::pair<std::string, std::string>{"--row " + n, "--row " + n},
+        {"--row 0 --head 1", "--head 1"},
+        {"--row 0 --batch 3", "--batch 3"}}) {
+    const std::string& given = case_.first;
+    const std::string& option = case_.second;
     CAPTURE(given);
     const Run outside = run("replay " + trace + " " + given);
     CHECK(outside.code == 2);
