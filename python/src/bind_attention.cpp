@@ -61,35 +61,39 @@ void check_size(const std::array<long long, 4>& q) {
                           std::to_string(q[3]) + "]: " + refusal.reason);
 }
 
+using Shape4 = std::array<long long, 4>;
+Shape4 shape4(const pyb::object& obj, const char* name) {
+  const pyb::array a = pyb::array::ensure(obj);
+  if (!a || a.ndim() != 4)
+    throw api::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
+  return Shape4{a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
+}
+std::string shape_text(const Shape4& s) {
+  return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "," +
+         std::to_string(s[3]) + "]";
+}
+// dO, when given, has q's shape (attention() and the backward of a kept forward).
+void check_do_shape(const pyb::object& d_o, const Shape4& q) {
+  if (!d_o.is_none() && shape4(d_o, "do") != q) throw api::InputError("do: expected the shape of q " + shape_text(q));
+}
+
 // Shapes and sizes are checked before any tensor is converted (a problem over the CLI's size
 // limits is refused without allocating it).
 attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, const pyb::object& v,
                                   const pyb::object& d_o, bool causal, std::optional<double> scale,
                                   const Format& dtype) {
-  const auto shape = [](const pyb::object& obj, const char* name) {
-    const pyb::array a = pyb::array::ensure(obj);
-    if (!a || a.ndim() != 4)
-      throw api::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
-    return std::array<long long, 4>{a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
-  };
-  const auto Q = shape(q, "q"), K = shape(k, "k"), V = shape(v, "v");
-  const auto text = [](const std::array<long long, 4>& s) {
-    return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "," +
-           std::to_string(s[3]) + "]";
-  };
+  const Shape4 Q = shape4(q, "q"), K = shape4(k, "k"), V = shape4(v, "v");
   // k and v may carry fewer heads than q, dividing them (grouped-query attention).
-  const auto kv_fits = [&](const std::array<long long, 4>& t) {
-    return t[0] == Q[0] && t[1] >= 1 && Q[1] % t[1] == 0 && t[1] == K[1];
-  };
+  const auto kv_fits = [&](const Shape4& t) { return t[0] == Q[0] && t[1] >= 1 && Q[1] % t[1] == 0 && t[1] == K[1]; };
   if (!kv_fits(K) || !kv_fits(V) || K[2] != V[2] || K[3] != Q[3] || V[3] != Q[3])
     throw api::InputError("k, v: expected shape [" + std::to_string(Q[0]) + ",Hk,Nk," + std::to_string(Q[3]) +
                           "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
                           std::to_string(Q[1]) + ")");
-  if (!d_o.is_none() && shape(d_o, "do") != Q) throw api::InputError("do: expected the shape of q " + text(Q));
+  check_do_shape(d_o, Q);
   check_size(Q);
   // The keys as the engine holds them, one copy per q head (dK and dV before the GQA sum).
   if (const attn::SizeRefusal refusal = attn::problem_size_refusal(Q[0], Q[1], K[2], Q[3]))
-    throw api::InputError("k " + text(K) + " (over q's " + std::to_string(Q[1]) + " heads): " + refusal.reason);
+    throw api::InputError("k " + shape_text(K) + " (over q's " + std::to_string(Q[1]) + " heads): " + refusal.reason);
   attn::AttentionInputs in;
   in.q = tensor4(q, dtype, "q");
   in.k = tensor4(k, dtype, "k");
@@ -220,6 +224,20 @@ struct KeptForward {
   std::shared_ptr<const attn::ForwardState> state;
 };
 
+// The result dict of a run: the outputs, the model's formats and SFU set, the scale used.
+pyb::dict result_dict(const attn::AttentionOutputs& out, const attn::ModelHandle& model,
+                      const attn::AttentionInputs& in) {
+  pyb::dict d = outputs_dict(out);
+  d["model"] = model.name;
+  d["scale"] = in.softmax_scale;
+  d["dtype"] = std::string(model.recipe->input.name);
+  d["output_format"] = std::string(model.recipe->output.name);
+  d["sfu"] = model.recipe->sfu.describe();
+  d["traces"] = pyb::none();
+  d["kept_forward"] = pyb::none();
+  return d;
+}
+
 void check_threads(long long threads) {
   if (threads < 1 || threads > api::kMaxJobs)
     throw api::InputError("threads=" + std::to_string(threads) + ": expected 1.." + std::to_string(api::kMaxJobs));
@@ -272,23 +290,18 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
         r.tracer = std::move(tracer);
         return r;
       });
-  pyb::dict d = outputs_dict(result.out);
-  d["model"] = model.name;
-  d["scale"] = in->softmax_scale;
-  d["dtype"] = std::string(model.recipe->input.name);
-  d["output_format"] = std::string(model.recipe->output.name);
-  d["sfu"] = model.recipe->sfu.describe();
-  if (result.tracer) {
-    d["traces"] = TraceRows(std::move(*result.tracer), model.recipe);
-  } else {
-    d["traces"] = pyb::none();
-  }
+  pyb::dict d = result_dict(result.out, model, *in);
+  if (result.tracer) d["traces"] = TraceRows(std::move(*result.tracer), model.recipe);
   if (keep_forward) {
-    auto forward_inputs = std::make_shared<attn::AttentionInputs>(*in);
-    forward_inputs->d_o.reset();
+    // The inputs as the forward read them, without dO: shared as they are when it had none
+    // (a training step's forward), a copy otherwise.
+    std::shared_ptr<const attn::AttentionInputs> forward_inputs = in;
+    if (in->d_o) {
+      auto copy = std::make_shared<attn::AttentionInputs>(*in);
+      copy->d_o.reset();
+      forward_inputs = std::move(copy);
+    }
     d["kept_forward"] = KeptForward{model, std::move(forward_inputs), seed, result.out.forward_state};
-  } else {
-    d["kept_forward"] = pyb::none();
   }
   return d;
 }
@@ -297,12 +310,9 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
 // attention() with that dO, without running the forward again (RunOptions::forward_state).
 pyb::dict backward(const KeptForward& kept, const pyb::object& d_o, long long threads) {
   check_threads(threads);
+  if (d_o.is_none()) throw api::InputError("do: a backward needs dO");
   const attn::Tensor4& q = kept.inputs->q;
-  const pyb::array a = pyb::array::ensure(d_o);
-  const std::array<long long, 4> want{q.batch, q.heads, q.rows, q.cols};
-  if (!a || a.ndim() != 4 || std::array<long long, 4>{a.shape(0), a.shape(1), a.shape(2), a.shape(3)} != want)
-    throw api::InputError("do: expected the shape of q [" + std::to_string(q.batch) + "," + std::to_string(q.heads) +
-                          "," + std::to_string(q.rows) + "," + std::to_string(q.cols) + "]");
+  check_do_shape(d_o, Shape4{q.batch, q.heads, q.rows, q.cols});
   auto in = std::make_shared<attn::AttentionInputs>(*kept.inputs);
   in->d_o = tensor4(d_o, in->dtype, "do");
   const attn::AttentionOutputs out =
@@ -314,15 +324,7 @@ pyb::dict backward(const KeptForward& kept, const pyb::object& d_o, long long th
         opt.forward_state = kept.state;
         return attn::run_attention(kept.model, *in, opt);
       });
-  pyb::dict d = outputs_dict(out);
-  d["model"] = kept.model.name;
-  d["scale"] = in->softmax_scale;
-  d["dtype"] = std::string(kept.model.recipe->input.name);
-  d["output_format"] = std::string(kept.model.recipe->output.name);
-  d["sfu"] = kept.model.recipe->sfu.describe();
-  d["traces"] = pyb::none();
-  d["kept_forward"] = pyb::none();
-  return d;
+  return result_dict(out, kept.model, *in);
 }
 
 pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v, const pyb::object& d_o, bool causal,

@@ -113,6 +113,9 @@ def test_backward_from_a_kept_forward_is_attention_with_do(model):
         assert kept.model == one_call.model and (kept.dk is None or kept.dk.shape == k.shape)
         # Again from the same kept forward: nothing in it is used up.
         assert _same_bits(forward.backward(do_bits).dq, one_call.dq)
+        # A run with dO keeps its forward too (without that dO).
+        both = fb.attention(q, k, v, model, do=do_bits, causal=causal, seed=3, keep_forward=True, threads=1)
+        assert _same_bits(both.backward(do_bits).dv, one_call.dv)
 
 
 def test_a_kept_forward_is_shared_by_deep_copies_and_left_behind_by_pickles():
