@@ -90,7 +90,13 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
   const std::string bits = binary_digits(ev.significand, shown);
   o << "exact value   " << exact_value_string(ev) << " = " << (ev.negative ? "-" : "+") << "1."
     << "... x 2^" << ev.exponent << "\n";
-  if (ev.kept_bits > 0) {
+  // A format without subnormals (e8m0) has nothing below 2^emin, not even zero: every
+  // smaller value is pinned to 2^emin, whatever the mode (emu/rounding.hpp contract).
+  const bool pinned = !f.has_subnormals() && ev.exponent < f.emin() && ev.direction != RoundDirection::exact;
+  if (pinned) {
+    o << "significand   (below 2^" << f.emin() << ", the smallest " << f.name
+      << " value; it has no subnormals and no zero, so the result is pinned there)\n";
+  } else if (ev.kept_bits > 0) {
     o << "significand   " << bits.substr(0, static_cast<std::size_t>(ev.kept_bits)) << " | "
       << bits.substr(static_cast<std::size_t>(ev.kept_bits), 1) << " | "
       << bits.substr(static_cast<std::size_t>(ev.kept_bits) + 1) << (ev.input_sticky ? "...1" : "") << "\n";
@@ -98,8 +104,10 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
   } else {
     o << "significand   (no bits kept: below the smallest subnormal) " << bits << "\n";
   }
-  o << "kept bits " << ev.kept_bits << " of precision " << f.precision()
-    << (ev.kept_bits < f.precision() ? " (subnormal result)" : "") << "\n";
+  if (!pinned) {
+    o << "kept bits " << ev.kept_bits << " of precision " << f.precision()
+      << (ev.kept_bits < f.precision() ? " (subnormal result)" : "") << "\n";
+  }
   o << "round bit " << ev.round_bit << ", sticky bit " << ev.sticky_bit << " -> "
     << (ev.direction == RoundDirection::exact
             ? "exact"
@@ -107,6 +115,7 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
     << "\n";
   o << "mode " << to_string(spec.mode) << ": rounded " << direction_name(ev.direction);
   if (ev.rounding_carry) o << " (the carry ran into the exponent)";
+  if (pinned) o << " (pinned to the smallest value)";
   o << "\n";
   char err[64];
   std::snprintf(err, sizeof err, "%+.6g", ev.error_ulps);

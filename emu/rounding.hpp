@@ -15,7 +15,8 @@
 //   max finite on the side they round towards zero. `satfinite`, and formats with no
 //   inf and no NaN, always give max finite.
 // - e8m0 has no zero and no sign: negative values give NaN with invalid; magnitudes
-//   below 2^-127 give 2^-127 with underflow and inexact.
+//   below 2^-127 give 2^-127, always inexact, with underflow when they are tiny after
+//   rounding (a value that rounds up to 2^-127 with unbounded exponent is not tiny).
 // - Stochastic rounding (`sr`) with r random bits rounds up in magnitude iff the top r
 //   discarded bits plus an r-bit random integer carry out, so P(up) equals the
 //   discarded fraction truncated to r bits. The random integer is a pure function of
@@ -299,18 +300,39 @@ namespace detail {
     return {pack_nan(f), flag::invalid};
   }
 
+  // Tininess after rounding: of the values below 2^emin only those in
+  // [2^(emin-1), 2^emin) can round up to 2^emin when the exponent is unbounded
+  // below; round them at full precision to decide. rto never carries a binade.
+  const auto tiny_after_rounding = [&] {
+    if (e != emin - 1) return true;
+    const std::uint64_t full_kept = n >> (64 - p);
+    const std::uint64_t full_frac = n << p;
+    const bool full_up = spec.mode != RoundingMode::rto &&
+                         detail::rounds_up(spec.mode, negative, full_kept, full_frac, sticky, spec, position);
+    return !(full_up && full_kept + 1 == (std::uint64_t{1} << p));
+  };
+
   // Bits kept: p for normal results; fewer below emin (subnormals). A format
-  // without subnormals (e8m0) pins tiny values to its smallest value.
+  // without subnormals (e8m0) pins tiny values to its smallest value, which is
+  // always inexact; underflow follows the same tininess rule as everywhere else.
   if (e < emin && !f.has_subnormals()) {
+    const Flags pinned_flags = static_cast<Flags>(flag::inexact | (tiny_after_rounding() ? flag::underflow : 0));
     if (event) {
+      // Seen on the result's grid (LSB 2^emin, kept part 0), the value is the
+      // discarded fraction v / 2^emin, and the pinned result rounds it up to one LSB.
+      // v = n * 2^(e-63), so v / 2^emin as a 0.64 fraction is n >> (emin - e - 1).
+      const int shift = emin - e - 1;  // >= 0
+      const std::uint64_t frac64 = shift < 64 ? n >> shift : 0;
+      const bool lost = shift >= 64 || (shift > 0 && (n << (64 - shift)) != 0);
       event->kept_bits = p;
-      event->round_bit = false;
-      event->sticky_bit = true;
+      event->round_bit = (frac64 >> 63) != 0;
+      event->sticky_bit = (frac64 << 1) != 0 || lost || sticky;
+      event->tie = event->round_bit && !event->sticky_bit;
       event->direction = RoundDirection::up;
-      event->error_ulps = std::ldexp(1.0, emin - e);
-      event->flags = flag::underflow | flag::inexact;
+      event->error_ulps = 1.0 - std::ldexp(static_cast<double>(frac64 >> 11), -53);
+      event->flags = pinned_flags;
     }
-    return {to_container(f, 0u), static_cast<Flags>(flag::underflow | flag::inexact)};
+    return {to_container(f, 0u), pinned_flags};
   }
   const int kept_bits = e >= emin ? p : p - (emin - e);
   const int drop = 64 - kept_bits;  // >= 40 since p <= 24
@@ -338,19 +360,7 @@ namespace detail {
   }
 
   Flags flags = inexact ? flag::inexact : 0;
-  // Tininess after rounding: only e == emin - 1 can round up to 2^emin when the
-  // precision is unbounded below; decide it by rounding at full precision.
-  if (e < emin && inexact) {
-    bool tiny = true;
-    if (e == emin - 1) {
-      const std::uint64_t full_kept = n >> (64 - p);
-      const std::uint64_t full_frac = n << p;
-      bool full_up = spec.mode != RoundingMode::rto &&
-                     detail::rounds_up(spec.mode, negative, full_kept, full_frac, sticky, spec, position);
-      tiny = !(full_up && full_kept + 1 == (std::uint64_t{1} << p));
-    }
-    if (tiny) flags |= flag::underflow;
-  }
+  if (e < emin && inexact && tiny_after_rounding()) flags |= flag::underflow;
 
   // Pack by adding the significand, implicit bit included, to the exponent field
   // minus one: a rounding carry then increments the exponent by itself.

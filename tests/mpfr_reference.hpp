@@ -16,8 +16,8 @@
 //   of opposite-signed terms is +0, -0 under rdn; fnuz formats have only +0;
 //   formats without NaN give +0 with invalid where NaN is due; e8m0 has no zero and
 //   no sign (zero or negative results give NaN with invalid, values below 2^-127
-//   give 2^-127 with underflow and inexact); tininess is detected after rounding;
-//   overflow and inexact are raised whenever the value rounded with unbounded
+//   give 2^-127, inexact, with underflow when tiny after rounding); tininess is
+//   detected after rounding; overflow and inexact are raised whenever the value rounded with unbounded
 //   exponent range exceeds max finite, also when the result saturates; an infinite
 //   result in a format without inf is an overflow, packed by the policy whatever
 //   the mode (NaN under ieee, max finite under satfinite and in fp6/fp4); under
@@ -390,19 +390,23 @@ inline Result round_to(const RefFormat& f, const Exact& v, Mode mode, Policy pol
   const int length = 64 - std::countl_zero(v.significand);
   const int e = v.exponent + length - 1;  // the value lies in [2^e, 2^(e+1))
   const int emin = f.emin();
+  // Tininess after rounding: round to p bits with no lower exponent bound and see
+  // whether the result still lies below 2^emin.
+  const auto tiny_after_rounding = [&] {
+    const OnGrid unbounded = round_to_quantum(v.significand, v.exponent, v.sticky, e - f.man_bits, mode, neg);
+    const int rounded_e = unbounded.integer >> f.precision() ? e + 1 : e;
+    return rounded_e < emin;
+  };
   if (e < emin && f.specials == Specials::scale) {
-    return {encode(f, false, 0, 0), static_cast<RefFlags>(v.flags | kUnderflow | kInexact), false};
+    // Pinned to 2^-127: never exact, underflow only when tiny after rounding.
+    const RefFlags tiny = tiny_after_rounding() ? kUnderflow : 0;
+    return {encode(f, false, 0, 0), static_cast<RefFlags>(v.flags | kInexact | tiny), false};
   }
   const int quantum = std::max(e, emin) - f.man_bits;
   OnGrid r = round_to_quantum(v.significand, v.exponent, v.sticky, quantum, mode, neg);
   RefFlags flags = static_cast<RefFlags>(v.flags | (r.inexact ? kInexact : 0));
 
-  if (e < emin && r.inexact) {
-    // Tininess after rounding: round to p bits with no lower exponent bound.
-    const OnGrid unbounded = round_to_quantum(v.significand, v.exponent, v.sticky, e - f.man_bits, mode, neg);
-    const int rounded_e = unbounded.integer >> f.precision() ? e + 1 : e;
-    if (rounded_e < emin) flags |= kUnderflow;
-  }
+  if (e < emin && r.inexact && tiny_after_rounding()) flags |= kUnderflow;
 
   std::uint64_t significand = r.integer;
   int result_e = std::max(e, emin);

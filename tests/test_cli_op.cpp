@@ -202,6 +202,28 @@ TEST_CASE("op --json is valid JSON with result, flags and the rounding event") {
   CHECK(ev.at("addition").at("significand_overflow") == false);
 }
 
+TEST_CASE("op on e8m0 below 2^-127: pinned to 2^-127, underflow by tininess after rounding") {
+  // fp32 0x00340000 = 0x340000 * 2^-149 = 1.625 * 2^-128, between 2^-128 and 2^-127.
+  // With unbounded exponent it rounds to 2^-127 under rne (not tiny: x alone) and to
+  // 2^-128 under rtz (tiny: x and u); e8m0 has nothing below 2^-127, so both give 00.
+  CHECK(flashbits("op cvt e8m0 rne fp32:0x00340000").out == "00 x\n");
+  CHECK(flashbits("op cvt e8m0 rtz fp32:0x00340000").out == "00 xu\n");
+  CHECK(flashbits("op cvt e8m0 rup fp32:0x00340000").out == "00 x\n");
+  // 1.25 * 2^-128 rounds down under rne too: tiny.
+  CHECK(flashbits("op cvt e8m0 rne fp32:0x00280000").out == "00 xu\n");
+  const Run r = flashbits("op cvt e8m0 rtz fp32:0x00340000 --json");
+  REQUIRE(r.exit_code == 0);
+  const auto ev = nlohmann::json::parse(r.out).at("event");
+  // On the result's grid (LSB 2^-127) the value is 0.8125 LSB: round bit 1, sticky 1, and
+  // the pinned result lies 1 - 0.8125 = 0.1875 LSB above it.
+  CHECK(ev.at("round_bit") == 1);
+  CHECK(ev.at("sticky_bit") == 1);
+  CHECK(ev.at("error_ulps").get<double>() == 0.1875);
+  CHECK(ev.at("direction") == "away-from-zero");
+  const std::string explained = flashbits("op cvt e8m0 rtz fp32:0x00340000 --explain").out;
+  CHECK(explained.find("pinned") != std::string::npos);
+}
+
 TEST_CASE("op --batch - : one line per input line, against MPFR") {
   std::mt19937_64 rng(20261122);
   const int n = sanitizer_scale() ? 200 : 4000;

@@ -614,6 +614,13 @@ TEST_CASE("reference_pins_spec_examples") {
   CHECK(rounded(t::e8m0, mpfr.div(t::e8m0, 0x00, 0x7f), Mode::rne).bits == 0x00);
   CHECK(rounded(t::e8m0, mpfr.div(t::e8m0, 0x00, 0x80), Mode::rne).flags == (fbref::kUnderflow | fbref::kInexact));
   CHECK(rounded(t::e8m0, fbref::exact_of_double(3.0), Mode::rne).bits == 0x81);  // tie 2|4 -> 4 (even)
+  // Below 2^-127 the result is pinned to 2^-127, and underflow follows tininess after
+  // rounding: 1.5 * 2^-128 rounds up to 2^-127 under rne (not tiny), down under rtz.
+  CHECK(rounded(t::e8m0, fbref::exact_of_double(0x1.8p-128), Mode::rne).bits == 0x00);
+  CHECK(rounded(t::e8m0, fbref::exact_of_double(0x1.8p-128), Mode::rne).flags == fbref::kInexact);
+  CHECK(rounded(t::e8m0, fbref::exact_of_double(0x1.8p-128), Mode::rup).flags == fbref::kInexact);
+  CHECK(rounded(t::e8m0, fbref::exact_of_double(0x1.8p-128), Mode::rtz).flags == (fbref::kUnderflow | fbref::kInexact));
+  CHECK(rounded(t::e8m0, fbref::exact_of_double(0x1.4p-128), Mode::rne).flags == (fbref::kUnderflow | fbref::kInexact));
   // fp6 has no NaN: 0/0 gives +0 with invalid.
   CHECK(rounded(t::e3m2, mpfr.div(t::e3m2, 0x00, 0x00), Mode::rne).bits == 0x00);
   // Division is inexact where the quotient does not terminate: bf16 1/3.

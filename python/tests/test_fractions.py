@@ -77,6 +77,53 @@ def test_round_float32_array_path_against_fractions(name):
             check(with_flags.values[i], with_flags.flags[i], x, fmt, mode, "ieee", "round f32")
 
 
+def e8m0_reference(x: Fraction, mode: str, overflow: str):
+    """e8m0 (MX scale, 2^(byte-127), bytes 0..254, 0xff NaN) from the OCP MX spec and the rules
+    of docs/DESIGN.md section 2: no sign and no zero (NaN with invalid), one significand bit,
+    so every rounding is between two powers of two; tininess after rounding, as for every
+    format; a value below 2^-127 gives 2^-127. Returns (value or NAN, flag letters)."""
+    if x <= 0:
+        return NAN, {"v"}
+    e = floor_log2(x)
+    frac = x / Fraction(2) ** e - 1  # in [0, 1): the part a 1-bit significand drops
+    up = frac != 0 and {"rne": frac >= Fraction(1, 2), "rna": frac >= Fraction(1, 2), "rtz": False,
+                        "rup": True, "rdn": False}[mode]  # a tie goes up: the kept bit is 1, odd
+    unbounded = Fraction(2) ** (e + 1 if up else e)
+    flags = {"x"} if frac != 0 else set()
+    if unbounded > Fraction(2) ** 127:
+        to_max = overflow == "satfinite" or mode in ("rtz", "rdn")
+        return (Fraction(2) ** 127 if to_max else NAN), {"x", "o"}
+    if e < -127:
+        return Fraction(2) ** -127, {"x", "u"} if unbounded < Fraction(2) ** -127 else {"x"}
+    return unbounded, flags
+
+
+@pytest.mark.parametrize("overflow", ["ieee", "satfinite"])
+def test_e8m0_round_against_fractions(overflow):
+    rng = random.Random(f"e8m0-{overflow}")
+    xs = [Fraction(2) ** rng.randint(-140, 130) * (1 + Fraction(rng.randrange(1 << 20), 1 << 20)) for _ in range(300)]
+    # Around 2^-127: a tie, either side of it, and exact powers of two below it (always tiny).
+    xs += [Fraction(3, 2) * Fraction(2) ** -128, Fraction(5, 4) * Fraction(2) ** -128, Fraction(7, 4) * Fraction(2) ** -128,
+           Fraction(2) ** -128, Fraction(2) ** -130, Fraction(3, 2) * Fraction(2) ** -127, Fraction(3, 2) * Fraction(2) ** 127,
+           Fraction(5, 4) * Fraction(2) ** 127, Fraction(0), Fraction(-1), Fraction(3)]
+    for dtype in (np.float64, np.float32):
+        cases = [x for x in xs if abs(x) < 2 ** 127 * 1.9 and Fraction(float(dtype(float(x)))) == x]
+        arr = np.array([float(x) for x in cases], dtype=dtype)
+        assert len(arr) > 200
+        for mode in MODES:
+            r = fb.round(arr, "e8m0", mode, overflow, flags=True)
+            for i, x in enumerate(cases):
+                want, want_flags = e8m0_reference(x, mode, overflow)
+                got = {c for c in "xuov" if int(r.flags[i]) & {"x": fb.INEXACT, "u": fb.UNDERFLOW,
+                                                                 "o": fb.OVERFLOW, "v": fb.INVALID}[c]}
+                ctx = f"e8m0 {dtype.__name__} {mode} {overflow} x={x}: got {r.values[i]!r} {got}, want {want} {want_flags}"
+                if want == NAN:
+                    assert math.isnan(r.values[i]), ctx
+                else:
+                    assert Fraction(r.values[i]) == want, ctx
+                assert got == want_flags, ctx
+
+
 @pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3", "e5m2", "e2m1", "e3m4", "e6m9", "fp32", "e5m2fnuz"])
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "fma", "sqrt"])
 def test_ops_against_fractions(name, op):
