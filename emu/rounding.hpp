@@ -7,7 +7,8 @@
 //   some number strictly between 0 and 1 when `sticky` is set and 0 otherwise, into
 //   `format`, once, in `spec.mode`. significand must be non-zero.
 // - Tininess is detected after rounding (with unbounded exponent range); underflow is
-//   raised only together with inexact.
+//   raised only together with inexact. Under sr that rounding draws the same random
+//   integer (seed, position) as the delivered one, against its own discarded fraction.
 // - Overflow and inexact are raised whenever the value rounded with unbounded
 //   exponent range exceeds max finite, also when the policy or the format saturates.
 // - `ieee` overflow gives inf (NaN for formats without inf) in the modes that round
