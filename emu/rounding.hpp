@@ -183,7 +183,12 @@ struct RoundingEvent {
   bool tie = false;
   RoundDirection direction = RoundDirection::exact;
   bool rounding_carry = false;  // rounding up carried into the next binade
-  double error_ulps = 0.0;      // (result - exact) in ulps of the kept LSB, signed
+  // (result - exact) in ulps of the kept LSB, signed, computed from the significand above.
+  // With input_sticky set the exact value lies strictly inside that significand's last
+  // unit, so the figure is off by less than one such unit: the scalar ops hand over 53 to
+  // 55 significant bits (emu/ops.hpp), so by less than 2^(kept_bits - 53) ulp (2^-29 ulp
+  // for fp32), plus the double's own 2^-53 ulp.
+  double error_ulps = 0.0;
   Flags flags = 0;
   // Additions (add, sub, fma, accumulation steps).
   bool is_addition = false;

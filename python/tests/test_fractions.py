@@ -1,5 +1,6 @@
 # flashbits.round and the elementwise ops against an exact-rational reference (exact_reference.py:
 # Python's fractions, format parameters written from the specs, nothing from flashbits).
+import json
 import math
 import random
 from fractions import Fraction
@@ -9,6 +10,7 @@ import pytest
 
 import flashbits as fb
 from exact_reference import FORMATS, INF, NAN, floor_log2, representable, round_exact, sqrt_exact_approx
+from exact_reference import decode as exact_decode
 
 MODES = ["rne", "rna", "rtz", "rup", "rdn"]
 FLAG_LETTERS = {"x": fb.INEXACT, "u": fb.UNDERFLOW, "o": fb.OVERFLOW}
@@ -207,3 +209,45 @@ def test_stochastic_rounding_is_keyed_by_position_and_unbiased():
     assert np.array_equal(np.concatenate([first.bits, second.bits]), r.bits[:2000])
     # sr_bits = 1: only the first discarded bit counts, which is 0 here: never up.
     assert not np.any(fb.round(x[:5000], "bf16", "sr", seed=3, sr_bits=1).values > 1)
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "e4m3", "e5m2"])
+def test_op_json_event_against_fractions(cli, name):
+    """`op --json`'s rounding event against the exact result: its exponent, the direction taken,
+    a tie exactly at a midpoint, and error_ulps = (result - exact) / ulp within the bound the
+    contract gives (docs/CLI.md: the exact value is carried in at least 53 bits)."""
+    fmt = FORMATS[name]
+    width = 1 + fmt.ebits + fmt.mbits
+    rng = random.Random(f"event-{name}")
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "div": lambda a, b: a / b, "fma": lambda a, b, c: a * b + c}
+    checked = 0
+    while checked < 120:
+        op = rng.choice(sorted(ops))
+        count = 3 if op == "fma" else 2
+        bits = [rng.randrange(1 << width) for _ in range(count)]
+        vals = [exact_decode(fmt, b) for b in bits]
+        if any(isinstance(v, str) for v in vals) or (op == "div" and vals[1] == 0):
+            continue
+        exact = ops[op](*vals)
+        if exact == 0 or abs(exact) > fmt.max_finite:
+            continue
+        mode = rng.choice(MODES)
+        _, out, _ = cli("op", op, "--format", name, "--round", mode, "--json", *[hex(b) for b in bits])
+        j = json.loads(out)
+        result = exact_decode(fmt, int(j["result"], 16))
+        if isinstance(result, str):
+            continue  # rounded past max finite: an overflow, not this test's subject
+        ev = j["event"]
+        ctx = f"{op} {name} {mode} {[hex(b) for b in bits]}: exact {exact} ({float(exact)!r}), {ev}"
+        e = floor_log2(abs(exact))
+        assert ev["exact"]["exponent"] == e, ctx
+        assert ev["exact"]["negative"] == (exact < 0), ctx
+        ulp = Fraction(2) ** (e - ev["kept_bits"] + 1)
+        want = (result - exact) / ulp
+        bound = Fraction(2) ** (ev["kept_bits"] - 53) + Fraction(2) ** -53  # the bits carried; the double
+        assert abs(Fraction(ev["error_ulps"]) - want) <= bound, ctx
+        direction = "exact" if want == 0 else ("away-from-zero" if abs(result) > abs(exact) else "toward-zero")
+        assert ev["direction"] == direction, ctx
+        assert ev["tie"] == (abs(want) == Fraction(1, 2)), ctx
+        checked += 1
