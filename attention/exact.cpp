@@ -15,6 +15,10 @@
 //
 // round_exact_outputs(): the model `correctly-rounded` (attention.hpp), the exact outputs
 // rounded once each; tests/test_attention_exact.cpp checks it bit for bit against MPFR.
+// Rounding the double of a long-double value is a second rounding: it can only go wrong
+// within ~1e-16 relative of a rounding boundary, which constructed inputs (`ties`) hit on
+// purpose, so O's rounding is decided exactly there (exact_o_rounding.hpp); LSE, dQ, dK, dV
+// and a delta of the exact O keep the double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/exact_o_rounding.hpp"
 #include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
 #include "emu/summation.hpp"
@@ -178,6 +183,28 @@ Tensor4 rounded(const KernelModel& km, const Tensor4& exact, const Format& f, st
   return out;
 }
 
+// O rounded once into f: each element's double, or where that cannot decide the rounding,
+// the value ExactORounding finds in its place (exact_o_rounding.hpp).
+Tensor4 rounded_o(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
+                  const ExactORounding& exact_o, const Format& f, std::uint64_t seed) {
+  Tensor4 out = exact.o;
+  const RoundingSpec spec = reference_spec(km, seed, kO);
+  const int d = in.q.cols;
+  for (int b = 0; b < in.q.batch; ++b)
+    for (int h = 0; h < in.q.heads; ++h)
+      for (int r = 0; r < in.q.rows; ++r) {
+        const std::size_t first = exact.o.index(b, h, r, 0);
+        const auto decided = exact_o.row_round_inputs(b, h, r, f, spec, first);
+        for (int c = 0; c < d; ++c) {
+          const std::size_t i = first + static_cast<std::size_t>(c);
+          const auto& x = decided[static_cast<std::size_t>(c)];
+          out.data[i] =
+              x ? to_double(f, round_pack_input(f, *x, spec, i).bits) : round_once(f, exact.o.data[i], spec, i);
+        }
+      }
+  return out;
+}
+
 }  // namespace
 
 double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d, std::uint64_t seed,
@@ -196,7 +223,8 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
   // unless correctly_rounded_reference() placed it elsewhere).
   const std::optional<Format> o_store = stored_o_format(km);
   AttentionOutputs out;
-  out.o = o_store ? rounded(km, exact.o, *o_store, opt.seed, kO) : exact.o;
+  const ExactORounding exact_o(in, exact);
+  out.o = o_store ? rounded_o(km, in, exact, exact_o, *o_store, opt.seed) : exact.o;
   out.lse = rounded(km, exact.lse, formats::fp32, opt.seed, kLse);
   const int d = in.q.cols;
   if (in.d_o && exact.delta) {
@@ -231,9 +259,14 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
       t.row = r;
       t.plot_feature = std::clamp(tracer.plot_feature, 0, std::max(0, d - 1));
       const std::size_t first = exact.o.index(b, h, r, 0);
+      const auto decided = exact_o.row_round_inputs(b, h, r, out_f, spec, first);
       for (int c = 0; c < d; ++c) {
         RoundingEvent ev;
-        round_once(out_f, exact.o.data[first + c], spec, first + c, &ev);
+        const auto& x = decided[static_cast<std::size_t>(c)];
+        if (x)
+          round_pack_input(out_f, *x, spec, first + c, &ev);
+        else
+          round_once(out_f, exact.o.data[first + c], spec, first + c, &ev);
         t.o_cast.push_back(ev);
       }
       if (out.delta) {

@@ -1,12 +1,13 @@
-// tests/mpfr_attention.hpp: attention's mathematics in MPFR at 256 bits, written from the
+// tests/mpfr_attention.hpp: attention's mathematics in MPFR at 1024 bits, written from the
 // definitions, as the independent reference of the engine's exact paths
 // (tests/test_attention_exact.cpp, tests/test_attention_lengths.cpp):
 //   S = scale·QKᵀ over the keys a row sees, O = softmax(S)V, LSE = m + log Σ exp(S - m),
 //   delta = Σ dO∘O, dS = P∘(dP - delta), dQ = scale·dS K, dK = scale·dSᵀQ, dV = PᵀdO.
 //
 // Contract:
-// - Mp: one 256-bit MPFR value (round to nearest in every operation), with + - * / and
-//   mp_exp / mp_log. 256 bits put the reference's own error ~60 orders below a double ulp.
+// - Mp: one 1024-bit MPFR value (round to nearest in every operation), with + - * / and
+//   mp_exp / mp_log. 1024 bits put the reference's own error ~290 orders below a double
+//   ulp, and hold the e^-200 (2^-289) by which the `ties` scenario's far keys move O.
 // - mpfr_attention(in, visible_keys) computes batch 0, head 0 of `in` (which must carry dO):
 //   row r sees keys [0, visible_keys(r)). A row that sees none gets O = delta = dQ = 0 and
 //   lse_infinite[r] = true (every model's all-masked guards); its lse entry is 0.
@@ -25,7 +26,7 @@
 
 namespace fb::test {
 
-inline constexpr mpfr_prec_t kMpPrec = 256;
+inline constexpr mpfr_prec_t kMpPrec = 1024;
 
 struct Mp {
   mpfr_t v;

@@ -1,5 +1,5 @@
 // tests/test_attention_exact.cpp: exact_attention() (long double, attention/exact.cpp)
-// against the same mathematics in MPFR at 256 bits (tests/mpfr_attention.hpp, from the definitions:
+// against the same mathematics in MPFR at 1024 bits (tests/mpfr_attention.hpp, from the definitions:
 // S = scale·QKᵀ, O = softmax(S)V, LSE = m + log Σ exp(S - m), delta = Σ dO∘O,
 // dS = P∘(dP - delta), dQ = scale·dS K, dK = scale·dSᵀQ, dV = PᵀdO). The reference must
 // agree to ~1e-15 (its output is a double), far inside the 1e-12 the model tests use and
@@ -24,7 +24,7 @@ using fb::test::check_close;
 using fb::test::Mp;
 using fb::test::MpAttention;
 
-TEST_CASE("exact_attention agrees with MPFR at 256 bits: O, LSE, delta, dQ, dK, dV") {
+TEST_CASE("exact_attention agrees with MPFR at 1024 bits: O, LSE, delta, dQ, dK, dV") {
   for (const char* scenario : {"random", "fa3-outliers", "sink"}) {
     for (bool causal : {false, true}) {
       CAPTURE(scenario);
@@ -61,7 +61,7 @@ double mp_round(const Mp& x, mpfr_prec_t p, mpfr_rnd_t rnd) {
 
 TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, rtz, rup and rdn") {
   // The reference model (attention.hpp round_exact_outputs), checked bit for bit against
-  // MPFR at 256 bits (tests/mpfr_attention.hpp): O, dQ, dK, dV rounded once to bf16
+  // MPFR at 1024 bits (tests/mpfr_attention.hpp): O, dQ, dK, dV rounded once to bf16
   // (8 significant bits), LSE to fp32 (24), and delta = Σ dO·O_cr of the ROUNDED O, summed
   // exactly and rounded once to fp32, each in the final cast's mode (+o-MODE).
   const std::pair<const char*, mpfr_rnd_t> modes[] = {
@@ -108,4 +108,44 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
     }
   }
   CHECK(inexact > compared / 2);  // the roundings are real: most outputs are not representable
+}
+
+TEST_CASE("correctly-rounded O on the ties scenario: decided exactly where a double cannot") {
+  // `ties` puts keys 150-200 below the row max: their weights (<= e^-150 ~ 2^-216) move O off a
+  // bf16 value or midpoint by far less than a double resolves, yet decide its rounding. MPFR
+  // at 1024 bits holds that offset (tests/mpfr_attention.hpp). O is checked bit for bit in
+  // every mode MPFR has, and delta, which the reference sums exactly from the rounded O.
+  const std::pair<const char*, mpfr_rnd_t> modes[] = {
+      {"", MPFR_RNDN}, {"+o-rtz", MPFR_RNDZ}, {"+o-rup", MPFR_RNDU}, {"+o-rdn", MPFR_RNDD}};
+  int beyond_double = 0;
+  for (bool causal : {false, true}) {
+    AttentionInputs in = make_scenario("ties", 91, 1, 1, 12, 8, formats::bf16, true);
+    in.causal = causal;
+    const int n = 12, d = 8;
+    const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
+    for (const auto& mode : modes) {
+      const char* const suffix = mode.first;
+      const mpfr_rnd_t rnd = mode.second;
+      const std::string name = std::string("correctly-rounded") + suffix;
+      CAPTURE(name);
+      CAPTURE(causal);
+      const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
+      for (int i = 0; i < n * d; ++i) {
+        CAPTURE(i);
+        const double w = mp_round(want.o[static_cast<std::size_t>(i)], 8, rnd);
+        CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
+        // The case this test is for: MPFR's value as a double rounds elsewhere.
+        beyond_double += mp_round(Mp(want.o[static_cast<std::size_t>(i)].d()), 8, rnd) != w ? 1 : 0;
+      }
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        Mp delta;
+        for (int c = 0; c < d; ++c)
+          delta =
+              delta + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
+        CHECK(got.delta->data[static_cast<std::size_t>(r)] == mp_round(delta, 24, rnd));
+      }
+    }
+  }
+  CHECK(beyond_double > 0);
 }

@@ -3,7 +3,7 @@
 // them (csrc/flash_attn/src/mask.h: query row i sees keys j <= i + Nk - N).
 //
 // The references, each independent of the engine's code for the case:
-// - MPFR at 256 bits (tests/mpfr_attention.hpp, from the definitions), the bottom-right rule spelled
+// - MPFR at 1024 bits (tests/mpfr_attention.hpp, from the definitions), the bottom-right rule spelled
 //   out again, against exact_attention (long double): O, LSE, delta, dQ, dK, dV for N < Nk,
 //   N > Nk (rows above the corner see nothing: O = 0, LSE = +inf, zero gradients) and N = 1.
 // - Every kernel model in exact arithmetic (every rounding the identity) against
