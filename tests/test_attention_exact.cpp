@@ -57,6 +57,14 @@ double mp_round(const Mp& x, mpfr_prec_t p, mpfr_rnd_t rnd) {
   return d;
 }
 
+// The final cast's modes MPFR has, as model suffixes (+o-MODE) and MPFR rounding modes.
+struct ReferenceMode {
+  const char* suffix;
+  mpfr_rnd_t rnd;
+};
+constexpr ReferenceMode kReferenceModes[] = {
+    {"", MPFR_RNDN}, {"+o-rtz", MPFR_RNDZ}, {"+o-rup", MPFR_RNDU}, {"+o-rdn", MPFR_RNDD}};
+
 }  // namespace
 
 TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, rtz, rup and rdn") {
@@ -64,8 +72,6 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
   // MPFR at 1024 bits (tests/mpfr_attention.hpp): O, dQ, dK, dV rounded once to bf16
   // (8 significant bits), LSE to fp32 (24), and delta = Σ dO·O_cr of the ROUNDED O, summed
   // exactly and rounded once to fp32, each in the final cast's mode (+o-MODE).
-  const std::pair<const char*, mpfr_rnd_t> modes[] = {
-      {"", MPFR_RNDN}, {"+o-rtz", MPFR_RNDZ}, {"+o-rup", MPFR_RNDU}, {"+o-rdn", MPFR_RNDD}};
   int inexact = 0, compared = 0;
   for (const char* scenario : {"random", "sink"}) {
     for (bool causal : {false, true}) {
@@ -73,10 +79,10 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
       in.causal = causal;
       const int n = 9, d = 8;
       const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
-      for (const auto& mode : modes) {
+      for (const ReferenceMode& mode : kReferenceModes) {
         // Named variables, not structured bindings: clang before 16 cannot capture bindings.
-        const char* const suffix = mode.first;
-        const mpfr_rnd_t rnd = mode.second;
+        const char* const suffix = mode.suffix;
+        const mpfr_rnd_t rnd = mode.rnd;
         const std::string name = std::string("correctly-rounded") + suffix;
         CAPTURE(name);
         CAPTURE(scenario);
@@ -115,17 +121,15 @@ TEST_CASE("correctly-rounded O on the ties scenario: decided exactly where a dou
   // bf16 value or midpoint by far less than a double resolves, yet decide its rounding. MPFR
   // at 1024 bits holds that offset (tests/mpfr_attention.hpp). O is checked bit for bit in
   // every mode MPFR has, and delta, which the reference sums exactly from the rounded O.
-  const std::pair<const char*, mpfr_rnd_t> modes[] = {
-      {"", MPFR_RNDN}, {"+o-rtz", MPFR_RNDZ}, {"+o-rup", MPFR_RNDU}, {"+o-rdn", MPFR_RNDD}};
   int beyond_double = 0;
   for (bool causal : {false, true}) {
     AttentionInputs in = make_scenario("ties", 91, 1, 1, 12, 8, formats::bf16, true);
     in.causal = causal;
     const int n = 12, d = 8;
     const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
-    for (const auto& mode : modes) {
-      const char* const suffix = mode.first;
-      const mpfr_rnd_t rnd = mode.second;
+    for (const ReferenceMode& mode : kReferenceModes) {
+      const char* const suffix = mode.suffix;
+      const mpfr_rnd_t rnd = mode.rnd;
       const std::string name = std::string("correctly-rounded") + suffix;
       CAPTURE(name);
       CAPTURE(causal);
