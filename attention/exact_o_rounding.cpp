@@ -102,6 +102,11 @@ std::vector<std::optional<RoundPackInput>> ExactORounding::row_round_inputs(int 
       undecided.push_back(c);
   }
   if (undecided.empty()) return out;
+  // MPFR keeps per-thread caches (constants such as log 2 for exp); the engine's worker
+  // threads end after the run, so free them here rather than leak them with the thread.
+  struct FreeMpfrCaches {
+    ~FreeMpfrCaches() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
+  } free_caches_on_return;
   // Infinite scores (an infinite q or k entry) are outside this argument; such rows keep
   // exact_attention's value, as documented in the header.
   const double* q = in_.q.row(b, h, r);
