@@ -183,8 +183,15 @@ Tensor4 rounded(const KernelModel& km, const Tensor4& exact, const Format& f, st
   return out;
 }
 
-// O rounded once into f: each element's double, or where that cannot decide the rounding,
-// the value ExactORounding finds in its place (exact_o_rounding.hpp).
+// One O element rounded once into f: the value ExactORounding found in its place where it
+// had to decide (exact_o_rounding.hpp), else exact_attention's double.
+Rounded round_o_element(const Format& f, const std::optional<RoundPackInput>& decided, double approx,
+                        const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event = nullptr) {
+  return decided ? round_pack_input(f, *decided, spec, position, event)
+                 : round_double(f, approx, spec, position, event);
+}
+
+// O rounded once into f, element by element (round_o_element).
 Tensor4 rounded_o(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
                   const ExactORounding& exact_o, const Format& f, std::uint64_t seed) {
   Tensor4 out = exact.o;
@@ -197,9 +204,8 @@ Tensor4 rounded_o(const KernelModel& km, const AttentionInputs& in, const Attent
         const auto decided = exact_o.row_round_inputs(b, h, r, f, spec, first);
         for (int c = 0; c < d; ++c) {
           const std::size_t i = first + static_cast<std::size_t>(c);
-          const auto& x = decided[static_cast<std::size_t>(c)];
           out.data[i] =
-              x ? to_double(f, round_pack_input(f, *x, spec, i).bits) : round_once(f, exact.o.data[i], spec, i);
+              to_double(f, round_o_element(f, decided[static_cast<std::size_t>(c)], exact.o.data[i], spec, i).bits);
         }
       }
   return out;
@@ -262,11 +268,7 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
       const auto decided = exact_o.row_round_inputs(b, h, r, out_f, spec, first);
       for (int c = 0; c < d; ++c) {
         RoundingEvent ev;
-        const auto& x = decided[static_cast<std::size_t>(c)];
-        if (x)
-          round_pack_input(out_f, *x, spec, first + c, &ev);
-        else
-          round_once(out_f, exact.o.data[first + c], spec, first + c, &ev);
+        round_o_element(out_f, decided[static_cast<std::size_t>(c)], exact.o.data[first + c], spec, first + c, &ev);
         t.o_cast.push_back(ev);
       }
       if (out.delta) {
