@@ -82,6 +82,10 @@ struct AttentionOutputs {
   // exact_attention() only: each row's exact max scaled score over its visible keys
   // ([b][h][n][1]; -inf when none is visible). run_attention() leaves it empty.
   std::optional<Tensor4> row_max;
+  // exact_attention() only: each row's max over its visible keys of scale * sum_c |q_c k_c|
+  // ([b][h][n][1], rounded up), the magnitude that bounds its scores' rounding errors
+  // (attention/exact_rounding.hpp). run_attention() leaves it empty.
+  std::optional<Tensor4> row_score_magnitude;
   // RunOptions::keep_forward_state only: the forward's state, for a backward run alone.
   std::shared_ptr<const ForwardState> forward_state;
 };

@@ -1,13 +1,15 @@
 // attention/exact.cpp: exact_attention(), the high-precision reference of the same
 // mathematics (forward O, LSE; backward delta, dQ, dK, dV).
 //
-// Contract and why x87 long double is enough: every input is a bf16/fp16 value, so
-// products q_c*k_c are exact in long double (64-bit significand) and a dot over d <= 256
-// terms has relative error below d * 2^-64 ≈ 1.4e-17; exp/log in long double are
-// accurate to a few ulps of 2^-64; the softmax is computed with the exact max (two
-// passes), so nothing cancels catastrophically except where the true result is itself
-// tiny. The reference is thus ~1e-16 relative, 13 orders below one bf16 ulp (2^-8)
-// and 11 below one fp16 ulp (2^-11): far beyond what measuring those errors needs.
+// Contract and why x87 long double is enough: every input is a value of a format of at most
+// 24 significant bits, so products q_c*k_c are exact in long double (64-bit significand) and
+// a dot over d <= 256 terms errs by at most d * 2^-64 ≈ 1.4e-17 of sum_c |q_c k_c| (relative
+// to the score itself unless the dot cancels by orders of magnitude; row_score_magnitude
+// records that scale); exp/log in long double are accurate to a few ulps of 2^-64; the
+// softmax is computed with the exact max (two passes), so nothing else cancels
+// catastrophically except where the true result is itself tiny. The reference is thus
+// ~1e-16 relative, 13 orders below one bf16 ulp (2^-8) and 11 below one fp16 ulp (2^-11):
+// far beyond what measuring those errors needs.
 // All-masked rows give O = 0, LSE = +inf and zero gradients, as FA2 does. The key length Nk
 // may differ from the query length N; causal masks align bottom-right as FA2 >= 2.1 does:
 // row r sees keys j <= r + Nk - N (none for r < N - Nk); top-left aligned, j <= r.
@@ -16,9 +18,9 @@
 // round_exact_outputs(): the model `correctly-rounded` (attention.hpp), the exact outputs
 // rounded once each; tests/test_attention_exact.cpp checks it bit for bit against MPFR.
 // Rounding the double of a long-double value is a second rounding: it can only go wrong
-// within ~1e-16 relative of a rounding boundary, which constructed inputs (`ties`) hit on
-// purpose, so O's rounding is decided exactly there (exact_o_rounding.hpp); LSE, dQ, dK, dV
-// and a delta of the exact O keep the double.
+// within that error of a rounding boundary, which constructed inputs (`ties`) hit on
+// purpose, so O's, delta's and LSE's rounding are decided exactly there
+// (exact_rounding.hpp); dQ, dK and dV keep the double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -29,7 +31,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
-#include "attention/exact_o_rounding.hpp"
+#include "attention/exact_rounding.hpp"
 #include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
 #include "emu/summation.hpp"
@@ -50,6 +52,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   out.o = Tensor4(B, H, N, D);
   out.lse = Tensor4(B, H, N, 1);
   out.row_max = Tensor4(B, H, N, 1);
+  out.row_score_magnitude = Tensor4(B, H, N, 1);
   if (backward) {
     out.delta = Tensor4(B, H, N, 1);
     out.dq = Tensor4(B, H, N, D);
@@ -73,15 +76,22 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
     for (int r = 0; r < N; ++r) {
       const int nk = in.causal ? std::clamp(r + 1 + offset, 0, Nk) : Nk;
       const double* q = in.q.row(b, h, r);
-      long double m = -std::numeric_limits<long double>::infinity();
+      long double m = -std::numeric_limits<long double>::infinity(), magnitude = 0.0L;
       for (int j = 0; j < nk; ++j) {
         const double* k = in.k.row(b, hk, j);
-        long double acc = 0.0L;
-        for (int c = 0; c < D; ++c) acc += static_cast<long double>(q[c]) * k[c];
+        long double acc = 0.0L, acc_abs = 0.0L;
+        for (int c = 0; c < D; ++c) {
+          const long double product = static_cast<long double>(q[c]) * k[c];
+          acc += product;
+          acc_abs += std::fabs(product);
+        }
         s[j] = acc * scale;
         m = std::max(m, s[j]);
+        magnitude = std::max(magnitude, acc_abs);
       }
       out.row_max->at(b, h, r, 0) = static_cast<double>(m);
+      // Rounded up past the sum's and the conversions' errors (a bound, not a value).
+      out.row_score_magnitude->at(b, h, r, 0) = static_cast<double>(magnitude * scale) * (1.0 + 0x1p-40);
       if (nk == 0 || m == -std::numeric_limits<long double>::infinity()) {  // nothing visible, or every score -inf
         out.lse.at(b, h, r, 0) = std::numeric_limits<double>::infinity();
         if (backward) out.delta->at(b, h, r, 0) = 0.0;
@@ -183,17 +193,17 @@ Tensor4 rounded(const KernelModel& km, const Tensor4& exact, const Format& f, st
   return out;
 }
 
-// One O element rounded once into f: the value ExactORounding found in its place where it
-// had to decide (exact_o_rounding.hpp), else exact_attention's double.
-Rounded round_o_element(const Format& f, const std::optional<RoundPackInput>& decided, double approx,
-                        const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event = nullptr) {
+// One element rounded once into f: the value ExactRounding found in its place where it had
+// to decide (exact_rounding.hpp), else exact_attention's double.
+Rounded round_element(const Format& f, const std::optional<RoundPackInput>& decided, double approx,
+                      const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event = nullptr) {
   return decided ? round_pack_input(f, *decided, spec, position, event)
                  : round_double(f, approx, spec, position, event);
 }
 
-// O rounded once into f, element by element (round_o_element).
+// O rounded once into f, element by element (round_element).
 Tensor4 rounded_o(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
-                  const ExactORounding& exact_o, const Format& f, std::uint64_t seed) {
+                  const ExactRounding& exact_rounding, const Format& f, std::uint64_t seed) {
   Tensor4 out = exact.o;
   const RoundingSpec spec = reference_spec(km, seed, kO);
   const int d = in.q.cols;
@@ -201,12 +211,28 @@ Tensor4 rounded_o(const KernelModel& km, const AttentionInputs& in, const Attent
     for (int h = 0; h < in.q.heads; ++h)
       for (int r = 0; r < in.q.rows; ++r) {
         const std::size_t first = exact.o.index(b, h, r, 0);
-        const auto decided = exact_o.row_round_inputs(b, h, r, f, spec, first);
+        const auto decided = exact_rounding.o_row(b, h, r, f, spec, first);
         for (int c = 0; c < d; ++c) {
           const std::size_t i = first + static_cast<std::size_t>(c);
           out.data[i] =
-              to_double(f, round_o_element(f, decided[static_cast<std::size_t>(c)], exact.o.data[i], spec, i).bits);
+              to_double(f, round_element(f, decided[static_cast<std::size_t>(c)], exact.o.data[i], spec, i).bits);
         }
+      }
+  return out;
+}
+
+// A per-row output ([b][h][n][1]: LSE, delta) rounded once into f, row by row (round_element);
+// decide(b, h, r, spec, position) is ExactRounding's lse or delta.
+template <class Decide>
+Tensor4 rounded_per_row(const KernelModel& km, const Tensor4& exact, const Format& f, std::uint64_t seed,
+                        std::uint64_t tag, Decide decide) {
+  Tensor4 out = exact;
+  const RoundingSpec spec = reference_spec(km, seed, tag);
+  for (int b = 0; b < exact.batch; ++b)
+    for (int h = 0; h < exact.heads; ++h)
+      for (int r = 0; r < exact.rows; ++r) {
+        const std::size_t i = exact.index(b, h, r, 0);
+        out.data[i] = to_double(f, round_element(f, decide(b, h, r, spec, i), exact.data[i], spec, i).bits);
       }
   return out;
 }
@@ -229,15 +255,21 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
   // unless correctly_rounded_reference() placed it elsewhere).
   const std::optional<Format> o_store = stored_o_format(km);
   AttentionOutputs out;
-  const ExactORounding exact_o(in, exact);
-  out.o = o_store ? rounded_o(km, in, exact, exact_o, *o_store, opt.seed) : exact.o;
-  out.lse = rounded(km, exact.lse, formats::fp32, opt.seed, kLse);
+  const ExactRounding exact_rounding(in, exact);
+  out.o = o_store ? rounded_o(km, in, exact, exact_rounding, *o_store, opt.seed) : exact.o;
+  out.lse = rounded_per_row(km, exact.lse, formats::fp32, opt.seed, kLse,
+                            [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
+                              return exact_rounding.lse(b, h, r, formats::fp32, spec, position);
+                            });
   const int d = in.q.cols;
   if (in.d_o && exact.delta) {
     out.delta = *exact.delta;
     if (km.reference_delta_exact || !o_store) {
       // delta of a kernel that never reads a rounded O: the exact delta, rounded once.
-      out.delta = rounded(km, *exact.delta, formats::fp32, opt.seed, kDelta);
+      out.delta = rounded_per_row(km, *exact.delta, formats::fp32, opt.seed, kDelta,
+                                  [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
+                                    return exact_rounding.delta(b, h, r, formats::fp32, spec, position);
+                                  });
     } else {
       for (std::size_t r = 0; r < out.delta->data.size(); ++r)
         out.delta->data[r] = correctly_rounded_delta(km, &in.d_o->data[r * static_cast<std::size_t>(d)],
@@ -265,10 +297,10 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
       t.row = r;
       t.plot_feature = std::clamp(tracer.plot_feature, 0, std::max(0, d - 1));
       const std::size_t first = exact.o.index(b, h, r, 0);
-      const auto decided = exact_o.row_round_inputs(b, h, r, out_f, spec, first);
+      const auto decided = exact_rounding.o_row(b, h, r, out_f, spec, first);
       for (int c = 0; c < d; ++c) {
         RoundingEvent ev;
-        round_o_element(out_f, decided[static_cast<std::size_t>(c)], exact.o.data[first + c], spec, first + c, &ev);
+        round_element(out_f, decided[static_cast<std::size_t>(c)], exact.o.data[first + c], spec, first + c, &ev);
         t.o_cast.push_back(ev);
       }
       if (out.delta) {

@@ -712,9 +712,11 @@ KernelModel correctly_rounded_model(const Format& input, const Format& output) {
       "the reference, not a kernel: exact attention (long double, checked against MPFR), then ONE rounding of "
       "each output in the final cast's mode (+o-MODE): O, dQ, dK, dV into the output dtype, LSE into fp32, "
       "delta = sum dO*O of that rounded O (as kernels compute it), summed exactly and rounded once into fp32. "
-      "O's rounding is decided exactly where the long-double value lies too near a rounding boundary (MPFR "
-      "intervals; exactly rational O detected); LSE, dQ, dK, dV and a delta of the exact O are rounded from the "
-      "long-double value (within ~1e-16 relative of exact). "
+      "O's, LSE's and delta's rounding (the delta of the rounded O, and the delta of the exact O that the "
+      "reference of a +o-fp32 or +delta-dpp kernel uses) is decided exactly where the long-double value lies "
+      "too near a rounding boundary (MPFR intervals, then exact comparison with the boundary); dQ, dK and dV "
+      "are rounded from the long-double value (within ~1e-16 relative of exact unless a score's dot product "
+      "cancels by orders of magnitude). "
       "The least error any kernel with this output format can have: bias-test's and sweep's excess is a "
       "kernel's error minus this one. Takes only +o-MODE";
   m.sources = "attention/exact.cpp (exact_attention, round_exact_outputs); emu/summation.hpp ExactAccumulator";

@@ -116,40 +116,167 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
   CHECK(inexact > compared / 2);  // the roundings are real: most outputs are not representable
 }
 
-TEST_CASE("correctly-rounded O on the ties scenario: decided exactly where a double cannot") {
-  // `ties` puts keys 150-200 below the row max: their weights (<= e^-150 ~ 2^-216) move O off a
-  // bf16 value or midpoint by far less than a double resolves, yet decide its rounding. MPFR
-  // at 1024 bits holds that offset (tests/mpfr_attention.hpp). O is checked bit for bit in
-  // every mode MPFR has, and delta, which the reference sums exactly from the rounded O.
-  int beyond_double = 0;
-  for (bool causal : {false, true}) {
-    AttentionInputs in = make_scenario("ties", 91, 1, 1, 12, 8, formats::bf16, true);
-    in.causal = causal;
-    const int n = 12, d = 8;
-    const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
-    for (const ReferenceMode& mode : kReferenceModes) {
-      const char* const suffix = mode.suffix;
-      const mpfr_rnd_t rnd = mode.rnd;
-      const std::string name = std::string("correctly-rounded") + suffix;
-      CAPTURE(name);
-      CAPTURE(causal);
-      const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
-      for (int i = 0; i < n * d; ++i) {
-        CAPTURE(i);
-        const double w = mp_round(want.o[static_cast<std::size_t>(i)], 8, rnd);
-        CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
-        // The case this test is for: MPFR's value as a double rounds elsewhere.
-        beyond_double += mp_round(Mp(want.o[static_cast<std::size_t>(i)].d()), 8, rnd) != w ? 1 : 0;
-      }
-      for (int r = 0; r < n; ++r) {
-        CAPTURE(r);
-        Mp delta;
-        for (int c = 0; c < d; ++c)
-          delta =
-              delta + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
-        CHECK(got.delta->data[static_cast<std::size_t>(r)] == mp_round(delta, 24, rnd));
+TEST_CASE("correctly-rounded O, LSE and delta on the ties scenario: decided exactly where a double cannot") {
+  // `ties` puts keys 150-200 below the row max: their weights (<= e^-150 ~ 2^-216) move O and
+  // delta off a rounding boundary by far less than a double resolves, yet decide their
+  // rounding. MPFR at 1024 bits holds that offset (tests/mpfr_attention.hpp). Checked bit for
+  // bit in every mode MPFR has: O; LSE; delta of the rounded O (summed exactly); and delta of
+  // the exact O, the reference of a kernel whose delta reads O before its cast (+o-fp32).
+  int o_beyond_double = 0, delta_beyond_double = 0;
+  for (const std::uint64_t seed : {91, 92, 93}) {
+    for (bool causal : {false, true}) {
+      AttentionInputs in = make_scenario("ties", seed, 1, 1, 24, 8, formats::bf16, true);
+      in.causal = causal;
+      const int n = 24, d = 8;
+      const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
+      for (const ReferenceMode& mode : kReferenceModes) {
+        const char* const suffix = mode.suffix;
+        const mpfr_rnd_t rnd = mode.rnd;
+        const std::string name = std::string("correctly-rounded") + suffix;
+        CAPTURE(name);
+        CAPTURE(seed);
+        CAPTURE(causal);
+        const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
+        for (int i = 0; i < n * d; ++i) {
+          CAPTURE(i);
+          const Mp& exact = want.o[static_cast<std::size_t>(i)];
+          const double w = mp_round(exact, 8, rnd);
+          CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
+          // The case this test is for: MPFR's value as a double rounds elsewhere.
+          o_beyond_double += mp_round(Mp(exact.d()), 8, rnd) != w ? 1 : 0;
+        }
+        const ModelHandle exact_o_delta = correctly_rounded_reference(
+            *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
+        REQUIRE(exact_o_delta.name.find("delta from the exact O") != std::string::npos);
+        const AttentionOutputs from_exact_o = run_attention(exact_o_delta, in, RunOptions{});
+        for (int r = 0; r < n; ++r) {
+          CAPTURE(r);
+          const auto at = static_cast<std::size_t>(r);
+          CHECK(got.lse.data[at] == mp_round(want.lse[at], 24, rnd));
+          Mp delta;
+          for (int c = 0; c < d; ++c)
+            delta =
+                delta + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
+          CHECK(got.delta->data[at] == mp_round(delta, 24, rnd));
+          const double w = mp_round(want.delta[at], 24, rnd);
+          CHECK(from_exact_o.delta->data[at] == w);
+          delta_beyond_double += mp_round(Mp(want.delta[at].d()), 24, rnd) != w ? 1 : 0;
+        }
       }
     }
   }
-  CHECK(beyond_double > 0);
+  CHECK(o_beyond_double > 0);
+  CHECK(delta_beyond_double > 0);
+}
+
+TEST_CASE("correctly-rounded with a key e^-12800 below the max: beyond every fixed precision, decided by sign") {
+  // One query, two keys, scale 1/2: scores 0 and 128 * -100 = -12800, so O = (v0 + e v1) / (1 + e)
+  // with e = e^-12800 ~ 2^-18467, which no 1024-bit MPFR value can add to 1. The exact values
+  // are worked by hand from the sign of v1 - v0: O_c lies just above v0_c where v1_c > v0_c,
+  // just below where v1_c < v0_c, and is v0_c where they are equal. LSE = log(1 + e) lies just
+  // above 0; delta = (w0 + e w1) / (1 + e) with w_j = dO . v_j = 4 and 3 lies just below 4.
+  AttentionInputs in;
+  in.q = Tensor4(1, 1, 1, 4);
+  in.k = Tensor4(1, 1, 2, 4);
+  in.v = Tensor4(1, 1, 2, 4);
+  in.d_o = Tensor4(1, 1, 1, 4);
+  in.softmax_scale = 0.5;
+  in.q.at(0, 0, 0, 0) = 256.0;
+  in.k.at(0, 0, 1, 0) = -100.0;
+  const double v0[4] = {1.0, -1.0, 0.5, 3.0}, v1[4] = {2.0, -2.0, 0.5, 1.0}, d_o[4] = {1.0, 0.0, 0.0, 1.0};
+  for (int c = 0; c < 4; ++c) {
+    in.v.at(0, 0, 0, c) = v0[c];
+    in.v.at(0, 0, 1, c) = v1[c];
+    in.d_o->at(0, 0, 0, c) = d_o[c];
+  }
+  // bf16 neighbours: 1 + 2^-7 above 1, 3 - 2^-6 below 3; fp32: 4 - 2^-22 below 4, 2^-149 above 0.
+  struct Expected {
+    const char* suffix;
+    double o[4], lse, delta;
+  };
+  const Expected expected[] = {
+      {"", {1.0, -1.0, 0.5, 3.0}, 0.0, 4.0},
+      {"+o-rtz", {1.0, -1.0, 0.5, 3.0 - 0x1p-6}, 0.0, 4.0 - 0x1p-22},
+      {"+o-rup", {1.0 + 0x1p-7, -1.0, 0.5, 3.0}, 0x1p-149, 4.0},
+      {"+o-rdn", {1.0, -1.0 - 0x1p-7, 0.5, 3.0 - 0x1p-6}, 0.0, 4.0 - 0x1p-22},
+  };
+  for (const Expected& e : expected) {
+    const std::string suffix = e.suffix;
+    CAPTURE(suffix);
+    const AttentionOutputs got =
+        run_attention(parse_kernel_model("correctly-rounded" + suffix, formats::bf16), in, RunOptions{});
+    for (int c = 0; c < 4; ++c) {
+      CAPTURE(c);
+      CHECK(got.o.at(0, 0, 0, c) == e.o[c]);
+    }
+    CHECK(got.lse.at(0, 0, 0, 0) == e.lse);
+    const AttentionOutputs from_exact_o = run_attention(
+        correctly_rounded_reference(*parse_kernel_model("fa2-sm80+o-fp32" + suffix, formats::bf16).recipe), in,
+        RunOptions{});
+    CHECK(from_exact_o.delta->at(0, 0, 0, 0) == e.delta);
+  }
+}
+
+TEST_CASE("correctly-rounded LSE of one visible key is its score, exactly, in every mode") {
+  // Causal row 0 sees key 0 alone: LSE = scale * q.k = 0.5 * (1.5 * 3 + 0.25 * -1) = 2.125, an
+  // fp32 value, so no mode may move it. Row 1 sees two keys of equal score 0.5 * 3 = 1.5:
+  // LSE = 1.5 + log 2 (MPFR, rounded in the same mode).
+  AttentionInputs in;
+  in.q = Tensor4(1, 1, 2, 4);
+  in.k = Tensor4(1, 1, 2, 4);
+  in.v = Tensor4(1, 1, 2, 4);
+  in.causal = true;
+  in.q.at(0, 0, 0, 0) = 1.5;
+  in.q.at(0, 0, 0, 1) = 0.25;
+  in.q.at(0, 0, 1, 0) = 1.0;
+  for (int j = 0; j < 2; ++j) {
+    in.k.at(0, 0, j, 0) = 3.0;
+    in.k.at(0, 0, j, 1) = j == 0 ? -1.0 : 0.0;
+    in.v.at(0, 0, j, 0) = 1.0 + j;
+  }
+  Mp log2_exact;
+  mpfr_const_log2(log2_exact.v, MPFR_RNDN);
+  const Mp two_keys = Mp(1.5) + log2_exact;
+  for (const ReferenceMode& mode : kReferenceModes) {
+    const std::string suffix = mode.suffix;
+    CAPTURE(suffix);
+    const AttentionOutputs got =
+        run_attention(parse_kernel_model("correctly-rounded" + suffix, formats::bf16), in, RunOptions{});
+    CHECK(got.lse.at(0, 0, 0, 0) == 2.125);
+    CHECK(got.lse.at(0, 0, 1, 0) == mp_round(two_keys, 24, mode.rnd));
+  }
+}
+
+TEST_CASE("correctly-rounded where long double loses a score to cancellation") {
+  // Key 1's products are 2^40, 2^-25 and -2^40: long double (64 bits) drops the 2^-25, so its
+  // score 2^-28 becomes 0, and O = (1 + e^(s1) (1 + 2^-7)) / (1 + e^(s1) + e^(-25.625)) comes out
+  // 2^-38 below the bf16 midpoint 1 + 2^-8 when it lies 2^-38 above it. An error bound that
+  // ignores the score's magnitude (2^38 here, against a score of 2^-28) lets that double decide,
+  // and rounds down; MPFR (tests/mpfr_attention.hpp) rounds up.
+  AttentionInputs in;
+  const int d = 64;
+  in.q = Tensor4(1, 1, 1, d);
+  in.k = Tensor4(1, 1, 3, d);
+  in.v = Tensor4(1, 1, 3, d);
+  in.d_o = Tensor4(1, 1, 1, d);
+  in.softmax_scale = 0.125;
+  in.q.at(0, 0, 0, 0) = 0x1p20;
+  in.q.at(0, 0, 0, 1) = 0x1p-15;
+  in.q.at(0, 0, 0, 2) = 0x1p20;
+  in.k.at(0, 0, 1, 0) = 0x1p20;
+  in.k.at(0, 0, 1, 1) = 0x1p-10;
+  in.k.at(0, 0, 1, 2) = -0x1p20;
+  in.k.at(0, 0, 2, 0) = -205 * 0x1p-20;
+  in.v.at(0, 0, 0, 0) = 1.0;
+  in.v.at(0, 0, 1, 0) = 1.0 + 0x1p-7;
+  const MpAttention want = fb::test::mpfr_attention(in, [](int) { return 3; });
+  for (const ReferenceMode& mode : kReferenceModes) {
+    const std::string suffix = mode.suffix;
+    CAPTURE(suffix);
+    const AttentionOutputs got =
+        run_attention(parse_kernel_model("correctly-rounded" + suffix, formats::bf16), in, RunOptions{});
+    CHECK(got.o.at(0, 0, 0, 0) == mp_round(want.o[0], 8, mode.rnd));
+    CHECK(got.lse.at(0, 0, 0, 0) == mp_round(want.lse[0], 24, mode.rnd));
+  }
+  CHECK(mp_round(want.o[0], 8, MPFR_RNDN) == 1.0 + 0x1p-7);  // the case: above the midpoint
 }
