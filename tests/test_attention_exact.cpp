@@ -65,6 +65,30 @@ struct ReferenceMode {
 constexpr ReferenceMode kReferenceModes[] = {
     {"", MPFR_RNDN}, {"+o-rtz", MPFR_RNDZ}, {"+o-rup", MPFR_RNDU}, {"+o-rdn", MPFR_RNDD}};
 
+// Runs `correctly-rounded` in each mode of kReferenceModes on a scenario's inputs (seed, n rows,
+// head dim d, one head, with dO; causal and not) and hands each run, with MPFR's exact outputs
+// of the same inputs, to check(in, want, got, suffix, rnd).
+template <class Check>
+void each_reference_run(const char* scenario, std::uint64_t seed, int n, int d, Check check) {
+  for (bool causal : {false, true}) {
+    AttentionInputs in = make_scenario(scenario, seed, 1, 1, n, d, formats::bf16, true);
+    in.causal = causal;
+    const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
+    for (const ReferenceMode& mode : kReferenceModes) {
+      // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+      const char* const suffix = mode.suffix;
+      const mpfr_rnd_t rnd = mode.rnd;
+      const std::string name = std::string("correctly-rounded") + suffix;
+      CAPTURE(name);
+      CAPTURE(scenario);
+      CAPTURE(seed);
+      CAPTURE(causal);
+      const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
+      check(in, want, got, suffix, rnd);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, rtz, rup and rdn") {
@@ -73,45 +97,35 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
   // (8 significant bits), LSE to fp32 (24), and delta = Σ dO·O_cr of the ROUNDED O, summed
   // exactly and rounded once to fp32, each in the final cast's mode (+o-MODE).
   int inexact = 0, compared = 0;
+  const int n = 9, d = 8;
   for (const char* scenario : {"random", "sink"}) {
-    for (bool causal : {false, true}) {
-      AttentionInputs in = make_scenario(scenario, 78, 1, 1, 9, 8, formats::bf16, true);
-      in.causal = causal;
-      const int n = 9, d = 8;
-      const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
-      for (const ReferenceMode& mode : kReferenceModes) {
-        // Named variables, not structured bindings: clang before 16 cannot capture bindings.
-        const char* const suffix = mode.suffix;
-        const mpfr_rnd_t rnd = mode.rnd;
-        const std::string name = std::string("correctly-rounded") + suffix;
-        CAPTURE(name);
-        CAPTURE(scenario);
-        CAPTURE(causal);
-        const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
-        auto check_tensor = [&](const Tensor4& t, const std::vector<Mp>& exact, mpfr_prec_t p, const char* what) {
-          CAPTURE(what);
-          REQUIRE(t.data.size() == exact.size());
-          for (std::size_t i = 0; i < exact.size(); ++i) {
-            CAPTURE(i);
-            const double w = mp_round(exact[i], p, rnd);
-            CHECK(t.data[i] == w);
-            inexact += w != exact[i].d() ? 1 : 0;
-            ++compared;
-          }
-        };
-        check_tensor(got.o, want.o, 8, "O");
-        check_tensor(got.lse, want.lse, 24, "LSE");
-        check_tensor(*got.dq, want.dq, 8, "dQ");
-        check_tensor(*got.dk, want.dk, 8, "dK");
-        check_tensor(*got.dv, want.dv, 8, "dV");
-        // delta from the rounded O (MPFR's), exactly, then one rounding to fp32.
-        std::vector<Mp> delta_cr(n);
-        for (int r = 0; r < n; ++r)
-          for (int c = 0; c < d; ++c)
-            delta_cr[r] = delta_cr[r] + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[r * d + c], 8, rnd));
-        check_tensor(*got.delta, delta_cr, 24, "delta");
-      }
-    }
+    each_reference_run(
+        scenario, 78, n, d,
+        [&](const AttentionInputs& in, const MpAttention& want, const AttentionOutputs& got, const char*,
+            mpfr_rnd_t rnd) {
+          auto check_tensor = [&](const Tensor4& t, const std::vector<Mp>& exact, mpfr_prec_t p, const char* what) {
+            CAPTURE(what);
+            REQUIRE(t.data.size() == exact.size());
+            for (std::size_t i = 0; i < exact.size(); ++i) {
+              CAPTURE(i);
+              const double w = mp_round(exact[i], p, rnd);
+              CHECK(t.data[i] == w);
+              inexact += w != exact[i].d() ? 1 : 0;
+              ++compared;
+            }
+          };
+          check_tensor(got.o, want.o, 8, "O");
+          check_tensor(got.lse, want.lse, 24, "LSE");
+          check_tensor(*got.dq, want.dq, 8, "dQ");
+          check_tensor(*got.dk, want.dk, 8, "dK");
+          check_tensor(*got.dv, want.dv, 8, "dV");
+          // delta from the rounded O (MPFR's), exactly, then one rounding to fp32.
+          std::vector<Mp> delta_cr(n);
+          for (int r = 0; r < n; ++r)
+            for (int c = 0; c < d; ++c)
+              delta_cr[r] = delta_cr[r] + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[r * d + c], 8, rnd));
+          check_tensor(*got.delta, delta_cr, 24, "delta");
+        });
   }
   CHECK(inexact > compared / 2);  // the roundings are real: most outputs are not representable
 }
@@ -123,47 +137,37 @@ TEST_CASE("correctly-rounded O, LSE and delta on the ties scenario: decided exac
   // bit in every mode MPFR has: O; LSE; delta of the rounded O (summed exactly); and delta of
   // the exact O, the reference of a kernel whose delta reads O before its cast (+o-fp32).
   int o_beyond_double = 0, delta_beyond_double = 0;
+  const int n = 24, d = 8;
   for (const std::uint64_t seed : {91, 92, 93}) {
-    for (bool causal : {false, true}) {
-      AttentionInputs in = make_scenario("ties", seed, 1, 1, 24, 8, formats::bf16, true);
-      in.causal = causal;
-      const int n = 24, d = 8;
-      const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
-      for (const ReferenceMode& mode : kReferenceModes) {
-        const char* const suffix = mode.suffix;
-        const mpfr_rnd_t rnd = mode.rnd;
-        const std::string name = std::string("correctly-rounded") + suffix;
-        CAPTURE(name);
-        CAPTURE(seed);
-        CAPTURE(causal);
-        const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
-        for (int i = 0; i < n * d; ++i) {
-          CAPTURE(i);
-          const Mp& exact = want.o[static_cast<std::size_t>(i)];
-          const double w = mp_round(exact, 8, rnd);
-          CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
-          // The case this test is for: MPFR's value as a double rounds elsewhere.
-          o_beyond_double += mp_round(Mp(exact.d()), 8, rnd) != w ? 1 : 0;
-        }
-        const ModelHandle exact_o_delta = correctly_rounded_reference(
-            *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
-        REQUIRE(exact_o_delta.name.find("delta from the exact O") != std::string::npos);
-        const AttentionOutputs from_exact_o = run_attention(exact_o_delta, in, RunOptions{});
-        for (int r = 0; r < n; ++r) {
-          CAPTURE(r);
-          const auto at = static_cast<std::size_t>(r);
-          CHECK(got.lse.data[at] == mp_round(want.lse[at], 24, rnd));
-          Mp delta;
-          for (int c = 0; c < d; ++c)
-            delta =
-                delta + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
-          CHECK(got.delta->data[at] == mp_round(delta, 24, rnd));
-          const double w = mp_round(want.delta[at], 24, rnd);
-          CHECK(from_exact_o.delta->data[at] == w);
-          delta_beyond_double += mp_round(Mp(want.delta[at].d()), 24, rnd) != w ? 1 : 0;
-        }
-      }
-    }
+    each_reference_run("ties", seed, n, d,
+                       [&](const AttentionInputs& in, const MpAttention& want, const AttentionOutputs& got,
+                           const char* suffix, mpfr_rnd_t rnd) {
+                         for (int i = 0; i < n * d; ++i) {
+                           CAPTURE(i);
+                           const Mp& exact = want.o[static_cast<std::size_t>(i)];
+                           const double w = mp_round(exact, 8, rnd);
+                           CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
+                           // The case this test is for: MPFR's value as a double rounds elsewhere.
+                           o_beyond_double += mp_round(Mp(exact.d()), 8, rnd) != w ? 1 : 0;
+                         }
+                         const ModelHandle exact_o_delta = correctly_rounded_reference(
+                             *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
+                         REQUIRE(exact_o_delta.name.find("delta from the exact O") != std::string::npos);
+                         const AttentionOutputs from_exact_o = run_attention(exact_o_delta, in, RunOptions{});
+                         for (int r = 0; r < n; ++r) {
+                           CAPTURE(r);
+                           const auto at = static_cast<std::size_t>(r);
+                           CHECK(got.lse.data[at] == mp_round(want.lse[at], 24, rnd));
+                           Mp delta;
+                           for (int c = 0; c < d; ++c)
+                             delta = delta + Mp(in.d_o->at(0, 0, r, c)) *
+                                                 Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
+                           CHECK(got.delta->data[at] == mp_round(delta, 24, rnd));
+                           const double w = mp_round(want.delta[at], 24, rnd);
+                           CHECK(from_exact_o.delta->data[at] == w);
+                           delta_beyond_double += mp_round(Mp(want.delta[at].d()), 24, rnd) != w ? 1 : 0;
+                         }
+                       });
   }
   CHECK(o_beyond_double > 0);
   CHECK(delta_beyond_double > 0);
