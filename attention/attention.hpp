@@ -240,10 +240,12 @@ AttentionOutputs exact_attention(const AttentionInputs& in);
 // the element, as +o-sr): O, dQ, dK, dV into km.output, LSE into fp32 (+inf stays +inf),
 // delta = Σ dO·O of the rounded O, summed exactly (emu ExactAccumulator) and rounded once into
 // fp32, as a kernel computes delta from its stored O. run_attention() dispatches such a model
-// here; this entry takes `exact` (exact_attention(in)) already computed. A tracer's rows get
-// their coordinates, the final cast's rounding events and delta's decomposition (no tiles).
-// The exact values are long double (~1e-16 relative): a value closer than that to a
-// representable number rounds as if it were that number (directed modes at exact ties).
+// here; this entry takes `exact` (exact_attention(in), whose row_max and row_score_magnitude
+// it reads) already computed. A tracer's rows get their coordinates, the final cast's
+// rounding events and delta's decomposition (no tiles). O, LSE and delta are correctly
+// rounded even where the long-double value cannot decide (attention/exact_rounding.hpp); dQ,
+// dK and dV round the long-double value (~1e-16 relative), so one closer than that to a
+// rounding boundary may round to its other side (directed modes at exact ties).
 AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
                                      const RunOptions& opt);
 // The reference's delta of one row from a given O (values of km.output) and dO, rounded once
