@@ -3,13 +3,15 @@
 //
 // Contract and why x87 long double is enough: every input is a value of a format of at most
 // 24 significant bits, so products q_c*k_c are exact in long double (64-bit significand) and
-// a dot over d <= 256 terms errs by at most d * 2^-64 ≈ 1.4e-17 of sum_c |q_c k_c| (relative
-// to the score itself unless the dot cancels by orders of magnitude; row_score_magnitude
-// records that scale); exp/log in long double are accurate to a few ulps of 2^-64; the
-// softmax is computed with the exact max (two passes), so nothing else cancels
-// catastrophically except where the true result is itself tiny. The reference is thus
-// ~1e-16 relative, 13 orders below one bf16 ulp (2^-8) and 11 below one fp16 ulp (2^-11):
-// far beyond what measuring those errors needs.
+// a dot over d <= 256 terms errs by at most d * 2^-64 ≈ 1.4e-17 of sum_c |q_c k_c|. Where the
+// dot cancels to below 2^-20 of that sum it is summed again with compensation, so a score is
+// never lost to cancellation (row_score_magnitude records the sum: exact_rounding.hpp's error
+// bound is in terms of it). A weight e^(s - m) errs relatively by its score's absolute error,
+// ~1e-16 for the scores attention meets (up to ~1e3); exp/log in long double are accurate to
+// a few ulps of 2^-64; the softmax is computed with the exact max (two passes), so nothing
+// else cancels catastrophically except where the true result is itself tiny. The reference
+// is thus ~1e-16 relative, 13 orders below one bf16 ulp (2^-8) and 11 below one fp16 ulp
+// (2^-11): far beyond what measuring those errors needs.
 // All-masked rows give O = 0, LSE = +inf and zero gradients, as FA2 does. The key length Nk
 // may differ from the query length N; causal masks align bottom-right as FA2 >= 2.1 does:
 // row r sees keys j <= r + Nk - N (none for r < N - Nk); top-left aligned, j <= r.
@@ -37,6 +39,24 @@
 #include "emu/summation.hpp"
 
 namespace fb::attn {
+namespace {
+
+// sum_c a_c * b_c in long double with Neumaier's compensation: the products are exact (values
+// of at most 24 bits) and the sum errs by one rounding of itself plus ~d^2 2^-128 of
+// sum_c |a_c b_c|. The plain sum errs by ~d 2^-64 of that magnitude, which is all of the
+// score when the dot cancels (products 2^40, 2^-25, -2^40 lose the 2^-25).
+long double compensated_dot(const double* a, const double* b, int d) {
+  long double sum = 0.0L, compensation = 0.0L;
+  for (int c = 0; c < d; ++c) {
+    const long double product = static_cast<long double>(a[c]) * b[c];
+    const long double t = sum + product;
+    compensation += std::fabs(sum) >= std::fabs(product) ? (sum - t) + product : (product - t) + sum;
+    sum = t;
+  }
+  return sum + compensation;
+}
+
+}  // namespace
 
 AttentionOutputs exact_attention(const AttentionInputs& in) {
   const int B = in.q.batch, H = in.q.heads, N = in.q.rows, D = in.q.cols;
@@ -85,6 +105,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
           acc += product;
           acc_abs += std::fabs(product);
         }
+        if (std::fabs(acc) < 0x1p-20L * acc_abs) acc = compensated_dot(q, k, D);
         s[j] = acc * scale;
         m = std::max(m, s[j]);
         magnitude = std::max(magnitude, acc_abs);

@@ -251,7 +251,7 @@ TEST_CASE("correctly-rounded LSE of one visible key is its score, exactly, in ev
   }
 }
 
-TEST_CASE("correctly-rounded where long double loses a score to cancellation") {
+TEST_CASE("exact_attention and correctly-rounded where a long-double dot product cancels") {
   // Key 1's products are 2^40, 2^-25 and -2^40: long double (64 bits) drops the 2^-25, so its
   // score 2^-28 becomes 0, and O = (1 + e^(s1) (1 + 2^-7)) / (1 + e^(s1) + e^(-25.625)) comes out
   // 2^-38 below the bf16 midpoint 1 + 2^-8 when it lies 2^-38 above it. An error bound that
@@ -273,7 +273,18 @@ TEST_CASE("correctly-rounded where long double loses a score to cancellation") {
   in.k.at(0, 0, 2, 0) = -205 * 0x1p-20;
   in.v.at(0, 0, 0, 0) = 1.0;
   in.v.at(0, 0, 1, 0) = 1.0 + 0x1p-7;
+  in.d_o->at(0, 0, 0, 0) = 1.0;
+  in.d_o->at(0, 0, 0, 1) = -0.5;
   const MpAttention want = fb::test::mpfr_attention(in, [](int) { return 3; });
+  // exact_attention itself sums the cancelling dot again with compensation: the lost 2^-25
+  // would move O by 2^-38 and dK by far more than 1e-15.
+  const AttentionOutputs exact = exact_attention(in);
+  check_close(exact.o, want.o, {}, "O");
+  check_close(exact.lse, want.lse, {}, "LSE");
+  check_close(*exact.delta, want.delta, {}, "delta");
+  check_close(*exact.dq, want.dq, {}, "dQ");
+  check_close(*exact.dk, want.dk, {}, "dK");
+  check_close(*exact.dv, want.dv, {}, "dV");
   for (const ReferenceMode& mode : kReferenceModes) {
     const std::string suffix = mode.suffix;
     CAPTURE(suffix);
