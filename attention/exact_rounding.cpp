@@ -177,7 +177,6 @@ class RowScores {
   // The sign of sum_j e^(s_j) - e^beta, exactly (0: the LSE is beta).
   int compare_lse(const mpfr_t beta);
 
-  int visible() const { return nk_; }
   const double* key(int j) const { return in_.k.row(b_, hk_, j); }
   const double* value(int j) const { return in_.v.row(b_, hk_, j); }
 
@@ -200,7 +199,7 @@ class RowScores {
 
   const Weights& weights(mpfr_prec_t p);
   void scale_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const;
-  void top_score_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const;
+  void score_interval(int key, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const;  // scale * dot(key), enclosed
   const Mp& dot(int j);
   const std::vector<Group>& groups();
   bool score_equals(const Mp& dot, const mpfr_t beta) const;
@@ -314,11 +313,11 @@ void RowScores::scale_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const {
   mpfr_ui_div(hi, 1, root.v, MPFR_RNDU);
 }
 
-// scale * top dot, enclosed.
-void RowScores::top_score_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const {
+// scale * dot(key), enclosed (the key's dot already computed).
+void RowScores::score_interval(int key, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const {
   Mp scale_lo(p), scale_hi(p);
   scale_interval(p, scale_lo.v, scale_hi.v);
-  const mpfr_srcptr top = dots_[static_cast<std::size_t>(top_key_)]->v;
+  const mpfr_srcptr top = dots_[static_cast<std::size_t>(key)]->v;
   const bool nonnegative = mpfr_sgn(top) >= 0;
   mpfr_mul(lo, top, nonnegative ? scale_lo.v : scale_hi.v, MPFR_RNDD);
   mpfr_mul(hi, top, nonnegative ? scale_hi.v : scale_lo.v, MPFR_RNDU);
@@ -390,7 +389,7 @@ void RowScores::enclose_mean(const KeyValues& x, mpfr_prec_t p, mpfr_t lo, mpfr_
 void RowScores::enclose_lse(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
   const Weights& w = weights(p);
   Mp top_lo(p), top_hi(p), t(p);
-  top_score_interval(p, top_lo.v, top_hi.v);
+  score_interval(top_key_, p, top_lo.v, top_hi.v);
   mpfr_log(t.v, w.den_lo.v, MPFR_RNDD);
   mpfr_add(lo, top_lo.v, t.v, MPFR_RNDD);
   mpfr_log(t.v, w.den_hi.v, MPFR_RNDU);
@@ -446,11 +445,7 @@ int RowScores::sign_of_sum(std::vector<Term>& terms, const mpfr_t beta) {
     Mp scale_lo(p), scale_hi(p), x_lo(p), x_hi(p), e_lo(p), e_hi(p), term(p), sum_lo(p), sum_hi(p);
     Mp top_lo(p), top_hi(p);
     scale_interval(p, scale_lo.v, scale_hi.v);
-    {
-      const bool nonnegative = mpfr_sgn(top.v) >= 0;
-      mpfr_mul(top_lo.v, top.v, nonnegative ? scale_lo.v : scale_hi.v, MPFR_RNDD);
-      mpfr_mul(top_hi.v, top.v, nonnegative ? scale_hi.v : scale_lo.v, MPFR_RNDU);
-    }
+    score_interval(terms.front().key, p, top_lo.v, top_hi.v);
     mpfr_set_zero(sum_lo.v, 1);
     mpfr_set_zero(sum_hi.v, 1);
     for (std::size_t i = 0; i < terms.size(); ++i) {
@@ -650,6 +645,23 @@ ExactRounding::ExactRounding(const AttentionInputs& in, const AttentionOutputs& 
       }
 }
 
+int ExactRounding::kv_head(int h) const { return h / (in_.k.heads > 0 ? in_.q.heads / in_.k.heads : 1); }
+
+const double* ExactRounding::column_abs_max(int b, int h) const {
+  return &v_abs_max_[(static_cast<std::size_t>(b) * in_.k.heads + kv_head(h)) * in_.v.cols];
+}
+
+bool ExactRounding::inputs_finite(int b, int h, int r, int nk, bool with_values) const {
+  const auto finite = [](const double* x, int n) {
+    return std::all_of(x, x + n, [](double e) { return std::isfinite(e); });
+  };
+  const int D = in_.q.cols, hk = kv_head(h);
+  if (!finite(in_.q.row(b, h, r), D)) return false;
+  for (int j = 0; j < nk; ++j)
+    if (!finite(in_.k.row(b, hk, j), D) || (with_values && !finite(in_.v.row(b, hk, j), D))) return false;
+  return true;
+}
+
 int ExactRounding::visible_keys(int r) const {
   const int N = in_.q.rows, Nk = in_.k.rows;
   const int offset = in_.causal_alignment == AttentionInputs::CausalAlignment::top_left ? 0 : Nk - N;
@@ -675,13 +687,12 @@ double ExactRounding::mean_error_bound(int b, int h, int r) const {
 std::vector<std::optional<RoundPackInput>> ExactRounding::o_row(int b, int h, int r, const Format& f,
                                                                 const RoundingSpec& spec,
                                                                 std::uint64_t first_position) const {
-  const int D = in_.v.cols, Hk = in_.k.heads;
-  const int hk = h / (Hk > 0 ? in_.q.heads / Hk : 1);
+  const int D = in_.v.cols;
   std::vector<std::optional<RoundPackInput>> out(static_cast<std::size_t>(D));
   const int nk = visible_keys(r);
   if (nk == 0) return out;  // no key: O is exactly 0
   const double error = mean_error_bound(b, h, r);
-  const double* v_max = &v_abs_max_[(static_cast<std::size_t>(b) * Hk + hk) * D];
+  const double* v_max = column_abs_max(b, h);
   std::vector<int> undecided;
   for (int c = 0; c < D; ++c) {
     const double approx = exact_.o.at(b, h, r, c);
@@ -690,14 +701,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::o_row(int b, int h, in
   }
   if (undecided.empty()) return out;
   const FreeMpfrCaches free_caches_on_return;
-  // Infinite scores (an infinite q or k entry) are outside this argument; such rows keep
-  // exact_attention's value, as documented in the header.
-  const double* q = in_.q.row(b, h, r);
-  for (int c = 0; c < D; ++c)
-    if (!std::isfinite(q[c])) return out;
-  for (int j = 0; j < nk; ++j)
-    for (int c = 0; c < D; ++c)
-      if (!std::isfinite(in_.k.row(b, hk, j)[c]) || !std::isfinite(in_.v.row(b, hk, j)[c])) return out;
+  if (!inputs_finite(b, h, r, nk, true)) return out;
   RowScores scores(in_, b, h, r, nk);
   for (const int c : undecided) {
     std::vector<double> column(static_cast<std::size_t>(nk));
@@ -714,12 +718,11 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::o_row(int b, int h, in
 std::optional<RoundPackInput> ExactRounding::delta(int b, int h, int r, const Format& f, const RoundingSpec& spec,
                                                    std::uint64_t position) const {
   if (!in_.d_o || !exact_.delta) return std::nullopt;
-  const int D = in_.v.cols, Hk = in_.k.heads;
-  const int hk = h / (Hk > 0 ? in_.q.heads / Hk : 1);
+  const int D = in_.v.cols;
   const int nk = visible_keys(r);
   if (nk == 0) return std::nullopt;  // delta is exactly 0
   const double* d_o = in_.d_o->row(b, h, r);
-  const double* v_max = &v_abs_max_[(static_cast<std::size_t>(b) * Hk + hk) * D];
+  const double* v_max = column_abs_max(b, h);
   // delta = sum_c dO_c o_c of the long-double O: each o_c errs as a mean (mean_error_bound),
   // and the sum adds d + 1 ulps of sum_c |dO_c| max|V_c|.
   double scale = 0.0;
@@ -729,12 +732,8 @@ std::optional<RoundPackInput> ExactRounding::delta(int b, int h, int r, const Fo
                        std::ldexp(std::fabs(approx), -52);
   if (double_decides(f, approx, bound, spec, position)) return std::nullopt;
   const FreeMpfrCaches free_caches_on_return;
-  const double* q = in_.q.row(b, h, r);
-  for (int c = 0; c < D; ++c)
-    if (!std::isfinite(q[c]) || !std::isfinite(d_o[c])) return std::nullopt;
-  for (int j = 0; j < nk; ++j)
-    for (int c = 0; c < D; ++c)
-      if (!std::isfinite(in_.k.row(b, hk, j)[c]) || !std::isfinite(in_.v.row(b, hk, j)[c])) return std::nullopt;
+  if (!std::all_of(d_o, d_o + D, [](double x) { return std::isfinite(x); }) || !inputs_finite(b, h, r, nk, true))
+    return std::nullopt;
   RowScores scores(in_, b, h, r, nk);
   // delta = sum_j e^(s_j) w_j / sum_j e^(s_j) with w_j = dO . V_j, exactly.
   std::vector<Mp> exact_w;
@@ -754,19 +753,12 @@ std::optional<RoundPackInput> ExactRounding::lse(int b, int h, int r, const Form
                                                  std::uint64_t position) const {
   const double approx = exact_.lse.at(b, h, r, 0);
   if (!std::isfinite(approx)) return std::nullopt;  // no visible key
-  const int D = in_.q.cols, Hk = in_.k.heads;
-  const int hk = h / (Hk > 0 ? in_.q.heads / Hk : 1);
   const int nk = visible_keys(r);
   // The argued bound (mean_error_bound's comment) with LSE's own rounding and the double's.
   const double bound = mean_error_bound(b, h, r) + std::ldexp(std::fabs(approx), -51);
   if (double_decides(f, approx, bound, spec, position)) return std::nullopt;
   const FreeMpfrCaches free_caches_on_return;
-  const double* q = in_.q.row(b, h, r);
-  for (int c = 0; c < D; ++c)
-    if (!std::isfinite(q[c])) return std::nullopt;
-  for (int j = 0; j < nk; ++j)
-    for (int c = 0; c < D; ++c)
-      if (!std::isfinite(in_.k.row(b, hk, j)[c])) return std::nullopt;
+  if (!inputs_finite(b, h, r, nk, false)) return std::nullopt;
   RowScores scores(in_, b, h, r, nk);
   return decide(
       f, spec, position, [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) { scores.enclose_lse(p, lo, hi); },

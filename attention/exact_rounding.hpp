@@ -88,6 +88,10 @@ class ExactRounding {
   // 1, in row (b, h, r) (four times the argued bound; see exact_rounding.cpp).
   double mean_error_bound(int b, int h, int r) const;
   int visible_keys(int r) const;
+  int kv_head(int h) const;
+  const double* column_abs_max(int b, int h) const;  // max |V| per column of h's kv head
+  // Whether q of row (b, h, r) and k (with_values: and v) of its nk visible keys are finite.
+  bool inputs_finite(int b, int h, int r, int nk, bool with_values) const;
 
   const AttentionInputs& in_;
   const AttentionOutputs& exact_;
