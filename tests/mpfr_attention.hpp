@@ -13,6 +13,8 @@
 //   lse_infinite[r] = true (every model's all-masked guards); its lse entry is 0.
 // - check_close(got, want, infinite, what): every element of `got` within 1e-15 (relative,
 //   absolute below 1) of `want`, or +inf where `infinite` is set (empty: nowhere).
+// - check_all_close(got, want): check_close on O, LSE (+inf where want.lse_infinite), delta,
+//   dQ, dK and dV of a run with a backward.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -127,6 +129,16 @@ inline void check_close(const attn::Tensor4& got, const std::vector<Mp>& want, c
     const double w = want[i].d();
     CHECK(std::fabs(got.data[i] - w) <= 1e-15 * std::max(1.0, std::fabs(w)));
   }
+}
+
+inline void check_all_close(const attn::AttentionOutputs& got, const MpAttention& want) {
+  check_close(got.o, want.o, {}, "O");
+  check_close(got.lse, want.lse, want.lse_infinite, "LSE");
+  REQUIRE((got.delta && got.dq && got.dk && got.dv));
+  check_close(*got.delta, want.delta, {}, "delta");
+  check_close(*got.dq, want.dq, {}, "dQ");
+  check_close(*got.dk, want.dk, {}, "dK");
+  check_close(*got.dv, want.dv, {}, "dV");
 }
 
 }  // namespace fb::test

@@ -20,7 +20,7 @@
 using namespace fb;
 using namespace fb::attn;
 
-using fb::test::check_close;
+using fb::test::check_all_close;
 using fb::test::Mp;
 using fb::test::MpAttention;
 
@@ -34,12 +34,7 @@ TEST_CASE("exact_attention agrees with MPFR at 1024 bits: O, LSE, delta, dQ, dK,
       const int n = 11;
       const AttentionOutputs got = exact_attention(in);
       const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
-      check_close(got.o, want.o, {}, "O");
-      check_close(got.lse, want.lse, {}, "LSE");
-      check_close(*got.delta, want.delta, {}, "delta");
-      check_close(*got.dq, want.dq, {}, "dQ");
-      check_close(*got.dk, want.dk, {}, "dK");
-      check_close(*got.dv, want.dv, {}, "dV");
+      check_all_close(got, want);
     }
   }
 }
@@ -279,12 +274,7 @@ TEST_CASE("exact_attention and correctly-rounded where a long-double dot product
   // exact_attention itself sums the cancelling dot again with compensation: the lost 2^-25
   // would move O by 2^-38 and dK by far more than 1e-15.
   const AttentionOutputs exact = exact_attention(in);
-  check_close(exact.o, want.o, {}, "O");
-  check_close(exact.lse, want.lse, {}, "LSE");
-  check_close(*exact.delta, want.delta, {}, "delta");
-  check_close(*exact.dq, want.dq, {}, "dQ");
-  check_close(*exact.dk, want.dk, {}, "dK");
-  check_close(*exact.dv, want.dv, {}, "dV");
+  check_all_close(exact, want);
   for (const ReferenceMode& mode : kReferenceModes) {
     const std::string suffix = mode.suffix;
     CAPTURE(suffix);
