@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "api/recipe_file.hpp"
+#include "attention/kernel_models.hpp"
 #include "attention/trace_inputs.hpp"
 
 namespace fb::api {
@@ -16,6 +17,9 @@ attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionName
   } catch (const std::invalid_argument& e) {
     throw InputError(names.model + " " + choice.name + ": " + e.what());
   }
+  if (choice.dtype_given && !attn::reads_inputs_of(*model.recipe, choice.dtype))
+    throw InputError(names.model + " " + choice.name + " reads " + model.recipe->input.name + " inputs; " +
+                     names.dtype + " " + choice.dtype.name + " contradicts it (leave " + names.dtype + " out)");
   return refine_model(std::move(model), choice.sfu_set, choice.recipe_path, names, capture, notes);
 }
 

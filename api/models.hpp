@@ -27,9 +27,12 @@ struct ModelChoice {
   Format dtype = formats::bf16;   // the inputs' format
   std::string sfu_set = "model";  // model | a set name | auto (with a capture)
   std::string recipe_path;        // empty: none
+  // The user named `dtype` (--dtype, dtype=): a model that names another input format
+  // (standard-fp16, fa-bf16acc for fp16) is then refused rather than the dtype ignored.
+  bool dtype_given = false;
 };
 struct ModelOptionNames {
-  std::string model = "--model", sfu = "--sfu";
+  std::string model = "--model", sfu = "--sfu", dtype = "--dtype";
 };
 // What resolving found besides the model: the line saying what "auto" chose (empty when it
 // chose nothing), and the SFU tables the recipe loaded (inputs no output may overwrite).

@@ -11,6 +11,10 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
+
+#include "traces/sfu_sets.hpp"
 
 namespace fb::api {
 
@@ -140,6 +144,11 @@ void check_output_path(std::string_view option, const std::string& path, bool st
     if (stdout_allowed) return;
     throw InputError(prefix + "standard output is not supported here; give a file path (./- for a file named -)");
   }
+  // The SFU tables a run may load by a set's name (--sfu hw-sm90, or auto for a hardware
+  // capture) are inputs no option names, so no command's own list of inputs holds them.
+  std::vector<std::pair<std::string, std::string>> tables;
+  for (const std::string& table : sfu_table_paths()) tables.emplace_back("flashbits' SFU table", table);
+  refuse_output_over_inputs(option, path, tables);
   // Through a symbolic link: the file it names is replaced (write_output_file), in its directory.
   const fs::path target = output_target(path);
   struct stat st {};

@@ -522,11 +522,7 @@ std::optional<AttentionInputs> inputs_as_quantised(const KernelModel& km, const 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt) {
   if (!model.recipe) throw std::invalid_argument("run_attention: empty kernel model");
   const KernelModel& km = *model.recipe;
-  // Inputs must be values of the recipe's input format (a bf16 recipe cannot read fp16
-  // values, which it could not represent, and vice versa).
-  const bool narrower = (km.input == formats::bf16 && in.dtype == formats::fp16) ||
-                        (km.input == formats::fp16 && in.dtype == formats::bf16);
-  if (narrower) {
+  if (!reads_inputs_of(km, in.dtype)) {
     throw std::invalid_argument("kernel model '" + model.name + "' reads " + km.input.name + " inputs, got " +
                                 in.dtype.name + " (parse the model with the inputs' dtype)");
   }

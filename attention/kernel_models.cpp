@@ -872,6 +872,11 @@ std::optional<Format> stored_o_format(const KernelModel& km) {
   }
 }
 
+bool reads_inputs_of(const KernelModel& km, const Format& dtype) {
+  return !((km.input == formats::bf16 && dtype == formats::fp16) ||
+           (km.input == formats::fp16 && dtype == formats::bf16));
+}
+
 bool delta_reads_unrounded_o(const KernelModel& km) {
   if (km.structure == Structure::correctly_rounded) return km.reference_delta_exact;
   return km.o_fp32 || km.delta_dpp || km.delta == DeltaFormula::softmax_backward;

@@ -383,6 +383,11 @@ std::optional<Format> stored_o_format(const KernelModel& km);
 // Whether the kernel's delta reads anything but its stored O: O kept in fp32 before the final
 // cast (+o-fp32), or rowsum(dP∘P) (+delta-dpp, the tensor-op softmax backward).
 bool delta_reads_unrounded_o(const KernelModel& km);
+// Whether a recipe can read inputs of `dtype`: a bf16 recipe cannot read fp16 values (which
+// it could not represent) nor an fp16 recipe bf16 ones; fp8 recipes quantise what they get.
+// run_attention refuses such inputs, and a trace's replay checks it before any run
+// (parse_model_for_inputs), so that import never writes a trace replay then refuses.
+bool reads_inputs_of(const KernelModel& km, const Format& dtype);
 
 // The table of base recipes for a given input dtype (bf16 or fp16 where the model
 // does not name its own). Exposed for tests and `flashbits models`.

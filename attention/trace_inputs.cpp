@@ -90,6 +90,11 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
   if (name.empty()) return out;
   try {
     out.model = parse_model_for_inputs(name, out.inputs.dtype);
+    // The trace's values are of its dtype: a model naming another (standard-fp16 for bf16
+    // values) would only be refused by the run, after import had written the trace.
+    if (!reads_inputs_of(*out.model.recipe, out.inputs.dtype))
+      throw std::invalid_argument("kernel model " + name + " reads " + out.model.recipe->input.name +
+                                  " inputs, not the trace's " + out.inputs.dtype.name);
   } catch (const std::invalid_argument& e) {
     // A model named by the trace's metadata is an error of the file: name the file first.
     if (model_option.empty()) throw TraceError(trace.source_name() + ": metadata model '" + name + "': " + e.what());

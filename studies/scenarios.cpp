@@ -139,6 +139,12 @@ Tensor4 make_tensor(std::string_view name, std::uint64_t seed, std::uint64_t ten
 
 }  // namespace
 
+std::string scenario_list() {
+  std::string list;
+  for (const std::string& n : scenario_names()) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 std::vector<std::string> scenario_names() { return {"random", "fa3-outliers", "sink", "ties", "wide-ties"}; }
 
 namespace {
@@ -170,9 +176,7 @@ AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int bat
                               const Format& dtype, bool with_backward, int kv_heads, int seqlen_k) {
   bool known = false;
   for (const std::string& s : scenario_names()) known |= s == name;
-  if (!known)
-    throw std::invalid_argument("unknown scenario '" + std::string(name) +
-                                "' (random, fa3-outliers, sink, ties, wide-ties)");
+  if (!known) throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (" + scenario_list() + ")");
   if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0 || seqlen_k < 0)
     throw std::invalid_argument("scenario: negative shape");
   // Another key length: the square problem of the longer length, q (and dO) its last seqlen

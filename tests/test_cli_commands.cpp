@@ -104,7 +104,7 @@ TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are 
   REQUIRE(r.code == 0);
   const auto js = nlohmann::json::parse(r.out);
   CHECK(js["rows"].size() == 60);
-  CHECK(r.err.find("fa2-sm90 runs in bf16, not e4m3") != std::string::npos);
+  CHECK(r.err.find("fa2-sm90 runs in bf16 or fp16, not e4m3") != std::string::npos);
   int fp8_rows = 0, rto_rows = 0;
   for (const auto& row : js["rows"]) {
     fp8_rows += row["model"] == "standard-fp8" ? 1 : 0;
@@ -515,6 +515,32 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   j = good;
   j["rows"][0]["sufficient"]["ties"] = 18446744073709551615ull;
   expect_bad("ties_unsigned.json", j.dump(), "ties");
+  // Sums sweep never writes (it leaves non-finite rows out): NaN or an infinite sum, a negative
+  // sum of squares. Merged, they turned a verdict (`adds bias` into `no detectable bias`).
+  const std::string header = text.substr(0, row - 1);
+  auto column_of = [&](const std::string& name) {
+    std::size_t column = 0, start = 0;
+    for (;;) {
+      const std::size_t end = header.find(',', start);
+      if (header.substr(start, end - start) == name) return column;
+      REQUIRE(end != std::string::npos);
+      start = end + 1;
+      ++column;
+    }
+  };
+  auto with_field = [&](const std::string& name, const std::string& value) {
+    std::string edited = text;
+    std::size_t at_field = row;
+    for (std::size_t i = 0; i < column_of(name); ++i) at_field = edited.find(',', at_field) + 1;
+    edited.replace(at_field, edited.find_first_of(",\n", at_field) - at_field, value);
+    return edited;
+  };
+  expect_bad("o_sum_nan.csv", with_field("o_sum", "nan"), "o_sum");
+  expect_bad("ex_o_sum_inf.csv", with_field("ex_o_sum", "inf"), "ex_o_sum");
+  expect_bad("o_sumsq_negative.csv", with_field("o_sumsq", "-1"), "o_sumsq");
+  j = good;
+  j["rows"][0]["sufficient"]["d_sumsq"] = -0.5;
+  expect_bad("d_sumsq_negative.json", j.dump(), "d_sumsq");
   // The unmodified shards still merge.
   CHECK(run("merge " + csv).code == 0);
   std::ofstream(scratch() / "good.json") << good_json.out;
@@ -583,6 +609,10 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   CHECK(r.out.find("1. Replay: 16384/16384 elements of O match") != std::string::npos);
   CHECK(r.out.find("correctly rounded reference") != std::string::npos);
   CHECK(r.out.find("Verdict (from the excess") != std::string::npos);
+  // The shown rounding is the step's own: pytorch-fa2-sm90's tensor-core steps truncate, so
+  // a round bit and sticky bit of 1 rounded toward zero must not be called round-to-nearest.
+  CHECK(r.out.find("RNE decision") == std::string::npos);
+  CHECK(r.out.find("decision: rounded") != std::string::npos);
   if (sanitizer_scale()) return;  // the same path again on the emulated trace
   // The emulated bf16-accumulator recipe (Qiu & Yao) on its sink trace: biased beyond its
   // format's own rounding, and the dynamic max removes it.

@@ -95,6 +95,15 @@ TEST_CASE("issue 34: an output over a file inside a directory input is refused, 
   // Beside the inputs is fine: the capture imports.
   const Run beside = run("import " + dir.string() + kBare + " --out " + (dir / "trace.safetensors").string());
   CHECK(beside.code == 0);
+  // A model that names another dtype than the capture's (standard-fp16 for bf16 values) is
+  // refused before anything is written: replay would refuse the trace import wrote.
+  const auto fp16_model_out = scratch() / "fp16_model.safetensors";
+  const Run other_dtype =
+      run("import " + dir.string() + kBare + " --model standard-fp16 --out " + fp16_model_out.string());
+  CHECK(other_dtype.code == 2);
+  CHECK(one_error(other_dtype, "standard-fp16 reads fp16 inputs, not the trace's bf16"));
+  CHECK_FALSE(std::filesystem::exists(fp16_model_out));
+  CHECK(run("import " + dir.string() + kBare + " --model standard-bf16 --out " + fp16_model_out.string()).code == 0);
 
   // replay of a directory capture: --plot over its out.npy.
   const auto with_out = capture_dir("npy_capture_out");
@@ -116,6 +125,27 @@ TEST_CASE("issue 34: an output over a file inside a directory input is refused, 
   CHECK(over_table.code == 2);
   CHECK(one_error(over_table, "is the same file as the recipe's table " + table.string()));
   CHECK(slurp(table.string()) == table_before);
+  // The tables a named SFU set loads are inputs no option names: --plot over one is refused
+  // whether --sfu names the set or auto picks it for an H200 capture. A copy of the table
+  // directory (FLASHBITS_SFU_TABLES) stands in for the shipped one, which a bug would destroy.
+  const auto tables = scratch() / "sfu_tables";
+  std::filesystem::create_directories(tables);
+  std::filesystem::copy_file(std::string(FLASHBITS_SOURCE_DIR) + "/emu/tables/ex2_h200.fbsfu",
+                             tables / "ex2_h200.fbsfu", std::filesystem::copy_options::overwrite_existing);
+  const std::string env = "FLASHBITS_SFU_TABLES='" + tables.string() + "' ";
+  const std::string set_table = (tables / "ex2_h200.fbsfu").string();
+  const std::string set_table_before = slurp(set_table);
+  const std::string h200 = std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/fa2/fa2_sink_d64.safetensors";
+  for (const std::string& sfu : {std::string(" --sfu hw-sm90"), std::string("")}) {
+    const Run over_set_table = run("replay " + h200 + sfu + " --row 0 --plot " + set_table, env);
+    CHECK(over_set_table.code == 2);
+    CHECK(one_error(over_set_table, "is the same file as flashbits' SFU table " + set_table));
+    CHECK(slurp(set_table) == set_table_before);
+  }
+  // make-trace's --out too (every output option goes through the same check).
+  CHECK(one_error(run("make-trace --model fa2-sm80 --seqlen 8 --headdim 8 --out " + set_table, env),
+                  "flashbits' SFU table"));
+  CHECK(slurp(set_table) == set_table_before);
   // A plot beside it is written (the replay itself may mismatch: exit 0 or 1).
   const Run plot_beside = run(replay + "--plot " + (scratch() / "capture_plot.svg").string());
   CHECK((plot_beside.code == 0 || plot_beside.code == 1));

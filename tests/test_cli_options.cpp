@@ -168,6 +168,35 @@ TEST_CASE("issue 34: sweep refuses a list entry given twice and two entries that
   CHECK(run(kSmallSweep + " --model standard,standard-bf16 --formats fp16").code == 0);
 }
 
+TEST_CASE("sweep: an empty list or list entry is refused, naming the option it is in") {
+  const std::string sweep = "sweep --seqlen 16 --headdim 16 --trials 1 --jobs 2 --model fa2-sm80 ";
+  for (const std::string option : {"--formats", "--round", "--scenario"})
+    check_refused(run(sweep + option + " ''"), {option + ":", "expected at least one entry"});
+  check_refused(run(kSmallSweep + " --model ''"), {"--model", "expected at least one entry"});
+  check_refused(run(kSmallSweep + " --model fa2-sm80,"), {"--model fa2-sm80,", "an empty entry"});
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --formats ,bf16"), {"--formats ,bf16", "an empty entry"});
+  check_refused(run(kSmallSweep + " --model fa2-sm80 --round rne,,rtz"), {"--round rne,,rtz", "an empty entry"});
+  // An unknown scenario's error lists the ones there are, in sweep and in bias-test.
+  check_refused(run(sweep + "--scenario nope"), {"--scenario nope", "wide-ties"});
+  check_refused(run("bias-test --model fa2-sm80 --scenario nope"), {"--scenario nope", "wide-ties"});
+}
+
+TEST_CASE("--dtype that contradicts the model's own input format is refused, not ignored") {
+  // standard-fp16 reads fp16: an explicit --dtype bf16 cannot hold, left out it is no conflict.
+  check_refused(run("bias-test --model standard-fp16 --dtype bf16 --trials 2 --seqlen 8 --headdim 8"),
+                {"--model standard-fp16 reads fp16 inputs", "--dtype bf16 contradicts it"});
+  check_refused(run("make-trace --model fa-bf16acc --dtype fp16 --seqlen 8 --headdim 8 --out " +
+                    (scratch() / "contradicted.safetensors").string()),
+                {"--model fa-bf16acc reads bf16 inputs", "--dtype fp16"});
+  CHECK_FALSE(std::filesystem::exists(scratch() / "contradicted.safetensors"));
+  CHECK(run("make-trace --model standard-fp16 --seqlen 8 --headdim 8 --out " +
+            (scratch() / "fp16_default.safetensors").string())
+            .code == 0);
+  CHECK(run("make-trace --model standard-fp16 --dtype fp16 --seqlen 8 --headdim 8 --out " +
+            (scratch() / "fp16_given.safetensors").string())
+            .code == 0);
+}
+
 TEST_CASE("issue 34: --csv - writes the CSV to stdout, not to a file named -") {
   const fs::path dir = scratch() / "csv_dash";
   fs::create_directories(dir);
@@ -424,4 +453,25 @@ TEST_CASE("issue 38: replay runs a causal mask aligned as the trace's causal_ali
     const Run r = run("replay " + path);
     CHECK_MESSAGE(r.code == (std::string(alignment) == "top-left" ? 0 : 1), r.out << r.err);
   }
+}
+
+TEST_CASE("op and dot take -inf and -nan operands on the command line, and `--` ends the options") {
+  // IEEE 754: 1 + (-inf) = -inf, sqrt(-inf) is invalid (NaN), NaN * 1 is NaN without a flag for
+  // a quiet NaN; bf16 -inf is 0xff80, its quiet NaN 0x7fc0.
+  const Run add = run("op add bf16 rne +1 -inf");
+  CHECK_MESSAGE(add.code == 0, add.err);
+  CHECK(add.out.rfind("ff80", 0) == 0);
+  const Run root = run("op sqrt bf16 rne -inf");
+  CHECK_MESSAGE(root.code == 0, root.err);
+  CHECK(root.out.rfind("7fc0 v", 0) == 0);
+  CHECK(run("op mul bf16 rne -nan +1").out.rfind("7fc0", 0) == 0);
+  CHECK(run("op add bf16 rne -- +1 -inf").out == add.out);
+  CHECK(run("op add bf16 rne +1 -INF").out == add.out);
+  // C + 1*(-inf) + 1*1 in the sm80 model: -inf.
+  const Run dot = run("dot sm80 bf16 00000000 -inf,+1 +1,+1");
+  CHECK_MESSAGE(dot.code == 0, dot.err);
+  CHECK(dot.out.rfind("ff800000", 0) == 0);
+  // A word that is no operand is still one error naming it, and options still work.
+  check_refused(run("op add bf16 rne +1 -x"), {"-x"});
+  CHECK(run("op add bf16 rne +1 -inf --json").out.find("\"result\": \"ff80\"") != std::string::npos);
 }

@@ -157,6 +157,33 @@ void run_on_threads(int jobs, const std::function<void()>& worker, const std::fu
   if (!failure.empty()) throw InputError(failure);
 }
 
+std::vector<std::string> shield_operand_words(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  if (argc < 2 || (args[1] != "op" && args[1] != "dot")) return args;
+  std::vector<std::string> out(args.begin(), args.begin() + 2);
+  bool operands_only = false;
+  for (std::size_t i = 2; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (!operands_only && word == "--") {
+      operands_only = true;
+      continue;
+    }
+    const bool minus_letter = word.size() >= 2 && word[0] == '-' && std::isalpha(static_cast<unsigned char>(word[1]));
+    const bool shield = operands_only ? !word.empty() && word[0] == '-' : minus_letter && word != "-h";
+    out.push_back(shield ? kOperandShield + word : word);
+  }
+  return out;
+}
+
+CLI::Validator operand_word() {
+  return CLI::Validator(
+      [](std::string& word) -> std::string {
+        if (!word.empty() && word.front() == kOperandShield) word.erase(0, 1);
+        return {};
+      },
+      "", "operand word");
+}
+
 CLI::Validator integer_in(std::uint64_t lo, std::uint64_t hi, const std::string& limit) {
   const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
   auto check = [lo, hi, range, limit](std::string& word) -> std::string {

@@ -113,6 +113,17 @@ std::string shorten_echoes(std::string_view message);
 // shorten_echoes(message), then a newline. Every error line of the CLI goes through it.
 void print_error_line(std::string_view message, std::string_view prefix = "error: ");
 
+// ---- operand words that begin with a minus ---------------------------------------------
+// CLI11 reads a word of a minus and a letter (`-inf`, `-nan`, a dot's `-inf,+1`) as a cluster
+// of short options and refuses it, although the operand grammar (docs/CLI.md) takes it.
+// shield_operand_words returns argv with every such word after `op` or `dot` prefixed by
+// kOperandShield (CLI11 then sees a positional word), `-h` excepted; and a `--` there (the
+// POSIX end of options) dropped, every later word shielded. operand_word(), the transform of
+// those commands' positional words, removes the prefix again: the commands see what was typed.
+inline constexpr char kOperandShield = '\x1f';
+std::vector<std::string> shield_operand_words(int argc, char** argv);
+CLI::Validator operand_word();
+
 // Whether stderr is a terminal (progress bars are shown only then).
 bool stderr_is_terminal();
 

@@ -68,7 +68,7 @@ void print_comparison(const char* what, const attn::FloorComparison& c) {
 attn::BiasRun model_run(const BiasOptions& o) {
   const auto names = attn::scenario_names();
   if (std::find(names.begin(), names.end(), o.scenario) == names.end())
-    throw InputError("--scenario " + o.scenario + ": unknown scenario");
+    throw InputError("--scenario " + o.scenario + ": unknown scenario (" + attn::scenario_list() + ")");
   if (o.trials < 2) throw InputError("--trials: expected at least 2");
   if (o.seqlen < 1 || o.headdim < 1)
     throw InputError("--seqlen " + std::to_string(o.seqlen) + " --headdim " + std::to_string(o.headdim) +
@@ -77,7 +77,7 @@ attn::BiasRun model_run(const BiasOptions& o) {
   check_trials(o.trials, 2);
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   attn::BiasRun run;
-  run.model = api::resolve_model({o.model, dtype, "model", o.recipe});
+  run.model = api::resolve_model({o.model, dtype, "model", o.recipe, o.dtype_option->count() > 0});
   warn_about_model(run.model.name, run.model.recipe->warning);
   if (!o.against.empty()) {
     try {

@@ -285,7 +285,8 @@ Runner setup_dot(CLI::App& app) {
   app.add_option("--model", o->model, "expected model of every line (a cross-check; see `flashbits models`)");
   app.add_option("--batch", o->batch, "file of lines `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, or - for stdin");
   app.add_flag("--trace", o->trace, "print each fused step's alignment, truncation and normalisation");
-  app.add_option("words", o->words, "one line's words: MODEL INFMT C_HEX A1,...,Ak B1,...,Bk");
+  app.add_option("words", o->words, "one line's words: MODEL INFMT C_HEX A1,...,Ak B1,...,Bk")
+      ->transform(operand_word());
   app.add_option("--kind", o->scaled.kind,
                  "block-scaled Blackwell kind (sm100, sm120): mxf8f6f4, mxf4 or mxf4nvf4; UNMEASURED emulation");
   app.add_option("--scale-format", o->scaled.scale_format,

@@ -24,6 +24,7 @@ namespace {
 
 struct MakeTraceOptions {
   std::string model, scenario = "sink", out, dtype = "bf16";
+  CLI::Option* dtype_option = nullptr;
   int seqlen = 256, headdim = 64, seqlen_k = 0;  // seqlen_k 0: not given, = seqlen
   int batch = 1, heads = 1, kv_heads = 0;        // kv_heads 0: not given, = heads (--kv-heads 0 is refused)
   int jobs = default_jobs();
@@ -41,7 +42,7 @@ std::vector<std::uint64_t> row_shape(const attn::Tensor4& t) {
 
 int run_make_trace(const MakeTraceOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
-  const attn::ModelHandle model = api::resolve_model({o.model, dtype, "model", ""});
+  const attn::ModelHandle model = api::resolve_model({o.model, dtype, "model", "", o.dtype_option->count() > 0});
   warn_about_model(model.name, model.recipe->warning);
   // A trace holds bf16, fp16, fp32, e4m3 or e5m2 tensors: a model whose O is never rounded
   // to a format (golden-fp64-*: fp64 throughout) cannot be written, nor replayed. Refused
@@ -140,9 +141,10 @@ Runner setup_make_trace(CLI::App& app) {
                  "key/value heads, a divisor of --heads (default: --heads; fewer is grouped-query attention)")
       ->check(size_in());
   add_seed_option(app, o->seed, "seed (default 0)");
-  app.add_option("--dtype", o->dtype,
-                 "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "
-                 "`standard` standard-fp32");
+  o->dtype_option =
+      app.add_option("--dtype", o->dtype,
+                     "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "
+                     "`standard` standard-fp32");
   add_jobs_option(app, o->jobs);
   app.add_flag("--backward", o->backward, "also run and record the backward (do, delta, dq, dk, dv)");
   app.add_option("--out", o->out, "output .safetensors file (written whole: a temporary file renamed into place)")

@@ -102,7 +102,9 @@ int run_op(const OpOptions& o) {
 
 Runner setup_op(CLI::App& app) {
   auto o = std::make_shared<OpOptions>();
-  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]; operands: see below")->expected(0, -1);
+  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]; operands: see below")
+      ->expected(0, -1)
+      ->transform(operand_word());
   app.add_option("--format", o->format, "result format (flag form)");
   app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
   app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite")

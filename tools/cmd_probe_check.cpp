@@ -17,19 +17,25 @@ struct ProbeCheckArgs {
   gpu::ProbeCheckOptions options;
 };
 
+// The counting options' limit: integer_in refuses a sign (CLI11 alone read -1 as 2^64 - 1).
+constexpr std::uint64_t kMaxCount = 0xffffffffu;
+
 Runner setup_probe_check(CLI::App& app) {
   auto args = std::make_shared<ProbeCheckArgs>();
   app.add_option("file", args->file, "probe file written by fb-mma-probe (gpu/README.md)")->required();
   app.add_option("--model", args->options.model,
                  "tensor-core model to replay every form with (default: each form's own, from the file)");
   app.add_flag("--json", args->options.json, "machine-readable output");
-  app.add_option("--max-report", args->options.max_report, "mismatches explained per form")->capture_default_str();
+  app.add_option("--max-report", args->options.max_report, "mismatches explained per form")
+      ->capture_default_str()
+      ->check(integer_in(0, kMaxCount));
   auto* mismatches_out = app.add_option("--mismatches-out", args->options.mismatches_out,
                                         "write the mismatching cases to FILE as a probe file (every section, "
                                         "0 cases where none)");
   app.add_option("--max-mismatches", args->options.max_mismatches,
                  "at most this many mismatching cases per section in --mismatches-out")
       ->capture_default_str()
+      ->check(integer_in(0, kMaxCount))
       ->needs(mismatches_out);
   auto* sample_out = app.add_option("--sample-out", args->options.sample_out,
                                     "write the first --sample-per-batch cases of every batch of every section to "
@@ -39,13 +45,13 @@ Runner setup_probe_check(CLI::App& app) {
                  "a rehearsal's stand-in for a GPU");
   auto* per_batch =
       app.add_option("--sample-per-batch", args->options.sample_per_batch, "cases per batch in --sample-out")
-          ->check(CLI::PositiveNumber);
+          ->check(integer_in(1, kMaxCount));
   sample_out->needs(per_batch);
   per_batch->needs(sample_out);
   app.add_option("--jobs", args->options.jobs,
                  "replay threads, 1..1024 (default: the machine's cores, " + std::to_string(default_jobs()) +
                      " here; results do not depend on it)")
-      ->check(CLI::Range(1u, 1024u));
+      ->check(integer_in(1, kMaxJobs));
   return [args] {
     // No output may overwrite the probe file it is cut from, nor another output.
     const gpu::ProbeCheckOptions& o = args->options;

@@ -55,7 +55,8 @@ void describe_event(std::ostream& os, const char* what, const RoundingEvent& ev,
   os << "      significand bits: " << bits << "...  (kept | round bit, then sticky region)\n";
   os << "      significand overflow: " << (ev.significand_overflow ? "yes (a same-sign add carried out a bit)" : "no")
      << ", round bit " << ev.round_bit << ", sticky " << ev.sticky_bit << (ev.tie ? ", exact tie" : "") << "\n";
-  os << "      RNE decision: rounded "
+  // The mode is the step's own (a tensor core's truncation, a buffer's RNE): name none.
+  os << "      decision: rounded "
      << (ev.direction == RoundDirection::up     ? "up (away from zero)"
          : ev.direction == RoundDirection::down ? "down (toward zero)"
                                                 : "exactly")

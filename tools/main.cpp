@@ -85,7 +85,11 @@ int run(int argc, char** argv) {
     return fb::cli::kExitBadInput;
   }
   try {
-    app.parse(argc, argv);
+    // Operand words such as -inf reach op and dot as typed (shield_operand_words).
+    const std::vector<std::string> words = fb::cli::shield_operand_words(argc, argv);
+    std::vector<char*> shielded;
+    for (const std::string& w : words) shielded.push_back(const_cast<char*>(w.c_str()));
+    app.parse(static_cast<int>(shielded.size()), shielded.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

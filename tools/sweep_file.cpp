@@ -68,6 +68,17 @@ long long json_int(const nlohmann::json& row, const char* key, const std::string
     throw InputError(field + ": " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
   return x;
 }
+// A row's sums as sweep writes them: finite (sweep leaves a non-finite output's rows out of
+// its sums), and a sum of squares never negative; anything else was edited, and would change
+// the verdict silently.
+void check_moments(const attn::ErrorMoments& m, const std::string& where, const std::string& prefix) {
+  if (!std::isfinite(m.sum))
+    throw InputError(where + " " + prefix + "_sum: " + std::to_string(m.sum) +
+                     " is not finite (sweep writes finite sums)");
+  if (!std::isfinite(m.sumsq) || m.sumsq < 0)
+    throw InputError(where + " " + prefix + "_sumsq: " + std::to_string(m.sumsq) +
+                     " is not a finite sum of squares >= 0");
+}
 // The four members PREFIX_sum, _sumsq, _pos, _neg of a JSON row's "sufficient" object.
 attn::ErrorMoments moments_from_json(const nlohmann::json& sufficient, const std::string& prefix,
                                      const std::string& where) {
@@ -76,6 +87,7 @@ attn::ErrorMoments moments_from_json(const nlohmann::json& sufficient, const std
   m.sumsq = sufficient.at(prefix + "_sumsq").get<double>();
   m.pos = json_int(sufficient, (prefix + "_pos").c_str(), where);
   m.neg = json_int(sufficient, (prefix + "_neg").c_str(), where);
+  check_moments(m, where + " field", prefix);
   return m;
 }
 // The four CSV columns from `first` on, named PREFIX_sum, _sumsq, _pos, _neg in messages.
@@ -86,6 +98,7 @@ attn::ErrorMoments moments_from_csv(const std::vector<std::string>& fields, std:
   m.sumsq = to_num(fields[first + 1], where + " column " + prefix + "_sumsq");
   m.pos = to_int(fields[first + 2], where + " column " + prefix + "_pos");
   m.neg = to_int(fields[first + 3], where + " column " + prefix + "_neg");
+  check_moments(m, where + " column", prefix);
   return m;
 }
 }  // namespace

@@ -15,17 +15,19 @@
 namespace fb::cli {
 namespace {
 
-// A comma-separated option's entries (empty ones dropped); an entry given twice is refused.
+// A comma-separated option's entries, at least one; an empty entry (`a,,b`, a trailing comma:
+// likely a typo, never what sweep writes) or an entry given twice is refused.
 std::vector<std::string> split_list(const std::string& text, const std::string& option) {
   std::vector<std::string> out;
   std::set<std::string> seen;
-  std::stringstream ss(text);
+  if (text.empty()) throw InputError(option + ": expected at least one entry, got none");
+  std::stringstream ss(text + ",");  // a trailing comma's empty entry is read, not dropped
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) {
-      if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
-      out.push_back(item);
-    }
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw InputError(option + " " + text + ": an empty entry (two commas, or one at an end)");
+    if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
+    out.push_back(item);
+  }
   return out;
 }
 
@@ -65,6 +67,10 @@ ResolvedModel grid_cell_model(const std::string& model, const Format& format, co
   if (!runs_in_format) {
     std::string runs_in = r.input.name;
     if (r.fp8.enabled) runs_in += std::string(" or ") + r.fp8.format.name;
+    // A model that does not name its dtype runs in both 16-bit formats.
+    if (format != formats::bf16 && format != formats::fp16 &&
+        attn::parse_kernel_model(name, formats::fp16).recipe->input == formats::fp16 && r.input == formats::bf16)
+      runs_in = "bf16 or fp16";
     return {std::nullopt, label, label + " runs in " + runs_in + ", not " + format_name};
   }
   if (round == "sr" && sr_bits != 24) {
@@ -91,10 +97,11 @@ SweepGrid sweep_grid(const SweepRun& run) {
   std::vector<Format> parsed_formats;
   for (const auto& fmt : formats) parsed_formats.push_back(parse_format_or_throw(fmt, "--formats"));
   for (const auto& round : rounds) parse_mode_or_throw(round, "--round");
-  const auto scenario_list = attn::scenario_names();
+  const auto known_scenarios = attn::scenario_names();
   for (const auto& scenario : scenarios)
-    if (std::find(scenario_list.begin(), scenario_list.end(), scenario) == scenario_list.end())
-      throw InputError("--scenario " + scenario + ": unknown scenario");
+    if (std::find(known_scenarios.begin(), known_scenarios.end(), scenario) == known_scenarios.end()) {
+      throw InputError("--scenario " + scenario + ": unknown scenario (" + attn::scenario_list() + ")");
+    }
   SweepGrid grid;
   std::map<std::string, std::string> model_of_configuration;  // configuration -> the --model entry
   const int sr_bits = static_cast<int>(run.sr_bits);

@@ -108,6 +108,14 @@ std::vector<std::string> sfu_table_dirs() {
   return {FLASHBITS_SFU_TABLE_DIR, FLASHBITS_SFU_TABLE_BUILD_DIR};
 }
 
+std::vector<std::string> sfu_table_paths() {
+  std::vector<std::string> paths;
+  for (const std::string& dir : sfu_table_dirs())
+    for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+      paths.push_back((std::filesystem::path(dir) / table_file(f)).string());
+  return paths;
+}
+
 std::vector<std::string> sfu_set_names() { return {"correct", "hw-sm90"}; }
 
 std::optional<SfuSet> find_sfu_set(std::string_view name) {

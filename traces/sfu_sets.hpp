@@ -26,5 +26,9 @@ std::vector<std::string> sfu_set_names();
 // std::runtime_error naming the file.
 std::optional<SfuSet> find_sfu_set(std::string_view name);
 std::vector<std::string> sfu_table_dirs();
+// Every path a named set may load a table from (each directory of sfu_table_dirs() times each
+// table's file name, present or not): files a command's output must never overwrite
+// (api::check_output_path refuses them).
+std::vector<std::string> sfu_table_paths();
 
 }  // namespace fb

@@ -102,6 +102,7 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
   }
   const std::vector<std::uint8_t> bytes = serialize_safetensors(file, path);
   parse_trace(bytes, path);  // the reader's checks: schema, metadata, shapes
+  api::check_output_path("save_trace: path", path);
   api::write_output_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
                          "the trace");
 }

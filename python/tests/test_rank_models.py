@@ -59,7 +59,7 @@ def test_text_output_and_refusals(cli, tmp_path):
     assert lines[0].split()[2:4] == ["o", "2048/2048"]
     assert lines[1].split()[:2] == ["standard-bf16", "differs"]
     assert lines[2].split()[:2] == ["standard-fp16", "refused"]
-    assert "reads fp16 inputs, got bf16" in lines[2]
+    assert "reads fp16 inputs, not the trace's bf16" in lines[2]
     # No candidate can replay an unreadable trace: exit 2, one line naming the file.
     rc, out, err = rank(str(tmp_path / "absent.safetensors"), "--models", "fa2-sm80")
     assert rc == 2
