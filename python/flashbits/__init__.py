@@ -533,6 +533,7 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     9.0). ``keep_forward``: keep what the backward needs of this forward, for
     ``AttentionResult.backward(do)``. Results never depend on ``threads``."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
+    dtype_given = dtype is not None  # then a model naming another input format is refused
     dtype = _default_dtype(dtype, in_dtype)
     rows, trace_all = _trace_rows(trace)
     threads = _int_arg("threads", threads, optional=True)
@@ -542,7 +543,7 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
                         dtype, _int_arg("seed", seed, unsigned=True), threads,
                         _int_arg("plot_feature", plot_feature, bits=32), _str_arg("sfu", sfu),
-                        _bool_arg("keep_forward", keep_forward))
+                        _bool_arg("keep_forward", keep_forward), dtype_given)
     return AttentionResult(d, lead, kv_lead)
 
 

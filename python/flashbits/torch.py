@@ -34,7 +34,10 @@ argument, never a silent fallback: an ``attn_mask``, ``dropout_p`` other than 0,
 the CPU, ``is_causal`` with a key length other than the query length (PyTorch's mask is then
 aligned top-left, the kernel models' bottom-right as FlashAttention's; PyTorch's own flash
 backend refuses that case too; ``flashbits.attention`` runs it bottom-right), a value head dim
-other than the query's, a model without a backward when a gradient is needed. Without
+other than the query's, query, key and value of different dtypes, an empty axis, a ``dtype=``
+that the model's own input format contradicts (``fa-bf16acc`` reads bf16), a model without a
+backward when a gradient is needed; a second derivative (the backward returns the model's
+gradients as values, not a graph) is a RuntimeError when it is taken. Without
 ``is_causal`` the key length may differ from the query length (cross-attention, decoding). The
 GIL is released while the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x:
 only public APIs.
@@ -105,6 +108,13 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa
             raise TypeError(f"scale: expected a number or None, got {type(scale).__name__}")
         if not (_math.isfinite(scale) and scale > 0):
             raise ValueError(f"scale: {scale!r} is not a finite positive number")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"query, key, value: dtypes {q.dtype}, {k.dtype}, {v.dtype} differ; give one dtype "
+                         f"(as torch.nn.functional.scaled_dot_product_attention requires)")
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if 0 in t.shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} has an empty axis; the kernel models need at least "
+                             f"one row and one feature")
     if k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(f"key, value: expected the rank of query ({q.dim()}), got shapes {tuple(k.shape)} "
                          f"and {tuple(v.shape)}")
@@ -208,7 +218,27 @@ class _EmulatedAttention(_torch.autograd.Function):
                                "format": config["input"], "model": config["model"], "result": r,
                                "traces": config.get("forward_traces"), "scale": config["scale"],
                                "causal": config["causal"]})
+        if _torch.is_grad_enabled() and grad_o.requires_grad:  # create_graph=True
+            grads = _NoSecondDerivative.apply(grad_o, *grads)
         return grads + (None,)
+
+
+class _NoSecondDerivative(_torch.autograd.Function):
+    """The model's gradients, made the outputs of a node whose own backward refuses: they are
+    values computed by the model, not a graph, so a second derivative through the op (a
+    gradient penalty) would silently leave out attention's part. (PyTorch's
+    ``once_differentiable`` raised nothing here under torch 1.13 when a residual path joined
+    the gradient, tried 2026-12-04.) The node hangs off the incoming gradient, which requires
+    grad when ``create_graph=True``."""
+
+    @staticmethod
+    def forward(ctx, grad_o, *grads):  # noqa: D401 - autograd's protocol
+        return tuple(g.clone() for g in grads)
+
+    @staticmethod
+    def backward(ctx, *unused):
+        raise RuntimeError("flashbits.torch: a second derivative through the emulated attention is not modelled "
+                           "(its backward returns the kernel model's gradients as values, not a graph)")
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -246,11 +276,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
         config = {"model": _EXACT, "input": fmt, "backward": True, "run": run}
     else:
+        dtype_given = dtype is not None  # then a model naming another input format is refused
         if dtype is None:
             dtype = "fp16" if query.dtype == _torch.float16 else "bf16"
         recipe_path = None if recipe is None else _os.fspath(recipe)
         sfu_set = "model" if sfu is None else sfu
-        formats = model_formats(model, dtype, recipe_path, sfu_set)
+        formats = _core._model_formats(model, dtype, recipe_path or "", sfu_set, dtype_given)
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe_path,

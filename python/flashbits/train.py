@@ -817,7 +817,7 @@ def merge(out: str, th: Thresholds) -> dict:
                 div_votes.append(entry["diverged"])
                 a, b = snapshot(res, final_step), snapshot(ctrl, final_step)
                 entry["weight_deviation_from_control"] = weight_deviation(a, b) if a and b else None
-            elif name == CONTROL:
+            elif name == CONTROL or res["nan"]:  # a NaN loss diverged, with or without a control
                 entry["diverged"] = res["nan"]
                 div_votes.append(res["nan"])
             for layer, stats in res["layers"].items():
@@ -835,10 +835,16 @@ def merge(out: str, th: Thresholds) -> dict:
                     ratios.append(ratio)
             per_seed[str(seed)] = entry
         p = sign_test_p(signs_pos, signs_neg)
-        arm_diverged = sum(div_votes) * 2 > len(div_votes) if div_votes else False
+        # Divergence is judged against the control of the same seed: without one it is not
+        # known, and saying "no effect seen" would claim what was never compared.
+        without_control = [seed for seed in sorted(seeds) if name != CONTROL and seed not in control]
+        arm_diverged = sum(div_votes) * 2 > len(div_votes) if div_votes else None
         wq_ratio = float(np.mean(ratios)) if ratios else None
         measured = name not in (CONTROL, LOW_PRECISION)
-        if arm_diverged:
+        if arm_diverged is None:
+            verdict = (f"undetermined: no {CONTROL} control run for seed(s) "
+                       f"{', '.join(str(seed) for seed in without_control)} (run --arm {CONTROL} with them)")
+        elif arm_diverged:
             verdict = "diverged"
         elif measured and (p < th.sign_p or (wq_ratio is not None and wq_ratio > th.wq_ratio)):
             verdict = "mechanism present, no divergence"
@@ -857,6 +863,7 @@ def merge(out: str, th: Thresholds) -> dict:
             "wq_spectral_norm_ratio": wq_ratio,
             "verdict": verdict,
             "seeds": sorted(seeds),
+            "seeds_without_control": without_control,
             "per_seed": per_seed,
         }
     summary["golden"] = golden_ratio(runs, final_step, snapshot)

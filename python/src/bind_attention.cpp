@@ -113,9 +113,11 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
 
 // The model as every face builds it (api/models.hpp: the name for `dtype`, the SFU set, then
 // the recipe, which wins over the set), with Python's spelling of the arguments in messages.
+// dtype_given: the caller named dtype (not Python's default), which a model naming another
+// input format then contradicts.
 attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, const std::string& recipe,
-                                 const std::string& sfu) {
-  return api::resolve_model({name, dtype, sfu, recipe}, {"model", "sfu"});
+                                 const std::string& sfu, bool dtype_given = false) {
+  return api::resolve_model({name, dtype, sfu, recipe, dtype_given}, {"model", "sfu", "dtype"});
 }
 
 // A P·V step's record (emu/dot/dot_step_json.hpp, the one serialiser) and its output rounding.
@@ -247,9 +249,9 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
                     const pyb::object& d_o, bool causal, std::optional<double> scale, const std::string& recipe,
                     const std::optional<std::vector<std::array<int, 3>>>& trace_rows, bool trace_all,
                     const std::string& dtype_name, std::uint64_t seed, long long threads, int plot_feature,
-                    const std::string& sfu, bool keep_forward) {
+                    const std::string& sfu, bool keep_forward, bool dtype_given) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
-  const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu);
+  const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu, dtype_given);
   check_threads(threads);
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
   std::optional<attn::Tracer> tracer;
@@ -346,8 +348,8 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
 // What flashbits.torch needs before it converts a tensor: the format the model reads its
 // inputs in (and dO), the format of its outputs, and whether it has a backward.
 pyb::dict model_formats(const std::string& name, const std::string& dtype_name, const std::string& recipe,
-                        const std::string& sfu) {
-  const attn::ModelHandle model = model_or_throw(name, parse_fmt(dtype_name, "dtype"), recipe, sfu);
+                        const std::string& sfu, bool dtype_given) {
+  const attn::ModelHandle model = model_or_throw(name, parse_fmt(dtype_name, "dtype"), recipe, sfu, dtype_given);
   pyb::dict d;
   d["model"] = model.name;
   d["input"] = std::string(model.recipe->input.name);
@@ -375,11 +377,12 @@ void register_attention(pyb::module_& m) {
   pyb::class_<TraceRows>(m, "_TraceRows").def("__len__", &TraceRows::size).def("row", &TraceRows::row, "i"_a);
   pyb::class_<KeptForward>(m, "_KeptForward");
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "model"_a, "do"_a, "causal"_a, "scale"_a, "recipe"_a,
-        "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a, "keep_forward"_a);
+        "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a, "keep_forward"_a,
+        "dtype_given"_a = false);
   m.def("attention_backward", &backward, "kept"_a, "do"_a, "threads"_a);
   m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a);
   m.def("_check_attention_size", &check_size, "q_shape"_a);
-  m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a);
+  m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a, "dtype_given"_a = false);
   m.def("models", &models);
   m.def("scenario_names", &attn::scenario_names);
 }

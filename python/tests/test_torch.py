@@ -266,3 +266,47 @@ def test_backward_runs_from_the_kept_forward_without_a_second_forward(monkeypatc
     with torch.no_grad():
         fbt.scaled_dot_product_attention(q, k, v, model="fa2-sm80")
     assert calls == [(False, False)]
+
+
+def test_mixed_dtypes_empty_axes_and_contradicted_dtype_are_refused():
+    # PyTorch's SDPA refuses mixed dtypes; taken here, bf16 keys were rounded to the query's
+    # fp16 and a value of 1e5 became inf.
+    q = torch.ones(1, 4, dtype=torch.float16)
+    k = torch.ones(2, 4, dtype=torch.bfloat16)
+    v = torch.tensor([[1e5] * 4, [0.0] * 4], dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="query, key, value: dtypes torch.float16, torch.bfloat16, torch.bfloat16"):
+        fbt.scaled_dot_product_attention(q, k, v, model="pytorch-fa2-sm90")
+    # A head dim of 0 was a ZeroDivisionError in the default scale.
+    empty = torch.zeros(1, 1, 3, 0)
+    with pytest.raises(ValueError, match=r"query: shape \(1, 1, 3, 0\) has an empty axis"):
+        fbt.scaled_dot_product_attention(empty, empty, empty, model="fa2-sm80")
+    # fa-bf16acc reads bf16: dtype="fp16" was ignored, in the op and in flashbits.attention.
+    x = torch.ones(1, 2)
+    with pytest.raises(ValueError, match="model fa-bf16acc reads bf16 inputs; dtype fp16 contradicts it"):
+        fbt.scaled_dot_product_attention(x, x, x, model="fa-bf16acc", dtype="fp16")
+    ones = np.ones((1, 2))
+    with pytest.raises(ValueError, match="model standard-bf16 reads bf16 inputs; dtype fp16 contradicts it"):
+        fb.attention(ones, ones, ones, "standard-bf16", dtype="fp16")
+    # Left out, dtype is no contradiction: the model's own format is used.
+    assert fb.attention(ones, ones, ones, "standard-fp16").dtype == "fp16"
+    assert fb.attention(ones, ones, ones, "fa-bf16acc", dtype="bf16").dtype == "bf16"
+
+
+@pytest.mark.parametrize("model", ["exact", "fa2-sm80"])
+def test_a_second_derivative_through_the_op_is_refused_not_silently_partial(model):
+    # A gradient penalty through a residual block: the op's gradients are values, not a graph,
+    # so the penalty's gradient silently left attention's part out (4782 against fp64's 4484).
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 1, 6, 8, generator=g, dtype=torch.float64)
+    w = (torch.randn(8, 8, generator=g, dtype=torch.float64) / 4).requires_grad_()
+    k, v = (torch.randn(1, 1, 6, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    q = x @ w
+    y = fbt.scaled_dot_product_attention(q, k, v, model=model) + q
+    (grad_w,) = torch.autograd.grad((y ** 2).sum(), w, create_graph=True)
+    # The first derivative itself is the model's, with or without create_graph.
+    q2 = x @ w
+    y2 = fbt.scaled_dot_product_attention(q2, k, v, model=model) + q2
+    (plain,) = torch.autograd.grad((y2 ** 2).sum(), w)
+    assert torch.equal(grad_w.detach(), plain)
+    with pytest.raises(RuntimeError, match="a second derivative through the emulated attention is not modelled"):
+        torch.autograd.grad((grad_w ** 2).sum(), w)

@@ -8,6 +8,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -115,6 +116,24 @@ def test_one_process_per_arm_and_seed_merges_to_the_same_summary(smoke, tmp_path
     run_driver("merge", "--out", str(tmp_path), "--quiet")
     with open(tmp_path / "summary.json") as f:
         assert json.load(f) == summary
+
+
+def test_an_arm_without_its_control_run_gets_no_verdict(smoke, tmp_path):
+    # Divergence is judged against the fp32 control of the same seed; merged without one, an
+    # arm was "no effect seen" with "diverged": false, a comparison never made.
+    out, summary, _ = smoke
+    shutil.copytree(out / "runs" / "fa-bf16acc", tmp_path / "runs" / "fa-bf16acc")
+    for name in ("config.json", "fork.pt"):
+        shutil.copy(out / name, tmp_path / name)
+    run_driver("merge", "--out", str(tmp_path), "--quiet")
+    with open(tmp_path / "summary.json") as f:
+        alone = json.load(f)["arms"]["fa-bf16acc"]
+    assert alone["diverged"] is None
+    assert alone["verdict"].startswith("undetermined: no fp32 control run")
+    assert alone["seeds_without_control"] == summary["arms"]["fa-bf16acc"]["seeds"]
+    # With its control the same arm is judged, and lists no seed without one.
+    assert summary["arms"]["fa-bf16acc"]["diverged"] is False
+    assert summary["arms"]["fa-bf16acc"]["seeds_without_control"] == []
 
 
 @pytest.mark.parametrize("args, message", [
