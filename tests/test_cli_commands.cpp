@@ -371,6 +371,19 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
     std::snprintf(want, sizeof want, "dq[0,0,0,5]: captured %04x, recomputed %04x", dq.bits[5] ^ 1u, dq.bits[5]);
     CHECK(f.out.find(want) != std::string::npos);
     CHECK(f.out.find("dq: 3071/3072 match bit for bit") != std::string::npos);
+    // A NaN where the kernel gave a number is no distance in ulps: the summary says nan, not
+    // the 0 that a max over the mismatches kept.
+    fb::TraceBuilder with_nan(t.metadata());
+    for (const char* name : {"q", "k", "v", "o", "lse", "do", "delta", "dq", "dk", "dv"}) {
+      fb::RawTensor raw = t.bits(name);
+      if (std::string(name) == "dq") raw.bits[5] = 0x7fc0u;  // bf16 quiet NaN
+      with_nan.add_bits(name, raw.format, raw.shape, raw.bits);
+    }
+    const auto nan_dq = (scratch() / "nan_dq.safetensors").string();
+    with_nan.write(nan_dq);
+    const Run n = run("replay " + nan_dq);
+    CHECK(n.code == 1);
+    CHECK_MESSAGE(n.out.find("dq: 3071/3072 match bit for bit (1 differ, max |ulps| nan)") != std::string::npos, n.out);
   }
   const Run text = run("replay " + trace + " --row 3 --explain");
   CHECK(text.code == 0);

@@ -475,3 +475,12 @@ TEST_CASE("op and dot take -inf and -nan operands on the command line, and `--` 
   check_refused(run("op add bf16 rne +1 -x"), {"-x"});
   CHECK(run("op add bf16 rne +1 -inf --json").out.find("\"result\": \"ff80\"") != std::string::npos);
 }
+
+TEST_CASE("op --json with --explain, and deviation's repeated model, are refused rather than dropped") {
+  check_refused(run("op add bf16 rne 1.5 1 --json --explain"), {"--json excludes --explain"});
+  check_refused(run("deviation --models standard-bf16,standard-bf16 --seqlen 16 --headdim 16"),
+                {"--models standard-bf16,standard-bf16", "standard-bf16 is given twice"});
+  // deviation --inputs takes every scenario (normal is random's other name); its error lists them.
+  check_refused(run("deviation --models standard-bf16 --inputs nope --seqlen 16 --headdim 16"),
+                {"--inputs nope", "wide-ties"});
+}

@@ -225,7 +225,7 @@ Runner setup_bias_test(CLI::App& app) {
                                 "a trace or bare capture, or a directory of .safetensors/.npz ones (takes none of "
                                 "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
                                 "--dtype names a capture's format)");
-  auto* scenario = app.add_option("--scenario", o->scenario, "sink|random|ties|wide-ties|fa3-outliers (default sink)");
+  auto* scenario = app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
   auto* trials = app.add_option("--trials", o->trials, "trials (default 32)")->check(trials_in(2));
   app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
   app.add_option("--at-stake", o->at_stake,

@@ -18,6 +18,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <set>
+#include <string>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
@@ -49,7 +51,8 @@ int run_deviation(const DeviationOptions& o) {
   std::string scenario = o.inputs == "normal" ? "random" : o.inputs;
   const auto names = attn::scenario_names();
   if (std::find(names.begin(), names.end(), scenario) == names.end())
-    throw InputError("--inputs " + o.inputs + ": expected normal, fa3-outliers or sink");
+    throw InputError("--inputs " + o.inputs + ": expected normal (N(0,1), the scenario random) or a scenario (" +
+                     attn::scenario_list() + ")");
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   std::vector<int> seqlens;
   for (const auto& s : split_list(o.seqlens)) {
@@ -71,7 +74,10 @@ int run_deviation(const DeviationOptions& o) {
   }
   if (tiles.empty()) tiles.push_back({0, 0});
   std::vector<attn::ModelHandle> models;
+  std::set<std::string> given;
   for (const auto& m : split_list(o.models)) {
+    // Two rows of one model would be one configuration measured twice (sweep refuses it too).
+    if (!given.insert(m).second) throw InputError("--models " + o.models + ": " + m + " is given twice");
     try {
       models.push_back(attn::parse_kernel_model(m, dtype));
     } catch (const std::invalid_argument& e) {
@@ -183,7 +189,8 @@ int run_deviation(const DeviationOptions& o) {
 Runner setup_deviation(CLI::App& app) {
   auto o = std::make_shared<DeviationOptions>();
   app.add_option("--models", o->models, "kernel models, comma-separated")->required();
-  app.add_option("--inputs", o->inputs, "normal|fa3-outliers|sink (default normal)");
+  app.add_option("--inputs", o->inputs,
+                 "normal (N(0,1), the scenario random) or a scenario: " + attn::scenario_list() + " (default normal)");
   app.add_option("--seqlen", o->seqlens, "sequence lengths, comma-separated (default 1024)");
   app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
   app.add_option("--heads", o->heads, "heads (default 1)")->check(size_in());

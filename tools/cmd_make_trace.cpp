@@ -129,7 +129,7 @@ int run_make_trace(const MakeTraceOptions& o) {
 Runner setup_make_trace(CLI::App& app) {
   auto o = std::make_shared<MakeTraceOptions>();
   app.add_option("--model", o->model, "kernel model")->required();
-  app.add_option("--scenario", o->scenario, "random|fa3-outliers|sink|ties (default sink)");
+  app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
   app.add_option("--seqlen", o->seqlen, "sequence length (default 256)")->check(size_in());
   app.add_option("--seqlen-k", o->seqlen_k,
                  "key/value length (default: --seqlen; the scenario's first SEQLEN_K keys, q its last --seqlen rows)")

@@ -114,8 +114,9 @@ Runner setup_op(CLI::App& app) {
   app.add_option("--position", o->position, "logical position in the stochastic stream")
       ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "2^64-1"));
   app.add_option("--batch", o->batch, "FILE or - : one 'OP FORMAT ROUND A [B [C]]' per line");
-  app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
-  app.add_flag("--explain", o->explain, "explain the rounding bit by bit");
+  auto* json = app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
+  // One output form: --explain's text is not JSON, and one of them was silently dropped.
+  app.add_flag("--explain", o->explain, "explain the rounding bit by bit")->excludes(json);
   app.footer(
       "Operands (A, B, C; cvt: SRC_FORMAT:OPERAND):\n"
       "  0x3f80, 3f80   a bit pattern in hex; the 0x may be left out unless the word is also a number\n"

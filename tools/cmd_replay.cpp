@@ -530,7 +530,10 @@ int run_replay(const ReplayOptions& o) {
       std::cout << c.name << ": " << c.matching << "/" << c.compared << " match bit for bit";
       if (!c.mismatches.empty()) {
         double worst = 0.0;
-        for (const auto& m : c.mismatches) worst = std::max(worst, std::fabs(m.ulps));
+        // A NaN against a number has no distance: it shows as nan, not as a 0 that std::max
+        // would keep.
+        for (const auto& m : c.mismatches)
+          if (std::isnan(m.ulps) || std::fabs(m.ulps) > worst) worst = std::fabs(m.ulps);
         std::cout << " (" << c.mismatches.size() << " differ, max |ulps| " << worst << ")";
       }
       std::cout << "\n";

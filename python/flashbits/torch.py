@@ -259,6 +259,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
     from the forward run (tracing never changes a result)."""
     _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, model)
+    if observe is not None and not callable(observe):  # else a TypeError only at backward time
+        raise TypeError(f"observe: expected a callable or None, got {type(observe).__name__}")
     e = query.shape[-1]
     scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
     if model in CONTROL_MODELS:

@@ -88,7 +88,8 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   if (!kv_fits(K) || !kv_fits(V) || K[2] != V[2] || K[3] != Q[3] || V[3] != Q[3])
     throw api::InputError("k, v: expected shape [" + std::to_string(Q[0]) + ",Hk,Nk," + std::to_string(Q[3]) +
                           "] (q's batch and head dim; Hk heads, the same for k and v, dividing q's " +
-                          std::to_string(Q[1]) + ")");
+                          std::to_string(Q[1]) + "); got q " + shape_text(Q) + ", k " + shape_text(K) + ", v " +
+                          shape_text(V));
   check_do_shape(d_o, Q);
   check_size(Q);
   // The keys as the engine holds them, one copy per q head (dK and dV before the GQA sum).

@@ -81,7 +81,7 @@ def test_shapes_dtypes_and_array_protocol():
         fb.attention(np.full((4, 8), 0.1), k[:4, :8], v[:4, :8], "fa2-sm80")
     with pytest.raises(ValueError, match="model nope"):
         fb.attention(q, k, v, "nope")
-    with pytest.raises(ValueError, match="k, v: expected shape"):
+    with pytest.raises(ValueError, match=r"k, v: expected shape .*; got q \[1,1,64,32\], k \[1,1,64,16\], v \[1,1,64,32\]"):
         fb.attention(q, k[:, :16], v, "fa2-sm80")
     # Another kv length (cross-attention, decoding) runs; dK and dV have k's shape.
     r48 = fb.attention(q, k[:48], v[:48], "fa2-sm80")

@@ -287,6 +287,8 @@ def test_mixed_dtypes_empty_axes_and_contradicted_dtype_are_refused():
     ones = np.ones((1, 2))
     with pytest.raises(ValueError, match="model standard-bf16 reads bf16 inputs; dtype fp16 contradicts it"):
         fb.attention(ones, ones, ones, "standard-bf16", dtype="fp16")
+    with pytest.raises(TypeError, match="observe: expected a callable or None, got int"):
+        fbt.scaled_dot_product_attention(x, x, x, model="fa2-sm80", observe=5)
     # Left out, dtype is no contradiction: the model's own format is used.
     assert fb.attention(ones, ones, ones, "standard-fp16").dtype == "fp16"
     assert fb.attention(ones, ones, ones, "fa-bf16acc", dtype="bf16").dtype == "bf16"
