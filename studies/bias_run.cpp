@@ -77,7 +77,7 @@ struct ItemResult {
   std::size_t non_finite_rows = 0;
   std::string non_finite_where;  // empty when every row was finite
   std::string delta_note;        // trace mode: how delta was obtained, when computed
-  bool hardware = false, unknown_source = false;
+  bool hardware = false, unknown_source = false, emulated = false;
 };
 
 void append(std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); }
@@ -348,20 +348,26 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       const Trace trace = import_capture({run.traces[static_cast<std::size_t>(i)]}, run.capture);
       item.hardware = is_hardware_capture(trace);
       item.unknown_source = trace.metadata().source == kUnknownSource;
+      item.emulated = trace.metadata().source == kEmulatedSource;
       add_trace(trace, item);
     });
-    int hardware = 0, unknown = 0;
+    int hardware = 0, unknown = 0, emulated = 0;
     for (const ItemResult& item : items) {
       merge_item(item, s, report);
       hardware += item.hardware;
       unknown += item.unknown_source;
+      emulated += item.emulated;
     }
+    // Each source counted by what it is: a capture of unknown provenance is not emulated.
+    const int other = static_cast<int>(run.traces.size()) - hardware - unknown - emulated;
     report.subject = std::to_string(run.traces.size()) + " traces" +
                      (run.traces_label.empty() ? "" : " in " + run.traces_label) +
                      " (one sample per kv head of each trace)";
     report.provenance = std::to_string(hardware) + " of " + std::to_string(run.traces.size()) +
-                        " traces are hardware captures (source cuda:...); the rest are emulated" +
-                        (unknown ? " (" + std::to_string(unknown) + " of them of UNKNOWN provenance)" : "");
+                        " traces are hardware captures (source cuda:...)" +
+                        (emulated ? "; " + std::to_string(emulated) + " emulated" : "") +
+                        (unknown ? "; " + std::to_string(unknown) + " of UNKNOWN provenance" : "") +
+                        (other > 0 ? "; " + std::to_string(other) + " from another source" : "");
   }
   report.paired = run.against.has_value();
   report.alpha = run.alpha;

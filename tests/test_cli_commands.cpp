@@ -1481,3 +1481,27 @@ TEST_CASE("replay and bias-test: data_offsets one byte past the data is exit 2 w
   CHECK(at_end.err.find("runs past the end") == std::string::npos);
   CHECK(at_end.err.find("data_offsets") == std::string::npos);
 }
+
+TEST_CASE("bias-test --traces counts each source as what it is: unknown provenance is not emulated") {
+  const auto dir = scratch() / "provenance";
+  std::filesystem::create_directories(dir);
+  const std::string example =
+      (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "random-fa2-sm80.safetensors").string();
+  std::filesystem::copy_file(example, dir / "emulated.safetensors", std::filesystem::copy_options::overwrite_existing);
+  // The same tensors, stated to come from an unknown source.
+  const fb::Trace t = fb::read_trace(example);
+  fb::TraceMetadata md = t.metadata();
+  md.source = "unknown";
+  fb::TraceBuilder b(md);
+  for (const char* name : {"q", "k", "v", "o", "lse"}) {
+    if (!t.has(name)) continue;
+    const fb::RawTensor raw = t.bits(name);
+    b.add_bits(name, raw.format, raw.shape, raw.bits);
+  }
+  b.write((dir / "unknown.safetensors").string());
+  const Run r = run("bias-test --traces " + dir.string() + " --json");
+  REQUIRE_MESSAGE(r.code != 2, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["provenance"] ==
+        "0 of 2 traces are hardware captures (source cuda:...); 1 emulated; 1 of UNKNOWN provenance");
+}
