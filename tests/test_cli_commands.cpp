@@ -1505,3 +1505,22 @@ TEST_CASE("bias-test --traces counts each source as what it is: unknown provenan
   CHECK(j["provenance"] ==
         "0 of 2 traces are hardware captures (source cuda:...); 1 emulated; 1 of UNKNOWN provenance");
 }
+
+TEST_CASE("demo on a trace that names no model says what to do, in one line") {
+  const std::string example =
+      (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "random-fa2-sm80.safetensors").string();
+  const fb::Trace t = fb::read_trace(example);
+  fb::TraceMetadata md = t.metadata();
+  md.model.clear();
+  fb::TraceBuilder b(md);
+  for (const char* name : {"q", "k", "v", "o", "lse"}) {
+    const fb::RawTensor raw = t.bits(name);
+    b.add_bits(name, raw.format, raw.shape, raw.bits);
+  }
+  const auto path = (scratch() / "no_model.safetensors").string();
+  b.write(path);
+  const Run r = run("demo --trace " + path);
+  CHECK(r.code == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_MESSAGE(r.err.find(path + ": metadata key model is empty") != std::string::npos, r.err);
+}

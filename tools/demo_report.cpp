@@ -79,12 +79,13 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   attn::check_inputs_support_statistics(in, path);
   // The metadata's model (an unknown or unfit one is an error of this file), with the SFUs
   // measured on the capture's GPU where there are some (api/models.hpp).
-  attn::ModelHandle named;
-  try {
-    named = attn::parse_model_for_inputs(md.model, in.dtype);
-  } catch (const std::invalid_argument& e) {
-    throw InputError(path + ": metadata model '" + md.model + "': " + e.what());
-  }
+  if (md.model.empty())
+    throw InputError(path +
+                     ": metadata key model is empty: demo replays a trace under the model it names "
+                     "(`flashbits import --model NAME` records one; `flashbits replay FILE --model NAME` "
+                     "replays without)");
+  // As replay and import check it: a model for the trace's dtype (TraceError names the file).
+  const attn::ModelHandle named = attn::check_replayable(trace, "").model;
   api::ModelResolutionNotes resolution;
   const attn::ModelHandle model = api::refine_model(named, "auto", "", {}, &trace, &resolution);
   const std::string& sfu_note = resolution.sfu_note;
