@@ -151,9 +151,20 @@ def _operand(x, name: str) -> _np.ndarray:
     """THE conversion of an input array, for every function that takes values: bit patterns
     (an unsigned integer array, passed as it is: the C++ part checks its width against the
     format and each pattern) or values (as float64, exactly: the C++ part checks that each
-    is representable). C-contiguous either way."""
+    is representable). C-contiguous either way. A signed 8- or 16-bit array is refused: it is
+    how bf16, fp16 and fp8 bit patterns leave torch (``.view(torch.int16)``; numpy has no
+    bf16), and read as values it would silently be another tensor."""
     a = _as_array(x, name)
+    _refuse_narrow_signed(a, name)
     return _np.ascontiguousarray(a) if _is_bits(a) else _as_float64(a, name)
+
+
+def _refuse_narrow_signed(a: _np.ndarray, name: str) -> None:
+    if a.dtype.kind == "i" and a.dtype.itemsize <= 2:
+        unsigned = "uint16" if a.dtype.itemsize == 2 else "uint8"
+        raise ValueError(f"{name}: an {a.dtype} array is ambiguous: unsigned arrays are bit patterns, float arrays "
+                         f"values; pass bit patterns as .view(numpy.{unsigned}) (from torch: "
+                         f".view(torch.{a.dtype}).numpy().view(numpy.{unsigned})), values as floats")
 
 
 class Rounded:
@@ -206,6 +217,7 @@ def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0,
     ``position + i`` (row-major), so results equal the CLI's ``op --batch`` lines.
     ``flags=True`` also returns per-element IEEE flags."""
     a = _as_array(x, "x")
+    _refuse_narrow_signed(a, "x")
     fmt, mode, overflow, seed, sr_bits, position, flags = _rounding_args(fmt, mode, overflow, seed, sr_bits,
                                                                         position, flags)
     if _is_bits(a):

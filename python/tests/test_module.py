@@ -316,3 +316,19 @@ def test_ctrl_c_interrupts_an_array_loop():
     word, took, full = out.split()
     assert word == "interrupted", out + err
     assert float(took) < 0.25 * float(full) + 0.15
+
+
+def test_signed_8_and_16_bit_arrays_are_refused_as_ambiguous():
+    # torch's bf16 bits as int16 (.view(torch.int16)): read as values, 0x3f80 became 16256.0.
+    bits = np.array([0x3F80, 0x3F00, 0x3E80, 0x4000], dtype=np.uint16)
+    signed = bits.view(np.int16).reshape(1, 4)
+    for call in (lambda: fb.round(signed, "bf16"), lambda: fb.attention(signed, signed, signed, "fa2-sm80"),
+                 lambda: fb.add(signed, signed, "bf16")):
+        with pytest.raises(ValueError, match=r"an int16 array is ambiguous.*view\(numpy.uint16\)"):
+            call()
+    with pytest.raises(ValueError, match="an int8 array is ambiguous"):
+        fb.round(np.array([1, 2], dtype=np.int8), "e4m3")
+    # The same bits unsigned are bit patterns (1, 0.5, 0.25, 2: RFC-free facts of bf16's
+    # encoding), and wider signed integers are still values.
+    assert list(fb.round(bits, "bf16").values) == [1.0, 0.5, 0.25, 2.0]
+    assert list(fb.round(np.array([3, -5], dtype=np.int64), "bf16").values) == [3.0, -5.0]
