@@ -16,10 +16,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "attention/attention.hpp"
 #include "emu/sfu/special_functions.hpp"
@@ -43,6 +45,20 @@ using fb_test::slurp;
 const std::string kSweep =
     "sweep --model fa2-sm80,fa-bf16acc --scenario sink,random --seqlen 64 --headdim 32 "
     "--trials 3 --seed 7";
+
+// `t`'s tensors `names` written to `path` under metadata `md`, each through `edit` (a test's
+// corruption of a trace the engine wrote).
+void write_edited_trace(const fb::Trace& t, const fb::TraceMetadata& md, const std::vector<std::string>& names,
+                        const std::string& path,
+                        const std::function<void(const std::string&, fb::RawTensor&)>& edit = nullptr) {
+  fb::TraceBuilder b(md);
+  for (const std::string& name : names) {
+    fb::RawTensor raw = t.bits(name);
+    if (edit) edit(name, raw);
+    b.add_bits(name, raw.format, raw.shape, raw.bits);
+  }
+  b.write(path);
+}
 
 }  // namespace
 
@@ -373,14 +389,11 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
     CHECK(f.out.find("dq: 3071/3072 match bit for bit") != std::string::npos);
     // A NaN where the kernel gave a number is no distance in ulps: the summary says nan, not
     // the 0 that a max over the mismatches kept.
-    fb::TraceBuilder with_nan(t.metadata());
-    for (const char* name : {"q", "k", "v", "o", "lse", "do", "delta", "dq", "dk", "dv"}) {
-      fb::RawTensor raw = t.bits(name);
-      if (std::string(name) == "dq") raw.bits[5] = 0x7fc0u;  // bf16 quiet NaN
-      with_nan.add_bits(name, raw.format, raw.shape, raw.bits);
-    }
     const auto nan_dq = (scratch() / "nan_dq.safetensors").string();
-    with_nan.write(nan_dq);
+    write_edited_trace(t, t.metadata(), {"q", "k", "v", "o", "lse", "do", "delta", "dq", "dk", "dv"}, nan_dq,
+                       [](const std::string& name, fb::RawTensor& raw) {
+                         if (name == "dq") raw.bits[5] = 0x7fc0u;  // bf16 quiet NaN
+                       });
     const Run n = run("replay " + nan_dq);
     CHECK(n.code == 1);
     CHECK_MESSAGE(n.out.find("dq: 3071/3072 match bit for bit (1 differ, max |ulps| nan)") != std::string::npos, n.out);
@@ -1492,13 +1505,7 @@ TEST_CASE("bias-test --traces counts each source as what it is: unknown provenan
   const fb::Trace t = fb::read_trace(example);
   fb::TraceMetadata md = t.metadata();
   md.source = "unknown";
-  fb::TraceBuilder b(md);
-  for (const char* name : {"q", "k", "v", "o", "lse"}) {
-    if (!t.has(name)) continue;
-    const fb::RawTensor raw = t.bits(name);
-    b.add_bits(name, raw.format, raw.shape, raw.bits);
-  }
-  b.write((dir / "unknown.safetensors").string());
+  write_edited_trace(t, md, {"q", "k", "v", "o", "lse"}, (dir / "unknown.safetensors").string());
   const Run r = run("bias-test --traces " + dir.string() + " --json");
   REQUIRE_MESSAGE(r.code != 2, r.err);
   const auto j = nlohmann::json::parse(r.out);
@@ -1512,13 +1519,8 @@ TEST_CASE("demo on a trace that names no model says what to do, in one line") {
   const fb::Trace t = fb::read_trace(example);
   fb::TraceMetadata md = t.metadata();
   md.model.clear();
-  fb::TraceBuilder b(md);
-  for (const char* name : {"q", "k", "v", "o", "lse"}) {
-    const fb::RawTensor raw = t.bits(name);
-    b.add_bits(name, raw.format, raw.shape, raw.bits);
-  }
   const auto path = (scratch() / "no_model.safetensors").string();
-  b.write(path);
+  write_edited_trace(t, md, {"q", "k", "v", "o", "lse"}, path);
   const Run r = run("demo --trace " + path);
   CHECK(r.code == 2);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
