@@ -31,6 +31,7 @@
 //   max, with the pair L_r and the other keys L_r + g_j below it. The other features are 0
 //   in Q (no jitter: no key crosses the pair) and N(0, 1) in K. V and dO are N(-1, 1/16) in
 //   every feature: every feature is a "sink feature" here. Needs head dim >= 3.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -147,6 +148,11 @@ std::string scenario_list() {
 
 std::vector<std::string> scenario_names() { return {"random", "fa3-outliers", "sink", "ties", "wide-ties"}; }
 
+bool known_scenario(std::string_view name) {
+  const std::vector<std::string> names = scenario_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 namespace {
 
 // The first head of each group: heads [0, G, 2G, ...] of t.
@@ -174,9 +180,8 @@ Tensor4 row_range(const Tensor4& t, int first, int count) {
 
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen, int head_dim,
                               const Format& dtype, bool with_backward, int kv_heads, int seqlen_k) {
-  bool known = false;
-  for (const std::string& s : scenario_names()) known |= s == name;
-  if (!known) throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (" + scenario_list() + ")");
+  if (!known_scenario(name))
+    throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (" + scenario_list() + ")");
   if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0 || seqlen_k < 0)
     throw std::invalid_argument("scenario: negative shape");
   // Another key length: the square problem of the longer length, q (and dO) its last seqlen

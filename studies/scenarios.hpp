@@ -28,6 +28,8 @@ namespace fb::attn {
 AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int batch, int heads, int seqlen, int head_dim,
                               const Format& dtype, bool with_backward, int kv_heads = 0, int seqlen_k = 0);
 std::vector<std::string> scenario_names();
+// Whether `name` is one of scenario_names().
+bool known_scenario(std::string_view name);
 // The names of scenario_names(), comma-separated, for error messages.
 std::string scenario_list();
 

@@ -66,8 +66,7 @@ void print_comparison(const char* what, const attn::FloorComparison& c) {
 
 // --model mode: checks the options and resolves the models (the run checks nothing of them).
 attn::BiasRun model_run(const BiasOptions& o) {
-  const auto names = attn::scenario_names();
-  if (std::find(names.begin(), names.end(), o.scenario) == names.end())
+  if (!attn::known_scenario(o.scenario))
     throw InputError("--scenario " + o.scenario + ": unknown scenario (" + attn::scenario_list() + ")");
   if (o.trials < 2) throw InputError("--trials: expected at least 2");
   if (o.seqlen < 1 || o.headdim < 1)

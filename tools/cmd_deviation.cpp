@@ -49,8 +49,7 @@ std::vector<std::string> split_list(const std::string& text) {
 int run_deviation(const DeviationOptions& o) {
   // The CLI's input name "normal" is the engine's "random" (N(0,1)).
   std::string scenario = o.inputs == "normal" ? "random" : o.inputs;
-  const auto names = attn::scenario_names();
-  if (std::find(names.begin(), names.end(), scenario) == names.end())
+  if (!attn::known_scenario(scenario))
     throw InputError("--inputs " + o.inputs + ": expected normal (N(0,1), the scenario random) or a scenario (" +
                      attn::scenario_list() + ")");
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");

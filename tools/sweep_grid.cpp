@@ -97,11 +97,9 @@ SweepGrid sweep_grid(const SweepRun& run) {
   std::vector<Format> parsed_formats;
   for (const auto& fmt : formats) parsed_formats.push_back(parse_format_or_throw(fmt, "--formats"));
   for (const auto& round : rounds) parse_mode_or_throw(round, "--round");
-  const auto known_scenarios = attn::scenario_names();
   for (const auto& scenario : scenarios)
-    if (std::find(known_scenarios.begin(), known_scenarios.end(), scenario) == known_scenarios.end()) {
+    if (!attn::known_scenario(scenario))
       throw InputError("--scenario " + scenario + ": unknown scenario (" + attn::scenario_list() + ")");
-    }
   SweepGrid grid;
   std::map<std::string, std::string> model_of_configuration;  // configuration -> the --model entry
   const int sr_bits = static_cast<int>(run.sr_bits);
@@ -141,8 +139,8 @@ SweepGrid sweep_grid(const SweepRun& run) {
           grid.cells.push_back(std::move(c));
         }
       }
+  // Every list holds an entry (split_list), so every cell either runs or was skipped.
   if (grid.cells.empty()) {
-    if (grid.skipped.empty()) throw InputError("--model: expected at least one model");
     throw InputError("no configuration can run: " + grid.skipped.front() +
                      (grid.skipped.size() > 1 ? " (and " + std::to_string(grid.skipped.size() - 1) + " more)" : ""));
   }

@@ -41,8 +41,7 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
     run.traces_label = traces_label;
     return run;
   }
-  const auto names = attn::scenario_names();
-  if (std::find(names.begin(), names.end(), scenario) == names.end())
+  if (!attn::known_scenario(scenario))
     throw InputError("scenario " + scenario + ": unknown scenario (" + attn::scenario_list() + ")");
   // The CLI's limits (attention/problem_limits.hpp), named as Python names the arguments.
   if (const std::string refusal = attn::trials_refusal(trials, 2); !refusal.empty())
