@@ -86,6 +86,13 @@ struct AttentionOutputs {
   // ([b][h][n][1], rounded up), the magnitude that bounds its scores' rounding errors
   // (attention/exact_rounding.hpp). run_attention() leaves it empty.
   std::optional<Tensor4> row_score_magnitude;
+  // exact_attention() with a backward only: a rigorous bound on the absolute error of each
+  // dq, dk and dv element it returns (attention/exact_rounding.hpp decides the correctly
+  // rounded gradients from them). run_attention() leaves it empty.
+  struct GradientErrorBounds {
+    Tensor4 dq, dk, dv;
+  };
+  std::optional<GradientErrorBounds> gradient_error_bound;
   // RunOptions::keep_forward_state only: the forward's state, for a backward run alone.
   std::shared_ptr<const ForwardState> forward_state;
 };
@@ -242,10 +249,9 @@ AttentionOutputs exact_attention(const AttentionInputs& in);
 // fp32, as a kernel computes delta from its stored O. run_attention() dispatches such a model
 // here; this entry takes `exact` (exact_attention(in), whose row_max and row_score_magnitude
 // it reads) already computed. A tracer's rows get their coordinates, the final cast's
-// rounding events and delta's decomposition (no tiles). O, LSE and delta are correctly
-// rounded even where the long-double value cannot decide (attention/exact_rounding.hpp); dQ,
-// dK and dV round the long-double value (~1e-16 relative), so one closer than that to a
-// rounding boundary may round to its other side (directed modes at exact ties).
+// rounding events and delta's decomposition (no tiles). Every output is correctly rounded,
+// also where the long-double value cannot decide (attention/exact_rounding.hpp: exact ties
+// and gradients that cancel to 0 included).
 AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
                                      const RunOptions& opt);
 // The reference's delta of one row from a given O (values of km.output) and dO, rounded once

@@ -21,8 +21,8 @@
 // rounded once each; tests/test_attention_exact.cpp checks it bit for bit against MPFR.
 // Rounding the double of a long-double value is a second rounding: it can only go wrong
 // within that error of a rounding boundary, which constructed inputs (`ties`) hit on
-// purpose, so O's, delta's and LSE's rounding are decided exactly there
-// (exact_rounding.hpp); dQ, dK and dV keep the double.
+// purpose, so every output's rounding is decided exactly there (exact_rounding.hpp), from
+// the error bounds this file's arithmetic leaves (gradient_error_bound for dQ, dK, dV).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -40,6 +40,10 @@
 
 namespace fb::attn {
 namespace {
+
+// Four times an argued error bound, as a double no smaller than it (the sums that made it
+// round too: 2^-40 covers them).
+double four_times_rounded_up(long double bound) { return static_cast<double>(4.0L * bound * (1.0L + 0x1p-40L)); }
 
 // sum_c a_c * b_c in long double with Neumaier's compensation: the products are exact (values
 // of at most 24 bits) and the sum errs by one rounding of itself plus ~d^2 2^-128 of
@@ -78,20 +82,33 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
     out.dq = Tensor4(B, H, N, D);
     out.dk = Tensor4(B, Hk, Nk, D);
     out.dv = Tensor4(B, Hk, Nk, D);
+    out.gradient_error_bound = AttentionOutputs::GradientErrorBounds{*out.dq, *out.dk, *out.dv};
   }
-  // Each q head's dK and dV contributions, summed over its group once every head is done
-  // (heads run on several threads; the group sum is in long double, in head order).
-  std::vector<std::vector<long double>> head_dk(backward ? static_cast<std::size_t>(B) * H : 0),
-      head_dv(backward ? static_cast<std::size_t>(B) * H : 0);
+  // Each q head's dK and dV contributions (and their error bounds), summed over its group
+  // once every head is done (heads run on several threads; the group sum is in long double,
+  // in head order).
+  const std::size_t head_slots = backward ? static_cast<std::size_t>(B) * H : 0;
+  std::vector<std::vector<long double>> head_dk(head_slots), head_dv(head_slots), head_dk_error(head_slots),
+      head_dv_error(head_slots);
   auto head = [&](int b, int h) {
     const int hk = h / group;
     std::vector<long double> s(static_cast<std::size_t>(Nk)), o(static_cast<std::size_t>(D));
     std::vector<long double> forward_only;  // stands in for the gradients when there is no backward
-    std::vector<long double>& dk = backward ? head_dk[static_cast<std::size_t>(b) * H + h] : forward_only;
-    std::vector<long double>& dv = backward ? head_dv[static_cast<std::size_t>(b) * H + h] : forward_only;
+    const std::size_t slot = static_cast<std::size_t>(b) * H + h;
+    std::vector<long double>& dk = backward ? head_dk[slot] : forward_only;
+    std::vector<long double>& dv = backward ? head_dv[slot] : forward_only;
+    std::vector<long double>& dk_error = backward ? head_dk_error[slot] : forward_only;
+    std::vector<long double>& dv_error = backward ? head_dv_error[slot] : forward_only;
+    std::vector<double> v_abs_max(static_cast<std::size_t>(D), 0.0);  // per column, over the kv head's keys
     if (backward) {
       dk.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
       dv.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
+      dk_error.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
+      dv_error.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
+      for (int j = 0; j < Nk; ++j)
+        for (int c = 0; c < D; ++c)
+          v_abs_max[static_cast<std::size_t>(c)] =
+              std::max(v_abs_max[static_cast<std::size_t>(c)], std::fabs(in.v.at(b, hk, j, c)));
     }
     for (int r = 0; r < N; ++r) {
       const int nk = in.causal ? std::clamp(r + 1 + offset, 0, Nk) : Nk;
@@ -137,21 +154,50 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       long double delta = 0.0L;
       for (int c = 0; c < D; ++c) delta += static_cast<long double>(d_o[c]) * o[c];
       out.delta->at(b, h, r, 0) = static_cast<double>(delta);
-      std::vector<long double> dq(static_cast<std::size_t>(D), 0.0L);
+      // The gradients' error bounds (gradient_error_bound), argued with u = 2^-64: p errs
+      // relatively by at most weight_error_bound; dp = dO . V_j (exact products) by d u
+      // sum_c |dO_c V_jc|; delta by each O_c's mean bound times max |V_c|, plus its sum's
+      // (d + 1) ulps; ds = p (dp - delta) by p (|dp - delta| eps_p + those two) with two more
+      // ulps; then every sum of ds * k, ds * q or p * dO adds at most (terms + 4) ulps of its
+      // magnitude, with at most nk + N * group terms. The result is four times that.
+      const double score_magnitude = out.row_score_magnitude->at(b, h, r, 0);
+      const long double u = 0x1p-64L;
+      const long double eps_p = weight_error_bound(D, nk, score_magnitude, static_cast<double>(lse));
+      long double delta_error = 0.0L;
+      for (int c = 0; c < D; ++c) delta_error += std::fabs(d_o[c]) * v_abs_max[static_cast<std::size_t>(c)];
+      delta_error *= mean_error_bound(D, nk, score_magnitude) + 4.0L * (D + 1) * u;
+      const long double sum_error = (static_cast<long double>(nk) + static_cast<long double>(N) * group + 8) * u;
+      const bool bounded = std::isfinite(eps_p) && std::isfinite(delta_error);
+      std::vector<long double> dq(static_cast<std::size_t>(D), 0.0L), dq_error(static_cast<std::size_t>(D), 0.0L);
       for (int j = 0; j < nk; ++j) {
         const long double p = std::exp(s[j] - lse);
         const double* v = in.v.row(b, hk, j);
         const double* k = in.k.row(b, hk, j);
-        long double dp = 0.0L;
-        for (int c = 0; c < D; ++c) dp += static_cast<long double>(d_o[c]) * v[c];
-        const long double ds = p * (dp - delta);
+        long double dp = 0.0L, dp_magnitude = 0.0L;
         for (int c = 0; c < D; ++c) {
+          const long double product = static_cast<long double>(d_o[c]) * v[c];
+          dp += product;
+          dp_magnitude += std::fabs(product);
+        }
+        const long double ds = p * (dp - delta);
+        const long double inf = std::numeric_limits<long double>::infinity();
+        const long double ds_error =
+            bounded ? p * (std::fabs(dp - delta) * (eps_p + sum_error) + D * u * dp_magnitude + delta_error) : inf;
+        const long double p_error = bounded ? p * (eps_p + sum_error) : inf;
+        for (int c = 0; c < D; ++c) {
+          const std::size_t at = static_cast<std::size_t>(j) * D + c;
           dq[c] += ds * k[c];
-          dk[static_cast<std::size_t>(j) * D + c] += ds * q[c];
-          dv[static_cast<std::size_t>(j) * D + c] += p * d_o[c];
+          dk[at] += ds * q[c];
+          dv[at] += p * d_o[c];
+          dq_error[c] += ds_error * std::fabs(k[c]);
+          dk_error[at] += ds_error * std::fabs(q[c]);
+          dv_error[at] += p_error * std::fabs(d_o[c]);
         }
       }
-      for (int c = 0; c < D; ++c) out.dq->at(b, h, r, c) = static_cast<double>(dq[c] * scale);
+      for (int c = 0; c < D; ++c) {
+        out.dq->at(b, h, r, c) = static_cast<double>(dq[c] * scale);
+        out.gradient_error_bound->dq.at(b, h, r, c) = four_times_rounded_up(dq_error[c] * scale);
+      }
     }
   };
   const int items = B * H;
@@ -168,14 +214,19 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       for (int hk = 0; hk < Hk; ++hk)
         for (int j = 0; j < Nk; ++j)
           for (int c = 0; c < D; ++c) {
-            long double dk = 0.0L, dv = 0.0L;
+            long double dk = 0.0L, dv = 0.0L, dk_error = 0.0L, dv_error = 0.0L;
             const std::size_t at = static_cast<std::size_t>(j) * D + c;
             for (int h = hk * group; h < (hk + 1) * group; ++h) {
-              dk += head_dk[static_cast<std::size_t>(b) * H + h][at];
-              dv += head_dv[static_cast<std::size_t>(b) * H + h][at];
+              const std::size_t slot = static_cast<std::size_t>(b) * H + h;
+              dk += head_dk[slot][at];
+              dv += head_dv[slot][at];
+              dk_error += head_dk_error[slot][at];
+              dv_error += head_dv_error[slot][at];
             }
             out.dk->at(b, hk, j, c) = static_cast<double>(dk * scale);
             out.dv->at(b, hk, j, c) = static_cast<double>(dv);
+            out.gradient_error_bound->dk.at(b, hk, j, c) = four_times_rounded_up(dk_error * scale);
+            out.gradient_error_bound->dv.at(b, hk, j, c) = four_times_rounded_up(dv_error);
           }
   }
   return out;
@@ -200,19 +251,7 @@ RoundingSpec reference_spec(const KernelModel& km, std::uint64_t seed, std::uint
   return spec;
 }
 
-double round_once(const Format& f, double x, const RoundingSpec& spec, std::uint64_t position,
-                  RoundingEvent* event = nullptr) {
-  return to_double(f, round_double(f, x, spec, position, event).bits);
-}
-
 enum ReferenceTensor : std::uint64_t { kO = 0, kLse = 1, kDelta = 2, kDq = 3, kDk = 4, kDv = 5 };
-
-Tensor4 rounded(const KernelModel& km, const Tensor4& exact, const Format& f, std::uint64_t seed, std::uint64_t tag) {
-  Tensor4 out = exact;
-  const RoundingSpec spec = reference_spec(km, seed, tag);
-  for (std::size_t i = 0; i < out.data.size(); ++i) out.data[i] = round_once(f, exact.data[i], spec, i);
-  return out;
-}
 
 // One element rounded once into f: the value ExactRounding found in its place where it had
 // to decide (exact_rounding.hpp), else exact_attention's double.
@@ -222,21 +261,22 @@ Rounded round_element(const Format& f, const std::optional<RoundPackInput>& deci
                  : round_double(f, approx, spec, position, event);
 }
 
-// O rounded once into f, element by element (round_element).
-Tensor4 rounded_o(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
-                  const ExactRounding& exact_rounding, const Format& f, std::uint64_t seed) {
-  Tensor4 out = exact.o;
-  const RoundingSpec spec = reference_spec(km, seed, kO);
-  const int d = in.q.cols;
-  for (int b = 0; b < in.q.batch; ++b)
-    for (int h = 0; h < in.q.heads; ++h)
-      for (int r = 0; r < in.q.rows; ++r) {
-        const std::size_t first = exact.o.index(b, h, r, 0);
-        const auto decided = exact_rounding.o_row(b, h, r, f, spec, first);
-        for (int c = 0; c < d; ++c) {
+// A [b][h][n][d] output rounded once into f, element by element (round_element);
+// decide_row(b, h, r, spec, first_position) is ExactRounding's o_row, dq_row, dk_row or dv_row.
+template <class DecideRow>
+Tensor4 rounded_rows(const KernelModel& km, const Tensor4& exact, const Format& f, std::uint64_t seed,
+                     std::uint64_t tag, DecideRow decide_row) {
+  Tensor4 out = exact;
+  const RoundingSpec spec = reference_spec(km, seed, tag);
+  for (int b = 0; b < exact.batch; ++b)
+    for (int h = 0; h < exact.heads; ++h)
+      for (int r = 0; r < exact.rows; ++r) {
+        const std::size_t first = exact.index(b, h, r, 0);
+        const auto decided = decide_row(b, h, r, spec, first);
+        for (int c = 0; c < exact.cols; ++c) {
           const std::size_t i = first + static_cast<std::size_t>(c);
           out.data[i] =
-              to_double(f, round_element(f, decided[static_cast<std::size_t>(c)], exact.o.data[i], spec, i).bits);
+              to_double(f, round_element(f, decided[static_cast<std::size_t>(c)], exact.data[i], spec, i).bits);
         }
       }
   return out;
@@ -277,7 +317,11 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
   const std::optional<Format> o_store = stored_o_format(km);
   AttentionOutputs out;
   const ExactRounding exact_rounding(in, exact);
-  out.o = o_store ? rounded_o(km, in, exact, exact_rounding, *o_store, opt.seed) : exact.o;
+  out.o = o_store ? rounded_rows(km, exact.o, *o_store, opt.seed, kO,
+                                 [&](int b, int h, int r, const RoundingSpec& spec, std::size_t first) {
+                                   return exact_rounding.o_row(b, h, r, *o_store, spec, first);
+                                 })
+                  : exact.o;
   out.lse = rounded_per_row(km, exact.lse, formats::fp32, opt.seed, kLse,
                             [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
                               return exact_rounding.lse(b, h, r, formats::fp32, spec, position);
@@ -296,9 +340,18 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
         out.delta->data[r] = correctly_rounded_delta(km, &in.d_o->data[r * static_cast<std::size_t>(d)],
                                                      &out.o.data[r * static_cast<std::size_t>(d)], d, opt.seed, r);
     }
-    out.dq = rounded(km, *exact.dq, out_f, opt.seed, kDq);
-    out.dk = rounded(km, *exact.dk, out_f, opt.seed, kDk);
-    out.dv = rounded(km, *exact.dv, out_f, opt.seed, kDv);
+    out.dq = rounded_rows(km, *exact.dq, out_f, opt.seed, kDq,
+                          [&](int b, int h, int r, const RoundingSpec& spec, std::size_t first) {
+                            return exact_rounding.dq_row(b, h, r, out_f, spec, first);
+                          });
+    out.dk = rounded_rows(km, *exact.dk, out_f, opt.seed, kDk,
+                          [&](int b, int hk, int j, const RoundingSpec& spec, std::size_t first) {
+                            return exact_rounding.dk_row(b, hk, j, out_f, spec, first);
+                          });
+    out.dv = rounded_rows(km, *exact.dv, out_f, opt.seed, kDv,
+                          [&](int b, int hk, int j, const RoundingSpec& spec, std::size_t first) {
+                            return exact_rounding.dv_row(b, hk, j, out_f, spec, first);
+                          });
   }
   if (opt.progress)
     opt.progress->fetch_add(static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1),

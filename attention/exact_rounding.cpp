@@ -160,6 +160,40 @@ class KeyValues {
   long double approx_relative_error_ = 0.0L;
 };
 
+// The softmax scale, enclosed at p bits: a given softmax_scale (a double) exactly, else
+// 1/sqrt(d), as exact_attention takes the default.
+void enclose_scale(const AttentionInputs& in, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
+  if (in.softmax_scale > 0) {
+    mpfr_set_d(lo, in.softmax_scale, MPFR_RNDN);
+    mpfr_set_d(hi, in.softmax_scale, MPFR_RNDN);
+    return;
+  }
+  const auto d = static_cast<unsigned long>(in.q.cols);
+  Mp root(p);
+  mpfr_sqrt_ui(root.v, d, MPFR_RNDU);
+  mpfr_ui_div(lo, 1, root.v, MPFR_RNDD);
+  mpfr_sqrt_ui(root.v, d, MPFR_RNDD);
+  mpfr_ui_div(hi, 1, root.v, MPFR_RNDU);
+}
+
+// Whether scale * x == y, exactly.
+bool scale_times_is(const AttentionInputs& in, const mpfr_t x, const mpfr_t y) {
+  if (in.softmax_scale > 0) {  // scale * x, exactly
+    Mp product(mpfr_get_prec(x) + 53);
+    mpfr_mul_d(product.v, x, in.softmax_scale, MPFR_RNDN);
+    return mpfr_equal_p(product.v, y) != 0;
+  }
+  // x / sqrt(d): rational only when d is a square (or x is 0).
+  const int d = in.q.cols;
+  const auto root = static_cast<long>(std::llround(std::sqrt(static_cast<double>(d))));
+  if (root * root == d) {
+    Mp scaled(mpfr_get_prec(y) + 64);
+    mpfr_mul_si(scaled.v, y, root, MPFR_RNDN);
+    return mpfr_equal_p(scaled.v, x) != 0;
+  }
+  return mpfr_zero_p(x) && mpfr_zero_p(y);
+}
+
 // ---- one row's scores ----------------------------------------------------------------
 // The visible keys of one row, with exact scores where exactness matters. Keys within 50 of
 // the max score (the head) get exact score gaps and MPFR weights; the others (the tail)
@@ -179,6 +213,7 @@ class RowScores {
 
   const double* key(int j) const { return in_.k.row(b_, hk_, j); }
   const double* value(int j) const { return in_.v.row(b_, hk_, j); }
+  const Mp& dot(int j);  // q . k_j, exactly
 
  private:
   struct Weights {  // the head's weights e^(s_j - s_top) and the whole denominator, at p bits
@@ -200,7 +235,6 @@ class RowScores {
   const Weights& weights(mpfr_prec_t p);
   void scale_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const;
   void score_interval(int key, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const;  // scale * dot(key), enclosed
-  const Mp& dot(int j);
   const std::vector<Group>& groups();
   bool score_equals(const Mp& dot, const mpfr_t beta) const;
   int sign_of_sum(std::vector<Term>& terms, const mpfr_t beta);
@@ -300,18 +334,7 @@ const Mp& RowScores::dot(int j) {
   return *slot;
 }
 
-void RowScores::scale_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const {
-  if (in_.softmax_scale > 0) {  // a double: exact
-    mpfr_set_d(lo, in_.softmax_scale, MPFR_RNDN);
-    mpfr_set_d(hi, in_.softmax_scale, MPFR_RNDN);
-    return;
-  }
-  Mp root(p);  // 1/sqrt(d), as exact_attention takes the default
-  mpfr_sqrt_ui(root.v, static_cast<unsigned long>(d_), MPFR_RNDU);
-  mpfr_ui_div(lo, 1, root.v, MPFR_RNDD);
-  mpfr_sqrt_ui(root.v, static_cast<unsigned long>(d_), MPFR_RNDD);
-  mpfr_ui_div(hi, 1, root.v, MPFR_RNDU);
-}
+void RowScores::scale_interval(mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const { enclose_scale(in_, p, lo, hi); }
 
 // scale * dot(key), enclosed (the key's dot already computed).
 void RowScores::score_interval(int key, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) const {
@@ -411,19 +434,7 @@ const std::vector<RowScores::Group>& RowScores::groups() {
 }
 
 bool RowScores::score_equals(const Mp& dot_value, const mpfr_t beta) const {
-  if (in_.softmax_scale > 0) {  // scale * dot, exactly
-    Mp score(mpfr_get_prec(dot_value.v) + 53);
-    mpfr_mul_d(score.v, dot_value.v, in_.softmax_scale, MPFR_RNDN);
-    return mpfr_equal_p(score.v, beta) != 0;
-  }
-  // dot / sqrt(d): rational only when d is a square (or dot is 0).
-  const auto root = static_cast<long>(std::llround(std::sqrt(static_cast<double>(d_))));
-  if (root * root == d_) {
-    Mp scaled(mpfr_get_prec(beta) + 64);
-    mpfr_mul_si(scaled.v, beta, root, MPFR_RNDN);
-    return mpfr_equal_p(scaled.v, dot_value.v) != 0;
-  }
-  return mpfr_zero_p(dot_value.v) && mpfr_zero_p(beta);
+  return scale_times_is(in_, dot_value.v, beta);
 }
 
 // The sign of sum_t coefficient_t * e^(exponent_t - scale * top), the terms' exponents
@@ -625,6 +636,198 @@ struct FreeMpfrCaches {
   ~FreeMpfrCaches() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
 };
 
+// ---- the gradients: sums of exponentials over a common denominator ---------------------
+// (the header's "A gradient is compared the same way over a common denominator")
+
+constexpr std::size_t kMaxProducts = std::size_t{1} << 18;
+
+Mp exact_copy(const mpfr_t x) {
+  Mp y(std::max<mpfr_prec_t>(mpfr_zero_p(x) ? MPFR_PREC_MIN : mpfr_min_prec(x), MPFR_PREC_MIN));
+  mpfr_set(y.v, x, MPFR_RNDN);
+  return y;
+}
+Mp exact_product(const mpfr_t a, const mpfr_t b) {
+  Mp product(std::max<mpfr_prec_t>(mpfr_min_prec(a) + mpfr_min_prec(b), MPFR_PREC_MIN));
+  mpfr_mul(product.v, a, b, MPFR_RNDN);  // exact: the precision holds both significands
+  return product;
+}
+Mp exact_value(double x) {
+  Mp y(53);
+  mpfr_set_d(y.v, x, MPFR_RNDN);
+  return y;
+}
+
+struct MpLess {
+  using is_transparent = void;
+  bool operator()(const Mp& a, const Mp& b) const { return mpfr_cmp(a.v, b.v) < 0; }
+  bool operator()(const Mp& a, mpfr_srcptr b) const { return mpfr_cmp(a.v, b) < 0; }
+  bool operator()(mpfr_srcptr a, const Mp& b) const { return mpfr_cmp(a, b.v) < 0; }
+};
+
+// Thrown where multiplying out would take more than kMaxProducts products.
+struct TooManyTerms {};
+
+// sum_t c_t e^(scale * E_t): exact rational exponents E_t (sums of q . k dots) and nonzero
+// exact coefficients c_t, one term per exponent.
+class ExpSum {
+ public:
+  void add(mpfr_srcptr exponent, mpfr_srcptr coefficient) {  // this += c e^(scale E)
+    if (mpfr_zero_p(coefficient)) return;
+    const auto it = terms_.find(exponent);
+    if (it == terms_.end()) {
+      terms_.emplace(exact_copy(exponent), exact_copy(coefficient));
+      return;
+    }
+    add_exact(it->second, coefficient);
+    if (mpfr_zero_p(it->second.v)) terms_.erase(it);
+  }
+  // this += factor * e^(scale * shift) * other
+  void add_shifted(const ExpSum& other, mpfr_srcptr shift, mpfr_srcptr factor) {
+    Mp exponent(MPFR_PREC_MIN);
+    for (const auto& [e, c] : other.terms_) {
+      set_exact_sum(exponent, e.v, shift);
+      const Mp coefficient = exact_product(c.v, factor);
+      add(exponent.v, coefficient.v);
+    }
+  }
+  ExpSum times(const ExpSum& other) const {
+    if (terms_.size() * other.terms_.size() > kMaxProducts) throw TooManyTerms{};
+    ExpSum out;
+    for (const auto& [e, c] : terms_) out.add_shifted(other, e.v, c.v);
+    return out;
+  }
+  bool operator==(const ExpSum& other) const {
+    return terms_.size() == other.terms_.size() &&
+           std::equal(terms_.begin(), terms_.end(), other.terms_.begin(), [](const auto& x, const auto& y) {
+             return mpfr_equal_p(x.first.v, y.first.v) && mpfr_equal_p(x.second.v, y.second.v);
+           });
+  }
+  bool empty() const { return terms_.empty(); }
+  const std::map<Mp, Mp, MpLess>& terms() const { return terms_; }
+
+ private:
+  std::map<Mp, Mp, MpLess> terms_;
+};
+
+ExpSum one_term(mpfr_srcptr exponent, mpfr_srcptr coefficient) {
+  ExpSum s;
+  s.add(exponent, coefficient);
+  return s;
+}
+
+// The sign of scale X - beta Y (scaled) or of X - beta Y, exactly: per exponent E of X or Y,
+// the coefficient (scale x_E - beta y_E) of e^(scale E) is zero or a nonzero algebraic
+// number, and the exponents are distinct, so the sum of the nonzero terms is not zero
+// (Lindemann-Weierstrass); its sign is found at rising precision.
+int sign_of_difference(const AttentionInputs& in, const ExpSum& x, const ExpSum& y, mpfr_srcptr beta, bool scaled) {
+  struct Term {
+    mpfr_srcptr exponent;
+    Mp x, beta_y;  // scale x - beta y, or x when not scaled (beta_y folded into x)
+    int sign;      // known sign, or 0
+  };
+  std::vector<Term> terms;
+  auto x_at = x.terms().begin(), y_at = y.terms().begin();
+  const Mp zero = exact_value(0.0), minus_one = exact_value(-1.0);
+  while (x_at != x.terms().end() || y_at != y.terms().end()) {
+    const bool take_x =
+        y_at == y.terms().end() || (x_at != x.terms().end() && mpfr_cmp(x_at->first.v, y_at->first.v) <= 0);
+    const bool take_y =
+        x_at == x.terms().end() || (y_at != y.terms().end() && mpfr_cmp(y_at->first.v, x_at->first.v) <= 0);
+    const mpfr_srcptr exponent = take_x ? x_at->first.v : y_at->first.v;
+    Term t{exponent, exact_copy(take_x ? x_at->second.v : zero.v),
+           take_y ? exact_product(beta, y_at->second.v) : exact_copy(zero.v), 0};
+    if (take_x) ++x_at;
+    if (take_y) ++y_at;
+    if (!scaled) {  // x - beta y, exactly
+      Mp difference(MPFR_PREC_MIN);
+      set_exact_difference(difference, t.x.v, t.beta_y.v);
+      if (mpfr_zero_p(difference.v)) continue;
+      t.sign = mpfr_sgn(difference.v);
+      mpfr_swap(t.x.v, difference.v);
+      mpfr_set_zero(t.beta_y.v, 1);
+      terms.push_back(std::move(t));
+      continue;
+    }
+    const int sx = mpfr_sgn(t.x.v), sy = mpfr_sgn(t.beta_y.v);
+    if (sx == 0 && sy == 0) continue;
+    if (sx != 0 && sy != 0 && scale_times_is(in, t.x.v, t.beta_y.v)) continue;
+    if (sx == 0)
+      t.sign = -sy;
+    else if (sy == 0 || sy != sx)
+      t.sign = sx;  // scale > 0
+    terms.push_back(std::move(t));
+  }
+  if (terms.empty()) return 0;
+  bool positive = false, negative = false, unknown = false;
+  for (const Term& t : terms) (t.sign > 0 ? positive : t.sign < 0 ? negative : unknown) = true;
+  if (!unknown && !negative) return 1;
+  if (!unknown && !positive) return -1;
+  const mpfr_srcptr top = terms.back().exponent;  // the largest: x and y are sorted ascending
+  for (mpfr_prec_t p = kFirstBits; p <= kLastBits; p *= 4) {
+    Mp s_lo(p), s_hi(p), gap(MPFR_PREC_MIN), a_lo(p), a_hi(p), e_lo(p), e_hi(p), c_lo(p), c_hi(p), term(p);
+    Mp sum_lo(p), sum_hi(p);
+    enclose_scale(in, p, s_lo.v, s_hi.v);
+    mpfr_set_zero(sum_lo.v, 1);
+    mpfr_set_zero(sum_hi.v, 1);
+    for (const Term& t : terms) {
+      set_exact_difference(gap, t.exponent, top);  // <= 0: the larger scale gives the lower end
+      mpfr_mul(a_lo.v, gap.v, s_hi.v, MPFR_RNDD);
+      mpfr_mul(a_hi.v, gap.v, s_lo.v, MPFR_RNDU);
+      mpfr_exp(e_lo.v, a_lo.v, MPFR_RNDD);
+      mpfr_exp(e_hi.v, a_hi.v, MPFR_RNDU);
+      if (scaled) {
+        const bool x_nonnegative = mpfr_sgn(t.x.v) >= 0;
+        mpfr_mul(c_lo.v, t.x.v, x_nonnegative ? s_lo.v : s_hi.v, MPFR_RNDD);
+        mpfr_mul(c_hi.v, t.x.v, x_nonnegative ? s_hi.v : s_lo.v, MPFR_RNDU);
+        mpfr_sub(c_lo.v, c_lo.v, t.beta_y.v, MPFR_RNDD);
+        mpfr_sub(c_hi.v, c_hi.v, t.beta_y.v, MPFR_RNDU);
+      } else {
+        mpfr_set(c_lo.v, t.x.v, MPFR_RNDD);
+        mpfr_set(c_hi.v, t.x.v, MPFR_RNDU);
+      }
+      mpfr_mul(term.v, c_lo.v, mpfr_sgn(c_lo.v) >= 0 ? e_lo.v : e_hi.v, MPFR_RNDD);
+      mpfr_add(sum_lo.v, sum_lo.v, term.v, MPFR_RNDD);
+      mpfr_mul(term.v, c_hi.v, mpfr_sgn(c_hi.v) >= 0 ? e_hi.v : e_lo.v, MPFR_RNDU);
+      mpfr_add(sum_hi.v, sum_hi.v, term.v, MPFR_RNDU);
+    }
+    if (mpfr_sgn(sum_lo.v) > 0) return 1;
+    if (mpfr_sgn(sum_hi.v) < 0) return -1;
+  }
+  throw std::runtime_error("correctly-rounded: a gradient is not separated from a rounding boundary at " +
+                           std::to_string(kLastBits) + " bits");
+}
+
+// One row's exact sums: the dots d_i = q . k_i of its nk visible keys, w_i = dO . V_i, and
+// l = sum_i e^(scale d_i), weighted = sum_i w_i e^(scale d_i).
+struct ExactRow {
+  std::vector<Mp> dots, w;
+  ExpSum l, weighted;
+};
+ExactRow exact_row(const AttentionInputs& in, int b, int h, int r, int nk) {
+  const int d = in.q.cols, hk = h / (in.k.heads > 0 ? in.q.heads / in.k.heads : 1);
+  ExactRow row;
+  const Mp one = exact_value(1.0);
+  for (int i = 0; i < nk; ++i) {
+    row.dots.push_back(exact_dot(in.q.row(b, h, r), in.k.row(b, hk, i), d));
+    row.w.push_back(exact_dot(in.d_o->row(b, h, r), in.v.row(b, hk, i), d));
+    row.l.add(row.dots.back().v, one.v);
+    row.weighted.add(row.dots.back().v, row.w.back().v);
+  }
+  return row;
+}
+
+// Whether every w_i of a row is the same (then its every dP_i - delta is exactly 0).
+bool uniform(const std::vector<Mp>& w) {
+  return std::all_of(w.begin(), w.end(), [&](const Mp& x) { return mpfr_equal_p(x.v, w.front().v) != 0; });
+}
+
+// The interval product [a_lo, a_hi] * [b_lo, b_hi] (b_lo >= 0) into [lo, hi].
+void multiply_by_nonnegative(mpfr_t lo, mpfr_t hi, mpfr_srcptr a_lo, mpfr_srcptr a_hi, mpfr_srcptr b_lo,
+                             mpfr_srcptr b_hi) {
+  mpfr_mul(lo, a_lo, mpfr_sgn(a_lo) >= 0 ? b_lo : b_hi, MPFR_RNDD);
+  mpfr_mul(hi, a_hi, mpfr_sgn(a_hi) >= 0 ? b_hi : b_lo, MPFR_RNDU);
+}
+
 }  // namespace
 
 Rounded round_pack_input(const Format& f, const RoundPackInput& x, const RoundingSpec& spec, std::uint64_t position,
@@ -676,12 +879,26 @@ int ExactRounding::visible_keys(int r) const {
 // u (3.03 (d + 4) S + 1.4 nk + 2 log nk + 2 + |LSE|). The bound returned is four times the
 // larger of these (without LSE's |LSE| term), or infinite where it is not small enough for
 // the linear argument.
-double ExactRounding::mean_error_bound(int b, int h, int r) const {
+double mean_error_bound(int d, int nk, double score_magnitude) {
+  const double bound = std::ldexp(17.0 * (d + 4) * score_magnitude + 12.0 * nk + 24.0, -64);
+  return bound < 0x1p-10 ? bound : std::numeric_limits<double>::infinity();
+}
+
+// p_j = e^(x) with x = s_j - LSE computed: s_j errs by (d + 4) u S, LSE by the bound above,
+// the subtraction by u |x| <= u (S + |LSE|) (|s_j| <= S), and expl adds 2 ulps; a relative
+// error of e^x is x's absolute error (times 1.01 below 2^-20).
+double weight_error_bound(int d, int nk, double score_magnitude, double lse) {
+  const double s = score_magnitude, argued = 1.01 * ((d + 4) * s + 3.03 * (d + 4) * s + 1.4 * nk +
+                                                     2 * std::log(std::max(nk, 1)) + 2 + 2 * std::fabs(lse) + s) +
+                                             2;
+  const double bound = std::ldexp(4 * argued, -64);
+  return bound < 0x1p-20 ? bound : std::numeric_limits<double>::infinity();
+}
+
+double ExactRounding::row_mean_error_bound(int b, int h, int r) const {
   const double s =
       exact_.row_score_magnitude ? exact_.row_score_magnitude->at(b, h, r, 0) : std::numeric_limits<double>::infinity();
-  const double d = in_.q.cols, nk = visible_keys(r);
-  const double bound = std::ldexp(17.0 * (d + 4) * s + 12.0 * nk + 24.0, -64);
-  return bound < 0x1p-10 ? bound : std::numeric_limits<double>::infinity();
+  return mean_error_bound(in_.q.cols, visible_keys(r), s);
 }
 
 std::vector<std::optional<RoundPackInput>> ExactRounding::o_row(int b, int h, int r, const Format& f,
@@ -691,7 +908,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::o_row(int b, int h, in
   std::vector<std::optional<RoundPackInput>> out(static_cast<std::size_t>(D));
   const int nk = visible_keys(r);
   if (nk == 0) return out;  // no key: O is exactly 0
-  const double error = mean_error_bound(b, h, r);
+  const double error = row_mean_error_bound(b, h, r);
   const double* v_max = column_abs_max(b, h);
   std::vector<int> undecided;
   for (int c = 0; c < D; ++c) {
@@ -728,7 +945,7 @@ std::optional<RoundPackInput> ExactRounding::delta(int b, int h, int r, const Fo
   double scale = 0.0;
   for (int c = 0; c < D; ++c) scale += std::fabs(d_o[c]) * v_max[c];
   const double approx = exact_.delta->at(b, h, r, 0);
-  const double bound = scale * (mean_error_bound(b, h, r) + std::ldexp(4.0 * (D + 1), -64)) * (1 + 0x1p-40) +
+  const double bound = scale * (row_mean_error_bound(b, h, r) + std::ldexp(4.0 * (D + 1), -64)) * (1 + 0x1p-40) +
                        std::ldexp(std::fabs(approx), -52);
   if (double_decides(f, approx, bound, spec, position)) return std::nullopt;
   const FreeMpfrCaches free_caches_on_return;
@@ -755,7 +972,7 @@ std::optional<RoundPackInput> ExactRounding::lse(int b, int h, int r, const Form
   if (!std::isfinite(approx)) return std::nullopt;  // no visible key
   const int nk = visible_keys(r);
   // The argued bound (mean_error_bound's comment) with LSE's own rounding and the double's.
-  const double bound = mean_error_bound(b, h, r) + std::ldexp(std::fabs(approx), -51);
+  const double bound = row_mean_error_bound(b, h, r) + std::ldexp(std::fabs(approx), -51);
   if (double_decides(f, approx, bound, spec, position)) return std::nullopt;
   const FreeMpfrCaches free_caches_on_return;
   if (!inputs_finite(b, h, r, nk, false)) return std::nullopt;
@@ -763,6 +980,361 @@ std::optional<RoundPackInput> ExactRounding::lse(int b, int h, int r, const Form
   return decide(
       f, spec, position, [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) { scores.enclose_lse(p, lo, hi); },
       [&](const mpfr_t beta) { return scores.compare_lse(beta); });
+}
+
+// ---- the gradients -----------------------------------------------------------------
+
+namespace {
+
+// The bound on a gradient element's double: exact_attention's bound plus the double's own
+// rounding.
+double gradient_bound(const std::optional<AttentionOutputs::GradientErrorBounds>& bounds,
+                      Tensor4 AttentionOutputs::GradientErrorBounds::*tensor, int b, int h, int r, int c,
+                      double approx) {
+  const double bound = bounds ? ((*bounds).*tensor).at(b, h, r, c) : std::numeric_limits<double>::infinity();
+  return bound + std::ldexp(std::fabs(approx), -52);
+}
+
+std::runtime_error too_many_terms(const char* what, int b, int h, int r, int c) {
+  return std::runtime_error("correctly-rounded: " + std::string(what) + "[" + std::to_string(b) + "," +
+                            std::to_string(h) + "," + std::to_string(r) + "," + std::to_string(c) +
+                            "] lies too near a rounding boundary for 512-bit intervals, and deciding it exactly would "
+                            "take more than " +
+                            std::to_string(kMaxProducts) + " products of exponential sums");
+}
+
+}  // namespace
+
+std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, int r, const Format& f,
+                                                                 const RoundingSpec& spec,
+                                                                 std::uint64_t first_position) const {
+  const int D = in_.q.cols;
+  std::vector<std::optional<RoundPackInput>> out(static_cast<std::size_t>(D));
+  const int nk = visible_keys(r);
+  if (nk == 0 || !in_.d_o || !exact_.dq) return out;  // no key: dQ is exactly 0
+  std::vector<int> undecided;
+  for (int c = 0; c < D; ++c) {
+    const double approx = exact_.dq->at(b, h, r, c);
+    const double bound =
+        gradient_bound(exact_.gradient_error_bound, &AttentionOutputs::GradientErrorBounds::dq, b, h, r, c, approx);
+    if (!double_decides(f, approx, bound, spec, first_position + static_cast<std::uint64_t>(c))) undecided.push_back(c);
+  }
+  if (undecided.empty()) return out;
+  const FreeMpfrCaches free_caches_on_return;
+  const double* d_o = in_.d_o->row(b, h, r);
+  if (!std::all_of(d_o, d_o + D, [](double x) { return std::isfinite(x); }) || !inputs_finite(b, h, r, nk, true))
+    return out;
+  // dQ = scale * (E[w K] - E[w] E[K]) under the row's softmax: zero where K_c or w is the
+  // same for every key.
+  const int hk = kv_head(h);
+  std::erase_if(undecided, [&](int c) {
+    const double first = in_.k.at(b, hk, 0, c);
+    for (int j = 1; j < nk; ++j)
+      if (in_.k.at(b, hk, j, c) != first) return false;
+    out[static_cast<std::size_t>(c)] = RoundPackInput{};
+    return true;
+  });
+  if (undecided.empty()) return out;
+  RowScores scores(in_, b, h, r, nk);
+  std::vector<Mp> w;
+  w.reserve(static_cast<std::size_t>(nk));
+  for (int j = 0; j < nk; ++j) w.push_back(exact_dot(d_o, scores.value(j), D));
+  if (uniform(w)) {
+    for (const int c : undecided) out[static_cast<std::size_t>(c)] = RoundPackInput{};
+    return out;
+  }
+  auto exact_values = [&](auto value_of) {
+    std::vector<Mp> exact;
+    std::vector<long double> approx;
+    for (int j = 0; j < nk; ++j) {
+      exact.push_back(value_of(j));
+      approx.push_back(mpfr_get_ld(exact.back().v, MPFR_RNDN));
+    }
+    return KeyValues(std::move(exact), std::move(approx), 2 * kLongDoubleUlp);
+  };
+  const KeyValues w_values = exact_values([&](int j) { return exact_copy(w[static_cast<std::size_t>(j)].v); });
+  std::optional<ExactRow> row;  // for exact comparisons, made when first needed
+  std::optional<ExpSum> l_squared;
+  for (const int c : undecided) {
+    std::vector<double> column(static_cast<std::size_t>(nk));
+    for (int j = 0; j < nk; ++j) column[static_cast<std::size_t>(j)] = scores.key(j)[c];
+    const KeyValues wk_values = exact_values([&](int j) {
+      const Mp k = exact_value(column[static_cast<std::size_t>(j)]);
+      return exact_product(w[static_cast<std::size_t>(j)].v, k.v);
+    });
+    const KeyValues k_values(column);
+    std::optional<ExpSum> x;  // l * sum_j w_j K_jc e^(scale d_j) - weighted * sum_j K_jc e^(scale d_j)
+    auto enclose = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
+      Mp a_lo(p), a_hi(p), w_lo(p), w_hi(p), k_lo(p), k_hi(p), t(p), low(p), high(p), s_lo(p), s_hi(p);
+      scores.enclose_mean(wk_values, p, a_lo.v, a_hi.v);
+      scores.enclose_mean(w_values, p, w_lo.v, w_hi.v);
+      scores.enclose_mean(k_values, p, k_lo.v, k_hi.v);
+      mpfr_set_inf(low.v, 1);
+      mpfr_set_inf(high.v, -1);
+      for (const mpfr_srcptr wx : {w_lo.v, w_hi.v})
+        for (const mpfr_srcptr kx : {k_lo.v, k_hi.v}) {
+          mpfr_mul(t.v, wx, kx, MPFR_RNDD);
+          mpfr_min(low.v, low.v, t.v, MPFR_RNDD);
+          mpfr_mul(t.v, wx, kx, MPFR_RNDU);
+          mpfr_max(high.v, high.v, t.v, MPFR_RNDU);
+        }
+      mpfr_sub(a_lo.v, a_lo.v, high.v, MPFR_RNDD);  // the covariance's interval
+      mpfr_sub(a_hi.v, a_hi.v, low.v, MPFR_RNDU);
+      enclose_scale(in_, p, s_lo.v, s_hi.v);
+      multiply_by_nonnegative(lo, hi, a_lo.v, a_hi.v, s_lo.v, s_hi.v);
+    };
+    auto compare = [&](const mpfr_t beta) {
+      try {
+        if (!row) row = exact_row(in_, b, h, r, nk);
+        if (!l_squared) l_squared = row->l.times(row->l);
+        if (!x) {
+          ExpSum k_sum, wk_sum;
+          for (int j = 0; j < nk; ++j) {
+            const Mp k = exact_value(column[static_cast<std::size_t>(j)]);
+            const Mp wk = exact_product(row->w[static_cast<std::size_t>(j)].v, k.v);
+            k_sum.add(row->dots[static_cast<std::size_t>(j)].v, k.v);
+            wk_sum.add(row->dots[static_cast<std::size_t>(j)].v, wk.v);
+          }
+          x = row->l.times(wk_sum);
+          const Mp zero = exact_value(0.0), minus_one = exact_value(-1.0);
+          x->add_shifted(row->weighted.times(k_sum), zero.v, minus_one.v);
+        }
+      } catch (const TooManyTerms&) {
+        throw too_many_terms("dQ", b, h, r, c);
+      }
+      return sign_of_difference(in_, *x, *l_squared, beta, true);
+    };
+    out[static_cast<std::size_t>(c)] =
+        decide(f, spec, first_position + static_cast<std::uint64_t>(c), enclose, compare);
+  }
+  return out;
+}
+
+// The rows (q head of the group, row) of one (b, hk) as dk_row and dv_row need them.
+struct ExactRounding::KeyRows {
+  struct Enclosure {  // the row's LSE and delta, enclosed at one precision
+    Mp lse_lo, lse_hi, delta_lo, delta_hi;
+    explicit Enclosure(mpfr_prec_t p) : lse_lo(p), lse_hi(p), delta_lo(p), delta_hi(p) {}
+  };
+  struct Row {
+    int h = 0, r = 0, nk = 0;
+    bool finite = false;
+    std::map<mpfr_prec_t, Enclosure> enclosures;  // made when first needed, at both precisions
+    std::optional<ExactRow> exact;                // made when first needed
+    std::optional<bool> w_uniform;
+  };
+  int b = -1, hk = -1;
+  std::vector<Row> rows;  // every row of the group's q heads that sees a key
+};
+
+ExactRounding::~ExactRounding() = default;
+
+ExactRounding::KeyRows& ExactRounding::key_rows(int b, int hk) const {
+  if (key_rows_ && key_rows_->b == b && key_rows_->hk == hk) return *key_rows_;
+  key_rows_ = std::make_unique<KeyRows>();
+  key_rows_->b = b;
+  key_rows_->hk = hk;
+  const int group = in_.k.heads > 0 ? in_.q.heads / in_.k.heads : 1;
+  for (int h = hk * group; h < (hk + 1) * group; ++h)
+    for (int r = 0; r < in_.q.rows; ++r) {
+      const int nk = visible_keys(r);
+      if (nk == 0) continue;
+      KeyRows::Row row;
+      row.h = h;
+      row.r = r;
+      row.nk = nk;
+      const double* d_o = in_.d_o->row(b, h, r);
+      row.finite = std::all_of(d_o, d_o + in_.q.cols, [](double x) { return std::isfinite(x); }) &&
+                   inputs_finite(b, h, r, nk, true);
+      key_rows_->rows.push_back(std::move(row));
+    }
+  return *key_rows_;
+}
+
+std::vector<std::optional<RoundPackInput>> ExactRounding::dk_row(int b, int hk, int j, const Format& f,
+                                                                 const RoundingSpec& spec,
+                                                                 std::uint64_t first_position) const {
+  return key_row(KeyGradient::dk, b, hk, j, f, spec, first_position);
+}
+std::vector<std::optional<RoundPackInput>> ExactRounding::dv_row(int b, int hk, int j, const Format& f,
+                                                                 const RoundingSpec& spec,
+                                                                 std::uint64_t first_position) const {
+  return key_row(KeyGradient::dv, b, hk, j, f, spec, first_position);
+}
+
+std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient which, int b, int hk, int j,
+                                                                  const Format& f, const RoundingSpec& spec,
+                                                                  std::uint64_t first_position) const {
+  const int D = in_.v.cols;
+  const bool dk = which == KeyGradient::dk;
+  std::vector<std::optional<RoundPackInput>> out(static_cast<std::size_t>(D));
+  const std::optional<Tensor4>& approx_tensor = dk ? exact_.dk : exact_.dv;
+  if (!in_.d_o || !approx_tensor) return out;
+  std::vector<int> undecided;
+  for (int c = 0; c < D; ++c) {
+    const double approx = approx_tensor->at(b, hk, j, c);
+    const double bound =
+        gradient_bound(exact_.gradient_error_bound,
+                       dk ? &AttentionOutputs::GradientErrorBounds::dk : &AttentionOutputs::GradientErrorBounds::dv, b,
+                       hk, j, c, approx);
+    if (!double_decides(f, approx, bound, spec, first_position + static_cast<std::uint64_t>(c))) undecided.push_back(c);
+  }
+  if (undecided.empty()) return out;
+  const FreeMpfrCaches free_caches_on_return;
+  KeyRows& rows = key_rows(b, hk);
+  std::vector<KeyRows::Row*> seeing;  // the rows that see key j
+  for (KeyRows::Row& row : rows.rows)
+    if (row.nk > j) {
+      if (!row.finite) return out;
+      seeing.push_back(&row);
+    }
+  const double* v_j = in_.v.row(b, hk, j);
+  const double* k_j = in_.k.row(b, hk, j);
+  auto w_uniform = [&](KeyRows::Row& row) {  // every dP - delta of the row is exactly 0
+    if (!row.w_uniform) {
+      std::vector<Mp> w;
+      for (int i = 0; i < row.nk; ++i) w.push_back(exact_dot(in_.d_o->row(b, row.h, row.r), in_.v.row(b, hk, i), D));
+      row.w_uniform = uniform(w);
+    }
+    return *row.w_uniform;
+  };
+  // Per row: P_j = e^(scale q . k_j - LSE) and dk's w_j - delta, enclosed at p bits.
+  struct RowFactors {
+    std::vector<Mp> p_lo, p_hi, t_lo, t_hi;
+  };
+  std::map<mpfr_prec_t, RowFactors> factors;
+  auto row_factors = [&](mpfr_prec_t p) -> const RowFactors& {
+    if (const auto it = factors.find(p); it != factors.end()) return it->second;
+    RowFactors& rf = factors[p];
+    Mp s_lo(p), s_hi(p), score_lo(p), score_hi(p), x(p);
+    enclose_scale(in_, p, s_lo.v, s_hi.v);
+    for (KeyRows::Row* row : seeing) {
+      if (row->enclosures.empty()) {
+        RowScores scores(in_, b, row->h, row->r, row->nk);
+        std::vector<Mp> w;
+        std::vector<long double> w_approx;
+        for (int i = 0; i < row->nk; ++i) {
+          w.push_back(exact_dot(in_.d_o->row(b, row->h, row->r), scores.value(i), D));
+          w_approx.push_back(mpfr_get_ld(w.back().v, MPFR_RNDN));
+        }
+        const KeyValues w_values(std::move(w), std::move(w_approx), 2 * kLongDoubleUlp);
+        for (const mpfr_prec_t precision : {kFirstBits, kSecondBits}) {
+          KeyRows::Enclosure& e = row->enclosures.try_emplace(precision, precision).first->second;
+          scores.enclose_lse(precision, e.lse_lo.v, e.lse_hi.v);
+          scores.enclose_mean(w_values, precision, e.delta_lo.v, e.delta_hi.v);
+        }
+      }
+      const KeyRows::Enclosure& e = row->enclosures.at(p);
+      const Mp dot = exact_dot(in_.q.row(b, row->h, row->r), k_j, D);
+      multiply_by_nonnegative(score_lo.v, score_hi.v, dot.v, dot.v, s_lo.v, s_hi.v);
+      rf.p_lo.emplace_back(p);
+      rf.p_hi.emplace_back(p);
+      mpfr_sub(x.v, score_lo.v, e.lse_hi.v, MPFR_RNDD);
+      mpfr_exp(rf.p_lo.back().v, x.v, MPFR_RNDD);
+      mpfr_sub(x.v, score_hi.v, e.lse_lo.v, MPFR_RNDU);
+      mpfr_exp(rf.p_hi.back().v, x.v, MPFR_RNDU);
+      rf.t_lo.emplace_back(p);
+      rf.t_hi.emplace_back(p);
+      if (dk) {
+        const Mp w = exact_dot(in_.d_o->row(b, row->h, row->r), v_j, D);
+        mpfr_sub(rf.t_lo.back().v, w.v, e.delta_hi.v, MPFR_RNDD);
+        mpfr_sub(rf.t_hi.back().v, w.v, e.delta_lo.v, MPFR_RNDU);
+      }
+    }
+    return rf;
+  };
+  for (const int c : undecided) {
+    // The rows whose term is exactly 0 leave the sum: dO_c = 0 (dV); q_c = 0 or every
+    // dP - delta 0 (dK).
+    std::vector<std::size_t> terms;
+    for (std::size_t i = 0; i < seeing.size(); ++i) {
+      const KeyRows::Row& row = *seeing[i];
+      const double factor = dk ? in_.q.at(b, row.h, row.r, c) : in_.d_o->at(b, row.h, row.r, c);
+      if (factor == 0.0 || (dk && w_uniform(*seeing[i]))) continue;
+      terms.push_back(i);
+    }
+    if (terms.empty()) {
+      out[static_cast<std::size_t>(c)] = RoundPackInput{};
+      continue;
+    }
+    auto factor_of = [&](std::size_t i) {
+      const KeyRows::Row& row = *seeing[i];
+      return dk ? in_.q.at(b, row.h, row.r, c) : in_.d_o->at(b, row.h, row.r, c);
+    };
+    auto enclose = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
+      const RowFactors& rf = row_factors(p);
+      Mp t_lo(p), t_hi(p), term_lo(p), term_hi(p), s_lo(p), s_hi(p);
+      mpfr_set_zero(lo, 1);
+      mpfr_set_zero(hi, 1);
+      for (const std::size_t i : terms) {
+        if (dk) {  // P (w - delta)
+          multiply_by_nonnegative(t_lo.v, t_hi.v, rf.t_lo[i].v, rf.t_hi[i].v, rf.p_lo[i].v, rf.p_hi[i].v);
+        } else {
+          mpfr_set(t_lo.v, rf.p_lo[i].v, MPFR_RNDD);
+          mpfr_set(t_hi.v, rf.p_hi[i].v, MPFR_RNDU);
+        }
+        const double factor = factor_of(i);  // times q_c (dK) or dO_c (dV)
+        mpfr_mul_d(term_lo.v, factor > 0 ? t_lo.v : t_hi.v, factor, MPFR_RNDD);
+        mpfr_mul_d(term_hi.v, factor > 0 ? t_hi.v : t_lo.v, factor, MPFR_RNDU);
+        mpfr_add(lo, lo, term_lo.v, MPFR_RNDD);
+        mpfr_add(hi, hi, term_hi.v, MPFR_RNDU);
+      }
+      if (dk) {
+        enclose_scale(in_, p, s_lo.v, s_hi.v);
+        mpfr_set(t_lo.v, lo, MPFR_RNDD);
+        mpfr_set(t_hi.v, hi, MPFR_RNDU);
+        multiply_by_nonnegative(lo, hi, t_lo.v, t_hi.v, s_lo.v, s_hi.v);
+      }
+    };
+    // X / Y: the rows' terms over a common denominator, rows of equal l sharing theirs.
+    std::optional<std::pair<ExpSum, ExpSum>> ratio;
+    auto compare = [&](const mpfr_t beta) {
+      if (!ratio) {
+        try {
+          const Mp zero = exact_value(0.0), one = exact_value(1.0);
+          std::vector<std::pair<const ExpSum*, ExpSum>> classes;  // (l, sum of the numerators)
+          for (const std::size_t i : terms) {
+            KeyRows::Row& row = *seeing[i];
+            if (!row.exact) row.exact = exact_row(in_, b, row.h, row.r, row.nk);
+            const ExactRow& er = *row.exact;
+            const Mp factor = exact_value(factor_of(i));
+            const mpfr_srcptr d_j = er.dots[static_cast<std::size_t>(j)].v;
+            ExpSum numerator;  // dV: dO_c e^(scale d_j); dK: q_c e^(scale d_j) (w_j l - weighted)
+            if (dk) {
+              const Mp qw = exact_product(factor.v, er.w[static_cast<std::size_t>(j)].v);
+              Mp minus_q(53);
+              mpfr_neg(minus_q.v, factor.v, MPFR_RNDN);
+              numerator.add_shifted(er.l, d_j, qw.v);
+              numerator.add_shifted(er.weighted, d_j, minus_q.v);
+            } else {
+              numerator.add(d_j, factor.v);
+            }
+            const auto same =
+                std::find_if(classes.begin(), classes.end(), [&](const auto& cls) { return *cls.first == er.l; });
+            if (same == classes.end())
+              classes.emplace_back(&er.l, std::move(numerator));
+            else
+              same->second.add_shifted(numerator, zero.v, one.v);
+          }
+          ExpSum x, y = one_term(zero.v, one.v);  // x / y += numerator / denominator, class by class
+          for (const auto& [l, numerator] : classes) {
+            const ExpSum denominator = dk ? l->times(*l) : l->times(one_term(zero.v, one.v));
+            ExpSum next_x = x.times(denominator);
+            next_x.add_shifted(numerator.times(y), zero.v, one.v);
+            y = y.times(denominator);
+            x = std::move(next_x);
+          }
+          ratio.emplace(std::move(x), std::move(y));
+        } catch (const TooManyTerms&) {
+          throw too_many_terms(dk ? "dK" : "dV", b, hk, j, c);
+        }
+      }
+      return sign_of_difference(in_, ratio->first, ratio->second, beta, dk);
+    };
+    out[static_cast<std::size_t>(c)] =
+        decide(f, spec, first_position + static_cast<std::uint64_t>(c), enclose, compare);
+  }
+  return out;
 }
 
 }  // namespace fb::attn

@@ -712,11 +712,9 @@ KernelModel correctly_rounded_model(const Format& input, const Format& output) {
       "the reference, not a kernel: exact attention (long double, checked against MPFR), then ONE rounding of "
       "each output in the final cast's mode (+o-MODE): O, dQ, dK, dV into the output dtype, LSE into fp32, "
       "delta = sum dO*O of that rounded O (as kernels compute it), summed exactly and rounded once into fp32. "
-      "O's, LSE's and delta's rounding (the delta of the rounded O, and the delta of the exact O that the "
-      "reference of a +o-fp32 or +delta-dpp kernel uses) is decided exactly where the long-double value lies "
-      "too near a rounding boundary (MPFR intervals, then exact comparison with the boundary); dQ, dK and dV "
-      "are rounded from the long-double value (within ~1e-16 relative of exact unless a score's dot product "
-      "cancels by orders of magnitude). "
+      "Every rounding (O, LSE, both deltas, dQ, dK, dV) is decided exactly where the long-double value lies "
+      "too near a rounding boundary (a rigorous error bound, then MPFR intervals, then an exact comparison "
+      "with the boundary), so exact ties and gradients that cancel to 0 round as the exact value does. "
       "The least error any kernel with this output format can have: bias-test's and sweep's excess is a "
       "kernel's error minus this one. Takes only +o-MODE";
   m.sources = "attention/exact.cpp (exact_attention, round_exact_outputs); emu/summation.hpp ExactAccumulator";

@@ -41,13 +41,26 @@ TEST_CASE("exact_attention agrees with MPFR at 1024 bits: O, LSE, delta, dQ, dK,
 
 namespace {
 
-// x rounded once to a p-bit significand in MPFR rounding mode `rnd` (values here are normal
-// in the target format, so the significand width is the only limit), as a double.
+// x rounded once to a p-bit significand in MPFR rounding mode `rnd`, as a double, in a
+// format whose least normal is 2^-126 (bf16, p = 8, and fp32, p = 24): below it, to a
+// multiple of the least subnormal 2^(-126 - (p - 1)), a zero keeping x's sign. (No value
+// here overflows.)
 double mp_round(const Mp& x, mpfr_prec_t p, mpfr_rnd_t rnd) {
   mpfr_t r;
   mpfr_init2(r, p);
-  mpfr_set(r, x.v, rnd);
-  const double d = mpfr_get_d(r, MPFR_RNDN);  // exact: p <= 53
+  double d;
+  Mp least_normal;
+  mpfr_set_ui_2exp(least_normal.v, 1, -126, MPFR_RNDN);
+  if (mpfr_cmpabs(x.v, least_normal.v) < 0) {
+    const long quantum = -126 - (p - 1);
+    Mp scaled;
+    mpfr_mul_2si(scaled.v, x.v, -quantum, MPFR_RNDN);                            // exact
+    mpfr_rint(scaled.v, scaled.v, rnd);                                          // a zero keeps the sign of x
+    d = std::ldexp(mpfr_get_d(scaled.v, MPFR_RNDN), static_cast<int>(quantum));  // exact: < 2^p
+  } else {
+    mpfr_set(r, x.v, rnd);
+    d = mpfr_get_d(r, MPFR_RNDN);  // exact: p <= 53
+  }
   mpfr_clear(r);
   return d;
 }
@@ -125,13 +138,13 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
   CHECK(inexact > compared / 2);  // the roundings are real: most outputs are not representable
 }
 
-TEST_CASE("correctly-rounded O, LSE and delta on the ties scenario: decided exactly where a double cannot") {
+TEST_CASE("correctly-rounded O, LSE, delta and gradients on the ties scenario: decided exactly where a double cannot") {
   // `ties` puts keys 150-200 below the row max: their weights (<= e^-150 ~ 2^-216) move O and
   // delta off a rounding boundary by far less than a double resolves, yet decide their
   // rounding. MPFR at 1024 bits holds that offset (tests/mpfr_attention.hpp). Checked bit for
   // bit in every mode MPFR has: O; LSE; delta of the rounded O (summed exactly); and delta of
   // the exact O, the reference of a kernel whose delta reads O before its cast (+o-fp32).
-  int o_beyond_double = 0, delta_beyond_double = 0;
+  int o_beyond_double = 0, delta_beyond_double = 0, gradients_beyond_double = 0;
   const int n = 24, d = 8;
   for (const std::uint64_t seed : {91, 92, 93}) {
     each_reference_run("ties", seed, n, d,
@@ -144,6 +157,20 @@ TEST_CASE("correctly-rounded O, LSE and delta on the ties scenario: decided exac
                            CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
                            // The case this test is for: MPFR's value as a double rounds elsewhere.
                            o_beyond_double += mp_round(Mp(exact.d()), 8, rnd) != w ? 1 : 0;
+                           // The gradients: the far keys move dQ of the sink column (whose
+                           // dP - delta nearly cancels) to ~2^-250, where only its sign and the
+                           // exact value decide an rup or rdn rounding (bf16's least subnormal is
+                           // 2^-133); the sign of a zero is compared too.
+                           const auto at = static_cast<std::size_t>(i);
+                           const double dq = mp_round(want.dq[at], 8, rnd), dk = mp_round(want.dk[at], 8, rnd),
+                                        dv = mp_round(want.dv[at], 8, rnd);
+                           CHECK(got.dq->data[at] == dq);
+                           CHECK(std::signbit(got.dq->data[at]) == std::signbit(dq));
+                           CHECK(got.dk->data[at] == dk);
+                           CHECK(got.dv->data[at] == dv);
+                           gradients_beyond_double += (mp_round(Mp(want.dq[at].d()), 8, rnd) != dq) +
+                                                      (mp_round(Mp(want.dk[at].d()), 8, rnd) != dk) +
+                                                      (mp_round(Mp(want.dv[at].d()), 8, rnd) != dv);
                          }
                          const ModelHandle exact_o_delta = correctly_rounded_reference(
                              *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
@@ -166,6 +193,7 @@ TEST_CASE("correctly-rounded O, LSE and delta on the ties scenario: decided exac
   }
   CHECK(o_beyond_double > 0);
   CHECK(delta_beyond_double > 0);
+  CHECK(gradients_beyond_double > 0);
 }
 
 TEST_CASE("correctly-rounded with a key e^-12800 below the max: beyond every fixed precision, decided by sign") {
@@ -284,4 +312,125 @@ TEST_CASE("exact_attention and correctly-rounded where a long-double dot product
     CHECK(got.lse.at(0, 0, 0, 0) == mp_round(want.lse[0], 24, mode.rnd));
   }
   CHECK(mp_round(want.o[0], 8, MPFR_RNDN) == 1.0 + 0x1p-7);  // the case: above the midpoint
+}
+
+namespace {
+
+// Runs `correctly-rounded` in each mode of kReferenceModes (bf16) and hands each run to
+// check(got, rnd).
+template <class Check>
+void each_mode(const AttentionInputs& in, Check check) {
+  for (const ReferenceMode& mode : kReferenceModes) {
+    const std::string name = std::string("correctly-rounded") + mode.suffix;
+    CAPTURE(name);
+    check(run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{}), mode.rnd);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("correctly-rounded gradients that are a rounding boundary exactly, worked by hand, in every mode") {
+  // exact_attention's long-double gradients err by ~1e-19 of their terms, so where the exact
+  // gradient is 0 (or a cancellation leaves it small) the double lies off the boundary by far
+  // more than its own ulp: its rounding is a guess. Each expected value below follows from
+  // the definitions by hand, not from the engine.
+  SUBCASE("two equal keys: P = 1/2, so dQ = 0, dV = (dO_0 + dO_1) / 2 and dK_0 = -dK_1 = scale/4 sum_r q_r w") {
+    // w_r = dO_r . (v0 - v1); dS_r0 = (w_r0 - delta_r) / 2 = w_r / 4, dS_r1 = -w_r / 4.
+    AttentionInputs in;
+    in.q = Tensor4(1, 1, 2, 4);
+    in.k = Tensor4(1, 1, 2, 4);
+    in.v = Tensor4(1, 1, 2, 4);
+    in.d_o = Tensor4(1, 1, 2, 4);
+    in.softmax_scale = 0.5;
+    const double q[2][4] = {{1.5, 0.25, -1.0, 0.0}, {0.75, 2.0, 0.0, 1.0}};
+    const double k[4] = {1.0, 0.5, 0.0, 0.0};
+    const double v[2][4] = {{1.0, 0.0, 0.5, 2.0}, {1.0 + 0x1p-7, 1.0, -0.5, 3.0}};
+    const double d_o[2][4] = {{1.0 + 0x1p-7, 0.5, 0.0, 0.0}, {1.0, 0.0, 0.25, 0.0}};
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 4; ++c) {
+        in.q.at(0, 0, r, c) = q[r][c];
+        in.k.at(0, 0, r, c) = k[c];
+        in.v.at(0, 0, r, c) = v[r][c];
+        in.d_o->at(0, 0, r, c) = d_o[r][c];
+      }
+    // dV column 0: (1 + 2^-7 + 1) / 2 = 1 + 2^-8, the midpoint of 1 and 1 + 2^-7.
+    // w_0 = -(1 + 2^-7) 2^-7 - 0.5, w_1 = -2^-7 + 0.25; dK_03 = w_1 / 8 = 2^-5 - 2^-10, a bf16 value.
+    Mp w[2];
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 4; ++c) w[r] = w[r] + Mp(d_o[r][c]) * (Mp(v[0][c]) - Mp(v[1][c]));
+    CHECK(w[1].d() == 0.25 - 0x1p-7);
+    each_mode(in, [&](const AttentionOutputs& got, mpfr_rnd_t rnd) {
+      for (int c = 0; c < 4; ++c) {
+        CAPTURE(c);
+        const Mp dv = (Mp(d_o[0][c]) + Mp(d_o[1][c])) * Mp(0.5);
+        const Mp dk0 = (Mp(q[0][c]) * w[0] + Mp(q[1][c]) * w[1]) * Mp(0.125);
+        for (int r = 0; r < 2; ++r) {
+          CAPTURE(r);
+          CHECK(got.dq->at(0, 0, r, c) == 0.0);
+          CHECK(!std::signbit(got.dq->at(0, 0, r, c)));
+          CHECK(got.dv->at(0, 0, r, c) == mp_round(dv, 8, rnd));
+          CHECK(got.dk->at(0, 0, r, c) == mp_round(r == 0 ? dk0 : Mp(0.0) - dk0, 8, rnd));
+        }
+      }
+      CHECK(got.dv->at(0, 0, 0, 0) == (rnd == MPFR_RNDU ? 1.0 + 0x1p-7 : 1.0));  // the midpoint, decided
+      CHECK(got.dk->at(0, 0, 0, 3) == 0x1p-5 - 0x1p-10);
+    });
+  }
+  SUBCASE("rows whose weights sum to 1 across rows: dV = 0 exactly though every weight is transcendental") {
+    // Scores (s, 0) and (0, s) in a pair of rows give P_00 + P_10 = e^s/(1 + e^s) + 1/(1 + e^s)
+    // = 1, and likewise for key 1. Rows 0, 1 (s = 1.5) carry dO_0 = 1, rows 2, 3 (s = 2.5)
+    // dO_0 = -1: dV_j0 = 1 - 1 = 0. Column 1: dO_1 = 0.5, 0.5, 0.25, 0.25, so dV_j1 = 0.75.
+    AttentionInputs in;
+    in.q = Tensor4(1, 1, 4, 2);
+    in.k = Tensor4(1, 1, 2, 2);
+    in.v = Tensor4(1, 1, 2, 2);
+    in.d_o = Tensor4(1, 1, 4, 2);
+    in.softmax_scale = 0.5;
+    const double q[4][2] = {{3.0, 0.0}, {0.0, 3.0}, {5.0, 0.0}, {0.0, 5.0}};
+    const double d_o[4][2] = {{1.0, 0.5}, {1.0, 0.5}, {-1.0, 0.25}, {-1.0, 0.25}};
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 2; ++c) {
+        in.q.at(0, 0, r, c) = q[r][c];
+        in.d_o->at(0, 0, r, c) = d_o[r][c];
+      }
+    in.k.at(0, 0, 0, 0) = in.k.at(0, 0, 1, 1) = 1.0;
+    in.v.at(0, 0, 0, 0) = 1.0;
+    in.v.at(0, 0, 0, 1) = 2.0;
+    in.v.at(0, 0, 1, 0) = 0.5;
+    in.v.at(0, 0, 1, 1) = -1.0;
+    // The long-double value is not 0 (the case): its rounding would be a tiny nonzero bf16.
+    CHECK(exact_attention(in).dv->at(0, 0, 0, 0) != 0.0);
+    const MpAttention want = fb::test::mpfr_attention(in, [](int) { return 2; });
+    each_mode(in, [&](const AttentionOutputs& got, mpfr_rnd_t rnd) {
+      for (int j = 0; j < 2; ++j) {
+        CAPTURE(j);
+        CHECK(got.dv->at(0, 0, j, 0) == 0.0);
+        CHECK(got.dv->at(0, 0, j, 1) == 0.75);
+        // dQ and dK here are no boundary: MPFR's 1024-bit values round as the exact ones.
+        for (int c = 0; c < 2; ++c) CHECK(got.dk->at(0, 0, j, c) == mp_round(want.dk[j * 2 + c], 8, rnd));
+      }
+      for (int i = 0; i < 8; ++i) CHECK(got.dq->data[i] == mp_round(want.dq[i], 8, rnd));
+    });
+  }
+  SUBCASE("equal value rows: every dP - delta is 0, so dQ = dK = 0 on random queries and keys (GQA, causal)") {
+    AttentionInputs in = make_scenario("random", 5, 1, 2, 16, 8, formats::bf16, true);
+    // Two q heads share one kv head: key j's dK sums the rows of both.
+    Tensor4 k(1, 1, 16, 8), v(1, 1, 16, 8);
+    for (int j = 0; j < 16; ++j)
+      for (int c = 0; c < 8; ++c) {
+        k.at(0, 0, j, c) = in.k.at(0, 0, j, c);
+        v.at(0, 0, j, c) = in.v.at(0, 0, 0, c);
+      }
+    in.k = k;
+    in.v = v;
+    in.causal = true;
+    const AttentionOutputs exact = exact_attention(in);
+    int off_zero = 0;  // the long-double gradients that are not 0 (the case)
+    for (const double x : exact.dq->data) off_zero += x != 0.0 ? 1 : 0;
+    CHECK(off_zero > 0);
+    each_mode(in, [&](const AttentionOutputs& got, mpfr_rnd_t) {
+      for (const double x : got.dq->data) CHECK(x == 0.0);
+      for (const double x : got.dk->data) CHECK(x == 0.0);
+    });
+  }
 }
