@@ -1,10 +1,13 @@
 // api/names.cpp: the parsers of api/names.hpp (contract there).
 #include "api/names.hpp"
 
+#include <mpfr.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "attention/problem_limits.hpp"
@@ -65,6 +68,29 @@ bool is_decimal_word(const std::string& s) {
 }
 }  // namespace
 
+namespace {
+
+// The value of a decimal word (is_decimal_word) when it is exactly a double, inf and nan
+// included. strtod alone would round 1.00000000000000000001 to 1 and 1e400 to inf, so the
+// word is read at 53 bits in MPFR, whose exponent range is far wider than a double's: exact
+// there (ternary 0) and the same value as a double means exact.
+std::optional<double> exact_decimal(const std::string& word) {
+  const std::size_t sign = word[0] == '+' || word[0] == '-' ? 1 : 0;
+  std::string rest = word.substr(sign);
+  for (char& c : rest) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (rest == "inf" || rest == "nan") return std::strtod(word.c_str(), nullptr);
+  mpfr_t x;
+  mpfr_init2(x, 53);
+  const bool exact = mpfr_strtofr(x, word.c_str(), nullptr, 10, MPFR_RNDN) == 0 && mpfr_number_p(x);
+  const double d = mpfr_get_d(x, MPFR_RNDN);
+  const bool same = exact && std::isfinite(d) && mpfr_cmp_d(x, d) == 0;
+  mpfr_clear(x);
+  if (!same) return std::nullopt;
+  return d;
+}
+
+}  // namespace
+
 std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what) {
   const std::string s(text);
   const std::string w(what);
@@ -75,9 +101,9 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
   if (!prefixed && (marked_decimal || (decimal && !(s[0] >= '0' && s[0] <= '9')))) {
     // A value: signed, with a point, or inf / nan.
     if (!decimal) throw InputError(w + ": '" + s + "' is not a decimal number");
-    const double v = std::strtod(s.c_str(), nullptr);
+    std::optional<double> v = exact_decimal(s);
     std::uint32_t bits = 0;
-    if (!from_double_exact(f, v, bits)) {
+    if (!v || !from_double_exact(f, *v, bits)) {
       throw InputError(w + ": " + s + " is not exactly representable in " + f.name +
                        " (give a hex bit pattern 0x... instead)");
     }

@@ -335,6 +335,13 @@ TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decim
       "op add fp16 rne 3c00 -1e-9",  // below fp16's 2^-24 and not zero
       "op add --format bf16 --round rne 3f80 3g80",
       "op cvt bf16 rne 3f80",  // cvt needs SRC:HEX
+      // Decimals a double cannot hold exactly: strtod made them inf, 0 and 1.
+      "op add fp32 rne +1e400 +1",
+      "op mul fp32 rne +1e-400 +1",
+      "op add bf16 rne -1e999 +0",
+      "op add fp32 rne +1.00000000000000000001 +0",
+      "op add fp32 rne +1e99999999999999999999 +0",
+      "dot sm80 bf16 +1e400 3f80 3f80",
   };
   for (const char* args : bad) {
     INFO(args);
@@ -347,6 +354,17 @@ TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decim
   const Run ok = flashbits("op add bf16 rne 1.0 +0.5");
   CHECK(ok.exit_code == 0);
   CHECK(ok.out == "3fc0 -\n");
+  // However many digits it takes: fp32's largest value (2^128 - 2^104) and least subnormal
+  // (2^-149), written out in full.
+  const Run largest = flashbits("op add fp32 rne +340282346638528859811704183484516925440 +0");
+  CHECK(largest.exit_code == 0);
+  CHECK(largest.out == "7f7fffff -\n");
+  const Run least = flashbits(
+      "op add fp32 rne "
+      "+1.40129846432481707092372958328991613128026194187651577175706828388979108268586060148663818836212"
+      "158203125e-45 +0");
+  CHECK(least.exit_code == 0);
+  CHECK(least.out == "00000001 -\n");
 }
 
 // Issue 21: bare integers were read as hex bit patterns (`op add bf16 rne 1 2` printed
