@@ -2,10 +2,12 @@
 // recipe from attention/kernel_models.cpp plus variant suffixes, which only set fields) and the
 // help text of every base model and variant (describe_kernel_models, for `flashbits models`).
 // Contract: attention/attention.hpp; docs/CLI.md "Kernel models".
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,6 +45,14 @@ double parse_number(const std::string& text, const std::string& what) {
     throw std::invalid_argument("kernel model: bad number '" + text + "' for " + what);
   }
   return v;
+}
+
+// x as the canonical name writes it: the shortest text that reads back as x, so a trace's
+// recorded model runs with the parameters it was made with (%g kept 6 digits).
+std::string shortest(double x) {
+  char buf[32];
+  const auto [end, error] = std::to_chars(buf, buf + sizeof buf, x);
+  return error == std::errc{} ? std::string(buf, end) : std::to_string(x);
 }
 }  // namespace
 
@@ -101,12 +111,14 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       if (colon != std::string::npos) {
         std::string args = p.substr(colon + 1);
         std::size_t s = 0;
+        std::set<std::string> given;
         while (s <= args.size()) {
           const std::size_t comma = args.find(',', s);
           const std::string kv = args.substr(s, comma == std::string::npos ? std::string::npos : comma - s);
           const std::size_t eq = kv.find('=');
           if (eq == std::string::npos) throw std::invalid_argument("+dynmax: expected key=value, got '" + kv + "'");
           const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+          if (!given.insert(key).second) throw std::invalid_argument("+dynmax: " + key + " is given twice");
           if (key == "beta") {
             m.dynmax_beta = parse_number(value, "+dynmax beta");
             if (m.dynmax_beta <= 1.0) throw std::invalid_argument("+dynmax: beta must be > 1");
@@ -120,9 +132,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           s = comma + 1;
         }
       }
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "+dynmax:beta=%g,tol=%g", m.dynmax_beta, m.dynmax_tol);
-      canonical += buf;
+      canonical += "+dynmax:beta=" + shortest(m.dynmax_beta) + ",tol=" + shortest(m.dynmax_tol);
     } else if (variant == "promote") {
       if (!m.fp8.enabled) throw std::invalid_argument("+promote applies to the fp8 models only");
       int every = 128;
@@ -170,9 +180,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         }
       }
       m.lazy_rescale_log2 = threshold;
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "+lazy-rescale:%g", threshold);
-      canonical += buf;
+      canonical += "+lazy-rescale:" + shortest(threshold);
     } else if (variant == "sw-exp2") {
       if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
         throw std::invalid_argument("+sw-exp2 applies to online models whose P̄ is an exp2 (FA2, FA3, Triton)");

@@ -262,6 +262,22 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
                        std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:beta=x", formats::bf16), std::invalid_argument);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80+dynmax:gamma=1", formats::bf16), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+dynmax:beta=2,beta=3", formats::bf16),
+                       doctest::Contains("beta is given twice"), std::invalid_argument);
+  // The canonical name (what a trace records) reads back as the same parameters: %g kept
+  // six digits, so beta 2.0000001 came back as 2.
+  for (const char* name : {"fa2-sm80+dynmax:beta=2.0000001,tol=0.00123456789", "fa2-sm80+lazy-rescale:3.3333333"}) {
+    CAPTURE(name);
+    const ModelHandle first = parse_kernel_model(name, formats::bf16);
+    const ModelHandle again = parse_kernel_model(first.name, formats::bf16);
+    CHECK(again.name == first.name);
+    CHECK(again.recipe->dynmax_beta == first.recipe->dynmax_beta);
+    CHECK(again.recipe->dynmax_tol == first.recipe->dynmax_tol);
+    CHECK(again.recipe->lazy_rescale_log2 == first.recipe->lazy_rescale_log2);
+  }
+  CHECK(parse_kernel_model("fa2-sm80+dynmax:beta=2.0000001", formats::bf16).recipe->dynmax_beta == 2.0000001);
+  CHECK(parse_kernel_model(parse_kernel_model("fa2-sm80+dynmax:beta=2.0000001", formats::bf16).name, formats::bf16)
+            .recipe->dynmax_beta == 2.0000001);
   CHECK_THROWS_AS(parse_kernel_model("fa2-sm80", formats::fp32), std::invalid_argument);
   CHECK(describe_kernel_models().size() >= 14);
   // `flashbits models` shows where each base model's facts come from: every base recipe
