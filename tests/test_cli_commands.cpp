@@ -1526,3 +1526,26 @@ TEST_CASE("demo on a trace that names no model says what to do, in one line") {
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK_MESSAGE(r.err.find(path + ": metadata key model is empty") != std::string::npos, r.err);
 }
+
+TEST_CASE("replay refuses a trace whose seed metadata is not an unsigned integer") {
+  // The seed keys +o-sr's random bits: it was read with stoull and a failure ignored, so 'x'
+  // replayed under seed 0 and reported the sr roundings as mismatches, and '5x' passed as 5.
+  const auto trace = (scratch() / "sr_seed.safetensors").string();
+  REQUIRE(run("make-trace --model fa-bf16acc+o-sr --seed 5 --seqlen 16 --headdim 16 --out " + trace).code == 0);
+  CHECK(run("replay " + trace).code == 0);
+  const std::string bytes = slurp(trace);
+  const std::size_t at = bytes.find("\"seed\":\"5\"");
+  REQUIRE(at != std::string::npos);
+  for (const char bad : {'x', '-', ' '}) {
+    CAPTURE(bad);
+    std::string edited = bytes;
+    edited[at + 8] = bad;  // the same length: the header's size prefix still holds
+    const auto path = (scratch() / "sr_seed_bad.safetensors").string();
+    std::ofstream(path, std::ios::binary) << edited;
+    const Run r = run("replay " + path);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("sr_seed_bad.safetensors: __metadata__: key 'seed': expected an unsigned integer") !=
+          std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}

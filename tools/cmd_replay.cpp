@@ -25,6 +25,7 @@
 //   forward and (batch, head) backward); the output does not depend on J (the traced rows,
 //   the SFU recorder and the oracles' fallback counts are per row or thread-safe).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -44,6 +45,7 @@
 #include "tools/svg_plot.hpp"
 #include "traces/sfu_dump.hpp"
 #include "traces/sfu_values.hpp"
+#include "formats/text_escape.hpp"
 
 namespace fb::cli {
 namespace {
@@ -294,10 +296,13 @@ int run_replay(const ReplayOptions& o) {
   attn::RunOptions opt;
   opt.threads = jobs;
   if (auto it = trace.raw_metadata().find("seed"); it != trace.raw_metadata().end()) {
-    try {
-      opt.seed = std::stoull(it->second);
-    } catch (const std::exception&) {
-    }
+    // The seed of the run that made the trace (+o-sr's stream): one a replay guessed would
+    // report sr roundings as mismatches, so anything but a plain unsigned integer is refused.
+    const std::string& text = it->second;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), opt.seed);
+    if (text.empty() || error != std::errc{} || end != text.data() + text.size())
+      throw InputError(o.path + ": __metadata__: key 'seed': expected an unsigned integer, got '" +
+                       escape_unprintable(text) + "'");
   }
   attn::Tracer tracer;
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
