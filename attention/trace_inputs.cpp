@@ -121,7 +121,14 @@ ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const
 }
 
 std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::string& set_name) {
-  std::optional<SfuSet> set = find_sfu_set(set_name);
+  std::optional<SfuSet> set;
+  try {
+    set = find_sfu_set(set_name);
+  } catch (const std::runtime_error& e) {
+    // A table the set loads is unreadable, corrupt or of another function: the user's
+    // table directory (FLASHBITS_SFU_TABLES) or installation, not a flashbits fault.
+    throw std::invalid_argument("SFU set " + set_name + ": " + e.what());
+  }
   if (!set) return std::nullopt;
   auto recipe = std::make_shared<KernelModel>(*model.recipe);
   for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})

@@ -54,7 +54,9 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
 ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
                              std::string& note);
 // The model with every special function it evaluates taken from the named SFU set (correct,
-// hw-sm90), the others left alone; nullopt when no set has that name.
+// hw-sm90), the others left alone; nullopt when no set has that name. std::invalid_argument
+// ("SFU set NAME: FILE: why") when a table the set loads is unreadable, corrupt or of another
+// function.
 std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::string& set_name);
 // The named SFU sets, comma separated, for messages.
 std::string sfu_set_list();

@@ -150,6 +150,20 @@ TEST_CASE("issue 34: an output over a file inside a directory input is refused, 
   const Run plot_beside = run(replay + "--plot " + (scratch() / "capture_plot.svg").string());
   CHECK((plot_beside.code == 0 || plot_beside.code == 1));
   CHECK(slurp((scratch() / "capture_plot.svg").string()).rfind("<svg", 0) == 0);
+  // A table of the set that is of another function, or corrupt, is the user's table directory
+  // at fault: exit 2 naming the set and the file (it was an internal error, exit 3).
+  const std::string rcp_table = (tables / "rcp_h200.fbsfu").string();
+  std::filesystem::copy_file(set_table, rcp_table, std::filesystem::copy_options::overwrite_existing);
+  for (const std::string& sfu : {std::string(" --sfu hw-sm90"), std::string("")}) {
+    CAPTURE(sfu);
+    CHECK(one_error(run("replay " + h200 + sfu + " --row 0", env),
+                    "SFU set hw-sm90: " + rcp_table + ": is a table of ex2, not rcp"));
+  }
+  std::ofstream(rcp_table, std::ios::binary | std::ios::trunc) << "FBSFU";
+  const Run corrupt = run("replay " + h200 + " --sfu hw-sm90 --row 0", env);
+  CHECK(corrupt.code == 2);
+  CHECK(one_error(corrupt, "SFU set hw-sm90: " + rcp_table + ": "));
+  std::filesystem::remove(rcp_table);
 }
 
 TEST_CASE("issue 34: whole-file reads have a size cap: /dev/zero and oversized files are exit 2 naming the cap") {
