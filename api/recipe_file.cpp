@@ -16,6 +16,7 @@
 #include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
 #include "api/input_error.hpp"
+#include "api/json_strict.hpp"
 #include "traces/sfu_sets.hpp"
 #include "traces/sfu_table_file.hpp"
 
@@ -78,23 +79,10 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     throw InputError(e.what());
   }
   nlohmann::json j;
-  // A key given twice in one object: nlohmann keeps the last silently; refuse it instead.
-  std::vector<std::set<std::string>> seen_keys;  // one set per open object
-  std::string duplicate;
-  const nlohmann::json::parser_callback_t check_keys = [&](int, nlohmann::json::parse_event_t event,
-                                                           nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::object_start) {
-      seen_keys.emplace_back();
-    } else if (event == nlohmann::json::parse_event_t::object_end) {
-      if (!seen_keys.empty()) seen_keys.pop_back();
-    } else if (event == nlohmann::json::parse_event_t::key && !seen_keys.empty() && duplicate.empty()) {
-      const std::string key = parsed.get<std::string>();
-      if (!seen_keys.back().insert(key).second) duplicate = key;
-    }
-    return true;
-  };
   try {
-    j = nlohmann::json::parse(contents, check_keys);
+    j = parse_json_strict(contents);
+  } catch (const DuplicateJsonKey& e) {
+    fail(path, e.key, "duplicate key (each key may appear once per object)");
   } catch (const nlohmann::json::exception& e) {
     // parse_error: "[json.exception.parse_error.101] parse error at line 2, column 3: ...";
     // out_of_range (a number too large for a double, found by fuzz_recipe): "[...406] number
@@ -103,7 +91,6 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     const auto id_end = what.find("] ");
     fail(path, "JSON", id_end == std::string::npos ? what : what.substr(id_end + 2));
   }
-  if (!duplicate.empty()) fail(path, duplicate, "duplicate key (each key may appear once per object)");
   if (!j.is_object()) fail(path, "file", "expected a JSON object");
   for (const auto& [key, value] : j.items()) {
     if (key != "name" && key != "stages" && key != "sfu")

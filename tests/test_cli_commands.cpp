@@ -567,6 +567,32 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   j = good;
   j["rows"][0]["sufficient"]["d_sumsq"] = -0.5;
   expect_bad("d_sumsq_negative.json", j.dump(), "d_sumsq");
+  // The error statistics beyond the moments: a negative or non-finite sum of squares or
+  // largest magnitude printed an RMS of -nan or a max |err| of -3; elements 0 with a nonzero
+  // sum printed an RMS of 0; negative counts.
+  expect_bad("sq_sum_negative.csv", with_field("sq_sum", "-5"), "column sq_sum");
+  expect_bad("sq_sum_nan.csv", with_field("sq_sum", "nan"), "column sq_sum");
+  expect_bad("max_abs_negative.csv", with_field("max_abs", "-3"), "column max_abs");
+  expect_bad("max_abs_inf.csv", with_field("max_abs", "inf"), "column max_abs");
+  expect_bad("elements_zero.csv", with_field("elements", "0"), "with elements 0");
+  expect_bad("elements_negative.csv", with_field("elements", "-4"), "column elements");
+  expect_bad("ties_negative.csv", with_field("ties", "-1"), "column ties");
+  j = good;
+  j["rows"][0]["sufficient"]["sq_sum"] = -1.0;
+  expect_bad("sq_sum_negative.json", j.dump(), "rows[0] field sq_sum");
+  // A wrong type names row and field (it was nlohmann's message alone), and a key given twice
+  // is refused (the last one silently won).
+  j = good;
+  j["rows"][0]["format"] = 16;
+  expect_bad("format_number.json", j.dump(), "rows[0] field format: expected a string");
+  j = good;
+  j["rows"][0]["sufficient"]["o_sum"] = "1";
+  expect_bad("o_sum_string.json", j.dump(), "rows[0] field o_sum: expected a number");
+  std::string dump = good.dump();
+  const std::size_t seed_at = dump.find("\"seed\":");
+  REQUIRE(seed_at != std::string::npos);
+  dump.insert(seed_at, "\"seed\":7,");
+  expect_bad("seed_twice.json", dump, "key 'seed' is given twice");
   // The unmodified shards still merge.
   CHECK(run("merge " + csv).code == 0);
   std::ofstream(scratch() / "good.json") << good_json.out;

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
+#include "api/json_strict.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/sweep_columns.hpp"
 #include "tools/sweep_grid.hpp"
@@ -19,6 +21,8 @@
 namespace fb::cli {
 
 using namespace sweep_columns;
+using api::DuplicateJsonKey;
+using api::parse_json_strict;
 
 namespace {
 std::vector<std::string> split_csv(const std::string& line) {
@@ -79,12 +83,37 @@ void check_moments(const attn::ErrorMoments& m, const std::string& where, const 
     throw InputError(where + " " + prefix + "_sumsq: " + std::to_string(m.sumsq) +
                      " is not a finite sum of squares >= 0");
 }
+// A row's error statistics beyond the moments, as sweep writes them: counts >= 0, a sum of
+// squares and a largest magnitude finite and >= 0, both 0 when no element was compared.
+// `field` turns a name into the message's place (CSV "... column NAME", JSON "... field NAME").
+void check_error_sums(const SweepRow& s, const std::function<std::string(const char*)>& field) {
+  if (s.elements < 0) throw InputError(field("elements") + ": " + std::to_string(s.elements) + " is negative");
+  for (const auto& [name, v] : {std::pair<const char*, double>{"sq_sum", s.sq_sum}, {"max_abs", s.max_abs}}) {
+    if (!std::isfinite(v) || v < 0)
+      throw InputError(field(name) + ": " + std::to_string(v) + " is not a finite number >= 0");
+    if (s.elements == 0 && v != 0)
+      throw InputError(field(name) + ": " + std::to_string(v) + " with elements 0 (no element was compared)");
+  }
+  for (const auto& [name, v] : {std::pair<const char*, long long>{"trials", s.trials},
+                                {"sig_overflows", s.sig_overflows},
+                                {"ties", s.ties},
+                                {"rounded_up", s.rounded_up},
+                                {"rounded_down", s.rounded_down},
+                                {"ref_trials", s.ref_trials}})
+    if (v < 0) throw InputError(field(name) + ": " + std::to_string(v) + " is negative");
+}
+// A number member of a JSON row (nlohmann's get<double>() names neither row nor field).
+double json_number(const nlohmann::json& row, const char* key, const std::string& where) {
+  const nlohmann::json& v = row.at(key);
+  if (!v.is_number()) throw InputError(where + " field " + key + ": expected a number, got " + v.dump());
+  return v.get<double>();
+}
 // The four members PREFIX_sum, _sumsq, _pos, _neg of a JSON row's "sufficient" object.
 attn::ErrorMoments moments_from_json(const nlohmann::json& sufficient, const std::string& prefix,
                                      const std::string& where) {
   attn::ErrorMoments m;
-  m.sum = sufficient.at(prefix + "_sum").get<double>();
-  m.sumsq = sufficient.at(prefix + "_sumsq").get<double>();
+  m.sum = json_number(sufficient, (prefix + "_sum").c_str(), where);
+  m.sumsq = json_number(sufficient, (prefix + "_sumsq").c_str(), where);
   m.pos = json_int(sufficient, (prefix + "_pos").c_str(), where);
   m.neg = json_int(sufficient, (prefix + "_neg").c_str(), where);
   check_moments(m, where + " field", prefix);
@@ -168,7 +197,7 @@ SweepFile read_sweep_file(const std::string& path) {
   if (first != std::string::npos && text[first] == '{') {
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(text);
+      j = parse_json_strict(text);
       if (!j.is_object()) throw InputError(path + ": not a sweep JSON file (expected an object)");
       if (j.contains("run")) file.run = parse_run(j.at("run"), path + ": run");
       for (const auto& r : j.at("rows")) {
@@ -176,26 +205,29 @@ SweepFile read_sweep_file(const std::string& path) {
         SweepRow s;
         file.row_where.push_back("rows[" + std::to_string(rows.size()) + "]");
         s.index = json_int(r, "index", where);
-        s.format = r.at("format").get<std::string>();
-        s.round = r.at("round").get<std::string>();
-        s.model = r.at("model").get<std::string>();
-        s.scenario = r.at("scenario").get<std::string>();
+        s.format = json_string(r, "format", where);
+        s.round = json_string(r, "round", where);
+        s.model = json_string(r, "model", where);
+        s.scenario = json_string(r, "scenario", where);
         s.seqlen = static_cast<int>(json_int(r, "seqlen", where, INT_MIN, INT_MAX));
         s.headdim = static_cast<int>(json_int(r, "headdim", where, INT_MIN, INT_MAX));
         s.trials = json_int(r, "trials", where);
         const auto& q = r.at("sufficient");
         for (const NamedMoments& m : kTrialMoments) s.*m.member = moments_from_json(q, m.prefix, where);
         s.elements = json_int(q, "elements", where);
-        s.sq_sum = q.at("sq_sum").get<double>();
-        s.max_abs = q.at("max_abs").get<double>();
+        s.sq_sum = json_number(q, "sq_sum", where);
+        s.max_abs = json_number(q, "max_abs", where);
         s.sig_overflows = json_int(q, "sig_overflows", where);
         s.ties = json_int(q, "ties", where);
         s.rounded_up = json_int(q, "rounded_up", where);
         s.rounded_down = json_int(q, "rounded_down", where);
         s.ref_trials = json_int(q, "ref_trials", where);
         for (const NamedMoments& m : kReferenceMoments) s.*m.member = moments_from_json(q, m.prefix, where);
+        check_error_sums(s, [&](const char* name) { return where + " field " + name; });
         rows.push_back(s);
       }
+    } catch (const DuplicateJsonKey& e) {
+      throw InputError(path + ": " + e.what());
     } catch (const nlohmann::json::exception& e) {
       throw InputError(path + ": not a sweep JSON file (" + e.what() + ")");
     }
@@ -213,7 +245,9 @@ SweepFile read_sweep_file(const std::string& path) {
     if (line.rfind(kRunPrefix, 0) == 0 && line_no > 1) {
       nlohmann::json j;
       try {
-        j = nlohmann::json::parse(line.substr(std::string(kRunPrefix).size()));
+        j = parse_json_strict(line.substr(std::string(kRunPrefix).size()));
+      } catch (const DuplicateJsonKey& e) {
+        throw InputError(where + ": run record: " + e.what());
       } catch (const nlohmann::json::exception& e) {
         throw InputError(where + ": run record: " + e.what());
       }
@@ -256,6 +290,7 @@ SweepFile read_sweep_file(const std::string& path) {
       s.*m.member = moments_from_csv(f, column, m.prefix, where);
       column += 4;
     }
+    check_error_sums(s, [&](const char* name) { return where + " column " + name; });
     rows.push_back(s);
   }
   if (line_no == 0) throw InputError(path + ": empty file, expected a sweep CSV or JSON");
