@@ -199,8 +199,9 @@ TEST_CASE("bare captures: every missing or conflicting statement is one clear er
   o.source = "emulated";
   // uint16 arrays without --dtype: the message says how to read them.
   CHECK_THROWS_WITH_AS(import_capture({npz}, o), doctest::Contains("--dtype"), TraceError);
-  o.dtype = formats::fp16;  // q is bf16 in the safetensors file
-  CHECK_THROWS_AS(import_capture({bare}, o), TraceError);
+  o.dtype = formats::fp16;  // q is bf16 in the safetensors file: the option is at fault
+  const std::string contradiction = bare.string() + ": --dtype fp16 contradicts tensor 'q', which is BF16";
+  CHECK_THROWS_WITH_AS(import_capture({bare}, o), doctest::Contains(contradiction.c_str()), TraceError);
   // Conflicts with the file's own metadata.
   CaptureOptions c;
   c.source = "emulated";
@@ -220,6 +221,17 @@ TEST_CASE("bare captures: every missing or conflicting statement is one clear er
   fs::copy_file(dir / "npy" / "o.npy", both / "out.npy");
   o.dtype = formats::bf16;
   CHECK_THROWS_WITH_AS(import_capture({both}, o), doctest::Contains("both name the schema's 'o'"), TraceError);
+  // A capture without q is missing q, named as the directory given (not 'the layout is
+  // ambiguous', and not its first file's fault), whatever --layout says.
+  const fs::path no_q = dir / "no_q";
+  fs::create_directories(no_q);
+  for (const char* name : {"k", "v", "o"})
+    fs::copy_file(dir / "npy" / (std::string(name) + ".npy"), no_q / (std::string(name) + ".npy"));
+  for (const CaptureLayout layout : {CaptureLayout::automatic, CaptureLayout::bhsd}) {
+    o.layout = layout;
+    const std::string missing = no_q.string() + ": missing required tensor 'q'";
+    CHECK_THROWS_WITH_AS(import_capture({no_q}, o), doctest::Contains(missing.c_str()), TraceError);
+  }
 }
 
 TEST_CASE("npy and npz parsers refuse malformed input with one line") {

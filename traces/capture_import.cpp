@@ -122,6 +122,9 @@ CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options,
     return options.layout;
   }
   if (f.metadata.count(std::string(trace_keys::source))) return CaptureLayout::bhsd;  // a flashbits trace
+  // Without a rank-4 q and k there is nothing to decide: validation names what is missing.
+  const SafeTensor *q = f.find("q"), *k = f.find("k");
+  if (!q || !k || q->shape.size() != 4 || k->shape.size() != 4) return CaptureLayout::bhsd;
   if (as_bhsd && !as_bshd) return CaptureLayout::bhsd;
   if (as_bshd && !as_bhsd) return CaptureLayout::bshd;
   if (!as_bhsd) return CaptureLayout::bhsd;  // neither fits: validation names the bad shape
@@ -175,6 +178,12 @@ void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view so
         return std::nullopt;
       },
       source);
+  // An explicit --dtype that q's own dtype contradicts is the option's fault: merged into the
+  // metadata first, it was reported as the file's __metadata__ dtype.
+  if (const SafeTensor* q = f.find("q"); o.dtype && q && !m.count(std::string(trace_keys::dtype)))
+    if (const auto q_format = dtype_format(q->dtype); q_format && !(*q_format == *o.dtype))
+      fail(source, "--dtype " + std::string(o.dtype->name) + " contradicts tensor 'q', which is " +
+                       std::string(dtype_name(q->dtype)) + " (drop --dtype: q's dtype names the format)");
   merge_option(m, trace_keys::dtype, o.dtype, o.dtype ? o.dtype->name : "", "--dtype", parse_trace_dtype, source);
   const auto src = m.find(std::string(trace_keys::source));
   if (src == m.end())
@@ -193,7 +202,9 @@ std::string extension(const std::filesystem::path& p) {
 
 Safetensors load(const std::vector<std::filesystem::path>& given, std::string& source) {
   const std::vector<std::filesystem::path> paths = capture_files(given);
-  source = paths.front().string();
+  // A directory of .npy arrays is named as the directory: a fault of the capture as a whole
+  // (q missing, say) is not its first file's.
+  source = (paths.size() > 1 || paths.front() != given.front() ? given.front() : paths.front()).string();
   if (paths.size() == 1 && extension(paths.front()) == ".npz") return read_npz(paths.front());
   if (paths.size() == 1 && extension(paths.front()) != ".npy") return read_safetensors(paths.front());
   Safetensors out;
