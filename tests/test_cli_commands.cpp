@@ -350,6 +350,23 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
   CHECK(fp32 * 4096 < bf16);  // 16 more significand bits: 2^16 smaller unit roundoff, 16x slack
   CHECK(bf16 < 0.05);         // bf16 attention outputs of N(0,1) inputs are O(1): a few 1e-3
   CHECK(run("deviation --models fa2-sm80 --tiles 64by64 --seqlen 64 --headdim 32").code == 2);
+  // Lists as sweep reads them: an empty list or entry and an entry given twice are errors
+  // naming the option (they were dropped, or the same row computed twice, exit 0).
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--models fa2-sm80 --seqlen ''", "--seqlen: expected at least one entry"},
+           {"--models fa2-sm80 --seqlen 64,", "--seqlen 64,: an empty entry"},
+           {"--models fa2-sm80, --seqlen 64", "--models fa2-sm80,: an empty entry"},
+           {"--models fa2-sm80 --seqlen 64,64", "--seqlen 64,64: 64 is given twice"},
+           {"--models fa2-sm80 --seqlen 64 --tiles 64x64,64x64", "--tiles 64x64,64x64: 64x64 is given twice"},
+           {"--models fa2-sm80,fa2-sm80 --seqlen 64", "--models fa2-sm80,fa2-sm80: fa2-sm80 is given twice"},
+           // Tiles a model cannot take are --tiles' fault, not --models'.
+           {"--models fa2-sm80 --seqlen 64 --tiles 7x13", "--tiles 7x13 with --models fa2-sm80: "}}) {
+    CAPTURE(args);
+    const Run bad = run("deviation " + args + " --headdim 32 --jobs 1");
+    CHECK(bad.code == 2);
+    CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
+    CHECK(bad.err.find("error: " + needle) != std::string::npos);
+  }
 }
 
 TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted one exits 2") {

@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <charconv>
 #include <limits>
+#include <set>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -311,6 +313,20 @@ void ProgressBar::finish() {
   stop_signal_.notify_all();
   drawer_.join();
   if (drawn_) std::cerr << "\r" << std::string(drawn_width_, ' ') << "\r" << std::flush;
+}
+
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  if (text.empty()) throw InputError(option + ": expected at least one entry, got none");
+  std::stringstream ss(text + ",");  // a trailing comma's empty entry is read, not dropped
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw InputError(option + " " + text + ": an empty entry (two commas, or one at an end)");
+    if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
+    out.push_back(item);
+  }
+  return out;
 }
 
 void warn_about_model(const std::string& name, const std::string& warning) {

@@ -69,6 +69,11 @@ inline constexpr int kExitInternalError = 3;
 // zero variance, or too little power): no verdict either way.
 inline constexpr int kExitInconclusive = 4;
 
+// A comma-separated option's entries, at least one; an empty entry (`a,,b`, a trailing comma:
+// likely a typo) or an entry given twice (one configuration measured twice) is an
+// InputError naming `option`.
+std::vector<std::string> split_list(const std::string& text, const std::string& option);
+
 // A kernel model's warning (KernelModel::warning, e.g. an fp8 P̄ that saturates), one line on
 // stderr: `warning: NAME: WARNING`. Nothing when `warning` is empty.
 void warn_about_model(const std::string& name, const std::string& warning);

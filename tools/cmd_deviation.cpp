@@ -37,15 +37,6 @@ struct DeviationOptions {
   bool json = false;
 };
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 int run_deviation(const DeviationOptions& o) {
   // The CLI's input name "normal" is the engine's "random" (N(0,1)).
   std::string scenario = o.inputs == "normal" ? "random" : o.inputs;
@@ -54,7 +45,7 @@ int run_deviation(const DeviationOptions& o) {
                      attn::scenario_list() + ")");
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   std::vector<int> seqlens;
-  for (const auto& s : split_list(o.seqlens)) {
+  for (const auto& s : split_list(o.seqlens, "--seqlen")) {
     // Every character a digit: std::stoi read "1e8" as 1 and "16x" as 16.
     int n = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
@@ -63,7 +54,7 @@ int run_deviation(const DeviationOptions& o) {
     seqlens.push_back(n);
   }
   std::vector<std::pair<int, int>> tiles;  // (Br, Bc); (0, 0) = the recipe's
-  for (const auto& t : split_list(o.tiles)) {
+  for (const auto& t : o.tiles.empty() ? std::vector<std::string>{} : split_list(o.tiles, "--tiles")) {
     int br = 0, bc = 0;
     char x = 0;
     std::istringstream ss(t);
@@ -73,10 +64,7 @@ int run_deviation(const DeviationOptions& o) {
   }
   if (tiles.empty()) tiles.push_back({0, 0});
   std::vector<attn::ModelHandle> models;
-  std::set<std::string> given;
-  for (const auto& m : split_list(o.models)) {
-    // Two rows of one model would be one configuration measured twice (sweep refuses it too).
-    if (!given.insert(m).second) throw InputError("--models " + o.models + ": " + m + " is given twice");
+  for (const auto& m : split_list(o.models, "--models")) {
     try {
       models.push_back(attn::parse_kernel_model(m, dtype));
     } catch (const std::invalid_argument& e) {
@@ -115,7 +103,10 @@ int run_deviation(const DeviationOptions& o) {
         try {
           out = attn::run_attention(model, in, opt);
         } catch (const std::invalid_argument& e) {  // e.g. +hadamard with a head dim not a power of two
-          throw InputError("--models " + model.name + ": " + e.what());
+          // Tiles the model cannot take are --tiles' fault (FA2's multiple of 8 keys).
+          throw InputError(
+              (br ? "--tiles " + std::to_string(br) + "x" + std::to_string(bc) + " with " : std::string()) +
+              "--models " + model.name + ": " + e.what());
         }
         // A model whose O is NaN or infinite on these finite inputs has no deviation: its
         // rows are named and the command exits 1 (no figure is printed for it).

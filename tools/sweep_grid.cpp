@@ -15,22 +15,6 @@
 namespace fb::cli {
 namespace {
 
-// A comma-separated option's entries, at least one; an empty entry (`a,,b`, a trailing comma:
-// likely a typo, never what sweep writes) or an entry given twice is refused.
-std::vector<std::string> split_list(const std::string& text, const std::string& option) {
-  std::vector<std::string> out;
-  std::set<std::string> seen;
-  if (text.empty()) throw InputError(option + ": expected at least one entry, got none");
-  std::stringstream ss(text + ",");  // a trailing comma's empty entry is read, not dropped
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) throw InputError(option + " " + text + ": an empty entry (two commas, or one at an end)");
-    if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
-    out.push_back(item);
-  }
-  return out;
-}
-
 // A grid cell's model, or why the model cannot run in that format.
 struct ResolvedModel {
   std::optional<attn::ModelHandle> model;
