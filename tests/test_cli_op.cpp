@@ -320,6 +320,12 @@ TEST_CASE("op --batch: a malformed line N prints 'error: line N: ...' and exits 
     // The malformed line is never skipped: nothing after it is computed.
     CHECK(lines_of(r.out).size() <= 5);
   }
+  // A NUL in a line (a file saved as UTF-16) cut the error message at it: "operand B: '3f80".
+  const std::string nul_line = std::string("add bf16 rne 3f80 3f80") + '\0' + "x\n";
+  const Run nul = flashbits("op --batch -", nul_line);
+  CHECK(nul.exit_code == 2);
+  CHECK(one_error_line(nul));
+  CHECK(nul.err == "error: line 1: a NUL byte at column 23 (batch files are text: is it UTF-16? save it as UTF-8)\n");
 }
 
 TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decimal exit 2") {

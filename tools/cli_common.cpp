@@ -81,6 +81,11 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
     try {
       if (line.size() == kMaxBatchLineBytes)
         throw InputError("longer than " + byte_count_text(kMaxBatchLineBytes) + " (the most a batch line may hold)");
+      // A NUL would end every message that quotes the line's words at it (what() is a C
+      // string); a file saved as UTF-16 is full of them.
+      if (const std::size_t nul = line.find('\0'); nul != std::string::npos)
+        throw InputError("a NUL byte at column " + std::to_string(nul + 1) +
+                         " (batch files are text: is it UTF-16? save it as UTF-8)");
       out += run_line(split_words(line), line_no);
     } catch (const InputError& e) {
       std::cout << out << std::flush;
