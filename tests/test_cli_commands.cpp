@@ -128,6 +128,20 @@ TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are 
   }
   CHECK(fp8_rows == 12);
   CHECK(rto_rows == 15);
+  // The fp8 models run in e4m3 only: their bf16 cell repeated the e4m3 cell's figures under a
+  // bf16 label.
+  const Run fp8 =
+      run("sweep --model fa3-fp8-sm90,fa2-sm80 --formats bf16,e4m3 --scenario sink --seqlen 16 "
+          "--headdim 16 --trials 1 --jobs 1 --json");
+  REQUIRE(fp8.code == 0);
+  CHECK(fp8.err.find("note: skipped: fa3-fp8-sm90 runs in e4m3, not bf16") != std::string::npos);
+  std::vector<std::string> labels;
+  const nlohmann::json fp8_rows_json = nlohmann::json::parse(fp8.out);
+  for (const auto& row : fp8_rows_json["rows"])
+    labels.push_back(row["format"].get<std::string>() + "/" + row["model"].get<std::string>());
+  REQUIRE(labels.size() == 2);
+  CHECK(labels[0] == "bf16/fa2-sm80");
+  CHECK(labels[1] == "e4m3/fa3-fp8-sm90");
 }
 
 TEST_CASE("bias-test --against: paired on the same inputs and seed") {

@@ -47,10 +47,11 @@ ResolvedModel grid_cell_model(const std::string& model, const Format& format, co
                      e.what());
   }
   const attn::KernelModel& r = *h.recipe;
-  const bool runs_in_format = r.input == format || (r.fp8.enabled && r.fp8.format == format);
+  // The fp8 models run in their fp8 format (CLI.md): they take bf16 inputs and quantise
+  // them, so a bf16 cell would repeat the e4m3 cell's figures under another label.
+  const bool runs_in_format = r.fp8.enabled ? r.fp8.format == format : r.input == format;
   if (!runs_in_format) {
-    std::string runs_in = r.input.name;
-    if (r.fp8.enabled) runs_in += std::string(" or ") + r.fp8.format.name;
+    std::string runs_in = r.fp8.enabled ? r.fp8.format.name : r.input.name;
     // A model that does not name its dtype runs in both 16-bit formats.
     if (format != formats::bf16 && format != formats::fp16 &&
         attn::parse_kernel_model(name, formats::fp16).recipe->input == formats::fp16 && r.input == formats::bf16)
