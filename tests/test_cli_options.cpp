@@ -171,14 +171,31 @@ TEST_CASE("issue 34: sweep refuses a list entry given twice and two entries that
 TEST_CASE("sweep: an empty list or list entry is refused, naming the option it is in") {
   const std::string sweep = "sweep --seqlen 16 --headdim 16 --trials 1 --jobs 2 --model fa2-sm80 ";
   for (const std::string option : {"--formats", "--round", "--scenario"})
-    check_refused(run(sweep + option + " ''"), {option + ":", "expected at least one entry"});
-  check_refused(run(kSmallSweep + " --model ''"), {"--model", "expected at least one entry"});
+    check_refused(run(sweep + option + " ''"), {option + ": an empty value"});
+  check_refused(run(kSmallSweep + " --model ''"), {"--model: an empty value"});
   check_refused(run(kSmallSweep + " --model fa2-sm80,"), {"--model fa2-sm80,", "an empty entry"});
   check_refused(run(kSmallSweep + " --model fa2-sm80 --formats ,bf16"), {"--formats ,bf16", "an empty entry"});
   check_refused(run(kSmallSweep + " --model fa2-sm80 --round rne,,rtz"), {"--round rne,,rtz", "an empty entry"});
   // An unknown scenario's error lists the ones there are, in sweep and in bias-test.
   check_refused(run(sweep + "--scenario nope"), {"--scenario nope", "wide-ties"});
   check_refused(run("bias-test --model fa2-sm80 --scenario nope"), {"--scenario nope", "wide-ties"});
+}
+
+TEST_CASE("an option given an empty value is refused, not read as left out") {
+  // sweep --csv '' wrote no CSV, bias-test --against '' ran unpaired, import --scale '' and
+  // replay --model '' used the file's own: each silently, exit 0.
+  const std::string trace = (scratch() / "empty_values.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out " + trace).code == 0);
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {kSmallSweep + " --model fa2-sm80 --csv ''", "--csv"},
+           {"bias-test --model fa2-sm80 --against '' --trials 2 --seqlen 16 --headdim 16", "--against"},
+           {"bias-test --model fa2-sm80 --alpha ''", "--alpha"},
+           {"import " + trace + " --scale '' --out " + (scratch() / "empty_out.safetensors").string(), "--scale"},
+           {"replay " + trace + " --model ''", "--model"}}) {
+    CAPTURE(args);
+    check_refused(run(args), {option + ": an empty value"});
+  }
+  CHECK(!std::filesystem::exists(scratch() / "empty_out.safetensors"));
 }
 
 TEST_CASE("--dtype that contradicts the model's own input format is refused, not ignored") {

@@ -64,6 +64,18 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// An option given an empty value ('') is refused: every option takes a non-empty one, and a
+// command that reads "" as "not given" (--csv, --against, --scale, --model) would silently
+// ignore it.
+void refuse_empty_values(const CLI::App& sub) {
+  for (const CLI::Option* option : sub.get_options()) {
+    if (!option->nonpositional() || option->get_type_size() == 0 || option->count() == 0) continue;
+    for (const std::string& value : option->results())
+      if (value.empty())
+        throw fb::cli::InputError(option->get_name() + ": an empty value (give one, or leave the option out)");
+  }
+}
+
 int run(int argc, char** argv) {
   CLI::App app{
       "flashbits: bit-exact low-precision floating point and FlashAttention rounding-bias "
@@ -123,7 +135,9 @@ int run(int argc, char** argv) {
   }
   try {
     for (auto& [s, run] : runners) {
-      if (s->parsed()) return run();
+      if (!s->parsed()) continue;
+      refuse_empty_values(*s);
+      return run();
     }
   } catch (const fb::cli::InputError& e) {
     fb::cli::print_error_line(e.what());
