@@ -148,9 +148,15 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
       const std::string text = sfu.get<std::string>();
       std::optional<SfuSet> set = named_set("sfu", text);
       if (!set) fail(path, "sfu", "unknown SFU set '" + text + "' (known: " + set_names() + ")");
+      bool any = false;
       for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
-        if (attn::uses_special_function(*model.recipe, f)) recipe->sfu.model_for(f) = set->model_for(f);
+        if (!attn::uses_special_function(*model.recipe, f)) continue;
+        recipe->sfu.model_for(f) = set->model_for(f);
+        any = true;
       }
+      // As for a function the model does not evaluate (below): a set that changes nothing
+      // would still be named in the report as applied.
+      if (!any) fail(path, "sfu", model.name + " evaluates no special function (ex2, rcp, lg2)");
       note("sfu=" + text);
     } else if (!sfu.is_object() || sfu.empty()) {
       fail(path, "sfu",

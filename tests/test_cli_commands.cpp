@@ -342,6 +342,9 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   refused("g.json", R"({"sfu": {"ex2": "missing.fbsfu"}})", "fa2-sm80", "sfu.ex2", "not a regular file");
   refused("x.json", R"({"sfu": {"exp": "correct"}})", "fa2-sm80", "sfu.exp", "unknown function");
   refused("r.json", R"({"sfu": {"rcp": "correct"}})", "standard-bf16", "sfu.rcp", "does not evaluate rcp");
+  // A whole set on a model with no special function changed nothing, yet the report named it.
+  refused("r.json", R"({"sfu": "hw-sm90"})", "correctly-rounded", "sfu",
+          "correctly-rounded evaluates no special function");
   refused("j.json", "{\"stages\":\n {\"p_cast\": fp32}}", "fa2-sm80", "JSON", "line 2, column");
   refused("o.json", R"({"name": "x", "stages": {"p_cast": "fp32"}, "n": 222222e2222})", "fa2-sm80", "JSON",
           "number overflow");
