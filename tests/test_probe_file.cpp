@@ -517,6 +517,42 @@ TEST_CASE("probe_check_mismatches_out_sample_out_and_jobs") {
 // used to be read without complaint, and `probe-check --json` then threw nlohmann's
 // type_error while writing the report (main's "internal error", exit 3). It is bad input:
 // the reader refuses it naming the file and the header, and probe-check exits 2.
+TEST_CASE("probe_file_refuses_patterns_wider_than_their_format_and_a_key_given_twice") {
+  // A bf16 operand 0xffff3f80 was masked to 3f80 when replayed (and matched as 1.0), and a
+  // header key given twice kept its last value.
+  ProbeFile file;
+  file.sections = {hopper_section()};
+  file.sections[0].mutable_words()[2 + 3] |= 0xffff0000u;  // case 0, a[3]
+  const std::string wide = temp_path("wide.fbp");
+  fb::gpu::write_probe_file(wide, file);
+  CHECK_THROWS_WITH_AS(fb::gpu::read_probe_file(wide),
+                       (wide + ": section 0: case 0 a[3]: 0xffff" +
+                        [&] {
+                          char hex[8];
+                          std::snprintf(hex, sizeof hex, "%04x", file.sections[0].a(0)[3] & 0xffffu);
+                          return std::string(hex);
+                        }() +
+                        " has bits outside a bf16 pattern")
+                           .c_str(),
+                       fb::gpu::ProbeFileError);
+  std::filesystem::remove(wide);
+  file.sections = {hopper_section()};
+  const std::string twice = temp_path("twice.fbp");
+  fb::gpu::write_probe_file(twice, file);
+  std::string bytes;
+  {
+    std::ifstream in(twice, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t at = bytes.find("c_format=fp32");
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, 1, "d");  // the same length: d_format given twice, c_format missing
+  std::ofstream(twice, std::ios::binary | std::ios::trunc) << bytes;
+  CHECK_THROWS_WITH_AS(fb::gpu::read_probe_file(twice),
+                       (twice + ": section 0: header: key 'd_format' is given twice").c_str(), fb::gpu::ProbeFileError);
+  std::filesystem::remove(twice);
+}
+
 TEST_CASE("probe_file_header_not_utf8_is_bad_input") {
   ProbeFile file;
   file.sections = {hopper_section()};

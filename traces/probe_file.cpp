@@ -117,7 +117,7 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
     if (line.empty()) continue;
     std::string key, value;
     if (!split_key_value(line, key, value)) r.fail(prefix + "header", "line '" + line + "' is not key=value");
-    kv[key] = value;
+    if (!kv.emplace(key, value).second) r.fail(prefix + "header", "key '" + key + "' is given twice");
   }
   auto take = [&](const std::string& key) {
     auto it = kv.find(key);
@@ -252,10 +252,26 @@ ProbeFile read_probe_file(const std::string& path) {
     w.resize(words);
     const std::string case_field = prefix + "case data";  // built once, not per word
     for (std::uint64_t i = 0; i < words; ++i) w[i] = r.u32(case_field);
+    // A pattern with bits outside its format's would be masked when replayed, so the case
+    // checked would not be the case the GPU ran.
+    auto check_pattern = [&](const Format& f, std::uint32_t bits, std::size_t i, const std::string& operand) {
+      if ((bits & ~(f.width_mask() << f.storage_shift())) != 0) {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "0x%08x", bits);
+        r.fail(prefix + "case " + std::to_string(i) + " " + operand,
+               std::string(hex) + " has bits outside a " + f.name + " pattern");
+      }
+    };
     for (std::size_t i = 0; i < sec.cases(); ++i) {
       if (sec.batch(i) >= sec.header.batches.size()) {
         r.fail(prefix + "case " + std::to_string(i) + " batch", std::to_string(sec.batch(i)) + " is not a batch index");
       }
+      for (int j = 0; j < sec.header.k; ++j) {
+        check_pattern(sec.header.input, sec.a(i)[j], i, "a[" + std::to_string(j) + "]");
+        check_pattern(sec.header.input, sec.b(i)[j], i, "b[" + std::to_string(j) + "]");
+      }
+      check_pattern(sec.header.c_format, sec.c(i), i, "c");
+      check_pattern(sec.header.d_format, sec.d(i), i, "d");
     }
     file.sections.push_back(std::move(sec));
   }
