@@ -110,7 +110,10 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     return bits;
   }
   if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
-    // Digits only (or digits e digits): a hex pattern and a decimal number at once.
+    // Digits only (or digits e digits): a hex pattern and a decimal number at once, unless
+    // too wide to be a pattern of f (0x12345 is no bf16 pattern: not offered).
+    if (s.size() - s.find_first_not_of('0') > static_cast<std::size_t>(f.hex_digits()))
+      throw InputError(w + ": '" + s + "' is wider than a " + f.name + " bit pattern: write +" + s + " for the value");
     throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
                      " for the value");
   }

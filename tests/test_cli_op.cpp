@@ -412,6 +412,20 @@ TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, 
   const Run dot = flashbits("dot sm80 bf16 0 3f80,10 3f80,3f80");
   CHECK(dot.exit_code == 2);
   CHECK(dot.err.find("'10' is ambiguous") != std::string::npos);
+  // A word of more digits than the format's pattern has is no pattern: 0x12345 is not offered
+  // for bf16, nor 0x127 for a ue8m0 scale byte.
+  const Run wide = flashbits("op add bf16 rne 12345 3f80");
+  CHECK(wide.exit_code == 2);
+  CHECK(wide.err == "error: operand A: '12345' is wider than a bf16 bit pattern: write +12345 for the value\n");
+  std::string twos;
+  for (int i = 0; i < 32; ++i) twos += i ? ",0x2" : "0x2";
+  const std::string mxf4 = "dot sm100 e2m1 00000000 " + twos + " " + twos +
+                           " --kind mxf4 --scale-format ue8m0 --block 32 --scale-b 0x7f --scale-a ";
+  const Run byte_wide = flashbits(mxf4 + "127");
+  CHECK(byte_wide.exit_code == 2);
+  CHECK(byte_wide.err.find("'127' is ambiguous: write 2^E for a power of two or +127") != std::string::npos);
+  CHECK(byte_wide.err.find("0x127") == std::string::npos);
+  CHECK(flashbits(mxf4 + "12").err.find("write 0x12 for the ue8m0 byte") != std::string::npos);
   // The syntax is in --help.
   const Run help = flashbits("op --help");
   CHECK(help.exit_code == 0);

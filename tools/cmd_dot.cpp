@@ -188,9 +188,13 @@ std::uint8_t parse_scale(const Format& scale, const std::string& word, const std
   const std::string hex = prefixed ? word.substr(2) : word;
   const bool digits_only = hex.find_first_not_of("0123456789") == std::string::npos;
   // A word of zeros is +0 either way for ue4m3; for ue8m0 byte 0 is 2^-127, not zero.
-  if (!prefixed && digits_only && (scale == formats::e8m0 || hex.find_first_not_of('0') != std::string::npos))
-    throw InputError(what + ": '" + word + "' is ambiguous: write 0x" + word + " for the " + name +
-                     " byte, 2^E for a power of two or +" + word + " for the value");
+  if (!prefixed && digits_only && (scale == formats::e8m0 || hex.find_first_not_of('0') != std::string::npos)) {
+    // 0xWORD is offered only where it is a byte (127 is not).
+    const std::size_t significant = hex.size() - std::min(hex.size(), hex.find_first_not_of('0'));
+    const std::string as_byte = significant <= 2 ? "write 0x" + word + " for the " + name + " byte, " : "write ";
+    throw InputError(what + ": '" + word + "' is ambiguous: " + as_byte + "2^E for a power of two or +" + word +
+                     " for the value");
+  }
   if (hex.empty() || hex.size() > 2 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
     throw InputError(what + ": '" + word + "' is not a scale byte (0x00..0xff, 2^E, or a value such as +0.5)");
   return static_cast<std::uint8_t>(std::stoul(hex, nullptr, 16));
