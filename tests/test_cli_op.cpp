@@ -426,6 +426,20 @@ TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, 
   CHECK(byte_wide.err.find("'127' is ambiguous: write 2^E for a power of two or +127") != std::string::npos);
   CHECK(byte_wide.err.find("0x127") == std::string::npos);
   CHECK(flashbits(mxf4 + "12").err.find("write 0x12 for the ue8m0 byte") != std::string::npos);
+}
+
+TEST_CASE("op: the stochastic stream's options with another mode are refused, not ignored") {
+  for (const char* option : {"--sr-bits 5", "--seed 4", "--position 2"}) {
+    INFO(option);
+    const Run r = flashbits(std::string("op add bf16 rne 3f80 3b80 ") + option);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.err.find("applies to stochastic rounding only (the mode is rne, not sr)") != std::string::npos);
+  }
+  CHECK(flashbits("op add bf16 sr 3f80 3b80 --sr-bits 5 --seed 4 --position 2").exit_code == 0);
+  const Run batch = flashbits("op --batch - --position 7", "add bf16 sr 3f80 3b80\n");
+  CHECK(batch.exit_code == 2);
+  CHECK(batch.err.find("--batch and --position cannot be combined") != std::string::npos);
   // The syntax is in --help.
   const Run help = flashbits("op --help");
   CHECK(help.exit_code == 0);

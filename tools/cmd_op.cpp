@@ -18,6 +18,10 @@ struct OpOptions {
   std::uint64_t seed = 0, position = 0;
   bool json = false, explain = false;
   bool overflow_given = false;  // --overflow on the command line
+  // The stochastic stream's options given on the command line, by name: they mean nothing to
+  // another mode, and ignoring them would hide a mistaken --round.
+  std::vector<std::string> sr_options_given;
+  bool position_given = false;
 };
 
 // A line's own `satfinite`/`ieee` word may not contradict an explicit --overflow.
@@ -57,6 +61,8 @@ int run_op(const OpOptions& o) {
       if (given)
         throw InputError(std::string("--batch and ") + name +
                          " cannot be combined (each batch line gives OP FORMAT ROUND and prints BITS FLAGS)");
+    if (o.position_given)
+      throw InputError("--batch and --position cannot be combined (line N's sr draw is at position N - 1)");
     return run_batch(o);
   }
   OpRequest req;
@@ -79,6 +85,9 @@ int run_op(const OpOptions& o) {
     req = parse_op_words(o.words, base);
   }
   check_overflow_word(o, base, req);
+  if (req.spec.mode != RoundingMode::sr && !o.sr_options_given.empty())
+    throw InputError(o.sr_options_given.front() + " applies to stochastic rounding only (the mode is " +
+                     std::string(to_string(req.spec.mode)) + ", not sr)");
   RoundingEvent ev;
   const Rounded r = apply_op(req.op, req.format, req.source_format, req.operands[0], req.operands[1], req.operands[2],
                              req.spec, o.position, &ev);
@@ -109,10 +118,18 @@ Runner setup_op(CLI::App& app) {
   app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
   app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite")
       ->each([o](const std::string&) { o->overflow_given = true; });
-  app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)");
-  add_seed_option(app, o->seed, "seed of the stochastic-rounding stream");
+  app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)")->each([o](const std::string&) {
+    o->sr_options_given.push_back("--sr-bits");
+  });
+  add_seed_option(app, o->seed, "seed of the stochastic-rounding stream")->each([o](const std::string&) {
+    o->sr_options_given.push_back("--seed");
+  });
   app.add_option("--position", o->position, "logical position in the stochastic stream")
-      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "2^64-1"));
+      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "2^64-1"))
+      ->each([o](const std::string&) {
+        o->sr_options_given.push_back("--position");
+        o->position_given = true;
+      });
   app.add_option("--batch", o->batch, "FILE or - : one 'OP FORMAT ROUND A [B [C]]' per line");
   auto* json = app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
   // One output form: --explain's text is not JSON, and one of them was silently dropped.
