@@ -3,6 +3,7 @@
 // (recipe_stage_fields, uses_special_function); this file only parses and checks.
 #include "api/recipe_file.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -99,10 +100,14 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
   if (!j.contains("stages") && !j.contains("sfu")) fail(path, "file", "changes nothing: give stages or sfu");
 
   auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
-  std::string label = std::filesystem::path(path).filename().string();
+  // The label goes into every report's model name: no control character (an escape sequence
+  // would reach the terminal), a file name's escaped.
+  std::string label = escape_unprintable(std::filesystem::path(path).filename().string());
   if (j.contains("name")) {
     label = string_member(path, "name", j["name"]);
-    if (label.empty() || label.find('\n') != std::string::npos) fail(path, "name", "expected one non-empty line");
+    if (label.empty() || std::any_of(label.begin(), label.end(),
+                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == '\x7f'; }))
+      fail(path, "name", "expected one non-empty line without control characters");
   }
   std::string changes;
   auto note = [&](const std::string& what) { changes += (changes.empty() ? "" : ", ") + what; };

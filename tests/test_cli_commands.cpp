@@ -342,6 +342,10 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   refused("g.json", R"({"sfu": {"ex2": "missing.fbsfu"}})", "fa2-sm80", "sfu.ex2", "not a regular file");
   refused("x.json", R"({"sfu": {"exp": "correct"}})", "fa2-sm80", "sfu.exp", "unknown function");
   refused("r.json", R"({"sfu": {"rcp": "correct"}})", "standard-bf16", "sfu.rcp", "does not evaluate rcp");
+  // A name goes into every report: an escape sequence or a tab in it reached the terminal raw.
+  for (const char* name : {R"({"name": "a\u001b[31mred", "sfu": "correct"})", R"({"name": "a\tb", "sfu": "correct"})",
+                           R"({"name": "two\nlines", "sfu": "correct"})"})
+    refused("r.json", name, "fa2-sm80", "name", "expected one non-empty line without control characters");
   // A whole set on a model with no special function changed nothing, yet the report named it.
   refused("r.json", R"({"sfu": "hw-sm90"})", "correctly-rounded", "sfu",
           "correctly-rounded evaluates no special function");
