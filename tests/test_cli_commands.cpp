@@ -1054,7 +1054,7 @@ TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anyt
     for (int i = 0; i < 7; ++i) at = text.find(',', at) + 1;
     text.replace(at, text.find(',', at) - at, "-3");
     const std::string bad = write_file("m_neg.csv", text);
-    refused(a1 + " " + bad, bad, "trials -3 differs from the run's 2");
+    refused(a1 + " " + bad, bad, "line 2 column trials: -3 is negative");
     // The run record itself claiming -3 trials.
     std::string record = slurp(a2);
     const std::size_t t = record.find("\"trials\":2");

@@ -295,14 +295,18 @@ int run_replay(const ReplayOptions& o) {
   }
   attn::RunOptions opt;
   opt.threads = jobs;
-  if (auto it = trace.raw_metadata().find("seed"); it != trace.raw_metadata().end()) {
-    // The seed of the run that made the trace (+o-sr's stream): one a replay guessed would
-    // report sr roundings as mismatches, so anything but a plain unsigned integer is refused.
+  // The seed of the run that made the trace, for a model whose arithmetic draws from it
+  // (+o-sr's stream, +hadamard's signs): one a replay guessed would report those roundings as
+  // mismatches, so anything but a plain unsigned integer is refused there. Other models never
+  // read it, and a capture may record its own input seeds under the key (the H200 bias
+  // captures hold one per head, "1000,1001,...").
+  const bool seeded = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
+  if (auto it = trace.raw_metadata().find("seed"); seeded && it != trace.raw_metadata().end()) {
     const std::string& text = it->second;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), opt.seed);
     if (text.empty() || error != std::errc{} || end != text.data() + text.size())
-      throw InputError(o.path + ": __metadata__: key 'seed': expected an unsigned integer, got '" +
-                       escape_unprintable(text) + "'");
+      throw InputError(o.path + ": __metadata__: key 'seed': expected an unsigned integer (" + model.name +
+                       " draws from it), got '" + escape_unprintable(text) + "'");
   }
   attn::Tracer tracer;
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);

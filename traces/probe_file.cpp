@@ -252,10 +252,11 @@ ProbeFile read_probe_file(const std::string& path) {
     w.resize(words);
     const std::string case_field = prefix + "case data";  // built once, not per word
     for (std::uint64_t i = 0; i < words; ++i) w[i] = r.u32(case_field);
-    // A pattern with bits outside its format's would be masked when replayed, so the case
-    // checked would not be the case the GPU ran.
+    // A pattern with bits above its format's would be masked when replayed, so the case
+    // checked would not be the case the GPU ran. (Bits below a tf32 pattern's are the fp32
+    // register's, which the tensor core ignores: they stay.)
     auto check_pattern = [&](const Format& f, std::uint32_t bits, std::size_t i, const std::string& operand) {
-      if ((bits & ~(f.width_mask() << f.storage_shift())) != 0) {
+      if (((bits >> f.storage_shift()) & ~f.width_mask()) != 0) {
         char hex[16];
         std::snprintf(hex, sizeof hex, "0x%08x", bits);
         r.fail(prefix + "case " + std::to_string(i) + " " + operand,
@@ -270,8 +271,8 @@ ProbeFile read_probe_file(const std::string& path) {
         check_pattern(sec.header.input, sec.a(i)[j], i, "a[" + std::to_string(j) + "]");
         check_pattern(sec.header.input, sec.b(i)[j], i, "b[" + std::to_string(j) + "]");
       }
-      check_pattern(sec.header.c_format, sec.c(i), i, "c");
-      check_pattern(sec.header.d_format, sec.d(i), i, "d");
+      // Not C or D: an fp16 C or D is half of a 32-bit register, whose other half the probe
+      // fills (the dry run with ones) and the tensor core ignores.
     }
     file.sections.push_back(std::move(sec));
   }
