@@ -262,7 +262,8 @@ Rounded round_element(const Format& f, const std::optional<RoundPackInput>& deci
 }
 
 // A [b][h][n][d] output rounded once into f, element by element (round_element);
-// decide_row(b, h, r, spec, first_position) is ExactRounding's o_row, dq_row, dk_row or dv_row.
+// decide_row(b, h, r, spec, first_position) is ExactRounding's o_row, dq_row, dk_row or dv_row
+// (a per-row output, [b][h][n][1]: its lse or delta as a one-element row).
 template <class DecideRow>
 Tensor4 rounded_rows(const KernelModel& km, const Tensor4& exact, const Format& f, std::uint64_t seed,
                      std::uint64_t tag, DecideRow decide_row) {
@@ -278,22 +279,6 @@ Tensor4 rounded_rows(const KernelModel& km, const Tensor4& exact, const Format& 
           out.data[i] =
               to_double(f, round_element(f, decided[static_cast<std::size_t>(c)], exact.data[i], spec, i).bits);
         }
-      }
-  return out;
-}
-
-// A per-row output ([b][h][n][1]: LSE, delta) rounded once into f, row by row (round_element);
-// decide(b, h, r, spec, position) is ExactRounding's lse or delta.
-template <class Decide>
-Tensor4 rounded_per_row(const KernelModel& km, const Tensor4& exact, const Format& f, std::uint64_t seed,
-                        std::uint64_t tag, Decide decide) {
-  Tensor4 out = exact;
-  const RoundingSpec spec = reference_spec(km, seed, tag);
-  for (int b = 0; b < exact.batch; ++b)
-    for (int h = 0; h < exact.heads; ++h)
-      for (int r = 0; r < exact.rows; ++r) {
-        const std::size_t i = exact.index(b, h, r, 0);
-        out.data[i] = to_double(f, round_element(f, decide(b, h, r, spec, i), exact.data[i], spec, i).bits);
       }
   return out;
 }
@@ -322,19 +307,19 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
                                    return exact_rounding.o_row(b, h, r, *o_store, spec, first);
                                  })
                   : exact.o;
-  out.lse = rounded_per_row(km, exact.lse, formats::fp32, opt.seed, kLse,
-                            [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
-                              return exact_rounding.lse(b, h, r, formats::fp32, spec, position);
-                            });
+  out.lse = rounded_rows(km, exact.lse, formats::fp32, opt.seed, kLse,
+                         [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
+                           return std::vector{exact_rounding.lse(b, h, r, formats::fp32, spec, position)};
+                         });
   const int d = in.q.cols;
   if (in.d_o && exact.delta) {
     out.delta = *exact.delta;
     if (km.reference_delta_exact || !o_store) {
       // delta of a kernel that never reads a rounded O: the exact delta, rounded once.
-      out.delta = rounded_per_row(km, *exact.delta, formats::fp32, opt.seed, kDelta,
-                                  [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
-                                    return exact_rounding.delta(b, h, r, formats::fp32, spec, position);
-                                  });
+      out.delta = rounded_rows(km, *exact.delta, formats::fp32, opt.seed, kDelta,
+                               [&](int b, int h, int r, const RoundingSpec& spec, std::size_t position) {
+                                 return std::vector{exact_rounding.delta(b, h, r, formats::fp32, spec, position)};
+                               });
     } else {
       for (std::size_t r = 0; r < out.delta->data.size(); ++r)
         out.delta->data[r] = correctly_rounded_delta(km, &in.d_o->data[r * static_cast<std::size_t>(d)],
