@@ -25,6 +25,7 @@ import collections.abc as _abc
 import copy as _copy
 import operator as _operator
 import os as _os
+import re as _re
 
 import numpy as _np
 
@@ -130,6 +131,10 @@ def _as_array(x, name: str) -> _np.ndarray:
                             f"got {type(x).__name__}: {e}") from None
     if a.dtype == object or a.dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+    if not a.dtype.isnative:
+        # A big-endian array ('>u2' from a file): the C++ part reads raw memory as native
+        # integers (decode), so every function takes it in native byte order, the same values.
+        a = a.astype(a.dtype.newbyteorder("="))
     return a
 
 
@@ -138,11 +143,19 @@ def _is_bits(a: _np.ndarray) -> bool:
 
 
 def _as_float64(a: _np.ndarray, name: str) -> _np.ndarray:
-    if a.dtype.kind in "bi" and a.dtype.itemsize >= 8:
-        f = a.astype(_np.float64)
-        bad = _np.flatnonzero(f.astype(a.dtype) != a)
+    """``a`` as float64, exactly: a 64-bit integer or a longdouble (float96/float128) element
+    that float64 cannot hold is a ValueError, not narrowed (a rounding of it would round twice,
+    an operand would become another value)."""
+    if (a.dtype.kind in "bi" and a.dtype.itemsize >= 8) or (a.dtype.kind == "f" and a.dtype.itemsize > 8):
+        with _np.errstate(over="ignore"):  # beyond float64's range: inf, refused below
+            f = a.astype(_np.float64)
+        same = f.astype(a.dtype) == a
+        if a.dtype.kind == "f":
+            same |= _np.isnan(a)  # NaN is NaN in float64 too
+        bad = _np.flatnonzero(~same)
         if bad.size:
-            raise ValueError(f"{name}: the integer {a.flat[bad[0]]} is not exactly representable in float64")
+            kind = "integer" if a.dtype.kind in "bi" else f"{a.dtype} value"
+            raise ValueError(f"{name}: the {kind} {a.flat[bad[0]]!s} is not exactly representable in float64")
         return _np.ascontiguousarray(f)
     return _np.ascontiguousarray(a, dtype=_np.float64)
 
@@ -184,7 +197,8 @@ class Rounded:
     @property
     def values(self) -> _np.ndarray:
         if self._values is None:
-            self._values = _core.decode(_np.ascontiguousarray(self.bits), self.format)
+            # reshape: ascontiguousarray makes a 0-d array 1-d; the values keep the bits' shape
+            self._values = _core.decode(_np.ascontiguousarray(self.bits), self.format).reshape(self.bits.shape)
         return self._values
 
     def __iter__(self):
@@ -227,7 +241,8 @@ def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0,
                                    position, flags)
     else:
         bits, fl = _core.round_f64(_as_float64(a, "x"), fmt, mode, overflow, seed, sr_bits, position, flags)
-    return Rounded(bits, _core.format_info(fmt)["name"], fl)
+    # The C++ part sees at least one axis (ascontiguousarray); a 0-d input gets 0-d results.
+    return Rounded(bits.reshape(a.shape), _core.format_info(fmt)["name"], None if fl is None else fl.reshape(a.shape))
 
 
 def decode(bits, fmt: str) -> _np.ndarray:
@@ -241,8 +256,8 @@ def decode(bits, fmt: str) -> _np.ndarray:
     if a.dtype.kind == "i":
         if a.size and a.min() < 0:
             raise ValueError(f"bits: {a.min()} is not a bit pattern (negative)")
-        return _core.decode(_np.ascontiguousarray(a, dtype=_np.uint64), fmt, any_width=True)
-    return _core.decode(_np.ascontiguousarray(a), fmt)
+        return _core.decode(_np.ascontiguousarray(a, dtype=_np.uint64), fmt, any_width=True).reshape(a.shape)
+    return _core.decode(_np.ascontiguousarray(a), fmt).reshape(a.shape)  # a 0-d input stays 0-d
 
 
 def _op(kind, operands, fmt, mode, overflow, seed, sr_bits, position, flags):
@@ -346,6 +361,8 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
     b = _operand(b, "b")
     if a.ndim < 1 or a.shape != b.shape:
         raise ValueError(f"a, b: expected arrays of one shape [..., k], got {a.shape} and {b.shape}")
+    if a.shape[-1] == 0:
+        raise ValueError(f"a, b: k = 0 (shape {a.shape}): a dot product needs at least one term")
     batch = a.shape[:-1]
     c = _np.zeros(batch) if c is None else _operand(c, "c")
     try:
@@ -551,10 +568,15 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     threads = _int_arg("threads", threads, optional=True)
     threads = (_os.cpu_count() or 1) if threads is None else threads
     recipe = _path_arg("recipe", recipe, optional=True)
+    plot_feature = _int_arg("plot_feature", plot_feature, bits=32)
+    head_dim = arrays[0].shape[-1]
+    # The engine would clamp it (replay --feature refuses it too); an empty axis is the engine's error.
+    if head_dim and not 0 <= plot_feature < head_dim:
+        raise ValueError(f"plot_feature={plot_feature}: expected 0..{head_dim - 1} (a feature of q's head dim "
+                         f"{head_dim})")
     d = _core.attention(arrays[0], arrays[1], arrays[2], _str_arg("model", model), d_o, _bool_arg("causal", causal),
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
-                        dtype, _int_arg("seed", seed, unsigned=True), threads,
-                        _int_arg("plot_feature", plot_feature, bits=32), _str_arg("sfu", sfu),
+                        dtype, _int_arg("seed", seed, unsigned=True), threads, plot_feature, _str_arg("sfu", sfu),
                         _bool_arg("keep_forward", keep_forward), dtype_given)
     return AttentionResult(d, lead, kv_lead)
 
@@ -588,29 +610,42 @@ class BiasTestResult(dict):
         return self["verdict"] == "adds bias"
 
 
-def bias_test(model: str | None = None, scenario: str = "sink", *, traces=None, against: str | None = None,
-              recipe: str | None = None, trials: int = 32, seqlen: int = 256, headdim: int = 64,
-              dtype: str = "bf16", alpha: float = 1e-3, at_stake: float = 0.05, seed: int = 0,
-              by_max: bool = False) -> BiasTestResult:
+def bias_test(model: str | None = None, scenario: str | None = None, *, traces=None, against: str | None = None,
+              recipe: str | None = None, trials: int | None = None, seqlen: int | None = None,
+              headdim: int | None = None, dtype: str | None = None, alpha: float = 1e-3, at_stake: float = 0.05,
+              seed: int | None = None, by_max: bool = False) -> BiasTestResult:
     """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
     captured traces (``traces``: a directory, whose *.safetensors are taken in sorted order as
     ``bias-test --traces DIR`` does, or a list of files; one sample per kv head of each trace,
     whose rows share their keys). ``verdict`` is "adds bias", "less biased than its format's
     floor", "no detectable bias" or "inconclusive" (fewer than 8 samples, or a test that could
     not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it. Returns the
-    fields of ``flashbits bias-test --json`` for the same arguments. ``trials``, ``seqlen``
-    and ``headdim`` are held to the CLI's limits (at most 2^24 trials; seqlen x headdim at
-    most 2^31 elements and about 64 GiB of working memory): a ValueError beyond them."""
+    fields of ``flashbits bias-test --json`` for the same arguments. A model's test takes
+    ``scenario`` (default sink), ``trials`` (32), ``seqlen`` (256), ``headdim`` (64), ``dtype``
+    (bf16) and ``seed`` (0); ``trials``, ``seqlen`` and ``headdim`` are held to the CLI's
+    limits (at most 2^24 trials; seqlen x headdim at most 2^31 elements and about 64 GiB of
+    working memory): a ValueError beyond them. The traces hold their inputs and name their
+    format: with ``traces`` those six are a ValueError (``bias-test --traces`` refuses the
+    first five; its ``--dtype``, the format of a bare capture's bit patterns, is not taken
+    here, where traces are flashbits traces)."""
     model = _str_arg("model", model, optional=True)
-    scenario = _str_arg("scenario", scenario)
+    if traces is not None:
+        # Given with traces they would be ignored: refused, as the CLI refuses them.
+        ignored = [n for n, v in (("scenario", scenario), ("trials", trials), ("seqlen", seqlen),
+                                  ("headdim", headdim), ("dtype", dtype), ("seed", seed)) if v is not None]
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)}: the traces hold their inputs and name their format; "
+                             f"bias_test(traces=...) takes none of scenario, trials, seqlen, headdim, dtype, seed")
+    scenario = "sink" if scenario is None else _str_arg("scenario", scenario)
     against = _str_arg("against", against, optional=True)
     recipe = _path_arg("recipe", recipe, optional=True)
-    trials, seqlen, headdim = (_int_arg(n, x) for n, x in (("trials", trials), ("seqlen", seqlen),
-                                                            ("headdim", headdim)))
-    dtype = _str_arg("dtype", dtype)
+    trials, seqlen, headdim = (_int_arg(n, default if x is None else x)
+                               for n, x, default in (("trials", trials, 32), ("seqlen", seqlen, 256),
+                                                     ("headdim", headdim, 64)))
+    dtype = "bf16" if dtype is None else _str_arg("dtype", dtype)
     alpha = _float_arg("alpha", alpha)
     at_stake = _float_arg("at_stake", at_stake)
-    seed = _int_arg("seed", seed, unsigned=True)
+    seed = _int_arg("seed", 0 if seed is None else seed, unsigned=True)
     by_max = _bool_arg("by_max", by_max)
     files, label = [], ""
     if traces is not None:
@@ -678,6 +713,16 @@ class Trace:
         return f"Trace({self.path!r}, source={self.metadata.get('source')!r}, tensors={list(self.tensors)})"
 
 
+# The capture reader is the CLI's (traces/capture_import.cpp): its messages name the options of
+# `flashbits import` and `replay` (--scale 0.3, drop --scale), which load_trace takes as keywords.
+_CAPTURE_OPTION = _re.compile(r"(?<![\w/.-])--(source|model|scale|causal|dtype|layout)\b(?: (?!\())?")
+
+
+def _keyword_message(e: ValueError) -> ValueError:
+    """The reader's message with its options named as load_trace's keywords (scale=0.3)."""
+    return ValueError(_CAPTURE_OPTION.sub(r"\1=", str(e)))
+
+
 def load_trace(path, *, source: str | None = None, model: str | None = None, scale: float | None = None,
                causal: bool | None = None, dtype: str | None = None, layout: str = "auto") -> Trace:
     """Read and validate a trace as ``flashbits replay`` does (ValueError naming the file,
@@ -686,12 +731,16 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     A capture without flashbits metadata (a bare ``save_file`` dump, an ``.npz``, a directory
     of ``.npy`` files) is read as ``flashbits import`` reads it: ``source`` ("cuda:<gpu>",
     "emulated" or "unknown"), ``model``, ``scale``, ``causal`` and ``dtype`` supply what the
-    file lacks (its own metadata wins; a disagreement is a ValueError); ``layout`` is "bhsd"
-    (SDPA), "bshd" (flash_attn) or "auto"; k and v may have fewer heads than q (GQA)."""
-    return Trace(_core.load_trace(_path_arg("path", path), _str_arg("source", source, optional=True),
-                                  _str_arg("model", model, optional=True), _float_arg("scale", scale, optional=True),
-                                  _bool_arg("causal", causal, optional=True), _str_arg("dtype", dtype, optional=True),
-                                  _str_arg("layout", layout)))
+    file lacks (its own metadata wins; a disagreement is a ValueError naming the keyword);
+    ``layout`` is "bhsd" (SDPA), "bshd" (flash_attn) or "auto"; k and v may have fewer heads
+    than q (GQA)."""
+    args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
+            _float_arg("scale", scale, optional=True), _bool_arg("causal", causal, optional=True),
+            _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))
+    try:
+        return Trace(_core.load_trace(*args))
+    except ValueError as e:
+        raise _keyword_message(e) from None
 
 
 _ROW_TENSORS = ("lse", "delta", "m", "l")

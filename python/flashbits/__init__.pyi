@@ -90,11 +90,13 @@ class BiasTestResult(dict[str, Any]):
     @property
     def biased(self) -> bool: ...
 
-def bias_test(model: str | None = None, scenario: str = "sink", *,
+# scenario, trials, seqlen, headdim, dtype, seed: a model's test (None: sink, 32, 256, 64, bf16,
+# 0); given with traces they are a ValueError (the traces hold their inputs).
+def bias_test(model: str | None = None, scenario: str | None = None, *,
               traces: str | PathLike[str] | Sequence[str | PathLike[str]] | None = None, against: str | None = None,
-              recipe: str | PathLike[str] | None = None, trials: int = 32, seqlen: int = 256, headdim: int = 64,
-              dtype: str = "bf16", alpha: float = 1e-3, at_stake: float = 0.05, seed: int = 0,
-              by_max: bool = False) -> BiasTestResult: ...
+              recipe: str | PathLike[str] | None = None, trials: int | None = None, seqlen: int | None = None,
+              headdim: int | None = None, dtype: str | None = None, alpha: float = 1e-3, at_stake: float = 0.05,
+              seed: int | None = None, by_max: bool = False) -> BiasTestResult: ...
 
 class Trace:
     path: str

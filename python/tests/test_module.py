@@ -1,6 +1,7 @@
 # The module's own behaviour: attention against an independent numpy reference, shapes,
 # __array__ inputs, traces of rounding events, the GIL released during long calls, Ctrl-C.
 import copy
+import math
 import os
 import pickle
 import signal
@@ -332,3 +333,93 @@ def test_signed_8_and_16_bit_arrays_are_refused_as_ambiguous():
     # encoding), and wider signed integers are still values.
     assert list(fb.round(bits, "bf16").values) == [1.0, 0.5, 0.25, 2.0]
     assert list(fb.round(np.array([3, -5], dtype=np.int64), "bf16").values) == [3.0, -5.0]
+
+
+def test_big_endian_bit_patterns_decode_as_every_function_reads_them():
+    # decode read '>u2' memory as native integers: 0x3f80 (bf16 1.0) came back as -5.8e-39.
+    be = np.array([0x3F80, 0x4000, 0xBF00], dtype=">u2")  # bf16 1, 2, -0.5 (the encoding's facts)
+    assert fb.decode(be, "bf16").tolist() == [1.0, 2.0, -0.5]
+    assert fb.decode(np.array([0x3F800000], dtype=">u4"), "fp32").tolist() == [1.0]
+    assert fb.round(be, "bf16").values.tolist() == [1.0, 2.0, -0.5]
+    assert fb.add(np.array([1.5], dtype=">f8"), be[:1], "bf16").values.tolist() == [2.5]
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="longdouble is float64 here")
+def test_longdouble_input_that_float64_cannot_hold_is_refused_not_narrowed():
+    L = np.longdouble
+    # 1 + 2^-8 + 2^-60 lies just above the bf16 midpoint 1 + 2^-8: rounding it once gives
+    # 1 + 2^-7; narrowed to float64 first it became the midpoint, then 1.0 (two roundings).
+    with pytest.raises(ValueError, match=r"^x: the float\d+ value 1\.00390625000000000\d* is not exactly "
+                                         r"representable in float64"):
+        fb.round(np.array([L(1) + L(2) ** -8 + L(2) ** -60]), "bf16")
+    # An operand must be a bf16 value; 1 + 2^-60 is not, yet narrowed it was 1.0.
+    with pytest.raises(ValueError, match="^a: the float"):
+        fb.add(np.array([L(1) + L(2) ** -60]), np.array([0.0]), "bf16")
+    with pytest.raises(ValueError, match="^q: the float"):
+        big = np.full((2, 4), L(1) + L(2) ** -60)
+        fb.attention(big, big, big, "fa2-sm80")
+    # Values float64 holds exactly (NaN and infinities included) are taken.
+    assert fb.round(np.array([L(1.5), L(2) ** -1000, L("inf")]), "bf16").values.tolist() == [1.5, 0.0, math.inf]
+    assert math.isnan(fb.round(np.array([L("nan")]), "bf16").values[0])
+
+
+def test_plot_feature_outside_the_head_dim_is_refused_not_clamped():
+    q = bf16((8, 4), 0)
+    for bad in (4, 100, -5):
+        with pytest.raises(ValueError, match=rf"^plot_feature={bad}: expected 0\.\.3"):
+            fb.attention(q, q, q, "fa2-sm80", trace=[0], plot_feature=bad, threads=1)
+    assert fb.attention(q, q, q, "fa2-sm80", trace=[0], plot_feature=3, threads=1).traces[0]["plot_feature"] == 3
+
+
+def test_dot_of_no_terms_names_its_operands():
+    with pytest.raises(ValueError, match=r"^a, b: k = 0 \(shape \(3, 0\)\)"):
+        fb.dot("sm80", np.zeros((3, 0)), np.zeros((3, 0)))
+
+
+def test_zero_dimensional_inputs_give_zero_dimensional_results():
+    # add() gave bits of shape () but values of shape (1,); round() gave (1,) for everything.
+    for r, want in ((fb.add(1.0, 2.0, "bf16", flags=True), 3.0),
+                    (fb.round(np.float64(1.5), "bf16", flags=True), 1.5),
+                    (fb.round(np.float32(0.5), "bf16", flags=True), 0.5),
+                    (fb.round(np.uint16(0x3F80), "bf16", flags=True), 1.0),
+                    (fb.dot("sm80", np.ones(4), np.ones(4)), 4.0)):
+        assert r.bits.shape == () and r.values.shape == (), r
+        assert r.flags is None or r.flags.shape == ()
+        assert r.values == want
+    assert fb.decode(np.uint16(0x4000), "bf16").shape == () and fb.decode(0x4000, "bf16") == 2.0
+    assert fb.round(np.ones((2, 0)), "bf16").values.shape == (2, 0)  # other shapes as they were
+
+
+@pytest.fixture(scope="module")
+def one_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bt") / "t0.safetensors"
+    q, k, v, do = (bf16((1, 2, 32, 16), seed) for seed in range(4))
+    r = fb.attention(q, k, v, "fa2-sm80", do=do, scale=0.25, threads=1)
+    fb.save_trace(path, q=q, k=k, v=v, o=r.o, lse=r.lse, do=do, delta=r.delta, dq=r.dq, dk=r.dk, dv=r.dv,
+                  metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 0.25})
+    return path
+
+
+@pytest.mark.parametrize("name, value", [("scenario", "sink"), ("trials", 32), ("seqlen", 256), ("headdim", 64),
+                                         ("dtype", "bf16"), ("seed", 7)])
+def test_bias_test_of_traces_refuses_what_it_would_ignore(one_trace, name, value):
+    # The traces hold their inputs: these were ignored, even invalid ones (trials=-5), where
+    # bias-test --traces refuses --scenario --trials --seqlen --headdim --seed.
+    with pytest.raises(ValueError, match=rf"^{name}: the traces hold their inputs"):
+        fb.bias_test(traces=str(one_trace), **{name: value})
+    assert fb.bias_test(traces=[str(one_trace)])["verdict"] == "inconclusive"  # one sample a kv head
+
+
+def test_load_trace_names_its_keywords_not_the_clis_options(tmp_path):
+    q = bf16((1, 1, 8, 4), 0)
+    path = tmp_path / "t.safetensors"
+    fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "unknown", "softmax_scale": 0.5})
+    with pytest.raises(ValueError) as e:
+        fb.load_trace(path, scale=0.3)
+    assert str(e.value) == (f"{path}: scale=0.3 conflicts with the file's __metadata__ softmax_scale='0.5' "
+                            f"(the file's own metadata wins; drop scale=)")
+    np.savez(tmp_path / "bare.npz", q=q, k=q, v=q)  # [1, 1, 8, 4] reads as either layout
+    with pytest.raises(ValueError, match=r"pass layout=bhsd or layout=bshd$"):
+        fb.load_trace(tmp_path / "bare.npz", source="unknown")
+    with pytest.raises(ValueError, match=r"does not say where it came from: pass source=cuda:<gpu> "):
+        fb.load_trace(tmp_path / "bare.npz", layout="bhsd")
