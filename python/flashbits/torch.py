@@ -36,8 +36,11 @@ aligned top-left, the kernel models' bottom-right as FlashAttention's; PyTorch's
 backend refuses that case too; ``flashbits.attention`` runs it bottom-right), a value head dim
 other than the query's, query, key and value of different dtypes, an empty axis, a ``dtype=``
 that the model's own input format contradicts (``fa-bf16acc`` reads bf16), a model without a
-backward when a gradient is needed; a second derivative (the backward returns the model's
-gradients as values, not a graph) is a RuntimeError when it is taken. Without
+backward when a gradient is needed, an argument the model does not use (the controls take
+none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of recipe, sfu,
+seed, threads, trace); a wrong kind of argument is a TypeError naming it; a second
+derivative (the backward returns the model's gradients as values, not a graph) is a
+RuntimeError when it is taken, whatever the loss. Without
 ``is_causal`` the key length may differ from the query length (cross-attention, decoding). The
 GIL is released while the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x:
 only public APIs.
@@ -46,12 +49,12 @@ from __future__ import annotations
 
 import math as _math
 import numbers as _numbers
-import os as _os
 
 import numpy as _np
 import torch as _torch
 
 from . import _core
+from . import _int_arg, _path_arg, _str_arg  # the package's argument checks, so messages name the argument
 from . import attention as _attention
 from . import exact_attention as _exact_attention
 from . import round as _round
@@ -70,8 +73,11 @@ _TORCH_BITS_VIEW = {_torch.bfloat16: _torch.int16, _torch.float16: _torch.int16}
 def model_formats(model: str, dtype: str = "bf16", recipe: str | None = None, sfu: str = "model") -> dict:
     """The canonical name of ``model`` (with ``dtype``, ``recipe``, ``sfu``), the format it
     reads its inputs in (``input``), the format of its outputs (``output``) and whether it
-    has a backward (``backward``). ValueError for an unknown model, recipe or SFU set."""
-    return _core._model_formats(model, dtype, "" if recipe is None else _os.fspath(recipe), sfu)
+    has a backward (``backward``). ValueError for an unknown model, recipe or SFU set;
+    TypeError naming the argument for a wrong kind of one."""
+    recipe = _path_arg("recipe", recipe, optional=True)
+    return _core._model_formats(_str_arg("model", model), _str_arg("dtype", dtype), "" if recipe is None else recipe,
+                                _str_arg("sfu", sfu))
 
 
 def _check_tensor(name: str, t) -> None:
@@ -192,6 +198,9 @@ class _EmulatedAttention(_torch.autograd.Function):
         ctx.operands = operands
         ctx.forward = r  # what the kernel keeps for its backward: O, LSE and the engine's state
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
+        # Kept on ctx, not save_for_backward: their values are never read again (the operands
+        # are), only where they sit in the graph, for _NoSecondDerivative.
+        ctx.inputs = (q, k, v)
         return _to_torch(r.o, q.dtype)
 
     @staticmethod
@@ -218,8 +227,12 @@ class _EmulatedAttention(_torch.autograd.Function):
                                "format": config["input"], "model": config["model"], "result": r,
                                "traces": config.get("forward_traces"), "scale": config["scale"],
                                "causal": config["causal"]})
-        if _torch.is_grad_enabled() and grad_o.requires_grad:  # create_graph=True
-            grads = _NoSecondDerivative.apply(grad_o, *grads)
+        # Grad mode is on inside a backward exactly when its graph is built (create_graph=True):
+        # then the gradients hang off a node that refuses a second derivative. Off q, k and v
+        # themselves, not only off grad_o: a loss linear in O gives a grad_o that needs no
+        # grad, and a node off it alone would be left out of the second derivative silently.
+        if _torch.is_grad_enabled():
+            grads = _NoSecondDerivative.apply(*ctx.inputs, grad_o, *grads)
         return grads + (None,)
 
 
@@ -228,11 +241,11 @@ class _NoSecondDerivative(_torch.autograd.Function):
     values computed by the model, not a graph, so a second derivative through the op (a
     gradient penalty) would silently leave out attention's part. (PyTorch's
     ``once_differentiable`` raised nothing here under torch 1.13 when a residual path joined
-    the gradient, tried 2026-12-04.) The node hangs off the incoming gradient, which requires
-    grad when ``create_graph=True``."""
+    the gradient, tried 2026-12-04.) The node hangs off q, k, v and the incoming gradient:
+    its inputs are those and then the three gradients it passes on unchanged."""
 
     @staticmethod
-    def forward(ctx, grad_o, *grads):  # noqa: D401 - autograd's protocol
+    def forward(ctx, q, k, v, grad_o, *grads):  # noqa: D401 - autograd's protocol
         return tuple(g.clone() for g in grads)
 
     @staticmethod
@@ -241,37 +254,57 @@ class _NoSecondDerivative(_torch.autograd.Function):
                            "(its backward returns the kernel model's gradients as values, not a graph)")
 
 
+def _refuse_unused(what: str, takes_none_of: tuple, given: dict) -> None:
+    """The arguments of ``takes_none_of`` that were given (not None) are refused, not ignored:
+    a model that does not use one would silently run without it."""
+    unused = [name for name in takes_none_of if given[name] is not None]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: {what}; it takes none of {', '.join(takes_none_of)}")
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False, *, model: str, recipe=None, sfu: str | None = None,
-                                 dtype: str | None = None, seed: int = 0, threads: int | None = None, observe=None,
-                                 trace=None):
+                                 dtype: str | None = None, seed: int | None = None, threads: int | None = None,
+                                 observe=None, trace=None):
     """Attention as the flashbits kernel ``model`` computes it, differentiable (module
     docstring). ``recipe``: a recipe file (``bias-test --recipe``); ``sfu``: an SFU set
     (``correct``, ``hw-sm90``) replacing the model's own; ``dtype``: the input format of a
     model that does not name its own (default bf16, fp16 for float16 query); ``seed``: the
-    stochastic-rounding stream of ``+o-sr`` models; ``threads``: worker threads (default 1;
-    results never depend on it).
+    stochastic-rounding stream of ``+o-sr`` models (default 0); ``threads``: worker threads
+    (default 1; results never depend on it).
 
     ``observe`` (for measurements, as the training experiment takes them): a callable given,
     after each backward, a dict with the rounded operands ``q k v do`` (arrays of ``format``),
     ``model``, ``scale``, ``causal``, the backward run's ``result`` (a
     ``flashbits.AttentionResult`` with o, lse, delta, dq, dk, dv) and ``traces``: with
     ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
-    from the forward run (tracing never changes a result)."""
+    from the forward run (tracing never changes a result).
+
+    An argument the model does not use is a ValueError naming it: the controls ``fp32`` and
+    ``fp64`` take none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of
+    recipe, sfu, seed, threads, trace."""
     _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, model)
     if observe is not None and not callable(observe):  # else a TypeError only at backward time
         raise TypeError(f"observe: expected a callable or None, got {type(observe).__name__}")
     e = query.shape[-1]
     scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
+    given = {"recipe": recipe, "sfu": sfu, "dtype": dtype, "seed": seed, "threads": threads, "observe": observe,
+             "trace": trace}
     if model in CONTROL_MODELS:
-        if recipe is not None or sfu is not None:
-            raise ValueError(f"recipe, sfu: the control '{model}' is PyTorch's math attention; it takes neither")
+        _refuse_unused(f"the control '{model}' is PyTorch's math attention",
+                       ("recipe", "sfu", "dtype", "seed", "threads", "observe", "trace"), given)
         return _math_attention(query, key, value, is_causal, scale, CONTROL_MODELS[model])
-    threads = 1 if threads is None else threads
     if model == _EXACT:
-        if recipe is not None or sfu is not None:
-            raise ValueError("recipe, sfu: the exact reference takes neither")
-        fmt = dtype or "fp32"
+        _refuse_unused("the exact reference is no kernel model", ("recipe", "sfu", "seed", "threads", "trace"), given)
+    recipe = _path_arg("recipe", recipe, optional=True)
+    sfu, dtype = _str_arg("sfu", sfu, optional=True), _str_arg("dtype", dtype, optional=True)
+    seed = 0 if seed is None else _int_arg("seed", seed, unsigned=True)
+    threads = 1 if threads is None else _int_arg("threads", threads)
+    if model == _EXACT:
+        fmt = "fp32" if dtype is None else dtype
+        # The reference's own check of dtype, named so, before q, k and v are rounded to it
+        # (flashbits.round would call a bad format "fmt").
+        _exact_attention(_np.zeros((1, 1)), _np.zeros((1, 1)), _np.zeros((1, 1)), dtype=fmt)
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _exact_attention(q, k, v, do=d_o, causal=is_causal, scale=scale, dtype=fmt)
@@ -281,12 +314,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         dtype_given = dtype is not None  # then a model naming another input format is refused
         if dtype is None:
             dtype = "fp16" if query.dtype == _torch.float16 else "bf16"
-        recipe_path = None if recipe is None else _os.fspath(recipe)
         sfu_set = "model" if sfu is None else sfu
-        formats = _core._model_formats(model, dtype, recipe_path or "", sfu_set, dtype_given)
+        formats = _core._model_formats(model, dtype, recipe or "", sfu_set, dtype_given)
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
-            return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe_path,
+            return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe,
                               dtype=formats["input"], seed=seed, threads=threads, sfu=sfu_set,
                               trace=False if trace is None else trace, keep_forward=keep_forward)
 
@@ -299,5 +331,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # inside forward(), so it is decided here).
     keep = config["backward"] and _torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     config.update({"scale": scale, "causal": is_causal, "observe": observe, "threads": threads, "keep_forward": keep,
-                   "trace": None if model == _EXACT else trace})
+                   "trace": trace})
     return _EmulatedAttention.apply(query, key, value, config)

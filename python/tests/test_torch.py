@@ -190,7 +190,7 @@ def test_shape_device_and_dtype_errors_name_the_argument():
         fbt.scaled_dot_product_attention(q, k, torch.zeros(1, 2, 8, 8, dtype=torch.int64), model="fa2-sm80")
     with pytest.raises(TypeError, match="model: expected a model name"):
         fbt.scaled_dot_product_attention(q, k, v, model=None)
-    with pytest.raises(ValueError, match="recipe, sfu: the control"):
+    with pytest.raises(ValueError, match="^sfu: the control 'fp32' is PyTorch's math attention"):
         fbt.scaled_dot_product_attention(q, k, v, model="fp32", sfu="correct")
 
 
@@ -312,3 +312,75 @@ def test_a_second_derivative_through_the_op_is_refused_not_silently_partial(mode
     assert torch.equal(grad_w.detach(), plain)
     with pytest.raises(RuntimeError, match="a second derivative through the emulated attention is not modelled"):
         torch.autograd.grad((grad_w ** 2).sum(), w)
+
+
+@pytest.mark.parametrize("model", ["exact", "fa2-sm80"])
+def test_a_second_derivative_is_refused_when_the_loss_is_linear_in_o(model):
+    # (o * w).sum() with w a constant: the incoming gradient dO = w needs no grad, and the
+    # refusal hung off dO alone, so a gradient penalty silently left attention's part out
+    # (q.grad was exactly 2q below, where fp64's math attention adds its own part).
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 1, 4, 4, generator=g, dtype=torch.float64).requires_grad_() for _ in range(3))
+    w = torch.randn(1, 1, 4, 4, generator=g, dtype=torch.float64)
+    (grad_q,) = torch.autograd.grad((fbt.scaled_dot_product_attention(q, k, v, model=model) * w).sum(), q,
+                                    create_graph=True)
+    # The first derivative is the model's, bit for bit, with create_graph or without.
+    (plain,) = torch.autograd.grad((fbt.scaled_dot_product_attention(q, k, v, model=model) * w).sum(), q)
+    assert torch.equal(grad_q.detach(), plain)
+    with pytest.raises(RuntimeError, match="a second derivative through the emulated attention is not modelled"):
+        torch.autograd.grad((grad_q ** 2).sum(), q)
+    with pytest.raises(RuntimeError, match="a second derivative through the emulated attention is not modelled"):
+        ((grad_q ** 2).sum() + (q ** 2).sum()).backward()
+    # A plain backward (no graph of it built) still runs, and gives the same gradient.
+    q.grad = None
+    (fbt.scaled_dot_product_attention(q, k, v, model=model) * w).sum().backward()
+    assert torch.equal(q.grad, plain)
+
+
+@pytest.mark.parametrize("model", ["fp32", "fp64"])
+@pytest.mark.parametrize("name, value", [("observe", lambda seen: None), ("trace", [0]), ("dtype", "bf16"),
+                                         ("seed", 1), ("threads", 2), ("recipe", "x.json"), ("sfu", "correct")])
+def test_the_controls_refuse_the_arguments_they_do_not_use(model, name, value):
+    # They were ignored: an observer never called, a dtype or seed without effect.
+    q, k, v, _ = _inputs((1, 2, 8, 4), 2)
+    with pytest.raises(ValueError, match=rf"^{name}: the control '{model}' is PyTorch's math attention; it takes "
+                                         r"none of recipe, sfu, dtype, seed, threads, observe, trace$"):
+        fbt.scaled_dot_product_attention(q, k, v, model=model, **{name: value})
+
+
+@pytest.mark.parametrize("name, value", [("seed", 3), ("threads", 2), ("trace", [0]), ("recipe", "x.json"),
+                                         ("sfu", "correct")])
+def test_the_exact_model_refuses_the_arguments_it_does_not_use(name, value):
+    q, k, v, _ = _inputs((1, 1, 4, 4), 1)
+    with pytest.raises(ValueError, match=rf"^{name}: the exact reference is no kernel model"):
+        fbt.scaled_dot_product_attention(q, k, v, model="exact", **{name: value})
+    # What it takes it uses: observe sees its backward, dtype is its input format.
+    seen = []
+    leaf = q.clone().requires_grad_()
+    fbt.scaled_dot_product_attention(leaf, k, v, model="exact", dtype="bf16", observe=seen.append).sum().backward()
+    assert len(seen) == 1 and seen[0]["format"] == "bf16"
+
+
+@pytest.mark.parametrize("name, call", [
+    ("dtype", lambda q: fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", dtype=16)),
+    ("sfu", lambda q: fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", sfu=3)),
+    ("recipe", lambda q: fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", recipe=3)),
+    ("seed", lambda q: fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", seed=1.5)),
+    ("threads", lambda q: fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", threads="2")),
+    ("dtype", lambda q: fbt.scaled_dot_product_attention(q, q, q, model="exact", dtype=16)),
+    ("model", lambda q: fbt.model_formats(3)),
+    ("dtype", lambda q: fbt.model_formats("fa2-sm80", dtype=16)),
+    ("recipe", lambda q: fbt.model_formats("fa2-sm80", recipe=3)),
+    ("sfu", lambda q: fbt.model_formats("fa2-sm80", sfu=None)),
+])
+def test_a_wrong_kind_of_argument_is_a_type_error_naming_it(name, call):
+    with pytest.raises(TypeError) as e:
+        call(torch.ones(1, 1, 4, 4))
+    assert str(e.value).startswith(name + ":"), str(e.value)
+    assert "incompatible function arguments" not in str(e.value)
+
+
+def test_the_exact_models_bad_dtype_is_named_dtype():
+    q = torch.ones(1, 1, 4, 4)
+    with pytest.raises(ValueError, match="^dtype: unknown format 'bogus'"):  # was "fmt: ..."
+        fbt.scaled_dot_product_attention(q, q, q, model="exact", dtype="bogus")
