@@ -51,6 +51,9 @@ LOW_PRECISION = "bf16-autocast"  # the whole model trained under bf16 autocast (
 DEFAULT_CORPUS_DIR = "/usr/share/games/fortunes"
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+# The most worker threads the kernel models take (the library's limit, api::kMaxJobs:
+# flashbits.attention(threads=) refuses more); checked here before the fork trains.
+MAX_THREADS = 1024
 
 
 class UsageError(Exception):
@@ -430,7 +433,12 @@ def probe_rows(cfg: StudyConfig) -> list:
 
 
 def spectral_norm(w: torch.Tensor) -> float:
-    return float(torch.linalg.svdvals(w.detach().double())[0])
+    w = w.detach().double()
+    # A run that diverged has NaN or infinite weights, where the SVD fails: their norm is NaN
+    # (recorded as such), and the run goes on to its verdict.
+    if not bool(torch.isfinite(w).all()):
+        return float("nan")
+    return float(torch.linalg.svdvals(w)[0])
 
 
 # ---- files ------------------------------------------------------------------------------------
@@ -455,22 +463,125 @@ def torch_load(path: str):
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load_checkpoint(path: str, what: str) -> dict:
+def _error_text(e: Exception) -> str:
+    """An exception in one line (torch's messages span several), at most 160 characters."""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return f"{type(e).__name__}: {text[:160]}"
+
+
+def load_torch_file(path: str, remedy: str):
+    """torch_load, or a UsageError naming the file (a corrupt or truncated file)."""
     try:
-        ck = torch_load(path)
+        return torch_load(path)
     except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a corrupt file
-        raise UsageError(f"checkpoint {path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
-                         f"; remove it to start {what} again") from None
+        raise UsageError(f"{path}: cannot be read ({_error_text(e)}); {remedy}") from None
+
+
+FORK_KEYS = ("config", "model", "optimizer", "step")
+RUN_KEYS = FORK_KEYS + ("rows", "fork")  # a run's checkpoint.pt (run_arm's save)
+
+
+def load_checkpoint(path: str, what: str, keys: tuple = FORK_KEYS) -> dict:
+    """A checkpoint with every key of ``keys`` (what its reader uses), or a UsageError naming
+    the file and the key: a file written by another version, or damaged."""
+    ck = load_torch_file(path, f"remove it to start {what} again")
     if not isinstance(ck, dict) or "config" not in ck or "model" not in ck:
         raise UsageError(f"checkpoint {path}: not a flashbits.train checkpoint")
+    for key in keys:
+        if key not in ck:
+            raise UsageError(f"checkpoint {path}: no '{key}'; remove it to start {what} again")
     return ck
 
 
-def check_same_config(path: str, found: dict, expected: dict) -> None:
+def load_weights(path: str, ck: dict, model: GPT, optimizer, what: str) -> None:
+    """The checkpoint's model and optimizer states into ``model`` and ``optimizer``, or a
+    UsageError naming the file and the key that does not fit them."""
+    for key, target in (("model", model), ("optimizer", optimizer)):
+        try:
+            target.load_state_dict(ck[key])
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            raise UsageError(f"checkpoint {path}: '{key}' does not fit this model ({_error_text(e)}); remove it to "
+                             f"start {what} again") from None
+
+
+def check_run_checkpoint(path: str, ck: dict, cfg: "StudyConfig") -> None:
+    """A run's checkpoint holds what resuming reads: its step, one row per step done with every
+    column, and the fork's digest and loss (UsageError naming the file and the key)."""
+    def bad(key, why):
+        raise UsageError(f"checkpoint {path}: '{key}' {why}; remove it to start this run again")
+
+    step, rows, fork = ck["step"], ck["rows"], ck["fork"]
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= cfg.steps:
+        bad("step", f"is {step!r}, not a step 0..{cfg.steps}")
+    if not isinstance(rows, list) or len(rows) != step:
+        bad("rows", f"holds {len(rows) if isinstance(rows, list) else type(rows).__name__} rows, not the {step} "
+                    f"steps done")
+    fields = CSV_FIELDS + [f for i in cfg.emulate_layers for f in layer_fields(i)]
+    for row in rows:
+        if not isinstance(row, dict) or any(f not in row for f in fields):
+            bad("rows", "holds a row without this study's columns")
+    if not (isinstance(fork, dict) and isinstance(fork.get("weights_sha256"), str)
+            and isinstance(fork.get("loss"), float)):
+        bad("fork", "is not the fork's digest and loss")
+
+
+def check_same_config(path: str, found: dict, expected: dict, remedy: str = "use another --out or the same options",
+                      here: str = "now") -> None:
+    if not isinstance(found, dict):
+        raise UsageError(f"{path}: no configuration ({type(found).__name__} where it is recorded); {remedy}")
     for key in sorted(set(found) | set(expected)):
         if found.get(key) != expected.get(key):
             raise UsageError(f"{path}: written for another configuration ({key}: {found.get(key)!r} there, "
-                             f"{expected.get(key)!r} now); use another --out or the same options")
+                             f"{expected.get(key)!r} {here}); {remedy}")
+
+
+def read_json(path: str):
+    """A JSON file this driver wrote, or a UsageError naming it (truncated, damaged, missing)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read ({e.strerror})") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise UsageError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_study(path: str) -> dict:
+    """config.json's study configuration, as written: a dict (UsageError naming the file when
+    it is not one)."""
+    found = read_json(path)
+    if not isinstance(found, dict) or not isinstance(found.get("study"), dict):
+        raise UsageError(f"{path}: no 'study' configuration (not a flashbits.train config.json)")
+    return found["study"]
+
+
+def study_from_json(path: str, found: dict) -> "StudyConfig":
+    """The StudyConfig of a configuration read from ``path``: every key of this version, of
+    the type it has here (UsageError naming the file and the key otherwise)."""
+    def check(where: str, got: dict, expected: dict) -> None:
+        for key in sorted(set(got) | set(expected)):
+            if key not in expected:
+                raise UsageError(f"{path}: unknown key '{where}{key}' (written by another version?)")
+            if key not in got:
+                raise UsageError(f"{path}: no key '{where}{key}' (written by another version?)")
+            v, want = got[key], expected[key]
+            if isinstance(want, dict):
+                ok = isinstance(v, dict)
+                if ok:
+                    check(f"{where}{key}.", v, want)
+            elif isinstance(want, list):
+                ok = isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            elif isinstance(want, float):
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            else:
+                ok = isinstance(v, type(want)) and not (isinstance(v, bool) and not isinstance(want, bool))
+            if not ok:
+                kind = {dict: "an object", list: "a list of integers", float: "a number", int: "an integer",
+                        str: "a string"}[type(want)]
+                raise UsageError(f"{path}: '{where}{key}' is {v!r}, not {kind}")
+
+    check("", found, StudyConfig().to_json())
+    return StudyConfig.from_json(found)
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -558,9 +669,17 @@ def train_step(model, optimizer, x, y, cfg: StudyConfig, autocast: bool):
     return float(loss.detach()), float(grad_norm)
 
 
-def weights_digest(model: GPT) -> str:
+def tensor_shapes(state) -> dict | None:
+    """Parameter name -> shape of a state dict of tensors; None when ``state`` is not one."""
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        return None
+    return {k: tuple(t.shape) for k, t in state.items()}
+
+
+def weights_digest(state: dict) -> str:
+    """The SHA-256 of a model's state dict (names and bytes, in order): the fork's identity."""
     h = hashlib.sha256()
-    for name, p in model.state_dict().items():
+    for name, p in state.items():
         h.update(name.encode())
         h.update(p.detach().contiguous().numpy().tobytes())
     return h.hexdigest()
@@ -616,16 +735,18 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
     model = build_model(cfg, len(corpus.vocab))
     optimizer = make_optimizer(model, cfg)
     if os.path.exists(ck_path):
-        ck = load_checkpoint(ck_path, "this run")
+        ck = load_checkpoint(ck_path, "this run", RUN_KEYS)
         check_same_config(ck_path, ck["config"], identity)
+        check_run_checkpoint(ck_path, ck, cfg)
         rows, start = ck["rows"], ck["step"]
         fork_info = ck["fork"]
+        load_weights(ck_path, ck, model, optimizer, "this run")
     else:
-        ck = load_checkpoint(fork_checkpoint(out, cfg, corpus, quiet), "the fork")
+        fork_path = fork_checkpoint(out, cfg, corpus, quiet)
+        ck = load_checkpoint(fork_path, "the fork")
         rows, start = [], 0
         fork_info = None
-    model.load_state_dict(ck["model"])
-    optimizer.load_state_dict(ck["optimizer"])
+        load_weights(fork_path, ck, model, optimizer, "the fork")
     if fork_info is None:
         # The arms' common start: the fork's weights, and the loss of the first forked batch
         # under the control's attention (every arm must agree on both, bit for bit).
@@ -633,7 +754,7 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
         x, y = get_batch(corpus.train, batch_indices((seed,), 0, cfg.batch_size, len(corpus.train),
                                                      cfg.model.block_size), cfg.model.block_size)
         with torch.no_grad():
-            fork_info = {"weights_sha256": weights_digest(model), "loss": float(model(x, y))}
+            fork_info = {"weights_sha256": weights_digest(model.state_dict()), "loss": float(model(x, y))}
     probes = install_arm_attention(model, arm, cfg, threads)
     sums = {i: (rows[-1][f"L{i}_o_error_sum"], rows[-1][f"L{i}_delta_error_sum"]) if rows else (0.0, 0.0)
             for i in cfg.emulate_layers}
@@ -685,7 +806,7 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
         signal.signal(signal.SIGINT, previous)
     write_csv(os.path.join(directory, "steps.csv"), rows, cfg)
     result = run_result(rows, cfg, fork_info)
-    result.update({"arm": arm.name, "seed": seed})
+    result.update({"arm": arm.name, "seed": seed, "study": cfg.to_json()})
     write_atomic(os.path.join(directory, "result.json"), json.dumps(result, indent=1).encode())
     return result
 
@@ -738,13 +859,84 @@ class Thresholds:
 
 
 def read_steps(path: str) -> list:
+    """The rows of a steps.csv (ValueError naming the line of a malformed one)."""
     with open(path) as f:
         header = f.readline().strip().split(",")
         out = []
-        for line in f:
+        for n, line in enumerate(f, start=2):
             vals = line.strip().split(",")
-            out.append({k: (int(v) if k == "step" else float(v)) for k, v in zip(header, vals)})
+            if len(vals) != len(header):
+                raise ValueError(f"line {n}: {len(vals)} values, {len(header)} columns")
+            try:
+                out.append({k: (int(v) if k == "step" else float(v)) for k, v in zip(header, vals)})
+            except ValueError as e:
+                raise ValueError(f"line {n}: {e}") from None
     return out
+
+
+_RESULT_TYPES = {"arm": str, "seed": int, "steps": int, "fork": dict, "final_loss": float, "nan": bool,
+                 "layers": dict}
+_LAYER_KEYS = ("delta_error_sum", "o_error_sum", "delta_error_positive", "delta_error_negative", "tie_rate",
+               "wq_spectral_norm", "wk_spectral_norm")
+
+
+def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: dict) -> dict | None:
+    """A finished run's result.json and steps.csv (None when it has no result.json: not
+    finished), checked to belong where it lies: its arm and seed those of its directory, its
+    configuration the study's (config.json), all the study's steps in its steps.csv, with every
+    column. A UsageError names the file and what is wrong."""
+    res_path = os.path.join(directory, "result.json")
+    if not os.path.exists(res_path):
+        return None
+    res = read_json(res_path)
+    if not isinstance(res, dict):
+        raise UsageError(f"{res_path}: not a run's result")
+    for key, kind in _RESULT_TYPES.items():
+        v = res.get(key)
+        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+            raise UsageError(f"{res_path}: '{key}' is {v!r}, not of type {kind.__name__}")
+    fork = res["fork"]
+    if not isinstance(fork.get("weights_sha256"), str) or not isinstance(fork.get("loss"), float):
+        raise UsageError(f"{res_path}: 'fork' is not the fork's digest and loss")
+    if Arm(res["arm"], res["arm"]).slug != slug or seed_dir != f"seed{res['seed']}":
+        raise UsageError(f"{res_path}: the result of arm '{res['arm']}' seed {res['seed']}, in the directory of "
+                         f"another run ({slug}/{seed_dir})")
+    found = res.get("study")
+    if found is None:
+        # Written before result.json recorded its configuration: the run's checkpoint has it.
+        ck_path = os.path.join(directory, "checkpoint.pt")
+        if not os.path.exists(ck_path):
+            raise UsageError(f"{res_path}: records no configuration, and the run's checkpoint.pt is gone: "
+                             f"nothing says which study it belongs to")
+        found = load_checkpoint(ck_path, "this run")["config"]
+        found = found.get("study") if isinstance(found, dict) else found
+    check_same_config(res_path, found, study, "the run belongs to another study: remove it or merge it there",
+                      "in config.json")
+    layers = [str(i) for i in cfg.emulate_layers]
+    if sorted(res["layers"]) != sorted(layers) or any(
+            not isinstance(res["layers"][i], dict) or any(k not in res["layers"][i] for k in _LAYER_KEYS)
+            for i in layers):
+        raise UsageError(f"{res_path}: 'layers' does not hold the statistics of layers {', '.join(layers)}")
+    csv_path = os.path.join(directory, "steps.csv")
+    if not os.path.exists(csv_path):
+        raise UsageError(f"{csv_path}: missing (its run's result.json is there); run the arm again")
+    try:
+        rows = read_steps(csv_path)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{csv_path}: {e}") from None
+    if res["steps"] != cfg.steps:
+        raise UsageError(f"{res_path}: {res['steps']} steps, not the study's {cfg.steps}")
+    steps = [r["step"] for r in rows]
+    want = list(range(cfg.fork_step + 1, cfg.fork_step + cfg.steps + 1))
+    if steps != want:
+        held = f"steps {steps[0]}..{steps[-1]} ({len(steps)} rows)" if steps else "no steps"
+        raise UsageError(f"{csv_path}: {held}, not the study's {want[0]}..{want[-1]}; run the arm again")
+    fields = CSV_FIELDS + [f for i in cfg.emulate_layers for f in layer_fields(i)]
+    if list(rows[0]) != fields:
+        raise UsageError(f"{csv_path}: columns {','.join(rows[0])}, not the study's {','.join(fields)}")
+    res["rows"] = rows
+    res["dir"] = directory
+    return res
 
 
 def moving_mean(xs: list, window: int) -> list:
@@ -780,19 +972,37 @@ def merge(out: str, th: Thresholds) -> dict:
     cfg_path = os.path.join(out, "config.json")
     if not os.path.exists(cfg_path):
         raise UsageError(f"{out}: no config.json (not a flashbits.train output directory)")
-    with open(cfg_path) as f:
-        cfg = StudyConfig.from_json(json.load(f)["study"])
+    study = read_study(cfg_path)
+    cfg = study_from_json(cfg_path, study)
+    # The fork's digest, when the fork is there: every run must have started from it.
+    fork_path = os.path.join(out, "fork.pt")
+    fork_digest, shapes = None, {}
+    if os.path.exists(fork_path):
+        fork = load_checkpoint(fork_path, "the fork")
+        check_same_config(fork_path, fork["config"], study, "it belongs to another study", "in config.json")
+        shapes = tensor_shapes(fork["model"])
+        if shapes is None:
+            raise UsageError(f"checkpoint {fork_path}: 'model' is not a model's weights")
+        fork_digest = weights_digest(fork["model"])
     runs = {}
     runs_dir = os.path.join(out, "runs")
     for slug in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
-        for sd in sorted(os.listdir(os.path.join(runs_dir, slug))):
-            res_path = os.path.join(runs_dir, slug, sd, "result.json")
-            if os.path.exists(res_path):
-                with open(res_path) as f:
-                    res = json.load(f)
-                res["rows"] = read_steps(os.path.join(runs_dir, slug, sd, "steps.csv"))
-                res["dir"] = os.path.join(runs_dir, slug, sd)
-                runs.setdefault(res["arm"], {})[res["seed"]] = res
+        arm_dir = os.path.join(runs_dir, slug)
+        not_a_run = "not a run directory (runs/ holds ARM/seedS directories only)"
+        if not os.path.isdir(arm_dir):  # a stray file: runs/ is the driver's
+            raise UsageError(f"{arm_dir}: {not_a_run}")
+        for sd in sorted(os.listdir(arm_dir)):
+            directory = os.path.join(arm_dir, sd)
+            if not os.path.isdir(directory):
+                raise UsageError(f"{directory}: {not_a_run}")
+            res = read_run(directory, slug, sd, cfg, study)
+            if res is None:
+                continue  # not finished
+            fork_digest = fork_digest or res["fork"]["weights_sha256"]
+            if res["fork"]["weights_sha256"] != fork_digest:
+                raise UsageError(f"{os.path.join(directory, 'result.json')}: started from another fork (weights "
+                                 f"{res['fork']['weights_sha256'][:12]}..., not {fork_digest[:12]}...)")
+            runs.setdefault(res["arm"], {})[res["seed"]] = res
     if not runs:
         raise UsageError(f"{out}: no finished runs to merge")
     control = runs.get(CONTROL, {})
@@ -802,7 +1012,14 @@ def merge(out: str, th: Thresholds) -> dict:
 
     def snapshot(res, step):
         p = os.path.join(res["dir"], "snapshots", f"step{step}.pt")
-        return torch_load(p) if os.path.exists(p) else None
+        if not os.path.exists(p):
+            return None
+        weights = load_torch_file(p, "remove it (the weight deviation is then not computed) or run the arm again")
+        got = tensor_shapes(weights)
+        if got is None or (shapes and got != shapes):
+            raise UsageError(f"{p}: not a weight snapshot of this study's model")
+        shapes.update(got)  # the first snapshot read sets them when there is no fork.pt
+        return weights
 
     for name, seeds in sorted(runs.items()):
         per_seed, div_votes, signs_pos, signs_neg, d_sums, ratios = {}, [], 0, 0, [], []
@@ -813,7 +1030,8 @@ def merge(out: str, th: Thresholds) -> dict:
             entry = {"final_loss": res["final_loss"], "nan": res["nan"], "steps": res["steps"], "fork": res["fork"],
                      "layers": res["layers"]}
             if ctrl is not None and name != CONTROL:
-                entry["diverged"] = diverged(losses, [r["loss"] for r in ctrl["rows"]], th)
+                # A NaN loss is divergence however few steps ran: weights that went NaN stay NaN.
+                entry["diverged"] = res["nan"] or diverged(losses, [r["loss"] for r in ctrl["rows"]], th)
                 div_votes.append(entry["diverged"])
                 a, b = snapshot(res, final_step), snapshot(ctrl, final_step)
                 entry["weight_deviation_from_control"] = weight_deviation(a, b) if a and b else None
@@ -902,8 +1120,8 @@ def golden_ratio(runs: dict, step: int, snapshot) -> dict:
 
 def print_verdicts(summary: dict, th: Thresholds) -> None:
     print(f"verdicts (diverged: a {th.divergence_window}-step mean loss > {th.divergence_nats} nats above the "
-          f"control for >= {th.divergence_steps} steps in most seeds; mechanism: delta-error sign test p < "
-          f"{th.sign_p} or W_Q spectral norm > {th.wq_ratio}x the control)")
+          f"control for >= {th.divergence_steps} steps, or a NaN loss, in most seeds; mechanism: delta-error sign "
+          f"test p < {th.sign_p} or W_Q spectral norm > {th.wq_ratio}x the control)")
     for name, a in summary["arms"].items():
         p = a["delta_error_sign_p"]
         ratio = a["wq_spectral_norm_ratio"]
@@ -1019,6 +1237,10 @@ def _int_list(text: str, name: str) -> tuple:
         raise UsageError(f"{name} {text}: expected comma-separated integers") from None
     if not vals:
         raise UsageError(f"{name}: empty")
+    # A value named twice would count twice (a layer's error sums doubled, a seed run twice).
+    twice = sorted({v for v in vals if vals.count(v) > 1})
+    if twice:
+        raise UsageError(f"{name} {text}: {', '.join(map(str, twice))} named twice")
     return vals
 
 
@@ -1061,6 +1283,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_seed(name: str, v: int) -> None:
+    """A seed (the initialisation's, a batch order's) in 0..2^32-1, what numpy's and torch's
+    generators both take; else a raw numpy or torch error, after the fork for a batch seed."""
+    if not 0 <= v < 2 ** 32:
+        raise UsageError(f"{name} {v}: expected 0..2^32-1")
+
+
 def study_config(args) -> StudyConfig:
     preset = dict(PRESETS[args.preset])
     cfg = StudyConfig(**preset)
@@ -1090,6 +1319,9 @@ def study_config(args) -> StudyConfig:
     for name, v in positive.items():
         if v < 1:
             raise UsageError(f"{name} {v}: expected a positive integer")
+    if args.threads > MAX_THREADS:  # else refused by the kernel model only after the fork has trained
+        raise UsageError(f"--threads {args.threads}: expected 1..{MAX_THREADS}")
+    check_seed("--init-seed", cfg.init_seed)
     if cfg.fork_step < 0:
         raise UsageError(f"--fork-step {cfg.fork_step}: expected 0 or more")
     if cfg.model.n_embd % cfg.model.n_head:
@@ -1108,8 +1340,9 @@ def study_config(args) -> StudyConfig:
     return cfg
 
 
-def split_arms(text: str) -> list:
-    """Arms separated by commas outside brackets (a recipe's stages inside [] use ';' or ',')."""
+def split_arms(text: str, option: str = "--arms") -> list:
+    """Arms separated by commas outside brackets (a recipe's stages inside [] use ';' or ',').
+    An empty one (``--arms ,``, ``fp32,,x``) is a UsageError: nothing would run for it."""
     arms, depth, cur = [], 0, ""
     for ch in text:
         depth += ch == "["
@@ -1120,7 +1353,22 @@ def split_arms(text: str) -> list:
         else:
             cur += ch
     arms.append(cur)
-    return [a.strip().replace(";", ",") for a in arms if a.strip()]
+    if not all(a.strip() for a in arms):
+        raise UsageError(f"{option} '{text}': an empty arm (arms are separated by commas)")
+    return [a.strip().replace(";", ",") for a in arms]
+
+
+def check_thresholds(th: "Thresholds") -> None:
+    """The verdict thresholds in their ranges: outside them every arm would get one verdict."""
+    if not (math.isfinite(th.divergence_nats) and th.divergence_nats >= 0):
+        raise UsageError(f"--divergence-nats {th.divergence_nats}: expected a finite number >= 0")
+    if th.divergence_steps < 1:
+        raise UsageError(f"--divergence-steps {th.divergence_steps}: expected a positive integer")
+    if not 0 < th.sign_p < 1:
+        raise UsageError(f"--sign-p {th.sign_p}: expected a significance level, 0 < p < 1")
+    if not (math.isfinite(th.wq_ratio) and th.wq_ratio >= 1):
+        raise UsageError(f"--wq-ratio {th.wq_ratio}: expected a finite ratio >= 1 (W_Q's norm grown that much "
+                         f"over the control's)")
 
 
 def main(argv=None) -> int:
@@ -1129,32 +1377,31 @@ def main(argv=None) -> int:
     th = Thresholds(divergence_nats=args.divergence_nats, divergence_steps=args.divergence_steps,
                     sign_p=args.sign_p, wq_ratio=args.wq_ratio)
     try:
+        check_thresholds(th)
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise UsageError(f"--out {args.out}: not a directory")
         if args.command == "merge":
             merge(args.out, th)
             return 0
         cfg = study_config(args)
+        # Arms and seeds before anything is written or trained.
+        option = "--arm" if args.arm else "--arms"
+        arms = [parse_arm(a) for a in split_arms(args.arm if args.arm else args.arms, option)]
+        names = [a.name for a in arms]
+        if len(set(names)) != len(names):
+            raise UsageError(f"--arms: an arm named twice ({', '.join(names)})")
+        seeds = (args.seed,) if args.seed is not None else _int_list(args.seeds, "--seeds")
+        for s in seeds:
+            check_seed("seed", s)
         torch.set_num_threads(args.threads)
         corpus = load_corpus(cfg.corpus, cfg.model.block_size)
         cfg.corpus_sha256 = corpus.text_sha256
         os.makedirs(args.out, exist_ok=True)
         cfg_path = os.path.join(args.out, "config.json")
         if os.path.exists(cfg_path):
-            try:
-                with open(cfg_path) as f:
-                    found = json.load(f)["study"]
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise UsageError(f"{cfg_path}: unreadable ({e})") from None
-            check_same_config(cfg_path, found, cfg.to_json())
+            check_same_config(cfg_path, read_study(cfg_path), cfg.to_json())
         else:
             write_atomic(cfg_path, json.dumps({"study": cfg.to_json(), "vocab": corpus.vocab}, indent=1).encode())
-        arms = [parse_arm(a) for a in split_arms(args.arm if args.arm else args.arms)]
-        names = [a.name for a in arms]
-        if len(set(names)) != len(names):
-            raise UsageError(f"--arms: an arm named twice ({', '.join(names)})")
-        seeds = (args.seed,) if args.seed is not None else _int_list(args.seeds, "--seeds")
-        for s in seeds:
-            if not 0 <= s < 2 ** 32:
-                raise UsageError(f"seed {s}: expected 0..2^32-1")
         arms = [validate_arm(a, cfg, os.path.join(args.out, "recipes")) for a in arms]
         fork_checkpoint(args.out, cfg, corpus, args.quiet)
         for arm in arms:

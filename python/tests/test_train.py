@@ -145,12 +145,64 @@ def test_an_arm_without_its_control_run_gets_no_verdict(smoke, tmp_path):
     (["--emulate-layers", "5"], "error: --emulate-layers: layer 5 outside 0..1"),
     (["--lr", "-1"], "error: --lr -1.0: expected a finite positive number"),
     (["--n-embd", "30", "--n-head", "4"], "error: --n-embd 30: not a multiple of --n-head 4"),
+    # Verdict thresholds out of range gave one verdict to every arm (--sign-p 2: all "mechanism
+    # present"; --divergence-steps 0: an arm identical to the control "diverged").
+    (["--divergence-steps", "0"], "error: --divergence-steps 0: expected a positive integer"),
+    (["--sign-p", "2"], "error: --sign-p 2.0: expected a significance level, 0 < p < 1"),
+    (["--sign-p", "0"], "error: --sign-p 0.0: expected a significance level, 0 < p < 1"),
+    (["--wq-ratio", "-1"], "error: --wq-ratio -1.0: expected a finite ratio >= 1"),
+    (["--divergence-nats", "nan"], "error: --divergence-nats nan: expected a finite number >= 0"),
+    # Refused by the kernel model only after the fork had trained (2000: torch's threads first).
+    (["--threads", "1025"], "error: --threads 1025: expected 1..1024"),
+    (["--threads", "2000"], "error: --threads 2000: expected 1..1024"),
+    (["--init-seed", "-1", "--fork-step", "1"], "error: --init-seed -1: expected 0..2^32-1"),
+    (["--init-seed", "99999999999999999999999"], "error: --init-seed 99999999999999999999999: expected 0..2^32-1"),
+    # A layer named twice doubled its error sums; a seed named twice ran twice.
+    (["--emulate-layers", "1,1"], "error: --emulate-layers 1,1: 1 named twice"),
+    (["--seeds", "0,1,0"], "error: --seeds 0,1,0: 0 named twice"),
+    # No arm: the fork trained, then "no finished runs to merge".
+    (["--arms", ","], "error: --arms ',': an empty arm"),
+    (["--arms", "fp32,,fa-bf16acc"], "error: --arms 'fp32,,fa-bf16acc': an empty arm"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, corpus, args, message):
     base = ["--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fa-bf16acc", "--seeds", "0"]
     p = run_driver(*base, *args, check_rc=2)
     assert message in p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "fork.pt").exists()  # refused before anything trained
+
+
+def test_the_thread_limit_is_the_librarys():
+    import numpy as np
+    import flashbits as fb
+    q = np.zeros((1, 4, 8))
+    fb.attention(q, q, q, "fa2-sm80", threads=train.MAX_THREADS)
+    with pytest.raises(ValueError, match=f"^threads={train.MAX_THREADS + 1}: "):
+        fb.attention(q, q, q, "fa2-sm80", threads=train.MAX_THREADS + 1)
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path, corpus):
+    # os.makedirs raised FileExistsError.
+    out = tmp_path / "file"
+    out.write_text("not a directory")
+    for args in (["--preset", "smoke", "--corpus", corpus, "--arms", "fp32"], ["merge"]):
+        p = run_driver(*args, "--out", str(out), check_rc=2)
+        assert p.stderr.strip() == f"error: --out {out}: not a directory"
+
+
+def test_weights_gone_nan_are_a_divergence_not_a_crash(tmp_path, corpus):
+    # lr 1e30 from the initial weights: the first step's update makes them NaN. The spectral
+    # norm's SVD raised LinAlgError; the losses must be recorded NaN and the arms "diverged"
+    # (30 steps: fewer than --divergence-steps, but NaN weights stay NaN).
+    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32,fa-bf16acc",
+               "--seeds", "0", "--fork-step", "0", "--lr", "1e30", "--quiet")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for name in ("fp32", "fa-bf16acc"):
+        assert summary["arms"][name]["diverged"] is True and summary["arms"][name]["verdict"] == "diverged", name
+    rows = train.read_steps(str(tmp_path / "runs" / "fa-bf16acc" / "seed0" / "steps.csv"))
+    assert len(rows) == 30 and all(math.isnan(r["loss"]) for r in rows[1:])
+    assert math.isnan(rows[-1]["L1_wq_sigma"])
+    assert math.isnan(train.spectral_norm(torch.tensor([[1.0, float("inf")], [0.0, 1.0]])))
 
 
 def test_empty_and_non_utf8_corpora_are_refused(tmp_path):
@@ -177,6 +229,94 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, corpus):
     (tmp_path / "runs" / "fp32" / "seed0" / "checkpoint.pt").write_bytes(b"not a checkpoint")
     p = run_driver(*base, check_rc=2)
     assert "checkpoint.pt: cannot be read" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("damage, key", [
+    (lambda ck: ck.pop("rows"), "no 'rows'"),
+    (lambda ck: ck.pop("optimizer"), "no 'optimizer'"),
+    (lambda ck: ck.pop("fork"), "no 'fork'"),
+    (lambda ck: ck.update(rows=ck["rows"][:2]), "'rows' holds 2 rows, not the 5 steps done"),
+    (lambda ck: ck.update(step="5"), "'step' is '5', not a step 0..30"),
+    (lambda ck: ck.update(optimizer={"state": {}, "param_groups": []}), "'optimizer' does not fit this model"),
+    (lambda ck: ck.update(model={"w": torch.zeros(1)}), "'model' does not fit this model"),
+])
+def test_a_checkpoint_missing_what_resuming_reads_is_refused(tmp_path, corpus, damage, key):
+    # The config matched, so the run resumed and read ck["rows"]...: a raw KeyError.
+    base = ["--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32", "--seeds", "0",
+            "--quiet"]
+    run_driver(*base, "--stop-after", "5", check_rc=130)
+    path = tmp_path / "runs" / "fp32" / "seed0" / "checkpoint.pt"
+    ck = train.torch_load(str(path))
+    damage(ck)
+    torch.save(ck, path)
+    p = run_driver(*base, check_rc=2)
+    assert p.stderr.startswith(f"error: checkpoint {path}: {key}"), p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def other_study_control(tmp_path_factory, corpus):
+    # The control of a study with another learning rate (same shapes, steps and seeds).
+    out = tmp_path_factory.mktemp("other")
+    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(out), "--arms", "fp32", "--seeds", "0",
+               "--lr", "0.05", "--quiet")
+    return out / "runs" / "fp32" / "seed0"
+
+
+def _rewrite_json(path, change):
+    d = json.loads(path.read_text())
+    change(d)
+    path.write_text(json.dumps(d))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda o, other: (o / "runs/fa-bf16acc/seed0/result.json").write_text(
+        (o / "runs/fa-bf16acc/seed0/result.json").read_text()[:100]),
+     "runs/fa-bf16acc/seed0/result.json: not valid JSON"),
+    (lambda o, other: (o / "runs/fa-bf16acc/seed0/steps.csv").unlink(), "runs/fa-bf16acc/seed0/steps.csv: missing"),
+    (lambda o, other: (o / "config.json").write_text("{"), "config.json: not valid JSON"),
+    (lambda o, other: _rewrite_json(o / "config.json", lambda d: d["study"].update(extra=1)),
+     "config.json: unknown key 'extra'"),
+    (lambda o, other: (o / "runs/notes.txt").write_text("notes"), "runs/notes.txt: not a run directory"),
+    (lambda o, other: (o / "runs/fa-bf16acc/seed0/snapshots/step30.pt").write_bytes(b"junk"),
+     "runs/fa-bf16acc/seed0/snapshots/step30.pt: cannot be read"),
+    # Merged silently before: a steps.csv cut short, a control from another study, a run moved.
+    (lambda o, other: (o / "runs/fa-bf16acc/seed0/steps.csv").write_text(
+        "".join((o / "runs/fa-bf16acc/seed0/steps.csv").read_text().splitlines(True)[:5])),
+     "runs/fa-bf16acc/seed0/steps.csv: steps 11..14 (4 rows), not the study's 11..40"),
+    (lambda o, other: (shutil.rmtree(o / "runs/fp32/seed0"), shutil.copytree(other, o / "runs/fp32/seed0")),
+     "runs/fp32/seed0/result.json: written for another configuration (lr: 0.05 there, 0.001 in config.json)"),
+    (lambda o, other: (o / "runs/fp32/seed1").rename(o / "runs/fp32/seed7"),
+     "runs/fp32/seed7/result.json: the result of arm 'fp32' seed 1, in the directory of another run"),
+    (lambda o, other: _rewrite_json(o / "runs/fp32/seed1/result.json",
+                                    lambda d: d["fork"].update(weights_sha256="0" * 64)),
+     "runs/fp32/seed1/result.json: started from another fork"),
+])
+def test_merge_refuses_damaged_or_foreign_runs(smoke, other_study_control, tmp_path, capsys, damage, message):
+    out, _, _ = smoke
+    study = tmp_path / "study"
+    shutil.copytree(out, study)
+    (study / "summary.json").unlink()
+    damage(study, other_study_control)
+    assert train.main(["merge", "--out", str(study), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {study}/{message}") and len(err.strip().splitlines()) == 1, err
+    assert not (study / "summary.json").exists()
+
+
+def test_merge_reads_the_configuration_of_older_results_from_their_checkpoints(smoke, tmp_path, capsys):
+    # result.json did not record the study before; the run's checkpoint did, and still says.
+    out, summary, _ = smoke
+    study = tmp_path / "study"
+    shutil.copytree(out, study)
+    for res in study.glob("runs/*/seed*/result.json"):
+        _rewrite_json(res, lambda d: d.pop("study"))
+    assert train.main(["merge", "--out", str(study), "--quiet"]) == 0
+    assert json.loads((study / "summary.json").read_text()) == summary
+    (study / "runs/fp32/seed0/checkpoint.pt").unlink()
+    assert train.main(["merge", "--out", str(study), "--quiet"]) == 2
+    assert "fp32/seed0/result.json: records no configuration, and the run's checkpoint.pt is gone" in \
+        capsys.readouterr().err
 
 
 def test_corpus_loading_on_small_data(tmp_path):
