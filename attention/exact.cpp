@@ -41,9 +41,9 @@
 namespace fb::attn {
 namespace {
 
-// Four times an argued error bound, as a double no smaller than it (the sums that made it
-// round too: 2^-40 covers them).
-double four_times_rounded_up(long double bound) { return static_cast<double>(4.0L * bound * (1.0L + 0x1p-40L)); }
+// Four times an argued error bound, as a double no smaller than it: the bound is summed in
+// double (terms >= 0, fewer than 2^26: relative error below 2^-27), so 2^-20 covers that.
+double four_times_rounded_up(double bound) { return 4.0 * bound * (1.0 + 0x1p-20); }
 
 // sum_c a_c * b_c in long double with Neumaier's compensation: the products are exact (values
 // of at most 24 bits) and the sum errs by one rounding of itself plus ~d^2 2^-128 of
@@ -88,23 +88,25 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
   // once every head is done (heads run on several threads; the group sum is in long double,
   // in head order).
   const std::size_t head_slots = backward ? static_cast<std::size_t>(B) * H : 0;
-  std::vector<std::vector<long double>> head_dk(head_slots), head_dv(head_slots), head_dk_error(head_slots),
-      head_dv_error(head_slots);
+  std::vector<std::vector<long double>> head_dk(head_slots), head_dv(head_slots);
+  // The bounds in double: a bound need not be accurate, and these loops then vectorise.
+  std::vector<std::vector<double>> head_dk_error(head_slots), head_dv_error(head_slots);
   auto head = [&](int b, int h) {
     const int hk = h / group;
     std::vector<long double> s(static_cast<std::size_t>(Nk)), o(static_cast<std::size_t>(D));
     std::vector<long double> forward_only;  // stands in for the gradients when there is no backward
+    std::vector<double> forward_only_bounds;
     const std::size_t slot = static_cast<std::size_t>(b) * H + h;
     std::vector<long double>& dk = backward ? head_dk[slot] : forward_only;
     std::vector<long double>& dv = backward ? head_dv[slot] : forward_only;
-    std::vector<long double>& dk_error = backward ? head_dk_error[slot] : forward_only;
-    std::vector<long double>& dv_error = backward ? head_dv_error[slot] : forward_only;
+    std::vector<double>& dk_error = backward ? head_dk_error[slot] : forward_only_bounds;
+    std::vector<double>& dv_error = backward ? head_dv_error[slot] : forward_only_bounds;
     std::vector<double> v_abs_max(static_cast<std::size_t>(D), 0.0);  // per column, over the kv head's keys
     if (backward) {
       dk.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
       dv.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
-      dk_error.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
-      dv_error.assign(static_cast<std::size_t>(Nk) * D, 0.0L);
+      dk_error.assign(static_cast<std::size_t>(Nk) * D, 0.0);
+      dv_error.assign(static_cast<std::size_t>(Nk) * D, 0.0);
       for (int j = 0; j < Nk; ++j)
         for (int c = 0; c < D; ++c)
           v_abs_max[static_cast<std::size_t>(c)] =
@@ -168,7 +170,8 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       delta_error *= mean_error_bound(D, nk, score_magnitude) + 4.0L * (D + 1) * u;
       const long double sum_error = (static_cast<long double>(nk) + static_cast<long double>(N) * group + 8) * u;
       const bool bounded = std::isfinite(eps_p) && std::isfinite(delta_error);
-      std::vector<long double> dq(static_cast<std::size_t>(D), 0.0L), dq_error(static_cast<std::size_t>(D), 0.0L);
+      std::vector<long double> dq(static_cast<std::size_t>(D), 0.0L);
+      std::vector<double> dq_error(static_cast<std::size_t>(D), 0.0);
       for (int j = 0; j < nk; ++j) {
         const long double p = std::exp(s[j] - lse);
         const double* v = in.v.row(b, hk, j);
@@ -180,15 +183,21 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
           dp_magnitude += std::fabs(product);
         }
         const long double ds = p * (dp - delta);
-        const long double inf = std::numeric_limits<long double>::infinity();
-        const long double ds_error =
-            bounded ? p * (std::fabs(dp - delta) * (eps_p + sum_error) + D * u * dp_magnitude + delta_error) : inf;
-        const long double p_error = bounded ? p * (eps_p + sum_error) : inf;
+        // Rounded up into double (2^-20 over the conversion), as every bound below is.
+        const double inf = std::numeric_limits<double>::infinity();
+        const double ds_error = bounded ? static_cast<double>(p * (std::fabs(dp - delta) * (eps_p + sum_error) +
+                                                                   D * u * dp_magnitude + delta_error)) *
+                                              (1.0 + 0x1p-20)
+                                        : inf;
+        const double p_error = bounded ? static_cast<double>(p * (eps_p + sum_error)) * (1.0 + 0x1p-20) : inf;
         for (int c = 0; c < D; ++c) {
           const std::size_t at = static_cast<std::size_t>(j) * D + c;
           dq[c] += ds * k[c];
           dk[at] += ds * q[c];
           dv[at] += p * d_o[c];
+        }
+        for (int c = 0; c < D; ++c) {
+          const std::size_t at = static_cast<std::size_t>(j) * D + c;
           dq_error[c] += ds_error * std::fabs(k[c]);
           dk_error[at] += ds_error * std::fabs(q[c]);
           dv_error[at] += p_error * std::fabs(d_o[c]);
@@ -196,7 +205,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       }
       for (int c = 0; c < D; ++c) {
         out.dq->at(b, h, r, c) = static_cast<double>(dq[c] * scale);
-        out.gradient_error_bound->dq.at(b, h, r, c) = four_times_rounded_up(dq_error[c] * scale);
+        out.gradient_error_bound->dq.at(b, h, r, c) = four_times_rounded_up(dq_error[c] * static_cast<double>(scale));
       }
     }
   };
@@ -214,7 +223,8 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       for (int hk = 0; hk < Hk; ++hk)
         for (int j = 0; j < Nk; ++j)
           for (int c = 0; c < D; ++c) {
-            long double dk = 0.0L, dv = 0.0L, dk_error = 0.0L, dv_error = 0.0L;
+            long double dk = 0.0L, dv = 0.0L;
+            double dk_error = 0.0, dv_error = 0.0;
             const std::size_t at = static_cast<std::size_t>(j) * D + c;
             for (int h = hk * group; h < (hk + 1) * group; ++h) {
               const std::size_t slot = static_cast<std::size_t>(b) * H + h;
@@ -225,7 +235,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
             }
             out.dk->at(b, hk, j, c) = static_cast<double>(dk * scale);
             out.dv->at(b, hk, j, c) = static_cast<double>(dv);
-            out.gradient_error_bound->dk.at(b, hk, j, c) = four_times_rounded_up(dk_error * scale);
+            out.gradient_error_bound->dk.at(b, hk, j, c) = four_times_rounded_up(dk_error * static_cast<double>(scale));
             out.gradient_error_bound->dv.at(b, hk, j, c) = four_times_rounded_up(dv_error);
           }
   }

@@ -987,12 +987,13 @@ std::optional<RoundPackInput> ExactRounding::lse(int b, int h, int r, const Form
 namespace {
 
 // The bound on a gradient element's double: exact_attention's bound plus the double's own
-// rounding.
+// rounding, relative or, below double's normal range, absolute (2^-1074: a long-double value
+// such as e^-4000 becomes 0).
 double gradient_bound(const std::optional<AttentionOutputs::GradientErrorBounds>& bounds,
                       Tensor4 AttentionOutputs::GradientErrorBounds::*tensor, int b, int h, int r, int c,
                       double approx) {
   const double bound = bounds ? ((*bounds).*tensor).at(b, h, r, c) : std::numeric_limits<double>::infinity();
-  return bound + std::ldexp(std::fabs(approx), -52);
+  return bound + std::ldexp(std::fabs(approx), -52) + 0x1p-1074;
 }
 
 std::runtime_error too_many_terms(const char* what, int b, int h, int r, int c) {
