@@ -434,3 +434,47 @@ TEST_CASE("correctly-rounded gradients that are a rounding boundary exactly, wor
     });
   }
 }
+
+TEST_CASE("correctly-rounded gradients below double's range keep their sign and size, in every mode") {
+  // One query, two keys, scale 1/2: scores 0 and -800, so P_1 = e^-800 / (1 + e^-800), below
+  // double's least subnormal (e^-744): exact_attention's double of a gradient that P_1 scales
+  // is 0, though the gradient is not. With w_j = dO . V_j = 0.5 and 1 (dO = e_0):
+  //   dV_1 = dO P_1 > 0 (column 0), dV_0 = dO P_0 just below dO;
+  //   dS_1 = P_1 (w_1 - delta) = P_0 P_1 (w_1 - w_0) > 0, dS_0 = -dS_1;
+  //   dK_j = scale dS_j q: dK_1 > 0, dK_0 < 0 (column 0); dQ = scale dS_1 k_1 < 0 (k_1 = -1600).
+  // Each rounds to bf16's least subnormal 2^-133 in the mode that rounds away from 0, to a zero
+  // of its sign otherwise; dV_0 to 1 - 2^-8 below 1 in rtz and rdn.
+  AttentionInputs in;
+  in.q = Tensor4(1, 1, 1, 4);
+  in.k = Tensor4(1, 1, 2, 4);
+  in.v = Tensor4(1, 1, 2, 4);
+  in.d_o = Tensor4(1, 1, 1, 4);
+  in.softmax_scale = 0.5;
+  in.q.at(0, 0, 0, 0) = 1.0;
+  in.k.at(0, 0, 1, 0) = -1600.0;
+  in.v.at(0, 0, 0, 0) = 0.5;
+  in.v.at(0, 0, 1, 0) = 1.0;
+  in.d_o->at(0, 0, 0, 0) = 1.0;
+  CHECK(exact_attention(in).dv->at(0, 0, 1, 0) == 0.0);  // the case: the double lost it
+  const double least = 0x1p-133;
+  // (value, its sign) per mode: rne, rtz, rup, rdn (kReferenceModes' order).
+  auto tiny = [&](int sign, mpfr_rnd_t rnd) {
+    const bool away = (sign > 0 && rnd == MPFR_RNDU) || (sign < 0 && rnd == MPFR_RNDD);
+    return away ? sign * least : (sign > 0 ? 0.0 : -0.0);
+  };
+  each_mode(in, [&](const AttentionOutputs& got, mpfr_rnd_t rnd) {
+    auto same = [](double got_value, double want) {
+      return got_value == want && std::signbit(got_value) == std::signbit(want);
+    };
+    CHECK(same(got.dv->at(0, 0, 1, 0), tiny(1, rnd)));
+    CHECK(same(got.dv->at(0, 0, 0, 0), rnd == MPFR_RNDZ || rnd == MPFR_RNDD ? 1.0 - 0x1p-8 : 1.0));
+    CHECK(same(got.dk->at(0, 0, 1, 0), tiny(1, rnd)));
+    CHECK(same(got.dk->at(0, 0, 0, 0), tiny(-1, rnd)));
+    CHECK(same(got.dq->at(0, 0, 0, 0), tiny(-1, rnd)));
+    for (int c = 1; c < 4; ++c) {  // K_c = 0 for both keys: dQ_c = 0 exactly; dO_c = 0: dV_c = 0
+      CAPTURE(c);
+      CHECK(same(got.dq->at(0, 0, 0, c), 0.0));
+      CHECK(same(got.dv->at(0, 0, 1, c), 0.0));
+    }
+  });
+}
