@@ -373,7 +373,7 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
   CHECK(run("deviation --models fa2-sm80 --tiles 64by64 --seqlen 64 --headdim 32").code == 2);
   // Lists as sweep reads them: an empty list or entry and an entry given twice are errors
   // naming the option (they were dropped, or the same row computed twice, exit 0).
-  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& entry : std::vector<std::pair<std::string, std::string>>{
            {"--models fa2-sm80 --seqlen ''", "--seqlen: an empty value"},
            {"--models fa2-sm80 --seqlen 64,", "--seqlen 64,: an empty entry"},
            {"--models fa2-sm80, --seqlen 64", "--models fa2-sm80,: an empty entry"},
@@ -382,6 +382,9 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
            {"--models fa2-sm80,fa2-sm80 --seqlen 64", "--models fa2-sm80,fa2-sm80: fa2-sm80 is given twice"},
            // Tiles a model cannot take are --tiles' fault, not --models'.
            {"--models fa2-sm80 --seqlen 64 --tiles 7x13", "--tiles 7x13 with --models fa2-sm80: "}}) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+    const std::string& args = entry.first;
+    const std::string& needle = entry.second;
     CAPTURE(args);
     const Run bad = run("deviation " + args + " --headdim 32 --jobs 1");
     CHECK(bad.code == 2);

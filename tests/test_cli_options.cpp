@@ -186,12 +186,15 @@ TEST_CASE("an option given an empty value is refused, not read as left out") {
   // replay --model '' used the file's own: each silently, exit 0.
   const std::string trace = (scratch() / "empty_values.safetensors").string();
   REQUIRE(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out " + trace).code == 0);
-  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& entry : std::vector<std::pair<std::string, std::string>>{
            {kSmallSweep + " --model fa2-sm80 --csv ''", "--csv"},
            {"bias-test --model fa2-sm80 --against '' --trials 2 --seqlen 16 --headdim 16", "--against"},
            {"bias-test --model fa2-sm80 --alpha ''", "--alpha"},
            {"import " + trace + " --scale '' --out " + (scratch() / "empty_out.safetensors").string(), "--scale"},
            {"replay " + trace + " --model ''", "--model"}}) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings.
+    const std::string& args = entry.first;
+    const std::string& option = entry.second;
     CAPTURE(args);
     check_refused(run(args), {option + ": an empty value"});
   }
