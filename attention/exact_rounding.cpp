@@ -630,6 +630,20 @@ bool double_decides(const Format& f, double approx, double bound, const Rounding
   return round_double(f, approx - bound, spec, position).bits == round_double(f, approx + bound, spec, position).bits;
 }
 
+// The columns of row (b, h, r) of `approx` whose double cannot decide its rounding into f
+// (double_decides, at position first_position + c) within bound(c, double).
+template <class Bound>
+std::vector<int> undecided_columns(const Tensor4& approx, int b, int h, int r, const Format& f,
+                                   const RoundingSpec& spec, std::uint64_t first_position, Bound bound) {
+  std::vector<int> undecided;
+  for (int c = 0; c < approx.cols; ++c) {
+    const double x = approx.at(b, h, r, c);
+    if (!double_decides(f, x, bound(c, x), spec, first_position + static_cast<std::uint64_t>(c)))
+      undecided.push_back(c);
+  }
+  return undecided;
+}
+
 // MPFR keeps per-thread caches (constants such as log 2 for exp); the engine's worker threads
 // end after the run, so they are freed before returning.
 struct FreeMpfrCaches {
@@ -727,7 +741,7 @@ int sign_of_difference(const AttentionInputs& in, const ExpSum& x, const ExpSum&
   };
   std::vector<Term> terms;
   auto x_at = x.terms().begin(), y_at = y.terms().begin();
-  const Mp zero = exact_value(0.0), minus_one = exact_value(-1.0);
+  const Mp zero = exact_value(0.0);
   while (x_at != x.terms().end() || y_at != y.terms().end()) {
     const bool take_x =
         y_at == y.terms().end() || (x_at != x.terms().end() && mpfr_cmp(x_at->first.v, y_at->first.v) <= 0);
@@ -797,21 +811,44 @@ int sign_of_difference(const AttentionInputs& in, const ExpSum& x, const ExpSum&
                            std::to_string(kLastBits) + " bits");
 }
 
-// One row's exact sums: the dots d_i = q . k_i of its nk visible keys, w_i = dO . V_i, and
+// w_i = dO . V_i of one row's first nk keys, exactly.
+std::vector<Mp> exact_w(const AttentionInputs& in, int b, int h, int r, int nk) {
+  const int d = in.q.cols, hk = h / (in.k.heads > 0 ? in.q.heads / in.k.heads : 1);
+  std::vector<Mp> w;
+  w.reserve(static_cast<std::size_t>(nk));
+  for (int i = 0; i < nk; ++i) w.push_back(exact_dot(in.d_o->row(b, h, r), in.v.row(b, hk, i), d));
+  return w;
+}
+
+// Exact values x_j as KeyValues (a weighted mean's values) with their long doubles.
+KeyValues exact_key_values(std::vector<Mp> exact) {
+  std::vector<long double> approx;
+  approx.reserve(exact.size());
+  for (const Mp& x : exact) approx.push_back(mpfr_get_ld(x.v, MPFR_RNDN));
+  return KeyValues(std::move(exact), std::move(approx), 2 * kLongDoubleUlp);
+}
+
+std::vector<Mp> exact_copies(const std::vector<Mp>& xs) {
+  std::vector<Mp> out;
+  out.reserve(xs.size());
+  for (const Mp& x : xs) out.push_back(exact_copy(x.v));
+  return out;
+}
+
+// One row's exact sums, from its w (exact_w): the dots d_i = q . k_i of its visible keys, and
 // l = sum_i e^(scale d_i), weighted = sum_i w_i e^(scale d_i).
 struct ExactRow {
-  std::vector<Mp> dots, w;
+  std::vector<Mp> dots;
   ExpSum l, weighted;
 };
-ExactRow exact_row(const AttentionInputs& in, int b, int h, int r, int nk) {
+ExactRow exact_row(const AttentionInputs& in, int b, int h, int r, const std::vector<Mp>& w) {
   const int d = in.q.cols, hk = h / (in.k.heads > 0 ? in.q.heads / in.k.heads : 1);
   ExactRow row;
   const Mp one = exact_value(1.0);
-  for (int i = 0; i < nk; ++i) {
-    row.dots.push_back(exact_dot(in.q.row(b, h, r), in.k.row(b, hk, i), d));
-    row.w.push_back(exact_dot(in.d_o->row(b, h, r), in.v.row(b, hk, i), d));
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    row.dots.push_back(exact_dot(in.q.row(b, h, r), in.k.row(b, hk, static_cast<int>(i)), d));
     row.l.add(row.dots.back().v, one.v);
-    row.weighted.add(row.dots.back().v, row.w.back().v);
+    row.weighted.add(row.dots.back().v, w[i].v);
   }
   return row;
 }
@@ -910,12 +947,9 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::o_row(int b, int h, in
   if (nk == 0) return out;  // no key: O is exactly 0
   const double error = row_mean_error_bound(b, h, r);
   const double* v_max = column_abs_max(b, h);
-  std::vector<int> undecided;
-  for (int c = 0; c < D; ++c) {
-    const double approx = exact_.o.at(b, h, r, c);
-    const double bound = v_max[c] * error + std::ldexp(std::fabs(approx), -52);
-    if (!double_decides(f, approx, bound, spec, first_position + static_cast<std::uint64_t>(c))) undecided.push_back(c);
-  }
+  const std::vector<int> undecided =
+      undecided_columns(exact_.o, b, h, r, f, spec, first_position,
+                        [&](int c, double approx) { return v_max[c] * error + std::ldexp(std::fabs(approx), -52); });
   if (undecided.empty()) return out;
   const FreeMpfrCaches free_caches_on_return;
   if (!inputs_finite(b, h, r, nk, true)) return out;
@@ -989,11 +1023,12 @@ namespace {
 // The bound on a gradient element's double: exact_attention's bound plus the double's own
 // rounding, relative or, below double's normal range, absolute (2^-1074: a long-double value
 // such as e^-4000 becomes 0).
-double gradient_bound(const std::optional<AttentionOutputs::GradientErrorBounds>& bounds,
-                      Tensor4 AttentionOutputs::GradientErrorBounds::*tensor, int b, int h, int r, int c,
-                      double approx) {
-  const double bound = bounds ? ((*bounds).*tensor).at(b, h, r, c) : std::numeric_limits<double>::infinity();
-  return bound + std::ldexp(std::fabs(approx), -52) + 0x1p-1074;
+// `bounds` is exact_attention's tensor of them (none: unbounded).
+auto gradient_bound(const Tensor4* bounds, int b, int h, int r) {
+  return [=](int c, double approx) {
+    const double bound = bounds ? bounds->at(b, h, r, c) : std::numeric_limits<double>::infinity();
+    return bound + std::ldexp(std::fabs(approx), -52) + 0x1p-1074;
+  };
 }
 
 std::runtime_error too_many_terms(const char* what, int b, int h, int r, int c) {
@@ -1013,13 +1048,9 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
   std::vector<std::optional<RoundPackInput>> out(static_cast<std::size_t>(D));
   const int nk = visible_keys(r);
   if (nk == 0 || !in_.d_o || !exact_.dq) return out;  // no key: dQ is exactly 0
-  std::vector<int> undecided;
-  for (int c = 0; c < D; ++c) {
-    const double approx = exact_.dq->at(b, h, r, c);
-    const double bound =
-        gradient_bound(exact_.gradient_error_bound, &AttentionOutputs::GradientErrorBounds::dq, b, h, r, c, approx);
-    if (!double_decides(f, approx, bound, spec, first_position + static_cast<std::uint64_t>(c))) undecided.push_back(c);
-  }
+  const auto& bounds = exact_.gradient_error_bound;
+  std::vector<int> undecided = undecided_columns(*exact_.dq, b, h, r, f, spec, first_position,
+                                                 gradient_bound(bounds ? &bounds->dq : nullptr, b, h, r));
   if (undecided.empty()) return out;
   const FreeMpfrCaches free_caches_on_return;
   const double* d_o = in_.d_o->row(b, h, r);
@@ -1037,32 +1068,23 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
   });
   if (undecided.empty()) return out;
   RowScores scores(in_, b, h, r, nk);
-  std::vector<Mp> w;
-  w.reserve(static_cast<std::size_t>(nk));
-  for (int j = 0; j < nk; ++j) w.push_back(exact_dot(d_o, scores.value(j), D));
+  const std::vector<Mp> w = exact_w(in_, b, h, r, nk);
   if (uniform(w)) {
     for (const int c : undecided) out[static_cast<std::size_t>(c)] = RoundPackInput{};
     return out;
   }
-  auto exact_values = [&](auto value_of) {
-    std::vector<Mp> exact;
-    std::vector<long double> approx;
-    for (int j = 0; j < nk; ++j) {
-      exact.push_back(value_of(j));
-      approx.push_back(mpfr_get_ld(exact.back().v, MPFR_RNDN));
-    }
-    return KeyValues(std::move(exact), std::move(approx), 2 * kLongDoubleUlp);
-  };
-  const KeyValues w_values = exact_values([&](int j) { return exact_copy(w[static_cast<std::size_t>(j)].v); });
+  const KeyValues w_values = exact_key_values(exact_copies(w));
   std::optional<ExactRow> row;  // for exact comparisons, made when first needed
   std::optional<ExpSum> l_squared;
   for (const int c : undecided) {
     std::vector<double> column(static_cast<std::size_t>(nk));
     for (int j = 0; j < nk; ++j) column[static_cast<std::size_t>(j)] = scores.key(j)[c];
-    const KeyValues wk_values = exact_values([&](int j) {
+    std::vector<Mp> wk;
+    for (int j = 0; j < nk; ++j) {
       const Mp k = exact_value(column[static_cast<std::size_t>(j)]);
-      return exact_product(w[static_cast<std::size_t>(j)].v, k.v);
-    });
+      wk.push_back(exact_product(w[static_cast<std::size_t>(j)].v, k.v));
+    }
+    const KeyValues wk_values = exact_key_values(exact_copies(wk));
     const KeyValues k_values(column);
     std::optional<ExpSum> x;  // l * sum_j w_j K_jc e^(scale d_j) - weighted * sum_j K_jc e^(scale d_j)
     auto enclose = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
@@ -1086,15 +1108,14 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
     };
     auto compare = [&](const mpfr_t beta) {
       try {
-        if (!row) row = exact_row(in_, b, h, r, nk);
+        if (!row) row = exact_row(in_, b, h, r, w);
         if (!l_squared) l_squared = row->l.times(row->l);
         if (!x) {
           ExpSum k_sum, wk_sum;
           for (int j = 0; j < nk; ++j) {
             const Mp k = exact_value(column[static_cast<std::size_t>(j)]);
-            const Mp wk = exact_product(row->w[static_cast<std::size_t>(j)].v, k.v);
             k_sum.add(row->dots[static_cast<std::size_t>(j)].v, k.v);
-            wk_sum.add(row->dots[static_cast<std::size_t>(j)].v, wk.v);
+            wk_sum.add(row->dots[static_cast<std::size_t>(j)].v, wk[static_cast<std::size_t>(j)].v);
           }
           x = row->l.times(wk_sum);
           const Mp zero = exact_value(0.0), minus_one = exact_value(-1.0);
@@ -1121,8 +1142,8 @@ struct ExactRounding::KeyRows {
     int h = 0, r = 0, nk = 0;
     bool finite = false;
     std::map<mpfr_prec_t, Enclosure> enclosures;  // made when first needed, at both precisions
+    std::optional<std::vector<Mp>> w;             // exact_w, made when first needed
     std::optional<ExactRow> exact;                // made when first needed
-    std::optional<bool> w_uniform;
   };
   int b = -1, hk = -1;
   std::vector<Row> rows;  // every row of the group's q heads that sees a key
@@ -1171,15 +1192,10 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
   std::vector<std::optional<RoundPackInput>> out(static_cast<std::size_t>(D));
   const std::optional<Tensor4>& approx_tensor = dk ? exact_.dk : exact_.dv;
   if (!in_.d_o || !approx_tensor) return out;
-  std::vector<int> undecided;
-  for (int c = 0; c < D; ++c) {
-    const double approx = approx_tensor->at(b, hk, j, c);
-    const double bound =
-        gradient_bound(exact_.gradient_error_bound,
-                       dk ? &AttentionOutputs::GradientErrorBounds::dk : &AttentionOutputs::GradientErrorBounds::dv, b,
-                       hk, j, c, approx);
-    if (!double_decides(f, approx, bound, spec, first_position + static_cast<std::uint64_t>(c))) undecided.push_back(c);
-  }
+  const auto& bounds = exact_.gradient_error_bound;
+  const std::vector<int> undecided =
+      undecided_columns(*approx_tensor, b, hk, j, f, spec, first_position,
+                        gradient_bound(bounds ? (dk ? &bounds->dk : &bounds->dv) : nullptr, b, hk, j));
   if (undecided.empty()) return out;
   const FreeMpfrCaches free_caches_on_return;
   KeyRows& rows = key_rows(b, hk);
@@ -1189,15 +1205,10 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
       if (!row.finite) return out;
       seeing.push_back(&row);
     }
-  const double* v_j = in_.v.row(b, hk, j);
   const double* k_j = in_.k.row(b, hk, j);
-  auto w_uniform = [&](KeyRows::Row& row) {  // every dP - delta of the row is exactly 0
-    if (!row.w_uniform) {
-      std::vector<Mp> w;
-      for (int i = 0; i < row.nk; ++i) w.push_back(exact_dot(in_.d_o->row(b, row.h, row.r), in_.v.row(b, hk, i), D));
-      row.w_uniform = uniform(w);
-    }
-    return *row.w_uniform;
+  auto w_of = [&](KeyRows::Row& row) -> const std::vector<Mp>& {
+    if (!row.w) row.w = exact_w(in_, b, row.h, row.r, row.nk);
+    return *row.w;
   };
   // Per row: P_j = e^(scale q . k_j - LSE) and dk's w_j - delta, enclosed at p bits.
   struct RowFactors {
@@ -1212,13 +1223,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
     for (KeyRows::Row* row : seeing) {
       if (row->enclosures.empty()) {
         RowScores scores(in_, b, row->h, row->r, row->nk);
-        std::vector<Mp> w;
-        std::vector<long double> w_approx;
-        for (int i = 0; i < row->nk; ++i) {
-          w.push_back(exact_dot(in_.d_o->row(b, row->h, row->r), scores.value(i), D));
-          w_approx.push_back(mpfr_get_ld(w.back().v, MPFR_RNDN));
-        }
-        const KeyValues w_values(std::move(w), std::move(w_approx), 2 * kLongDoubleUlp);
+        const KeyValues w_values = exact_key_values(exact_copies(w_of(*row)));
         for (const mpfr_prec_t precision : {kFirstBits, kSecondBits}) {
           KeyRows::Enclosure& e = row->enclosures.try_emplace(precision, precision).first->second;
           scores.enclose_lse(precision, e.lse_lo.v, e.lse_hi.v);
@@ -1237,7 +1242,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
       rf.t_lo.emplace_back(p);
       rf.t_hi.emplace_back(p);
       if (dk) {
-        const Mp w = exact_dot(in_.d_o->row(b, row->h, row->r), v_j, D);
+        const Mp& w = w_of(*row)[static_cast<std::size_t>(j)];
         mpfr_sub(rf.t_lo.back().v, w.v, e.delta_hi.v, MPFR_RNDD);
         mpfr_sub(rf.t_hi.back().v, w.v, e.delta_lo.v, MPFR_RNDU);
       }
@@ -1251,7 +1256,8 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
     for (std::size_t i = 0; i < seeing.size(); ++i) {
       const KeyRows::Row& row = *seeing[i];
       const double factor = dk ? in_.q.at(b, row.h, row.r, c) : in_.d_o->at(b, row.h, row.r, c);
-      if (factor == 0.0 || (dk && w_uniform(*seeing[i]))) continue;
+      // A row with one w for every key has every dP - delta exactly 0.
+      if (factor == 0.0 || (dk && uniform(w_of(*seeing[i])))) continue;
       terms.push_back(i);
     }
     if (terms.empty()) {
@@ -1296,13 +1302,13 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
           std::vector<std::pair<const ExpSum*, ExpSum>> classes;  // (l, sum of the numerators)
           for (const std::size_t i : terms) {
             KeyRows::Row& row = *seeing[i];
-            if (!row.exact) row.exact = exact_row(in_, b, row.h, row.r, row.nk);
+            if (!row.exact) row.exact = exact_row(in_, b, row.h, row.r, w_of(row));
             const ExactRow& er = *row.exact;
             const Mp factor = exact_value(factor_of(i));
             const mpfr_srcptr d_j = er.dots[static_cast<std::size_t>(j)].v;
             ExpSum numerator;  // dV: dO_c e^(scale d_j); dK: q_c e^(scale d_j) (w_j l - weighted)
             if (dk) {
-              const Mp qw = exact_product(factor.v, er.w[static_cast<std::size_t>(j)].v);
+              const Mp qw = exact_product(factor.v, w_of(row)[static_cast<std::size_t>(j)].v);
               Mp minus_q(53);
               mpfr_neg(minus_q.v, factor.v, MPFR_RNDN);
               numerator.add_shifted(er.l, d_j, qw.v);

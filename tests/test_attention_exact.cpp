@@ -41,6 +41,18 @@ TEST_CASE("exact_attention agrees with MPFR at 1024 bits: O, LSE, delta, dQ, dK,
 
 namespace {
 
+// One head of n query rows and nk keys, head dim d, every entry 0, with a dO (a backward) and
+// softmax scale `scale`: the hand-worked cases below set the entries that matter.
+AttentionInputs zero_inputs(int n, int nk, int d, double scale) {
+  AttentionInputs in;
+  in.q = Tensor4(1, 1, n, d);
+  in.k = Tensor4(1, 1, nk, d);
+  in.v = Tensor4(1, 1, nk, d);
+  in.d_o = Tensor4(1, 1, n, d);
+  in.softmax_scale = scale;
+  return in;
+}
+
 // x rounded once to a p-bit significand in MPFR rounding mode `rnd`, as a double, in a
 // format whose least normal is 2^-126 (bf16, p = 8, and fp32, p = 24): below it, to a
 // multiple of the least subnormal 2^(-126 - (p - 1)), a zero keeping x's sign. (No value
@@ -202,12 +214,7 @@ TEST_CASE("correctly-rounded with a key e^-12800 below the max: beyond every fix
   // are worked by hand from the sign of v1 - v0: O_c lies just above v0_c where v1_c > v0_c,
   // just below where v1_c < v0_c, and is v0_c where they are equal. LSE = log(1 + e) lies just
   // above 0; delta = (w0 + e w1) / (1 + e) with w_j = dO . v_j = 4 and 3 lies just below 4.
-  AttentionInputs in;
-  in.q = Tensor4(1, 1, 1, 4);
-  in.k = Tensor4(1, 1, 2, 4);
-  in.v = Tensor4(1, 1, 2, 4);
-  in.d_o = Tensor4(1, 1, 1, 4);
-  in.softmax_scale = 0.5;
+  AttentionInputs in = zero_inputs(1, 2, 4, 0.5);
   in.q.at(0, 0, 0, 0) = 256.0;
   in.k.at(0, 0, 1, 0) = -100.0;
   const double v0[4] = {1.0, -1.0, 0.5, 3.0}, v1[4] = {2.0, -2.0, 0.5, 1.0}, d_o[4] = {1.0, 0.0, 0.0, 1.0};
@@ -336,12 +343,7 @@ TEST_CASE("correctly-rounded gradients that are a rounding boundary exactly, wor
   // the definitions by hand, not from the engine.
   SUBCASE("two equal keys: P = 1/2, so dQ = 0, dV = (dO_0 + dO_1) / 2 and dK_0 = -dK_1 = scale/4 sum_r q_r w") {
     // w_r = dO_r . (v0 - v1); dS_r0 = (w_r0 - delta_r) / 2 = w_r / 4, dS_r1 = -w_r / 4.
-    AttentionInputs in;
-    in.q = Tensor4(1, 1, 2, 4);
-    in.k = Tensor4(1, 1, 2, 4);
-    in.v = Tensor4(1, 1, 2, 4);
-    in.d_o = Tensor4(1, 1, 2, 4);
-    in.softmax_scale = 0.5;
+    AttentionInputs in = zero_inputs(2, 2, 4, 0.5);
     const double q[2][4] = {{1.5, 0.25, -1.0, 0.0}, {0.75, 2.0, 0.0, 1.0}};
     const double k[4] = {1.0, 0.5, 0.0, 0.0};
     const double v[2][4] = {{1.0, 0.0, 0.5, 2.0}, {1.0 + 0x1p-7, 1.0, -0.5, 3.0}};
@@ -380,12 +382,7 @@ TEST_CASE("correctly-rounded gradients that are a rounding boundary exactly, wor
     // Scores (s, 0) and (0, s) in a pair of rows give P_00 + P_10 = e^s/(1 + e^s) + 1/(1 + e^s)
     // = 1, and likewise for key 1. Rows 0, 1 (s = 1.5) carry dO_0 = 1, rows 2, 3 (s = 2.5)
     // dO_0 = -1: dV_j0 = 1 - 1 = 0. Column 1: dO_1 = 0.5, 0.5, 0.25, 0.25, so dV_j1 = 0.75.
-    AttentionInputs in;
-    in.q = Tensor4(1, 1, 4, 2);
-    in.k = Tensor4(1, 1, 2, 2);
-    in.v = Tensor4(1, 1, 2, 2);
-    in.d_o = Tensor4(1, 1, 4, 2);
-    in.softmax_scale = 0.5;
+    AttentionInputs in = zero_inputs(4, 2, 2, 0.5);
     const double q[4][2] = {{3.0, 0.0}, {0.0, 3.0}, {5.0, 0.0}, {0.0, 5.0}};
     const double d_o[4][2] = {{1.0, 0.5}, {1.0, 0.5}, {-1.0, 0.25}, {-1.0, 0.25}};
     for (int r = 0; r < 4; ++r)
@@ -444,12 +441,7 @@ TEST_CASE("correctly-rounded gradients below double's range keep their sign and 
   //   dK_j = scale dS_j q: dK_1 > 0, dK_0 < 0 (column 0); dQ = scale dS_1 k_1 < 0 (k_1 = -1600).
   // Each rounds to bf16's least subnormal 2^-133 in the mode that rounds away from 0, to a zero
   // of its sign otherwise; dV_0 to 1 - 2^-8 below 1 in rtz and rdn.
-  AttentionInputs in;
-  in.q = Tensor4(1, 1, 1, 4);
-  in.k = Tensor4(1, 1, 2, 4);
-  in.v = Tensor4(1, 1, 2, 4);
-  in.d_o = Tensor4(1, 1, 1, 4);
-  in.softmax_scale = 0.5;
+  AttentionInputs in = zero_inputs(1, 2, 4, 0.5);
   in.q.at(0, 0, 0, 0) = 1.0;
   in.k.at(0, 0, 1, 0) = -1600.0;
   in.v.at(0, 0, 0, 0) = 0.5;
@@ -457,7 +449,7 @@ TEST_CASE("correctly-rounded gradients below double's range keep their sign and 
   in.d_o->at(0, 0, 0, 0) = 1.0;
   CHECK(exact_attention(in).dv->at(0, 0, 1, 0) == 0.0);  // the case: the double lost it
   const double least = 0x1p-133;
-  // (value, its sign) per mode: rne, rtz, rup, rdn (kReferenceModes' order).
+  // A tiny value of sign `sign` under rnd: the least subnormal away from 0, else a signed zero.
   auto tiny = [&](int sign, mpfr_rnd_t rnd) {
     const bool away = (sign > 0 && rnd == MPFR_RNDU) || (sign < 0 && rnd == MPFR_RNDD);
     return away ? sign * least : (sign > 0 ? 0.0 : -0.0);

@@ -18,7 +18,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <set>
 #include <string>
 
 #include "attention/attention.hpp"

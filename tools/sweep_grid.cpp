@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "attention/kernel_models.hpp"
