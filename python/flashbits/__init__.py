@@ -63,6 +63,14 @@ def _kind(v) -> str:
     return "None" if v is None else type(v).__name__
 
 
+def _refuse_unused(what: str, takes_none_of: tuple, given: dict) -> None:
+    """The arguments of ``takes_none_of`` that were given (not None) are refused, not ignored:
+    a call that does not use one would silently run without it."""
+    unused = [name for name in takes_none_of if given[name] is not None]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: {what}; it takes none of {', '.join(takes_none_of)}")
+
+
 def _str_arg(name: str, v, optional: bool = False):
     if v is None and optional:
         return None
@@ -631,11 +639,10 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     model = _str_arg("model", model, optional=True)
     if traces is not None:
         # Given with traces they would be ignored: refused, as the CLI refuses them.
-        ignored = [n for n, v in (("scenario", scenario), ("trials", trials), ("seqlen", seqlen),
-                                  ("headdim", headdim), ("dtype", dtype), ("seed", seed)) if v is not None]
-        if ignored:
-            raise ValueError(f"{', '.join(ignored)}: the traces hold their inputs and name their format; "
-                             f"bias_test(traces=...) takes none of scenario, trials, seqlen, headdim, dtype, seed")
+        _refuse_unused("the traces hold their inputs and name their format",
+                       ("scenario", "trials", "seqlen", "headdim", "dtype", "seed"),
+                       {"scenario": scenario, "trials": trials, "seqlen": seqlen, "headdim": headdim, "dtype": dtype,
+                        "seed": seed})
     scenario = "sink" if scenario is None else _str_arg("scenario", scenario)
     against = _str_arg("against", against, optional=True)
     recipe = _path_arg("recipe", recipe, optional=True)

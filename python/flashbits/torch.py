@@ -54,7 +54,7 @@ import numpy as _np
 import torch as _torch
 
 from . import _core
-from . import _int_arg, _path_arg, _str_arg  # the package's argument checks, so messages name the argument
+from . import _int_arg, _path_arg, _refuse_unused, _str_arg  # the package's argument checks, so messages name the argument
 from . import attention as _attention
 from . import exact_attention as _exact_attention
 from . import round as _round
@@ -252,14 +252,6 @@ class _NoSecondDerivative(_torch.autograd.Function):
     def backward(ctx, *unused):
         raise RuntimeError("flashbits.torch: a second derivative through the emulated attention is not modelled "
                            "(its backward returns the kernel model's gradients as values, not a graph)")
-
-
-def _refuse_unused(what: str, takes_none_of: tuple, given: dict) -> None:
-    """The arguments of ``takes_none_of`` that were given (not None) are refused, not ignored:
-    a model that does not use one would silently run without it."""
-    unused = [name for name in takes_none_of if given[name] is not None]
-    if unused:
-        raise ValueError(f"{', '.join(unused)}: {what}; it takes none of {', '.join(takes_none_of)}")
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
