@@ -20,7 +20,8 @@ cmake -S gpu -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_CO
 cmake --build build-device -j "$jobs" --target fb-mma-probe fb-sfu-probe fb-sfu-dump fb-fa2
 cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBITS_CUDA=OFF \
   -DCMAKE_EXE_LINKER_FLAGS="-static" -DMPFR_LIBRARY="$(gcc -print-file-name=libmpfr.a)" \
-  -DGMP_LIBRARY="$(gcc -print-file-name=libgmp.a)" >/dev/null
+  -DGMP_LIBRARY="$(gcc -print-file-name=libgmp.a)" -DZLIB_LIBRARY_RELEASE="$(gcc -print-file-name=libz.a)" \
+  -DZLIB_LIBRARY="$(gcc -print-file-name=libz.a)" >/dev/null
 cmake --build build-static -j "$jobs" --target flashbits
 mkdir -p .devbin
 cp build-device/fb-mma-probe build-device/fb-sfu-probe build-device/fb-sfu-dump build-device/fb-fa2 build-static/tools/flashbits .devbin/
