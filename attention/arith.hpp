@@ -29,6 +29,7 @@
 
 #include "attention/kernel_models.hpp"
 #include "emu/sfu/cuda_expf.hpp"
+#include "emu/sfu/libdevice_log2f.hpp"
 #include "emu/ops.hpp"
 #include "emu/dot/dot_model.hpp"
 #include "emu/sfu/software_exp2.hpp"
@@ -105,6 +106,7 @@ struct HardwareArith {
   double software_ex2(double x) const { return fa4_software_ex2(static_cast<float>(x)); }
   double rcp(double x) const { return km->sfu.rcp->evaluate(static_cast<float>(x)); }
   double lg2(double x) const { return km->sfu.lg2->evaluate(static_cast<float>(x)); }
+  double libdevice_lg2(double x) const { return libdevice_log2f(static_cast<float>(x)); }
   double fast_log(double x) const { return fb::fast_log(km->sfu, static_cast<float>(x)); }
   // PyTorch's fp32 exp/log (CUDA expf/logf, <= 2 ulp): modelled as libm fp64 rounded to
   // fp32, i.e. (almost always) correctly rounded, UNMEASURED against the GPU; with
@@ -225,6 +227,7 @@ struct ExactArith {
   double software_ex2(double x) const { return std::exp2(x); }
   double rcp(double x) const { return 1.0 / x; }
   double lg2(double x) const { return std::log2(x); }
+  double libdevice_lg2(double x) const { return std::log2(x); }
   double fast_log(double x) const { return std::log(x); }
   double exp32(double x) const { return std::exp(x); }
   double log32(double x) const { return std::log(x); }

@@ -285,6 +285,10 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
                           const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
                           double* dk_out, double* dv_out) {
   const int nq = g.nq, nk = g.nk, d = g.d, offset = causal_offset(g);
+  // The tutorial's _attn_bwd masks causally whatever its forward did (bwd_always_causal).
+  Geometry mask_geometry = g;
+  mask_geometry.causal = g.causal || km.bwd_always_causal;
+  const bool causal = mask_geometry.causal;
   const int block = g.tiles.bwd_block_n, step = g.tiles.bwd_block_m;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
   const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
@@ -294,7 +298,7 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
       dq_row(static_cast<std::size_t>(d));
   std::vector<float> lane_values;
   auto p_and_ds = [&](int r, int j, E& p_out, E& ds_out) {
-    if (j >= visible_keys(g, r)) {  // tl.where(mask, pT, 0.0)
+    if (j >= visible_keys(mask_geometry, r)) {  // tl.where(mask, pT, 0.0)
       p_out = ds_out = static_cast<E>(0);
       return;
     }
@@ -306,7 +310,7 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
   // dK, dV: the rows of key j's KV block, from the block's diagonal row kb - offset.
   for (int j = 0; j < nk; ++j) {
     const int kb = j / block * block;
-    triton_steps(g.causal, nq, kb - offset, block, step, km.bwd_mask_slice,
+    triton_steps(causal, nq, kb - offset, block, step, km.bwd_mask_slice,
                  Span{std::clamp(kb - offset + block, 0, nq), nq}, spans);
     for (const Span& sp : spans)
       for (int r = sp.begin; r < sp.end; ++r) p_and_ds(r, j, p_col[r], ds_col[r]);
@@ -332,7 +336,7 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
   std::vector<E>& ds_row = ds_col;
   for (int r = 0; r < nq; ++r) {
     const int rb = r / block * block;
-    triton_steps(g.causal, nk, rb + offset, block, step, km.bwd_mask_slice, Span{0, std::clamp(rb + offset, 0, nk)},
+    triton_steps(causal, nk, rb + offset, block, step, km.bwd_mask_slice, Span{0, std::clamp(rb + offset, 0, nk)},
                  spans);
     for (const Span& sp : spans)
       for (int j = sp.begin; j < sp.end; ++j) {

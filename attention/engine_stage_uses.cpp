@@ -87,8 +87,10 @@ bool uses_special_function(const KernelModel& km, SpecialFunction f) {
       return online(km) &&
              (km.normalisation == Normalisation::rcp_multiply || km.normalisation == Normalisation::fa3_finalize);
     case SpecialFunction::lg2:  // normalize_softmax_lse: fast_log (fa2, fa3) or lg2 (log2_units, fa4); ck_fp64
-                                // takes logf, modelled correctly rounded (not an SfuSet function)
-      return online(km) && km.lse != LseFormula::natural && km.lse != LseFormula::ck_fp64;
+                                // takes logf, modelled correctly rounded, and log2_libdevice libdevice's
+                                // software log2f (neither an SfuSet function)
+      return online(km) && km.lse != LseFormula::natural && km.lse != LseFormula::ck_fp64 &&
+             km.lse != LseFormula::log2_libdevice;
   }
   return false;
 }

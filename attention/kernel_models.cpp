@@ -113,16 +113,17 @@ KernelModel fa2(const std::string& name, const std::string& tc, const Format& dt
 // - flash_api.cpp mha_fwd calls set_params_splitkv, whose num_splits_heuristic(batch*heads*
 //   ceil(seqlen_q/64), 2*SMs, ceil(seqlen_k/block_n), 128) picks a split-KV kernel plus a
 //   combine kernel when batch*heads*m_blocks < 0.8*2*SMs and seqlen_k spans >= 2 of its blocks
-//   (block_n 256 for d <= 64, 128 for d <= 128). The variant +splitkv models it (UNMEASURED:
-//   captures avoid it, gpu/capture_torch.py tiles the heads to 64 and records the kernels
-//   that ran; docs/DESIGN.md §6 "Split-KV").
+//   (block_n 256 for d <= 64, 128 for d <= 128). The variant +splitkv models it: the five
+//   split-KV captures of 2026-12-04 (traces/hw/h200/paths/splitkv; 2, 4 and 8 splits, decode,
+//   cross and square shapes, bf16 and fp16) replay bit for bit under pytorch-fa2-sm90+splitkv
+//   (docs/DESIGN.md §6 "Split-KV"); gpu/capture_torch.py still tiles its heads to 64 to avoid it.
 KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
   KernelModel m = fa2(name, tc, dtype, hopper);
   m.description =
       "FlashAttention-2 as PyTorch ships it (SDPA flash backend): FA2's steps and tiles with the "
       "exponent argument unfused (FMUL, FADD), libdevice exp2f (x < -126: ex2(x/2)^2), IEEE "
       "reciprocal 1/l, no flush to zero; " +
-      tc + " tensor-core model; split-KV only with +splitkv (UNMEASURED)";
+      tc + " tensor-core model; split-KV only with +splitkv (replayed bit for bit on the H200)";
   m.sources =
       "PyTorch aten/src/ATen/native/transformers/cuda/flash_attn/softmax.h (#define UNFUSE_FMA; "
       "scale_apply_exp2; normalize_softmax_lse: inv_sum = 1.f / sum, lse = row_max * softmax_scale + "
@@ -372,6 +373,44 @@ std::vector<std::pair<int, TileSizes>> fa3_fp8_tiles() {
       {64, TileSizes{192, 160, 192, 160}},  {96, TileSizes{192, 128, 192, 128}},  {128, TileSizes{128, 224, 128, 224}},
       {192, TileSizes{128, 160, 128, 160}}, {256, TileSizes{128, 128, 128, 128}},
   };
+}
+
+// The tutorial as Triton 3.6 compiles it for sm_90 (PyTorch 2.11, H200), read from the PTX and
+// SASS of the kernels that ran (traces/hw/h200/paths/tutorial/sass/, 2026-12-04): on sm_90 the
+// tutorial takes its TMA forward (_attn_fwd_tma; supports_tma()), whose tl.dot lowers to wgmma
+// m64nNk16 with the fp32 accumulator as C; tl.math.exp2 is ex2.approx.ftz.f32 (the MUFU),
+// qk*qk_scale - m_ij one fma.rn.f32 (fp-fusion), tl.sum(p, 1) a per-thread add.f32 chain over
+// the thread's accumulator columns then shfl.bfly 2 and 1, acc / l_i div.full.f32 (SASS: MUFU.RCP
+// of l, operands scaled only outside [2^-126, 2^126], then FMUL: O = fp32(acc * rcp(l)), l >= 1
+// here), tl.math.log2 libdevice's __nv_log2f (software, no MUFU.LG2). The backward always masks
+// causally (_attn_bwd has no CAUSAL argument).
+KernelModel triton_tutorial_sm90(const Format& dtype) {
+  KernelModel m = triton_tutorial(dtype);
+  m.base = "triton-tutorial-sm90";
+  m.description =
+      "Triton fused-attention tutorial as Triton 3.6 compiles it on sm_90 (its TMA forward): the "
+      "triton-tutorial recipe with the sm90 wgmma tensor-core model, P̄ = ex2.approx.ftz (the MUFU), "
+      "tl.sum(p) per thread over its accumulator columns then (t0+t2)+(t1+t3), O = fp32(acc * rcp(l)) "
+      "(div.full.f32), M = m + __nv_log2f(l) (libdevice, software), a backward that always masks "
+      "causally (as the tutorial's does); measured on the H200: docs/FINDINGS.md \"Attention paths\"";
+  m.sources = m.sources +
+              "; sm_90 code: PTX and SASS of _attn_fwd_tma, _attn_bwd and _attn_bwd_preprocess as Triton 3.6.0 "
+              "compiled them for the H200 (PyTorch 2.11.0+cu130, 2026-12-04; traces/hw/h200/paths/tutorial/sass/): "
+              "wgmma.mma_async m64n64k16/m64n128k16 .f32.f16.f16, ex2.approx.ftz.f32, fma.rn.f32, add.f32 chains "
+              "and shfl.sync.bfly 2, 1 for tl.sum, div.full.f32 (MUFU.RCP + FMUL), __nv_log2f inlined; delta: "
+              "d/8 threads per row, 8 columns each, mul + 7 fma.rn.f32, shfl.sync.bfly d/16 .. 1";
+  m.score_dot = tensor_core_dot("sm90-wgmma");
+  m.pv_dot = tensor_core_dot("sm90-wgmma");
+  m.row_sum = RowSumOrder::triton_quad;
+  m.row_sum_over_full_tile = false;
+  m.normalisation = Normalisation::rcp_multiply;
+  m.lse = LseFormula::log2_libdevice;
+  // _attn_bwd_preprocess (PTX, d 64 and 128): each row's d/8 threads hold 8 contiguous columns,
+  // a mul then seven fma.rn.f32 in column order (the products of 16-bit values are exact), then
+  // shfl.bfly d/16 .. 1: FA4's preprocess layout (chunk d for d 32, 64, 128).
+  m.delta = DeltaFormula::fa4_threads;
+  m.bwd_always_causal = true;
+  return m;
 }
 
 // FlashAttention-3's fp8 forward (Dao-AILab/flash-attention hopper/). The inputs are the
@@ -814,7 +853,10 @@ bool KernelModel::hardware_validated() const {
   // The reference has no hardware part to validate (no tensor cores, no SFUs): true vacuously;
   // reports say it is the reference (tools name it so), not that it was measured.
   if (structure == Structure::correctly_rounded) return true;
-  if (splitkv.enabled) return false;  // no capture of a split-KV run has been replayed
+  // Split-KV as PyTorch compiles it (no fast math, the logsum combine) replayed bit for bit on
+  // the H200 (traces/hw/h200/paths/splitkv: 2, 4 and 8 splits); upstream FA2's fast-math
+  // combine and the inv-sum variant have no capture.
+  if (splitkv.enabled && (splitkv.fast_math || splitkv.scale != SplitKvScale::exp_minus_logsum)) return false;
   auto dot_ok = [](const DotSpec& d) {
     return d.kind != DotKind::tensor_core || (d.dot.valid() && d.dot.hardware_validated());
   };
@@ -847,6 +889,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
     table.push_back(golden(f, name, false));
   }
   table.push_back(triton_tutorial(dtype));
+  table.push_back(triton_tutorial_sm90(dtype));
   table.push_back(fa3_fp8(dtype));
   table.push_back(fa3_16bit(dtype));
   table.push_back(fa4(dtype));

@@ -110,6 +110,10 @@ enum class RowSumOrder : std::uint8_t {
   fa4_lanes,     // FA4 (one thread per row) fadd_reduce for sm100: eight fp32 lanes, lane l
                  // folding columns l, l+8, ...; lane 0 starts from ℓ·α (ℓ·α rounded, then + P̄_0);
                  // then lanes (0,1)+=(2,3), (4,5)+=(6,7), (0,1)+=(4,5), ℓ = lane0 + lane1
+  triton_quad,   // Triton tl.sum(p, 1) on an MMA accumulator layout (sm_90 PTX of the tutorial):
+                 // per tile, thread t of the quad folds its columns {2t, 2t+1} + 8j in order from
+                 // its first one; two butterfly shuffles give the tile sum (t0 + t2) + (t1 + t3);
+                 // then ℓ = fma(ℓ, α, tile sum) (l_update_fma)
 };
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
@@ -150,6 +154,8 @@ enum class LseFormula : std::uint8_t {
   natural,     // PyTorch: fp32(m + log(ℓ)) with m already scaled
   ck_fp64,     // CK FMHA: fp32(fp64(fp64(fp32(m·scale_log2)) / log2e) + fp64(logf(ℓ))), the scale
                // constant divided out in double (CK writes -inf for an empty row; reported +inf as fa2)
+  log2_libdevice,  // Triton on sm_90: M = fp32(m + log2(ℓ)) with libdevice's __nv_log2f (software,
+                   // emu/sfu/libdevice_log2f.hpp), not the MUFU; reported as log2_units
   fa4,         // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
                // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
 };
@@ -299,6 +305,10 @@ struct KernelModel {
   double bwd_k_prescale = 0.0;
   // triton_prescaled_k: BLK_SLICE_FACTOR, the divisor of the step on the causal diagonal block.
   int bwd_mask_slice = 1;
+  // triton_prescaled_k: the backward applies the causal mask whatever the forward did (the
+  // tutorial's _attn_bwd has no CAUSAL argument: its MASK=True diagonal steps and the row and
+  // key ranges are always the causal ones).
+  bool bwd_always_causal = false;
   // Triton tutorial, causal forward: on KV tiles from the row block's first key on
   // (start_n >= start_m*BLOCK_M, the "masked" path), qk = fp32(qk*qk_scale) (+ mask) first and
   // the max is subtracted by a separate fp32 subtraction; elsewhere one FMA qk*qk_scale - m.

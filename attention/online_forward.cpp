@@ -239,6 +239,18 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     }
     const double tile_sum = ar.f32(lane[0] + lane[1]);
     state.l = Is_first ? tile_sum : ar.fma32(alpha, state.l, tile_sum);
+  } else if (km.row_sum == RowSumOrder::triton_quad) {
+    // Per tile: each thread of the quad folds its columns from its first one (masked columns
+    // are P̄ = +0 and change nothing), then shfl.bfly 2 and 1: (t0 + t2) + (t1 + t3).
+    double tile_sum[4] = {0, 0, 0, 0};
+    bool started[4] = {false, false, false, false};
+    for (int j = 0; j < len; ++j) {
+      const int owner = (j % 8) / 2;
+      tile_sum[owner] = started[owner] ? ar.f32(tile_sum[owner] + p[j]) : p[j];
+      started[owner] = true;
+    }
+    const double rs = ar.f32(ar.f32(tile_sum[0] + tile_sum[2]) + ar.f32(tile_sum[1] + tile_sum[3]));
+    state.l = ar.fma32(Is_first && !km.l_init_one ? 0.0 : state.l, alpha, rs);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {
     // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
     // then joins its running sum (0 + x is exact, so the first tile needs no case).
@@ -410,7 +422,8 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       break;
     }
     case LseFormula::log2_units:
-      st.lse_kernel = empty ? kInf : ar.f32(m + ar.lg2(l));
+    case LseFormula::log2_libdevice:
+      st.lse_kernel = empty ? kInf : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
       st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
       break;
     case LseFormula::fa4: {

@@ -1,36 +1,45 @@
 #!/usr/bin/env bash
 # tests/replay_hardware_traces.sh FLASHBITS ROOT [KIND...]: the ctests replay_hardware_*,
-# one per KIND (torch, fa2, bias, eager; default all), so that ctest -j spreads them over cores.
+# one per KIND (torch, fa2, bias, eager, splitkv, paths; default all), so that ctest -j
+# spreads them over cores.
 # Every hardware capture under ROOT/traces/hw/<gpu>/{torch,fa2,bias} is replayed under the
 # model its metadata names (with the SFU set measured on that GPU: replay --sfu auto) and
-# must match bit for bit, every tensor it holds (exit 0). The eager captures (PyTorch eager
-# attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are
-# assumed, not modelled: docs/FINDINGS.md "Hardware status") are a known residual: they must replay
-# without an error (exit 0 or 1, not 2). FLASHBITS_TEST_SCALE=sanitizer replays one capture
-# of each kind but bias, whose captures are torch captures of more heads (the same replay
-# path as the torch kind's, and the longest run under ASan).
+# must match bit for bit, every tensor it holds (exit 0). splitkv: the split-KV captures of
+# issue 38 (traces/hw/<gpu>/paths/splitkv) under pytorch-fa2-sm90+splitkv, the split count
+# from PyTorch's heuristic with the H200's 132 SMs (their metadata names pytorch-fa2-sm90:
+# the capture script predates the +splitkv model), bit for bit. The eager captures (PyTorch
+# eager attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are
+# assumed, not modelled: docs/FINDINGS.md "Hardware status") and the paths kind (the other
+# four paths of issue 38: the Triton tutorial, FlexAttention, the math path, cuDNN; their
+# residuals are in docs/FINDINGS.md) are known residuals: they must replay without an
+# error (exit 0 or 1, not 2). FLASHBITS_TEST_SCALE=sanitizer replays one capture of each
+# kind but bias, whose captures are torch captures of more heads (the same replay path as
+# the torch kind's, and the longest run under ASan).
 set -u
 fb=$1
 root=$2
 shift 2
 kinds=("$@")
-[ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager)
+[ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager splitkv paths)
 fail=0
 exact=0
 found=0
 shopt -s nullglob
 for kind in "${kinds[@]}"; do
-  [ "$kind" = eager ] && continue
+  [ "$kind" = eager ] || [ "$kind" = paths ] && continue
+  model=()
+  dir=$kind
+  [ "$kind" = splitkv ] && { model=(--model pytorch-fa2-sm90+splitkv); dir=paths/splitkv; }
   if [ "$kind" = bias ] && [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ]; then
     echo "bias: skipped at sanitizer scale (the torch kind replays the same path)"
     found=$((found + 1))
     continue
   fi
-  files=("$root"/traces/hw/*/"$kind"/*.safetensors)
+  files=("$root"/traces/hw/*/"$dir"/*.safetensors)
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && files=("${files[@]:0:1}")
   for t in "${files[@]}"; do
     found=$((found + 1))
-    if out=$("$fb" replay "$t" 2>&1); then
+    if out=$("$fb" replay "$t" "${model[@]}" 2>&1); then
       exact=$((exact + 1))
     else
       echo "NOT BIT-EXACT: $t"
@@ -41,9 +50,17 @@ for kind in "${kinds[@]}"; do
 done
 eager=()
 [[ " ${kinds[*]} " == *" eager "* ]] && eager=("$root"/traces/hw/*/eager/*.safetensors)
+[[ " ${kinds[*]} " == *" paths "* ]] && eager+=("$root"/traces/hw/*/paths/{tutorial,flex,math,cudnn}/*.safetensors)
 for t in "${eager[@]}"; do
   found=$((found + 1))
-  "$fb" replay "$t" > /dev/null 2>&1
+  # A path without a model of its own replays under the nearest (gpu/check_paths.py's table).
+  model=()
+  case $t in
+    */paths/flex/* | */paths/cudnn/*) model=(--model pytorch-fa2-sm90) ;;
+    */paths/math/*_bf16_*) model=(--model standard-bf16) ;;
+    */paths/math/*_fp16_*) model=(--model standard-fp16) ;;
+  esac
+  "$fb" replay "$t" "${model[@]}" > /dev/null 2>&1
   rc=$?
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
