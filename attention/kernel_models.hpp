@@ -147,17 +147,17 @@ enum class Normalisation : std::uint8_t {
 };
 
 enum class LseFormula : std::uint8_t {
-  fa2,         // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
-  fa3,         // FA3 finalize: fma(m, fp32(scale_log2 * ln2), __logf(l * 2^-max_offset)), scale_log2
-               // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
-  log2_units,  // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
-  natural,     // PyTorch: fp32(m + log(ℓ)) with m already scaled
-  ck_fp64,     // CK FMHA: fp32(fp64(fp64(fp32(m·scale_log2)) / log2e) + fp64(logf(ℓ))), the scale
-               // constant divided out in double (CK writes -inf for an empty row; reported +inf as fa2)
+  fa2,             // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
+  fa3,             // FA3 finalize: fma(m, fp32(scale_log2 * ln2), __logf(l * 2^-max_offset)), scale_log2
+                   // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
+  log2_units,      // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
+  natural,         // PyTorch: fp32(m + log(ℓ)) with m already scaled
+  ck_fp64,         // CK FMHA: fp32(fp64(fp64(fp32(m·scale_log2)) / log2e) + fp64(logf(ℓ))), the scale
+                   // constant divided out in double (CK writes -inf for an empty row; reported +inf as fa2)
   log2_libdevice,  // Triton on sm_90: M = fp32(m + log2(ℓ)) with libdevice's __nv_log2f (software,
                    // emu/sfu/libdevice_log2f.hpp), not the MUFU; reported as log2_units
-  fa4,         // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
-               // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
+  fa4,             // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
+                   // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
 };
 
 enum class DeltaFormula : std::uint8_t {

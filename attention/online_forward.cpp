@@ -423,7 +423,8 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
     }
     case LseFormula::log2_units:
     case LseFormula::log2_libdevice:
-      st.lse_kernel = empty ? kInf : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
+      st.lse_kernel =
+          empty ? kInf : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
       st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
       break;
     case LseFormula::fa4: {

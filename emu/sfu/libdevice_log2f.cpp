@@ -29,8 +29,8 @@ float libdevice_log2f(float x) {
   const float e = fma_ftz(static_cast<float>(static_cast<std::int32_t>(t)), from_bits(0x34000000u), e0);
   const float f = m - 1.0f;
   float p = fma_ftz(from_bits(0x3DC6B27Fu), f, from_bits(0xBE2C7F30u));
-  for (std::uint32_t c : {0x3E2FCF2Au, 0xBE374E43u, 0x3E520BF4u, 0xBE763C8Bu, 0x3E93BF99u, 0xBEB8AA49u, 0x3EF6384Au,
-                          0xBF38AA3Bu})
+  for (std::uint32_t c :
+       {0x3E2FCF2Au, 0xBE374E43u, 0x3E520BF4u, 0xBE763C8Bu, 0x3E93BF99u, 0xBEB8AA49u, 0x3EF6384Au, 0xBF38AA3Bu})
     p = fma_ftz(p, f, from_bits(c));
   float q = f * p;
   q = f * q;
