@@ -410,6 +410,9 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
   // shfl.bfly d/16 .. 1: FA4's preprocess layout (chunk d for d 32, 64, 128).
   m.delta = DeltaFormula::fa4_threads;
   m.bwd_always_causal = true;
+  m.warning =
+      "triton-tutorial-sm90 reproduces the tutorial's backward, which always masks causally: with "
+      "causal off, its dQ, dK, dV are not the gradients of its O";
   return m;
 }
 
