@@ -37,7 +37,8 @@ Contract:
   names, softmax_scale, causal, dtype, seed, repeat_identical) plus: path, seqlen_q,
   seqlen_k, causal_alignment (none | top-left | bottom-right), backward, path_taken (the
   kernel evidence), model only where flashbits has a model of that kernel (splitkv:
-  pytorch-fa2-sm90/-sm80, split-KV itself not modelled; tutorial: triton-tutorial).
+  pytorch-fa2-sm90+splitkv:auto,sms=<the GPU's SMs> (-sm80 below sm_90); tutorial:
+  triton-tutorial-sm90 (triton-tutorial below sm_90)).
   DIR/capture_log.jsonl: one line per capture (status, kernels, proof, timings, errors).
 - flex and tutorial: the Triton kernels' SASS and PTX from the Triton/Inductor cache
   (--cache-dir, set before torch is imported): DIR/sass/<kernel>.sass and .ptx, and
@@ -511,11 +512,14 @@ def device_metadata(stand_in_mode):
     }, major
 
 
-def model_for(path, major):
+def model_for(path, major, sms):
+    """The flashbits model that replays the path's captures: split-KV with the heuristic's
+    SM count (bit for bit on the H200), the tutorial as Triton compiles it for sm_90 (its TMA
+    forward) or the sm80 recipe; None where flashbits has no C++ model of the kernel."""
     if path == "splitkv":
-        return "pytorch-fa2-sm90" if major >= 9 else "pytorch-fa2-sm80"
+        return f"pytorch-fa2-sm{'90' if major >= 9 else '80'}+splitkv:auto,sms={sms}"
     if path == "tutorial":
-        return "triton-tutorial"
+        return "triton-tutorial-sm90" if major >= 9 else "triton-tutorial"
     return None
 
 
@@ -587,8 +591,9 @@ def capture_one(path, shape, index, args, runner, dev_meta, major, sms):
     meta.update(runner.notes)
     if path == "splitkv":
         meta["num_splits_predicted"] = num_splits_predicted(shape, sms) if sms else "unknown (no GPU)"
-        meta["note"] = "FA2 split-KV: partial O and LSE per split, combined in fp32; flashbits does not model the split"
-    model = model_for(path, major)
+        meta["note"] = ("FA2 split-KV: partial O and LSE per split, combined in fp32; flashbits models it with "
+                        "+splitkv (the split count from the heuristic with this GPU's SMs)")
+    model = model_for(path, major, sms or 132)
     if model and not args.stand_in:
         meta["model"] = model
     if args.stand_in:

@@ -3,7 +3,8 @@
 
 (`gpu/check_paths.py --replay-model FILE` prints the model a capture is replayed under: its
 metadata's, else the nearest flashbits model, marked so: math standard-<dtype>, flex and
-cudnn pytorch-fa2-sm90; used by gpu/import_session.sh.)
+cudnn pytorch-fa2-sm90, split-KV pytorch-fa2-sm90+splitkv, the tutorial triton-tutorial-sm90;
+used by gpu/import_session.sh.)
 
 Written independently of capture_paths.py and of torch (json, struct and numpy only): it
 reads each DIR/**/*.safetensors byte by byte, decodes bf16/fp16/fp32, and checks
@@ -155,7 +156,7 @@ def check(path, strict):
 
 
 # The model a capture is replayed under: its metadata's, else the nearest flashbits model.
-NEAREST = {"splitkv": "pytorch-fa2-sm90", "tutorial": "triton-tutorial", "flex": "pytorch-fa2-sm90",
+NEAREST = {"splitkv": "pytorch-fa2-sm90+splitkv", "tutorial": "triton-tutorial-sm90", "flex": "pytorch-fa2-sm90",
            "cudnn": "pytorch-fa2-sm90"}
 
 

@@ -33,6 +33,11 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose files come back}"
 cd "$(dirname "$0")/.."
+# gpu/prepare_session.sh's pack of .devbin/ and gpu/inputs/ (the carried tree is capped at
+# 64 MiB): unpacked here when the folders themselves did not travel.
+if [ -f .devcarry/carry.tar.xz ] && [ ! -d .devbin ]; then
+  xz -dc .devcarry/carry.tar.xz | tar -xf - || echo "warning: .devcarry/carry.tar.xz did not unpack"
+fi
 export FB_ROOT=$PWD
 export REHEARSE=0
 # The prebuilt programs (gpu/prepare_session.sh); FB_DEVBIN points elsewhere (the CI rehearsal

@@ -12,9 +12,10 @@
 # assumed, not modelled: docs/FINDINGS.md "Hardware status") and the paths kind (the other
 # four paths of issue 38: the Triton tutorial, FlexAttention, the math path, cuDNN; their
 # residuals are in docs/FINDINGS.md) are known residuals: they must replay without an
-# error (exit 0 or 1, not 2). FLASHBITS_TEST_SCALE=sanitizer replays one capture of each
-# kind but bias, whose captures are torch captures of more heads (the same replay path as
-# the torch kind's, and the longest run under ASan).
+# error (exit 0 or 1, not 2), and each path's folder must give a bias-test --traces verdict.
+# FLASHBITS_TEST_SCALE=sanitizer replays one capture of each kind but bias, whose captures
+# are torch captures of more heads (the same replay path as the torch kind's, and the
+# longest run under ASan).
 set -u
 fb=$1
 root=$2
@@ -65,6 +66,15 @@ for t in "${eager[@]}"; do
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
 done
+# Each path's captures also feed a bias verdict (bias-test --traces DIR): it must run (exit 0
+# or 1), whatever it concludes.
+if [[ " ${kinds[*]} " == *" paths "* ]] && [ "${FLASHBITS_TEST_SCALE:-}" != sanitizer ]; then
+  for dir in "$root"/traces/hw/*/paths/*/; do
+    "$fb" bias-test --traces "$dir" > /dev/null 2>&1
+    rc=$?
+    if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): bias-test --traces $dir"; fail=1; fi
+  done
+fi
 echo "${kinds[*]}: $exact hardware captures replayed bit for bit, $found replayed in all"
 [ "$found" -gt 0 ] || { echo "no ${kinds[*]} hardware captures found under $root/traces/hw"; fail=1; }
 exit $fail
