@@ -79,6 +79,10 @@ struct AttentionOutputs {
   // FA2-structured backwards: dQ in fp32 before its cast (dq_accum * softmax_scale), as
   // fb-fa2 records it (dq_accum); empty for other models.
   std::optional<Tensor4> dq_pre_cast;
+  // Models whose kernel keeps its LSE in log2 units (Triton: M = m + log2(ℓ), what its backward
+  // reads; `lse` is then fp32(M·ln 2)): M as the kernel stores it ([b][h][n][1], fp32 values;
+  // +inf for a row that saw no key). Empty for other models.
+  std::optional<Tensor4> lse_log2;
   // exact_attention() only: each row's exact max scaled score over its visible keys
   // ([b][h][n][1]; -inf when none is visible). run_attention() leaves it empty.
   std::optional<Tensor4> row_max;

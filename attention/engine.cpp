@@ -375,6 +375,13 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   // What the backward reads of the forward: this run's, or the kept run's.
   const Tensor4& forward_o_pre = kept ? kept->o_pre : o_pre;
   const std::vector<std::vector<RowStats>>& forward_stats = kept ? kept->stats : stats;
+  if (km.lse == LseFormula::log2_units || km.lse == LseFormula::log2_libdevice) {
+    out.lse_log2 = Tensor4(B, H, N, 1);
+    for (int bh = 0; bh < B * H; ++bh)
+      for (int r = 0; r < N; ++r)
+        out.lse_log2->at(bh / H, bh % H, r, 0) =
+            forward_stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)].lse_kernel;
+  }
   if (!backward) return out;
 
   if (!selected.empty()) {

@@ -33,8 +33,8 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose files come back}"
 cd "$(dirname "$0")/.."
-# gpu/prepare_session.sh's pack of .devbin/ and gpu/inputs/ (the carried tree is capped at
-# 64 MiB): unpacked here when the folders themselves did not travel.
+# gpu/prepare_session.sh's pack of .devbin/ (the carried tree is capped at 64 MiB): unpacked
+# here when the folder itself did not travel.
 if [ -f .devcarry/carry.tar.xz ] && [ ! -d .devbin ]; then
   xz -dc .devcarry/carry.tar.xz | tar -xf - || echo "warning: .devcarry/carry.tar.xz did not unpack"
 fi
@@ -145,6 +145,10 @@ step_torch() {
       done
     done
     echo '{"capture": "rehearsal", "status": "ok", "kernels": []}' > "$W/torch/capture_log.jsonl"
+    return 0
+  fi
+  if [ ! -d "$FB_ROOT/gpu/inputs" ]; then
+    echo "no gpu/inputs (not carried: the 64 MiB cap): torch captures skipped; run 1's stand in traces/hw/"
     return 0
   fi
   PYTHONUNBUFFERED=1 python3 "$FB_ROOT/gpu/capture_torch.py" --plan --inputs-dir "$FB_ROOT/gpu/inputs" \

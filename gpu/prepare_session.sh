@@ -8,9 +8,11 @@
 # - gpu/vendor/triton_06_fused_attention.py: Triton's fused-attention tutorial, which the
 #   session's tutorial step runs; not in this repo (gpu/README.md "Attention paths"):
 #   TRITON_TUTORIAL=FILE copies it there, else a warning says the tutorial step will fail.
-# All three are git-ignored. The device tool carries at most 64 MiB with the tracked tree (43 MiB
-# of it on 2026-12-04), so .devbin/ and gpu/inputs/ (40 MB) travel as one xz pack,
-# .devcarry/carry.tar.xz (about 17 MB), which gpu/device_session.sh unpacks first:
+# All three are git-ignored. The device tool carries at most 64 MiB with the tracked tree (58 MiB
+# of it since the captures of 2026-12-04), so only .devbin/ travels, as one xz pack
+# (.devcarry/carry.tar.xz, about 4 MB) that gpu/device_session.sh unpacks first; gpu/inputs/
+# (21 MB, run 1's torch inputs, whose captures are in traces/hw/ and were bit-identical when
+# re-run) stays here, and the session skips the torch and fb-fa2 steps without it:
 #   run: command "bash gpu/device_session.sh", carry [".devcarry", "gpu/vendor"], timeout_s 420
 # Usage: gpu/prepare_session.sh   (needs tools/setup.sh's packages and nvcc)
 set -euo pipefail
@@ -38,5 +40,5 @@ else
   echo "warning: no gpu/vendor/triton_06_fused_attention.py: the session's tutorial step will fail (alone)" >&2
 fi
 rm -rf .devcarry && mkdir -p .devcarry
-tar -cf - .devbin gpu/inputs | xz -T"$jobs" -6 > .devcarry/carry.tar.xz
+tar -cf - .devbin | xz -T"$jobs" -6 > .devcarry/carry.tar.xz
 du -sh .devbin gpu/inputs gpu/vendor .devcarry

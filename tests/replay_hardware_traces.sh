@@ -12,7 +12,8 @@
 # assumed, not modelled: docs/FINDINGS.md "Hardware status") and the paths kind (the other
 # four paths of issue 38: the Triton tutorial, FlexAttention, the math path, cuDNN; their
 # residuals are in docs/FINDINGS.md) are known residuals: they must replay without an
-# error (exit 0 or 1, not 2), and each path's folder must give a bias-test --traces verdict.
+# error (exit 0 or 1, not 2), but the tutorial's O, dQ and dK must be bit for bit under
+# triton-tutorial-sm90, and each path's folder must give a bias-test --traces verdict.
 # FLASHBITS_TEST_SCALE=sanitizer replays one capture of each kind but bias, whose captures
 # are torch captures of more heads (the same replay path as the torch kind's, and the
 # longest run under ASan).
@@ -24,6 +25,7 @@ kinds=("$@")
 [ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager splitkv paths)
 fail=0
 exact=0
+tutorial_oqk=0
 found=0
 shopt -s nullglob
 for kind in "${kinds[@]}"; do
@@ -57,6 +59,22 @@ for t in "${eager[@]}"; do
   # A path without a model of its own replays under the nearest (gpu/check_paths.py's table).
   model=()
   case $t in
+    */paths/tutorial/*)
+      # triton-tutorial-sm90: O, dQ and dK of every tutorial capture bit for bit (the known
+      # residual: 1-2 of 512 rows' M off by 1 ulp, and in the non-causal capture 3 dV
+      # elements through one of them; docs/FINDINGS.md "Attention paths").
+      if ! "$fb" replay "$t" --model triton-tutorial-sm90 --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+bad = [t["name"] for t in d["tensors"] if t["name"] in ("o", "dq", "dk") and t["matching"] != t["compared"]]
+sys.exit(1 if bad or len([t for t in d["tensors"] if t["name"] in ("o", "dq", "dk")]) != 3 else 0)'; then
+        echo "NOT BIT-EXACT (o, dq, dk): $t"
+        fail=1
+      else
+        tutorial_oqk=$((tutorial_oqk + 1))
+      fi
+      continue
+      ;;
     */paths/flex/* | */paths/cudnn/*) model=(--model pytorch-fa2-sm90) ;;
     */paths/math/*_bf16_*) model=(--model standard-bf16) ;;
     */paths/math/*_fp16_*) model=(--model standard-fp16) ;;
@@ -66,15 +84,17 @@ for t in "${eager[@]}"; do
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
 done
-# Each path's captures also feed a bias verdict (bias-test --traces DIR): it must run (exit 0
-# or 1), whatever it concludes.
+# Each path's captures also feed a bias verdict (bias-test --traces DIR): it must run,
+# whatever it concludes.
 if [[ " ${kinds[*]} " == *" paths "* ]] && [ "${FLASHBITS_TEST_SCALE:-}" != sanitizer ]; then
   for dir in "$root"/traces/hw/*/paths/*/; do
     "$fb" bias-test --traces "$dir" > /dev/null 2>&1
     rc=$?
-    if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): bias-test --traces $dir"; fail=1; fi
+    # 0 no bias, 1 bias, 4 inconclusive (the tutorial's 6 heads are too few samples).
+    case $rc in 0 | 1 | 4) ;; *) echo "ERROR (exit $rc): bias-test --traces $dir"; fail=1 ;; esac
   done
 fi
-echo "${kinds[*]}: $exact hardware captures replayed bit for bit, $found replayed in all"
+echo "${kinds[*]}: $exact hardware captures replayed bit for bit, $found replayed in all" \
+  "$([ "$tutorial_oqk" -gt 0 ] && echo "(and $tutorial_oqk tutorial captures with O, dQ, dK bit for bit)")"
 [ "$found" -gt 0 ] || { echo "no ${kinds[*]} hardware captures found under $root/traces/hw"; fail=1; }
 exit $fail

@@ -41,8 +41,7 @@ namespace {
 // forward's softmax P restricted to keys j <= r: dV_j = sum_{r >= j} P_rj dO_r, dS_rj = P_rj
 // (dO_r.v_j - delta_r) for j <= r, dQ_r = scale sum_j dS_rj k_j, dK_j = scale sum_r dS_rj q_r,
 // with P_rj = exp(scale q_r.k_j - LSE_r) and delta_r = dO_r.O_r from the exact reference.
-void check_always_causal_backward(const AttentionInputs& in, const AttentionOutputs& got,
-                                  const AttentionOutputs& ref) {
+void check_always_causal_backward(const AttentionInputs& in, const AttentionOutputs& got, const AttentionOutputs& ref) {
   const int heads = in.q.heads, n = in.q.rows, d = in.q.cols;
   REQUIRE(in.k.rows == n);
   const double scale = in.softmax_scale > 0 ? in.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d));

@@ -373,6 +373,9 @@ int run_replay(const ReplayOptions& o) {
   std::vector<std::string> not_compared;  // --row: tensors that need every row's backward
   comparisons.push_back(compare(o, trace, "o", out.o));
   if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
+  // The Triton tutorial's M (gpu/capture_paths.py stores it as m_log2_tutorial).
+  if (trace.has("m_log2_tutorial") && out.lse_log2)
+    comparisons.push_back(compare(o, trace, "m_log2_tutorial", *out.lse_log2));
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
   if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
   if (trace.has("dq_accum") && one_row && trace.has("do")) not_compared.push_back("dq_accum");

@@ -191,12 +191,22 @@ void validate_tensors(const Safetensors& file, const TraceMetadata& metadata, st
     bool allow_rank3;
   };
   const Rule rules[] = {
-      {"v", "k", {ks[0], ks[1], ks[2], ks[3]}, false},  {"o", "q", {qs[0], qs[1], qs[2], qs[3]}, false},
-      {"do", "q", {qs[0], qs[1], qs[2], qs[3]}, false}, {"dq", "q", {qs[0], qs[1], qs[2], qs[3]}, false},
-      {"dk", "k", {ks[0], ks[1], ks[2], ks[3]}, false}, {"dv", "k", {ks[0], ks[1], ks[2], ks[3]}, false},
-      {"lse", "q", {qs[0], qs[1], qs[2], 1}, true},     {"delta", "q", {qs[0], qs[1], qs[2], 1}, true},
-      {"m", "q", {qs[0], qs[1], qs[2], 1}, true},       {"l", "q", {qs[0], qs[1], qs[2], 1}, true},
-      {"s", "q", {qs[0], qs[1], qs[2], ks[2]}, false},  {"p", "q", {qs[0], qs[1], qs[2], ks[2]}, false},
+      {"v", "k", {ks[0], ks[1], ks[2], ks[3]}, false},
+      {"o", "q", {qs[0], qs[1], qs[2], qs[3]}, false},
+      {"do", "q", {qs[0], qs[1], qs[2], qs[3]}, false},
+      {"dq", "q", {qs[0], qs[1], qs[2], qs[3]}, false},
+      {"dk", "k", {ks[0], ks[1], ks[2], ks[3]}, false},
+      {"dv", "k", {ks[0], ks[1], ks[2], ks[3]}, false},
+      {"lse", "q", {qs[0], qs[1], qs[2], 1}, true},
+      {"delta", "q", {qs[0], qs[1], qs[2], 1}, true},
+      {"m", "q", {qs[0], qs[1], qs[2], 1}, true},
+      {"l", "q", {qs[0], qs[1], qs[2], 1}, true},
+      {"s", "q", {qs[0], qs[1], qs[2], ks[2]}, false},
+      {"p", "q", {qs[0], qs[1], qs[2], ks[2]}, false},
+      // the path captures' own statistics (gpu/capture_paths.py): the Triton tutorial's M and
+      // flex_attention's returned LSE
+      {"m_log2_tutorial", "q", {qs[0], qs[1], qs[2], 1}, true},
+      {"lse_flex", "q", {qs[0], qs[1], qs[2], 1}, true},
   };
   for (const Rule& rule : rules) {
     const SafeTensor* t = file.find(rule.name);
