@@ -7,11 +7,15 @@
 // (traces/probe_file.hpp, gpu/README.md), which `flashbits probe-check` replays on a CPU.
 // Forms: mma.sync m16n8k16 bf16/fp16 -> f32, fp16 -> f16, mma.sync m16n8k8 tf32 -> f32
 // (sm_80+), wgmma m64n8k16 bf16/fp16 and m64n8k32 e4m3/e5m2 -> f32 (sm_90a only).
-// Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--forms all|mma|wgmma] [--dry-run: inputs only, no GPU,
-//        D = 0xffffffff, source "dry-run:no-gpu"; for checking the generator and file]
+// Usage: fb-mma-probe --out FILE [--tiles N] [--seed S] [--forms all|mma|wgmma] [--batches NAME[,NAME...]]
+//        [--dry-run: inputs only, no GPU, D = 0xffffffff, source "dry-run:no-gpu"; for checking the generator
+//        and file]
+// --batches: only the named batches (an unknown name: exit 2); without it, every batch but
+// zero_floor, which runs only when named (bf16 and tf32 into fp32 only; 17 * ceil(N/17) tiles
+// per form, mma and wgmma alike; gpu/zero_floor_device.sh).
 // Per form and batch: N mma tiles (16x8 outputs) or (N+3)/4 wgmma tiles (64x8); the
 // `chained` batch records two cases per output. Batch indices are stable: new batches
-// are appended (signed_zeros follows chained, then zero_exponent and inf_overflow). The
+// are appended (signed_zeros follows chained, then zero_exponent, inf_overflow, zero_floor). The
 // file is streamed form by form (a section's cases never sit in memory at once), written
 // to FILE.partial and renamed at the end, so an interrupted run leaves no truncated FILE.
 #include <cuda_runtime.h>
@@ -126,9 +130,23 @@ class ProbeFileStream {
   std::uint64_t expected_ = 0, written_ = 0;
 };
 
+// The tiles of one form's section, batch after batch (in Batch order): tiles_per_batch per
+// selected batch that applies to the form, zero_floor_tiles for zero_floor.
+std::vector<int> section_tiles(const FormInfo& f, const std::vector<bool>& selected, int tiles_per_batch,
+                               int zero_floor_tiles) {
+  std::vector<int> batch_of_tile;
+  for (int b = 0; b < kBatchCount; ++b) {
+    if (!selected[b] || !batch_applies(f, b)) continue;
+    batch_of_tile.insert(batch_of_tile.end(), b == kZeroFloor ? zero_floor_tiles : tiles_per_batch, b);
+  }
+  return batch_of_tile;
+}
+
 // Cases of one form's section: every output of every tile, the chained tiles' twice.
-std::uint64_t section_cases(const FormInfo& f, int tiles_per_batch) {
-  return static_cast<std::uint64_t>(tiles_per_batch) * static_cast<std::uint64_t>(f.m) * kN * (kBatchCount + 1);
+std::uint64_t section_cases(const FormInfo& f, const std::vector<int>& batch_of_tile) {
+  std::uint64_t tiles = 0;
+  for (int b : batch_of_tile) tiles += b == kChained ? 2 : 1;
+  return tiles * static_cast<std::uint64_t>(f.m) * kN;
 }
 
 // Generates, runs (unless dry_run) and streams one form's section. dry_run: no device
@@ -138,20 +156,27 @@ std::uint64_t section_cases(const FormInfo& f, int tiles_per_batch) {
 // Tiles are laid out batch after batch (in Batch order); cases are written tile by
 // tile, row by row, 8 columns each; a chained tile writes, per output, (C, a, b, D1) and
 // then (D1, a, b, D2).
-void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64_t seed, const cudaDeviceProp& prop,
-                const std::map<std::string, std::string>& device_fields, bool dry_run) {
+// batch_of_tile (section_tiles): the batch of every tile; the chained tiles are contiguous.
+// The header names the batches up to the last one run (a default run: the 15 before
+// zero_floor, as before it existed), so batch indices are the same in every file.
+void probe_form(ProbeFileStream& out, int form, const std::vector<int>& batch_of_tile, std::uint64_t seed,
+                const cudaDeviceProp& prop, const std::map<std::string, std::string>& device_fields, bool dry_run) {
   const FormInfo& f = kForms[form];
   const int F = fraction_bits_for(f, prop.major);
   Designer designer(f, seed * 1315423911u + static_cast<std::uint64_t>(form), F);
-  const int tiles = tiles_per_batch * kBatchCount, chained_from = tiles_per_batch * kChained,
-            chained_to = chained_from + tiles_per_batch;
+  const int tiles = static_cast<int>(batch_of_tile.size());
+  const auto first_chained = std::find(batch_of_tile.begin(), batch_of_tile.end(), static_cast<int>(kChained));
+  const int chained_from = static_cast<int>(first_chained - batch_of_tile.begin()),
+            chained_to = chained_from +
+                         static_cast<int>(std::count(first_chained, batch_of_tile.end(), static_cast<int>(kChained)));
+  const int chained_tiles = std::max(chained_to - chained_from, 1);
   const std::size_t a_n = static_cast<std::size_t>(f.m) * f.k, b_n = static_cast<std::size_t>(kN) * f.k,
                     c_n = static_cast<std::size_t>(f.m) * kN;
-  const std::size_t all = static_cast<std::size_t>(tiles), chained = static_cast<std::size_t>(tiles_per_batch);
+  const std::size_t all = static_cast<std::size_t>(tiles), chained = static_cast<std::size_t>(chained_tiles);
   std::vector<std::uint32_t> A(a_n * all), Bt(b_n * all), C(c_n * all), D(c_n * all, 0xffffffffu),
       D2(c_n * chained, 0xffffffffu);
   for (int t = 0; t < tiles; ++t) {
-    designer.fill_tile(static_cast<Batch>(t / tiles_per_batch), &A[a_n * t], &Bt[b_n * t], &C[c_n * t]);
+    designer.fill_tile(static_cast<Batch>(batch_of_tile[t]), &A[a_n * t], &Bt[b_n * t], &C[c_n * t]);
   }
   if (!dry_run) {
     std::uint32_t *dA, *dB, *dC, *dD, *dD2;
@@ -175,15 +200,17 @@ void probe_form(ProbeFileStream& out, int form, int tiles_per_batch, std::uint64
   h.input = f.input;
   h.c_format = f.cd;
   h.d_format = f.cd;
-  h.batches.assign(kBatchNames, kBatchNames + kBatchCount);
+  const int last_batch =
+      tiles == 0 ? kDefaultBatchCount - 1 : *std::max_element(batch_of_tile.begin(), batch_of_tile.end());
+  h.batches.assign(kBatchNames, kBatchNames + std::max(kDefaultBatchCount, last_batch + 1));
   h.models = {model_for(f, prop.major, prop.minor)};
   h.extra = device_fields;
   h.extra["tile"] = "m" + std::to_string(f.m) + "n8k" + std::to_string(f.k);
   h.extra["seed"] = std::to_string(seed);
   h.extra["f_boundary_f"] = std::to_string(F);
-  out.begin_section(h, section_cases(f, tiles_per_batch));
+  out.begin_section(h, section_cases(f, batch_of_tile));
   for (int t = 0; t < tiles; ++t) {
-    const auto batch = static_cast<std::uint32_t>(t / tiles_per_batch);
+    const auto batch = static_cast<std::uint32_t>(batch_of_tile[t]);
     for (int r = 0; r < f.m; ++r) {
       const std::uint32_t* a = &A[a_n * t + static_cast<std::size_t>(r) * f.k];
       for (int n = 0; n < kN; ++n) {
@@ -201,14 +228,18 @@ int run(int argc, char** argv) {
   int tiles = 4;
   std::uint64_t seed = 1;
   bool dry_run = false;
-  std::string only = "all";  // all | mma | wgmma: a device session runs mma.sync and wgmma as
-                             // separate processes, so a wgmma fault cannot lose the mma.sync file
+  std::string only = "all";    // all | mma | wgmma: a device session runs mma.sync and wgmma as
+                               // separate processes, so a wgmma fault cannot lose the mma.sync file
+  std::string batches_arg;     // --batches NAME[,NAME...]
+  bool batches_given = false;  // without --batches: the default batches
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--dry-run")
       dry_run = true;
     else if (arg == "--forms" && i + 1 < argc)
       only = argv[++i];
+    else if (arg == "--batches" && i + 1 < argc)
+      batches_arg = argv[++i], batches_given = true;
     else if (arg == "--out" && i + 1 < argc)
       out = argv[++i];
     else if (arg == "--tiles" && i + 1 < argc)
@@ -218,13 +249,34 @@ int run(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: fb-mma-probe --out FILE [--tiles N per batch, default 4] [--seed S] [--forms all|mma|wgmma] "
-                   "[--dry-run]\n");
+                   "[--batches NAME[,NAME...]] [--dry-run]\n");
       return 2;
     }
   }
   if (only != "all" && only != "mma" && only != "wgmma") {
     std::fprintf(stderr, "error: --forms must be all, mma or wgmma, not '%s'\n", only.c_str());
     return 2;
+  }
+  // --batches: the named batches only (zero_floor runs only when named); strict names.
+  std::vector<bool> selected(kBatchCount, false);
+  if (!batches_given) {
+    for (int b = 0; b < kDefaultBatchCount; ++b) selected[b] = true;
+  } else {
+    std::size_t from = 0;
+    while (true) {
+      const std::size_t comma = batches_arg.find(',', from);
+      const std::string name = batches_arg.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      const auto it = std::find_if(kBatchNames, kBatchNames + kBatchCount, [&](const char* n) { return name == n; });
+      if (it == kBatchNames + kBatchCount) {
+        std::string known;
+        for (int b = 0; b < kBatchCount; ++b) known += std::string(b ? "," : "") + kBatchNames[b];
+        std::fprintf(stderr, "error: --batches: unknown batch '%s' (known: %s)\n", name.c_str(), known.c_str());
+        return 2;
+      }
+      selected[static_cast<std::size_t>(it - kBatchNames)] = true;
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
   }
   // 100000 tiles: 150 million cases and about 40 GB of file per form; far beyond any use.
   if (out.empty() || tiles < 1 || tiles > 100000) {
@@ -254,6 +306,12 @@ int run(int argc, char** argv) {
   for (int form = 0; form < kFormCount; ++form) {
     const FormInfo& f = kForms[form];
     if ((only == "mma" && f.wgmma) || (only == "wgmma" && !f.wgmma)) continue;
+    bool any = false;
+    for (int b = 0; b < kBatchCount; ++b) any = any || (selected[b] && batch_applies(f, b));
+    if (!any) {
+      std::printf("skip %s: none of the selected batches applies to it\n", f.ptx);
+      continue;
+    }
     if (f.wgmma && prop.major != 9) {
       std::printf("skip %s: wgmma needs sm_90a, device is sm_%d%d\n", f.ptx, prop.major, prop.minor);
       continue;
@@ -265,10 +323,13 @@ int run(int argc, char** argv) {
     const FormInfo& f = kForms[form];
     const auto start = std::chrono::steady_clock::now();
     // wgmma tiles hold 4x the outputs of an mma tile; keep the case counts comparable.
+    // zero_floor: whole sweeps of its 17 exponents g, in mma and wgmma tiles alike.
     const int per_batch = f.wgmma ? (tiles + 3) / 4 : tiles;
-    probe_form(file, form, per_batch, seed, prop, fields, dry_run);
+    const int zero_floor_tiles = (tiles + kZeroFloorGs - 1) / kZeroFloorGs * kZeroFloorGs;
+    const std::vector<int> batch_of_tile = section_tiles(f, selected, per_batch, zero_floor_tiles);
+    probe_form(file, form, batch_of_tile, seed, prop, fields, dry_run);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("%s: %llu cases (%.2f s)\n", f.ptx, static_cast<unsigned long long>(section_cases(f, per_batch)),
+    std::printf("%s: %llu cases (%.2f s)\n", f.ptx, static_cast<unsigned long long>(section_cases(f, batch_of_tile)),
                 seconds);
     std::fflush(stdout);
   }

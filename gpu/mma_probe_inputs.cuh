@@ -40,11 +40,26 @@ enum Batch : int {
   kSignedZeros,   // exact zero sums: every product -0 (C = -0 or +0), or x - x pairs with C = -0
   kZeroExponent,  // a zero times a huge partner beside tiny terms; C = 0 beside products below C's emin
   kInfOverflow,   // C = +-inf with a product beyond the output's range, of C's sign or the opposite
+  kZeroFloor,     // (--batches only) the lowest step exponent a zero term or a zero C imposes (issue 38)
   kBatchCount
 };
-const char* const kBatchNames[kBatchCount] = {
-    "random_bits", "random_normal", "specials",   "ties",    "cancellation", "exponent_gap",  "zero_terms",  "c_huge",
-    "c_tiny",      "overflow",      "f_boundary", "chained", "signed_zeros", "zero_exponent", "inf_overflow"};
+// Batches of a run without --batches: every batch before zero_floor, so that the default
+// run (gpu/device_session.sh) and its file are unchanged. zero_floor runs only when asked.
+constexpr int kDefaultBatchCount = kZeroFloor;
+const char* const kBatchNames[kBatchCount] = {"random_bits",  "random_normal", "specials",     "ties",
+                                              "cancellation", "exponent_gap",  "zero_terms",   "c_huge",
+                                              "c_tiny",       "overflow",      "f_boundary",   "chained",
+                                              "signed_zeros", "zero_exponent", "inf_overflow", "zero_floor"};
+
+// zero_floor's tiles: tile t of the batch sets the negative term's exponent g = -166 + t % 17.
+constexpr int kZeroFloorGs = 17;
+// Whether a form runs a batch: zero_floor needs products below 2^-139 with every bit a
+// multiple of 2^-149 and an fp32 output: bf16 and tf32 into fp32 (mma.sync bf16 m16n8k16,
+// mma.sync tf32 m16n8k8, wgmma bf16 m64n8k16).
+bool batch_applies(const FormInfo& f, int batch) {
+  if (batch != kZeroFloor) return true;
+  return f.input.exp_bits == 8 && f.input.man_bits >= 7 && f.cd == formats::fp32;
+}
 
 // F, the aligned-significand width (fraction bits kept below the largest exponent of a
 // fused step) of the emu model fb-mma-probe names for a form on a device (model_for
@@ -617,10 +632,61 @@ class Designer {
     }
   }
 
+  // zero_floor (issue 38 item 7): which lowest alignment exponent ("floor") a zero C or a
+  // zero product imposes on a fused step. Every row makes the exact sum fall just short of a
+  // multiple of 2^-149 (the fp32 subnormal ulp), so that a floor shows as a one-ulp
+  // difference: K-2 positive products a * 2^-21, the first with its lead at 2^-139, the
+  // others at 2^-147..2^-139, every bit a multiple of 2^-149 (their sum N * 2^-149); one
+  // negative product T = -2^-126 * 2^(g+126) = -2^g, g = -166 + t % 17 for the batch's tile
+  // t; one partner slot. Aligned at E and truncated to the grid 2^(E-25), T survives (RZ
+  // gives N-1 ulps) iff g >= E - 25, else D = N ulps: today's rule (zero terms ignored,
+  // E = -139) flips at g = -164, a floor X at g = X - 25. The slots' positions are drawn
+  // per tile (the same in every column). Partner slot per column n: b = 2^-21, +2^127,
+  // -2^127, 2^64, 2^0, 2^-64, 2^-126, +0. Rows (r % 4): a[partner] = +0, 2^-122, -0,
+  // 2^-122: a zero product against each partner in the zero rows; in the others column 0
+  // has no zero product (a 2^-143 product) and column 7 a zero product 2^-122 * +0 (the
+  // other columns' large or far-below products are recorded too). C = +0 in rows r % 16 <
+  // 8, -0 in the others: C is zero in every row.
+  void fill_zero_floor_tile(std::uint32_t* A, std::uint32_t* Bt, std::uint32_t* C) {
+    const Format& in = f_.input;
+    const Format& cf = f_.cd;
+    const int M = f_.m, K = f_.k;
+    const int g = -166 + zero_floor_tile_++ % kZeroFloorGs;
+    std::vector<int> order(static_cast<std::size_t>(K));
+    for (int i = 0; i < K; ++i) order[i] = i;
+    for (int i = K - 1; i > 0; --i) std::swap(order[i], order[uniform(static_cast<std::uint32_t>(i + 1))]);
+    const int t_slot = order[0], partner = order[1];
+    static const int kPartnerExp[kN] = {-21, 127, 127, 64, 0, -64, -126, 0};
+    for (int n = 0; n < kN; ++n) {
+      std::uint32_t* b = Bt + n * K;
+      for (int i = 0; i < K; ++i) b[i] = value(in, false, -21, 0);
+      b[t_slot] = value(in, false, g + 126, 0);
+      b[partner] = n == kN - 1 ? to_container(in, 0u) : value(in, n == 2, kPartnerExp[n], 0);
+    }
+    for (int r = 0; r < M; ++r) {
+      std::uint32_t* a = A + r * K;
+      for (int j = 2; j < K; ++j) {
+        const int lead = j == 2 ? -139 : range(-147, -139);
+        // bits below 2^-149 cleared: every product a multiple of the fp32 subnormal ulp
+        const int drop = std::max(0, in.man_bits - (lead + 149));
+        const std::uint32_t mantissa = ((static_cast<std::uint32_t>(rng_()) & in.man_mask()) >> drop) << drop;
+        a[order[j]] = value(in, false, lead + 21, mantissa);
+      }
+      a[t_slot] = value(in, true, -126, 0);
+      const int kind = r % 4;
+      a[partner] = kind % 2 == 1 ? value(in, false, -122, 0) : to_container(in, kind == 2 ? in.sign_mask() : 0u);
+      for (int n = 0; n < kN; ++n) C[r * kN + n] = to_container(cf, r % 16 < 8 ? 0u : cf.sign_mask());
+    }
+  }
+
   // Fills one tile (A[m][k], Bt[n][k], C[m][n]) of the given batch.
   void fill_tile(Batch batch, std::uint32_t* A, std::uint32_t* Bt, std::uint32_t* C) {
     const Format& in = f_.input;
     const int M = f_.m, K = f_.k;
+    if (batch == kZeroFloor) {
+      fill_zero_floor_tile(A, Bt, C);
+      return;
+    }
     if (batch == kRandomBits || batch == kRandomNormal || batch == kSpecials || batch == kChained) {
       const int mid = in.exp_bits >= 8 ? 0 : (in.emin() + in.emax()) / 2 + 1;
       auto element = [&](const Format& fmt, int centre) {
@@ -656,6 +722,7 @@ class Designer {
   int F_;
   // Designed rows of the current batch so far: the overflow and f_boundary designs cycle by it.
   int row_batch_ = -1, batch_row_ = 0;
+  int zero_floor_tile_ = 0;  // zero_floor tiles filled so far: tile t has g = -166 + t % 17
 };
 
 template <int F, bool kChain>
