@@ -353,6 +353,117 @@ void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>&
   }
 }
 
+// ---- FlexAttention's backward (BackwardKernel::flex_blocks) ------------------------------
+namespace {
+// P for one row and key as flex_backwards.py.jinja's bwd_dq_block_mn / bwd_dkdv_block_mn form
+// it: the score as the forward forms it (score_of_dot: fp32(qk * SM_SCALE)), then exp2 of it
+// times RCP_LN2 less the forward's log2-unit LSE (lse = where(lse == -inf, 0, lse)): one FFMA,
+// or on a partially masked block the rounded product then a subtraction (exponent(), two_step).
+// A row that saw nothing has LSE = +inf, so P = exp2(-inf) = 0.
+template <class A, class E>
+double flex_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, const HeadData<E>& hd, int row,
+                       int key, double lse_log2, bool partial) {
+  const double s = score(km, ar, k, hd.q_row(row), hd.k_row(key), hd.d);
+  return exponent(km, ar, k, s, lse_log2, partial && km.causal_band_two_step_exponent);
+}
+}  // namespace
+
+// flex_backwards.py.jinja for one head. The block mask's blocks are the forward's tiles
+// (g.tiles.block_m x block_n, flex_partial_block); each program walks its blocks partial first,
+// then full, each group ascending (KvOrder::partial_then_full). dK, dV: per key (its KV block),
+// over the visited row blocks in steps of bwd_block_m rows, dv += dot(P^T.to(F), dO) and
+// dk += dot(dS^T.to(F), Q), the fp32 accumulators the next step's C. dQ: per row (its row
+// block), over the visited KV blocks in steps of bwd_block_m keys, dq += dot(dS.to(F), K).
+// dS = fp32(P * fp32(dP - delta)), dP = dot(dO, V^T) in fp32; masked entries (tl.where(mask,
+// ., 0)) stay in their steps as zeros. At the end dq *= SM_SCALE and dk *= SM_SCALE in fp32.
+// The dQ programs recompute P and dS as the dK/dV programs do: the same arithmetic gives the
+// same values, so they are formed once.
+template <class A, class E>
+void flex_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                        const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                        double* dk_out, double* dv_out) {
+  const int nq = g.nq, nk = g.nk, d = g.d, offset = causal_offset(g);
+  const int bm = g.tiles.block_m, bn = g.tiles.block_n, step = g.tiles.bwd_block_m;
+  const ScaleConstants k = scale_constants(km, ar, g.scale);
+  const std::size_t unk = static_cast<std::size_t>(nk), unq = static_cast<std::size_t>(nq);
+  // P and dS of every (row, key), in the input format, row-major and transposed.
+  std::vector<E> p_t(unq * unk), ds(unq * unk), ds_t(unq * unk);
+  for (int r = 0; r < nq; ++r) {
+    const int visible = visible_keys(g, r), row_begin = r / bm * bm;
+    const double lse = stats[static_cast<std::size_t>(r)].lse_kernel;
+    const double lse_log2 = lse == -kInf ? 0.0 : lse;
+    for (int j = 0; j < nk; ++j) {
+      E p_e = static_cast<E>(0), ds_e = static_cast<E>(0);
+      if (j < visible) {
+        const double p = flex_backward_p(km, ar, k, hd, r, j, lse_log2, flex_partial_block(g, row_begin, j / bn * bn));
+        const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
+        p_e = static_cast<E>(ar.to(km.p_cast, p));
+        ds_e = static_cast<E>(ar.to(km.p_cast, ar.f32(p * ar.f32(dp - delta[static_cast<std::size_t>(r)]))));
+      }
+      const std::size_t rj = static_cast<std::size_t>(r) * unk + static_cast<std::size_t>(j);
+      const std::size_t jr = static_cast<std::size_t>(j) * unq + static_cast<std::size_t>(r);
+      p_t[jr] = p_e;
+      ds[rj] = ds_e;
+      ds_t[jr] = ds_e;
+    }
+  }
+  // The spans of `step` of the blocks [b, b + block) of `n` in the order partial then full.
+  std::vector<Span> spans;
+  auto blocks_in_order = [&](int n, int block, const auto& visited, const auto& partial) {
+    spans.clear();
+    for (int pass = 0; pass < 2; ++pass)
+      for (int b = 0; b < n; b += block) {
+        if (!visited(b) || partial(b) != (pass == 0)) continue;
+        for (int i = b; i < std::min(n, b + block); i += step)
+          spans.push_back(Span{i, std::min({n, b + block, i + step})});
+      }
+  };
+  std::vector<double> dv_row(static_cast<std::size_t>(d)), dk_row(static_cast<std::size_t>(d)),
+      dq_row(static_cast<std::size_t>(d));
+  std::vector<float> lane_values;
+  // dK, dV: the row blocks of key j's KV block that see one of its keys.
+  for (int j = 0; j < nk; ++j) {
+    const int kb = j / bn * bn;
+    blocks_in_order(
+        nq, bm, [&](int rb) { return !g.causal || kb <= rb + bm - 1 + offset; },
+        [&](int rb) { return flex_partial_block(g, rb, kb); });
+    std::fill(dv_row.begin(), dv_row.end(), 0.0);
+    std::fill(dk_row.begin(), dk_row.end(), 0.0);
+    const E* p_col = p_t.data() + static_cast<std::size_t>(j) * unq;
+    const E* ds_col = ds_t.data() + static_cast<std::size_t>(j) * unq;
+    for (const Span& sp : spans) {
+      const int len = sp.end - sp.begin;
+      dots_against_columns(
+          ar, km.pv_dot, hd, dv_row.data(), p_col + sp.begin, hd.do_row(sp.begin), static_cast<std::size_t>(d), len, d,
+          [&](int c) { return hd.dot_row(c) + sp.begin; }, lane_values);
+      dots_against_columns(
+          ar, km.pv_dot, hd, dk_row.data(), ds_col + sp.begin, hd.q_row(sp.begin), static_cast<std::size_t>(d), len, d,
+          [&](int c) { return hd.qt_row(c) + sp.begin; }, lane_values);
+    }
+    for (int c = 0; c < d; ++c) {
+      const std::size_t o = static_cast<std::size_t>(j) * d + c;
+      dv_out[o] = ar.to(km.output, dv_row[static_cast<std::size_t>(c)]);
+      dk_out[o] = ar.to(km.output, ar.f32(dk_row[static_cast<std::size_t>(c)] * k.scale_f));
+    }
+  }
+  // dQ: the KV blocks that row r's row block sees a key of.
+  for (int r = 0; r < nq; ++r) {
+    const int rb = r / bm * bm;
+    blocks_in_order(
+        nk, bn, [&](int kb) { return !g.causal || kb <= rb + bm - 1 + offset; },
+        [&](int kb) { return flex_partial_block(g, rb, kb); });
+    std::fill(dq_row.begin(), dq_row.end(), 0.0);
+    const E* ds_row = ds.data() + static_cast<std::size_t>(r) * unk;
+    for (const Span& sp : spans)
+      dots_against_columns(
+          ar, km.pv_dot, hd, dq_row.data(), ds_row + sp.begin, hd.k_row(sp.begin), static_cast<std::size_t>(d),
+          sp.end - sp.begin, d, [&](int c) { return hd.kt_row(c) + sp.begin; }, lane_values);
+    for (int c = 0; c < d; ++c)
+      dq_out[static_cast<std::size_t>(r) * d + c] =
+          ar.to(km.output, ar.f32(dq_row[static_cast<std::size_t>(c)] * k.scale_f));
+  }
+}
+
 // The tensor-op backward (PyTorch autograd through the recipe's forward): per KV tile
 // and query tile, block matmuls fp32-accumulated and rounded to bwd_format, the tiles'
 // results accumulated in bwd_format. Materialised models use one tile each way.
@@ -464,6 +575,11 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
     if (km.backward == BackwardKernel::triton_prescaled_k) {
       p = triton_backward_p(km, ar, hd, row, j, st.lse_kernel);
       dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
+    } else if (km.backward == BackwardKernel::flex_blocks) {
+      const bool partial =
+          flex_partial_block(g, row / g.tiles.block_m * g.tiles.block_m, j / g.tiles.block_n * g.tiles.block_n);
+      p = flex_backward_p(km, ar, k, hd, row, j, st.lse_kernel == -kInf ? 0.0 : st.lse_kernel, partial);
+      dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
     } else if (km.backward == BackwardKernel::fa2_seqk_parallel) {
       const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.k_row(j), g.d));
       p = fa2_backward_p(km, ar, k, s, st.lse_kernel);
@@ -492,6 +608,9 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
   template void triton_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,          \
                                            const std::vector<RowStats>&, const std::vector<double>&, double*, double*, \
                                            double*);                                                                   \
+  template void flex_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,            \
+                                         const std::vector<RowStats>&, const std::vector<double>&, double*, double*,   \
+                                         double*);                                                                     \
   template void tensorop_backward_head<A, E>(const KernelModel&, const A&, const HeadData<E>&, const Geometry&,        \
                                              const std::vector<RowStats>&, const std::vector<double>&, double*,        \
                                              double*, double*);

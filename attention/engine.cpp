@@ -455,6 +455,9 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
       case BackwardKernel::triton_prescaled_k:
         triton_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
         break;
+      case BackwardKernel::flex_blocks:
+        flex_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
+        break;
       case BackwardKernel::tensor_ops:
         tensorop_backward_head(km, ar, hd, g, st, delta, dq, dk, dv);
         break;

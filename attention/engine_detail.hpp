@@ -176,6 +176,22 @@ inline int visible_keys(const Geometry& g, int row) {
   return g.causal ? std::clamp(row + 1 + causal_offset(g), 0, g.nk) : g.nk;
 }
 
+// FlexAttention's block mask (KvOrder::partial_then_full), on blocks of g.tiles.block_m rows
+// by g.tiles.block_n keys (the forward's tiles, 128 x 128: its SPARSE_Q/KV_BLOCK_SIZE): whether
+// the block of the row block starting at row_begin and the keys from kb holds a masked entry
+// (a partial block; without causal masking there is none). A block none of whose entries is
+// visible is not visited at all.
+inline bool flex_partial_block(const Geometry& g, int row_begin, int kb) {
+  return g.causal && kb + g.tiles.block_n - 1 > row_begin + causal_offset(g);
+}
+// The number of fully visible key blocks (from key 0) of the row block starting at row_begin,
+// at most `blocks`.
+inline int flex_full_blocks(const Geometry& g, int row_begin, int blocks) {
+  if (!g.causal) return blocks;
+  const int visible_to_all = row_begin + 1 + causal_offset(g);  // keys every row of the block sees
+  return std::clamp(visible_to_all / g.tiles.block_n, 0, blocks);
+}
+
 // Pairwise (recursive halving) sum with every addition rounded by `add`: the order of
 // emu/summation.hpp pairwise_reduce.
 template <class Add>
@@ -211,12 +227,14 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
   ScaleConstants k;
   if constexpr (A::exact) {
     k.scale_log2 = scale * std::numbers::log2e;
-    k.qk_scale = scale * std::numbers::log2e;
+    k.qk_scale = km.scale_before_log2e ? std::numbers::log2e : scale * std::numbers::log2e;
     k.scale_f = scale;
   } else {
     const double scale_param = km.scale_log2_from_fp32_scale ? static_cast<double>(static_cast<float>(scale)) : scale;
     k.scale_log2 = static_cast<float>(scale_param * std::numbers::log2e);
-    k.qk_scale = ar.f32(static_cast<double>(static_cast<float>(scale)) * static_cast<double>(1.44269504f));
+    k.qk_scale = km.scale_before_log2e
+                     ? static_cast<double>(1.44269504f)
+                     : ar.f32(static_cast<double>(static_cast<float>(scale)) * static_cast<double>(1.44269504f));
     // FA2 passes params.scale_softmax as float; PyTorch multiplies a 16/32-bit tensor by
     // the Python scalar in fp32 opmath; only fp64 tensors keep it in double.
     const bool fp64_tensor_op = km.scale == ScaleHandling::multiply_scores && !km.scaled_score_format;
@@ -262,6 +280,7 @@ template <class A>
 double score_of_dot(const KernelModel& km, const A& ar, const ScaleConstants& sc, double dot) {
   double s = ar.to(km.score_format, dot);
   if (km.scale == ScaleHandling::multiply_scores) s = ar.op(km.scaled_score_format, s * sc.scale_f);
+  if (km.scale_before_log2e) s = ar.f32(s * sc.scale_f);  // FlexAttention: qk *= SM_SCALE
   return s;
 }
 // score_of_dot over a tile, s[j] = score_of_dot(km, ar, sc, s[j]) for j < len, with the
@@ -269,7 +288,7 @@ double score_of_dot(const KernelModel& km, const A& ar, const ScaleConstants& sc
 // leaves the dot as it is).
 template <class A>
 void scores_of_dots(const KernelModel& km, const A& ar, const ScaleConstants& sc, double* s, int len) {
-  if (km.scale != ScaleHandling::multiply_scores) {
+  if (km.scale != ScaleHandling::multiply_scores && !km.scale_before_log2e) {
     if (!km.score_format) return;
     if (*km.score_format == formats::fp32) {
       for (int j = 0; j < len; ++j) s[j] = ar.f32(s[j]);
@@ -642,6 +661,10 @@ template <class A, class E>
 void triton_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
                           const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
                           double* dk_out, double* dv_out);
+template <class A, class E>
+void flex_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                        const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,
+                        double* dk_out, double* dv_out);
 template <class A, class E>
 void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
                             const std::vector<RowStats>& stats, const std::vector<double>& delta, double* dq_out,

@@ -82,7 +82,7 @@ bool uses_special_function(const KernelModel& km, SpecialFunction f) {
   switch (f) {
     case SpecialFunction::ex2:  // kernel_exp2 in exponent() and rescale_factor(), or fa2/triton_backward_p
       return km.cuda_expf || !scales_scores(km) || km.backward == BackwardKernel::fa2_seqk_parallel ||
-             km.backward == BackwardKernel::triton_prescaled_k;
+             km.backward == BackwardKernel::triton_prescaled_k || km.backward == BackwardKernel::flex_blocks;
     case SpecialFunction::rcp:  // normalize_softmax_lse (rcp_multiply, fa3_finalize)
       return online(km) &&
              (km.normalisation == Normalisation::rcp_multiply || km.normalisation == Normalisation::fa3_finalize);

@@ -416,6 +416,76 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
   return m;
 }
 
+// PyTorch 2.11's FlexAttention (torch.compile(flex_attention), Inductor's Triton templates, Triton
+// 3.6) on sm_90, read from the PTX and SASS of the kernels that ran on the H200
+// (traces/hw/h200/paths/flex/sass/, 2026-12-04) and reproduced bit for bit on its captures.
+// Head dim 64 measured (BLOCK_M = BLOCK_N = 128 forward; backward BLOCK_M1 = 64, BLOCK_N1 = 128,
+// BLOCK_M2 = 128, BLOCK_N2 = 64); other head dims take the same tiles (ASSUMED: Inductor's
+// tuning tables pick per head dim). The flex-decoding template (short queries) is not modelled.
+KernelModel flex_attention_sm90(const Format& dtype) {
+  KernelModel m;
+  m.base = "flex-attention-sm90";
+  m.description =
+      "PyTorch 2.11 FlexAttention (torch.compile, Triton 3.6) on sm_90: 128 x 128 tiles through sm90-wgmma, "
+      "KV blocks partially masked first then full (each ascending), S = fp32(qk*scale) then max of "
+      "fp32(S*1.44269504), P̄ = ex2.approx.ftz(fma(S, log2e, -m)) (partial blocks: fp32(S*log2e) - m), "
+      "m = -inf, l = 0, alpha = ex2(m_old - m_new), tile row sum per thread then (t0+t2)+(t1+t3), "
+      "l = fma(l, alpha, rowsum), O = fp32(acc * rcp(l)) (div.full.f32), M = m + __nv_log2f(l); backward: "
+      "delta 8 threads per row (mul + 7 fma, xor 4, 2, 1), P = ex2(fma(S, log2e, -M)), dS = P*(dP - delta) "
+      "cast to F, dK/dV per 128 keys over 64-row steps, dQ per 128 rows over 64-key steps, dQ, dK *= scale; "
+      "measured on the H200 (decode template not modelled)";
+  m.sources =
+      "pytorch/pytorch torch/_inductor/kernel/flex/templates/flex_attention.py.jinja (forward_inner over "
+      "KV_IDX with IS_FULL_BLOCKS=False, then over FULL_KV_IDX with IS_FULL_BLOCKS=True; l_i = 0, m_i = -inf; "
+      "l_i = where(l_i == 0, 1, l_i); acc / l_i; lse = m_i + log2(l_i)), common.py.jinja forward_block_mn "
+      "(qk *= SM_SCALE; post_mod_scores = where(mask, ., -inf) on partial blocks; post_mod_scores *= RCP_LN2; "
+      "m_ij = max(m_i, max(post_mod_scores)); alpha = exp2(m_i - m_ij); p = exp2(post_mod_scores - m_ij); "
+      "l_i = l_i*alpha + sum(p); acc = acc*alpha; acc = dot(p.to(dtype), v, acc)), flex_backwards.py.jinja "
+      "(bwd_dq_inner / bwd_dkdv_inner over partial then full blocks; pT = exp2(qkT*RCP_LN2 - lse), lse = "
+      "where(lse == -inf, 0, lse); dsT = pT*(dpT - Di); dq *= SM_SCALE, dk *= SM_SCALE), "
+      "torch/nn/attention/flex_attention.py (_create_empty_block_mask: one 2^30 block without a mask; "
+      "_dense_to_ordered: ascending block indices; lse * math.log(2) returned). sm_90 code: PTX and SASS "
+      "as Triton 3.6.0 compiled them for the H200 (PyTorch 2.11.0+cu130, 2026-12-04; "
+      "traces/hw/h200/paths/flex/sass/): triton_tem_fused_flex_attention_* (wgmma m64n128k16 and "
+      "m64n64k16 .f32.bf16.bf16, mul.f32 by the scale then by 0f3FB8AA3B, fma.rn.f32 into "
+      "ex2.approx.ftz.f32 on full blocks, sub.f32 after the select on partial ones, add.f32 chains and "
+      "shfl.sync.bfly 2, 1, fma for l, div.full.f32 = MUFU.RCP + FMUL, __nv_log2f inlined), "
+      "triton_per_fused_flex_attention_backward_mul_0 (delta: 8 threads per row, mul then 7 fma.rn.f32, "
+      "shfl.sync.bfly 4, 2, 1), triton_tem_fused_flex_attention_backward_mul_1 (256 threads, wgmma "
+      "m64n64k16, the same fma / sub split for P, mul.f32 by the scale on dQ and dK)";
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::partial_then_full;
+  m.tiles_by_head_dim = {{0, TileSizes{128, 128, 64, 128}}};
+  m.score_dot = tensor_core_dot("sm90-wgmma");  // 2 x 4 wgmma m64n128k16, the first from C = 0
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::log2_units;     // the max of post_mod_scores in log2 units
+  m.scale_before_log2e = true;             // qk *= SM_SCALE; post_mod_scores *= RCP_LN2
+  m.causal_band_two_step_exponent = true;  // partial blocks: where(mask, ., -inf) before the subtraction
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::triton_quad;  // tl.sum(p, 1) on the wgmma accumulator layout
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.l_init_one = false;                      // l_i = zeros
+  m.l_update_fma = true;                     // l_i = l_i*alpha + l_ij, contracted
+  m.p_cast = dtype;                          // p.to(MATMUL_PRECISION)
+  m.pv_dot = tensor_core_dot("sm90-wgmma");  // 2 x 8 wgmma m64n64k16 with acc as C
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::rcp_multiply;  // div.full.f32: MUFU.RCP + FMUL (l == 0 -> 1)
+  m.lse = LseFormula::log2_libdevice;             // lse = m_i + log2(l_i), __nv_log2f
+  m.sfu = correct_sfu_set();                      // replay of H200 captures takes the measured hw-sm90 set
+  m.ftz = false;
+  // triton_per_fused_flex_attention_backward_mul_0 (the autotuned XBLOCK 8/32 configs, which the
+  // 512-row capture needs): 8 threads per row over 8 contiguous columns, fp32(o1*do1) then FMAs of
+  // columns 0, 2..7 (the products are exact, so this is the column order), shfl.bfly 4, 2, 1:
+  // FA4's preprocess layout for d 64. The grad_lse term adds fma(-0, log2e, sum) = sum.
+  m.delta = DeltaFormula::fa4_threads;
+  m.backward = BackwardKernel::flex_blocks;
+  return m;
+}
+
 // FlashAttention-3's fp8 forward (Dao-AILab/flash-attention hopper/). The inputs are the
 // high-precision Q, K, V (`dtype`); the model quantises them to e4m3 as the caller does.
 KernelModel fa3_fp8(const Format& dtype) {
@@ -893,6 +963,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   }
   table.push_back(triton_tutorial(dtype));
   table.push_back(triton_tutorial_sm90(dtype));
+  table.push_back(flex_attention_sm90(dtype));
   table.push_back(fa3_fp8(dtype));
   table.push_back(fa3_16bit(dtype));
   table.push_back(fa4(dtype));

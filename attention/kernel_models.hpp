@@ -64,7 +64,16 @@ struct DotSpec {
 // rounded O, summed exactly and rounded once into fp32. run_attention() dispatches it to
 // round_exact_outputs() (attention/exact.cpp); no other field is read.
 enum class Structure : std::uint8_t { online_softmax, materialised, correctly_rounded };
-enum class KvOrder : std::uint8_t { first_to_last, last_to_first };
+enum class KvOrder : std::uint8_t {
+  first_to_last,
+  last_to_first,
+  // FlexAttention (flex_attention.py.jinja: forward_inner(IS_FULL_BLOCKS=False) over KV_IDX, then
+  // forward_inner(IS_FULL_BLOCKS=True) over FULL_KV_IDX): a row block first visits its partially
+  // masked block_m x block_n blocks, then its fully visible ones, each group in ascending order
+  // (_dense_to_ordered: a stable argsort of the dense block mask). Without a mask every tile is
+  // one group, ascending (_create_empty_block_mask). The backward visits its blocks alike.
+  partial_then_full,
+};
 
 // Where the softmax scale enters.
 enum class ScaleHandling : std::uint8_t {
@@ -186,6 +195,11 @@ enum class BackwardKernel : std::uint8_t {
                        // diagonal block bwd_block_m / bwd_mask_slice); dQ per row block over key steps
                        // likewise (diagonal block first, then keys from 0); dK *= sm_scale, dQ *= fp32(ln 2)
   tensor_ops,          // PyTorch autograd through the recipe's tensor ops (standard, golden, fa-bf16acc)
+  flex_blocks,         // FlexAttention flex_backwards.py.jinja: P = exp2 of the forward's scores against
+                       // its log2-unit LSE (exponent(), two-step on partial blocks), dS = fp32(P*fp32(dP -
+                       // delta)); dK/dV per KV block of bwd_block_n keys over row steps of bwd_block_m,
+                       // dQ per row block of bwd_block_n rows over key steps of bwd_block_m, blocks in
+                       // KvOrder::partial_then_full order; dQ, dK *= fp32(scale) at the end, dV unscaled
 };
 
 struct TileSizes {
@@ -259,6 +273,12 @@ struct KernelModel {
   RescaleExponent rescale_exponent = RescaleExponent::scaled_difference;  // exponent_ffma models' α
   std::optional<Format> scaled_score_format;                              // multiply_scores: S = F(S * scale)
   bool scale_in_input_dtype = false;  // the scale is first rounded to that format (a bf16 tensor op)
+  // log2_units, FlexAttention (common.py.jinja forward_block_mn: qk *= SM_SCALE, later
+  // post_mod_scores *= RCP_LN2): the scale is its own fp32 multiply on the score, S = fp32(S *
+  // fp32(scale)), and qk_scale is fp32(1.44269504) alone, so the max is of fp32(S * log2e) and
+  // P̄ = ex2(fma(S, log2e, -m)). It equals the tutorial's folded fp32(scale * log2e) only when
+  // the scale is a power of two.
+  bool scale_before_log2e = false;
   // ---- max, exponent, sum ----
   std::optional<Format> max_format;  // the m buffer (fp32 for FA2, bf16 for fa-bf16acc)
   std::optional<Format> sub_format;  // multiply_scores: S - m rounded to this
@@ -312,6 +332,9 @@ struct KernelModel {
   // Triton tutorial, causal forward: on KV tiles from the row block's first key on
   // (start_n >= start_m*BLOCK_M, the "masked" path), qk = fp32(qk*qk_scale) (+ mask) first and
   // the max is subtracted by a separate fp32 subtraction; elsewhere one FMA qk*qk_scale - m.
+  // With KvOrder::partial_then_full (FlexAttention) the two-step tiles are the partially masked
+  // blocks (the tl.where of the mask sits between the multiply and the subtraction, so LLVM
+  // does not contract them), in the forward and in the backward's P.
   bool causal_band_two_step_exponent = false;
 
   // A one-line warning every front end prints when the model is named (empty: none): a

@@ -132,8 +132,10 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
       return;
     }
   }
+  const int row_begin = row / g.tiles.block_m * g.tiles.block_m;
   const bool two_step = km.causal_band_two_step_exponent && g.causal &&
-                        kv_begin >= row / g.tiles.block_m * g.tiles.block_m + causal_offset(g);
+                        (km.kv_order == KvOrder::partial_then_full ? flex_partial_block(g, row_begin, kv_begin)
+                                                                   : kv_begin >= row_begin + causal_offset(g));
   for (int j = 0; j < len; ++j) {
     // +sw-exp2: FA4's apply_exp2_convert picks the polynomial by the column's place in the tile.
     const SoftwareExp2Split& sw = g.software_exp2;
@@ -523,7 +525,16 @@ struct TileSpan {
 template <class E>
 TileSpan tile_span(const KernelModel& km, const Geometry& g, const OnlineRow<E>& r, int it) {
   const int bn = g.tiles.block_n;
-  const int t = r.first_tile + (km.kv_order == KvOrder::last_to_first ? r.tiles - 1 - it : it);
+  int t = it;
+  if (km.kv_order == KvOrder::last_to_first) {
+    t = r.tiles - 1 - it;
+  } else if (km.kv_order == KvOrder::partial_then_full) {
+    // The row block's partial tiles the row sees (those after its full ones), then the full ones.
+    const int full = flex_full_blocks(g, r.row / g.tiles.block_m * g.tiles.block_m, r.tiles);
+    const int partial = r.tiles - full;
+    t = it < partial ? full + it : it - partial;
+  }
+  t += r.first_tile;
   const int kb = t * bn, ke = std::min(r.nk, kb + bn);
   return {kb, ke, ke - kb};
 }
