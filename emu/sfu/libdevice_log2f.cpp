@@ -24,7 +24,7 @@ float libdevice_log2f(float x) {
   const float x1 = small ? x * from_bits(0x4B000000u) : x;
   const float e0 = small ? -23.0f : 0.0f;
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x1);
-  const std::uint32_t t = (bits - 0x3F2AAAABu) & 0xFF800000u;
+  const std::uint32_t t = (bits - 0x3F3504F3u) & 0xFF800000u;
   const float m = from_bits(bits - t);
   const float e = fma_ftz(static_cast<float>(static_cast<std::int32_t>(t)), from_bits(0x34000000u), e0);
   const float f = m - 1.0f;

@@ -7,7 +7,7 @@
 // integer operations on the bits; the polynomial's FMAs carry .ftz (Triton links libdevice
 // with __CUDA_FTZ on), the other fp32 operations do not. The sequence:
 //   1. small = x < 2^-126; x1 = small ? x * 2^23 : x; e0 = small ? -23 : 0
-//   2. t = (bits(x1) - 0x3F2AAAAB) & 0xFF800000; m = float(bits(x1) - t)   (m in [2/3, 4/3))
+//   2. t = (bits(x1) - 0x3F3504F3) & 0xFF800000; m = float(bits(x1) - t)   (m in [1/√2, √2))
 //   3. e = fma.ftz(float(int32 t), 2^-23, e0)                              (exact)
 //   4. f = m - 1 (add.f32)
 //   5. p = fma.ftz(0x3DC6B27F, f, 0xBE2C7F30), then Horner p = fma.ftz(p, f, c) over
