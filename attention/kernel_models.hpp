@@ -164,7 +164,8 @@ enum class LseFormula : std::uint8_t {
   ck_fp64,         // CK FMHA: fp32(fp64(fp64(fp32(m·scale_log2)) / log2e) + fp64(logf(ℓ))), the scale
                    // constant divided out in double (CK writes -inf for an empty row; reported +inf as fa2)
   log2_libdevice,  // Triton on sm_90: M = fp32(m + log2(ℓ)) with libdevice's __nv_log2f (software,
-                   // emu/sfu/libdevice_log2f.hpp), not the MUFU; reported as log2_units
+                   // emu/sfu/libdevice_log2f.hpp), not the MUFU; reported as fp32(M * fp32(ln 2)), as
+                   // FlexAttention's returned lse * math.log(2) compiles (mul.f32 by 0f3F317218)
   fa4,             // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
                    // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
 };

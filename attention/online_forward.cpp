@@ -427,7 +427,13 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
     case LseFormula::log2_libdevice:
       st.lse_kernel =
           empty ? kInf : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
-      st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
+      if (km.lse == LseFormula::log2_libdevice && !A::exact) {
+        // Reported as FlexAttention returns it, lse * math.log(2) compiled by Inductor as an fp32
+        // multiply by fp32(ln 2) (mul.f32 ..., 0f3F317218: triton_poi_fused_mul_1).
+        st.lse = empty ? kInf : ar.f32(st.lse_kernel * static_cast<double>(static_cast<float>(std::numbers::ln2)));
+      } else {
+        st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
+      }
       break;
     case LseFormula::fa4: {
       // correction_epilogue: (row_max*scale_log2 + (lg2(row_sum) - max_offset)) * ln2 (8 for fp8).

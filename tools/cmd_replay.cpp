@@ -376,6 +376,9 @@ int run_replay(const ReplayOptions& o) {
   // The Triton tutorial's M (gpu/capture_paths.py stores it as m_log2_tutorial).
   if (trace.has("m_log2_tutorial") && out.lse_log2)
     comparisons.push_back(compare(o, trace, "m_log2_tutorial", *out.lse_log2));
+  // FlexAttention captures (traces/hw/h200/paths/flex/): the lse flex_attention returns, lse * math.log(2)
+  // of its log2-unit LSE, in natural units as the models report it.
+  if (trace.has("lse_flex")) comparisons.push_back(compare(o, trace, "lse_flex", out.lse));
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
   if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
   if (trace.has("dq_accum") && one_row && trace.has("do")) not_compared.push_back("dq_accum");
