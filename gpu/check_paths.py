@@ -2,8 +2,9 @@
 """gpu/check_paths.py DIR [--strict]: check gpu/capture_paths.py's captures against float64.
 
 (`gpu/check_paths.py --replay-model FILE` prints the model a capture is replayed under: its
-metadata's, else the nearest flashbits model, marked so: math standard-<dtype>, flex and
-cudnn pytorch-fa2-sm90, split-KV pytorch-fa2-sm90+splitkv, the tutorial triton-tutorial-sm90;
+metadata's, else the nearest flashbits model, marked so: math standard-<dtype>, cudnn
+pytorch-fa2-sm90, flex flex-attention-sm90, split-KV pytorch-fa2-sm90+splitkv, the tutorial
+triton-tutorial-sm90;
 used by gpu/import_session.sh.)
 
 Written independently of capture_paths.py and of torch (json, struct and numpy only): it
@@ -156,7 +157,7 @@ def check(path, strict):
 
 
 # The model a capture is replayed under: its metadata's, else the nearest flashbits model.
-NEAREST = {"splitkv": "pytorch-fa2-sm90+splitkv", "tutorial": "triton-tutorial-sm90", "flex": "pytorch-fa2-sm90",
+NEAREST = {"splitkv": "pytorch-fa2-sm90+splitkv", "tutorial": "triton-tutorial-sm90", "flex": "flex-attention-sm90",
            "cudnn": "pytorch-fa2-sm90"}
 
 
