@@ -27,6 +27,7 @@
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
 #include "studies/scenarios.hpp"
+#include "tests/always_causal_reference.hpp"
 #include "tests/tensor_compare.hpp"
 
 using namespace fb;
@@ -35,38 +36,6 @@ using fb::test::max_rel_diff;
 using fb::test::same_bits;
 
 namespace {
-
-// A backward that masks causally whatever its forward did (KernelModel::bwd_always_causal: the
-// Triton tutorial's _attn_bwd) has, in exact arithmetic, the gradients of the non-causal
-// forward's softmax P restricted to keys j <= r: dV_j = sum_{r >= j} P_rj dO_r, dS_rj = P_rj
-// (dO_r.v_j - delta_r) for j <= r, dQ_r = scale sum_j dS_rj k_j, dK_j = scale sum_r dS_rj q_r,
-// with P_rj = exp(scale q_r.k_j - LSE_r) and delta_r = dO_r.O_r from the exact reference.
-void check_always_causal_backward(const AttentionInputs& in, const AttentionOutputs& got, const AttentionOutputs& ref) {
-  const int heads = in.q.heads, n = in.q.rows, d = in.q.cols;
-  REQUIRE(in.k.rows == n);
-  const double scale = in.softmax_scale > 0 ? in.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d));
-  Tensor4 dq(in.q.batch, heads, n, d), dk(in.q.batch, heads, n, d), dv(in.q.batch, heads, n, d);
-  for (int b = 0; b < in.q.batch; ++b)
-    for (int h = 0; h < heads; ++h)
-      for (int r = 0; r < n; ++r)
-        for (int j = 0; j <= r; ++j) {
-          long double s = 0, dp = 0;
-          for (int c = 0; c < d; ++c) {
-            s += static_cast<long double>(in.q.at(b, h, r, c)) * in.k.at(b, h, j, c);
-            dp += static_cast<long double>(in.d_o->at(b, h, r, c)) * in.v.at(b, h, j, c);
-          }
-          const long double p = std::exp(scale * s - ref.lse.at(b, h, r, 0));
-          const long double ds = p * (dp - ref.delta->at(b, h, r, 0));
-          for (int c = 0; c < d; ++c) {
-            dv.at(b, h, j, c) += static_cast<double>(p * in.d_o->at(b, h, r, c));
-            dq.at(b, h, r, c) += static_cast<double>(scale * ds * in.k.at(b, h, j, c));
-            dk.at(b, h, j, c) += static_cast<double>(scale * ds * in.q.at(b, h, r, c));
-          }
-        }
-  CHECK(max_rel_diff(*got.dq, dq) < 1e-9);
-  CHECK(max_rel_diff(*got.dk, dk) < 1e-9);
-  CHECK(max_rel_diff(*got.dv, dv) < 1e-9);
-}
 
 void check_exact(const std::string& name, const AttentionInputs& in, int block_m, int block_n) {
   CAPTURE(name);
@@ -85,8 +54,11 @@ void check_exact(const std::string& name, const AttentionInputs& in, int block_m
   // Forward-only recipes (fa3-sm90, fa4-sm100) give delta but no dQ, dK, dV.
   REQUIRE(got.dq.has_value() == model.recipe->backward_modelled);
   if (!model.recipe->backward_modelled) return;
-  if (model.recipe->bwd_always_causal && !in.causal) {
-    check_always_causal_backward(in, got, ref);
+  if (model.recipe->bwd_always_causal && !in.causal) {  // the tutorial's backward: its own formula
+    const fb::test::Gradients want = fb::test::always_causal_gradients(in, ref);
+    CHECK(max_rel_diff(*got.dq, want.dq) < 1e-9);
+    CHECK(max_rel_diff(*got.dk, want.dk) < 1e-9);
+    CHECK(max_rel_diff(*got.dv, want.dv) < 1e-9);
     return;
   }
   CHECK(max_rel_diff(*got.dq, *ref.dq) < 1e-12);
