@@ -25,7 +25,8 @@ inline Gradients always_causal_gradients(const attn::AttentionInputs& in, const 
   const int batch = in.q.batch, heads = in.q.heads, nq = in.q.rows, nk = in.k.rows, d = in.q.cols;
   const int offset = nk - nq;
   const double scale = in.softmax_scale > 0 ? in.softmax_scale : 1.0 / std::sqrt(static_cast<double>(d));
-  Gradients g{attn::Tensor4(batch, heads, nq, d), attn::Tensor4(batch, heads, nk, d), attn::Tensor4(batch, heads, nk, d)};
+  Gradients g{attn::Tensor4(batch, heads, nq, d), attn::Tensor4(batch, heads, nk, d),
+              attn::Tensor4(batch, heads, nk, d)};
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < heads; ++h)
       for (int r = 0; r < nq; ++r)
