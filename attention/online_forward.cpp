@@ -155,6 +155,22 @@ bool keep_old_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, 
   return rescale_exponent(km, ar, sc, m_old, m_new) >= -km.lazy_rescale_log2;
 }
 
+// One tile's per-thread sums of a quad (fa3_quad, triton_quad): thread t owns the columns
+// {2t, 2t+1} + 8j and folds them in order from its first one in fp32; a thread with no column
+// keeps 0 (started[t] false; started may be null).
+template <class A>
+void quad_tile_sums(const A& ar, const std::vector<double>& p, int len, double tile_sum[4], bool* started) {
+  bool own_started[4] = {false, false, false, false};
+  for (int owner = 0; owner < 4; ++owner) tile_sum[owner] = 0.0;
+  for (int j = 0; j < len; ++j) {
+    const int owner = (j % 8) / 2;
+    tile_sum[owner] = own_started[owner] ? ar.f32(tile_sum[owner] + p[j]) : p[j];
+    own_started[owner] = true;
+  }
+  if (started)
+    for (int owner = 0; owner < 4; ++owner) started[owner] = own_started[owner];
+}
+
 // reduce_sum: the tile's P̄ (unrounded) joins ℓ in the recipe's order.
 template <class A>
 void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_first, double alpha, int kv_begin,
@@ -244,25 +260,16 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
   } else if (km.row_sum == RowSumOrder::triton_quad) {
     // Per tile: each thread of the quad folds its columns from its first one (masked columns
     // are P̄ = +0 and change nothing), then shfl.bfly 2 and 1: (t0 + t2) + (t1 + t3).
-    double tile_sum[4] = {0, 0, 0, 0};
-    bool started[4] = {false, false, false, false};
-    for (int j = 0; j < len; ++j) {
-      const int owner = (j % 8) / 2;
-      tile_sum[owner] = started[owner] ? ar.f32(tile_sum[owner] + p[j]) : p[j];
-      started[owner] = true;
-    }
+    double tile_sum[4];
+    quad_tile_sums(ar, p, len, tile_sum, nullptr);
     const double rs = ar.f32(ar.f32(tile_sum[0] + tile_sum[2]) + ar.f32(tile_sum[1] + tile_sum[3]));
     state.l = ar.fma32(Is_first && !km.l_init_one ? 0.0 : state.l, alpha, rs);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {
     // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
     // then joins its running sum (0 + x is exact, so the first tile needs no case).
-    double tile_sum[4] = {0, 0, 0, 0};
-    bool started[4] = {false, false, false, false};
-    for (int j = 0; j < len; ++j) {
-      const int owner = (j % 8) / 2;
-      tile_sum[owner] = started[owner] ? ar.f32(tile_sum[owner] + p[j]) : p[j];
-      started[owner] = true;
-    }
+    double tile_sum[4];
+    bool started[4];
+    quad_tile_sums(ar, p, len, tile_sum, started);
     for (int owner = 0; owner < 4; ++owner)
       if (started[owner]) state.l_thread[owner] = ar.f32(state.l_thread[owner] + tile_sum[owner]);
   } else {
