@@ -945,6 +945,19 @@ bool sfu_hardware_measured(const KernelModel& km) {
   return true;
 }
 
+std::string sfu_report(const KernelModel& km, bool verbose) {
+  std::string report;
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
+    const auto& m = f == SpecialFunction::ex2 ? km.sfu.ex2 : f == SpecialFunction::rcp ? km.sfu.rcp : km.sfu.lg2;
+    if (!report.empty()) report += verbose ? "; " : ", ";
+    if (!uses_special_function(km, f))
+      report += std::string(to_string(f)) + " not evaluated by this model";
+    else
+      report += m ? (verbose ? m->describe() : m->summary()) : std::string("(no model)");
+  }
+  return report;
+}
+
 std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   std::vector<KernelModel> table;
   table.push_back(fa2("fa2-sm80", "sm80", dtype, false));

@@ -453,5 +453,9 @@ bool uses_special_function(const KernelModel& km, SpecialFunction f);
 // Whether every special function the model evaluates has a model measured on hardware
 // (an unused function's model does not count).
 bool sfu_hardware_measured(const KernelModel& km);
+// The model's SFU set for reports: each function's model (its summary(), or describe() when
+// `verbose`), and "not evaluated" for a function the model does not evaluate, so that an
+// unmeasured model of an unused function is not reported as if it mattered.
+std::string sfu_report(const KernelModel& km, bool verbose = false);
 
 }  // namespace fb::attn

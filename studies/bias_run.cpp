@@ -185,7 +185,7 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
           ? "the correctly rounded reference (exact attention, rounded once per output): no kernel arithmetic"
       : model.recipe->hardware_validated()
           ? "emulated model, all parts validated on hardware"
-          : "emulated model; SFU " + model.recipe->sfu.summary() + " -- parts of this model are unmeasured on hardware";
+          : "emulated model; SFU " + sfu_report(*model.recipe) + " -- parts of this model are unmeasured on hardware";
   for (const ModelHandle* m : {&model, run.against ? &*run.against : nullptr})
     if (m && !m->recipe->warning.empty()) report.warnings.push_back(m->name + ": " + m->recipe->warning);
   std::vector<ItemResult> items(static_cast<std::size_t>(std::max(run.trials, 0)));

@@ -444,9 +444,9 @@ int run_replay(const ReplayOptions& o) {
   const std::string source_line = provenance_text(md);
   // One short line by default (each model's summary); the full descriptions (table paths,
   // provenance, rules) under --verbose and in the JSON.
-  const std::string sfu = model.recipe->sfu.describe();
+  const std::string sfu = attn::sfu_report(*model.recipe, true);
   const bool sfu_measured = attn::sfu_hardware_measured(*model.recipe);  // the functions it evaluates
-  const std::string sfu_line = "SFU model: " + (o.verbose ? sfu : model.recipe->sfu.summary()) +
+  const std::string sfu_line = "SFU model: " + (o.verbose ? sfu : attn::sfu_report(*model.recipe)) +
                                (sfu_measured ? "" : "  [warning: unmeasured on hardware]");
   bool mismatch = oracle_fallbacks != 0;
   for (const auto& c : comparisons) mismatch |= !c.mismatches.empty();
@@ -505,7 +505,7 @@ int run_replay(const ReplayOptions& o) {
     j["hardware_capture"] = hardware;
     j["model"] = model.name;
     j["sfu"] = sfu;
-    j["sfu_summary"] = model.recipe->sfu.summary();
+    j["sfu_summary"] = attn::sfu_report(*model.recipe);
     j["sfu_hardware_measured"] = sfu_measured;
     if (!oracles.empty()) j["sfu_values_fallbacks"] = oracle_fallbacks;
     j["model_hardware_validated"] = model.recipe->hardware_validated();

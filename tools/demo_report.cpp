@@ -93,7 +93,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
   os << (is_hardware_capture(trace) ? "hardware capture (source " + md.source + ")"
                                     : "EMULATED trace (source " + md.source + "), not a hardware capture")
-     << "; model " << model.name << "; SFU " << model.recipe->sfu.summary()
+     << "; model " << model.name << "; SFU " << attn::sfu_report(*model.recipe)
      << (attn::sfu_hardware_measured(*model.recipe) ? "" : " [unmeasured on hardware]") << "\n";
   if (!sfu_note.empty()) os << sfu_note << "\n";
   os << "\n";

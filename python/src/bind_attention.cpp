@@ -235,7 +235,7 @@ pyb::dict result_dict(const attn::AttentionOutputs& out, const attn::ModelHandle
   d["scale"] = in.softmax_scale;
   d["dtype"] = std::string(model.recipe->input.name);
   d["output_format"] = std::string(model.recipe->output.name);
-  d["sfu"] = model.recipe->sfu.describe();
+  d["sfu"] = fb::attn::sfu_report(*model.recipe, true);
   d["traces"] = pyb::none();
   d["kept_forward"] = pyb::none();
   return d;
