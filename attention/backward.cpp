@@ -94,6 +94,13 @@ double fa2_backward_lse_scaled(const A& ar, double lse_kernel) {
 }
 template <class A>
 double fa2_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, double s, double lse_kernel) {
+  if (km.bwd_natural_lse_and_scaled_ds) {
+    // cuDNN: exp(S·scale - LSE) as ex2 of the natural-unit difference times fp32(log2 e).
+    if (lse_kernel == kInf) return 0.0;
+    double log2e = std::numbers::log2e;
+    if constexpr (!A::exact) log2e = static_cast<float>(std::numbers::log2e);
+    return kernel_exp2(km, ar, ar.f32(ar.f32(ar.f32(s * k.scale_f) - lse_kernel) * log2e));
+  }
   return kernel_exp2(km, ar, exponent_argument(km, ar, s, k.scale_log2, fa2_backward_lse_scaled(ar, lse_kernel)));
 }
 
@@ -109,7 +116,7 @@ void fa2_backward_p_ds_row(const KernelModel& km, const A& ar, const ScaleConsta
                            double* ds, std::vector<float>& args, std::vector<float>& values) {
   bool done = false;
   if constexpr (!A::exact) {
-    if (km.exp2_function == Exp2Function::ex2_approx_ftz) {
+    if (km.exp2_function == Exp2Function::ex2_approx_ftz && !km.bwd_natural_lse_and_scaled_ds) {
       const auto n = static_cast<std::size_t>(visible);
       args.resize(n);
       values.resize(n);
@@ -131,6 +138,8 @@ void fa2_backward_p_ds_row(const KernelModel& km, const A& ar, const ScaleConsta
   if (!done)
     for (int j = 0; j < visible; ++j) p[j] = fa2_backward_p(km, ar, k, ar.to(km.score_format, s_dot[j]), lse_kernel);
   for (int j = 0; j < visible; ++j) ds[j] = ar.f32(p[j] * ar.f32(dp[j] - delta));  // pointwise_mult: p * (dp - d)
+  if (km.bwd_natural_lse_and_scaled_ds)  // cuDNN: the softmax scale on dS, before its cast
+    for (int j = 0; j < visible; ++j) ds[j] = ar.f32(ds[j] * k.scale_f);
   std::fill(p + visible, p + klen, 0.0);
   std::fill(ds + visible, ds + klen, 0.0);
 }
@@ -148,6 +157,8 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
   const int nq = g.nq, nk = g.nk, d = g.d;
   const int bm = g.tiles.bwd_block_m, bn = g.tiles.bwd_block_n;
   const ScaleConstants k = scale_constants(km, ar, g.scale);
+  // dK and dQ's scale at the end (times 1, exact, where dS carries it).
+  const double dk_dq_scale = km.bwd_natural_lse_and_scaled_ds ? 1.0 : k.scale_f;
   std::vector<double> dq_acc(static_cast<std::size_t>(nq) * d, 0.0);
   std::vector<double> dk_acc(static_cast<std::size_t>(bn) * d), dv_acc(static_cast<std::size_t>(bn) * d);
   std::vector<E> pt(static_cast<std::size_t>(bn) * bm), dst(static_cast<std::size_t>(bn) * bm),
@@ -218,7 +229,7 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
     // dK (scaled in fp32) and dV cast into the output format, a key's d columns at once.
     for (int j = 0; j < klen; ++j) {
       const std::size_t i = static_cast<std::size_t>(j) * d, o = static_cast<std::size_t>(kb + j) * d;
-      for (int c = 0; c < d; ++c) out_row[static_cast<std::size_t>(c)] = ar.f32(dk_acc[i + c] * k.scale_f);
+      for (int c = 0; c < d; ++c) out_row[static_cast<std::size_t>(c)] = ar.f32(dk_acc[i + c] * dk_dq_scale);
       to_row(ar, km.output, out_row.data(), dk_out + o, d);
       to_row(ar, km.output, dv_acc.data() + i, dv_out + o, d);
     }
@@ -226,7 +237,7 @@ void mma_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& hd
   for (int r = 0; r < nq; ++r) {
     const std::size_t i = static_cast<std::size_t>(r) * d;
     for (int c = 0; c < d; ++c) {
-      const double pre = ar.f32(dq_acc[i + c] * k.scale_f);  // convert_dq: dq_accum * scale, in fp32
+      const double pre = ar.f32(dq_acc[i + c] * dk_dq_scale);  // convert_dq: dq_accum * scale, in fp32
       out_row[static_cast<std::size_t>(c)] = pre;
       if (dq_pre_out) dq_pre_out[i + c] = pre;
     }
@@ -511,6 +522,10 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
               // Qiu & Yao: dS = p * scale * (dp - D): fp32 * python float; dp (bwd_format) minus D
               // (delta_format) in PyTorch's promoted type: fp32 under autocast, where D is fp32.
               ds = ar.f32(ar.f32(p * k.scale_f) * ar.op(promoted(F, km.delta_format), dp - delta[r]));
+            } else if (km.softmax_grad_fma) {
+              // softmax_warp_backward: gI = gO*out (an fp32 tensor op) minus out * sum, one FFMA;
+              // no scale (q' and k' carry it).
+              ds = ar.fma32(-p, delta[r], ar.f32(dp * p));
             } else {
               // softmax backward (fp32 inside, one rounding), then the scale as a tensor op.
               const double soft = ar.op(F, p * ar.f32(dp - delta[r]));
@@ -551,6 +566,16 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
           dq_out[o] = nb == 0 ? blk : ar.op(F, dq_out[o] + blk);
         }
       }
+    }
+  }
+  if (km.scale == ScaleHandling::sqrt_prescale_qk) {
+    // The math backend's autograd: dq = dq'·fp32(√scale), dk = dk'·fp32(√scale) (the prescaling
+    // multiplies' backward, fp32 tensor ops), then each gradient's cast to the input dtype (RNE).
+    for (std::size_t i = 0; i < static_cast<std::size_t>(nq) * d; ++i)
+      dq_out[i] = ar.to(km.output, ar.f32(dq_out[i] * k.qk_prescale));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(nkeys) * d; ++i) {
+      dk_out[i] = ar.to(km.output, ar.f32(dk_out[i] * k.qk_prescale));
+      dv_out[i] = ar.to(km.output, dv_out[i]);
     }
   }
 }
@@ -595,7 +620,7 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
     }
     scratch[j] = ar.f32(p * dp);
   }
-  return pairwise_sum(scratch.data(), nk, [&](double a, double b) { return ar.f32(a + b); });
+  return materialised_row_sum(km, scratch.data(), nk, g.nk, [&](double a, double b) { return ar.f32(a + b); });
 }
 
 #define FB_ATTN_INSTANTIATE(A, E)                                                                                      \

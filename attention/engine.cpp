@@ -203,6 +203,16 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
                                     std::to_string(g.num_splits) + " splits) is not modelled");
     }
   }
+  if ((km.scale == ScaleHandling::sqrt_prescale_qk || km.row_sum == RowSumOrder::warp_softmax) &&
+      km.structure != Structure::materialised)
+    throw std::invalid_argument("attention: " + model_name + ": the math backend's steps are materialised only");
+  if (km.row_sum == RowSumOrder::warp_softmax && Nk > 1024) {
+    // SoftMax.cu dispatches rows of more than 1024 fp32 elements to cunn_SoftMaxForward, a block
+    // reduction in another order.
+    throw std::invalid_argument("attention: " + model_name + " models PyTorch's warp softmax, which runs rows of at " +
+                                "most 1024 keys; " + std::to_string(Nk) +
+                                " keys run its block softmax (cunn_SoftMaxForward), not modelled");
+  }
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }
@@ -251,6 +261,13 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
       hd.v_descale = slice(fp8->v_descale, kv_slice, fp8->kv_blocks);
       hd.q_block_rows = fp8->q_block_rows;
       hd.kv_block_rows = fp8->kv_block_rows;
+    }
+    if (km.scale == ScaleHandling::sqrt_prescale_qk) {
+      // The math backend: query_acc * scaling_factor and key_acc.transpose(-2, -1) *
+      // scaling_factor, fp32 tensor ops; every later step reads q' and k'.
+      const double factor = scale_constants(km, ar, g.scale).qk_prescale;
+      for (std::vector<E>* m : {&hd.q, &hd.qt, &hd.k, &hd.kt})
+        for (E& x : *m) x = static_cast<E>(ar.f32(static_cast<double>(x) * factor));
     }
     if (backward) copy_rows(*in.d_o, b, h, hd.d_o, &hd.d_ot);
     if (backward && km.backward == BackwardKernel::triton_prescaled_k) {

@@ -202,6 +202,25 @@ double pairwise_sum(const double* x, int n, const Add& add) {
       [&add](double a, double b, std::size_t) { return add(a, b); });
 }
 
+// The row sum of a materialised softmax (and of its backward's dP∘P) over the row's first n
+// entries, in the recipe's order: RowSumOrder::warp_softmax's lanes and butterfly for a row
+// of row_length keys (the entries past n, masked, add zeros), else pairwise; every addition
+// rounded by `add`.
+template <class Add>
+double materialised_row_sum(const KernelModel& km, const double* x, int n, int row_length, const Add& add) {
+  if (km.row_sum != RowSumOrder::warp_softmax) return pairwise_sum(x, n, add);
+  // softmax_warp_forward: WARP_SIZE = min(next power of two, 32); each lane's sum starts at 0.
+  int lanes = 1;
+  while (lanes < row_length && lanes < 32) lanes *= 2;
+  double lane_sum[32] = {};
+  for (int j = 0; j < n; ++j) lane_sum[j % lanes] = add(lane_sum[j % lanes], x[j]);
+  // warp_reduce: sum += shfl_xor(sum, offset) for offset = lanes/2 .. 1. Addition commutes, so
+  // every lane holds the same value after each step; lane 0's is the result.
+  for (int offset = lanes / 2; offset >= 1; offset /= 2)
+    for (int l = 0; l < offset; ++l) lane_sum[l] = add(lane_sum[l], lane_sum[l + offset]);
+  return lane_sum[0];
+}
+
 // The final cast of O's rounding: the recipe's RNE, or the +o-MODE variant's mode (sr
 // keyed by the run's seed; the caller passes the element's index as the position).
 inline RoundingSpec final_cast_spec(const KernelModel& km, const RunOptions& opt) {
@@ -220,6 +239,9 @@ struct ScaleConstants {
   double qk_scale = 0.0;          // Triton: fp32(sm_scale * 1.44269504)
   double scale_f = 0.0;           // softmax_scale as the kernel's fp32 / PyTorch's opmath scalar
   double natural_per_unit = 1.0;  // converts the max's units to softmax-argument units
+  // sqrt_prescale_qk: PyTorch's math backend's factor on q and k (and on dq', dk'), sqrt(scale)
+  // in double (calculate_scale(...).sqrt()) as the fp32 opmath scalar of a float tensor op.
+  double qk_prescale = 0.0;
 };
 
 template <class A>
@@ -229,6 +251,7 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
     k.scale_log2 = scale * std::numbers::log2e;
     k.qk_scale = km.scale_before_log2e ? std::numbers::log2e : scale * std::numbers::log2e;
     k.scale_f = scale;
+    k.qk_prescale = std::sqrt(scale);
   } else {
     const double scale_param = km.scale_log2_from_fp32_scale ? static_cast<double>(static_cast<float>(scale)) : scale;
     k.scale_log2 = static_cast<float>(scale_param * std::numbers::log2e);
@@ -239,6 +262,7 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
     // the Python scalar in fp32 opmath; only fp64 tensors keep it in double.
     const bool fp64_tensor_op = km.scale == ScaleHandling::multiply_scores && !km.scaled_score_format;
     k.scale_f = fp64_tensor_op ? scale : static_cast<double>(static_cast<float>(scale));
+    k.qk_prescale = static_cast<float>(std::sqrt(scale));
   }
   switch (km.scale) {
     case ScaleHandling::exponent_ffma:
@@ -248,6 +272,7 @@ ScaleConstants scale_constants(const KernelModel& km, const A& ar, double scale)
       k.natural_per_unit = std::numbers::ln2;
       break;
     case ScaleHandling::multiply_scores:
+    case ScaleHandling::sqrt_prescale_qk:
       k.natural_per_unit = 1.0;
       break;
   }
@@ -505,10 +530,13 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
     }
     case ScaleHandling::log2_units: {
       const double mm = m == -kInf ? 0.0 : m;
-      if (two_step) return p_exp2(ar.f32(ar.f32(s * sc.qk_scale) - mm));  // qk = qk*qk_scale + 0; qk -= m_ij
-      return p_exp2(ar.fma32(s, sc.qk_scale, -mm));                       // qk * qk_scale - m_ij, fused by Triton
+      // qk = qk*qk_scale + 0; qk -= m_ij (cuDNN: on every tile)
+      if (two_step || km.exponent_argument == ExponentArgument::fmul_fadd)
+        return p_exp2(ar.f32(ar.f32(s * sc.qk_scale) - mm));
+      return p_exp2(ar.fma32(s, sc.qk_scale, -mm));  // qk * qk_scale - m_ij, fused by Triton
     }
-    case ScaleHandling::multiply_scores: {
+    case ScaleHandling::multiply_scores:
+    case ScaleHandling::sqrt_prescale_qk: {
       if (s == -kInf) return 0.0;
       const double mm = m == -kInf ? 0.0 : m;
       return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, s - mm)));

@@ -15,6 +15,10 @@ bool reference(const KernelModel& m) { return m.structure == Structure::correctl
 bool online(const KernelModel& m) { return m.structure == Structure::online_softmax; }
 bool materialised(const KernelModel& m) { return m.structure == Structure::materialised; }
 bool scales_scores(const KernelModel& m) { return !reference(m) && m.scale == ScaleHandling::multiply_scores; }
+// exponent() takes exp(F(S - m)) (multiply_scores and the math backend's sqrt_prescale_qk).
+bool exp_of_difference(const KernelModel& m) {
+  return scales_scores(m) || (!reference(m) && m.scale == ScaleHandling::sqrt_prescale_qk);
+}
 // Forward-only recipes run no backward kernel (engine.cpp run_typed: backward_modelled).
 bool tensor_op_backward(const KernelModel& m) {
   return !reference(m) && m.backward == BackwardKernel::tensor_ops && m.backward_modelled;
@@ -35,13 +39,13 @@ const std::vector<StageField>& recipe_stage_fields() {
       {"max_format", "+dynmax's m = F(beta * r_m)", &KernelModel::max_format,
        [](const KernelModel& m) { return m.dynmax; }},
       // exponent() and rescale_factor() for multiply_scores; tensorop_backward_head's P
-      {"sub_format", "S - m before exp (models that scale the scores as a tensor op)", &KernelModel::sub_format,
-       scales_scores},
+      {"sub_format", "S - m before exp (models that scale the scores as a tensor op or prescale q and k)",
+       &KernelModel::sub_format, exp_of_difference},
       // exponent() for multiply_scores; materialised_forward_row / materialised_p_row;
       // tensorop_backward_head and delta_from_dpp's P
       {"p_format", "P = F(exp(...)) as stored (tensor-op exponent, materialised softmax, tensor-op backward)",
        &KernelModel::p_format,
-       [](const KernelModel& m) { return scales_scores(m) || materialised(m) || tensor_op_backward(m); }},
+       [](const KernelModel& m) { return exp_of_difference(m) || materialised(m) || tensor_op_backward(m); }},
       // reduce_sum (pairwise); materialised_forward_row's l
       {"row_sum_internal", "the row sum's additions (pairwise row sums, materialised softmax)",
        &KernelModel::row_sum_internal, [](const KernelModel& m) { return pairwise_row_sum(m) || materialised(m); }},
@@ -81,7 +85,7 @@ bool uses_special_function(const KernelModel& km, SpecialFunction f) {
   if (reference(km)) return false;  // exact attention: no SFU
   switch (f) {
     case SpecialFunction::ex2:  // kernel_exp2 in exponent() and rescale_factor(), or fa2/triton_backward_p
-      return km.cuda_expf || !scales_scores(km) || km.backward == BackwardKernel::fa2_seqk_parallel ||
+      return km.cuda_expf || !exp_of_difference(km) || km.backward == BackwardKernel::fa2_seqk_parallel ||
              km.backward == BackwardKernel::triton_prescaled_k || km.backward == BackwardKernel::flex_blocks;
     case SpecialFunction::rcp:  // normalize_softmax_lse (rcp_multiply, fa3_finalize)
       return online(km) &&

@@ -178,6 +178,62 @@ KernelModel standard(const Format& f) {
   return m;
 }
 
+// PyTorch's SDPA math backend (SDPBackend.MATH, _scaled_dot_product_attention_math) on CUDA, as
+// PyTorch 2.11 runs it for bf16/fp16 inputs with its default flags: the whole computation in
+// fp32 through cuBLAS SIMT SGEMMs and the warp softmax kernels. The four captures of 2026-12-04
+// (traces/hw/h200/paths/math: bf16 and fp16, square, causal, and cross-attention with top-left and
+// bottom-right masks) replay bit for bit, every element of O, dQ, dK and dV; each ingredient below
+// was also shown to matter by the bits (gpu/analysis/math_cudnn/FINDINGS.md, part A).
+KernelModel pytorch_math_sm90(const Format& dtype) {
+  KernelModel m;
+  m.base = "pytorch-math-sm90";
+  m.description =
+      "PyTorch's SDPA math backend (SDPBackend.MATH) on CUDA: q, k, v upcast to fp32, q and k each "
+      "multiplied by fp32(sqrt(scale)), every GEMM an fp32 FMA chain over k from 0 (cuBLAS SIMT FFMA), "
+      "warp softmax (32 lanes, xor butterfly) with CUDA's expf, P = e / sum, backward dS = fma(-P, sum, "
+      "dP*P); rows up to 1024 keys; replayed bit for bit on the H200 (O, dQ, dK, dV)";
+  m.sources =
+      "pytorch/pytorch aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math "
+      "(query_acc = query_.to(kFloat) when !allowFP16BF16ReductionMathSDP; scaling_factor = "
+      "calculate_scale(...).sqrt(); query = query_acc * scaling_factor; key_acc.transpose(-2, -1) * "
+      "scaling_factor; _safe_softmax; matmul(attn, value).to(origin_dtype)); aten/src/ATen/native/cuda/"
+      "PersistentSoftmax.cuh softmax_warp_forward / softmax_warp_backward (dim <= 1024); SoftMax.cu "
+      "softmax_backward_cuda_out (gI = gO * out first); kernels in the H200 capture logs of 2026-12-04 "
+      "(traces/hw/h200/paths/math/capture_log.jsonl: direct_copy to float, "
+      "sm80_xmma_gemm_f32f32_f32f32_f32_*_tilesize32x32x8_*_ffma cuBLAS kernels without split-K, "
+      "softmax_warp_forward<float,float,float,8>, BinaryFunctor MulFunctor, softmax_warp_backward); "
+      "the FMA order, expf and contraction settled from the bits (gpu/analysis/math_cudnn/FINDINGS.md)";
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::materialised;
+  m.kv_order = KvOrder::first_to_last;
+  m.score_dot = DotSpec{DotKind::fp32_fma_chain, "", nullptr};  // sm80_xmma_gemm_f32f32 ... ffma: one chain per output
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::sqrt_prescale_qk;
+  m.max_format = formats::fp32;
+  m.sub_format = formats::fp32;  // x - max in the warp softmax, fp32
+  m.p_format = formats::fp32;    // e = expf(x - max); P = e / sum, one IEEE division
+  m.cuda_expf = true;            // std::exp on float in device code: CUDA's expf over MUFU.EX2
+  m.row_sum = RowSumOrder::warp_softmax;
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.p_cast = formats::fp32;  // attn stays fp32 for matmul(attn, value)
+  m.pv_dot = DotSpec{DotKind::fp32_fma_chain, "", nullptr};
+  m.o_acc = OAccumulator::buffer;
+  m.o_buffer_format = formats::fp32;
+  m.pv_result_format = dtype;  // .to(origin_dtype): one RNE cast of the fp32 GEMM result
+  m.normalisation = Normalisation::divide_in_format;
+  m.lse = LseFormula::natural;  // the math backend returns no LSE; fp32(m + log ℓ) for bias-test
+  m.lse_format = formats::fp32;
+  m.sfu = correct_sfu_set();  // replay of H200 captures takes the measured hw-sm90 set (expf's ex2)
+  m.ftz = false;
+  m.delta = DeltaFormula::softmax_backward;  // softmax_warp_backward's sum of fp32(dP*P), warp order
+  m.softmax_grad_fma = true;
+  m.bwd_format = formats::fp32;
+  m.backward = BackwardKernel::tensor_ops;  // autograd: dV = Pᵀ·dO, dP = dO·Vᵀ, dq' = dS·k', dk' = dSᵀ·q'
+  return m;
+}
+
 KernelModel golden(const std::optional<Format>& f, const std::string& fname, bool flash) {
   KernelModel m;
   m.base = "golden-" + fname + (flash ? "-flash" : "-baseline");
@@ -601,6 +657,59 @@ KernelModel fa3_16bit(const Format& dtype) {
   return m;
 }
 
+// cuDNN's SDPA (SDPBackend.CUDNN_ATTENTION, cuDNN 9.19) on sm_90: closed source, so a black-box
+// fit to the seven H200 captures of 2026-12-04 (traces/hw/h200/paths/cudnn), made by varying
+// seqlen, head dim, dtype and mask (gpu/analysis/math_cudnn/FINDINGS.md, part B). Every field
+// below was chosen because the bits prefer it over its alternatives; it is NOT bit-exact (the
+// residual is measured in docs/FINDINGS.md), hence black_box_fit and the warning.
+KernelModel cudnn_sdpa_sm90(const Format& dtype) {
+  KernelModel m;
+  m.base = "cudnn-sdpa-sm90";
+  m.description =
+      "cuDNN 9.19's SDPA on sm_90 (PyTorch SDPBackend.CUDNN_ATTENTION), APPROXIMATE: a black-box fit to 7 H200 "
+      "captures, not bit-exact; 64-row x 128-key tiles in ascending key order, S through sm90-wgmma, "
+      "S' = fp32(S * fp32(scale*log2 e)) before the max, P = ex2(S' - m'), per-tile quad row sum, "
+      "l = fp32(l*alpha) + sum, O = acc * (1/l), stats = fma(m', ln 2, __logf(l)); backward 64x64 tiles, "
+      "P = ex2((S*scale - LSE)*log2 e), dS scaled before its cast, dQ from 64-key partials in fp32";
+  m.sources =
+      "no source (closed): kernel names in traces/hw/h200/paths/cudnn/capture_log.jsonl "
+      "(cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x{64,128}_4x1x1; "
+      "compute_dot_do_o; flash_bprop_wgmma_f16_knob_26_64x64x{64,128}_1x4x1; convert_dq_to_16bits after a "
+      "Memset of the fp32 dQ buffer); each step fitted to the captured bits and its alternatives measured "
+      "(gpu/analysis/math_cudnn/FINDINGS.md part B, cudnn_emu.py, cudnn_bwd.py, lse_best.py)";
+  m.warning =
+      "cudnn-sdpa-sm90 is a black-box fit to cuDNN 9.19 on an H200, not bit-exact: a few elements of O (at most "
+      "2 per capture) and of the gradients, and ~5% of the LSE, differ by an ulp (docs/FINDINGS.md)";
+  m.black_box_fit = true;
+  m.input = dtype;
+  m.output = dtype;
+  m.structure = Structure::online_softmax;
+  m.kv_order = KvOrder::first_to_last;                      // ascending: descending misses 12,401 O elements of n256
+  m.tiles_by_head_dim = {{0, TileSizes{64, 128, 64, 64}}};  // fprop 64x128, bprop 64x64
+  m.score_dot = tensor_core_dot("sm90-wgmma");
+  m.score_format = formats::fp32;
+  m.scale = ScaleHandling::log2_units;                // S' = fp32(S * fp32(fp32(scale) * log2 e)); m' = max S'
+  m.exponent_argument = ExponentArgument::fmul_fadd;  // P = ex2(fp32(S' - m')); FA3's FFMA misses 8 O elements
+  m.max_format = formats::fp32;
+  m.p_format = formats::fp32;
+  m.row_sum = RowSumOrder::triton_quad;  // the wgmma accumulator layout, (t0 + t2) + (t1 + t3) per tile
+  m.row_sum_internal = formats::fp32;
+  m.row_sum_format = formats::fp32;
+  m.l_update_fma = false;  // l = fp32(l*alpha) + tile sum: O's best fit (the LSE alone prefers the FMA)
+  m.p_cast = dtype;
+  m.pv_dot = tensor_core_dot("sm90-wgmma");
+  m.o_acc = OAccumulator::mma_c;
+  m.normalisation = Normalisation::ieee_reciprocal;  // acc * (1/l): the captures cannot tell 1/l from rcp
+  m.lse = LseFormula::cudnn_stats;
+  m.sfu = correct_sfu_set();              // replay of H200 captures takes the measured hw-sm90 set
+  m.ftz = false;                          // ASSUMED
+  m.delta = DeltaFormula::row_fma_chain;  // compute_dot_do_o: sequential over d (16-bit products are exact)
+  m.backward = BackwardKernel::fa2_seqk_parallel;
+  m.bwd_row_block_order = RowBlockOrder::first_to_last;  // dV, dK chained over the rows ascending
+  m.bwd_natural_lse_and_scaled_ds = true;                // scaling dK, dQ at the end misses ~50% at d96, d128
+  return m;
+}
+
 // FlashAttention-4's forward on Blackwell (flash_attn/cute/flash_fwd_sm100.py, CuTe DSL).
 // One thread owns a whole row of the 128-column S tile (SoftmaxSm100, num_rows = 1).
 KernelModel fa4(const Format& dtype) {
@@ -926,6 +1035,7 @@ bool KernelModel::hardware_validated() const {
   // The reference has no hardware part to validate (no tensor cores, no SFUs): true vacuously;
   // reports say it is the reference (tools name it so), not that it was measured.
   if (structure == Structure::correctly_rounded) return true;
+  if (black_box_fit) return false;
   // Split-KV as PyTorch compiles it (no fast math, the logsum combine) replayed bit for bit on
   // the H200 (traces/hw/h200/paths/splitkv: 2, 4 and 8 splits); upstream FA2's fast-math
   // combine and the inv-sum variant have no capture.
@@ -967,6 +1077,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   table.push_back(standard(formats::fp32));
   table.push_back(standard(formats::bf16));
   table.push_back(standard(formats::fp16));
+  table.push_back(pytorch_math_sm90(dtype));
   table.push_back(fa_bf16acc());
   const std::pair<std::optional<Format>, std::string> golden_formats[] = {
       {formats::bf16, "bf16"}, {formats::fp16, "fp16"}, {formats::fp32, "fp32"}, {std::nullopt, "fp64"}};
@@ -979,6 +1090,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   table.push_back(flex_attention_sm90(dtype));
   table.push_back(fa3_fp8(dtype));
   table.push_back(fa3_16bit(dtype));
+  table.push_back(cudnn_sdpa_sm90(dtype));
   table.push_back(fa4(dtype));
   table.push_back(fa4_fp8(dtype));
   table.push_back(ck_fmha_cdna3(dtype));

@@ -77,16 +77,24 @@ enum class KvOrder : std::uint8_t {
 
 // Where the softmax scale enters.
 enum class ScaleHandling : std::uint8_t {
-  exponent_ffma,    // FA2: max in raw score units; P̄ = ex2(fma(S, scale_log2, -(m*scale_log2)))
-  log2_units,       // Triton tutorial: m = max(m, rowmax(S)*qk_scale); P̄ = ex2(fma(S, qk_scale, -m))
-  multiply_scores,  // PyTorch: S = F(S * scale) as a tensor op; P̄ = exp(F(S - m))
+  exponent_ffma,     // FA2: max in raw score units; P̄ = ex2(fma(S, scale_log2, -(m*scale_log2)))
+  log2_units,        // Triton tutorial: m = max(m, rowmax(S)*qk_scale); P̄ = ex2(fma(S, qk_scale, -m))
+  multiply_scores,   // PyTorch: S = F(S * scale) as a tensor op; P̄ = exp(F(S - m))
+  sqrt_prescale_qk,  // PyTorch's SDPA math backend (_scaled_dot_product_attention_math): q' = fp32(q *
+                     // fp32(√scale)) and k' = fp32(k * fp32(√scale)) before the score GEMM, so S = q'·k'
+                     // carries the scale; P̄ = exp(F(S - m)) as multiply_scores; the backward's dQ and dK
+                     // come out of dS·k' and dSᵀ·q' and are multiplied by fp32(√scale) once more.
+                     // Materialised models only.
 };
 
-// How exponent_ffma models form the exponent argument S*scale_log2 - max_scaled.
+// How exponent_ffma models form the exponent argument S*scale_log2 - max_scaled, and
+// log2_units models S*qk_scale - m.
 enum class ExponentArgument : std::uint8_t {
   ffma,       // one FFMA: nvcc contracts exp2f(x * scale - max_scaled) (upstream FA2 softmax.h)
   fmul_fadd,  // __fmul_rn(S, scale_log2), then a separate FADD: PyTorch's bundled FA2 defines
-              // UNFUSE_FMA (seen in its SASS: FMUL, FADD, MUFU.EX2); variant +unfused-exp
+              // UNFUSE_FMA (seen in its SASS: FMUL, FADD, MUFU.EX2); variant +unfused-exp.
+              // log2_units: fp32(S * qk_scale) - m on every tile (cuDNN's scores scaled by one
+              // FMUL before the max), not only on the tiles of causal_band_two_step_exponent
 };
 
 // How α's base-2 exponent is formed by exponent_ffma recipes when the max moves from m_old to m_new.
@@ -122,7 +130,11 @@ enum class RowSumOrder : std::uint8_t {
   triton_quad,   // Triton tl.sum(p, 1) on an MMA accumulator layout (sm_90 PTX of the tutorial):
                  // per tile, thread t of the quad folds its columns {2t, 2t+1} + 8j in order from
                  // its first one; two butterfly shuffles give the tile sum (t0 + t2) + (t1 + t3);
-                 // then ℓ = fma(ℓ, α, tile sum) (l_update_fma)
+                 // then ℓ = fma(ℓ, α, tile sum) (l_update_fma), else fp32(ℓ·α) + tile sum (cuDNN)
+  warp_softmax,  // PyTorch's softmax_warp_forward/backward (PersistentSoftmax.cuh), materialised models,
+                 // rows of at most 1024 keys: W = min(32, next power of two of the row length) lanes,
+                 // lane l folding elements l, l+W, l+2W, ... in fp32 from 0, then an xor butterfly
+                 // over offsets W/2, ..., 1 (every lane ends with the same sum); masked keys add 0
 };
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
@@ -168,6 +180,8 @@ enum class LseFormula : std::uint8_t {
                    // FlexAttention's returned lse * math.log(2) compiles (mul.f32 by 0f3F317218)
   fa4,             // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
                    // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
+  cudnn_stats,     // cuDNN's softmax stats (natural log) from a log2-unit max: fma(m, fp32(ln 2), __logf(ℓ)),
+                   // __logf = fp32(lg2(ℓ)·ln 2) with the MUFU lg2 (a black-box fit: ~95% of the H200 stats)
 };
 
 enum class DeltaFormula : std::uint8_t {
@@ -184,7 +198,8 @@ enum class DeltaFormula : std::uint8_t {
                      // delta_format (Qiu & Yao under autocast: bf16 products, an fp32 sum; Triton
                      // tl.sum(o * do) with do in fp32: fp32 products)
   row_fma_chain,     // CK FMHA dot_do_o: one thread per row, d = fma(o, do, d) from 0 over the columns
-  softmax_backward,  // PyTorch softmax backward: rowsum(dP∘P) in fp32 (pairwise)
+  softmax_backward,  // PyTorch softmax backward: rowsum(dP∘P) in fp32, in the row sum's order (pairwise or
+                     // warp_softmax)
 };
 
 // Which backward kernel structure the recipe runs (after delta).
@@ -314,6 +329,15 @@ struct KernelModel {
   bool ftz = true;                   // fp32 ops flush subnormal results (fast math)
 
   // ---- backward ----
+  // Tensor-op backward: the softmax backward's dS = fma(-P, Σ, fp32(dP·P)), PyTorch's
+  // softmax_warp_backward `grad - output * sum` contracted by nvcc into one FFMA, with
+  // Σ = delta; the scale is not applied to dS (sqrt_prescale_qk carries it). false: dS =
+  // F(F(P·fp32(dP - delta)) · scale).
+  bool softmax_grad_fma = false;
+  // fa2_seqk_parallel, cuDNN's flash_bprop: P = ex2(fp32(fp32(fp32(S·scale) - LSE)·log2 e)) from the
+  // natural-log LSE (not ex2(S·scale_log2 - LSE·log2 e)), and dS = fp32(fp32(P·fp32(dP - delta))·scale)
+  // before its cast, so that dQ and dK are not scaled at the end.
+  bool bwd_natural_lse_and_scaled_ds = false;
   DeltaFormula delta = DeltaFormula::fa2_threads;
   std::optional<Format> delta_format;          // rounded_products: the result (the stored delta / D tensor)
   std::optional<Format> delta_product_format;  // rounded_products: each product dO·O
@@ -341,6 +365,9 @@ struct KernelModel {
   // A one-line warning every front end prints when the model is named (empty: none): a
   // variant that reproduces a known kernel bug, e.g. an fp8 P̄ that saturates.
   std::string warning;
+  // A black-box fit to captures of a closed-source kernel, known not to be bit-exact (cuDNN):
+  // never reported as hardware-validated, whatever its tensor cores and SFUs.
+  bool black_box_fit = false;
 
   // Whether the recipe models its kernel's backward (dQ, dK, dV). Forward-only recipes (the
   // fp8 models) still give delta, from O and dO in delta's order, so that

@@ -64,8 +64,9 @@ double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& 
     case ScaleHandling::exponent_ffma:
     case ScaleHandling::log2_units:
       return kernel_exp2(km, ar, rescale_exponent(km, ar, sc, m_old, m_new));
-    case ScaleHandling::multiply_scores: {
-      if (m_old == -kInf) return 0.0;  // nothing accumulated yet (guards -inf - -inf)
+    case ScaleHandling::multiply_scores:
+    case ScaleHandling::sqrt_prescale_qk: {  // materialised only (run_attention refuses it online)
+      if (m_old == -kInf) return 0.0;        // nothing accumulated yet (guards -inf - -inf)
       return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, m_old - m_new)));
     }
   }
@@ -263,7 +264,8 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     double tile_sum[4];
     quad_tile_sums(ar, p, len, tile_sum, nullptr);
     const double rs = ar.f32(ar.f32(tile_sum[0] + tile_sum[2]) + ar.f32(tile_sum[1] + tile_sum[3]));
-    state.l = ar.fma32(Is_first && !km.l_init_one ? 0.0 : state.l, alpha, rs);
+    const double l_old = Is_first && !km.l_init_one ? 0.0 : state.l;
+    state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {
     // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
     // then joins its running sum (0 + x is exact, so the first tile needs no case).
@@ -468,6 +470,12 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       st.lse = empty ? kInf : ar.op(km.lse_format, m + ar.log32(l));
       st.lse_kernel = st.lse;
       break;
+    case LseFormula::cudnn_stats: {
+      const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
+      st.lse = empty ? kInf : ar.fma32(m, ln2, ar.fast_log(l));
+      st.lse_kernel = st.lse;
+      break;
+    }
   }
   st.m = m;
   st.l = l;

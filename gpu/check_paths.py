@@ -2,9 +2,9 @@
 """gpu/check_paths.py DIR [--strict]: check gpu/capture_paths.py's captures against float64.
 
 (`gpu/check_paths.py --replay-model FILE` prints the model a capture is replayed under: its
-metadata's, else the nearest flashbits model, marked so: math standard-<dtype>, cudnn
-pytorch-fa2-sm90, flex flex-attention-sm90, split-KV pytorch-fa2-sm90+splitkv, the tutorial
-triton-tutorial-sm90;
+metadata's, else flashbits' model of the path (math pytorch-math-sm90, flex flex-attention-sm90,
+split-KV pytorch-fa2-sm90+splitkv, the tutorial triton-tutorial-sm90, cudnn the black-box fit
+cudnn-sdpa-sm90), else the nearest model, marked so;
 used by gpu/import_session.sh.)
 
 Written independently of capture_paths.py and of torch (json, struct and numpy only): it
@@ -156,9 +156,10 @@ def check(path, strict):
     return problems + [("ok: " + ", ".join(worst))], False
 
 
-# The model a capture is replayed under: its metadata's, else the nearest flashbits model.
-NEAREST = {"splitkv": "pytorch-fa2-sm90+splitkv", "tutorial": "triton-tutorial-sm90", "flex": "flex-attention-sm90",
-           "cudnn": "pytorch-fa2-sm90"}
+# The model a capture is replayed under: its metadata's, else flashbits' model of its path, else
+# the nearest flashbits model.
+MODELLED = {"splitkv": "pytorch-fa2-sm90+splitkv", "tutorial": "triton-tutorial-sm90", "flex": "flex-attention-sm90",
+            "math": "pytorch-math-sm90", "cudnn": "cudnn-sdpa-sm90"}
 
 
 def replay_model(path):
@@ -166,8 +167,12 @@ def replay_model(path):
     meta = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]]).get("__metadata__", {})
     if meta.get("model"):
         return meta["model"] + " (metadata)"
-    nearest = NEAREST.get(meta.get("path", ""), "standard-" + meta.get("dtype", "bf16"))
-    return nearest + " (nearest: flashbits has no model of this kernel)"
+    path_name = meta.get("path", "")
+    if path_name == "cudnn":
+        return MODELLED[path_name] + " (flashbits' black-box fit of the cudnn path, not bit-exact)"
+    if path_name in MODELLED:
+        return MODELLED[path_name] + " (flashbits' model of the " + path_name + " path)"
+    return "standard-" + meta.get("dtype", "bf16") + " (nearest: flashbits has no model of this kernel)"
 
 
 def main():

@@ -156,8 +156,8 @@ report="$dest/import_report.txt"
     "$fb" replay "$t" | grep -E 'match bit|^result|under'
   done
   # The paths' captures: checked against float64 (gpu/check_paths.py), then replayed under
-  # the model their metadata names or, where flashbits has no model of the kernel, the
-  # nearest one (named as such): math standard-<dtype>; flex and cudnn pytorch-fa2-sm90.
+  # the model their metadata names, else flashbits' model of the path, else the nearest one
+  # (named as such; gpu/check_paths.py --replay-model).
   if [ -d "$dest/paths" ]; then
     echo "== check-paths"
     "${FB_PYTHON:-python3}" gpu/check_paths.py "$dest/paths" | sed 's/^/    /'

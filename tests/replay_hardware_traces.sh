@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/replay_hardware_traces.sh FLASHBITS ROOT [KIND...]: the ctests replay_hardware_*,
-# one per KIND (torch, fa2, bias, eager, splitkv, tutorial, flex, paths; default all), so that ctest -j
+# one per KIND (torch, fa2, bias, eager, splitkv, tutorial, flex, math, cudnn, paths; default all), so that ctest -j
 # spreads them over cores.
 # Every hardware capture under ROOT/traces/hw/<gpu>/{torch,fa2,bias} is replayed under the
 # model its metadata names (with the SFU set measured on that GPU: replay --sfu auto) and
@@ -10,12 +10,15 @@
 # the capture script predates the +splitkv model), bit for bit. The eager captures (PyTorch
 # eager attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are
 # assumed, not modelled: docs/FINDINGS.md "Hardware status") and the paths kind (the other
-# paths of issue 38 without a bit-exact model: the math path, cuDNN and FlexAttention's
-# decode; their residuals are in docs/FINDINGS.md) are known residuals: they must replay without an
-# error (exit 0 or 1, not 2), and each path's folder must give a bias-test --traces verdict.
-# tutorial and flex: the Triton tutorial's captures under triton-tutorial-sm90 and the
-# FlexAttention ones under flex-attention-sm90, bit for bit, but flex's decode capture (the
-# flex-decoding kernels, not modelled), which the paths kind replays as a residual.
+# paths of issue 38 without a bit-exact model: FlexAttention's decode; its residual is in
+# docs/FINDINGS.md) are known residuals: they must replay without an error
+# (exit 0 or 1, not 2), and each path's folder must give a bias-test --traces verdict.
+# tutorial, flex and math: the Triton tutorial's captures under triton-tutorial-sm90, the
+# FlexAttention ones under flex-attention-sm90 and the SDPA math backend's under
+# pytorch-math-sm90, bit for bit, but flex's decode capture (the flex-decoding kernels, not
+# modelled), which the paths kind replays as a residual. cudnn: cuDNN's captures under
+# cudnn-sdpa-sm90, a black-box fit, each within the residual measured when it was written
+# (tests/cudnn_residual.tsv: elements that differ and their largest |ulps|, per tensor).
 # FLASHBITS_TEST_SCALE=sanitizer replays one capture of each kind but bias, whose captures
 # are torch captures of more heads (the same replay path as the torch kind's, and the
 # longest run under ASan).
@@ -24,19 +27,20 @@ fb=$1
 root=$2
 shift 2
 kinds=("$@")
-[ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager splitkv tutorial flex paths)
+[ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager splitkv tutorial flex math cudnn paths)
 fail=0
 exact=0
 found=0
 shopt -s nullglob
 for kind in "${kinds[@]}"; do
-  [ "$kind" = eager ] || [ "$kind" = paths ] && continue
+  [ "$kind" = eager ] || [ "$kind" = paths ] || [ "$kind" = cudnn ] && continue
   model=()
   dir=$kind
   case $kind in
     splitkv) model=(--model pytorch-fa2-sm90+splitkv); dir=paths/splitkv ;;
     tutorial) model=(--model triton-tutorial-sm90); dir=paths/tutorial ;;
     flex) model=(--model flex-attention-sm90); dir=paths/flex ;;
+    math) model=(--model pytorch-math-sm90); dir=paths/math ;;
   esac
   if [ "$kind" = bias ] && [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ]; then
     echo "bias: skipped at sanitizer scale (the torch kind replays the same path)"
@@ -63,19 +67,32 @@ for kind in "${kinds[@]}"; do
     fi
   done
 done
+# cuDNN: within tests/cudnn_residual.tsv, tensor by tensor (replay --json's mismatch lists,
+# read by tests/check_replay_residual.py).
+if [[ " ${kinds[*]} " == *" cudnn "* ]]; then
+  files=("$root"/traces/hw/*/paths/cudnn/*.safetensors)
+  [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && files=("${files[@]:0:1}")
+  json=$(mktemp)
+  for t in "${files[@]}"; do
+    found=$((found + 1))
+    "$fb" replay "$t" --model cudnn-sdpa-sm90 --json > "$json" 2> /dev/null
+    rc=$?
+    if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; continue; fi
+    python3 "$root/tests/check_replay_residual.py" "$root/tests/cudnn_residual.tsv" "$(basename "$t" .safetensors)" \
+      "$json" || fail=1
+  done
+  rm -f "$json"
+fi
 eager=()
 [[ " ${kinds[*]} " == *" eager "* ]] && eager=("$root"/traces/hw/*/eager/*.safetensors)
 [[ " ${kinds[*]} " == *" paths "* ]] &&
-  eager+=("$root"/traces/hw/*/paths/flex/flex_*decode*.safetensors "$root"/traces/hw/*/paths/{math,cudnn}/*.safetensors)
+  eager+=("$root"/traces/hw/*/paths/flex/flex_*decode*.safetensors)
 for t in "${eager[@]}"; do
   found=$((found + 1))
   # A path without a model of its own replays under the nearest (gpu/check_paths.py's table).
   model=()
   case $t in
     */paths/flex/*) model=(--model flex-attention-sm90) ;;
-    */paths/cudnn/*) model=(--model pytorch-fa2-sm90) ;;
-    */paths/math/*_bf16_*) model=(--model standard-bf16) ;;
-    */paths/math/*_fp16_*) model=(--model standard-fp16) ;;
   esac
   "$fb" replay "$t" "${model[@]}" > /dev/null 2>&1
   rc=$?

@@ -59,13 +59,12 @@ def softmax_bwd(dP, P, contract=True):
         dS = (tmp - (P * tot).astype(np.float32)).astype(np.float32)
     return dS
 
-def run(path, expf_name='cuda', div=True, contract=True, gemm=gemm_seq, verbose=True):
-    T, meta = load(path)
-    fmt = T['q'][0]
-    q, k, v, do = (T[n][2] for n in ('q', 'k', 'v', 'do'))
-    scale = float(meta['softmax_scale'])
+def emulate(q, k, v, do, scale, causal='none', fmt='bf16', expf_name='cuda', div=True, contract=True,
+            gemm=gemm_seq):
+    """The MATH backend on fp32 arrays q [.., Nq, d], k, v [.., Nk, d], do [.., Nq, d] holding bf16/fp16
+    values; causal 'none', 'top-left' or 'bottom-right'. Returns ({o, dq, dk, dv: bits of fmt},
+    intermediates)."""
     sf = np.float32(math.sqrt(scale))                    # calculate_scale(...).sqrt() in double -> float opmath
-    causal = meta['causal_alignment']
     Nq, Nk = q.shape[-2], k.shape[-2]
     expf = sfu.cuda_expf if expf_name == 'cuda' else sfu.expf_correct
     qs = (q * sf).astype(np.float32)
@@ -77,8 +76,7 @@ def run(path, expf_name='cuda', div=True, contract=True, gemm=gemm_seq, verbose=
         S = np.where(allowed, S + np.float32(0), -np.inf).astype(np.float32)
     P, l, m = softmax_fwd(S, expf, div)
     Of = gemm(P, v)
-    O = to_fmt_bits(Of, fmt)
-    res = {'o': O}
+    res = {'o': to_fmt_bits(Of, fmt)}
     dOf = do
     dV = gemm(np.swapaxes(P, -1, -2), dOf)
     dP = gemm(dOf, np.swapaxes(v, -1, -2))
@@ -88,12 +86,20 @@ def run(path, expf_name='cuda', div=True, contract=True, gemm=gemm_seq, verbose=
     dq = (dqs * sf).astype(np.float32)
     dk = (np.swapaxes(dkTs, -1, -2) * sf).astype(np.float32)
     res.update(dq=to_fmt_bits(dq, fmt), dk=to_fmt_bits(dk, fmt), dv=to_fmt_bits(dV, fmt))
+    return res, dict(S=S, P=P, Of=Of, dP=dP, dS=dS, dV=dV, dq=dq, dk=dk)
+
+def run(path, expf_name='cuda', div=True, contract=True, gemm=gemm_seq, verbose=True):
+    T, meta = load(path)
+    fmt = T['q'][0]
+    q, k, v, do = (T[n][2] for n in ('q', 'k', 'v', 'do'))
+    res, inner = emulate(q, k, v, do, float(meta['softmax_scale']), meta['causal_alignment'], fmt, expf_name, div,
+                         contract, gemm)
     out = {}
     for n in ('o', 'dq', 'dk', 'dv'):
         line, mch, tot = cmp(n, T[n][1], res[n])
         out[n] = (mch, tot)
         if verbose: print('  ' + line)
-    return out, dict(S=S, P=P, Of=Of, dP=dP, dS=dS, dV=dV, dq=dq, dk=dk)
+    return out, inner
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()
