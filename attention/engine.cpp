@@ -206,13 +206,8 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   if ((km.scale == ScaleHandling::sqrt_prescale_qk || km.row_sum == RowSumOrder::warp_softmax) &&
       km.structure != Structure::materialised)
     throw std::invalid_argument("attention: " + model_name + ": the math backend's steps are materialised only");
-  if (km.row_sum == RowSumOrder::warp_softmax && Nk > 1024) {
-    // SoftMax.cu dispatches rows of more than 1024 fp32 elements to cunn_SoftMaxForward, a block
-    // reduction in another order.
-    throw std::invalid_argument("attention: " + model_name + " models PyTorch's warp softmax, which runs rows of at " +
-                                "most 1024 keys; " + std::to_string(Nk) +
-                                " keys run its block softmax (cunn_SoftMaxForward), not modelled");
-  }
+  if (const std::string why = unmodelled_shape(km, N, Nk, in.causal); !why.empty())
+    throw std::invalid_argument("attention: " + model_name + " " + why);
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }

@@ -184,6 +184,13 @@ inline int visible_keys(const Geometry& g, int row) {
 inline bool flex_partial_block(const Geometry& g, int row_begin, int kb) {
   return g.causal && kb + g.tiles.block_n - 1 > row_begin + causal_offset(g);
 }
+// FlexAttention's IS_DIVISIBLE false (torch/_inductor/kernel/flex/flex_attention.py: seq_len_q
+// and seq_len_kv multiples of 128, its default sparse block): every block then goes through the
+// bounds tl.where, so no block of the run contracts its exponent into an FFMA.
+inline constexpr int kFlexSparseBlock = 128;
+inline bool flex_bounds_masked(const Geometry& g) {
+  return g.nq % kFlexSparseBlock != 0 || g.nk % kFlexSparseBlock != 0;
+}
 // The number of fully visible key blocks (from key 0) of the row block starting at row_begin,
 // at most `blocks`.
 inline int flex_full_blocks(const Geometry& g, int row_begin, int blocks) {

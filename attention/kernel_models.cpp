@@ -477,7 +477,8 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
 // (traces/hw/h200/paths/flex/sass/, 2026-12-04) and reproduced bit for bit on its captures.
 // Head dim 64 measured (BLOCK_M = BLOCK_N = 128 forward; backward BLOCK_M1 = 64, BLOCK_N1 = 128,
 // BLOCK_M2 = 128, BLOCK_N2 = 64); other head dims take the same tiles (ASSUMED: Inductor's
-// tuning tables pick per head dim). The flex-decoding template (short queries) is not modelled.
+// tuning tables pick per head dim). Queries of fewer than 128 rows run the flex-decoding template instead:
+// flex-decoding-sm90.
 KernelModel flex_attention_sm90(const Format& dtype) {
   KernelModel m;
   m.base = "flex-attention-sm90";
@@ -489,7 +490,8 @@ KernelModel flex_attention_sm90(const Format& dtype) {
       "l = fma(l, alpha, rowsum), O = fp32(acc * rcp(l)) (div.full.f32), M = m + __nv_log2f(l); backward: "
       "delta 8 threads per row (mul + 7 fma, xor 4, 2, 1), P = ex2(fma(S, log2e, -M)), dS = P*(dP - delta) "
       "cast to F, dK/dV per 128 keys over 64-row steps, dQ per 128 rows over 64-key steps, dQ, dK *= scale; "
-      "measured on the H200 (decode template not modelled)";
+      "measured on the H200; a length that is not a multiple of 128 takes the two-step exponent on every block "
+      "(ASSUMED from the decode capture); queries under 128 rows run flex-decoding-sm90 instead";
   m.sources =
       "pytorch/pytorch torch/_inductor/kernel/flex/templates/flex_attention.py.jinja (forward_inner over "
       "KV_IDX with IS_FULL_BLOCKS=False, then over FULL_KV_IDX with IS_FULL_BLOCKS=True; l_i = 0, m_i = -inf; "
@@ -539,6 +541,44 @@ KernelModel flex_attention_sm90(const Format& dtype) {
   // FA4's preprocess layout for d 64. The grad_lse term adds fma(-0, log2e, sum) = sum.
   m.delta = DeltaFormula::fa4_threads;
   m.backward = BackwardKernel::flex_blocks;
+  return m;
+}
+
+// Inductor's flex-decoding kernel (torch/_inductor/kernel/flex/flex_decoding.py and its template),
+// which torch.compile(flex_attention) runs instead of the attention template for queries of fewer
+// than 128 rows (_use_flex_decoding, unless FORCE_USE_FLEX_ATTENTION): BLOCK_M 16, BLOCK_N 64, two
+// warps of mma.sync m16n8k16, and a split-KV combine. Without a block mask the default mask is one
+// sparse block of 2^30 keys, so split 0 takes every key block and the other splits are empty; the
+// combine (alpha = ex2(M_s - max M), sums of fma(alpha, L_s or ACC_s, .), div.full, log2f + max)
+// is then exact, O = acc / l and M = m + log2f(l) as the attention template's. With a mask the
+// keys spread over several splits whose combine order no capture has settled: refused.
+// Measured: the H200 decode capture (q16 k1024 d64, bf16) replays bit for bit, forward and backward.
+KernelModel flex_decoding_sm90(const Format& dtype) {
+  KernelModel m = flex_attention_sm90(dtype);
+  m.base = "flex-decoding-sm90";
+  m.description =
+      "FlexAttention's decoding kernel (torch.compile(flex_attention) with a query of fewer than 128 rows, "
+      "Inductor's flex-decoding template, PyTorch 2.11, Triton 3.6) on sm_90, without a block mask: 64-key "
+      "tiles through mma.sync m16n8k16 (sm90-mma), S = fp32(qk*scale), P̄ = ex2(fp32(S*log2 e) - m) on every "
+      "tile (bounds-masked), the two-warp row sum, l = fma(l, alpha, rowsum), O = acc * rcp(l), M = m + "
+      "__nv_log2f(l); the backward is FlexAttention's template with every block bounds-masked; causal masks "
+      "refused (split combine unmeasured); measured on the H200 (decode capture bit for bit)";
+  m.sources =
+      "pytorch/pytorch torch/_inductor/kernel/flex/flex_decoding.py (create_flex_decoding_kernel: BLOCK_M 16, "
+      "BLOCK_N 64, SPLIT_KV from get_split_k, the combine: g_M = max(buf_M), alpha = exp2(buf_M - g_M), g_L = "
+      "sum(buf_L * alpha), lse = log2(g_L) + g_M, output = sum(buf_ACC * alpha) / g_L), flex_attention.py "
+      "(_use_flex_decoding: seq_len_q < 128; IS_DIVISIBLE: both lengths multiples of 128), templates "
+      "flex_decode.py.jinja and common.py.jinja forward_block_mn; H200 PTX of the kernels that ran "
+      "(traces/hw/h200/paths/flex/sass/: tem_..._4_6818a76f, mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, "
+      "warpsPerCTA [1, 2], the row sum chains, shfl xor 2, 1 and the cross-warp add, fma for l; "
+      "backward_mul_1_119e26d5); gpu/analysis/flex/FINDINGS.md \"Decode\" and dec.py";
+  m.tiles_by_head_dim = {{0, TileSizes{16, 64, 64, 128}}};
+  // mma.sync m16n8k16: the sm90-mma preset (for bf16 and fp16 the same steps as sm90-wgmma, which the
+  // backward template's wgmma runs: 16 products per step, 25 fraction bits, RZ).
+  m.score_dot = tensor_core_dot("sm90-mma");
+  m.pv_dot = tensor_core_dot("sm90-mma");
+  m.row_sum = RowSumOrder::flex_decode_warps;
+  m.max_query_rows = 127;
   return m;
 }
 
@@ -1088,6 +1128,7 @@ std::vector<KernelModel> base_kernel_models(const Format& dtype) {
   table.push_back(triton_tutorial(dtype));
   table.push_back(triton_tutorial_sm90(dtype));
   table.push_back(flex_attention_sm90(dtype));
+  table.push_back(flex_decoding_sm90(dtype));
   table.push_back(fa3_fp8(dtype));
   table.push_back(fa3_16bit(dtype));
   table.push_back(cudnn_sdpa_sm90(dtype));
@@ -1110,6 +1151,20 @@ std::optional<Format> stored_o_format(const KernelModel& km) {
     default:
       return km.o_acc == OAccumulator::mma_c ? std::optional<Format>(km.output) : km.o_buffer_format;
   }
+}
+
+std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal) {
+  if (km.max_query_rows > 0 && query_rows > km.max_query_rows)
+    return "runs only for queries of at most " + std::to_string(km.max_query_rows) +
+           " rows (Inductor's flex-decoding choice); " + std::to_string(query_rows) +
+           " rows run FlexAttention's template: flex-attention-sm90";
+  if (km.row_sum == RowSumOrder::flex_decode_warps && causal)
+    return "models the decoding kernel without a block mask (one split takes every key); a causal mask spreads the "
+           "keys over several splits, whose combine is not measured";
+  if (km.row_sum == RowSumOrder::warp_softmax && keys > 1024)
+    return "models PyTorch's warp softmax, which runs rows of at most 1024 keys; " + std::to_string(keys) +
+           " keys run its block softmax (cunn_SoftMaxForward), not modelled";
+  return "";
 }
 
 bool reads_inputs_of(const KernelModel& km, const Format& dtype) {

@@ -115,26 +115,31 @@ enum class Exp2Function : std::uint8_t {
 
 // Order of the row sum ℓ.
 enum class RowSumOrder : std::uint8_t {
-  fa2_quad,      // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
-                 // quad sum (t0+t2)+(t1+t3) once at the end of the forward
-  pairwise,      // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
-  fa3_quad,      // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
-                 // (starting from its first column), then adds that tile sum to its running
-                 // sum; quad sum at the end as fa2_quad
-  ck_two_lanes,  // CK FMHA (gfx942, 32x32 MFMA C layout): lane group g sums, in fp32 from 0 in
-                 // ascending order, the tile columns c with floor(c/8) mod 2 == g; the tile sum is
-                 // fp32(s0 + s1) (one ds_bpermute step) and ℓ = fma(α, ℓ, tile sum)
-  fa4_lanes,     // FA4 (one thread per row) fadd_reduce for sm100: eight fp32 lanes, lane l
-                 // folding columns l, l+8, ...; lane 0 starts from ℓ·α (ℓ·α rounded, then + P̄_0);
-                 // then lanes (0,1)+=(2,3), (4,5)+=(6,7), (0,1)+=(4,5), ℓ = lane0 + lane1
-  triton_quad,   // Triton tl.sum(p, 1) on an MMA accumulator layout (sm_90 PTX of the tutorial):
-                 // per tile, thread t of the quad folds its columns {2t, 2t+1} + 8j in order from
-                 // its first one; two butterfly shuffles give the tile sum (t0 + t2) + (t1 + t3);
-                 // then ℓ = fma(ℓ, α, tile sum) (l_update_fma), else fp32(ℓ·α) + tile sum (cuDNN)
-  warp_softmax,  // PyTorch's softmax_warp_forward/backward (PersistentSoftmax.cuh), materialised models,
-                 // rows of at most 1024 keys: W = min(32, next power of two of the row length) lanes,
-                 // lane l folding elements l, l+W, l+2W, ... in fp32 from 0, then an xor butterfly
-                 // over offsets W/2, ..., 1 (every lane ends with the same sum); masked keys add 0
+  fa2_quad,           // per-thread sequential fp32 fold over the thread's columns {2t,2t+1}+8j,
+                      // quad sum (t0+t2)+(t1+t3) once at the end of the forward
+  pairwise,           // a tensor reduction (PyTorch / Triton tl.sum): recursive pairwise in fp32
+  fa3_quad,           // FA3 thread_reduce_: each thread sums its columns of the tile sequentially
+                      // (starting from its first column), then adds that tile sum to its running
+                      // sum; quad sum at the end as fa2_quad
+  ck_two_lanes,       // CK FMHA (gfx942, 32x32 MFMA C layout): lane group g sums, in fp32 from 0 in
+                      // ascending order, the tile columns c with floor(c/8) mod 2 == g; the tile sum is
+                      // fp32(s0 + s1) (one ds_bpermute step) and ℓ = fma(α, ℓ, tile sum)
+  fa4_lanes,          // FA4 (one thread per row) fadd_reduce for sm100: eight fp32 lanes, lane l
+                      // folding columns l, l+8, ...; lane 0 starts from ℓ·α (ℓ·α rounded, then + P̄_0);
+                      // then lanes (0,1)+=(2,3), (4,5)+=(6,7), (0,1)+=(4,5), ℓ = lane0 + lane1
+  triton_quad,        // Triton tl.sum(p, 1) on an MMA accumulator layout (sm_90 PTX of the tutorial):
+                      // per tile, thread t of the quad folds its columns {2t, 2t+1} + 8j in order from
+                      // its first one; two butterfly shuffles give the tile sum (t0 + t2) + (t1 + t3);
+                      // then ℓ = fma(ℓ, α, tile sum) (l_update_fma), else fp32(ℓ·α) + tile sum (cuDNN)
+  flex_decode_warps,  // Inductor's flex-decoding template on sm_90 (mma.sync m16n8k16, warpsPerCTA [1, 2]): per
+                      // tile, warp w = (c / 8) mod 2 and its thread t = (c mod 8) / 2 own column c; each thread
+                      // folds its columns in order from its first one, each warp joins its threads as
+                      // (t0 + t2) + (t1 + t3), the tile sum is warp 0 + warp 1 (through shared memory); then
+                      // ℓ = fma(ℓ, α, tile sum) (l_update_fma)
+  warp_softmax,       // PyTorch's softmax_warp_forward/backward (PersistentSoftmax.cuh), materialised models,
+                      // rows of at most 1024 keys: W = min(32, next power of two of the row length) lanes,
+                      // lane l folding elements l, l+W, l+2W, ... in fp32 from 0, then an xor butterfly
+                      // over offsets W/2, ..., 1 (every lane ends with the same sum); masked keys add 0
 };
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
@@ -359,8 +364,16 @@ struct KernelModel {
   // the max is subtracted by a separate fp32 subtraction; elsewhere one FMA qk*qk_scale - m.
   // With KvOrder::partial_then_full (FlexAttention) the two-step tiles are the partially masked
   // blocks (the tl.where of the mask sits between the multiply and the subtraction, so LLVM
-  // does not contract them), in the forward and in the backward's P.
+  // does not contract them), in the forward and in the backward's P; and every block when the
+  // query or key length is not a multiple of the 128-wide sparse block (IS_DIVISIBLE false in
+  // torch/_inductor/kernel/flex/flex_attention.py: the bounds tl.where is on every block;
+  // measured on the decode capture, ASSUMED for the attention template: flex_bounds_masked).
   bool causal_band_two_step_exponent = false;
+  // The shapes a recipe models (0: any): FlexAttention's decoding template runs for queries of
+  // fewer than this many rows only (Inductor's _use_flex_decoding: seq_len_q < 128); the engine
+  // refuses longer ones, and, with flex_decode_warps, a causal mask (its keys spread over several
+  // splits whose combine no capture has measured).
+  int max_query_rows = 0;
 
   // A one-line warning every front end prints when the model is named (empty: none): a
   // variant that reproduces a known kernel bug, e.g. an fp8 P̄ that saturates.
@@ -444,6 +457,11 @@ std::optional<Format> stored_o_format(const KernelModel& km);
 // Whether the kernel's delta reads anything but its stored O: O kept in fp32 before the final
 // cast (+o-fp32), or rowsum(dP∘P) (+delta-dpp, the tensor-op softmax backward).
 bool delta_reads_unrounded_o(const KernelModel& km);
+// Why the recipe does not model a run of `query_rows` queries over `keys` keys (`causal`: with a
+// causal mask), as one clause naming the rule; empty when it does. run_attention refuses such a
+// run with it: a kernel that takes another code path there (PyTorch's block softmax beyond 1024
+// keys, Inductor's flex-decoding choice and its split combine) is not silently run as this one.
+std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal);
 // Whether a recipe can read inputs of `dtype`: a bf16 recipe cannot read fp16 values (which
 // it could not represent) nor an fp16 recipe bf16 ones; fp8 recipes quantise what they get.
 // run_attention refuses such inputs, and a trace's replay checks it before any run

@@ -134,9 +134,10 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
     }
   }
   const int row_begin = row / g.tiles.block_m * g.tiles.block_m;
-  const bool two_step = km.causal_band_two_step_exponent && g.causal &&
-                        (km.kv_order == KvOrder::partial_then_full ? flex_partial_block(g, row_begin, kv_begin)
-                                                                   : kv_begin >= row_begin + causal_offset(g));
+  const bool two_step =
+      km.causal_band_two_step_exponent &&
+      (km.kv_order == KvOrder::partial_then_full ? flex_partial_block(g, row_begin, kv_begin) || flex_bounds_masked(g)
+                                                 : g.causal && kv_begin >= row_begin + causal_offset(g));
   for (int j = 0; j < len; ++j) {
     // +sw-exp2: FA4's apply_exp2_convert picks the polynomial by the column's place in the tile.
     const SoftwareExp2Split& sw = g.software_exp2;
@@ -264,6 +265,19 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     double tile_sum[4];
     quad_tile_sums(ar, p, len, tile_sum, nullptr);
     const double rs = ar.f32(ar.f32(tile_sum[0] + tile_sum[2]) + ar.f32(tile_sum[1] + tile_sum[3]));
+    const double l_old = Is_first && !km.l_init_one ? 0.0 : state.l;
+    state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
+  } else if (km.row_sum == RowSumOrder::flex_decode_warps) {
+    // Thread (w, t) owns column c with w = (c / 8) % 2, t = (c % 8) / 2, folded from 0 (masked
+    // columns are P̄ = +0); each warp's quad (t0 + t2) + (t1 + t3), then warp 0 + warp 1.
+    double part[2][4] = {};
+    for (int c = 0; c < len; ++c) {
+      double& s = part[(c / 8) % 2][(c % 8) / 2];
+      s = ar.f32(s + p[c]);
+    }
+    double warp_sum[2];
+    for (int w = 0; w < 2; ++w) warp_sum[w] = ar.f32(ar.f32(part[w][0] + part[w][2]) + ar.f32(part[w][1] + part[w][3]));
+    const double rs = ar.f32(warp_sum[0] + warp_sum[1]);
     const double l_old = Is_first && !km.l_init_one ? 0.0 : state.l;
     state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {

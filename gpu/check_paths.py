@@ -3,7 +3,8 @@
 
 (`gpu/check_paths.py --replay-model FILE` prints the model a capture is replayed under: its
 metadata's, else flashbits' model of the path (math pytorch-math-sm90, flex flex-attention-sm90,
-split-KV pytorch-fa2-sm90+splitkv, the tutorial triton-tutorial-sm90, cudnn the black-box fit
+split-KV pytorch-fa2-sm90+splitkv, the tutorial triton-tutorial-sm90, flex with a query under
+128 rows flex-decoding-sm90, cudnn the black-box fit
 cudnn-sdpa-sm90), else the nearest model, marked so;
 used by gpu/import_session.sh.)
 
@@ -168,6 +169,8 @@ def replay_model(path):
     if meta.get("model"):
         return meta["model"] + " (metadata)"
     path_name = meta.get("path", "")
+    if path_name == "flex" and int(meta.get("seqlen_q", 128)) < 128:
+        return "flex-decoding-sm90 (flashbits' model of the flex path's decoding kernel, queries under 128 rows)"
     if path_name == "cudnn":
         return MODELLED[path_name] + " (flashbits' black-box fit of the cudnn path, not bit-exact)"
     if path_name in MODELLED:

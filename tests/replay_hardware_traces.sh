@@ -9,16 +9,15 @@
 # from PyTorch's heuristic with the H200's 132 SMs (their metadata names pytorch-fa2-sm90:
 # the capture script predates the +splitkv model), bit for bit. The eager captures (PyTorch
 # eager attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are
-# assumed, not modelled: docs/FINDINGS.md "Hardware status") and the paths kind (the other
-# paths of issue 38 without a bit-exact model: FlexAttention's decode; its residual is in
-# docs/FINDINGS.md) are known residuals: they must replay without an error
-# (exit 0 or 1, not 2), and each path's folder must give a bias-test --traces verdict.
-# tutorial, flex and math: the Triton tutorial's captures under triton-tutorial-sm90, the
-# FlexAttention ones under flex-attention-sm90 and the SDPA math backend's under
-# pytorch-math-sm90, bit for bit, but flex's decode capture (the flex-decoding kernels, not
-# modelled), which the paths kind replays as a residual. cudnn: cuDNN's captures under
-# cudnn-sdpa-sm90, a black-box fit, each within the residual measured when it was written
-# (tests/cudnn_residual.tsv: elements that differ and their largest |ulps|, per tensor).
+# assumed, not modelled: docs/FINDINGS.md "Hardware status") are a known residual: they must
+# replay without an error (exit 0 or 1, not 2). tutorial, flex and math: the Triton tutorial's
+# captures under triton-tutorial-sm90, the FlexAttention ones under flex-attention-sm90 (the
+# decode capture, which Inductor runs through its flex-decoding kernel, under
+# flex-decoding-sm90) and the SDPA math backend's under pytorch-math-sm90, bit for bit. cudnn:
+# cuDNN's captures under cudnn-sdpa-sm90, a black-box fit, each within the residual measured
+# when it was written (tests/cudnn_residual.tsv: elements that differ and their largest
+# |ulps|, per tensor). paths: each path folder of issue 38 (traces/hw/<gpu>/paths/*) must give
+# a bias-test --traces verdict.
 # FLASHBITS_TEST_SCALE=sanitizer replays one capture of each kind but bias, whose captures
 # are torch captures of more heads (the same replay path as the torch kind's, and the
 # longest run under ASan).
@@ -48,17 +47,13 @@ for kind in "${kinds[@]}"; do
     continue
   fi
   files=("$root"/traces/hw/*/"$dir"/*.safetensors)
-  # flex-attention-sm90 models the flex_attention template, not the flex-decoding kernels that
-  # Inductor picks for a short query (the decode capture: a residual in the paths kind).
-  if [ "$kind" = flex ]; then
-    kept=()
-    for t in "${files[@]}"; do [[ $(basename "$t") == *decode* ]] || kept+=("$t"); done
-    files=("${kept[@]}")
-  fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && files=("${files[@]:0:1}")
   for t in "${files[@]}"; do
     found=$((found + 1))
-    if out=$("$fb" replay "$t" "${model[@]}" 2>&1); then
+    # Inductor runs a short query (the decode capture) through its flex-decoding kernel.
+    run_model=("${model[@]}")
+    [ "$kind" = flex ] && [[ $(basename "$t") == *decode* ]] && run_model=(--model flex-decoding-sm90)
+    if out=$("$fb" replay "$t" "${run_model[@]}" 2>&1); then
       exact=$((exact + 1))
     else
       echo "NOT BIT-EXACT: $t"
@@ -85,16 +80,9 @@ if [[ " ${kinds[*]} " == *" cudnn "* ]]; then
 fi
 eager=()
 [[ " ${kinds[*]} " == *" eager "* ]] && eager=("$root"/traces/hw/*/eager/*.safetensors)
-[[ " ${kinds[*]} " == *" paths "* ]] &&
-  eager+=("$root"/traces/hw/*/paths/flex/flex_*decode*.safetensors)
 for t in "${eager[@]}"; do
   found=$((found + 1))
-  # A path without a model of its own replays under the nearest (gpu/check_paths.py's table).
-  model=()
-  case $t in
-    */paths/flex/*) model=(--model flex-attention-sm90) ;;
-  esac
-  "$fb" replay "$t" "${model[@]}" > /dev/null 2>&1
+  "$fb" replay "$t" > /dev/null 2>&1
   rc=$?
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
@@ -103,12 +91,13 @@ done
 # whatever it concludes.
 if [[ " ${kinds[*]} " == *" paths "* ]] && [ "${FLASHBITS_TEST_SCALE:-}" != sanitizer ]; then
   for dir in "$root"/traces/hw/*/paths/*/; do
+    found=$((found + 1))
     "$fb" bias-test --traces "$dir" > /dev/null 2>&1
     rc=$?
     # 0 no bias, 1 bias, 4 inconclusive (the tutorial's 6 heads are too few samples).
     case $rc in 0 | 1 | 4) ;; *) echo "ERROR (exit $rc): bias-test --traces $dir"; fail=1 ;; esac
   done
 fi
-echo "${kinds[*]}: $exact hardware captures replayed bit for bit, $found replayed in all"
+echo "${kinds[*]}: $exact hardware captures replayed bit for bit, $found checked in all (captures replayed, path folders bias-tested)"
 [ "$found" -gt 0 ] || { echo "no ${kinds[*]} hardware captures found under $root/traces/hw"; fail=1; }
 exit $fail

@@ -122,6 +122,7 @@ TEST_CASE("every kernel model with N != Nk in exact arithmetic equals the exact 
         CAPTURE(lengths.second);
         CAPTURE(causal);
         const ModelHandle model = parse_kernel_model(name, formats::bf16);
+        if (!unmodelled_shape(*model.recipe, in.q.rows, in.k.rows, causal).empty()) continue;
         RunOptions opt;
         opt.exact_arithmetic = true;
         opt.block_m = 16;
@@ -155,7 +156,7 @@ TEST_CASE("every kernel model with N != Nk in exact arithmetic equals the exact 
 TEST_CASE("rows above the causal corner (N > Nk) get O = 0 and LSE = +inf in every model, hardware arithmetic") {
   const AttentionInputs in = inputs("random", 9, 20, 6, 16, true);
   for (const KernelModel& m : base_kernel_models(formats::bf16)) {
-    if (m.input == formats::fp16) continue;
+    if (m.input == formats::fp16 || !unmodelled_shape(m, 20, 6, true).empty()) continue;
     CAPTURE(m.base);
     const ModelHandle model = parse_kernel_model(m.base, formats::bf16);
     RunOptions opt;
