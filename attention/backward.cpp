@@ -369,9 +369,8 @@ namespace {
 // P for one row and key as flex_backwards.py.jinja's bwd_dq_block_mn / bwd_dkdv_block_mn form
 // it: the score as the forward forms it (score_of_dot: fp32(qk * SM_SCALE)), then exp2 of it
 // times RCP_LN2 less the forward's log2-unit LSE (lse = where(lse == -inf, 0, lse)): one FFMA,
-// or on a block behind a tl.where (partially masked, or every block of a run whose lengths are
-// not multiples of 128: flex_bounds_masked) the rounded product then a subtraction (exponent(),
-// two_step). A row that saw nothing has LSE = +inf, so P = exp2(-inf) = 0.
+// or on a block behind a tl.where (flex_block_behind_where) the rounded product then a
+// subtraction (exponent(), two_step). A row that saw nothing has LSE = +inf, so P = exp2(-inf) = 0.
 template <class A, class E>
 double flex_backward_p(const KernelModel& km, const A& ar, const ScaleConstants& k, const HeadData<E>& hd, int row,
                        int key, double lse_log2, bool masked) {
@@ -407,8 +406,8 @@ void flex_backward_head(const KernelModel& km, const A& ar, const HeadData<E>& h
     for (int j = 0; j < nk; ++j) {
       E p_e = static_cast<E>(0), ds_e = static_cast<E>(0);
       if (j < visible) {
-        const double p = flex_backward_p(km, ar, k, hd, r, j, lse_log2,
-                                         flex_partial_block(g, row_begin, j / bn * bn) || flex_bounds_masked(g));
+        const double p =
+            flex_backward_p(km, ar, k, hd, r, j, lse_log2, flex_block_behind_where(g, row_begin, j / bn * bn));
         const double dp = ar.dot(km.score_dot, 0.0, hd.do_row(r), hd.v_row(j), d);
         p_e = static_cast<E>(ar.to(km.p_cast, p));
         ds_e = static_cast<E>(ar.to(km.p_cast, ar.f32(p * ar.f32(dp - delta[static_cast<std::size_t>(r)]))));
@@ -603,10 +602,9 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
       p = triton_backward_p(km, ar, hd, row, j, st.lse_kernel);
       dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
     } else if (km.backward == BackwardKernel::flex_blocks) {
-      const bool partial =
-          flex_partial_block(g, row / g.tiles.block_m * g.tiles.block_m, j / g.tiles.block_n * g.tiles.block_n) ||
-          flex_bounds_masked(g);
-      p = flex_backward_p(km, ar, k, hd, row, j, st.lse_kernel == -kInf ? 0.0 : st.lse_kernel, partial);
+      const bool masked =
+          flex_block_behind_where(g, row / g.tiles.block_m * g.tiles.block_m, j / g.tiles.block_n * g.tiles.block_n);
+      p = flex_backward_p(km, ar, k, hd, row, j, st.lse_kernel == -kInf ? 0.0 : st.lse_kernel, masked);
       dp = ar.dot(km.score_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d);
     } else if (km.backward == BackwardKernel::fa2_seqk_parallel) {
       const double s = ar.to(km.score_format, ar.dot(km.score_dot, 0.0, hd.q_row(row), hd.k_row(j), g.d));

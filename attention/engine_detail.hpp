@@ -191,6 +191,13 @@ inline constexpr int kFlexSparseBlock = 128;
 inline bool flex_bounds_masked(const Geometry& g) {
   return g.nq % kFlexSparseBlock != 0 || g.nk % kFlexSparseBlock != 0;
 }
+// Whether FlexAttention's block (row block from row_begin, keys from kb) passes its scores through
+// a tl.where before the max is subtracted: a partially masked block, or any block of a bounds-masked
+// run. There the exponent is the rounded product then a subtraction, not an FFMA (forward and
+// backward alike).
+inline bool flex_block_behind_where(const Geometry& g, int row_begin, int kb) {
+  return flex_partial_block(g, row_begin, kb) || flex_bounds_masked(g);
+}
 // The number of fully visible key blocks (from key 0) of the row block starting at row_begin,
 // at most `blocks`.
 inline int flex_full_blocks(const Geometry& g, int row_begin, int blocks) {

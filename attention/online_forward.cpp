@@ -136,7 +136,7 @@ void scale_apply_exp2(const KernelModel& km, const A& ar, const ScaleConstants& 
   const int row_begin = row / g.tiles.block_m * g.tiles.block_m;
   const bool two_step =
       km.causal_band_two_step_exponent &&
-      (km.kv_order == KvOrder::partial_then_full ? flex_partial_block(g, row_begin, kv_begin) || flex_bounds_masked(g)
+      (km.kv_order == KvOrder::partial_then_full ? flex_block_behind_where(g, row_begin, kv_begin)
                                                  : g.causal && kv_begin >= row_begin + causal_offset(g));
   for (int j = 0; j < len; ++j) {
     // +sw-exp2: FA4's apply_exp2_convert picks the polynomial by the column's place in the tile.
@@ -171,6 +171,22 @@ void quad_tile_sums(const A& ar, const std::vector<double>& p, int len, double t
   }
   if (started)
     for (int owner = 0; owner < 4; ++owner) started[owner] = own_started[owner];
+}
+
+// A quad's per-thread sums joined by shfl.bfly 2 then 1: (t0 + t2) + (t1 + t3).
+template <class A>
+double quad_butterfly(const A& ar, const double thread_sum[4]) {
+  return ar.f32(ar.f32(thread_sum[0] + thread_sum[2]) + ar.f32(thread_sum[1] + thread_sum[3]));
+}
+
+// ℓ after a tile whose row sum is rs, for the orders that sum each tile on its own (triton_quad,
+// flex_decode_warps): fma(ℓ, α, rs) with l_update_fma, else fp32(ℓ·α) + rs; ℓ starts from 0
+// (Triton's l_init_one: from 1, whose first α is 0).
+template <class A>
+void join_tile_row_sum(const KernelModel& km, const A& ar, bool Is_first, double alpha, double rs,
+                       SoftmaxState& state) {
+  const double l_old = Is_first && !km.l_init_one ? 0.0 : state.l;
+  state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
 }
 
 // reduce_sum: the tile's P̄ (unrounded) joins ℓ in the recipe's order.
@@ -264,9 +280,7 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     // are P̄ = +0 and change nothing), then shfl.bfly 2 and 1: (t0 + t2) + (t1 + t3).
     double tile_sum[4];
     quad_tile_sums(ar, p, len, tile_sum, nullptr);
-    const double rs = ar.f32(ar.f32(tile_sum[0] + tile_sum[2]) + ar.f32(tile_sum[1] + tile_sum[3]));
-    const double l_old = Is_first && !km.l_init_one ? 0.0 : state.l;
-    state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
+    join_tile_row_sum(km, ar, Is_first, alpha, quad_butterfly(ar, tile_sum), state);
   } else if (km.row_sum == RowSumOrder::flex_decode_warps) {
     // Thread (w, t) owns column c with w = (c / 8) % 2, t = (c % 8) / 2, folded from 0 (masked
     // columns are P̄ = +0); each warp's quad (t0 + t2) + (t1 + t3), then warp 0 + warp 1.
@@ -275,11 +289,8 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
       double& s = part[(c / 8) % 2][(c % 8) / 2];
       s = ar.f32(s + p[c]);
     }
-    double warp_sum[2];
-    for (int w = 0; w < 2; ++w) warp_sum[w] = ar.f32(ar.f32(part[w][0] + part[w][2]) + ar.f32(part[w][1] + part[w][3]));
-    const double rs = ar.f32(warp_sum[0] + warp_sum[1]);
-    const double l_old = Is_first && !km.l_init_one ? 0.0 : state.l;
-    state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
+    join_tile_row_sum(km, ar, Is_first, alpha, ar.f32(quad_butterfly(ar, part[0]) + quad_butterfly(ar, part[1])),
+                      state);
   } else if (km.row_sum == RowSumOrder::fa3_quad) {
     // FA3 thread_reduce_: a thread's tile sum starts from its first column of the tile,
     // then joins its running sum (0 + x is exact, so the first tile needs no case).
@@ -374,7 +385,7 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   const double* l_thread = state.l_thread;
   if (quad_row_sum(km)) {
     // quad_allreduce_: shfl_xor 2 then 1.
-    state.l = ar.f32(ar.f32(l_thread[0] + l_thread[2]) + ar.f32(l_thread[1] + l_thread[3]));
+    state.l = quad_butterfly(ar, l_thread);
   }
   const double m = state.m, l = state.l;
   // m == -inf: no score seen (a row above the causal corner; Triton's ℓ starts at 1).
