@@ -621,7 +621,9 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
     }
     scratch[j] = ar.f32(p * dp);
   }
-  return materialised_row_sum(km, scratch.data(), nk, g.nk, [&](double a, double b) { return ar.f32(a + b); });
+  const std::int64_t flat_row = static_cast<std::int64_t>(hd.batch_head) * g.nq + row;
+  return materialised_row_sum(km, scratch.data(), nk, g.nk, SoftmaxPass::backward, flat_row,
+                              [&](double a, double b) { return ar.f32(a + b); });
 }
 
 #define FB_ATTN_INSTANTIATE(A, E)                                                                                      \

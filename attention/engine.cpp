@@ -207,7 +207,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
       km.structure != Structure::materialised)
     throw std::invalid_argument("attention: " + model_name + ": the math backend's steps are materialised only");
   if (const std::string why = unmodelled_shape(km, N, Nk, in.causal); !why.empty())
-    throw std::invalid_argument("attention: " + model_name + " " + why);
+    throw std::invalid_argument("attention: " + model_name + " does not model this shape: it " + why);
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }
@@ -238,6 +238,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   parallel_for(B * H, opt.threads, [&](int bh) {
     const int b = bh / H, h = bh % H;
     HeadData<E>& hd = heads[static_cast<std::size_t>(bh)];
+    hd.batch_head = bh;
     hd.nq = N;
     hd.nk = Nk;
     hd.d = D;

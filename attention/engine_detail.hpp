@@ -42,6 +42,9 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 template <class E>
 struct HeadData {
   int nq = 0, nk = 0, d = 0;
+  // This head's index b * heads + h in the run's [batch, heads, ...] tensors: a kernel whose order
+  // depends on a row's address (PyTorch's plain block softmax backward) reads it.
+  int batch_head = 0;
   std::vector<E> q, k, v, vt;        // rows [nq or nk][d]; vt = Vᵀ [d][nk]
   std::vector<E> d_o, d_ot, qt, kt;  // backward: dO rows, dOᵀ [d][nq], Qᵀ [d][nq]; Kᵀ [d][nk] (also tile_scores)
   std::vector<E> kp, kpt;            // triton_prescaled_k backward: the host-prescaled K' rows and K'ᵀ
@@ -217,22 +220,123 @@ double pairwise_sum(const double* x, int n, const Add& add) {
 }
 
 // The row sum of a materialised softmax (and of its backward's dP∘P) over the row's first n
-// entries, in the recipe's order: RowSumOrder::warp_softmax's lanes and butterfly for a row
-// of row_length keys (the entries past n, masked, add zeros), else pairwise; every addition
-// rounded by `add`.
-template <class Add>
-double materialised_row_sum(const KernelModel& km, const double* x, int n, int row_length, const Add& add) {
-  if (km.row_sum != RowSumOrder::warp_softmax) return pairwise_sum(x, n, add);
-  // softmax_warp_forward: WARP_SIZE = min(next power of two, 32); each lane's sum starts at 0.
+// entries, in the recipe's order: RowSumOrder::warp_softmax's PyTorch kernels for a row of
+// row_length keys (the entries past n, masked, add zeros), else pairwise; every addition
+// rounded by `add`. `pass` picks the forward's or the backward's kernel; `flat_row` is the
+// row's index in the [batch, heads, queries] score tensor, whose address sets the plain block
+// backward's alignment shift.
+enum class SoftmaxPass : std::uint8_t { forward, backward };
+
+namespace softmax_orders {
+// softmax_warp_forward/backward: W = min(32, next power of two) lanes, lane l folding elements
+// l, l+W, ... from 0; then warp_reduce, sum += shfl_xor(sum, offset) for offset = W/2 .. 1.
+// Addition commutes, so every lane holds the same value after each step; lane 0's is the result.
+template <class Value, class Add>
+double warp(const Value& x, int row_length, const Add& add) {
   int lanes = 1;
   while (lanes < row_length && lanes < 32) lanes *= 2;
   double lane_sum[32] = {};
-  for (int j = 0; j < n; ++j) lane_sum[j % lanes] = add(lane_sum[j % lanes], x[j]);
-  // warp_reduce: sum += shfl_xor(sum, offset) for offset = lanes/2 .. 1. Addition commutes, so
-  // every lane holds the same value after each step; lane 0's is the result.
+  for (int j = 0; j < row_length; ++j) lane_sum[j % lanes] = add(lane_sum[j % lanes], x(j));
   for (int offset = lanes / 2; offset >= 1; offset /= 2)
     for (int l = 0; l < offset; ++l) lane_sum[l] = add(lane_sum[l], lane_sum[l + offset]);
   return lane_sum[0];
+}
+// cuda_utils::BlockReduce (block_reduce.cuh) as blockReduceWarp calls it: each warp's WarpReduce
+// (val += shfl_down(val, offset), offset 16 .. 1; lane 0's result equals the xor butterfly's),
+// warp w's sum to shared[w], then warp 0 reduces shared[lane] (the identity, 0, on lanes past the
+// warp count) the same way.
+template <class Add>
+double block_reduce_warp(std::vector<double>& thread_sums, const Add& add) {
+  const std::size_t warps = thread_sums.size() / 32;
+  std::vector<double> lanes(32, 0.0);
+  for (std::size_t w = 0; w < warps; ++w) {
+    double* lane = thread_sums.data() + w * 32;
+    for (int offset = 16; offset >= 1; offset /= 2)
+      for (int l = 0; l < offset; ++l) lane[l] = add(lane[l], lane[l + offset]);
+    lanes[w] = lane[0];
+  }
+  for (int offset = 16; offset >= 1; offset /= 2)
+    for (int l = 0; l < offset; ++l) lanes[l] = add(lanes[l], lanes[l + offset]);
+  return lanes[0];
+}
+// SoftMax.cu's older blockReduce (cunn_SoftMaxBackward): thread t's value to smem[t]; lane l of
+// warp 0 (l < warps) folds smem[32l .. 32l + 31] in order from 0, then thread 0 folds those
+// warp sums in order from 0.
+template <class Add>
+double block_reduce_shared(const std::vector<double>& thread_sums, const Add& add) {
+  const std::size_t warps = thread_sums.size() / 32;
+  double block = 0.0;
+  for (std::size_t w = 0; w < warps; ++w) {
+    double warp_sum = 0.0;
+    for (std::size_t i = 0; i < 32; ++i) warp_sum = add(warp_sum, thread_sums[w * 32 + i]);
+    block = add(block, warp_sum);
+  }
+  return block;
+}
+// cunn_SoftMaxForwardReg<reg_cnt = ceil(keys / 1024)> on 1024 threads: thread t folds
+// exp(x[t + 1024 r] - max) for r = 0, 1, ... (keys past the row skipped) from 0; blockReduceWarp.
+template <class Value, class Add>
+double forward_registers(const Value& x, int row_length, const Add& add) {
+  constexpr int threads = 1024;
+  std::vector<double> thread_sums(threads, 0.0);
+  for (int t = 0; t < threads; ++t)
+    for (int j = t; j < row_length; j += threads) thread_sums[t] = add(thread_sums[t], x(j));
+  return block_reduce_warp(thread_sums, add);
+}
+// cunn_SoftMaxBackwardSmem (keys a multiple of 4, 16-byte aligned rows): thread t of B loads the
+// float4 vectors t, t + B, ... and folds each vector's 4 values in order from 0; blockReduceWarp.
+template <class Value, class Add>
+double backward_shared_memory(const Value& x, int row_length, const Add& add) {
+  const int threads = pytorch_softmax::backward_block_threads(row_length);
+  std::vector<double> thread_sums(static_cast<std::size_t>(threads), 0.0);
+  for (int t = 0; t < threads; ++t)
+    for (int v = t; 4 * v < row_length; v += threads)
+      for (int i = 0; i < 4; ++i) thread_sums[t] = add(thread_sums[t], x(4 * v + i));
+  return block_reduce_warp(thread_sums, add);
+}
+// cunn_SoftMaxBackward's ilpReduce<ILP 4> over a row that starts `shift` floats past a 16-byte
+// boundary: thread t >= shift first takes element t - shift; then float4 vectors from the
+// boundary, thread t taking vectors t, t + B, ... while they lie in the row's body (a multiple of
+// 4B elements); then the tail, element by element, thread t taking tail + t, + B, ...;
+// blockReduce (shared memory).
+template <class Value, class Add>
+double backward_plain(const Value& x, int row_length, int shift, const Add& add) {
+  const int threads = pytorch_softmax::backward_block_threads(row_length);
+  std::vector<double> thread_sums(static_cast<std::size_t>(threads), 0.0);
+  int size = row_length;
+  int base = 0;  // element index of data[0] in the row
+  if (shift > 0) {
+    base = -shift;
+    size += shift;
+    for (int t = shift; t < threads; ++t) thread_sums[t] = add(thread_sums[t], x(base + t));
+    size -= threads;
+    base += threads;
+  }
+  const int last = size % (4 * threads);
+  for (int t = 0; t < threads; ++t)
+    for (int v = t; 4 * v < size - last; v += threads)
+      for (int i = 0; i < 4; ++i) thread_sums[t] = add(thread_sums[t], x(base + 4 * v + i));
+  for (int t = 0; t < threads; ++t)
+    for (int j = size - last + t; j < size; j += threads) thread_sums[t] = add(thread_sums[t], x(base + j));
+  return block_reduce_shared(thread_sums, add);
+}
+}  // namespace softmax_orders
+
+template <class Add>
+double materialised_row_sum(const KernelModel& km, const double* x, int n, int row_length, SoftmaxPass pass,
+                            std::int64_t flat_row, const Add& add) {
+  if (km.row_sum != RowSumOrder::warp_softmax) return pairwise_sum(x, n, add);
+  const auto value = [x, n](int j) { return j < n ? x[j] : 0.0; };
+  if (pass == SoftmaxPass::forward) {
+    if (row_length <= pytorch_softmax::warp_forward_max_keys) return softmax_orders::warp(value, row_length, add);
+    return softmax_orders::forward_registers(value, row_length, add);
+  }
+  if (row_length <= pytorch_softmax::warp_backward_max_keys) return softmax_orders::warp(value, row_length, add);
+  if (row_length % 4 == 0) return softmax_orders::backward_shared_memory(value, row_length, add);
+  // The caching allocator's blocks are 512-byte aligned, so the row's shift is its offset in
+  // floats modulo 4.
+  const int shift = static_cast<int>((flat_row * row_length) % 4);
+  return softmax_orders::backward_plain(value, row_length, shift, add);
 }
 
 // The final cast of O's rounding: the recipe's RNE, or the +o-MODE variant's mode (sr

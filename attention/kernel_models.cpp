@@ -180,7 +180,9 @@ KernelModel standard(const Format& f) {
 
 // PyTorch's SDPA math backend (SDPBackend.MATH, _scaled_dot_product_attention_math) on CUDA, as
 // PyTorch 2.11 runs it for bf16/fp16 inputs with its default flags: the whole computation in
-// fp32 through cuBLAS SIMT SGEMMs and the warp softmax kernels. The four captures of 2026-12-04
+// fp32 through cuBLAS SIMT SGEMMs and PyTorch's softmax kernels (the warp kernels, and for rows
+// over 2048 keys forward or 1024 backward the block kernels of pytorch_softmax, read from the
+// source and not yet captured). The four captures of 2026-12-04
 // (traces/hw/h200/paths/math: bf16 and fp16, square, causal, and cross-attention with top-left and
 // bottom-right masks) replay bit for bit, every element of O, dQ, dK and dV; each ingredient below
 // was also shown to matter by the bits (gpu/analysis/math_cudnn/FINDINGS.md, part A).
@@ -191,7 +193,8 @@ KernelModel pytorch_math_sm90(const Format& dtype) {
       "PyTorch's SDPA math backend (SDPBackend.MATH) on CUDA: q, k, v upcast to fp32, q and k each "
       "multiplied by fp32(sqrt(scale)), every GEMM an fp32 FMA chain over k from 0 (cuBLAS SIMT FFMA), "
       "warp softmax (32 lanes, xor butterfly) with CUDA's expf, P = e / sum, backward dS = fma(-P, sum, "
-      "dP*P); rows up to 1024 keys; replayed bit for bit on the H200 (O, dQ, dK, dV)";
+      "dP*P); replayed bit for bit on the H200 (O, dQ, dK, dV) with rows of 256 keys; rows over 1024 keys "
+      "(PyTorch's block softmax kernels, read from the source, up to 9216 keys) UNMEASURED";
   m.sources =
       "pytorch/pytorch aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math "
       "(query_acc = query_.to(kFloat) when !allowFP16BF16ReductionMathSDP; scaling_factor = "
@@ -1161,9 +1164,11 @@ std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bo
   if (km.row_sum == RowSumOrder::flex_decode_warps && causal)
     return "models the decoding kernel without a block mask (one split takes every key); a causal mask spreads the "
            "keys over several splits, whose combine is not measured";
-  if (km.row_sum == RowSumOrder::warp_softmax && keys > 1024)
-    return "models PyTorch's warp softmax, which runs rows of at most 1024 keys; " + std::to_string(keys) +
-           " keys run its block softmax (cunn_SoftMaxForward), not modelled";
+  if (km.row_sum == RowSumOrder::warp_softmax && keys > pytorch_softmax::register_forward_max_keys)
+    return "models PyTorch's softmax kernels for rows of at most " +
+           std::to_string(pytorch_softmax::register_forward_max_keys) + " keys; " + std::to_string(keys) +
+           " keys run its shared-memory or plain block softmax (cunn_SoftMaxForwardSmem, cunn_SoftMaxForward), "
+           "not modelled";
   return "";
 }
 

@@ -16,6 +16,7 @@
 //   multiplies/adds are flushed to zero.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -136,11 +137,35 @@ enum class RowSumOrder : std::uint8_t {
                       // folds its columns in order from its first one, each warp joins its threads as
                       // (t0 + t2) + (t1 + t3), the tile sum is warp 0 + warp 1 (through shared memory); then
                       // ℓ = fma(ℓ, α, tile sum) (l_update_fma)
-  warp_softmax,       // PyTorch's softmax_warp_forward/backward (PersistentSoftmax.cuh), materialised models,
-                      // rows of at most 1024 keys: W = min(32, next power of two of the row length) lanes,
-                      // lane l folding elements l, l+W, l+2W, ... in fp32 from 0, then an xor butterfly
-                      // over offsets W/2, ..., 1 (every lane ends with the same sum); masked keys add 0
+  warp_softmax,       // PyTorch's CUDA softmax (SoftMax.cu, PersistentSoftmax.cuh), materialised models: the
+                      // kernel host_softmax / host_softmax_backward pick for the row's length (PytorchSoftmax
+                      // below). softmax_warp_forward/backward: W = min(32, next power of two of the row
+                      // length) lanes, lane l folding elements l, l+W, l+2W, ... in fp32 from 0, then an xor
+                      // butterfly over offsets W/2, ..., 1; masked keys add 0. Longer rows: the block kernels
 };
+
+// Which of PyTorch's CUDA softmax kernels runs an fp32 row of a given length, read from
+// aten/src/ATen/native/cuda/SoftMax.cu as of PyTorch 2.10 (host_softmax, host_softmax_backward,
+// dispatch_host_softmax_backward). UNMEASURED beyond 1024 keys: every math capture so far has
+// at most 256 keys (gpu/capture_paths.py plans one of 2048).
+namespace pytorch_softmax {
+// softmax_warp_forward runs rows of at most 2048 fp32 (dim_size <= 2048, 8 KiB); longer rows
+// run cunn_SoftMaxForwardReg on 1024 threads while ceil(keys / 1024) < 10, then the shared-
+// memory or the plain block kernel (not modelled).
+inline constexpr int warp_forward_max_keys = 2048;
+inline constexpr int register_forward_max_keys = 9 * 1024;
+// softmax_warp_backward runs rows of at most 1024 fp32 (4 KiB); longer rows run
+// cunn_SoftMaxBackwardSmem (keys a multiple of 4) or cunn_SoftMaxBackward.
+inline constexpr int warp_backward_max_keys = 1024;
+// The block of the backward's block kernels (SoftMax_getBlockSize with ILP 4): the smallest
+// power of two >= min(keys / 4, 1024) / 2, at least a warp.
+inline int backward_block_threads(int keys) {
+  const int max_block = std::min(keys / 4, 1024) / 2;
+  int block = 1;
+  while (block < max_block) block *= 2;
+  return std::max(block, 32);
+}
+}  // namespace pytorch_softmax
 
 // FP8 operands (issue 10): Q, K, V are quantised to an 8-bit format inside the model,
 // from the high-precision inputs (the model's `input` dtype), as the caller of an FP8

@@ -28,7 +28,7 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   // softmax: p = exp(s - m), l = Σ p, P = F(p / l) (fp32 inside)
   std::vector<double> p(static_cast<std::size_t>(nk));
   for (int j = 0; j < nk; ++j) p[j] = exponent(km, ar, k, s[j], m);
-  const double l = materialised_row_sum(km, p.data(), nk, g.nk,
+  const double l = materialised_row_sum(km, p.data(), nk, g.nk, SoftmaxPass::forward, 0,
                                         [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
   const bool empty = l == 0.0 || std::isnan(l);
   for (int j = 0; j < nk; ++j) {

@@ -106,6 +106,15 @@ PLANS = {
         Shape("flex_bf16_n256_d64_causal", "bf16", 1, 2, 256, 256, 64, "bottom-right"),
         Shape("flex_bf16_cross_q128_k384_d64_causal", "bf16", 1, 2, 128, 384, 64, "bottom-right"),
         Shape("flex_bf16_decode_q16_k1024_d64", "bf16", 1, 2, 16, 1024, 64, None),
+        # Open questions for flashbits' models (each is refused or ASSUMED there today):
+        # lengths that are not multiples of 128 (Inductor's IS_DIVISIBLE false: the bounds
+        # tl.where before the exponent, measured on the decode kernel, assumed on the template);
+        Shape("flex_bf16_n200_d64", "bf16", 1, 2, 200, 200, 64, None),
+        # a causal decode, whose block mask spreads the keys over several splits (the combine's
+        # order);
+        Shape("flex_bf16_decode_q16_k1024_d64_causal", "bf16", 1, 2, 16, 1024, 64, "bottom-right"),
+        # a head dimension that is not a power of two (Triton pads it to 128 in registers).
+        Shape("flex_bf16_n256_d96", "bf16", 1, 2, 256, 256, 96, None),
     ],
     # The tutorial takes one N_CTX (seq_q == seq_k), a multiple of 128 (its backward asserts
     # it), fp16 (its P and dS casts are to fp16); its backward always applies the causal mask.
@@ -119,6 +128,12 @@ PLANS = {
         Shape("math_fp16_n256_d64_causal", "fp16", 1, 2, 256, 256, 64, "top-left"),
         Shape("math_bf16_cross_q64_k256_d64_causal_tl", "bf16", 1, 2, 64, 256, 64, "top-left"),
         Shape("math_bf16_cross_q64_k256_d64_causal_br", "bf16", 1, 2, 64, 256, 64, "bottom-right"),
+        # Rows over 1024 keys, where PyTorch's softmax kernels change (SoftMax.cu, read from the
+        # source, unmeasured): 2048 keys, the warp forward's longest row and the shared-memory
+        # block backward; 3001 keys, the register block forward and the plain block backward,
+        # whose order follows each row's alignment (3001 is odd: all four shifts).
+        Shape("math_bf16_cross_q64_k2048_d64", "bf16", 1, 1, 64, 2048, 64, None),
+        Shape("math_bf16_cross_q16_k3001_d32_causal_br", "bf16", 1, 1, 16, 3001, 32, "bottom-right"),
     ],
     "cudnn": [
         Shape("cudnn_bf16_n256_d64", "bf16", 1, 2, 256, 256, 64, None),

@@ -105,7 +105,7 @@ TEST_CASE("variants in exact arithmetic: dynmax changes nothing, delta-dpp and o
 }
 
 TEST_CASE("a shape a recipe does not model is refused, naming why, and every other shape runs") {
-  // PyTorch's warp softmax holds rows of at most 1024 keys; Inductor's flex-decoding kernel runs
+  // PyTorch's softmax kernels are modelled for rows of at most 9216 keys; Inductor's flex-decoding kernel runs
   // only queries under 128 rows, and with a mask several splits whose combine is unmeasured.
   struct Case {
     const char* model;
@@ -113,8 +113,8 @@ TEST_CASE("a shape a recipe does not model is refused, naming why, and every oth
     bool causal, refused;
     const char* why;
   };
-  for (const Case& c : {Case{"pytorch-math-sm90", 2, 1024, false, false, ""},
-                        Case{"pytorch-math-sm90", 2, 1025, false, true, "1024 keys"},
+  for (const Case& c : {Case{"pytorch-math-sm90", 2, 9216, false, false, ""},
+                        Case{"pytorch-math-sm90", 2, 9217, false, true, "9216 keys"},
                         Case{"flex-decoding-sm90", 127, 64, false, false, ""},
                         Case{"flex-decoding-sm90", 128, 64, false, true, "flex-attention-sm90"},
                         Case{"flex-decoding-sm90", 4, 64, true, true, "causal mask"},
