@@ -183,9 +183,14 @@ inline int visible_keys(const Geometry& g, int row) {
 // by g.tiles.block_n keys (the forward's tiles, 128 x 128: its SPARSE_Q/KV_BLOCK_SIZE): whether
 // the block of the row block starting at row_begin and the keys from kb holds a masked entry
 // (a partial block; without causal masking there is none). A block none of whose entries is
-// visible is not visited at all.
+// visible is not visited at all. create_block_mask pads the dense mask with False to whole
+// sparse blocks (flex_attention.py _convert_mask_to_block_mask), so a block that holds padded
+// rows or keys is never full: under a causal mask it is partial (ASSUMED until a capture with a
+// length that is not a multiple of 128 replays).
 inline bool flex_partial_block(const Geometry& g, int row_begin, int kb) {
-  return g.causal && kb + g.tiles.block_n - 1 > row_begin + causal_offset(g);
+  if (!g.causal) return false;
+  if (row_begin + g.tiles.block_m > g.nq || kb + g.tiles.block_n > g.nk) return true;
+  return kb + g.tiles.block_n - 1 > row_begin + causal_offset(g);
 }
 // FlexAttention's IS_DIVISIBLE false (torch/_inductor/kernel/flex/flex_attention.py: seq_len_q
 // and seq_len_kv multiples of 128, its default sparse block): every block then goes through the
@@ -205,7 +210,9 @@ inline bool flex_block_behind_where(const Geometry& g, int row_begin, int kb) {
 // at most `blocks`.
 inline int flex_full_blocks(const Geometry& g, int row_begin, int blocks) {
   if (!g.causal) return blocks;
-  const int visible_to_all = row_begin + 1 + causal_offset(g);  // keys every row of the block sees
+  if (row_begin + g.tiles.block_m > g.nq) return 0;  // padded rows: no block is full
+  // Keys every row of the block sees (at most nk: a key block reaching past nk holds padding).
+  const int visible_to_all = std::min(row_begin + 1 + causal_offset(g), g.nk);
   return std::clamp(visible_to_all / g.tiles.block_n, 0, blocks);
 }
 

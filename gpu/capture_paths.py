@@ -110,6 +110,8 @@ PLANS = {
         # lengths that are not multiples of 128 (Inductor's IS_DIVISIBLE false: the bounds
         # tl.where before the exponent, measured on the decode kernel, assumed on the template);
         Shape("flex_bf16_n200_d64", "bf16", 1, 2, 200, 200, 64, None),
+        # and under a causal block mask, whose blocks holding padding are never full (the order);
+        Shape("flex_bf16_n200_d64_causal", "bf16", 1, 1, 200, 200, 64, "bottom-right"),
         # a causal decode, whose block mask spreads the keys over several splits (the combine's
         # order);
         Shape("flex_bf16_decode_q16_k1024_d64_causal", "bf16", 1, 2, 16, 1024, 64, "bottom-right"),

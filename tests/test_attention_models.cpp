@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/engine_detail.hpp"
 #include "attention/kernel_models.hpp"
 #include "tests/bf16_reference.hpp"
 #include "studies/scenarios.hpp"
@@ -132,6 +133,46 @@ TEST_CASE("a shape a recipe does not model is refused, naming why, and every oth
       CHECK_NOTHROW(run_attention(model, in, RunOptions{}));
     }
   }
+}
+
+TEST_CASE("FlexAttention's block classification agrees with the padded dense mask create_block_mask builds") {
+  // Brute force over the dense causal mask, padded with False to whole 128 x 128 blocks as
+  // flex_attention.py _convert_mask_to_block_mask pads it: a block is full when every entry is
+  // allowed, partial when some are, and not visited when none are. The closed forms the engine
+  // uses (flex_partial_block, flex_full_blocks) must agree on every block it visits.
+  using namespace fb::attn::detail;
+  constexpr int block = 128;
+  for (const int nq : {128, 200, 256, 300, 384})
+    for (const int nk : {128, 200, 256, 300, 384})
+      for (const bool top_left : {false, true}) {
+        Geometry g;
+        g.nq = nq;
+        g.nk = nk;
+        g.causal = true;
+        g.top_left = top_left;
+        g.tiles.block_m = g.tiles.block_n = block;
+        const int offset = top_left ? 0 : nk - nq;
+        const int q_blocks = (nq + block - 1) / block, k_blocks = (nk + block - 1) / block;
+        for (int qb = 0; qb < q_blocks; ++qb) {
+          int full_blocks = 0;
+          for (int kb = 0; kb < k_blocks; ++kb) {
+            int allowed = 0;
+            for (int i = qb * block; i < (qb + 1) * block; ++i)
+              for (int j = kb * block; j < (kb + 1) * block; ++j)
+                allowed += i < nq && j < nk && j <= i + offset ? 1 : 0;
+            if (allowed == 0) continue;
+            CAPTURE(nq);
+            CAPTURE(nk);
+            CAPTURE(top_left);
+            CAPTURE(qb);
+            CAPTURE(kb);
+            const bool full = allowed == block * block;
+            CHECK(flex_partial_block(g, qb * block, kb * block) == !full);
+            full_blocks += full ? 1 : 0;
+          }
+          CHECK(flex_full_blocks(g, qb * block, k_blocks) == full_blocks);
+        }
+      }
 }
 
 TEST_CASE("fp16 dtype runs the fp16 recipes in exact arithmetic too") {
