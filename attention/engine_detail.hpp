@@ -179,25 +179,27 @@ inline int visible_keys(const Geometry& g, int row) {
   return g.causal ? std::clamp(row + 1 + causal_offset(g), 0, g.nk) : g.nk;
 }
 
-// FlexAttention's block mask (KvOrder::partial_then_full), on blocks of g.tiles.block_m rows
-// by g.tiles.block_n keys (the forward's tiles, 128 x 128: its SPARSE_Q/KV_BLOCK_SIZE): whether
-// the block of the row block starting at row_begin and the keys from kb holds a masked entry
-// (a partial block; without causal masking there is none). A block none of whose entries is
-// visible is not visited at all. create_block_mask pads the dense mask with False to whole
-// sparse blocks (flex_attention.py _convert_mask_to_block_mask), so a block that holds padded
-// rows or keys is never full: under a causal mask it is partial (ASSUMED until a capture with a
-// length that is not a multiple of 128 replays).
-inline bool flex_partial_block(const Geometry& g, int row_begin, int kb) {
-  if (!g.causal) return false;
-  if (row_begin + g.tiles.block_m > g.nq || kb + g.tiles.block_n > g.nk) return true;
-  return kb + g.tiles.block_n - 1 > row_begin + causal_offset(g);
-}
 // FlexAttention's IS_DIVISIBLE false (torch/_inductor/kernel/flex/flex_attention.py: seq_len_q
 // and seq_len_kv multiples of 128, its default sparse block): every block then goes through the
 // bounds tl.where, so no block of the run contracts its exponent into an FFMA.
 inline constexpr int kFlexSparseBlock = 128;
 inline bool flex_bounds_masked(const Geometry& g) {
   return g.nq % kFlexSparseBlock != 0 || g.nk % kFlexSparseBlock != 0;
+}
+// FlexAttention's block mask (KvOrder::partial_then_full), on create_block_mask's sparse blocks of
+// kFlexSparseBlock rows by kFlexSparseBlock keys (the template's 128 x 128 tiles; the decoding
+// kernel's 16 x 64 tiles lie inside them): whether the sparse block holding the tile whose rows
+// start at row_begin and keys at kb has a masked entry (partial; without causal masking there is
+// none). A block none of whose entries is visible is not visited at all. create_block_mask pads
+// the dense mask with False to whole sparse blocks (flex_attention.py
+// _convert_mask_to_block_mask), so a block holding padded rows or keys is never full: under a
+// causal mask it is partial (ASSUMED until a capture with a length that is not a multiple of 128
+// replays).
+inline bool flex_partial_block(const Geometry& g, int row_begin, int kb) {
+  if (!g.causal) return false;
+  const int rows = row_begin / kFlexSparseBlock * kFlexSparseBlock, keys = kb / kFlexSparseBlock * kFlexSparseBlock;
+  if (rows + kFlexSparseBlock > g.nq || keys + kFlexSparseBlock > g.nk) return true;
+  return keys + kFlexSparseBlock - 1 > rows + causal_offset(g);
 }
 // Whether FlexAttention's block (row block from row_begin, keys from kb) passes its scores through
 // a tl.where before the max is subtracted: a partially masked block, or any block of a bounds-masked
@@ -206,14 +208,16 @@ inline bool flex_bounds_masked(const Geometry& g) {
 inline bool flex_block_behind_where(const Geometry& g, int row_begin, int kb) {
   return flex_partial_block(g, row_begin, kb) || flex_bounds_masked(g);
 }
-// The number of fully visible key blocks (from key 0) of the row block starting at row_begin,
-// at most `blocks`.
+// The number of key tiles (of g.tiles.block_n, from key 0) in the full sparse blocks of the row
+// block starting at row_begin, at most `blocks`.
 inline int flex_full_blocks(const Geometry& g, int row_begin, int blocks) {
   if (!g.causal) return blocks;
-  if (row_begin + g.tiles.block_m > g.nq) return 0;  // padded rows: no block is full
-  // Keys every row of the block sees (at most nk: a key block reaching past nk holds padding).
-  const int visible_to_all = std::min(row_begin + 1 + causal_offset(g), g.nk);
-  return std::clamp(visible_to_all / g.tiles.block_n, 0, blocks);
+  const int rows = row_begin / kFlexSparseBlock * kFlexSparseBlock;
+  if (rows + kFlexSparseBlock > g.nq) return 0;  // padded rows: no block is full
+  // Keys every row of the sparse block sees (at most nk: a key block reaching past nk holds padding).
+  const int visible_to_all = std::min(rows + 1 + causal_offset(g), g.nk);
+  const int full_sparse = visible_to_all / kFlexSparseBlock;
+  return std::clamp(full_sparse * (kFlexSparseBlock / g.tiles.block_n), 0, blocks);
 }
 
 // Pairwise (recursive halving) sum with every addition rounded by `add`: the order of

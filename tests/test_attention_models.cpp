@@ -136,43 +136,52 @@ TEST_CASE("a shape a recipe does not model is refused, naming why, and every oth
 }
 
 TEST_CASE("FlexAttention's block classification agrees with the padded dense mask create_block_mask builds") {
-  // Brute force over the dense causal mask, padded with False to whole 128 x 128 blocks as
-  // flex_attention.py _convert_mask_to_block_mask pads it: a block is full when every entry is
-  // allowed, partial when some are, and not visited when none are. The closed forms the engine
-  // uses (flex_partial_block, flex_full_blocks) must agree on every block it visits.
+  // Brute force over the dense causal mask, padded with False to whole 128 x 128 sparse blocks as
+  // flex_attention.py _convert_mask_to_block_mask pads it: a sparse block is full when every entry
+  // is allowed, partial when some are, and not visited when none are. The closed forms the engine
+  // uses (flex_partial_block, flex_full_blocks) must agree for every tile it visits, with the
+  // template's 128 x 128 tiles and the decoding kernel's 16 x 64 tiles.
   using namespace fb::attn::detail;
-  constexpr int block = 128;
-  for (const int nq : {128, 200, 256, 300, 384})
-    for (const int nk : {128, 200, 256, 300, 384})
-      for (const bool top_left : {false, true}) {
-        Geometry g;
-        g.nq = nq;
-        g.nk = nk;
-        g.causal = true;
-        g.top_left = top_left;
-        g.tiles.block_m = g.tiles.block_n = block;
-        const int offset = top_left ? 0 : nk - nq;
-        const int q_blocks = (nq + block - 1) / block, k_blocks = (nk + block - 1) / block;
-        for (int qb = 0; qb < q_blocks; ++qb) {
-          int full_blocks = 0;
-          for (int kb = 0; kb < k_blocks; ++kb) {
-            int allowed = 0;
-            for (int i = qb * block; i < (qb + 1) * block; ++i)
-              for (int j = kb * block; j < (kb + 1) * block; ++j)
-                allowed += i < nq && j < nk && j <= i + offset ? 1 : 0;
-            if (allowed == 0) continue;
+  constexpr int sparse = 128;
+  struct Tiles {
+    int rows, keys;
+  };
+  for (const Tiles tiles : {Tiles{128, 128}, Tiles{16, 64}})
+    for (const int nq : {16, 128, 200, 256, 300, 384})
+      for (const int nk : {128, 200, 256, 300, 384})
+        for (const bool top_left : {false, true}) {
+          Geometry g;
+          g.nq = nq;
+          g.nk = nk;
+          g.causal = true;
+          g.top_left = top_left;
+          g.tiles.block_m = tiles.rows;
+          g.tiles.block_n = tiles.keys;
+          const int offset = top_left ? 0 : nk - nq;
+          // allowed[qb][kb]: the allowed entries of sparse block (qb, kb), padding counted as masked.
+          const int q_blocks = (nq + sparse - 1) / sparse, k_blocks = (nk + sparse - 1) / sparse;
+          std::vector<std::vector<int>> allowed(q_blocks, std::vector<int>(k_blocks, 0));
+          for (int i = 0; i < q_blocks * sparse; ++i)
+            for (int j = 0; j < k_blocks * sparse; ++j)
+              allowed[i / sparse][j / sparse] += i < nq && j < nk && j <= i + offset ? 1 : 0;
+          for (int row_begin = 0; row_begin < nq; row_begin += tiles.rows) {
+            CAPTURE(tiles.rows);
             CAPTURE(nq);
             CAPTURE(nk);
             CAPTURE(top_left);
-            CAPTURE(qb);
-            CAPTURE(kb);
-            const bool full = allowed == block * block;
-            CHECK(flex_partial_block(g, qb * block, kb * block) == !full);
-            full_blocks += full ? 1 : 0;
+            CAPTURE(row_begin);
+            const std::vector<int>& blocks = allowed[row_begin / sparse];
+            int full_sparse = 0;
+            for (int kb = 0; kb < nk; kb += tiles.keys) {
+              const int in_block = blocks[kb / sparse];
+              if (in_block == 0) continue;
+              CAPTURE(kb);
+              CHECK(flex_partial_block(g, row_begin, kb) == (in_block != sparse * sparse));
+            }
+            for (int kb = 0; kb < k_blocks; ++kb) full_sparse += blocks[kb] == sparse * sparse ? 1 : 0;
+            CHECK(flex_full_blocks(g, row_begin, 1000) == full_sparse * (sparse / tiles.keys));
           }
-          CHECK(flex_full_blocks(g, qb * block, k_blocks) == full_blocks);
         }
-      }
 }
 
 TEST_CASE("fp16 dtype runs the fp16 recipes in exact arithmetic too") {
