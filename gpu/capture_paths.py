@@ -115,6 +115,9 @@ PLANS = {
         # a causal decode, whose block mask spreads the keys over several splits (the combine's
         # order);
         Shape("flex_bf16_decode_q16_k1024_d64_causal", "bf16", 1, 2, 16, 1024, 64, "bottom-right"),
+        # and with 8 heads, SPLIT_KV = 132 // 8 * 2 = 32 splits: the combine Inductor compiles for
+        # another split count (gpu/analysis/flex/FINDINGS.md read only the one for 132);
+        Shape("flex_bf16_decode_q8_k256_d64_causal_h8", "bf16", 1, 8, 8, 256, 64, "bottom-right"),
         # a head dimension that is not a power of two (Triton pads it to 128 in registers).
         Shape("flex_bf16_n256_d96", "bf16", 1, 2, 256, 256, 96, None),
     ],

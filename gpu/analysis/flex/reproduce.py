@@ -4,14 +4,14 @@ tensor how many elements match the capture bit for bit. Every count is full (all
 
 Run from the repo root:  PYTHONPATH=build/python python3 gpu/analysis/flex/reproduce.py [--delta tree64]
 (about 3 minutes on one core; the first run also decodes the SFU tables into the temp-dir cache).
---delta picks the delta reduction the autotuner may choose (chain8 is what the 512-row capture needs)."""
+--delta picks the delta reduction the autotuner may choose (chain8 is what the 512-row capture needs).
+--only NAME replays the captures whose name contains NAME; --forward-only skips the backward."""
 import argparse, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numpy as np
 import cap
-from common import F, bf16, div_full, log2f, LN2, cmp
+from common import cmp
 from fwd import forward
-from dec import split_partials
+from dec import split_partials, decode_split_ranges, combine_splits
 from bwd import backward, delta_chain8, delta_tree64, finish_delta
 
 # (capture, causal offset of the key index against the query index; None = no mask)
@@ -21,19 +21,28 @@ CAPTURES = [("flex_bf16_n256_d64", None), ("flex_bf16_n256_d64_causal", 0),
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--delta", choices=["chain8", "tree64"], default="chain8")
-    delta_fn = {"chain8": delta_chain8, "tree64": delta_tree64}[ap.parse_args().delta]
+    ap.add_argument("--only", default="", help="replay only the captures whose name contains this")
+    ap.add_argument("--forward-only", action="store_true", help="skip the backward (dQ, dK, dV)")
+    args = ap.parse_args()
+    delta_fn = {"chain8": delta_chain8, "tree64": delta_tree64}[args.delta]
     for name, off in CAPTURES:
+        if args.only not in name:
+            continue
         t, meta = cap.load(name); sc = float(meta["softmax_scale"])
         if "decode" in name:
-            # flex-decoding template: the no-mask block mask has one 2^30-wide sparse block, so split 0
-            # holds every KV block and the other 131 splits are empty; the combine then reduces to
-            # O = acc0 / l0 and lse2 = log2f(l0) + m0 exactly.
-            (m, l, acc), = split_partials(t["q"], t["k"], t["v"], sc, [(0, t["k"].shape[2] // 64)])
-            gL = np.where(m == -np.inf, F(1), l).astype(np.float32)
-            O = bf16(div_full(acc, gL[..., None])); L2 = (log2f(gL) + m).astype(np.float32)
-            lse = (L2 * LN2).astype(np.float32)
+            # flex-decoding template: SPLIT_KV = num_SM // (B*H) * 2 = 132 (flex_decoding.py get_split_k).
+            # The no-mask block mask has one 2^30-wide sparse block, so split 0 holds every KV block
+            # and the other 131 splits are empty (m=-inf, l=0, acc=0); the combine kernels then run
+            # over all 132 splits in their compiled order (exact here: alpha_0 = 1, the rest add +0).
+            B, H = t["q"].shape[:2]; split_kv = 132 // (B * H) * 2
+            ranges = decode_split_ranges(1, [0], KV_LEN=t["k"].shape[2], SPLIT_KV=split_kv,
+                                         SPARSE_KV_BLOCK_SIZE=1 << 30)
+            O, L2, lse = combine_splits(split_partials(t["q"], t["k"], t["v"], sc, ranges))
         else:
             O, L2, lse = forward(t["q"], t["k"], t["v"], sc, off)
+        if args.forward_only:
+            print(name, "|", cmp("O", O, t["o"]), "|", cmp("lse_flex", lse, t["lse_flex"]), flush=True)
+            continue
         # the backward reads the stored (bf16) O, as the delta kernel does
         delta = finish_delta(delta_fn(t["o"], t["do"]))
         dq, dk, dv = backward(t["q"], t["k"], t["v"], t["do"], L2, delta, sc, off)
