@@ -532,15 +532,22 @@ def device_metadata(stand_in_mode):
     }, major
 
 
-def model_for(path, major, sms):
-    """The flashbits model that replays the path's captures: split-KV with the heuristic's
-    SM count (bit for bit on the H200), the tutorial as Triton compiles it for sm_90 (its TMA
-    forward) or the sm80 recipe; None where flashbits has no C++ model of the kernel."""
+def model_for(path, shape, major, sms):
+    """The flashbits model that replays the path's capture of `shape` (the metadata's model, which
+    replay and bias-test --traces read): split-KV with the heuristic's SM count, the tutorial as
+    Triton compiles it for sm_90 (its TMA forward) or the sm80 recipe, and on sm_90 the math
+    backend, FlexAttention's template or its decoding kernel (queries under 128 rows,
+    _use_flex_decoding) and the cuDNN black-box fit; None where flashbits has no model of the
+    kernel on this GPU. A model may still refuse a shape it does not cover, naming why."""
     if path == "splitkv":
         return f"pytorch-fa2-sm{'90' if major >= 9 else '80'}+splitkv:auto,sms={sms}"
     if path == "tutorial":
         return "triton-tutorial-sm90" if major >= 9 else "triton-tutorial"
-    return None
+    if major != 9:
+        return None
+    if path == "flex":
+        return "flex-decoding-sm90" if shape.seq_q < 128 else "flex-attention-sm90"
+    return {"math": "pytorch-math-sm90", "cudnn": "cudnn-sdpa-sm90"}.get(path)
 
 
 def num_splits_predicted(shape, sms):
@@ -613,7 +620,7 @@ def capture_one(path, shape, index, args, runner, dev_meta, major, sms):
         meta["num_splits_predicted"] = num_splits_predicted(shape, sms) if sms else "unknown (no GPU)"
         meta["note"] = ("FA2 split-KV: partial O and LSE per split, combined in fp32; flashbits models it with "
                         "+splitkv (the split count from the heuristic with this GPU's SMs)")
-    model = model_for(path, major, sms or 132)
+    model = model_for(path, shape, major, sms or 132)
     if model and not args.stand_in:
         meta["model"] = model
     if args.stand_in:
