@@ -151,6 +151,14 @@ PLANS = {
     ],
 }
 
+# The captures that ask what flashbits' models leave open (the rest repeat the first run's):
+# gpu/open_questions_device.sh runs only these (--open-questions).
+OPEN_QUESTIONS = {
+    "flex": ["flex_bf16_n200_d64", "flex_bf16_n200_d64_causal", "flex_bf16_decode_q16_k1024_d64_causal",
+             "flex_bf16_decode_q8_k256_d64_causal_h8", "flex_bf16_n256_d96"],
+    "math": ["math_bf16_cross_q64_k2048_d64", "math_bf16_cross_q16_k3001_d32_causal_br"],
+}
+
 # What the profiler must show for the capture to count as the path.
 PROOF = {
     "splitkv": "flash_fwd_splitkv_kernel and flash_fwd_splitkv_combine_kernel",
@@ -646,6 +654,8 @@ def main():
     ap.add_argument("--cache-dir", help="Triton/Inductor cache for this run (flex, tutorial): the SASS source")
     ap.add_argument("--seed", type=int, default=38000)
     ap.add_argument("--only", help="comma-separated capture names of the plan")
+    ap.add_argument("--open-questions", action="store_true",
+                    help="only the plan's captures that ask what the models leave open (OPEN_QUESTIONS)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--dump-sass-from", metavar="CACHE_DIR",
                     help="only the SASS/PTX step on the cubins under CACHE_DIR (a CPU check of it), into OUT_DIR/sass")
@@ -660,6 +670,8 @@ def main():
     if args.only:
         wanted = set(args.only.split(","))
         plan = [s for s in plan if s.name in wanted]
+    if args.open_questions:
+        plan = [s for s in plan if s.name in OPEN_QUESTIONS.get(args.path, [])]
     if args.list:
         for s in plan:
             print(f"{s.name} {s.dtype} B={s.batch} H={s.heads} Nq={s.seq_q} Nk={s.seq_k} d={s.hdim} "
@@ -717,7 +729,10 @@ def main():
             return 1
         log(f"setup {time.time() - t0:.1f}s: {json.dumps(runner.notes)}")
     failed = 0
-    for index, shape in enumerate(plan):
+    for shape in plan:
+        # The seed follows the shape's place in the whole plan, so a run of a few (--only,
+        # --open-questions) draws the inputs the whole plan draws.
+        index = PLANS[args.path].index(shape)
         t0 = time.time()
         try:
             record = capture_one(args.path, shape, index, args, runner, dev_meta, major, sms)
