@@ -135,6 +135,21 @@ TEST_CASE("a shape a recipe does not model is refused, naming why, and every oth
   }
 }
 
+TEST_CASE("PyTorch's block softmax orders take every key of a long row exactly once") {
+  // Past 1024 keys (2048 in the forward) pytorch-math-sm90 sums a row by PyTorch's block kernels
+  // (pytorch_softmax): registers over 1024 threads forward, float4 vectors in shared memory or
+  // an ilpReduce from each row's alignment shift backward. In exact arithmetic every order gives
+  // the exact sums, so a key dropped or taken twice shows against exact_attention in O, LSE and
+  // delta. 3 rows of 2 heads put the rows at different shifts; causal masks leave zeros inside.
+  for (const int keys : {1502, 2048, 2500, 3001})
+    for (const bool causal : {false, true}) {
+      CAPTURE(keys);
+      AttentionInputs in = make_scenario("random", 7, 1, 2, 3, 16, formats::bf16, true, 2, keys);
+      in.causal = causal;
+      check_exact("pytorch-math-sm90", in, 16, 16);
+    }
+}
+
 TEST_CASE("FlexAttention's block classification agrees with the padded dense mask create_block_mask builds") {
   // Brute force over the dense causal mask, padded with False to whole 128 x 128 sparse blocks as
   // flex_attention.py _convert_mask_to_block_mask pads it: a sparse block is full when every entry
