@@ -206,7 +206,11 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   if ((km.scale == ScaleHandling::sqrt_prescale_qk || km.row_sum == RowSumOrder::warp_softmax) &&
       km.structure != Structure::materialised)
     throw std::invalid_argument("attention: " + model_name + ": the math backend's steps are materialised only");
-  if (const std::string why = unmodelled_shape(km, N, Nk, in.causal); !why.empty())
+  if (km.flex_decode_sms > 0 && in.causal) {
+    g.flex_splits = flex_decode_split_count(km, B * Hk);
+    if (opt.tracer) throw std::invalid_argument("attention: tracing a row of a split flex decode is not modelled");
+  }
+  if (const std::string why = unmodelled_shape(km, N, Nk, in.causal, B * Hk); !why.empty())
     throw std::invalid_argument("attention: " + model_name + " does not model this shape: it " + why);
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");

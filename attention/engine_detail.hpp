@@ -149,6 +149,9 @@ struct Geometry {
   // +splitkv: the run's split count (attention/splitkv.hpp fa2_splitkv_num_splits); 0 without
   // +splitkv. 1 is PyTorch's regular kernel, run through the split loop with one split.
   int num_splits = 0;
+  // FlexAttention's decoding kernel under a causal block mask: its SPLIT_KV
+  // (flex_decode_split_count); 0 otherwise (without a mask split 0 takes every key: one pass).
+  int flex_splits = 0;
 };
 
 // Per-row scalars of the forward the backward needs.

@@ -555,8 +555,9 @@ KernelModel flex_attention_sm90(const Format& dtype) {
 // warps of mma.sync m16n8k16, and a split-KV combine. Without a block mask the default mask is one
 // sparse block of 2^30 keys, so split 0 takes every key block and the other splits are empty; the
 // combine (alpha = ex2(M_s - max M), sums of fma(alpha, L_s or ACC_s, .), div.full, log2f + max)
-// is then exact, O = acc / l and M = m + log2f(l) as the attention template's. With a mask the
-// keys spread over several splits whose combine order no capture has settled: refused.
+// is then exact, O = acc / l and M = m + log2f(l) as the attention template's. Under a causal
+// block mask the keys spread over the splits (flex_decode_split_row), joined in the combine order
+// read from the PTX for 132 splits (batch x kv heads = 2; other split counts refused): ASSUMED.
 // Measured: the H200 decode capture (q16 k1024 d64, bf16) replays bit for bit, forward and backward.
 KernelModel flex_decoding_sm90(const Format& dtype) {
   KernelModel m = flex_attention_sm90(dtype);
@@ -566,8 +567,9 @@ KernelModel flex_decoding_sm90(const Format& dtype) {
       "Inductor's flex-decoding template, PyTorch 2.11, Triton 3.6) on sm_90, without a block mask: 64-key "
       "tiles through mma.sync m16n8k16 (sm90-mma), S = fp32(qk*scale), P̄ = ex2(fp32(S*log2 e) - m) on every "
       "tile (bounds-masked), the two-warp row sum, l = fma(l, alpha, rowsum), O = acc * rcp(l), M = m + "
-      "__nv_log2f(l); the backward is FlexAttention's template with every block bounds-masked; causal masks "
-      "refused (split combine unmeasured); measured on the H200 (decode capture bit for bit)";
+      "__nv_log2f(l); the backward is FlexAttention's template with every block bounds-masked; measured on the "
+      "H200 (decode capture bit for bit); a causal mask spreads the keys over the 132 splits of batch x kv heads "
+      "= 2, joined in the combine order read from the PTX (UNMEASURED; other split counts refused)";
   m.sources =
       "pytorch/pytorch torch/_inductor/kernel/flex/flex_decoding.py (create_flex_decoding_kernel: BLOCK_M 16, "
       "BLOCK_N 64, SPLIT_KV from get_split_k, the combine: g_M = max(buf_M), alpha = exp2(buf_M - g_M), g_L = "
@@ -584,6 +586,7 @@ KernelModel flex_decoding_sm90(const Format& dtype) {
   m.pv_dot = tensor_core_dot("sm90-mma");
   m.row_sum = RowSumOrder::flex_decode_warps;
   m.max_query_rows = 127;
+  m.flex_decode_sms = 132;  // the H200's multiprocessors
   return m;
 }
 
@@ -1158,14 +1161,20 @@ std::optional<Format> stored_o_format(const KernelModel& km) {
   }
 }
 
-std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal) {
+int flex_decode_split_count(const KernelModel& km, int batch_kv_heads) {
+  return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1), 1) * 2;
+}
+
+std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads) {
   if (km.max_query_rows > 0 && query_rows > km.max_query_rows)
     return "runs only for queries of at most " + std::to_string(km.max_query_rows) +
            " rows (Inductor's flex-decoding choice); " + std::to_string(query_rows) +
            " rows run FlexAttention's template: flex-attention-sm90";
-  if (km.row_sum == RowSumOrder::flex_decode_warps && causal)
-    return "models the decoding kernel without a block mask (one split takes every key); a causal mask spreads the "
-           "keys over several splits, whose combine is not measured";
+  if (km.flex_decode_sms > 0 && causal && flex_decode_split_count(km, batch_kv_heads) != kFlexDecodeModelledSplits)
+    return "models the split combine Inductor compiles for " + std::to_string(kFlexDecodeModelledSplits) +
+           " splits (batch x kv heads = 2 on " + std::to_string(km.flex_decode_sms) +
+           " SMs); under a causal mask this run's keys spread over " +
+           std::to_string(flex_decode_split_count(km, batch_kv_heads)) + " splits, whose combine is not read";
   if (km.row_sum == RowSumOrder::warp_softmax && keys > pytorch_softmax::register_forward_max_keys)
     return "models PyTorch's softmax kernels for rows of at most " +
            std::to_string(pytorch_softmax::register_forward_max_keys) + " keys; " + std::to_string(keys) +

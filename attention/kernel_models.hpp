@@ -396,9 +396,15 @@ struct KernelModel {
   bool causal_band_two_step_exponent = false;
   // The shapes a recipe models (0: any): FlexAttention's decoding template runs for queries of
   // fewer than this many rows only (Inductor's _use_flex_decoding: seq_len_q < 128); the engine
-  // refuses longer ones, and, with flex_decode_warps, a causal mask (its keys spread over several
-  // splits whose combine no capture has measured).
+  // refuses longer ones.
   int max_query_rows = 0;
+  // FlexAttention's decoding kernel: get_split_k's SM count (flex_decoding.py: SPLIT_KV =
+  // max(SMs // (batch * kv heads), 1) * 2, flex_decode_split_count); 0 for every other recipe.
+  // Without a block mask split 0 takes every key and the combine is exact; under a causal
+  // create_block_mask the keys spread over the splits (attention/online_forward.cpp
+  // flex_decode_split_row), whose combine order is read from the PTX Inductor compiled for
+  // kFlexDecodeModelledSplits splits only: other split counts are refused with a causal mask.
+  int flex_decode_sms = 0;
 
   // A one-line warning every front end prints when the model is named (empty: none): a
   // variant that reproduces a known kernel bug, e.g. an fp8 P̄ that saturates.
@@ -486,7 +492,14 @@ bool delta_reads_unrounded_o(const KernelModel& km);
 // causal mask), as one clause naming the rule; empty when it does. run_attention refuses such a
 // run with it: a kernel that takes another code path there (PyTorch's block softmax beyond 1024
 // keys, Inductor's flex-decoding choice and its split combine) is not silently run as this one.
-std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal);
+// batch_kv_heads: batch x kv heads, which sets the flex-decoding kernel's split count.
+std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads = 1);
+// FlexAttention's decoding kernel (km.flex_decode_sms > 0): its split count for a run of
+// batch_kv_heads (batch x kv heads), get_split_k in torch/_inductor/kernel/flex/flex_decoding.py.
+int flex_decode_split_count(const KernelModel& km, int batch_kv_heads);
+// The split count whose combine order flashbits has read (gpu/analysis/flex/FINDINGS.md "Split
+// combine order": Inductor's red_7 / per_mul_8 / red_9 / per_10 for SPLIT_KV = 132).
+inline constexpr int kFlexDecodeModelledSplits = 132;
 // Whether a recipe can read inputs of `dtype`: a bf16 recipe cannot read fp16 values (which
 // it could not represent) nor an fp16 recipe bf16 ones; fp8 recipes quantise what they get.
 // run_attention refuses such inputs, and a trace's replay checks it before any run

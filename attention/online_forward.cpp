@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -761,6 +762,112 @@ void splitkv_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& 
   out.stats->l = c.lse_sum;
 }
 
+// FlexAttention's decoding kernel under a causal block mask (Geometry::flex_splits > 0), one
+// query row: the template's splits, then Inductor's combine. ASSUMED until a capture with a
+// mask replays (gpu/capture_paths.py plans two).
+// - Which key tiles split t visits (flex_decode.py.jinja, gpu/analysis/flex/dec.py
+//   decode_split_ranges): create_block_mask pads the one sparse q block (fewer than 128 rows)
+//   with False rows, so no block is full and the kv_num_blocks sparse blocks some row sees are
+//   all partial, in ascending order; HAS_FULL_BLOCKS holds, so TILE_KV_OG = cdiv(nk, SPLIT_KV),
+//   rounded up to whole tiles: split t takes tiles [t*per, (t+1)*per) cut at
+//   min(kv_num_blocks * 128 / block_n, cdiv(nk, block_n)). Each split runs the row's tiles there
+//   from m = -inf, l = 0, acc = 0 (tiles past the row's last visible key hold only masked
+//   scores, which leave them as they are) and stores m (log2 units), l and acc unnormalised.
+// - The combine, as compiled for 132 splits (gpu/analysis/flex/FINDINGS.md "Split combine
+//   order", PTX lines there): g_M = max m_s; alpha_s = ex2(g_M == -inf ? 0 : fp32(m_s - g_M));
+//   per half h of 66 splits, thread r < 64 chains fma(alpha, l) over splits 66h+r and, for r < 2,
+//   66h+r+64 from +0, each warp of 32 joins by an xor butterfly, H_h = W_0 + W_1, g_L = H_0 + H_1;
+//   O per column likewise over split lanes k < 32 (splits 66h+k, +32, +64 while in the half),
+//   warps of 8 lanes by butterfly, P_h = (W_0 + W_2) + (W_1 + W_3), O = fp32(P_0 + P_1) times
+//   rcp of (g_M == -inf ? 1 : g_L) (div.full); M = fp32(__nv_log2f(that) + g_M).
+template <class A, class E>
+void flex_decode_split_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g,
+                           const ScaleConstants& k, const OnlineRowOutput& out, Scratch<E>& sc, const RunOptions& opt) {
+  NullTraceSink sink;
+  const int splits = g.flex_splits, d = g.d, bn = g.tiles.block_n;
+  if (splits != kFlexDecodeModelledSplits)
+    throw std::logic_error("flex_decode_split_row: the combine is read for 132 splits only");
+  const int n_tiles = std::max((g.nk + bn - 1) / bn, 1);
+  const int kv_blocks = (visible_keys(g, g.nq - 1) + kFlexSparseBlock - 1) / kFlexSparseBlock;
+  const int last_valid = std::min(kv_blocks * (kFlexSparseBlock / bn), n_tiles);
+  const int tile_kv = (g.nk + splits - 1) / splits;
+  const int per = (tile_kv + bn - 1) / bn;
+  std::vector<double> m(static_cast<std::size_t>(splits), -kInf), l(static_cast<std::size_t>(splits), 0.0);
+  std::vector<double> acc(static_cast<std::size_t>(splits) * d, 0.0);
+  for (int s = 0; s < splits; ++s) {
+    OnlineRow<E> r = begin_row<A>(km, hd, g, out.row);
+    const int lo = s * per, hi = std::min({(s + 1) * per, last_valid, r.tiles});
+    if (hi <= lo) continue;  // an empty split: m = -inf, l = 0, acc = 0
+    r.first_tile = lo;
+    r.tiles = hi - lo;
+    std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
+    for (int it = 0; it < r.tiles; ++it) online_tile(km, ar, hd, g, k, r, it, sc, sink);
+    m[static_cast<std::size_t>(s)] = r.state.m;
+    l[static_cast<std::size_t>(s)] = r.state.l;
+    std::copy(sc.acc.begin(), sc.acc.begin() + d, acc.begin() + static_cast<std::ptrdiff_t>(s) * d);
+  }
+
+  constexpr int half = kFlexDecodeModelledSplits / 2;  // 66
+  const double g_m = *std::max_element(m.begin(), m.end());
+  std::vector<double> alpha(static_cast<std::size_t>(splits));
+  for (int s = 0; s < splits; ++s)
+    alpha[static_cast<std::size_t>(s)] = ar.ex2(g_m == -kInf ? 0.0 : ar.f32(m[static_cast<std::size_t>(s)] - g_m));
+  const auto add = [&](double a, double b) { return ar.f32(a + b); };
+  // Lane 0 of an xor butterfly over lanes[0, width): at each offset lane i adds lane i + offset.
+  const auto butterfly = [&](double* lanes, int width) {
+    for (int offset = width / 2; offset >= 1; offset /= 2)
+      for (int i = 0; i < offset; ++i) lanes[i] = add(lanes[i], lanes[i + offset]);
+    return lanes[0];
+  };
+  double halves[2];
+  for (int h = 0; h < 2; ++h) {
+    double v[64];
+    for (int r = 0; r < 64; ++r) {
+      const int s = half * h + r;
+      v[r] = ar.fma32(alpha[static_cast<std::size_t>(s)], l[static_cast<std::size_t>(s)], 0.0);
+      if (r + 64 < half)
+        v[r] = ar.fma32(alpha[static_cast<std::size_t>(s) + 64], l[static_cast<std::size_t>(s) + 64], v[r]);
+    }
+    halves[h] = add(butterfly(v, 32), butterfly(v + 32, 32));
+  }
+  const double g_l = add(halves[0], halves[1]);
+  const bool empty = g_m == -kInf;
+  const double g_l_or_one = empty ? 1.0 : g_l;
+  const double inv_l = ar.rcp(g_l_or_one);
+  const RoundingSpec out_spec = final_cast_spec(km, opt);
+  for (int c = 0; c < d; ++c) {
+    double parts[2];
+    for (int h = 0; h < 2; ++h) {
+      double y[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        double sum = 0.0;
+        for (int s = half * h + lane; s < half * (h + 1); s += 32)
+          sum = ar.fma32(alpha[static_cast<std::size_t>(s)], acc[static_cast<std::size_t>(s) * d + c], sum);
+        y[lane] = sum;
+      }
+      double warp[4];
+      for (int w = 0; w < 4; ++w) warp[w] = butterfly(y + 8 * w, 8);
+      parts[h] = add(add(warp[0], warp[2]), add(warp[1], warp[3]));
+    }
+    const double pre = ar.f32(add(parts[0], parts[1]) * inv_l);
+    out.o_pre[c] = pre;
+    out.o[c] = km.o_round != RoundingMode::rne && !A::exact
+                   ? ar.to_traced(km.output, pre, nullptr, out_spec, out.o_position + static_cast<std::uint64_t>(c))
+                   : ar.to(km.output, pre);
+  }
+  RowStats& st = *out.stats;
+  st.m = g_m;
+  st.l = g_l;
+  if (empty) {
+    st.lse = st.lse_kernel = kInf;  // the engine's convention for a row that sees no key
+  } else {
+    st.lse_kernel = ar.f32(ar.libdevice_lg2(g_l_or_one) + g_m);
+    // Returned as lse * math.log(2): an fp32 multiply by fp32(ln 2) (per_mul_8).
+    st.lse = A::exact ? st.lse_kernel * std::numbers::ln2
+                      : ar.f32(st.lse_kernel * static_cast<double>(static_cast<float>(std::numbers::ln2)));
+  }
+}
+
 }  // namespace
 
 template <class A, class E>
@@ -782,6 +889,10 @@ void online_forward_rows(const KernelModel& km, const A& ar, const HeadData<E>& 
   const ScaleConstants k = head_scale_constants(km, ar, g, hd);
   if (g.num_splits > 0) {
     for (int i = 0; i < count; ++i) splitkv_forward_row(km, ar, hd, g, k, outs[i], sc, opt);
+    return;
+  }
+  if (g.flex_splits > 0) {
+    for (int i = 0; i < count; ++i) flex_decode_split_row(km, ar, hd, g, k, outs[i], sc, opt);
     return;
   }
   NullTraceSink sink;

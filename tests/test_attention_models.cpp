@@ -135,6 +135,28 @@ TEST_CASE("a shape a recipe does not model is refused, naming why, and every oth
   }
 }
 
+TEST_CASE("flex-decoding's causal splits take every key once and combine to the exact softmax") {
+  // Under a causal mask flex-decoding-sm90 spreads a row's keys over 132 splits (batch x kv heads
+  // = 2) and joins them by Inductor's combine. In exact arithmetic any split and order gives the
+  // exact result, so a key tile dropped, visited twice, or a split weighted wrongly shows against
+  // exact_attention in O, LSE, delta and the gradients. 1024 keys: one 64-key tile in each of
+  // splits 0..15; 3000: tiles 0..46, one per split; 8200: two per split, cut at the last tile.
+  for (const int keys : {1024, 3000, 8200})
+    for (const bool top_left : {false, true}) {
+      CAPTURE(keys);
+      CAPTURE(top_left);
+      AttentionInputs in = make_scenario("random", 13, 1, 2, 5, 16, formats::bf16, true, 2, keys);
+      in.causal = true;
+      if (top_left) in.causal_alignment = AttentionInputs::CausalAlignment::top_left;
+      check_exact("flex-decoding-sm90", in, 16, 64);
+    }
+  // One head: 264 splits, whose combine is not read: refused, naming why.
+  AttentionInputs one_head = make_scenario("random", 13, 1, 1, 5, 16, formats::bf16, false, 1, 256);
+  one_head.causal = true;
+  CHECK_THROWS_WITH_AS(run_attention(parse_kernel_model("flex-decoding-sm90", formats::bf16), one_head, RunOptions{}),
+                       doctest::Contains("264 splits"), std::invalid_argument);
+}
+
 TEST_CASE("PyTorch's block softmax orders take every key of a long row exactly once") {
   // Past 1024 keys (2048 in the forward) pytorch-math-sm90 sums a row by PyTorch's block kernels
   // (pytorch_softmax): registers over 1024 threads forward, float4 vectors in shared memory or

@@ -66,8 +66,47 @@ def test_flex_decoding_refuses_what_it_does_not_model():
     rng = np.random.default_rng(2)
     q = fb.round(rng.standard_normal((1, 4, 64)).astype(np.float32), "bf16").values
     kv = fb.round(rng.standard_normal((1, 128, 64)).astype(np.float32), "bf16").values
-    with pytest.raises(ValueError, match="causal mask"):
+    # One head: 264 splits, whose combine order is not read.
+    with pytest.raises(ValueError, match="264 splits"):
         fb.attention(q, kv, kv, "flex-decoding-sm90", causal=True)
     q_long = fb.round(rng.standard_normal((1, 128, 64)).astype(np.float32), "bf16").values
     with pytest.raises(ValueError, match="flex-attention-sm90"):
         fb.attention(q_long, kv, kv, "flex-decoding-sm90")
+
+
+@pytest.mark.parametrize("nq,nk", [(5, 1024), (16, 1024), (3, 8192)])
+def test_flex_decoding_causal_splits_match_independent_emulation(nq, nk):
+    """A causal decode (bottom-right mask, 2 heads: 132 splits): create_block_mask leaves no full
+    block (the q block is padded), so each of splits 0..15 takes one 64-key block (1024 keys), or
+    each of splits 0..127 (8192 keys: every lane and both halves of the combine); Inductor's
+    combine joins them in the order read from its PTX. Compared with dec.py's decode_split_ranges,
+    split_partials (the mask_mod on partial blocks) and combine_splits, and bwd.py's backward
+    (padded rows never full), every bit of O, LSE, dQ, dK and dV. UNMEASURED: both follow the
+    sources and the PTX of the unmasked decode; no masked capture has replayed yet."""
+    dec, bwd = _flex_analysis()
+    d = 64
+    rng = np.random.default_rng(100 + nq)
+
+    def draw(shape):
+        return fb.round(rng.standard_normal(shape).astype(np.float32), "bf16").values.astype(np.float32)
+
+    q, k, v, do = draw((1, 2, nq, d)), draw((1, 2, nk, d)), draw((1, 2, nk, d)), draw((1, 2, nq, d))
+    scale = 1.0 / np.sqrt(d)
+    offset = nk - nq
+    blocks = nk // 128  # the last row sees every key: every sparse block is partial
+    ranges = dec.decode_split_ranges(blocks, list(range(blocks)), 0, [0] * blocks, KV_LEN=nk, SPLIT_KV=132)
+    used = nk // 64
+    assert [len(r) for r in ranges[:used]] == [1] * used and not any(ranges[used:])
+    partials = dec.split_partials(q, k, v, scale, ranges, allowed=lambda r, c: c <= r + offset)
+    o, m_log2, lse = dec.combine_splits(partials)
+    want = {"o": o, "lse": lse}
+    if nk <= 1024:  # the backward (bwd.py) of 8192 keys takes over a minute; the forward is the question
+        delta = bwd.finish_delta(bwd.delta_chain8(o, do))
+        want["dq"], want["dk"], want["dv"] = bwd.backward(q, k, v, do, m_log2, delta, scale, offset)
+
+    got = fb.attention(q, k, v, "flex-decoding-sm90", do=do if nk <= 1024 else None, causal=True, sfu="hw-sm90",
+                       threads=2)
+    for name, want in want.items():
+        have = np.asarray(getattr(got, name), np.float32).reshape(want.shape)
+        differ = int(np.count_nonzero(have.view(np.uint32) != np.asarray(want, np.float32).view(np.uint32)))
+        assert differ == 0, f"{name}: {differ} of {want.size} elements differ"

@@ -36,15 +36,18 @@ def finish_delta(d, grad_lse=0.0):
     g = (F(grad_lse) * F(-0.6931471805599453)).astype(np.float32)
     return fma(g, LOG2E, d)
 
-def blocks(nq, nk, causal_off, qs=128, ks=128):
-    """Sparse (128x128) block classification: 'full', 'partial' or None."""
+def blocks(nq, nk, causal_off, qs=128, ks=128, nq_real=None):
+    """Sparse (128x128) block classification: 'full', 'partial' or None. nq_real: the query rows before
+    padding to nq; create_block_mask pads the dense mask with False (_convert_mask_to_block_mask), so a
+    block holding padded rows is never full."""
     cls = {}
+    nq_real = nq if nq_real is None else nq_real
     for i in range(nq // qs):
         for j in range(nk // ks):
             if causal_off is None: cls[i, j] = "partial"   # noop mask: one unmasked loop, mask folded away
             else:
                 r = np.arange(i * qs, i * qs + qs); c = np.arange(j * ks, j * ks + ks)
-                a = r[:, None] + causal_off >= c[None, :]
+                a = (r[:, None] + causal_off >= c[None, :]) & (r < nq_real)[:, None]
                 cls[i, j] = "full" if a.all() else ("partial" if a.any() else None)
     return cls
 
@@ -60,7 +63,7 @@ def backward(q, k, v, do, L2, delta, scale, causal_off=None, BM1=64, BN1=128, BM
     M = q.shape[2]
     SC = F(scale)
     L2 = np.where(L2 == -np.inf, F(0), L2).astype(np.float32)
-    cls = blocks(M, N, causal_off)
+    cls = blocks(M, N, causal_off, nq_real=M0)
     nqs, nks = M // 128, N // 128
     dq = np.zeros(q.shape, np.float32); dk = np.zeros(k.shape, np.float32); dv = np.zeros(v.shape, np.float32)
     def allowed(r, c):
