@@ -136,8 +136,10 @@ TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, 
   RunOptions opt;
   opt.seed = seed;
   Tracer tracer;
-  // A split-KV run (+splitkv) traces no row (the engine refuses it): its event counts stay 0.
-  if (trace_events && model.recipe->structure == Structure::online_softmax && !model.recipe->splitkv.enabled) {
+  // A split-KV run (+splitkv, or flex-decoding under a causal mask) traces no row (the engine
+  // refuses it): its event counts stay 0.
+  const bool split_run = model.recipe->splitkv.enabled || (model.recipe->flex_decode_sms > 0 && in.causal);
+  if (trace_events && model.recipe->structure == Structure::online_softmax && !split_run) {
     for (int r = 0; r < std::min(kTracedRows, in.q.rows); ++r) tracer.rows.push_back({0, 0, r});
     opt.tracer = &tracer;
   }
