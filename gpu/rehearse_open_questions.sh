@@ -17,10 +17,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: gpu/rehearse_open_questions.sh BUILD_DIR}" && pwd)
-py=""
-for cand in ${FB_PYTHON:-} python3 /usr/bin/python3; do
-  if "$cand" -c 'import torch, numpy' 2>/dev/null; then py=$cand; break; fi
-done
+. "$root/gpu/torch_python.sh"
 [ -n "$py" ] || { echo "SKIPPED: no python3 with torch and numpy here"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

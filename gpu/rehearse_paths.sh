@@ -27,10 +27,7 @@ build=$(cd "${1:?usage: gpu/rehearse_paths.sh BUILD_DIR [PATHS_DIR]}" && pwd)
 given=${2:-}
 fb=$build/tools/flashbits
 [ -x "$fb" ] || { echo "missing $fb"; exit 1; }
-py=""
-for cand in ${FB_PYTHON:-} python3 /usr/bin/python3; do
-  if "$cand" -c 'import torch, numpy' 2>/dev/null; then py=$cand; break; fi
-done
+. "$root/gpu/torch_python.sh"
 [ -n "$py" ] || { echo "SKIPPED: no python3 with torch and numpy here"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
