@@ -241,19 +241,26 @@ double pairwise_sum(const double* x, int n, const Add& add) {
 // backward's alignment shift.
 enum class SoftmaxPass : std::uint8_t { forward, backward };
 
+// Lane 0 of an xor butterfly over lanes[0, width) (width a power of two), every addition rounded
+// by `add`: at offset width/2, ..., 1, lane i < offset adds lane i + offset. Addition commutes, so
+// this is every lane's result of shfl_xor, and lane 0's of shfl_down, reductions.
+template <class Add>
+double xor_butterfly(double* lanes, int width, const Add& add) {
+  for (int offset = width / 2; offset >= 1; offset /= 2)
+    for (int i = 0; i < offset; ++i) lanes[i] = add(lanes[i], lanes[i + offset]);
+  return lanes[0];
+}
+
 namespace softmax_orders {
 // softmax_warp_forward/backward: W = min(32, next power of two) lanes, lane l folding elements
 // l, l+W, ... from 0; then warp_reduce, sum += shfl_xor(sum, offset) for offset = W/2 .. 1.
-// Addition commutes, so every lane holds the same value after each step; lane 0's is the result.
 template <class Value, class Add>
 double warp(const Value& x, int row_length, const Add& add) {
   int lanes = 1;
   while (lanes < row_length && lanes < 32) lanes *= 2;
   double lane_sum[32] = {};
   for (int j = 0; j < row_length; ++j) lane_sum[j % lanes] = add(lane_sum[j % lanes], x(j));
-  for (int offset = lanes / 2; offset >= 1; offset /= 2)
-    for (int l = 0; l < offset; ++l) lane_sum[l] = add(lane_sum[l], lane_sum[l + offset]);
-  return lane_sum[0];
+  return xor_butterfly(lane_sum, lanes, add);
 }
 // cuda_utils::BlockReduce (block_reduce.cuh) as blockReduceWarp calls it: each warp's WarpReduce
 // (val += shfl_down(val, offset), offset 16 .. 1; lane 0's result equals the xor butterfly's),
@@ -262,16 +269,9 @@ double warp(const Value& x, int row_length, const Add& add) {
 template <class Add>
 double block_reduce_warp(std::vector<double>& thread_sums, const Add& add) {
   const std::size_t warps = thread_sums.size() / 32;
-  std::vector<double> lanes(32, 0.0);
-  for (std::size_t w = 0; w < warps; ++w) {
-    double* lane = thread_sums.data() + w * 32;
-    for (int offset = 16; offset >= 1; offset /= 2)
-      for (int l = 0; l < offset; ++l) lane[l] = add(lane[l], lane[l + offset]);
-    lanes[w] = lane[0];
-  }
-  for (int offset = 16; offset >= 1; offset /= 2)
-    for (int l = 0; l < offset; ++l) lanes[l] = add(lanes[l], lanes[l + offset]);
-  return lanes[0];
+  double lanes[32] = {};
+  for (std::size_t w = 0; w < warps; ++w) lanes[w] = xor_butterfly(thread_sums.data() + w * 32, 32, add);
+  return xor_butterfly(lanes, 32, add);
 }
 // SoftMax.cu's older blockReduce (cunn_SoftMaxBackward): thread t's value to smem[t]; lane l of
 // warp 0 (l < warps) folds smem[32l .. 32l + 31] in order from 0, then thread 0 folds those

@@ -138,16 +138,17 @@ enum class RowSumOrder : std::uint8_t {
                       // (t0 + t2) + (t1 + t3), the tile sum is warp 0 + warp 1 (through shared memory); then
                       // ℓ = fma(ℓ, α, tile sum) (l_update_fma)
   warp_softmax,       // PyTorch's CUDA softmax (SoftMax.cu, PersistentSoftmax.cuh), materialised models: the
-                      // kernel host_softmax / host_softmax_backward pick for the row's length (PytorchSoftmax
-                      // below). softmax_warp_forward/backward: W = min(32, next power of two of the row
-                      // length) lanes, lane l folding elements l, l+W, l+2W, ... in fp32 from 0, then an xor
-                      // butterfly over offsets W/2, ..., 1; masked keys add 0. Longer rows: the block kernels
+                      // kernel host_softmax / host_softmax_backward pick for the row's length (namespace
+                      // pytorch_softmax below). softmax_warp_forward/backward: W = min(32, next power of two
+                      // of the row length) lanes, lane l folding elements l, l+W, l+2W, ... in fp32 from 0,
+                      // then an xor butterfly over offsets W/2, ..., 1; masked keys add 0. Longer rows: the
+                      // block kernels' orders (attention/engine_detail.hpp softmax_orders)
 };
 
 // Which of PyTorch's CUDA softmax kernels runs an fp32 row of a given length, read from
 // aten/src/ATen/native/cuda/SoftMax.cu as of PyTorch 2.10 (host_softmax, host_softmax_backward,
 // dispatch_host_softmax_backward). UNMEASURED beyond 1024 keys: every math capture so far has
-// at most 256 keys (gpu/capture_paths.py plans one of 2048).
+// at most 256 keys (gpu/capture_paths.py plans two, of 2048 and 3001 keys).
 namespace pytorch_softmax {
 // softmax_warp_forward runs rows of at most 2048 fp32 (dim_size <= 2048, 8 KiB); longer rows
 // run cunn_SoftMaxForwardReg on 1024 threads while ceil(keys / 1024) < 10, then the shared-

@@ -190,6 +190,15 @@ void join_tile_row_sum(const KernelModel& km, const A& ar, bool Is_first, double
   state.l = km.l_update_fma ? ar.fma32(l_old, alpha, rs) : ar.f32(ar.f32(l_old * alpha) + rs);
 }
 
+// The LSE FlexAttention returns, lse * math.log(2) on its log2-unit LSE, which Inductor compiles
+// as an fp32 multiply by fp32(ln 2) (mul.f32 ..., 0f3F317218: triton_poi_fused_mul_1; the
+// decoding combine's per_mul_8).
+template <class A>
+double flex_returned_lse(const A& ar, double lse_log2) {
+  if constexpr (A::exact) return lse_log2 * std::numbers::ln2;
+  return ar.f32(lse_log2 * static_cast<double>(static_cast<float>(std::numbers::ln2)));
+}
+
 // reduce_sum: the tile's P̄ (unrounded) joins ℓ in the recipe's order.
 template <class A>
 void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_first, double alpha, int kv_begin,
@@ -462,10 +471,8 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
     case LseFormula::log2_libdevice:
       st.lse_kernel =
           empty ? kInf : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
-      if (km.lse == LseFormula::log2_libdevice && !A::exact) {
-        // Reported as FlexAttention returns it, lse * math.log(2) compiled by Inductor as an fp32
-        // multiply by fp32(ln 2) (mul.f32 ..., 0f3F317218: triton_poi_fused_mul_1).
-        st.lse = empty ? kInf : ar.f32(st.lse_kernel * static_cast<double>(static_cast<float>(std::numbers::ln2)));
+      if (km.lse == LseFormula::log2_libdevice) {
+        st.lse = empty ? kInf : flex_returned_lse(ar, st.lse_kernel);  // as FlexAttention returns it
       } else {
         st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
       }
@@ -813,12 +820,6 @@ void flex_decode_split_row(const KernelModel& km, const A& ar, const HeadData<E>
   for (int s = 0; s < splits; ++s)
     alpha[static_cast<std::size_t>(s)] = ar.ex2(g_m == -kInf ? 0.0 : ar.f32(m[static_cast<std::size_t>(s)] - g_m));
   const auto add = [&](double a, double b) { return ar.f32(a + b); };
-  // Lane 0 of an xor butterfly over lanes[0, width): at each offset lane i adds lane i + offset.
-  const auto butterfly = [&](double* lanes, int width) {
-    for (int offset = width / 2; offset >= 1; offset /= 2)
-      for (int i = 0; i < offset; ++i) lanes[i] = add(lanes[i], lanes[i + offset]);
-    return lanes[0];
-  };
   double halves[2];
   for (int h = 0; h < 2; ++h) {
     double v[64];
@@ -828,7 +829,7 @@ void flex_decode_split_row(const KernelModel& km, const A& ar, const HeadData<E>
       if (r + 64 < half)
         v[r] = ar.fma32(alpha[static_cast<std::size_t>(s) + 64], l[static_cast<std::size_t>(s) + 64], v[r]);
     }
-    halves[h] = add(butterfly(v, 32), butterfly(v + 32, 32));
+    halves[h] = add(xor_butterfly(v, 32, add), xor_butterfly(v + 32, 32, add));
   }
   const double g_l = add(halves[0], halves[1]);
   const bool empty = g_m == -kInf;
@@ -846,7 +847,7 @@ void flex_decode_split_row(const KernelModel& km, const A& ar, const HeadData<E>
         y[lane] = sum;
       }
       double warp[4];
-      for (int w = 0; w < 4; ++w) warp[w] = butterfly(y + 8 * w, 8);
+      for (int w = 0; w < 4; ++w) warp[w] = xor_butterfly(y + 8 * w, 8, add);
       parts[h] = add(add(warp[0], warp[2]), add(warp[1], warp[3]));
     }
     const double pre = ar.f32(add(parts[0], parts[1]) * inv_l);
@@ -862,9 +863,7 @@ void flex_decode_split_row(const KernelModel& km, const A& ar, const HeadData<E>
     st.lse = st.lse_kernel = kInf;  // the engine's convention for a row that sees no key
   } else {
     st.lse_kernel = ar.f32(ar.libdevice_lg2(g_l_or_one) + g_m);
-    // Returned as lse * math.log(2): an fp32 multiply by fp32(ln 2) (per_mul_8).
-    st.lse = A::exact ? st.lse_kernel * std::numbers::ln2
-                      : ar.f32(st.lse_kernel * static_cast<double>(static_cast<float>(std::numbers::ln2)));
+    st.lse = flex_returned_lse(ar, st.lse_kernel);
   }
 }
 
