@@ -205,6 +205,14 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     }
   }
 
+  // A stage that keeps O in fp32 leaves a +o-MODE with no cast to round.
+  if (recipe->o_round != RoundingMode::rne) {
+    if (const std::string why = attn::why_o_cast_rounds_nothing(*recipe); !why.empty())
+      fail(path, "stages",
+           "with this recipe " + why + ": " + model.name + "'s +o-" + std::string(to_string(recipe->o_round)) +
+               " would round nothing");
+  }
+
   attn::ModelHandle out;
   out.name = model.name + " with recipe " + label + " (" + changes + ")";
   out.recipe = std::move(recipe);

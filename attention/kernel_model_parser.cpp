@@ -307,6 +307,10 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           "block-quant, hadamard, promote)");
     }
   }
+  if (m.o_round != RoundingMode::rne) {
+    if (const std::string why = why_o_cast_rounds_nothing(m); !why.empty())
+      throw std::invalid_argument("+o-" + std::string(to_string(m.o_round)) + ": " + why);
+  }
   // fp8 models feed the tensor cores the quantised operands.
   const Format operands = m.fp8.enabled ? m.fp8.format : m.input;
   resolve_dot(m.score_dot, operands);

@@ -1161,6 +1161,14 @@ std::optional<Format> stored_o_format(const KernelModel& km) {
   }
 }
 
+std::string why_o_cast_rounds_nothing(const KernelModel& km) {
+  const std::optional<Format> stored = stored_o_format(km);
+  if (!stored) return km.base + " keeps O in fp64 and never rounds it";
+  if (*stored == formats::fp32 && km.structure != Structure::correctly_rounded)
+    return km.base + " computes O in fp32 and returns it in fp32, so no final cast rounds it";
+  return "";
+}
+
 int flex_decode_split_count(const KernelModel& km, int batch_kv_heads) {
   return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1), 1) * 2;
 }

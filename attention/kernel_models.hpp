@@ -486,6 +486,13 @@ struct KernelModel {
 // MMA-accumulator models, the O buffer's format for buffer models (a recipe may keep it in
 // fp32), F(P̄·V)'s for materialised ones; nullopt: fp64, never rounded.
 std::optional<Format> stored_o_format(const KernelModel& km);
+// Why a final cast of O in a mode other than RNE (+o-MODE) would round nothing in this recipe,
+// as one clause; empty when it rounds. O's value before that cast is at most fp32 (an fp32 GEMM,
+// division or rescale) or exact (fp64 recipes), so a cast into fp32 or into fp64 is exact in
+// every mode: +o-rtz on standard-fp32 would otherwise be accepted and silently change only the
+// correctly rounded reference it is measured against. The parser, recipe files and sweep
+// --round refuse or skip such a request with this clause.
+std::string why_o_cast_rounds_nothing(const KernelModel& km);
 // Whether the kernel's delta reads anything but its stored O: O kept in fp32 before the final
 // cast (+o-fp32), or rowsum(dP∘P) (+delta-dpp, the tensor-op softmax backward).
 bool delta_reads_unrounded_o(const KernelModel& km);

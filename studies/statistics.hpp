@@ -32,7 +32,6 @@ struct BiasStatistics {
   double p_sign = 1.0;          // two-sided exact sign test
   double min_detectable = 0.0;  // |bias| detectable at alpha with 80% power
   bool biased = false;
-  std::string verdict() const { return biased ? "biased" : "no detectable bias"; }
 };
 
 BiasStatistics summarize(const std::vector<double>& signed_errors, double alpha = 1e-3);

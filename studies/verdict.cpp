@@ -15,7 +15,7 @@ std::string verdict_text(Verdict v) {
     case Verdict::less_biased_than_floor:
       return "less biased than its format's floor";
     case Verdict::no_detectable_bias:
-      return "no detectable bias";
+      return "no detectable added bias";
     case Verdict::inconclusive:
     default:
       return "inconclusive";

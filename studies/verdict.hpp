@@ -16,12 +16,12 @@
 // The verdict, each test two-sided Student t at level alpha:
 //   - inconclusive when there are fewer than kMinVerdictSamples samples, or the excess has
 //     zero variance without being identically zero (a t statistic of +-inf is no evidence);
-//   - no detectable bias when every X_i is exactly 0 (the kernel is its floor);
+//   - no detectable added bias when every X_i is exactly 0 (the kernel is its floor);
 //   - when the excess is significant: adds bias if Z is significantly positive, less biased
 //     than its format's floor if Z is significantly negative, and otherwise no detectable
 //     bias (the error moved, but lies no further from zero);
 //   - when the excess is not significant: inconclusive if the smallest bias the test could
-//     detect (80% power) exceeds `at_stake`, else no detectable bias.
+//     detect (80% power) exceeds `at_stake`, else no detectable added bias.
 // Pure functions, no state.
 #pragma once
 
@@ -37,16 +37,16 @@ namespace fb::attn {
 // at alpha = 1e-3 needs t > 5.4, and one outlier decides it).
 inline constexpr std::size_t kMinVerdictSamples = 8;
 // The default size at stake, in ulps of the output format: a bias per attention call that
-// the test must be able to see for "no detectable bias" to mean anything. Half the smallest
+// the test must be able to see for "no detectable added bias" to mean anything. Half the smallest
 // bias known to break training: Qiu & Yao's bf16 P̄·V bias (fa-bf16acc, sink, seqlen 256)
 // measures -0.09 ulp in O and +0.16 ulp in delta here (docs/DESIGN.md §13).
 inline constexpr double kDefaultAtStakeUlps = 0.05;
 
 enum class Verdict { adds_bias, less_biased_than_floor, no_detectable_bias, inconclusive };
-// "adds bias", "less biased than its format's floor", "no detectable bias", "inconclusive".
+// "adds bias", "less biased than its format's floor", "no detectable added bias", "inconclusive".
 std::string verdict_text(Verdict v);
 // The combined verdict of a run's outputs (O, delta): adds bias if any adds bias, else
-// inconclusive if any is, else less biased if any is, else no detectable bias.
+// inconclusive if any is, else less biased if any is, else no detectable added bias.
 Verdict combine(Verdict a, Verdict b);
 
 // Sufficient statistics of the pairs (K_i, F_i) and of their difference X_i, kept apart so

@@ -526,6 +526,47 @@ TEST_CASE("+o-MODE: the final cast of O in every rounding mode, for online, buff
   }
 }
 
+TEST_CASE("+o-MODE is taken only where O has a final cast to round, and then it changes O") {
+  // A requested rounding mode is never silently ignored: for every recipe and mode, either the
+  // parser refuses it, naming why, and O really has no narrowing cast (some element of O is not
+  // a 16-bit value), or rdn and rup give different O somewhere.
+  const AttentionInputs in = make_scenario("random", 12, 1, 1, 40, 16, formats::bf16, false);
+  int refused = 0, taken = 0;
+  for (const KernelModel& m : base_kernel_models(formats::bf16)) {
+    if (m.input == formats::fp16) continue;
+    if (!unmodelled_shape(m, in.q.rows, in.k.rows, in.causal).empty()) continue;
+    CAPTURE(m.base);
+    const AttentionOutputs own = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
+    // bf16 and fp16 values carry at most 11 significant bits.
+    bool wider_than_16_bits = false;
+    for (double x : own.o.data) {
+      int e = 0;
+      const double scaled = std::ldexp(std::frexp(x, &e), 11);  // integral iff x has <= 11 bits
+      wider_than_16_bits |= scaled != std::floor(scaled);
+    }
+    bool parsed = true;
+    for (const char* mode : {"rtz", "rup", "rdn", "rna", "rto", "sr"}) {
+      try {
+        parse_kernel_model(m.base + "+o-" + mode, formats::bf16);
+      } catch (const std::invalid_argument& e) {
+        parsed = false;
+        CHECK(std::string(e.what()).find("+o-" + std::string(mode)) != std::string::npos);
+      }
+    }
+    if (!parsed) {
+      ++refused;
+      CHECK(wider_than_16_bits);
+      continue;
+    }
+    ++taken;
+    const AttentionOutputs up = run_attention(parse_kernel_model(m.base + "+o-rup", formats::bf16), in, RunOptions{});
+    const AttentionOutputs down = run_attention(parse_kernel_model(m.base + "+o-rdn", formats::bf16), in, RunOptions{});
+    CHECK_FALSE(same_bits(up.o, down.o));
+  }
+  CHECK(refused >= 4);  // standard-fp32, golden-fp32-flash/baseline, golden-fp64-flash/baseline
+  CHECK(taken >= 10);
+}
+
 namespace {
 
 // Both absent, or both present with the same bits.

@@ -97,6 +97,14 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   CHECK(run("sweep --model fa2-sm80 --formats e4m3,fp32 --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --scenario nope --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --shard 3/2 --trials 2 --seqlen 16 --headdim 16").code == 2);
+  // fp16 and e5m10 are one format; --sr-bits without sr would be accepted and never used.
+  const Run same_format = run("sweep --model fa2-sm80 --formats fp16,e5m10 --trials 2 --seqlen 16 --headdim 16");
+  CHECK(same_format.code == 2);
+  CHECK(same_format.err.find("fp16 and e5m10 are one format") != std::string::npos);
+  const Run unused_bits = run("sweep --model fa2-sm80 --round rne,rtz --sr-bits 8 --trials 2 --seqlen 16 --headdim 16");
+  CHECK(unused_bits.code == 2);
+  CHECK(unused_bits.err.find("--sr-bits applies to stochastic rounding only") != std::string::npos);
+  CHECK(run("sweep --model fa2-sm80 --round rtz,sr --sr-bits 8 --trials 2 --seqlen 16 --headdim 16").code == 0);
   // A variant that cannot take the shape fails inside the worker threads: still one
   // error line naming it, exit 2, no abort (same for bias-test and deviation).
   for (const char* cmd :
@@ -109,6 +117,37 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
     CHECK(r.err.find("+hadamard") != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+}
+
+TEST_CASE("--round MODE where O has no final cast: refused by name, skipped with a note in a sweep") {
+  // standard-fp32 returns its fp32 GEMM result: +o-rtz would round nothing, and only the
+  // reference it is measured against would move. golden-fp64-flash never rounds O.
+  const Run named = run("bias-test --model standard-fp32+o-rtz --trials 8 --seqlen 16 --headdim 16");
+  CHECK(named.code == 2);
+  CHECK(named.err.find("+o-rtz: standard-fp32 computes O in fp32") != std::string::npos);
+  const std::string fp32 = std::string(FLASHBITS_SOURCE_DIR) + "/docs/recipes/fp32-storage.json";
+  const Run recipe =
+      run("bias-test --model fa-bf16acc+o-rup --recipe " + fp32 + " --trials 8 --seqlen 16 --headdim 16");
+  CHECK(recipe.code == 2);
+  CHECK(recipe.err.find("fp32-storage.json: stages: ") != std::string::npos);
+  CHECK(recipe.err.find("+o-rup would round nothing") != std::string::npos);
+  const Run grid =
+      run("sweep --formats fp32,bf16 --round rne,rtz --model standard,golden-fp64-flash --seqlen 16 --headdim 16 "
+          "--trials 1 --json");
+  REQUIRE(grid.code == 0);
+  const auto js = nlohmann::json::parse(grid.out);
+  std::vector<std::string> rows;
+  for (const auto& row : js["rows"])
+    rows.push_back(row["format"].get<std::string>() + "/" + row["round"].get<std::string>() + "/" +
+                   row["model"].get<std::string>());
+  CHECK(rows == std::vector<std::string>{"fp32/rne/standard-fp32", "fp32/rne/golden-fp64-flash",
+                                         "bf16/rne/standard-bf16", "bf16/rtz/standard-bf16"});
+  CHECK(grid.err.find("--round rtz: standard-fp32 computes O in fp32") != std::string::npos);
+  CHECK(grid.err.find("--round rtz: golden-fp64-flash keeps O in fp64") != std::string::npos);
+  // The baseline's errors name its own option.
+  const Run against = run("sweep --model fa2-sm80 --against fa9 --seqlen 16 --headdim 16 --trials 1");
+  CHECK(against.code == 2);
+  CHECK(against.err.find("--against fa9: unknown kernel model") != std::string::npos);
 }
 
 TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are skipped with a note") {
@@ -371,6 +410,12 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
   CHECK(fp32 * 4096 < bf16);  // 16 more significand bits: 2^16 smaller unit roundoff, 16x slack
   CHECK(bf16 < 0.05);         // bf16 attention outputs of N(0,1) inputs are O(1): a few 1e-3
   CHECK(run("deviation --models fa2-sm80 --tiles 64by64 --seqlen 64 --headdim 32").code == 2);
+  // A --dtype the model contradicts is refused (it was ignored), as bias-test and make-trace do.
+  for (const char* contradiction : {"--models golden-bf16-flash --dtype fp16", "--models standard-fp16 --dtype bf16"}) {
+    const Run refused = run(std::string("deviation ") + contradiction + " --seqlen 64 --headdim 16");
+    CHECK(refused.code == 2);
+    CHECK(refused.err.find("contradicts it") != std::string::npos);
+  }
   // Lists as sweep reads them: an empty list or entry and an entry given twice are errors
   // naming the option (they were dropped, or the same row computed twice, exit 0).
   for (const auto& entry : std::vector<std::pair<std::string, std::string>>{
@@ -583,7 +628,7 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   j["rows"][0]["sufficient"]["ties"] = 18446744073709551615ull;
   expect_bad("ties_unsigned.json", j.dump(), "ties");
   // Sums sweep never writes (it leaves non-finite rows out): NaN or an infinite sum, a negative
-  // sum of squares. Merged, they turned a verdict (`adds bias` into `no detectable bias`).
+  // sum of squares. Merged, they turned a verdict (`adds bias` into `no detectable added bias`).
   const std::string header = text.substr(0, row - 1);
   auto column_of = [&](const std::string& name) {
     std::size_t column = 0, start = 0;
@@ -725,7 +770,7 @@ TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess ove
   REQUIRE(ref.code == 0);
   const auto jr = nlohmann::json::parse(ref.out);
   CHECK(jr["verdict_from"] == "excess");
-  CHECK(jr["verdict"] == "no detectable bias");
+  CHECK(jr["verdict"] == "no detectable added bias");
   for (const char* out : {"o", "delta"}) {
     CAPTURE(out);
     CHECK(jr["excess"][out]["mean_ulps"].get<double>() == 0.0);
@@ -801,7 +846,7 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
   CHECK(reference["verdict_from"] == "excess");
   CHECK(reference["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
   CHECK(reference["excess"]["delta"]["mean_ulps"].get<double>() == 0.0);
-  CHECK(reference["verdict"] == "no detectable bias");
+  CHECK(reference["verdict"] == "no detectable added bias");
   CHECK(reference["correctly_rounded"]["o"]["mean_ulps"].get<double>() == reference["o_mean_ulps"].get<double>());
   CHECK(kernel["verdict"] == "adds bias");
   CHECK(kernel["excess"]["o"]["ci"][1].get<double>() < 0.0);
@@ -1085,7 +1130,7 @@ TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anyt
 
 TEST_CASE("sweep and merge: --at-stake judges as bias-test does, travels in the run record, merge may change it") {
   // Two rows: fa2-sm80, whose excess over the floor is small but not zero, and the floor
-  // itself, whose excess is identically zero (no detectable bias at any level).
+  // itself, whose excess is identically zero (no detectable added bias at any level).
   const std::string options = " --scenario sink --seqlen 64 --headdim 32 --trials 8 --seed 3";
   const std::string grid = "sweep --model fa2-sm80,correctly-rounded" + options;
   auto sweep_rows = [&](const std::string& level) {
@@ -1106,7 +1151,7 @@ TEST_CASE("sweep and merge: --at-stake judges as bias-test does, travels in the 
       CHECK(rows[0]["against_floor"][output]["verdict"] == test["against_floor"][output]["verdict"]);
       CHECK(rows[0]["against_floor"][output]["reason"] == test["against_floor"][output]["reason"]);
     }
-    CHECK(rows[1]["verdict"] == "no detectable bias");
+    CHECK(rows[1]["verdict"] == "no detectable added bias");
   }
   // Eight trials cannot see a bias of 1e-9 ulp in an excess that is not identically zero,
   // in O or in delta.

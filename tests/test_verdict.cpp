@@ -74,7 +74,7 @@ TEST_CASE("direction: further from zero in the floor's direction, or beyond it, 
   CHECK(n.verdict == Verdict::adds_bias);
 }
 
-TEST_CASE("direction: a mirrored error (moved, no further from zero) is no detectable bias") {
+TEST_CASE("direction: a mirrored error (moved, no further from zero) is no detectable added bias") {
   // kernel ≈ -floor: the excess is significant, the distance from zero the same.
   std::vector<double> kernel, floor;
   std::mt19937_64 rng(5);
@@ -114,7 +114,7 @@ TEST_CASE("power: too few samples, zero variance and a wide interval are inconcl
   CHECK(compare_with_floor(noisy, wide.floor, 1e-3, 1e3).verdict == Verdict::no_detectable_bias);
 }
 
-TEST_CASE("a kernel equal to its floor in every sample has no detectable bias") {
+TEST_CASE("a kernel equal to its floor in every sample has no detectable added bias") {
   const Pairs p = draw(12, 0.01, 0.01, 0.01, 7);
   CHECK(compare_with_floor(p.floor, p.floor, 1e-3, 0.02).verdict == Verdict::no_detectable_bias);
 }

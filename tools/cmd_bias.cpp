@@ -177,7 +177,7 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
       std::cout << "verdict (from " << basis << "): " << subject << "is less biased than its format's floor\n";
       break;
     case attn::Verdict::no_detectable_bias:
-      std::cout << "verdict (from " << basis << "): no detectable bias\n";
+      std::cout << "verdict (from " << basis << "): no detectable added bias\n";
       break;
     case attn::Verdict::inconclusive:
       std::cout << "verdict (from " << basis << "): inconclusive (the reasons above)\n";

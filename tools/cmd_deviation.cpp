@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "api/models.hpp"
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
@@ -34,6 +35,7 @@ struct DeviationOptions {
   int headdim = 64, heads = 1, jobs = default_jobs();
   std::uint64_t seed = 0;
   bool json = false;
+  CLI::Option* dtype_option = nullptr;
 };
 
 int run_deviation(const DeviationOptions& o) {
@@ -65,7 +67,8 @@ int run_deviation(const DeviationOptions& o) {
   std::vector<attn::ModelHandle> models;
   for (const auto& m : split_list(o.models, "--models")) {
     try {
-      models.push_back(attn::parse_kernel_model(m, dtype));
+      // As every command: a --dtype the model contradicts (standard-fp16 with bf16) is refused.
+      models.push_back(api::resolve_model({m, dtype, "model", "", o.dtype_option->count() > 0}, {"--models"}));
     } catch (const std::invalid_argument& e) {
       throw InputError("--models " + m + ": " + e.what());
     }
@@ -184,7 +187,7 @@ Runner setup_deviation(CLI::App& app) {
   app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
   app.add_option("--heads", o->heads, "heads (default 1)")->check(size_in());
   app.add_option("--tiles", o->tiles, "tile sizes BrxBc, comma-separated (default: the recipe's)");
-  app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
+  o->dtype_option = app.add_option("--dtype", o->dtype, "dtype for models that do not name one (default bf16)");
   add_seed_option(app, o->seed, "seed (default 0)");
   add_jobs_option(app, o->jobs);
   app.add_flag("--json", o->json, "JSON output");

@@ -23,6 +23,7 @@
 // so that merge can refuse an incomplete or mixed set of shards.
 // --jobs: 1..kMaxJobs threads; a thread the system cannot start is exit 2 (run_on_threads).
 // --sr-bits 1..32, --alpha in (0, 1) and --at-stake > 0 as everywhere else (cli_common.hpp).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -47,6 +48,7 @@ struct SweepOptions {
   std::uint64_t seed = 0;
   double alpha = 1e-3, at_stake = attn::kDefaultAtStakeUlps;
   bool json = false;
+  bool sr_bits_given = false;
 };
 
 // A configuration to run (sweep_grid.hpp).
@@ -68,6 +70,10 @@ int run_sweep(const SweepOptions& o) {
   check_trials(o.trials, 1);
   const int jobs = jobs_or_throw(o.jobs);
   sr_bits_or_throw(o.sr_bits);
+  // As in op: random bits without stochastic rounding would be accepted and never used.
+  if (const auto rounds = split_list(o.rounds, "--round");
+      o.sr_bits_given && std::find(rounds.begin(), rounds.end(), "sr") == rounds.end())
+    throw InputError("--sr-bits applies to stochastic rounding only (--round " + o.rounds + " has no sr)");
   alpha_or_throw(o.alpha);
   at_stake_or_throw(o.at_stake);
   SweepRun run;
@@ -171,7 +177,8 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());
   app.add_option("--trials", o->trials, "trials per configuration (default 8)")->check(trials_in(1));
   add_seed_option(app, o->seed, "seed (default 0)");
-  app.add_option("--sr-bits", o->sr_bits, "random bits for sr, 1..32 (default 24)");
+  app.add_option("--sr-bits", o->sr_bits, "random bits for --round sr, 1..32 (default 24)")
+      ->each([o](const std::string&) { o->sr_bits_given = true; });
   app.add_option("--jobs", o->jobs,
                  "threads, 1.." + std::to_string(kMaxJobs) + " (default: the machine's cores, " +
                      std::to_string(default_jobs()) + " here; results do not depend on it)");

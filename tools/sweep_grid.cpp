@@ -20,7 +20,8 @@ struct ResolvedModel {
   std::string not_runnable;  // set when model is empty
 };
 
-ResolvedModel grid_cell_model(const std::string& model, const Format& format, const std::string& round, int sr_bits) {
+ResolvedModel grid_cell_model(const char* option, const std::string& model, const Format& format,
+                              const std::string& round, int sr_bits) {
   const std::size_t plus = model.find('+');
   std::string base = model.substr(0, plus);
   const std::string variants = plus == std::string::npos ? "" : model.substr(plus);
@@ -36,15 +37,18 @@ ResolvedModel grid_cell_model(const std::string& model, const Format& format, co
   }
   const std::string label = base + variants;
   const std::string name = round == "rne" ? label : label + "+o-" + round;
-  attn::ModelHandle h;
-  try {
-    // Models that do not name their dtype take bf16 or fp16 from the format.
-    h = attn::parse_kernel_model(name, format == formats::fp16 ? formats::fp16 : formats::bf16);
-  } catch (const std::invalid_argument& e) {
-    throw InputError(std::string("--model ") + model + (round == "rne" ? "" : " with --round " + round) + ": " +
-                     e.what());
-  }
-  const attn::KernelModel& r = *h.recipe;
+  // Models that do not name their dtype take bf16 or fp16 from the format.
+  const Format dtype = format == formats::fp16 ? formats::fp16 : formats::bf16;
+  auto parse = [&](const std::string& text) {
+    try {
+      return attn::parse_kernel_model(text, dtype);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(std::string(option) + " " + model + (text == label ? "" : " with --round " + round) + ": " +
+                       e.what());
+    }
+  };
+  const attn::ModelHandle own = parse(label);  // the model in its own recipe's final cast
+  const attn::KernelModel& r = *own.recipe;
   // The fp8 models run in their fp8 format (CLI.md): they take bf16 inputs and quantise
   // them, so a bf16 cell would repeat the e4m3 cell's figures under another label.
   const bool runs_in_format = r.fp8.enabled ? r.fp8.format == format : r.input == format;
@@ -52,12 +56,19 @@ ResolvedModel grid_cell_model(const std::string& model, const Format& format, co
     std::string runs_in = r.fp8.enabled ? r.fp8.format.name : r.input.name;
     // A model that does not name its dtype runs in both 16-bit formats.
     if (format != formats::bf16 && format != formats::fp16 &&
-        attn::parse_kernel_model(name, formats::fp16).recipe->input == formats::fp16 && r.input == formats::bf16)
+        attn::parse_kernel_model(label, formats::fp16).recipe->input == formats::fp16 && r.input == formats::bf16)
       runs_in = "bf16 or fp16";
     return {std::nullopt, label, label + " runs in " + runs_in + ", not " + format_name};
   }
+  // A model with no final cast of O to round (standard-fp32) cannot take --round MODE: its
+  // cell is skipped with a note, as a model that does not run in the format is.
+  if (round != "rne") {
+    if (const std::string why = attn::why_o_cast_rounds_nothing(r); !why.empty())
+      return {std::nullopt, label, "--round " + round + ": " + why};
+  }
+  attn::ModelHandle h = round == "rne" ? own : parse(name);
   if (round == "sr" && sr_bits != 24) {
-    auto recipe = std::make_shared<attn::KernelModel>(r);
+    auto recipe = std::make_shared<attn::KernelModel>(*h.recipe);
     recipe->o_sr_bits = sr_bits;
     h.recipe = recipe;
   }
@@ -78,7 +89,13 @@ SweepGrid sweep_grid(const SweepRun& run) {
                      " configurations, over the limit of " + std::to_string(kMaxSweepCells) +
                      "; split the grid into several sweeps");
   std::vector<Format> parsed_formats;
-  for (const auto& fmt : formats) parsed_formats.push_back(parse_format_or_throw(fmt, "--formats"));
+  for (const auto& fmt : formats) {
+    parsed_formats.push_back(parse_format_or_throw(fmt, "--formats"));
+    // Two names of one format (fp16 and e5m10) would run its rows twice under two labels.
+    for (std::size_t i = 0; i + 1 < parsed_formats.size(); ++i)
+      if (parsed_formats[i] == parsed_formats.back())
+        throw InputError("--formats " + run.formats + ": " + formats[i] + " and " + fmt + " are one format; give one");
+  }
   for (const auto& round : rounds) parse_mode_or_throw(round, "--round");
   for (const auto& scenario : scenarios)
     if (!attn::known_scenario(scenario))
@@ -89,10 +106,11 @@ SweepGrid sweep_grid(const SweepRun& run) {
   for (std::size_t f = 0; f < formats.size(); ++f)
     for (const auto& round : rounds)
       for (const auto& model : models) {
-        const ResolvedModel resolved = grid_cell_model(model, parsed_formats[f], round, sr_bits);
+        const ResolvedModel resolved = grid_cell_model("--model", model, parsed_formats[f], round, sr_bits);
         std::optional<ResolvedModel> baseline;
         // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
-        if (!run.against.empty()) baseline = grid_cell_model(run.against, parsed_formats[f], "rne", sr_bits);
+        if (!run.against.empty())
+          baseline = grid_cell_model("--against", run.against, parsed_formats[f], "rne", sr_bits);
         const std::string& why = !resolved.model                ? resolved.not_runnable
                                  : baseline && !baseline->model ? baseline->not_runnable
                                                                 : resolved.not_runnable;
