@@ -626,7 +626,7 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     captured traces (``traces``: a directory, whose *.safetensors are taken in sorted order as
     ``bias-test --traces DIR`` does, or a list of files; one sample per kv head of each trace,
     whose rows share their keys). ``verdict`` is "adds bias", "less biased than its format's
-    floor", "no detectable bias" or "inconclusive" (fewer than 8 samples, or a test that could
+    floor", "no detectable added bias" or "inconclusive" (fewer than 8 samples, or a test that could
     not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it. Returns the
     fields of ``flashbits bias-test --json`` for the same arguments. A model's test takes
     ``scenario`` (default sink), ``trials`` (32), ``seqlen`` (256), ``headdim`` (64), ``dtype``

@@ -13,15 +13,18 @@ returns for the same rounded inputs.
 Rounding: each of q, k, v (and the incoming gradient dO) is rounded ONCE, round to nearest
 even, from the caller's values to the model's input format (bf16 unless the model names
 another, or fp16 for float16 tensors; ``dtype=`` overrides) by flashbits' own rounding, never
-through an intermediate type. A tensor already in that format (bf16 or fp16, contiguous) is
+through an intermediate type. float16 or bfloat16 tensors given to a model that reads another
+narrow format (float16 into ``fa-bf16acc``'s bf16) are refused unless ``dtype=`` names that
+format: that rounding would lose bits the caller's tensors hold. A tensor already in that format (bf16 or fp16, contiguous) is
 read in place, without a copy. Outputs are rounded once into the caller's dtype (exact
 whenever the model's output format fits in it, as bf16 into float32 does); gradients come back
 in the dtype of the input they belong to.
 
 Models: every name of ``flashbits.models()`` with its variants (``fa-bf16acc+dynmax``), a
 ``recipe`` file, an ``sfu`` set; ``correctly-rounded`` (exact attention rounded once per
-output); ``exact`` (the exact reference, inputs rounded once to ``dtype``, default fp32,
-outputs fp64 rounded once to the caller's dtype: smooth, for finite-difference checks); and
+output); ``exact`` (the exact reference, inputs rounded once to ``dtype``, default fp32; its
+float64 results rounded once to the caller's dtype, so float32 inputs get float32 outputs:
+float64 inputs for finite-difference checks); and
 two controls that are NOT emulations of any kernel: ``fp32`` and ``fp64``, PyTorch's own math
 attention (softmax(q kᵀ·scale) v) in that precision with PyTorch's autograd.
 
@@ -33,8 +36,10 @@ i sees keys 0..i); ``scale`` (default 1/sqrt(E)). Refused with a ValueError nami
 argument, never a silent fallback: an ``attn_mask``, ``dropout_p`` other than 0, tensors not on
 the CPU, ``is_causal`` with a key length other than the query length (PyTorch's mask is then
 aligned top-left, the kernel models' bottom-right as FlashAttention's; PyTorch's own flash
-backend refuses that case too; ``flashbits.attention`` runs it bottom-right), a value head dim
-other than the query's, query, key and value of different dtypes, an empty axis, a ``dtype=``
+backend refuses that case too; ``flashbits.attention`` runs it bottom-right), a key head dim
+other than the query's, a value head dim other than the query's (PyTorch allows it; the kernel
+models have one head dim), query, key and value of different dtypes, float16 or bfloat16
+tensors for a model reading another narrow format without ``dtype=`` naming it, an empty axis, a ``dtype=``
 that the model's own input format contradicts (``fa-bf16acc`` reads bf16), a model without a
 backward when a gradient is needed, an argument the model does not use (the controls take
 none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of recipe, sfu,
@@ -127,9 +132,14 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa
     if k.shape != v.shape[:-1] + k.shape[-1:] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"key, value: expected one shape but the last axis, got {tuple(k.shape)} and "
                          f"{tuple(v.shape)}")
-    if v.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"value: head dim {v.shape[-1]} (key {k.shape[-1]}) differs from query's "
-                         f"{q.shape[-1]}; the kernel models need one head dim")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"key: head dim {k.shape[-1]} differs from query's {q.shape[-1]}; q·kᵀ needs one head dim "
+                         f"(PyTorch refuses it too)")
+    if v.shape[-1] != q.shape[-1]:
+        # PyTorch's math attention takes it; the kernel models tile one head dim for q, k and v.
+        raise ValueError(f"value: head dim {v.shape[-1]} differs from query's {q.shape[-1]}; PyTorch allows a value "
+                         f"head dim of its own, but the kernel models have one head dim for query, key and value, "
+                         f"so it is not supported")
     if is_causal and k.shape[-2] != q.shape[-2]:
         raise ValueError(f"key: length {k.shape[-2]} differs from query's {q.shape[-2]} with is_causal=True: "
                          f"PyTorch aligns that mask top-left, the kernel models bottom-right (FlashAttention's); "
@@ -308,6 +318,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             dtype = "fp16" if query.dtype == _torch.float16 else "bf16"
         sfu_set = "model" if sfu is None else sfu
         formats = _core._model_formats(model, dtype, recipe or "", sfu_set, dtype_given)
+        held = _TORCH_FORMAT.get(query.dtype)
+        # float16 and bfloat16 tensors already are a kernel input format; rounding them into
+        # another narrow one (fp16 into a bf16-only model's bf16) would lose bits silently, as
+        # flashbits.attention refuses to. Widening into fp32 is exact; dtype= asks for the rounding.
+        if not dtype_given and held in ("fp16", "bf16") and formats["input"] not in (held, "fp32"):
+            raise ValueError(f"query, key, value: dtype {query.dtype} holds {held}, but model {formats['model']} "
+                             f"reads {formats['input']} inputs; they are not rounded silently (pass "
+                             f"dtype=\"{formats['input']}\" to round them once, to nearest even, to "
+                             f"{formats['input']})")
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe,

@@ -949,14 +949,25 @@ def moving_mean(xs: list, window: int) -> list:
     return out
 
 
-def diverged(arm_losses: list, control_losses: list, th: Thresholds) -> bool:
+def diverged(arm_losses: list, control_losses: list, th: Thresholds) -> bool | None:
     """A 50-step mean loss more than 0.5 nats above the control's, or NaN, for 100 or more
-    steps (the thresholds' defaults)."""
+    steps (the thresholds' defaults). None (undecided) for a run shorter than those 100 steps
+    whose losses are all finite: the rule counts steps, so it could never be met there, and
+    False would claim a comparison the run was too short to make. A non-finite loss is
+    divergence however short the run: weights that went NaN or infinite stay so."""
     n = min(len(arm_losses), len(control_losses))
+    if n < th.divergence_steps:
+        return True if any(not math.isfinite(x) for x in arm_losses[:n]) else None
     a = moving_mean(arm_losses[:n], th.divergence_window)
     c = moving_mean(control_losses[:n], th.divergence_window)
     bad = sum(1 for x, y in zip(a, c) if math.isnan(x) or x > y + th.divergence_nats)
     return bad >= th.divergence_steps
+
+
+def too_short_for_divergence(steps: int, th: Thresholds) -> str:
+    """Why a run of ``steps`` steps gets no divergence decision (the verdict's words)."""
+    return (f"divergence undetermined: run of {steps} steps is shorter than the {th.divergence_steps} steps the "
+            f"divergence rule needs")
 
 
 def weight_deviation(a: dict, b: dict) -> float:
@@ -1031,7 +1042,8 @@ def merge(out: str, th: Thresholds) -> dict:
                      "layers": res["layers"]}
             if ctrl is not None and name != CONTROL:
                 # A NaN loss is divergence however few steps ran: weights that went NaN stay NaN.
-                entry["diverged"] = res["nan"] or diverged(losses, [r["loss"] for r in ctrl["rows"]], th)
+                # Otherwise None when the run is too short for the rule (diverged()).
+                entry["diverged"] = True if res["nan"] else diverged(losses, [r["loss"] for r in ctrl["rows"]], th)
                 div_votes.append(entry["diverged"])
                 a, b = snapshot(res, final_step), snapshot(ctrl, final_step)
                 entry["weight_deviation_from_control"] = weight_deviation(a, b) if a and b else None
@@ -1056,16 +1068,40 @@ def merge(out: str, th: Thresholds) -> dict:
         # Divergence is judged against the control of the same seed: without one it is not
         # known, and saying "no effect seen" would claim what was never compared.
         without_control = [seed for seed in sorted(seeds) if name != CONTROL and seed not in control]
-        arm_diverged = sum(div_votes) * 2 > len(div_votes) if div_votes else None
+        # Most seeds diverged: diverged. Seeds too short to decide (None) could make either
+        # majority, so while they could, the arm is undecided too.
+        votes_true = sum(1 for v in div_votes if v is True)
+        votes_open = sum(1 for v in div_votes if v is None)
+        if not div_votes:
+            arm_diverged = None
+        elif votes_true * 2 > len(div_votes):
+            arm_diverged = True
+        elif (votes_true + votes_open) * 2 > len(div_votes):
+            arm_diverged = None
+        else:
+            arm_diverged = False
         wq_ratio = float(np.mean(ratios)) if ratios else None
         measured = name not in (CONTROL, LOW_PRECISION)
-        if arm_diverged is None:
+        sign_shown = measured and p < th.sign_p
+        wq_shown = measured and wq_ratio is not None and wq_ratio > th.wq_ratio
+        if sign_shown and cfg.probe_batch == "forced-ties":
+            # The sign test then measured the kernel on a synthetic batch built to tie maxima,
+            # not the rows the model trained on: say so, or it reads as a finding about training.
+            mechanism = ("mechanism present on the synthetic forced-ties probe batch (not the training batches)"
+                         + (f", W_Q spectral norm above {th.wq_ratio}x the control's" if wq_shown else ""))
+        elif sign_shown or wq_shown:
+            mechanism = "mechanism present"
+        else:
+            mechanism = None
+        if arm_diverged is None and not div_votes:
             verdict = (f"undetermined: no {CONTROL} control run for seed(s) "
                        f"{', '.join(str(seed) for seed in without_control)} (run --arm {CONTROL} with them)")
+        elif arm_diverged is None:
+            verdict = f"{mechanism or 'no mechanism seen'}; {too_short_for_divergence(cfg.steps, th)}"
         elif arm_diverged:
             verdict = "diverged"
-        elif measured and (p < th.sign_p or (wq_ratio is not None and wq_ratio > th.wq_ratio)):
-            verdict = "mechanism present, no divergence"
+        elif mechanism is not None:
+            verdict = f"{mechanism}, no divergence"
         else:
             verdict = "no effect seen"
         summary["arms"][name] = {

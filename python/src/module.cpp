@@ -1,6 +1,8 @@
 // python/src/module.cpp: the extension module flashbits._core: error translation, shared
 // helpers (common.hpp) and the registration of every binding file's functions. The public
 // API is python/flashbits/__init__.py, which checks dtypes and shapes and calls these.
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 
@@ -120,9 +122,19 @@ std::vector<std::uint32_t> encode_values(const Format& f, const carray<double>& 
   const double* v = values.data();
   std::vector<std::uint32_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
-    if (!from_double_exact(f, v[i], out[i]))
+    // The advice is Python's, not the CLI's (there a hex pattern 0x... is the way out): here
+    // the caller rounds explicitly, or hands bit patterns as an unsigned array (operand_bits).
+    // `what` is an argument name (q, a) or a trace tensor's key, which may be no identifier.
+    if (!from_double_exact(f, v[i], out[i])) {
+      const bool identifier = !what.empty() && std::all_of(what.begin(), what.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      }) && !std::isdigit(static_cast<unsigned char>(what[0]));
+      const std::string rounded = "flashbits.round(" + (identifier ? what : std::string("x")) + ", \"" + f.name + "\")";
       throw api::InputError(element_name(what, shape_of(values), i) + ": " + shortest(v[i]) +
-                            " is not exactly representable in " + f.name + " (give a hex bit pattern 0x... instead)");
+                            " is not exactly representable in " + f.name + " (round first: " + rounded +
+                            ".values, or give bit patterns as a uint" + std::to_string(f.container_bits) +
+                            " array: " + rounded + ".bits)");
+    }
   }
   return out;
 }

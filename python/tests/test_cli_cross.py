@@ -211,6 +211,13 @@ def test_bad_input_raises_value_error_with_the_cli_message(cli, call, cli_args):
     # The same message after the name of the argument (the CLI names its option or word,
     # Python its parameter: "--sr-bits: ..." and "sr_bits: ...").
     tail = lambda s: s.split(": ", 1)[1] if ": " in s else s  # noqa: E731
+    if "is not exactly representable" in message:
+        # The same finding; the way out differs: the CLI's is a hex word, Python's is to round
+        # first or pass bit patterns as an unsigned array (a hex literal means nothing there).
+        advice = message[message.index(" (round first: "):]
+        assert "0x" not in advice and "uint" in advice, message
+        message = message[:-len(advice)]
+        line = line[:line.index(" (give a hex bit pattern")]
     assert tail(message) == tail(line[len("error: "):]), (message, line)
 
 

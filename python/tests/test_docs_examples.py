@@ -212,3 +212,27 @@ def test_training_page_sdpa_call_runs_as_written():
     assert o.shape == q.shape and o.dtype == q.dtype
     rounded = [fb.round(x.numpy(), "bf16").values for x in (q, k, v)]
     assert np.array_equal(o.numpy(), fb.attention(*rounded, "fa-bf16acc+dynmax").o)
+
+
+def test_training_page_states_the_real_signature():
+    # The page showed q, k, v and model among the positional arguments; model is keyword-only
+    # and required, and the positional names are PyTorch's query, key, value. The signature
+    # the page writes out (its comment lines) must be the function's.
+    import ast
+    import inspect
+    pytest.importorskip("torch")
+    import flashbits.torch as fbt
+    block = re.search(r"```python\n(.*?)```", open(TRAINING_PAGE, encoding="utf-8").read(), re.S).group(1)
+    comment = " ".join(line.lstrip("# ").strip() for line in block.splitlines() if line.startswith("#   "))
+    shown = ast.parse(comment.replace("scaled_dot_product_attention(", "def f(", 1) + ": pass").body[0].args
+    params = inspect.signature(fbt.scaled_dot_product_attention).parameters.values()
+    positional = [p for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
+    keyword_only = [p for p in params if p.kind == p.KEYWORD_ONLY]
+    assert [a.arg for a in shown.args] == [p.name for p in positional]
+    assert [a.arg for a in shown.kwonlyargs] == [p.name for p in keyword_only]
+    assert [ast.literal_eval(d) for d in shown.defaults] == [p.default for p in positional
+                                                             if p.default is not p.empty]
+    assert [None if d is None else ast.literal_eval(d) for d in shown.kw_defaults] == \
+        [None if p.default is p.empty else p.default for p in keyword_only]
+    assert shown.kw_defaults[[a.arg for a in shown.kwonlyargs].index("model")] is None  # required
+

@@ -78,8 +78,22 @@ def test_shapes_dtypes_and_array_protocol():
     rh = fb.attention(*h, "fa2-sm80")
     assert rh.dtype == "fp16" and rh.output_format == "fp16"
     assert r2.model == "fa2-sm80" and r2.scale == 1 / np.sqrt(32)
-    with pytest.raises(ValueError, match=r"q\[0,0,0,0\]: 0.1 is not exactly representable in bf16"):
+    with pytest.raises(ValueError, match=r"q\[0,0,0,0\]: 0.1 is not exactly representable in bf16") as e:
         fb.attention(np.full((4, 8), 0.1), k[:4, :8], v[:4, :8], "fa2-sm80")
+    # Python's way out, not the CLI's hex literal: round first, or give uint16 bit patterns.
+    assert "0x" not in str(e.value) and "hex" not in str(e.value)
+    assert 'flashbits.round(q, "bf16").values' in str(e.value) and "uint16 array" in str(e.value)
+    assert 'flashbits.round(q, "bf16").bits' in str(e.value)
+    # Both pieces of advice work, and agree with each other (0.1 rounds to bf16 0x3dcd = 0.10009765625).
+    q01 = np.full((4, 8), 0.1)
+    assert (fb.round(q01, "bf16").bits == 0x3DCD).all() and (fb.round(q01, "bf16").values == 0.10009765625).all()
+    by_values = fb.attention(fb.round(q01, "bf16").values, k[:4, :8], v[:4, :8], "fa2-sm80")
+    by_bits = fb.attention(fb.round(q01, "bf16").bits, k[:4, :8], v[:4, :8], "fa2-sm80")
+    assert np.array_equal(by_values.o, by_bits.o)
+    # The container width is the format's (fp32: uint32), the name the argument's.
+    with pytest.raises(ValueError, match=r'k\[0,0,0,0\]: 0.1 is not exactly representable in fp32 \(round first: '
+                                         r'flashbits.round\(k, "fp32"\).values, or give bit patterns as a uint32 array'):
+        fb.attention(np.zeros((4, 8)), np.full((4, 8), 0.1), np.zeros((4, 8)), "standard-fp32")
     with pytest.raises(ValueError, match="model nope"):
         fb.attention(q, k, v, "nope")
     with pytest.raises(ValueError, match=r"k, v: expected shape .*; got q \[1,1,64,32\], k \[1,1,64,16\], v \[1,1,64,32\]"):

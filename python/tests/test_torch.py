@@ -84,6 +84,40 @@ def test_float16_tensors_run_an_fp16_model():
     np.testing.assert_array_equal(o.numpy().astype(np.float64), ref.o)
 
 
+@pytest.mark.parametrize("dtype, model, fmt", [(torch.float16, "fa-bf16acc", "bf16"),
+                                                (torch.float16, "standard-bf16", "bf16"),
+                                                (torch.bfloat16, "standard-fp16", "fp16")])
+def test_narrow_tensors_are_not_rounded_silently_into_another_narrow_format(dtype, model, fmt):
+    # float16 tensors into a bf16-only model were rounded to bf16 and returned as float16,
+    # precision lost without a word; flashbits.attention refuses the same values.
+    q, k, v, do = _inputs((1, 2, 16, 8), 1, seed=5, dtype=dtype)
+    held = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    with pytest.raises(ValueError, match=rf"^query, key, value: dtype {dtype} holds {held}, but model {model} reads "
+                                         rf"{fmt} inputs; they are not rounded silently \(pass dtype=\"{fmt}\""):
+        fbt.scaled_dot_product_attention(q, k, v, model=model)
+    # flashbits.attention refuses such values too: 1 + 2^-10 (fp16, not bf16) and 2^20 (bf16,
+    # beyond fp16's largest 65504) in the tensors' own dtype.
+    lossy = q.clone()
+    lossy[0, 0, 0, 0] = 1 + 2.0 ** -10 if dtype == torch.float16 else 2.0 ** 20
+    assert float(lossy[0, 0, 0, 0]) in (1 + 2.0 ** -10, 2.0 ** 20)  # held exactly by the tensor
+    with pytest.raises(ValueError, match=rf"^q\[0,0,0,0\]: .* is not exactly representable in {fmt}"):
+        fb.attention(lossy.float().numpy(), k.float().numpy(), v.float().numpy(), model)
+    with pytest.raises(ValueError, match="they are not rounded silently"):
+        fbt.scaled_dot_product_attention(lossy, k, v, model=model)
+    # Asked for with dtype=, the rounding happens once, to nearest even (reference: numpy's
+    # values rounded by flashbits.round, the op's inputs being exactly those).
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, model=model, dtype=fmt)
+    o.backward(do)
+    rounded = [fb.round(t.float().numpy(), fmt).values for t in (q, k, v, do)]
+    ref = fb.attention(*rounded[:3], model, do=rounded[3], threads=1)
+    assert o.dtype == dtype and leaves[1].grad.dtype == dtype
+    np.testing.assert_array_equal(o.detach().double().numpy(), fb.round(ref.o, held).values)
+    np.testing.assert_array_equal(leaves[1].grad.double().numpy(), fb.round(ref.dk, held).values)
+    # Into fp32 nothing is lost: float16 tensors run an fp32 model as they are.
+    assert fbt.scaled_dot_product_attention(q, k, v, model="standard-fp32").dtype == dtype
+
+
 def _math_attention_f64(q, k, v, causal, scale):
     group = q.shape[-3] // k.shape[-3]
     k = k.repeat_interleave(group, dim=-3)
@@ -182,6 +216,15 @@ def test_shape_device_and_dtype_errors_name_the_argument():
     assert out.shape == q.shape and kk.grad.shape == kk.shape
     want = fbt.scaled_dot_product_attention(q.detach(), kk.detach(), vv.detach(), model="fp64")
     assert torch.allclose(out.detach().double(), want.double(), atol=0.05)
+    # A key head dim other than the query's is the key's fault (it was reported as "value: head
+    # dim 32 (key 32)"); a value head dim of its own, which PyTorch takes, is refused as such.
+    with pytest.raises(ValueError, match=r"^key: head dim 16 differs from query's 8; "):
+        fbt.scaled_dot_product_attention(q, torch.zeros(1, 2, 8, 16), torch.zeros(1, 2, 8, 16), model="fa2-sm80")
+    with pytest.raises(ValueError, match=r"^value: head dim 16 differs from query's 8; PyTorch allows a value head "
+                                         r"dim of its own, but the kernel models have one head dim .* not supported"):
+        fbt.scaled_dot_product_attention(q, k, torch.zeros(1, 2, 8, 16), model="fa2-sm80")
+    if hasattr(torch.nn.functional, "scaled_dot_product_attention"):  # PyTorch 2.x: it does take it
+        assert torch.nn.functional.scaled_dot_product_attention(q, k, torch.zeros(1, 2, 8, 16)).shape == (1, 2, 8, 16)
     with pytest.raises(ValueError, match="key: 2 heads do not divide query's 3"):
         fbt.scaled_dot_product_attention(torch.zeros(1, 3, 8, 8), k, v, model="fa2-sm80")
     with pytest.raises(ValueError, match="query: a tensor on device 'meta'"):

@@ -21,6 +21,9 @@ import flashbits.train as train  # noqa: E402
 from conftest import BUILD_PYTHON  # noqa: E402
 
 ARMS = "fp32,fa-bf16acc,fa-bf16acc+dynmax"
+# The smoke preset's 30 forked steps are fewer than the 100 the divergence rule counts.
+TOO_SHORT = "divergence undetermined: run of 30 steps is shorter than the 100 steps the divergence rule needs"
+FORCED_TIES = "mechanism present on the synthetic forced-ties probe batch (not the training batches)"
 
 
 def run_driver(*args, check_rc=0):
@@ -59,7 +62,9 @@ def test_smoke_losses_are_finite_and_every_output_is_written(smoke):
     out, summary, stdout = smoke
     assert set(summary["arms"]) == set(ARMS.split(","))
     for name, arm in summary["arms"].items():
-        assert math.isfinite(arm["final_loss"]) and not arm["diverged"]
+        assert math.isfinite(arm["final_loss"])
+        # The control is its own reference; every other arm ran too few steps to be judged.
+        assert arm["diverged"] is (False if name == "fp32" else None), name
         assert set(arm) >= {"final_loss", "diverged", "delta_error_sum", "delta_error_sign_p",
                             "wq_spectral_norm_ratio", "per_seed", "o_error_sum", "o_error_sign_p"}
         assert set(arm["per_seed"]) == {"0", "1"}
@@ -86,9 +91,11 @@ def test_smoke_forced_ties_show_the_mechanism_in_fa_bf16acc_and_not_with_dynmax(
     # Qiu & Yao: tied maxima make P-bar = 1, bf16 O rounds away from zero (V < 0), delta errs > 0.
     assert plain["delta_error_sum"] > 0
     assert plain["delta_error_sign_p"] < 0.01
-    assert plain["verdict"] == "mechanism present, no divergence"
+    # 30 steps cannot decide divergence: said so, not "no divergence" (diverged was false).
+    assert plain["verdict"] == f"{FORCED_TIES}; {TOO_SHORT}"
+    assert plain["diverged"] is None and plain["per_seed"]["0"]["diverged"] is None
     assert fixed["delta_error_sign_p"] >= 0.01
-    assert fixed["verdict"] == "no effect seen"
+    assert fixed["verdict"] == f"no mechanism seen; {TOO_SHORT}"
     layer = plain["per_seed"]["0"]["layers"]["1"]
     assert layer["tie_rate"] > 0.9  # every probed row but the first has its max tied
 
@@ -131,9 +138,30 @@ def test_an_arm_without_its_control_run_gets_no_verdict(smoke, tmp_path):
     assert alone["diverged"] is None
     assert alone["verdict"].startswith("undetermined: no fp32 control run")
     assert alone["seeds_without_control"] == summary["arms"]["fa-bf16acc"]["seeds"]
-    # With its control the same arm is judged, and lists no seed without one.
-    assert summary["arms"]["fa-bf16acc"]["diverged"] is False
+    # With its control the same arm is compared (here: too short to decide), and lists no seed
+    # without one.
+    assert summary["arms"]["fa-bf16acc"]["verdict"].endswith(TOO_SHORT)
     assert summary["arms"]["fa-bf16acc"]["seeds_without_control"] == []
+
+
+def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
+    # The same 30-step runs merged with a rule that counts 30 steps: now decided. Reference:
+    # the losses read back from steps.csv, whose every step is within 0.5 nats of the control's
+    # (so no 50-step mean can be more than 0.5 above it), and no loss non-finite.
+    out, _, _ = smoke
+    for seed in ("0", "1"):
+        control = train.read_steps(str(out / "runs" / "fp32" / f"seed{seed}" / "steps.csv"))
+        for slug in ("fa-bf16acc", "fa-bf16acc_dynmax"):
+            rows = train.read_steps(str(out / "runs" / slug / f"seed{seed}" / "steps.csv"))
+            assert all(math.isfinite(r["loss"]) and abs(r["loss"] - c["loss"]) < 0.5 for r, c in zip(rows, control))
+    for name in ("config.json", "fork.pt", "runs"):
+        (shutil.copytree if name == "runs" else shutil.copy)(out / name, tmp_path / name)
+    p = run_driver("merge", "--out", str(tmp_path), "--quiet", "--divergence-steps", "30")
+    arms = json.loads((tmp_path / "summary.json").read_text())["arms"]
+    assert arms["fa-bf16acc"]["diverged"] is False and arms["fa-bf16acc+dynmax"]["diverged"] is False
+    assert arms["fa-bf16acc"]["verdict"] == f"{FORCED_TIES}, no divergence"
+    assert arms["fa-bf16acc+dynmax"]["verdict"] == "no effect seen"
+    assert f"fa-bf16acc: {FORCED_TIES}, no divergence" in p.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -363,6 +391,13 @@ def test_divergence_rule():
     short = [3.0] * 320 + [3.6] * 80  # above for fewer than 100 steps
     assert not train.diverged(short, control, th)
     assert train.diverged([3.0] * 250 + [float("nan")] * 150, control, th)
+    # Fewer steps than the rule counts (100): no decision, not "did not diverge"; unless a
+    # loss went non-finite, which is divergence at any length.
+    assert train.diverged([3.0] * 99, control, th) is None
+    assert train.diverged([9.0] * 99, control, th) is None  # far above, but too short to count
+    assert train.diverged([3.0] * 98 + [float("nan")], control, th) is True
+    assert train.diverged([3.0] * 98 + [float("inf")], control, th) is True
+    assert train.diverged([3.0] * 100, control, th) is False  # exactly long enough: decided
 
 
 def test_arm_specs():
