@@ -413,13 +413,16 @@ nlohmann::ordered_json stats_json(const BiasStatistics& s, bool run_has_verdict)
   nlohmann::ordered_json j;
   j["n"] = s.n;
   j["mean_ulps"] = s.mean;
-  j["ci"] = {s.ci_low, s.ci_high};
+  // One sample has no spread: no interval and no detectable size (a [x, x] interval or a
+  // detectable bias of 0 would read as certainty).
+  const bool has_spread = s.n >= 2;
+  j["ci"] = has_spread ? nlohmann::ordered_json{s.ci_low, s.ci_high} : nlohmann::ordered_json(nullptr);
   j["t"] = s.t_statistic;
   j["p_t"] = s.p_t;
   j["positives"] = s.positives;
   j["negatives"] = s.negatives;
   j["p_sign"] = s.p_sign;
-  j["min_detectable_ulps"] = s.min_detectable;
+  j["min_detectable_ulps"] = has_spread ? nlohmann::ordered_json(s.min_detectable) : nlohmann::ordered_json(nullptr);
   j["verdict"] = stat_verdict(s, run_has_verdict);
   return j;
 }
@@ -446,7 +449,8 @@ nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_
   j["floor_mean_ulps"] = c.floor.mean;
   j["excess_mean_ulps"] = c.excess.mean;
   j["excess_p_t"] = c.excess.p_t;
-  j["min_detectable_ulps"] = c.excess.min_detectable;
+  j["min_detectable_ulps"] =
+      c.excess.n >= 2 ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
   j["distance_mean_ulps"] = c.distance.mean;
   j["distance_p_t"] = c.distance.p_t;
   return j;

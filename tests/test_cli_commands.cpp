@@ -930,6 +930,22 @@ TEST_CASE("bias-test, deviation, demo: no verdict on data that cannot support on
   }
   const std::string inf_q = poisoned_trace("inf_q", "q", 7, INFINITY);
   CHECK(run("bias-test --traces " + inf_q).code == 2);
+  // One sample has no spread: no interval and no detectable size, in the text and in JSON
+  // (a [x, x] interval and a detectable bias of 0 read as certainty); still inconclusive.
+  const std::filesystem::path one_dir = scratch() / "one_sample";
+  std::filesystem::create_directories(one_dir);
+  REQUIRE(
+      run("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out " + (one_dir / "t.safetensors").string()).code ==
+      0);
+  const Run one = run("bias-test --traces " + one_dir.string() + " --json");
+  CHECK(one.code == 4);
+  const auto one_json = nlohmann::json::parse(one.out);
+  CHECK(one_json["o"]["n"] == 1);
+  CHECK(one_json["o"]["ci"].is_null());
+  CHECK(one_json["excess"]["o"]["min_detectable_ulps"].is_null());
+  const Run one_text = run("bias-test --traces " + one_dir.string());
+  CHECK(one_text.out.find("one sample: no interval") != std::string::npos);
+  CHECK(one_text.out.find("CI [") == std::string::npos);
   // Empty problems: exit 2.
   CHECK(run("bias-test --model fa2-sm80 --seqlen 0 --trials 2").code == 2);
   CHECK(run("bias-test --model fa2-sm80 --headdim 0 --trials 2").code == 2);

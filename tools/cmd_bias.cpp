@@ -50,6 +50,14 @@ void print_spread(const char* what, const attn::ValueSpread& s) {
 }
 
 void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
+  if (s.n < 2) {  // no spread: no interval, no t test, no detectable size
+    std::printf(
+        "%-6s n=%zu  mean %+.4g ulp  (one sample: no interval, no t test)  sign +%zu/-%zu p=%s\n"
+        "       min detectable: none with one sample  -> %s\n",
+        what, s.n, s.mean, s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
+        attn::stat_verdict(s, run_has_verdict).c_str());
+    return;
+  }
   std::printf(
       "%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
       "       min detectable %.3g ulp  -> %s\n",
