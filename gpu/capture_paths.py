@@ -547,10 +547,12 @@ def model_for(path, shape, major, sms):
     backend, FlexAttention's template or its decoding kernel (queries under 128 rows,
     _use_flex_decoding) and the cuDNN black-box fit; None where flashbits has no model of the
     kernel on this GPU. A model may still refuse a shape it does not cover, naming why."""
+    if major not in (8, 9):  # sm_100 and later: no model measured there
+        return None
     if path == "splitkv":
-        return f"pytorch-fa2-sm{'90' if major >= 9 else '80'}+splitkv:auto,sms={sms}"
+        return f"pytorch-fa2-sm{major}0+splitkv:auto,sms={sms}"
     if path == "tutorial":
-        return "triton-tutorial-sm90" if major >= 9 else "triton-tutorial"
+        return "triton-tutorial-sm90" if major == 9 else "triton-tutorial"
     if major != 9:
         return None
     if path == "flex":

@@ -117,7 +117,7 @@ def device_metadata(device):
     major, minor = torch.cuda.get_device_capability(device)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     props = torch.cuda.get_device_properties(device)
-    return {
+    meta = {
         "source": f"cuda:{name}",
         "device": name,
         "compute_capability": f"{major}.{minor}",
@@ -127,8 +127,13 @@ def device_metadata(device):
         "cuda_runtime": str(torch.version.cuda),
         "multiprocessors": str(props.multi_processor_count),
         "backend": "FLASH_ATTENTION",
-        "model": "pytorch-fa2-sm90" if major >= 9 else "pytorch-fa2-sm80",
-    }, props.multi_processor_count
+    }
+    # The model replay reads: flashbits models PyTorch's FA2 on sm_8x and sm_90 only; on another
+    # GPU (sm_100's SFUs are unmeasured) the capture names none, and replay asks for --model.
+    model = {8: "pytorch-fa2-sm80", 9: "pytorch-fa2-sm90"}.get(major)
+    if model is not None:
+        meta["model"] = model
+    return meta, props.multi_processor_count
 
 
 def load_inputs(path, dtype, device):

@@ -65,7 +65,8 @@ void print_dot_models(std::ostream& os) {
   os << "Alignment: C and the products of one step align to their largest exponent; each term is\n"
         "truncated toward zero to F fraction bits of it and summed exactly; k beyond one step chains\n"
         "steps (a step's result is the next C). Zero terms do not choose the exponent ('ignored');\n"
-        "an exact zero step result is +0 unless every term is -0. See emu/dot/tensor_core.hpp.\n";
+        "an exact zero step result is +0, even when every term is -0 (exact-rne keeps IEEE's signed\n"
+        "zeros). See emu/dot/tensor_core.hpp.\n";
 }
 
 nlohmann::json dot_models_json() {

@@ -177,7 +177,10 @@ def _operand(x, name: str) -> _np.ndarray:
     bf16), and read as values it would silently be another tensor."""
     a = _as_array(x, name)
     _refuse_narrow_signed(a, name)
-    return _np.ascontiguousarray(a) if _is_bits(a) else _as_float64(a, name)
+    # ascontiguousarray returns at least one dimension: a 0-d operand (a scalar c) keeps its
+    # shape, or it would no longer broadcast against the batch it belongs to.
+    out = _np.ascontiguousarray(a) if _is_bits(a) else _as_float64(a, name)
+    return out.reshape(a.shape)
 
 
 def _refuse_narrow_signed(a: _np.ndarray, name: str) -> None:

@@ -86,6 +86,25 @@ def test_fp6_fp4_match_cli_batch(cli, model, fmt):
     assert [hexbits(x, "fp32") for x in d.bits] == [f"0x{w}" for w in out.split()]
 
 
+@pytest.mark.parametrize("c_form", ["0-d bits", "python float", "numpy scalar"])
+def test_one_dot_takes_a_scalar_c(cli, c_form):
+    # A single dot (a, b of shape [k]) has batch shape (): its c is 0-d. numpy's
+    # ascontiguousarray made it shape (1,), which the batch check then refused. The CLI's
+    # bit-level path gives the reference bits.
+    rng = random.Random(7)
+    a = patterns("bf16", (16,), rng)
+    b = patterns("bf16", (16,), rng)
+    c_bits = 0x3EAAAAAB  # fp32(1/3): not a sum of the products' grid
+    c = {"0-d bits": np.array(c_bits, dtype=np.uint32), "python float": float(decode(FORMATS["fp32"], c_bits)),
+         "numpy scalar": np.float64(decode(FORMATS["fp32"], c_bits))}[c_form]
+    d = fb.dot("sm90-mma", a, b, c)
+    assert d.bits.shape == ()
+    rc, out, err = cli("dot", "sm90-mma", "bf16", hexbits(c_bits, "fp32"), ",".join(hexbits(x, "bf16") for x in a),
+                       ",".join(hexbits(x, "bf16") for x in b))
+    assert rc == 0, err
+    assert hexbits(d.bits, "fp32") == "0x" + out.split()[0].lower().removeprefix("0x")
+
+
 # ---- AMD MFMA ------------------------------------------------------------------------------
 
 
