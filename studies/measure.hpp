@@ -8,7 +8,9 @@
 //   errors on the same inputs, and the P·V rounding-event counts the Tracer records for
 //   the first kTracedRows rows (tiled models only; materialised models record none and the
 //   counts read 0).
-// - measure_paired() is the paired difference of two models on the same inputs and seed.
+// - measure_paired() is the paired difference of two models on the same inputs and seed,
+//   both against one target: the exact attention of their quantised inputs when both
+//   quantise to the same values (fp8 A and B alike), else exact attention itself.
 // - ErrorMoments holds the sufficient statistics of per-trial mean errors (Σx, Σx², sign
 //   counts) so that runs cut into shards merge exactly; the trial count is kept by the
 //   owner (several moments share it).

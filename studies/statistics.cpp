@@ -86,6 +86,12 @@ double student_t_quantile(double p, double dof) {
   return invert_cdf([dof](double t) { return student_t_cdf(t, dof); }, p);
 }
 
+double student_t_upper_quantile(double tail, double dof) {
+  // P(T <= -t) = P(T > t): the lower tail at -t is computed directly (student_t_cdf), so
+  // inverting it keeps tails like 1e-25 that 1 - tail cannot hold.
+  return -invert_cdf([dof](double t) { return student_t_cdf(t, dof); }, tail);
+}
+
 double normal_quantile(double p) {
   return invert_cdf([](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }, p);
 }
@@ -122,7 +128,7 @@ BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std:
   const double dof = static_cast<double>(n - 1);
   s.stddev = stddev;
   const double se = s.stddev / std::sqrt(static_cast<double>(n));
-  const double t_crit = student_t_quantile(1.0 - alpha / 2.0, dof);
+  const double t_crit = student_t_upper_quantile(alpha / 2.0, dof);
   s.ci_low = s.mean - t_crit * se;
   s.ci_high = s.mean + t_crit * se;
   if (se == 0.0) {
@@ -133,7 +139,7 @@ BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std:
     s.p_t = 2.0 * student_t_cdf(-std::fabs(s.t_statistic), dof);
   }
   // Smallest |bias| a two-sided test at alpha detects with 80% power.
-  s.min_detectable = (t_crit + student_t_quantile(0.8, dof)) * se;
+  s.min_detectable = (t_crit + student_t_upper_quantile(0.2, dof)) * se;
   s.biased = s.p_t < alpha;
   return s;
 }

@@ -89,6 +89,9 @@ void add_stage_errors(StageHistograms& h, const AttentionOutputs& run, const Att
 // Distribution helpers (exposed for tests).
 double student_t_cdf(double t, double dof);
 double student_t_quantile(double p, double dof);
+// The t with P(T > t) = tail, for 0 < tail < 1, to relative accuracy however small the tail
+// (student_t_quantile(1 - tail) loses it once 1 - tail rounds to 1: alpha below ~1e-16).
+double student_t_upper_quantile(double tail, double dof);
 double normal_quantile(double p);
 double binomial_two_sided_p(std::size_t k, std::size_t n);  // p = 1/2
 

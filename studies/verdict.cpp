@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 
 namespace fb::attn {
@@ -64,10 +65,23 @@ std::string size_next_to_floor(const FloorComparison& c) {
   return text;
 }
 
-// The verdict from the four statistics (verdict.hpp's rules); x_all_zero: every X_i == 0.
-void decide(FloorComparison& c, double alpha, bool x_all_zero) {
+// The sign a test establishes for a mean: +-1 when it is significant at alpha, 0 when the
+// data allow either (a floor whose mean is noise has no direction to move away from).
+double established_sign(const BiasStatistics& s, double alpha) {
+  return s.n >= 2 && s.p_t < alpha && s.mean != 0.0 ? sign_of(s.mean) : 0.0;
+}
+
+// The signs a mean may have: the established one, or both.
+std::vector<double> plausible_signs(double established) {
+  return established != 0.0 ? std::vector<double>{established} : std::vector<double>{1.0, -1.0};
+}
+
+// The verdict (verdict.hpp's rules); x_all_zero: every X_i == 0; signed_difference(a, b):
+// the statistics of a K_i - b F_i.
+template <class SignedDifference>
+void decide(FloorComparison& c, double alpha, bool x_all_zero, SignedDifference signed_difference) {
   const BiasStatistics& x = c.excess;
-  char buf[160];
+  char buf[200];
   if (x.n < kMinVerdictSamples) {
     c.verdict = Verdict::inconclusive;
     std::snprintf(buf, sizeof buf, "%zu independent samples; a verdict needs at least %zu", x.n, kMinVerdictSamples);
@@ -85,17 +99,51 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero) {
     return;
   }
   if (x.p_t < alpha) {
-    const BiasStatistics& z = c.distance;
-    if (z.p_t < alpha && z.mean > 0) {
+    // The added bias is d = |mean K| - |mean F|. |mean K| >= s mean K for either sign s, and
+    // |mean F| = t mean F for F's true sign t: d > 0 is shown only if s_k K - t F is
+    // significantly positive for every sign t the floor's mean may have; d < 0 only if
+    // s_f F - u K is for every sign u the kernel's may have. Trusting a sample sign that is
+    // noise made the verdict follow it (seed or trial count flipped adds/less).
+    const double s_k = sign_of(c.kernel.mean), s_f = c.floor.mean == 0.0 ? s_k : sign_of(c.floor.mean);
+    const std::vector<double> floor_signs = plausible_signs(established_sign(c.floor, alpha));
+    const std::vector<double> kernel_signs = plausible_signs(established_sign(c.kernel, alpha));
+    bool adds = true, less = true;
+    for (double t : floor_signs) {
+      const BiasStatistics z = signed_difference(s_k, t);
+      adds = adds && z.p_t < alpha && z.mean > 0;
+    }
+    // The largest d the data allow: the upper end of s K - s_f F's interval over the kernel's signs.
+    double most_added = -std::numeric_limits<double>::infinity();
+    for (double u : kernel_signs) {
+      const BiasStatistics z = signed_difference(u, s_f);
+      less = less && z.p_t < alpha && z.mean < 0;
+      most_added = std::max(most_added, z.ci_high);
+    }
+    if (adds) {
       c.verdict = Verdict::adds_bias;
       c.reason = size_next_to_floor(c) + "; its error lies further from zero than the floor's";
-    } else if (z.p_t < alpha && z.mean < 0) {
+    } else if (less) {
       c.verdict = Verdict::less_biased_than_floor;
       c.reason = "error " + ulps_text(c.kernel.mean) + " against its floor's " + ulps_text(c.floor.mean) +
-                 ": closer to zero than the correctly rounded output";
+                 ": closer to zero than the floor's";
     } else {
-      c.verdict = Verdict::no_detectable_bias;
-      c.reason = size_next_to_floor(c) + ", but the error lies no detectably further from zero than the floor's";
+      const std::string unresolved = floor_signs.size() > 1 && kernel_signs.size() > 1
+                                         ? " (neither mean's sign is established)"
+                                     : floor_signs.size() > 1  ? " (the floor's mean has no established sign)"
+                                     : kernel_signs.size() > 1 ? " (the kernel's mean has no established sign)"
+                                                               : "";
+      if (most_added < c.at_stake) {
+        c.verdict = Verdict::no_detectable_bias;
+        std::snprintf(buf, sizeof buf, "; by at most %.3g ulp, below the %.3g ulp at stake", std::max(most_added, 0.0),
+                      c.at_stake);
+        c.reason = size_next_to_floor(c) + ", but the error lies no detectably further from zero than the floor's" +
+                   unresolved + buf;
+      } else {
+        c.verdict = Verdict::inconclusive;
+        std::snprintf(buf, sizeof buf, ": by up to %.3g ulp, above the %.3g ulp at stake", most_added, c.at_stake);
+        c.reason =
+            size_next_to_floor(c) + ", but whether the error lies further from zero is not resolved" + unresolved + buf;
+      }
     }
     return;
   }
@@ -112,7 +160,7 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero) {
   c.reason = buf;
 }
 
-// Student-t statistics of Z from the sums: Z = s(K - F) when the signs agree, else s(K + F).
+// Student-t statistics of s_k K - s_f F from the sums: s(K - F) when the signs agree, else s(K + F).
 BiasStatistics distance_from_moments(const FloorMoments& m, double s_k, double s_f, double alpha) {
   // Σ(K + F)² = 2ΣK² + 2ΣF² - Σ(K - F)²: sums of like-signed terms, no cancellation.
   const double sumsq = s_k == s_f ? m.sumsq_x : 2.0 * m.sumsq_k + 2.0 * m.sumsq_f - m.sumsq_x;
@@ -130,7 +178,8 @@ FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double a
   const double s_k = sign_of(c.kernel.mean);
   const double s_f = c.floor.mean == 0.0 ? s_k : sign_of(c.floor.mean);
   c.distance = distance_from_moments(m, s_k, s_f, alpha);
-  decide(c, alpha, m.n > 0 && m.sumsq_x == 0.0);
+  decide(c, alpha, m.n > 0 && m.sumsq_x == 0.0,
+         [&](double a, double b) { return distance_from_moments(m, a, b, alpha); });
   return c;
 }
 
@@ -151,9 +200,12 @@ FloorComparison compare_with_floor(const std::vector<double>& kernel, const std:
   c.excess = summarize(x, alpha);
   const double s_k = sign_of(c.kernel.mean);
   const double s_f = c.floor.mean == 0.0 ? s_k : sign_of(c.floor.mean);
-  for (std::size_t i = 0; i < kernel.size(); ++i) z[i] = s_k * kernel[i] - s_f * floor[i];
-  c.distance = summarize(z, alpha);
-  decide(c, alpha, all_zero);
+  auto signed_difference = [&](double a, double b) {
+    for (std::size_t i = 0; i < kernel.size(); ++i) z[i] = a * kernel[i] - b * floor[i];
+    return summarize(z, alpha);
+  };
+  c.distance = signed_difference(s_k, s_f);
+  decide(c, alpha, all_zero, signed_difference);
   return c;
 }
 

@@ -17,9 +17,15 @@
 //   - inconclusive when there are fewer than kMinVerdictSamples samples, or the excess has
 //     zero variance without being identically zero (a t statistic of +-inf is no evidence);
 //   - no detectable added bias when every X_i is exactly 0 (the kernel is its floor);
-//   - when the excess is significant: adds bias if Z is significantly positive, less biased
-//     than its format's floor if Z is significantly negative, and otherwise no detectable
-//     bias (the error moved, but lies no further from zero);
+//   - when the excess is significant, the added bias d = |mean K| - |mean F| is judged with
+//     each mean's sign taken as established only where that mean is itself significant (a
+//     floor whose mean is noise has no direction: its sample sign flipped the verdict with
+//     the seed). With s_K, s_F the sample signs and "every sign" meaning the established one
+//     or both: adds bias if s_K K - t F is significantly positive for every sign t of F's
+//     mean (then d > 0); less biased than its format's floor if s_F F - u K is for every
+//     sign u of K's mean (then d < 0); otherwise no detectable added bias if the upper end of
+//     the interval of u K - s_F F, over every sign u, lies below `at_stake` (d can be no
+//     larger), else inconclusive. With both signs established this is the test of Z;
 //   - when the excess is not significant: inconclusive if the smallest bias the test could
 //     detect (80% power) exceeds `at_stake`, else no detectable added bias.
 // Pure functions, no state.

@@ -195,6 +195,19 @@ TEST_CASE("bias-test --against: paired on the same inputs and seed") {
   CHECK(js["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
   CHECK(js["excess"]["o"]["positives"].get<int>() + js["excess"]["o"]["negatives"].get<int>() == 0);
   CHECK(js["against"]["o"]["mean_ulps"] == js["o"]["mean_ulps"]);
+  // An fp8 kernel against a bf16 one: both against exact attention, each quantisation in its
+  // error (B's figures were once measured against A's quantised inputs). B's error is then
+  // what B's own run reports, and no quantisation share is split off; against an fp8 B that
+  // quantises alike, the quantised target stays.
+  const std::string fp8_args = " --scenario sink --trials 8 --seqlen 48 --headdim 16 --json";
+  const auto mixed = nlohmann::json::parse(run("bias-test --model fa3-fp8-sm90 --against fa3-sm90" + fp8_args).out);
+  const auto alone = nlohmann::json::parse(run("bias-test --model fa3-sm90" + fp8_args).out);
+  CHECK(mixed["against"]["o"]["mean_ulps"] == alone["o"]["mean_ulps"]);
+  CHECK(mixed["against"]["delta"]["mean_ulps"] == alone["delta"]["mean_ulps"]);
+  CHECK_FALSE(mixed.contains("quantisation"));
+  const auto alike =
+      nlohmann::json::parse(run("bias-test --model fa3-fp8-sm90 --against fa3-fp8-sm90+o-rtz" + fp8_args).out);
+  CHECK(alike.contains("quantisation"));
   // Qiu & Yao's mechanism (docs/DESIGN.md §7) as a paired difference: what the plain max adds
   // over the dynamic max is O pushed negative and delta positive on sink.
   const Run mech =

@@ -32,6 +32,16 @@ TEST_CASE("student_t_cdf_and_quantile_match_boost") {
       CHECK(fb::attn::student_t_quantile(p, dof) == doctest::Approx(boost::math::quantile(dist, p)).epsilon(1e-7));
     }
   }
+  // Upper quantiles keep tails that 1 - tail cannot hold (--alpha 1e-25 reached only ~1e-16).
+  for (double dof : {7.0, 31.0, 299.0}) {
+    boost::math::students_t dist(dof);
+    for (double tail : {0.2, 5e-4, 1e-12, 5e-17, 1e-25, 1e-100}) {
+      CAPTURE(dof);
+      CAPTURE(tail);
+      CHECK(fb::attn::student_t_upper_quantile(tail, dof) ==
+            doctest::Approx(boost::math::quantile(boost::math::complement(dist, tail))).epsilon(1e-7));
+    }
+  }
   boost::math::normal normal;
   for (double p : {1e-9, 1e-3, 0.2, 0.5, 0.975}) {
     CHECK(fb::attn::normal_quantile(p) == doctest::Approx(boost::math::quantile(normal, p)).epsilon(1e-9));

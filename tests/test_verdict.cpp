@@ -89,6 +89,28 @@ TEST_CASE("direction: a mirrored error (moved, no further from zero) is no detec
   CHECK(c.verdict == Verdict::no_detectable_bias);
 }
 
+TEST_CASE("direction: a floor whose mean is noise gives no direction; its sample sign never decides") {
+  // The floor's true mean is 0 (its sample mean is a coin toss) and the kernel adds a small,
+  // clearly significant +0.002 ulp: the truth is a kernel further from zero than its floor,
+  // never closer. Trusting the floor's sample sign said "less biased" whenever that sign came
+  // out negative (a flip with the seed and the trial count). Now the verdict is "adds bias"
+  // only where the data show |K| > |F| for either sign of the floor's mean, and otherwise
+  // bounds the added bias by the interval of |K| - |F| over the signs left open.
+  for (unsigned seed = 100; seed < 140; ++seed) {
+    const Pairs p = draw(64, 0.002, 0.0, 0.01, seed);
+    const FloorComparison c = compare_with_floor(p.kernel, p.floor, 1e-3, 0.05);
+    CAPTURE(seed);
+    REQUIRE(c.excess.p_t < 1e-3);  // the excess itself is seen every time
+    CHECK(c.verdict != Verdict::less_biased_than_floor);
+    if (c.verdict == Verdict::adds_bias) continue;
+    // Well below 0.05 ulp at this noise: "no detectable added bias", saying the sign is open.
+    CHECK(c.verdict == Verdict::no_detectable_bias);
+    CHECK(c.reason.find("established") != std::string::npos);
+    // With a stake below that bound the same data cannot decide.
+    CHECK(compare_with_floor(p.kernel, p.floor, 1e-3, 1e-4).verdict == Verdict::inconclusive);
+  }
+}
+
 TEST_CASE("power: too few samples, zero variance and a wide interval are inconclusive") {
   // Two trials whose excess happens to be equal: t = inf, yet no evidence.
   CHECK(compare_with_floor({0.5, 0.7}, {0.25, 0.45}, 1e-3, 0.02).verdict == Verdict::inconclusive);
