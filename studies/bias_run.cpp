@@ -413,9 +413,7 @@ nlohmann::ordered_json stats_json(const BiasStatistics& s, bool run_has_verdict)
   nlohmann::ordered_json j;
   j["n"] = s.n;
   j["mean_ulps"] = s.mean;
-  // One sample has no spread: no interval and no detectable size (a [x, x] interval or a
-  // detectable bias of 0 would read as certainty).
-  const bool has_spread = s.n >= 2;
+  const bool has_spread = s.has_spread();  // else no interval and no detectable size
   j["ci"] = has_spread ? nlohmann::ordered_json{s.ci_low, s.ci_high} : nlohmann::ordered_json(nullptr);
   j["t"] = s.t_statistic;
   j["p_t"] = s.p_t;
@@ -450,7 +448,7 @@ nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_
   j["excess_mean_ulps"] = c.excess.mean;
   j["excess_p_t"] = c.excess.p_t;
   j["min_detectable_ulps"] =
-      c.excess.n >= 2 ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
+      c.excess.has_spread() ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
   j["distance_mean_ulps"] = c.distance.mean;
   j["distance_p_t"] = c.distance.p_t;
   return j;

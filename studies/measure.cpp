@@ -196,14 +196,16 @@ TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
   // B quantise to the same values (that share is then measured apart); otherwise exact
   // attention itself, each kernel's quantisation counted in its error. Measuring a bf16 B
   // against an fp8 A's quantised inputs charged B with A's quantisation.
-  std::optional<AttentionInputs> seen, seen_by_b;
-  std::optional<AttentionOutputs> quantised = quantised_target(model, in, seed, seen);
-  const std::optional<AttentionOutputs> quantised_by_b = quantised_target(against, in, seed, seen_by_b);
+  // The quantised inputs are compared first, so that their exact attention runs once, and
+  // only when it is the target.
+  const std::optional<AttentionInputs> seen = inputs_as_quantised(*model.recipe, in, opt);
+  const std::optional<AttentionInputs> seen_by_b = inputs_as_quantised(*against.recipe, in, opt);
   const auto same_values = [](const AttentionInputs& x, const AttentionInputs& y) {
     return x.q.data == y.q.data && x.k.data == y.k.data && x.v.data == y.v.data && x.softmax_scale == y.softmax_scale &&
            x.d_o.has_value() == y.d_o.has_value() && (!x.d_o || x.d_o->data == y.d_o->data);
   };
-  if (!(quantised && quantised_by_b && same_values(*seen, *seen_by_b))) quantised.reset();
+  const std::optional<AttentionOutputs> quantised =
+      seen && seen_by_b && same_values(*seen, *seen_by_b) ? std::optional(exact_attention(*seen)) : std::nullopt;
   const AttentionOutputs& target = quantised ? *quantised : want;
   const ErrorUnits units = error_units(model.recipe->output, in, want);
   const auto o_unit = [&](std::size_t i) { return units.o[i]; };

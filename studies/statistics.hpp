@@ -32,6 +32,9 @@ struct BiasStatistics {
   double p_sign = 1.0;          // two-sided exact sign test
   double min_detectable = 0.0;  // |bias| detectable at alpha with 80% power
   bool biased = false;
+  // One sample has no spread: its interval, t test and detectable size mean nothing (a [x, x]
+  // interval or a detectable bias of 0 would read as certainty).
+  bool has_spread() const { return n >= 2; }
 };
 
 BiasStatistics summarize(const std::vector<double>& signed_errors, double alpha = 1e-3);

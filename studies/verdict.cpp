@@ -68,7 +68,7 @@ std::string size_next_to_floor(const FloorComparison& c) {
 // The sign a test establishes for a mean: +-1 when it is significant at alpha, 0 when the
 // data allow either (a floor whose mean is noise has no direction to move away from).
 double established_sign(const BiasStatistics& s, double alpha) {
-  return s.n >= 2 && s.p_t < alpha && s.mean != 0.0 ? sign_of(s.mean) : 0.0;
+  return s.has_spread() && s.p_t < alpha && s.mean != 0.0 ? sign_of(s.mean) : 0.0;
 }
 
 // The signs a mean may have: the established one, or both.

@@ -50,7 +50,7 @@ void print_spread(const char* what, const attn::ValueSpread& s) {
 }
 
 void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
-  if (s.n < 2) {  // no spread: no interval, no t test, no detectable size
+  if (!s.has_spread()) {
     std::printf(
         "%-6s n=%zu  mean %+.4g ulp  (one sample: no interval, no t test)  sign +%zu/-%zu p=%s\n"
         "       min detectable: none with one sample  -> %s\n",

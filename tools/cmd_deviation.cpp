@@ -65,14 +65,10 @@ int run_deviation(const DeviationOptions& o) {
   }
   if (tiles.empty()) tiles.push_back({0, 0});
   std::vector<attn::ModelHandle> models;
-  for (const auto& m : split_list(o.models, "--models")) {
-    try {
-      // As every command: a --dtype the model contradicts (standard-fp16 with bf16) is refused.
-      models.push_back(api::resolve_model({m, dtype, "model", "", o.dtype_option->count() > 0}, {"--models"}));
-    } catch (const std::invalid_argument& e) {
-      throw InputError("--models " + m + ": " + e.what());
-    }
-  }
+  // As every command: a --dtype the model contradicts (standard-fp16 with bf16) is refused;
+  // resolve_model's errors name --models and the entry.
+  for (const auto& m : split_list(o.models, "--models"))
+    models.push_back(api::resolve_model({m, dtype, "model", "", o.dtype_option->count() > 0}, {"--models"}));
   if (models.empty()) throw InputError("--models: expected at least one model");
   if (o.heads < 1 || o.headdim < 1)
     throw InputError("--heads " + std::to_string(o.heads) + " --headdim " + std::to_string(o.headdim) +
