@@ -22,9 +22,10 @@ in the dtype of the input they belong to.
 
 Models: every name of ``flashbits.models()`` with its variants (``fa-bf16acc+dynmax``), a
 ``recipe`` file, an ``sfu`` set; ``correctly-rounded`` (exact attention rounded once per
-output); ``exact`` (the exact reference, inputs rounded once to ``dtype``, default fp32; its
-float64 results rounded once to the caller's dtype, so float32 inputs get float32 outputs:
-float64 inputs for finite-difference checks); and
+output); ``exact`` (the exact reference, inputs rounded once to ``dtype``, default fp32 and at
+most fp32; its float64 results rounded once to the caller's dtype, so float32 inputs get
+float32 outputs; finite-difference checks need inputs and steps that fp32 holds exactly, since
+the input rounding removes any other step; ``fp64`` takes arbitrary float64 inputs); and
 two controls that are NOT emulations of any kernel: ``fp32`` and ``fp64``, PyTorch's own math
 attention (softmax(q kᵀ·scale) v) in that precision with PyTorch's autograd.
 
@@ -280,7 +281,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``model``, ``scale``, ``causal``, the backward run's ``result`` (a
     ``flashbits.AttentionResult`` with o, lse, delta, dq, dk, dv) and ``traces``: with
     ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
-    from the forward run (tracing never changes a result).
+    from the forward run (tracing never changes a result). ``trace`` without ``observe`` is a
+    ValueError: nothing would receive the traces.
 
     An argument the model does not use is a ValueError naming it: the controls ``fp32`` and
     ``fp64`` take none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of
@@ -288,6 +290,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, model)
     if observe is not None and not callable(observe):  # else a TypeError only at backward time
         raise TypeError(f"observe: expected a callable or None, got {type(observe).__name__}")
+    if trace is not None and observe is None and model not in CONTROL_MODELS and model != _EXACT:
+        # The traces reach the caller only through observe: without it they were dropped silently.
+        raise ValueError("trace: the traced rows are handed to observe=, which is not given (pass observe=, or "
+                         "leave trace out)")
     e = query.shape[-1]
     scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
     given = {"recipe": recipe, "sfu": sfu, "dtype": dtype, "seed": seed, "threads": threads, "observe": observe,

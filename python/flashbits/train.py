@@ -34,8 +34,10 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -93,6 +95,9 @@ class StudyConfig:
     probe_every: int = 1
     probe_batch: str = "live"  # or "forced-ties" (forced_ties_batch)
     snapshot_every: int = 500
+    # torch's CPU threads (--threads): its matmuls and reductions split their sums by thread
+    # count, so the losses depend on it; recorded so that runs with other counts never mix.
+    threads: int = 1
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -104,6 +109,7 @@ class StudyConfig:
         d = dict(d)
         d["model"] = ModelConfig(**d["model"])
         d["emulate_layers"] = tuple(d["emulate_layers"])
+        d.setdefault("threads", None)  # a study written before --threads was recorded: not known
         return StudyConfig(**d)
 
 
@@ -295,10 +301,14 @@ def parse_arm(spec: str) -> Arm:
     if not arm.emulated:
         raise UsageError(f"arm '{spec}': {model} is not a kernel model; it takes no recipe")
     stages = {}
+    seen = set()
     for item in filter(None, (s.strip() for s in options.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not value:
             raise UsageError(f"arm '{spec}': '{item}': expected KEY=VALUE")
+        if key in seen:  # else the last one would win silently
+            raise UsageError(f"arm '{spec}': '{key}' given twice")
+        seen.add(key)
         if key == "recipe":
             arm.recipe_file = value
         elif key == "layers":
@@ -309,6 +319,9 @@ def parse_arm(spec: str) -> Arm:
                     arm.layers = tuple(int(x) for x in value.split("+"))
                 except ValueError:
                     raise UsageError(f"arm '{spec}': layers={value}: expected 'all' or N+M+...") from None
+                twice = sorted({x for x in arm.layers if arm.layers.count(x) > 1})
+                if twice:
+                    raise UsageError(f"arm '{spec}': layers={value}: {', '.join(map(str, twice))} named twice")
         else:
             stages[key] = value
     if arm.recipe_file and stages:
@@ -381,15 +394,16 @@ def measure(q, k, v, d_o, fmt: str, scale: float, causal: bool, result, traces, 
             "tie_rate": ties / len(traces) if traces else float("nan")}
 
 
-def forced_ties_batch(rng: np.random.Generator, heads: int, n: int, d: int):
+def forced_ties_batch(rng: np.random.Generator, heads: int, n: int, d: int, fmt: str = "bf16"):
     """A batch [1, heads, n, d] whose rows' max is reached by exactly two keys, as in Qiu &
     Yao's failure (and flashbits' `sink` scenario, docs/DESIGN.md §7): every query row is
-    one bf16 vector u, keys 0 and 1 are one vector whose score lies in [7, 9], the other keys'
+    one ``fmt`` vector u, keys 0 and 1 are one vector whose score lies in [7, 9], the other keys'
     scores 8-20 below it (their P-bar only sets sticky bits); V and dO are N(-1, 1/16) in
     half the features (the sink features) and N(0, 1) in the rest. Values rounded once to
-    bf16. Returns q, k, v, dO as float64 arrays."""
+    ``fmt``, the kernel's input format (bf16; fp16 for an fp16 model: keys 0 and 1 are one
+    vector, so they stay tied). Returns q, k, v, dO as float64 arrays."""
     def bf16(x):
-        return _round(x[None], "bf16").values
+        return _round(x[None], fmt).values
 
     u = bf16(rng.standard_normal((heads, 1, d)))[0]
     scale = 1.0 / math.sqrt(d)
@@ -407,9 +421,12 @@ def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, ro
     """The arm's kernel measured on a fresh forced-ties batch of the layer's shape (seeded by
     seed and step; training does not see it)."""
     rng = np.random.default_rng([0x71E5, seed, step])
-    q, k, v, d_o = forced_ties_batch(rng, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim)
-    r = _attention(q, k, v, arm.model, do=d_o, causal=True, recipe=arm.recipe_file, threads=1, trace=rows)
-    return measure(q, k, v, d_o, "bf16", 1.0 / math.sqrt(cfg.model.head_dim), True, r, r.traces, rows)
+    # The format the op rounds this arm's float32 activations to in training.
+    fmt = _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)["input"]
+    q, k, v, d_o = forced_ties_batch(rng, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim, fmt)
+    r = _attention(q, k, v, arm.model, do=d_o, causal=True, recipe=arm.recipe_file, threads=1, trace=rows,
+                   dtype=fmt)
+    return measure(q, k, v, d_o, fmt, 1.0 / math.sqrt(cfg.model.head_dim), True, r, r.traces, rows)
 
 
 class LayerProbe:
@@ -517,18 +534,38 @@ def check_run_checkpoint(path: str, ck: dict, cfg: "StudyConfig") -> None:
         bad("rows", f"holds {len(rows) if isinstance(rows, list) else type(rows).__name__} rows, not the {step} "
                     f"steps done")
     fields = CSV_FIELDS + [f for i in cfg.emulate_layers for f in layer_fields(i)]
-    for row in rows:
+    for n, row in enumerate(rows):
         if not isinstance(row, dict) or any(f not in row for f in fields):
             bad("rows", "holds a row without this study's columns")
+        for f in fields:
+            v = row[f]
+            if isinstance(v, bool) or not isinstance(v, int if f == "step" else (int, float)):
+                bad("rows", f"row {n}: '{f}' is {v!r}, not {'an integer' if f == 'step' else 'a number'}")
     if not (isinstance(fork, dict) and isinstance(fork.get("weights_sha256"), str)
             and isinstance(fork.get("loss"), float)):
         bad("fork", "is not the fork's digest and loss")
+
+
+def _threads_of(config: dict):
+    """The --threads a recorded configuration (a study's, or a run's identity holding one) says."""
+    study = config.get("study", config) if isinstance(config, dict) else None
+    return study.get("threads") if isinstance(study, dict) else None
 
 
 def check_same_config(path: str, found: dict, expected: dict, remedy: str = "use another --out or the same options",
                       here: str = "now") -> None:
     if not isinstance(found, dict):
         raise UsageError(f"{path}: no configuration ({type(found).__name__} where it is recorded); {remedy}")
+    there, wanted = _threads_of(found), _threads_of(expected)
+    if there != wanted:
+        # Named on its own: torch's CPU sums depend on the thread count, so the losses do.
+        if there is None:
+            raise UsageError(f"{path}: records no --threads (written by an older version), --threads {wanted} {here}; "
+                             f"PyTorch's CPU results depend on the thread count, so nothing can be added to that "
+                             f"study: use another --out")
+        raise UsageError(f"{path}: written with --threads {there}, --threads {wanted} {here}; PyTorch's CPU ops give "
+                         f"other results with another thread count, so runs with different counts do not mix "
+                         f"(use --threads {there}, or another --out)")
     for key in sorted(set(found) | set(expected)):
         if found.get(key) != expected.get(key):
             raise UsageError(f"{path}: written for another configuration ({key}: {found.get(key)!r} there, "
@@ -560,6 +597,8 @@ def study_from_json(path: str, found: dict) -> "StudyConfig":
     the type it has here (UsageError naming the file and the key otherwise)."""
     def check(where: str, got: dict, expected: dict) -> None:
         for key in sorted(set(got) | set(expected)):
+            if where == "" and key == "threads" and key not in got:
+                continue  # written before --threads was recorded (merge says so)
             if key not in expected:
                 raise UsageError(f"{path}: unknown key '{where}{key}' (written by another version?)")
             if key not in got:
@@ -689,6 +728,10 @@ class Interrupted(Exception):
     pass
 
 
+class ForkInterrupted(Exception):
+    """Ctrl-C while the shared fork trained: nothing of it is saved (fork.pt is written whole)."""
+
+
 def fork_checkpoint(out: str, cfg: StudyConfig, corpus: Corpus, quiet: bool) -> str:
     """The shared fp32 checkpoint at --fork-step (trained here unless it exists; every process
     computes the same bytes, so concurrent array jobs may race harmlessly)."""
@@ -701,11 +744,16 @@ def fork_checkpoint(out: str, cfg: StudyConfig, corpus: Corpus, quiet: bool) -> 
     use_control_attention(model)
     optimizer = make_optimizer(model, cfg)
     progress = Progress("fork (fp32)", cfg.fork_step, quiet)
-    for step in range(cfg.fork_step):
-        x, y = get_batch(corpus.train, batch_indices((0x5EED, cfg.init_seed), step, cfg.batch_size,
-                                                     len(corpus.train), cfg.model.block_size), cfg.model.block_size)
-        loss, _ = train_step(model, optimizer, x, y, cfg, autocast=False)
-        progress.update(step + 1, loss)
+    step = 0
+    try:
+        for step in range(cfg.fork_step):
+            x, y = get_batch(corpus.train, batch_indices((0x5EED, cfg.init_seed), step, cfg.batch_size,
+                                                         len(corpus.train), cfg.model.block_size), cfg.model.block_size)
+            loss, _ = train_step(model, optimizer, x, y, cfg, autocast=False)
+            progress.update(step + 1, loss)
+    except KeyboardInterrupt:
+        raise ForkInterrupted(f"the fork (fp32) was interrupted at step {step} of {cfg.fork_step}; nothing of it is "
+                              f"saved: the same command trains it again from the start") from None
     save_atomic({"config": cfg.to_json(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "step": cfg.fork_step}, path)
     return path
@@ -878,6 +926,17 @@ _RESULT_TYPES = {"arm": str, "seed": int, "steps": int, "fork": dict, "final_los
                  "layers": dict}
 _LAYER_KEYS = ("delta_error_sum", "o_error_sum", "delta_error_positive", "delta_error_negative", "tie_rate",
                "wq_spectral_norm", "wk_spectral_norm")
+# What run_result writes for each: a number (NaN included), a count, or a number or null (no tie traced).
+_LAYER_COUNTS = ("delta_error_positive", "delta_error_negative")
+_LAYER_OPTIONAL = ("tie_rate",)
+
+
+def _layer_value_ok(key: str, v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if key in _LAYER_COUNTS:
+        return isinstance(v, int) and v >= 0
+    return isinstance(v, (int, float)) or (v is None and key in _LAYER_OPTIONAL)
 
 
 def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: dict) -> dict | None:
@@ -917,6 +976,13 @@ def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: 
             not isinstance(res["layers"][i], dict) or any(k not in res["layers"][i] for k in _LAYER_KEYS)
             for i in layers):
         raise UsageError(f"{res_path}: 'layers' does not hold the statistics of layers {', '.join(layers)}")
+    for i in layers:
+        for key in _LAYER_KEYS:
+            v = res["layers"][i][key]
+            if not _layer_value_ok(key, v):
+                kind = ("a count (an integer >= 0)" if key in _LAYER_COUNTS
+                        else "a number or null" if key in _LAYER_OPTIONAL else "a number")
+                raise UsageError(f"{res_path}: 'layers.{i}.{key}' is {v!r}, not {kind}")
     csv_path = os.path.join(directory, "steps.csv")
     if not os.path.exists(csv_path):
         raise UsageError(f"{csv_path}: missing (its run's result.json is there); run the arm again")
@@ -985,6 +1051,9 @@ def merge(out: str, th: Thresholds) -> dict:
         raise UsageError(f"{out}: no config.json (not a flashbits.train output directory)")
     study = read_study(cfg_path)
     cfg = study_from_json(cfg_path, study)
+    if cfg.threads is None:
+        print(f"merge: {cfg_path} records no --threads (written by an older version); runs made with different "
+              f"thread counts, whose losses differ, cannot be told apart")
     # The fork's digest, when the fork is there: every run must have started from it.
     fork_path = os.path.join(out, "fork.pt")
     fork_digest, shapes = None, {}
@@ -995,7 +1064,7 @@ def merge(out: str, th: Thresholds) -> dict:
         if shapes is None:
             raise UsageError(f"checkpoint {fork_path}: 'model' is not a model's weights")
         fork_digest = weights_digest(fork["model"])
-    runs = {}
+    runs, unfinished = {}, []
     runs_dir = os.path.join(out, "runs")
     for slug in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
         arm_dir = os.path.join(runs_dir, slug)
@@ -1008,14 +1077,19 @@ def merge(out: str, th: Thresholds) -> dict:
                 raise UsageError(f"{directory}: {not_a_run}")
             res = read_run(directory, slug, sd, cfg, study)
             if res is None:
-                continue  # not finished
+                unfinished.append(os.path.join("runs", slug, sd))
+                continue
             fork_digest = fork_digest or res["fork"]["weights_sha256"]
             if res["fork"]["weights_sha256"] != fork_digest:
                 raise UsageError(f"{os.path.join(directory, 'result.json')}: started from another fork (weights "
                                  f"{res['fork']['weights_sha256'][:12]}..., not {fork_digest[:12]}...)")
             runs.setdefault(res["arm"], {})[res["seed"]] = res
     if not runs:
-        raise UsageError(f"{out}: no finished runs to merge")
+        raise UsageError(f"{out}: no finished runs to merge"
+                         + (f" (unfinished: {', '.join(unfinished)})" if unfinished else ""))
+    for directory in unfinished:
+        # Said, not skipped silently: the verdicts below then rest on fewer seeds.
+        print(f"merge: {directory}: not finished (no result.json), left out; run it to the end, then merge again")
     control = runs.get(CONTROL, {})
     summary = {"config": cfg.to_json(), "control": CONTROL,
                "thresholds": dataclasses.asdict(th), "arms": {}}
@@ -1023,8 +1097,8 @@ def merge(out: str, th: Thresholds) -> dict:
 
     def snapshot(res, step):
         p = os.path.join(res["dir"], "snapshots", f"step{step}.pt")
-        if not os.path.exists(p):
-            return None
+        if not os.path.exists(p):  # every finished run wrote its final step's snapshot
+            raise UsageError(f"{p}: missing (its run's result.json is there); run the arm again")
         weights = load_torch_file(p, "remove it (the weight deviation is then not computed) or run the arm again")
         got = tensor_shapes(weights)
         if got is None or (shapes and got != shapes):
@@ -1035,6 +1109,7 @@ def merge(out: str, th: Thresholds) -> dict:
     for name, seeds in sorted(runs.items()):
         per_seed, div_votes, signs_pos, signs_neg, d_sums, ratios = {}, [], 0, 0, [], []
         o_pos, o_neg, o_sums = 0, 0, []
+        probe_samples = 0  # probed steps (a non-NaN delta error) over seeds and layers
         for seed, res in sorted(seeds.items()):
             ctrl = control.get(seed)
             losses = [r["loss"] for r in res["rows"]]
@@ -1059,6 +1134,7 @@ def merge(out: str, th: Thresholds) -> dict:
                 o_pos += positive
                 o_neg += negative
                 o_sums.append(stats["o_error_sum"])
+                probe_samples += sum(1 for r in res["rows"] if not math.isnan(r[f"L{layer}_delta_error"]))
                 if ctrl is not None and ctrl["layers"].get(layer, {}).get("wq_spectral_norm"):
                     ratio = stats["wq_spectral_norm"] / ctrl["layers"][layer]["wq_spectral_norm"]
                     entry.setdefault("wq_spectral_norm_ratio", {})[layer] = ratio
@@ -1068,21 +1144,22 @@ def merge(out: str, th: Thresholds) -> dict:
         # Divergence is judged against the control of the same seed: without one it is not
         # known, and saying "no effect seen" would claim what was never compared.
         without_control = [seed for seed in sorted(seeds) if name != CONTROL and seed not in control]
-        # Most seeds diverged: diverged. Seeds too short to decide (None) could make either
-        # majority, so while they could, the arm is undecided too.
-        votes_true = sum(1 for v in div_votes if v is True)
-        votes_open = sum(1 for v in div_votes if v is None)
-        if not div_votes:
-            arm_diverged = None
-        elif votes_true * 2 > len(div_votes):
+        # Any seed that diverged (a NaN loss, or the rule) makes the arm diverged: a majority
+        # vote would call an arm whose loss went NaN in one seed of two "no divergence". Seeds
+        # too short to decide (None) leave the arm undecided when none diverged.
+        diverged_seeds = [seed for seed in sorted(seeds) if per_seed[str(seed)].get("diverged") is True]
+        if diverged_seeds:
             arm_diverged = True
-        elif (votes_true + votes_open) * 2 > len(div_votes):
+        elif not div_votes or any(v is None for v in div_votes):
             arm_diverged = None
         else:
             arm_diverged = False
         wq_ratio = float(np.mean(ratios)) if ratios else None
         measured = name not in (CONTROL, LOW_PRECISION)
-        sign_shown = measured and p < th.sign_p
+        # An arm that emulates none of the probed layers (fa-bf16acc[layers=0] with
+        # --emulate-layers 1) has no probe sample: its sign tests measured nothing.
+        probed = measured and probe_samples > 0
+        sign_shown = probed and p < th.sign_p
         wq_shown = measured and wq_ratio is not None and wq_ratio > th.wq_ratio
         if sign_shown and cfg.probe_batch == "forced-ties":
             # The sign test then measured the kernel on a synthetic batch built to tie maxima,
@@ -1093,15 +1170,26 @@ def merge(out: str, th: Thresholds) -> dict:
             mechanism = "mechanism present"
         else:
             mechanism = None
-        if arm_diverged is None and not div_votes:
+        not_measured = None
+        if measured and not probed:
+            not_measured = (f"mechanism not measured (no probe samples: the arm emulates none of the probed layers "
+                            f"{', '.join(map(str, cfg.emulate_layers))})")
+        if diverged_seeds:
+            named = ", ".join(map(str, diverged_seeds))
+            verdict = ("diverged" if len(diverged_seeds) == len(seeds) else
+                       f"diverged in {len(diverged_seeds)} of {len(seeds)} seeds "
+                       f"(seed{'s' if len(diverged_seeds) > 1 else ''} {named})")
+        elif arm_diverged is None and not div_votes:
             verdict = (f"undetermined: no {CONTROL} control run for seed(s) "
-                       f"{', '.join(str(seed) for seed in without_control)} (run --arm {CONTROL} with them)")
+                       f"{', '.join(str(seed) for seed in without_control)} (run --arm {CONTROL} with them)"
+                       + "".join(f"; {m}" for m in (mechanism, not_measured) if m))
         elif arm_diverged is None:
-            verdict = f"{mechanism or 'no mechanism seen'}; {too_short_for_divergence(cfg.steps, th)}"
-        elif arm_diverged:
-            verdict = "diverged"
+            verdict = (f"{mechanism or not_measured or 'no mechanism seen'}; "
+                       f"{too_short_for_divergence(cfg.steps, th)}")
         elif mechanism is not None:
             verdict = f"{mechanism}, no divergence"
+        elif not_measured is not None:
+            verdict = f"no divergence; {not_measured}"
         else:
             verdict = "no effect seen"
         summary["arms"][name] = {
@@ -1109,11 +1197,11 @@ def merge(out: str, th: Thresholds) -> dict:
             "diverged": arm_diverged,
             "delta_error_sum": float(np.sum(d_sums)) if d_sums else None,
             "delta_error_positive_steps": signs_pos, "delta_error_negative_steps": signs_neg,
-            "delta_error_sign_p": p if measured else None,
+            "delta_error_sign_p": p if probed else None,
             # O's signed error, the mechanism's first step (delta inherits it through dO*O)
             "o_error_sum": float(np.sum(o_sums)) if o_sums else None,
             "o_error_positive_steps": o_pos, "o_error_negative_steps": o_neg,
-            "o_error_sign_p": sign_test_p(o_pos, o_neg) if measured else None,
+            "o_error_sign_p": sign_test_p(o_pos, o_neg) if probed else None,
             "wq_spectral_norm_ratio": wq_ratio,
             "verdict": verdict,
             "seeds": sorted(seeds),
@@ -1156,7 +1244,7 @@ def golden_ratio(runs: dict, step: int, snapshot) -> dict:
 
 def print_verdicts(summary: dict, th: Thresholds) -> None:
     print(f"verdicts (diverged: a {th.divergence_window}-step mean loss > {th.divergence_nats} nats above the "
-          f"control for >= {th.divergence_steps} steps, or a NaN loss, in most seeds; mechanism: delta-error sign "
+          f"control for >= {th.divergence_steps} steps, or a NaN loss, in any seed; mechanism: delta-error sign "
           f"test p < {th.sign_p} or W_Q spectral norm > {th.wq_ratio}x the control)")
     for name, a in summary["arms"].items():
         p = a["delta_error_sign_p"]
@@ -1306,7 +1394,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the mechanism metrics measure: the emulated layers' own rows (live, default) or, "
                         "each probe step, the arm's kernel on a fresh forced-ties batch of the layer's shape")
     p.add_argument("--emulate-layers", help="comma-separated layer indices (0-based) that run the emulated kernel")
-    p.add_argument("--threads", type=int, default=1, help="threads of torch and of the emulated kernel per process")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads of torch and of the emulated kernel per process (recorded in config.json: torch's "
+                        "CPU results depend on it, so every run of a study uses one count)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--stop-after", type=int, metavar="N",
                    help="stop each run after N more steps as Ctrl-C does (checkpoint, exit 130; the same "
@@ -1346,6 +1436,7 @@ def study_config(args) -> StudyConfig:
         cfg.emulate_layers = _int_list(args.emulate_layers, "--emulate-layers")
     if args.corpus is not None:
         cfg.corpus = os.path.abspath(args.corpus)
+    cfg.threads = args.threads
     positive = {"--n-layer": cfg.model.n_layer, "--n-head": cfg.model.n_head, "--n-embd": cfg.model.n_embd,
                 "--block-size": cfg.model.block_size, "--batch-size": cfg.batch_size, "--steps": cfg.steps,
                 "--probe-rows": cfg.probe_rows, "--probe-every": cfg.probe_every,
@@ -1426,18 +1517,33 @@ def main(argv=None) -> int:
         names = [a.name for a in arms]
         if len(set(names)) != len(names):
             raise UsageError(f"--arms: an arm named twice ({', '.join(names)})")
+        by_dir = {}
+        for a in arms:  # else the second arm would find the first one's run directory, after it trained
+            if a.slug in by_dir:
+                raise UsageError(f"--arms: '{by_dir[a.slug]}' and '{a.name}' would share the run directory "
+                                 f"runs/{a.slug}; name one of them otherwise")
+            by_dir[a.slug] = a.name
         seeds = (args.seed,) if args.seed is not None else _int_list(args.seeds, "--seeds")
         for s in seeds:
             check_seed("seed", s)
         torch.set_num_threads(args.threads)
         corpus = load_corpus(cfg.corpus, cfg.model.block_size)
         cfg.corpus_sha256 = corpus.text_sha256
-        os.makedirs(args.out, exist_ok=True)
+        # Every arm checked (recipes written to a scratch directory) before anything is written
+        # under --out: a refused configuration must not leave a config.json that then refuses the
+        # corrected command.
+        with tempfile.TemporaryDirectory(prefix="flashbits-train-") as scratch:
+            for a in arms:
+                validate_arm(dataclasses.replace(a), cfg, scratch)
         cfg_path = os.path.join(args.out, "config.json")
-        if os.path.exists(cfg_path):
-            check_same_config(cfg_path, read_study(cfg_path), cfg.to_json())
-        else:
-            write_atomic(cfg_path, json.dumps({"study": cfg.to_json(), "vocab": corpus.vocab}, indent=1).encode())
+        try:
+            os.makedirs(args.out, exist_ok=True)
+            if not os.path.exists(cfg_path):
+                write_atomic(cfg_path, json.dumps({"study": cfg.to_json(), "vocab": corpus.vocab},
+                                                  indent=1).encode())
+        except OSError as e:
+            raise UsageError(f"--out {args.out}: cannot be created or written ({e.strerror})") from None
+        check_same_config(cfg_path, read_study(cfg_path), cfg.to_json())
         arms = [validate_arm(a, cfg, os.path.join(args.out, "recipes")) for a in arms]
         fork_checkpoint(args.out, cfg, corpus, args.quiet)
         for arm in arms:
@@ -1449,9 +1555,13 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except Interrupted as e:
-        again = " ".join(sys.argv[1:]) if argv is None else " ".join(argv)
+        # Quoted for the shell: an arm's ';' or brackets would otherwise split or glob the command.
+        again = shlex.join(sys.argv[1:] if argv is None else list(argv))
         print(f"\nstopped: checkpoint written to {e}; resume with: python3 -m flashbits.train {again}",
               file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ForkInterrupted as e:
+        print(f"\ninterrupted: {e}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("\ninterrupted before training started; nothing to resume", file=sys.stderr)

@@ -285,6 +285,14 @@ def test_observer_sees_the_backward_and_the_traced_rows():
     assert [(t["batch"], t["head"], t["row"]) for t in s["traces"]] == [(0, 1, 5)]
 
 
+def test_trace_without_an_observer_is_refused():
+    # The traces reach the caller only through observe=: without it they were dropped silently
+    # (rows outside the problem included).
+    q = torch.zeros(1, 2, 8, 8)
+    with pytest.raises(ValueError, match="^trace: the traced rows are handed to observe=, which is not given"):
+        fbt.scaled_dot_product_attention(q, q, q, model="fa-bf16acc", trace=[(9, 9, 99)])
+
+
 def test_backward_runs_from_the_kept_forward_without_a_second_forward(monkeypatch):
     # A training step's backward must not pay for the forward twice: the op runs the model once
     # (keeping its state) and the backward from that state, with the gradients of the one-call run.

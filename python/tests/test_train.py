@@ -101,11 +101,15 @@ def test_smoke_forced_ties_show_the_mechanism_in_fa_bf16acc_and_not_with_dynmax(
 
 
 def test_resuming_from_a_checkpoint_reproduces_the_next_losses_bit_for_bit(smoke, tmp_path, corpus):
+    import shlex
     out, _, _ = smoke
+    tmp_path = tmp_path / "out; with space"  # the printed command must survive a shell
     args = ["--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fa-bf16acc", "--seeds", "0",
             "--probe-batch", "forced-ties", "--quiet"]
     stopped = run_driver(*args, "--stop-after", "7", check_rc=130)
     assert "resume with: python3 -m flashbits.train" in stopped.stderr
+    printed = stopped.stderr.strip().splitlines()[-1].split("resume with: ", 1)[1]
+    assert shlex.split(printed) == ["python3", "-m", "flashbits.train", *args, "--stop-after", "7"]
     assert (tmp_path / "runs" / "fa-bf16acc" / "seed0" / "checkpoint.pt").exists()
     assert not (tmp_path / "runs" / "fa-bf16acc" / "seed0" / "steps.csv").exists()
     run_driver(*args)
@@ -137,6 +141,8 @@ def test_an_arm_without_its_control_run_gets_no_verdict(smoke, tmp_path):
         alone = json.load(f)["arms"]["fa-bf16acc"]
     assert alone["diverged"] is None
     assert alone["verdict"].startswith("undetermined: no fp32 control run")
+    # The sign test needs no control: its finding stays (it was dropped).
+    assert alone["verdict"].endswith(f"; {FORCED_TIES}") and alone["delta_error_sign_p"] < 0.01
     assert alone["seeds_without_control"] == summary["arms"]["fa-bf16acc"]["seeds"]
     # With its control the same arm is compared (here: too short to decide), and lists no seed
     # without one.
@@ -191,6 +197,12 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
     # No arm: the fork trained, then "no finished runs to merge".
     (["--arms", ","], "error: --arms ',': an empty arm"),
     (["--arms", "fp32,,fa-bf16acc"], "error: --arms 'fp32,,fa-bf16acc': an empty arm"),
+    # A layer or an option given twice in an arm: counted twice, or the last one silently won.
+    (["--arms", "fa-bf16acc[layers=1+1]"], "error: arm 'fa-bf16acc[layers=1+1]': layers=1+1: 1 named twice"),
+    (["--arms", "fa-bf16acc[recipe=a.json;recipe=b.json]"], "'recipe' given twice"),
+    # Two arms, one run directory: refused only after the first had trained.
+    (["--arms", "fa-bf16acc[o_buffer_format=e8m3],fa-bf16acc[o_buffer_format=e8m3;]"],
+     "would share the run directory runs/fa-bf16acc_o_buffer_format=e8m3_"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, corpus, args, message):
     base = ["--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fa-bf16acc", "--seeds", "0"]
@@ -198,6 +210,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, corpus, args, message):
     assert message in p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "fork.pt").exists()  # refused before anything trained
+    # ...and before config.json, which would then refuse the corrected command (head dim 260).
+    assert not (tmp_path / "config.json").exists()
 
 
 def test_the_thread_limit_is_the_librarys():
@@ -216,6 +230,9 @@ def test_an_out_that_is_a_file_is_refused(tmp_path, corpus):
     for args in (["--preset", "smoke", "--corpus", corpus, "--arms", "fp32"], ["merge"]):
         p = run_driver(*args, "--out", str(out), check_rc=2)
         assert p.stderr.strip() == f"error: --out {out}: not a directory"
+    # Below a file: os.makedirs' NotADirectoryError was a traceback.
+    p = run_driver("--preset", "smoke", "--corpus", corpus, "--arms", "fp32", "--out", str(out / "sub"), check_rc=2)
+    assert p.stderr.strip() == f"error: --out {out / 'sub'}: cannot be created or written (Not a directory)"
 
 
 def test_weights_gone_nan_are_a_divergence_not_a_crash(tmp_path, corpus):
@@ -265,6 +282,8 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, corpus):
     (lambda ck: ck.pop("fork"), "no 'fork'"),
     (lambda ck: ck.update(rows=ck["rows"][:2]), "'rows' holds 2 rows, not the 5 steps done"),
     (lambda ck: ck.update(step="5"), "'step' is '5', not a step 0..30"),
+    (lambda ck: ck.update(rows=[dict(r, L1_o_error_sum="x") for r in ck["rows"]]),
+     "'rows' row 0: 'L1_o_error_sum' is 'x', not a number"),
     (lambda ck: ck.update(optimizer={"state": {}, "param_groups": []}), "'optimizer' does not fit this model"),
     (lambda ck: ck.update(model={"w": torch.zeros(1)}), "'model' does not fit this model"),
 ])
@@ -319,6 +338,22 @@ def _rewrite_json(path, change):
     (lambda o, other: _rewrite_json(o / "runs/fp32/seed1/result.json",
                                     lambda d: d["fork"].update(weights_sha256="0" * 64)),
      "runs/fp32/seed1/result.json: started from another fork"),
+    # Values of the wrong type were tracebacks (TypeError in the sums and ratios).
+    (lambda o, other: _rewrite_json(o / "runs/fa-bf16acc/seed0/result.json",
+                                    lambda d: d["layers"]["1"].update(wq_spectral_norm=None)),
+     "runs/fa-bf16acc/seed0/result.json: 'layers.1.wq_spectral_norm' is None, not a number"),
+    (lambda o, other: _rewrite_json(o / "runs/fa-bf16acc/seed0/result.json",
+                                    lambda d: d["layers"]["1"].update(delta_error_positive="x")),
+     "runs/fa-bf16acc/seed0/result.json: 'layers.1.delta_error_positive' is 'x', not a count"),
+    (lambda o, other: _rewrite_json(o / "runs/fa-bf16acc/seed0/result.json",
+                                    lambda d: d["layers"]["1"].update(delta_error_sum="x")),
+     "runs/fa-bf16acc/seed0/result.json: 'layers.1.delta_error_sum' is 'x', not a number"),
+    # A missing snapshot was skipped silently (no weight deviation for that seed).
+    (lambda o, other: (o / "runs/fa-bf16acc/seed0/snapshots/step30.pt").unlink(),
+     "runs/fa-bf16acc/seed0/snapshots/step30.pt: missing"),
+    # A run of another --threads: torch's CPU sums, so its losses, depend on the count.
+    (lambda o, other: _rewrite_json(o / "runs/fp32/seed1/result.json", lambda d: d["study"].update(threads=2)),
+     "runs/fp32/seed1/result.json: written with --threads 2, --threads 1 in config.json"),
 ])
 def test_merge_refuses_damaged_or_foreign_runs(smoke, other_study_control, tmp_path, capsys, damage, message):
     out, _, _ = smoke
@@ -441,3 +476,121 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path, corpus):
     assert "Traceback" not in err
     ck = train.load_checkpoint(str(run / "checkpoint.pt"), "this run")
     assert ck["step"] >= 1 and len(ck["rows"]) == ck["step"]
+
+
+def _copy_study(out, to):
+    shutil.copytree(out, to)
+    (to / "summary.json").unlink()
+    return to
+
+
+def test_the_thread_count_is_recorded_and_another_one_refused(smoke, tmp_path, corpus):
+    # torch's CPU ops (matmuls, reductions) split their sums by thread count, so the losses
+    # depend on --threads: config.json says which, and a run with another count is refused
+    # before it trains (it mixed silently into the study).
+    out, summary, _ = smoke
+    assert summary["config"]["threads"] == 1
+    study = _copy_study(out, tmp_path / "study")
+    p = run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(study), "--arms", "fp32", "--seeds", "0",
+                   "--threads", "2", "--quiet", check_rc=2)
+    assert p.stderr.startswith(f"error: {study}/config.json: written with --threads 1, --threads 2 now; "), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    # A study written before the count was recorded still merges, and merge says it is unknown.
+    _rewrite_json(study / "config.json", lambda d: d["study"].pop("threads"))
+    (study / "fork.pt").unlink()  # its configuration records the count too
+    for res in study.glob("runs/*/seed*/result.json"):
+        _rewrite_json(res, lambda d: d["study"].pop("threads"))
+    p = run_driver("merge", "--out", str(study))
+    assert f"merge: {study}/config.json records no --threads (written by an older version)" in p.stdout
+
+
+def _edit_losses(run_dir, change):
+    """Rewrites a run's losses (steps.csv, and result.json's nan and final loss) by change(i, loss)."""
+    lines = (run_dir / "steps.csv").read_text().splitlines()
+    column = lines[0].split(",").index("loss")
+    losses = []
+    for i in range(1, len(lines)):
+        fields = lines[i].split(",")
+        fields[column] = repr(change(i - 1, float(fields[column])))
+        losses.append(float(fields[column]))
+        lines[i] = ",".join(fields)
+    (run_dir / "steps.csv").write_text("\n".join(lines) + "\n")
+    _rewrite_json(run_dir / "result.json", lambda d: d.update(nan=any(math.isnan(x) for x in losses),
+                                                              final_loss=sum(losses[-50:]) / len(losses[-50:])))
+
+
+def test_one_seed_that_diverged_makes_the_arm_diverged(smoke, tmp_path, capsys):
+    # Seed 0's loss NaN from step 20, seed 1 untouched: the majority vote said "no divergence"
+    # (with a rule short enough to decide seed 1) although a NaN loss is divergence.
+    out, _, _ = smoke
+    study = _copy_study(out, tmp_path / "study")
+    _edit_losses(study / "runs/fa-bf16acc/seed0", lambda i, x: float("nan") if i >= 20 else x)
+    assert train.main(["merge", "--out", str(study), "--quiet", "--divergence-steps", "10"]) == 0
+    arm = json.loads((study / "summary.json").read_text())["arms"]["fa-bf16acc"]
+    assert arm["per_seed"]["0"]["diverged"] is True and arm["per_seed"]["1"]["diverged"] is False
+    assert arm["diverged"] is True
+    assert arm["verdict"] == "diverged in 1 of 2 seeds (seed 0)"
+    assert "fa-bf16acc: diverged in 1 of 2 seeds (seed 0)" in capsys.readouterr().out
+
+
+def test_an_arm_without_probe_samples_is_not_measured_and_unfinished_runs_are_named(smoke, tmp_path, capsys):
+    # An arm that emulates none of the probed layers (fa-bf16acc[layers=0] with layer 1 probed)
+    # has NaN in every probe column; its sign test of 0+/0- read as "no effect seen". Here the
+    # dynmax arm's probe columns are made so; the plain arm's seed 1 is left unfinished.
+    out, _, _ = smoke
+    study = _copy_study(out, tmp_path / "study")
+    for seed in ("0", "1"):
+        run = study / "runs/fa-bf16acc_dynmax" / f"seed{seed}"
+        lines = (run / "steps.csv").read_text().splitlines()
+        header = lines[0].split(",")
+        probed = [header.index(c) for c in ("L1_tie_rate", "L1_o_error", "L1_delta_error")]
+        rows = [[("nan" if n in probed else f) for n, f in enumerate(line.split(","))] for line in lines[1:]]
+        (run / "steps.csv").write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+        _rewrite_json(run / "result.json", lambda d: d["layers"]["1"].update(
+            delta_error_positive=0, delta_error_negative=0, tie_rate=None))
+    (study / "runs/fa-bf16acc/seed1/result.json").unlink()
+    assert train.main(["merge", "--out", str(study), "--quiet", "--divergence-steps", "10"]) == 0
+    arms = json.loads((study / "summary.json").read_text())["arms"]
+    unprobed = arms["fa-bf16acc+dynmax"]
+    assert unprobed["verdict"] == ("no divergence; mechanism not measured (no probe samples: the arm emulates none "
+                                   "of the probed layers 1)")
+    assert unprobed["delta_error_sign_p"] is None and unprobed["o_error_sign_p"] is None
+    assert arms["fa-bf16acc"]["seeds"] == [0]
+    assert "merge: runs/fa-bf16acc/seed1: not finished (no result.json), left out" in capsys.readouterr().out
+
+
+def test_the_forced_ties_batch_is_formed_in_an_fp16_models_format(tmp_path):
+    # standard-fp16 reads fp16: the batch was rounded to bf16 (not fp16 values: a ValueError
+    # mid-run) and measured as bf16.
+    import flashbits as fb
+    cfg = train.StudyConfig(**train.PRESETS["smoke"])
+    arm = train.validate_arm(train.parse_arm("standard-fp16"), cfg, str(tmp_path))
+    metrics = train.forced_ties_metrics(arm, cfg, 0, 3, train.probe_rows(cfg))
+    assert all(math.isfinite(metrics[k]) for k in ("o_error", "delta_error"))
+    import numpy as np
+    q, k, v, d_o = train.forced_ties_batch(np.random.default_rng(1), 2, 32, 16, "fp16")
+    for x in (q, k, v, d_o):
+        assert (fb.round(x, "fp16").values == x).all()  # fp16 values, as the model reads
+    assert (k[0, :, 0] == k[0, :, 1]).all()  # the tied keys are still one vector ([1, heads, n, d])
+    bf16 = train.forced_ties_batch(np.random.default_rng(1), 2, 32, 16)
+    assert all((fb.round(x, "bf16").values == x).all() for x in bf16)  # the default is unchanged
+
+
+def test_ctrl_c_while_the_fork_trains_says_so(tmp_path, corpus):
+    import signal
+    env = dict(os.environ, PYTHONPATH=BUILD_PYTHON, PYTHONDONTWRITEBYTECODE="1")
+    p = subprocess.Popen([sys.executable, "-m", "flashbits.train", "--preset", "smoke", "--corpus", corpus, "--out",
+                          str(tmp_path), "--arms", "fp32", "--seeds", "0", "--fork-step", "1000000"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if line.startswith("fork (fp32) ["):
+            break
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=120)
+    err = "".join(seen) + rest
+    assert p.returncode == 130, err
+    # It said "interrupted before training started; nothing to resume".
+    assert "interrupted: the fork (fp32) was interrupted at step" in err and "Traceback" not in err
+    assert not (tmp_path / "fork.pt").exists()
