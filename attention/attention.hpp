@@ -6,7 +6,9 @@
 // - q has N query rows, k and v Nk key rows; Nk may differ from N (decoding with a KV cache,
 //   cross-attention). A causal mask is aligned bottom-right as FA2 >= 2.1 aligns it: query
 //   row i sees keys j <= i + Nk - N, so a row above the corner (i < N - Nk) sees none and gets
-//   every model's all-masked guards (O = 0, LSE = +inf, zero gradients). N == Nk is ordinary
+//   every model's all-masked guards (O = 0, zero gradients, and the LSE its source writes:
+//   empty_row_lse in kernel_models.hpp, +inf for FA2, -inf for FA3, FA4, CK and Triton's
+//   kernels). N == Nk is ordinary
 //   causal self-attention. AttentionInputs::causal_alignment top_left instead aligns it to the
 //   top-left corner (row i sees keys j <= i: PyTorch's is_causal, FA2 before 2.1), for captures
 //   that used it; the same mask when N == Nk.
@@ -65,6 +67,15 @@ struct AttentionInputs {
   enum class CausalAlignment { bottom_right, top_left };
   CausalAlignment causal_alignment = CausalAlignment::bottom_right;
 };
+
+// A run's shape, as unmeasured_shape_notes (kernel_models.hpp) reads it.
+struct RunShape {
+  int batch = 1, heads = 1, kv_heads = 1, query_rows = 0, keys = 0, head_dim = 0;
+  bool causal = false, backward = false;
+};
+inline RunShape run_shape(const AttentionInputs& in) {
+  return RunShape{in.q.batch, in.q.heads, in.k.heads, in.q.rows, in.k.rows, in.q.cols, in.causal, in.d_o.has_value()};
+}
 
 // What a forward leaves for its backward beyond O and LSE (O before its final cast, each
 // row's softmax statistics), with what identifies the run it came from. Opaque: only
@@ -259,11 +270,12 @@ AttentionOutputs exact_attention(const AttentionInputs& in);
 AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
                                      const RunOptions& opt);
 // The reference's delta of one row from a given O (values of km.output) and dO, rounded once
-// into fp32 in km.o_round (sr: keyed by seed and position).
+// into fp32 in km.o_round (RNE under reference_only_o_in_mode; sr: keyed by seed and position).
 double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d, std::uint64_t seed,
                                std::uint64_t position);
 // The reference a model's errors are measured against: `correctly-rounded` with the model's
-// input and output formats and its final cast's mode (+o-MODE), named accordingly.
+// input and output formats and its final cast's mode (+o-MODE), which rounds O alone
+// (reference_only_o_in_mode: the kernel's LSE, delta and gradients are RNE), named accordingly.
 ModelHandle correctly_rounded_reference(const KernelModel& like);
 
 }  // namespace fb::attn

@@ -210,7 +210,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
     g.flex_splits = flex_decode_split_count(km, B * Hk);
     if (opt.tracer) throw std::invalid_argument("attention: tracing a row of a split flex decode is not modelled");
   }
-  if (const std::string why = unmodelled_shape(km, N, Nk, in.causal, B * Hk); !why.empty())
+  if (const std::string why = unmodelled_shape(km, N, Nk, in.causal, B * Hk, group); !why.empty())
     throw std::invalid_argument("attention: " + model_name + " does not model this shape: it " + why);
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
@@ -395,9 +395,11 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   if (km.lse == LseFormula::log2_units || km.lse == LseFormula::log2_libdevice) {
     out.lse_log2 = Tensor4(B, H, N, 1);
     for (int bh = 0; bh < B * H; ++bh)
-      for (int r = 0; r < N; ++r)
-        out.lse_log2->at(bh / H, bh % H, r, 0) =
-            forward_stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)].lse_kernel;
+      for (int r = 0; r < N; ++r) {
+        // A row that saw nothing: the kernel's M (-inf), not the backward's guard.
+        const RowStats& st = forward_stats[static_cast<std::size_t>(bh)][static_cast<std::size_t>(r)];
+        out.lse_log2->at(bh / H, bh % H, r, 0) = st.lse_kernel == kInf ? empty_row_lse(km.lse) : st.lse_kernel;
+      }
   }
   if (!backward) return out;
 

@@ -157,7 +157,8 @@ struct Geometry {
 // Per-row scalars of the forward the backward needs.
 struct RowStats {
   double lse = 0.0;         // reported LSE (natural log)
-  double lse_kernel = 0.0;  // in the kernel's units (Triton: log2 units)
+  double lse_kernel = 0.0;  // in the kernel's units (Triton: log2 units); +inf for a row that saw
+                            // nothing, the backward's guard, whatever `lse` reports
   double m = 0.0, l = 0.0;  // materialised softmax: max and sum
 };
 
@@ -177,7 +178,7 @@ inline std::optional<Format> promoted(const std::optional<Format>& a, const std:
 inline int causal_offset(const Geometry& g) { return g.top_left ? 0 : g.nk - g.nq; }
 // Keys a row may see: all nk, or causal up to and including its (bottom-right aligned)
 // diagonal, keys j <= row + nk - nq; none for the rows above the corner (row < nq - nk), which
-// the kernels' all-masked guards give O = 0 and LSE = +inf.
+// the kernels' all-masked guards give O = 0 and the LSE each writes (empty_row_lse).
 inline int visible_keys(const Geometry& g, int row) {
   return g.causal ? std::clamp(row + 1 + causal_offset(g), 0, g.nk) : g.nk;
 }

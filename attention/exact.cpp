@@ -249,19 +249,24 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
 namespace fb::attn {
 namespace {
 
+enum ReferenceTensor : std::uint64_t { kO = 0, kLse = 1, kDelta = 2, kDq = 3, kDk = 4, kDv = 5 };
+
 // The reference's one rounding of tensor `tag`'s element at `position`: the final cast's mode;
-// sr draws from a stream per tensor (O's is the kernels' +o-sr stream: opt.seed itself).
+// sr draws from a stream per tensor (O's is the kernels' +o-sr stream: opt.seed itself). The
+// reference of a kernel (reference_only_o_in_mode) rounds O alone in that mode: every kernel
+// computes LSE, delta and its gradients' casts in RNE whatever its O cast, so a reference
+// rounding them in O's mode would charge the kernel with the mode's own bias (rtz's delta sits
+// an fp32 ulp below RNE's).
 RoundingSpec reference_spec(const KernelModel& km, std::uint64_t seed, std::uint64_t tag) {
   RoundingSpec spec;
+  if (tag != kO && km.reference_only_o_in_mode) return spec;
   spec.mode = km.o_round;
   if (km.o_round == RoundingMode::sr) {
     spec.sr_bits = km.o_sr_bits;
-    spec.seed = tag == 0 ? seed : mix64(seed ^ (0x5bd1e9955bd1e995ull * tag));
+    spec.seed = tag == kO ? seed : mix64(seed ^ (0x5bd1e9955bd1e995ull * tag));
   }
   return spec;
 }
-
-enum ReferenceTensor : std::uint64_t { kO = 0, kLse = 1, kDelta = 2, kDq = 3, kDk = 4, kDv = 5 };
 
 // One element rounded once into f: the value ExactRounding found in its place where it had
 // to decide (exact_rounding.hpp), else exact_attention's double.
@@ -392,7 +397,10 @@ ModelHandle correctly_rounded_reference(const KernelModel& like) {
   m.o_round = like.o_round;
   m.o_sr_bits = like.o_sr_bits;
   std::string name = m.base;
-  if (m.o_round != RoundingMode::rne) name += "+o-" + std::string(to_string(m.o_round));
+  if (m.o_round != RoundingMode::rne) {
+    name += "+o-" + std::string(to_string(m.o_round)) + " (O alone in " + std::string(to_string(m.o_round)) + ")";
+    m.reference_only_o_in_mode = true;
+  }
   // Rounded where the kernel's outputs actually are: its O buffer's format (an fp32-storage
   // recipe keeps O in fp32), and its delta's O (none when delta reads O before the cast).
   const std::optional<Format> store = stored_o_format(like);

@@ -256,7 +256,9 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       canonical += "+splitkv:" + (m.splitkv.num_splits == 0 ? "auto,sms=" + std::to_string(m.splitkv.sm_count)
                                                             : std::to_string(m.splitkv.num_splits));
       if (m.splitkv.scale == SplitKvScale::exp_minus_max_inv_sum) canonical += ",combine=inv-sum";
-      m.description += "; split-KV forward (+splitkv, UNMEASURED: no split capture replayed)";
+      m.description +=
+          "; split-KV forward (+splitkv: pytorch-fa2-sm90's H200 captures of 2 to 8 splits replay bit for bit; "
+          "more than 32 splits, whose combine spreads a row's LSEs over several threads, UNMEASURED)";
     } else if (colon != std::string::npos) {
       throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
     } else if (variant == "block-quant" || variant == "hadamard") {

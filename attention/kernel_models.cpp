@@ -12,10 +12,12 @@
 #include "attention/kernel_models.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <stdexcept>
 
 #include "attention/attention.hpp"
+#include "attention/splitkv.hpp"
 #include "emu/dot/tensor_core.hpp"
 #include "emu/dot/tensor_core_amd.hpp"
 
@@ -57,6 +59,7 @@ std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
 
 KernelModel fa2(const std::string& name, const std::string& tc, const Format& dtype, bool hopper) {
   KernelModel m;
+  m.gqa_reduction_as_fa2 = true;  // mha_bwd: dk_expanded in the dtype, then at::sum over the group
   m.base = name;
   m.description = "FlashAttention-2 (Dao-AILab csrc v2) as docs/DESIGN.md §6, " + tc +
                   " tensor-core model, KV blocks last to first, SFUs: correct rounding (UNMEASURED)";
@@ -141,6 +144,7 @@ KernelModel pytorch_fa2(const std::string& name, const std::string& tc, const Fo
 
 KernelModel standard(const Format& f) {
   KernelModel m;
+  m.gqa_reduction_as_fa2 = true;  // expand's backward sums the group's rounded gradients in fp32
   m.base = std::string("standard-") + f.name;
   m.description = std::string("materialised attention as PyTorch eager runs it in ") + f.name +
                   ": each matmul fp32-accumulated and rounded to " + f.name +
@@ -302,6 +306,10 @@ KernelModel fa_bf16acc() {
   // accumulation order inside each einsum and torch.sum's reduction order.
   KernelModel m;
   m.base = "fa-bf16acc";
+  m.unequal_lengths_note =
+      "Qiu & Yao's causal mask is placed by q_start = tile*512 - max(Nk - Nq, 0) (top-left when Nq > Nk, "
+      "misplaced when Nk > Nq); with Nq != Nk this run applies the engine's causal rule instead (docs/DESIGN.md "
+      "§7): their arithmetic, not their mask placement";
   m.description =
       "Qiu & Yao's pure-PyTorch FlashAttention (bf16 autocast): 512x512 tiles, m and l in bf16, each tile's "
       "row sum in fp32 clamped to >= 1e-10 (their clamp(min=EPSILON)), P̄V fp32-accumulated returned bf16, O "
@@ -363,6 +371,9 @@ KernelModel fa_bf16acc() {
 // with bf16 inputs the model casts P̄ and dS to bf16 instead (ASSUMED adaptation).
 KernelModel triton_tutorial(const Format& dtype) {
   KernelModel m;
+  m.unequal_lengths_note =
+      "the Triton tutorial takes one N_CTX for q and k; with other lengths its masks are extended as "
+      "docs/DESIGN.md §6 describes (ASSUMED: no Triton source has the case)";
   m.base = "triton-tutorial";
   m.description =
       "Triton fused-attention tutorial (06-fused-attention.py): forward qk_scale = fp32(sm_scale*1.44269504), "
@@ -486,6 +497,7 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
 // flex-decoding-sm90.
 KernelModel flex_attention_sm90(const Format& dtype) {
   KernelModel m;
+  m.min_query_rows_run = 128;  // _use_flex_decoding: seq_len_q < 128 runs flex-decoding
   m.base = "flex-attention-sm90";
   m.description =
       "PyTorch 2.11 FlexAttention (torch.compile, Triton 3.6) on sm_90: 128 x 128 tiles through sm90-wgmma, "
@@ -726,8 +738,9 @@ KernelModel cudnn_sdpa_sm90(const Format& dtype) {
       "Memset of the fp32 dQ buffer); each step fitted to the captured bits and its alternatives measured "
       "(gpu/analysis/math_cudnn/FINDINGS.md part B, cudnn_emu.py, cudnn_bwd.py, lse_best.py)";
   m.warning =
-      "cudnn-sdpa-sm90 is a black-box fit to cuDNN 9.19 on an H200, not bit-exact: a few elements of O (at most "
-      "2 per capture) and of the gradients, and ~5% of the LSE, differ by an ulp (docs/FINDINGS.md)";
+      "cudnn-sdpa-sm90 is a black-box fit to cuDNN 9.19 on an H200, not bit-exact: on its 7 captures at most 2 "
+      "elements of O and up to 7.1% of the LSE differ by an ulp, and up to 104 elements of a gradient by up to 55 "
+      "ulps (docs/FINDINGS.md, tests/cudnn_residual.tsv)";
   m.black_box_fit = true;
   m.input = dtype;
   m.output = dtype;
@@ -1161,6 +1174,23 @@ std::optional<Format> stored_o_format(const KernelModel& km) {
   }
 }
 
+double empty_row_lse(LseFormula lse) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  switch (lse) {
+    case LseFormula::fa3:
+    case LseFormula::fa4:
+    case LseFormula::ck_fp64:
+    case LseFormula::log2_units:
+    case LseFormula::log2_libdevice:
+      return -inf;
+    case LseFormula::fa2:
+    case LseFormula::natural:
+    case LseFormula::cudnn_stats:
+      break;
+  }
+  return inf;
+}
+
 std::string why_o_cast_rounds_nothing(const KernelModel& km) {
   const std::optional<Format> stored = stored_o_format(km);
   if (!stored) return km.base + " keeps O in fp64 and never rounds it";
@@ -1170,14 +1200,29 @@ std::string why_o_cast_rounds_nothing(const KernelModel& km) {
 }
 
 int flex_decode_split_count(const KernelModel& km, int batch_kv_heads) {
-  return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1), 1) * 2;
+  // get_split_k (flex_decoding.py): num_SM // bh * 2, at least 1.
+  return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1) * 2, 1);
 }
 
-std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads) {
+std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads,
+                             int heads_per_kv_head) {
   if (km.max_query_rows > 0 && query_rows > km.max_query_rows)
     return "runs only for queries of at most " + std::to_string(km.max_query_rows) +
            " rows (Inductor's flex-decoding choice); " + std::to_string(query_rows) +
            " rows run FlexAttention's template: flex-attention-sm90";
+  if (km.flex_decode_sms > 0) {
+    // flex_decoding.py: BLOCK_M = max(next_power_of_2(seq_len_q * gqa_group_size), 16).
+    const long long packed = static_cast<long long>(query_rows) * std::max(heads_per_kv_head, 1);
+    long long block_m = 16;
+    while (block_m < packed) block_m *= 2;
+    if (block_m > 32)
+      return "models the decoding kernel's q blocks of at most 32 rows, whose 2 warps Triton lays along the keys; "
+             "this run packs " +
+             std::to_string(packed) + " query rows (rows x heads per kv head) into a block of " +
+             std::to_string(block_m) +
+             ", whose warps Triton lays along the rows (warpsPerTileV2), summing a row in "
+             "another order";
+  }
   if (km.flex_decode_sms > 0 && causal && flex_decode_split_count(km, batch_kv_heads) != kFlexDecodeModelledSplits)
     return "models the split combine Inductor compiles for " + std::to_string(kFlexDecodeModelledSplits) +
            " splits (batch x kv heads = 2 on " + std::to_string(km.flex_decode_sms) +
@@ -1189,6 +1234,49 @@ std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bo
            " keys run its shared-memory or plain block softmax (cunn_SoftMaxForwardSmem, cunn_SoftMaxForward), "
            "not modelled";
   return "";
+}
+
+std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const RunShape& shape) {
+  std::vector<std::string> notes;
+  if (km.structure == Structure::correctly_rounded) return notes;
+  if (km.row_sum == RowSumOrder::warp_softmax && shape.keys > 1024)
+    notes.push_back("note: rows of " + std::to_string(shape.keys) +
+                    " keys run PyTorch's softmax kernels for rows over 1024 keys (SoftMax.cu), modelled from the "
+                    "source, UNMEASURED (the captures hold rows of 256 keys)");
+  if (km.splitkv.enabled) {
+    const int splits = fa2_splitkv_num_splits(km, shape.batch, shape.heads, shape.kv_heads, shape.query_rows,
+                                              shape.keys, shape.head_dim);
+    if (splits > 1) {
+      const SplitKvCombineLayout layout = fa2_splitkv_combine_layout(shape.head_dim, splits);
+      if (layout.lse_per_thread > 1)
+        notes.push_back("note: " + std::to_string(splits) +
+                        " splits: the combine spreads a row's LSEs over several threads per lane, a layout no "
+                        "capture has (the H200's ran 2 to 8 splits): UNMEASURED");
+      if (shape.query_rows == 1 && shape.heads > shape.kv_heads)
+        notes.push_back(
+            "note: a grouped-query decode, which FA2's mha_fwd runs with the group's heads as query rows "
+            "(seqlen_q = heads per kv head): UNMEASURED");
+      if (shape.head_dim > 128)
+        notes.push_back("note: head dim " + std::to_string(shape.head_dim) +
+                        " splits with 64-key blocks, a configuration no capture has: UNMEASURED");
+    }
+  }
+  if (km.flex_decode_sms > 0 && shape.causal)
+    notes.push_back("note: a causal flex decode spreads its keys over " +
+                    std::to_string(flex_decode_split_count(km, shape.batch * shape.kv_heads)) +
+                    " splits, whose combine is modelled from the PTX Inductor compiled: UNMEASURED");
+  if (km.min_query_rows_run > 0 && shape.query_rows < km.min_query_rows_run)
+    notes.push_back("note: Inductor runs queries under " + std::to_string(km.min_query_rows_run) +
+                    " rows through its flex-decoding kernel (flex-decoding-sm90), not this template: this run is the "
+                    "template's arithmetic");
+  if (!km.unequal_lengths_note.empty() && shape.query_rows != shape.keys)
+    notes.push_back("note: " + km.unequal_lengths_note);
+  if (!km.gqa_reduction_as_fa2 && shape.backward && shape.heads > shape.kv_heads)
+    notes.push_back(
+        "note: grouped-query dK and dV are reduced as FA2's mha_bwd reduces them (each query head's "
+        "gradient rounded, the group summed in fp32); " +
+        km.base + "'s kernel reduces the group its own way, which is not modelled (ASSUMED)");
+  return notes;
 }
 
 bool reads_inputs_of(const KernelModel& km, const Format& dtype) {

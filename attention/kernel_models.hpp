@@ -201,19 +201,35 @@ enum class Normalisation : std::uint8_t {
 enum class LseFormula : std::uint8_t {
   fa2,             // fma(m, softmax_scale, __logf(l)) in fp32; +inf when l == 0 or NaN
   fa3,             // FA3 finalize: fma(m, fp32(scale_log2 * ln2), __logf(l * 2^-max_offset)), scale_log2
-                   // with the q/k descales folded in; +inf when l == 0 or NaN (FA3 writes -inf)
+                   // with the q/k descales folded in; -inf when l == 0 or NaN
   log2_units,      // Triton: M = m + log2(l) (log2 units); reported as fp32(M * ln2)
   natural,         // PyTorch: fp32(m + log(ℓ)) with m already scaled
   ck_fp64,         // CK FMHA: fp32(fp64(fp64(fp32(m·scale_log2)) / log2e) + fp64(logf(ℓ))), the scale
-                   // constant divided out in double (CK writes -inf for an empty row; reported +inf as fa2)
+                   // constant divided out in double; -inf for an empty row
   log2_libdevice,  // Triton on sm_90: M = fp32(m + log2(ℓ)) with libdevice's __nv_log2f (software,
                    // emu/sfu/libdevice_log2f.hpp), not the MUFU; reported as fp32(M * fp32(ln 2)), as
                    // FlexAttention's returned lse * math.log(2) compiles (mul.f32 by 0f3F317218)
   fa4,             // FA4 correction epilogue: (m·scale_log2 + lg2(ℓ))·ln2, the first two contracted into
-                   // one FFMA (ASSUMED) and lg2 the MUFU; +inf when l == 0 or NaN (FA4 writes -inf)
+                   // one FFMA (ASSUMED) and lg2 the MUFU; -inf when l == 0 or NaN
   cudnn_stats,     // cuDNN's softmax stats (natural log) from a log2-unit max: fma(m, fp32(ln 2), __logf(ℓ)),
                    // __logf = fp32(lg2(ℓ)·ln 2) with the MUFU lg2 (a black-box fit: ~95% of the H200 stats)
 };
+
+// The LSE a kernel writes for a row that sees no key (ℓ == 0: above the corner of a causal
+// mask with more queries than keys), as each source writes it:
+// - +inf: FA2 (flash_fwd_kernel.h writes INFINITY for a row block with no KV block, and
+//   softmax.h's normalize_softmax_lse gives INFINITY when sum == 0), the FA2 family's split-KV
+//   combine (lse_logsum = INFINITY when its sum is 0);
+// - -inf: FA3 (hopper/softmax.h finalize: sum == 0 ? -INFINITY; epilogue_fwd.hpp store_zero),
+//   FA4 (flash_attn/cute/softmax.py finalize: else -inf), CK FMHA (set_tile(lse, -inf)), and
+//   Triton's kernels, whose arithmetic gives it: the tutorial's M = m_i + log2(l_i) with m_i =
+//   -inf and l_i = 1, FlexAttention's lse = m_i + log2(where(l_i == 0, 1, l_i)) and its
+//   decoding combine's log2(1) + (-inf);
+// - +inf by convention where the kernel writes none or nothing was measured: PyTorch's math
+//   path returns no LSE (natural: the value bias-test reads), cuDNN's stats (UNMEASURED for an
+//   empty row).
+// O is 0 in every model. The backward reads neither: a row that sees no key visits no key.
+double empty_row_lse(LseFormula lse);
 
 enum class DeltaFormula : std::uint8_t {
   // The three FlashAttention preprocess kernels: each thread of a row's group loads 8
@@ -399,8 +415,22 @@ struct KernelModel {
   // fewer than this many rows only (Inductor's _use_flex_decoding: seq_len_q < 128); the engine
   // refuses longer ones.
   int max_query_rows = 0;
+  // FlexAttention's attention template: Inductor runs it for queries of at least this many rows
+  // (128) and shorter ones through its decoding kernel (flex-decoding-sm90); the template's
+  // model still runs them, with a note (unmeasured_shape_notes). 0: any length.
+  int min_query_rows_run = 0;
+  // Said when the query and key lengths differ and the source has no such case (the Triton
+  // tutorial's one N_CTX) or places its mask otherwise (Qiu & Yao's q_start); empty: modelled
+  // as the source handles unequal lengths.
+  std::string unequal_lengths_note;
+  // Grouped-query backward: true where the source reduces a kv head's dK and dV as the engine
+  // does, FA2's mha_bwd (each query head's gradient rounded to the dtype, the group summed in
+  // fp32 and rounded once; PyTorch eager's expand backward alike). Other kernels reduce the
+  // group in fp32 before one rounding (FA3's dK_accum, FlexAttention's loop over the group,
+  // the math path's fp32 key_acc), which the engine does not model: a note says so.
+  bool gqa_reduction_as_fa2 = false;
   // FlexAttention's decoding kernel: get_split_k's SM count (flex_decoding.py: SPLIT_KV =
-  // max(SMs // (batch * kv heads), 1) * 2, flex_decode_split_count); 0 for every other recipe.
+  // max(SMs // (batch * kv heads) * 2, 1), flex_decode_split_count); 0 for every other recipe.
   // Without a block mask split 0 takes every key and the combine is exact; under a causal
   // create_block_mask the keys spread over the splits (attention/online_forward.cpp
   // flex_decode_split_row), whose combine order is read from the PTX Inductor compiled for
@@ -451,8 +481,11 @@ struct KernelModel {
   // recipe), left exact with reference_o_exact (an fp64 buffer), else rounded into `output`;
   // with reference_delta_exact delta is the exact delta rounded once into fp32 (a kernel whose
   // delta reads an O before its final cast, or rowsum(dP∘P)), else Σ dO·O of that stored O.
+  // reference_only_o_in_mode: o_round rounds O alone and LSE, delta, dQ, dK, dV are rounded in
+  // RNE, since a kernel's +o-MODE moves only its O cast (the model `correctly-rounded+o-MODE`
+  // rounds every output in MODE).
   std::optional<Format> reference_o_store;
-  bool reference_o_exact = false, reference_delta_exact = false;
+  bool reference_o_exact = false, reference_delta_exact = false, reference_only_o_in_mode = false;
   // +lazy-rescale[:T] (FlashAttention-4's rescale_threshold, softmax.py SoftmaxSm100): after a
   // KV tile the running max is kept, and O and ℓ are not rescaled, while the new max exceeds
   // it by at most T in log2 units ((m_old - m_new)·scale_log2 >= -T, in fp32 as FA4 forms it);
@@ -501,7 +534,17 @@ bool delta_reads_unrounded_o(const KernelModel& km);
 // run with it: a kernel that takes another code path there (PyTorch's block softmax beyond 1024
 // keys, Inductor's flex-decoding choice and its split combine) is not silently run as this one.
 // batch_kv_heads: batch x kv heads, which sets the flex-decoding kernel's split count.
-std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads = 1);
+std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads = 1,
+                             int heads_per_kv_head = 1);
+
+struct RunShape;  // attention/attention.hpp
+// What this shape takes of the model that no hardware capture has measured, one "note: ..."
+// line each (empty: nothing beyond the model's own status, hardware_validated()): PyTorch's
+// block softmax kernels past 1024 keys, split-KV combine layouts and paths never captured, the
+// causal flex decode's combine, FlexAttention's template on queries Inductor decodes, unequal
+// lengths the source has no case for, and a grouped-query backward reduced as FA2 reduces it.
+// replay and the Python module print or return them with every run.
+std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const RunShape& shape);
 // FlexAttention's decoding kernel (km.flex_decode_sms > 0): its split count for a run of
 // batch_kv_heads (batch x kv heads), get_split_k in torch/_inductor/kernel/flex/flex_decoding.py.
 int flex_decode_split_count(const KernelModel& km, int batch_kv_heads);

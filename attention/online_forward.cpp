@@ -15,11 +15,12 @@
 // diagonal tile ends at the row's last visible key; KernelModel::visit_masked_tiles visits
 // them as Qiu & Yao's loop does, where a finite mask value and STABLE=1 make them count. A row that
 // sees nothing follows FA2's guards: m = -inf is used as 0 in the exponent; l == 0 gives
-// inv = 1, O = 0 and LSE = +inf (PyTorch-style code without guards would give NaN). With a
-// key length other than the query length the causal diagonal is aligned bottom-right as in
-// FA2 >= 2.1 (visible_keys); the rows above the corner see no key at all: they visit no tile
-// (not even under +visit-masked-tiles) and take the same guards, every model alike (FA2's
-// flash_fwd_kernel.h:101-132 writes O = 0 and LSE = +inf for a row block with no KV block).
+// inv = 1, O = 0 and the LSE its source writes, empty_row_lse (FA2's +inf; PyTorch-style code
+// without guards would give NaN). With a key length other than the query length the causal
+// diagonal is aligned bottom-right as in FA2 >= 2.1 (visible_keys); the rows above the corner
+// see no key at all: they visit no tile (not even under +visit-masked-tiles) and take the same
+// guards, every model alike (FA2's flash_fwd_kernel.h:101-132 writes O = 0 and LSE = +inf for
+// a row block with no KV block).
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -319,7 +320,7 @@ void reduce_sum(const KernelModel& km, const A& ar, const Geometry& g, bool Is_f
     // Qiu & Yao: block_row_sums.clamp(min = EPSILON), the bound a value of the sum's format
     // (torch.clamp casts the scalar to the tensor's dtype); NaN stays NaN, as clamp keeps it.
     // A row that has seen no finite score (m = -inf) keeps ℓ = 0 and the all-masked guards
-    // every model shares (O = 0, LSE = +inf): their code masks with -finfo.max, never -inf,
+    // every model shares (O = 0, LSE empty_row_lse): their code masks with -finfo.max, never -inf,
     // and its causal rows always see the diagonal, so it never reaches such a row.
     if (km.row_sum_clamp_min > 0.0 && state.m != -kInf && !std::isnan(rs))
       rs = std::max(rs, ar.op(km.row_sum_internal, km.row_sum_clamp_min));
@@ -454,34 +455,35 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
   // The plain RNE cast of the row at once, where the rows above left it (batched_cast).
   if (batched_cast && !round_fp32_values_into_16bit(*out_format, o_pre_out, o_out, d))
     for (int c = 0; c < d; ++c) o_out[c] = ar.to(out_format, o_pre_out[c]);
+  const double no_key_lse = empty_row_lse(km.lse);
   switch (km.lse) {
     case LseFormula::fa2:
-      st.lse = empty ? kInf : ar.fma32(m, k.scale_f, ar.fast_log(l));
+      st.lse = empty ? no_key_lse : ar.fma32(m, k.scale_f, ar.fast_log(l));
       st.lse_kernel = st.lse;
       break;
     case LseFormula::fa3: {
       // finalize: sum *= 2^-Max_offset (exact); max*(scale_log2*ln2) + __logf(sum) contracted (assumed).
       const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
       const double sum = std::ldexp(l, -km.fp8.p_max_offset);
-      st.lse = empty ? kInf : ar.fma32(m, ar.f32(k.scale_log2 * ln2), ar.fast_log(sum));
+      st.lse = empty ? no_key_lse : ar.fma32(m, ar.f32(k.scale_log2 * ln2), ar.fast_log(sum));
       st.lse_kernel = st.lse;
       break;
     }
     case LseFormula::log2_units:
     case LseFormula::log2_libdevice:
       st.lse_kernel =
-          empty ? kInf : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
+          empty ? no_key_lse : ar.f32(m + (km.lse == LseFormula::log2_libdevice ? ar.libdevice_lg2(l) : ar.lg2(l)));
       if (km.lse == LseFormula::log2_libdevice) {
-        st.lse = empty ? kInf : flex_returned_lse(ar, st.lse_kernel);  // as FlexAttention returns it
+        st.lse = empty ? no_key_lse : flex_returned_lse(ar, st.lse_kernel);  // as FlexAttention returns it
       } else {
-        st.lse = empty ? kInf : ar.f32(st.lse_kernel * std::numbers::ln2);
+        st.lse = empty ? no_key_lse : ar.f32(st.lse_kernel * std::numbers::ln2);
       }
       break;
     case LseFormula::fa4: {
       // correction_epilogue: (row_max*scale_log2 + (lg2(row_sum) - max_offset)) * ln2 (8 for fp8).
       const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
       const double log_sum = ar.f32(ar.lg2(l) - km.fp8.p_max_offset);
-      st.lse = empty ? kInf : ar.f32(ar.fma32(m, k.scale_log2, log_sum) * ln2);
+      st.lse = empty ? no_key_lse : ar.f32(ar.fma32(m, k.scale_log2, log_sum) * ln2);
       st.lse_kernel = st.lse;
       break;
     }
@@ -489,7 +491,7 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       // lse = m * scale_s / C_LOG2E + log(l): fp32(m·scale_log2), then a double division by
       // log2 e and a double add of logf(ℓ), converted to float.
       if (empty) {
-        st.lse = kInf;
+        st.lse = no_key_lse;
       } else if constexpr (A::exact) {
         st.lse = m * k.scale_log2 / std::numbers::log2e + std::log(l);
       } else {
@@ -500,16 +502,19 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
       break;
     }
     case LseFormula::natural:
-      st.lse = empty ? kInf : ar.op(km.lse_format, m + ar.log32(l));
+      st.lse = empty ? no_key_lse : ar.op(km.lse_format, m + ar.log32(l));
       st.lse_kernel = st.lse;
       break;
     case LseFormula::cudnn_stats: {
       const double ln2 = A::exact ? std::numbers::ln2 : static_cast<double>(static_cast<float>(std::numbers::ln2));
-      st.lse = empty ? kInf : ar.fma32(m, ln2, ar.fast_log(l));
+      st.lse = empty ? no_key_lse : ar.fma32(m, ln2, ar.fast_log(l));
       st.lse_kernel = st.lse;
       break;
     }
   }
+  // What the backward reads of a row that saw nothing is the engine's guard, not the value
+  // written: +inf, so P = exp2(S - inf) = 0 on any key it visits (scores of -inf).
+  if (empty) st.lse_kernel = kInf;
   st.m = m;
   st.l = l;
 }
@@ -860,7 +865,8 @@ void flex_decode_split_row(const KernelModel& km, const A& ar, const HeadData<E>
   st.m = g_m;
   st.l = g_l;
   if (empty) {
-    st.lse = st.lse_kernel = kInf;  // the engine's convention for a row that sees no key
+    st.lse = empty_row_lse(km.lse);
+    st.lse_kernel = kInf;  // the backward's guard (normalize_softmax_lse)
   } else {
     st.lse_kernel = ar.f32(ar.libdevice_lg2(g_l_or_one) + g_m);
     st.lse = flex_returned_lse(ar, st.lse_kernel);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -77,6 +78,7 @@ struct ItemResult {
   std::size_t non_finite_rows = 0;
   std::string non_finite_where;  // empty when every row was finite
   std::string delta_note;        // trace mode: how delta was obtained, when computed
+  std::size_t rows_without_keys = 0;
   bool hardware = false, unknown_source = false, emulated = false;
 };
 
@@ -95,6 +97,7 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report) {
   for (const ItemResult::RowMax& r : item.by_max)
     report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
   report.non_finite_rows += item.non_finite_rows;
+  report.rows_without_keys += item.rows_without_keys;
   if (!item.non_finite_where.empty()) report.non_finite_where.push_back(item.non_finite_where);
   if (!item.delta_note.empty()) report.delta_note = item.delta_note;
 }
@@ -245,8 +248,15 @@ void add_trace(const Trace& trace, ItemResult& item) {
   std::vector<bool> bad(exact.o.data.size() / static_cast<std::size_t>(d), false);
   for (std::size_t r : bad_rows) bad[r] = true;
   std::vector<double> row_o(bad.size(), 0.0);  // each row's mean O error (by_max)
+  // Rows that see no key: exact attention's LSE of such a row is +inf (BiasReport::rows_without_keys).
+  std::vector<bool> without_keys(bad.size(), false);
+  for (std::size_t r = 0; r < without_keys.size(); ++r)
+    if (exact.lse.data[r] == std::numeric_limits<double>::infinity()) {
+      without_keys[r] = true;
+      ++item.rows_without_keys;
+    }
   for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
-    if (bad[r]) continue;
+    if (bad[r] || without_keys[r]) continue;
     double sum = 0, sum_cr = 0;
     for (int c = 0; c < d; ++c) {
       const double want = exact.o.data[r * d + c];
@@ -295,7 +305,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
         if (!bad[i]) bad_rows.push_back(i);
         bad[i] = true;
       }
-      if (bad[i]) continue;
+      if (bad[i] || without_keys[i]) continue;
       ClusterSums& cs = sums[cluster_of(i)];
       cs.delta += trace_delta.back();
       cs.delta_cr += cr.delta_ulps[i];
@@ -317,7 +327,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
     }
   }
   for (std::size_t r = 0; r < bad.size(); ++r) {
-    if (bad[r]) continue;  // its O or delta was non-finite
+    if (bad[r] || without_keys[r]) continue;  // its O or delta was non-finite, or it saw no key
     item.by_max.push_back(
         {exact.row_max->data[r], row_o[r], trace_delta.empty() ? std::nullopt : std::optional<double>(trace_delta[r])});
   }
@@ -460,6 +470,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   j["subject"] = r.subject;
   j["provenance"] = r.provenance;
   if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
+  if (r.rows_without_keys > 0) j["rows_without_keys"] = r.rows_without_keys;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   j["samples"] = r.samples_note;
   j["alpha"] = r.alpha;

@@ -153,6 +153,11 @@ struct BiasReport {
   ElementSpread o_spread;
   std::size_t non_finite_rows = 0;
   std::vector<std::string> non_finite_where;  // one line per trial or trace
+  // Trace rows that see no key (a causal mask with more queries than keys): O = 0 and delta = 0
+  // by every kernel's guard, exactly the reference's, so they carry no rounding error to
+  // measure; counted in, they would pull each mean toward 0 by the visible fraction. Left out
+  // of every sample (clusters, spread, --by-max) and counted here.
+  std::size_t rows_without_keys = 0;
   RowMaxGroups by_max;
 };
 

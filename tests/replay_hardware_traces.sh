@@ -2,21 +2,19 @@
 # tests/replay_hardware_traces.sh FLASHBITS ROOT [KIND...]: the ctests replay_hardware_*,
 # one per KIND (torch, fa2, bias, eager, splitkv, tutorial, flex, math, cudnn, paths; default all), so that ctest -j
 # spreads them over cores.
-# Every hardware capture under ROOT/traces/hw/<gpu>/{torch,fa2,bias} is replayed under the
-# model its metadata names (with the SFU set measured on that GPU: replay --sfu auto) and
-# must match bit for bit, every tensor it holds (exit 0). splitkv: the split-KV captures of
-# issue 38 (traces/hw/<gpu>/paths/splitkv) under pytorch-fa2-sm90+splitkv, the split count
-# from PyTorch's heuristic with the H200's 132 SMs (their metadata names pytorch-fa2-sm90:
-# the capture script predates the +splitkv model), bit for bit. The eager captures (PyTorch
-# eager attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are
-# assumed, not modelled: docs/FINDINGS.md "Hardware status") are a known residual: they must
-# replay without an error (exit 0 or 1, not 2). tutorial, flex and math: the Triton tutorial's
-# captures under triton-tutorial-sm90, the FlexAttention ones under flex-attention-sm90 (the
-# decode capture, which Inductor runs through its flex-decoding kernel, under
-# flex-decoding-sm90) and the SDPA math backend's under pytorch-math-sm90, bit for bit. cudnn:
-# cuDNN's captures under cudnn-sdpa-sm90, a black-box fit, each within the residual measured
-# when it was written (tests/cudnn_residual.tsv: elements that differ and their largest
-# |ulps|, per tensor). paths: each path folder of issue 38 (traces/hw/<gpu>/paths/*) must give
+# Every hardware capture is replayed as a user replays it, `flashbits replay FILE`: under the
+# model its metadata names (with the SFU set measured on that GPU: replay --sfu auto), and
+# must match bit for bit, every tensor it holds (exit 0): ROOT/traces/hw/<gpu>/{torch,fa2,bias},
+# and the path captures of issue 38 under traces/hw/<gpu>/paths (splitkv:
+# pytorch-fa2-sm90+splitkv:auto,sms=132; tutorial: triton-tutorial-sm90; flex:
+# flex-attention-sm90, the decode capture flex-decoding-sm90; math: pytorch-math-sm90). The
+# check also asserts that metadata names that model. The eager captures (PyTorch eager
+# attention, replayed under standard-*, whose cuBLAS and softmax-backward orders are assumed,
+# not modelled: docs/FINDINGS.md "Hardware status") are a known residual: they must replay
+# without an error (exit 0 or 1, not 2). cudnn: cuDNN's captures under the model their
+# metadata names, cudnn-sdpa-sm90, a black-box fit, each within the residual measured when
+# it was written (tests/cudnn_residual.tsv: elements that differ and their largest |ulps|,
+# per tensor). paths: each path folder of issue 38 (traces/hw/<gpu>/paths/*) must give
 # a bias-test --traces verdict (at sanitizer scale the first folder).
 # FLASHBITS_TEST_SCALE=sanitizer replays one capture of each kind but bias, whose captures
 # are torch captures of more heads (the same replay path as the torch kind's, and the
@@ -33,13 +31,13 @@ found=0
 shopt -s nullglob
 for kind in "${kinds[@]}"; do
   [ "$kind" = eager ] || [ "$kind" = paths ] || [ "$kind" = cudnn ] && continue
-  model=()
+  model=""
   dir=$kind
   case $kind in
-    splitkv) model=(--model pytorch-fa2-sm90+splitkv); dir=paths/splitkv ;;
-    tutorial) model=(--model triton-tutorial-sm90); dir=paths/tutorial ;;
-    flex) model=(--model flex-attention-sm90); dir=paths/flex ;;
-    math) model=(--model pytorch-math-sm90); dir=paths/math ;;
+    splitkv) model=pytorch-fa2-sm90+splitkv:auto,sms=132; dir=paths/splitkv ;;
+    tutorial) model=triton-tutorial-sm90; dir=paths/tutorial ;;
+    flex) model=flex-attention-sm90; dir=paths/flex ;;
+    math) model=pytorch-math-sm90; dir=paths/math ;;
   esac
   if [ "$kind" = bias ] && [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ]; then
     echo "bias: skipped at sanitizer scale (the torch kind replays the same path)"
@@ -51,9 +49,13 @@ for kind in "${kinds[@]}"; do
   for t in "${files[@]}"; do
     found=$((found + 1))
     # Inductor runs a short query (the decode capture) through its flex-decoding kernel.
-    run_model=("${model[@]}")
-    [ "$kind" = flex ] && [[ $(basename "$t") == *decode* ]] && run_model=(--model flex-decoding-sm90)
-    if out=$("$fb" replay "$t" "${run_model[@]}" 2>&1); then
+    want=$model
+    [ "$kind" = flex ] && [[ $(basename "$t") == *decode* ]] && want=flex-decoding-sm90
+    if [ -n "$want" ] && ! grep -aq "\"model\":\"$want\"" <(head -c 65536 "$t"); then
+      echo "METADATA DOES NOT NAME $want: $t"
+      fail=1
+    fi
+    if out=$("$fb" replay "$t" 2>&1); then
       exact=$((exact + 1))
     else
       echo "NOT BIT-EXACT: $t"
@@ -70,7 +72,7 @@ if [[ " ${kinds[*]} " == *" cudnn "* ]]; then
   json=$(mktemp)
   for t in "${files[@]}"; do
     found=$((found + 1))
-    "$fb" replay "$t" --model cudnn-sdpa-sm90 --json > "$json" 2> /dev/null
+    "$fb" replay "$t" --json > "$json" 2> /dev/null
     rc=$?
     if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; continue; fi
     python3 "$root/tests/check_replay_residual.py" "$root/tests/cudnn_residual.tsv" "$(basename "$t" .safetensors)" \

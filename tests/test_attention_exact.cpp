@@ -9,11 +9,13 @@
 #include <mpfr.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
 #include "studies/scenarios.hpp"
 #include "tests/mpfr_attention.hpp"
 
@@ -150,6 +152,44 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
   CHECK(inexact > compared / 2);  // the roundings are real: most outputs are not representable
 }
 
+TEST_CASE("a +o-MODE kernel's reference rounds O alone in MODE; LSE, delta and gradients in RNE as the kernel") {
+  // The kernel's +o-MODE moves only its O cast; its LSE, delta (an fp32 sum) and gradients'
+  // casts stay RNE, so its reference must too, or the mode's own bias in delta (rtz: an fp32
+  // ulp toward zero) would be charged to the kernel. Checked against MPFR: O in MODE, the rest
+  // RNE, delta = Σ dO·O of the O rounded in MODE, summed exactly, rounded to nearest.
+  const int n = 9, d = 8;
+  int delta_mode_differs = 0;
+  for (const char* scenario : {"random", "sink"})
+    each_reference_run(
+        scenario, 79, n, d,
+        [&](const AttentionInputs& in, const MpAttention& want, const AttentionOutputs&, const char* suffix,
+            mpfr_rnd_t rnd) {
+          const ModelHandle ref =
+              correctly_rounded_reference(*parse_kernel_model(std::string("fa2-sm80") + suffix, formats::bf16).recipe);
+          CAPTURE(ref.name);
+          const AttentionOutputs got = run_attention(ref, in, RunOptions{});
+          auto check_tensor = [&](const Tensor4& t, const std::vector<Mp>& exact, mpfr_prec_t p, mpfr_rnd_t mode) {
+            REQUIRE(t.data.size() == exact.size());
+            for (std::size_t i = 0; i < exact.size(); ++i) {
+              CAPTURE(i);
+              CHECK(t.data[i] == mp_round(exact[i], p, mode));
+            }
+          };
+          check_tensor(got.o, want.o, 8, rnd);
+          check_tensor(got.lse, want.lse, 24, MPFR_RNDN);
+          check_tensor(*got.dq, want.dq, 8, MPFR_RNDN);
+          check_tensor(*got.dk, want.dk, 8, MPFR_RNDN);
+          check_tensor(*got.dv, want.dv, 8, MPFR_RNDN);
+          std::vector<Mp> delta(n);
+          for (int r = 0; r < n; ++r)
+            for (int c = 0; c < d; ++c)
+              delta[r] = delta[r] + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[r * d + c], 8, rnd));
+          check_tensor(*got.delta, delta, 24, MPFR_RNDN);
+          for (const Mp& x : delta) delta_mode_differs += mp_round(x, 24, rnd) != mp_round(x, 24, MPFR_RNDN) ? 1 : 0;
+        });
+  CHECK(delta_mode_differs > 0);  // the rule is visible: some delta rounds elsewhere in the mode
+}
+
 TEST_CASE("correctly-rounded O, LSE, delta and gradients on the ties scenario: decided exactly where a double cannot") {
   // `ties` puts keys 150-200 below the row max: their weights (<= e^-150 ~ 2^-216) move O and
   // delta off a rounding boundary by far less than a double resolves, yet decide their
@@ -188,6 +228,12 @@ TEST_CASE("correctly-rounded O, LSE, delta and gradients on the ties scenario: d
                              *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
                          REQUIRE(exact_o_delta.name.find("delta from the exact O") != std::string::npos);
                          const AttentionOutputs from_exact_o = run_attention(exact_o_delta, in, RunOptions{});
+                         // The same reference with delta too in the mode: the exact decision of
+                         // a directed rounding of the exact delta.
+                         KernelModel in_mode = *exact_o_delta.recipe;
+                         in_mode.reference_only_o_in_mode = false;
+                         const AttentionOutputs from_exact_o_in_mode = run_attention(
+                             ModelHandle{"in mode", std::make_shared<const KernelModel>(in_mode)}, in, RunOptions{});
                          for (int r = 0; r < n; ++r) {
                            CAPTURE(r);
                            const auto at = static_cast<std::size_t>(r);
@@ -197,8 +243,9 @@ TEST_CASE("correctly-rounded O, LSE, delta and gradients on the ties scenario: d
                              delta = delta + Mp(in.d_o->at(0, 0, r, c)) *
                                                  Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
                            CHECK(got.delta->data[at] == mp_round(delta, 24, rnd));
+                           CHECK(from_exact_o.delta->data[at] == mp_round(want.delta[at], 24, MPFR_RNDN));
                            const double w = mp_round(want.delta[at], 24, rnd);
-                           CHECK(from_exact_o.delta->data[at] == w);
+                           CHECK(from_exact_o_in_mode.delta->data[at] == w);
                            delta_beyond_double += mp_round(Mp(want.delta[at].d()), 24, rnd) != w ? 1 : 0;
                          }
                        });
@@ -244,9 +291,14 @@ TEST_CASE("correctly-rounded with a key e^-12800 below the max: beyond every fix
       CHECK(got.o.at(0, 0, 0, c) == e.o[c]);
     }
     CHECK(got.lse.at(0, 0, 0, 0) == e.lse);
-    const AttentionOutputs from_exact_o = run_attention(
-        correctly_rounded_reference(*parse_kernel_model("fa2-sm80+o-fp32" + suffix, formats::bf16).recipe), in,
-        RunOptions{});
+    const ModelHandle kernel_reference =
+        correctly_rounded_reference(*parse_kernel_model("fa2-sm80+o-fp32" + suffix, formats::bf16).recipe);
+    // A kernel's reference rounds delta to nearest whatever its O cast's mode: just below 4 is 4.
+    CHECK(run_attention(kernel_reference, in, RunOptions{}).delta->at(0, 0, 0, 0) == 4.0);
+    KernelModel in_mode = *kernel_reference.recipe;
+    in_mode.reference_only_o_in_mode = false;
+    const AttentionOutputs from_exact_o =
+        run_attention(ModelHandle{"in mode", std::make_shared<const KernelModel>(in_mode)}, in, RunOptions{});
     CHECK(from_exact_o.delta->at(0, 0, 0, 0) == e.delta);
   }
 }

@@ -21,6 +21,7 @@
 
 #include "attention/attention.hpp"
 #include "tests/cli_run.hpp"
+#include "tests/mpfr_attention.hpp"
 #include "traces/safetensors.hpp"
 #include "traces/trace.hpp"
 #include "studies/scenarios.hpp"
@@ -473,6 +474,128 @@ TEST_CASE("issue 38: replay runs a causal mask aligned as the trace's causal_ali
     const Run r = run("replay " + path);
     CHECK_MESSAGE(r.code == (std::string(alignment) == "top-left" ? 0 : 1), r.out << r.err);
   }
+}
+
+TEST_CASE("audit F4: --causal top-left|bottom-right states a bare capture's mask alignment") {
+  // A bare capture (no metadata) of PyTorch's is_causal with N = 12 queries and Nk = 40 keys:
+  // row i sees keys j <= i (top-left). Its O is the 1024-bit MPFR attention over those keys
+  // (tests/mpfr_attention.hpp, from the definitions) rounded once to bf16's 8 significand
+  // bits by MPFR, so correctly-rounded replays it bit for bit only under the top-left mask;
+  // bottom-right (j <= i + 28, what a plain --causal true means) is another mask.
+  const int n = 12, nk = 40, d = 16;
+  const auto in = fb::attn::make_scenario("random", 11, 1, 1, n, d, fb::formats::bf16, true, 0, nk);
+  REQUIRE((in.q.rows == n && in.k.rows == nk));
+  const fb::test::MpAttention exact = fb::test::mpfr_attention(in, [](int row) { return row + 1; });
+  std::vector<double> o_bf16;
+  for (const fb::test::Mp& value : exact.o) {
+    mpfr_t rounded;
+    mpfr_init2(rounded, 8);
+    mpfr_set(rounded, value.v, MPFR_RNDN);
+    o_bf16.push_back(mpfr_get_d(rounded, MPFR_RNDN));
+    mpfr_clear(rounded);
+  }
+  fb::TraceMetadata md;
+  md.source = "unknown";
+  const auto rows_of = [](std::uint64_t rows) { return std::vector<std::uint64_t>{1, 1, rows, 16}; };
+  fb::Safetensors bare_file = fb::TraceBuilder(md)
+                                  .add_values("query", fb::formats::bf16, rows_of(n), in.q.data)
+                                  .add_values("key", fb::formats::bf16, rows_of(nk), in.k.data)
+                                  .add_values("value", fb::formats::bf16, rows_of(nk), in.v.data)
+                                  .add_values("out", fb::formats::bf16, rows_of(n), o_bf16)
+                                  .to_safetensors();
+  bare_file.metadata.clear();
+  const std::string bare = (scratch() / "f4_bare.safetensors").string();
+  fb::write_safetensors(bare, bare_file);
+  REQUIRE(in.softmax_scale == 0.25);  // 1/sqrt(16), exactly what --scale 0.25 states
+  const std::string statement = " --source unknown --scale 0.25 --layout bhsd --model correctly-rounded";
+  const auto import_as = [&](const std::string& causal, const std::string& out) {
+    return run("import " + bare + statement + " --causal " + causal + " --out " + (scratch() / out).string());
+  };
+  const auto alignment_of = [](const std::string& path) {
+    const fb::Trace trace = fb::read_trace(path);
+    const auto& m = trace.raw_metadata();
+    const auto it = m.find("causal_alignment");
+    return it == m.end() ? std::string("(absent)") : it->second;
+  };
+
+  const Run top_left = import_as("top-left", "f4_tl.safetensors");
+  REQUIRE_MESSAGE(top_left.code == 0, top_left.err);
+  CHECK_MESSAGE(has(top_left.out, "causal, aligned top-left (key j <= row i)"), top_left.out);
+  CHECK_MESSAGE(top_left.err.empty(), top_left.err);
+  const std::string tl = (scratch() / "f4_tl.safetensors").string();
+  CHECK(alignment_of(tl) == "top-left");
+  CHECK(fb::read_trace(tl).raw_metadata().at("causal") == "true");
+  const Run tl_replay = run("replay " + tl + " --json");
+  CHECK_MESSAGE(tl_replay.code == 0, tl_replay.out << tl_replay.err);
+  // The bare capture replays the same with the statement given to replay itself.
+  const Run bare_replay = run("replay " + bare +
+                              " --source unknown --scale 0.25 --layout bhsd --causal top-left "
+                              "--model correctly-rounded --json");
+  CHECK_MESSAGE(bare_replay.code == 0, bare_replay.out << bare_replay.err);
+
+  // A plain true: bottom-right, said on stderr in one note line, written to the metadata.
+  const Run plain = import_as("true", "f4_true.safetensors");
+  REQUIRE_MESSAGE(plain.code == 0, plain.err);
+  CHECK_MESSAGE(has(plain.out, "causal, aligned bottom-right"), plain.out);
+  CHECK_MESSAGE(std::count(plain.err.begin(), plain.err.end(), '\n') == 1, plain.err);
+  CHECK_MESSAGE(plain.err.rfind("note: ", 0) == 0, plain.err);
+  for (const char* needle : {"bottom-right", "--causal top-left", "12", "40"})
+    CHECK_MESSAGE(has(plain.err, needle), "missing '" << needle << "' in " << plain.err);
+  CHECK(alignment_of((scratch() / "f4_true.safetensors").string()) == "bottom-right");
+  const Run plain_replay = run("replay " + (scratch() / "f4_true.safetensors").string() + " --json");
+  CHECK_MESSAGE(plain_replay.code == 1, plain_replay.out << plain_replay.err);
+  const Run bottom_right = import_as("bottom-right", "f4_br.safetensors");
+  REQUIRE_MESSAGE(bottom_right.code == 0, bottom_right.err);
+  CHECK_MESSAGE(bottom_right.err.empty(), bottom_right.err);
+  CHECK(run("replay " + (scratch() / "f4_br.safetensors").string()).code == 1);
+  const Run not_causal = import_as("false", "f4_none.safetensors");
+  REQUIRE_MESSAGE(not_causal.code == 0, not_causal.err);
+  CHECK_MESSAGE(has(not_causal.out, "not causal"), not_causal.out);
+  CHECK(alignment_of((scratch() / "f4_none.safetensors").string()) == "none");
+
+  // A file that states its alignment: a contradicting --causal is one error, exit 2, naming
+  // the option and the key; a plain true agrees with either alignment and notes nothing.
+  const std::string out = " --out " + (scratch() / "f4_again.safetensors").string();
+  check_refused(run("import " + tl + " --causal bottom-right" + out),
+                {"--causal bottom-right conflicts", "causal_alignment='top-left'", "drop --causal"});
+  check_refused(run("import " + tl + " --causal false" + out), {"--causal false conflicts", "causal"});
+  check_refused(run("replay " + tl + " --causal bottom-right"), {"--causal bottom-right conflicts", "top-left"});
+  check_refused(run("import " + (scratch() / "f4_none.safetensors").string() + " --causal top-left" + out),
+                {"--causal top-left conflicts"});
+  const Run agrees = run("import " + tl + " --causal true --out " + (scratch() / "f4_agrees.safetensors").string());
+  CHECK_MESSAGE(agrees.code == 0, agrees.err);
+  CHECK_MESSAGE(agrees.err.empty(), agrees.err);
+  CHECK(alignment_of((scratch() / "f4_agrees.safetensors").string()) == "top-left");
+  check_refused(run("import " + bare + statement + " --causal top_left" + out),
+                {"--causal top_left", "true, false, top-left or bottom-right"});
+
+  // causal_alignment alone states causality (no causal key): replayed top-left, not unmasked.
+  fb::Safetensors alignment_only = bare_file;
+  alignment_only.metadata = {{"source", "unknown"},
+                             {"softmax_scale", "0.25"},
+                             {"model", "correctly-rounded"},
+                             {"causal_alignment", "top-left"}};
+  const std::string alignment_only_path = (scratch() / "f4_alignment_only.safetensors").string();
+  fb::write_safetensors(alignment_only_path, alignment_only);
+  const Run alignment_only_replay = run("replay " + alignment_only_path);
+  CHECK_MESSAGE(alignment_only_replay.code == 0, alignment_only_replay.out << alignment_only_replay.err);
+
+  // N = Nk: both alignments are one mask, so a plain true notes nothing.
+  const auto square = fb::attn::make_scenario("random", 12, 1, 1, 8, 16, fb::formats::bf16, false);
+  fb::Safetensors square_file = fb::TraceBuilder(md)
+                                    .add_values("q", fb::formats::bf16, rows_of(8), square.q.data)
+                                    .add_values("k", fb::formats::bf16, rows_of(8), square.k.data)
+                                    .add_values("v", fb::formats::bf16, rows_of(8), square.v.data)
+                                    .add_values("o", fb::formats::bf16, rows_of(8), square.v.data)
+                                    .to_safetensors();
+  square_file.metadata.clear();
+  const std::string square_path = (scratch() / "f4_square.safetensors").string();
+  fb::write_safetensors(square_path, square_file);
+  const Run square_import = run("import " + square_path + " --source unknown --layout bhsd --causal true --out " +
+                                (scratch() / "f4_square_trace.safetensors").string());
+  CHECK_MESSAGE(square_import.code == 0, square_import.err);
+  CHECK_MESSAGE(square_import.err.empty(), square_import.err);
+  CHECK_MESSAGE(has(square_import.out, "with N = Nk both alignments are one mask"), square_import.out);
 }
 
 TEST_CASE("op and dot take -inf and -nan operands on the command line, and `--` ends the options") {

@@ -625,6 +625,29 @@ TEST_CASE("specials and signed zeros") {
   CHECK(trace.terms.size() == 4);
 }
 
+TEST_CASE("a step that overflows to an infinity is tallied away from zero, with an infinite error") {
+  // IEEE 754: an overflow rounds away from zero, to the infinity of the sum's sign, so the
+  // step's error D - exact has that sign and is infinite, in the recorded event and the tally.
+  const fb::TensorCoreModel* m = fb::find_tensor_core_model("sm90-mma", fb::formats::bf16);
+  REQUIRE(m != nullptr);
+  const float big = std::bit_cast<float>(0x7f7f0000u);  // bf16's largest finite value
+  for (const float sign : {1.0f, -1.0f}) {
+    CAPTURE(sign);
+    const float a[1] = {big * sign}, b[1] = {big};
+    fb::DotStepTally tally, from_events;
+    fb::DotTrace tallied, recorded;
+    tallied.tally_only = &tally;
+    CHECK(fb::fused_dot(*m, 0.0f, a, b, 1, &tallied) == sign * INFINITY);
+    CHECK(fb::fused_dot(*m, 0.0f, a, b, 1, &recorded) == sign * INFINITY);
+    for (const fb::DotStepEvent& s : recorded.steps) from_events.add(s);
+    for (const fb::DotStepTally& t : {tally, from_events}) {
+      CHECK(t.rounded_up == 1);
+      CHECK(t.rounded_down == 0);
+      CHECK(t.signed_error == sign * INFINITY);
+    }
+  }
+}
+
 TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step errors add up to D - exact") {
   // DotTrace::tally_only counts steps inside the step code (the attention tracer's fast
   // path); recording the events and tallying them afterwards is the other path. Both must
@@ -691,7 +714,7 @@ TEST_CASE("traced steps: a tally gives the recorded events' counts, and the step
       const double d_minus_exact = mpfr_get_d(term, MPFR_RNDN);
       mpfr_clear(exact);
       mpfr_clear(term);
-      // (An overflowing step's residue is the whole exact value: the identity needs finite D.
+      // (An overflowing step's residue is infinite: the identity needs finite D.
       // Relative 1e-9: exact-rne's residue comes from RoundingEvent::error_ulps, a rounded
       // ulp count; a missing term or a flipped sign is off by far more.)
       if (std::isfinite(d)) {

@@ -3,6 +3,9 @@
 
 #include <charconv>
 #include <cmath>
+#include <iostream>
+#include <memory>
+#include <mutex>
 
 #include "tools/cli_common.hpp"
 
@@ -18,7 +21,10 @@ std::vector<CLI::Option*> add_capture_options(CLI::App& app, CaptureOptionText& 
     added.push_back(app.add_option("--model", t.model, "the kernel that produced the capture (kept as metadata)"));
   added.push_back(app.add_option("--scale", t.scale, "softmax scale of a capture that does not record it"));
   added.push_back(
-      app.add_option("--causal", t.causal, "true|false: causal masking of a capture that does not record it"));
+      app.add_option("--causal", t.causal,
+                     "true|false|top-left|bottom-right: causal masking of a capture that does not record it; with "
+                     "query length != key length the mask's alignment: top-left (key j <= row i: PyTorch's "
+                     "is_causal) or bottom-right (j <= i + Nk - N: FlashAttention >= 2.1, what true means)"));
   if (with_dtype)
     added.push_back(
         app.add_option("--dtype", t.dtype,
@@ -46,13 +52,14 @@ CaptureOptions capture_options_or_throw(const CaptureOptionText& t) {
     o.softmax_scale = scale;
   }
   if (!t.causal.empty()) {
-    if (t.causal == "true" || t.causal == "1")
-      o.causal = true;
-    else if (t.causal == "false" || t.causal == "0")
-      o.causal = false;
-    else
-      throw InputError("--causal " + t.causal + ": expected true or false");
+    const auto statement = parse_causal_statement(t.causal);
+    if (!statement) throw InputError("--causal " + t.causal + ": expected " + std::string(kCausalStatementValues));
+    o.set_causal(*statement);
   }
+  // One line on stderr, however many captures (bias-test reads a directory's, in threads)
+  // leave the alignment to the default: stdout stays the report.
+  auto noted = std::make_shared<std::once_flag>();
+  o.note = [noted](const std::string& line) { std::call_once(*noted, [&] { std::cerr << "note: " << line << "\n"; }); };
   if (!t.dtype.empty()) o.dtype = parse_format_or_throw(t.dtype, "--dtype");
   const auto layout = parse_capture_layout(t.layout);
   if (!layout) throw InputError("--layout " + t.layout + ": expected auto, bhsd or bshd");

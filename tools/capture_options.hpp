@@ -3,7 +3,10 @@
 //
 //   --source cuda:<gpu>|emulated|unknown   where the capture came from
 //   --scale X                              softmax scale (finite, positive)
-//   --causal true|false
+//   --causal true|false|top-left|bottom-right   causal masking; with N != Nk its alignment:
+//                                          top-left (PyTorch's is_causal) or bottom-right
+//                                          (FlashAttention >= 2.1; what a plain true means:
+//                                          a note on stderr says so when N != Nk)
 //   --dtype F                              the format of q, k, v (and of uint16/uint8 arrays)
 //   --layout auto|bhsd|bshd                [batch, heads, seq, dim] or flash_attn's [b, s, h, d]
 // `import` also takes --model NAME (the kernel that produced the capture, kept as metadata);

@@ -128,6 +128,10 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   const bool has_verdict = !r.no_verdict;
   std::cout << "bias-test: " << r.subject << "\n" << r.provenance << "\n";
   if (!r.delta_note.empty()) std::cout << r.delta_note << "\n";
+  if (r.rows_without_keys > 0)
+    std::cout << r.rows_without_keys
+              << " row(s) see no key (a causal mask with more queries than keys): O and delta are 0 there by every "
+                 "kernel's guard, so they are left out of the samples\n";
   std::cout << "samples: " << r.samples_note << "\n";
   std::cout << "error against exact:\n";
   print_stats("O", r.o, o.alpha, has_verdict);

@@ -20,6 +20,19 @@ struct ImportOptions {
   CaptureOptionText statement;
 };
 
+// The mask the written trace states, as replay will run it (attention/trace_inputs.hpp:
+// causal_alignment top-left, else bottom-right), and where the alignment came from.
+std::string mask_text(const Trace& trace) {
+  const TraceMetadata& md = trace.metadata();
+  if (!md.causal.value_or(false)) return md.causal ? "not causal" : "causality not recorded";
+  const bool top_left = md.causal_alignment == "top-left";
+  std::string text = std::string("causal, aligned ") +
+                     (top_left ? "top-left (key j <= row i)" : "bottom-right (key j <= row i + Nk - N)");
+  if (!md.causal_alignment) text += " by default: the trace does not state causal_alignment";
+  if (trace.rows() == trace.kv_rows()) text += "; with N = Nk both alignments are one mask";
+  return text;
+}
+
 int run_import(const ImportOptions& o) {
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
@@ -36,7 +49,7 @@ int run_import(const ImportOptions& o) {
   const TraceMetadata& md = trace.metadata();
   std::cout << "wrote " << o.out << ": " << provenance_text(md) << "; q [" << trace.batch() << "," << trace.heads()
             << "," << trace.rows() << "," << trace.head_dim() << "], k/v heads " << trace.kv_heads() << ", kv length "
-            << trace.kv_rows() << ", " << trace.file().tensors.size() << " tensors\n";
+            << trace.kv_rows() << ", " << trace.file().tensors.size() << " tensors, " << mask_text(trace) << "\n";
   if (!md.softmax_scale) std::cout << "note: no softmax scale recorded: replays will use 1/sqrt(head dim)\n";
   if (!md.causal) std::cout << "note: causality not recorded: replays will assume non-causal\n";
   return kExitOk;

@@ -222,6 +222,8 @@ int run_replay(const ReplayOptions& o) {
     api::ModelResolutionNotes resolution;
     model = api::refine_model(std::move(model), o.sfu_set, o.recipe, {}, &trace, &resolution);
     if (!resolution.sfu_note.empty()) notes.push_back(resolution.sfu_note);
+    for (std::string& n : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in)))
+      notes.push_back(std::move(n));
     // The recipe's tables are inputs too; they are known once it is read, before any output.
     for (const std::string& table : resolution.recipe_tables)
       for (const auto& [option, output] : {std::pair{"--plot", o.plot}, {"--sfu-record", o.sfu_record}})
@@ -509,6 +511,7 @@ int run_replay(const ReplayOptions& o) {
     j["sfu_hardware_measured"] = sfu_measured;
     if (!oracles.empty()) j["sfu_values_fallbacks"] = oracle_fallbacks;
     j["model_hardware_validated"] = model.recipe->hardware_validated();
+    if (!notes.empty()) j["notes"] = notes;
     j["rows_recomputed"] = rows_recomputed;
     j["rows"] = all_rows;
     if (!not_compared.empty()) j["not_compared"] = not_compared;

@@ -156,6 +156,48 @@ std::string shortest(double value) {
   return std::string(buffer.data(), ec == std::errc() ? end : buffer.data());
 }
 
+// Merges --causal into the keys causal and causal_alignment (capture_import.hpp: the
+// file's keys win, a contradiction is an error naming the option and the key, and a plain
+// "true" that leaves the alignment to the default with N != Nk is noted).
+void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view source) {
+  if (!o.causal && !o.causal_alignment) return;
+  const bool causal = o.causal.value_or(true);  // an alignment alone says causal
+  const std::string option_text =
+      "--causal " + (o.causal_alignment ? *o.causal_alignment : std::string(causal ? "true" : "false"));
+  if (o.causal_alignment && (!causal || (*o.causal_alignment != "bottom-right" && *o.causal_alignment != "top-left")))
+    fail(source, option_text + ": expected " + std::string(kCausalStatementValues));
+  auto& m = f.metadata;
+  const auto conflict = [&](std::string_view key, const std::string& theirs) {
+    fail(source, option_text + " conflicts with the file's __metadata__ " + std::string(key) + "=" +
+                     quoted_name(theirs) + " (the file's own metadata wins; drop --causal)");
+  };
+  const std::string causal_key(trace_keys::causal), alignment_key(trace_keys::causal_alignment);
+  if (const auto it = m.find(causal_key); it != m.end()) {
+    const std::string& s = it->second;
+    const bool theirs_true = s == "true" || s == "True" || s == "1";
+    const bool theirs_false = s == "false" || s == "False" || s == "0";
+    if (!(causal ? theirs_true : theirs_false)) conflict(trace_keys::causal, s);
+  }
+  const auto stated = m.find(alignment_key);
+  if (stated != m.end()) {
+    const std::string& theirs = stated->second;
+    // A plain "true" agrees with either alignment; a named one, or "false", only with itself.
+    const bool agrees =
+        o.causal_alignment ? theirs == *o.causal_alignment : (causal ? theirs != "none" : theirs == "none");
+    if (!agrees) conflict(trace_keys::causal_alignment, theirs);
+  }
+  m.emplace(causal_key, causal ? "true" : "false");
+  if (stated != m.end()) return;
+  m[alignment_key] = !causal ? "none" : o.causal_alignment.value_or("bottom-right");
+  const SafeTensor *q = f.find("q"), *k = f.find("k");
+  if (causal && !o.causal_alignment && o.note && q && k && q->shape.size() == 4 && k->shape.size() == 4 &&
+      q->shape[2] != k->shape[2])
+    o.note(std::string(source) + ": --causal true with query length " + std::to_string(q->shape[2]) +
+           " != key length " + std::to_string(k->shape[2]) +
+           ": assumed the causal mask aligned bottom-right (key j <= i + Nk - N: FlashAttention >= 2.1); "
+           "PyTorch's is_causal aligns it top-left (j <= i): say --causal top-left or --causal bottom-right");
+}
+
 void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view source) {
   auto& m = f.metadata;
   auto text = [](const std::string& s) { return std::optional<std::string>(s); };
@@ -170,14 +212,7 @@ void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view so
         return v;
       },
       source);
-  merge_option(
-      m, trace_keys::causal, o.causal, o.causal ? (*o.causal ? "true" : "false") : "", "--causal",
-      [](const std::string& s) -> std::optional<bool> {
-        if (s == "true" || s == "True" || s == "1") return true;
-        if (s == "false" || s == "False" || s == "0") return false;
-        return std::nullopt;
-      },
-      source);
+  merge_causal(f, o, source);
   // An explicit --dtype that q's own dtype contradicts is the option's fault: merged into the
   // metadata first, it was reported as the file's __metadata__ dtype.
   if (const SafeTensor* q = f.find("q"); o.dtype && q && !m.count(std::string(trace_keys::dtype)))
@@ -232,6 +267,13 @@ std::vector<std::filesystem::path> capture_files(const std::vector<std::filesyst
   if (arrays.empty()) fail(source, "directory holds no .npy files");
   std::sort(arrays.begin(), arrays.end());
   return arrays;
+}
+
+std::optional<CausalStatement> parse_causal_statement(std::string_view text) {
+  if (text == "true" || text == "1") return CausalStatement{true, std::nullopt};
+  if (text == "false" || text == "0" || text == "none") return CausalStatement{false, std::nullopt};
+  if (text == "top-left" || text == "bottom-right") return CausalStatement{true, std::string(text)};
+  return std::nullopt;
 }
 
 std::optional<CaptureLayout> parse_capture_layout(std::string_view text) {

@@ -22,14 +22,24 @@
 //   patterns, and uint8 as e4m3 or e5m2, only when options.dtype names that format;
 //   otherwise an integer q is an error saying so.
 // - Metadata: the file's own __metadata__ wins; an option that disagrees with it is an
-//   error naming both values. A capture with no source after the merge is an error: the
-//   source must be stated ("cuda:<gpu>", "emulated" or "unknown"); "unknown" is kept and is
-//   never treated as a hardware capture.
+//   error naming both values.
+// - Causal alignment: with the query length N != the key length Nk, "causal" is ambiguous:
+//   bottom-right (key j <= i + Nk - N: FlashAttention >= 2.1, the default) or top-left
+//   (j <= i: PyTorch's is_causal, SDPA's math path, FA2 before 2.1). The option names it
+//   (causal_alignment) or says only "causal" (causal true, alignment nullopt: the file's
+//   causal_alignment, else bottom-right). An option given writes both keys, causal and
+//   causal_alignment (none, bottom-right or top-left), where the file lacks them; one that
+//   contradicts either key is an error naming the option and the key. When a plain "causal"
+//   leaves the alignment to the default and N != Nk, `note` (when set) receives one line
+//   saying which alignment was assumed and how to choose the other. A capture with no source after the merge is an
+//   error: the source must be stated ("cuda:<gpu>", "emulated" or "unknown"); "unknown" is kept and is never treated as
+//   a hardware capture.
 // - Every defect throws TraceError with one line naming the file and what was wrong; the
 //   result passes the same validation as read_trace.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,15 +55,38 @@ enum class CaptureLayout { automatic, bhsd, bshd };
 // "auto", "bhsd", "bshd"; nullopt for anything else.
 std::optional<CaptureLayout> parse_capture_layout(std::string_view text);
 
+// What --causal (Python's causal=) states: causal or not, and the mask's alignment when named.
+struct CausalStatement {
+  bool causal = false;
+  std::optional<std::string> alignment;  // "bottom-right" or "top-left"; nullopt: not named
+};
+// The accepted spellings, for messages: the one list of them.
+inline constexpr std::string_view kCausalStatementValues = "true, false, top-left or bottom-right";
+// true|1 -> causal, alignment not named; false|0|none -> not causal; top-left|bottom-right ->
+// causal with that alignment. nullopt for anything else.
+std::optional<CausalStatement> parse_causal_statement(std::string_view text);
+
 struct CaptureOptions {
   std::optional<std::string> source;  // "cuda:<gpu>", "emulated" or "unknown"
   std::optional<std::string> model;   // the kernel that produced the capture (metadata "model")
   std::optional<double> softmax_scale;
   std::optional<bool> causal;
+  // With causal true: "bottom-right" or "top-left" when the option named the alignment;
+  // nullopt for a plain true (the file's causal_alignment, else bottom-right).
+  std::optional<std::string> causal_alignment;
   std::optional<Format> dtype;  // the format of q, k, v (and how integer arrays are read)
   CaptureLayout layout = CaptureLayout::automatic;
+  // Receives the note on an assumed alignment (see the contract above); may be empty.
+  std::function<void(const std::string&)> note;
 
-  bool any() const { return source || model || softmax_scale || causal || dtype || layout != CaptureLayout::automatic; }
+  void set_causal(const CausalStatement& statement) {
+    causal = statement.causal;
+    causal_alignment = statement.alignment;
+  }
+  bool any() const {
+    return source || model || softmax_scale || causal || causal_alignment || dtype ||
+           layout != CaptureLayout::automatic;
+  }
 };
 
 // Reads one capture: a single .safetensors or .npz file, or one or more .npy files, or a

@@ -128,6 +128,8 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
       fail(source, key_prefix(trace_keys::causal_alignment) + "says " + quoted_name(*v) + " but key 'causal' says " +
                        (*out.causal ? "true" : "false"));
     out.causal_alignment = std::string(*v);
+    // The alignment alone states causality: a trace saying top-left is never replayed unmasked.
+    if (!out.causal) out.causal = *v != "none";
   }
   return out;
 }

@@ -26,7 +26,9 @@
 //                      (Nk): a capture may state them; the shapes are what is read
 //   causal_alignment   optional: none (not causal), bottom-right (key j <= row i + Nk - N, FA2
 //                      >= 2.1, the default) or top-left (j <= i, PyTorch's is_causal); must
-//                      agree with causal where both are given
+//                      agree with causal where both are given, and states it where causal
+//                      is absent (TraceMetadata::causal is then true unless none). With
+//                      N = Nk the two alignments are one mask.
 //   any other key      kept in raw_metadata()
 // Contract: read_trace/parse_trace/Trace::from_safetensors either return a trace that
 // satisfies all of the above or throw TraceError with one line naming the file, the tensor

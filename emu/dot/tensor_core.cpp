@@ -254,7 +254,9 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
       normalisation_shift = F - lead;
       const double exact = times_power_of_two(static_cast<double>(sum), unit);
       const double got = output == fp32_rz ? static_cast<double>(std::bit_cast<float>(result)) : to_double(out, result);
-      output_residue = std::isfinite(got) ? exact - got : exact;
+      // An overflow to an infinity rounded away from zero: its residue exact - (±inf) is ∓inf,
+      // so the step's error -(truncated + residue) is that infinity, tallied "up".
+      output_residue = exact - got;
     }
     if (trace->tally_only) {
       trace->tally_only->add(carry_out, ev_round.tie, -(truncated_value + output_residue), sum >= 0);

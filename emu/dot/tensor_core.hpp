@@ -75,8 +75,9 @@ enum class ZeroTermPolicy : std::uint8_t {
 // - Overflow gives +-inf for every output (see DotOutput; follows Xie et al. 2025,
 //   measured on sm_90 only); an infinite C of a chained step then propagates. Tiny
 //   results become subnormal (no flush).
-// - k == 0 runs one step with C alone (C is re-rounded into the output, a no-op except
-//   for e8m13, where C is truncated to 13 fraction bits).
+// - k == 0 runs one step with C alone: C is re-rounded into the output by the step's rules
+//   (a value C keeps, except e8m13's truncation to 13 fraction bits; -0 becomes +0 by the zero
+//   rule, a NaN the canonical NaN). A negative k is treated as 0.
 
 struct TensorCoreModel {
   std::string_view name;  // "sm80", "sm90-mma", ...
@@ -123,7 +124,8 @@ struct DotStepEvent {
   int truncated_terms = 0;       // terms that lost bits to the truncation
   bool carry_out = false;        // the fixed-point sum carried past the largest exponent
   int normalisation_shift = 0;   // final left (+) or right (-) shift before output rounding
-  double output_residue = 0.0;   // what the output rounding removed (signed)
+  double output_residue = 0.0;   // what the output rounding removed (signed): exact - output,
+                                 // ∓inf when the output overflowed to ±inf
   // Additions to the published record (may be ignored by readers):
   int first_product = 0;         // index of the step's first product in a/b
   int fraction_bits = 0;         // F used for the truncation

@@ -790,7 +790,7 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
   lane_trace.tally_only = tally;
   DotTrace* const trace = tally != nullptr ? &lane_trace : nullptr;
   auto fused_dot_of_lane = [&](int r, int l, float c_value) {
-    scratch.column.resize(static_cast<std::size_t>(k));
+    scratch.column.resize(static_cast<std::size_t>(std::max(k, 0)));  // a negative k is 0, as in fused_dot
     for (int j = 0; j < k; ++j) scratch.column[static_cast<std::size_t>(j)] = b[static_cast<std::size_t>(j) * ldb + l];
     return fused_dot(model, c_value, a + static_cast<std::size_t>(r) * lda, scratch.column.data(), k, trace);
   };

@@ -26,6 +26,7 @@ import copy as _copy
 import operator as _operator
 import os as _os
 import re as _re
+import warnings as _warnings
 
 import numpy as _np
 
@@ -34,7 +35,7 @@ from . import _core
 __all__ = [
     "INEXACT", "UNDERFLOW", "OVERFLOW", "DIVBYZERO", "INVALID", "flags_string",
     "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot",
-    "AttentionResult", "RowTraces", "attention", "exact_attention", "BiasTestResult", "bias_test",
+    "ApproximateModelWarning", "AttentionResult", "RowTraces", "attention", "exact_attention", "BiasTestResult", "bias_test",
     "Trace", "load_trace", "save_trace", "format_info", "models", "dot_models", "dot_model", "scenarios",
 ]
 __version__ = "0.1.0"
@@ -191,6 +192,11 @@ def _refuse_narrow_signed(a: _np.ndarray, name: str) -> None:
                          f".view(torch.{a.dtype}).numpy().view(numpy.{unsigned})), values as floats")
 
 
+class ApproximateModelWarning(UserWarning):
+    """Raised as a warning by every run of a model that is a black-box fit, not bit-exact
+    (``cudnn-sdpa-sm90``): its text says how far it was measured from the hardware."""
+
+
 class Rounded:
     """Result of a rounding: ``bits`` (stored bit patterns, uint8/16/32 by the format's
     container), ``values`` (their exact values as float64, decoded on first access),
@@ -333,8 +339,10 @@ def dot_model(model: str, fmt: str = "bf16", *, fmt_b: str | None = None, kind: 
 
 
 def _dot_model_args(model, fmt, fmt_b, kind, scale_format, block):
-    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block <= 0):
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int)):
         raise TypeError(f"block: expected a positive int, got {_kind(block)}")
+    if block is not None and block <= 0:  # the right kind, a wrong value
+        raise ValueError(f"block: expected a positive int, got {block}")
     return (_str_arg("model", model), _str_arg("fmt", fmt), _str_arg("fmt_b", fmt_b, True) or "",
             _str_arg("kind", kind, True) or "", _str_arg("scale_format", scale_format, True) or "", block or 0)
 
@@ -449,7 +457,9 @@ class AttentionResult:
     rounding events of O's final cast (``o_cast``), of the P·V accumulation (``pv_dot_steps``,
     ``pv_buffer_events``), the cumulative error along the keys, the delta decomposition and a
     ``summary``; None when nothing was traced. ``exact_attention`` also sets
-    ``row_max``. ``sfu`` describes the special-function models used. ``backward(do)`` runs the
+    ``row_max``. ``sfu`` describes the special-function models used; ``notes``: what this run's shape takes
+    of the model that no capture measured (``replay`` prints the same lines); ``warning`` is an approximate model's
+    note (``cudnn-sdpa-sm90``, a black-box fit; also issued as an ``ApproximateModelWarning``), else None. ``backward(do)`` runs the
     model's backward from this forward when ``attention`` kept it (``keep_forward=True``)."""
 
     def __init__(self, d: dict, lead: tuple, kv_lead: tuple | None = None):
@@ -468,6 +478,8 @@ class AttentionResult:
         self.dtype = d["dtype"]
         self.output_format = d["output_format"]
         self.sfu = d.get("sfu")
+        self.warning = d.get("warning") or None
+        self.notes = list(d.get("notes") or [])
         self.traces = None if d["traces"] is None else RowTraces._of_engine(d["traces"])
         self._kept = d.get("kept_forward")
         self._lead, self._kv_lead = lead, kv_lead
@@ -557,7 +569,8 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     axes (batch, head); k and v [..., Nk, D] may have fewer heads than q (grouped-query) and
     another length Nk (decoding with a KV cache, cross-attention); ``causal`` then aligns the
     mask bottom-right as FlashAttention does (query row i sees keys j <= i + Nk - N; rows that
-    see no key get O = 0 and LSE = +inf; a trace's ``causal_alignment`` top-left is replayed
+    see no key get O = 0 and the LSE the kernel writes: +inf for FA2, -inf for FA3, FA4, CK and
+    Triton's kernels; a trace's ``causal_alignment`` top-left is replayed
     by ``flashbits replay``, not taken here). dK and dV have k's shape. Values exactly
     representable in the model's input format (``dtype``: bf16 by default, fp16 for float16
     input; models that name theirs use it; the fp8 models take bf16 and quantise it), or its
@@ -589,6 +602,8 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
                         dtype, _int_arg("seed", seed, unsigned=True), threads, plot_feature, _str_arg("sfu", sfu),
                         _bool_arg("keep_forward", keep_forward), dtype_given)
+    if d.get("warning"):  # an approximate model (a black-box fit) says so on every run, as the CLI does
+        _warnings.warn(d["warning"], ApproximateModelWarning, stacklevel=2)
     return AttentionResult(d, lead, kv_lead)
 
 
@@ -734,7 +749,7 @@ def _keyword_message(e: ValueError) -> ValueError:
 
 
 def load_trace(path, *, source: str | None = None, model: str | None = None, scale: float | None = None,
-               causal: bool | None = None, dtype: str | None = None, layout: str = "auto") -> Trace:
+               causal: bool | str | None = None, dtype: str | None = None, layout: str = "auto") -> Trace:
     """Read and validate a trace as ``flashbits replay`` does (ValueError naming the file,
     tensor or key on any defect).
 
@@ -743,14 +758,30 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     "emulated" or "unknown"), ``model``, ``scale``, ``causal`` and ``dtype`` supply what the
     file lacks (its own metadata wins; a disagreement is a ValueError naming the keyword);
     ``layout`` is "bhsd" (SDPA), "bshd" (flash_attn) or "auto"; k and v may have fewer heads
-    than q (GQA)."""
+    than q (GQA). ``causal`` is True, False, "top-left" (key j <= row i: PyTorch's
+    ``is_causal``) or "bottom-right" (j <= i + Nk - N: FlashAttention >= 2.1), as
+    ``--causal``: True leaves the alignment to the file's ``causal_alignment``, else
+    bottom-right, with a UserWarning saying so when the query and key lengths differ; the
+    alignment is written to the metadata's ``causal_alignment``."""
+    if isinstance(causal, (bool, _np.bool_)):
+        causal_text = "true" if causal else "false"
+    elif causal is None or (isinstance(causal, str) and causal in ("top-left", "bottom-right")):
+        causal_text = causal
+    else:
+        raise TypeError(f"causal: expected True, False, 'top-left' or 'bottom-right', got {causal!r}")
     args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
-            _float_arg("scale", scale, optional=True), _bool_arg("causal", causal, optional=True),
+            _float_arg("scale", scale, optional=True), causal_text,
             _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))
     try:
-        return Trace(_core.load_trace(*args))
+        d = _core.load_trace(*args)
     except ValueError as e:
         raise _keyword_message(e) from None
+    import warnings
+    for note in d.get("notes", ()):
+        # The CLI's note, with its options named as keywords (causal='top-left').
+        note = _re.sub(r"--causal (top-left|bottom-right)", r"causal='\1'", note).replace("--causal true", "causal=True")
+        warnings.warn(note, UserWarning, stacklevel=2)
+    return Trace(d)
 
 
 _ROW_TENSORS = ("lse", "delta", "m", "l")

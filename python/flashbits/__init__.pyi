@@ -24,6 +24,8 @@ Row = int | tuple[int, int] | tuple[int, int, int]
 
 def flags_string(flags: int) -> str: ...
 
+class ApproximateModelWarning(UserWarning): ...
+
 class Rounded:
     bits: npt.NDArray[np.unsignedinteger[Any]]
     format: str
@@ -74,6 +76,8 @@ class AttentionResult:
     dtype: str
     output_format: str
     sfu: str | None
+    warning: str | None
+    notes: list[str]
     traces: RowTraces | None
     def backward(self, do: ArrayLike, *, threads: int | None = None) -> AttentionResult: ...
 
@@ -121,7 +125,8 @@ def load_trace(
     source: str | None = ...,
     model: str | None = ...,
     scale: float | None = ...,
-    causal: bool | None = ...,
+    # True, False, "top-left" (PyTorch's is_causal) or "bottom-right" (FlashAttention >= 2.1)
+    causal: bool | str | None = ...,
     dtype: str | None = ...,
     layout: str = ...,
 ) -> Trace: ...

@@ -236,6 +236,10 @@ pyb::dict result_dict(const attn::AttentionOutputs& out, const attn::ModelHandle
   d["dtype"] = std::string(model.recipe->input.name);
   d["output_format"] = std::string(model.recipe->output.name);
   d["sfu"] = fb::attn::sfu_report(*model.recipe, true);
+  d["warning"] = model.recipe->warning;  // an approximate model says so (cudnn-sdpa-sm90), as the CLI does
+  pyb::list notes;                       // what this shape takes that no capture measured, as replay says
+  for (const std::string& n : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in))) notes.append(n);
+  d["notes"] = notes;
   d["traces"] = pyb::none();
   d["kept_forward"] = pyb::none();
   return d;

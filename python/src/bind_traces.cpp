@@ -7,7 +7,9 @@
 //   (every key, as strings), each tensor's exact values (float64) and its dtype. A bare
 //   capture (a .safetensors dump without metadata, an .npz, a directory of .npy files;
 //   bshd layout; grouped-query) is read as `flashbits import` reads it, with what it lacks
-//   given as source/model/scale/causal/dtype/layout (traces/capture_import.hpp).
+//   given as source/model/scale/causal/dtype/layout (traces/capture_import.hpp). causal is
+//   the CLI's --causal text (true, false, top-left, bottom-right); "notes" lists the lines
+//   the CLI prints as notes on stderr (an alignment assumed for a plain true with N != Nk).
 // - save_trace(path, tensors, metadata) encodes each tensor in its format (values must be
 //   exactly representable, bit patterns of the format's container width and valid:
 //   operand_bits), serialises, validates the bytes with the reader (parse_trace) and writes
@@ -16,6 +18,8 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "traces/capture_import.hpp"
@@ -26,8 +30,9 @@ namespace fb::py {
 namespace {
 
 pyb::dict load_trace(const std::string& path, const std::optional<std::string>& source,
-                     const std::optional<std::string>& model, std::optional<double> scale, std::optional<bool> causal,
-                     const std::optional<std::string>& dtype, const std::string& layout) {
+                     const std::optional<std::string>& model, std::optional<double> scale,
+                     const std::optional<std::string>& causal, const std::optional<std::string>& dtype,
+                     const std::string& layout) {
   CaptureOptions options;
   if (source) {
     if (!is_valid_source(*source))
@@ -39,7 +44,13 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
     if (!std::isfinite(*scale) || !(*scale > 0)) throw api::InputError("scale: expected a finite positive number");
     options.softmax_scale = scale;
   }
-  options.causal = causal;
+  if (causal) {
+    const auto statement = parse_causal_statement(*causal);
+    if (!statement) throw api::InputError("causal " + *causal + ": expected " + std::string(kCausalStatementValues));
+    options.set_causal(*statement);
+  }
+  std::vector<std::string> notes;  // the Python layer warns with them
+  options.note = [&notes](const std::string& line) { notes.push_back(line); };
   if (dtype) options.dtype = parse_fmt(*dtype, "dtype");
   const auto parsed_layout = parse_capture_layout(layout);
   if (!parsed_layout) throw api::InputError("layout " + layout + ": expected auto, bhsd or bshd");
@@ -64,6 +75,9 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   d["tensors"] = tensors;
   d["formats"] = dtypes;
   d["hardware"] = is_hardware_capture(trace);
+  pyb::list note_list;
+  for (const std::string& line : notes) note_list.append(line);
+  d["notes"] = note_list;
   return d;
 }
 

@@ -182,6 +182,37 @@ def test_bias_test_traces_matches_cli_json(cli, tmp_path):
     assert got.o_spread.elements == 2 * 64 * 32
 
 
+def test_bias_test_traces_leaves_out_rows_that_see_no_key(cli, tmp_path):
+    # A causal trace with more queries than keys: its first Nq - Nk rows see no key (O = 0 by
+    # every kernel's guard, no rounding error). The same trace cut to the rows that see keys
+    # (Nq = Nk: the bottom-right diagonal then starts at key 0, so every kept row sees the keys
+    # it saw) must give the same statistics; counted in, the empty rows would pull each mean
+    # toward 0 by the visible fraction.
+    rng = np.random.default_rng(11)
+    nq, nk = 48, 16
+    q = fb.round(rng.standard_normal((1, 4, nq, 32)), "bf16").values
+    k, v = (fb.round(rng.standard_normal((1, 2, nk, 32)) + 1.5, "bf16").values for _ in range(2))
+    do = fb.round(rng.standard_normal((1, 4, nq, 32)), "bf16").values
+    meta = {"source": "emulated", "model": "fa2-sm80", "causal": True, "dtype": "bf16", "kernel": "flashbits python"}
+    for name, rows in (("whole", slice(0, nq)), ("visible", slice(nq - nk, nq))):
+        r = fb.attention(q[:, :, rows], k, v, "fa2-sm80", do=do[:, :, rows], causal=True)
+        (tmp_path / name).mkdir()
+        fb.save_trace(tmp_path / name / "t.safetensors", q=q[:, :, rows], k=k, v=v, o=r.o, lse=r.lse,
+                      do=do[:, :, rows], delta=r.delta, metadata=meta)
+    runs = {}
+    for name in ("whole", "visible"):
+        rc, out, err = cli("bias-test", "--traces", str(tmp_path / name), "--json")
+        assert rc in (0, 1, 4), err
+        runs[name] = json.loads(out)
+    assert runs["whole"]["rows_without_keys"] == 4 * (nq - nk)
+    assert "rows_without_keys" not in runs["visible"]
+    for tensor in ("o", "delta"):
+        assert runs["whole"][tensor] == runs["visible"][tensor], tensor
+    assert runs["whole"]["o_spread"] == runs["visible"]["o_spread"]
+    rc, out, err = cli("bias-test", "--traces", str(tmp_path / "whole"))
+    assert f"{4 * (nq - nk)} row(s) see no key" in out
+
+
 @pytest.mark.parametrize("call, cli_args", [
     (lambda: fb.round(np.ones(3), "bf17"), ["op", "cvt", "bf17", "rne", "fp32:3f800000"]),
     (lambda: fb.round(np.ones(3), "bf16", "rnx"), ["op", "cvt", "bf16", "rnx", "fp32:3f800000"]),

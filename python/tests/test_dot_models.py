@@ -227,6 +227,8 @@ def test_dot_model_describes_every_family():
     (lambda: fb.dot("sm80", np.ones((1, 2)), np.ones((1, 2)), scale_a=np.ones((1, 1), np.uint8)),
      ["takes no scales"]),
     (lambda: fb.dot("sm80", np.ones((1, 2)), np.ones((1, 2)), block=16), ["give kind"]),
+    (lambda: fb.dot("sm80", np.ones((1, 2)), np.ones((1, 2)), block=0), ["block", "positive"]),
+    (lambda: fb.dot("sm80", np.ones((1, 2)), np.ones((1, 2)), block=-1), ["block", "got -1"]),
 ], ids=lambda v: None)
 def test_bad_arguments_name_the_problem(call, words):
     with pytest.raises(ValueError) as e:

@@ -437,3 +437,30 @@ def test_load_trace_names_its_keywords_not_the_clis_options(tmp_path):
         fb.load_trace(tmp_path / "bare.npz", source="unknown")
     with pytest.raises(ValueError, match=r"does not say where it came from: pass source=cuda:<gpu> "):
         fb.load_trace(tmp_path / "bare.npz", layout="bhsd")
+
+
+def test_an_approximate_model_warns_on_every_run():
+    # cudnn-sdpa-sm90 is a black-box fit (not bit-exact): the CLI prints its note, and the module
+    # issues it as an ApproximateModelWarning and keeps it on the result; a bit-exact model does not.
+    import warnings
+    q, k, v = bf16((1, 2, 64, 64), 31), bf16((1, 2, 64, 64), 32), bf16((1, 2, 64, 64), 33)
+    with pytest.warns(fb.ApproximateModelWarning, match="black-box fit"):
+        r = fb.attention(q, k, v, "cudnn-sdpa-sm90")
+    assert "not bit-exact" in r.warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fb.attention(q, k, v, "fa2-sm90").warning is None
+
+
+def test_notes_name_what_no_capture_measured_for_this_shape():
+    # Shapes a model takes from its source but no hardware capture covered say so with the run
+    # (replay prints the same lines); a shape the captures cover has no note.
+    q, do = bf16((1, 2, 64, 64), 41), bf16((1, 2, 64, 64), 42)
+    k, v = bf16((1, 1, 64, 64), 43), bf16((1, 1, 64, 64), 44)  # one kv head for two query heads
+    flex = fb.attention(q, k, v, "flex-attention-sm90", do=do)
+    assert any("flex-decoding kernel" in n for n in flex.notes), flex.notes
+    assert any("grouped-query dK and dV" in n and "ASSUMED" in n for n in flex.notes), flex.notes
+    assert fb.attention(q, k, v, "pytorch-fa2-sm90", do=do).notes == []  # FA2's own group reduction
+    math_long = fb.attention(bf16((1, 1, 2, 16), 45), bf16((1, 1, 1100, 16), 46), bf16((1, 1, 1100, 16), 47),
+                             "pytorch-math-sm90")
+    assert any("over 1024 keys" in n and "UNMEASURED" in n for n in math_long.notes), math_long.notes
