@@ -373,7 +373,7 @@ std::vector<KernelModelDescription> describe_kernel_models() {
        "apply_exp2_convert; flash_attn/cute/flash_fwd_sm100.py _TUNING_CONFIG (Dao-AILab/flash-attention "
        "0251105a)"});
   out.push_back(
-      {"+splitkv[:N|:auto][,sms=S][,combine=logsum|inv-sum]",
+      {"+splitkv[:P,...] (each P one of N, auto, sms=S, combine=logsum|inv-sum)",
        "FA2 models: the split-KV forward PyTorch's SDPA flash backend takes when batch*heads*ceil(seqlen_q/64) "
        "is below 0.8 * 2 * SMs (decoding): N splits of the KV blocks (block_n 256 for d <= 64, 128 for d <= 128, "
        "64 above), each normalised by its own l into an fp32 O_accum and LSE_accum (-inf when empty), then the "
@@ -381,8 +381,9 @@ std::vector<KernelModelDescription> describe_kernel_models() {
        "O = sum of fma(scale_s, O_accum_s) cast once. auto (default): num_splits_heuristic with S SMs (132 on "
        "sm90 models, 108 on sm80); combine=inv-sum: the newest upstream's scale expf(lse_s - lse_max) / sum "
        "instead of expf(lse_s - lse). Combine's expf/logf: fast math on fa2-*, CUDA's expf and libdevice logf "
-       "(read from nvcc 13.0 PTX) on pytorch-fa2-*. UNMEASURED: no capture of a split run has been replayed; "
-       "which combine PyTorch 2.11 vendors is ASSUMED (logsum)",
+       "(read from nvcc 13.0 PTX) on pytorch-fa2-*. Measured: the H200's pytorch-fa2-sm90 captures of 2 to 8 "
+       "splits replay bit for bit under logsum (3 of the 5 differ under inv-sum); more than 32 splits, a GQA "
+       "decode and head dims over 128 UNMEASURED",
        "flash_api.cpp num_splits_heuristic, set_params_splitkv (pytorch/pytorch ef3d5c9e; Dao-AILab/"
        "flash-attention 0251105a lines 281-347); flash_fwd_kernel.h compute_attn_1rowblock_splitkv:535-581, "
        "combine_attn_seqk_parallel:1118-1299; flash_fwd_launch_template.h:136-191; utils.h Allreduce:112-131 "

@@ -962,7 +962,9 @@ KernelModel standard_fp8(const Format& dtype) {
   KernelModel m = standard(formats::fp16);
   m.base = "standard-fp8";
   m.description =
-      "FA3 paper's baseline fp8: materialised attention, Q, K, V per-tensor e4m3, fp8 GEMMs on "
+      "FA3 paper's baseline fp8: materialised attention, Q, K, V e4m3 with one scale per (batch, kv head) as "
+      "fa3-fp8-sm90 (the paper's per-tensor baseline has one per tensor: the same for one batch and head), "
+      "fp8 GEMMs on "
       "sm90-wgmma with fp32 promotion every 128 products, scores and softmax output in fp16 (fp32 "
       "inside), P quantised as e4m3(P*448), O in fp16; forward only (backward: delta from O, dO)";
   m.sources =

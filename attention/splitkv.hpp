@@ -40,7 +40,7 @@
 namespace fb::attn {
 
 int fa2_num_splits_heuristic(int batch_nheads_mblocks, int num_sms, int num_n_blocks, int max_splits);
-// The split kernel's kBlockN for head dim d (flash_fwd_launch_template.h run_mha_fwd_splitkv_dispatch:183).
+// The split kernel's kBlockN for head dim d (flash_fwd_launch_template.h run_mha_fwd_splitkv_dispatch:184).
 int fa2_splitkv_block_n(int head_dim);
 // The split count PyTorch's mha_fwd runs for this shape: km.splitkv.num_splits when given, else
 // the heuristic with km.splitkv.sm_count. causal only matters through seqlen_q == 1.

@@ -452,7 +452,8 @@ class AttentionResult:
     """Outputs of one attention run, shaped like the inputs: ``o`` [..., N, D], ``lse`` [..., N]
     (natural log), and with ``do``: ``delta`` [..., N], ``dq``, ``dk``, ``dv`` (None when the
     model has no such output). ``model`` is the canonical model name, ``scale`` the softmax scale
-    used, ``dtype``/``output_format`` the formats. ``traces``: the traced rows (``RowTraces``, a
+    used, ``dtype`` the input format and ``output_format`` the format O's values are in (where
+    the kernel keeps O: fp64 for a model that keeps it unrounded, ``golden-fp64-*``). ``traces``: the traced rows (``RowTraces``, a
     sequence whose rows become dicts as they are read), per row a dict with its KV tiles, the
     rounding events of O's final cast (``o_cast``), of the P·V accumulation (``pv_dot_steps``,
     ``pv_buffer_events``), the cumulative error along the keys, the delta decomposition and a

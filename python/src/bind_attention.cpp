@@ -234,7 +234,10 @@ pyb::dict result_dict(const attn::AttentionOutputs& out, const attn::ModelHandle
   d["model"] = model.name;
   d["scale"] = in.softmax_scale;
   d["dtype"] = std::string(model.recipe->input.name);
-  d["output_format"] = std::string(model.recipe->output.name);
+  // The format O's values are in: where the kernel keeps O (an fp32-storage recipe: fp32), fp64
+  // where it keeps O unrounded (golden-fp64-*), not the nominal output dtype.
+  const std::optional<Format> o_format = attn::stored_o_format(*model.recipe);
+  d["output_format"] = o_format ? std::string(o_format->name) : std::string("fp64");
   d["sfu"] = fb::attn::sfu_report(*model.recipe, true);
   d["warning"] = model.recipe->warning;  // an approximate model says so (cudnn-sdpa-sm90), as the CLI does
   pyb::list notes;                       // what this shape takes that no capture measured, as replay says

@@ -464,3 +464,14 @@ def test_notes_name_what_no_capture_measured_for_this_shape():
     math_long = fb.attention(bf16((1, 1, 2, 16), 45), bf16((1, 1, 1100, 16), 46), bf16((1, 1, 1100, 16), 47),
                              "pytorch-math-sm90")
     assert any("over 1024 keys" in n and "UNMEASURED" in n for n in math_long.notes), math_long.notes
+
+
+def test_output_format_is_the_format_of_os_values():
+    # golden-fp64-* keeps O unrounded in fp64 (its nominal output is fp32); output_format says
+    # where O's values are, checked against the values themselves.
+    q, k, v = bf16((1, 1, 16, 16), 51), bf16((1, 1, 16, 16), 52), bf16((1, 1, 16, 16), 53)
+    g = fb.attention(q, k, v, "golden-fp64-flash")
+    assert g.output_format == "fp64"
+    assert not np.array_equal(g.o.astype(np.float32).astype(np.float64), g.o)  # not fp32 values
+    b = fb.attention(q, k, v, "fa2-sm80")
+    assert b.output_format == "bf16" and np.array_equal(fb.round(b.o, "bf16").values, b.o)

@@ -1,4 +1,4 @@
-# +splitkv through the Python module (docs/DESIGN.md §6 "Split-KV", UNMEASURED): the model name
+# +splitkv through the Python module (docs/DESIGN.md §6 "Split-KV"; H200 captures replay): the model name
 # passes through fb.attention as any other; one split is the base model bit for bit; a decode
 # that splits differs from it in some bits but stays within bf16 rounding of numpy's attention.
 import numpy as np
