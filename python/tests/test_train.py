@@ -458,7 +458,8 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path, corpus):
     env = dict(os.environ, PYTHONPATH=BUILD_PYTHON, PYTHONDONTWRITEBYTECODE="1")
     args = [sys.executable, "-m", "flashbits.train", "--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path),
             "--arms", "fa-bf16acc", "--seeds", "0", "--steps", "1000000"]
-    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
     run = tmp_path / "runs" / "fa-bf16acc" / "seed0"
     # The progress line (stderr is not a terminal: one line at the first step, then every 30 s)
     # says the step loop runs; Ctrl-C from then on must checkpoint.
@@ -579,9 +580,13 @@ def test_the_forced_ties_batch_is_formed_in_an_fp16_models_format(tmp_path):
 def test_ctrl_c_while_the_fork_trains_says_so(tmp_path, corpus):
     import signal
     env = dict(os.environ, PYTHONPATH=BUILD_PYTHON, PYTHONDONTWRITEBYTECODE="1")
+    # A shell that starts a job in the background (a CI runner may) leaves SIGINT ignored in its
+    # children, and Python then raises no KeyboardInterrupt: give the child the default, as a
+    # terminal would.
     p = subprocess.Popen([sys.executable, "-m", "flashbits.train", "--preset", "smoke", "--corpus", corpus, "--out",
                           str(tmp_path), "--arms", "fp32", "--seeds", "0", "--fork-step", "1000000"],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in p.stderr:
         seen.append(line)
