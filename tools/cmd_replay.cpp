@@ -436,7 +436,8 @@ int run_replay(const ReplayOptions& o) {
     comparisons.push_back(compare(o, trace, name, **tensor));
     group_summed_gradient |= name != std::string("dq") && trace.kv_heads() < trace.heads();
   }
-  if (group_summed_gradient)
+  // A model whose kernel reduces the group otherwise has its own note (unmeasured_shape_notes).
+  if (group_summed_gradient && model.recipe->gqa_reduction_as_fa2)
     notes.push_back(
         "note: grouped-query dk, dv: each q head's gradient in the output format, summed over its group in fp32 "
         "in head order and rounded once (FA2's mha_bwd sums with a PyTorch reduction; that order is ASSUMED, not "

@@ -22,7 +22,9 @@
 //   patterns, and uint8 as e4m3 or e5m2, only when options.dtype names that format;
 //   otherwise an integer q is an error saying so.
 // - Metadata: the file's own __metadata__ wins; an option that disagrees with it is an
-//   error naming both values.
+//   error naming both values. A capture with no source after the merge is an error: the
+//   source must be stated ("cuda:<gpu>", "emulated" or "unknown"); "unknown" is kept and is
+//   never treated as a hardware capture.
 // - Causal alignment: with the query length N != the key length Nk, "causal" is ambiguous:
 //   bottom-right (key j <= i + Nk - N: FlashAttention >= 2.1, the default) or top-left
 //   (j <= i: PyTorch's is_causal, SDPA's math path, FA2 before 2.1). The option names it
@@ -31,9 +33,7 @@
 //   causal_alignment (none, bottom-right or top-left), where the file lacks them; one that
 //   contradicts either key is an error naming the option and the key. When a plain "causal"
 //   leaves the alignment to the default and N != Nk, `note` (when set) receives one line
-//   saying which alignment was assumed and how to choose the other. A capture with no source after the merge is an
-//   error: the source must be stated ("cuda:<gpu>", "emulated" or "unknown"); "unknown" is kept and is never treated as
-//   a hardware capture.
+//   saying which alignment was assumed and how to choose the other.
 // - Every defect throws TraceError with one line naming the file and what was wrong; the
 //   result passes the same validation as read_trace.
 #pragma once
