@@ -276,6 +276,7 @@ double correctly_rounded_delta(const KernelModel& km, const double* d_o, const d
 // The reference a model's errors are measured against: `correctly-rounded` with the model's
 // input and output formats and its final cast's mode (+o-MODE), which rounds O alone
 // (reference_only_o_in_mode: the kernel's LSE, delta and gradients are RNE), named accordingly.
+// The reference of `correctly-rounded` (any +o-MODE) is that model itself, so its excess is 0.
 ModelHandle correctly_rounded_reference(const KernelModel& like);
 
 }  // namespace fb::attn

@@ -393,6 +393,14 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
 }
 
 ModelHandle correctly_rounded_reference(const KernelModel& like) {
+  // The reference's own floor is itself: `correctly-rounded+o-MODE` rounds every output in
+  // MODE, and measured against a reference that rounds O alone in MODE its delta and
+  // gradients would show an "excess" that is only the difference of the two modes.
+  if (like.structure == Structure::correctly_rounded)
+    return ModelHandle{like.base +
+                           (like.o_round != RoundingMode::rne ? "+o-" + std::string(to_string(like.o_round)) : "") +
+                           " (the model itself)",
+                       std::make_shared<const KernelModel>(like)};
   KernelModel m = correctly_rounded_recipe(like.input, like.output);
   m.o_round = like.o_round;
   m.o_sr_bits = like.o_sr_bits;

@@ -191,6 +191,14 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
           : "emulated model; SFU " + sfu_report(*model.recipe) + " -- parts of this model are unmeasured on hardware";
   for (const ModelHandle* m : {&model, run.against ? &*run.against : nullptr})
     if (m && !m->recipe->warning.empty()) report.warnings.push_back(m->name + ": " + m->recipe->warning);
+  // Every trial has run_trial's shape: one head, seqlen rows and keys, with the backward.
+  const RunShape shape{1, 1, 1, run.seqlen, run.seqlen, run.headdim, false, true};
+  for (const ModelHandle* m : {&model, run.against ? &*run.against : nullptr})
+    if (m)
+      for (std::string_view note : unmeasured_shape_notes(*m->recipe, shape)) {
+        if (note.starts_with("note: ")) note.remove_prefix(6);  // the printer adds its own
+        report.notes.push_back(m->name + ": " + std::string(note));
+      }
   std::vector<ItemResult> items(static_cast<std::size_t>(std::max(run.trials, 0)));
   for_each_item(run.trials, run.threads, hooks, [&](int t) {
     if (hooks.before_item) hooks.before_item();
@@ -472,6 +480,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
   if (r.rows_without_keys > 0) j["rows_without_keys"] = r.rows_without_keys;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
+  if (!r.notes.empty()) j["notes"] = r.notes;
   j["samples"] = r.samples_note;
   j["alpha"] = r.alpha;
   j["at_stake_ulps"] = r.at_stake;

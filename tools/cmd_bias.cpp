@@ -127,6 +127,7 @@ attn::BiasRun traces_run(const BiasOptions& o) {
 void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   const bool has_verdict = !r.no_verdict;
   std::cout << "bias-test: " << r.subject << "\n" << r.provenance << "\n";
+  for (const std::string& note : r.notes) std::cout << "note: " << note << "\n";
   if (!r.delta_note.empty()) std::cout << r.delta_note << "\n";
   if (r.rows_without_keys > 0)
     std::cout << r.rows_without_keys
