@@ -176,6 +176,39 @@ TEST_CASE("layout detection: lse decides where the shapes allow, ambiguity is an
   CHECK_THROWS_WITH_AS(import_capture(no_lse, o), doctest::Contains("layout is ambiguous"), TraceError);
   o.layout = CaptureLayout::bhsd;
   CHECK_NOTHROW(import_capture(no_lse, o));
+  // A bad shape in a [batch, seq, heads, dim] file: the schema reads the transposed tensors,
+  // and the message says so (a user holding dv [1,12,8,8] must not be left to wonder where
+  // [1,8,12,8] came from).
+  Safetensors bad = read_safetensors(dir / "bshd.safetensors");
+  for (SafeTensor& t : bad.tensors)
+    if (t.name == "dv") t.shape = {1, 12, 8, 8};  // same bytes as [1,24,4,8]
+  write_safetensors(dir / "bad_bshd.safetensors", bad);
+  o.layout = CaptureLayout::bshd;
+  std::string message;
+  try {
+    import_capture({dir / "bad_bshd.safetensors"}, o);
+  } catch (const TraceError& e) {
+    message = e.what();
+  }
+  CHECK_MESSAGE(message.find("tensor 'dv': shape [1,8,12,8]") != std::string::npos, message);
+  CHECK_MESSAGE(
+      message.find("the capture's [batch, seq, heads, dim] tensors were transposed on import") != std::string::npos,
+      message);
+  // A tensor the file calls 'query' is named as the file names it too.
+  Safetensors aliased = read_safetensors(dir / "bare.safetensors");
+  for (SafeTensor& t : aliased.tensors)
+    if (t.name == "q" || t.name == "query") t.name = "query", t.dtype = Dtype::U16;
+  write_safetensors(dir / "aliased.safetensors", aliased);
+  o.layout = CaptureLayout::bhsd;
+  o.dtype.reset();
+  message.clear();
+  try {
+    import_capture({dir / "aliased.safetensors"}, o);
+  } catch (const TraceError& e) {
+    message = e.what();
+  }
+  CHECK_MESSAGE(message.find("tensor 'q' is U16") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("(read the capture's 'query' as q)") != std::string::npos, message);
 }
 
 TEST_CASE("bare captures: every missing or conflicting statement is one clear error") {

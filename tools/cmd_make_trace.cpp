@@ -16,6 +16,7 @@
 #include "api/models.hpp"
 #include "tools/cli_common.hpp"
 #include "attention/trace_inputs.hpp"
+#include "traces/capture_import.hpp"
 #include "traces/trace.hpp"
 #include "studies/scenarios.hpp"
 
@@ -23,7 +24,7 @@ namespace fb::cli {
 namespace {
 
 struct MakeTraceOptions {
-  std::string model, scenario = "sink", out, dtype = "bf16";
+  std::string model, scenario = "sink", out, dtype = "bf16", causal;  // causal empty: not given
   CLI::Option* dtype_option = nullptr;
   int seqlen = 256, headdim = 64, seqlen_k = 0;  // seqlen_k 0: not given, = seqlen
   int batch = 1, heads = 1, kv_heads = 0;        // kv_heads 0: not given, = heads (--kv-heads 0 is refused)
@@ -76,6 +77,19 @@ int run_make_trace(const MakeTraceOptions& o) {
     throw InputError("--scenario " + o.scenario + ": " + e.what());
   }
   in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(o.headdim));
+  // The mask is the run's, not the scenario's: the same inputs, masked as the option says. A
+  // plain `true` takes the engine's default alignment, bottom-right, and the trace names it,
+  // so a replay never has to guess (with N = Nk the two alignments are one mask).
+  if (!o.causal.empty()) {
+    const auto statement = parse_causal_statement(o.causal);
+    if (!statement) throw InputError("--causal " + o.causal + ": expected " + std::string(kCausalStatementValues));
+    in.causal = statement->causal;
+    if (statement->alignment == "top-left") in.causal_alignment = attn::AttentionInputs::CausalAlignment::top_left;
+  }
+  // Parts of the model this shape takes that no capture measured, as replay names them (on
+  // stderr: stdout is make-trace's one line).
+  for (const std::string& note : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in)))
+    std::cerr << note << "\n";  // each begins "note: "
   attn::RunOptions opt;
   opt.seed = o.seed;
   opt.threads = jobs;
@@ -92,6 +106,9 @@ int run_make_trace(const MakeTraceOptions& o) {
   md.versions = "flashbits";
   md.softmax_scale = in.softmax_scale;
   md.causal = in.causal;
+  md.causal_alignment = !in.causal                                                                ? "none"
+                        : in.causal_alignment == attn::AttentionInputs::CausalAlignment::top_left ? "top-left"
+                                                                                                  : "bottom-right";
   md.dtype = model.recipe->input;
   if (model.recipe->structure == attn::Structure::online_softmax) {
     const auto t = model.recipe->tiles_for(o.headdim, o.seqlen, in.causal, seqlen_k);
@@ -122,7 +139,9 @@ int run_make_trace(const MakeTraceOptions& o) {
             << ", batch " << o.batch << ", heads " << o.heads
             << (kv_heads != o.heads ? " over kv heads " + std::to_string(kv_heads) : std::string()) << ", seqlen "
             << o.seqlen << (seqlen_k != o.seqlen ? ", kv length " + std::to_string(seqlen_k) : std::string())
-            << ", head dim " << o.headdim << (in.d_o ? ", with backward" : "") << ")\n";
+            << ", head dim " << o.headdim
+            << (in.causal ? std::string(", causal ") + *md.causal_alignment : std::string())
+            << (in.d_o ? ", with backward" : "") << ")\n";
   return kExitOk;
 }
 
@@ -146,6 +165,10 @@ Runner setup_make_trace(CLI::App& app) {
                      "dtype for models that do not name one: bf16 or fp16 (default bf16); fp32 makes a bare "
                      "`standard` standard-fp32");
   add_jobs_option(app, o->jobs);
+  app.add_option("--causal", o->causal,
+                 "true|false|top-left|bottom-right: mask row i to keys j <= i + SEQLEN_K - SEQLEN (bottom-right, "
+                 "FlashAttention >= 2.1, what true means) or j <= i (top-left, PyTorch's is_causal); the trace "
+                 "records causal and causal_alignment (default false)");
   app.add_flag("--backward", o->backward, "also run and record the backward (do, delta, dq, dk, dv)");
   app.add_option("--out", o->out, "output .safetensors file (written whole: a temporary file renamed into place)")
       ->required();

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "traces/metadata_bool.hpp"
 #include "traces/numpy_files.hpp"
 
 namespace fb {
@@ -41,16 +42,21 @@ std::string canonical_name(const std::string& name) {
   return name;
 }
 
-void rename_aliases(Safetensors& file, std::string_view source) {
+// Renames the file's tensors to the schema's names; returns (file's name, schema name) for
+// each tensor it renamed, for messages.
+std::vector<std::pair<std::string, std::string>> rename_aliases(Safetensors& file, std::string_view source) {
   std::map<std::string, std::string> claimed;  // schema name -> the file's name for it
+  std::vector<std::pair<std::string, std::string>> renamed;
   for (SafeTensor& t : file.tensors) {
     const std::string schema = canonical_name(t.name);
     const auto [it, fresh] = claimed.emplace(schema, t.name);
     if (!fresh)
       fail(source, "tensors " + quoted_name(it->second) + " and " + quoted_name(t.name) + " both name the schema's '" +
                        schema + "'; keep one");
+    if (schema != t.name) renamed.emplace_back(t.name, schema);
     t.name = schema;
   }
+  return renamed;
 }
 
 // Integer arrays holding bit patterns (numpy has no bf16 or fp8) become the named format.
@@ -174,9 +180,7 @@ void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view sour
   const std::string causal_key(trace_keys::causal), alignment_key(trace_keys::causal_alignment);
   if (const auto it = m.find(causal_key); it != m.end()) {
     const std::string& s = it->second;
-    const bool theirs_true = s == "true" || s == "True" || s == "1";
-    const bool theirs_false = s == "false" || s == "False" || s == "0";
-    if (!(causal ? theirs_true : theirs_false)) conflict(trace_keys::causal, s);
+    if (parse_metadata_bool(s) != causal) conflict(trace_keys::causal, s);
   }
   const auto stated = m.find(alignment_key);
   if (stated != m.end()) {
@@ -286,15 +290,36 @@ std::optional<CaptureLayout> parse_capture_layout(std::string_view text) {
 Trace import_capture(const std::vector<std::filesystem::path>& paths, const CaptureOptions& options) {
   std::string source;
   Safetensors file = load(paths, source);
-  rename_aliases(file, source);
-  reinterpret_bit_patterns(file, options.dtype, source);
-  if (decide_layout(file, options, source) == CaptureLayout::bshd)
-    for (SafeTensor& t : file.tensors)
-      if (t.shape.size() == 4 &&
-          std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) != kSequenceMajor.end())
-        transpose_sequence_major(t);
-  merge_metadata(file, options, source);
-  return Trace::from_safetensors(std::move(file), source);
+  const auto renamed = rename_aliases(file, source);
+  bool sequence_major = false;
+  try {
+    reinterpret_bit_patterns(file, options.dtype, source);
+    sequence_major = decide_layout(file, options, source) == CaptureLayout::bshd;
+    if (sequence_major)
+      for (SafeTensor& t : file.tensors)
+        if (t.shape.size() == 4 &&
+            std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) != kSequenceMajor.end())
+          transpose_sequence_major(t);
+    merge_metadata(file, options, source);
+    return Trace::from_safetensors(std::move(file), source);
+  } catch (const TraceError& e) {
+    // The messages name tensors and shapes as the schema reads them: a user holding 'query'
+    // [batch, seq, heads, dim] must be told how that reading came from the file, or the
+    // names and shapes in the message are not the ones in the file.
+    const std::string message = e.what();
+    std::string reading;
+    for (const auto& [theirs, schema] : renamed)  // those the message names: 'q', or q's
+      if (message.find("'" + schema + "'") != std::string::npos ||
+          message.find(" " + schema + "'s ") != std::string::npos)
+        reading += (reading.empty() ? "read the capture's " : ", ") + quoted_name(theirs) + " as " + schema;
+    if (sequence_major)
+      reading += (reading.empty() ? "" : "; ") +
+                 std::string(
+                     "shapes as [batch, heads, seq, dim]: the capture's [batch, seq, heads, dim] tensors "
+                     "were transposed on import");
+    if (reading.empty()) throw;
+    throw TraceError(message + " (" + reading + ")");
+  }
 }
 
 }  // namespace fb

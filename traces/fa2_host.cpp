@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "traces/metadata_bool.hpp"
+
 namespace fb::gpu {
 namespace {
 
@@ -108,8 +110,7 @@ void validate_fa2_problem(const Fa2Options& o) {
 }
 
 bool parse_fa2_bool(const std::string& text, const std::string& what) {
-  if (text == "true" || text == "True" || text == "1") return true;
-  if (text == "false" || text == "False" || text == "0") return false;
+  if (const auto value = parse_metadata_bool(text)) return *value;
   throw Fa2UsageError(what + ": expected true or false, got '" + text + "'");
 }
 

@@ -9,6 +9,8 @@
 #include <limits>
 #include <tuple>
 
+#include "traces/metadata_bool.hpp"
+
 namespace fb {
 
 namespace {
@@ -84,13 +86,8 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
     out.softmax_scale = scale;
   }
   if (const auto v = find_key(raw, trace_keys::causal)) {
-    if (*v == "true" || *v == "True" || *v == "1") {
-      out.causal = true;
-    } else if (*v == "false" || *v == "False" || *v == "0") {
-      out.causal = false;
-    } else {
-      fail(source, key_prefix(trace_keys::causal) + "expected true or false, got " + quoted_name(*v));
-    }
+    out.causal = parse_metadata_bool(*v);
+    if (!out.causal) fail(source, key_prefix(trace_keys::causal) + "expected true or false, got " + quoted_name(*v));
   }
   if (const auto v = find_key(raw, trace_keys::dtype)) {
     out.dtype = parse_trace_dtype(*v);
