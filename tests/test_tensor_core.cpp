@@ -124,9 +124,22 @@ struct RefModel {
 
 float fp32_of(std::uint32_t b) { return std::bit_cast<float>(b); }
 
+// One step of the reference (ref_dot's `steps`): the exact sum of C and the step's products
+// on the grid 2^-400 (ref_dot's kOffset), whether the aligned (truncated) sum is >= 0, and the
+// step's output bits. special: a NaN/inf step (no sum formed).
+struct RefStep {
+  bool special = false;
+  Big exact_sum = 0;
+  bool aligned_nonnegative = true;
+  Big aligned = 0;  // the aligned (truncated) sum, on the same grid
+  std::uint32_t d = 0;
+  int unit = 0;                    // the grid's exponent: largest - F
+  int lowest_removed = INT32_MAX;  // the lowest lsb of a term that lost bits to truncation
+};
+
 // The reference fused dot: returns bits of the accumulator format (fp32 or fp16).
 std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bits, const std::vector<std::uint32_t>& a,
-                      const std::vector<std::uint32_t>& b) {
+                      const std::vector<std::uint32_t>& b, std::vector<RefStep>* steps = nullptr) {
   const bool f16 = m.out == fb::DotOutput::fp16_rne;
   const RefFormat& acc = f16 ? kRefFp16 : kRefFp32;
   const std::uint32_t nan = f16 ? 0x7e00u : 0x7fc00000u;
@@ -163,11 +176,19 @@ std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bi
       terms.push_back({Cls::finite, neg, x.mant * y.mant, x.lsb + y.lsb, x.align + y.align});
     }
     std::uint32_t d = 0;
+    RefStep step;
     if (nan_seen || (pinf && ninf)) {
       d = nan;
+      step.special = true;
     } else if (pinf || ninf) {
       d = f16 ? (ninf ? 0xfc00u : 0x7c00u) : (ninf ? 0xff800000u : 0x7f800000u);
+      step.special = true;
     } else {
+      for (const RefValue& t : terms) {
+        if (t.cls == Cls::zero) continue;
+        const Big v = Big(t.mant) << (t.lsb + kOffset);
+        step.exact_sum += t.neg ? Big(-v) : v;
+      }
       bool all_neg_zero = true;
       int largest = INT32_MIN;
       for (const RefValue& t : terms) {
@@ -190,9 +211,13 @@ std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bi
             const Big v = Big(t.mant) << (t.lsb + kOffset);
             const Big q = v >> (lsb + kOffset);  // truncation toward zero of the magnitude
             sum += t.neg ? Big(-q) : q;
+            if ((q << (lsb + kOffset)) != v) step.lowest_removed = std::min(step.lowest_removed, t.lsb);
           }
         }
       }
+      step.aligned_nonnegative = sum >= 0;
+      step.unit = lsb;
+      step.aligned = sum << (lsb + kOffset);
       if (sum == 0) {
         // IEEE keeps -0 for a sum of -0s (exact-rne); the tensor cores give +0 for every exact
         // zero (measured on sm_90: the signed_zeros batch).
@@ -215,6 +240,8 @@ std::uint32_t ref_dot(const RefModel& m, const RefFormat& in, std::uint32_t c_bi
       }
     }
     c = d;
+    step.d = d;
+    if (steps) steps->push_back(step);
     i += n;
   } while (i < k);
   return c;
@@ -1329,4 +1356,319 @@ TEST_CASE("fused_dot_pairs matches the exact-integer reference and fused_dot on 
     }
     CHECK_MESSAGE(failures == 0, std::string(model.name) << " " << std::string(model.input.name));
   });
+}
+
+namespace {
+
+// What a step's error must be (DotStepEvent::error, DotStepTally): D - exact sum, computed here
+// on the reference's exact grid (integers, 2^-400) and rounded once to the nearest double by
+// MPFR, with its exact sign (-1, 0, +1); ±inf where D overflowed to ±inf. truncated: the
+// exact sum of what truncation removed (exact - aligned), rounded once; residue: aligned - D.
+bool same_double(double x, double y) {
+  return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y) || (x == 0.0 && y == 0.0) ||
+         (std::isnan(x) && std::isnan(y));
+}
+struct ExpectedStep {
+  double error, truncated, residue;
+  int sign;
+  Big exact_error = 0;  // on the grid (finite D only)
+};
+double big_grid_to_double(const Big& v) {
+  mpfr_t x;
+  mpfr_init2(x, 1100);
+  mpfr_set_str(x, v.str().c_str(), 10, MPFR_RNDN);  // exact: |v| < 2^1024
+  mpfr_mul_2si(x, x, -400, MPFR_RNDN);              // exact
+  const double d = mpfr_get_d(x, MPFR_RNDN);        // the one rounding
+  mpfr_clear(x);
+  return d;
+}
+ExpectedStep expected_step(const RefStep& st, bool f16) {
+  const RefValue dv = ref_decode(f16 ? kRefFp16 : kRefFp32, st.d);
+  const double truncated = big_grid_to_double(st.exact_sum - st.aligned);
+  if (dv.cls == Cls::inf) {
+    const double inf = dv.neg ? -INFINITY : INFINITY;
+    return {inf, truncated, -inf, dv.neg ? -1 : 1};
+  }
+  Big d = 0;
+  if (dv.cls == Cls::finite) d = Big(dv.mant) << (dv.lsb + 400);
+  if (dv.neg) d = -d;
+  const Big error = d - st.exact_sum;
+  return {big_grid_to_double(error), truncated, big_grid_to_double(st.aligned - d),
+          error > 0 ? 1 : (error < 0 ? -1 : 0), error};
+}
+// A finite non-zero double on the grid 2^-400 (exact: every value here is at least 2^-347).
+Big double_to_grid(double x) {
+  int e = 0;
+  const double f = std::frexp(std::fabs(x), &e);
+  const Big m(static_cast<std::uint64_t>(std::ldexp(f, 53)));
+  const Big v = m << (e - 53 + 400);
+  return x < 0 ? Big(-v) : v;
+}
+// Whether `got` is what DotStepEvent::error promises for the reference step (its contract,
+// emu/dot/tensor_core.hpp): the exact sign and zero-ness; the exact error rounded once where
+// the removed parts' fp64 sum is exact (every removed part's lowest bit at least 2^(unit-46)),
+// and wherever |got| <= 2^(2b-53) * 2^unit (2^b > the products per step); otherwise within
+// 2^(2b-54) * 2^unit plus half an ulp of got of the exact error.
+bool error_as_promised(const RefStep& st, const ExpectedStep& want, double got, int per_step) {
+  if ((got > 0 ? 1 : (got < 0 ? -1 : 0)) != want.sign) return false;
+  if (!std::isfinite(got) || !std::isfinite(want.error) || want.sign == 0) return same_double(got, want.error);
+  const int b = std::bit_width(static_cast<unsigned>(per_step));
+  const bool certified = st.lowest_removed == INT32_MAX || st.lowest_removed >= st.unit - 46;
+  if (certified || std::fabs(got) <= std::ldexp(1.0, 2 * b - 53 + st.unit)) return same_double(got, want.error);
+  int e = 0;
+  (void)std::frexp(got, &e);
+  const Big bound = (Big(1) << (2 * b - 54 + st.unit + 400)) + (Big(1) << (e - 54 + 400));
+  const Big diff = double_to_grid(got) - want.exact_error;
+  return (diff < 0 ? Big(-diff) : diff) <= bound;
+}
+struct ExpectedTally {
+  int up = 0, down = 0;
+  double signed_error = 0.0;
+  void add(const RefStep& st, bool f16) {
+    if (st.special) return;
+    const ExpectedStep e = expected_step(st, f16);
+    if (e.sign != 0) ++((e.sign > 0) == st.aligned_nonnegative ? up : down);
+    signed_error += e.error;
+  }
+};
+
+// The encoding of `value` in f, found by trying every pattern (decoded by the reference).
+std::uint32_t ref_encode(const RefFormat& f, double value) {
+  for (std::uint32_t bits = 0; bits < (1u << (1 + f.ebits + f.mbits)); ++bits)
+    if (static_cast<double>(ref_float(f, bits << f.shift)) == value &&
+        std::signbit(value) == ((bits >> (f.ebits + f.mbits)) != 0))
+      return bits << f.shift;
+  FAIL("no encoding of " << value << " in " << f.name);
+  return 0;
+}
+
+// The smallest positive power of two of an input format (its least subnormal).
+double least_power(const RefFormat& f) { return std::ldexp(1.0, 1 - f.bias - f.mbits); }
+
+}  // namespace
+
+TEST_CASE("step errors and rounding directions are exact where fp64 would absorb a remainder") {
+  // A step's error is output - exact sum; fp64 sums of what truncation removed lose a tiny
+  // remainder beside a big one (C = 1e-30 beside 2^-40) and can read 0 or the wrong sign.
+  // Each case's expected error comes from the reference's exact integers (rounded once by MPFR)
+  // and its direction from its exact sign against the aligned sum's: fused_dot's recorded
+  // events, its tally, and fused_dot_columns' tally on every instruction set must all give them.
+  const std::pair<const char*, const char*> presets[] = {{"sm80", "bf16"},
+                                                         {"sm80", "fp16"},
+                                                         {"sm90-mma", "bf16"},
+                                                         {"sm90-wgmma", "bf16"},
+                                                         {"sm90-wgmma", "fp16"},
+                                                         {"sm90-wgmma", "e4m3"},
+                                                         {"sm90-wgmma-f16acc", "fp16"},
+                                                         {"sm100", "bf16"},
+                                                         {"sm100", "e4m3"},
+                                                         {"sm100-f16acc", "e4m3"},
+                                                         {"sm70", "fp16"}};
+  int absorbing_cases = 0;
+  for (const auto& [name, input] : presets) {
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
+    REQUIRE(m != nullptr);
+    const RefFormat& in = ref_input(input);
+    const bool f16 = m->output == fb::DotOutput::fp16_rne;
+    CAPTURE(name);
+    CAPTURE(input);
+    const RefModel ref{m->products_per_step, m->fraction_bits, m->output};
+    // The step's largest product B*B, a pair s*s and -s*s below its grid 2^(2 log2 B - F),
+    // and C tiny beside s*s: fp64 in term order gives C + s^2 - s^2 = 0.
+    const double big = std::ldexp(1.0, std::min(8, (1 << in.ebits) - 2 - in.bias));
+    const double s = std::max(least_power(in), std::ldexp(1.0, -20));
+    const double t = std::max(least_power(in), std::ldexp(1.0, -50));
+    if (!(s * s < std::ldexp(big * big, -m->fraction_bits))) continue;  // s*s not truncated away
+    struct Case {
+      float c;
+      std::vector<double> a, b;
+    };
+    const std::vector<Case> cases = {
+        // a tiny C absorbed, the pair cancelling: exact error -C, rounded down (fp64: 0)
+        {1e-30f, {big, s, -s}, {big, s, s}},
+        {-1e-30f, {big, s, -s}, {big, s, s}},
+        {1e-30f, {-big, s, -s}, {big, s, s}},
+        // a tiny product absorbed by the pair: exact error +t^2 (fp64: 0)
+        {0.0f, {big, -t, s, -s}, {big, t, s, s}},
+        // the pair with a partly truncated product (a bit below the grid) beside it
+        {3e-38f, {big, s, -s, 1.5 * big}, {big, s, s, s}},
+    };
+    for (const Case& cs : cases) {
+      const int k = static_cast<int>(cs.a.size());
+      std::vector<float> a(cs.a.begin(), cs.a.end()), b(cs.b.begin(), cs.b.end());
+      std::vector<std::uint32_t> a_bits, b_bits;
+      for (int i = 0; i < k; ++i) {
+        a_bits.push_back(ref_encode(in, cs.a[static_cast<std::size_t>(i)]));
+        b_bits.push_back(ref_encode(in, cs.b[static_cast<std::size_t>(i)]));
+      }
+      // (An fp16 C: 1e-30 and 3e-38 are below fp16's range; its least subnormal, 2^-24, instead.)
+      const float c = f16 && cs.c != 0.0f ? std::copysign(std::ldexp(1.0f, -24), cs.c) : cs.c;
+      const std::uint32_t c_bits = f16 ? ref_encode(kRefFp16, c) : std::bit_cast<std::uint32_t>(c);
+      std::vector<RefStep> steps;
+      (void)ref_dot(ref, in, c_bits, a_bits, b_bits, &steps);
+      REQUIRE(steps.size() == 1);
+      const ExpectedStep want = expected_step(steps[0], f16);
+      CAPTURE(cs.c);
+      CAPTURE(k);
+      if (c != 0.0f || k == 4) {
+        CHECK(want.sign != 0);  // the case is one where fp64 in term order reads 0
+        ++absorbing_cases;
+      }
+      fb::DotTrace recorded;
+      (void)fb::fused_dot(*m, c, a.data(), b.data(), k, &recorded);
+      REQUIRE(recorded.steps.size() == 1);
+      const fb::DotStepEvent& ev = recorded.steps[0];
+      CHECK(same_double(ev.error, want.error));
+      CHECK(same_double(ev.truncated_value, want.truncated));
+      CHECK(same_double(ev.output_residue, want.residue));
+      ExpectedTally expected;
+      expected.add(steps[0], f16);
+      fb::DotStepTally tally;
+      fb::DotTrace tally_trace;
+      tally_trace.tally_only = &tally;
+      (void)fb::fused_dot(*m, c, a.data(), b.data(), k, &tally_trace);
+      CHECK(tally.rounded_up == expected.up);
+      CHECK(tally.rounded_down == expected.down);
+      CHECK(same_double(tally.signed_error, expected.signed_error));
+      for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
+        if (!fb::dot_isa_available(isa)) continue;
+        CAPTURE(static_cast<int>(isa));
+        float d = c;
+        fb::DotStepTally lanes;
+        fb::fused_dot_columns(*m, &d, a.data(), b.data(), 1, k, 1, &d, &lanes, nullptr, isa);
+        CHECK(lanes.rounded_up == expected.up);
+        CHECK(lanes.rounded_down == expected.down);
+        CHECK(same_double(lanes.signed_error, expected.signed_error));
+      }
+    }
+  }
+  CHECK(absorbing_cases >= 20);
+}
+
+TEST_CASE("random steps: exact errors and directions in fused_dot's events and tally and fused_dot_columns' tally") {
+  // Steps built to cancel and absorb: the step's largest product, then pairs x*y, -x*y,
+  // products tiny beside it (far below its grid) and middling ones, and C zero, tiny or not.
+  // Every lane's chain is checked step by step against the exact reference: the recorded
+  // error (rounded once), truncated_value and output_residue, and the up/down counts and fp64
+  // error sums of fused_dot's tally and of fused_dot_columns' tally on every instruction set.
+  const std::pair<const char*, const char*> presets[] = {
+      {"sm80", "bf16"},  {"sm90-wgmma", "bf16"},   {"sm90-wgmma", "fp16"}, {"sm90-wgmma", "e4m3"}, {"sm100", "bf16"},
+      {"sm100", "e4m3"}, {"sm100-f16acc", "fp16"}, {"sm90-mma", "tf32"},   {"sm70", "fp16"}};
+  const int trials = std::max(4, 60 / test_scale_divisor());
+  constexpr int kLanes = 19;
+  long long steps_checked = 0, nonzero_errors = 0, exactly_rounded = 0;
+  int preset_index = 0;
+  for (const auto& [name, input] : presets) {
+    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
+    REQUIRE(m != nullptr);
+    const RefFormat& in = ref_input(input);
+    const bool f16 = m->output == fb::DotOutput::fp16_rne;
+    const RefFormat& acc = f16 ? kRefFp16 : kRefFp32;
+    const RefModel ref{m->products_per_step, m->fraction_bits, m->output};
+    CAPTURE(name);
+    CAPTURE(input);
+    Gen g(0x7a11u + static_cast<std::uint64_t>(++preset_index) * 131u);
+    const int mid = in.bias;
+    const int field_max = (1 << in.ebits) - 2;
+    int failures = 0;
+    for (int trial = 0; trial < trials && failures < 5; ++trial) {
+      const int per_step = m->products_per_step;
+      const int k = per_step * g.range(1, 3) - g.range(0, per_step / 2);
+      std::vector<std::uint32_t> a(static_cast<std::size_t>(k));
+      std::vector<std::vector<std::uint32_t>> columns(kLanes, std::vector<std::uint32_t>(static_cast<std::size_t>(k)));
+      auto sign_flipped = [&](std::uint32_t x) { return x ^ ((1u << (in.ebits + in.mbits)) << in.shift); };
+      for (int i = 0; i < k; ++i) {
+        const auto ui = static_cast<std::size_t>(i);
+        const int kind = i % per_step == 0 ? 0 : g.range(0, 3);
+        if (kind == 1 && i + 1 < k && (i + 1) % per_step != 0) {  // a pair x*y, -x*y
+          a[ui] = g.value(in, 1, mid - 2);
+          a[ui + 1] = sign_flipped(a[ui]);
+          for (auto& col : columns) col[ui] = col[ui + 1] = g.value(in, 1, mid + 1);
+          ++i;
+          continue;
+        }
+        // 0: the step's largest; 2: tiny (the lowest exponents); 3: middling
+        a[ui] = kind == 0 ? g.value(in, mid, std::min(mid + 3, field_max))
+                          : (kind == 2 ? g.value(in, 0, 2) : g.value(in, mid - 12, mid));
+        for (auto& col : columns)
+          col[ui] = kind == 0 ? g.value(in, mid, std::min(mid + 3, field_max))
+                              : (kind == 2 ? g.value(in, 0, 3) : g.value(in, 1, mid));
+      }
+      std::vector<std::uint32_t> c_bits(kLanes);
+      for (auto& cb : c_bits) {
+        switch (g.range(0, 3)) {
+          case 0:
+            cb = 0;
+            break;
+          case 1:  // tiny
+            cb = g.value(acc, 0, 20);
+            break;
+          default:
+            cb = g.value(acc, acc.bias - 20, acc.bias + 3);
+        }
+      }
+      std::vector<float> af(static_cast<std::size_t>(k)), panel(static_cast<std::size_t>(k) * kLanes), cd(kLanes);
+      for (int i = 0; i < k; ++i) {
+        af[static_cast<std::size_t>(i)] = ref_float(in, a[static_cast<std::size_t>(i)]);
+        for (int l = 0; l < kLanes; ++l)
+          panel[static_cast<std::size_t>(i) * kLanes + static_cast<std::size_t>(l)] =
+              ref_float(in, columns[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)]);
+      }
+      for (int l = 0; l < kLanes; ++l)
+        cd[static_cast<std::size_t>(l)] = ref_float(acc, c_bits[static_cast<std::size_t>(l)]);
+
+      ExpectedTally expected;
+      double events_error_sum = 0.0;  // the recorded errors (each checked above), summed as a tally sums them
+      fb::DotStepTally tally;
+      fb::DotTrace tally_trace;
+      tally_trace.tally_only = &tally;
+      std::vector<float> column(static_cast<std::size_t>(k));
+      for (int l = 0; l < kLanes; ++l) {
+        std::vector<RefStep> steps;
+        (void)ref_dot(ref, in, c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)], &steps);
+        for (int i = 0; i < k; ++i)
+          column[static_cast<std::size_t>(i)] =
+              panel[static_cast<std::size_t>(i) * kLanes + static_cast<std::size_t>(l)];
+        fb::DotTrace recorded;
+        (void)fb::fused_dot(*m, cd[static_cast<std::size_t>(l)], af.data(), column.data(), k, &recorded);
+        (void)fb::fused_dot(*m, cd[static_cast<std::size_t>(l)], af.data(), column.data(), k, &tally_trace);
+        REQUIRE(recorded.steps.size() == steps.size());
+        for (std::size_t s = 0; s < steps.size(); ++s) {
+          expected.add(steps[s], f16);
+          if (steps[s].special) continue;
+          const ExpectedStep want = expected_step(steps[s], f16);
+          const fb::DotStepEvent& ev = recorded.steps[s];
+          ++steps_checked;
+          nonzero_errors += want.sign != 0 ? 1 : 0;
+          events_error_sum += ev.error;
+          const bool ok = error_as_promised(steps[s], want, ev.error, m->products_per_step) &&
+                          same_double(ev.truncated_value, want.truncated) &&
+                          same_double(ev.output_residue, want.residue);
+          exactly_rounded += same_double(ev.error, want.error) ? 1 : 0;
+          if (!ok && ++failures <= 5)
+            FAIL_CHECK(
+                "lane " << l << " step " << s << " "
+                        << describe_case(c_bits[static_cast<std::size_t>(l)], a, columns[static_cast<std::size_t>(l)])
+                        << ": error " << ev.error << " want " << want.error << ", truncated " << ev.truncated_value
+                        << " want " << want.truncated << ", residue " << ev.output_residue << " want " << want.residue);
+        }
+      }
+      CHECK(tally.rounded_up == expected.up);
+      CHECK(tally.rounded_down == expected.down);
+      CHECK(same_double(tally.signed_error, events_error_sum));
+      for (const fb::DotIsa isa : {fb::DotIsa::portable, fb::DotIsa::avx2, fb::DotIsa::avx512}) {
+        if (!fb::dot_isa_available(isa)) continue;
+        CAPTURE(static_cast<int>(isa));
+        std::vector<float> d = cd;
+        fb::DotStepTally lanes;
+        fb::fused_dot_columns(*m, d.data(), af.data(), panel.data(), kLanes, k, kLanes, d.data(), &lanes, nullptr, isa);
+        CHECK(lanes.rounded_up == expected.up);
+        CHECK(lanes.rounded_down == expected.down);
+        CHECK(same_double(lanes.signed_error, events_error_sum));
+      }
+    }
+  }
+  MESSAGE(steps_checked << " steps checked, " << nonzero_errors << " with a non-zero error, " << exactly_rounded
+                        << " with the error rounded once");
+  CHECK(steps_checked > 1000 / test_scale_divisor());
 }

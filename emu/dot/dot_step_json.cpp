@@ -14,7 +14,8 @@ nlohmann::ordered_json dot_step_json(const DotStepEvent& step) {
           {"first_product", step.first_product},
           {"fraction_bits", step.fraction_bits},
           {"aligned_sum", step.aligned_sum},
-          {"special", step.special}};
+          {"special", step.special},
+          {"error", step.error}};
 }
 
 }  // namespace fb

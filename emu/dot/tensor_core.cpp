@@ -78,6 +78,75 @@ std::uint32_t special_step(const TensorCoreModel& m, float c, const float* a, co
   return specials.result(accumulator_format(m));
 }
 
+// The exact sum of a traced step's parts (each a signed integer below 2^63 in magnitude times a
+// power of two: what truncation removed from each term, and the output residue), for the steps
+// whose parts span too many binades for an exact fp64 sum (fused_step_body's fast case): a
+// two's-complement integer of kLimbs 64-bit words in units of 2^base, base at or below every
+// part's exponent. Range: parts lie in [2^-298, 2^(E+2)) (the smallest product of two fp32
+// subnormals; E <= 256 for the fp32-range inputs) and the residue below 2^129, so at most
+// 298 + 258 bits above base plus 7 bits of carries for 65 parts: 640 bits hold any step.
+class ExactSum {
+ public:
+  explicit ExactSum(int base) : base_(base) {}
+  // Adds value * 2^exponent (exponent >= base, the top of the part below 2^(base + 630)).
+  void add(std::int64_t value, int exponent) {
+    const int offset = exponent - base_;
+    const int index = offset / 64, shift = offset % 64;
+    const __int128 shifted = static_cast<__int128>(value) * (static_cast<__int128>(1) << shift);
+    const std::uint64_t extension = shifted < 0 ? ~std::uint64_t{0} : 0;
+    std::uint64_t words[2] = {static_cast<std::uint64_t>(shifted), static_cast<std::uint64_t>(shifted >> 64)};
+    unsigned carry = 0;
+    for (int i = index; i < kLimbs; ++i) {
+      const std::uint64_t w = i - index < 2 ? words[i - index] : extension;
+      const std::uint64_t partial = limb_[i] + w;
+      const unsigned carried = partial < w ? 1u : 0u;
+      limb_[i] = partial + carry;
+      carry = carried | (limb_[i] < partial ? 1u : 0u);
+    }
+  }
+  // The sum rounded once to the nearest double (ties to even); +0 for an exact zero.
+  // Why correctly rounded: the magnitude's 63 leading bits (leading bit at bit 62) are taken
+  // exactly, and every bit below them ORed into bit 0 (a sticky bit); the integer-to-double
+  // conversion (IEEE 754, default rounding to nearest even, the only mode this program uses)
+  // drops 10 bits, so bit 0 lies below its round bit and decides only what a sticky bit
+  // decides: it rounds to nearest exactly as the full value would. The scaling by
+  // 2^(base + lead - 62) is exact: the result lies within [2^-298, 2^640), far inside fp64's
+  // normal range.
+  double rounded() const {
+    std::uint64_t magnitude[kLimbs];
+    const bool negative = (limb_[kLimbs - 1] >> 63) != 0;
+    unsigned carry = 1;
+    for (int i = 0; i < kLimbs; ++i) {
+      magnitude[i] = negative ? ~limb_[i] + carry : limb_[i];
+      carry = negative && carry != 0 && magnitude[i] == 0 ? 1u : 0u;
+    }
+    int top = kLimbs - 1;
+    while (top >= 0 && magnitude[top] == 0) --top;
+    if (top < 0) return 0.0;
+    const int lead = 64 * top + 63 - std::countl_zero(magnitude[top]);
+    const int low = lead - 62;  // the lowest bit kept: bits [low, lead] go to the conversion
+    std::uint64_t kept;
+    bool sticky = false;
+    if (low <= 0) {
+      kept = magnitude[0] << -low;
+    } else {
+      const int index = low / 64, shift = low % 64;
+      kept = magnitude[index] >> shift;
+      if (shift != 0 && index + 1 < kLimbs) kept |= magnitude[index + 1] << (64 - shift);
+      sticky = (magnitude[index] & ((std::uint64_t{1} << shift) - 1)) != 0;
+      for (int i = 0; i < index; ++i) sticky = sticky || magnitude[i] != 0;
+    }
+    const double value =
+        times_power_of_two(static_cast<double>(static_cast<std::int64_t>(kept | (sticky ? 1u : 0u))), base_ + low);
+    return negative ? -value : value;
+  }
+
+ private:
+  static constexpr int kLimbs = 10;
+  int base_;
+  std::uint64_t limb_[kLimbs] = {};
+};
+
 // The output rounding of a step's exact sum (sum * 2^unit) into the model's output.
 // An exact zero sum is +0 whatever the terms' signs (measured on sm_90, every form: C = -0
 // with every product -0 gives +0, where IEEE addition would keep -0).
@@ -204,16 +273,26 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
   const auto sum = static_cast<std::int64_t>(sum_bits);
   [[maybe_unused]] int truncated_terms = 0;
   [[maybe_unused]] double truncated_value = 0.0;
+  // kTrace: whether the removed parts' fp64 sum in term order (truncated_value) is exact.
+  [[maybe_unused]] bool removed_sum_exact = true;
+  [[maybe_unused]] std::uint64_t removed[kMaxTerms];
+  [[maybe_unused]] std::int64_t lowest_removed = std::numeric_limits<std::int64_t>::max();
   if constexpr (kTrace) {
     // What the truncation removed from each term: an integer pass the compiler vectorises
     // (the same shifts as truncated_term), then, only for terms that lost bits, one exact
-    // product each, summed in term order.
-    std::uint64_t removed[kMaxTerms];
+    // product each, summed in term order. Each removed part is below 2^unit in magnitude and a
+    // multiple of 2^lsb[i]: where every lsb is at least unit - 46, every partial sum of the at
+    // most 65 parts is an integer below 2^53 in units of 2^(unit - 46), so the fp64 sum is
+    // exact. Otherwise (a term far below the step's largest: a tiny C, or a small product
+    // beside a big one) it may have rounded: see `error` below.
     for (int i = 0; i <= n; ++i) {
       const std::int64_t right = std::min<std::int64_t>(std::max<std::int64_t>(unit - lsb[i], 0), 63);
       removed[i] = magnitude[i] & ((std::uint64_t{1} << right) - 1);
       truncated_terms += removed[i] != 0 ? 1 : 0;
+      lowest_removed = std::min(lowest_removed, removed[i] != 0 ? lsb[i] : std::numeric_limits<std::int64_t>::max());
     }
+    static_assert(kMaxTerms <= 65);
+    removed_sum_exact = lowest_removed >= unit - 46;
     if (truncated_terms != 0) {
       for (int i = 0; i <= n; ++i) {
         if (removed[i] == 0) continue;
@@ -258,8 +337,34 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
       // so the step's error -(truncated + residue) is that infinity, tallied "up".
       output_residue = exact - got;
     }
+    // The step's error output - exact = -(removed parts + residue) (DotStepEvent::error). With an
+    // exact truncated_value, v = -(truncated_value + residue) is one fp64 addition of two exact
+    // values (the residue is exact: a multiple of 2^unit below 2^(unit + F + 8)): the exact error
+    // rounded once. Otherwise truncated_value is within 2^(2b-54) * 2^unit of the exact sum (at
+    // most 2^b - 1 additions, 2^b > the products per step, each rounding by at most 2^(b-54) *
+    // 2^unit: the partial sums stay below 2^b * 2^unit), so v has the exact error's sign unless
+    // |v| <= 2^(2b-53) * 2^unit; only there is the exact error formed (ExactSum) and rounded once.
+    // fused_dot_columns' tallied kernel forms the same v and redoes the same near-zero steps here.
+    double error = -(truncated_value + output_residue);
+    const int term_bits = std::bit_width(static_cast<unsigned>(m.products_per_step > 0 ? m.products_per_step : n));
+    const bool near_zero = !removed_sum_exact && std::fabs(error) <= times_power_of_two(1.0, 2 * term_bits - 53 + unit);
+    if (!removed_sum_exact && (near_zero || !trace->tally_only)) {
+      ExactSum parts(static_cast<int>(lowest_removed));
+      for (int i = 0; i <= n; ++i) {
+        if (removed[i] == 0) continue;
+        const auto r = static_cast<std::int64_t>(removed[i]);
+        parts.add(sign_mask[i] != 0 ? -r : r, static_cast<int>(lsb[i]));
+      }
+      if (!trace->tally_only) truncated_value = parts.rounded();  // the record's: exact, rounded once
+      if (near_zero) {
+        // The residue as an integer number of units 2^unit (it is one, below 2^53 in magnitude;
+        // finite: an infinite error is not near zero).
+        parts.add(static_cast<std::int64_t>(times_power_of_two(output_residue, -unit)), unit);
+        error = -parts.rounded();
+      }
+    }
     if (trace->tally_only) {
-      trace->tally_only->add(carry_out, ev_round.tie, -(truncated_value + output_residue), sum >= 0);
+      trace->tally_only->add(carry_out, ev_round.tie, error, sum >= 0);
       return result;
     }
     // Every field written once, from values held apart (building the record field by
@@ -275,7 +380,8 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
                                         .fraction_bits = F,
                                         .aligned_sum = sum,
                                         .output_event = ev_round,
-                                        .special = false});
+                                        .special = false,
+                                        .error = error});
   }
   return result;
 }
@@ -466,6 +572,7 @@ std::uint32_t exact_dot(const TensorCoreModel& m, float c, const float* a, const
                               ? 0.0
                               : -std::ldexp(ev_round.error_ulps, ev_round.exponent - ev_round.kept_bits + 1);
     }
+    ev.error = -(ev.truncated_value + ev.output_residue);  // (truncated_value is 0: one step, no truncation)
     if (trace->tally_only) {
       trace->tally_only->add(ev);
       return r.bits;

@@ -117,10 +117,25 @@ std::span<const TensorCoreModel> tensor_core_models();
 const TensorCoreModel* find_tensor_core_model(std::string_view name, const Format& input);
 
 // What one fused step did (docs/DESIGN.md §3-4); the attention tracer builds on these.
+// Exactness: truncated_value is the exact signed sum of the removed parts rounded once to
+// double (to nearest even), and output_residue is exact. `error` (output - exact sum of C and
+// the products) has the exact sign, and is 0 exactly when the step is exact; its value is
+// v = -(T + output_residue), one fp64 addition, T the fp64 sum of the removed parts in term
+// order (C first). v is the exact error rounded once whenever T is exact, which holds when
+// every removed part's lowest bit is at least 2^(unit - 46), unit = 2^(largest_exponent - F)
+// (no term far below the step's largest; every step of typical data). Otherwise T is within
+// 2^(2b-54) units of the exact sum (2^b > products per step): v is used when
+// |v| > 2^(2b-53) units, where its sign is the exact one and it is within 2^(2b-54) units
+// (plus half an ulp) of the exact error; at or below that bound `error` is the exact error
+// rounded once (formed exactly). (Exact rounding everywhere would cost the tallied
+// fused_dot_columns kernel a wide sum per term.) -(truncated_value + output_residue) can
+// differ from `error` and even have the wrong sign or read 0: read a step's error from
+// `error`. (The exact-rne model, exact_rne output: one step, truncated_value 0,
+// output_residue from round_pack's error_ulps; error = -output_residue.)
 struct DotStepEvent {
   int largest_exponent = 0;      // alignment exponent of the step
   int terms = 0;                 // C plus the products in this step
-  double truncated_value = 0.0;  // signed sum of what truncation to F bits removed
+  double truncated_value = 0.0;  // signed sum of what truncation to F bits removed (exact, rounded once)
   int truncated_terms = 0;       // terms that lost bits to the truncation
   bool carry_out = false;        // the fixed-point sum carried past the largest exponent
   int normalisation_shift = 0;   // final left (+) or right (-) shift before output rounding
@@ -132,6 +147,9 @@ struct DotStepEvent {
   std::int64_t aligned_sum = 0;  // exact fixed-point sum, in units of 2^(largest_exponent - F)
   RoundingEvent output_event{};  // round_pack's event for the output rounding
   bool special = false;          // NaN/inf step: no fixed-point sum was formed
+  // output - (C + sum of the products): exact sign, exact zero-ness, value as above (±inf when
+  // the output overflowed; an exact step reads -0.0): the error DotStepTally counts and adds.
+  double error = 0.0;
 };
 // Per-term detail, recorded only when DotTrace::record_terms is set.
 struct DotTermEvent {
@@ -142,15 +160,16 @@ struct DotTermEvent {
   double truncated_value = 0.0;  // signed part removed by truncation to F bits
 };
 // Totals over traced steps, for callers that need only counts (the attention tracer
-// traces every P·V step of every traced row). A step's signed error is
-// -(truncated_value + output_residue); it rounded up (away from zero) when that error has
-// the sign of the aligned sum, down when the opposite. NaN/inf steps are not counted.
+// traces every P·V step of every traced row). A step's signed error is DotStepEvent::error
+// (output - exact, with the exact sign; its value is described there); it rounded up (away
+// from zero) when that error has the sign of the aligned sum, down when the opposite, neither
+// when it is 0. The direction is therefore exact for every step; signed_error is the fp64
+// sum of the steps' errors. NaN/inf steps are not counted.
 struct DotStepTally {
   int significand_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
   double signed_error = 0.0;  // summed step by step, in the order the steps ran
   void add(const DotStepEvent& step) {
-    if (!step.special)
-      add(step.carry_out, step.output_event.tie, -(step.truncated_value + step.output_residue), step.aligned_sum >= 0);
+    if (!step.special) add(step.carry_out, step.output_event.tie, step.error, step.aligned_sum >= 0);
   }
   void add(bool carry_out, bool tie, double error, bool sum_nonnegative) {
     significand_overflows += carry_out ? 1 : 0;
@@ -188,11 +207,16 @@ enum class DotIsa : std::uint8_t { portable, avx2, avx512, best };
 // fused_dot_rows' (null: computed here).
 // This is fused_dot_rows with one row (the blocked kernel below). With `tally`, every step of
 // every lane is also added to it as fused_dot with DotTrace::tally_only = tally would add it,
-// lane after lane (the same counts and the same signed error, summed in the same order): the
-// kernel's tallied form also keeps each term's truncation remainder (exact in fp32) and sums it
-// in fp64 in term order, then forms the step's error, carry-out and tie as fused_step_body
-// does. Lanes it cannot run exactly (its fallbacks, and steps where a term's remainder could be
-// inexact in fp32: a bit of the scaled term below 2^-149) run fused_dot itself, in lane order.
+// lane after lane (the same counts and the same signed error, summed in the same order; each
+// step's error with its exact sign and DotStepEvent::error's value): the kernel's tallied form
+// also keeps each term's truncation remainder (exact in fp32) and sums it in fp64 in term order,
+// then forms the step's error, carry-out and tie as fused_step_body does. That sum is certified
+// exact where every remainder's lowest bit is at least 2^(u-(53-b)) (u: the step's unit, 2^b >
+// the step's term count, judged from the terms' alignment exponents); a step not certified whose
+// error is within 2^(2b-53) * 2^u of zero is redone alone by fused_dot (its exact sum) from the C
+// the kernel recorded for it. Lanes it cannot run exactly (its fallbacks, and steps where a
+// term's remainder could be inexact in fp32: a bit of the scaled term below 2^-149) run
+// fused_dot itself, in lane order.
 void fused_dot_columns(const TensorCoreModel& model, const float* c, const float* a, const float* b, std::size_t ldb,
                        int k, int lanes, float* d, DotStepTally* tally = nullptr,
                        const std::int32_t* b_alignment = nullptr, DotIsa isa = DotIsa::best);

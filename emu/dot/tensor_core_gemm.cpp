@@ -84,6 +84,19 @@ struct StepRule {
   // accumulator (emin -126: a normal fp32 C is its own alignment exponent).
   bool narrow;
   std::uint32_t narrow_limit;
+  // The tallied kernel's remainder sum (each remainder in (-1, 1) in units 2^u) is exact in fp64
+  // when every remainder's lowest bit is at least 2^-(53 - b), 2^b > step (so 2^b >= the terms):
+  // its partial sums are then integers below 2^53 in those units. A product's lowest bit is at
+  // least 2^(A - 2m) (A its alignment exponent, m the input's fraction bits), C's at least
+  // 2^(A - 23): the sum is certified exact when every non-zero product has
+  // A >= u + exact_product_floor and a non-zero C has A >= u + exact_c_floor. (After the fields
+  // the untallied kernels read, so that their code stays as it was.)
+  std::int32_t exact_product_floor, exact_c_floor;
+  // Where the sum is not certified exact its error is still within 2^(2b-54) units of the exact
+  // sum (each of at most 2^b - 1 additions rounds by at most 2^(b-54): the partial sums stay
+  // below 2^b), so the step's error v = fl(removed * 2^u + residue) has the exact error's sign
+  // unless |v| <= near_zero * 2^u, near_zero = 2^(2b-53): only those steps are redone.
+  double near_zero;
 };
 
 StepRule step_rule(const TensorCoreModel& m) {
@@ -102,6 +115,8 @@ StepRule step_rule(const TensorCoreModel& m) {
     throw std::logic_error("step_rule: a toward-zero output whose normal range starts above 2^-125");
   const bool narrow =
       toward_zero && f < 29 && step_bound < (std::int64_t{1} << 32) && accumulator_format(m).emin() <= -126;
+  const int term_bits = std::bit_width(static_cast<unsigned>(std::max(m.products_per_step, 1)));  // 2^b > step
+  const int exact_bits = 53 - term_bits;
   return StepRule{
       f, m.products_per_step, chunk, f - 125, accumulator_format(m).emin(), m.output, out.man_bits, out.emin(),
       to_double(out, to_container(out, out.max_finite_pattern())), 52 - out.man_bits, std::ldexp(1.0, out.emin()),
@@ -109,7 +124,8 @@ StepRule step_rule(const TensorCoreModel& m) {
       m.output == DotOutput::fp16_rne, std::ldexp(1.0, f + 1), 2 * m.input.man_bits - 149,
       // The lowest bit a product can have is 2^(2(emin - m)); scaled by 2^-u, u up to
       // kHighestExponent - F, it stays at or above 2^-149 for fp16 and the fp8 formats.
-      2 * (m.input.emin() - m.input.man_bits) - std::max(0, kHighestExponent - f) < -149, narrow, narrow_limit};
+      2 * (m.input.emin() - m.input.man_bits) - std::max(0, kHighestExponent - f) < -149, narrow, narrow_limit,
+      2 * m.input.man_bits - exact_bits, formats::fp32.man_bits - exact_bits, std::ldexp(1.0, 2 * term_bits - 53)};
 }
 
 // DotStepTally's signed error over a block's steps, lane after lane, each lane's steps in order:
@@ -130,10 +146,13 @@ struct ErrorChain {
 };
 // What the tallied kernel writes per step s: the signed error of lane l at error[s * lanes + l]
 // (lanes: the block's G*W), and bit l of carry[s], tie[s], up[s], down[s] (DotStepTally::add's
-// counts); and the chain it continues.
+// counts); bit l of inexact[s] where that step's remainder sum is not certified exact
+// (StepRule::exact_product_floor) and its error is near zero (StepRule::near_zero): its error, up
+// and down are to be redone; the step's C at step_c[s * lanes + l]; and the chain it continues.
 struct TallyOut {
   double* error;
-  std::uint64_t *carry, *tie, *up, *down;
+  std::uint64_t *carry, *tie, *up, *down, *inexact;
+  float* step_c;
   ErrorChain* chain;
   int quota;
 };
@@ -217,11 +236,13 @@ struct Lanes {
   static void removed_start(Removed& r, F fraction) { r = fraction; }
   static void removed_add(Removed& r, F fraction) { r += static_cast<double>(fraction); }
   static void tally_step(const StepRule& rule, const Wide& sum, I unit, F result, Removed removed, double* error,
-                         std::uint64_t& carry, std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down) {
+                         std::uint64_t& carry, std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down,
+                         std::uint64_t& near_zero) {
     const double value = static_cast<double>(sum);
     const double exact = std::ldexp(value, unit);
     const double step_error = -(std::ldexp(removed, unit) + (exact - static_cast<double>(result)));
     *error = step_error;
+    near_zero = std::fabs(step_error) <= std::ldexp(rule.near_zero, unit);
     carry = std::fabs(value) >= rule.carry_from;
     const auto bits = std::bit_cast<std::uint64_t>(exact);
     const std::uint64_t low = (std::uint64_t{1} << rule.dropped) - 1, half = std::uint64_t{1} << (rule.dropped - 1);
@@ -414,7 +435,7 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static void tally_half(const StepRule& rule, __m256d sum, __m128i unit, __m256d got,
                                                        __m256d removed, double* error, int& carry, int& tie, int& up,
-                                                       int& down) {
+                                                       int& down, int& near_zero) {
     const __m256d sign = _mm256_set1_pd(-0.0);
     const __m256d power = _mm256_castsi256_pd(
         _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(unit), _mm256_set1_epi64x(1023)), 52));
@@ -422,6 +443,8 @@ struct Lanes {
     const __m256d residue = _mm256_sub_pd(exact, got);
     const __m256d step_error = _mm256_xor_pd(_mm256_add_pd(_mm256_mul_pd(removed, power), residue), sign);
     _mm256_storeu_pd(error, step_error);
+    near_zero = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, step_error),
+                                                 _mm256_mul_pd(power, _mm256_set1_pd(rule.near_zero)), _CMP_LE_OQ));
     carry = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, sum), _mm256_set1_pd(rule.carry_from), _CMP_GE_OQ));
     const __m256i low = _mm256_set1_epi64x((std::int64_t{1} << rule.dropped) - 1);
     const __m256i half = _mm256_set1_epi64x(std::int64_t{1} << (rule.dropped - 1));
@@ -448,12 +471,14 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static void tally_step(const StepRule& rule, const Wide& sum, I unit, F result,
                                                        const Removed& removed, double* error, std::uint64_t& carry,
-                                                       std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down) {
-    int carry_low, tie_low, up_low, down_low, carry_high, tie_high, up_high, down_high;
+                                                       std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down,
+                                                       std::uint64_t& near_zero) {
+    int carry_low, tie_low, up_low, down_low, carry_high, tie_high, up_high, down_high, near_low, near_high;
     tally_half(rule, sum.low, _mm256_castsi256_si128(unit), _mm256_cvtps_pd(_mm256_castps256_ps128(result)),
-               removed.low, error, carry_low, tie_low, up_low, down_low);
+               removed.low, error, carry_low, tie_low, up_low, down_low, near_low);
     tally_half(rule, sum.high, _mm256_extracti128_si256(unit, 1), _mm256_cvtps_pd(_mm256_extractf128_ps(result, 1)),
-               removed.high, error + 4, carry_high, tie_high, up_high, down_high);
+               removed.high, error + 4, carry_high, tie_high, up_high, down_high, near_high);
+    near_zero = static_cast<std::uint64_t>(near_low | (near_high << 4));
     carry = static_cast<std::uint64_t>(carry_low | (carry_high << 4));
     tie = static_cast<std::uint64_t>(tie_low | (tie_high << 4));
     up = static_cast<std::uint64_t>(up_low | (up_high << 4));
@@ -631,7 +656,7 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static void tally_half(const StepRule& rule, __m512d sum, __m256i unit, __m512d got,
                                                        __m512d removed, double* error, __mmask8& carry, __mmask8& tie,
-                                                       __mmask8& up, __mmask8& down) {
+                                                       __mmask8& up, __mmask8& down, __mmask8& near_zero) {
     const __m512d power = _mm512_cvtepi32_pd(unit);
     const __m512d exact = _mm512_scalef_pd(sum, power);
     const __m512d residue = _mm512_sub_pd(exact, got);
@@ -639,6 +664,8 @@ struct Lanes {
         _mm512_xor_si512(_mm512_castpd_si512(_mm512_add_pd(_mm512_scalef_pd(removed, power), residue)),
                          _mm512_set1_epi64(std::numeric_limits<std::int64_t>::min())));
     _mm512_storeu_pd(error, step_error);
+    near_zero = _mm512_cmp_pd_mask(_mm512_abs_pd(step_error), _mm512_scalef_pd(_mm512_set1_pd(rule.near_zero), power),
+                                   _CMP_LE_OQ);
     carry = _mm512_cmp_pd_mask(_mm512_abs_pd(sum), _mm512_set1_pd(rule.carry_from), _CMP_GE_OQ);
     const __mmask8 tie_normal = _mm512_cmpeq_epi64_mask(
         _mm512_and_si512(_mm512_castpd_si512(exact), _mm512_set1_epi64((std::int64_t{1} << rule.dropped) - 1)),
@@ -664,12 +691,14 @@ struct Lanes {
   }
   [[gnu::always_inline]] inline static void tally_step(const StepRule& rule, const Wide& sum, I unit, F result,
                                                        const Removed& removed, double* error, std::uint64_t& carry,
-                                                       std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down) {
-    __mmask8 carry_low, tie_low, up_low, down_low, carry_high, tie_high, up_high, down_high;
+                                                       std::uint64_t& tie, std::uint64_t& up, std::uint64_t& down,
+                                                       std::uint64_t& near_zero) {
+    __mmask8 carry_low, tie_low, up_low, down_low, carry_high, tie_high, up_high, down_high, near_low, near_high;
     tally_half(rule, sum.low, _mm512_castsi512_si256(unit), _mm512_cvtps_pd(_mm512_castps512_ps256(result)),
-               removed.low, error, carry_low, tie_low, up_low, down_low);
+               removed.low, error, carry_low, tie_low, up_low, down_low, near_low);
     tally_half(rule, sum.high, _mm512_extracti64x4_epi64(unit, 1), _mm512_cvtps_pd(_mm512_extractf32x8_ps(result, 1)),
-               removed.high, error + 8, carry_high, tie_high, up_high, down_high);
+               removed.high, error + 8, carry_high, tie_high, up_high, down_high, near_high);
+    near_zero = near_low | (std::uint64_t{near_high} << 8);
     carry = carry_low | (std::uint64_t{carry_high} << 8);
     tie = tie_low | (std::uint64_t{tie_high} << 8);
     up = up_low | (std::uint64_t{up_high} << 8);
@@ -735,6 +764,8 @@ struct RowsScratch {
   std::vector<std::int16_t> alignment16;  // the panel's, narrowed for narrow_row_groups16
   std::vector<double> step_error;         // the tallied kernel's TallyOut, two groups'
   std::vector<std::uint64_t> step_flags;
+  std::vector<float> step_c;
+  DotTrace step_trace;  // one step redone by fused_dot (TallyOut::inexact)
 };
 
 }  // namespace
@@ -847,7 +878,8 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
     const int steps = (k + rule.step - 1) / rule.step;
     const std::size_t per_block = static_cast<std::size_t>(steps) * static_cast<std::size_t>(w);
     scratch.step_error.resize(2 * per_block);
-    scratch.step_flags.resize(2 * 4 * static_cast<std::size_t>(steps));
+    scratch.step_flags.resize(2 * 5 * static_cast<std::size_t>(steps));
+    scratch.step_c.resize(2 * per_block);
     const BlockFunction run = rule.tally_checks_products ? kernels.tally_checked : kernels.tally;
     ErrorChain chain;
     chain.sum = tally->signed_error;
@@ -864,9 +896,17 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
       std::fill(scratch.c_in.begin() + end, scratch.c_in.begin() + width, 0.0f);
       std::copy(scratch.c_in.begin(), scratch.c_in.begin() + width, scratch.acc.begin());
       double* error = scratch.step_error.data() + static_cast<std::size_t>(parity) * per_block;
-      std::uint64_t* flags = scratch.step_flags.data() + static_cast<std::size_t>(parity) * 4 * steps;
-      const TallyOut out{
-          error, flags, flags + steps, flags + 2 * steps, flags + 3 * steps, &chain, (pending + steps - 1) / steps};
+      std::uint64_t* flags = scratch.step_flags.data() + static_cast<std::size_t>(parity) * 5 * steps;
+      float* step_c = scratch.step_c.data() + static_cast<std::size_t>(parity) * per_block;
+      const TallyOut out{error,
+                         flags + 0 * steps,
+                         flags + 1 * steps,
+                         flags + 2 * steps,
+                         flags + 3 * steps,
+                         flags + 4 * steps,
+                         step_c,
+                         &chain,
+                         (pending + steps - 1) / steps};
       std::uint64_t bad = 0;
       run(rule, k, scratch.a_value.data(), scratch.a_alignment.data(), panel, panel_alignment, stride,
           scratch.acc.data(), &bad, &out);
@@ -874,6 +914,27 @@ void rows_through_kernel(const TensorCoreModel& model, const float* c, std::size
       std::copy(scratch.acc.begin() + first, scratch.acc.begin() + end, d + l0 + first);
       const std::uint64_t new_lanes =
           ((end == 64 ? 0 : std::uint64_t{1} << end) - 1) & ~((std::uint64_t{1} << first) - 1);
+      // The steps whose remainder sum the kernel could not certify exact: each redone alone by
+      // fused_dot from the C it started from, which gives its exact error (and the same carry-out
+      // and tie); its error and direction replace the kernel's before they are counted and chained.
+      for (int t = 0; t < steps; ++t) {
+        for (std::uint64_t redo = out.inexact[t] & new_lanes & ~bad; redo != 0; redo &= redo - 1) {
+          const int l = std::countr_zero(redo);
+          const int i0 = t * rule.step, n = std::min(rule.step, k - i0);
+          scratch.column.resize(static_cast<std::size_t>(n));
+          for (int j = 0; j < n; ++j)
+            scratch.column[static_cast<std::size_t>(j)] = panel[static_cast<std::size_t>(i0 + j) * stride + l];
+          scratch.step_trace.steps.clear();
+          fused_dot(model, step_c[static_cast<std::size_t>(t) * w + l], scratch.a_value.data() + i0,
+                    scratch.column.data(), n, &scratch.step_trace);
+          const DotStepEvent& redone = scratch.step_trace.steps.front();
+          error[static_cast<std::size_t>(t) * w + l] = redone.error;
+          const bool away_from_zero = (redone.error > 0) == (redone.aligned_sum >= 0);  // as DotStepTally::add
+          const std::uint64_t bit = std::uint64_t{1} << l;
+          out.up[t] = (out.up[t] & ~bit) | (redone.error != 0.0 && away_from_zero ? bit : 0);
+          out.down[t] = (out.down[t] & ~bit) | (redone.error != 0.0 && !away_from_zero ? bit : 0);
+        }
+      }
       kernels.count_tally(out, steps, new_lanes & ~bad, *tally);
       chain.error = error;
       chain.width = static_cast<std::size_t>(width);
