@@ -2,6 +2,7 @@
 // recipe from attention/kernel_models.cpp plus variant suffixes, which only set fields) and the
 // help text of every base model and variant (describe_kernel_models, for `flashbits models`).
 // Contract: attention/attention.hpp; docs/CLI.md "Kernel models".
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -259,6 +260,39 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       m.description +=
           "; split-KV forward (+splitkv: pytorch-fa2-sm90's H200 captures of 2 to 8 splits replay bit for bit; "
           "more than 32 splits, whose combine spreads a row's LSEs over several threads, UNMEASURED)";
+    } else if (variant == "tile") {
+      // The Triton tutorial's forward tile, which its autotuner picks at run time among these
+      // candidates (KernelModel::tutorial_tiles): the user names the one that ran.
+      const KernelModel::TritonTutorialTiles& tt = m.tutorial_tiles;
+      if (tt.block_n.empty())
+        throw std::invalid_argument(
+            "+tile applies to the Triton tutorial models (triton-tutorial, "
+            "triton-tutorial-sm90), whose forward tile is autotuned; " +
+            m.base + " takes its tiles from its source");
+      const std::string arg = colon == std::string::npos ? "" : p.substr(colon + 1);
+      const std::size_t x = arg.find('x');
+      if (x == std::string::npos)
+        throw std::invalid_argument("+tile:BMxBN: expected BLOCK_M x BLOCK_N, e.g. +tile:128x64");
+      const double bm = parse_number(arg.substr(0, x), "+tile BLOCK_M");
+      const double bn = parse_number(arg.substr(x + 1), "+tile BLOCK_N");
+      const auto candidate = [](double v, const std::vector<int>& set) {
+        return v == std::floor(v) && std::find(set.begin(), set.end(), static_cast<int>(v)) != set.end();
+      };
+      if (!candidate(bm, tt.block_m) || !candidate(bn, tt.block_n)) {
+        auto set_text = [](const std::vector<int>& set) {
+          std::string t;
+          for (int v : set) t += (t.empty() ? "" : ", ") + std::to_string(v);
+          return "{" + t + "}";
+        };
+        throw std::invalid_argument("+tile:" + arg + ": " + m.base + "'s autotuner tries BLOCK_M in " +
+                                    set_text(tt.block_m) + " and BLOCK_N in " + set_text(tt.block_n));
+      }
+      TileSizes tile = m.tiles_by_head_dim.back().second;  // the backward's fixed tiles are kept
+      tile.block_m = static_cast<int>(bm);
+      tile.block_n = static_cast<int>(bn);
+      m.tiles_by_head_dim = {{0, tile}};
+      m.tutorial_tiles.named = true;
+      canonical += "+tile:" + std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
     } else if (colon != std::string::npos) {
       throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
     } else if (variant == "block-quant" || variant == "hadamard") {
@@ -306,7 +340,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           "' (dynmax, visit-masked-tiles, cuda-expf, unfused-exp, lazy-rescale, sw-exp2, splitkv, delta-dpp, "
           "o-fp32, o-sr, o-rtz, o-rup, o-rdn, o-rna, "
           "o-rto; fp8 models: "
-          "block-quant, hadamard, promote)");
+          "block-quant, hadamard, promote; Triton tutorial: tile)");
     }
   }
   if (m.o_round != RoundingMode::rne) {
@@ -388,6 +422,15 @@ std::vector<KernelModelDescription> describe_kernel_models() {
        "flash-attention 0251105a lines 281-347); flash_fwd_kernel.h compute_attn_1rowblock_splitkv:535-581, "
        "combine_attn_seqk_parallel:1118-1299; flash_fwd_launch_template.h:136-191; utils.h Allreduce:112-131 "
        "(0251105a); docs/DESIGN.md §6"});
+  out.push_back(
+      {"+tile:BMxBN",
+       "Triton tutorial models: the forward tile BLOCK_M x BLOCK_N the tutorial's autotuner picked (it times its "
+       "configs at run time): BLOCK_M 64 or 128, BLOCK_N 32 or 64 (triton-tutorial-sm90: 32, 64 or 128, at most the "
+       "head dim; under a causal mask at most BLOCK_M). Default: 128x64, the tile the H200 captures forced "
+       "(triton-tutorial-sm90 at head dim 32: 128x32, the only BLOCK_N that compiles there). Other tiles are "
+       "UNMEASURED",
+       "triton-lang/triton python/tutorials/06-fused-attention.py @003da478: configs, keep, configs_tma, keep_tma, "
+       "tl.static_assert(BLOCK_N <= HEAD_DIM)"});
   out.push_back({"+delta-dpp", "backward delta computed as rowsum(dP∘P) instead of rowsum(dO∘O)", ""});
   out.push_back({"+o-fp32", "backward delta computed from O kept in fp32 (before its final cast)", ""});
   out.push_back(

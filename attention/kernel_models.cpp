@@ -12,6 +12,7 @@
 #include "attention/kernel_models.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <cmath>
 #include <stdexcept>
@@ -403,9 +404,12 @@ KernelModel triton_tutorial(const Format& dtype) {
   m.output = dtype;
   m.structure = Structure::online_softmax;
   m.kv_order = KvOrder::first_to_last;  // for start_n in range(lo, hi, BLOCK_N)
-  // Forward BLOCK_M x BLOCK_N is autotuned over {64, 128} x {32, 64}; 128 x 64 is modelled.
+  // Forward BLOCK_M x BLOCK_N is autotuned over {64, 128} x {32, 64} (`configs`; `keep` drops only
+  // 8-warp configs) at run time; 128 x 64 is modelled (+tile:BMxBN names another candidate).
   // Backward: bwd_block_n = BLOCK_N1 = BLOCK_M2 = 128, bwd_block_m = BLOCK_M1 = BLOCK_N2 = 32.
   m.tiles_by_head_dim = {{0, TileSizes{128, 64, 32, 128}}};
+  m.tutorial_tiles.block_m = {64, 128};
+  m.tutorial_tiles.block_n = {32, 64};
   m.score_dot = tensor_core_dot("sm80");  // tl.dot(q, k), fp32 accumulator
   m.score_format = formats::fp32;
   m.scale = ScaleHandling::log2_units;     // m_ij = max(m_i, max(qk)*qk_scale); exp2(qk*qk_scale - m_ij)
@@ -482,6 +486,17 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
   // shfl.bfly d/16 .. 1: FA4's preprocess layout (chunk d for d 32, 64, 128).
   m.delta = DeltaFormula::fa4_threads;
   m.bwd_always_causal = true;
+  // The kernel as it runs, so what it refuses is refused (unmodelled_shape): _attention.forward's
+  // `assert HEAD_DIM_K in {16, 32, 64, 128, 256}`; _attn_fwd_tma's autotune over configs_tma
+  // (BLOCK_M {64, 128} x BLOCK_N {32, 64, 128}; keep_tma drops only 8-warp configs below 128 x 128
+  // on sm_90) with `tl.static_assert(BLOCK_N <= HEAD_DIM)`, so head dim 32 can only run BLOCK_N 32
+  // (modelled 128 x 32) and head dim 16 no config at all; one N_CTX = q.shape[2] for q, k and v;
+  // no bounds masks; the backward's `assert N_CTX % PRE_BLOCK == 0` (PRE_BLOCK = 128).
+  m.tiles_by_head_dim = {{32, TileSizes{128, 32, 32, 128}}, {0, TileSizes{128, 64, 32, 128}}};
+  m.tutorial_tiles.asserted_head_dims = {16, 32, 64, 128, 256};
+  m.tutorial_tiles.block_n = {32, 64, 128};
+  m.tutorial_tiles.strict = true;
+  m.unequal_lengths_note.clear();  // refused instead
   m.warning =
       "triton-tutorial-sm90 reproduces the tutorial's backward, which always masks causally: with "
       "causal off, its dQ, dK, dV are not the gradients of its O";
@@ -598,7 +613,8 @@ KernelModel flex_decoding_sm90(const Format& dtype) {
   m.pv_dot = tensor_core_dot("sm90-mma");
   m.row_sum = RowSumOrder::flex_decode_warps;
   m.max_query_rows = 127;
-  m.flex_decode_sms = 132;  // the H200's multiprocessors
+  m.min_query_rows_run = 0;  // the template's "Inductor decodes these rows instead" note is not this kernel's
+  m.flex_decode_sms = 132;   // the H200's multiprocessors
   return m;
 }
 
@@ -1206,24 +1222,102 @@ int flex_decode_split_count(const KernelModel& km, int batch_kv_heads) {
   return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1) * 2, 1);
 }
 
+namespace {
+
+std::string int_set_text(const std::vector<int>& values) {
+  std::string text = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
+// Why the Triton tutorial (tutorial_tiles.strict) refuses this run or computes something other
+// than its attention (06-fused-attention.py @003da478; the fields' comment in kernel_models.hpp);
+// empty when it runs it as the model does.
+std::string tutorial_refusal(const KernelModel& km, const RunShape& shape) {
+  const KernelModel::TritonTutorialTiles& tt = km.tutorial_tiles;
+  if (!tt.strict || tt.block_n.empty()) return "";
+  const TileSizes tile = km.tiles_for(shape.head_dim, shape.query_rows, shape.causal, shape.keys);
+  if (shape.head_dim > 0) {
+    // A head dim the host assert admits and some candidate BLOCK_N (or the named one) fits.
+    const int narrowest = tt.named ? tile.block_n : *std::min_element(tt.block_n.begin(), tt.block_n.end());
+    std::vector<int> runnable;
+    for (int d : tt.asserted_head_dims)
+      if (d >= narrowest) runnable.push_back(d);
+    if (std::find(runnable.begin(), runnable.end(), shape.head_dim) == runnable.end())
+      return "runs only head dims " + int_set_text(runnable) +
+             ": the tutorial's _attention.forward asserts HEAD_DIM_K in " + int_set_text(tt.asserted_head_dims) +
+             " and its forward compiles only BLOCK_N <= HEAD_DIM " + "(tl.static_assert), BLOCK_N " +
+             (tt.named ? std::to_string(tile.block_n) + " (+tile)" : "in " + int_set_text(tt.block_n)) + "; head dim " +
+             std::to_string(shape.head_dim) + " is refused";
+  }
+  if (shape.query_rows != shape.keys)
+    return "takes one N_CTX for q, k and v (the tutorial reads k and v with q's length, N_CTX = q.shape[2]); " +
+           std::to_string(shape.query_rows) + " query rows over " + std::to_string(shape.keys) +
+           " keys are refused (triton-tutorial runs them as its extension)";
+  const int tile_rows = std::max(tile.block_m, tile.block_n);
+  const int multiple = shape.backward ? std::max(tile_rows, 128) : tile_rows;
+  if (shape.query_rows % multiple != 0)
+    return "runs only lengths that are a multiple of " + std::to_string(multiple) + ": the tutorial's forward has " +
+           "no bounds mask, so a partial " + std::to_string(tile.block_m) + " x " + std::to_string(tile.block_n) +
+           " tile reads and writes another head's rows" +
+           (shape.backward ? ", and its backward asserts N_CTX % 128 == 0 (PRE_BLOCK)" : "") + "; N_CTX " +
+           std::to_string(shape.query_rows) + " is refused";
+  if (shape.causal && tile.block_n > tile.block_m)
+    return "runs a causal mask only with BLOCK_N <= BLOCK_M: with " + std::to_string(tile.block_m) + " x " +
+           std::to_string(tile.block_n) +
+           " the tutorial's off-band loop (STAGE 1: keys below start_m*BLOCK_M in unmasked steps of BLOCK_N) "
+           "reads keys past the diagonal, which its on-band loop reads again: not attention";
+  return "";
+}
+
+}  // namespace
+
 std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bool causal, int batch_kv_heads,
                              int heads_per_kv_head) {
+  RunShape shape;
+  shape.batch = std::max(batch_kv_heads, 1);
+  shape.kv_heads = 1;
+  shape.heads = std::max(heads_per_kv_head, 1);
+  shape.query_rows = query_rows;
+  shape.keys = keys;
+  shape.causal = causal;
+  return unmodelled_shape(km, shape);
+}
+
+std::string unmodelled_shape(const KernelModel& km, const RunShape& shape) {
+  const int query_rows = shape.query_rows, keys = shape.keys;
+  const bool causal = shape.causal;
+  const int batch_kv_heads = shape.batch * shape.kv_heads;
+  const int heads_per_kv_head = shape.heads / std::max(shape.kv_heads, 1);
+  if (const std::string why = tutorial_refusal(km, shape); !why.empty()) return why;
   if (km.max_query_rows > 0 && query_rows > km.max_query_rows)
     return "runs only for queries of at most " + std::to_string(km.max_query_rows) +
            " rows (Inductor's flex-decoding choice); " + std::to_string(query_rows) +
            " rows run FlexAttention's template: flex-attention-sm90";
   if (km.flex_decode_sms > 0) {
     // flex_decoding.py: BLOCK_M = max(next_power_of_2(seq_len_q * gqa_group_size), 16).
+    // Its 2 warps (num_warps 2 for every head dim) go along the keys, [1, 2], the row sum modelled,
+    // unless the first of the loop's two chained dots that Triton converts to mma.sync has at least
+    // as many rows as columns (AccelerateMatmul.cpp warpsPerTileV2: shape[0] >= shape[1] gives
+    // [num_warps, 1], warps along the rows, and the other dot takes that layout). MLIR's greedy
+    // rewriter visits bottom-up, so that is the P·V dot, BLOCK_M x V_HEAD_DIM_ROUNDED (the next
+    // power of two of the head dim); the q·k dot, BLOCK_M x BLOCK_N, would decide in the other
+    // order. Accepted only where both give [1, 2], so the order does not matter.
     const long long packed = static_cast<long long>(query_rows) * std::max(heads_per_kv_head, 1);
     long long block_m = 16;
     while (block_m < packed) block_m *= 2;
-    if (block_m > 32)
-      return "models the decoding kernel's q blocks of at most 32 rows, whose 2 warps Triton lays along the keys; "
-             "this run packs " +
+    const long long block_n = km.tiles_for(shape.head_dim, query_rows, causal, keys).block_n;
+    const long long d_rounded = shape.head_dim > 0 ? std::bit_ceil(static_cast<unsigned>(shape.head_dim)) : 0;
+    const bool rows_by_pv = d_rounded > 0 && block_m >= d_rounded;
+    if (block_m >= block_n || rows_by_pv)
+      return "models the decoding kernel's 2 warps laid along the keys ([1, 2]); this run packs " +
              std::to_string(packed) + " query rows (rows x heads per kv head) into a block of " +
-             std::to_string(block_m) +
-             ", whose warps Triton lays along the rows (warpsPerTileV2), summing a row in "
-             "another order";
+             std::to_string(block_m) + " rows, and Triton lays the warps along the rows when a chained dot " +
+             "has at least as many rows as columns (AccelerateMatmul.cpp warpsPerTileV2): here the " +
+             (rows_by_pv ? "P·V dot, " + std::to_string(block_m) + " x " + std::to_string(d_rounded) + " (head dim " +
+                               std::to_string(shape.head_dim) + " rounded to a power of two)"
+                         : "q·k dot, " + std::to_string(block_m) + " x " + std::to_string(block_n) + " keys") +
+             ", which sums a row in another order";
   }
   if (km.flex_decode_sms > 0 && causal && flex_decode_split_count(km, batch_kv_heads) != kFlexDecodeModelledSplits)
     return "models the split combine Inductor compiles for " + std::to_string(kFlexDecodeModelledSplits) +
@@ -1273,6 +1367,45 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
                     "template's arithmetic");
   if (!km.unequal_lengths_note.empty() && shape.query_rows != shape.keys)
     notes.push_back("note: " + km.unequal_lengths_note);
+  if (const KernelModel::TritonTutorialTiles& tt = km.tutorial_tiles; !tt.block_n.empty()) {
+    // The H200 captures forced this tile (gpu/capture_paths.py load_tutorial; their metadata's
+    // tutorial_autotune): the only one measured.
+    constexpr int kCapturedBlockM = 128, kCapturedBlockN = 64;
+    const TileSizes tile = km.tiles_for(shape.head_dim, shape.query_rows, shape.causal, shape.keys);
+    const std::string tile_text = std::to_string(tile.block_m) + " x " + std::to_string(tile.block_n);
+    const bool captured = tile.block_m == kCapturedBlockM && tile.block_n == kCapturedBlockN;
+    if (!tt.named)
+      notes.push_back("note: the tutorial autotunes its forward tile at run time, by timing, over BLOCK_M " +
+                      int_set_text(tt.block_m) + " x BLOCK_N " + int_set_text(tt.block_n) +
+                      " (BLOCK_N <= head dim); this run models " + tile_text +
+                      (captured ? ", the tile the H200 captures forced" : ", a tile no capture ran (UNMEASURED)") +
+                      ": another BLOCK_N sums and rescales a row in another order, another BLOCK_M moves the "
+                      "causal band (ASSUMED; +tile:BMxBN names one)");
+    else if (!captured)
+      notes.push_back("note: +tile:" + std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) +
+                      " is a tile the tutorial's autotuner may pick, but no capture ran it (they forced " +
+                      std::to_string(kCapturedBlockM) + "x" + std::to_string(kCapturedBlockN) + "): UNMEASURED");
+    if (tt.strict && shape.batch > 1)
+      notes.push_back(
+          "note: the tutorial's TMA forward (@003da478) starts batch z, head h at row offset_y = off_z + off_h * "
+          "N_CTX, not (z * H + h) * N_CTX, so for batch > 1 the kernel reads other rows; the model computes each "
+          "batch's own attention, which the kernel does only for batch 0 (ASSUMED to be what is wanted)");
+    if (!tt.strict) {
+      // The recipe runs what the tutorial refuses (triton-tutorial-sm90 refuses it): say so.
+      static const std::vector<int> asserted = {16, 32, 64, 128, 256};
+      if (shape.head_dim > 0 && (std::find(asserted.begin(), asserted.end(), shape.head_dim) == asserted.end() ||
+                                 tile.block_n > shape.head_dim))
+        notes.push_back("note: the tutorial refuses head dim " + std::to_string(shape.head_dim) +
+                        " (it asserts HEAD_DIM_K in " + int_set_text(asserted) +
+                        " and compiles only BLOCK_N <= HEAD_DIM): this run is " + km.base +
+                        "'s extension (triton-tutorial-sm90 refuses it)");
+      if (shape.query_rows % 128 != 0 || shape.keys % 128 != 0)
+        notes.push_back(
+            "note: the tutorial has no bounds masks and its backward asserts N_CTX % 128 == 0: a "
+            "length that is not a multiple of 128 is " +
+            km.base + "'s extension (triton-tutorial-sm90 refuses it)");
+    }
+  }
   if (!km.gqa_reduction_as_fa2 && shape.backward && shape.heads > shape.kv_heads)
     notes.push_back(
         "note: grouped-query dK and dV are reduced as FA2's mha_bwd reduces them (each query head's "

@@ -423,6 +423,24 @@ struct KernelModel {
   // tutorial's one N_CTX) or places its mask otherwise (Qiu & Yao's q_start); empty: modelled
   // as the source handles unequal lengths.
   std::string unequal_lengths_note;
+  // The Triton tutorial's forward tile and its limits (python/tutorials/06-fused-attention.py
+  // @003da478): the autotuner tries BLOCK_M x BLOCK_N over `block_m` x `block_n` at run time
+  // (configs_tma on sm_90, configs otherwise) and picks by timing, so the tile is not a fact of
+  // the source: the model runs one candidate (tiles_by_head_dim, the captures' forced 128 x 64,
+  // or the one +tile:BMxBN names: `named`) and a note says so (unmeasured_shape_notes). Where
+  // `strict`, unmodelled_shape refuses what the tutorial refuses or does not compute as
+  // attention: a head dim outside `asserted_head_dims` (`assert HEAD_DIM_K in {16, 32, 64, 128,
+  // 256}`) or narrower than the tile's BLOCK_N (`tl.static_assert(BLOCK_N <= HEAD_DIM)`), query
+  // and key lengths that differ (one N_CTX), a length that is not a multiple of the tiles (no
+  // bounds masks; the backward's `assert N_CTX % PRE_BLOCK == 0`, PRE_BLOCK 128), and a causal
+  // run with BLOCK_N > BLOCK_M. Not strict (triton-tutorial, the recipe): those runs are the
+  // recipe's extension, with a note. Empty `block_n`: not the tutorial.
+  struct TritonTutorialTiles {
+    std::vector<int> asserted_head_dims;
+    std::vector<int> block_m, block_n;
+    bool named = false;
+    bool strict = false;
+  } tutorial_tiles;
   // Grouped-query backward: true where the source reduces a kv head's dK and dV as the engine
   // does, FA2's mha_bwd (each query head's gradient rounded to the dtype, the group summed in
   // fp32 and rounded once; PyTorch eager's expand backward alike). Other kernels reduce the
@@ -538,6 +556,12 @@ std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bo
                              int heads_per_kv_head = 1);
 
 struct RunShape;  // attention/attention.hpp
+// The same for a whole run, which also reads the head dim (the Triton tutorial's asserted head
+// dims and its BLOCK_N <= HEAD_DIM; flex decoding's warp layout, set by the P·V dot's
+// BLOCK_M x head dim) and whether the backward runs (the tutorial backward's N_CTX % 128 assert).
+// The overload above is this one with head dim 0 (those checks skipped) and no backward.
+std::string unmodelled_shape(const KernelModel& km, const RunShape& shape);
+
 // What this shape takes of the model that no hardware capture has measured, one "note: ..."
 // line each (empty: nothing beyond the model's own status, hardware_validated()): PyTorch's
 // block softmax kernels past 1024 keys, split-KV combine layouts and paths never captured, the

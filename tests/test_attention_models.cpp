@@ -87,7 +87,7 @@ TEST_CASE("every kernel model in exact arithmetic equals the exact reference") {
     AttentionInputs in = make_scenario("random", 11, 1, 2, 45, 16, formats::bf16, true);
     in.causal = causal;
     for (const KernelModel& m : models_for(formats::bf16)) {
-      if (!unmodelled_shape(m, in.q.rows, in.k.rows, in.causal).empty()) continue;  // refused: tested below
+      if (!unmodelled_shape(m, run_shape(in)).empty()) continue;  // refused: tested below
       // Tiles of 8 keys force several rescalings over 45 keys (the last tile partial);
       // FA4's exp2 split needs tiles of whole 32-column fragments.
       check_exact(m.base, in, 16, m.sw_exp2_every > 0 ? 32 : 8);
@@ -130,8 +130,11 @@ TEST_CASE("a shape a recipe does not model is refused, naming why, and every oth
     CAPTURE(c.keys);
     const ModelHandle model = parse_kernel_model(c.model, formats::bf16);
     CHECK(unmodelled_shape(*model.recipe, c.rows, c.keys, c.causal).empty() == !c.refused);
-    AttentionInputs in = make_scenario("random", 3, 1, 1, c.rows, 16, formats::bf16, false, 1, c.keys);
+    // Head dim 64: flex decoding lays its warps along the rows when the q block is at least the
+    // rounded head dim too (tests/test_attention_triton.cpp checks that rule).
+    AttentionInputs in = make_scenario("random", 3, 1, 1, c.rows, 64, formats::bf16, false, 1, c.keys);
     in.causal = c.causal;
+    CHECK(unmodelled_shape(*model.recipe, run_shape(in)).empty() == !c.refused);
     if (c.refused) {
       CHECK_THROWS_WITH_AS(run_attention(model, in, RunOptions{}), doctest::Contains(c.why), std::invalid_argument);
     } else {
@@ -150,13 +153,14 @@ TEST_CASE("flex-decoding's causal splits take every key once and combine to the 
     for (const bool top_left : {false, true}) {
       CAPTURE(keys);
       CAPTURE(top_left);
-      AttentionInputs in = make_scenario("random", 13, 1, 2, 5, 16, formats::bf16, true, 2, keys);
+      // Head dim 32: at 16 the P·V dot's 16 x 16 would lay the 2 warps along the rows (refused).
+      AttentionInputs in = make_scenario("random", 13, 1, 2, 5, 32, formats::bf16, true, 2, keys);
       in.causal = true;
       if (top_left) in.causal_alignment = AttentionInputs::CausalAlignment::top_left;
       check_exact("flex-decoding-sm90", in, 16, 64);
     }
   // One head: 264 splits, whose combine is not read: refused, naming why.
-  AttentionInputs one_head = make_scenario("random", 13, 1, 1, 5, 16, formats::bf16, false, 1, 256);
+  AttentionInputs one_head = make_scenario("random", 13, 1, 1, 5, 32, formats::bf16, false, 1, 256);
   one_head.causal = true;
   CHECK_THROWS_WITH_AS(run_attention(parse_kernel_model("flex-decoding-sm90", formats::bf16), one_head, RunOptions{}),
                        doctest::Contains("264 splits"), std::invalid_argument);
@@ -229,7 +233,7 @@ TEST_CASE("FlexAttention's block classification agrees with the padded dense mas
 TEST_CASE("fp16 dtype runs the fp16 recipes in exact arithmetic too") {
   AttentionInputs in = make_scenario("random", 3, 1, 1, 33, 32, formats::fp16, true);
   for (const KernelModel& m : models_for(formats::fp16))
-    if (unmodelled_shape(m, in.q.rows, in.k.rows, in.causal).empty())  // flex decoding: 33 rows refused
+    if (unmodelled_shape(m, run_shape(in)).empty())  // flex decoding: 33 rows refused
       check_exact(m.base, in, 16, m.sw_exp2_every > 0 ? 32 : 8);
 }
 
@@ -318,14 +322,18 @@ TEST_CASE("+dynmax on fa-bf16acc leaves P-bar == 1 where the tied max is tiny: e
 }
 
 TEST_CASE("scores of -inf and rows where every score is -inf: no NaN, O = 0, the source's LSE") {
-  AttentionInputs in = make_scenario("random", 2, 1, 1, 24, 16, formats::bf16, false);
+  // Head dim 64: flex decoding's q block of 32 rows is then narrower than the head dim (its
+  // modelled warp layout); the Triton tutorial as it runs refuses 24 rows (skipped).
+  AttentionInputs in = make_scenario("random", 2, 1, 1, 24, 64, formats::bf16, false);
+  const int d = in.k.cols;
   // Keys 3..7 get score -inf for every query whose first entry is positive; make all
   // queries' first entry positive, and k_j0 = -inf with the rest of k_j zero.
   for (int r = 0; r < 24; ++r) in.q.at(0, 0, r, 0) = 1.0;
   for (int j = 3; j < 8; ++j)
-    for (int c = 0; c < 16; ++c) in.k.at(0, 0, j, c) = c == 0 ? -INFINITY : 0.0;
+    for (int c = 0; c < d; ++c) in.k.at(0, 0, j, c) = c == 0 ? -INFINITY : 0.0;
   const AttentionOutputs ref = exact_attention(in);
   for (const KernelModel& m : models_for(formats::bf16)) {
+    if (!unmodelled_shape(m, run_shape(in)).empty()) continue;
     CAPTURE(m.base);
     const AttentionOutputs got = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
     for (std::size_t i = 0; i < got.o.data.size(); ++i) {
@@ -335,8 +343,9 @@ TEST_CASE("scores of -inf and rows where every score is -inf: no NaN, O = 0, the
   }
   // Every key -inf: nothing visible.
   for (int j = 0; j < 24; ++j)
-    for (int c = 0; c < 16; ++c) in.k.at(0, 0, j, c) = c == 0 ? -INFINITY : 0.0;
+    for (int c = 0; c < d; ++c) in.k.at(0, 0, j, c) = c == 0 ? -INFINITY : 0.0;
   for (const KernelModel& m : models_for(formats::bf16)) {
+    if (!unmodelled_shape(m, run_shape(in)).empty()) continue;
     CAPTURE(m.base);
     const AttentionOutputs got = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
     for (double x : got.o.data) CHECK(x == 0.0);
@@ -349,7 +358,7 @@ TEST_CASE("seqlen 0 and 1, causal: shapes kept, values exact where they must be"
     AttentionInputs in = make_scenario("random", 4, 2, 1, n, 8, formats::bf16, true);
     in.causal = true;
     for (const KernelModel& m : models_for(formats::bf16)) {
-      if (!unmodelled_shape(m, in.q.rows, in.k.rows, in.causal).empty()) continue;
+      if (!unmodelled_shape(m, run_shape(in)).empty()) continue;
       CAPTURE(m.base);
       const AttentionOutputs got = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
       REQUIRE(got.o.data.size() == static_cast<std::size_t>(2 * n * 8));
@@ -541,7 +550,7 @@ TEST_CASE("+o-MODE is taken only where O has a final cast to round, and then it 
   int refused = 0, taken = 0;
   for (const KernelModel& m : base_kernel_models(formats::bf16)) {
     if (m.input == formats::fp16) continue;
-    if (!unmodelled_shape(m, in.q.rows, in.k.rows, in.causal).empty()) continue;
+    if (!unmodelled_shape(m, run_shape(in)).empty()) continue;
     CAPTURE(m.base);
     const AttentionOutputs own = run_attention(parse_kernel_model(m.base, formats::bf16), in, RunOptions{});
     // bf16 and fp16 values carry at most 11 significant bits.
@@ -635,12 +644,16 @@ TEST_CASE("recipe stage predicates: changing a stage's format changes the output
     const ModelHandle model = parse_kernel_model(name, dtype);
     // Sink rows have l ~ the tie count and P-bar ~ 0 or 1, which coarse formats hold
     // exactly; random rows exercise the rest. A change shows in either.
-    // FlexAttention's decoding kernel is modelled for q blocks of at most 32 rows: 32 queries
-    // over the same 40 keys.
+    // FlexAttention's decoding kernel is modelled for q blocks of at most 32 rows, narrower than
+    // the rounded head dim: 32 queries of head dim 64 over the same 40 keys. The Triton tutorial
+    // as it runs (tutorial_tiles.strict) takes one length, a multiple of 128, and head dims of at
+    // least 32.
     const bool decoding = model.recipe->flex_decode_sms > 0;
+    const bool tutorial_kernel = model.recipe->tutorial_tiles.strict;
     const auto scenario = [&](const char* what, std::uint64_t seed) {
-      return decoding ? make_scenario(what, seed, 1, 1, 32, 16, dtype, true, 0, 40)
-                      : make_scenario(what, seed, 1, 1, 40, 16, dtype, true);
+      return decoding          ? make_scenario(what, seed, 1, 1, 32, 64, dtype, true, 0, 40)
+             : tutorial_kernel ? make_scenario(what, seed, 1, 1, 128, 32, dtype, true)
+                               : make_scenario(what, seed, 1, 1, 40, 16, dtype, true);
     };
     const std::vector<AttentionInputs> inputs = {scenario("sink", 21), scenario("random", 22)};
     RunOptions opt;
@@ -736,7 +749,7 @@ TEST_CASE("a backward run from a kept forward is the run with the forward, bit f
         CAPTURE(s.causal);
         CAPTURE(dtype.name);
         const ModelHandle model = parse_kernel_model(name, dtype);
-        if (!unmodelled_shape(*model.recipe, s.rows, s.keys, s.causal).empty()) continue;
+        if (!unmodelled_shape(*model.recipe, run_shape(in)).empty()) continue;
         RunOptions opt;
         opt.threads = 2;
         opt.seed = 5;

@@ -18,16 +18,24 @@
 // The scalar models are the project's (fb::fused_dot with the sm80 preset for tl.dot, the
 // correct-rounding SFU set for exp2/log2, std::fmaf where Triton fuses, fb::round_double for
 // casts); tl.sum's order is the model's stated assumption (pairwise). Compared element for
-// element with run_attention(); then the model in exact arithmetic against exact_attention().
+// element with run_attention(), with the default tile and a +tile the autotuner may pick; then
+// the model in exact arithmetic against exact_attention().
+// Last, what the Triton kernels refuse (unmodelled_shape), each set written here from its
+// source: the tutorial's head-dim assert, BLOCK_N <= HEAD_DIM, one N_CTX and its length asserts
+// (triton-tutorial-sm90, the kernel as it runs), and flex decoding's warp layout
+// (AccelerateMatmul.cpp warpsPerTileV2 on the q block and the head dim).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
 #include "emu/sfu/special_functions.hpp"
 #include "emu/dot/tensor_core.hpp"
@@ -78,42 +86,43 @@ struct Forward {
   std::vector<float> m;  // M = m_i + log2(l_i), log2 units
 };
 
-Forward tutorial_forward(const AttentionInputs& in, const Tutorial& t) {
+// The forward with the tile its autotuner picked (BLOCK_M x BLOCK_N).
+Forward tutorial_forward(const AttentionInputs& in, const Tutorial& t, int block_m = kBlockM, int block_n = kBlockN) {
   const int n = in.q.rows, d = in.q.cols;
   const Matrix q = rows_of(in.q), k = rows_of(in.k), v = rows_of(in.v);
   float qk_scale = static_cast<float>(in.softmax_scale);
   qk_scale *= 1.44269504f;
   Forward out{Matrix(static_cast<std::size_t>(n), std::vector<float>(static_cast<std::size_t>(d))),
               std::vector<float>(static_cast<std::size_t>(n))};
-  std::vector<float> qk(kBlockN), p(kBlockN), pc(kBlockN), vcol(kBlockN), acc(d);
-  for (int start_m = 0; start_m * kBlockM < n; ++start_m) {
-    const int causal_start = in.causal ? start_m * kBlockM : n;
-    for (int r = start_m * kBlockM; r < std::min(n, (start_m + 1) * kBlockM); ++r) {
+  std::vector<float> qk(block_n), p(block_n), pc(block_n), vcol(block_n), acc(d);
+  for (int start_m = 0; start_m * block_m < n; ++start_m) {
+    const int causal_start = in.causal ? start_m * block_m : n;
+    for (int r = start_m * block_m; r < std::min(n, (start_m + 1) * block_m); ++r) {
       float m_i = -INFINITY, l_i = 1.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int start_n = 0; start_n < n; start_n += kBlockN) {
-        for (int j = 0; j < kBlockN; ++j) qk[j] = t.dot(0.0f, q[r].data(), k[start_n + j].data(), d);
+      for (int start_n = 0; start_n < n; start_n += block_n) {
+        for (int j = 0; j < block_n; ++j) qk[j] = t.dot(0.0f, q[r].data(), k[start_n + j].data(), d);
         float m_ij;
         if (start_n >= causal_start) {
-          for (int j = 0; j < kBlockN; ++j) qk[j] = std::fmaf(qk[j], qk_scale, r >= start_n + j ? 0.0f : -1.0e6f);
+          for (int j = 0; j < block_n; ++j) qk[j] = std::fmaf(qk[j], qk_scale, r >= start_n + j ? 0.0f : -1.0e6f);
           m_ij = m_i;
-          for (int j = 0; j < kBlockN; ++j) m_ij = std::max(m_ij, qk[j]);
-          for (int j = 0; j < kBlockN; ++j) qk[j] -= m_ij;
+          for (int j = 0; j < block_n; ++j) m_ij = std::max(m_ij, qk[j]);
+          for (int j = 0; j < block_n; ++j) qk[j] -= m_ij;
         } else {
           float row_max = -INFINITY;
-          for (int j = 0; j < kBlockN; ++j) row_max = std::max(row_max, qk[j]);
+          for (int j = 0; j < block_n; ++j) row_max = std::max(row_max, qk[j]);
           m_ij = std::max(m_i, row_max * qk_scale);
-          for (int j = 0; j < kBlockN; ++j) qk[j] = std::fmaf(qk[j], qk_scale, -m_ij);
+          for (int j = 0; j < block_n; ++j) qk[j] = std::fmaf(qk[j], qk_scale, -m_ij);
         }
-        for (int j = 0; j < kBlockN; ++j) p[j] = t.exp2(qk[j]);
-        const float l_ij = tl_sum(p.data(), kBlockN);
+        for (int j = 0; j < block_n; ++j) p[j] = t.exp2(qk[j]);
+        const float l_ij = tl_sum(p.data(), block_n);
         const float alpha = t.exp2(m_i - m_ij);
         l_i = std::fmaf(l_i, alpha, l_ij);
         for (float& a : acc) a *= alpha;
-        for (int j = 0; j < kBlockN; ++j) pc[j] = t.cast(p[j]);
+        for (int j = 0; j < block_n; ++j) pc[j] = t.cast(p[j]);
         for (int c = 0; c < d; ++c) {
-          for (int j = 0; j < kBlockN; ++j) vcol[j] = v[start_n + j][c];
-          acc[c] = t.dot(acc[c], pc.data(), vcol.data(), kBlockN);
+          for (int j = 0; j < block_n; ++j) vcol[j] = v[start_n + j][c];
+          acc[c] = t.dot(acc[c], pc.data(), vcol.data(), block_n);
         }
         m_i = m_ij;
       }
@@ -239,12 +248,20 @@ int mismatches(const Tensor4& got, const Matrix& want) {
   return bad;
 }
 
-void compare_with_tutorial(const AttentionInputs& in, bool backward) {
+// `tile`: a +tile:BMxBN suffix and the BLOCK_M, BLOCK_N it names (empty: the default 128 x 64).
+struct NamedTile {
+  std::string suffix;
+  int block_m = kBlockM, block_n = kBlockN;
+};
+
+void compare_with_tutorial(const AttentionInputs& in, bool backward, const NamedTile& tile = {}) {
   CAPTURE(in.causal);
   CAPTURE(in.dtype.name);
+  CAPTURE(tile.suffix);
   const Tutorial t{*find_tensor_core_model("sm80", in.dtype), correct_sfu_set(), in.dtype};
-  const AttentionOutputs got = run_attention(parse_kernel_model("triton-tutorial", in.dtype), in, RunOptions{});
-  const Forward fwd = tutorial_forward(in, t);
+  const AttentionOutputs got =
+      run_attention(parse_kernel_model("triton-tutorial" + tile.suffix, in.dtype), in, RunOptions{});
+  const Forward fwd = tutorial_forward(in, t, tile.block_m, tile.block_n);
   CHECK(mismatches(got.o, fwd.o) == 0);
   for (int r = 0; r < in.q.rows; ++r) {
     CAPTURE(r);
@@ -341,4 +358,202 @@ TEST_CASE("triton-tutorial in exact arithmetic equals the exact reference, causa
       }
     }
   }
+}
+
+// ---- what the tutorial and flex decoding refuse (attention/kernel_models.cpp unmodelled_shape) ----
+namespace {
+
+// The tutorial's limits, written here from python/tutorials/06-fused-attention.py @003da478, not
+// read from the model's table: _attention.forward's `assert HEAD_DIM_K in {16, 32, 64, 128, 256}`,
+// and the sm_90 forward's autotune over configs_tma (BLOCK_N in {32, 64, 128}) whose
+// `tl.static_assert(BLOCK_N <= HEAD_DIM)` rejects every wider BLOCK_N: head dim 16 compiles none.
+bool tutorial_sm90_runs_head_dim(int d) {
+  const std::vector<int> asserted = {16, 32, 64, 128, 256};
+  const std::vector<int> block_n = {32, 64, 128};
+  const bool admitted = std::find(asserted.begin(), asserted.end(), d) != asserted.end();
+  return admitted && std::any_of(block_n.begin(), block_n.end(), [d](int bn) { return bn <= d; });
+}
+
+RunShape square_run(int n, int d, bool causal = false, bool backward = false) {
+  RunShape s;
+  s.query_rows = s.keys = n;
+  s.head_dim = d;
+  s.causal = causal;
+  s.backward = backward;
+  return s;
+}
+
+// The message of the invalid_argument `run` throws (empty: none thrown).
+template <class Run>
+std::string refusal_of(Run run) {
+  try {
+    run();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+bool any_note_contains(const std::vector<std::string>& notes, const std::string& part) {
+  return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return contains(n, part); });
+}
+
+}  // namespace
+
+TEST_CASE("triton-tutorial-sm90 refuses the head dims the tutorial refuses, naming them; its neighbours run") {
+  const ModelHandle model = parse_kernel_model("triton-tutorial-sm90", formats::fp16);
+  int accepted = 0;
+  for (int d = 1; d <= 256; ++d) {
+    CAPTURE(d);
+    const bool runs = unmodelled_shape(*model.recipe, square_run(128, d, true, true)).empty();
+    CHECK(runs == tutorial_sm90_runs_head_dim(d));
+    accepted += runs ? 1 : 0;
+  }
+  CHECK(accepted == 4);  // 32, 64, 128, 256
+  // One error line naming the model, the head dim and the set that runs.
+  for (int d : {16, 48, 100}) {
+    CAPTURE(d);
+    AttentionInputs in = make_scenario("random", 5, 1, 1, 128, d, formats::fp16, true);
+    in.causal = true;
+    const std::string why = refusal_of([&] { run_attention(model, in, RunOptions{}); });
+    CHECK(contains(why, "triton-tutorial-sm90"));
+    CHECK(contains(why, "head dim " + std::to_string(d) + " is refused"));
+    CHECK(contains(why, "{32, 64, 128, 256}"));
+    CHECK(contains(why, "{16, 32, 64, 128, 256}"));
+    CHECK(why.find('\n') == std::string::npos);
+  }
+  // The neighbours run, forward and backward; at head dim 32 only BLOCK_N 32 compiles, so that
+  // is the tile modelled there.
+  for (int d : {32, 64}) {
+    CAPTURE(d);
+    AttentionInputs in = make_scenario("random", 6, 1, 1, 128, d, formats::fp16, true);
+    in.causal = true;
+    CHECK_NOTHROW(run_attention(model, in, RunOptions{}));
+  }
+  CHECK(model.recipe->tiles_for(32, 128, true, 128).block_n == 32);
+  CHECK(model.recipe->tiles_for(64, 128, true, 128).block_n == 64);  // the captures' tile is kept
+  // The recipe triton-tutorial runs head dim 48 as its extension, and says the tutorial refuses it.
+  const ModelHandle recipe = parse_kernel_model("triton-tutorial", formats::fp16);
+  CHECK(unmodelled_shape(*recipe.recipe, square_run(128, 48)).empty());
+  CHECK(any_note_contains(unmeasured_shape_notes(*recipe.recipe, square_run(128, 48)), "refuses head dim 48"));
+}
+
+TEST_CASE("triton-tutorial-sm90 refuses lengths the tutorial does not run: one N_CTX, whole tiles, 128 backward") {
+  const ModelHandle model = parse_kernel_model("triton-tutorial-sm90", formats::fp16);
+  const KernelModel& km = *model.recipe;
+  // One N_CTX = q.shape[2] for q, k and v.
+  RunShape cross = square_run(128, 64);
+  cross.keys = 256;
+  CHECK(contains(unmodelled_shape(km, cross), "one N_CTX"));
+  // No bounds masks: a length that is not a multiple of the 128 x 64 tile; the backward's
+  // `assert N_CTX % PRE_BLOCK == 0` with PRE_BLOCK = 128.
+  CHECK(contains(unmodelled_shape(km, square_run(192, 64)), "multiple of 128"));
+  CHECK(unmodelled_shape(km, square_run(256, 64, false, true)).empty());
+  const ModelHandle small_tile = parse_kernel_model("triton-tutorial-sm90+tile:64x64", formats::fp16);
+  CHECK(unmodelled_shape(*small_tile.recipe, square_run(192, 64)).empty());
+  CHECK(contains(unmodelled_shape(*small_tile.recipe, square_run(192, 64, false, true)), "N_CTX % 128 == 0"));
+  // A causal run with BLOCK_N > BLOCK_M: the off-band loop reads keys past the diagonal.
+  const ModelHandle wide = parse_kernel_model("triton-tutorial-sm90+tile:64x128", formats::fp16);
+  CHECK(contains(unmodelled_shape(*wide.recipe, square_run(256, 128, true)), "BLOCK_N <= BLOCK_M"));
+  CHECK(unmodelled_shape(*wide.recipe, square_run(256, 128, false)).empty());
+  // A named BLOCK_N wider than the head dim does not compile (tl.static_assert).
+  const ModelHandle wide_n = parse_kernel_model("triton-tutorial-sm90+tile:128x128", formats::fp16);
+  CHECK(contains(unmodelled_shape(*wide_n.recipe, square_run(256, 64)), "BLOCK_N 128 (+tile)"));
+  CHECK(unmodelled_shape(*wide_n.recipe, square_run(256, 128)).empty());
+  // What is accepted runs: the 64 x 64 forward of 192 rows.
+  AttentionInputs in = make_scenario("random", 7, 1, 1, 192, 64, formats::fp16, false);
+  in.d_o.reset();
+  CHECK_NOTHROW(run_attention(small_tile, in, RunOptions{}));
+}
+
+TEST_CASE("+tile names the tutorial's autotuned forward tile: the transcription with that tile, bit for bit") {
+  // The tutorial's candidates (configs: BLOCK_M {64, 128} x BLOCK_N {32, 64}; configs_tma adds
+  // BLOCK_N 128 on sm_90); anything else, or another model, is refused.
+  CHECK(parse_kernel_model("triton-tutorial-sm90+tile:64x32", formats::fp16).name == "triton-tutorial-sm90+tile:64x32");
+  for (const char* bad :
+       {"triton-tutorial+tile:128x128", "triton-tutorial-sm90+tile:96x64", "triton-tutorial-sm90+tile:128",
+        "triton-tutorial-sm90+tile", "fa2-sm80+tile:128x64", "triton-tutorial+tile:64x32+tile:128x64"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_kernel_model(bad, formats::fp16), std::invalid_argument);
+  }
+  const int n = small_run() ? 128 : 256;
+  for (bool causal : {false, true}) {
+    AttentionInputs in = make_scenario("random", 41, 1, 1, n, 64, formats::fp16, true);
+    in.softmax_scale = 0.3;
+    in.causal = causal;
+    compare_with_tutorial(in, causal, NamedTile{"+tile:64x32", 64, 32});
+  }
+}
+
+TEST_CASE("the tutorial's runs say which tile they model: the captured one, or an unmeasured one") {
+  const ModelHandle model = parse_kernel_model("triton-tutorial-sm90", formats::fp16);
+  const std::vector<std::string> captured = unmeasured_shape_notes(*model.recipe, square_run(256, 64));
+  CHECK(any_note_contains(captured, "autotunes"));
+  CHECK(any_note_contains(captured, "128 x 64, the tile the H200 captures forced"));
+  CHECK(!any_note_contains(captured, "UNMEASURED"));
+  CHECK(any_note_contains(unmeasured_shape_notes(*model.recipe, square_run(256, 32)), "128 x 32, a tile no capture"));
+  const ModelHandle named = parse_kernel_model("triton-tutorial-sm90+tile:64x64", formats::fp16);
+  const std::vector<std::string> other = unmeasured_shape_notes(*named.recipe, square_run(256, 64));
+  CHECK(any_note_contains(other, "+tile:64x64"));
+  CHECK(any_note_contains(other, "UNMEASURED"));
+  RunShape batched = square_run(256, 64);
+  batched.batch = 2;
+  CHECK(any_note_contains(unmeasured_shape_notes(*model.recipe, batched), "offset_y = off_z + off_h * N_CTX"));
+}
+
+namespace {
+// Flex decoding (PyTorch 2.11 flex_decoding.py: num_warps 2, BLOCK_N 64 for every head dim on
+// sm_90, BLOCK_M = max(next_power_of_2(rows x heads per kv head), 16), V_HEAD_DIM_ROUNDED =
+// next_power_of_2(head dim)): Triton lays the 2 warps along the rows when a chained dot has
+// shape[0] >= shape[1] (lib/Dialect/TritonGPU/Transforms/AccelerateMatmul.cpp warpsPerTileV2),
+// the P·V dot BLOCK_M x V_HEAD_DIM_ROUNDED or the q·k dot BLOCK_M x 64; the model sums a row of
+// the [1, 2] layout only.
+bool flex_decode_warps_along_keys(int rows, int group, int d) {
+  int block_m = 16, d_rounded = 1;
+  while (block_m < rows * group) block_m *= 2;
+  while (d_rounded < d) d_rounded *= 2;
+  return block_m < d_rounded && block_m < 64;
+}
+}  // namespace
+
+TEST_CASE("flex-decoding-sm90 runs only q blocks whose warps Triton lays along the keys, head dim included") {
+  const ModelHandle model = parse_kernel_model("flex-decoding-sm90", formats::bf16);
+  int accepted = 0, refused = 0;
+  for (int rows : {1, 5, 16, 17, 32, 33, 64})
+    for (int group : {1, 2, 4})
+      for (int d : {8, 16, 24, 32, 48, 64, 128, 256}) {
+        CAPTURE(rows);
+        CAPTURE(group);
+        CAPTURE(d);
+        RunShape s = square_run(rows, d);
+        s.keys = 256;
+        s.heads = group;
+        const bool runs = unmodelled_shape(*model.recipe, s).empty();
+        CHECK(runs == flex_decode_warps_along_keys(rows, group, d));
+        (runs ? accepted : refused) += 1;
+      }
+  CHECK(accepted > 0);
+  CHECK(refused > 0);
+  // Head dims up to 16 lay the warps along the rows whatever the rows (BLOCK_M >= 16): refused,
+  // naming the P·V dot; 32 only for blocks of 16 rows; the neighbours run.
+  for (const std::pair<int, int>& rows_d : {std::pair{16, 16}, std::pair{32, 32}, std::pair{17, 24}}) {
+    AttentionInputs in = make_scenario("random", 9, 1, 1, rows_d.first, rows_d.second, formats::bf16, true, 1, 256);
+    const std::string why = refusal_of([&] { run_attention(model, in, RunOptions{}); });
+    CHECK(contains(why, "flex-decoding-sm90"));
+    CHECK(contains(why, "P·V dot"));
+  }
+  for (const std::pair<int, int>& rows_d : {std::pair{16, 32}, std::pair{32, 64}, std::pair{16, 24}}) {
+    AttentionInputs in = make_scenario("random", 9, 1, 1, rows_d.first, rows_d.second, formats::bf16, true, 1, 256);
+    CHECK_NOTHROW(run_attention(model, in, RunOptions{}));
+  }
+  // The decoding kernel's runs do not carry the attention template's "Inductor decodes these
+  // rows instead" note: they are that kernel.
+  RunShape decode = square_run(16, 64);
+  decode.keys = 1024;
+  CHECK(!any_note_contains(unmeasured_shape_notes(*model.recipe, decode), "not this template"));
+  CHECK(any_note_contains(
+      unmeasured_shape_notes(*parse_kernel_model("flex-attention-sm90", formats::bf16).recipe, decode),
+      "not this template"));
 }

@@ -86,10 +86,6 @@ int run_make_trace(const MakeTraceOptions& o) {
     in.causal = statement->causal;
     if (statement->alignment == "top-left") in.causal_alignment = attn::AttentionInputs::CausalAlignment::top_left;
   }
-  // Parts of the model this shape takes that no capture measured, as replay names them (on
-  // stderr: stdout is make-trace's one line).
-  for (const std::string& note : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in)))
-    std::cerr << note << "\n";  // each begins "note: "
   attn::RunOptions opt;
   opt.seed = o.seed;
   opt.threads = jobs;
@@ -97,6 +93,10 @@ int run_make_trace(const MakeTraceOptions& o) {
   opt.progress = &progress.counter();
   const auto out = attn::run_attention(model, in, opt);
   progress.finish();
+  // Parts of the model this shape takes that no capture measured, as replay names them (on
+  // stderr: stdout is make-trace's one line); after the run, which may refuse the shape.
+  for (const std::string& note : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in)))
+    std::cerr << note << "\n";  // each begins "note: "
 
   TraceMetadata md;
   md.source = std::string(kEmulatedSource);
