@@ -35,7 +35,7 @@ from . import _core
 __all__ = [
     "INEXACT", "UNDERFLOW", "OVERFLOW", "DIVBYZERO", "INVALID", "flags_string",
     "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot",
-    "ApproximateModelWarning", "AttentionResult", "RowTraces", "attention", "exact_attention", "BiasTestResult", "bias_test",
+    "ApproximateModelWarning", "UnmeasuredShapeWarning", "AttentionResult", "RowTraces", "attention", "exact_attention", "BiasTestResult", "bias_test",
     "Trace", "load_trace", "save_trace", "format_info", "models", "dot_models", "dot_model", "scenarios",
 ]
 __version__ = "0.1.0"
@@ -195,6 +195,12 @@ def _refuse_narrow_signed(a: _np.ndarray, name: str) -> None:
 class ApproximateModelWarning(UserWarning):
     """Raised as a warning by every run of a model that is a black-box fit, not bit-exact
     (``cudnn-sdpa-sm90``): its text says how far it was measured from the hardware."""
+
+
+class UnmeasuredShapeWarning(UserWarning):
+    """A ``note:`` line of a run whose shape takes something of the model that no capture
+    measured (``AttentionResult.notes``, the lines ``flashbits replay`` prints). ``flashbits.torch``
+    issues each as this warning, where the caller never sees the result's notes."""
 
 
 class Rounded:
@@ -555,24 +561,42 @@ def _trace_rows(trace):
     return rows, False
 
 
+# attention(causal=...): the mask and, for N != Nk, where its diagonal starts. True is
+# bottom-right (FlashAttention >= 2.1; the CLI's --causal true); "none" is the trace metadata's
+# word for no mask, so a trace's causal_alignment can be passed as it is.
+_CAUSAL_TEXT = {"bottom-right": (True, False), "top-left": (True, True), "none": (False, False)}
+
+
+def _causal_arg(causal):
+    """(causal, top_left) of a ``causal=`` argument; TypeError naming the accepted values."""
+    if isinstance(causal, (bool, _np.bool_)):
+        return bool(causal), False
+    if isinstance(causal, str) and causal in _CAUSAL_TEXT:
+        return _CAUSAL_TEXT[causal]
+    raise TypeError(f"causal: expected True, False, 'top-left', 'bottom-right' or 'none', got {_kind(causal)}"
+                    + (f" {causal!r}" if isinstance(causal, str) else ""))
+
+
 def _default_dtype(dtype, in_dtype):
     # float16 values are fp16; everything else (bit patterns included) bf16 unless told.
     dtype = _str_arg("dtype", dtype, optional=True)
     return dtype if dtype is not None else "fp16" if in_dtype == _np.float16 else "bf16"
 
 
-def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float | None = None,
+def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: float | None = None,
               recipe: str | None = None, trace=False, *, dtype: str | None = None, seed: int = 0,
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
               keep_forward: bool = False) -> AttentionResult:
     """Run attention as the kernel ``model`` computes it (``models()``; ``correctly-rounded`` is
     the exact result rounded once per output). q, k and v [..., N, D] with up to two leading
     axes (batch, head); k and v [..., Nk, D] may have fewer heads than q (grouped-query) and
-    another length Nk (decoding with a KV cache, cross-attention); ``causal`` then aligns the
-    mask bottom-right as FlashAttention does (query row i sees keys j <= i + Nk - N; rows that
-    see no key get O = 0 and the LSE the kernel writes: +inf for FA2, -inf for FA3, FA4, CK and
-    Triton's kernels; a trace's ``causal_alignment`` top-left is replayed
-    by ``flashbits replay``, not taken here). dK and dV have k's shape. Values exactly
+    another length Nk (decoding with a KV cache, cross-attention). ``causal``: False (or
+    "none"), True or "bottom-right" (the mask aligned as FlashAttention >= 2.1 aligns it, the
+    CLI's ``--causal true``: query row i sees keys j <= i + Nk - N; rows that see no key get
+    O = 0 and the LSE the kernel writes: +inf for FA2, -inf for FA3, FA4, CK and Triton's
+    kernels), or "top-left" (row i sees keys j <= i: PyTorch's ``is_causal``); with N = Nk
+    the two are one mask. A trace's ``causal_alignment`` is such a value: ``causal=
+    t.causal_alignment`` replays its mask. dK and dV have k's shape. Values exactly
     representable in the model's input format (``dtype``: bf16 by default, fp16 for float16
     input; models that name theirs use it; the fp8 models take bf16 and quantise it), or its
     bit patterns (unsigned integers of its container width: uint16 for bf16 and fp16, where
@@ -599,24 +623,26 @@ def attention(q, k, v, model: str, do=None, causal: bool = False, scale: float |
     if head_dim and not 0 <= plot_feature < head_dim:
         raise ValueError(f"plot_feature={plot_feature}: expected 0..{head_dim - 1} (a feature of q's head dim "
                          f"{head_dim})")
-    d = _core.attention(arrays[0], arrays[1], arrays[2], _str_arg("model", model), d_o, _bool_arg("causal", causal),
+    causal, top_left = _causal_arg(causal)
+    d = _core.attention(arrays[0], arrays[1], arrays[2], _str_arg("model", model), d_o, causal,
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
                         dtype, _int_arg("seed", seed, unsigned=True), threads, plot_feature, _str_arg("sfu", sfu),
-                        _bool_arg("keep_forward", keep_forward), dtype_given)
+                        _bool_arg("keep_forward", keep_forward), dtype_given, top_left)
     if d.get("warning"):  # an approximate model (a black-box fit) says so on every run, as the CLI does
         _warnings.warn(d["warning"], ApproximateModelWarning, stacklevel=2)
     return AttentionResult(d, lead, kv_lead)
 
 
-def exact_attention(q, k, v, do=None, causal: bool = False, scale: float | None = None, *,
+def exact_attention(q, k, v, do=None, causal: bool | str = False, scale: float | None = None, *,
                     dtype: str | None = None) -> AttentionResult:
     """The exact reference (high precision, not rounded): O, LSE, and with ``do`` delta, dQ, dK,
-    dV, plus each row's exact max scaled score (``row_max``). Inputs as for ``attention`` (bit
-    patterns are of ``dtype``)."""
+    dV, plus each row's exact max scaled score (``row_max``). Inputs and ``causal`` as for
+    ``attention`` (bit patterns are of ``dtype``)."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     dtype = _default_dtype(dtype, in_dtype)
-    d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, _bool_arg("causal", causal),
-                              _float_arg("scale", scale, optional=True), dtype)
+    causal, top_left = _causal_arg(causal)
+    d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, causal, _float_arg("scale", scale, optional=True),
+                              dtype, top_left)
     return AttentionResult(d, lead, kv_lead)
 
 
@@ -703,7 +729,9 @@ class Trace:
     ``tensors`` (name -> exact values as float64, in file order), ``formats`` (name -> format:
     bf16 fp16 fp32 e4m3 e5m2 fp64, or the safetensors dtype of integer tensors), ``hardware``
     (source is cuda:...). ``trace["q"]`` is ``trace.tensors["q"]``; ``scale``, ``causal``,
-    ``dtype`` and ``model`` read the metadata."""
+    ``causal_alignment``, ``dtype`` and ``model`` read the metadata. ``causal_alignment`` is
+    what ``attention(causal=...)`` takes: ``attention(t["q"], t["k"], t["v"], t.model,
+    causal=t.causal_alignment, scale=t.scale)`` runs the trace's mask."""
 
     def __init__(self, d: dict):
         self.path = d["path"]
@@ -726,6 +754,15 @@ class Trace:
     @property
     def causal(self) -> bool:
         return self.metadata.get("causal", "false").lower() in ("true", "1")
+
+    @property
+    def causal_alignment(self) -> str:
+        """"none" (no mask), "bottom-right" or "top-left": the metadata's ``causal_alignment``,
+        which a trace without the key lacks when it is bottom-right (the engine's default, as
+        ``replay`` reads it) or not causal."""
+        if not self.causal:
+            return "none"
+        return "top-left" if self.metadata.get("causal_alignment") == "top-left" else "bottom-right"
 
     @property
     def dtype(self):

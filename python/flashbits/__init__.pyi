@@ -7,7 +7,7 @@
 # argument of another kind is a TypeError naming it (bool is not taken for int, nor int
 # for bool), an integer beyond the C++ type that takes it a ValueError.
 from os import PathLike
-from typing import Any, Iterator, Sequence, overload
+from typing import Any, Iterator, Literal, Sequence, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,7 @@ Row = int | tuple[int, int] | tuple[int, int, int]
 def flags_string(flags: int) -> str: ...
 
 class ApproximateModelWarning(UserWarning): ...
+class UnmeasuredShapeWarning(UserWarning): ...
 
 class Rounded:
     bits: npt.NDArray[np.unsignedinteger[Any]]
@@ -82,12 +83,12 @@ class AttentionResult:
     def backward(self, do: ArrayLike, *, threads: int | None = None) -> AttentionResult: ...
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, model: str, do: ArrayLike | None = None,
-              causal: bool = False, scale: float | None = None, recipe: str | PathLike[str] | None = None,
-              trace: bool | Sequence[Row] = False, *, dtype: str | None = None, seed: int = 0,
+              causal: bool | Literal["top-left", "bottom-right", "none"] = False, scale: float | None = None,
+              recipe: str | PathLike[str] | None = None, trace: bool | Sequence[Row] = False, *, dtype: str | None = None, seed: int = 0,
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
               keep_forward: bool = False) -> AttentionResult: ...
-def exact_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, do: ArrayLike | None = None, causal: bool = False,
-                    scale: float | None = None, *, dtype: str | None = None) -> AttentionResult: ...
+def exact_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, do: ArrayLike | None = None,
+                    causal: bool | Literal["top-left", "bottom-right", "none"] = False, scale: float | None = None, *, dtype: str | None = None) -> AttentionResult: ...
 
 class BiasTestResult(dict[str, Any]):
     def __getattr__(self, name: str) -> Any: ...
@@ -114,6 +115,8 @@ class Trace:
     def scale(self) -> float | None: ...
     @property
     def causal(self) -> bool: ...
+    @property
+    def causal_alignment(self) -> Literal["none", "bottom-right", "top-left"]: ...
     @property
     def dtype(self) -> str | None: ...
     @property

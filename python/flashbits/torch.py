@@ -32,22 +32,35 @@ attention (softmax(q kᵀ·scale) v) in that precision with PyTorch's autograd.
 Supported: CPU tensors of any floating dtype, shapes [L, E], [H, L, E] or [B, H, L, E]; k and v
 with fewer heads than q dividing them (grouped-query attention: query head h reads kv head h //
 (Hq/Hk)), with or without ``enable_gqa=True`` (PyTorch refuses most such shapes without it;
-here they have the one meaning they can have); ``is_causal`` (the mask aligned top-left, query
-i sees keys 0..i); ``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the
+here they have the one meaning they can have); ``is_causal`` (PyTorch's mask, aligned top-left:
+query i sees keys 0..i, for every model, also when the key length differs from the query
+length: ``flashbits.attention(causal="top-left")``; PyTorch's own SDPA does not dispatch its
+flash kernel for ``is_causal`` with unequal lengths, so an FA2 model there is a what-if);
+``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the
 argument, never a silent fallback: an ``attn_mask``, ``dropout_p`` other than 0, tensors not on
-the CPU, ``is_causal`` with a key length other than the query length (PyTorch's mask is then
-aligned top-left, the kernel models' bottom-right as FlashAttention's; PyTorch's own flash
-backend refuses that case too; ``flashbits.attention`` runs it bottom-right), a key head dim
+the CPU, a key head dim
 other than the query's, a value head dim other than the query's (PyTorch allows it; the kernel
 models have one head dim), query, key and value of different dtypes, float16 or bfloat16
 tensors for a model reading another narrow format without ``dtype=`` naming it, an empty axis, a ``dtype=``
 that the model's own input format contradicts (``fa-bf16acc`` reads bf16), a model without a
 backward when a gradient is needed, an argument the model does not use (the controls take
 none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of recipe, sfu,
-seed, threads, trace); a wrong kind of argument is a TypeError naming it; a second
+seed, threads, trace; ``exact``'s ``dtype`` is at most fp32); a wrong kind of argument is a
+TypeError naming it; a second
 derivative (the backward returns the model's gradients as values, not a graph) is a
-RuntimeError when it is taken, whatever the loss. Without
-``is_causal`` the key length may differ from the query length (cross-attention, decoding). The
+RuntimeError when it is taken, whatever the loss. The key length may differ from the query
+length (cross-attention, decoding).
+
+Stochastic rounding: a model whose arithmetic draws from a seed (``+o-sr``; the fp8 models'
+``+hadamard`` signs; ``model_formats(...)["seeded"]``) given ``seed=None`` draws a fresh seed
+for each call from torch's default CPU generator (``torch.randint(0, 2**63 - 1, (1,))``), so
+calls, layers and steps round independently and ``torch.manual_seed`` makes a run
+reproducible; the call's backward uses its forward's seed. Other models leave the generator
+alone. ``seed=s`` uses s on every call.
+
+Notes: a shape that takes something of the model no capture measured (the ``note:`` lines of
+``flashbits.attention(...).notes``) is a ``flashbits.UnmeasuredShapeWarning`` per note (the
+warnings filter shows each text once per place by default). The
 GIL is released while the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x:
 only public APIs.
 """
@@ -59,8 +72,11 @@ import numbers as _numbers
 import numpy as _np
 import torch as _torch
 
+import warnings as _warnings
+
 from . import _core
 from . import _int_arg, _path_arg, _refuse_unused, _str_arg  # the package's argument checks, so messages name the argument
+from . import UnmeasuredShapeWarning
 from . import attention as _attention
 from . import exact_attention as _exact_attention
 from . import round as _round
@@ -78,8 +94,9 @@ _TORCH_BITS_VIEW = {_torch.bfloat16: _torch.int16, _torch.float16: _torch.int16}
 
 def model_formats(model: str, dtype: str = "bf16", recipe: str | None = None, sfu: str = "model") -> dict:
     """The canonical name of ``model`` (with ``dtype``, ``recipe``, ``sfu``), the format it
-    reads its inputs in (``input``), the format of its outputs (``output``) and whether it
-    has a backward (``backward``). ValueError for an unknown model, recipe or SFU set;
+    reads its inputs in (``input``), the format of its outputs (``output``), whether it
+    has a backward (``backward``) and whether its arithmetic draws from the run's seed
+    (``seeded``: ``+o-sr``, ``+hadamard``). ValueError for an unknown model, recipe or SFU set;
     TypeError naming the argument for a wrong kind of one."""
     recipe = _path_arg("recipe", recipe, optional=True)
     return _core._model_formats(_str_arg("model", model), _str_arg("dtype", dtype), "" if recipe is None else recipe,
@@ -141,10 +158,6 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa
         raise ValueError(f"value: head dim {v.shape[-1]} differs from query's {q.shape[-1]}; PyTorch allows a value "
                          f"head dim of its own, but the kernel models have one head dim for query, key and value, "
                          f"so it is not supported")
-    if is_causal and k.shape[-2] != q.shape[-2]:
-        raise ValueError(f"key: length {k.shape[-2]} differs from query's {q.shape[-2]} with is_causal=True: "
-                         f"PyTorch aligns that mask top-left, the kernel models bottom-right (FlashAttention's); "
-                         f"use flashbits.attention(causal=True) for the bottom-right mask")
     if q.dim() == 4 and k.shape[0] != q.shape[0]:
         raise ValueError(f"key: batch {k.shape[0]} differs from query's {q.shape[0]}")
     if q.dim() >= 3:
@@ -162,9 +175,8 @@ def _math_attention(q, k, v, is_causal, scale, dtype):
         kc = kc.repeat_interleave(group, dim=-3)
         vc = vc.repeat_interleave(group, dim=-3)
     s = _torch.matmul(qc, kc.transpose(-2, -1)) * scale
-    if is_causal:  # query length = key length (_check_arguments)
-        n = s.shape[-1]
-        mask = _torch.ones(n, n, dtype=_torch.bool).triu(1)
+    if is_causal:  # PyTorch's is_causal: top-left, query i sees keys j <= i (lengths may differ)
+        mask = _torch.ones(s.shape[-2], s.shape[-1], dtype=_torch.bool).triu(1)
         s = s.masked_fill(mask, float("-inf"))
     o = _torch.matmul(_torch.softmax(s, dim=-1), vc)
     return o.to(q.dtype)
@@ -205,8 +217,10 @@ class _EmulatedAttention(_torch.autograd.Function):
         r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None,
                           keep_forward=config["keep_forward"])
         config["forward_traces"] = r.traces
+        config["forward_result"] = r
         ctx.config = config
         ctx.operands = operands
+        config["forward_operands"] = operands
         ctx.forward = r  # what the kernel keeps for its backward: O, LSE and the engine's state
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         # Kept on ctx, not save_for_backward: their values are never read again (the operands
@@ -233,11 +247,9 @@ class _EmulatedAttention(_torch.autograd.Function):
             raise RuntimeError(f"flashbits.torch: model {config['model']}'s backward recomputed an O or LSE "
                                f"that differs from its forward's")
         grads = (_to_torch(r.dq, ctx.dtypes[0]), _to_torch(r.dk, ctx.dtypes[1]), _to_torch(r.dv, ctx.dtypes[2]))
+        _warn_notes(r.notes, config, stacklevel=2)
         if config.get("observe") is not None:
-            config["observe"]({"q": ctx.operands[0], "k": ctx.operands[1], "v": ctx.operands[2], "do": d_o,
-                               "format": config["input"], "model": config["model"], "result": r,
-                               "traces": config.get("forward_traces"), "scale": config["scale"],
-                               "causal": config["causal"]})
+            _observe(config, ctx.operands, d_o, r)
         # Grad mode is on inside a backward exactly when its graph is built (create_graph=True):
         # then the gradients hang off a node that refuses a second derivative. Off q, k and v
         # themselves, not only off grad_o: a loss linear in O gives a grad_o that needs no
@@ -245,6 +257,28 @@ class _EmulatedAttention(_torch.autograd.Function):
         if _torch.is_grad_enabled():
             grads = _NoSecondDerivative.apply(*ctx.inputs, grad_o, *grads)
         return grads + (None,)
+
+
+def _observe(config, operands, d_o, result) -> None:
+    """Hand ``observe=`` one call: after its backward (``do`` and the backward's result), or
+    after its forward when no backward can follow (``do`` None, the forward's O and LSE)."""
+    config["observe"]({"q": operands[0], "k": operands[1], "v": operands[2], "do": d_o, "format": config["input"],
+                       "model": config["model"], "result": result, "backward": d_o is not None,
+                       "traces": config.get("forward_traces"), "scale": config["scale"], "causal": config["causal"]})
+
+
+def _warn_notes(notes, config, stacklevel) -> None:
+    """Each note of a run not issued yet for this call, as an UnmeasuredShapeWarning."""
+    issued = config.setdefault("notes_issued", set())
+    for note in notes or ():
+        if note not in issued:
+            issued.add(note)
+            _warnings.warn(note, UnmeasuredShapeWarning, stacklevel=stacklevel + 1)
+
+
+def _draw_seed() -> int:
+    """A fresh stochastic-rounding seed from torch's default CPU generator (module docstring)."""
+    return int(_torch.randint(0, 2 ** 63 - 1, (1,), dtype=_torch.int64).item())
 
 
 class _NoSecondDerivative(_torch.autograd.Function):
@@ -273,16 +307,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     docstring). ``recipe``: a recipe file (``bias-test --recipe``); ``sfu``: an SFU set
     (``correct``, ``hw-sm90``) replacing the model's own; ``dtype``: the input format of a
     model that does not name its own (default bf16, fp16 for float16 query); ``seed``: the
-    stochastic-rounding stream of ``+o-sr`` models (default 0); ``threads``: worker threads
-    (default 1; results never depend on it).
+    seed of a model whose arithmetic draws from one (``+o-sr``, ``+hadamard``); None (the
+    default) draws a fresh one per call from torch's default generator (module docstring);
+    ``threads``: worker threads (default 1; results never depend on it).
 
-    ``observe`` (for measurements, as the training experiment takes them): a callable given,
-    after each backward, a dict with the rounded operands ``q k v do`` (arrays of ``format``),
-    ``model``, ``scale``, ``causal``, the backward run's ``result`` (a
-    ``flashbits.AttentionResult`` with o, lse, delta, dq, dk, dv) and ``traces``: with
-    ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows,
-    from the forward run (tracing never changes a result). ``trace`` without ``observe`` is a
-    ValueError: nothing would receive the traces.
+    ``observe`` (for measurements, as the training experiment takes them): a callable given
+    once per call a dict with the rounded operands ``q k v`` (arrays of ``format``),
+    ``model``, ``scale``, ``causal`` (False or "top-left"), ``backward``, ``do``, ``result``
+    and ``traces``. A call whose backward can follow (grad mode on, an input that requires
+    grad, a model with a backward) is observed after that backward: ``backward`` True, the
+    rounded ``do`` and the backward run's ``result`` (a ``flashbits.AttentionResult`` with o,
+    lse, delta, dq, dk, dv); another call right after its forward: ``backward`` False, ``do``
+    None and the forward's ``result`` (o, lse; delta and the gradients None). ``traces``: with
+    ``trace`` (rows as ``flashbits.attention`` takes them) the forward's traces of those rows
+    (tracing never changes a result). ``trace`` without ``observe`` is a ValueError: nothing
+    would receive the traces.
 
     An argument the model does not use is a ValueError naming it: the controls ``fp32`` and
     ``fp64`` take none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of
@@ -306,16 +345,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         _refuse_unused("the exact reference is no kernel model", ("recipe", "sfu", "seed", "threads", "trace"), given)
     recipe = _path_arg("recipe", recipe, optional=True)
     sfu, dtype = _str_arg("sfu", sfu, optional=True), _str_arg("dtype", dtype, optional=True)
-    seed = 0 if seed is None else _int_arg("seed", seed, unsigned=True)
+    seed = None if seed is None else _int_arg("seed", seed, unsigned=True)
     threads = 1 if threads is None else _int_arg("threads", threads)
+    causal = "top-left" if is_causal else False  # PyTorch's is_causal, whatever the lengths
     if model == _EXACT:
         fmt = "fp32" if dtype is None else dtype
+        if fmt.lower() in ("fp64", "f64", "float64", "double"):
+            raise ValueError(f"dtype: '{fmt}': the exact reference rounds its inputs once to a format of at most "
+                             f"32 bits (fp32, the default, or a narrower one: tf32, bf16, fp16, e4m3, ...); for "
+                             f"float64 inputs unrounded use the control model=\"fp64\" (PyTorch's float64 math "
+                             f"attention)")
         # The reference's own check of dtype, named so, before q, k and v are rounded to it
         # (flashbits.round would call a bad format "fmt").
         _exact_attention(_np.zeros((1, 1)), _np.zeros((1, 1)), _np.zeros((1, 1)), dtype=fmt)
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
-            return _exact_attention(q, k, v, do=d_o, causal=is_causal, scale=scale, dtype=fmt)
+            return _exact_attention(q, k, v, do=d_o, causal=causal, scale=scale, dtype=fmt)
 
         config = {"model": _EXACT, "input": fmt, "backward": True, "run": run}
     else:
@@ -334,8 +379,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                              f"dtype=\"{formats['input']}\" to round them once, to nearest even, to "
                              f"{formats['input']})")
 
+        if seed is None:
+            # A fresh seed per call where the arithmetic draws from one (else every call, layer
+            # and step would round with the same bits); the backward reuses it (run's closure).
+            seed = _draw_seed() if formats["seeded"] else 0
+
         def run(q, k, v, d_o, trace=None, keep_forward=False):
-            return _attention(q, k, v, model, do=d_o, causal=is_causal, scale=scale, recipe=recipe,
+            return _attention(q, k, v, model, do=d_o, causal=causal, scale=scale, recipe=recipe,
                               dtype=formats["input"], seed=seed, threads=threads, sfu=sfu_set,
                               trace=False if trace is None else trace, keep_forward=keep_forward)
 
@@ -347,6 +397,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # Keep the forward's state only where a backward can follow (autograd turns grad mode off
     # inside forward(), so it is decided here).
     keep = config["backward"] and _torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    config.update({"scale": scale, "causal": is_causal, "observe": observe, "threads": threads, "keep_forward": keep,
+    config.update({"scale": scale, "causal": causal, "observe": observe, "threads": threads, "keep_forward": keep,
                    "trace": trace})
-    return _EmulatedAttention.apply(query, key, value, config)
+    o = _EmulatedAttention.apply(query, key, value, config)
+    _warn_notes(config["forward_result"].notes, config, stacklevel=2)
+    if observe is not None and not keep:
+        # No backward can follow this call: its observation is its forward's.
+        _observe(config, config["forward_operands"], None, config["forward_result"])
+    return o

@@ -348,11 +348,21 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
     shape = (1, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim)
     z = torch.zeros(shape, requires_grad=True)
     try:
-        _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)
-        o = _fbtorch.scaled_dot_product_attention(z, z, z, is_causal=True, model=arm.model, recipe=arm.recipe_file)
+        formats = _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)
+        if not formats["backward"]:
+            raise UsageError(f"arm '{arm.name}': {formats['model']} has no backward modelled (a forward-only kernel "
+                             f"model), and an arm trains through its attention's gradients; pick a kernel model "
+                             f"with a backward")
+        o = _fbtorch.scaled_dot_product_attention(z, z, z, is_causal=True, model=arm.model, recipe=arm.recipe_file,
+                                                  seed=0)
         o.sum().backward()
     except (ValueError, TypeError, RuntimeError) as e:
-        raise UsageError(f"arm '{arm.name}': {e}") from None
+        message = str(e)
+        if arm.recipe is not None:
+            # The recipe file is the driver's own (a scratch file, or OUT/recipes/): the user
+            # wrote the stages in the arm's brackets, which the arm's name already shows.
+            message = message.replace(f"{arm.recipe_file}: ", "").replace(arm.recipe_file, "the arm's stages")
+        raise UsageError(f"arm '{arm.name}': {message}") from None
     return arm
 
 
@@ -417,7 +427,15 @@ def forced_ties_batch(rng: np.random.Generator, heads: int, n: int, d: int, fmt:
     return bf16(np.repeat(u, n, axis=1)), bf16(k), bf16(v), bf16(d_o)
 
 
-def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, rows: list) -> dict:
+def attention_seed(*key: int) -> int:
+    """The seed of one attention call of a run (its stochastic rounding, +o-sr), a function of
+    ``key`` (the run's seed, the step, the layer) only: every call rounds with its own bits,
+    and a resumed run draws the same ones as an uninterrupted one. torch's generator, which
+    flashbits.torch draws from when no seed is given, is not saved in checkpoints."""
+    return int(np.random.SeedSequence([0x5EED5, *key]).generate_state(1, np.uint64)[0])
+
+
+def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, rows: list, layer: int = 0) -> dict:
     """The arm's kernel measured on a fresh forced-ties batch of the layer's shape (seeded by
     seed and step; training does not see it)."""
     rng = np.random.default_rng([0x71E5, seed, step])
@@ -425,7 +443,7 @@ def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, ro
     fmt = _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)["input"]
     q, k, v, d_o = forced_ties_batch(rng, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim, fmt)
     r = _attention(q, k, v, arm.model, do=d_o, causal=True, recipe=arm.recipe_file, threads=1, trace=rows,
-                   dtype=fmt)
+                   dtype=fmt, seed=attention_seed(0x71E5, seed, step, layer))
     return measure(q, k, v, d_o, fmt, 1.0 / math.sqrt(cfg.model.head_dim), True, r, r.traces, rows)
 
 
@@ -650,7 +668,16 @@ class Progress:
         sys.stderr.flush()
 
 
-def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe | None):
+class StepClock:
+    """The (run seed, step) of the step being trained, which each layer's attention call keys
+    its seed with (attention_seed)."""
+
+    def __init__(self, seed: int):
+        self.seed, self.step = seed, 0
+
+
+def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe | None,
+                  clock: StepClock | None = None, layer: int = 0):
     def control(q, k, v):
         return _fbtorch.scaled_dot_product_attention(q, k, v, is_causal=True, model=CONTROL)
 
@@ -659,8 +686,10 @@ def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe |
 
     def emulated(q, k, v):
         observe = probe.observe if probe is not None and probe.active else None
+        # Without a clock (outside run_arm), the op's own default: a fresh seed per call.
+        seed = None if clock is None else attention_seed(clock.seed, clock.step, layer)
         return _fbtorch.scaled_dot_product_attention(q, k, v, is_causal=True, model=arm_model, recipe=recipe_file,
-                                                     threads=threads, observe=observe,
+                                                     threads=threads, observe=observe, seed=seed,
                                                      trace=probe.rows if observe else None)
     return emulated
 
@@ -671,17 +700,20 @@ def use_control_attention(model: GPT) -> None:
         block.attn.attention = attention_for(CONTROL, None, 1, None)
 
 
-def install_arm_attention(model: GPT, arm: "Arm", cfg: StudyConfig, threads: int) -> dict:
+def install_arm_attention(model: GPT, arm: "Arm", cfg: StudyConfig, threads: int,
+                          clock: StepClock | None = None) -> dict:
     """Each layer's attention as the arm runs it: the arm's kernel model where it emulates,
-    the control's elsewhere. Returns the probes of the study's emulated layers (layer ->
-    LayerProbe, inactive until a probe step sets them)."""
+    the control's elsewhere, each call seeded by ``clock``'s step and its layer. Returns the
+    probes of the study's emulated layers (layer -> LayerProbe, inactive until a probe step
+    sets them)."""
     probes = {}
     for i, block in enumerate(model.blocks):
         emulate = arm.emulates(i, cfg)
         probe = LayerProbe(probe_rows(cfg)) if emulate and i in cfg.emulate_layers else None
         if probe is not None:
             probes[i] = probe
-        block.attn.attention = attention_for(arm.model if emulate else CONTROL, arm.recipe_file, threads, probe)
+        block.attn.attention = attention_for(arm.model if emulate else CONTROL, arm.recipe_file, threads, probe,
+                                             clock, i)
     return probes
 
 
@@ -803,7 +835,8 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
                                                      cfg.model.block_size), cfg.model.block_size)
         with torch.no_grad():
             fork_info = {"weights_sha256": weights_digest(model.state_dict()), "loss": float(model(x, y))}
-    probes = install_arm_attention(model, arm, cfg, threads)
+    clock = StepClock(seed)
+    probes = install_arm_attention(model, arm, cfg, threads, clock)
     sums = {i: (rows[-1][f"L{i}_o_error_sum"], rows[-1][f"L{i}_delta_error_sum"]) if rows else (0.0, 0.0)
             for i in cfg.emulate_layers}
     autocast = arm.model == LOW_PRECISION
@@ -817,6 +850,7 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     try:
         for step in range(start, cfg.steps):
+            clock.step = step
             probing = step % cfg.probe_every == 0
             for probe in probes.values():
                 probe.active = probing and cfg.probe_batch == "live"
@@ -829,7 +863,7 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
                 wq, wk = model.blocks[i].attn.w_q_w_k()
                 p = probes[i].pending if i in probes else None
                 if i in probes and probing and cfg.probe_batch == "forced-ties":
-                    p = forced_ties_metrics(arm, cfg, seed, step, probes[i].rows)
+                    p = forced_ties_metrics(arm, cfg, seed, step, probes[i].rows, i)
                 o_sum, d_sum = sums[i]
                 if p is not None:
                     o_sum, d_sum = o_sum + p["o_error"], d_sum + p["delta_error"]
@@ -1174,6 +1208,11 @@ def merge(out: str, th: Thresholds) -> dict:
         if measured and not probed:
             not_measured = (f"mechanism not measured (no probe samples: the arm emulates none of the probed layers "
                             f"{', '.join(map(str, cfg.emulate_layers))})")
+        elif name == LOW_PRECISION and not probe_samples:
+            # Its attention is PyTorch's under autocast, which no probe measures: zero samples
+            # are "not measured", never "no mechanism seen".
+            not_measured = (f"mechanism not measured (no probe samples: {LOW_PRECISION} runs PyTorch's attention "
+                            f"under autocast, not a kernel model the probes measure)")
         if diverged_seeds:
             named = ", ".join(map(str, diverged_seeds))
             verdict = ("diverged" if len(diverged_seeds) == len(seeds) else
@@ -1498,6 +1537,55 @@ def check_thresholds(th: "Thresholds") -> None:
                          f"over the control's)")
 
 
+_UNSET = object()
+# What merge reads of the command line: the study is config.json's, its runs those under runs/.
+MERGE_OPTIONS = ("command", "out", "quiet", "threads", "divergence_nats", "divergence_steps", "sign_p", "wq_ratio")
+
+
+def given_options(argv) -> dict:
+    """dest -> option string of every option the command line gives (a default is not given)."""
+    p = build_parser()
+    p.set_defaults(**{a.dest: _UNSET for a in p._actions if a.dest != "help"})
+    ns = p.parse_args(argv)
+    return {a.dest: a.option_strings[0] for a in p._actions
+            if a.option_strings and a.dest != "help" and getattr(ns, a.dest, _UNSET) is not _UNSET}
+
+
+def check_merge_options(given: dict, args, out: str) -> None:
+    """merge takes --out, the verdict thresholds and --threads (which must be the study's);
+    a study option it would ignore is refused, as the documentation promises."""
+    for dest, option in given.items():
+        if dest not in MERGE_OPTIONS:
+            raise UsageError(f"merge: {option} is not used by merge (the study's configuration is config.json's, "
+                             f"its runs those under runs/); drop {option}")
+    if "threads" in given:
+        cfg_path = os.path.join(out, "config.json")
+        if not os.path.exists(cfg_path):
+            raise UsageError(f"{out}: no config.json (not a flashbits.train output directory)")
+        there = study_from_json(cfg_path, read_study(cfg_path)).threads
+        if there is None:
+            raise UsageError(f"merge: {cfg_path} records no --threads (written by an older version), so "
+                             f"--threads {args.threads} cannot be checked; drop --threads")
+        if there != args.threads:
+            raise UsageError(f"merge: {cfg_path} was written with --threads {there}, not --threads {args.threads}; "
+                             f"PyTorch's CPU ops give other losses with another thread count (use --threads {there}, "
+                             f"or drop it)")
+
+
+def check_one_of(given: dict, args) -> None:
+    """--arm with --arms, --seed with --seeds: the one must be among the others, else the
+    command contradicts itself."""
+    if "arm" in given and "arms" in given:
+        listed = split_arms(args.arms)
+        for arm in split_arms(args.arm, "--arm"):
+            if arm not in listed:
+                raise UsageError(f"--arm {arm}: not one of --arms {args.arms} (give an arm of the list, or drop "
+                                 f"--arms)")
+    if "seed" in given and "seeds" in given and args.seed not in _int_list(args.seeds, "--seeds"):
+        raise UsageError(f"--seed {args.seed}: not one of --seeds {args.seeds} (give a seed of the list, or drop "
+                         f"--seeds)")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -1507,9 +1595,12 @@ def main(argv=None) -> int:
         check_thresholds(th)
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out}: not a directory")
+        given = given_options(argv)
         if args.command == "merge":
+            check_merge_options(given, args, args.out)
             merge(args.out, th)
             return 0
+        check_one_of(given, args)
         cfg = study_config(args)
         # Arms and seeds before anything is written or trained.
         option = "--arm" if args.arm else "--arms"

@@ -4,7 +4,8 @@
 // of float64 values, each exactly representable in the model's input format, or of that
 // format's bit patterns (unsigned integers of its container width): common.hpp operand_bits,
 // ValueError naming the first bad element. k and v may have fewer heads than q (GQA) and
-// another length Nk (decoding, cross-attention; causal aligns bottom-right, as FA2). The
+// another length Nk (decoding, cross-attention; causal aligns bottom-right, as FA2, or top-left with
+// causal_top_left: AttentionInputs::CausalAlignment). The
 // problem size, q's [B,H,N,D] and the per-q-head keys [B,H,Nk,D] (the engine's dK, dV per q
 // head), is held to the CLI's limits (attention/problem_limits.hpp). The model
 // is parsed as the CLI parses --model with --dtype (attention/trace_inputs.hpp
@@ -80,8 +81,8 @@ void check_do_shape(const pyb::object& d_o, const Shape4& q) {
 // Shapes and sizes are checked before any tensor is converted (a problem over the CLI's size
 // limits is refused without allocating it).
 attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, const pyb::object& v,
-                                  const pyb::object& d_o, bool causal, std::optional<double> scale,
-                                  const Format& dtype) {
+                                  const pyb::object& d_o, bool causal, bool causal_top_left,
+                                  std::optional<double> scale, const Format& dtype) {
   const Shape4 Q = shape4(q, "q"), K = shape4(k, "k"), V = shape4(v, "v");
   // k and v may carry fewer heads than q, dividing them (grouped-query attention).
   const auto kv_fits = [&](const Shape4& t) { return t[0] == Q[0] && t[1] >= 1 && Q[1] % t[1] == 0 && t[1] == K[1]; };
@@ -102,6 +103,7 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   if (!d_o.is_none()) in.d_o = tensor4(d_o, dtype, "do");
   in.dtype = dtype;
   in.causal = causal;
+  if (causal_top_left) in.causal_alignment = attn::AttentionInputs::CausalAlignment::top_left;
   if (scale) {
     if (!(std::isfinite(*scale) && *scale > 0))
       throw api::InputError("scale: " + shortest(*scale) + " is not a finite positive number");
@@ -257,11 +259,12 @@ pyb::dict attention(const pyb::object& q, const pyb::object& k, const pyb::objec
                     const pyb::object& d_o, bool causal, std::optional<double> scale, const std::string& recipe,
                     const std::optional<std::vector<std::array<int, 3>>>& trace_rows, bool trace_all,
                     const std::string& dtype_name, std::uint64_t seed, long long threads, int plot_feature,
-                    const std::string& sfu, bool keep_forward, bool dtype_given) {
+                    const std::string& sfu, bool keep_forward, bool dtype_given, bool causal_top_left) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
   const attn::ModelHandle model = model_or_throw(model_name, dtype, recipe, sfu, dtype_given);
   check_threads(threads);
-  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, model.recipe->input));
+  auto in = std::make_shared<attn::AttentionInputs>(
+      make_inputs(q, k, v, d_o, causal, causal_top_left, scale, model.recipe->input));
   std::optional<attn::Tracer> tracer;
   if (trace_all || trace_rows) {
     // Refused before a row is listed: trace=True over 2^31 one-feature rows would list them.
@@ -338,9 +341,9 @@ pyb::dict backward(const KeptForward& kept, const pyb::object& d_o, long long th
 }
 
 pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v, const pyb::object& d_o, bool causal,
-                std::optional<double> scale, const std::string& dtype_name) {
+                std::optional<double> scale, const std::string& dtype_name, bool causal_top_left) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
-  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, scale, dtype));
+  auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, causal_top_left, scale, dtype));
   const attn::AttentionOutputs out =
       run_interruptible<attn::AttentionOutputs>([in](const Cancel&) { return attn::exact_attention(*in); });
   pyb::dict d = outputs_dict(out);
@@ -354,7 +357,9 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
 }
 
 // What flashbits.torch needs before it converts a tensor: the format the model reads its
-// inputs in (and dO), the format of its outputs, and whether it has a backward.
+// inputs in (and dO), the format of its outputs, whether it has a backward, and whether its
+// arithmetic draws from the run's seed (`seeded`: +o-sr's stream, +hadamard's signs; the test
+// `flashbits replay` applies to a trace's seed), so that a call without a seed draws a fresh one.
 pyb::dict model_formats(const std::string& name, const std::string& dtype_name, const std::string& recipe,
                         const std::string& sfu, bool dtype_given) {
   const attn::ModelHandle model = model_or_throw(name, parse_fmt(dtype_name, "dtype"), recipe, sfu, dtype_given);
@@ -363,6 +368,7 @@ pyb::dict model_formats(const std::string& name, const std::string& dtype_name, 
   d["input"] = std::string(model.recipe->input.name);
   d["output"] = std::string(model.recipe->output.name);
   d["backward"] = model.recipe->structure == attn::Structure::correctly_rounded || model.recipe->backward_modelled;
+  d["seeded"] = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
   return d;
 }
 
@@ -386,9 +392,10 @@ void register_attention(pyb::module_& m) {
   pyb::class_<KeptForward>(m, "_KeptForward");
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "model"_a, "do"_a, "causal"_a, "scale"_a, "recipe"_a,
         "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a, "keep_forward"_a,
-        "dtype_given"_a = false);
+        "dtype_given"_a = false, "causal_top_left"_a = false);
   m.def("attention_backward", &backward, "kept"_a, "do"_a, "threads"_a);
-  m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a);
+  m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a,
+        "causal_top_left"_a = false);
   m.def("_check_attention_size", &check_size, "q_shape"_a);
   m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a, "dtype_given"_a = false);
   m.def("models", &models);

@@ -119,3 +119,52 @@ def test_load_trace_takes_the_alignment_and_warns_for_a_plain_true(bare_capture,
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the file names its alignment: nothing is assumed
         assert fb.load_trace(path, causal=True).metadata["causal_alignment"] == "top-left"
+
+
+# ---- audit: the alignment reaches flashbits.attention ----------------------------------------
+CAPTURES = "traces/hw/h200/paths/math/math_bf16_cross_q64_k256_d64_causal_{}.safetensors"
+
+
+@pytest.mark.parametrize("corner, alignment", [("tl", "top-left"), ("br", "bottom-right")])
+def test_a_traces_causal_alignment_replays_the_capture_from_python_bit_for_bit(corner, alignment):
+    # fb.attention(..., causal=t.causal) ran a top-left capture bottom-right (8187 of 8192 O
+    # elements wrong) while `flashbits replay` matched it; causal="top-left" was a TypeError.
+    # The reference is the capture's own O and gradients, measured on an H200 (compute
+    # capability 9.0: sfu="hw-sm90", the set `replay --sfu auto` picks for it).
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    t = fb.load_trace(os.path.join(root, CAPTURES.format(corner)))
+    assert t.causal and t.causal_alignment == alignment
+    assert t.metadata["compute_capability"] == "9.0"
+    run = dict(scale=t.scale, sfu="hw-sm90", threads=2)
+    r = fb.attention(t["q"], t["k"], t["v"], t.model, do=t["do"], causal=t.causal_alignment, **run)
+    for name, got in (("o", r.o), ("dq", r.dq), ("dk", r.dk), ("dv", r.dv)):
+        assert np.array_equal(got, t[name]), name
+    r = fb.attention(t["q"], t["k"], t["v"], t.model, causal=alignment, **run)
+    assert np.array_equal(r.o, t["o"])
+    # The other corner is another mask: most of O differs.
+    other = "bottom-right" if alignment == "top-left" else "top-left"
+    r = fb.attention(t["q"], t["k"], t["v"], t.model, causal=other, **run)
+    assert np.count_nonzero(r.o != t["o"]) > t["o"].size // 2
+
+
+def test_causal_takes_true_false_and_the_two_corners(bare_capture):
+    # True is bottom-right, as the CLI's --causal true; "none" is the metadata's word for False.
+    data = np.load(bare_capture)
+    q, k, v = (data[n] for n in ("query", "key", "value"))
+    kw = dict(scale=SCALE, dtype="bf16", threads=1)
+    tl = fb.attention(q, k, v, "correctly-rounded", causal="top-left", **kw)
+    np.testing.assert_array_equal(tl.o, np.asarray(decode_bf16(data["out"])))  # the mpmath top-left reference
+    br = fb.attention(q, k, v, "correctly-rounded", causal="bottom-right", **kw)
+    assert np.array_equal(fb.attention(q, k, v, "correctly-rounded", causal=True, **kw).o, br.o)
+    assert not np.array_equal(br.o, tl.o)
+    assert np.array_equal(fb.attention(q, k, v, "correctly-rounded", causal="none", **kw).o,
+                          fb.attention(q, k, v, "correctly-rounded", causal=False, **kw).o)
+    exact = fb.exact_attention(q, k, v, causal="top-left", scale=SCALE, dtype="bf16").o
+    np.testing.assert_array_equal(fb.round(exact, "bf16").bits, data["out"])
+    with pytest.raises(TypeError, match="causal: expected True, False, 'top-left', 'bottom-right' or 'none'"):
+        fb.attention(q, k, v, "correctly-rounded", causal="top_left", **kw)
+
+
+def decode_bf16(bits):
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)

@@ -191,6 +191,25 @@ def test_python_page_replay_block_runs_as_written(scratch, tmp_path):
     assert loaded.metadata["source"] == "unknown"
 
 
+def test_python_page_replays_a_top_left_capture_from_python_as_written():
+    # The page's Python replay of a trace: with the trace's causal statement (t.causal_alignment)
+    # a top-left hardware capture replays bit for bit (its asserts compare to the capture's own
+    # O and dQ); fb.attention took no alignment before, and ran it bottom-right.
+    import flashbits as fb
+    text = open(PYTHON_PAGE, encoding="utf-8").read()
+    section = text[text.index("## Replaying the captures you already have"):]
+    block = re.search(r"```python\n(t = fb\.load_trace.*?)```", section, re.S)
+    assert block, "docs/PYTHON.md lost its Python replay block"
+    old = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        scope = {"fb": fb}
+        exec(block.group(1), scope)  # noqa: S102 - the page's own lines
+    finally:
+        os.chdir(old)
+    assert scope["t"].causal_alignment == "top-left"
+
+
 # ---- docs/TRAINING.md: the flashbits.torch call ------------------------------------------------
 # The page's one Python block, run as written on small tensors: every keyword it shows must be
 # accepted, and the result is the module's attention on the same inputs rounded to bf16.

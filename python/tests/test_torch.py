@@ -206,8 +206,7 @@ def test_unsupported_arguments_are_clear_value_errors(kwargs, message):
 
 def test_shape_device_and_dtype_errors_name_the_argument():
     q, k, v, _ = _inputs((1, 2, 8, 8), 2)
-    with pytest.raises(ValueError, match="key: length 6 differs from query's 8 with is_causal=True"):
-        fbt.scaled_dot_product_attention(q, k[:, :, :6], v[:, :, :6], is_causal=True, model="fa2-sm80")
+    # is_causal with another key length runs top-left (test_is_causal_with_unequal_lengths_is_top_left).
     # Without is_causal another key length runs (cross-attention), gradients of k's shape,
     # close to PyTorch's own fp64 math attention.
     kk, vv = k[:, :, :6].detach().clone().requires_grad_(), v[:, :, :6].detach().clone().requires_grad_()
@@ -435,3 +434,177 @@ def test_the_exact_models_bad_dtype_is_named_dtype():
     q = torch.ones(1, 1, 4, 4)
     with pytest.raises(ValueError, match="^dtype: unknown format 'bogus'"):  # was "fmt: ..."
         fbt.scaled_dot_product_attention(q, q, q, model="exact", dtype="bogus")
+
+
+
+# ---- audit: stochastic rounding draws a fresh seed per call (seed=None) ----------------------
+SR_MODEL = "fa2-sm80+o-sr"
+
+
+def _top_left_attention_f64(q, k, v, scale):
+    """softmax(q kᵀ·scale) v in float64 (numpy), each query row i seeing keys j <= i
+    (PyTorch's is_causal, top-left): the reference written here, not flashbits'."""
+    s = np.einsum("...id,...jd->...ij", q, k) * scale
+    n, nk = s.shape[-2:]
+    s = np.where(np.arange(nk)[None, :] > np.arange(n)[:, None], -np.inf, s)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return np.einsum("...ij,...jd->...id", w / w.sum(axis=-1, keepdims=True), v)
+
+
+def _binomial_two_sided_p(k, n):
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1))
+    return min(1.0, 2 * tail / 2 ** n)
+
+
+def test_model_formats_says_which_models_draw_from_a_seed():
+    assert fbt.model_formats(SR_MODEL)["seeded"] is True
+    assert fbt.model_formats("correctly-rounded+o-sr")["seeded"] is True
+    assert fbt.model_formats("fa2-sm80")["seeded"] is False
+
+
+def test_a_stochastic_rounding_model_rounds_each_call_with_fresh_bits():
+    # With seed=None every call used seed 0: identical calls gave identical outputs, and the
+    # per-call mean O error had one sign on every call (33 of 40 in the audit, on perturbed
+    # inputs). `correctly-rounded+o-sr` rounds the exact O stochastically, so its error
+    # against a float64 reference is the rounding's alone, of either sign with probability 1/2
+    # per call when the calls draw independent bits.
+    torch.manual_seed(20261205)
+    q, k, v, _ = _inputs((1, 2, 32, 16), 2, seed=31)
+    rounded = [fb.round(t.numpy(), "bf16").values for t in (q, k, v)]
+    ref = _top_left_attention_f64(*rounded, 0.25)
+    calls = 40
+    positive = 0
+    outputs = []
+    for _ in range(calls):
+        o = fbt.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.25, model="correctly-rounded+o-sr")
+        outputs.append(o)
+        error = float(np.mean(o.double().numpy() - ref))
+        assert error != 0
+        positive += error > 0
+    # Two-sided exact binomial test against p = 1/2, at a generous level (one-sided on every
+    # call would be p = 2^-39).
+    assert _binomial_two_sided_p(positive, calls) > 1e-3, f"{positive} of {calls} calls had a positive mean error"
+    assert not torch.equal(outputs[0], outputs[1])
+
+
+def test_torch_manual_seed_makes_stochastic_rounding_reproducible_and_the_backward_uses_its_forwards_seed():
+    q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=5)
+
+    def run():
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        o = fbt.scaled_dot_product_attention(*leaves, is_causal=True, model=SR_MODEL)
+        o.backward(do)
+        return [o.detach()] + [t.grad for t in leaves]
+
+    torch.manual_seed(7)
+    first = run()
+    torch.manual_seed(7)
+    again = run()
+    other = run()  # the generator has moved on: other bits
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    assert not torch.equal(first[0], other[0])
+    # The documented draw: one torch.randint(0, 2**63 - 1, (1,)) per call. The gradients are
+    # those of flashbits.attention with that seed: the backward used its forward's seed.
+    torch.manual_seed(7)
+    seed = int(torch.randint(0, 2 ** 63 - 1, (1,)).item())
+    rounded = [fb.round(t.numpy(), "bf16").values for t in (q, k, v, do)]
+    want = fb.attention(*rounded[:3], SR_MODEL, do=rounded[3], causal=True, seed=seed, threads=1)
+    for got, w in zip(first, (want.o, want.dq, want.dk, want.dv)):
+        np.testing.assert_array_equal(_bits(got.double().numpy()), _bits(w))
+    # An explicit seed is that seed on every call.
+    a = fbt.scaled_dot_product_attention(q, k, v, model=SR_MODEL, seed=3)
+    b = fbt.scaled_dot_product_attention(q, k, v, model=SR_MODEL, seed=3)
+    assert torch.equal(a, b)
+
+
+def test_models_that_draw_no_randomness_leave_torchs_generator_alone():
+    q, _, _, _ = _inputs((1, 1, 8, 8), 1)
+    torch.manual_seed(11)
+    want = torch.rand(4)
+    torch.manual_seed(11)
+    fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80")
+    assert torch.equal(torch.rand(4), want)
+
+
+# ---- audit: is_causal is PyTorch's top-left mask, whatever the lengths ------------------------
+@pytest.mark.parametrize("model", ["fa2-sm80", "fa-bf16acc", "correctly-rounded", "exact", "fp64"])
+@pytest.mark.parametrize("n, nk", [(6, 20), (20, 6)])
+def test_is_causal_with_unequal_lengths_is_top_left(model, n, nk):
+    # It was refused for every model ("the kernel models use bottom-right"). PyTorch's
+    # is_causal is top-left (key j <= row i).
+    g = torch.Generator().manual_seed(n * 100 + nk)
+    q = torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, nk, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 2, nk, 8, generator=g, dtype=torch.float64)
+    fmt = "fp32" if model == "exact" else "bf16"
+    rounded = [fb.round(t.numpy(), fmt).values for t in (q, k, v)] if model != "fp64" else [t.numpy() for t in (q, k, v)]
+    want = _top_left_attention_f64(*rounded, 1 / math.sqrt(8))
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, is_causal=True, model=model)
+    o.sum().backward()
+    assert leaves[1].grad.shape == k.shape
+    got = o.detach().numpy()
+    if model in ("correctly-rounded", "exact", "fp64"):
+        # one rounding of O (bf16: half an ulp; exact, fp64: float64's own)
+        bound = _half_ulp_bf16(want) if model == "correctly-rounded" else 1e-12
+        assert np.all(np.abs(got - want) <= bound)
+    else:
+        assert np.max(np.abs(got - want)) < 0.03  # a bf16 kernel's error, not another mask's
+    # ...and not the bottom-right mask, which differs in these shapes.
+    if model != "fp64":
+        bottom_right = fb.exact_attention(*rounded, causal="bottom-right", dtype=fmt).o
+        assert np.max(np.abs(np.nan_to_num(bottom_right) - want)) > 0.05
+
+
+# ---- audit: a run's notes are warnings --------------------------------------------------------
+def test_notes_of_unmeasured_shapes_are_unmeasured_shape_warnings():
+    # model flex-attention-sm90 with fewer than 128 query rows: flashbits.attention's notes say
+    # Inductor would run another kernel; the op ran silently.
+    assert issubclass(fb.UnmeasuredShapeWarning, UserWarning)
+    q = torch.randn(1, 1, 16, 64, generator=torch.Generator().manual_seed(3))
+    rounded = fb.round(q.numpy(), "bf16").values
+    notes = fb.attention(rounded, rounded, rounded, "flex-attention-sm90", threads=1).notes
+    assert notes and all(n.startswith("note: ") for n in notes)
+    with pytest.warns(fb.UnmeasuredShapeWarning) as caught:
+        fbt.scaled_dot_product_attention(q, q, q, model="flex-attention-sm90")
+    texts = [str(w.message) for w in caught if issubclass(w.category, fb.UnmeasuredShapeWarning)]
+    assert sorted(set(texts)) == sorted(set(notes)) and len(texts) == len(set(texts))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a measured shape says nothing
+        fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80")
+
+
+# ---- audit: observe= without a backward -------------------------------------------------------
+def test_a_call_without_a_backward_is_observed_after_its_forward():
+    # Under no_grad observe= was never called: the traced rows were dropped silently.
+    q, k, v, _ = _inputs((1, 2, 16, 8), 2, seed=9)
+    seen = []
+    with torch.no_grad():
+        o = fbt.scaled_dot_product_attention(q, k, v, is_causal=True, model="fa-bf16acc", observe=seen.append,
+                                             trace=[(0, 1, 5)])
+    assert len(seen) == 1
+    s = seen[0]
+    assert s["backward"] is False and s["do"] is None and s["causal"] == "top-left"
+    np.testing.assert_array_equal(s["result"].o, o.double().numpy())
+    assert s["result"].dq is None
+    assert [(t["batch"], t["head"], t["row"]) for t in s["traces"]] == [(0, 1, 5)]
+    # Inputs that need no gradient: no backward can follow either.
+    seen.clear()
+    fbt.scaled_dot_product_attention(q, k, v, model="fa-bf16acc", observe=seen.append)
+    assert len(seen) == 1 and seen[0]["backward"] is False
+    # With a backward, one observation, after it.
+    seen.clear()
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = fbt.scaled_dot_product_attention(*leaves, model="fa-bf16acc", observe=seen.append)
+    assert seen == []
+    out.sum().backward()
+    assert len(seen) == 1 and seen[0]["backward"] is True and seen[0]["result"].dq is not None
+
+
+def test_the_exact_models_dtype_says_its_rule():
+    q = torch.ones(1, 1, 4, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^dtype: 'fp64': the exact reference rounds its inputs once to a format of "
+                                         r"at most 32 bits .* model=\"fp64\""):
+        fbt.scaled_dot_product_attention(q, q, q, model="exact", dtype="fp64")

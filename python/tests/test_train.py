@@ -175,6 +175,16 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
     (["--arms", "no-such-model"], "error: arm 'no-such-model': model no-such-model"),
     (["--arms", "fa-bf16acc[o_buffer_format=e9m9]"], "error: arm 'fa-bf16acc[o_buffer_format=e9m9]'"),
     (["--arms", "fa-bf16acc[no_such_stage=fp32]"], "no_such_stage"),
+    # An inline recipe's error named the driver's scratch file (deleted by then), not the arm.
+    (["--arms", "fa-bf16acc[o_buffer_format=e8m99]"],
+     "error: arm 'fa-bf16acc[o_buffer_format=e8m99]': stages.o_buffer_format: unknown format 'e8m99'"),
+    (["--arms", "fa-bf16acc[bogus=1]"], "error: arm 'fa-bf16acc[bogus=1]': stages.bogus: unknown stage"),
+    # A forward-only model was refused with "run it under torch.no_grad()".
+    (["--arms", "fa3-fp8-sm90"], "error: arm 'fa3-fp8-sm90': fa3-fp8-sm90 has no backward modelled (a forward-only "
+                                 "kernel model), and an arm trains through its attention's gradients"),
+    # --arm or --seed outside the list given with it ran silently.
+    (["--arm", "fa-bf16acc+dynmax"], "error: --arm fa-bf16acc+dynmax: not one of --arms fa-bf16acc"),
+    (["--seed", "5", "--seeds", "0,1"], "error: --seed 5: not one of --seeds 0,1"),
     (["--n-embd", "520", "--n-head", "2"], "error: arm 'fa-bf16acc': "),
     (["--emulate-layers", "5"], "error: --emulate-layers: layer 5 outside 0..1"),
     (["--lr", "-1"], "error: --lr -1.0: expected a finite positive number"),
@@ -209,6 +219,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, corpus, args, message):
     p = run_driver(*base, *args, check_rc=2)
     assert message in p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert "flashbits-train-" not in p.stderr and "no_grad" not in p.stderr
     assert not (tmp_path / "fork.pt").exists()  # refused before anything trained
     # ...and before config.json, which would then refuse the corrected command (head dim 260).
     assert not (tmp_path / "config.json").exists()
@@ -599,3 +610,76 @@ def test_ctrl_c_while_the_fork_trains_says_so(tmp_path, corpus):
     # It said "interrupted before training started; nothing to resume".
     assert "interrupted: the fork (fp32) was interrupted at step" in err and "Traceback" not in err
     assert not (tmp_path / "fork.pt").exists()
+
+
+
+# ---- audit ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra", [["--threads", "7"], ["--steps", "99"], ["--n-layer", "7"], ["--arms", "fp32"],
+                                   ["--seed", "0"], ["--preset", "smoke"]])
+def test_merge_refuses_options_it_does_not_use(smoke, tmp_path, extra):
+    # merge --threads 7 (and --steps 99, --n-layer 7, --arms fp32) exited 0, the options ignored,
+    # although another thread count than the study's is documented as refused.
+    out, _, _ = smoke
+    study = _copy_study(out, tmp_path / "study")
+    p = run_driver("merge", "--out", str(study), *extra, check_rc=2)
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("error: merge: ") and extra[0] in p.stderr
+    assert not (study / "summary.json").exists()
+
+
+def test_merge_takes_the_studys_own_thread_count_and_an_arm_of_the_list_runs(smoke, tmp_path):
+    out, summary, _ = smoke
+    study = _copy_study(out, tmp_path / "study")
+    run_driver("merge", "--out", str(study), "--threads", "1", "--quiet")
+    assert json.loads((study / "summary.json").read_text()) == summary
+    # --arm with --arms that lists it, --seed with --seeds that lists it: no contradiction.
+    args = train.build_parser().parse_args(["--out", "x", "--arms", "fp32,fa-bf16acc", "--arm", "fa-bf16acc",
+                                            "--seeds", "0,1", "--seed", "1"])
+    train.check_one_of(train.given_options(["--out", "x", "--arms", "fp32,fa-bf16acc", "--arm", "fa-bf16acc",
+                                            "--seeds", "0,1", "--seed", "1"]), args)
+
+
+def test_the_bf16_autocast_arm_without_probe_samples_is_not_measured(tmp_path, corpus):
+    # Its 0+/0- sign test read "no mechanism seen"; zero samples are "mechanism not measured".
+    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32,bf16-autocast",
+               "--seeds", "0", "--quiet")
+    arm = json.loads((tmp_path / "summary.json").read_text())["arms"]["bf16-autocast"]
+    assert arm["delta_error_positive_steps"] == arm["delta_error_negative_steps"] == 0
+    assert arm["delta_error_sign_p"] is None and arm["o_error_sign_p"] is None
+    assert arm["verdict"].startswith("mechanism not measured (no probe samples: bf16-autocast runs PyTorch's "
+                                     "attention under autocast"), arm["verdict"]
+    assert "no mechanism seen" not in arm["verdict"]
+
+
+def test_each_attention_call_of_a_run_has_its_own_seed():
+    seeds = {train.attention_seed(s, step, layer) for s in (0, 1) for step in range(50) for layer in range(4)}
+    assert len(seeds) == 2 * 50 * 4
+    assert train.attention_seed(1, 2, 3) == train.attention_seed(1, 2, 3)
+
+
+def test_a_stochastic_rounding_arms_layers_and_steps_round_with_their_own_bits():
+    # The driver passed no seed: every layer and step of an +o-sr arm rounded with seed 0's bits.
+    import torch
+    clock = train.StepClock(seed=3)
+    layer0 = train.attention_for("fa2-sm80+o-sr", None, 1, None, clock, layer=0)
+    layer1 = train.attention_for("fa2-sm80+o-sr", None, 1, None, clock, layer=1)
+    q = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(4))
+    first = layer1(q, q, q)
+    assert torch.equal(layer1(q, q, q), first)  # the same call of the same step: the same bits
+    assert not torch.equal(layer0(q, q, q), first)
+    clock.step = 1
+    assert not torch.equal(layer1(q, q, q), first)
+
+
+def test_a_stochastic_rounding_arm_resumes_bit_for_bit(tmp_path, corpus):
+    # flashbits.torch draws a fresh seed per call when given none; the driver gives each call
+    # a seed of (seed, step, layer), so a resumed run rounds as an uninterrupted one.
+    arm = "fa-bf16acc+o-sr"
+    args = ["--preset", "smoke", "--corpus", corpus, "--arms", arm, "--seeds", "0", "--steps", "12",
+            "--snapshot-every", "4", "--quiet"]
+    run_driver(*args, "--out", str(tmp_path / "straight"))
+    run_driver(*args, "--out", str(tmp_path / "resumed"), "--stop-after", "5", check_rc=130)
+    run_driver(*args, "--out", str(tmp_path / "resumed"))
+    slug = train.Arm(arm, arm).slug
+    straight = (tmp_path / "straight" / "runs" / slug / "seed0" / "steps.csv").read_text()
+    assert (tmp_path / "resumed" / "runs" / slug / "seed0" / "steps.csv").read_text() == straight
