@@ -1465,7 +1465,10 @@ TEST_CASE("step errors and rounding directions are exact where fp64 would absorb
                                                          {"sm100-f16acc", "e4m3"},
                                                          {"sm70", "fp16"}};
   int absorbing_cases = 0;
-  for (const auto& [name, input] : presets) {
+  for (const auto& preset : presets) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings (CAPTURE).
+    const auto& name = preset.first;
+    const auto& input = preset.second;
     const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
     REQUIRE(m != nullptr);
     const RefFormat& in = ref_input(input);
@@ -1558,7 +1561,10 @@ TEST_CASE("random steps: exact errors and directions in fused_dot's events and t
   constexpr int kLanes = 19;
   long long steps_checked = 0, nonzero_errors = 0, exactly_rounded = 0;
   int preset_index = 0;
-  for (const auto& [name, input] : presets) {
+  for (const auto& preset : presets) {
+    // Named variables, not structured bindings: clang before 16 cannot capture bindings (CAPTURE).
+    const auto& name = preset.first;
+    const auto& input = preset.second;
     const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
     REQUIRE(m != nullptr);
     const RefFormat& in = ref_input(input);
