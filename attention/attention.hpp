@@ -68,7 +68,7 @@ struct AttentionInputs {
   CausalAlignment causal_alignment = CausalAlignment::bottom_right;
 };
 
-// A run's shape, as unmeasured_shape_notes (kernel_models.hpp) reads it.
+// A run's shape, as unmeasured_shape_notes and unmodelled_shape (kernel_models.hpp) read it.
 struct RunShape {
   int batch = 1, heads = 1, kv_heads = 1, query_rows = 0, keys = 0, head_dim = 0;
   bool causal = false, backward = false;

@@ -370,6 +370,11 @@ KernelModel fa_bf16acc() {
 // the tutorial it models; "tl.sum order" and "tl.dot order" are assumptions (pairwise and
 // the sm80 MMA model). The tutorial is written for fp16 (p.to(tl.float16), dsT.to(tl.float16));
 // with bf16 inputs the model casts P̄ and dS to bf16 instead (ASSUMED adaptation).
+// The tutorial's host assert on the head dim (_attention.forward: HEAD_DIM_K in {...}) and its
+// backward's PRE_BLOCK (assert N_CTX % PRE_BLOCK == 0), shared by both tutorial models.
+const std::vector<int> kTutorialAssertedHeadDims = {16, 32, 64, 128, 256};
+constexpr int kTutorialPreBlock = 128;
+
 KernelModel triton_tutorial(const Format& dtype) {
   KernelModel m;
   m.unequal_lengths_note =
@@ -408,6 +413,7 @@ KernelModel triton_tutorial(const Format& dtype) {
   // 8-warp configs) at run time; 128 x 64 is modelled (+tile:BMxBN names another candidate).
   // Backward: bwd_block_n = BLOCK_N1 = BLOCK_M2 = 128, bwd_block_m = BLOCK_M1 = BLOCK_N2 = 32.
   m.tiles_by_head_dim = {{0, TileSizes{128, 64, 32, 128}}};
+  m.tutorial_tiles.asserted_head_dims = kTutorialAssertedHeadDims;
   m.tutorial_tiles.block_m = {64, 128};
   m.tutorial_tiles.block_n = {32, 64};
   m.score_dot = tensor_core_dot("sm80");  // tl.dot(q, k), fp32 accumulator
@@ -493,7 +499,6 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
   // (modelled 128 x 32) and head dim 16 no config at all; one N_CTX = q.shape[2] for q, k and v;
   // no bounds masks; the backward's `assert N_CTX % PRE_BLOCK == 0` (PRE_BLOCK = 128).
   m.tiles_by_head_dim = {{32, TileSizes{128, 32, 32, 128}}, {0, TileSizes{128, 64, 32, 128}}};
-  m.tutorial_tiles.asserted_head_dims = {16, 32, 64, 128, 256};
   m.tutorial_tiles.block_n = {32, 64, 128};
   m.tutorial_tiles.strict = true;
   m.unequal_lengths_note.clear();  // refused instead
@@ -1230,13 +1235,22 @@ std::string int_set_text(const std::vector<int>& values) {
   return text + "}";
 }
 
-// Why the Triton tutorial (tutorial_tiles.strict) refuses this run or computes something other
-// than its attention (06-fused-attention.py @003da478; the fields' comment in kernel_models.hpp);
-// empty when it runs it as the model does.
-std::string tutorial_refusal(const KernelModel& km, const RunShape& shape) {
+// What the Triton tutorial (06-fused-attention.py @003da478; the fields' comment in
+// kernel_models.hpp) refuses of this run, or computes as something other than its attention,
+// as a clause ("runs only ...; ... is refused"); empty when it runs it as the model does.
+// triton-tutorial-sm90 (tutorial_tiles.strict) refuses such a run; the recipe runs it as its
+// extension and says so in a note (unmeasured_shape_notes).
+std::string what_the_tutorial_refuses(const KernelModel& km, const RunShape& shape) {
   const KernelModel::TritonTutorialTiles& tt = km.tutorial_tiles;
-  if (!tt.strict || tt.block_n.empty()) return "";
+  if (tt.block_n.empty()) return "";
   const TileSizes tile = km.tiles_for(shape.head_dim, shape.query_rows, shape.causal, shape.keys);
+  // _attention.forward: dtype = tl.float8e5 if FP8_OUTPUT else tl.float16; P and O are cast to it
+  // and tl.dot asserts its operands share a dtype, so bf16 inputs compile no kernel.
+  if (!(km.input == formats::fp16))
+    return std::string(
+               "runs fp16 inputs only: the tutorial casts P and O to tl.float16 (its fp8 path apart), and "
+               "tl.dot and the output descriptor take one dtype; ") +
+           km.input.name + " is refused";
   if (shape.head_dim > 0) {
     // A head dim the host assert admits and some candidate BLOCK_N (or the named one) fits.
     const int narrowest = tt.named ? tile.block_n : *std::min_element(tt.block_n.begin(), tt.block_n.end());
@@ -1250,18 +1264,23 @@ std::string tutorial_refusal(const KernelModel& km, const RunShape& shape) {
              (tt.named ? std::to_string(tile.block_n) + " (+tile)" : "in " + int_set_text(tt.block_n)) + "; head dim " +
              std::to_string(shape.head_dim) + " is refused";
   }
+  if (shape.heads != shape.kv_heads)
+    return "runs only as many k and v heads as query heads: its k and v descriptors take q's head count (heads "
+           "past the kv heads read past k and v) and its backward asserts q, k and v share strides; " +
+           std::to_string(shape.heads) + " query heads over " + std::to_string(shape.kv_heads) +
+           " kv heads are refused";
   if (shape.query_rows != shape.keys)
     return "takes one N_CTX for q, k and v (the tutorial reads k and v with q's length, N_CTX = q.shape[2]); " +
-           std::to_string(shape.query_rows) + " query rows over " + std::to_string(shape.keys) +
-           " keys are refused (triton-tutorial runs them as its extension)";
+           std::to_string(shape.query_rows) + " query rows over " + std::to_string(shape.keys) + " keys are refused";
   const int tile_rows = std::max(tile.block_m, tile.block_n);
-  const int multiple = shape.backward ? std::max(tile_rows, 128) : tile_rows;
-  if (shape.query_rows % multiple != 0)
-    return "runs only lengths that are a multiple of " + std::to_string(multiple) + ": the tutorial's forward has " +
-           "no bounds mask, so a partial " + std::to_string(tile.block_m) + " x " + std::to_string(tile.block_n) +
-           " tile reads and writes another head's rows" +
-           (shape.backward ? ", and its backward asserts N_CTX % 128 == 0 (PRE_BLOCK)" : "") + "; N_CTX " +
-           std::to_string(shape.query_rows) + " is refused";
+  if (shape.query_rows % tile_rows != 0)
+    return "runs only lengths that are a multiple of its " + std::to_string(tile.block_m) + " x " +
+           std::to_string(tile.block_n) + " tile: the tutorial's forward has no bounds mask, so a partial tile " +
+           "reads and writes another head's rows; N_CTX " + std::to_string(shape.query_rows) + " is refused";
+  if (shape.backward && shape.query_rows % kTutorialPreBlock != 0)
+    return "runs a backward only for lengths that are a multiple of " + std::to_string(kTutorialPreBlock) +
+           ": its backward asserts N_CTX % PRE_BLOCK == 0 (PRE_BLOCK = " + std::to_string(kTutorialPreBlock) +
+           "); N_CTX " + std::to_string(shape.query_rows) + " is refused";
   if (shape.causal && tile.block_n > tile.block_m)
     return "runs a causal mask only with BLOCK_N <= BLOCK_M: with " + std::to_string(tile.block_m) + " x " +
            std::to_string(tile.block_n) +
@@ -1289,7 +1308,8 @@ std::string unmodelled_shape(const KernelModel& km, const RunShape& shape) {
   const bool causal = shape.causal;
   const int batch_kv_heads = shape.batch * shape.kv_heads;
   const int heads_per_kv_head = shape.heads / std::max(shape.kv_heads, 1);
-  if (const std::string why = tutorial_refusal(km, shape); !why.empty()) return why;
+  if (km.tutorial_tiles.strict)
+    if (const std::string why = what_the_tutorial_refuses(km, shape); !why.empty()) return why;
   if (km.max_query_rows > 0 && query_rows > km.max_query_rows)
     return "runs only for queries of at most " + std::to_string(km.max_query_rows) +
            " rows (Inductor's flex-decoding choice); " + std::to_string(query_rows) +
@@ -1390,21 +1410,10 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
           "note: the tutorial's TMA forward (@003da478) starts batch z, head h at row offset_y = off_z + off_h * "
           "N_CTX, not (z * H + h) * N_CTX, so for batch > 1 the kernel reads other rows; the model computes each "
           "batch's own attention, which the kernel does only for batch 0 (ASSUMED to be what is wanted)");
-    if (!tt.strict) {
-      // The recipe runs what the tutorial refuses (triton-tutorial-sm90 refuses it): say so.
-      static const std::vector<int> asserted = {16, 32, 64, 128, 256};
-      if (shape.head_dim > 0 && (std::find(asserted.begin(), asserted.end(), shape.head_dim) == asserted.end() ||
-                                 tile.block_n > shape.head_dim))
-        notes.push_back("note: the tutorial refuses head dim " + std::to_string(shape.head_dim) +
-                        " (it asserts HEAD_DIM_K in " + int_set_text(asserted) +
-                        " and compiles only BLOCK_N <= HEAD_DIM): this run is " + km.base +
+    if (!tt.strict)
+      if (const std::string why = what_the_tutorial_refuses(km, shape); !why.empty())
+        notes.push_back("note: the tutorial " + why + ": this run is " + km.base +
                         "'s extension (triton-tutorial-sm90 refuses it)");
-      if (shape.query_rows % 128 != 0 || shape.keys % 128 != 0)
-        notes.push_back(
-            "note: the tutorial has no bounds masks and its backward asserts N_CTX % 128 == 0: a "
-            "length that is not a multiple of 128 is " +
-            km.base + "'s extension (triton-tutorial-sm90 refuses it)");
-    }
   }
   if (!km.gqa_reduction_as_fa2 && shape.backward && shape.heads > shape.kv_heads)
     notes.push_back(

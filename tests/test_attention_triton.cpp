@@ -437,7 +437,9 @@ TEST_CASE("triton-tutorial-sm90 refuses the head dims the tutorial refuses, nami
   // The recipe triton-tutorial runs head dim 48 as its extension, and says the tutorial refuses it.
   const ModelHandle recipe = parse_kernel_model("triton-tutorial", formats::fp16);
   CHECK(unmodelled_shape(*recipe.recipe, square_run(128, 48)).empty());
-  CHECK(any_note_contains(unmeasured_shape_notes(*recipe.recipe, square_run(128, 48)), "refuses head dim 48"));
+  CHECK(any_note_contains(unmeasured_shape_notes(*recipe.recipe, square_run(128, 48)), "head dim 48 is refused"));
+  // Head dim 32 runs in the tutorial (BLOCK_N 32 compiles there): the recipe says nothing of it.
+  CHECK_FALSE(any_note_contains(unmeasured_shape_notes(*recipe.recipe, square_run(128, 32)), "refuses it"));
 }
 
 TEST_CASE("triton-tutorial-sm90 refuses lengths the tutorial does not run: one N_CTX, whole tiles, 128 backward") {
@@ -449,11 +451,20 @@ TEST_CASE("triton-tutorial-sm90 refuses lengths the tutorial does not run: one N
   CHECK(contains(unmodelled_shape(km, cross), "one N_CTX"));
   // No bounds masks: a length that is not a multiple of the 128 x 64 tile; the backward's
   // `assert N_CTX % PRE_BLOCK == 0` with PRE_BLOCK = 128.
-  CHECK(contains(unmodelled_shape(km, square_run(192, 64)), "multiple of 128"));
+  CHECK(contains(unmodelled_shape(km, square_run(192, 64)), "a multiple of its 128 x 64 tile"));
   CHECK(unmodelled_shape(km, square_run(256, 64, false, true)).empty());
   const ModelHandle small_tile = parse_kernel_model("triton-tutorial-sm90+tile:64x64", formats::fp16);
   CHECK(unmodelled_shape(*small_tile.recipe, square_run(192, 64)).empty());
-  CHECK(contains(unmodelled_shape(*small_tile.recipe, square_run(192, 64, false, true)), "N_CTX % 128 == 0"));
+  // 192 rows are whole 64 x 64 tiles: only the backward's assert refuses them, and the message
+  // claims no partial tile.
+  const std::string backward_192 = unmodelled_shape(*small_tile.recipe, square_run(192, 64, false, true));
+  CHECK(contains(backward_192, "N_CTX % PRE_BLOCK == 0 (PRE_BLOCK = 128)"));
+  CHECK_FALSE(contains(backward_192, "partial"));
+  // The recipe's notes follow the same rules: a forward of 64 rows in 64 x 32 tiles runs in the
+  // tutorial, so no length note.
+  const ModelHandle recipe_small = parse_kernel_model("triton-tutorial+tile:64x32", formats::fp16);
+  CHECK_FALSE(any_note_contains(unmeasured_shape_notes(*recipe_small.recipe, square_run(64, 64)), "N_CTX"));
+  CHECK(any_note_contains(unmeasured_shape_notes(*recipe_small.recipe, square_run(64, 64, false, true)), "PRE_BLOCK"));
   // A causal run with BLOCK_N > BLOCK_M: the off-band loop reads keys past the diagonal.
   const ModelHandle wide = parse_kernel_model("triton-tutorial-sm90+tile:64x128", formats::fp16);
   CHECK(contains(unmodelled_shape(*wide.recipe, square_run(256, 128, true)), "BLOCK_N <= BLOCK_M"));
@@ -556,4 +567,28 @@ TEST_CASE("flex-decoding-sm90 runs only q blocks whose warps Triton lays along t
   CHECK(any_note_contains(
       unmeasured_shape_notes(*parse_kernel_model("flex-attention-sm90", formats::bf16).recipe, decode),
       "not this template"));
+}
+
+// The tutorial's host code (06-fused-attention.py @003da478, _attention.forward) builds the k
+// and v descriptors with q's head count and its backward asserts q.stride() == k.stride() ==
+// v.stride(); it casts P and O to tl.float16 (dtype = tl.float8e5 if FP8_OUTPUT else
+// tl.float16), which tl.dot cannot meet with bf16 operands. So it runs neither grouped-query
+// attention nor bf16 inputs: the model refuses both, and the recipe notes them.
+TEST_CASE("triton-tutorial-sm90 refuses grouped-query attention and bf16 inputs, as the tutorial does") {
+  const ModelHandle model = parse_kernel_model("triton-tutorial-sm90", formats::fp16);
+  RunShape gqa = square_run(128, 64);
+  gqa.heads = 4;
+  gqa.kv_heads = 2;
+  CHECK(contains(unmodelled_shape(*model.recipe, gqa), "4 query heads over 2 kv heads are refused"));
+  AttentionInputs in = make_scenario("random", 8, 1, 4, 128, 64, formats::fp16, false, 2);
+  in.d_o.reset();
+  const std::string why = refusal_of([&] { run_attention(model, in, RunOptions{}); });
+  CHECK(contains(why, "triton-tutorial-sm90"));
+  CHECK(why.find('\n') == std::string::npos);
+  const ModelHandle bf16 = parse_kernel_model("triton-tutorial-sm90", formats::bf16);
+  CHECK(contains(unmodelled_shape(*bf16.recipe, square_run(128, 64)), "bf16 is refused"));
+  CHECK(unmodelled_shape(*model.recipe, square_run(128, 64)).empty());  // fp16, one head group: runs
+  const ModelHandle recipe = parse_kernel_model("triton-tutorial", formats::bf16);
+  CHECK(unmodelled_shape(*recipe.recipe, square_run(128, 64)).empty());
+  CHECK(any_note_contains(unmeasured_shape_notes(*recipe.recipe, square_run(128, 64)), "bf16 is refused"));
 }

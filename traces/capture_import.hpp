@@ -35,7 +35,10 @@
 //   leaves the alignment to the default and N != Nk, `note` (when set) receives one line
 //   saying which alignment was assumed and how to choose the other.
 // - Every defect throws TraceError with one line naming the file and what was wrong; the
-//   result passes the same validation as read_trace.
+//   result passes the same validation as read_trace. The schema names tensors and shapes as
+//   it reads them, so a message about a renamed tensor or a transposed [batch, seq, heads,
+//   dim] file ends with how it read the file: "(read the capture's 'query' as q; shapes as
+//   [batch, heads, seq, dim]: ... transposed on import)".
 #pragma once
 
 #include <filesystem>

@@ -800,13 +800,14 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     ``is_causal``) or "bottom-right" (j <= i + Nk - N: FlashAttention >= 2.1), as
     ``--causal``: True leaves the alignment to the file's ``causal_alignment``, else
     bottom-right, with a UserWarning saying so when the query and key lengths differ; the
-    alignment is written to the metadata's ``causal_alignment``."""
+    alignment is written to the metadata's ``causal_alignment``. "none" is False (the word
+    ``Trace.causal_alignment`` and ``attention(causal=)`` use)."""
     if isinstance(causal, (bool, _np.bool_)):
         causal_text = "true" if causal else "false"
-    elif causal is None or (isinstance(causal, str) and causal in ("top-left", "bottom-right")):
+    elif causal is None or (isinstance(causal, str) and causal in ("top-left", "bottom-right", "none")):
         causal_text = causal
     else:
-        raise TypeError(f"causal: expected True, False, 'top-left' or 'bottom-right', got {causal!r}")
+        raise TypeError(f"causal: expected True, False, 'top-left', 'bottom-right' or 'none', got {causal!r}")
     args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
             _float_arg("scale", scale, optional=True), causal_text,
             _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))

@@ -107,6 +107,9 @@ def test_load_trace_takes_the_alignment_and_warns_for_a_plain_true(bare_capture,
     assert t.metadata["causal_alignment"] == "bottom-right" and t.causal
     t = fb.load_trace(bare_capture, causal=False, **kw)
     assert t.metadata["causal_alignment"] == "none" and not t.causal
+    # "none", the word Trace.causal_alignment gives back, is False (as import's --causal none).
+    t = fb.load_trace(bare_capture, causal=t.causal_alignment, **kw)
+    assert t.metadata["causal_alignment"] == "none" and not t.causal
     with pytest.raises(TypeError, match="top-left"):
         fb.load_trace(bare_capture, causal="top_left", **kw)
 
