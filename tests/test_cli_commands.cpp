@@ -1801,7 +1801,8 @@ TEST_CASE("bias-test and sweep: the correctly rounded reference in any mode has 
       run("sweep --formats bf16 --round rne,rtz --model correctly-rounded --scenario sink --seqlen 64 "
           "--headdim 16 --trials 12 --json");
   REQUIRE_MESSAGE(s.code == 0, s.err);
-  for (const auto& row : nlohmann::json::parse(s.out)["rows"]) {
+  const auto sweep = nlohmann::json::parse(s.out);  // named: a range over a temporary's member dangles
+  for (const auto& row : sweep["rows"]) {
     CHECK(row["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
     CHECK(row["excess"]["delta"]["mean_ulps"].get<double>() == 0.0);
   }
