@@ -279,13 +279,8 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         return v == std::floor(v) && std::find(set.begin(), set.end(), static_cast<int>(v)) != set.end();
       };
       if (!candidate(bm, tt.block_m) || !candidate(bn, tt.block_n)) {
-        auto set_text = [](const std::vector<int>& set) {
-          std::string t;
-          for (int v : set) t += (t.empty() ? "" : ", ") + std::to_string(v);
-          return "{" + t + "}";
-        };
         throw std::invalid_argument("+tile:" + arg + ": " + m.base + "'s autotuner tries BLOCK_M in " +
-                                    set_text(tt.block_m) + " and BLOCK_N in " + set_text(tt.block_n));
+                                    int_set_text(tt.block_m) + " and BLOCK_N in " + int_set_text(tt.block_n));
       }
       TileSizes tile = m.tiles_by_head_dim.back().second;  // the backward's fixed tiles are kept
       tile.block_m = static_cast<int>(bm);

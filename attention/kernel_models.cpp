@@ -1227,13 +1227,13 @@ int flex_decode_split_count(const KernelModel& km, int batch_kv_heads) {
   return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1) * 2, 1);
 }
 
-namespace {
-
 std::string int_set_text(const std::vector<int>& values) {
   std::string text = "{";
   for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
   return text + "}";
 }
+
+namespace {
 
 // What the Triton tutorial (06-fused-attention.py @003da478; the fields' comment in
 // kernel_models.hpp) refuses of this run, or computes as something other than its attention,

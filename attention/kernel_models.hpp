@@ -569,6 +569,8 @@ std::string unmodelled_shape(const KernelModel& km, const RunShape& shape);
 // lengths the source has no case for, and a grouped-query backward reduced as FA2 reduces it.
 // replay and the Python module print or return them with every run.
 std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const RunShape& shape);
+// A set of integers as messages write it, "{32, 64, 128}" (the tutorial's tiles and head dims).
+std::string int_set_text(const std::vector<int>& values);
 // FlexAttention's decoding kernel (km.flex_decode_sms > 0): its split count for a run of
 // batch_kv_heads (batch x kv heads), get_split_k in torch/_inductor/kernel/flex/flex_decoding.py.
 int flex_decode_split_count(const KernelModel& km, int batch_kv_heads);

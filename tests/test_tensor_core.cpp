@@ -1445,6 +1445,25 @@ std::uint32_t ref_encode(const RefFormat& f, double value) {
 // The smallest positive power of two of an input format (its least subnormal).
 double least_power(const RefFormat& f) { return std::ldexp(1.0, 1 - f.bias - f.mbits); }
 
+// One (model, input format) preset of the tally tests: the model under test and the
+// reference's view of its input format. Named fields, not structured bindings: clang before
+// 16 cannot capture bindings (CAPTURE).
+struct TallyPreset {
+  const char* name;
+  const char* input_name;
+  const fb::TensorCoreModel* model;
+  const RefFormat* input;
+  bool fp16_output;
+};
+TallyPreset tally_preset(const std::pair<const char*, const char*>& preset) {
+  const char* name = preset.first;
+  const char* input = preset.second;
+  const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
+  INFO("preset " << name << " " << input);
+  REQUIRE(m != nullptr);
+  return {name, input, m, &ref_input(input), m->output == fb::DotOutput::fp16_rne};
+}
+
 }  // namespace
 
 TEST_CASE("step errors and rounding directions are exact where fp64 would absorb a remainder") {
@@ -1466,15 +1485,12 @@ TEST_CASE("step errors and rounding directions are exact where fp64 would absorb
                                                          {"sm70", "fp16"}};
   int absorbing_cases = 0;
   for (const auto& preset : presets) {
-    // Named variables, not structured bindings: clang before 16 cannot capture bindings (CAPTURE).
-    const auto& name = preset.first;
-    const auto& input = preset.second;
-    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
-    REQUIRE(m != nullptr);
-    const RefFormat& in = ref_input(input);
-    const bool f16 = m->output == fb::DotOutput::fp16_rne;
-    CAPTURE(name);
-    CAPTURE(input);
+    const TallyPreset p = tally_preset(preset);
+    CAPTURE(p.name);
+    CAPTURE(p.input_name);
+    const fb::TensorCoreModel* m = p.model;
+    const RefFormat& in = *p.input;
+    const bool f16 = p.fp16_output;
     const RefModel ref{m->products_per_step, m->fraction_bits, m->output};
     // The step's largest product B*B, a pair s*s and -s*s below its grid 2^(2 log2 B - F),
     // and C tiny beside s*s: fp64 in term order gives C + s^2 - s^2 = 0.
@@ -1562,17 +1578,14 @@ TEST_CASE("random steps: exact errors and directions in fused_dot's events and t
   long long steps_checked = 0, nonzero_errors = 0, exactly_rounded = 0;
   int preset_index = 0;
   for (const auto& preset : presets) {
-    // Named variables, not structured bindings: clang before 16 cannot capture bindings (CAPTURE).
-    const auto& name = preset.first;
-    const auto& input = preset.second;
-    const fb::TensorCoreModel* m = fb::find_tensor_core_model(name, fb_input(input));
-    REQUIRE(m != nullptr);
-    const RefFormat& in = ref_input(input);
-    const bool f16 = m->output == fb::DotOutput::fp16_rne;
+    const TallyPreset p = tally_preset(preset);
+    CAPTURE(p.name);
+    CAPTURE(p.input_name);
+    const fb::TensorCoreModel* m = p.model;
+    const RefFormat& in = *p.input;
+    const bool f16 = p.fp16_output;
     const RefFormat& acc = f16 ? kRefFp16 : kRefFp32;
     const RefModel ref{m->products_per_step, m->fraction_bits, m->output};
-    CAPTURE(name);
-    CAPTURE(input);
     Gen g(0x7a11u + static_cast<std::uint64_t>(++preset_index) * 131u);
     const int mid = in.bias;
     const int field_max = (1 << in.ebits) - 2;
