@@ -34,7 +34,7 @@ from . import _core
 
 __all__ = [
     "INEXACT", "UNDERFLOW", "OVERFLOW", "DIVBYZERO", "INVALID", "flags_string",
-    "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot",
+    "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot", "matmul",
     "ApproximateModelWarning", "UnmeasuredShapeWarning", "AttentionResult", "RowTraces", "attention", "exact_attention", "BiasTestResult", "bias_test",
     "Trace", "load_trace", "save_trace", "format_info", "models", "dot_models", "dot_model", "scenarios",
 ]
@@ -406,6 +406,76 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
     out = _core.dot(args[0], args[1], a.reshape(-1, k), b.reshape(-1, k), _np.ascontiguousarray(c).reshape(-1),
                     *args[2:], sa, sb)
     return Rounded(out.reshape(batch), info["accumulator"])
+
+
+def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None, kind: str | None = None,
+           scale_format: str | None = None, block: int | None = None, scale_a=None, scale_b=None) -> Rounded:
+    """A tensor-core GEMM D = C + A·B, bit for bit as the named dot model computes it (models as
+    ``dot``): ``a`` [..., M, K] and ``b`` [..., K, N] values (or bit patterns) of ``fmt`` (b:
+    ``fmt_b``), ``c`` of the accumulator, broadcast to [..., M, N] (default 0); leading batch
+    dimensions broadcast as ``numpy.matmul``'s do. Each D[..., m, n] is
+    ``dot(model, a[..., m, :], b[..., :, n], c[..., m, n])``: one chain of the model's k-steps over
+    k in order, as one thread block's main loop accumulates its output tile. A GEMM that splits
+    k (cuBLAS's split-K and stream-K kernels, a split-KV attention) sums partial chains instead:
+    model each partial with its own call and add them as that kernel does. A block-scaled kind
+    also takes ``scale_a`` [..., M, K / block] and ``scale_b`` [..., K / block, N] scale bytes.
+    NVIDIA models run the blocked kernel (emu/dot/tensor_core_gemm.cpp; its speed in
+    docs/PERFORMANCE.md) on one thread; block-scaled kinds run one dot at a time."""
+    args = _dot_model_args(model, fmt, fmt_b, kind, scale_format, block)
+    info = _core.dot_model(*args)
+    a = _operand(a, "a")
+    b = _operand(b, "b")
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"a, b: expected arrays of at least two dimensions, [..., M, K] and [..., K, N]; got shapes "
+                         f"{a.shape} and {b.shape} (for one dot product use dot)")
+    (m, k), (k_b, n) = a.shape[-2:], b.shape[-2:]
+    if k != k_b:
+        raise ValueError(f"a, b: K differs: a is [..., M, K] = {a.shape}, b is [..., K, N] = {b.shape}")
+    if k == 0:
+        raise ValueError(f"a, b: K = 0 (shapes {a.shape} and {b.shape}): a dot product needs at least one term")
+    try:
+        batch = _np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"a, b: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast") from None
+    c = _np.zeros(()) if c is None else _operand(c, "c")
+    try:
+        c = _np.broadcast_to(c, batch + (m, n))
+    except ValueError:
+        raise ValueError(f"c: shape {c.shape} does not broadcast to D's shape {batch + (m, n)}") from None
+    if not info["scale_block"] and (scale_a is not None or scale_b is not None):
+        raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
+                         "give kind)")
+
+    def batched(x, shape):
+        # Broadcast only where the batch dimensions differ, so that an element named in an
+        # error is the one of the array as given.
+        return _np.ascontiguousarray(x if x.shape == batch + shape else _np.broadcast_to(x, batch + shape))
+
+    sa = sb = None
+    if info["scale_block"]:
+        if k % info["scale_block"]:
+            raise ValueError(f"K = {k} is not a multiple of the block ({info['scale_block']})")
+        blocks = k // info["scale_block"]
+        for name, s, shape in (("scale_a", scale_a, (m, blocks)), ("scale_b", scale_b, (blocks, n))):
+            if s is None:
+                raise ValueError(f"{name}: missing: the block-scaled GEMM needs shape [..., {shape[0]}, {shape[1]}] "
+                                 "of scale bytes")
+            arr = _as_array(s, name)
+            if arr.ndim < 2 or arr.shape[-2:] != shape:
+                raise ValueError(f"{name}: expected shape [..., {shape[0]}, {shape[1]}] (one byte per block of K), "
+                                 f"got {arr.shape}")
+            try:
+                arr = _np.broadcast_to(arr, batch + shape)
+            except ValueError:
+                raise ValueError(f"{name}: batch dimensions {arr.shape[:-2]} do not broadcast to {batch}") from None
+            # [batch * M, blocks] and [batch * blocks, N], as the C++ part reads them
+            if name == "scale_a":
+                sa = _scale_bytes(arr, name, batch + shape)
+            else:
+                sb = _scale_bytes(arr, name, batch + shape)
+    out = _core.matmul(args[0], args[1], batched(a, (m, k)), batched(b, (k, n)), batched(c, (m, n)), *args[2:], sa,
+                       sb)
+    return Rounded(out.reshape(batch + (m, n)), info["accumulator"])
 
 
 # ---- attention -------------------------------------------------------------------------------

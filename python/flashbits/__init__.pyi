@@ -54,6 +54,9 @@ def sqrt(a: ArrayLike, fmt: str, mode: str = "rne", overflow: str = "ieee", *, s
 def dot(model: str, a: ArrayLike, b: ArrayLike, c: ArrayLike | None = None, fmt: str = "bf16", *,
         fmt_b: str | None = None, kind: str | None = None, scale_format: str | None = None, block: int | None = None,
         scale_a: ArrayLike | None = None, scale_b: ArrayLike | None = None) -> Rounded: ...
+def matmul(model: str, a: ArrayLike, b: ArrayLike, c: ArrayLike | None = None, fmt: str = "bf16", *,
+           fmt_b: str | None = None, kind: str | None = None, scale_format: str | None = None,
+           block: int | None = None, scale_a: ArrayLike | None = None, scale_b: ArrayLike | None = None) -> Rounded: ...
 def dot_model(model: str, fmt: str = "bf16", *, fmt_b: str | None = None, kind: str | None = None,
               scale_format: str | None = None, block: int | None = None) -> dict[str, Any]: ...
 

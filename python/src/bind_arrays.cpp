@@ -10,7 +10,9 @@
 //   (and for "cvt": round() on bit patterns of the format itself, fb::apply_op from it to it);
 // - dot: the one dot-model lookup and call (emu/dot/dot_model.hpp), DotModel::dot_pairs over
 //   chunks of rows (NVIDIA: the blocked kernel, fused_dot's bits; the CLI's `dot` keeps the
-//   bit-level entry point, so the tests compare the two paths).
+//   bit-level entry point, so the tests compare the two paths);
+// - matmul: the same lookup, DotModel::dot_rows over blocks of rows of A against all of B (a
+//   block-scaled model: DotModel::dot per element).
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -353,6 +355,115 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
   return out;
 }
 
+// D = C + A·B, batch by batch: a [..., M, K] bit patterns or values of `fmt`, b [..., K, N] of
+// fmt_b (or fmt), c [..., M, N] of the accumulator, the same leading (batch) dimensions (an
+// element's name in a message is its index there); a block-scaled model also takes scale_a
+// [batch * M, K / block] and scale_b [batch * K / block, N] bytes. D[i, m, n] is the model's dot
+// of row m of A and column n of B from C[i, m, n]: one chain over k in order, as fb.dot gives it
+// for that row and column. NVIDIA and AMD run DotModel::dot_rows on a block of rows (NVIDIA:
+// the blocked kernel, with B's alignment exponents computed once per batch); a block-scaled
+// model runs DotModel::dot on each element, from a copy of B and its scales laid out by column.
+pyb::array matmul(const std::string& model, const std::string& fmt, const pyb::array& a, const pyb::array& b,
+                  const pyb::array& c, const std::string& fmt_b, const std::string& kind,
+                  const std::string& scale_format, int block, const std::optional<pyb::array>& scale_a,
+                  const std::optional<pyb::array>& scale_b) {
+  const DotModel m = dot_model_or_throw(model, fmt, fmt_b, kind, scale_format, block);
+  const Format& acc = m.accumulator();
+  const pyb::ssize_t nd = a.ndim();
+  bool shapes_fit = nd >= 2 && b.ndim() == nd && c.ndim() == nd && b.shape(nd - 2) == a.shape(nd - 1) &&
+                    c.shape(nd - 2) == a.shape(nd - 2) && c.shape(nd - 1) == b.shape(nd - 1);
+  std::size_t batches = 1;
+  for (pyb::ssize_t i = 0; shapes_fit && i < nd - 2; ++i) {
+    shapes_fit = b.shape(i) == a.shape(i) && c.shape(i) == a.shape(i);
+    batches *= static_cast<std::size_t>(a.shape(i));
+  }
+  if (!shapes_fit) throw api::InputError("a, b, c: expected shapes [..., M, K], [..., K, N] and [..., M, N]");
+  const std::size_t rows = static_cast<std::size_t>(a.shape(nd - 2)), k = static_cast<std::size_t>(a.shape(nd - 1)),
+                    cols = static_cast<std::size_t>(b.shape(nd - 1));
+  if (k == 0) throw api::InputError("a, b: K = 0: a dot product needs at least one term");
+  const std::vector<std::uint32_t> av = operand_bits(m.a_input(), a, "a");
+  const std::vector<std::uint32_t> bv = operand_bits(m.b_input(), b, "b");
+  const std::vector<std::uint32_t> cv = operand_bits(acc, c, "c");
+  const std::size_t scale_block = static_cast<std::size_t>(m.scale_block());
+  const std::size_t blocks = scale_block == 0 ? 0 : k / scale_block;
+  std::vector<std::uint8_t> sa, sb;
+  if (scale_block == 0) {
+    if (scale_a || scale_b) throw api::InputError("scale_a, scale_b: model " + m.describe() + " takes no scales");
+  } else {
+    if (k % scale_block != 0)
+      throw api::InputError("K = " + std::to_string(k) + " is not a multiple of the block (" +
+                            std::to_string(scale_block) + ")");
+    // scale_bytes reads [n, blocks]: A's scales as batch*M rows; B's as batch*blocks rows of N.
+    sa = scale_bytes(scale_a, batches * rows, blocks, "scale_a");
+    sb = scale_bytes(scale_b, batches * blocks, cols, "scale_b");
+  }
+  pyb::array out = bits_array(acc, shape_of(c));
+  {
+    pyb::gil_scoped_release release;
+    SignalPoll signals;
+    auto values = [](const Format& f, const std::uint32_t* bits, std::size_t n) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(to_double(f, bits[i]));
+      return v;
+    };
+    // Rows per call: enough to pay the blocked kernel's set-up once per block, few enough
+    // that Ctrl-C is seen within a fraction of a second.
+    const std::size_t rows_per_block =
+        std::max<std::size_t>(1, (std::size_t{1} << 20) / std::max(k * cols, std::size_t{1}));
+    std::vector<std::uint32_t> tmp(rows * cols);
+    std::vector<float> d(rows * cols);
+    std::vector<std::int32_t> b_alignment;
+    for (std::size_t batch = 0; batch < batches; ++batch) {
+      const std::vector<float> a_values = values(m.a_input(), av.data() + batch * rows * k, rows * k);
+      const std::vector<float> b_values = values(m.b_input(), bv.data() + batch * k * cols, k * cols);
+      const std::vector<float> c_values = values(acc, cv.data() + batch * rows * cols, rows * cols);
+      if (scale_block == 0) {
+        const std::int32_t* alignment = nullptr;
+        if (m.nvidia() != nullptr) {
+          b_alignment.resize(k * cols);
+          dot_alignment_exponents(*m.nvidia(), b_values.data(), k * cols, b_alignment.data());
+          alignment = b_alignment.data();
+        }
+        for (std::size_t row = 0; row < rows; row += rows_per_block) {
+          const std::size_t n = std::min(rows_per_block, rows - row);
+          m.dot_rows(c_values.data() + row * cols, cols, a_values.data() + row * k, k, static_cast<int>(n),
+                     b_values.data(), alignment, cols, static_cast<int>(k), static_cast<int>(cols),
+                     d.data() + row * cols, cols);
+          signals.poll();
+        }
+      } else {
+        // Column n of B and its scales, contiguous: the per-element call reads a dot's b and
+        // scale_b as arrays over k.
+        std::vector<float> b_columns(k * cols);
+        std::vector<std::uint8_t> sb_columns(blocks * cols);
+        for (std::size_t j = 0; j < k; ++j)
+          for (std::size_t n = 0; n < cols; ++n) b_columns[n * k + j] = b_values[j * cols + n];
+        for (std::size_t blk = 0; blk < blocks; ++blk)
+          for (std::size_t n = 0; n < cols; ++n) sb_columns[n * blocks + blk] = sb[(batch * blocks + blk) * cols + n];
+        for (std::size_t row = 0; row < rows; ++row) {
+          const std::uint8_t* row_scales = sa.data() + (batch * rows + row) * blocks;
+          for (std::size_t n = 0; n < cols; ++n)
+            d[row * cols + n] = m.dot(c_values[row * cols + n], a_values.data() + row * k, b_columns.data() + n * k,
+                                      static_cast<int>(k), DotScales{row_scales, sb_columns.data() + n * blocks});
+          signals.poll();
+        }
+      }
+      for (std::size_t i = 0; i < rows * cols; ++i) {
+        const float x = d[i];
+        if (acc.width() == 32) {
+          tmp[i] = std::bit_cast<std::uint32_t>(x);
+        } else if (std::isnan(x)) {
+          tmp[i] = pack_nan(acc);
+        } else if (!from_double_exact(acc, x, tmp[i])) {
+          throw std::logic_error("matmul: a D value is not exact in " + std::string(acc.name));
+        }
+      }
+      store_bits(acc, out, batch * rows * cols, tmp.data(), rows * cols);
+    }
+  }
+  return out;
+}
+
 pyb::dict format_info(const std::string& fmt) {
   const Format f = parse_fmt(fmt);
   pyb::dict d;
@@ -428,6 +539,8 @@ void register_arrays(pyb::module_& m) {
         "flags"_a, "names"_a);
   m.def("dot_model", &dot_model_info, "model"_a, "fmt"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a);
   m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
+        "scale_a"_a, "scale_b"_a);
+  m.def("matmul", &matmul, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
         "scale_a"_a, "scale_b"_a);
   m.def("format_info", &format_info, "fmt"_a);
   m.def("dot_models", &dot_models);
