@@ -66,7 +66,10 @@ bool from_double_exact(const Format& f, double value, std::uint32_t& stored) {
   const double scaled = std::ldexp(frac, frac_bits + 1);
   if (scaled != std::floor(scaled)) return false;
   auto sig = static_cast<std::uint64_t>(scaled);
-  std::uint32_t man = exp_field == 0 ? static_cast<std::uint32_t>(sig) : static_cast<std::uint32_t>(sig) & f.man_mask();
+  // A subnormal keeps its significand whole (no leading one to drop). Exponent field 0 alone
+  // does not make one: e8m0's field 0 is the normal 2^-127.
+  const bool subnormal = e < f.emin();
+  std::uint32_t man = subnormal ? static_cast<std::uint32_t>(sig) : static_cast<std::uint32_t>(sig) & f.man_mask();
   if (exp_field == static_cast<int>(f.max_finite_exp_field()) && man > f.max_finite_man_field()) return false;
   layout = sign | (static_cast<std::uint32_t>(exp_field) << f.man_bits) | man;
   stored = to_container(f, layout);

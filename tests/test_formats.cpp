@@ -205,6 +205,40 @@ TEST_CASE("every pattern of every format up to 19 bits decodes as the section 2 
   CHECK(fb::to_double(fmt::e2m1, 0xf) == -6.0);
 }
 
+TEST_CASE("every finite value of every format up to 19 bits encodes back to its one pattern") {
+  // from_double_exact reads a value operand (`op ... +0.5`, Python values): the value the §2
+  // rules give a pattern (meaning(), in cpp_rational) must encode to that pattern, and a
+  // value just off it (half its distance to the next larger magnitude) to none. e8m0's field
+  // 0 is the normal 2^-127, not a subnormal: it once encoded as pattern 1 (2^-126).
+  for (const Spec& s : specs()) {
+    if (s.width > 19) continue;
+    INFO(s.name);
+    const fb::Format f = named(s.name);
+    std::uint64_t wrong = 0, checked = 0;
+    for (std::uint32_t p = 0; p < (1u << s.width); ++p) {
+      const Meaning want = meaning(s, p);
+      if (want.nan || want.inf) continue;
+      const double magnitude = want.value.convert_to<double>();
+      REQUIRE(rational_of_double(magnitude) == want.value);  // every such value is a double
+      const double value = want.negative ? -magnitude : magnitude;
+      std::uint32_t got = 0;
+      const bool ok = fb::from_double_exact(f, value, got);
+      ++checked;
+      if ((!ok || got != (p << s.shift)) && wrong++ < 5)
+        MESSAGE(s.name << " value " << value << " (pattern " << std::hex << p << ") encodes to " << got << " ok "
+                       << ok);
+      if (magnitude != 0.0) {
+        std::uint32_t off = 0;
+        const double between = value * (1.0 + std::ldexp(1.0, -(s.man_bits + 1)));
+        if (std::isfinite(between) && fb::from_double_exact(f, between, off) && wrong++ < 5)
+          MESSAGE(s.name << " value " << between << " (not representable) encodes to " << std::hex << off);
+      }
+    }
+    CHECK(wrong == 0);
+    CHECK(checked > 0);
+  }
+}
+
 TEST_CASE("negative zero exists except in fnuz formats; e8m0 is unsigned with no zero") {
   for (const Spec& s : specs()) {
     if (s.width > 19) continue;
