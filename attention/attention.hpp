@@ -270,13 +270,15 @@ AttentionOutputs exact_attention(const AttentionInputs& in);
 AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInputs& in, const AttentionOutputs& exact,
                                      const RunOptions& opt);
 // The reference's delta of one row from a given O (values of km.output) and dO, rounded once
-// into fp32 in km.o_round (RNE under reference_only_o_in_mode; sr: keyed by seed and position).
+// into fp32 in km.o_round (sr: keyed by seed and position).
 double correctly_rounded_delta(const KernelModel& km, const double* d_o, const double* o, int d, std::uint64_t seed,
                                std::uint64_t position);
-// The reference a model's errors are measured against: `correctly-rounded` with the model's
-// input and output formats and its final cast's mode (+o-MODE), which rounds O alone
-// (reference_only_o_in_mode: the kernel's LSE, delta and gradients are RNE), named accordingly.
-// The reference of `correctly-rounded` (any +o-MODE) is that model itself, so its excess is 0.
+// The reference a model's errors are measured against, its floor: `correctly-rounded` with the
+// model's input and output formats, every output rounded once to nearest even where the model
+// keeps it (below), whatever the model's final cast: a +o-MODE cast is the kernel's choice and
+// its bias counts as added (an rtz O's error toward zero is not a floor). The
+// reference of `correctly-rounded` itself is that model, so its excess is 0; that of
+// `correctly-rounded+o-MODE` is the RNE one, whose difference is MODE's own bias.
 ModelHandle correctly_rounded_reference(const KernelModel& like);
 
 }  // namespace fb::attn

@@ -251,15 +251,11 @@ namespace {
 
 enum ReferenceTensor : std::uint64_t { kO = 0, kLse = 1, kDelta = 2, kDq = 3, kDk = 4, kDv = 5 };
 
-// The reference's one rounding of tensor `tag`'s element at `position`: the final cast's mode;
-// sr draws from a stream per tensor (O's is the kernels' +o-sr stream: opt.seed itself). The
-// reference of a kernel (reference_only_o_in_mode) rounds O alone in that mode: every kernel
-// computes LSE, delta and its gradients' casts in RNE whatever its O cast, so a reference
-// rounding them in O's mode would charge the kernel with the mode's own bias (rtz's delta sits
-// an fp32 ulp below RNE's).
+// The model's one rounding of tensor `tag`'s element at `position`: the final cast's mode
+// (correctly-rounded+o-MODE rounds every output in MODE); sr draws from a stream per tensor
+// (O's is the kernels' +o-sr stream: opt.seed itself).
 RoundingSpec reference_spec(const KernelModel& km, std::uint64_t seed, std::uint64_t tag) {
   RoundingSpec spec;
-  if (tag != kO && km.reference_only_o_in_mode) return spec;
   spec.mode = km.o_round;
   if (km.o_round == RoundingMode::sr) {
     spec.sr_bits = km.o_sr_bits;
@@ -393,22 +389,14 @@ AttentionOutputs round_exact_outputs(const KernelModel& km, const AttentionInput
 }
 
 ModelHandle correctly_rounded_reference(const KernelModel& like) {
-  // The reference's own floor is itself: `correctly-rounded+o-MODE` rounds every output in
-  // MODE, and measured against a reference that rounds O alone in MODE its delta and
-  // gradients would show an "excess" that is only the difference of the two modes.
-  if (like.structure == Structure::correctly_rounded)
-    return ModelHandle{like.base +
-                           (like.o_round != RoundingMode::rne ? "+o-" + std::string(to_string(like.o_round)) : "") +
-                           " (the model itself)",
-                       std::make_shared<const KernelModel>(like)};
+  // The floor is the format's own correct rounding, to nearest even: the one rounding no
+  // kernel can avoid. A final cast in another mode (+o-MODE) is the kernel's choice, and its
+  // bias is part of what the kernel adds: a floor in the kernel's own mode would call an O
+  // rounded toward zero (up to an ulp toward zero on every element) "no added bias".
+  if (like.structure == Structure::correctly_rounded && like.o_round == RoundingMode::rne)
+    return ModelHandle{like.base + " (the model itself)", std::make_shared<const KernelModel>(like)};
   KernelModel m = correctly_rounded_recipe(like.input, like.output);
-  m.o_round = like.o_round;
-  m.o_sr_bits = like.o_sr_bits;
   std::string name = m.base;
-  if (m.o_round != RoundingMode::rne) {
-    name += "+o-" + std::string(to_string(m.o_round)) + " (O alone in " + std::string(to_string(m.o_round)) + ")";
-    m.reference_only_o_in_mode = true;
-  }
   // Rounded where the kernel's outputs actually are: its O buffer's format (an fp32-storage
   // recipe keeps O in fp32), and its delta's O (none when delta reads O before the cast).
   const std::optional<Format> store = stored_o_format(like);

@@ -499,11 +499,8 @@ struct KernelModel {
   // recipe), left exact with reference_o_exact (an fp64 buffer), else rounded into `output`;
   // with reference_delta_exact delta is the exact delta rounded once into fp32 (a kernel whose
   // delta reads an O before its final cast, or rowsum(dP∘P)), else Σ dO·O of that stored O.
-  // reference_only_o_in_mode: o_round rounds O alone and LSE, delta, dQ, dK, dV are rounded in
-  // RNE, since a kernel's +o-MODE moves only its O cast (the model `correctly-rounded+o-MODE`
-  // rounds every output in MODE).
   std::optional<Format> reference_o_store;
-  bool reference_o_exact = false, reference_delta_exact = false, reference_only_o_in_mode = false;
+  bool reference_o_exact = false, reference_delta_exact = false;
   // +lazy-rescale[:T] (FlashAttention-4's rescale_threshold, softmax.py SoftmaxSm100): after a
   // KV tile the running max is kept, and O and ℓ are not rescaled, while the new max exceeds
   // it by at most T in log2 units ((m_old - m_new)·scale_log2 >= -T, in fp32 as FA4 forms it);
@@ -610,6 +607,8 @@ const std::vector<StageField>& recipe_stage_fields();
 // rcp: the normalisation; lg2: the LSE), i.e. whether replacing km.sfu's model for f
 // changes anything.
 bool uses_special_function(const KernelModel& km, SpecialFunction f);
+// Whether the model evaluates any of them (ex2, rcp, lg2): an SFU set changes nothing otherwise.
+bool evaluates_special_functions(const KernelModel& km);
 // Whether every special function the model evaluates has a model measured on hardware
 // (an unused function's model does not count).
 bool sfu_hardware_measured(const KernelModel& km);

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <bit>
 #include <cmath>
 #include <exception>
 #include <limits>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 
 #include "attention/kernel_models.hpp"
 #include "studies/measure.hpp"
@@ -80,19 +83,59 @@ struct ItemResult {
   std::string delta_note;        // trace mode: how delta was obtained, when computed
   std::size_t rows_without_keys = 0;
   bool hardware = false, unknown_source = false, emulated = false;
+  std::string source_name, model;  // trace mode: the file and the model its metadata names
+  // Trace mode: one entry per cluster (kv head of a batch entry), in cluster order: a hash of
+  // everything its sample is computed from, and whether it gave an O and a delta sample.
+  // merge_item counts a cluster whose hash an earlier one had once only.
+  struct ClusterKey {
+    std::uint64_t hash;
+    bool o_sample, delta_sample;
+  };
+  std::vector<ClusterKey> cluster_keys;
 };
 
 void append(std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); }
 
-void merge_item(const ItemResult& item, Samples& s, BiasReport& report) {
-  append(s.o, item.s.o);
-  append(s.delta, item.s.delta);
-  append(s.o_kernel, item.s.o_kernel);
-  append(s.delta_kernel, item.s.delta_kernel);
-  append(s.o_quant, item.s.o_quant);
-  append(s.delta_quant, item.s.delta_quant);
-  append(s.o_cr, item.s.o_cr);
-  append(s.delta_cr, item.s.delta_cr);
+// `seen`: the cluster hashes of the items merged so far (trace mode). A cluster whose inputs
+// and outputs repeat an earlier one's bit for bit (a capture given twice, a file and its
+// copy) is the same sample again, not an independent one: counted twice, its copies would
+// shrink the interval at will, and a few exact copies give a spread of rounding noise and a
+// t in the quadrillions.
+void merge_item(const ItemResult& item, Samples& s, BiasReport& report, std::unordered_set<std::uint64_t>& seen) {
+  if (item.cluster_keys.empty()) {
+    append(s.o, item.s.o);
+    append(s.delta, item.s.delta);
+    append(s.o_kernel, item.s.o_kernel);
+    append(s.delta_kernel, item.s.delta_kernel);
+    append(s.o_quant, item.s.o_quant);
+    append(s.delta_quant, item.s.delta_quant);
+    append(s.o_cr, item.s.o_cr);
+    append(s.delta_cr, item.s.delta_cr);
+  } else {
+    std::size_t o_at = 0, delta_at = 0;
+    for (const ItemResult::ClusterKey& key : item.cluster_keys) {
+      const bool repeat = !seen.insert(key.hash).second;
+      if (repeat && (key.o_sample || key.delta_sample)) ++report.repeated_samples;
+      if (key.o_sample) {
+        if (!repeat) {
+          s.o.push_back(item.s.o[o_at]);
+          s.o_kernel.push_back(item.s.o_kernel[o_at]);
+          if (!item.s.o_quant.empty()) s.o_quant.push_back(item.s.o_quant[o_at]);
+          s.o_cr.push_back(item.s.o_cr[o_at]);
+        }
+        ++o_at;
+      }
+      if (key.delta_sample) {
+        if (!repeat) {
+          s.delta.push_back(item.s.delta[delta_at]);
+          s.delta_kernel.push_back(item.s.delta_kernel[delta_at]);
+          if (!item.s.delta_quant.empty()) s.delta_quant.push_back(item.s.delta_quant[delta_at]);
+          s.delta_cr.push_back(item.s.delta_cr[delta_at]);
+        }
+        ++delta_at;
+      }
+    }
+  }
   s.o_spread.merge(item.s.o_spread);
   for (const ItemResult::RowMax& r : item.by_max)
     report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
@@ -187,7 +230,8 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
       model.recipe->structure == Structure::correctly_rounded
           ? "the correctly rounded reference (exact attention, rounded once per output): no kernel arithmetic"
       : model.recipe->hardware_validated()
-          ? "emulated model, all parts validated on hardware"
+          ? "emulated model; its tensor cores and SFUs were measured on hardware (the recipe itself only where a "
+            "capture replays: see flashbits models)"
           : "emulated model; SFU " + sfu_report(*model.recipe) + " -- parts of this model are unmeasured on hardware";
   for (const ModelHandle* m : {&model, run.against ? &*run.against : nullptr})
     if (m && !m->recipe->warning.empty()) report.warnings.push_back(m->name + ": " + m->recipe->warning);
@@ -205,7 +249,8 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
     run_trial(run, t, items[static_cast<std::size_t>(t)]);
     if (hooks.after_trial) hooks.after_trial();
   });
-  for (const ItemResult& item : items) merge_item(item, s, report);
+  std::unordered_set<std::uint64_t> unused;  // model trials draw their own inputs: no cluster keys
+  for (const ItemResult& item : items) merge_item(item, s, report, unused);
 }
 
 // The trace's own model (its metadata), when it names one that reads the trace's dtype;
@@ -228,13 +273,34 @@ void add_trace(const Trace& trace, ItemResult& item) {
   const auto o_vals = tensor_from_trace(trace, "o");
   if (o_vals.data.size() != exact.o.data.size())
     throw TraceError(trace.source_name() + ": tensor o: expected the shape of q");
-  // The reference in the final cast's mode of the trace's model (+o-MODE; RNE, every
-  // kernel's own cast, when the metadata names no model of o's format).
+  // The floor where the trace's model keeps O (an fp32 O buffer, say; RNE into o's format
+  // when the metadata names no model of o's format).
   const ModelHandle named = trace_model(trace, in.dtype);
+  const bool named_fits = named.recipe && named.recipe->output == o_bits.format;
+  // An fp8 kernel computes with its quantised inputs: its own error and the floor's are
+  // measured against their exact attention, and the quantisation's share apart, as with
+  // --model (counted in, the quantisation read as the kernel's bias). A model whose
+  // quantisation draws from a seed (+hadamard) takes the trace's recorded one.
+  std::optional<AttentionInputs> seen;
+  std::optional<AttentionOutputs> quantised_exact;
+  if (named_fits) {
+    RunOptions opt;
+    if (named.recipe->fp8.hadamard) {
+      const auto it = trace.raw_metadata().find("seed");
+      const std::string text = it == trace.raw_metadata().end() ? std::string() : it->second;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), opt.seed);
+      if (text.empty() || error != std::errc{} || end != text.data() + text.size())
+        throw TraceError(trace.source_name() + ": __metadata__: key 'seed': " + named.name +
+                         " quantises with signs drawn from the run's seed; expected it as an unsigned integer");
+    }
+    seen = inputs_as_quantised(*named.recipe, in, opt);
+    if (seen) quantised_exact = exact_attention(*seen);
+  }
+  const AttentionOutputs& target = quantised_exact ? *quantised_exact : exact;
   const ErrorUnits units = error_units(o_bits.format, in, exact);
-  const ReferenceErrors cr = named.recipe && named.recipe->output == o_bits.format
-                                 ? reference_errors(correctly_rounded_reference(*named.recipe), in, exact, units)
-                                 : correctly_rounded_errors(o_bits.format, in, exact, units);
+  const ReferenceErrors cr =
+      named_fits ? reference_errors(correctly_rounded_reference(*named.recipe), seen ? *seen : in, target, units)
+                 : correctly_rounded_errors(o_bits.format, in, exact, units);
   const int d = o_vals.cols;
   // Rows of one kv head of one batch entry share its keys and values: they are one cluster,
   // whose mean is one independent sample (a row each would make the interval far too narrow).
@@ -247,7 +313,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
   };
   const std::size_t clusters = static_cast<std::size_t>(std::max(1, in.q.batch)) * static_cast<std::size_t>(kv_heads);
   struct ClusterSums {
-    double o = 0, o_cr = 0, delta = 0, delta_cr = 0;
+    double o = 0, o_kernel = 0, o_quant = 0, o_cr = 0, delta = 0, delta_kernel = 0, delta_quant = 0, delta_cr = 0;
     long long o_rows = 0, delta_rows = 0;
   };
   std::vector<ClusterSums> sums(clusters);
@@ -265,17 +331,21 @@ void add_trace(const Trace& trace, ItemResult& item) {
     }
   for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
     if (bad[r] || without_keys[r]) continue;
-    double sum = 0, sum_cr = 0;
+    double sum = 0, sum_kernel = 0, sum_quant = 0, sum_cr = 0;
     for (int c = 0; c < d; ++c) {
-      const double want = exact.o.data[r * d + c];
-      sum += (o_vals.data[r * d + c] - want) / units.o[r * d + c];
-      sum_cr += cr.o_ulps[r * d + c];
+      const std::size_t i = r * d + c;
+      sum += (o_vals.data[i] - exact.o.data[i]) / units.o[i];
+      const double kernel = (o_vals.data[i] - target.o.data[i]) / units.o[i];
+      sum_kernel += kernel;
+      sum_quant += (target.o.data[i] - exact.o.data[i]) / units.o[i];
+      sum_cr += cr.o_ulps[i];
+      s.o_spread.add(kernel, cr.o_ulps[i]);
     }
     row_o[r] = sum / d;
-    for (int c = 0; c < d; ++c)
-      s.o_spread.add((o_vals.data[r * d + c] - exact.o.data[r * d + c]) / units.o[r * d + c], cr.o_ulps[r * d + c]);
     ClusterSums& cs = sums[cluster_of(r)];
     cs.o += sum / d;
+    cs.o_kernel += sum_kernel / d;
+    cs.o_quant += sum_quant / d;
     cs.o_cr += sum_cr / d;
     ++cs.o_rows;
   }
@@ -316,22 +386,56 @@ void add_trace(const Trace& trace, ItemResult& item) {
       if (bad[i] || without_keys[i]) continue;
       ClusterSums& cs = sums[cluster_of(i)];
       cs.delta += trace_delta.back();
+      const double target_delta = target.delta ? target.delta->data[i] : exact.delta->data[i];
+      cs.delta_kernel += (kernel_deltas[i] - target_delta) / units.delta[i];
+      cs.delta_quant += (target_delta - exact.delta->data[i]) / units.delta[i];
       cs.delta_cr += cr.delta_ulps[i];
       ++cs.delta_rows;
     }
   }
-  // Captured traces are not quantised by flashbits: the kernel's target is exact attention
-  // of the captured inputs, so its own error is its error against exact.
-  for (const ClusterSums& cs : sums) {
+  // Each cluster's fingerprint: its heads' q, O, dO and delta rows, its kv head's k and v,
+  // the scale and the mask (FNV-1a over the values' bits).
+  std::vector<std::uint64_t> hashes(clusters, 0xcbf29ce484222325ull);
+  const auto mix = [](std::uint64_t& h, double v) {
+    const auto bits = std::bit_cast<std::uint64_t>(v);
+    for (int byte = 0; byte < 8; ++byte) h = (h ^ ((bits >> (8 * byte)) & 0xffu)) * 0x100000001b3ull;
+  };
+  for (std::size_t r = 0; r < bad.size(); ++r) {
+    std::uint64_t& h = hashes[cluster_of(r)];
+    for (int c = 0; c < d; ++c) {
+      mix(h, in.q.data[r * d + c]);
+      mix(h, o_vals.data[r * d + c]);
+      if (in.d_o) mix(h, in.d_o->data[r * d + c]);
+    }
+    if (!kernel_deltas.empty()) mix(h, kernel_deltas[r]);
+  }
+  const std::size_t kv_rows = static_cast<std::size_t>(in.k.rows), kv_cols = static_cast<std::size_t>(in.k.cols),
+                    v_cols = static_cast<std::size_t>(in.v.cols);
+  for (std::size_t cluster = 0; cluster < clusters; ++cluster) {
+    std::uint64_t& h = hashes[cluster];
+    for (std::size_t i = 0; i < kv_rows * kv_cols; ++i) mix(h, in.k.data[cluster * kv_rows * kv_cols + i]);
+    for (std::size_t i = 0; i < kv_rows * v_cols; ++i) mix(h, in.v.data[cluster * kv_rows * v_cols + i]);
+    mix(h, in.softmax_scale);
+    mix(h, in.causal ? 1.0 + static_cast<double>(in.causal_alignment) : 0.0);
+  }
+  // The kernel's own error is against its target: exact attention of the captured inputs, or
+  // of their quantised form for an fp8 kernel (whose quantisation's share is kept apart).
+  for (std::size_t cluster = 0; cluster < clusters; ++cluster) {
+    const ClusterSums& cs = sums[cluster];
+    item.cluster_keys.push_back({hashes[cluster], cs.o_rows > 0, cs.delta_rows > 0});
     if (cs.o_rows > 0) {
-      s.o.push_back(cs.o / static_cast<double>(cs.o_rows));
-      s.o_kernel.push_back(s.o.back());
-      s.o_cr.push_back(cs.o_cr / static_cast<double>(cs.o_rows));
+      const auto n = static_cast<double>(cs.o_rows);
+      s.o.push_back(cs.o / n);
+      s.o_kernel.push_back(cs.o_kernel / n);
+      if (quantised_exact) s.o_quant.push_back(cs.o_quant / n);
+      s.o_cr.push_back(cs.o_cr / n);
     }
     if (cs.delta_rows > 0) {
-      s.delta.push_back(cs.delta / static_cast<double>(cs.delta_rows));
-      s.delta_kernel.push_back(s.delta.back());
-      s.delta_cr.push_back(cs.delta_cr / static_cast<double>(cs.delta_rows));
+      const auto n = static_cast<double>(cs.delta_rows);
+      s.delta.push_back(cs.delta / n);
+      s.delta_kernel.push_back(cs.delta_kernel / n);
+      if (quantised_exact) s.delta_quant.push_back(cs.delta_quant / n);
+      s.delta_cr.push_back(cs.delta_cr / n);
     }
   }
   for (std::size_t r = 0; r < bad.size(); ++r) {
@@ -367,11 +471,25 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       item.hardware = is_hardware_capture(trace);
       item.unknown_source = trace.metadata().source == kUnknownSource;
       item.emulated = trace.metadata().source == kEmulatedSource;
+      item.source_name = trace.source_name();
+      item.model = trace.metadata().model;
       add_trace(trace, item);
     });
+    // One verdict is about one kernel: traces that name different models (or some none)
+    // would pool their kernels' errors into a "this kernel" verdict that describes none of them.
+    for (const ItemResult& item : items)
+      if (item.model != items.front().model) {
+        const auto named = [](const ItemResult& x) {
+          return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model);
+        };
+        throw std::invalid_argument(named(items.front()) + ", " + named(item) +
+                                    ": a verdict is about one kernel; test each kernel's traces apart (flashbits "
+                                    "import --model NAME records a capture's)");
+      }
     int hardware = 0, unknown = 0, emulated = 0;
+    std::unordered_set<std::uint64_t> seen;
     for (const ItemResult& item : items) {
-      merge_item(item, s, report);
+      merge_item(item, s, report, seen);
       hardware += item.hardware;
       unknown += item.unknown_source;
       emulated += item.emulated;
@@ -479,6 +597,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   j["provenance"] = r.provenance;
   if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
   if (r.rows_without_keys > 0) j["rows_without_keys"] = r.rows_without_keys;
+  if (r.repeated_samples > 0) j["repeated_samples"] = r.repeated_samples;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   if (!r.notes.empty()) j["notes"] = r.notes;
   j["samples"] = r.samples_note;

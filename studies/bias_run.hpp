@@ -162,6 +162,10 @@ struct BiasReport {
   // measure; counted in, they would pull each mean toward 0 by the visible fraction. Left out
   // of every sample (clusters, spread, --by-max) and counted here.
   std::size_t rows_without_keys = 0;
+  // Trace samples (kv heads of a batch entry) whose inputs and outputs repeat an earlier
+  // sample's bit for bit, in the traces' order: the same sample again (a capture given twice),
+  // counted once. Left out of every sample; the spread and --by-max still see their rows.
+  std::size_t repeated_samples = 0;
   RowMaxGroups by_max;
 };
 

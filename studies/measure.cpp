@@ -163,8 +163,8 @@ TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, 
     if (quantised) t.delta_quant_ulps = errors_in(target.delta->data, want.delta->data, d_unit);
   }
   add_non_finite(t, got);
-  // The floor: the reference in the model's own final-cast mode (+o-MODE), rounded where the
-  // model keeps its outputs, on the same inputs and seed, against the same target.
+  // The floor: the reference rounded to nearest even where the model keeps its outputs
+  // (correctly_rounded_reference), on the same inputs and seed, against the same target.
   ReferenceErrors cr =
       reference_errors(correctly_rounded_reference(*model.recipe), seen ? *seen : in, target, units, seed);
   t.o_cr_ulps = std::move(cr.o_ulps);

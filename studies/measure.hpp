@@ -77,7 +77,8 @@ ErrorUnits error_units(const Format& output_format, const AttentionInputs& in, c
 // The correctly rounded reference's errors: the model `correctly-rounded` (attention.hpp
 // round_exact_outputs: the best any kernel with this output format can do) run on the same
 // inputs from `exact` (= exact_attention(in)), in its final cast's mode (`reference`, e.g.
-// correctly_rounded_reference(model) for a model's +o-MODE; sr keyed by `seed`).
+// correctly_rounded_reference(model): to nearest even, where the model keeps its outputs; sr
+// keyed by `seed` for a correctly-rounded+o-sr reference).
 // Errors against the exact values, in `units`. The part of a kernel's error that is its own
 // is its error minus this one, element by element on the same inputs (bias-test's and
 // sweep's "excess").

@@ -154,6 +154,12 @@ BiasStatistics summarize_sums(std::size_t n, double sum, double sumsq, std::size
 BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
   const std::size_t n = errors.size();
   if (n == 0) return summarize_moments(0, 0.0, 0.0, 0, 0, alpha);
+  // Equal samples have a mean of that value and no spread; sum / n can miss the value by an
+  // ulp, and the "spread" that leaves would give a t of 1e16.
+  if (std::all_of(errors.begin(), errors.end(), [&](double e) { return e == errors.front(); })) {
+    const double e = errors.front();
+    return summarize_moments(n, e, 0.0, e > 0 ? n : 0, e < 0 ? n : 0, alpha);
+  }
   // Two-pass mean and variance: accurate, and independent of summation-order quirks.
   double sum = 0.0;
   for (double e : errors) sum += e;

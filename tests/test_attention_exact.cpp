@@ -152,13 +152,14 @@ TEST_CASE("correctly-rounded equals MPFR's exact outputs rounded once, in rne, r
   CHECK(inexact > compared / 2);  // the roundings are real: most outputs are not representable
 }
 
-TEST_CASE("a +o-MODE kernel's reference rounds O alone in MODE; LSE, delta and gradients in RNE as the kernel") {
-  // The kernel's +o-MODE moves only its O cast; its LSE, delta (an fp32 sum) and gradients'
-  // casts stay RNE, so its reference must too, or the mode's own bias in delta (rtz: an fp32
-  // ulp toward zero) would be charged to the kernel. Checked against MPFR: O in MODE, the rest
-  // RNE, delta = Σ dO·O of the O rounded in MODE, summed exactly, rounded to nearest.
+TEST_CASE("a +o-MODE kernel's floor rounds every output to nearest even, delta from that O") {
+  // The floor is the one rounding no kernel avoids, the format's RNE: a +o-MODE cast is the
+  // kernel's choice, so its bias must show as added, not sit in the floor. Checked against
+  // MPFR: O, LSE, dQ, dK, dV to nearest, delta = Σ dO·O of the RNE O, summed exactly, rounded
+  // to nearest; and correctly-rounded+o-MODE's floor is that same RNE reference, while
+  // correctly-rounded's (RNE) floor is the model itself.
   const int n = 9, d = 8;
-  int delta_mode_differs = 0;
+  int o_mode_differs = 0;
   for (const char* scenario : {"random", "sink"})
     each_reference_run(
         scenario, 79, n, d,
@@ -167,27 +168,32 @@ TEST_CASE("a +o-MODE kernel's reference rounds O alone in MODE; LSE, delta and g
           const ModelHandle ref =
               correctly_rounded_reference(*parse_kernel_model(std::string("fa2-sm80") + suffix, formats::bf16).recipe);
           CAPTURE(ref.name);
+          CHECK(ref.recipe->o_round == RoundingMode::rne);
+          const ModelHandle own = correctly_rounded_reference(
+              *parse_kernel_model(std::string("correctly-rounded") + suffix, formats::bf16).recipe);
+          CHECK(own.recipe->o_round == RoundingMode::rne);
+          CHECK((own.name.find("the model itself") != std::string::npos) == (std::string(suffix).empty()));
           const AttentionOutputs got = run_attention(ref, in, RunOptions{});
-          auto check_tensor = [&](const Tensor4& t, const std::vector<Mp>& exact, mpfr_prec_t p, mpfr_rnd_t mode) {
+          auto check_tensor = [&](const Tensor4& t, const std::vector<Mp>& exact, mpfr_prec_t p) {
             REQUIRE(t.data.size() == exact.size());
             for (std::size_t i = 0; i < exact.size(); ++i) {
               CAPTURE(i);
-              CHECK(t.data[i] == mp_round(exact[i], p, mode));
+              CHECK(t.data[i] == mp_round(exact[i], p, MPFR_RNDN));
             }
           };
-          check_tensor(got.o, want.o, 8, rnd);
-          check_tensor(got.lse, want.lse, 24, MPFR_RNDN);
-          check_tensor(*got.dq, want.dq, 8, MPFR_RNDN);
-          check_tensor(*got.dk, want.dk, 8, MPFR_RNDN);
-          check_tensor(*got.dv, want.dv, 8, MPFR_RNDN);
+          check_tensor(got.o, want.o, 8);
+          check_tensor(got.lse, want.lse, 24);
+          check_tensor(*got.dq, want.dq, 8);
+          check_tensor(*got.dk, want.dk, 8);
+          check_tensor(*got.dv, want.dv, 8);
           std::vector<Mp> delta(n);
           for (int r = 0; r < n; ++r)
             for (int c = 0; c < d; ++c)
-              delta[r] = delta[r] + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[r * d + c], 8, rnd));
-          check_tensor(*got.delta, delta, 24, MPFR_RNDN);
-          for (const Mp& x : delta) delta_mode_differs += mp_round(x, 24, rnd) != mp_round(x, 24, MPFR_RNDN) ? 1 : 0;
+              delta[r] = delta[r] + Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[r * d + c], 8, MPFR_RNDN));
+          check_tensor(*got.delta, delta, 24);
+          for (const Mp& x : want.o) o_mode_differs += mp_round(x, 8, rnd) != mp_round(x, 8, MPFR_RNDN) ? 1 : 0;
         });
-  CHECK(delta_mode_differs > 0);  // the rule is visible: some delta rounds elsewhere in the mode
+  CHECK(o_mode_differs > 0);  // the rule is visible: the modes' O roundings differ from RNE's
 }
 
 TEST_CASE("correctly-rounded O, LSE, delta and gradients on the ties scenario: decided exactly where a double cannot") {
@@ -199,56 +205,57 @@ TEST_CASE("correctly-rounded O, LSE, delta and gradients on the ties scenario: d
   int o_beyond_double = 0, delta_beyond_double = 0, gradients_beyond_double = 0;
   const int n = 24, d = 8;
   for (const std::uint64_t seed : {91, 92, 93}) {
-    each_reference_run("ties", seed, n, d,
-                       [&](const AttentionInputs& in, const MpAttention& want, const AttentionOutputs& got,
-                           const char* suffix, mpfr_rnd_t rnd) {
-                         for (int i = 0; i < n * d; ++i) {
-                           CAPTURE(i);
-                           const Mp& exact = want.o[static_cast<std::size_t>(i)];
-                           const double w = mp_round(exact, 8, rnd);
-                           CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
-                           // The case this test is for: MPFR's value as a double rounds elsewhere.
-                           o_beyond_double += mp_round(Mp(exact.d()), 8, rnd) != w ? 1 : 0;
-                           // The gradients: the far keys move dQ of the sink column (whose
-                           // dP - delta nearly cancels) to ~2^-250, where only its sign and the
-                           // exact value decide an rup or rdn rounding (bf16's least subnormal is
-                           // 2^-133); the sign of a zero is compared too.
-                           const auto at = static_cast<std::size_t>(i);
-                           const double dq = mp_round(want.dq[at], 8, rnd), dk = mp_round(want.dk[at], 8, rnd),
-                                        dv = mp_round(want.dv[at], 8, rnd);
-                           CHECK(got.dq->data[at] == dq);
-                           CHECK(std::signbit(got.dq->data[at]) == std::signbit(dq));
-                           CHECK(got.dk->data[at] == dk);
-                           CHECK(got.dv->data[at] == dv);
-                           gradients_beyond_double += (mp_round(Mp(want.dq[at].d()), 8, rnd) != dq) +
-                                                      (mp_round(Mp(want.dk[at].d()), 8, rnd) != dk) +
-                                                      (mp_round(Mp(want.dv[at].d()), 8, rnd) != dv);
-                         }
-                         const ModelHandle exact_o_delta = correctly_rounded_reference(
-                             *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
-                         REQUIRE(exact_o_delta.name.find("delta from the exact O") != std::string::npos);
-                         const AttentionOutputs from_exact_o = run_attention(exact_o_delta, in, RunOptions{});
-                         // The same reference with delta too in the mode: the exact decision of
-                         // a directed rounding of the exact delta.
-                         KernelModel in_mode = *exact_o_delta.recipe;
-                         in_mode.reference_only_o_in_mode = false;
-                         const AttentionOutputs from_exact_o_in_mode = run_attention(
-                             ModelHandle{"in mode", std::make_shared<const KernelModel>(in_mode)}, in, RunOptions{});
-                         for (int r = 0; r < n; ++r) {
-                           CAPTURE(r);
-                           const auto at = static_cast<std::size_t>(r);
-                           CHECK(got.lse.data[at] == mp_round(want.lse[at], 24, rnd));
-                           Mp delta;
-                           for (int c = 0; c < d; ++c)
-                             delta = delta + Mp(in.d_o->at(0, 0, r, c)) *
-                                                 Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
-                           CHECK(got.delta->data[at] == mp_round(delta, 24, rnd));
-                           CHECK(from_exact_o.delta->data[at] == mp_round(want.delta[at], 24, MPFR_RNDN));
-                           const double w = mp_round(want.delta[at], 24, rnd);
-                           CHECK(from_exact_o_in_mode.delta->data[at] == w);
-                           delta_beyond_double += mp_round(Mp(want.delta[at].d()), 24, rnd) != w ? 1 : 0;
-                         }
-                       });
+    each_reference_run(
+        "ties", seed, n, d,
+        [&](const AttentionInputs& in, const MpAttention& want, const AttentionOutputs& got, const char* suffix,
+            mpfr_rnd_t rnd) {
+          for (int i = 0; i < n * d; ++i) {
+            CAPTURE(i);
+            const Mp& exact = want.o[static_cast<std::size_t>(i)];
+            const double w = mp_round(exact, 8, rnd);
+            CHECK(got.o.data[static_cast<std::size_t>(i)] == w);
+            // The case this test is for: MPFR's value as a double rounds elsewhere.
+            o_beyond_double += mp_round(Mp(exact.d()), 8, rnd) != w ? 1 : 0;
+            // The gradients: the far keys move dQ of the sink column (whose
+            // dP - delta nearly cancels) to ~2^-250, where only its sign and the
+            // exact value decide an rup or rdn rounding (bf16's least subnormal is
+            // 2^-133); the sign of a zero is compared too.
+            const auto at = static_cast<std::size_t>(i);
+            const double dq = mp_round(want.dq[at], 8, rnd), dk = mp_round(want.dk[at], 8, rnd),
+                         dv = mp_round(want.dv[at], 8, rnd);
+            CHECK(got.dq->data[at] == dq);
+            CHECK(std::signbit(got.dq->data[at]) == std::signbit(dq));
+            CHECK(got.dk->data[at] == dk);
+            CHECK(got.dv->data[at] == dv);
+            gradients_beyond_double += (mp_round(Mp(want.dq[at].d()), 8, rnd) != dq) +
+                                       (mp_round(Mp(want.dk[at].d()), 8, rnd) != dk) +
+                                       (mp_round(Mp(want.dv[at].d()), 8, rnd) != dv);
+          }
+          const ModelHandle exact_o_delta = correctly_rounded_reference(
+              *parse_kernel_model(std::string("fa2-sm80+o-fp32") + suffix, formats::bf16).recipe);
+          REQUIRE(exact_o_delta.name.find("delta from the exact O") != std::string::npos);
+          const AttentionOutputs from_exact_o = run_attention(exact_o_delta, in, RunOptions{});
+          // The same reference in the run's mode: the exact decision of a
+          // directed rounding of the exact delta.
+          KernelModel in_mode = *exact_o_delta.recipe;
+          in_mode.o_round = parse_kernel_model(std::string("fa2-sm80") + suffix, formats::bf16).recipe->o_round;
+          const AttentionOutputs from_exact_o_in_mode =
+              run_attention(ModelHandle{"in mode", std::make_shared<const KernelModel>(in_mode)}, in, RunOptions{});
+          for (int r = 0; r < n; ++r) {
+            CAPTURE(r);
+            const auto at = static_cast<std::size_t>(r);
+            CHECK(got.lse.data[at] == mp_round(want.lse[at], 24, rnd));
+            Mp delta;
+            for (int c = 0; c < d; ++c)
+              delta = delta +
+                      Mp(in.d_o->at(0, 0, r, c)) * Mp(mp_round(want.o[static_cast<std::size_t>(r * d + c)], 8, rnd));
+            CHECK(got.delta->data[at] == mp_round(delta, 24, rnd));
+            CHECK(from_exact_o.delta->data[at] == mp_round(want.delta[at], 24, MPFR_RNDN));
+            const double w = mp_round(want.delta[at], 24, rnd);
+            CHECK(from_exact_o_in_mode.delta->data[at] == w);
+            delta_beyond_double += mp_round(Mp(want.delta[at].d()), 24, rnd) != w ? 1 : 0;
+          }
+        });
   }
   CHECK(o_beyond_double > 0);
   CHECK(delta_beyond_double > 0);
@@ -293,10 +300,10 @@ TEST_CASE("correctly-rounded with a key e^-12800 below the max: beyond every fix
     CHECK(got.lse.at(0, 0, 0, 0) == e.lse);
     const ModelHandle kernel_reference =
         correctly_rounded_reference(*parse_kernel_model("fa2-sm80+o-fp32" + suffix, formats::bf16).recipe);
-    // A kernel's reference rounds delta to nearest whatever its O cast's mode: just below 4 is 4.
+    // A kernel's floor rounds delta to nearest whatever its O cast's mode: just below 4 is 4.
     CHECK(run_attention(kernel_reference, in, RunOptions{}).delta->at(0, 0, 0, 0) == 4.0);
     KernelModel in_mode = *kernel_reference.recipe;
-    in_mode.reference_only_o_in_mode = false;
+    in_mode.o_round = parse_kernel_model("correctly-rounded" + suffix, formats::bf16).recipe->o_round;
     const AttentionOutputs from_exact_o =
         run_attention(ModelHandle{"in mode", std::make_shared<const KernelModel>(in_mode)}, in, RunOptions{});
     CHECK(from_exact_o.delta->at(0, 0, 0, 0) == e.delta);

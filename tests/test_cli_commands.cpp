@@ -823,6 +823,85 @@ TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess ove
   CHECK(text.out.find("verdict (from the excess over the correctly rounded reference)") != std::string::npos);
 }
 
+TEST_CASE("bias-test --traces: copies of a capture are one sample, not ten") {
+  // Ten copies of one 1-head H200 capture once read as ten independent samples, with a
+  // rounding-noise spread: t = 2e16 and "adds bias". A copy repeats its sample bit for bit;
+  // it is counted once, and one sample decides nothing.
+  const std::filesystem::path dir = scratch() / "copies";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path capture = std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "hw" / "h200" /
+                                        "torch" / "torch_bf16_random_d64.safetensors";
+  for (int i = 0; i < 10; ++i) std::filesystem::copy_file(capture, dir / ("copy" + std::to_string(i) + ".safetensors"));
+  const Run r = run("bias-test --traces " + dir.string() + " --json");
+  REQUIRE(r.code == 4);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["repeated_samples"].get<int>() == 9);
+  CHECK(j["o"]["n"].get<int>() == 1);
+  CHECK(j["verdict"] == "inconclusive");
+  const Run text = run("bias-test --traces " + dir.string());
+  CHECK(text.out.find("9 sample(s) repeat an earlier sample's inputs and outputs") != std::string::npos);
+}
+
+TEST_CASE("bias-test --traces: an fp8 kernel's quantisation apart; one kernel per verdict") {
+  // An fp8 capture's O errs by its input quantisation as well as its arithmetic; the excess
+  // must be the arithmetic's alone, as with --model: O's error = the quantisation's share +
+  // the kernel's own, and the excess = the kernel's own - the floor's (so O = excess + floor +
+  // quantisation, sample by sample). Counted in, the quantisation read as the kernel's bias.
+  const std::filesystem::path dir = scratch() / "fp8-traces";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (int seed = 1; seed <= 3; ++seed)
+    REQUIRE(run("make-trace --model fa3-fp8-sm90 --scenario random --seqlen 64 --headdim 32 --seed " +
+                std::to_string(seed) + " --out " + (dir / ("t" + std::to_string(seed) + ".safetensors")).string())
+                .code == 0);
+  const Run r = run("bias-test --traces " + dir.string() + " --json");
+  REQUIRE(r.code != 2);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("quantisation"));
+  const double quant = j["quantisation"]["o"]["mean_ulps"].get<double>();
+  CHECK(std::fabs(quant) > 0.0);
+  CHECK(j["o"]["mean_ulps"].get<double>() ==
+        doctest::Approx(j["excess"]["o"]["mean_ulps"].get<double>() +
+                        j["correctly_rounded"]["o"]["mean_ulps"].get<double>() + quant)
+            .epsilon(1e-9));
+  // A directory of two kernels' traces: refused, naming both.
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 64 --headdim 32 --out " +
+              (dir / "t9.safetensors").string())
+              .code == 0);
+  const Run mixed = run("bias-test --traces " + dir.string());
+  CHECK(mixed.code == 2);
+  CHECK(mixed.err.find("names model fa3-fp8-sm90") != std::string::npos);
+  CHECK(mixed.err.find("names model fa2-sm80") != std::string::npos);
+}
+
+TEST_CASE("a final cast in another mode is judged against the round-to-nearest floor") {
+  // An O rounded toward zero errs a quarter ulp one way on sink: the floor must not move with
+  // the mode, or the variant reads "no detectable added bias" with exit 0.
+  const std::string args = " --scenario sink --trials 16 --seqlen 128 --json";
+  const Run rtz = run("bias-test --model fa2-sm80+o-rtz" + args);
+  REQUIRE(rtz.code == 1);
+  const auto jz = nlohmann::json::parse(rtz.out);
+  CHECK(jz["verdict"] == "adds bias");
+  const Run rne = run("bias-test --model fa2-sm80" + args);
+  const auto jn = nlohmann::json::parse(rne.out);
+  // One floor for both: the RNE reference's errors on the same inputs.
+  CHECK(jz["correctly_rounded"]["o"]["mean_ulps"].get<double>() ==
+        jn["correctly_rounded"]["o"]["mean_ulps"].get<double>());
+  CHECK(jz["excess"]["o"]["ci"][0].get<double>() > 0.1);
+  // A suffix whose cast rounds nothing on these inputs (fa-bf16acc divides in bf16; on sink
+  // its quotients are bf16 values) leaves the verdict where it was.
+  const Run plain = run("bias-test --model fa-bf16acc" + args);
+  const Run moded = run("bias-test --model fa-bf16acc+o-rtz" + args);
+  CHECK(plain.code == moded.code);
+  CHECK(nlohmann::json::parse(plain.out)["verdict"] == nlohmann::json::parse(moded.out)["verdict"]);
+  // Stochastic rounding is unbiased against the same floor: its excess's interval holds 0.
+  const Run sr = run("bias-test --model correctly-rounded+o-sr" + args);
+  const auto js = nlohmann::json::parse(sr.out);
+  CHECK(js["excess"]["o"]["ci"][0].get<double>() < 0.0);
+  CHECK(js["excess"]["o"]["ci"][1].get<double>() > 0.0);
+}
+
 TEST_CASE("issue 34: the reproducers of a misleading verdict") {
   // Direction: fa-bf16acc+dynmax with its storage in fp32 keeps O (and delta's input) in fp32;
   // its floor is fp32's, not bf16's -0.03 ulp in delta, and it is never said to add bias.
@@ -879,14 +958,16 @@ TEST_CASE("sweep: error, correctly rounded reference and excess in text, CSV and
   const Run merged = run("merge " + csv);
   REQUIRE(merged.code == 1);
   CHECK(merged.out == table.out);
-  // --round applies to the reference as well: correctly-rounded+o-rtz against itself is 0.
+  // --round does not move the floor: correctly-rounded in rtz adds rounding toward zero's bias,
+  // its excess all of its error beyond the RNE floor's.
   const Run rtz =
       run("sweep --model correctly-rounded --round rtz --scenario wide-ties --seqlen 32 --headdim 16 "
-          "--trials 4 --json");
-  REQUIRE(rtz.code == 0);
+          "--trials 8 --json");
+  REQUIRE(rtz.code == 1);
   const auto jr = nlohmann::json::parse(rtz.out)["rows"][0];
-  CHECK(jr["excess"]["o"]["mean_ulps"].get<double>() == 0.0);
   CHECK(jr["o_mean_ulps"].get<double>() > 0.1);  // rtz toward zero on negative outputs
+  CHECK(jr["excess"]["o"]["ci"][0].get<double>() > 0.1);
+  CHECK(jr["verdict"] == "adds bias");
   // Paired rows: the floor is the --against model, the excess the paired difference; two
   // trials are too few for a verdict.
   const Run paired =

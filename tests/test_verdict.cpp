@@ -123,6 +123,18 @@ TEST_CASE("power: too few samples, zero variance and a wide interval are inconcl
   const FloorComparison zero_var = compare_with_floor(k, f, 1e-3, 0.02);
   CHECK(zero_var.excess.stddev == 0);
   CHECK(zero_var.verdict == Verdict::inconclusive);
+  // Ten copies of one sample whose value is no dyadic fraction of n: the fp64 mean,
+  // sum / 10, misses the value by an ulp, and a spread of that ulp gave t ~ 1e16 and
+  // "adds bias" (ten copies of one capture under bias-test --traces).
+  const double copy_k = 0.2184200286865234, copy_f = 0.1;
+  double excess_sum = 0;
+  for (int i = 0; i < 10; ++i) excess_sum += copy_k - copy_f;
+  CHECK(excess_sum / 10 != copy_k - copy_f);  // the case: the plain mean is off by rounding
+  const FloorComparison copies =
+      compare_with_floor(std::vector<double>(10, copy_k), std::vector<double>(10, copy_f), 1e-3, 0.02);
+  CHECK(copies.excess.stddev == 0);
+  CHECK(copies.verdict == Verdict::inconclusive);
+  CHECK(copies.reason.find("zero variance") != std::string::npos);
   // Noise of 3 ulp per trial over 16 trials: no bias seen, but none of 0.02 ulp could be.
   const Pairs wide = draw(16, 0.0, 0.0, 3.0, 6);
   std::vector<double> noisy = wide.kernel;

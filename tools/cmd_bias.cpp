@@ -133,6 +133,10 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout << r.rows_without_keys
               << " row(s) see no key (a causal mask with more queries than keys): O and delta are 0 there by every "
                  "kernel's guard, so they are left out of the samples\n";
+  if (r.repeated_samples > 0)
+    std::cout << r.repeated_samples
+              << " sample(s) repeat an earlier sample's inputs and outputs bit for bit (a capture given twice?): "
+                 "counted once, since a copy is no independent sample\n";
   std::cout << "samples: " << r.samples_note << "\n";
   std::cout << "error against exact:\n";
   print_stats("O", r.o, o.alpha, has_verdict);
