@@ -39,7 +39,12 @@ attn::ModelHandle refine_model(attn::ModelHandle model, const std::string& sfu_s
     }
     if (notes != nullptr) notes->sfu_note = note;
   } else if (sfu_set != "model") {
-    std::optional<attn::ModelHandle> changed = attn::with_sfu_set(model, sfu_set);
+    std::optional<attn::ModelHandle> changed;
+    try {
+      changed = attn::with_sfu_set(model, sfu_set);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(names.sfu + " " + sfu_set + ": " + e.what());
+    }
     if (!changed)
       throw InputError(names.sfu + " " + sfu_set + ": unknown SFU set (" + (capture ? "auto, " : "") + "model, " +
                        attn::sfu_set_list() + ")");

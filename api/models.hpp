@@ -5,8 +5,9 @@
 //  1. the name with its variant suffixes, for inputs of `dtype` (attn::parse_model_for_inputs:
 //     a model that names its own input format keeps it);
 //  2. the SFU set: "model" keeps the model's own; a set name (correct, hw-sm90) replaces every
-//     special function the model evaluates; "auto" (a capture only) picks the set measured on
-//     the capture's GPU (attn::with_capture_sfu);
+//     special function the model evaluates, and is refused for a model that evaluates none
+//     (it would change nothing); "auto" (a capture only) picks the set measured on the
+//     capture's GPU (attn::with_capture_sfu);
 //  3. the recipe file (api/recipe_file.hpp), which replaces what it names: it wins over the set.
 // Every problem throws InputError naming the caller's option (ModelOptionNames: "--model" on
 // the command line, "model" in Python) and the word.

@@ -99,4 +99,10 @@ bool uses_special_function(const KernelModel& km, SpecialFunction f) {
   return false;
 }
 
+bool evaluates_special_functions(const KernelModel& km) {
+  for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
+    if (uses_special_function(km, f)) return true;
+  return false;
+}
+
 }  // namespace fb::attn

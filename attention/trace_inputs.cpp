@@ -109,7 +109,8 @@ ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const
   std::string set_name = choice;
   if (set_name == "auto") {
     set_name = "model";
-    if (is_hardware_capture(trace) && trace.metadata().compute_capability == "9.0") {
+    if (is_hardware_capture(trace) && trace.metadata().compute_capability == "9.0" &&
+        evaluates_special_functions(*model.recipe)) {
       set_name = "hw-sm90";
       note = "SFU set hw-sm90 (measured on an H200): the trace was captured on " + trace.metadata().source +
              ", compute capability 9.0 (--sfu model keeps the model's own)";
@@ -130,6 +131,10 @@ std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::str
     throw std::invalid_argument("SFU set " + set_name + ": " + e.what());
   }
   if (!set) return std::nullopt;
+  // A set the model never reads would be accepted and change nothing: refused instead.
+  if (!evaluates_special_functions(*model.recipe))
+    throw std::invalid_argument("model " + model.name +
+                                " evaluates no special function (ex2, rcp, lg2): an SFU set would change nothing");
   auto recipe = std::make_shared<KernelModel>(*model.recipe);
   for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
     if (uses_special_function(*recipe, f)) recipe->sfu.model_for(f) = set->model_for(f);

@@ -49,14 +49,15 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
 // name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
 // (measured on an H200) for a hardware capture from compute capability 9.0 and the model's
 // own otherwise. Returns the model to run and sets `note` to a line saying what auto chose
-// (empty when nothing was chosen). std::invalid_argument for an unknown set (the message
-// names the CLI option --sfu, its only source of names).
+// (empty when nothing was chosen; auto keeps a model that evaluates no special function).
+// std::invalid_argument for an unknown set (the message names the CLI option --sfu, its only
+// source of names).
 ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,
                              std::string& note);
 // The model with every special function it evaluates taken from the named SFU set (correct,
 // hw-sm90), the others left alone; nullopt when no set has that name. std::invalid_argument
 // ("SFU set NAME: FILE: why") when a table the set loads is unreadable, corrupt or of another
-// function.
+// function, or when the model evaluates no special function (the set would change nothing).
 std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::string& set_name);
 // The named SFU sets, comma separated, for messages.
 std::string sfu_set_list();

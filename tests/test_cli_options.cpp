@@ -627,3 +627,46 @@ TEST_CASE("op --json with --explain, and deviation's repeated model, are refused
   check_refused(run("deviation --models standard-bf16 --inputs nope --seqlen 16 --headdim 16"),
                 {"--inputs nope", "wide-ties"});
 }
+
+TEST_CASE("replay names the tensors it does not compare") {
+  // A trace may hold m, l, scores or probabilities (COMMANDS.md "The trace format") that replay
+  // has no comparison for: garbage there once gave "all compared values match" and nothing
+  // else. They are named in a note and in the JSON's not_compared.
+  const std::string made = (scratch() / "unread_base.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 16 --headdim 16 --out " + made).code == 0);
+  fb::Safetensors file = fb::read_safetensors(made);
+  const auto lse =
+      std::find_if(file.tensors.begin(), file.tensors.end(), [](const fb::SafeTensor& t) { return t.name == "lse"; });
+  REQUIRE(lse != file.tensors.end());
+  fb::SafeTensor extra = *lse;  // LSE's values: wrong as m and as l
+  for (const char* name : {"m", "l"}) {
+    extra.name = name;
+    file.tensors.push_back(extra);
+  }
+  const std::string path = (scratch() / "unread.safetensors").string();
+  fb::write_safetensors(path, file);
+  const Run text = run("replay " + path);
+  CHECK_MESSAGE(text.code == 0, text.out << text.err);
+  CHECK_MESSAGE(has(text.out, "note: not compared: m, l"), text.out);
+  const Run js = run("replay " + path + " --json");
+  const auto j = nlohmann::json::parse(js.out);
+  REQUIRE(j.contains("not_compared"));
+  CHECK(j["not_compared"] == nlohmann::json::array({"m", "l"}));
+  // The trace as made has none.
+  CHECK(!has(run("replay " + made).out, "not compared"));
+}
+
+TEST_CASE("an SFU set for a model that evaluates no special function is refused, not ignored") {
+  // correctly-rounded and standard-fp32 evaluate exp exactly or correctly rounded, on no SFU: a set
+  // would replace nothing, and was once accepted with bit-identical output.
+  const std::string trace = std::string(FLASHBITS_SOURCE_DIR) + "/traces/examples/random-fa2-sm80.safetensors";
+  for (const char* model : {"correctly-rounded", "standard-fp32"}) {
+    CAPTURE(model);
+    const Run r = run("replay " + trace + " --model " + model + " --sfu hw-sm90");
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(has(r.err, "--sfu hw-sm90: model " + std::string(model) + " evaluates no special function"), r.err);
+  }
+  // A model that evaluates one takes the set; auto keeps a model that evaluates none.
+  CHECK(run("replay " + trace + " --sfu hw-sm90").code != 2);
+  CHECK(run("replay " + trace + " --model correctly-rounded --sfu auto").code != 2);
+}

@@ -500,6 +500,23 @@ int run_replay(const ReplayOptions& o) {
                     " are not compared (`flashbits models` names the models with a backward)");
     not_compared.insert(not_compared.end(), not_modelled.begin(), not_modelled.end());
   }
+  // Tensors the trace holds that replay neither reads nor compares (m, l, s, p, a name it does
+  // not know, a delta without dO): named, so that "all compared values match" is never read as
+  // covering them.
+  std::vector<std::string> unread;
+  for (const SafeTensor& t : trace.file().tensors) {
+    const bool read = t.name == "q" || t.name == "k" || t.name == "v" || t.name == "do" || t.name == "trace_rows";
+    const bool compared =
+        std::any_of(comparisons.begin(), comparisons.end(), [&](const Comparison& c) { return c.name == t.name; }) ||
+        std::find(not_compared.begin(), not_compared.end(), t.name) != not_compared.end();
+    if (!read && !compared) unread.push_back(t.name);
+  }
+  if (!unread.empty()) {
+    notes.push_back("note: not compared: " + comma_list(unread) +
+                    " (replay compares o, lse, delta with do, dq, dk, dv, dq_accum, lse_flex, m_log2_tutorial and "
+                    "the trace_* intermediates of trace_rows)");
+    not_compared.insert(not_compared.end(), unread.begin(), unread.end());
+  }
 
   if (o.json) {
     nlohmann::ordered_json j;
