@@ -43,10 +43,20 @@ other than the query's, a value head dim other than the query's (PyTorch allows 
 models have one head dim), query, key and value of different dtypes, float16 or bfloat16
 tensors for a model reading another narrow format without ``dtype=`` naming it, an empty axis, a ``dtype=``
 that the model's own input format contradicts (``fa-bf16acc`` reads bf16), a model without a
-backward when a gradient is needed, an argument the model does not use (the controls take
+backward when a gradient is needed, a model whose backward is not the gradient of its forward
+when a gradient is needed (``triton-tutorial-sm90`` with ``is_causal=False``: the tutorial's
+backward always masks causally, ``model_formats(...)["backward_always_causal"]``; forward-only
+calls and ``is_causal=True`` run), an argument the model does not use (the controls take
 none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of recipe, sfu,
-seed, threads, trace; ``exact``'s ``dtype`` is at most fp32); a wrong kind of argument is a
-TypeError naming it; a second
+seed, threads, trace; ``exact``'s ``dtype`` is at most fp32; ``seed`` for a model whose
+arithmetic draws no random bits, ``model_formats(...)["seeded"]`` False; ``sfu`` for a model
+that evaluates no special function, as ``correctly-rounded`` and ``standard-fp32``: the
+engine's refusal); a wrong kind of argument is a TypeError naming it. ``threads`` is taken by
+every kernel model and changes only the speed, never a result (``correctly-rounded`` does not
+use it: its exact computation splits its heads over the machine's threads). q, k or v changed
+in place between the forward and its backward is PyTorch's own RuntimeError ("... modified by
+an inplace operation"; the op saves them with ``save_for_backward``), never a gradient of other
+inputs; a second
 derivative (the backward returns the model's gradients as values, not a graph) is a
 RuntimeError when it is taken, whatever the loss. The key length may differ from the query
 length (cross-attention, decoding).
@@ -59,8 +69,11 @@ reproducible; the call's backward uses its forward's seed. Other models leave th
 alone. ``seed=s`` uses s on every call.
 
 Notes: a shape that takes something of the model no capture measured (the ``note:`` lines of
-``flashbits.attention(...).notes``) is a ``flashbits.UnmeasuredShapeWarning`` per note (the
-warnings filter shows each text once per place by default). The
+``flashbits.attention(...).notes``) is a ``flashbits.UnmeasuredShapeWarning`` per note. These
+and a black-box model's ``flashbits.ApproximateModelWarning`` are attributed to the caller's
+line (the call, or ``loss.backward()`` for a note of the backward), not to a line of flashbits
+or torch, so the default warnings filter shows each text once per place in the caller's code.
+The
 GIL is released while the model runs. Works with PyTorch 1.13 (Debian's python3-torch) and 2.x:
 only public APIs.
 """
@@ -68,6 +81,8 @@ from __future__ import annotations
 
 import math as _math
 import numbers as _numbers
+import os as _os
+import sys as _sys
 
 import numpy as _np
 import torch as _torch
@@ -76,7 +91,7 @@ import warnings as _warnings
 
 from . import _core
 from . import _int_arg, _path_arg, _refuse_unused, _str_arg  # the package's argument checks, so messages name the argument
-from . import UnmeasuredShapeWarning
+from . import ApproximateModelWarning, UnmeasuredShapeWarning
 from . import attention as _attention
 from . import exact_attention as _exact_attention
 from . import round as _round
@@ -95,8 +110,11 @@ _TORCH_BITS_VIEW = {_torch.bfloat16: _torch.int16, _torch.float16: _torch.int16}
 def model_formats(model: str, dtype: str = "bf16", recipe: str | None = None, sfu: str = "model") -> dict:
     """The canonical name of ``model`` (with ``dtype``, ``recipe``, ``sfu``), the format it
     reads its inputs in (``input``), the format of its outputs (``output``), whether it
-    has a backward (``backward``) and whether its arithmetic draws from the run's seed
-    (``seeded``: ``+o-sr``, ``+hadamard``). ValueError for an unknown model, recipe or SFU set;
+    has a backward (``backward``), whether its arithmetic draws from the run's seed
+    (``seeded``: ``+o-sr``, ``+hadamard``) and whether its backward masks causally whatever its
+    forward did (``backward_always_causal``: ``triton-tutorial-sm90``, whose gradients without
+    the causal mask are not those of its O). ValueError for an unknown model, recipe or SFU set
+    (an SFU set for a model that evaluates no special function included);
     TypeError naming the argument for a wrong kind of one."""
     recipe = _path_arg("recipe", recipe, optional=True)
     return _core._model_formats(_str_arg("model", model), _str_arg("dtype", dtype), "" if recipe is None else recipe,
@@ -214,8 +232,11 @@ class _EmulatedAttention(_torch.autograd.Function):
         fmt = config["input"]
         operands = tuple(_as_operand(t, fmt) for t in (q, k, v))
         # Traced rows (for an observer) change no result: the engine records, it does not alter.
-        r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None,
-                          keep_forward=config["keep_forward"])
+        with _ApproximateModelWarningLeftOut():
+            r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None,
+                              keep_forward=config["keep_forward"])
+        if getattr(r, "warning", None):  # flashbits.attention's, issued at the caller's line
+            _warn_at_caller(r.warning, ApproximateModelWarning)
         config["forward_traces"] = r.traces
         config["forward_result"] = r
         ctx.config = config
@@ -223,14 +244,21 @@ class _EmulatedAttention(_torch.autograd.Function):
         config["forward_operands"] = operands
         ctx.forward = r  # what the kernel keeps for its backward: O, LSE and the engine's state
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
-        # Kept on ctx, not save_for_backward: their values are never read again (the operands
-        # are), only where they sit in the graph, for _NoSecondDerivative.
+        # The operands may be views of q, k and v (read in place: bf16, fp16, or fp32 for
+        # exact), and every backward reads its forward's inputs again (the kept state is checked
+        # against them; exact recomputes from them). Saved so that PyTorch's version counter
+        # refuses an in-place change between forward and backward with its own error ("...
+        # modified by an inplace operation"), as it does for its own ops, rather than a
+        # gradient of other inputs.
+        ctx.save_for_backward(q, k, v)
+        # Also kept on ctx: only where they sit in the graph is used, for _NoSecondDerivative.
         ctx.inputs = (q, k, v)
         return _to_torch(r.o, q.dtype)
 
     @staticmethod
     def backward(ctx, grad_o):
         config = ctx.config
+        ctx.saved_tensors  # noqa: B018 - raises PyTorch's error if q, k or v changed in place since the forward
         if not config["backward"]:
             raise RuntimeError(f"flashbits.torch: model {config['model']} has no backward modelled")
         d_o = _as_operand(grad_o, config["input"])
@@ -247,7 +275,7 @@ class _EmulatedAttention(_torch.autograd.Function):
             raise RuntimeError(f"flashbits.torch: model {config['model']}'s backward recomputed an O or LSE "
                                f"that differs from its forward's")
         grads = (_to_torch(r.dq, ctx.dtypes[0]), _to_torch(r.dk, ctx.dtypes[1]), _to_torch(r.dv, ctx.dtypes[2]))
-        _warn_notes(r.notes, config, stacklevel=2)
+        _warn_notes(r.notes, config)
         if config.get("observe") is not None:
             _observe(config, ctx.operands, d_o, r)
         # Grad mode is on inside a backward exactly when its graph is built (create_graph=True):
@@ -267,13 +295,55 @@ def _observe(config, operands, d_o, result) -> None:
                        "traces": config.get("forward_traces"), "scale": config["scale"], "causal": config["causal"]})
 
 
-def _warn_notes(notes, config, stacklevel) -> None:
+def _warn_notes(notes, config) -> None:
     """Each note of a run not issued yet for this call, as an UnmeasuredShapeWarning."""
     issued = config.setdefault("notes_issued", set())
     for note in notes or ():
         if note not in issued:
             issued.add(note)
-            _warnings.warn(note, UnmeasuredShapeWarning, stacklevel=stacklevel + 1)
+            _warn_at_caller(note, UnmeasuredShapeWarning)
+
+
+# Frames of these files are the library's: a warning is attributed to the first frame outside
+# them (the caller's scaled_dot_product_attention(...) or loss.backward() line), so that the
+# default filter shows it once per place in the caller's code, not once per process at a
+# library line. torch's own frames (autograd's Function.apply, Tensor.backward) are skipped too.
+_LIBRARY_FILES = (_os.path.abspath(__file__), _os.path.join(_os.path.dirname(_os.path.abspath(__file__)),
+                                                            "__init__.py"))
+_TORCH_DIR = _os.path.dirname(_os.path.abspath(_torch.__file__)) + _os.sep
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in this function's caller point at the
+    first frame outside flashbits.torch, flashbits and torch (2 when every frame is theirs)."""
+    frame, level = _sys._getframe(1), 1  # level 1: the caller (stacklevel=1 names its line)
+    while frame is not None:
+        name = _os.path.abspath(frame.f_code.co_filename)
+        if name not in _LIBRARY_FILES and not name.startswith(_TORCH_DIR):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
+
+
+def _warn_at_caller(message, category) -> None:
+    _warnings.warn(message, category, stacklevel=_caller_stacklevel())
+
+
+class _ApproximateModelWarningLeftOut:
+    """flashbits.attention's ApproximateModelWarning (issued at this module's line) left out
+    while the forward runs; the op issues the result's ``warning`` at the caller's line instead.
+    Not ``warnings.catch_warnings``: leaving it marks the filters changed, which resets every
+    module's record of what it showed, so the default filter would repeat every warning of the
+    program on every call. An "ignore" entry records nothing."""
+
+    _ENTRY = ("ignore", None, ApproximateModelWarning, None, 0)
+
+    def __enter__(self):
+        self._filters = _warnings.filters  # the list warn() reads (catch_warnings replaces it)
+        self._filters.insert(0, self._ENTRY)
+
+    def __exit__(self, *exc):
+        self._filters.remove(self._ENTRY)
 
 
 def _draw_seed() -> int:
@@ -325,7 +395,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     An argument the model does not use is a ValueError naming it: the controls ``fp32`` and
     ``fp64`` take none of recipe, sfu, dtype, seed, threads, observe, trace; ``exact`` none of
-    recipe, sfu, seed, threads, trace."""
+    recipe, sfu, seed, threads, trace; a model whose arithmetic draws no random bits no
+    ``seed``; a model that evaluates no special function no ``sfu``. ``threads`` changes only
+    the speed (``correctly-rounded`` does not use it)."""
     _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, model)
     if observe is not None and not callable(observe):  # else a TypeError only at backward time
         raise TypeError(f"observe: expected a callable or None, got {type(observe).__name__}")
@@ -379,6 +451,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                              f"dtype=\"{formats['input']}\" to round them once, to nearest even, to "
                              f"{formats['input']})")
 
+        if seed is not None and not formats["seeded"]:
+            # Accepted, it would change nothing: a caller varying it would think it did.
+            raise ValueError(f"seed: model {formats['model']}'s arithmetic draws no random bits (only a seeded "
+                             f"model, model_formats(...)['seeded']: +o-sr, the fp8 models' +hadamard, uses a "
+                             f"seed); a seed would change nothing (leave it out)")
         if seed is None:
             # A fresh seed per call where the arithmetic draws from one (else every call, layer
             # and step would round with the same bits); the backward reuses it (run's closure).
@@ -390,17 +467,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                               trace=False if trace is None else trace, keep_forward=keep_forward)
 
         config = {"model": formats["model"], "input": formats["input"], "backward": formats["backward"], "run": run}
-        if not config["backward"] and _torch.is_grad_enabled() and any(
-                t.requires_grad for t in (query, key, value)):
+        gradient_needed = _torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+        if not config["backward"] and gradient_needed:
             raise ValueError(f"model: {formats['model']} has no backward modelled; a gradient was asked for "
                              f"(run it under torch.no_grad(), or pick a model with a backward)")
+        if formats["backward_always_causal"] and not is_causal and gradient_needed:
+            # The op's gradients must be those of its output: these would be another function's.
+            raise ValueError(f"model: {formats['model']}'s backward always masks causally (the kernel's backward "
+                             f"takes no causal flag), so with is_causal=False its dQ, dK, dV are not the gradients "
+                             f"of its O; a gradient was asked for (pass is_causal=True, run it under "
+                             f"torch.no_grad(), or pick another model)")
     # Keep the forward's state only where a backward can follow (autograd turns grad mode off
     # inside forward(), so it is decided here).
     keep = config["backward"] and _torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     config.update({"scale": scale, "causal": causal, "observe": observe, "threads": threads, "keep_forward": keep,
                    "trace": trace})
     o = _EmulatedAttention.apply(query, key, value, config)
-    _warn_notes(config["forward_result"].notes, config, stacklevel=2)
+    _warn_notes(config["forward_result"].notes, config)
     if observe is not None and not keep:
         # No backward can follow this call: its observation is its forward's.
         _observe(config, config["forward_operands"], None, config["forward_result"])

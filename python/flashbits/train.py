@@ -15,11 +15,17 @@ step t depends on (seed, t) only). Each (arm, seed) is its own run directory and
 own process (``--arm A --seed S``); ``merge`` joins them into ``summary.json``.
 
 Per step and arm: loss and gradient norm; for each emulated layer on a fixed sample of rows
-(batch entry 0, every head, ``--probe-rows`` rows): the tie rate (rows whose final max is
+(batch entry 0, every head, ``--probe-rows`` rows in all, the same rows in each head; a count
+not so divisible is refused): the tie rate (rows whose final max is
 reached by two or more keys after the kernel's rounding), the signed error of O and of
 delta = rowsum(dO*O) against the exact attention of the same rounded inputs, their running
 sums, and the largest singular values of W_Q and W_K. Weight snapshots give the deviation
 from the control arm and between two control seeds (Golden et al.'s measure).
+
+Step numbers: steps.csv's ``step`` (and the plots' x axis) counts from the initialisation, the
+fork's steps included (``--fork-step`` + 1 .. ``--fork-step`` + ``--steps``); the snapshots,
+checkpoints, ``--snapshot-every``, ``--stop-after`` and summary.json's ``golden.step`` count
+forked steps (1 .. ``--steps``).
 
 Command line: ``python3 -m flashbits.train --help``. Bad input is one line and exit 2;
 Ctrl-C writes a checkpoint and prints the command that resumes.
@@ -114,7 +120,8 @@ class StudyConfig:
 
 
 PRESETS = {
-    # The configuration of docs/TRAINING.md's runs.
+    # The defaults (StudyConfig's: 4 layers, 4 heads, width 128, 64 tokens, batch 16, fork at
+    # step 500, 2,000 forked steps). docs/TRAINING.md's runs are these with --batch-size 8.
     "study": {},
     # CI's smoke test: the whole driver in seconds.
     "smoke": {"model": ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32), "batch_size": 4,
@@ -270,6 +277,8 @@ class Arm:
     recipe: dict | None = None
     recipe_file: str | None = None
     layers: tuple | str | None = None  # the study's --emulate-layers unless the arm says [layers=...]
+    # As given on the command line (its ';' kept), for messages; name has ',' for ';'.
+    written: str | None = dataclasses.field(default=None, compare=False)
 
     def emulates(self, layer: int, cfg: "StudyConfig") -> bool:
         if not self.emulated:
@@ -291,23 +300,28 @@ _ARM = re.compile(r"^([A-Za-z0-9_.:=,+-]+)(?:\[([^\]]*)\])?$")
 
 
 def parse_arm(spec: str) -> Arm:
+    """The arm ``spec`` as written on the command line (``;`` inside brackets standing for a
+    comma); its errors quote it as written."""
+    written = spec.strip()
+    spec = written.replace(";", ",")
     m = _ARM.match(spec.strip())
     if not m:
-        raise UsageError(f"arm '{spec}': expected MODEL[+VARIANT...] or MODEL[recipe=FILE] or MODEL[STAGE=FORMAT,...]")
+        raise UsageError(f"arm '{written}': expected MODEL[+VARIANT...] or MODEL[recipe=FILE] or "
+                         f"MODEL[STAGE=FORMAT,...]")
     model, options = m.group(1), m.group(2)
-    arm = Arm(spec.strip(), model)
+    arm = Arm(spec.strip(), model, written=written)
     if options is None:
         return arm
     if not arm.emulated:
-        raise UsageError(f"arm '{spec}': {model} is not a kernel model; it takes no recipe")
+        raise UsageError(f"arm '{written}': {model} is not a kernel model; it takes no recipe")
     stages = {}
     seen = set()
     for item in filter(None, (s.strip() for s in options.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not value:
-            raise UsageError(f"arm '{spec}': '{item}': expected KEY=VALUE")
+            raise UsageError(f"arm '{written}': '{item}': expected KEY=VALUE")
         if key in seen:  # else the last one would win silently
-            raise UsageError(f"arm '{spec}': '{key}' given twice")
+            raise UsageError(f"arm '{written}': '{key}' given twice")
         seen.add(key)
         if key == "recipe":
             arm.recipe_file = value
@@ -318,14 +332,14 @@ def parse_arm(spec: str) -> Arm:
                 try:
                     arm.layers = tuple(int(x) for x in value.split("+"))
                 except ValueError:
-                    raise UsageError(f"arm '{spec}': layers={value}: expected 'all' or N+M+...") from None
+                    raise UsageError(f"arm '{written}': layers={value}: expected 'all' or N+M+...") from None
                 twice = sorted({x for x in arm.layers if arm.layers.count(x) > 1})
                 if twice:
-                    raise UsageError(f"arm '{spec}': layers={value}: {', '.join(map(str, twice))} named twice")
+                    raise UsageError(f"arm '{written}': layers={value}: {', '.join(map(str, twice))} named twice")
         else:
             stages[key] = value
     if arm.recipe_file and stages:
-        raise UsageError(f"arm '{spec}': give a recipe file or stages, not both")
+        raise UsageError(f"arm '{written}': give a recipe file or stages, not both")
     if stages:
         arm.recipe = {"name": spec.strip(), "stages": stages}
     return arm
@@ -340,7 +354,8 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
     if isinstance(arm.layers, tuple):
         for layer in arm.layers:
             if not 0 <= layer < cfg.model.n_layer:
-                raise UsageError(f"arm '{arm.name}': layer {layer} outside 0..{cfg.model.n_layer - 1}")
+                raise UsageError(f"arm '{arm.written or arm.name}': layer {layer} outside "
+                                 f"0..{cfg.model.n_layer - 1}")
     if arm.recipe is not None:
         os.makedirs(recipe_dir, exist_ok=True)
         arm.recipe_file = os.path.join(recipe_dir, arm.slug + ".json")
@@ -350,11 +365,12 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
     try:
         formats = _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)
         if not formats["backward"]:
-            raise UsageError(f"arm '{arm.name}': {formats['model']} has no backward modelled (a forward-only kernel "
-                             f"model), and an arm trains through its attention's gradients; pick a kernel model "
-                             f"with a backward")
+            raise UsageError(f"arm '{arm.written or arm.name}': {formats['model']} has no backward modelled (a "
+                             f"forward-only kernel model), and an arm trains through its attention's gradients; pick "
+                             f"a kernel model with a backward")
+        # A seed only where the arithmetic draws from one (the op refuses it elsewhere).
         o = _fbtorch.scaled_dot_product_attention(z, z, z, is_causal=True, model=arm.model, recipe=arm.recipe_file,
-                                                  seed=0)
+                                                  seed=0 if formats["seeded"] else None)
         o.sum().backward()
     except (ValueError, TypeError, RuntimeError) as e:
         message = str(e)
@@ -362,7 +378,7 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
             # The recipe file is the driver's own (a scratch file, or OUT/recipes/): the user
             # wrote the stages in the arm's brackets, which the arm's name already shows.
             message = message.replace(f"{arm.recipe_file}: ", "").replace(arm.recipe_file, "the arm's stages")
-        raise UsageError(f"arm '{arm.name}': {message}") from None
+        raise UsageError(f"arm '{arm.written or arm.name}': {message}") from None
     return arm
 
 
@@ -461,7 +477,15 @@ class LayerProbe:
                                seen["causal"], seen["result"], seen["traces"], self.rows)
 
 
+def probe_rows_per_head(block_size: int) -> int:
+    """The rows a head can probe: a quarter of the sequence to its end."""
+    return block_size - block_size // 4
+
+
 def probe_rows(cfg: StudyConfig) -> list:
+    """The probed (batch 0, head, row) triples: --probe-rows of them, --probe-rows / --n-head
+    distinct rows spread evenly over each head's probe_rows_per_head (study_config refuses a
+    count that is not so divided). A study written before that check may probe fewer."""
     n = cfg.model.block_size
     rows = np.linspace(n // 4, n - 1, num=max(1, cfg.probe_rows // cfg.model.n_head)).round().astype(int)
     return [(0, h, int(r)) for h in range(cfg.model.n_head) for r in sorted(set(rows.tolist()))]
@@ -683,11 +707,13 @@ def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe |
 
     if arm_model in (CONTROL, LOW_PRECISION):
         return control
+    # The op refuses a seed for a model whose arithmetic draws none (it would change nothing).
+    seeded = _fbtorch.model_formats(arm_model, "bf16", recipe_file)["seeded"]
 
     def emulated(q, k, v):
         observe = probe.observe if probe is not None and probe.active else None
         # Without a clock (outside run_arm), the op's own default: a fresh seed per call.
-        seed = None if clock is None else attention_seed(clock.seed, clock.step, layer)
+        seed = None if clock is None or not seeded else attention_seed(clock.seed, clock.step, layer)
         return _fbtorch.scaled_dot_product_attention(q, k, v, is_causal=True, model=arm_model, recipe=recipe_file,
                                                      threads=threads, observe=observe, seed=seed,
                                                      trace=probe.rows if observe else None)
@@ -1309,8 +1335,10 @@ _COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#
             "#bcbd22", "#17becf"]
 
 
-def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
-    """A line chart of ``series`` (name -> (xs, ys)); NaNs break a line."""
+def svg_lines(path: str, title: str, ylabel: str, series: dict, bounds: tuple | None = None) -> None:
+    """A line chart of ``series`` (name -> (xs, ys)); NaNs break a line; a series with no
+    finite value has no line and no legend entry. ``bounds`` (lo, hi): the range the values
+    can take (a rate: (0, 1)), which the y axis never leaves."""
     w, h, left, right, top, bottom = 900, 420, 70, 350, 30, 40
     pts = [(x, y) for xs, ys in series.values() for x, y in zip(xs, ys) if math.isfinite(y)]
     if not pts:
@@ -1319,8 +1347,11 @@ def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
     y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
     if x1 == x0:
         x1 = x0 + 1
-    if y1 == y0:
-        y0, y1 = y0 - 1, y1 + 1
+    if y1 == y0:  # a constant: a band of a tenth of its size around it (1 around 0)
+        pad = abs(y0) / 10 if y0 else 1.0
+        y0, y1 = y0 - pad, y1 + pad
+        if bounds is not None:
+            y0, y1 = max(y0, bounds[0]), min(y1, bounds[1])
 
     def sx(x):
         return left + (x - x0) / (x1 - x0) * (w - left - right)
@@ -1340,7 +1371,10 @@ def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
              f'<text x="{left - 4}" y="{h - bottom}" text-anchor="end">{y0:.4g}</text>',
              f'<text x="12" y="{(top + h - bottom) / 2}" transform="rotate(-90 12 {(top + h - bottom) / 2})" '
              f'text-anchor="middle">{esc(ylabel)}</text>']
+    legend_entries = 0
     for n, (name, (xs, ys)) in enumerate(series.items()):
+        if not any(math.isfinite(y) for y in ys):
+            continue  # nothing to draw: a legend entry would name a line that is not there
         colour = _COLOURS[n % len(_COLOURS)]
         # At most ~500 points a line (the chart is 480 pixels wide): every stride-th, and the last.
         stride = max(1, len(xs) // 500)
@@ -1355,7 +1389,8 @@ def svg_lines(path: str, title: str, ylabel: str, series: dict) -> None:
             if segment:
                 parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{" ".join(segment)}"/>')
             segment = []
-        ly = top + 14 * n + 10
+        ly = top + 14 * legend_entries + 10
+        legend_entries += 1
         parts.append(f'<line x1="{w - right + 10}" y1="{ly - 4}" x2="{w - right + 30}" y2="{ly - 4}" '
                      f'stroke="{colour}" stroke-width="2"/><text x="{w - right + 34}" y="{ly}">{esc(name)}</text>')
     parts.append("</svg>")
@@ -1389,7 +1424,8 @@ def write_plots(out: str, runs: dict, cfg: StudyConfig) -> None:
                                   ("wq_sigma", "largest singular value of W_Q"),
                                   ("tie_rate", "tie rate (50-step mean)")):
                 svg_lines(os.path.join(plots, f"L{i}_{column}_seed{seed}.svg"), f"layer {i}: {label} (seed {seed})",
-                          label, series(f"L{i}_{column}", 50 if column == "tie_rate" else 1))
+                          label, series(f"L{i}_{column}", 50 if column == "tie_rate" else 1),
+                          (0.0, 1.0) if column == "tie_rate" else None)
 
 
 # ---- command line -----------------------------------------------------------------------------
@@ -1492,6 +1528,13 @@ def study_config(args) -> StudyConfig:
         raise UsageError(f"--fork-step {cfg.fork_step}: expected 0 or more")
     if cfg.model.n_embd % cfg.model.n_head:
         raise UsageError(f"--n-embd {cfg.model.n_embd}: not a multiple of --n-head {cfg.model.n_head}")
+    # Probed exactly as asked, or refused: config.json records the count, so it must be the
+    # count of rows probed (probe_rows: the same rows in every head, distinct).
+    heads, per_head = cfg.model.n_head, probe_rows_per_head(cfg.model.block_size)
+    if cfg.probe_rows % heads or cfg.probe_rows > heads * per_head:
+        raise UsageError(f"--probe-rows {cfg.probe_rows}: expected a multiple of --n-head {heads} (every head probes "
+                         f"the same rows) up to {heads * per_head} ({per_head} rows a head: a quarter of "
+                         f"--block-size {cfg.model.block_size} to its end)")
     for layer in cfg.emulate_layers:
         if not 0 <= layer < cfg.model.n_layer:
             raise UsageError(f"--emulate-layers: layer {layer} outside 0..{cfg.model.n_layer - 1}")
@@ -1521,7 +1564,7 @@ def split_arms(text: str, option: str = "--arms") -> list:
     arms.append(cur)
     if not all(a.strip() for a in arms):
         raise UsageError(f"{option} '{text}': an empty arm (arms are separated by commas)")
-    return [a.strip().replace(";", ",") for a in arms]
+    return [a.strip() for a in arms]
 
 
 def check_thresholds(th: "Thresholds") -> None:
@@ -1648,7 +1691,8 @@ def main(argv=None) -> int:
     except Interrupted as e:
         # Quoted for the shell: an arm's ';' or brackets would otherwise split or glob the command.
         again = shlex.join(sys.argv[1:] if argv is None else list(argv))
-        print(f"\nstopped: checkpoint written to {e}; resume with: python3 -m flashbits.train {again}",
+        print(f"\nstopped: checkpoint written to {shlex.quote(str(e))}; resume with: python3 -m flashbits.train "
+              f"{again}",
               file=sys.stderr)
         return EXIT_INTERRUPTED
     except ForkInterrupted as e:

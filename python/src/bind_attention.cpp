@@ -359,7 +359,9 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
 // What flashbits.torch needs before it converts a tensor: the format the model reads its
 // inputs in (and dO), the format of its outputs, whether it has a backward, and whether its
 // arithmetic draws from the run's seed (`seeded`: +o-sr's stream, +hadamard's signs; the test
-// `flashbits replay` applies to a trace's seed), so that a call without a seed draws a fresh one.
+// `flashbits replay` applies to a trace's seed), so that a call without a seed draws a fresh one
+// (and a seed given to a model that draws none is refused), and whether its backward masks
+// causally whatever the forward did (`backward_always_causal`).
 pyb::dict model_formats(const std::string& name, const std::string& dtype_name, const std::string& recipe,
                         const std::string& sfu, bool dtype_given) {
   const attn::ModelHandle model = model_or_throw(name, parse_fmt(dtype_name, "dtype"), recipe, sfu, dtype_given);
@@ -369,6 +371,9 @@ pyb::dict model_formats(const std::string& name, const std::string& dtype_name, 
   d["output"] = std::string(model.recipe->output.name);
   d["backward"] = model.recipe->structure == attn::Structure::correctly_rounded || model.recipe->backward_modelled;
   d["seeded"] = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
+  // The Triton tutorial's backward masks causally whatever the forward did: without the causal
+  // mask its dQ, dK, dV are not the gradients of its O (flashbits.torch refuses that case).
+  d["backward_always_causal"] = model.recipe->bwd_always_causal;
   return d;
 }
 

@@ -608,3 +608,163 @@ def test_the_exact_models_dtype_says_its_rule():
     with pytest.raises(ValueError, match=r"^dtype: 'fp64': the exact reference rounds its inputs once to a format of "
                                          r"at most 32 bits .* model=\"fp64\""):
         fbt.scaled_dot_product_attention(q, q, q, model="exact", dtype="fp64")
+
+
+# ---- audit 2: gradients that are not the forward's are refused --------------------------------
+def _fp16_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, 2, 128, 64, generator=g, dtype=torch.float64).half() for _ in range(4)]
+
+
+def test_a_backward_that_always_masks_causally_is_refused_without_the_causal_mask():
+    # triton-tutorial-sm90's backward (the tutorial's _attn_bwd) always masks causally: with
+    # is_causal=False its dQ, dK, dV were 36-89% off the gradients of its O, behind one warning.
+    assert fbt.model_formats("triton-tutorial-sm90", dtype="fp16")["backward_always_causal"] is True
+    assert fbt.model_formats("fa2-sm80")["backward_always_causal"] is False
+    q, k, v, do = _fp16_inputs(41)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with pytest.raises(ValueError, match=r"^model: triton-tutorial-sm90's backward always masks causally.*"
+                                         r"is_causal=False its dQ, dK, dV are not the gradients of its O"):
+        fbt.scaled_dot_product_attention(*leaves, model="triton-tutorial-sm90")
+    # Its forward alone runs (no gradient asked for), and O is attention's (float64 reference).
+    want = _math_attention_f64(*(t.double() for t in (q, k, v)), False, 1 / 8)
+    with torch.no_grad():
+        o = fbt.scaled_dot_product_attention(*leaves, model="triton-tutorial-sm90")
+    assert (o.double() - want).abs().max() < 2e-3
+    o = fbt.scaled_dot_product_attention(q, k, v, model="triton-tutorial-sm90")  # nothing requires grad
+    assert (o.double() - want).abs().max() < 2e-3
+    # With the causal mask its gradients are those of O: PyTorch's float64 autograd, to fp16's precision.
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    n = q.shape[-2]
+    s = (ref[0] @ ref[1].transpose(-2, -1) / 8).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
+    (torch.softmax(s, -1) @ ref[2]).backward(do.double())
+    fbt.scaled_dot_product_attention(*leaves, is_causal=True, model="triton-tutorial-sm90").backward(do)
+    for got, want in zip(leaves, ref):
+        assert ((got.grad.double() - want.grad).abs().max() / want.grad.abs().max()) < 1e-2
+
+
+def test_the_ops_warnings_point_at_the_callers_line(monkeypatch):
+    # They pointed at torch.py's and torch/autograd/function.py's lines, so the default filter
+    # showed each once per process, wherever the calls were.
+    import inspect
+    import warnings
+    q = _fp16_inputs(42)[0].requires_grad_()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        here = inspect.currentframe().f_lineno + 1
+        o = fbt.scaled_dot_product_attention(q, q, q, is_causal=True, model="triton-tutorial-sm90")
+    kinds = {w.category for w in caught}
+    assert fb.ApproximateModelWarning in kinds, [str(w.message) for w in caught]
+    for w in caught:
+        assert (w.filename, w.lineno) == (__file__, here), (w.category, w.filename, w.lineno)
+    # A note of the backward points at the loss.backward() line.
+    original = fb.AttentionResult.backward
+
+    def backward_with_a_note(self, *args, **kwargs):
+        r = original(self, *args, **kwargs)
+        r.notes = list(r.notes or []) + ["note: from the backward"]
+        return r
+    monkeypatch.setattr(fb.AttentionResult, "backward", backward_with_a_note)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        here = inspect.currentframe().f_lineno + 1
+        o.sum().backward()
+    texts = [(str(w.message), w.filename, w.lineno) for w in caught]
+    assert ("note: from the backward", __file__, here) in texts, texts
+
+
+def test_the_default_filter_shows_a_warning_once_per_place_in_a_loop():
+    # The op must not reset the warnings registry (warnings.catch_warnings does, on exit): a
+    # training loop would then repeat every warning of the program on every step.
+    import warnings
+    q = _fp16_inputs(44)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            fbt.scaled_dot_product_attention(q, q, q, is_causal=True, model="triton-tutorial-sm90")
+            warnings.warn("the caller's own warning", UserWarning)
+    kinds = [w.category for w in caught]
+    assert kinds.count(fb.ApproximateModelWarning) == 1 and kinds.count(UserWarning) == 1, \
+        [(w.category.__name__, str(w.message)[:60]) for w in caught]
+
+
+# ---- audit 2: an in-place change between forward and backward ---------------------------------
+@pytest.mark.parametrize("model, dtype", [("exact", torch.float32), ("standard-fp32", torch.float32),
+                                          ("fa-bf16acc", torch.bfloat16), ("standard-fp16", torch.float16),
+                                          ("correctly-rounded", torch.float32)])
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+def test_an_input_changed_in_place_after_the_forward_is_pytorchs_error(model, dtype, which):
+    # exact read float32 k and v in place and recomputed from them: dQ of other inputs, silently
+    # when O and LSE stayed the same (v's rows 0 and 1 changed by +-0.5 with equal scores).
+    torch.manual_seed(0)
+    q = torch.zeros(1, 8, 8, dtype=dtype, requires_grad=True)  # every score 0: P = 1/8 exactly
+    k, v = torch.randn(1, 8, 8).to(dtype), torch.randn(1, 8, 8).to(dtype)
+    o = fbt.scaled_dot_product_attention(q, k, v, model=model)
+    changed = {"query": q, "key": k, "value": v}[which]
+    with torch.no_grad():
+        changed[0, 0] += 0.5
+        changed[0, 1] -= 0.5
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        o.backward(torch.ones_like(o))
+
+
+# ---- audit 2: arguments a model does not use --------------------------------------------------
+@pytest.mark.parametrize("model", ["fa-bf16acc", "correctly-rounded", "fa2-sm80"])
+def test_a_seed_for_a_model_that_draws_no_random_bits_is_refused(model):
+    assert fbt.model_formats(model)["seeded"] is False
+    q, k, v, _ = _inputs((1, 2, 8, 8), 2)
+    with pytest.raises(ValueError, match=rf"^seed: model {model}'s arithmetic draws no random bits"):
+        fbt.scaled_dot_product_attention(q, k, v, model=model, seed=7)
+    with pytest.raises(ValueError, match="^seed: "):
+        fbt.scaled_dot_product_attention(q, k, v, model=model, seed=0)
+    # A seeded model takes it, and it changes the rounding.
+    outs = [fbt.scaled_dot_product_attention(q, k, v, model=SR_MODEL, seed=s) for s in (7, 7, 8)]
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+
+
+@pytest.mark.parametrize("model", ["correctly-rounded", "standard-fp32"])
+def test_an_sfu_set_for_a_model_that_evaluates_no_special_function_is_refused(model):
+    q, k, v, _ = _inputs((1, 2, 8, 8), 2)
+    with pytest.raises(ValueError, match="evaluates no special function"):
+        fbt.scaled_dot_product_attention(q, k, v, model=model, sfu="hw-sm90")
+    fbt.scaled_dot_product_attention(q, k, v, model="fa2-sm80", sfu="hw-sm90")  # one that does: taken
+
+
+def test_threads_change_no_result_of_correctly_rounded():
+    # Documented as accepted and inert (its exact computation splits heads over the machine's
+    # threads): the outputs and gradients are the same bits, and within half an ulp of float64.
+    q, k, v, do = _inputs((1, 4, 12, 8), 2, seed=43)
+    got = []
+    for threads in (1, 4):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        o = fbt.scaled_dot_product_attention(*leaves, model="correctly-rounded", threads=threads)
+        o.backward(do)
+        got.append([o.detach()] + [t.grad for t in leaves])
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+
+
+# ---- audit 2: docs/PYTHON.md's signatures are the functions' ---------------------------------
+def _signature_text(function):
+    import inspect
+    parts, star = [], False
+    for p in inspect.signature(function).parameters.values():
+        if p.kind == p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        if p.default is p.empty:
+            parts.append(p.name)
+        else:
+            shown = f'"{p.default}"' if isinstance(p.default, str) else repr(p.default)
+            parts.append(f"{p.name}={shown}")
+    return f"`{function.__name__}({', '.join(parts)})`"
+
+
+@pytest.mark.parametrize("function", [fb.attention, fb.dot])
+def test_python_md_lists_every_parameter_with_its_default(function):
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "PYTHON.md")
+    with open(path, encoding="utf-8") as f:
+        rows = [line for line in f if line.startswith(f"| `{function.__name__}(")]
+    assert any(row.startswith("| " + _signature_text(function) + " |") for row in rows), \
+        (_signature_text(function), [r[:200] for r in rows])

@@ -209,7 +209,15 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
     (["--arms", "fp32,,fa-bf16acc"], "error: --arms 'fp32,,fa-bf16acc': an empty arm"),
     # A layer or an option given twice in an arm: counted twice, or the last one silently won.
     (["--arms", "fa-bf16acc[layers=1+1]"], "error: arm 'fa-bf16acc[layers=1+1]': layers=1+1: 1 named twice"),
-    (["--arms", "fa-bf16acc[recipe=a.json;recipe=b.json]"], "'recipe' given twice"),
+    # ...and the arm is quoted as written (it was quoted with ',' for its ';').
+    (["--arms", "fa-bf16acc[recipe=a.json;recipe=b.json]"],
+     "error: arm 'fa-bf16acc[recipe=a.json;recipe=b.json]': 'recipe' given twice"),
+    # A --probe-rows that cannot be probed exactly (2 heads of 32 tokens: 24 rows a head) was
+    # rounded per head and clamped while config.json recorded the request.
+    (["--probe-rows", "3"], "error: --probe-rows 3: expected a multiple of --n-head 2 (every head probes the same "
+                            "rows) up to 48 (24 rows a head: a quarter of --block-size 32 to its end)"),
+    (["--probe-rows", "50"], "error: --probe-rows 50: expected a multiple of --n-head 2"),
+    (["--probe-rows", "1000"], "error: --probe-rows 1000: expected a multiple of --n-head 2"),
     # Two arms, one run directory: refused only after the first had trained.
     (["--arms", "fa-bf16acc[o_buffer_format=e8m3],fa-bf16acc[o_buffer_format=e8m3;]"],
      "would share the run directory runs/fa-bf16acc_o_buffer_format=e8m3_"),
@@ -449,8 +457,11 @@ def test_divergence_rule():
 def test_arm_specs():
     a = train.parse_arm("fa-bf16acc+dynmax[o_buffer_format=e8m5]")
     assert a.model == "fa-bf16acc+dynmax" and a.recipe == {"name": a.name, "stages": {"o_buffer_format": "e8m5"}}
-    assert train.split_arms("fp32,fa-bf16acc+dynmax:beta=2;tol=0.001,x[a=b;c=d]") == [
-        "fp32", "fa-bf16acc+dynmax:beta=2,tol=0.001", "x[a=b,c=d]"]
+    written = ["fp32", "fa-bf16acc+dynmax:beta=2;tol=0.001", "x[a=b;c=d]"]
+    assert train.split_arms("fp32,fa-bf16acc+dynmax:beta=2;tol=0.001,x[a=b;c=d]") == written
+    arms = [train.parse_arm(a) for a in written]
+    assert [a.name for a in arms] == ["fp32", "fa-bf16acc+dynmax:beta=2,tol=0.001", "x[a=b,c=d]"]
+    assert [a.written for a in arms] == written
     with pytest.raises(train.UsageError, match="fp32 is not a kernel model"):
         train.parse_arm("fp32[recipe=x.json]")
     cfg = train.StudyConfig(emulate_layers=(1,))
@@ -683,3 +694,106 @@ def test_a_stochastic_rounding_arm_resumes_bit_for_bit(tmp_path, corpus):
     slug = train.Arm(arm, arm).slug
     straight = (tmp_path / "straight" / "runs" / slug / "seed0" / "steps.csv").read_text()
     assert (tmp_path / "resumed" / "runs" / slug / "seed0" / "steps.csv").read_text() == straight
+
+
+# ---- audit 2 ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("n_head, block_size", [(1, 8), (2, 32), (4, 64), (3, 10)])
+def test_the_probed_rows_are_the_count_asked_for_or_refused(n_head, block_size):
+    per_head = block_size - block_size // 4  # rows from a quarter of the sequence to its end
+    for count in range(1, n_head * per_head + n_head + 1):
+        args = train.build_parser().parse_args(["--out", "unused", "--n-head", str(n_head), "--n-embd", str(8 * n_head),
+                                                "--block-size", str(block_size), "--probe-rows", str(count)])
+        if count % n_head or count > n_head * per_head:
+            with pytest.raises(train.UsageError, match=f"^--probe-rows {count}: expected a multiple"):
+                train.study_config(args)
+            continue
+        rows = train.probe_rows(train.study_config(args))
+        assert len(set(rows)) == len(rows) == count
+        by_head = [sorted(r for b, h, r in rows if h == head) for head in range(n_head)]
+        assert all(b == by_head[0] for b in by_head) and all(block_size // 4 <= r < block_size for r in by_head[0])
+
+
+def test_a_constant_rate_plot_stays_in_its_range_and_an_empty_series_has_no_legend(tmp_path):
+    # The tie rate's y axis ran 0..2 for a constant 1, and fp32 (no tie rate: all NaN) had a
+    # legend entry with no line.
+    import re
+    path = tmp_path / "tie.svg"
+    nan = float("nan")
+    train.svg_lines(str(path), "t", "tie rate", {"fp32": ([1, 2, 3], [nan, nan, nan]),
+                                                  "fa-bf16acc": ([1, 2, 3], [1.0, 1.0, 1.0])}, (0.0, 1.0))
+    svg = path.read_text()
+    y_labels = r'<text x="66" y="[0-9.]+" text-anchor="end">([-0-9.e]+)</text>'  # the axis' two ends
+    labels = [float(x) for x in re.findall(y_labels, svg)]
+    assert max(labels) == 1.0 and 0.0 <= min(labels) < 1.0, labels
+    assert ">fa-bf16acc</text>" in svg and ">fp32</text>" not in svg
+    assert svg.count("<polyline") == 1
+    train.svg_lines(str(path), "t", "tie rate", {"a": ([1, 2], [0.0, 0.0])}, (0.0, 1.0))
+    labels = [float(x) for x in re.findall(y_labels, path.read_text())]
+    assert min(labels) == 0.0 and max(labels) <= 1.0, labels
+
+
+def test_the_stop_message_quotes_the_checkpoint_path_for_the_shell(tmp_path, corpus):
+    import shlex
+    out = tmp_path / "q dir"
+    p = run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(out), "--arms", "fa-bf16acc", "--seeds", "0",
+                   "--stop-after", "2", "--quiet", check_rc=130)
+    ck = str(out / "runs" / "fa-bf16acc" / "seed0" / "checkpoint.pt")
+    assert f"checkpoint written to {shlex.quote(ck)}; resume with:" in p.stderr, p.stderr
+    assert shlex.split(p.stderr.split("checkpoint written to ")[1].split(";")[0]) == [ck]
+
+
+def _train_options(command):
+    """The study options of a `python3 -m flashbits.train` command line (the run's own
+    --out, --arm, --seed left out), parsed by the driver's own parser."""
+    import re
+    import shlex
+    command = re.sub(r"\$\(\([^)]*\)\)", "S", command)  # the array's $((...)) seed
+    words = shlex.split(command.split("flashbits.train", 1)[1])
+    kept, skip = ["--out", "unused"], False
+    for w in words:
+        if not skip and w not in ("--out", "--arm", "--seed"):
+            kept.append(w)
+        skip = not skip and w in ("--out", "--arm", "--seed")
+    return train.study_config(train.build_parser().parse_args(kept)).to_json()
+
+
+def test_readmes_scale_out_example_runs_the_documented_study():
+    # README's Slurm array ran the default batch 16; docs/TRAINING.md's study ran batch 8.
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    doc = open(os.path.join(root, "docs", "TRAINING.md"), encoding="utf-8").read()
+    array = readme[readme.index("sbatch --array"):]
+    array = array[:array.index("'\n")].replace("\\\n", " ")
+    study = next(line for line in doc.splitlines()
+                 if line.strip().startswith("python3 -m flashbits.train --out study"))
+    readme_cfg, doc_cfg = _train_options(array.split("--wrap", 1)[1]), _train_options(study)
+    assert readme_cfg == doc_cfg and doc_cfg["batch_size"] == 8
+    # The defaults TRAINING.md states are the driver's.
+    defaults = _train_options("flashbits.train")
+    assert (defaults["model"], defaults["batch_size"], defaults["fork_step"], defaults["steps"]) == (
+        {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}, 16, 500, 2000)
+    assert "4 layers, 4 heads, width 128, 64 tokens, batch 16, fork at step 500, 2,000 forked steps" in \
+        " ".join(doc.split())
+
+
+def test_step_numbers_are_as_documented(smoke):
+    # steps.csv (and the plots) count from the initialisation, the fork's steps included;
+    # snapshots, checkpoints and summary.json's golden step count forked steps.
+    out, summary, _ = smoke
+    cfg = summary["config"]
+    run = out / "runs" / "fa-bf16acc" / "seed0"
+    steps = [r["step"] for r in train.read_steps(str(run / "steps.csv"))]
+    assert steps == list(range(cfg["fork_step"] + 1, cfg["fork_step"] + cfg["steps"] + 1))
+    snaps = sorted(int(n[4:-3]) for n in os.listdir(run / "snapshots"))
+    assert snaps == list(range(cfg["snapshot_every"], cfg["steps"] + 1, cfg["snapshot_every"]))
+    assert summary["golden"]["step"] == cfg["steps"]
+    assert train.load_checkpoint(str(run / "checkpoint.pt"), "this run")["step"] == cfg["steps"]
+
+
+def test_a_model_that_draws_no_random_bits_gets_no_seed_from_the_driver():
+    # flashbits.torch refuses a seed such a model would not use; the driver seeds only +o-sr.
+    clock = train.StepClock(seed=3)
+    q = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(5))
+    a = train.attention_for("fa-bf16acc", None, 1, None, clock, layer=1)(q, q, q)
+    clock.step = 7
+    assert torch.equal(train.attention_for("fa-bf16acc", None, 1, None, clock, layer=1)(q, q, q), a)
