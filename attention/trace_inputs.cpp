@@ -74,6 +74,18 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
   return in;
 }
 
+std::vector<std::string> assumed_metadata_notes(const Trace& trace) {
+  std::vector<std::string> notes;
+  const TraceMetadata& m = trace.metadata();
+  if (!m.softmax_scale)
+    notes.push_back("note: " + trace.source_name() + " records no softmax_scale: 1/sqrt(" +
+                    std::to_string(trace.head_dim()) + ") assumed (--scale X states it for a bare capture)");
+  if (!m.causal)
+    notes.push_back("note: " + trace.source_name() +
+                    " records no causal flag: non-causal assumed (--causal states it for a bare capture)");
+  return notes;
+}
+
 ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option, std::string_view option_name) {
   for (const char* name : {"q", "k", "v", "o", "do", "lse", "delta", "dq", "dk", "dv"}) {
     if (!trace.has(name)) continue;

@@ -45,6 +45,11 @@ struct ReplayableTrace {
 };
 ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option,
                                  std::string_view option_name = "--model");
+// What inputs_from_trace assumed because the trace's metadata does not say it, one "note: ..."
+// line each (empty: nothing assumed): the softmax scale (1/sqrt(head dim)) and causality (none).
+// replay and bias-test --traces print them, so that a capture missing its causal flag is not
+// silently measured as the wrong attention.
+std::vector<std::string> assumed_metadata_notes(const Trace& trace);
 // The SFU models a trace is replayed with. `choice`: "model" keeps the model's own; a set
 // name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
 // (measured on an H200) for a hardware capture from compute capability 9.0 and the model's

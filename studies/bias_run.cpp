@@ -79,8 +79,9 @@ struct ItemResult {
   Samples s;
   std::vector<RowMax> by_max;  // in the order RowMaxGroups::add would see them
   std::size_t non_finite_rows = 0;
-  std::string non_finite_where;  // empty when every row was finite
-  std::string delta_note;        // trace mode: how delta was obtained, when computed
+  std::string non_finite_where;      // empty when every row was finite
+  std::string delta_note;            // trace mode: how delta was obtained, when computed
+  std::vector<std::string> assumed;  // trace mode: what the metadata did not say (assumed_metadata_notes)
   std::size_t rows_without_keys = 0;
   bool hardware = false, unknown_source = false, emulated = false;
   std::string source_name, model;  // trace mode: the file and the model its metadata names
@@ -143,6 +144,7 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, std::uno
   report.rows_without_keys += item.rows_without_keys;
   if (!item.non_finite_where.empty()) report.non_finite_where.push_back(item.non_finite_where);
   if (!item.delta_note.empty()) report.delta_note = item.delta_note;
+  for (const std::string& note : item.assumed) report.notes.push_back(note.substr(std::string("note: ").size()));
 }
 
 // Runs run_item(i) for every i in [0, count) on `threads` threads (the caller's own when 1)
@@ -473,6 +475,7 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       item.emulated = trace.metadata().source == kEmulatedSource;
       item.source_name = trace.source_name();
       item.model = trace.metadata().model;
+      item.assumed = assumed_metadata_notes(trace);
       add_trace(trace, item);
     });
     // One verdict is about one kernel: traces that name different models (or some none)

@@ -139,9 +139,11 @@ struct BiasReport {
   std::string delta_note;             // how delta was obtained when a trace holds none; else empty
   std::string samples_note;           // what one sample is, and why the samples are independent
   std::vector<std::string> warnings;  // "NAME: ..." of every model that carries a KernelModel::warning
-  // "NAME: ..." for each part of a model that this run's shape takes and no hardware capture
-  // measured (unmeasured_shape_notes, as replay prints them); scenario runs only: a trace's
-  // samples are its captured outputs, whatever model could recompute them.
+  // Scenario runs: "NAME: ..." for each part of a model that this run's shape takes and no
+  // hardware capture measured (unmeasured_shape_notes, as replay prints them). Trace runs:
+  // "FILE records no ...: ... assumed" for what a trace's metadata did not say
+  // (assumed_metadata_notes; a trace's samples are its captured outputs, whatever model could
+  // recompute them).
   std::vector<std::string> notes;
   double alpha = 1e-3, at_stake = kDefaultAtStakeUlps;
   bool from_traces = false, paired = false, has_delta = false, has_quantisation = false;

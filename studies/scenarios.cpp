@@ -184,6 +184,11 @@ AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int bat
     throw std::invalid_argument("unknown scenario '" + std::string(name) + "' (" + scenario_list() + ")");
   if (batch < 0 || heads < 0 || seqlen < 0 || head_dim < 0 || seqlen_k < 0)
     throw std::invalid_argument("scenario: negative shape");
+  // wide-ties places its ties with features 0, 1 and 2 (the file comment): with fewer, every
+  // row would be something else than the scenario says.
+  if (name == "wide-ties" && head_dim > 0 && head_dim < 3)
+    throw std::invalid_argument("scenario wide-ties: head dim " + std::to_string(head_dim) +
+                                ": its ties are built from features 0, 1 and 2 (head dim 3 or more)");
   // Another key length: the square problem of the longer length, q (and dO) its last seqlen
   // rows, k and v its first seqlen_k rows.
   const int nk = seqlen_k > 0 ? seqlen_k : seqlen, n = std::max(seqlen, nk);

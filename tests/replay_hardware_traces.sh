@@ -89,15 +89,30 @@ for t in "${eager[@]}"; do
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
 done
-# Each path's captures also feed a bias verdict (bias-test --traces DIR): it must run,
-# whatever it concludes. At sanitizer scale, the first folder only.
+# Each path's captures also feed a bias verdict (bias-test --traces DIR), one per kernel the
+# folder holds (flex/ holds FlexAttention's template and its decoding kernel; a verdict is
+# about one kernel, so a folder of two is refused): it must run, whatever it concludes. At
+# sanitizer scale, the first folder only.
 if [[ " ${kinds[*]} " == *" paths "* ]]; then
+  groups=$(mktemp -d)
+  trap 'rm -rf "$groups"' EXIT
   for dir in "$root"/traces/hw/*/paths/*/; do
-    found=$((found + 1))
-    "$fb" bias-test --traces "$dir" > /dev/null 2>&1
-    rc=$?
-    # 0 no bias, 1 bias, 4 inconclusive (the tutorial's 6 heads are too few samples).
-    case $rc in 0 | 1 | 4) ;; *) echo "ERROR (exit $rc): bias-test --traces $dir"; fail=1 ;; esac
+    # One folder of links per metadata model.
+    rm -rf "${groups:?}"/*
+    for t in "$dir"*.safetensors; do
+      model=$(python3 -c 'import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(json.loads(f.read(n)).get("__metadata__", {}).get("model", "none"))' "$t")
+      mkdir -p "$groups/$model"
+      ln -s "$t" "$groups/$model/"
+    done
+    for group in "$groups"/*/; do
+      found=$((found + 1))
+      "$fb" bias-test --traces "$group" > /dev/null 2>&1
+      rc=$?
+      # 0 no bias, 1 bias, 4 inconclusive (the tutorial's 6 heads are too few samples).
+      case $rc in 0 | 1 | 4) ;; *) echo "ERROR (exit $rc): bias-test --traces $dir ($(basename "$group"))"; fail=1 ;; esac
+    done
     [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
   done
 fi

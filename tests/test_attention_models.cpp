@@ -438,6 +438,10 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
                          std::invalid_argument);
   CHECK(correctly_rounded_reference(*parse_kernel_model("fa2-sm80+o-rdn", formats::bf16).recipe).name ==
         "correctly-rounded");
+  // A variant that would change nothing beside another is refused, in either order.
+  for (const char* both : {"fa2-sm80+delta-dpp+o-fp32", "fa2-sm80+o-fp32+delta-dpp"})
+    CHECK_THROWS_WITH_AS(parse_kernel_model(both, formats::bf16), doctest::Contains("reads no O"),
+                         std::invalid_argument);
   CHECK(correctly_rounded_reference(*parse_kernel_model("fa3-fp8-sm90", formats::bf16).recipe).recipe->output ==
         formats::bf16);
   const AttentionInputs fp16_inputs = make_scenario("random", 1, 1, 1, 8, 8, formats::fp16, false);

@@ -670,3 +670,34 @@ TEST_CASE("an SFU set for a model that evaluates no special function is refused,
   CHECK(run("replay " + trace + " --sfu hw-sm90").code != 2);
   CHECK(run("replay " + trace + " --model correctly-rounded --sfu auto").code != 2);
 }
+
+TEST_CASE("wide-ties needs three features: a smaller head dim is refused, not another scenario") {
+  for (const char* command : {"bias-test --model fa2-sm80 --trials 8", "sweep --model fa2-sm80 --trials 2",
+                              "make-trace --model fa2-sm80 --out /dev/null"}) {
+    CAPTURE(command);
+    const Run r = run(std::string(command) + " --scenario wide-ties --seqlen 16 --headdim 2");
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(has(r.err, "wide-ties: head dim 2"), r.err);
+  }
+  CHECK(run("bias-test --model fa2-sm80 --trials 2 --scenario wide-ties --seqlen 16 --headdim 3").code != 2);
+}
+
+TEST_CASE("replay and bias-test --traces say what a trace's metadata left them to assume") {
+  // A trace without its scale or causal flag is replayed with 1/sqrt(d) and no mask: said in a
+  // note, so that a capture that lost its causal flag is not silently measured as another
+  // attention.
+  const std::string made = (scratch() / "assumed_base.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 16 --headdim 16 --out " + made).code == 0);
+  CHECK(!has(run("replay " + made).out, "records no"));
+  fb::Safetensors file = fb::read_safetensors(made);
+  file.metadata.erase("softmax_scale");
+  file.metadata.erase("causal");
+  file.metadata.erase("causal_alignment");  // "none" states non-causal as well
+  const std::string path = (scratch() / "assumed.safetensors").string();
+  fb::write_safetensors(path, file);
+  const Run replay = run("replay " + path);
+  CHECK_MESSAGE(has(replay.out, "records no softmax_scale: 1/sqrt(16) assumed"), replay.out);
+  CHECK_MESSAGE(has(replay.out, "records no causal flag: non-causal assumed"), replay.out);
+  const Run bias = run("bias-test --traces " + path);
+  CHECK_MESSAGE(has(bias.out, "note: " + path + " records no causal flag"), bias.out);
+}

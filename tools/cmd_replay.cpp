@@ -222,6 +222,7 @@ int run_replay(const ReplayOptions& o) {
     api::ModelResolutionNotes resolution;
     model = api::refine_model(std::move(model), o.sfu_set, o.recipe, {}, &trace, &resolution);
     if (!resolution.sfu_note.empty()) notes.push_back(resolution.sfu_note);
+    for (std::string& n : attn::assumed_metadata_notes(trace)) notes.push_back(std::move(n));
     for (std::string& n : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in)))
       notes.push_back(std::move(n));
     // The recipe's tables are inputs too; they are known once it is read, before any output.
