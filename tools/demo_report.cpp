@@ -27,14 +27,16 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// Per-row mean signed error of O in ulps of `out_format` against the exact output.
-std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& want, const Format& out_format) {
+// Per-row mean signed error of O against the exact output, in bias-test's units (`units`:
+// attn::error_units, one ulp of the output format at max(|O|, Σ P·|V|) per element), so that
+// the demo's figures are the ones bias-test reports for the same rows.
+std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& want, const std::vector<double>& units) {
   std::vector<double> means;
   for (std::size_t r = 0; r * got.cols < got.data.size(); ++r) {
     double s = 0;
     for (int c = 0; c < got.cols; ++c) {
       const std::size_t i = r * got.cols + c;
-      s += (got.data[i] - want.data[i]) / attn::ulp_at(out_format, want.data[i]);
+      s += (got.data[i] - want.data[i]) / units[i];
     }
     means.push_back(s / got.cols);
   }
@@ -212,11 +214,13 @@ int run_demo_report(std::ostream& os, const std::string& path) {
        << " (finite inputs).\n\nVerdict: none (the output is not finite everywhere).\n";
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }
-  const std::vector<double> err = row_means(base.o, exact.o, out_f), err_fix = row_means(fix.o, exact.o, out_f);
-  // The reference is the `correctly-rounded` model in the kernel's final-cast mode.
+  const attn::ErrorUnits units = attn::error_units(out_f, in, exact);
+  const std::vector<double> err = row_means(base.o, exact.o, units.o), err_fix = row_means(fix.o, exact.o, units.o);
+  // The floor, as bias-test's: the `correctly-rounded` reference, rounded to nearest even where
+  // the kernel keeps O.
   const attn::ModelHandle reference = attn::correctly_rounded_reference(*model.recipe);
   const attn::Tensor4 o_cr = attn::round_exact_outputs(*reference.recipe, in, exact, {}).o;
-  const std::vector<double> err_cr = row_means(o_cr, exact.o, out_f);
+  const std::vector<double> err_cr = row_means(o_cr, exact.o, units.o);
   std::vector<double> excess(err.size()), excess_fix(err.size());
   for (std::size_t r = 0; r < err.size(); ++r) excess[r] = err[r] - err_cr[r], excess_fix[r] = err_fix[r] - err_cr[r];
   auto line = [&](const std::string& what, const std::vector<double>& v) {
@@ -224,7 +228,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     os << "    " << what << ": " << fmt("%+.4g", st.mean) << "  99.9% CI [" << fmt("%+.3g", st.ci_low) << ", "
        << fmt("%+.3g", st.ci_high) << "]  p=" << attn::p_value_text(st.p_t) << "\n";
   };
-  os << "3. Mean signed error of O per row (ulps of " << out_f.name << "), " << err.size() << " rows:\n";
+  os << "3. Mean signed error of O per row (ulps of " << out_f.name
+     << " at max(|O|, sum_j P_ij |V_jc|), as bias-test), " << err.size() << " rows:\n";
   line(model.name + " against exact", err);
   line("correctly rounded reference (exact, rounded once)", err_cr);
   line(model.name + " excess over the reference", excess);
