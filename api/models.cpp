@@ -43,7 +43,10 @@ attn::ModelHandle refine_model(attn::ModelHandle model, const std::string& sfu_s
     try {
       changed = attn::with_sfu_set(model, sfu_set);
     } catch (const std::invalid_argument& e) {
-      throw InputError(names.sfu + " " + sfu_set + ": " + e.what());
+      // with_sfu_set names the set in a table's error ("SFU set NAME: FILE: ..."): said once.
+      std::string why = e.what();
+      if (const std::string named = "SFU set " + sfu_set + ": "; why.starts_with(named)) why.erase(0, named.size());
+      throw InputError(names.sfu + " " + sfu_set + ": " + why);
     }
     if (!changed)
       throw InputError(names.sfu + " " + sfu_set + ": unknown SFU set (" + (capture ? "auto, " : "") + "model, " +

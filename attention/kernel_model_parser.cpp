@@ -338,12 +338,17 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           "block-quant, hadamard, promote; Triton tutorial: tile)");
     }
   }
-  // +o-fp32 moves the O that delta reads; rowsum(dP∘P) reads none, so together the one would
-  // be accepted and change nothing.
-  if (m.o_fp32 && m.delta_dpp)
-    throw std::invalid_argument(
-        "+o-fp32 with +delta-dpp: delta = rowsum(dP∘P) reads no O, so +o-fp32 would change "
-        "nothing");
+  // +o-fp32 moves the O that delta reads, and +delta-dpp makes delta rowsum(dP∘P): where delta
+  // already is rowsum(dP∘P) (the tensor-op softmax backward, or +delta-dpp beside +o-fp32) they
+  // would be accepted and change nothing.
+  const bool softmax_backward_delta = m.delta == DeltaFormula::softmax_backward;
+  if (m.delta_dpp && softmax_backward_delta)
+    throw std::invalid_argument("+delta-dpp: " + m.base +
+                                " already computes delta as rowsum(dP∘P) (its softmax backward), so +delta-dpp would "
+                                "change nothing");
+  if (m.o_fp32 && (m.delta_dpp || softmax_backward_delta))
+    throw std::invalid_argument(std::string("+o-fp32") + (m.delta_dpp ? " with +delta-dpp" : "") +
+                                ": delta = rowsum(dP∘P) reads no O, so +o-fp32 would change nothing");
   if (m.o_round != RoundingMode::rne) {
     if (const std::string why = why_o_cast_rounds_nothing(m); !why.empty())
       throw std::invalid_argument("+o-" + std::string(to_string(m.o_round)) + ": " + why);

@@ -1020,8 +1020,9 @@ KernelModel correctly_rounded_model(const Format& input, const Format& output) {
       "Every rounding (O, LSE, both deltas, dQ, dK, dV) is decided exactly where the long-double value lies "
       "too near a rounding boundary (a rigorous error bound, then MPFR intervals, then an exact comparison "
       "with the boundary), so exact ties and gradients that cancel to 0 round as the exact value does. "
-      "The least error any kernel with this output format can have: bias-test's and sweep's excess is a "
-      "kernel's error minus this one. Takes only +o-MODE";
+      "The least error any kernel with this output format can have: bias-test's and sweep's floor is this "
+      "model in round-to-nearest-even, whatever the kernel's +o-MODE (a mode's bias is the kernel's), and the "
+      "excess a kernel's error minus the floor's. Takes only +o-MODE";
   m.sources = "attention/exact.cpp (exact_attention, round_exact_outputs); emu/summation.hpp ExactAccumulator";
   m.input = input;
   m.output = output;

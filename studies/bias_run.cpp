@@ -84,7 +84,8 @@ struct ItemResult {
   std::vector<std::string> assumed;  // trace mode: what the metadata did not say (assumed_metadata_notes)
   std::size_t rows_without_keys = 0;
   bool hardware = false, unknown_source = false, emulated = false;
-  std::string source_name, model;  // trace mode: the file and the model its metadata names
+  std::string source_name, model;  // trace mode: the file and its metadata model's canonical name
+  std::string model_key;           // the model as a base and a set of variants (add_trace)
   // Trace mode: one entry per cluster (kv head of a batch entry), in cluster order: a hash of
   // everything its sample is computed from, and whether it gave an O and a delta sample.
   // merge_item counts a cluster whose hash an earlier one had once only.
@@ -255,13 +256,17 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
   for (const ItemResult& item : items) merge_item(item, s, report, unused);
 }
 
-// The trace's own model (its metadata), when it names one that reads the trace's dtype;
-// else no recipe.
+// The trace's own model (its metadata), or no recipe when it names none. A name that does not
+// resolve for the trace's dtype (unknown, misspelt, or a model that reads another format) is
+// the trace's error, as replay reports it: measured as no model, an fp8 capture's quantisation
+// would read as its kernel's bias, and its delta would go untested without a word.
 ModelHandle trace_model(const Trace& trace, const Format& dtype) {
   ModelHandle named;
+  if (trace.metadata().model.empty()) return named;
   try {
-    if (!trace.metadata().model.empty()) named = parse_model_for_inputs(trace.metadata().model, dtype);
-  } catch (const std::invalid_argument&) {
+    named = parse_model_for_inputs(trace.metadata().model, dtype);
+  } catch (const std::invalid_argument& e) {
+    throw TraceError(trace.source_name() + ": metadata model '" + trace.metadata().model + "': " + e.what());
   }
   return named;
 }
@@ -278,6 +283,20 @@ void add_trace(const Trace& trace, ItemResult& item) {
   // The floor where the trace's model keeps O (an fp32 O buffer, say; RNE into o's format
   // when the metadata names no model of o's format).
   const ModelHandle named = trace_model(trace, in.dtype);
+  item.model = named.recipe ? named.name : std::string();
+  // The identity compared across traces: the base and its variant suffixes as a set (variants
+  // are independent switches, so "+a+b" and "+b+a" name one kernel).
+  if (named.recipe) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t plus = named.name.find('+'); plus != std::string::npos; plus = named.name.find('+', start)) {
+      parts.push_back(named.name.substr(start, plus - start));
+      start = plus + 1;
+    }
+    parts.push_back(named.name.substr(start));
+    std::sort(parts.begin() + 1, parts.end());
+    for (const std::string& part : parts) item.model_key += (item.model_key.empty() ? "" : "+") + part;
+  }
   const bool named_fits = named.recipe && named.recipe->output == o_bits.format;
   // An fp8 kernel computes with its quantised inputs: its own error and the floor's are
   // measured against their exact attention, and the quantisation's share apart, as with
@@ -474,14 +493,13 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       item.unknown_source = trace.metadata().source == kUnknownSource;
       item.emulated = trace.metadata().source == kEmulatedSource;
       item.source_name = trace.source_name();
-      item.model = trace.metadata().model;
       item.assumed = assumed_metadata_notes(trace);
       add_trace(trace, item);
     });
     // One verdict is about one kernel: traces that name different models (or some none)
     // would pool their kernels' errors into a "this kernel" verdict that describes none of them.
     for (const ItemResult& item : items)
-      if (item.model != items.front().model) {
+      if (item.model_key != items.front().model_key) {
         const auto named = [](const ItemResult& x) {
           return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model);
         };
@@ -489,6 +507,14 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
                                     ": a verdict is about one kernel; test each kernel's traces apart (flashbits "
                                     "import --model NAME records a capture's)");
       }
+    // One model's traces may still differ in whether they are measured against quantised
+    // inputs (an O stored in another format than the model's): the quantisation's share would
+    // then cover some samples and read as bias in the others.
+    for (const ItemResult& item : items)
+      if (!item.s.o.empty() && !items.front().s.o.empty() && item.s.o_quant.empty() != items.front().s.o_quant.empty())
+        throw std::invalid_argument(items.front().source_name + " and " + item.source_name +
+                                    ": one is measured against its quantised inputs and the other not (their o "
+                                    "formats differ); test them apart");
     int hardware = 0, unknown = 0, emulated = 0;
     std::unordered_set<std::uint64_t> seen;
     for (const ItemResult& item : items) {

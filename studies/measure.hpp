@@ -76,9 +76,9 @@ ErrorUnits error_units(const Format& output_format, const AttentionInputs& in, c
 
 // The correctly rounded reference's errors: the model `correctly-rounded` (attention.hpp
 // round_exact_outputs: the best any kernel with this output format can do) run on the same
-// inputs from `exact` (= exact_attention(in)), in its final cast's mode (`reference`, e.g.
-// correctly_rounded_reference(model): to nearest even, where the model keeps its outputs; sr
-// keyed by `seed` for a correctly-rounded+o-sr reference).
+// inputs from `exact` (= exact_attention(in)), in `reference`'s final-cast mode: for a floor,
+// correctly_rounded_reference(model), to nearest even where the model keeps its outputs (sr,
+// keyed by `seed`, only where a correctly-rounded+o-sr model is passed as itself).
 // Errors against the exact values, in `units`. The part of a kernel's error that is its own
 // is its error minus this one, element by element on the same inputs (bias-test's and
 // sweep's "excess").

@@ -101,9 +101,14 @@ TEST_CASE("variants in exact arithmetic: dynmax changes nothing, delta-dpp and o
   for (const char* name :
        {"fa2-sm80+dynmax", "fa2-sm90+dynmax:beta=4,tol=0.01", "fa-bf16acc+dynmax", "golden-bf16-flash+dynmax",
         "triton-tutorial+dynmax", "fa2-sm80+delta-dpp", "fa-bf16acc+delta-dpp", "fa2-sm90+o-fp32+o-sr",
-        "standard-bf16+delta-dpp", "standard-bf16+dynmax", "golden-bf16-baseline+dynmax:beta=3,tol=0.5"}) {
+        "standard-bf16+dynmax", "golden-bf16-baseline+dynmax:beta=3,tol=0.5"}) {
     check_exact(name, in, 16, 8);
   }
+  // Where delta already is rowsum(dP∘P) (the tensor-op softmax backward), +delta-dpp and +o-fp32
+  // would change nothing: refused, not accepted as a variant.
+  for (const char* same : {"standard-bf16+delta-dpp", "pytorch-math-sm90+o-fp32", "golden-bf16-flash+delta-dpp"})
+    CHECK_THROWS_WITH_AS(parse_kernel_model(same, formats::bf16), doctest::Contains("would change nothing"),
+                         std::invalid_argument);
 }
 
 TEST_CASE("a shape a recipe does not model is refused, naming why, and every other shape runs") {

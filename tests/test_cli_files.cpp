@@ -156,13 +156,14 @@ TEST_CASE("issue 34: an output over a file inside a directory input is refused, 
   std::filesystem::copy_file(set_table, rcp_table, std::filesystem::copy_options::overwrite_existing);
   for (const std::string& sfu : {std::string(" --sfu hw-sm90"), std::string("")}) {
     CAPTURE(sfu);
+    // "--sfu hw-sm90: FILE: ..." when named, "SFU set hw-sm90: FILE: ..." when auto picked it.
     CHECK(one_error(run("replay " + h200 + sfu + " --row 0", env),
-                    "SFU set hw-sm90: " + rcp_table + ": is a table of ex2, not rcp"));
+                    "hw-sm90: " + rcp_table + ": is a table of ex2, not rcp"));
   }
   std::ofstream(rcp_table, std::ios::binary | std::ios::trunc) << "FBSFU";
   const Run corrupt = run("replay " + h200 + " --sfu hw-sm90 --row 0", env);
   CHECK(corrupt.code == 2);
-  CHECK(one_error(corrupt, "SFU set hw-sm90: " + rcp_table + ": "));
+  CHECK(one_error(corrupt, "--sfu hw-sm90: " + rcp_table + ": "));
   std::filesystem::remove(rcp_table);
 }
 

@@ -13,8 +13,9 @@
 // - --round is the rounding of the final cast of O: `rne` is every recipe's own cast;
 //   any other mode selects the +o-MODE variant (sr: --sr-bits random bits).
 // Columns: per output (O, delta) the error against exact, the correctly rounded reference's
-// error on the same inputs (the model `correctly-rounded` in the row's --round mode) and the
-// excess (the difference, trial by trial); the verdict tests the excess (sweep_table.hpp).
+// error on the same inputs (the model `correctly-rounded`, to nearest even whatever the row's
+// --round: a mode's bias is the kernel's) and the excess (the difference, trial by trial); the
+// verdict tests the excess (sweep_table.hpp).
 // Determinism: trial t of configuration c draws its inputs from
 // trial_seed(seed, c's scenario, t), so results do not depend on --jobs or --shard, and every
 // model of a scenario sees the same inputs.

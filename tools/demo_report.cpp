@@ -90,6 +90,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   const attn::ModelHandle named = attn::check_replayable(trace, "").model;
   api::ModelResolutionNotes resolution;
   const attn::ModelHandle model = api::refine_model(named, "auto", "", {}, &trace, &resolution);
+  // The demo measures against exact attention of the trace's inputs: an fp8 kernel's input
+  // quantisation would read as its bias there. bias-test --traces keeps it apart.
+  if (model.recipe->fp8.enabled)
+    throw InputError(path + ": model " + model.name +
+                     " quantises its inputs to fp8; demo shows the bf16/fp16 sink mechanism and measures against "
+                     "exact attention of the trace's inputs, which would count the quantisation as bias: "
+                     "`flashbits bias-test --traces " +
+                     path + "` measures it apart");
   const std::string& sfu_note = resolution.sfu_note;
   const Format& out_f = model.recipe->output;
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
