@@ -437,19 +437,29 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
         batch = _np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise ValueError(f"a, b: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast") from None
-    c = _np.zeros(()) if c is None else _operand(c, "c")
-    try:
-        c = _np.broadcast_to(c, batch + (m, n))
-    except ValueError:
-        raise ValueError(f"c: shape {c.shape} does not broadcast to D's shape {batch + (m, n)}") from None
+    if c is not None:
+        c = _operand(c, "c")
+        try:
+            _np.broadcast_to(c, batch + (m, n))
+        except ValueError:
+            raise ValueError(f"c: shape {c.shape} does not broadcast to D's shape {batch + (m, n)}") from None
     if not info["scale_block"] and (scale_a is not None or scale_b is not None):
         raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
                          "give kind)")
+    if 0 in batch + (m, n):  # no element: nothing to compute (and no scale to read)
+        dtype = {8: _np.uint8, 16: _np.uint16, 32: _np.uint32}[format_info(info["accumulator"])["container_bits"]]
+        return Rounded(_np.zeros(batch + (m, n), dtype=dtype), info["accumulator"])
 
     def batched(x, shape):
         # Broadcast only where the batch dimensions differ, so that an element named in an
         # error is the one of the array as given.
         return _np.ascontiguousarray(x if x.shape == batch + shape else _np.broadcast_to(x, batch + shape))
+
+    # A b without batch dimensions of its own (a weight matrix W in A @ W) goes once, shared by
+    # every batch, and an absent c as none: broadcasting either would copy it per batch.
+    shared_b = int(_np.prod(b.shape[:-2], dtype=_np.int64)) == 1 and not info["scale_block"]
+    b_arg = _np.ascontiguousarray(b.reshape(k, n)) if shared_b else batched(b, (k, n))
+    c_arg = None if c is None else batched(c, (m, n))
 
     sa = sb = None
     if info["scale_block"]:
@@ -473,8 +483,7 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
                 sa = _scale_bytes(arr, name, batch + shape)
             else:
                 sb = _scale_bytes(arr, name, batch + shape)
-    out = _core.matmul(args[0], args[1], batched(a, (m, k)), batched(b, (k, n)), batched(c, (m, n)), *args[2:], sa,
-                       sb)
+    out = _core.matmul(args[0], args[1], batched(a, (m, k)), b_arg, c_arg, *args[2:], sa, sb)
     return Rounded(out.reshape(batch + (m, n)), info["accumulator"])
 
 
@@ -654,7 +663,7 @@ def _default_dtype(dtype, in_dtype):
 
 
 def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: float | None = None,
-              recipe: str | None = None, trace=False, *, dtype: str | None = None, seed: int = 0,
+              recipe: str | None = None, trace=False, *, dtype: str | None = None, seed: int | None = None,
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
               keep_forward: bool = False) -> AttentionResult:
     """Run attention as the kernel ``model`` computes it (``models()``; ``correctly-rounded`` is
@@ -679,7 +688,9 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
     special-function set, ``model`` (the model's own) or a named set (``correct``, ``hw-sm90``:
     measured on an H200, what ``replay --sfu auto`` picks for a capture from compute capability
     9.0). ``keep_forward``: keep what the backward needs of this forward, for
-    ``AttentionResult.backward(do)``. Results never depend on ``threads``."""
+    ``AttentionResult.backward(do)``. ``seed``: the seed of a model whose arithmetic draws from
+    one (``+o-sr``'s stream, ``+hadamard``'s signs; default 0); a seed for any other model is a
+    ValueError, not ignored. Results never depend on ``threads``."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     dtype_given = dtype is not None  # then a model naming another input format is refused
     dtype = _default_dtype(dtype, in_dtype)
@@ -694,9 +705,14 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
         raise ValueError(f"plot_feature={plot_feature}: expected 0..{head_dim - 1} (a feature of q's head dim "
                          f"{head_dim})")
     causal, top_left = _causal_arg(causal)
+    seed = _int_arg("seed", seed, unsigned=True, optional=True)
+    if seed is not None and not _core._model_formats(_str_arg("model", model), dtype, "" if recipe is None else recipe,
+                                                     _str_arg("sfu", sfu), dtype_given)["seeded"]:
+        raise ValueError(f"seed: model {model} draws no random bits (only +o-sr and +hadamard models read a seed); "
+                         "a seed is refused rather than ignored")
     d = _core.attention(arrays[0], arrays[1], arrays[2], _str_arg("model", model), d_o, causal,
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
-                        dtype, _int_arg("seed", seed, unsigned=True), threads, plot_feature, _str_arg("sfu", sfu),
+                        dtype, 0 if seed is None else seed, threads, plot_feature, _str_arg("sfu", sfu),
                         _bool_arg("keep_forward", keep_forward), dtype_given, top_left)
     if d.get("warning"):  # an approximate model (a black-box fit) says so on every run, as the CLI does
         _warnings.warn(d["warning"], ApproximateModelWarning, stacklevel=2)

@@ -87,7 +87,7 @@ class AttentionResult:
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, model: str, do: ArrayLike | None = None,
               causal: bool | Literal["top-left", "bottom-right", "none"] = False, scale: float | None = None,
-              recipe: str | PathLike[str] | None = None, trace: bool | Sequence[Row] = False, *, dtype: str | None = None, seed: int = 0,
+              recipe: str | PathLike[str] | None = None, trace: bool | Sequence[Row] = False, *, dtype: str | None = None, seed: int | None = None,
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
               keep_forward: bool = False) -> AttentionResult: ...
 def exact_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, do: ArrayLike | None = None,

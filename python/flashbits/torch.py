@@ -459,7 +459,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if seed is None:
             # A fresh seed per call where the arithmetic draws from one (else every call, layer
             # and step would round with the same bits); the backward reuses it (run's closure).
-            seed = _draw_seed() if formats["seeded"] else 0
+            seed = _draw_seed() if formats["seeded"] else None
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _attention(q, k, v, model, do=d_o, causal=causal, scale=scale, recipe=recipe,

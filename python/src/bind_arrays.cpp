@@ -356,35 +356,46 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
 }
 
 // D = C + A·B, batch by batch: a [..., M, K] bit patterns or values of `fmt`, b [..., K, N] of
-// fmt_b (or fmt), c [..., M, N] of the accumulator, the same leading (batch) dimensions (an
-// element's name in a message is its index there); a block-scaled model also takes scale_a
-// [batch * M, K / block] and scale_b [batch * K / block, N] bytes. D[i, m, n] is the model's dot
-// of row m of A and column n of B from C[i, m, n]: one chain over k in order, as fb.dot gives it
-// for that row and column. NVIDIA and AMD run DotModel::dot_rows on a block of rows (NVIDIA:
-// the blocked kernel, with B's alignment exponents computed once per batch); a block-scaled
-// model runs DotModel::dot on each element, from a copy of B and its scales laid out by column.
+// fmt_b (or fmt) with a's leading (batch) dimensions, or [K, N] shared by every batch (a weight
+// matrix: not copied per batch, its alignment exponents prepared once), c [..., M, N] of the
+// accumulator with a's batch dimensions, or none (+0); an element's name in a message is its
+// index in the array given. A block-scaled model also takes scale_a [batch * M, K / block]
+// and scale_b [batch * K / block, N] bytes (b then has the batch dimensions). D[i, m, n] is
+// the model's dot of row m of A and column n of B from C[i, m, n]: one chain over k in order,
+// as fb.dot gives it for that row and column. NVIDIA and AMD run DotModel::dot_rows on a block
+// of rows (NVIDIA: the blocked kernel); a block-scaled model runs DotModel::dot on each
+// element, from a copy of B and its scales laid out by column.
 pyb::array matmul(const std::string& model, const std::string& fmt, const pyb::array& a, const pyb::array& b,
-                  const pyb::array& c, const std::string& fmt_b, const std::string& kind,
+                  const std::optional<pyb::array>& c, const std::string& fmt_b, const std::string& kind,
                   const std::string& scale_format, int block, const std::optional<pyb::array>& scale_a,
                   const std::optional<pyb::array>& scale_b) {
   const DotModel m = dot_model_or_throw(model, fmt, fmt_b, kind, scale_format, block);
   const Format& acc = m.accumulator();
   const pyb::ssize_t nd = a.ndim();
-  bool shapes_fit = nd >= 2 && b.ndim() == nd && c.ndim() == nd && b.shape(nd - 2) == a.shape(nd - 1) &&
-                    c.shape(nd - 2) == a.shape(nd - 2) && c.shape(nd - 1) == b.shape(nd - 1);
+  const bool shared_b = b.ndim() == 2;
+  bool shapes_fit = nd >= 2 && (shared_b || b.ndim() == nd) && (!c || c->ndim() == nd) &&
+                    b.shape(b.ndim() - 2) == a.shape(nd - 1) &&
+                    (!c || (c->shape(nd - 2) == a.shape(nd - 2) && c->shape(nd - 1) == b.shape(b.ndim() - 1)));
   std::size_t batches = 1;
+  std::vector<pyb::ssize_t> out_shape;
   for (pyb::ssize_t i = 0; shapes_fit && i < nd - 2; ++i) {
-    shapes_fit = b.shape(i) == a.shape(i) && c.shape(i) == a.shape(i);
+    shapes_fit = (shared_b || b.shape(i) == a.shape(i)) && (!c || c->shape(i) == a.shape(i));
     batches *= static_cast<std::size_t>(a.shape(i));
+    out_shape.push_back(a.shape(i));
   }
-  if (!shapes_fit) throw api::InputError("a, b, c: expected shapes [..., M, K], [..., K, N] and [..., M, N]");
+  if (!shapes_fit)
+    throw api::InputError("a, b, c: expected shapes [..., M, K], [..., K, N] (or [K, N]) and [..., M, N]");
   const std::size_t rows = static_cast<std::size_t>(a.shape(nd - 2)), k = static_cast<std::size_t>(a.shape(nd - 1)),
-                    cols = static_cast<std::size_t>(b.shape(nd - 1));
+                    cols = static_cast<std::size_t>(b.shape(b.ndim() - 1));
+  out_shape.push_back(static_cast<pyb::ssize_t>(rows));
+  out_shape.push_back(static_cast<pyb::ssize_t>(cols));
   if (k == 0) throw api::InputError("a, b: K = 0: a dot product needs at least one term");
+  const std::size_t scale_block = static_cast<std::size_t>(m.scale_block());
+  if (scale_block != 0 && shared_b && nd > 2)
+    throw api::InputError("b: a block-scaled GEMM takes b with a's batch dimensions");
   const std::vector<std::uint32_t> av = operand_bits(m.a_input(), a, "a");
   const std::vector<std::uint32_t> bv = operand_bits(m.b_input(), b, "b");
-  const std::vector<std::uint32_t> cv = operand_bits(acc, c, "c");
-  const std::size_t scale_block = static_cast<std::size_t>(m.scale_block());
+  const std::vector<std::uint32_t> cv = c ? operand_bits(acc, *c, "c") : std::vector<std::uint32_t>();
   const std::size_t blocks = scale_block == 0 ? 0 : k / scale_block;
   std::vector<std::uint8_t> sa, sb;
   if (scale_block == 0) {
@@ -397,7 +408,7 @@ pyb::array matmul(const std::string& model, const std::string& fmt, const pyb::a
     sa = scale_bytes(scale_a, batches * rows, blocks, "scale_a");
     sb = scale_bytes(scale_b, batches * blocks, cols, "scale_b");
   }
-  pyb::array out = bits_array(acc, shape_of(c));
+  pyb::array out = bits_array(acc, out_shape);
   {
     pyb::gil_scoped_release release;
     SignalPoll signals;
@@ -412,18 +423,21 @@ pyb::array matmul(const std::string& model, const std::string& fmt, const pyb::a
         std::max<std::size_t>(1, (std::size_t{1} << 20) / std::max(k * cols, std::size_t{1}));
     std::vector<std::uint32_t> tmp(rows * cols);
     std::vector<float> d(rows * cols);
+    std::vector<float> b_values;
     std::vector<std::int32_t> b_alignment;
     for (std::size_t batch = 0; batch < batches; ++batch) {
       const std::vector<float> a_values = values(m.a_input(), av.data() + batch * rows * k, rows * k);
-      const std::vector<float> b_values = values(m.b_input(), bv.data() + batch * k * cols, k * cols);
-      const std::vector<float> c_values = values(acc, cv.data() + batch * rows * cols, rows * cols);
-      if (scale_block == 0) {
-        const std::int32_t* alignment = nullptr;
-        if (m.nvidia() != nullptr) {
+      if (batch == 0 || !shared_b) {
+        b_values = values(m.b_input(), bv.data() + (shared_b ? 0 : batch * k * cols), k * cols);
+        if (scale_block == 0 && m.nvidia() != nullptr) {
           b_alignment.resize(k * cols);
           dot_alignment_exponents(*m.nvidia(), b_values.data(), k * cols, b_alignment.data());
-          alignment = b_alignment.data();
         }
+      }
+      const std::vector<float> c_values =
+          c ? values(acc, cv.data() + batch * rows * cols, rows * cols) : std::vector<float>(rows * cols, 0.0f);
+      if (scale_block == 0) {
+        const std::int32_t* alignment = m.nvidia() != nullptr ? b_alignment.data() : nullptr;
         for (std::size_t row = 0; row < rows; row += rows_per_block) {
           const std::size_t n = std::min(rows_per_block, rows - row);
           m.dot_rows(c_values.data() + row * cols, cols, a_values.data() + row * k, k, static_cast<int>(n),

@@ -223,3 +223,31 @@ def test_bad_arguments_name_the_problem(call, words):
     with pytest.raises((ValueError, TypeError)) as err:
         call()
     assert words in str(err.value)
+
+
+def test_a_shared_weight_matrix_and_no_c_are_read_once():
+    # A [batch, M, K] @ W [K, N] with c left out: W is passed once (not copied per batch) and
+    # C is +0; every element is still the exact chain of its row and column.
+    key = ("sm90-wgmma", "fp16")
+    rng = random.Random(11)
+    m, n, k = 3, 4, 2 * NVIDIA[key][0] + 5
+    a = random_values("fp16", (2, 2, m, k), rng)
+    w = random_values("fp16", (k, n), rng)
+    d = fb.matmul("sm90-wgmma", a, w, fmt="fp16")
+    assert d.values.shape == (2, 2, m, n)
+    fa, fw = fractions_of(a), fractions_of(w)
+    for index in np.ndindex(2, 2, m, n):
+        i, j, r, col = index
+        want = nvidia_chain(key, Fraction(0), list(fa[i, j, r, :]), list(fw[:, col]))
+        assert Fraction(d.values[index]) == want, index
+        assert not np.signbit(d.values[index]) or want != 0
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((0, 4), (4, 3)), ((2, 4), (4, 0)), ((0, 2, 4), (4, 3))])
+def test_an_empty_gemm_is_empty(shape_a, shape_b):
+    d = fb.matmul("sm80", np.ones(shape_a), np.ones(shape_b))
+    assert d.values.shape == shape_a[:-1] + shape_b[-1:] and d.format == "fp32"
+    # a block-scaled kind too (its scales have no rows to give)
+    e = fb.matmul("sm100", np.ones(shape_a[:-1] + (32,)), np.ones((32,) + shape_b[-1:]), fmt="e2m1", kind="mxf4",
+                  scale_a=np.full(shape_a[:-1] + (1,), 127), scale_b=np.full((1,) + shape_b[-1:], 127))
+    assert e.values.shape == shape_a[:-1] + shape_b[-1:]

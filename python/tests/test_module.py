@@ -119,8 +119,8 @@ def test_backward_from_a_kept_forward_is_attention_with_do(model):
     for i, (q_shape, kv_shape, causal) in enumerate(cases):
         q, k, v = bf16(q_shape, 30 + i), bf16(kv_shape, 40 + i), bf16(kv_shape, 50 + i)
         do_bits = fb.round(np.random.default_rng(60 + i).standard_normal(q_shape), "bf16").bits
-        one_call = fb.attention(q, k, v, model, do=do_bits, causal=causal, seed=3, threads=2)
-        forward = fb.attention(q, k, v, model, causal=causal, seed=3, keep_forward=True, threads=1)
+        one_call = fb.attention(q, k, v, model, do=do_bits, causal=causal, threads=2)
+        forward = fb.attention(q, k, v, model, causal=causal, keep_forward=True, threads=1)
         assert _same_bits(forward.o, one_call.o) and forward.dq is None
         kept = forward.backward(do_bits, threads=2)
         for name in ("o", "lse", "delta", "dq", "dk", "dv"):
@@ -129,7 +129,7 @@ def test_backward_from_a_kept_forward_is_attention_with_do(model):
         # Again from the same kept forward: nothing in it is used up.
         assert _same_bits(forward.backward(do_bits).dq, one_call.dq)
         # A run with dO keeps its forward too (without that dO).
-        both = fb.attention(q, k, v, model, do=do_bits, causal=causal, seed=3, keep_forward=True, threads=1)
+        both = fb.attention(q, k, v, model, do=do_bits, causal=causal, keep_forward=True, threads=1)
         assert _same_bits(both.backward(do_bits).dv, one_call.dv)
 
 
@@ -475,3 +475,14 @@ def test_output_format_is_the_format_of_os_values():
     assert not np.array_equal(g.o.astype(np.float32).astype(np.float64), g.o)  # not fp32 values
     b = fb.attention(q, k, v, "fa2-sm80")
     assert b.output_format == "bf16" and np.array_equal(fb.round(b.o, "bf16").values, b.o)
+
+
+def test_a_seed_for_a_model_that_draws_none_is_refused():
+    # A seed that no arithmetic of the model reads would be accepted and change nothing.
+    q = bf16((8, 16), 71)
+    with pytest.raises(ValueError, match="draws no random bits"):
+        fb.attention(q, q, q, "fa2-sm80", seed=3)
+    # A seeded model takes it; left out, it is 0.
+    left_out = fb.attention(q, q, q, "fa2-sm80+o-sr")
+    assert left_out.o.tobytes() == fb.attention(q, q, q, "fa2-sm80+o-sr", seed=0).o.tobytes()
+    assert left_out.o.tobytes() != fb.attention(q, q, q, "fa2-sm80+o-sr", seed=5).o.tobytes()

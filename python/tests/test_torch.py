@@ -760,7 +760,7 @@ def _signature_text(function):
     return f"`{function.__name__}({', '.join(parts)})`"
 
 
-@pytest.mark.parametrize("function", [fb.attention, fb.dot])
+@pytest.mark.parametrize("function", [fb.attention, fb.dot, fb.matmul])
 def test_python_md_lists_every_parameter_with_its_default(function):
     import os
     path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "PYTHON.md")
