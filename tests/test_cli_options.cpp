@@ -701,3 +701,31 @@ TEST_CASE("replay and bias-test --traces say what a trace's metadata left them t
   const Run bias = run("bias-test --traces " + path);
   CHECK_MESSAGE(has(bias.out, "note: " + path + " records no causal flag"), bias.out);
 }
+
+TEST_CASE("bias-test --traces: one kernel whatever its suffixes' order; an unknown model is the trace's error") {
+  const std::filesystem::path dir = scratch() / "one-kernel";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string common = " --scenario sink --seqlen 32 --headdim 16 --backward --out ";
+  REQUIRE(run("make-trace --model fa2-sm80+delta-dpp+o-rtz" + common + (dir / "a.safetensors").string()).code == 0);
+  REQUIRE(
+      run("make-trace --model fa2-sm80+o-rtz+delta-dpp --seed 2" + common + (dir / "b.safetensors").string()).code ==
+      0);
+  const Run same = run("bias-test --traces " + dir.string());
+  CHECK_MESSAGE(same.code != 2, same.err);
+  // A model name that does not resolve: exit 2 naming the file and the name, as replay does
+  // (measured as no model, an fp8 capture's quantisation read as bias).
+  fb::Safetensors file = fb::read_safetensors(dir / "a.safetensors");
+  file.metadata["model"] = "fa9-bogus";
+  const std::string bogus = (scratch() / "bogus_model.safetensors").string();
+  fb::write_safetensors(bogus, file);
+  const Run unknown = run("bias-test --traces " + bogus);
+  CHECK(unknown.code == 2);
+  CHECK_MESSAGE(has(unknown.err, bogus + ": metadata model 'fa9-bogus'"), unknown.err);
+  // demo measures against exact attention of the trace's inputs: an fp8 trace is refused.
+  const std::string fp8 = (scratch() / "demo_fp8.safetensors").string();
+  REQUIRE(run("make-trace --model fa3-fp8-sm90 --scenario sink --seqlen 64 --headdim 32 --out " + fp8).code == 0);
+  const Run demo = run("demo --trace " + fp8);
+  CHECK(demo.code == 2);
+  CHECK_MESSAGE(has(demo.err, "quantises its inputs to fp8"), demo.err);
+}
