@@ -232,6 +232,20 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
   return pyb::make_tuple(out, flags_or_none(want_flags, flags));
 }
 
+// D values of the accumulator `acc` (fp32, or fp16 for the *-f16acc models) as its bit
+// patterns, exactly; a NaN D is the canonical NaN.
+void d_bits(const Format& acc, const float* d, std::size_t n, std::uint32_t* bits) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (acc.width() == 32) {
+      bits[i] = std::bit_cast<std::uint32_t>(d[i]);
+    } else if (std::isnan(d[i])) {
+      bits[i] = pack_nan(acc);
+    } else if (!from_double_exact(acc, d[i], bits[i])) {
+      throw std::logic_error("dot: a D value is not exact in " + std::string(acc.name));
+    }
+  }
+}
+
 // fb.dot's model: the one lookup (emu/dot/dot_model.hpp) in fb.dot's keyword names. fmt_b,
 // kind and scale_format empty and block 0 when not given.
 DotModel dot_model_or_throw(const std::string& model, const std::string& fmt, const std::string& fmt_b,
@@ -338,16 +352,7 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
       m.dot_pairs(c_values.data(), a_values.data(), b_values.data(), static_cast<int>(k), static_cast<int>(len),
                   d_values.data(), blocks ? sa.data() + start * blocks : nullptr,
                   blocks ? sb.data() + start * blocks : nullptr);
-      for (std::size_t i = 0; i < len; ++i) {
-        const float d = d_values[i];
-        if (acc.width() == 32) {
-          tmp[i] = std::bit_cast<std::uint32_t>(d);
-        } else if (std::isnan(d)) {
-          tmp[i] = pack_nan(acc);
-        } else if (!from_double_exact(acc, d, tmp[i])) {
-          throw std::logic_error("dot: a D value is not exact in " + std::string(acc.name));
-        }
-      }
+      d_bits(acc, d_values.data(), len, tmp.data());
       store_bits(acc, out, start, tmp.data(), len);
       signals.poll();
     }
@@ -462,16 +467,7 @@ pyb::array matmul(const std::string& model, const std::string& fmt, const pyb::a
           signals.poll();
         }
       }
-      for (std::size_t i = 0; i < rows * cols; ++i) {
-        const float x = d[i];
-        if (acc.width() == 32) {
-          tmp[i] = std::bit_cast<std::uint32_t>(x);
-        } else if (std::isnan(x)) {
-          tmp[i] = pack_nan(acc);
-        } else if (!from_double_exact(acc, x, tmp[i])) {
-          throw std::logic_error("matmul: a D value is not exact in " + std::string(acc.name));
-        }
-      }
+      d_bits(acc, d.data(), rows * cols, tmp.data());
       store_bits(acc, out, batch * rows * cols, tmp.data(), rows * cols);
     }
   }
