@@ -2,12 +2,14 @@
 // trace_inputs.hpp).
 #include "attention/trace_inputs.hpp"
 
+#include <charconv>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 
 #include "attention/kernel_models.hpp"
 #include "emu/sfu/special_functions.hpp"
+#include "formats/text_escape.hpp"
 #include "traces/sfu_sets.hpp"
 
 namespace fb::attn {
@@ -72,6 +74,18 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
   in.causal = m.causal.value_or(false);
   if (m.causal_alignment == "top-left") in.causal_alignment = AttentionInputs::CausalAlignment::top_left;
   return in;
+}
+
+std::optional<std::uint64_t> recorded_run_seed(const Trace& trace, const std::string& model_name) {
+  const auto it = trace.raw_metadata().find("seed");
+  if (it == trace.raw_metadata().end()) return std::nullopt;
+  const std::string& text = it->second;
+  std::uint64_t seed = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size())
+    throw TraceError(trace.source_name() + ": __metadata__: key 'seed': expected an unsigned integer (" + model_name +
+                     " draws from it), got '" + escape_unprintable(text) + "'");
+  return seed;
 }
 
 std::vector<std::string> assumed_metadata_notes(const Trace& trace) {

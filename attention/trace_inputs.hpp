@@ -45,6 +45,13 @@ struct ReplayableTrace {
 };
 ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option,
                                  std::string_view option_name = "--model");
+// The seed of the run that made `trace` (metadata key "seed"), for a model whose arithmetic
+// draws from one (+o-sr's stream, +hadamard's signs; `model_name` names it in the message):
+// nullopt when the key is absent; TraceError naming the file and the text when it is not a
+// plain unsigned integer, since a guessed seed would read those roundings as errors. Other
+// models never read it: a capture may record its own input seeds under the key (the H200 bias
+// captures hold one per head, "1000,1001,...").
+std::optional<std::uint64_t> recorded_run_seed(const Trace& trace, const std::string& model_name);
 // What inputs_from_trace assumed because the trace's metadata does not say it, one "note: ..."
 // line each (empty: nothing assumed): the softmax scale (1/sqrt(head dim)) and causality (none).
 // replay and bias-test --traces print them, so that a capture missing its causal flag is not

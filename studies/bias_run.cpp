@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <bit>
 #include <cmath>
 #include <exception>
@@ -307,12 +306,11 @@ void add_trace(const Trace& trace, ItemResult& item) {
   if (named_fits) {
     RunOptions opt;
     if (named.recipe->fp8.hadamard) {
-      const auto it = trace.raw_metadata().find("seed");
-      const std::string text = it == trace.raw_metadata().end() ? std::string() : it->second;
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), opt.seed);
-      if (text.empty() || error != std::errc{} || end != text.data() + text.size())
-        throw TraceError(trace.source_name() + ": __metadata__: key 'seed': " + named.name +
-                         " quantises with signs drawn from the run's seed; expected it as an unsigned integer");
+      const std::optional<std::uint64_t> seed = recorded_run_seed(trace, named.name);
+      if (!seed)
+        throw TraceError(trace.source_name() + ": __metadata__: key 'seed' is absent: " + named.name +
+                         " quantises with signs drawn from the run's seed");
+      opt.seed = *seed;
     }
     seen = inputs_as_quantised(*named.recipe, in, opt);
     if (seen) quantised_exact = exact_attention(*seen);

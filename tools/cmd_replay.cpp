@@ -25,7 +25,6 @@
 //   forward and (batch, head) backward); the output does not depend on J (the traced rows,
 //   the SFU recorder and the oracles' fallback counts are per row or thread-safe).
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -299,18 +298,10 @@ int run_replay(const ReplayOptions& o) {
   attn::RunOptions opt;
   opt.threads = jobs;
   // The seed of the run that made the trace, for a model whose arithmetic draws from it
-  // (+o-sr's stream, +hadamard's signs): one a replay guessed would report those roundings as
-  // mismatches, so anything but a plain unsigned integer is refused there. Other models never
-  // read it, and a capture may record its own input seeds under the key (the H200 bias
-  // captures hold one per head, "1000,1001,...").
+  // (attn::recorded_run_seed: a malformed one is refused, an absent one leaves 0).
   const bool seeded = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
-  if (auto it = trace.raw_metadata().find("seed"); seeded && it != trace.raw_metadata().end()) {
-    const std::string& text = it->second;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), opt.seed);
-    if (text.empty() || error != std::errc{} || end != text.data() + text.size())
-      throw InputError(o.path + ": __metadata__: key 'seed': expected an unsigned integer (" + model.name +
-                       " draws from it), got '" + escape_unprintable(text) + "'");
-  }
+  if (seeded)
+    if (const std::optional<std::uint64_t> seed = attn::recorded_run_seed(trace, model.name)) opt.seed = *seed;
   attn::Tracer tracer;
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
   if (o.explain || !o.plot.empty()) {
