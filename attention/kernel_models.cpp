@@ -502,9 +502,6 @@ KernelModel triton_tutorial_sm90(const Format& dtype) {
   m.tutorial_tiles.block_n = {32, 64, 128};
   m.tutorial_tiles.strict = true;
   m.unequal_lengths_note.clear();  // refused instead
-  m.warning =
-      "triton-tutorial-sm90 reproduces the tutorial's backward, which always masks causally: with "
-      "causal off, its dQ, dK, dV are not the gradients of its O";
   return m;
 }
 
@@ -1351,6 +1348,13 @@ std::string unmodelled_shape(const KernelModel& km, const RunShape& shape) {
            " keys run its shared-memory or plain block softmax (cunn_SoftMaxForwardSmem, cunn_SoftMaxForward), "
            "not modelled";
   return "";
+}
+
+std::string shape_warning(const KernelModel& km, const RunShape& shape) {
+  if (km.bwd_always_causal && shape.backward && !shape.causal)
+    return "this backward always masks causally, as the kernel's does: with causal off, its dQ, dK, dV are not the "
+           "gradients of its O";
+  return {};
 }
 
 std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const RunShape& shape) {

@@ -456,7 +456,8 @@ struct KernelModel {
   int flex_decode_sms = 0;
 
   // A one-line warning every front end prints when the model is named (empty: none): a
-  // variant that reproduces a known kernel bug, e.g. an fp8 P̄ that saturates.
+  // variant that reproduces a known kernel bug, e.g. an fp8 P̄ that saturates. What depends
+  // on the run's shape (bwd_always_causal without causal) is shape_warning's, not this.
   std::string warning;
   // A black-box fit to captures of a closed-source kernel, known not to be bit-exact (cuDNN):
   // never reported as hardware-validated, whatever its tensor cores and SFUs.
@@ -566,6 +567,10 @@ std::string unmodelled_shape(const KernelModel& km, const RunShape& shape);
 // lengths the source has no case for, and a grouped-query backward reduced as FA2 reduces it.
 // replay and the Python module print or return them with every run.
 std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const RunShape& shape);
+// The warning a front end prints for this run of the model beside KernelModel::warning
+// (empty: none): a backward that masks causally whatever the forward did (bwd_always_causal)
+// warns on the runs it makes wrong, a backward with causal off, and on those only.
+std::string shape_warning(const KernelModel& km, const RunShape& shape);
 // A set of integers as messages write it, "{32, 64, 128}" (the tutorial's tiles and head dims).
 std::string int_set_text(const std::vector<int>& values);
 // FlexAttention's decoding kernel (km.flex_decode_sms > 0): its split count for a run of

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "attention/kernel_models.hpp"
+#include "emu/ops.hpp"
 #include "studies/measure.hpp"
 #include "attention/trace_inputs.hpp"
 #include "traces/trace.hpp"
@@ -80,7 +81,7 @@ struct ItemResult {
   std::size_t non_finite_rows = 0;
   std::string non_finite_where;      // empty when every row was finite
   std::string delta_note;            // trace mode: how delta was obtained, when computed
-  std::vector<std::string> assumed;  // trace mode: what the metadata did not say (assumed_metadata_notes)
+  std::vector<std::string> assumed;  // trace mode: what the metadata did not say, how o was read
   std::size_t rows_without_keys = 0;
   bool hardware = false, unknown_source = false, emulated = false;
   std::string source_name, model;  // trace mode: the file and its metadata model's canonical name
@@ -296,7 +297,32 @@ void add_trace(const Trace& trace, ItemResult& item) {
     std::sort(parts.begin() + 1, parts.end());
     for (const std::string& part : parts) item.model_key += (item.model_key.empty() ? "" : "+") + part;
   }
-  const bool named_fits = named.recipe && named.recipe->output == o_bits.format;
+  // The format the kernel wrote O in. A capture may keep O in a wider container (a bf16 O
+  // saved with .float()); judged on the container's floor, bf16's own rounding would read as
+  // the kernel's error. The values decide: a model's O must lie on its output format's grid
+  // (else the trace contradicts its model), and with no model an O that lies wholly on the
+  // inputs' grid is taken as written in it (a genuine fp32 O does so with odds 2^-16 an element).
+  Format o_format = o_bits.format;
+  const auto on_grid = [&](const Format& f) {
+    for (double v : o_vals.data)
+      if (std::isfinite(v) && to_double(f, round_double(f, v, RoundingSpec{}).bits) != v) return false;
+    return true;
+  };
+  const auto narrower = [&](const Format& f) { return f.precision() < o_bits.format.precision(); };
+  if (named.recipe && named.recipe->output != o_bits.format && narrower(named.recipe->output)) {
+    if (!on_grid(named.recipe->output))
+      throw TraceError(trace.source_name() + ": tensor o: stored as " + std::string(o_bits.format.name) +
+                       " with values that are not " + std::string(named.recipe->output.name) + " values, but model " +
+                       named.name + " writes a " + std::string(named.recipe->output.name) + " O");
+    o_format = named.recipe->output;
+  } else if (!named.recipe && narrower(in.dtype) && on_grid(in.dtype)) {
+    o_format = in.dtype;
+  }
+  if (o_format != o_bits.format)
+    item.assumed.push_back("note: " + trace.source_name() + ": tensor o is stored as " +
+                           std::string(o_bits.format.name) + " but every value is a " + std::string(o_format.name) +
+                           " value: measured against " + std::string(o_format.name) + "'s floor");
+  const bool named_fits = named.recipe && named.recipe->output == o_format;
   // An fp8 kernel computes with its quantised inputs: its own error and the floor's are
   // measured against their exact attention, and the quantisation's share apart, as with
   // --model (counted in, the quantisation read as the kernel's bias). A model whose
@@ -316,10 +342,10 @@ void add_trace(const Trace& trace, ItemResult& item) {
     if (seen) quantised_exact = exact_attention(*seen);
   }
   const AttentionOutputs& target = quantised_exact ? *quantised_exact : exact;
-  const ErrorUnits units = error_units(o_bits.format, in, exact);
+  const ErrorUnits units = error_units(o_format, in, exact);
   const ReferenceErrors cr =
       named_fits ? reference_errors(correctly_rounded_reference(*named.recipe), seen ? *seen : in, target, units)
-                 : correctly_rounded_errors(o_bits.format, in, exact, units);
+                 : correctly_rounded_errors(o_format, in, exact, units);
   const int d = o_vals.cols;
   // Rows of one kv head of one batch entry share its keys and values: they are one cluster,
   // whose mean is one independent sample (a row each would make the interval far too narrow).

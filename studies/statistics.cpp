@@ -145,9 +145,16 @@ BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std:
 }
 
 BiasStatistics summarize_sums(std::size_t n, double sum, double sumsq, std::size_t positives, std::size_t negatives,
-                              double alpha) {
+                              double alpha, double sumsq_scale) {
   const double mean = n ? sum / static_cast<double>(n) : 0.0;
-  const double stddev = n > 1 ? std::sqrt(std::max(0.0, sumsq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
+  // Σx² - Σx·mean cancels: samples that are all equal leave the rounding error of the sums,
+  // and that "spread" gave a t of 1e16 where the samples form (summarize) says zero spread.
+  // Each sum took up to n roundings, so each is off by at most n·u·(its scale), and
+  // |Σx·mean| <= Σx² (Cauchy-Schwarz): a numerator within 4(n + 1)·eps·scale is that error.
+  const double scale = std::max(sumsq, sumsq_scale);
+  const double numerator = sumsq - sum * mean;
+  const double rounding = 4.0 * static_cast<double>(n + 1) * std::numeric_limits<double>::epsilon() * scale;
+  const double stddev = n > 1 && numerator > rounding ? std::sqrt(numerator / static_cast<double>(n - 1)) : 0.0;
   return summarize_moments(n, mean, stddev, positives, negatives, alpha);
 }
 

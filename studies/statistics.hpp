@@ -45,9 +45,11 @@ std::string p_value_text(double p);
 // sign counts): used where only sufficient statistics survive, e.g. merged sweep shards.
 BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std::size_t positives,
                                  std::size_t negatives, double alpha = 1e-3);
-// The same from the sums (n, Σx, Σx²): the variance is Σx² - n·mean² (clamped at 0).
+// The same from the sums (n, Σx, Σx²): the variance is Σx² - n·mean², and zero where that is
+// within the sums' own rounding error (equal samples, as summarize finds them). sumsq_scale:
+// the magnitude Σx² was computed at where it is a difference of larger sums (default: Σx²).
 BiasStatistics summarize_sums(std::size_t n, double sum, double sumsq, std::size_t positives, std::size_t negatives,
-                              double alpha = 1e-3);
+                              double alpha = 1e-3, double sumsq_scale = 0.0);
 
 // ---- aggregators -----------------------------------------------------------------------
 // ulp of format f at x: the spacing of f's grid at |x| (the subnormal spacing below the

@@ -164,7 +164,8 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero, SignedDifference 
 BiasStatistics distance_from_moments(const FloorMoments& m, double s_k, double s_f, double alpha) {
   // Σ(K + F)² = 2ΣK² + 2ΣF² - Σ(K - F)²: sums of like-signed terms, no cancellation.
   const double sumsq = s_k == s_f ? m.sumsq_x : 2.0 * m.sumsq_k + 2.0 * m.sumsq_f - m.sumsq_x;
-  return summarize_sums(m.n, s_k * m.sum_k - s_f * m.sum_f, sumsq, 0, 0, alpha);
+  const double scale = s_k == s_f ? m.sumsq_x : 2.0 * m.sumsq_k + 2.0 * m.sumsq_f + m.sumsq_x;
+  return summarize_sums(m.n, s_k * m.sum_k - s_f * m.sum_f, sumsq, 0, 0, alpha, scale);
 }
 
 }  // namespace

@@ -293,15 +293,18 @@ double bf16_round_up(double x) {
 }
 double bf16_round_down(double x) { return -bf16_round_up(-x); }
 
-// A 1x1x64x64 sink trace whose O is `round`(exact O), written to `path`.
-void write_rounded_trace(const std::filesystem::path& path, double (*round)(double)) {
-  const AttentionInputs in = make_scenario("sink", 11, 1, 1, 64, 64, formats::bf16, true);
+// A 1x1x64x64 sink trace whose O is `round`(exact O), written to `path` (O stored as
+// `o_container`, the metadata naming `model`; seed: the scenario's).
+void write_rounded_trace(const std::filesystem::path& path, double (*round)(double),
+                         const fb::Format& o_container = formats::bf16, const std::string& model = "fa2-sm80",
+                         std::uint64_t seed = 11) {
+  const AttentionInputs in = make_scenario("sink", seed, 1, 1, 64, 64, formats::bf16, true);
   const AttentionOutputs exact = exact_attention(in);
   std::vector<double> o(exact.o.data.size());
   for (std::size_t i = 0; i < o.size(); ++i) o[i] = round(exact.o.data[i]);
   TraceMetadata md;
   md.source = "emulated";
-  md.model = "fa2-sm80";
+  md.model = model;
   md.softmax_scale = in.softmax_scale;
   md.causal = false;
   md.dtype = formats::bf16;
@@ -311,7 +314,7 @@ void write_rounded_trace(const std::filesystem::path& path, double (*round)(doub
       .add_values("k", formats::bf16, shape, in.k.data)
       .add_values("v", formats::bf16, shape, in.v.data)
       .add_values("do", formats::bf16, shape, in.d_o->data)
-      .add_values("o", formats::bf16, shape, o)
+      .add_values("o", o_container, shape, o)
       .write(path);
 }
 
@@ -370,4 +373,59 @@ TEST_CASE("run_bias: the excess is the error minus the correctly rounded referen
   CHECK(model.o_excess.mean < 0.0);
   CHECK(model.o_excess.mean == doctest::Approx(model.o.mean - model.o_cr.mean).epsilon(1e-9));
   CHECK(std::fabs(model.o_cr.mean) < -model.o_excess.mean);  // the kernel's share dominates
+}
+
+// An O the kernel wrote in bf16 but the capture keeps as float32 (a `.float()` before saving):
+// judged on fp32's floor, bf16's own rounding read as the kernel's error. Traces whose O is
+// exactly the bf16 floor (exact O rounded to nearest-even here, bf16_reference.hpp) must show
+// an excess of exactly 0 in either container, with or without a model named; an O that is no
+// bf16 value contradicts a model that writes bf16 and is refused; a genuine fp32 O (exact O
+// rounded to fp32 here) is measured on fp32's floor, its excess again 0.
+TEST_CASE("bias-test --traces: an O kept in a wider container is judged in the format it holds") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_container_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto fp32_rne = [](double x) { return static_cast<double>(static_cast<float>(x)); };
+  const int traces = sanitizer_scale() ? 8 : 10;
+  for (const std::string& model : {std::string("fa2-sm80"), std::string()}) {
+    for (const bool wide : {false, true}) {
+      BiasRun run;
+      for (int t = 0; t < traces; ++t) {
+        const auto path = dir / ((model.empty() ? "none_" : "fa2_") + std::string(wide ? "f32_" : "bf16_") +
+                                 std::to_string(t) + ".safetensors");
+        write_rounded_trace(path, bf16_rne, wide ? formats::fp32 : formats::bf16, model,
+                            static_cast<std::uint64_t>(100 + t));
+        run.traces.push_back(path);
+      }
+      const BiasReport r = run_bias(run);
+      CAPTURE(model);
+      CAPTURE(wide);
+      CHECK(r.o_excess.n == static_cast<std::size_t>(traces));
+      CHECK(r.o_excess.mean == 0.0);
+      CHECK(r.o_excess.stddev == 0.0);
+      CHECK(r.verdict == Verdict::no_detectable_bias);  // equal to its floor in every sample
+      const bool noted = std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+        return n.find("stored as fp32 but every value is a bf16 value") != std::string::npos;
+      });
+      CHECK(noted == wide);
+    }
+  }
+  // O values off bf16's grid under a model that writes bf16: the trace contradicts its model.
+  const auto off_grid = dir / "off_grid.safetensors";
+  write_rounded_trace(off_grid, fp32_rne, formats::fp32, "fa2-sm80");
+  BiasRun contradicted;
+  contradicted.traces = {off_grid};
+  CHECK_THROWS_WITH_AS(run_bias(contradicted),
+                       doctest::Contains("tensor o: stored as fp32 with values that are not bf16"), fb::TraceError);
+  // No model: a genuine fp32 O is the fp32 floor itself.
+  BiasRun fp32_run;
+  for (int t = 0; t < traces; ++t) {
+    const auto path = dir / ("fp32_" + std::to_string(t) + ".safetensors");
+    write_rounded_trace(path, fp32_rne, formats::fp32, "", static_cast<std::uint64_t>(200 + t));
+    fp32_run.traces.push_back(path);
+  }
+  const BiasReport fp32_report = run_bias(fp32_run);
+  CHECK(fp32_report.o_excess.mean == 0.0);
+  CHECK(fp32_report.verdict == Verdict::no_detectable_bias);
+  for (const std::string& n : fp32_report.notes) CHECK(n.find("stored as") == std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -1863,6 +1863,36 @@ TEST_CASE("bias-test and make-trace name the parts of a model a shape takes that
   CHECK(std::count(made.out.begin(), made.out.end(), '\n') == 1);  // stdout stays one line
 }
 
+// The tutorial's backward masks causally whatever its forward did: its gradients are wrong with
+// causal off, and right with it (tests/test_attention_models.cpp checks both against their own
+// references). The warning goes with the runs it is true of, and only those.
+TEST_CASE("make-trace and replay warn of an always-causal backward only on runs it makes wrong") {
+  const auto warned = [](const Run& r) { return r.err.find("always masks causally") != std::string::npos; };
+  const std::string common =
+      "make-trace --model triton-tutorial-sm90 --dtype fp16 --scenario random --seqlen 128 "
+      "--headdim 32 ";
+  const std::string noncausal = (scratch() / "tutorial_noncausal.safetensors").string();
+  const std::string causal = (scratch() / "tutorial_causal.safetensors").string();
+  const std::string forward = (scratch() / "tutorial_forward.safetensors").string();
+  const Run made_noncausal = run(common + "--backward --out " + noncausal);
+  REQUIRE(made_noncausal.code == 0);
+  CHECK(warned(made_noncausal));
+  const Run made_causal = run(common + "--backward --causal true --out " + causal);
+  REQUIRE(made_causal.code == 0);
+  CHECK_MESSAGE(!warned(made_causal), made_causal.err);
+  const Run made_forward = run(common + "--out " + forward);
+  REQUIRE(made_forward.code == 0);
+  CHECK_MESSAGE(!warned(made_forward), made_forward.err);
+  const Run replay_noncausal = run("replay " + noncausal);
+  CHECK(replay_noncausal.code == 0);
+  CHECK(warned(replay_noncausal));
+  for (const std::string& path : {causal, forward}) {
+    const Run replayed = run("replay " + path);
+    CHECK(replayed.code == 0);
+    CHECK_MESSAGE(!warned(replayed), replayed.err);
+  }
+}
+
 // The reference against its floor: `correctly-rounded` (RNE) is its own floor, excess exactly
 // 0; in another mode its floor is still the RNE one, so its excess is that mode's own bias:
 // rounding toward zero or up adds bias on sink, and a floor in the model's own mode would have

@@ -526,3 +526,22 @@ TEST_CASE("issue 21: a huge operand is not echoed whole into the error line") {
   CHECK(dot.exit_code == 2);
   CHECK(dot.err.size() < 400);
 }
+
+TEST_CASE("op: a misspelt overflow word is named as that, not as a surplus operand") {
+  for (const char* cmd : {"op add bf16 rne 3f80 3f80 sat", "op sqrt fp32 rne 40000000 saturate",
+                          "op cvt e4m3 rne fp32:43f00000 satfin"}) {
+    CAPTURE(cmd);
+    const Run r = flashbits(cmd);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r));
+    CHECK(r.err.find("unknown overflow policy") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  const Run batch = flashbits("op --batch -", "add bf16 rne 3f80 3f80 sat\n");
+  CHECK(batch.exit_code == 2);
+  CHECK(batch.err.find("unknown overflow policy") != std::string::npos);
+  // A surplus word that is an operand (inf, a number) is still a count error.
+  const Run surplus = flashbits("op add bf16 rne 3f80 3f80 inf");
+  CHECK(surplus.exit_code == 2);
+  CHECK(surplus.err.find("takes 2 operands, got 3") != std::string::npos);
+}

@@ -188,6 +188,44 @@ TEST_CASE("moments form (sweep shards) gives the sample form's verdicts and stat
   }
 }
 
+// Merged sweep shards keep only sums. Equal samples have no spread, but Σx² - Σx·mean leaves
+// the sums' rounding error: a "spread" of 1e-17 that gave t = 1e16 and "adds bias" where the
+// samples form says zero variance (inconclusive). A real spread, even a small one, survives.
+TEST_CASE("moments form: equal samples have zero spread, as the samples form finds") {
+  int kept_rounding = 0;
+  for (std::size_t n : {2u, 3u, 7u, 10u, 30u, 101u, 1000u}) {
+    for (int k = 1; k <= 40; ++k) {
+      const double kernel = 0.1 + 0.0371 * k, floor = -0.013 * k + 0.007;  // none exactly representable
+      FloorMoments m;
+      std::vector<double> ks(n, kernel), fs(n, floor);
+      for (std::size_t i = 0; i < n; ++i) m.add(kernel, floor);
+      const double raw = m.sumsq_x - m.sum_x * (m.sum_x / static_cast<double>(n));
+      if (raw > 0) ++kept_rounding;  // what the old clamp-at-0 formula called spread
+      const FloorComparison from_sums = compare_with_floor(m, 1e-3, 0.02);
+      const FloorComparison from_samples = compare_with_floor(ks, fs, 1e-3, 0.02);
+      CAPTURE(n);
+      CAPTURE(k);
+      CHECK(from_sums.excess.stddev == 0.0);
+      CHECK(from_sums.kernel.stddev == 0.0);
+      CHECK(from_sums.distance.stddev == 0.0);
+      CHECK(from_samples.verdict == Verdict::inconclusive);
+      CHECK(from_sums.verdict == from_samples.verdict);
+    }
+  }
+  CHECK(kept_rounding > 0);  // the case is real: the sums alone leave a positive numerator
+  // Two values a relative 1e-3 apart, alternating: the sample variance is exactly
+  // n/(n-1) ((a-b)/2)^2, and the moments form keeps it.
+  for (std::size_t n : {10u, 1000u}) {
+    const double a = 0.3, b = 0.3 * (1 + 1e-3);
+    FloorMoments m;
+    for (std::size_t i = 0; i < n; ++i) m.add(i % 2 ? a : b, 0.0);
+    const double want = std::sqrt(static_cast<double>(n) / static_cast<double>(n - 1)) * (b - a) / 2;
+    const FloorComparison c = compare_with_floor(m, 1e-3, 0.02);
+    CAPTURE(n);
+    CHECK(c.excess.stddev == doctest::Approx(want).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("combine: adds bias dominates, then inconclusive, then less biased") {
   CHECK(fb::attn::combine(Verdict::no_detectable_bias, Verdict::adds_bias) == Verdict::adds_bias);
   CHECK(fb::attn::combine(Verdict::inconclusive, Verdict::adds_bias) == Verdict::adds_bias);

@@ -44,7 +44,6 @@ std::vector<std::uint64_t> row_shape(const attn::Tensor4& t) {
 int run_make_trace(const MakeTraceOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   const attn::ModelHandle model = api::resolve_model({o.model, dtype, "model", "", o.dtype_option->count() > 0});
-  warn_about_model(model.name, model.recipe->warning);
   // A trace holds bf16, fp16, fp32, e4m3 or e5m2 tensors: a model whose O is never rounded
   // to a format (golden-fp64-*: fp64 throughout) cannot be written, nor replayed. Refused
   // here, before any work, rather than after the run.
@@ -86,6 +85,8 @@ int run_make_trace(const MakeTraceOptions& o) {
     in.causal = statement->causal;
     if (statement->alignment == "top-left") in.causal_alignment = attn::AttentionInputs::CausalAlignment::top_left;
   }
+  warn_about_model(model.name, model.recipe->warning);
+  warn_about_model(model.name, attn::shape_warning(*model.recipe, attn::run_shape(in)));
   attn::RunOptions opt;
   opt.seed = o.seed;
   opt.threads = jobs;

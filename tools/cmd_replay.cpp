@@ -213,6 +213,7 @@ int run_replay(const ReplayOptions& o) {
   const attn::AttentionInputs& in = replayable.inputs;
   attn::ModelHandle model = std::move(replayable.model);
   warn_about_model(model.name, model.recipe->warning);
+  warn_about_model(model.name, attn::shape_warning(*model.recipe, attn::run_shape(in)));
   std::vector<std::string> notes;
   // The SFU models: a hardware capture from a GPU whose SFUs were measured is replayed with
   // those measurements (auto); --sfu model keeps the model's own, --sfu NAME picks a set; then

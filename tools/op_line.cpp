@@ -5,6 +5,18 @@ namespace fb::cli {
 
 void parse_operands(OpRequest& req, const std::vector<std::string>& words) {
   const int needed = operand_count(req.op);
+  // One word too many that is no operand is a misspelt overflow policy ("sat"): named as
+  // that, not as a surplus operand.
+  if (static_cast<int>(words.size()) == needed + 1) {
+    bool is_operand = req.op != OpKind::cvt || words.back().find(':') != std::string::npos;
+    if (req.op != OpKind::cvt) try {
+        (void)parse_operand_or_throw(req.format, words.back(), "operand");
+      } catch (const InputError&) {
+        is_operand = false;
+      }
+    if (!is_operand)
+      throw InputError("'" + words.back() + "': unknown overflow policy (expected satfinite or ieee, last)");
+  }
   if (static_cast<int>(words.size()) != needed) {
     throw InputError(std::string(to_string(req.op)) + " takes " + std::to_string(needed) + " operand" +
                      (needed > 1 ? "s" : "") + ", got " + std::to_string(words.size()));

@@ -600,7 +600,10 @@ class AttentionResult:
         threads = _int_arg("threads", threads, optional=True)
         threads = (_os.cpu_count() or 1) if threads is None else threads
         d_o = _operand(da, "do").reshape((1,) * (2 - len(self._lead)) + da.shape)
-        return AttentionResult(_core.attention_backward(self._kept, d_o, threads), self._lead, self._kv_lead)
+        d = _core.attention_backward(self._kept, d_o, threads)
+        if d.get("shape_warning"):  # as attention(..., do=do) says it (the tutorial's backward, causal off)
+            _warnings.warn(d["shape_warning"], UserWarning, stacklevel=2)
+        return AttentionResult(d, self._lead, self._kv_lead)
 
     def __repr__(self):
         extra = " with backward" if self.dq is not None or self.delta is not None else ""
@@ -716,6 +719,8 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
                         _bool_arg("keep_forward", keep_forward), dtype_given, top_left)
     if d.get("warning"):  # an approximate model (a black-box fit) says so on every run, as the CLI does
         _warnings.warn(d["warning"], ApproximateModelWarning, stacklevel=2)
+    if d.get("shape_warning"):  # a run the kernel itself gets wrong (the tutorial's backward, causal off)
+        _warnings.warn(d["shape_warning"], UserWarning, stacklevel=2)
     return AttentionResult(d, lead, kv_lead)
 
 

@@ -242,7 +242,9 @@ pyb::dict result_dict(const attn::AttentionOutputs& out, const attn::ModelHandle
   d["output_format"] = o_format ? std::string(o_format->name) : std::string("fp64");
   d["sfu"] = fb::attn::sfu_report(*model.recipe, true);
   d["warning"] = model.recipe->warning;  // an approximate model says so (cudnn-sdpa-sm90), as the CLI does
-  pyb::list notes;                       // what this shape takes that no capture measured, as replay says
+  // A backward this run makes wrong (the tutorial's, always causal, with causal off), as the CLI says.
+  d["shape_warning"] = attn::shape_warning(*model.recipe, attn::run_shape(in));
+  pyb::list notes;  // what this shape takes that no capture measured, as replay says
   for (const std::string& n : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in))) notes.append(n);
   d["notes"] = notes;
   d["traces"] = pyb::none();

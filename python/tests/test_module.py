@@ -486,3 +486,22 @@ def test_a_seed_for_a_model_that_draws_none_is_refused():
     left_out = fb.attention(q, q, q, "fa2-sm80+o-sr")
     assert left_out.o.tobytes() == fb.attention(q, q, q, "fa2-sm80+o-sr", seed=0).o.tobytes()
     assert left_out.o.tobytes() != fb.attention(q, q, q, "fa2-sm80+o-sr", seed=5).o.tobytes()
+
+
+def test_an_always_causal_backward_warns_only_where_it_is_wrong():
+    # triton-tutorial-sm90's backward masks causally whatever its forward did: with causal off
+    # its gradients are not those of its O (test_torch checks them against float64 autograd).
+    # A run with causal on, or a forward alone, is the kernel's and right, and says nothing.
+    import warnings
+    rng = np.random.default_rng(7)
+    q, k, v, do = (fb.round(rng.standard_normal((128, 32)), "fp16").values for _ in range(4))
+    with pytest.warns(UserWarning, match="always masks causally"):
+        fb.attention(q, k, v, "triton-tutorial-sm90", do=do, dtype="fp16")
+    kept = fb.attention(q, k, v, "triton-tutorial-sm90", dtype="fp16", keep_forward=True)
+    with pytest.warns(UserWarning, match="always masks causally"):
+        kept.backward(do)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fb.attention(q, k, v, "triton-tutorial-sm90", do=do, dtype="fp16", causal=True)
+        fb.attention(q, k, v, "triton-tutorial-sm90", dtype="fp16")
+        fb.attention(q, k, v, "triton-tutorial-sm90", dtype="fp16", causal=True, keep_forward=True).backward(do)
