@@ -116,6 +116,9 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       const int nk = in.causal ? std::clamp(r + 1 + offset, 0, Nk) : Nk;
       const double* q = in.q.row(b, h, r);
       long double m = -std::numeric_limits<long double>::infinity(), magnitude = 0.0L;
+      // A NaN or +inf score (from such an input) has no exact softmax; a -inf score is a key of
+      // weight 0, the limit, as every kernel gives it.
+      bool undefined_score = false;
       for (int j = 0; j < nk; ++j) {
         const double* k = in.k.row(b, hk, j);
         long double acc = 0.0L, acc_abs = 0.0L;
@@ -126,9 +129,13 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
         }
         if (std::fabs(acc) < 0x1p-20L * acc_abs) acc = compensated_dot(q, k, D);
         s[j] = acc * scale;
+        undefined_score = undefined_score || std::isnan(s[j]) || s[j] == std::numeric_limits<long double>::infinity();
         m = std::max(m, s[j]);
         magnitude = std::max(magnitude, acc_abs);
       }
+      // max() skips NaN, so a row of NaN scores read as one that sees no key (O = 0, LSE = +inf):
+      // a NaN max instead carries the NaN into every output of the row, as arithmetic would.
+      if (undefined_score) m = std::numeric_limits<long double>::quiet_NaN();
       out.row_max->at(b, h, r, 0) = static_cast<double>(m);
       // Rounded up past the sum's and the conversions' errors (a bound, not a value).
       out.row_score_magnitude->at(b, h, r, 0) = static_cast<double>(magnitude * scale) * (1.0 + 0x1p-40);

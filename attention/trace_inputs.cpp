@@ -97,6 +97,11 @@ std::vector<std::string> assumed_metadata_notes(const Trace& trace) {
   if (!m.causal)
     notes.push_back("note: " + trace.source_name() +
                     " records no causal flag: non-causal assumed (--causal states it for a bare capture)");
+  // With N = Nk the two alignments are one mask; otherwise the engine's default is a choice.
+  if (m.causal && *m.causal && !m.causal_alignment && trace.rows() != trace.kv_rows())
+    notes.push_back("note: " + trace.source_name() + " records no causal_alignment for " +
+                    std::to_string(trace.rows()) + " queries and " + std::to_string(trace.kv_rows()) +
+                    " keys: bottom-right assumed (--causal top-left|bottom-right states it for a bare capture)");
   return notes;
 }
 
@@ -140,6 +145,13 @@ ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const
       set_name = "hw-sm90";
       note = "SFU set hw-sm90 (measured on an H200): the trace was captured on " + trace.metadata().source +
              ", compute capability 9.0 (--sfu model keeps the model's own)";
+    } else if (is_hardware_capture(trace) && evaluates_special_functions(*model.recipe)) {
+      // The model's own SFUs on a hardware capture: a replay mismatch in the LSE or O may be
+      // the SFU's alone. Said, with the way out, rather than left to a bare MISMATCH.
+      const std::string& cc = trace.metadata().compute_capability;
+      note = (cc.empty() ? "note: the trace records no compute capability"
+                         : "note: no SFU set was measured for compute capability " + cc) +
+             ", so the model's own SFUs are used: a capture from an sm_90 GPU (H100, H200) replays with --sfu hw-sm90";
     }
   }
   if (set_name == "model") return model;

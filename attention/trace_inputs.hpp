@@ -53,15 +53,18 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
 // captures hold one per head, "1000,1001,...").
 std::optional<std::uint64_t> recorded_run_seed(const Trace& trace, const std::string& model_name);
 // What inputs_from_trace assumed because the trace's metadata does not say it, one "note: ..."
-// line each (empty: nothing assumed): the softmax scale (1/sqrt(head dim)) and causality (none).
+// line each (empty: nothing assumed): the softmax scale (1/sqrt(head dim)), causality (none),
+// and a causal mask's alignment where the lengths differ (bottom-right).
 // replay and bias-test --traces print them, so that a capture missing its causal flag is not
 // silently measured as the wrong attention.
 std::vector<std::string> assumed_metadata_notes(const Trace& trace);
 // The SFU models a trace is replayed with. `choice`: "model" keeps the model's own; a set
 // name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
 // (measured on an H200) for a hardware capture from compute capability 9.0 and the model's
-// own otherwise. Returns the model to run and sets `note` to a line saying what auto chose
-// (empty when nothing was chosen; auto keeps a model that evaluates no special function).
+// own otherwise. Returns the model to run and sets `note` to a line saying what auto chose,
+// or, for a hardware capture it finds no measured set for (no compute capability recorded,
+// another one), a "note: " line saying the model's own SFUs are used and how to pick hw-sm90
+// (empty otherwise; auto keeps a model that evaluates no special function).
 // std::invalid_argument for an unknown set (the message names the CLI option --sfu, its only
 // source of names).
 ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const std::string& choice,

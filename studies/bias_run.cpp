@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "attention/kernel_models.hpp"
@@ -68,6 +69,18 @@ struct Samples {
   ElementSpread o_spread;  // every element of O: the kernel's own error and the floor's
 };
 
+// A trace cluster's sums over its rows: each row's mean error (and the kernel's own, the
+// quantisation's, the floor's) of O, and its delta's, with the rows counted.
+struct ClusterSums {
+  double o = 0, o_kernel = 0, o_quant = 0, o_cr = 0, delta = 0, delta_kernel = 0, delta_quant = 0, delta_cr = 0;
+  long long o_rows = 0, delta_rows = 0;
+  void add(const ClusterSums& x) {
+    o += x.o, o_kernel += x.o_kernel, o_quant += x.o_quant, o_cr += x.o_cr;
+    delta += x.delta, delta_kernel += x.delta_kernel, delta_quant += x.delta_quant, delta_cr += x.delta_cr;
+    o_rows += x.o_rows, delta_rows += x.delta_rows;
+  }
+};
+
 // What one trial or one trace file adds to the report. Items run apart (possibly on
 // several threads) and are joined in item order by merge_item, which appends and adds in
 // exactly the order a run on one thread would: the report is the same bit for bit.
@@ -86,24 +99,58 @@ struct ItemResult {
   bool hardware = false, unknown_source = false, emulated = false;
   std::string source_name, model;  // trace mode: the file and its metadata model's canonical name
   std::string model_key;           // the model as a base and a set of variants (add_trace)
+  std::string formats;             // trace mode: "bf16 inputs, bf16 O", the formats it was judged in
   // Trace mode: one entry per cluster (kv head of a batch entry), in cluster order: a hash of
-  // everything its sample is computed from, and whether it gave an O and a delta sample.
-  // merge_item counts a cluster whose hash an earlier one had once only.
+  // everything its sample is computed from, a hash of its keys and values alone, and its sums.
+  // merge_item counts a cluster whose hash an earlier one had once only, and pools clusters
+  // that share their keys and values into one sample.
   struct ClusterKey {
-    std::uint64_t hash;
-    bool o_sample, delta_sample;
+    std::uint64_t hash, kv_hash;
+    ClusterSums sums;
   };
   std::vector<ClusterKey> cluster_keys;
+  bool quantised = false;  // trace mode: measured against its quantised inputs (o_quant, delta_quant)
 };
 
 void append(std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); }
 
-// `seen`: the cluster hashes of the items merged so far (trace mode). A cluster whose inputs
-// and outputs repeat an earlier one's bit for bit (a capture given twice, a file and its
-// copy) is the same sample again, not an independent one: counted twice, its copies would
-// shrink the interval at will, and a few exact copies give a spread of rounding noise and a
-// t in the quadrillions.
-void merge_item(const ItemResult& item, Samples& s, BiasReport& report, std::unordered_set<std::uint64_t>& seen) {
+// Trace mode's samples, formed once every item is merged: one per group of clusters that
+// share their keys and values (the same k and v, bit for bit), in the order the groups were
+// first seen. Rows that read the same keys and values are not independent samples, wherever
+// they sit: in one trace's heads (k and v repeated per head, as repeat_kv does before SDPA),
+// in its batch entries, or in other traces (a capture split into chunks of query rows).
+struct KvGroups {
+  std::unordered_set<std::uint64_t> seen;  // whole-cluster hashes: a cluster seen again is a copy
+  std::unordered_map<std::uint64_t, std::size_t> group_of;
+  std::vector<ClusterSums> groups;
+  bool quantised = false;
+  void emit(Samples& s) const {
+    for (const ClusterSums& g : groups) {
+      if (g.o_rows > 0) {
+        const auto n = static_cast<double>(g.o_rows);
+        s.o.push_back(g.o / n);
+        s.o_kernel.push_back(g.o_kernel / n);
+        if (quantised) s.o_quant.push_back(g.o_quant / n);
+        s.o_cr.push_back(g.o_cr / n);
+      }
+      if (g.delta_rows > 0) {
+        const auto n = static_cast<double>(g.delta_rows);
+        s.delta.push_back(g.delta / n);
+        s.delta_kernel.push_back(g.delta_kernel / n);
+        if (quantised) s.delta_quant.push_back(g.delta_quant / n);
+        s.delta_cr.push_back(g.delta_cr / n);
+      }
+    }
+  }
+};
+
+// `groups`: the clusters of the items merged so far (trace mode). A cluster whose inputs and
+// outputs repeat an earlier one's bit for bit (a capture given twice, a file and its copy) is
+// the same sample again, not an independent one: counted twice, its copies would shrink the
+// interval at will, and a few exact copies give a spread of rounding noise and a t in the
+// quadrillions. A cluster that shares only its keys and values with an earlier one joins its
+// sample (KvGroups).
+void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups& groups) {
   if (item.cluster_keys.empty()) {
     append(s.o, item.s.o);
     append(s.delta, item.s.delta);
@@ -114,28 +161,20 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, std::uno
     append(s.o_cr, item.s.o_cr);
     append(s.delta_cr, item.s.delta_cr);
   } else {
-    std::size_t o_at = 0, delta_at = 0;
+    groups.quantised = groups.quantised || item.quantised;
     for (const ItemResult::ClusterKey& key : item.cluster_keys) {
-      const bool repeat = !seen.insert(key.hash).second;
-      if (repeat && (key.o_sample || key.delta_sample)) ++report.repeated_samples;
-      if (key.o_sample) {
-        if (!repeat) {
-          s.o.push_back(item.s.o[o_at]);
-          s.o_kernel.push_back(item.s.o_kernel[o_at]);
-          if (!item.s.o_quant.empty()) s.o_quant.push_back(item.s.o_quant[o_at]);
-          s.o_cr.push_back(item.s.o_cr[o_at]);
-        }
-        ++o_at;
+      const bool has_sample = key.sums.o_rows > 0 || key.sums.delta_rows > 0;
+      if (!groups.seen.insert(key.hash).second) {
+        if (has_sample) ++report.repeated_samples;
+        continue;
       }
-      if (key.delta_sample) {
-        if (!repeat) {
-          s.delta.push_back(item.s.delta[delta_at]);
-          s.delta_kernel.push_back(item.s.delta_kernel[delta_at]);
-          if (!item.s.delta_quant.empty()) s.delta_quant.push_back(item.s.delta_quant[delta_at]);
-          s.delta_cr.push_back(item.s.delta_cr[delta_at]);
-        }
-        ++delta_at;
-      }
+      if (!has_sample) continue;
+      const auto [at, fresh] = groups.group_of.emplace(key.kv_hash, groups.groups.size());
+      if (fresh)
+        groups.groups.emplace_back();
+      else
+        ++report.shared_kv_clusters;
+      groups.groups[at->second].add(key.sums);
     }
   }
   s.o_spread.merge(item.s.o_spread);
@@ -252,7 +291,7 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
     run_trial(run, t, items[static_cast<std::size_t>(t)]);
     if (hooks.after_trial) hooks.after_trial();
   });
-  std::unordered_set<std::uint64_t> unused;  // model trials draw their own inputs: no cluster keys
+  KvGroups unused;  // model trials draw their own inputs: no cluster keys
   for (const ItemResult& item : items) merge_item(item, s, report, unused);
 }
 
@@ -315,14 +354,29 @@ void add_trace(const Trace& trace, ItemResult& item) {
                        " with values that are not " + std::string(named.recipe->output.name) + " values, but model " +
                        named.name + " writes a " + std::string(named.recipe->output.name) + " O");
     o_format = named.recipe->output;
-  } else if (!named.recipe && narrower(in.dtype) && on_grid(in.dtype)) {
-    o_format = in.dtype;
+  } else if (named.recipe && named.recipe->output != o_bits.format &&
+             named.recipe->output.precision() > o_bits.format.precision()) {
+    // A container narrower than what the kernel wrote has rounded its O a second time.
+    throw TraceError(trace.source_name() + ": tensor o: stored as " + std::string(o_bits.format.name) +
+                     ", narrower than the " + std::string(named.recipe->output.name) + " O model " + named.name +
+                     " writes: the capture rounded it again");
+  } else if (!named.recipe) {
+    // The inputs' format first, then the 16-bit formats a whole capture upcast to float32 may
+    // hold (numpy has no bf16): bf16 before fp16, since every bf16 value in fp16's range is
+    // also an fp16 value, while a genuine fp16 O lies on bf16's grid with odds 1/8 an element.
+    for (const Format& f : {in.dtype, formats::bf16, formats::fp16})
+      if (narrower(f) && on_grid(f)) {
+        o_format = f;
+        break;
+      }
   }
   if (o_format != o_bits.format)
     item.assumed.push_back("note: " + trace.source_name() + ": tensor o is stored as " +
                            std::string(o_bits.format.name) + " but every value is a " + std::string(o_format.name) +
                            " value: measured against " + std::string(o_format.name) + "'s floor");
   const bool named_fits = named.recipe && named.recipe->output == o_format;
+  // One verdict is about one kernel in one format: ulps of bf16 and of fp16 do not pool.
+  item.formats = std::string(in.dtype.name) + " inputs, " + std::string(o_format.name) + " O";
   // An fp8 kernel computes with its quantised inputs: its own error and the floor's are
   // measured against their exact attention, and the quantisation's share apart, as with
   // --model (counted in, the quantisation read as the kernel's bias). A model whose
@@ -357,10 +411,6 @@ void add_trace(const Trace& trace, ItemResult& item) {
     return b * static_cast<std::size_t>(kv_heads) + h / static_cast<std::size_t>(group);
   };
   const std::size_t clusters = static_cast<std::size_t>(std::max(1, in.q.batch)) * static_cast<std::size_t>(kv_heads);
-  struct ClusterSums {
-    double o = 0, o_kernel = 0, o_quant = 0, o_cr = 0, delta = 0, delta_kernel = 0, delta_quant = 0, delta_cr = 0;
-    long long o_rows = 0, delta_rows = 0;
-  };
   std::vector<ClusterSums> sums(clusters);
   // The captured kernel's output, non-finite on these finite inputs: reported, not measured.
   std::vector<std::size_t> bad_rows = non_finite_rows(o_vals);
@@ -397,8 +447,20 @@ void add_trace(const Trace& trace, ItemResult& item) {
   // delta: the captured one, else (PyTorch's SDPA does not return it) the one the trace's
   // kernel computes from the captured O and dO (kernel_delta).
   std::vector<double> kernel_deltas;
-  if (trace.has("delta")) {
+  if (trace.has("delta") && !in.d_o) {
+    // delta is dO·O, and its exact value needs dO: a captured delta alone cannot be measured.
+    item.delta_note = "delta: NOT tested for " + trace.source_name() +
+                      ": the capture holds delta but no dO, which its exact value needs";
+  } else if (trace.has("delta")) {
     kernel_deltas = tensor_from_trace(trace, "delta").data;
+  } else if (in.d_o && named.recipe && delta_reads_unrounded_o(*named.recipe)) {
+    // Its delta reads O before the final cast (+o-fp32) or is rowsum(dP∘P) (+delta-dpp, the
+    // tensor-op softmax backward): computed from the captured O it would be another kernel's,
+    // and its excess over the fp32 floor would be O's own rounding.
+    item.delta_note = "delta: NOT tested for " + trace.source_name() + ": the capture holds no delta, and " +
+                      named.name +
+                      "'s delta reads what a capture does not hold (O before its final cast, or dP and P), so it "
+                      "cannot be computed from the captured O";
   } else if (in.d_o && !trace.metadata().model.empty()) {
     if (named.recipe) {
       for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
@@ -456,33 +518,26 @@ void add_trace(const Trace& trace, ItemResult& item) {
   }
   const std::size_t kv_rows = static_cast<std::size_t>(in.k.rows), kv_cols = static_cast<std::size_t>(in.k.cols),
                     v_cols = static_cast<std::size_t>(in.v.cols);
+  // And its keys and values alone, with their shape: clusters that read the same ones are one
+  // sample whatever else differs (KvGroups).
+  std::vector<std::uint64_t> kv_hashes(clusters, 0xcbf29ce484222325ull);
   for (std::size_t cluster = 0; cluster < clusters; ++cluster) {
+    std::uint64_t& kv = kv_hashes[cluster];
+    mix(kv, static_cast<double>(kv_rows));
+    mix(kv, static_cast<double>(kv_cols));
+    mix(kv, static_cast<double>(v_cols));
+    for (std::size_t i = 0; i < kv_rows * kv_cols; ++i) mix(kv, in.k.data[cluster * kv_rows * kv_cols + i]);
+    for (std::size_t i = 0; i < kv_rows * v_cols; ++i) mix(kv, in.v.data[cluster * kv_rows * v_cols + i]);
     std::uint64_t& h = hashes[cluster];
-    for (std::size_t i = 0; i < kv_rows * kv_cols; ++i) mix(h, in.k.data[cluster * kv_rows * kv_cols + i]);
-    for (std::size_t i = 0; i < kv_rows * v_cols; ++i) mix(h, in.v.data[cluster * kv_rows * v_cols + i]);
+    mix(h, static_cast<double>(kv));
     mix(h, in.softmax_scale);
     mix(h, in.causal ? 1.0 + static_cast<double>(in.causal_alignment) : 0.0);
   }
   // The kernel's own error is against its target: exact attention of the captured inputs, or
   // of their quantised form for an fp8 kernel (whose quantisation's share is kept apart).
-  for (std::size_t cluster = 0; cluster < clusters; ++cluster) {
-    const ClusterSums& cs = sums[cluster];
-    item.cluster_keys.push_back({hashes[cluster], cs.o_rows > 0, cs.delta_rows > 0});
-    if (cs.o_rows > 0) {
-      const auto n = static_cast<double>(cs.o_rows);
-      s.o.push_back(cs.o / n);
-      s.o_kernel.push_back(cs.o_kernel / n);
-      if (quantised_exact) s.o_quant.push_back(cs.o_quant / n);
-      s.o_cr.push_back(cs.o_cr / n);
-    }
-    if (cs.delta_rows > 0) {
-      const auto n = static_cast<double>(cs.delta_rows);
-      s.delta.push_back(cs.delta / n);
-      s.delta_kernel.push_back(cs.delta_kernel / n);
-      if (quantised_exact) s.delta_quant.push_back(cs.delta_quant / n);
-      s.delta_cr.push_back(cs.delta_cr / n);
-    }
-  }
+  item.quantised = quantised_exact.has_value();
+  for (std::size_t cluster = 0; cluster < clusters; ++cluster)
+    item.cluster_keys.push_back({hashes[cluster], kv_hashes[cluster], sums[cluster]});
   for (std::size_t r = 0; r < bad.size(); ++r) {
     if (bad[r] || without_keys[r]) continue;  // its O or delta was non-finite, or it saw no key
     item.by_max.push_back(
@@ -523,9 +578,10 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
     // One verdict is about one kernel: traces that name different models (or some none)
     // would pool their kernels' errors into a "this kernel" verdict that describes none of them.
     for (const ItemResult& item : items)
-      if (item.model_key != items.front().model_key) {
+      if (item.model_key != items.front().model_key || item.formats != items.front().formats) {
         const auto named = [](const ItemResult& x) {
-          return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model);
+          return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model) + " (" + x.formats +
+                 ")";
         };
         throw std::invalid_argument(named(items.front()) + ", " + named(item) +
                                     ": a verdict is about one kernel; test each kernel's traces apart (flashbits "
@@ -535,23 +591,24 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
     // inputs (an O stored in another format than the model's): the quantisation's share would
     // then cover some samples and read as bias in the others.
     for (const ItemResult& item : items)
-      if (!item.s.o.empty() && !items.front().s.o.empty() && item.s.o_quant.empty() != items.front().s.o_quant.empty())
+      if (item.quantised != items.front().quantised)
         throw std::invalid_argument(items.front().source_name + " and " + item.source_name +
                                     ": one is measured against its quantised inputs and the other not (their o "
                                     "formats differ); test them apart");
     int hardware = 0, unknown = 0, emulated = 0;
-    std::unordered_set<std::uint64_t> seen;
+    KvGroups groups;
     for (const ItemResult& item : items) {
-      merge_item(item, s, report, seen);
+      merge_item(item, s, report, groups);
       hardware += item.hardware;
       unknown += item.unknown_source;
       emulated += item.emulated;
     }
+    groups.emit(s);
     // Each source counted by what it is: a capture of unknown provenance is not emulated.
     const int other = static_cast<int>(run.traces.size()) - hardware - unknown - emulated;
     report.subject = std::to_string(run.traces.size()) + " traces" +
                      (run.traces_label.empty() ? "" : " in " + run.traces_label) +
-                     " (one sample per kv head of each trace)";
+                     " (one sample per set of keys and values)";
     report.provenance = std::to_string(hardware) + " of " + std::to_string(run.traces.size()) +
                         " traces are hardware captures (source cuda:...)" +
                         (emulated ? "; " + std::to_string(emulated) + " emulated" : "") +
@@ -563,8 +620,9 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.at_stake = run.at_stake;
   report.samples_note =
       report.from_traces
-          ? "one sample per kv head of each batch entry of each trace (its rows share keys and values, so "
-            "they are one cluster: the sample is their mean)"
+          ? "one sample per set of keys and values: the rows of a kv head of a batch entry of a trace share them, "
+            "as do rows in other heads, entries or traces that read the same keys and values bit for bit; such "
+            "rows are one cluster, and the sample is their mean"
           : "one sample per trial (each trial draws its own keys and values)";
   report.o = summarize(s.o, run.alpha);
   report.delta = summarize(s.delta, run.alpha);
@@ -651,6 +709,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   if (!r.delta_note.empty()) j["delta_note"] = r.delta_note;
   if (r.rows_without_keys > 0) j["rows_without_keys"] = r.rows_without_keys;
   if (r.repeated_samples > 0) j["repeated_samples"] = r.repeated_samples;
+  if (r.shared_kv_clusters > 0) j["shared_kv_clusters"] = r.shared_kv_clusters;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   if (!r.notes.empty()) j["notes"] = r.notes;
   j["samples"] = r.samples_note;

@@ -168,6 +168,10 @@ struct BiasReport {
   // sample's bit for bit, in the traces' order: the same sample again (a capture given twice),
   // counted once. Left out of every sample; the spread and --by-max still see their rows.
   std::size_t repeated_samples = 0;
+  // Trace clusters that read the same keys and values (bit for bit) as an earlier one, in
+  // another head, batch entry or trace: pooled into that one's sample, since rows that share
+  // their keys and values are no independent samples.
+  std::size_t shared_kv_clusters = 0;
   RowMaxGroups by_max;
 };
 

@@ -89,20 +89,20 @@ for t in "${eager[@]}"; do
   if [ "$rc" -gt 1 ]; then echo "ERROR (exit $rc): $t"; fail=1; fi
   [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
 done
-# Each path's captures also feed a bias verdict (bias-test --traces DIR), one per kernel the
-# folder holds (flex/ holds FlexAttention's template and its decoding kernel; a verdict is
-# about one kernel, so a folder of two is refused): it must run, whatever it concludes. At
-# sanitizer scale, the first folder only.
+# Each path's captures also feed a bias verdict (bias-test --traces DIR), one per kernel and
+# format the folder holds (flex/ holds FlexAttention's template and its decoding kernel, most
+# folders bf16 and fp16 captures; a verdict is about one kernel in one format, so a folder of
+# two is refused): it must run, whatever it concludes. At sanitizer scale, the first folder only.
 if [[ " ${kinds[*]} " == *" paths "* ]]; then
   groups=$(mktemp -d)
   trap 'rm -rf "$groups"' EXIT
   for dir in "$root"/traces/hw/*/paths/*/; do
-    # One folder of links per metadata model.
+    # One folder of links per metadata model and q's dtype.
     rm -rf "${groups:?}"/*
     for t in "$dir"*.safetensors; do
       model=$(python3 -c 'import json, struct, sys
-f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
-print(json.loads(f.read(n)).get("__metadata__", {}).get("model", "none"))' "$t")
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+print(h.get("__metadata__", {}).get("model", "none") + "@" + h["q"]["dtype"])' "$t")
       mkdir -p "$groups/$model"
       ln -s "$t" "$groups/$model/"
     done

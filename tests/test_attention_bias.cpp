@@ -429,3 +429,217 @@ TEST_CASE("bias-test --traces: an O kept in a wider container is judged in the f
   for (const std::string& n : fp32_report.notes) CHECK(n.find("stored as") == std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// A bf16 trace of `in` whose O is exact O rounded to nearest even (bf16_reference.hpp) and, for
+// `with_delta`, whose delta is the exact one rounded to fp32 (a float cast), with `model`.
+void write_trace_of(const std::filesystem::path& path, const AttentionInputs& in, const std::string& model,
+                    bool with_delta = false, bool with_do = true) {
+  const AttentionOutputs exact = exact_attention(in);
+  std::vector<double> o(exact.o.data.size());
+  for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
+  TraceMetadata md;
+  md.source = "emulated";
+  md.model = model;
+  md.softmax_scale = in.softmax_scale;
+  md.causal = false;
+  md.dtype = formats::bf16;
+  const auto u = [](int x) { return static_cast<std::uint64_t>(x); };
+  const std::vector<std::uint64_t> q_shape = {u(in.q.batch), u(in.q.heads), u(in.q.rows), u(in.q.cols)};
+  const std::vector<std::uint64_t> kv_shape = {u(in.k.batch), u(in.k.heads), u(in.k.rows), u(in.k.cols)};
+  TraceBuilder b(md);
+  b.add_values("q", formats::bf16, q_shape, in.q.data)
+      .add_values("k", formats::bf16, kv_shape, in.k.data)
+      .add_values("v", formats::bf16, kv_shape, in.v.data)
+      .add_values("o", formats::bf16, q_shape, o);
+  if (with_do) b.add_values("do", formats::bf16, q_shape, in.d_o->data);
+  if (with_delta) {
+    std::vector<double> delta(exact.delta->data.size());
+    for (std::size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(exact.delta->data[i]);
+    b.add_values("delta", formats::fp32, {u(in.q.batch), u(in.q.heads), u(in.q.rows)}, delta);
+  }
+  b.write(path);
+}
+
+// The rows of `in` from `first` to `first + count` (every head), keys and values whole.
+AttentionInputs row_slice(const AttentionInputs& in, int first, int count) {
+  AttentionInputs out = in;
+  const auto slice = [&](const Tensor4& t) {
+    Tensor4 s = t;
+    s.rows = count;
+    s.data.assign(static_cast<std::size_t>(t.batch) * t.heads * count * t.cols, 0.0);
+    for (int b = 0; b < t.batch; ++b)
+      for (int h = 0; h < t.heads; ++h)
+        for (int r = 0; r < count; ++r)
+          for (int c = 0; c < t.cols; ++c) s.at(b, h, r, c) = t.at(b, h, first + r, c);
+    return s;
+  };
+  out.q = slice(in.q);
+  out.d_o = slice(*in.d_o);
+  return out;
+}
+
+}  // namespace
+
+// Rows that read the same keys and values are one sample wherever they sit. Four heads with one
+// set of keys and values, stored per head (as repeat_kv stores them before SDPA), are the one
+// sample the grouped form (one kv head) gives; one capture split into files of query rows gives
+// the samples of the whole file. Either way they used to count as independent samples, and a
+// split capture turned "no detectable added bias" into "adds bias".
+TEST_CASE("bias-test --traces: one sample per set of keys and values, across heads and files") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_shared_kv_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  AttentionInputs repeated = make_scenario("sink", 31, 1, 4, 32, 16, formats::bf16, true);
+  for (int h = 1; h < 4; ++h)
+    for (int r = 0; r < repeated.k.rows; ++r)
+      for (int c = 0; c < repeated.k.cols; ++c) {
+        repeated.k.at(0, h, r, c) = repeated.k.at(0, 0, r, c);
+        repeated.v.at(0, h, r, c) = repeated.v.at(0, 0, r, c);
+      }
+  write_trace_of(dir / "repeated.safetensors", repeated, "fa2-sm80");
+  BiasRun run;
+  run.traces = {dir / "repeated.safetensors"};
+  const BiasReport r = run_bias(run);
+  CHECK(r.o.n == 1);
+  CHECK(r.shared_kv_clusters == 3);
+  CHECK(r.repeated_samples == 0);
+
+  // Eight independent heads, whole and split in two files of 16 query rows each.
+  const AttentionInputs whole = make_scenario("sink", 32, 1, 8, 32, 16, formats::bf16, true);
+  write_trace_of(dir / "whole.safetensors", whole, "fa2-sm80");
+  write_trace_of(dir / "part1.safetensors", row_slice(whole, 0, 16), "fa2-sm80");
+  write_trace_of(dir / "part2.safetensors", row_slice(whole, 16, 16), "fa2-sm80");
+  BiasRun one, split;
+  one.traces = {dir / "whole.safetensors"};
+  split.traces = {dir / "part1.safetensors", dir / "part2.safetensors"};
+  const BiasReport a = run_bias(one), b = run_bias(split);
+  CHECK(a.o.n == 8);
+  CHECK(b.o.n == 8);
+  CHECK(b.shared_kv_clusters == 8);
+  // Each sample is the mean over the same 32 rows of a head: the same values up to the order of
+  // the sums (16 + 16 rows against 32), so equal to the last few bits.
+  CHECK(b.o_excess.mean == doctest::Approx(a.o_excess.mean).epsilon(1e-9));
+  CHECK(b.delta_excess.mean == doctest::Approx(a.delta_excess.mean).epsilon(1e-9));
+  std::filesystem::remove_all(dir);
+}
+
+// What a capture cannot give is said, not made up: the delta of a kernel whose delta reads O
+// before its final cast or dP and P cannot be computed from the captured O (computed so, its
+// "excess" was O's own rounding: the sign flipped and the size 8,500 times too large), and a
+// captured delta without dO has no exact value to be measured against.
+TEST_CASE("bias-test --traces: a delta the capture cannot give is NOT tested, and says why") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_delta_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const AttentionInputs in = make_scenario("sink", 33, 1, 2, 32, 16, formats::bf16, true);
+  for (const char* model : {"fa2-sm80+delta-dpp", "fa2-sm80+o-fp32"}) {
+    CAPTURE(model);
+    const auto path = dir / "t.safetensors";
+    write_trace_of(path, in, model);
+    BiasRun run;
+    run.traces = {path};
+    const BiasReport r = run_bias(run);
+    CHECK_FALSE(r.has_delta);
+    CHECK(r.delta_note.find("delta: NOT tested for") != std::string::npos);
+    CHECK(r.delta_note.find("cannot be computed from the captured O") != std::string::npos);
+  }
+  // The same kernel's captured delta is measured.
+  write_trace_of(dir / "d.safetensors", in, "fa2-sm80+delta-dpp", true);
+  BiasRun captured;
+  captured.traces = {dir / "d.safetensors"};
+  CHECK(run_bias(captured).has_delta);
+  // A delta with no dO.
+  write_trace_of(dir / "nodo.safetensors", in, "fa2-sm80", true, false);
+  BiasRun nodo;
+  nodo.traces = {dir / "nodo.safetensors"};
+  const BiasReport n = run_bias(nodo);
+  CHECK_FALSE(n.has_delta);
+  CHECK(n.delta_note.find("holds delta but no dO") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// One verdict is about one kernel in one format: bf16 and fp16 ulps do not pool; and an O kept
+// in a container narrower than the model writes has been rounded a second time.
+TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its model's, are refused") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_formats_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  write_rounded_trace(dir / "a.safetensors", bf16_rne);
+  // An fp16 trace of the same model: fp16 inputs, its O the exact one cast to fp16 (a double's
+  // cast to _Float16 rounds once, to nearest even).
+  {
+    const AttentionInputs in = make_scenario("sink", 12, 1, 1, 64, 64, formats::fp16, true);
+    const AttentionOutputs exact = exact_attention(in);
+    std::vector<double> o(exact.o.data.size());
+    for (std::size_t i = 0; i < o.size(); ++i) o[i] = static_cast<double>(static_cast<_Float16>(exact.o.data[i]));
+    TraceMetadata md;
+    md.source = "emulated";
+    md.model = "fa2-sm80";
+    md.softmax_scale = in.softmax_scale;
+    md.causal = false;
+    md.dtype = formats::fp16;
+    const std::vector<std::uint64_t> shape = {1, 1, 64, 64};
+    TraceBuilder(md)
+        .add_values("q", formats::fp16, shape, in.q.data)
+        .add_values("k", formats::fp16, shape, in.k.data)
+        .add_values("v", formats::fp16, shape, in.v.data)
+        .add_values("do", formats::fp16, shape, in.d_o->data)
+        .add_values("o", formats::fp16, shape, o)
+        .write(dir / "b.safetensors");
+    // The same O kept in bf16: narrower than the fp16 O the model writes.
+    std::vector<double> narrowed(o.size());
+    for (std::size_t i = 0; i < o.size(); ++i) narrowed[i] = bf16_rne(o[i]);
+    TraceBuilder(md)
+        .add_values("q", formats::fp16, shape, in.q.data)
+        .add_values("k", formats::fp16, shape, in.k.data)
+        .add_values("v", formats::fp16, shape, in.v.data)
+        .add_values("do", formats::fp16, shape, in.d_o->data)
+        .add_values("o", formats::bf16, shape, narrowed)
+        .write(dir / "narrow.safetensors");
+  }
+  BiasRun mixed;
+  mixed.traces = {dir / "a.safetensors", dir / "b.safetensors"};
+  CHECK_THROWS_WITH_AS(run_bias(mixed), doctest::Contains("(fp16 inputs, fp16 O): a verdict is about one kernel"),
+                       std::invalid_argument);
+  BiasRun narrow;
+  narrow.traces = {dir / "narrow.safetensors"};
+  CHECK_THROWS_WITH_AS(run_bias(narrow), doctest::Contains("tensor o: stored as bf16, narrower than the fp16 O"),
+                       fb::TraceError);
+  std::filesystem::remove_all(dir);
+}
+
+// A whole capture upcast to float32 (numpy has no bf16: `.float().numpy()`), no model named:
+// O lies on bf16's grid and is judged on bf16's floor, its excess exactly 0 when it is that
+// floor; judged on fp32's it read as a kernel thousands of ulps off.
+TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in the format its O holds") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_upcast_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  BiasRun run;
+  for (int t = 0; t < 8; ++t) {
+    const AttentionInputs in =
+        make_scenario("sink", 300 + static_cast<std::uint64_t>(t), 1, 1, 32, 16, formats::bf16, true);
+    const AttentionOutputs exact = exact_attention(in);
+    std::vector<double> o(exact.o.data.size());
+    for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
+    TraceMetadata md;
+    md.source = "unknown";
+    md.softmax_scale = in.softmax_scale;
+    md.causal = false;
+    const std::vector<std::uint64_t> shape = {1, 1, 32, 16};
+    const auto path = dir / ("up" + std::to_string(t) + ".safetensors");
+    TraceBuilder(md)
+        .add_values("q", formats::fp32, shape, in.q.data)
+        .add_values("k", formats::fp32, shape, in.k.data)
+        .add_values("v", formats::fp32, shape, in.v.data)
+        .add_values("do", formats::fp32, shape, in.d_o->data)
+        .add_values("o", formats::fp32, shape, o)
+        .write(path);
+    run.traces.push_back(path);
+  }
+  const BiasReport r = run_bias(run);
+  CHECK(r.o_excess.n == 8);
+  CHECK(r.o_excess.mean == 0.0);
+  CHECK(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+    return n.find("stored as fp32 but every value is a bf16 value") != std::string::npos;
+  }));
+  std::filesystem::remove_all(dir);
+}

@@ -295,7 +295,7 @@ TEST_CASE(
   CHECK(t["by_row_max"]["distinct_values"].get<int>() > 1);
   // One sample per kv head of each trace (its rows share keys and values), not per row.
   CHECK(t["o"]["n"].get<int>() == 4 * 16);  // 4 captures of 16 heads, each of 256 rows
-  CHECK(t["samples"].get<std::string>().find("one sample per kv head") != std::string::npos);
+  CHECK(t["samples"].get<std::string>().find("one sample per set of keys and values") != std::string::npos);
   CHECK(nlohmann::json::parse(plain_traces.out)["o"] == t["o"]);
 }
 
@@ -1504,6 +1504,19 @@ TEST_CASE("issue 21: usage errors are one `error:` line and exit 2, with suggest
   CHECK(one_error(run("sweep --jobs abc --model fa2-sm80"), "--jobs"));
   CHECK(one_error(run("sweep"), "--model"));
   CHECK(one_error(run(""), "a subcommand is required"));
+  // The unknown-subcommand line has every error's form: MESSAGE (see ...).
+  CHECK(one_error(sub, "(did you mean 'sweep'?) (see `flashbits --help`)"));
+  // A misspelt required option is named as what it is, not as the required one missing.
+  for (const char* misspelt : {"sweep --modle fa2-sm80", "make-trace --modle fa2-sm80 --out x.safetensors"}) {
+    CAPTURE(misspelt);
+    const Run r = run(misspelt);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "unknown option '--modle' (did you mean '--model'?)"));
+  }
+  // A missing positional reads as its synopsis word.
+  CHECK(one_error(run("merge"), "merge: missing SHARDS"));
+  CHECK(one_error(run("replay"), "replay: missing TRACE"));
+  CHECK(one_error(run("import --out x.safetensors"), "import: missing CAPTURE"));
   const Run version = run("--version");
   CHECK(version.code == 0);
   CHECK(version.out.rfind("flashbits ", 0) == 0);
@@ -1784,6 +1797,17 @@ TEST_CASE("replay refuses a trace whose seed metadata is not an unsigned integer
           std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+  // An absent seed is refused too: replayed under seed 0, the draws that differ read as the
+  // kernel's mismatch (exit 1). The key renamed, same length: "seed" -> "sEed".
+  std::string renamed = bytes;
+  renamed[at + 2] = 'E';
+  const auto path = (scratch() / "sr_seed_absent.safetensors").string();
+  std::ofstream(path, std::ios::binary) << renamed;
+  const Run absent = run("replay " + path);
+  CHECK(absent.code == 2);
+  CHECK(one_error(absent,
+                  "sr_seed_absent.safetensors: __metadata__: key 'seed' is absent: fa-bf16acc+o-sr rounds O "
+                  "stochastically from the run's seed"));
 }
 
 // make-trace --causal masks the scenario's inputs as the option says. The reference is the

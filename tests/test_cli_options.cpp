@@ -700,6 +700,23 @@ TEST_CASE("replay and bias-test --traces say what a trace's metadata left them t
   CHECK_MESSAGE(has(replay.out, "records no causal flag: non-causal assumed"), replay.out);
   const Run bias = run("bias-test --traces " + path);
   CHECK_MESSAGE(has(bias.out, "note: " + path + " records no causal flag"), bias.out);
+  // A causal trace of 8 queries over 24 keys without its alignment: bottom-right is assumed, and
+  // said (the other alignment is another mask); with N = Nk nothing is assumed.
+  const std::string cross = (scratch() / "assumed_cross.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 8 --seqlen-k 24 --headdim 16 --causal "
+              "top-left --out " +
+              cross)
+              .code == 0);
+  fb::Safetensors cross_file = fb::read_safetensors(cross);
+  cross_file.metadata.erase("causal_alignment");
+  const std::string unaligned = (scratch() / "assumed_unaligned.safetensors").string();
+  fb::write_safetensors(unaligned, cross_file);
+  const Run cross_replay = run("replay " + unaligned);
+  CHECK_MESSAGE(has(cross_replay.out, "records no causal_alignment for 8 queries and 24 keys: bottom-right assumed"),
+                cross_replay.out);
+  CHECK(cross_replay.code == 1);  // a top-left capture replayed bottom-right differs
+  const Run square = run("replay " + made);
+  CHECK(!has(square.out, "causal_alignment"));
 }
 
 TEST_CASE("bias-test --traces: one kernel whatever its suffixes' order; an unknown model is the trace's error") {
@@ -728,4 +745,27 @@ TEST_CASE("bias-test --traces: one kernel whatever its suffixes' order; an unkno
   const Run demo = run("demo --trace " + fp8);
   CHECK(demo.code == 2);
   CHECK_MESSAGE(has(demo.err, "quantises its inputs to fp8"), demo.err);
+}
+
+// A hardware capture whose compute capability is not recorded (a bare dump) replays with the
+// model's own SFUs, whose ex2 differs from the H200's in an LSE element here and there: the
+// mismatch then says nothing of the kernel, so replay says which SFUs it used and how to pick
+// the measured ones; with them the capture replays bit for bit.
+TEST_CASE("replay says when --sfu auto finds no measured SFU set for a hardware capture") {
+  const std::string capture =
+      std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/torch/torch_bf16_sink_d64.safetensors";
+  fb::Safetensors file = fb::read_safetensors(capture);
+  REQUIRE(file.metadata.count("compute_capability") == 1);
+  file.metadata.erase("compute_capability");
+  const std::string path = (scratch() / "no_cc.safetensors").string();
+  fb::write_safetensors(path, file);
+  const Run bare = run("replay " + path);
+  CHECK_MESSAGE(has(bare.out,
+                    "note: the trace records no compute capability, so the model's own SFUs are used: a "
+                    "capture from an sm_90 GPU (H100, H200) replays with --sfu hw-sm90"),
+                bare.out);
+  const Run measured = run("replay " + path + " --sfu hw-sm90");
+  CHECK(measured.code == 0);
+  CHECK(!has(measured.out, "records no compute capability"));
+  CHECK(!has(run("replay " + capture).out, "records no compute capability"));
 }

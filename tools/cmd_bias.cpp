@@ -137,6 +137,10 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout << r.repeated_samples
               << " sample(s) repeat an earlier sample's inputs and outputs bit for bit (a capture given twice?): "
                  "counted once, since a copy is no independent sample\n";
+  if (r.shared_kv_clusters > 0)
+    std::cout << r.shared_kv_clusters
+              << " cluster(s) read the same keys and values as an earlier one (another head, batch entry or trace): "
+                 "pooled into its sample, since rows that share keys and values are no independent samples\n";
   std::cout << "samples: " << r.samples_note << "\n";
   std::cout << "error against exact:\n";
   print_stats("O", r.o, o.alpha, has_verdict);

@@ -44,7 +44,7 @@ int run_merge(const MergeOptions& o) {
 
 Runner setup_merge(CLI::App& app) {
   auto o = std::make_shared<MergeOptions>();
-  app.add_option("files", o->files, "shard files written by sweep --csv or --json (all N shards of one run)")
+  app.add_option("shards", o->files, "shard files written by sweep --csv or --json (all N shards of one run)")
       ->required();
   app.add_option("--csv", o->csv,
                  "write the merged rows as CSV (written whole: a temporary file renamed into place); - writes it to "

@@ -304,6 +304,6 @@ Runner setup_models(CLI::App& app) {
 }
 
 }  // namespace
-FLASHBITS_SUBCOMMAND(models, "models", "List the accumulation and special-function models with their parameters",
+FLASHBITS_SUBCOMMAND(models, "models", "List the kernel, tensor-core and special-function models with their parameters",
                      setup_models);
 }  // namespace fb::cli

@@ -299,10 +299,18 @@ int run_replay(const ReplayOptions& o) {
   attn::RunOptions opt;
   opt.threads = jobs;
   // The seed of the run that made the trace, for a model whose arithmetic draws from it
-  // (attn::recorded_run_seed: a malformed one is refused, an absent one leaves 0).
+  // (attn::recorded_run_seed: a malformed or absent one is refused: a guessed seed would read
+  // every draw that differs as the kernel's mismatch).
   const bool seeded = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
-  if (seeded)
-    if (const std::optional<std::uint64_t> seed = attn::recorded_run_seed(trace, model.name)) opt.seed = *seed;
+  if (seeded) {
+    const std::optional<std::uint64_t> seed = attn::recorded_run_seed(trace, model.name);
+    if (!seed)
+      throw TraceError(trace.source_name() + ": __metadata__: key 'seed' is absent: " + model.name +
+                       (model.recipe->fp8.hadamard ? " quantises with signs drawn from the run's seed"
+                                                   : " rounds O stochastically from the run's seed") +
+                       ", which a replay must reproduce");
+    opt.seed = *seed;
+  }
   attn::Tracer tracer;
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
   if (o.explain || !o.plot.empty()) {

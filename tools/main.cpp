@@ -6,6 +6,7 @@
 // checked before every exit: `flashbits formats > /dev/full` is exit 2) -- and 3 an
 // internal error (a flashbits bug).
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -93,7 +94,7 @@ int run(int argc, char** argv) {
   // A first word that is no subcommand: name it (CLI11 would only say one is required).
   if (argc >= 2 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
     fb::cli::print_error_line(std::string("unknown subcommand '") + argv[1] + "'" + suggestion(argv[1], names) +
-                              "; see `flashbits --help`");
+                              " (see `flashbits --help`)");
     return fb::cli::kExitBadInput;
   }
   try {
@@ -118,11 +119,23 @@ int run(int argc, char** argv) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
       message = "a subcommand is required (" + list + ")";
-    } else if (dynamic_cast<const CLI::ExtrasError*>(&e) && sub) {
-      // Name the first word the subcommand does not take, and the nearest option.
+    } else if (sub && (dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e))) {
+      // A missing positional reads as its synopsis word ("missing TRACE"), not CLI11's "trace
+      // is required".
+      if (dynamic_cast<const CLI::RequiredError*>(&e) && !message.empty() && message.front() != '-') {
+        const auto space = message.find(' ');
+        if (space != std::string::npos && message.substr(space) == " is required") {
+          std::string word = message.substr(0, space);
+          for (char& c : word) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+          message = "missing " + word;
+        }
+      }
+      // Name the first word the subcommand does not take, and the nearest option: a misspelt
+      // option comes before the required one it may have been meant as (--modle, --model).
       const std::vector<std::string> options = long_options(*sub);
       for (int i = 2; i < argc; ++i) {
         const std::string word = argv[i];
+        if (word == "--") break;  // operands follow
         if (word.rfind("--", 0) != 0) continue;
         const std::string name = word.substr(0, word.find('='));
         if (std::find(options.begin(), options.end(), name) != options.end()) continue;

@@ -48,9 +48,15 @@ INEXACT, UNDERFLOW, OVERFLOW, DIVBYZERO, INVALID = 1, 2, 4, 8, 16
 _atexit.register(_core._wait_for_abandoned_work)
 
 
-def flags_string(flags: int) -> str:
+def flags_string(flags):
     """The CLI's spelling of a flag set: letters ``xuozv`` (inexact, underflow, overflow,
-    divbyzero, invalid) in that order, or ``-`` for none."""
+    divbyzero, invalid; the bits ``INEXACT`` 1, ``UNDERFLOW`` 2, ``OVERFLOW`` 4, ``DIVBYZERO`` 8,
+    ``INVALID`` 16) in that order, or ``-`` for none. An integer gives one string; an integer
+    array (``Rounded.flags``) gives a numpy array of strings of its shape."""
+    if isinstance(flags, _np.ndarray):
+        if flags.dtype.kind not in "ui":
+            raise TypeError(f"flags: expected an integer or an integer array, got an array of {flags.dtype}")
+        return _np.vectorize(lambda f: flags_string(int(f)), otypes=[str])(flags)
     f = _int_arg("flags", flags)
     s = "".join(c for bit, c in ((1, "x"), (2, "u"), (4, "o"), (8, "z"), (16, "v")) if f & bit)
     return s or "-"
@@ -659,6 +665,18 @@ def _causal_arg(causal):
                     + (f" {causal!r}" if isinstance(causal, str) else ""))
 
 
+def _warn_if_alignment_taken(causal_given, q_rows, k_rows, stacklevel=3):
+    """causal=True where the lengths differ takes bottom-right, which PyTorch's is_causal (top-left)
+    is not: said, as load_trace and the CLI say it of a capture's --causal true."""
+    if isinstance(causal_given, (bool, _np.bool_)) and causal_given and q_rows != k_rows:
+        shift = k_rows - q_rows
+        _warnings.warn(f"causal=True with {q_rows} queries and {k_rows} keys takes the mask aligned bottom-right "
+                       f"(FlashAttention >= 2.1: query i sees keys j <= i {'+' if shift >= 0 else '-'} {abs(shift)}); "
+                       f"PyTorch's "
+                       f"is_causal is top-left: say causal='bottom-right' or causal='top-left'", UserWarning,
+                       stacklevel=stacklevel)
+
+
 def _default_dtype(dtype, in_dtype):
     # float16 values are fp16; everything else (bit patterns included) bf16 unless told.
     dtype = _str_arg("dtype", dtype, optional=True)
@@ -677,7 +695,8 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
     CLI's ``--causal true``: query row i sees keys j <= i + Nk - N; rows that see no key get
     O = 0 and the LSE the kernel writes: +inf for FA2, -inf for FA3, FA4, CK and Triton's
     kernels), or "top-left" (row i sees keys j <= i: PyTorch's ``is_causal``); with N = Nk
-    the two are one mask. A trace's ``causal_alignment`` is such a value: ``causal=
+    the two are one mask, and with N != Nk a bare True warns (UserWarning) that it took
+    bottom-right. A trace's ``causal_alignment`` is such a value: ``causal=
     t.causal_alignment`` replays its mask. dK and dV have k's shape. Values exactly
     representable in the model's input format (``dtype``: bf16 by default, fp16 for float16
     input; models that name theirs use it; the fp8 models take bf16 and quantise it), or its
@@ -707,7 +726,9 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
     if head_dim and not 0 <= plot_feature < head_dim:
         raise ValueError(f"plot_feature={plot_feature}: expected 0..{head_dim - 1} (a feature of q's head dim "
                          f"{head_dim})")
+    causal_given = causal
     causal, top_left = _causal_arg(causal)
+    _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     seed = _int_arg("seed", seed, unsigned=True, optional=True)
     if seed is not None and not _core._model_formats(_str_arg("model", model), dtype, "" if recipe is None else recipe,
                                                      _str_arg("sfu", sfu), dtype_given)["seeded"]:
@@ -731,7 +752,9 @@ def exact_attention(q, k, v, do=None, causal: bool | str = False, scale: float |
     ``attention`` (bit patterns are of ``dtype``)."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     dtype = _default_dtype(dtype, in_dtype)
+    causal_given = causal
     causal, top_left = _causal_arg(causal)
+    _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, causal, _float_arg("scale", scale, optional=True),
                               dtype, top_left)
     return AttentionResult(d, lead, kv_lead)
@@ -759,9 +782,9 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
               headdim: int | None = None, dtype: str | None = None, alpha: float = 1e-3, at_stake: float = 0.05,
               seed: int | None = None, by_max: bool = False) -> BiasTestResult:
     """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
-    captured traces (``traces``: a directory, whose *.safetensors are taken in sorted order as
-    ``bias-test --traces DIR`` does, or a list of files; one sample per kv head of each trace,
-    whose rows share their keys). ``verdict`` is "adds bias", "less biased than its format's
+    captured traces (``traces``: a directory, whose *.safetensors and *.npz are taken in sorted order as
+    ``bias-test --traces DIR`` does, or a list of files; one sample per set of keys and values,
+    whose rows are one cluster wherever they sit). ``verdict`` is "adds bias", "less biased than its format's
     floor", "no detectable added bias" or "inconclusive" (fewer than 8 samples, or a test that could
     not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it. Returns the
     fields of ``flashbits bias-test --json`` for the same arguments. A model's test takes
@@ -785,7 +808,7 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     trials, seqlen, headdim = (_int_arg(n, default if x is None else x)
                                for n, x, default in (("trials", trials, 32), ("seqlen", seqlen, 256),
                                                      ("headdim", headdim, 64)))
-    dtype = "bf16" if dtype is None else _str_arg("dtype", dtype)
+    dtype = "" if dtype is None else _str_arg("dtype", dtype)  # "": the model's own format, else bf16
     alpha = _float_arg("alpha", alpha)
     at_stake = _float_arg("at_stake", at_stake)
     seed = _int_arg("seed", 0 if seed is None else seed, unsigned=True)
@@ -796,9 +819,11 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
             path = _path_arg("traces", traces)
             if _os.path.isdir(path):
                 label = path
-                files = sorted(_os.path.join(path, n) for n in _os.listdir(path) if n.endswith(".safetensors"))
+                # As the CLI's --traces DIR: its *.safetensors and *.npz, sorted by path.
+                files = sorted(_os.path.join(path, n) for n in _os.listdir(path)
+                               if n.endswith((".safetensors", ".npz")))
                 if not files:
-                    raise ValueError(f"traces {path}: no .safetensors files")
+                    raise ValueError(f"traces {path}: no .safetensors or .npz files")
             elif _os.path.exists(path):
                 files = [path]
             else:

@@ -24,8 +24,8 @@ from the control arm and between two control seeds (Golden et al.'s measure).
 
 Step numbers: steps.csv's ``step`` (and the plots' x axis) counts from the initialisation, the
 fork's steps included (``--fork-step`` + 1 .. ``--fork-step`` + ``--steps``); the snapshots,
-checkpoints, ``--snapshot-every``, ``--stop-after`` and summary.json's ``golden.step`` count
-forked steps (1 .. ``--steps``).
+checkpoints, ``--snapshot-every`` and summary.json's ``golden.step`` count forked steps
+(1 .. ``--steps``); ``--stop-after N`` is N more forked steps per invocation.
 
 Command line: ``python3 -m flashbits.train --help``. Bad input is one line and exit 2;
 Ctrl-C writes a checkpoint and prints the command that resumes.
@@ -1234,8 +1234,10 @@ def merge(out: str, th: Thresholds) -> dict:
             mechanism = None
         not_measured = None
         if measured and not probed:
-            not_measured = (f"mechanism not measured (no probe samples: the arm emulates none of the probed layers "
-                            f"{', '.join(map(str, cfg.emulate_layers))})")
+            layers = cfg.emulate_layers
+            not_measured = ("mechanism not measured (no probe samples: the arm "
+                            + (f"emulates none of the probed layers {', '.join(map(str, layers))})"
+                               if len(layers) > 1 else f"does not emulate the probed layer {layers[0]})"))
         elif name == LOW_PRECISION and not probe_samples:
             # Its attention is PyTorch's under autocast, which no probe measures: zero samples
             # are "not measured", never "no mechanism seen".
@@ -1328,8 +1330,9 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
         print(f"  {name}: {a['verdict']} (final loss {a['final_loss']:.4f}; {delta}{o_part}{w_part})")
     g = summary["golden"]
     if g["seed_to_seed"] is not None:
-        print(f"  weight deviation at step {g['step']}: control seed to seed {g['seed_to_seed']:.3e}; "
-              + ", ".join(f"{n} {d:.3e}" for n, d in sorted(g["deviation"].items())))
+        arms = ", ".join(f"{n} {d:.3e}" for n, d in sorted(g["deviation"].items()))
+        print(f"  weight deviation at step {g['step']}: control seed to seed {g['seed_to_seed']:.3e}"
+              + (f"; {arms}" if arms else ""))
 
 
 # ---- plots (SVG, no plotting library needed) ---------------------------------------------------

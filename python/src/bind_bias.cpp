@@ -54,8 +54,11 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   if (const attn::SizeRefusal refusal = attn::problem_size_refusal(1, 1, seqlen, headdim))
     throw InputError("seqlen=" + std::to_string(seqlen) + " headdim=" + std::to_string(headdim) + ": " +
                      refusal.reason + (refusal.too_large ? "; give a smaller seqlen or headdim" : ""));
-  const Format dtype = api::parse_format_or_throw(dtype_name, "dtype");
-  run.model = api::resolve_model({model, dtype, "model", recipe}, {"model", "sfu"});
+  // dtype="" is dtype=None: bf16 unless the model names its own; a dtype given that contradicts
+  // the model's own format is refused (as bias-test --dtype and attention(dtype=) refuse it).
+  const bool dtype_given = !dtype_name.empty();
+  const Format dtype = dtype_given ? api::parse_format_or_throw(dtype_name, "dtype") : formats::bf16;
+  run.model = api::resolve_model({model, dtype, "model", recipe, dtype_given}, {"model", "sfu", "dtype"});
   if (!against.empty()) {
     try {
       run.against = attn::parse_model_for_inputs(against, dtype);

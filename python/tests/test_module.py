@@ -244,6 +244,11 @@ def test_ops_flags_and_bits_inputs():
     r = fb.add(np.array([1.0, 65504.0, 1.0]), np.array([2.0 ** -11, 65504.0, -1.0]), "fp16", flags=True)
     assert r.values.tolist() == [1.0, np.inf, 0.0]
     assert [fb.flags_string(f) for f in r.flags] == ["x", "xo", "-"]
+    # A whole flags array at once (a 1 + 2^-11 that rounds, an overflow, an exact 0), its shape kept.
+    assert fb.flags_string(r.flags).tolist() == ["x", "xo", "-"]
+    assert fb.flags_string(r.flags.reshape(3, 1)).shape == (3, 1)
+    with pytest.raises(TypeError, match="flags: expected an integer or an integer array"):
+        fb.flags_string(np.array([1.5]))
     bits = np.array([0x3f80, 0x4000], dtype=np.uint16)  # bit patterns: 1.0 and 2.0
     assert fb.mul(bits, bits, "bf16").values.tolist() == [1.0, 4.0]
     assert fb.div(np.array([1.0]), np.array([0.0]), "bf16", flags=True).flags[0] == fb.DIVBYZERO
@@ -505,3 +510,25 @@ def test_an_always_causal_backward_warns_only_where_it_is_wrong():
         fb.attention(q, k, v, "triton-tutorial-sm90", do=do, dtype="fp16", causal=True)
         fb.attention(q, k, v, "triton-tutorial-sm90", dtype="fp16")
         fb.attention(q, k, v, "triton-tutorial-sm90", dtype="fp16", causal=True, keep_forward=True).backward(do)
+
+
+def test_the_exact_reference_of_a_row_with_a_non_finite_input_is_nan():
+    # A NaN or infinite q row has no exact attention. max() over NaN scores kept -inf, so such
+    # a row read as one that sees no key: O = 0 and LSE = +inf, a finite answer where the
+    # kernels (fa2-sm80 here) give NaN. The other rows are untouched: numpy's float64 softmax.
+    rng = np.random.default_rng(0)
+    q, k, v = (fb.round(rng.standard_normal((1, 1, 4, 8)), "bf16").values for _ in range(3))
+    for poison in (np.nan, np.inf, -np.inf):
+        bad = q.copy()
+        bad[0, 0, 1, :] = poison
+        r = fb.exact_attention(bad, k, v)
+        assert np.isnan(r.o[0, 0, 1]).all() and np.isnan(r.lse[0, 0, 1]).all(), poison
+        s = q[0, 0] @ k[0, 0].T / np.sqrt(8)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        want = (p / p.sum(axis=1, keepdims=True)) @ v[0, 0]
+        for row in (0, 2, 3):
+            assert np.allclose(r.o[0, 0, row], want[row], rtol=1e-12, atol=1e-14)
+    # One NaN element is enough.
+    bad = q.copy()
+    bad[0, 0, 2, 3] = np.nan
+    assert np.isnan(fb.exact_attention(bad, k, v).o[0, 0, 2]).all()

@@ -652,7 +652,7 @@ def test_the_ops_warnings_point_at_the_callers_line(monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         here = inspect.currentframe().f_lineno + 1
-        o = fbt.scaled_dot_product_attention(q, q, q, is_causal=True, model="triton-tutorial-sm90")
+        o = fbt.scaled_dot_product_attention(q, q, q, is_causal=True, model="cudnn-sdpa-sm90")
     kinds = {w.category for w in caught}
     assert fb.ApproximateModelWarning in kinds, [str(w.message) for w in caught]
     for w in caught:
@@ -681,7 +681,7 @@ def test_the_default_filter_shows_a_warning_once_per_place_in_a_loop():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         for _ in range(3):
-            fbt.scaled_dot_product_attention(q, q, q, is_causal=True, model="triton-tutorial-sm90")
+            fbt.scaled_dot_product_attention(q, q, q, is_causal=True, model="cudnn-sdpa-sm90")
             warnings.warn("the caller's own warning", UserWarning)
     kinds = [w.category for w in caught]
     assert kinds.count(fb.ApproximateModelWarning) == 1 and kinds.count(UserWarning) == 1, \

@@ -575,8 +575,8 @@ def test_an_arm_without_probe_samples_is_not_measured_and_unfinished_runs_are_na
     assert train.main(["merge", "--out", str(study), "--quiet", "--divergence-steps", "10"]) == 0
     arms = json.loads((study / "summary.json").read_text())["arms"]
     unprobed = arms["fa-bf16acc+dynmax"]
-    assert unprobed["verdict"] == ("no divergence; mechanism not measured (no probe samples: the arm emulates none "
-                                   "of the probed layers 1)")
+    assert unprobed["verdict"] == ("no divergence; mechanism not measured (no probe samples: the arm does not "
+                                   "emulate the probed layer 1)")
     assert unprobed["delta_error_sign_p"] is None and unprobed["o_error_sign_p"] is None
     assert arms["fa-bf16acc"]["seeds"] == [0]
     assert "merge: runs/fa-bf16acc/seed1: not finished (no result.json), left out" in capsys.readouterr().out
