@@ -182,6 +182,25 @@ def test_bias_test_traces_matches_cli_json(cli, tmp_path):
     assert got.o_spread.elements == 2 * 64 * 32
 
 
+def test_bias_test_reads_a_folder_and_a_dtype_as_the_cli_does(cli, tmp_path):
+    # A folder's .npz captures are the CLI's too: Python skipped them and gave a verdict on the
+    # rest, where the CLI refuses a folder of two kernels (one trace names a model, the .npz none).
+    cli("make-trace", "--model", "fa-bf16acc", "--scenario", "sink", "--seqlen", "64", "--headdim", "32",
+        "--out", str(tmp_path / "t.safetensors"))
+    t = fb.load_trace(str(tmp_path / "t.safetensors"))
+    np.savez(tmp_path / "zz.npz", **{name: fb.round(t[name], "bf16").bits for name in ("q", "k", "v", "o")})
+    rc, _, err = cli("bias-test", "--traces", str(tmp_path), check=False)
+    assert rc == 2 and "zz.npz" in err
+    with pytest.raises(ValueError, match="zz.npz"):
+        fb.bias_test(traces=str(tmp_path))
+    # A dtype that contradicts the model's own format is refused, as bias-test --dtype is.
+    with pytest.raises(ValueError, match="dtype fp16 contradicts it"):
+        fb.bias_test("fa-bf16acc", "sink", trials=2, seqlen=16, headdim=16, dtype="fp16")
+    with pytest.raises(ValueError, match="dtype bf16 contradicts it"):
+        fb.bias_test("standard-fp16", "sink", trials=2, seqlen=16, headdim=16, dtype="bf16")
+    assert fb.bias_test("standard-fp16", "sink", trials=2, seqlen=16, headdim=16).samples  # its own format
+
+
 def test_bias_test_traces_leaves_out_rows_that_see_no_key(cli, tmp_path):
     # A causal trace with more queries than keys: its first Nq - Nk rows see no key (O = 0 by
     # every kernel's guard, no rounding error). The same trace cut to the rows that see keys
