@@ -1950,3 +1950,36 @@ TEST_CASE("bias-test and sweep: the correctly rounded reference adds exactly its
   CHECK(sweep["rows"][1]["excess"]["o"]["mean_ulps"].get<double>() > 0.05);
   CHECK(sweep["rows"][1]["verdict"] == "adds bias");
 }
+
+// A cell whose kernel refuses the sweep's shape in that format (the Triton tutorial compiles
+// no bf16 kernel) is skipped with a note, as a format the model does not run in is; it used to
+// end the whole grid with that cell's refusal. The tutorial's note for another format names the
+// one it runs in.
+TEST_CASE("sweep skips a cell whose kernel refuses the shape in its format, and runs the rest") {
+  const Run r = run("sweep --model fa2-sm80,triton-tutorial-sm90 --formats fp16,bf16,e4m3 --seqlen 128 --headdim 32 "
+                    "--trials 2 --jobs 1");
+  CHECK_MESSAGE(r.code != 2, r.err);
+  CHECK_MESSAGE(r.err.find("note: skipped: triton-tutorial-sm90 in bf16 does not model this shape: runs fp16 inputs "
+                           "only") != std::string::npos,
+                r.err);
+  CHECK(r.err.find("note: skipped: triton-tutorial-sm90 runs in fp16, not e4m3") != std::string::npos);
+  CHECK(r.out.find("fp16/rne/triton-tutorial-sm90/sink/n128/d32") != std::string::npos);
+  CHECK(r.out.find("bf16/rne/fa2-sm80/sink/n128/d32") != std::string::npos);
+  CHECK(r.out.find("bf16/rne/triton-tutorial-sm90") == std::string::npos);
+}
+
+// probe-check read its input whole (up to the 16 GiB cap) before looking at its first 8 bytes:
+// /dev/zero ran until the cap, a gigabyte of anything took a gigabyte of memory to refuse.
+TEST_CASE("probe-check refuses what is no probe file before reading it whole") {
+  const Run device = run("probe-check /dev/zero");
+  CHECK(device.code == 2);
+  CHECK(one_error(device, "/dev/zero: not a regular file"));
+  // A sparse 4 GiB file of zeros: refused at its magic, without reading 4 GiB.
+  const std::string big = (scratch() / "not_a_probe.bin").string();
+  std::ofstream(big, std::ios::binary).put('\0');
+  std::filesystem::resize_file(big, std::uintmax_t{1} << 32);
+  const Run sparse = run("probe-check " + big);
+  CHECK(sparse.code == 2);
+  CHECK(one_error(sparse, "magic: not a probe file"));
+  std::filesystem::remove(big);
+}

@@ -1594,6 +1594,17 @@ TEST_CASE("sfu_named_sets_correct_and_hw_sm90") {
     CHECK((*member)->describe().find("APPROXIMATE") != std::string::npos);
   }
   std::filesystem::remove(empty);
+  // A folder that does not exist is a mistyped setting, refused by name: read as "no tables",
+  // it made every hardware replay a mismatch of the SFUs' making.
+  const std::string missing = temp_path("no_such_folder");
+  ::setenv("FLASHBITS_SFU_TABLES", missing.c_str(), 1);
+  CHECK_THROWS_WITH_AS(fb::find_sfu_set("hw-sm90"), doctest::Contains(("FLASHBITS_SFU_TABLES=" + missing + ": not a directory").c_str()),
+                       std::runtime_error);
+  CHECK_FALSE(fb::sfu_table_paths().empty());  // output checks still run
+  if (old)
+    ::setenv("FLASHBITS_SFU_TABLES", saved.c_str(), 1);
+  else
+    ::unsetenv("FLASHBITS_SFU_TABLES");
 }
 
 TEST_CASE("ex2_no_ftz_model_squares_the_half_argument_below_minus_126") {

@@ -55,9 +55,11 @@ ResolvedModel grid_cell_model(const char* option, const std::string& model, cons
   if (!runs_in_format) {
     std::string runs_in = r.fp8.enabled ? r.fp8.format.name : r.input.name;
     // A model that does not name its dtype runs in both 16-bit formats.
+    // A model that does not name its dtype runs in both 16-bit formats, unless its kernel refuses
+    // bf16 whatever the shape (the Triton tutorial: fp16 only).
     if (format != formats::bf16 && format != formats::fp16 &&
         attn::parse_kernel_model(label, formats::fp16).recipe->input == formats::fp16 && r.input == formats::bf16)
-      runs_in = "bf16 or fp16";
+      runs_in = attn::unmodelled_shape(r, attn::RunShape{}).empty() ? "bf16 or fp16" : "fp16";
     return {std::nullopt, label, label + " runs in " + runs_in + ", not " + format_name};
   }
   // A model with no final cast of O to round (standard-fp32) cannot take --round MODE: its
@@ -111,9 +113,22 @@ SweepGrid sweep_grid(const SweepRun& run) {
         // The baseline's final cast is its own recipe's (rne); the pair shares inputs and seed.
         if (!run.against.empty())
           baseline = grid_cell_model("--against", run.against, parsed_formats[f], "rne", sr_bits);
-        const std::string& why = !resolved.model                ? resolved.not_runnable
-                                 : baseline && !baseline->model ? baseline->not_runnable
-                                                                : resolved.not_runnable;
+        std::string why = !resolved.model                ? resolved.not_runnable
+                          : baseline && !baseline->model ? baseline->not_runnable
+                                                         : resolved.not_runnable;
+        // A kernel that refuses the sweep's shape in this format (the Triton tutorial: bf16, or a
+        // head dim its asserts reject) is a cell it cannot run: skipped with a note, as a format
+        // it does not run in is, not the whole grid ended by its refusal. Every trial has one
+        // head of seqlen queries and keys, with the backward.
+        if (why.empty()) {
+          const attn::RunShape shape{1, 1, 1, static_cast<int>(run.seqlen), static_cast<int>(run.seqlen),
+                                     static_cast<int>(run.headdim), false, true};
+          const std::vector<const ResolvedModel*> pair = {&resolved, baseline ? &*baseline : nullptr};
+          for (const ResolvedModel* m : pair)
+            if (m && why.empty())
+              if (const std::string refusal = attn::unmodelled_shape(*m->model->recipe, shape); !refusal.empty())
+                why = m->model->name + " in " + formats[f] + " does not model this shape: " + refusal;
+        }
         if (!why.empty()) {
           if (std::find(grid.skipped.begin(), grid.skipped.end(), why) == grid.skipped.end())
             grid.skipped.push_back(why);

@@ -223,6 +223,19 @@ void write_probe_file(const std::string& path, const ProbeFile& file) {
 }
 
 ProbeFile read_probe_file(const std::string& path) {
+  // Not a probe file is said before anything is read whole: a FIFO without a writer would
+  // block in open(), and /dev/zero or a gigabyte of something else would be read into memory
+  // (up to the cap) only to fail at its first 8 bytes.
+  {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+      throw ProbeFileError(path + ": not a regular file (a probe file is one)");
+    std::ifstream head(path, std::ios::binary);
+    char magic[sizeof kMagic] = {};
+    if (head && head.read(magic, sizeof magic) && std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+      throw ProbeFileError(path + ": magic: not a probe file (expected FBPROBE1)");
+  }
   // One read into one buffer: device files reach gigabytes (fb-mma-probe --tiles 900).
   std::string data;
   try {

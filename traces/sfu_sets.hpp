@@ -25,6 +25,7 @@ std::vector<std::string> sfu_set_names();
 // nullopt for an unknown name; a shipped table that exists but does not load throws
 // std::runtime_error naming the file.
 std::optional<SfuSet> find_sfu_set(std::string_view name);
+// std::runtime_error when $FLASHBITS_SFU_TABLES names no directory (an empty one is allowed).
 std::vector<std::string> sfu_table_dirs();
 // Every path a named set may load a table from (each directory of sfu_table_dirs() times each
 // table's file name, present or not): files a command's output must never overwrite
