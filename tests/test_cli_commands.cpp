@@ -1773,7 +1773,14 @@ TEST_CASE("demo on a trace that names no model says what to do, in one line") {
   const Run r = run("demo --trace " + path);
   CHECK(r.code == 2);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-  CHECK_MESSAGE(r.err.find(path + ": metadata key model is empty") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find(path + ": names no model (its metadata key model is absent or empty)") != std::string::npos,
+                r.err);
+  // An empty key states nothing: import --model fills it (it used to be a conflict with
+  // model=''), and the trace it writes replays.
+  const auto imported = (scratch() / "no_model_imported.safetensors").string();
+  const Run filled = run("import " + path + " --model fa2-sm80 --out " + imported);
+  CHECK_MESSAGE(filled.code == 0, filled.err);
+  CHECK(run("replay " + imported).code == 0);
 }
 
 TEST_CASE("replay refuses a trace whose seed metadata is not an unsigned integer") {
@@ -1956,8 +1963,9 @@ TEST_CASE("bias-test and sweep: the correctly rounded reference adds exactly its
 // end the whole grid with that cell's refusal. The tutorial's note for another format names the
 // one it runs in.
 TEST_CASE("sweep skips a cell whose kernel refuses the shape in its format, and runs the rest") {
-  const Run r = run("sweep --model fa2-sm80,triton-tutorial-sm90 --formats fp16,bf16,e4m3 --seqlen 128 --headdim 32 "
-                    "--trials 2 --jobs 1");
+  const Run r =
+      run("sweep --model fa2-sm80,triton-tutorial-sm90 --formats fp16,bf16,e4m3 --seqlen 128 --headdim 32 "
+          "--trials 2 --jobs 1");
   CHECK_MESSAGE(r.code != 2, r.err);
   CHECK_MESSAGE(r.err.find("note: skipped: triton-tutorial-sm90 in bf16 does not model this shape: runs fp16 inputs "
                            "only") != std::string::npos,
@@ -1982,4 +1990,35 @@ TEST_CASE("probe-check refuses what is no probe file before reading it whole") {
   CHECK(sparse.code == 2);
   CHECK(one_error(sparse, "magic: not a probe file"));
   std::filesystem::remove(big);
+}
+
+// fb-fa2's per-tile intermediates hold one entry per KV block: a trace whose trace_m says
+// otherwise was reported as the kernel's mismatch (exit 1), not as the malformed trace it is.
+TEST_CASE("replay: a per-tile intermediate with the wrong number of kv blocks is a bad trace") {
+  const std::filesystem::path capture =
+      std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces/hw/h200/fa2/fa2_random_d128.safetensors";
+  fb::Safetensors file = fb::read_safetensors(capture);
+  fb::SafeTensor* m = nullptr;
+  for (fb::SafeTensor& t : file.tensors)
+    if (t.name == "trace_m") m = &t;
+  REQUIRE(m != nullptr);
+  REQUIRE(m->shape.size() >= 2);
+  // One kv block more, its entries a copy of the last one's.
+  const std::size_t per_block = m->bytes.size() / (m->shape[0] * m->shape[1]);
+  std::vector<std::uint8_t> bytes;
+  for (std::size_t row = 0; row < m->shape[0]; ++row) {
+    const auto begin = m->bytes.begin() + static_cast<std::ptrdiff_t>(row * m->shape[1] * per_block);
+    bytes.insert(bytes.end(), begin, begin + static_cast<std::ptrdiff_t>(m->shape[1] * per_block));
+    const std::vector<std::uint8_t> last(bytes.end() - static_cast<std::ptrdiff_t>(per_block), bytes.end());
+    bytes.insert(bytes.end(), last.begin(), last.end());
+  }
+  m->bytes = bytes;
+  m->shape[1] += 1;
+  const std::string path = (scratch() / "trace_m_blocks.safetensors").string();
+  fb::write_safetensors(path, file);
+  CHECK(run("replay " + capture.string()).code == 0);
+  const Run r = run("replay " + path);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(error_line(r).find("tensor trace_m: ") != std::string::npos, r.err);
+  CHECK(error_line(r).find("kv blocks, but") != std::string::npos);
 }

@@ -138,6 +138,13 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
     throw TraceError(trace.source_name() + ": tensor " + name + ": expected [" + std::to_string(rows.size()) +
                      " traced rows][kv blocks]...");
   const std::size_t blocks = captured.shape[1];
+  // One entry per KV block of block_n keys: another count is a malformed trace, not a mismatch.
+  const std::uint64_t kv_blocks = (trace.kv_rows() + static_cast<std::uint64_t>(block_n) - 1) /
+                                  static_cast<std::uint64_t>(block_n);
+  if (blocks != kv_blocks)
+    throw TraceError(trace.source_name() + ": tensor " + name + ": " + std::to_string(blocks) + " kv blocks, but " +
+                     std::to_string(trace.kv_rows()) + " keys in blocks of " + std::to_string(block_n) + " make " +
+                     std::to_string(kv_blocks));
   std::size_t inner = 1;
   for (std::size_t i = 2; i < captured.shape.size(); ++i) inner *= captured.shape[i];
   const Format& f = captured.format;
@@ -206,7 +213,7 @@ int run_replay(const ReplayOptions& o) {
   const Trace trace = load_capture({o.path}, capture_options_or_throw(o.capture));
   const TraceMetadata& md = trace.metadata();
   if (o.model.empty() && md.model.empty())
-    throw InputError(o.path + ": metadata key model is empty; give --model NAME");
+    throw InputError(o.path + ": names no model (its metadata key model is absent or empty); give --model NAME");
   // What import checks before it writes a trace (attention/trace_inputs.hpp), so that every
   // imported trace replays.
   attn::ReplayableTrace replayable = attn::check_replayable(trace, o.model);

@@ -83,7 +83,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // measured on the capture's GPU where there are some (api/models.hpp).
   if (md.model.empty())
     throw InputError(path +
-                     ": metadata key model is empty: demo replays a trace under the model it names "
+                     ": names no model (its metadata key model is absent or empty): demo replays a trace under the model it names "
                      "(`flashbits import --model NAME` records one; `flashbits replay FILE --model NAME` "
                      "replays without)");
   // As replay and import check it: a model for the trace's dtype (TraceError names the file).

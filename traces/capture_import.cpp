@@ -139,14 +139,14 @@ CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options,
                    "pass --layout bhsd or --layout bshd");
 }
 
-// Merges one option into the metadata map: absent -> set; present and equal -> kept;
-// present and different -> an error naming both.
+// Merges one option into the metadata map: absent (or empty: it states nothing) -> set;
+// present and equal -> kept; present and different -> an error naming both.
 template <class T, class Parse>
 void merge_option(std::map<std::string, std::string>& metadata, std::string_view key, const std::optional<T>& option,
                   const std::string& option_text, const std::string& flag, Parse parse, std::string_view source) {
   if (!option) return;
   const auto it = metadata.find(std::string(key));
-  if (it == metadata.end()) {
+  if (it == metadata.end() || it->second.empty()) {
     metadata[std::string(key)] = option_text;
     return;
   }
