@@ -2022,3 +2022,20 @@ TEST_CASE("replay: a per-tile intermediate with the wrong number of kv blocks is
   CHECK_MESSAGE(error_line(r).find("tensor trace_m: ") != std::string::npos, r.err);
   CHECK(error_line(r).find("kv blocks, but") != std::string::npos);
 }
+
+// Integer options take decimal digits only (docs/CLI.md): CLI11 alone also reads 0x2, 0b1 and
+// 1e1 as integers, so --jobs 0x2 and --sr-bits 0x10 were accepted as 2 and 16.
+TEST_CASE("--jobs and --sr-bits take decimal digits only") {
+  for (const std::string& command :
+       {std::string("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --jobs 0x2"),
+        std::string("sweep --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --jobs 0x2"),
+        std::string("sweep --model fa2-sm80 --round sr --trials 2 --seqlen 16 --headdim 16 --sr-bits 0x10"),
+        std::string("op add fp32 sr 3f800000 3f800001 --sr-bits 0x10"),
+        std::string("make-trace --model fa2-sm80 --seqlen 16 --headdim 16 --out /dev/null --jobs 1e1")}) {
+    CAPTURE(command);
+    const Run r = run(command);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "expected an integer 1.."));
+  }
+  CHECK(run("op add fp32 sr 3f800000 3f800001 --sr-bits +16").code == 0);
+}

@@ -141,9 +141,22 @@ int default_jobs() {
 
 CLI::Option* add_jobs_option(CLI::App& app, int& jobs) {
   jobs = default_jobs();
-  return app.add_option("--jobs", jobs,
-                        "threads, 1.." + std::to_string(kMaxJobs) + " (default: the machine's cores, " +
-                            std::to_string(default_jobs()) + " here; results do not depend on it)");
+  return app
+      .add_option("--jobs", jobs,
+                  "threads, 1.." + std::to_string(kMaxJobs) + " (default: the machine's cores, " +
+                      std::to_string(default_jobs()) + " here; results do not depend on it)")
+      ->check(decimal_word("1.." + std::to_string(kMaxJobs)));  // the range: jobs_or_throw, naming the count
+}
+
+CLI::Validator decimal_word(const std::string& range) {
+  auto check = [range](std::string& word) -> std::string {
+    std::string_view digits = word;
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+    const bool decimal =
+        !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return decimal ? "" : "expected an integer " + range + ", got '" + word + "'";
+  };
+  return CLI::Validator(check, range, "decimal_word");
 }
 
 void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,

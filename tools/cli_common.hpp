@@ -152,6 +152,10 @@ void run_on_threads(int jobs, const std::function<void()>& worker, const std::fu
 // `--trials: expected an integer 1..16777216 (2^24, the most trials), got '1e12'`; `limit`,
 // when given, is that parenthesis.
 CLI::Validator integer_in(std::uint64_t lo, std::uint64_t hi, const std::string& limit = "");
+// The word alone: decimal digits with an optional '+' (CLI11 would also read 0x10, 0b1 and
+// 1e1 as integers), for an option whose range a later check names with its value (--jobs).
+// `range` is said in the message: "expected an integer 1..1024, got '0x2'".
+CLI::Validator decimal_word(const std::string& range);
 // --seed of every command that takes one: 0..2^64-1, checked by integer_in.
 CLI::Option* add_seed_option(CLI::App& app, std::uint64_t& seed, const std::string& description);
 // The checks of the problem-size options, as CLI11 reads them (integer_in): --trials

@@ -118,9 +118,9 @@ Runner setup_op(CLI::App& app) {
   app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
   app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite")
       ->each([o](const std::string&) { o->overflow_given = true; });
-  app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)")->each([o](const std::string&) {
-    o->sr_options_given.push_back("--sr-bits");
-  });
+  app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)")
+      ->check(decimal_word("1..32"))
+      ->each([o](const std::string&) { o->sr_options_given.push_back("--sr-bits"); });
   add_seed_option(app, o->seed, "seed of the stochastic-rounding stream")->each([o](const std::string&) {
     o->sr_options_given.push_back("--seed");
   });

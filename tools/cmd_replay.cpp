@@ -139,8 +139,8 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
                      " traced rows][kv blocks]...");
   const std::size_t blocks = captured.shape[1];
   // One entry per KV block of block_n keys: another count is a malformed trace, not a mismatch.
-  const std::uint64_t kv_blocks = (trace.kv_rows() + static_cast<std::uint64_t>(block_n) - 1) /
-                                  static_cast<std::uint64_t>(block_n);
+  const std::uint64_t kv_blocks =
+      (trace.kv_rows() + static_cast<std::uint64_t>(block_n) - 1) / static_cast<std::uint64_t>(block_n);
   if (blocks != kv_blocks)
     throw TraceError(trace.source_name() + ": tensor " + name + ": " + std::to_string(blocks) + " kv blocks, but " +
                      std::to_string(trace.kv_rows()) + " keys in blocks of " + std::to_string(block_n) + " make " +

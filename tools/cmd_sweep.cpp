@@ -179,10 +179,12 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--trials", o->trials, "trials per configuration (default 8)")->check(trials_in(1));
   add_seed_option(app, o->seed, "seed (default 0)");
   app.add_option("--sr-bits", o->sr_bits, "random bits for --round sr, 1..32 (default 24)")
+      ->check(decimal_word("1..32"))
       ->each([o](const std::string&) { o->sr_bits_given = true; });
   app.add_option("--jobs", o->jobs,
                  "threads, 1.." + std::to_string(kMaxJobs) + " (default: the machine's cores, " +
-                     std::to_string(default_jobs()) + " here; results do not depend on it)");
+                     std::to_string(default_jobs()) + " here; results do not depend on it)")
+      ->check(decimal_word("1.." + std::to_string(kMaxJobs)));
   app.add_option("--shard", o->shard,
                  "K/N: run configurations i with i % N == K-1 (the output's run record lets merge check the set)");
   app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default 1e-3)");

@@ -82,10 +82,11 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   // The metadata's model (an unknown or unfit one is an error of this file), with the SFUs
   // measured on the capture's GPU where there are some (api/models.hpp).
   if (md.model.empty())
-    throw InputError(path +
-                     ": names no model (its metadata key model is absent or empty): demo replays a trace under the model it names "
-                     "(`flashbits import --model NAME` records one; `flashbits replay FILE --model NAME` "
-                     "replays without)");
+    throw InputError(
+        path +
+        ": names no model (its metadata key model is absent or empty): demo replays a trace under the model it names "
+        "(`flashbits import --model NAME` records one; `flashbits replay FILE --model NAME` "
+        "replays without)");
   // As replay and import check it: a model for the trace's dtype (TraceError names the file).
   const attn::ModelHandle named = attn::check_replayable(trace, "").model;
   api::ModelResolutionNotes resolution;

@@ -121,8 +121,9 @@ SweepGrid sweep_grid(const SweepRun& run) {
         // it does not run in is, not the whole grid ended by its refusal. Every trial has one
         // head of seqlen queries and keys, with the backward.
         if (why.empty()) {
-          const attn::RunShape shape{1, 1, 1, static_cast<int>(run.seqlen), static_cast<int>(run.seqlen),
-                                     static_cast<int>(run.headdim), false, true};
+          const attn::RunShape shape{
+              1,     1,   1, static_cast<int>(run.seqlen), static_cast<int>(run.seqlen), static_cast<int>(run.headdim),
+              false, true};
           const std::vector<const ResolvedModel*> pair = {&resolved, baseline ? &*baseline : nullptr};
           for (const ResolvedModel* m : pair)
             if (m && why.empty())
