@@ -1598,7 +1598,8 @@ TEST_CASE("sfu_named_sets_correct_and_hw_sm90") {
   // it made every hardware replay a mismatch of the SFUs' making.
   const std::string missing = temp_path("no_such_folder");
   ::setenv("FLASHBITS_SFU_TABLES", missing.c_str(), 1);
-  CHECK_THROWS_WITH_AS(fb::find_sfu_set("hw-sm90"), doctest::Contains(("FLASHBITS_SFU_TABLES=" + missing + ": not a directory").c_str()),
+  CHECK_THROWS_WITH_AS(fb::find_sfu_set("hw-sm90"),
+                       doctest::Contains(("FLASHBITS_SFU_TABLES=" + missing + ": not a directory").c_str()),
                        std::runtime_error);
   CHECK_FALSE(fb::sfu_table_paths().empty());  // output checks still run
   if (old)

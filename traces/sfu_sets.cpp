@@ -121,9 +121,9 @@ std::vector<std::string> sfu_table_paths() {
   // The folders as set, whether they exist or not (sfu_table_dirs refuses a missing one when a
   // set is loaded): an output can overwrite no table in a folder that is not there.
   const char* env = std::getenv("FLASHBITS_SFU_TABLES");
-  const std::vector<std::string> dirs = env && *env ? std::vector<std::string>{env}
-                                                    : std::vector<std::string>{FLASHBITS_SFU_TABLE_DIR,
-                                                                               FLASHBITS_SFU_TABLE_BUILD_DIR};
+  const std::vector<std::string> dirs =
+      env && *env ? std::vector<std::string>{env}
+                  : std::vector<std::string>{FLASHBITS_SFU_TABLE_DIR, FLASHBITS_SFU_TABLE_BUILD_DIR};
   for (const std::string& dir : dirs)
     for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
       paths.push_back((std::filesystem::path(dir) / table_file(f)).string());
