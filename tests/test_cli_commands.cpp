@@ -761,9 +761,19 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   const Run r = run("demo");
   REQUIRE(r.code == 0);
   CHECK(r.out.find("hardware capture (source cuda:NVIDIA H200)") != std::string::npos);
-  CHECK(r.out.find("1. Replay: 16384/16384 elements of O match") != std::string::npos);
+  CHECK(r.out.find("1. Replay: 262144/262144 elements of O match") != std::string::npos);
   CHECK(r.out.find("correctly rounded reference") != std::string::npos);
-  CHECK(r.out.find("Verdict (from the excess") != std::string::npos);
+  // One sample per head, as bias-test --traces counts them: 16 heads, enough for a verdict, and
+  // the one bias-test gives for this file's O.
+  CHECK(r.out.find("16 independent sample(s): one per kv head") != std::string::npos);
+  const Run bias = run("bias-test --json --traces " + std::string(FLASHBITS_SOURCE_DIR) +
+                       "/traces/hw/h200/bias/torch_bf16_sink_d64_x64_h00-15.safetensors");
+  const auto jb = nlohmann::json::parse(bias.out);
+  const std::string o_verdict = jb["against_floor"]["o"]["verdict"].get<std::string>();
+  CHECK_MESSAGE(r.out.find("Verdict on O (from the excess: what the kernel adds to its format's own rounding): "
+                           "pytorch-fa2-sm90: " +
+                           o_verdict + " (") != std::string::npos,
+                r.out << o_verdict);
   // The shown rounding is the step's own: pytorch-fa2-sm90's tensor-core steps truncate, so
   // a round bit and sticky bit of 1 rounded toward zero must not be called round-to-nearest.
   CHECK(r.out.find("RNE decision") == std::string::npos);
@@ -776,8 +786,14 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   const Run e = run("demo --trace " + emulated);
   REQUIRE(e.code == 0);
   CHECK(e.out.find("EMULATED trace") != std::string::npos);
-  CHECK(e.out.find("fa-bf16acc: adds bias on this trace") != std::string::npos);
-  CHECK(e.out.find("intervals above are optimistic") != std::string::npos);
+  // Its one head is one sample: the excess is shown, the verdict is not made up from rows that
+  // share their keys and values (it said "adds bias" there, and on a 16-head capture where
+  // bias-test found none).
+  CHECK(e.out.find("fa-bf16acc excess over the reference: -0.1") != std::string::npos);
+  CHECK(e.out.find("fa-bf16acc: inconclusive (1 independent samples; a verdict needs at least 8)") !=
+        std::string::npos);
+  CHECK(e.out.find("fewer than a verdict needs: `flashbits bias-test --model fa-bf16acc --scenario sink`") !=
+        std::string::npos);
 }
 
 TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess over the correctly rounded reference") {

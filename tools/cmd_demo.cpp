@@ -1,7 +1,8 @@
 // tools/cmd_demo.cpp: `flashbits demo`, the main job on the shipped default trace.
 //
-// Replays traces/hw/h200/torch/torch_bf16_sink_d64.safetensors (a hardware capture:
-// PyTorch's SDPA flash backend, bf16, on an NVIDIA H200, sink scenario), shows the bias
+// Replays traces/hw/h200/bias/torch_bf16_sink_d64_x64_h00-15.safetensors (a hardware capture:
+// PyTorch's SDPA flash backend, bf16, on an NVIDIA H200, sink scenario, 16 heads: 16
+// independent samples, enough for a verdict), shows the bias
 // mechanism on a sink row, measures the kernel against the correctly rounded reference,
 // runs +dynmax beside it and ends with a verdict (tools/demo_report.hpp). --trace runs
 // the same report on another trace, e.g. traces/examples/sink-fa-bf16acc.safetensors
@@ -19,7 +20,8 @@
 namespace fb::cli {
 namespace {
 
-constexpr const char* kDefaultTrace = FLASHBITS_SOURCE_DIR "/traces/hw/h200/torch/torch_bf16_sink_d64.safetensors";
+constexpr const char* kDefaultTrace =
+    FLASHBITS_SOURCE_DIR "/traces/hw/h200/bias/torch_bf16_sink_d64_x64_h00-15.safetensors";
 
 Runner setup_demo(CLI::App& app) {
   auto trace = std::make_shared<std::string>(kDefaultTrace);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -40,6 +42,28 @@ std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& wan
     }
     means.push_back(s / got.cols);
   }
+  return means;
+}
+
+// One sample per kv head of each batch entry, as bias-test --traces counts them: the mean of
+// its rows' means (rows that see no key, `keep` false, left out). Rows of one kv head share its
+// keys and values, so they are no independent samples.
+std::vector<double> cluster_means(const std::vector<double>& row_mean, const std::vector<bool>& keep,
+                                  const attn::AttentionInputs& in) {
+  const int heads = in.q.heads, rows = in.q.rows, kv_heads = std::max(1, in.k.heads);
+  const int group = std::max(1, heads / kv_heads);
+  std::vector<double> sum(static_cast<std::size_t>(in.q.batch) * static_cast<std::size_t>(kv_heads), 0.0);
+  std::vector<long long> count(sum.size(), 0);
+  for (std::size_t r = 0; r < row_mean.size(); ++r) {
+    if (!keep[r]) continue;
+    const std::size_t b = r / (static_cast<std::size_t>(heads) * rows), h = (r / rows) % heads;
+    const std::size_t c = b * static_cast<std::size_t>(kv_heads) + h / static_cast<std::size_t>(group);
+    sum[c] += row_mean[r];
+    ++count[c];
+  }
+  std::vector<double> means;
+  for (std::size_t c = 0; c < sum.size(); ++c)
+    if (count[c] > 0) means.push_back(sum[c] / static_cast<double>(count[c]));
   return means;
 }
 
@@ -109,8 +133,16 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   if (!sfu_note.empty()) os << sfu_note << "\n";
   os << "\n";
 
-  // 1. Replay.
-  const attn::AttentionOutputs base = attn::run_attention(model, in, {});
+  // 1. Replay, with the run's recorded seed where the model draws from one (+o-sr), as replay.
+  attn::RunOptions run_options;
+  if (model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard) {
+    const std::optional<std::uint64_t> seed = attn::recorded_run_seed(trace, model.name);
+    if (!seed)
+      throw InputError(path + ": __metadata__: key 'seed' is absent: " + model.name +
+                       " rounds O stochastically from the run's seed, which a replay must reproduce");
+    run_options.seed = *seed;
+  }
+  const attn::AttentionOutputs base = attn::run_attention(model, in, run_options);
   const RawTensor captured = trace.bits("o");
   long long match = 0;
   for (std::size_t i = 0; i < captured.bits.size(); ++i) {
@@ -140,6 +172,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     }
   const int d = base.o.cols;
   const int row = static_cast<int>((worst / d) % base.o.rows);
+  const int head = static_cast<int>((worst / d / base.o.rows) % base.o.heads);
+  const int batch = static_cast<int>(worst / d / base.o.rows / base.o.heads);
   int feature = static_cast<int>(worst % d);
   // The tracer keeps every rounding event for one feature of the row. Show the feature
   // with the most negative error whose P.V accumulation has a significand overflow that
@@ -154,8 +188,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   std::stable_sort(features_by_error.begin(), features_by_error.end(),
                    [&](int a, int b) { return err_of(a) < err_of(b); });
   attn::Tracer tracer;
-  tracer.rows.push_back({0, 0, row});
-  attn::RunOptions opt;
+  tracer.rows.push_back({batch, head, row});
+  attn::RunOptions opt = run_options;
   opt.tracer = &tracer;
   // At most 8 candidates: each is one traced run of the whole trace.
   if (features_by_error.size() > 8) features_by_error.resize(8);
@@ -176,8 +210,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     attn::run_attention(model, in, opt);
   }
   worst_err = err_of(feature);
-  os << "2. The mechanism, row " << row << " feature " << feature << " (O error " << fmt("%+.3g", worst_err)
-     << " ulp):\n";
+  const std::string where = (base.o.batch > 1 ? "batch " + std::to_string(batch) + ", " : std::string()) +
+                            (base.o.heads > 1 ? "head " + std::to_string(head) + ", " : std::string()) + "row " +
+                            std::to_string(row);
+  const std::string replay_where = (base.o.batch > 1 ? " --batch " + std::to_string(batch) : std::string()) +
+                                   (base.o.heads > 1 ? " --head " + std::to_string(head) : std::string()) + " --row " +
+                                   std::to_string(row);
+  os << "2. The mechanism, " << where << " feature " << feature << " (O error " << fmt("%+.3g", worst_err)
+     << " ulps of " << out_f.name << " at |exact O|):\n";
   if (!tracer.traces.empty()) {
     const attn::RowTrace& t = tracer.traces.front();
     int p1 = 0, ovf = 0, up = 0, down = 0;
@@ -205,7 +245,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     if (shown) describe_event(os, "one rounding of this feature's P.V accumulation", *shown, kept);
     if (!t.cumulative_error_by_key.empty())
       os << "    cumulative rounding error of O-bar after all keys: " << fmt("%+.4g", t.cumulative_error_by_key.back())
-         << " (value units; `flashbits replay " << path << " --row " << row << " --feature " << feature
+         << " (value units; `flashbits replay " << path << replay_where << " --feature " << feature
          << " --plot FILE.svg` draws it)\n";
   }
   os << "\n";
@@ -224,34 +264,55 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }
   const attn::ErrorUnits units = attn::error_units(out_f, in, exact);
-  const std::vector<double> err = row_means(base.o, exact.o, units.o), err_fix = row_means(fix.o, exact.o, units.o);
+  // The kernel's error is the captured O's (what bias-test --traces measures; the replay above
+  // says whether the model reproduces it), the fix's is its recomputation's.
+  attn::Tensor4 captured_o = base.o;
+  for (std::size_t i = 0; i < captured.bits.size(); ++i)
+    captured_o.data[i] = to_double(captured.format, captured.bits[i]);
+  const std::vector<double> err = row_means(captured_o, exact.o, units.o), err_fix = row_means(fix.o, exact.o, units.o);
   // The floor, as bias-test's: the `correctly-rounded` reference, rounded to nearest even where
   // the kernel keeps O.
   const attn::ModelHandle reference = attn::correctly_rounded_reference(*model.recipe);
   const attn::Tensor4 o_cr = attn::round_exact_outputs(*reference.recipe, in, exact, {}).o;
   const std::vector<double> err_cr = row_means(o_cr, exact.o, units.o);
-  std::vector<double> excess(err.size()), excess_fix(err.size());
-  for (std::size_t r = 0; r < err.size(); ++r) excess[r] = err[r] - err_cr[r], excess_fix[r] = err_fix[r] - err_cr[r];
+  // Rows that see no key (a causal mask with more queries than keys) hold O = 0 by every
+  // kernel's guard: no rounding to measure, left out as bias-test leaves them out.
+  std::vector<bool> keep(err.size(), true);
+  long long without_keys = 0;
+  for (std::size_t r = 0; r < keep.size(); ++r)
+    if (exact.lse.data[r] == std::numeric_limits<double>::infinity()) keep[r] = false, ++without_keys;
+  const std::vector<double> samples = cluster_means(err, keep, in), samples_fix = cluster_means(err_fix, keep, in),
+                            samples_cr = cluster_means(err_cr, keep, in);
+  std::vector<double> excess(samples.size()), excess_fix(samples.size());
+  for (std::size_t c = 0; c < samples.size(); ++c)
+    excess[c] = samples[c] - samples_cr[c], excess_fix[c] = samples_fix[c] - samples_cr[c];
   auto line = [&](const std::string& what, const std::vector<double>& v) {
     const auto st = attn::summarize(v);
-    os << "    " << what << ": " << fmt("%+.4g", st.mean) << "  99.9% CI [" << fmt("%+.3g", st.ci_low) << ", "
-       << fmt("%+.3g", st.ci_high) << "]  p=" << attn::p_value_text(st.p_t) << "\n";
+    os << "    " << what << ": " << fmt("%+.4g", st.mean);
+    if (st.has_spread())
+      os << "  99.9% CI [" << fmt("%+.3g", st.ci_low) << ", " << fmt("%+.3g", st.ci_high)
+         << "]  p=" << attn::p_value_text(st.p_t);
+    os << "\n";
   };
-  os << "3. Mean signed error of O per row (ulps of " << out_f.name
-     << " at max(|O|, sum_j P_ij |V_jc|), as bias-test), " << err.size() << " rows:\n";
-  line(model.name + " against exact", err);
-  line("correctly rounded reference (exact, rounded once)", err_cr);
+  os << "3. Mean signed error of O (ulps of " << out_f.name << " at max(|O|, sum_j P_ij |V_jc|), as bias-test), "
+     << samples.size() << " independent sample(s): one per kv head (its rows share keys and values)"
+     << (without_keys > 0 ? "; " + std::to_string(without_keys) + " row(s) that see no key left out" : "") << ":\n";
+  line(model.name + " (the captured O) against exact", samples);
+  line("correctly rounded reference (exact, rounded once)", samples_cr);
   line(model.name + " excess over the reference", excess);
   line(fixed.name + " excess over the reference", excess_fix);
-  // bias-test's verdict (studies/verdict.hpp) on the rows; the rows of one head share its
-  // keys, so they are not independent samples and the interval is optimistic: said below.
-  const attn::FloorComparison c_base = attn::compare_with_floor(err, err_cr, 1e-3, attn::kDefaultAtStakeUlps);
-  const attn::FloorComparison c_fix = attn::compare_with_floor(err_fix, err_cr, 1e-3, attn::kDefaultAtStakeUlps);
-  os << "\nVerdict (from the excess: what the kernel adds to its format's own rounding): " << model.name << ": "
-     << attn::verdict_text(c_base.verdict)
-     << " on this trace; with the dynamic max (every P-bar < 1): " << attn::verdict_text(c_fix.verdict) << ".\n"
-     << "(Indicative: these rows share their heads' keys and values, so they are not independent samples and "
-        "the intervals above are optimistic; `flashbits bias-test` over many trials or heads gives the verdict.)\n";
+  // bias-test's verdict rules (studies/verdict.hpp) on those samples: O's verdict, as
+  // bias-test --traces gives it for this file's O.
+  const attn::FloorComparison c_base = attn::compare_with_floor(samples, samples_cr, 1e-3, attn::kDefaultAtStakeUlps);
+  const attn::FloorComparison c_fix =
+      attn::compare_with_floor(samples_fix, samples_cr, 1e-3, attn::kDefaultAtStakeUlps);
+  os << "\nVerdict on O (from the excess: what the kernel adds to its format's own rounding): " << model.name << ": "
+     << attn::verdict_text(c_base.verdict) << " (" << c_base.reason
+     << "); with the dynamic max (every P-bar < 1): " << attn::verdict_text(c_fix.verdict) << ".\n";
+  if (samples.size() < attn::kMinVerdictSamples)
+    os << "(This trace holds " << samples.size() << " independent sample(s), fewer than a verdict needs: "
+       << "`flashbits bias-test --model " << model.name << " --scenario sink` draws as many trials as asked, and "
+       << "`flashbits bias-test --traces DIR` tests a folder of captures, delta too.)\n";
   if (!model.recipe->hardware_validated())
     os << "(Emulated: parts of " << model.name << " are not validated on hardware.)\n";
   else if (is_hardware_capture(trace))
