@@ -412,18 +412,36 @@ void add_trace(const Trace& trace, ItemResult& item) {
   };
   const std::size_t clusters = static_cast<std::size_t>(std::max(1, in.q.batch)) * static_cast<std::size_t>(kv_heads);
   std::vector<ClusterSums> sums(clusters);
-  // The captured kernel's output, non-finite on these finite inputs: reported, not measured.
-  std::vector<std::size_t> bad_rows = non_finite_rows(o_vals);
-  std::vector<bool> bad(exact.o.data.size() / static_cast<std::size_t>(d), false);
-  for (std::size_t r : bad_rows) bad[r] = true;
-  std::vector<double> row_o(bad.size(), 0.0);  // each row's mean O error (by_max)
+  const std::size_t row_count = exact.o.data.size() / static_cast<std::size_t>(d);
   // Rows that see no key: exact attention's LSE of such a row is +inf (BiasReport::rows_without_keys).
-  std::vector<bool> without_keys(bad.size(), false);
-  for (std::size_t r = 0; r < without_keys.size(); ++r)
+  // What a kernel writes there is its guard's (0 in the flash kernels, NaN from PyTorch's math
+  // path, whose softmax of all -inf is NaN): no rounding to measure, and no fault either. Any
+  // other value is named.
+  std::vector<bool> without_keys(row_count, false);
+  std::size_t keyless_with_values = 0;
+  for (std::size_t r = 0; r < row_count; ++r)
     if (exact.lse.data[r] == std::numeric_limits<double>::infinity()) {
       without_keys[r] = true;
       ++item.rows_without_keys;
+      bool guarded = true;
+      for (int c = 0; c < d; ++c) {
+        const double v = o_vals.data[r * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
+        guarded = guarded && (v == 0.0 || std::isnan(v));
+      }
+      if (!guarded) ++keyless_with_values;
     }
+  if (keyless_with_values > 0)
+    item.assumed.push_back("note: " + trace.source_name() + ": " + std::to_string(keyless_with_values) +
+                           " row(s) that see no key hold an O other than 0 or NaN (what a kernel's guard writes "
+                           "there); left out like every row that sees no key, but the capture is not what a "
+                           "kernel writes");
+  // The captured kernel's output, non-finite on these finite inputs: reported, not measured.
+  std::vector<std::size_t> bad_rows;
+  for (std::size_t r : non_finite_rows(o_vals))
+    if (!without_keys[r]) bad_rows.push_back(r);
+  std::vector<bool> bad(row_count, false);
+  for (std::size_t r : bad_rows) bad[r] = true;
+  std::vector<double> row_o(bad.size(), 0.0);  // each row's mean O error (by_max)
   for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
     if (bad[r] || without_keys[r]) continue;
     double sum = 0, sum_kernel = 0, sum_quant = 0, sum_cr = 0;
@@ -486,7 +504,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
       throw TraceError(trace.source_name() + ": tensor delta: expected one value per row of q");
     for (std::size_t i = 0; i < kernel_deltas.size(); ++i) {
       trace_delta.push_back((kernel_deltas[i] - exact.delta->data[i]) / units.delta[i]);
-      if (!std::isfinite(kernel_deltas[i])) {
+      if (!std::isfinite(kernel_deltas[i]) && !without_keys[i]) {
         if (!bad[i]) bad_rows.push_back(i);
         bad[i] = true;
       }

@@ -643,3 +643,49 @@ TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in th
   }));
   std::filesystem::remove_all(dir);
 }
+
+// Rows that see no key (causal, more queries than keys) hold what a kernel's guard writes: 0
+// in the flash kernels, NaN from PyTorch's math path (its softmax of all -inf). A NaN there
+// dropped the whole verdict as a non-finite output; it is no fault, and those rows are left
+// out like every keyless row. A value that no guard writes is named.
+TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_keyless_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const double guard : {std::nan(""), 0.0, 1.0}) {
+    CAPTURE(guard);
+    BiasRun run;
+    for (int t = 0; t < 8; ++t) {
+      AttentionInputs in =
+          make_scenario("sink", 400 + static_cast<std::uint64_t>(t), 1, 1, 48, 16, formats::bf16, true, 1, 32);
+      in.causal = true;  // bottom-right: the first 16 query rows see no key
+      const AttentionOutputs exact = exact_attention(in);
+      std::vector<double> o(exact.o.data.size());
+      for (std::size_t i = 0; i < o.size(); ++i) o[i] = i < 16 * 16 ? guard : bf16_rne(exact.o.data[i]);
+      TraceMetadata md;
+      md.source = "emulated";
+      md.model = "fa2-sm80";
+      md.softmax_scale = in.softmax_scale;
+      md.causal = true;
+      md.causal_alignment = "bottom-right";
+      md.dtype = formats::bf16;
+      const auto path = dir / ("k" + std::to_string(t) + ".safetensors");
+      TraceBuilder(md)
+          .add_values("q", formats::bf16, {1, 1, 48, 16}, in.q.data)
+          .add_values("k", formats::bf16, {1, 1, 32, 16}, in.k.data)
+          .add_values("v", formats::bf16, {1, 1, 32, 16}, in.v.data)
+          .add_values("o", formats::bf16, {1, 1, 48, 16}, o)
+          .write(path);
+      run.traces.push_back(path);
+    }
+    const BiasReport r = run_bias(run);
+    CHECK(r.rows_without_keys == 8 * 16);
+    CHECK(r.non_finite_rows == 0);
+    CHECK(r.o_excess.n == 8);
+    CHECK(r.o_excess.mean == 0.0);  // the other rows are the floor itself
+    const bool named = std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+      return n.find("row(s) that see no key hold an O other than 0 or NaN") != std::string::npos;
+    });
+    CHECK(named == (guard == 1.0));
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -1557,13 +1557,19 @@ TEST_CASE("formats: named formats print only those, each once; no names print th
 }
 
 TEST_CASE("reports print an underflowed p-value as <1e-300, never p=0") {
-  // t around -9 with 255 degrees of freedom: p ~ 1e-17, once printed as 0.
-  const std::filesystem::path example =
-      std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "sink-fa-bf16acc.safetensors";
-  const Run demo = run("demo --trace " + example.string());
+  // A biased recipe on 16 heads (16 independent samples): p ~ 1e-10, once printed as 0; and the
+  // demo's verdict on it is bias-test's, adds bias (its 1-head example trace is one sample).
+  const std::string trace = (scratch() / "sink_fa_bf16acc_16_heads.safetensors").string();
+  REQUIRE(
+      run("make-trace --model fa-bf16acc --scenario sink --heads 16 --seqlen 128 --headdim 64 --out " + trace).code ==
+      0);
+  const Run demo = run("demo --trace " + trace);
   CHECK(demo.out.find("p=0 ") == std::string::npos);
   CHECK(demo.out.find("p=0\n") == std::string::npos);
-  CHECK(demo.out.find("fa-bf16acc: adds bias on this trace") != std::string::npos);
+  CHECK(demo.out.find("16 independent sample(s)") != std::string::npos);
+  CHECK(demo.out.find("fa-bf16acc: adds bias (excess -0.1") != std::string::npos);
+  const auto bias = nlohmann::json::parse(run("bias-test --json --traces " + trace).out);
+  CHECK(bias["against_floor"]["o"]["verdict"] == "adds bias");
 }
 
 // ---- issue 21, second batch ----------------------------------------------------------

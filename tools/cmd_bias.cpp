@@ -130,9 +130,11 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   for (const std::string& note : r.notes) std::cout << "note: " << note << "\n";
   if (!r.delta_note.empty()) std::cout << r.delta_note << "\n";
   if (r.rows_without_keys > 0)
-    std::cout << r.rows_without_keys
-              << " row(s) see no key (a causal mask with more queries than keys): O and delta are 0 there by every "
-                 "kernel's guard, so they are left out of the samples\n";
+    std::cout
+        << r.rows_without_keys
+        << " row(s) see no key (a causal mask with more queries than keys): O and delta there are what a kernel's "
+           "guard writes (0 in the flash kernels, NaN from PyTorch's math path), no rounding to measure, so "
+           "they are left out of the samples\n";
   if (r.repeated_samples > 0)
     std::cout << r.repeated_samples
               << " sample(s) repeat an earlier sample's inputs and outputs bit for bit (a capture given twice?): "
