@@ -48,6 +48,7 @@
 #include "attention/attention.hpp"
 #include "studies/bias_run.hpp"
 #include "attention/kernel_models.hpp"
+#include "emu/ops.hpp"
 #include "studies/statistics.hpp"
 #include "tests/bf16_reference.hpp"
 #include "traces/trace.hpp"
@@ -564,13 +565,14 @@ TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_formats_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   write_rounded_trace(dir / "a.safetensors", bf16_rne);
-  // An fp16 trace of the same model: fp16 inputs, its O the exact one cast to fp16 (a double's
-  // cast to _Float16 rounds once, to nearest even).
+  // An fp16 trace of the same model: fp16 inputs, its O the exact one rounded to fp16 (test data
+  // for a refusal, not a reference: nothing is compared with it).
   {
     const AttentionInputs in = make_scenario("sink", 12, 1, 1, 64, 64, formats::fp16, true);
     const AttentionOutputs exact = exact_attention(in);
     std::vector<double> o(exact.o.data.size());
-    for (std::size_t i = 0; i < o.size(); ++i) o[i] = static_cast<double>(static_cast<_Float16>(exact.o.data[i]));
+    for (std::size_t i = 0; i < o.size(); ++i)
+      o[i] = fb::to_double(formats::fp16, fb::round_double(formats::fp16, exact.o.data[i], fb::RoundingSpec{}).bits);
     TraceMetadata md;
     md.source = "emulated";
     md.model = "fa2-sm80";
