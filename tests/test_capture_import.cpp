@@ -229,6 +229,16 @@ TEST_CASE("bare captures: every missing or conflicting statement is one clear er
   o.source = "H100";
   CHECK_THROWS_WITH_AS(import_capture({bare}, o), doctest::Contains("expected cuda:<gpu>, emulated or unknown"),
                        TraceError);
+  // A GPU name that is blank, padded or carries a control character (a newline would forge a
+  // line of every report's provenance) is no hardware source.
+  for (const char* bad : {"cuda:", "cuda: ", "cuda:H100 ", "cuda: H100", "cuda:a\nb", "cuda:a\tb"}) {
+    CAPTURE(bad);
+    o.source = bad;
+    CHECK_THROWS_WITH_AS(import_capture({bare}, o), doctest::Contains("expected cuda:<gpu>, emulated or unknown"),
+                         TraceError);
+  }
+  CHECK(fb::is_valid_source("cuda:NVIDIA H200"));
+  CHECK(fb::is_valid_source("cuda:NVIDIA H100 80GB HBM3, driver 550"));
   o.source = "emulated";
   // uint16 arrays without --dtype: the message says how to read them.
   CHECK_THROWS_WITH_AS(import_capture({npz}, o), doctest::Contains("--dtype"), TraceError);

@@ -2,6 +2,7 @@
 // (contract in trace.hpp).
 #include "traces/trace.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <charconv>
@@ -323,8 +324,13 @@ Trace read_trace(const std::filesystem::path& path) {
 }
 
 bool is_valid_source(std::string_view source) {
-  return (source.starts_with(kCudaSourcePrefix) && source.size() > kCudaSourcePrefix.size()) ||
-         source == kEmulatedSource || source == kUnknownSource;
+  if (source == kEmulatedSource || source == kUnknownSource) return true;
+  if (!source.starts_with(kCudaSourcePrefix)) return false;
+  // The GPU's name is printed in every report's provenance line: not blank, not padded, and no
+  // control character (a newline would forge a line of the report).
+  const std::string_view gpu = source.substr(kCudaSourcePrefix.size());
+  const auto control = [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; };
+  return !gpu.empty() && gpu.front() != ' ' && gpu.back() != ' ' && std::none_of(gpu.begin(), gpu.end(), control);
 }
 
 bool is_hardware_capture(const Trace& trace) { return trace.metadata().source.starts_with(kCudaSourcePrefix); }

@@ -125,7 +125,8 @@ Trace read_trace(const std::filesystem::path& path);
 // The metadata "dtype" value: a flashbits format name or a torch dtype name
 // ("torch.bfloat16", "float16", "float8_e4m3fn"); nullopt for anything else.
 std::optional<Format> parse_trace_dtype(std::string_view text);
-// "cuda:<gpu>" (non-empty gpu), "emulated" or "unknown".
+// "cuda:<gpu>" (a gpu name neither empty nor padded with spaces, without control characters),
+// "emulated" or "unknown".
 bool is_valid_source(std::string_view source);
 // True only for source "cuda:<gpu>": a replay must never present an emulated trace as one.
 bool is_hardware_capture(const Trace& trace);
