@@ -1350,6 +1350,8 @@ std::string unmodelled_shape(const KernelModel& km, const RunShape& shape) {
   return "";
 }
 
+bool draws_random_bits(const KernelModel& km) { return km.o_round == RoundingMode::sr || km.fp8.hadamard; }
+
 std::string shape_warning(const KernelModel& km, const RunShape& shape) {
   if (km.bwd_always_causal && shape.backward && !shape.causal)
     return "this backward always masks causally, as the kernel's does: with causal off, its dQ, dK, dV are not the "

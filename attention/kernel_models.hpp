@@ -567,6 +567,10 @@ std::string unmodelled_shape(const KernelModel& km, const RunShape& shape);
 // lengths the source has no case for, and a grouped-query backward reduced as FA2 reduces it.
 // replay and the Python module print or return them with every run.
 std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const RunShape& shape);
+// Whether the model's arithmetic draws from a run's seed (+o-sr's stream, +hadamard's signs):
+// its results are the seed's, so a replay must take the recorded one and a seed for any other
+// model is refused rather than ignored.
+bool draws_random_bits(const KernelModel& km);
 // The warning a front end prints for this run of the model beside KernelModel::warning
 // (empty: none): a backward that masks causally whatever the forward did (bwd_always_causal)
 // warns on the runs it makes wrong, a backward with causal off, and on those only.

@@ -88,6 +88,14 @@ std::optional<std::uint64_t> recorded_run_seed(const Trace& trace, const std::st
   return seed;
 }
 
+std::uint64_t required_run_seed(const Trace& trace, const ModelHandle& model) {
+  if (const std::optional<std::uint64_t> seed = recorded_run_seed(trace, model.name)) return *seed;
+  throw TraceError(trace.source_name() + ": __metadata__: key 'seed' is absent: " + model.name +
+                   (model.recipe->fp8.hadamard ? " quantises with signs drawn from the run's seed"
+                                               : " rounds O stochastically from the run's seed") +
+                   ", which its results depend on");
+}
+
 std::vector<std::string> assumed_metadata_notes(const Trace& trace) {
   std::vector<std::string> notes;
   const TraceMetadata& m = trace.metadata();

@@ -52,6 +52,10 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
 // models never read it: a capture may record its own input seeds under the key (the H200 bias
 // captures hold one per head, "1000,1001,...").
 std::optional<std::uint64_t> recorded_run_seed(const Trace& trace, const std::string& model_name);
+// The recorded seed of a model that draws from one (draws_random_bits): as recorded_run_seed,
+// and a TraceError naming the file, the key and what the model draws when it is absent (a
+// guessed seed would read every draw that differs as the kernel's).
+std::uint64_t required_run_seed(const Trace& trace, const ModelHandle& model);
 // What inputs_from_trace assumed because the trace's metadata does not say it, one "note: ..."
 // line each (empty: nothing assumed): the softmax scale (1/sqrt(head dim)), causality (none),
 // and a causal mask's alignment where the lengths differ (bottom-right).

@@ -69,15 +69,32 @@ struct Samples {
   ElementSpread o_spread;  // every element of O: the kernel's own error and the floor's
 };
 
-// A trace cluster's sums over its rows: each row's mean error (and the kernel's own, the
-// quantisation's, the floor's) of O, and its delta's, with the rows counted.
+// One output's sums over a trace cluster's rows: each row's mean error against exact, the
+// kernel's own (against its target), the quantisation's and the floor's, with the rows counted.
+struct OutputSums {
+  double error = 0, kernel = 0, quant = 0, floor = 0;
+  long long rows = 0;
+  void add(const OutputSums& x) {
+    error += x.error, kernel += x.kernel, quant += x.quant, floor += x.floor;
+    rows += x.rows;
+  }
+  // The cluster's sample: its means, appended to the run's (nothing when it has no row; the
+  // quantisation's only where the run measures one).
+  void emit(std::vector<double>& errors, std::vector<double>& kernels, std::vector<double>* quants,
+            std::vector<double>& floors) const {
+    if (rows == 0) return;
+    const auto n = static_cast<double>(rows);
+    errors.push_back(error / n);
+    kernels.push_back(kernel / n);
+    if (quants) quants->push_back(quant / n);
+    floors.push_back(floor / n);
+  }
+};
 struct ClusterSums {
-  double o = 0, o_kernel = 0, o_quant = 0, o_cr = 0, delta = 0, delta_kernel = 0, delta_quant = 0, delta_cr = 0;
-  long long o_rows = 0, delta_rows = 0;
+  OutputSums o, delta;
   void add(const ClusterSums& x) {
-    o += x.o, o_kernel += x.o_kernel, o_quant += x.o_quant, o_cr += x.o_cr;
-    delta += x.delta, delta_kernel += x.delta_kernel, delta_quant += x.delta_quant, delta_cr += x.delta_cr;
-    o_rows += x.o_rows, delta_rows += x.delta_rows;
+    o.add(x.o);
+    delta.add(x.delta);
   }
 };
 
@@ -112,6 +129,22 @@ struct ItemResult {
   bool quantised = false;  // trace mode: measured against its quantised inputs (o_quant, delta_quant)
 };
 
+}  // namespace
+
+std::size_t kv_cluster_count(const AttentionInputs& in) {
+  return static_cast<std::size_t>(std::max(1, in.q.batch)) * static_cast<std::size_t>(std::max(1, in.k.heads));
+}
+
+std::size_t kv_cluster_of(const AttentionInputs& in, std::size_t row) {
+  const auto heads = static_cast<std::size_t>(in.q.heads), rows = static_cast<std::size_t>(in.q.rows);
+  const auto kv_heads = static_cast<std::size_t>(std::max(1, in.k.heads));
+  const std::size_t group = std::max<std::size_t>(1, heads / kv_heads);
+  const std::size_t b = row / (heads * rows), h = (row / rows) % heads;
+  return b * kv_heads + h / group;
+}
+
+namespace {
+
 void append(std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); }
 
 // Trace mode's samples, formed once every item is merged: one per group of clusters that
@@ -126,20 +159,8 @@ struct KvGroups {
   bool quantised = false;
   void emit(Samples& s) const {
     for (const ClusterSums& g : groups) {
-      if (g.o_rows > 0) {
-        const auto n = static_cast<double>(g.o_rows);
-        s.o.push_back(g.o / n);
-        s.o_kernel.push_back(g.o_kernel / n);
-        if (quantised) s.o_quant.push_back(g.o_quant / n);
-        s.o_cr.push_back(g.o_cr / n);
-      }
-      if (g.delta_rows > 0) {
-        const auto n = static_cast<double>(g.delta_rows);
-        s.delta.push_back(g.delta / n);
-        s.delta_kernel.push_back(g.delta_kernel / n);
-        if (quantised) s.delta_quant.push_back(g.delta_quant / n);
-        s.delta_cr.push_back(g.delta_cr / n);
-      }
+      g.o.emit(s.o, s.o_kernel, quantised ? &s.o_quant : nullptr, s.o_cr);
+      g.delta.emit(s.delta, s.delta_kernel, quantised ? &s.delta_quant : nullptr, s.delta_cr);
     }
   }
 };
@@ -163,7 +184,7 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
   } else {
     groups.quantised = groups.quantised || item.quantised;
     for (const ItemResult::ClusterKey& key : item.cluster_keys) {
-      const bool has_sample = key.sums.o_rows > 0 || key.sums.delta_rows > 0;
+      const bool has_sample = key.sums.o.rows > 0 || key.sums.delta.rows > 0;
       if (!groups.seen.insert(key.hash).second) {
         if (has_sample) ++report.repeated_samples;
         continue;
@@ -385,13 +406,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
   std::optional<AttentionOutputs> quantised_exact;
   if (named_fits) {
     RunOptions opt;
-    if (named.recipe->fp8.hadamard) {
-      const std::optional<std::uint64_t> seed = recorded_run_seed(trace, named.name);
-      if (!seed)
-        throw TraceError(trace.source_name() + ": __metadata__: key 'seed' is absent: " + named.name +
-                         " quantises with signs drawn from the run's seed");
-      opt.seed = *seed;
-    }
+    if (named.recipe->fp8.hadamard) opt.seed = required_run_seed(trace, named);
     seen = inputs_as_quantised(*named.recipe, in, opt);
     if (seen) quantised_exact = exact_attention(*seen);
   }
@@ -403,14 +418,8 @@ void add_trace(const Trace& trace, ItemResult& item) {
   const int d = o_vals.cols;
   // Rows of one kv head of one batch entry share its keys and values: they are one cluster,
   // whose mean is one independent sample (a row each would make the interval far too narrow).
-  const int heads = in.q.heads, rows = in.q.rows, kv_heads = std::max(1, in.k.heads);
-  const int group = std::max(1, heads / kv_heads);
-  const auto cluster_of = [&](std::size_t r) {
-    const std::size_t per_batch = static_cast<std::size_t>(heads) * static_cast<std::size_t>(rows);
-    const std::size_t b = r / per_batch, h = (r / static_cast<std::size_t>(rows)) % static_cast<std::size_t>(heads);
-    return b * static_cast<std::size_t>(kv_heads) + h / static_cast<std::size_t>(group);
-  };
-  const std::size_t clusters = static_cast<std::size_t>(std::max(1, in.q.batch)) * static_cast<std::size_t>(kv_heads);
+  const auto cluster_of = [&](std::size_t r) { return kv_cluster_of(in, r); };
+  const std::size_t clusters = kv_cluster_count(in);
   std::vector<ClusterSums> sums(clusters);
   const std::size_t row_count = exact.o.data.size() / static_cast<std::size_t>(d);
   // Rows that see no key: exact attention's LSE of such a row is +inf (BiasReport::rows_without_keys).
@@ -455,12 +464,12 @@ void add_trace(const Trace& trace, ItemResult& item) {
       s.o_spread.add(kernel, cr.o_ulps[i]);
     }
     row_o[r] = sum / d;
-    ClusterSums& cs = sums[cluster_of(r)];
-    cs.o += sum / d;
-    cs.o_kernel += sum_kernel / d;
-    cs.o_quant += sum_quant / d;
-    cs.o_cr += sum_cr / d;
-    ++cs.o_rows;
+    OutputSums& cs = sums[cluster_of(r)].o;
+    cs.error += sum / d;
+    cs.kernel += sum_kernel / d;
+    cs.quant += sum_quant / d;
+    cs.floor += sum_cr / d;
+    ++cs.rows;
   }
   // delta: the captured one, else (PyTorch's SDPA does not return it) the one the trace's
   // kernel computes from the captured O and dO (kernel_delta).
@@ -509,13 +518,13 @@ void add_trace(const Trace& trace, ItemResult& item) {
         bad[i] = true;
       }
       if (bad[i] || without_keys[i]) continue;
-      ClusterSums& cs = sums[cluster_of(i)];
-      cs.delta += trace_delta.back();
+      OutputSums& cs = sums[cluster_of(i)].delta;
+      cs.error += trace_delta.back();
       const double target_delta = target.delta ? target.delta->data[i] : exact.delta->data[i];
-      cs.delta_kernel += (kernel_deltas[i] - target_delta) / units.delta[i];
-      cs.delta_quant += (target_delta - exact.delta->data[i]) / units.delta[i];
-      cs.delta_cr += cr.delta_ulps[i];
-      ++cs.delta_rows;
+      cs.kernel += (kernel_deltas[i] - target_delta) / units.delta[i];
+      cs.quant += (target_delta - exact.delta->data[i]) / units.delta[i];
+      cs.floor += cr.delta_ulps[i];
+      ++cs.rows;
     }
   }
   // Each cluster's fingerprint: its heads' q, O, dO and delta rows, its kv head's k and v,

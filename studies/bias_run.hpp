@@ -67,6 +67,13 @@ class RowMaxGroups {
   std::map<double, Group> groups_;
 };
 
+// The cluster of query row `row` (flattened [batch][head][row]): its batch entry's kv head,
+// b * kv heads + h / (heads / kv heads), of kv_cluster_count(in). Rows of one cluster read the
+// same keys and values, so they are one independent sample, never one each (bias-test
+// --traces, demo).
+std::size_t kv_cluster_count(const AttentionInputs& in);
+std::size_t kv_cluster_of(const AttentionInputs& in, std::size_t row);
+
 // by_max's description of the per-value means (no inference: see the file comment).
 struct ValueSpread {
   std::size_t values = 0, negatives = 0, positives = 0;

@@ -305,19 +305,10 @@ int run_replay(const ReplayOptions& o) {
   }
   attn::RunOptions opt;
   opt.threads = jobs;
-  // The seed of the run that made the trace, for a model whose arithmetic draws from it
-  // (attn::recorded_run_seed: a malformed or absent one is refused: a guessed seed would read
-  // every draw that differs as the kernel's mismatch).
-  const bool seeded = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
-  if (seeded) {
-    const std::optional<std::uint64_t> seed = attn::recorded_run_seed(trace, model.name);
-    if (!seed)
-      throw TraceError(trace.source_name() + ": __metadata__: key 'seed' is absent: " + model.name +
-                       (model.recipe->fp8.hadamard ? " quantises with signs drawn from the run's seed"
-                                                   : " rounds O stochastically from the run's seed") +
-                       ", which a replay must reproduce");
-    opt.seed = *seed;
-  }
+  // The seed of the run that made the trace, for a model whose arithmetic draws from it (a
+  // malformed or absent one is refused: a guessed seed would read every draw that differs as
+  // the kernel's mismatch).
+  if (attn::draws_random_bits(*model.recipe)) opt.seed = attn::required_run_seed(trace, model);
   attn::Tracer tracer;
   const int tb = std::max(o.batch, 0), th = std::max(o.head, 0), tr = std::max(o.row, 0);
   if (o.explain || !o.plot.empty()) {

@@ -16,6 +16,7 @@
 #include "tools/cli_common.hpp"
 #include "api/event_json.hpp"
 #include "api/models.hpp"
+#include "studies/bias_run.hpp"
 #include "studies/measure.hpp"
 #include "attention/trace_inputs.hpp"
 #include "studies/verdict.hpp"
@@ -50,14 +51,11 @@ std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& wan
 // keys and values, so they are no independent samples.
 std::vector<double> cluster_means(const std::vector<double>& row_mean, const std::vector<bool>& keep,
                                   const attn::AttentionInputs& in) {
-  const int heads = in.q.heads, rows = in.q.rows, kv_heads = std::max(1, in.k.heads);
-  const int group = std::max(1, heads / kv_heads);
-  std::vector<double> sum(static_cast<std::size_t>(in.q.batch) * static_cast<std::size_t>(kv_heads), 0.0);
+  std::vector<double> sum(attn::kv_cluster_count(in), 0.0);
   std::vector<long long> count(sum.size(), 0);
   for (std::size_t r = 0; r < row_mean.size(); ++r) {
     if (!keep[r]) continue;
-    const std::size_t b = r / (static_cast<std::size_t>(heads) * rows), h = (r / rows) % heads;
-    const std::size_t c = b * static_cast<std::size_t>(kv_heads) + h / static_cast<std::size_t>(group);
+    const std::size_t c = attn::kv_cluster_of(in, r);
     sum[c] += row_mean[r];
     ++count[c];
   }
@@ -135,13 +133,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
 
   // 1. Replay, with the run's recorded seed where the model draws from one (+o-sr), as replay.
   attn::RunOptions run_options;
-  if (model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard) {
-    const std::optional<std::uint64_t> seed = attn::recorded_run_seed(trace, model.name);
-    if (!seed)
-      throw InputError(path + ": __metadata__: key 'seed' is absent: " + model.name +
-                       " rounds O stochastically from the run's seed, which a replay must reproduce");
-    run_options.seed = *seed;
-  }
+  if (attn::draws_random_bits(*model.recipe)) run_options.seed = attn::required_run_seed(trace, model);
   const attn::AttentionOutputs base = attn::run_attention(model, in, run_options);
   const RawTensor captured = trace.bits("o");
   long long match = 0;

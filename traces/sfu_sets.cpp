@@ -101,30 +101,32 @@ SfuSet hw_sm90_set() {
   return set;
 }
 
+// The table folders as set: $FLASHBITS_SFU_TABLES alone, else the two compiled in; whether they
+// exist or not.
+std::vector<std::string> configured_table_dirs() {
+  if (const char* env = std::getenv("FLASHBITS_SFU_TABLES"); env && *env) return {env};
+  return {FLASHBITS_SFU_TABLE_DIR, FLASHBITS_SFU_TABLE_BUILD_DIR};
+}
+
 }  // namespace
 
 std::vector<std::string> sfu_table_dirs() {
-  if (const char* env = std::getenv("FLASHBITS_SFU_TABLES"); env && *env) {
-    // A folder without tables is a choice (every function correctly rounded, each saying so);
-    // one that does not exist is a mistyped setting, which would turn every hardware replay
-    // into a mismatch of the SFUs' making.
-    std::error_code ec;
-    if (!std::filesystem::is_directory(env, ec))
-      throw std::runtime_error(std::string("FLASHBITS_SFU_TABLES=") + env + ": not a directory");
-    return {env};
-  }
-  return {FLASHBITS_SFU_TABLE_DIR, FLASHBITS_SFU_TABLE_BUILD_DIR};
+  std::vector<std::string> dirs = configured_table_dirs();
+  // A folder without tables is a choice (every function correctly rounded, each saying so); a
+  // $FLASHBITS_SFU_TABLES that does not exist is a mistyped setting, which would turn every
+  // hardware replay into a mismatch of the SFUs' making.
+  std::error_code ec;
+  const char* env = std::getenv("FLASHBITS_SFU_TABLES");
+  if (env && *env && !std::filesystem::is_directory(dirs.front(), ec))
+    throw std::runtime_error("FLASHBITS_SFU_TABLES=" + dirs.front() + ": not a directory");
+  return dirs;
 }
 
 std::vector<std::string> sfu_table_paths() {
   std::vector<std::string> paths;
-  // The folders as set, whether they exist or not (sfu_table_dirs refuses a missing one when a
-  // set is loaded): an output can overwrite no table in a folder that is not there.
-  const char* env = std::getenv("FLASHBITS_SFU_TABLES");
-  const std::vector<std::string> dirs =
-      env && *env ? std::vector<std::string>{env}
-                  : std::vector<std::string>{FLASHBITS_SFU_TABLE_DIR, FLASHBITS_SFU_TABLE_BUILD_DIR};
-  for (const std::string& dir : dirs)
+  // Whether the folders exist or not (sfu_table_dirs refuses a missing one when a set is
+  // loaded): an output can overwrite no table in a folder that is not there.
+  for (const std::string& dir : configured_table_dirs())
     for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2})
       paths.push_back((std::filesystem::path(dir) / table_file(f)).string());
   return paths;

@@ -372,7 +372,7 @@ pyb::dict model_formats(const std::string& name, const std::string& dtype_name, 
   d["input"] = std::string(model.recipe->input.name);
   d["output"] = std::string(model.recipe->output.name);
   d["backward"] = model.recipe->structure == attn::Structure::correctly_rounded || model.recipe->backward_modelled;
-  d["seeded"] = model.recipe->o_round == RoundingMode::sr || model.recipe->fp8.hadamard;
+  d["seeded"] = attn::draws_random_bits(*model.recipe);
   // The Triton tutorial's backward masks causally whatever the forward did: without the causal
   // mask its dQ, dK, dV are not the gradients of its O (flashbits.torch refuses that case).
   d["backward_always_causal"] = model.recipe->bwd_always_causal;
