@@ -294,6 +294,50 @@ double bf16_round_up(double x) {
 }
 double bf16_round_down(double x) { return -bf16_round_up(-x); }
 
+// How a test capture is written: its metadata's model (empty: none) and source, the
+// containers of its inputs and of O, whether the metadata states the inputs' dtype, and which
+// of dO and delta it holds (delta: the exact one cast to fp32, a float cast rounding once to
+// nearest even).
+struct CaptureLook {
+  std::string model = "fa2-sm80", source = "emulated";
+  fb::Format inputs = formats::bf16, o = formats::bf16;
+  bool dtype_in_metadata = true, with_do = true, with_delta = false;
+};
+
+// `in`'s q, k, v (and dO) and the O values `o`, with in's scale and mask in the metadata,
+// written to `path` as `look` says.
+void write_capture(const std::filesystem::path& path, const AttentionInputs& in, const std::vector<double>& o,
+                   const CaptureLook& look = {}) {
+  TraceMetadata md;
+  md.source = look.source;
+  md.model = look.model;
+  md.softmax_scale = in.softmax_scale;
+  md.causal = in.causal;
+  if (in.causal)
+    md.causal_alignment =
+        in.causal_alignment == AttentionInputs::CausalAlignment::top_left ? "top-left" : "bottom-right";
+  if (look.dtype_in_metadata) md.dtype = look.inputs;
+  const auto shape = [](const Tensor4& t) {
+    return std::vector<std::uint64_t>{static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads),
+                                      static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)};
+  };
+  TraceBuilder b(md);
+  b.add_values("q", look.inputs, shape(in.q), in.q.data)
+      .add_values("k", look.inputs, shape(in.k), in.k.data)
+      .add_values("v", look.inputs, shape(in.v), in.v.data)
+      .add_values("o", look.o, shape(in.q), o);
+  if (look.with_do) b.add_values("do", look.inputs, shape(in.q), in.d_o->data);
+  if (look.with_delta) {
+    const AttentionOutputs exact = exact_attention(in);
+    std::vector<double> delta(exact.delta->data.size());
+    for (std::size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(exact.delta->data[i]);
+    std::vector<std::uint64_t> rows = shape(in.q);
+    rows.pop_back();
+    b.add_values("delta", formats::fp32, rows, delta);
+  }
+  b.write(path);
+}
+
 // A 1x1x64x64 sink trace whose O is `round`(exact O), written to `path` (O stored as
 // `o_container`, the metadata naming `model`; seed: the scenario's).
 void write_rounded_trace(const std::filesystem::path& path, double (*round)(double),
@@ -303,20 +347,7 @@ void write_rounded_trace(const std::filesystem::path& path, double (*round)(doub
   const AttentionOutputs exact = exact_attention(in);
   std::vector<double> o(exact.o.data.size());
   for (std::size_t i = 0; i < o.size(); ++i) o[i] = round(exact.o.data[i]);
-  TraceMetadata md;
-  md.source = "emulated";
-  md.model = model;
-  md.softmax_scale = in.softmax_scale;
-  md.causal = false;
-  md.dtype = formats::bf16;
-  const std::vector<std::uint64_t> shape = {1, 1, 64, 64};
-  TraceBuilder(md)
-      .add_values("q", formats::bf16, shape, in.q.data)
-      .add_values("k", formats::bf16, shape, in.k.data)
-      .add_values("v", formats::bf16, shape, in.v.data)
-      .add_values("do", formats::bf16, shape, in.d_o->data)
-      .add_values("o", o_container, shape, o)
-      .write(path);
+  write_capture(path, in, o, {.model = model, .o = o_container});
 }
 
 }  // namespace
@@ -433,34 +464,14 @@ TEST_CASE("bias-test --traces: an O kept in a wider container is judged in the f
 
 namespace {
 
-// A bf16 trace of `in` whose O is exact O rounded to nearest even (bf16_reference.hpp) and, for
-// `with_delta`, whose delta is the exact one rounded to fp32 (a float cast), with `model`.
+// A bf16 trace of `in` whose O is exact O rounded to nearest even (bf16_reference.hpp), with
+// `model`, its dO and (`with_delta`) its delta as write_capture writes them.
 void write_trace_of(const std::filesystem::path& path, const AttentionInputs& in, const std::string& model,
                     bool with_delta = false, bool with_do = true) {
   const AttentionOutputs exact = exact_attention(in);
   std::vector<double> o(exact.o.data.size());
   for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
-  TraceMetadata md;
-  md.source = "emulated";
-  md.model = model;
-  md.softmax_scale = in.softmax_scale;
-  md.causal = false;
-  md.dtype = formats::bf16;
-  const auto u = [](int x) { return static_cast<std::uint64_t>(x); };
-  const std::vector<std::uint64_t> q_shape = {u(in.q.batch), u(in.q.heads), u(in.q.rows), u(in.q.cols)};
-  const std::vector<std::uint64_t> kv_shape = {u(in.k.batch), u(in.k.heads), u(in.k.rows), u(in.k.cols)};
-  TraceBuilder b(md);
-  b.add_values("q", formats::bf16, q_shape, in.q.data)
-      .add_values("k", formats::bf16, kv_shape, in.k.data)
-      .add_values("v", formats::bf16, kv_shape, in.v.data)
-      .add_values("o", formats::bf16, q_shape, o);
-  if (with_do) b.add_values("do", formats::bf16, q_shape, in.d_o->data);
-  if (with_delta) {
-    std::vector<double> delta(exact.delta->data.size());
-    for (std::size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(exact.delta->data[i]);
-    b.add_values("delta", formats::fp32, {u(in.q.batch), u(in.q.heads), u(in.q.rows)}, delta);
-  }
-  b.write(path);
+  write_capture(path, in, o, {.model = model, .with_do = with_do, .with_delta = with_delta});
 }
 
 // The rows of `in` from `first` to `first + count` (every head), keys and values whole.
@@ -573,30 +584,11 @@ TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its
     std::vector<double> o(exact.o.data.size());
     for (std::size_t i = 0; i < o.size(); ++i)
       o[i] = fb::to_double(formats::fp16, fb::round_double(formats::fp16, exact.o.data[i], fb::RoundingSpec{}).bits);
-    TraceMetadata md;
-    md.source = "emulated";
-    md.model = "fa2-sm80";
-    md.softmax_scale = in.softmax_scale;
-    md.causal = false;
-    md.dtype = formats::fp16;
-    const std::vector<std::uint64_t> shape = {1, 1, 64, 64};
-    TraceBuilder(md)
-        .add_values("q", formats::fp16, shape, in.q.data)
-        .add_values("k", formats::fp16, shape, in.k.data)
-        .add_values("v", formats::fp16, shape, in.v.data)
-        .add_values("do", formats::fp16, shape, in.d_o->data)
-        .add_values("o", formats::fp16, shape, o)
-        .write(dir / "b.safetensors");
+    write_capture(dir / "b.safetensors", in, o, {.inputs = formats::fp16, .o = formats::fp16});
     // The same O kept in bf16: narrower than the fp16 O the model writes.
     std::vector<double> narrowed(o.size());
     for (std::size_t i = 0; i < o.size(); ++i) narrowed[i] = bf16_rne(o[i]);
-    TraceBuilder(md)
-        .add_values("q", formats::fp16, shape, in.q.data)
-        .add_values("k", formats::fp16, shape, in.k.data)
-        .add_values("v", formats::fp16, shape, in.v.data)
-        .add_values("do", formats::fp16, shape, in.d_o->data)
-        .add_values("o", formats::bf16, shape, narrowed)
-        .write(dir / "narrow.safetensors");
+    write_capture(dir / "narrow.safetensors", in, narrowed, {.inputs = formats::fp16, .o = formats::bf16});
   }
   BiasRun mixed;
   mixed.traces = {dir / "a.safetensors", dir / "b.safetensors"};
@@ -622,19 +614,10 @@ TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in th
     const AttentionOutputs exact = exact_attention(in);
     std::vector<double> o(exact.o.data.size());
     for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
-    TraceMetadata md;
-    md.source = "unknown";
-    md.softmax_scale = in.softmax_scale;
-    md.causal = false;
-    const std::vector<std::uint64_t> shape = {1, 1, 32, 16};
     const auto path = dir / ("up" + std::to_string(t) + ".safetensors");
-    TraceBuilder(md)
-        .add_values("q", formats::fp32, shape, in.q.data)
-        .add_values("k", formats::fp32, shape, in.k.data)
-        .add_values("v", formats::fp32, shape, in.v.data)
-        .add_values("do", formats::fp32, shape, in.d_o->data)
-        .add_values("o", formats::fp32, shape, o)
-        .write(path);
+    write_capture(
+        path, in, o,
+        {.model = "", .source = "unknown", .inputs = formats::fp32, .o = formats::fp32, .dtype_in_metadata = false});
     run.traces.push_back(path);
   }
   const BiasReport r = run_bias(run);
@@ -663,20 +646,8 @@ TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN
       const AttentionOutputs exact = exact_attention(in);
       std::vector<double> o(exact.o.data.size());
       for (std::size_t i = 0; i < o.size(); ++i) o[i] = i < 16 * 16 ? guard : bf16_rne(exact.o.data[i]);
-      TraceMetadata md;
-      md.source = "emulated";
-      md.model = "fa2-sm80";
-      md.softmax_scale = in.softmax_scale;
-      md.causal = true;
-      md.causal_alignment = "bottom-right";
-      md.dtype = formats::bf16;
       const auto path = dir / ("k" + std::to_string(t) + ".safetensors");
-      TraceBuilder(md)
-          .add_values("q", formats::bf16, {1, 1, 48, 16}, in.q.data)
-          .add_values("k", formats::bf16, {1, 1, 32, 16}, in.k.data)
-          .add_values("v", formats::bf16, {1, 1, 32, 16}, in.v.data)
-          .add_values("o", formats::bf16, {1, 1, 48, 16}, o)
-          .write(path);
+      write_capture(path, in, o, {.with_do = false});
       run.traces.push_back(path);
     }
     const BiasReport r = run_bias(run);
