@@ -7,11 +7,16 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
+
+#include "formats/text_escape.hpp"
 
 namespace fb::api {
 
+// A NUL byte of echoed input is kept as \x00 (what() is a C string: it ended the message).
 struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit InputError(const std::string& message) : std::runtime_error(without_nul_bytes(message)) {}
+  explicit InputError(const char* message) : std::runtime_error(message) {}
 };
 
 }  // namespace fb::api

@@ -117,6 +117,11 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
                      " for the value");
   }
+  // A bare word of zeros is +0 either way, but only as wide as the format's patterns
+  // (docs/CLI.md): "00000" is no bf16 pattern.
+  if (!prefixed && decimal && s.size() > static_cast<std::size_t>(f.hex_digits()))
+    throw InputError(w + ": '" + s + "' is wider than a " + f.name + " bit pattern (" + std::to_string(f.hex_digits()) +
+                     " hex digits): write 0 for +0");
   std::string_view hex = text;
   if (prefixed) hex.remove_prefix(2);
   if (hex.empty() || hex.size() > 8) {

@@ -16,6 +16,7 @@
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "emu/dot/dot_model.hpp"
+#include "formats/decimal_text.hpp"
 
 namespace fb::attn {
 namespace {
@@ -34,18 +35,11 @@ void resolve_dot(DotSpec& d, const Format& input) {
   d.model = d.dot.nvidia();
 }
 
+// A decimal number only (read_decimal): stod also read "0x10", " 5" and "" as a prefix's value.
 double parse_number(const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || !std::isfinite(v)) {
-    throw std::invalid_argument("kernel model: bad number '" + text + "' for " + what);
-  }
-  return v;
+  const std::optional<double> v = read_decimal(text);
+  if (!v) throw std::invalid_argument("kernel model: bad number '" + text + "' for " + what + " (a decimal number)");
+  return *v;
 }
 
 // x as the canonical name writes it: the shortest text that reads back as x, so a trace's
@@ -91,6 +85,9 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     const std::string& p = parts[i];
     const std::size_t colon = p.find(':');
     const std::string variant = p.substr(0, colon);
+    // A colon says parameters follow: "+splitkv:" with none was read as the default.
+    if (colon != std::string::npos && colon + 1 == p.size())
+      throw std::invalid_argument("+" + p + ": nothing after ':' (give a parameter, or drop the ':')");
     {
       RoundingMode o_mode{};
       const bool o_cast = variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), o_mode);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 namespace fb {
 
@@ -32,7 +33,8 @@ namespace {
 // Container: std::string or std::vector<std::uint8_t>.
 template <class Container>
 Container read_capped(const std::string& path, const FileKind& kind) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opened without blocking: a FIFO that no process writes to would block in open() forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
   struct Closer {
     int fd;
@@ -41,8 +43,26 @@ Container read_capped(const std::string& path, const FileKind& kind) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw FileReadError(path + ": cannot read: is a directory");
+  // A FIFO's first byte is read without blocking: a pipe with a writer (`merge <(cat shard)`)
+  // says EAGAIN until data comes, and is then read as any file; a FIFO that no process writes
+  // to gives end-of-file at once (a blocking open or read would wait forever).
+  std::optional<char> first_byte;
+  if (S_ISFIFO(st.st_mode)) {
+    char byte = 0;
+    ssize_t n = 0;
+    do {
+      n = ::read(fd, &byte, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0) throw FileReadError(path + ": a FIFO with nothing to read (no process writes to it)");
+    if (n == 1) first_byte = byte;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      throw FileReadError(path + ": read failed: " + std::strerror(errno));
+  }
+  // Blocking again for the reads: a pipe's writer may be slower than this reader.
+  if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   constexpr std::size_t kChunk = std::size_t{1} << 20, kSmallAsk = std::size_t{1} << 16;
   Container data;
+  if (first_byte) data.push_back(static_cast<typename Container::value_type>(*first_byte));
   if (S_ISREG(st.st_mode)) {
     check_file_size_capped(path, static_cast<std::uint64_t>(st.st_size), kind);
     // Room for the end-of-file read below too, so that it does not move what was read.

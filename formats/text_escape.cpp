@@ -57,4 +57,16 @@ std::string escape_unprintable(std::string_view text, bool controls) {
   return out;
 }
 
+std::string without_nul_bytes(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\0')
+      out += "\\x00";
+    else
+      out += c;
+  }
+  return out;
+}
+
 }  // namespace fb

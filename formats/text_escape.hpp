@@ -19,4 +19,10 @@ namespace fb {
 
 std::string escape_unprintable(std::string_view text, bool controls = true);
 
+// `text` with every NUL byte written as the four characters \x00: an exception's message is
+// read back through what(), a C string, which ended at the first NUL (a merge error echoing a
+// CSV cell lost everything after it). The exceptions that echo input (api::InputError,
+// TraceError) pass their message through this.
+std::string without_nul_bytes(std::string_view text);
+
 }  // namespace fb

@@ -117,6 +117,7 @@ struct ItemResult {
   std::string source_name, model;  // trace mode: the file and its metadata model's canonical name
   std::string model_key;           // the model as a base and a set of variants (add_trace)
   std::string formats;             // trace mode: "bf16 inputs, bf16 O", the formats it was judged in
+  std::string units_format;        // trace mode: the format whose ulps its errors are in (O's)
   // Trace mode: one entry per cluster (kv head of a batch entry), in cluster order: a hash of
   // everything its sample is computed from, a hash of its keys and values alone, and its sums.
   // merge_item counts a cluster whose hash an earlier one had once only, and pools clusters
@@ -286,6 +287,7 @@ void run_trial(const BiasRun& run, int t, ItemResult& item) {
 
 void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, BiasReport& report) {
   const ModelHandle& model = run.model;
+  report.units_format = model.recipe->output.name;
   report.subject = model.name + (run.against ? " against " + run.against->name : "") + " on " + run.scenario +
                    " (seqlen " + std::to_string(run.seqlen) + ", head dim " + std::to_string(run.headdim) + ", " +
                    std::to_string(run.trials) + " trials)";
@@ -345,7 +347,8 @@ void add_trace(const Trace& trace, ItemResult& item) {
   const ModelHandle named = trace_model(trace, in.dtype);
   item.model = named.recipe ? named.name : std::string();
   // The identity compared across traces: the base and its variant suffixes as a set (variants
-  // are independent switches, so "+a+b" and "+b+a" name one kernel).
+  // are independent switches, so "+a+b" and "+b+a" name one kernel), less +o-rne, which
+  // restates every recipe's own final cast (fa2-sm80 and fa2-sm80+o-rne are one kernel).
   if (named.recipe) {
     std::vector<std::string> parts;
     std::size_t start = 0;
@@ -355,7 +358,8 @@ void add_trace(const Trace& trace, ItemResult& item) {
     }
     parts.push_back(named.name.substr(start));
     std::sort(parts.begin() + 1, parts.end());
-    for (const std::string& part : parts) item.model_key += (item.model_key.empty() ? "" : "+") + part;
+    for (const std::string& part : parts)
+      if (part != "o-rne") item.model_key += (item.model_key.empty() ? "" : "+") + part;
   }
   // The format the kernel wrote O in. A capture may keep O in a wider container (a bf16 O
   // saved with .float()); judged on the container's floor, bf16's own rounding would read as
@@ -398,6 +402,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
   const bool named_fits = named.recipe && named.recipe->output == o_format;
   // One verdict is about one kernel in one format: ulps of bf16 and of fp16 do not pool.
   item.formats = std::string(in.dtype.name) + " inputs, " + std::string(o_format.name) + " O";
+  item.units_format = o_format.name;
   // An fp8 kernel computes with its quantised inputs: its own error and the floor's are
   // measured against their exact attention, and the quantisation's share apart, as with
   // --model (counted in, the quantisation read as the kernel's bias). A model whose
@@ -631,6 +636,7 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
       emulated += item.emulated;
     }
     groups.emit(s);
+    report.units_format = items.front().units_format;  // one for all: the formats were checked equal
     // Each source counted by what it is: a capture of unknown provenance is not emulated.
     const int other = static_cast<int>(run.traces.size()) - hardware - unknown - emulated;
     report.subject = std::to_string(run.traces.size()) + " traces" +
@@ -643,6 +649,7 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
                         (other > 0 ? "; " + std::to_string(other) + " from another source" : "");
   }
   report.paired = run.against.has_value();
+  if (run.against) report.baseline = run.against->name;
   report.alpha = run.alpha;
   report.at_stake = run.at_stake;
   report.samples_note =
@@ -659,8 +666,8 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.delta_quant = summarize(s.delta_quant, run.alpha);
   report.o_cr = summarize(s.o_cr, run.alpha);
   report.delta_cr = summarize(s.delta_cr, run.alpha);
-  report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, run.alpha, run.at_stake);
-  report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, run.alpha, run.at_stake);
+  report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, run.alpha, run.at_stake, report.baseline);
+  report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, run.alpha, run.at_stake, report.baseline);
   report.o_spread = s.o_spread;
   report.o_excess = report.o_vs_floor.excess;
   report.delta_excess = report.delta_vs_floor.excess;
@@ -740,6 +747,7 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   if (!r.notes.empty()) j["notes"] = r.notes;
   j["samples"] = r.samples_note;
+  j["units_format"] = r.units_format;
   j["alpha"] = r.alpha;
   j["at_stake_ulps"] = r.at_stake;
   j["o"] = stats_json(r.o, has_verdict);
@@ -775,6 +783,8 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
     j["non_finite_output"] = nf;
   }
   j["verdict_from"] = r.no_verdict ? "none" : r.paired ? "paired" : "excess";
+  // With --against the verdict is relative to that model, which is no floor: it has its own bias.
+  if (r.paired) j["relative_to"] = r.baseline;
   j["verdict"] = report_verdict_text(r);
   if (by_max) {
     nlohmann::ordered_json g;

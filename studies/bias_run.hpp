@@ -152,6 +152,11 @@ struct BiasReport {
   // (assumed_metadata_notes; a trace's samples are its captured outputs, whatever model could
   // recompute them).
   std::vector<std::string> notes;
+  // The format whose ulps every error is in: the kernel's output format (a trace's O format),
+  // also where the kernel keeps O or delta wider (an fp32 O buffer, +o-fp32's delta).
+  std::string units_format;
+  // --against's model name: what the floor is, and the verdict relative to (empty otherwise).
+  std::string baseline;
   double alpha = 1e-3, at_stake = kDefaultAtStakeUlps;
   bool from_traces = false, paired = false, has_delta = false, has_quantisation = false;
   // no_verdict: some row's output was non-finite (counted and described below).

@@ -23,11 +23,17 @@
 //     the seed). With s_K, s_F the sample signs and "every sign" meaning the established one
 //     or both: adds bias if s_K K - t F is significantly positive for every sign t of F's
 //     mean (then d > 0); less biased than its format's floor if s_F F - u K is for every
-//     sign u of K's mean (then d < 0); otherwise no detectable added bias if the upper end of
-//     the interval of u K - s_F F, over every sign u, lies below `at_stake` (d can be no
-//     larger), else inconclusive. With both signs established this is the test of Z;
+//     sign u of K's mean (then d < 0) and the improvement -d it shows (the least over those
+//     signs) is at least `at_stake` (a smaller one, 6e-7 ulp say, is no detectable added bias:
+//     the kernel adds none, and its improvement is of no consequence); otherwise no detectable added bias if the upper
+//     end of the interval of u K - s_F F, over every sign u, lies below `at_stake` (d can be no larger), else
+//     inconclusive. With both signs established this is the test of Z;
 //   - when the excess is not significant: inconclusive if the smallest bias the test could
-//     detect (80% power) exceeds `at_stake`, else no detectable added bias.
+//     detect (80% power) exceeds `at_stake`, else no detectable added bias. A sign test that
+//     is significant where the t test is not (one sample far the other way) is named in the
+//     reason with the mean's interval; the verdict rests on the mean, the bias that adds up.
+// `baseline` names what F is in the reasons: empty for the correctly rounded floor ("its
+// floor"), else the --against model's name (no floor: it has a bias of its own).
 // Pure functions, no state.
 #pragma once
 
@@ -73,9 +79,10 @@ struct FloorComparison {
   std::string reason;  // why this verdict, one clause ("excess +0.31 ulp, 12x its floor ...")
 };
 
-FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake);
+FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake,
+                                   const std::string& baseline = {});
 // The same from the samples themselves (kernel.size() == floor.size()).
 FloorComparison compare_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor, double alpha,
-                                   double at_stake);
+                                   double at_stake, const std::string& baseline = {});
 
 }  // namespace fb::attn

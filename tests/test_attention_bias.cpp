@@ -601,6 +601,23 @@ TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its
   std::filesystem::remove_all(dir);
 }
 
+// +o-rne restates every recipe's own final cast: traces naming fa2-sm80 and fa2-sm80+o-rne are
+// one kernel's and pool (they were refused as two kernels); +o-rtz is another kernel.
+TEST_CASE("bias-test --traces: a model and the same model with +o-rne are one kernel") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_orne_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  write_rounded_trace(dir / "a.safetensors", bf16_rne, formats::bf16, "fa2-sm80", 11);
+  write_rounded_trace(dir / "b.safetensors", bf16_rne, formats::bf16, "fa2-sm80+o-rne", 12);
+  write_rounded_trace(dir / "c.safetensors", bf16_rne, formats::bf16, "fa2-sm80+o-rtz", 13);
+  BiasRun same;
+  same.traces = {dir / "a.safetensors", dir / "b.safetensors"};
+  CHECK(run_bias(same).o_excess.n == 2);
+  BiasRun other;
+  other.traces = {dir / "a.safetensors", dir / "c.safetensors"};
+  CHECK_THROWS_WITH_AS(run_bias(other), doctest::Contains("a verdict is about one kernel"), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}
+
 // A whole capture upcast to float32 (numpy has no bf16: `.float().numpy()`), no model named:
 // O lies on bf16's grid and is judged on bf16's floor, its excess exactly 0 when it is that
 // floor; judged on fp32's it read as a kernel thousands of ulps off.

@@ -93,6 +93,58 @@ TEST_CASE("sweep: output does not depend on --jobs, and shards merge to the unsh
   CHECK(run("merge " + s1 + " " + s1).code == 2);
 }
 
+// Found by the verdict audit: sweep printed "some models use parts not yet validated" only when
+// the grid's first model was one, and merge printed nothing. Every such model is named, --against's
+// too, by sweep and by merge alike.
+TEST_CASE("sweep and merge name each model not validated on hardware") {
+  const std::string grid =
+      "sweep --model correctly-rounded,fa2-sm80 --against fa-bf16acc --scenario sink "
+      "--seqlen 32 --headdim 16 --trials 2";
+  const std::string note = "note: fa2-sm80, fa-bf16acc use parts not yet validated on hardware";
+  const Run whole = run(grid);
+  REQUIRE(whole.code == 0);
+  CHECK(whole.err.find(note) != std::string::npos);
+  // correctly-rounded alone runs no kernel arithmetic: no note.
+  const Run reference = run("sweep --model correctly-rounded --scenario sink --seqlen 32 --headdim 16 --trials 2");
+  REQUIRE(reference.code == 0);
+  CHECK(reference.err.find("not yet validated") == std::string::npos);
+  const auto a = (scratch() / "notes1.csv").string(), b = (scratch() / "notes2.csv").string();
+  REQUIRE(run(grid + " --shard 1/2 --csv " + a).code == 0);
+  REQUIRE(run(grid + " --shard 2/2 --csv " + b).code == 0);
+  const Run merged = run("merge " + a + " " + b);
+  REQUIRE(merged.code == 0);
+  CHECK(merged.err.find(note) != std::string::npos);
+}
+
+// Found by the verdict audit: with --against B, B was printed as "floor" and the verdict as a
+// bare "no detectable added bias", so a kernel rounding toward zero, measured against another
+// that does, read as unbiased. B has its own bias: every heading and verdict names it.
+TEST_CASE("bias-test --against: the baseline is named, never called a floor") {
+  const Run r =
+      run("bias-test --model fa2-sm80+o-rtz --against correctly-rounded+o-rtz --scenario sink --trials 8 "
+          "--seqlen 32 --headdim 16");
+  REQUIRE((r.code == 0 || r.code == 4));
+  CHECK(r.out.find("baseline (not a floor: its own bias is shown here): correctly-rounded+o-rtz") != std::string::npos);
+  CHECK(r.out.find("against correctly-rounded+o-rtz (alpha") != std::string::npos);
+  CHECK(r.out.find("verdict (from the paired difference with correctly-rounded+o-rtz): ") != std::string::npos);
+  CHECK(r.out.find("\nfloor:") == std::string::npos);
+  CHECK(r.out.find("against the floor") == std::string::npos);
+  CHECK(r.out.find("its format's floor") == std::string::npos);
+  if (r.code == 0)
+    CHECK(r.out.find("no detectable added bias relative to correctly-rounded+o-rtz") != std::string::npos);
+  const auto j = nlohmann::json::parse(
+      run("bias-test --model fa2-sm80+o-rtz --against correctly-rounded+o-rtz --scenario sink --trials 8 "
+          "--seqlen 32 --headdim 16 --json")
+          .out);
+  CHECK(j["relative_to"] == "correctly-rounded+o-rtz");
+  CHECK(j["units_format"] == "bf16");
+  // Without --against: the floor, and no relative_to.
+  const auto alone = nlohmann::json::parse(
+      run("bias-test --model fa2-sm80+o-fp32 --scenario sink --trials 8 --seqlen 32 --headdim 16 --json").out);
+  CHECK_FALSE(alone.contains("relative_to"));
+  CHECK(alone["units_format"] == "bf16");  // delta kept in fp32, measured in bf16 ulps, and said so
+}
+
 TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   CHECK(run("sweep --model standard-fp32 --formats bf16 --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --round up --trials 2 --seqlen 16 --headdim 16").code == 2);

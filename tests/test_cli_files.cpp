@@ -9,6 +9,7 @@
 // not as a machine out of memory); JSON parsed by nlohmann from the command's stdout; which
 // tensor-core forms were validated on the H200 (docs/DESIGN.md §11).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -272,4 +273,85 @@ TEST_CASE("issue 34: the help states which tensor-core models were validated on 
     CHECK(r.out.find("not yet validated") == std::string::npos);
     CHECK(r.out.find("sm90 forms validated on an H200") != std::string::npos);
   }
+}
+
+// Found by the bad-input audit: a FIFO that no process writes to made merge, --recipe and
+// replay --sfu-values block in open() forever. It is exit 2 at once; a pipe with a writer
+// (`cat shard | flashbits merge /dev/stdin`) is still read.
+TEST_CASE("a FIFO with no writer is exit 2 at once; a pipe with one is read") {
+  const auto fifo = scratch() / "no_writer.fifo";
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string path = fifo.string();
+  const Run merge = run("merge " + path, "timeout 20 ");
+  CHECK(merge.code == 2);
+  CHECK(one_error(merge, path + ": a FIFO with nothing to read (no process writes to it)"));
+  const Run recipe =
+      run("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --recipe " + path, "timeout 20 ");
+  CHECK(recipe.code == 2);
+  CHECK(one_error(recipe, "no process writes to it"));
+  const std::string trace = small_trace("fifo_trace.safetensors");
+  const Run values = run("replay " + trace + " --sfu-values " + path, "timeout 20 ");
+  CHECK(values.code == 2);
+  CHECK(one_error(values, "no process writes to it"));
+  // A pipe with a writer: the shard read through /dev/stdin merges as the file itself does.
+  const std::string shard = (scratch() / "fifo_shard.csv").string();
+  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 0);
+  const Run direct = run("merge " + shard);
+  const Run piped = run("merge /dev/stdin", "cat " + shard + " | ");
+  CHECK(piped.code == direct.code);
+  CHECK(piped.out == direct.out);
+  CHECK_FALSE(piped.out.empty());
+}
+
+// Found by the bad-input audit: an FBSFUVAL1 header key given twice kept its last value, a
+// function line's surplus words were dropped, and count=+5 was read as 5.
+TEST_CASE("FBSFUVAL1 headers: a key given twice, surplus words and a signed count are refused") {
+  const std::string trace = small_trace("sfuval_trace.safetensors");
+  const auto values_file = [](const std::string& name, const std::string& header) {
+    const std::string path = (scratch() / name).string();
+    std::ofstream(path, std::ios::binary) << "FBSFUVAL1\n" << header << "end\n";
+    return path;
+  };
+  const Run twice =
+      run("replay " + trace + " --sfu-values " +
+          values_file("twice.fbv", "source=cuda:NVIDIA H200\nsource=cuda:NVIDIA H100\nfunction=ex2 count=0\n"));
+  CHECK(twice.code == 2);
+  CHECK(one_error(twice, "twice.fbv: source: given twice in the header"));
+  const Run surplus = run("replay " + trace + " --sfu-values " +
+                          values_file("surplus.fbv", "source=cuda:NVIDIA H200\nfunction=ex2 count=0 extra\n"));
+  CHECK(surplus.code == 2);
+  CHECK(one_error(surplus, "function ex2: unexpected 'extra' after count=N"));
+  const Run signed_count = run("replay " + trace + " --sfu-values " +
+                               values_file("signed.fbv", "source=cuda:NVIDIA H200\nfunction=ex2 count=+0\n"));
+  CHECK(signed_count.code == 2);
+  CHECK(one_error(signed_count, "count '+0' is not an integer"));
+}
+
+// Found by the bad-input audit: what() is a C string, so a NUL byte in an echoed CSV cell
+// ended merge's message there; it is shown as \x00 and the rest of the line follows. A JSON
+// array was read as CSV and its defects named as a CSV file's.
+TEST_CASE("merge: a NUL byte in an echoed cell is shown, and a JSON array is named as JSON") {
+  const std::string shard = (scratch() / "nul_shard.csv").string();
+  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 0);
+  std::string csv = slurp(shard);
+  // The trials column of the first row (after the header line): "2" becomes "2<NUL>9".
+  const std::size_t row = csv.find('\n') + 1;
+  std::size_t column = row;
+  for (int comma = 0; comma < 7; ++comma) column = csv.find(',', column) + 1;
+  REQUIRE(csv.compare(column, 2, "2,") == 0);
+  csv.replace(column, 1,
+              std::string("2\0"
+                          "9",
+                          3));
+  const std::string nul = (scratch() / "nul.csv").string();
+  std::ofstream(nul, std::ios::binary) << csv;
+  const Run r = run("merge " + nul);
+  CHECK(r.code == 2);
+  CHECK(one_error(r, "column trials: expected a decimal number, got '2\\x009'"));
+  const std::string array = (scratch() / "array.json").string();
+  std::ofstream(array) << "[{\"rows\": []}]\n";
+  const Run a = run("merge " + array);
+  CHECK(a.code == 2);
+  CHECK(one_error(a, "array.json: not a sweep JSON file (expected an object, got an array)"));
 }

@@ -769,3 +769,35 @@ TEST_CASE("replay says when --sfu auto finds no measured SFU set for a hardware 
   CHECK(!has(measured.out, "records no compute capability"));
   CHECK(!has(run("replay " + capture).out, "records no compute capability"));
 }
+
+// Found by the bad-input audit: real-valued options and model parameters took words that are
+// no decimal number (CLI11 and stod read hex floats and padding), "+splitkv:" with nothing
+// after the colon read as the default, `--version extra` dropped the extra word, a bare
+// word of zeros wider than the format's patterns was read as +0, and a probe file of no
+// section "matched" (exit 0).
+TEST_CASE("words that are no decimal number, an empty parameter list and vacuous inputs are refused") {
+  for (const char* alpha : {"0x0.1", "' 0.1'", "0.1x", "inf", "0x1p-3"}) {
+    CAPTURE(alpha);
+    check_refused(run(std::string("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --alpha ") + alpha),
+                  {"--alpha: expected a decimal number"});
+  }
+  check_refused(run("sweep --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --at-stake 0x1"),
+                {"--at-stake: expected a decimal number, got '0x1'"});
+  check_refused(run("merge x.csv --alpha 1e999"), {"--alpha: expected a decimal number, got '1e999'"});
+  // A decimal word is still read, to the double nearest it: 1e-3 in any spelling.
+  CHECK(run("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --alpha 0.0010 --json").code == 4);
+  check_refused(run("bias-test --model fa2-sm80+lazy-rescale:0x10 --trials 2"),
+                {"bad number '0x10' for +lazy-rescale:T (a decimal number)"});
+  check_refused(run("bias-test --model fa2-sm80+dynmax:beta=0x2 --trials 2"), {"bad number '0x2'"});
+  check_refused(run("bias-test --model fa2-sm80+splitkv: --trials 2"), {"+splitkv:: nothing after ':'"});
+  check_refused(run("bias-test --model fa2-sm80+lazy-rescale: --trials 2"), {"+lazy-rescale:: nothing after ':'"});
+  check_refused(run("--version extra"), {"--version takes no other word, got 'extra'"});
+  // Zeros: as wide as the format's pattern (4 hex digits for bf16) is +0; wider is refused.
+  const Run zero = run("op add bf16 rne 0000 0x3f80");
+  CHECK(zero.code == 0);
+  CHECK(zero.out == "3f80 -\n");  // +0 + 1 = 1 exactly
+  check_refused(run("op add bf16 rne 00000 0x3f80"), {"'00000' is wider than a bf16 bit pattern (4 hex digits)"});
+  // A probe file of no section: FBPROBE1 and a section count of 0.
+  const std::string empty_probes = write_file("no_sections.fbp", std::string("FBPROBE1\0\0\0\0", 12));
+  check_refused(run("probe-check " + empty_probes), {"no_sections.fbp: holds no section: nothing to check"});
+}

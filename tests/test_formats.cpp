@@ -8,17 +8,25 @@
 // - every bit pattern of every format of 16 bits or fewer decodes to the value (or
 //   NaN / inf class) that the §2 rules, re-implemented here with cpp_rational, give;
 // - fnuz formats have no -0; e8m0 is unsigned with no zero;
-// - parse_format accepts every name and eXmY (e5m10 == fp16, ...) and rejects bad names.
+// - parse_format accepts every name and eXmY (e5m10 == fp16, ...) and rejects bad names;
+// - read_decimal (formats/decimal_text.hpp) gives MPFR's nearest double of a decimal word and
+//   refuses every other word (hex floats, inf, padding).
 #include <doctest/doctest.h>
+
+#include <mpfr.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "formats/decimal_text.hpp"
 #include "formats/format.hpp"
 
 namespace {
@@ -289,5 +297,73 @@ TEST_CASE("parse_format: names, eXmY spellings and bad names") {
     INFO("name '" << bad << "'");
     CHECK_FALSE(fb::parse_format(bad, out));
     CHECK(out == fmt::e2m1);  // untouched on failure
+  }
+}
+
+namespace {
+// The double nearest `word` (ties to even), from MPFR with double's exponent range and its
+// subnormals (mpfr_check_range and mpfr_subnormalize after the correctly rounded read);
+// nullopt where that is an infinity (the word overflows). The independent reference of
+// read_decimal.
+std::optional<double> mpfr_nearest_double(const std::string& word) {
+  const mpfr_exp_t old_min = mpfr_get_emin(), old_max = mpfr_get_emax();
+  mpfr_set_emin(-1073);
+  mpfr_set_emax(1024);
+  mpfr_t x;
+  mpfr_init2(x, 53);
+  int inexact = mpfr_strtofr(x, word.c_str(), nullptr, 10, MPFR_RNDN);
+  inexact = mpfr_check_range(x, inexact, MPFR_RNDN);
+  mpfr_subnormalize(x, inexact, MPFR_RNDN);
+  const std::optional<double> d = mpfr_inf_p(x) ? std::nullopt : std::optional<double>(mpfr_get_d(x, MPFR_RNDN));
+  mpfr_clear(x);
+  mpfr_set_emin(old_min);
+  mpfr_set_emax(old_max);
+  return d;
+}
+}  // namespace
+
+// formats/decimal_text.hpp: every number typed or written as text (options, model parameters,
+// sweep sums) is read by read_decimal; CLI11 and stod also took hex floats, padding and inf.
+TEST_CASE("read_decimal: the nearest double of a decimal word, as MPFR rounds it; nothing else") {
+  std::mt19937_64 rng(20261206);
+  int checked = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string word;
+    if (rng() % 2) word += rng() % 2 ? "-" : "+";
+    const int digits = 1 + static_cast<int>(rng() % 20);
+    const int point = static_cast<int>(rng() % (digits + 2)) - 1;  // -1: no point
+    for (int d = 0; d < digits; ++d) {
+      if (d == point) word += '.';
+      word += static_cast<char>('0' + rng() % 10);
+    }
+    if (point == digits) word += '.';
+    if (rng() % 3) word += (rng() % 2 ? "e" : "E") + std::to_string(static_cast<int>(rng() % 700) - 350);
+    CAPTURE(word);
+    const std::optional<double> want = mpfr_nearest_double(word);
+    const std::optional<double> got = fb::read_decimal(word);
+    REQUIRE(want.has_value() == got.has_value());
+    if (want) {
+      CHECK(std::signbit(*got) == std::signbit(*want));
+      CHECK(*got == *want);
+      ++checked;
+    }
+  }
+  CHECK(checked > 15000);
+  // The edges: the smallest subnormal, an underflow to a signed zero, the largest double and
+  // a word beyond it.
+  CHECK(fb::read_decimal("4.9406564584124654e-324") == std::numeric_limits<double>::denorm_min());
+  const std::optional<double> tiny = fb::read_decimal("-1e-400");
+  REQUIRE(tiny.has_value());
+  CHECK(*tiny == 0.0);
+  CHECK(std::signbit(*tiny));
+  CHECK(fb::read_decimal("1.7976931348623157e308") == std::numeric_limits<double>::max());
+  CHECK_FALSE(fb::read_decimal("1e309").has_value());
+  CHECK_FALSE(fb::read_decimal("0.000001e99999999999999999999").has_value());
+  CHECK(fb::read_decimal("123456789e-99999999999999999999") == 0.0);
+  for (const char* word :
+       {"",   " 1",  "1 ", "\t1",   "0x1p3", "0x10", "inf", "-inf", "nan", "+",        "-",   ".",
+        "1e", "1e+", "e5", "1.2.3", "1,5",   "1e5x", "--1", "+-1",  "1..", "\xd9\xa1", "1e-", "0X1"}) {
+    CAPTURE(word);
+    CHECK_FALSE(fb::read_decimal(word).has_value());
   }
 }

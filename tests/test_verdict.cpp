@@ -3,6 +3,7 @@
 // moments form (sweep, merge) against the sample form.
 #include <doctest/doctest.h>
 
+#include <boost/math/distributions/binomial.hpp>
 #include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <random>
@@ -233,4 +234,75 @@ TEST_CASE("combine: adds bias dominates, then inconclusive, then less biased") {
   CHECK(fb::attn::combine(Verdict::less_biased_than_floor, Verdict::no_detectable_bias) ==
         Verdict::less_biased_than_floor);
   CHECK(fb::attn::combine(Verdict::no_detectable_bias, Verdict::no_detectable_bias) == Verdict::no_detectable_bias);
+}
+
+// Found by the verdict audit: 15 of 16 samples with a positive excess (sign test p = 0.0005)
+// beside "no detectable added bias" and no word of it. One sample far the other way keeps the
+// mean's t test from significance; the verdict rests on the mean, and the reason now names the
+// sign test's finding with the mean's interval.
+TEST_CASE("a sign test that finds a direction the t test does not is named in the reason") {
+  std::vector<double> floor, kernel;
+  for (int i = 0; i < 16; ++i) {
+    const double f = -0.03 + 0.001 * std::sin(i + 1.0);
+    const double x = i == 7 ? -0.02 : 0.001 * (1.0 + 0.01 * i);
+    floor.push_back(f);
+    kernel.push_back(f + x);
+  }
+  const FloorComparison c = compare_with_floor(kernel, floor, 1e-3, 0.05);
+  // The two tests' truths, from Boost: the t test's p above alpha, the sign test's below.
+  std::vector<double> x;
+  for (std::size_t i = 0; i < kernel.size(); ++i) x.push_back(kernel[i] - floor[i]);
+  REQUIRE(boost_p(x) > 1e-3);
+  const double p_sign = 2.0 * boost::math::cdf(boost::math::binomial(16, 0.5), 1.0);
+  REQUIRE(p_sign < 1e-3);
+  CHECK(c.excess.p_sign == doctest::Approx(p_sign).epsilon(1e-9));
+  CHECK(c.verdict == Verdict::no_detectable_bias);
+  CHECK(c.reason.find("sign test finds the excess mostly positive (+15/-1") != std::string::npos);
+  CHECK(c.reason.find("its mean lies in [") != std::string::npos);
+  // Without the outlier the t test agrees with the sign test: nothing to point out.
+  std::vector<double> steady = kernel;
+  steady[7] = floor[7] + 0.001;
+  const FloorComparison agreed = compare_with_floor(steady, floor, 1e-3, 0.05);
+  REQUIRE(agreed.excess.p_t < 1e-3);
+  CHECK(agreed.reason.find("sign test") == std::string::npos);
+}
+
+// Found by the verdict audit: correctly-rounded+o-rna's delta lies 6e-7 ulp closer to zero than
+// its floor's, every trial: significant, and called "less biased than its format's floor" with
+// both means printed as -0.0317. An improvement below the size at stake adds no bias and is no
+// improvement that matters; the reason names its size.
+TEST_CASE("an improvement below the size at stake is no detectable added bias, with its size") {
+  std::vector<double> floor, kernel;
+  for (int i = 0; i < 32; ++i) {
+    const double f = -0.0317 + 0.004 * std::sin(3.0 * i);
+    floor.push_back(f);
+    kernel.push_back(f + 6e-7 * (1.0 + 0.1 * std::cos(i * 1.0)));  // closer to zero: f < 0
+  }
+  const FloorComparison c = compare_with_floor(kernel, floor, 1e-3, 0.05);
+  REQUIRE(c.excess.p_t < 1e-3);
+  CHECK(c.verdict == Verdict::no_detectable_bias);
+  CHECK(c.reason.find("e-07 ulp closer to zero than the floor's, below the 0.05 ulp at stake") != std::string::npos);
+  // At a size at stake below the improvement, it is less biased.
+  const FloorComparison fine = compare_with_floor(kernel, floor, 1e-3, 1e-7);
+  CHECK(fine.verdict == Verdict::less_biased_than_floor);
+  CHECK(fine.reason.find("ulp closer to zero than the floor's") != std::string::npos);
+}
+
+// Found by the verdict audit: with --against B the reasons called B "its floor", so
+// fa2-sm80+o-rtz against correctly-rounded+o-rtz read as "no detectable added bias" under a
+// floor heading. B has its own bias: every reason names it.
+TEST_CASE("a named baseline is named in every reason, never called a floor") {
+  const std::string b = "correctly-rounded+o-rtz";
+  const Pairs adds = draw(40, 0.08, 0.01, 0.01, 21);
+  const FloorComparison a = compare_with_floor(adds.kernel, adds.floor, 1e-3, 0.02, b);
+  REQUIRE(a.verdict == Verdict::adds_bias);
+  CHECK(a.reason.find(b + "'s") != std::string::npos);
+  CHECK(a.reason.find("floor") == std::string::npos);
+  const FloorComparison same = compare_with_floor(adds.floor, adds.floor, 1e-3, 0.02, b);
+  CHECK(same.reason == "equal to " + b + " in every sample");
+  const Pairs less = draw(300, 0.0001, -0.032, 0.01, 1);
+  const FloorComparison l = compare_with_floor(less.kernel, less.floor, 1e-3, 0.02, b);
+  REQUIRE(l.verdict == Verdict::less_biased_than_floor);
+  CHECK(l.reason.find("closer to zero than " + b + "'s") != std::string::npos);
+  CHECK(l.reason.find("floor") == std::string::npos);
 }

@@ -26,6 +26,7 @@
 
 #include "attention/attention.hpp"
 #include "attention/problem_limits.hpp"
+#include "formats/decimal_text.hpp"
 #include "formats/text_escape.hpp"
 
 namespace fb::cli {
@@ -157,6 +158,23 @@ CLI::Validator decimal_word(const std::string& range) {
     return decimal ? "" : "expected an integer " + range + ", got '" + word + "'";
   };
   return CLI::Validator(check, range, "decimal_word");
+}
+
+CLI::Validator decimal_number() {
+  auto check = [](std::string& word) -> std::string {
+    if (word.empty()) return "";  // refused by name after parsing: "an empty value" (tools/main.cpp)
+    const std::optional<double> v = read_decimal(word);
+    if (!v) return "expected a decimal number, got '" + word + "'";
+    // CLI11 converts through strtold and a cast, which can round twice; where that misses the
+    // correctly rounded value, the word handed on is its 17 digits (read back exactly either way).
+    if (static_cast<double>(std::strtold(word.c_str(), nullptr)) != *v) {
+      char digits[40];
+      std::snprintf(digits, sizeof digits, "%.17g", *v);
+      word = digits;
+    }
+    return "";
+  };
+  return CLI::Validator(check, "NUMBER", "decimal_number");
 }
 
 void run_on_threads(int jobs, const std::function<void()>& worker, const std::function<void()>& stop,

@@ -156,6 +156,11 @@ CLI::Validator integer_in(std::uint64_t lo, std::uint64_t hi, const std::string&
 // 1e1 as integers), for an option whose range a later check names with its value (--jobs).
 // `range` is said in the message: "expected an integer 1..1024, got '0x2'".
 CLI::Validator decimal_word(const std::string& range);
+// A real-valued option (--alpha, --at-stake): the word must be a decimal number
+// (formats/decimal_text.hpp read_decimal; CLI11 alone took 0x0.1, and read through long
+// double, which rounds twice), and is handed on as the shortest text of its correctly rounded
+// double. "expected a decimal number, got '0x0.1'".
+CLI::Validator decimal_number();
 // --seed of every command that takes one: 0..2^64-1, checked by integer_in.
 CLI::Option* add_seed_option(CLI::App& app, std::uint64_t& seed, const std::string& description);
 // The checks of the problem-size options, as CLI11 reads them (integer_in): --trials

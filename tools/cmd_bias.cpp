@@ -68,8 +68,12 @@ void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, 
 
 // One output's verdict against its floor, with its reason (the size next to the floor, or
 // why the test cannot decide).
-void print_comparison(const char* what, const attn::FloorComparison& c) {
-  std::printf("%-6s %s: %s\n", what, attn::verdict_text(c.verdict).c_str(), c.reason.c_str());
+// baseline: --against's model (empty: the floor), which "less biased than" then names.
+void print_comparison(const char* what, const attn::FloorComparison& c, const std::string& baseline) {
+  const std::string verdict = !baseline.empty() && c.verdict == attn::Verdict::less_biased_than_floor
+                                  ? "less biased than " + baseline
+                                  : attn::verdict_text(c.verdict);
+  std::printf("%-6s %s: %s\n", what, verdict.c_str(), c.reason.c_str());
 }
 
 // --model mode: checks the options and resolves the models (the run checks nothing of them).
@@ -155,21 +159,29 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   }
   const std::string target = r.has_quantisation ? "the exact attention of the quantised inputs" : "exact";
   if (r.paired) {
-    std::cout << "floor: " << o.against << " on the same inputs and seed, against " << target << ":\n";
+    // B is no floor: it has a bias of its own (its line here), and the verdict below is
+    // relative to it, never a statement that either kernel is unbiased.
+    std::cout << "baseline (not a floor: its own bias is shown here): " << r.baseline
+              << " on the same inputs and seed, against " << target << ":\n";
   } else {
     std::cout << "floor: the correctly rounded reference (" << target
               << " rounded once, where the kernel keeps its outputs), against " << target << ":\n";
   }
   print_stats("O", r.o_cr, o.alpha, has_verdict);
   if (r.has_delta) print_stats("delta", r.delta_cr, o.alpha, has_verdict);
-  std::cout << "excess over the floor (the kernel's error minus the floor's, sample by sample):\n";
+  if (r.paired)
+    std::cout << "excess over " << r.baseline << " (the kernel's error minus " << r.baseline
+              << "'s, sample by sample):\n";
+  else
+    std::cout << "excess over the floor (the kernel's error minus the floor's, sample by sample):\n";
   print_stats("O", r.o_excess, o.alpha, has_verdict);
   if (r.has_delta) print_stats("delta", r.delta_excess, o.alpha, has_verdict);
-  std::printf(
-      "spread of O over %zu elements (descriptive): RMS %.4g ulp (the floor's %.4g), largest |error| %.4g ulp\n",
-      r.o_spread.elements, r.o_spread.kernel_rms(), r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
-  std::cout << "(O in ulps of its format at max(|O|, sum_j P_ij |V_jc|), delta at max(|delta|, sum|dO*O|): "
-               "the scales of their rounding errors)\n";
+  std::printf("spread of O over %zu elements (descriptive): RMS %.4g ulp (%s %.4g), largest |error| %.4g ulp\n",
+              r.o_spread.elements, r.o_spread.kernel_rms(), r.paired ? (r.baseline + "'s").c_str() : "the floor's",
+              r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
+  std::cout << "(O and delta in ulps of " << r.units_format
+            << ", the kernel's output format, also where it keeps them wider: O at max(|O|, sum_j P_ij |V_jc|), delta "
+               "at max(|delta|, sum|dO*O|), the scales of their rounding errors)\n";
   if (o.by_max) {
     std::cout << "by row max: " << r.by_max.size()
               << " distinct values, each the mean error over the rows sharing it (descriptive: the values "
@@ -187,20 +199,25 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout << "verdict: none (the output is not finite everywhere)\n";
     return;
   }
-  std::printf("against the floor (alpha %g, at stake %g ulp):\n", o.alpha, o.at_stake);
-  print_comparison("O", r.o_vs_floor);
-  if (r.has_delta) print_comparison("delta", r.delta_vs_floor);
-  const char* basis = r.paired ? "the paired difference" : "the excess over the correctly rounded reference";
-  const char* subject = r.paired ? "the kernel, relative to --against, " : "this kernel ";
+  std::printf("against %s (alpha %g, at stake %g ulp):\n", r.paired ? r.baseline.c_str() : "the floor", o.alpha,
+              o.at_stake);
+  print_comparison("O", r.o_vs_floor, r.baseline);
+  if (r.has_delta) print_comparison("delta", r.delta_vs_floor, r.baseline);
+  // With --against every verdict names B: "no detectable added bias" alone read as "unbiased"
+  // for a kernel that rounds toward zero, measured against another that does.
+  const std::string basis =
+      r.paired ? "the paired difference with " + r.baseline : "the excess over the correctly rounded reference";
+  const std::string relative = r.paired ? " relative to " + r.baseline : "";
   switch (r.verdict) {
     case attn::Verdict::adds_bias:
-      std::cout << "verdict (from " << basis << "): " << subject << "adds bias\n";
+      std::cout << "verdict (from " << basis << "): this kernel adds bias" << relative << "\n";
       break;
     case attn::Verdict::less_biased_than_floor:
-      std::cout << "verdict (from " << basis << "): " << subject << "is less biased than its format's floor\n";
+      std::cout << "verdict (from " << basis << "): this kernel is less biased than "
+                << (r.paired ? r.baseline : "its format's floor") << "\n";
       break;
     case attn::Verdict::no_detectable_bias:
-      std::cout << "verdict (from " << basis << "): no detectable added bias\n";
+      std::cout << "verdict (from " << basis << "): no detectable added bias" << relative << "\n";
       break;
     case attn::Verdict::inconclusive:
       std::cout << "verdict (from " << basis << "): inconclusive (the reasons above)\n";
@@ -249,10 +266,11 @@ Runner setup_bias_test(CLI::App& app) {
                                 "--dtype names a capture's format)");
   auto* scenario = app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
   auto* trials = app.add_option("--trials", o->trials, "trials (default 32)")->check(trials_in(2));
-  app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)");
+  app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)")->check(decimal_number());
   app.add_option("--at-stake", o->at_stake,
                  "the smallest bias (ulps) that matters: a test that could not detect it is inconclusive "
-                 "(default 0.05)");
+                 "(default 0.05)")
+      ->check(decimal_number());
   auto* seed = add_seed_option(app, o->seed, "seed (default 0)");
   auto* seqlen = app.add_option("--seqlen", o->seqlen, "sequence length (default 256)")->check(size_in());
   auto* headdim = app.add_option("--headdim", o->headdim, "head dimension (default 64)")->check(headdim_in());

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "tools/cli_common.hpp"
+#include "tools/sweep_grid.hpp"
 #include "tools/sweep_table.hpp"
 
 namespace fb::cli {
@@ -39,7 +40,12 @@ int run_merge(const MergeOptions& o) {
   std::vector<SweepRow> rows;
   for (auto& [path, file] : shards)
     for (auto& r : file.rows) rows.push_back(std::move(r));
-  return emit_rows(std::move(rows), o.csv, o.json, run);
+  const int code = emit_rows(std::move(rows), o.csv, o.json, run);
+  // The sweep's own notes (skipped cells, models not validated on hardware), which its shards'
+  // files do not carry: from the grid their run record makes, as check_shards checked it;
+  // after the output, as sweep prints them, so that a failed write stays one error line.
+  for (const std::string& note : sweep_grid_notes(sweep_grid(run))) std::cerr << note << "\n";
+  return code;
 }
 
 Runner setup_merge(CLI::App& app) {
@@ -51,11 +57,14 @@ Runner setup_merge(CLI::App& app) {
                  "standard output instead of the table");
   app.add_flag("--json", o->json, "print JSON instead of the table");
   o->alpha_option =
-      app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default: the shards' own)");
-  o->at_stake_option = app.add_option(
-      "--at-stake", o->at_stake,
-      "the smallest bias (ulps) that matters to the verdict: a test that could not detect it is inconclusive "
-      "(default: the shards' own)");
+      app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default: the shards' own)")
+          ->check(decimal_number());
+  o->at_stake_option =
+      app.add_option(
+             "--at-stake", o->at_stake,
+             "the smallest bias (ulps) that matters to the verdict: a test that could not detect it is inconclusive "
+             "(default: the shards' own)")
+          ->check(decimal_number());
   return [o] { return run_merge(*o); };
 }
 

@@ -94,6 +94,9 @@ int run_sweep(const SweepOptions& o) {
   run.at_stake = o.at_stake;
   SweepGrid grid = sweep_grid(run);
   run.configurations = static_cast<long long>(grid.cells.size());
+  // Printed after the rows (merge prints the same), so that a failed write stays one error
+  // line; taken before the cells are moved into the shard's list.
+  const std::vector<std::string> notes = sweep_grid_notes(grid);
   std::vector<Config> configs;
   std::vector<std::string> warned;  // models whose warning was printed
   for (Config& c : grid.cells) {
@@ -103,7 +106,6 @@ int run_sweep(const SweepOptions& o) {
     }
     if (c.row.index % shard_n == shard_k - 1) configs.push_back(std::move(c));
   }
-  for (const std::string& why : grid.skipped) std::cerr << "note: skipped: " << why << "\n";
 
   const std::size_t total = configs.size() * static_cast<std::size_t>(o.trials);
   std::vector<SweepRow> per_trial(total);
@@ -159,9 +161,9 @@ int run_sweep(const SweepOptions& o) {
     for (int t = 0; t < o.trials; ++t) r.absorb(per_trial[ci * o.trials + t]);
     rows.push_back(r);
   }
-  if (configs.size() && !configs.front().model.recipe->hardware_validated())
-    std::cerr << "note: some models use parts not yet validated on hardware (see `flashbits models`)\n";
-  return emit_rows(std::move(rows), o.csv, o.json, run);
+  const int code = emit_rows(std::move(rows), o.csv, o.json, run);
+  for (const std::string& note : notes) std::cerr << note << "\n";
+  return code;
 }
 
 Runner setup_sweep(CLI::App& app) {
@@ -187,10 +189,12 @@ Runner setup_sweep(CLI::App& app) {
       ->check(decimal_word("1.." + std::to_string(kMaxJobs)));
   app.add_option("--shard", o->shard,
                  "K/N: run configurations i with i % N == K-1 (the output's run record lets merge check the set)");
-  app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default 1e-3)");
+  app.add_option("--alpha", o->alpha, "significance level of the verdict, in (0, 1) (default 1e-3)")
+      ->check(decimal_number());
   app.add_option("--at-stake", o->at_stake,
                  "the smallest bias (ulps) that matters to the verdict: a row whose test could not detect it is "
-                 "inconclusive (default 0.05, as bias-test)");
+                 "inconclusive (default 0.05, as bias-test)")
+      ->check(decimal_number());
   app.add_option("--csv", o->csv,
                  "also write the rows (with sufficient statistics and a last `# run` line recording the "
                  "parameters, seed and shard) as CSV; - writes it to standard output instead of the table");

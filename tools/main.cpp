@@ -11,6 +11,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tools/cli_common.hpp"
@@ -90,6 +91,12 @@ int run(int argc, char** argv) {
     CLI::App* s = app.add_subcommand(sub.name, sub.description);
     runners.emplace_back(s, sub.setup(*s));
     names.push_back(sub.name);
+  }
+  // --version takes nothing else: CLI11 printed the version for `--version extra` and
+  // `--version --help` and dropped the rest without a word.
+  if (argc > 2 && std::string_view(argv[1]) == "--version") {
+    fb::cli::print_error_line(std::string("--version takes no other word, got '") + argv[2] + "'");
+    return fb::cli::kExitBadInput;
   }
   // A first word that is no subcommand: name it (CLI11 would only say one is required).
   if (argc >= 2 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {

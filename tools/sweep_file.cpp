@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "api/json_strict.hpp"
+#include "formats/decimal_text.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/sweep_columns.hpp"
 #include "tools/sweep_grid.hpp"
@@ -39,15 +40,11 @@ std::vector<std::string> split_csv(const std::string& line) {
   out.push_back(cur);
   return out;
 }
+// Sweep writes decimal numbers (%.17g): a hex float, inf or a padded word was edited in.
 double to_num(const std::string& s, const std::string& where) {
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used != s.size()) throw std::invalid_argument("");
-    return v;
-  } catch (const std::exception&) {
-    throw InputError(where + ": expected a number, got '" + s + "'");
-  }
+  const std::optional<double> v = read_decimal(s);
+  if (!v) throw InputError(where + ": expected a decimal number, got '" + s + "'");
+  return *v;
 }
 // An integer column in lo..hi (a value outside would not survive the conversion).
 long long to_int(const std::string& s, const std::string& where, long long lo = LLONG_MIN, long long hi = LLONG_MAX) {
@@ -194,6 +191,10 @@ SweepFile read_sweep_file(const std::string& path) {
   SweepFile file;
   std::vector<SweepRow>& rows = file.rows;
   const auto first = text.find_first_not_of(" \t\r\n");
+  // JSON that is no object (an array, say) is no sweep JSON; read as CSV, its defects were
+  // named as a CSV file's.
+  if (first != std::string::npos && text[first] == '[')
+    throw InputError(path + ": not a sweep JSON file (expected an object, got an array)");
   if (first != std::string::npos && text[first] == '{') {
     nlohmann::json j;
     try {

@@ -164,4 +164,25 @@ SweepGrid sweep_grid(const SweepRun& run) {
   return grid;
 }
 
+std::vector<std::string> sweep_grid_notes(const SweepGrid& grid) {
+  std::vector<std::string> notes;
+  for (const std::string& why : grid.skipped) notes.push_back("note: skipped: " + why);
+  std::vector<std::string> unvalidated;
+  const auto add = [&](const attn::ModelHandle& m) {
+    if (!m.recipe->hardware_validated() &&
+        std::find(unvalidated.begin(), unvalidated.end(), m.name) == unvalidated.end())
+      unvalidated.push_back(m.name);
+  };
+  for (const SweepCell& c : grid.cells) add(c.model);  // --model's first, then --against's
+  for (const SweepCell& c : grid.cells)
+    if (c.against) add(*c.against);
+  if (!unvalidated.empty()) {
+    std::string names;
+    for (const std::string& n : unvalidated) names += (names.empty() ? "" : ", ") + n;
+    notes.push_back("note: " + names + (unvalidated.size() > 1 ? " use" : " uses") +
+                    " parts not yet validated on hardware (see `flashbits models`)");
+  }
+  return notes;
+}
+
 }  // namespace fb::cli

@@ -43,4 +43,9 @@ struct SweepGrid {
 
 SweepGrid sweep_grid(const SweepRun& run);
 
+// The `note:` lines sweep prints on stderr about its grid, and merge about the grid its shards
+// were cut from: each skipped cell's reason, and the models (--against's too) that use parts not
+// yet validated on hardware, by name.
+std::vector<std::string> sweep_grid_notes(const SweepGrid& grid);
+
 }  // namespace fb::cli

@@ -111,10 +111,14 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
   // The verdict (studies/verdict.hpp, as bias-test): the kernel's own share against its
   // floor, its direction, and whether the trials could have seen the bias at stake.
-  x.o_vs_floor = attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, run.at_stake);
+  // A-vs-B rows are judged relative to B, which their reasons name (B is no floor).
+  const std::string baseline = r.paired() ? r.model.substr(r.model.find("-vs-") + 4) : "";
+  x.o_vs_floor =
+      attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, run.at_stake, baseline);
   // A row without a backward has delta sums of 0 (an identically zero excess: no detectable
   // bias), which leaves O's verdict as it is.
-  x.d_vs_floor = attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, run.at_stake);
+  x.d_vs_floor =
+      attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, run.at_stake, baseline);
   x.outcome = attn::combine(x.o_vs_floor.verdict, x.d_vs_floor.verdict);
   x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
   x.verdict_from = r.paired() ? "paired" : "excess";
@@ -174,13 +178,15 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
         "and of delta against the floor,\nalpha = "
      << run.alpha << ", at stake " << run.at_stake
      << " ulp: \"adds bias\" when the excess is significant and the error lies\n"
-        "further from zero than the floor's; \"less biased\" when it lies significantly closer; \"inconclusive\"\n"
+        "further from zero than the floor's; \"less biased\" when it lies significantly closer, by at least the\n"
+        "size at stake; \"inconclusive\"\n"
         "when fewer than "
      << attn::kMinVerdictSamples
      << " trials, or the test could not detect the bias at stake. fp8 rows: errors against the exact\n"
         "attention of the quantised inputs (the quantisation apart).\n"
      << "Rows named A-vs-B (sweep --against B) compare A with B on the same inputs and seed: \"CR\" is B's\n"
-        "error, \"excess\" the paired difference A minus B; their PV counts are A's.\n";
+        "error, \"excess\" the paired difference A minus B, and the verdict is relative to B, which is no\n"
+        "floor (\"no detectable added bias\" there: A adds none beyond B's own); their PV counts are A's.\n";
 }
 
 namespace {

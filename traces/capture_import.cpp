@@ -60,7 +60,8 @@ std::vector<std::pair<std::string, std::string>> rename_aliases(Safetensors& fil
 }
 
 // Integer arrays holding bit patterns (numpy has no bf16 or fp8) become the named format.
-void reinterpret_bit_patterns(Safetensors& file, const std::optional<Format>& dtype, std::string_view source) {
+void reinterpret_bit_patterns(Safetensors& file, const std::optional<Format>& dtype, const std::string& remedy,
+                              std::string_view source) {
   for (SafeTensor& t : file.tensors) {
     if (std::find(kSequenceMajor.begin(), kSequenceMajor.end(), t.name) == kSequenceMajor.end()) continue;
     if (dtype_is_floating(t.dtype)) continue;
@@ -70,8 +71,7 @@ void reinterpret_bit_patterns(Safetensors& file, const std::optional<Format>& dt
     if (!fits)
       fail(source, "tensor " + quoted_name(t.name) + " is " + std::string(dtype_name(t.dtype)) +
                        (dtype ? ", which does not hold " + std::string(dtype->name) + " bit patterns"
-                              : "; if it holds bit patterns, name their format with --dtype (bf16 or fp16 for 16-bit, "
-                                "e4m3 or e5m2 for 8-bit)"));
+                              : "; if it holds bit patterns, " + remedy));
     t.dtype = *target;
   }
 }
@@ -293,7 +293,7 @@ Trace import_capture(const std::vector<std::filesystem::path>& paths, const Capt
   const auto renamed = rename_aliases(file, source);
   bool sequence_major = false;
   try {
-    reinterpret_bit_patterns(file, options.dtype, source);
+    reinterpret_bit_patterns(file, options.dtype, options.dtype_remedy, source);
     sequence_major = decide_layout(file, options, source) == CaptureLayout::bshd;
     if (sequence_major)
       for (SafeTensor& t : file.tensors)

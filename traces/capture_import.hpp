@@ -79,6 +79,9 @@ struct CaptureOptions {
   std::optional<std::string> causal_alignment;
   std::optional<Format> dtype;  // the format of q, k, v (and how integer arrays are read)
   CaptureLayout layout = CaptureLayout::automatic;
+  // How the caller's user names the format of integer arrays that hold bit patterns, said
+  // when a capture holds some and `dtype` is not given (the Python module has no --dtype).
+  std::string dtype_remedy = "name their format with --dtype (bf16 or fp16 for 16-bit, e4m3 or e5m2 for 8-bit)";
   // Receives the note on an assumed alignment (see the contract above); may be empty.
   std::function<void(const std::string&)> note;
 

@@ -246,6 +246,12 @@ int run_probe_check(const std::string& path, const ProbeCheckOptions& options, s
     err << "error: " << e.what() << "\n";
     return 2;
   }
+  // A file of no section would "match" vacuously (exit 0 on nothing). Sections of 0 cases are
+  // a real file: --mismatches-out writes every section, 0 cases where nothing mismatched.
+  if (file.sections.empty()) {
+    err << "error: " << path << ": holds no section: nothing to check\n";
+    return 2;
+  }
   const unsigned jobs = options.jobs != 0 ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
   ProbeFile mismatch_file, sample_file, prediction_file;
   std::size_t mismatch_file_cases = 0, sample_file_cases = 0;

@@ -5,7 +5,9 @@
 // name in the header's `models`), compares bit for bit (any NaN matches any NaN), and
 // writes per-form and per-batch counts plus up to `max_report` decoded mismatches per form
 // to `out` (text, or one JSON document). Returns 0 when everything matches, 1 on any
-// mismatch, 2 on a bad file, an unusable model or an output file that cannot be written
+// mismatch, 2 on a bad file (one of no section included: nothing would match vacuously;
+// sections of 0 cases, as an empty --mismatches-out, are checked), an unusable model or an
+// output file that cannot be written
 // (one error line on `err` naming file and field).
 // Subsets, each a valid probe file with every section of the input, in order, its header
 // kept (plus subset=... keys):

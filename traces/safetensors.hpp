@@ -35,12 +35,15 @@
 #include <vector>
 
 #include "formats/format.hpp"
+#include "formats/text_escape.hpp"
 
 namespace fb {
 
 // A malformed or inconsistent safetensors file or trace. The CLI maps it to exit 2.
+// A NUL byte of echoed input (a metadata string) is kept as \x00: what() is a C string.
 struct TraceError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit TraceError(const std::string& message) : std::runtime_error(without_nul_bytes(message)) {}
+  explicit TraceError(const char* message) : std::runtime_error(message) {}
 };
 
 enum class Dtype : std::uint8_t {

@@ -2,6 +2,7 @@
 #include "traces/sfu_values.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -85,20 +86,19 @@ SfuValues read_sfu_values(const std::string& path) {
     if (line == "end") break;
     if (line.rfind("function=", 0) == 0) {
       std::istringstream s(line);
-      std::string fn_part, count_part;
+      std::string fn_part, count_part, surplus;
       s >> fn_part >> count_part;
+      if (s >> surplus) fail(path, "function " + fn_part.substr(9), "unexpected '" + surplus + "' after count=N");
       SpecialFunction fn;
       if (!parse_function(fn_part.substr(9), fn))
         fail(path, "function", "'" + fn_part.substr(9) + "' is not ex2, rcp or lg2");
       if (count_part.rfind("count=", 0) != 0) fail(path, "function " + fn_part.substr(9), "missing count=N");
+      // Decimal digits only: stoull also took "+5" and wrapped "-1" to 2^64 - 1.
+      const std::string digits = count_part.substr(6);
       std::uint64_t n = 0;
-      try {
-        std::size_t used = 0;
-        n = std::stoull(count_part.substr(6), &used);
-        if (used != count_part.size() - 6) throw std::invalid_argument("trailing");
-      } catch (const std::exception&) {
-        fail(path, "function " + fn_part.substr(9), "count '" + count_part.substr(6) + "' is not an integer");
-      }
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      if (digits.empty() || error != std::errc{} || end != digits.data() + digits.size())
+        fail(path, "function " + fn_part.substr(9), "count '" + digits + "' is not an integer");
       if (n > kMaxPairs) fail(path, "function " + fn_part.substr(9), "count exceeds 2^32");
       for (const auto& o : order)
         if (o.first == fn) fail(path, "function " + fn_part.substr(9), "listed twice");
@@ -107,7 +107,8 @@ SfuValues read_sfu_values(const std::string& path) {
     }
     std::string key, value;
     if (!split_key_value(line, key, value)) fail(path, "header", "line '" + line + "' is not key=value");
-    v.header[key] = value;
+    // A key given twice kept its last value silently: which one the capture meant is unknown.
+    if (!v.header.emplace(key, value).second) fail(path, key, "given twice in the header");
   }
   if (v.header["source"].rfind("cuda:", 0) != 0)
     fail(path, "source", "'" + v.header["source"] + "' is not a hardware capture (cuda:<gpu>)");

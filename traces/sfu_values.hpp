@@ -12,7 +12,8 @@
 //   an input the file lacks falls back to correct rounding and is counted, and the replay
 //   reports the count, since such a replay is no longer hardware-exact.
 // - read_sfu_values throws std::runtime_error naming the file and the field on any
-//   malformed, truncated, unsorted or non-hardware file.
+//   malformed, truncated, unsorted or non-hardware file, a header key given twice, and a
+//   function line with words after count=N or a count that is not decimal digits.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit as _atexit
 import collections.abc as _abc
 import copy as _copy
+import numbers as _numbers
 import operator as _operator
 import os as _os
 import re as _re
@@ -355,6 +356,8 @@ def _dot_model_args(model, fmt, fmt_b, kind, scale_format, block):
         raise TypeError(f"block: expected a positive int, got {_kind(block)}")
     if block is not None and block <= 0:  # the right kind, a wrong value
         raise ValueError(f"block: expected a positive int, got {block}")
+    if block is not None and block > 2**31 - 1:  # beyond the C++ int: pybind named no argument
+        raise ValueError(f"block: {block} is larger than any block size (at most 2^31 - 1)")
     return (_str_arg("model", model), _str_arg("fmt", fmt), _str_arg("fmt_b", fmt_b, True) or "",
             _str_arg("kind", kind, True) or "", _str_arg("scale_format", scale_format, True) or "", block or 0)
 
@@ -786,7 +789,9 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     ``bias-test --traces DIR`` does, or a list of files; one sample per set of keys and values,
     whose rows are one cluster wherever they sit). ``verdict`` is "adds bias", "less biased than its format's
     floor", "no detectable added bias" or "inconclusive" (fewer than 8 samples, or a test that could
-    not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it. Returns the
+    not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it; with ``against`` it is
+    relative to that model (``relative_to`` names it), which has a bias of its own: no floor.
+    ``units_format`` names the format whose ulps every error is in. Returns the
     fields of ``flashbits bias-test --json`` for the same arguments. A model's test takes
     ``scenario`` (default sink), ``trials`` (32), ``seqlen`` (256), ``headdim`` (64), ``dtype``
     (bf16) and ``seed`` (0); ``trials``, ``seqlen`` and ``headdim`` are held to the CLI's
@@ -942,12 +947,19 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
 _ROW_TENSORS = ("lse", "delta", "m", "l")
 
 
-def _meta_string(v) -> str:
-    if isinstance(v, bool):
+def _meta_string(key, v) -> str:
+    # Strings, bools and numbers only: str() wrote None as "None" (a model or scale named
+    # "None") and a list as its repr.
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bool, _np.bool_)):
         return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
+    if isinstance(v, _numbers.Integral):
+        return str(int(v))
+    if isinstance(v, _numbers.Real):
+        return repr(float(v))
+    what = "None (leave the key out)" if v is None else _kind(v)
+    raise TypeError(f"metadata[{key!r}]: expected a string, bool or number, got {what}")
 
 
 def _dict_arg(name: str, v) -> dict:
@@ -974,7 +986,7 @@ def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = Non
     flashbits computed, ``unknown``), as ``flashbits import`` asks for ``--source``."""
     all_tensors = _dict_arg("tensors", tensors)
     all_tensors.update(named)
-    meta = {str(k): _meta_string(v) for k, v in _dict_arg("metadata", metadata).items()}
+    meta = {str(k): _meta_string(k, v) for k, v in _dict_arg("metadata", metadata).items()}
     if "source" not in meta:
         raise ValueError(f"metadata: no source: say where the tensors came from ({_SOURCES})")
     fmts = {name: _str_arg(f"formats[{name!r}]", f) for name, f in _dict_arg("formats", formats).items()}

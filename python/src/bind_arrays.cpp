@@ -16,9 +16,10 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <ctime>
-#include <optional>
 #include <cstring>
+#include <ctime>
+#include <limits>
+#include <optional>
 
 #include "common.hpp"
 #include "emu/array_rounding.hpp"
@@ -34,12 +35,21 @@ pyb::object flags_or_none(bool want, pyb::array_t<std::uint8_t>& flags) {
   return want ? pyb::object(flags) : pyb::object(pyb::none());
 }
 
+// Element i draws at stochastic position `position + i`: past 2^64 - 1 that wrapped around to
+// position 0 and reused its draws.
+void check_position_range(std::uint64_t position, std::size_t n) {
+  if (n > 0 && position > std::numeric_limits<std::uint64_t>::max() - (n - 1))
+    throw api::InputError("position: " + std::to_string(position) + " + " + std::to_string(n - 1) +
+                          " (the last element's) exceeds 2^64 - 1");
+}
+
 pyb::tuple round_f32(const carray<float>& x, const std::string& fmt, const std::string& mode,
                      const std::string& overflow, std::uint64_t seed, std::optional<long long> sr_bits,
                      std::uint64_t position, bool want_flags) {
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
   const std::size_t n = static_cast<std::size_t>(x.size());
+  check_position_range(position, n);
   pyb::array out = bits_array(f, shape_of(x));
   pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(x) : std::vector<pyb::ssize_t>{0});
   const float* in = x.data();
@@ -87,6 +97,7 @@ pyb::tuple round_f64(const carray<double>& x, const std::string& fmt, const std:
   const Format f = parse_fmt(fmt);
   const RoundingSpec spec = make_spec(mode, overflow, seed, sr_bits);
   const std::size_t n = static_cast<std::size_t>(x.size());
+  check_position_range(position, n);
   pyb::array out = bits_array(f, shape_of(x));
   pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(x) : std::vector<pyb::ssize_t>{0});
   const double* in = x.data();
@@ -197,6 +208,7 @@ pyb::tuple op(const std::string& kind, const std::string& fmt, const std::vector
   const std::size_t n = ops[0].size();
   for (const auto& o : ops)
     if (o.size() != n) throw api::InputError("operands: expected arrays of one shape (broadcast them first)");
+  check_position_range(position, n);
   pyb::array out = bits_array(f, shape_of(operands[0]));
   pyb::array_t<std::uint8_t> flags(want_flags ? shape_of(operands[0]) : std::vector<pyb::ssize_t>{0});
   {

@@ -38,6 +38,11 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   run.at_stake = at_stake;
   if (model.empty()) {
     run.traces.assign(traces.begin(), traces.end());
+    // bias_test takes no dtype (the traces name their format): a capture of bit patterns is
+    // imported first, where its format is named.
+    run.capture.dtype_remedy =
+        "import it first, naming their format: flashbits import FILE --dtype bf16|fp16|e4m3|e5m2 --source ... "
+        "--out T.safetensors";
     run.traces_label = traces_label;
     return run;
   }

@@ -532,3 +532,47 @@ def test_the_exact_reference_of_a_row_with_a_non_finite_input_is_nan():
     bad = q.copy()
     bad[0, 0, 2, 3] = np.nan
     assert np.isnan(fb.exact_attention(bad, k, v).o[0, 0, 2]).all()
+
+
+# Found by the bad-input audit: element i draws at stochastic position `position + i`, which
+# wrapped past 2^64 - 1 back to position 0 and reused its draws.
+def test_sr_positions_past_2_64_are_refused_not_wrapped():
+    x = np.linspace(0.1, 1.0, 10, dtype=np.float32)
+    top = 2**64 - 1
+    ok = fb.round(x, "bf16", "sr", position=top - 9)  # the last element draws at 2^64 - 1
+    assert ok.bits.shape == (10,)
+    for call in (lambda: fb.round(x, "bf16", "sr", position=top - 8),
+                 lambda: fb.round(x.astype(np.float64), "bf16", "sr", position=top - 8),
+                 lambda: fb.add(ok.values, ok.values, "bf16", "sr", position=top - 8)):
+        with pytest.raises(ValueError, match=r"position: .* exceeds 2\^64 - 1"):
+            call()
+
+
+# Found by the bad-input audit: block=2**70 reached pybind as no C++ int, which answered with
+# "incompatible function arguments" and the whole signature.
+def test_dot_block_beyond_int_is_named():
+    with pytest.raises(ValueError, match=r"^block: .* larger than any block size"):
+        fb.dot("sm100-mxf8f6f4", np.zeros((1, 32)), np.zeros((1, 32)), fmt="e4m3", block=2**70)
+
+
+# Found by the bad-input audit: save_trace wrote a None metadata value as the string "None"
+# (a model or a scale named None) and a list as its repr.
+def test_save_trace_metadata_takes_strings_bools_and_numbers_only(tmp_path):
+    q = np.full((1, 1, 2, 2), 0.5)
+    for value, what in ((None, "None"), ([1, 2], "list")):
+        with pytest.raises(TypeError, match=rf"metadata\['softmax_scale'\]: .*{what}"):
+            fb.save_trace(tmp_path / "t.safetensors", q=q, k=q, v=q, o=q,
+                          metadata={"source": "unknown", "softmax_scale": value})
+    fb.save_trace(tmp_path / "t.safetensors", q=q, k=q, v=q, o=q,
+                  metadata={"source": "unknown", "softmax_scale": np.float64(0.5), "causal": np.bool_(False)})
+    t = fb.load_trace(tmp_path / "t.safetensors")
+    assert t.metadata["softmax_scale"] == "0.5" and t.metadata["causal"] == "false"
+
+
+# Found by the bad-input audit: bias_test on an .npz of uint16 bit patterns said to name their
+# format "with --dtype", an option bias_test does not take (its traces name their format).
+def test_bias_test_on_bit_patterns_says_how_to_name_their_format(tmp_path):
+    q = np.full((1, 1, 8, 4), 0x3F80, dtype=np.uint16)
+    np.savez(tmp_path / "bits.npz", q=q, k=q, v=q, o=q)
+    with pytest.raises(ValueError, match=r"import it first, naming their format: flashbits import FILE --dtype"):
+        fb.bias_test(traces=[tmp_path / "bits.npz"])

@@ -1,0 +1,71 @@
+// formats/decimal_text.cpp: read_decimal (contract in decimal_text.hpp).
+#include "formats/decimal_text.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <system_error>
+
+namespace fb {
+
+std::optional<double> read_decimal(std::string_view text) {
+  std::string_view body = text;
+  bool negative = false;
+  if (!body.empty() && (body.front() == '+' || body.front() == '-')) {
+    negative = body.front() == '-';
+    body.remove_prefix(1);
+  }
+  // The grammar first: from_chars alone would take "inf" and "nan", and strtod hex floats.
+  // Meanwhile the decimal order of the first nonzero digit (1 for "12.5", -3 for "0.00125"),
+  // which tells an overflow from an underflow below.
+  std::size_t i = 0, digits = 0, integer_digits = 0;
+  bool point = false, nonzero = false;
+  long long order = 0;
+  for (; i < body.size(); ++i) {
+    const char c = body[i];
+    if (c == '.' && !point) {
+      point = true;
+      continue;
+    }
+    if (c < '0' || c > '9') break;
+    ++digits;
+    if (!point) ++integer_digits;
+    if (c != '0' && !nonzero) {
+      nonzero = true;
+      order = point ? -static_cast<long long>(digits - integer_digits) : 0;
+    }
+  }
+  if (digits == 0) return std::nullopt;
+  // A first nonzero digit in the integer part has the order of the digits that follow it there.
+  if (nonzero && order == 0) {
+    std::size_t leading_zeros = 0;
+    while (leading_zeros < integer_digits && body[leading_zeros] == '0') ++leading_zeros;
+    order = static_cast<long long>(integer_digits - leading_zeros) - 1;
+  }
+  long long exponent = 0;
+  if (i < body.size()) {
+    if (body[i] != 'e' && body[i] != 'E') return std::nullopt;
+    std::size_t j = i + 1;
+    const bool exponent_negative = j < body.size() && body[j] == '-';
+    if (j < body.size() && (body[j] == '+' || body[j] == '-')) ++j;
+    if (j == body.size()) return std::nullopt;
+    for (; j < body.size(); ++j) {
+      if (body[j] < '0' || body[j] > '9') return std::nullopt;
+      exponent = std::min(exponent * 10 + (body[j] - '0'), 1000000000LL);  // saturated: its sign is what counts
+    }
+    if (exponent_negative) exponent = -exponent;
+  }
+  double value = 0;
+  const auto [end, error] = std::from_chars(body.data(), body.data() + body.size(), value);
+  if (end != body.data() + body.size()) return std::nullopt;
+  if (error == std::errc::result_out_of_range) {
+    // from_chars leaves value as it was both for an overflow (no double) and for an underflow
+    // (the nearest double is a zero): the word's decimal order tells them apart.
+    if (order + exponent > 0) return std::nullopt;
+    value = 0.0;
+  } else if (error != std::errc{}) {
+    return std::nullopt;
+  }
+  return negative ? -value : value;
+}
+
+}  // namespace fb
