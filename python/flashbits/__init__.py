@@ -749,17 +749,22 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
 
 
 def exact_attention(q, k, v, do=None, causal: bool | str = False, scale: float | None = None, *,
-                    dtype: str | None = None) -> AttentionResult:
+                    dtype: str | None = None, rounded_as: str | None = None, recipe=None) -> AttentionResult:
     """The exact reference (high precision, not rounded): O, LSE, and with ``do`` delta, dQ, dK,
     dV, plus each row's exact max scaled score (``row_max``). Inputs and ``causal`` as for
-    ``attention`` (bit patterns are of ``dtype``)."""
+    ``attention`` (bit patterns are of ``dtype``). ``rounded_as=MODEL`` (with its ``recipe``)
+    gives instead that model's floor, as ``bias_test`` measures it: each exact output rounded
+    once to nearest even where MODEL keeps it (O in the format it stores O in; delta from that
+    O, or the exact delta rounded once into fp32 where MODEL's delta reads O before its final
+    cast). A kernel's output minus its floor's is the kernel's own error, not its format's."""
     arrays, d_o, lead, in_dtype, kv_lead = _attention_inputs(q, k, v, do)
     dtype = _default_dtype(dtype, in_dtype)
     causal_given = causal
     causal, top_left = _causal_arg(causal)
     _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, causal, _float_arg("scale", scale, optional=True),
-                              dtype, top_left)
+                              dtype, top_left, _str_arg("rounded_as", rounded_as, optional=True) or "",
+                              _path_arg("recipe", recipe, optional=True) or "")
     return AttentionResult(d, lead, kv_lead)
 
 

@@ -19,7 +19,9 @@ Per step and arm: loss and gradient norm; for each emulated layer on a fixed sam
 not so divisible is refused): the tie rate (rows whose final max is
 reached by two or more keys after the kernel's rounding), the signed error of O and of
 delta = rowsum(dO*O) against the exact attention of the same rounded inputs, their running
-sums, and the largest singular values of W_Q and W_K. Weight snapshots give the deviation
+sums, the same errors of the kernel's floor (the exact outputs rounded once where the kernel
+keeps them: the format's share, which the mechanism's test sets apart), and the largest
+singular values of W_Q and W_K. Weight snapshots give the deviation
 from the control arm and between two control seeds (Golden et al.'s measure).
 
 Step numbers: steps.csv's ``step`` (and the plots' x axis) counts from the initialisation, the
@@ -407,16 +409,24 @@ def row_is_tied(trace: dict) -> bool:
     return False
 
 
-def measure(q, k, v, d_o, fmt: str, scale: float, causal: bool, result, traces, rows: list) -> dict:
+def measure(q, k, v, d_o, fmt: str, scale: float, causal: bool, result, traces, rows: list, model: str,
+            recipe=None) -> dict:
     """Signed errors of O (mean over the rows' features) and delta (mean over the rows) of a
-    kernel run (``result``, with its backward) against the exact attention of the same
-    rounded inputs (batch entry 0), and the tie rate of the traced rows."""
+    kernel run (``result`` of ``model`` with ``recipe``, with its backward) against the exact
+    attention of the same rounded inputs (batch entry 0); the same of the kernel's floor (the
+    exact outputs rounded once where the kernel keeps them, exact_attention(rounded_as=model)),
+    whose error is the format's, not the kernel's; and the tie rate of the traced rows."""
     exact = _exact_attention(q[:1], k[:1], v[:1], do=d_o[:1], causal=causal, scale=scale, dtype=fmt)
+    floor = _exact_attention(q[:1], k[:1], v[:1], do=d_o[:1], causal=causal, scale=scale, dtype=fmt,
+                             rounded_as=model, recipe=recipe)
     o_err = [np.mean(result.o[0, h, r] - exact.o[0, h, r]) for _, h, r in rows]
     d_err = [result.delta[0, h, r] - exact.delta[0, h, r] for _, h, r in rows]
+    o_floor = [np.mean(floor.o[0, h, r] - exact.o[0, h, r]) for _, h, r in rows]
+    d_floor = [floor.delta[0, h, r] - exact.delta[0, h, r] for _, h, r in rows]
     traces = traces or []
     ties = sum(row_is_tied(t) for t in traces)
     return {"o_error": float(np.mean(o_err)), "delta_error": float(np.mean(d_err)),
+            "o_floor_error": float(np.mean(o_floor)), "delta_floor_error": float(np.mean(d_floor)),
             "tie_rate": ties / len(traces) if traces else float("nan")}
 
 
@@ -462,21 +472,23 @@ def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, ro
     # A seed only where the arithmetic draws from one (flashbits.attention refuses it elsewhere).
     r = _attention(q, k, v, arm.model, do=d_o, causal=True, recipe=arm.recipe_file, threads=1, trace=rows,
                    dtype=fmt, seed=attention_seed(0x71E5, seed, step, layer) if formats["seeded"] else None)
-    return measure(q, k, v, d_o, fmt, 1.0 / math.sqrt(cfg.model.head_dim), True, r, r.traces, rows)
+    return measure(q, k, v, d_o, fmt, 1.0 / math.sqrt(cfg.model.head_dim), True, r, r.traces, rows, arm.model,
+                   arm.recipe_file)
 
 
 class LayerProbe:
     """The mechanism metrics of one emulated layer (module docstring), filled by the
     attention op's observer after each backward on probe steps."""
 
-    def __init__(self, rows: list):
+    def __init__(self, rows: list, model: str, recipe=None):
         self.rows = rows  # (batch 0, head, row) triples
+        self.model, self.recipe = model, recipe  # the kernel measured, for its floor
         self.active = False  # measure the next backward
         self.pending = None
 
     def observe(self, seen: dict) -> None:
         self.pending = measure(seen["q"], seen["k"], seen["v"], seen["do"], seen["format"], seen["scale"],
-                               seen["causal"], seen["result"], seen["traces"], self.rows)
+                               seen["causal"], seen["result"], seen["traces"], self.rows, self.model, self.recipe)
 
 
 def probe_rows_per_head(block_size: int) -> int:
@@ -737,7 +749,8 @@ def install_arm_attention(model: GPT, arm: "Arm", cfg: StudyConfig, threads: int
     probes = {}
     for i, block in enumerate(model.blocks):
         emulate = arm.emulates(i, cfg)
-        probe = LayerProbe(probe_rows(cfg)) if emulate and i in cfg.emulate_layers else None
+        probed = emulate and i in cfg.emulate_layers
+        probe = LayerProbe(probe_rows(cfg), arm.model, arm.recipe_file) if probed else None
         if probe is not None:
             probes[i] = probe
         block.attn.attention = attention_for(arm.model if emulate else CONTROL, arm.recipe_file, threads, probe,
@@ -828,7 +841,7 @@ CSV_FIELDS = ["step", "loss", "grad_norm"]
 
 def layer_fields(layer: int) -> list:
     return [f"L{layer}_{n}" for n in ("tie_rate", "o_error", "delta_error", "o_error_sum", "delta_error_sum",
-                                      "wq_sigma", "wk_sigma")]
+                                      "o_floor_error", "delta_floor_error", "wq_sigma", "wk_sigma")]
 
 
 def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, threads: int, quiet: bool,
@@ -899,7 +912,10 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
                 nan = float("nan")
                 row.update({f"L{i}_tie_rate": p["tie_rate"] if p else nan, f"L{i}_o_error": p["o_error"] if p else nan,
                             f"L{i}_delta_error": p["delta_error"] if p else nan, f"L{i}_o_error_sum": o_sum,
-                            f"L{i}_delta_error_sum": d_sum, f"L{i}_wq_sigma": spectral_norm(wq),
+                            f"L{i}_delta_error_sum": d_sum,
+                            f"L{i}_o_floor_error": p["o_floor_error"] if p else nan,
+                            f"L{i}_delta_floor_error": p["delta_floor_error"] if p else nan,
+                            f"L{i}_wq_sigma": spectral_norm(wq),
                             f"L{i}_wk_sigma": spectral_norm(wk)})
             rows.append(row)
             done = step + 1
@@ -939,6 +955,24 @@ def sign_counts(rows: list, column: str) -> tuple:
     return sum(v > 0 for v in values), sum(v < 0 for v in values)
 
 
+def distance_sign_counts(pairs: list) -> tuple:
+    """The mechanism's test statistic per probed step, as bias-test's distance
+    (studies/verdict.hpp): Z = s_K K - s_F F, with K the kernel's delta error, F its floor's
+    (the format's own: O rounded before delta is formed), and s_K, s_F the signs of their means
+    over the steps (s_F = s_K where F's mean is 0). Z > 0 where the kernel's error lies further
+    from zero than its floor's; a sign test on K alone counted the floor's sign as the kernel's
+    (PyTorch's FA2 read as "mechanism present" on the forced-ties batches). Returns the steps
+    with Z > 0 and Z < 0."""
+    if not pairs:
+        return 0, 0
+    mean_k = float(np.mean([k for k, _ in pairs]))
+    mean_f = float(np.mean([f for _, f in pairs]))
+    s_k = -1.0 if mean_k < 0 else 1.0
+    s_f = s_k if mean_f == 0 else (-1.0 if mean_f < 0 else 1.0)
+    z = [s_k * k - s_f * f for k, f in pairs]
+    return sum(v > 0 for v in z), sum(v < 0 for v in z)
+
+
 def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
     losses = [r["loss"] for r in rows]
     layers = {}
@@ -966,6 +1000,10 @@ class Thresholds:
     divergence_steps: int = 100
     sign_p: float = 0.01
     wq_ratio: float = 1.2
+    # The mechanism's size: delta's mean error at least this many times its floor's, in
+    # magnitude. PyTorch's FA2 lies 1.007x from its floor on forced ties, consistently enough
+    # for the sign test over 100 steps; Qiu & Yao's bf16 P-bar V about 5x.
+    floor_ratio: float = 1.5
 
 
 def read_steps(path: str) -> list:
@@ -1171,6 +1209,7 @@ def merge(out: str, th: Thresholds) -> dict:
     for name, seeds in sorted(runs.items()):
         per_seed, div_votes, signs_pos, signs_neg, d_sums, ratios = {}, [], 0, 0, [], []
         o_pos, o_neg, o_sums = 0, 0, []
+        floor_pairs = {}  # layer -> [(kernel's delta error, its floor's)] over seeds' probed steps
         probe_samples = 0  # probed steps (a non-NaN delta error) over seeds and layers
         for seed, res in sorted(seeds.items()):
             ctrl = control.get(seed)
@@ -1197,12 +1236,27 @@ def merge(out: str, th: Thresholds) -> dict:
                 o_neg += negative
                 o_sums.append(stats["o_error_sum"])
                 probe_samples += sum(1 for r in res["rows"] if not math.isnan(r[f"L{layer}_delta_error"]))
+                floor_pairs.setdefault(layer, []).extend(
+                    (r[f"L{layer}_delta_error"], r[f"L{layer}_delta_floor_error"]) for r in res["rows"]
+                    if not math.isnan(r[f"L{layer}_delta_error"]))
                 if ctrl is not None and ctrl["layers"].get(layer, {}).get("wq_spectral_norm"):
                     ratio = stats["wq_spectral_norm"] / ctrl["layers"][layer]["wq_spectral_norm"]
                     entry.setdefault("wq_spectral_norm_ratio", {})[layer] = ratio
                     ratios.append(ratio)
             per_seed[str(seed)] = entry
         p = sign_test_p(signs_pos, signs_neg)
+        # The mechanism: delta's error further from zero than its floor's, layer by layer, and by
+        # at least th.floor_ratio in every layer that shows it (a consistent 0.7% is no mechanism).
+        z_pos = z_neg = 0
+        ratios_to_floor = []
+        for pairs in floor_pairs.values():
+            positive, negative = distance_sign_counts(pairs)
+            z_pos, z_neg = z_pos + positive, z_neg + negative
+            if pairs:
+                mean_k, mean_f = float(np.mean([k for k, _ in pairs])), float(np.mean([f for _, f in pairs]))
+                ratios_to_floor.append(abs(mean_k) / abs(mean_f) if mean_f != 0 else math.inf)
+        z_p = sign_test_p(z_pos, z_neg)
+        floor_ratio = min(ratios_to_floor) if ratios_to_floor else None
         # Divergence is judged against the control of the same seed: without one it is not
         # known, and saying "no effect seen" would claim what was never compared.
         without_control = [seed for seed in sorted(seeds) if name != CONTROL and seed not in control]
@@ -1221,7 +1275,8 @@ def merge(out: str, th: Thresholds) -> dict:
         # An arm that emulates none of the probed layers (fa-bf16acc[layers=0] with
         # --emulate-layers 1) has no probe sample: its sign tests measured nothing.
         probed = measured and probe_samples > 0
-        sign_shown = probed and p < th.sign_p
+        sign_shown = (probed and z_p < th.sign_p and z_pos > z_neg and floor_ratio is not None
+                      and floor_ratio >= th.floor_ratio)
         wq_shown = measured and wq_ratio is not None and wq_ratio > th.wq_ratio
         if sign_shown and cfg.probe_batch == "forced-ties":
             # The sign test then measured the kernel on a synthetic batch built to tie maxima,
@@ -1267,6 +1322,13 @@ def merge(out: str, th: Thresholds) -> dict:
             "delta_error_sum": float(np.sum(d_sums)) if d_sums else None,
             "delta_error_positive_steps": signs_pos, "delta_error_negative_steps": signs_neg,
             "delta_error_sign_p": p if probed else None,
+            # The mechanism's test: steps whose delta error lies further from zero than the
+            # floor's (> 0) or closer (< 0), and the sign test's p (distance_sign_counts).
+            "delta_beyond_floor_steps": z_pos, "delta_within_floor_steps": z_neg,
+            "delta_beyond_floor_sign_p": z_p if probed else None,
+            # |mean delta error| / |mean floor error| (the least over the probed layers; inf
+            # where the floor's mean is 0)
+            "delta_error_to_floor_ratio": floor_ratio if probed else None,
             # O's signed error, the mechanism's first step (delta inherits it through dO*O)
             "o_error_sum": float(np.sum(o_sums)) if o_sums else None,
             "o_error_positive_steps": o_pos, "o_error_negative_steps": o_neg,
@@ -1313,8 +1375,9 @@ def golden_ratio(runs: dict, step: int, snapshot) -> dict:
 
 def print_verdicts(summary: dict, th: Thresholds) -> None:
     print(f"verdicts (diverged: a {th.divergence_window}-step mean loss > {th.divergence_nats} nats above the "
-          f"control for >= {th.divergence_steps} steps, or a NaN loss, in any seed; mechanism: delta-error sign "
-          f"test p < {th.sign_p} or W_Q spectral norm > {th.wq_ratio}x the control)")
+          f"control for >= {th.divergence_steps} steps, or a NaN loss, in any seed; mechanism: delta's error "
+          f"further from zero than its floor's in more steps than not, sign test p < {th.sign_p}, and at least "
+          f"{th.floor_ratio}x its floor's mean, or W_Q spectral norm > {th.wq_ratio}x the control)")
     for name, a in summary["arms"].items():
         p = a["delta_error_sign_p"]
         ratio = a["wq_spectral_norm_ratio"]
@@ -1323,6 +1386,9 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
         delta = f"delta error sum {d_sum:+.3e}, {a['delta_error_positive_steps']}+/{a['delta_error_negative_steps']}-"
         if p is not None:
             delta += f", sign test p {p:.2g}"
+        if a.get("delta_beyond_floor_sign_p") is not None:
+            delta += (f"; beyond its floor {a['delta_beyond_floor_steps']}+/{a['delta_within_floor_steps']}-, "
+                      f"p {a['delta_beyond_floor_sign_p']:.2g}, {a['delta_error_to_floor_ratio']:.3g}x the floor")
         o_part = ""
         if o_p is not None:
             o_part = f"; O error {a['o_error_positive_steps']}+/{a['o_error_negative_steps']}-, p {o_p:.2g}"
@@ -1486,6 +1552,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--divergence-steps", type=int, default=th.divergence_steps)
     p.add_argument("--sign-p", type=float, default=th.sign_p)
     p.add_argument("--wq-ratio", type=float, default=th.wq_ratio)
+    p.add_argument("--floor-ratio", type=float, default=th.floor_ratio,
+                   help="the mechanism's size: delta's mean error at least this many times its floor's (default "
+                        f"{th.floor_ratio})")
     return p
 
 
@@ -1583,11 +1652,15 @@ def check_thresholds(th: "Thresholds") -> None:
     if not (math.isfinite(th.wq_ratio) and th.wq_ratio >= 1):
         raise UsageError(f"--wq-ratio {th.wq_ratio}: expected a finite ratio >= 1 (W_Q's norm grown that much "
                          f"over the control's)")
+    if not (math.isfinite(th.floor_ratio) and th.floor_ratio >= 1):
+        raise UsageError(f"--floor-ratio {th.floor_ratio}: expected a finite ratio >= 1 (delta's error that many "
+                         f"times its floor's)")
 
 
 _UNSET = object()
 # What merge reads of the command line: the study is config.json's, its runs those under runs/.
-MERGE_OPTIONS = ("command", "out", "quiet", "threads", "divergence_nats", "divergence_steps", "sign_p", "wq_ratio")
+MERGE_OPTIONS = ("command", "out", "quiet", "threads", "divergence_nats", "divergence_steps", "sign_p", "wq_ratio",
+                 "floor_ratio")
 
 
 def given_options(argv) -> dict:
@@ -1638,7 +1711,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     th = Thresholds(divergence_nats=args.divergence_nats, divergence_steps=args.divergence_steps,
-                    sign_p=args.sign_p, wq_ratio=args.wq_ratio)
+                    sign_p=args.sign_p, wq_ratio=args.wq_ratio, floor_ratio=args.floor_ratio)
     try:
         check_thresholds(th)
         if os.path.exists(args.out) and not os.path.isdir(args.out):

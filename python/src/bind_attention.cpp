@@ -342,18 +342,32 @@ pyb::dict backward(const KeptForward& kept, const pyb::object& d_o, long long th
   return result_dict(out, kept.model, *in);
 }
 
+// rounded_as (empty: none): the exact outputs rounded once where that model keeps its outputs,
+// its floor (attn::correctly_rounded_reference, as bias-test measures a kernel against it).
 pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v, const pyb::object& d_o, bool causal,
-                std::optional<double> scale, const std::string& dtype_name, bool causal_top_left) {
+                std::optional<double> scale, const std::string& dtype_name, bool causal_top_left,
+                const std::string& rounded_as, const std::string& recipe) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
+  std::optional<attn::ModelHandle> floor;
+  if (!rounded_as.empty()) {
+    const attn::ModelHandle model = model_or_throw(rounded_as, dtype, recipe, "model", true);
+    floor = attn::correctly_rounded_reference(*model.recipe);
+  }
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, causal_top_left, scale, dtype));
-  const attn::AttentionOutputs out =
-      run_interruptible<attn::AttentionOutputs>([in](const Cancel&) { return attn::exact_attention(*in); });
+  const attn::AttentionOutputs out = run_interruptible<attn::AttentionOutputs>([in, floor](const Cancel&) {
+    attn::AttentionOutputs exact = attn::exact_attention(*in);
+    if (!floor) return exact;
+    attn::AttentionOutputs rounded = attn::round_exact_outputs(*floor->recipe, *in, exact, attn::RunOptions{});
+    rounded.row_max = exact.row_max;
+    return rounded;
+  });
   pyb::dict d = outputs_dict(out);
   d["row_max"] = out.row_max ? pyb::object(to_array(*out.row_max, true)) : pyb::object(pyb::none());
-  d["model"] = "exact";
+  d["model"] = floor ? "floor of " + rounded_as : std::string("exact");
   d["scale"] = in->softmax_scale;
   d["dtype"] = std::string(dtype.name);
-  d["output_format"] = "fp64";
+  const std::optional<Format> stored = floor ? attn::stored_o_format(*floor->recipe) : std::nullopt;
+  d["output_format"] = stored ? std::string(stored->name) : std::string("fp64");
   d["traces"] = pyb::none();
   return d;
 }
@@ -402,7 +416,7 @@ void register_attention(pyb::module_& m) {
         "dtype_given"_a = false, "causal_top_left"_a = false);
   m.def("attention_backward", &backward, "kept"_a, "do"_a, "threads"_a);
   m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a,
-        "causal_top_left"_a = false);
+        "causal_top_left"_a = false, "rounded_as"_a = "", "recipe"_a = "");
   m.def("_check_attention_size", &check_size, "q_shape"_a);
   m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a, "dtype_given"_a = false);
   m.def("models", &models);

@@ -100,6 +100,60 @@ def test_smoke_forced_ties_show_the_mechanism_in_fa_bf16acc_and_not_with_dynmax(
     assert layer["tie_rate"] > 0.9  # every probed row but the first has its max tied
 
 
+def test_the_mechanism_is_the_kernels_error_beyond_its_floor_not_the_floors_sign(smoke, tmp_path, corpus):
+    # Found by the newcomer's walkthrough: the forced-ties verdict came from a sign test on
+    # delta's error against exact, whose sign there is the format's own (O is rounded to bf16
+    # before delta is formed). PyTorch's FA2 read as "mechanism present", and so did the
+    # correctly rounded reference, which has no kernel arithmetic at all.
+    _, summary, _ = smoke
+    plain = summary["arms"]["fa-bf16acc"]
+    assert plain["delta_beyond_floor_steps"] > plain["delta_within_floor_steps"]
+    assert plain["delta_beyond_floor_sign_p"] < 0.01 and plain["delta_error_to_floor_ratio"] > 1.5
+    # At --sign-p 0.05 the floor's own sign is consistent enough for the old rule in 30 steps.
+    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32,correctly-rounded",
+               "--probe-batch", "forced-ties", "--quiet", "--sign-p", "0.05")
+    with open(tmp_path / "summary.json") as f:
+        reference = json.load(f)["arms"]["correctly-rounded"]
+    assert reference["delta_error_sign_p"] < 0.05
+    assert reference["delta_beyond_floor_steps"] == reference["delta_within_floor_steps"] == 0  # it is its floor
+    assert reference["delta_error_to_floor_ratio"] == 1.0
+    assert reference["verdict"] == f"no mechanism seen; {TOO_SHORT}"
+
+
+def test_a_consistent_error_a_little_beyond_the_floor_is_no_mechanism(smoke, tmp_path):
+    # PyTorch's FA2 lies 1.007x from its floor on forced ties, consistently enough over 100
+    # steps for the sign test: the size rule (--floor-ratio, default 1.5) keeps that from
+    # reading as Qiu & Yao's mechanism. Here an arm's probed delta errors are set to 1.2x their
+    # floors' in every step (further from zero wherever the floor has its mean's sign); merge
+    # judges them.
+    out, _, _ = smoke
+    for name in ("fp32", "fa-bf16acc"):
+        shutil.copytree(out / "runs" / name, tmp_path / "runs" / name)
+    for name in ("config.json", "fork.pt"):
+        shutil.copy(out / name, tmp_path / name)
+    for seed in ("seed0", "seed1"):
+        path = tmp_path / "runs" / "fa-bf16acc" / seed / "steps.csv"
+        lines = path.read_text().splitlines()
+        header = lines[0].split(",")
+        k, f = header.index("L1_delta_error"), header.index("L1_delta_floor_error")
+        rows = [line.split(",") for line in lines[1:]]
+        for row in rows:
+            if row[f] != "nan":
+                row[k] = repr(1.2 * float(row[f]))
+        path.write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+    # The smoke run's probed steps are few: --sign-p 0.05 lets the sign test alone fire.
+    run_driver("merge", "--out", str(tmp_path), "--quiet", "--sign-p", "0.05")
+    with open(tmp_path / "summary.json") as fh:
+        arm = json.load(fh)["arms"]["fa-bf16acc"]
+    assert arm["delta_beyond_floor_sign_p"] < 0.05
+    assert arm["delta_beyond_floor_steps"] > arm["delta_within_floor_steps"]
+    assert arm["delta_error_to_floor_ratio"] == pytest.approx(1.2)
+    assert not arm["verdict"].startswith("mechanism present")
+    run_driver("merge", "--out", str(tmp_path), "--quiet", "--sign-p", "0.05", "--floor-ratio", "1.1")
+    with open(tmp_path / "summary.json") as fh:
+        assert json.load(fh)["arms"]["fa-bf16acc"]["verdict"].startswith(FORCED_TIES)
+
+
 def test_resuming_from_a_checkpoint_reproduces_the_next_losses_bit_for_bit(smoke, tmp_path, corpus):
     import shlex
     out, _, _ = smoke
@@ -195,6 +249,7 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
     (["--sign-p", "2"], "error: --sign-p 2.0: expected a significance level, 0 < p < 1"),
     (["--sign-p", "0"], "error: --sign-p 0.0: expected a significance level, 0 < p < 1"),
     (["--wq-ratio", "-1"], "error: --wq-ratio -1.0: expected a finite ratio >= 1"),
+    (["--floor-ratio", "0.5"], "error: --floor-ratio 0.5: expected a finite ratio >= 1"),
     (["--divergence-nats", "nan"], "error: --divergence-nats nan: expected a finite number >= 0"),
     # Refused by the kernel model only after the fork had trained (2000: torch's threads first).
     (["--threads", "1025"], "error: --threads 1025: expected 1..1024"),
