@@ -18,6 +18,7 @@
 #include "formats/text_escape.hpp"
 #include "api/input_error.hpp"
 #include "api/json_strict.hpp"
+#include "formats/json_text.hpp"
 #include "traces/sfu_sets.hpp"
 #include "traces/sfu_table_file.hpp"
 
@@ -88,9 +89,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     // parse_error: "[json.exception.parse_error.101] parse error at line 2, column 3: ...";
     // out_of_range (a number too large for a double, found by fuzz_recipe): "[...406] number
     // overflow parsing '1e999'". Either way the text after the bracketed id.
-    std::string what = e.what();
-    const auto id_end = what.find("] ");
-    fail(path, "JSON", id_end == std::string::npos ? what : what.substr(id_end + 2));
+    fail(path, "JSON", json_error_text(e));
   }
   if (!j.is_object()) fail(path, "file", "expected a JSON object");
   for (const auto& [key, value] : j.items()) {

@@ -17,6 +17,7 @@
 #include "attention/kernel_models.hpp"
 #include "emu/dot/dot_model.hpp"
 #include "formats/decimal_text.hpp"
+#include "formats/text_escape.hpp"
 
 namespace fb::attn {
 namespace {
@@ -56,6 +57,10 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
     throw std::invalid_argument(std::string("kernel model dtype must be bf16 or fp16, got ") + dtype.name);
   }
   std::string text(full_name);
+  // Every message below quotes the name, and what() ends at a NUL (a metadata string from a file).
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
+    throw std::invalid_argument("kernel model name '" + without_nul_bytes(text) + "': a NUL byte at position " +
+                                std::to_string(nul));
   std::vector<std::string> parts;
   std::size_t start = 0;
   while (true) {

@@ -29,44 +29,52 @@ void check_file_size_capped(const std::string& path, std::uint64_t size, const F
   if (size > kind.max_bytes) too_large(path, kind, std::to_string(size) + " bytes, ");
 }
 
-namespace {
-// Container: std::string or std::vector<std::uint8_t>.
-template <class Container>
-Container read_capped(const std::string& path, const FileKind& kind) {
+OpenedInput::~OpenedInput() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::unique_ptr<OpenedInput> open_input(const std::string& path) {
+  auto in = std::make_unique<OpenedInput>();
   // Opened without blocking: a FIFO that no process writes to would block in open() forever.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  in->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (in->fd < 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
+  if (::fstat(in->fd, &st) != 0) throw FileReadError(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw FileReadError(path + ": cannot read: is a directory");
+  in->regular = S_ISREG(st.st_mode);
+  in->size = in->regular ? static_cast<std::uint64_t>(st.st_size) : 0;
   // A FIFO's first byte is read without blocking: a pipe with a writer (`merge <(cat shard)`)
   // says EAGAIN until data comes, and is then read as any file; a FIFO that no process writes
   // to gives end-of-file at once (a blocking open or read would wait forever).
-  std::optional<char> first_byte;
   if (S_ISFIFO(st.st_mode)) {
     char byte = 0;
     ssize_t n = 0;
     do {
-      n = ::read(fd, &byte, 1);
+      n = ::read(in->fd, &byte, 1);
     } while (n < 0 && errno == EINTR);
     if (n == 0) throw FileReadError(path + ": a FIFO with nothing to read (no process writes to it)");
-    if (n == 1) first_byte = byte;
+    if (n == 1) in->first = byte;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
       throw FileReadError(path + ": read failed: " + std::strerror(errno));
   }
   // Blocking again for the reads: a pipe's writer may be slower than this reader.
-  if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  if (const int flags = ::fcntl(in->fd, F_GETFL); flags >= 0) ::fcntl(in->fd, F_SETFL, flags & ~O_NONBLOCK);
+  return in;
+}
+
+namespace {
+// Container: std::string or std::vector<std::uint8_t>.
+template <class Container>
+Container read_capped(const std::string& path, const FileKind& kind) {
+  const std::unique_ptr<OpenedInput> in = open_input(path);
+  const int fd = in->fd;
   constexpr std::size_t kChunk = std::size_t{1} << 20, kSmallAsk = std::size_t{1} << 16;
   Container data;
-  if (first_byte) data.push_back(static_cast<typename Container::value_type>(*first_byte));
-  if (S_ISREG(st.st_mode)) {
-    check_file_size_capped(path, static_cast<std::uint64_t>(st.st_size), kind);
+  if (in->first) data.push_back(static_cast<typename Container::value_type>(*in->first));
+  if (in->regular) {
+    check_file_size_capped(path, in->size, kind);
     // Room for the end-of-file read below too, so that it does not move what was read.
-    data.reserve(static_cast<std::size_t>(st.st_size) + kSmallAsk);
+    data.reserve(static_cast<std::size_t>(in->size) + kSmallAsk);
   }
   // Reads, never more than max_bytes + 1 in all: a device or pipe that never ends (/dev/zero)
   // or a file that grows while being read is refused as soon as it passes the cap. Each read
@@ -74,7 +82,7 @@ Container read_capped(const std::string& path, const FileKind& kind) {
   // whole size and one byte more (one read, then one that finds the end), otherwise 64 KiB,
   // doubling up to 1 MiB while reads come back full. (Asking 1 MiB every time zero-filled
   // 2 MiB to read a small file.)
-  std::size_t ask = S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) + 1 : kSmallAsk;
+  std::size_t ask = in->regular ? static_cast<std::size_t>(in->size) + 1 : kSmallAsk;
   while (true) {
     const std::uint64_t room = kind.max_bytes + 1 - data.size();
     const std::size_t want = static_cast<std::size_t>(room < ask ? room : ask);

@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,5 +69,23 @@ std::vector<std::uint8_t> read_file_capped_bytes(const std::string& path, const 
 
 // Throws FileReadError "PATH: larger than ..." when `size` exceeds kind.max_bytes.
 void check_file_size_capped(const std::string& path, std::uint64_t size, const FileKind& kind);
+
+// An input opened for reading as read_file_capped opens it, for readers that stream it (batch
+// files): a FIFO that no process writes to is refused at once (FileReadError "PATH: a FIFO
+// with nothing to read ..."), where open() would wait forever, and a directory is refused.
+// The descriptor is blocking; `first` holds a byte the FIFO check had to read from a pipe,
+// which comes before the descriptor's next. Closes the descriptor when destroyed.
+struct OpenedInput {
+  int fd = -1;
+  std::optional<char> first;
+  bool regular = false;  // a regular file (st_size is its size)
+  std::uint64_t size = 0;
+  OpenedInput() = default;
+  OpenedInput(const OpenedInput&) = delete;
+  OpenedInput& operator=(const OpenedInput&) = delete;
+  ~OpenedInput();
+};
+// Never null; the object is not movable, hence the pointer.
+std::unique_ptr<OpenedInput> open_input(const std::string& path);
 
 }  // namespace fb

@@ -9,6 +9,7 @@
 // Header-only so that it needs nothing but nlohmann_json where it is used.
 #pragma once
 
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -42,6 +43,15 @@ std::string json_text(const Json& j, int indent = -1) {
     // Only a string that is not valid UTF-8 makes dump throw (type_error 316): escape and retry.
     return json_text_detail::escaped(j).dump(indent);
   }
+}
+
+// A JSON library error as flashbits' messages show it: nlohmann's text without its
+// "[json.exception.parse_error.101] " tag ("parse error at line 1, column 271: ...", "key
+// 'sufficient' not found"), which names the library, not the file's defect.
+inline std::string json_error_text(const std::exception& e) {
+  const std::string what = e.what();
+  const auto tag_end = what.rfind("[json.exception.", 0) == 0 ? what.find("] ") : std::string::npos;
+  return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
 }
 
 }  // namespace fb

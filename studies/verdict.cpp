@@ -142,9 +142,11 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero, const BaselineWor
     const std::vector<double> floor_signs = plausible_signs(established_sign(c.floor, alpha));
     const std::vector<double> kernel_signs = plausible_signs(established_sign(c.kernel, alpha));
     bool adds = true, less = true;
+    double least_added = std::numeric_limits<double>::infinity();  // d's estimate, the least over F's signs
     for (double t : floor_signs) {
       const BiasStatistics z = signed_difference(s_k, t);
       adds = adds && z.p_t < alpha && z.mean > 0;
+      least_added = std::min(least_added, z.mean);
     }
     // The largest d the data allow: the upper end of s K - s_f F's interval over the kernel's signs;
     // the smallest improvement -d they show: the least of -mean over the same signs.
@@ -163,6 +165,13 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero, const BaselineWor
     if (adds) {
       c.verdict = Verdict::adds_bias;
       c.reason = size_next_to_floor(c, words) + "; its error lies further from zero than " + words.the;
+      // Detected is not large: a bias below the size at stake still adds (the contract: a
+      // significant excess is added bias), and the reason says how small it is.
+      if (least_added < c.at_stake) {
+        std::snprintf(buf, sizeof buf, ", by %s ulp: detectable, though below the %.3g ulp at stake",
+                      size_text(least_added).c_str(), c.at_stake);
+        c.reason += buf;
+      }
     } else if (less && least_improvement >= c.at_stake) {
       c.verdict = Verdict::less_biased_than_floor;
       c.reason = error_next_to_floor;

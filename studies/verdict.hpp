@@ -22,7 +22,8 @@
 //     floor whose mean is noise has no direction: its sample sign flipped the verdict with
 //     the seed). With s_K, s_F the sample signs and "every sign" meaning the established one
 //     or both: adds bias if s_K K - t F is significantly positive for every sign t of F's
-//     mean (then d > 0); less biased than its format's floor if s_F F - u K is for every
+//     mean (then d > 0), however small d is (a detected added bias is a failed check; the
+//     reason notes a d below `at_stake`); less biased than its format's floor if s_F F - u K is for every
 //     sign u of K's mean (then d < 0) and the improvement -d it shows (the least over those
 //     signs) is at least `at_stake` (a smaller one, 6e-7 ulp say, is no detectable added bias:
 //     the kernel adds none, and its improvement is of no consequence); otherwise no detectable added bias if the upper

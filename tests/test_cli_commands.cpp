@@ -848,6 +848,18 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
         std::string::npos);
 }
 
+// Found by the fourth verdict audit: demo on a capture of a +dynmax kernel appended "+dynmax" to
+// its model for the comparison and stopped with "+dynmax is given twice" (exit 2) after a
+// replay that matched bit for bit. Such a kernel already runs the fix: there is none to show.
+TEST_CASE("demo: a capture of a kernel that already runs the dynamic max") {
+  const Run r =
+      run("demo --trace " + std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/fa2/fa2dynmax_sink_d64.safetensors");
+  CHECK_MESSAGE(r.code == 0, r.out << r.err);
+  CHECK(r.out.find("1. Replay: 16384/16384 elements of O match the trace bit for bit.") != std::string::npos);
+  CHECK(r.out.find("; this kernel already runs the dynamic max.") != std::string::npos);
+  CHECK(r.out.find("+dynmax+dynmax") == std::string::npos);
+}
+
 TEST_CASE("bias-test: each verdict both ways on fixed seeds, from the excess over the correctly rounded reference") {
   // The reference measured against itself: its excess is exactly 0 in every trial (zero
   // variance, not low power), so no bias, exit 0; its error against exact is the format's.

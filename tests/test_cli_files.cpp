@@ -294,6 +294,21 @@ TEST_CASE("a FIFO with no writer is exit 2 at once; a pipe with one is read") {
   const Run values = run("replay " + trace + " --sfu-values " + path, "timeout 20 ");
   CHECK(values.code == 2);
   CHECK(one_error(values, "no process writes to it"));
+  // The readers that stream (batch files) and the one that maps (SFU dumps), found by the
+  // fourth audit still waiting.
+  for (const std::string& cmd : {"op --batch " + path, "dot --batch " + path}) {
+    CAPTURE(cmd);
+    const Run batch = run(cmd, "timeout 20 ");
+    CHECK(batch.code == 2);
+    CHECK(one_error(batch, path + ": a FIFO with nothing to read (no process writes to it)"));
+  }
+  const Run dump = run("replay " + trace + " --sfu-dump ex2=" + path, "timeout 20 ");
+  CHECK(dump.code == 2);
+  CHECK(one_error(dump, "not a regular file (an FBSFUDUMP1 dump is one)"));
+  // A batch through a pipe with a writer is still read, line by line.
+  const Run piped_batch = run("op --batch /dev/stdin", "printf 'add bf16 rne 0x3f80 0x3f80\\n' | ");
+  CHECK(piped_batch.code == 0);
+  CHECK(piped_batch.out == "4000 -\n");  // 1 + 1 = 2 exactly
   // A pipe with a writer: the shard read through /dev/stdin merges as the file itself does.
   const std::string shard = (scratch() / "fifo_shard.csv").string();
   REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 0);

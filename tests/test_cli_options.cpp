@@ -797,6 +797,16 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   CHECK(zero.code == 0);
   CHECK(zero.out == "3f80 -\n");  // +0 + 1 = 1 exactly
   check_refused(run("op add bf16 rne 00000 0x3f80"), {"'00000' is wider than a bf16 bit pattern (4 hex digits)"});
+  // replay's row coordinates are integers as every other integer option is (CLI11 alone took 0x1
+  // and answered 1e3 with "Could not convert").
+  for (const char* coordinate : {"--row 0x1", "--row 1e3", "--head abc", "--batch 99999999999", "--feature -1"}) {
+    CAPTURE(coordinate);
+    check_refused(run(std::string("replay x.safetensors ") + coordinate), {"expected an integer 0..2147483647"});
+  }
+  // CLI11's wording of an option given twice, and of a word before the subcommand, in ours.
+  check_refused(run("sweep --model a --model b"), {"sweep: --model: given 2 times (give it once)"});
+  check_refused(run("--jobs 2 op add bf16 rne 0x3f80 0x3f80"),
+                {"unexpected word(s) '2 --jobs' (options go after the subcommand they belong to)"});
   // A probe file of no section: FBPROBE1 and a section count of 0.
   const std::string empty_probes = write_file("no_sections.fbp", std::string("FBPROBE1\0\0\0\0", 12));
   check_refused(run("probe-check " + empty_probes), {"no_sections.fbp: holds no section: nothing to check"});

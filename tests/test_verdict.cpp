@@ -306,3 +306,21 @@ TEST_CASE("a named baseline is named in every reason, never called a floor") {
   CHECK(l.reason.find("closer to zero than " + b + "'s") != std::string::npos);
   CHECK(l.reason.find("floor") == std::string::npos);
 }
+
+// Found by the fourth verdict audit: fa2-sm80+o-fp32's delta "adds bias" (exit 1) by 0.000175
+// ulp, 1/286 of the size at stake, while fa2-sm80 passes. A detected bias is a failed check by
+// the contract, however small; the reason now says how small.
+TEST_CASE("an added bias below the size at stake is still added, and the reason says it is small") {
+  std::vector<double> floor, kernel;
+  for (int i = 0; i < 40; ++i) {
+    const double f = -0.0317 + 0.004 * std::sin(3.0 * i);
+    floor.push_back(f);
+    kernel.push_back(f - 2e-4 * (1.0 + 0.1 * std::cos(1.0 * i)));  // further from zero: f < 0
+  }
+  const FloorComparison c = compare_with_floor(kernel, floor, 1e-3, 0.05);
+  REQUIRE(c.verdict == Verdict::adds_bias);
+  CHECK(c.reason.find("ulp: detectable, though below the 0.05 ulp at stake") != std::string::npos);
+  const FloorComparison small_stake = compare_with_floor(kernel, floor, 1e-3, 1e-5);
+  CHECK(small_stake.verdict == Verdict::adds_bias);
+  CHECK(small_stake.reason.find("below the") == std::string::npos);
+}

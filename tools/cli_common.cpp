@@ -27,6 +27,7 @@
 #include "attention/attention.hpp"
 #include "attention/problem_limits.hpp"
 #include "formats/decimal_text.hpp"
+#include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
 
 namespace fb::cli {
@@ -52,15 +53,37 @@ std::vector<std::string> split_words(const std::string& line) {
 }  // namespace
 
 int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
-  std::istream* in = &std::cin;
-  std::ifstream file;
+  // Standard input, or the file opened as every input is (formats/file_read.hpp open_input: a
+  // FIFO that no process writes to is refused, where open() would wait forever).
+  std::unique_ptr<OpenedInput> file;
   if (path != "-") {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": cannot read batch file: is a directory");
-    file.open(path);
-    if (!file) throw InputError(path + ": cannot open batch file");
-    in = &file;
+    try {
+      file = open_input(path);
+    } catch (const FileReadError& e) {
+      throw InputError(e.what());
+    }
   }
+  const int fd = file ? file->fd : 0;
+  std::string buffer = file && file->first ? std::string(1, *file->first) : std::string();
+  std::size_t at = 0;
+  bool failed = false;
+  auto get = [&](char& c) {
+    if (at == buffer.size()) {
+      buffer.resize(1 << 16);
+      at = 0;
+      ssize_t n = 0;
+      do {
+        n = ::read(fd, buffer.data(), buffer.size());
+      } while (n < 0 && errno == EINTR);
+      failed = n < 0;
+      buffer.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+      if (n <= 0) return false;
+    }
+    c = buffer[at++];
+    return true;
+  };
   std::string line, out;
   std::uint64_t line_no = 0;
   // std::getline with a cap: a line (or a file with no newline, /dev/zero) longer than
@@ -69,7 +92,7 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
     line.clear();
     char c = 0;
     bool any = false;
-    while (in->get(c)) {
+    while (get(c)) {
       any = true;
       if (c == '\n') return true;
       if (line.size() == kMaxBatchLineBytes) return true;  // the caller reports it
@@ -99,7 +122,7 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
       out.clear();
     }
   }
-  if (in->bad()) {
+  if (failed) {
     std::cout << out << std::flush;
     throw InputError((path == "-" ? std::string("standard input") : path) + ": read failed after line " +
                      std::to_string(line_no));

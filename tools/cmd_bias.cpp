@@ -180,7 +180,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
               r.o_spread.elements, r.o_spread.kernel_rms(), r.paired ? (r.baseline + "'s").c_str() : "the floor's",
               r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
   std::cout << "(O and delta in ulps of " << r.units_format
-            << ", the kernel's output format, also where it keeps them wider: O at max(|O|, sum_j P_ij |V_jc|), delta "
+            << ", the kernel's output format, also where it keeps them wider or unrounded: O at max(|O|, sum_j P_ij "
+               "|V_jc|), delta "
                "at max(|delta|, sum|dO*O|), the scales of their rounding errors)\n";
   if (o.by_max) {
     std::cout << "by row max: " << r.by_max.size()

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -181,14 +182,7 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
 }
 
 void check_options(const ReplayOptions& o) {
-  const bool row_given = o.row_option->count() > 0;
-  for (const auto& [name, value, given] :
-       {std::tuple<const char*, int, bool>{"--batch", o.batch, o.batch_option->count() > 0},
-        {"--head", o.head, o.head_option->count() > 0},
-        {"--row", o.row, row_given}})
-    if (given && value < 0)
-      throw InputError(std::string(name) + " " + std::to_string(value) +
-                       ": expected a row coordinate >= 0 (leave --row out to compare every row)");
+  const bool row_given = o.row_option->count() > 0;  // --batch, --head, --row: integer_in, 0..2^31-1
   if (row_given && o.all) throw InputError("--row and --all: give one (--all compares every row, --row one)");
   if (!row_given && (o.batch_option->count() > 0 || o.head_option->count() > 0) && !o.explain && o.plot.empty())
     throw InputError("--batch/--head: they select the row of --row (or the row --explain/--plot traces)");
@@ -636,18 +630,25 @@ Runner setup_replay(CLI::App& app) {
                  "write the (input, output) pairs the SFU models evaluated to FILE (FBSFUVAL1; needs --sfu-dump)");
   app.add_option("--sfu-values", o->sfu_values,
                  "FBSFUVAL1 file: hardware SFU outputs for this replay's inputs (from --sfu-record on the device)");
-  o->batch_option = app.add_option("--batch", o->batch, "batch of the row to compare (with --row; default 0)");
-  o->head_option = app.add_option("--head", o->head, "head of the row to compare (with --row; default 0)");
+  // Coordinates are checked as CLI11 reads them: decimal digits in 0..2^31-1 (CLI11 alone took
+  // 0x1 and " 1", and answered 1e3 with its raw "Could not convert").
+  const CLI::Validator coordinate = integer_in(0, std::numeric_limits<int>::max(), "2^31-1");
+  o->batch_option =
+      app.add_option("--batch", o->batch, "batch of the row to compare (with --row; default 0)")->check(coordinate);
+  o->head_option =
+      app.add_option("--head", o->head, "head of the row to compare (with --row; default 0)")->check(coordinate);
   o->row_option = app.add_option("--row", o->row,
                                  "recompute and compare only this row (>= 0): O, LSE and delta; dQ, dK, dV need "
-                                 "every row and are skipped (default: all rows)");
+                                 "every row and are skipped (default: all rows)")
+                      ->check(coordinate);
   app.add_flag("--all", o->all, "compare every row (the default; not with --row)");
   app.add_flag("--explain", o->explain, "per KV tile story of the row (default row 0)");
   o->plot_option = app.add_option("--plot", o->plot,
                                   "write the cumulative rounding error of O-bar as SVG to this path (not an input)");
   o->feature_option = app.add_option("--feature", o->feature,
                                      "feature (column) of O whose accumulation --plot draws and --explain follows "
-                                     "(0..head dim - 1; default 0)");
+                                     "(0..head dim - 1; default 0)")
+                          ->check(coordinate);
   app.add_flag("--json", o->json, "JSON output");
   app.add_flag("--verbose", o->verbose,
                "the SFU models' full descriptions (table paths, provenance, rules) instead of one short line");

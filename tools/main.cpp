@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -66,6 +67,21 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// CLI11's wording of two common mistakes in the project's: an option given twice ("--model: At
+// Most 1 required but received 2") and surplus words ("The following arguments were not
+// expected: 2 --jobs", from an option placed before the subcommand).
+std::string plain_parse_message(const std::string& message) {
+  const std::string twice = ": At Most 1 required but received ";
+  if (const auto at = message.find(twice); at != std::string::npos)
+    return message.substr(0, at) + ": given " + message.substr(at + twice.size()) + " times (give it once)";
+  for (const std::string surplus :
+       {"The following argument was not expected: ", "The following arguments were not expected: "})
+    if (message.rfind(surplus, 0) == 0)
+      return "unexpected word(s) '" + message.substr(surplus.size()) +
+             "' (options go after the subcommand they belong to)";
+  return message;
+}
+
 // An option given an empty value ('') is refused: every option takes a non-empty one, and a
 // command that reads "" as "not given" (--csv, --against, --scale, --model) would silently
 // ignore it.
@@ -121,7 +137,7 @@ int run(int argc, char** argv) {
     for (auto& [s, run] : runners)
       if (s->parsed()) sub = s;
     std::string where = sub ? sub->get_name() + ": " : "";
-    std::string message = one_line(e.what());
+    std::string message = plain_parse_message(one_line(e.what()));
     if (!sub && argc < 2) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
@@ -174,6 +190,12 @@ int run(int argc, char** argv) {
     // The library reports an impossible combination of user choices (a model variant
     // with a head dim it cannot take, say) this way; it is bad input, not a crash.
     fb::cli::print_error_line(e.what());
+    return fb::cli::kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // The input needs more memory than the machine (or its ulimit) gives: a compressed capture
+    // can hold gigabytes within every size limit. The input's size, not a bug.
+    fb::cli::print_error_line(
+        "out of memory: the input needs more than this machine (or its memory limit) allows; give a smaller one");
     return fb::cli::kExitBadInput;
   } catch (const std::exception& e) {
     // Anything else is a flashbits bug; say so in one line rather than abort.

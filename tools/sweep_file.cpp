@@ -177,7 +177,7 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
       run.at_stake = at_stake_or_throw(at_stake.get<double>(), where + " field at_stake_ulps");
     }
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(where + ": " + e.what());
+    throw InputError(where + ": " + json_error_text(e));
   }
   return run;
 }
@@ -230,7 +230,7 @@ SweepFile read_sweep_file(const std::string& path) {
     } catch (const DuplicateJsonKey& e) {
       throw InputError(path + ": " + e.what());
     } catch (const nlohmann::json::exception& e) {
-      throw InputError(path + ": not a sweep JSON file (" + e.what() + ")");
+      throw InputError(path + ": not a sweep JSON file (" + json_error_text(e) + ")");
     }
     return file;
   }
@@ -250,7 +250,7 @@ SweepFile read_sweep_file(const std::string& path) {
       } catch (const DuplicateJsonKey& e) {
         throw InputError(where + ": run record: " + e.what());
       } catch (const nlohmann::json::exception& e) {
-        throw InputError(where + ": run record: " + e.what());
+        throw InputError(where + ": run record: " + json_error_text(e));
       }
       file.run = parse_run(j, where + ": run record");
       continue;

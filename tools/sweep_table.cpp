@@ -168,8 +168,10 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   }
   os << "Means of the per-trial mean signed error, in ulps of the output format at max(|O|, sum_j P_ij |V_jc|)\n"
         "(O) and at max(|delta|, sum|dO*O|) (delta): \"err\" against exact_attention; \"CR\" the correctly rounded\n"
-        "reference's on the same inputs (exact, rounded once into the output format to nearest even, whatever\n"
-        "the row's --round; delta from that O, rounded once to fp32): the output format's own share; \"excess\"\n"
+        "reference's on the same inputs (exact, rounded once to nearest even where the row's kernel keeps its\n"
+        "outputs, whatever the row's --round: O into the format it stores O in; delta from that O, rounded once\n"
+        "to fp32, or the exact delta rounded once to fp32 where the kernel's delta reads no rounded O:\n"
+        "+o-fp32, +delta-dpp, the standard-* recipes): the output format's own share; \"excess\"\n"
         "err minus CR, trial by trial: the kernel's own share, a --round mode's bias included. RMS and max over every "
         "element of O (against exact).\n"
         "PV event counts are from the first "

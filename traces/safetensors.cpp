@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "formats/file_read.hpp"
+#include "formats/json_text.hpp"
 
 namespace fb {
 
@@ -121,11 +122,8 @@ class HeaderShapeCheck {
   }
   bool end_array() { return close(); }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-    std::string what = ex.what();
-    // Drop nlohmann's "[json.exception.parse_error.101] " tag and keep the line short.
-    if (const auto close_bracket = what.find("] "); close_bracket != std::string::npos)
-      what = what.substr(close_bracket + 2);
-    if (what.size() > 160) what = what.substr(0, 157) + "...";
+    std::string what = json_error_text(ex);
+    if (what.size() > 160) what = what.substr(0, 157) + "...";  // keep the line short
     error = "header is not valid JSON (byte " + std::to_string(position) + " of the header): " + what;
     return false;
   }

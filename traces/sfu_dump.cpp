@@ -65,12 +65,18 @@ class DumpModel final : public SpecialFunctionModel {
 
 std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, SpecialFunction expected) {
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
-  const int fd = open(path.c_str(), O_RDONLY);
+  // Without blocking: a FIFO that no process writes to would wait in open() forever. A dump
+  // is mapped, so it must be a regular file.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (fd < 0) fail("cannot open for reading");
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     close(fd);
     fail("cannot stat");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    fail("not a regular file (an FBSFUDUMP1 dump is one)");
   }
   const std::uint64_t want = kHeaderBytes + kEntries * 4;
   if (static_cast<std::uint64_t>(st.st_size) != want) {

@@ -59,6 +59,9 @@ def flags_string(flags):
             raise TypeError(f"flags: expected an integer or an integer array, got an array of {flags.dtype}")
         return _np.vectorize(lambda f: flags_string(int(f)), otypes=[str])(flags)
     f = _int_arg("flags", flags)
+    if not 0 <= f < 32:  # -1 read as every flag, 64 as none
+        raise ValueError(f"flags: {f} is no flag set (0..31: INEXACT 1, UNDERFLOW 2, OVERFLOW 4, DIVBYZERO 8, "
+                         f"INVALID 16)")
     s = "".join(c for bit, c in ((1, "x"), (2, "u"), (4, "o"), (8, "z"), (16, "v")) if f & bit)
     return s or "-"
 
@@ -552,7 +555,9 @@ class AttentionResult:
     rounding events of O's final cast (``o_cast``), of the P·V accumulation (``pv_dot_steps``,
     ``pv_buffer_events``), the cumulative error along the keys, the delta decomposition and a
     ``summary``; None when nothing was traced. ``exact_attention`` also sets
-    ``row_max``. ``sfu`` describes the special-function models used; ``notes``: what this run's shape takes
+    ``row_max``, and with ``rounded_as=MODEL`` and ``do``, ``delta_unit`` [..., N]: per row the
+    unit ``bias_test`` measures delta in (an ulp of MODEL's output format at
+    max(|delta|, sum |dO*O|)); None elsewhere. ``sfu`` describes the special-function models used; ``notes``: what this run's shape takes
     of the model that no capture measured (``replay`` prints the same lines); ``warning`` is an approximate model's
     note (``cudnn-sdpa-sm90``, a black-box fit; also issued as an ``ApproximateModelWarning``), else None. ``backward(do)`` runs the
     model's backward from this forward when ``attention`` kept it (``keep_forward=True``)."""
@@ -568,6 +573,7 @@ class AttentionResult:
         self.dk = shape(d["dk"], kv_lead or lead)
         self.dv = shape(d["dv"], kv_lead or lead)
         self.row_max = shape(d.get("row_max"))
+        self.delta_unit = shape(d.get("delta_unit"))
         self.model = d["model"]
         self.scale = d["scale"]
         self.dtype = d["dtype"]
@@ -729,6 +735,8 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
     if head_dim and not 0 <= plot_feature < head_dim:
         raise ValueError(f"plot_feature={plot_feature}: expected 0..{head_dim - 1} (a feature of q's head dim "
                          f"{head_dim})")
+    if plot_feature != 0 and not trace_all and not rows:  # it selects what traced rows record: none here
+        raise ValueError(f"plot_feature={plot_feature}: needs trace= (the traced rows record that feature's P·V steps)")
     causal_given = causal
     causal, top_left = _causal_arg(causal)
     _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
@@ -762,9 +770,12 @@ def exact_attention(q, k, v, do=None, causal: bool | str = False, scale: float |
     causal_given = causal
     causal, top_left = _causal_arg(causal)
     _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
+    rounded_as = _str_arg("rounded_as", rounded_as, optional=True)
+    recipe = _path_arg("recipe", recipe, optional=True)
+    if recipe is not None and rounded_as is None:  # it would change nothing: refused, not ignored
+        raise ValueError("recipe: needs rounded_as (the recipe changes that model's floor)")
     d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, causal, _float_arg("scale", scale, optional=True),
-                              dtype, top_left, _str_arg("rounded_as", rounded_as, optional=True) or "",
-                              _path_arg("recipe", recipe, optional=True) or "")
+                              dtype, top_left, rounded_as or "", recipe or "")
     return AttentionResult(d, lead, kv_lead)
 
 
@@ -782,7 +793,15 @@ class BiasTestResult(dict):
 
     @property
     def biased(self) -> bool:
-        return self["verdict"] == "adds bias"
+        """True when the kernel adds bias, False when it adds none (``less biased ...`` or ``no
+        detectable added bias``); a ``ValueError`` when the test decided nothing
+        (``inconclusive``, or no verdict on a non-finite output), which False would pass as unbiased."""
+        verdict = self["verdict"]
+        if verdict == "adds bias":
+            return True
+        if verdict in ("no detectable added bias", "less biased than its format's floor"):
+            return False
+        raise ValueError(f"biased: the test decided nothing (verdict: {verdict}); read .verdict")
 
 
 def bias_test(model: str | None = None, scenario: str | None = None, *, traces=None, against: str | None = None,
@@ -991,7 +1010,11 @@ def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = Non
     flashbits computed, ``unknown``), as ``flashbits import`` asks for ``--source``."""
     all_tensors = _dict_arg("tensors", tensors)
     all_tensors.update(named)
-    meta = {str(k): _meta_string(k, v) for k, v in _dict_arg("metadata", metadata).items()}
+    meta = {}
+    for k, v in _dict_arg("metadata", metadata).items():
+        if not isinstance(k, str):  # a key 5 or True was written as the text "5" or "True"
+            raise TypeError(f"metadata: keys are strings, got {k!r}")
+        meta[k] = _meta_string(k, v)
     if "source" not in meta:
         raise ValueError(f"metadata: no source: say where the tensors came from ({_SOURCES})")
     fmts = {name: _str_arg(f"formats[{name!r}]", f) for name, f in _dict_arg("formats", formats).items()}

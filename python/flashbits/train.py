@@ -151,6 +151,8 @@ def _corpus_files(path: str) -> list:
     if not os.path.exists(path):
         hint = " (install Debian's fortunes package, or give --corpus FILE)" if path == DEFAULT_CORPUS_DIR else ""
         raise UsageError(f"corpus {path}: no such file or directory{hint}")
+    if not os.path.isfile(path):  # a FIFO with no writer would block in open() forever
+        raise UsageError(f"corpus {path}: not a regular file or a directory")
     return [path]
 
 
@@ -421,12 +423,14 @@ def measure(q, k, v, d_o, fmt: str, scale: float, causal: bool, result, traces, 
                              rounded_as=model, recipe=recipe)
     o_err = [np.mean(result.o[0, h, r] - exact.o[0, h, r]) for _, h, r in rows]
     d_err = [result.delta[0, h, r] - exact.delta[0, h, r] for _, h, r in rows]
-    o_floor = [np.mean(floor.o[0, h, r] - exact.o[0, h, r]) for _, h, r in rows]
-    d_floor = [floor.delta[0, h, r] - exact.delta[0, h, r] for _, h, r in rows]
+    # In bias-test's units (an ulp of the output format at the scale of delta's rounding
+    # errors), so that the mechanism's size is judged as bias-test judges it.
+    d_err_ulps = [(result.delta[0, h, r] - exact.delta[0, h, r]) / floor.delta_unit[0, h, r] for _, h, r in rows]
+    d_floor_ulps = [(floor.delta[0, h, r] - exact.delta[0, h, r]) / floor.delta_unit[0, h, r] for _, h, r in rows]
     traces = traces or []
     ties = sum(row_is_tied(t) for t in traces)
     return {"o_error": float(np.mean(o_err)), "delta_error": float(np.mean(d_err)),
-            "o_floor_error": float(np.mean(o_floor)), "delta_floor_error": float(np.mean(d_floor)),
+            "delta_error_ulps": float(np.mean(d_err_ulps)), "delta_floor_error_ulps": float(np.mean(d_floor_ulps)),
             "tie_rate": ties / len(traces) if traces else float("nan")}
 
 
@@ -515,17 +519,32 @@ def spectral_norm(w: torch.Tensor) -> float:
 
 
 # ---- files ------------------------------------------------------------------------------------
-def write_atomic(path: str, data: bytes) -> None:
+def _replace_atomic(path: str, write) -> None:
+    """``write(tmp)`` then the temporary file renamed over ``path``: a reader sees the old file or
+    the new one. A path that cannot take a file (a directory there, a full disk) is one
+    UsageError naming it, and the temporary file is removed (it was a traceback, and the
+    temporary file stayed)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "is a directory")
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(data)
+    _replace_atomic(path, write)
 
 
 def save_atomic(obj, path: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    _replace_atomic(path, lambda tmp: torch.save(obj, tmp))
 
 
 def torch_load(path: str):
@@ -841,7 +860,7 @@ CSV_FIELDS = ["step", "loss", "grad_norm"]
 
 def layer_fields(layer: int) -> list:
     return [f"L{layer}_{n}" for n in ("tie_rate", "o_error", "delta_error", "o_error_sum", "delta_error_sum",
-                                      "o_floor_error", "delta_floor_error", "wq_sigma", "wk_sigma")]
+                                      "delta_error_ulps", "delta_floor_error_ulps", "wq_sigma", "wk_sigma")]
 
 
 def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, threads: int, quiet: bool,
@@ -913,8 +932,8 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
                 row.update({f"L{i}_tie_rate": p["tie_rate"] if p else nan, f"L{i}_o_error": p["o_error"] if p else nan,
                             f"L{i}_delta_error": p["delta_error"] if p else nan, f"L{i}_o_error_sum": o_sum,
                             f"L{i}_delta_error_sum": d_sum,
-                            f"L{i}_o_floor_error": p["o_floor_error"] if p else nan,
-                            f"L{i}_delta_floor_error": p["delta_floor_error"] if p else nan,
+                            f"L{i}_delta_error_ulps": p["delta_error_ulps"] if p else nan,
+                            f"L{i}_delta_floor_error_ulps": p["delta_floor_error_ulps"] if p else nan,
                             f"L{i}_wq_sigma": spectral_norm(wq),
                             f"L{i}_wk_sigma": spectral_norm(wk)})
             rows.append(row)
@@ -1000,10 +1019,11 @@ class Thresholds:
     divergence_steps: int = 100
     sign_p: float = 0.01
     wq_ratio: float = 1.2
-    # The mechanism's size: delta's mean error at least this many times its floor's, in
-    # magnitude. PyTorch's FA2 lies 1.007x from its floor on forced ties, consistently enough
-    # for the sign test over 100 steps; Qiu & Yao's bf16 P-bar V about 5x.
-    floor_ratio: float = 1.5
+    # The mechanism's size: delta's mean error further from zero than its floor's by at least
+    # this many ulps (bias-test's units and default size at stake). PyTorch's FA2 lies 0.7%
+    # beyond its floor on forced ties, consistently enough for the sign test over 100 steps, and
+    # an O kept in fp32 a hair beyond a floor of about 0; Qiu & Yao's bf16 P-bar V 0.1 ulp and more.
+    at_stake: float = 0.05
 
 
 def read_steps(path: str) -> list:
@@ -1237,8 +1257,8 @@ def merge(out: str, th: Thresholds) -> dict:
                 o_sums.append(stats["o_error_sum"])
                 probe_samples += sum(1 for r in res["rows"] if not math.isnan(r[f"L{layer}_delta_error"]))
                 floor_pairs.setdefault(layer, []).extend(
-                    (r[f"L{layer}_delta_error"], r[f"L{layer}_delta_floor_error"]) for r in res["rows"]
-                    if not math.isnan(r[f"L{layer}_delta_error"]))
+                    (r[f"L{layer}_delta_error_ulps"], r[f"L{layer}_delta_floor_error_ulps"]) for r in res["rows"]
+                    if not math.isnan(r[f"L{layer}_delta_error_ulps"]))
                 if ctrl is not None and ctrl["layers"].get(layer, {}).get("wq_spectral_norm"):
                     ratio = stats["wq_spectral_norm"] / ctrl["layers"][layer]["wq_spectral_norm"]
                     entry.setdefault("wq_spectral_norm_ratio", {})[layer] = ratio
@@ -1246,17 +1266,17 @@ def merge(out: str, th: Thresholds) -> dict:
             per_seed[str(seed)] = entry
         p = sign_test_p(signs_pos, signs_neg)
         # The mechanism: delta's error further from zero than its floor's, layer by layer, and by
-        # at least th.floor_ratio in every layer that shows it (a consistent 0.7% is no mechanism).
+        # at least th.at_stake ulps in the layers (a consistent 0.7% of the floor is no mechanism).
         z_pos = z_neg = 0
-        ratios_to_floor = []
+        beyond = []  # per layer, |mean K| - |mean F| in ulps
         for pairs in floor_pairs.values():
             positive, negative = distance_sign_counts(pairs)
             z_pos, z_neg = z_pos + positive, z_neg + negative
             if pairs:
                 mean_k, mean_f = float(np.mean([k for k, _ in pairs])), float(np.mean([f for _, f in pairs]))
-                ratios_to_floor.append(abs(mean_k) / abs(mean_f) if mean_f != 0 else math.inf)
+                beyond.append(abs(mean_k) - abs(mean_f))
         z_p = sign_test_p(z_pos, z_neg)
-        floor_ratio = min(ratios_to_floor) if ratios_to_floor else None
+        beyond_ulps = min(beyond) if beyond else None
         # Divergence is judged against the control of the same seed: without one it is not
         # known, and saying "no effect seen" would claim what was never compared.
         without_control = [seed for seed in sorted(seeds) if name != CONTROL and seed not in control]
@@ -1275,16 +1295,21 @@ def merge(out: str, th: Thresholds) -> dict:
         # An arm that emulates none of the probed layers (fa-bf16acc[layers=0] with
         # --emulate-layers 1) has no probe sample: its sign tests measured nothing.
         probed = measured and probe_samples > 0
-        sign_shown = (probed and z_p < th.sign_p and z_pos > z_neg and floor_ratio is not None
-                      and floor_ratio >= th.floor_ratio)
+        sign_shown = (probed and z_p < th.sign_p and z_pos > z_neg and beyond_ulps is not None
+                      and beyond_ulps >= th.at_stake)
         wq_shown = measured and wq_ratio is not None and wq_ratio > th.wq_ratio
+        wq_part = f"W_Q spectral norm above {th.wq_ratio}x the control's"
         if sign_shown and cfg.probe_batch == "forced-ties":
             # The sign test then measured the kernel on a synthetic batch built to tie maxima,
             # not the rows the model trained on: say so, or it reads as a finding about training.
             mechanism = ("mechanism present on the synthetic forced-ties probe batch (not the training batches)"
-                         + (f", W_Q spectral norm above {th.wq_ratio}x the control's" if wq_shown else ""))
-        elif sign_shown or wq_shown:
-            mechanism = "mechanism present"
+                         + (f", {wq_part}" if wq_shown else ""))
+        elif sign_shown:
+            mechanism = "mechanism present" + (f", {wq_part}" if wq_shown else "")
+        elif wq_shown:
+            # W_Q's growth alone is no sign of the tie mechanism (one seed's drift can pass the
+            # ratio): the verdict names the rule that fired and what the probe showed.
+            mechanism = wq_part + (" (delta's error not shown beyond its floor)" if probed else "")
         else:
             mechanism = None
         not_measured = None
@@ -1326,9 +1351,8 @@ def merge(out: str, th: Thresholds) -> dict:
             # floor's (> 0) or closer (< 0), and the sign test's p (distance_sign_counts).
             "delta_beyond_floor_steps": z_pos, "delta_within_floor_steps": z_neg,
             "delta_beyond_floor_sign_p": z_p if probed else None,
-            # |mean delta error| / |mean floor error| (the least over the probed layers; inf
-            # where the floor's mean is 0)
-            "delta_error_to_floor_ratio": floor_ratio if probed else None,
+            # |mean delta error| - |mean floor error|, in ulps (the least over the probed layers)
+            "delta_beyond_floor_ulps": beyond_ulps if probed else None,
             # O's signed error, the mechanism's first step (delta inherits it through dO*O)
             "o_error_sum": float(np.sum(o_sums)) if o_sums else None,
             "o_error_positive_steps": o_pos, "o_error_negative_steps": o_neg,
@@ -1377,7 +1401,7 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
     print(f"verdicts (diverged: a {th.divergence_window}-step mean loss > {th.divergence_nats} nats above the "
           f"control for >= {th.divergence_steps} steps, or a NaN loss, in any seed; mechanism: delta's error "
           f"further from zero than its floor's in more steps than not, sign test p < {th.sign_p}, and at least "
-          f"{th.floor_ratio}x its floor's mean, or W_Q spectral norm > {th.wq_ratio}x the control)")
+          f"{th.at_stake} ulp beyond it; or W_Q spectral norm > {th.wq_ratio}x the control, named as such)")
     for name, a in summary["arms"].items():
         p = a["delta_error_sign_p"]
         ratio = a["wq_spectral_norm_ratio"]
@@ -1388,7 +1412,7 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
             delta += f", sign test p {p:.2g}"
         if a.get("delta_beyond_floor_sign_p") is not None:
             delta += (f"; beyond its floor {a['delta_beyond_floor_steps']}+/{a['delta_within_floor_steps']}-, "
-                      f"p {a['delta_beyond_floor_sign_p']:.2g}, {a['delta_error_to_floor_ratio']:.3g}x the floor")
+                      f"p {a['delta_beyond_floor_sign_p']:.2g}, by {a['delta_beyond_floor_ulps']:+.3g} ulp")
         o_part = ""
         if o_p is not None:
             o_part = f"; O error {a['o_error_positive_steps']}+/{a['o_error_negative_steps']}-, p {o_p:.2g}"
@@ -1470,6 +1494,8 @@ def svg_lines(path: str, title: str, ylabel: str, series: dict, bounds: tuple | 
 
 def write_plots(out: str, runs: dict, cfg: StudyConfig) -> None:
     plots = os.path.join(out, "plots")
+    if os.path.exists(plots) and not os.path.isdir(plots):
+        raise UsageError(f"{plots}: not a directory (the plots are written there)")
     os.makedirs(plots, exist_ok=True)
     for seed in sorted({s for seeds in runs.values() for s in seeds}):
         def series(column, smooth=1):
@@ -1552,9 +1578,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--divergence-steps", type=int, default=th.divergence_steps)
     p.add_argument("--sign-p", type=float, default=th.sign_p)
     p.add_argument("--wq-ratio", type=float, default=th.wq_ratio)
-    p.add_argument("--floor-ratio", type=float, default=th.floor_ratio,
-                   help="the mechanism's size: delta's mean error at least this many times its floor's (default "
-                        f"{th.floor_ratio})")
+    p.add_argument("--at-stake", type=float, default=th.at_stake,
+                   help="the mechanism's size: delta's mean error further from zero than its floor's by at least this "
+                        f"many ulps (default {th.at_stake}, as bias-test)")
     return p
 
 
@@ -1652,15 +1678,14 @@ def check_thresholds(th: "Thresholds") -> None:
     if not (math.isfinite(th.wq_ratio) and th.wq_ratio >= 1):
         raise UsageError(f"--wq-ratio {th.wq_ratio}: expected a finite ratio >= 1 (W_Q's norm grown that much "
                          f"over the control's)")
-    if not (math.isfinite(th.floor_ratio) and th.floor_ratio >= 1):
-        raise UsageError(f"--floor-ratio {th.floor_ratio}: expected a finite ratio >= 1 (delta's error that many "
-                         f"times its floor's)")
+    if not (math.isfinite(th.at_stake) and th.at_stake > 0):
+        raise UsageError(f"--at-stake {th.at_stake}: expected a finite number of ulps > 0")
 
 
 _UNSET = object()
 # What merge reads of the command line: the study is config.json's, its runs those under runs/.
 MERGE_OPTIONS = ("command", "out", "quiet", "threads", "divergence_nats", "divergence_steps", "sign_p", "wq_ratio",
-                 "floor_ratio")
+                 "at_stake")
 
 
 def given_options(argv) -> dict:
@@ -1711,7 +1736,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     th = Thresholds(divergence_nats=args.divergence_nats, divergence_steps=args.divergence_steps,
-                    sign_p=args.sign_p, wq_ratio=args.wq_ratio, floor_ratio=args.floor_ratio)
+                    sign_p=args.sign_p, wq_ratio=args.wq_ratio, at_stake=args.at_stake)
     try:
         check_thresholds(th)
         if os.path.exists(args.out) and not os.path.isdir(args.out):

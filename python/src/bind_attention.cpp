@@ -28,6 +28,7 @@
 #include "api/event_json.hpp"
 #include "api/models.hpp"
 #include "attention/trace_inputs.hpp"
+#include "studies/measure.hpp"
 #include "studies/scenarios.hpp"
 
 namespace fb::py {
@@ -343,25 +344,41 @@ pyb::dict backward(const KeptForward& kept, const pyb::object& d_o, long long th
 }
 
 // rounded_as (empty: none): the exact outputs rounded once where that model keeps its outputs,
-// its floor (attn::correctly_rounded_reference, as bias-test measures a kernel against it).
+// its floor (attn::correctly_rounded_reference, as bias-test measures a kernel against it), and
+// with dO the unit bias-test measures delta in (studies/measure.hpp delta_units: an ulp of the
+// model's output format at max(|delta|, sum|dO*O|), per row).
 pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v, const pyb::object& d_o, bool causal,
                 std::optional<double> scale, const std::string& dtype_name, bool causal_top_left,
                 const std::string& rounded_as, const std::string& recipe) {
   const Format dtype = parse_fmt(dtype_name, "dtype");
   std::optional<attn::ModelHandle> floor;
+  std::optional<Format> unit_format;
   if (!rounded_as.empty()) {
     const attn::ModelHandle model = model_or_throw(rounded_as, dtype, recipe, "model", true);
     floor = attn::correctly_rounded_reference(*model.recipe);
+    unit_format = model.recipe->output;
   }
   auto in = std::make_shared<attn::AttentionInputs>(make_inputs(q, k, v, d_o, causal, causal_top_left, scale, dtype));
-  const attn::AttentionOutputs out = run_interruptible<attn::AttentionOutputs>([in, floor](const Cancel&) {
+  struct Floor {
+    attn::AttentionOutputs out;
+    std::vector<double> delta_unit;  // with rounded_as and dO
+  };
+  const Floor result = run_interruptible<Floor>([in, floor, unit_format](const Cancel&) {
     attn::AttentionOutputs exact = attn::exact_attention(*in);
-    if (!floor) return exact;
+    if (!floor) return Floor{std::move(exact), {}};
     attn::AttentionOutputs rounded = attn::round_exact_outputs(*floor->recipe, *in, exact, attn::RunOptions{});
     rounded.row_max = exact.row_max;
-    return rounded;
+    std::vector<double> unit;
+    if (in->d_o && exact.delta) unit = attn::delta_units(*unit_format, *in->d_o, exact.o, *exact.delta);
+    return Floor{std::move(rounded), std::move(unit)};
   });
+  const attn::AttentionOutputs& out = result.out;
   pyb::dict d = outputs_dict(out);
+  if (!result.delta_unit.empty()) {
+    attn::Tensor4 unit = *out.delta;  // delta's shape, one unit per row
+    unit.data = result.delta_unit;
+    d["delta_unit"] = to_array(unit, true);
+  }
   d["row_max"] = out.row_max ? pyb::object(to_array(*out.row_max, true)) : pyb::object(pyb::none());
   d["model"] = floor ? "floor of " + rounded_as : std::string("exact");
   d["scale"] = in->softmax_scale;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/trace_inputs.hpp"
 #include "common.hpp"
 #include "traces/capture_import.hpp"
 #include "traces/safetensors.hpp"
@@ -56,6 +57,9 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   if (!parsed_layout) throw api::InputError("layout " + layout + ": expected auto, bhsd or bshd");
   options.layout = *parsed_layout;
   const Trace trace = import_capture({path}, options);
+  // A trace that names its kernel is one to replay: checked as replay (and import) check it, so
+  // that an unknown model is refused here, not returned to fail later.
+  if (!trace.metadata().model.empty()) attn::check_replayable(trace, "");
   pyb::dict metadata;
   for (const auto& [k, v] : trace.raw_metadata()) metadata[pyb::str(k)] = v;
   pyb::dict tensors, dtypes;
@@ -115,7 +119,10 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
     file.tensors.push_back(std::move(t));
   }
   const std::vector<std::uint8_t> bytes = serialize_safetensors(file, path);
-  parse_trace(bytes, path);  // the reader's checks: schema, metadata, shapes
+  const Trace written = parse_trace(bytes, path);  // the reader's checks: schema, metadata, shapes
+  // A trace that names its kernel must replay (as `flashbits import` ensures): a model name the
+  // CLI refuses was written, and refused only when read back.
+  if (!written.metadata().model.empty()) attn::check_replayable(written, "");
   api::check_output_path("save_trace: path", path);
   api::write_output_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
                          "the trace");

@@ -108,24 +108,30 @@ def test_the_mechanism_is_the_kernels_error_beyond_its_floor_not_the_floors_sign
     _, summary, _ = smoke
     plain = summary["arms"]["fa-bf16acc"]
     assert plain["delta_beyond_floor_steps"] > plain["delta_within_floor_steps"]
-    assert plain["delta_beyond_floor_sign_p"] < 0.01 and plain["delta_error_to_floor_ratio"] > 1.5
+    assert plain["delta_beyond_floor_sign_p"] < 0.01 and plain["delta_beyond_floor_ulps"] > 0.05
     # At --sign-p 0.05 the floor's own sign is consistent enough for the old rule in 30 steps.
-    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32,correctly-rounded",
-               "--probe-batch", "forced-ties", "--quiet", "--sign-p", "0.05")
+    # An O kept in fp32 for delta (+o-fp32) has a floor of about 0 ulp: a tiny consistent excess
+    # over it was "226x the floor" under a ratio rule; its size in ulps is what is judged.
+    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms",
+               "fp32,correctly-rounded,pytorch-fa2-sm90+o-fp32", "--probe-batch", "forced-ties", "--quiet",
+               "--sign-p", "0.05")
     with open(tmp_path / "summary.json") as f:
-        reference = json.load(f)["arms"]["correctly-rounded"]
+        arms = json.load(f)["arms"]
+    reference, kept = arms["correctly-rounded"], arms["pytorch-fa2-sm90+o-fp32"]
     assert reference["delta_error_sign_p"] < 0.05
     assert reference["delta_beyond_floor_steps"] == reference["delta_within_floor_steps"] == 0  # it is its floor
-    assert reference["delta_error_to_floor_ratio"] == 1.0
+    assert reference["delta_beyond_floor_ulps"] == 0.0
     assert reference["verdict"] == f"no mechanism seen; {TOO_SHORT}"
+    assert abs(kept["delta_beyond_floor_ulps"]) < 0.01
+    assert kept["verdict"] == f"no mechanism seen; {TOO_SHORT}"
 
 
 def test_a_consistent_error_a_little_beyond_the_floor_is_no_mechanism(smoke, tmp_path):
-    # PyTorch's FA2 lies 1.007x from its floor on forced ties, consistently enough over 100
-    # steps for the sign test: the size rule (--floor-ratio, default 1.5) keeps that from
-    # reading as Qiu & Yao's mechanism. Here an arm's probed delta errors are set to 1.2x their
-    # floors' in every step (further from zero wherever the floor has its mean's sign); merge
-    # judges them.
+    # PyTorch's FA2 lies 0.7% beyond its floor on forced ties, consistently enough over 100
+    # steps for the sign test: the size rule (--at-stake, default 0.05 ulp, as bias-test) keeps
+    # that from reading as Qiu & Yao's mechanism. Here an arm's probed delta errors are set to
+    # 1.2x their floors' in every step (further from zero wherever the floor has its mean's
+    # sign); merge judges them.
     out, _, _ = smoke
     for name in ("fp32", "fa-bf16acc"):
         shutil.copytree(out / "runs" / name, tmp_path / "runs" / name)
@@ -135,7 +141,7 @@ def test_a_consistent_error_a_little_beyond_the_floor_is_no_mechanism(smoke, tmp
         path = tmp_path / "runs" / "fa-bf16acc" / seed / "steps.csv"
         lines = path.read_text().splitlines()
         header = lines[0].split(",")
-        k, f = header.index("L1_delta_error"), header.index("L1_delta_floor_error")
+        k, f = header.index("L1_delta_error_ulps"), header.index("L1_delta_floor_error_ulps")
         rows = [line.split(",") for line in lines[1:]]
         for row in rows:
             if row[f] != "nan":
@@ -147,11 +153,24 @@ def test_a_consistent_error_a_little_beyond_the_floor_is_no_mechanism(smoke, tmp
         arm = json.load(fh)["arms"]["fa-bf16acc"]
     assert arm["delta_beyond_floor_sign_p"] < 0.05
     assert arm["delta_beyond_floor_steps"] > arm["delta_within_floor_steps"]
-    assert arm["delta_error_to_floor_ratio"] == pytest.approx(1.2)
+    beyond = arm["delta_beyond_floor_ulps"]
+    assert 0 < beyond < 0.05
     assert not arm["verdict"].startswith("mechanism present")
-    run_driver("merge", "--out", str(tmp_path), "--quiet", "--sign-p", "0.05", "--floor-ratio", "1.1")
+    run_driver("merge", "--out", str(tmp_path), "--quiet", "--sign-p", "0.05", "--at-stake", repr(beyond / 2))
     with open(tmp_path / "summary.json") as fh:
         assert json.load(fh)["arms"]["fa-bf16acc"]["verdict"].startswith(FORCED_TIES)
+    # W_Q's norm grown past --wq-ratio alone was "mechanism present": the verdict now names
+    # that rule and what the probe showed. (The arm's W_Q is set to twice the control's.)
+    for seed in ("seed0", "seed1"):
+        control = json.loads((tmp_path / "runs" / "fp32" / seed / "result.json").read_text())
+        path = tmp_path / "runs" / "fa-bf16acc" / seed / "result.json"
+        res = json.loads(path.read_text())
+        res["layers"]["1"]["wq_spectral_norm"] = 2 * control["layers"]["1"]["wq_spectral_norm"]
+        path.write_text(json.dumps(res))
+    run_driver("merge", "--out", str(tmp_path), "--quiet", "--sign-p", "0.05")
+    with open(tmp_path / "summary.json") as fh:
+        verdict = json.load(fh)["arms"]["fa-bf16acc"]["verdict"]
+    assert verdict.startswith("W_Q spectral norm above 1.2x the control's (delta's error not shown beyond its floor)")
 
 
 def test_resuming_from_a_checkpoint_reproduces_the_next_losses_bit_for_bit(smoke, tmp_path, corpus):
@@ -249,7 +268,7 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
     (["--sign-p", "2"], "error: --sign-p 2.0: expected a significance level, 0 < p < 1"),
     (["--sign-p", "0"], "error: --sign-p 0.0: expected a significance level, 0 < p < 1"),
     (["--wq-ratio", "-1"], "error: --wq-ratio -1.0: expected a finite ratio >= 1"),
-    (["--floor-ratio", "0.5"], "error: --floor-ratio 0.5: expected a finite ratio >= 1"),
+    (["--at-stake", "0"], "error: --at-stake 0.0: expected a finite number of ulps > 0"),
     (["--divergence-nats", "nan"], "error: --divergence-nats nan: expected a finite number >= 0"),
     # Refused by the kernel model only after the fork had trained (2000: torch's threads first).
     (["--threads", "1025"], "error: --threads 1025: expected 1..1024"),
