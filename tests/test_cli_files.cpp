@@ -305,6 +305,16 @@ TEST_CASE("a FIFO with no writer is exit 2 at once; a pipe with one is read") {
   const Run dump = run("replay " + trace + " --sfu-dump ex2=" + path, "timeout 20 ");
   CHECK(dump.code == 2);
   CHECK(one_error(dump, "not a regular file (an FBSFUDUMP1 dump is one)"));
+  // A FIFO by a table's name in FLASHBITS_SFU_TABLES was read as no table: the function ran
+  // correctly rounded (UNMEASURED), exit 0 or 1, with no word of the file.
+  const auto tables = scratch() / "fifo_tables";
+  std::filesystem::create_directories(tables);
+  std::filesystem::remove(tables / "ex2_h200.fbsfu");
+  REQUIRE(::mkfifo((tables / "ex2_h200.fbsfu").c_str(), 0600) == 0);
+  const Run table =
+      run("replay " + trace + " --sfu hw-sm90", "FLASHBITS_SFU_TABLES=" + tables.string() + " timeout 20 ");
+  CHECK(table.code == 2);
+  CHECK(one_error(table, "ex2_h200.fbsfu: not a regular file (an FBSFU1 table is one)"));
   // A batch through a pipe with a writer is still read, line by line.
   const Run piped_batch = run("op --batch /dev/stdin", "printf 'add bf16 rne 0x3f80 0x3f80\\n' | ");
   CHECK(piped_batch.code == 0);

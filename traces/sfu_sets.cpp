@@ -81,10 +81,15 @@ SfuSet hw_sm90_set() {
     std::filesystem::path path;
     for (const std::string& dir : dirs) {
       std::error_code ec;
-      if (std::filesystem::is_regular_file(std::filesystem::path(dir) / table_file(f), ec)) {
-        path = std::filesystem::path(dir) / table_file(f);
+      const std::filesystem::path candidate = std::filesystem::path(dir) / table_file(f);
+      if (std::filesystem::is_regular_file(candidate, ec)) {
+        path = candidate;
         break;
       }
+      // Something else by a table's name (a FIFO, a folder) is no table: read as absent, the
+      // function ran correctly rounded with no word beyond its UNMEASURED note.
+      if (std::filesystem::exists(candidate, ec))
+        throw std::runtime_error(candidate.string() + ": not a regular file (an FBSFU1 table is one)");
     }
     std::shared_ptr<const SpecialFunctionModel> model;
     if (!path.empty()) {

@@ -22,8 +22,8 @@ namespace fb {
 // extracts emu/tables/*.tar.xz, for tables too large to ship uncompressed), both compiled in.
 // Loaded once per process and shared.
 std::vector<std::string> sfu_set_names();
-// nullopt for an unknown name; a shipped table that exists but does not load throws
-// std::runtime_error naming the file.
+// nullopt for an unknown name; a shipped table that exists but does not load, or a path of a
+// table's name that is not a regular file, throws std::runtime_error naming the file.
 std::optional<SfuSet> find_sfu_set(std::string_view name);
 // std::runtime_error when $FLASHBITS_SFU_TABLES names no directory (an empty one is allowed).
 std::vector<std::string> sfu_table_dirs();
