@@ -35,6 +35,19 @@ Pairs draw(int n, double kernel_mean, double floor_mean, double sd, unsigned see
   return p;
 }
 
+// n samples of a floor erring by about -0.0317 ulp (spread by a sine, no two alike) and a kernel
+// shifted from it by about `shift` in every sample (scaled by 1 + 0.1 cos i, so the excess has a
+// spread): the verdict's size rules on an excess that is significant and tiny.
+Pairs shifted_from_floor(int n, double shift) {
+  Pairs p;
+  for (int i = 0; i < n; ++i) {
+    const double f = -0.0317 + 0.004 * std::sin(3.0 * i);
+    p.floor.push_back(f);
+    p.kernel.push_back(f + shift * (1.0 + 0.1 * std::cos(1.0 * i)));
+  }
+  return p;
+}
+
 // Two-sided p of a one-sample t test, from Boost (the independent reference).
 double boost_p(const std::vector<double>& x) {
   const double n = static_cast<double>(x.size());
@@ -272,12 +285,8 @@ TEST_CASE("a sign test that finds a direction the t test does not is named in th
 // both means printed as -0.0317. An improvement below the size at stake adds no bias and is no
 // improvement that matters; the reason names its size.
 TEST_CASE("an improvement below the size at stake is no detectable added bias, with its size") {
-  std::vector<double> floor, kernel;
-  for (int i = 0; i < 32; ++i) {
-    const double f = -0.0317 + 0.004 * std::sin(3.0 * i);
-    floor.push_back(f);
-    kernel.push_back(f + 6e-7 * (1.0 + 0.1 * std::cos(i * 1.0)));  // closer to zero: f < 0
-  }
+  const Pairs p = shifted_from_floor(32, 6e-7);  // closer to zero: the floor's errors are < 0
+  const std::vector<double>&floor = p.floor, &kernel = p.kernel;
   const FloorComparison c = compare_with_floor(kernel, floor, 1e-3, 0.05);
   REQUIRE(c.excess.p_t < 1e-3);
   CHECK(c.verdict == Verdict::no_detectable_bias);
@@ -311,12 +320,8 @@ TEST_CASE("a named baseline is named in every reason, never called a floor") {
 // ulp, 1/286 of the size at stake, while fa2-sm80 passes. A detected bias is a failed check by
 // the contract, however small; the reason now says how small.
 TEST_CASE("an added bias below the size at stake is still added, and the reason says it is small") {
-  std::vector<double> floor, kernel;
-  for (int i = 0; i < 40; ++i) {
-    const double f = -0.0317 + 0.004 * std::sin(3.0 * i);
-    floor.push_back(f);
-    kernel.push_back(f - 2e-4 * (1.0 + 0.1 * std::cos(1.0 * i)));  // further from zero: f < 0
-  }
+  const Pairs p = shifted_from_floor(40, -2e-4);  // further from zero: the floor's errors are < 0
+  const std::vector<double>&floor = p.floor, &kernel = p.kernel;
   const FloorComparison c = compare_with_floor(kernel, floor, 1e-3, 0.05);
   REQUIRE(c.verdict == Verdict::adds_bias);
   CHECK(c.reason.find("ulp: detectable, though below the 0.05 ulp at stake") != std::string::npos);
