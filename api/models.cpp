@@ -1,6 +1,7 @@
 // api/models.cpp: model resolution (contract: api/models.hpp).
 #include "api/models.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 #include "api/recipe_file.hpp"
@@ -17,7 +18,24 @@ attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionName
   } catch (const std::invalid_argument& e) {
     throw InputError(names.model + " " + choice.name + ": " + e.what());
   }
-  if (choice.dtype_given && !attn::reads_inputs_of(*model.recipe, choice.dtype))
+  // A named dtype is the run's input format: a model whose own input format differs (standard-fp16
+  // with bf16; standard-fp32 or golden-fp32-flash with bf16, which would run on fp32 inputs as if
+  // bf16 had not been asked for) contradicts it. A capture's format is no such request: an
+  // fp32-input model still reads bf16 captures (attn::reads_inputs_of, for traces).
+  if (const std::optional<Format> sole = attn::sole_input_format(*model.recipe);
+      sole && !choice.dtype_given && model.recipe->input != *sole) {
+    // No dtype asked for: the model's own (triton-tutorial-sm90 runs fp16 only).
+    try {
+      model = attn::parse_model_for_inputs(choice.name, *sole);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(names.model + " " + choice.name + ": " + e.what());
+    }
+  }
+  if (const std::optional<Format> sole = attn::sole_input_format(*model.recipe);
+      choice.dtype_given && sole && choice.dtype != *sole)
+    throw InputError(names.model + " " + choice.name + " runs " + sole->name + " inputs only; " + names.dtype + " " +
+                     choice.dtype.name + " contradicts it (leave " + names.dtype + " out)");
+  if (choice.dtype_given && model.recipe->input != choice.dtype)
     throw InputError(names.model + " " + choice.name + " reads " + model.recipe->input.name + " inputs; " +
                      names.dtype + " " + choice.dtype.name + " contradicts it (leave " + names.dtype + " out)");
   return refine_model(std::move(model), choice.sfu_set, choice.recipe_path, names, capture, notes);

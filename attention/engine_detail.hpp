@@ -558,7 +558,8 @@ void tile_scores(const KernelModel& km, const A& ar, const ScaleConstants& sc, c
 // in the max's units, with Qiu & Yao's dynamic max when the recipe asks for it. FA2 folds
 // the previous max into a per-thread sequential max, then shfl_xor 2 and 1 across the
 // quad; max is exact, associative and commutative on non-NaN values, so that order cannot
-// change the result and is not spelled out (NaN scores are not modelled). `repeated_max`
+// change the result and is not spelled out (NaN scores are skipped, as fmaxf skips them;
+// materialised rows make their max NaN themselves, as amax does). `repeated_max`
 // (traced rows only) receives the count of entries tied with the tile's max, beyond one.
 template <class A>
 double reduce_max(const KernelModel& km, const A& ar, const ScaleConstants& sc, const double* s, int n, double m_old,

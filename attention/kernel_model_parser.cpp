@@ -3,6 +3,7 @@
 // help text of every base model and variant (describe_kernel_models, for `flashbits models`).
 // Contract: attention/attention.hpp; docs/CLI.md "Kernel models".
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "attention/attention.hpp"
@@ -86,13 +89,30 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
   // Each setting once: a repeated variant (+dynmax+dynmax) or two final casts of O
   // (+o-rtz+o-rup) would otherwise silently keep the last. Setting -> the part that set it.
   std::map<std::string, std::string> settings;
+  // The variants are independent switches, so the canonical name lists them in one fixed order
+  // whatever order they were given in: "+a+b" and "+b+a" name one kernel, and every comparison
+  // of canonical names (a trace's model against another's) agrees with the arithmetic.
+  // docs/CLI.md's table order, with +o-MODE (not listed: every mode but o-fp32) last.
+  static constexpr std::array<std::string_view, 13> canonical_order = {
+      "dynmax", "visit-masked-tiles", "cuda-expf", "unfused-exp", "delta-dpp",   "o-fp32",
+      "tile",   "lazy-rescale",       "sw-exp2",   "splitkv",     "block-quant", "hadamard",
+      "promote"};
+  std::vector<std::pair<std::size_t, std::string>> suffixes;  // (place in canonical_order, text)
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     const std::size_t colon = p.find(':');
     const std::string variant = p.substr(0, colon);
+    suffixes.emplace_back(static_cast<std::size_t>(std::find(canonical_order.begin(), canonical_order.end(), variant) -
+                                                   canonical_order.begin()),
+                          std::string());
+    std::string& canonical_suffix = suffixes.back().second;
     // A colon says parameters follow: "+splitkv:" with none was read as the default.
     if (colon != std::string::npos && colon + 1 == p.size())
-      throw std::invalid_argument("+" + p + ": nothing after ':' (give a parameter, or drop the ':')");
+      throw std::invalid_argument("+" + p + ": nothing after ':' (give a parameter, or drop the ':')" +
+                                  (i + 1 < parts.size()
+                                       ? "; a '+' starts the next variant, so '+" + p + "+" + parts[i + 1] +
+                                             "' reads as two: write a signed parameter without its '+'"
+                                       : std::string()));
     {
       RoundingMode o_mode{};
       const bool o_cast = variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), o_mode);
@@ -135,7 +155,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           s = comma + 1;
         }
       }
-      canonical += "+dynmax:beta=" + shortest(m.dynmax_beta) + ",tol=" + shortest(m.dynmax_tol);
+      canonical_suffix += "+dynmax:beta=" + shortest(m.dynmax_beta) + ",tol=" + shortest(m.dynmax_tol);
     } else if (variant == "promote") {
       if (!m.fp8.enabled) throw std::invalid_argument("+promote applies to the fp8 models only");
       int every = 128;
@@ -147,7 +167,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       }
       m.score_dot.promote_every = every;
       m.pv_dot.promote_every = every;
-      canonical += "+promote:" + std::to_string(every);
+      canonical_suffix += "+promote:" + std::to_string(every);
     } else if (variant == "lazy-rescale") {
       if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
         throw std::invalid_argument("+lazy-rescale applies to online models with base-2 exponents (FA2, FA3, Triton)");
@@ -155,7 +175,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       if (colon != std::string::npos && p.substr(colon + 1) == "off") {
         // fa4-sm100 without its lazy rescaling: the max moves on every rise, as in FA2.
         m.lazy_rescale_log2 = 0.0;
-        canonical += "+lazy-rescale:off";
+        canonical_suffix += "+lazy-rescale:off";
         continue;
       }
       if (colon != std::string::npos) threshold = parse_number(p.substr(colon + 1), "+lazy-rescale:T");
@@ -183,7 +203,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         }
       }
       m.lazy_rescale_log2 = threshold;
-      canonical += "+lazy-rescale:" + shortest(threshold);
+      canonical_suffix += "+lazy-rescale:" + shortest(threshold);
     } else if (variant == "sw-exp2") {
       if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
         throw std::invalid_argument("+sw-exp2 applies to online models whose P̄ is an exp2 (FA2, FA3, Triton)");
@@ -192,7 +212,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       if (colon != std::string::npos && p.substr(colon + 1) == "off") {
         // fa4-sm100 with every P̄ exponential on the MUFU.
         m.sw_exp2 = false;
-        canonical += "+sw-exp2:off";
+        canonical_suffix += "+sw-exp2:off";
       } else if (colon != std::string::npos) {
         const std::string args = p.substr(colon + 1);
         const std::size_t comma = args.find(',');
@@ -205,9 +225,10 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           throw std::invalid_argument("+sw-exp2:EVERY,START: START must be a fragment index in 0..64");
         m.sw_exp2_every = static_cast<int>(every);
         m.sw_exp2_start_fragment = static_cast<int>(first_fragment);
-        canonical += "+sw-exp2:" + std::to_string(m.sw_exp2_every) + "," + std::to_string(m.sw_exp2_start_fragment);
+        canonical_suffix +=
+            "+sw-exp2:" + std::to_string(m.sw_exp2_every) + "," + std::to_string(m.sw_exp2_start_fragment);
       } else {
-        canonical += "+sw-exp2";
+        canonical_suffix += "+sw-exp2";
       }
     } else if (variant == "splitkv") {
       // FA2's split-KV forward (flash_api.cpp set_params_splitkv, flash_fwd_kernel.h
@@ -256,9 +277,9 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         if (comma == std::string::npos) break;
         s = comma + 1;
       }
-      canonical += "+splitkv:" + (m.splitkv.num_splits == 0 ? "auto,sms=" + std::to_string(m.splitkv.sm_count)
-                                                            : std::to_string(m.splitkv.num_splits));
-      if (m.splitkv.scale == SplitKvScale::exp_minus_max_inv_sum) canonical += ",combine=inv-sum";
+      canonical_suffix += "+splitkv:" + (m.splitkv.num_splits == 0 ? "auto,sms=" + std::to_string(m.splitkv.sm_count)
+                                                                   : std::to_string(m.splitkv.num_splits));
+      if (m.splitkv.scale == SplitKvScale::exp_minus_max_inv_sum) canonical_suffix += ",combine=inv-sum";
       m.description +=
           "; split-KV forward (+splitkv: pytorch-fa2-sm90's H200 captures of 2 to 8 splits replay bit for bit; "
           "more than 32 splits, whose combine spreads a row's LSEs over several threads, UNMEASURED)";
@@ -289,7 +310,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       tile.block_n = static_cast<int>(bn);
       m.tiles_by_head_dim = {{0, tile}};
       m.tutorial_tiles.named = true;
-      canonical += "+tile:" + std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
+      canonical_suffix += "+tile:" + std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
     } else if (colon != std::string::npos) {
       throw std::invalid_argument("variant '+" + variant + "' takes no parameters");
     } else if (variant == "block-quant" || variant == "hadamard") {
@@ -297,7 +318,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       if (variant == "block-quant" && m.structure == Structure::materialised)
         throw std::invalid_argument("+block-quant: " + m.base + " is per-tensor by definition (no tiles)");
       (variant == "block-quant" ? m.fp8.block : m.fp8.hadamard) = true;
-      canonical += "+" + variant;
+      canonical_suffix += "+" + variant;
     } else if (variant == "visit-masked-tiles") {
       // Only Qiu & Yao's loop visits causal-masked tiles with a finite mask value; every other
       // model's kernel skips them (FA2, FA3, FA4, Triton, CK) or masks with -inf (PyTorch).
@@ -307,30 +328,31 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
             "masks with -finfo.max); " +
             m.base + "'s kernel skips tiles above the diagonal");
       m.visit_masked_tiles = true;
-      canonical += "+visit-masked-tiles";
+      canonical_suffix += "+visit-masked-tiles";
     } else if (variant == "cuda-expf") {
       // torch.exp on an fp32 CUDA tensor: only fa-bf16acc spells its exponentials as torch.exp.
       if (m.base != "fa-bf16acc")
         throw std::invalid_argument("+cuda-expf applies to fa-bf16acc only (its exp is torch.exp on an fp32 tensor); " +
                                     m.base + " computes its exponentials otherwise");
       m.cuda_expf = true;
-      canonical += "+cuda-expf";
+      canonical_suffix += "+cuda-expf";
     } else if (variant == "delta-dpp") {
       if (!m.backward_modelled) throw std::invalid_argument("+delta-dpp: " + m.base + " has no backward (dP) modelled");
       m.delta_dpp = true;
-      canonical += "+delta-dpp";
+      canonical_suffix += "+delta-dpp";
     } else if (variant == "unfused-exp") {
       if (m.scale != ScaleHandling::exponent_ffma)
         throw std::invalid_argument("+unfused-exp applies to models whose exponent is S*scale_log2 - max (FA2, FA3)");
       m.exponent_argument = ExponentArgument::fmul_fadd;
-      canonical += "+unfused-exp";
+      canonical_suffix += "+unfused-exp";
     } else if (variant == "o-fp32") {
       m.o_fp32 = true;
-      canonical += "+o-fp32";
+      canonical_suffix += "+o-fp32";
     } else if (RoundingMode mode{}; variant.starts_with("o-") && parse_rounding_mode(variant.substr(2), mode)) {
       if (colon != std::string::npos) throw std::invalid_argument("+" + p + ": +o-MODE takes no parameters");
       m.o_round = mode;
-      canonical += "+" + variant;
+      // +o-rne restates every recipe's own final cast: fa2-sm80 and fa2-sm80+o-rne are one kernel.
+      if (mode != RoundingMode::rne) canonical_suffix += "+" + variant;
     } else {
       throw std::invalid_argument(
           "unknown variant '+" + variant +
@@ -340,6 +362,8 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           "block-quant, hadamard, promote; Triton tutorial: tile)");
     }
   }
+  std::stable_sort(suffixes.begin(), suffixes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& suffix : suffixes) canonical += suffix.second;
   // +o-fp32 moves the O that delta reads, and +delta-dpp makes delta rowsum(dP∘P): where delta
   // already is rowsum(dP∘P) (the tensor-op softmax backward, or +delta-dpp beside +o-fp32) they
   // would be accepted and change nothing.

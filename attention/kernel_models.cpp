@@ -1212,6 +1212,22 @@ double empty_row_lse(LseFormula lse) {
   return inf;
 }
 
+bool nan_row_sum_is_empty(LseFormula lse) {
+  switch (lse) {
+    case LseFormula::natural:
+    case LseFormula::log2_units:
+    case LseFormula::log2_libdevice:
+      return false;
+    case LseFormula::fa2:
+    case LseFormula::fa3:
+    case LseFormula::fa4:
+    case LseFormula::ck_fp64:
+    case LseFormula::cudnn_stats:
+      break;
+  }
+  return true;
+}
+
 std::string why_o_cast_rounds_nothing(const KernelModel& km) {
   const std::optional<Format> stored = stored_o_format(km);
   if (!stored) return km.base + " keeps O in fp64 and never rounds it";
@@ -1433,6 +1449,11 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
 bool reads_inputs_of(const KernelModel& km, const Format& dtype) {
   return !((km.input == formats::bf16 && dtype == formats::fp16) ||
            (km.input == formats::fp16 && dtype == formats::bf16));
+}
+
+std::optional<Format> sole_input_format(const KernelModel& km) {
+  if (km.tutorial_tiles.strict) return formats::fp16;
+  return std::nullopt;
 }
 
 bool delta_reads_unrounded_o(const KernelModel& km) {

@@ -230,6 +230,13 @@ enum class LseFormula : std::uint8_t {
 //   empty row).
 // O is 0 in every model. The backward reads neither: a row that sees no key visits no key.
 double empty_row_lse(LseFormula lse);
+// Whether the kernel's source treats a NaN row sum ℓ as a row that saw nothing (O = 0 and
+// empty_row_lse): the CUDA kernels' guards do (FA2 softmax.h `sum == 0.f || sum != sum`, FA3's
+// and FA4's finalize, CK's; cuDNN's is taken to, UNMEASURED). Code written as PyTorch tensor
+// ops (LseFormula::natural: standard, the math path, Golden et al.'s, Qiu & Yao's) and Triton's
+// (m + log2(ℓ), FlexAttention's where(ℓ == 0, 1, ℓ)) has no such guard: a NaN score makes ℓ,
+// O and the LSE NaN there, and P in the backward, as softmax propagates it.
+bool nan_row_sum_is_empty(LseFormula lse);
 
 enum class DeltaFormula : std::uint8_t {
   // The three FlashAttention preprocess kernels: each thread of a row's group loads 8
@@ -588,6 +595,10 @@ inline constexpr int kFlexDecodeModelledSplits = 132;
 // run_attention refuses such inputs, and a trace's replay checks it before any run
 // (parse_model_for_inputs), so that import never writes a trace replay then refuses.
 bool reads_inputs_of(const KernelModel& km, const Format& dtype);
+// The one input format a model's kernel runs, where it runs one only whatever dtype it was
+// parsed with: fp16 for triton-tutorial-sm90 (what_the_tutorial_refuses). A caller that was
+// given no dtype runs such a model in it, rather than refusing the default bf16 as a shape.
+std::optional<Format> sole_input_format(const KernelModel& km);
 
 // The table of base recipes for a given input dtype (bf16 or fp16 where the model
 // does not name its own). Exposed for tests and `flashbits models`.

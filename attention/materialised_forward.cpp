@@ -5,11 +5,20 @@
 // Contract: attention/engine_detail.hpp (materialised_forward_row, materialised_p_row). No KV
 // tiles: a traced materialised row records only what the engine records for every row
 // (delta's decomposition).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "attention/engine_detail.hpp"
 
 namespace fb::attn::detail {
+
+namespace {
+// A row with no visible key, or whose every score is -inf (a fully masked row): max -inf, P 0/0.
+// Such a row gets the guards' O = 0 (SDPA's _safe_softmax zeroes it too); a row with a NaN
+// score (max NaN) or a +inf one (l NaN) is no empty row: it propagates NaN, as softmax does.
+bool materialised_row_is_empty(double m, double l) { return m == -kInf || l == 0.0; }
+}  // namespace
 
 template <class A, class E>
 void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData<E>& hd, const Geometry& g, int row,
@@ -24,13 +33,17 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   tile_scores(km, ar, k, hd, hd.q_row(row), 0, nk, s.data(), lane_values);
   // The row's max, or +dynmax's over the whole row (one "tile"); the backward recomputes P
   // from this m.
-  const double m = reduce_max(km, ar, k, s.data(), nk, -kInf, nullptr);
+  // PyTorch's amax propagates NaN (reduce_max skips it, as the CUDA kernels' fmaxf does): a NaN
+  // score makes the row's max NaN, and so P, O and the LSE NaN, as softmax gives.
+  const bool nan_score = std::any_of(s.begin(), s.begin() + nk, [](double x) { return std::isnan(x); });
+  const double m =
+      nan_score ? std::numeric_limits<double>::quiet_NaN() : reduce_max(km, ar, k, s.data(), nk, -kInf, nullptr);
   // softmax: p = exp(s - m), l = Σ p, P = F(p / l) (fp32 inside)
   std::vector<double> p(static_cast<std::size_t>(nk));
   for (int j = 0; j < nk; ++j) p[j] = exponent(km, ar, k, s[j], m);
   const double l = materialised_row_sum(km, p.data(), nk, g.nk, SoftmaxPass::forward, 0,
                                         [&](double a, double b) { return ar.op(km.row_sum_internal, a + b); });
-  const bool empty = l == 0.0 || std::isnan(l);
+  const bool empty = materialised_row_is_empty(m, l);
   for (int j = 0; j < nk; ++j) {
     double pj = empty ? 0.0 : ar.op(km.p_format, p[j] / l);
     // fp8 baseline: P kept in fp16, then e4m3(fp32(P * p_scale)).
@@ -64,7 +77,7 @@ void materialised_p_row(const KernelModel& km, const A& ar, const HeadData<E>& h
                         const RowStats& st, double* p_out) {
   const ScaleConstants k = scale_constants(km, ar, g.scale);
   const int nk = visible_keys(g, row);
-  const bool empty = st.l == 0.0 || std::isnan(st.l);
+  const bool empty = materialised_row_is_empty(st.m, st.l);
   for (int j = 0; j < g.nk; ++j) {
     if (j >= nk || empty) {
       p_out[j] = 0.0;

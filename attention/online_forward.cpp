@@ -43,6 +43,9 @@ struct SoftmaxState {
   double m = -kInf;
   double l_thread[4] = {0, 0, 0, 0};
   double l = 0.0;
+  // A NaN score was seen (kept only where nan_row_sum_is_empty is false): the max skips NaN
+  // as fmaxf does, so a row of NaN scores has max -inf like a row that saw nothing.
+  bool saw_nan_score = false;
 };
 
 // The base-2 exponent of α for recipes that rescale with exp2 (not multiply_scores), formed in
@@ -399,8 +402,10 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
     state.l = quad_butterfly(ar, l_thread);
   }
   const double m = state.m, l = state.l;
-  // m == -inf: no score seen (a row above the causal corner; Triton's ℓ starts at 1).
-  const bool empty = l == 0.0 || std::isnan(l) || m == -kInf;
+  // m == -inf: no score seen (a row above the causal corner; Triton's ℓ starts at 1), or every
+  // score -inf. A NaN ℓ counts as empty only where the source guards it (nan_row_sum_is_empty).
+  const bool empty = nan_row_sum_is_empty(km.lse) ? l == 0.0 || std::isnan(l) || m == -kInf
+                                                  : l == 0.0 || (m == -kInf && !state.saw_nan_score);
   // FA3 finalize(v_descale): one per-row output scale, fp32(inv_sum * v_descale).
   const double fa3_out_scale =
       km.normalisation != Normalisation::fa3_finalize
@@ -618,6 +623,8 @@ double tile_softmax(const KernelModel& km, const A& ar, const HeadData<E>& hd, c
     for (int j = 0; j < len; ++j) sc.s[j] = ar.f32(sc.s[j] * qk);
   }
 
+  if (!state.saw_nan_score && !nan_row_sum_is_empty(km.lse))
+    state.saw_nan_score = std::any_of(sc.s.begin(), sc.s.begin() + len, [](double x) { return std::isnan(x); });
   const double m_old = state.m;
   state.m = reduce_max(km, ar, k, sc.s.data(), len, m_old, sink.repeated_max());
   const bool lazy = keep_old_max(km, ar, k, Is_first, m_old, state.m);

@@ -34,6 +34,8 @@ OpenedInput::~OpenedInput() {
 }
 
 std::unique_ptr<OpenedInput> open_input(const std::string& path) {
+  // open("") fails with ENOENT, which would read ": cannot open: No such file or directory".
+  if (path.empty()) throw FileReadError("an empty file name where a file to read was expected");
   auto in = std::make_unique<OpenedInput>();
   // Opened without blocking: a FIFO that no process writes to would block in open() forever.
   in->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -114,10 +114,11 @@ struct ItemResult {
   std::vector<std::string> assumed;  // trace mode: what the metadata did not say, how o was read
   std::size_t rows_without_keys = 0;
   bool hardware = false, unknown_source = false, emulated = false;
-  std::string source_name, model;  // trace mode: the file and its metadata model's canonical name
-  std::string model_key;           // the model as a base and a set of variants (add_trace)
-  std::string formats;             // trace mode: "bf16 inputs, bf16 O", the formats it was judged in
-  std::string units_format;        // trace mode: the format whose ulps its errors are in (O's)
+  // Trace mode: the file, and its metadata model's canonical name (the identity compared across
+  // traces: it lists the variants in one order and drops a +o-rne restating the final cast).
+  std::string source_name, model;
+  std::string formats;       // trace mode: "bf16 inputs, bf16 O", the formats it was judged in
+  std::string units_format;  // trace mode: the format whose ulps its errors are in (O's)
   // Trace mode: one entry per cluster (kv head of a batch entry), in cluster order: a hash of
   // everything its sample is computed from, a hash of its keys and values alone, and its sums.
   // merge_item counts a cluster whose hash an earlier one had once only, and pools clusters
@@ -346,21 +347,6 @@ void add_trace(const Trace& trace, ItemResult& item) {
   // when the metadata names no model of o's format).
   const ModelHandle named = trace_model(trace, in.dtype);
   item.model = named.recipe ? named.name : std::string();
-  // The identity compared across traces: the base and its variant suffixes as a set (variants
-  // are independent switches, so "+a+b" and "+b+a" name one kernel), less +o-rne, which
-  // restates every recipe's own final cast (fa2-sm80 and fa2-sm80+o-rne are one kernel).
-  if (named.recipe) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    for (std::size_t plus = named.name.find('+'); plus != std::string::npos; plus = named.name.find('+', start)) {
-      parts.push_back(named.name.substr(start, plus - start));
-      start = plus + 1;
-    }
-    parts.push_back(named.name.substr(start));
-    std::sort(parts.begin() + 1, parts.end());
-    for (const std::string& part : parts)
-      if (part != "o-rne") item.model_key += (item.model_key.empty() ? "" : "+") + part;
-  }
   // The format the kernel wrote O in. A capture may keep O in a wider container (a bf16 O
   // saved with .float()); judged on the container's floor, bf16's own rounding would read as
   // the kernel's error. The values decide: a model's O must lie on its output format's grid
@@ -610,7 +596,7 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
     // One verdict is about one kernel: traces that name different models (or some none)
     // would pool their kernels' errors into a "this kernel" verdict that describes none of them.
     for (const ItemResult& item : items)
-      if (item.model_key != items.front().model_key || item.formats != items.front().formats) {
+      if (item.model != items.front().model || item.formats != items.front().formats) {
         const auto named = [](const ItemResult& x) {
           return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model) + " (" + x.formats +
                  ")";

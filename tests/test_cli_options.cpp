@@ -210,6 +210,24 @@ TEST_CASE("--dtype that contradicts the model's own input format is refused, not
                     (scratch() / "contradicted.safetensors").string()),
                 {"--model fa-bf16acc reads bf16 inputs", "--dtype fp16"});
   CHECK_FALSE(std::filesystem::exists(scratch() / "contradicted.safetensors"));
+  // A model of fp32 inputs runs on fp32 inputs: --dtype bf16 or fp16 was accepted and ignored
+  // (the same figures as without it), in every command that draws its own inputs.
+  check_refused(run("bias-test --model standard-fp32 --dtype bf16 --trials 2 --seqlen 8 --headdim 8"),
+                {"--model standard-fp32 reads fp32 inputs", "--dtype bf16 contradicts it"});
+  check_refused(run("bias-test --model golden-fp32-flash --dtype fp16 --trials 2 --seqlen 8 --headdim 8"),
+                {"--model golden-fp32-flash reads fp32 inputs", "--dtype fp16 contradicts it"});
+  check_refused(run("deviation --models golden-bf16-flash,golden-fp32-flash --dtype bf16 --seqlen 16 --headdim 8"),
+                {"--models golden-fp32-flash reads fp32 inputs", "--dtype bf16 contradicts it"});
+  // triton-tutorial-sm90 runs fp16 only: with no --dtype it runs in fp16 (the default bf16 was
+  // refused as a shape), and --dtype bf16 is a contradiction.
+  check_refused(run("bias-test --model triton-tutorial-sm90 --dtype bf16 --trials 2 --seqlen 128 --headdim 64"),
+                {"--model triton-tutorial-sm90 runs fp16 inputs only", "--dtype bf16 contradicts it"});
+  const Run tutorial = run("bias-test --model triton-tutorial-sm90 --trials 2 --seqlen 128 --headdim 64 --json");
+  CHECK_MESSAGE(tutorial.code != 2, tutorial.err);
+  CHECK_MESSAGE(has(tutorial.out, "\"units_format\": \"fp16\""), tutorial.out);
+  CHECK(run("make-trace --model standard-fp32 --dtype fp32 --seqlen 8 --headdim 8 --out " +
+            (scratch() / "fp32_given.safetensors").string())
+            .code == 0);
   CHECK(run("make-trace --model standard-fp16 --seqlen 8 --headdim 8 --out " +
             (scratch() / "fp16_default.safetensors").string())
             .code == 0);
@@ -791,7 +809,18 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   check_refused(run("bias-test --model fa2-sm80+dynmax:beta=0x2 --trials 2"), {"bad number '0x2'"});
   check_refused(run("bias-test --model fa2-sm80+splitkv: --trials 2"), {"+splitkv:: nothing after ':'"});
   check_refused(run("bias-test --model fa2-sm80+lazy-rescale: --trials 2"), {"+lazy-rescale:: nothing after ':'"});
+  // A signed parameter: the '+' is the variant separator, and the message says so.
+  check_refused(run("bias-test --model fa2-sm80+lazy-rescale:+8 --trials 2"),
+                {"+lazy-rescale:: nothing after ':'", "a '+' starts the next variant", "'+lazy-rescale:+8'"});
   check_refused(run("--version extra"), {"--version takes no other word, got 'extra'"});
+  // `--help WORD` is WORD's help when WORD is a subcommand; any other word is refused, not dropped.
+  check_refused(run("--help extra"), {"--help takes at most one subcommand name, got 'extra'"});
+  check_refused(run("--help bias-tset"), {"got 'bias-tset'", "bias-test"});
+  check_refused(run("--help bias-test extra"), {"got 'extra'"});
+  const Run sub_help = run("--help bias-test");
+  CHECK(sub_help.code == 0);
+  CHECK(has(sub_help.out, "--at-stake"));
+  CHECK(sub_help.out == run("bias-test --help").out);
   // Zeros: as wide as the format's pattern (4 hex digits for bf16) is +0; wider is refused.
   const Run zero = run("op add bf16 rne 0000 0x3f80");
   CHECK(zero.code == 0);

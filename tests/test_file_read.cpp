@@ -65,6 +65,8 @@ TEST_CASE("read_file_capped: /dev/zero, a directory and a missing file are error
   CHECK(error_of(scratch_dir().string(), kMiB) == scratch_dir().string() + ": cannot read: is a directory");
   const std::string missing = (scratch_dir() / "missing.bin").string();
   CHECK(error_of(missing, kMiB) == missing + ": cannot open: No such file or directory");
+  // An empty name (`merge ''`) is named as such, not as a file called "".
+  CHECK(error_of("", kMiB) == "an empty file name where a file to read was expected");
   // The documented caps (docs/CLI.md "Input files").
   CHECK(fb::byte_count_text(fb::kRecipeFile.max_bytes) == "16 MiB");
   CHECK(fb::byte_count_text(fb::kSweepFile.max_bytes) == "256 MiB");

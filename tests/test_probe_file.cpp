@@ -320,6 +320,17 @@ TEST_CASE("probe_check_detects_corrupted_output") {
     options.model = "sm70";
     CHECK(fb::gpu::run_probe_check(path, options, out, err) == 2);
     CHECK(err.str().find("sm70") != std::string::npos);
+    CHECK(err.str().find("no preset for input format") != std::string::npos);
+    options.model.clear();
+  }
+  // A name no preset has is named as unknown, with the known names, not as a missing format.
+  {
+    std::ostringstream out, err;
+    options.model = "cdna3";
+    CHECK(fb::gpu::run_probe_check(path, options, out, err) == 2);
+    CHECK_MESSAGE(err.str().find("unknown tensor-core model 'cdna3' (known: ") != std::string::npos, err.str());
+    CHECK(err.str().find("sm90-wgmma") != std::string::npos);
+    CHECK(err.str().find("no preset") == std::string::npos);
     options.model.clear();
   }
   {

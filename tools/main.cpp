@@ -114,6 +114,19 @@ int run(int argc, char** argv) {
     fb::cli::print_error_line(std::string("--version takes no other word, got '") + argv[2] + "'");
     return fb::cli::kExitBadInput;
   }
+  // `flashbits --help WORD`: the help of subcommand WORD, as `flashbits WORD --help` (CLI11
+  // printed the top-level help and dropped WORD without a word, whatever WORD was).
+  if (argc > 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+    const auto sub = std::find(names.begin(), names.end(), argv[2]);
+    if (argc > 3 || sub == names.end()) {
+      const char* word = argc > 3 && sub != names.end() ? argv[3] : argv[2];
+      fb::cli::print_error_line(std::string(argv[1]) + " takes at most one subcommand name, got '" + word + "'" +
+                                (sub == names.end() ? suggestion(word, names) : std::string()) +
+                                " (see `flashbits --help`)");
+      return fb::cli::kExitBadInput;
+    }
+    std::swap(argv[1], argv[2]);
+  }
   // A first word that is no subcommand: name it (CLI11 would only say one is required).
   if (argc >= 2 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
     fb::cli::print_error_line(std::string("unknown subcommand '") + argv[1] + "'" + suggestion(argv[1], names) +

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <set>
 #include <span>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -65,7 +67,16 @@ bool model_for_section(const std::string& name, const ProbeHeader& h, TensorCore
   }
   if (!preset) preset = find_tensor_core_model(name, h.input);
   if (!preset) {
-    why = "model '" + name + "' has no preset for input format " + std::string(h.input.name);
+    if (!is_tensor_core_model_name(name)) {
+      // A name no preset has: listing the input format would suggest a missing table entry.
+      std::set<std::string> known;
+      for (const TensorCoreModel& m : tensor_core_models()) known.insert(std::string(m.name));
+      why = "unknown tensor-core model '" + name + "' (known: ";
+      for (const std::string& k : known) why += (k == *known.begin() ? "" : ", ") + k;
+      why += ")";
+    } else {
+      why = "model '" + name + "' has no preset for input format " + std::string(h.input.name);
+    }
     return false;
   }
   model = *preset;

@@ -107,18 +107,22 @@ _NUMPY_BITS = {"bf16": _np.uint16, "fp16": _np.uint16}
 _TORCH_BITS_VIEW = {_torch.bfloat16: _torch.int16, _torch.float16: _torch.int16}
 
 
-def model_formats(model: str, dtype: str = "bf16", recipe: str | None = None, sfu: str = "model") -> dict:
+def model_formats(model: str, dtype: str | None = None, recipe: str | None = None, sfu: str = "model") -> dict:
     """The canonical name of ``model`` (with ``dtype``, ``recipe``, ``sfu``), the format it
-    reads its inputs in (``input``), the format of its outputs (``output``), whether it
+    reads its inputs in (``input``), the format of its outputs (``output``: fp64 for a model
+    that never rounds O, ``golden-fp64-*``), whether it
     has a backward (``backward``), whether its arithmetic draws from the run's seed
     (``seeded``: ``+o-sr``, ``+hadamard``) and whether its backward masks causally whatever its
     forward did (``backward_always_causal``: ``triton-tutorial-sm90``, whose gradients without
     the causal mask are not those of its O). ValueError for an unknown model, recipe or SFU set
     (an SFU set for a model that evaluates no special function included);
-    TypeError naming the argument for a wrong kind of one."""
+    TypeError naming the argument for a wrong kind of one. ``dtype``: the input format of a model
+    that does not name one (left out: bf16, or the one format the model runs); a ``dtype`` that
+    contradicts the model's own is a ValueError, as in scaled_dot_product_attention."""
     recipe = _path_arg("recipe", recipe, optional=True)
-    return _core._model_formats(_str_arg("model", model), _str_arg("dtype", dtype), "" if recipe is None else recipe,
-                                _str_arg("sfu", sfu))
+    dtype_given = dtype is not None
+    return _core._model_formats(_str_arg("model", model), "bf16" if dtype is None else _str_arg("dtype", dtype),
+                                "" if recipe is None else recipe, _str_arg("sfu", sfu), dtype_given)
 
 
 def _check_tensor(name: str, t) -> None:

@@ -367,7 +367,7 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
     shape = (1, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim)
     z = torch.zeros(shape, requires_grad=True)
     try:
-        formats = _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)
+        formats = _fbtorch.model_formats(arm.model, None, arm.recipe_file)
         if not formats["backward"]:
             raise UsageError(f"arm '{arm.written or arm.name}': {formats['model']} has no backward modelled (a "
                              f"forward-only kernel model), and an arm trains through its attention's gradients; pick "
@@ -470,7 +470,7 @@ def forced_ties_metrics(arm: "Arm", cfg: "StudyConfig", seed: int, step: int, ro
     seed and step; training does not see it)."""
     rng = np.random.default_rng([0x71E5, seed, step])
     # The format the op rounds this arm's float32 activations to in training.
-    formats = _fbtorch.model_formats(arm.model, "bf16", arm.recipe_file)
+    formats = _fbtorch.model_formats(arm.model, None, arm.recipe_file)
     fmt = formats["input"]
     q, k, v, d_o = forced_ties_batch(rng, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim, fmt)
     # A seed only where the arithmetic draws from one (flashbits.attention refuses it elsewhere).
@@ -741,7 +741,7 @@ def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe |
     if arm_model in (CONTROL, LOW_PRECISION):
         return control
     # The op refuses a seed for a model whose arithmetic draws none (it would change nothing).
-    seeded = _fbtorch.model_formats(arm_model, "bf16", recipe_file)["seeded"]
+    seeded = _fbtorch.model_formats(arm_model, None, recipe_file)["seeded"]
 
     def emulated(q, k, v):
         observe = probe.observe if probe is not None and probe.active else None

@@ -401,7 +401,10 @@ pyb::dict model_formats(const std::string& name, const std::string& dtype_name, 
   pyb::dict d;
   d["model"] = model.name;
   d["input"] = std::string(model.recipe->input.name);
-  d["output"] = std::string(model.recipe->output.name);
+  // The format O is stored in: fp64 where the model never rounds O (golden-fp64-*), whose
+  // recipe output names fp32 only as the container type of its tables.
+  const std::optional<Format> stored = attn::stored_o_format(*model.recipe);
+  d["output"] = stored ? std::string(stored->name) : std::string("fp64");
   d["backward"] = model.recipe->structure == attn::Structure::correctly_rounded || model.recipe->backward_modelled;
   d["seeded"] = attn::draws_random_bits(*model.recipe);
   // The Triton tutorial's backward masks causally whatever the forward did: without the causal

@@ -337,6 +337,23 @@ def test_mixed_dtypes_empty_axes_and_contradicted_dtype_are_refused():
     ones = np.ones((1, 2))
     with pytest.raises(ValueError, match="model standard-bf16 reads bf16 inputs; dtype fp16 contradicts it"):
         fb.attention(ones, ones, ones, "standard-bf16", dtype="fp16")
+    # The fp32-input models ran on fp32 inputs whatever dtype asked for (bit for bit the run
+    # without it); the dtype is refused there too.
+    with pytest.raises(ValueError, match="model standard-fp32 reads fp32 inputs; dtype bf16 contradicts it"):
+        fbt.scaled_dot_product_attention(x, x, x, model="standard-fp32", dtype="bf16")
+    with pytest.raises(ValueError, match="model golden-fp64-flash reads fp32 inputs; dtype fp16 contradicts it"):
+        fb.attention(ones, ones, ones, "golden-fp64-flash", dtype="fp16")
+    # golden-fp64-* never round O: its output format is fp64 (it said fp32), as its O values show.
+    assert fbt.model_formats("golden-fp64-flash")["output"] == "fp64"
+    assert fbt.model_formats("fa2-sm80")["output"] == "bf16"
+    rng = np.random.default_rng(5)
+    q3, k3, v3 = (rng.standard_normal((1, 8, 16)).astype(np.float32) for _ in range(3))
+    o64 = np.asarray(fb.attention(q3, k3, v3, "golden-fp64-flash").o, dtype=np.float64)
+    assert np.any(o64.astype(np.float32).astype(np.float64) != o64)
+    # triton-tutorial-sm90 runs fp16 only: its formats say so, and with no dtype it runs in fp16.
+    assert fbt.model_formats("triton-tutorial-sm90")["input"] == "fp16"
+    with pytest.raises(ValueError, match="model triton-tutorial-sm90 runs fp16 inputs only; dtype bf16 contradicts"):
+        fbt.model_formats("triton-tutorial-sm90", dtype="bf16")
     with pytest.raises(TypeError, match="observe: expected a callable or None, got int"):
         fbt.scaled_dot_product_attention(x, x, x, model="fa2-sm80", observe=5)
     # Left out, dtype is no contradiction: the model's own format is used.
