@@ -40,7 +40,8 @@ flash kernel for ``is_causal`` with unequal lengths, so an FA2 model there is a 
 argument, never a silent fallback: an ``attn_mask``, ``dropout_p`` other than 0, tensors not on
 the CPU, a key head dim
 other than the query's, a value head dim other than the query's (PyTorch allows it; the kernel
-models have one head dim), query, key and value of different dtypes, float16 or bfloat16
+models have one head dim), query, key and value of different dtypes or of batch dimensions or
+ranks that differ (PyTorch broadcasts a batch of 1; expand the tensors first), float16 or bfloat16
 tensors for a model reading another narrow format without ``dtype=`` naming it, an empty axis, a ``dtype=``
 that the model's own input format contradicts (``fa-bf16acc`` reads bf16), a model without a
 backward when a gradient is needed, a model whose backward is not the gradient of its forward

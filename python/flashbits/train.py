@@ -1540,8 +1540,16 @@ def _int_list(text: str, name: str) -> tuple:
     return vals
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, whose refusals (an unknown --preset, --lr 0x1p-3) printed its usage block
+    before the error: one `error: ...` line and exit 2 here, as every other refusal."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m flashbits.train", description=__doc__.split("\n\n")[0],
+    p = _OneLineErrorParser(prog="python3 -m flashbits.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Example: python3 -m flashbits.train --preset smoke --out /tmp/fbtrain\n"
                                        "Scale-out: one process per (arm, seed) with --arm A --seed S, then "

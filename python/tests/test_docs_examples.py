@@ -195,15 +195,15 @@ def test_python_page_replays_a_top_left_capture_from_python_as_written():
     # The page's Python replay of a trace: with the trace's causal statement (t.causal_alignment)
     # a top-left hardware capture replays bit for bit (its asserts compare to the capture's own
     # O and dQ); fb.attention took no alignment before, and ran it bottom-right.
-    import flashbits as fb
     text = open(PYTHON_PAGE, encoding="utf-8").read()
     section = text[text.index("## Replaying the captures you already have"):]
-    block = re.search(r"```python\n(t = fb\.load_trace.*?)```", section, re.S)
+    # As written: the block imports flashbits itself (it failed pasted alone without that line).
+    block = re.search(r"```python\n(import flashbits as fb[^\n]*\nt = fb\.load_trace.*?)```", section, re.S)
     assert block, "docs/PYTHON.md lost its Python replay block"
     old = os.getcwd()
     os.chdir(ROOT)
     try:
-        scope = {"fb": fb}
+        scope = {}
         exec(block.group(1), scope)  # noqa: S102 - the page's own lines
     finally:
         os.chdir(old)

@@ -292,6 +292,9 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
                             "rows) up to 48 (24 rows a head: a quarter of --block-size 32 to its end)"),
     (["--probe-rows", "50"], "error: --probe-rows 50: expected a multiple of --n-head 2"),
     (["--probe-rows", "1000"], "error: --probe-rows 1000: expected a multiple of --n-head 2"),
+    # argparse's own refusals printed its usage block first: one line now, as the rest.
+    (["--preset", "nosuch"], "error: argument --preset: invalid choice: 'nosuch'"),
+    (["--lr", "0x1p-3"], "error: argument --lr: invalid float value: '0x1p-3'"),
     # Two arms, one run directory: refused only after the first had trained.
     (["--arms", "fa-bf16acc[o_buffer_format=e8m3],fa-bf16acc[o_buffer_format=e8m3;]"],
      "would share the run directory runs/fa-bf16acc_o_buffer_format=e8m3_"),
