@@ -41,6 +41,11 @@ attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionName
   return refine_model(std::move(model), choice.sfu_set, choice.recipe_path, names, capture, notes);
 }
 
+attn::ModelHandle parse_against_model(const std::string& name, const attn::KernelModel& tested, const Format& dtype) {
+  const bool sixteen_bit = tested.input == formats::bf16 || tested.input == formats::fp16;
+  return attn::parse_model_for_inputs(name, sixteen_bit ? tested.input : dtype);
+}
+
 attn::ModelHandle refine_model(attn::ModelHandle model, const std::string& sfu_set, const std::string& recipe_path,
                                const ModelOptionNames& names, const Trace* capture, ModelResolutionNotes* notes) {
   if (sfu_set == "auto") {

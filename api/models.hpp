@@ -42,6 +42,11 @@ struct ModelResolutionNotes {
   std::vector<std::string> recipe_tables;
 };
 
+// bias-test's --against model (against=): parsed for the inputs the tested model reads, its
+// own input format where that is bf16 or fp16 (fp16 for triton-tutorial-sm90 given no dtype),
+// else `dtype`. Throws std::invalid_argument, which each caller names with its option.
+attn::ModelHandle parse_against_model(const std::string& name, const attn::KernelModel& tested, const Format& dtype);
+
 attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionNames& names = {},
                                 const Trace* capture = nullptr, ModelResolutionNotes* notes = nullptr);
 // Steps 2 and 3 on a model already parsed (replay: the model a trace's metadata names).

@@ -225,6 +225,11 @@ TEST_CASE("--dtype that contradicts the model's own input format is refused, not
   const Run tutorial = run("bias-test --model triton-tutorial-sm90 --trials 2 --seqlen 128 --headdim 64 --json");
   CHECK_MESSAGE(tutorial.code != 2, tutorial.err);
   CHECK_MESSAGE(has(tutorial.out, "\"units_format\": \"fp16\""), tutorial.out);
+  // --against reads the tested model's inputs: fp16 here, as the model took it.
+  const Run against =
+      run("bias-test --model triton-tutorial-sm90 --against triton-tutorial-sm90+tile:64x64 --trials 2 --seqlen 128 "
+          "--headdim 64 --json");
+  CHECK_MESSAGE(against.code != 2, against.err);
   CHECK(run("make-trace --model standard-fp32 --dtype fp32 --seqlen 8 --headdim 8 --out " +
             (scratch() / "fp32_given.safetensors").string())
             .code == 0);
@@ -813,6 +818,13 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   check_refused(run("bias-test --model fa2-sm80+lazy-rescale:+8 --trials 2"),
                 {"+lazy-rescale:: nothing after ':'", "a '+' starts the next variant", "'+lazy-rescale:+8'"});
   check_refused(run("--version extra"), {"--version takes no other word, got 'extra'"});
+  // Two spellings of one kernel (the canonical name orders variants and drops +o-rne) would run
+  // it twice under two labels.
+  check_refused(run("sweep --model fa2-sm80+o-fp32+dynmax,fa2-sm80+dynmax+o-fp32 --scenario random --seqlen 16 "
+                    "--headdim 8 --trials 2"),
+                {"fa2-sm80+o-fp32+dynmax and fa2-sm80+dynmax+o-fp32 are one kernel"});
+  check_refused(run("deviation --models fa2-sm80,fa2-sm80+o-rne --seqlen 16 --headdim 8"),
+                {"fa2-sm80 and fa2-sm80+o-rne are one kernel (fa2-sm80)"});
   // `--help WORD` is WORD's help when WORD is a subcommand; any other word is refused, not dropped.
   check_refused(run("--help extra"), {"--help takes at most one subcommand name, got 'extra'"});
   check_refused(run("--help bias-tset"), {"got 'bias-tset'", "bias-test"});

@@ -92,7 +92,7 @@ attn::BiasRun model_run(const BiasOptions& o) {
   warn_about_model(run.model.name, run.model.recipe->warning);
   if (!o.against.empty()) {
     try {
-      run.against = attn::parse_model_for_inputs(o.against, dtype);
+      run.against = api::parse_against_model(o.against, *run.model.recipe, dtype);
     } catch (const std::invalid_argument& e) {
       throw InputError("--against " + o.against + ": " + e.what());
     }

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -67,8 +68,14 @@ int run_deviation(const DeviationOptions& o) {
   std::vector<attn::ModelHandle> models;
   // As every command: a --dtype the model contradicts (standard-fp16 with bf16) is refused;
   // resolve_model's errors name --models and the entry.
-  for (const auto& m : split_list(o.models, "--models"))
+  std::map<std::string, std::string> entry_of_kernel;  // canonical name -> the --models entry
+  for (const auto& m : split_list(o.models, "--models")) {
     models.push_back(api::resolve_model({m, dtype, "model", "", o.dtype_option->count() > 0}, {"--models"}));
+    // Two spellings of one kernel (fa2-sm80 and fa2-sm80+o-rne) would print one row twice.
+    if (const auto [at, first] = entry_of_kernel.emplace(models.back().name, m); !first)
+      throw InputError("--models " + o.models + ": " + at->second + " and " + m + " are one kernel (" +
+                       models.back().name + "); give one");
+  }
   if (models.empty()) throw InputError("--models: expected at least one model");
   if (o.heads < 1 || o.headdim < 1)
     throw InputError("--heads " + std::to_string(o.heads) + " --headdim " + std::to_string(o.headdim) +

@@ -25,7 +25,8 @@ for v in "${variants[@]}"; do models+=("fa2-sm80$v"); done
 for v in "${fp8_variants[@]}"; do models+=("fa3-fp8-sm90$v"); done
 {
   for model in "${models[@]}"; do
-    for dtype in bf16 fp16; do
+    # fp32: the models of fp32 inputs (standard-fp32, golden-fp32-*), which refuse another --dtype.
+    for dtype in bf16 fp16 fp32; do
       for scenario in sink random ties fa3-outliers; do
         t="$work/t.safetensors"
         if ! "$fb" make-trace --model "$model" --dtype "$dtype" --scenario "$scenario" --seqlen 80 --headdim 32 \

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 #include <memory>
 #include <stdexcept>
 
@@ -104,6 +106,10 @@ SweepGrid sweep_grid(const SweepRun& run) {
       throw InputError("--scenario " + scenario + ": unknown scenario (" + attn::scenario_list() + ")");
   SweepGrid grid;
   std::map<std::string, std::string> model_of_configuration;  // configuration -> the --model entry
+  // (canonical kernel name, format) -> the --model entry: two spellings of one kernel
+  // (fa2-sm80+o-fp32+dynmax and fa2-sm80+dynmax+o-fp32) would run it twice under two labels.
+  // (Entries of one label, standard and standard-bf16, are the configuration check's below.)
+  std::map<std::pair<std::string, std::string>, std::pair<std::string, std::string>> model_of_kernel;
   const int sr_bits = static_cast<int>(run.sr_bits);
   for (std::size_t f = 0; f < formats.size(); ++f)
     for (const auto& round : rounds)
@@ -129,6 +135,13 @@ SweepGrid sweep_grid(const SweepRun& run) {
             if (m && why.empty())
               if (const std::string refusal = attn::unmodelled_shape(*m->model->recipe, shape); !refusal.empty())
                 why = m->model->name + " in " + formats[f] + " does not model this shape: " + refusal;
+        }
+        if (resolved.model) {
+          if (const auto [at, first] = model_of_kernel.emplace(std::pair(resolved.model->name, formats[f]),
+                                                               std::pair(model, resolved.label));
+              !first && at->second.second != resolved.label)
+            throw InputError("--model " + run.models + ": " + at->second.first + " and " + model + " are one kernel (" +
+                             resolved.model->name + "); give one");
         }
         if (!why.empty()) {
           if (std::find(grid.skipped.begin(), grid.skipped.end(), why) == grid.skipped.end())

@@ -354,7 +354,9 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
   std::optional<attn::ModelHandle> floor;
   std::optional<Format> unit_format;
   if (!rounded_as.empty()) {
-    const attn::ModelHandle model = model_or_throw(rounded_as, dtype, recipe, "model", true);
+    // dtype is the inputs' format here, as a capture's (an fp32 model reads bf16 inputs), not a
+    // request for the model's input format.
+    const attn::ModelHandle model = model_or_throw(rounded_as, dtype, recipe, "model", false);
     floor = attn::correctly_rounded_reference(*model.recipe);
     unit_format = model.recipe->output;
   }

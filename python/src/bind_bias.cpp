@@ -66,7 +66,7 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   run.model = api::resolve_model({model, dtype, "model", recipe, dtype_given}, {"model", "sfu", "dtype"});
   if (!against.empty()) {
     try {
-      run.against = attn::parse_model_for_inputs(against, dtype);
+      run.against = api::parse_against_model(against, *run.model.recipe, dtype);
     } catch (const std::invalid_argument& e) {
       throw InputError("against " + against + ": " + e.what());
     }

@@ -350,6 +350,13 @@ def test_mixed_dtypes_empty_axes_and_contradicted_dtype_are_refused():
     q3, k3, v3 = (rng.standard_normal((1, 8, 16)).astype(np.float32) for _ in range(3))
     o64 = np.asarray(fb.attention(q3, k3, v3, "golden-fp64-flash").o, dtype=np.float64)
     assert np.any(o64.astype(np.float32).astype(np.float64) != o64)
+    # exact_attention's dtype is the inputs' format, as a capture's: an fp32-input model's floor
+    # is taken on bf16 inputs (it was refused as a contradiction of the model's dtype).
+    b16 = fb.round(rng.standard_normal((1, 8, 16)), "bf16").values
+    floor = fb.exact_attention(b16, b16, b16, rounded_as="standard-fp32")
+    o_floor = np.asarray(floor.o, dtype=np.float64)
+    assert np.array_equal(o_floor.astype(np.float32).astype(np.float64), o_floor)  # on fp32's grid
+    assert not np.array_equal(fb.round(o_floor, "bf16").values, o_floor)  # not rounded to bf16
     # triton-tutorial-sm90 runs fp16 only: its formats say so, and with no dtype it runs in fp16.
     assert fbt.model_formats("triton-tutorial-sm90")["input"] == "fp16"
     with pytest.raises(ValueError, match="model triton-tutorial-sm90 runs fp16 inputs only; dtype bf16 contradicts"):
