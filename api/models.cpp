@@ -22,8 +22,11 @@ attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionName
   // with bf16; standard-fp32 or golden-fp32-flash with bf16, which would run on fp32 inputs as if
   // bf16 had not been asked for) contradicts it. A capture's format is no such request: an
   // fp32-input model still reads bf16 captures (attn::reads_inputs_of, for traces).
-  if (const std::optional<Format> sole = attn::sole_input_format(*model.recipe);
-      sole && !choice.dtype_given && model.recipe->input != *sole) {
+  if (const std::optional<Format> sole = attn::sole_input_format(*model.recipe); sole && choice.dtype_given) {
+    if (choice.dtype != *sole)
+      throw InputError(names.model + " " + choice.name + " runs " + sole->name + " inputs only; " + names.dtype + " " +
+                       choice.dtype.name + " contradicts it (leave " + names.dtype + " out)");
+  } else if (sole && model.recipe->input != *sole) {
     // No dtype asked for: the model's own (triton-tutorial-sm90 runs fp16 only).
     try {
       model = attn::parse_model_for_inputs(choice.name, *sole);
@@ -31,10 +34,6 @@ attn::ModelHandle resolve_model(const ModelChoice& choice, const ModelOptionName
       throw InputError(names.model + " " + choice.name + ": " + e.what());
     }
   }
-  if (const std::optional<Format> sole = attn::sole_input_format(*model.recipe);
-      choice.dtype_given && sole && choice.dtype != *sole)
-    throw InputError(names.model + " " + choice.name + " runs " + sole->name + " inputs only; " + names.dtype + " " +
-                     choice.dtype.name + " contradicts it (leave " + names.dtype + " out)");
   if (choice.dtype_given && model.recipe->input != choice.dtype)
     throw InputError(names.model + " " + choice.name + " reads " + model.recipe->input.name + " inputs; " +
                      names.dtype + " " + choice.dtype.name + " contradicts it (leave " + names.dtype + " out)");

@@ -33,11 +33,13 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   tile_scores(km, ar, k, hd, hd.q_row(row), 0, nk, s.data(), lane_values);
   // The row's max, or +dynmax's over the whole row (one "tile"); the backward recomputes P
   // from this m.
-  // PyTorch's amax propagates NaN (reduce_max skips it, as the CUDA kernels' fmaxf does): a NaN
-  // score makes the row's max NaN, and so P, O and the LSE NaN, as softmax gives.
-  const bool nan_score = std::any_of(s.begin(), s.begin() + nk, [](double x) { return std::isnan(x); });
-  const double m =
-      nan_score ? std::numeric_limits<double>::quiet_NaN() : reduce_max(km, ar, k, s.data(), nk, -kInf, nullptr);
+  // reduce_max skips NaN, as the CUDA kernels' fmaxf does. Beside a finite score a NaN one makes
+  // l NaN, and so P, O and the LSE, as softmax gives; a row of NaN (and -inf) scores would read
+  // as fully masked (max -inf), so its max is NaN, as PyTorch's amax gives. Only that rare row
+  // is scanned.
+  double m = reduce_max(km, ar, k, s.data(), nk, -kInf, nullptr);
+  if (m == -kInf && std::any_of(s.begin(), s.begin() + nk, [](double x) { return std::isnan(x); }))
+    m = std::numeric_limits<double>::quiet_NaN();
   // softmax: p = exp(s - m), l = Σ p, P = F(p / l) (fp32 inside)
   std::vector<double> p(static_cast<std::size_t>(nk));
   for (int j = 0; j < nk; ++j) p[j] = exponent(km, ar, k, s[j], m);

@@ -43,8 +43,9 @@ struct SoftmaxState {
   double m = -kInf;
   double l_thread[4] = {0, 0, 0, 0};
   double l = 0.0;
-  // A NaN score was seen (kept only where nan_row_sum_is_empty is false): the max skips NaN
-  // as fmaxf does, so a row of NaN scores has max -inf like a row that saw nothing.
+  // A tile whose max was -inf held a NaN score (kept only where nan_row_sum_is_empty is false):
+  // the max skips NaN as fmaxf does, so a row of NaN scores has max -inf like a row that saw
+  // nothing. Beside a finite score a NaN one shows in a NaN ℓ with a finite max, unscanned.
   bool saw_nan_score = false;
 };
 
@@ -623,10 +624,10 @@ double tile_softmax(const KernelModel& km, const A& ar, const HeadData<E>& hd, c
     for (int j = 0; j < len; ++j) sc.s[j] = ar.f32(sc.s[j] * qk);
   }
 
-  if (!state.saw_nan_score && !nan_row_sum_is_empty(km.lse))
-    state.saw_nan_score = std::any_of(sc.s.begin(), sc.s.begin() + len, [](double x) { return std::isnan(x); });
   const double m_old = state.m;
   state.m = reduce_max(km, ar, k, sc.s.data(), len, m_old, sink.repeated_max());
+  if (state.m == -kInf && !state.saw_nan_score && !nan_row_sum_is_empty(km.lse))
+    state.saw_nan_score = std::any_of(sc.s.begin(), sc.s.begin() + len, [](double x) { return std::isnan(x); });
   const bool lazy = keep_old_max(km, ar, k, Is_first, m_old, state.m);
   if (lazy) state.m = m_old;
   const double alpha = lazy ? 1.0 : rescale_factor(km, ar, k, m_old, state.m);  // FA4: acc_scale = 1.0
