@@ -732,6 +732,11 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   expect_bad("elements_zero.csv", with_field("elements", "0"), "with elements 0");
   expect_bad("elements_negative.csv", with_field("elements", "-4"), "column elements");
   expect_bad("ties_negative.csv", with_field("ties", "-1"), "column ties");
+  // Counts were read through a double: "1e0" passed as 1, and 2^53 + 1 became 2^53.
+  expect_bad("ties_exponent.csv", with_field("ties", "1e0"), "column ties: expected an integer in plain digits");
+  expect_bad("ties_fraction.csv", with_field("ties", "1.0"), "column ties: expected an integer in plain digits");
+  expect_bad("ties_huge.csv", with_field("ties", "99999999999999999999"),
+             "column ties: 99999999999999999999 is outside");
   j = good;
   j["rows"][0]["sufficient"]["sq_sum"] = -1.0;
   expect_bad("sq_sum_negative.json", j.dump(), "rows[0] field sq_sum");

@@ -330,7 +330,7 @@ TEST_CASE("a FIFO with no writer is exit 2 at once; a pipe with one is read") {
 }
 
 // Found by the bad-input audit: an FBSFUVAL1 header key given twice kept its last value, a
-// function line's surplus words were dropped, and count=+5 was read as 5.
+// function line's surplus words (and stray spaces) were dropped, and count=+5 was read as 5.
 TEST_CASE("FBSFUVAL1 headers: a key given twice, surplus words and a signed count are refused") {
   const std::string trace = small_trace("sfuval_trace.safetensors");
   const auto values_file = [](const std::string& name, const std::string& header) {
@@ -346,7 +346,15 @@ TEST_CASE("FBSFUVAL1 headers: a key given twice, surplus words and a signed coun
   const Run surplus = run("replay " + trace + " --sfu-values " +
                           values_file("surplus.fbv", "source=cuda:NVIDIA H200\nfunction=ex2 count=0 extra\n"));
   CHECK(surplus.code == 2);
-  CHECK(one_error(surplus, "function ex2: unexpected 'extra' after count=N"));
+  CHECK(one_error(surplus, "function ex2: line 'function=ex2 count=0 extra' is not 'function=NAME count=N'"));
+  // Whitespace the writer never puts there was skipped: a trailing space, two spaces, a tab.
+  for (const char* line : {"function=ex2 count=0 ", "function=ex2  count=0", "function=ex2\tcount=0"}) {
+    CAPTURE(line);
+    const Run spaced = run("replay " + trace + " --sfu-values " +
+                           values_file("spaced.fbv", std::string("source=cuda:NVIDIA H200\n") + line + "\n"));
+    CHECK(spaced.code == 2);
+    CHECK(one_error(spaced, "is not 'function=NAME count=N' (one space, nothing after N)"));
+  }
   const Run signed_count = run("replay " + trace + " --sfu-values " +
                                values_file("signed.fbv", "source=cuda:NVIDIA H200\nfunction=ex2 count=+0\n"));
   CHECK(signed_count.code == 2);
@@ -373,10 +381,27 @@ TEST_CASE("merge: a NUL byte in an echoed cell is shown, and a JSON array is nam
   std::ofstream(nul, std::ios::binary) << csv;
   const Run r = run("merge " + nul);
   CHECK(r.code == 2);
-  CHECK(one_error(r, "column trials: expected a decimal number, got '2\\x009'"));
+  CHECK(one_error(r, "column trials: expected an integer in plain digits, got '2\\x009'"));
   const std::string array = (scratch() / "array.json").string();
   std::ofstream(array) << "[{\"rows\": []}]\n";
   const Run a = run("merge " + array);
   CHECK(a.code == 2);
   CHECK(one_error(a, "array.json: not a sweep JSON file (expected an object, got an array)"));
+}
+
+// Found by the bad-input audit: a --source or --model that is not UTF-8 was refused only when
+// the output was written, and the error blamed the output file.
+TEST_CASE("import: a --source or --model that is not UTF-8 is refused by option") {
+  const auto dir = capture_dir("npy_capture_utf8");
+  const auto out = scratch() / "utf8.safetensors";
+  const std::string options = " --dtype bf16 --layout bshd --out " + out.string();
+  const Run source = run("import " + dir.string() + options + " --source 'cuda:\xff'");
+  CHECK(source.code == 2);
+  CHECK(one_error(source, "--source 'cuda:\\xff': not valid UTF-8"));
+  const Run model = run("import " + dir.string() + options + " --source unknown --model 'fa2\xfe'");
+  CHECK(model.code == 2);
+  CHECK(one_error(model, "--model 'fa2\\xfe': not valid UTF-8"));
+  CHECK_FALSE(std::filesystem::exists(out));
+  // UTF-8 beyond ASCII is fine in the source's GPU name.
+  CHECK(run("import " + dir.string() + options + " --source 'cuda:NVIDIA H200 \xc3\xa9'").code == 0);
 }

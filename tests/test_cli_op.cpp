@@ -326,6 +326,20 @@ TEST_CASE("op --batch: a malformed line N prints 'error: line N: ...' and exits 
   CHECK(nul.exit_code == 2);
   CHECK(one_error_line(nul));
   CHECK(nul.err == "error: line 1: a NUL byte at column 23 (batch files are text: is it UTF-16? save it as UTF-8)\n");
+  // A byte-order mark was echoed invisibly: "unknown operation 'add'".
+  const Run bom = flashbits("op --batch -",
+                            "\xEF\xBB\xBF"
+                            "add bf16 rne 3f80 3f80\n");
+  CHECK(bom.exit_code == 2);
+  CHECK(one_error_line(bom));
+  CHECK(bom.err == "error: line 1: starts with a UTF-8 byte-order mark (bytes EF BB BF); save the file without it\n");
+  // Files joined with cat put one at the start of a later line.
+  const Run joined = flashbits("op --batch -",
+                               "add bf16 rne 3f80 3f80\n\xEF\xBB\xBF"
+                               "add bf16 rne 3f80 3f80\n");
+  CHECK(joined.exit_code == 2);
+  CHECK(joined.err.rfind("error: line 2: starts with a UTF-8 byte-order mark", 0) == 0);
+  CHECK(lines_of(joined.out).size() == 1);
 }
 
 TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decimal exit 2") {

@@ -807,6 +807,11 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   check_refused(run("sweep --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --at-stake 0x1"),
                 {"--at-stake: expected a decimal number, got '0x1'"});
   check_refused(run("merge x.csv --alpha 1e999"), {"--alpha: expected a decimal number, got '1e999'"});
+  // An underflow read as 0 was echoed as "--alpha 0", a value nobody typed.
+  check_refused(run("bias-test --model fa2-sm80 --trials 2 --alpha 1e-400"),
+                {"--alpha: '1e-400' is below the smallest double"});
+  check_refused(run("sweep --model fa2-sm80 --trials 2 --at-stake 0.5e-999"),
+                {"--at-stake: '0.5e-999' is below the smallest double"});
   // A decimal word is still read, to the double nearest it: 1e-3 in any spelling.
   CHECK(run("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --alpha 0.0010 --json").code == 4);
   check_refused(run("bias-test --model fa2-sm80+lazy-rescale:0x10 --trials 2"),

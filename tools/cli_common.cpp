@@ -110,6 +110,10 @@ int run_line_batch(const std::string& path, const BatchLineRunner& run_line) {
       if (const std::size_t nul = line.find('\0'); nul != std::string::npos)
         throw InputError("a NUL byte at column " + std::to_string(nul + 1) +
                          " (batch files are text: is it UTF-16? save it as UTF-8)");
+      // A byte-order mark (an editor's, or files joined with cat) is invisible in the echoed
+      // word ("unknown operation 'add'").
+      if (line.rfind("\xEF\xBB\xBF", 0) == 0)
+        throw InputError("starts with a UTF-8 byte-order mark (bytes EF BB BF); save the file without it");
       out += run_line(split_words(line), line_no);
     } catch (const InputError& e) {
       std::cout << out << std::flush;
@@ -188,6 +192,11 @@ CLI::Validator decimal_number() {
     if (word.empty()) return "";  // refused by name after parsing: "an empty value" (tools/main.cpp)
     const std::optional<double> v = read_decimal(word);
     if (!v) return "expected a decimal number, got '" + word + "'";
+    // A nonzero spelling below the smallest double reads as 0; handed on, the option's own
+    // check would echo "0", a value nobody typed.
+    const std::string_view mantissa = std::string_view(word).substr(0, word.find_first_of("eE"));
+    if (*v == 0 && mantissa.find_first_of("123456789") != std::string_view::npos)
+      return "'" + word + "' is below the smallest double (4.9e-324) and would read as 0";
     // CLI11 converts through strtold and a cast, which can round twice; where that misses the
     // correctly rounded value, the word handed on is its 17 digits (read back exactly either way).
     if (static_cast<double>(std::strtold(word.c_str(), nullptr)) != *v) {

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "attention/trace_inputs.hpp"
+#include "formats/text_escape.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
 #include "traces/trace.hpp"
@@ -34,6 +35,13 @@ std::string mask_text(const Trace& trace) {
 }
 
 int run_import(const ImportOptions& o) {
+  // The trace's metadata must be UTF-8 (safetensors' header is JSON): refused here, by option,
+  // and not when the output is serialised, which blamed the output file. (replay and bias-test
+  // only show these strings, escaped, and take them.)
+  for (const auto& [option, text] :
+       {std::pair<const char*, const std::string&>{"--source", o.statement.source}, {"--model", o.statement.model}})
+    if (escape_unprintable(text, false) != text)
+      throw InputError(std::string(option) + " '" + text + "': not valid UTF-8 (it goes into the trace's metadata)");
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   check_output_path("--out", o.out);

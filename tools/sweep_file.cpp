@@ -1,6 +1,8 @@
 // tools/sweep_file.cpp: reading sweep CSV/JSON files back and checking that a set of them
 // is exactly the shards of one run (contract in sweep_table.hpp: read_sweep_file,
 // check_shards); what merge and the fuzz targets read.
+#include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <climits>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 
 #include "api/json_strict.hpp"
 #include "formats/decimal_text.hpp"
@@ -46,14 +49,18 @@ double to_num(const std::string& s, const std::string& where) {
   if (!v) throw InputError(where + ": expected a decimal number, got '" + s + "'");
   return *v;
 }
-// An integer column in lo..hi (a value outside would not survive the conversion).
+// An integer column in lo..hi, in the plain digits sweep writes (an optional '-'). Read through
+// a double, "1e0" passed as 1 and a count beyond 2^53 changed silently.
 long long to_int(const std::string& s, const std::string& where, long long lo = LLONG_MIN, long long hi = LLONG_MAX) {
-  const double v = to_num(s, where);
-  if (v != std::floor(v)) throw InputError(where + ": expected an integer, got '" + s + "'");
-  // -2^63 <= v < 2^63 before the cast (static_cast is undefined outside long long).
-  if (!(v >= -0x1p63 && v < 0x1p63) || static_cast<long long>(v) < lo || static_cast<long long>(v) > hi)
+  const std::size_t first_digit = !s.empty() && s.front() == '-' ? 1 : 0;
+  const bool digits_only = s.size() > first_digit && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(first_digit),
+                                                                 s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits_only) throw InputError(where + ": expected an integer in plain digits, got '" + s + "'");
+  long long v = 0;
+  const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (error != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
     throw InputError(where + ": " + s + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
-  return static_cast<long long>(v);
+  return v;
 }
 // An integer member of a JSON row in lo..hi; nlohmann's get<long long>() of a float, or
 // of an integer out of range, would convert silently (or be undefined).

@@ -85,10 +85,15 @@ SfuValues read_sfu_values(const std::string& path) {
     if (!next_line(line)) fail(path, "header", "ends before 'end'");
     if (line == "end") break;
     if (line.rfind("function=", 0) == 0) {
-      std::istringstream s(line);
-      std::string fn_part, count_part, surplus;
-      s >> fn_part >> count_part;
-      if (s >> surplus) fail(path, "function " + fn_part.substr(9), "unexpected '" + surplus + "' after count=N");
+      // Exactly "function=NAME count=N", as written: a stray space or tab is no part of either
+      // word, and a reader that skipped it would take a hand-edited line it cannot vouch for.
+      const std::size_t space = line.find(' ');
+      const std::string fn_part = line.substr(0, space);
+      const std::string count_part = space == std::string::npos ? std::string() : line.substr(space + 1);
+      for (const std::string& part : {fn_part, count_part})
+        if (part.find_first_of(" \t\r\v\f") != std::string::npos)
+          fail(path, "function " + fn_part.substr(9),
+               "line '" + line + "' is not 'function=NAME count=N' (one space, nothing after N)");
       SpecialFunction fn;
       if (!parse_function(fn_part.substr(9), fn))
         fail(path, "function", "'" + fn_part.substr(9) + "' is not ex2, rcp or lg2");
