@@ -245,14 +245,27 @@ class Rounded:
         return f"Rounded(format={self.format!r}, shape={self.bits.shape}, flags={'yes' if self.flags is not None else 'no'})"
 
 
+_DETERMINISTIC_MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto")
+
+
 def _rounding_args(fmt, mode, overflow, seed, sr_bits, position, flags):
-    return (_str_arg("fmt", fmt), _str_arg("mode", mode), _str_arg("overflow", overflow),
-            _int_arg("seed", seed, unsigned=True), _int_arg("sr_bits", sr_bits, optional=True),
-            _int_arg("position", position, unsigned=True), _bool_arg("flags", flags))
+    """The arguments checked. ``seed``, ``sr_bits`` and ``position`` describe the stochastic
+    stream: given with another mode they would be ignored, so they are refused, as the CLI's
+    ``op`` refuses ``--seed`` with rne (None: not given; the stream's defaults are 0)."""
+    fmt, mode, overflow = _str_arg("fmt", fmt), _str_arg("mode", mode), _str_arg("overflow", overflow)
+    seed = _int_arg("seed", seed, unsigned=True, optional=True)
+    sr_bits = _int_arg("sr_bits", sr_bits, optional=True)
+    position = _int_arg("position", position, unsigned=True, optional=True)
+    if mode in _DETERMINISTIC_MODES:  # an unknown mode is the core's error, named as such
+        for name, v in (("seed", seed), ("sr_bits", sr_bits), ("position", position)):
+            if v is not None:
+                raise ValueError(f"{name}: applies to stochastic rounding only (the mode is {mode}, not sr)")
+    return (fmt, mode, overflow, 0 if seed is None else seed, sr_bits, 0 if position is None else position,
+            _bool_arg("flags", flags))
 
 
-def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0, sr_bits: int | None = None,
-          *, position: int = 0, flags: bool = False) -> Rounded:
+def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int | None = None,
+          sr_bits: int | None = None, *, position: int | None = None, flags: bool = False) -> Rounded:
     """Round every element of ``x`` once into ``fmt`` (any format of ``flashbits formats``,
     custom ``eXmY`` included) in ``mode`` (rne rna rtz rup rdn rto sr) with the ``overflow``
     policy (ieee or satfinite). float32 input runs the C++ array path (fb::round_array);
@@ -262,6 +275,8 @@ def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int = 0,
     are, converted as ``flashbits op cvt FMT MODE FMT:0x...`` converts them (round fp32 bit
     patterns by passing ``x.view(np.float32)``). Element i uses stochastic-rounding position
     ``position + i`` (row-major), so results equal the CLI's ``op --batch`` lines.
+    ``seed``, ``sr_bits`` and ``position`` (default 0, None and 0) apply to ``sr`` only:
+    given with another mode they are a ``ValueError``, as ``flashbits op --seed`` with rne is.
     ``flags=True`` also returns per-element IEEE flags."""
     a = _as_array(x, "x")
     _refuse_narrow_signed(a, "x")
@@ -308,40 +323,40 @@ def _op(kind, operands, fmt, mode, overflow, seed, sr_bits, position, flags):
     return Rounded(out.reshape(shape), _core.format_info(fmt)["name"], None if fl is None else fl.reshape(shape))
 
 
-def add(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
-        position: int = 0, flags: bool = False) -> Rounded:
+def add(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int | None = None,
+        sr_bits: int | None = None, position: int | None = None, flags: bool = False) -> Rounded:
     """a + b in ``fmt``, rounded once (numpy broadcasting). Operands: values exactly
     representable in ``fmt``, or bit patterns of ``fmt`` (unsigned integer arrays of its
     container width)."""
     return _op("add", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
-def sub(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
-        position: int = 0, flags: bool = False) -> Rounded:
+def sub(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int | None = None,
+        sr_bits: int | None = None, position: int | None = None, flags: bool = False) -> Rounded:
     """a - b in ``fmt``, rounded once."""
     return _op("sub", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
-def mul(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
-        position: int = 0, flags: bool = False) -> Rounded:
+def mul(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int | None = None,
+        sr_bits: int | None = None, position: int | None = None, flags: bool = False) -> Rounded:
     """a * b in ``fmt``, rounded once."""
     return _op("mul", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
-def div(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
-        position: int = 0, flags: bool = False) -> Rounded:
+def div(a, b, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int | None = None,
+        sr_bits: int | None = None, position: int | None = None, flags: bool = False) -> Rounded:
     """a / b in ``fmt``, rounded once."""
     return _op("div", (a, b), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
-def fma(a, b, c, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
-        position: int = 0, flags: bool = False) -> Rounded:
+def fma(a, b, c, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int | None = None,
+        sr_bits: int | None = None, position: int | None = None, flags: bool = False) -> Rounded:
     """a * b + c in ``fmt``, rounded once."""
     return _op("fma", (a, b, c), fmt, mode, overflow, seed, sr_bits, position, flags)
 
 
-def sqrt(a, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int = 0, sr_bits: int | None = None,
-         position: int = 0, flags: bool = False) -> Rounded:
+def sqrt(a, fmt: str, mode: str = "rne", overflow: str = "ieee", *, seed: int | None = None,
+         sr_bits: int | None = None, position: int | None = None, flags: bool = False) -> Rounded:
     """sqrt(a) in ``fmt``, rounded once."""
     return _op("sqrt", (a,), fmt, mode, overflow, seed, sr_bits, position, flags)
 

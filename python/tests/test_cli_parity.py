@@ -292,6 +292,25 @@ def test_an_integer_out_of_range_is_a_value_error_naming_it(name, call):
     assert str(e.value).startswith(name + "="), str(e.value)
 
 
+def test_the_stochastic_stream_given_with_another_mode_is_refused_as_the_cli_refuses_it(cli):
+    # It was ignored: round(x, "bf16", "rne", seed=5) gave rne's bits, while `op --seed 5`
+    # with rne is exit 2. Each argument, each deterministic mode, both entry points.
+    for mode in ["rne", "rna", "rtz", "rup", "rdn", "rto"]:
+        for name, value in [("seed", 5), ("sr_bits", 3), ("position", 7), ("seed", 0)]:
+            for call in (lambda kw: fb.round(X, "bf16", mode, **kw), lambda kw: fb.add(X, X, "bf16", mode, **kw)):
+                with pytest.raises(ValueError) as e:
+                    call({name: value})
+                assert str(e.value) == f"{name}: applies to stochastic rounding only (the mode is {mode}, not sr)"
+        rc, _, err = cli("op", "add", "bf16", mode, "3f80", "3f80", "--seed", "5", check=False)
+        assert rc == 2 and "--seed applies to stochastic rounding only" in err, err
+    # With sr they are the stream: a seed changes the draws of values between bf16 neighbours.
+    x = np.linspace(1.0, 2.0, 4097)[1:-1]
+    assert not np.array_equal(fb.round(x, "bf16", "sr", seed=1).bits, fb.round(x, "bf16", "sr", seed=2).bits)
+    # An unknown mode is named as such, not as a stray seed.
+    with pytest.raises(ValueError, match="unknown rounding mode 'rnz'"):
+        fb.round(X, "bf16", "rnz", seed=5)
+
+
 # ---- trace provenance -------------------------------------------------------------------------
 def safetensors_metadata(path):
     """The __metadata__ of a safetensors file, read from its JSON header (the format's spec)."""
