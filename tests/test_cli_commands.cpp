@@ -556,6 +556,20 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
   const Run text = run("replay " + trace + " --row 3 --explain");
   CHECK(text.code == 0);
   CHECK(text.out.find("EMULATED") != std::string::npos);
+  // A row that a bottom-right mask leaves without keys (N = 48 > Nk = 16: rows 0..31) was
+  // explained as "fa2-sm80 is materialised", false of a tiled kernel.
+  const auto empty_rows = (scratch() / "empty_rows.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --seqlen 48 --seqlen-k 16 --headdim 16 --causal bottom-right --out " +
+              empty_rows)
+              .code == 0);
+  const Run empty = run("replay " + empty_rows + " --row 3 --explain");
+  CHECK(empty.code == 0);
+  CHECK_MESSAGE(empty.out.find("explain row (0,0,3): sees no key (the causal mask leaves it none), so fa2-sm80 "
+                               "visits no KV tile and writes O = 0") != std::string::npos,
+                empty.out);
+  CHECK(empty.out.find("materialised") == std::string::npos);
+  const Run seen = run("replay " + empty_rows + " --row 40 --explain");
+  CHECK(seen.out.find("KV tiles in visiting order") != std::string::npos);
   // Replaying under a different model is a mismatch (exit 1): fa-bf16acc keeps O in bf16.
   CHECK(run("replay " + trace + " --model fa-bf16acc").code == 1);
   // Corrupt one byte of the JSON header's length prefix and truncate the data section.

@@ -580,8 +580,17 @@ int run_replay(const ReplayOptions& o) {
       }
     }
     if (o.explain) {
-      if (!row_trace || row_trace->tiles.empty()) {
-        std::cout << "explain: " << model.name << " is materialised (no KV tiles); nothing per tile to show\n";
+      const attn::Structure structure = model.recipe->structure;
+      if (row_trace && row_trace->tiles.empty() && structure == attn::Structure::online_softmax) {
+        // A tiled kernel visits no tile for a row its causal mask leaves without keys (a
+        // bottom-right mask with more queries than keys): not a materialised model.
+        std::cout << "explain row (" << tb << "," << th << "," << tr << "): sees no key (the causal mask leaves it "
+                  << "none), so " << model.name << " visits no KV tile and writes O = 0\n";
+      } else if (!row_trace || row_trace->tiles.empty()) {
+        std::cout << "explain: " << model.name
+                  << (structure == attn::Structure::correctly_rounded ? " rounds the exact result once"
+                                                                      : " is materialised")
+                  << " (no KV tiles); nothing per tile to show\n";
       } else {
         std::cout << "explain row (" << tb << "," << th << "," << tr << "), KV tiles in visiting order:\n";
         std::printf("  %4s %11s %14s %14s %6s %8s %6s %8s %14s\n", "tile", "keys", "running max", "l", "P==1",

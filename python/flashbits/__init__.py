@@ -680,13 +680,15 @@ _CAUSAL_TEXT = {"bottom-right": (True, False), "top-left": (True, True), "none":
 
 
 def _causal_arg(causal):
-    """(causal, top_left) of a ``causal=`` argument; TypeError naming the accepted values."""
+    """(causal, top_left) of a ``causal=`` argument. Another string is a ValueError (the right
+    kind, a wrong value: 'bottom_right'), anything else a TypeError; both name the values."""
     if isinstance(causal, (bool, _np.bool_)):
         return bool(causal), False
     if isinstance(causal, str) and causal in _CAUSAL_TEXT:
         return _CAUSAL_TEXT[causal]
-    raise TypeError(f"causal: expected True, False, 'top-left', 'bottom-right' or 'none', got {_kind(causal)}"
-                    + (f" {causal!r}" if isinstance(causal, str) else ""))
+    raise (ValueError if isinstance(causal, str) else TypeError)(
+        f"causal: expected True, False, 'top-left', 'bottom-right' or 'none', got {_kind(causal)}"
+        + (f" {causal!r}" if isinstance(causal, str) else ""))
 
 
 def _warn_if_alignment_taken(causal_given, q_rows, k_rows, stacklevel=3):
@@ -899,6 +901,8 @@ class Trace:
         self.tensors = d["tensors"]
         self.formats = d["formats"]
         self.hardware = d["hardware"]
+        self._causal = d["causal"]
+        self._causal_alignment = d["causal_alignment"]
 
     def __getitem__(self, name):
         return self.tensors[name]
@@ -913,16 +917,15 @@ class Trace:
 
     @property
     def causal(self) -> bool:
-        return self.metadata.get("causal", "false").lower() in ("true", "1")
+        """Whether the trace is causal, as replay reads it: its ``causal`` key, else a
+        ``causal_alignment`` key (which alone states causality), else False."""
+        return self._causal
 
     @property
     def causal_alignment(self) -> str:
-        """"none" (no mask), "bottom-right" or "top-left": the metadata's ``causal_alignment``,
-        which a trace without the key lacks when it is bottom-right (the engine's default, as
-        ``replay`` reads it) or not causal."""
-        if not self.causal:
-            return "none"
-        return "top-left" if self.metadata.get("causal_alignment") == "top-left" else "bottom-right"
+        """"none" (no mask), "bottom-right" or "top-left": the mask as ``replay`` runs it (a
+        causal trace without the key is bottom-right, the engine's default)."""
+        return self._causal_alignment
 
     @property
     def dtype(self):
@@ -962,12 +965,12 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     bottom-right, with a UserWarning saying so when the query and key lengths differ; the
     alignment is written to the metadata's ``causal_alignment``. "none" is False (the word
     ``Trace.causal_alignment`` and ``attention(causal=)`` use)."""
-    if isinstance(causal, (bool, _np.bool_)):
-        causal_text = "true" if causal else "false"
-    elif causal is None or (isinstance(causal, str) and causal in ("top-left", "bottom-right", "none")):
-        causal_text = causal
+    if causal is None:
+        causal_text = None
     else:
-        raise TypeError(f"causal: expected True, False, 'top-left', 'bottom-right' or 'none', got {causal!r}")
+        is_causal, top_left = _causal_arg(causal)
+        causal_text = "false" if not is_causal else "top-left" if top_left else \
+            "true" if isinstance(causal, (bool, _np.bool_)) else "bottom-right"
     args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
             _float_arg("scale", scale, optional=True), causal_text,
             _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))

@@ -79,6 +79,12 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   d["tensors"] = tensors;
   d["formats"] = dtypes;
   d["hardware"] = is_hardware_capture(trace);
+  // The mask as replay reads it (traces/trace.cpp: a causal_alignment alone states causality;
+  // no alignment on a causal trace is bottom-right), so that Python never re-derives it.
+  const TraceMetadata& md = trace.metadata();
+  const bool masked = md.causal.value_or(false);
+  d["causal"] = masked;
+  d["causal_alignment"] = !masked ? "none" : md.causal_alignment == "top-left" ? "top-left" : "bottom-right";
   pyb::list note_list;
   for (const std::string& line : notes) note_list.append(line);
   d["notes"] = note_list;

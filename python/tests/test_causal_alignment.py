@@ -110,7 +110,7 @@ def test_load_trace_takes_the_alignment_and_warns_for_a_plain_true(bare_capture,
     # "none", the word Trace.causal_alignment gives back, is False (as import's --causal none).
     t = fb.load_trace(bare_capture, causal=t.causal_alignment, **kw)
     assert t.metadata["causal_alignment"] == "none" and not t.causal
-    with pytest.raises(TypeError, match="top-left"):
+    with pytest.raises(ValueError, match="top-left"):
         fb.load_trace(bare_capture, causal="top_left", **kw)
 
     # The written trace's own metadata wins; a contradiction is a ValueError naming causal=.
@@ -151,6 +151,29 @@ def test_a_traces_causal_alignment_replays_the_capture_from_python_bit_for_bit(c
     assert np.count_nonzero(r.o != t["o"]) > t["o"].size // 2
 
 
+def test_an_alignment_without_a_causal_key_is_causal_in_python_as_in_replay(cli, bare_capture, tmp_path):
+    # causal_alignment alone states causality (the schema; replay ran such a trace top-left),
+    # but Trace.causal read only the causal key: False, "none", and causal=t.causal_alignment
+    # ran the trace unmasked. The reference is the mpmath top-left O in the capture.
+    data = np.load(bare_capture)
+    path = tmp_path / "alignment_only.safetensors"
+    meta = dict(source="unknown", softmax_scale=SCALE, dtype="bf16", model="correctly-rounded",
+                causal_alignment="top-left")
+    fb.save_trace(path, q=data["query"], k=data["key"], v=data["value"], o=data["out"], metadata=meta)
+    t = fb.load_trace(path)
+    assert "causal" not in t.metadata
+    assert t.causal is True and t.causal_alignment == "top-left"
+    r = fb.attention(t["q"], t["k"], t["v"], t.model, causal=t.causal_alignment, scale=t.scale, dtype="bf16")
+    np.testing.assert_array_equal(r.o, decode_bf16(data["out"]))
+    rc, out, err = cli("replay", str(path), "--json")
+    assert rc == 0 and json.loads(out)["match"] is True, out + err
+    # "none" alone states no mask.
+    meta["causal_alignment"] = "none"
+    fb.save_trace(path, q=data["query"], k=data["key"], v=data["value"], o=data["out"], metadata=meta)
+    t = fb.load_trace(path)
+    assert t.causal is False and t.causal_alignment == "none"
+
+
 def test_causal_takes_true_false_and_the_two_corners(bare_capture):
     # True is bottom-right, as the CLI's --causal true; "none" is the metadata's word for False.
     data = np.load(bare_capture)
@@ -165,8 +188,17 @@ def test_causal_takes_true_false_and_the_two_corners(bare_capture):
                           fb.attention(q, k, v, "correctly-rounded", causal=False, **kw).o)
     exact = fb.exact_attention(q, k, v, causal="top-left", scale=SCALE, dtype="bf16").o
     np.testing.assert_array_equal(fb.round(exact, "bf16").bits, data["out"])
-    with pytest.raises(TypeError, match="causal: expected True, False, 'top-left', 'bottom-right' or 'none'"):
-        fb.attention(q, k, v, "correctly-rounded", causal="top_left", **kw)
+    # A misspelt word is a wrong value (ValueError), a number the wrong kind (TypeError); both
+    # name the words, in attention, exact_attention and load_trace alike.
+    accepted = "causal: expected True, False, 'top-left', 'bottom-right' or 'none'"
+    for call in (lambda c: fb.attention(q, k, v, "correctly-rounded", causal=c, **kw),
+                 lambda c: fb.exact_attention(q, k, v, causal=c, scale=SCALE, dtype="bf16"),
+                 lambda c: fb.load_trace(bare_capture, causal=c)):
+        for word in ("top_left", "true", "bottom_right"):
+            with pytest.raises(ValueError, match=accepted):
+                call(word)
+        with pytest.raises(TypeError, match=accepted):
+            call(1)
 
 
 def decode_bf16(bits):

@@ -252,7 +252,7 @@ Q = np.ones((4, 8))
     ("model", lambda: fb.dot(80, np.ones((1, 4)), np.ones((1, 4)))),
     ("q", lambda: fb.attention(None, Q, Q, "fa2-sm80")),
     ("model", lambda: fb.attention(Q, Q, Q, None)),
-    ("causal", lambda: fb.attention(Q, Q, Q, "fa2-sm80", causal="no")),
+    ("causal", lambda: fb.attention(Q, Q, Q, "fa2-sm80", causal=1)),
     ("scale", lambda: fb.attention(Q, Q, Q, "fa2-sm80", scale="0.5")),
     ("threads", lambda: fb.attention(Q, Q, Q, "fa2-sm80", threads=2.0)),
     ("trace", lambda: fb.attention(Q, Q, Q, "fa2-sm80", trace=3)),
