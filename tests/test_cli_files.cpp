@@ -405,3 +405,40 @@ TEST_CASE("import: a --source or --model that is not UTF-8 is refused by option"
   // UTF-8 beyond ASCII is fine in the source's GPU name.
   CHECK(run("import " + dir.string() + options + " --source 'cuda:NVIDIA H200 \xc3\xa9'").code == 0);
 }
+
+// Found by the bad-input audit: a directory capture listed only regular *.npy files, so an
+// entry it could not read (a dangling link, a directory, a pipe) was skipped: exit 0 with the
+// tensor dropped (do, lse), or "missing required tensor 'q'" for an unreadable q.npy.
+TEST_CASE("import: every *.npy entry of a capture directory is read or named in the error") {
+  const std::string options = kBare + " --out " + (scratch() / "entries.safetensors").string();
+  {
+    const auto dir = capture_dir("npy_dangling");
+    std::filesystem::create_symlink(dir / "nonexistent", dir / "do.npy");
+    const Run r = run("import " + dir.string() + options);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, (dir / "do.npy").string() + ": cannot open"));
+  }
+  {
+    const auto dir = capture_dir("npy_subdirectory");
+    std::filesystem::create_directories(dir / "lse.npy");
+    const Run r = run("import " + dir.string() + options);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, (dir / "lse.npy").string()));
+  }
+  {
+    const auto dir = capture_dir("npy_fifo");
+    REQUIRE(::mkfifo((dir / "dq.npy").c_str(), 0600) == 0);
+    const Run r = run("import " + dir.string() + options, "timeout 20 ");
+    CHECK(r.code == 2);
+    CHECK(one_error(r, (dir / "dq.npy").string()));
+  }
+  {
+    // A file name that is not UTF-8 names a tensor the trace cannot hold: the file is named,
+    // not the output.
+    const auto dir = capture_dir("npy_name_utf8");
+    std::filesystem::copy_file(dir / "out.npy", dir / "d\xff.npy");
+    const Run r = run("import " + dir.string() + options);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, "d\\xff.npy: the file name is not valid UTF-8"));
+  }
+}

@@ -857,3 +857,24 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   const std::string empty_probes = write_file("no_sections.fbp", std::string("FBPROBE1\0\0\0\0", 12));
   check_refused(run("probe-check " + empty_probes), {"no_sections.fbp: holds no section: nothing to check"});
 }
+
+// Found by the bad-input audit: CLI11 hands an output option the next word, so `--csv --json`
+// wrote a CSV file named "--json" and printed the table, and `--out --backward` wrote a
+// trace named "--backward" without its backward: exit 0, an option silently dropped.
+TEST_CASE("an output option given an option's spelling is refused, not written to") {
+  const std::string run_args = "--model fa2-sm80 --trials 2 --seqlen 16 --headdim 8";
+  check_refused(run("sweep " + run_args + " --csv --json"),
+                {"--csv: expected a file path, got '--json', an option's spelling (for a file of that name write "
+                 "./--json)"});
+  check_refused(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 8 --out --backward"),
+                {"--out: expected a file path, got '--backward'"});
+  check_refused(run("sweep " + run_args + " --csv --"), {"--csv: expected a file path, got '--'"});
+  check_refused(run("merge x.csv --csv -o"), {"--csv: expected a file path, got '-o'"});
+  CHECK_FALSE(std::filesystem::exists("--json"));
+  CHECK_FALSE(std::filesystem::exists("--backward"));
+  // "-" is still standard output where an option takes it, and ./--json a file of that name.
+  CHECK(run("sweep " + run_args + " --csv -").code != 2);  // 0 or 1: the verdict
+  const std::string named = (scratch() / "--json").string();
+  CHECK(run("sweep " + run_args + " --csv " + named).code != 2);
+  CHECK(std::filesystem::exists(named));
+}

@@ -187,6 +187,13 @@ CLI::Validator decimal_word(const std::string& range) {
   return CLI::Validator(check, range, "decimal_word");
 }
 
+void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed) {
+  if (path.size() > 1 && path.front() == '-')
+    throw InputError(std::string(option) + ": expected a file path, got '" + path +
+                     "', an option's spelling (for a file of that name write ./" + path + ")");
+  api::check_output_path(option, path, stdout_allowed);
+}
+
 CLI::Validator decimal_number() {
   auto check = [](std::string& word) -> std::string {
     if (word.empty()) return "";  // refused by name after parsing: "an empty value" (tools/main.cpp)

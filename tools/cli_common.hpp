@@ -45,7 +45,6 @@ namespace fb::cli {
 // under the names the subcommands call them by.
 using api::alpha_or_throw;
 using api::at_stake_or_throw;
-using api::check_output_path;
 using api::check_problem_size;
 using api::check_trials;
 using api::flags_string;
@@ -60,6 +59,11 @@ using api::parse_overflow_or_throw;
 using api::refuse_output_over_inputs;
 using api::sr_bits_or_throw;
 using api::write_output_file;
+
+// api::check_output_path for a command-line option, which first refuses a path that starts
+// with '-' (but "-" itself): CLI11 hands an output option the next word, so `--csv --json`
+// wrote a file named --json and dropped --json. A file of such a name is ./--json.
+void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed = false);
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "formats/text_escape.hpp"
 #include "traces/metadata_bool.hpp"
 #include "traces/numpy_files.hpp"
 
@@ -251,6 +252,9 @@ Safetensors load(const std::vector<std::filesystem::path>& given, std::string& s
     if (extension(p) != ".npy")
       fail(p.string(), "several files make one capture only as .npy arrays (one per tensor, named by the file)");
     SafeTensor t = read_npy(p);
+    // The file's name names the tensor, which the trace's JSON header must hold as UTF-8.
+    if (escape_unprintable(t.name, false) != t.name)
+      fail(p.string(), "the file name is not valid UTF-8, and it would name the tensor; rename the file");
     if (out.find(t.name)) fail(p.string(), "a second array named " + quoted_name(t.name));
     out.tensors.push_back(std::move(t));
   }
@@ -265,8 +269,11 @@ std::vector<std::filesystem::path> capture_files(const std::vector<std::filesyst
   if (paths.size() != 1 || !std::filesystem::is_directory(paths.front(), ec)) return paths;
   const std::string source = paths.front().string();
   std::vector<std::filesystem::path> arrays;
+  // Every entry named *.npy, whatever it is: one that cannot be read (a dangling link, a
+  // directory, a pipe) is the reader's error naming it. Skipped, it was a tensor dropped
+  // without a word (a missing do), or a required one reported "missing".
   for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
-    if (entry.is_regular_file() && extension(entry.path()) == ".npy") arrays.push_back(entry.path());
+    if (extension(entry.path()) == ".npy") arrays.push_back(entry.path());
   if (ec) fail(source, "cannot list the directory: " + ec.message());
   if (arrays.empty()) fail(source, "directory holds no .npy files");
   std::sort(arrays.begin(), arrays.end());
