@@ -151,6 +151,14 @@ TEST_CASE("sweep: combinations a model cannot take are usage errors") {
   CHECK(run("sweep --model fa2-sm80 --formats e4m3,fp32 --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --scenario nope --trials 2 --seqlen 16 --headdim 16").code == 2);
   CHECK(run("sweep --model fa2-sm80 --shard 3/2 --trials 2 --seqlen 16 --headdim 16").code == 2);
+  // A stream read skipped leading spaces: ' 1/2' and '1/ 2' ran as shard 1/2 (the bad-input audit).
+  for (const char* shard : {"' 1/2'", "'1/ 2'", "'1 /2'", "+1/2", "1/2/3", "1//2"}) {
+    CAPTURE(shard);
+    const Run padded =
+        run(std::string("sweep --model fa2-sm80 --shard ") + shard + " --trials 2 --seqlen 16 --headdim 16");
+    CHECK(padded.code == 2);
+    CHECK(padded.err.find("expected K/N with 1 <= K <= N") != std::string::npos);
+  }
   // fp16 and e5m10 are one format; --sr-bits without sr would be accepted and never used.
   const Run same_format = run("sweep --model fa2-sm80 --formats fp16,e5m10 --trials 2 --seqlen 16 --headdim 16");
   CHECK(same_format.code == 2);
@@ -493,6 +501,11 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
            {"--models fa2-sm80, --seqlen 64", "--models fa2-sm80,: an empty entry"},
            {"--models fa2-sm80 --seqlen 64,64", "--seqlen 64,64: 64 is given twice"},
            {"--models fa2-sm80 --seqlen 64 --tiles 64x64,64x64", "--tiles 64x64,64x64: 64x64 is given twice"},
+           // A stream read skipped spaces and took signs (the bad-input audit).
+           {"--models fa2-sm80 --seqlen 64 --tiles ' 64x64'", "--tiles ' 64x64': expected BrxBc"},
+           {"--models fa2-sm80 --seqlen 64 --tiles '64x 64'", "--tiles '64x 64': expected BrxBc"},
+           {"--models fa2-sm80 --seqlen 64 --tiles +64x+64", "--tiles '+64x+64': expected BrxBc"},
+           {"--models fa2-sm80 --seqlen 64 --tiles 64x64x2", "--tiles '64x64x2': expected BrxBc"},
            {"--models fa2-sm80,fa2-sm80 --seqlen 64", "--models fa2-sm80,fa2-sm80: fa2-sm80 is given twice"},
            // Tiles a model cannot take are --tiles' fault, not --models'.
            {"--models fa2-sm80 --seqlen 64 --tiles 7x13", "--tiles 7x13 with --models fa2-sm80: "}}) {

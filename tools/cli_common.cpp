@@ -194,6 +194,22 @@ void check_output_path(std::string_view option, const std::string& path, bool st
   api::check_output_path(option, path, stdout_allowed);
 }
 
+std::optional<std::pair<int, int>> read_positive_pair(std::string_view text, std::string_view separators) {
+  const std::size_t at = text.find_first_of(separators);
+  if (at == std::string_view::npos) return std::nullopt;
+  const auto positive = [](std::string_view digits) -> std::optional<int> {
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    int n = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec != std::errc() || end != digits.data() + digits.size() || n < 1) return std::nullopt;
+    return n;
+  };
+  const auto first = positive(text.substr(0, at)), second = positive(text.substr(at + 1));
+  if (!first || !second) return std::nullopt;
+  return std::pair{*first, *second};
+}
+
 CLI::Validator decimal_number() {
   auto check = [](std::string& word) -> std::string {
     if (word.empty()) return "";  // refused by name after parsing: "an empty value" (tools/main.cpp)

@@ -25,10 +25,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "api/input_error.hpp"
@@ -64,6 +66,11 @@ using api::write_output_file;
 // with '-' (but "-" itself): CLI11 hands an output option the next word, so `--csv --json`
 // wrote a file named --json and dropped --json. A file of such a name is ./--json.
 void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed = false);
+
+// Two positive integers in plain digits around one separator character from `separators`
+// ("64x128", "2/8"): nothing else, no space, no sign. Streams (>>) skipped leading spaces
+// (' 1/2', '64x 64' were read) and took '+64'. nullopt for anything else.
+std::optional<std::pair<int, int>> read_positive_pair(std::string_view text, std::string_view separators);
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;

@@ -57,11 +57,9 @@ int run_deviation(const DeviationOptions& o) {
   }
   std::vector<std::pair<int, int>> tiles;  // (Br, Bc); (0, 0) = the recipe's
   for (const auto& t : o.tiles.empty() ? std::vector<std::string>{} : split_list(o.tiles, "--tiles")) {
-    int br = 0, bc = 0;
-    char x = 0;
-    std::istringstream ss(t);
-    if (!(ss >> br >> x >> bc) || (x != 'x' && x != 'X') || !ss.eof() || br < 1 || bc < 1)
-      throw InputError("--tiles " + t + ": expected BrxBc, e.g. 64x128");
+    const auto pair = read_positive_pair(t, "xX");
+    if (!pair) throw InputError("--tiles '" + t + "': expected BrxBc, two positive integers and an x, e.g. 64x128");
+    const auto [br, bc] = *pair;
     tiles.push_back({br, bc});
   }
   if (tiles.empty()) tiles.push_back({0, 0});

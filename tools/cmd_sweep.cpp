@@ -32,6 +32,7 @@
 #include <sstream>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
@@ -59,11 +60,10 @@ int run_sweep(const SweepOptions& o) {
   check_csv_output(o.csv, o.json);
   int shard_k = 1, shard_n = 1;
   if (!o.shard.empty()) {
-    char slash = 0;
-    std::istringstream ss(o.shard);
-    if (!(ss >> shard_k >> slash >> shard_n) || slash != '/' || !ss.eof() || shard_n < 1 || shard_k < 1 ||
-        shard_k > shard_n)
-      throw InputError("--shard " + o.shard + ": expected K/N with 1 <= K <= N");
+    const auto pair = read_positive_pair(o.shard, "/");
+    if (!pair || pair->first > pair->second)
+      throw InputError("--shard '" + o.shard + "': expected K/N with 1 <= K <= N");
+    std::tie(shard_k, shard_n) = *pair;
   }
   if (o.trials < 1) throw InputError("--trials: expected at least 1");
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <system_error>
 
 #include "api/json_strict.hpp"
@@ -154,15 +155,10 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
       throw InputError(where + " field seed: expected an unsigned integer, got " + seed.dump());
     run.seed = seed.get<std::uint64_t>();
     const std::string shard = json_string(j, "shard", where);
-    {
-      char slash = 0;
-      std::istringstream ss(shard);
-      long long k = 0, n = 0;
-      if (!(ss >> k >> slash >> n) || slash != '/' || !ss.eof() || n < 1 || k < 1 || k > n || n > INT_MAX)
-        throw InputError(where + " field shard: '" + shard + "' is not K/N with 1 <= K <= N");
-      run.shard_k = static_cast<int>(k);
-      run.shard_n = static_cast<int>(n);
-    }
+    const auto pair = read_positive_pair(shard, "/");
+    if (!pair || pair->first > pair->second)
+      throw InputError(where + " field shard: '" + shard + "' is not K/N with 1 <= K <= N");
+    std::tie(run.shard_k, run.shard_n) = *pair;
     run.configurations = json_int(j, "configurations", where, 1);
     run.trials = json_int(j, "trials", where, 1, INT_MAX);
     run.formats = json_string(j, "formats", where);
