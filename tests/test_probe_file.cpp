@@ -564,6 +564,34 @@ TEST_CASE("probe_file_refuses_patterns_wider_than_their_format_and_a_key_given_t
   std::filesystem::remove(twice);
 }
 
+TEST_CASE("probe_file_header_integers_are_plain_digits") {
+  // Found by the bad-input audit: stoll skipped leading spaces and took a sign, so "k= 6" and
+  // "k=+6" were read as k = 6. Edited at the same length, so that the section stays framed.
+  ProbeFile file;
+  file.sections = {hopper_section()};
+  const std::string path = temp_path("padded_k.fbp");
+  fb::gpu::write_probe_file(path, file);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t at = bytes.find("\nk=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(bytes.compare(at + 2, 3, "=16") == 0);  // hopper_section is k = 16
+  for (const char* edit : {"= 6", "=+6", "=\t6"}) {
+    CAPTURE(edit);
+    std::string edited = bytes;
+    edited.replace(at + 2, 3, edit);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << edited;
+    CHECK_THROWS_WITH_AS(
+        fb::gpu::read_probe_file(path),
+        doctest::Contains(("section 0: k: '" + std::string(edit + 1) + "' is not an integer (plain digits)").c_str()),
+        fb::gpu::ProbeFileError);
+  }
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("probe_file_header_not_utf8_is_bad_input") {
   ProbeFile file;
   file.sections = {hopper_section()};

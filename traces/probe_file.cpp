@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -128,14 +130,12 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
   };
   auto take_int = [&](const std::string& key, long long lo, long long hi) {
     const std::string v = take(key);
-    std::size_t used = 0;
+    // Plain digits, as the writer puts them: stoll skipped leading spaces and took '+'.
+    if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      r.fail(prefix + key, "'" + v + "' is not an integer (plain digits)");
     long long x = 0;
-    try {
-      x = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      r.fail(prefix + key, "'" + v + "' is not an integer");
-    }
-    if (used != v.size() || x < lo || x > hi)
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || x < lo || x > hi)
       r.fail(prefix + key, "'" + v + "' is not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
     return x;
   };
