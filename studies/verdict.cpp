@@ -70,15 +70,20 @@ struct BaselineWords {
         noun(baseline.empty() ? "its floor" : baseline) {}
 };
 
-// The size of the excess next to the floor: "excess +0.00047 ulp, 0.09x its floor's +0.0052 ulp".
+// The size of the excess next to the floor: "excess +0.00047 ulp, 0.09x its floor's +0.0052 ulp",
+// or "excess ..., its floor's +1.6e-08 ulp not distinguishable from 0".
 std::string size_next_to_floor(const FloorComparison& c, const BaselineWords& words) {
   std::string text = "excess " + ulps_text(c.excess.mean);
-  if (c.floor.mean != 0.0) {
+  // A floor whose interval holds 0 has no established size: a ratio to its mean is noise
+  // ("2.3e+04x its floor's +1.56e-08 ulp" read as alarming), so none is given.
+  if (c.floor.mean == 0.0) {
+    text += ", " + words.its + " mean 0";
+  } else if (c.floor.has_spread() && c.floor.ci_low <= 0.0 && c.floor.ci_high >= 0.0) {
+    text += ", " + words.its + " " + ulps_text(c.floor.mean) + " not distinguishable from 0";
+  } else {
     char buf[48];
     std::snprintf(buf, sizeof buf, ", %.2gx ", std::fabs(c.excess.mean / c.floor.mean));
     text += buf + words.its + " " + ulps_text(c.floor.mean);
-  } else {
-    text += ", " + words.its + " mean 0";
   }
   return text;
 }

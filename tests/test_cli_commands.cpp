@@ -880,6 +880,28 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
         std::string::npos);
 }
 
+// Found by the newcomer audit: bias-test --traces on the H200 captures said "this kernel adds
+// bias" from delta alone, which the captures do not hold: the model reduces the captured O
+// and dO. Such a verdict says what decided it. The verdicts are bias-test's own JSON.
+TEST_CASE("bias-test --traces: a verdict decided by a delta the model computed says so") {
+  const std::string traces = std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/bias";
+  const Run text = run("bias-test --traces " + traces);
+  const Run json = run("bias-test --json --traces " + traces);
+  REQUIRE(text.code != 2);
+  const auto j = nlohmann::json::parse(json.out);
+  const std::string verdict = j["verdict"].get<std::string>();
+  const std::string o = j["against_floor"]["o"]["verdict"].get<std::string>();
+  const std::string delta = j["against_floor"]["delta"]["verdict"].get<std::string>();
+  CHECK(text.out.find("delta: computed from each trace's captured O and dO") != std::string::npos);
+  const bool decided_by_delta = verdict != "inconclusive" && delta == verdict && o != verdict;
+  CHECK_MESSAGE((text.out.find("(decided by delta, which the model computed from the captured O and dO") !=
+                 std::string::npos) == decided_by_delta,
+                text.out);
+  // A model run computes both outputs itself: no such line.
+  const Run model = run("bias-test --model fa2-sm80 --scenario sink --trials 8 --seqlen 64 --headdim 32");
+  CHECK(model.out.find("decided by delta") == std::string::npos);
+}
+
 // Found by the fourth verdict audit: demo on a capture of a +dynmax kernel appended "+dynmax" to
 // its model for the comparison and stopped with "+dynmax is given twice" (exit 2) after a
 // replay that matched bit for bit. Such a kernel already runs the fix: there is none to show.

@@ -88,6 +88,23 @@ TEST_CASE("direction: further from zero in the floor's direction, or beyond it, 
   CHECK(n.verdict == Verdict::adds_bias);
 }
 
+TEST_CASE("the excess is sized against the floor only where the floor's mean is established") {
+  // A floor of mean ~0 (its interval holds 0) printed "2.3e+04x its floor's +1.56e-08 ulp": a
+  // ratio to noise. The floor here is drawn around 0, the kernel 0.05 ulp away.
+  const Pairs p = draw(64, 0.05, 0.0, 0.01, 11);
+  const FloorComparison c = compare_with_floor(p.kernel, p.floor, 1e-3, 0.02);
+  REQUIRE(c.floor.ci_low < 0.0);
+  REQUIRE(c.floor.ci_high > 0.0);
+  CHECK(c.reason.find("its floor's") != std::string::npos);
+  CHECK(c.reason.find("not distinguishable from 0") != std::string::npos);
+  CHECK(c.reason.find("x its floor's") == std::string::npos);
+  // An established floor keeps its ratio.
+  const Pairs q = draw(64, 0.05, 0.02, 0.001, 12);
+  const FloorComparison d = compare_with_floor(q.kernel, q.floor, 1e-3, 0.02);
+  REQUIRE(d.floor.ci_low > 0.0);
+  CHECK(d.reason.find("x its floor's") != std::string::npos);
+}
+
 TEST_CASE("direction: a mirrored error (moved, no further from zero) is no detectable added bias") {
   // kernel ≈ -floor: the excess is significant, the distance from zero the same.
   std::vector<double> kernel, floor;

@@ -224,6 +224,12 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
       std::cout << "verdict (from " << basis << "): inconclusive (the reasons above)\n";
       break;
   }
+  // Traces without a delta: delta is the model's reduction of the captured O and dO. Where it
+  // alone decides the verdict, the verdict is not the hardware's output alone, and says so.
+  if (r.from_traces && r.has_delta && !r.delta_note.empty() && r.verdict != attn::Verdict::inconclusive &&
+      r.delta_vs_floor.verdict == r.verdict && r.o_vs_floor.verdict != r.verdict)
+    std::cout << "  (decided by delta, which the model computed from the captured O and dO of the traces that hold "
+                 "no delta)\n";
 }
 
 int run_bias_test(const BiasOptions& o) {
