@@ -850,6 +850,10 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   // One sample per head, as bias-test --traces counts them: 16 heads, enough for a verdict, and
   // the one bias-test gives for this file's O.
   CHECK(r.out.find("16 independent sample(s): one per kv head") != std::string::npos);
+  // The dynamic-max line is the model on the captured inputs, not a capture, and says so.
+  CHECK(r.out.find("pytorch-fa2-sm90+dynmax:beta=2,tol=0.001 excess over the reference (emulated on the trace's "
+                   "inputs): ") != std::string::npos);
+  CHECK(r.out.find("with the dynamic max (a tied max no longer gives P-bar = 1; emulated): ") != std::string::npos);
   const Run bias = run("bias-test --json --traces " + std::string(FLASHBITS_SOURCE_DIR) +
                        "/traces/hw/h200/bias/torch_bf16_sink_d64_x64_h00-15.safetensors");
   const auto jb = nlohmann::json::parse(bias.out);
@@ -874,6 +878,9 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   // share their keys and values (it said "adds bias" there, and on a 16-head capture where
   // bias-test found none).
   CHECK(e.out.find("fa-bf16acc excess over the reference: -0.1") != std::string::npos);
+  // fa-bf16acc's variant is a model only: its line says so.
+  CHECK(e.out.find("excess over the reference (emulated on the trace's inputs; this variant is UNMEASURED on "
+                   "hardware): ") != std::string::npos);
   CHECK(e.out.find("fa-bf16acc: inconclusive (1 independent samples; a verdict needs at least 8)") !=
         std::string::npos);
   CHECK(e.out.find("fewer than a verdict needs: `flashbits bias-test --model fa-bf16acc --scenario sink`") !=

@@ -299,7 +299,12 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   line(model.name + " (the captured O) against exact", samples);
   line("correctly rounded reference (exact, rounded once)", samples_cr);
   line(model.name + " excess over the reference", excess);
-  if (fixed) line(fixed->name + " excess over the reference", excess_fix);
+  // The fix is the model run on the trace's inputs, never a capture: said on its line, so that
+  // it is not read as the hardware's next to the captured O's.
+  if (fixed)
+    line(fixed->name + " excess over the reference (emulated on the trace's inputs" +
+             (fixed->recipe->hardware_validated() ? "" : "; this variant is UNMEASURED on hardware") + ")",
+         excess_fix);
   // bias-test's verdict rules (studies/verdict.hpp) on those samples: O's verdict, as
   // bias-test --traces gives it for this file's O.
   const attn::FloorComparison c_base = attn::compare_with_floor(samples, samples_cr, 1e-3, attn::kDefaultAtStakeUlps);
@@ -308,7 +313,8 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   if (fixed) {
     const attn::FloorComparison c_fix =
         attn::compare_with_floor(samples_fix, samples_cr, 1e-3, attn::kDefaultAtStakeUlps);
-    os << "; with the dynamic max (a tied max no longer gives P-bar = 1): " << attn::verdict_text(c_fix.verdict);
+    os << "; with the dynamic max (a tied max no longer gives P-bar = 1; emulated): "
+       << attn::verdict_text(c_fix.verdict);
   } else {
     os << "; this kernel already runs the dynamic max";
   }
