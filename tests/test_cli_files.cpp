@@ -442,3 +442,18 @@ TEST_CASE("import: every *.npy entry of a capture directory is read or named in 
     CHECK(one_error(r, "d\\xff.npy: the file name is not valid UTF-8"));
   }
 }
+
+// Found by the newcomer audit: bias_test(traces=[DIR]) and replay DIR read a folder of traces as
+// one capture of .npy arrays, and said only "directory holds no .npy files".
+TEST_CASE("a folder of traces given as one capture says what it holds and where it is read") {
+  const Run r = run("replay " + std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/bias");
+  CHECK(r.code == 2);
+  CHECK(one_error(r,
+                  "bias: directory holds no .npy files but 4 .safetensors file(s): a directory here is one capture "
+                  "of .npy arrays"));
+  const auto empty = scratch() / "no_arrays";
+  std::filesystem::create_directories(empty);
+  const Run e = run("replay " + empty.string());
+  CHECK(e.code == 2);
+  CHECK(one_error(e, "no_arrays: directory holds no .npy files"));
+}

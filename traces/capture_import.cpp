@@ -275,7 +275,18 @@ std::vector<std::filesystem::path> capture_files(const std::vector<std::filesyst
   for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
     if (extension(entry.path()) == ".npy") arrays.push_back(entry.path());
   if (ec) fail(source, "cannot list the directory: " + ec.message());
-  if (arrays.empty()) fail(source, "directory holds no .npy files");
+  if (arrays.empty()) {
+    // A folder of traces given where one capture is read (a list entry of bias_test(traces=[...]),
+    // replay DIR): say what it holds and where such a folder is read.
+    std::size_t traces = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
+      if (extension(entry.path()) == ".safetensors") ++traces;
+    if (traces > 0)
+      fail(source, "directory holds no .npy files but " + std::to_string(traces) +
+                       " .safetensors file(s): a directory here is one capture of .npy arrays; give the trace files, "
+                       "or the folder alone to bias-test --traces DIR (Python: bias_test(traces=DIR))");
+    fail(source, "directory holds no .npy files");
+  }
   std::sort(arrays.begin(), arrays.end());
   return arrays;
 }

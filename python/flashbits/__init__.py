@@ -392,7 +392,21 @@ def _scale_bytes(s, name: str, shape):
         arr = arr.astype(_np.uint8)
     if arr.shape != shape:
         raise ValueError(f"{name}: expected shape {shape} (one byte per block of k), got {arr.shape}")
-    return _np.ascontiguousarray(arr).reshape(-1, shape[-1]) if shape[-1] else arr.reshape(-1, 0)
+    # [rows, last] with rows counted, not inferred: -1 is ambiguous for an array of size 0.
+    return _np.ascontiguousarray(arr).reshape(int(_np.prod(shape[:-1], dtype=_np.int64)), shape[-1])
+
+
+def _operands_named_as_given(call, info, a, b, c):
+    """call(); an operand error it raises names an element of the reshaped or broadcast array
+    the core was handed (a[0,2] for a 1-D a[2]): the operands as the caller gave them are then
+    checked again, so that the message names their own element, and raised instead."""
+    try:
+        return call()
+    except ValueError:
+        for fmt, x, name in ((info["a_format"], a, "a"), (info["b_format"], b, "b"), (info["accumulator"], c, "c")):
+            if x is not None:
+                _core.check_operand(fmt, x, name)
+        raise
 
 
 def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None, kind: str | None = None,
@@ -416,7 +430,8 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
     if a.shape[-1] == 0:
         raise ValueError(f"a, b: k = 0 (shape {a.shape}): a dot product needs at least one term")
     batch = a.shape[:-1]
-    c = _np.zeros(batch) if c is None else _operand(c, "c")
+    c_given = None if c is None else _operand(c, "c")
+    c = _np.zeros(batch) if c is None else c_given
     try:
         c = _np.broadcast_to(c, batch)
     except ValueError:
@@ -430,8 +445,9 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
     blocks = k // info["scale_block"] if info["scale_block"] else 0
     sa = _scale_bytes(scale_a, "scale_a", batch + (blocks,))
     sb = _scale_bytes(scale_b, "scale_b", batch + (blocks,))
-    out = _core.dot(args[0], args[1], a.reshape(-1, k), b.reshape(-1, k), _np.ascontiguousarray(c).reshape(-1),
-                    *args[2:], sa, sb)
+    out = _operands_named_as_given(
+        lambda: _core.dot(args[0], args[1], a.reshape(-1, k), b.reshape(-1, k), _np.ascontiguousarray(c).reshape(-1),
+                          *args[2:], sa, sb), info, a, b, c_given)
     return Rounded(out.reshape(batch), info["accumulator"])
 
 
@@ -446,8 +462,10 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
     k (cuBLAS's split-K and stream-K kernels, a split-KV attention) sums partial chains instead:
     model each partial with its own call and add them as that kernel does. A block-scaled kind
     also takes ``scale_a`` [..., M, K / block] and ``scale_b`` [..., K / block, N] scale bytes.
-    NVIDIA models run the blocked kernel (emu/dot/tensor_core_gemm.cpp; its speed in
-    docs/PERFORMANCE.md) on one thread; block-scaled kinds run one dot at a time."""
+    NVIDIA models run the blocked kernel (emu/dot/tensor_core_gemm.cpp; the kernel's own speed
+    in docs/PERFORMANCE.md; this call adds the conversion of the operands and B's preparation
+    per call, which dominates at small sizes) on one thread; block-scaled kinds run one dot at
+    a time."""
     args = _dot_model_args(model, fmt, fmt_b, kind, scale_format, block)
     info = _core.dot_model(*args)
     a = _operand(a, "a")
@@ -473,10 +491,6 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
     if not info["scale_block"] and (scale_a is not None or scale_b is not None):
         raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
                          "give kind)")
-    if 0 in batch + (m, n):  # no element: nothing to compute (and no scale to read)
-        dtype = {8: _np.uint8, 16: _np.uint16, 32: _np.uint32}[format_info(info["accumulator"])["container_bits"]]
-        return Rounded(_np.zeros(batch + (m, n), dtype=dtype), info["accumulator"])
-
     def batched(x, shape):
         # Broadcast only where the batch dimensions differ, so that an element named in an
         # error is the one of the array as given.
@@ -510,7 +524,9 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
                 sa = _scale_bytes(arr, name, batch + shape)
             else:
                 sb = _scale_bytes(arr, name, batch + shape)
-    out = _core.matmul(args[0], args[1], batched(a, (m, k)), b_arg, c_arg, *args[2:], sa, sb)
+    # An empty D (M, N or a batch dimension 0) still has its operands and scales checked, as dot's.
+    out = _operands_named_as_given(
+        lambda: _core.matmul(args[0], args[1], batched(a, (m, k)), b_arg, c_arg, *args[2:], sa, sb), info, a, b, c)
     return Rounded(out.reshape(batch + (m, n)), info["accumulator"])
 
 

@@ -407,6 +407,11 @@ pyb::array matmul(const std::string& model, const std::string& fmt, const pyb::a
   out_shape.push_back(static_cast<pyb::ssize_t>(rows));
   out_shape.push_back(static_cast<pyb::ssize_t>(cols));
   if (k == 0) throw api::InputError("a, b: K = 0: a dot product needs at least one term");
+  // The blocked kernel counts K, N and a block of rows in int.
+  constexpr std::size_t kMaxExtent = static_cast<std::size_t>(std::numeric_limits<int>::max());
+  if (k > kMaxExtent || cols > kMaxExtent || rows > kMaxExtent)
+    throw api::InputError("a, b: M, K and N must each be at most 2^31-1, got M = " + std::to_string(rows) +
+                          ", K = " + std::to_string(k) + ", N = " + std::to_string(cols));
   const std::size_t scale_block = static_cast<std::size_t>(m.scale_block());
   if (scale_block != 0 && shared_b && nd > 2)
     throw api::InputError("b: a block-scaled GEMM takes b with a's batch dimensions");
@@ -564,6 +569,14 @@ void register_arrays(pyb::module_& m) {
         "scale_a"_a, "scale_b"_a);
   m.def("matmul", &matmul, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
         "scale_a"_a, "scale_b"_a);
+  // The operand check alone (operand_bits), for an array as the caller gave it: dot and matmul
+  // hand the core reshaped or broadcast arrays, whose element indices are not the caller's.
+  m.def(
+      "check_operand",
+      [](const std::string& fmt, const pyb::array& a, const std::string& name) {
+        operand_bits(api::parse_format_or_throw(fmt, "fmt"), a, name);
+      },
+      "fmt"_a, "a"_a, "name"_a);
   m.def("format_info", &format_info, "fmt"_a);
   m.def("dot_models", &dot_models);
   m.def("_time_round_array", &time_round_array, "x"_a, "fmt"_a, "mode"_a, "reps"_a);

@@ -80,6 +80,7 @@ std::string hex_of(std::uint64_t v) {
 }  // namespace
 
 std::string element_name(const std::string& what, const std::vector<pyb::ssize_t>& shape, std::size_t flat) {
+  if (shape.empty()) return what;  // a 0-d array is its one element
   std::vector<std::size_t> index(shape.size());
   for (std::size_t d = shape.size(); d-- > 0;) {
     const auto extent = static_cast<std::size_t>(shape[d]);

@@ -251,3 +251,41 @@ def test_an_empty_gemm_is_empty(shape_a, shape_b):
     e = fb.matmul("sm100", np.ones(shape_a[:-1] + (32,)), np.ones((32,) + shape_b[-1:]), fmt="e2m1", kind="mxf4",
                   scale_a=np.full(shape_a[:-1] + (1,), 127), scale_b=np.full((1,) + shape_b[-1:], 127))
     assert e.values.shape == shape_a[:-1] + shape_b[-1:]
+
+
+# ---- found by the GEMM audit ------------------------------------------------------------------
+def test_an_empty_result_still_checks_operands_and_scales():
+    # matmul returned zeros of D's shape before any check when M, N or a batch dimension was 0
+    # (dot checks an empty batch): scales missing, invalid patterns, values not in the format.
+    e4m3 = np.zeros((3, 32), np.uint8)
+    with pytest.raises(ValueError, match="scale_a: missing"):
+        fb.matmul("sm100", e4m3, np.zeros((32, 0), np.uint8), None, "e4m3", kind="mxf8f6f4")
+    with pytest.raises(ValueError, match="K = 48 is not a multiple of the block"):
+        fb.matmul("sm100", np.zeros((3, 48), np.uint8), np.zeros((48, 0), np.uint8), None, "e4m3", kind="mxf8f6f4")
+    with pytest.raises(ValueError, match=r"a\[0,0\]: 0xff is not a valid e2m1 bit pattern"):
+        fb.matmul("sm100", np.full((2, 4), 0xFF, np.uint8), np.zeros((4, 0), np.uint8), None, "e2m1")
+    with pytest.raises(ValueError, match=r"b\[0,0\]: 0.1 is not exactly representable in bf16"):
+        fb.matmul("sm90-mma", np.zeros((0, 4)), np.full((4, 3), 0.1))
+    # Valid empty operands give an empty D of the accumulator's bit patterns.
+    d = fb.matmul("sm90-mma", np.zeros((2, 0, 4)), np.ones((4, 3)))
+    assert d.bits.shape == (2, 0, 3) and d.bits.dtype == np.uint32
+
+
+@pytest.mark.parametrize("call, element", [
+    # dot reshapes to [rows, k]: a 1-D a's third element was named a[0,2], a 3-D one's flat row.
+    (lambda bad: fb.dot("sm90-mma", bad(np.ones(3), (2,)), np.ones(3)), "a[2]"),
+    (lambda bad: fb.dot("sm90-mma", bad(np.ones((2, 3, 4)), (1, 2, 3)), np.ones((2, 3, 4))), "a[1,2,3]"),
+    (lambda bad: fb.dot("sm90-mma", np.ones((2, 3)), bad(np.ones((2, 3)), (1, 0))), "b[1,0]"),
+    # A 0-d c is one element, and a c broadcast by matmul is named in its own shape.
+    (lambda bad: fb.dot("sm90-mma", np.ones(3), np.ones(3), np.float64(0.1)), "c"),
+    (lambda bad: fb.matmul("sm90-mma", np.ones((3, 2, 4)), np.ones((4, 2)), bad(np.zeros((1, 2)), (0, 1))), "c[0,1]"),
+    (lambda bad: fb.matmul("sm90-mma", bad(np.ones((1, 2, 4)), (0, 1, 3)), np.ones((5, 4, 2))), "a[0,1,3]"),
+])
+def test_an_operand_error_names_the_element_of_the_array_as_given(call, element):
+    def bad(array, index):  # one value no format here holds: 1 + 2^-20 is not bf16, 0.1 not fp32
+        array = array.copy()
+        array[index] = 0.1 if array[index] == 0 else 1 + 2.0 ** -20
+        return array
+    with pytest.raises(ValueError) as e:
+        call(bad)
+    assert str(e.value).startswith(element + ": "), str(e.value)
