@@ -736,13 +736,14 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
       ++column;
     }
   };
-  auto with_field = [&](const std::string& name, const std::string& value) {
-    std::string edited = text;
+  auto with_field_in = [&](const std::string& base, const std::string& name, const std::string& value) {
+    std::string edited = base;
     std::size_t at_field = row;
     for (std::size_t i = 0; i < column_of(name); ++i) at_field = edited.find(',', at_field) + 1;
     edited.replace(at_field, edited.find_first_of(",\n", at_field) - at_field, value);
     return edited;
   };
+  auto with_field = [&](const std::string& name, const std::string& value) { return with_field_in(text, name, value); };
   expect_bad("o_sum_nan.csv", with_field("o_sum", "nan"), "o_sum");
   expect_bad("ex_o_sum_inf.csv", with_field("ex_o_sum", "inf"), "ex_o_sum");
   expect_bad("o_sumsq_negative.csv", with_field("o_sumsq", "-1"), "o_sumsq");
@@ -759,6 +760,18 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   expect_bad("elements_zero.csv", with_field("elements", "0"), "with elements 0");
   expect_bad("elements_negative.csv", with_field("elements", "-4"), "column elements");
   expect_bad("ties_negative.csv", with_field("ties", "-1"), "column ties");
+  // Statistics no sweep writes, each of which changed the merged figures (the bad-input audit):
+  // a sum of squares below sum^2 / n (a negative variance, clamped to 0: a one-point interval),
+  // more elements than trials x seqlen x headdim (2 x 16 x 16 = 512 here), more reference trials
+  // than trials, a largest error beyond the root of the sum of squares, more signed samples
+  // than samples.
+  expect_bad("o_sumsq_below.csv", with_field_in(with_field("o_sum", "1"), "o_sumsq", "0.1"),
+             "column o_sumsq: 0.1 is below sum^2 / n for sum 1 over 2 samples");
+  expect_bad("elements_over.csv", with_field("elements", "513"),
+             "column elements: 513 exceeds the 512 elements of trials x seqlen x headdim");
+  expect_bad("ref_trials_over.csv", with_field("ref_trials", "3"), "column ref_trials: 3 exceeds trials 2");
+  expect_bad("max_abs_over.csv", with_field("max_abs", "1e300"), "column max_abs: 1e+300 exceeds the root of sq_sum");
+  expect_bad("o_pos_over.csv", with_field("o_pos", "3"), "column o_pos + o_neg:");
   // Counts were read through a double: "1e0" passed as 1, and 2^53 + 1 became 2^53.
   expect_bad("ties_exponent.csv", with_field("ties", "1e0"), "column ties: expected an integer in plain digits");
   expect_bad("ties_fraction.csv", with_field("ties", "1.0"), "column ties: expected an integer in plain digits");

@@ -60,7 +60,10 @@ long long to_int(const std::string& s, const std::string& where, long long lo = 
   long long v = 0;
   const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (error != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
-    throw InputError(where + ": " + s + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+    throw InputError(where + ": " + s + " is outside " +
+                     (lo == LLONG_MIN ? "the range of a count" : std::to_string(lo)) +
+                     (lo == LLONG_MIN ? " (at most " : "..") + std::to_string(hi) + (lo == LLONG_MIN ? ")" : ""));
+  if (v == 0 && first_digit == 1) throw InputError(where + ": expected an integer in plain digits, got '" + s + "'");
   return v;
 }
 // An integer member of a JSON row in lo..hi; nlohmann's get<long long>() of a float, or
@@ -106,6 +109,43 @@ void check_error_sums(const SweepRow& s, const std::function<std::string(const c
                                 {"rounded_down", s.rounded_down},
                                 {"ref_trials", s.ref_trials}})
     if (v < 0) throw InputError(field(name) + ": " + std::to_string(v) + " is negative");
+  // What no sweep writes, each of which changed the merged figures silently (the bad-input
+  // audit): more reference trials than trials, more elements than the trials hold, a sum of
+  // squares too small for its sum (a variance below 0, clamped to 0: an interval of one
+  // point), more signed samples than samples, and sums over no sample.
+  if (s.ref_trials > s.trials)
+    throw InputError(field("ref_trials") + ": " + std::to_string(s.ref_trials) + " exceeds trials " +
+                     std::to_string(s.trials));
+  const long double held = static_cast<long double>(s.trials) * std::max(s.seqlen, 0) * std::max(s.headdim, 0);
+  if (static_cast<long double>(s.elements) > held)
+    throw InputError(field("elements") + ": " + std::to_string(s.elements) + " exceeds the " +
+                     std::to_string(static_cast<long long>(held)) + " elements of trials x seqlen x headdim");
+  // Rounding in the writer's sums: a relative slack far above n ulps of a double.
+  constexpr double kSlack = 1e-9;
+  const auto shown = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", v);
+    return std::string(text);
+  };
+  if (s.sq_sum > static_cast<double>(s.elements) * s.max_abs * s.max_abs * (1 + kSlack))
+    throw InputError(field("sq_sum") + ": " + shown(s.sq_sum) + " exceeds elements x max_abs^2");
+  if (s.max_abs * s.max_abs > s.sq_sum * (1 + kSlack))
+    throw InputError(field("max_abs") + ": " + shown(s.max_abs) + " exceeds the root of sq_sum " + shown(s.sq_sum) +
+                     " (the largest error is one of the summed squares)");
+  const auto check = [&](const NamedMoments& named, long long n, const char* count) {
+    const attn::ErrorMoments& m = s.*named.member;
+    const std::string prefix(named.prefix);
+    if (m.pos + m.neg > n)
+      throw InputError(field((prefix + "_pos").c_str()) + " + " + prefix + "_neg: " + std::to_string(m.pos + m.neg) +
+                       " signed samples exceed the " + std::to_string(n) + " samples");
+    if (n == 0 && (m.sum != 0 || m.sumsq != 0))
+      throw InputError(field((prefix + "_sum").c_str()) + ": nonzero sums over no sample (" + count + " 0)");
+    if (m.sum * m.sum > static_cast<double>(n) * m.sumsq * (1 + kSlack))
+      throw InputError(field((prefix + "_sumsq").c_str()) + ": " + shown(m.sumsq) + " is below sum^2 / n for sum " +
+                       shown(m.sum) + " over " + std::to_string(n) + " samples (a negative variance)");
+  };
+  for (const NamedMoments& m : kTrialMoments) check(m, s.trials, "trials");
+  for (const NamedMoments& m : kReferenceMoments) check(m, s.ref_trials, "ref_trials");
 }
 // A number member of a JSON row (nlohmann's get<double>() names neither row nor field).
 double json_number(const nlohmann::json& row, const char* key, const std::string& where) {
