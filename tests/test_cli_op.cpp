@@ -496,6 +496,18 @@ TEST_CASE("issue 21: op refuses conflicts it used to resolve silently") {
   CHECK(line.err.find("conflicts") != std::string::npos);
 }
 
+TEST_CASE("dot --batch: an unknown --model is named as the option's fault") {
+  // It read as every line's fault: "line 1: MODEL 'sm80' differs from --model sm81".
+  const Run r = flashbits("dot --batch - --model sm81", "sm80 bf16 0 3f80,3f80 3f80,3f80\n");
+  CHECK(r.exit_code == 2);
+  CHECK(one_error_line(r));
+  CHECK(r.err == "error: --model: unknown dot model 'sm81' (see `flashbits models`)\n");
+  CHECK(r.out.empty());
+  // A known --model still checks each line's MODEL against it.
+  const Run differs = flashbits("dot --batch - --model sm90-mma", "sm80 bf16 0 3f80,3f80 3f80,3f80\n");
+  CHECK(differs.err.find("line 1: MODEL 'sm80' differs from --model sm90-mma") != std::string::npos);
+}
+
 TEST_CASE("issue 21: dot --batch --trace is refused rather than the trace dropped") {
   const Run r = flashbits("dot --batch - --trace", "sm80 bf16 0 3f80,3f80 3f80,3f80\n");
   CHECK(r.exit_code == 2);
@@ -558,4 +570,14 @@ TEST_CASE("op: a misspelt overflow word is named as that, not as a surplus opera
   const Run surplus = flashbits("op add bf16 rne 3f80 3f80 inf");
   CHECK(surplus.exit_code == 2);
   CHECK(surplus.err.find("takes 2 operands, got 3") != std::string::npos);
+  // Two policies: the valid one was called unknown ("'satfinite': unknown overflow policy").
+  for (const char* cmd : {"op add bf16 rne 3f80 3f80 satfinite ieee", "op add bf16 rne 3f80 3f80 ieee ieee"}) {
+    CAPTURE(cmd);
+    const Run twice = flashbits(cmd);
+    CHECK(twice.exit_code == 2);
+    CHECK(one_error_line(twice));
+    CHECK(twice.err.find("the overflow policy is given twice") != std::string::npos);
+  }
+  const Run batch_twice = flashbits("op --batch -", "add bf16 rne 3f80 3f80 satfinite ieee\n");
+  CHECK(batch_twice.err.find("line 1: 'satfinite': the overflow policy is given twice") != std::string::npos);
 }

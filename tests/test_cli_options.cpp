@@ -878,3 +878,25 @@ TEST_CASE("an output option given an option's spelling is refused, not written t
   CHECK(run("sweep " + run_args + " --csv " + named).code != 2);
   CHECK(std::filesystem::exists(named));
 }
+
+// Found by the bad-input audit: an option given twice is exit 2, but a flag given twice was
+// counted and accepted (`formats --json --json`, `replay --all --all`).
+TEST_CASE("a flag given twice is refused as an option given twice is") {
+  check_refused(run("formats --json --json"), {"--json: given 2 times (give it once)"});
+  check_refused(run("bias-test --model fa2-sm80 --by-max --trials 2 --by-max"), {"--by-max: given 2 times"});
+  check_refused(run("make-trace --model fa2-sm80 --backward --backward --out x.safetensors"),
+                {"--backward: given 2 times"});
+  CHECK(run("formats --json").code == 0);
+}
+
+// Found by the bad-input audit: probe-check --model sm81 blamed the probe file's first section
+// ("FILE: section 0 (...): unknown tensor-core model"), not the option.
+TEST_CASE("probe-check: an unknown --model is the option's fault") {
+  const std::string shipped = std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/probes_h200.fbp";
+  for (const char* model : {"sm81", "cdna3", "fa2-sm80"}) {
+    CAPTURE(model);
+    const Run r = run("probe-check " + shipped + " --model " + model);
+    check_refused(r, {std::string("--model: unknown tensor-core model '") + model + "' (known: "});
+    CHECK(r.err.find("probes_h200.fbp") == std::string::npos);
+  }
+}

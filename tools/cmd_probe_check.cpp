@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 
+#include "emu/dot/tensor_core.hpp"
 #include "tools/cli_common.hpp"
 #include "traces/probe_check.hpp"
 
@@ -55,6 +56,9 @@ Runner setup_probe_check(CLI::App& app) {
   return [args] {
     // No output may overwrite the probe file it is cut from, nor another output.
     const gpu::ProbeCheckOptions& o = args->options;
+    // --model's fault, named so before the file is read (it was blamed on the file's first section).
+    if (!o.model.empty() && !is_tensor_core_model_name(o.model))
+      throw InputError("--model: " + gpu::unknown_tensor_core_model_text(o.model));
     check_output_path("--mismatches-out", o.mismatches_out);
     check_output_path("--sample-out", o.sample_out);
     check_output_path("--predictions-out", o.predictions_out);

@@ -84,9 +84,14 @@ std::string plain_parse_message(const std::string& message) {
 
 // An option given an empty value ('') is refused: every option takes a non-empty one, and a
 // command that reads "" as "not given" (--csv, --against, --scale, --model) would silently
-// ignore it.
+// ignore it. So is a flag given twice.
 void refuse_empty_values(const CLI::App& sub) {
   for (const CLI::Option* option : sub.get_options()) {
+    // A flag given twice (`--json --json`) is the same mistake as an option given twice, which
+    // CLI11 refuses; it counted flags instead, silently.
+    if (option->nonpositional() && option->get_expected_min() == 0 && option->count() > 1)
+      throw fb::cli::InputError(option->get_name() + ": given " + std::to_string(option->count()) +
+                                " times (give it once)");
     if (!option->nonpositional() || option->get_type_size() == 0 || option->count() == 0) continue;
     for (const std::string& value : option->results())
       if (value.empty())

@@ -14,6 +14,8 @@ void parse_operands(OpRequest& req, const std::vector<std::string>& words) {
       } catch (const InputError&) {
         is_operand = false;
       }
+    if (!is_operand && (words.back() == "satfinite" || words.back() == "ieee"))
+      throw InputError("'" + words.back() + "': the overflow policy is given twice (one word, last)");
     if (!is_operand)
       throw InputError("'" + words.back() + "': unknown overflow policy (expected satfinite or ieee, last)");
   }

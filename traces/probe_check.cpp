@@ -23,6 +23,15 @@
 #include "traces/probe_file.hpp"
 
 namespace fb::gpu {
+
+std::string unknown_tensor_core_model_text(const std::string& name) {
+  std::set<std::string> known;
+  for (const TensorCoreModel& m : tensor_core_models()) known.insert(std::string(m.name));
+  std::string text = "unknown tensor-core model '" + name + "' (known: ";
+  for (const std::string& k : known) text += (k == *known.begin() ? "" : ", ") + k;
+  return text + ")";
+}
+
 namespace {
 
 std::string hex(const Format& f, std::uint32_t bits) {
@@ -69,11 +78,7 @@ bool model_for_section(const std::string& name, const ProbeHeader& h, TensorCore
   if (!preset) {
     if (!is_tensor_core_model_name(name)) {
       // A name no preset has: listing the input format would suggest a missing table entry.
-      std::set<std::string> known;
-      for (const TensorCoreModel& m : tensor_core_models()) known.insert(std::string(m.name));
-      why = "unknown tensor-core model '" + name + "' (known: ";
-      for (const std::string& k : known) why += (k == *known.begin() ? "" : ", ") + k;
-      why += ")";
+      why = unknown_tensor_core_model_text(name);
     } else {
       why = "model '" + name + "' has no preset for input format " + std::string(h.input.name);
     }

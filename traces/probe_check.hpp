@@ -40,4 +40,8 @@ struct ProbeCheckOptions {
 
 int run_probe_check(const std::string& path, const ProbeCheckOptions& options, std::ostream& out, std::ostream& err);
 
+// "unknown tensor-core model 'NAME' (known: sm100, sm120, ...)": the one wording of a name no
+// preset has, for a probe file's section and for --model alike.
+std::string unknown_tensor_core_model_text(const std::string& name);
+
 }  // namespace fb::gpu
