@@ -851,8 +851,15 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   }
   // CLI11's wording of an option given twice, and of a word before the subcommand, in ours.
   check_refused(run("sweep --model a --model b"), {"sweep: --model: given 2 times (give it once)"});
-  check_refused(run("--jobs 2 op add bf16 rne 0x3f80 0x3f80"),
-                {"unexpected word(s) '2 --jobs' (options go after the subcommand they belong to)"});
+  // The words were listed reversed ('2 --jobs'), and `--jobs 2 sweep` said "--model is required".
+  for (const char* before : {"--jobs 2 op add bf16 rne 0x3f80 0x3f80", "--jobs 2 sweep", "-- sweep", "-sweep"}) {
+    CAPTURE(before);
+    const std::string word = std::string(before).substr(0, std::string(before).find(' '));
+    check_refused(run(before), {"unexpected word '" + word + "' before the subcommand (the subcommand comes first"});
+  }
+  // A number beyond the option's type was CLI11's "Could not convert: --jobs = ...".
+  check_refused(run("sweep --model fa2-sm80 --jobs 18446744073709551617"),
+                {"--jobs: '18446744073709551617' is outside the range the option takes"});
   // A probe file of no section: FBPROBE1 and a section count of 0.
   const std::string empty_probes = write_file("no_sections.fbp", std::string("FBPROBE1\0\0\0\0", 12));
   check_refused(run("probe-check " + empty_probes), {"no_sections.fbp: holds no section: nothing to check"});

@@ -74,6 +74,13 @@ std::string plain_parse_message(const std::string& message) {
   const std::string twice = ": At Most 1 required but received ";
   if (const auto at = message.find(twice); at != std::string::npos)
     return message.substr(0, at) + ": given " + message.substr(at + twice.size()) + " times (give it once)";
+  // "Could not convert: --jobs = 18446744073709551617": a number beyond the option's type.
+  const std::string convert = "Could not convert: ";
+  if (message.rfind(convert, 0) == 0) {
+    const std::string rest = message.substr(convert.size());
+    if (const auto eq = rest.find(" = "); eq != std::string::npos)
+      return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is outside the range the option takes";
+  }
   for (const std::string surplus :
        {"The following argument was not expected: ", "The following arguments were not expected: "})
     if (message.rfind(surplus, 0) == 0)
@@ -131,6 +138,18 @@ int run(int argc, char** argv) {
       return fb::cli::kExitBadInput;
     }
     std::swap(argv[1], argv[2]);
+  }
+  // A first word that is an option of no top-level meaning (`--jobs 2 sweep`, `-- sweep`):
+  // options belong after their subcommand. CLI11 said "--model is required" or "A subcommand
+  // is required", naming neither the word nor the order.
+  if (argc >= 2 && argv[1][0] == '-') {
+    const std::string_view first = argv[1];
+    if (first != "--help" && first != "-h" && first != "--help-all" && first != "--version") {
+      fb::cli::print_error_line(std::string("unexpected word '") + argv[1] +
+                                "' before the subcommand (the subcommand comes first: flashbits SUBCOMMAND [OPTIONS]; "
+                                "see `flashbits --help`)");
+      return fb::cli::kExitBadInput;
+    }
   }
   // A first word that is no subcommand: name it (CLI11 would only say one is required).
   if (argc >= 2 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
