@@ -132,8 +132,20 @@ CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options,
   // Without a rank-4 q and k there is nothing to decide: validation names what is missing.
   const SafeTensor *q = f.find("q"), *k = f.find("k");
   if (!q || !k || q->shape.size() != 4 || k->shape.size() != 4) return CaptureLayout::bhsd;
-  if (as_bhsd && !as_bshd) return CaptureLayout::bhsd;
-  if (as_bshd && !as_bhsd) return CaptureLayout::bshd;
+  if (as_bhsd != as_bshd) {
+    // One reading fits. Where it makes the lengths or head counts of q and k differ (decoding,
+    // cross-attention, GQA), a mis-shaped capture of the other layout would hide in it: the
+    // reading is noted (q [1,6,8,32] with k [1,4,8,32] is 8 heads of 6 and 4 rows as bshd).
+    const std::size_t seq = as_bhsd ? 2 : 1, heads = as_bhsd ? 1 : 2;
+    if (options.note && (q->shape[seq] != k->shape[seq] || q->shape[heads] != k->shape[heads]))
+      options.note(std::string(source) + ": --layout auto read q " + q_shape + " and k " + k_shape + " as " +
+                   (as_bhsd ? "bhsd [batch, heads, seq, dim]" : "bshd [batch, seq, heads, dim]") + ": " +
+                   std::to_string(q->shape[heads]) + " q heads over " + std::to_string(k->shape[heads]) +
+                   " kv heads, query length " + std::to_string(q->shape[seq]) + ", key length " +
+                   std::to_string(k->shape[seq]) + " (the other layout does not fit); pass --layout " +
+                   (as_bhsd ? "bhsd" : "bshd") + " to state it");
+    return as_bhsd ? CaptureLayout::bhsd : CaptureLayout::bshd;
+  }
   if (!as_bhsd) return CaptureLayout::bhsd;  // neither fits: validation names the bad shape
   fail(source, "layout is ambiguous: q " + q_shape + " and k " + k_shape +
                    " read as [batch, heads, seq, dim] (PyTorch SDPA) and as [batch, seq, heads, dim] (flash_attn); "

@@ -34,6 +34,10 @@
 //   contradicts either key is an error naming the option and the key. When a plain "causal"
 //   leaves the alignment to the default and N != Nk, `note` (when set) receives one line
 //   saying which alignment was assumed and how to choose the other.
+// - Layout auto: the one reading (bhsd or bshd) the shapes allow, an error when both fit. When
+//   the reading makes q's and k's lengths or head counts differ, `note` receives one line
+//   with the reading: a capture of the other layout whose head counts do not divide would
+//   otherwise import as cross-attention without a word.
 // - Every defect throws TraceError with one line naming the file and what was wrong; the
 //   result passes the same validation as read_trace. The schema names tensors and shapes as
 //   it reads them, so a message about a renamed tensor or a transposed [batch, seq, heads,
@@ -82,7 +86,7 @@ struct CaptureOptions {
   // How the caller's user names the format of integer arrays that hold bit patterns, said
   // when a capture holds some and `dtype` is not given (the Python module has no --dtype).
   std::string dtype_remedy = "name their format with --dtype (bf16 or fp16 for 16-bit, e4m3 or e5m2 for 8-bit)";
-  // Receives the note on an assumed alignment (see the contract above); may be empty.
+  // Receives the notes on an assumed alignment or layout (see the contract above); may be empty.
   std::function<void(const std::string&)> note;
 
   void set_causal(const CausalStatement& statement) {

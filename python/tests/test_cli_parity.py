@@ -331,3 +331,29 @@ def test_save_trace_states_no_provenance_nobody_gave(tmp_path):
         assert fb.load_trace(path).hardware == source.startswith("cuda:")
     with pytest.raises(ValueError, match="source"):  # the trace schema's own check
         fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "my laptop"})
+
+
+def test_layout_auto_notes_a_reading_that_makes_q_and_k_differ(cli, tmp_path):
+    # Found by the shapes audit: q [1,6,8,32] with k, v [1,4,8,32] does not fit bhsd (6 q heads
+    # over 4 kv heads), so auto read it as bshd (8 heads, 6 queries over 4 keys) without a word:
+    # a mis-shaped GQA capture imported as cross-attention. The reading is now noted.
+    rng = np.random.default_rng(3)
+    bits = lambda shape: (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    odd = tmp_path / "odd.npz"
+    np.savez(odd, q=bits((1, 6, 8, 32)), k=bits((1, 4, 8, 32)), v=bits((1, 4, 8, 32)), o=bits((1, 6, 8, 32)))
+    statement = ("--source", "unknown", "--dtype", "bf16", "--causal", "false", "--scale", "0.1")
+    rc, out, err = cli("import", str(odd), *statement, "--out", str(tmp_path / "odd.safetensors"))
+    assert rc == 0, err
+    assert "--layout auto read q [1,6,8,32] and k [1,4,8,32] as bshd [batch, seq, heads, dim]: 8 q heads over 8 kv " \
+           "heads, query length 6, key length 4 (the other layout does not fit)" in err, err
+    with pytest.warns(UserWarning, match="read q .* as bshd"):
+        fb.load_trace(odd, source="unknown", dtype="bf16", causal=False, scale=0.1)
+    # Stated, nothing is noted; nor where the reading keeps q and k alike.
+    rc, out, err = cli("import", str(odd), *statement, "--layout", "bshd", "--out", str(tmp_path / "b.safetensors"))
+    assert rc == 0 and "layout auto" not in err, err
+    plain = tmp_path / "plain.npz"
+    # (an lse [batch, heads, seq] fits bhsd only)
+    np.savez(plain, q=bits((1, 3, 8, 32)), k=bits((1, 3, 8, 32)), v=bits((1, 3, 8, 32)), o=bits((1, 3, 8, 32)),
+             lse=np.zeros((1, 3, 8), np.float32))
+    rc, out, err = cli("import", str(plain), *statement, "--out", str(tmp_path / "p.safetensors"))
+    assert rc == 0 and "layout auto" not in err, err
