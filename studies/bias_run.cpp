@@ -414,8 +414,9 @@ void add_trace(const Trace& trace, ItemResult& item) {
   std::vector<ClusterSums> sums(clusters);
   const std::size_t row_count = exact.o.data.size() / static_cast<std::size_t>(d);
   // Rows that see no key: exact attention's LSE of such a row is +inf (BiasReport::rows_without_keys).
-  // What a kernel writes there is its guard's (0 in the flash kernels, NaN from PyTorch's math
-  // path, whose softmax of all -inf is NaN): no rounding to measure, and no fault either. Any
+  // What a kernel writes there is its guard's (0 in the flash kernels and in SDPA's math path,
+  // whose _safe_softmax zeroes such a row; NaN from an eager softmax of all -inf): no rounding
+  // to measure, and no fault either. Any
   // other value is named.
   std::vector<bool> without_keys(row_count, false);
   std::size_t keyless_with_values = 0;

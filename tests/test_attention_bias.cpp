@@ -647,7 +647,7 @@ TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in th
 }
 
 // Rows that see no key (causal, more queries than keys) hold what a kernel's guard writes: 0
-// in the flash kernels, NaN from PyTorch's math path (its softmax of all -inf). A NaN there
+// in the flash kernels, NaN from an eager softmax of all -inf (SDPA's math path writes 0). A NaN there
 // dropped the whole verdict as a non-finite output; it is no fault, and those rows are left
 // out like every keyless row. A value that no guard writes is named.
 TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN") {

@@ -907,3 +907,15 @@ TEST_CASE("probe-check: an unknown --model is the option's fault") {
     CHECK(r.err.find("probes_h200.fbp") == std::string::npos);
   }
 }
+
+// Found by the shapes audit: make-trace --backward of a forward-only model (the fp8 kernels)
+// writes dO and delta only, but its line said "with backward".
+TEST_CASE("make-trace --backward says what a forward-only model wrote") {
+  const std::string out = (scratch() / "fp8_backward.safetensors").string();
+  const Run r = run("make-trace --model fa3-fp8-sm90 --seqlen 32 --headdim 64 --backward --out " + out);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find(", with dO and delta only: fa3-fp8-sm90 models no dQ, dK, dV)") != std::string::npos);
+  CHECK(r.out.find("with backward") == std::string::npos);
+  const Run full = run("make-trace --model fa2-sm80 --seqlen 32 --headdim 64 --backward --out " + out);
+  CHECK(full.out.find(", with backward)") != std::string::npos);
+}

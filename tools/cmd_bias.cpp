@@ -137,7 +137,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout
         << r.rows_without_keys
         << " row(s) see no key (a causal mask with more queries than keys): O and delta there are what a kernel's "
-           "guard writes (0 in the flash kernels, NaN from PyTorch's math path), no rounding to measure, so "
+           "guard writes (0 in the flash kernels and SDPA's math path, NaN from an eager softmax of all -inf), no "
+           "rounding to measure, so "
            "they are left out of the samples\n";
   if (r.repeated_samples > 0)
     std::cout << r.repeated_samples

@@ -142,7 +142,10 @@ int run_make_trace(const MakeTraceOptions& o) {
             << o.seqlen << (seqlen_k != o.seqlen ? ", kv length " + std::to_string(seqlen_k) : std::string())
             << ", head dim " << o.headdim
             << (in.causal ? std::string(", causal ") + *md.causal_alignment : std::string())
-            << (in.d_o ? ", with backward" : "") << ")\n";
+            << (!in.d_o  ? ""
+                : out.dq ? ", with backward"
+                         : ", with dO and delta only: " + model.name + " models no dQ, dK, dV")
+            << ")\n";
   return kExitOk;
 }
 
