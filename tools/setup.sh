@@ -11,7 +11,10 @@ if [ "$(id -u)" = 0 ]; then
   # packs the device session's results (gpu/device_session.sh).
   apt-get install -y -qq --no-install-recommends cmake ninja-build g++ clang clang-format libclang-rt-dev llvm \
     libboost-dev libmpfr-dev libgmp-dev zlib1g-dev doctest-dev libcli11-dev nlohmann-json3-dev pybind11-dev \
-    python3-dev python3-numpy python3-pytest python3-torch libopenblas0-pthread fortunes xz-utils >/dev/null
+    python3-dev python3-numpy python3-pytest python3-torch libopenblas0-pthread fortunes xz-utils git >/dev/null
+else
+  echo "setup.sh: not root: the Debian packages are not installed (run as root once, or install them:" \
+    "see this script); building with what is there" >&2
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 # The Python module (python/, build/python) is built too wherever CMake configured it
