@@ -1555,7 +1555,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "Scale-out: one process per (arm, seed) with --arm A --seed S, then "
                                        "`python3 -m flashbits.train merge --out DIR`.")
     p.add_argument("command", nargs="?", default="run", choices=["run", "merge"],
-                   help="run (train the arms, then merge what is finished) or merge (only join finished runs)")
+                   help="run (train the arms, then merge what is finished) or merge (only join finished runs; "
+                        "it takes --out, --quiet, --threads and the verdict thresholds --divergence-nats, "
+                        "--divergence-steps, --sign-p, --wq-ratio, --at-stake, and refuses the study's options)")
     p.add_argument("--out", required=True, help="output directory (config.json, fork.pt, runs/, summary.json, plots/)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="study")
     p.add_argument("--corpus", help=f"a UTF-8 text file or a directory of them (default {DEFAULT_CORPUS_DIR})")
