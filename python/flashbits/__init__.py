@@ -735,8 +735,8 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
     another length Nk (decoding with a KV cache, cross-attention). ``causal``: False (or
     "none"), True or "bottom-right" (the mask aligned as FlashAttention >= 2.1 aligns it, the
     CLI's ``--causal true``: query row i sees keys j <= i + Nk - N; rows that see no key get
-    O = 0 and the LSE the kernel writes: +inf for FA2, -inf for FA3, FA4, CK and Triton's
-    kernels), or "top-left" (row i sees keys j <= i: PyTorch's ``is_causal``); with N = Nk
+    O = 0 and the LSE the kernel writes: -inf for FA3, FA4, CK and Triton's kernels, +inf
+    for FA2 and every other model, by convention where the kernel writes none), or "top-left" (row i sees keys j <= i: PyTorch's ``is_causal``); with N = Nk
     the two are one mask, and with N != Nk a bare True warns (UserWarning) that it took
     bottom-right. A trace's ``causal_alignment`` is such a value: ``causal=
     t.causal_alignment`` replays its mask. dK and dV have k's shape. Values exactly
