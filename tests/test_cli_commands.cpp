@@ -788,6 +788,17 @@ TEST_CASE("merge: out-of-range integers in a shard are bad input") {
   j = good;
   j["rows"][0]["sufficient"]["o_sum"] = "1";
   expect_bad("o_sum_string.json", j.dump(), "rows[0] field o_sum: expected a number");
+  // A member missing, or of the wrong kind, was nlohmann's "key 'o_sum' not found" or "cannot
+  // use at() with array", naming no row (the bad-input audit).
+  j = good;
+  j["rows"][0]["sufficient"].erase("o_sum");
+  expect_bad("o_sum_missing.json", j.dump(), "rows[0] field o_sum: missing");
+  j = good;
+  j["rows"][0]["sufficient"] = nlohmann::json::array({1});
+  expect_bad("sufficient_array.json", j.dump(), "rows[0] field sufficient: expected a JSON object, got array");
+  j = good;
+  j["rows"] = nlohmann::json::object();
+  expect_bad("rows_object.json", j.dump(), "field rows: expected an array, got object");
   std::string dump = good.dump();
   const std::size_t seed_at = dump.find("\"seed\":");
   REQUIRE(seed_at != std::string::npos);

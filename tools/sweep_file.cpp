@@ -66,11 +66,19 @@ long long to_int(const std::string& s, const std::string& where, long long lo = 
   if (v == 0 && first_digit == 1) throw InputError(where + ": expected an integer in plain digits, got '" + s + "'");
   return v;
 }
+// A member of a JSON object, named by place when the object is none or lacks it (nlohmann's
+// at() said only "key 'o_sum' not found", without the row).
+const nlohmann::json& member(const nlohmann::json& object, const char* key, const std::string& where) {
+  if (!object.is_object()) throw InputError(where + ": expected a JSON object, got " + object.type_name());
+  const auto it = object.find(key);
+  if (it == object.end()) throw InputError(where + " field " + key + ": missing");
+  return *it;
+}
 // An integer member of a JSON row in lo..hi; nlohmann's get<long long>() of a float, or
 // of an integer out of range, would convert silently (or be undefined).
 long long json_int(const nlohmann::json& row, const char* key, const std::string& where, long long lo = LLONG_MIN,
                    long long hi = LLONG_MAX) {
-  const nlohmann::json& v = row.at(key);
+  const nlohmann::json& v = member(row, key, where);
   const std::string field = where + " field " + key;
   if (!v.is_number_integer()) throw InputError(field + ": expected an integer, got " + v.dump());
   if (v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(hi))
@@ -149,7 +157,7 @@ void check_error_sums(const SweepRow& s, const std::function<std::string(const c
 }
 // A number member of a JSON row (nlohmann's get<double>() names neither row nor field).
 double json_number(const nlohmann::json& row, const char* key, const std::string& where) {
-  const nlohmann::json& v = row.at(key);
+  const nlohmann::json& v = member(row, key, where);
   if (!v.is_number()) throw InputError(where + " field " + key + ": expected a number, got " + v.dump());
   return v.get<double>();
 }
@@ -179,7 +187,7 @@ attn::ErrorMoments moments_from_csv(const std::vector<std::string>& fields, std:
 
 namespace {
 std::string json_string(const nlohmann::json& j, const char* key, const std::string& where) {
-  const nlohmann::json& v = j.at(key);
+  const nlohmann::json& v = member(j, key, where);
   if (!v.is_string()) throw InputError(where + " field " + key + ": expected a string, got " + v.dump());
   return v.get<std::string>();
 }
@@ -190,7 +198,7 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
   try {
     if (json_string(j, "program", where) != "flashbits sweep")
       throw InputError(where + " field program: expected \"flashbits sweep\"");
-    const nlohmann::json& seed = j.at("seed");
+    const nlohmann::json& seed = member(j, "seed", where);
     if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<long long>() >= 0))
       throw InputError(where + " field seed: expected an unsigned integer, got " + seed.dump());
     run.seed = seed.get<std::uint64_t>();
@@ -209,12 +217,12 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
     run.seqlen = json_int(j, "seqlen", where, 1, INT_MAX);
     run.headdim = json_int(j, "headdim", where, 1, INT_MAX);
     run.sr_bits = json_int(j, "sr_bits", where, 1, kMaxSrBits);
-    const nlohmann::json& alpha = j.at("alpha");
+    const nlohmann::json& alpha = member(j, "alpha", where);
     if (!alpha.is_number()) throw InputError(where + " field alpha: expected a number, got " + alpha.dump());
     run.alpha = alpha_or_throw(alpha.get<double>(), where + " field alpha");
     // Absent from records written before sweep took --at-stake: those were judged at the default.
     if (j.contains("at_stake_ulps")) {
-      const nlohmann::json& at_stake = j.at("at_stake_ulps");
+      const nlohmann::json& at_stake = member(j, "at_stake_ulps", where);
       if (!at_stake.is_number())
         throw InputError(where + " field at_stake_ulps: expected a number, got " + at_stake.dump());
       run.at_stake = at_stake_or_throw(at_stake.get<double>(), where + " field at_stake_ulps");
@@ -244,7 +252,9 @@ SweepFile read_sweep_file(const std::string& path) {
       j = parse_json_strict(text);
       if (!j.is_object()) throw InputError(path + ": not a sweep JSON file (expected an object)");
       if (j.contains("run")) file.run = parse_run(j.at("run"), path + ": run");
-      for (const auto& r : j.at("rows")) {
+      const nlohmann::json& all_rows = member(j, "rows", path);
+      if (!all_rows.is_array()) throw InputError(path + " field rows: expected an array, got " + all_rows.type_name());
+      for (const auto& r : all_rows) {
         const std::string where = path + ": rows[" + std::to_string(rows.size()) + "]";
         SweepRow s;
         file.row_where.push_back("rows[" + std::to_string(rows.size()) + "]");
@@ -256,7 +266,8 @@ SweepFile read_sweep_file(const std::string& path) {
         s.seqlen = static_cast<int>(json_int(r, "seqlen", where, INT_MIN, INT_MAX));
         s.headdim = static_cast<int>(json_int(r, "headdim", where, INT_MIN, INT_MAX));
         s.trials = json_int(r, "trials", where);
-        const auto& q = r.at("sufficient");
+        const auto& q = member(r, "sufficient", where);
+        if (!q.is_object()) throw InputError(where + " field sufficient: expected a JSON object, got " + q.type_name());
         for (const NamedMoments& m : kTrialMoments) s.*m.member = moments_from_json(q, m.prefix, where);
         s.elements = json_int(q, "elements", where);
         s.sq_sum = json_number(q, "sq_sum", where);
