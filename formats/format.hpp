@@ -139,13 +139,15 @@ constexpr bool parse_format(std::string_view text, Format& out) {
   if (text.size() < 4 || text[0] != 'e') return false;
   int x = 0, y = 0;
   std::size_t i = 1;
+  // Digits without a leading zero: "e08m07" is no spelling of e8m7 (bf16) anyone writes, and a
+  // name read leniently is a name a typo can reach.
   auto read_int = [&](int& v) {
     std::size_t start = i;
     while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i - start < 3) {
       v = v * 10 + (text[i] - '0');
       ++i;
     }
-    return i > start;
+    return i > start && !(text[start] == '0' && i - start > 1);
   };
   if (!read_int(x) || i >= text.size() || text[i] != 'm') return false;
   ++i;
