@@ -857,6 +857,12 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
     const std::string word = std::string(before).substr(0, std::string(before).find(' '));
     check_refused(run(before), {"unexpected word '" + word + "' before the subcommand (the subcommand comes first"});
   }
+  // Surplus words after the subcommand's own were listed last first, with a hint about words
+  // before the subcommand; --help-all WORD dropped WORD.
+  check_refused(run("sweep --model fa2-sm80 extra word"),
+                {"sweep: unexpected word(s) 'extra word' (no option or argument of this subcommand takes them)"});
+  check_refused(run("--help-all bogus"), {"--help-all takes at most one subcommand name, got 'bogus'"});
+  CHECK(run("--help-all sweep").code == 0);
   // A number beyond the option's type was CLI11's "Could not convert: --jobs = ...".
   check_refused(run("sweep --model fa2-sm80 --jobs 18446744073709551617"),
                 {"--jobs: '18446744073709551617' is outside the range the option takes"});
@@ -889,7 +895,7 @@ TEST_CASE("an output option given an option's spelling is refused, not written t
 // Found by the bad-input audit: an option given twice is exit 2, but a flag given twice was
 // counted and accepted (`formats --json --json`, `replay --all --all`).
 TEST_CASE("a flag given twice is refused as an option given twice is") {
-  check_refused(run("formats --json --json"), {"--json: given 2 times (give it once)"});
+  check_refused(run("formats --json --json"), {"formats: --json: given 2 times (give it once)"});
   check_refused(run("bias-test --model fa2-sm80 --by-max --trials 2 --by-max"), {"--by-max: given 2 times"});
   check_refused(run("make-trace --model fa2-sm80 --backward --backward --out x.safetensors"),
                 {"--backward: given 2 times"});

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <new>
 #include <stdexcept>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,9 +68,10 @@ std::string one_line(std::string text) {
   return text;
 }
 
-// CLI11's wording of two common mistakes in the project's: an option given twice ("--model: At
-// Most 1 required but received 2") and surplus words ("The following arguments were not
-// expected: 2 --jobs", from an option placed before the subcommand).
+// CLI11's wording of common mistakes in the project's: an option given twice ("--model: At
+// Most 1 required but received 2"), surplus words after the subcommand's own ("The following
+// arguments were not expected: word extra", listed last first) and a number beyond the
+// option's type ("Could not convert: --jobs = 18446744073709551617").
 std::string plain_parse_message(const std::string& message) {
   const std::string twice = ": At Most 1 required but received ";
   if (const auto at = message.find(twice); at != std::string::npos)
@@ -81,24 +83,31 @@ std::string plain_parse_message(const std::string& message) {
     if (const auto eq = rest.find(" = "); eq != std::string::npos)
       return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is outside the range the option takes";
   }
+  // CLI11 lists the surplus words last first; they are named in the order typed. (A word
+  // before the subcommand never gets here: run() names it first.)
   for (const std::string surplus :
        {"The following argument was not expected: ", "The following arguments were not expected: "})
-    if (message.rfind(surplus, 0) == 0)
-      return "unexpected word(s) '" + message.substr(surplus.size()) +
-             "' (options go after the subcommand they belong to)";
+    if (message.rfind(surplus, 0) == 0) {
+      std::vector<std::string> words;
+      std::istringstream list(message.substr(surplus.size()));
+      for (std::string word; list >> word;) words.insert(words.begin(), word);
+      std::string typed;
+      for (const std::string& word : words) typed += (typed.empty() ? "" : " ") + word;
+      return "unexpected word(s) '" + typed + "' (no option or argument of this subcommand takes them)";
+    }
   return message;
 }
 
-// An option given an empty value ('') is refused: every option takes a non-empty one, and a
-// command that reads "" as "not given" (--csv, --against, --scale, --model) would silently
-// ignore it. So is a flag given twice.
-void refuse_empty_values(const CLI::App& sub) {
+// What CLI11 lets through and every subcommand refuses: an option given an empty value ('':
+// every option takes a non-empty one, and a command that reads "" as "not given" (--csv,
+// --against, --scale, --model) would silently ignore it), and a flag given twice.
+void refuse_empty_values_and_repeated_flags(const CLI::App& sub) {
   for (const CLI::Option* option : sub.get_options()) {
     // A flag given twice (`--json --json`) is the same mistake as an option given twice, which
-    // CLI11 refuses; it counted flags instead, silently.
+    // CLI11 refuses (in the same words); it counted flags instead, silently.
     if (option->nonpositional() && option->get_expected_min() == 0 && option->count() > 1)
-      throw fb::cli::InputError(option->get_name() + ": given " + std::to_string(option->count()) +
-                                " times (give it once)");
+      throw fb::cli::InputError(sub.get_name() + ": " + option->get_name() + ": given " +
+                                std::to_string(option->count()) + " times (give it once)");
     if (!option->nonpositional() || option->get_type_size() == 0 || option->count() == 0) continue;
     for (const std::string& value : option->results())
       if (value.empty())
@@ -126,9 +135,10 @@ int run(int argc, char** argv) {
     fb::cli::print_error_line(std::string("--version takes no other word, got '") + argv[2] + "'");
     return fb::cli::kExitBadInput;
   }
-  // `flashbits --help WORD`: the help of subcommand WORD, as `flashbits WORD --help` (CLI11
+  // `flashbits --help WORD` (or --help-all WORD): the help of subcommand WORD, as `flashbits WORD --help` (CLI11
   // printed the top-level help and dropped WORD without a word, whatever WORD was).
-  if (argc > 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+  if (argc > 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h" ||
+                   std::string_view(argv[1]) == "--help-all")) {
     const auto sub = std::find(names.begin(), names.end(), argv[2]);
     if (argc > 3 || sub == names.end()) {
       const char* word = argc > 3 && sub != names.end() ? argv[3] : argv[2];
@@ -209,7 +219,7 @@ int run(int argc, char** argv) {
   try {
     for (auto& [s, run] : runners) {
       if (!s->parsed()) continue;
-      refuse_empty_values(*s);
+      refuse_empty_values_and_repeated_flags(*s);
       return run();
     }
   } catch (const fb::cli::InputError& e) {

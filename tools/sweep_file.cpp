@@ -88,8 +88,8 @@ long long json_int(const nlohmann::json& row, const char* key, const std::string
     throw InputError(field + ": " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
   return x;
 }
-// A row's sums as sweep writes them: finite (sweep leaves a non-finite output's rows out of
-// its sums), and a sum of squares never negative; anything else was edited, and would change
+// A row's sums as sweep writes them: finite (sweep leaves a trial whose output is not finite
+// out of its sums, counting it in non_finite), and a sum of squares never negative; anything else was edited, and would change
 // the verdict silently.
 void check_moments(const attn::ErrorMoments& m, const std::string& where, const std::string& prefix) {
   if (!std::isfinite(m.sum))
@@ -115,44 +115,52 @@ void check_error_sums(const SweepRow& s, const std::function<std::string(const c
                                 {"ties", s.ties},
                                 {"rounded_up", s.rounded_up},
                                 {"rounded_down", s.rounded_down},
-                                {"ref_trials", s.ref_trials}})
+                                {"ref_trials", s.ref_trials},
+                                {"non_finite", s.non_finite_trials}})
     if (v < 0) throw InputError(field(name) + ": " + std::to_string(v) + " is negative");
   // What no sweep writes, each of which changed the merged figures silently (the bad-input
   // audit): more reference trials than trials, more elements than the trials hold, a sum of
   // squares too small for its sum (a variance below 0, clamped to 0: an interval of one
   // point), more signed samples than samples, and sums over no sample.
-  if (s.ref_trials > s.trials)
-    throw InputError(field("ref_trials") + ": " + std::to_string(s.ref_trials) + " exceeds trials " +
+  if (s.non_finite_trials > s.trials)
+    throw InputError(field("non_finite") + ": " + std::to_string(s.non_finite_trials) + " exceeds trials " +
                      std::to_string(s.trials));
-  const long double held = static_cast<long double>(s.trials) * std::max(s.seqlen, 0) * std::max(s.headdim, 0);
+  // The sums hold the finite trials only (SweepRow::non_finite_trials).
+  const long long finite = s.trials - s.non_finite_trials;
+  if (s.ref_trials > finite)
+    throw InputError(field("ref_trials") + ": " + std::to_string(s.ref_trials) + " exceeds the " +
+                     std::to_string(finite) + " finite trials");
+  const long double held = static_cast<long double>(finite) * std::max(s.seqlen, 0) * std::max(s.headdim, 0);
   if (static_cast<long double>(s.elements) > held)
     throw InputError(field("elements") + ": " + std::to_string(s.elements) + " exceeds the " +
-                     std::to_string(static_cast<long long>(held)) + " elements of trials x seqlen x headdim");
-  // Rounding in the writer's sums: a relative slack far above n ulps of a double.
-  constexpr double kSlack = 1e-9;
+                     std::to_string(static_cast<long long>(held)) +
+                     " elements of the finite trials x seqlen x headdim");
+  // A sum of n doubles errs by at most about n ulps: the slack grows with the count.
+  const auto slack = [](long long n) { return 1e-9 + 4.0 * static_cast<double>(n) * 0x1p-53; };
   const auto shown = [](double v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.6g", v);
     return std::string(text);
   };
-  if (s.sq_sum > static_cast<double>(s.elements) * s.max_abs * s.max_abs * (1 + kSlack))
+  if (s.sq_sum > static_cast<double>(s.elements) * s.max_abs * s.max_abs * (1 + slack(s.elements)))
     throw InputError(field("sq_sum") + ": " + shown(s.sq_sum) + " exceeds elements x max_abs^2");
-  if (s.max_abs * s.max_abs > s.sq_sum * (1 + kSlack))
+  if (s.max_abs * s.max_abs > s.sq_sum)  // exact: a sum of squares never rounds below one of its terms
     throw InputError(field("max_abs") + ": " + shown(s.max_abs) + " exceeds the root of sq_sum " + shown(s.sq_sum) +
                      " (the largest error is one of the summed squares)");
   const auto check = [&](const NamedMoments& named, long long n, const char* count) {
     const attn::ErrorMoments& m = s.*named.member;
     const std::string prefix(named.prefix);
-    if (m.pos + m.neg > n)
-      throw InputError(field((prefix + "_pos").c_str()) + " + " + prefix + "_neg: " + std::to_string(m.pos + m.neg) +
-                       " signed samples exceed the " + std::to_string(n) + " samples");
+    // Each in 0..n before their sum is formed (two counts near 2^63 would overflow it).
+    if (m.pos < 0 || m.neg < 0 || m.pos > n || m.neg > n - m.pos)
+      throw InputError(field((prefix + "_pos").c_str()) + " " + std::to_string(m.pos) + " and " + prefix + "_neg " +
+                       std::to_string(m.neg) + ": not two counts of the " + std::to_string(n) + " samples");
     if (n == 0 && (m.sum != 0 || m.sumsq != 0))
       throw InputError(field((prefix + "_sum").c_str()) + ": nonzero sums over no sample (" + count + " 0)");
-    if (m.sum * m.sum > static_cast<double>(n) * m.sumsq * (1 + kSlack))
+    if (m.sum * m.sum > static_cast<double>(n) * m.sumsq * (1 + slack(n)))
       throw InputError(field((prefix + "_sumsq").c_str()) + ": " + shown(m.sumsq) + " is below sum^2 / n for sum " +
                        shown(m.sum) + " over " + std::to_string(n) + " samples (a negative variance)");
   };
-  for (const NamedMoments& m : kTrialMoments) check(m, s.trials, "trials");
+  for (const NamedMoments& m : kTrialMoments) check(m, finite, "finite trials");
   for (const NamedMoments& m : kReferenceMoments) check(m, s.ref_trials, "ref_trials");
 }
 // A number member of a JSON row (nlohmann's get<double>() names neither row nor field).
@@ -278,6 +286,7 @@ SweepFile read_sweep_file(const std::string& path) {
         s.rounded_down = json_int(q, "rounded_down", where);
         s.ref_trials = json_int(q, "ref_trials", where);
         for (const NamedMoments& m : kReferenceMoments) s.*m.member = moments_from_json(q, m.prefix, where);
+        s.non_finite_trials = json_int(q, "non_finite", where);
         check_error_sums(s, [&](const char* name) { return where + " field " + name; });
         rows.push_back(s);
       }
@@ -345,6 +354,7 @@ SweepFile read_sweep_file(const std::string& path) {
       s.*m.member = moments_from_csv(f, column, m.prefix, where);
       column += 4;
     }
+    s.non_finite_trials = to_int(f[column], where + " column non_finite");
     check_error_sums(s, [&](const char* name) { return where + " column " + name; });
     rows.push_back(s);
   }

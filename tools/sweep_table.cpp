@@ -21,6 +21,10 @@ using namespace sweep_columns;
 
 void SweepRow::add_trial(const attn::TrialErrors& t) {
   ++trials;
+  if (!t.non_finite_rows.empty()) {
+    ++non_finite_trials;
+    return;
+  }
   // The kernel's own errors (against the exact attention of what it computed with: for fp8
   // models the quantised inputs; for every other model exact attention itself).
   const double om = attn::mean_of(t.o_kernel_ulps);
@@ -58,6 +62,7 @@ void SweepRow::absorb(const SweepRow& other) {
   rounded_up += other.rounded_up;
   rounded_down += other.rounded_down;
   ref_trials += other.ref_trials;
+  non_finite_trials += other.non_finite_trials;
   cr_o.merge(other.cr_o);
   cr_d.merge(other.cr_d);
   ex_o.merge(other.ex_o);
@@ -82,6 +87,7 @@ struct Derived {
   std::string verdict, verdict_from;
   attn::FloorComparison o_vs_floor, d_vs_floor;  // each output's verdict, as bias-test's against_floor
   attn::Verdict outcome = attn::Verdict::inconclusive;
+  bool no_verdict = false;  // some trial's output was not finite (SweepRow::non_finite_trials)
 };
 attn::FloorMoments floor_moments(long long n, const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
                                  const attn::ErrorMoments& excess) {
@@ -101,8 +107,9 @@ attn::FloorMoments floor_moments(long long n, const attn::ErrorMoments& kernel, 
 Derived derive(const SweepRow& r, const SweepRun& run) {
   const double alpha = run.alpha;
   Derived x;
-  x.o = r.o.statistics(r.trials, alpha);
-  x.d = r.d.statistics(r.trials, alpha);
+  const long long finite_trials = r.trials - r.non_finite_trials;  // the samples the sums hold
+  x.o = r.o.statistics(finite_trials, alpha);
+  x.d = r.d.statistics(finite_trials, alpha);
   x.has_reference = r.ref_trials > 0;
   x.cr_o = r.cr_o.statistics(r.ref_trials, alpha);
   x.cr_d = r.cr_d.statistics(r.ref_trials, alpha);
@@ -121,6 +128,10 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
       attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, run.at_stake, baseline);
   x.outcome = attn::combine(x.o_vs_floor.verdict, x.d_vs_floor.verdict);
   x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
+  if (r.non_finite_trials > 0) {  // as bias-test: no verdict from the trials that were finite
+    x.no_verdict = true;
+    x.verdict = "no verdict (non-finite output)";  // bias-test's words
+  }
   x.verdict_from = r.paired() ? "paired" : "excess";
   return x;
 }
@@ -159,11 +170,14 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
-    std::snprintf(line, sizeof line, "%-44s %6lld %9.4g %9s %9s %9.4g %9s %9s %9.4g %9.4g %8lld %7lld %-15s %s\n",
-                  r.configuration().c_str(), r.trials, x.o.mean, or_dash(x.has_reference, x.cr_o.mean).c_str(),
-                  or_dash(x.has_reference, x.ex_o.mean).c_str(), x.d.mean,
-                  or_dash(x.has_reference, x.cr_d.mean).c_str(), or_dash(x.has_reference, x.ex_d.mean).c_str(), x.rms,
-                  r.max_abs, r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
+    // No finite trial: no mean to show (a 0 read as "no error").
+    const bool sampled = r.trials > r.non_finite_trials;
+    std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
+                  r.configuration().c_str(), r.trials, or_dash(sampled, x.o.mean).c_str(),
+                  or_dash(x.has_reference, x.cr_o.mean).c_str(), or_dash(x.has_reference, x.ex_o.mean).c_str(),
+                  or_dash(sampled, x.d.mean).c_str(), or_dash(x.has_reference, x.cr_d.mean).c_str(),
+                  or_dash(x.has_reference, x.ex_d.mean).c_str(), or_dash(r.elements > 0, x.rms).c_str(),
+                  or_dash(r.elements > 0, r.max_abs).c_str(), r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
     os << line;
   }
   os << "Means of the per-trial mean signed error, in ulps of the output format at max(|O|, sum_j P_ij |V_jc|)\n"
@@ -189,6 +203,11 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
      << "Rows named A-vs-B (sweep --against B) compare A with B on the same inputs and seed: \"CR\" is B's\n"
         "error, \"excess\" the paired difference A minus B, and the verdict is relative to B, which is no\n"
         "floor (\"no detectable added bias\" there: A adds none beyond B's own); their PV counts are A's.\n";
+  for (const SweepRow& r : rows)
+    if (r.non_finite_trials > 0)
+      os << r.configuration() << ": " << r.non_finite_trials << " of " << r.trials
+         << " trial(s) gave a NaN or infinite O or delta on finite inputs: their errors are left out of the row's "
+            "figures, and it has no verdict (as bias-test)\n";
 }
 
 namespace {
@@ -223,6 +242,7 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
     os << "," << r.elements << "," << exact_text(r.sq_sum) << "," << exact_text(r.max_abs) << "," << r.sig_overflows
        << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << "," << r.ref_trials;
     for (const NamedMoments& m : kReferenceMoments) os << "," << moments_csv(r.*m.member);
+    os << "," << r.non_finite_trials;
     os << "," << short_text(x.o.mean) << "," << short_text(x.o.p_t) << ","
        << (x.has_reference ? short_text(x.cr_o.mean) : "") << "," << (x.has_reference ? short_text(x.ex_o.mean) : "")
        << "," << (x.has_reference ? short_text(x.ex_o.p_t) : "") << "," << short_text(x.d.mean) << ","
@@ -262,6 +282,7 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     sufficient["rounded_down"] = r.rounded_down;
     sufficient["ref_trials"] = r.ref_trials;
     for (const NamedMoments& m : kReferenceMoments) moments_json(sufficient, m.prefix, r.*m.member);
+    sufficient["non_finite"] = r.non_finite_trials;
     j["sufficient"] = sufficient;
     j["o_mean_ulps"] = x.o.mean;
     j["o_ci"] = {x.o.ci_low, x.o.ci_high};
@@ -315,9 +336,12 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
     else
       write_table(std::cout, rows, run);
   }
-  // A row whose kernel adds bias is a failed check (exit 1), as in bias-test.
-  for (const SweepRow& r : rows)
-    if (derive(r, run).outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
+  // A row whose kernel adds bias, or whose output was not finite, is a failed check (exit 1),
+  // as in bias-test.
+  for (const SweepRow& r : rows) {
+    const Derived x = derive(r, run);
+    if (x.no_verdict || x.outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
+  }
   return kExitOk;
 }
 

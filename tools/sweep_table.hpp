@@ -36,10 +36,14 @@ struct SweepRow {
   double sq_sum = 0, max_abs = 0;  // over every element of O (ulps)
   long long sig_overflows = 0, ties = 0, rounded_up = 0, rounded_down = 0;
   // The correctly rounded reference (cr_) and the excess (ex_: error minus the reference's,
-  // per trial) in the same units; ref_trials counts the trials that had a reference (0 for
-  // paired A-vs-B rows, whose error is already a difference of two kernels).
+  // per trial) in the same units; ref_trials counts the trials that had a reference (for
+  // paired A-vs-B rows B on the same inputs: every finite trial).
   long long ref_trials = 0;
   attn::ErrorMoments cr_o, cr_d, ex_o, ex_d;
+  // Trials whose O or delta came out NaN or infinite on finite inputs: counted in `trials`,
+  // left out of every sum (no error of theirs means anything), and the row has no verdict,
+  // as bias-test gives none (it wrote NaN sums and called the row inconclusive).
+  long long non_finite_trials = 0;
 
   void add_trial(const attn::TrialErrors& t);
   // Adds another row's statistics (trials of the same configuration, in trial order).

@@ -491,6 +491,14 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
     if not info["scale_block"] and (scale_a is not None or scale_b is not None):
         raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
                          "give kind)")
+    if 0 in batch:
+        # Broadcast to an empty batch, the operands would reach the core with no element: they
+        # are checked as given instead (the scales below, before their broadcast).
+        for fmt_x, x, name in ((info["a_format"], a, "a"), (info["b_format"], b, "b"),
+                               (info["accumulator"], c, "c")):
+            if x is not None:
+                _core.check_operand(fmt_x, x, name)
+
     def batched(x, shape):
         # Broadcast only where the batch dimensions differ, so that an element named in an
         # error is the one of the array as given.
@@ -512,6 +520,7 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
                 raise ValueError(f"{name}: missing: the block-scaled GEMM needs shape [..., {shape[0]}, {shape[1]}] "
                                  "of scale bytes")
             arr = _as_array(s, name)
+            _scale_bytes(arr, name, arr.shape)  # its values, before a broadcast to an empty batch hides them
             if arr.ndim < 2 or arr.shape[-2:] != shape:
                 raise ValueError(f"{name}: expected shape [..., {shape[0]}, {shape[1]}] (one byte per block of K), "
                                  f"got {arr.shape}")

@@ -266,6 +266,14 @@ def test_an_empty_result_still_checks_operands_and_scales():
         fb.matmul("sm100", np.full((2, 4), 0xFF, np.uint8), np.zeros((4, 0), np.uint8), None, "e2m1")
     with pytest.raises(ValueError, match=r"b\[0,0\]: 0.1 is not exactly representable in bf16"):
         fb.matmul("sm90-mma", np.zeros((0, 4)), np.full((4, 3), 0.1))
+    # A batch dimension 0 reached by broadcasting: the operands as given are still checked.
+    with pytest.raises(ValueError, match=r"a\[0,0,0\]: 0.1 is not exactly representable in bf16"):
+        fb.matmul("sm90-mma", np.full((1, 2, 4), 0.1), np.ones((0, 4, 3)))
+    with pytest.raises(ValueError, match=r"c\[0,0\]: 0.1 is not exactly representable in fp32"):
+        fb.matmul("sm90-mma", np.ones((0, 2, 4)), np.ones((4, 3)), np.full((1, 1), 0.1))
+    with pytest.raises(ValueError, match="scale_a: expected scale bytes"):
+        fb.matmul("sm100", np.zeros((0, 3, 32), np.uint8), np.zeros((32, 2), np.uint8), None, "e4m3",
+                  kind="mxf8f6f4", scale_a=np.full((1, 3, 1), 300), scale_b=np.full((1, 2), 127, np.uint8))
     # Valid empty operands give an empty D of the accumulator's bit patterns.
     d = fb.matmul("sm90-mma", np.zeros((2, 0, 4)), np.ones((4, 3)))
     assert d.bits.shape == (2, 0, 3) and d.bits.dtype == np.uint32
