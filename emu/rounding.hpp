@@ -70,9 +70,12 @@ constexpr std::string_view to_string(RoundingMode m) {
   }
   return "?";
 }
+// Every mode, in the order the CLI lists them.
+inline constexpr RoundingMode kRoundingModes[] = {RoundingMode::rne, RoundingMode::rna, RoundingMode::rtz,
+                                                  RoundingMode::rup, RoundingMode::rdn, RoundingMode::rto,
+                                                  RoundingMode::sr};
 constexpr bool parse_rounding_mode(std::string_view s, RoundingMode& out) {
-  for (RoundingMode m : {RoundingMode::rne, RoundingMode::rna, RoundingMode::rtz, RoundingMode::rup, RoundingMode::rdn,
-                         RoundingMode::rto, RoundingMode::sr}) {
+  for (RoundingMode m : kRoundingModes) {
     if (s == to_string(m)) {
       out = m;
       return true;

@@ -68,4 +68,18 @@ std::optional<double> read_decimal(std::string_view text) {
   return negative ? -value : value;
 }
 
+PlainIntegerError read_plain_integer(std::string_view text, long long& value, bool allow_minus) {
+  const std::size_t first_digit = allow_minus && !text.empty() && text.front() == '-' ? 1 : 0;
+  if (text.size() == first_digit || !std::all_of(text.begin() + static_cast<std::ptrdiff_t>(first_digit), text.end(),
+                                                 [](char c) { return c >= '0' && c <= '9'; }))
+    return PlainIntegerError::not_plain_digits;
+  long long v = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (error == std::errc::result_out_of_range) return PlainIntegerError::out_of_range;
+  if (error != std::errc{} || end != text.data() + text.size() || (v == 0 && first_digit == 1))
+    return PlainIntegerError::not_plain_digits;
+  value = v;
+  return PlainIntegerError::none;
+}
+
 }  // namespace fb

@@ -16,4 +16,11 @@ namespace fb {
 
 std::optional<double> read_decimal(std::string_view text);
 
+// Contract of read_plain_integer: `text` is a whole integer as flashbits writes counts and
+// sizes: an optional '-' (where `allow_minus`) and decimal digits, nothing else: no '+', no
+// space, no point or exponent ("1e0"), no "-0". Stores the value in `value` and returns
+// none; else not_plain_digits, or out_of_range when the digits exceed a long long.
+enum class PlainIntegerError { none, not_plain_digits, out_of_range };
+PlainIntegerError read_plain_integer(std::string_view text, long long& value, bool allow_minus = true);
+
 }  // namespace fb

@@ -19,6 +19,10 @@ namespace fb {
 
 std::string escape_unprintable(std::string_view text, bool controls = true);
 
+// Whether `text` is well-formed UTF-8 by the same rules (RFC 3629): what a JSON header
+// (safetensors metadata, a tensor name) or a JSON report must hold.
+bool is_valid_utf8(std::string_view text);
+
 // `text` with every NUL byte written as the four characters \x00: an exception's message is
 // read back through what(), a C string, which ended at the first NUL (a merge error echoing a
 // CSV cell lost everything after it). The exceptions that echo input (api::InputError,

@@ -16,6 +16,7 @@
 #include <mpfr.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "formats/decimal_text.hpp"
@@ -367,4 +369,32 @@ TEST_CASE("read_decimal: the nearest double of a decimal word, as MPFR rounds it
     CAPTURE(word);
     CHECK_FALSE(fb::read_decimal(word).has_value());
   }
+}
+
+TEST_CASE("read_plain_integer: an optional minus and digits, nothing else") {
+  // Written out by hand: the values are the words' own, the refusals the contract's.
+  const std::pair<const char*, long long> good[] = {{"0", 0},
+                                                    {"12", 12},
+                                                    {"-5", -5},
+                                                    {"007", 7},
+                                                    {"9223372036854775807", LLONG_MAX},
+                                                    {"-9223372036854775808", LLONG_MIN}};
+  for (const auto& [word, want] : good) {
+    CAPTURE(word);
+    long long got = 1;
+    CHECK(fb::read_plain_integer(word, got) == fb::PlainIntegerError::none);
+    CHECK(got == want);
+  }
+  for (const char* word : {"", "-", "+5", " 5", "5 ", "1e0", "1.0", "-0", "0x10", "5-", "--5", "1_000"}) {
+    CAPTURE(word);
+    long long got = 42;
+    CHECK(fb::read_plain_integer(word, got) == fb::PlainIntegerError::not_plain_digits);
+    CHECK(got == 42);  // untouched
+  }
+  for (const char* word : {"9223372036854775808", "-9223372036854775809", "99999999999999999999"}) {
+    long long got = 42;
+    CHECK(fb::read_plain_integer(word, got) == fb::PlainIntegerError::out_of_range);
+  }
+  long long got = 0;
+  CHECK(fb::read_plain_integer("-5", got, false) == fb::PlainIntegerError::not_plain_digits);
 }

@@ -198,12 +198,10 @@ std::optional<std::pair<int, int>> read_positive_pair(std::string_view text, std
   const std::size_t at = text.find_first_of(separators);
   if (at == std::string_view::npos) return std::nullopt;
   const auto positive = [](std::string_view digits) -> std::optional<int> {
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    long long n = 0;
+    if (read_plain_integer(digits, n, false) != PlainIntegerError::none || n < 1 || n > std::numeric_limits<int>::max())
       return std::nullopt;
-    int n = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-    if (ec != std::errc() || end != digits.data() + digits.size() || n < 1) return std::nullopt;
-    return n;
+    return static_cast<int>(n);
   };
   const auto first = positive(text.substr(0, at)), second = positive(text.substr(at + 1));
   if (!first || !second) return std::nullopt;

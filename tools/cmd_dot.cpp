@@ -228,8 +228,7 @@ std::string shortest_value(float x) {
 int run_batch(const DotOptions& o) {
   // An unknown --model is the option's fault, before any line: each line's MODEL was said to
   // differ from it instead.
-  if (!o.model.empty() && !is_dot_model_name(o.model))
-    throw InputError("--model: unknown dot model '" + o.model + "' (see `flashbits models`)");
+  if (!o.model.empty() && !is_dot_model_name(o.model)) throw InputError(unknown_dot_model_text("--model", o.model));
   return run_line_batch(o.batch, [&](const std::vector<std::string>& words, std::uint64_t) {
     const DotRequest req = parse_dot(words, o.model, {});
     // A batch prints D's hex alone, one per line: no room for the mark those models carry.

@@ -40,7 +40,7 @@ int run_import(const ImportOptions& o) {
   // only show these strings, escaped, and take them.)
   for (const auto& [option, text] :
        {std::pair<const char*, const std::string&>{"--source", o.statement.source}, {"--model", o.statement.model}})
-    if (escape_unprintable(text, false) != text)
+    if (!is_valid_utf8(text))
       throw InputError(std::string(option) + " '" + text + "': not valid UTF-8 (it goes into the trace's metadata)");
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");

@@ -53,17 +53,14 @@ double to_num(const std::string& s, const std::string& where) {
 // An integer column in lo..hi, in the plain digits sweep writes (an optional '-'). Read through
 // a double, "1e0" passed as 1 and a count beyond 2^53 changed silently.
 long long to_int(const std::string& s, const std::string& where, long long lo = LLONG_MIN, long long hi = LLONG_MAX) {
-  const std::size_t first_digit = !s.empty() && s.front() == '-' ? 1 : 0;
-  const bool digits_only = s.size() > first_digit && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(first_digit),
-                                                                 s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits_only) throw InputError(where + ": expected an integer in plain digits, got '" + s + "'");
   long long v = 0;
-  const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (error != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
+  const PlainIntegerError error = read_plain_integer(s, v);
+  if (error == PlainIntegerError::not_plain_digits)
+    throw InputError(where + ": expected an integer in plain digits, got '" + s + "'");
+  if (error == PlainIntegerError::out_of_range || v < lo || v > hi)
     throw InputError(where + ": " + s + " is outside " +
                      (lo == LLONG_MIN ? "the range of a count" : std::to_string(lo)) +
                      (lo == LLONG_MIN ? " (at most " : "..") + std::to_string(hi) + (lo == LLONG_MIN ? ")" : ""));
-  if (v == 0 && first_digit == 1) throw InputError(where + ": expected an integer in plain digits, got '" + s + "'");
   return v;
 }
 // A member of a JSON object, named by place when the object is none or lacks it (nlohmann's
@@ -89,8 +86,8 @@ long long json_int(const nlohmann::json& row, const char* key, const std::string
   return x;
 }
 // A row's sums as sweep writes them: finite (sweep leaves a trial whose output is not finite
-// out of its sums, counting it in non_finite), and a sum of squares never negative; anything else was edited, and would change
-// the verdict silently.
+// out of its sums, counting it in non_finite), and a sum of squares never negative; anything else was edited, and would
+// change the verdict silently.
 void check_moments(const attn::ErrorMoments& m, const std::string& where, const std::string& prefix) {
   if (!std::isfinite(m.sum))
     throw InputError(where + " " + prefix + "_sum: " + std::to_string(m.sum) +

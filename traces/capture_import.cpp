@@ -265,7 +265,7 @@ Safetensors load(const std::vector<std::filesystem::path>& given, std::string& s
       fail(p.string(), "several files make one capture only as .npy arrays (one per tensor, named by the file)");
     SafeTensor t = read_npy(p);
     // The file's name names the tensor, which the trace's JSON header must hold as UTF-8.
-    if (escape_unprintable(t.name, false) != t.name)
+    if (!is_valid_utf8(t.name))
       fail(p.string(), "the file name is not valid UTF-8, and it would name the tensor; rename the file");
     if (out.find(t.name)) fail(p.string(), "a second array named " + quoted_name(t.name));
     out.tensors.push_back(std::move(t));

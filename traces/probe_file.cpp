@@ -11,7 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "formats/decimal_text.hpp"
 #include "formats/file_read.hpp"
+#include "formats/text_escape.hpp"
 #include "traces/key_value_line.hpp"
 
 namespace fb::gpu {
@@ -74,38 +76,6 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
-// U+10FFFF). Header text reaches JSON reports (probe-check --json), which need it.
-bool is_utf8(const std::string& s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int more = 0;
-    std::uint32_t cp = 0, min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      more = 1, cp = c & 0x1fu, min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-      more = 2, cp = c & 0x0fu, min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-      more = 3, cp = c & 0x07u, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= static_cast<std::size_t>(more)) return false;
-    for (int k = 1; k <= more; ++k) {
-      const auto t = static_cast<unsigned char>(s[i + k]);
-      if ((t & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (t & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += static_cast<std::size_t>(more) + 1;
-  }
-  return true;
-}
-
 Format parse_format_field(const Reader& r, const std::string& field, const std::string& value) {
   Format f;
   if (!parse_format(value, f)) r.fail(field, "unknown format '" + value + "'");
@@ -113,7 +83,8 @@ Format parse_format_field(const Reader& r, const std::string& field, const std::
 }
 
 ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::string& text, std::uint64_t& cases) {
-  if (!is_utf8(text)) r.fail(prefix + "header", "not UTF-8 text");
+  // Header text reaches JSON reports (probe-check --json), which need UTF-8.
+  if (!is_valid_utf8(text)) r.fail(prefix + "header", "not UTF-8 text");
   std::map<std::string, std::string> kv;
   for (const std::string& line : split(text, '\n')) {
     if (line.empty()) continue;
@@ -131,11 +102,11 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
   auto take_int = [&](const std::string& key, long long lo, long long hi) {
     const std::string v = take(key);
     // Plain digits, as the writer puts them: stoll skipped leading spaces and took '+'.
-    if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      r.fail(prefix + key, "'" + v + "' is not an integer (plain digits)");
     long long x = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    if (ec != std::errc() || end != v.data() + v.size() || x < lo || x > hi)
+    const PlainIntegerError error = read_plain_integer(v, x, false);
+    if (error == PlainIntegerError::not_plain_digits)
+      r.fail(prefix + key, "'" + v + "' is not an integer (plain digits)");
+    if (error == PlainIntegerError::out_of_range || x < lo || x > hi)
       r.fail(prefix + key, "'" + v + "' is not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
     return x;
   };

@@ -280,8 +280,7 @@ DotModel find_dot_model(const DotModelQuery& q, const DotModelWords& w) {
   }
   if (const AmdDotModel* m = find_amd_dot_model(q.name, q.a_input, b)) return DotModel(*m);
   const std::string name(q.name);
-  if (!is_dot_model_name(q.name))
-    throw DotModelError(std::string(w.model) + ": unknown dot model '" + name + "' (see `flashbits models`)");
+  if (!is_dot_model_name(q.name)) throw DotModelError(unknown_dot_model_text(w.model, name));
   const std::string forms = plain_forms(q.name, w);
   throw DotModelError("model " + name + " has no " + format_pair(q.a_input, b) +
                       " input form (that hardware lacks it); it takes " +
@@ -293,6 +292,10 @@ DotModel find_dot_model(std::string_view name, const Format& input, const DotMod
   query.name = name;
   query.a_input = input;
   return find_dot_model(query, words);
+}
+
+std::string unknown_dot_model_text(std::string_view word, std::string_view name) {
+  return std::string(word) + ": unknown dot model '" + std::string(name) + "' (see `flashbits models`)";
 }
 
 bool is_dot_model_name(std::string_view name) {

@@ -146,6 +146,9 @@ DotModel find_dot_model(const DotModelQuery& query, const DotModelWords& words =
 DotModel find_dot_model(std::string_view name, const Format& input, const DotModelWords& words = {});
 // Whether any preset of any family has this name.
 bool is_dot_model_name(std::string_view name);
+// "WORD: unknown dot model 'NAME' (see `flashbits models`)": the one wording, for a line's
+// MODEL and for `dot --model` alike.
+std::string unknown_dot_model_text(std::string_view word, std::string_view name);
 // Every model name, NVIDIA's first (tensor_core_models() order), then AMD's, each once.
 std::vector<std::string_view> dot_model_names();
 

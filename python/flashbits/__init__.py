@@ -245,7 +245,8 @@ class Rounded:
         return f"Rounded(format={self.format!r}, shape={self.bits.shape}, flags={'yes' if self.flags is not None else 'no'})"
 
 
-_DETERMINISTIC_MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto")
+# Mode name -> whether it draws from the stochastic stream (the core's one list).
+_ROUNDING_MODES = _core.rounding_modes()
 
 
 def _rounding_args(fmt, mode, overflow, seed, sr_bits, position, flags):
@@ -256,7 +257,7 @@ def _rounding_args(fmt, mode, overflow, seed, sr_bits, position, flags):
     seed = _int_arg("seed", seed, unsigned=True, optional=True)
     sr_bits = _int_arg("sr_bits", sr_bits, optional=True)
     position = _int_arg("position", position, unsigned=True, optional=True)
-    if mode in _DETERMINISTIC_MODES:  # an unknown mode is the core's error, named as such
+    if _ROUNDING_MODES.get(mode) is False:  # an unknown mode is the core's error, named as such
         for name, v in (("seed", seed), ("sr_bits", sr_bits), ("position", position)):
             if v is not None:
                 raise ValueError(f"{name}: applies to stochastic rounding only (the mode is {mode}, not sr)")

@@ -577,6 +577,13 @@ void register_arrays(pyb::module_& m) {
         operand_bits(api::parse_format_or_throw(fmt, "fmt"), a, name);
       },
       "fmt"_a, "a"_a, "name"_a);
+  // The rounding modes and whether each draws from the stochastic stream (the Python layer
+  // refuses a seed for a mode that draws none, as `op` does), from the one list.
+  m.def("rounding_modes", [] {
+    pyb::dict modes;
+    for (RoundingMode mode : kRoundingModes) modes[pyb::str(std::string(to_string(mode)))] = mode == RoundingMode::sr;
+    return modes;
+  });
   m.def("format_info", &format_info, "fmt"_a);
   m.def("dot_models", &dot_models);
   m.def("_time_round_array", &time_round_array, "x"_a, "fmt"_a, "mode"_a, "reps"_a);
