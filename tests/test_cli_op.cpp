@@ -496,6 +496,17 @@ TEST_CASE("issue 21: op refuses conflicts it used to resolve silently") {
   CHECK(line.err.find("conflicts") != std::string::npos);
 }
 
+TEST_CASE("op: FORMAT and ROUND words given with --format and --round are named as such") {
+  // It read as "add takes 2 operands, got 4" (the bad-input audit).
+  const Run r = flashbits("op add bf16 rne 0x3f80 0x3f80 --format fp16 --round rne");
+  CHECK(r.exit_code == 2);
+  CHECK(one_error_line(r));
+  CHECK(r.err.find("'bf16 rne' are FORMAT and ROUND words, given with --format and --round too") != std::string::npos);
+  // Operands that happen to read as neither are still counted.
+  CHECK(flashbits("op add --format bf16 --round rne 3f80 3f80 3f80").err.find("takes 2 operands, got 3") !=
+        std::string::npos);
+}
+
 TEST_CASE("dot --batch: an unknown --model is named as the option's fault") {
   // It read as every line's fault: "line 1: MODEL 'sm80' differs from --model sm81".
   const Run r = flashbits("dot --batch - --model sm81", "sm80 bf16 0 3f80,3f80 3f80,3f80\n");

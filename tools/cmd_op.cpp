@@ -76,6 +76,13 @@ int run_op(const OpOptions& o) {
     req.format = parse_format_or_throw(o.format, "--format");
     req.spec.mode = parse_mode_or_throw(o.round, "--round");
     std::vector<std::string> operands(o.words.begin() + 1, o.words.end());
+    // The word form's FORMAT ROUND given as well (`op add bf16 rne A B --format fp16 ...`): named
+    // as that, not as "add takes 2 operands, got 4".
+    Format word_format;
+    RoundingMode word_mode{};
+    if (operands.size() >= 2 && parse_format(operands[0], word_format) && parse_rounding_mode(operands[1], word_mode))
+      throw InputError("'" + operands[0] + " " + operands[1] +
+                       "' are FORMAT and ROUND words, given with --format and --round too: give one form");
     if (!operands.empty() && operands.back() == "satfinite") {
       req.spec.overflow = OverflowPolicy::satfinite;
       operands.pop_back();
