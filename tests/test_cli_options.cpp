@@ -865,7 +865,7 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   CHECK(run("--help-all sweep").code == 0);
   // A number beyond the option's type was CLI11's "Could not convert: --jobs = ...".
   check_refused(run("sweep --model fa2-sm80 --jobs 18446744073709551617"),
-                {"--jobs: '18446744073709551617' is outside the range the option takes"});
+                {"--jobs: '18446744073709551617' is outside the range the option takes (INT:1..1024)"});
   // A probe file of no section: FBPROBE1 and a section count of 0.
   const std::string empty_probes = write_file("no_sections.fbp", std::string("FBPROBE1\0\0\0\0", 12));
   check_refused(run("probe-check " + empty_probes), {"no_sections.fbp: holds no section: nothing to check"});

@@ -185,6 +185,11 @@ int run(int argc, char** argv) {
       if (s->parsed()) sub = s;
     std::string where = sub ? sub->get_name() + ": " : "";
     std::string message = plain_parse_message(one_line(e.what()));
+    // A number beyond the option's type: the range its help shows (INT:1..1024).
+    if (const std::string range = "is outside the range the option takes"; sub && message.ends_with(range)) {
+      const CLI::Option* option = sub->get_option_no_throw(message.substr(0, message.find(':')));
+      if (option && !option->get_type_name().empty()) message += " (" + option->get_type_name() + ")";
+    }
     if (!sub && argc < 2) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
