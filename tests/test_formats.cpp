@@ -379,11 +379,12 @@ TEST_CASE("read_plain_integer: an optional minus and digits, nothing else") {
                                                     {"007", 7},
                                                     {"9223372036854775807", LLONG_MAX},
                                                     {"-9223372036854775808", LLONG_MIN}};
-  for (const auto& [word, want] : good) {
+  for (const auto& entry : good) {  // not a structured binding: clang before 16 cannot capture one
+    const char* word = entry.first;
     CAPTURE(word);
     long long got = 1;
     CHECK(fb::read_plain_integer(word, got) == fb::PlainIntegerError::none);
-    CHECK(got == want);
+    CHECK(got == entry.second);
   }
   for (const char* word : {"", "-", "+5", " 5", "5 ", "1e0", "1.0", "-0", "0x10", "5-", "--5", "1_000"}) {
     CAPTURE(word);
