@@ -257,8 +257,9 @@ SweepFile read_sweep_file(const std::string& path) {
       j = parse_json_strict(text);
       if (!j.is_object()) throw InputError(path + ": not a sweep JSON file (expected an object)");
       if (j.contains("run")) file.run = parse_run(j.at("run"), path + ": run");
-      const nlohmann::json& all_rows = member(j, "rows", path);
-      if (!all_rows.is_array()) throw InputError(path + " field rows: expected an array, got " + all_rows.type_name());
+      // Messages start with the file's name, then the place: "FILE: field rows: ...".
+      const nlohmann::json& all_rows = member(j, "rows", path + ":");
+      if (!all_rows.is_array()) throw InputError(path + ": field rows: expected an array, got " + all_rows.type_name());
       for (const auto& r : all_rows) {
         const std::string where = path + ": rows[" + std::to_string(rows.size()) + "]";
         SweepRow s;
