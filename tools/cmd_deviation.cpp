@@ -59,8 +59,7 @@ int run_deviation(const DeviationOptions& o) {
   for (const auto& t : o.tiles.empty() ? std::vector<std::string>{} : split_list(o.tiles, "--tiles")) {
     const auto pair = read_positive_pair(t, "xX");
     if (!pair) throw InputError("--tiles '" + t + "': expected BrxBc, two positive integers and an x, e.g. 64x128");
-    const auto [br, bc] = *pair;
-    tiles.push_back({br, bc});
+    tiles.push_back(*pair);
   }
   if (tiles.empty()) tiles.push_back({0, 0});
   std::vector<attn::ModelHandle> models;

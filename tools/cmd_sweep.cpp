@@ -32,7 +32,6 @@
 #include <sstream>
 #include <optional>
 #include <thread>
-#include <tuple>
 
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
@@ -58,13 +57,10 @@ using Config = SweepCell;
 
 int run_sweep(const SweepOptions& o) {
   check_csv_output(o.csv, o.json);
-  int shard_k = 1, shard_n = 1;
-  if (!o.shard.empty()) {
-    const auto pair = read_positive_pair(o.shard, "/");
-    if (!pair || pair->first > pair->second)
-      throw InputError("--shard '" + o.shard + "': expected K/N with 1 <= K <= N");
-    std::tie(shard_k, shard_n) = *pair;
-  }
+  SweepRun run;  // shard 1/1 unless --shard says otherwise
+  if (!o.shard.empty() && !run.read_shard_text(o.shard))
+    throw InputError("--shard '" + o.shard + "': expected K/N with 1 <= K <= N");
+  const int shard_k = run.shard_k, shard_n = run.shard_n;
   if (o.trials < 1) throw InputError("--trials: expected at least 1");
   if (o.seqlen < 1 || o.headdim < 1) throw InputError("--seqlen and --headdim: expected positive sizes");
   check_problem_size(1, 1, o.seqlen, o.headdim);
@@ -77,10 +73,7 @@ int run_sweep(const SweepOptions& o) {
     throw InputError("--sr-bits applies to stochastic rounding only (--round " + o.rounds + " has no sr)");
   alpha_or_throw(o.alpha);
   at_stake_or_throw(o.at_stake);
-  SweepRun run;
   run.seed = o.seed;
-  run.shard_k = shard_k;
-  run.shard_n = shard_n;
   run.trials = o.trials;
   run.formats = o.formats;
   run.rounds = o.rounds;

@@ -13,7 +13,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <tuple>
 #include <system_error>
 
 #include "api/json_strict.hpp"
@@ -208,10 +207,8 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
       throw InputError(where + " field seed: expected an unsigned integer, got " + seed.dump());
     run.seed = seed.get<std::uint64_t>();
     const std::string shard = json_string(j, "shard", where);
-    const auto pair = read_positive_pair(shard, "/");
-    if (!pair || pair->first > pair->second)
+    if (!run.read_shard_text(shard))
       throw InputError(where + " field shard: '" + shard + "' is not K/N with 1 <= K <= N");
-    std::tie(run.shard_k, run.shard_n) = *pair;
     run.configurations = json_int(j, "configurations", where, 1);
     run.trials = json_int(j, "trials", where, 1, INT_MAX);
     run.formats = json_string(j, "formats", where);

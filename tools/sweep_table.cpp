@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "tools/cli_common.hpp"
 #include "studies/bias_run.hpp"
@@ -18,6 +19,13 @@
 namespace fb::cli {
 
 using namespace sweep_columns;
+
+bool SweepRun::read_shard_text(std::string_view text) {
+  const auto pair = read_positive_pair(text, "/");
+  if (!pair || pair->first > pair->second) return false;
+  std::tie(shard_k, shard_n) = *pair;
+  return true;
+}
 
 void SweepRow::add_trial(const attn::TrialErrors& t) {
   ++trials;

@@ -18,6 +18,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "studies/measure.hpp"
@@ -74,6 +75,9 @@ struct SweepRun {
   double alpha = 1e-3;
   double at_stake = attn::kDefaultAtStakeUlps;  // ulps
   std::string shard_text() const { return std::to_string(shard_k) + "/" + std::to_string(shard_n); }
+  // Reads shard_text's form, "K/N" with 1 <= K <= N in plain digits (--shard and the run
+  // record alike); false, the fields untouched, for anything else.
+  bool read_shard_text(std::string_view text);
 };
 
 // The verdicts use run.alpha and run.at_stake.
