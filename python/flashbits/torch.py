@@ -36,8 +36,11 @@ here they have the one meaning they can have); ``is_causal`` (PyTorch's mask, al
 query i sees keys 0..i, for every model, also when the key length differs from the query
 length: ``flashbits.attention(causal="top-left")``; PyTorch's own SDPA does not dispatch its
 flash kernel for ``is_causal`` with unequal lengths, so an FA2 model there is a what-if);
+``attn_mask=torch.nn.attention.bias.causal_lower_right(L, S)`` (PyTorch's ``CausalBias``: the
+mask aligned bottom-right, key j <= i + S - L, as FlashAttention runs a decoding step;
+``causal_upper_left`` is ``is_causal``; rows without a key are 0, gradients too);
 ``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the
-argument, never a silent fallback: an ``attn_mask``, ``dropout_p`` other than 0, tensors not on
+argument, never a silent fallback: an ``attn_mask`` other than a ``CausalBias``, ``dropout_p`` other than 0, tensors not on
 the CPU, a key head dim
 other than the query's, a value head dim other than the query's (PyTorch allows it; the kernel
 models have one head dim), query, key and value of different dtypes or of batch dimensions or
@@ -144,8 +147,11 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa
     for name, t in (("query", q), ("key", k), ("value", v)):
         _check_tensor(name, t)
     if attn_mask is not None:
-        raise ValueError("attn_mask: a general mask is not modelled by the kernel models; "
-                         "use is_causal=True for the causal mask, or attn_mask=None")
+        if not _is_causal_bias(attn_mask):
+            raise ValueError("attn_mask: a general mask is not modelled by the kernel models; use is_causal=True "
+                             "for the causal mask aligned top-left, torch.nn.attention.bias.causal_lower_right(L, S) "
+                             "for the one aligned bottom-right, or attn_mask=None")
+        _check_causal_bias(attn_mask, is_causal, q, k)
     # numbers.Real: a numpy scalar (np.float32(0.0) from a config array) is a number too.
     dropout_is_number = isinstance(dropout_p, _numbers.Real) and not isinstance(dropout_p, bool)
     if not dropout_is_number or dropout_p != 0:
@@ -189,20 +195,62 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa
             raise ValueError(f"key: {hk} heads do not divide query's {hq} (grouped-query attention)")
 
 
+def _is_causal_bias(attn_mask) -> bool:
+    """Whether attn_mask is PyTorch's ``torch.nn.attention.bias.CausalBias`` (PyTorch >= 2.2),
+    recognised by its class name and attributes so that older PyTorch, which has none, loads."""
+    return type(attn_mask).__name__ == "CausalBias" and all(
+        hasattr(attn_mask, name) for name in ("variant", "seq_len_q", "seq_len_kv"))
+
+
+def _check_causal_bias(bias, is_causal, q, k):
+    # PyTorch's own refusal (CausalBias with is_causal=True), and lengths that are this call's:
+    # PyTorch would materialise a mask of another shape and fail or broadcast it.
+    if is_causal is True:
+        raise ValueError("attn_mask: a CausalBias with is_causal=True; give one of them (PyTorch refuses it too)")
+    variant = getattr(bias.variant, "name", None)
+    if variant not in _CAUSAL_BIAS_ALIGNMENT:
+        raise ValueError(f"attn_mask: CausalBias variant {bias.variant!r} is neither UPPER_LEFT nor LOWER_RIGHT")
+    if (bias.seq_len_q, bias.seq_len_kv) != (q.shape[-2], k.shape[-2]):
+        raise ValueError(f"attn_mask: CausalBias for {bias.seq_len_q} queries and {bias.seq_len_kv} keys, but query "
+                         f"has {q.shape[-2]} rows and key {k.shape[-2]}")
+
+
+# PyTorch's CausalVariant names and flashbits.attention's words for the same masks:
+# UPPER_LEFT keeps key j <= i (is_causal); LOWER_RIGHT keeps j <= i + S - L (its tril with
+# diagonal S - L), the mask FlashAttention >= 2.1 applies when L and S differ.
+_CAUSAL_BIAS_ALIGNMENT = {"UPPER_LEFT": "top-left", "LOWER_RIGHT": "bottom-right"}
+
+
+def _causal_alignment(attn_mask, is_causal):
+    """False, "top-left" or "bottom-right": the mask of a checked call (_check_arguments)."""
+    if attn_mask is not None:
+        return _CAUSAL_BIAS_ALIGNMENT[attn_mask.variant.name]
+    return "top-left" if is_causal else False
+
+
 # ---- the controls: PyTorch's own math attention -----------------------------------------------
-def _math_attention(q, k, v, is_causal, scale, dtype):
-    """softmax(q kᵀ·scale) v computed by PyTorch in ``dtype``, kv heads repeated for GQA."""
+def _math_attention(q, k, v, causal, scale, dtype):
+    """softmax(q kᵀ·scale) v computed by PyTorch in ``dtype``, kv heads repeated for GQA;
+    ``causal`` False, "top-left" or "bottom-right". A row the mask leaves without keys is 0
+    with zero gradients, as PyTorch's math path (its _safe_softmax) writes it."""
     qc, kc, vc = q.to(dtype), k.to(dtype), v.to(dtype)
     if qc.dim() >= 3 and kc.shape[-3] != qc.shape[-3]:
         group = qc.shape[-3] // kc.shape[-3]
         kc = kc.repeat_interleave(group, dim=-3)
         vc = vc.repeat_interleave(group, dim=-3)
     s = _torch.matmul(qc, kc.transpose(-2, -1)) * scale
-    if is_causal:  # PyTorch's is_causal: top-left, query i sees keys j <= i (lengths may differ)
-        mask = _torch.ones(s.shape[-2], s.shape[-1], dtype=_torch.bool).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
-    o = _torch.matmul(_torch.softmax(s, dim=-1), vc)
-    return o.to(q.dtype)
+    if not causal:
+        return _torch.matmul(_torch.softmax(s, dim=-1), vc).to(q.dtype)
+    rows, keys = s.shape[-2], s.shape[-1]
+    # top-left: query i sees keys j <= i; bottom-right: j <= i + keys - rows.
+    offset = 0 if causal == "top-left" else keys - rows
+    hidden = _torch.ones(rows, keys, dtype=_torch.bool).triu(offset + 1)
+    has_key = ~hidden.all(dim=-1, keepdim=True)
+    # A keyless row's scores are set to 0 before the softmax (no NaN enters the graph) and
+    # its weights to 0 after it, so its output and its gradients are 0.
+    s = s.masked_fill(hidden & has_key, float("-inf")).masked_fill(~has_key, 0.0)
+    p = _torch.softmax(s, dim=-1) * has_key
+    return _torch.matmul(p, vc).to(q.dtype)
 
 
 # ---- rounding in and out ----------------------------------------------------------------------
@@ -388,7 +436,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     ``observe`` (for measurements, as the training experiment takes them): a callable given
     once per call a dict with the rounded operands ``q k v`` (arrays of ``format``),
-    ``model``, ``scale``, ``causal`` (False or "top-left"), ``backward``, ``do``, ``result``
+    ``model``, ``scale``, ``causal`` (False, "top-left" or "bottom-right"), ``backward``, ``do``, ``result``
     and ``traces``. A call whose backward can follow (grad mode on, an input that requires
     grad, a model with a backward) is observed after that backward: ``backward`` True, the
     rounded ``do`` and the backward run's ``result`` (a ``flashbits.AttentionResult`` with o,
@@ -412,19 +460,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                          "leave trace out)")
     e = query.shape[-1]
     scale = 1.0 / _math.sqrt(e) if scale is None else float(scale)
+    causal = _causal_alignment(attn_mask, is_causal)  # is_causal is top-left, whatever the lengths
     given = {"recipe": recipe, "sfu": sfu, "dtype": dtype, "seed": seed, "threads": threads, "observe": observe,
              "trace": trace}
     if model in CONTROL_MODELS:
         _refuse_unused(f"the control '{model}' is PyTorch's math attention",
                        ("recipe", "sfu", "dtype", "seed", "threads", "observe", "trace"), given)
-        return _math_attention(query, key, value, is_causal, scale, CONTROL_MODELS[model])
+        return _math_attention(query, key, value, causal, scale, CONTROL_MODELS[model])
     if model == _EXACT:
         _refuse_unused("the exact reference is no kernel model", ("recipe", "sfu", "seed", "threads", "trace"), given)
     recipe = _path_arg("recipe", recipe, optional=True)
     sfu, dtype = _str_arg("sfu", sfu, optional=True), _str_arg("dtype", dtype, optional=True)
     seed = None if seed is None else _int_arg("seed", seed, unsigned=True)
     threads = 1 if threads is None else _int_arg("threads", threads)
-    causal = "top-left" if is_causal else False  # PyTorch's is_causal, whatever the lengths
     if model == _EXACT:
         fmt = "fp32" if dtype is None else dtype
         if fmt.lower() in ("fp64", "f64", "float64", "double"):
@@ -476,7 +524,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if not config["backward"] and gradient_needed:
             raise ValueError(f"model: {formats['model']} has no backward modelled; a gradient was asked for "
                              f"(run it under torch.no_grad(), or pick a model with a backward)")
-        if formats["backward_always_causal"] and not is_causal and gradient_needed:
+        if formats["backward_always_causal"] and not causal and gradient_needed:
             # The op's gradients must be those of its output: these would be another function's.
             raise ValueError(f"model: {formats['model']}'s backward always masks causally (the kernel's backward "
                              f"takes no causal flag), so with is_causal=False its dQ, dK, dV are not the gradients "

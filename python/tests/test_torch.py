@@ -465,14 +465,18 @@ def test_the_exact_models_bad_dtype_is_named_dtype():
 SR_MODEL = "fa2-sm80+o-sr"
 
 
-def _top_left_attention_f64(q, k, v, scale):
-    """softmax(q kᵀ·scale) v in float64 (numpy), each query row i seeing keys j <= i
-    (PyTorch's is_causal, top-left): the reference written here, not flashbits'."""
+def _top_left_attention_f64(q, k, v, scale, offset=0):
+    """softmax(q kᵀ·scale) v in float64 (numpy), each query row i seeing keys j <= i + offset
+    (0: PyTorch's is_causal, top-left; Nk - N: bottom-right), a row without keys 0: the
+    reference written here, not flashbits'."""
     s = np.einsum("...id,...jd->...ij", q, k) * scale
     n, nk = s.shape[-2:]
-    s = np.where(np.arange(nk)[None, :] > np.arange(n)[:, None], -np.inf, s)
-    w = np.exp(s - s.max(axis=-1, keepdims=True))
-    return np.einsum("...ij,...jd->...id", w / w.sum(axis=-1, keepdims=True), v)
+    hidden = np.arange(nk)[None, :] > np.arange(n)[:, None] + offset
+    s = np.where(hidden, -np.inf, s)
+    has_key = ~hidden.all(axis=-1)[:, None]
+    w = np.where(has_key, np.exp(s - np.where(has_key, s.max(axis=-1, keepdims=True), 0)), 0.0)
+    p = w / np.where(has_key, w.sum(axis=-1, keepdims=True), 1.0)
+    return np.einsum("...ij,...jd->...id", p, v)
 
 
 def _binomial_two_sided_p(k, n):
@@ -792,3 +796,77 @@ def test_python_md_lists_every_parameter_with_its_default(function):
         rows = [line for line in f if line.startswith(f"| `{function.__name__}(")]
     assert any(row.startswith("| " + _signature_text(function) + " |") for row in rows), \
         (_signature_text(function), [r[:200] for r in rows])
+
+
+# ---- PyTorch's CausalBias (torch.nn.attention.bias, PyTorch >= 2.2) as attn_mask ----------------
+class _CausalVariant(__import__("enum").IntEnum):
+    """A stand-in for torch.nn.attention.bias.CausalVariant (this machine's PyTorch predates it):
+    the names and attributes PyTorch gives them."""
+    UPPER_LEFT = 1
+    LOWER_RIGHT = 2
+
+
+class CausalBias:  # the class name PyTorch's is
+    def __init__(self, variant, seq_len_q, seq_len_kv):
+        self.variant, self.seq_len_q, self.seq_len_kv = variant, seq_len_q, seq_len_kv
+
+
+@pytest.mark.parametrize("model", ["fa2-sm80", "fa-bf16acc", "correctly-rounded", "exact", "fp64"])
+@pytest.mark.parametrize("n, nk", [(6, 20), (20, 6)])
+def test_causal_lower_right_is_the_bottom_right_mask(model, n, nk):
+    # causal_lower_right(L, S) is the mask a KV-cache decode step runs (PyTorch dispatches it to
+    # FlashAttention's causal kernel, aligned bottom-right); it was refused as a general mask.
+    g = torch.Generator().manual_seed(n * 100 + nk + 7)
+    q, k, v = (torch.randn(1, 2, m, 8, generator=g, dtype=torch.float64) for m in (n, nk, nk))
+    do = torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64)
+    fmt = "fp32" if model == "exact" else "bf16"
+    rounded = [fb.round(t.numpy(), fmt).values for t in (q, k, v)] if model != "fp64" else [t.numpy() for t in (q, k, v)]
+    want = _top_left_attention_f64(*rounded, 1 / math.sqrt(8), offset=nk - n)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, attn_mask=CausalBias(_CausalVariant.LOWER_RIGHT, n, nk),
+                                         model=model)
+    o.backward(do)
+    got = o.detach().numpy()
+    if model in ("correctly-rounded", "exact", "fp64"):
+        bound = _half_ulp_bf16(want) if model == "correctly-rounded" else 1e-12
+        assert np.all(np.abs(got - want) <= bound)
+    else:
+        assert np.max(np.abs(got - want)) < 0.03  # a bf16 kernel's error, not another mask's
+        # ...and the op is the model run with that mask, gradients included, bit for bit.
+        ref = fb.attention(*rounded, model, do=fb.round(do.numpy(), "bf16").values, causal="bottom-right")
+        for got_t, want_t in ((o, ref.o), (leaves[0].grad, ref.dq), (leaves[1].grad, ref.dk), (leaves[2].grad, ref.dv)):
+            np.testing.assert_array_equal(_bits(got_t.detach().numpy()), _bits(want_t))
+    assert np.max(np.abs(want - _top_left_attention_f64(*rounded, 1 / math.sqrt(8)))) > 0.05  # the masks differ here
+    if n > nk:  # rows 0..n-nk-1 see no key: 0, and no gradient flows from them
+        keyless = n - nk
+        assert np.all(got[..., :keyless, :] == 0)
+        assert torch.all(leaves[0].grad[..., :keyless, :] == 0)
+    if model == "fp64":  # the control's gradients are float64 autograd of the reference's mask
+        ref_leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        hidden = torch.ones(n, nk, dtype=torch.bool).triu(nk - n + 1)
+        s = (ref_leaves[0] @ ref_leaves[1].transpose(-2, -1) / math.sqrt(8)).masked_fill(hidden, -math.inf)
+        p = torch.nan_to_num(torch.softmax(s, dim=-1))  # keyless rows: NaN -> 0
+        (p @ ref_leaves[2]).backward(do)
+        for a, b in zip(leaves, ref_leaves):
+            torch.testing.assert_close(torch.nan_to_num(a.grad), torch.nan_to_num(b.grad), rtol=1e-12, atol=1e-12)
+
+
+def test_causal_upper_left_is_is_causal():
+    q, k, v, _ = _inputs((1, 2, 12, 8), 2, seed=3)
+    k, v = k[..., :7, :].contiguous(), v[..., :7, :].contiguous()
+    upper_left = fbt.scaled_dot_product_attention(q, k, v, attn_mask=CausalBias(_CausalVariant.UPPER_LEFT, 12, 7),
+                                                  model="fa2-sm80")
+    is_causal = fbt.scaled_dot_product_attention(q, k, v, is_causal=True, model="fa2-sm80")
+    assert torch.equal(upper_left, is_causal)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"attn_mask": CausalBias(_CausalVariant.LOWER_RIGHT, 8, 8), "is_causal": True}, "CausalBias with is_causal=True"),
+    ({"attn_mask": CausalBias(_CausalVariant.LOWER_RIGHT, 8, 9)}, "for 8 queries and 9 keys, but query has 8 rows and key 8"),
+    ({"attn_mask": CausalBias(3, 8, 8)}, "variant 3 is neither UPPER_LEFT nor LOWER_RIGHT"),
+    ({"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "causal_lower_right"),
+])
+def test_a_causal_bias_that_does_not_fit_the_call_is_refused(kwargs, message):
+    q = torch.randn(1, 1, 8, 8)
+    with pytest.raises(ValueError, match=message):
+        fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", **kwargs)
