@@ -311,6 +311,7 @@ KernelModel fa_bf16acc() {
       "Qiu & Yao's causal mask is placed by q_start = tile*512 - max(Nk - Nq, 0) (top-left when Nq > Nk, "
       "misplaced when Nk > Nq); with Nq != Nk this run applies the engine's causal rule instead (docs/DESIGN.md "
       "§7): their arithmetic, not their mask placement";
+  m.unequal_lengths_note_only_when_causal = true;
   m.description =
       "Qiu & Yao's pure-PyTorch FlashAttention (bf16 autocast): 512x512 tiles, m and l in bf16, each tile's "
       "row sum in fp32 clamped to >= 1e-10 (their clamp(min=EPSILON)), P̄V fp32-accumulated returned bf16, O "
@@ -1408,7 +1409,8 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
     notes.push_back("note: Inductor runs queries under " + std::to_string(km.min_query_rows_run) +
                     " rows through its flex-decoding kernel (flex-decoding-sm90), not this template: this run is the "
                     "template's arithmetic");
-  if (!km.unequal_lengths_note.empty() && shape.query_rows != shape.keys)
+  if (!km.unequal_lengths_note.empty() && shape.query_rows != shape.keys &&
+      (shape.causal || !km.unequal_lengths_note_only_when_causal))
     notes.push_back("note: " + km.unequal_lengths_note);
   if (const KernelModel::TritonTutorialTiles& tt = km.tutorial_tiles; !tt.block_n.empty()) {
     // The H200 captures forced this tile (gpu/capture_paths.py load_tutorial; their metadata's

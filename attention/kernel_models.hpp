@@ -430,6 +430,9 @@ struct KernelModel {
   // tutorial's one N_CTX) or places its mask otherwise (Qiu & Yao's q_start); empty: modelled
   // as the source handles unequal lengths.
   std::string unequal_lengths_note;
+  // The note is about where the source places its causal mask (Qiu & Yao's q_start), so it is
+  // said for causal runs only: without the mask the source handles unequal lengths as modelled.
+  bool unequal_lengths_note_only_when_causal = false;
   // The Triton tutorial's forward tile and its limits (python/tutorials/06-fused-attention.py
   // @003da478): the autotuner tries BLOCK_M x BLOCK_N over `block_m` x `block_n` at run time
   // (configs_tma on sm_90, configs otherwise) and picks by timing, so the tile is not a fact of

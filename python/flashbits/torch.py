@@ -83,6 +83,7 @@ only public APIs.
 """
 from __future__ import annotations
 
+import hashlib as _hashlib
 import math as _math
 import numbers as _numbers
 import os as _os
@@ -229,10 +230,20 @@ def _causal_alignment(attn_mask, is_causal):
 
 
 # ---- the controls: PyTorch's own math attention -----------------------------------------------
-def _math_attention(q, k, v, causal, scale, dtype):
+def _math_attention(q, k, v, causal, scale, dtype, *, under_autocast=False):
     """softmax(q kᵀ·scale) v computed by PyTorch in ``dtype``, kv heads repeated for GQA;
     ``causal`` False, "top-left" or "bottom-right". A row the mask leaves without keys is 0
-    with zero gradients, as PyTorch's math path (its _safe_softmax) writes it."""
+    with zero gradients, as PyTorch's math path (its _safe_softmax) writes it. CPU autocast is
+    turned off, so that a control computes in ``dtype`` inside an autocast region too (it would
+    run the matmuls in bf16); ``under_autocast=True`` leaves it as the caller set it (the
+    training study's bf16-autocast arm: PyTorch's attention in a model under autocast)."""
+    if under_autocast:
+        return _math_attention_as_set(q, k, v, causal, scale, dtype)
+    with _torch.autocast(device_type="cpu", enabled=False):
+        return _math_attention_as_set(q, k, v, causal, scale, dtype)
+
+
+def _math_attention_as_set(q, k, v, causal, scale, dtype):
     qc, kc, vc = q.to(dtype), k.to(dtype), v.to(dtype)
     if qc.dim() >= 3 and kc.shape[-3] != qc.shape[-3]:
         group = qc.shape[-3] // kc.shape[-3]
@@ -273,8 +284,21 @@ def _to_torch(values: _np.ndarray, dtype: _torch.dtype) -> _torch.Tensor:
     """float64 values rounded once (RNE) into a torch dtype: exact when they fit."""
     fmt = _TORCH_FORMAT.get(dtype)
     if dtype == _torch.float64 or fmt is None:
-        return _torch.from_numpy(_np.ascontiguousarray(values)).to(dtype)
+        # A copy: a view would share memory with the engine's result (the O the backward checks,
+        # the gradients handed to observe=), so an in-place edit of the output would reach them.
+        return _torch.tensor(values, dtype=dtype)
     return _torch.from_numpy(_round(values, fmt).values).to(dtype)
+
+
+def _digest(o: _np.ndarray, lse: _np.ndarray) -> bytes:
+    """O's and LSE's bits, hashed: what a backward checks its forward against, without keeping
+    O and LSE for as long as the graph lives."""
+    h = _hashlib.blake2b(digest_size=32)
+    for a in (o, lse):
+        a = _np.ascontiguousarray(a)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.digest()
 
 
 class _EmulatedAttention(_torch.autograd.Function):
@@ -292,52 +316,72 @@ class _EmulatedAttention(_torch.autograd.Function):
             _warn_at_caller(r.warning, ApproximateModelWarning)
         config["forward_traces"] = r.traces
         config["forward_result"] = r
-        ctx.config = config
-        ctx.operands = operands
         config["forward_operands"] = operands
-        ctx.forward = r  # what the kernel keeps for its backward: O, LSE and the engine's state
+        ctx.config = config
+        # What the kernel keeps for its backward (the rounded operands; O, LSE and the engine's
+        # state), until the first backward releases it: a graph kept after its backward (a
+        # logged loss tensor) must not hold every call's state. A second backward through a
+        # retained graph computes it again (_kept_forward).
+        ctx.kept = (operands, r)
+        ctx.forward_digest = _digest(r.o, r.lse)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         # The operands may be views of q, k and v (read in place: bf16, fp16, or fp32 for
         # exact), and every backward reads its forward's inputs again (the kept state is checked
         # against them; exact recomputes from them). Saved so that PyTorch's version counter
         # refuses an in-place change between forward and backward with its own error ("...
         # modified by an inplace operation"), as it does for its own ops, rather than a
-        # gradient of other inputs.
+        # gradient of other inputs; PyTorch frees them after the backward.
         ctx.save_for_backward(q, k, v)
-        # Also kept on ctx: only where they sit in the graph is used, for _NoSecondDerivative.
-        ctx.inputs = (q, k, v)
         return _to_torch(r.o, q.dtype)
 
     @staticmethod
     def backward(ctx, grad_o):
         config = ctx.config
-        ctx.saved_tensors  # noqa: B018 - raises PyTorch's error if q, k or v changed in place since the forward
+        # Raises PyTorch's error if q, k or v changed in place since the forward, or if the graph
+        # was freed by an earlier backward (retain_graph=False).
+        inputs = ctx.saved_tensors
         if not config["backward"]:
             raise RuntimeError(f"flashbits.torch: model {config['model']} has no backward modelled")
+        operands, forward = _kept_forward(ctx, inputs)
         d_o = _as_operand(grad_o, config["input"])
         # The model's backward from its forward's kept state (the engine checks that the state is
         # this run's); the exact reference has none and computes its forward again.
-        if getattr(ctx.forward, "_kept", None) is not None:
-            r = ctx.forward.backward(d_o, threads=config["threads"])
+        if getattr(forward, "_kept", None) is not None:
+            r = forward.backward(d_o, threads=config["threads"])
         else:
-            r = config["run"](*ctx.operands, d_o)
+            r = config["run"](*operands, d_o)
         # Were the backward's O and LSE ever not the forward's, the gradients would belong to
         # another forward: refuse rather than return them.
-        if not (_np.array_equal(r.o, ctx.forward.o, equal_nan=True)
-                and _np.array_equal(r.lse, ctx.forward.lse, equal_nan=True)):
+        if _digest(r.o, r.lse) != ctx.forward_digest:
             raise RuntimeError(f"flashbits.torch: model {config['model']}'s backward recomputed an O or LSE "
                                f"that differs from its forward's")
         grads = (_to_torch(r.dq, ctx.dtypes[0]), _to_torch(r.dk, ctx.dtypes[1]), _to_torch(r.dv, ctx.dtypes[2]))
         _warn_notes(r.notes, config)
         if config.get("observe") is not None:
-            _observe(config, ctx.operands, d_o, r)
+            _observe(config, operands, d_o, r)
         # Grad mode is on inside a backward exactly when its graph is built (create_graph=True):
         # then the gradients hang off a node that refuses a second derivative. Off q, k and v
         # themselves, not only off grad_o: a loss linear in O gives a grad_o that needs no
         # grad, and a node off it alone would be left out of the second derivative silently.
         if _torch.is_grad_enabled():
-            grads = _NoSecondDerivative.apply(*ctx.inputs, grad_o, *grads)
+            grads = _NoSecondDerivative.apply(*inputs, grad_o, *grads)
         return grads + (None,)
+
+
+def _kept_forward(ctx, inputs):
+    """The forward's rounded operands and result for this backward, released from ``ctx``: the
+    first backward takes what the forward kept; a later one (through a graph retained with
+    ``retain_graph=True``) rounds the saved inputs and runs the forward again, keeping its
+    state (the same seed: the run's closure), and the caller checks O and LSE against the
+    forward's digest."""
+    kept, ctx.kept = ctx.kept, None
+    if kept is not None:
+        return kept
+    config = ctx.config
+    operands = tuple(_as_operand(t, config["input"]) for t in inputs)
+    with _ApproximateModelWarningLeftOut():  # the forward's warning was issued once, at its call
+        forward = config["run"](*operands, None, keep_forward=config["keep_forward"])
+    return operands, forward
 
 
 def _observe(config, operands, d_o, result) -> None:
@@ -536,8 +580,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     config.update({"scale": scale, "causal": causal, "observe": observe, "threads": threads, "keep_forward": keep,
                    "trace": trace})
     o = _EmulatedAttention.apply(query, key, value, config)
-    _warn_notes(config["forward_result"].notes, config)
+    # Taken out of config, which the graph's node keeps: the node holds what its backward needs
+    # only until that backward (_kept_forward).
+    forward_result, forward_operands = config.pop("forward_result"), config.pop("forward_operands")
+    _warn_notes(forward_result.notes, config)
     if observe is not None and not keep:
         # No backward can follow this call: its observation is its forward's.
-        _observe(config, config["forward_operands"], None, config["forward_result"])
+        _observe(config, forward_operands, None, forward_result)
     return o

@@ -738,8 +738,16 @@ def attention_for(arm_model: str, recipe_file, threads: int, probe: LayerProbe |
     def control(q, k, v):
         return _fbtorch.scaled_dot_product_attention(q, k, v, is_causal=True, model=CONTROL)
 
-    if arm_model in (CONTROL, LOW_PRECISION):
+    def under_autocast(q, k, v):
+        # The control's math attention, its matmuls as the arm's autocast runs them (bf16): the
+        # fp32 control itself turns autocast off.
+        return _fbtorch._math_attention(q, k, v, "top-left", 1.0 / math.sqrt(q.shape[-1]), torch.float32,
+                                        under_autocast=True)
+
+    if arm_model == CONTROL:
         return control
+    if arm_model == LOW_PRECISION:
+        return under_autocast
     # The op refuses a seed for a model whose arithmetic draws none (it would change nothing).
     seeded = _fbtorch.model_formats(arm_model, None, recipe_file)["seeded"]
 

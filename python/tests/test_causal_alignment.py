@@ -203,3 +203,18 @@ def test_causal_takes_true_false_and_the_two_corners(bare_capture):
 
 def decode_bf16(bits):
     return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("n, nk", [(6, 20), (20, 6)])
+def test_a_note_about_where_a_source_places_its_mask_is_for_causal_runs_only(n, nk):
+    # fa-bf16acc's note says Qiu & Yao place their causal mask by q_start; a call without the
+    # mask (cross-attention, decoding) took it too, as an UnmeasuredShapeWarning per call.
+    rng = np.random.default_rng(n + nk)
+    q, k, v = (fb.round(rng.standard_normal((1, m, D)), "bf16").values for m in (n, nk, nk))
+    plain = fb.attention(q, k, v, "fa-bf16acc", threads=1).notes
+    causal = fb.attention(q, k, v, "fa-bf16acc", causal="bottom-right", threads=1).notes
+    assert not [note for note in plain if "causal mask" in note]
+    assert [note for note in causal if "Qiu & Yao's causal mask is placed by q_start" in note]
+    # The tutorial's note is about its one N_CTX, whatever the mask: it stays.
+    tutorial = fb.attention(q, k, v, "triton-tutorial", dtype="fp16", threads=1).notes
+    assert [note for note in tutorial if "one N_CTX" in note]

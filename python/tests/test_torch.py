@@ -870,3 +870,78 @@ def test_a_causal_bias_that_does_not_fit_the_call_is_refused(kwargs, message):
     q = torch.randn(1, 1, 8, 8)
     with pytest.raises(ValueError, match=message):
         fbt.scaled_dot_product_attention(q, q, q, model="fa2-sm80", **kwargs)
+
+
+# ---- audit: what the op hands out and what its graph keeps ----------------------------------------
+@pytest.mark.parametrize("model", ["fa-bf16acc", "exact"])
+def test_a_float64_output_is_the_callers_own_tensor(model):
+    # A float64 O was a view of the engine's result: editing it in place (autograd allows it:
+    # the op saves q, k and v, not O) made the backward report a recomputed O differing from
+    # its forward's; and q.grad was the result handed to observe=.
+    q, k, v, do = _inputs((1, 2, 12, 8), 2, seed=21, dtype=torch.float64)
+    seen = []
+    kwargs = {} if model == "exact" else {"observe": seen.append}
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, model=model, **kwargs)
+    o.mul_(2)
+    o.backward(do)
+    fresh = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    fbt.scaled_dot_product_attention(*fresh, model=model).backward(2 * do)  # d(2·O) = 2·dO
+    for a, b in zip(leaves, fresh):
+        np.testing.assert_array_equal(_bits(a.grad.numpy()), _bits(b.grad.numpy()))
+    if seen:
+        handed = seen[-1]["result"].dq.copy()
+        leaves[0].grad.zero_()
+        np.testing.assert_array_equal(_bits(seen[-1]["result"].dq), _bits(handed))
+
+
+def test_a_graph_kept_after_its_backward_holds_no_forward_state(monkeypatch):
+    # Logging loss tensors keeps their graphs: each node held its call's rounded operands, O,
+    # LSE and the engine's state after the backward (+422 MiB over 50 steps in the audit).
+    import gc
+    import weakref
+    results = []
+    real = fbt._attention
+
+    def recording(*args, **kwargs):
+        r = real(*args, **kwargs)
+        results.append(weakref.ref(r))
+        return r
+
+    monkeypatch.setattr(fbt, "_attention", recording)
+    q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=22)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, model="fa2-sm80")
+    gc.collect()
+    assert results[0]() is not None  # kept for the backward...
+    o.backward(do)
+    gc.collect()
+    assert o.grad_fn is not None and all(ref() is None for ref in results)  # ...and no longer
+
+
+@pytest.mark.parametrize("model", ["fa2-sm80", "exact"])
+def test_a_retained_graphs_second_backward_gives_the_first_ones_gradients(model):
+    # The first backward releases the forward's state; the second runs that forward again.
+    q, k, v, do = _inputs((1, 2, 16, 8), 2, seed=23)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fbt.scaled_dot_product_attention(*leaves, is_causal=True, model=model)
+    o.backward(do, retain_graph=True)
+    first = [t.grad.clone() for t in leaves]
+    o.backward(do)
+    for t, g in zip(leaves, first):
+        np.testing.assert_array_equal(_bits(t.grad.double().numpy()), _bits((2 * g).double().numpy()))
+    with pytest.raises(RuntimeError, match="second time"):  # PyTorch's own error, graph freed
+        o.backward(do)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_fp32_and_fp64_controls_keep_their_precision_under_autocast(dtype):
+    # CPU autocast ran the fp32 control's matmuls in bf16 (error 3e-3 against float64, silently).
+    q, k, v, _ = _inputs((1, 2, 16, 8), 2, seed=24, dtype=dtype)
+    model = "fp32" if dtype == torch.float32 else "fp64"
+    outside = fbt.scaled_dot_product_attention(q, k, v, model=model)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        inside = fbt.scaled_dot_product_attention(q, k, v, model=model)
+    assert inside.dtype == dtype and torch.equal(inside, outside)
+    want = _top_left_attention_f64(*(t.double().numpy() for t in (q, k, v)), 1 / math.sqrt(8), offset=10 ** 6)
+    assert np.max(np.abs(inside.double().numpy() - want)) < (1e-6 if dtype == torch.float32 else 1e-13)
