@@ -213,7 +213,8 @@ class RowScores {
 
   const double* key(int j) const { return in_.k.row(b_, hk_, j); }
   const double* value(int j) const { return in_.v.row(b_, hk_, j); }
-  const Mp& dot(int j);  // q . k_j, exactly
+  const Mp& dot(int j);                     // q . k_j, exactly
+  int top_key() const { return top_key_; }  // a key of the row's max score
 
  private:
   struct Weights {  // the head's weights e^(s_j - s_top) and the whole denominator, at p bits
@@ -611,17 +612,39 @@ bool decided_by(const Format& f, const RoundPackInput& x, const RoundPackInput& 
   return mpfr_cmp_d(lo, result) > 0 || mpfr_cmp_d(hi, result) < 0 || mpfr_equal_p(lo, hi);
 }
 
+// Thrown by a Compare that cannot decide exactly within its budget (a gradient whose common
+// denominator multiplies out to more than kMaxProducts products).
+struct Undecided : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Where the exact comparison gives up (Undecided), enclosures at these precisions are tried
+// before the error: a value e^-G from a boundary needs about G / ln 2 bits, and keys below
+// e^-11000 enter as weights in [0, 2^-15800] (RowScores), which no precision narrows.
+constexpr mpfr_prec_t kLadderBits[] = {2048, 16384};
+
+// `refine`, where given, is a costlier enclosure tried at kSecondBits before the exact
+// comparison, and in its place on the ladder: one that keeps its precision relative where
+// `enclose` cancels.
 RoundPackInput decide(const Format& f, const RoundingSpec& spec, std::uint64_t position, const Enclose& enclose,
-                      const Compare& compare) {
+                      const Compare& compare, const Enclose* refine = nullptr) {
   Mp lo(kFirstBits), hi(kFirstBits);
-  for (const mpfr_prec_t p : {kFirstBits, kSecondBits}) {
+  auto try_enclosure = [&](const Enclose& e, mpfr_prec_t p) {
     mpfr_set_prec(lo.v, p);
     mpfr_set_prec(hi.v, p);
-    enclose(p, lo.v, hi.v);
-    const RoundPackInput x = from_mpfr(lo.v);
-    if (decided_by(f, x, from_mpfr(hi.v), lo.v, hi.v, spec, position)) return x;
+    e(p, lo.v, hi.v);
+    return decided_by(f, from_mpfr(lo.v), from_mpfr(hi.v), lo.v, hi.v, spec, position);
+  };
+  for (const mpfr_prec_t p : {kFirstBits, kSecondBits})
+    if (try_enclosure(enclose, p)) return from_mpfr(lo.v);
+  if (refine && try_enclosure(*refine, kSecondBits)) return from_mpfr(lo.v);
+  try {
+    return locate(f, spec, lo.v, hi.v, compare);
+  } catch (const Undecided&) {
+    for (const mpfr_prec_t p : kLadderBits)
+      if (try_enclosure(refine ? *refine : enclose, p)) return from_mpfr(lo.v);
+    throw;
   }
-  return locate(f, spec, lo.v, hi.v, compare);
 }
 
 // Whether both ends of [approx - bound, approx + bound] round alike.
@@ -1031,12 +1054,12 @@ auto gradient_bound(const Tensor4* bounds, int b, int h, int r) {
   };
 }
 
-std::runtime_error too_many_terms(const char* what, int b, int h, int r, int c) {
-  return std::runtime_error("correctly-rounded: " + std::string(what) + "[" + std::to_string(b) + "," +
-                            std::to_string(h) + "," + std::to_string(r) + "," + std::to_string(c) +
-                            "] lies too near a rounding boundary for 512-bit intervals, and deciding it exactly would "
-                            "take more than " +
-                            std::to_string(kMaxProducts) + " products of exponential sums");
+Undecided too_many_terms(const char* what, int b, int h, int r, int c) {
+  return Undecided(
+      "correctly-rounded: " + std::string(what) + "[" + std::to_string(b) + "," + std::to_string(h) + "," +
+      std::to_string(r) + "," + std::to_string(c) + "] lies too near a rounding boundary for intervals of up to " +
+      std::to_string(kLadderBits[std::size(kLadderBits) - 1]) + " bits, and deciding it exactly would take more than " +
+      std::to_string(kMaxProducts) + " products of exponential sums");
 }
 
 }  // namespace
@@ -1106,6 +1129,41 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
       enclose_scale(in_, p, s_lo.v, s_hi.v);
       multiply_by_nonnegative(lo, hi, a_lo.v, a_hi.v, s_lo.v, s_hi.v);
     };
+    // The covariance again, as E[(w - w_t)(K - K_t)] - E[w - w_t] E[K - K_t] about the top
+    // key t: where t dominates the row (scores hundreds of nats apart) every term is 0 for t
+    // and tiny for the keys far below, so the enclosure is relative to dQ, about e^-gap,
+    // which the one above loses in 2^-p of E[wK]. Costlier; tried where that one fails.
+    const Enclose enclose_relative = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
+      const auto t = static_cast<std::size_t>(scores.top_key());
+      const Mp k_t = exact_value(column[t]);
+      std::vector<Mp> dw, dk, product;
+      for (int j = 0; j < nk; ++j) {
+        const auto at = static_cast<std::size_t>(j);
+        const Mp k = exact_value(column[at]);
+        dw.emplace_back(MPFR_PREC_MIN);
+        set_exact_difference(dw.back(), w[at].v, w[t].v);
+        dk.emplace_back(MPFR_PREC_MIN);
+        set_exact_difference(dk.back(), k.v, k_t.v);
+        product.push_back(exact_product(dw.back().v, dk.back().v));
+      }
+      Mp a_lo(p), a_hi(p), y_lo(p), y_hi(p), z_lo(p), z_hi(p), t_lo(p), low(p), high(p), s_lo(p), s_hi(p);
+      scores.enclose_mean(exact_key_values(std::move(product)), p, a_lo.v, a_hi.v);
+      scores.enclose_mean(exact_key_values(std::move(dw)), p, y_lo.v, y_hi.v);
+      scores.enclose_mean(exact_key_values(std::move(dk)), p, z_lo.v, z_hi.v);
+      mpfr_set_inf(low.v, 1);
+      mpfr_set_inf(high.v, -1);
+      for (const mpfr_srcptr yx : {y_lo.v, y_hi.v})
+        for (const mpfr_srcptr zx : {z_lo.v, z_hi.v}) {
+          mpfr_mul(t_lo.v, yx, zx, MPFR_RNDD);
+          mpfr_min(low.v, low.v, t_lo.v, MPFR_RNDD);
+          mpfr_mul(t_lo.v, yx, zx, MPFR_RNDU);
+          mpfr_max(high.v, high.v, t_lo.v, MPFR_RNDU);
+        }
+      mpfr_sub(a_lo.v, a_lo.v, high.v, MPFR_RNDD);
+      mpfr_sub(a_hi.v, a_hi.v, low.v, MPFR_RNDU);
+      enclose_scale(in_, p, s_lo.v, s_hi.v);
+      multiply_by_nonnegative(lo, hi, a_lo.v, a_hi.v, s_lo.v, s_hi.v);
+    };
     auto compare = [&](const mpfr_t beta) {
       try {
         if (!row) row = exact_row(in_, b, h, r, w);
@@ -1127,7 +1185,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
       return sign_of_difference(in_, *x, *l_squared, beta, true);
     };
     out[static_cast<std::size_t>(c)] =
-        decide(f, spec, first_position + static_cast<std::uint64_t>(c), enclose, compare);
+        decide(f, spec, first_position + static_cast<std::uint64_t>(c), enclose, compare, &enclose_relative);
   }
   return out;
 }
@@ -1210,24 +1268,32 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
     if (!row.w) row.w = exact_w(in_, b, row.h, row.r, row.nk);
     return *row.w;
   };
-  // Per row: P_j = e^(scale q . k_j - LSE) and dk's w_j - delta, enclosed at p bits.
+  // Per row: P_j = e^(scale q . k_j - LSE) and dk's w_j - delta, enclosed at p bits. The
+  // difference of w_j and the row's delta enclosure errs by that enclosure's width, about
+  // 2^-p of delta plus the long-double bound of the keys far below the max, so where a key
+  // dominates its rows (scores hundreds of nats apart) its w_j - delta, about e^-gap, is
+  // lost in it. `relative` encloses it instead as the mean of the exact differences w_j - w_i
+  // (sum_i P_i = 1), whose terms are 0 for key j and tiny for the keys far below: an
+  // enclosure relative to the value, costlier (each row's weights again, for this key), so
+  // tried only where the first cannot decide.
   struct RowFactors {
     std::vector<Mp> p_lo, p_hi, t_lo, t_hi;
   };
-  std::map<mpfr_prec_t, RowFactors> factors;
-  auto row_factors = [&](mpfr_prec_t p) -> const RowFactors& {
-    if (const auto it = factors.find(p); it != factors.end()) return it->second;
-    RowFactors& rf = factors[p];
+  std::map<std::pair<mpfr_prec_t, bool>, RowFactors> factors;
+  auto row_factors = [&](mpfr_prec_t p, bool relative) -> const RowFactors& {
+    if (const auto it = factors.find({p, relative}); it != factors.end()) return it->second;
+    RowFactors& rf = factors[{p, relative}];
     Mp s_lo(p), s_hi(p), score_lo(p), score_hi(p), x(p);
     enclose_scale(in_, p, s_lo.v, s_hi.v);
     for (KeyRows::Row* row : seeing) {
-      if (row->enclosures.empty()) {
+      if (!row->enclosures.contains(p)) {  // both usual precisions at once, a ladder's alone
         RowScores scores(in_, b, row->h, row->r, row->nk);
         const KeyValues w_values = exact_key_values(exact_copies(w_of(*row)));
-        for (const mpfr_prec_t precision : {kFirstBits, kSecondBits}) {
-          KeyRows::Enclosure& e = row->enclosures.try_emplace(precision, precision).first->second;
-          scores.enclose_lse(precision, e.lse_lo.v, e.lse_hi.v);
-          scores.enclose_mean(w_values, precision, e.delta_lo.v, e.delta_hi.v);
+        for (const mpfr_prec_t precision : {kFirstBits, kSecondBits, p}) {
+          const auto [it, made] = row->enclosures.try_emplace(precision, precision);
+          if (!made) continue;
+          scores.enclose_lse(precision, it->second.lse_lo.v, it->second.lse_hi.v);
+          scores.enclose_mean(w_values, precision, it->second.delta_lo.v, it->second.delta_hi.v);
         }
       }
       const KeyRows::Enclosure& e = row->enclosures.at(p);
@@ -1241,7 +1307,17 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
       mpfr_exp(rf.p_hi.back().v, x.v, MPFR_RNDU);
       rf.t_lo.emplace_back(p);
       rf.t_hi.emplace_back(p);
-      if (dk) {
+      if (dk && relative) {
+        const std::vector<Mp>& w = w_of(*row);
+        std::vector<Mp> differences;  // w_j - w_i, exactly
+        differences.reserve(w.size());
+        for (const Mp& w_i : w) {
+          differences.emplace_back(MPFR_PREC_MIN);
+          set_exact_difference(differences.back(), w[static_cast<std::size_t>(j)].v, w_i.v);
+        }
+        RowScores(in_, b, row->h, row->r, row->nk)
+            .enclose_mean(exact_key_values(std::move(differences)), p, rf.t_lo.back().v, rf.t_hi.back().v);
+      } else if (dk) {
         const Mp& w = w_of(*row)[static_cast<std::size_t>(j)];
         mpfr_sub(rf.t_lo.back().v, w.v, e.delta_hi.v, MPFR_RNDD);
         mpfr_sub(rf.t_hi.back().v, w.v, e.delta_lo.v, MPFR_RNDU);
@@ -1249,6 +1325,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
     }
     return rf;
   };
+  bool too_many_products = false;
   for (const int c : undecided) {
     // The rows whose term is exactly 0 leave the sum: dO_c = 0 (dV); q_c = 0 or every
     // dP - delta 0 (dK).
@@ -1268,8 +1345,8 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
       const KeyRows::Row& row = *seeing[i];
       return dk ? in_.q.at(b, row.h, row.r, c) : in_.d_o->at(b, row.h, row.r, c);
     };
-    auto enclose = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
-      const RowFactors& rf = row_factors(p);
+    auto enclose_with = [&](bool relative, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
+      const RowFactors& rf = row_factors(p, relative);
       Mp t_lo(p), t_hi(p), term_lo(p), term_hi(p), s_lo(p), s_hi(p);
       mpfr_set_zero(lo, 1);
       mpfr_set_zero(hi, 1);
@@ -1293,9 +1370,14 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
         multiply_by_nonnegative(lo, hi, t_lo.v, t_hi.v, s_lo.v, s_hi.v);
       }
     };
+    const Enclose enclose = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) { enclose_with(false, p, lo, hi); };
+    const Enclose enclose_relative = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) { enclose_with(true, p, lo, hi); };
     // X / Y: the rows' terms over a common denominator, rows of equal l sharing theirs.
     std::optional<std::pair<ExpSum, ExpSum>> ratio;
     auto compare = [&](const mpfr_t beta) {
+      // The products' count depends on the rows' denominators, not on the column: once too
+      // many for one column of this key, for all of them (each attempt is costly).
+      if (too_many_products) throw too_many_terms(dk ? "dK" : "dV", b, hk, j, c);
       if (!ratio) {
         try {
           const Mp zero = exact_value(0.0), one = exact_value(1.0);
@@ -1333,13 +1415,14 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
           }
           ratio.emplace(std::move(x), std::move(y));
         } catch (const TooManyTerms&) {
+          too_many_products = true;
           throw too_many_terms(dk ? "dK" : "dV", b, hk, j, c);
         }
       }
       return sign_of_difference(in_, ratio->first, ratio->second, beta, dk);
     };
-    out[static_cast<std::size_t>(c)] =
-        decide(f, spec, first_position + static_cast<std::uint64_t>(c), enclose, compare);
+    out[static_cast<std::size_t>(c)] = decide(f, spec, first_position + static_cast<std::uint64_t>(c), enclose, compare,
+                                              dk ? &enclose_relative : nullptr);
   }
   return out;
 }

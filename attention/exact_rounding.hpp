@@ -40,11 +40,13 @@
 //    (dV: X - b Y), multiplied out exactly. Rows with the same denominator (the same scores,
 //    e.g. equal query rows) share it, and a gradient constant across a row's keys (equal
 //    keys for dQ, equal w = dO . V_j for dQ and dK) is exactly zero without multiplying out.
-//    More than 2^18 products of terms, or no decision at 2^16 bits, throws: a value too
-//    near a boundary for 512-bit intervals. Random inputs get there once a row's scores span
-//    hundreds of nats: the dK of a key that dominates its rows cancels to about e^-gap, far
-//    below the intervals' width and the long-double bound of the keys more than 50 below the
-//    max (normal q, v at 8x8 with k scaled x1000 throw in every seed tried).
+//    Where multiplying out would take more than 2^18 products of terms, enclosures at 2048
+//    and 16384 bits are tried instead; a value still undecided, or no decision at 2^16 bits,
+//    throws. Rows whose scores span thousands of nats get near that: dQ and a dominant
+//    key's dK cancel to about e^-gap, so each is also enclosed relative to its value (dQ's
+//    covariance about the top key, dK's w_j - delta as the mean of the exact w_j - w_i)
+//    before the exact comparison; and sums of bf16 dO land on bf16 midpoints missed by
+//    e^-gap (dV), which the wider enclosures place.
 //
 // Contract:
 // - ExactRounding(in, exact) reads the inputs and exact_attention()'s outputs of the same
