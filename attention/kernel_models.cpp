@@ -1126,7 +1126,18 @@ bool KernelModel::hardware_validated() const {
   auto dot_ok = [](const DotSpec& d) {
     return d.kind != DotKind::tensor_core || (d.dot.valid() && d.dot.hardware_validated());
   };
+  // A model with no tensor-core step and no special function holds nothing those measurements
+  // cover: its arithmetic (IEEE operations in an order it assumes, as standard-fp32's
+  // pairwise softmax sum) is measured only where a capture replays it, and none does. It was
+  // reported as measured, vacuously.
+  if (!has_hardware_steps()) return false;
   return dot_ok(score_dot) && dot_ok(pv_dot) && sfu_hardware_measured(*this);
+}
+
+bool KernelModel::has_hardware_steps() const {
+  return score_dot.kind == DotKind::tensor_core || pv_dot.kind == DotKind::tensor_core ||
+         uses_special_function(*this, SpecialFunction::ex2) || uses_special_function(*this, SpecialFunction::rcp) ||
+         uses_special_function(*this, SpecialFunction::lg2);
 }
 
 bool sfu_hardware_measured(const KernelModel& km) {

@@ -537,8 +537,12 @@ struct KernelModel {
   // Which of the forward's P̄ exponentials go through the software exp2 in a run of this
   // shape (`q_heads_per_kv_head` > 1: grouped-query attention).
   SoftwareExp2Split software_exp2_split(int head_dim, bool causal, int seqlen_q, int q_heads_per_kv_head) const;
-  // Whether every part of the recipe was measured on hardware (SFUs, tensor cores).
+  // Whether every part of the recipe was measured on hardware (SFUs, tensor cores); false for
+  // a model with neither (has_hardware_steps), whose arithmetic no measurement covers.
   bool hardware_validated() const;
+  // Whether the recipe has a tensor-core dot or evaluates a special function: the steps the
+  // hardware measurements (probes, SFU tables) cover.
+  bool has_hardware_steps() const;
 };
 
 // The format O leaves a kernel in, i.e. what AttentionOutputs::o holds: the output dtype for

@@ -189,6 +189,16 @@ AttentionInputs make_scenario(std::string_view name, std::uint64_t seed, int bat
   if (name == "wide-ties" && head_dim > 0 && head_dim < 3)
     throw std::invalid_argument("scenario wide-ties: head dim " + std::to_string(head_dim) +
                                 ": its ties are built from features 0, 1 and 2 (head dim 3 or more)");
+  // sink, ties and wide-ties are built on the tie of keys 0 and 1 (wide-ties' untied rows on
+  // key 2 as well): with fewer keys there is no tie to test, and a verdict on it would be
+  // about another problem.
+  const int keys = seqlen_k > 0 ? seqlen_k : seqlen;
+  const int keys_needed = name == "wide-ties" ? 3 : name == "sink" || name == "ties" ? 2 : 0;
+  if (keys > 0 && keys < keys_needed)
+    throw std::invalid_argument("scenario " + std::string(name) + ": " + std::to_string(keys) + " key" +
+                                (keys == 1 ? "" : "s") + ": its rows tie keys 0 and 1" +
+                                (name == "wide-ties" ? " or lift key 2 above them" : "") + " (" +
+                                std::to_string(keys_needed) + " keys or more)");
   // Another key length: the square problem of the longer length, q (and dO) its last seqlen
   // rows, k and v its first seqlen_k rows.
   const int nk = seqlen_k > 0 ? seqlen_k : seqlen, n = std::max(seqlen, nk);

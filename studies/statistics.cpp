@@ -132,8 +132,11 @@ BiasStatistics summarize_moments(std::size_t n, double mean, double stddev, std:
   s.ci_low = s.mean - t_crit * se;
   s.ci_high = s.mean + t_crit * se;
   if (se == 0.0) {
+    // Every sample equal: t = ±inf whatever n, no evidence of its own (8 samples of +1 ulp
+    // read as p = 0). The evidence is the exact sign test's: n samples, each the mean, so of
+    // one sign (known so also where the sign counts were not kept, as for sums).
     s.t_statistic = s.mean == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), s.mean);
-    s.p_t = s.mean == 0.0 ? 1.0 : 0.0;
+    s.p_t = s.mean == 0.0 ? 1.0 : binomial_two_sided_p(n, n);
   } else {
     s.t_statistic = s.mean / se;
     s.p_t = 2.0 * student_t_cdf(-std::fabs(s.t_statistic), dof);

@@ -4,7 +4,9 @@
 // with a (1 - alpha) confidence interval (Student t), the two-sided one-sample t-test
 // p-value against zero, the two-sided exact sign-test p-value (zeros dropped), the
 // smallest bias the run could detect at level alpha with 80% power, and the verdict
-// (biased when the t-test p-value is below alpha). Pure functions, no state.
+// (biased when the t-test p-value is below alpha). Where every sample is equal and nonzero the
+// t test degenerates (t = ±inf) and p_t is the exact sign test's of n samples of one sign,
+// 2^(1-n), so that eight samples of +1 ulp are not "p = 0". Pure functions, no state.
 //
 // Aggregators over a run (issue #4): summarize_row() folds a traced row's per-tile story
 // into totals; ErrorHistogram bins signed errors in ulps; stage_histograms() measures a

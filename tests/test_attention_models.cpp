@@ -926,3 +926,19 @@ TEST_CASE("a kept forward runs only its own backward: any other run is refused, 
   partial.only_rows = {{0, 0, 1}};
   CHECK_THROWS_AS(run_attention(model, in, partial), std::invalid_argument);
 }
+
+// Found by the fifth verdict audit: standard-fp32 and the golden fp32/fp64 models, which have no
+// tensor-core dot and evaluate no special function, counted as measured on hardware (nothing
+// unmeasured to find), and bias-test printed "its tensor cores and SFUs were measured on
+// hardware" beside an assumed reduction order. A model is validated only where it has steps
+// the measurements cover, and all of them are measured.
+TEST_CASE("a model without tensor-core or special-function steps is not validated on hardware") {
+  for (const char* name : {"standard-fp32", "golden-fp32-flash", "golden-fp64-flash"}) {
+    CAPTURE(name);
+    const ModelHandle m = parse_kernel_model(name, formats::bf16);
+    CHECK_FALSE(m.recipe->has_hardware_steps());
+    CHECK_FALSE(m.recipe->hardware_validated());
+  }
+  // A tensor-core model has such steps (whether they were measured is its dots' and SFUs' own).
+  CHECK(parse_kernel_model("pytorch-fa2-sm90", formats::bf16).recipe->has_hardware_steps());
+}

@@ -152,3 +152,23 @@ TEST_CASE("wide-ties: ~59% of rows tied at maxima spread over [-11.5, 17], other
     CHECK(std::fabs(std::sqrt(sq / count - mean * mean) - 0.25) < 0.02);
   }
 }
+
+// Found by the fifth verdict audit: `bias-test --scenario sink --seqlen 1` gave a verdict ("equal
+// to its floor in every sample") on a problem with no tie: one key cannot tie with another.
+TEST_CASE("the tie scenarios need the keys their ties are built on") {
+  for (const char* name : {"sink", "ties", "wide-ties"}) {
+    CAPTURE(name);
+    try {
+      make_scenario(name, 1, 1, 1, 1, 8, formats::bf16, false);
+      FAIL("one key was accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("1 key: its rows tie keys 0 and 1") != std::string::npos);
+    }
+    // Another key length counts, not the query length: 4 queries over 1 key are refused too.
+    CHECK_THROWS_AS(make_scenario(name, 1, 1, 1, 4, 8, formats::bf16, false, 0, 1), std::invalid_argument);
+  }
+  CHECK_THROWS_AS(make_scenario("wide-ties", 1, 1, 1, 2, 8, formats::bf16, false), std::invalid_argument);
+  CHECK_NOTHROW(make_scenario("sink", 1, 1, 1, 2, 8, formats::bf16, false));
+  CHECK_NOTHROW(make_scenario("wide-ties", 1, 1, 1, 3, 8, formats::bf16, false));
+  CHECK_NOTHROW(make_scenario("random", 1, 1, 1, 1, 8, formats::bf16, false));
+}

@@ -130,7 +130,12 @@ TEST_CASE("summarize_false_positive_rate_within_binomial_bound") {
 TEST_CASE("summarize_edge_cases") {
   CHECK_FALSE(fb::attn::summarize({}, 1e-3).biased);
   CHECK_FALSE(fb::attn::summarize({0.0, 0.0, 0.0}, 1e-3).biased);
+  // Equal samples: t = inf is no evidence of its own; the p-value is the exact sign test's,
+  // n samples of one sign (Boost's binomial): 4 of them are not significant, 12 are.
   const auto constant = fb::attn::summarize({0.5, 0.5, 0.5, 0.5}, 1e-3);
-  CHECK(constant.biased);
-  CHECK(constant.p_t == 0.0);
+  CHECK(constant.p_t == doctest::Approx(2.0 * boost::math::pdf(boost::math::binomial(4, 0.5), 4)).epsilon(1e-12));
+  CHECK_FALSE(constant.biased);
+  const auto twelve = fb::attn::summarize(std::vector<double>(12, -0.5), 1e-3);
+  CHECK(twelve.p_t == doctest::Approx(2.0 * boost::math::pdf(boost::math::binomial(12, 0.5), 0)).epsilon(1e-12));
+  CHECK(twelve.biased);
 }

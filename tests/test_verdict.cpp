@@ -145,7 +145,8 @@ TEST_CASE("direction: a floor whose mean is noise gives no direction; its sample
 TEST_CASE("power: too few samples, zero variance and a wide interval are inconclusive") {
   // Two trials whose excess happens to be equal: t = inf, yet no evidence.
   CHECK(compare_with_floor({0.5, 0.7}, {0.25, 0.45}, 1e-3, 0.02).verdict == Verdict::inconclusive);
-  // Enough samples, zero variance of a nonzero excess.
+  // Enough samples, zero variance of a nonzero excess: t = inf is no evidence, the sign test
+  // is (20 samples of one sign, p = 2^-19 by Boost's binomial), and the verdict goes on.
   std::vector<double> k(20), f(20);
   for (int i = 0; i < 20; ++i) {
     f[i] = 0.25 * i;  // dyadic: k - f is exactly 0.5 in every sample
@@ -153,7 +154,9 @@ TEST_CASE("power: too few samples, zero variance and a wide interval are inconcl
   }
   const FloorComparison zero_var = compare_with_floor(k, f, 1e-3, 0.02);
   CHECK(zero_var.excess.stddev == 0);
-  CHECK(zero_var.verdict == Verdict::inconclusive);
+  const boost::math::binomial fair20(20, 0.5);
+  CHECK(zero_var.excess.p_t == doctest::Approx(2.0 * boost::math::pdf(fair20, 20)).epsilon(1e-12));
+  CHECK(zero_var.verdict == Verdict::adds_bias);
   // Ten copies of one sample whose value is no dyadic fraction of n: the fp64 mean,
   // sum / 10, misses the value by an ulp, and a spread of that ulp gave t ~ 1e16 and
   // "adds bias" (ten copies of one capture under bias-test --traces).
@@ -164,8 +167,8 @@ TEST_CASE("power: too few samples, zero variance and a wide interval are inconcl
   const FloorComparison copies =
       compare_with_floor(std::vector<double>(10, copy_k), std::vector<double>(10, copy_f), 1e-3, 0.02);
   CHECK(copies.excess.stddev == 0);
-  CHECK(copies.verdict == Verdict::inconclusive);
-  CHECK(copies.reason.find("zero variance") != std::string::npos);
+  CHECK(copies.verdict == Verdict::inconclusive);  // ten of one sign: p = 2^-9, above alpha
+  CHECK(copies.reason.find("in every sample: with no spread only the sign test decides") != std::string::npos);
   // Noise of 3 ulp per trial over 16 trials: no bias seen, but none of 0.02 ulp could be.
   const Pairs wide = draw(16, 0.0, 0.0, 3.0, 6);
   std::vector<double> noisy = wide.kernel;
@@ -239,7 +242,9 @@ TEST_CASE("moments form: equal samples have zero spread, as the samples form fin
       CHECK(from_sums.excess.stddev == 0.0);
       CHECK(from_sums.kernel.stddev == 0.0);
       CHECK(from_sums.distance.stddev == 0.0);
-      CHECK(from_samples.verdict == Verdict::inconclusive);
+      // Up to 10 samples the sign test (p = 2^(1-n)) stays above alpha; from 11 it decides: the
+      // kernel's positive error against the floor's negative one lies further from zero.
+      CHECK(from_samples.verdict == (n <= 10 ? Verdict::inconclusive : Verdict::adds_bias));
       CHECK(from_sums.verdict == from_samples.verdict);
     }
   }
@@ -345,4 +350,63 @@ TEST_CASE("an added bias below the size at stake is still added, and the reason 
   const FloorComparison small_stake = compare_with_floor(kernel, floor, 1e-3, 1e-5);
   CHECK(small_stake.verdict == Verdict::adds_bias);
   CHECK(small_stake.reason.find("below the") == std::string::npos);
+}
+
+// Found by the fifth verdict audit: a capture +1 ulp off in every element of 12 heads printed
+// t = inf, p < 1e-300, "mean differs from 0", then "inconclusive: zero variance" (exit 4),
+// while the same kernel made slightly LESS biased (one sample jittered) got "adds bias" (exit
+// 1). The p-value of equal samples is the sign test's, and both now add bias.
+TEST_CASE("a kernel off by one ulp in every sample adds bias, as one with jitter does") {
+  std::vector<double> floor(12), kernel(12);
+  for (int i = 0; i < 12; ++i) {
+    floor[i] = 0.01 * std::sin(2.0 * i);  // the floor's error: noise about 0, no two alike
+    kernel[i] = floor[i] + 1.0;
+  }
+  const FloorComparison constant = compare_with_floor(kernel, floor, 1e-3, 0.05);
+  REQUIRE(constant.excess.stddev == 0);
+  const boost::math::binomial fair12(12, 0.5);
+  CHECK(constant.excess.p_t == doctest::Approx(2.0 * boost::math::pdf(fair12, 12)).epsilon(1e-12));
+  CHECK(constant.verdict == Verdict::adds_bias);
+  kernel[5] = floor[5] + 0.9;  // less biased, with a spread
+  CHECK(compare_with_floor(kernel, floor, 1e-3, 0.05).verdict == Verdict::adds_bias);
+  FloorMoments m;  // the sums (sweep, merge) decide alike
+  for (int i = 0; i < 12; ++i) m.add(floor[i] + 1.0, floor[i]);
+  CHECK(compare_with_floor(m, 1e-3, 0.05).verdict == Verdict::adds_bias);
+}
+
+// Found by the fifth verdict audit: "less biased than B" was given for an improvement whose
+// estimate (0.107 ulp) reached the 0.1 at stake while its interval reached down to 0.012: the
+// interval's bound decides, as it does on the other side ("by at most").
+TEST_CASE("less biased needs the improvement's interval, not its estimate, to reach the size at stake") {
+  Pairs p;
+  for (int i = 0; i < 8; ++i) {
+    const double f = -0.5 + 0.01 * std::sin(3.0 * i);  // the floor errs by -0.5 ulp
+    p.floor.push_back(f);
+    p.kernel.push_back(f + 0.11 + 0.03 * std::cos(1.7 * i));  // about 0.11 ulp closer to zero
+  }
+  const FloorComparison few = compare_with_floor(p.kernel, p.floor, 1e-3, 0.1);
+  REQUIRE(few.excess.p_t < 1e-3);
+  REQUIRE(-few.distance.mean >= 0.1);    // the estimate reaches the size at stake...
+  REQUIRE(-few.distance.ci_high < 0.1);  // ...its interval does not
+  CHECK(few.verdict == Verdict::no_detectable_bias);
+  CHECK(few.reason.find("not shown to reach the 0.1 ulp at stake") != std::string::npos);
+  // With the interval above the size at stake, it is less biased.
+  CHECK(compare_with_floor(p.kernel, p.floor, 1e-3, 0.05).verdict == Verdict::less_biased_than_floor);
+}
+
+// Found by the fifth verdict audit: an excess detected (+0.059 ulp, p = 7e-7) beside "no
+// detectable added bias" read as a contradiction; the excess carried the error across zero.
+TEST_CASE("an excess that carries the error across zero says so beside no detectable added bias") {
+  Pairs p;
+  for (int i = 0; i < 30; ++i) {
+    const double f = -0.04 + 0.01 * std::sin(3.0 * i);
+    p.floor.push_back(f);
+    p.kernel.push_back(f + 0.06 + 0.06 * std::cos(1.3 * i));  // about +0.02: across zero, closer to it
+  }
+  const FloorComparison c = compare_with_floor(p.kernel, p.floor, 1e-3, 0.05);
+  REQUIRE(c.excess.p_t < 1e-3);
+  REQUIRE(c.floor.p_t < 1e-3);    // the floor's sign is established...
+  REQUIRE(c.kernel.p_t >= 1e-3);  // ...the kernel's is not (as in the audit's run)
+  CHECK(c.verdict == Verdict::no_detectable_bias);
+  CHECK(c.reason.find("the excess carries the error across zero") != std::string::npos);
 }

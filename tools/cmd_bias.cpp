@@ -50,12 +50,26 @@ void print_spread(const char* what, const attn::ValueSpread& s) {
 }
 
 void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
+  if (s.n == 0) {  // every sample left out (non-finite outputs): no mean either
+    std::printf("%-6s n=0  (no finite sample: no mean, no interval, no t test)  -> %s\n", what,
+                attn::stat_verdict(s, run_has_verdict).c_str());
+    return;
+  }
   if (!s.has_spread()) {
     std::printf(
         "%-6s n=%zu  mean %+.4g ulp  (one sample: no interval, no t test)  sign +%zu/-%zu p=%s\n"
         "       min detectable: none with one sample  -> %s\n",
         what, s.n, s.mean, s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
         attn::stat_verdict(s, run_has_verdict).c_str());
+    return;
+  }
+  if (!(s.stddev > 0.0) && s.mean != 0.0) {  // p_t is the sign test's there (statistics.hpp)
+    std::printf(
+        "%-6s n=%zu  mean %+.4g ulp in every sample (no spread: no interval; t=%s, so p is the sign test's)  sign "
+        "+%zu/-%zu p=%s\n"
+        "       min detectable: none without spread  -> %s\n",
+        what, s.n, s.mean, s.t_statistic > 0 ? "+inf" : "-inf", s.positives, s.negatives,
+        attn::p_value_text(s.p_sign).c_str(), attn::stat_verdict(s, run_has_verdict).c_str());
     return;
   }
   std::printf(

@@ -838,8 +838,14 @@ class BiasTestResult(dict):
     def biased(self) -> bool:
         """True when the kernel adds bias, False when it adds none (``less biased ...`` or ``no
         detectable added bias``); a ``ValueError`` when the test decided nothing
-        (``inconclusive``, or no verdict on a non-finite output), which False would pass as unbiased."""
+        (``inconclusive``, or no verdict on a non-finite output), which False would pass as unbiased;
+        also a ``ValueError`` for a test run ``against=`` another model, whose verdict is relative to
+        that model's own bias (False there passed fa-bf16acc against a copy of itself)."""
         verdict = self["verdict"]
+        if self.get("relative_to"):
+            raise ValueError(f"biased: this test compared with {self['relative_to']}, which has a bias of its own, "
+                             f"not with the floor; its verdict ({verdict}) is relative to {self['relative_to']}: "
+                             f"read .verdict, or run bias_test without against= for the kernel's own")
         if verdict == "adds bias":
             return True
         if verdict in ("no detectable added bias", "less biased than its format's floor"):

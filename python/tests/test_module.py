@@ -619,6 +619,16 @@ def test_biased_is_only_a_decided_verdict():
     assert fb.bias_test("correctly-rounded", "sink", trials=8, seqlen=32, headdim=16).biased is False
 
 
+# Found by the fifth verdict audit: against= a copy of itself, fa-bf16acc (O 32/32 trials
+# negative, -0.098 ulp) was `biased` False: the verdict is relative to the other model.
+def test_biased_refuses_a_verdict_relative_to_another_model():
+    r = fb.bias_test("fa-bf16acc", "sink", against="fa-bf16acc+o-rne", trials=16, seqlen=64, headdim=32)
+    assert r.relative_to == "fa-bf16acc" and r.verdict == "no detectable added bias"  # +o-rne is its default
+    assert r.o.mean_ulps < -0.05  # the kernel's own O error: biased against exact
+    with pytest.raises(ValueError, match=r"biased: this test compared with fa-bf16acc, which has a bias of its own"):
+        r.biased
+
+
 # Found by the fourth bad-input audit: a compressed capture that decompresses past the memory a
 # process may use ended in "internal error: std::bad_alloc" (exit 3, which means a bug). It is
 # bad input for this machine: exit 2, one line.
