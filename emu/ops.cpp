@@ -69,17 +69,20 @@ Rounded zero_result(const Format& f, bool negative) {
   std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
   int exponent = exp_field - 1075;
   if (lo == 0.0) return {negative, exponent, sig, false};
-  // Express the value on a grid four times finer than hi's ulp: lo is within half
-  // an ulp, so its grid part is -2..2 and the rest becomes the sticky bit.
-  // Multiplying by a power of two is exact, as ldexp is; 0 <= t <= 2, so
-  // truncation is floor.
-  const int scale = 2 - exponent;
+  // Express the value on a grid 2^11 times finer than hi's ulp (the 53-bit significand then
+  // fills 64 bits): lo is within half an ulp, so its grid part is -2^10..2^10 and the rest
+  // becomes the sticky bit. Stochastic rounding reads up to 32 discarded bits below a 24-bit
+  // significand, 56 bits in all: a grid of 2 extra bits (55) dropped the lowest of them, so
+  // fp32 add and fma with --sr-bits 31 or 32 missed carries. Multiplying by a power of two
+  // is exact, as ldexp is; 0 <= t <= 2^10, so truncation is floor.
+  constexpr int kGridBits = 11;
+  const int scale = kGridBits - exponent;
   const double t =
       is_normal_power_of_two_exponent(scale) ? std::fabs(lo) * power_of_two(scale) : std::fabs(std::ldexp(lo, scale));
   const std::uint64_t whole = static_cast<std::uint64_t>(t);
   const bool fractional = t != static_cast<double>(whole);
-  sig <<= 2;
-  exponent -= 2;
+  sig <<= kGridBits;
+  exponent -= kGridBits;
   if (std::signbit(lo) == negative) {
     sig += whole;
   } else {
@@ -89,6 +92,51 @@ Rounded zero_result(const Format& f, bool negative) {
 }
 
 int leading_exponent(const ExactValue& v) { return v.exponent + 63 - std::countl_zero(v.significand); }
+
+// Whether a rounding reads more of the exact value than fp64's 53 bits hold: stochastic
+// rounding's decision reads sr_bits discarded bits below the format's precision. A quotient
+// or root computed in fp64 (53 bits and the sign of its remainder) then loses some of them.
+bool reads_beyond_fp64(const Format& f, const RoundingSpec& spec) {
+  return spec.mode == RoundingMode::sr && f.precision() + spec.sr_bits > 53;
+}
+
+// A finite nonzero double as significand * 2^exponent (53-bit significand: operands are
+// normal doubles, operand_value).
+struct DoubleParts {
+  std::uint64_t significand;
+  int exponent;
+};
+DoubleParts parts_of(double x) {
+  const std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
+  return {(bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52),
+          static_cast<int>((bits >> 52) & 0x7ff) - 1075};
+}
+
+// |x / y| truncated to 63 or 64 bits, the remainder's presence as the sticky bit: exact in
+// integers (x, y finite nonzero normal doubles).
+ExactValue exact_quotient(double x, double y) {
+  const DoubleParts a = parts_of(x), b = parts_of(y);
+  // a / b lies in (1/2, 2): (a * 2^63) / b in (2^62, 2^64), and a * 2^63 < 2^116.
+  const unsigned __int128 dividend = static_cast<unsigned __int128>(a.significand) << 63;
+  const auto quotient = static_cast<std::uint64_t>(dividend / b.significand);
+  const bool remainder = dividend % b.significand != 0;
+  return {std::signbit(x) != std::signbit(y), a.exponent - b.exponent - 63, quotient, remainder};
+}
+
+// sqrt(x) truncated to 63 bits, the remainder's presence as the sticky bit: exact in integers
+// (x finite positive normal double).
+ExactValue exact_square_root(double x) {
+  const DoubleParts a = parts_of(x);
+  // x = a * 2^e = (a * 2^s) * 2^(e - s) with e - s even and a * 2^s in [2^124, 2^126), so its
+  // integer square root g lies in [2^62, 2^63) and (g + 1)^2 fits in 128 bits.
+  const int s = (a.exponent - 72) % 2 == 0 ? 72 : 73;
+  const unsigned __int128 n = static_cast<unsigned __int128>(a.significand) << s;
+  // A long double guess (64-bit on x86, within a few units of the root), corrected exactly.
+  auto g = static_cast<std::uint64_t>(std::sqrt(static_cast<long double>(n)));
+  while (static_cast<unsigned __int128>(g) * g > n) --g;
+  while (static_cast<unsigned __int128>(g + 1) * (g + 1) <= n) ++g;
+  return {false, (a.exponent - s) / 2, g, static_cast<unsigned __int128>(g) * g != n};
+}
 
 // Fills the addition fields of an event for the exact sum x + y = v.
 void describe_addition(double x, double y, const ExactValue& v, RoundingEvent* event) {
@@ -219,6 +267,10 @@ Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
     return infinite_result(f, neg, spec, flag::divbyzero);
   }
   if (x == 0.0) return zero_result(f, neg);
+  if (reads_beyond_fp64(f, spec)) {
+    if (event) *event = RoundingEvent{};
+    return round_exact(f, exact_quotient(x, y), spec, position, event);
+  }
   const double q = x / y;
   const double r = std::fma(-q, y, x);  // exact remainder
   if (event) *event = RoundingEvent{};
@@ -236,6 +288,10 @@ Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::ui
   if (x == 0.0) return zero_result(f, std::signbit(x));  // sqrt(-0) = -0
   if (x < 0.0) return invalid_result(f);
   if (std::isinf(x)) return infinite_result(f, false, spec, 0);
+  if (reads_beyond_fp64(f, spec)) {
+    if (event) *event = RoundingEvent{};
+    return round_exact(f, exact_square_root(x), spec, position, event);
+  }
   const double s = std::sqrt(x);
   const double r = std::fma(-s, s, x);  // exact residual x - s^2
   if (event) *event = RoundingEvent{};

@@ -21,9 +21,12 @@
 // How it stays exact and fast (docs/DESIGN.md §3): every operand has at most 24
 // significant bits and an exponent in [-149, 128], so a product is exact in fp64 and
 // TwoSum / an FMA residual give the exact error of an fp64 sum, quotient or square
-// root. The fp64 result is truncated to a 2-bit-finer grid with a sticky bit
-// (equivalent to round-to-odd at 55 bits >= p + 2), which Boldo & Melquiond show
-// rounds to the same value as the exact result in every mode.
+// root. The fp64 result is truncated to a grid 2^11 finer with a sticky bit (64 bits:
+// round-to-odd at >= p + 2 bits, which Boldo & Melquiond show rounds to the same value as
+// the exact result in every deterministic mode; and stochastic rounding's up to 32 discarded
+// bits below a 24-bit significand, 56 in all, are the exact value's). A quotient or root
+// under stochastic rounding that reads beyond fp64's 53 bits (p + sr_bits > 53) is computed
+// exactly in integers instead: 63-64 bits and the remainder as the sticky bit.
 //
 // `position` keys the stochastic-rounding stream; `event` (optional) receives the
 // rounding event, with the add_* fields for add, sub and fma.
