@@ -1054,6 +1054,29 @@ auto gradient_bound(const Tensor4* bounds, int b, int h, int r) {
   };
 }
 
+// scale * (E[a] - E[y] E[z]) under the row's softmax, enclosed at p bits: dQ's covariance
+// (a = w K, y = w, z = K), or the same about the top key (relative where it dominates).
+void enclose_scaled_covariance(const AttentionInputs& in, RowScores& scores, const KeyValues& a, const KeyValues& y,
+                               const KeyValues& z, mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
+  Mp a_lo(p), a_hi(p), y_lo(p), y_hi(p), z_lo(p), z_hi(p), t(p), low(p), high(p), s_lo(p), s_hi(p);
+  scores.enclose_mean(a, p, a_lo.v, a_hi.v);
+  scores.enclose_mean(y, p, y_lo.v, y_hi.v);
+  scores.enclose_mean(z, p, z_lo.v, z_hi.v);
+  mpfr_set_inf(low.v, 1);
+  mpfr_set_inf(high.v, -1);
+  for (const mpfr_srcptr yx : {y_lo.v, y_hi.v})
+    for (const mpfr_srcptr zx : {z_lo.v, z_hi.v}) {
+      mpfr_mul(t.v, yx, zx, MPFR_RNDD);
+      mpfr_min(low.v, low.v, t.v, MPFR_RNDD);
+      mpfr_mul(t.v, yx, zx, MPFR_RNDU);
+      mpfr_max(high.v, high.v, t.v, MPFR_RNDU);
+    }
+  mpfr_sub(a_lo.v, a_lo.v, high.v, MPFR_RNDD);  // the covariance's interval
+  mpfr_sub(a_hi.v, a_hi.v, low.v, MPFR_RNDU);
+  enclose_scale(in, p, s_lo.v, s_hi.v);
+  multiply_by_nonnegative(lo, hi, a_lo.v, a_hi.v, s_lo.v, s_hi.v);
+}
+
 Undecided too_many_terms(const char* what, int b, int h, int r, int c) {
   return Undecided(
       "correctly-rounded: " + std::string(what) + "[" + std::to_string(b) + "," + std::to_string(h) + "," +
@@ -1111,23 +1134,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
     const KeyValues k_values(column);
     std::optional<ExpSum> x;  // l * sum_j w_j K_jc e^(scale d_j) - weighted * sum_j K_jc e^(scale d_j)
     auto enclose = [&](mpfr_prec_t p, mpfr_t lo, mpfr_t hi) {
-      Mp a_lo(p), a_hi(p), w_lo(p), w_hi(p), k_lo(p), k_hi(p), t(p), low(p), high(p), s_lo(p), s_hi(p);
-      scores.enclose_mean(wk_values, p, a_lo.v, a_hi.v);
-      scores.enclose_mean(w_values, p, w_lo.v, w_hi.v);
-      scores.enclose_mean(k_values, p, k_lo.v, k_hi.v);
-      mpfr_set_inf(low.v, 1);
-      mpfr_set_inf(high.v, -1);
-      for (const mpfr_srcptr wx : {w_lo.v, w_hi.v})
-        for (const mpfr_srcptr kx : {k_lo.v, k_hi.v}) {
-          mpfr_mul(t.v, wx, kx, MPFR_RNDD);
-          mpfr_min(low.v, low.v, t.v, MPFR_RNDD);
-          mpfr_mul(t.v, wx, kx, MPFR_RNDU);
-          mpfr_max(high.v, high.v, t.v, MPFR_RNDU);
-        }
-      mpfr_sub(a_lo.v, a_lo.v, high.v, MPFR_RNDD);  // the covariance's interval
-      mpfr_sub(a_hi.v, a_hi.v, low.v, MPFR_RNDU);
-      enclose_scale(in_, p, s_lo.v, s_hi.v);
-      multiply_by_nonnegative(lo, hi, a_lo.v, a_hi.v, s_lo.v, s_hi.v);
+      enclose_scaled_covariance(in_, scores, wk_values, w_values, k_values, p, lo, hi);
     };
     // The covariance again, as E[(w - w_t)(K - K_t)] - E[w - w_t] E[K - K_t] about the top
     // key t: where t dominates the row (scores hundreds of nats apart) every term is 0 for t
@@ -1146,23 +1153,8 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::dq_row(int b, int h, i
         set_exact_difference(dk.back(), k.v, k_t.v);
         product.push_back(exact_product(dw.back().v, dk.back().v));
       }
-      Mp a_lo(p), a_hi(p), y_lo(p), y_hi(p), z_lo(p), z_hi(p), t_lo(p), low(p), high(p), s_lo(p), s_hi(p);
-      scores.enclose_mean(exact_key_values(std::move(product)), p, a_lo.v, a_hi.v);
-      scores.enclose_mean(exact_key_values(std::move(dw)), p, y_lo.v, y_hi.v);
-      scores.enclose_mean(exact_key_values(std::move(dk)), p, z_lo.v, z_hi.v);
-      mpfr_set_inf(low.v, 1);
-      mpfr_set_inf(high.v, -1);
-      for (const mpfr_srcptr yx : {y_lo.v, y_hi.v})
-        for (const mpfr_srcptr zx : {z_lo.v, z_hi.v}) {
-          mpfr_mul(t_lo.v, yx, zx, MPFR_RNDD);
-          mpfr_min(low.v, low.v, t_lo.v, MPFR_RNDD);
-          mpfr_mul(t_lo.v, yx, zx, MPFR_RNDU);
-          mpfr_max(high.v, high.v, t_lo.v, MPFR_RNDU);
-        }
-      mpfr_sub(a_lo.v, a_lo.v, high.v, MPFR_RNDD);
-      mpfr_sub(a_hi.v, a_hi.v, low.v, MPFR_RNDU);
-      enclose_scale(in_, p, s_lo.v, s_hi.v);
-      multiply_by_nonnegative(lo, hi, a_lo.v, a_hi.v, s_lo.v, s_hi.v);
+      enclose_scaled_covariance(in_, scores, exact_key_values(std::move(product)), exact_key_values(std::move(dw)),
+                                exact_key_values(std::move(dk)), p, lo, hi);
     };
     auto compare = [&](const mpfr_t beta) {
       try {

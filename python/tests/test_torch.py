@@ -555,6 +555,17 @@ def test_models_that_draw_no_randomness_leave_torchs_generator_alone():
     assert torch.equal(torch.rand(4), want)
 
 
+def _assert_within_the_models_error(model, got, want):
+    """O against a float64 reference of the same mask: one rounding for the references (bf16:
+    half an ulp; exact, fp64: float64's own), a bf16 kernel's error for the kernel models (far
+    below what another mask moves)."""
+    if model in ("correctly-rounded", "exact", "fp64"):
+        bound = _half_ulp_bf16(want) if model == "correctly-rounded" else 1e-12
+        assert np.all(np.abs(got - want) <= bound)
+    else:
+        assert np.max(np.abs(got - want)) < 0.03
+
+
 # ---- audit: is_causal is PyTorch's top-left mask, whatever the lengths ------------------------
 @pytest.mark.parametrize("model", ["fa2-sm80", "fa-bf16acc", "correctly-rounded", "exact", "fp64"])
 @pytest.mark.parametrize("n, nk", [(6, 20), (20, 6)])
@@ -573,12 +584,7 @@ def test_is_causal_with_unequal_lengths_is_top_left(model, n, nk):
     o.sum().backward()
     assert leaves[1].grad.shape == k.shape
     got = o.detach().numpy()
-    if model in ("correctly-rounded", "exact", "fp64"):
-        # one rounding of O (bf16: half an ulp; exact, fp64: float64's own)
-        bound = _half_ulp_bf16(want) if model == "correctly-rounded" else 1e-12
-        assert np.all(np.abs(got - want) <= bound)
-    else:
-        assert np.max(np.abs(got - want)) < 0.03  # a bf16 kernel's error, not another mask's
+    _assert_within_the_models_error(model, got, want)
     # ...and not the bottom-right mask, which differs in these shapes.
     if model != "fp64":
         bottom_right = fb.exact_attention(*rounded, causal="bottom-right", dtype=fmt).o
@@ -827,11 +833,8 @@ def test_causal_lower_right_is_the_bottom_right_mask(model, n, nk):
                                          model=model)
     o.backward(do)
     got = o.detach().numpy()
-    if model in ("correctly-rounded", "exact", "fp64"):
-        bound = _half_ulp_bf16(want) if model == "correctly-rounded" else 1e-12
-        assert np.all(np.abs(got - want) <= bound)
-    else:
-        assert np.max(np.abs(got - want)) < 0.03  # a bf16 kernel's error, not another mask's
+    _assert_within_the_models_error(model, got, want)
+    if model not in ("correctly-rounded", "exact", "fp64"):
         # ...and the op is the model run with that mask, gradients included, bit for bit.
         ref = fb.attention(*rounded, model, do=fb.round(do.numpy(), "bf16").values, causal="bottom-right")
         for got_t, want_t in ((o, ref.o), (leaves[0].grad, ref.dq), (leaves[1].grad, ref.dk), (leaves[2].grad, ref.dv)):
