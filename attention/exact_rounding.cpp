@@ -1278,14 +1278,18 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
     Mp s_lo(p), s_hi(p), score_lo(p), score_hi(p), x(p);
     enclose_scale(in_, p, s_lo.v, s_hi.v);
     for (KeyRows::Row* row : seeing) {
+      std::optional<RowScores> scores;  // the row's, made once where needed below
+      auto row_scores = [&]() -> RowScores& {
+        if (!scores) scores.emplace(in_, b, row->h, row->r, row->nk);
+        return *scores;
+      };
       if (!row->enclosures.contains(p)) {  // both usual precisions at once, a ladder's alone
-        RowScores scores(in_, b, row->h, row->r, row->nk);
         const KeyValues w_values = exact_key_values(exact_copies(w_of(*row)));
         for (const mpfr_prec_t precision : {kFirstBits, kSecondBits, p}) {
           const auto [it, made] = row->enclosures.try_emplace(precision, precision);
           if (!made) continue;
-          scores.enclose_lse(precision, it->second.lse_lo.v, it->second.lse_hi.v);
-          scores.enclose_mean(w_values, precision, it->second.delta_lo.v, it->second.delta_hi.v);
+          row_scores().enclose_lse(precision, it->second.lse_lo.v, it->second.lse_hi.v);
+          row_scores().enclose_mean(w_values, precision, it->second.delta_lo.v, it->second.delta_hi.v);
         }
       }
       const KeyRows::Enclosure& e = row->enclosures.at(p);
@@ -1307,8 +1311,7 @@ std::vector<std::optional<RoundPackInput>> ExactRounding::key_row(KeyGradient wh
           differences.emplace_back(MPFR_PREC_MIN);
           set_exact_difference(differences.back(), w[static_cast<std::size_t>(j)].v, w_i.v);
         }
-        RowScores(in_, b, row->h, row->r, row->nk)
-            .enclose_mean(exact_key_values(std::move(differences)), p, rf.t_lo.back().v, rf.t_hi.back().v);
+        row_scores().enclose_mean(exact_key_values(std::move(differences)), p, rf.t_lo.back().v, rf.t_hi.back().v);
       } else if (dk) {
         const Mp& w = w_of(*row)[static_cast<std::size_t>(j)];
         mpfr_sub(rf.t_lo.back().v, w.v, e.delta_hi.v, MPFR_RNDD);

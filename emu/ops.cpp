@@ -59,15 +59,23 @@ Rounded zero_result(const Format& f, bool negative) {
                                (static_cast<std::uint64_t>(value_exponent + 1023) << 52) | fraction);
 }
 
+// A finite nonzero double's magnitude as significand * 2^exponent (53-bit significand).
+// Callers never produce fp64 subnormals: every operand, product, sum, quotient and root is
+// far inside fp64's normal range.
+struct DoubleParts {
+  std::uint64_t significand;
+  int exponent;
+};
+[[gnu::always_inline]] inline DoubleParts parts_of(double x) {
+  const std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
+  return {(bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52),
+          static_cast<int>((bits >> 52) & 0x7ff) - 1075};
+}
+
 // exact_from_sum (ops.hpp), inlined into the operations.
 [[gnu::always_inline]] inline ExactValue exact_from_sum_inline(double hi, double lo) {
-  std::uint64_t bits = std::bit_cast<std::uint64_t>(hi);
-  const bool negative = (bits >> 63) != 0;
-  const int exp_field = static_cast<int>((bits >> 52) & 0x7ff);
-  // Callers never produce fp64 subnormals: every operand and product is far inside
-  // fp64's normal range.
-  std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
-  int exponent = exp_field - 1075;
+  const bool negative = std::signbit(hi);
+  auto [sig, exponent] = parts_of(hi);
   if (lo == 0.0) return {negative, exponent, sig, false};
   // Express the value on a grid 2^11 times finer than hi's ulp (the 53-bit significand then
   // fills 64 bits): lo is within half an ulp, so its grid part is -2^10..2^10 and the rest
@@ -98,18 +106,6 @@ int leading_exponent(const ExactValue& v) { return v.exponent + 63 - std::countl
 // or root computed in fp64 (53 bits and the sign of its remainder) then loses some of them.
 bool reads_beyond_fp64(const Format& f, const RoundingSpec& spec) {
   return spec.mode == RoundingMode::sr && f.precision() + spec.sr_bits > 53;
-}
-
-// A finite nonzero double as significand * 2^exponent (53-bit significand: operands are
-// normal doubles, operand_value).
-struct DoubleParts {
-  std::uint64_t significand;
-  int exponent;
-};
-DoubleParts parts_of(double x) {
-  const std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
-  return {(bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52),
-          static_cast<int>((bits >> 52) & 0x7ff) - 1075};
 }
 
 // |x / y| truncated to 63 or 64 bits, the remainder's presence as the sticky bit: exact in

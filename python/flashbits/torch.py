@@ -306,12 +306,9 @@ class _EmulatedAttention(_torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, config):  # noqa: D401 - autograd's protocol
-        fmt = config["input"]
-        operands = tuple(_as_operand(t, fmt) for t in (q, k, v))
         # Traced rows (for an observer) change no result: the engine records, it does not alter.
-        with _ApproximateModelWarningLeftOut():
-            r = config["run"](*operands, None, config["trace"] if config.get("observe") is not None else None,
-                              keep_forward=config["keep_forward"])
+        operands, r = _run_forward(config, (q, k, v),
+                                   config["trace"] if config.get("observe") is not None else None)
         if getattr(r, "warning", None):  # flashbits.attention's, issued at the caller's line
             _warn_at_caller(r.warning, ApproximateModelWarning)
         config["forward_traces"] = r.traces
@@ -375,13 +372,18 @@ def _kept_forward(ctx, inputs):
     state (the same seed: the run's closure), and the caller checks O and LSE against the
     forward's digest."""
     kept, ctx.kept = ctx.kept, None
-    if kept is not None:
-        return kept
-    config = ctx.config
+    # Again: the forward's warning was issued once, at its call.
+    return kept if kept is not None else _run_forward(ctx.config, inputs, None)
+
+
+def _run_forward(config, inputs, trace):
+    """q, k and v rounded to the model's input format, and the model's forward on them (its
+    state kept where a backward can follow), with flashbits.attention's ApproximateModelWarning
+    left to the caller, which issues it at the caller's line."""
     operands = tuple(_as_operand(t, config["input"]) for t in inputs)
-    with _ApproximateModelWarningLeftOut():  # the forward's warning was issued once, at its call
-        forward = config["run"](*operands, None, keep_forward=config["keep_forward"])
-    return operands, forward
+    with _ApproximateModelWarningLeftOut():
+        r = config["run"](*operands, None, trace, keep_forward=config["keep_forward"])
+    return operands, r
 
 
 def _observe(config, operands, d_o, result) -> None:
