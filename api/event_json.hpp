@@ -15,7 +15,8 @@ nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev);
 // decision and why, and the addition facts where present.
 std::string explain_event(const Format& f, const RoundingSpec& spec, const RoundingEvent& ev,
                           std::uint32_t result_bits);
-// The exact value of the event's significand as a decimal string (up to 17 digits).
+// The carried significand times 2^(exponent - 63) in 20 significant digits, after a minus sign
+// where negative, and ending in "+" where sticky_below (the exact value lies above it).
 std::string exact_value_string(const RoundingEvent& ev);
 // One traced KV tile's scalars as `replay --explain --json` prints them (docs/CLI.md): key
 // range, running max and sum, the count of P̄ == 1, the P·V step tallies and signed error, in

@@ -89,14 +89,18 @@ struct DoubleParts {
       is_normal_power_of_two_exponent(scale) ? std::fabs(lo) * power_of_two(scale) : std::fabs(std::ldexp(lo, scale));
   const std::uint64_t whole = static_cast<std::uint64_t>(t);
   const bool fractional = t != static_cast<double>(whole);
-  sig <<= kGridBits;
-  exponent -= kGridBits;
-  if (std::signbit(lo) == negative) {
-    sig += whole;
-  } else {
-    sig -= whole + (fractional ? 1u : 0u);
-  }
-  return {negative, exponent, sig, fractional};
+  if (std::signbit(lo) == negative) return {negative, exponent - kGridBits, (sig << kGridBits) + whole, fractional};
+  const std::uint64_t below = whole + (fractional ? 1u : 0u);  // >= 1: lo is nonzero
+  if ((sig << kGridBits) - below >= std::uint64_t{1} << 63)
+    return {negative, exponent - kGridBits, (sig << kGridBits) - below, fractional};
+  // hi was a power of two and lo took its top bit: one grid bit more fills the 64 bits again, so
+  // the sticky part stays within the carried significand's last bit (a recorded event says so).
+  // 2t is exact; the shift wraps 2^64 to 0 and the difference, below 2^64, is right modulo 2^64.
+  const double twice = 2.0 * t;
+  const std::uint64_t whole_finer = static_cast<std::uint64_t>(twice);
+  const bool fractional_finer = twice != static_cast<double>(whole_finer);
+  return {negative, exponent - kGridBits - 1, (sig << (kGridBits + 1)) - (whole_finer + (fractional_finer ? 1u : 0u)),
+          fractional_finer};
 }
 
 int leading_exponent(const ExactValue& v) { return v.exponent + 63 - std::countl_zero(v.significand); }
@@ -108,18 +112,20 @@ bool reads_beyond_fp64(const Format& f, const RoundingSpec& spec) {
   return spec.mode == RoundingMode::sr && f.precision() + spec.sr_bits > 53;
 }
 
-// |x / y| truncated to 63 or 64 bits, the remainder's presence as the sticky bit: exact in
-// integers (x, y finite nonzero normal doubles).
+// |x / y| truncated to 64 bits, the remainder's presence as the sticky bit: exact in integers
+// (x, y finite nonzero normal doubles).
 ExactValue exact_quotient(double x, double y) {
   const DoubleParts a = parts_of(x), b = parts_of(y);
-  // a / b lies in (1/2, 2): (a * 2^63) / b in (2^62, 2^64), and a * 2^63 < 2^116.
-  const unsigned __int128 dividend = static_cast<unsigned __int128>(a.significand) << 63;
+  // a / b lies in (1/2, 2): shifted by 64 below 1 and by 63 from 1 on, the quotient lies in
+  // [2^63, 2^64), and the dividend below 2^117.
+  const int shift = a.significand < b.significand ? 64 : 63;
+  const unsigned __int128 dividend = static_cast<unsigned __int128>(a.significand) << shift;
   const auto quotient = static_cast<std::uint64_t>(dividend / b.significand);
   const bool remainder = dividend % b.significand != 0;
-  return {std::signbit(x) != std::signbit(y), a.exponent - b.exponent - 63, quotient, remainder};
+  return {std::signbit(x) != std::signbit(y), a.exponent - b.exponent - shift, quotient, remainder};
 }
 
-// sqrt(x) truncated to 63 bits, the remainder's presence as the sticky bit: exact in integers
+// sqrt(x) truncated to 64 bits, the remainder's presence as the sticky bit: exact in integers
 // (x finite positive normal double).
 ExactValue exact_square_root(double x) {
   const DoubleParts a = parts_of(x);
@@ -131,7 +137,12 @@ ExactValue exact_square_root(double x) {
   auto g = static_cast<std::uint64_t>(std::sqrt(static_cast<long double>(n)));
   while (static_cast<unsigned __int128>(g) * g > n) --g;
   while (static_cast<unsigned __int128>(g + 1) * (g + 1) <= n) ++g;
-  return {false, (a.exponent - s) / 2, g, static_cast<unsigned __int128>(g) * g != n};
+  // One bit more, so the root fills 64 bits: sqrt(4n) >= 2g + 1 exactly when (2g + 1)^2 <= 4n
+  // (4n < 2^128 and 2g + 1 < 2^64, so both fit).
+  const unsigned __int128 four_n = n << 2;
+  const std::uint64_t odd = 2 * g + 1;
+  const std::uint64_t root = static_cast<unsigned __int128>(odd) * odd <= four_n ? odd : odd - 1;
+  return {false, (a.exponent - s) / 2 - 1, root, static_cast<unsigned __int128>(root) * root != four_n};
 }
 
 // Fills the addition fields of an event for the exact sum x + y = v.
@@ -263,7 +274,9 @@ Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
     return infinite_result(f, neg, spec, flag::divbyzero);
   }
   if (x == 0.0) return zero_result(f, neg);
-  if (reads_beyond_fp64(f, spec)) {
+  // A recorded event shows the exact value (docs/CLI.md: `sticky_below` false means exact), which
+  // fp64's 53 bits and the remainder's sign only stand in for: the integer quotient gives it.
+  if (event || reads_beyond_fp64(f, spec)) {
     if (event) *event = RoundingEvent{};
     return round_exact(f, exact_quotient(x, y), spec, position, event);
   }
@@ -284,7 +297,7 @@ Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::ui
   if (x == 0.0) return zero_result(f, std::signbit(x));  // sqrt(-0) = -0
   if (x < 0.0) return invalid_result(f);
   if (std::isinf(x)) return infinite_result(f, false, spec, 0);
-  if (reads_beyond_fp64(f, spec)) {
+  if (event || reads_beyond_fp64(f, spec)) {  // as in div: an event shows the exact root
     if (event) *event = RoundingEvent{};
     return round_exact(f, exact_square_root(x), spec, position, event);
   }

@@ -25,7 +25,8 @@
 // round-to-odd at >= p + 2 bits, which Boldo & Melquiond show rounds to the same value as
 // the exact result in every deterministic mode; and stochastic rounding's up to 32 discarded
 // bits below a 24-bit significand, 56 in all, are the exact value's). A quotient or root
-// under stochastic rounding that reads beyond fp64's 53 bits (p + sr_bits > 53) is computed
+// under stochastic rounding that reads beyond fp64's 53 bits (p + sr_bits > 53), or whose
+// rounding event is recorded (the event shows the exact value, not a stand-in), is computed
 // exactly in integers instead: 63-64 bits and the remainder as the sticky bit.
 //
 // `position` keys the stochastic-rounding stream; `event` (optional) receives the
@@ -91,7 +92,8 @@ struct ExactValue {
 };
 
 // hi + lo exactly, where hi != 0, |lo| <= ulp(hi)/2 (TwoSum output) or lo is a
-// stand-in whose only meaning is its sign and "strictly inside half an ulp".
+// stand-in whose only meaning is its sign and "strictly inside half an ulp". Where lo != 0 the
+// significand fills 64 bits (its top bit set), so the sticky part lies within its last bit.
 ExactValue exact_from_sum(double hi, double lo);
 
 // Speed of one call, and why there is no further compile-time fast path: bf16, fp16, e4m3 and

@@ -211,6 +211,40 @@ def test_stochastic_rounding_is_keyed_by_position_and_unbiased():
     assert not np.any(fb.round(x[:5000], "bf16", "sr", seed=3, sr_bits=1).values > 1)
 
 
+def assert_carried_value(exact_record, compare_to_exact, ctx):
+    """The event's `exact` record against the exact result (docs/CLI.md): its significand times
+    2^(exponent - 63) is the exact magnitude itself where `sticky_below` is false, and lies below
+    it within its last bit where true. `compare_to_exact(v)` is the sign of v - |exact|."""
+    last_bit = Fraction(2) ** (exact_record["exponent"] - 63)
+    carried = int(exact_record["significand_hex"], 16) * last_bit
+    if exact_record["sticky_below"]:
+        assert compare_to_exact(carried) < 0 < compare_to_exact(carried + last_bit), ctx
+        assert exact_record["value"].endswith("+"), ctx
+    else:
+        assert compare_to_exact(carried) == 0, ctx
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "e4m3", "e5m2"])
+def test_op_json_sqrt_event_carries_the_exact_root(cli, name):
+    """sqrt's event: the carried root against the exact root, compared through squares (exact in
+    fractions), so a root carried as fp64's 53 bits with a stand-in below them fails."""
+    fmt = FORMATS[name]
+    width = 1 + fmt.ebits + fmt.mbits
+    rng = random.Random(f"sqrt-event-{name}")
+    checked = 0
+    while checked < 60:
+        bits = rng.randrange(1 << (width - 1))  # positive patterns
+        x = exact_decode(fmt, bits)
+        if isinstance(x, str) or x == 0:
+            continue
+        mode = rng.choice(MODES)
+        _, out, _ = cli("op", "sqrt", "--format", name, "--round", mode, "--json", hex(bits))
+        record = json.loads(out)["event"]["exact"]
+        ctx = f"sqrt {name} {mode} {hex(bits)}: {record}"
+        assert_carried_value(record, lambda v: (v * v > x) - (v * v < x), ctx)
+        checked += 1
+
+
 @pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "e4m3", "e5m2"])
 def test_op_json_event_against_fractions(cli, name):
     """`op --json`'s rounding event against the exact result: its exponent, the direction taken,
@@ -243,6 +277,7 @@ def test_op_json_event_against_fractions(cli, name):
         e = floor_log2(abs(exact))
         assert ev["exact"]["exponent"] == e, ctx
         assert ev["exact"]["negative"] == (exact < 0), ctx
+        assert_carried_value(ev["exact"], lambda v: (v > abs(exact)) - (v < abs(exact)), ctx)
         ulp = Fraction(2) ** (e - ev["kept_bits"] + 1)
         want = (result - exact) / ulp
         bound = Fraction(2) ** (ev["kept_bits"] - 53) + Fraction(2) ** -53  # the bits carried; the double
