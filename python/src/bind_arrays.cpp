@@ -557,18 +557,19 @@ std::vector<std::pair<double, double>> time_round_array(const carray<float>& x, 
 
 void register_arrays(pyb::module_& m) {
   using namespace pyb::literals;
-  m.def("round_f32", &round_f32, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
-        "flags"_a);
-  m.def("round_f64", &round_f64, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
-        "flags"_a);
-  m.def("decode", &decode_bits, "bits"_a, "fmt"_a, "any_width"_a = false);
+  m.def("round_f32", &round_f32, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a, "flags"_a,
+        InDefaultFloatingPoint());
+  m.def("round_f64", &round_f64, "x"_a, "fmt"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a, "flags"_a,
+        InDefaultFloatingPoint());
+  m.def("decode", &decode_bits, "bits"_a, "fmt"_a, "any_width"_a = false, InDefaultFloatingPoint());
   m.def("op", &op, "kind"_a, "fmt"_a, "operands"_a, "mode"_a, "overflow"_a, "seed"_a, "sr_bits"_a, "position"_a,
-        "flags"_a, "names"_a);
-  m.def("dot_model", &dot_model_info, "model"_a, "fmt"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a);
+        "flags"_a, "names"_a, InDefaultFloatingPoint());
+  m.def("dot_model", &dot_model_info, "model"_a, "fmt"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
+        InDefaultFloatingPoint());
   m.def("dot", &dot, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
-        "scale_a"_a, "scale_b"_a);
+        "scale_a"_a, "scale_b"_a, InDefaultFloatingPoint());
   m.def("matmul", &matmul, "model"_a, "fmt"_a, "a"_a, "b"_a, "c"_a, "fmt_b"_a, "kind"_a, "scale_format"_a, "block"_a,
-        "scale_a"_a, "scale_b"_a);
+        "scale_a"_a, "scale_b"_a, InDefaultFloatingPoint());
   // The operand check alone (operand_bits), for an array as the caller gave it: dot and matmul
   // hand the core reshaped or broadcast arrays, whose element indices are not the caller's.
   m.def(
@@ -576,18 +577,23 @@ void register_arrays(pyb::module_& m) {
       [](const std::string& fmt, const pyb::array& a, const std::string& name) {
         operand_bits(api::parse_format_or_throw(fmt, "fmt"), a, name);
       },
-      "fmt"_a, "a"_a, "name"_a);
+      "fmt"_a, "a"_a, "name"_a, InDefaultFloatingPoint());
   // The rounding modes and whether each draws from the stochastic stream (the Python layer
   // refuses a seed for a mode that draws none, as `op` does), from the one list.
-  m.def("rounding_modes", [] {
-    pyb::dict modes;
-    for (RoundingMode mode : kRoundingModes) modes[pyb::str(std::string(to_string(mode)))] = mode == RoundingMode::sr;
-    return modes;
-  });
-  m.def("format_info", &format_info, "fmt"_a);
-  m.def("dot_models", &dot_models);
-  m.def("_time_round_array", &time_round_array, "x"_a, "fmt"_a, "mode"_a, "reps"_a);
-  m.def("lane_instruction_set", [] { return std::string(lane_instruction_set()); });
+  m.def(
+      "rounding_modes",
+      [] {
+        pyb::dict modes;
+        for (RoundingMode mode : kRoundingModes)
+          modes[pyb::str(std::string(to_string(mode)))] = mode == RoundingMode::sr;
+        return modes;
+      },
+      InDefaultFloatingPoint());
+  m.def("format_info", &format_info, "fmt"_a, InDefaultFloatingPoint());
+  m.def("dot_models", &dot_models, InDefaultFloatingPoint());
+  m.def("_time_round_array", &time_round_array, "x"_a, "fmt"_a, "mode"_a, "reps"_a, InDefaultFloatingPoint());
+  m.def(
+      "lane_instruction_set", [] { return std::string(lane_instruction_set()); }, InDefaultFloatingPoint());
 }
 
 }  // namespace fb::py

@@ -431,18 +431,21 @@ pyb::list models() {
 
 void register_attention(pyb::module_& m) {
   using namespace pyb::literals;
-  pyb::class_<TraceRows>(m, "_TraceRows").def("__len__", &TraceRows::size).def("row", &TraceRows::row, "i"_a);
+  pyb::class_<TraceRows>(m, "_TraceRows")
+      .def("__len__", &TraceRows::size)
+      .def("row", &TraceRows::row, "i"_a, InDefaultFloatingPoint());
   pyb::class_<KeptForward>(m, "_KeptForward");
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "model"_a, "do"_a, "causal"_a, "scale"_a, "recipe"_a,
         "trace_rows"_a, "trace_all"_a, "dtype"_a, "seed"_a, "threads"_a, "plot_feature"_a, "sfu"_a, "keep_forward"_a,
-        "dtype_given"_a = false, "causal_top_left"_a = false);
-  m.def("attention_backward", &backward, "kept"_a, "do"_a, "threads"_a);
+        "dtype_given"_a = false, "causal_top_left"_a = false, InDefaultFloatingPoint());
+  m.def("attention_backward", &backward, "kept"_a, "do"_a, "threads"_a, InDefaultFloatingPoint());
   m.def("exact_attention", &exact, "q"_a, "k"_a, "v"_a, "do"_a, "causal"_a, "scale"_a, "dtype"_a,
-        "causal_top_left"_a = false, "rounded_as"_a = "", "recipe"_a = "");
-  m.def("_check_attention_size", &check_size, "q_shape"_a);
-  m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a, "dtype_given"_a = false);
-  m.def("models", &models);
-  m.def("scenario_names", &attn::scenario_names);
+        "causal_top_left"_a = false, "rounded_as"_a = "", "recipe"_a = "", InDefaultFloatingPoint());
+  m.def("_check_attention_size", &check_size, "q_shape"_a, InDefaultFloatingPoint());
+  m.def("_model_formats", &model_formats, "model"_a, "dtype"_a, "recipe"_a, "sfu"_a, "dtype_given"_a = false,
+        InDefaultFloatingPoint());
+  m.def("models", &models, InDefaultFloatingPoint());
+  m.def("scenario_names", &attn::scenario_names, InDefaultFloatingPoint());
 }
 
 }  // namespace fb::py

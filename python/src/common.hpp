@@ -34,6 +34,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "emu/float_environment.hpp"
 #include "emu/rounding.hpp"
 #include "formats/format.hpp"
 #include "api/input_error.hpp"
@@ -44,6 +45,10 @@
 namespace fb::py {
 
 namespace pyb = pybind11;
+
+// Every function of the module runs in the default floating-point environment, whatever the
+// caller's thread has set (emu/float_environment.hpp): each m.def names this guard.
+using InDefaultFloatingPoint = pyb::call_guard<DefaultFloatingPointEnvironment>;
 
 struct PyTypeError : std::runtime_error {
   using std::runtime_error::runtime_error;

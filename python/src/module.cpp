@@ -228,5 +228,5 @@ PYBIND11_MODULE(_core, m) {
   py::register_bias(m);
   py::register_traces(m);
   m.def("_wait_for_abandoned_work", &py::wait_for_abandoned_work,
-        "Block until work abandoned by a Ctrl-C has finished (an atexit hook).");
+        "Block until work abandoned by a Ctrl-C has finished (an atexit hook).", py::InDefaultFloatingPoint());
 }
