@@ -1451,7 +1451,8 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
         notes.push_back("note: the tutorial " + why + ": this run is " + km.base +
                         "'s extension (triton-tutorial-sm90 refuses it)");
   }
-  if (!km.gqa_reduction_as_fa2 && shape.backward && shape.heads > shape.kv_heads)
+  // A forward-only model computes delta alone: no dK or dV to reduce.
+  if (!km.gqa_reduction_as_fa2 && km.backward_modelled && shape.backward && shape.heads > shape.kv_heads)
     notes.push_back(
         "note: grouped-query dK and dV are reduced as FA2's mha_bwd reduces them (each query head's "
         "gradient rounded, the group summed in fp32); " +

@@ -98,10 +98,16 @@ std::uint64_t required_run_seed(const Trace& trace, const ModelHandle& model) {
 
 std::vector<std::string> assumed_metadata_notes(const Trace& trace) {
   std::vector<std::string> notes;
-  const TraceMetadata& m = trace.metadata();
-  if (!m.softmax_scale)
+  if (!trace.metadata().softmax_scale)
     notes.push_back("note: " + trace.source_name() + " records no softmax_scale: 1/sqrt(" +
                     std::to_string(trace.head_dim()) + ") assumed (--scale X states it for a bare capture)");
+  for (std::string& note : assumed_mask_notes(trace)) notes.push_back(std::move(note));
+  return notes;
+}
+
+std::vector<std::string> assumed_mask_notes(const Trace& trace) {
+  std::vector<std::string> notes;
+  const TraceMetadata& m = trace.metadata();
   if (!m.causal)
     notes.push_back("note: " + trace.source_name() +
                     " records no causal flag: non-causal assumed (--causal states it for a bare capture)");

@@ -62,6 +62,9 @@ std::uint64_t required_run_seed(const Trace& trace, const ModelHandle& model);
 // replay and bias-test --traces print them, so that a capture missing its causal flag is not
 // silently measured as the wrong attention.
 std::vector<std::string> assumed_metadata_notes(const Trace& trace);
+// The mask's part of those notes (causality, alignment): what a reader that states the mask it
+// derives (the Python module's load_trace: Trace.causal, Trace.causal_alignment) assumed.
+std::vector<std::string> assumed_mask_notes(const Trace& trace);
 // The SFU models a trace is replayed with. `choice`: "model" keeps the model's own; a set
 // name (correct, hw-sm90) replaces the functions the model evaluates; "auto" picks hw-sm90
 // (measured on an H200) for a hardware capture from compute capability 9.0 and the model's

@@ -1,6 +1,7 @@
 // tools/capture_options.cpp: parsing the capture-statement options (capture_options.hpp).
 #include "tools/capture_options.hpp"
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -56,10 +57,12 @@ CaptureOptions capture_options_or_throw(const CaptureOptionText& t) {
     if (!statement) throw InputError("--causal " + t.causal + ": expected " + std::string(kCausalStatementValues));
     o.set_causal(*statement);
   }
-  // One line on stderr, however many captures (bias-test reads a directory's, in threads)
-  // leave the alignment to the default: stdout stays the report.
-  auto noted = std::make_shared<std::once_flag>();
-  o.note = [noted](const std::string& line) { std::call_once(*noted, [&] { std::cerr << "note: " << line << "\n"; }); };
+  // One line on stderr per kind of note (an assumed alignment, a layout read), however many
+  // captures (bias-test reads a directory's, in threads) give it: stdout stays the report.
+  auto noted = std::make_shared<std::array<std::once_flag, 2>>();
+  o.note = [noted](CaptureOptions::NoteKind kind, const std::string& line) {
+    std::call_once((*noted)[static_cast<std::size_t>(kind)], [&] { std::cerr << "note: " << line << "\n"; });
+  };
   if (!t.dtype.empty()) o.dtype = parse_format_or_throw(t.dtype, "--dtype");
   const auto layout = parse_capture_layout(t.layout);
   if (!layout) throw InputError("--layout " + t.layout + ": expected auto, bhsd or bshd");

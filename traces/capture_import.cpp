@@ -138,12 +138,13 @@ CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options,
     // reading is noted (q [1,6,8,32] with k [1,4,8,32] is 8 heads of 6 and 4 rows as bshd).
     const std::size_t seq = as_bhsd ? 2 : 1, heads = as_bhsd ? 1 : 2;
     if (options.note && (q->shape[seq] != k->shape[seq] || q->shape[heads] != k->shape[heads]))
-      options.note(std::string(source) + ": --layout auto read q " + q_shape + " and k " + k_shape + " as " +
-                   (as_bhsd ? "bhsd [batch, heads, seq, dim]" : "bshd [batch, seq, heads, dim]") + ": " +
-                   std::to_string(q->shape[heads]) + " q heads over " + std::to_string(k->shape[heads]) +
-                   " kv heads, query length " + std::to_string(q->shape[seq]) + ", key length " +
-                   std::to_string(k->shape[seq]) + " (the other layout does not fit); pass --layout " +
-                   (as_bhsd ? "bhsd" : "bshd") + " to state it");
+      options.note(CaptureOptions::NoteKind::layout_read,
+                   std::string(source) + ": --layout auto read q " + q_shape + " and k " + k_shape + " as " +
+                       (as_bhsd ? "bhsd [batch, heads, seq, dim]" : "bshd [batch, seq, heads, dim]") + ": " +
+                       std::to_string(q->shape[heads]) + " q heads over " + std::to_string(k->shape[heads]) +
+                       " kv heads, query length " + std::to_string(q->shape[seq]) + ", key length " +
+                       std::to_string(k->shape[seq]) + " (the other layout does not fit); pass --layout " +
+                       (as_bhsd ? "bhsd" : "bshd") + " to state it");
     return as_bhsd ? CaptureLayout::bhsd : CaptureLayout::bshd;
   }
   if (!as_bhsd) return CaptureLayout::bhsd;  // neither fits: validation names the bad shape
@@ -209,10 +210,11 @@ void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view sour
   const SafeTensor *q = f.find("q"), *k = f.find("k");
   if (causal && !o.causal_alignment && o.note && q && k && q->shape.size() == 4 && k->shape.size() == 4 &&
       q->shape[2] != k->shape[2])
-    o.note(std::string(source) + ": --causal true with query length " + std::to_string(q->shape[2]) +
-           " != key length " + std::to_string(k->shape[2]) +
-           ": assumed the causal mask aligned bottom-right (key j <= i + Nk - N: FlashAttention >= 2.1); "
-           "PyTorch's is_causal aligns it top-left (j <= i): say --causal top-left or --causal bottom-right");
+    o.note(CaptureOptions::NoteKind::alignment_assumed,
+           std::string(source) + ": --causal true with query length " + std::to_string(q->shape[2]) +
+               " != key length " + std::to_string(k->shape[2]) +
+               ": assumed the causal mask aligned bottom-right (key j <= i + Nk - N: FlashAttention >= 2.1); "
+               "PyTorch's is_causal aligns it top-left (j <= i): say --causal top-left or --causal bottom-right");
 }
 
 void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view source) {

@@ -86,8 +86,10 @@ struct CaptureOptions {
   // How the caller's user names the format of integer arrays that hold bit patterns, said
   // when a capture holds some and `dtype` is not given (the Python module has no --dtype).
   std::string dtype_remedy = "name their format with --dtype (bf16 or fp16 for 16-bit, e4m3 or e5m2 for 8-bit)";
-  // Receives the notes on an assumed alignment or layout (see the contract above); may be empty.
-  std::function<void(const std::string&)> note;
+  // Receives the notes on an assumed alignment or layout (see the contract above), each with
+  // its kind, so that a caller printing each kind once drops neither; may be empty.
+  enum class NoteKind { layout_read, alignment_assumed };
+  std::function<void(NoteKind, const std::string&)> note;
 
   void set_causal(const CausalStatement& statement) {
     causal = statement.causal;

@@ -856,7 +856,8 @@ class BiasTestResult(dict):
 def bias_test(model: str | None = None, scenario: str | None = None, *, traces=None, against: str | None = None,
               recipe: str | None = None, trials: int | None = None, seqlen: int | None = None,
               headdim: int | None = None, dtype: str | None = None, alpha: float = 1e-3, at_stake: float = 0.05,
-              seed: int | None = None, by_max: bool = False) -> BiasTestResult:
+              seed: int | None = None, by_max: bool = False, source: str | None = None, scale: float | None = None,
+              causal: bool | str | None = None, layout: str | None = None) -> BiasTestResult:
     """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
     captured traces (``traces``: a directory, whose *.safetensors and *.npz are taken in sorted order as
     ``bias-test --traces DIR`` does, or a list of files; one sample per set of keys and values,
@@ -869,17 +870,26 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     ``scenario`` (default sink), ``trials`` (32), ``seqlen`` (256), ``headdim`` (64), ``dtype``
     (bf16) and ``seed`` (0); ``trials``, ``seqlen`` and ``headdim`` are held to the CLI's
     limits (at most 2^24 trials; seqlen x headdim at most 2^31 elements and about 64 GiB of
-    working memory): a ValueError beyond them. The traces hold their inputs and name their
-    format: with ``traces`` those six are a ValueError (``bias-test --traces`` refuses the
-    first five; its ``--dtype``, the format of a bare capture's bit patterns, is not taken
-    here, where traces are flashbits traces)."""
+    working memory): a ValueError beyond them. The traces hold their inputs: with ``traces``
+    the first five and ``seed`` are a ValueError (``bias-test --traces`` refuses them). A bare
+    capture among the traces (no flashbits metadata: an ``.npz``, a folder of ``.npy``, a bare
+    ``.safetensors``) is read as ``load_trace`` reads it, with what it lacks given as that
+    function's keywords: ``source``, ``scale``, ``causal``, ``layout``, and ``dtype`` for the
+    format of its bit patterns (the CLI's ``--source --scale --causal --layout --dtype``);
+    those keywords are for traces only. The reader's notes (an alignment assumed, a layout
+    read) are UserWarnings, as load_trace's."""
     model = _str_arg("model", model, optional=True)
     if traces is not None:
         # Given with traces they would be ignored: refused, as the CLI refuses them.
-        _refuse_unused("the traces hold their inputs and name their format",
-                       ("scenario", "trials", "seqlen", "headdim", "dtype", "seed"),
-                       {"scenario": scenario, "trials": trials, "seqlen": seqlen, "headdim": headdim, "dtype": dtype,
-                        "seed": seed})
+        _refuse_unused("the traces hold their inputs", ("scenario", "trials", "seqlen", "headdim", "seed"),
+                       {"scenario": scenario, "trials": trials, "seqlen": seqlen, "headdim": headdim, "seed": seed})
+    else:
+        _refuse_unused("they state what a bare capture among traces lacks", ("source", "scale", "causal", "layout"),
+                       {"source": source, "scale": scale, "causal": causal, "layout": layout})
+    source = _str_arg("source", source, optional=True)
+    scale = _float_arg("scale", scale, optional=True)
+    causal = None if causal is None else _causal_text(causal)
+    layout = "auto" if layout is None else _str_arg("layout", layout)
     scenario = "sink" if scenario is None else _str_arg("scenario", scenario)
     against = _str_arg("against", against, optional=True)
     recipe = _path_arg("recipe", recipe, optional=True)
@@ -912,8 +922,13 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
                 raise ValueError("traces: an empty list")
         else:
             raise TypeError(f"traces: expected a directory or a list of files, got {_kind(traces)}")
-    d = _core.bias_test(model or "", scenario, files, label, against or "", "" if recipe is None else recipe,
-                        trials, seqlen, headdim, dtype, alpha, at_stake, seed, by_max)
+    try:
+        d, notes = _core.bias_test(model or "", scenario, files, label, source, scale, causal, layout, against or "",
+                                   "" if recipe is None else recipe, trials, seqlen, headdim, dtype, alpha, at_stake,
+                                   seed, by_max)
+    except ValueError as e:
+        raise _keyword_message(e) from None
+    _warn_capture_notes(notes)
     return BiasTestResult(d)
 
 
@@ -981,6 +996,24 @@ def _keyword_message(e: ValueError) -> ValueError:
     return ValueError(_CAPTURE_OPTION.sub(r"\1=", str(e)))
 
 
+def _warn_capture_notes(notes, stacklevel=3):
+    """The capture reader's notes (a layout read, an alignment or causality assumed) as
+    UserWarnings, with their options named as keywords (causal='top-left', layout=bhsd)."""
+    for note in notes:
+        note = note.replace("--causal top-left|bottom-right", "causal='top-left' or causal='bottom-right'")
+        note = note.replace("--causal states it", "causal= states it")
+        note = _re.sub(r"--causal (top-left|bottom-right)", r"causal='\1'", note).replace("--causal true", "causal=True")
+        _warnings.warn(_CAPTURE_OPTION.sub(r"\1=", note), UserWarning, stacklevel=stacklevel)
+
+
+def _causal_text(causal) -> str:
+    """A ``causal=`` keyword as the capture reader's --causal text."""
+    is_causal, top_left = _causal_arg(causal)
+    if not is_causal:
+        return "false"
+    return "top-left" if top_left else "true" if isinstance(causal, (bool, _np.bool_)) else "bottom-right"
+
+
 def load_trace(path, *, source: str | None = None, model: str | None = None, scale: float | None = None,
                causal: bool | str | None = None, dtype: str | None = None, layout: str = "auto") -> Trace:
     """Read and validate a trace as ``flashbits replay`` does (ValueError naming the file,
@@ -997,24 +1030,14 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     bottom-right, with a UserWarning saying so when the query and key lengths differ; the
     alignment is written to the metadata's ``causal_alignment``. "none" is False (the word
     ``Trace.causal_alignment`` and ``attention(causal=)`` use)."""
-    if causal is None:
-        causal_text = None
-    else:
-        is_causal, top_left = _causal_arg(causal)
-        causal_text = "false" if not is_causal else "top-left" if top_left else \
-            "true" if isinstance(causal, (bool, _np.bool_)) else "bottom-right"
     args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
-            _float_arg("scale", scale, optional=True), causal_text,
+            _float_arg("scale", scale, optional=True), None if causal is None else _causal_text(causal),
             _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))
     try:
         d = _core.load_trace(*args)
     except ValueError as e:
         raise _keyword_message(e) from None
-    import warnings
-    for note in d.get("notes", ()):
-        # The CLI's note, with its options named as keywords (causal='top-left').
-        note = _re.sub(r"--causal (top-left|bottom-right)", r"causal='\1'", note).replace("--causal true", "causal=True")
-        warnings.warn(note, UserWarning, stacklevel=2)
+    _warn_capture_notes(d["notes"])
     return Trace(d)
 
 

@@ -107,7 +107,8 @@ def bias_test(model: str | None = None, scenario: str | None = None, *,
               traces: str | PathLike[str] | Sequence[str | PathLike[str]] | None = None, against: str | None = None,
               recipe: str | PathLike[str] | None = None, trials: int | None = None, seqlen: int | None = None,
               headdim: int | None = None, dtype: str | None = None, alpha: float = 1e-3, at_stake: float = 0.05,
-              seed: int | None = None, by_max: bool = False) -> BiasTestResult: ...
+              seed: int | None = None, by_max: bool = False, source: str | None = None, scale: float | None = None,
+              causal: bool | str | None = None, layout: str | None = None) -> BiasTestResult: ...
 
 class Trace:
     path: str

@@ -13,6 +13,7 @@
 #include "studies/bias_run.hpp"
 #include "attention/problem_limits.hpp"
 #include "attention/trace_inputs.hpp"
+#include "capture_args.hpp"
 #include "common.hpp"
 #include "api/models.hpp"
 #include "studies/scenarios.hpp"
@@ -22,12 +23,21 @@ namespace {
 
 using api::InputError;
 
+// bias_test's keywords for bare captures among its traces (capture_options_from).
+struct CaptureArgs {
+  std::optional<std::string> source;
+  std::optional<double> scale;
+  std::optional<std::string> causal;
+  std::string layout;
+};
+
 // The Python arguments, checked here with Python's names for them (the CLI's messages name
 // its options); the run itself is attn::run_bias.
 attn::BiasRun make_run(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
-                       const std::string& traces_label, const std::string& against, const std::string& recipe,
-                       long long trials, long long seqlen, long long headdim, const std::string& dtype_name,
-                       double alpha, double at_stake, std::uint64_t seed) {
+                       const std::string& traces_label, const CaptureArgs& capture, const std::string& against,
+                       const std::string& recipe, long long trials, long long seqlen, long long headdim,
+                       const std::string& dtype_name, double alpha, double at_stake, std::uint64_t seed,
+                       CollectedNotes& notes) {
   if (model.empty() == traces.empty()) throw InputError("give exactly one of model=NAME or traces=[FILES]");
   if (!against.empty() && model.empty()) throw InputError("against: needs model");
   if (!recipe.empty() && model.empty()) throw InputError("recipe: needs model (the recipe changes that model)");
@@ -38,11 +48,11 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   run.at_stake = at_stake;
   if (model.empty()) {
     run.traces.assign(traces.begin(), traces.end());
-    // bias_test takes no dtype (the traces name their format): a capture of bit patterns is
-    // imported first, where its format is named.
-    run.capture.dtype_remedy =
-        "import it first, naming their format: flashbits import FILE --dtype bf16|fp16|e4m3|e5m2 --source ... "
-        "--out T.safetensors";
+    // What bare captures lack, as load_trace takes it; dtype is the format of their bit patterns.
+    run.capture = capture_options_from(capture.source, std::nullopt, capture.scale, capture.causal,
+                                       dtype_name.empty() ? std::nullopt : std::optional<std::string>(dtype_name),
+                                       capture.layout, notes);
+    run.capture.dtype_remedy = "name their format with dtype='bf16' (or fp16, e4m3, e5m2)";
     run.traces_label = traces_label;
     return run;
   }
@@ -79,26 +89,39 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   return run;
 }
 
-pyb::object bias_test(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
-                      const std::string& traces_label, const std::string& against, const std::string& recipe,
-                      long long trials, long long seqlen, long long headdim, const std::string& dtype, double alpha,
-                      double at_stake, std::uint64_t seed, bool by_max) {
+// Returns (the report, the capture reader's notes): the Python layer warns with the notes, which
+// the CLI prints on stderr.
+pyb::tuple bias_test(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
+                     const std::string& traces_label, const std::optional<std::string>& source,
+                     std::optional<double> scale, const std::optional<std::string>& causal, const std::string& layout,
+                     const std::string& against, const std::string& recipe, long long trials, long long seqlen,
+                     long long headdim, const std::string& dtype, double alpha, double at_stake, std::uint64_t seed,
+                     bool by_max) {
+  // Shared with the worker, which a Ctrl-C may leave running after this returns.
+  auto notes = std::make_shared<CollectedNotes>();
+  const CaptureArgs capture{source, scale, causal, layout};
   const nlohmann::ordered_json j = run_interruptible<nlohmann::ordered_json>([=](const Cancel& cancel) {
-    const attn::BiasRun run = make_run(model, scenario, traces, traces_label, against, recipe, trials, seqlen, headdim,
-                                       dtype, alpha, at_stake, seed);
+    const attn::BiasRun run = make_run(model, scenario, traces, traces_label, capture, against, recipe, trials, seqlen,
+                                       headdim, dtype, alpha, at_stake, seed, *notes);
     attn::BiasHooks hooks;
     hooks.before_item = [&cancel] { check_cancel(cancel); };
     return attn::bias_report_json(attn::run_bias(run, hooks), by_max);
   });
-  return to_python(j);
+  pyb::list note_list;
+  {
+    std::lock_guard<std::mutex> hold(notes->lock);
+    for (const std::string& line : notes->lines) note_list.append(line);
+  }
+  return pyb::make_tuple(to_python(j), note_list);
 }
 
 }  // namespace
 
 void register_bias(pyb::module_& m) {
   using namespace pyb::literals;
-  m.def("bias_test", &bias_test, "model"_a, "scenario"_a, "traces"_a, "traces_label"_a, "against"_a, "recipe"_a,
-        "trials"_a, "seqlen"_a, "headdim"_a, "dtype"_a, "alpha"_a, "at_stake"_a, "seed"_a, "by_max"_a);
+  m.def("bias_test", &bias_test, "model"_a, "scenario"_a, "traces"_a, "traces_label"_a, "source"_a, "scale"_a,
+        "causal"_a, "layout"_a, "against"_a, "recipe"_a, "trials"_a, "seqlen"_a, "headdim"_a, "dtype"_a, "alpha"_a,
+        "at_stake"_a, "seed"_a, "by_max"_a, InDefaultFloatingPoint());
 }
 
 }  // namespace fb::py

@@ -22,18 +22,18 @@
 #include <vector>
 
 #include "attention/trace_inputs.hpp"
+#include "capture_args.hpp"
 #include "common.hpp"
 #include "traces/capture_import.hpp"
 #include "traces/safetensors.hpp"
 #include "traces/trace.hpp"
 
 namespace fb::py {
-namespace {
 
-pyb::dict load_trace(const std::string& path, const std::optional<std::string>& source,
-                     const std::optional<std::string>& model, std::optional<double> scale,
-                     const std::optional<std::string>& causal, const std::optional<std::string>& dtype,
-                     const std::string& layout) {
+CaptureOptions capture_options_from(const std::optional<std::string>& source, const std::optional<std::string>& model,
+                                    std::optional<double> scale, const std::optional<std::string>& causal,
+                                    const std::optional<std::string>& dtype, const std::string& layout,
+                                    CollectedNotes& notes) {
   CaptureOptions options;
   if (source) {
     if (!is_valid_source(*source))
@@ -50,12 +50,25 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
     if (!statement) throw api::InputError("causal " + *causal + ": expected " + std::string(kCausalStatementValues));
     options.set_causal(*statement);
   }
-  std::vector<std::string> notes;  // the Python layer warns with them
-  options.note = [&notes](const std::string& line) { notes.push_back(line); };
+  options.note = [&notes](CaptureOptions::NoteKind, const std::string& line) {
+    std::lock_guard<std::mutex> hold(notes.lock);
+    notes.lines.push_back(line);
+  };
   if (dtype) options.dtype = parse_fmt(*dtype, "dtype");
   const auto parsed_layout = parse_capture_layout(layout);
   if (!parsed_layout) throw api::InputError("layout " + layout + ": expected auto, bhsd or bshd");
   options.layout = *parsed_layout;
+  return options;
+}
+
+namespace {
+
+pyb::dict load_trace(const std::string& path, const std::optional<std::string>& source,
+                     const std::optional<std::string>& model, std::optional<double> scale,
+                     const std::optional<std::string>& causal, const std::optional<std::string>& dtype,
+                     const std::string& layout) {
+  CollectedNotes notes;  // the Python layer warns with them
+  const CaptureOptions options = capture_options_from(source, model, scale, causal, dtype, layout, notes);
   const Trace trace = import_capture({path}, options);
   // A trace that names its kernel is one to replay: checked as replay (and import) check it, so
   // that an unknown model is refused here, not returned to fail later.
@@ -85,8 +98,11 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   const bool masked = md.causal.value_or(false);
   d["causal"] = masked;
   d["causal_alignment"] = !masked ? "none" : md.causal_alignment == "top-left" ? "top-left" : "bottom-right";
+  // The reader's notes, then what the mask above assumed (replay prints the same lines).
   pyb::list note_list;
-  for (const std::string& line : notes) note_list.append(line);
+  for (const std::string& line : notes.lines) note_list.append(line);
+  for (const std::string& line : attn::assumed_mask_notes(trace))
+    note_list.append(line.substr(std::string("note: ").size()));
   d["notes"] = note_list;
   return d;
 }
@@ -139,8 +155,8 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
 void register_traces(pyb::module_& m) {
   using namespace pyb::literals;
   m.def("load_trace", &load_trace, "path"_a, "source"_a = pyb::none(), "model"_a = pyb::none(), "scale"_a = pyb::none(),
-        "causal"_a = pyb::none(), "dtype"_a = pyb::none(), "layout"_a = "auto");
-  m.def("save_trace", &save_trace, "path"_a, "tensors"_a, "metadata"_a);
+        "causal"_a = pyb::none(), "dtype"_a = pyb::none(), "layout"_a = "auto", InDefaultFloatingPoint());
+  m.def("save_trace", &save_trace, "path"_a, "tensors"_a, "metadata"_a, InDefaultFloatingPoint());
 }
 
 }  // namespace fb::py

@@ -218,3 +218,75 @@ def test_a_note_about_where_a_source_places_its_mask_is_for_causal_runs_only(n, 
     # The tutorial's note is about its one N_CTX, whatever the mask: it stays.
     tutorial = fb.attention(q, k, v, "triton-tutorial", dtype="fp16", threads=1).notes
     assert [note for note in tutorial if "one N_CTX" in note]
+
+
+# ---- audit: notes that were dropped, and bias_test on bare captures ---------------------------
+def test_a_layout_read_and_an_assumed_alignment_are_both_noted(cli, tmp_path):
+    # Found by the lengths audit: the CLI printed one note per run, so with --layout auto a GQA
+    # decoding capture's layout note (always first) hid the note that bottom-right was assumed.
+    rng = np.random.default_rng(11)
+    path = tmp_path / "gqa.npz"
+    np.savez(path, q=_bf16_bits(rng, (1, 4, 6, 8)), k=_bf16_bits(rng, (1, 2, 20, 8)),
+             v=_bf16_bits(rng, (1, 2, 20, 8)), o=_bf16_bits(rng, (1, 4, 6, 8)))
+    rc, out, err = cli("import", str(path), "--source", "unknown", "--dtype", "bf16", "--scale", "0.25", "--causal",
+                       "true", "--out", str(tmp_path / "gqa.safetensors"))
+    assert rc == 0, err
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(line.startswith("note: ") for line in lines), err
+    assert "--layout auto read q [1,4,6,8]" in err and "assumed the causal mask aligned bottom-right" in err, err
+    # Python: the same two, as UserWarnings naming keywords, not options.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fb.load_trace(path, source="unknown", dtype="bf16", scale=0.25, causal=True)
+    texts = [str(w.message) for w in caught]
+    assert len(texts) == 2, texts
+    assert any("layout=auto read q" in t and "pass layout=bhsd" in t for t in texts), texts
+    assert any("aligned bottom-right" in t and "causal='top-left'" in t for t in texts), texts
+    assert not any("--" in t for t in texts), texts
+
+
+def test_load_trace_says_what_it_assumed_of_a_traces_mask(tmp_path):
+    # Found by the lengths audit: replay notes that a causal trace without causal_alignment (and
+    # N != Nk) is read bottom-right; load_trace gave Trace.causal_alignment == "bottom-right"
+    # without a word, so a top-left run replayed from Python with the wrong mask, silently.
+    rng = np.random.default_rng(12)
+    q, k = fb.decode(_bf16_bits(rng, (1, 1, 6, 8)), "bf16"), fb.decode(_bf16_bits(rng, (1, 1, 20, 8)), "bf16")
+    path = tmp_path / "t.safetensors"
+    fb.save_trace(path, q=q, k=k, v=k, o=q, metadata={"source": "unknown", "softmax_scale": 0.25, "causal": True})
+    with pytest.warns(UserWarning, match=r"records no causal_alignment for 6 queries and 20 keys: bottom-right "
+                                         r"assumed \(causal='top-left' or causal='bottom-right' states it"):
+        t = fb.load_trace(path)
+    assert t.causal_alignment == "bottom-right"
+    # No causal key: non-causal is assumed, and said.
+    fb.save_trace(path, q=q, k=k, v=k, o=q, metadata={"source": "unknown", "softmax_scale": 0.25})
+    with pytest.warns(UserWarning, match=r"records no causal flag: non-causal assumed \(causal= states it"):
+        assert not fb.load_trace(path).causal
+    # Stated, nothing is said.
+    fb.save_trace(path, q=q, k=k, v=k, o=q, metadata={"source": "unknown", "softmax_scale": 0.25, "causal": True,
+                                                      "causal_alignment": "top-left"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fb.load_trace(path).causal_alignment == "top-left"
+
+
+def test_bias_test_reads_bare_captures_with_what_they_lack(cli, bare_capture, tmp_path):
+    # Found by the lengths audit: bias_test(traces=[bare.npz]) could only fail ("pass --source"),
+    # having no keyword for what the capture lacks; the CLI's bias-test --traces takes options.
+    # Now the keywords load_trace takes, and the CLI's report for the same statement.
+    statement = {"source": "unknown", "scale": SCALE, "dtype": "bf16", "layout": "bhsd", "causal": "top-left"}
+    r = fb.bias_test(traces=[bare_capture], **statement)
+    rc, out, err = cli("bias-test", "--traces", str(bare_capture), "--source", "unknown", "--scale", str(SCALE),
+                       "--dtype", "bf16", "--layout", "bhsd", "--causal", "top-left", "--json")
+    assert rc in (0, 1, 4), err
+    assert dict(r) == json.loads(out)
+    # A plain True with N != Nk: the assumed alignment is a UserWarning naming keywords.
+    with pytest.warns(UserWarning, match=r"aligned bottom-right.*causal='top-left'"):
+        fb.bias_test(traces=[bare_capture], **{**statement, "causal": True})
+    # What is missing is named as a keyword; the keywords without traces are refused.
+    with pytest.raises(ValueError, match=r"source=") as e:
+        fb.bias_test(traces=[bare_capture], scale=SCALE, dtype="bf16", causal=False)
+    assert "--" not in str(e.value)
+    with pytest.raises(ValueError, match=r"dtype='bf16'"):
+        fb.bias_test(traces=[bare_capture], source="unknown", scale=SCALE, causal=False)
+    with pytest.raises(ValueError, match=r"source, causal: they state what a bare capture"):
+        fb.bias_test("fa2-sm80", source="unknown", causal=True)

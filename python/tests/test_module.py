@@ -420,13 +420,21 @@ def one_trace(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name, value", [("scenario", "sink"), ("trials", 32), ("seqlen", 256), ("headdim", 64),
-                                         ("dtype", "bf16"), ("seed", 7)])
+                                         ("seed", 7)])
 def test_bias_test_of_traces_refuses_what_it_would_ignore(one_trace, name, value):
     # The traces hold their inputs: these were ignored, even invalid ones (trials=-5), where
     # bias-test --traces refuses --scenario --trials --seqlen --headdim --seed.
     with pytest.raises(ValueError, match=rf"^{name}: the traces hold their inputs"):
         fb.bias_test(traces=str(one_trace), **{name: value})
     assert fb.bias_test(traces=[str(one_trace)])["verdict"] == "inconclusive"  # one sample a kv head
+
+
+def test_bias_test_of_traces_takes_dtype_as_the_captures_format(one_trace):
+    # As bias-test --traces --dtype: the format of a bare capture's bit patterns; a trace that
+    # names its own keeps it, and a contradicting dtype is refused, naming the keyword.
+    assert fb.bias_test(traces=[str(one_trace)], dtype="bf16")["verdict"] == "inconclusive"
+    with pytest.raises(ValueError, match=r"dtype=fp16 contradicts tensor 'q', which is BF16 \(drop dtype="):
+        fb.bias_test(traces=[str(one_trace)], dtype="fp16")
 
 
 def test_load_trace_names_its_keywords_not_the_clis_options(tmp_path):
@@ -469,6 +477,18 @@ def test_notes_name_what_no_capture_measured_for_this_shape():
     math_long = fb.attention(bf16((1, 1, 2, 16), 45), bf16((1, 1, 1100, 16), 46), bf16((1, 1, 1100, 16), 47),
                              "pytorch-math-sm90")
     assert any("over 1024 keys" in n and "UNMEASURED" in n for n in math_long.notes), math_long.notes
+
+
+def test_a_forward_only_model_notes_no_group_reduction_it_does_not_run():
+    # Found by the lengths audit: ck-fmha-cdna3 and fa3-fp8-sm90 have no backward (dK and dV are
+    # None), yet a GQA run with dO noted how their kernels would reduce a group's dK and dV.
+    rng = np.random.default_rng(1)
+    q = fb.round(rng.standard_normal((1, 4, 16, 32)), "e4m3").values
+    k = fb.round(rng.standard_normal((1, 2, 16, 32)), "e4m3").values
+    for model in ("ck-fmha-cdna3", "fa3-fp8-sm90"):
+        r = fb.attention(q, k, k, model, do=q)
+        assert r.dk is None and r.dv is None and r.delta is not None
+        assert not [n for n in r.notes if "grouped-query dK and dV" in n], (model, r.notes)
 
 
 def test_output_format_is_the_format_of_os_values():
@@ -570,12 +590,16 @@ def test_save_trace_metadata_takes_strings_bools_and_numbers_only(tmp_path):
 
 
 # Found by the bad-input audit: bias_test on an .npz of uint16 bit patterns said to name their
-# format "with --dtype", an option bias_test does not take (its traces name their format).
+# format "with --dtype", an option bias_test did not take. It takes dtype= for them now.
 def test_bias_test_on_bit_patterns_says_how_to_name_their_format(tmp_path):
     q = np.full((1, 1, 8, 4), 0x3F80, dtype=np.uint16)
     np.savez(tmp_path / "bits.npz", q=q, k=q, v=q, o=q)
-    with pytest.raises(ValueError, match=r"import it first, naming their format: flashbits import FILE --dtype"):
-        fb.bias_test(traces=[tmp_path / "bits.npz"])
+    statement = {"source": "unknown", "causal": False, "scale": 0.5, "layout": "bhsd"}
+    with pytest.raises(ValueError, match=r"bits.npz.*name their format with dtype='bf16'") as e:
+        fb.bias_test(traces=[tmp_path / "bits.npz"], **statement)
+    assert "--" not in str(e.value)
+    r = fb.bias_test(traces=[tmp_path / "bits.npz"], dtype="bf16", **statement)
+    assert r.verdict == "inconclusive"  # one sample
 
 
 # exact_attention(rounded_as=MODEL): the floor bias_test and the training study measure a kernel
