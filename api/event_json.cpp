@@ -1,8 +1,10 @@
 // api/event_json.cpp: rendering of rounding events.
 #include "api/event_json.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "api/names.hpp"
@@ -20,6 +22,57 @@ const char* direction_name(RoundDirection d) {
   }
   return "?";
 }
+// A result that no rounding made (emu/ops.hpp's special cases hand over no event): its case
+// and a sentence for --explain; nullopt where the event describes the result (a rounding, or
+// an exact zero).
+struct SpecialCase {
+  const char* name;
+  std::string text;
+};
+std::optional<SpecialCase> special_case(const Format& f, const RoundingEvent& ev, const Rounded& r) {
+  if (ev.significand != 0) return std::nullopt;
+  const Decoded d = decode(f, r.bits);
+  const std::string name = f.name, packed = " (" + hex_bits(f, r.bits) + ")";
+  if (r.flags & flag::invalid) {
+    // e8m0 has neither zero nor negatives: an exact zero or negative result is invalid there.
+    const bool holds_all = f.has_zero() && f.is_signed;
+    return SpecialCase{"invalid", std::string("an invalid operation (0 x inf, inf - inf, 0 / 0, the square root of a "
+                                              "negative") +
+                                      (holds_all ? "" : ", or a zero or negative result, which " + name + " lacks") +
+                                      "): " + (d.cls == ValueClass::nan ? "NaN" : "+0, as " + name + " has no NaN") +
+                                      packed + ", flag v; nothing rounded"};
+  }
+  if (d.cls == ValueClass::nan && !(r.flags & flag::overflow))
+    return SpecialCase{"nan_operand", "a NaN operand: the result is NaN" + packed + "; nothing rounded"};
+  if (r.flags & flag::divbyzero) {
+    std::string text = "division of a nonzero finite value by zero: an exact infinity, flag z";
+    if (r.flags & flag::overflow)
+      text += ", which " + name + " cannot hold: an overflow (flags o and x), packed as " +
+              (d.cls == ValueClass::nan ? "NaN" : "the largest finite value") + packed;
+    else if (d.cls != ValueClass::infinite)
+      text += ", packed as the largest finite value (satfinite)" + packed;
+    return SpecialCase{"division_by_zero", text + "; nothing rounded"};
+  }
+  if (d.cls == ValueClass::zero && r.flags == 0) return std::nullopt;  // an exact zero: the event says so
+  // What is left is an infinite operand's exact infinity (of an add, a mul by a nonzero, ...).
+  std::string text = "an infinite operand: an exact infinity";
+  if (r.flags & flag::overflow)
+    text += ", which " + name + " cannot hold: an overflow (flags o and x), packed as " +
+            (d.cls == ValueClass::nan ? "NaN" : "the largest finite value") + packed;
+  else if (d.cls != ValueClass::infinite)
+    text += ", packed as the largest finite value (satfinite)" + packed;
+  else
+    text += packed;
+  return SpecialCase{"infinite_operand", text + "; nothing rounded"};
+}
+
+// The shortest decimal that reads back as x (std::to_chars): a value in full, not to 6 digits.
+std::string shortest_decimal(double x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc() ? std::string(buf, end) : std::string("?");
+}
+
 std::string binary_digits(std::uint64_t v, int count) {
   std::string s;
   for (int i = 63; i > 63 - count && i >= 0; --i) s.push_back(((v >> i) & 1u) ? '1' : '0');
@@ -68,8 +121,18 @@ nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev) {
   return j;
 }
 
-std::string explain_event(const Format& f, const RoundingSpec& spec, const RoundingEvent& ev,
-                          std::uint32_t result_bits) {
+nlohmann::json op_event_to_json(const Format& f, const RoundingEvent& ev, const Rounded& result) {
+  nlohmann::json j = event_to_json(f, ev);
+  if (const auto special = special_case(f, ev, result)) {
+    j["special"] = special->name;
+    j["flags"] = flags_string(result.flags);
+  }
+  return j;
+}
+
+std::string explain_event(const Format& f, const RoundingSpec& spec, const RoundingEvent& ev, const Rounded& result) {
+  const std::uint32_t result_bits = result.bits;
+  if (const auto special = special_case(f, ev, result)) return special->text + "\n";
   std::ostringstream o;
   if (ev.is_addition) {
     o << "addition: alignment shift " << ev.alignment_shift << " bits";
@@ -109,18 +172,28 @@ std::string explain_event(const Format& f, const RoundingSpec& spec, const Round
       << (ev.kept_bits < f.precision() ? " (subnormal result)" : "") << "\n";
   }
   o << "round bit " << ev.round_bit << ", sticky bit " << ev.sticky_bit << " -> "
-    << (ev.direction == RoundDirection::exact
+    << (!ev.round_bit && !ev.sticky_bit
             ? "exact"
             : (ev.tie ? "a TIE" : (ev.round_bit ? "above the halfway point" : "below the halfway point")))
     << "\n";
-  o << "mode " << to_string(spec.mode) << ": rounded " << direction_name(ev.direction);
-  if (ev.rounding_carry) o << " (the carry ran into the exponent)";
-  if (pinned) o << " (pinned to the smallest value)";
-  o << "\n";
-  char err[64];
-  std::snprintf(err, sizeof err, "%+.6g", ev.error_ulps);
-  o << "error " << err << " ulp; flags " << flags_string(ev.flags) << "\n";
-  o << "result " << hex_bits(f, result_bits) << " = " << to_double(f, result_bits) << "\n";
+  if (ev.flags & flag::overflow) {
+    // The significand's rounding above, then the overflow that replaced its result.
+    const Decoded d = decode(f, result_bits);
+    o << "OVERFLOW: the rounded value lies beyond " << f.name << "'s largest finite value; mode "
+      << to_string(spec.mode) << " with overflow " << to_string(spec.overflow) << " gives "
+      << (d.cls == ValueClass::infinite ? "inf"
+          : d.cls == ValueClass::nan    ? "NaN (" + std::string(f.name) + " has no inf)"
+                                        : std::string("the largest finite value"))
+      << " (" << direction_name(ev.direction) << ")\n";
+  } else {
+    o << "mode " << to_string(spec.mode) << ": rounded " << direction_name(ev.direction);
+    if (ev.rounding_carry) o << " (the carry ran into the exponent)";
+    if (pinned) o << " (pinned to the smallest value)";
+    o << "\n";
+  }
+  o << "error " << (ev.error_ulps >= 0 ? "+" : "") << shortest_decimal(ev.error_ulps) << " ulp; flags "
+    << flags_string(ev.flags) << "\n";
+  o << "result " << hex_bits(f, result_bits) << " = " << shortest_decimal(to_double(f, result_bits)) << "\n";
   return o.str();
 }
 

@@ -11,10 +11,15 @@
 namespace fb::api {
 
 nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev);
+// A scalar op's event with its result (`op --json`'s "event"): event_to_json, and where the
+// result needed no rounding because an operand or the operation was special (a NaN operand,
+// an invalid operation, x/0, an infinite operand), "special" names the case and "flags" are
+// the result's: such results carry no rounding event of their own.
+nlohmann::json op_event_to_json(const Format& f, const RoundingEvent& ev, const Rounded& result);
 // Several lines: the exact significand with kept | round | sticky bits marked, the
-// decision and why, and the addition facts where present.
-std::string explain_event(const Format& f, const RoundingSpec& spec, const RoundingEvent& ev,
-                          std::uint32_t result_bits);
+// decision and why, an overflow and how the policy packed it, and the addition facts
+// where present; for a special result (above), what made it and that nothing was rounded.
+std::string explain_event(const Format& f, const RoundingSpec& spec, const RoundingEvent& ev, const Rounded& result);
 // The carried significand times 2^(exponent - 63) in 20 significant digits, after a minus sign
 // where negative, and ending in "+" where sticky_below (the exact value lies above it).
 std::string exact_value_string(const RoundingEvent& ev);

@@ -188,9 +188,9 @@ struct RoundingEvent {
   bool rounding_carry = false;  // rounding up carried into the next binade
   // (result - exact) in ulps of the kept LSB, signed, computed from the significand above.
   // With input_sticky set the exact value lies strictly inside that significand's last
-  // unit, so the figure is off by less than one such unit: the scalar ops hand over 53 to
-  // 55 significant bits (emu/ops.hpp), so by less than 2^(kept_bits - 53) ulp (2^-29 ulp
-  // for fp32), plus the double's own 2^-53 ulp.
+  // unit, so the figure is off by less than one such unit: the scalar ops hand over 64
+  // bits (emu/ops.hpp), so by less than 2^(kept_bits - 64) ulp, plus the double's own
+  // 2^-53 ulp. After an overflow to inf (or NaN in its place) it is +-inf.
   double error_ulps = 0.0;
   Flags flags = 0;
   // Additions (add, sub, fma, accumulation steps).
@@ -402,6 +402,10 @@ namespace detail {
     event->tie = round_bit && !sticky_bit;
     event->direction =
         !inexact ? RoundDirection::exact : (kept > kept_exact ? RoundDirection::up : RoundDirection::down);
+    // An overflow moves the result past the significand's rounding: up to inf (or a format's
+    // NaN in its place), down to the largest finite value below the exact one.
+    if (flags & flag::overflow)
+      event->direction = result == pack_max_finite(f, negative) ? RoundDirection::down : RoundDirection::up;
     event->rounding_carry = carried;
     const double fraction = std::ldexp(static_cast<double>(frac64 >> 11), -53);
     double err = static_cast<double>(kept - kept_exact) - fraction;

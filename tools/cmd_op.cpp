@@ -107,11 +107,11 @@ int run_op(const OpOptions& o) {
     j["result"] = hex_bits(req.format, r.bits);
     j["result_value"] = to_double(req.format, r.bits);
     j["flags"] = flags_string(r.flags);
-    j["event"] = api::event_to_json(req.format, ev);
+    j["event"] = api::op_event_to_json(req.format, ev, r);
     std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << hex_bits(req.format, r.bits) << ' ' << flags_string(r.flags) << "\n";
-    if (o.explain) std::cout << api::explain_event(req.format, req.spec, ev, r.bits);
+    if (o.explain) std::cout << api::explain_event(req.format, req.spec, ev, r);
   }
   return kExitOk;
 }

@@ -286,3 +286,46 @@ def test_op_json_event_against_fractions(cli, name):
         assert ev["direction"] == direction, ctx
         assert ev["tie"] == (abs(want) == Fraction(1, 2)), ctx
         checked += 1
+
+
+# Found by the CLI audit: a result no rounding made (x/0, an invalid operation, a NaN or an
+# infinite operand) was explained as "result 7f800000 is an exact zero; no rounding", its JSON
+# event had flags "-" beside the result's "z", and an overflow's direction was "exact".
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "e4m3", "e5m2", "e2m1"])
+def test_op_event_of_special_results_and_overflows(cli, name):
+    fmt = FORMATS[name]
+    width = 1 + fmt.ebits + fmt.mbits
+    rng = random.Random(f"special-{name}")
+    kinds = set()
+    for _ in range(400):
+        op = rng.choice(["add", "mul", "div", "sqrt", "sub"])
+        bits = [rng.randrange(1 << width) for _ in range(1 if op == "sqrt" else 2)]
+        _, out, _ = cli("op", op, "--format", name, "--round", rng.choice(MODES), "--json", *[hex(b) for b in bits])
+        j = json.loads(out)
+        ev = j["event"]
+        vals = [exact_decode(fmt, b) for b in bits]
+        result = exact_decode(fmt, int(j["result"], 16))
+        ctx = f"{op} {name} {[hex(b) for b in bits]}: {j}"
+        special = ev.get("special")
+        if special:
+            kinds.add(special)
+            assert ev["flags"] == j["flags"], ctx  # the result's flags, not an empty event's
+            if special == "division_by_zero":
+                assert op == "div" and vals[1] == 0 and "z" in j["flags"], ctx
+            elif special == "invalid":
+                assert "v" in j["flags"], ctx
+            elif special == "nan_operand":
+                assert NAN in vals and j["flags"] == "-", ctx
+            else:
+                assert special == "infinite_operand" and any(v in (INF, "-inf") for v in vals), ctx
+            _, text, _ = cli("op", op, "--format", name, "--round", "rne", "--explain", *[hex(b) for b in bits])
+            assert "exact zero" not in text and "nothing rounded" in text, text
+            continue
+        assert ev["flags"] == j["flags"], ctx
+        if "o" in j["flags"] and not any(isinstance(v, str) for v in vals):
+            kinds.add("overflow")
+            # Past the largest finite value: up to inf (or NaN in its place), else down to it.
+            want = "toward-zero" if result not in (INF, "-inf", NAN) else "away-from-zero"
+            assert ev["direction"] == want, ctx
+    assert "overflow" in kinds, kinds
+    assert kinds & {"invalid", "nan_operand", "infinite_operand", "division_by_zero"}, kinds
