@@ -47,11 +47,15 @@ double parse_number(const std::string& text, const std::string& what) {
 }
 
 // x as the canonical name writes it: the shortest text that reads back as x, so a trace's
-// recorded model runs with the parameters it was made with (%g kept 6 digits).
+// recorded model runs with the parameters it was made with (%g kept 6 digits). Without the
+// '+' of a positive exponent (1e40, not to_chars' 1e+40): a '+' starts the next variant, so
+// the name written would not read back.
 std::string shortest(double x) {
   char buf[32];
   const auto [end, error] = std::to_chars(buf, buf + sizeof buf, x);
-  return error == std::errc{} ? std::string(buf, end) : std::to_string(x);
+  std::string text = error == std::errc{} ? std::string(buf, end) : std::to_string(x);
+  if (const std::size_t plus = text.find("e+"); plus != std::string::npos) text.erase(plus + 1, 1);
+  return text;
 }
 }  // namespace
 

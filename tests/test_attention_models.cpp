@@ -451,8 +451,10 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+dynmax:beta=2,beta=3", formats::bf16),
                        doctest::Contains("beta is given twice"), std::invalid_argument);
   // The canonical name (what a trace records) reads back as the same parameters: %g kept
-  // six digits, so beta 2.0000001 came back as 2.
-  for (const char* name : {"fa2-sm80+dynmax:beta=2.0000001,tol=0.00123456789", "fa2-sm80+lazy-rescale:3.3333333"}) {
+  // six digits, so beta 2.0000001 came back as 2; and a large or tiny one was written 1e+40,
+  // whose '+' split the name (the CLI audit).
+  for (const char* name : {"fa2-sm80+dynmax:beta=2.0000001,tol=0.00123456789", "fa2-sm80+lazy-rescale:3.3333333",
+                           "fa2-sm80+dynmax:beta=1e40,tol=1e-30", "fa2-sm80+dynmax:beta=123456789012345678901234"}) {
     CAPTURE(name);
     const ModelHandle first = parse_kernel_model(name, formats::bf16);
     const ModelHandle again = parse_kernel_model(first.name, formats::bf16);

@@ -404,18 +404,50 @@ void ProgressBar::finish() {
   if (drawn_) std::cerr << "\r" << std::string(drawn_width_, ' ') << "\r" << std::flush;
 }
 
-std::vector<std::string> split_list(const std::string& text, const std::string& option) {
-  std::vector<std::string> out;
-  std::set<std::string> seen;
+namespace {
+// The comma-separated pieces, empty ones included (a trailing comma's is read, not dropped).
+std::vector<std::string> split_list_pieces(const std::string& text, const std::string& option) {
   if (text.empty()) throw InputError(option + ": expected at least one entry, got none");
-  std::stringstream ss(text + ",");  // a trailing comma's empty entry is read, not dropped
+  std::vector<std::string> out;
+  std::stringstream ss(text + ",");
   std::string item;
-  while (std::getline(ss, item, ',')) {
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+// The entries, refused where one is empty (a typo) or given twice (measured twice).
+std::vector<std::string> checked_entries(std::vector<std::string> entries, const std::string& text,
+                                         const std::string& option) {
+  std::set<std::string> seen;
+  for (const std::string& item : entries) {
     if (item.empty()) throw InputError(option + " " + text + ": an empty entry (two commas, or one at an end)");
     if (!seen.insert(item).second) throw InputError(option + " " + text + ": " + item + " is given twice");
-    out.push_back(item);
   }
-  return out;
+  return entries;
+}
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  return checked_entries(split_list_pieces(text, option), text, option);
+}
+
+std::vector<std::string> split_model_list(const std::string& text, const std::string& option) {
+  const auto last_variant_has_parameters = [](const std::string& name) {
+    const std::size_t plus = name.rfind('+');
+    return name.find(':', plus == std::string::npos ? 0 : plus) != std::string::npos;
+  };
+  std::vector<std::string> joined;
+  for (const std::string& piece : split_list_pieces(text, option)) {
+    const bool opened = !joined.empty() && last_variant_has_parameters(joined.back());
+    const std::size_t equals = piece.find('='), plus = piece.find('+');
+    const bool parameter =
+        !piece.empty() && (!std::isalpha(static_cast<unsigned char>(piece[0])) ||
+                           (equals != std::string::npos && (plus == std::string::npos || equals < plus)));
+    if (opened && parameter)
+      joined.back() += "," + piece;
+    else
+      joined.push_back(piece);
+  }
+  return checked_entries(joined, text, option);
 }
 
 void warn_about_model(const std::string& name, const std::string& warning) {

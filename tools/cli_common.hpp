@@ -84,6 +84,11 @@ inline constexpr int kExitInconclusive = 4;
 // likely a typo) or an entry given twice (one configuration measured twice) is an
 // InputError naming `option`.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
+// split_list for a list of kernel model names, whose variants' parameters hold commas too
+// (fa2-sm80+dynmax:beta=2,tol=0.01, +sw-exp2:8,0): a piece after a comma continues the name
+// before it when that name's last variant has opened parameters (a ':') and the piece reads as
+// a parameter (key=value, or a number), not as a model name, which starts with a letter.
+std::vector<std::string> split_model_list(const std::string& text, const std::string& option);
 
 // A kernel model's warning (KernelModel::warning, e.g. an fp8 P̄ that saturates), one line on
 // stderr: `warning: NAME: WARNING`. Nothing when `warning` is empty.

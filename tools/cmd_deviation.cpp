@@ -66,7 +66,7 @@ int run_deviation(const DeviationOptions& o) {
   // As every command: a --dtype the model contradicts (standard-fp16 with bf16) is refused;
   // resolve_model's errors name --models and the entry.
   std::map<std::string, std::string> entry_of_kernel;  // canonical name -> the --models entry
-  for (const auto& m : split_list(o.models, "--models")) {
+  for (const auto& m : split_model_list(o.models, "--models")) {
     models.push_back(api::resolve_model({m, dtype, "model", "", o.dtype_option->count() > 0}, {"--models"}));
     // Two spellings of one kernel (fa2-sm80 and fa2-sm80+o-rne) would print one row twice.
     if (const auto [at, first] = entry_of_kernel.emplace(models.back().name, m); !first)

@@ -29,19 +29,40 @@ using api::DuplicateJsonKey;
 using api::parse_json_strict;
 
 namespace {
-std::vector<std::string> split_csv(const std::string& line) {
+// One CSV line's fields, RFC 4180's quoting read as write_csv writes it (sweep_table.hpp
+// csv_field): a field that starts with '"' runs to the next lone '"', whose doubled '""' is
+// one '"'. A stray or unterminated quote is an error naming `where`.
+std::vector<std::string> split_csv(const std::string& line, const std::string& where) {
   std::vector<std::string> out;
   std::string cur;
-  for (char c : line) {
-    if (c == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else if (c != '\r') {
-      cur += c;
+  std::size_t i = 0;
+  while (true) {
+    if (i < line.size() && line[i] == '"') {
+      for (++i;; ++i) {
+        if (i >= line.size()) throw InputError(where + ": a quoted field has no closing '\"'");
+        if (line[i] != '"') {
+          cur += line[i];
+        } else if (i + 1 < line.size() && line[i + 1] == '"') {
+          cur += '"';
+          ++i;
+        } else {
+          break;
+        }
+      }
+      ++i;  // past the closing quote: a comma or the end must follow
+      if (i < line.size() && line[i] != ',')
+        throw InputError(where + ": text after a quoted field's closing '\"' (expected a comma)");
+    } else {
+      for (; i < line.size() && line[i] != ','; ++i) {
+        if (line[i] == '"') throw InputError(where + ": a '\"' inside an unquoted field");
+        cur += line[i];
+      }
     }
+    out.push_back(cur);
+    cur.clear();
+    if (i >= line.size()) return out;
+    ++i;  // past the comma
   }
-  out.push_back(cur);
-  return out;
 }
 // Sweep writes decimal numbers (%.17g): a hex float, inf or a padded word was edited in.
 double to_num(const std::string& s, const std::string& where) {
@@ -317,7 +338,7 @@ SweepFile read_sweep_file(const std::string& path) {
       if (line != kCsvHeader) throw InputError(where + ": expected the sweep CSV header");
       continue;
     }
-    const auto f = split_csv(line);
+    const auto f = split_csv(line, where);
     if (f.size() != kCsvColumns)
       throw InputError(where + ": expected " + std::to_string(kCsvColumns) + " columns, got " +
                        std::to_string(f.size()));

@@ -84,7 +84,7 @@ ResolvedModel grid_cell_model(const char* option, const std::string& model, cons
 SweepGrid sweep_grid(const SweepRun& run) {
   const std::vector<std::string> formats = split_list(run.formats, "--formats");
   const std::vector<std::string> rounds = split_list(run.rounds, "--round");
-  const std::vector<std::string> models = split_list(run.models, "--model");
+  const std::vector<std::string> models = split_model_list(run.models, "--model");
   const std::vector<std::string> scenarios = split_list(run.scenarios, "--scenario");
   // Bounded before any model is parsed: merge reads these lists from files it is given.
   const long double cells = static_cast<long double>(formats.size()) * rounds.size() * models.size() * scenarios.size();

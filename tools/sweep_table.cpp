@@ -240,12 +240,19 @@ nlohmann::ordered_json run_json(const SweepRun& run) {
 }
 }  // namespace
 
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
   os << kCsvHeader << "\n";
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
-    os << r.index << "," << r.format << "," << r.round << "," << r.model << "," << r.scenario << "," << r.seqlen << ","
-       << r.headdim << "," << r.trials;
+    os << r.index << "," << csv_field(r.format) << "," << csv_field(r.round) << "," << csv_field(r.model) << ","
+       << csv_field(r.scenario) << "," << r.seqlen << "," << r.headdim << "," << r.trials;
     for (const NamedMoments& m : kTrialMoments) os << "," << moments_csv(r.*m.member);
     os << "," << r.elements << "," << exact_text(r.sq_sum) << "," << exact_text(r.max_abs) << "," << r.sig_overflows
        << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << "," << r.ref_trials;
@@ -256,7 +263,8 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
        << "," << (x.has_reference ? short_text(x.ex_o.p_t) : "") << "," << short_text(x.d.mean) << ","
        << short_text(x.d.p_t) << "," << (x.has_reference ? short_text(x.cr_d.mean) : "") << ","
        << (x.has_reference ? short_text(x.ex_d.mean) : "") << "," << (x.has_reference ? short_text(x.ex_d.p_t) : "")
-       << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << x.verdict_from << "," << x.verdict << "\n";
+       << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << csv_field(x.verdict_from) << ","
+       << csv_field(x.verdict) << "\n";
   }
   // Last, so that a truncated file has no run record and merge refuses it.
   os << kRunPrefix << json_text(run_json(run)) << "\n";

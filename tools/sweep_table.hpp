@@ -82,7 +82,11 @@ struct SweepRun {
 
 // The verdicts use run.alpha and run.at_stake.
 void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
+// Text fields (format, round, model, scenario, verdict) go through csv_field: quoted as RFC
+// 4180 says where they hold a comma, a quote or a line break (a model's parameters,
+// +dynmax:beta=2,tol=0.01), so that merge reads back the columns written.
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
+std::string csv_field(const std::string& text);
 void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 // Reads what write_csv / write_json wrote (sniffs the first character); throws
 // InputError naming the file, line and column on a defect. `run` is empty when the file

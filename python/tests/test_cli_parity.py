@@ -357,3 +357,46 @@ def test_layout_auto_notes_a_reading_that_makes_q_and_k_differ(cli, tmp_path):
              lse=np.zeros((1, 3, 8), np.float32))
     rc, out, err = cli("import", str(plain), *statement, "--out", str(tmp_path / "p.safetensors"))
     assert rc == 0 and "layout auto" not in err, err
+
+
+# ---- audit: model names whose parameters hold commas, or a large number -----------------------
+def test_model_names_with_parameter_commas_run_and_merge(cli, tmp_path):
+    # Found by the CLI audit: sweep --model and deviation --models split every comma, so
+    # +dynmax:beta=2,tol=0.01 and +sw-exp2:8,0 (the documented spellings) were refused; and the
+    # sweep CSV wrote such a name unquoted, so merge refused sweep's own output (56 columns).
+    models = ["fa2-sm80+dynmax:beta=2,tol=0.01", "fa2-sm80+sw-exp2:8,0"]
+    run = ("--seqlen", "32", "--headdim", "16", "--trials", "4", "--seed", "3")
+    rc, out, err = cli("sweep", "--model", ",".join(models), *run, "--json")
+    swept = json.loads(out)
+    assert [r["model"] for r in swept["rows"]] == models, out
+    csv = tmp_path / "s.csv"
+    rc, _, err = cli("sweep", "--model", ",".join(models), *run, "--csv", str(csv))
+    assert rc in (0, 1, 4), err
+    assert '"fa2-sm80+dynmax:beta=2,tol=0.01"' in csv.read_text()  # quoted as RFC 4180 says
+    rc, out, err = cli("merge", str(csv), "--json")
+    assert rc in (0, 1, 4), err
+    assert json.loads(out)["rows"] == swept["rows"]
+    rc, out, err = cli("deviation", "--models", ",".join(models + ["golden-bf16-flash"]), "--seqlen", "32",
+                       "--headdim", "16", "--json")
+    assert rc == 0, err
+    assert [r["model"] for r in json.loads(out)["rows"]] == models + ["golden-bf16-flash"], out
+    # A quote that does not close is one clear error naming the line.
+    bad = tmp_path / "bad.csv"
+    lines = csv.read_text().splitlines()
+    lines[1] = lines[1].replace('"fa2', 'fa2', 1)
+    bad.write_text("\n".join(lines) + "\n")
+    rc, _, err = cli("merge", str(bad), check=False)
+    assert rc == 2 and err.count("\n") == 1 and "bad.csv: line 2" in err, err
+
+
+def test_a_canonical_name_with_a_large_parameter_reads_back(cli, tmp_path):
+    # Found by the CLI audit: beta=1e40 was recorded as beta=1e+40, whose '+' split the name,
+    # so replay, bias-test and demo refused the trace make-trace had just written.
+    path = tmp_path / "t.safetensors"
+    rc, out, err = cli("make-trace", "--model", "fa2-sm80+dynmax:beta=1e40", "--seqlen", "16", "--headdim", "16",
+                       "--out", str(path))
+    assert rc == 0, err
+    model = fb.load_trace(path).model
+    assert "+" not in model.split("beta=")[1].split(",")[0], model
+    rc, out, err = cli("replay", str(path), "--json")
+    assert rc == 0 and json.loads(out)["match"] is True, err
