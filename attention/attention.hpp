@@ -201,7 +201,8 @@ struct RunOptions {
   const std::atomic<bool>* cancel = nullptr;
   std::uint64_t seed = 0;  // stochastic rounding stream (+o-sr, sr modes)
   Tracer* tracer = nullptr;
-  // Tile sizes; 0 = the recipe's default for this head dim.
+  // Tile sizes; 0 = the recipe's default for this head dim. At most tile_size_refusal's
+  // limits (attention/problem_limits.hpp): run_attention throws std::invalid_argument beyond.
   int block_m = 0, block_n = 0;
   // Run the recipe's order of operations with every rounding replaced by the identity
   // and special functions by libm (fp64): for checking tiling and ordering.

@@ -20,6 +20,7 @@
 #include <system_error>
 #include <thread>
 
+#include "attention/problem_limits.hpp"
 #include "attention/arith.hpp"
 #include "attention/attention.hpp"
 #include "attention/engine_detail.hpp"
@@ -160,6 +161,8 @@ void parallel_for(int count, int threads, const Fn& fn) {
 
 // The tiles of a run: the recipe's for the shape, RunOptions' block sizes where given.
 TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunOptions& opt) {
+  if (const std::string refusal = tile_size_refusal(opt.block_m, opt.block_n); !refusal.empty())
+    throw std::invalid_argument("attention: " + refusal);
   TileSizes t = km.tiles_for(in.q.cols, in.q.rows, in.causal, in.k.rows);
   if (opt.block_m > 0) t.block_m = t.bwd_block_m = opt.block_m;
   if (opt.block_n > 0) t.block_n = t.bwd_block_n = opt.block_n;

@@ -2,6 +2,7 @@
 // in the messages are written from the constants, never restated.
 #include "attention/problem_limits.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 
@@ -43,6 +44,16 @@ SizeRefusal trace_size_refusal(long long traced_rows, unsigned long long bytes_p
               " GiB of records (about " + per_row + " KiB a row), over the limit of " +
               std::to_string(kMaxMemoryBytes >> 30) + " GiB",
           true};
+}
+
+std::string tile_size_refusal(long long block_m, long long block_n) {
+  const long long side = std::max(block_m, block_n), elements = std::max(block_m, 1LL) * std::max(block_n, 1LL);
+  if (block_m < 0 || block_n < 0)
+    return "a tile of " + std::to_string(block_m) + "x" + std::to_string(block_n) + ": expected positive sizes";
+  if (side <= kMaxTileSide && elements <= kMaxTileElements) return {};
+  return "a tile of " + std::to_string(block_m) + "x" + std::to_string(block_n) + ": at most " +
+         std::to_string(kMaxTileSide) + " a side and " + std::to_string(kMaxTileElements) +
+         " elements (kernels' tiles are at most 256 a side)";
 }
 
 std::string trials_refusal(long long trials, long long at_least) {

@@ -45,4 +45,13 @@ SizeRefusal trace_size_refusal(long long traced_rows, unsigned long long bytes_p
 // "expected AT_LEAST..kMaxTrials", or empty when trials is in that range.
 std::string trials_refusal(long long trials, long long at_least);
 
+// Tile sizes a run may name (RunOptions::block_m, block_n): each at most kMaxTileSide and the
+// tile at most kMaxTileElements, since the engine's per-thread buffers are tile-sized (a
+// backward holds block_m x block_n of P, dS and their transposes) whatever the sequence: a
+// 64x1073741824 tile had `deviation` allocate 13 GB and more. Kernels' tiles are at most 256
+// a side. "a tile of BRxBC: ..." or empty when within; 0 (the recipe's) always is.
+inline constexpr long long kMaxTileSide = 1LL << 16;
+inline constexpr long long kMaxTileElements = 1LL << 22;
+std::string tile_size_refusal(long long block_m, long long block_n);
+
 }  // namespace fb::attn

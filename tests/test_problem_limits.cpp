@@ -18,6 +18,7 @@
 #include "studies/scenarios.hpp"
 
 using fb::attn::problem_size_refusal;
+using fb::attn::tile_size_refusal;
 using fb::attn::trace_size_refusal;
 using fb::attn::trials_refusal;
 
@@ -61,6 +62,28 @@ TEST_CASE("trial counts are refused outside at_least..2^24") {
   CHECK(trials_refusal(0, 1) == "expected 1..16777216");
   CHECK(trials_refusal(LLONG_MAX, 2) == "expected 2..16777216");
   CHECK(trials_refusal(LLONG_MIN, 2) == "expected 2..16777216");
+}
+
+TEST_CASE("tiles are refused over 2^16 a side or 2^22 elements, before anything is allocated") {
+  // Found by the CLI audit: deviation --tiles 64x1073741824 allocated tile-sized buffers (13 GB
+  // and growing) on a 64-key problem.
+  CHECK(tile_size_refusal(0, 0).empty());  // the recipe's
+  CHECK(tile_size_refusal(64, 65536).empty());
+  CHECK(tile_size_refusal(2048, 2048).empty());
+  CHECK(tile_size_refusal(1, 65537) ==
+        "a tile of 1x65537: at most 65536 a side and 4194304 elements (kernels' tiles are at most 256 a side)");
+  CHECK_FALSE(tile_size_refusal(2048, 2049).empty());
+  CHECK_FALSE(tile_size_refusal(64, 1073741824).empty());
+  CHECK_FALSE(tile_size_refusal(-1, 64).empty());
+  using namespace fb::attn;
+  const AttentionInputs in = make_scenario("random", 5, 1, 1, 64, 16, fb::formats::bf16, false);
+  RunOptions opt;
+  opt.block_m = 64;
+  opt.block_n = 1 << 30;
+  CHECK_THROWS_WITH_AS(run_attention(parse_kernel_model("golden-bf16-flash", fb::formats::bf16), in, opt),
+                       doctest::Contains("a tile of 64x1073741824"), std::invalid_argument);
+  opt.block_n = 128;
+  CHECK(run_attention(parse_kernel_model("golden-bf16-flash", fb::formats::bf16), in, opt).o.data.size() == 64 * 16);
 }
 
 TEST_CASE("traced rows' records are refused over 64 GiB") {

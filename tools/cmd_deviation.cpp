@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 
+#include "attention/problem_limits.hpp"
 #include "api/models.hpp"
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
@@ -59,6 +60,8 @@ int run_deviation(const DeviationOptions& o) {
   for (const auto& t : o.tiles.empty() ? std::vector<std::string>{} : split_list(o.tiles, "--tiles")) {
     const auto pair = read_positive_pair(t, "xX");
     if (!pair) throw InputError("--tiles '" + t + "': expected BrxBc, two positive integers and an x, e.g. 64x128");
+    if (const std::string refusal = attn::tile_size_refusal(pair->first, pair->second); !refusal.empty())
+      throw InputError("--tiles " + t + ": " + refusal);
     tiles.push_back(*pair);
   }
   if (tiles.empty()) tiles.push_back({0, 0});
@@ -110,8 +113,14 @@ int run_deviation(const DeviationOptions& o) {
               (br ? "--tiles " + std::to_string(br) + "x" + std::to_string(bc) + " with " : std::string()) +
               "--models " + model.name + ": " + e.what());
         }
+        std::string tile_text = "none";
+        if (model.recipe->structure == attn::Structure::online_softmax) {
+          const auto t = model.recipe->tiles_for(o.headdim, n, in.causal);
+          tile_text = std::to_string(br ? br : t.block_m) + "x" + std::to_string(bc ? bc : t.block_n);
+        }
         // A model whose O is NaN or infinite on these finite inputs has no deviation: its
-        // rows are named and the command exits 1 (no figure is printed for it).
+        // rows are named and the command exits 1 (no figure is printed for it); the row keeps
+        // its tiles, which tell one --tiles entry's row from another's.
         const std::vector<std::size_t> bad = attn::non_finite_rows(out.o);
         if (!bad.empty()) {
           const std::string where = model.name + " at seqlen " + std::to_string(n) + ": O is non-finite in " +
@@ -121,11 +130,13 @@ int run_deviation(const DeviationOptions& o) {
             nlohmann::ordered_json r;
             r["model"] = model.name;
             r["seqlen"] = n;
+            r["tiles"] = tile_text;
             r["non_finite_rows"] = where;
             rows.push_back(r);
           } else {
             progress.clear_line();
-            std::printf("%-26s %7d non-finite output: %s\n", model.name.c_str(), n, where.c_str());
+            std::printf("%-26s %7d %-9s non-finite output: %s\n", model.name.c_str(), n, tile_text.c_str(),
+                        where.c_str());
             std::fflush(stdout);
           }
           continue;
@@ -141,11 +152,6 @@ int run_deviation(const DeviationOptions& o) {
         const double mean = sum / count;
         const double std = std::sqrt(std::max(0.0, sumsq / count - mean * mean));
         const double rmse = std::sqrt(sumsq / count);
-        std::string tile_text = "none";
-        if (model.recipe->structure == attn::Structure::online_softmax) {
-          const auto t = model.recipe->tiles_for(o.headdim, n, in.causal);
-          tile_text = std::to_string(br ? br : t.block_m) + "x" + std::to_string(bc ? bc : t.block_n);
-        }
         if (o.json) {
           nlohmann::ordered_json r;
           r["model"] = model.name;

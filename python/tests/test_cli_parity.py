@@ -400,3 +400,17 @@ def test_a_canonical_name_with_a_large_parameter_reads_back(cli, tmp_path):
     assert "+" not in model.split("beta=")[1].split(",")[0], model
     rc, out, err = cli("replay", str(path), "--json")
     assert rc == 0 and json.loads(out)["match"] is True, err
+
+
+def test_deviation_refuses_huge_tiles_and_keeps_tiles_on_non_finite_rows(cli):
+    # Found by the CLI audit: --tiles 64x1073741824 allocated 13 GB and more on a 64-key problem;
+    # and a non-finite row's JSON had no "tiles", so two --tiles entries' rows looked alike.
+    rc, out, err = cli("deviation", "--models", "golden-bf16-flash", "--seqlen", "64", "--headdim", "16", "--tiles",
+                       "64x1073741824", check=False)
+    assert rc == 2 and err.count("\n") == 1 and "--tiles 64x1073741824: a tile of 64x1073741824" in err, err
+    model = "golden-bf16-flash+dynmax:beta=1e40"  # beta r_m overflows: O is NaN for the sink's rows
+    rc, out, err = cli("deviation", "--models", model, "--inputs", "sink", "--seqlen", "64", "--headdim", "16",
+                       "--tiles", "64x64,32x32", "--json")
+    rows = json.loads(out)["rows"]
+    assert [r["tiles"] for r in rows] == ["64x64", "32x32"], rows
+    assert rc == 1 and any("non_finite_rows" in r for r in rows), rows
