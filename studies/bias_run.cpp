@@ -714,14 +714,16 @@ nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_
   nlohmann::ordered_json j;
   j["verdict"] = run_has_verdict ? verdict_text(c.verdict) : "none (non-finite output)";
   j["reason"] = c.reason;
-  j["kernel_mean_ulps"] = c.kernel.mean;
-  j["floor_mean_ulps"] = c.floor.mean;
-  j["excess_mean_ulps"] = c.excess.mean;
-  j["excess_p_t"] = c.excess.p_t;
+  // No sample, no mean or p-value (a 0 would read as "no error"): null, as its reason says why.
+  const auto value = [&c](double v) { return c.kernel.n > 0 ? nlohmann::ordered_json(v) : nullptr; };
+  j["kernel_mean_ulps"] = value(c.kernel.mean);
+  j["floor_mean_ulps"] = value(c.floor.mean);
+  j["excess_mean_ulps"] = value(c.excess.mean);
+  j["excess_p_t"] = value(c.excess.p_t);
   j["min_detectable_ulps"] =
       c.excess.has_spread() ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
-  j["distance_mean_ulps"] = c.distance.mean;
-  j["distance_p_t"] = c.distance.p_t;
+  j["distance_mean_ulps"] = value(c.distance.mean);
+  j["distance_p_t"] = value(c.distance.p_t);
   return j;
 }
 

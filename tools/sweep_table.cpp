@@ -96,6 +96,12 @@ struct Derived {
   attn::FloorComparison o_vs_floor, d_vs_floor;  // each output's verdict, as bias-test's against_floor
   attn::Verdict outcome = attn::Verdict::inconclusive;
   bool no_verdict = false;  // some trial's output was not finite (SweepRow::non_finite_trials)
+  // Some trial was finite: the sums hold a sample. Without one there is no mean, interval or
+  // p-value to print (a 0 would read as "no error"): the table shows '-', the CSV an empty
+  // field and the JSON null.
+  bool sampled = false;
+  bool sampled_reference = false;  // the floor's too (has_reference with some finite trial)
+  bool sampled_elements = false;   // rms and max|err| have elements behind them
 };
 attn::FloorMoments floor_moments(long long n, const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
                                  const attn::ErrorMoments& excess) {
@@ -119,6 +125,10 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
   x.o = r.o.statistics(finite_trials, alpha);
   x.d = r.d.statistics(finite_trials, alpha);
   x.has_reference = r.ref_trials > 0;
+  x.sampled = finite_trials > 0;
+  // A row of no finite trial has no reference sums either, yet the floor columns exist for it.
+  x.sampled_reference = x.has_reference;
+  x.sampled_elements = r.elements > 0;
   x.cr_o = r.cr_o.statistics(r.ref_trials, alpha);
   x.cr_d = r.cr_d.statistics(r.ref_trials, alpha);
   x.ex_o = r.ex_o.statistics(r.ref_trials, alpha);
@@ -178,14 +188,13 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
-    // No finite trial: no mean to show (a 0 read as "no error").
-    const bool sampled = r.trials > r.non_finite_trials;
     std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
-                  r.configuration().c_str(), r.trials, or_dash(sampled, x.o.mean).c_str(),
-                  or_dash(x.has_reference, x.cr_o.mean).c_str(), or_dash(x.has_reference, x.ex_o.mean).c_str(),
-                  or_dash(sampled, x.d.mean).c_str(), or_dash(x.has_reference, x.cr_d.mean).c_str(),
-                  or_dash(x.has_reference, x.ex_d.mean).c_str(), or_dash(r.elements > 0, x.rms).c_str(),
-                  or_dash(r.elements > 0, r.max_abs).c_str(), r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
+                  r.configuration().c_str(), r.trials, or_dash(x.sampled, x.o.mean).c_str(),
+                  or_dash(x.sampled_reference, x.cr_o.mean).c_str(), or_dash(x.sampled_reference, x.ex_o.mean).c_str(),
+                  or_dash(x.sampled, x.d.mean).c_str(), or_dash(x.sampled_reference, x.cr_d.mean).c_str(),
+                  or_dash(x.sampled_reference, x.ex_d.mean).c_str(), or_dash(x.sampled_elements, x.rms).c_str(),
+                  or_dash(x.sampled_elements, r.max_abs).c_str(), r.sig_overflows, r.ties, ud.c_str(),
+                  x.verdict.c_str());
     os << line;
   }
   os << "Means of the per-trial mean signed error, in ulps of the output format at max(|O|, sum_j P_ij |V_jc|)\n"
@@ -258,13 +267,14 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
        << "," << r.ties << "," << r.rounded_up << "," << r.rounded_down << "," << r.ref_trials;
     for (const NamedMoments& m : kReferenceMoments) os << "," << moments_csv(r.*m.member);
     os << "," << r.non_finite_trials;
-    os << "," << short_text(x.o.mean) << "," << short_text(x.o.p_t) << ","
-       << (x.has_reference ? short_text(x.cr_o.mean) : "") << "," << (x.has_reference ? short_text(x.ex_o.mean) : "")
-       << "," << (x.has_reference ? short_text(x.ex_o.p_t) : "") << "," << short_text(x.d.mean) << ","
-       << short_text(x.d.p_t) << "," << (x.has_reference ? short_text(x.cr_d.mean) : "") << ","
-       << (x.has_reference ? short_text(x.ex_d.mean) : "") << "," << (x.has_reference ? short_text(x.ex_d.p_t) : "")
-       << "," << short_text(x.rms) << "," << short_text(r.max_abs) << "," << csv_field(x.verdict_from) << ","
-       << csv_field(x.verdict) << "\n";
+    const auto when = [](bool sampled, double v) { return sampled ? short_text(v) : std::string(); };
+    os << "," << when(x.sampled, x.o.mean) << "," << when(x.sampled, x.o.p_t) << ","
+       << when(x.sampled_reference, x.cr_o.mean) << "," << when(x.sampled_reference, x.ex_o.mean) << ","
+       << when(x.sampled_reference, x.ex_o.p_t) << "," << when(x.sampled, x.d.mean) << "," << when(x.sampled, x.d.p_t)
+       << "," << when(x.sampled_reference, x.cr_d.mean) << "," << when(x.sampled_reference, x.ex_d.mean) << ","
+       << when(x.sampled_reference, x.ex_d.p_t) << "," << when(x.sampled_elements, x.rms) << ","
+       << when(x.sampled_elements, r.max_abs) << "," << csv_field(x.verdict_from) << "," << csv_field(x.verdict)
+       << "\n";
   }
   // Last, so that a truncated file has no run record and merge refuses it.
   os << kRunPrefix << json_text(run_json(run)) << "\n";
@@ -300,28 +310,35 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     for (const NamedMoments& m : kReferenceMoments) moments_json(sufficient, m.prefix, r.*m.member);
     sufficient["non_finite"] = r.non_finite_trials;
     j["sufficient"] = sufficient;
-    j["o_mean_ulps"] = x.o.mean;
-    j["o_ci"] = {x.o.ci_low, x.o.ci_high};
-    j["o_p_t"] = x.o.p_t;
-    j["o_p_sign"] = x.o.p_sign;
-    j["delta_mean_ulps"] = x.d.mean;
-    j["delta_ci"] = {x.d.ci_low, x.d.ci_high};
-    j["delta_p_t"] = x.d.p_t;
-    j["delta_p_sign"] = x.d.p_sign;
-    if (x.has_reference) {
-      auto stat = [](const attn::BiasStatistics& b) {
+    // null where there is no sample (Derived::sampled).
+    const auto value = [](bool sampled, double v) { return sampled ? nlohmann::ordered_json(v) : nullptr; };
+    const auto interval = [](bool sampled, const attn::BiasStatistics& b) {
+      return sampled ? nlohmann::ordered_json{b.ci_low, b.ci_high} : nlohmann::ordered_json(nullptr);
+    };
+    j["o_mean_ulps"] = value(x.sampled, x.o.mean);
+    j["o_ci"] = interval(x.sampled, x.o);
+    j["o_p_t"] = value(x.sampled, x.o.p_t);
+    j["o_p_sign"] = value(x.sampled, x.o.p_sign);
+    j["delta_mean_ulps"] = value(x.sampled, x.d.mean);
+    j["delta_ci"] = interval(x.sampled, x.d);
+    j["delta_p_t"] = value(x.sampled, x.d.p_t);
+    j["delta_p_sign"] = value(x.sampled, x.d.p_sign);
+    // Rows of older files without a floor have no floor columns; a row of no finite trial has
+    // them, null.
+    if (x.has_reference || !x.sampled) {
+      auto stat = [&](const attn::BiasStatistics& b) {
         nlohmann::ordered_json o;
-        o["mean_ulps"] = b.mean;
-        o["ci"] = {b.ci_low, b.ci_high};
-        o["p_t"] = b.p_t;
-        o["p_sign"] = b.p_sign;
+        o["mean_ulps"] = value(x.sampled_reference, b.mean);
+        o["ci"] = interval(x.sampled_reference, b);
+        o["p_t"] = value(x.sampled_reference, b.p_t);
+        o["p_sign"] = value(x.sampled_reference, b.p_sign);
         return o;
       };
       j["correctly_rounded"] = {{"o", stat(x.cr_o)}, {"delta", stat(x.cr_d)}};
       j["excess"] = {{"o", stat(x.ex_o)}, {"delta", stat(x.ex_d)}};
     }
-    j["rms_ulps"] = x.rms;
-    j["max_abs_ulps"] = r.max_abs;
+    j["rms_ulps"] = value(x.sampled_elements, x.rms);
+    j["max_abs_ulps"] = value(x.sampled_elements, r.max_abs);
     j["against_floor"] = {{"o", attn::floor_comparison_json(x.o_vs_floor, true)},
                           {"delta", attn::floor_comparison_json(x.d_vs_floor, true)}};
     j["verdict_from"] = x.verdict_from;

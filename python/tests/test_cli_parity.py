@@ -414,3 +414,23 @@ def test_deviation_refuses_huge_tiles_and_keeps_tiles_on_non_finite_rows(cli):
     rows = json.loads(out)["rows"]
     assert [r["tiles"] for r in rows] == ["64x64", "32x32"], rows
     assert rc == 1 and any("non_finite_rows" in r for r in rows), rows
+
+
+def test_a_sweep_row_without_a_finite_trial_has_no_statistics(cli, tmp_path):
+    # Found by the CLI audit: such a row printed o_mean_ulps 0.0, o_ci [0, 0], o_p_t 1.0 and
+    # rms 0 (read: no error), and lacked correctly_rounded and excess; the table showed '-'.
+    model = "golden-bf16-flash+dynmax:beta=1e40"  # beta r_m overflows: every trial's O is NaN
+    run = ("--model", model, "--seqlen", "160", "--trials", "2")
+    rc, out, err = cli("sweep", *run, "--json")
+    row = json.loads(out)["rows"][0]
+    assert row["sufficient"]["non_finite"] == 2 and row["verdict"] == "no verdict (non-finite output)", row
+    for key in ("o_mean_ulps", "o_ci", "o_p_t", "o_p_sign", "delta_mean_ulps", "delta_ci", "rms_ulps", "max_abs_ulps"):
+        assert row[key] is None, (key, row)
+    for part in ("correctly_rounded", "excess"):
+        assert row[part]["o"]["mean_ulps"] is None and row[part]["delta"]["p_t"] is None, row
+    assert row["against_floor"]["o"]["kernel_mean_ulps"] is None, row
+    csv = tmp_path / "n.csv"
+    cli("sweep", *run, "--csv", str(csv))
+    header, line = csv.read_text().splitlines()[:2]
+    fields = dict(zip(header.split(","), line.split(",")))
+    assert fields["o_mean_ulps"] == "" and fields["rms_ulps"] == "", fields
