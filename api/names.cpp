@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attention/problem_limits.hpp"
 
@@ -118,7 +120,11 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
                      " for the value");
   }
   // A bare word of zeros is +0 either way, but only as wide as the format's patterns
-  // (docs/CLI.md): "00000" is no bf16 pattern.
+  // (docs/CLI.md): "00000" is no bf16 pattern; and only where the format has a zero (e8m0's
+  // pattern 0 is 2^-127, so the word would be read as that, silently).
+  if (!prefixed && decimal && !f.has_zero())
+    throw InputError(w + ": '" + s + "' is ambiguous: " + f.name + " has no zero, and its bit pattern 0x" + s +
+                     " is 2^" + std::to_string(f.emin()) + ": write 0x" + s + " for that pattern");
   if (!prefixed && decimal && s.size() > static_cast<std::size_t>(f.hex_digits()))
     throw InputError(w + ": '" + s + "' is wider than a " + f.name + " bit pattern (" + std::to_string(f.hex_digits()) +
                      " hex digits): write 0 for +0");
@@ -170,13 +176,22 @@ int jobs_or_throw(long long jobs, std::string_view option) {
   return static_cast<int>(jobs);
 }
 
-void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim) {
+void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim,
+                        std::string_view seqlen_option) {
   const attn::SizeRefusal refusal = attn::problem_size_refusal(batch, heads, seqlen, headdim);
   if (!refusal) return;
-  const std::string given = (batch != 1 ? "--batch " + std::to_string(batch) + " " : std::string()) +
-                            (heads != 1 ? "--heads " + std::to_string(heads) + " " : std::string()) + "--seqlen " +
-                            std::to_string(seqlen) + " --headdim " + std::to_string(headdim);
-  throw InputError(given + ": " + refusal.reason + (refusal.too_large ? "; give a smaller --seqlen or --headdim" : ""));
+  // The options given, each named as the user wrote it (--seqlen-k for the keys' length).
+  std::vector<std::pair<std::string, long long>> sizes;
+  if (batch != 1) sizes.emplace_back("--batch", batch);
+  if (heads != 1) sizes.emplace_back("--heads", heads);
+  sizes.emplace_back(std::string(seqlen_option), seqlen);
+  sizes.emplace_back("--headdim", headdim);
+  std::string given, smaller;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    given += (i ? " " : "") + sizes[i].first + " " + std::to_string(sizes[i].second);
+    smaller += (i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ") + sizes[i].first;
+  }
+  throw InputError(given + ": " + refusal.reason + (refusal.too_large ? "; give a smaller " + smaller : ""));
 }
 
 void check_trials(long long trials, long long at_least, std::string_view option) {

@@ -40,7 +40,8 @@ int jobs_or_throw(long long jobs, std::string_view option = "--jobs");
 // Problem sizes, checked before anything is allocated against the limits of
 // attention/problem_limits.hpp: each size positive, at most attn::kMaxTensorElements elements
 // per tensor and attn::kMaxMemoryBytes of memory estimate; trials at most attn::kMaxTrials.
-void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim);
+void check_problem_size(long long batch, long long heads, long long seqlen, long long headdim,
+                        std::string_view seqlen_option = "--seqlen");
 void check_trials(long long trials, long long at_least, std::string_view option = "--trials");
 // Stochastic rounding's random bits: 1..kMaxSrBits.
 int sr_bits_or_throw(long long bits, std::string_view option = "--sr-bits");

@@ -58,8 +58,9 @@ int run_import(const ImportOptions& o) {
   std::cout << "wrote " << o.out << ": " << provenance_text(md) << "; q [" << trace.batch() << "," << trace.heads()
             << "," << trace.rows() << "," << trace.head_dim() << "], k/v heads " << trace.kv_heads() << ", kv length "
             << trace.kv_rows() << ", " << trace.file().tensors.size() << " tensors, " << mask_text(trace) << "\n";
-  if (!md.softmax_scale) std::cout << "note: no softmax scale recorded: replays will use 1/sqrt(head dim)\n";
-  if (!md.causal) std::cout << "note: causality not recorded: replays will assume non-causal\n";
+  // Notes on stderr, as every command's: stdout is the one line above.
+  if (!md.softmax_scale) std::cerr << "note: no softmax scale recorded: replays will use 1/sqrt(head dim)\n";
+  if (!md.causal) std::cerr << "note: causality not recorded: replays will assume non-causal\n";
   return kExitOk;
 }
 

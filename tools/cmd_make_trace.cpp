@@ -64,7 +64,7 @@ int run_make_trace(const MakeTraceOptions& o) {
                      std::to_string(o.heads) + " (grouped-query attention)");
   check_problem_size(o.batch, o.heads, o.seqlen, o.headdim);
   const int seqlen_k = o.seqlen_k == 0 ? o.seqlen : o.seqlen_k;
-  if (seqlen_k != o.seqlen) check_problem_size(o.batch, o.heads, seqlen_k, o.headdim);
+  if (seqlen_k != o.seqlen) check_problem_size(o.batch, o.heads, seqlen_k, o.headdim, "--seqlen-k");
   const int jobs = jobs_or_throw(o.jobs);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
   check_output_path("--out", o.out);

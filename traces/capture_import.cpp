@@ -279,6 +279,9 @@ Safetensors load(const std::vector<std::filesystem::path>& given, std::string& s
 
 std::vector<std::filesystem::path> capture_files(const std::vector<std::filesystem::path>& paths) {
   if (paths.empty()) throw TraceError("import: no capture file given");
+  // open("") fails with ENOENT, which read ": cannot open: No such file or directory".
+  for (const std::filesystem::path& path : paths)
+    if (path.empty()) throw TraceError("an empty file name where a trace or capture was expected");
   std::error_code ec;
   if (paths.size() != 1 || !std::filesystem::is_directory(paths.front(), ec)) return paths;
   const std::string source = paths.front().string();

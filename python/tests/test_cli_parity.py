@@ -434,3 +434,30 @@ def test_a_sweep_row_without_a_finite_trial_has_no_statistics(cli, tmp_path):
     header, line = csv.read_text().splitlines()[:2]
     fields = dict(zip(header.split(","), line.split(",")))
     assert fields["o_mean_ulps"] == "" and fields["rms_ulps"] == "", fields
+
+
+def test_small_cli_contract_points_from_the_audit(cli, tmp_path):
+    # e8m0 has no zero: a bare "0" was read silently as pattern 0x00, 2^-127 (docs: a word of
+    # zeros is +0 "either way", which e8m0 cannot be).
+    rc, out, err = cli("op", "add", "e8m0", "rne", "0", "0x7f", check=False)
+    assert rc == 2 and "e8m0 has no zero" in err and "write 0x0" in err, err
+    assert cli("op", "add", "e8m0", "rne", "0x0", "0x7f")[1].split()[0] == "7f"
+    # A size error names the options given: --seqlen-k, not --seqlen; --heads among them.
+    rc, _, err = cli("make-trace", "--model", "fa2-sm80", "--seqlen", "1", "--seqlen-k", "2147483647", "--headdim",
+                     "1", "--out", str(tmp_path / "z.safetensors"), check=False)
+    assert rc == 2 and err.startswith("error: --seqlen-k 2147483647 --headdim 1: ") and \
+        err.rstrip().endswith("give a smaller --seqlen-k or --headdim"), err
+    rc, _, err = cli("make-trace", "--model", "fa2-sm80", "--seqlen", "16", "--heads", "2147483647", "--headdim", "16",
+                     "--out", str(tmp_path / "z.safetensors"), check=False)
+    assert rc == 2 and "give a smaller --heads, --seqlen or --headdim" in err, err
+    # An empty path: one line saying so, not ": cannot open".
+    for args in (("replay", ""), ("import", "", "--out", str(tmp_path / "o.safetensors"), "--source", "unknown")):
+        rc, _, err = cli(*args, check=False)
+        assert rc == 2 and err == "error: an empty file name where a trace or capture was expected\n", err
+    # import's notes go to stderr: stdout is its one line.
+    q = np.zeros((1, 1, 8, 16), np.uint16)
+    np.savez(tmp_path / "b.npz", q=q, k=q, v=q, o=q)
+    rc, out, err = cli("import", str(tmp_path / "b.npz"), "--out", str(tmp_path / "o.safetensors"), "--source",
+                       "unknown", "--dtype", "bf16", "--layout", "bhsd")
+    assert out.count("\n") == 1 and out.startswith("wrote "), out
+    assert "note: no softmax scale recorded" in err and "note: causality not recorded" in err, err
