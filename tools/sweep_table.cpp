@@ -339,8 +339,9 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     }
     j["rms_ulps"] = value(x.sampled_elements, x.rms);
     j["max_abs_ulps"] = value(x.sampled_elements, r.max_abs);
-    j["against_floor"] = {{"o", attn::floor_comparison_json(x.o_vs_floor, true)},
-                          {"delta", attn::floor_comparison_json(x.d_vs_floor, true)}};
+    // A row with a non-finite trial has no verdict, each output's included (as bias-test's).
+    j["against_floor"] = {{"o", attn::floor_comparison_json(x.o_vs_floor, !x.no_verdict)},
+                          {"delta", attn::floor_comparison_json(x.d_vs_floor, !x.no_verdict)}};
     j["verdict_from"] = x.verdict_from;
     j["verdict"] = x.verdict;
     out["rows"].push_back(j);

@@ -429,6 +429,7 @@ def test_a_sweep_row_without_a_finite_trial_has_no_statistics(cli, tmp_path):
     for part in ("correctly_rounded", "excess"):
         assert row[part]["o"]["mean_ulps"] is None and row[part]["delta"]["p_t"] is None, row
     assert row["against_floor"]["o"]["kernel_mean_ulps"] is None, row
+    assert row["against_floor"]["o"]["verdict"] == "none (non-finite output)", row  # bias-test's words
     csv = tmp_path / "n.csv"
     cli("sweep", *run, "--csv", str(csv))
     header, line = csv.read_text().splitlines()[:2]
