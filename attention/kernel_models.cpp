@@ -1403,7 +1403,7 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
         notes.push_back("note: " + std::to_string(splits) +
                         " splits: the combine spreads a row's LSEs over several threads per lane, a layout no "
                         "capture has (the H200's ran 2 to 8 splits): UNMEASURED");
-      if (shape.query_rows == 1 && shape.heads > shape.kv_heads)
+      if (shape.query_rows == 1 && shape.heads > shape.kv_heads && shape.head_dim % 8 == 0)  // as splitkv.cpp swaps
         notes.push_back(
             "note: a grouped-query decode, which FA2's mha_fwd runs with the group's heads as query rows "
             "(seqlen_q = heads per kv head): UNMEASURED");

@@ -35,8 +35,11 @@ int fa2_splitkv_block_n(int head_dim) { return head_dim <= 64 ? 256 : head_dim <
 int fa2_splitkv_num_splits(const KernelModel& km, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
                            int head_dim) {
   if (km.splitkv.num_splits > 0) return km.splitkv.num_splits;
-  // mha_fwd: a one-row decode of grouped heads runs as heads/kv_heads rows of kv_heads heads.
-  if (seqlen_q == 1 && kv_heads > 0 && heads > kv_heads) {
+  // mha_fwd: a one-row decode of grouped heads runs as heads/kv_heads rows of kv_heads heads,
+  // where the head dim as given is a multiple of 8 (seqlenq_ngroups_swapped: head_size_og % 8 ==
+  // 0; other heads are padded after the test, and run unswapped). Windows, ALiBi and dropout,
+  // its other conditions, are not modelled.
+  if (seqlen_q == 1 && kv_heads > 0 && heads > kv_heads && head_dim % 8 == 0) {
     seqlen_q = heads / kv_heads;
     heads = kv_heads;
   }

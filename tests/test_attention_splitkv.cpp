@@ -197,6 +197,10 @@ TEST_CASE("splitkv: the heuristic, against the source's formula restated and val
   // seqlenq_ngroups_swapped): 32 q heads on 8 kv heads = 8 heads x ceil(4/64) = 8, not 32.
   CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 128) == restated_heuristic(8, 264, 32, 128));
   CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 128) != fa2_splitkv_num_splits(km, 1, 32, 32, 1, 4096, 128));
+  // Only where the head dim as given is a multiple of 8 (head_size_og % 8 == 0, found by the
+  // lengths audit): d 100 is padded to 104 after the test and runs its 32 heads unswapped.
+  CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 100) == restated_heuristic(32, 264, 32, 128));
+  CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 104) == restated_heuristic(8, 264, 32, 128));
   // An explicit N is taken as it is.
   CHECK(fa2_splitkv_num_splits(recipe("fa2-sm90+splitkv:5"), 1, 64, 64, 4096, 4096, 128) == 5);
 }

@@ -148,7 +148,8 @@ Runner setup_op(CLI::App& app) {
       "                 a value (a sign or a point marks a decimal), exactly representable in the format\n"
       "  1, 10, 8001, 1e3\n"
       "                 ambiguous (hex digits and a decimal number at once): refused, exit 2;\n"
-      "                 write 0x1 for the bit pattern or +1 for the value (all zeros is +0 either way, in a format with a zero)\n"
+      "                 write 0x1 for the bit pattern or +1 for the value (all zeros is +0 either way, in a format "
+      "with a zero)\n"
       "Examples:\n  flashbits op add bf16 rne 3f80 3b80\n  flashbits op add bf16 rne +1 +2\n"
       "  flashbits op mul --format e4m3 --round rtz 0x4e 0x3a\n"
       "  flashbits op cvt bf16 rne fp32:c096872b --explain");
