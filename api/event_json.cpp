@@ -44,26 +44,20 @@ std::optional<SpecialCase> special_case(const Format& f, const RoundingEvent& ev
   }
   if (d.cls == ValueClass::nan && !(r.flags & flag::overflow))
     return SpecialCase{"nan_operand", "a NaN operand: the result is NaN" + packed + "; nothing rounded"};
-  if (r.flags & flag::divbyzero) {
-    std::string text = "division of a nonzero finite value by zero: an exact infinity, flag z";
-    if (r.flags & flag::overflow)
-      text += ", which " + name + " cannot hold: an overflow (flags o and x), packed as " +
-              (d.cls == ValueClass::nan ? "NaN" : "the largest finite value") + packed;
-    else if (d.cls != ValueClass::infinite)
-      text += ", packed as the largest finite value (satfinite)" + packed;
-    return SpecialCase{"division_by_zero", text + "; nothing rounded"};
-  }
+  // How an exact infinity was packed: as inf, or as an overflow in a format without inf, or
+  // clamped by satfinite.
+  const std::string infinity_packed =
+      (r.flags & flag::overflow) ? ", which " + name + " cannot hold: an overflow (flags o and x), packed as " +
+                                       (d.cls == ValueClass::nan ? "NaN" : "the largest finite value") + packed
+      : d.cls != ValueClass::infinite ? ", packed as the largest finite value (satfinite)" + packed
+                                      : packed;
+  if (r.flags & flag::divbyzero)
+    return SpecialCase{"division_by_zero", "division of a nonzero finite value by zero: an exact infinity, flag z" +
+                                               infinity_packed + "; nothing rounded"};
   if (d.cls == ValueClass::zero && r.flags == 0) return std::nullopt;  // an exact zero: the event says so
   // What is left is an infinite operand's exact infinity (of an add, a mul by a nonzero, ...).
-  std::string text = "an infinite operand: an exact infinity";
-  if (r.flags & flag::overflow)
-    text += ", which " + name + " cannot hold: an overflow (flags o and x), packed as " +
-            (d.cls == ValueClass::nan ? "NaN" : "the largest finite value") + packed;
-  else if (d.cls != ValueClass::infinite)
-    text += ", packed as the largest finite value (satfinite)" + packed;
-  else
-    text += packed;
-  return SpecialCase{"infinite_operand", text + "; nothing rounded"};
+  return SpecialCase{"infinite_operand",
+                     "an infinite operand: an exact infinity" + infinity_packed + "; nothing rounded"};
 }
 
 // The shortest decimal that reads back as x (std::to_chars): a value in full, not to 6 digits.
