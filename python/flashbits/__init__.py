@@ -1029,7 +1029,9 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     ``--causal``: True leaves the alignment to the file's ``causal_alignment``, else
     bottom-right, with a UserWarning saying so when the query and key lengths differ; the
     alignment is written to the metadata's ``causal_alignment``. "none" is False (the word
-    ``Trace.causal_alignment`` and ``attention(causal=)`` use)."""
+    ``Trace.causal_alignment`` and ``attention(causal=)`` use). A trace whose metadata leaves
+    the mask unsaid gets a UserWarning for what ``Trace.causal`` and ``causal_alignment``
+    assume (non-causal; bottom-right where N != Nk), as ``replay`` prints a note."""
     args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
             _float_arg("scale", scale, optional=True), None if causal is None else _causal_text(causal),
             _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))
