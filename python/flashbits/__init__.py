@@ -430,6 +430,8 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
         raise ValueError(f"a, b: expected arrays of one shape [..., k], got {a.shape} and {b.shape}")
     if a.shape[-1] == 0:
         raise ValueError(f"a, b: k = 0 (shape {a.shape}): a dot product needs at least one term")
+    if a.shape[-1] > 2**31 - 1:  # the kernels' int k, as matmul refuses K (found by the GEMM audit)
+        raise ValueError(f"a, b: k = {a.shape[-1]} is above 2^31-1 (shape {a.shape})")
     batch = a.shape[:-1]
     c_given = None if c is None else _operand(c, "c")
     c = _np.zeros(batch) if c is None else c_given

@@ -324,6 +324,9 @@ pyb::array dot(const std::string& model, const std::string& fmt, const pyb::arra
   if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 1 || a.shape(0) != b.shape(0) || a.shape(1) != b.shape(1) ||
       c.shape(0) != a.shape(0))
     throw api::InputError("a, b, c: expected shapes [n, k], [n, k] and [n]");
+  // The kernels take k as an int (dot_pairs): a longer row would wrap, not be refused.
+  if (static_cast<std::size_t>(a.shape(1)) > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw api::InputError("a, b: k = " + std::to_string(a.shape(1)) + " is above 2^31-1");
   const std::vector<std::uint32_t> av = operand_bits(m.a_input(), a, "a");
   const std::vector<std::uint32_t> bv = operand_bits(m.b_input(), b, "b");
   const std::vector<std::uint32_t> cv = operand_bits(acc, c, "c");

@@ -218,6 +218,9 @@ def test_block_scaled_matmul_takes_scales_along_k(key):
                        scale_a=np.full((2, 2), 127), scale_b=np.full((2, 3), 127)), "scale_b: expected shape"),
     (lambda: fb.matmul("sm100", np.ones((2, 48)), np.ones((48, 2)), fmt="e2m1", kind="mxf4"), "not a multiple"),
     (lambda: fb.matmul("sm99", np.ones((2, 3)), np.ones((3, 2))), "sm99"),
+    # dot's k, as matmul's K, is the kernels' int: a longer row wrapped (found by the GEMM audit).
+    # A stride-0 view: no memory behind its 2^31 elements.
+    (lambda: fb.dot("sm90-mma", *[np.broadcast_to(np.uint16(0x3F80), (2**31,))] * 2), "k = 2147483648 is above 2^31-1"),
 ])
 def test_bad_arguments_name_the_problem(call, words):
     with pytest.raises((ValueError, TypeError)) as err:
