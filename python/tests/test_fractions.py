@@ -224,6 +224,19 @@ def assert_carried_value(exact_record, compare_to_exact, ctx):
         assert compare_to_exact(carried) == 0, ctx
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_op_json_event_below_a_power_of_two_fills_64_bits(cli, mode):
+    # A sum just below a power of two (1 - 2^-100): fp64's TwoSum gives hi = 1 and lo < 0, whose
+    # subtraction took the carried significand's top bit, so its sticky part spanned two last
+    # bits (0x...fe with sticky_below). Random operands hardly ever reach this case.
+    fmt = FORMATS["fp32"]
+    a, b = 0x3F800000, 0x8D800000  # 1 and -2^-100
+    exact = exact_decode(fmt, a) + exact_decode(fmt, b)
+    _, out, _ = cli("op", "add", "--format", "fp32", "--round", mode, "--json", hex(a), hex(b))
+    record = json.loads(out)["event"]["exact"]
+    assert_carried_value(record, lambda v: (v > exact) - (v < exact), record)
+
+
 @pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "e4m3", "e5m2"])
 def test_op_json_sqrt_event_carries_the_exact_root(cli, name):
     """sqrt's event: the carried root against the exact root, compared through squares (exact in
