@@ -559,6 +559,11 @@ TEST_CASE("issue 21: a huge operand is not echoed whole into the error line") {
   CHECK(one_error_line(batch));
   CHECK(batch.err.size() < 400);
   CHECK(batch.err.find("... (10485") != std::string::npos);
+  // The count is the length of the word given: the quotes the message puts around it are
+  // neither counted nor cut away.
+  const Run mode = flashbits("op add bf16 " + std::string(300, '1') + " 3f80 3f80");
+  CHECK(mode.exit_code == 2);
+  CHECK(mode.err.find("'" + std::string(64, '1') + "... (300 bytes)' ") != std::string::npos);
   const Run dot = flashbits("dot --batch -", "sm80 bf16 0 " + huge + " 3f80\n");
   CHECK(dot.exit_code == 2);
   CHECK(dot.err.size() < 400);

@@ -145,9 +145,19 @@ std::string shorten_echoes(std::string_view message) {
     }
     std::size_t j = i;
     while (j < message.size() && message[j] != ' ' && message[j] != '\t' && message[j] != '\n') ++j;
-    const std::string_view word = message.substr(i, j - i);
-    if (word.size() > kMaxEchoedWord)
-      out += std::string(word.substr(0, kEchoedPrefix)) + "... (" + std::to_string(word.size()) + " bytes)";
+    std::string_view word = message.substr(i, j - i);
+    // The quotes (and a trailing colon or comma) around an echoed word are the message's, not
+    // the user's: they stay outside the cut, so that the count is the length of what was given.
+    const auto is_opening = [](char c) { return c == '\'' || c == '"' || c == '('; };
+    const auto is_closing = [](char c) { return c == '\'' || c == '"' || c == ')' || c == ':' || c == ','; };
+    std::size_t lead = 0;
+    while (lead < word.size() && is_opening(word[lead])) ++lead;
+    std::size_t trail = 0;
+    while (trail < word.size() - lead && is_closing(word[word.size() - 1 - trail])) ++trail;
+    const std::string_view given = word.substr(lead, word.size() - lead - trail);
+    if (given.size() > kMaxEchoedWord)
+      out += std::string(word.substr(0, lead)) + std::string(given.substr(0, kEchoedPrefix)) + "... (" +
+             std::to_string(given.size()) + " bytes)" + std::string(word.substr(word.size() - trail));
     else
       out += word;
     i = j;
