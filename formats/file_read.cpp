@@ -66,9 +66,9 @@ std::unique_ptr<OpenedInput> open_input(const std::string& path) {
 
 namespace {
 // Container: std::string or std::vector<std::uint8_t>.
+// `path` names the input in messages.
 template <class Container>
-Container read_capped(const std::string& path, const FileKind& kind) {
-  const std::unique_ptr<OpenedInput> in = open_input(path);
+Container read_capped(const std::string& path, const OpenedInput* in, const FileKind& kind) {
   const int fd = in->fd;
   constexpr std::size_t kChunk = std::size_t{1} << 20, kSmallAsk = std::size_t{1} << 16;
   Container data;
@@ -106,11 +106,27 @@ Container read_capped(const std::string& path, const FileKind& kind) {
 }  // namespace
 
 std::string read_file_capped(const std::string& path, const FileKind& kind) {
-  return read_capped<std::string>(path, kind);
+  return read_capped<std::string>(path, open_input(path).get(), kind);
 }
 
 std::vector<std::uint8_t> read_file_capped_bytes(const std::string& path, const FileKind& kind) {
-  return read_capped<std::vector<std::uint8_t>>(path, kind);
+  return read_capped<std::vector<std::uint8_t>>(path, open_input(path).get(), kind);
+}
+
+std::string read_standard_input_capped(const FileKind& kind) {
+  // A duplicate, so that the OpenedInput closing it leaves descriptor 0 open. Blocking reads:
+  // standard input is the caller's to feed (a terminal waits for its end-of-file, as cat does).
+  OpenedInput in;
+  in.fd = ::fcntl(0, F_DUPFD_CLOEXEC, 0);
+  if (in.fd < 0) throw FileReadError(std::string("standard input: cannot read: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(in.fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    // A redirected file read from where it stands, as every reader of standard input does.
+    const off_t at = ::lseek(in.fd, 0, SEEK_CUR);
+    in.regular = true;
+    in.size = at >= 0 && at <= st.st_size ? static_cast<std::uint64_t>(st.st_size - at) : 0;
+  }
+  return read_capped<std::string>("standard input", &in, kind);
 }
 
 }  // namespace fb

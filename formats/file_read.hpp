@@ -67,6 +67,10 @@ std::string read_file_capped(const std::string& path, const FileKind& kind);
 // The same, as bytes.
 std::vector<std::uint8_t> read_file_capped_bytes(const std::string& path, const FileKind& kind);
 
+// Standard input read whole under the same cap, named "standard input" in messages (for
+// `merge -`); reads block until its end-of-file.
+std::string read_standard_input_capped(const FileKind& kind);
+
 // Throws FileReadError "PATH: larger than ..." when `size` exceeds kind.max_bytes.
 void check_file_size_capped(const std::string& path, std::uint64_t size, const FileKind& kind);
 

@@ -91,6 +91,22 @@ TEST_CASE("sweep: output does not depend on --jobs, and shards merge to the unsh
   CHECK(jm.out == json_full.out);
   // A configuration in two shards is an error.
   CHECK(run("merge " + s1 + " " + s1).code == 2);
+  // "-" reads one shard from standard input, redirected from a file or through a pipe; given
+  // twice, its second reading would be empty, and it is refused.
+  const auto merged_stdin = (scratch() / "merged_stdin.csv").string();
+  const Run from_file = run("merge " + s3 + " - " + s2 + " --csv " + merged_stdin + " < " + s1);
+  CHECK(from_file.code == 0);
+  CHECK(from_file.out == one.out);
+  CHECK(slurp(merged_stdin) == slurp(full_csv));
+  const Run from_pipe = run("merge " + s3 + " - " + s2, "cat " + s1 + " | ");
+  CHECK(from_pipe.code == 0);
+  CHECK(from_pipe.out == one.out);
+  const Run twice = run("merge - " + s2 + " - < " + s1);
+  CHECK(twice.code == 2);
+  CHECK(twice.err.find("more than once") != std::string::npos);
+  const Run empty = run("merge " + s3 + " - " + s2 + " < /dev/null");
+  CHECK(empty.code == 2);
+  CHECK(empty.err.find("standard input: empty file") != std::string::npos);
   // Paired rows (--against: ref_trials = trials, B's sums as the floor's) and a forward-only
   // fp8 row (delta sums 0) pass merge's consistency checks, CSV and JSON shards mixed.
   const std::string paired = "sweep --model fa2-sm80,fa-bf16acc --against fa2-sm90 --trials 3 --seqlen 32 --headdim 16";

@@ -6,6 +6,7 @@
 // different runs (seed, trials, grid, sizes, sr bits) or a row that is not its shard's are
 // refused (exit 2, one line naming the file and what mismatched). --alpha and --at-stake
 // judge the merged rows at other levels than the shards'.
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -31,11 +32,15 @@ int run_merge(const MergeOptions& o) {
   std::optional<double> at_stake;
   if (o.at_stake_option && o.at_stake_option->count() > 0) at_stake = at_stake_or_throw(o.at_stake);
   check_csv_output(o.csv, o.json);
+  // Standard input holds one shard: read twice, its second reading would be empty.
+  if (std::count(o.files.begin(), o.files.end(), "-") > 1)
+    throw InputError("merge: - (standard input) is given more than once");
   std::vector<std::pair<std::string, std::string>> inputs;
-  for (const auto& f : o.files) inputs.emplace_back("shard", f);
+  for (const auto& f : o.files)
+    if (f != "-") inputs.emplace_back("shard", f);
   refuse_output_over_inputs("--csv", o.csv, inputs);
   std::vector<std::pair<std::string, SweepFile>> shards;
-  for (const auto& f : o.files) shards.emplace_back(f, read_sweep_file(f));
+  for (const auto& f : o.files) shards.emplace_back(f == "-" ? "standard input" : f, read_sweep_file(f));
   const SweepRun run = check_shards(shards, alpha, at_stake);
   std::vector<SweepRow> rows;
   for (auto& [path, file] : shards)
@@ -50,7 +55,9 @@ int run_merge(const MergeOptions& o) {
 
 Runner setup_merge(CLI::App& app) {
   auto o = std::make_shared<MergeOptions>();
-  app.add_option("shards", o->files, "shard files written by sweep --csv or --json (all N shards of one run)")
+  app.add_option(
+         "shards", o->files,
+         "shard files written by sweep --csv or --json (all N shards of one run); - reads one from standard input")
       ->required();
   app.add_option("--csv", o->csv,
                  "write the merged rows as CSV (written whole: a temporary file renamed into place); - writes it to "

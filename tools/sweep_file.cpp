@@ -257,11 +257,14 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
 }
 }  // namespace
 
-SweepFile read_sweep_file(const std::string& path) {
+SweepFile read_sweep_file(const std::string& given_path) {
+  const bool from_stdin = given_path == "-";
+  const std::string path = from_stdin ? std::string("standard input") : given_path;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  if (!from_stdin && std::filesystem::is_directory(path, ec))
     throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
-  const std::string text = read_file_capped(path, kSweepFile);  // FileReadError: exit 2 (tools/main.cpp)
+  // FileReadError: exit 2 (tools/main.cpp)
+  const std::string text = from_stdin ? read_standard_input_capped(kSweepFile) : read_file_capped(path, kSweepFile);
   SweepFile file;
   std::vector<SweepRow>& rows = file.rows;
   const auto first = text.find_first_not_of(" \t\r\n");

@@ -90,7 +90,8 @@ std::string csv_field(const std::string& text);
 void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 // Reads what write_csv / write_json wrote (sniffs the first character); throws
 // InputError naming the file, line and column on a defect. `run` is empty when the file
-// has no run record (written by an older flashbits, or truncated).
+// has no run record (written by an older flashbits, or truncated). "-" reads standard input
+// (named "standard input" in messages).
 struct SweepFile {
   std::vector<SweepRow> rows;
   std::vector<std::string> row_where;  // where each row is, for messages: "line N" (CSV), "rows[i]" (JSON)
