@@ -2,11 +2,12 @@
 //
 // Why: the emulator computes with the host's binary32 and binary64 arithmetic wherever that is
 // exact or correctly rounded to nearest (fp64 TwoSum and FMA residuals, the tensor-core
-// kernels' fp32 products on fp32's subnormal grid, float conversions, CDNA3's final rounding).
-// That holds only in the default environment: round to nearest even, subnormals neither
-// flushed to zero (MXCSR's FTZ) nor read as zero (DAZ). A library loaded into the caller's
-// process may change it for the thread (PyTorch's set_flush_denormal, a shared object built
-// with -ffast-math, fesetround), and every result would then silently depend on it.
+// kernels' fp32 products on fp32's subnormal grid, float conversions, the final rounding of
+// CDNA3's AVX2 column path). That holds only in the default environment: round to nearest
+// even, subnormals neither flushed to zero (MXCSR's FTZ) nor read as zero (DAZ). A library
+// loaded into the caller's process may change it for the thread (PyTorch's
+// set_flush_denormal, a shared object built with -ffast-math, fesetround), and every result
+// would then silently depend on it.
 //
 // flashbits keeps no floating-point state of its own: an entry point called from another
 // runtime (each function of the Python module) holds a DefaultFloatingPointEnvironment for the

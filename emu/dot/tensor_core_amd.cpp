@@ -277,9 +277,8 @@ int alignment_exponent(float x, int format_emin) {
 // The one-group two-stage step in fp64 (the common case of two_stage_step: finite operands,
 // products below 2^128). Every intermediate is an integer times a power of two held exactly:
 // products of at most 11-bit significands, scalings by powers of two, trunc and floor of
-// values below 2^53. The result is the integer path's (same truncations and floors) and the
-// last rounding is the host's IEEE fp64 -> fp32 conversion, round to nearest even (overflow
-// handled here). Returns false where the integer path must decide.
+// values below 2^53. The result is the integer path's (same truncations and floors, the same
+// last rounding by round_pack). Returns false where the integer path must decide.
 bool two_stage_step_fp64(float c, const float* a, const float* b, int n, const AmdDotModel& m, std::uint32_t* out) {
   constexpr int kNone = std::numeric_limits<int>::min() / 4;
   const int F = m.fraction_bits, F2 = m.sum_fraction_bits;
@@ -319,16 +318,12 @@ bool two_stage_step_fp64(float c, const float* a, const float* b, int n, const A
     *out = 0u;
     return true;
   }
-  const double value = total * power_of_two(exponent);  // at most 32 significant bits: exact
-  const double magnitude = std::fabs(value);
-  if (magnitude > static_cast<double>(std::numeric_limits<float>::max())) {
-    // RNE overflow: from the midpoint between FLT_MAX and 2^128 on, infinity.
-    const float big =
-        magnitude >= 0x1.ffffffp127 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::max();
-    *out = bits_of(value < 0 ? -big : big);
-    return true;
-  }
-  *out = bits_of(static_cast<float>(value));
+  // total is an integer of at most 32 significant bits (exact in fp64 and in uint64): the one
+  // RNE rounding into fp32 is round_pack's, as the integer path's, not the host's conversion,
+  // which would follow whatever rounding mode the calling thread has set.
+  const bool negative = total < 0;
+  const auto kept = static_cast<std::uint64_t>(std::fabs(total));
+  *out = round_pack(formats::fp32, negative, exponent, kept, false, kRne).bits;
   return true;
 }
 
