@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "formats/decimal_text.hpp"
 #include "api/names.hpp"
 
 namespace fb::api {
@@ -58,13 +59,6 @@ std::optional<SpecialCase> special_case(const Format& f, const RoundingEvent& ev
   // What is left is an infinite operand's exact infinity (of an add, a mul by a nonzero, ...).
   return SpecialCase{"infinite_operand",
                      "an infinite operand: an exact infinity" + infinity_packed + "; nothing rounded"};
-}
-
-// The shortest decimal that reads back as x (std::to_chars): a value in full, not to 6 digits.
-std::string shortest_decimal(double x) {
-  char buf[32];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
-  return ec == std::errc() ? std::string(buf, end) : std::string("?");
 }
 
 std::string binary_digits(std::uint64_t v, int count) {

@@ -4,14 +4,17 @@
 #include <mpfr.h>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "formats/decimal_text.hpp"
 #include "attention/problem_limits.hpp"
 
 namespace fb::api {
@@ -207,20 +210,17 @@ int sr_bits_or_throw(long long bits, std::string_view option) {
 }
 
 double alpha_or_throw(double alpha, std::string_view option) {
-  if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", alpha);
-    throw InputError(std::string(option) + " " + buf + ": expected a significance level strictly between 0 and 1");
-  }
+  if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0))
+    throw InputError(std::string(option) + " " + shortest_decimal(alpha) +
+                     ": expected a significance level strictly between 0 and 1" +
+                     (alpha == 1.0 ? " (a level within 2^-54 of 1 reads as 1 in double precision)" : ""));
   return alpha;
 }
 
 double at_stake_or_throw(double ulps, std::string_view option) {
-  if (!(std::isfinite(ulps) && ulps > 0.0)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", ulps);
-    throw InputError(std::string(option) + " " + buf + ": expected a positive, finite number of ulps");
-  }
+  if (!(std::isfinite(ulps) && ulps > 0.0))
+    throw InputError(std::string(option) + " " + shortest_decimal(ulps) +
+                     ": expected a positive, finite number of ulps");
   return ulps;
 }
 

@@ -46,17 +46,6 @@ double parse_number(const std::string& text, const std::string& what) {
   return *v;
 }
 
-// x as the canonical name writes it: the shortest text that reads back as x, so a trace's
-// recorded model runs with the parameters it was made with (%g kept 6 digits). Without the
-// '+' of a positive exponent (1e40, not to_chars' 1e+40): a '+' starts the next variant, so
-// the name written would not read back.
-std::string shortest(double x) {
-  char buf[32];
-  const auto [end, error] = std::to_chars(buf, buf + sizeof buf, x);
-  std::string text = error == std::errc{} ? std::string(buf, end) : std::to_string(x);
-  if (const std::size_t plus = text.find("e+"); plus != std::string::npos) text.erase(plus + 1, 1);
-  return text;
-}
 }  // namespace
 
 ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) {
@@ -159,7 +148,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
           s = comma + 1;
         }
       }
-      canonical_suffix += "+dynmax:beta=" + shortest(m.dynmax_beta) + ",tol=" + shortest(m.dynmax_tol);
+      canonical_suffix += "+dynmax:beta=" + shortest_decimal(m.dynmax_beta) + ",tol=" + shortest_decimal(m.dynmax_tol);
     } else if (variant == "promote") {
       if (!m.fp8.enabled) throw std::invalid_argument("+promote applies to the fp8 models only");
       int every = 128;
@@ -190,24 +179,23 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       const Format& p_format = m.p_cast ? *m.p_cast : formats::fp32;
       const double log2_max = std::log2(to_double(p_format, p_format.max_finite_pattern()));
       if (m.fp8.p_max_offset + threshold >= log2_max) {
-        char why[240];
         if (m.fp8.enabled) {
           // Expressible: the fp8 P̄ cast saturates (cvt.rn.satfinite), as FA4's fp8 forward did
           // before Dao-AILab/flash-attention#2717 (Max_offset 8 with threshold 4: P̄ up to 2^12).
-          std::snprintf(why, sizeof why,
-                        "+lazy-rescale:%g: P̄ can reach 2^%g, beyond %s's largest value %g: it saturates there "
-                        "(FA4's fp8 bug before flash-attention#2717)",
-                        threshold, m.fp8.p_max_offset + threshold, p_format.name,
-                        to_double(p_format, p_format.max_finite_pattern()));
-          m.warning = why;
+          m.warning = "+lazy-rescale:" + shortest_decimal(threshold) + ": P̄ can reach 2^" +
+                      shortest_decimal(m.fp8.p_max_offset + threshold) + ", beyond " + p_format.name +
+                      "'s largest value " + shortest_decimal(to_double(p_format, p_format.max_finite_pattern())) +
+                      ": it saturates there (FA4's fp8 bug before flash-attention#2717)";
         } else {
-          std::snprintf(why, sizeof why, "+lazy-rescale:%g: P̄ could reach 2^%g, beyond %s's largest value 2^%.3f",
-                        threshold, m.fp8.p_max_offset + threshold, p_format.name, log2_max);
-          throw std::invalid_argument(why);
+          char log2_max_text[32];
+          std::snprintf(log2_max_text, sizeof log2_max_text, "%.3f", log2_max);
+          throw std::invalid_argument("+lazy-rescale:" + shortest_decimal(threshold) + ": P̄ could reach 2^" +
+                                      shortest_decimal(m.fp8.p_max_offset + threshold) + ", beyond " + p_format.name +
+                                      "'s largest value 2^" + log2_max_text);
         }
       }
       m.lazy_rescale_log2 = threshold;
-      canonical_suffix += "+lazy-rescale:" + shortest(threshold);
+      canonical_suffix += "+lazy-rescale:" + shortest_decimal(threshold);
     } else if (variant == "sw-exp2") {
       if (m.structure != Structure::online_softmax || m.scale == ScaleHandling::multiply_scores)
         throw std::invalid_argument("+sw-exp2 applies to online models whose P̄ is an exp2 (FA2, FA3, Triton)");

@@ -1,4 +1,5 @@
-// formats/decimal_text.cpp: read_decimal (contract in decimal_text.hpp).
+// formats/decimal_text.cpp: read_decimal, read_plain_integer and shortest_decimal (contracts in
+// decimal_text.hpp).
 #include "formats/decimal_text.hpp"
 
 #include <algorithm>
@@ -81,5 +82,29 @@ PlainIntegerError read_plain_integer(std::string_view text, long long& value, bo
   value = v;
   return PlainIntegerError::none;
 }
+
+namespace {
+template <class Real>
+std::string shortest_of(Real x) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  // 64 characters hold any double's shortest text (at most 24); the check is for the contract.
+  std::string text = ec == std::errc() ? std::string(buf, end) : std::string("?");
+  // The exponent as digits with no '+' and no leading zero: 1e40, 1e6, 1e-7 (to_chars writes
+  // 1e+40, 1e+06, 1e-07).
+  if (const std::size_t e = text.find('e'); e != std::string::npos) {
+    std::size_t digits = e + 1;
+    if (text[digits] == '+')
+      text.erase(digits, 1);
+    else if (text[digits] == '-')
+      ++digits;
+    while (digits + 1 < text.size() && text[digits] == '0') text.erase(digits, 1);
+  }
+  return text;
+}
+}  // namespace
+
+std::string shortest_decimal(double x) { return shortest_of(x); }
+std::string shortest_decimal(float x) { return shortest_of(x); }
 
 }  // namespace fb

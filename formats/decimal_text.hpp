@@ -1,5 +1,6 @@
 // formats/decimal_text.hpp: the one reader of a decimal number typed by a person or written by
-// flashbits itself (an option value, a kernel model's parameter, a sweep CSV's sums).
+// flashbits itself (an option value, a kernel model's parameter, a sweep CSV's sums), and the
+// one writer of a value in full.
 //
 // Contract of read_decimal: `text` is the whole number, nothing around it: an optional sign,
 // decimal digits with at most one '.', at least one digit, and an optional exponent
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace fb {
@@ -22,5 +24,17 @@ std::optional<double> read_decimal(std::string_view text);
 // none; else not_plain_digits, or out_of_range when the digits exceed a long long.
 enum class PlainIntegerError { none, not_plain_digits, out_of_range };
 PlainIntegerError read_plain_integer(std::string_view text, long long& value, bool allow_minus = true);
+
+// Contract of shortest_decimal: the shortest decimal text that reads back as exactly `x`
+// (std::to_chars: the fewest digits, in fixed or scientific form, whichever has fewer
+// characters; round trip guaranteed; read_decimal reads every finite one): 0.1, 1.0000001,
+// 826108737684340480, 1e-7, 1e40. Every echo of a value goes through it: "%g" kept 6 digits
+// and echoed 1.0000001 as "1", beside a refusal of it. The exponent has no '+' and no leading
+// zero (1e40, not to_chars' 1e+40): a '+' starts a kernel model's next variant, so a name
+// written with it would not read back. Non-finite values give "inf", "-inf", "nan" ("-nan"
+// with the sign bit set). The float overload is the shortest text that reads back as the
+// float (0.1f gives "0.1", not its double's 17 digits).
+std::string shortest_decimal(double x);
+std::string shortest_decimal(float x);
 
 }  // namespace fb

@@ -813,6 +813,14 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
                 {"--alpha: '1e-400' is below the smallest double"});
   check_refused(run("sweep --model fa2-sm80 --trials 2 --at-stake 0.5e-999"),
                 {"--at-stake: '0.5e-999' is below the smallest double"});
+  // Out of range, a value is echoed as the double it reads as, every digit kept: "%g" echoed
+  // 1.0000001 as "1". A level that rounds onto 1 is told so.
+  check_refused(run("bias-test --model fa2-sm80 --trials 2 --alpha 1.0000001"),
+                {"--alpha 1.0000001: expected a significance level strictly between 0 and 1"});
+  check_refused(run("bias-test --model fa2-sm80 --trials 2 --alpha 0.99999999999999999"),
+                {"--alpha 1: expected", "within 2^-54 of 1 reads as 1"});
+  check_refused(run("sweep --model fa2-sm80 --trials 2 --at-stake -0.0000001234567"),
+                {"--at-stake -1.234567e-7: expected a positive"});
   // A decimal word is still read, to the double nearest it: 1e-3 in any spelling.
   CHECK(run("bias-test --model fa2-sm80 --trials 2 --seqlen 16 --headdim 16 --alpha 0.0010 --json").code == 4);
   check_refused(run("bias-test --model fa2-sm80+lazy-rescale:0x10 --trials 2"),

@@ -16,6 +16,7 @@
 #include <mpfr.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -369,6 +370,105 @@ TEST_CASE("read_decimal: the nearest double of a decimal word, as MPFR rounds it
     CAPTURE(word);
     CHECK_FALSE(fb::read_decimal(word).has_value());
   }
+}
+
+namespace {
+// The value nearest `word` in a binary format of `precision` bits with subnormals (MPFR's
+// exponent range [emin, emax] for significands in [1/2, 1)): binary64 is (53, -1073, 1024),
+// binary32 (24, -148, 128). Infinity for an overflow.
+double mpfr_nearest(const std::string& word, int precision, mpfr_exp_t emin, mpfr_exp_t emax) {
+  const mpfr_exp_t old_min = mpfr_get_emin(), old_max = mpfr_get_emax();
+  mpfr_set_emin(emin);
+  mpfr_set_emax(emax);
+  mpfr_t x;
+  mpfr_init2(x, precision);
+  int inexact = mpfr_strtofr(x, word.c_str(), nullptr, 10, MPFR_RNDN);
+  inexact = mpfr_check_range(x, inexact, MPFR_RNDN);
+  mpfr_subnormalize(x, inexact, MPFR_RNDN);
+  const double d = mpfr_get_d(x, MPFR_RNDN);
+  mpfr_clear(x);
+  mpfr_set_emin(old_min);
+  mpfr_set_emax(old_max);
+  return d;
+}
+
+// x's decimal neighbours of `digits` significant digits, below and above it (MPFR's directed
+// conversions), as words.
+std::pair<std::string, std::string> decimal_neighbours(double x, int digits) {
+  mpfr_t v;
+  mpfr_init2(v, 53);
+  mpfr_set_d(v, x, MPFR_RNDN);  // exact
+  std::pair<std::string, std::string> out;
+  for (const mpfr_rnd_t mode : {MPFR_RNDD, MPFR_RNDU}) {
+    mpfr_exp_t exponent = 0;
+    char* text = mpfr_get_str(nullptr, &exponent, 10, static_cast<std::size_t>(digits), v, mode);
+    std::string word(text);
+    mpfr_free_str(text);
+    const bool negative = word[0] == '-';
+    word = std::string(negative ? "-" : "") + "0." + word.substr(negative ? 1 : 0) + "e" + std::to_string(exponent);
+    (mode == MPFR_RNDD ? out.first : out.second) = word;
+  }
+  mpfr_clear(v);
+  return out;
+}
+
+int significant_digits(const std::string& text) {
+  const std::string mantissa = text.substr(0, text.find('e'));
+  const std::size_t first = mantissa.find_first_of("123456789");
+  const std::size_t last = mantissa.find_last_of("123456789");
+  if (first == std::string::npos) return 1;
+  int digits = 0;
+  for (std::size_t i = first; i <= last; ++i) digits += mantissa[i] >= '0' && mantissa[i] <= '9' ? 1 : 0;
+  return digits;
+}
+
+// Shortest: the text reads back (MPFR's nearest value in the format) as x, and neither decimal
+// neighbour of one digit fewer does; no '+'. A whole number written out in full
+// (826108737684340480, shorter than its scientific form) may carry more digits than it needs:
+// there the fewest characters, not the fewest digits, is std::to_chars' choice.
+void check_shortest(const std::string& text, double x, int precision, mpfr_exp_t emin, mpfr_exp_t emax) {
+  CAPTURE(text);
+  CHECK(text.find('+') == std::string::npos);
+  CHECK(text.find("e0") == std::string::npos);
+  CHECK(text.find("e-0") == std::string::npos);
+  CHECK(fb::read_decimal(text).has_value());
+  const double back = mpfr_nearest(text, precision, emin, emax);
+  CHECK(back == x);
+  CHECK(std::signbit(back) == std::signbit(x));
+  const int digits = significant_digits(text);
+  const bool whole_number_in_full = text.find_first_of(".e") == std::string::npos;
+  if (digits > 1 && !whole_number_in_full) {
+    const auto [below, above] = decimal_neighbours(x, digits - 1);
+    CAPTURE(below);
+    CAPTURE(above);
+    CHECK(mpfr_nearest(below, precision, emin, emax) != x);
+    CHECK(mpfr_nearest(above, precision, emin, emax) != x);
+  }
+}
+}  // namespace
+
+TEST_CASE("shortest_decimal: the fewest digits that read back exactly, as MPFR reads them") {
+  std::mt19937_64 rng(0x5401'7e57);
+  for (int i = 0; i < 4000; ++i) {
+    // Every binade, subnormals included; the powers of two (an asymmetric rounding interval).
+    std::uint64_t bits = rng();
+    if (i % 8 == 0) bits &= 0xfff0'0000'0000'0000ull;
+    const double x = std::bit_cast<double>(bits);
+    if (!std::isfinite(x)) continue;
+    check_shortest(fb::shortest_decimal(x), x, 53, -1073, 1024);
+    std::uint32_t bits32 = static_cast<std::uint32_t>(rng());
+    if (i % 8 == 0) bits32 &= 0xff80'0000u;
+    const float f = std::bit_cast<float>(bits32);
+    if (!std::isfinite(f)) continue;
+    check_shortest(fb::shortest_decimal(f), f, 24, -148, 128);
+  }
+  // The echoes this writer exists for, and an exponent without its '+'.
+  CHECK(fb::shortest_decimal(1.0000001) == "1.0000001");
+  CHECK(fb::shortest_decimal(0.1f) == "0.1");
+  CHECK(fb::shortest_decimal(1e40) == "1e40");
+  CHECK(fb::shortest_decimal(1e-7) == "1e-7");
+  CHECK(fb::shortest_decimal(-2.5e-300) == "-2.5e-300");
+  CHECK(fb::shortest_decimal(-std::numeric_limits<double>::infinity()) == "-inf");
 }
 
 TEST_CASE("read_plain_integer: an optional minus and digits, nothing else") {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 
+#include "formats/decimal_text.hpp"
 #include "attention/kernel_models.hpp"
 #include "studies/bias_run.hpp"
 #include "attention/trace_inputs.hpp"
@@ -215,8 +216,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout << "verdict: none (the output is not finite everywhere)\n";
     return;
   }
-  std::printf("against %s (alpha %g, at stake %g ulp):\n", r.paired ? r.baseline.c_str() : "the floor", o.alpha,
-              o.at_stake);
+  std::cout << "against " << (r.paired ? r.baseline : std::string("the floor")) << " (alpha "
+            << shortest_decimal(o.alpha) << ", at stake " << shortest_decimal(o.at_stake) << " ulp):\n";
   print_comparison("O", r.o_vs_floor, r.baseline);
   if (r.has_delta) print_comparison("delta", r.delta_vs_floor, r.baseline);
   // With --against every verdict names B: "no detectable added bias" alone read as "unbiased"

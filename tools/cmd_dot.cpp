@@ -41,6 +41,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "formats/decimal_text.hpp"
 #include "emu/dot/dot_model.hpp"
 #include "tools/cli_common.hpp"
 
@@ -219,12 +220,6 @@ std::vector<std::uint8_t> parse_scales(const Format& scale, const std::string& t
   return out;
 }
 
-std::string shortest_value(float x) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
-}
-
 int run_batch(const DotOptions& o) {
   // An unknown --model is the option's fault, before any line: each line's MODEL was said to
   // differ from it instead.
@@ -282,7 +277,7 @@ int run_dot(const DotOptions& o) {
     if (o.trace) print_trace(trace);
     return kExitOk;
   }
-  std::cout << hex_bits(m.accumulator(), d) << " (" << shortest_value(std::bit_cast<float>(d))
+  std::cout << hex_bits(m.accumulator(), d) << " (" << shortest_decimal(std::bit_cast<float>(d))
             << ") UNMEASURED: emulation of " << m.describe() << " (MMA-Sim's parameters, not validated on hardware)\n";
   return kExitOk;
 }

@@ -154,16 +154,11 @@ void check_error_sums(const SweepRow& s, const std::function<std::string(const c
                      " elements of the finite trials x seqlen x headdim");
   // A sum of n doubles errs by at most about n ulps: the slack grows with the count.
   const auto slack = [](long long n) { return 1e-9 + 4.0 * static_cast<double>(n) * 0x1p-53; };
-  const auto shown = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.6g", v);
-    return std::string(text);
-  };
   if (s.sq_sum > static_cast<double>(s.elements) * s.max_abs * s.max_abs * (1 + slack(s.elements)))
-    throw InputError(field("sq_sum") + ": " + shown(s.sq_sum) + " exceeds elements x max_abs^2");
+    throw InputError(field("sq_sum") + ": " + shortest_decimal(s.sq_sum) + " exceeds elements x max_abs^2");
   if (s.max_abs * s.max_abs > s.sq_sum)  // exact: a sum of squares never rounds below one of its terms
-    throw InputError(field("max_abs") + ": " + shown(s.max_abs) + " exceeds the root of sq_sum " + shown(s.sq_sum) +
-                     " (the largest error is one of the summed squares)");
+    throw InputError(field("max_abs") + ": " + shortest_decimal(s.max_abs) + " exceeds the root of sq_sum " +
+                     shortest_decimal(s.sq_sum) + " (the largest error is one of the summed squares)");
   const auto check = [&](const NamedMoments& named, long long n, const char* count) {
     const attn::ErrorMoments& m = s.*named.member;
     const std::string prefix(named.prefix);
@@ -174,8 +169,9 @@ void check_error_sums(const SweepRow& s, const std::function<std::string(const c
     if (n == 0 && (m.sum != 0 || m.sumsq != 0))
       throw InputError(field((prefix + "_sum").c_str()) + ": nonzero sums over no sample (" + count + " 0)");
     if (m.sum * m.sum > static_cast<double>(n) * m.sumsq * (1 + slack(n)))
-      throw InputError(field((prefix + "_sumsq").c_str()) + ": " + shown(m.sumsq) + " is below sum^2 / n for sum " +
-                       shown(m.sum) + " over " + std::to_string(n) + " samples (a negative variance)");
+      throw InputError(field((prefix + "_sumsq").c_str()) + ": " + shortest_decimal(m.sumsq) +
+                       " is below sum^2 / n for sum " + shortest_decimal(m.sum) + " over " + std::to_string(n) +
+                       " samples (a negative variance)");
   };
   for (const NamedMoments& m : kTrialMoments) check(m, finite, "finite trials");
   for (const NamedMoments& m : kReferenceMoments) check(m, s.ref_trials, "ref_trials");
@@ -506,8 +502,8 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
     }
     for (const auto& [path, file] : files)
       if ((*file.run).*member != first.*member)
-        throw InputError(path + ": " + option + " " + short_text((*file.run).*member) + " differs from " +
-                         short_text(first.*member) + " in " + first_path + "; give merge " + option);
+        throw InputError(path + ": " + option + " " + shortest_decimal((*file.run).*member) + " differs from " +
+                         shortest_decimal(first.*member) + " in " + first_path + "; give merge " + option);
   };
   level(&SweepRun::alpha, alpha, "--alpha");
   level(&SweepRun::at_stake, at_stake, "--at-stake");

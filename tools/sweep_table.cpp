@@ -1,6 +1,7 @@
 // tools/sweep_table.cpp: sufficient statistics of sweep rows, their derived columns, and
 // writing them (table, CSV, JSON) for sweep and merge (contract in sweep_table.hpp; the
 // reader is sweep_file.cpp).
+#include "formats/decimal_text.hpp"
 #include "tools/sweep_table.hpp"
 
 #include <algorithm>
@@ -209,7 +210,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
      << attn::kTracedRows
      << " rows of every trial (tiled models only).\nVerdict (as bias-test, docs/CLI.md): the per-trial excess of O "
         "and of delta against the floor,\nalpha = "
-     << run.alpha << ", at stake " << run.at_stake
+     << shortest_decimal(run.alpha) << ", at stake " << shortest_decimal(run.at_stake)
      << " ulp: \"adds bias\" when the excess is significant and the error lies\n"
         "further from zero than the floor's; \"less biased\" when it lies significantly closer, by at least the\n"
         "size at stake; \"inconclusive\"\n"

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "formats/decimal_text.hpp"
 #include "formats/text_escape.hpp"
 #include "traces/metadata_bool.hpp"
 #include "traces/numpy_files.hpp"
@@ -170,12 +171,6 @@ void merge_option(std::map<std::string, std::string>& metadata, std::string_view
                      quoted_name(it->second) + " (the file's own metadata wins; drop " + flag + ")");
 }
 
-std::string shortest(double value) {
-  std::array<char, 64> buffer{};
-  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
-  return std::string(buffer.data(), ec == std::errc() ? end : buffer.data());
-}
-
 // Merges --causal into the keys causal and causal_alignment (capture_import.hpp: the
 // file's keys win, a contradiction is an error naming the option and the key, and a plain
 // "true" that leaves the alignment to the default with N != Nk is noted).
@@ -223,7 +218,8 @@ void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view so
   merge_option(m, trace_keys::source, o.source, o.source.value_or(""), "--source", text, source);
   merge_option(m, trace_keys::model, o.model, o.model.value_or(""), "--model", text, source);
   merge_option(
-      m, trace_keys::softmax_scale, o.softmax_scale, o.softmax_scale ? shortest(*o.softmax_scale) : "", "--scale",
+      m, trace_keys::softmax_scale, o.softmax_scale, o.softmax_scale ? shortest_decimal(*o.softmax_scale) : "",
+      "--scale",
       [](const std::string& s) -> std::optional<double> {
         double v = 0;
         const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);

@@ -18,6 +18,7 @@
 #include <memory>
 #include <utility>
 
+#include "formats/decimal_text.hpp"
 #include "attention/attention.hpp"
 #include "attention/kernel_models.hpp"
 #include "attention/problem_limits.hpp"
@@ -107,7 +108,7 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
   if (causal_top_left) in.causal_alignment = attn::AttentionInputs::CausalAlignment::top_left;
   if (scale) {
     if (!(std::isfinite(*scale) && *scale > 0))
-      throw api::InputError("scale: " + shortest(*scale) + " is not a finite positive number");
+      throw api::InputError("scale: " + shortest_decimal(*scale) + " is not a finite positive number");
     in.softmax_scale = *scale;
   } else {
     in.softmax_scale = 1.0 / std::sqrt(static_cast<double>(Q[3]));

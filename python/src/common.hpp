@@ -94,7 +94,6 @@ std::vector<std::uint32_t> encode_values(const Format& f, const carray<double>& 
 // width and hold valid patterns of f; any other array (the Python layer hands float64) holds
 // values exactly representable in f. Returns the bit patterns, row-major.
 std::vector<std::uint32_t> operand_bits(const Format& f, const pyb::array& a, const std::string& what);
-std::string shortest(double v);
 // A JSON value as the Python object json.loads would give (dicts keep the order).
 pyb::object to_python(const nlohmann::ordered_json& j);
 pyb::object to_python(const nlohmann::json& j);

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "formats/decimal_text.hpp"
 #include "common.hpp"
 #include "traces/safetensors.hpp"
 
@@ -57,12 +58,6 @@ void store_bits(const Format& f, pyb::array& out, std::size_t offset, const std:
     default:
       std::memcpy(static_cast<std::uint32_t*>(base) + offset, bits, n * sizeof(std::uint32_t));
   }
-}
-
-std::string shortest(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
 }
 
 namespace {
@@ -131,7 +126,7 @@ std::vector<std::uint32_t> encode_values(const Format& f, const carray<double>& 
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
       }) && !std::isdigit(static_cast<unsigned char>(what[0]));
       const std::string rounded = "flashbits.round(" + (identifier ? what : std::string("x")) + ", \"" + f.name + "\")";
-      throw api::InputError(element_name(what, shape_of(values), i) + ": " + shortest(v[i]) +
+      throw api::InputError(element_name(what, shape_of(values), i) + ": " + shortest_decimal(v[i]) +
                             " is not exactly representable in " + f.name + " (round first: " + rounded +
                             ".values, or give bit patterns as a uint" + std::to_string(f.container_bits) +
                             " array: " + rounded + ".bits)");
