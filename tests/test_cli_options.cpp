@@ -799,6 +799,30 @@ TEST_CASE("replay says when --sfu auto finds no measured SFU set for a hardware 
 // after the colon read as the default, `--version extra` dropped the extra word, a bare
 // word of zeros wider than the format's patterns was read as +0, and a probe file of no
 // section "matched" (exit 0).
+// Found when a snapshot's --version named the commit its build directory had been configured
+// at, dozens of commits back: the git text is now written at each build. The reference is git
+// itself; the commit alone is compared (files edited since the build would add "-dirty").
+TEST_CASE("--version names the commit the binary was built from") {
+  const std::string git = std::string("git -C '") + FLASHBITS_SOURCE_DIR + "' rev-parse --short=7 HEAD 2>/dev/null";
+  std::string head;
+  if (FILE* pipe = ::popen(git.c_str(), "r")) {
+    char buf[128];
+    while (std::fgets(buf, sizeof buf, pipe)) head += buf;
+    ::pclose(pipe);
+  }
+  while (!head.empty() && (head.back() == '\n' || head.back() == ' ')) head.pop_back();
+  const Run version = run("--version");
+  CHECK(version.code == 0);
+  CHECK(version.out.rfind("flashbits ", 0) == 0);
+  if (head.empty()) {
+    MESSAGE("no git checkout at " << FLASHBITS_SOURCE_DIR << ": the commit is not checked");
+    return;
+  }
+  CAPTURE(version.out);
+  CHECK(version.out.find("(git ") != std::string::npos);
+  CHECK(version.out.find(head) != std::string::npos);  // after a tag's name where describe finds one
+}
+
 TEST_CASE("words that are no decimal number, an empty parameter list and vacuous inputs are refused") {
   for (const char* alpha : {"0x0.1", "' 0.1'", "0.1x", "inf", "0x1p-3"}) {
     CAPTURE(alpha);

@@ -19,9 +19,7 @@
 #include "tools/cli_common.hpp"
 #include "traces/safetensors.hpp"
 
-#ifndef FLASHBITS_VERSION
-#define FLASHBITS_VERSION "unknown"
-#endif
+#include "flashbits_version.hpp"  // FLASHBITS_VERSION, generated at each build (tools/CMakeLists.txt)
 
 namespace {
 
