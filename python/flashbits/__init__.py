@@ -878,8 +878,9 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     ``.safetensors``) is read as ``load_trace`` reads it, with what it lacks given as that
     function's keywords: ``source``, ``scale``, ``causal``, ``layout``, and ``dtype`` for the
     format of its bit patterns (the CLI's ``--source --scale --causal --layout --dtype``);
-    those keywords are for traces only. The reader's notes (an alignment assumed, a layout
-    read) are UserWarnings, as load_trace's."""
+    those keywords are for traces only. The reader's notes (a layout read) and the run's (a
+    scale, causality or alignment a trace's metadata leaves unsaid and the run assumed, a shape
+    no capture measured) are UserWarnings, as load_trace's; ``notes`` keeps the run's."""
     model = _str_arg("model", model, optional=True)
     if traces is not None:
         # Given with traces they would be ignored: refused, as the CLI refuses them.
@@ -930,7 +931,9 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
                                    seed, by_max)
     except ValueError as e:
         raise _keyword_message(e) from None
-    _warn_capture_notes(notes)
+    # The reader's notes, then the report's own (what a trace's metadata left unsaid and the run
+    # assumed, a shape no capture measured): `bias-test` prints every one as a note line.
+    _warn_capture_notes(list(notes) + [n for n in d.get("notes", []) if n not in notes])
     return BiasTestResult(d)
 
 

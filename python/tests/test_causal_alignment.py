@@ -269,6 +269,30 @@ def test_load_trace_says_what_it_assumed_of_a_traces_mask(tmp_path):
         assert fb.load_trace(path).causal_alignment == "top-left"
 
 
+def test_bias_test_warns_what_a_traces_metadata_leaves_unsaid(cli, bare_capture, tmp_path):
+    # Found by the Python audit: bias_test(traces=[T]) on a trace recording no scale and no
+    # causal flag warned nothing (the docstring promised UserWarnings; the CLI prints notes),
+    # so a capture missing its causal flag was measured as non-causal attention without a word.
+    unsaid = tmp_path / "unsaid.safetensors"
+    rc, _, err = cli("import", str(bare_capture), "--source", "unknown", "--dtype", "bf16", "--layout", "bhsd",
+                     "--out", str(unsaid))
+    assert rc == 0, err
+    with pytest.warns(UserWarning) as caught:
+        r = fb.bias_test(traces=[unsaid])
+    said = [str(w.message) for w in caught]
+    assert any("no softmax_scale: 1/sqrt(8) assumed" in m and "scale=" in m for m in said), said
+    assert any("no causal flag: non-causal assumed" in m and "causal=" in m for m in said), said
+    assert not any("--" in m for m in said), said
+    assert len(r["notes"]) == 2
+    # A trace that states both: no warning.
+    stated = tmp_path / "stated.safetensors"
+    rc, _, err = cli("import", str(bare_capture), *STATEMENT, "--causal", "top-left", "--out", str(stated))
+    assert rc == 0, err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fb.bias_test(traces=[stated])
+
+
 def test_bias_test_reads_bare_captures_with_what_they_lack(cli, bare_capture, tmp_path):
     # Found by the lengths audit: bias_test(traces=[bare.npz]) could only fail ("pass --source"),
     # having no keyword for what the capture lacks; the CLI's bias-test --traces takes options.
