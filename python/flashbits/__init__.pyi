@@ -78,6 +78,7 @@ class AttentionResult:
     dk: npt.NDArray[np.float64] | None
     dv: npt.NDArray[np.float64] | None
     row_max: npt.NDArray[np.float64] | None
+    delta_unit: npt.NDArray[np.float64] | None
     model: str
     scale: float
     dtype: str
@@ -94,7 +95,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, model: str, do: ArrayLik
               threads: int | None = None, plot_feature: int = 0, sfu: str = "model",
               keep_forward: bool = False) -> AttentionResult: ...
 def exact_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, do: ArrayLike | None = None,
-                    causal: bool | Literal["top-left", "bottom-right", "none"] = False, scale: float | None = None, *, dtype: str | None = None) -> AttentionResult: ...
+                    causal: bool | Literal["top-left", "bottom-right", "none"] = False, scale: float | None = None, *, dtype: str | None = None,
+                    rounded_as: str | None = None, recipe: str | PathLike[str] | None = None) -> AttentionResult: ...
 
 class BiasTestResult(dict[str, Any]):
     def __getattr__(self, name: str) -> Any: ...
