@@ -198,6 +198,24 @@ void wait_for_abandoned_work() {
 
 }  // namespace fb::py
 
+namespace fb::py {
+namespace {
+// A message of the shared layers with its advice put in Python's terms (README "Python": bad
+// input is a ValueError with the CLI's message, its advice translated where they differ): the
+// catalogues a Python user calls instead of `flashbits models` and `flashbits formats`.
+std::string in_python_terms(std::string message) {
+  const auto replace = [&message](std::string_view cli, std::string_view python) {
+    if (const std::size_t at = message.find(cli); at != std::string::npos) message.replace(at, cli.size(), python);
+  };
+  if (message.find("unknown dot model") != std::string::npos)
+    replace("(see `flashbits models`)", "(see flashbits.dot_models())");
+  replace("(see `flashbits models`)", "(see flashbits.models())");
+  replace("(see flashbits formats, or fp64)", "(a format flashbits.format_info() knows, or fp64)");
+  return message;
+}
+}  // namespace
+}  // namespace fb::py
+
 PYBIND11_MODULE(_core, m) {
   namespace py = fb::py;
   m.doc() = "flashbits._core: the C++ bindings behind the flashbits package (use `import flashbits`)";
@@ -207,15 +225,15 @@ PYBIND11_MODULE(_core, m) {
     } catch (const py::PyTypeError& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const fb::api::InputError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, py::in_python_terms(e.what()).c_str());
     } catch (const fb::TraceError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, py::in_python_terms(e.what()).c_str());
     } catch (const fb::FileReadError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, py::in_python_terms(e.what()).c_str());
     } catch (const std::invalid_argument& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, py::in_python_terms(e.what()).c_str());
     } catch (const std::out_of_range& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, py::in_python_terms(e.what()).c_str());
     }
   });
   py::register_arrays(m);

@@ -1,6 +1,7 @@
 # The module's own behaviour: attention against an independent numpy reference, shapes,
 # __array__ inputs, traces of rounding events, the GIL released during long calls, Ctrl-C.
 import copy
+import json
 import math
 import os
 import pickle
@@ -704,3 +705,20 @@ def test_save_and_load_trace_refuse_a_model_replay_cannot_run(tmp_path):
     fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "emulated", "dtype": "bf16"})
     with pytest.raises(ValueError, match=r"metadata model 'nope': unknown kernel model"):
         fb.load_trace(path, model="nope")
+
+
+def test_errors_give_their_advice_in_pythons_terms(tmp_path):
+    # Found by the Python audit: an unknown dot model said "(see `flashbits models`)" and a
+    # recipe's unknown format "(see flashbits formats, ...)", commands a Python user has no
+    # use for; the catalogues named are the module's own, and each names what was looked up.
+    with pytest.raises(ValueError, match=r"unknown dot model 'sm81' \(see flashbits\.dot_models\(\)\)") as e:
+        fb.dot("sm81", np.ones(4), np.ones(4))
+    assert "sm81" not in fb.dot_models() and "`" not in str(e.value)
+    with pytest.raises(ValueError, match=r"\(see flashbits\.dot_models\(\)\)"):
+        fb.matmul("sm81", np.ones((2, 4)), np.ones((4, 2)))
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"name": "r", "stages": {"p_cast": "bf17"}}))
+    with pytest.raises(ValueError, match=r"unknown format 'bf17' \(a format flashbits\.format_info\(\) knows"):
+        fb.attention(np.ones((4, 8)), np.ones((4, 8)), np.ones((4, 8)), "fa2-sm80", recipe=str(recipe))
+    with pytest.raises(ValueError):
+        fb.format_info("bf17")
