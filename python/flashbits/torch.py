@@ -123,11 +123,45 @@ def model_formats(model: str, dtype: str | None = None, recipe: str | None = Non
     (an SFU set for a model that evaluates no special function included);
     TypeError naming the argument for a wrong kind of one. ``dtype``: the input format of a model
     that does not name one (left out: bf16, or the one format the model runs); a ``dtype`` that
-    contradicts the model's own is a ValueError, as in scaled_dot_product_attention."""
+    contradicts the model's own is a ValueError, as in scaled_dot_product_attention. The
+    controls ``fp32`` and ``fp64`` (PyTorch's math attention in that precision: input and output
+    in it) take no recipe, sfu or dtype; ``exact`` (inputs rounded once to ``dtype``, fp32 by
+    default; outputs exact, fp64) no recipe or sfu."""
+    model = _str_arg("model", model)
+    if model in CONTROL_MODELS or model == _EXACT:
+        # The controls and the exact reference are models of scaled_dot_product_attention too
+        # (the training study's arms list them beside the kernels); they take what it lets them.
+        given = {"recipe": recipe, "sfu": None if sfu == "model" else sfu, "dtype": dtype}
+        if model in CONTROL_MODELS:
+            _refuse_unused(f"the control '{model}' is PyTorch's math attention", ("recipe", "sfu", "dtype"), given)
+            fmt = "fp32" if model == "fp32" else "fp64"
+            return {"model": model, "input": fmt, "output": fmt, "backward": True, "seeded": False,
+                    "backward_always_causal": False}
+        _refuse_unused("the exact reference is no kernel model", ("recipe", "sfu"), given)
+        fmt = "fp32" if dtype is None else _str_arg("dtype", dtype)
+        # The reference's own check of the format (fp64 and unknown names refused as there).
+        if fmt.lower() in ("fp64", "f64", "float64", "double"):
+            raise ValueError(f"dtype: '{fmt}': the exact reference rounds its inputs once to a format of at most "
+                             f"32 bits; for float64 inputs unrounded use the control model=\"fp64\"")
+        _exact_attention(_np.zeros((1, 1)), _np.zeros((1, 1)), _np.zeros((1, 1)), dtype=fmt)
+        return {"model": _EXACT, "input": fmt, "output": "fp64", "backward": True, "seeded": False,
+                "backward_always_causal": False}
     recipe = _path_arg("recipe", recipe, optional=True)
     dtype_given = dtype is not None
-    return _core._model_formats(_str_arg("model", model), "bf16" if dtype is None else _str_arg("dtype", dtype),
-                                "" if recipe is None else recipe, _str_arg("sfu", sfu), dtype_given)
+    return _kernel_model_formats(model, "bf16" if dtype is None else _str_arg("dtype", dtype),
+                                 "" if recipe is None else recipe, _str_arg("sfu", sfu), dtype_given)
+
+
+def _kernel_model_formats(model, dtype, recipe, sfu, dtype_given):
+    """The engine's facts of a kernel model; an unknown name's message lists the controls beside
+    the kernel models it knows (they are this module's models too)."""
+    try:
+        return _core._model_formats(model, dtype, recipe, sfu, dtype_given)
+    except ValueError as e:
+        text = str(e)
+        if "unknown kernel model" not in text or not text.endswith(")"):
+            raise
+        raise ValueError(text[:-1] + "; and the controls fp32, fp64, exact)") from None
 
 
 def _check_tensor(name: str, t) -> None:
@@ -539,7 +573,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if dtype is None:
             dtype = "fp16" if query.dtype == _torch.float16 else "bf16"
         sfu_set = "model" if sfu is None else sfu
-        formats = _core._model_formats(model, dtype, recipe or "", sfu_set, dtype_given)
+        formats = _kernel_model_formats(model, dtype, recipe or "", sfu_set, dtype_given)
         held = _TORCH_FORMAT.get(query.dtype)
         # float16 and bfloat16 tensors already are a kernel input format; rounding them into
         # another narrow one (fp16 into a bf16-only model's bf16) would lose bits silently, as

@@ -948,3 +948,35 @@ def test_the_fp32_and_fp64_controls_keep_their_precision_under_autocast(dtype):
     assert inside.dtype == dtype and torch.equal(inside, outside)
     want = _top_left_attention_f64(*(t.double().numpy() for t in (q, k, v)), 1 / math.sqrt(8), offset=10 ** 6)
     assert np.max(np.abs(inside.double().numpy() - want)) < (1e-6 if dtype == torch.float32 else 1e-13)
+
+
+def test_model_formats_knows_the_controls_and_the_exact_reference():
+    # Found by the Python audit: model_formats("fp32") (and "fp64", "exact") was an unknown
+    # kernel model, though scaled_dot_product_attention takes all three, so a loop over the
+    # training study's arms broke on its controls. Their facts are checked against what the
+    # models compute: the fp32 control's O lies on fp32's grid, the fp64 control's and the exact
+    # reference's do not.
+    rng = np.random.default_rng(11)
+    x = torch.tensor(rng.standard_normal((1, 6, 8)), dtype=torch.float64)
+    for control, dtype in (("fp32", torch.float32), ("fp64", torch.float64)):
+        facts = fbt.model_formats(control)
+        assert facts["input"] == facts["output"] == control and facts["backward"] and not facts["seeded"]
+        o = fbt.scaled_dot_product_attention(x, x, x, model=control)
+        on_fp32_grid = torch.equal(o.to(torch.float32).to(torch.float64), o)
+        assert on_fp32_grid == (dtype == torch.float32)  # computed in the output format it names
+        with pytest.raises(ValueError, match=f"dtype: the control '{control}' is PyTorch's math attention"):
+            fbt.model_formats(control, dtype="bf16")
+    exact = fbt.model_formats("exact")
+    assert (exact["input"], exact["output"], exact["backward"]) == ("fp32", "fp64", True)
+    assert fbt.model_formats("exact", dtype="bf16")["input"] == "bf16"
+    o = fbt.scaled_dot_product_attention(x, x, x, model="exact").detach().numpy()
+    assert np.any(o.astype(np.float32).astype(np.float64) != o)  # outputs not rounded to fp32
+    with pytest.raises(ValueError, match="sfu: the exact reference is no kernel model"):
+        fbt.model_formats("exact", sfu="correct")
+    with pytest.raises(ValueError, match="dtype: 'fp64'"):
+        fbt.model_formats("exact", dtype="fp64")
+    # An unknown name lists the controls beside the kernel models.
+    with pytest.raises(ValueError, match=r"unknown kernel model 'fa2-sm81' .*; and the controls fp32, fp64, exact\)"):
+        fbt.model_formats("fa2-sm81")
+    with pytest.raises(ValueError, match=r"and the controls fp32, fp64, exact\)"):
+        fbt.scaled_dot_product_attention(x, x, x, model="fa2-sm81")
