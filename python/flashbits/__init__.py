@@ -632,6 +632,7 @@ class AttentionResult:
         # A kept forward is the engine's memory, not data: a pickled result leaves it behind
         # (its backward then says so); a deep copy in this process shares it (it never changes).
         state = dict(self.__dict__)
+        state["_kept_left_behind"] = state["_kept"] is not None
         state["_kept"] = None
         return state
 
@@ -650,6 +651,10 @@ class AttentionResult:
         (or bit patterns) of the model's input format, as ``attention`` takes it. Results never
         depend on ``threads`` (default: the machine's cores)."""
         if self._kept is None:
+            if getattr(self, "_kept_left_behind", False):
+                raise ValueError("backward: this result was unpickled, and its kept forward (the engine's memory in "
+                                 "the process that ran it) was left behind: call backward there, or run attention("
+                                 "..., keep_forward=True) again here")
             raise ValueError("backward: this result kept no forward; run attention(..., keep_forward=True)")
         da = _as_array(do, "do")
         want = self._lead + self.o.shape[len(self._lead):]

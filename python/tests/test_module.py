@@ -143,9 +143,14 @@ def test_a_kept_forward_is_shared_by_deep_copies_and_left_behind_by_pickles():
     assert copied.backward(do).dq.tobytes() == want.dq.tobytes()
     back = pickle.loads(pickle.dumps(r))
     assert back.o.tobytes() == r.o.tobytes()
-    with pytest.raises(ValueError, match="kept no forward"):
+    # It says why (it said "kept no forward; run attention(..., keep_forward=True)", the call
+    # that had been made).
+    with pytest.raises(ValueError, match="was unpickled, and its kept forward .* was left behind"):
         back.backward(do)
     assert r.backward(do).dv.tobytes() == want.dv.tobytes()  # the original still has it
+    plain = pickle.loads(pickle.dumps(fb.attention(q, k, v, "fa2-sm80")))
+    with pytest.raises(ValueError, match="kept no forward; run attention"):
+        plain.backward(do)
 
 
 def test_backward_needs_a_kept_forward_and_dos_of_qs_shape():
