@@ -23,8 +23,10 @@ Rounded infinite_result(const Format& f, bool negative, const RoundingSpec& spec
   // No inf in the format: an infinite result is an overflow.
   return {pack_infinite(f, negative, spec.overflow), static_cast<Flags>(extra | flag::overflow | flag::inexact)};
 }
-Rounded zero_result(const Format& f, bool negative) {
+// An exact zero; `event` (already emptied) records its sign, the exact value it is.
+Rounded zero_result(const Format& f, bool negative, RoundingEvent* event = nullptr) {
   if (!f.has_zero()) return invalid_result(f);
+  if (event) event->negative = negative;
   return {pack_zero(f, negative), 0};
 }
 
@@ -195,9 +197,10 @@ ExactValue exact_from_sum(double hi, double lo) { return exact_from_sum_inline(h
 
 Rounded round_double(const Format& f, double exact, const RoundingSpec& spec, std::uint64_t position,
                      RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   if (std::isnan(exact)) return nan_result(f);
   if (std::isinf(exact)) return infinite_result(f, std::signbit(exact), spec, 0);
-  if (exact == 0.0) return zero_result(f, std::signbit(exact));
+  if (exact == 0.0) return zero_result(f, std::signbit(exact), event);
   return round_exact(f, exact_from_sum_inline(exact, 0.0), spec, position, event);
 }
 
@@ -228,11 +231,13 @@ template <class FormatChoice>
 
 Rounded add(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
             RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   return with_format(f, [&](auto choice) { return add_in(choice, a, b, false, spec, position, event); });
 }
 
 Rounded sub(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
             RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   return with_format(f, [&](auto choice) { return add_in(choice, a, b, true, spec, position, event); });
 }
 
@@ -248,19 +253,20 @@ template <class FormatChoice>
     if (x == 0.0 || y == 0.0) return invalid_result(f);
     return infinite_result(f, neg, spec, 0);
   }
-  if (x == 0.0 || y == 0.0) return zero_result(f, neg);
-  if (event) *event = RoundingEvent{};
+  if (x == 0.0 || y == 0.0) return zero_result(f, neg, event);
   return round_exact(f, exact_from_sum_inline(x * y, 0.0), spec, position, event);  // product is exact
 }
 }  // namespace
 
 Rounded mul(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
             RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   return with_format(f, [&](auto choice) { return mul_in(choice, a, b, spec, position, event); });
 }
 
 Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpec& spec, std::uint64_t position,
             RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   const double x = operand_value(f, a), y = operand_value(f, b);
   if (std::isnan(x) || std::isnan(y)) return nan_result(f);
   const bool neg = std::signbit(x) != std::signbit(y);
@@ -268,21 +274,17 @@ Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
     if (std::isinf(y)) return invalid_result(f);
     return infinite_result(f, neg, spec, 0);
   }
-  if (std::isinf(y)) return zero_result(f, neg);
+  if (std::isinf(y)) return zero_result(f, neg, event);
   if (y == 0.0) {
     if (x == 0.0) return invalid_result(f);
     return infinite_result(f, neg, spec, flag::divbyzero);
   }
-  if (x == 0.0) return zero_result(f, neg);
+  if (x == 0.0) return zero_result(f, neg, event);
   // A recorded event shows the exact value (docs/CLI.md: `sticky_below` false means exact), which
   // fp64's 53 bits and the remainder's sign only stand in for: the integer quotient gives it.
-  if (event || reads_beyond_fp64(f, spec)) {
-    if (event) *event = RoundingEvent{};
-    return round_exact(f, exact_quotient(x, y), spec, position, event);
-  }
+  if (event || reads_beyond_fp64(f, spec)) return round_exact(f, exact_quotient(x, y), spec, position, event);
   const double q = x / y;
   const double r = std::fma(-q, y, x);  // exact remainder
-  if (event) *event = RoundingEvent{};
   if (r == 0.0) return round_exact(f, exact_from_sum_inline(q, 0.0), spec, position, event);
   // The exact quotient q + r/y is not a dyadic tie (it does not terminate), so a
   // stand-in far below q's ulp with the sign of r/y carries all that is needed.
@@ -292,18 +294,16 @@ Rounded div(const Format& f, std::uint32_t a, std::uint32_t b, const RoundingSpe
 }
 
 Rounded sqrt(const Format& f, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position, RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   const double x = operand_value(f, a);
   if (std::isnan(x)) return nan_result(f);
-  if (x == 0.0) return zero_result(f, std::signbit(x));  // sqrt(-0) = -0
+  if (x == 0.0) return zero_result(f, std::signbit(x), event);  // sqrt(-0) = -0
   if (x < 0.0) return invalid_result(f);
   if (std::isinf(x)) return infinite_result(f, false, spec, 0);
-  if (event || reads_beyond_fp64(f, spec)) {  // as in div: an event shows the exact root
-    if (event) *event = RoundingEvent{};
+  if (event || reads_beyond_fp64(f, spec))  // as in div: an event shows the exact root
     return round_exact(f, exact_square_root(x), spec, position, event);
-  }
   const double s = std::sqrt(x);
   const double r = std::fma(-s, s, x);  // exact residual x - s^2
-  if (event) *event = RoundingEvent{};
   if (r == 0.0) return round_exact(f, exact_from_sum_inline(s, 0.0), spec, position, event);
   const double stand_in = std::ldexp(r > 0.0 ? 1.0 : -1.0, std::ilogb(s) - 60);
   return round_exact(f, exact_from_sum_inline(s, stand_in), spec, position, event);
@@ -324,7 +324,7 @@ template <class FormatChoice>
   }
   if (std::isinf(z)) return infinite_result(f, std::signbit(z), spec, 0);
   const double p = x * y;  // exact: at most 48 significant bits, far from fp64's limits
-  if (p == 0.0 && z == 0.0) return zero_result(f, zero_sum_is_negative(product_negative, std::signbit(z), spec));
+  if (p == 0.0 && z == 0.0) return zero_result(f, zero_sum_is_negative(product_negative, std::signbit(z), spec), event);
   const ExactValue v = exact_sum(p, z);
   if (event) *event = RoundingEvent{}, describe_addition(p, z, v, event);
   if (v.significand == 0) {
@@ -338,13 +338,13 @@ template <class FormatChoice>
 
 Rounded fma(const Format& f, std::uint32_t a, std::uint32_t b, std::uint32_t c, const RoundingSpec& spec,
             std::uint64_t position, RoundingEvent* event) {
+  if (event) *event = RoundingEvent{};
   return with_format(f, [&](auto choice) { return fma_in(choice, a, b, c, spec, position, event); });
 }
 
 Rounded convert(const Format& to, const Format& from, std::uint32_t a, const RoundingSpec& spec, std::uint64_t position,
                 RoundingEvent* event) {
   const double x = operand_value(from, a);
-  if (event) *event = RoundingEvent{};
   return round_double(to, x, spec, position, event);
 }
 

@@ -30,7 +30,10 @@
 // exactly in integers instead: 63-64 bits and the remainder as the sticky bit.
 //
 // `position` keys the stochastic-rounding stream; `event` (optional) receives the
-// rounding event, with the add_* fields for add, sub and fma.
+// rounding event, with the add_* fields for add, sub and fma. Every call writes the whole
+// event: a result no rounding made (NaN, an infinity, an exact zero, an invalid operation, a
+// negative e8m0 result) leaves it empty (significand 0, error 0, direction exact; the flags
+// are the returned ones) but for an exact zero's sign.
 #pragma once
 
 #include <cstdint>

@@ -305,7 +305,12 @@ namespace detail {
     event->input_sticky = sticky;
   }
   if (negative && !f.is_signed) {
-    if (event) event->flags = flag::invalid, event->error_ulps = std::numeric_limits<double>::quiet_NaN();
+    // Nothing rounded: an invalid result (e8m0 has no negatives), recorded as the special
+    // results are (emu/ops.hpp: an empty exact value, error 0, flag v).
+    if (event) {
+      event->negative = false, event->exponent = 0, event->significand = 0, event->input_sticky = false;
+      event->flags = flag::invalid, event->error_ulps = 0.0;
+    }
     return {pack_nan(f), flag::invalid};
   }
 
@@ -379,8 +384,10 @@ namespace detail {
   } else {
     layout_magnitude = static_cast<std::int64_t>(kept);
   }
-  // kept_bits is negative for values far below the smallest subnormal (nothing kept).
-  const bool carried = kept_bits >= 0 && kept == (std::uint64_t{1} << kept_bits) && kept != kept_exact;
+  // Rounding up carried into a higher binade: the kept part became 2^kept_bits. kept_bits is
+  // negative for values far below the smallest subnormal (nothing kept): rounding up there
+  // lands on the smallest subnormal, binades above the value, a carry as well.
+  const bool carried = kept != kept_exact && (kept_bits < 0 || kept == (std::uint64_t{1} << kept_bits));
 
   std::uint32_t result;
   if (layout_magnitude > static_cast<std::int64_t>(f.max_finite_pattern())) {

@@ -342,3 +342,108 @@ def test_op_event_of_special_results_and_overflows(cli, name):
             assert ev["direction"] == want, ctx
     assert "overflow" in kinds, kinds
     assert kinds & {"invalid", "nan_operand", "infinite_operand", "division_by_zero"}, kinds
+
+
+# Found by the CLI audit (helper of 2026-12-06): an exact zero result of mul, div, sqrt, fma or
+# cvt recorded "negative": false whatever its sign (add's did not), a negative e8m0 result was
+# explained as a rounding ("no bits kept: below the smallest subnormal", error nan), and
+# rounding_carry read false for a rounding up from far below the subnormal grid.
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3", "e5m2"])
+def test_op_event_records_an_exact_zeros_sign(cli, name):
+    fmt = FORMATS[name]
+    width = 1 + fmt.ebits + fmt.mbits
+    sign_bit = 1 << (width - 1)
+    rng = random.Random(f"zero-sign-{name}")
+    checked = 0
+    for _ in range(150):
+        op = rng.choice(["mul", "div", "sqrt", "fma", "cvt"])
+        zero = sign_bit if rng.random() < 0.5 else 0
+        other = rng.randrange(1 << width)
+        x = exact_decode(fmt, other)
+        if isinstance(x, str) or x == 0:
+            continue
+        mode = rng.choice(MODES)
+        # IEEE 754's signs of exact zeros, written out here: a product or quotient takes the
+        # operands' signs' xor, sqrt(-0) is -0, a conversion keeps the sign, and an fma's 0*x +
+        # (-0 or +0) keeps a common sign, else is -0 under rdn alone.
+        if op == "mul":
+            args, negative = [zero, other], bool(zero) != (x < 0)
+        elif op == "div":
+            args, negative = [zero, other], bool(zero) != (x < 0)
+        elif op == "sqrt":
+            args, negative = [zero], bool(zero)
+        elif op == "cvt":
+            args, negative = None, bool(zero)
+        else:
+            addend = sign_bit if rng.random() < 0.5 else 0
+            product_negative = bool(zero) != (x < 0)
+            negative = product_negative if product_negative == bool(addend) else mode == "rdn"
+            args = [zero, other, addend]
+        if op == "cvt":
+            _, out, _ = cli("op", "cvt", name, mode, f"{name}:0x{zero:x}", "--json")
+        else:
+            _, out, _ = cli("op", op, "--format", name, "--round", mode, "--json", *[hex(b) for b in args])
+        j = json.loads(out)
+        ctx = f"{op} {name} {mode} {args}: {j}"
+        assert (int(j["result"], 16) == sign_bit) == negative, ctx  # the result itself
+        assert j["event"]["exact"]["negative"] == negative, ctx
+        assert j["event"]["exact"]["value"] == ("-0" if negative else "0"), ctx
+        checked += 1
+    assert checked > 100
+
+
+def test_op_event_of_a_negative_e8m0_result_is_an_invalid_special(cli):
+    # e8m0 holds 2^-127 .. 2^127 and NaN (0xff): no zero, no negative (docs/DESIGN.md).
+    rng = random.Random("e8m0-negative")
+    for _ in range(40):
+        a, b = sorted(rng.sample(range(0, 255), 2))  # 2^(a-127) < 2^(b-127): a - b < 0
+        for op, args in (("sub", [a, b]), ("cvt", None)):
+            if op == "cvt":
+                words = ["op", "cvt", "e8m0", "rne", f"fp32:{0xbf800000 + (rng.randrange(1 << 23)):x}"]
+            else:
+                words = ["op", op, "--format", "e8m0", "--round", rng.choice(MODES), *[hex(x) for x in args]]
+            _, out, _ = cli(*words, "--json")
+            j = json.loads(out)
+            ctx = f"{words}: {j}"
+            assert j["result"] == "ff" and j["flags"] == "v", ctx
+            ev = j["event"]
+            assert ev["special"] == "invalid" and ev["flags"] == "v", ctx
+            assert isinstance(ev["error_ulps"], (int, float)), ctx  # a number, never "nan"
+            assert ev["exact"]["value"] == "0" and ev["direction"] == "exact", ctx
+            _, text, _ = cli(*words, "--explain")
+            lines = text.strip().splitlines()
+            assert len(lines) == 2 and "nothing rounded" in lines[1] and "negative result" in lines[1], text
+
+
+@pytest.mark.parametrize("name", ["e2m1", "e3m2", "e4m3", "bf16"])
+def test_op_event_rounding_carry_is_a_rounding_into_a_higher_binade(cli, name):
+    # rounding_carry: "rounding up carried into the next binade", read here as the result's
+    # leading bit standing above the exact value's, the exact value and the result decoded
+    # from the operands and the result bits with fractions.
+    fmt = FORMATS[name]
+    width = 1 + fmt.ebits + fmt.mbits
+    rng = random.Random(f"carry-{name}")
+    carries = below_grid = 0
+    for _ in range(300):
+        op = rng.choice(["mul", "div"])
+        bits = [rng.randrange(1 << width) for _ in range(2)]
+        vals = [exact_decode(fmt, b) for b in bits]
+        if any(isinstance(v, str) or v == 0 for v in vals):
+            continue
+        exact = vals[0] * vals[1] if op == "mul" else vals[0] / vals[1]
+        if abs(exact) > fmt.max_finite:
+            continue
+        mode = rng.choice(MODES + ["rto"])
+        _, out, _ = cli("op", op, "--format", name, "--round", mode, "--json", *[hex(b) for b in bits])
+        j = json.loads(out)
+        result = exact_decode(fmt, int(j["result"], 16))
+        if isinstance(result, str):
+            continue
+        want = result != 0 and floor_log2(abs(result)) > floor_log2(abs(exact))
+        ctx = f"{op} {name} {mode} {[hex(b) for b in bits]}: exact {exact}, {j}"
+        assert j["event"]["rounding_carry"] == want, ctx
+        carries += want
+        below_grid += want and j["event"]["kept_bits"] < 0
+    assert carries > 5
+    if name in ("e2m1", "e3m2"):
+        assert below_grid > 0  # the case the audit found
