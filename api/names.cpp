@@ -101,7 +101,8 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
   const std::string w(what);
   if (s.empty()) throw InputError(w + ": empty operand");
   const bool prefixed = s.size() >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-  const bool marked_decimal = s[0] == '+' || s[0] == '-' || s.find('.') != std::string::npos;
+  // A sign anywhere (leading, or an exponent's: 1e+5, 1e-3) or a point: no hex pattern has one.
+  const bool marked_decimal = s.find_first_of("+-.") != std::string::npos;
   const bool decimal = is_decimal_word(s);
   if (!prefixed && (marked_decimal || (decimal && !(s[0] >= '0' && s[0] <= '9')))) {
     // A value: signed, with a point, or inf / nan.

@@ -412,6 +412,13 @@ TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, 
   // 1e3 = 1111101000b = 1.111101b * 2^9: bf16 0 10001000 1111010 = 447a; + 1 rounds back
   // to 1000 (the ulp at 2^9 is 4), inexact.
   CHECK(flashbits("op add bf16 rne +1e3 0x3f80").out == "447a x\n");
+  // An exponent's sign marks a decimal too (no hex pattern has one): 1e+2 = 100 = 1.5625 *
+  // 2^6, bf16 0 10000101 1001000 = 42c8. It was called ambiguous, offering 0x1e+2, which is
+  // itself refused; 1e-2 is no bf16 value.
+  CHECK(flashbits("op add bf16 rne 1e+2 0").out == "42c8 -\n");
+  const Run tiny = flashbits("op add bf16 rne 1e-2 0");
+  CHECK(tiny.exit_code == 2);
+  CHECK(tiny.err.find("1e-2 is not exactly representable in bf16") != std::string::npos);
   // Bit patterns: 0x, or a word with a hex letter. 0x1 + 0x2 are bf16 subnormals: 0003.
   CHECK(flashbits("op add bf16 rne 0x1 0x2").out == "0003 -\n");
   CHECK(flashbits("op add bf16 rne 3f80 0x3f80").out == "4000 -\n");
