@@ -243,10 +243,12 @@ void print_trace(const DotTrace& t) {
                   s.first_product + s.terms - 2);
       continue;
     }
+    const std::string largest =
+        s.every_term_zero ? std::string("none (every term is zero)") : std::to_string(s.largest_exponent);
     std::printf(
-        "step %zu: products %d..%d, largest exponent %d, F=%d, truncated %d term(s) by %.17g, "
+        "step %zu: products %d..%d, largest exponent %s, F=%d, truncated %d term(s) by %.17g, "
         "carry-out %s, normalisation shift %d, output residue %.17g\n",
-        i, s.first_product, s.first_product + s.terms - 2, s.largest_exponent, s.fraction_bits, s.truncated_terms,
+        i, s.first_product, s.first_product + s.terms - 2, largest.c_str(), s.fraction_bits, s.truncated_terms,
         s.truncated_value, s.carry_out ? "yes" : "no", s.normalisation_shift, s.output_residue);
   }
 }

@@ -15,6 +15,7 @@ nlohmann::ordered_json dot_step_json(const DotStepEvent& step) {
           {"fraction_bits", step.fraction_bits},
           {"aligned_sum", step.aligned_sum},
           {"special", step.special},
+          {"every_term_zero", step.every_term_zero},
           {"error", step.error}};
 }
 

@@ -251,7 +251,8 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
     }
     return r;
   }
-  if (largest == kNone) largest = c_emin;  // every term is zero
+  const bool every_term_zero = largest == kNone;
+  if (every_term_zero) largest = c_emin;
 
   // Sign-magnitude truncation toward zero onto the grid 2^(largest - F), branch-free:
   // a term's bits above the grid are shifted left, those below shifted out.
@@ -381,6 +382,7 @@ template <bool kTrace, int kN = 0, int kF = 0, int kOut = -1>
                                         .aligned_sum = sum,
                                         .output_event = ev_round,
                                         .special = false,
+                                        .every_term_zero = every_term_zero,
                                         .error = error});
   }
   return result;

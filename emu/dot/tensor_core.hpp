@@ -147,6 +147,9 @@ struct DotStepEvent {
   std::int64_t aligned_sum = 0;  // exact fixed-point sum, in units of 2^(largest_exponent - F)
   RoundingEvent output_event{};  // round_pack's event for the output rounding
   bool special = false;          // NaN/inf step: no fixed-point sum was formed
+  // Every term (C and the products) is zero: no exponent took part in the alignment, and
+  // largest_exponent is only the grid the zero sum was formed on (C's format's emin).
+  bool every_term_zero = false;
   // output - (C + sum of the products): exact sign, exact zero-ness, value as above (±inf when
   // the output overflowed; an exact step reads -0.0): the error DotStepTally counts and adds.
   double error = 0.0;

@@ -235,3 +235,14 @@ def test_bad_arguments_name_the_problem(call, words):
         call()
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+def test_dot_trace_names_no_largest_exponent_when_every_term_is_zero(cli):
+    # Found by the CLI audit: a step whose terms are all zero printed "largest exponent -126",
+    # an exponent no term had (zero terms take no part in the alignment: docs/DESIGN.md §4).
+    _, out, _ = cli("dot", "sm90-mma", "bf16", "0x00000000", "0x0000,0x8000", "0x3f80,0x3f80", "--trace")
+    assert out.splitlines()[0] == "00000000"
+    assert "largest exponent none (every term is zero)" in out, out
+    # One nonzero term (2^3 * 1): its exponent is the largest.
+    _, out, _ = cli("dot", "sm90-mma", "bf16", "0x00000000", "0x0000,0x4100", "0x3f80,0x3f80", "--trace")
+    assert "largest exponent 3," in out, out

@@ -195,7 +195,7 @@ def test_trace_returns_the_rounding_events_of_the_traced_rows():
     step = mma.traces[0]["pv_dot_steps"][0]
     assert list(step) == ["largest_exponent", "terms", "truncated_value", "truncated_terms", "carry_out",
                           "normalisation_shift", "output_residue", "first_product", "fraction_bits", "aligned_sum",
-                          "special", "error", "output_event"]
+                          "special", "every_term_zero", "error", "output_event"]
     assert step["fraction_bits"] == 24 and step["terms"] == 9  # sm80: F = 24, C and 8 products a step
 
 
