@@ -264,7 +264,7 @@ nlohmann::json kernel_models_json() {
 // The listing, in order. Append a section here for a new family of models.
 const std::vector<ModelSection>& model_sections() {
   static const std::vector<ModelSection> sections{
-      {"dot_models", "Dot (tensor-core accumulation) models — `flashbits dot --model NAME`", print_dot_models,
+      {"dot_models", "Dot (tensor-core accumulation) models — `flashbits dot NAME ...`", print_dot_models,
        dot_models_json},
       {"block_scaled_dot_models",
        "Block-scaled dot models (Blackwell, UNMEASURED) — `flashbits dot MODEL INFMT C A B --kind KIND "
