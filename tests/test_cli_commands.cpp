@@ -271,6 +271,11 @@ TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are 
           "--headdim 16 --trials 1 --jobs 1 --json");
   REQUIRE(fp8.code == 0);
   CHECK(fp8.err.find("note: skipped: fa3-fp8-sm90 runs in e4m3, not bf16") != std::string::npos);
+  // In e5m2 it runs no more than in bf16, and is said to run in e4m3 (it was said to run in
+  // "bf16 or fp16", the 16-bit models' wording; found by the workflow audit).
+  const Run e5m2 = run("sweep --model fa3-fp8-sm90 --formats e5m2 --seqlen 16 --headdim 16 --trials 2");
+  CHECK(e5m2.code == 2);
+  CHECK_MESSAGE(e5m2.err.find("fa3-fp8-sm90 runs in e4m3, not e5m2") != std::string::npos, e5m2.err);
   std::vector<std::string> labels;
   const nlohmann::json fp8_rows_json = nlohmann::json::parse(fp8.out);
   for (const auto& row : fp8_rows_json["rows"])
@@ -920,7 +925,7 @@ TEST_CASE("bias-test: the correctly rounded reference and the excess, checked ag
 TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict from the excess") {
   const Run r = run("demo");
   REQUIRE(r.code == 0);
-  CHECK(r.out.find("hardware capture (source cuda:NVIDIA H200)") != std::string::npos);
+  CHECK(r.out.find("hardware capture (source cuda:NVIDIA H200, device NVIDIA H200)") != std::string::npos);
   CHECK(r.out.find("1. Replay: 262144/262144 elements of O match") != std::string::npos);
   CHECK(r.out.find("correctly rounded reference") != std::string::npos);
   // One sample per head, as bias-test --traces counts them: 16 heads, enough for a verdict, and
@@ -1987,6 +1992,25 @@ TEST_CASE("bias-test --traces counts each source as what it is: unknown provenan
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["provenance"] ==
         "0 of 2 traces are hardware captures (source cuda:...); 1 emulated; 1 of UNKNOWN provenance");
+}
+
+// Found by the workflow audit: demo called a capture of unknown source "EMULATED trace" (it may
+// be a hardware dump that did not record its GPU), and replayed a trace recording no scale and
+// no causal alignment without the notes replay prints for what it assumed.
+TEST_CASE("demo names a capture's provenance as the trace says it, and what it assumed") {
+  const std::string example =
+      (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "random-fa2-sm80.safetensors").string();
+  const fb::Trace t = fb::read_trace(example);
+  fb::TraceMetadata md = t.metadata();
+  md.source = "unknown";
+  md.softmax_scale.reset();
+  const auto path = (scratch() / "unknown_source.safetensors").string();
+  write_edited_trace(t, md, {"q", "k", "v", "o", "lse"}, path);
+  const Run r = run("demo --trace " + path);
+  CHECK(r.code != 2);
+  CHECK_MESSAGE(r.out.find("capture of UNKNOWN provenance (source unknown)") != std::string::npos, r.out);
+  CHECK(r.out.find("EMULATED") == std::string::npos);
+  CHECK_MESSAGE(r.out.find("records no softmax_scale: 1/sqrt(") != std::string::npos, r.out);
 }
 
 TEST_CASE("demo on a trace that names no model says what to do, in one line") {

@@ -451,7 +451,10 @@ int run_replay(const ReplayOptions& o) {
   if (!o.plot.empty() && row_trace) {
     LinePlot p;
     p.title = "Cumulative rounding error of O-bar, " + model.name + ", row " + std::to_string(tr) + ", feature " +
-              std::to_string(row_trace->plot_feature) + (hardware ? "" : " (emulated trace)");
+              std::to_string(row_trace->plot_feature) +
+              (hardware                                     ? ""
+               : trace.metadata().source == kEmulatedSource ? " (emulated trace)"
+                                                            : " (capture of unknown provenance)");
     p.y_label = "cumulative error of unnormalised O-bar (value units)";
     p.series_label = "cumulative rounding error";
     p.marker_label = "keys with P-bar == 1";
@@ -655,8 +658,8 @@ Runner setup_replay(CLI::App& app) {
   o->plot_option = app.add_option("--plot", o->plot,
                                   "write the cumulative rounding error of O-bar as SVG to this path (not an input)");
   o->feature_option = app.add_option("--feature", o->feature,
-                                     "feature (column) of O whose accumulation --plot draws and --explain follows "
-                                     "(0..head dim - 1; default 0)")
+                                     "feature (column) of O whose accumulation --plot draws; --explain's counts are "
+                                     "over every feature of the row (0..head dim - 1; default 0)")
                           ->check(coordinate);
   app.add_flag("--json", o->json, "JSON output");
   app.add_flag("--verbose", o->verbose,

@@ -124,11 +124,14 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   const std::string& sfu_note = resolution.sfu_note;
   const Format& out_f = model.recipe->output;
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
-  os << (is_hardware_capture(trace) ? "hardware capture (source " + md.source + ")"
-                                    : "EMULATED trace (source " + md.source + "), not a hardware capture")
-     << "; model " << model.name << "; SFU " << attn::sfu_report(*model.recipe)
+  // provenance_text: a capture of unknown source is called so, not "emulated" (it may well be
+  // a hardware dump that did not record its GPU).
+  os << provenance_text(md) << "; model " << model.name << "; SFU " << attn::sfu_report(*model.recipe)
      << (attn::sfu_hardware_measured(*model.recipe) ? "" : " [unmeasured on hardware]") << "\n";
   if (!sfu_note.empty()) os << sfu_note << "\n";
+  // What the trace's metadata leaves unsaid and the replay assumes (scale, causality, a causal
+  // mask's alignment), as replay and bias-test --traces print it.
+  for (const std::string& note : attn::assumed_metadata_notes(trace)) os << note << "\n";
   os << "\n";
 
   // 1. Replay, with the run's recorded seed where the model draws from one (+o-sr), as replay.

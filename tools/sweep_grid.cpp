@@ -56,10 +56,10 @@ ResolvedModel grid_cell_model(const char* option, const std::string& model, cons
   const bool runs_in_format = r.fp8.enabled ? r.fp8.format == format : r.input == format;
   if (!runs_in_format) {
     std::string runs_in = r.fp8.enabled ? r.fp8.format.name : r.input.name;
-    // A model that does not name its dtype runs in both 16-bit formats.
     // A model that does not name its dtype runs in both 16-bit formats, unless its kernel refuses
-    // bf16 whatever the shape (the Triton tutorial: fp16 only).
-    if (format != formats::bf16 && format != formats::fp16 &&
+    // bf16 whatever the shape (the Triton tutorial: fp16 only). An fp8 model runs in its fp8
+    // format alone, whatever its inputs are drawn in.
+    if (!r.fp8.enabled && format != formats::bf16 && format != formats::fp16 &&
         attn::parse_kernel_model(label, formats::fp16).recipe->input == formats::fp16 && r.input == formats::bf16)
       runs_in = attn::unmodelled_shape(r, attn::RunShape{}).empty() ? "bf16 or fp16" : "fp16";
     return {std::nullopt, label, label + " runs in " + runs_in + ", not " + format_name};
