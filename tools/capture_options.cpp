@@ -59,7 +59,7 @@ CaptureOptions capture_options_or_throw(const CaptureOptionText& t) {
   }
   // One line on stderr per kind of note (an assumed alignment, a layout read), however many
   // captures (bias-test reads a directory's, in threads) give it: stdout stays the report.
-  auto noted = std::make_shared<std::array<std::once_flag, 2>>();
+  auto noted = std::make_shared<std::array<std::once_flag, CaptureOptions::kNoteKinds>>();
   o.note = [noted](CaptureOptions::NoteKind kind, const std::string& line) {
     std::call_once((*noted)[static_cast<std::size_t>(kind)], [&] { std::cerr << "note: " << line << "\n"; });
   };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -212,6 +213,41 @@ void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view sour
                "PyTorch's is_causal aligns it top-left (j <= i): say --causal top-left or --causal bottom-right");
 }
 
+// The inputs q, k, v and do stored as fp32 whose every value is one of `format` (narrower than
+// fp32), re-encoded as `format`: exact, no rounding. A value that is not one of `format` is an
+// error naming the tensor and the element (a rounding here would replay other inputs than the
+// kernel's). Outputs keep their dtype: replay compares them by value.
+void narrow_exact_inputs(Safetensors& f, const Format& format, std::string_view source, const CaptureOptions& o) {
+  const std::optional<Dtype> target = dtype_of_format(format);
+  if (!target || format == formats::fp32) return;
+  const std::size_t width = dtype_size(*target);
+  std::string narrowed;
+  for (SafeTensor& t : f.tensors) {
+    if ((t.name != "q" && t.name != "k" && t.name != "v" && t.name != "do") || t.dtype != Dtype::F32) continue;
+    const std::size_t count = t.bytes.size() / 4;
+    std::vector<std::uint8_t> bytes(count * width);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint32_t word = 0;
+      for (int b = 3; b >= 0; --b) word = (word << 8) | t.bytes[4 * i + static_cast<std::size_t>(b)];
+      const float value = std::bit_cast<float>(word);
+      std::uint32_t stored = 0;
+      if (!from_double_exact(format, static_cast<double>(value), stored))
+        fail(source, "tensor " + quoted_name(t.name) + " is F32, and its element " + std::to_string(i) + " (" +
+                         shortest_decimal(value) + ") is not a " + format.name + " value: --dtype " + format.name +
+                         " reads fp32 inputs only when every value is one (store the " + format.name +
+                         " bit patterns, or drop --dtype to read the capture as fp32)");
+      for (std::size_t b = 0; b < width; ++b) bytes[width * i + b] = static_cast<std::uint8_t>(stored >> (8 * b));
+    }
+    t.bytes = std::move(bytes);
+    t.dtype = *target;
+    narrowed += (narrowed.empty() ? "" : ", ") + t.name;
+  }
+  if (!narrowed.empty() && o.note)
+    o.note(CaptureOptions::NoteKind::inputs_narrowed,
+           std::string(source) + ": " + narrowed + " are fp32 arrays whose every value is a " + format.name +
+               " value: read as " + format.name + " (--dtype " + format.name + "), exactly");
+}
+
 void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view source) {
   auto& m = f.metadata;
   auto text = [](const std::string& s) { return std::optional<std::string>(s); };
@@ -228,6 +264,11 @@ void merge_metadata(Safetensors& f, const CaptureOptions& o, std::string_view so
       },
       source);
   merge_causal(f, o, source);
+  // fp32 inputs holding values of the narrower --dtype (PyTorch's `t.float().numpy()` of bf16
+  // tensors, numpy having no bf16) are read as that format when every value is one of it.
+  if (const SafeTensor* q = f.find("q");
+      o.dtype && q && q->dtype == Dtype::F32 && !m.count(std::string(trace_keys::dtype)))
+    narrow_exact_inputs(f, *o.dtype, source, o);
   // An explicit --dtype that q's own dtype contradicts is the option's fault: merged into the
   // metadata first, it was reported as the file's __metadata__ dtype.
   if (const SafeTensor* q = f.find("q"); o.dtype && q && !m.count(std::string(trace_keys::dtype)))

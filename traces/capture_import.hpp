@@ -20,7 +20,11 @@
 //   (the schema's rule, trace.hpp).
 // - numpy has no bfloat16: uint16 (and int16) arrays are reinterpreted as bf16 or fp16 bit
 //   patterns, and uint8 as e4m3 or e5m2, only when options.dtype names that format;
-//   otherwise an integer q is an error saying so.
+//   otherwise an integer q is an error saying so. An fp32 q, k, v, do with options.dtype
+//   naming a narrower format (PyTorch's `t.float().numpy()` of bf16 tensors) is re-encoded
+//   in it, exactly, when every value is one of that format (`note` says so once, kind
+//   inputs_narrowed); a value that is not is an error naming the tensor and element (never
+//   rounded: the replay would run other inputs than the kernel's). Outputs keep their dtype.
 // - Metadata: the file's own __metadata__ wins; an option that disagrees with it is an
 //   error naming both values. A capture with no source after the merge is an error: the
 //   source must be stated ("cuda:<gpu>", "emulated" or "unknown"); "unknown" is kept and is
@@ -86,9 +90,11 @@ struct CaptureOptions {
   // How the caller's user names the format of integer arrays that hold bit patterns, said
   // when a capture holds some and `dtype` is not given (the Python module has no --dtype).
   std::string dtype_remedy = "name their format with --dtype (bf16 or fp16 for 16-bit, e4m3 or e5m2 for 8-bit)";
-  // Receives the notes on an assumed alignment or layout (see the contract above), each with
-  // its kind, so that a caller printing each kind once drops neither; may be empty.
-  enum class NoteKind { layout_read, alignment_assumed };
+  // Receives the notes on an assumed alignment or layout, or narrowed inputs (see the contract
+  // above), each with its kind, so that a caller printing each kind once drops none; may be
+  // empty.
+  enum class NoteKind { layout_read, alignment_assumed, inputs_narrowed };
+  static constexpr std::size_t kNoteKinds = 3;  // a printer keeps one flag per kind
   std::function<void(NoteKind, const std::string&)> note;
 
   void set_causal(const CausalStatement& statement) {

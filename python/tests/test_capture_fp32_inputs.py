@@ -1,0 +1,81 @@
+"""A capture whose bf16 inputs were saved as float32 values (PyTorch's ``t.float().numpy()``;
+numpy has no bf16) imports with ``--dtype bf16`` as the bf16 capture it is.
+
+Found by the workflow audit: with --dtype bf16 such a capture was refused as a contradiction
+("drop --dtype"), and without it as fp32 inputs no bf16 model reads: no way forward but
+re-encoding the arrays by hand. The reference here is that hand re-encoding: the same capture
+saved as uint16 bit patterns, whose import the float32 one must equal.
+"""
+import json
+
+import numpy as np
+import pytest
+
+import flashbits as fb
+
+N, D, SCALE = 12, 16, 0.25
+
+
+def _bf16_bits(rng, shape):
+    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _as_float32(bits):
+    # A bf16 pattern is the top half of the float32 encoding of the same value.
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory):
+    rng = np.random.default_rng(77)
+    q, k, v = (_bf16_bits(rng, (1, 2, N, D)) for _ in range(3))
+    o = fb.attention(q, k, v, "fa2-sm80", scale=SCALE).o  # float64 values of bf16
+    d = tmp_path_factory.mktemp("f32inputs")
+    as_bits, as_float = d / "bits.npz", d / "float.npz"
+    o_bits = (o.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    np.savez(as_bits, q=q, k=k, v=v, o=o_bits)
+    np.savez(as_float, q=_as_float32(q), k=_as_float32(k), v=_as_float32(v), o=o.astype(np.float32))
+    return d, as_bits, as_float, (q, k, v)
+
+
+STATEMENT = ("--source", "emulated", "--model", "fa2-sm80", "--scale", str(SCALE), "--causal", "false",
+             "--layout", "bhsd", "--dtype", "bf16")
+
+
+def test_float32_inputs_holding_bf16_values_import_as_bf16(cli, captures):
+    d, as_bits, as_float, _ = captures
+    from_bits, from_float = d / "bits.safetensors", d / "float.safetensors"
+    rc, _, err = cli("import", str(as_bits), *STATEMENT, "--out", str(from_bits))
+    assert rc == 0, err
+    rc, _, err = cli("import", str(as_float), *STATEMENT, "--out", str(from_float))
+    assert rc == 0, err
+    assert err.count("are fp32 arrays whose every value is a bf16 value: read as bf16") == 1, err
+    a, b = fb.load_trace(from_bits), fb.load_trace(from_float)
+    for name in ("q", "k", "v", "o"):
+        assert np.array_equal(a[name], b[name]), name
+    assert b.formats["q"] == b.formats["k"] == b.formats["v"] == "bf16"
+    assert b.formats["o"] == "fp32"  # outputs keep their dtype: replay compares them by value
+    # replay reads the capture directly, with the same statement.
+    rc, out, err = cli("replay", str(as_float), *STATEMENT, "--json")
+    assert rc == 0 and json.loads(out)["match"] is True, out + err
+
+
+def test_a_float32_input_that_is_no_bf16_value_is_named(cli, captures, tmp_path):
+    _, _, _, (q, k, v) = captures
+    k_values = _as_float32(k).copy()
+    k_values[0, 1, 3, 5] = np.nextafter(k_values[0, 1, 3, 5], np.float32(np.inf))  # one fp32 ulp off bf16
+    path = tmp_path / "off.npz"
+    np.savez(path, q=_as_float32(q), k=k_values, v=_as_float32(v))
+    rc, _, err = cli("import", str(path), *STATEMENT, "--out", str(tmp_path / "t.safetensors"), check=False)
+    assert rc == 2 and err.count("\n") == 1, err
+    flat = 1 * N * D + 3 * D + 5
+    assert f"tensor 'k' is F32, and its element {flat} (" in err and "is not a bf16 value" in err, err
+    assert not (tmp_path / "t.safetensors").exists()
+
+
+def test_load_trace_reads_them_too(captures):
+    _, as_bits, as_float, _ = captures
+    kw = dict(source="emulated", model="fa2-sm80", scale=SCALE, causal=False, layout="bhsd", dtype="bf16")
+    with pytest.warns(UserWarning, match="read as bf16"):
+        t = fb.load_trace(as_float, **kw)
+    assert np.array_equal(t["q"], fb.load_trace(as_bits, **kw)["q"])
