@@ -2314,3 +2314,23 @@ TEST_CASE("sweep: a row whose output is not finite has no verdict, and merges") 
   CHECK(merged.code == 1);
   CHECK(merged.out == sweep.out);
 }
+
+// Found by the workflow audit: a sweep of one trial wrote o_ci [x, x] and p_t 1.0, a
+// zero-width interval read as certainty, where bias-test writes null for one sample. Two
+// trials give an interval that holds the mean with room on both sides.
+TEST_CASE("sweep: one trial has no interval and no t test, as bias-test says") {
+  const std::string grid = "sweep --model fa2-sm80 --seqlen 16 --headdim 16 --json --trials ";
+  const auto one = nlohmann::json::parse(run(grid + "1").out)["rows"][0];
+  CHECK(one["o_ci"].is_null());
+  CHECK(one["o_p_t"].is_null());
+  CHECK(one["delta_ci"].is_null());
+  CHECK(one["excess"]["o"]["ci"].is_null());
+  CHECK(one["excess"]["o"]["p_t"].is_null());
+  CHECK(one["correctly_rounded"]["o"]["ci"].is_null());
+  CHECK(one["o_mean_ulps"].is_number());  // the mean itself is a measurement
+  CHECK(one["o_p_sign"].get<double>() == 1.0);  // the sign test of one sample: p = 1 exactly
+  const auto two = nlohmann::json::parse(run(grid + "2").out)["rows"][0];
+  REQUIRE(two["o_ci"].is_array());
+  CHECK(two["o_ci"][0].get<double>() < two["o_mean_ulps"].get<double>());
+  CHECK(two["o_mean_ulps"].get<double>() < two["o_ci"][1].get<double>());
+}

@@ -269,11 +269,15 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
     for (const NamedMoments& m : kReferenceMoments) os << "," << moments_csv(r.*m.member);
     os << "," << r.non_finite_trials;
     const auto when = [](bool sampled, double v) { return sampled ? short_text(v) : std::string(); };
-    os << "," << when(x.sampled, x.o.mean) << "," << when(x.sampled, x.o.p_t) << ","
+    // A t test of one sample means nothing (BiasStatistics::has_spread): empty, as bias-test's null.
+    const auto t_test = [&](bool sampled, const attn::BiasStatistics& b) {
+      return when(sampled && b.has_spread(), b.p_t);
+    };
+    os << "," << when(x.sampled, x.o.mean) << "," << t_test(x.sampled, x.o) << ","
        << when(x.sampled_reference, x.cr_o.mean) << "," << when(x.sampled_reference, x.ex_o.mean) << ","
-       << when(x.sampled_reference, x.ex_o.p_t) << "," << when(x.sampled, x.d.mean) << "," << when(x.sampled, x.d.p_t)
+       << t_test(x.sampled_reference, x.ex_o) << "," << when(x.sampled, x.d.mean) << "," << t_test(x.sampled, x.d)
        << "," << when(x.sampled_reference, x.cr_d.mean) << "," << when(x.sampled_reference, x.ex_d.mean) << ","
-       << when(x.sampled_reference, x.ex_d.p_t) << "," << when(x.sampled_elements, x.rms) << ","
+       << t_test(x.sampled_reference, x.ex_d) << "," << when(x.sampled_elements, x.rms) << ","
        << when(x.sampled_elements, r.max_abs) << "," << csv_field(x.verdict_from) << "," << csv_field(x.verdict)
        << "\n";
   }
@@ -313,16 +317,21 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     j["sufficient"] = sufficient;
     // null where there is no sample (Derived::sampled).
     const auto value = [](bool sampled, double v) { return sampled ? nlohmann::ordered_json(v) : nullptr; };
+    // An interval and a t test need two samples (BiasStatistics::has_spread): one sample's
+    // [x, x] read as certainty; null, as bias-test writes it.
     const auto interval = [](bool sampled, const attn::BiasStatistics& b) {
-      return sampled ? nlohmann::ordered_json{b.ci_low, b.ci_high} : nlohmann::ordered_json(nullptr);
+      return sampled && b.has_spread() ? nlohmann::ordered_json{b.ci_low, b.ci_high} : nlohmann::ordered_json(nullptr);
+    };
+    const auto t_test = [](bool sampled, const attn::BiasStatistics& b) {
+      return sampled && b.has_spread() ? nlohmann::ordered_json(b.p_t) : nlohmann::ordered_json(nullptr);
     };
     j["o_mean_ulps"] = value(x.sampled, x.o.mean);
     j["o_ci"] = interval(x.sampled, x.o);
-    j["o_p_t"] = value(x.sampled, x.o.p_t);
+    j["o_p_t"] = t_test(x.sampled, x.o);
     j["o_p_sign"] = value(x.sampled, x.o.p_sign);
     j["delta_mean_ulps"] = value(x.sampled, x.d.mean);
     j["delta_ci"] = interval(x.sampled, x.d);
-    j["delta_p_t"] = value(x.sampled, x.d.p_t);
+    j["delta_p_t"] = t_test(x.sampled, x.d);
     j["delta_p_sign"] = value(x.sampled, x.d.p_sign);
     // Rows of older files without a floor have no floor columns; a row of no finite trial has
     // them, null.
@@ -331,7 +340,7 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
         nlohmann::ordered_json o;
         o["mean_ulps"] = value(x.sampled_reference, b.mean);
         o["ci"] = interval(x.sampled_reference, b);
-        o["p_t"] = value(x.sampled_reference, b.p_t);
+        o["p_t"] = t_test(x.sampled_reference, b);
         o["p_sign"] = value(x.sampled_reference, b.p_sign);
         return o;
       };
