@@ -2327,7 +2327,7 @@ TEST_CASE("sweep: one trial has no interval and no t test, as bias-test says") {
   CHECK(one["excess"]["o"]["ci"].is_null());
   CHECK(one["excess"]["o"]["p_t"].is_null());
   CHECK(one["correctly_rounded"]["o"]["ci"].is_null());
-  CHECK(one["o_mean_ulps"].is_number());  // the mean itself is a measurement
+  CHECK(one["o_mean_ulps"].is_number());        // the mean itself is a measurement
   CHECK(one["o_p_sign"].get<double>() == 1.0);  // the sign test of one sample: p = 1 exactly
   const auto two = nlohmann::json::parse(run(grid + "2").out)["rows"][0];
   REQUIRE(two["o_ci"].is_array());
