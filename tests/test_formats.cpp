@@ -438,7 +438,10 @@ void check_shortest(const std::string& text, double x, int precision, mpfr_exp_t
   const int digits = significant_digits(text);
   const bool whole_number_in_full = text.find_first_of(".e") == std::string::npos;
   if (digits > 1 && !whole_number_in_full) {
-    const auto [below, above] = decimal_neighbours(x, digits - 1);
+    // Named members, not a structured binding: clang before 16 cannot capture bindings.
+    const std::pair<std::string, std::string> neighbours = decimal_neighbours(x, digits - 1);
+    const std::string& below = neighbours.first;
+    const std::string& above = neighbours.second;
     CAPTURE(below);
     CAPTURE(above);
     CHECK(mpfr_nearest(below, precision, emin, emax) != x);
