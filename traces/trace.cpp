@@ -10,6 +10,7 @@
 #include <limits>
 #include <tuple>
 
+#include "formats/decimal_text.hpp"
 #include "traces/metadata_bool.hpp"
 
 namespace fb {
@@ -240,12 +241,6 @@ std::uint64_t element(const SafeTensor& t, std::size_t i) {
   std::uint64_t v = 0;
   for (std::size_t b = 0; b < size; ++b) v |= static_cast<std::uint64_t>(t.bytes[i * size + b]) << (8 * b);
   return v;
-}
-
-std::string shortest_decimal(double value) {
-  std::array<char, 64> buffer{};
-  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
-  return std::string(buffer.data(), ec == std::errc() ? end : buffer.data());
 }
 
 }  // namespace
