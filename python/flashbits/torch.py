@@ -138,18 +138,28 @@ def model_formats(model: str, dtype: str | None = None, recipe: str | None = Non
             return {"model": model, "input": fmt, "output": fmt, "backward": True, "seeded": False,
                     "backward_always_causal": False}
         _refuse_unused("the exact reference is no kernel model", ("recipe", "sfu"), given)
-        fmt = "fp32" if dtype is None else _str_arg("dtype", dtype)
-        # The reference's own check of the format (fp64 and unknown names refused as there).
-        if fmt.lower() in ("fp64", "f64", "float64", "double"):
-            raise ValueError(f"dtype: '{fmt}': the exact reference rounds its inputs once to a format of at most "
-                             f"32 bits; for float64 inputs unrounded use the control model=\"fp64\"")
-        _exact_attention(_np.zeros((1, 1)), _np.zeros((1, 1)), _np.zeros((1, 1)), dtype=fmt)
+        fmt = _exact_input_format(None if dtype is None else _str_arg("dtype", dtype))
         return {"model": _EXACT, "input": fmt, "output": "fp64", "backward": True, "seeded": False,
                 "backward_always_causal": False}
     recipe = _path_arg("recipe", recipe, optional=True)
     dtype_given = dtype is not None
     return _kernel_model_formats(model, "bf16" if dtype is None else _str_arg("dtype", dtype),
                                  "" if recipe is None else recipe, _str_arg("sfu", sfu), dtype_given)
+
+
+def _exact_input_format(dtype):
+    """The format the exact reference rounds its inputs to: ``dtype``, fp32 when None. fp64 is
+    refused (the reference rounds once to at most 32 bits), and an unknown name by the
+    reference's own check, named ``dtype``, before any input is rounded (flashbits.round would
+    call a bad format "fmt")."""
+    fmt = "fp32" if dtype is None else dtype
+    if fmt.lower() in ("fp64", "f64", "float64", "double"):
+        raise ValueError(f"dtype: '{fmt}': the exact reference rounds its inputs once to a format of at most "
+                         f"32 bits (fp32, the default, or a narrower one: tf32, bf16, fp16, e4m3, ...); for "
+                         f"float64 inputs unrounded use the control model=\"fp64\" (PyTorch's float64 math "
+                         f"attention)")
+    _exact_attention(_np.zeros((1, 1)), _np.zeros((1, 1)), _np.zeros((1, 1)), dtype=fmt)
+    return fmt
 
 
 def _kernel_model_formats(model, dtype, recipe, sfu, dtype_given):
@@ -554,15 +564,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     seed = None if seed is None else _int_arg("seed", seed, unsigned=True)
     threads = 1 if threads is None else _int_arg("threads", threads)
     if model == _EXACT:
-        fmt = "fp32" if dtype is None else dtype
-        if fmt.lower() in ("fp64", "f64", "float64", "double"):
-            raise ValueError(f"dtype: '{fmt}': the exact reference rounds its inputs once to a format of at most "
-                             f"32 bits (fp32, the default, or a narrower one: tf32, bf16, fp16, e4m3, ...); for "
-                             f"float64 inputs unrounded use the control model=\"fp64\" (PyTorch's float64 math "
-                             f"attention)")
-        # The reference's own check of dtype, named so, before q, k and v are rounded to it
-        # (flashbits.round would call a bad format "fmt").
-        _exact_attention(_np.zeros((1, 1)), _np.zeros((1, 1)), _np.zeros((1, 1)), dtype=fmt)
+        fmt = _exact_input_format(dtype)
 
         def run(q, k, v, d_o, trace=None, keep_forward=False):
             return _exact_attention(q, k, v, do=d_o, causal=causal, scale=scale, dtype=fmt)
