@@ -225,21 +225,19 @@ void narrow_exact_inputs(Safetensors& f, const Format& format, std::string_view 
   for (SafeTensor& t : f.tensors) {
     if ((t.name != "q" && t.name != "k" && t.name != "v" && t.name != "do") || t.dtype != Dtype::F32) continue;
     const std::size_t count = t.bytes.size() / 4;
-    std::vector<std::uint8_t> bytes(count * width);
+    SafeTensor narrow{t.name, *target, t.shape, {}};
+    narrow.bytes.reserve(count * width);
     for (std::size_t i = 0; i < count; ++i) {
-      std::uint32_t word = 0;
-      for (int b = 3; b >= 0; --b) word = (word << 8) | t.bytes[4 * i + static_cast<std::size_t>(b)];
-      const float value = std::bit_cast<float>(word);
+      const float value = std::bit_cast<float>(static_cast<std::uint32_t>(t.element_bits(i)));
       std::uint32_t stored = 0;
       if (!from_double_exact(format, static_cast<double>(value), stored))
         fail(source, "tensor " + quoted_name(t.name) + " is F32, and its element " + std::to_string(i) + " (" +
                          shortest_decimal(value) + ") is not a " + format.name + " value: --dtype " + format.name +
                          " reads fp32 inputs only when every value is one (store the " + format.name +
                          " bit patterns, or drop --dtype to read the capture as fp32)");
-      for (std::size_t b = 0; b < width; ++b) bytes[width * i + b] = static_cast<std::uint8_t>(stored >> (8 * b));
+      narrow.append_element_bits(stored);
     }
-    t.bytes = std::move(bytes);
-    t.dtype = *target;
+    t = std::move(narrow);
     narrowed += (narrowed.empty() ? "" : ", ") + t.name;
   }
   if (!narrowed.empty() && o.note)

@@ -16,6 +16,7 @@
 
 #include "formats/file_read.hpp"
 #include "traces/fa2_trace.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -199,9 +200,9 @@ void write_fa2_trace_lite(const std::string& path, const std::vector<Fa2Tensor>&
   std::ofstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot open for writing");
   const std::uint64_t n = header.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xffu);
-  f.write(reinterpret_cast<const char*>(len), 8);
+  char len[8];
+  store_little_endian(len, n, 8);
+  f.write(len, 8);
   f << header;
   for (const Fa2Tensor& t : tensors)
     f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
@@ -211,8 +212,7 @@ void write_fa2_trace_lite(const std::string& path, const std::vector<Fa2Tensor>&
 Fa2Inputs read_fa2_inputs_lite(const std::string& path) {
   const std::string data = read_file_capped(path, kTraceFile);  // FileReadError: a runtime_error
   if (data.size() < 8) throw std::runtime_error(path + ": header length: file shorter than 8 bytes");
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
+  const std::uint64_t n = load_little_endian(data.data(), 8);
   if (n > data.size() - 8) throw std::runtime_error(path + ": header length: exceeds the file");
   const std::string header = data.substr(8, n);
   const Json root = Parser(header, path).parse();

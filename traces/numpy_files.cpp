@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "formats/file_read.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb {
 
@@ -24,10 +25,8 @@ namespace {
   throw TraceError(std::string(source) + ": " + message);
 }
 
-std::uint64_t little(std::span<const std::uint8_t> b, std::size_t at, int width) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(b[at + i]) << (8 * i);
-  return v;
+std::uint64_t little(std::span<const std::uint8_t> b, std::size_t at, std::size_t width) {
+  return load_little_endian(b.data() + at, width);
 }
 
 // The dict literal of an .npy header, read as numpy writes it (and as a careful writer

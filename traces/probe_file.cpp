@@ -15,6 +15,7 @@
 #include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
 #include "traces/key_value_line.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -25,9 +26,7 @@ constexpr std::uint32_t kMaxSections = 1024;
 constexpr std::uint32_t kMaxHeaderBytes = 1u << 20;
 constexpr int kMaxK = 256;
 
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
+void put_u32(std::string& out, std::uint32_t v) { append_little_endian(out, v, 4); }
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> parts;
@@ -56,8 +55,7 @@ class Reader {
   }
   std::uint32_t u32(const std::string& field) {
     if (data_.size() - pos_ < 4) fail(field, "file ends early at byte " + std::to_string(pos_));
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
+    const auto v = static_cast<std::uint32_t>(load_little_endian(data_.data() + pos_, 4));
     pos_ += 4;
     return v;
   }

@@ -15,6 +15,7 @@
 
 #include "formats/file_read.hpp"
 #include "formats/json_text.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb {
 
@@ -179,12 +180,6 @@ class HeaderShapeCheck {
   std::string where_key() const { return where(containers_.size() - 1); }
 };
 
-std::uint64_t read_le(const std::uint8_t* p, std::size_t n) {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
 // A JSON number that is a non-negative integer (not 2.0: the reference reader refuses it).
 std::optional<std::uint64_t> as_count(const nlohmann::json& value) {
   if (value.is_number_unsigned()) return value.get<std::uint64_t>();
@@ -307,6 +302,13 @@ std::uint64_t SafeTensor::element_count() const {
   return count;
 }
 
+std::uint64_t SafeTensor::element_bits(std::size_t i) const {
+  const std::size_t width = dtype_size(dtype);
+  return load_little_endian(bytes.data() + i * width, width);
+}
+
+void SafeTensor::append_element_bits(std::uint64_t bits) { append_little_endian(bytes, bits, dtype_size(dtype)); }
+
 const SafeTensor* Safetensors::find(std::string_view name) const {
   for (const SafeTensor& t : tensors)
     if (t.name == name) return &t;
@@ -346,7 +348,7 @@ namespace {
 std::uint64_t header_length(std::span<const std::uint8_t> prefix, std::uint64_t file_size, std::string_view source) {
   if (file_size < 8)
     fail(source, "file is " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
-  const std::uint64_t header_size = read_le(prefix.data(), 8);
+  const std::uint64_t header_size = load_little_endian(prefix.data(), 8);
   if (header_size > kMaxHeaderBytes)
     fail(source, "header length " + std::to_string(header_size) + " is absurd (limit " +
                      std::to_string(kMaxHeaderBytes) + " bytes); this is not a safetensors file");
@@ -515,8 +517,7 @@ std::vector<std::uint8_t> serialize_safetensors(const Safetensors& file, std::st
 
   std::vector<std::uint8_t> out;
   out.reserve(8 + text.size() + offset);
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i)));
+  append_little_endian(out, text.size(), 8);
   out.insert(out.end(), text.begin(), text.end());
   for (const SafeTensor& t : file.tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
   return out;

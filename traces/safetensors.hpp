@@ -86,6 +86,10 @@ struct SafeTensor {
   std::vector<std::uint8_t> bytes;   // raw little-endian data, element_count()*dtype_size()
 
   std::uint64_t element_count() const;  // product of shape (1 for a scalar); UINT64_MAX on overflow
+  // Element i's bits (dtype_size(dtype) bytes, little-endian); i < bytes.size() / dtype_size.
+  std::uint64_t element_bits(std::size_t i) const;
+  // Appends one element holding the low dtype_size(dtype) bytes of `bits`.
+  void append_element_bits(std::uint64_t bits);
 };
 
 struct Safetensors {

@@ -14,6 +14,7 @@
 
 #include "formats/file_read.hpp"
 #include "traces/key_value_line.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb::gpu {
 namespace {
@@ -183,18 +184,12 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     (*outputs)[i] = bits + static_cast<std::uint32_t>(d);
   }
   at += (entries + 1) / 2;
-  std::uint32_t n_escapes = 0;
-  for (int b = 0; b < 4; ++b)
-    n_escapes |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
+  const auto n_escapes = static_cast<std::uint32_t>(load_little_endian(data.data() + at, 4));
   at += 4;
   if (lg2_ext ? data.size() < at + 8ull * n_escapes : data.size() != at + 8ull * n_escapes) {
     fail(path, "escapes", "count does not match the file size");
   }
-  auto u32_at = [&](std::size_t p) {
-    std::uint32_t v = 0;
-    for (int b = 0; b < 4; ++b) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[p + b])) << (8 * b);
-    return v;
-  };
+  auto u32_at = [&](std::size_t p) { return static_cast<std::uint32_t>(load_little_endian(data.data() + p, 4)); };
   for (std::uint32_t e = 0; e < n_escapes; ++e) {
     const std::uint32_t k = u32_at(at + 8ull * e), bits = u32_at(at + 8ull * e + 4);
     if (k >= entries || !escaped[k])
@@ -275,11 +270,7 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
   std::size_t at = header.body;
   if (data.size() < at + starts.size() * kPerBinade + 4) fail(path, "deltas", "file ends early");
   const std::size_t escapes_at = at + starts.size() * kPerBinade;
-  auto u32_at = [&](std::size_t p) {
-    std::uint32_t v = 0;
-    for (int b = 0; b < 4; ++b) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[p + b])) << (8 * b);
-    return v;
-  };
+  auto u32_at = [&](std::size_t p) { return static_cast<std::uint32_t>(load_little_endian(data.data() + p, 4)); };
   const std::uint32_t n_escapes = u32_at(escapes_at);
   if (data.size() != escapes_at + 4 + 8ull * n_escapes) fail(path, "escapes", "count does not match the file size");
   std::map<std::uint32_t, std::uint32_t> escaped;

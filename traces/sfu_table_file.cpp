@@ -51,6 +51,7 @@
 #include "emu/sfu/special_functions.hpp"
 #include "formats/file_read.hpp"
 #include "formats/format.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb {
 
@@ -119,12 +120,8 @@ int width_for(std::int32_t d) {
 class ByteWriter {
  public:
   void u8(std::uint8_t v) { bytes_.push_back(v); }
-  void u16(std::uint16_t v) {
-    for (int i = 0; i < 2; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
+  void u16(std::uint16_t v) { append_little_endian(bytes_, v, 2); }
+  void u32(std::uint32_t v) { append_little_endian(bytes_, v, 4); }
   void text(std::string_view s) { bytes_.insert(bytes_.end(), s.begin(), s.end()); }
   // `deltas` as runs of equal bit width (see the format above).
   void delta_stream(const std::vector<std::uint32_t>& deltas) {
@@ -177,11 +174,9 @@ struct DeltaStream {
     const DeltaRun& run = *std::prev(it);
     if (run.width == 0) return 0;
     const std::uint64_t bit = (index - run.start) * run.width;
-    std::uint64_t v = 0;
     const std::size_t first_byte = run.offset + bit / 8;
-    const int bytes_needed = static_cast<int>((bit % 8 + run.width + 7) / 8);
-    for (int b = 0; b < bytes_needed; ++b) v |= static_cast<std::uint64_t>(data[first_byte + b]) << (8 * b);
-    v >>= bit % 8;
+    const std::size_t bytes_needed = (bit % 8 + run.width + 7) / 8;
+    std::uint64_t v = load_little_endian(data.data() + first_byte, bytes_needed) >> (bit % 8);
     if (run.width == 32) return static_cast<std::uint32_t>(v);
     v &= (1ull << run.width) - 1;
     if (v >> (run.width - 1)) v |= ~((1ull << run.width) - 1);  // sign-extend
@@ -206,14 +201,14 @@ class ByteReader {
   }
   std::uint16_t u16(const std::string& field) {
     need(2, field);
-    std::uint16_t v = 0;
-    for (int i = 0; i < 2; ++i) v = static_cast<std::uint16_t>(v | (bytes_[pos_++] << (8 * i)));
+    const auto v = static_cast<std::uint16_t>(load_little_endian(bytes_.data() + pos_, 2));
+    pos_ += 2;
     return v;
   }
   std::uint32_t u32(const std::string& field) {
     need(4, field);
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(bytes_[pos_++]) << (8 * i);
+    const auto v = static_cast<std::uint32_t>(load_little_endian(bytes_.data() + pos_, 4));
+    pos_ += 4;
     return v;
   }
   std::string text(std::size_t n, const std::string& field) {
@@ -419,8 +414,7 @@ std::unique_ptr<SpecialFunctionModel> load_table_model(const std::string& path) 
     ByteReader(path, bytes, bytes.size()).fail("crc32", "file truncated before the checksum");
   }
   const std::size_t body = bytes.size() - kCrcBytes;
-  std::uint32_t stored_crc = 0;
-  for (int i = 0; i < 4; ++i) stored_crc |= static_cast<std::uint32_t>(bytes[body + i]) << (8 * i);
+  const auto stored_crc = static_cast<std::uint32_t>(load_little_endian(bytes.data() + body, 4));
   if (crc32(bytes.data(), body) != stored_crc) {
     ByteReader(path, bytes, body).fail("crc32", "checksum mismatch: the file is corrupted or truncated");
   }

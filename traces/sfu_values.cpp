@@ -9,6 +9,7 @@
 
 #include "formats/file_read.hpp"
 #include "traces/key_value_line.hpp"
+#include "traces/little_endian.hpp"
 
 namespace fb {
 namespace {
@@ -60,8 +61,11 @@ std::string encode_sfu_values(const std::string& path, const SfuValues& values) 
   out << "end\n";
   for (const auto& [f, pairs] : values.pairs) {
     for (const auto& [in, outv] : pairs) {
-      for (std::uint32_t w : {in, outv})
-        for (int b = 0; b < 4; ++b) out.put(static_cast<char>((w >> (8 * b)) & 0xffu));
+      for (std::uint32_t w : {in, outv}) {
+        char word[4];
+        store_little_endian(word, w, 4);
+        out.write(word, 4);
+      }
     }
   }
   return out.str();
@@ -122,11 +126,7 @@ SfuValues read_sfu_values(const std::string& path) {
   if (data.size() - pos != need)
     fail(path, "pairs",
          std::to_string(data.size() - pos) + " bytes after the header, expected " + std::to_string(need));
-  auto u32 = [&](std::size_t at) {
-    std::uint32_t w = 0;
-    for (int b = 0; b < 4; ++b) w |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[at + b])) << (8 * b);
-    return w;
-  };
+  auto u32 = [&](std::size_t at) { return static_cast<std::uint32_t>(load_little_endian(data.data() + at, 4)); };
   for (const auto& [fn, n] : order) {
     auto& pairs = v.pairs[fn];
     pairs.reserve(n);

@@ -236,13 +236,6 @@ void validate_tensors(const Safetensors& file, const TraceMetadata& metadata, st
   }
 }
 
-std::uint64_t element(const SafeTensor& t, std::size_t i) {
-  const std::size_t size = dtype_size(t.dtype);
-  std::uint64_t v = 0;
-  for (std::size_t b = 0; b < size; ++b) v |= static_cast<std::uint64_t>(t.bytes[i * size + b]) << (8 * b);
-  return v;
-}
-
 }  // namespace
 
 Trace Trace::from_safetensors(Safetensors file, std::string_view source_name) {
@@ -266,7 +259,7 @@ std::vector<double> Trace::values(std::string_view name) const {
   std::vector<double> out(count);
   const auto format = dtype_format(t.dtype);
   for (std::size_t i = 0; i < count; ++i) {
-    const std::uint64_t raw = element(t, i);
+    const std::uint64_t raw = t.element_bits(i);
     double value = 0.0;
     if (format) {
       value = to_double(*format, static_cast<std::uint32_t>(raw));
@@ -306,7 +299,7 @@ RawTensor Trace::bits(std::string_view name) const {
   RawTensor out{*format, t.shape, {}};
   const std::size_t count = t.bytes.size() / dtype_size(t.dtype);
   out.bits.resize(count);
-  for (std::size_t i = 0; i < count; ++i) out.bits[i] = static_cast<std::uint32_t>(element(t, i));
+  for (std::size_t i = 0; i < count; ++i) out.bits[i] = static_cast<std::uint32_t>(t.element_bits(i));
   return out;
 }
 
@@ -376,10 +369,8 @@ TraceBuilder& TraceBuilder::add_bits(std::string name, const Format& format, std
   if (t.element_count() != bits.size())
     fail("trace builder", "tensor " + quoted_name(t.name) + ": " + std::to_string(bits.size()) +
                               " values do not fill shape " + shape_string(t.shape));
-  const std::size_t size = dtype_size(t.dtype);
-  t.bytes.reserve(bits.size() * size);
-  for (std::uint32_t word : bits)
-    for (std::size_t b = 0; b < size; ++b) t.bytes.push_back(static_cast<std::uint8_t>(word >> (8 * b)));
+  t.bytes.reserve(bits.size() * dtype_size(t.dtype));
+  for (std::uint32_t word : bits) t.append_element_bits(word);
   tensors_.push_back(std::move(t));
   return *this;
 }
@@ -401,10 +392,7 @@ TraceBuilder& TraceBuilder::add_f64(std::string name, std::vector<std::uint64_t>
     fail("trace builder", "tensor " + quoted_name(t.name) + ": " + std::to_string(values.size()) +
                               " values do not fill shape " + shape_string(t.shape));
   t.bytes.reserve(values.size() * 8);
-  for (double v : values) {
-    const auto word = std::bit_cast<std::uint64_t>(v);
-    for (int b = 0; b < 8; ++b) t.bytes.push_back(static_cast<std::uint8_t>(word >> (8 * b)));
-  }
+  for (double v : values) t.append_element_bits(std::bit_cast<std::uint64_t>(v));
   tensors_.push_back(std::move(t));
   return *this;
 }

@@ -132,11 +132,8 @@ void save_trace(const std::string& path, const std::vector<std::tuple<std::strin
                               " cannot be stored in a trace (bf16, fp16, fp32, e4m3, e5m2 or fp64)");
       t.dtype = *dtype;
       const std::vector<std::uint32_t> bits = operand_bits(f, array, name);
-      const std::size_t size = dtype_size(*dtype);
-      t.bytes.resize(bits.size() * size);
-      for (std::size_t i = 0; i < bits.size(); ++i)
-        for (std::size_t byte = 0; byte < size; ++byte)
-          t.bytes[i * size + byte] = static_cast<std::uint8_t>(bits[i] >> (8 * byte));
+      t.bytes.reserve(bits.size() * dtype_size(*dtype));
+      for (std::uint32_t word : bits) t.append_element_bits(word);
     }
     file.tensors.push_back(std::move(t));
   }
