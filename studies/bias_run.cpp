@@ -120,12 +120,17 @@ struct ItemResult {
   std::string formats;       // trace mode: "bf16 inputs, bf16 O", the formats it was judged in
   std::string units_format;  // trace mode: the format whose ulps its errors are in (O's)
   // Trace mode: one entry per cluster (kv head of a batch entry), in cluster order: a hash of
-  // everything its sample is computed from, a hash of its keys and values alone, and its sums.
-  // merge_item counts a cluster whose hash an earlier one had once only, and pools clusters
-  // that share their keys and values into one sample.
+  // everything its sample is computed from, a hash of its keys and values alone, its sums, and
+  // what its rows add to the run's other counts. merge_item counts a cluster whose hash an
+  // earlier one had once only (its rows, elements and row maxima too), and pools clusters that
+  // share their keys and values into one sample. Trace mode leaves the item's own by_max,
+  // spread and row counts empty: they are the clusters'.
   struct ClusterKey {
     std::uint64_t hash, kv_hash;
     ClusterSums sums;
+    std::vector<RowMax> by_max;  // its rows', in row order
+    ElementSpread o_spread;
+    std::size_t rows_without_keys = 0, non_finite_rows = 0;
   };
   std::vector<ClusterKey> cluster_keys;
   bool quantised = false;  // trace mode: measured against its quantised inputs (o_quant, delta_quant)
@@ -185,12 +190,19 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
     append(s.delta_cr, item.s.delta_cr);
   } else {
     groups.quantised = groups.quantised || item.quantised;
+    bool fresh_non_finite = false;
     for (const ItemResult::ClusterKey& key : item.cluster_keys) {
       const bool has_sample = key.sums.o.rows > 0 || key.sums.delta.rows > 0;
       if (!groups.seen.insert(key.hash).second) {
         if (has_sample) ++report.repeated_samples;
         continue;
       }
+      s.o_spread.merge(key.o_spread);
+      for (const ItemResult::RowMax& r : key.by_max)
+        report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
+      report.rows_without_keys += key.rows_without_keys;
+      report.non_finite_rows += key.non_finite_rows;
+      fresh_non_finite = fresh_non_finite || key.non_finite_rows > 0;
       if (!has_sample) continue;
       const auto [at, fresh] = groups.group_of.emplace(key.kv_hash, groups.groups.size());
       if (fresh)
@@ -199,13 +211,16 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
         ++report.shared_kv_clusters;
       groups.groups[at->second].add(key.sums);
     }
+    // A copy's non-finite rows were named with the original's.
+    if (fresh_non_finite) report.non_finite_where.push_back(item.non_finite_where);
   }
   s.o_spread.merge(item.s.o_spread);
   for (const ItemResult::RowMax& r : item.by_max)
     report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
   report.non_finite_rows += item.non_finite_rows;
   report.rows_without_keys += item.rows_without_keys;
-  if (!item.non_finite_where.empty()) report.non_finite_where.push_back(item.non_finite_where);
+  if (item.cluster_keys.empty() && !item.non_finite_where.empty())
+    report.non_finite_where.push_back(item.non_finite_where);
   if (!item.delta_note.empty()) report.delta_note = item.delta_note;
   for (const std::string& note : item.assumed) report.notes.push_back(note.substr(std::string("note: ").size()));
 }
@@ -338,7 +353,6 @@ ModelHandle trace_model(const Trace& trace, const Format& dtype) {
 }
 
 void add_trace(const Trace& trace, ItemResult& item) {
-  Samples& s = item.s;
   const auto in = inputs_from_trace(trace);
   check_inputs_support_statistics(in, trace.source_name());
   const auto exact = exact_attention(in);
@@ -414,7 +428,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
   // whose mean is one independent sample (a row each would make the interval far too narrow).
   const auto cluster_of = [&](std::size_t r) { return kv_cluster_of(in, r); };
   const std::size_t clusters = kv_cluster_count(in);
-  std::vector<ClusterSums> sums(clusters);
+  std::vector<ItemResult::ClusterKey> per_cluster(clusters);
   const std::size_t row_count = exact.o.data.size() / static_cast<std::size_t>(d);
   // Rows that see no key: exact attention's LSE of such a row is +inf (BiasReport::rows_without_keys).
   // What a kernel writes there is its guard's (0 in the flash kernels and in SDPA's math path,
@@ -426,7 +440,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
   for (std::size_t r = 0; r < row_count; ++r)
     if (exact.lse.data[r] == std::numeric_limits<double>::infinity()) {
       without_keys[r] = true;
-      ++item.rows_without_keys;
+      ++per_cluster[cluster_of(r)].rows_without_keys;
       bool guarded = true;
       for (int c = 0; c < d; ++c) {
         const double v = o_vals.data[r * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
@@ -456,10 +470,10 @@ void add_trace(const Trace& trace, ItemResult& item) {
       sum_kernel += kernel;
       sum_quant += (target.o.data[i] - exact.o.data[i]) / units.o[i];
       sum_cr += cr.o_ulps[i];
-      s.o_spread.add(kernel, cr.o_ulps[i]);
+      per_cluster[cluster_of(r)].o_spread.add(kernel, cr.o_ulps[i]);
     }
     row_o[r] = sum / d;
-    OutputSums& cs = sums[cluster_of(r)].o;
+    OutputSums& cs = per_cluster[cluster_of(r)].sums.o;
     cs.error += sum / d;
     cs.kernel += sum_kernel / d;
     cs.quant += sum_quant / d;
@@ -513,7 +527,7 @@ void add_trace(const Trace& trace, ItemResult& item) {
         bad[i] = true;
       }
       if (bad[i] || without_keys[i]) continue;
-      OutputSums& cs = sums[cluster_of(i)].delta;
+      OutputSums& cs = per_cluster[cluster_of(i)].sums.delta;
       cs.error += trace_delta.back();
       const double target_delta = target.delta ? target.delta->data[i] : exact.delta->data[i];
       cs.kernel += (kernel_deltas[i] - target_delta) / units.delta[i];
@@ -558,18 +572,21 @@ void add_trace(const Trace& trace, ItemResult& item) {
   // The kernel's own error is against its target: exact attention of the captured inputs, or
   // of their quantised form for an fp8 kernel (whose quantisation's share is kept apart).
   item.quantised = quantised_exact.has_value();
-  for (std::size_t cluster = 0; cluster < clusters; ++cluster)
-    item.cluster_keys.push_back({hashes[cluster], kv_hashes[cluster], sums[cluster]});
   for (std::size_t r = 0; r < bad.size(); ++r) {
     if (bad[r] || without_keys[r]) continue;  // its O or delta was non-finite, or it saw no key
-    item.by_max.push_back(
+    per_cluster[cluster_of(r)].by_max.push_back(
         {exact.row_max->data[r], row_o[r], trace_delta.empty() ? std::nullopt : std::optional<double>(trace_delta[r])});
   }
+  for (std::size_t r : bad_rows) ++per_cluster[cluster_of(r)].non_finite_rows;
+  for (std::size_t cluster = 0; cluster < clusters; ++cluster) {
+    per_cluster[cluster].hash = hashes[cluster];
+    per_cluster[cluster].kv_hash = kv_hashes[cluster];
+  }
+  item.cluster_keys = std::move(per_cluster);
   if (!bad_rows.empty()) {
     // A row with a finite O but a non-finite delta already gave its O to its cluster; drop
     // the run's verdict all the same, and name every such row.
     std::sort(bad_rows.begin(), bad_rows.end());
-    item.non_finite_rows = bad_rows.size();
     item.non_finite_where = trace.source_name() + ": " + std::to_string(bad_rows.size()) + " row(s) " +
                             describe_rows(bad_rows, in.q.heads, in.q.rows);
   }

@@ -679,3 +679,35 @@ TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN
   }
   std::filesystem::remove_all(dir);
 }
+
+// A file given twice (a capture and its copy) is the same rows again: its samples were dropped
+// as repeats, but its keyless rows, its non-finite rows, its elements in the spread and its
+// rows in the by-row-max groups were counted twice.
+TEST_CASE("bias-test --traces: a copy of a trace adds no row to any count") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_copy_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  AttentionInputs in = make_scenario("sink", 410, 1, 2, 48, 16, formats::bf16, true, 1, 32);
+  in.causal = true;  // bottom-right: the first 16 query rows of each head see no key
+  const AttentionOutputs exact = exact_attention(in);
+  std::vector<double> o(exact.o.data.size());
+  for (std::size_t i = 0; i < o.size(); ++i) o[i] = bf16_rne(exact.o.data[i]);
+  o[20 * 16 + 3] = std::numeric_limits<double>::infinity();  // row 20 of head 0 (it sees keys)
+  write_capture(dir / "a.safetensors", in, o, {.with_do = false});
+  std::filesystem::copy_file(dir / "a.safetensors", dir / "copy.safetensors");
+  BiasRun once, twice;
+  once.traces = {dir / "a.safetensors"};
+  twice.traces = {dir / "a.safetensors", dir / "copy.safetensors"};
+  const BiasReport a = run_bias(once), b = run_bias(twice);
+  CHECK(a.rows_without_keys == 2 * 16);  // what the mask says: 16 keyless rows per head
+  CHECK(b.rows_without_keys == a.rows_without_keys);
+  CHECK(a.non_finite_rows == 1);
+  CHECK(b.non_finite_rows == 1);
+  CHECK(b.non_finite_where.size() == 1);
+  // Every element of every row that sees a key and is finite: 2 heads x 32 rows - 1, 16 each.
+  CHECK(a.o_spread.elements == (2 * 32 - 1) * 16);
+  CHECK(b.o_spread.elements == a.o_spread.elements);
+  CHECK(b.o_spread.kernel_sumsq == a.o_spread.kernel_sumsq);
+  CHECK(b.by_max.o_means() == a.by_max.o_means());
+  CHECK(b.repeated_samples == 1);  // one kv head: one cluster, one sample
+  std::filesystem::remove_all(dir);
+}
