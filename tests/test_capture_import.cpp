@@ -194,6 +194,25 @@ TEST_CASE("layout detection: lse decides where the shapes allow, ambiguity is an
   CHECK_MESSAGE(
       message.find("the capture's [batch, seq, heads, dim] tensors were transposed on import") != std::string::npos,
       message);
+  // A [batch, seq, heads, dim] file whose lse is padded (26 rows for 24) fits neither reading:
+  // the error is lse's length under the reading it misses by least, not "heads" under bhsd.
+  Safetensors padded = read_safetensors(dir / "bshd.safetensors");
+  for (SafeTensor& t : padded.tensors)
+    if (t.name == "lse") {
+      t.shape = {1, 4, 26};
+      t.bytes.resize(1 * 4 * 26 * dtype_size(t.dtype), 0);
+    }
+  write_safetensors(dir / "padded_lse.safetensors", padded);
+  o.layout = CaptureLayout::automatic;
+  message.clear();
+  try {
+    import_capture({dir / "padded_lse.safetensors"}, o);
+  } catch (const TraceError& e) {
+    message = e.what();
+  }
+  CHECK_MESSAGE(message.find("tensor 'lse': shape [1,4,26]") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("rows dim (expected 24)") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("transposed on import") != std::string::npos, message);
   // A tensor the file calls 'query' is named as the file names it too.
   Safetensors aliased = read_safetensors(dir / "bare.safetensors");
   for (SafeTensor& t : aliased.tensors)

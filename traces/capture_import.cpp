@@ -96,30 +96,33 @@ void transpose_sequence_major(SafeTensor& t) {
   t.shape = {B, H, S, D};
 }
 
-// Whether q, k (and lse) read consistently as [b, heads, seq, d] (heads_dim 1) or as
-// [b, seq, heads, d] (heads_dim 2): k's heads divide q's, batch and head dim agree, lse
-// (when present) is [b, heads, seq] or [b, heads, seq, 1].
-bool consistent(const Safetensors& f, int heads_dim) {
+// How many dims of q, k and lse disagree when read as [b, heads, seq, d] (heads_dim 1) or as
+// [b, seq, heads, d] (heads_dim 2): k's heads divide q's, batch and head dim agree, lse (when
+// present) is [b, heads, seq] or [b, heads, seq, 1]. 0: the reading is consistent. The tensors
+// like q or k (o, do, dq; v, dk, dv) read alike under both, so their disagreements count the
+// same under both readings: they never decide between them.
+int misfits(const Safetensors& f, int heads_dim) {
   const SafeTensor* q = f.find("q");
   const SafeTensor* k = f.find("k");
-  if (!q || !k || q->shape.size() != 4 || k->shape.size() != 4) return true;  // validation reports it
+  if (!q || !k || q->shape.size() != 4 || k->shape.size() != 4) return 0;  // validation reports it
   const int seq_dim = 3 - heads_dim;
   const std::uint64_t h = q->shape[heads_dim], hk = k->shape[heads_dim];
-  if (q->shape[0] != k->shape[0] || q->shape[3] != k->shape[3] || hk == 0 || h % hk != 0) return false;
+  int count = (q->shape[0] != k->shape[0]) + (q->shape[3] != k->shape[3]) + (hk == 0 || h % hk != 0);
   for (const char* like_k : {"v", "dk", "dv"})
-    if (const SafeTensor* t = f.find(like_k); t && t->shape != k->shape) return false;
+    if (const SafeTensor* t = f.find(like_k); t && t->shape != k->shape) ++count;
   for (const char* like_q : {"o", "do", "dq"})
-    if (const SafeTensor* t = f.find(like_q); t && t->shape != q->shape) return false;
+    if (const SafeTensor* t = f.find(like_q); t && t->shape != q->shape) ++count;
   if (const SafeTensor* lse = f.find("lse")) {
     const auto& s = lse->shape;
-    if (s.size() < 3 || s.size() > 4 || (s.size() == 4 && s[3] != 1)) return true;  // validation reports it
-    if (s[0] != q->shape[0] || s[1] != h || s[2] != q->shape[seq_dim]) return false;
+    if (s.size() < 3 || s.size() > 4 || (s.size() == 4 && s[3] != 1)) return count;  // validation reports it
+    count += (s[0] != q->shape[0]) + (s[1] != h) + (s[2] != q->shape[seq_dim]);
   }
-  return true;
+  return count;
 }
 
 CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options, std::string_view source) {
-  const bool as_bhsd = consistent(f, 1), as_bshd = consistent(f, 2);
+  const int bhsd_misfits = misfits(f, 1), bshd_misfits = misfits(f, 2);
+  const bool as_bhsd = bhsd_misfits == 0, as_bshd = bshd_misfits == 0;
   const std::string q_shape = f.find("q") ? shape_string(f.find("q")->shape) : "?";
   const std::string k_shape = f.find("k") ? shape_string(f.find("k")->shape) : "?";
   if (options.layout != CaptureLayout::automatic) {
@@ -149,7 +152,10 @@ CaptureLayout decide_layout(const Safetensors& f, const CaptureOptions& options,
                        (as_bhsd ? "bhsd" : "bshd") + " to state it");
     return as_bhsd ? CaptureLayout::bhsd : CaptureLayout::bshd;
   }
-  if (!as_bhsd) return CaptureLayout::bhsd;  // neither fits: validation names the bad shape
+  // Neither fits: validation names a bad shape, under the reading that leaves the fewest (a
+  // bshd capture with a padded lse fits bshd but for lse's length; read as bhsd, it would be
+  // blamed on every tensor's heads).
+  if (!as_bhsd) return bshd_misfits < bhsd_misfits ? CaptureLayout::bshd : CaptureLayout::bhsd;
   fail(source, "layout is ambiguous: q " + q_shape + " and k " + k_shape +
                    " read as [batch, heads, seq, dim] (PyTorch SDPA) and as [batch, seq, heads, dim] (flash_attn); "
                    "pass --layout bhsd or --layout bshd");
