@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <cstring>
@@ -623,6 +624,20 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
   CHECK(empty.out.find("materialised") == std::string::npos);
   const Run seen = run("replay " + empty_rows + " --row 40 --explain");
   CHECK(seen.out.find("KV tiles in visiting order") != std::string::npos);
+  // --plot of such a row wrote an empty plot, as did --plot under a model that accumulates
+  // nothing key by key: each is now exit 2, nothing written.
+  const auto empty_plot = (scratch() / "empty_row.svg").string();
+  const Run keyless_plot = run("replay " + empty_rows + " --row 3 --plot " + empty_plot);
+  CHECK(keyless_plot.code == 2);
+  CHECK(keyless_plot.err.find("sees no key") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(empty_plot));
+  const Run materialised_plot = run("replay " + empty_rows + " --model standard-bf16 --row 40 --plot " + empty_plot);
+  CHECK(materialised_plot.code == 2);
+  CHECK_MESSAGE(materialised_plot.err.find("standard-bf16 is not a tiled kernel") != std::string::npos,
+                materialised_plot.err);
+  CHECK_FALSE(std::filesystem::exists(empty_plot));
+  CHECK(run("replay " + empty_rows + " --row 40 --plot " + empty_plot).code == 0);
+  CHECK(std::filesystem::exists(empty_plot));
   // Replaying under a different model is a mismatch (exit 1): fa-bf16acc keeps O in bf16.
   CHECK(run("replay " + trace + " --model fa-bf16acc").code == 1);
   // Corrupt one byte of the JSON header's length prefix and truncate the data section.
@@ -2272,6 +2287,44 @@ TEST_CASE("replay: a per-tile intermediate with the wrong number of kv blocks is
   CHECK(r.code == 2);
   CHECK_MESSAGE(error_line(r).find("tensor trace_m: ") != std::string::npos, r.err);
   CHECK(error_line(r).find("kv blocks, but") != std::string::npos);
+}
+
+// replay --row R of an fb-fa2 capture compared none of its per-tile intermediates, and listed
+// them as "not compared" as if replay could not read them. R one of trace_rows compares that
+// row's (against the H200's bits: one flipped bit of it is a mismatch); another R says why not.
+TEST_CASE("replay --row compares the intermediates of a traced row") {
+  const std::filesystem::path capture =
+      std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces/hw/h200/fa2/fa2_random_d128.safetensors";
+  fb::Safetensors file = fb::read_safetensors(capture);
+  const fb::SafeTensor* rows = file.find("trace_rows");
+  REQUIRE(rows != nullptr);
+  REQUIRE(rows->element_count() >= 3);
+  const auto third = static_cast<int>(rows->element_bits(2));  // an I32 row index
+  fb::SafeTensor* p = nullptr;
+  for (fb::SafeTensor& t : file.tensors)
+    if (t.name == "trace_p") p = &t;
+  REQUIRE(p != nullptr);
+  // Flip the low bit of the first entry of the third traced row's trace_p.
+  p->bytes[2 * (p->bytes.size() / p->shape[0])] ^= 1;
+  const std::string flipped = (scratch() / "trace_p_flipped.safetensors").string();
+  fb::write_safetensors(flipped, file);
+
+  const Run clean = run("replay " + capture.string() + " --row " + std::to_string(third) + " --json");
+  REQUIRE(clean.code == 0);
+  const auto j = nlohmann::json::parse(clean.out);
+  std::set<std::string> compared;
+  for (const auto& t : j["tensors"])
+    if (t["compared"].get<long long>() > 0) compared.insert(t["name"].get<std::string>());
+  for (const char* name : {"trace_m", "trace_l_partial", "trace_p", "trace_acc_o"}) CHECK(compared.count(name) == 1);
+  CHECK(run("replay " + flipped + " --row " + std::to_string(third)).code == 1);
+  // A row the capture traced none of: the intermediates are named with the rows they hold.
+  const int untraced = third + 1;
+  for (std::uint64_t i = 0; i < rows->element_count(); ++i)
+    REQUIRE(static_cast<int>(rows->element_bits(i)) != untraced);
+  const Run other = run("replay " + flipped + " --row " + std::to_string(untraced));
+  CHECK(other.code == 0);
+  CHECK_MESSAGE(other.out.find("trace_m, trace_l_partial, trace_p, trace_acc_o hold rows") != std::string::npos,
+                other.out);
 }
 
 // Integer options take decimal digits only (docs/CLI.md): CLI11 alone also reads 0x2, 0b1 and

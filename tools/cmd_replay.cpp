@@ -127,6 +127,8 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
 // the no-ops they are, so there the kernel's state is still the initial one: max -inf, sums 0,
 // P 0, accumulator 0 (`empty`). `causal_offset`: seqlen_k - seqlen_q.
 template <class Value>
+// `rows`: trace_rows, whole (the captured tensor's first dim); `traced[slot]`: the recomputed
+// trace of rows[slot], or nullptr for a row not recomputed (--row names another), not compared.
 Comparison compare_intermediate(const Trace& trace, const std::string& name, const std::vector<int>& rows,
                                 const std::vector<const attn::RowTrace*>& traced, const attn::TileSizes& tiles,
                                 bool causal, int causal_offset, double empty, Value value) {
@@ -150,6 +152,7 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
   for (std::size_t i = 2; i < captured.shape.size(); ++i) inner *= captured.shape[i];
   const Format& f = captured.format;
   for (std::size_t slot = 0; slot < rows.size(); ++slot) {
+    if (!traced[slot]) continue;
     for (std::size_t kb = 0; kb < blocks; ++kb) {
       const attn::TileRecord* tile = nullptr;
       for (const auto& t : traced[slot]->tiles)
@@ -313,17 +316,21 @@ int run_replay(const ReplayOptions& o) {
     tracer.plot_feature = o.feature;
     opt.tracer = &tracer;
   }
-  // fb-fa2's per-row intermediates (gpu/README.md): rows of batch 0, head 0.
+  // fb-fa2's per-row intermediates (gpu/README.md): rows of batch 0, head 0. Every one is
+  // recomputed and compared, or with --row only the one it names (if it is one of them).
   std::vector<int> intermediate_rows;
-  const std::size_t first_intermediate = tracer.rows.size();
-  if (trace.has("trace_rows") && o.row < 0) {
+  std::vector<std::optional<std::size_t>> intermediate_trace;  // its index in tracer.rows, if recomputed
+  if (trace.has("trace_rows")) {
     for (double r : trace.values("trace_rows")) {
       if (r < 0 || r >= static_cast<double>(trace.rows()) || r != std::floor(r))
         throw TraceError(trace.source_name() + ": tensor trace_rows: " + std::to_string(r) + " is not a row of q");
       intermediate_rows.push_back(static_cast<int>(r));
-      tracer.rows.push_back({0, 0, static_cast<int>(r)});
+      const bool recomputed = o.row < 0 || (tb == 0 && th == 0 && tr == static_cast<int>(r));
+      intermediate_trace.push_back(recomputed ? std::optional<std::size_t>(tracer.rows.size()) : std::nullopt);
+      if (recomputed) tracer.rows.push_back({0, 0, static_cast<int>(r)});
     }
-    opt.tracer = &tracer;
+    if (std::any_of(intermediate_trace.begin(), intermediate_trace.end(), [](const auto& t) { return t.has_value(); }))
+      opt.tracer = &tracer;
   }
   if (const attn::SizeRefusal refusal = attn::trace_size_refusal(
           static_cast<long long>(tracer.rows.size()),
@@ -377,9 +384,11 @@ int run_replay(const ReplayOptions& o) {
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
   if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
   if (trace.has("dq_accum") && one_row && trace.has("do")) not_compared.push_back("dq_accum");
-  if (!intermediate_rows.empty()) {
+  const bool intermediates_compared =
+      std::any_of(intermediate_trace.begin(), intermediate_trace.end(), [](const auto& t) { return t.has_value(); });
+  if (intermediates_compared) {
     std::vector<const attn::RowTrace*> traced;
-    for (std::size_t i = 0; i < intermediate_rows.size(); ++i) traced.push_back(&tracer.traces[first_intermediate + i]);
+    for (const auto& at : intermediate_trace) traced.push_back(at ? &tracer.traces[*at] : nullptr);
     const attn::TileSizes tiles =
         model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()), in.causal,
                                 static_cast<int>(trace.kv_rows()));
@@ -449,8 +458,24 @@ int run_replay(const ReplayOptions& o) {
 
   const attn::RowTrace* row_trace = tracer.traces.empty() ? nullptr : &tracer.traces.front();
   if (!o.plot.empty() && row_trace) {
+    // Only a tiled kernel's P·V accumulates key by key; a materialised or correctly rounded
+    // model, or a row its mask leaves without keys, has no curve: an empty plot would claim one.
+    if (model.recipe->structure != attn::Structure::online_softmax)
+      throw InputError("--plot: " + model.name + " is not a tiled kernel (" +
+                       (model.recipe->structure == attn::Structure::materialised
+                            ? "it materialises P and computes each output's P·V as one dot"
+                            : "it rounds the exact result once") +
+                       "): --plot draws a tiled kernel's accumulation of P·V key by key, and there is none to draw "
+                       "(nothing written; --explain describes its rounding)");
+    if (row_trace->cumulative_error_by_key.empty())
+      throw InputError("--plot: row " + std::to_string(tr) + " of batch " + std::to_string(tb) + ", head " +
+                       std::to_string(th) + " sees no key (the causal mask leaves it none): " + model.name +
+                       " accumulates nothing for it, and there is no curve to plot (nothing written)");
     LinePlot p;
-    p.title = "Cumulative rounding error of O-bar, " + model.name + ", row " + std::to_string(tr) + ", feature " +
+    // The batch entry and head whenever the trace has more than one (row 5 of which head?).
+    const bool several = in.q.batch > 1 || in.q.heads > 1;
+    p.title = "Cumulative rounding error of O-bar, " + model.name + ", row " + std::to_string(tr) +
+              (several ? " (batch " + std::to_string(tb) + ", head " + std::to_string(th) + ")" : "") + ", feature " +
               std::to_string(row_trace->plot_feature) +
               (hardware                                     ? ""
                : trace.metadata().source == kEmulatedSource ? " (emulated trace)"
@@ -495,6 +520,21 @@ int run_replay(const ReplayOptions& o) {
     notes.push_back("note: " + model.name + " models its kernel's forward and delta only: " + comma_list(not_modelled) +
                     " are not compared (`flashbits models` names the models with a backward)");
     not_compared.insert(not_compared.end(), not_modelled.begin(), not_modelled.end());
+  }
+  // --row naming a row whose intermediates the trace does not hold: they are the other rows'.
+  if (!intermediate_rows.empty() && !intermediates_compared) {
+    std::vector<std::string> intermediates;
+    std::string held;
+    for (const SafeTensor& t : trace.file().tensors)
+      if (t.name.rfind("trace_", 0) == 0 && t.name != "trace_rows") intermediates.push_back(t.name);
+    for (int r : intermediate_rows) held += (held.empty() ? "" : ", ") + std::to_string(r);
+    if (!intermediates.empty()) {
+      notes.push_back("note: not compared: " + comma_list(intermediates) + " hold rows " + held +
+                      " of batch 0, head 0, and --row names batch " + std::to_string(tb) + ", head " +
+                      std::to_string(th) + ", row " + std::to_string(tr) +
+                      " (--row one of those compares its intermediates)");
+      not_compared.insert(not_compared.end(), intermediates.begin(), intermediates.end());
+    }
   }
   // Tensors the trace holds that replay neither reads nor compares (m, l, s, p, a name it does
   // not know, a delta without dO): named, so that "all compared values match" is never read as
