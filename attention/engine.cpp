@@ -26,6 +26,7 @@
 #include "attention/engine_detail.hpp"
 #include "attention/fp8_quant.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/parallel_for.hpp"
 #include "attention/splitkv.hpp"
 
 namespace fb::attn {
@@ -123,40 +124,6 @@ void check_kept_state(const ForwardState& kept, const std::string& model, const 
 // RunOptions::cancel: stop between rows.
 void check_cancel(const RunOptions& opt) {
   if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw Cancelled();
-}
-
-template <class Fn>
-void parallel_for(int count, int threads, const Fn& fn) {
-  threads = std::max(1, std::min(threads, count));
-  if (threads == 1) {
-    for (int i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  std::atomic<int> next{0};
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  const auto work = [&] {
-    for (int i = next++; i < count && !failed; i = next++) {
-      try {
-        fn(i);
-      } catch (...) {
-        if (!failed.exchange(true)) error = std::current_exception();
-      }
-    }
-  };
-  // The calling thread works too. A thread the system cannot start is left out: the items
-  // are independent and every result is the same on any number of threads.
-  for (int t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;
-    }
-  }
-  work();
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
 }
 
 // The tiles of a run: the recipe's for the shape, RunOptions' block sizes where given.

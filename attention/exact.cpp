@@ -35,6 +35,7 @@
 #include "attention/attention.hpp"
 #include "attention/exact_rounding.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/parallel_for.hpp"
 #include "emu/ops.hpp"
 #include "emu/summation.hpp"
 
@@ -216,15 +217,7 @@ AttentionOutputs exact_attention(const AttentionInputs& in) {
       }
     }
   };
-  const int items = B * H;
-  const int threads = std::max(1, std::min(items, static_cast<int>(std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int i = t; i < items; i += threads) head(i / H, i % H);
-    });
-  }
-  for (auto& th : pool) th.join();
+  parallel_for(B * H, static_cast<int>(std::thread::hardware_concurrency()), [&](int i) { head(i / H, i % H); });
   if (backward) {
     for (int b = 0; b < B; ++b)
       for (int hk = 0; hk < Hk; ++hk)

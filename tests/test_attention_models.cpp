@@ -28,6 +28,7 @@
 #include "attention/attention.hpp"
 #include "attention/engine_detail.hpp"
 #include "attention/kernel_models.hpp"
+#include "attention/parallel_for.hpp"
 #include "tests/empty_row_lse.hpp"
 #include "tests/bf16_reference.hpp"
 #include "studies/scenarios.hpp"
@@ -943,4 +944,25 @@ TEST_CASE("a model without tensor-core or special-function steps is not validate
   }
   // A tensor-core model has such steps (whether they were measured is its dots' and SFUs' own).
   CHECK(parse_kernel_model("pytorch-fa2-sm90", formats::bf16).recipe->has_hardware_steps());
+}
+
+// Found by an input audit: exact_attention ran its heads on threads of its own, and an
+// allocation failure in one (a reference too large for a memory limit) escaped the thread and
+// aborted the process (exit 134) where the CLI reports "out of memory" (exit 2). Every pool
+// of attention/ is now parallel_for, which rethrows an item's exception on the caller's thread.
+TEST_CASE("parallel_for rethrows an item's exception, bad_alloc included, on the caller's thread") {
+  for (int threads : {1, 2, 8}) {
+    CAPTURE(threads);
+    std::atomic<int> ran{0};
+    CHECK_THROWS_AS(parallel_for(64, threads,
+                                 [&](int i) {
+                                   ++ran;
+                                   if (i == 5) throw std::bad_alloc();
+                                 }),
+                    std::bad_alloc);
+    CHECK(ran.load() >= 6);  // items are taken in order: 0..5 at least ran
+    std::atomic<int> all{0};
+    parallel_for(64, threads, [&](int) { ++all; });
+    CHECK(all.load() == 64);
+  }
 }
