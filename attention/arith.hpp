@@ -72,6 +72,9 @@ struct HardwareArith {
   // flushed to zero when the recipe runs with fast math. Forced inline: the per-entry loops
   // run it several times per score, where GCC would otherwise leave a call.
   [[gnu::always_inline]] double f32(double x) const { return flush32(static_cast<float>(x)); }
+  // One rounding inside a PyTorch tensor op (softmax's backward): its opmath, fp32, or none
+  // for an fp64 model's fp64 tensors (KernelModel::fp64_opmath).
+  double opmath(double x) const { return km->fp64_opmath ? x : f32(x); }
   // f32's flush of an fp32 value: with ftz a subnormal becomes the zero of its sign (zeros
   // stay), read on the encoding (exponent field 0) without a branch, so that loops over it
   // vectorise.
@@ -108,14 +111,17 @@ struct HardwareArith {
   double lg2(double x) const { return km->sfu.lg2->evaluate(static_cast<float>(x)); }
   double libdevice_lg2(double x) const { return libdevice_log2f(static_cast<float>(x)); }
   double fast_log(double x) const { return fb::fast_log(km->sfu, static_cast<float>(x)); }
-  // PyTorch's fp32 exp/log (CUDA expf/logf, <= 2 ulp): modelled as libm fp64 rounded to
-  // fp32, i.e. (almost always) correctly rounded, UNMEASURED against the GPU; with
-  // KernelModel::cuda_expf, exp is CUDA's expf sequence over the SFU set's ex2 (emu/sfu/cuda_expf.hpp).
-  double exp32(double x) const {
+  // PyTorch's exp/log tensor ops, in their opmath. fp32 (CUDA expf/logf, <= 2 ulp): modelled
+  // as libm fp64 rounded to fp32, i.e. (almost always) correctly rounded, UNMEASURED against
+  // the GPU; with KernelModel::cuda_expf, exp is CUDA's expf sequence over the SFU set's ex2
+  // (emu/sfu/cuda_expf.hpp). fp64 (KernelModel::fp64_opmath, fp64 tensors): libm's exp/log in
+  // double (< 1 ulp), UNMEASURED against CUDA's exp/log.
+  double opmath_exp(double x) const {
+    if (km->fp64_opmath) return std::exp(x);
     if (km->cuda_expf) return cuda_expf(static_cast<float>(x), *km->sfu.ex2);
     return static_cast<float>(std::exp(x));
   }
-  double log32(double x) const { return static_cast<float>(std::log(x)); }
+  double opmath_log(double x) const { return km->fp64_opmath ? std::log(x) : static_cast<float>(std::log(x)); }
 
   template <class E>
   double dot(const DotSpec& spec, double c, const E* a, const E* b, int k, DotTrace* trace = nullptr) const {
@@ -216,6 +222,7 @@ struct ExactArith {
   static constexpr bool exact = true;
   const KernelModel* km;
   double f32(double x) const { return x; }
+  double opmath(double x) const { return x; }
   double to(const std::optional<Format>&, double x) const { return x; }
   double to_traced(const std::optional<Format>&, double x, RoundingEvent*, const RoundingSpec& = {},
                    std::uint64_t = 0) const {
@@ -229,8 +236,8 @@ struct ExactArith {
   double lg2(double x) const { return std::log2(x); }
   double libdevice_lg2(double x) const { return std::log2(x); }
   double fast_log(double x) const { return std::log(x); }
-  double exp32(double x) const { return std::exp(x); }
-  double log32(double x) const { return std::log(x); }
+  double opmath_exp(double x) const { return std::exp(x); }
+  double opmath_log(double x) const { return std::log(x); }
   template <class E>
   double dot(const DotSpec&, double c, const E* a, const E* b, int k, DotTrace* = nullptr) const {
     double s = c;

@@ -516,7 +516,7 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
               // P = exp(S - LSE): S (FMT) minus LSE (lse_format) promotes to the wider.
               const std::optional<Format> sub =
                   km.lse_format && km.sub_format && *km.sub_format == formats::bf16 ? km.lse_format : km.sub_format;
-              p = stats[r].lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(sub, s - stats[r].lse)));
+              p = stats[r].lse == kInf ? 0.0 : ar.to(km.p_format, ar.opmath_exp(ar.op(sub, s - stats[r].lse)));
             }
             const double dp = ar.to(F, ar.dot(km.pv_dot, 0.0, hd.do_row(r), hd.v_row(j), d));
             if (km.delta == DeltaFormula::rounded_products && !km.delta_dpp) {
@@ -528,8 +528,8 @@ void tensorop_backward_head(const KernelModel& km, const A& ar, const HeadData<E
               // no scale (q' and k' carry it).
               ds = ar.fma32(-p, delta[r], ar.f32(dp * p));
             } else {
-              // softmax backward (fp32 inside, one rounding), then the scale as a tensor op.
-              const double soft = ar.op(F, p * ar.f32(dp - delta[r]));
+              // softmax backward (opmath inside, one rounding), then the scale as a tensor op.
+              const double soft = ar.op(F, p * ar.opmath(dp - delta[r]));
               ds = ar.op(F, soft * k.scale_f);
             }
           }
@@ -615,15 +615,15 @@ double delta_from_dpp(const KernelModel& km, const A& ar, const HeadData<E>& hd,
         p = prow[j];
       } else {
         const double s = score(km, ar, k, hd.q_row(row), hd.k_row(j), g.d);
-        p = st.lse == kInf ? 0.0 : ar.to(km.p_format, ar.exp32(ar.op(km.lse_format, s - st.lse)));
+        p = st.lse == kInf ? 0.0 : ar.to(km.p_format, ar.opmath_exp(ar.op(km.lse_format, s - st.lse)));
       }
       dp = ar.to(km.bwd_format, ar.dot(km.pv_dot, 0.0, hd.do_row(row), hd.v_row(j), g.d));
     }
-    scratch[j] = ar.f32(p * dp);
+    scratch[j] = ar.opmath(p * dp);  // fp32 in the kernels' dP·P and PyTorch's opmath, fp64 on fp64
   }
   const std::int64_t flat_row = static_cast<std::int64_t>(hd.batch_head) * g.nq + row;
   return materialised_row_sum(km, scratch.data(), nk, g.nk, SoftmaxPass::backward, flat_row,
-                              [&](double a, double b) { return ar.f32(a + b); });
+                              [&](double a, double b) { return ar.opmath(a + b); });
 }
 
 #define FB_ATTN_INSTANTIATE(A, E)                                                                                      \

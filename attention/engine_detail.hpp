@@ -673,7 +673,7 @@ double exponent(const KernelModel& km, const A& ar, const ScaleConstants& sc, do
     case ScaleHandling::sqrt_prescale_qk: {
       if (s == -kInf) return 0.0;
       const double mm = m == -kInf ? 0.0 : m;
-      return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, s - mm)));
+      return ar.to(km.p_format, ar.opmath_exp(ar.op(km.sub_format, s - mm)));
     }
   }
   return 0.0;

@@ -247,9 +247,10 @@ KernelModel pytorch_math_sm90(const Format& dtype) {
 KernelModel golden(const std::optional<Format>& f, const std::string& fname, bool flash) {
   KernelModel m;
   m.base = "golden-" + fname + (flash ? "-flash" : "-baseline");
-  m.description = std::string("Golden et al. microbenchmark, ") +
-                  (flash ? "Flash (tiled online softmax)" : "Baseline (materialised)") +
-                  ", every tensor op rounded to " + fname + ", fp32 inside matmuls/sums/softmax";
+  m.description =
+      std::string("Golden et al. microbenchmark, ") +
+      (flash ? "Flash (tiled online softmax)" : "Baseline (materialised)") + ", every tensor op rounded to " + fname +
+      (f ? ", fp32 inside matmuls/sums/softmax" : ", exp and log in fp64 (libm's, UNMEASURED against CUDA's)");
   m.sources =
       "Golden et al. 2024 'Is Flash Attention Stable?' (docs/DESIGN.md §8); tiles B_c = ceil(M/4d), "
       "B_r = min(ceil(M/4d), d) with M = 32768 elements (assumed SRAM size)";
@@ -292,6 +293,7 @@ KernelModel golden(const std::optional<Format>& f, const std::string& fname, boo
   m.lse = LseFormula::natural;
   m.lse_format = acc();
   m.sfu = correct_sfu_set();
+  m.fp64_opmath = !f;  // torch.exp/log of an fp64 tensor compute in fp64
   m.ftz = false;
   m.delta = DeltaFormula::softmax_backward;
   m.bwd_format = f;

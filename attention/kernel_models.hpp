@@ -497,6 +497,10 @@ struct KernelModel {
   // CUDA's expf, an FMA range reduction around the SfuSet's ex2 (emu/sfu/cuda_expf.hpp), instead
   // of correctly rounded.
   bool cuda_expf = false;
+  // The exp and log of the tensor ops compute in fp64, as PyTorch's do on fp64 tensors (the
+  // golden-fp64 models), not in fp32 opmath (every other tensor-op model: bf16, fp16 and fp32
+  // tensors compute exp and log in fp32).
+  bool fp64_opmath = false;
   bool delta_dpp = false;  // delta = rowsum(dP∘P)
   bool o_fp32 = false;     // delta from O kept in fp32 (before the final cast)
   // The final cast of O: rne is every recipe's own (cvt.rn / .to(dtype)); +o-MODE

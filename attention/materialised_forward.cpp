@@ -70,7 +70,7 @@ void materialised_forward_row(const KernelModel& km, const A& ar, const HeadData
   }
   st.m = m;
   st.l = l;
-  st.lse = empty ? empty_row_lse(km.lse) : ar.op(km.lse_format, m + ar.log32(l));
+  st.lse = empty ? empty_row_lse(km.lse) : ar.op(km.lse_format, m + ar.opmath_log(l));
   st.lse_kernel = st.lse;
 }
 

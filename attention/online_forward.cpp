@@ -73,7 +73,7 @@ double rescale_factor(const KernelModel& km, const A& ar, const ScaleConstants& 
     case ScaleHandling::multiply_scores:
     case ScaleHandling::sqrt_prescale_qk: {  // materialised only (run_attention refuses it online)
       if (m_old == -kInf) return 0.0;        // nothing accumulated yet (guards -inf - -inf)
-      return ar.to(km.p_format, ar.exp32(ar.op(km.sub_format, m_old - m_new)));
+      return ar.to(km.p_format, ar.opmath_exp(ar.op(km.sub_format, m_old - m_new)));
     }
   }
   return 1.0;
@@ -502,13 +502,13 @@ void normalize_softmax_lse(const KernelModel& km, const A& ar, const HeadData<E>
         st.lse = m * k.scale_log2 / std::numbers::log2e + std::log(l);
       } else {
         const double scaled_max = ar.f32(m * k.scale_log2);
-        st.lse = static_cast<float>(scaled_max / std::numbers::log2e + ar.log32(l));
+        st.lse = static_cast<float>(scaled_max / std::numbers::log2e + ar.opmath_log(l));
       }
       st.lse_kernel = st.lse;
       break;
     }
     case LseFormula::natural:
-      st.lse = empty ? no_key_lse : ar.op(km.lse_format, m + ar.log32(l));
+      st.lse = empty ? no_key_lse : ar.op(km.lse_format, m + ar.opmath_log(l));
       st.lse_kernel = st.lse;
       break;
     case LseFormula::cudnn_stats: {

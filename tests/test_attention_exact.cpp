@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <mpfr.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -37,6 +38,41 @@ TEST_CASE("exact_attention agrees with MPFR at 1024 bits: O, LSE, delta, dQ, dK,
       const AttentionOutputs got = exact_attention(in);
       const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : n; });
       check_all_close(got, want);
+    }
+  }
+}
+
+// Found by an audit: the golden-fp64 models computed exp in fp32 (PyTorch's opmath for bf16,
+// fp16 and fp32 tensors, not fp64's), so `deviation`'s fp64 rows measured fp32's exp error,
+// ~1e-8, and Flash and Baseline agreed to 8 digits. In fp64 throughout, their O, LSE and
+// gradients are within a few fp64 ulps of MPFR's (1e-13 leaves room for the sums' orders).
+TEST_CASE("golden-fp64 models compute in fp64 throughout, exp and log included") {
+  for (const char* name : {"golden-fp64-flash", "golden-fp64-baseline"}) {
+    for (bool causal : {false, true}) {
+      CAPTURE(name);
+      CAPTURE(causal);
+      AttentionInputs in = make_scenario("random", 91, 1, 1, 40, 16, formats::fp32, true);
+      in.causal = causal;
+      // The models read fp32 inputs: the reference reads the same values.
+      for (Tensor4* t : {&in.q, &in.k, &in.v, &*in.d_o})
+        for (double& x : t->data) x = static_cast<float>(x);
+      const AttentionOutputs got = run_attention(parse_kernel_model(name, formats::bf16), in, RunOptions{});
+      const MpAttention want = fb::test::mpfr_attention(in, [&](int r) { return causal ? r + 1 : 40; });
+      const auto close = [](const Tensor4& g, const std::vector<Mp>& w, const char* what) {
+        const std::string tensor = what;
+        CAPTURE(tensor);
+        REQUIRE(g.data.size() == w.size());
+        double worst = 0;
+        for (std::size_t i = 0; i < w.size(); ++i)
+          worst = std::max(worst, std::fabs(g.data[i] - w[i].d()) / std::max(1.0, std::fabs(w[i].d())));
+        CHECK(worst <= 1e-13);
+      };
+      close(got.o, want.o, "O");
+      close(got.lse, want.lse, "LSE");
+      REQUIRE((got.dq && got.dk && got.dv));
+      close(*got.dq, want.dq, "dQ");
+      close(*got.dk, want.dk, "dK");
+      close(*got.dv, want.dv, "dV");
     }
   }
 }
