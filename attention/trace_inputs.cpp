@@ -67,6 +67,9 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
                      shape_text(in.v) +
                      ": the models need k and v of one shape, with q's batch and head dim (their heads may "
                      "divide q's: grouped-query attention; their length may differ from q's)");
+  if (in.q.cols > kMaxHeadDim)
+    throw TraceError(trace.source_name() + ": tensor 'q': head dim " + std::to_string(in.q.cols) +
+                     ": the models run head dims up to " + std::to_string(kMaxHeadDim) + ", as FlashAttention does");
   if (trace.has("do")) in.d_o = tensor_from_trace(trace, "do");
   const TraceMetadata& m = trace.metadata();
   in.dtype = m.dtype ? *m.dtype : trace.bits("q").format;

@@ -2327,6 +2327,37 @@ TEST_CASE("replay --row compares the intermediates of a traced row") {
                 other.out);
 }
 
+// Found by an input audit: import wrote a capture of head dim 512, which replay and bias-test
+// then refused with "attention: head dim above 256 is not modelled", naming no file. The
+// trace's reader refuses it, naming the file and q, wherever it is read.
+TEST_CASE("a trace of head dim above 256 is refused by import, replay and bias-test, naming the file") {
+  fb::TraceMetadata md;
+  md.source = "unknown";
+  md.softmax_scale = 0.05;
+  md.causal = false;
+  const std::vector<std::uint64_t> shape = {1, 1, 4, 512};
+  std::vector<double> values(4 * 512);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 7) * 0.25;
+  const std::string path = (scratch() / "d512.safetensors").string();
+  fb::TraceBuilder(md)
+      .add_values("q", fb::formats::bf16, shape, values)
+      .add_values("k", fb::formats::bf16, shape, values)
+      .add_values("v", fb::formats::bf16, shape, values)
+      .add_values("o", fb::formats::bf16, shape, values)
+      .write(path);
+  const std::string out = (scratch() / "d512_imported.safetensors").string();
+  for (const std::string& command :
+       {"import " + path + " --out " + out, "replay " + path + " --model fa2-sm80", "bias-test --traces " + path}) {
+    CAPTURE(command);
+    const Run r = run(command);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find("d512.safetensors: tensor 'q': head dim 512: the models run head dims up to 256") !=
+                      std::string::npos,
+                  r.err);
+  }
+  CHECK_FALSE(std::filesystem::exists(out));
+}
+
 // Integer options take decimal digits only (docs/CLI.md): CLI11 alone also reads 0x2, 0b1 and
 // 1e1 as integers, so --jobs 0x2 and --sr-bits 0x10 were accepted as 2 and 16.
 TEST_CASE("--jobs and --sr-bits take decimal digits only") {
