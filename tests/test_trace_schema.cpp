@@ -342,17 +342,30 @@ TEST_CASE("trace_validation_names_tensor_and_field") {
        "__metadata__: key 'causal_alignment': expected none, bottom-right or top-left, got 'top_left'"},
       {"alignment vs causal", minimal_trace(R"({"source":"emulated","causal":"false","causal_alignment":"top-left"})"),
        "__metadata__: key 'causal_alignment': says 'top-left' but key 'causal' says false"},
+      // Replay picks the H200's SFU tables by "9.0": "9.0 " replayed under other functions.
+      {"capability space", minimal_trace(R"({"source":"cuda:H200","compute_capability":"9.0 "})"),
+       "__metadata__: key 'compute_capability': expected MAJOR.MINOR (\"9.0\", as torch.cuda.get_device_capability "
+       "gives) or \"none\", got '9.0 '"},
+      {"capability text", minimal_trace(R"({"source":"cuda:H200","compute_capability":"abc"})"),
+       "key 'compute_capability'"},
+      {"capability no minor", minimal_trace(R"({"source":"cuda:H200","compute_capability":"9."})"),
+       "key 'compute_capability'"},
+      {"capability two-digit minor", minimal_trace(R"({"source":"cuda:H200","compute_capability":"9.00"})"),
+       "key 'compute_capability'"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
     const std::string message = trace_error(c.bytes);
     CHECK_MESSAGE(message.find(c.expected) != std::string::npos, message);
   }
-  for (const char* good : {R"({"source":"cuda:A100","causal":"False","dtype":"bf16","block_m":"64"})",
-                           R"({"source":"emulated","causal":"1","dtype":"torch.bfloat16","softmax_scale":"1e-1"})",
-                           R"({"source":"emulated","seqlen_q":"2","seqlen_k":"2"})",
-                           R"({"source":"emulated","causal":"true","causal_alignment":"top-left"})",
-                           R"({"source":"emulated","causal":"0","causal_alignment":"none"})"})
+  for (const char* good :
+       {R"({"source":"cuda:A100","causal":"False","dtype":"bf16","block_m":"64"})",
+        R"({"source":"emulated","causal":"1","dtype":"torch.bfloat16","softmax_scale":"1e-1"})",
+        R"({"source":"emulated","seqlen_q":"2","seqlen_k":"2"})",
+        R"({"source":"emulated","causal":"true","causal_alignment":"top-left"})",
+        R"({"source":"emulated","causal":"0","causal_alignment":"none"})",
+        R"({"source":"cuda:H200","compute_capability":"9.0"})", R"({"source":"cuda:B200","compute_capability":"10.0"})",
+        R"({"source":"emulated","compute_capability":"none"})"})
     CHECK(trace_error(minimal_trace(good)) == "(no error)");
 }
 

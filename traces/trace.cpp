@@ -78,6 +78,21 @@ TraceMetadata parse_metadata(const std::map<std::string, std::string>& raw, std:
         std::pair{trace_keys::device, &out.device}, std::pair{trace_keys::compute_capability, &out.compute_capability},
         std::pair{trace_keys::versions, &out.versions}})
     if (const auto v = find_key(raw, key)) *field = std::string(*v);
+  // Replay picks the measured SFU tables by it ("9.0"): a value it cannot read ("9.0 ", "9.00")
+  // would silently replay a hardware capture under other special functions. CUDA writes it as
+  // major.minor, a major of one or two digits (no leading zero) and a one-digit minor.
+  if (const auto v = find_key(raw, trace_keys::compute_capability)) {
+    const std::size_t dot = v->find('.');
+    const auto digits = [](std::string_view s, std::size_t most) {
+      return !s.empty() && s.size() <= most && (s.size() == 1 || s[0] != '0') &&
+             std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (*v != "none" &&
+        (dot == std::string_view::npos || !digits(v->substr(0, dot), 2) || !digits(v->substr(dot + 1), 1)))
+      fail(source, key_prefix(trace_keys::compute_capability) +
+                       "expected MAJOR.MINOR (\"9.0\", as torch.cuda.get_device_capability gives) or \"none\", got " +
+                       quoted_name(*v));
+  }
 
   if (const auto v = find_key(raw, trace_keys::softmax_scale)) {
     double scale = 0.0;

@@ -17,7 +17,9 @@
 //                      flashbits produced, "unknown" for a capture whose provenance its
 //                      importer did not state; anything else is an error, so an emulated
 //                      (or unknown) trace can never pass as a hardware capture.
-//   kernel, model, device, compute_capability, versions   free text
+//   kernel, model, device, versions   free text
+//   compute_capability MAJOR.MINOR ("9.0": replay picks the measured SFU tables by it) or
+//                      "none" (a CPU stand-in's)
 //   softmax_scale      a finite positive decimal (written shortest-round-trip, so exact)
 //   causal             true|false (Python's True|False and 1|0 accepted)
 //   dtype              a flashbits format name or torch dtype name; must match q's dtype
