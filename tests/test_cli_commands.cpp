@@ -1365,6 +1365,15 @@ TEST_CASE("issue 21: --jobs is 1..1024, and a thread the system cannot start is 
                       "ulimit -v 600000; ");
     CHECK(r.code == 2);
     CHECK_MESSAGE(error_line(r).find("--jobs 1000: cannot start thread") != std::string::npos, r.err);
+    // A trial too large for the limit: out of memory (exit 2), where sweep said "internal
+    // error: std::bad_alloc" (exit 3); bias-test's exact reference aborted (exit 134).
+    for (const std::string command : {"sweep --model fa2-sm80 --seqlen 2000000 --headdim 256 --trials 1 --jobs 1",
+                                      "bias-test --model fa2-sm80 --seqlen 65536 --headdim 64 --trials 2 --jobs 1"}) {
+      CAPTURE(command);
+      const Run oom = run(command, "ulimit -v 60000; ");
+      CHECK(oom.code == 2);
+      CHECK_MESSAGE(error_line(oom).find("out of memory") != std::string::npos, oom.err);
+    }
   }
 }
 

@@ -375,6 +375,14 @@ std::string progress_line(std::uint64_t done, std::uint64_t total, const std::st
 
 ProgressBar::ProgressBar(std::string unit, std::uint64_t total) : unit_(std::move(unit)), total_(total) {
   if (!stderr_is_terminal() || total_ == 0) return;
+  // A drawer the system cannot start (no thread left) leaves the run undrawn, not failed.
+  try {
+    start_drawer();
+  } catch (const std::system_error&) {
+  }
+}
+
+void ProgressBar::start_drawer() {
   drawer_ = std::thread([this] {
     const auto start = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mutex_);

@@ -223,6 +223,7 @@ class ProgressBar {
   bool stop_ = false, drawn_ = false;
   std::size_t drawn_width_ = 0;  // widest line drawn, cleared by clear_line() and finish()
   std::thread drawer_;
+  void start_drawer();
 };
 
 }  // namespace fb::cli

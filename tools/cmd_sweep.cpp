@@ -106,7 +106,7 @@ int run_sweep(const SweepOptions& o) {
   ProgressBar progress("trials", total);
   std::mutex error_mutex;
   std::string error;
-  bool error_is_bad_input = false;
+  bool error_is_bad_input = false, error_is_out_of_memory = false;
   auto worker = [&] {
     for (std::size_t item = next++; item < total; item = next++) {
       const Config& c = configs[item / o.trials];
@@ -133,6 +133,13 @@ int run_sweep(const SweepOptions& o) {
           error = c.row.configuration() + ": " + e.what();
           error_is_bad_input = true;
         }
+      } catch (const std::bad_alloc&) {
+        // The size asked for, not a bug: main's "out of memory" line, exit 2.
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (error.empty()) {
+          error = "out of memory";
+          error_is_out_of_memory = true;
+        }
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (error.empty()) error = c.row.configuration() + ": " + e.what();
@@ -144,6 +151,7 @@ int run_sweep(const SweepOptions& o) {
   run_on_threads(jobs, worker, [&] { next = total; });
   progress.finish();
   if (!error.empty()) {
+    if (error_is_out_of_memory) throw std::bad_alloc();
     if (error_is_bad_input) throw InputError(error);
     throw std::runtime_error(error);
   }
