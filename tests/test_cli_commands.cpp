@@ -2298,6 +2298,30 @@ TEST_CASE("replay: a per-tile intermediate with the wrong number of kv blocks is
   CHECK(error_line(r).find("kv blocks, but") != std::string::npos);
 }
 
+// Found by an input audit: a dq_accum of another shape but as many elements ([1,1,128,128]
+// for [1,1,256,64]) was compared element by element and reported "16384/16384 match".
+TEST_CASE("replay refuses a compared tensor of the wrong shape even with the right count") {
+  const std::filesystem::path capture =
+      std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces/hw/h200/fa2/fa2_random_d64.safetensors";
+  fb::Safetensors file = fb::read_safetensors(capture);
+  bool reshaped = false;
+  for (fb::SafeTensor& t : file.tensors)
+    if (t.name == "dq_accum") {
+      REQUIRE(t.shape == std::vector<std::uint64_t>{1, 1, 256, 64});
+      t.shape = {1, 1, 128, 128};
+      reshaped = true;
+    }
+  REQUIRE(reshaped);
+  const std::string path = (scratch() / "dq_accum_reshaped.safetensors").string();
+  fb::write_safetensors(path, file);
+  CHECK(run("replay " + capture.string()).code == 0);
+  const Run r = run("replay " + path);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(error_line(r).find("tensor dq_accum: shape [1,1,128,128], but the model computes [1,1,256,64]") !=
+                    std::string::npos,
+                r.err);
+}
+
 // replay --row R of an fb-fa2 capture compared none of its per-tile intermediates, and listed
 // them as "not compared" as if replay could not read them. R one of trace_rows compares that
 // row's (against the H200's bits: one flipped bit of it is a mismatch); another R says why not.

@@ -92,9 +92,17 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
   const RawTensor captured = trace.bits(name);
   cmp.format = captured.format;
   const attn::Tensor4 shape = attn::tensor_from_trace(trace, name);
-  if (shape.data.size() != recomputed.data.size())
-    throw TraceError(trace.source_name() + ": tensor " + name + ": expected " + std::to_string(recomputed.data.size()) +
-                     " elements, got " + std::to_string(shape.data.size()));
+  // The shape, not only the count: a dq_accum [1,1,128,128] holds as many values as a
+  // [1,1,256,64] one, and compared element by element it would match nothing it should.
+  const auto text = [](const attn::Tensor4& t) {
+    std::string s = "[";
+    for (int extent : {t.batch, t.heads, t.rows}) s += std::to_string(extent) + ",";
+    return s + std::to_string(t.cols) + "]";
+  };
+  if (shape.batch != recomputed.batch || shape.heads != recomputed.heads || shape.rows != recomputed.rows ||
+      shape.cols != recomputed.cols)
+    throw TraceError(trace.source_name() + ": tensor " + name + ": shape " + text(shape) + ", but the model computes " +
+                     text(recomputed) + " [batch, heads, rows, cols] from q, k and v");
   const Format& f = captured.format;
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
