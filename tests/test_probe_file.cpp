@@ -564,6 +564,27 @@ TEST_CASE("probe_file_refuses_patterns_wider_than_their_format_and_a_key_given_t
   std::filesystem::remove(twice);
 }
 
+TEST_CASE("probe_file_refuses_a_batch_named_twice_or_unnamed") {
+  // Found by the bad-input audit: batches=a,a,... was read, and probe-check --json then
+  // counted every case of the twelve batches under one "a" (64 of 1068).
+  for (const bool empty : {false, true}) {
+    CAPTURE(empty);
+    ProbeFile file;
+    file.sections = {hopper_section()};
+    auto& batches = file.sections[0].header.batches;
+    REQUIRE_FALSE(batches.empty());
+    batches.push_back(empty ? std::string() : batches.front());
+    const std::string path = temp_path("batches.fbp");
+    fb::gpu::write_probe_file(path, file);
+    const std::string expected =
+        empty ? "section 0: batches: batch " + std::to_string(batches.size() - 1) + " has an empty name"
+              : "section 0: batches: '" + batches.front() + "' is named twice (batches 0 and " +
+                    std::to_string(batches.size() - 1) + ")";
+    CHECK_THROWS_WITH_AS(fb::gpu::read_probe_file(path), doctest::Contains(expected.c_str()), fb::gpu::ProbeFileError);
+    std::filesystem::remove(path);
+  }
+}
+
 TEST_CASE("probe_file_header_integers_are_plain_digits") {
   // Found by the bad-input audit: stoll skipped leading spaces and took a sign, so "k= 6" and
   // "k=+6" were read as k = 6. Edited at the same length, so that the section stays framed.

@@ -123,6 +123,15 @@ ProbeHeader parse_header(const Reader& r, const std::string& prefix, const std::
   cases = static_cast<std::uint64_t>(take_int("cases", 0, 1ll << 40));
   h.batches = split(take("batches"), ',');
   if (h.batches.empty()) r.fail(prefix + "batches", "empty list");
+  // Cases name their batch by index, and reports count them by name: an empty name or one
+  // given twice would merge two batches' counts under one name.
+  for (std::size_t i = 0; i < h.batches.size(); ++i) {
+    if (h.batches[i].empty()) r.fail(prefix + "batches", "batch " + std::to_string(i) + " has an empty name");
+    for (std::size_t j = 0; j < i; ++j)
+      if (h.batches[j] == h.batches[i])
+        r.fail(prefix + "batches", "'" + h.batches[i] + "' is named twice (batches " + std::to_string(j) + " and " +
+                                       std::to_string(i) + ")");
+  }
   if (kv.count("models")) h.models = split(take("models"), ',');
   h.extra = std::move(kv);
   return h;
