@@ -231,6 +231,7 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
       const std::string args = colon == std::string::npos ? "" : p.substr(colon + 1);
       std::size_t s = 0;
       bool first = true;
+      std::set<std::string> given_keys;  // each once, as +dynmax's: a repeat kept its last value
       while (!args.empty() && s <= args.size()) {
         const std::size_t comma = args.find(',', s);
         const std::string item = args.substr(s, comma == std::string::npos ? std::string::npos : comma - s);
@@ -239,6 +240,9 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         const std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
         if (eq == std::string::npos && !first)
           throw std::invalid_argument("+splitkv: expected key=value after the first parameter, got '" + item + "'");
+        if (!given_keys.insert(key).second)
+          throw std::invalid_argument("+splitkv: " + (key == "n" ? std::string("the split count") : key) +
+                                      " is given twice");
         if (key == "n") {
           if (value == "auto") {
             m.splitkv.num_splits = 0;
@@ -269,6 +273,11 @@ ModelHandle parse_kernel_model(std::string_view full_name, const Format& dtype) 
         if (comma == std::string::npos) break;
         s = comma + 1;
       }
+      // sms feeds the auto heuristic only: beside a fixed split count it would be dropped unread.
+      if (given_keys.count("sms") && m.splitkv.num_splits != 0)
+        throw std::invalid_argument("+splitkv: sms sets the SM count of the auto heuristic; with " +
+                                    std::to_string(m.splitkv.num_splits) + " splits given it is not used (drop sms, " +
+                                    "or give auto)");
       canonical_suffix += "+splitkv:" + (m.splitkv.num_splits == 0 ? "auto,sms=" + std::to_string(m.splitkv.sm_count)
                                                                    : std::to_string(m.splitkv.num_splits));
       if (m.splitkv.scale == SplitKvScale::exp_minus_max_inv_sum) canonical_suffix += ",combine=inv-sum";

@@ -218,6 +218,15 @@ TEST_CASE("splitkv: parsing, canonical names, UNMEASURED") {
   CHECK_THROWS(parse_kernel_model("fa2-sm90+splitkv:0", formats::bf16));
   CHECK_THROWS(parse_kernel_model("fa2-sm90+splitkv:129", formats::bf16));
   CHECK_THROWS(parse_kernel_model("fa2-sm90+splitkv:4,combine=other", formats::bf16));
+  // Found by an input audit: a repeated parameter kept its last value, and sms beside a fixed
+  // split count was dropped unread (the model recorded as +splitkv:4), where +dynmax refuses.
+  for (const char* name : {"fa2-sm80+splitkv:auto,sms=3,sms=5", "fa2-sm80+splitkv:auto,combine=logsum,combine=inv-sum",
+                           "fa2-sm80+splitkv:auto,n=3"})
+    CHECK_THROWS_WITH_AS(parse_kernel_model(name, formats::bf16), doctest::Contains("is given twice"),
+                         std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_kernel_model("fa2-sm80+splitkv:4,sms=3", formats::bf16),
+                       doctest::Contains("sms sets the SM count of the auto heuristic"), std::invalid_argument);
+  CHECK(parse_kernel_model("fa2-sm80+splitkv:auto,sms=3", formats::bf16).recipe->splitkv.sm_count == 3);
   bool listed = false;
   for (const KernelModelDescription& m : describe_kernel_models())
     if (m.name.rfind("+splitkv", 0) == 0) listed = m.description.find("UNMEASURED") != std::string::npos;
