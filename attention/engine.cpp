@@ -180,8 +180,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
     g.flex_splits = flex_decode_split_count(km, B * Hk);
     if (opt.tracer) throw std::invalid_argument("attention: tracing a row of a split flex decode is not modelled");
   }
-  if (const std::string why = unmodelled_shape(km, run_shape(in)); !why.empty())
-    throw std::invalid_argument("attention: " + model_name + " does not model this shape: it " + why);
+  refuse_unmodelled_shape(model_name, km, run_shape(in));
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
     throw std::invalid_argument("attention: FA2 tiles must be a multiple of 8 keys");
   }

@@ -1331,6 +1331,11 @@ std::string unmodelled_shape(const KernelModel& km, int query_rows, int keys, bo
   return unmodelled_shape(km, shape);
 }
 
+void refuse_unmodelled_shape(const std::string& model_name, const KernelModel& km, const RunShape& shape) {
+  if (const std::string why = unmodelled_shape(km, shape); !why.empty())
+    throw std::invalid_argument("attention: " + model_name + " does not model this shape: it " + why);
+}
+
 std::string unmodelled_shape(const KernelModel& km, const RunShape& shape) {
   const int query_rows = shape.query_rows, keys = shape.keys;
   const bool causal = shape.causal;

@@ -577,6 +577,10 @@ struct RunShape;  // attention/attention.hpp
 // BLOCK_M x head dim) and whether the backward runs (the tutorial backward's N_CTX % 128 assert).
 // The overload above is this one with head dim 0 (those checks skipped) and no backward.
 std::string unmodelled_shape(const KernelModel& km, const RunShape& shape);
+// Throws std::invalid_argument "attention: NAME does not model this shape: it WHY" where
+// unmodelled_shape gives a reason: run_attention's refusal, which a front end calls before it
+// prints the model's warnings, so that a refused run prints no warning about itself.
+void refuse_unmodelled_shape(const std::string& model_name, const KernelModel& km, const RunShape& shape);
 
 // What this shape takes of the model that no hardware capture has measured, one "note: ..."
 // line each (empty: nothing beyond the model's own status, hardware_validated()): PyTorch's

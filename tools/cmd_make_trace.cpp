@@ -85,6 +85,7 @@ int run_make_trace(const MakeTraceOptions& o) {
     in.causal = statement->causal;
     if (statement->alignment == "top-left") in.causal_alignment = attn::AttentionInputs::CausalAlignment::top_left;
   }
+  attn::refuse_unmodelled_shape(model.name, *model.recipe, attn::run_shape(in));  // before warning about the run
   warn_about_model(model.name, model.recipe->warning);
   warn_about_model(model.name, attn::shape_warning(*model.recipe, attn::run_shape(in)));
   attn::RunOptions opt;

@@ -224,6 +224,7 @@ int run_replay(const ReplayOptions& o) {
   attn::ReplayableTrace replayable = attn::check_replayable(trace, o.model);
   const attn::AttentionInputs& in = replayable.inputs;
   attn::ModelHandle model = std::move(replayable.model);
+  attn::refuse_unmodelled_shape(model.name, *model.recipe, attn::run_shape(in));  // before warning about the run
   warn_about_model(model.name, model.recipe->warning);
   warn_about_model(model.name, attn::shape_warning(*model.recipe, attn::run_shape(in)));
   std::vector<std::string> notes;

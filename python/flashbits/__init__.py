@@ -789,7 +789,6 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
         raise ValueError(f"plot_feature={plot_feature}: needs trace= (the traced rows record that feature's P·V steps)")
     causal_given = causal
     causal, top_left = _causal_arg(causal)
-    _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     seed = _int_arg("seed", seed, unsigned=True, optional=True)
     if seed is not None and not _core._model_formats(_str_arg("model", model), dtype, "" if recipe is None else recipe,
                                                      _str_arg("sfu", sfu), dtype_given)["seeded"]:
@@ -799,6 +798,8 @@ def attention(q, k, v, model: str, do=None, causal: bool | str = False, scale: f
                         _float_arg("scale", scale, optional=True), "" if recipe is None else recipe, rows, trace_all,
                         dtype, 0 if seed is None else seed, threads, plot_feature, _str_arg("sfu", sfu),
                         _bool_arg("keep_forward", keep_forward), dtype_given, top_left)
+    # Once the run is made: a refused one warns of nothing about itself.
+    _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     if d.get("warning"):  # an approximate model (a black-box fit) says so on every run, as the CLI does
         _warnings.warn(d["warning"], ApproximateModelWarning, stacklevel=2)
     if d.get("shape_warning"):  # a run the kernel itself gets wrong (the tutorial's backward, causal off)
@@ -819,13 +820,13 @@ def exact_attention(q, k, v, do=None, causal: bool | str = False, scale: float |
     dtype = _default_dtype(dtype, in_dtype)
     causal_given = causal
     causal, top_left = _causal_arg(causal)
-    _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     rounded_as = _str_arg("rounded_as", rounded_as, optional=True)
     recipe = _path_arg("recipe", recipe, optional=True)
     if recipe is not None and rounded_as is None:  # it would change nothing: refused, not ignored
         raise ValueError("recipe: needs rounded_as (the recipe changes that model's floor)")
     d = _core.exact_attention(arrays[0], arrays[1], arrays[2], d_o, causal, _float_arg("scale", scale, optional=True),
                               dtype, top_left, rounded_as or "", recipe or "")
+    _warn_if_alignment_taken(causal_given, arrays[0].shape[-2], arrays[1].shape[-2])
     return AttentionResult(d, lead, kv_lead)
 
 

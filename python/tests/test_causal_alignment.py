@@ -314,3 +314,25 @@ def test_bias_test_reads_bare_captures_with_what_they_lack(cli, bare_capture, tm
         fb.bias_test(traces=[bare_capture], source="unknown", scale=SCALE, causal=False)
     with pytest.raises(ValueError, match=r"source, causal: they state what a bare capture"):
         fb.bias_test("fa2-sm80", source="unknown", causal=True)
+
+
+def test_a_refused_run_warns_of_nothing_about_itself(cli, tmp_path):
+    # Found by the semantics audit: attention(causal=True) with N != Nk under a model that
+    # refuses the shape warned "takes the mask aligned bottom-right" and then raised; the CLI
+    # printed the tutorial backward's causal warning before refusing a grouped-query run.
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 2, 128, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 2, 256, 64)).astype(np.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        with pytest.raises(ValueError, match="takes one N_CTX"):
+            fb.attention(q, k, k, "triton-tutorial-sm90", causal=True, dtype="fp16")
+    # The same lengths under a model that runs them: the warning, after the run.
+    with pytest.warns(UserWarning, match="aligned bottom-right"):
+        fb.attention(q.astype(np.float32), k.astype(np.float32), k.astype(np.float32), "fa2-sm80", causal=True,
+                     dtype="fp16")
+    rc, out, err = cli("make-trace", "--model", "triton-tutorial-sm90", "--out", str(tmp_path / "e.safetensors"),
+                       "--seqlen", "256", "--headdim", "64", "--dtype", "fp16", "--heads", "4", "--kv-heads", "2",
+                       "--backward", check=False)
+    assert rc == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and "warning" not in err, err
