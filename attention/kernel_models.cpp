@@ -629,7 +629,8 @@ KernelModel fa3_fp8(const Format& dtype) {
   KernelModel m;
   m.base = "fa3-fp8-sm90";
   m.description =
-      "FlashAttention-3 fp8 forward (hopper/): Q, K, V quantised to e4m3 (per-tensor scale amax/448), "
+      "FlashAttention-3 fp8 forward (hopper/): Q, K, V quantised to e4m3 as e4m3(fp32(x / scale)), one scale "
+      "amax/448 per (batch, kv head) as FA3's descales (Q's amax over the group's q heads), "
       "S and P·V through sm90-wgmma e4m3 (32 products/step, e8m13 truncation, C chained), softmax fp32, "
       "P̄ = ex2(.. + 8) in [0, 256] cast to e4m3, descales folded as FA3 does, O in bf16; "
       "SFUs: correct rounding (UNMEASURED); forward only (backward: delta from O, dO)";
@@ -878,8 +879,9 @@ KernelModel fa4_fp8(const Format& dtype) {
   KernelModel m = fa4(dtype);
   m.base = "fa4-fp8-sm100";
   m.description =
-      "FlashAttention-4 fp8 forward (flash_attn/cute, sm100): Q, K, V quantised to e4m3 (per-tensor scale "
-      "amax/448, as the caller does), S and P·V through the sm100 tcgen05 e4m3 model (kind::f8f6f4, 32 products "
+      "FlashAttention-4 fp8 forward (flash_attn/cute, sm100): Q, K, V quantised to e4m3 as "
+      "e4m3(fp32(x / scale)), one scale amax/448 per (batch, kv head) as fa3-fp8-sm90 (the caller's choice), "
+      "S and P·V through the sm100 tcgen05 e4m3 model (kind::f8f6f4, 32 products "
       "per step, MMA-Sim's parameters, UNMEASURED), KV tiles of 128 last to first, one thread per row: no lazy "
       "rescaling (FA4 uses threshold 0 for fp8), P̄ = exp2(fma(S, scale_log2*qk_descale, 8 - m*scale_log2)) in "
       "[0, 256] on the MUFU or FA4's polynomial (FA4's fp8 tuning table), FA4's 8-lane row sum, P̄ cast to e4m3, "
@@ -896,7 +898,7 @@ KernelModel fa4_fp8(const Format& dtype) {
                   "bias = max_offset - row_max*scale_log2, FFMA(s, scale_log2, bias)); flash_attn/cute/interface.py "
                   "(fp8 q/k/v give a bf16 output; FP8 backward raises NotImplementedError). ASSUMED: 8 - "
                   "m*scale_log2 contracted into one FFMA (as FA3's fp8 model), e4m3 casts RNE satfinite, "
-                  "per-tensor quantisation amax/448 by the caller. Shared with fa4-sm100: ") +
+                  "quantisation amax/448 per (batch, kv head) by the caller. Shared with fa4-sm100: ") +
               m.sources;
   m.output = formats::bf16;
   m.p_cast = formats::e4m3;
