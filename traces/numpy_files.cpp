@@ -200,24 +200,33 @@ std::vector<std::uint8_t> inflate_member(std::span<const std::uint8_t> data, std
                                          const std::string& where) {
   // Refuse absurd declared sizes before allocating: deflate cannot expand more than ~1032x.
   if (expected / 1032 > data.size() + 1) fail(where, "declared size " + std::to_string(expected) + " is impossible");
-  std::vector<std::uint8_t> out(expected);
+  // The buffer grows as the data inflates, doubling up to the declared size: a member that
+  // declares a gigabyte and inflates to a megabyte costs a few megabytes, not the gigabyte.
+  std::vector<std::uint8_t> out;
+  std::uint64_t produced = 0;
   z_stream z{};
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK) fail(where, "cannot start inflating");
   z.next_in = const_cast<Bytef*>(data.data());
-  z.next_out = out.data();
-  std::uint64_t in_left = data.size(), out_left = expected;
+  std::uint64_t in_left = data.size();
   int rc = Z_OK;
   while (rc == Z_OK) {
+    // Full at the declared size, inflate still runs (with no room) to read the stream's end;
+    // a stream that has more is refused below (no progress, or not at its end).
+    if (produced == out.size() && out.size() < expected)
+      out.resize(static_cast<std::size_t>(
+          std::min<std::uint64_t>(expected, std::max<std::uint64_t>(std::uint64_t{1} << 20, 2 * out.size()))));
     const uInt in_chunk = static_cast<uInt>(std::min<std::uint64_t>(in_left, 1u << 30));
-    const uInt out_chunk = static_cast<uInt>(std::min<std::uint64_t>(out_left, 1u << 30));
+    const uInt out_chunk = static_cast<uInt>(std::min<std::uint64_t>(out.size() - produced, 1u << 30));
+    z.next_out = out.data() + produced;
     z.avail_in = in_chunk;
     z.avail_out = out_chunk;
     rc = inflate(&z, Z_NO_FLUSH);
     in_left -= in_chunk - z.avail_in;
-    out_left -= out_chunk - z.avail_out;
+    produced += out_chunk - z.avail_out;
     if (rc == Z_OK && in_chunk == z.avail_in && out_chunk == z.avail_out) rc = Z_BUF_ERROR;  // no progress
   }
   inflateEnd(&z);
+  const std::uint64_t out_left = expected - produced;
   if (rc != Z_STREAM_END || out_left != 0)
     fail(where, "deflate data is corrupt or does not inflate to the declared " + std::to_string(expected) + " bytes");
   return out;

@@ -677,6 +677,30 @@ def test_a_capture_too_large_for_memory_is_bad_input_not_a_crash(tmp_path):
     assert not out.exists()
 
 
+# Found by the sixth bad-input audit: a 1 MB deflate member declaring a gigabyte (within deflate's
+# 1032x limit) was refused as corrupt only after a gigabyte was zero-filled for it. The buffer
+# now grows with what inflates: under a 300 MB limit it is the corrupt-data error, not memory.
+@pytest.mark.skipif(os.environ.get("FLASHBITS_TEST_SCALE") == "sanitizer",
+                    reason="AddressSanitizer reserves more address space than the limit allows")
+def test_a_member_declaring_more_than_it_inflates_to_costs_what_it_inflates_to(tmp_path):
+    import struct
+    import zipfile
+    from conftest import CLI
+    bomb = tmp_path / "lying.npz"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("q.npy", np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes())
+    b = bytearray(bomb.read_bytes())
+    at = b.find(b"PK\x01\x02")
+    declared = struct.unpack("<I", b[at + 20:at + 24])[0] * 1000  # 1000x its compressed size, about 1 GB
+    b[at + 24:at + 28] = struct.pack("<I", declared)  # central directory's uncompressed size
+    b[22:26] = struct.pack("<I", declared)  # the local header's
+    bomb.write_bytes(bytes(b))
+    p = subprocess.run(["bash", "-c", f"ulimit -v 300000; exec '{CLI}' import '{bomb}' --out '{tmp_path / 't.st'}' "
+                        "--source unknown"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "does not inflate to the declared " + str(declared) + " bytes" in p.stderr, p.stderr
+
+
 # Found by the fourth bad-input audit: a NUL byte in a model name (a metadata string, or a
 # Python str) cut the message at it: "unknown kernel model 'fa2-sm80" and nothing after.
 def test_a_nul_in_a_model_name_is_named_not_cut():
