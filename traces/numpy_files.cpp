@@ -11,6 +11,7 @@
 #include <cctype>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -348,11 +349,12 @@ SafeTensor read_npy(const std::filesystem::path& path) {
 Safetensors parse_npz(std::span<const std::uint8_t> b, std::string_view source_name) {
   const std::string source(source_name);
   Safetensors out;
+  std::set<std::string> names;  // Safetensors::find is linear: a set keeps many members linear
   for (const Member& m : central_directory(b, source)) {
     const std::string where = source + ": member " + quoted_name(m.name);
     if (!m.name.ends_with(".npy")) fail(source, "member " + quoted_name(m.name) + " is not an .npy array");
     const std::string name = m.name.substr(0, m.name.size() - 4);
-    if (out.find(name)) fail(source, "member " + quoted_name(m.name) + " appears twice");
+    if (!names.insert(name).second) fail(source, "member " + quoted_name(m.name) + " appears twice");
     const std::uint64_t at = m.local_offset;
     if (at > b.size() || b.size() - at < 30 || little(b, at, 4) != kLocalHeader)
       fail(where, "its local header is missing or outside the file");

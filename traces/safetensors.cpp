@@ -504,7 +504,9 @@ std::vector<std::uint8_t> serialize_safetensors(const Safetensors& file, std::st
     entry["dtype"] = dtype_name(t.dtype);
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + t.bytes.size()};
-    header[t.name] = std::move(entry);
+    // Appended, not header[name]: ordered_json's lookup is linear, so inserting by key made a
+    // file of many tensors quadratic. The names are unique (checked above).
+    header.get_ref<nlohmann::ordered_json::object_t&>().emplace_back(t.name, std::move(entry));
     offset += t.bytes.size();
   }
   std::string text;
