@@ -214,14 +214,17 @@ double alpha_or_throw(double alpha, std::string_view option) {
   if (!(std::isfinite(alpha) && alpha > 0.0 && alpha < 1.0))
     throw InputError(std::string(option) + " " + shortest_decimal(alpha) +
                      ": expected a significance level strictly between 0 and 1" +
-                     (alpha == 1.0 ? " (a level within 2^-54 of 1 reads as 1 in double precision)" : ""));
+                     (alpha == 1.0   ? " (a level within 2^-54 of 1 reads as 1 in double precision)"
+                      : alpha == 0.0 ? " (a level below 2^-1074 reads as 0 in double precision)"
+                                     : ""));
   return alpha;
 }
 
 double at_stake_or_throw(double ulps, std::string_view option) {
   if (!(std::isfinite(ulps) && ulps > 0.0))
     throw InputError(std::string(option) + " " + shortest_decimal(ulps) +
-                     ": expected a positive, finite number of ulps");
+                     ": expected a positive, finite number of ulps" +
+                     (ulps == 0.0 ? " (a number below 2^-1074 reads as 0 in double precision)" : ""));
   return ulps;
 }
 

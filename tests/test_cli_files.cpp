@@ -389,6 +389,39 @@ TEST_CASE("merge: a NUL byte in an echoed cell is shown, and a JSON array is nam
   CHECK(one_error(a, "array.json: not a sweep JSON file (expected an object, got an array)"));
 }
 
+// Found by the sixth bad-input audit: a JSON shard saved with a UTF-8 byte order mark was read
+// as a CSV ("expected the sweep CSV header"); an alpha of 1e-400 was refused as "alpha 0" with
+// no word of why.
+TEST_CASE("merge: a byte order mark is skipped, and an alpha that reads as 0 says why") {
+  const std::string sweep = "sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2";
+  const std::string csv = (scratch() / "bom_plain.csv").string(), json = (scratch() / "bom_plain.json").string();
+  REQUIRE(run(sweep + " --csv " + csv).code == 0);
+  const Run made = run(sweep + " --json");
+  REQUIRE(made.code == 0);
+  std::ofstream(json, std::ios::binary) << made.out;
+  const std::string plain = run("merge " + csv).out;
+  REQUIRE_FALSE(plain.empty());
+  for (const std::string& path : {csv, json}) {
+    CAPTURE(path);
+    const std::string marked = path + ".bom";
+    std::ofstream(marked, std::ios::binary) << "\xEF\xBB\xBF" << slurp(path);
+    const Run r = run("merge " + marked);
+    CHECK(r.code == 0);
+    CHECK(r.out == plain);
+  }
+  std::string tiny = made.out;
+  const std::size_t at = tiny.find("\"alpha\": 0.001", tiny.find("\"run\""));  // the run record's
+  REQUIRE(at != std::string::npos);
+  tiny.replace(at, std::string("\"alpha\": 0.001").size(), "\"alpha\": 1e-400");
+  const std::string tiny_path = (scratch() / "tiny_alpha.json").string();
+  std::ofstream(tiny_path, std::ios::binary) << tiny;
+  const Run t = run("merge " + tiny_path);
+  CHECK(t.code == 2);
+  CHECK(one_error(t,
+                  "field alpha 0: expected a significance level strictly between 0 and 1 (a level below 2^-1074 "
+                  "reads as 0 in double precision)"));
+}
+
 // Found by the bad-input audit: a --source or --model that is not UTF-8 was refused only when
 // the output was written, and the error blamed the output file.
 TEST_CASE("import: a --source or --model that is not UTF-8 is refused by option") {

@@ -110,10 +110,10 @@ long long json_int(const nlohmann::json& row, const char* key, const std::string
 // change the verdict silently.
 void check_moments(const attn::ErrorMoments& m, const std::string& where, const std::string& prefix) {
   if (!std::isfinite(m.sum))
-    throw InputError(where + " " + prefix + "_sum: " + std::to_string(m.sum) +
+    throw InputError(where + " " + prefix + "_sum: " + shortest_decimal(m.sum) +
                      " is not finite (sweep writes finite sums)");
   if (!std::isfinite(m.sumsq) || m.sumsq < 0)
-    throw InputError(where + " " + prefix + "_sumsq: " + std::to_string(m.sumsq) +
+    throw InputError(where + " " + prefix + "_sumsq: " + shortest_decimal(m.sumsq) +
                      " is not a finite sum of squares >= 0");
 }
 // A row's error statistics beyond the moments, as sweep writes them: counts >= 0, a sum of
@@ -123,9 +123,9 @@ void check_error_sums(const SweepRow& s, const std::function<std::string(const c
   if (s.elements < 0) throw InputError(field("elements") + ": " + std::to_string(s.elements) + " is negative");
   for (const auto& [name, v] : {std::pair<const char*, double>{"sq_sum", s.sq_sum}, {"max_abs", s.max_abs}}) {
     if (!std::isfinite(v) || v < 0)
-      throw InputError(field(name) + ": " + std::to_string(v) + " is not a finite number >= 0");
+      throw InputError(field(name) + ": " + shortest_decimal(v) + " is not a finite number >= 0");
     if (s.elements == 0 && v != 0)
-      throw InputError(field(name) + ": " + std::to_string(v) + " with elements 0 (no element was compared)");
+      throw InputError(field(name) + ": " + shortest_decimal(v) + " with elements 0 (no element was compared)");
   }
   for (const auto& [name, v] : {std::pair<const char*, long long>{"trials", s.trials},
                                 {"sig_overflows", s.sig_overflows},
@@ -260,7 +260,10 @@ SweepFile read_sweep_file(const std::string& given_path) {
   if (!from_stdin && std::filesystem::is_directory(path, ec))
     throw InputError(path + ": is a directory, expected a sweep CSV or JSON file");
   // FileReadError: exit 2 (tools/main.cpp)
-  const std::string text = from_stdin ? read_standard_input_capped(kSweepFile) : read_file_capped(path, kSweepFile);
+  std::string text = from_stdin ? read_standard_input_capped(kSweepFile) : read_file_capped(path, kSweepFile);
+  // A UTF-8 byte order mark (an editor's, or Excel's on a CSV) is no part of either format:
+  // left in, a JSON shard was read as a CSV whose header was wrong.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   SweepFile file;
   std::vector<SweepRow>& rows = file.rows;
   const auto first = text.find_first_not_of(" \t\r\n");
