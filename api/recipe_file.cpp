@@ -187,6 +187,8 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
         if (table.empty()) fail(path, field, "expected \"correct\" or the path of an FBSFU1 table");
         if (table.is_relative()) table = std::filesystem::path(path).parent_path() / table;
         std::error_code ec;
+        if (!std::filesystem::exists(table, ec))
+          fail(path, field, table.string() + ": no such file (a relative path is read from the recipe's folder)");
         if (!std::filesystem::is_regular_file(table, ec)) fail(path, field, table.string() + " is not a regular file");
         std::unique_ptr<SpecialFunctionModel> loaded;
         try {

@@ -42,6 +42,10 @@ void resolve_dot(DotSpec& d, const Format& input) {
 // A decimal number only (read_decimal): stod also read "0x10", " 5" and "" as a prefix's value.
 double parse_number(const std::string& text, const std::string& what) {
   const std::optional<double> v = read_decimal(text);
+  // '+' separates variants: "beta=+2" reaches here as "beta=" and a variant "2".
+  if (!v && text.empty())
+    throw std::invalid_argument("kernel model: no number for " + what +
+                                " (a decimal number; '+' starts the next variant, so write 2, not +2)");
   if (!v) throw std::invalid_argument("kernel model: bad number '" + text + "' for " + what + " (a decimal number)");
   return *v;
 }

@@ -37,6 +37,7 @@
 #include "attention/kernel_models.hpp"
 #include "attention/problem_limits.hpp"
 #include "studies/statistics.hpp"
+#include "formats/decimal_text.hpp"
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "tools/cli_common.hpp"
@@ -332,7 +333,8 @@ int run_replay(const ReplayOptions& o) {
   if (trace.has("trace_rows")) {
     for (double r : trace.values("trace_rows")) {
       if (r < 0 || r >= static_cast<double>(trace.rows()) || r != std::floor(r))
-        throw TraceError(trace.source_name() + ": tensor trace_rows: " + std::to_string(r) + " is not a row of q");
+        throw TraceError(trace.source_name() + ": tensor trace_rows: " + shortest_decimal(r) +
+                         " is not a row of q (0.." + std::to_string(trace.rows() - 1) + ")");
       intermediate_rows.push_back(static_cast<int>(r));
       const bool recomputed = o.row < 0 || (tb == 0 && th == 0 && tr == static_cast<int>(r));
       intermediate_trace.push_back(recomputed ? std::optional<std::size_t>(tracer.rows.size()) : std::nullopt);

@@ -462,3 +462,22 @@ def test_small_cli_contract_points_from_the_audit(cli, tmp_path):
                        "unknown", "--dtype", "bf16", "--layout", "bhsd")
     assert out.count("\n") == 1 and out.startswith("wrote "), out
     assert "note: no softmax scale recorded" in err and "note: causality not recorded" in err, err
+
+
+def test_bad_names_say_what_is_wrong(cli, tmp_path):
+    # Found by the sixth bad-input audit, each message unhelpful though its exit code was right.
+    # A row of trace_rows outside q was printed as 1000.000000.
+    bits = np.zeros((1, 1, 8, 4), np.uint16)
+    path = tmp_path / "rows.safetensors"
+    fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([1000], dtype=np.int32),
+                  metadata={"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"})
+    rc, _, err = cli("replay", str(path), check=False)
+    assert rc == 2 and "tensor trace_rows: 1000 is not a row of q (0..7)" in err, err
+    # beta=+2: the '+' starts the next variant, and the message said "bad number ''".
+    rc, _, err = cli("make-trace", "--model", "fa2-sm80+dynmax:beta=+2", "--out", str(tmp_path / "t.st"), check=False)
+    assert rc == 2 and "'+' starts the next variant, so write 2, not +2" in err, err
+    # A recipe naming a table that does not exist: "is not a regular file".
+    recipe = tmp_path / "r.json"
+    recipe.write_text('{"sfu": {"ex2": "nope.fbsfu"}}')
+    rc, _, err = cli("replay", str(path), "--recipe", str(recipe), check=False)
+    assert rc == 2 and "nope.fbsfu: no such file" in err, err
