@@ -318,6 +318,8 @@ TEST_CASE("npy and npz parsers refuse malformed input with one line") {
   const SafeTensor ok = parse_npy(npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 12), "x", "x.npy");
   CHECK(ok.dtype == Dtype::F16);
   CHECK(ok.shape == std::vector<std::uint64_t>{2, 3});
+  CHECK(parse_npy(npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3,), }", 12), "x", "x.npy").shape ==
+        std::vector<std::uint64_t>{2, 3});  // a trailing comma is Python's
   const SafeTensor big = parse_npy(npy("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", 4), "x", "x.npy");
   CHECK(big.bytes == std::vector<std::uint8_t>{0x3c, 0x3c, 0x3c, 0x3c});
   struct Bad {
@@ -325,14 +327,17 @@ TEST_CASE("npy and npz parsers refuse malformed input with one line") {
     std::size_t bytes;
     const char* says;
   };
-  for (const Bad& bad : {Bad{"{'descr': '<f2', 'fortran_order': True, 'shape': (2, 3), }", 12, "Fortran order"},
-                         Bad{"{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16, "not supported"},
-                         Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 11, "holds 11 bytes"},
-                         Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 8,
-                             "more than the file holds"},
-                         Bad{"{'descr': '<f2', 'shape': (2,), }", 4, "missing key 'fortran_order'"},
-                         Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2,), 'x': 1}", 4, "unexpected key"},
-                         Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2,", 4, "shape"}}) {
+  for (const Bad& bad :
+       {Bad{"{'descr': '<f2', 'fortran_order': True, 'shape': (2, 3), }", 12, "Fortran order"},
+        Bad{"{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16, "not supported"},
+        Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 11, "holds 11 bytes"},
+        Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 8,
+            "more than the file holds"},
+        Bad{"{'descr': '<f2', 'shape': (2,), }", 4, "missing key 'fortran_order'"},
+        Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2,), 'x': 1}", 4, "unexpected key"},
+        Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2,", 4, "shape"},
+        // Found by the sixth bad-input audit: dims without commas were read.
+        Bad{"{'descr': '<f2', 'fortran_order': False, 'shape': (2 3), }", 12, "separated by commas"}}) {
     CAPTURE(bad.dict);
     CHECK_THROWS_WITH_AS(parse_npy(npy(bad.dict, bad.bytes), "x", "x.npy"), doctest::Contains(bad.says), TraceError);
   }

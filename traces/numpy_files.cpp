@@ -129,7 +129,11 @@ class HeaderDict {
       dims.push_back(v);
       if (dims.size() > 8) fail(source_, "header: 'shape' has more than 8 dims");
       skip();
-      if (peek() == ',') ++i_;
+      // A Python tuple: dims are separated by commas ("(1 2)" is no tuple; "(1,)" and "(1, 2,)" are).
+      if (peek() == ',')
+        ++i_;
+      else if (peek() != ')')
+        fail(source_, "header: 'shape' must be a tuple of non-negative integers separated by commas");
     }
   }
 
