@@ -496,7 +496,7 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   refused("e.json", R"({"stages": {"lse_format": "e8m0"}})", "fa-bf16acc", "stages.lse_format", "cannot hold");
   refused("t.json", R"({"stages": {"p_cast": 3}})", "fa-bf16acc", "stages.p_cast", "expected a string");
   refused("s.json", R"({"sfu": {"rcp": "tables/ex2_coarse.fbsfu"}})", "fa2-sm80", "sfu.rcp", "table of ex2, not rcp");
-  refused("g.json", R"({"sfu": {"ex2": "missing.fbsfu"}})", "fa2-sm80", "sfu.ex2", "not a regular file");
+  refused("g.json", R"({"sfu": {"ex2": "missing.fbsfu"}})", "fa2-sm80", "sfu.ex2", "missing.fbsfu: no such file");
   refused("x.json", R"({"sfu": {"exp": "correct"}})", "fa2-sm80", "sfu.exp", "unknown function");
   refused("r.json", R"({"sfu": {"rcp": "correct"}})", "standard-bf16", "sfu.rcp", "does not evaluate rcp");
   // A name goes into every report: an escape sequence or a tab in it reached the terminal raw.
