@@ -27,6 +27,11 @@ ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype)
   return h;
 }
 
+std::string shape_text(const Tensor4& t) {
+  return shape_string({static_cast<std::uint64_t>(t.batch), static_cast<std::uint64_t>(t.heads),
+                       static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)});
+}
+
 Tensor4 tensor_from_trace(const Trace& trace, std::string_view name) {
   const SafeTensor& t = trace.tensor(name);
   std::vector<std::uint64_t> shape = t.shape;
@@ -46,13 +51,6 @@ AttentionInputs inputs_from_trace(const Trace& trace) {
   in.k = tensor_from_trace(trace, "k");
   in.v = tensor_from_trace(trace, "v");
   // Say which file does not fit the models, before they refuse it without naming the file.
-  const auto shape_text = [](const Tensor4& t) {
-    // Appended piece by piece: GCC 12 misreports "[" + std::to_string(...) here (-Wrestrict).
-    std::string text = "[";
-    for (int extent : {t.batch, t.heads, t.rows}) text += std::to_string(extent) + ",";
-    text += std::to_string(t.cols) + "]";
-    return text;
-  };
   const auto same_shape = [](const Tensor4& a, const Tensor4& b) {
     return a.batch == b.batch && a.heads == b.heads && a.rows == b.rows && a.cols == b.cols;
   };

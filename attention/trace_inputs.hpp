@@ -85,5 +85,7 @@ std::optional<ModelHandle> with_sfu_set(const ModelHandle& model, const std::str
 std::string sfu_set_list();
 // Tensor4 of a trace tensor: [B,H,N,D] as is; [B,H,N] as [B,H,N,1]. TraceError otherwise.
 Tensor4 tensor_from_trace(const Trace& trace, std::string_view name);
+// "[B,H,N,D]", as messages write a trace tensor's shape (shape_string).
+std::string shape_text(const Tensor4& t);
 
 }  // namespace fb::attn

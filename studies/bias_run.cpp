@@ -179,6 +179,15 @@ struct KvGroups {
 // quadrillions. A cluster that shares only its keys and values with an earlier one joins its
 // sample (KvGroups).
 void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups& groups) {
+  // What rows add beside the samples: an item's (trial mode) or a cluster's not seen before.
+  const auto add_rows = [&](const std::vector<ItemResult::RowMax>& by_max, const ElementSpread& spread,
+                            std::size_t rows_without_keys, std::size_t non_finite_rows) {
+    s.o_spread.merge(spread);
+    for (const ItemResult::RowMax& r : by_max)
+      report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
+    report.rows_without_keys += rows_without_keys;
+    report.non_finite_rows += non_finite_rows;
+  };
   if (item.cluster_keys.empty()) {
     append(s.o, item.s.o);
     append(s.delta, item.s.delta);
@@ -188,6 +197,8 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
     append(s.delta_quant, item.s.delta_quant);
     append(s.o_cr, item.s.o_cr);
     append(s.delta_cr, item.s.delta_cr);
+    add_rows(item.by_max, item.s.o_spread, item.rows_without_keys, item.non_finite_rows);
+    if (!item.non_finite_where.empty()) report.non_finite_where.push_back(item.non_finite_where);
   } else {
     groups.quantised = groups.quantised || item.quantised;
     bool fresh_non_finite = false;
@@ -197,11 +208,7 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
         if (has_sample) ++report.repeated_samples;
         continue;
       }
-      s.o_spread.merge(key.o_spread);
-      for (const ItemResult::RowMax& r : key.by_max)
-        report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
-      report.rows_without_keys += key.rows_without_keys;
-      report.non_finite_rows += key.non_finite_rows;
+      add_rows(key.by_max, key.o_spread, key.rows_without_keys, key.non_finite_rows);
       fresh_non_finite = fresh_non_finite || key.non_finite_rows > 0;
       if (!has_sample) continue;
       const auto [at, fresh] = groups.group_of.emplace(key.kv_hash, groups.groups.size());
@@ -214,13 +221,6 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
     // A copy's non-finite rows were named with the original's.
     if (fresh_non_finite) report.non_finite_where.push_back(item.non_finite_where);
   }
-  s.o_spread.merge(item.s.o_spread);
-  for (const ItemResult::RowMax& r : item.by_max)
-    report.by_max.add(r.row_max, r.o_row, r.delta_row ? &*r.delta_row : nullptr);
-  report.non_finite_rows += item.non_finite_rows;
-  report.rows_without_keys += item.rows_without_keys;
-  if (item.cluster_keys.empty() && !item.non_finite_where.empty())
-    report.non_finite_where.push_back(item.non_finite_where);
   if (!item.delta_note.empty()) report.delta_note = item.delta_note;
   for (const std::string& note : item.assumed) report.notes.push_back(note.substr(std::string("note: ").size()));
 }

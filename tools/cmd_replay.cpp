@@ -95,15 +95,11 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
   const attn::Tensor4 shape = attn::tensor_from_trace(trace, name);
   // The shape, not only the count: a dq_accum [1,1,128,128] holds as many values as a
   // [1,1,256,64] one, and compared element by element it would match nothing it should.
-  const auto text = [](const attn::Tensor4& t) {
-    std::string s = "[";
-    for (int extent : {t.batch, t.heads, t.rows}) s += std::to_string(extent) + ",";
-    return s + std::to_string(t.cols) + "]";
-  };
   if (shape.batch != recomputed.batch || shape.heads != recomputed.heads || shape.rows != recomputed.rows ||
       shape.cols != recomputed.cols)
-    throw TraceError(trace.source_name() + ": tensor " + name + ": shape " + text(shape) + ", but the model computes " +
-                     text(recomputed) + " [batch, heads, rows, cols] from q, k and v");
+    throw TraceError(trace.source_name() + ": tensor " + name + ": shape " + attn::shape_text(shape) +
+                     ", but the model computes " + attn::shape_text(recomputed) +
+                     " [batch, heads, rows, cols] from q, k and v");
   const Format& f = captured.format;
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
@@ -340,9 +336,10 @@ int run_replay(const ReplayOptions& o) {
       intermediate_trace.push_back(recomputed ? std::optional<std::size_t>(tracer.rows.size()) : std::nullopt);
       if (recomputed) tracer.rows.push_back({0, 0, static_cast<int>(r)});
     }
-    if (std::any_of(intermediate_trace.begin(), intermediate_trace.end(), [](const auto& t) { return t.has_value(); }))
-      opt.tracer = &tracer;
   }
+  const bool intermediates_compared =
+      std::any_of(intermediate_trace.begin(), intermediate_trace.end(), [](const auto& t) { return t.has_value(); });
+  if (intermediates_compared) opt.tracer = &tracer;
   if (const attn::SizeRefusal refusal = attn::trace_size_refusal(
           static_cast<long long>(tracer.rows.size()),
           attn::traced_row_bytes_bound(*model.recipe, in.q.rows, in.k.rows, in.q.cols, in.causal)))
@@ -395,8 +392,6 @@ int run_replay(const ReplayOptions& o) {
   if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
   if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
   if (trace.has("dq_accum") && one_row && trace.has("do")) not_compared.push_back("dq_accum");
-  const bool intermediates_compared =
-      std::any_of(intermediate_trace.begin(), intermediate_trace.end(), [](const auto& t) { return t.has_value(); });
   if (intermediates_compared) {
     std::vector<const attn::RowTrace*> traced;
     for (const auto& at : intermediate_trace) traced.push_back(at ? &tracer.traces[*at] : nullptr);

@@ -75,6 +75,11 @@ CaptureHeader read_capture_header(const std::string& path, const std::string& da
   return h;
 }
 
+// The little-endian 32-bit word at byte p of a capture (the caller has checked the size).
+std::uint32_t u32_at(const std::string& data, std::size_t p) {
+  return static_cast<std::uint32_t>(load_little_endian(data.data() + p, 4));
+}
+
 }  // namespace
 
 SfuTable sfu_capture_to_table(const std::string& path) {
@@ -184,14 +189,13 @@ SfuTable sfu_capture_to_table(const std::string& path) {
     (*outputs)[i] = bits + static_cast<std::uint32_t>(d);
   }
   at += (entries + 1) / 2;
-  const auto n_escapes = static_cast<std::uint32_t>(load_little_endian(data.data() + at, 4));
+  const std::uint32_t n_escapes = u32_at(data, at);
   at += 4;
   if (lg2_ext ? data.size() < at + 8ull * n_escapes : data.size() != at + 8ull * n_escapes) {
     fail(path, "escapes", "count does not match the file size");
   }
-  auto u32_at = [&](std::size_t p) { return static_cast<std::uint32_t>(load_little_endian(data.data() + p, 4)); };
   for (std::uint32_t e = 0; e < n_escapes; ++e) {
-    const std::uint32_t k = u32_at(at + 8ull * e), bits = u32_at(at + 8ull * e + 4);
+    const std::uint32_t k = u32_at(data, at + 8ull * e), bits = u32_at(data, at + 8ull * e + 4);
     if (k >= entries || !escaped[k])
       fail(path, "escapes", "entry " + std::to_string(e) + " names a key that is not escaped");
     (*outputs)[k] = bits;
@@ -270,12 +274,11 @@ SfuTable sfu_raw_ex2_to_sign_magnitude_table(const std::string& path, std::strin
   std::size_t at = header.body;
   if (data.size() < at + starts.size() * kPerBinade + 4) fail(path, "deltas", "file ends early");
   const std::size_t escapes_at = at + starts.size() * kPerBinade;
-  auto u32_at = [&](std::size_t p) { return static_cast<std::uint32_t>(load_little_endian(data.data() + p, 4)); };
-  const std::uint32_t n_escapes = u32_at(escapes_at);
+  const std::uint32_t n_escapes = u32_at(data, escapes_at);
   if (data.size() != escapes_at + 4 + 8ull * n_escapes) fail(path, "escapes", "count does not match the file size");
   std::map<std::uint32_t, std::uint32_t> escaped;
   for (std::uint32_t e = 0; e < n_escapes; ++e)
-    escaped[u32_at(escapes_at + 4 + 8ull * e)] = u32_at(escapes_at + 8 + 8ull * e);
+    escaped[u32_at(data, escapes_at + 4 + 8ull * e)] = u32_at(data, escapes_at + 8 + 8ull * e);
   // The hardware's output for every input of binade b (the reference is the correctly rounded
   // 2^x, which the device's reference equals wherever it did not escape).
   auto outputs_of = [&](std::size_t b) {
