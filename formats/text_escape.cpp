@@ -44,6 +44,11 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+std::string escaped_byte(unsigned char byte) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  return {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+}
+
 std::string escape_unprintable(std::string_view text, bool controls) {
   std::string out;
   out.reserve(text.size());
@@ -53,10 +58,7 @@ std::string escape_unprintable(std::string_view text, bool controls) {
     const std::size_t length = utf8_sequence_length(text, i);
     const bool control = controls && length == 1 && (b < 0x20 || b == 0x7f) && b != '\t';
     if (length == 0 || control) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[b >> 4];
-      out += kHex[b & 0xf];
+      out += escaped_byte(b);
       ++i;
       continue;
     }

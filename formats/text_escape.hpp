@@ -19,6 +19,9 @@ namespace fb {
 
 std::string escape_unprintable(std::string_view text, bool controls = true);
 
+// One byte as the four characters \xNN (lower-case hex): the form escape_unprintable writes.
+std::string escaped_byte(unsigned char byte);
+
 // Whether `text` is well-formed UTF-8 by the same rules (RFC 3629): what a JSON header
 // (safetensors metadata, a tensor name) or a JSON report must hold.
 bool is_valid_utf8(std::string_view text);

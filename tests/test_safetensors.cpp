@@ -272,6 +272,11 @@ TEST_CASE("safetensors_bad_files_give_one_clear_error") {
       {"duplicate metadata", file_bytes(R"({"__metadata__":{"k":"1","k":"2"}})"), "__metadata__: duplicate key 'k'"},
       {"deep nesting", one(R"({"dtype":"F32","shape":[[[4]]],"data_offsets":[0,16]})"),
        "tensor 'a': field 'shape': nested deeper than a safetensors header can be"},
+      {"byte order mark", file_bytes("\xef\xbb\xbf{}"),
+       "header must start with '{', got byte \\xef (a UTF-8 byte order mark?)"},
+      {"leading space", file_bytes(" {}"), "header must start with '{', got byte \\x20"},
+      {"NUL padding", file_bytes(std::string("{}\0\0\0\0\0\0", 8)),
+       "header byte 2 is NUL; a safetensors header is padded with spaces (0x20) only"},
       {"long array", one("{\"dtype\":\"F32\",\"shape\":[" + many_ones + "1]}"), "array longer than 64 elements"},
   };
   for (const Case& c : cases) {

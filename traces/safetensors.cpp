@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "formats/file_read.hpp"
 #include "formats/json_text.hpp"
+#include "formats/text_escape.hpp"
 #include "traces/little_endian.hpp"
 
 namespace fb {
@@ -323,10 +325,7 @@ std::string quoted_name(std::string_view name) {
     if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
       out += static_cast<char>(c);
     } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      out += escaped_byte(c);
     }
   }
   if (name.size() > kShown) out += "...";
@@ -368,6 +367,16 @@ struct Layout {
 Layout parse_header(std::span<const std::uint8_t> header_bytes, std::uint64_t data_size, std::string_view source) {
   const auto* header_begin = reinterpret_cast<const char*>(header_bytes.data());
   const auto* header_end = header_begin + header_bytes.size();
+  // The format's own reader takes a header that starts with '{' and pads it with spaces
+  // (0x20) only. A BOM or leading whitespace is refused there (other first bytes are no JSON
+  // object, which the parse below says), and a NUL byte ends the JSON parser's input early,
+  // so trailing NUL padding would otherwise read as a valid header.
+  if (!header_bytes.empty() && (header_bytes.front() == 0xEF || std::isspace(header_bytes.front())))
+    fail(source, "header must start with '{', got byte " + escaped_byte(header_bytes.front()) +
+                     (header_bytes.front() == 0xEF ? " (a UTF-8 byte order mark?)" : ""));
+  if (const auto nul = std::find(header_bytes.begin(), header_bytes.end(), std::uint8_t{0}); nul != header_bytes.end())
+    fail(source, "header byte " + std::to_string(nul - header_bytes.begin()) +
+                     " is NUL; a safetensors header is padded with spaces (0x20) only");
   HeaderShapeCheck check;
   if (!nlohmann::json::sax_parse(header_begin, header_end, &check)) fail(source, check.error);
   nlohmann::json header;

@@ -1042,7 +1042,9 @@ def load_trace(path, *, source: str | None = None, model: str | None = None, sca
     alignment is written to the metadata's ``causal_alignment``. "none" is False (the word
     ``Trace.causal_alignment`` and ``attention(causal=)`` use). A trace whose metadata leaves
     the mask unsaid gets a UserWarning for what ``Trace.causal`` and ``causal_alignment``
-    assume (non-causal; bottom-right where N != Nk), as ``replay`` prints a note."""
+    assume (non-causal; bottom-right where N != Nk), and one without a ``softmax_scale`` a
+    UserWarning that 1/sqrt(D) is assumed (``Trace.scale`` is then None, which ``attention``
+    reads as 1/sqrt(D)), as ``replay`` prints its notes."""
     args = (_path_arg("path", path), _str_arg("source", source, optional=True), _str_arg("model", model, optional=True),
             _float_arg("scale", scale, optional=True), None if causal is None else _causal_text(causal),
             _str_arg("dtype", dtype, optional=True), _str_arg("layout", layout))

@@ -98,10 +98,12 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   const bool masked = md.causal.value_or(false);
   d["causal"] = masked;
   d["causal_alignment"] = !masked ? "none" : md.causal_alignment == "top-left" ? "top-left" : "bottom-right";
-  // The reader's notes, then what the mask above assumed (replay prints the same lines).
+  // The reader's notes, then what the scale and the mask above assumed (replay prints the same
+  // lines): Trace.scale is None where no softmax_scale is recorded, and attention(scale=None)
+  // then takes 1/sqrt(D) as replay does.
   pyb::list note_list;
   for (const std::string& line : notes.lines) note_list.append(line);
-  for (const std::string& line : attn::assumed_mask_notes(trace))
+  for (const std::string& line : attn::assumed_metadata_notes(trace))
     note_list.append(line.substr(std::string("note: ").size()));
   d["notes"] = note_list;
   return d;

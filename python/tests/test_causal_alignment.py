@@ -267,6 +267,11 @@ def test_load_trace_says_what_it_assumed_of_a_traces_mask(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert fb.load_trace(path).causal_alignment == "top-left"
+    # No softmax_scale: Trace.scale is None, which attention() reads as 1/sqrt(D), as replay
+    # does; replay notes it, and load_trace said nothing.
+    fb.save_trace(path, q=q, k=k, v=k, o=q, metadata={"source": "unknown", "causal": False})
+    with pytest.warns(UserWarning, match=r"records no softmax_scale: 1/sqrt\(8\) assumed \(scale=X states it"):
+        assert fb.load_trace(path).scale is None
 
 
 def test_bias_test_warns_what_a_traces_metadata_leaves_unsaid(cli, bare_capture, tmp_path):

@@ -473,6 +473,23 @@ def test_bad_names_say_what_is_wrong(cli, tmp_path):
                   metadata={"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"})
     rc, _, err = cli("replay", str(path), check=False)
     assert rc == 2 and "tensor trace_rows: 1000 is not a row of q (0..7)" in err, err
+    # A BOOL trace_rows read as rows 0 and 1, and a row listed twice was recomputed twice.
+    fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([2, 5, 2], np.int32),
+                  metadata={"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"})
+    rc, _, err = cli("replay", str(path), check=False)
+    assert rc == 2 and "tensor trace_rows: row 2 is listed twice" in err and err.count("\n") == 1, err
+    # save_trace writes bools as F64; a BOOL tensor is spliced into the file's header by hand.
+    data = path.read_bytes()
+    header_size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + header_size])
+    begin, end = header["trace_rows"]["data_offsets"]
+    body = bytearray(data[8 + header_size:])
+    body[begin:end] = bytes([1, 1]) + bytes(end - begin - 2)  # rows "true, true" then padding
+    header["trace_rows"] = {"dtype": "BOOL", "shape": [end - begin], "data_offsets": [begin, end]}
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(body))
+    rc, _, err = cli("replay", str(path), check=False)
+    assert rc == 2 and "tensor trace_rows: dtype BOOL, expected row numbers" in err and err.count("\n") == 1, err
     # beta=+2: the '+' starts the next variant, and the message said "bad number ''".
     rc, _, err = cli("make-trace", "--model", "fa2-sm80+dynmax:beta=+2", "--out", str(tmp_path / "t.st"), check=False)
     assert rc == 2 and "'+' starts the next variant, so write 2, not +2" in err, err
