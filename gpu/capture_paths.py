@@ -306,8 +306,23 @@ class Runner:
         import torch
         if self.path == "flex":
             from torch.nn.attention.flex_attention import flex_attention
+            # Each shape (and block mask) is one more compile of this one function, and Dynamo
+            # runs a function eagerly, with a warning only, once it passes its recompile limit
+            # (8 by default; the full flex plan has 9 shapes): eager flex is a reference, not
+            # the kernel. The limit is raised, and where this torch has the switch, passing it
+            # is an error rather than an eager run.
+            import torch._dynamo  # lazily loaded by some torch versions: named, so it is there
+            dynamo = torch._dynamo.config
+            for names in (("recompile_limit", "cache_size_limit"),  # the new name, else the old one
+                          ("accumulated_recompile_limit", "accumulated_cache_size_limit")):
+                limit = next((n for n in names if hasattr(dynamo, n)), None)
+                if limit:
+                    setattr(dynamo, limit, max(getattr(dynamo, limit), 256))
+            if hasattr(dynamo, "fail_on_recompile_limit_hit"):
+                dynamo.fail_on_recompile_limit_hit = True
             self.compiled = torch.compile(flex_attention, dynamic=False)
-            self.notes["flex_compile"] = "torch.compile(flex_attention, dynamic=False), default options"
+            self.notes["flex_compile"] = ("torch.compile(flex_attention, dynamic=False), default options but "
+                                          "Dynamo's recompile limit raised to 256")
         if self.path == "tutorial":
             self.tutorial = load_tutorial(self.args.tutorial_file, self.notes)
         if self.path == "math":

@@ -28,6 +28,9 @@ files=${1:?usage: gpu/import_session.sh FILES_DIR [DEST]}
 fb=${FLASHBITS:-build/tools/flashbits}
 [ -d "$files" ] || { echo "error: $files: not a folder" >&2; exit 2; }
 [ -x "$fb" ] || { echo "error: $fb: not built (cmake --build build --target flashbits)" >&2; exit 2; }
+. gpu/find_python.sh
+py=$(find_python numpy)  # gpu/check_paths.py and gpu/split_heads.py read the tensors with it
+[ -n "$py" ] || { echo "error: no python3 here imports numpy (set FB_PYTHON to one that does)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for pack in "$files"/*.tar.xz; do
@@ -39,7 +42,7 @@ done
 
 # Where the files go: the GPU's short name, from the first capture's metadata.
 first=$(ls "$work"/captures_torch/torch_*.safetensors "$work"/captures_fa2/*.safetensors 2>/dev/null | head -1)
-source_line=$(python3 - "$first" <<'EOF'
+source_line=$("$py" - "$first" <<'EOF'
 import json, struct, sys
 try:
     data = open(sys.argv[1], "rb").read(1 << 20)
@@ -73,7 +76,7 @@ copy_dir "$work/captures_fa2" "$dest/fa2" '*.safetensors'
 for big in "$work"/captures_bias/*.safetensors "$work"/captures_torch/bias/*.safetensors; do
   [ -e "$big" ] || continue
   mkdir -p "$dest/bias"
-  python3 gpu/split_heads.py "$big" "$dest/bias/$(basename "$big" .safetensors)" 16 >/dev/null || exit 2
+  "$py" gpu/split_heads.py "$big" "$dest/bias/$(basename "$big" .safetensors)" 16 >/dev/null || exit 2
 done
 copy_dir "$work/probes" "$dest/probes"
 # The attention paths of issue 38 (gpu/capture_paths.py): captures, capture logs, the Triton
@@ -108,7 +111,7 @@ if [ -d "$work/sass" ]; then
   done
   # One forward and one backward flash kernel (bf16, d64, non-causal), code lines only.
   if [ -f "$work/sass/sass_kernels.txt" ]; then
-    python3 - "$work/sass/sass_kernels.txt" "$dest/sass" <<'EOF'
+    "$py" - "$work/sass/sass_kernels.txt" "$dest/sass" <<'EOF'
 import re, sys
 src, out = sys.argv[1], sys.argv[2]
 want = {
@@ -160,11 +163,11 @@ report="$dest/import_report.txt"
   # (named as such; gpu/check_paths.py --replay-model).
   if [ -d "$dest/paths" ]; then
     echo "== check-paths"
-    "${FB_PYTHON:-python3}" gpu/check_paths.py "$dest/paths" | sed 's/^/    /'
+    "$py" gpu/check_paths.py "$dest/paths" | sed 's/^/    /'
     echo "check-paths exit ${PIPESTATUS[0]}"
     for t in "$dest"/paths/*/*.safetensors; do
       [ -e "$t" ] || continue
-      model=$(python3 gpu/check_paths.py --replay-model "$t")
+      model=$("$py" gpu/check_paths.py --replay-model "$t")
       echo "== replay-path ${t#"$dest"/} under ${model}"
       "$fb" replay "$t" --model "${model%% *}" > "$work/replay_path.txt" 2>&1
       rc=$?

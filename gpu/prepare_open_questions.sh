@@ -2,9 +2,9 @@
 # gpu/prepare_open_questions.sh: what gpu/open_questions_device.sh needs, made on this (CPU)
 # machine first: .devzf/fb-mma-probe, gpu/ built standalone with nvcc as gpu/prepare_session.sh
 # builds it (libstdc++ linked statically, so it runs on the device machine). .devzf/ is
-# untracked and not ignored, so it travels with the tree (about 1.5 MB; the tracked tree is
-# about 58 MiB of the device tool's 64 MiB). Then:
-#   run: command "bash gpu/open_questions_device.sh", timeout_s 300
+# git-ignored, so a 2.4 MB binary is never committed, and the device call carries it (the
+# tracked tree is about 59 MiB of the device tool's 64 MiB). Then:
+#   run: command "bash gpu/open_questions_device.sh", timeout_s 300, carry [".devzf"]
 # Usage: gpu/prepare_open_questions.sh   (needs tools/setup.sh's packages and nvcc)
 set -euo pipefail
 cd "$(dirname "$0")/.."

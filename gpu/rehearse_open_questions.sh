@@ -17,7 +17,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: gpu/rehearse_open_questions.sh BUILD_DIR}" && pwd)
-. "$root/gpu/torch_python.sh"
+. "$root/gpu/find_python.sh"
+py=$(find_python "torch, numpy")  # the stand-ins need both
 [ -n "$py" ] || { echo "SKIPPED: no python3 with torch and numpy here"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -27,7 +27,8 @@ build=$(cd "${1:?usage: gpu/rehearse_paths.sh BUILD_DIR [PATHS_DIR]}" && pwd)
 given=${2:-}
 fb=$build/tools/flashbits
 [ -x "$fb" ] || { echo "missing $fb"; exit 1; }
-. "$root/gpu/torch_python.sh"
+. "$root/gpu/find_python.sh"
+py=$(find_python "torch, numpy")  # the stand-ins need both
 [ -n "$py" ] || { echo "SKIPPED: no python3 with torch and numpy here"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

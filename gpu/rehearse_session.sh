@@ -36,7 +36,8 @@ for p in flashbits:tools/flashbits fb-mma-probe:gpu/fb-mma-probe fb-sfu-probe:gp
   ln -s "$build/${p#*:}" "$tmp/bin/${p%%:*}"
 done
 fail=0
-. "$root/gpu/torch_python.sh"
+. "$root/gpu/find_python.sh"
+py=$(find_python "torch, numpy")  # the stand-ins need both
 FB_PYTHON=${py:-python3} FB_DEVBIN=$tmp/bin OUT=$tmp/out bash "$root/gpu/device_session.sh" --rehearse > "$tmp/session.txt" 2>&1
 echo "session exit $?"
 steps=$(grep -cE '^== \[t=[0-9]+s\] [a-z0-9-]+: exit [0-9]+ after' "$tmp/out/session.log")

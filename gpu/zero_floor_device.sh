@@ -7,8 +7,8 @@
 #
 # Usage: OUT=DIR bash gpu/zero_floor_device.sh [--dry-run]   from any directory; a copy at
 # .devzf/zero_floor_device.sh works the same (it cds to the folder above its own)
-#   run: command "bash gpu/zero_floor_device.sh", timeout_s 120, with .devzf/ in the tree
-#   (untracked and not ignored, it travels as it is; if ignored, carry [".devzf"])
+#   run: command "bash gpu/zero_floor_device.sh", timeout_s 120, carry [".devzf"]
+#   (.devzf/ is git-ignored: it travels only when carried)
 # Binary: ZF_BIN (default .devzf/fb-mma-probe, a prebuilt fb-mma-probe with --batches; built
 # as gpu/prepare_session.sh builds .devbin/'s and copied there). --dry-run: no GPU (D =
 # 0xffffffff), for trying the command on a CPU.
