@@ -116,12 +116,23 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     return bits;
   }
   if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
-    // Digits only (or digits e digits): a hex pattern and a decimal number at once, unless
-    // too wide to be a pattern of f (0x12345 is no bf16 pattern: not offered).
+    // Digits only (or digits e digits): a hex pattern and perhaps a decimal number, unless too
+    // wide to be a pattern of f (0x12345 is no bf16 pattern: not offered).
     if (s.size() - s.find_first_not_of('0') > static_cast<std::size_t>(f.hex_digits()))
       throw InputError(w + ": '" + s + "' is wider than a " + f.name + " bit pattern: write +" + s + " for the value");
-    throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
-                     " for the value");
+    const std::optional<double> v = exact_decimal(s);
+    std::uint32_t value_bits = 0;
+    if (v && from_double_exact(f, *v, value_bits))  // both readings are operands: refused
+      throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
+                       " for the value");
+    // The value is no operand (not exactly representable), so the word is the pattern, as
+    // results are written: at the full width of f's patterns (4040 in bf16, 38 in e4m3), so
+    // that a result reads back. A shorter word is more likely a value typed than a pattern
+    // (257 in bf16): refused, offering the pattern.
+    if (s.size() != static_cast<std::size_t>(f.hex_digits()))
+      throw InputError(w + ": " + s + " is not exactly representable in " + f.name + "; write 0x" + s + " for the " +
+                       f.name + " bit pattern (a word of digits alone is read as one only at its full width, " +
+                       std::string(static_cast<std::size_t>(f.hex_digits()) - s.size(), '0') + s + ")");
   }
   // A bare word of zeros is +0 either way, but only as wide as the format's patterns
   // (docs/CLI.md): "00000" is no bf16 pattern; and only where the format has a zero (e8m0's

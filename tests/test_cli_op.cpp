@@ -392,9 +392,10 @@ TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decim
 // number is now refused as ambiguous, naming the word; a sign or a point makes a value,
 // 0x a bit pattern (docs/COMMANDS.md "Operands").
 TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, naming it") {
-  for (const char* args : {"op add bf16 rne 1 2", "op add bf16 rne 3f80 10", "op add bf16 rne 1e3 3f80",
-                           "op add fp16 rne 3c00 8001", "op add --format bf16 --round rne 3f80 2",
-                           "op cvt bf16 rne fp32:10", "op cvt bf16 rne fp32:3e800000", "op mul e4m3 rne 0001 4e"}) {
+  for (const char* args :
+       {"op add bf16 rne 1 2", "op add bf16 rne 3f80 10", "op add bf16 rne 1e3 3f80", "op add fp16 rne 3c00 8000",
+        "op add --format bf16 --round rne 3f80 2", "op add bf16 rne 3f80 4000", "op cvt bf16 rne fp32:10",
+        "op cvt bf16 rne fp32:41200000", "op mul e4m3 rne 0001 4e", "op add e4m3 rne 40 38"}) {
     INFO(args);
     const Run r = flashbits(args);
     CHECK(r.exit_code == 2);
@@ -425,6 +426,25 @@ TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, 
   // All zeros is +0 either way; -0 is a value.
   CHECK(flashbits("op add bf16 rne 0 0000").out == "0000 -\n");
   CHECK(flashbits("op add bf16 rne -0 -0.0").out == "8000 -\n");
+  // Found by the CLI contract audit ("hex ... with or without 0x; decimal operands where the
+  // value is exactly representable"): a word of digits whose value the format cannot hold can
+  // only be a pattern, and was refused all the same, with advice (+38) itself refused, so a
+  // printed result such as bf16 4040 (3.0) did not read back. At the full width results are
+  // printed in, it is read as the pattern: e4m3 38 is 1.0 (0 0111 000) and 1 + 1 = 2 is
+  // 0 1000 000 = 40; bf16 4040 + 1 = 4 is 0 10000001 0000000 = 4080; fp16 8001 is -2^-24, and
+  // 1 - 2^-24 rounds to nearest 1 (3c00), inexact; fp32 3e800000 is 0.25, bf16 3e80.
+  CHECK(flashbits("op add e4m3 rne 38 38").out == "40 -\n");
+  CHECK(flashbits("op add bf16 rne 4040 0x3f80").out == "4080 -\n");
+  CHECK(flashbits("op add fp16 rne 3c00 8001").out == "3c00 x\n");
+  CHECK(flashbits("op cvt bf16 rne fp32:3e800000").out == "3e80 -\n");
+  CHECK(flashbits("dot sm80 bf16 0 3f80,4040 3f80,3f80").out == flashbits("dot sm80 bf16 0 3f80,0x4040 3f80,3f80").out);
+  // Shorter than that, it is more likely a value mistyped: refused, offering the pattern.
+  const Run short_word = flashbits("op add bf16 rne 257 3f80");
+  CHECK(short_word.exit_code == 2);
+  CHECK(short_word.err ==
+        "error: operand A: 257 is not exactly representable in bf16; write 0x257 for the bf16 bit "
+        "pattern (a word of digits alone is read as one only at its full width, 0257)\n");
+  CHECK(flashbits("op add bf16 rne 0257 0x3f80").exit_code == 0);
   // The batch and dot read operands the same way.
   const Run batch = flashbits("op --batch -", "add bf16 rne 3f80 3f80\nadd bf16 rne 1 2\n");
   CHECK(batch.exit_code == 2);

@@ -3,8 +3,11 @@
 // exact_attention (high precision) of the SAME inputs, which are drawn by the --inputs
 // scenario and rounded to the model's input dtype. std is the population std of
 // |O - O_golden| over every element of O. --tiles BrxBc overrides the recipe's tile
-// sizes (tiled models only; materialised models report tiles "none").
-// JSON: {"rows":[{"model":..,"seqlen":..,"tiles":..,"max":..,"mean":..,"std":..,"rmse":..}]}.
+// sizes (tiled models only; a materialised model gets one row per size, tiles "none", and
+// --tiles with no tiled model is refused).
+// JSON: {"rows":[{"model":..,"seqlen":..,"tiles":..,"max":..,"mean":..,"std":..,"rmse":..}]},
+// and "notes": ["MODEL: ...", ...] for what the models take that no hardware measured (the
+// lines the text prints as "note: MODEL: ..."; absent when there are none).
 // A --heads or --headdim of 0 is bad input (exit 2). A model whose O is NaN or infinite on
 // the (finite) inputs gets no figures: its row names the rows of O that are not finite
 // (JSON: "non_finite_rows" instead of the statistics) and the command exits 1.
@@ -77,6 +80,12 @@ int run_deviation(const DeviationOptions& o) {
                        models.back().name + "); give one");
   }
   if (models.empty()) throw InputError("--models: expected at least one model");
+  const auto tiled = [](const attn::ModelHandle& m) { return m.recipe->structure == attn::Structure::online_softmax; };
+  // A materialised model has no tiles: it gets one row (tiles "none"), not one per --tiles
+  // entry, and --tiles with no tiled model would be ignored, so it is refused.
+  if (!o.tiles.empty() && std::none_of(models.begin(), models.end(), tiled))
+    throw InputError("--tiles " + o.tiles + ": none of --models " + o.models +
+                     " is tiled (a materialised model has no tiles); drop --tiles");
   if (o.heads < 1 || o.headdim < 1)
     throw InputError("--heads " + std::to_string(o.heads) + " --headdim " + std::to_string(o.headdim) +
                      ": expected positive sizes (an empty problem has no deviation)");
@@ -86,18 +95,34 @@ int run_deviation(const DeviationOptions& o) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   if (!o.json)
     std::printf("%-26s %7s %-9s %11s %11s %11s %11s\n", "model", "seqlen", "tiles", "max", "mean", "std", "rmse");
-  bool unvalidated = false;
+  // What the models take that no hardware measured, "MODEL: ..." a line, as bias-test's notes:
+  // printed under the table, and the JSON's `notes` (absent when there are none).
+  std::vector<std::string> notes;
+  const auto note = [&](std::string line) {
+    if (std::find(notes.begin(), notes.end(), line) == notes.end()) notes.push_back(std::move(line));
+  };
   std::vector<std::string> non_finite;  // models whose output was NaN or infinite
-  std::uint64_t rows_to_run = 0;
+  std::uint64_t rows_to_run = 0, runs = 0;
   for (int n : seqlens) rows_to_run += static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(o.heads);
-  ProgressBar progress("rows", rows_to_run * models.size() * tiles.size());
+  for (const auto& model : models) runs += tiled(model) ? tiles.size() : 1;
+  ProgressBar progress("rows", rows_to_run * runs);
+  const std::vector<std::pair<int, int>> recipe_tiles = {{0, 0}};
   for (const auto& model : models) {
-    unvalidated |= !model.recipe->hardware_validated();
+    const attn::KernelModel& recipe = *model.recipe;
+    if (recipe.structure != attn::Structure::correctly_rounded && !recipe.hardware_validated())
+      note(model.name + ": " +
+           (recipe.has_hardware_steps()
+                ? "SFU " + attn::sfu_report(recipe) + " -- parts of this model are unmeasured on hardware"
+                : std::string("no tensor-core or special-function step: its IEEE arithmetic is unmeasured on "
+                              "hardware")) +
+           " (see flashbits models)");
     for (int n : seqlens) {
       const auto in = attn::make_scenario(scenario, o.seed, 1, o.heads, n, o.headdim, model.recipe->input, false);
       attn::check_inputs_support_statistics(in, "--inputs " + o.inputs);
+      for (std::string& line : attn::unmeasured_shape_notes(recipe, attn::run_shape(in)))
+        note(model.name + ": " + (line.rfind("note: ", 0) == 0 ? line.substr(6) : line));
       const auto golden = attn::exact_attention(in);
-      for (auto [br, bc] : tiles) {
+      for (auto [br, bc] : tiled(model) ? tiles : recipe_tiles) {
         attn::RunOptions opt;
         opt.seed = o.seed;
         opt.threads = jobs;
@@ -175,11 +200,12 @@ int run_deviation(const DeviationOptions& o) {
   if (o.json) {
     nlohmann::ordered_json j;
     j["rows"] = rows;
+    if (!notes.empty()) j["notes"] = notes;
     std::cout << json_text(j) << "\n";
   } else {
     std::printf("inputs: %s, head dim %d, %d head(s), seed %llu; golden = exact_attention of the same inputs\n",
                 o.inputs.c_str(), o.headdim, o.heads, static_cast<unsigned long long>(o.seed));
-    if (unvalidated) std::printf("note: some models use parts unmeasured on hardware (see `flashbits models`)\n");
+    for (const std::string& line : notes) std::printf("note: %s\n", line.c_str());
   }
   return non_finite.empty() ? kExitOk : kExitCheckFailed;
 }

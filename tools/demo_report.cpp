@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <vector>
 
 #include "attention/attention.hpp"
@@ -87,9 +88,8 @@ void describe_event(std::ostream& os, const char* what, const RoundingEvent& ev,
      << ", error " << fmt("%+.3g", ev.error_ulps) << " ulp\n";
 }
 
-}  // namespace
-
-int run_demo_report(std::ostream& os, const std::string& path) {
+// The report itself, into `os`; `progress` is started once the trace's size is known.
+int write_report(std::ostream& os, const std::string& path, std::optional<ProgressBar>& progress) {
   Trace trace = [&] {
     try {
       return read_trace(path);
@@ -123,6 +123,10 @@ int run_demo_report(std::ostream& os, const std::string& path) {
                      path + "` measures it apart");
   const std::string& sfu_note = resolution.sfu_note;
   const Format& out_f = model.recipe->output;
+  // The runs below, counted in rows: the replay, up to 8 traced candidates and one more, the fix.
+  const std::uint64_t rows = static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows;
+  const std::size_t candidates = std::min<std::size_t>(8, static_cast<std::size_t>(in.q.cols));
+  progress.emplace("rows", rows * (candidates + 3));
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
   // provenance_text: a capture of unknown source is called so, not "emulated" (it may well be
   // a hardware dump that did not record its GPU).
@@ -136,6 +140,7 @@ int run_demo_report(std::ostream& os, const std::string& path) {
 
   // 1. Replay, with the run's recorded seed where the model draws from one (+o-sr), as replay.
   attn::RunOptions run_options;
+  run_options.progress = &progress->counter();
   if (attn::draws_random_bits(*model.recipe)) run_options.seed = attn::required_run_seed(trace, model);
   const attn::AttentionOutputs base = attn::run_attention(model, in, run_options);
   const RawTensor captured = trace.bits("o");
@@ -188,9 +193,11 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   opt.tracer = &tracer;
   // At most 8 candidates: each is one traced run of the whole trace.
   if (features_by_error.size() > 8) features_by_error.resize(8);
+  std::size_t runs_left = features_by_error.size() + 1;  // the candidates, and the re-run after them
   for (int candidate : features_by_error) {
     tracer.plot_feature = candidate;
     attn::run_attention(model, in, opt);
+    --runs_left;
     const attn::RowTrace& t = tracer.traces.front();
     bool shows_mechanism = false;
     for (const auto& ev : t.pv_buffer_events)
@@ -203,7 +210,9 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   if (tracer.plot_feature != feature) {
     tracer.plot_feature = feature;
     attn::run_attention(model, in, opt);
+    --runs_left;
   }
+  progress->advance(runs_left * rows);  // the runs a candidate showing the mechanism made unneeded
   worst_err = err_of(feature);
   const std::string where = (base.o.batch > 1 ? "batch " + std::to_string(batch) + ", " : std::string()) +
                             (base.o.heads > 1 ? "head " + std::to_string(head) + ", " : std::string()) + "row " +
@@ -254,7 +263,9 @@ int run_demo_report(std::ostream& os, const std::string& path) {
   std::optional<attn::AttentionOutputs> fix;
   if (!model.recipe->dynmax) {
     fixed = api::resolve_model({md.model + "+dynmax", in.dtype, "auto", ""}, {}, &trace);
-    fix = attn::run_attention(*fixed, in, {});
+    attn::RunOptions fix_options;
+    fix_options.progress = &progress->counter();
+    fix = attn::run_attention(*fixed, in, fix_options);
     // With the fix, a model whose O is NaN or infinite on these finite inputs gets no verdict.
     const std::vector<std::size_t> bad_fix = attn::non_finite_rows(fix->o);
     if (!bad_fix.empty()) {
@@ -332,6 +343,27 @@ int run_demo_report(std::ostream& os, const std::string& path) {
     os << "(" << model.name << " with these SFU models is validated on hardware: the replay above is of a "
        << "capture from " << md.source << ".)\n";
   return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+int run_demo_report(std::ostream& os, const std::string& path) {
+  // A run of several seconds shows a progress bar on a terminal's stderr; the report is held
+  // until the bar is cleared, so that the two never share a line. A failing run prints what
+  // it had before the error, as it did when printing as it went.
+  std::ostringstream report;
+  std::optional<ProgressBar> progress;
+  int exit_code = kExitOk;
+  try {
+    exit_code = write_report(report, path, progress);
+  } catch (...) {
+    if (progress) progress->finish();
+    os << report.str() << std::flush;
+    throw;
+  }
+  if (progress) progress->finish();
+  os << report.str();
+  return exit_code;
 }
 
 }  // namespace fb::cli

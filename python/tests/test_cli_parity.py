@@ -416,6 +416,32 @@ def test_deviation_refuses_huge_tiles_and_keeps_tiles_on_non_finite_rows(cli):
     assert rc == 1 and any("non_finite_rows" in r for r in rows), rows
 
 
+def test_deviation_rows_once_per_materialised_model_and_notes_in_json(cli):
+    # Found by the CLI contract audit: a materialised model printed one identical row per --tiles
+    # entry (its tiles "none" each time), and --json said nothing of unmeasured parts, which the
+    # contract asks of every report (the text printed one unnamed note).
+    rc, out, err = cli("deviation", "--models", "golden-bf16-flash,golden-bf16-baseline,pytorch-math-sm90",
+                       "--seqlen", "64,1100", "--headdim", "16", "--tiles", "16x16,32x32", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    keys = [(r["model"], r["seqlen"], r["tiles"]) for r in d["rows"]]
+    assert keys == [("golden-bf16-flash", 64, "16x16"), ("golden-bf16-flash", 64, "32x32"),
+                    ("golden-bf16-flash", 1100, "16x16"), ("golden-bf16-flash", 1100, "32x32"),
+                    ("golden-bf16-baseline", 64, "none"), ("golden-bf16-baseline", 1100, "none"),
+                    ("pytorch-math-sm90", 64, "none"), ("pytorch-math-sm90", 1100, "none")], keys
+    notes = d["notes"]
+    assert any(n.startswith("pytorch-math-sm90: SFU ex2 correct (UNMEASURED)") for n in notes), notes
+    assert any(n.startswith("pytorch-math-sm90: rows of 1100 keys") and "UNMEASURED" in n for n in notes), notes
+    assert not any(n.startswith("pytorch-math-sm90: rows of 64 keys") for n in notes), notes
+    # The text prints the same lines as notes.
+    rc, text, _ = cli("deviation", "--models", "pytorch-math-sm90", "--seqlen", "1100", "--headdim", "16")
+    assert rc == 0 and all(f"note: {n}\n" in text for n in notes if n.startswith("pytorch-math-sm90")), text
+    # --tiles where no model is tiled would be ignored: refused.
+    rc, _, err = cli("deviation", "--models", "golden-bf16-baseline", "--seqlen", "64", "--headdim", "16", "--tiles",
+                     "16x16", check=False)
+    assert rc == 2 and "none of --models golden-bf16-baseline is tiled" in err and err.count("\n") == 1, err
+
+
 def test_a_sweep_row_without_a_finite_trial_has_no_statistics(cli, tmp_path):
     # Found by the CLI audit: such a row printed o_mean_ulps 0.0, o_ci [0, 0], o_p_t 1.0 and
     # rms 0 (read: no error), and lacked correctly_rounded and excess; the table showed '-'.
@@ -498,3 +524,35 @@ def test_bad_names_say_what_is_wrong(cli, tmp_path):
     recipe.write_text('{"sfu": {"ex2": "nope.fbsfu"}}')
     rc, _, err = cli("replay", str(path), "--recipe", str(recipe), check=False)
     assert rc == 2 and "nope.fbsfu: no such file" in err, err
+
+
+def test_replay_text_counts_the_ulp_distance_of_every_mismatch(cli, tmp_path):
+    # Found by the CLI contract audit ("prints ... the ulp distance of every mismatch"): the text
+    # listed 20 per tensor and "... 363 more". It now counts every one in a line, checked here
+    # against the --json list of each mismatch.
+    from collections import Counter
+    trace = tmp_path / "a.safetensors"
+    cli("make-trace", "--model", "fa2-sm80", "--seqlen", "64", "--headdim", "32", "--backward", "--out", str(trace))
+    rc, text, _ = cli("replay", str(trace), "--model", "standard-bf16", check=False)
+    rc_json, out, _ = cli("replay", str(trace), "--model", "standard-bf16", "--json", check=False)
+    assert rc == rc_json == 1
+    lines = text.splitlines()
+    checked = 0
+    for t in json.loads(out)["tensors"]:
+        ulps = [m["ulps"] for m in t["mismatches"]]
+        at = next(i for i, line in enumerate(lines) if line.startswith(t["name"] + ": "))
+        if len(ulps) <= 20:
+            assert not lines[at + 1].startswith("  ulps of the"), lines[at:at + 2]
+            continue
+        line = lines[at + 1]
+        assert line.startswith(f"  ulps of the {len(ulps)} mismatches"), line
+        counts = Counter(ulps)
+        if len(counts) <= 16:
+            want = ", ".join(f"{'+' if u > 0 else ''}{u:g} x{n}" for u, n in sorted(counts.items()))
+            assert line == f"  ulps of the {len(ulps)} mismatches: {want}", (line, want)
+        else:
+            binades = Counter(-1 if abs(u) < 1 else math.frexp(abs(u))[1] - 1 for u in ulps)
+            want = ", ".join(("<1" if k < 0 else f"[{2**k},{2**(k + 1)})") + f" x{n}" for k, n in sorted(binades.items()))
+            assert line == f"  ulps of the {len(ulps)} mismatches, by |ulps|: {want}", (line, want)
+        checked += 1
+    assert checked >= 3
