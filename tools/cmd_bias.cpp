@@ -289,7 +289,10 @@ Runner setup_bias_test(CLI::App& app) {
                                 "--dtype names a capture's format)");
   auto* scenario = app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
   auto* trials = app.add_option("--trials", o->trials, "trials (default 32)")->check(trials_in(2));
-  app.add_option("--alpha", o->alpha, "significance level, in (0, 1) (default 1e-3)")->check(decimal_number());
+  app.add_option("--alpha", o->alpha,
+                 "significance level of each output's test, in (0, 1) (default 1e-3; the run's verdict, O or delta, "
+                 "errs up to 2x as often)")
+      ->check(decimal_number());
   app.add_option("--at-stake", o->at_stake,
                  "the smallest bias (ulps) that matters: a test that could not detect it is inconclusive "
                  "(default 0.05)")
