@@ -1153,6 +1153,13 @@ bool sfu_hardware_measured(const KernelModel& km) {
   return true;
 }
 
+std::string unmeasured_parts(const KernelModel& km) {
+  if (km.structure == Structure::correctly_rounded || km.hardware_validated()) return {};
+  return km.has_hardware_steps() ? "SFU " + sfu_report(km) + " -- parts of this model are unmeasured on hardware"
+                                 : "no tensor-core or special-function step: its IEEE arithmetic, in the order the "
+                                   "model states (see flashbits models), is unmeasured on hardware";
+}
+
 std::string sfu_report(const KernelModel& km, bool verbose) {
   std::string report;
   for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {

@@ -651,5 +651,11 @@ bool sfu_hardware_measured(const KernelModel& km);
 // `verbose`), and "not evaluated" for a function the model does not evaluate, so that an
 // unmeasured model of an unused function is not reported as if it mattered.
 std::string sfu_report(const KernelModel& km, bool verbose = false);
+// What of the model no hardware measured, as reports say it: its SFU set where it has a
+// tensor-core or special-function step ("SFU ... -- parts of this model are unmeasured on
+// hardware"), else that its IEEE arithmetic is unmeasured; empty for a model measured on
+// hardware (hardware_validated) and for the correctly rounded reference, which has no kernel
+// arithmetic.
+std::string unmeasured_parts(const KernelModel& km);
 
 }  // namespace fb::attn

@@ -313,10 +313,7 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
       : model.recipe->hardware_validated()
           ? "emulated model; its tensor cores and SFUs were measured on hardware (the recipe itself only where a "
             "capture replays: see flashbits models)"
-      : !model.recipe->has_hardware_steps()
-          ? "emulated model; no tensor-core or special-function step: its IEEE arithmetic, in the order the model "
-            "states (see flashbits models), is unmeasured on hardware"
-          : "emulated model; SFU " + sfu_report(*model.recipe) + " -- parts of this model are unmeasured on hardware";
+          : "emulated model; " + unmeasured_parts(*model.recipe);
   for (const ModelHandle* m : {&model, run.against ? &*run.against : nullptr})
     if (m && !m->recipe->warning.empty()) report.warnings.push_back(m->name + ": " + m->recipe->warning);
   // Every trial has run_trial's shape: one head, seqlen rows and keys, with the backward.

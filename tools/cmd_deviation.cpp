@@ -109,13 +109,8 @@ int run_deviation(const DeviationOptions& o) {
   const std::vector<std::pair<int, int>> recipe_tiles = {{0, 0}};
   for (const auto& model : models) {
     const attn::KernelModel& recipe = *model.recipe;
-    if (recipe.structure != attn::Structure::correctly_rounded && !recipe.hardware_validated())
-      note(model.name + ": " +
-           (recipe.has_hardware_steps()
-                ? "SFU " + attn::sfu_report(recipe) + " -- parts of this model are unmeasured on hardware"
-                : std::string("no tensor-core or special-function step: its IEEE arithmetic is unmeasured on "
-                              "hardware")) +
-           " (see flashbits models)");
+    if (const std::string unmeasured = attn::unmeasured_parts(recipe); !unmeasured.empty())
+      note(model.name + ": " + unmeasured);
     for (int n : seqlens) {
       const auto in = attn::make_scenario(scenario, o.seed, 1, o.heads, n, o.headdim, model.recipe->input, false);
       attn::check_inputs_support_statistics(in, "--inputs " + o.inputs);

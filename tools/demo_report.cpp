@@ -124,7 +124,8 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   const std::string& sfu_note = resolution.sfu_note;
   const Format& out_f = model.recipe->output;
   // The runs below, counted in rows: the replay, up to 8 traced candidates and one more, the fix.
-  const std::uint64_t rows = static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows;
+  // With dO a run counts each row twice, its forward and its share of the backward (as replay).
+  const std::uint64_t rows = static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1);
   const std::size_t candidates = std::min<std::size_t>(8, static_cast<std::size_t>(in.q.cols));
   progress.emplace("rows", rows * (candidates + 3));
   os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
