@@ -128,11 +128,12 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     // The value is no operand (not exactly representable), so the word is the pattern, as
     // results are written: at the full width of f's patterns (4040 in bf16, 38 in e4m3), so
     // that a result reads back. A shorter word is more likely a value typed than a pattern
-    // (257 in bf16): refused, offering the pattern.
+    // (257 in bf16): refused, offering the pattern; so is a longer one, zeros before a
+    // pattern's digits (038 in e4m3), which no result is written as.
     if (s.size() != static_cast<std::size_t>(f.hex_digits()))
       throw InputError(w + ": " + s + " is not exactly representable in " + f.name + "; write 0x" + s + " for the " +
-                       f.name + " bit pattern (a word of digits alone is read as one only at its full width, " +
-                       std::string(static_cast<std::size_t>(f.hex_digits()) - s.size(), '0') + s + ")");
+                       f.name + " bit pattern (a word of digits alone is read as one only at the full width of " +
+                       f.name + " patterns, " + std::to_string(f.hex_digits()) + " digits)");
   }
   // A bare word of zeros is +0 either way, but only as wide as the format's patterns
   // (docs/CLI.md): "00000" is no bf16 pattern; and only where the format has a zero (e8m0's

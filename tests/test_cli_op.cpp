@@ -443,7 +443,13 @@ TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, 
   CHECK(short_word.exit_code == 2);
   CHECK(short_word.err ==
         "error: operand A: 257 is not exactly representable in bf16; write 0x257 for the bf16 bit "
-        "pattern (a word of digits alone is read as one only at its full width, 0257)\n");
+        "pattern (a word of digits alone is read as one only at the full width of bf16 patterns, 4 digits)\n");
+  // Longer, with zeros before the digits (found by fuzz_dot: the message's padding underflowed
+  // and threw std::length_error): refused the same way, one line, exit 2.
+  const Run long_word = flashbits("dot sm89 e4m3 0 038,8 0x38,0x38");
+  CHECK(long_word.exit_code == 2);
+  CHECK(long_word.err.find("038 is not exactly representable in e4m3; write 0x038") != std::string::npos);
+  CHECK(one_error_line(long_word));
   CHECK(flashbits("op add bf16 rne 0257 0x3f80").exit_code == 0);
   // The batch and dot read operands the same way.
   const Run batch = flashbits("op --batch -", "add bf16 rne 3f80 3f80\nadd bf16 rne 1 2\n");
