@@ -64,30 +64,37 @@ namespace {
 // The samples of a run, before they are summarised. Per output: the error against exact,
 // the kernel's own error against its target, the input quantisation's (fp8 only), and the
 // floor's against the same target (measure.hpp TrialErrors); the excess is kernel - floor.
+// The *_outward series are the kernel's and the floor's magnitude errors (outward_mean).
 struct Samples {
   std::vector<double> o, delta, o_kernel, delta_kernel, o_quant, delta_quant, o_cr, delta_cr;
+  std::vector<double> o_kernel_outward, delta_kernel_outward, o_cr_outward, delta_cr_outward;
   ElementSpread o_spread;  // every element of O: the kernel's own error and the floor's
 };
 
 // One output's sums over a trace cluster's rows: each row's mean error against exact, the
-// kernel's own (against its target), the quantisation's and the floor's, with the rows counted.
+// kernel's own (against its target), the quantisation's and the floor's, the kernel's and the
+// floor's magnitude errors (outward_mean), with the rows counted.
 struct OutputSums {
-  double error = 0, kernel = 0, quant = 0, floor = 0;
+  double error = 0, kernel = 0, quant = 0, floor = 0, kernel_outward = 0, floor_outward = 0;
   long long rows = 0;
   void add(const OutputSums& x) {
     error += x.error, kernel += x.kernel, quant += x.quant, floor += x.floor;
+    kernel_outward += x.kernel_outward, floor_outward += x.floor_outward;
     rows += x.rows;
   }
   // The cluster's sample: its means, appended to the run's (nothing when it has no row; the
   // quantisation's only where the run measures one).
   void emit(std::vector<double>& errors, std::vector<double>& kernels, std::vector<double>* quants,
-            std::vector<double>& floors) const {
+            std::vector<double>& floors, std::vector<double>& kernels_outward,
+            std::vector<double>& floors_outward) const {
     if (rows == 0) return;
     const auto n = static_cast<double>(rows);
     errors.push_back(error / n);
     kernels.push_back(kernel / n);
     if (quants) quants->push_back(quant / n);
     floors.push_back(floor / n);
+    kernels_outward.push_back(kernel_outward / n);
+    floors_outward.push_back(floor_outward / n);
   }
 };
 struct ClusterSums {
@@ -166,8 +173,9 @@ struct KvGroups {
   bool quantised = false;
   void emit(Samples& s) const {
     for (const ClusterSums& g : groups) {
-      g.o.emit(s.o, s.o_kernel, quantised ? &s.o_quant : nullptr, s.o_cr);
-      g.delta.emit(s.delta, s.delta_kernel, quantised ? &s.delta_quant : nullptr, s.delta_cr);
+      g.o.emit(s.o, s.o_kernel, quantised ? &s.o_quant : nullptr, s.o_cr, s.o_kernel_outward, s.o_cr_outward);
+      g.delta.emit(s.delta, s.delta_kernel, quantised ? &s.delta_quant : nullptr, s.delta_cr, s.delta_kernel_outward,
+                   s.delta_cr_outward);
     }
   }
 };
@@ -197,6 +205,10 @@ void merge_item(const ItemResult& item, Samples& s, BiasReport& report, KvGroups
     append(s.delta_quant, item.s.delta_quant);
     append(s.o_cr, item.s.o_cr);
     append(s.delta_cr, item.s.delta_cr);
+    append(s.o_kernel_outward, item.s.o_kernel_outward);
+    append(s.o_cr_outward, item.s.o_cr_outward);
+    append(s.delta_kernel_outward, item.s.delta_kernel_outward);
+    append(s.delta_cr_outward, item.s.delta_cr_outward);
     add_rows(item.by_max, item.s.o_spread, item.rows_without_keys, item.non_finite_rows);
     if (!item.non_finite_where.empty()) report.non_finite_where.push_back(item.non_finite_where);
   } else {
@@ -285,11 +297,15 @@ void run_trial(const BiasRun& run, int t, ItemResult& item) {
   s.o_kernel.push_back(mean_of(e.o_kernel_ulps));
   for (std::size_t i = 0; i < e.o_kernel_ulps.size(); ++i) s.o_spread.add(e.o_kernel_ulps[i], e.o_cr_ulps[i]);
   s.o_cr.push_back(mean_of(e.o_cr_ulps));
+  s.o_kernel_outward.push_back(outward_mean(e.o_kernel_ulps, e.o_target_sign));
+  s.o_cr_outward.push_back(outward_mean(e.o_cr_ulps, e.o_target_sign));
   if (!e.o_quant_ulps.empty()) s.o_quant.push_back(mean_of(e.o_quant_ulps));
   if (!e.delta_ulps.empty()) {
     s.delta.push_back(mean_of(e.delta_ulps));
     s.delta_kernel.push_back(mean_of(e.delta_kernel_ulps));
     s.delta_cr.push_back(mean_of(e.delta_cr_ulps));
+    s.delta_kernel_outward.push_back(outward_mean(e.delta_kernel_ulps, e.delta_target_sign));
+    s.delta_cr_outward.push_back(outward_mean(e.delta_cr_ulps, e.delta_target_sign));
     if (!e.delta_quant_ulps.empty()) s.delta_quant.push_back(mean_of(e.delta_quant_ulps));
   }
   const std::size_t d = static_cast<std::size_t>(run.headdim);
@@ -459,14 +475,17 @@ void add_trace(const Trace& trace, ItemResult& item) {
   std::vector<double> row_o(bad.size(), 0.0);  // each row's mean O error (by_max)
   for (std::size_t r = 0; r * d < o_vals.data.size(); ++r) {
     if (bad[r] || without_keys[r]) continue;
-    double sum = 0, sum_kernel = 0, sum_quant = 0, sum_cr = 0;
+    double sum = 0, sum_kernel = 0, sum_quant = 0, sum_cr = 0, sum_kernel_outward = 0, sum_cr_outward = 0;
     for (int c = 0; c < d; ++c) {
       const std::size_t i = r * d + c;
       sum += (o_vals.data[i] - exact.o.data[i]) / units.o[i];
       const double kernel = (o_vals.data[i] - target.o.data[i]) / units.o[i];
+      const double sign = sign_of(target.o.data[i]);
       sum_kernel += kernel;
       sum_quant += (target.o.data[i] - exact.o.data[i]) / units.o[i];
       sum_cr += cr.o_ulps[i];
+      sum_kernel_outward += sign * kernel;
+      sum_cr_outward += sign * cr.o_ulps[i];
       per_cluster[cluster_of(r)].o_spread.add(kernel, cr.o_ulps[i]);
     }
     row_o[r] = sum / d;
@@ -475,6 +494,8 @@ void add_trace(const Trace& trace, ItemResult& item) {
     cs.kernel += sum_kernel / d;
     cs.quant += sum_quant / d;
     cs.floor += sum_cr / d;
+    cs.kernel_outward += sum_kernel_outward / d;
+    cs.floor_outward += sum_cr_outward / d;
     ++cs.rows;
   }
   // delta: the captured one, else (PyTorch's SDPA does not return it) the one the trace's
@@ -527,9 +548,12 @@ void add_trace(const Trace& trace, ItemResult& item) {
       OutputSums& cs = per_cluster[cluster_of(i)].sums.delta;
       cs.error += trace_delta.back();
       const double target_delta = target.delta ? target.delta->data[i] : exact.delta->data[i];
-      cs.kernel += (kernel_deltas[i] - target_delta) / units.delta[i];
+      const double kernel = (kernel_deltas[i] - target_delta) / units.delta[i];
+      cs.kernel += kernel;
       cs.quant += (target_delta - exact.delta->data[i]) / units.delta[i];
       cs.floor += cr.delta_ulps[i];
+      cs.kernel_outward += sign_of(target_delta) * kernel;
+      cs.floor_outward += sign_of(target_delta) * cr.delta_ulps[i];
       ++cs.rows;
     }
   }
@@ -670,14 +694,33 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.delta_quant = summarize(s.delta_quant, run.alpha);
   report.o_cr = summarize(s.o_cr, run.alpha);
   report.delta_cr = summarize(s.delta_cr, run.alpha);
-  report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, run.alpha, run.at_stake, report.baseline);
-  report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, run.alpha, run.at_stake, report.baseline);
+  // Two comparisons per output, signed and magnitude, each at alpha / comparisons (verdict.hpp).
+  report.comparisons = report.has_delta ? 4 : 2;
+  report.alpha_per_comparison = per_comparison_alpha(run.alpha, report.comparisons);
+  const double level = report.alpha_per_comparison;
+  report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, level, run.at_stake, report.baseline);
+  report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, level, run.at_stake, report.baseline);
+  report.o_magnitude_vs_floor =
+      compare_with_floor(s.o_kernel_outward, s.o_cr_outward, level, run.at_stake, report.baseline);
+  report.delta_magnitude_vs_floor =
+      compare_with_floor(s.delta_kernel_outward, s.delta_cr_outward, level, run.at_stake, report.baseline);
+  name_magnitude_direction(report.o_magnitude_vs_floor);
+  name_magnitude_direction(report.delta_magnitude_vs_floor);
   report.o_spread = s.o_spread;
-  report.o_excess = report.o_vs_floor.excess;
-  report.delta_excess = report.delta_vs_floor.excess;
+  // The excess as a description, at alpha like the other series (the comparisons above test
+  // it at their own level).
+  const auto difference = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> d(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+    return d;
+  };
+  report.o_excess = summarize(difference(s.o_kernel, s.o_cr), run.alpha);
+  report.delta_excess = summarize(difference(s.delta_kernel, s.delta_cr), run.alpha);
   report.no_verdict = report.non_finite_rows > 0;
-  report.verdict =
-      report.has_delta ? combine(report.o_vs_floor.verdict, report.delta_vs_floor.verdict) : report.o_vs_floor.verdict;
+  report.verdict = combine(report.o_vs_floor.verdict, report.o_magnitude_vs_floor.verdict);
+  if (report.has_delta)
+    report.verdict =
+        combine(report.verdict, combine(report.delta_vs_floor.verdict, report.delta_magnitude_vs_floor.verdict));
   report.biased = !report.no_verdict && report.verdict == Verdict::adds_bias;
   return report;
 }
@@ -755,6 +798,8 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   j["samples"] = r.samples_note;
   j["units_format"] = r.units_format;
   j["alpha"] = r.alpha;
+  j["comparisons"] = r.comparisons;
+  j["alpha_per_comparison"] = r.alpha_per_comparison;
   j["at_stake_ulps"] = r.at_stake;
   j["o"] = stats_json(r.o, has_verdict);
   if (r.has_delta) j["delta"] = stats_json(r.delta, has_verdict);
@@ -764,18 +809,21 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
     if (r.has_delta) q["delta"] = stats_json(r.delta_quant, has_verdict);
     j["quantisation"] = q;
   }
-  nlohmann::ordered_json cr, ex, vs;
+  nlohmann::ordered_json cr, ex, vs, magnitude;
   cr["o"] = stats_json(r.o_cr, has_verdict);
   ex["o"] = stats_json(r.o_excess, has_verdict);
   vs["o"] = floor_comparison_json(r.o_vs_floor, has_verdict);
+  magnitude["o"] = floor_comparison_json(r.o_magnitude_vs_floor, has_verdict);
   if (r.has_delta) {
     cr["delta"] = stats_json(r.delta_cr, has_verdict);
     ex["delta"] = stats_json(r.delta_excess, has_verdict);
     vs["delta"] = floor_comparison_json(r.delta_vs_floor, has_verdict);
+    magnitude["delta"] = floor_comparison_json(r.delta_magnitude_vs_floor, has_verdict);
   }
   j[r.paired ? "against" : "correctly_rounded"] = cr;
   j["excess"] = ex;
   j["against_floor"] = vs;
+  j["magnitude_against_floor"] = magnitude;
   nlohmann::ordered_json spread;
   spread["elements"] = r.o_spread.elements;
   spread["kernel_rms_ulps"] = r.o_spread.kernel_rms();

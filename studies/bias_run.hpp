@@ -15,8 +15,10 @@
 // (against the exact attention of what it computed with: for fp8 models the quantised
 // inputs, whose quantisation error is reported on its own); and the floor's: the correctly
 // rounded reference rounded where the kernel keeps its outputs, or with `against` that
-// model on the same inputs and seed. verdict.hpp compares kernel and floor: the excess, its
-// direction and the test's power decide the verdict.
+// model on the same inputs and seed; and the kernel's and the floor's magnitude errors (the
+// mean of sign(target) x error, measure.hpp outward_mean). verdict.hpp compares kernel and
+// floor, for each output, on the signed and on the magnitude errors, each comparison at
+// alpha / comparisons: the excess, its direction and the test's power decide the verdict.
 // No verdict on data that cannot support one: a trace with a NaN or infinity in q, k, v or
 // dO, or with a dimension of 0, is bad input (std::invalid_argument naming the file and
 // rows); a model (or captured kernel) whose O or delta is non-finite on finite inputs is
@@ -161,13 +163,20 @@ struct BiasReport {
   bool from_traces = false, paired = false, has_delta = false, has_quantisation = false;
   // no_verdict: some row's output was non-finite (counted and described below).
   bool no_verdict = false;
-  Verdict verdict = Verdict::inconclusive;  // combine(o_vs_floor, delta_vs_floor) unless no_verdict
+  Verdict verdict = Verdict::inconclusive;  // combine() of the comparisons unless no_verdict
   bool biased = false;                      // verdict == adds_bias (and a verdict was given)
   // Error against exact; the input quantisation's (fp8 kernels: the exact attention of the
   // quantised inputs against exact); the floor's (the correctly rounded reference, or the
   // --against model) against the kernel's target; the excess (kernel minus floor).
+  // o_excess and delta_excess: the signed excess (kernel - floor per sample), at alpha.
   BiasStatistics o, delta, o_quant, delta_quant, o_cr, delta_cr, o_excess, delta_excess;
-  FloorComparison o_vs_floor, delta_vs_floor;
+  // Each output's signed errors against the floor's, and its magnitude errors (sign of the
+  // target x error: a toward-zero rounding on outputs of either sign shows here, verdict.hpp).
+  FloorComparison o_vs_floor, delta_vs_floor, o_magnitude_vs_floor, delta_magnitude_vs_floor;
+  // How many comparisons the verdict combines (2 per output), and the level each is made at:
+  // alpha / comparisons, which holds the run's false alarms to alpha.
+  int comparisons = 2;
+  double alpha_per_comparison = 1e-3 / 2;
   ElementSpread o_spread;
   std::size_t non_finite_rows = 0;
   std::vector<std::string> non_finite_where;  // one line per trial or trace

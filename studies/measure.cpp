@@ -155,11 +155,13 @@ TrialErrors measure_errors(const ModelHandle& model, const AttentionInputs& in, 
   const auto o_unit = [&](std::size_t i) { return units.o[i]; };
   t.o_ulps = errors_in(got.o.data, want.o.data, o_unit);
   t.o_kernel_ulps = quantised ? errors_in(got.o.data, target.o.data, o_unit) : t.o_ulps;
+  t.o_target_sign = signs_of(target.o.data);
   if (quantised) t.o_quant_ulps = errors_in(target.o.data, want.o.data, o_unit);
   if (got.delta && want.delta && in.d_o) {
     const auto d_unit = [&](std::size_t i) { return units.delta[i]; };
     t.delta_ulps = errors_in(got.delta->data, want.delta->data, d_unit);
     t.delta_kernel_ulps = quantised ? errors_in(got.delta->data, target.delta->data, d_unit) : t.delta_ulps;
+    t.delta_target_sign = signs_of(target.delta->data);
     if (quantised) t.delta_quant_ulps = errors_in(target.delta->data, want.delta->data, d_unit);
   }
   add_non_finite(t, got);
@@ -213,12 +215,14 @@ TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
   t.o_ulps = errors_in(a.o.data, want.o.data, o_unit);
   t.o_kernel_ulps = errors_in(a.o.data, target.o.data, o_unit);
   t.o_cr_ulps = errors_in(b.o.data, target.o.data, o_unit);
+  t.o_target_sign = signs_of(target.o.data);
   if (quantised) t.o_quant_ulps = errors_in(target.o.data, want.o.data, o_unit);
   if (a.delta && b.delta && want.delta && in.d_o) {
     const auto d_unit = [&](std::size_t i) { return units.delta[i]; };
     t.delta_ulps = errors_in(a.delta->data, want.delta->data, d_unit);
     t.delta_kernel_ulps = errors_in(a.delta->data, target.delta->data, d_unit);
     t.delta_cr_ulps = errors_in(b.delta->data, target.delta->data, d_unit);
+    t.delta_target_sign = signs_of(target.delta->data);
     if (quantised) t.delta_quant_ulps = errors_in(target.delta->data, want.delta->data, d_unit);
   }
   add_non_finite(t, a);
@@ -237,6 +241,20 @@ double mean_of(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+double outward_mean(const std::vector<double>& errors, const std::vector<double>& sign) {
+  double s = 0;
+  for (std::size_t i = 0; i < errors.size(); ++i) s += sign[i] * errors[i];
+  return errors.empty() ? 0.0 : s / static_cast<double>(errors.size());
+}
+
+double sign_of(double v) { return v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0; }
+
+std::vector<double> signs_of(const std::vector<double>& v) {
+  std::vector<double> s(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) s[i] = sign_of(v[i]);
+  return s;
 }
 
 BiasStatistics ErrorMoments::statistics(long long n, double alpha) const {

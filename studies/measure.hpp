@@ -57,6 +57,10 @@ struct TrialErrors {
   // o_kernel_ulps: the correctly rounded reference (reference_errors; measure_errors), or the
   // --against model (measure_paired). The excess, the kernel's own share, is kernel - floor.
   std::vector<double> o_cr_ulps, delta_cr_ulps;
+  // The sign (+1, -1, or 0 for an exact zero) of the target's value, per element of O and per
+  // row of delta: sign x error is the error's component away from zero (outward_mean), the
+  // magnitude error a rounding toward zero shows on outputs of either sign.
+  std::vector<double> o_target_sign, delta_target_sign;
   std::vector<double> row_max;  // per row: its exact max scaled score (exact_attention's row_max)
   // Rows (index b·H·N + h·N + r) where the model's O or delta is NaN or infinite although
   // the inputs are finite: no error of such a row means anything (bias-test reports them
@@ -116,6 +120,15 @@ TrialErrors measure_paired(const ModelHandle& model, const ModelHandle& against,
 std::uint64_t trial_seed(std::uint64_t seed, const std::string& scenario, std::uint64_t trial);
 // The mean of `v` (0 for an empty vector): a trial's sample is the mean of its errors.
 double mean_of(const std::vector<double>& v);
+// The mean of sign[i] x errors[i] (0 for empty vectors): the magnitude error, > 0 where the
+// outputs come out larger in magnitude than the target, < 0 where they shrink toward zero.
+// A signed mean cannot see a toward-zero rounding on outputs symmetric in sign (the downward
+// errors of the positive outputs cancel the upward ones of the negative); this mean does.
+double outward_mean(const std::vector<double>& errors, const std::vector<double>& sign);
+// The sign of v as +1, -1 or 0 (NaN: 0).
+double sign_of(double v);
+// sign_of every element of v.
+std::vector<double> signs_of(const std::vector<double>& v);
 
 // Sufficient statistics of per-trial samples: only these survive sharding, and from them
 // (with the trial count n, kept by the owner) the bias statistics follow exactly.

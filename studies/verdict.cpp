@@ -29,6 +29,14 @@ Verdict combine(Verdict a, Verdict b) {
   return Verdict::no_detectable_bias;
 }
 
+double per_comparison_alpha(double alpha, int comparisons) { return alpha / std::max(comparisons, 1); }
+
+void name_magnitude_direction(FloorComparison& c) {
+  if (c.verdict != Verdict::adds_bias && c.verdict != Verdict::less_biased_than_floor) return;
+  if (c.kernel.mean == 0.0) return;
+  c.reason += c.kernel.mean < 0 ? "; magnitudes shrink toward zero" : "; magnitudes grow away from zero";
+}
+
 void FloorMoments::add(double kernel, double floor) {
   const double x = kernel - floor;
   ++n;

@@ -35,6 +35,13 @@
 //     reason with the mean's interval; the verdict rests on the mean, the bias that adds up.
 // `baseline` names what F is in the reasons: empty for the correctly rounded floor ("its
 // floor"), else the --against model's name (no floor: it has a bias of its own).
+//
+// A run makes two comparisons per output (O, and delta when there is one): of the signed
+// errors, and of the magnitude errors (sign(target) x error, measure.hpp outward_mean: a
+// rounding toward zero on outputs of either sign cancels in the signed mean and shows here).
+// Each is made at per_comparison_alpha(alpha, comparisons) = alpha / comparisons (Bonferroni),
+// so that a kernel that adds no bias is called `adds bias` by a run with probability at most
+// alpha, however the comparisons depend on each other; the run's verdict is combine() of all.
 // Pure functions, no state.
 #pragma once
 
@@ -58,9 +65,13 @@ inline constexpr double kDefaultAtStakeUlps = 0.05;
 enum class Verdict { adds_bias, less_biased_than_floor, no_detectable_bias, inconclusive };
 // "adds bias", "less biased than its format's floor", "no detectable added bias", "inconclusive".
 std::string verdict_text(Verdict v);
-// The combined verdict of a run's outputs (O, delta): adds bias if any adds bias, else
-// inconclusive if any is, else less biased if any is, else no detectable added bias.
+// The combined verdict of a run's comparisons (O, delta; signed and magnitude): adds bias if
+// any adds bias, else inconclusive if any is, else less biased if any is, else no detectable
+// added bias.
 Verdict combine(Verdict a, Verdict b);
+// The level of each of a run's `comparisons` tests for a run-level level `alpha`: alpha /
+// comparisons (comparisons >= 1).
+double per_comparison_alpha(double alpha, int comparisons);
 
 // Sufficient statistics of the pairs (K_i, F_i) and of their difference X_i, kept apart so
 // that a kernel equal to its floor has an exactly zero excess (sweep shards carry these).
@@ -82,6 +93,12 @@ struct FloorComparison {
 
 FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake,
                                    const std::string& baseline = {});
+// For a comparison of magnitude errors (sign of the target x error): appends to the reason
+// which way the kernel moves the outputs' magnitudes, where the verdict found a direction
+// ("adds bias" or "less biased": "; magnitudes shrink toward zero" when the kernel's mean is
+// negative, "; magnitudes grow away from zero" when positive). The distance words ("further
+// from zero") are about the magnitude error's mean, which reads the wrong way round alone.
+void name_magnitude_direction(FloorComparison& c);
 // The same from the samples themselves (kernel.size() == floor.size()).
 FloorComparison compare_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor, double alpha,
                                    double at_stake, const std::string& baseline = {});

@@ -711,3 +711,42 @@ TEST_CASE("bias-test --traces: a copy of a trace adds no row to any count") {
   CHECK(b.repeated_samples == 1);  // one kv head: one cluster, one sample
   std::filesystem::remove_all(dir);
 }
+
+// Found by a calibration audit: on `random` (outputs of either sign) a final cast toward zero
+// read "no detectable added bias" at 300 of 300 seeds, its downward errors on positive outputs
+// cancelling its upward ones on negative outputs in the signed mean. The magnitude comparison
+// (sign of the target x error) sees it. Truncation never makes a value larger in magnitude
+// than rounding to nearest does, so every sample's magnitude excess over the RNE floor is
+// negative: a property of the two roundings, checked sample by sample.
+TEST_CASE("run_bias: a rounding toward zero on outputs of either sign shows in their magnitude") {
+  BiasRun run;
+  run.model = parse_kernel_model("correctly-rounded+o-rtz", formats::bf16);
+  run.scenario = "random";
+  run.trials = sanitizer_scale() ? 8 : 16;
+  run.seqlen = sanitizer_scale() ? 32 : 64;
+  run.headdim = 64;
+  run.seed = 3;
+  const BiasReport r = run_bias(run);
+  REQUIRE(r.has_delta);
+  CHECK(r.comparisons == 4);
+  CHECK(r.alpha_per_comparison == run.alpha / 4);
+  for (const FloorComparison* c : {&r.o_magnitude_vs_floor, &r.delta_magnitude_vs_floor}) {
+    CAPTURE(c->reason);
+    CHECK(c->verdict == Verdict::adds_bias);
+    CHECK(c->kernel.mean < 0.0);
+    CHECK(c->excess.negatives == c->excess.n);  // every sample: smaller in magnitude than RNE's
+    CHECK(c->reason.find("magnitudes shrink toward zero") != std::string::npos);
+  }
+  // The signed mean cancels on these outputs: its interval holds 0 where the magnitude's is
+  // far below it.
+  CHECK(r.o_vs_floor.verdict != Verdict::adds_bias);
+  CHECK(std::fabs(r.o_vs_floor.excess.mean) < 0.2 * -r.o_magnitude_vs_floor.excess.mean);
+  CHECK(r.verdict == Verdict::adds_bias);
+  CHECK(r.biased);
+  // The same outputs rounded to nearest even are the floor itself, magnitude and all.
+  run.model = parse_kernel_model("correctly-rounded", formats::bf16);
+  const BiasReport rne = run_bias(run);
+  CHECK(rne.o_magnitude_vs_floor.verdict == Verdict::no_detectable_bias);
+  CHECK(rne.o_magnitude_vs_floor.excess.mean == 0.0);
+  CHECK(rne.verdict == Verdict::no_detectable_bias);
+}

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -420,6 +421,41 @@ TEST_CASE("merge: a byte order mark is skipped, and an alpha that reads as 0 say
   CHECK(one_error(t,
                   "field alpha 0: expected a significance level strictly between 0 and 1 (a level below 2^-1074 "
                   "reads as 0 in double precision)"));
+}
+
+// A sweep CSV written before the magnitude sums (its header went from d_neg straight to
+// elements) cannot give the verdict, which compares magnitudes too: merge names why and what
+// to do, rather than "expected the sweep CSV header". The old file is made from a new one by
+// dropping the magnitude columns, its sums otherwise kept.
+TEST_CASE("merge: a sweep CSV without the magnitude sums is refused with its reason") {
+  const std::string csv = (scratch() / "magnitude_new.csv").string();
+  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + csv).code == 0);
+  std::istringstream lines(slurp(csv));
+  std::string line, old;
+  std::vector<std::size_t> keep;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# run ", 0) == 0) {
+      old += line + "\n";
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::stringstream cell_stream(line);
+    for (std::string cell; std::getline(cell_stream, cell, ',');) cells.push_back(cell);
+    if (keep.empty())
+      for (std::size_t i = 0; i < cells.size(); ++i)
+        if (cells[i].find("mag_") == std::string::npos) keep.push_back(i);
+    std::string joined;
+    for (std::size_t i : keep) joined += (joined.empty() ? "" : ",") + (i < cells.size() ? cells[i] : "");
+    old += joined + "\n";
+  }
+  REQUIRE(old.find("d_neg,elements,") != std::string::npos);
+  const std::string old_path = (scratch() / "magnitude_old.csv").string();
+  std::ofstream(old_path, std::ios::binary) << old;
+  const Run r = run("merge " + old_path);
+  CHECK(r.code == 2);
+  CHECK(one_error(r,
+                  "magnitude_old.csv: line 1: a sweep CSV written by an older flashbits, without the magnitude "
+                  "sums (mag_o_sum, ...) the verdict needs: rerun that sweep"));
 }
 
 // Found by the bad-input audit: a --source or --model that is not UTF-8 was refused only when

@@ -410,3 +410,38 @@ TEST_CASE("an excess that carries the error across zero says so beside no detect
   CHECK(c.verdict == Verdict::no_detectable_bias);
   CHECK(c.reason.find("the excess carries the error across zero") != std::string::npos);
 }
+
+// A run combines four comparisons (O and delta, signed and magnitude). Each at alpha, a kernel
+// that adds no bias would be called biased far more often than alpha; each at
+// per_comparison_alpha(alpha, 4) the run holds alpha whatever their dependence (Bonferroni).
+// Null runs drawn here: four independent comparisons, kernel and floor of one mean, with
+// noise of their own (so the excess has a spread), the floor's mean -0.03 or +0.03 (a format's
+// own bias, established at this n): the kernel adds bias when the excess lies significantly
+// beyond it, which chance does in about alpha / 2 of the comparisons.
+TEST_CASE("a run's verdict holds its level alpha over its four comparisons") {
+  const double alpha = 0.05;
+  const int runs = 1500;
+  const auto false_alarms = [&](double level) {
+    int alarms = 0;
+    for (int run = 0; run < runs; ++run) {
+      Verdict v = Verdict::no_detectable_bias;
+      for (int c = 0; c < 4; ++c) {
+        const double mean = c % 2 == 0 ? 0.03 : -0.03;
+        const Pairs p = draw(16, mean, mean, 0.01, static_cast<unsigned>(run * 4 + c + 1));
+        v = fb::attn::combine(v, compare_with_floor(p.kernel, p.floor, level, 0.05).verdict);
+      }
+      alarms += v == Verdict::adds_bias;
+    }
+    return static_cast<double>(alarms) / runs;
+  };
+  const double held = false_alarms(fb::attn::per_comparison_alpha(alpha, 4));
+  const double each_at_alpha = false_alarms(alpha);
+  CAPTURE(held);
+  CAPTURE(each_at_alpha);
+  // 3 standard errors of a binomial proportion alpha over `runs` runs.
+  const double slack = 3.0 * std::sqrt(alpha * (1 - alpha) / runs);
+  CHECK(held <= alpha + slack);
+  CHECK(each_at_alpha > alpha + slack);  // what the level per comparison prevents
+  CHECK(fb::attn::per_comparison_alpha(alpha, 4) == alpha / 4);
+  CHECK(fb::attn::per_comparison_alpha(alpha, 2) == alpha / 2);
+}

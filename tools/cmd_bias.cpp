@@ -216,10 +216,18 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout << "verdict: none (the output is not finite everywhere)\n";
     return;
   }
+  // Each comparison at alpha / comparisons (studies/verdict.hpp), which holds the run's
+  // false alarms to alpha; said here, since each line's p-values are judged at that level.
   std::cout << "against " << (r.paired ? r.baseline : std::string("the floor")) << " (alpha "
-            << shortest_decimal(o.alpha) << ", at stake " << shortest_decimal(o.at_stake) << " ulp):\n";
+            << shortest_decimal(o.alpha) << " for the run: each of its " << r.comparisons << " comparisons at "
+            << shortest_decimal(r.alpha_per_comparison) << "; at stake " << shortest_decimal(o.at_stake)
+            << " ulp), signed error:\n";
   print_comparison("O", r.o_vs_floor, r.baseline);
   if (r.has_delta) print_comparison("delta", r.delta_vs_floor, r.baseline);
+  std::cout << "magnitude error (sign of the exact value x error: > 0 away from zero, < 0 toward it; a rounding "
+               "toward zero cancels in the signed mean of outputs of either sign and shows here):\n";
+  print_comparison("O", r.o_magnitude_vs_floor, r.baseline);
+  if (r.has_delta) print_comparison("delta", r.delta_magnitude_vs_floor, r.baseline);
   // With --against every verdict names B: "no detectable added bias" alone read as "unbiased"
   // for a kernel that rounds toward zero, measured against another that does.
   const std::string basis =
@@ -242,8 +250,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   }
   // Traces without a delta: delta is the model's reduction of the captured O and dO. Where it
   // alone decides the verdict, the verdict is not the hardware's output alone, and says so.
-  if (r.from_traces && r.has_delta && !r.delta_note.empty() && r.verdict != attn::Verdict::inconclusive &&
-      r.delta_vs_floor.verdict == r.verdict && r.o_vs_floor.verdict != r.verdict)
+  const bool o_decides = r.o_vs_floor.verdict == r.verdict || r.o_magnitude_vs_floor.verdict == r.verdict;
+  if (r.from_traces && r.has_delta && !r.delta_note.empty() && r.verdict != attn::Verdict::inconclusive && !o_decides)
     std::cout << "  (decided by delta, which the model computed from the captured O and dO of the traces that hold "
                  "no delta)\n";
 }
@@ -290,8 +298,8 @@ Runner setup_bias_test(CLI::App& app) {
   auto* scenario = app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
   auto* trials = app.add_option("--trials", o->trials, "trials (default 32)")->check(trials_in(2));
   app.add_option("--alpha", o->alpha,
-                 "significance level of each output's test, in (0, 1) (default 1e-3; the run's verdict, O or delta, "
-                 "errs up to 2x as often)")
+                 "the run's significance level, in (0, 1) (default 1e-3): each of its comparisons (O and delta, "
+                 "signed and magnitude) is made at alpha / their number")
       ->check(decimal_number());
   app.add_option("--at-stake", o->at_stake,
                  "the smallest bias (ulps) that matters: a test that could not detect it is inconclusive "

@@ -191,8 +191,8 @@ Runner setup_sweep(CLI::App& app) {
   app.add_option("--shard", o->shard,
                  "K/N: run configurations i with i % N == K-1 (the output's run record lets merge check the set)");
   app.add_option("--alpha", o->alpha,
-                 "significance level of each output's test, in (0, 1) (default 1e-3; the run's verdict, O or delta, "
-                 "errs up to 2x as often)")
+                 "each row's significance level, in (0, 1) (default 1e-3): its four comparisons (O and delta, "
+                 "signed and magnitude) are each made at alpha / 4")
       ->check(decimal_number());
   app.add_option("--at-stake", o->at_stake,
                  "the smallest bias (ulps) that matters to the verdict: a row whose test could not detect it is "

@@ -34,13 +34,15 @@ std::string fmt(const char* f, double v) {
 // Per-row mean signed error of O against the exact output, in bias-test's units (`units`:
 // attn::error_units, one ulp of the output format at max(|O|, Σ P·|V|) per element), so that
 // the demo's figures are the ones bias-test reports for the same rows.
-std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& want, const std::vector<double>& units) {
+std::vector<double> row_means(const attn::Tensor4& got, const attn::Tensor4& want, const std::vector<double>& units,
+                              bool magnitude = false) {
   std::vector<double> means;
   for (std::size_t r = 0; r * got.cols < got.data.size(); ++r) {
     double s = 0;
     for (int c = 0; c < got.cols; ++c) {
       const std::size_t i = r * got.cols + c;
-      s += (got.data[i] - want.data[i]) / units[i];
+      // The magnitude error (studies/measure.hpp outward_mean): the component away from zero.
+      s += (magnitude ? attn::sign_of(want.data[i]) : 1.0) * (got.data[i] - want.data[i]) / units[i];
     }
     means.push_back(s / got.cols);
   }
@@ -321,15 +323,33 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
              (fixed->recipe->hardware_validated() ? "" : "; this variant is UNMEASURED on hardware") + ")",
          excess_fix);
   // bias-test's verdict rules (studies/verdict.hpp) on those samples: O's verdict, as
-  // bias-test --traces gives it for this file's O.
-  const attn::FloorComparison c_base = attn::compare_with_floor(samples, samples_cr, 1e-3, attn::kDefaultAtStakeUlps);
+  // bias-test --traces gives it for this file's O: its signed and its magnitude errors against
+  // the floor's, each at alpha / 2 (the run's alpha 1e-3).
+  const auto magnitude_samples = [&](const attn::Tensor4& o) {
+    return cluster_means(row_means(o, exact.o, units.o, true), keep, in);
+  };
+  const std::vector<double> magnitude_cr = magnitude_samples(o_cr);
+  const double level = attn::per_comparison_alpha(1e-3, 2);
+  struct Judged {
+    attn::FloorComparison signed_error, magnitude;
+    attn::Verdict verdict() const { return attn::combine(signed_error.verdict, magnitude.verdict); }
+  };
+  const auto judge = [&](const std::vector<double>& signed_samples, const attn::Tensor4& o) {
+    Judged j{attn::compare_with_floor(signed_samples, samples_cr, level, attn::kDefaultAtStakeUlps),
+             attn::compare_with_floor(magnitude_samples(o), magnitude_cr, level, attn::kDefaultAtStakeUlps)};
+    attn::name_magnitude_direction(j.magnitude);
+    return j;
+  };
+  const Judged j_base = judge(samples, captured_o);
   os << "\nVerdict on O (from the excess: what the kernel adds to its format's own rounding): " << model.name << ": "
-     << attn::verdict_text(c_base.verdict) << " (" << c_base.reason << ")";
+     << attn::verdict_text(j_base.verdict()) << " (" << j_base.signed_error.reason;
+  // The magnitude comparison's own words, unless they repeat the signed one's (too few samples).
+  if (j_base.magnitude.verdict != j_base.signed_error.verdict || j_base.magnitude.reason != j_base.signed_error.reason)
+    os << "; magnitude error: " << attn::verdict_text(j_base.magnitude.verdict) << ", " << j_base.magnitude.reason;
+  os << ")";
   if (fixed) {
-    const attn::FloorComparison c_fix =
-        attn::compare_with_floor(samples_fix, samples_cr, 1e-3, attn::kDefaultAtStakeUlps);
     os << "; with the dynamic max (a tied max no longer gives P-bar = 1; emulated): "
-       << attn::verdict_text(c_fix.verdict);
+       << attn::verdict_text(judge(samples_fix, fix->o).verdict());
   } else {
     os << "; this kernel already runs the dynamic max";
   }

@@ -21,22 +21,35 @@ struct NamedMoments {
   const char* prefix;
   MomentsMember member;
 };
-inline constexpr NamedMoments kMoments[] = {{"o", &SweepRow::o},       {"d", &SweepRow::d},
-                                            {"cr_o", &SweepRow::cr_o}, {"cr_d", &SweepRow::cr_d},
-                                            {"ex_o", &SweepRow::ex_o}, {"ex_d", &SweepRow::ex_d}};
+inline constexpr NamedMoments kMoments[] = {{"o", &SweepRow::o},
+                                            {"d", &SweepRow::d},
+                                            {"mag_o", &SweepRow::mag_o},
+                                            {"mag_d", &SweepRow::mag_d},
+                                            {"cr_o", &SweepRow::cr_o},
+                                            {"cr_d", &SweepRow::cr_d},
+                                            {"ex_o", &SweepRow::ex_o},
+                                            {"ex_d", &SweepRow::ex_d},
+                                            {"cr_mag_o", &SweepRow::cr_mag_o},
+                                            {"cr_mag_d", &SweepRow::cr_mag_d},
+                                            {"ex_mag_o", &SweepRow::ex_mag_o},
+                                            {"ex_mag_d", &SweepRow::ex_mag_d}};
 // The per-trial ones come before the row's element counts, the reference ones after.
-inline constexpr std::span<const NamedMoments> kTrialMoments(kMoments, 2), kReferenceMoments(kMoments + 2, 4);
+inline constexpr std::span<const NamedMoments> kTrialMoments(kMoments, 4), kReferenceMoments(kMoments + 4, 8);
 
 // The CSV header line; a file whose first line differs is not a sweep CSV.
 inline constexpr const char* kCsvHeader =
     "index,format,round,model,scenario,seqlen,headdim,trials,o_sum,o_sumsq,o_pos,o_neg,d_sum,d_sumsq,d_pos,d_neg,"
+    "mag_o_sum,mag_o_sumsq,mag_o_pos,mag_o_neg,mag_d_sum,mag_d_sumsq,mag_d_pos,mag_d_neg,"
     "elements,sq_sum,max_abs,sig_overflows,ties,rounded_up,rounded_down,"
     "ref_trials,cr_o_sum,cr_o_sumsq,cr_o_pos,cr_o_neg,cr_d_sum,cr_d_sumsq,cr_d_pos,cr_d_neg,"
-    "ex_o_sum,ex_o_sumsq,ex_o_pos,ex_o_neg,ex_d_sum,ex_d_sumsq,ex_d_pos,ex_d_neg,non_finite,"
+    "ex_o_sum,ex_o_sumsq,ex_o_pos,ex_o_neg,ex_d_sum,ex_d_sumsq,ex_d_pos,ex_d_neg,"
+    "cr_mag_o_sum,cr_mag_o_sumsq,cr_mag_o_pos,cr_mag_o_neg,cr_mag_d_sum,cr_mag_d_sumsq,cr_mag_d_pos,cr_mag_d_neg,"
+    "ex_mag_o_sum,ex_mag_o_sumsq,ex_mag_o_pos,ex_mag_o_neg,ex_mag_d_sum,ex_mag_d_sumsq,ex_mag_d_pos,ex_mag_d_neg,"
+    "non_finite,"
     "o_mean_ulps,o_p_t,o_cr_mean_ulps,o_excess_mean_ulps,o_excess_p_t,"
     "delta_mean_ulps,delta_p_t,delta_cr_mean_ulps,delta_excess_mean_ulps,delta_excess_p_t,"
     "rms_ulps,max_abs_ulps,verdict_from,verdict";
-inline constexpr std::size_t kCsvColumns = 55;
+inline constexpr std::size_t kCsvColumns = 79;
 // The run record line: this prefix, then the run's JSON object.
 inline constexpr const char* kRunPrefix = "# run ";
 // Derived columns and messages print statistics to 4 significant digits.

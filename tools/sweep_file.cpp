@@ -337,6 +337,11 @@ SweepFile read_sweep_file(const std::string& given_path) {
       continue;
     }
     if (line_no == 1) {
+      // Files written before the magnitude sums (sweep_columns.hpp) had d_neg then elements.
+      if (line != kCsvHeader && line.find(",d_neg,elements,") != std::string::npos)
+        throw InputError(where +
+                         ": a sweep CSV written by an older flashbits, without the magnitude sums "
+                         "(mag_o_sum, ...) the verdict needs: rerun that sweep");
       if (line != kCsvHeader) throw InputError(where + ": expected the sweep CSV header");
       continue;
     }
@@ -359,15 +364,14 @@ SweepFile read_sweep_file(const std::string& given_path) {
       s.*m.member = moments_from_csv(f, column, m.prefix, where);
       column += 4;
     }
-    s.elements = to_int(f[16], where + " column elements");
-    s.sq_sum = to_num(f[17], where + " column sq_sum");
-    s.max_abs = to_num(f[18], where + " column max_abs");
-    s.sig_overflows = to_int(f[19], where + " column sig_overflows");
-    s.ties = to_int(f[20], where + " column ties");
-    s.rounded_up = to_int(f[21], where + " column rounded_up");
-    s.rounded_down = to_int(f[22], where + " column rounded_down");
-    s.ref_trials = to_int(f[23], where + " column ref_trials");
-    column = 24;
+    s.elements = to_int(f[column++], where + " column elements");
+    s.sq_sum = to_num(f[column++], where + " column sq_sum");
+    s.max_abs = to_num(f[column++], where + " column max_abs");
+    s.sig_overflows = to_int(f[column++], where + " column sig_overflows");
+    s.ties = to_int(f[column++], where + " column ties");
+    s.rounded_up = to_int(f[column++], where + " column rounded_up");
+    s.rounded_down = to_int(f[column++], where + " column rounded_down");
+    s.ref_trials = to_int(f[column++], where + " column ref_trials");
     for (const NamedMoments& m : kReferenceMoments) {
       s.*m.member = moments_from_csv(f, column, m.prefix, where);
       column += 4;

@@ -40,6 +40,10 @@ void SweepRow::add_trial(const attn::TrialErrors& t) {
   o.add(om);
   const double dm = attn::mean_of(t.delta_kernel_ulps);
   d.add(dm);
+  const double mo = attn::outward_mean(t.o_kernel_ulps, t.o_target_sign);
+  const double md = attn::outward_mean(t.delta_kernel_ulps, t.delta_target_sign);
+  mag_o.add(mo);
+  mag_d.add(md);
   for (double e : t.o_kernel_ulps) {
     sq_sum += e * e;
     max_abs = std::max(max_abs, std::fabs(e));
@@ -52,6 +56,12 @@ void SweepRow::add_trial(const attn::TrialErrors& t) {
     cr_d.add(cd);
     ex_o.add(om - co);
     ex_d.add(dm - cd);
+    const double cmo = attn::outward_mean(t.o_cr_ulps, t.o_target_sign);
+    const double cmd = attn::outward_mean(t.delta_cr_ulps, t.delta_target_sign);
+    cr_mag_o.add(cmo);
+    cr_mag_d.add(cmd);
+    ex_mag_o.add(mo - cmo);
+    ex_mag_d.add(md - cmd);
   }
   sig_overflows += t.significand_overflows;
   ties += t.ties;
@@ -76,6 +86,12 @@ void SweepRow::absorb(const SweepRow& other) {
   cr_d.merge(other.cr_d);
   ex_o.merge(other.ex_o);
   ex_d.merge(other.ex_d);
+  mag_o.merge(other.mag_o);
+  mag_d.merge(other.mag_d);
+  cr_mag_o.merge(other.cr_mag_o);
+  cr_mag_d.merge(other.cr_mag_d);
+  ex_mag_o.merge(other.ex_mag_o);
+  ex_mag_d.merge(other.ex_mag_d);
 }
 
 bool SweepRow::paired() const { return model.find("-vs-") != std::string::npos; }
@@ -94,7 +110,8 @@ struct Derived {
   bool has_reference = false;       // false only for rows of older files without a floor
   double rms = 0;
   std::string verdict, verdict_from;
-  attn::FloorComparison o_vs_floor, d_vs_floor;  // each output's verdict, as bias-test's against_floor
+  attn::FloorComparison o_vs_floor, d_vs_floor;          // each output's verdict, as bias-test's against_floor
+  attn::FloorComparison o_mag_vs_floor, d_mag_vs_floor;  // and on its magnitude errors
   attn::Verdict outcome = attn::Verdict::inconclusive;
   bool no_verdict = false;  // some trial's output was not finite (SweepRow::non_finite_trials)
   // Some trial was finite: the sums hold a sample. Without one there is no mean, interval or
@@ -139,13 +156,21 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
   // floor, its direction, and whether the trials could have seen the bias at stake.
   // A-vs-B rows are judged relative to B, which their reasons name (B is no floor).
   const std::string baseline = r.paired() ? r.model.substr(r.model.find("-vs-") + 4) : "";
-  x.o_vs_floor =
-      attn::compare_with_floor(floor_moments(r.ref_trials, r.o, r.cr_o, r.ex_o), alpha, run.at_stake, baseline);
-  // A row without a backward has delta sums of 0 (an identically zero excess: no detectable
-  // bias), which leaves O's verdict as it is.
-  x.d_vs_floor =
-      attn::compare_with_floor(floor_moments(r.ref_trials, r.d, r.cr_d, r.ex_d), alpha, run.at_stake, baseline);
-  x.outcome = attn::combine(x.o_vs_floor.verdict, x.d_vs_floor.verdict);
+  // Four comparisons (O and delta, signed and magnitude), each at alpha / 4 as bias-test's
+  // (every sweep trial runs the backward, forward-only models' delta included).
+  const double level = attn::per_comparison_alpha(alpha, kSweepComparisons);
+  const auto compare = [&](const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
+                           const attn::ErrorMoments& excess) {
+    return attn::compare_with_floor(floor_moments(r.ref_trials, kernel, floor, excess), level, run.at_stake, baseline);
+  };
+  x.o_vs_floor = compare(r.o, r.cr_o, r.ex_o);
+  x.d_vs_floor = compare(r.d, r.cr_d, r.ex_d);
+  x.o_mag_vs_floor = compare(r.mag_o, r.cr_mag_o, r.ex_mag_o);
+  x.d_mag_vs_floor = compare(r.mag_d, r.cr_mag_d, r.ex_mag_d);
+  attn::name_magnitude_direction(x.o_mag_vs_floor);
+  attn::name_magnitude_direction(x.d_mag_vs_floor);
+  x.outcome = attn::combine(attn::combine(x.o_vs_floor.verdict, x.d_vs_floor.verdict),
+                            attn::combine(x.o_mag_vs_floor.verdict, x.d_mag_vs_floor.verdict));
   x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
   if (r.non_finite_trials > 0) {  // as bias-test: no verdict from the trials that were finite
     x.no_verdict = true;
@@ -209,8 +234,11 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
         "PV event counts are from the first "
      << attn::kTracedRows
      << " rows of every trial (tiled models only).\nVerdict (as bias-test, docs/CLI.md): the per-trial excess of O "
-        "and of delta against the floor,\nalpha = "
-     << shortest_decimal(run.alpha) << ", at stake " << shortest_decimal(run.at_stake)
+        "and of delta against the floor,\nof the signed errors and of the magnitude errors (sign of the exact value x "
+        "error, which sees a rounding\ntoward zero on outputs of either sign),\nalpha = "
+     << shortest_decimal(run.alpha) << " for the row (each of the " << kSweepComparisons << " comparisons at "
+     << shortest_decimal(attn::per_comparison_alpha(run.alpha, kSweepComparisons)) << "), at stake "
+     << shortest_decimal(run.at_stake)
      << " ulp: \"adds bias\" when the excess is significant and the error lies\n"
         "further from zero than the floor's; \"less biased\" when it lies significantly closer, by at least the\n"
         "size at stake; \"inconclusive\"\n"
@@ -288,6 +316,8 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
 void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
   nlohmann::ordered_json out;
   out["alpha"] = run.alpha;
+  out["comparisons"] = kSweepComparisons;
+  out["alpha_per_comparison"] = attn::per_comparison_alpha(run.alpha, kSweepComparisons);
   out["at_stake_ulps"] = run.at_stake;
   out["run"] = run_json(run);
   out["rows"] = nlohmann::ordered_json::array();
@@ -352,6 +382,8 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     // A row with a non-finite trial has no verdict, each output's included (as bias-test's).
     j["against_floor"] = {{"o", attn::floor_comparison_json(x.o_vs_floor, !x.no_verdict)},
                           {"delta", attn::floor_comparison_json(x.d_vs_floor, !x.no_verdict)}};
+    j["magnitude_against_floor"] = {{"o", attn::floor_comparison_json(x.o_mag_vs_floor, !x.no_verdict)},
+                                    {"delta", attn::floor_comparison_json(x.d_mag_vs_floor, !x.no_verdict)}};
     j["verdict_from"] = x.verdict_from;
     j["verdict"] = x.verdict;
     out["rows"].push_back(j);

@@ -26,6 +26,10 @@
 
 namespace fb::cli {
 
+// Every row's verdict combines four comparisons, O and delta, signed and magnitude
+// (studies/verdict.hpp), each at alpha / 4: every sweep trial runs the backward.
+inline constexpr int kSweepComparisons = 4;
+
 struct SweepRow {
   long long index = 0;  // position in the full cartesian product
   std::string format, round, model, scenario;
@@ -41,6 +45,10 @@ struct SweepRow {
   // paired A-vs-B rows B on the same inputs: every finite trial).
   long long ref_trials = 0;
   attn::ErrorMoments cr_o, cr_d, ex_o, ex_d;
+  // The magnitude errors (measure.hpp outward_mean: sign of the target x error), per trial:
+  // the kernel's (mag_, over the finite trials), the floor's (cr_mag_) and the excess
+  // (ex_mag_), both over ref_trials. The verdict compares them as it compares the signed ones.
+  attn::ErrorMoments mag_o, mag_d, cr_mag_o, cr_mag_d, ex_mag_o, ex_mag_d;
   // Trials whose O or delta came out NaN or infinite on finite inputs: counted in `trials`,
   // left out of every sum (no error of theirs means anything), and the row has no verdict,
   // as bias-test gives none (it wrote NaN sums and called the row inconclusive).

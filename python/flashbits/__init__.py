@@ -873,7 +873,11 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     floor", "no detectable added bias" or "inconclusive" (fewer than 8 samples, or a test that could
     not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it; with ``against`` it is
     relative to that model (``relative_to`` names it), which has a bias of its own: no floor.
-    ``units_format`` names the format whose ulps every error is in. Returns the
+    ``units_format`` names the format whose ulps every error is in. Each output is compared with
+    its floor by its signed error (``against_floor``) and by its magnitude error
+    (``magnitude_against_floor``: the error times the sign of the exact value, where a rounding
+    toward zero on outputs of either sign shows); ``alpha`` is the run's level, each comparison
+    made at ``alpha_per_comparison`` = alpha / ``comparisons``. Returns the
     fields of ``flashbits bias-test --json`` for the same arguments. A model's test takes
     ``scenario`` (default sink), ``trials`` (32), ``seqlen`` (256), ``headdim`` (64), ``dtype``
     (bf16) and ``seed`` (0); ``trials``, ``seqlen`` and ``headdim`` are held to the CLI's

@@ -645,7 +645,7 @@ def test_biased_is_only_a_decided_verdict():
     assert undecided.verdict == "inconclusive"
     with pytest.raises(ValueError, match=r"biased: the test decided nothing \(verdict: inconclusive\)"):
         undecided.biased
-    assert fb.bias_test("fa-bf16acc", "sink", trials=16, seqlen=64, headdim=32).biased is True
+    assert fb.bias_test("fa-bf16acc", "sink", trials=24, seqlen=64, headdim=32).biased is True
     assert fb.bias_test("correctly-rounded", "sink", trials=8, seqlen=32, headdim=16).biased is False
 
 
@@ -751,3 +751,23 @@ def test_errors_give_their_advice_in_pythons_terms(tmp_path):
         fb.attention(np.ones((4, 8)), np.ones((4, 8)), np.ones((4, 8)), "fa2-sm80", recipe=str(recipe))
     with pytest.raises(ValueError):
         fb.format_info("bf17")
+
+
+def test_bias_test_sees_a_rounding_toward_zero_in_the_magnitude_of_outputs_of_either_sign():
+    # On `random` the outputs have either sign: a final cast toward zero errs down on the
+    # positive ones and up on the negative ones, which cancel in the signed mean. Truncation
+    # never gives a larger magnitude than rounding to nearest, so the magnitude excess is
+    # negative in every trial, and the run (alpha 1e-3 over its 4 comparisons) adds bias.
+    r = fb.bias_test("correctly-rounded+o-rtz", "random", trials=10, seqlen=32)
+    assert r["comparisons"] == 4
+    assert r["alpha_per_comparison"] == r["alpha"] / 4
+    for output in ("o", "delta"):
+        m = r["magnitude_against_floor"][output]
+        assert m["verdict"] == "adds bias", m
+        assert m["kernel_mean_ulps"] < 0 and m["excess_mean_ulps"] < 0, m
+        assert "magnitudes shrink toward zero" in m["reason"], m
+    assert r["against_floor"]["o"]["verdict"] != "adds bias", r["against_floor"]["o"]
+    assert r["verdict"] == "adds bias" and r.biased
+    rne = fb.bias_test("correctly-rounded", "random", trials=10, seqlen=32)
+    assert rne["magnitude_against_floor"]["o"]["excess_mean_ulps"] == 0.0
+    assert rne["verdict"] == "no detectable added bias"
