@@ -456,6 +456,23 @@ TEST_CASE("merge: a sweep CSV without the magnitude sums is refused with its rea
   CHECK(one_error(r,
                   "magnitude_old.csv: line 1: a sweep CSV written by an older flashbits, without the magnitude "
                   "sums (mag_o_sum, ...) the verdict needs: rerun that sweep"));
+  // The JSON form, its rows' sufficient sums without the magnitude ones.
+  const Run made = run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --json");
+  REQUIRE(made.code == 0);
+  nlohmann::json j = nlohmann::json::parse(made.out);
+  for (auto& row : j["rows"]) {
+    nlohmann::json kept;
+    for (const auto& [key, value] : row["sufficient"].items())
+      if (key.find("mag_") == std::string::npos) kept[key] = value;
+    row["sufficient"] = kept;
+  }
+  const std::string old_json = (scratch() / "magnitude_old.json").string();
+  std::ofstream(old_json, std::ios::binary) << j.dump();
+  const Run rj = run("merge " + old_json);
+  CHECK(rj.code == 2);
+  CHECK(one_error(rj,
+                  "magnitude_old.json: rows[0]: a sweep JSON written by an older flashbits, without the "
+                  "magnitude sums (mag_o_sum, ...) the verdict needs: rerun that sweep"));
 }
 
 // Found by the bad-input audit: a --source or --model that is not UTF-8 was refused only when

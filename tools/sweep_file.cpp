@@ -294,6 +294,11 @@ SweepFile read_sweep_file(const std::string& given_path) {
         s.trials = json_int(r, "trials", where);
         const auto& q = member(r, "sufficient", where);
         if (!q.is_object()) throw InputError(where + " field sufficient: expected a JSON object, got " + q.type_name());
+        // Written before the magnitude sums (sweep_columns.hpp): the signed ones alone.
+        if (q.contains("o_sum") && !q.contains("mag_o_sum"))
+          throw InputError(where +
+                           ": a sweep JSON written by an older flashbits, without the magnitude sums "
+                           "(mag_o_sum, ...) the verdict needs: rerun that sweep");
         for (const NamedMoments& m : kTrialMoments) s.*m.member = moments_from_json(q, m.prefix, where);
         s.elements = json_int(q, "elements", where);
         s.sq_sum = json_number(q, "sq_sum", where);
