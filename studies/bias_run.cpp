@@ -701,11 +701,9 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, level, run.at_stake, report.baseline);
   report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, level, run.at_stake, report.baseline);
   report.o_magnitude_vs_floor =
-      compare_with_floor(s.o_kernel_outward, s.o_cr_outward, level, run.at_stake, report.baseline);
+      compare_magnitude_with_floor(s.o_kernel_outward, s.o_cr_outward, level, run.at_stake, report.baseline);
   report.delta_magnitude_vs_floor =
-      compare_with_floor(s.delta_kernel_outward, s.delta_cr_outward, level, run.at_stake, report.baseline);
-  name_magnitude_direction(report.o_magnitude_vs_floor);
-  name_magnitude_direction(report.delta_magnitude_vs_floor);
+      compare_magnitude_with_floor(s.delta_kernel_outward, s.delta_cr_outward, level, run.at_stake, report.baseline);
   report.o_spread = s.o_spread;
   // The excess as a description, at alpha like the other series (the comparisons above test
   // it at their own level).

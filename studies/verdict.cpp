@@ -31,12 +31,6 @@ Verdict combine(Verdict a, Verdict b) {
 
 double per_comparison_alpha(double alpha, int comparisons) { return alpha / std::max(comparisons, 1); }
 
-void name_magnitude_direction(FloorComparison& c) {
-  if (c.verdict != Verdict::adds_bias && c.verdict != Verdict::less_biased_than_floor) return;
-  if (c.kernel.mean == 0.0) return;
-  c.reason += c.kernel.mean < 0 ? "; magnitudes shrink toward zero" : "; magnitudes grow away from zero";
-}
-
 void FloorMoments::add(double kernel, double floor) {
   const double x = kernel - floor;
   ++n;
@@ -303,6 +297,26 @@ FloorComparison compare_with_floor(const std::vector<double>& kernel, const std:
   c.distance = signed_difference(s_k, s_f);
   decide(c, alpha, all_zero, BaselineWords(baseline), signed_difference);
   return c;
+}
+
+namespace {
+
+FloorComparison with_magnitude_direction(FloorComparison c) {
+  if ((c.verdict == Verdict::adds_bias || c.verdict == Verdict::less_biased_than_floor) && c.kernel.mean != 0.0)
+    c.reason += c.kernel.mean < 0 ? "; magnitudes shrink toward zero" : "; magnitudes grow away from zero";
+  return c;
+}
+
+}  // namespace
+
+FloorComparison compare_magnitude_with_floor(const FloorMoments& m, double alpha, double at_stake,
+                                             const std::string& baseline) {
+  return with_magnitude_direction(compare_with_floor(m, alpha, at_stake, baseline));
+}
+
+FloorComparison compare_magnitude_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor,
+                                             double alpha, double at_stake, const std::string& baseline) {
+  return with_magnitude_direction(compare_with_floor(kernel, floor, alpha, at_stake, baseline));
 }
 
 }  // namespace fb::attn

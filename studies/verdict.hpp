@@ -93,14 +93,17 @@ struct FloorComparison {
 
 FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double at_stake,
                                    const std::string& baseline = {});
-// For a comparison of magnitude errors (sign of the target x error): appends to the reason
-// which way the kernel moves the outputs' magnitudes, where the verdict found a direction
-// ("adds bias" or "less biased": "; magnitudes shrink toward zero" when the kernel's mean is
-// negative, "; magnitudes grow away from zero" when positive). The distance words ("further
-// from zero") are about the magnitude error's mean, which reads the wrong way round alone.
-void name_magnitude_direction(FloorComparison& c);
 // The same from the samples themselves (kernel.size() == floor.size()).
 FloorComparison compare_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor, double alpha,
                                    double at_stake, const std::string& baseline = {});
+// compare_with_floor of magnitude errors (sign of the target x error), its reason ending with
+// which way the kernel moves the outputs' magnitudes where the verdict found a direction
+// ("adds bias" or "less biased": "; magnitudes shrink toward zero" when the kernel's mean is
+// negative, "; magnitudes grow away from zero" when positive). The distance words ("further
+// from zero") are about the magnitude error's mean, which reads the wrong way round alone.
+FloorComparison compare_magnitude_with_floor(const FloorMoments& m, double alpha, double at_stake,
+                                             const std::string& baseline = {});
+FloorComparison compare_magnitude_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor,
+                                             double alpha, double at_stake, const std::string& baseline = {});
 
 }  // namespace fb::attn

@@ -335,10 +335,9 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
     attn::Verdict verdict() const { return attn::combine(signed_error.verdict, magnitude.verdict); }
   };
   const auto judge = [&](const std::vector<double>& signed_samples, const attn::Tensor4& o) {
-    Judged j{attn::compare_with_floor(signed_samples, samples_cr, level, attn::kDefaultAtStakeUlps),
-             attn::compare_with_floor(magnitude_samples(o), magnitude_cr, level, attn::kDefaultAtStakeUlps)};
-    attn::name_magnitude_direction(j.magnitude);
-    return j;
+    return Judged{
+        attn::compare_with_floor(signed_samples, samples_cr, level, attn::kDefaultAtStakeUlps),
+        attn::compare_magnitude_with_floor(magnitude_samples(o), magnitude_cr, level, attn::kDefaultAtStakeUlps)};
   };
   const Judged j_base = judge(samples, captured_o);
   os << "\nVerdict on O (from the excess: what the kernel adds to its format's own rounding): " << model.name << ": "

@@ -159,16 +159,16 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
   // Four comparisons (O and delta, signed and magnitude), each at alpha / 4 as bias-test's
   // (every sweep trial runs the backward, forward-only models' delta included).
   const double level = attn::per_comparison_alpha(alpha, kSweepComparisons);
-  const auto compare = [&](const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
+  const auto moments = [&](const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
                            const attn::ErrorMoments& excess) {
-    return attn::compare_with_floor(floor_moments(r.ref_trials, kernel, floor, excess), level, run.at_stake, baseline);
+    return floor_moments(r.ref_trials, kernel, floor, excess);
   };
-  x.o_vs_floor = compare(r.o, r.cr_o, r.ex_o);
-  x.d_vs_floor = compare(r.d, r.cr_d, r.ex_d);
-  x.o_mag_vs_floor = compare(r.mag_o, r.cr_mag_o, r.ex_mag_o);
-  x.d_mag_vs_floor = compare(r.mag_d, r.cr_mag_d, r.ex_mag_d);
-  attn::name_magnitude_direction(x.o_mag_vs_floor);
-  attn::name_magnitude_direction(x.d_mag_vs_floor);
+  x.o_vs_floor = attn::compare_with_floor(moments(r.o, r.cr_o, r.ex_o), level, run.at_stake, baseline);
+  x.d_vs_floor = attn::compare_with_floor(moments(r.d, r.cr_d, r.ex_d), level, run.at_stake, baseline);
+  x.o_mag_vs_floor =
+      attn::compare_magnitude_with_floor(moments(r.mag_o, r.cr_mag_o, r.ex_mag_o), level, run.at_stake, baseline);
+  x.d_mag_vs_floor =
+      attn::compare_magnitude_with_floor(moments(r.mag_d, r.cr_mag_d, r.ex_mag_d), level, run.at_stake, baseline);
   x.outcome = attn::combine(attn::combine(x.o_vs_floor.verdict, x.d_vs_floor.verdict),
                             attn::combine(x.o_mag_vs_floor.verdict, x.d_mag_vs_floor.verdict));
   x.verdict = x.outcome == attn::Verdict::less_biased_than_floor ? "less biased" : attn::verdict_text(x.outcome);
