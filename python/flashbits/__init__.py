@@ -601,7 +601,8 @@ class AttentionResult:
     ``row_max``, and with ``rounded_as=MODEL`` and ``do``, ``delta_unit`` [..., N]: per row the
     unit ``bias_test`` measures delta in (an ulp of MODEL's output format at
     max(|delta|, sum |dO*O|)); None elsewhere. ``sfu`` describes the special-function models used; ``notes``: what this run's shape takes
-    of the model that no capture measured (``replay`` prints the same lines); ``warning`` is an approximate model's
+    of the model that no capture measured (``replay`` prints the same lines), and with ``do`` on
+    a model without a backward, that its gradients are None; ``warning`` is an approximate model's
     note (``cudnn-sdpa-sm90``, a black-box fit; also issued as an ``ApproximateModelWarning``), else None. ``backward(do)`` runs the
     model's backward from this forward when ``attention`` kept it (``keep_forward=True``)."""
 

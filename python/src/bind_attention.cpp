@@ -248,6 +248,12 @@ pyb::dict result_dict(const attn::AttentionOutputs& out, const attn::ModelHandle
   d["shape_warning"] = attn::shape_warning(*model.recipe, attn::run_shape(in));
   pyb::list notes;  // what this shape takes that no capture measured, as replay says
   for (const std::string& n : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in))) notes.append(n);
+  // dO given to a forward-only model: its gradients are None, said here as replay says it.
+  if (in.d_o.has_value() && !model.recipe->backward_modelled &&
+      model.recipe->structure != attn::Structure::correctly_rounded)
+    notes.append(model.name +
+                 " models its kernel's forward and delta only: dq, dk and dv are None "
+                 "(flashbits.torch.model_formats(name)[\"backward\"] says which models have a backward)");
   d["notes"] = notes;
   d["traces"] = pyb::none();
   d["kept_forward"] = pyb::none();

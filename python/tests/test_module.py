@@ -495,6 +495,13 @@ def test_a_forward_only_model_notes_no_group_reduction_it_does_not_run():
         r = fb.attention(q, k, k, model, do=q)
         assert r.dk is None and r.dv is None and r.delta is not None
         assert not [n for n in r.notes if "grouped-query dK and dV" in n], (model, r.notes)
+        # ... and says that its gradients are None, as replay notes gradients it does not compare.
+        assert [n for n in r.notes if "forward and delta only" in n and "None" in n], (model, r.notes)
+    # The note is the backward's: a forward-only call, or a model with a backward, has none.
+    assert not [n for n in fb.attention(q, k, k, "fa3-fp8-sm90").notes if "delta only" in n]
+    qb = fb.round(rng.standard_normal((1, 2, 16, 32)), "bf16").values
+    for model in ("fa2-sm80", "correctly-rounded"):
+        assert not [n for n in fb.attention(qb, qb, qb, model, do=qb).notes if "delta only" in n], model
 
 
 def test_output_format_is_the_format_of_os_values():
