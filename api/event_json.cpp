@@ -112,8 +112,15 @@ nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev) {
 nlohmann::json op_event_to_json(const Format& f, const RoundingEvent& ev, const Rounded& result) {
   nlohmann::json j = event_to_json(f, ev);
   if (const auto special = special_case(f, ev, result)) {
+    // Nothing was rounded: the empty event's zeros would read as "exact value 0, rounded
+    // exactly, 0 ulp" beside a result of -6 or NaN. Its rounding fields are null instead.
     j["special"] = special->name;
     j["flags"] = flags_string(result.flags);
+    j["exact"] = nlohmann::json::object();
+    for (const char* field :
+         {"kept_bits", "round_bit", "sticky_bit", "tie", "direction", "rounding_carry", "error_ulps"})
+      j[field] = nullptr;
+    j.erase("addition");
   }
   return j;
 }

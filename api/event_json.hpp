@@ -14,7 +14,8 @@ nlohmann::json event_to_json(const Format& f, const RoundingEvent& ev);
 // A scalar op's event with its result (`op --json`'s "event"): event_to_json, and where the
 // result needed no rounding because an operand or the operation was special (a NaN operand,
 // an invalid operation, x/0, an infinite operand), "special" names the case and "flags" are
-// the result's: such results carry no rounding event of their own.
+// the result's: such results carry no rounding event of their own, so "exact" is {} and the
+// rounding fields (kept_bits ... error_ulps) are null.
 nlohmann::json op_event_to_json(const Format& f, const RoundingEvent& ev, const Rounded& result);
 // Several lines: the exact significand with kept | round | sticky bits marked, the
 // decision and why, an overflow and how the policy packed it, and the addition facts
