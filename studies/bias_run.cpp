@@ -638,7 +638,14 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
     // One verdict is about one kernel: traces that name different models (or some none)
     // would pool their kernels' errors into a "this kernel" verdict that describes none of them.
     for (const ItemResult& item : items)
-      if (item.model != items.front().model || item.formats != items.front().formats) {
+      if (item.model == items.front().model && item.formats != items.front().formats)
+        // One kernel in two formats: the same model, so "test each kernel apart" would not help.
+        throw std::invalid_argument(items.front().source_name + " (" + items.front().formats + ") and " +
+                                    item.source_name + " (" + item.formats + ")" +
+                                    (item.model.empty() ? "" : ", both of model " + item.model) +
+                                    ": the traces mix formats, and a verdict is in one format's ulps; test each "
+                                    "format's traces apart");
+      else if (item.model != items.front().model) {
         const auto named = [](const ItemResult& x) {
           return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model) + " (" + x.formats +
                  ")";
@@ -686,18 +693,21 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
             "as do rows in other heads, entries or traces that read the same keys and values bit for bit; such "
             "rows are one cluster, and the sample is their mean"
           : "one sample per trial (each trial draws its own keys and values)";
-  report.o = summarize(s.o, run.alpha);
-  report.delta = summarize(s.delta, run.alpha);
   report.has_delta = !s.delta.empty();
   report.has_quantisation = !s.o_quant.empty();
-  report.o_quant = summarize(s.o_quant, run.alpha);
-  report.delta_quant = summarize(s.delta_quant, run.alpha);
-  report.o_cr = summarize(s.o_cr, run.alpha);
-  report.delta_cr = summarize(s.delta_cr, run.alpha);
   // Two comparisons per output, signed and magnitude, each at alpha / comparisons (verdict.hpp).
   report.comparisons = report.has_delta ? 4 : 2;
   report.alpha_per_comparison = per_comparison_alpha(run.alpha, report.comparisons);
   const double level = report.alpha_per_comparison;
+  // Every interval and "differs from 0" of the report at that one level: an excess series at
+  // alpha beside a verdict at alpha / comparisons read "differs from 0" and then "no
+  // detectable added bias" for a p between the two (the verdict audit).
+  report.o = summarize(s.o, level);
+  report.delta = summarize(s.delta, level);
+  report.o_quant = summarize(s.o_quant, level);
+  report.delta_quant = summarize(s.delta_quant, level);
+  report.o_cr = summarize(s.o_cr, level);
+  report.delta_cr = summarize(s.delta_cr, level);
   report.o_vs_floor = compare_with_floor(s.o_kernel, s.o_cr, level, run.at_stake, report.baseline);
   report.delta_vs_floor = compare_with_floor(s.delta_kernel, s.delta_cr, level, run.at_stake, report.baseline);
   report.o_magnitude_vs_floor =
@@ -705,15 +715,14 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.delta_magnitude_vs_floor =
       compare_magnitude_with_floor(s.delta_kernel_outward, s.delta_cr_outward, level, run.at_stake, report.baseline);
   report.o_spread = s.o_spread;
-  // The excess as a description, at alpha like the other series (the comparisons above test
-  // it at their own level).
+  // The excess as a description, at the comparisons' level like the other series.
   const auto difference = [](const std::vector<double>& a, const std::vector<double>& b) {
     std::vector<double> d(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
     return d;
   };
-  report.o_excess = summarize(difference(s.o_kernel, s.o_cr), run.alpha);
-  report.delta_excess = summarize(difference(s.delta_kernel, s.delta_cr), run.alpha);
+  report.o_excess = summarize(difference(s.o_kernel, s.o_cr), level);
+  report.delta_excess = summarize(difference(s.delta_kernel, s.delta_cr), level);
   report.no_verdict = report.non_finite_rows > 0;
   report.verdict = combine(report.o_vs_floor.verdict, report.o_magnitude_vs_floor.verdict);
   if (report.has_delta)
@@ -741,8 +750,10 @@ nlohmann::ordered_json stats_json(const BiasStatistics& s, bool run_has_verdict)
   j["mean_ulps"] = s.mean;
   const bool has_spread = s.has_spread();  // else no interval and no detectable size
   j["ci"] = has_spread ? nlohmann::ordered_json{s.ci_low, s.ci_high} : nlohmann::ordered_json(nullptr);
-  j["t"] = s.t_statistic;
-  j["p_t"] = s.p_t;
+  // One sample: no t test (the text says so); a p of 1 would read as evidence of no bias.
+  const bool tested = s.n >= 2;
+  j["t"] = tested ? nlohmann::ordered_json(s.t_statistic) : nlohmann::ordered_json(nullptr);
+  j["p_t"] = tested ? nlohmann::ordered_json(s.p_t) : nlohmann::ordered_json(nullptr);
   j["positives"] = s.positives;
   j["negatives"] = s.negatives;
   j["p_sign"] = s.p_sign;
@@ -774,11 +785,13 @@ nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_
   j["kernel_mean_ulps"] = value(c.kernel.mean);
   j["floor_mean_ulps"] = value(c.floor.mean);
   j["excess_mean_ulps"] = value(c.excess.mean);
-  j["excess_p_t"] = value(c.excess.p_t);
+  // A t test needs two samples: null for one, as the series' p_t (stats_json).
+  const auto p_value = [&c](double p) { return c.excess.n >= 2 ? nlohmann::ordered_json(p) : nullptr; };
+  j["excess_p_t"] = p_value(c.excess.p_t);
   j["min_detectable_ulps"] =
       c.excess.has_spread() ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
   j["distance_mean_ulps"] = value(c.distance.mean);
-  j["distance_p_t"] = value(c.distance.p_t);
+  j["distance_p_t"] = p_value(c.distance.p_t);
   return j;
 }
 

@@ -125,7 +125,8 @@ void decide(FloorComparison& c, double alpha, bool x_all_zero, const BaselineWor
   char buf[256];
   if (x.n < kMinVerdictSamples) {
     c.verdict = Verdict::inconclusive;
-    std::snprintf(buf, sizeof buf, "%zu independent samples; a verdict needs at least %zu", x.n, kMinVerdictSamples);
+    std::snprintf(buf, sizeof buf, "%zu independent sample%s; a verdict needs at least %zu", x.n, x.n == 1 ? "" : "s",
+                  kMinVerdictSamples);
     c.reason = buf;
     return;
   }
@@ -301,9 +302,15 @@ FloorComparison compare_with_floor(const std::vector<double>& kernel, const std:
 
 namespace {
 
-FloorComparison with_magnitude_direction(FloorComparison c) {
-  if ((c.verdict == Verdict::adds_bias || c.verdict == Verdict::less_biased_than_floor) && c.kernel.mean != 0.0)
-    c.reason += c.kernel.mean < 0 ? "; magnitudes shrink toward zero" : "; magnitudes grow away from zero";
+// Where the verdict found a direction, which way the magnitudes move: the kernel's for an
+// added bias, the floor's (which the kernel then follows less) for a smaller one. The kernel's
+// sign alone under "less biased" read as the kernel's bias when it is mostly the floor's.
+FloorComparison with_magnitude_direction(FloorComparison c, const std::string& baseline) {
+  const auto way = [](double mean) { return mean < 0 ? "shrink toward zero" : "grow away from zero"; };
+  if (c.verdict == Verdict::adds_bias && c.kernel.mean != 0.0)
+    c.reason += std::string("; magnitudes ") + way(c.kernel.mean);
+  else if (c.verdict == Verdict::less_biased_than_floor && c.floor.mean != 0.0)
+    c.reason += "; " + BaselineWords(baseline).the + " magnitudes " + way(c.floor.mean) + ", the kernel's less";
   return c;
 }
 
@@ -311,12 +318,12 @@ FloorComparison with_magnitude_direction(FloorComparison c) {
 
 FloorComparison compare_magnitude_with_floor(const FloorMoments& m, double alpha, double at_stake,
                                              const std::string& baseline) {
-  return with_magnitude_direction(compare_with_floor(m, alpha, at_stake, baseline));
+  return with_magnitude_direction(compare_with_floor(m, alpha, at_stake, baseline), baseline);
 }
 
 FloorComparison compare_magnitude_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor,
                                              double alpha, double at_stake, const std::string& baseline) {
-  return with_magnitude_direction(compare_with_floor(kernel, floor, alpha, at_stake, baseline));
+  return with_magnitude_direction(compare_with_floor(kernel, floor, alpha, at_stake, baseline), baseline);
 }
 
 }  // namespace fb::attn

@@ -97,10 +97,12 @@ FloorComparison compare_with_floor(const FloorMoments& m, double alpha, double a
 FloorComparison compare_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor, double alpha,
                                    double at_stake, const std::string& baseline = {});
 // compare_with_floor of magnitude errors (sign of the target x error), its reason ending with
-// which way the kernel moves the outputs' magnitudes where the verdict found a direction
-// ("adds bias" or "less biased": "; magnitudes shrink toward zero" when the kernel's mean is
-// negative, "; magnitudes grow away from zero" when positive). The distance words ("further
-// from zero") are about the magnitude error's mean, which reads the wrong way round alone.
+// which way the magnitudes move where the verdict found a direction: for "adds bias" the
+// kernel's ("; magnitudes shrink toward zero" when its mean is negative, "; magnitudes grow
+// away from zero" when positive); for "less biased" the floor's (or the baseline's), which
+// the kernel follows less ("; the floor's magnitudes shrink toward zero, the kernel's less").
+// The distance words ("further from zero") are about the magnitude error's mean, which reads
+// the wrong way round alone.
 FloorComparison compare_magnitude_with_floor(const FloorMoments& m, double alpha, double at_stake,
                                              const std::string& baseline = {});
 FloorComparison compare_magnitude_with_floor(const std::vector<double>& kernel, const std::vector<double>& floor,

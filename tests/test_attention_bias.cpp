@@ -592,7 +592,8 @@ TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its
   }
   BiasRun mixed;
   mixed.traces = {dir / "a.safetensors", dir / "b.safetensors"};
-  CHECK_THROWS_WITH_AS(run_bias(mixed), doctest::Contains("(fp16 inputs, fp16 O): a verdict is about one kernel"),
+  CHECK_THROWS_WITH_AS(run_bias(mixed),
+                       doctest::Contains("(fp16 inputs, fp16 O), both of model fa2-sm80: the traces mix formats"),
                        std::invalid_argument);
   BiasRun narrow;
   narrow.traces = {dir / "narrow.safetensors"};

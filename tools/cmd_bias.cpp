@@ -50,7 +50,14 @@ void print_spread(const char* what, const attn::ValueSpread& s) {
               s.values, s.negatives, s.positives, s.mean, s.sd, s.min, s.max);
 }
 
-void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict) {
+// An excess that differs from 0 is not yet a verdict (its direction against the floor's
+// decides it): said on its line, so that "differs from 0" above "no detectable added bias"
+// does not read as a contradiction.
+constexpr const char* kExcessNote = " (whether that adds bias: the comparisons below)";
+
+// when_differs: appended to the line's "mean differs from 0".
+void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, bool run_has_verdict,
+                 const char* when_differs = "") {
   if (s.n == 0) {  // every sample left out (non-finite outputs): no mean either
     std::printf("%-6s n=0  (no finite sample: no mean, no interval, no t test)  -> %s\n", what,
                 attn::stat_verdict(s, run_has_verdict).c_str());
@@ -74,11 +81,11 @@ void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, 
     return;
   }
   std::printf(
-      "%-6s n=%zu  mean %+.4g ulp  %.4g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
-      "       min detectable %.3g ulp  -> %s\n",
+      "%-6s n=%zu  mean %+.4g ulp  %.6g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
+      "       min detectable %.3g ulp  -> %s%s\n",
       what, s.n, s.mean, 100.0 * (1.0 - alpha), s.ci_low, s.ci_high, s.t_statistic, attn::p_value_text(s.p_t).c_str(),
       s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(), s.min_detectable,
-      attn::stat_verdict(s, run_has_verdict).c_str());
+      attn::stat_verdict(s, run_has_verdict).c_str(), s.biased && run_has_verdict ? when_differs : "");
 }
 
 // One output's verdict against its floor, with its reason (the size next to the floor, or
@@ -164,14 +171,16 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
               << " cluster(s) read the same keys and values as an earlier one (another head, batch entry or trace): "
                  "pooled into its sample, since rows that share keys and values are no independent samples\n";
   std::cout << "samples: " << r.samples_note << "\n";
-  std::cout << "error against exact:\n";
-  print_stats("O", r.o, o.alpha, has_verdict);
-  if (r.has_delta) print_stats("delta", r.delta, o.alpha, has_verdict);
+  std::cout << "error against exact (every interval and test of this report at "
+            << shortest_decimal(r.alpha_per_comparison) << ", the level of each of the run's " << r.comparisons
+            << " comparisons against " << (r.paired ? r.baseline : std::string("the floor")) << " below):\n";
+  print_stats("O", r.o, r.alpha_per_comparison, has_verdict);
+  if (r.has_delta) print_stats("delta", r.delta, r.alpha_per_comparison, has_verdict);
   if (r.has_quantisation) {
     std::cout << "input quantisation (exact attention of the quantised inputs with their descales, against "
                  "exact; not the kernel's arithmetic):\n";
-    print_stats("O", r.o_quant, o.alpha, has_verdict);
-    if (r.has_delta) print_stats("delta", r.delta_quant, o.alpha, has_verdict);
+    print_stats("O", r.o_quant, r.alpha_per_comparison, has_verdict);
+    if (r.has_delta) print_stats("delta", r.delta_quant, r.alpha_per_comparison, has_verdict);
   }
   const std::string target = r.has_quantisation ? "the exact attention of the quantised inputs" : "exact";
   if (r.paired) {
@@ -183,15 +192,15 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
     std::cout << "floor: the correctly rounded reference (" << target
               << " rounded once, where the kernel keeps its outputs), against " << target << ":\n";
   }
-  print_stats("O", r.o_cr, o.alpha, has_verdict);
-  if (r.has_delta) print_stats("delta", r.delta_cr, o.alpha, has_verdict);
+  print_stats("O", r.o_cr, r.alpha_per_comparison, has_verdict);
+  if (r.has_delta) print_stats("delta", r.delta_cr, r.alpha_per_comparison, has_verdict);
   if (r.paired)
     std::cout << "excess over " << r.baseline << " (the kernel's error minus " << r.baseline
               << "'s, sample by sample):\n";
   else
     std::cout << "excess over the floor (the kernel's error minus the floor's, sample by sample):\n";
-  print_stats("O", r.o_excess, o.alpha, has_verdict);
-  if (r.has_delta) print_stats("delta", r.delta_excess, o.alpha, has_verdict);
+  print_stats("O", r.o_excess, r.alpha_per_comparison, has_verdict, kExcessNote);
+  if (r.has_delta) print_stats("delta", r.delta_excess, r.alpha_per_comparison, has_verdict, kExcessNote);
   std::printf("spread of O over %zu elements (descriptive): RMS %.4g ulp (%s %.4g), largest |error| %.4g ulp\n",
               r.o_spread.elements, r.o_spread.kernel_rms(), r.paired ? (r.baseline + "'s").c_str() : "the floor's",
               r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);

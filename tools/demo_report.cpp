@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "formats/decimal_text.hpp"
 #include "emu/ops.hpp"
 #include "attention/kernel_models.hpp"
 #include "tools/cli_common.hpp"
@@ -234,7 +235,8 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
       up += tile.rounded_up;
       down += tile.rounded_down;
     }
-    os << "    " << p1 << " keys have P-bar == 1 exactly (tied row max); the P.V accumulation of this row saw " << ovf
+    os << "    " << p1 << (p1 == 1 ? " key has" : " keys have")
+       << " P-bar == 1 exactly (tied row max); the P.V accumulation of this row saw " << ovf
        << " significand overflows, " << up << " roundings up and " << down << " down (in magnitude).\n";
     // Prefer a rounding that shows the mechanism: a carried-out (significand overflow)
     // bit rounded away from zero; else any rounding away from zero; else any inexact one.
@@ -302,12 +304,17 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   std::vector<double> excess(samples.size()), excess_fix(samples_fix.size());
   for (std::size_t c = 0; c < samples.size(); ++c) excess[c] = samples[c] - samples_cr[c];
   for (std::size_t c = 0; c < samples_fix.size(); ++c) excess_fix[c] = samples_fix[c] - samples_cr[c];
+  // bias-test's level for this file (studies/verdict.hpp): the run's alpha 1e-3 over its
+  // comparisons, signed and magnitude per output, delta's too where the trace holds dO (from
+  // which bias-test computes delta). The demo shows O's; its intervals are at the same level.
+  const int comparisons = in.d_o ? 4 : 2;
+  const double level = attn::per_comparison_alpha(1e-3, comparisons);
   auto line = [&](const std::string& what, const std::vector<double>& v) {
-    const auto st = attn::summarize(v);
+    const auto st = attn::summarize(v, level);
     os << "    " << what << ": " << fmt("%+.4g", st.mean);
     if (st.has_spread())
-      os << "  99.9% CI [" << fmt("%+.3g", st.ci_low) << ", " << fmt("%+.3g", st.ci_high)
-         << "]  p=" << attn::p_value_text(st.p_t);
+      os << "  " << fmt("%.6g", 100.0 * (1.0 - level)) << "% CI [" << fmt("%+.3g", st.ci_low) << ", "
+         << fmt("%+.3g", st.ci_high) << "]  p=" << attn::p_value_text(st.p_t);
     os << "\n";
   };
   os << "3. Mean signed error of O (ulps of " << out_f.name << " at max(|O|, sum_j P_ij |V_jc|), as bias-test), "
@@ -324,12 +331,11 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
          excess_fix);
   // bias-test's verdict rules (studies/verdict.hpp) on those samples: O's verdict, as
   // bias-test --traces gives it for this file's O: its signed and its magnitude errors against
-  // the floor's, each at alpha / 2 (the run's alpha 1e-3).
+  // the floor's, each at `level`.
   const auto magnitude_samples = [&](const attn::Tensor4& o) {
     return cluster_means(row_means(o, exact.o, units.o, true), keep, in);
   };
   const std::vector<double> magnitude_cr = magnitude_samples(o_cr);
-  const double level = attn::per_comparison_alpha(1e-3, 2);
   struct Judged {
     attn::FloorComparison signed_error, magnitude;
     attn::Verdict verdict() const { return attn::combine(signed_error.verdict, magnitude.verdict); }
@@ -342,10 +348,10 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   const Judged j_base = judge(samples, captured_o);
   os << "\nVerdict on O (from the excess: what the kernel adds to its format's own rounding): " << model.name << ": "
      << attn::verdict_text(j_base.verdict()) << " (" << j_base.signed_error.reason;
-  // The magnitude comparison's own words, unless they repeat the signed one's (too few samples).
-  if (j_base.magnitude.verdict != j_base.signed_error.verdict || j_base.magnitude.reason != j_base.signed_error.reason)
-    os << "; magnitude error: " << attn::verdict_text(j_base.magnitude.verdict) << ", " << j_base.magnitude.reason;
-  os << ")";
+  // The magnitude comparison always has its words: equal words are still another test.
+  os << "; magnitude error: " << attn::verdict_text(j_base.magnitude.verdict) << ", " << j_base.magnitude.reason;
+  os << "; each comparison at " << shortest_decimal(level) << ", as bias-test's " << comparisons
+     << " comparisons on this file)";
   if (fixed) {
     os << "; with the dynamic max (a tied max no longer gives P-bar = 1; emulated): "
        << attn::verdict_text(judge(samples_fix, fix->o).verdict());

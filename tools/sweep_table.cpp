@@ -140,25 +140,26 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
   const double alpha = run.alpha;
   Derived x;
   const long long finite_trials = r.trials - r.non_finite_trials;  // the samples the sums hold
-  x.o = r.o.statistics(finite_trials, alpha);
-  x.d = r.d.statistics(finite_trials, alpha);
+  // Four comparisons (O and delta, signed and magnitude), each at alpha / 4 as bias-test's
+  // (every sweep trial runs the backward, forward-only models' delta included); every
+  // interval and p of the row at that level, as bias-test's report.
+  const double level = attn::per_comparison_alpha(alpha, kSweepComparisons);
+  x.o = r.o.statistics(finite_trials, level);
+  x.d = r.d.statistics(finite_trials, level);
   x.has_reference = r.ref_trials > 0;
   x.sampled = finite_trials > 0;
   // A row of no finite trial has no reference sums either, yet the floor columns exist for it.
   x.sampled_reference = x.has_reference;
   x.sampled_elements = r.elements > 0;
-  x.cr_o = r.cr_o.statistics(r.ref_trials, alpha);
-  x.cr_d = r.cr_d.statistics(r.ref_trials, alpha);
-  x.ex_o = r.ex_o.statistics(r.ref_trials, alpha);
-  x.ex_d = r.ex_d.statistics(r.ref_trials, alpha);
+  x.cr_o = r.cr_o.statistics(r.ref_trials, level);
+  x.cr_d = r.cr_d.statistics(r.ref_trials, level);
+  x.ex_o = r.ex_o.statistics(r.ref_trials, level);
+  x.ex_d = r.ex_d.statistics(r.ref_trials, level);
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
   // The verdict (studies/verdict.hpp, as bias-test): the kernel's own share against its
   // floor, its direction, and whether the trials could have seen the bias at stake.
   // A-vs-B rows are judged relative to B, which their reasons name (B is no floor).
   const std::string baseline = r.paired() ? r.model.substr(r.model.find("-vs-") + 4) : "";
-  // Four comparisons (O and delta, signed and magnitude), each at alpha / 4 as bias-test's
-  // (every sweep trial runs the backward, forward-only models' delta included).
-  const double level = attn::per_comparison_alpha(alpha, kSweepComparisons);
   const auto moments = [&](const attn::ErrorMoments& kernel, const attn::ErrorMoments& floor,
                            const attn::ErrorMoments& excess) {
     return floor_moments(r.ref_trials, kernel, floor, excess);
@@ -201,9 +202,9 @@ void moments_json(nlohmann::ordered_json& out, const std::string& prefix, const 
 
 void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
   char line[640];
-  std::snprintf(line, sizeof line, "%-44s %6s %9s %9s %9s %9s %9s %9s %9s %9s %8s %7s %-15s %s\n", "configuration",
-                "trials", "O err", "O CR", "O excess", "dlt err", "dlt CR", "dlt exc.", "RMS", "max|err|", "sig.ovf",
-                "ties", "PV up/down", "verdict");
+  std::snprintf(line, sizeof line, "%-44s %6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s %7s %-15s %s\n",
+                "configuration", "trials", "O err", "O CR", "O excess", "dlt err", "dlt CR", "dlt exc.", "O mag ex",
+                "dlt mag", "RMS", "max|err|", "sig.ovf", "ties", "PV up/down", "verdict");
   os << line;
   auto or_dash = [](bool has, double v) {
     char buf[32];
@@ -214,13 +215,15 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
-    std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
+    std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
                   r.configuration().c_str(), r.trials, or_dash(x.sampled, x.o.mean).c_str(),
                   or_dash(x.sampled_reference, x.cr_o.mean).c_str(), or_dash(x.sampled_reference, x.ex_o.mean).c_str(),
                   or_dash(x.sampled, x.d.mean).c_str(), or_dash(x.sampled_reference, x.cr_d.mean).c_str(),
-                  or_dash(x.sampled_reference, x.ex_d.mean).c_str(), or_dash(x.sampled_elements, x.rms).c_str(),
-                  or_dash(x.sampled_elements, r.max_abs).c_str(), r.sig_overflows, r.ties, ud.c_str(),
-                  x.verdict.c_str());
+                  or_dash(x.sampled_reference, x.ex_d.mean).c_str(),
+                  or_dash(x.sampled_reference, x.o_mag_vs_floor.excess.mean).c_str(),
+                  or_dash(x.sampled_reference, x.d_mag_vs_floor.excess.mean).c_str(),
+                  or_dash(x.sampled_elements, x.rms).c_str(), or_dash(x.sampled_elements, r.max_abs).c_str(),
+                  r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
     os << line;
   }
   os << "Means of the per-trial mean signed error, in ulps of the output format at max(|O|, sum_j P_ij |V_jc|)\n"
@@ -229,8 +232,11 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
         "outputs, whatever the row's --round: O into the format it stores O in; delta from that O, rounded once\n"
         "to fp32, or the exact delta rounded once to fp32 where the kernel's delta reads no rounded O:\n"
         "+o-fp32, +delta-dpp, the standard-* recipes): the output format's own share; \"excess\"\n"
-        "err minus CR, trial by trial: the kernel's own share, a --round mode's bias included. RMS and max over every "
-        "element of O (against exact).\n"
+        "err minus CR, trial by trial: the kernel's own share, a --round mode's bias included; \"O mag ex\" and\n"
+        "\"dlt mag\" the excess of the magnitude errors (sign of the exact value x error: < 0 toward zero).\n"
+        "RMS and max over every element of O (against exact). Every interval and p at alpha / "
+     << kSweepComparisons
+     << " (below).\n"
         "PV event counts are from the first "
      << attn::kTracedRows
      << " rows of every trial (tiled models only).\nVerdict (as bias-test, docs/CLI.md): the per-trial excess of O "
@@ -305,7 +311,10 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
        << when(x.sampled_reference, x.cr_o.mean) << "," << when(x.sampled_reference, x.ex_o.mean) << ","
        << t_test(x.sampled_reference, x.ex_o) << "," << when(x.sampled, x.d.mean) << "," << t_test(x.sampled, x.d)
        << "," << when(x.sampled_reference, x.cr_d.mean) << "," << when(x.sampled_reference, x.ex_d.mean) << ","
-       << t_test(x.sampled_reference, x.ex_d) << "," << when(x.sampled_elements, x.rms) << ","
+       << t_test(x.sampled_reference, x.ex_d) << "," << when(x.sampled_reference, x.o_mag_vs_floor.excess.mean) << ","
+       << t_test(x.sampled_reference, x.o_mag_vs_floor.excess) << ","
+       << when(x.sampled_reference, x.d_mag_vs_floor.excess.mean) << ","
+       << t_test(x.sampled_reference, x.d_mag_vs_floor.excess) << "," << when(x.sampled_elements, x.rms) << ","
        << when(x.sampled_elements, r.max_abs) << "," << csv_field(x.verdict_from) << "," << csv_field(x.verdict)
        << "\n";
   }
