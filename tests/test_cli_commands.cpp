@@ -2451,3 +2451,170 @@ TEST_CASE("sweep: one trial has no interval and no t test, as bias-test says") {
   CHECK(two["o_ci"][0].get<double>() < two["o_mean_ulps"].get<double>());
   CHECK(two["o_mean_ulps"].get<double>() < two["o_ci"][1].get<double>());
 }
+
+// Found by the newcomer audit: `flashbits models` printed ~480 lines, the kernel models (what
+// --model takes) from line 357 on. --kind prints only the sections named (docs/CLI.md
+// `models`): dot, block-scaled, amd, sfu, kernel, comma-separated or repeated, in the listing's
+// order; an unknown kind is exit 2 naming it and the kinds. The expected sections are the
+// documented headings and JSON keys, and the full listing's own slices.
+TEST_CASE("models --kind: only the sections named, text and JSON; an unknown kind is refused") {
+  const Run all = run("models");
+  const Run all_json = run("models --json");
+  REQUIRE(all.code == 0);
+  REQUIRE(all_json.code == 0);
+  const auto full = nlohmann::json::parse(all_json.out);
+  const std::size_t kernel_at = all.out.find("\nKernel models");
+  REQUIRE(kernel_at != std::string::npos);
+
+  const Run kernel = run("models --kind kernel");
+  REQUIRE(kernel.code == 0);
+  CHECK(kernel.out == all.out.substr(kernel_at + 1));  // the kernel section, heading included
+  CHECK(kernel.out.find("fa2-sm80") != std::string::npos);
+  CHECK(kernel.out.find("Dot (tensor-core") == std::string::npos);
+  CHECK(kernel.out.find("Special-function") == std::string::npos);
+
+  // Comma-separated and repeated name the same sections, in the listing's order.
+  for (const std::string args : {"--kind sfu,dot", "--kind dot --kind sfu", "--kind=dot,sfu"}) {
+    CAPTURE(args);
+    const Run j = run("models --json " + args);
+    REQUIRE(j.code == 0);
+    const auto parsed = nlohmann::json::parse(j.out);
+    CHECK(parsed.size() == 2);
+    CHECK(parsed["dot_models"] == full["dot_models"]);
+    CHECK(parsed["special_function_models"] == full["special_function_models"]);
+    const Run text = run("models " + args);
+    REQUIRE(text.code == 0);
+    CHECK(text.out.rfind("Dot (tensor-core accumulation) models", 0) == 0);
+    const std::size_t sfu_at = text.out.find("\nSpecial-function (SFU) model kinds\n");
+    CHECK(sfu_at != std::string::npos);
+    CHECK(text.out.find("Kernel models") == std::string::npos);
+    CHECK(text.out.find("Block-scaled") == std::string::npos);
+    CHECK(text.out.find("AMD MFMA") == std::string::npos);
+  }
+  const struct {
+    const char* kind;
+    const char* key;
+    const char* heading;
+  } each[] = {{"dot", "dot_models", "Dot (tensor-core accumulation) models"},
+              {"block-scaled", "block_scaled_dot_models", "Block-scaled dot models"},
+              {"amd", "amd_dot_models", "AMD MFMA dot models"},
+              {"sfu", "special_function_models", "Special-function (SFU) model kinds"},
+              {"kernel", "kernel_models", "Kernel models"}};
+  for (const auto& k : each) {
+    CAPTURE(k.kind);
+    const Run j = run(std::string("models --json --kind ") + k.kind);
+    REQUIRE(j.code == 0);
+    const auto parsed = nlohmann::json::parse(j.out);
+    CHECK(parsed.size() == 1);
+    CHECK(parsed[k.key] == full[k.key]);
+    const Run text = run(std::string("models --kind ") + k.kind);
+    CHECK(text.out.rfind(k.heading, 0) == 0);
+  }
+
+  for (const std::string args : {"--kind kernels", "--kind dot,nope", "--json --kind nope --kind dot"}) {
+    CAPTURE(args);
+    const Run bad = run("models " + args);
+    CHECK(bad.code == 2);
+    CHECK(bad.out.empty());
+    CHECK(one_error(bad, "unknown model kind (expected dot, block-scaled, amd, sfu, kernel)"));
+    CHECK(bad.err.find(args.find("kernels") != std::string::npos ? "--kind kernels" : "--kind nope") !=
+          std::string::npos);
+  }
+  for (const std::string args : {"--kind dot,dot", "--kind dot --kind dot", "--kind dot,"}) {
+    CAPTURE(args);
+    const Run bad = run("models " + args);
+    CHECK(bad.code == 2);
+    CHECK(one_error(bad, "--kind"));
+  }
+}
+
+// Found by the newcomer audit: deviation's model column was 26 characters wide, so a longer
+// name (fa3-fp8-sm90+block-quant+hadamard, 33) pushed the rest of its row right and the
+// columns no longer lined up under their headings. Every column must start (left-aligned
+// tiles) or end (right-aligned numbers) where its heading does, on every row.
+TEST_CASE("deviation: the model column is as wide as the longest name shown") {
+  const std::string long_name = "fa3-fp8-sm90+block-quant+hadamard";
+  const Run r = run("deviation --models fa2-sm80," + long_name + " --seqlen 64 --headdim 32 --jobs 1");
+  REQUIRE(r.code == 0);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() >= 3);
+  // (start, end) of each whitespace-separated word of a line.
+  const auto words = [](const std::string& line) {
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (std::size_t i = line.find_first_not_of(' '); i != std::string::npos; i = line.find_first_not_of(' ', i)) {
+      const std::size_t end = std::min(line.find(' ', i), line.size());
+      out.push_back({i, end});
+      i = end;
+    }
+    return out;
+  };
+  const auto header = words(lines[0]);
+  REQUIRE(header.size() == 7);  // model seqlen tiles max mean std rmse
+  CHECK(lines[0].substr(header[0].first, 5) == "model");
+  int rows = 0;
+  for (std::size_t i = 1; i < lines.size() && lines[i].rfind("inputs:", 0) != 0; ++i) {
+    CAPTURE(lines[i]);
+    const auto row = words(lines[i]);
+    REQUIRE(row.size() == 7);
+    CHECK(row[0].first == 0);
+    CHECK(row[1].second == header[1].second);  // seqlen, right-aligned
+    CHECK(row[2].first == header[2].first);    // tiles, left-aligned
+    for (std::size_t c = 3; c < 7; ++c) CHECK(row[c].second == header[c].second);
+    ++rows;
+  }
+  CHECK(rows == 2);
+  CHECK(r.out.find(long_name + " ") != std::string::npos);
+}
+
+// Found by the newcomer audit: demo's default trace was the path of the source tree the binary
+// was compiled in, so a binary run from another checkout, or copied elsewhere, read that tree's
+// trace (or failed). The default is looked up beside the executable first (../../traces/...,
+// as from build/tools/), then in the compiled-in tree; neither: exit 2 naming both and asking
+// for --trace (docs/CLI.md `demo`). A copy of the binary in a tree of its own whose default
+// trace is another file (the emulated fa-bf16acc example) must report on that file.
+TEST_CASE("demo: the default trace is looked up beside the executable first") {
+  namespace fs = std::filesystem;
+  const fs::path root = scratch() / "demo_copy";
+  const fs::path bin = root / "build" / "tools" / "flashbits";
+  const fs::path default_rel =
+      fs::path("traces") / "hw" / "h200" / "bias" / "torch_bf16_sink_d64_x64_h00-15.safetensors";
+  fs::create_directories(bin.parent_path());
+  fs::copy_file(FLASHBITS_BINARY, bin, fs::copy_options::overwrite_existing);
+  const fs::path source_default = fs::path(FLASHBITS_SOURCE_DIR) / default_rel;
+  const auto run_copy = [&](const std::string& args, const std::string& shell = "") {
+    const std::string base = (root / "out").string();
+    const std::string cmd = shell + "'" + bin.string() + "' " + args + " > " + base + ".out 2> " + base + ".err";
+    const int status = std::system(cmd.c_str());
+    return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(base + ".out"), slurp(base + ".err")};
+  };
+  if (!sanitizer_scale()) {
+    fs::create_directories((root / default_rel).parent_path());
+    fs::copy_file(fs::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "sink-fa-bf16acc.safetensors",
+                  root / default_rel, fs::copy_options::overwrite_existing);
+    const Run r = run_copy("demo");
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("EMULATED trace") != std::string::npos);
+    CHECK(r.out.find("fa-bf16acc excess over the reference") != std::string::npos);
+    CHECK(r.out.find("hardware capture (source cuda:") == std::string::npos);
+    CHECK(r.out.find(" on " + fs::canonical(root / default_rel).string() + "\n") != std::string::npos);
+    fs::remove(root / default_rel);
+  }
+  // Neither path: only where a private mount namespace can hide the source tree's trace
+  // directory (an empty tmpfs over it, seen by this one command; user namespaces may be off).
+  const std::string hide =
+      "unshare -rm sh -c \"mount -t tmpfs none '" + source_default.parent_path().string() + "' && ";
+  if (std::system(
+          ("unshare -rm sh -c \"mount -t tmpfs none '" + source_default.parent_path().string() + "'\" > /dev/null 2>&1")
+              .c_str()) != 0) {
+    MESSAGE("skipped the not-found case: no private mount namespace here (unshare -rm)");
+    return;
+  }
+  const Run missing = run_copy("demo\"", hide + "exec ");
+  CHECK(missing.code == 2);
+  CHECK(missing.out.empty());
+  CHECK(one_error(missing, fs::weakly_canonical(root / default_rel).string()));
+  CHECK(missing.err.find(source_default.lexically_normal().string()) != std::string::npos);
+  CHECK(missing.err.find("--trace") != std::string::npos);
+}

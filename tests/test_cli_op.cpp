@@ -630,3 +630,65 @@ TEST_CASE("op: a misspelt overflow word is named as that, not as a surplus opera
   const Run batch_twice = flashbits("op --batch -", "add bf16 rne 3f80 3f80 satfinite ieee\n");
   CHECK(batch_twice.err.find("line 1: 'satfinite': the overflow policy is given twice") != std::string::npos);
 }
+
+// Found by the newcomer audit: a FORMAT: prefix on an operand of add (`bf16:3f80`, cvt's
+// spelling) was called "not a hex bit pattern of bf16", which sends the reader to check the
+// digits; and cvt without a prefix said "expected SRC_FORMAT:HEX" although a value
+// (fp32:+1.5) is accepted. The prefix is named as cvt's alone, with the operand as the op
+// reads it where the op's format holds the value. Expected patterns and values from the
+// encodings (docs/DESIGN.md §2): bf16 3f80 = 1, bf16 3c00 = 2^(120-127) = 0.0078125,
+// bf16 c000 = -2, fp16 3c00 = 1, fp16 c000 = -2, fp32 3fc00000 = 1.5, fp32 3f800001 = 1 + 2^-23
+// (not a bf16 value), fp32 3f800000 = 1, bf16 3fc0 = 1.5.
+TEST_CASE("op: a FORMAT: prefix outside cvt is named as cvt's, with the operand as the op reads it") {
+  struct Case {
+    const char *args, *error;
+  };
+  const Case cases[] = {
+      {"op add bf16 rne bf16:3f80 bf16:3c00",
+       "error: operand A: 'bf16:3f80': a FORMAT: prefix names cvt's source format only; for add write 0x3f80 or +1"},
+      {"op add bf16 rne 3f80 bf16:3c00",
+       "error: operand B: 'bf16:3c00': a FORMAT: prefix names cvt's source format only; for add write 0x3c00 or "
+       "+0.0078125"},
+      {"op mul fp32 rne fp16:3c00 +1",
+       "error: operand A: 'fp16:3c00': a FORMAT: prefix names cvt's source format only; for mul write 0x3f800000 or "
+       "+1"},
+      {"op sub fp16 rne +1 bf16:c000",
+       "error: operand B: 'bf16:c000': a FORMAT: prefix names cvt's source format only; for sub write 0xc000 or -2"},
+      {"op add bf16 rne fp32:3fc00000 +1",
+       "error: operand A: 'fp32:3fc00000': a FORMAT: prefix names cvt's source format only; for add write 0x3fc0 or "
+       "+1.5"},
+      // A value bf16 cannot hold, and a prefix that is no format: the general advice.
+      {"op add bf16 rne fp32:3f800001 +1",
+       "error: operand A: 'fp32:3f800001': a FORMAT: prefix names cvt's source format only; for add write an "
+       "operand of bf16: a hex bit pattern (0x...) or a signed value (+1, -2.5)"},
+      {"op sqrt bf16 rne foo:3f80",
+       "error: operand A: 'foo:3f80': a FORMAT: prefix names cvt's source format only; for sqrt write an operand of "
+       "bf16: a hex bit pattern (0x...) or a signed value (+1, -2.5)"},
+      {"op add --format bf16 --round rne bf16:3f80 3f80",
+       "error: operand A: 'bf16:3f80': a FORMAT: prefix names cvt's source format only; for add write 0x3f80 or +1"},
+      {"op cvt bf16 rne 1.5",
+       "error: cvt operand '1.5': expected SRC_FORMAT:OPERAND, the source format, a colon and a hex bit pattern or "
+       "signed value of it, e.g. fp32:40490fdb or fp32:+1.5"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    const Run r = flashbits(c.args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == std::string(c.error) + "\n");
+    CHECK(r.out.empty());
+  }
+  const Run batch = flashbits("op --batch -", "add bf16 rne bf16:3f80 3f80\n");
+  CHECK(batch.exit_code == 2);
+  CHECK(batch.err ==
+        "error: line 1: operand A: 'bf16:3f80': a FORMAT: prefix names cvt's source format only; for add write 0x3f80 "
+        "or +1\n");
+  // What the cvt message offers is accepted: fp32 +1.5 is bf16 3fc0, exact.
+  const Run value = flashbits("op cvt bf16 rne fp32:+1.5");
+  CHECK(value.exit_code == 0);
+  CHECK(value.out == "3fc0 -\n");
+  // And the two spellings the prefix message offers give what the prefixed words meant:
+  // 1 + 1 = 2 (bf16 4000), exact.
+  const Run offered = flashbits("op add bf16 rne 0x3f80 +1");
+  CHECK(offered.exit_code == 0);
+  CHECK(offered.out == "4000 -\n");
+}

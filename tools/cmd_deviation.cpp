@@ -93,8 +93,13 @@ int run_deviation(const DeviationOptions& o) {
   const int jobs = jobs_or_throw(o.jobs);
 
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  // The model column is as wide as the longest name shown (at least 26, as before): a long
+  // one (fa3-fp8-sm90+block-quant+hadamard) pushed its row's other columns out of line.
+  int model_width = 26;
+  for (const auto& model : models) model_width = std::max(model_width, static_cast<int>(model.name.size()));
   if (!o.json)
-    std::printf("%-26s %7s %-9s %11s %11s %11s %11s\n", "model", "seqlen", "tiles", "max", "mean", "std", "rmse");
+    std::printf("%-*s %7s %-9s %11s %11s %11s %11s\n", model_width, "model", "seqlen", "tiles", "max", "mean", "std",
+                "rmse");
   // What the models take that no hardware measured, "MODEL: ..." a line, as bias-test's notes:
   // printed under the table, and the JSON's `notes` (absent when there are none).
   std::vector<std::string> notes;
@@ -155,7 +160,7 @@ int run_deviation(const DeviationOptions& o) {
             rows.push_back(r);
           } else {
             progress.clear_line();
-            std::printf("%-26s %7d %-9s non-finite output: %s\n", model.name.c_str(), n, tile_text.c_str(),
+            std::printf("%-*s %7d %-9s non-finite output: %s\n", model_width, model.name.c_str(), n, tile_text.c_str(),
                         where.c_str());
             std::fflush(stdout);
           }
@@ -184,8 +189,8 @@ int run_deviation(const DeviationOptions& o) {
           rows.push_back(r);
         } else {
           progress.clear_line();
-          std::printf("%-26s %7d %-9s %11.4g %11.4g %11.4g %11.4g\n", model.name.c_str(), n, tile_text.c_str(), max,
-                      mean, std, rmse);
+          std::printf("%-*s %7d %-9s %11.4g %11.4g %11.4g %11.4g\n", model_width, model.name.c_str(), n,
+                      tile_text.c_str(), max, mean, std, rmse);
           std::fflush(stdout);
         }
       }

@@ -4,7 +4,10 @@
 // Contract: the listing is a sequence of sections (model_sections() below), each
 // printing a table for people and a JSON value for `--json` under its key. A new
 // family of models (the kernel recipes fa2-sm80, ...) is one more entry in that list.
-// Every model not validated on hardware says so in both outputs.
+// Every model not validated on hardware says so in both outputs. `--kind` prints only the
+// sections of the kinds named (ModelSection::kind: dot, block-scaled, amd, sfu, kernel), in
+// the listing's order; an unknown kind is bad input naming it and the kinds.
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -23,6 +26,7 @@ namespace fb::cli {
 namespace {
 
 struct ModelSection {
+  std::string kind;   // the --kind word that selects it
   std::string key;    // JSON key
   std::string title;  // heading of the plain listing
   std::function<void(std::ostream&)> print;
@@ -264,31 +268,60 @@ nlohmann::json kernel_models_json() {
 // The listing, in order. Append a section here for a new family of models.
 const std::vector<ModelSection>& model_sections() {
   static const std::vector<ModelSection> sections{
-      {"dot_models", "Dot (tensor-core accumulation) models — `flashbits dot NAME ...`", print_dot_models,
+      {"dot", "dot_models", "Dot (tensor-core accumulation) models — `flashbits dot NAME ...`", print_dot_models,
        dot_models_json},
-      {"block_scaled_dot_models",
+      {"block-scaled", "block_scaled_dot_models",
        "Block-scaled dot models (Blackwell, UNMEASURED) — `flashbits dot MODEL INFMT C A B --kind KIND "
        "[--scale-format S] [--block N] --scale-a ... --scale-b ... [--input-b FMT]`",
        print_block_scaled_models, block_scaled_models_json},
-      {"amd_dot_models",
+      {"amd", "amd_dot_models",
        "AMD MFMA dot models (CDNA1-3, UNMEASURED) — `flashbits dot MODEL INFMT C A B [--input-b FMT]`",
        print_amd_dot_models, amd_dot_models_json},
-      {"special_function_models", "Special-function (SFU) model kinds", print_sfu_models, sfu_models_json},
-      {"kernel_models", "Kernel models — `--model` of replay, sweep, bias-test, deviation (suffixes compose)",
+      {"sfu", "special_function_models", "Special-function (SFU) model kinds", print_sfu_models, sfu_models_json},
+      {"kernel", "kernel_models", "Kernel models — `--model` of replay, sweep, bias-test, deviation (suffixes compose)",
        print_kernel_models, kernel_models_json},
   };
   return sections;
 }
 
-int run_models(bool json) {
+std::string kind_list() {
+  std::string out;
+  for (const ModelSection& s : model_sections()) out += (out.empty() ? "" : ", ") + s.kind;
+  return out;
+}
+
+// The sections the --kind values name (each value one kind or a comma-separated list; the
+// option may be repeated), in the listing's order; all of them when none is given.
+std::vector<const ModelSection*> selected_sections(const std::vector<std::string>& kind_values) {
+  std::vector<const ModelSection*> selected;
+  if (kind_values.empty()) {
+    for (const ModelSection& s : model_sections()) selected.push_back(&s);
+    return selected;
+  }
+  std::string joined;  // one list, so that a kind given twice across repeats is refused too
+  for (const std::string& v : kind_values) joined += (joined.empty() ? "" : ",") + v;
+  const std::vector<std::string> kinds = split_list(joined, "--kind");
+  for (const std::string& k : kinds) {
+    const auto& all = model_sections();
+    if (std::none_of(all.begin(), all.end(), [&](const ModelSection& s) { return s.kind == k; }))
+      throw InputError("--kind " + k + ": unknown model kind (expected " + kind_list() + ")");
+  }
+  for (const ModelSection& s : model_sections())
+    if (std::find(kinds.begin(), kinds.end(), s.kind) != kinds.end()) selected.push_back(&s);
+  return selected;
+}
+
+int run_models(bool json, const std::vector<std::string>& kind_values) {
+  const std::vector<const ModelSection*> sections = selected_sections(kind_values);
   if (json) {
     nlohmann::json j;
-    for (const ModelSection& s : model_sections()) j[s.key] = s.json();
+    for (const ModelSection* s : sections) j[s->key] = s->json();
     std::cout << json_text(j, 2) << "\n";
     return kExitOk;
   }
   bool first = true;
-  for (const ModelSection& s : model_sections()) {
+  for (const ModelSection* section : sections) {
+    const ModelSection& s = *section;
     if (!first) std::cout << "\n";
     first = false;
     std::cout << s.title << "\n";
@@ -299,8 +332,13 @@ int run_models(bool json) {
 
 Runner setup_models(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
+  auto kinds = std::make_shared<std::vector<std::string>>();
   app.add_flag("--json", *json, "machine-readable output");
-  return [json] { return run_models(*json); };
+  app.add_option("--kind", *kinds,
+                 "only these sections: " + kind_list() +
+                     " (comma-separated or repeated; kernel: the models --model takes; default all)")
+      ->allow_extra_args(false);
+  return [json, kinds] { return run_models(*json, *kinds); };
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // tools/op_line.hpp: one scalar operation as words, shared by `op` and `op --batch`.
 //
 // Contract: the words are those of a batch line, `OP FORMAT ROUND A [B [C]] [satfinite]`,
-// or for cvt `cvt FORMAT ROUND SRCFMT:HEX [satfinite]`. parse_op_words throws
+// or for cvt `cvt FORMAT ROUND SRC_FORMAT:OPERAND [satfinite]`. parse_op_words throws
 // InputError naming the bad word.
 #pragma once
 

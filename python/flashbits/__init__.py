@@ -29,7 +29,16 @@ import os as _os
 import re as _re
 import warnings as _warnings
 
-import numpy as _np
+try:
+    import numpy as _np
+except ModuleNotFoundError as _missing:
+    # An interpreter without numpy (a bare venv, or a python3 on PATH other than the system's)
+    # would otherwise stop at a bare "No module named 'numpy'" that names no remedy.
+    if _missing.name != "numpy":
+        raise
+    raise ModuleNotFoundError(
+        "flashbits needs numpy: install python3-numpy (or `pip install numpy`), or run with an "
+        "interpreter that has it, e.g. /usr/bin/python3 on Debian", name="numpy") from _missing
 
 from . import _core
 

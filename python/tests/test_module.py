@@ -778,3 +778,18 @@ def test_bias_test_sees_a_rounding_toward_zero_in_the_magnitude_of_outputs_of_ei
     rne = fb.bias_test("correctly-rounded", "random", trials=10, seqlen=32)
     assert rne["magnitude_against_floor"]["o"]["excess_mean_ulps"] == 0.0
     assert rne["verdict"] == "no detectable added bias"
+
+
+def test_import_without_numpy_names_the_remedy():
+    # Found by the newcomer audit: `import flashbits` under an interpreter without numpy (the
+    # pyenv python3 on PATH here) stopped at a bare "No module named 'numpy'". The message must
+    # say flashbits needs numpy and how to get an interpreter that has it. numpy is hidden from
+    # a child interpreter by the import system's documented rule: None in sys.modules makes
+    # `import numpy` raise ModuleNotFoundError.
+    code = "import sys; sys.modules['numpy'] = None; import flashbits"
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=BUILD_PYTHON),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: flashbits needs numpy"), p.stderr
+    assert "python3-numpy" in last and "/usr/bin/python3" in last, p.stderr
