@@ -21,7 +21,9 @@
 # longest run under ASan).
 set -u
 fb=$1
-root=$2
+# ROOT as an absolute path: the paths check links captures from a temporary folder, where a
+# relative target would dangle.
+root=$(cd "$2" 2> /dev/null && pwd) || { echo "ROOT $2 is not a folder"; exit 1; }
 shift 2
 kinds=("$@")
 [ ${#kinds[@]} -gt 0 ] || kinds=(torch fa2 bias eager splitkv tutorial flex math cudnn paths)
@@ -108,10 +110,13 @@ print(h.get("__metadata__", {}).get("model", "none") + "@" + h["q"]["dtype"])' "
     done
     for group in "$groups"/*/; do
       found=$((found + 1))
-      "$fb" bias-test --traces "$group" > /dev/null 2>&1
+      err=$("$fb" bias-test --traces "$group" 2>&1 > /dev/null)
       rc=$?
-      # 0 no bias, 1 bias, 4 inconclusive (the tutorial's 6 heads are too few samples).
-      case $rc in 0 | 1 | 4) ;; *) echo "ERROR (exit $rc): bias-test --traces $dir ($(basename "$group"))"; fail=1 ;; esac
+      # 0 no bias, 1 bias, 4 inconclusive (the tutorial's 6 heads are too few samples). On an
+      # error, its own message: it names the capture that failed (by its link, so the link's
+      # folder is put back as the capture's own).
+      err=${err//"$group"/"$dir"}
+      case $rc in 0 | 1 | 4) ;; *) echo "ERROR (exit $rc): bias-test --traces $dir ($(basename "$group")): ${err:-no message}"; fail=1 ;; esac
     done
     [ "${FLASHBITS_TEST_SCALE:-}" = sanitizer ] && break
   done
