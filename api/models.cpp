@@ -75,8 +75,14 @@ attn::ModelHandle refine_model(attn::ModelHandle model, const std::string& sfu_s
                        attn::sfu_set_list() + ")");
     model = std::move(*changed);
   }
-  if (!recipe_path.empty())
-    model = apply_recipe_file(model, recipe_path, notes != nullptr ? &notes->recipe_tables : nullptr);
+  if (!recipe_path.empty()) {
+    // The file's own errors name the file; the option is said first, as the others' are.
+    try {
+      model = apply_recipe_file(model, recipe_path, notes != nullptr ? &notes->recipe_tables : nullptr);
+    } catch (const InputError& e) {
+      throw InputError(names.recipe + ": " + e.what());
+    }
+  }
   return model;
 }
 

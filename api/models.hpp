@@ -33,7 +33,7 @@ struct ModelChoice {
   bool dtype_given = false;
 };
 struct ModelOptionNames {
-  std::string model = "--model", sfu = "--sfu", dtype = "--dtype";
+  std::string model = "--model", sfu = "--sfu", dtype = "--dtype", recipe = "--recipe";
 };
 // What resolving found besides the model: the line saying what "auto" chose (empty when it
 // chose nothing), and the SFU tables the recipe loaded (inputs no output may overwrite).

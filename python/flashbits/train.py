@@ -186,7 +186,7 @@ def load_corpus(path: str, block_size: int, max_bytes: int = 256 << 20) -> Corpu
     need = block_size + 2
     if split < need or len(ids) - split < need:
         raise UsageError(f"corpus {path}: {len(text)} characters; at least {10 * need} are needed for "
-                         f"block size {block_size} (90% train, 10% validation)")
+                         f"block size {block_size} (the first 90% trains, the other 10% is set aside)")
     return Corpus(hashlib.sha256(text.encode("utf-8")).hexdigest(), vocab, ids[:split], ids[split:])
 
 
@@ -381,6 +381,8 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
         if arm.recipe is not None:
             # The recipe file is the driver's own (a scratch file, or OUT/recipes/): the user
             # wrote the stages in the arm's brackets, which the arm's name already shows.
+            # The "recipe: " that names the argument names nothing the user wrote here either.
+            message = message.removeprefix("recipe: ")
             message = message.replace(f"{arm.recipe_file}: ", "").replace(arm.recipe_file, "the arm's stages")
         raise UsageError(f"arm '{arm.written or arm.name}': {message}") from None
     return arm
@@ -1349,6 +1351,13 @@ def merge(out: str, th: Thresholds) -> dict:
             verdict = f"no divergence; {not_measured}"
         else:
             verdict = "no effect seen"
+        if without_control and div_votes:
+            # Some seeds had their control and some not: the divergence above is of the first
+            # alone, and the arm's mean final loss covers seeds the control's does not.
+            judged = [seed for seed in sorted(seeds) if seed not in without_control]
+            verdict += (f"; divergence compared with the {CONTROL} control on seed(s) "
+                        f"{', '.join(map(str, judged))} only: no {CONTROL} control run for seed(s) "
+                        f"{', '.join(map(str, without_control))} (run --arm {CONTROL} with them)")
         summary["arms"][name] = {
             "final_loss": float(np.mean([s["final_loss"] for s in per_seed.values()])),
             "diverged": arm_diverged,
@@ -1651,7 +1660,7 @@ def study_config(args) -> StudyConfig:
     heads, per_head = cfg.model.n_head, probe_rows_per_head(cfg.model.block_size)
     if cfg.probe_rows % heads or cfg.probe_rows > heads * per_head:
         raise UsageError(f"--probe-rows {cfg.probe_rows}: expected a multiple of --n-head {heads} (every head probes "
-                         f"the same rows) up to {heads * per_head} ({per_head} rows a head: a quarter of "
+                         f"the same rows) up to {heads * per_head} ({per_head} row{'' if per_head == 1 else 's'} a head: a quarter of "
                          f"--block-size {cfg.model.block_size} to its end)")
     for layer in cfg.emulate_layers:
         if not 0 <= layer < cfg.model.n_layer:

@@ -122,7 +122,7 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
 // input format then contradicts.
 attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, const std::string& recipe,
                                  const std::string& sfu, bool dtype_given = false) {
-  return api::resolve_model({name, dtype, sfu, recipe, dtype_given}, {"model", "sfu", "dtype"});
+  return api::resolve_model({name, dtype, sfu, recipe, dtype_given}, {"model", "sfu", "dtype", "recipe"});
 }
 
 // A P·V step's record (emu/dot/dot_step_json.hpp, the one serialiser) and its output rounding.

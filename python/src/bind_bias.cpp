@@ -73,7 +73,7 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   // the model's own format is refused (as bias-test --dtype and attention(dtype=) refuse it).
   const bool dtype_given = !dtype_name.empty();
   const Format dtype = dtype_given ? api::parse_format_or_throw(dtype_name, "dtype") : formats::bf16;
-  run.model = api::resolve_model({model, dtype, "model", recipe, dtype_given}, {"model", "sfu", "dtype"});
+  run.model = api::resolve_model({model, dtype, "model", recipe, dtype_given}, {"model", "sfu", "dtype", "recipe"});
   if (!against.empty()) {
     try {
       run.against = api::parse_against_model(against, *run.model.recipe, dtype);

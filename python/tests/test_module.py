@@ -793,3 +793,20 @@ def test_import_without_numpy_names_the_remedy():
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError: flashbits needs numpy"), p.stderr
     assert "python3-numpy" in last and "/usr/bin/python3" in last, p.stderr
+
+
+def test_a_recipe_that_cannot_be_read_names_the_argument(tmp_path, cli):
+    # Found by the training audit: recipe="/nonexistent.json" said only "/nonexistent.json:
+    # cannot open", where every other refusal names its argument (the CLI's option likewise).
+    q = fb.round(np.random.default_rng(3).standard_normal((8, 16)), "bf16").values
+    missing = str(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match=r"^recipe: .*missing\.json: cannot open"):
+        fb.attention(q, q, q, "fa-bf16acc", recipe=missing)
+    with pytest.raises(ValueError, match=r"^recipe: .*missing\.json: cannot open"):
+        fb.bias_test("fa-bf16acc", "sink", trials=8, seqlen=16, recipe=missing)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"stages": 3')
+    with pytest.raises(ValueError, match=r"^recipe: .*bad\.json"):
+        fb.attention(q, q, q, "fa-bf16acc", recipe=str(bad))
+    code, _, err = cli("bias-test", "--model", "fa-bf16acc", "--recipe", missing, check=False)
+    assert code == 2 and err.startswith("error: --recipe: ") and "missing.json: cannot open" in err, err

@@ -221,6 +221,16 @@ def test_an_arm_without_its_control_run_gets_no_verdict(smoke, tmp_path):
     # without one.
     assert summary["arms"]["fa-bf16acc"]["verdict"].endswith(TOO_SHORT)
     assert summary["arms"]["fa-bf16acc"]["seeds_without_control"] == []
+    # Found by the training audit: with seed 0's control missing and seed 1's there, the verdict
+    # was the full one, though divergence was compared on seed 1 alone (only the JSON's
+    # seeds_without_control said so). The verdict names the seeds compared and the one not.
+    shutil.copytree(out / "runs" / "fp32" / "seed1", tmp_path / "runs" / "fp32" / "seed1")
+    run_driver("merge", "--out", str(tmp_path), "--quiet")
+    with open(tmp_path / "summary.json") as f:
+        partial = json.load(f)["arms"]["fa-bf16acc"]
+    assert partial["seeds_without_control"] == [0]
+    assert partial["verdict"].endswith("; divergence compared with the fp32 control on seed(s) 1 only: no fp32 "
+                                       "control run for seed(s) 0 (run --arm fp32 with them)"), partial["verdict"]
 
 
 def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
