@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "attention/problem_limits.hpp"
+#include "formats/decimal_text.hpp"
 #include "attention/arith.hpp"
 #include "attention/attention.hpp"
 #include "attention/engine_detail.hpp"
@@ -140,6 +141,21 @@ TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunO
   return t;
 }
 
+// A kernel takes the softmax scale as a float (FlashAttention's `float softmax_scale`, the
+// Triton kernels' fp32 constants): a scale beyond fp32's range became inf there, and every
+// output NaN, an answer to no question the caller asked. Checked for the models that compute
+// scores in an 8-exponent-bit format (fp32, tf32, bf16); the standard-FMT recipes with narrow
+// score formats apply the scale as a tensor op of their own.
+void check_scale_fits(const std::string& model_name, const KernelModel& km, double scale) {
+  if (!km.score_format || km.score_format->exp_bits < formats::fp32.exp_bits) return;
+  const double largest = to_double(formats::fp32, formats::fp32.max_finite_pattern());
+  if (scale <= largest) return;
+  throw std::invalid_argument("attention: softmax scale " + shortest_decimal(scale) +
+                              " is above fp32's largest value: " + model_name + " computes scores in " +
+                              km.score_format->name + " and takes the scale as a float, where it would be inf and " +
+                              "every output NaN");
+}
+
 template <class A, class E>
 AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km, const A& ar, const AttentionInputs& in,
                            const RunOptions& opt) {
@@ -153,6 +169,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   g.nk = Nk;
   g.d = D;
   g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
+  check_scale_fits(model_name, km, g.scale);
   g.causal = in.causal;
   g.top_left = in.causal_alignment == AttentionInputs::CausalAlignment::top_left;
   g.tiles = run_tiles(km, in, opt);

@@ -33,6 +33,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <tuple>
 
 #include "attention/attention.hpp"
@@ -402,7 +403,15 @@ int run_replay(const ReplayOptions& o) {
   const std::uint64_t row_units = in.d_o ? 2 : 1;  // progress: a forward row, and its delta/backward share
   ProgressBar progress("rows", (one_row ? 1 : all_rows) * row_units);
   opt.progress = &progress.counter();
-  const auto out = attn::run_attention(model, in, opt);
+  // What the engine refuses of this trace (a shape, a softmax_scale beyond the model's float)
+  // is about this file: said with its name.
+  const auto out = [&] {
+    try {
+      return attn::run_attention(model, in, opt);
+    } catch (const std::invalid_argument& e) {
+      throw TraceError(trace.source_name() + ": " + e.what());
+    }
+  }();
   progress.finish();
   const std::uint64_t rows_recomputed = progress.counter().load() / row_units;
   if (!o.sfu_record.empty()) {

@@ -41,7 +41,8 @@ mask aligned bottom-right, key j <= i + S - L, as FlashAttention runs a decoding
 ``causal_upper_left`` is ``is_causal``; rows without a key are 0, gradients too);
 ``scale`` (default 1/sqrt(E)). Refused with a ValueError naming the
 argument, never a silent fallback: an ``attn_mask`` other than a ``CausalBias``, ``dropout_p`` other than 0, tensors not on
-the CPU, a key head dim
+the CPU, a ``scale`` above fp32's largest value for a model that takes it as a float (its kernel's
+would be inf), a key head dim
 other than the query's, a value head dim other than the query's (PyTorch allows it; the kernel
 models have one head dim), query, key and value of different dtypes or of batch dimensions or
 ranks that differ (PyTorch broadcasts a batch of 1; expand the tensors first), float16 or bfloat16

@@ -810,3 +810,29 @@ def test_a_recipe_that_cannot_be_read_names_the_argument(tmp_path, cli):
         fb.attention(q, q, q, "fa-bf16acc", recipe=str(bad))
     code, _, err = cli("bias-test", "--model", "fa-bf16acc", "--recipe", missing, check=False)
     assert code == 2 and err.startswith("error: --recipe: ") and "missing.json: cannot open" in err, err
+
+
+def test_a_scale_beyond_fp32_is_refused_by_the_models_that_take_it_as_a_float(tmp_path, cli):
+    # Found by the training audit: scale=1e300 is finite in Python, but FlashAttention-style
+    # kernels take softmax_scale as a float, where it is inf: every output came back NaN with
+    # nothing said. The largest fp32 value itself (numpy's, an independent reference) still runs.
+    import torch
+    import flashbits.torch as fbt
+    q = fb.round(np.random.default_rng(4).standard_normal((1, 2, 128, 32)), "bf16").values
+    for model in ("fa2-sm80", "pytorch-fa2-sm90", "triton-tutorial-sm90", "flex-attention-sm90", "fa3-fp8-sm90"):
+        with pytest.raises(ValueError, match=r"softmax scale 1e300 is above fp32's largest value: " + model):
+            fb.attention(q, q, q, model, scale=1e300)
+        fb.attention(q, q, q, model, scale=float(np.finfo(np.float32).max))  # representable: runs
+    t = torch.tensor(q, dtype=torch.float32)
+    with pytest.raises(ValueError, match="above fp32's largest value"):
+        fbt.scaled_dot_product_attention(t, t, t, scale=1e300, model="fa2-sm80")
+    # Models that keep scores unrounded take any finite scale, and their outputs are finite.
+    for model in ("correctly-rounded", "golden-fp64-flash"):
+        assert np.isfinite(fb.attention(q, q, q, model, scale=1e300).o).all(), model
+    # A trace whose softmax_scale is such a value: replay refuses it naming the file.
+    o = fb.attention(q, q, q, "fa2-sm80").o
+    path = str(tmp_path / "big_scale.safetensors")
+    fb.save_trace(path, {"q": q, "k": q, "v": q, "o": o},
+                  metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 1e300, "causal": False})
+    code, _, err = cli("replay", path, check=False)
+    assert code == 2 and err.startswith(f"error: {path}: ") and "above fp32's largest value" in err, err
