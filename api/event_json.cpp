@@ -114,13 +114,13 @@ nlohmann::json op_event_to_json(const Format& f, const RoundingEvent& ev, const 
   if (const auto special = special_case(f, ev, result)) {
     // Nothing was rounded: the empty event's zeros would read as "exact value 0, rounded
     // exactly, 0 ulp" beside a result of -6 or NaN. Its rounding fields are null instead.
+    // Every field of the rounding that did not happen, whatever event_to_json writes.
+    j.erase("addition");
+    for (auto& [key, value] : j.items())
+      if (key != "format") value = nullptr;
     j["special"] = special->name;
     j["flags"] = flags_string(result.flags);
     j["exact"] = nlohmann::json::object();
-    for (const char* field :
-         {"kept_bits", "round_bit", "sticky_bit", "tie", "direction", "rounding_carry", "error_ulps"})
-      j[field] = nullptr;
-    j.erase("addition");
   }
   return j;
 }

@@ -696,7 +696,7 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.has_delta = !s.delta.empty();
   report.has_quantisation = !s.o_quant.empty();
   // Two comparisons per output, signed and magnitude, each at alpha / comparisons (verdict.hpp).
-  report.comparisons = report.has_delta ? 4 : 2;
+  report.comparisons = run_comparisons(report.has_delta);
   report.alpha_per_comparison = per_comparison_alpha(run.alpha, report.comparisons);
   const double level = report.alpha_per_comparison;
   // Every interval and "differs from 0" of the report at that one level: an excess series at

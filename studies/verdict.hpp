@@ -72,6 +72,9 @@ Verdict combine(Verdict a, Verdict b);
 // The level of each of a run's `comparisons` tests for a run-level level `alpha`: alpha /
 // comparisons (comparisons >= 1).
 double per_comparison_alpha(double alpha, int comparisons);
+// How many comparisons a run makes: signed and magnitude for O, and for delta where the run
+// has one (bias-test, demo on a trace with dO; sweep always runs the backward).
+constexpr int run_comparisons(bool has_delta) { return has_delta ? 4 : 2; }
 
 // Sufficient statistics of the pairs (K_i, F_i) and of their difference X_i, kept apart so
 // that a kernel equal to its floor has an exactly zero excess (sweep shards carry these).

@@ -307,7 +307,7 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   // bias-test's level for this file (studies/verdict.hpp): the run's alpha 1e-3 over its
   // comparisons, signed and magnitude per output, delta's too where the trace holds dO (from
   // which bias-test computes delta). The demo shows O's; its intervals are at the same level.
-  const int comparisons = in.d_o ? 4 : 2;
+  const int comparisons = attn::run_comparisons(in.d_o.has_value());
   const double level = attn::per_comparison_alpha(1e-3, comparisons);
   auto line = [&](const std::string& what, const std::vector<double>& v) {
     const auto st = attn::summarize(v, level);

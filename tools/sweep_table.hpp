@@ -28,7 +28,7 @@ namespace fb::cli {
 
 // Every row's verdict combines four comparisons, O and delta, signed and magnitude
 // (studies/verdict.hpp), each at alpha / 4: every sweep trial runs the backward.
-inline constexpr int kSweepComparisons = 4;
+inline constexpr int kSweepComparisons = attn::run_comparisons(true);
 
 struct SweepRow {
   long long index = 0;  // position in the full cartesian product
