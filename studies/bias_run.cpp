@@ -715,14 +715,6 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
   report.delta_magnitude_vs_floor =
       compare_magnitude_with_floor(s.delta_kernel_outward, s.delta_cr_outward, level, run.at_stake, report.baseline);
   report.o_spread = s.o_spread;
-  // The excess as a description, at the comparisons' level like the other series.
-  const auto difference = [](const std::vector<double>& a, const std::vector<double>& b) {
-    std::vector<double> d(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-    return d;
-  };
-  report.o_excess = summarize(difference(s.o_kernel, s.o_cr), level);
-  report.delta_excess = summarize(difference(s.delta_kernel, s.delta_cr), level);
   report.no_verdict = report.non_finite_rows > 0;
   report.verdict = combine(report.o_vs_floor.verdict, report.o_magnitude_vs_floor.verdict);
   if (report.has_delta)
@@ -822,12 +814,12 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   }
   nlohmann::ordered_json cr, ex, vs, magnitude;
   cr["o"] = stats_json(r.o_cr, has_verdict);
-  ex["o"] = stats_json(r.o_excess, has_verdict);
+  ex["o"] = stats_json(r.o_vs_floor.excess, has_verdict);
   vs["o"] = floor_comparison_json(r.o_vs_floor, has_verdict);
   magnitude["o"] = floor_comparison_json(r.o_magnitude_vs_floor, has_verdict);
   if (r.has_delta) {
     cr["delta"] = stats_json(r.delta_cr, has_verdict);
-    ex["delta"] = stats_json(r.delta_excess, has_verdict);
+    ex["delta"] = stats_json(r.delta_vs_floor.excess, has_verdict);
     vs["delta"] = floor_comparison_json(r.delta_vs_floor, has_verdict);
     magnitude["delta"] = floor_comparison_json(r.delta_magnitude_vs_floor, has_verdict);
   }

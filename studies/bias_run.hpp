@@ -167,9 +167,9 @@ struct BiasReport {
   bool biased = false;                      // verdict == adds_bias (and a verdict was given)
   // Error against exact; the input quantisation's (fp8 kernels: the exact attention of the
   // quantised inputs against exact); the floor's (the correctly rounded reference, or the
-  // --against model) against the kernel's target; the excess (kernel minus floor).
-  // o_excess and delta_excess: the signed excess (kernel - floor per sample), at alpha.
-  BiasStatistics o, delta, o_quant, delta_quant, o_cr, delta_cr, o_excess, delta_excess;
+  // --against model) against the kernel's target. The excess (kernel minus floor per sample)
+  // is each comparison's own (o_vs_floor.excess), one series for the verdict and the report.
+  BiasStatistics o, delta, o_quant, delta_quant, o_cr, delta_cr;
   // Each output's signed errors against the floor's, and its magnitude errors (sign of the
   // target x error: a toward-zero rounding on outputs of either sign shows here, verdict.hpp).
   FloorComparison o_vs_floor, delta_vs_floor, o_magnitude_vs_floor, delta_magnitude_vs_floor;

@@ -369,25 +369,25 @@ TEST_CASE("run_bias: the excess is the error minus the correctly rounded referen
   std::filesystem::remove_all(dir);
   CAPTURE(up.o.mean);
   CAPTURE(up.o_cr.mean);
-  CAPTURE(up.o_excess.mean);
+  CAPTURE(up.o_vs_floor.excess.mean);
   CAPTURE(down.o.mean);
-  CAPTURE(down.o_excess.mean);
+  CAPTURE(down.o_vs_floor.excess.mean);
   CHECK(up.o.mean > 0.0);
-  CHECK(up.o_excess.mean > 0.0);
-  CHECK(up.o_excess.n == 1);
-  CHECK(up.o_excess.positives == 1);
-  CHECK(up.o_excess.negatives == 0);
+  CHECK(up.o_vs_floor.excess.mean > 0.0);
+  CHECK(up.o_vs_floor.excess.n == 1);
+  CHECK(up.o_vs_floor.excess.positives == 1);
+  CHECK(up.o_vs_floor.excess.negatives == 0);
   CHECK(up.verdict == Verdict::inconclusive);  // one independent sample
   CHECK(down.o.mean < 0.0);
-  CHECK(down.o_excess.mean < 0.0);
-  CHECK(down.o_excess.negatives == 1);
-  CHECK(down.o_excess.positives == 0);
+  CHECK(down.o_vs_floor.excess.mean < 0.0);
+  CHECK(down.o_vs_floor.excess.negatives == 1);
+  CHECK(down.o_vs_floor.excess.positives == 0);
   // Same inputs, same reference; RNE errs less than either directed rounding.
   CHECK(up.o_cr.mean == down.o_cr.mean);
   CHECK(std::fabs(up.o_cr.mean) < up.o.mean);
   CHECK(std::fabs(up.o_cr.mean) < -down.o.mean);
   for (const BiasReport* r : {&up, &down})
-    CHECK(r->o_excess.mean == doctest::Approx(r->o.mean - r->o_cr.mean).epsilon(1e-9));
+    CHECK(r->o_vs_floor.excess.mean == doctest::Approx(r->o.mean - r->o_cr.mean).epsilon(1e-9));
 
   // Model mode: fa-bf16acc on sink errs negative (the first test case), and so does its excess.
   BiasRun model_run;
@@ -400,11 +400,11 @@ TEST_CASE("run_bias: the excess is the error minus the correctly rounded referen
   const BiasReport model = run_bias(model_run);
   CAPTURE(model.o.mean);
   CAPTURE(model.o_cr.mean);
-  CAPTURE(model.o_excess.mean);
+  CAPTURE(model.o_vs_floor.excess.mean);
   CHECK(model.o.mean < 0.0);
-  CHECK(model.o_excess.mean < 0.0);
-  CHECK(model.o_excess.mean == doctest::Approx(model.o.mean - model.o_cr.mean).epsilon(1e-9));
-  CHECK(std::fabs(model.o_cr.mean) < -model.o_excess.mean);  // the kernel's share dominates
+  CHECK(model.o_vs_floor.excess.mean < 0.0);
+  CHECK(model.o_vs_floor.excess.mean == doctest::Approx(model.o.mean - model.o_cr.mean).epsilon(1e-9));
+  CHECK(std::fabs(model.o_cr.mean) < -model.o_vs_floor.excess.mean);  // the kernel's share dominates
 }
 
 // An O the kernel wrote in bf16 but the capture keeps as float32 (a `.float()` before saving):
@@ -431,9 +431,9 @@ TEST_CASE("bias-test --traces: an O kept in a wider container is judged in the f
       const BiasReport r = run_bias(run);
       CAPTURE(model);
       CAPTURE(wide);
-      CHECK(r.o_excess.n == static_cast<std::size_t>(traces));
-      CHECK(r.o_excess.mean == 0.0);
-      CHECK(r.o_excess.stddev == 0.0);
+      CHECK(r.o_vs_floor.excess.n == static_cast<std::size_t>(traces));
+      CHECK(r.o_vs_floor.excess.mean == 0.0);
+      CHECK(r.o_vs_floor.excess.stddev == 0.0);
       CHECK(r.verdict == Verdict::no_detectable_bias);  // equal to its floor in every sample
       const bool noted = std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
         return n.find("stored as fp32 but every value is a bf16 value") != std::string::npos;
@@ -456,7 +456,7 @@ TEST_CASE("bias-test --traces: an O kept in a wider container is judged in the f
     fp32_run.traces.push_back(path);
   }
   const BiasReport fp32_report = run_bias(fp32_run);
-  CHECK(fp32_report.o_excess.mean == 0.0);
+  CHECK(fp32_report.o_vs_floor.excess.mean == 0.0);
   CHECK(fp32_report.verdict == Verdict::no_detectable_bias);
   for (const std::string& n : fp32_report.notes) CHECK(n.find("stored as") == std::string::npos);
   std::filesystem::remove_all(dir);
@@ -531,8 +531,8 @@ TEST_CASE("bias-test --traces: one sample per set of keys and values, across hea
   CHECK(b.shared_kv_clusters == 8);
   // Each sample is the mean over the same 32 rows of a head: the same values up to the order of
   // the sums (16 + 16 rows against 32), so equal to the last few bits.
-  CHECK(b.o_excess.mean == doctest::Approx(a.o_excess.mean).epsilon(1e-9));
-  CHECK(b.delta_excess.mean == doctest::Approx(a.delta_excess.mean).epsilon(1e-9));
+  CHECK(b.o_vs_floor.excess.mean == doctest::Approx(a.o_vs_floor.excess.mean).epsilon(1e-9));
+  CHECK(b.delta_vs_floor.excess.mean == doctest::Approx(a.delta_vs_floor.excess.mean).epsilon(1e-9));
   std::filesystem::remove_all(dir);
 }
 
@@ -612,7 +612,7 @@ TEST_CASE("bias-test --traces: a model and the same model with +o-rne are one ke
   write_rounded_trace(dir / "c.safetensors", bf16_rne, formats::bf16, "fa2-sm80+o-rtz", 13);
   BiasRun same;
   same.traces = {dir / "a.safetensors", dir / "b.safetensors"};
-  CHECK(run_bias(same).o_excess.n == 2);
+  CHECK(run_bias(same).o_vs_floor.excess.n == 2);
   BiasRun other;
   other.traces = {dir / "a.safetensors", dir / "c.safetensors"};
   CHECK_THROWS_WITH_AS(run_bias(other), doctest::Contains("a verdict is about one kernel"), std::invalid_argument);
@@ -639,8 +639,8 @@ TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in th
     run.traces.push_back(path);
   }
   const BiasReport r = run_bias(run);
-  CHECK(r.o_excess.n == 8);
-  CHECK(r.o_excess.mean == 0.0);
+  CHECK(r.o_vs_floor.excess.n == 8);
+  CHECK(r.o_vs_floor.excess.mean == 0.0);
   CHECK(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
     return n.find("stored as fp32 but every value is a bf16 value") != std::string::npos;
   }));
@@ -671,8 +671,8 @@ TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN
     const BiasReport r = run_bias(run);
     CHECK(r.rows_without_keys == 8 * 16);
     CHECK(r.non_finite_rows == 0);
-    CHECK(r.o_excess.n == 8);
-    CHECK(r.o_excess.mean == 0.0);  // the other rows are the floor itself
+    CHECK(r.o_vs_floor.excess.n == 8);
+    CHECK(r.o_vs_floor.excess.mean == 0.0);  // the other rows are the floor itself
     const bool named = std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
       return n.find("row(s) that see no key hold an O other than 0 or NaN") != std::string::npos;
     });

@@ -146,11 +146,11 @@ TEST_CASE("fp8: quantised inputs are e4m3 values times their descales; the exces
   const BiasReport r = run_bias(model_run(model, "random", sanitizer_scale() ? 2 : 8, 128, 64, 3));
   REQUIRE(r.has_quantisation);
   // error = quantisation + kernel's own: excess is error - quantisation - floor.
-  CHECK(r.o_excess.mean == doctest::Approx(r.o.mean - r.o_quant.mean - r.o_cr.mean).epsilon(1e-6).scale(1e-6));
+  CHECK(r.o_vs_floor.excess.mean == doctest::Approx(r.o.mean - r.o_quant.mean - r.o_cr.mean).epsilon(1e-6).scale(1e-6));
   // The kernel's own error is far tighter than the error against exact, which carries the
   // quantisation of every input.
-  CHECK(r.o_excess.stddev < r.o.stddev);
-  CHECK(r.o_quant.stddev > r.o_excess.stddev);
+  CHECK(r.o_vs_floor.excess.stddev < r.o.stddev);
+  CHECK(r.o_quant.stddev > r.o_vs_floor.excess.stddev);
 }
 
 TEST_CASE("FA4 fp8 before flash-attention#2717: P̄ saturates at 448 under lazy-rescale:4; the fix does not") {

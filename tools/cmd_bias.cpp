@@ -199,8 +199,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
               << "'s, sample by sample):\n";
   else
     std::cout << "excess over the floor (the kernel's error minus the floor's, sample by sample):\n";
-  print_stats("O", r.o_excess, r.alpha_per_comparison, has_verdict, kExcessNote);
-  if (r.has_delta) print_stats("delta", r.delta_excess, r.alpha_per_comparison, has_verdict, kExcessNote);
+  print_stats("O", r.o_vs_floor.excess, r.alpha_per_comparison, has_verdict, kExcessNote);
+  if (r.has_delta) print_stats("delta", r.delta_vs_floor.excess, r.alpha_per_comparison, has_verdict, kExcessNote);
   std::printf("spread of O over %zu elements (descriptive): RMS %.4g ulp (%s %.4g), largest |error| %.4g ulp\n",
               r.o_spread.elements, r.o_spread.kernel_rms(), r.paired ? (r.baseline + "'s").c_str() : "the floor's",
               r.o_spread.floor_rms(), r.o_spread.kernel_max_abs);
