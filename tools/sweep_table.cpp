@@ -106,11 +106,12 @@ namespace {
 struct Derived {
   attn::BiasStatistics o, d;        // the kernel's error
   attn::BiasStatistics cr_o, cr_d;  // the floor's: the correctly rounded reference, or B for A-vs-B rows
-  attn::BiasStatistics ex_o, ex_d;  // excess: error minus the floor's
   bool has_reference = false;       // false only for rows of older files without a floor
   double rms = 0;
   std::string verdict, verdict_from;
-  attn::FloorComparison o_vs_floor, d_vs_floor;          // each output's verdict, as bias-test's against_floor
+  // Each output's verdict, as bias-test's against_floor; its .excess (error minus the
+  // floor's) is the excess columns' series.
+  attn::FloorComparison o_vs_floor, d_vs_floor;
   attn::FloorComparison o_mag_vs_floor, d_mag_vs_floor;  // and on its magnitude errors
   attn::Verdict outcome = attn::Verdict::inconclusive;
   bool no_verdict = false;  // some trial's output was not finite (SweepRow::non_finite_trials)
@@ -153,8 +154,6 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
   x.sampled_elements = r.elements > 0;
   x.cr_o = r.cr_o.statistics(r.ref_trials, level);
   x.cr_d = r.cr_d.statistics(r.ref_trials, level);
-  x.ex_o = r.ex_o.statistics(r.ref_trials, level);
-  x.ex_d = r.ex_d.statistics(r.ref_trials, level);
   x.rms = r.elements ? std::sqrt(r.sq_sum / static_cast<double>(r.elements)) : 0.0;
   // The verdict (studies/verdict.hpp, as bias-test): the kernel's own share against its
   // floor, its direction, and whether the trials could have seen the bias at stake.
@@ -217,9 +216,10 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
     std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
                   r.configuration().c_str(), r.trials, or_dash(x.sampled, x.o.mean).c_str(),
-                  or_dash(x.sampled_reference, x.cr_o.mean).c_str(), or_dash(x.sampled_reference, x.ex_o.mean).c_str(),
-                  or_dash(x.sampled, x.d.mean).c_str(), or_dash(x.sampled_reference, x.cr_d.mean).c_str(),
-                  or_dash(x.sampled_reference, x.ex_d.mean).c_str(),
+                  or_dash(x.sampled_reference, x.cr_o.mean).c_str(),
+                  or_dash(x.sampled_reference, x.o_vs_floor.excess.mean).c_str(), or_dash(x.sampled, x.d.mean).c_str(),
+                  or_dash(x.sampled_reference, x.cr_d.mean).c_str(),
+                  or_dash(x.sampled_reference, x.d_vs_floor.excess.mean).c_str(),
                   or_dash(x.sampled_reference, x.o_mag_vs_floor.excess.mean).c_str(),
                   or_dash(x.sampled_reference, x.d_mag_vs_floor.excess.mean).c_str(),
                   or_dash(x.sampled_elements, x.rms).c_str(), or_dash(x.sampled_elements, r.max_abs).c_str(),
@@ -308,10 +308,11 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
       return when(sampled && b.has_spread(), b.p_t);
     };
     os << "," << when(x.sampled, x.o.mean) << "," << t_test(x.sampled, x.o) << ","
-       << when(x.sampled_reference, x.cr_o.mean) << "," << when(x.sampled_reference, x.ex_o.mean) << ","
-       << t_test(x.sampled_reference, x.ex_o) << "," << when(x.sampled, x.d.mean) << "," << t_test(x.sampled, x.d)
-       << "," << when(x.sampled_reference, x.cr_d.mean) << "," << when(x.sampled_reference, x.ex_d.mean) << ","
-       << t_test(x.sampled_reference, x.ex_d) << "," << when(x.sampled_reference, x.o_mag_vs_floor.excess.mean) << ","
+       << when(x.sampled_reference, x.cr_o.mean) << "," << when(x.sampled_reference, x.o_vs_floor.excess.mean) << ","
+       << t_test(x.sampled_reference, x.o_vs_floor.excess) << "," << when(x.sampled, x.d.mean) << ","
+       << t_test(x.sampled, x.d) << "," << when(x.sampled_reference, x.cr_d.mean) << ","
+       << when(x.sampled_reference, x.d_vs_floor.excess.mean) << "," << t_test(x.sampled_reference, x.d_vs_floor.excess)
+       << "," << when(x.sampled_reference, x.o_mag_vs_floor.excess.mean) << ","
        << t_test(x.sampled_reference, x.o_mag_vs_floor.excess) << ","
        << when(x.sampled_reference, x.d_mag_vs_floor.excess.mean) << ","
        << t_test(x.sampled_reference, x.d_mag_vs_floor.excess) << "," << when(x.sampled_elements, x.rms) << ","
@@ -384,7 +385,7 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
         return o;
       };
       j["correctly_rounded"] = {{"o", stat(x.cr_o)}, {"delta", stat(x.cr_d)}};
-      j["excess"] = {{"o", stat(x.ex_o)}, {"delta", stat(x.ex_d)}};
+      j["excess"] = {{"o", stat(x.o_vs_floor.excess)}, {"delta", stat(x.d_vs_floor.excess)}};
     }
     j["rms_ulps"] = value(x.sampled_elements, x.rms);
     j["max_abs_ulps"] = value(x.sampled_elements, r.max_abs);
