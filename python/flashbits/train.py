@@ -907,8 +907,11 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
             fork_info = {"weights_sha256": weights_digest(model.state_dict()), "loss": float(model(x, y))}
     clock = StepClock(seed)
     probes = install_arm_attention(model, arm, cfg, threads, clock)
+    # Running error sums of the probed layers only: a layer no probe measures (the control's,
+    # autocast's, or one the arm does not emulate) has NaN sums, as its per-step errors, since a
+    # 0 would read as a measured "no error".
     sums = {i: (rows[-1][f"L{i}_o_error_sum"], rows[-1][f"L{i}_delta_error_sum"]) if rows else (0.0, 0.0)
-            for i in cfg.emulate_layers}
+            for i in probes}
     autocast = arm.model == LOW_PRECISION
 
     def save(step):
@@ -934,11 +937,11 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
                 p = probes[i].pending if i in probes else None
                 if i in probes and probing and cfg.probe_batch == "forced-ties":
                     p = forced_ties_metrics(arm, cfg, seed, step, probes[i].rows, i)
-                o_sum, d_sum = sums[i]
+                nan = float("nan")
+                o_sum, d_sum = sums.get(i, (nan, nan))
                 if p is not None:
                     o_sum, d_sum = o_sum + p["o_error"], d_sum + p["delta_error"]
                     sums[i] = (o_sum, d_sum)
-                nan = float("nan")
                 row.update({f"L{i}_tie_rate": p["tie_rate"] if p else nan, f"L{i}_o_error": p["o_error"] if p else nan,
                             f"L{i}_delta_error": p["delta_error"] if p else nan, f"L{i}_o_error_sum": o_sum,
                             f"L{i}_delta_error_sum": d_sum,
@@ -1002,6 +1005,14 @@ def distance_sign_counts(pairs: list) -> tuple:
     return sum(v > 0 for v in z), sum(v < 0 for v in z)
 
 
+def measured_sum(rows: list, column: str):
+    """A running error sum's last value; None where no probe measured it (NaN in the rows)."""
+    if not rows:
+        return 0.0
+    value = rows[-1][column]
+    return None if math.isnan(value) else value
+
+
 def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
     losses = [r["loss"] for r in rows]
     layers = {}
@@ -1009,8 +1020,9 @@ def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
         positive, negative = sign_counts(rows, f"L{i}_delta_error")
         ties = [r[f"L{i}_tie_rate"] for r in rows if not math.isnan(r[f"L{i}_tie_rate"])]
         layers[str(i)] = {
-            "delta_error_sum": rows[-1][f"L{i}_delta_error_sum"] if rows else 0.0,
-            "o_error_sum": rows[-1][f"L{i}_o_error_sum"] if rows else 0.0,
+            # None where no probe measured the layer (its sums are NaN): never a measured 0.
+            "delta_error_sum": measured_sum(rows, f"L{i}_delta_error_sum"),
+            "o_error_sum": measured_sum(rows, f"L{i}_o_error_sum"),
             "delta_error_positive": positive, "delta_error_negative": negative,
             "tie_rate": float(np.mean(ties)) if ties else None,
             "wq_spectral_norm": rows[-1][f"L{i}_wq_sigma"] if rows else None,
@@ -1056,9 +1068,10 @@ _RESULT_TYPES = {"arm": str, "seed": int, "steps": int, "fork": dict, "final_los
                  "layers": dict}
 _LAYER_KEYS = ("delta_error_sum", "o_error_sum", "delta_error_positive", "delta_error_negative", "tie_rate",
                "wq_spectral_norm", "wk_spectral_norm")
-# What run_result writes for each: a number (NaN included), a count, or a number or null (no tie traced).
+# What run_result writes for each: a number (NaN included), a count, or a number or null (no tie
+# traced; an error sum no probe measured).
 _LAYER_COUNTS = ("delta_error_positive", "delta_error_negative")
-_LAYER_OPTIONAL = ("tie_rate",)
+_LAYER_OPTIONAL = ("tie_rate", "delta_error_sum", "o_error_sum")
 
 
 def _layer_value_ok(key: str, v) -> bool:
@@ -1259,13 +1272,18 @@ def merge(out: str, th: Thresholds) -> dict:
             for layer, stats in res["layers"].items():
                 signs_pos += stats["delta_error_positive"]
                 signs_neg += stats["delta_error_negative"]
-                d_sums.append(stats["delta_error_sum"])
                 # From the CSV: result.json files written before O's counts existed lack them.
                 positive, negative = sign_counts(res["rows"], f"L{layer}_o_error")
                 o_pos += positive
                 o_neg += negative
-                o_sums.append(stats["o_error_sum"])
-                probe_samples += sum(1 for r in res["rows"] if not math.isnan(r[f"L{layer}_delta_error"]))
+                layer_samples = sum(1 for r in res["rows"] if not math.isnan(r[f"L{layer}_delta_error"]))
+                probe_samples += layer_samples
+                # A layer no probe measured has no error sum (None; 0.0 in older result.json
+                # files), and adds none: the arm's sum would read as a measured zero.
+                if layer_samples and stats["delta_error_sum"] is not None:
+                    d_sums.append(stats["delta_error_sum"])
+                if layer_samples and stats["o_error_sum"] is not None:
+                    o_sums.append(stats["o_error_sum"])
                 floor_pairs.setdefault(layer, []).extend(
                     (r[f"L{layer}_delta_error_ulps"], r[f"L{layer}_delta_floor_error_ulps"]) for r in res["rows"]
                     if not math.isnan(r[f"L{layer}_delta_error_ulps"]))
@@ -1423,8 +1441,11 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
         p = a["delta_error_sign_p"]
         ratio = a["wq_spectral_norm_ratio"]
         o_p = a["o_error_sign_p"]
-        d_sum = a["delta_error_sum"] if a["delta_error_sum"] is not None else float("nan")
-        delta = f"delta error sum {d_sum:+.3e}, {a['delta_error_positive_steps']}+/{a['delta_error_negative_steps']}-"
+        if a["delta_error_sum"] is None:
+            delta = "delta error not measured"
+        else:
+            delta = (f"delta error sum {a['delta_error_sum']:+.3e}, {a['delta_error_positive_steps']}+/"
+                     f"{a['delta_error_negative_steps']}-")
         if p is not None:
             delta += f", sign test p {p:.2g}"
         if a.get("delta_beyond_floor_sign_p") is not None:

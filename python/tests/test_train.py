@@ -77,6 +77,29 @@ def test_smoke_losses_are_finite_and_every_output_is_written(smoke):
     assert "verdicts (diverged: a 50-step mean loss > 0.5 nats" in stdout  # thresholds printed
 
 
+def test_smoke_control_reports_no_error_sums_it_never_measured(smoke):
+    # The fp32 control runs PyTorch's attention, which no probe measures: its error sums are
+    # absent (NaN per step, null in the JSON), never a 0.0 that reads as "measured: no error".
+    out, summary, stdout = smoke
+    control = summary["arms"]["fp32"]
+    assert control["delta_error_sum"] is None and control["o_error_sum"] is None
+    assert control["per_seed"]["0"]["layers"]["1"]["delta_error_sum"] is None
+    rows = train.read_steps(str(out / "runs" / "fp32" / "seed0" / "steps.csv"))
+    assert all(math.isnan(r["L1_delta_error_sum"]) and math.isnan(r["L1_o_error_sum"]) for r in rows)
+    assert "fp32: " in stdout and "delta error not measured" in stdout.split("fp32: ", 1)[1].splitlines()[0]
+    # A probed arm's sums are the running sums of its per-step errors, summed over both seeds.
+    plain = summary["arms"]["fa-bf16acc"]
+    total = 0.0
+    for seed in (0, 1):
+        rows = train.read_steps(str(out / "runs" / "fa-bf16acc" / f"seed{seed}" / "steps.csv"))
+        running = 0.0
+        for r in rows:
+            running += r["L1_delta_error"]
+            assert r["L1_delta_error_sum"] == running
+        total += running
+    assert plain["delta_error_sum"] == pytest.approx(total, rel=1e-12)
+
+
 def test_smoke_arms_agree_bit_for_bit_at_the_fork(smoke):
     _, summary, _ = smoke
     for seed in ("0", "1"):
