@@ -450,8 +450,9 @@ std::vector<KernelModelDescription> describe_kernel_models() {
        "64 above), each normalised by its own l into an fp32 O_accum and LSE_accum (-inf when empty), then the "
        "combine kernel: lse_max, a butterfly sum of expf(lse_s - lse_max), lse = logf(sum) + lse_max, "
        "O = sum of fma(scale_s, O_accum_s) cast once. auto (default): num_splits_heuristic with S SMs (132 on "
-       "sm90 models, 108 on sm80); combine=inv-sum: the newest upstream's scale expf(lse_s - lse_max) / sum "
-       "instead of expf(lse_s - lse). Combine's expf/logf: fast math on fa2-*, CUDA's expf and libdevice logf "
+       "sm90 models, 108 on sm80); combine=inv-sum: FA3's scale (hopper/flash_fwd_combine_kernel.h, no "
+       "FA2 build has it) expf(lse_s - lse_max) * (1/sum) instead of expf(lse_s - lse), FA2's LSE kept. Combine's "
+       "expf/logf: fast math on fa2-*, CUDA's expf and libdevice logf "
        "(read from nvcc 13.0 PTX) on pytorch-fa2-*. Measured: the H200's pytorch-fa2-sm90 captures of 2 to 8 "
        "splits replay bit for bit under logsum (3 of the 5 differ under inv-sum); more than 32 splits, a GQA "
        "decode and head dims over 128 UNMEASURED",

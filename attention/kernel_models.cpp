@@ -42,19 +42,20 @@ DotSpec torch_matmul_dot(const std::optional<Format>& input) {
 // (sm80/sm90: is_sm8x is false for both), no dropout, non-causal unless said:
 // flash_fwd_launch_template.h run_mha_fwd_hdim32: 128x128; run_mha_fwd_hdim64:
 // 128x128 ("Using block size (64 x 256) is 27% slower"); hdim96: 128x64; hdim128:
-// 128x64 ("1st ones are good for H100, A100"); hdim160: 128x32, causal too ("For A100,
-// H100, 128 x 32 is the fastest"; sm86/sm89 run 128x64 or 64x64, not modelled); hdim192
-// and hdim224: 128x64; hdim256: 128x64 on A100, 64x64 on H100. Backward
-// (flash_bwd_launch_template.h, smem >= 144 KB): hdim32/64: 128x128; hdim96/128: 64x128;
-// hdim160+: 64x64. Both files at github Dao-AILab/flash-attention @f816dee6,
-// csrc/flash_attn/src/; PyTorch's copy (@7952b981) has the same. FA2 instantiates head
-// dims 32, 64, 96, 128, 160, 192, 224, 256; a smaller head dim runs the next larger one.
+// 128x64 ("1st ones are good for H100, A100"); hdim192: 128x64; hdim256: 128x64 on A100,
+// 64x64 on H100 (its shared-memory test). Backward (flash_bwd_launch_template.h, smem >= 144
+// KB): hdim32/64: 128x128; hdim96/128: 64x128; hdim192/256: 64x64. Dao-AILab/flash-attention
+// @0251105a csrc/flash_attn/src/. The instantiated head dims are 32, 64, 96, 128, 192, 256
+// (static_switch.h HEADDIM_SWITCH; upstream dropped hdim224 in 751c762c and hdim160 in
+// ce212720): a head dim runs the next instantiated one, 136 runs hdim192's 128x64. PyTorch
+// 2.11's binary has exactly these (the H200 run's SASS listing,
+// traces/hw/h200/sass/sass_summary.tsv: flash_fwd_kernel and the backward for 32, 64, 96,
+// 128, 192, 256 and no 160 or 224).
 std::vector<std::pair<int, TileSizes>> fa2_tiles(bool hopper) {
   return {
       {32, TileSizes{128, 128, 128, 128}}, {64, TileSizes{128, 128, 128, 128}},
       {96, TileSizes{128, 64, 64, 128}},   {128, TileSizes{128, 64, 64, 128}},
-      {160, TileSizes{128, 32, 64, 64}},   {192, TileSizes{128, 64, 64, 64}},
-      {224, TileSizes{128, 64, 64, 64}},   {256, hopper ? TileSizes{64, 64, 64, 64} : TileSizes{128, 64, 64, 64}},
+      {192, TileSizes{128, 64, 64, 64}},   {256, hopper ? TileSizes{64, 64, 64, 64} : TileSizes{128, 64, 64, 64}},
   };
 }
 
@@ -1259,6 +1260,12 @@ std::string why_o_cast_rounds_nothing(const KernelModel& km) {
   return "";
 }
 
+int fa2_instantiated_head_dim(int head_dim) {
+  for (const auto& [instantiated, tiles] : fa2_tiles(false))
+    if (head_dim <= instantiated) return instantiated;
+  throw std::invalid_argument("FA2 runs head dims up to 256, not " + std::to_string(head_dim));
+}
+
 int flex_decode_split_count(const KernelModel& km, int batch_kv_heads) {
   // get_split_k (flex_decoding.py): num_SM // bh * 2, at least 1.
   return std::max(km.flex_decode_sms / std::max(batch_kv_heads, 1) * 2, 1);
@@ -1419,7 +1426,7 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
         notes.push_back("note: " + std::to_string(splits) +
                         " splits: the combine spreads a row's LSEs over several threads per lane, a layout no "
                         "capture has (the H200's ran 2 to 8 splits): UNMEASURED");
-      if (shape.query_rows == 1 && shape.heads > shape.kv_heads && shape.head_dim % 8 == 0)  // as splitkv.cpp swaps
+      if (shape.query_rows == 1 && shape.heads > shape.kv_heads)  // as splitkv.cpp swaps
         notes.push_back(
             "note: a grouped-query decode, which FA2's mha_fwd runs with the group's heads as query rows "
             "(seqlen_q = heads per kv head): UNMEASURED");
@@ -1432,10 +1439,32 @@ std::vector<std::string> unmeasured_shape_notes(const KernelModel& km, const Run
     notes.push_back("note: a causal flex decode spreads its keys over " +
                     std::to_string(flex_decode_split_count(km, shape.batch * shape.kv_heads)) +
                     " splits, whose combine is modelled from the PTX Inductor compiled: UNMEASURED");
+  // Inductor's _use_flex_decoding (flex_attention.py): newer versions also ask for a power-of-two
+  // group of query heads per kv head (pw_of_two) and fall back to the template otherwise; which
+  // test PyTorch 2.11 makes is not settled here.
+  const int group = shape.heads / std::max(shape.kv_heads, 1);
+  const bool power_of_two_group = group > 0 && (group & (group - 1)) == 0;
   if (km.min_query_rows_run > 0 && shape.query_rows < km.min_query_rows_run)
     notes.push_back("note: Inductor runs queries under " + std::to_string(km.min_query_rows_run) +
-                    " rows through its flex-decoding kernel (flex-decoding-sm90), not this template: this run is the "
-                    "template's arithmetic");
+                    " rows through its flex-decoding kernel (flex-decoding-sm90), not this template" +
+                    (power_of_two_group ? std::string()
+                                        : " (versions that test for a power-of-two group of query heads per kv "
+                                          "head, " +
+                                              std::to_string(group) + " here, run this template)") +
+                    ": this run is the template's arithmetic");
+  if (km.max_query_rows > 0 && km.flex_decode_sms > 0 && !power_of_two_group)
+    notes.push_back("note: " + std::to_string(group) +
+                    " query heads per kv head: Inductor versions whose _use_flex_decoding asks for a power of two "
+                    "run FlexAttention's template (flex-attention-sm90) on this shape, not this kernel");
+  // FlexAttention's tiles were measured at head dim 64 only (the H200's captures); Inductor's
+  // tuning table (template_heuristics/triton.py h100_default_flex_config and the default beside
+  // it) picks them per head dim and dtype, and its entries differ between PyTorch versions.
+  if (km.min_query_rows_run > 0 && shape.head_dim != 64 && shape.head_dim > 0)
+    notes.push_back("note: head dim " + std::to_string(shape.head_dim) +
+                    ": Inductor's tuning table picks FlexAttention's tiles per head dim and dtype (128 x 64 for bf16 "
+                    "at 128 and 64 x 32 at 256 in the versions read; 128 x 128 at 64, the captures'); this run "
+                    "keeps the measured head-dim-64 tiles, so another tile's row sums and rescales differ: "
+                    "UNMEASURED (ASSUMED tiles)");
   if (!km.unequal_lengths_note.empty() && shape.query_rows != shape.keys &&
       (shape.causal || !km.unequal_lengths_note_only_when_causal))
     notes.push_back("note: " + km.unequal_lengths_note);

@@ -300,8 +300,9 @@ enum class SplitKvScale : std::uint8_t {
   exp_minus_logsum,      // scale_s = expf(lse_s - lse_logsum): FA2 v2.x (flash_fwd_kernel.h at
                          // 3e9414f1, f816dee6 and 0251105a), taken as PyTorch's (ASSUMED)
   exp_minus_max_inv_sum  // scale_s = expf(lse_s - lse_max) * inv_sum, inv_sum = 1/lse_sum (0 when
-                         // lse_sum is 0 or NaN): the newest upstream as reported at 0142ff05 (NOT
-                         // read here); +splitkv:...,combine=inv-sum
+                         // lse_sum is 0 or NaN): FA3's combine (hopper/flash_fwd_combine_kernel.h
+                         // :606-621 at 0251105a), which no FA2 build writes; a what-if on FA2's
+                         // combine, its LSE kept; +splitkv:...,combine=inv-sum
 };
 struct SplitKv {
   bool enabled = false;
@@ -602,6 +603,11 @@ std::string int_set_text(const std::vector<int>& values);
 // FlexAttention's decoding kernel (km.flex_decode_sms > 0): its split count for a run of
 // batch_kv_heads (batch x kv heads), get_split_k in torch/_inductor/kernel/flex/flex_decoding.py.
 int flex_decode_split_count(const KernelModel& km, int batch_kv_heads);
+
+// The head dim of the FA2 kernel a head dim runs: the smallest instantiated one >= head_dim
+// (static_switch.h HEADDIM_SWITCH: 32, 64, 96, 128, 192, 256; fa2_tiles in kernel_models.cpp
+// lists them). head_dim in 1..256.
+int fa2_instantiated_head_dim(int head_dim);
 // The split count whose combine order flashbits has read (gpu/analysis/flex/FINDINGS.md "Split
 // combine order": Inductor's red_7 / per_mul_8 / red_9 / per_10 for SPLIT_KV = 132).
 inline constexpr int kFlexDecodeModelledSplits = 132;

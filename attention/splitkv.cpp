@@ -35,11 +35,12 @@ int fa2_splitkv_block_n(int head_dim) { return head_dim <= 64 ? 256 : head_dim <
 int fa2_splitkv_num_splits(const KernelModel& km, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
                            int head_dim) {
   if (km.splitkv.num_splits > 0) return km.splitkv.num_splits;
-  // mha_fwd: a one-row decode of grouped heads runs as heads/kv_heads rows of kv_heads heads,
-  // where the head dim as given is a multiple of 8 (seqlenq_ngroups_swapped: head_size_og % 8 ==
-  // 0; other heads are padded after the test, and run unswapped). Windows, ALiBi and dropout,
-  // its other conditions, are not modelled.
-  if (seqlen_q == 1 && kv_heads > 0 && heads > kv_heads && head_dim % 8 == 0) {
+  // mha_fwd: a one-row decode of grouped heads runs as heads/kv_heads rows of kv_heads heads
+  // (seqlenq_ngroups_swapped). Its head_size_og % 8 == 0 condition always holds on this path:
+  // SDPA pads q, k, v to a multiple of 8 before it calls _scaled_dot_product_flash_attention
+  // (attention.cpp, pad_last_dim<8, false>), as flash_attn's Python interface does. Windows,
+  // ALiBi and dropout, its other conditions, are not modelled.
+  if (seqlen_q == 1 && kv_heads > 0 && heads > kv_heads) {
     seqlen_q = heads / kv_heads;
     heads = kv_heads;
   }
@@ -51,8 +52,7 @@ int fa2_splitkv_num_splits(const KernelModel& km, int batch, int heads, int kv_h
 
 SplitKvCombineLayout fa2_splitkv_combine_layout(int head_dim, int num_splits) {
   if (num_splits < 1 || num_splits > 128) throw std::invalid_argument("split-KV: num_splits must be in 1..128");
-  // The instantiated head dim (FWD_HEADDIM_SWITCH: 32, 64, ..., 256, PyTorch's static_switch.h).
-  const int k_head_dim = std::max(32, (head_dim + 31) / 32 * 32);
+  const int k_head_dim = fa2_instantiated_head_dim(head_dim);  // no 160 or 224 in PyTorch 2.11
   SplitKvCombineLayout lay;
   lay.block_m = k_head_dim % 128 == 0 ? 4 : k_head_dim % 64 == 0 ? 8 : 16;
   lay.max_splits = 2;

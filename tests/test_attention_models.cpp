@@ -493,18 +493,26 @@ TEST_CASE("kernel model names and variants parse, errors name the bad part") {
   const AttentionInputs fp16_inputs = make_scenario("random", 1, 1, 1, 8, 8, formats::fp16, false);
   CHECK_THROWS_AS(run_attention(parse_kernel_model("fa-bf16acc", formats::bf16), fp16_inputs, RunOptions{}),
                   std::invalid_argument);
-  // FA2's default tiles on A100 and H100 (flash_fwd_launch_template.h @f816dee6): hdim64
-  // 128x128, hdim128 128x64, hdim160 128x32 (a head dim of 136..160 runs hdim160's kernel).
+  // FA2's default tiles on A100 and H100 (flash_fwd_launch_template.h @0251105a): hdim64
+  // 128x128, hdim128 128x64, and no hdim160 or hdim224 kernels (upstream dropped them; PyTorch
+  // 2.11's binary has none, traces/hw/h200/sass/sass_summary.tsv): head dims 129..192 run
+  // hdim192's 128x64, 193..256 hdim256's 64x64 on H100 (128x64 on A100).
   const ModelHandle fa2_handle = parse_kernel_model("fa2-sm80", formats::bf16);
   const KernelModel& fa2 = *fa2_handle.recipe;
   CHECK(fa2.tiles_for(64, 4096, false).block_n == 128);
   CHECK(fa2.tiles_for(128, 4096, false).block_n == 64);
   for (const bool causal : {false, true}) {
-    CHECK(fa2.tiles_for(160, 4096, causal).block_m == 128);
-    CHECK(fa2.tiles_for(160, 4096, causal).block_n == 32);
-    CHECK(fa2.tiles_for(144, 4096, causal).block_n == 32);
+    for (const int d : {136, 144, 160, 192}) {
+      CAPTURE(d);
+      CHECK(fa2.tiles_for(d, 4096, causal).block_m == 128);
+      CHECK(fa2.tiles_for(d, 4096, causal).block_n == 64);
+      CHECK(fa2.tiles_for(d, 4096, causal).bwd_block_m == 64);
+      CHECK(fa2.tiles_for(d, 4096, causal).bwd_block_n == 64);
+    }
+    CHECK(fa2.tiles_for(224, 4096, causal).block_m == 128);
   }
-  CHECK(parse_kernel_model("fa2-sm90", formats::bf16).recipe->tiles_for(160, 4096, false).block_n == 32);
+  CHECK(parse_kernel_model("fa2-sm90", formats::bf16).recipe->tiles_for(160, 4096, false).block_n == 64);
+  CHECK(parse_kernel_model("pytorch-fa2-sm90", formats::bf16).recipe->tiles_for(224, 4096, false).block_m == 64);
   // Golden et al.: B_c = ceil(M/4d), B_r = min(ceil(M/4d), d), M = 32768 (assumed).
   const ModelHandle golden_handle = parse_kernel_model("golden-bf16-flash", formats::bf16);
   const KernelModel& g = *golden_handle.recipe;

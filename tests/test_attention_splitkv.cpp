@@ -197,9 +197,10 @@ TEST_CASE("splitkv: the heuristic, against the source's formula restated and val
   // seqlenq_ngroups_swapped): 32 q heads on 8 kv heads = 8 heads x ceil(4/64) = 8, not 32.
   CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 128) == restated_heuristic(8, 264, 32, 128));
   CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 128) != fa2_splitkv_num_splits(km, 1, 32, 32, 1, 4096, 128));
-  // Only where the head dim as given is a multiple of 8 (head_size_og % 8 == 0, found by the
-  // lengths audit): d 100 is padded to 104 after the test and runs its 32 heads unswapped.
-  CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 100) == restated_heuristic(32, 264, 32, 128));
+  // Whatever the head dim: SDPA pads q, k, v to a multiple of 8 before mha_fwd tests
+  // head_size_og % 8 == 0 (attention.cpp pad_last_dim<8, false>), so d 100 arrives as 104 and
+  // swaps as 104 does (the model-facts audit of 2026-12-07; an earlier audit read mha_fwd alone).
+  CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 100) == restated_heuristic(8, 264, 32, 128));
   CHECK(fa2_splitkv_num_splits(km, 1, 32, 8, 1, 4096, 104) == restated_heuristic(8, 264, 32, 128));
   // An explicit N is taken as it is.
   CHECK(fa2_splitkv_num_splits(recipe("fa2-sm90+splitkv:5"), 1, 64, 64, 4096, 4096, 128) == 5);
@@ -234,14 +235,17 @@ TEST_CASE("splitkv: parsing, canonical names, UNMEASURED") {
 }
 
 TEST_CASE("splitkv: the combine's thread layout (flash_fwd_launch_template.h, combine_attn_seqk_parallel)") {
-  // kBlockM: 4 (head dim a multiple of 128), 8 (of 64), 16; kMaxSplits: power of two >= splits, >= 2;
+  // kBlockM: 4 (instantiated head dim a multiple of 128), 8 (of 64), 16; the instantiated head
+  // dims are 32, 64, 96, 128, 192, 256 (no 160 or 224 in PyTorch 2.11: 136..192 run 192's
+  // combine, 193..256 256's); kMaxSplits: power of two >= splits, >= 2;
   // lanes = min(128 / kBlockM, kMaxSplits); splits per lane = ceil(kMaxSplits * kBlockM / 128).
   struct Want {
     int d, splits, block_m, max_splits, lanes, per_lane;
   };
-  for (const Want& w : {Want{128, 2, 4, 2, 2, 1}, Want{128, 5, 4, 8, 8, 1}, Want{128, 128, 4, 128, 32, 4},
-                        Want{64, 40, 8, 64, 16, 4}, Want{96, 3, 16, 4, 4, 1}, Want{32, 100, 16, 128, 8, 16},
-                        Want{256, 17, 4, 32, 32, 1}, Want{160, 9, 16, 16, 8, 2}}) {
+  for (const Want& w :
+       {Want{128, 2, 4, 2, 2, 1}, Want{128, 5, 4, 8, 8, 1}, Want{128, 128, 4, 128, 32, 4}, Want{64, 40, 8, 64, 16, 4},
+        Want{96, 3, 16, 4, 4, 1}, Want{32, 100, 16, 128, 8, 16}, Want{256, 17, 4, 32, 32, 1},
+        Want{160, 9, 8, 16, 16, 1}, Want{224, 40, 4, 64, 32, 2}, Want{136, 3, 8, 4, 4, 1}}) {
     CAPTURE(w.d);
     CAPTURE(w.splits);
     const SplitKvCombineLayout lay = fa2_splitkv_combine_layout(w.d, w.splits);

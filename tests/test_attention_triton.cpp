@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -567,6 +568,31 @@ TEST_CASE("flex-decoding-sm90 runs only q blocks whose warps Triton lays along t
   CHECK(any_note_contains(
       unmeasured_shape_notes(*parse_kernel_model("flex-attention-sm90", formats::bf16).recipe, decode),
       "not this template"));
+}
+
+// Facts of Inductor's choices that the H200's FlexAttention captures (bf16, head dim 64, power-of-two
+// groups) do not cover are said with every run: its tuning table picks tiles per head dim
+// (template_heuristics/triton.py), and newer _use_flex_decoding versions decode only
+// power-of-two groups of query heads per kv head (flex_attention.py, pw_of_two).
+TEST_CASE("FlexAttention runs outside the captured head dim and group sizes say so") {
+  const ModelHandle flex = parse_kernel_model("flex-attention-sm90", formats::bf16);
+  const ModelHandle decoding = parse_kernel_model("flex-decoding-sm90", formats::bf16);
+  CHECK(!any_note_contains(unmeasured_shape_notes(*flex.recipe, square_run(256, 64)), "tuning table"));
+  for (const int d : {32, 96, 128, 256})
+    CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, square_run(256, d)), "tuning table"));
+  RunShape decode = square_run(4, 64);
+  decode.keys = 512;
+  for (const auto& [heads, kv_heads, power_of_two] :
+       {std::tuple{8, 2, true}, std::tuple{6, 2, false}, std::tuple{3, 1, false}, std::tuple{4, 4, true}}) {
+    CAPTURE(heads);
+    CAPTURE(kv_heads);
+    decode.heads = heads;
+    decode.kv_heads = kv_heads;
+    CHECK(any_note_contains(unmeasured_shape_notes(*decoding.recipe, decode), "asks for a power of two") ==
+          !power_of_two);
+    CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, decode), "power-of-two group") == !power_of_two);
+    CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, decode), "not this template"));
+  }
 }
 
 // The tutorial's host code (06-fused-attention.py @003da478, _attention.forward) builds the k
