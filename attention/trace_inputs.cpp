@@ -23,7 +23,11 @@ ModelHandle parse_model_for_inputs(const std::string& name, const Format& dtype)
   ModelHandle h = parse_kernel_model(text, formats::bf16);
   if (!(h.recipe->input == dtype))
     throw std::invalid_argument("kernel model " + name + " reads " + h.recipe->input.name + " inputs, not " +
-                                dtype.name + " (a model that does not name its dtype takes bf16 or fp16)");
+                                dtype.name + " (a model that does not name its dtype takes bf16 or fp16" +
+                                (dtype == formats::fp32
+                                     ? std::string("; fp32 arrays whose values are all bf16 or fp16 values are read as "
+                                                   "such when the capture's dtype is stated: --dtype bf16)")
+                                     : std::string(")")));
   return h;
 }
 
@@ -116,7 +120,7 @@ std::vector<std::string> assumed_mask_notes(const Trace& trace) {
   if (m.causal && *m.causal && !m.causal_alignment && trace.rows() != trace.kv_rows())
     notes.push_back("note: " + trace.source_name() + " records no causal_alignment for " +
                     std::to_string(trace.rows()) + " queries and " + std::to_string(trace.kv_rows()) +
-                    " keys: bottom-right assumed (--causal top-left|bottom-right states it for a bare capture)");
+                    " keys: bottom-right assumed (--causal top-left|bottom-right states it)");
   return notes;
 }
 

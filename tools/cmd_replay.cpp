@@ -121,6 +121,9 @@ std::string ulp_distribution(const std::vector<Mismatch>& mismatches) {
 struct Comparison {
   std::string name;
   Format format = formats::fp32;  // the captured tensor's, set by compare (trace.bits decodes the whole tensor)
+  // The format the ulps count in: the captured one, or the narrower one the kernel wrote where
+  // a capture widened it (bf16 values in an fp32 array: numpy has no bf16), as bias-test does.
+  Format units = formats::fp32;
   long long compared = 0, matching = 0;
   std::vector<Mismatch> mismatches;
 };
@@ -130,12 +133,16 @@ bool row_selected(const ReplayOptions& o, int b, int h, int r) {
   return b == std::max(o.batch, 0) && h == std::max(o.head, 0) && r == o.row;
 }
 
-Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string& name,
-                   const attn::Tensor4& recomputed) {
+// `written`: the format the kernel writes this tensor in (O, dQ, dK, dV: the model's output
+// format), if any: where the capture stores it wider and every compared value lies on its grid,
+// a mismatch's ulps are counted in it (one bf16 ulp is 65536 of fp32's).
+Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string& name, const attn::Tensor4& recomputed,
+                   const std::optional<Format>& written = std::nullopt) {
   Comparison cmp;
   cmp.name = name;
   const RawTensor captured = trace.bits(name);
   cmp.format = captured.format;
+  cmp.units = captured.format;
   const attn::Tensor4 shape = attn::tensor_from_trace(trace, name);
   // The shape, not only the count: a dq_accum [1,1,128,128] holds as many values as a
   // [1,1,256,64] one, and compared element by element it would match nothing it should.
@@ -145,6 +152,20 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
                      ", but the model computes " + attn::shape_text(recomputed) +
                      " [batch, heads, rows, cols] from q, k and v");
   const Format& f = captured.format;
+  if (written && written->precision() < f.precision()) {
+    bool on_grid = true;
+    for (int b = 0; b < shape.batch && on_grid; ++b)
+      for (int h = 0; h < shape.heads && on_grid; ++h)
+        for (int r = 0; r < shape.rows && on_grid; ++r) {
+          if (!row_selected(o, b, h, r)) continue;
+          for (int c = 0; c < shape.cols && on_grid; ++c) {
+            const std::uint32_t want = captured.bits[shape.index(b, h, r, c)];
+            std::uint32_t narrow_bits = 0;
+            on_grid = is_nan(f, want) || from_double_exact(*written, to_double(f, want), narrow_bits);
+          }
+        }
+    if (on_grid) cmp.units = *written;
+  }
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
       for (int r = 0; r < shape.rows; ++r) {
@@ -162,7 +183,8 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
             continue;
           }
           const double want_v = to_double(f, want);
-          cmp.mismatches.push_back({b, h, r, c, want, got_bits, exact, (got - want_v) / attn::ulp_at(f, want_v)});
+          cmp.mismatches.push_back(
+              {b, h, r, c, want, got_bits, exact, (got - want_v) / attn::ulp_at(cmp.units, want_v)});
         }
       }
   return cmp;
@@ -186,6 +208,7 @@ Comparison compare_intermediate(const Trace& trace, const std::string& name, con
   cmp.name = name;
   const RawTensor captured = trace.bits(name);
   cmp.format = captured.format;
+  cmp.units = captured.format;
   if (captured.shape.size() < 2 || captured.shape[0] != rows.size())
     throw TraceError(trace.source_name() + ": tensor " + name + ": expected [" + std::to_string(rows.size()) +
                      " traced rows][kv blocks]...");
@@ -440,8 +463,9 @@ int run_replay(const ReplayOptions& o) {
                     (oracle_fallbacks ? " (NOT hardware-exact)" : ""));
 
   std::vector<Comparison> comparisons;
-  std::vector<std::string> not_compared;  // --row: tensors that need every row's backward
-  comparisons.push_back(compare(o, trace, "o", out.o));
+  std::vector<std::string> not_compared;        // --row: tensors that need every row's backward
+  const Format written = model.recipe->output;  // O, dQ, dK, dV: the kernel's output format
+  comparisons.push_back(compare(o, trace, "o", out.o, written));
   if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
   // The Triton tutorial's M (gpu/capture_paths.py stores it as m_log2_tutorial).
   if (trace.has("m_log2_tutorial") && out.lse_log2)
@@ -501,7 +525,7 @@ int run_replay(const ReplayOptions& o) {
     }
     if (!tensor->has_value())
       throw InputError(o.path + ": tensor " + name + " is captured but the trace has no do to recompute it from");
-    comparisons.push_back(compare(o, trace, name, **tensor));
+    comparisons.push_back(compare(o, trace, name, **tensor, written));
     group_summed_gradient |= name != std::string("dq") && trace.kv_heads() < trace.heads();
   }
   // A model whose kernel reduces the group otherwise has its own note (unmeasured_shape_notes).
@@ -641,6 +665,7 @@ int run_replay(const ReplayOptions& o) {
       t["name"] = c.name;
       t["compared"] = c.compared;
       t["matching"] = c.matching;
+      t["ulps_of"] = c.units.name;
       t["mismatches"] = nlohmann::ordered_json::array();
       for (const auto& m : c.mismatches) {
         nlohmann::ordered_json mm;
@@ -672,7 +697,11 @@ int run_replay(const ReplayOptions& o) {
         // would keep.
         for (const auto& m : c.mismatches)
           if (std::isnan(m.ulps) || std::fabs(m.ulps) > worst) worst = std::fabs(m.ulps);
-        std::cout << " (" << c.mismatches.size() << " differ, max |ulps| " << worst << ")";
+        std::cout << " (" << c.mismatches.size() << " differ, max |ulps| " << worst;
+        if (c.units != c.format)
+          std::cout << " of " << c.units.name << ": stored as " << c.format.name << ", every value a " << c.units.name
+                    << " value";
+        std::cout << ")";
       }
       std::cout << "\n";
       if (c.mismatches.size() > kListedMismatches) std::cout << "  " << ulp_distribution(c.mismatches) << "\n";

@@ -194,6 +194,10 @@ void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view sour
                      quoted_name(theirs) + " (the file's own metadata wins; drop --causal)");
   };
   const std::string causal_key(trace_keys::causal), alignment_key(trace_keys::causal_alignment);
+  const SafeTensor *q = f.find("q"), *k = f.find("k");
+  const bool lengths_known = q && k && q->shape.size() == 4 && k->shape.size() == 4;
+  // With N = Nk top-left and bottom-right are one mask: naming the other is no contradiction.
+  const bool one_mask = lengths_known && q->shape[2] == k->shape[2];
   if (const auto it = m.find(causal_key); it != m.end()) {
     const std::string& s = it->second;
     if (parse_metadata_bool(s) != causal) conflict(trace_keys::causal, s);
@@ -202,16 +206,16 @@ void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view sour
   if (stated != m.end()) {
     const std::string& theirs = stated->second;
     // A plain "true" agrees with either alignment; a named one, or "false", only with itself.
-    const bool agrees =
-        o.causal_alignment ? theirs == *o.causal_alignment : (causal ? theirs != "none" : theirs == "none");
+    const auto aligned = [](const std::string& a) { return a == "top-left" || a == "bottom-right"; };
+    const bool agrees = o.causal_alignment ? theirs == *o.causal_alignment ||
+                                                 (one_mask && aligned(theirs) && aligned(*o.causal_alignment))
+                                           : (causal ? theirs != "none" : theirs == "none");
     if (!agrees) conflict(trace_keys::causal_alignment, theirs);
   }
   m.emplace(causal_key, causal ? "true" : "false");
   if (stated != m.end()) return;
   m[alignment_key] = !causal ? "none" : o.causal_alignment.value_or("bottom-right");
-  const SafeTensor *q = f.find("q"), *k = f.find("k");
-  if (causal && !o.causal_alignment && o.note && q && k && q->shape.size() == 4 && k->shape.size() == 4 &&
-      q->shape[2] != k->shape[2])
+  if (causal && !o.causal_alignment && o.note && lengths_known && !one_mask)
     o.note(CaptureOptions::NoteKind::alignment_assumed,
            std::string(source) + ": --causal true with query length " + std::to_string(q->shape[2]) +
                " != key length " + std::to_string(k->shape[2]) +

@@ -35,9 +35,9 @@
 //   (causal_alignment) or says only "causal" (causal true, alignment nullopt: the file's
 //   causal_alignment, else bottom-right). An option given writes both keys, causal and
 //   causal_alignment (none, bottom-right or top-left), where the file lacks them; one that
-//   contradicts either key is an error naming the option and the key. When a plain "causal"
-//   leaves the alignment to the default and N != Nk, `note` (when set) receives one line
-//   saying which alignment was assumed and how to choose the other.
+//   contradicts either key is an error naming the option and the key (with N = Nk the two
+//   alignments are one mask and do not contradict). When a plain "causal" leaves the alignment to the default and N !=
+//   Nk, `note` (when set) receives one line saying which alignment was assumed and how to choose the other.
 // - Layout auto: the one reading (bhsd or bshd) the shapes allow, an error when both fit. When
 //   the reading makes q's and k's lengths or head counts differ, `note` receives one line
 //   with the reading: a capture of the other layout whose head counts do not divide would

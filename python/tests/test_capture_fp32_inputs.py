@@ -79,3 +79,43 @@ def test_load_trace_reads_them_too(captures):
     with pytest.warns(UserWarning, match="read as bf16"):
         t = fb.load_trace(as_float, **kw)
     assert np.array_equal(t["q"], fb.load_trace(as_bits, **kw)["q"])
+
+
+def _next_bf16_up(x: np.float32) -> np.float32:
+    # The next bf16 value above x (x > 0, a bf16 value): its pattern plus one, read back.
+    bits = np.array([x], dtype=np.float32).view(np.uint32)[0] >> 16
+    return (np.array([bits + 1], dtype=np.uint32) << 16).view(np.float32)[0]
+
+
+def test_replay_counts_ulps_of_the_format_the_values_are_in(cli, captures, tmp_path):
+    # O saved as float32 holds bf16 values: a mismatch of one bf16 step is +-1 ulp there, not
+    # the 65536 of fp32's ulps it spans. Two elements moved by one and by three bf16 steps.
+    _, _, as_float, (q, k, v) = captures
+    with np.load(as_float) as z:
+        o = z["o"].copy()
+    moved = {(0, 0, 2, 3): 1, (0, 1, 7, 0): 3}
+    for index, steps in moved.items():
+        x = o[index]
+        sign = np.float32(1.0) if x > 0 else np.float32(-1.0)
+        y = abs(x)
+        for _ in range(steps):
+            y = _next_bf16_up(y)
+        o[index] = sign * y
+    path = tmp_path / "moved.npz"
+    np.savez(path, q=_as_float32(q), k=_as_float32(k), v=_as_float32(v), o=o)
+    rc, out, err = cli("replay", str(path), *STATEMENT, "--json", check=False)
+    assert rc == 1, out + err
+    (o_report,) = [t for t in json.loads(out)["tensors"] if t["name"] == "o"]
+    assert o_report["ulps_of"] == "bf16"
+    got = {tuple(m["index"]): m["ulps"] for m in o_report["mismatches"]}
+    # The capture moved away from zero: the recomputed value lies that many steps toward it.
+    assert got == {index: -steps if o[index] > 0 else steps for index, steps in moved.items()}
+    rc, text, _ = cli("replay", str(path), *STATEMENT, check=False)
+    assert "max |ulps| 3 of bf16: stored as fp32, every value a bf16 value" in text, text
+    # One value off bf16's grid and the ulps are fp32's again, as the capture's own format.
+    o[0, 0, 0, 0] = np.nextafter(o[0, 0, 0, 0], np.float32(np.inf))
+    np.savez(path, q=_as_float32(q), k=_as_float32(k), v=_as_float32(v), o=o)
+    rc, out, _ = cli("replay", str(path), *STATEMENT, "--json", check=False)
+    (o_report,) = [t for t in json.loads(out)["tensors"] if t["name"] == "o"]
+    assert o_report["ulps_of"] == "fp32"
+    assert {tuple(m["index"]): m["ulps"] for m in o_report["mismatches"]}[(0, 0, 0, 0)] == -1

@@ -341,3 +341,22 @@ def test_a_refused_run_warns_of_nothing_about_itself(cli, tmp_path):
                        "--backward", check=False)
     assert rc == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and "warning" not in err, err
+
+
+def test_with_equal_lengths_either_alignment_is_the_one_mask_stated(cli, tmp_path):
+    # N = Nk: top-left and bottom-right are the same mask, so a trace stating one replays under
+    # --causal naming the other (an error before: a "conflict" between two names of one mask),
+    # and a different statement (false) is still refused.
+    rng = np.random.default_rng(5)
+    q, k, v = (_bf16_bits(rng, (1, 1, 9, D)) for _ in range(3))
+    path = tmp_path / "square.npz"
+    o = fb.attention(q, k, v, "correctly-rounded", scale=SCALE, causal=True).o
+    np.savez(path, q=q, k=k, v=v, o=(o.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+    st = tmp_path / "square.safetensors"
+    rc, _, err = cli("import", str(path), *STATEMENT, "--causal", "bottom-right", "--model", "correctly-rounded",
+                     "--out", str(st))
+    assert rc == 0, err
+    rc, out, err = cli("replay", str(st), "--causal", "top-left", "--json", check=False)
+    assert rc == 0, out + err
+    rc, _, err = cli("replay", str(st), "--causal", "false", check=False)
+    assert rc == 2 and "conflicts" in err, err
