@@ -423,6 +423,14 @@ TEST_CASE("trace_validation_of_optional_tensors") {
   });
   CHECK_THROWS_WITH_AS(fb::Trace::from_safetensors(zero, "z"),
                        "z: tensor 'q': shape [1,2,0,4] has a dim outside [1, 2^31-1]", fb::TraceError);
+  // Zero heads everywhere: an empty tensor, named as such, not "0 heads, which do not divide
+  // q's 0" (the fuzz audit of 2026-12-07).
+  for (auto& t : zero.tensors) {
+    t.shape[1] = 0;
+    t.shape[2] = 3;
+  }
+  CHECK_THROWS_WITH_AS(fb::Trace::from_safetensors(zero, "z"),
+                       "z: tensor 'q': shape [1,0,3,4] has a dim outside [1, 2^31-1]", fb::TraceError);
 }
 
 TEST_CASE("trace_source_distinguishes_hardware_from_emulated") {

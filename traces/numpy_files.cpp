@@ -358,6 +358,7 @@ Safetensors parse_npz(std::span<const std::uint8_t> b, std::string_view source_n
     const std::string where = source + ": member " + quoted_name(m.name);
     if (!m.name.ends_with(".npy")) fail(source, "member " + quoted_name(m.name) + " is not an .npy array");
     const std::string name = m.name.substr(0, m.name.size() - 4);
+    if (name.empty()) fail(source, "member " + quoted_name(m.name) + " names no array (numpy writes NAME.npy)");
     if (!names.insert(name).second) fail(source, "member " + quoted_name(m.name) + " appears twice");
     const std::uint64_t at = m.local_offset;
     if (at > b.size() || b.size() - at < 30 || little(b, at, 4) != kLocalHeader)

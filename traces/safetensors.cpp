@@ -126,7 +126,11 @@ class HeaderShapeCheck {
   bool end_array() { return close(); }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
     std::string what = json_error_text(ex);
-    if (what.size() > 160) what = what.substr(0, 157) + "...";  // keep the line short
+    if (what.size() > 160) {  // keep the line short, cut between characters
+      std::size_t cut = 157;
+      while (cut > 0 && (static_cast<unsigned char>(what[cut]) & 0xC0) == 0x80) --cut;
+      what = what.substr(0, cut) + "...";
+    }
     error = "header is not valid JSON (byte " + std::to_string(position) + " of the header): " + what;
     return false;
   }

@@ -187,16 +187,17 @@ void validate_tensors(const Safetensors& file, const TraceMetadata& metadata, st
                      "; expected rank 4 [batch, heads, rows, head_dim]");
   check_floating(source, k);
   check_shape(source, k, "q", q.shape, {q.shape[0], 0, 0, q.shape[3]}, false);
-  // Grouped-query attention: k and v may carry fewer heads than q, in groups that divide q's.
-  if (k.shape.size() == 4 && (k.shape[1] == 0 || q.shape[1] % k.shape[1] != 0))
-    fail(source, "tensor 'k': shape " + shape_string(k.shape) + " has " + std::to_string(k.shape[1]) +
-                     " heads, which do not divide q's " + std::to_string(q.shape[1]) +
-                     " (grouped-query attention needs q heads = a whole multiple of k heads)");
+  // Sizes first: a zero head count is an empty tensor, not a grouping that fails to divide.
   for (const SafeTensor* t : {&q, &k})
     for (std::uint64_t dim : t->shape)
       if (dim == 0 || dim > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
         fail(source,
              "tensor " + quoted_name(t->name) + ": shape " + shape_string(t->shape) + " has a dim outside [1, 2^31-1]");
+  // Grouped-query attention: k and v may carry fewer heads than q, in groups that divide q's.
+  if (k.shape.size() == 4 && (k.shape[1] == 0 || q.shape[1] % k.shape[1] != 0))
+    fail(source, "tensor 'k': shape " + shape_string(k.shape) + " has " + std::to_string(k.shape[1]) +
+                     " heads, which do not divide q's " + std::to_string(q.shape[1]) +
+                     " (grouped-query attention needs q heads = a whole multiple of k heads)");
 
   const std::vector<std::uint64_t>& qs = q.shape;
   const std::vector<std::uint64_t>& ks = k.shape;

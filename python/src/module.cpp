@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "formats/decimal_text.hpp"
+#include "formats/text_escape.hpp"
 #include "common.hpp"
 #include "traces/safetensors.hpp"
 
@@ -211,7 +212,9 @@ std::string in_python_terms(std::string message) {
     replace("(see `flashbits models`)", "(see flashbits.dot_models())");
   replace("(see `flashbits models`)", "(see flashbits.models())");
   replace("(see flashbits formats, or fp64)", "(a format flashbits.format_info() knows, or fp64)");
-  return message;
+  // Python decodes the message as UTF-8: a byte of a file's broken header echoed in it made the
+  // ValueError's message empty (the fuzz audit). Such bytes are shown as \xNN, as the CLI does.
+  return escape_unprintable(message, false);
 }
 }  // namespace
 }  // namespace fb::py
@@ -223,7 +226,7 @@ PYBIND11_MODULE(_core, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const py::PyTypeError& e) {
-      PyErr_SetString(PyExc_TypeError, e.what());
+      PyErr_SetString(PyExc_TypeError, fb::escape_unprintable(e.what(), false).c_str());
     } catch (const fb::api::InputError& e) {
       PyErr_SetString(PyExc_ValueError, py::in_python_terms(e.what()).c_str());
     } catch (const fb::TraceError& e) {

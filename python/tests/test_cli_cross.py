@@ -309,3 +309,22 @@ def test_bare_gqa_capture_loads_and_replays(cli, tmp_path, layout):
         np.testing.assert_array_equal(getattr(r, key), want.tensors[key], err_msg=key)
     with pytest.raises(ValueError, match="--source|source"):
         fb.load_trace(tmp_path / name, dtype="bf16", layout=layout)
+
+
+def test_an_npz_member_without_an_array_name_is_refused(cli, tmp_path):
+    # A member named ".npy" became a tensor named "" in the trace import wrote (the fuzz audit
+    # of 2026-12-07); numpy's own writer names each member NAME.npy.
+    import io
+    import zipfile
+    path = tmp_path / "unnamed.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name in (".npy", "q.npy"):
+            buf = io.BytesIO()
+            np.save(buf, np.zeros((1, 1, 2, 4), dtype=np.float32))
+            z.writestr(name, buf.getvalue())
+    for command in (("replay", str(path)), ("import", str(path), "--source", "unknown", "--out", str(tmp_path / "t"))):
+        rc, _, err = cli(*command, check=False)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert f"{path}: member '.npy' names no array" in err, err
+    with pytest.raises(ValueError, match="names no array"):
+        fb.load_trace(path)

@@ -836,3 +836,21 @@ def test_a_scale_beyond_fp32_is_refused_by_the_models_that_take_it_as_a_float(tm
                   metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 1e300, "causal": False})
     code, _, err = cli("replay", path, check=False)
     assert code == 2 and err.startswith(f"error: {path}: ") and "above fp32's largest value" in err, err
+
+
+@pytest.mark.parametrize("header", [
+    b'{"__metadata__": {"source": "emul\xff"}}',  # a byte that is no UTF-8
+    b'{"__metadata__": {"source": "' + "\u00e9".encode() * 120,  # unterminated: the message is cut
+])
+def test_a_broken_header_is_a_value_error_that_says_what_and_where(tmp_path, header):
+    # Python decodes an error message as UTF-8: echoing the header's own bytes made the
+    # ValueError's message empty (the fuzz audit of 2026-12-07). It names the file and the
+    # byte, with non-UTF-8 bytes as \xNN and a cut message whole characters long.
+    import struct
+    path = tmp_path / "broken.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(ValueError) as info:
+        fb.load_trace(path)
+    message = str(info.value)
+    assert message.startswith(str(path) + ": header is not valid JSON"), message
+    assert "\\xff" in message if b"\xff" in header else message.endswith("\u00e9..."), message
