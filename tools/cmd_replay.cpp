@@ -31,6 +31,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -124,6 +125,9 @@ struct Comparison {
   // The format the ulps count in: the captured one, or the narrower one the kernel wrote where
   // a capture widened it (bf16 values in an fp32 array: numpy has no bf16), as bias-test does.
   Format units = formats::fp32;
+  // The format the kernel writes the tensor in, where the capture's is narrower: its values
+  // were rounded again on the way to the file, and cannot match bit for bit.
+  std::optional<Format> rounded_again_from;
   long long compared = 0, matching = 0;
   std::vector<Mismatch> mismatches;
 };
@@ -134,8 +138,9 @@ bool row_selected(const ReplayOptions& o, int b, int h, int r) {
 }
 
 // `written`: the format the kernel writes this tensor in (O, dQ, dK, dV: the model's output
-// format), if any: where the capture stores it wider and every compared value lies on its grid,
-// a mismatch's ulps are counted in it (one bf16 ulp is 65536 of fp32's).
+// format; LSE and delta: fp32), if any: where the capture stores it wider and every compared
+// value lies on its grid, a mismatch's ulps are counted in it (one bf16 ulp is 65536 of
+// fp32's); where the capture stores it narrower, the comparison says so.
 Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string& name, const attn::Tensor4& recomputed,
                    const std::optional<Format>& written = std::nullopt) {
   Comparison cmp;
@@ -152,6 +157,7 @@ Comparison compare(const ReplayOptions& o, const Trace& trace, const std::string
                      ", but the model computes " + attn::shape_text(recomputed) +
                      " [batch, heads, rows, cols] from q, k and v");
   const Format& f = captured.format;
+  if (written && written->precision() > f.precision()) cmp.rounded_again_from = *written;
   if (written && written->precision() < f.precision()) {
     bool on_grid = true;
     for (int b = 0; b < shape.batch && on_grid; ++b)
@@ -466,14 +472,15 @@ int run_replay(const ReplayOptions& o) {
   std::vector<std::string> not_compared;        // --row: tensors that need every row's backward
   const Format written = model.recipe->output;  // O, dQ, dK, dV: the kernel's output format
   comparisons.push_back(compare(o, trace, "o", out.o, written));
-  if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse));
+  if (trace.has("lse")) comparisons.push_back(compare(o, trace, "lse", out.lse, formats::fp32));
   // The Triton tutorial's M (gpu/capture_paths.py stores it as m_log2_tutorial).
   if (trace.has("m_log2_tutorial") && out.lse_log2)
-    comparisons.push_back(compare(o, trace, "m_log2_tutorial", *out.lse_log2));
+    comparisons.push_back(compare(o, trace, "m_log2_tutorial", *out.lse_log2, formats::fp32));
   // FlexAttention captures (traces/hw/h200/paths/flex/): the lse flex_attention returns, lse * math.log(2)
   // of its log2-unit LSE, in natural units as the models report it.
-  if (trace.has("lse_flex")) comparisons.push_back(compare(o, trace, "lse_flex", out.lse));
-  if (trace.has("do") && trace.has("delta") && out.delta) comparisons.push_back(compare(o, trace, "delta", *out.delta));
+  if (trace.has("lse_flex")) comparisons.push_back(compare(o, trace, "lse_flex", out.lse, formats::fp32));
+  if (trace.has("do") && trace.has("delta") && out.delta)
+    comparisons.push_back(compare(o, trace, "delta", *out.delta, formats::fp32));
   if (trace.has("dq_accum") && out.dq_pre_cast) comparisons.push_back(compare(o, trace, "dq_accum", *out.dq_pre_cast));
   if (trace.has("dq_accum") && one_row && trace.has("do")) not_compared.push_back("dq_accum");
   if (intermediates_compared) {
@@ -666,6 +673,8 @@ int run_replay(const ReplayOptions& o) {
       t["compared"] = c.compared;
       t["matching"] = c.matching;
       t["ulps_of"] = c.units.name;
+      // The kernel's format where the capture stored the tensor narrower (null otherwise).
+      t["rounded_again_from"] = c.rounded_again_from ? nlohmann::ordered_json(c.rounded_again_from->name) : nullptr;
       t["mismatches"] = nlohmann::ordered_json::array();
       for (const auto& m : c.mismatches) {
         nlohmann::ordered_json mm;
@@ -701,6 +710,9 @@ int run_replay(const ReplayOptions& o) {
         if (c.units != c.format)
           std::cout << " of " << c.units.name << ": stored as " << c.format.name << ", every value a " << c.units.name
                     << " value";
+        if (c.rounded_again_from)
+          std::cout << "; stored as " << c.format.name << ", narrower than the " << c.rounded_again_from->name
+                    << " the kernel writes: the capture rounded it again";
         std::cout << ")";
       }
       std::cout << "\n";

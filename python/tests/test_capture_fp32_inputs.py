@@ -119,3 +119,21 @@ def test_replay_counts_ulps_of_the_format_the_values_are_in(cli, captures, tmp_p
     (o_report,) = [t for t in json.loads(out)["tensors"] if t["name"] == "o"]
     assert o_report["ulps_of"] == "fp32"
     assert {tuple(m["index"]): m["ulps"] for m in o_report["mismatches"]}[(0, 0, 0, 0)] == -1
+
+
+def test_replay_says_when_a_capture_stored_a_tensor_narrower_than_the_kernel_writes(cli, captures, tmp_path):
+    # An LSE saved as fp16 was rounded again on its way to the file: its mismatches are the
+    # file's, which the comparison names (the fuzz audit: it read as a kernel mismatch).
+    _, _, as_float, (q, k, v) = captures
+    lse = fb.attention(q, k, v, "fa2-sm80", scale=SCALE).lse
+    with np.load(as_float) as z:
+        arrays = dict(z)
+    path = tmp_path / "lse16.npz"
+    np.savez(path, **arrays, lse=lse.astype(np.float16))
+    rc, out, err = cli("replay", str(path), *STATEMENT, "--json", check=False)
+    tensors = {t["name"]: t for t in json.loads(out)["tensors"]}
+    assert tensors["lse"]["rounded_again_from"] == "fp32" and tensors["o"]["rounded_again_from"] is None, out + err
+    # fp32 LSEs of random rows are fp16 values with odds of about 2^-13 each: some differ.
+    assert rc == 1 and tensors["lse"]["mismatches"], out
+    rc, text, _ = cli("replay", str(path), *STATEMENT, check=False)
+    assert "narrower than the fp32 the kernel writes: the capture rounded it again" in text, text
