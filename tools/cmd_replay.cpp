@@ -308,6 +308,20 @@ int run_replay(const ReplayOptions& o) {
     for (std::string& n : attn::assumed_metadata_notes(trace)) notes.push_back(std::move(n));
     for (std::string& n : attn::unmeasured_shape_notes(*model.recipe, attn::run_shape(in)))
       notes.push_back(std::move(n));
+    // Tiles the trace records that are not the model's: the tiles order a row's sums, so a run
+    // with others differs there, which would otherwise read as the kernel's mismatch.
+    if (const fb::TraceMetadata& recorded = trace.metadata();
+        (recorded.block_m || recorded.block_n) && model.recipe->structure == attn::Structure::online_softmax) {
+      const attn::TileSizes t =
+          model.recipe->tiles_for(static_cast<int>(trace.head_dim()), static_cast<int>(trace.rows()), in.causal,
+                                  static_cast<int>(trace.kv_rows()));
+      if ((recorded.block_m && *recorded.block_m != t.block_m) || (recorded.block_n && *recorded.block_n != t.block_n))
+        notes.push_back("note: " + trace.source_name() + " records tiles block_m " +
+                        (recorded.block_m ? std::to_string(*recorded.block_m) : std::string("-")) + ", block_n " +
+                        (recorded.block_n ? std::to_string(*recorded.block_n) : std::string("-")) + "; " + model.name +
+                        " runs " + std::to_string(t.block_m) + " x " + std::to_string(t.block_n) +
+                        " here: other tiles order a row's sums otherwise, so mismatches may be theirs");
+    }
     // The recipe's tables are inputs too; they are known once it is read, before any output.
     for (const std::string& table : resolution.recipe_tables)
       for (const auto& [option, output] : {std::pair{"--plot", o.plot}, {"--sfu-record", o.sfu_record}})

@@ -328,3 +328,26 @@ def test_an_npz_member_without_an_array_name_is_refused(cli, tmp_path):
         assert f"{path}: member '.npy' names no array" in err, err
     with pytest.raises(ValueError, match="names no array"):
         fb.load_trace(path)
+
+
+def test_replay_notes_tiles_a_trace_records_that_are_not_the_models(cli, tmp_path):
+    # fa2-sm80 runs head dim 64 in 128 x 128 tiles (flash_fwd_launch_template.h); a trace that
+    # records other tiles was made by another run, whose sums may differ: replay says so
+    # rather than leave its mismatches to read as the kernel's (the fuzz audit of 2026-12-07).
+    import struct
+    made = tmp_path / "made.safetensors"
+    cli("make-trace", "--model", "fa2-sm80", "--seqlen", "32", "--out", str(made))
+    raw = made.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    assert header["__metadata__"]["block_m"] == "128" and header["__metadata__"]["block_n"] == "128"
+    rc, out, _ = cli("replay", str(made))
+    assert rc == 0 and "records tiles" not in out
+    header["__metadata__"]["block_m"] = "64"
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    moved = tmp_path / "other_tiles.safetensors"
+    moved.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    rc, out, _ = cli("replay", str(moved))
+    assert rc == 0, out
+    assert f"note: {moved} records tiles block_m 64, block_n 128; fa2-sm80 runs 128 x 128 here" in out, out
