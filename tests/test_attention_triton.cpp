@@ -31,7 +31,6 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -582,15 +581,18 @@ TEST_CASE("FlexAttention runs outside the captured head dim and group sizes say 
     CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, square_run(256, d)), "tuning table"));
   RunShape decode = square_run(4, 64);
   decode.keys = 512;
-  for (const auto& [heads, kv_heads, power_of_two] :
-       {std::tuple{8, 2, true}, std::tuple{6, 2, false}, std::tuple{3, 1, false}, std::tuple{4, 4, true}}) {
-    CAPTURE(heads);
-    CAPTURE(kv_heads);
-    decode.heads = heads;
-    decode.kv_heads = kv_heads;
+  struct Group {
+    int heads, kv_heads;
+    bool power_of_two;
+  };
+  for (const Group& g : {Group{8, 2, true}, Group{6, 2, false}, Group{3, 1, false}, Group{4, 4, true}}) {
+    CAPTURE(g.heads);
+    CAPTURE(g.kv_heads);
+    decode.heads = g.heads;
+    decode.kv_heads = g.kv_heads;
     CHECK(any_note_contains(unmeasured_shape_notes(*decoding.recipe, decode), "asks for a power of two") ==
-          !power_of_two);
-    CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, decode), "power-of-two group") == !power_of_two);
+          !g.power_of_two);
+    CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, decode), "power-of-two group") == !g.power_of_two);
     CHECK(any_note_contains(unmeasured_shape_notes(*flex.recipe, decode), "not this template"));
   }
 }
