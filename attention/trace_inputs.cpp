@@ -133,6 +133,13 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
                        ": replay reads and compares tensors in bf16, fp16, fp32, e4m3 or e5m2 (store it in the "
                        "format the kernel used)");
   }
+  // Gradients are recomputed from dO: without it they can be neither compared nor read as a
+  // backward (replay refused such a file that import, load_trace and demo had accepted).
+  if (!trace.has("do"))
+    for (const char* gradient : {"dq", "dk", "dv"})
+      if (trace.has(gradient))
+        throw TraceError(trace.source_name() + ": tensor " + gradient +
+                         " is captured but the trace has no do to recompute it from (store do with the gradients)");
   ReplayableTrace out;
   out.inputs = inputs_from_trace(trace);
   const std::string& metadata_model = trace.metadata().model;

@@ -33,7 +33,8 @@ AttentionInputs inputs_from_trace(const Trace& trace);
 // import never writes a trace replay cannot read. The inputs (inputs_from_trace: k and v of
 // one shape, with q's batch and head dim); q, k, v, o, and do, lse, delta, dq, dk, dv
 // where present, in a format flashbits decodes (bf16, fp16, fp32, e4m3, e5m2: not F64 or
-// integers), since they are compared bit for bit in their own format; and, when a model is
+// integers), since they are compared bit for bit in their own format; dq, dk, dv only with
+// the do they are recomputed from; and, when a model is
 // named, one that reads the inputs' dtype (parse_model_for_inputs). The model is
 // `model_option` when not empty (named as `option_name` in messages), else the metadata's
 // (none named: `model` is empty). TraceError naming the file for a defect of the file,

@@ -351,3 +351,26 @@ def test_replay_notes_tiles_a_trace_records_that_are_not_the_models(cli, tmp_pat
     rc, out, _ = cli("replay", str(moved))
     assert rc == 0, out
     assert f"note: {moved} records tiles block_m 64, block_n 128; fa2-sm80 runs 128 x 128 here" in out, out
+
+
+def test_gradients_without_do_are_refused_alike_everywhere(cli, tmp_path):
+    # dQ, dK, dV are recomputed from dO: a trace holding them without it was refused by replay
+    # yet accepted by import and load_trace (the fuzz audit of 2026-12-07), whose contract is
+    # replay's check. Each now refuses it with the same line.
+    made = tmp_path / "made.safetensors"
+    cli("make-trace", "--model", "fa2-sm80", "--seqlen", "16", "--headdim", "16", "--out", str(made))
+    t = fb.load_trace(made)
+    bare = tmp_path / "no_do.npz"
+    rng = np.random.default_rng(3)
+    arrays = {name: fb.round(t[name], "bf16").bits for name in ("q", "k", "v", "o")}
+    arrays["dq"] = fb.round(rng.standard_normal(t["q"].shape), "bf16").bits
+    np.savez(bare, **arrays)
+    statement = ("--source", "unknown", "--dtype", "bf16", "--model", "fa2-sm80", "--scale", "0.25",
+                 "--causal", "false", "--layout", "bhsd")
+    want = "tensor dq is captured but the trace has no do to recompute it from"
+    for command in (("replay", str(bare), *statement), ("import", str(bare), *statement, "--out", str(tmp_path / "t"))):
+        rc, _, err = cli(*command, check=False)
+        assert rc == 2 and err.count("\n") == 1 and want in err, err
+    with pytest.raises(ValueError, match=want):
+        fb.load_trace(bare, source="unknown", dtype="bf16", model="fa2-sm80", scale=0.25, causal=False,
+                      layout="bhsd")
