@@ -536,16 +536,16 @@ int run_replay(const ReplayOptions& o) {
   std::vector<std::string> not_modelled;  // a forward-only model's gradients (it gives delta)
   for (const auto& [name, tensor] : gradients) {
     if (!trace.has(name)) continue;
-    if (one_row && trace.has("do")) {
+    // The trace holds do with any gradient (check_replayable refuses one without it), so the
+    // run computed the gradients, unless the model is forward-only.
+    if (one_row) {
       not_compared.push_back(name);
       continue;
     }
-    if (!tensor->has_value() && trace.has("do") && !model.recipe->backward_modelled) {
+    if (!tensor->has_value()) {
       not_modelled.push_back(name);
       continue;
     }
-    if (!tensor->has_value())
-      throw InputError(o.path + ": tensor " + name + " is captured but the trace has no do to recompute it from");
     comparisons.push_back(compare(o, trace, name, **tensor, written));
     group_summed_gradient |= name != std::string("dq") && trace.kv_heads() < trace.heads();
   }

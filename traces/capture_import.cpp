@@ -206,9 +206,9 @@ void merge_causal(Safetensors& f, const CaptureOptions& o, std::string_view sour
   if (stated != m.end()) {
     const std::string& theirs = stated->second;
     // A plain "true" agrees with either alignment; a named one, or "false", only with itself.
-    const auto aligned = [](const std::string& a) { return a == "top-left" || a == "bottom-right"; };
-    const bool agrees = o.causal_alignment ? theirs == *o.causal_alignment ||
-                                                 (one_mask && aligned(theirs) && aligned(*o.causal_alignment))
+    // (A named alignment was checked above to be one of the two.)
+    const bool both_aligned = theirs == "top-left" || theirs == "bottom-right";
+    const bool agrees = o.causal_alignment ? theirs == *o.causal_alignment || (one_mask && both_aligned)
                                            : (causal ? theirs != "none" : theirs == "none");
     if (!agrees) conflict(trace_keys::causal_alignment, theirs);
   }
