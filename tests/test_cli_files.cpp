@@ -543,3 +543,42 @@ TEST_CASE("a folder of traces given as one capture says what it holds and where 
   CHECK(e.code == 2);
   CHECK(one_error(e, "no_arrays: directory holds no .npy files"));
 }
+
+// The FBSFUDUMP1 header rules (traces/sfu_dump.hpp) on a real 16 GiB dump, made sparse: the
+// magic, function= and source= are each checked and named, other lines are ignored, and a
+// dump that passes is taken as the function's hardware table (it is all zeros here, so the
+// replay disagrees with the trace: exit 1, never 2).
+TEST_CASE("FBSFUDUMP1: a sparse 16 GiB dump's header is checked field by field") {
+  const std::string trace = small_trace("dump_trace.safetensors");
+  const auto dump_file = [](const std::string& header) {
+    const auto path = scratch() / "sparse.fbsfudump";
+    std::filesystem::remove(path);
+    std::ofstream(path, std::ios::binary) << header;
+    std::filesystem::resize_file(path, 4096 + (std::uintmax_t{1} << 34));
+    return path.string();
+  };
+  const std::string good = "FBSFUDUMP1\nfunction=ex2\ninstruction=ex2.approx.ftz.f32\nsource=cuda:NVIDIA H200\n";
+  struct Case {
+    std::string header, error;
+  };
+  const Case refused[] = {
+      {"FBSFUDUMP2\nfunction=ex2\nsource=cuda:NVIDIA H200\n", "sparse.fbsfudump: not an FBSFUDUMP1 file"},
+      {"FBSFUDUMP1\nfunction=rcp\nsource=cuda:NVIDIA H200\n", "sparse.fbsfudump: function: 'rcp', expected 'ex2'"},
+      {"FBSFUDUMP1\nfunction=ex2\nsource=rehearsal:stand-in\n",
+       "sparse.fbsfudump: source: 'rehearsal:stand-in' is not a hardware capture (cuda:<gpu>)"},
+      // A header is read up to its first NUL: a source after one is not there.
+      {std::string("FBSFUDUMP1\nfunction=ex2\n\0source=cuda:NVIDIA H200\n", 48),
+       "sparse.fbsfudump: source: '' is not a hardware capture"},
+  };
+  for (const Case& c : refused) {
+    CAPTURE(c.error);
+    const Run r = run("replay " + trace + " --sfu-dump ex2=" + dump_file(c.header));
+    CHECK(r.code == 2);
+    CHECK(one_error(r, c.error));
+  }
+  const Run accepted = run("replay --verbose " + trace + " --sfu-dump ex2=" + dump_file(good + "note line\n"));
+  CHECK(accepted.code == 1);
+  CHECK(accepted.out.find("full hardware dump") != std::string::npos);
+  CHECK(accepted.out.find("cuda:NVIDIA H200, ex2.approx.ftz.f32") != std::string::npos);
+  std::filesystem::remove(scratch() / "sparse.fbsfudump");
+}

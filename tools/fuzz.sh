@@ -5,6 +5,8 @@
 #   fuzz_sfu_table    FBSFU1 SFU table loader (load_table_model)     RUNS/8
 #   fuzz_probe_file   probe file reader + probe-check                RUNS/8
 #   fuzz_sfu_capture  FBSFUT1 capture reader (fb-sfu-table-convert)  RUNS/8
+#   fuzz_sfu_values   FBSFUVAL1 reader (replay --sfu-values) and the
+#                     FBSFUDUMP1 header check (replay --sfu-dump)      RUNS/8
 #   fuzz_op           `flashbits op --batch` lines                   RUNS/8
 #   fuzz_dot          `flashbits dot --batch` lines                  RUNS/8
 #   fuzz_merge        `flashbits merge` shard (CSV and JSON)         RUNS/20 (slowest per input)
@@ -32,7 +34,7 @@ build_all=0
 if [ "${1:-}" = --build-all ]; then build_all=1; shift; fi
 runs="${1:-200000}"
 shift $(( $# > 0 ? 1 : 0 ))
-all_targets=(fuzz_safetensors fuzz_numpy fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_op fuzz_dot fuzz_merge fuzz_recipe)
+all_targets=(fuzz_safetensors fuzz_numpy fuzz_sfu_table fuzz_probe_file fuzz_sfu_capture fuzz_sfu_values fuzz_op fuzz_dot fuzz_merge fuzz_recipe)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
@@ -167,6 +169,33 @@ end
 hex "$(sfut ex2 ex2_fixed_point_floor 4 16 'cuda:NVIDIA H100')0010f08001000000$(u32 1)$(u32 7)$(u32 0x3f9837f0)" > "$d/ex2_floor"
 hex "$(sfut ex2 ex2_fixed_point_nearest_even 2 4 'rehearsal:stand-in')0000$(u32 0)" > "$d/ex2_even"
 hex "$(sfut rcp rcp_mantissa 23 8388608 'cuda:NVIDIA H100')00" > "$d/rcp_short"
+
+# FBSFUVAL1 files (a first byte 00) as `replay --sfu-record` writes them, and FBSFUDUMP1
+# headers (a first byte 01: ex2 expected, 03: rcp, 05: lg2).
+d="$work/fuzz_sfu_values"; mkdir -p "$d"
+hex "00$(texthex "FBSFUVAL1
+model=pytorch-fa2-sm90
+program=flashbits replay --sfu-record
+source=cuda:NVIDIA H200
+trace=traces/hw/h200/fa2.safetensors
+function=ex2 count=2
+function=rcp count=1
+end
+")$(u32 0xbf800000)$(u32 0x3f000000)$(u32 0xc0000000)$(u32 0x3e800000)$(u32 0x40400000)$(u32 0x3eaaaaab)" > "$d/values"
+hex "00$(texthex "FBSFUVAL1
+source=rehearsal:stand-in
+end
+")" > "$d/not_hardware"
+hex "01$(texthex "FBSFUDUMP1
+function=ex2
+instruction=ex2.approx.ftz.f32
+source=cuda:NVIDIA H200
+driver=580.65
+")" > "$d/dump_ex2"
+hex "05$(texthex "FBSFUDUMP1
+function=rcp
+source=cuda:NVIDIA H200
+")" > "$d/dump_wrong_function"
 
 # `op --batch` and `dot --batch` lines (docs/CLI.md).
 d="$work/fuzz_op"; mkdir -p "$d"

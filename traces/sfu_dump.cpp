@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -63,6 +64,30 @@ class DumpModel final : public SpecialFunctionModel {
 
 }  // namespace
 
+SfuDumpHeader parse_sfu_dump_header(const std::string& path, std::string_view header, SpecialFunction expected) {
+  const std::string text(header.substr(0, std::min(header.find('\0'), header.size())));
+  std::istringstream lines(text);
+  std::string line;
+  std::getline(lines, line);
+  std::map<std::string, std::string> kv;
+  const bool magic_ok = line == "FBSFUDUMP1";
+  while (std::getline(lines, line)) {
+    // Only the known keys are read; a line that is not key=value is ignored, as it always was
+    // (the checks below name what is missing or wrong).
+    std::string key, value;
+    if (split_key_value(line, key, value)) kv[key] = value;
+  }
+  std::string error;
+  if (!magic_ok)
+    error = "not an FBSFUDUMP1 file";
+  else if (kv["function"] != to_string(expected))
+    error = "function: '" + kv["function"] + "', expected '" + std::string(to_string(expected)) + "'";
+  else if (kv["source"].rfind("cuda:", 0) != 0)
+    error = "source: '" + kv["source"] + "' is not a hardware capture (cuda:<gpu>)";
+  if (!error.empty()) throw std::runtime_error(path + ": " + error);
+  return {kv["source"], kv["instruction"]};
+}
+
 std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, SpecialFunction expected) {
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   // Without blocking: a FIFO that no process writes to would wait in open() forever. A dump
@@ -88,32 +113,16 @@ std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, Spe
   close(fd);
   if (map == MAP_FAILED) fail("cannot map");
   const char* header = static_cast<const char*>(map);
-  const std::string text(header, strnlen(header, kHeaderBytes));
-  std::istringstream lines(text);
-  std::string line;
-  std::getline(lines, line);
-  std::map<std::string, std::string> kv;
-  const bool magic_ok = line == "FBSFUDUMP1";
-  while (std::getline(lines, line)) {
-    // Only the known keys are read; a line that is not key=value is ignored, as it always was
-    // (the checks below name what is missing or wrong).
-    std::string key, value;
-    if (split_key_value(line, key, value)) kv[key] = value;
-  }
-  std::string error;
-  if (!magic_ok)
-    error = "not an FBSFUDUMP1 file";
-  else if (kv["function"] != to_string(expected))
-    error = "function: '" + kv["function"] + "', expected '" + std::string(to_string(expected)) + "'";
-  else if (kv["source"].rfind("cuda:", 0) != 0)
-    error = "source: '" + kv["source"] + "' is not a hardware capture (cuda:<gpu>)";
-  if (!error.empty()) {
+  SfuDumpHeader parsed;
+  try {
+    parsed = parse_sfu_dump_header(path, std::string_view(header, kHeaderBytes), expected);
+  } catch (...) {
     munmap(map, want);
-    fail(error);
+    throw;
   }
   madvise(map, want, MADV_RANDOM);
   const auto* outputs = reinterpret_cast<const std::uint32_t*>(header + kHeaderBytes);
-  return std::make_unique<DumpModel>(expected, path, kv["source"] + ", " + kv["instruction"], outputs, map, want);
+  return std::make_unique<DumpModel>(expected, path, parsed.source + ", " + parsed.instruction, outputs, map, want);
 }
 
 }  // namespace fb

@@ -13,11 +13,23 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "emu/sfu/special_functions.hpp"
 
 namespace fb {
 
 std::unique_ptr<SpecialFunctionModel> load_sfu_dump(const std::string& path, SpecialFunction expected);
+
+// What load_sfu_dump reads from a dump's 4096-byte header (the bytes up to the first NUL):
+// the magic line, then key=value lines, of which function=, source= and instruction= are
+// read and other lines are ignored. Throws std::runtime_error "PATH: what" when the magic
+// is wrong, function= is not `expected`, or source= is not a hardware capture (cuda:...).
+// Separate from the mapping so that the header check can be tested and fuzzed without a
+// 16 GiB file.
+struct SfuDumpHeader {
+  std::string source, instruction;
+};
+SfuDumpHeader parse_sfu_dump_header(const std::string& path, std::string_view header, SpecialFunction expected);
 
 }  // namespace fb
