@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <boost/multiprecision/cpp_int.hpp>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <cstring>
@@ -962,6 +963,48 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   // a round bit and sticky bit of 1 rounded toward zero must not be called round-to-nearest.
   CHECK(r.out.find("RNE decision") == std::string::npos);
   CHECK(r.out.find("decision: rounded") != std::string::npos);
+  // Found by the newcomer audit: the demo counted a P-bar == 1 at an earlier tile's running
+  // max (rescaled once the row's larger max came) as a third tied key. The keys tied at the
+  // row's final max are those whose exact score equals the row's exact maximum (this sink
+  // trace's ties are exact; scores are summed as exact rationals from the bf16 inputs).
+  {
+    const std::string shown = r.out.substr(r.out.find("\n2. ") + 1);
+    const std::size_t head_at = shown.find("head "), row_at = shown.find(", row ");
+    REQUIRE(head_at != std::string::npos);
+    REQUIRE(row_at != std::string::npos);
+    const int head = std::stoi(shown.substr(head_at + 5)), row = std::stoi(shown.substr(row_at + 6));
+    const fb::Trace t = fb::read_trace(std::string(FLASHBITS_SOURCE_DIR) +
+                                       "/traces/hw/h200/bias/torch_bf16_sink_d64_x64_h00-15.safetensors");
+    const fb::attn::Tensor4 q = fb::attn::tensor_from_trace(t, "q"), k = fb::attn::tensor_from_trace(t, "k");
+    const int kv_head = head * k.heads / q.heads;
+    std::vector<boost::multiprecision::cpp_rational> scores;
+    for (int j = 0; j < k.rows; ++j) {
+      boost::multiprecision::cpp_rational s = 0;
+      for (int c = 0; c < q.cols; ++c)
+        s += boost::multiprecision::cpp_rational(q.at(0, head, row, c)) *
+             boost::multiprecision::cpp_rational(k.at(0, kv_head, j, c));
+      scores.push_back(s);
+    }
+    const auto max_score = *std::max_element(scores.begin(), scores.end());
+    const auto tied = std::count(scores.begin(), scores.end(), max_score);
+    const std::string want =
+        std::to_string(tied) + (tied == 1 ? " key has" : " keys have") + " P-bar == 1 exactly at the row's final max";
+    CHECK_MESSAGE(shown.find(want) != std::string::npos, shown);
+  }
+  // The heading claims the mechanism only where the rounding it shows is one: a carried-out
+  // bit rounded away from zero; else it says that none of the features it tried has one.
+  const auto claims_only_what_it_shows = [](const std::string& out) {
+    const std::string shown = out.substr(out.find("\n2. ") + 1, out.find("\n3. ") - out.find("\n2. "));
+    if (shown.rfind("2. The mechanism, ", 0) == 0) {
+      CHECK(shown.find("significand overflow: yes") != std::string::npos);
+      CHECK(shown.find("decision: rounded up (away from zero)") != std::string::npos);
+    } else {
+      CHECK(shown.rfind("2. Looking for the mechanism, ", 0) == 0);
+      CHECK(shown.find("none of the 8 features with this row's most negative errors has a rounding") !=
+            std::string::npos);
+    }
+  };
+  claims_only_what_it_shows(r.out);
   if (sanitizer_scale()) return;  // the same path again on the emulated trace
   // The emulated bf16-accumulator recipe (Qiu & Yao) on its sink trace: biased beyond its
   // format's own rounding, and the dynamic max removes it.
@@ -969,6 +1012,7 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
       (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples" / "sink-fa-bf16acc.safetensors").string();
   const Run e = run("demo --trace " + emulated);
   REQUIRE(e.code == 0);
+  claims_only_what_it_shows(e.out);
   CHECK(e.out.find("EMULATED trace") != std::string::npos);
   // Its one head is one sample: the excess is shown, the verdict is not made up from rows that
   // share their keys and values (it said "adds bias" there, and on a 16-head capture where

@@ -163,15 +163,20 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
     return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
   }
 
-  // 2. The mechanism on the element with the most negative error.
+  // 2. The mechanism, looked for on the element with the most negative error in bias-test's
+  // units (one ulp of the output format at max(|O|, sum_j P_ij |V_jc|)): in ulps at |exact O|
+  // alone, an element whose tied keys' values cancel (exact O near 0) would win on the small
+  // terms' error measured against a near-zero value, a cancellation rather than the mechanism.
   const attn::AttentionOutputs exact = attn::exact_attention(in);
+  const attn::ErrorUnits units = attn::error_units(out_f, in, exact);
+  auto error_in_units = [&](std::size_t i) { return (base.o.data[i] - exact.o.data[i]) / units.o[i]; };
   std::size_t worst = 0;
   double worst_err = 0;
   // The sink scenario makes V mostly negative in some features: show the most negative
   // error among negative outputs there (a rounding away from zero), else anywhere.
   for (int pass = 0; pass < 2 && worst_err == 0; ++pass)
     for (std::size_t i = 0; i < base.o.data.size(); ++i) {
-      const double e = (base.o.data[i] - exact.o.data[i]) / attn::ulp_at(out_f, exact.o.data[i]);
+      const double e = error_in_units(i);
       if ((pass == 1 || exact.o.data[i] < 0) && e < worst_err) worst_err = e, worst = i;
     }
   const int d = base.o.cols;
@@ -181,32 +186,32 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   int feature = static_cast<int>(worst % d);
   // The tracer keeps every rounding event for one feature of the row. Show the feature
   // with the most negative error whose P.V accumulation has a significand overflow that
-  // RNE rounded away from zero (the mechanism itself); fall back to the worst element.
+  // was rounded away from zero (the mechanism itself); else say that none of those tried has one.
   std::vector<int> features_by_error(static_cast<std::size_t>(d));
   for (int c = 0; c < d; ++c) features_by_error[static_cast<std::size_t>(c)] = c;
   const std::size_t row_begin = worst - worst % static_cast<std::size_t>(d);
-  auto err_of = [&](int c) {
-    const std::size_t i = row_begin + static_cast<std::size_t>(c);
-    return (base.o.data[i] - exact.o.data[i]) / attn::ulp_at(out_f, exact.o.data[i]);
-  };
+  auto err_of = [&](int c) { return error_in_units(row_begin + static_cast<std::size_t>(c)); };
   std::stable_sort(features_by_error.begin(), features_by_error.end(),
                    [&](int a, int b) { return err_of(a) < err_of(b); });
   attn::Tracer tracer;
   tracer.rows.push_back({batch, head, row});
   attn::RunOptions opt = run_options;
   opt.tracer = &tracer;
+  auto carried_away = [](const RoundingEvent& ev) {
+    return ev.significand_overflow && ev.direction == RoundDirection::up;
+  };
   // At most 8 candidates: each is one traced run of the whole trace.
   if (features_by_error.size() > 8) features_by_error.resize(8);
   std::size_t runs_left = features_by_error.size() + 1;  // the candidates, and the re-run after them
+  bool mechanism_found = false;
   for (int candidate : features_by_error) {
     tracer.plot_feature = candidate;
     attn::run_attention(model, in, opt);
     --runs_left;
     const attn::RowTrace& t = tracer.traces.front();
-    bool shows_mechanism = false;
-    for (const auto& ev : t.pv_buffer_events)
-      shows_mechanism |= ev.significand_overflow && ev.direction == RoundDirection::up;
-    if (shows_mechanism) {
+    for (const auto& ev : t.pv_buffer_events) mechanism_found |= carried_away(ev);
+    for (const auto& step : t.pv_dot_steps) mechanism_found |= carried_away(step.output_event);
+    if (mechanism_found) {
       feature = candidate;
       break;
     }
@@ -224,20 +229,34 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   const std::string replay_where = (base.o.batch > 1 ? " --batch " + std::to_string(batch) : std::string()) +
                                    (base.o.heads > 1 ? " --head " + std::to_string(head) : std::string()) + " --row " +
                                    std::to_string(row);
-  os << "2. The mechanism, " << where << " feature " << feature << " (O error " << fmt("%+.3g", worst_err)
-     << " ulps of " << out_f.name << " at |exact O|):\n";
+  os << (mechanism_found ? "2. The mechanism, " : "2. Looking for the mechanism, ") << where << " feature " << feature
+     << " (O error " << fmt("%+.3g", worst_err) << " ulps of " << out_f.name
+     << " at max(|O|, sum_j P_ij |V_jc|), the row's most negative):\n";
+  if (!mechanism_found)
+    os << "    none of the " << features_by_error.size()
+       << " features with this row's most negative errors has a rounding in its P.V accumulation that carried a bit "
+          "out and rounded it away from zero"
+       << (model.recipe->o_buffer_format ? "" : " (" + model.name + " keeps O unrounded between tiles)") << ".\n";
   if (!tracer.traces.empty()) {
     const attn::RowTrace& t = tracer.traces.front();
-    int p1 = 0, ovf = 0, up = 0, down = 0;
+    // P-bar == 1 at the row's final max are the tied keys; a P-bar == 1 at an earlier tile's
+    // running max was rescaled by alpha < 1 once a larger score came, and ties nothing.
+    const double final_max = t.tiles.empty() ? 0.0 : t.tiles.back().running_max;
+    int tied = 0, superseded = 0, ovf = 0, up = 0, down = 0;
     for (const auto& tile : t.tiles) {
-      p1 += tile.p_equal_one;
+      (tile.running_max == final_max ? tied : superseded) += tile.p_equal_one;
       ovf += tile.significand_overflows;
       up += tile.rounded_up;
       down += tile.rounded_down;
     }
-    os << "    " << p1 << (p1 == 1 ? " key has" : " keys have")
-       << " P-bar == 1 exactly (tied row max); the P.V accumulation of this row saw " << ovf
-       << " significand overflows, " << up << " roundings up and " << down << " down (in magnitude).\n";
+    os << "    " << tied << (tied == 1 ? " key has" : " keys have") << " P-bar == 1 exactly at the row's final max"
+       << (tied > 1    ? " (tied row max)"
+           : tied == 1 ? " (no tie)"
+                       : "");
+    if (superseded > 0)
+      os << ", " << superseded << " more at an earlier tile's running max (rescaled once a larger score came)";
+    os << "; the P.V accumulation of this row saw " << ovf << " significand overflows, " << up << " roundings up and "
+       << down << " down (in magnitude).\n";
     // Prefer a rounding that shows the mechanism: a carried-out (significand overflow)
     // bit rounded away from zero; else any rounding away from zero; else any inexact one.
     const RoundingEvent* shown = nullptr;
@@ -248,7 +267,7 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
       for (const auto& step : t.pv_dot_steps)
         if (!shown && wanted(step.output_event)) shown = &step.output_event, kept = formats::fp32.precision();
     };
-    pick([](const RoundingEvent& ev) { return ev.significand_overflow && ev.direction == RoundDirection::up; });
+    pick(carried_away);
     pick([](const RoundingEvent& ev) { return ev.direction == RoundDirection::up; });
     pick([](const RoundingEvent& ev) { return ev.direction != RoundDirection::exact; });
     if (shown) describe_event(os, "one rounding of this feature's P.V accumulation", *shown, kept);
@@ -280,7 +299,6 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
       return match == static_cast<long long>(captured.bits.size()) ? kExitOk : kExitCheckFailed;
     }
   }
-  const attn::ErrorUnits units = attn::error_units(out_f, in, exact);
   // The kernel's error is the captured O's (what bias-test --traces measures; the replay above
   // says whether the model reproduces it), the fix's is its recomputation's.
   attn::Tensor4 captured_o = base.o;
