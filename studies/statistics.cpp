@@ -183,7 +183,15 @@ BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
     else if (e < 0)
       ++negatives;
   }
-  const double stddev = n < 2 ? 0.0 : std::sqrt(ss / static_cast<double>(n - 1));
+  // A spread within the rounding of the samples themselves is none, as summarize_sums rules:
+  // each sample is a double computed from exact values and carries a few ulps of its own
+  // error, so samples that agree to that (near-copies of one trace, a bit of k flipped) gave
+  // a t of 1e15 where the sums' form of the same data says zero spread. Σ(x - mean)² within
+  // 4(n + 1)·eps·Σx² is that rounding.
+  double sumsq = 0.0;
+  for (double e : errors) sumsq += e * e;
+  const double rounding = 4.0 * static_cast<double>(n + 1) * std::numeric_limits<double>::epsilon() * sumsq;
+  const double stddev = n < 2 || !(ss > rounding) ? 0.0 : std::sqrt(ss / static_cast<double>(n - 1));
   return summarize_moments(n, mean, stddev, positives, negatives, alpha);
 }
 

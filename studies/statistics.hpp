@@ -37,6 +37,9 @@ struct BiasStatistics {
   // One sample has no spread: its interval, t test and detectable size mean nothing (a [x, x]
   // interval or a detectable bias of 0 would read as certainty).
   bool has_spread() const { return n >= 2; }
+  // An interval and a detectable size to show: two samples or more that are not all equal
+  // (with no spread ci_low == ci_high and min_detectable == 0, which would read as certainty).
+  bool has_interval() const { return n >= 2 && stddev > 0.0; }
 };
 
 BiasStatistics summarize(const std::vector<double>& signed_errors, double alpha = 1e-3);

@@ -30,7 +30,10 @@
 //     end of the interval of u K - s_F F, over every sign u, lies below `at_stake` (d can be no larger), else
 //     inconclusive. With both signs established this is the test of Z;
 //   - when the excess is not significant: inconclusive if the smallest bias the test could
-//     detect (80% power) exceeds `at_stake`, else no detectable added bias. A sign test that
+//     detect (80% power) exceeds `at_stake`, or if the interval of X allows an added bias of
+//     `at_stake` or more (d <= |mean X|, so the bound is the larger end of X's interval in
+//     magnitude; where both means' signs are established and equal, d = s mean X and the
+//     bound is that end alone); else no detectable added bias. A sign test that
 //     is significant where the t test is not (one sample far the other way) is named in the
 //     reason with the mean's interval; the verdict rests on the mean, the bias that adds up.
 // `baseline` names what F is in the reasons: empty for the correctly rounded floor ("its

@@ -445,3 +445,75 @@ TEST_CASE("a run's verdict holds its level alpha over its four comparisons") {
   CHECK(fb::attn::per_comparison_alpha(alpha, 4) == alpha / 4);
   CHECK(fb::attn::per_comparison_alpha(alpha, 2) == alpha / 2);
 }
+
+// Found by the fifth verdict audit: a non-significant excess was called "no detectable added
+// bias" on power alone, whatever its interval allowed: +0.26 ulp with an interval up to +0.65
+// passed a 0.5 ulp stake (Qiu & Yao's biased kernel, 8 trials). The interval here is
+// Boost.Math's Student t, computed in the test.
+TEST_CASE("a non-significant excess whose interval reaches the size at stake is inconclusive") {
+  const double alpha = 1e-3 / 4, at_stake = 0.5;
+  // Eight excesses around +0.26 (no two alike, none exactly representable), floor around -0.09.
+  std::vector<double> k, f;
+  for (int i = 0; i < 8; ++i) {
+    const double floor = -0.09 + 0.013 * std::sin(3.0 * i), excess = 0.26 + 0.17 * std::cos(2.1 * i + 0.3);
+    f.push_back(floor);
+    k.push_back(floor + excess);
+  }
+  double mean = 0, ss = 0;
+  for (int i = 0; i < 8; ++i) mean += (k[i] - f[i]) / 8;
+  for (int i = 0; i < 8; ++i) ss += (k[i] - f[i] - mean) * (k[i] - f[i] - mean);
+  const double se = std::sqrt(ss / 7 / 8);
+  const boost::math::students_t t7(7);
+  const double p = 2 * boost::math::cdf(boost::math::complement(t7, mean / se));
+  const double ci_high = mean + boost::math::quantile(boost::math::complement(t7, alpha / 2)) * se;
+  const double power_size = (boost::math::quantile(boost::math::complement(t7, alpha / 2)) +
+                             boost::math::quantile(boost::math::complement(t7, 0.2))) *
+                            se;
+  // The case: not significant, the test's power enough for the stake, the interval beyond it.
+  REQUIRE(p > alpha);
+  REQUIRE(power_size < at_stake);
+  REQUIRE(ci_high > at_stake);
+  const FloorComparison c = compare_with_floor(k, f, alpha, at_stake);
+  CHECK(c.verdict == Verdict::inconclusive);
+  CHECK_MESSAGE(c.reason.find("its interval allows an added bias of up to") != std::string::npos, c.reason);
+  // With a stake above the interval's reach the same data have no detectable added bias.
+  const FloorComparison wide = compare_with_floor(k, f, alpha, 1.01 * ci_high);
+  CHECK(wide.verdict == Verdict::no_detectable_bias);
+  // Where both means' signs are established and equal, the bound is the interval's end on the
+  // kernel's side: a kernel closer to zero than its floor by a noisy, non-significant amount
+  // adds nothing, however far the interval reaches the other way.
+  std::vector<double> k2, f2;
+  for (int i = 0; i < 16; ++i) {
+    const double floor = -1.0 + 0.01 * std::sin(1.7 * i);
+    f2.push_back(floor);
+    k2.push_back(floor + 0.1 + 0.17 * std::cos(2.3 * i + 0.1));  // toward zero, not significantly
+  }
+  const double stake = 0.2;
+  const FloorComparison closer = compare_with_floor(k2, f2, alpha, stake);
+  REQUIRE(closer.excess.p_t > alpha);
+  REQUIRE(closer.excess.min_detectable < stake);
+  REQUIRE(closer.excess.ci_high > stake);  // |X|'s bound alone would leave it undecided
+  REQUIRE(-closer.excess.ci_low < stake);  // the added bias -X is bounded below the stake
+  CHECK_MESSAGE(closer.verdict == Verdict::no_detectable_bias, closer.reason);
+}
+
+// Found by the fifth verdict audit: eight near-copies of one trace (a low bit of k flipped in
+// each) gave samples that differ only by the rounding of their own computation, and that
+// "spread" gave t = 3e15 and "adds bias"; the moments form (sweep, merge) called the same data
+// spread-free. Both forms now agree: a spread within the samples' rounding is none.
+TEST_CASE("a spread within the samples' own rounding is none, as the moments form rules") {
+  std::vector<double> k, f;
+  for (int i = 0; i < 8; ++i) {
+    const double x = 0.001951 * (1 + 4e-16 * (i % 3));  // a few ulps apart
+    f.push_back(0.0021 * (1 + 3e-16 * (i % 2)));
+    k.push_back(f.back() + x);
+  }
+  const FloorComparison c = compare_with_floor(k, f, 1e-3 / 4, 0.05);
+  CHECK(c.excess.stddev == 0.0);
+  CHECK(!c.excess.has_interval());
+  // Eight samples of one sign: the sign test's p = 2^-7 is above alpha, so no verdict.
+  CHECK(c.verdict == Verdict::inconclusive);
+  FloorMoments m;
+  for (int i = 0; i < 8; ++i) m.add(k[i], f[i]);
+  CHECK(compare_with_floor(m, 1e-3 / 4, 0.05).verdict == c.verdict);
+}

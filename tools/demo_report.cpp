@@ -330,9 +330,11 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   auto line = [&](const std::string& what, const std::vector<double>& v) {
     const auto st = attn::summarize(v, level);
     os << "    " << what << ": " << fmt("%+.4g", st.mean);
-    if (st.has_spread())
+    if (st.has_interval())
       os << "  " << fmt("%.6g", 100.0 * (1.0 - level)) << "% CI [" << fmt("%+.3g", st.ci_low) << ", "
          << fmt("%+.3g", st.ci_high) << "]  p=" << attn::p_value_text(st.p_t);
+    else if (st.has_spread())
+      os << " in every sample (no spread: no interval)";
     os << "\n";
   };
   os << "3. Mean signed error of O (ulps of " << out_f.name << " at max(|O|, sum_j P_ij |V_jc|), as bias-test), "

@@ -250,8 +250,12 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
         "size at stake; \"inconclusive\"\n"
         "when fewer than "
      << attn::kMinVerdictSamples
-     << " trials, or the test could not detect the bias at stake. fp8 rows: errors against the exact\n"
-        "attention of the quantised inputs (the quantisation apart).\n"
+     << " trials, the test could not detect the bias at stake, or an excess that is not significant has an\n"
+        "interval reaching the size at stake. fp8 rows: errors against the exact attention of the quantised\n"
+        "inputs (the quantisation apart).\n"
+        "Alpha holds for each row alone, with no correction across rows: of m rows whose kernels add no bias,\n"
+        "about m x alpha may read \"adds bias\" by chance; rerun a flagged row with more --trials, or give\n"
+        "--alpha A/m for a level over the whole grid.\n"
      << "Rows named A-vs-B (sweep --against B) compare A with B on the same inputs and seed: \"CR\" is B's\n"
         "error, \"excess\" the paired difference A minus B, and the verdict is relative to B, which is no\n"
         "floor (\"no detectable added bias\" there: A adds none beyond B's own); their PV counts are A's.\n";
@@ -328,6 +332,8 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
   out["alpha"] = run.alpha;
   out["comparisons"] = kSweepComparisons;
   out["alpha_per_comparison"] = attn::per_comparison_alpha(run.alpha, kSweepComparisons);
+  // A level per row: a grid of m rows may hold about m x alpha chance "adds bias" rows.
+  out["alpha_applies_to"] = "each row alone (no correction across rows)";
   out["at_stake_ulps"] = run.at_stake;
   out["run"] = run_json(run);
   out["rows"] = nlohmann::ordered_json::array();
@@ -357,10 +363,11 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
     j["sufficient"] = sufficient;
     // null where there is no sample (Derived::sampled).
     const auto value = [](bool sampled, double v) { return sampled ? nlohmann::ordered_json(v) : nullptr; };
-    // An interval and a t test need two samples (BiasStatistics::has_spread): one sample's
-    // [x, x] read as certainty; null, as bias-test writes it.
+    // An interval needs two samples that differ, a t test two samples (BiasStatistics::
+    // has_interval, has_spread): a [x, x] read as certainty; null, as bias-test writes it.
     const auto interval = [](bool sampled, const attn::BiasStatistics& b) {
-      return sampled && b.has_spread() ? nlohmann::ordered_json{b.ci_low, b.ci_high} : nlohmann::ordered_json(nullptr);
+      return sampled && b.has_interval() ? nlohmann::ordered_json{b.ci_low, b.ci_high}
+                                         : nlohmann::ordered_json(nullptr);
     };
     const auto t_test = [](bool sampled, const attn::BiasStatistics& b) {
       return sampled && b.has_spread() ? nlohmann::ordered_json(b.p_t) : nlohmann::ordered_json(nullptr);
