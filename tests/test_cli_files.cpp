@@ -582,3 +582,112 @@ TEST_CASE("FBSFUDUMP1: a sparse 16 GiB dump's header is checked field by field")
   CHECK(accepted.out.find("cuda:NVIDIA H200, ex2.approx.ftz.f32") != std::string::npos);
   std::filesystem::remove(scratch() / "sparse.fbsfudump");
 }
+
+// Found by the newcomer audit: `replay traces/hw --row 3` (a folder whose traces lie in
+// subfolders) said only "directory holds no .npy files". Every way a folder without .npy
+// arrays is given where one capture is read now says how a directory is read, what this one
+// holds (counted from the file names made here) and which command reads a folder of traces.
+TEST_CASE("a folder without .npy arrays given to replay says what it holds, in subfolders too") {
+  const auto root = scratch() / "traces_in_subfolders";
+  std::filesystem::create_directories(root / "b_run" / "deeper");
+  std::filesystem::create_directories(root / "a_run");
+  std::filesystem::create_directories(root / "empty_run");
+  for (const auto& file : {root / "b_run" / "x.safetensors", root / "b_run" / "deeper" / "y.npz",
+                           root / "a_run" / "z.safetensors", root / "a_run" / "notes.txt", root / "readme.md"})
+    std::ofstream(file) << "not read";
+  const Run nested = run("replay " + root.string() + " --row 3");
+  CHECK(nested.code == 2);
+  CHECK(one_error(nested,
+                  "traces_in_subfolders: directory holds no .npy files and no trace file, but its subfolders "
+                  "hold 2 .safetensors and 1 .npz file(s) (the first in " +
+                      (root / "a_run").string() +
+                      "): a directory here is one capture of .npy arrays (one file per tensor, named by it); "
+                      "give one trace file, or one folder of them to `flashbits bias-test --traces DIR`, "
+                      "which tests the files of that folder, not of its subfolders"));
+
+  const Run direct = run("replay " + (root / "b_run").string() + " --row 3");
+  CHECK(direct.code == 2);
+  CHECK(one_error(direct,
+                  "b_run: directory holds no .npy files but 1 .safetensors file(s): a directory here is one "
+                  "capture of .npy arrays (one file per tensor, named by it); give one trace file, or the "
+                  "folder to `flashbits bias-test --traces " +
+                      (root / "b_run").string() + "` (Python: bias_test(traces=DIR))"));
+
+  const Run none = run("replay " + (root / "empty_run").string());
+  CHECK(none.code == 2);
+  CHECK(one_error(none,
+                  "empty_run: directory holds no .npy files: a directory here is one capture of .npy arrays "
+                  "(one file per tensor, named by it); give one trace file (.safetensors or .npz) or such a "
+                  "directory"));
+
+  // The repository's own hardware traces, as the audit ran them: the folder of folders and
+  // the folder of traces (counts left out: traces are added there).
+  const std::string hw = std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw";
+  const Run tree = run("replay " + hw + " --row 3");
+  CHECK(tree.code == 2);
+  CHECK(one_error(tree, "/traces/hw: directory holds no .npy files and no trace file, but its subfolders hold "));
+  CHECK(one_error(tree, "`flashbits bias-test --traces DIR`"));
+  const Run bias = run("replay " + hw + "/h200/bias --row 3 --json");
+  CHECK(bias.code == 2);
+  CHECK(bias.out.empty());
+  CHECK(one_error(bias, "`flashbits bias-test --traces " + hw + "/h200/bias`"));
+}
+
+// Found by the newcomer audit: `replay FILE --row 0 --json` on a trace whose dq is corrupted
+// said "match": true, dq being one of the tensors --row leaves out. `match` stays the verdict
+// on what was compared (exit 0 or 1); `complete` says whether that was every tensor.
+TEST_CASE("replay --json: complete is false when a tensor the trace holds was not compared") {
+  const auto path = scratch() / "corrupt_dq.safetensors";
+  REQUIRE(run("make-trace --model fa2-sm80 --scenario random --seqlen 32 --headdim 16 --seed 5 --backward --out " +
+              path.string())
+              .code == 0);
+  const auto intact = scratch() / "intact_dq.safetensors";
+  std::filesystem::copy_file(path, intact, std::filesystem::copy_options::overwrite_existing);
+  // Flip the lowest bit of dq's first element, found from the safetensors header itself
+  // (8-byte little-endian header length, JSON header, data from data_offsets).
+  {
+    std::string bytes = slurp(path.string());
+    REQUIRE(bytes.size() > 8);
+    std::uint64_t header_length = 0;
+    for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[i]);
+    const auto header = nlohmann::json::parse(bytes.substr(8, header_length));
+    REQUIRE(header.contains("dq"));
+    const std::size_t at = 8 + header_length + header["dq"]["data_offsets"][0].get<std::size_t>();
+    REQUIRE(at < bytes.size());
+    bytes[at] = static_cast<char>(bytes[at] ^ 1);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  const auto replay_json = [](const std::filesystem::path& trace, const std::string& options) {
+    const Run r = run("replay " + trace.string() + " --json" + options);
+    return std::pair{r.code, r.code <= 1 ? nlohmann::json::parse(r.out) : nlohmann::json()};
+  };
+  const auto names = [](const nlohmann::json& list) {
+    std::vector<std::string> out;
+    for (const auto& n : list) out.push_back(n.get<std::string>());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // One row: dq, dk, dv need every row's backward; what was compared matches, but not all was.
+  const auto [row_code, row] = replay_json(path, " --row 0");
+  CHECK(row_code == 0);
+  CHECK(row["match"] == true);
+  CHECK(row["complete"] == false);
+  REQUIRE(row.contains("not_compared"));
+  CHECK(names(row["not_compared"]) == std::vector<std::string>{"dk", "dq", "dv"});
+  // Every row: dq is compared and its flipped bit is found.
+  const auto [all_code, all] = replay_json(path, "");
+  CHECK(all_code == 1);
+  CHECK(all["match"] == false);
+  CHECK(all["complete"] == true);
+  CHECK_FALSE(all.contains("not_compared"));
+  bool dq_differs = false;
+  for (const auto& t : all["tensors"])
+    if (t["name"] == "dq")
+      dq_differs = t["mismatches"].size() == 1 && t["mismatches"][0]["index"] == nlohmann::json({0, 0, 0, 0});
+  CHECK(dq_differs);
+  // The intact trace: all compared and matching.
+  const auto [intact_code, whole] = replay_json(intact, "");
+  CHECK(intact_code == 0);
+  CHECK(whole["match"] == true);
+  CHECK(whole["complete"] == true);
+}

@@ -10,6 +10,9 @@
 // - Every report says whether the trace is a hardware capture (source cuda:...) or
 //   emulated, and names the SFU model, warning when it is unmeasured on hardware.
 // - Exit 0 all match, 1 any mismatch, 2 bad trace / usage (TraceError -> one line).
+// - --json: `match` is that verdict on the compared tensors (true exactly when exit 0);
+//   `complete` is false when any tensor the trace holds was not compared (`not_compared`
+//   names them), so "match": true never stands for tensors nobody looked at.
 // - --explain and --plot trace one row: --batch/--head/--row (default 0,0,0).
 // - --row R (with --batch/--head, default 0) recomputes only that row's forward
 //   (RunOptions::only_rows): O and LSE of the row, and with dO its delta; dQ, dK, dV need
@@ -705,6 +708,9 @@ int run_replay(const ReplayOptions& o) {
       for (const auto& t : row_trace->tiles) j["explain"].push_back(api::tile_record_json(t));
     }
     j["match"] = !mismatch;
+    // `match` is the exit status's verdict on what was compared; a script that reads only it
+    // would take a --row replay (dq, dk, dv left out) as checking the whole trace.
+    j["complete"] = not_compared.empty();
     std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << "replay " << o.path << " under " << model.name << "\n" << source_line << "\n" << sfu_line << "\n";

@@ -320,6 +320,55 @@ Safetensors load(const std::vector<std::filesystem::path>& given, std::string& s
   return out;
 }
 
+// Why a directory without .npy arrays is no capture, and what to give instead. A folder of
+// traces given where one capture is read (replay DIR, import DIR, a list entry of
+// bias_test(traces=[...])) is the usual cause: say how many trace files it holds, directly or
+// in subfolders (bias-test --traces reads one folder's files, not its subfolders), and that
+// one trace file, or bias-test --traces with a folder, is what reads them.
+std::string what_a_directory_without_arrays_holds(const std::filesystem::path& directory) {
+  const auto is_trace = [](const std::filesystem::path& p) {
+    const std::string e = extension(p);
+    return e == ".safetensors" || e == ".npz";
+  };
+  const auto counted = [](std::size_t safetensors, std::size_t npz) {
+    std::string text;
+    if (safetensors > 0) text = std::to_string(safetensors) + " .safetensors";
+    if (npz > 0) text += (text.empty() ? "" : " and ") + std::to_string(npz) + " .npz";
+    return text + " file(s)";
+  };
+  const std::string one_capture =
+      ": a directory here is one capture of .npy arrays (one file per tensor, named by it); give one trace "
+      "file";
+  std::error_code ec;
+  std::size_t safetensors = 0, npz = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, ec))
+    if (is_trace(entry.path())) ++(extension(entry.path()) == ".npz" ? npz : safetensors);
+  if (safetensors + npz > 0)
+    return " but " + counted(safetensors, npz) + one_capture + ", or the folder to `flashbits bias-test --traces " +
+           directory.string() + "` (Python: bias_test(traces=DIR)), which tests a folder of traces";
+  // Subfolders, searched only this far: the hint must not turn a mistyped path (/, $HOME)
+  // into a long walk.
+  constexpr std::size_t kEntriesLooked = 20000;
+  constexpr int kDepth = 4;
+  std::size_t looked = 0, nested_safetensors = 0, nested_npz = 0;
+  std::optional<std::filesystem::path> first_folder;  // the smallest name, whatever the listing order
+  std::filesystem::recursive_directory_iterator it(directory,
+                                                   std::filesystem::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (++looked > kEntriesLooked) break;
+    if (it.depth() >= kDepth) it.disable_recursion_pending();
+    if (!is_trace(it->path())) continue;
+    ++(extension(it->path()) == ".npz" ? nested_npz : nested_safetensors);
+    if (!first_folder || it->path().parent_path() < *first_folder) first_folder = it->path().parent_path();
+  }
+  if (first_folder)
+    return " and no trace file, but its subfolders hold " + std::string(looked > kEntriesLooked ? "at least " : "") +
+           counted(nested_safetensors, nested_npz) + " (the first in " + first_folder->string() + ")" + one_capture +
+           ", or one folder of them to `flashbits bias-test --traces DIR`, which tests the files of that folder, "
+           "not of its subfolders";
+  return one_capture + " (.safetensors or .npz) or such a directory";
+}
+
 }  // namespace
 
 std::vector<std::filesystem::path> capture_files(const std::vector<std::filesystem::path>& paths) {
@@ -337,18 +386,8 @@ std::vector<std::filesystem::path> capture_files(const std::vector<std::filesyst
   for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
     if (extension(entry.path()) == ".npy") arrays.push_back(entry.path());
   if (ec) fail(source, "cannot list the directory: " + ec.message());
-  if (arrays.empty()) {
-    // A folder of traces given where one capture is read (a list entry of bias_test(traces=[...]),
-    // replay DIR): say what it holds and where such a folder is read.
-    std::size_t traces = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(paths.front(), ec))
-      if (extension(entry.path()) == ".safetensors") ++traces;
-    if (traces > 0)
-      fail(source, "directory holds no .npy files but " + std::to_string(traces) +
-                       " .safetensors file(s): a directory here is one capture of .npy arrays; give the trace files, "
-                       "or the folder alone to bias-test --traces DIR (Python: bias_test(traces=DIR))");
-    fail(source, "directory holds no .npy files");
-  }
+  if (arrays.empty())
+    fail(source, "directory holds no .npy files" + what_a_directory_without_arrays_holds(paths.front()));
   std::sort(arrays.begin(), arrays.end());
   return arrays;
 }
