@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <limits>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 
 #include "attention/kernel_models.hpp"
 #include "emu/ops.hpp"
+#include "formats/decimal_text.hpp"
 #include "studies/measure.hpp"
 #include "attention/trace_inputs.hpp"
 #include "traces/trace.hpp"
@@ -340,6 +342,23 @@ void run_model_trials(const BiasRun& run, const BiasHooks& hooks, Samples& s, Bi
         if (note.starts_with("note: ")) note.remove_prefix(6);  // the printer adds its own
         report.notes.push_back(m->name + ": " + std::string(note));
       }
+  // Kernels take the softmax scale as an fp32 value, exact attention 1/sqrt(d) itself: for a
+  // head dim that is no power of 4 the scale's own rounding tilts every score one way, and in
+  // the ulps of an fp32 output that alone shows as added bias (docs/DESIGN.md §13; the fifth
+  // verdict audit found it unnamed at head dim 128). Said where it can matter.
+  const double exact_scale = 1.0 / std::sqrt(static_cast<double>(run.headdim));
+  const double fp32_scale = static_cast<double>(static_cast<float>(exact_scale));
+  if (fp32_scale != exact_scale && model.recipe->structure != Structure::correctly_rounded &&
+      model.recipe->output.precision() >= formats::fp32.precision()) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "%s: the softmax scale 1/sqrt(%d) is no fp32 value; the kernel computes with it rounded to fp32 "
+                  "(relative error %+.2g), exact attention with 1/sqrt(%d) itself: in ulps of the %s output that "
+                  "rounding alone can show as added bias (a head dim that is a power of 4 has an exact scale)",
+                  model.name.c_str(), run.headdim, (fp32_scale - exact_scale) / exact_scale, run.headdim,
+                  std::string(model.recipe->output.name).c_str());
+    report.notes.push_back(buf);
+  }
   std::vector<ItemResult> items(static_cast<std::size_t>(std::max(run.trials, 0)));
   for_each_item(run.trials, run.threads, hooks, [&](int t) {
     if (hooks.before_item) hooks.before_item();
@@ -506,6 +525,29 @@ void add_trace(const Trace& trace, ItemResult& item) {
     item.delta_note = "delta: NOT tested for " + trace.source_name() +
                       ": the capture holds delta but no dO, which its exact value needs";
   } else if (trace.has("delta")) {
+    // The format the kernel writes delta in: fp32 (its reduction's), or a rounded_products
+    // model's delta_format. A container narrower than that rounded delta a second time, and
+    // judged against the fp32 floor that rounding would read as the kernel's bias: refused
+    // under a model (as a narrower O is, and as replay says it), named in a note without one.
+    const Format written =
+        named.recipe && named.recipe->delta == DeltaFormula::rounded_products && named.recipe->delta_format
+            ? *named.recipe->delta_format
+            : formats::fp32;
+    // (An F64 or integer container has no fb::Format: none of them is narrower than fp32.)
+    const std::optional<Format> container = dtype_format(trace.tensor("delta").dtype);
+    if (container && container->precision() < written.precision()) {
+      const Format& stored = *container;
+      if (named.recipe)
+        throw TraceError(trace.source_name() + ": tensor delta: stored as " + std::string(stored.name) +
+                         ", narrower than the " + std::string(written.name) + " delta model " + named.name +
+                         " writes: the capture rounded it again");
+      item.assumed.push_back("note: " + trace.source_name() + ": tensor delta is stored as " +
+                             std::string(stored.name) + ", narrower than the " + std::string(written.name) +
+                             " a kernel writes delta in: the capture rounded it again, and that rounding is counted "
+                             "as the kernel's error against the " +
+                             std::string(written.name) + " floor (capture delta in " + std::string(written.name) +
+                             " to measure the kernel alone)");
+    }
     kernel_deltas = tensor_from_trace(trace, "delta").data;
   } else if (in.d_o && named.recipe && delta_reads_unrounded_o(*named.recipe)) {
     // Its delta reads O before the final cast (+o-fp32) or is rowsum(dP∘P) (+delta-dpp, the
@@ -644,7 +686,8 @@ BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks) {
                                     item.source_name + " (" + item.formats + ")" +
                                     (item.model.empty() ? "" : ", both of model " + item.model) +
                                     ": the traces mix formats, and a verdict is in one format's ulps; test each "
-                                    "format's traces apart");
+                                    "format's traces apart: give one format's files to --traces at a time "
+                                    "(--traces FILE...; Python: bias_test(traces=[FILE, ...]))");
       else if (item.model != items.front().model) {
         const auto named = [](const ItemResult& x) {
           return x.source_name + (x.model.empty() ? " names no model" : " names model " + x.model) + " (" + x.formats +
@@ -728,6 +771,42 @@ std::string report_verdict_text(const BiasReport& r) {
   return r.no_verdict ? "no verdict (non-finite output)" : verdict_text(r.verdict);
 }
 
+std::vector<std::string> quantisation_outputs_biased(const BiasReport& r) {
+  std::vector<std::string> outputs;
+  if (!r.has_quantisation || r.no_verdict) return outputs;
+  // At the report's one level, as the quantisation's own lines judge "mean differs from 0":
+  // a clause here must not contradict the line it summarises.
+  if (r.o_quant.n >= 2 && r.o_quant.biased) outputs.push_back("o");
+  if (r.has_delta && r.delta_quant.n >= 2 && r.delta_quant.biased) outputs.push_back("delta");
+  return outputs;
+}
+
+std::string quantisation_verdict_note(const BiasReport& r) {
+  if (!r.has_quantisation || r.no_verdict) return "";
+  const auto share = [](const char* output, const BiasStatistics& q) {
+    char mean[32];
+    std::snprintf(mean, sizeof mean, "%+.3g", q.mean);
+    return std::string(output) + " " + mean + " ulp, p=" + p_value_text(q.p_t);
+  };
+  std::string note =
+      "the verdict is the kernel's arithmetic against the exact attention of its quantised inputs: the input "
+      "quantisation's own error is measured apart and not part of it";
+  const std::vector<std::string> biased = quantisation_outputs_biased(r);
+  if (biased.empty()) {
+    // Its sizes all the same: a share near the level is worth seeing beside the verdict.
+    std::string shares;
+    if (r.o_quant.n >= 2) shares = share("O", r.o_quant);
+    if (r.has_delta && r.delta_quant.n >= 2) shares += (shares.empty() ? "" : "; ") + share("delta", r.delta_quant);
+    if (!shares.empty())
+      note += " (" + shares + ": not distinguishable from 0 at " + shortest_decimal(r.alpha_per_comparison) + ")";
+    return note;
+  }
+  note += "; the input quantisation adds its own bias (";
+  for (std::size_t i = 0; i < biased.size(); ++i)
+    note += (i ? "; " : "") + (biased[i] == "o" ? share("O", r.o_quant) : share("delta", r.delta_quant));
+  return note + "), not counted here";
+}
+
 std::string stat_verdict(const BiasStatistics& s, bool run_has_verdict) {
   if (s.n == 0) return "no samples";
   if (!run_has_verdict) return "none (non-finite output elsewhere in the run)";
@@ -740,8 +819,10 @@ nlohmann::ordered_json stats_json(const BiasStatistics& s, bool run_has_verdict)
   nlohmann::ordered_json j;
   j["n"] = s.n;
   j["mean_ulps"] = s.mean;
-  const bool has_spread = s.has_spread();  // else no interval and no detectable size
-  j["ci"] = has_spread ? nlohmann::ordered_json{s.ci_low, s.ci_high} : nlohmann::ordered_json(nullptr);
+  // No interval and no detectable size without spread (one sample, or all equal): a [x, x]
+  // and a 0 would read as certainty.
+  const bool has_interval = s.has_interval();
+  j["ci"] = has_interval ? nlohmann::ordered_json{s.ci_low, s.ci_high} : nlohmann::ordered_json(nullptr);
   // One sample: no t test (the text says so); a p of 1 would read as evidence of no bias.
   const bool tested = s.n >= 2;
   j["t"] = tested ? nlohmann::ordered_json(s.t_statistic) : nlohmann::ordered_json(nullptr);
@@ -749,7 +830,7 @@ nlohmann::ordered_json stats_json(const BiasStatistics& s, bool run_has_verdict)
   j["positives"] = s.positives;
   j["negatives"] = s.negatives;
   j["p_sign"] = s.p_sign;
-  j["min_detectable_ulps"] = has_spread ? nlohmann::ordered_json(s.min_detectable) : nlohmann::ordered_json(nullptr);
+  j["min_detectable_ulps"] = has_interval ? nlohmann::ordered_json(s.min_detectable) : nlohmann::ordered_json(nullptr);
   j["verdict"] = stat_verdict(s, run_has_verdict);
   return j;
 }
@@ -781,7 +862,7 @@ nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_
   const auto p_value = [&c](double p) { return c.excess.n >= 2 ? nlohmann::ordered_json(p) : nullptr; };
   j["excess_p_t"] = p_value(c.excess.p_t);
   j["min_detectable_ulps"] =
-      c.excess.has_spread() ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
+      c.excess.has_interval() ? nlohmann::ordered_json(c.excess.min_detectable) : nlohmann::ordered_json(nullptr);
   j["distance_mean_ulps"] = value(c.distance.mean);
   j["distance_p_t"] = p_value(c.distance.p_t);
   return j;
@@ -843,6 +924,12 @@ nlohmann::ordered_json bias_report_json(const BiasReport& r, bool by_max) {
   // With --against the verdict is relative to that model, which is no floor: it has its own bias.
   if (r.paired) j["relative_to"] = r.baseline;
   j["verdict"] = report_verdict_text(r);
+  // fp8 kernels: the verdict leaves the input quantisation out, and says so (with any share of
+  // it that is itself significant).
+  if (const std::string note = quantisation_verdict_note(r); !note.empty()) {
+    j["verdict_note"] = note;
+    j["quantisation_biased"] = quantisation_outputs_biased(r);
+  }
   if (by_max) {
     nlohmann::ordered_json g;
     g["distinct_values"] = r.by_max.size();

@@ -24,6 +24,11 @@
 // rows); a model (or captured kernel) whose O or delta is non-finite on finite inputs is
 // reported with its rows, those rows are left out of the statistics, and the run gets no
 // verdict (no_verdict; JSON verdict "no verdict (non-finite output)").
+// Storage that rounded a second time: a captured O or delta in a container narrower than the
+// format the trace's metadata model writes it in (delta: fp32, or a rounded_products model's
+// delta_format) is refused (TraceError naming the file, the tensor and both formats): that
+// rounding would read as the kernel's bias. With no model, a delta narrower than fp32 is
+// measured, and a note says that its storage's rounding counts as the kernel's error.
 // by_max (descriptive, never part of the verdict): the rows grouped by their exact max
 // scaled score, one value per distinct max (the mean over every row sharing it, across
 // trials or traces). A recipe whose rounding depends on the max's value (P̄ = exp(S - m)
@@ -198,6 +203,17 @@ struct BiasReport {
 
 // The verdict line's words for a run ("adds bias", ..., "no verdict (non-finite output)").
 std::string report_verdict_text(const BiasReport& report);
+
+// What an fp8 kernel's verdict leaves out (empty unless report.has_quantisation and a verdict
+// was given): the verdict is the kernel's arithmetic against the exact attention of its
+// quantised inputs, so the input quantisation's own error (report.o_quant, .delta_quant) is
+// measured apart and is no part of it. Each output's quantisation share is named with its mean
+// and p-value; one whose mean differs from 0 at the report's level (alpha_per_comparison, the
+// level of its every line) is said to add its own bias. Printed on bias-test's verdict line,
+// JSON "verdict_note"; quantisation_outputs_biased lists those outputs ("o", "delta"), JSON
+// "quantisation_biased".
+std::string quantisation_verdict_note(const BiasReport& report);
+std::vector<std::string> quantisation_outputs_biased(const BiasReport& report);
 
 BiasReport run_bias(const BiasRun& run, const BiasHooks& hooks = {});
 

@@ -5,7 +5,10 @@
 // (samples, statistics, the reference and excess, non-finite rows, --by-max groups) is
 // studies/bias_run.hpp, which the Python module's bias_test runs too.
 // - --model M: one sample per trial over a 1-head problem of --seqlen x --headdim.
-// - --traces DIR: one sample per captured row of every *.safetensors in DIR (sorted).
+// - --traces PATH...: one sample per set of keys and values of the captures given: files, and
+//   each directory's *.safetensors and *.npz (sorted), pooled in the order the paths are given
+//   (--traces a b, or --traces a --traces b); a file given twice is one sample (the run counts
+//   repeats once).
 // - --model M --against B: the paired difference of M and B on the same inputs and seed.
 // - --model M --recipe FILE: M with the recipe file's stage formats and SFU tables
 //   (tools/recipe_file.hpp); trials are seeded as for M alone, so both see the same inputs.
@@ -36,7 +39,8 @@ namespace fb::cli {
 namespace {
 
 struct BiasOptions {
-  std::string model, against, recipe, traces, scenario = "sink", dtype = "bf16";
+  std::string model, against, recipe, scenario = "sink", dtype = "bf16";
+  std::vector<std::string> traces;  // files and directories, pooled in this order
   int trials = 32, seqlen = 256, headdim = 64, jobs = default_jobs();
   double alpha = 1e-3, at_stake = attn::kDefaultAtStakeUlps;
   std::uint64_t seed = 0;
@@ -128,25 +132,36 @@ attn::BiasRun model_run(const BiasOptions& o) {
   return run;
 }
 
-// --traces mode: one capture file, or the sorted *.safetensors and *.npz of a directory,
-// each read with the capture statements (--dtype names the captures' format here).
+// --traces mode: capture files and the sorted *.safetensors and *.npz of directories, in the
+// order the paths are given, pooled into one run (as one directory's files are), each read
+// with the capture statements (--dtype names the captures' format here).
 attn::BiasRun traces_run(const BiasOptions& o) {
   attn::BiasRun run;
   CaptureOptionText statement = o.capture;
   if (o.dtype_option->count() > 0) statement.dtype = o.dtype;
   run.capture = capture_options_or_throw(statement);
-  std::error_code ec;
-  if (!std::filesystem::is_directory(o.traces, ec)) {
-    run.traces.push_back(o.traces);  // one file: the reader names it if it is missing or bad
-    return run;
+  for (const std::string& path : o.traces) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+      run.traces.push_back(path);  // a file: the reader names it if it is missing or bad
+      continue;
+    }
+    std::vector<std::filesystem::path> listed;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec))
+      if (entry.path().extension() == ".safetensors" || entry.path().extension() == ".npz")
+        listed.push_back(entry.path());
+    if (ec) throw InputError("--traces " + path + ": cannot list directory (" + ec.message() + ")");
+    std::sort(listed.begin(), listed.end());
+    if (listed.empty()) throw InputError("--traces " + path + ": no .safetensors or .npz files");
+    run.traces.insert(run.traces.end(), listed.begin(), listed.end());
   }
-  for (const auto& entry : std::filesystem::directory_iterator(o.traces, ec))
-    if (entry.path().extension() == ".safetensors" || entry.path().extension() == ".npz")
-      run.traces.push_back(entry.path());
-  if (ec) throw InputError("--traces " + o.traces + ": cannot list directory (" + ec.message() + ")");
-  std::sort(run.traces.begin(), run.traces.end());
-  if (run.traces.empty()) throw InputError("--traces " + o.traces + ": no .safetensors or .npz files");
-  run.traces_label = o.traces;
+  // The subject names what was given: one directory as before; several paths, all of them.
+  std::error_code ec;
+  if (o.traces.size() == 1 && std::filesystem::is_directory(o.traces.front(), ec)) {
+    run.traces_label = o.traces.front();
+  } else if (o.traces.size() > 1) {
+    for (const std::string& path : o.traces) run.traces_label += (run.traces_label.empty() ? "" : ", ") + path;
+  }
   return run;
 }
 
@@ -242,21 +257,25 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
   const std::string basis =
       r.paired ? "the paired difference with " + r.baseline : "the excess over the correctly rounded reference";
   const std::string relative = r.paired ? " relative to " + r.baseline : "";
+  std::string words;
   switch (r.verdict) {
     case attn::Verdict::adds_bias:
-      std::cout << "verdict (from " << basis << "): this kernel adds bias" << relative << "\n";
+      words = "this kernel adds bias" + relative;
       break;
     case attn::Verdict::less_biased_than_floor:
-      std::cout << "verdict (from " << basis << "): this kernel is less biased than "
-                << (r.paired ? r.baseline : "its format's floor") << "\n";
+      words = "this kernel is less biased than " + (r.paired ? r.baseline : std::string("its format's floor"));
       break;
     case attn::Verdict::no_detectable_bias:
-      std::cout << "verdict (from " << basis << "): no detectable added bias" << relative << "\n";
+      words = "no detectable added bias" + relative;
       break;
     case attn::Verdict::inconclusive:
-      std::cout << "verdict (from " << basis << "): inconclusive (the reasons above)\n";
+      words = "inconclusive (the reasons above)";
       break;
   }
+  // fp8 kernels: the verdict is about the arithmetic on the quantised inputs; the line says so,
+  // and names a quantisation share that is itself significant (studies/bias_run.hpp).
+  const std::string quantisation = attn::quantisation_verdict_note(r);
+  std::cout << "verdict (from " << basis << "): " << words << (quantisation.empty() ? "" : "; " + quantisation) << "\n";
   // Traces without a delta: delta is the model's reduction of the captured O and dO. Where it
   // alone decides the verdict, the verdict is not the hardware's output alone, and says so.
   const bool o_decides = r.o_vs_floor.verdict == r.verdict || r.o_magnitude_vs_floor.verdict == r.verdict;
@@ -266,7 +285,8 @@ void print_report(const attn::BiasReport& r, const BiasOptions& o) {
 }
 
 int run_bias_test(const BiasOptions& o) {
-  if (o.model.empty() == o.traces.empty()) throw InputError("give exactly one of --model NAME or --traces DIR");
+  if (o.model.empty() == o.traces.empty())
+    throw InputError("give exactly one of --model NAME or --traces PATH... (trace files or directories)");
   if (!o.against.empty() && o.model.empty()) throw InputError("--against: needs --model");
   if (!o.recipe.empty() && o.model.empty()) throw InputError("--recipe: needs --model (the recipe changes that model)");
   alpha_or_throw(o.alpha);
@@ -301,7 +321,8 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--against", o->against, "paired: measure --model minus this model on the same inputs");
   app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
   auto* traces = app.add_option("--traces", o->traces,
-                                "a trace or bare capture, or a directory of .safetensors/.npz ones (takes none of "
+                                "traces or bare captures, or directories of .safetensors/.npz ones, pooled into "
+                                "one run (--traces A B, or --traces A --traces B; takes none of "
                                 "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
                                 "--dtype names a capture's format)");
   auto* scenario = app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
