@@ -53,7 +53,7 @@ namespace {
 double fp16_rne(double x) {
   int e = 0;
   std::frexp(x, &e);
-  e = std::max(e, -13);                            // x = m 2^e with |m| < 1; spacing 2^(e-11)
+  e = std::max(e, -13);                    // x = m 2^e with |m| < 1; spacing 2^(e-11)
   const double m = std::ldexp(x, 11 - e);  // |m| < 2048
   double r = std::floor(m);
   const double frac = m - r;
@@ -198,8 +198,8 @@ TEST_CASE("bias-test --traces: a delta stored narrower than the kernel writes it
     write_capture(bare, "", c.format, c.round);
     const BiasReport r = run_traces({bare});
     CHECK(r.has_delta);
-    CHECK(has_note_containing(r, bare.string() + ": tensor delta is stored as " + std::string(c.format.name) +
-                                     ", narrower than the fp32"));
+    CHECK(has_note_containing(
+        r, bare.string() + ": tensor delta is stored as " + std::string(c.format.name) + ", narrower than the fp32"));
     CHECK(has_note_containing(r, "counted as the kernel's error"));
   }
   // A model whose delta is rounded_products into fp32 (fa-bf16acc) refuses it as well.
@@ -242,7 +242,8 @@ TEST_CASE("bias-test --traces CLI: make-trace's fp32 delta rewritten as bf16 is 
     const Run noted_json = run("bias-test --traces " + bare + " --json");
     const auto j = nlohmann::json::parse(noted_json.out);
     bool in_notes = false;
-    for (const auto& n : j["notes"]) in_notes = in_notes || n.get<std::string>().find("tensor delta is stored as bf16") != std::string::npos;
+    for (const auto& n : j["notes"])
+      in_notes = in_notes || n.get<std::string>().find("tensor delta is stored as bf16") != std::string::npos;
     CHECK(in_notes);
   }
   std::filesystem::remove_all(dir);
@@ -331,8 +332,10 @@ TEST_CASE("bias-test --traces takes several paths, pooled as one directory's fil
   std::filesystem::create_directories(dir / "both");
   std::filesystem::create_directories(dir / "mixed");
   const std::string a = (dir / "both" / "a.safetensors").string(), c = (dir / "both" / "c.safetensors").string();
-  REQUIRE(run("make-trace --model fa2-sm80 --heads 4 --seqlen 32 --headdim 16 --backward --seed 1 --out " + a).code == 0);
-  REQUIRE(run("make-trace --model fa2-sm80 --heads 4 --seqlen 32 --headdim 16 --backward --seed 2 --out " + c).code == 0);
+  REQUIRE(run("make-trace --model fa2-sm80 --heads 4 --seqlen 32 --headdim 16 --backward --seed 1 --out " + a).code ==
+          0);
+  REQUIRE(run("make-trace --model fa2-sm80 --heads 4 --seqlen 32 --headdim 16 --backward --seed 2 --out " + c).code ==
+          0);
   const Run whole = run("bias-test --traces " + (dir / "both").string() + " --json");
   REQUIRE(whole.code != 2);
   const nlohmann::json pooled = figures(whole.out);
@@ -341,7 +344,8 @@ TEST_CASE("bias-test --traces takes several paths, pooled as one directory's fil
   const Run listed = run("bias-test --traces " + a + " " + c + " --json");
   REQUIRE(listed.code == whole.code);
   CHECK(figures(listed.out) == pooled);
-  CHECK(nlohmann::json::parse(listed.out)["subject"] == "2 traces in " + a + ", " + c + " (one sample per set of keys and values)");
+  CHECK(nlohmann::json::parse(listed.out)["subject"] ==
+        "2 traces in " + a + ", " + c + " (one sample per set of keys and values)");
   const Run repeated = run("bias-test --traces " + a + " --traces " + c + " --json");
   REQUIRE(repeated.code == whole.code);
   CHECK(figures(repeated.out) == pooled);
