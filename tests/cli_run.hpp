@@ -37,6 +37,7 @@ inline std::string slurp(const std::string& path) {
 inline std::filesystem::path scratch() {
   static const std::filesystem::path dir = [] {
     auto d = std::filesystem::temp_directory_path() / ("fb_cli_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);  // an earlier run's, whose pid this one reuses: start empty
     std::filesystem::create_directories(d);
     return d;
   }();

@@ -356,6 +356,7 @@ TEST_CASE("run_bias: the excess is the error minus the correctly rounded referen
   // Traces: O rounded up, then down, from the exact O. The 64 rows share one head's keys and
   // values: one cluster, one sample (the mean of its rows).
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_sign_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   const auto up_path = dir / "up.safetensors", down_path = dir / "down.safetensors";
   write_rounded_trace(up_path, bf16_round_up);
@@ -415,6 +416,7 @@ TEST_CASE("run_bias: the excess is the error minus the correctly rounded referen
 // rounded to fp32 here) is measured on fp32's floor, its excess again 0.
 TEST_CASE("bias-test --traces: an O kept in a wider container is judged in the format it holds") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_container_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   const auto fp32_rne = [](double x) { return static_cast<double>(static_cast<float>(x)); };
   const int traces = sanitizer_scale() ? 8 : 10;
@@ -501,6 +503,7 @@ AttentionInputs row_slice(const AttentionInputs& in, int first, int count) {
 // split capture turned "no detectable added bias" into "adds bias".
 TEST_CASE("bias-test --traces: one sample per set of keys and values, across heads and files") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_shared_kv_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   AttentionInputs repeated = make_scenario("sink", 31, 1, 4, 32, 16, formats::bf16, true);
   for (int h = 1; h < 4; ++h)
@@ -542,6 +545,7 @@ TEST_CASE("bias-test --traces: one sample per set of keys and values, across hea
 // captured delta without dO has no exact value to be measured against.
 TEST_CASE("bias-test --traces: a delta the capture cannot give is NOT tested, and says why") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_delta_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   const AttentionInputs in = make_scenario("sink", 33, 1, 2, 32, 16, formats::bf16, true);
   for (const char* model : {"fa2-sm80+delta-dpp", "fa2-sm80+o-fp32"}) {
@@ -574,6 +578,7 @@ TEST_CASE("bias-test --traces: a delta the capture cannot give is NOT tested, an
 // in a container narrower than the model writes has been rounded a second time.
 TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its model's, are refused") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_formats_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   write_rounded_trace(dir / "a.safetensors", bf16_rne);
   // An fp16 trace of the same model: fp16 inputs, its O the exact one rounded to fp16 (test data
@@ -606,6 +611,7 @@ TEST_CASE("bias-test --traces: traces of two formats, and an O narrower than its
 // one kernel's and pool (they were refused as two kernels); +o-rtz is another kernel.
 TEST_CASE("bias-test --traces: a model and the same model with +o-rne are one kernel") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_orne_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   write_rounded_trace(dir / "a.safetensors", bf16_rne, formats::bf16, "fa2-sm80", 11);
   write_rounded_trace(dir / "b.safetensors", bf16_rne, formats::bf16, "fa2-sm80+o-rne", 12);
@@ -624,6 +630,7 @@ TEST_CASE("bias-test --traces: a model and the same model with +o-rne are one ke
 // floor; judged on fp32's it read as a kernel thousands of ulps off.
 TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in the format its O holds") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_upcast_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   BiasRun run;
   for (int t = 0; t < 8; ++t) {
@@ -653,6 +660,7 @@ TEST_CASE("bias-test --traces: a capture upcast whole to float32 is judged in th
 // out like every keyless row. A value that no guard writes is named.
 TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_keyless_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   for (const double guard : {std::nan(""), 0.0, 1.0}) {
     CAPTURE(guard);
@@ -686,6 +694,7 @@ TEST_CASE("bias-test --traces: rows that see no key may hold the math path's NaN
 // rows in the by-row-max groups were counted twice.
 TEST_CASE("bias-test --traces: a copy of a trace adds no row to any count") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_bias_copy_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // a stale folder of a reused pid would add its files
   std::filesystem::create_directories(dir);
   AttentionInputs in = make_scenario("sink", 410, 1, 2, 48, 16, formats::bf16, true, 1, 32);
   in.causal = true;  // bottom-right: the first 16 query rows of each head see no key

@@ -30,6 +30,9 @@ namespace {
 
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("fb_test_import_" + std::to_string(::getpid())) / name;
+  // Fresh: a folder left by an earlier run whose pid this one reuses held files that made
+  // copy_file throw (seen on a machine that ran CI twice).
+  fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }

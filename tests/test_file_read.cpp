@@ -23,6 +23,7 @@ namespace {
 std::filesystem::path scratch_dir() {
   static const std::filesystem::path dir = [] {
     auto d = std::filesystem::temp_directory_path() / ("fb_file_read_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);  // an earlier run's, whose pid this one reuses
     std::filesystem::create_directories(d);
     return d;
   }();

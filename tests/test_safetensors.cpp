@@ -362,6 +362,7 @@ TEST_CASE("safetensors_error_quotes_odd_names_on_one_line") {
 
 TEST_CASE("safetensors_path_io") {
   const auto dir = std::filesystem::temp_directory_path() / ("fb_safetensors_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);  // an earlier run's, whose pid this one reuses
   std::filesystem::create_directories(dir);
   fb::Safetensors file;
   file.tensors.push_back({"x", fb::Dtype::U16, {3}, {1, 2, 3, 4, 5, 6}});
