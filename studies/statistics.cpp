@@ -76,6 +76,17 @@ double invert_cdf(Cdf cdf, double p) {
   return 0.5 * (lo + hi);
 }
 
+// The sample standard deviation from a sum of squared deviations `ss` of n samples, or 0
+// where ss is within the rounding of sums over n samples of squares up to `scale` (each sum
+// took up to n roundings, so each is off by at most n·u·scale): such a "spread" is the
+// arithmetic's, and gave t statistics of 1e15 on samples that agree to their last ulps.
+// summarize and summarize_sums both judge spread by this one rule, so bias-test's sample
+// form and sweep's moments form agree on the same data.
+double stddev_beyond_rounding(double ss, std::size_t n, double scale) {
+  const double rounding = 4.0 * static_cast<double>(n + 1) * std::numeric_limits<double>::epsilon() * scale;
+  return n > 1 && ss > rounding ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+}
+
 // min_detectable_effect_in_se(df, alpha, 0.8), remembered per (df, alpha): about a
 // millisecond a call, and a merge of a large grid asks for the same few pairs once per row and
 // statistic. The cache is a pure function's memo (no floating-point state), bounded in size.
@@ -182,10 +193,7 @@ BiasStatistics summarize_sums(std::size_t n, double sum, double sumsq, std::size
   // and that "spread" gave a t of 1e16 where the samples form (summarize) says zero spread.
   // Each sum took up to n roundings, so each is off by at most n·u·(its scale), and
   // |Σx·mean| <= Σx² (Cauchy-Schwarz): a numerator within 4(n + 1)·eps·scale is that error.
-  const double scale = std::max(sumsq, sumsq_scale);
-  const double numerator = sumsq - sum * mean;
-  const double rounding = 4.0 * static_cast<double>(n + 1) * std::numeric_limits<double>::epsilon() * scale;
-  const double stddev = n > 1 && numerator > rounding ? std::sqrt(numerator / static_cast<double>(n - 1)) : 0.0;
+  const double stddev = stddev_beyond_rounding(sumsq - sum * mean, n, std::max(sumsq, sumsq_scale));
   return summarize_moments(n, mean, stddev, positives, negatives, alpha);
 }
 
@@ -212,14 +220,11 @@ BiasStatistics summarize(const std::vector<double>& errors, double alpha) {
       ++negatives;
   }
   // A spread within the rounding of the samples themselves is none, as summarize_sums rules:
-  // each sample is a double computed from exact values and carries a few ulps of its own
-  // error, so samples that agree to that (near-copies of one trace, a bit of k flipped) gave
-  // a t of 1e15 where the sums' form of the same data says zero spread. Σ(x - mean)² within
-  // 4(n + 1)·eps·Σx² is that rounding.
+  // samples that agree to their last ulps (near-copies of one trace, a bit of k flipped) gave
+  // a t of 1e15 where the sums' form of the same data says zero spread.
   double sumsq = 0.0;
   for (double e : errors) sumsq += e * e;
-  const double rounding = 4.0 * static_cast<double>(n + 1) * std::numeric_limits<double>::epsilon() * sumsq;
-  const double stddev = n < 2 || !(ss > rounding) ? 0.0 : std::sqrt(ss / static_cast<double>(n - 1));
+  const double stddev = stddev_beyond_rounding(ss, n, sumsq);
   return summarize_moments(n, mean, stddev, positives, negatives, alpha);
 }
 

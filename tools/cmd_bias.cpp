@@ -140,12 +140,14 @@ attn::BiasRun traces_run(const BiasOptions& o) {
   CaptureOptionText statement = o.capture;
   if (o.dtype_option->count() > 0) statement.dtype = o.dtype;
   run.capture = capture_options_or_throw(statement);
+  bool only_one_directory = false;
   for (const std::string& path : o.traces) {
     std::error_code ec;
     if (!std::filesystem::is_directory(path, ec)) {
       run.traces.push_back(path);  // a file: the reader names it if it is missing or bad
       continue;
     }
+    only_one_directory = o.traces.size() == 1;
     std::vector<std::filesystem::path> listed;
     for (const auto& entry : std::filesystem::directory_iterator(path, ec))
       if (entry.path().extension() == ".safetensors" || entry.path().extension() == ".npz")
@@ -156,8 +158,7 @@ attn::BiasRun traces_run(const BiasOptions& o) {
     run.traces.insert(run.traces.end(), listed.begin(), listed.end());
   }
   // The subject names what was given: one directory as before; several paths, all of them.
-  std::error_code ec;
-  if (o.traces.size() == 1 && std::filesystem::is_directory(o.traces.front(), ec)) {
+  if (only_one_directory) {
     run.traces_label = o.traces.front();
   } else if (o.traces.size() > 1) {
     for (const std::string& path : o.traces) run.traces_label += (run.traces_label.empty() ? "" : ", ") + path;

@@ -236,7 +236,8 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
     os << "    none of the " << features_by_error.size()
        << " features with this row's most negative errors has a rounding in its P.V accumulation that carried a bit "
           "out and rounded it away from zero"
-       << (model.recipe->o_buffer_format ? "" : " (" + model.name + " keeps O unrounded between tiles)") << ".\n";
+       << (model.recipe->o_buffer_format ? "" : " (" + model.name + " keeps O in its fp32 accumulator between tiles)")
+       << ".\n";
   if (!tracer.traces.empty()) {
     const attn::RowTrace& t = tracer.traces.front();
     // P-bar == 1 at the row's final max are the tied keys; a P-bar == 1 at an earlier tile's
