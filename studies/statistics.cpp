@@ -106,10 +106,46 @@ double min_detectable_in_se_at_80_percent(std::size_t df_count, double alpha) {
   return size;
 }
 
+// Above this many degrees of freedom the t distribution is taken from its expansion about
+// the normal (Cornish-Fisher, Abramowitz & Stegun 26.7.5): the incomplete beta's inputs
+// (x = dof/(dof+t^2) near 1, lgamma of dof/2) lose digits as dof grows, ~1e-10 relative at
+// dof 10^6 and no digit left at 10^15 (a merged sweep's n can be that large), while the
+// expansion's first omitted term, ~z^11/dof^5, is below 1e-15 relative here even at z = 21
+// (a tail of 1e-100). tests/test_statistics.cpp checks both sides of the switch against
+// Boost.Math.
+constexpr double kExpansionDof = 1e5;
+
+// t as a function of the normal deviate z with the same tail, to order 1/dof^4.
+double t_from_normal_deviate(double z, double dof) {
+  const double z2 = z * z;
+  const double g1 = (z2 + 1.0) * z / 4.0;
+  const double g2 = ((5.0 * z2 + 16.0) * z2 + 3.0) * z / 96.0;
+  const double g3 = (((3.0 * z2 + 19.0) * z2 + 17.0) * z2 - 15.0) * z / 384.0;
+  const double g4 = ((((79.0 * z2 + 776.0) * z2 + 1482.0) * z2 - 1920.0) * z2 - 945.0) * z / 92160.0;
+  return z + (g1 + (g2 + (g3 + g4 / dof) / dof) / dof) / dof;
+}
+
+// Its inverse by Newton's method: t_from_normal_deviate is increasing in z and within a
+// relative 1e-9 of z there (|g_k| / dof^k tiny), so a few steps from z = t converge.
+double normal_deviate_from_t(double t, double dof) {
+  double z = t;
+  for (int i = 0; i < 8; ++i) {
+    const double h = std::max(1e-300, 1e-7 * std::fabs(z));
+    const double slope = (t_from_normal_deviate(z + h, dof) - t_from_normal_deviate(z - h, dof)) / (2.0 * h);
+    const double step = (t_from_normal_deviate(z, dof) - t) / slope;
+    z -= step;
+    if (std::fabs(step) <= 1e-17 * std::fabs(z)) break;
+  }
+  return z;
+}
+
+double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
 }  // namespace
 
 double student_t_cdf(double t, double dof) {
   if (std::isinf(t)) return t > 0 ? 1.0 : 0.0;
+  if (dof >= kExpansionDof) return normal_cdf(normal_deviate_from_t(t, dof));
   // P(T > |t|) = I_x(dof/2, 1/2) / 2 with x = dof/(dof+t^2), accurate however small the
   // tail is. Only for |t| < 1 (a tail above ~0.15, so no cancellation) use the complementary
   // form 1 - I_{t^2/(dof+t^2)}(1/2, dof/2), since x rounds to 1 for t^2 << dof. (Switching at
@@ -121,17 +157,19 @@ double student_t_cdf(double t, double dof) {
 }
 
 double student_t_quantile(double p, double dof) {
+  if (dof >= kExpansionDof) return t_from_normal_deviate(normal_quantile(p), dof);
   return invert_cdf([dof](double t) { return student_t_cdf(t, dof); }, p);
 }
 
 double student_t_upper_quantile(double tail, double dof) {
   // P(T <= -t) = P(T > t): the lower tail at -t is computed directly (student_t_cdf), so
   // inverting it keeps tails like 1e-25 that 1 - tail cannot hold.
+  if (dof >= kExpansionDof) return -t_from_normal_deviate(normal_quantile(tail), dof);
   return -invert_cdf([dof](double t) { return student_t_cdf(t, dof); }, tail);
 }
 
 double normal_quantile(double p) {
-  return invert_cdf([](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }, p);
+  return invert_cdf([](double x) { return normal_cdf(x); }, p);
 }
 
 double binomial_two_sided_p(std::size_t k, std::size_t n) {
