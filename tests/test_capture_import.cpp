@@ -348,3 +348,44 @@ TEST_CASE("npy and npz parsers refuse malformed input with one line") {
   CHECK_THROWS_WITH_AS(parse_npz(not_zip, "c.npz"), doctest::Contains("no end-of-central-directory"), TraceError);
   CHECK_THROWS_WITH_AS(parse_npy(not_zip, "x", "x.npy"), doctest::Contains("magic"), TraceError);
 }
+
+// Found in review: the CLI's bias-test --traces and Python's bias_test listed folders by two
+// rules (one case-sensitive; one reading a folder of trace files as one .npy capture). The one
+// rule, on names alone: the expected lists are built here from the names the test creates.
+TEST_CASE("list_captures: a folder of trace files is its files, a folder of .npy arrays one capture") {
+  const fs::path dir = scratch("listing");
+  const auto touch = [](const fs::path& p) { std::ofstream(p) << ""; };
+  const fs::path traces = dir / "traces", arrays = dir / "arrays", both = dir / "both", neither = dir / "neither";
+  for (const fs::path& d : {traces, arrays, both, neither, traces / "sub"}) fs::create_directories(d);
+  for (const char* name : {"b.safetensors", "A.NPZ", "c.SafeTensors", "readme.txt", "x.npz.bak"}) touch(traces / name);
+  touch(traces / "sub" / "nested.safetensors");  // a subfolder is not read
+  for (const char* name : {"q.npy", "k.npy", "v.npy", "o.NPY"}) touch(arrays / name);
+  touch(both / "q.npy");
+  touch(both / "t.npz");
+  touch(neither / "readme.txt");
+
+  const CaptureListing one = list_captures({traces});
+  CHECK(one.captures == std::vector<fs::path>{traces / "A.NPZ", traces / "b.safetensors", traces / "c.SafeTensors"});
+  CHECK(one.label == traces.string());
+  const CaptureListing npy = list_captures({arrays});
+  CHECK(npy.captures == std::vector<fs::path>{arrays});
+  CHECK(npy.label == arrays.string());
+  // Several paths: each read by the rule, in the order given; a file as given, even a missing one
+  // (its reader names it); the label joins them.
+  const CaptureListing several = list_captures({arrays, dir / "missing.safetensors", traces});
+  CHECK(several.captures == std::vector<fs::path>{arrays, dir / "missing.safetensors", traces / "A.NPZ",
+                                                  traces / "b.safetensors", traces / "c.SafeTensors"});
+  CHECK(several.label == arrays.string() + ", " + (dir / "missing.safetensors").string() + ", " + traces.string());
+  const CaptureListing file = list_captures({traces / "b.safetensors"});
+  CHECK(file.captures == std::vector<fs::path>{traces / "b.safetensors"});
+  CHECK(file.label.empty());
+  CHECK(is_trace_file_name("x.NpZ"));
+  CHECK_FALSE(is_trace_file_name("x.npy"));
+  CHECK_FALSE(is_trace_file_name("safetensors"));
+  CHECK_THROWS_WITH_AS(list_captures({both}),
+                       doctest::Contains((both.string() + ": directory holds both trace files").c_str()), TraceError);
+  CHECK_THROWS_WITH_AS(list_captures({neither}),
+                       doctest::Contains((neither.string() + ": directory holds no trace file").c_str()), TraceError);
+  CHECK_THROWS_AS(list_captures({fs::path()}), TraceError);
+  fs::remove_all(dir);
+}

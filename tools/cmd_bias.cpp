@@ -31,6 +31,7 @@
 #include "studies/bias_run.hpp"
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
+#include "traces/capture_import.hpp"
 #include "tools/cli_common.hpp"
 #include "api/models.hpp"
 #include "studies/scenarios.hpp"
@@ -140,29 +141,10 @@ attn::BiasRun traces_run(const BiasOptions& o) {
   CaptureOptionText statement = o.capture;
   if (o.dtype_option->count() > 0) statement.dtype = o.dtype;
   run.capture = capture_options_or_throw(statement);
-  bool only_one_directory = false;
-  for (const std::string& path : o.traces) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(path, ec)) {
-      run.traces.push_back(path);  // a file: the reader names it if it is missing or bad
-      continue;
-    }
-    only_one_directory = o.traces.size() == 1;
-    std::vector<std::filesystem::path> listed;
-    for (const auto& entry : std::filesystem::directory_iterator(path, ec))
-      if (entry.path().extension() == ".safetensors" || entry.path().extension() == ".npz")
-        listed.push_back(entry.path());
-    if (ec) throw InputError("--traces " + path + ": cannot list directory (" + ec.message() + ")");
-    std::sort(listed.begin(), listed.end());
-    if (listed.empty()) throw InputError("--traces " + path + ": no .safetensors or .npz files");
-    run.traces.insert(run.traces.end(), listed.begin(), listed.end());
-  }
-  // The subject names what was given: one directory as before; several paths, all of them.
-  if (only_one_directory) {
-    run.traces_label = o.traces.front();
-  } else if (o.traces.size() > 1) {
-    for (const std::string& path : o.traces) run.traces_label += (run.traces_label.empty() ? "" : ", ") + path;
-  }
+  // One rule for the paths, shared with Python's bias_test (traces/capture_import.hpp).
+  fb::CaptureListing listed = fb::list_captures(std::vector<std::filesystem::path>(o.traces.begin(), o.traces.end()));
+  run.traces = std::move(listed.captures);
+  run.traces_label = std::move(listed.label);
   return run;
 }
 

@@ -299,6 +299,15 @@ std::string extension(const std::filesystem::path& p) {
   return e;
 }
 
+}  // namespace
+
+bool is_trace_file_name(const std::filesystem::path& path) {
+  const std::string e = extension(path);
+  return e == ".safetensors" || e == ".npz";
+}
+
+namespace {
+
 Safetensors load(const std::vector<std::filesystem::path>& given, std::string& source) {
   const std::vector<std::filesystem::path> paths = capture_files(given);
   // A directory of .npy arrays is named as the directory: a fault of the capture as a whole
@@ -321,15 +330,11 @@ Safetensors load(const std::vector<std::filesystem::path>& given, std::string& s
 }
 
 // Why a directory without .npy arrays is no capture, and what to give instead. A folder of
-// traces given where one capture is read (replay DIR, import DIR, a list entry of
-// bias_test(traces=[...])) is the usual cause: say how many trace files it holds, directly or
+// traces given where one capture is read (replay DIR, import DIR, load_trace(DIR)) is the
+// usual cause: say how many trace files it holds, directly or
 // in subfolders (bias-test --traces reads one folder's files, not its subfolders), and that
 // one trace file, or bias-test --traces with a folder, is what reads them.
 std::string what_a_directory_without_arrays_holds(const std::filesystem::path& directory) {
-  const auto is_trace = [](const std::filesystem::path& p) {
-    const std::string e = extension(p);
-    return e == ".safetensors" || e == ".npz";
-  };
   const auto counted = [](std::size_t safetensors, std::size_t npz) {
     std::string text;
     if (safetensors > 0) text = std::to_string(safetensors) + " .safetensors";
@@ -342,7 +347,7 @@ std::string what_a_directory_without_arrays_holds(const std::filesystem::path& d
   std::error_code ec;
   std::size_t safetensors = 0, npz = 0;
   for (const auto& entry : std::filesystem::directory_iterator(directory, ec))
-    if (is_trace(entry.path())) ++(extension(entry.path()) == ".npz" ? npz : safetensors);
+    if (is_trace_file_name(entry.path())) ++(extension(entry.path()) == ".npz" ? npz : safetensors);
   if (safetensors + npz > 0)
     return " but " + counted(safetensors, npz) + one_capture + ", or the folder to `flashbits bias-test --traces " +
            directory.string() + "` (Python: bias_test(traces=DIR)), which tests a folder of traces";
@@ -357,7 +362,7 @@ std::string what_a_directory_without_arrays_holds(const std::filesystem::path& d
   for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (++looked > kEntriesLooked) break;
     if (it.depth() >= kDepth) it.disable_recursion_pending();
-    if (!is_trace(it->path())) continue;
+    if (!is_trace_file_name(it->path())) continue;
     ++(extension(it->path()) == ".npz" ? nested_npz : nested_safetensors);
     if (!first_folder || it->path().parent_path() < *first_folder) first_folder = it->path().parent_path();
   }
@@ -390,6 +395,45 @@ std::vector<std::filesystem::path> capture_files(const std::vector<std::filesyst
     fail(source, "directory holds no .npy files" + what_a_directory_without_arrays_holds(paths.front()));
   std::sort(arrays.begin(), arrays.end());
   return arrays;
+}
+
+CaptureListing list_captures(const std::vector<std::filesystem::path>& paths) {
+  CaptureListing out;
+  for (const std::filesystem::path& path : paths) {
+    if (path.empty()) throw TraceError("an empty file name where a trace or capture was expected");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+      out.captures.push_back(path);
+      continue;
+    }
+    std::vector<std::filesystem::path> traces;
+    bool has_arrays = false;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      if (is_trace_file_name(entry.path())) traces.push_back(entry.path());
+      has_arrays = has_arrays || extension(entry.path()) == ".npy";
+    }
+    if (ec) fail(path.string(), "cannot list the directory: " + ec.message());
+    if (!traces.empty() && has_arrays)
+      fail(path.string(),
+           "directory holds both trace files (.safetensors, .npz) and .npy arrays, so whether it is a "
+           "folder of traces or one capture of arrays cannot be told; move one kind out");
+    if (traces.empty() && !has_arrays)
+      fail(path.string(), "directory holds no trace file (.safetensors, .npz) and no .npy array" +
+                              std::string(" (a folder's subfolders are not read)"));
+    if (traces.empty()) {
+      out.captures.push_back(path);  // one capture of .npy arrays
+      continue;
+    }
+    std::sort(traces.begin(), traces.end());
+    out.captures.insert(out.captures.end(), traces.begin(), traces.end());
+  }
+  std::error_code ec;
+  if (paths.size() == 1 && std::filesystem::is_directory(paths.front(), ec)) {
+    out.label = paths.front().string();
+  } else if (paths.size() > 1) {
+    for (const std::filesystem::path& path : paths) out.label += (out.label.empty() ? "" : ", ") + path.string();
+  }
+  return out;
 }
 
 std::optional<CausalStatement> parse_causal_statement(std::string_view text) {

@@ -117,4 +117,23 @@ Trace import_capture(const std::vector<std::filesystem::path>& paths, const Capt
 // for a directory that cannot be listed or holds no .npy file.
 std::vector<std::filesystem::path> capture_files(const std::vector<std::filesystem::path>& paths);
 
+// Whether a file's name makes it a trace file where a folder's files are read as samples:
+// *.safetensors or *.npz, in any case (.NPZ from a Windows share is one too).
+bool is_trace_file_name(const std::filesystem::path& path);
+
+// The captures that paths given to be read as samples name (the CLI's bias-test --traces and
+// Python's bias_test(traces=...), one rule for both): a path that is no directory as given (its
+// reader names it when missing or bad); a directory holding trace files (is_trace_file_name)
+// as those files, sorted by path (its subfolders are not read: a capture of .npy arrays inside
+// one would otherwise be read twice); a directory of .npy arrays and no trace file as one
+// capture, as import_capture reads it. `label` names what was given as a whole, for a report's
+// subject: the directory when one directory was given, every path joined with ", " when
+// several were, else empty. Throws TraceError naming a directory that cannot be listed, holds
+// neither trace files nor .npy arrays, or holds both (which reading is meant cannot be told).
+struct CaptureListing {
+  std::vector<std::filesystem::path> captures;
+  std::string label;
+};
+CaptureListing list_captures(const std::vector<std::filesystem::path>& paths);
+
 }  // namespace fb

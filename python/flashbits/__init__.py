@@ -877,8 +877,9 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
               seed: int | None = None, by_max: bool = False, source: str | None = None, scale: float | None = None,
               causal: bool | str | None = None, layout: str | None = None) -> BiasTestResult:
     """Statistical bias test of a kernel model on a scenario (one sample per trial), or of
-    captured traces (``traces``: a directory, whose *.safetensors and *.npz are taken in sorted order as
-    ``bias-test --traces DIR`` does, or a list of files; one sample per set of keys and values,
+    captured traces (``traces``: a path or a list of paths, read as ``bias-test --traces`` reads
+    them: a folder of trace files is its *.safetensors and *.npz in sorted order, a folder of
+    .npy arrays one capture; one sample per set of keys and values,
     whose rows are one cluster wherever they sit). ``verdict`` is "adds bias", "less biased than its format's
     floor", "no detectable added bias" or "inconclusive" (fewer than 8 samples, or a test that could
     not have seen a bias of ``at_stake`` ulp), as ``bias-test`` decides it; with ``against`` it is
@@ -924,21 +925,12 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     at_stake = _float_arg("at_stake", at_stake)
     seed = _int_arg("seed", 0 if seed is None else seed, unsigned=True)
     by_max = _bool_arg("by_max", by_max)
-    files, label = [], ""
+    files = []
     if traces is not None:
+        # A folder, a file, or a list of them: the C++ side reads them by the CLI's --traces
+        # rule (a folder of trace files is its files, a folder of .npy arrays one capture).
         if isinstance(traces, (str, _os.PathLike)):
-            path = _path_arg("traces", traces)
-            if _os.path.isdir(path):
-                label = path
-                # As the CLI's --traces DIR: its *.safetensors and *.npz, sorted by path.
-                files = sorted(_os.path.join(path, n) for n in _os.listdir(path)
-                               if n.endswith((".safetensors", ".npz")))
-                if not files:
-                    raise ValueError(f"traces {path}: no .safetensors or .npz files")
-            elif _os.path.exists(path):
-                files = [path]
-            else:
-                raise ValueError(f"traces {path}: cannot list directory (No such file or directory)")
+            files = [_path_arg("traces", traces)]
         elif hasattr(traces, "__iter__") and not isinstance(traces, bytes):
             files = [_path_arg("traces", t) for t in traces]
             if not files:
@@ -946,7 +938,7 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
         else:
             raise TypeError(f"traces: expected a directory or a list of files, got {_kind(traces)}")
     try:
-        d, notes = _core.bias_test(model or "", scenario, files, label, source, scale, causal, layout, against or "",
+        d, notes = _core.bias_test(model or "", scenario, files, source, scale, causal, layout, against or "",
                                    "" if recipe is None else recipe, trials, seqlen, headdim, dtype, alpha, at_stake,
                                    seed, by_max)
     except ValueError as e:

@@ -4,11 +4,12 @@
 // exactly the fields and values `flashbits bias-test --json` prints for the same arguments
 // (python/tests/test_cli_cross.py compares them field by field): both run
 // studies/bias_run.hpp run_bias and render it with bias_report_json; only the checks of
-// the arguments (named as Python names them) are here. Differences: `traces` is a list of
-// files (the CLI's --traces DIR is the sorted *.safetensors of DIR; flashbits.bias_test
-// does that listing in Python), and the run stops between trials (or traces) on Ctrl-C.
+// the arguments (named as Python names them) are here. `traces` is read by the CLI's --traces
+// rule (traces/capture_import.hpp list_captures); the run stops between trials (or traces)
+// on Ctrl-C.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "studies/bias_run.hpp"
 #include "attention/problem_limits.hpp"
@@ -17,6 +18,7 @@
 #include "common.hpp"
 #include "api/models.hpp"
 #include "studies/scenarios.hpp"
+#include "traces/capture_import.hpp"
 
 namespace fb::py {
 namespace {
@@ -34,10 +36,9 @@ struct CaptureArgs {
 // The Python arguments, checked here with Python's names for them (the CLI's messages name
 // its options); the run itself is attn::run_bias.
 attn::BiasRun make_run(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
-                       const std::string& traces_label, const CaptureArgs& capture, const std::string& against,
-                       const std::string& recipe, long long trials, long long seqlen, long long headdim,
-                       const std::string& dtype_name, double alpha, double at_stake, std::uint64_t seed,
-                       CollectedNotes& notes) {
+                       const CaptureArgs& capture, const std::string& against, const std::string& recipe,
+                       long long trials, long long seqlen, long long headdim, const std::string& dtype_name,
+                       double alpha, double at_stake, std::uint64_t seed, CollectedNotes& notes) {
   if (model.empty() == traces.empty()) throw InputError("give exactly one of model=NAME or traces=[FILES]");
   if (!against.empty() && model.empty()) throw InputError("against: needs model");
   if (!recipe.empty() && model.empty()) throw InputError("recipe: needs model (the recipe changes that model)");
@@ -47,13 +48,16 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   run.alpha = alpha;
   run.at_stake = at_stake;
   if (model.empty()) {
-    run.traces.assign(traces.begin(), traces.end());
+    // The CLI's --traces rule, in one place: folders of traces expand, a folder of .npy arrays
+    // is one capture, and the label names what was given.
+    CaptureListing listed = list_captures(std::vector<std::filesystem::path>(traces.begin(), traces.end()));
+    run.traces = std::move(listed.captures);
     // What bare captures lack, as load_trace takes it; dtype is the format of their bit patterns.
     run.capture = capture_options_from(capture.source, std::nullopt, capture.scale, capture.causal,
                                        dtype_name.empty() ? std::nullopt : std::optional<std::string>(dtype_name),
                                        capture.layout, notes);
     run.capture.dtype_remedy = "name their format with dtype='bf16' (or fp16, e4m3, e5m2)";
-    run.traces_label = traces_label;
+    run.traces_label = std::move(listed.label);
     return run;
   }
   if (!attn::known_scenario(scenario))
@@ -92,17 +96,16 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
 // Returns (the report, the capture reader's notes): the Python layer warns with the notes, which
 // the CLI prints on stderr.
 pyb::tuple bias_test(const std::string& model, const std::string& scenario, const std::vector<std::string>& traces,
-                     const std::string& traces_label, const std::optional<std::string>& source,
-                     std::optional<double> scale, const std::optional<std::string>& causal, const std::string& layout,
-                     const std::string& against, const std::string& recipe, long long trials, long long seqlen,
-                     long long headdim, const std::string& dtype, double alpha, double at_stake, std::uint64_t seed,
-                     bool by_max) {
+                     const std::optional<std::string>& source, std::optional<double> scale,
+                     const std::optional<std::string>& causal, const std::string& layout, const std::string& against,
+                     const std::string& recipe, long long trials, long long seqlen, long long headdim,
+                     const std::string& dtype, double alpha, double at_stake, std::uint64_t seed, bool by_max) {
   // Shared with the worker, which a Ctrl-C may leave running after this returns.
   auto notes = std::make_shared<CollectedNotes>();
   const CaptureArgs capture{source, scale, causal, layout};
   const nlohmann::ordered_json j = run_interruptible<nlohmann::ordered_json>([=](const Cancel& cancel) {
-    const attn::BiasRun run = make_run(model, scenario, traces, traces_label, capture, against, recipe, trials, seqlen,
-                                       headdim, dtype, alpha, at_stake, seed, *notes);
+    const attn::BiasRun run = make_run(model, scenario, traces, capture, against, recipe, trials, seqlen, headdim,
+                                       dtype, alpha, at_stake, seed, *notes);
     attn::BiasHooks hooks;
     hooks.before_item = [&cancel] { check_cancel(cancel); };
     return attn::bias_report_json(attn::run_bias(run, hooks), by_max);
@@ -119,9 +122,9 @@ pyb::tuple bias_test(const std::string& model, const std::string& scenario, cons
 
 void register_bias(pyb::module_& m) {
   using namespace pyb::literals;
-  m.def("bias_test", &bias_test, "model"_a, "scenario"_a, "traces"_a, "traces_label"_a, "source"_a, "scale"_a,
-        "causal"_a, "layout"_a, "against"_a, "recipe"_a, "trials"_a, "seqlen"_a, "headdim"_a, "dtype"_a, "alpha"_a,
-        "at_stake"_a, "seed"_a, "by_max"_a, InDefaultFloatingPoint());
+  m.def("bias_test", &bias_test, "model"_a, "scenario"_a, "traces"_a, "source"_a, "scale"_a, "causal"_a, "layout"_a,
+        "against"_a, "recipe"_a, "trials"_a, "seqlen"_a, "headdim"_a, "dtype"_a, "alpha"_a, "at_stake"_a, "seed"_a,
+        "by_max"_a, InDefaultFloatingPoint());
 }
 
 }  // namespace fb::py

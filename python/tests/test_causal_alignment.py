@@ -360,3 +360,51 @@ def test_with_equal_lengths_either_alignment_is_the_one_mask_stated(cli, tmp_pat
     assert rc == 0, out + err
     rc, _, err = cli("replay", str(st), "--causal", "false", check=False)
     assert rc == 2 and "conflicts" in err, err
+
+
+def test_bias_test_reads_a_folder_by_one_rule_in_the_cli_and_python(cli, bare_capture, tmp_path):
+    # Found in review: the CLI's --traces DIR read a folder's trace files and refused a folder of
+    # .npy arrays; Python's traces=[DIR] read any folder as one .npy capture and traces=DIR
+    # listed it in Python, case-sensitively. One rule now (traces/capture_import.hpp
+    # list_captures): a folder of trace files is its files, a folder of .npy arrays one capture,
+    # wherever it is given. The reference is the same capture given as its .npz file.
+    statement = {"source": "unknown", "scale": SCALE, "dtype": "bf16", "layout": "bhsd", "causal": "top-left"}
+    flags = ["--source", "unknown", "--scale", str(SCALE), "--dtype", "bf16", "--layout", "bhsd",
+             "--causal", "top-left", "--json"]
+    arrays = tmp_path / "arrays"
+    arrays.mkdir()
+    with np.load(bare_capture) as z:
+        for name in z.files:
+            np.save(arrays / f"{name}.npy", z[name])
+    from_npz = dict(fb.bias_test(traces=[bare_capture], **statement))
+    for given in ([arrays], arrays):
+        from_arrays = dict(fb.bias_test(traces=given, **statement))
+        assert from_arrays["subject"].endswith(f"in {arrays} (one sample per set of keys and values)")
+        assert {k: v for k, v in from_arrays.items() if k != "subject"} == \
+            {k: v for k, v in from_npz.items() if k != "subject"}
+    rc, out, err = cli("bias-test", "--traces", str(arrays), *flags)
+    assert rc in (0, 1, 4), err
+    assert json.loads(out) == dict(fb.bias_test(traces=[arrays], **statement))
+    # A folder of trace files, its names in any case, read as its files in both.
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "one.NPZ").write_bytes(bare_capture.read_bytes())
+    (folder / "notes.txt").write_text("not a trace")
+    as_list = dict(fb.bias_test(traces=[folder], **statement))
+    assert as_list == dict(fb.bias_test(traces=folder, **statement))
+    assert as_list["subject"].startswith(f"1 trace in {folder} (")
+    rc, out, err = cli("bias-test", "--traces", str(folder), *flags)
+    assert rc in (0, 1, 4), err
+    assert json.loads(out) == as_list
+    assert {k: v for k, v in as_list.items() if k != "subject"} == \
+        {k: v for k, v in from_npz.items() if k != "subject"}
+    # A folder holding both kinds, or neither, is one error naming it, exit 2 in the CLI.
+    (arrays / "stray.safetensors").write_bytes(b"")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for bad, why in ((arrays, "holds both trace files"), (empty, "holds no trace file")):
+        with pytest.raises(ValueError, match=why) as e:
+            fb.bias_test(traces=[bad], **statement)
+        assert str(bad) in str(e.value)
+        rc, out, err = cli("bias-test", "--traces", str(bad), *flags, check=False)
+        assert rc == 2 and out == "" and err.count("\n") == 1 and why in err and str(bad) in err
