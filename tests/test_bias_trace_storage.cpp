@@ -417,3 +417,36 @@ TEST_CASE("bias-test names the fp32 rounding of an inexact softmax scale at fp32
   CHECK(notes("standard-fp32", 16).find("softmax scale") == std::string::npos);   // 1/4
   CHECK(notes("standard-bf16", 128).find("softmax scale") == std::string::npos);  // bf16 ulps: negligible
 }
+
+// Found in review: the note above came only with --model; a captured fp32 trace whose recorded
+// scale is 1/sqrt(32) as a double (what PyTorch passes) is measured against exact attention
+// with that double while its kernel used the fp32 value, and said nothing.
+TEST_CASE("bias-test --traces names a recorded softmax scale that is no fp32 value at fp32 outputs") {
+  const std::filesystem::path dir = scratch() / "trace-scale-note";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto notes_of = [&](const std::string& model, int headdim) {
+    const std::string path = (dir / (model + "-" + std::to_string(headdim) + ".safetensors")).string();
+    REQUIRE(run("make-trace --model " + model + " --heads 2 --seqlen 16 --headdim " + std::to_string(headdim) +
+                " --backward --out " + path)
+                .code == 0);
+    const Run r = run("bias-test --json --traces " + path);
+    REQUIRE(r.code != 2);
+    const auto j = nlohmann::json::parse(r.out);
+    std::string all;
+    if (j.contains("notes"))
+      for (const auto& n : j["notes"]) all += n.get<std::string>() + "\n";
+    return all;
+  };
+  // The scale's own relative error, from long double arithmetic independent of the code.
+  const long double exact = 1.0L / std::sqrt(32.0L);
+  const long double rounded = static_cast<long double>(static_cast<float>(exact));
+  CHECK(rounded != exact);
+  const std::string note = notes_of("standard-fp32", 32);
+  CHECK(note.find("the softmax scale 0.17677669529663687 is no fp32 value") != std::string::npos);
+  CHECK(note.find("relative error -1.7e-08") != std::string::npos);
+  CHECK(static_cast<double>((rounded - exact) / exact) == doctest::Approx(-1.7e-8).epsilon(0.03));
+  CHECK(notes_of("standard-fp32", 16).find("softmax scale") == std::string::npos);  // 1/4 is exact
+  CHECK(notes_of("standard-bf16", 32).find("softmax scale") == std::string::npos);  // bf16 ulps
+  std::filesystem::remove_all(dir);
+}
