@@ -400,16 +400,25 @@ TEST_CASE("JSON: an excess without spread has no detectable size, as the text sa
 // from the fp32 rounding of 1/sqrt(128) alone (an irrational scale, so no fp32 value; at head
 // dims that are powers of 4 the scale is a power of 2, exact), and nothing said so. The note
 // names it where an fp32 output's ulps can see it, and nowhere else.
+namespace {
+
+// The `notes` of a bias-test --json report, one per line.
+std::string json_notes(const std::string& report) {
+  const auto j = nlohmann::json::parse(report);
+  std::string all;
+  if (j.contains("notes"))
+    for (const auto& n : j["notes"]) all += n.get<std::string>() + "\n";
+  return all;
+}
+
+}  // namespace
+
 TEST_CASE("bias-test names the fp32 rounding of an inexact softmax scale at fp32 outputs") {
   const auto notes = [](const std::string& model, int headdim) {
     const Run r = run("bias-test --json --model " + model + " --scenario random --trials 2 --seqlen 16 --headdim " +
                       std::to_string(headdim));
     REQUIRE(r.code != 2);
-    const auto j = nlohmann::json::parse(r.out);
-    std::string all;
-    if (j.contains("notes"))
-      for (const auto& n : j["notes"]) all += n.get<std::string>() + "\n";
-    return all;
+    return json_notes(r.out);
   };
   CHECK(notes("standard-fp32", 128).find("the softmax scale 1/sqrt(128) is no fp32 value") != std::string::npos);
   CHECK(notes("standard-fp32", 32).find("the softmax scale 1/sqrt(32) is no fp32 value") != std::string::npos);
@@ -432,11 +441,7 @@ TEST_CASE("bias-test --traces names a recorded softmax scale that is no fp32 val
                 .code == 0);
     const Run r = run("bias-test --json --traces " + path);
     REQUIRE(r.code != 2);
-    const auto j = nlohmann::json::parse(r.out);
-    std::string all;
-    if (j.contains("notes"))
-      for (const auto& n : j["notes"]) all += n.get<std::string>() + "\n";
-    return all;
+    return json_notes(r.out);
   };
   // The scale's own relative error, from long double arithmetic independent of the code.
   const long double exact = 1.0L / std::sqrt(32.0L);
