@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # packs the device session's results (gpu/device_session.sh).
 packages=(cmake ninja-build g++ clang clang-format libclang-rt-dev llvm
   libboost-dev libmpfr-dev libgmp-dev zlib1g-dev doctest-dev libcli11-dev nlohmann-json3-dev pybind11-dev
-  python3-dev python3-numpy python3-pytest python3-torch libopenblas0-pthread fortunes xz-utils git)
+  python3-dev python3-numpy python3-pytest python3-pytest-xdist python3-torch libopenblas0-pthread fortunes xz-utils git)
 # apt-get runs only when a package is missing: with all of them installed, `apt-get update`
 # would only fail on a machine without network. "installed" is dpkg's state of a package
 # that is fully there (one removed but for its config files is not, though `dpkg -s` knows it).
