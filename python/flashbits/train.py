@@ -38,6 +38,7 @@ import argparse
 import dataclasses
 from fractions import Fraction
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -58,6 +59,9 @@ from . import torch as _fbtorch
 
 CONTROL = "fp32"
 LOW_PRECISION = "bf16-autocast"  # the whole model trained under bf16 autocast (Golden's comparison)
+# flashbits.torch's models that are no kernel and no arm (parse_arm refuses them).
+NO_ARM_MODELS = {"fp64": "PyTorch's float64 math attention (a control of flashbits.torch)",
+                 "exact": "the exact reference of flashbits.torch"}
 DEFAULT_CORPUS_DIR = "/usr/share/games/fortunes"
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -313,6 +317,12 @@ def parse_arm(spec: str) -> Arm:
         raise UsageError(f"arm '{written}': expected MODEL[+VARIANT...] or MODEL[recipe=FILE] or "
                          f"MODEL[STAGE=FORMAT,...]")
     model, options = m.group(1), m.group(2)
+    if model in NO_ARM_MODELS:
+        # flashbits.torch's other references: trained, they would run without the mechanism
+        # probes every emulated arm takes (the op refuses threads, observe and trace for them),
+        # and the study has one control, fp32.
+        raise UsageError(f"arm '{written}': {model} is {NO_ARM_MODELS[model]}, not an arm; an arm is the "
+                         f"control {CONTROL}, {LOW_PRECISION}, or a kernel model with a backward (flashbits models)")
     arm = Arm(spec.strip(), model, written=written)
     if options is None:
         return arm
@@ -384,6 +394,9 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
             # The "recipe: " that names the argument names nothing the user wrote here either.
             message = message.removeprefix("recipe: ")
             message = message.replace(f"{arm.recipe_file}: ", "").replace(arm.recipe_file, "the arm's stages")
+        # An unknown model's list ends with flashbits.torch's controls; the arms are others.
+        message = message.replace("; and the controls fp32, fp64, exact)",
+                                  f"; and the arms {CONTROL} (the control) and {LOW_PRECISION})")
         raise UsageError(f"arm '{arm.written or arm.name}': {message}") from None
     return arm
 
@@ -1325,6 +1338,14 @@ def merge(out: str, th: Thresholds) -> dict:
         probed = measured and probe_samples > 0
         sign_shown = (probed and z_p < th.sign_p and z_pos > z_neg and beyond_ulps is not None
                       and beyond_ulps >= th.at_stake)
+        # A sign test over fewer samples than it needs cannot reach th.sign_p whatever they show
+        # (six of six one way is p = 0.031): its silence is no finding, and "no mechanism
+        # seen" would claim one (as bias_test says "inconclusive" below its minimum).
+        tested = z_pos + z_neg
+        too_few = probed and not sign_shown and sign_test_p(tested, 0) >= th.sign_p
+        needed = next(n for n in itertools.count(1) if sign_test_p(n, 0) < th.sign_p)
+        too_few_text = (f"{tested} probe sample{'s' if tested != 1 else ''}: the sign test needs at least {needed} "
+                        f"to reach p < {th.sign_p}; probe more often (--probe-every) or train longer")
         wq_shown = measured and wq_ratio is not None and wq_ratio > th.wq_ratio
         wq_part = f"W_Q spectral norm above {th.wq_ratio}x the control's"
         if sign_shown and cfg.probe_batch == "forced-ties":
@@ -1337,7 +1358,8 @@ def merge(out: str, th: Thresholds) -> dict:
         elif wq_shown:
             # W_Q's growth alone is no sign of the tie mechanism (one seed's drift can pass the
             # ratio): the verdict names the rule that fired and what the probe showed.
-            mechanism = wq_part + (" (delta's error not shown beyond its floor)" if probed else "")
+            mechanism = wq_part + (f" (delta's error against its floor undetermined: {too_few_text})" if too_few
+                                   else " (delta's error not shown beyond its floor)" if probed else "")
         else:
             mechanism = None
         not_measured = None
@@ -1346,6 +1368,8 @@ def merge(out: str, th: Thresholds) -> dict:
             not_measured = ("mechanism not measured (no probe samples: the arm "
                             + (f"emulates none of the probed layers {', '.join(map(str, layers))})"
                                if len(layers) > 1 else f"does not emulate the probed layer {layers[0]})"))
+        elif too_few and mechanism is None:
+            not_measured = f"mechanism undetermined ({too_few_text})"
         elif name == LOW_PRECISION and not probe_samples:
             # Its attention is PyTorch's under autocast, which no probe measures: zero samples
             # are "not measured", never "no mechanism seen".

@@ -692,6 +692,51 @@ def test_an_arm_without_probe_samples_is_not_measured_and_unfinished_runs_are_na
     assert "merge: runs/fa-bf16acc/seed1: not finished (no result.json), left out" in capsys.readouterr().out
 
 
+def test_too_few_probe_samples_leave_the_mechanism_undetermined(smoke, tmp_path):
+    # Found by the Python audit: with --probe-every 25 an arm had 6 probe samples, 5+/1-, and
+    # read "no effect seen" with an excess twice the stake; a two-sided sign test over fewer
+    # than 8 samples cannot reach p < 0.01 whatever they show. Here fa-bf16acc keeps 3 probed
+    # steps a seed (6 samples) and every other step's probe columns are NaN, as a sparse probe
+    # leaves them.
+    out, _, _ = smoke
+    study = _copy_study(out, tmp_path / "study")
+    for seed in ("0", "1"):
+        run = study / "runs/fa-bf16acc" / f"seed{seed}"
+        lines = (run / "steps.csv").read_text().splitlines()
+        header = lines[0].split(",")
+        probed = [n for n, c in enumerate(header) if c.startswith("L1_")]
+        rows = [[("nan" if i >= 3 and n in probed else f) for n, f in enumerate(line.split(","))]
+                for i, line in enumerate(lines[1:])]
+        (run / "steps.csv").write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+    assert train.main(["merge", "--out", str(study), "--quiet", "--divergence-steps", "10"]) == 0
+    arm = json.loads((study / "summary.json").read_text())["arms"]["fa-bf16acc"]
+    # The smallest n whose one-sided extreme 2 * 2^-n is below 0.01, from the binomial itself.
+    needed = next(n for n in range(1, 64) if 2 * Fraction(1, 2 ** n) < Fraction(1, 100))
+    assert needed == 8
+    assert arm["verdict"] == (f"no divergence; mechanism undetermined (6 probe samples: the sign test needs at "
+                              f"least {needed} to reach p < 0.01; probe more often (--probe-every) or train "
+                              f"longer)"), arm["verdict"]
+    assert "no effect seen" not in arm["verdict"]
+
+
+def test_the_reference_models_of_flashbits_torch_are_refused_as_arms(tmp_path, corpus):
+    # Found by the Python audit: --arms exact (or fp64), which the unknown-arm message offered,
+    # passed the up-front check, trained the fork and the fp32 arm, then stopped with a
+    # traceback when the op refused the probes' arguments. Now one usage line before anything
+    # trains, and the unknown-arm message offers the arms there are.
+    for arm, what in (("exact", "the exact reference of flashbits.torch"),
+                      ("fp64", "PyTorch's float64 math attention")):
+        p = run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path / arm), "--arms",
+                       f"fp32,{arm}", "--seeds", "0", "--quiet", check_rc=2)
+        assert p.stderr.startswith(f"error: arm '{arm}': {arm} is {what}"), p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+        assert not (tmp_path / arm / "runs").exists()
+    p = run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path / "u"), "--arms", "fa2",
+                   "--seeds", "0", "--quiet", check_rc=2)
+    assert p.stderr.rstrip().endswith("; and the arms fp32 (the control) and bf16-autocast)"), p.stderr
+    assert "the controls" not in p.stderr and ", fp64," not in p.stderr and "exact" not in p.stderr
+
+
 def test_the_forced_ties_batch_is_formed_in_an_fp16_models_format(tmp_path):
     # standard-fp16 reads fp16: the batch was rounded to bf16 (not fp16 values: a ValueError
     # mid-run) and measured as bf16.
