@@ -187,6 +187,14 @@ struct Tracer {
 std::uint64_t traced_row_bytes_bound(const KernelModel& km, int seqlen_q, int seqlen_k, int head_dim, bool causal,
                                      int block_n = 0);
 
+// Why a Tracer records no per-tile story of the rows of `model` run on `in` (empty: it does):
+// a materialised model has no KV tiles (its traced rows hold only the delta decomposition),
+// and run_attention refuses a tracer for a split-KV run of more than one split and for a split
+// flex decode. The one statement of those limits, for run_attention and for the faces that
+// trace (demo shows the mechanism only where a row's tiles can be traced). No "attention: "
+// prefix: the caller names its context.
+std::string untraced_tiles_reason(const ModelHandle& model, const AttentionInputs& in);
+
 // Thrown by run_attention when RunOptions::cancel is set while it runs.
 struct Cancelled : std::runtime_error {
   Cancelled() : std::runtime_error("attention run cancelled") {}

@@ -156,6 +156,18 @@ void check_scale_fits(const std::string& model_name, const KernelModel& km, doub
                               "every output NaN");
 }
 
+// Why a tracer is refused for this run's splits (empty: none): run_attention's refusal and
+// untraced_tiles_reason's, in one place.
+std::string split_tracing_refusal(const KernelModel& km, const AttentionInputs& in) {
+  if (km.splitkv.enabled) {
+    const int splits = fa2_splitkv_num_splits(km, in.q.batch, in.q.heads, in.k.heads, in.q.rows, in.k.rows, in.q.cols);
+    if (splits > 1)
+      return "tracing a row of a split-KV run (+splitkv, " + std::to_string(splits) + " splits) is not modelled";
+  }
+  if (km.flex_decode_sms > 0 && in.causal) return "tracing a row of a split flex decode is not modelled";
+  return "";
+}
+
 template <class A, class E>
 AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km, const A& ar, const AttentionInputs& in,
                            const RunOptions& opt) {
@@ -185,9 +197,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
     if (g.num_splits > 1) {
       if (opt.block_n <= 0) g.tiles.block_n = fa2_splitkv_block_n(D);
       if (opt.block_m <= 0) g.tiles.block_m = 64;
-      if (opt.tracer)
-        throw std::invalid_argument("attention: tracing a row of a split-KV run (+splitkv, " +
-                                    std::to_string(g.num_splits) + " splits) is not modelled");
+      if (opt.tracer) throw std::invalid_argument("attention: " + split_tracing_refusal(km, in));
     }
   }
   if ((km.scale == ScaleHandling::sqrt_prescale_qk || km.row_sum == RowSumOrder::warp_softmax) &&
@@ -195,7 +205,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
     throw std::invalid_argument("attention: " + model_name + ": the math backend's steps are materialised only");
   if (km.flex_decode_sms > 0 && in.causal) {
     g.flex_splits = flex_decode_split_count(km, B * Hk);
-    if (opt.tracer) throw std::invalid_argument("attention: tracing a row of a split flex decode is not modelled");
+    if (opt.tracer) throw std::invalid_argument("attention: " + split_tracing_refusal(km, in));
   }
   refuse_unmodelled_shape(model_name, km, run_shape(in));
   if (quad_row_sum(km) && g.tiles.block_n % 8 != 0 && g.tiles.block_n < Nk) {
@@ -532,6 +542,16 @@ std::optional<AttentionInputs> inputs_as_quantised(const KernelModel& km, const 
   dequantise(fp8.k, fp8.k_descale, fp8.kv_blocks, fp8.kv_block_rows, seen.k);
   dequantise(fp8.v, fp8.v_descale, fp8.kv_blocks, fp8.kv_block_rows, seen.v);
   return seen;
+}
+
+std::string untraced_tiles_reason(const ModelHandle& model, const AttentionInputs& in) {
+  if (!model.recipe) return "no kernel model";
+  const KernelModel& km = *model.recipe;
+  if (km.structure == Structure::correctly_rounded)
+    return model.name + " is the correctly rounded reference: it has no kernel arithmetic to trace";
+  if (km.structure == Structure::materialised)
+    return model.name + " is materialised (no KV tiles, no running max): a traced row records no per-key events";
+  return split_tracing_refusal(km, in);
 }
 
 AttentionOutputs run_attention(const ModelHandle& model, const AttentionInputs& in, const RunOptions& opt) {

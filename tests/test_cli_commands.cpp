@@ -1021,7 +1021,8 @@ TEST_CASE("demo: a hardware capture by default, replayed bit for bit, verdict fr
   // fa-bf16acc's variant is a model only: its line says so.
   CHECK(e.out.find("excess over the reference (emulated on the trace's inputs; this variant is UNMEASURED on "
                    "hardware): ") != std::string::npos);
-  CHECK(e.out.find("fa-bf16acc: inconclusive (1 independent sample; a verdict needs at least 8; magnitude error: "
+  CHECK(e.out.find("fa-bf16acc: inconclusive (signed error: inconclusive, 1 independent sample; a verdict needs at "
+                   "least 8; magnitude error: "
                    "inconclusive") != std::string::npos);
   CHECK(e.out.find("fewer than a verdict needs: `flashbits bias-test --model fa-bf16acc --scenario sink`") !=
         std::string::npos);
@@ -1056,6 +1057,66 @@ TEST_CASE("bias-test --traces: a verdict decided by a delta the model computed s
 // Found by the fourth verdict audit: demo on a capture of a +dynmax kernel appended "+dynmax" to
 // its model for the comparison and stopped with "+dynmax is given twice" (exit 2) after a
 // replay that matched bit for bit. Such a kernel already runs the fix: there is none to show.
+// Found by the CLI audit: demo's verdict line gave the run's verdict and then the signed
+// comparison's reason without its words, so "adds bias (... the interval bounds it by 0.0186
+// ulp ...)" read as backing "adds bias" with a bound below the stake, where the magnitude
+// comparison decided. Each comparison's words now come before its reason, and are
+// bias-test --traces's for the same file.
+TEST_CASE("demo: each comparison's verdict words precede its reason, as bias-test --traces gives them") {
+  const std::filesystem::path dir = scratch() / "demo-words";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string trace = (dir / "rtz.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80+o-rtz --scenario random --seqlen 64 --headdim 32 --heads 16 --out " + trace)
+              .code == 0);
+  const Run demo = run("demo --trace " + trace);
+  REQUIRE(demo.code == 0);
+  const auto j = nlohmann::json::parse(run("bias-test --json --traces " + trace).out);
+  const std::string signed_words = j["against_floor"]["o"]["verdict"].get<std::string>();
+  const std::string magnitude_words = j["magnitude_against_floor"]["o"]["verdict"].get<std::string>();
+  // The case the audit found: the two comparisons disagree, the run takes the magnitude's.
+  CHECK(signed_words != magnitude_words);
+  const std::size_t at = demo.out.find("Verdict on O");
+  REQUIRE(at != std::string::npos);
+  const std::string line = demo.out.substr(at, demo.out.find('\n', at) - at);
+  CHECK_MESSAGE(line.find("fa2-sm80+o-rtz: " + j["verdict"].get<std::string>() + " (signed error: " + signed_words +
+                          ", ") != std::string::npos,
+                line);
+  CHECK_MESSAGE(line.find("; magnitude error: " + magnitude_words + ", ") != std::string::npos, line);
+  std::filesystem::remove_all(dir);
+}
+
+// Found by the CLI audit: on a materialised model's capture (the eager traces) section 2 said
+// "0 keys have P-bar == 1 exactly at the row's final max" (at least one key always has), and
+// on a split-KV capture demo stopped with exit 2 after a replay that matched bit for bit.
+TEST_CASE("demo: a trace whose rows cannot be traced per tile says so and still gives its verdict") {
+  for (const char* file :
+       {"eager/eager_bf16_sink_d64.safetensors", "paths/splitkv/splitkv_bf16_n512_d64.safetensors"}) {
+    CAPTURE(file);
+    const Run r = run("demo --trace " + std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/" + file);
+    CHECK(r.code != 2);
+    CHECK(r.err.find("error") == std::string::npos);
+    CHECK(r.out.find("2. The mechanism: not traced on this trace: ") != std::string::npos);
+    CHECK(r.out.find("P-bar == 1 exactly") == std::string::npos);
+    CHECK(r.out.find("Verdict on O") != std::string::npos);
+  }
+}
+
+// Found by the CLI audit: with every sample exactly 0 the text printed "CI [+0, +0]" and "min
+// detectable 0 ulp" (certainty) where the JSON gives null for both.
+TEST_CASE("bias-test: samples that are all exactly 0 print no interval and no detectable size") {
+  const std::string args = "bias-test --model fa2-sm80 --scenario random --seqlen 1 --headdim 3 --trials 8";
+  const Run text = run(args);
+  const auto j = nlohmann::json::parse(run(args + " --json").out);
+  REQUIRE(j["o"]["mean_ulps"].get<double>() == 0.0);  // one key: O is V's row, exactly, in every trial
+  CHECK(j["o"]["ci"].is_null());
+  CHECK(j["o"]["min_detectable_ulps"].is_null());
+  CHECK(text.out.find("CI [+0, +0]") == std::string::npos);
+  CHECK(text.out.find("min detectable 0 ulp") == std::string::npos);
+  CHECK(text.out.find("O      n=8  mean +0 ulp in every sample (no spread: no interval, no t test)") !=
+        std::string::npos);
+}
+
 TEST_CASE("demo: a capture of a kernel that already runs the dynamic max") {
   const Run r =
       run("demo --trace " + std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/fa2/fa2dynmax_sink_d64.safetensors");

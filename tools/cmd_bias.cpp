@@ -85,6 +85,14 @@ void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, 
         attn::p_value_text(s.p_sign).c_str(), attn::stat_verdict(s, run_has_verdict).c_str());
     return;
   }
+  if (!s.has_interval()) {  // every sample exactly 0: no interval, and no detectable size (JSON: null)
+    std::printf(
+        "%-6s n=%zu  mean %+.4g ulp in every sample (no spread: no interval, no t test)  sign +%zu/-%zu p=%s\n"
+        "       min detectable: none without spread  -> %s\n",
+        what, s.n, s.mean, s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
+        attn::stat_verdict(s, run_has_verdict).c_str());
+    return;
+  }
   std::printf(
       "%-6s n=%zu  mean %+.4g ulp  %.6g%% CI [%+.4g, %+.4g]  t=%.4g p=%s  sign +%zu/-%zu p=%s\n"
       "       min detectable %.3g ulp  -> %s%s\n",

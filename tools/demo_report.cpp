@@ -180,104 +180,117 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
       if ((pass == 1 || exact.o.data[i] < 0) && e < worst_err) worst_err = e, worst = i;
     }
   const int d = base.o.cols;
-  const int row = static_cast<int>((worst / d) % base.o.rows);
-  const int head = static_cast<int>((worst / d / base.o.rows) % base.o.heads);
-  const int batch = static_cast<int>(worst / d / base.o.rows / base.o.heads);
-  int feature = static_cast<int>(worst % d);
-  // The tracer keeps every rounding event for one feature of the row. Show the feature
-  // with the most negative error whose P.V accumulation has a significand overflow that
-  // was rounded away from zero (the mechanism itself); else say that none of those tried has one.
-  std::vector<int> features_by_error(static_cast<std::size_t>(d));
-  for (int c = 0; c < d; ++c) features_by_error[static_cast<std::size_t>(c)] = c;
-  const std::size_t row_begin = worst - worst % static_cast<std::size_t>(d);
-  auto err_of = [&](int c) { return error_in_units(row_begin + static_cast<std::size_t>(c)); };
-  std::stable_sort(features_by_error.begin(), features_by_error.end(),
-                   [&](int a, int b) { return err_of(a) < err_of(b); });
-  attn::Tracer tracer;
-  tracer.rows.push_back({batch, head, row});
-  attn::RunOptions opt = run_options;
-  opt.tracer = &tracer;
-  auto carried_away = [](const RoundingEvent& ev) {
-    return ev.significand_overflow && ev.direction == RoundDirection::up;
-  };
-  // At most 8 candidates: each is one traced run of the whole trace.
-  if (features_by_error.size() > 8) features_by_error.resize(8);
-  std::size_t runs_left = features_by_error.size() + 1;  // the candidates, and the re-run after them
-  bool mechanism_found = false;
-  for (int candidate : features_by_error) {
-    tracer.plot_feature = candidate;
-    attn::run_attention(model, in, opt);
-    --runs_left;
-    const attn::RowTrace& t = tracer.traces.front();
-    for (const auto& ev : t.pv_buffer_events) mechanism_found |= carried_away(ev);
-    for (const auto& step : t.pv_dot_steps) mechanism_found |= carried_away(step.output_event);
-    if (mechanism_found) {
-      feature = candidate;
-      break;
-    }
+  // A row's per-tile story exists only where the model has tiles and runs them unsplit: a
+  // materialised model's tracer records no per-key events (its counts would all read 0, and "0
+  // keys have P-bar == 1" is never true), and a split run refuses a tracer. Said, and section 3
+  // follows: the replay and the verdict do not need the trace.
+  const std::string untraced = attn::untraced_tiles_reason(model, in);
+  if (!untraced.empty()) {
+    os << "2. The mechanism: not traced on this trace: " << untraced
+       << " (bias-test and the verdict below do not need it; `flashbits demo` on a trace of a tiled, unsplit kernel "
+          "shows it).\n\n";
+    progress->advance((candidates + 1) * rows);  // the traced runs not made
   }
-  if (tracer.plot_feature != feature) {
-    tracer.plot_feature = feature;
-    attn::run_attention(model, in, opt);
-    --runs_left;
-  }
-  progress->advance(runs_left * rows);  // the runs a candidate showing the mechanism made unneeded
-  worst_err = err_of(feature);
-  const std::string where = (base.o.batch > 1 ? "batch " + std::to_string(batch) + ", " : std::string()) +
-                            (base.o.heads > 1 ? "head " + std::to_string(head) + ", " : std::string()) + "row " +
-                            std::to_string(row);
-  const std::string replay_where = (base.o.batch > 1 ? " --batch " + std::to_string(batch) : std::string()) +
-                                   (base.o.heads > 1 ? " --head " + std::to_string(head) : std::string()) + " --row " +
-                                   std::to_string(row);
-  os << (mechanism_found ? "2. The mechanism, " : "2. Looking for the mechanism, ") << where << " feature " << feature
-     << " (O error " << fmt("%+.3g", worst_err) << " ulps of " << out_f.name
-     << " at max(|O|, sum_j P_ij |V_jc|), the row's most negative):\n";
-  if (!mechanism_found)
-    os << "    none of the " << features_by_error.size()
-       << " features with this row's most negative errors has a rounding in its P.V accumulation that carried a bit "
-          "out and rounded it away from zero"
-       << (model.recipe->o_buffer_format ? "" : " (" + model.name + " keeps O in its fp32 accumulator between tiles)")
-       << ".\n";
-  if (!tracer.traces.empty()) {
-    const attn::RowTrace& t = tracer.traces.front();
-    // P-bar == 1 at the row's final max are the tied keys; a P-bar == 1 at an earlier tile's
-    // running max was rescaled by alpha < 1 once a larger score came, and ties nothing.
-    const double final_max = t.tiles.empty() ? 0.0 : t.tiles.back().running_max;
-    int tied = 0, superseded = 0, ovf = 0, up = 0, down = 0;
-    for (const auto& tile : t.tiles) {
-      (tile.running_max == final_max ? tied : superseded) += tile.p_equal_one;
-      ovf += tile.significand_overflows;
-      up += tile.rounded_up;
-      down += tile.rounded_down;
-    }
-    os << "    " << tied << (tied == 1 ? " key has" : " keys have") << " P-bar == 1 exactly at the row's final max"
-       << (tied > 1    ? " (tied row max)"
-           : tied == 1 ? " (no tie)"
-                       : "");
-    if (superseded > 0)
-      os << ", " << superseded << " more at an earlier tile's running max (rescaled once a larger score came)";
-    os << "; the P.V accumulation of this row saw " << ovf << " significand overflows, " << up << " roundings up and "
-       << down << " down (in magnitude).\n";
-    // Prefer a rounding that shows the mechanism: a carried-out (significand overflow)
-    // bit rounded away from zero; else any rounding away from zero; else any inexact one.
-    const RoundingEvent* shown = nullptr;
-    int kept = out_f.precision();
-    auto pick = [&](auto&& wanted) {
-      for (const auto& ev : t.pv_buffer_events)
-        if (!shown && wanted(ev)) shown = &ev, kept = out_f.precision();
-      for (const auto& step : t.pv_dot_steps)
-        if (!shown && wanted(step.output_event)) shown = &step.output_event, kept = formats::fp32.precision();
+  if (untraced.empty()) {
+    const int row = static_cast<int>((worst / d) % base.o.rows);
+    const int head = static_cast<int>((worst / d / base.o.rows) % base.o.heads);
+    const int batch = static_cast<int>(worst / d / base.o.rows / base.o.heads);
+    int feature = static_cast<int>(worst % d);
+    // The tracer keeps every rounding event for one feature of the row. Show the feature
+    // with the most negative error whose P.V accumulation has a significand overflow that
+    // was rounded away from zero (the mechanism itself); else say that none of those tried has one.
+    std::vector<int> features_by_error(static_cast<std::size_t>(d));
+    for (int c = 0; c < d; ++c) features_by_error[static_cast<std::size_t>(c)] = c;
+    const std::size_t row_begin = worst - worst % static_cast<std::size_t>(d);
+    auto err_of = [&](int c) { return error_in_units(row_begin + static_cast<std::size_t>(c)); };
+    std::stable_sort(features_by_error.begin(), features_by_error.end(),
+                     [&](int a, int b) { return err_of(a) < err_of(b); });
+    attn::Tracer tracer;
+    tracer.rows.push_back({batch, head, row});
+    attn::RunOptions opt = run_options;
+    opt.tracer = &tracer;
+    auto carried_away = [](const RoundingEvent& ev) {
+      return ev.significand_overflow && ev.direction == RoundDirection::up;
     };
-    pick(carried_away);
-    pick([](const RoundingEvent& ev) { return ev.direction == RoundDirection::up; });
-    pick([](const RoundingEvent& ev) { return ev.direction != RoundDirection::exact; });
-    if (shown) describe_event(os, "one rounding of this feature's P.V accumulation", *shown, kept);
-    if (!t.cumulative_error_by_key.empty())
-      os << "    cumulative rounding error of O-bar after all keys: " << fmt("%+.4g", t.cumulative_error_by_key.back())
-         << " (value units; `flashbits replay " << path << replay_where << " --feature " << feature
-         << " --plot FILE.svg` draws it)\n";
+    // At most 8 candidates: each is one traced run of the whole trace.
+    if (features_by_error.size() > 8) features_by_error.resize(8);
+    std::size_t runs_left = features_by_error.size() + 1;  // the candidates, and the re-run after them
+    bool mechanism_found = false;
+    for (int candidate : features_by_error) {
+      tracer.plot_feature = candidate;
+      attn::run_attention(model, in, opt);
+      --runs_left;
+      const attn::RowTrace& t = tracer.traces.front();
+      for (const auto& ev : t.pv_buffer_events) mechanism_found |= carried_away(ev);
+      for (const auto& step : t.pv_dot_steps) mechanism_found |= carried_away(step.output_event);
+      if (mechanism_found) {
+        feature = candidate;
+        break;
+      }
+    }
+    if (tracer.plot_feature != feature) {
+      tracer.plot_feature = feature;
+      attn::run_attention(model, in, opt);
+      --runs_left;
+    }
+    progress->advance(runs_left * rows);  // the runs a candidate showing the mechanism made unneeded
+    worst_err = err_of(feature);
+    const std::string where = (base.o.batch > 1 ? "batch " + std::to_string(batch) + ", " : std::string()) +
+                              (base.o.heads > 1 ? "head " + std::to_string(head) + ", " : std::string()) + "row " +
+                              std::to_string(row);
+    const std::string replay_where = (base.o.batch > 1 ? " --batch " + std::to_string(batch) : std::string()) +
+                                     (base.o.heads > 1 ? " --head " + std::to_string(head) : std::string()) +
+                                     " --row " + std::to_string(row);
+    os << (mechanism_found ? "2. The mechanism, " : "2. Looking for the mechanism, ") << where << " feature " << feature
+       << " (O error " << fmt("%+.3g", worst_err) << " ulps of " << out_f.name
+       << " at max(|O|, sum_j P_ij |V_jc|), the row's most negative):\n";
+    if (!mechanism_found)
+      os << "    none of the " << features_by_error.size()
+         << " features with this row's most negative errors has a rounding in its P.V accumulation that carried a bit "
+            "out and rounded it away from zero"
+         << (model.recipe->o_buffer_format ? "" : " (" + model.name + " keeps O in its fp32 accumulator between tiles)")
+         << ".\n";
+    if (!tracer.traces.empty()) {
+      const attn::RowTrace& t = tracer.traces.front();
+      // P-bar == 1 at the row's final max are the tied keys; a P-bar == 1 at an earlier tile's
+      // running max was rescaled by alpha < 1 once a larger score came, and ties nothing.
+      const double final_max = t.tiles.empty() ? 0.0 : t.tiles.back().running_max;
+      int tied = 0, superseded = 0, ovf = 0, up = 0, down = 0;
+      for (const auto& tile : t.tiles) {
+        (tile.running_max == final_max ? tied : superseded) += tile.p_equal_one;
+        ovf += tile.significand_overflows;
+        up += tile.rounded_up;
+        down += tile.rounded_down;
+      }
+      os << "    " << tied << (tied == 1 ? " key has" : " keys have") << " P-bar == 1 exactly at the row's final max"
+         << (tied > 1    ? " (tied row max)"
+             : tied == 1 ? " (no tie)"
+                         : "");
+      if (superseded > 0)
+        os << ", " << superseded << " more at an earlier tile's running max (rescaled once a larger score came)";
+      os << "; the P.V accumulation of this row saw " << ovf << " significand overflows, " << up << " roundings up and "
+         << down << " down (in magnitude).\n";
+      // Prefer a rounding that shows the mechanism: a carried-out (significand overflow)
+      // bit rounded away from zero; else any rounding away from zero; else any inexact one.
+      const RoundingEvent* shown = nullptr;
+      int kept = out_f.precision();
+      auto pick = [&](auto&& wanted) {
+        for (const auto& ev : t.pv_buffer_events)
+          if (!shown && wanted(ev)) shown = &ev, kept = out_f.precision();
+        for (const auto& step : t.pv_dot_steps)
+          if (!shown && wanted(step.output_event)) shown = &step.output_event, kept = formats::fp32.precision();
+      };
+      pick(carried_away);
+      pick([](const RoundingEvent& ev) { return ev.direction == RoundDirection::up; });
+      pick([](const RoundingEvent& ev) { return ev.direction != RoundDirection::exact; });
+      if (shown) describe_event(os, "one rounding of this feature's P.V accumulation", *shown, kept);
+      if (!t.cumulative_error_by_key.empty())
+        os << "    cumulative rounding error of O-bar after all keys: "
+           << fmt("%+.4g", t.cumulative_error_by_key.back()) << " (value units; `flashbits replay " << path
+           << replay_where << " --feature " << feature << " --plot FILE.svg` draws it)\n";
+    }
+    os << "\n";
   }
-  os << "\n";
 
   // 3. The kernel against the best its output format allows, and the fix beside it: per row
   // the mean error of O against exact, the correctly rounded reference's (exact O rounded
@@ -368,8 +381,11 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   };
   const Judged j_base = judge(samples, captured_o);
   os << "\nVerdict on O (from the excess: what the kernel adds to its format's own rounding): " << model.name << ": "
-     << attn::verdict_text(j_base.verdict()) << " (" << j_base.signed_error.reason;
-  // The magnitude comparison always has its words: equal words are still another test.
+     << attn::verdict_text(j_base.verdict()) << " (signed error: " << attn::verdict_text(j_base.signed_error.verdict)
+     << ", " << j_base.signed_error.reason;
+  // Each comparison has its own words before its reason: the run's verdict may be the other
+  // one's, and a reason that bounds the bias below the stake must not read as backing "adds
+  // bias". The magnitude comparison always has its words: equal words are still another test.
   os << "; magnitude error: " << attn::verdict_text(j_base.magnitude.verdict) << ", " << j_base.magnitude.reason;
   os << "; each comparison at " << shortest_decimal(level) << ", as bias-test's " << comparisons
      << " comparisons on this file)";
