@@ -544,6 +544,37 @@ TEST_CASE("a folder of traces given as one capture says what it holds and where 
   CHECK(one_error(e, "no_arrays: directory holds no .npy files"));
 }
 
+// Found by the CLI audit: make-trace --out x.npz and import --out x.npz wrote safetensors
+// that replay and bias-test then read as a broken zip archive; demo read a real .npz as
+// safetensors ("header length ... is absurd"), and a folder as a file.
+TEST_CASE("a trace is not written under a numpy name, and demo says what it reads") {
+  const auto dir = scratch() / "numpy_names";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"x.npz", "x.NPY"}) {
+    CAPTURE(name);
+    const std::string out = (dir / name).string();
+    const Run made = run("make-trace --model fa2-sm80 --seqlen 16 --headdim 8 --out " + out);
+    CHECK(made.code == 2);
+    CHECK(one_error(made, "--out " + out + ": a trace is written as safetensors"));
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+  const std::string trace = (dir / "t.safetensors").string();
+  REQUIRE(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 8 --out " + trace).code == 0);
+  const Run imported = run("import " + trace + " --out " + (dir / "t.npz").string());
+  CHECK(imported.code == 2);
+  CHECK(one_error(imported, "a trace is written as safetensors"));
+  std::ofstream(dir / "capture.npy") << "not read";
+  const Run npy = run("demo --trace " + (dir / "capture.npy").string());
+  CHECK(npy.code == 2);
+  CHECK(
+      one_error(npy, "capture.npy: demo reads a flashbits trace (.safetensors whose metadata names its kernel model)"));
+  const Run folder = run("demo --trace " + dir.string());
+  CHECK(folder.code == 2);
+  CHECK(one_error(folder, "numpy_names: a directory; demo reads one trace file"));
+  std::filesystem::remove_all(dir);
+}
+
 // The FBSFUDUMP1 header rules (traces/sfu_dump.hpp) on a real 16 GiB dump, made sparse: the
 // magic, function= and source= are each checked and named, other lines are ignored, and a
 // dump that passes is taken as the function's hardware table (it is all zeros here, so the

@@ -29,6 +29,7 @@
 #include "formats/decimal_text.hpp"
 #include "formats/file_read.hpp"
 #include "formats/text_escape.hpp"
+#include "traces/capture_import.hpp"
 
 namespace fb::cli {
 
@@ -202,6 +203,14 @@ void check_output_path(std::string_view option, const std::string& path, bool st
     throw InputError(std::string(option) + ": expected a file path, got '" + path +
                      "', an option's spelling (for a file of that name write ./" + path + ")");
   api::check_output_path(option, path, stdout_allowed);
+}
+
+void check_trace_output_path(std::string_view option, const std::string& path) {
+  check_output_path(option, path);
+  if (is_numpy_file_name(path))
+    throw InputError(std::string(option) + " " + path +
+                     ": a trace is written as safetensors, and a file named .npz or .npy is read as numpy's; name it "
+                     "*.safetensors");
 }
 
 std::optional<std::pair<int, int>> read_positive_pair(std::string_view text, std::string_view separators) {

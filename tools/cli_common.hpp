@@ -67,6 +67,11 @@ using api::write_output_file;
 // wrote a file named --json and dropped --json. A file of such a name is ./--json.
 void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed = false);
 
+// check_output_path for an option that writes a safetensors trace (make-trace, import): a
+// name ending in .npz or .npy is refused, since replay, bias-test and import read such a file
+// as numpy's and would call the trace a broken archive.
+void check_trace_output_path(std::string_view option, const std::string& path);
+
 // Two positive integers in plain digits around one separator character from `separators`
 // ("64x128", "2/8"): nothing else, no space, no sign. Streams (>>) skipped leading spaces
 // (' 1/2', '64x 64' were read) and took '+64'. nullopt for anything else.

@@ -67,7 +67,7 @@ int run_make_trace(const MakeTraceOptions& o) {
   if (seqlen_k != o.seqlen) check_problem_size(o.batch, o.heads, seqlen_k, o.headdim, "--seqlen-k");
   const int jobs = jobs_or_throw(o.jobs);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
-  check_output_path("--out", o.out);
+  check_trace_output_path("--out", o.out);
   attn::AttentionInputs in;
   try {
     in = attn::make_scenario(o.scenario, o.seed, o.batch, o.heads, o.seqlen, o.headdim, model.recipe->input, o.backward,

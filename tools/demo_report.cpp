@@ -2,6 +2,7 @@
 #include "tools/demo_report.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -22,6 +23,7 @@
 #include "studies/measure.hpp"
 #include "attention/trace_inputs.hpp"
 #include "studies/verdict.hpp"
+#include "traces/capture_import.hpp"
 
 namespace fb::cli {
 namespace {
@@ -93,6 +95,17 @@ void describe_event(std::ostream& os, const char* what, const RoundingEvent& ev,
 
 // The report itself, into `os`; `progress` is started once the trace's size is known.
 int write_report(std::ostream& os, const std::string& path, std::optional<ProgressBar>& progress) {
+  // A numpy capture holds no metadata naming its kernel, which the demo replays under; read as
+  // safetensors it was "header length ... is absurd". Say what demo reads and how to make one.
+  std::error_code ec;
+  const std::string make_one =
+      "a numpy capture becomes one with `flashbits import " + path + " --model NAME --source S --out FILE.safetensors`";
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": a directory; demo reads one trace file (`flashbits bias-test --traces " + path +
+                     "` tests a folder of traces; " + make_one + ")");
+  if (is_numpy_file_name(path) && std::filesystem::exists(path, ec))
+    throw InputError(path + ": demo reads a flashbits trace (.safetensors whose metadata names its kernel model); " +
+                     make_one);
   Trace trace = [&] {
     try {
       return read_trace(path);

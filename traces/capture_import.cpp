@@ -301,6 +301,11 @@ std::string extension(const std::filesystem::path& p) {
 
 }  // namespace
 
+bool is_numpy_file_name(const std::filesystem::path& path) {
+  const std::string e = extension(path);
+  return e == ".npz" || e == ".npy";
+}
+
 bool is_trace_file_name(const std::filesystem::path& path) {
   const std::string e = extension(path);
   return e == ".safetensors" || e == ".npz";

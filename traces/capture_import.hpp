@@ -120,6 +120,9 @@ std::vector<std::filesystem::path> capture_files(const std::vector<std::filesyst
 // Whether a file's name makes it a trace file where a folder's files are read as samples:
 // *.safetensors or *.npz, in any case (.NPZ from a Windows share is one too).
 bool is_trace_file_name(const std::filesystem::path& path);
+// Whether every reader takes a file of this name for numpy's (*.npz, *.npy, any case), so that
+// a safetensors trace written under it would be read as a broken archive.
+bool is_numpy_file_name(const std::filesystem::path& path);
 
 // The captures that paths given to be read as samples name (the CLI's bias-test --traces and
 // Python's bias_test(traces=...), one rule for both): a path that is no directory as given (its
