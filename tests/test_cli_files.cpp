@@ -575,6 +575,27 @@ TEST_CASE("a trace is not written under a numpy name, and demo says what it read
   std::filesystem::remove_all(dir);
 }
 
+// Found by the CLI audit: with the hw-sm90 tables missing (an empty FLASHBITS_SFU_TABLES) the
+// replay of an H200 capture said "SFU set hw-sm90 (measured on an H200)" right under the
+// correctly rounded SFUs it actually ran, and the MISMATCH read as the kernel model's.
+TEST_CASE("a capture's SFU set whose tables are missing is a warning naming them and the folder") {
+  const auto empty = scratch() / "no_tables";
+  std::filesystem::remove_all(empty);
+  std::filesystem::create_directories(empty);
+  const std::string trace = std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/fa2/fa2_random_d64.safetensors";
+  const Run r = run("replay " + trace, "FLASHBITS_SFU_TABLES=" + empty.string() + " ");
+  CHECK(r.code == 1);  // the correctly rounded SFUs do not give the H200's bits
+  CHECK(r.out.find("warning: SFU set hw-sm90 chosen for a capture from cuda:NVIDIA H200 (compute capability 9.0), "
+                   "but its table(s) for ex2, rcp, lg2 were not found in " +
+                   empty.string() + ": those functions are correctly rounded (UNMEASURED)") != std::string::npos);
+  CHECK(r.out.find("(measured on an H200)") == std::string::npos);
+  // With the shipped tables the set is the measured one, and the replay bit for bit.
+  const Run shipped = run("replay " + trace);
+  CHECK(shipped.code == 0);
+  CHECK(shipped.out.find("SFU set hw-sm90 (measured on an H200)") != std::string::npos);
+  CHECK(shipped.out.find("warning: SFU set") == std::string::npos);
+}
+
 // The FBSFUDUMP1 header rules (traces/sfu_dump.hpp) on a real 16 GiB dump, made sparse: the
 // magic, function= and source= are each checked and named, other lines are ignored, and a
 // dump that passes is taken as the function's hardware table (it is all zeros here, so the
