@@ -957,7 +957,9 @@ class Trace:
     (source is cuda:...). ``trace["q"]`` is ``trace.tensors["q"]``; ``scale``, ``causal``,
     ``causal_alignment``, ``dtype`` and ``model`` read the metadata. ``causal_alignment`` is
     what ``attention(causal=...)`` takes: ``attention(t["q"], t["k"], t["v"], t.model,
-    causal=t.causal_alignment, scale=t.scale)`` runs the trace's mask."""
+    causal=t.causal_alignment, scale=t.scale, dtype=t.dtype, sfu=S)`` replays the trace, with S
+    ``"hw-sm90"`` for a capture from an sm_90 GPU (H100, H200; the SFU tables measured there, as
+    ``flashbits replay`` picks them) and ``"model"`` otherwise."""
 
     def __init__(self, d: dict):
         self.path = d["path"]
@@ -1103,6 +1105,10 @@ def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = Non
     tensors came from (``cuda:<gpu>`` for a hardware capture, ``emulated`` for outputs
     flashbits computed, ``unknown``), as ``flashbits import`` asks for ``--source``."""
     all_tensors = _dict_arg("tensors", tensors)
+    # A tensor in both would be written from the keyword alone, the dict's silently dropped.
+    twice = sorted(str(n) for n in named if n in all_tensors)
+    if twice:
+        raise ValueError(f"{', '.join(twice)}: given both in tensors and as a keyword; give each tensor once")
     all_tensors.update(named)
     meta = {}
     for k, v in _dict_arg("metadata", metadata).items():

@@ -199,13 +199,17 @@ def _check_arguments(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa
                              "for the one aligned bottom-right, or attn_mask=None")
         _check_causal_bias(attn_mask, is_causal, q, k)
     # numbers.Real: a numpy scalar (np.float32(0.0) from a config array) is a number too.
+    if isinstance(dropout_p, _torch.Tensor) and dropout_p.dim() == 0 and not dropout_p.is_complex() \
+            and dropout_p.dtype != _torch.bool:
+        dropout_p = dropout_p.item()  # a 0-d tensor (a scheduled rate) is its number
     dropout_is_number = isinstance(dropout_p, _numbers.Real) and not isinstance(dropout_p, bool)
     if not dropout_is_number or dropout_p != 0:
         # float(): numpy 2's repr of a scalar is np.float32(...), not the number
         shown = float(dropout_p) if dropout_is_number else dropout_p
         raise ValueError(f"dropout_p: {shown!r}; the kernel models have no dropout (give 0.0)")
     for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
-        if not isinstance(flag, bool):
+        # numpy's bool (a config array's flag) too, as flashbits.attention takes it.
+        if not isinstance(flag, (bool, _np.bool_)):
             raise TypeError(f"{name}: expected True or False, got {type(flag).__name__}")
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, _numbers.Real):
@@ -543,6 +547,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``seed``; a model that evaluates no special function no ``sfu``. ``threads`` changes only
     the speed (``correctly-rounded`` does not use it)."""
     _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, model)
+    is_causal, enable_gqa = bool(is_causal), bool(enable_gqa)
     if observe is not None and not callable(observe):  # else a TypeError only at backward time
         raise TypeError(f"observe: expected a callable or None, got {type(observe).__name__}")
     if trace is not None and observe is None and model not in CONTROL_MODELS and model != _EXACT:

@@ -41,7 +41,27 @@ attn::Tensor4 tensor4(const pyb::object& obj, const Format& f, const char* name)
   const pyb::array a = pyb::array::ensure(obj);
   if (!a || a.ndim() != 4)
     throw api::InputError(std::string(name) + ": expected a 4-dimensional array [batch, head, row, col]");
-  const std::vector<std::uint32_t> bits = operand_bits(f, a, name);
+  std::vector<std::uint32_t> bits;
+  try {
+    bits = operand_bits(f, a, name);
+  } catch (const api::InputError&) {
+    // Values of another format given under the default dtype (an fp16 capture's q with bf16
+    // assumed): rounding them to f, as the generic advice says, would run other inputs than
+    // the kernel's. Where every value is one of another format's, name the dtype to pass.
+    if (a.dtype().kind() == 'f') {
+      const carray<double> values(a);
+      for (const Format* other : {&formats::fp16, &formats::bf16, &formats::fp32}) {
+        if (*other == f) continue;
+        std::uint32_t unused = 0;
+        if (std::all_of(values.data(), values.data() + values.size(),
+                        [&](double v) { return from_double_exact(*other, v, unused); }))
+          throw api::InputError(std::string(name) + ": its values are " + std::string(other->name) +
+                                " values, not all " + std::string(f.name) + " ones (the dtype in force); pass dtype='" +
+                                std::string(other->name) + "'");
+      }
+    }
+    throw;
+  }
   attn::Tensor4 t(static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), static_cast<int>(a.shape(2)),
                   static_cast<int>(a.shape(3)));
   std::transform(bits.begin(), bits.end(), t.data.begin(), [&](std::uint32_t b) { return to_double(f, b); });

@@ -854,3 +854,38 @@ def test_a_broken_header_is_a_value_error_that_says_what_and_where(tmp_path, hea
     message = str(info.value)
     assert message.startswith(str(path) + ": header is not valid JSON"), message
     assert "\\xff" in message if b"\xff" in header else message.endswith("\u00e9..."), message
+
+
+def test_the_trace_docstrings_replay_recipe_is_bit_for_bit_and_fp16_values_name_their_dtype():
+    # Found by the Python audit: Trace's docstring recipe had no dtype= and no sfu=: on an fp16
+    # capture it raised "not exactly representable in bf16 (round first ...)", and following
+    # that advice ran other inputs (15469 of 16384 O elements differed); on a bf16 capture it
+    # ran the model's own SFUs and differed in O, LSE and the gradients without a word. The
+    # reference is the capture itself (an H200's bits).
+    for name in ("torch/torch_fp16_random_d64.safetensors", "fa2/fa2_random_d64.safetensors"):
+        t = fb.load_trace(os.path.join(ROOT, "traces", "hw", "h200", name))
+        assert t.hardware and t.metadata["compute_capability"] == "9.0"
+        r = fb.attention(t["q"], t["k"], t["v"], t.model, do=t["do"] if "do" in t else None,
+                         causal=t.causal_alignment, scale=t.scale, dtype=t.dtype, sfu="hw-sm90")
+        for out in ("o", "lse", "dq", "dk", "dv"):
+            if out in t:
+                assert np.array_equal(getattr(r, out), t[out]), (name, out)
+    t = fb.load_trace(os.path.join(ROOT, "traces", "hw", "h200", "torch", "torch_fp16_random_d64.safetensors"))
+    with pytest.raises(ValueError, match=r"^q: its values are fp16 values, not all bf16 ones \(the dtype in force\); "
+                                         r"pass dtype='fp16'$"):
+        fb.attention(t["q"], t["k"], t["v"], t.model, causal=t.causal_alignment, scale=t.scale)
+    # Values of no other format keep the generic advice.
+    with pytest.raises(ValueError, match=r"not exactly representable in bf16 \(round first"):
+        fb.attention(np.full((1, 1, 2, 2), 0.1), np.full((1, 1, 2, 2), 0.1), np.full((1, 1, 2, 2), 0.1), "fa2-sm80")
+
+
+def test_save_trace_refuses_a_tensor_given_twice(tmp_path):
+    # Found by the Python audit: save_trace(path, {"q": q1}, q=q2, ...) wrote q2 without a word.
+    q1, q2 = np.zeros((1, 1, 2, 4)), np.ones((1, 1, 2, 4))
+    path = tmp_path / "t.safetensors"
+    with pytest.raises(ValueError, match=r"^q: given both in tensors and as a keyword; give each tensor once$"):
+        fb.save_trace(path, {"q": q1, "k": q1}, q=q2, v=q1, o=q1, metadata={"source": "emulated"})
+    assert not path.exists()
+    fb.save_trace(path, {"q": q1, "k": q1}, v=q2, o=q1, metadata={"source": "emulated"})
+    t = fb.load_trace(path)
+    assert np.array_equal(t["q"], q1) and np.array_equal(t["v"], q2)

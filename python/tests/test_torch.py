@@ -980,3 +980,19 @@ def test_model_formats_knows_the_controls_and_the_exact_reference():
         fbt.model_formats("fa2-sm81")
     with pytest.raises(ValueError, match=r"and the controls fp32, fp64, exact\)"):
         fbt.scaled_dot_product_attention(x, x, x, model="fa2-sm81")
+
+
+def test_numpy_flags_and_a_zero_dimensional_dropout_are_taken_as_their_values():
+    # Found by the Python audit: is_causal=np.bool_(True) was a TypeError here while
+    # flashbits.attention takes it, and dropout_p=torch.tensor(0.0) was refused as "tensor(0.)".
+    # The reference is flashbits.attention on the same inputs (bf16 values, top-left mask).
+    q = torch.randn(1, 2, 8, 16).to(torch.bfloat16).to(torch.float32)
+    got = fbt.scaled_dot_product_attention(q, q, q, is_causal=np.bool_(True), dropout_p=torch.tensor(0.0),
+                                           enable_gqa=np.bool_(False), model="fa2-sm80")
+    want = fb.attention(q.numpy().astype(np.float64), q.numpy().astype(np.float64), q.numpy().astype(np.float64),
+                        "fa2-sm80", causal="top-left").o
+    assert np.array_equal(got.numpy().astype(np.float64), want)
+    with pytest.raises(ValueError, match=r"^dropout_p: 0\.10000000149011612; the kernel models have no dropout"):
+        fbt.scaled_dot_product_attention(q, q, q, dropout_p=torch.tensor(0.1), model="fa2-sm80")
+    with pytest.raises(TypeError, match=r"^is_causal: expected True or False, got int$"):
+        fbt.scaled_dot_product_attention(q, q, q, is_causal=1, model="fa2-sm80")
