@@ -1102,6 +1102,22 @@ TEST_CASE("demo: a trace whose rows cannot be traced per tile says so and still 
   }
 }
 
+// Found by the CLI audit: demo on a cuDNN capture showed the black-box model's replay mismatch
+// without the model's own warning (not bit-exact: a known residual), which replay prints.
+TEST_CASE("demo prints the model's own warning, as replay does") {
+  const std::string trace =
+      std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/paths/cudnn/cudnn_bf16_cross_q128_k512_d64.safetensors";
+  const Run replay = run("replay " + trace);
+  const std::size_t at = replay.err.find("warning: cudnn-sdpa-sm90: ");
+  REQUIRE(at != std::string::npos);
+  const std::string warning = replay.err.substr(at, replay.err.find('\n', at) - at);
+  const Run demo = run("demo --trace " + trace);
+  CHECK(demo.code != 2);
+  CHECK_MESSAGE(demo.out.find(warning + "\n") != std::string::npos, demo.out);
+  // A model without a warning has no such line.
+  CHECK(run("demo").out.find("warning: ") == std::string::npos);
+}
+
 // Found by the CLI audit: with every sample exactly 0 the text printed "CI [+0, +0]" and "min
 // detectable 0 ulp" (certainty) where the JSON gives null for both.
 TEST_CASE("bias-test: samples that are all exactly 0 print no interval and no detectable size") {
@@ -1906,7 +1922,7 @@ TEST_CASE("reports print an underflowed p-value as <1e-300, never p=0") {
   CHECK(demo.out.find("p=0 ") == std::string::npos);
   CHECK(demo.out.find("p=0\n") == std::string::npos);
   CHECK(demo.out.find("16 independent sample(s)") != std::string::npos);
-  CHECK(demo.out.find("fa-bf16acc: adds bias (excess -0.1") != std::string::npos);
+  CHECK(demo.out.find("fa-bf16acc: adds bias (signed error: adds bias, excess -0.1") != std::string::npos);
   const auto bias = nlohmann::json::parse(run("bias-test --json --traces " + trace).out);
   CHECK(bias["against_floor"]["o"]["verdict"] == "adds bias");
 }

@@ -150,6 +150,9 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   os << provenance_text(md) << "; model " << model.name << "; SFU " << attn::sfu_report(*model.recipe)
      << (attn::sfu_hardware_measured(*model.recipe) ? "" : " [unmeasured on hardware]") << "\n";
   if (!sfu_note.empty()) os << sfu_note << "\n";
+  // A model's own warning (a black-box fit that is not bit-exact, an fp8 P-bar that saturates),
+  // as replay and bias-test give it: a mismatch below is then the model's known residual.
+  if (!model.recipe->warning.empty()) os << "warning: " << model.name << ": " << model.recipe->warning << "\n";
   // What the trace's metadata leaves unsaid and the replay assumes (scale, causality, a causal
   // mask's alignment), as replay and bias-test --traces print it.
   for (const std::string& note : attn::assumed_metadata_notes(trace)) os << note << "\n";
