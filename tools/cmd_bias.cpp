@@ -68,29 +68,17 @@ void print_stats(const char* what, const attn::BiasStatistics& s, double alpha, 
                 attn::stat_verdict(s, run_has_verdict).c_str());
     return;
   }
-  if (!s.has_spread()) {
-    std::printf(
-        "%-6s n=%zu  mean %+.4g ulp  (one sample: no interval, no t test)  sign +%zu/-%zu p=%s\n"
-        "       min detectable: none with one sample  -> %s\n",
-        what, s.n, s.mean, s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
-        attn::stat_verdict(s, run_has_verdict).c_str());
-    return;
-  }
-  if (!(s.stddev > 0.0) && s.mean != 0.0) {  // p_t is the sign test's there (statistics.hpp)
-    std::printf(
-        "%-6s n=%zu  mean %+.4g ulp in every sample (no spread: no interval; t=%s, so p is the sign test's)  sign "
-        "+%zu/-%zu p=%s\n"
-        "       min detectable: none without spread  -> %s\n",
-        what, s.n, s.mean, s.t_statistic > 0 ? "+inf" : "-inf", s.positives, s.negatives,
-        attn::p_value_text(s.p_sign).c_str(), attn::stat_verdict(s, run_has_verdict).c_str());
-    return;
-  }
-  if (!s.has_interval()) {  // every sample exactly 0: no interval, and no detectable size (JSON: null)
-    std::printf(
-        "%-6s n=%zu  mean %+.4g ulp in every sample (no spread: no interval, no t test)  sign +%zu/-%zu p=%s\n"
-        "       min detectable: none without spread  -> %s\n",
-        what, s.n, s.mean, s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
-        attn::stat_verdict(s, run_has_verdict).c_str());
+  if (!s.has_interval()) {
+    // No interval and no detectable size (the JSON's nulls): one sample; or every sample equal,
+    // where a nonzero mean's t is infinite and its p the sign test's (statistics.hpp), and an
+    // exactly zero one has no t test at all.
+    const std::string shape = !s.has_spread() ? "  (one sample: no interval, no t test)"
+                              : s.mean != 0.0 ? std::string(" in every sample (no spread: no interval; t=") +
+                                                    (s.t_statistic > 0 ? "+inf" : "-inf") + ", so p is the sign test's)"
+                                              : " in every sample (no spread: no interval, no t test)";
+    std::printf("%-6s n=%zu  mean %+.4g ulp%s  sign +%zu/-%zu p=%s\n       min detectable: none %s  -> %s\n", what, s.n,
+                s.mean, shape.c_str(), s.positives, s.negatives, attn::p_value_text(s.p_sign).c_str(),
+                s.has_spread() ? "without spread" : "with one sample", attn::stat_verdict(s, run_has_verdict).c_str());
     return;
   }
   std::printf(
