@@ -1341,7 +1341,9 @@ def merge(out: str, th: Thresholds) -> dict:
         # A sign test over fewer samples than it needs cannot reach th.sign_p whatever they show
         # (six of six one way is p = 0.031): its silence is no finding, and "no mechanism
         # seen" would claim one (as bias_test says "inconclusive" below its minimum).
-        tested = z_pos + z_neg
+        # Counted in probe samples, ties included: an error equal to its floor's in every sample
+        # (the reference itself) is a finding, not a lack of data.
+        tested = sum(len(pairs) for pairs in floor_pairs.values())
         too_few = probed and not sign_shown and sign_test_p(tested, 0) >= th.sign_p
         needed = next(n for n in itertools.count(1) if sign_test_p(n, 0) < th.sign_p)
         too_few_text = (f"{tested} probe sample{'s' if tested != 1 else ''}: the sign test needs at least {needed} "

@@ -44,10 +44,10 @@ attn::Tensor4 tensor4(const pyb::object& obj, const Format& f, const char* name)
   std::vector<std::uint32_t> bits;
   try {
     bits = operand_bits(f, a, name);
-  } catch (const api::InputError&) {
+  } catch (const api::InputError& e) {
     // Values of another format given under the default dtype (an fp16 capture's q with bf16
     // assumed): rounding them to f, as the generic advice says, would run other inputs than
-    // the kernel's. Where every value is one of another format's, name the dtype to pass.
+    // the kernel's. Where every value is one of another format's, the advice names that dtype.
     if (a.dtype().kind() == 'f') {
       const carray<double> values(a);
       for (const Format* other : {&formats::fp16, &formats::bf16, &formats::fp32}) {
@@ -55,9 +55,10 @@ attn::Tensor4 tensor4(const pyb::object& obj, const Format& f, const char* name)
         std::uint32_t unused = 0;
         if (std::all_of(values.data(), values.data() + values.size(),
                         [&](double v) { return from_double_exact(*other, v, unused); }))
-          throw api::InputError(std::string(name) + ": its values are " + std::string(other->name) +
-                                " values, not all " + std::string(f.name) + " ones (the dtype in force); pass dtype='" +
-                                std::string(other->name) + "'");
+          throw api::InputError(std::string(e.what()) + "; every value of " + name + " is an " +
+                                std::string(other->name) + " value: for " + std::string(other->name) +
+                                " inputs pass dtype='" + std::string(other->name) + "' (to a model that reads " +
+                                std::string(other->name) + ")");
       }
     }
     throw;

@@ -871,8 +871,9 @@ def test_the_trace_docstrings_replay_recipe_is_bit_for_bit_and_fp16_values_name_
             if out in t:
                 assert np.array_equal(getattr(r, out), t[out]), (name, out)
     t = fb.load_trace(os.path.join(ROOT, "traces", "hw", "h200", "torch", "torch_fp16_random_d64.safetensors"))
-    with pytest.raises(ValueError, match=r"^q: its values are fp16 values, not all bf16 ones \(the dtype in force\); "
-                                         r"pass dtype='fp16'$"):
+    with pytest.raises(ValueError, match=r"^q\[0,0,0,0\]: .* is not exactly representable in bf16 \(round first: .*\); "
+                                         r"every value of q is an fp16 value: for fp16 inputs pass dtype='fp16' \(to a "
+                                         r"model that reads fp16\)$"):
         fb.attention(t["q"], t["k"], t["v"], t.model, causal=t.causal_alignment, scale=t.scale)
     # Values of no other format keep the generic advice.
     with pytest.raises(ValueError, match=r"not exactly representable in bf16 \(round first"):
