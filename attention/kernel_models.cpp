@@ -1145,14 +1145,17 @@ bool KernelModel::has_hardware_steps() const {
          uses_special_function(*this, SpecialFunction::lg2);
 }
 
-bool sfu_hardware_measured(const KernelModel& km) {
+std::vector<SpecialFunction> unmeasured_special_functions(const KernelModel& km) {
   const SfuSet& s = km.sfu;
+  std::vector<SpecialFunction> out;
   for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
     const auto& m = f == SpecialFunction::ex2 ? s.ex2 : f == SpecialFunction::rcp ? s.rcp : s.lg2;
-    if (uses_special_function(km, f) && (!m || !m->hardware_measured())) return false;
+    if (uses_special_function(km, f) && (!m || !m->hardware_measured())) out.push_back(f);
   }
-  return true;
+  return out;
 }
+
+bool sfu_hardware_measured(const KernelModel& km) { return unmeasured_special_functions(km).empty(); }
 
 std::string unmeasured_parts(const KernelModel& km) {
   if (km.structure == Structure::correctly_rounded || km.hardware_validated()) return {};

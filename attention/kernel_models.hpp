@@ -650,8 +650,10 @@ const std::vector<StageField>& recipe_stage_fields();
 bool uses_special_function(const KernelModel& km, SpecialFunction f);
 // Whether the model evaluates any of them (ex2, rcp, lg2): an SFU set changes nothing otherwise.
 bool evaluates_special_functions(const KernelModel& km);
-// Whether every special function the model evaluates has a model measured on hardware
-// (an unused function's model does not count).
+// The special functions the model evaluates whose model was not measured on hardware, in the
+// order ex2, rcp, lg2 (an unused function's model does not count).
+std::vector<SpecialFunction> unmeasured_special_functions(const KernelModel& km);
+// Whether every special function the model evaluates has a model measured on hardware.
 bool sfu_hardware_measured(const KernelModel& km);
 // The model's SFU set for reports: each function's model (its summary(), or describe() when
 // `verbose`), and "not evaluated" for a function the model does not evaluate, so that an

@@ -186,15 +186,10 @@ ModelHandle with_capture_sfu(const ModelHandle& model, const Trace& trace, const
     // reads is missing (an emptied FLASHBITS_SFU_TABLES, an unpacked table left out), the
     // function is correctly rounded, and "measured on an H200" above a mismatch would blame the
     // kernel model for the missing table. Said first, naming the folders searched.
-    if (choice == "auto" && !sfu_hardware_measured(*changed->recipe)) {
+    const std::vector<SpecialFunction> unmeasured = unmeasured_special_functions(*changed->recipe);
+    if (choice == "auto" && !unmeasured.empty()) {
       std::string missing, dirs;
-      for (SpecialFunction f : {SpecialFunction::ex2, SpecialFunction::rcp, SpecialFunction::lg2}) {
-        const auto& m = f == SpecialFunction::ex2   ? changed->recipe->sfu.ex2
-                        : f == SpecialFunction::rcp ? changed->recipe->sfu.rcp
-                                                    : changed->recipe->sfu.lg2;
-        if (uses_special_function(*changed->recipe, f) && (!m || !m->hardware_measured()))
-          missing += (missing.empty() ? "" : ", ") + std::string(to_string(f));
-      }
+      for (SpecialFunction f : unmeasured) missing += (missing.empty() ? "" : ", ") + std::string(to_string(f));
       for (const std::string& dir : sfu_table_dirs()) dirs += (dirs.empty() ? "" : ", ") + dir;
       note = "warning: SFU set " + set_name + " chosen for a capture from " + trace.metadata().source +
              " (compute capability 9.0), but its table(s) for " + missing + " were not found in " + dirs +

@@ -666,6 +666,19 @@ def test_one_seed_that_diverged_makes_the_arm_diverged(smoke, tmp_path, capsys):
     assert "fa-bf16acc: diverged in 1 of 2 seeds (seed 0)" in capsys.readouterr().out
 
 
+def _blank_probe_columns(run_dir, column_wanted, keep_rows=0):
+    """Rewrites a run's steps.csv with NaN in the columns column_wanted(name) picks, from its
+    keep_rows-th step on, as an arm that did not probe them (or probed sparsely) leaves them.
+    Returns the names of the columns blanked."""
+    lines = (run_dir / "steps.csv").read_text().splitlines()
+    blanked = {n for n, c in enumerate(lines[0].split(",")) if column_wanted(c)}
+    assert blanked, "no such column in steps.csv"
+    rows = [[("nan" if i >= keep_rows and n in blanked else f) for n, f in enumerate(line.split(","))]
+            for i, line in enumerate(lines[1:])]
+    (run_dir / "steps.csv").write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+    return {lines[0].split(",")[n] for n in blanked}
+
+
 def test_an_arm_without_probe_samples_is_not_measured_and_unfinished_runs_are_named(smoke, tmp_path, capsys):
     # An arm that emulates none of the probed layers (fa-bf16acc[layers=0] with layer 1 probed)
     # has NaN in every probe column; its sign test of 0+/0- read as "no effect seen". Here the
@@ -674,11 +687,8 @@ def test_an_arm_without_probe_samples_is_not_measured_and_unfinished_runs_are_na
     study = _copy_study(out, tmp_path / "study")
     for seed in ("0", "1"):
         run = study / "runs/fa-bf16acc_dynmax" / f"seed{seed}"
-        lines = (run / "steps.csv").read_text().splitlines()
-        header = lines[0].split(",")
-        probed = [header.index(c) for c in ("L1_tie_rate", "L1_o_error", "L1_delta_error")]
-        rows = [[("nan" if n in probed else f) for n, f in enumerate(line.split(","))] for line in lines[1:]]
-        (run / "steps.csv").write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+        probed = ("L1_tie_rate", "L1_o_error", "L1_delta_error")
+        assert _blank_probe_columns(run, lambda c: c in probed) == set(probed)
         _rewrite_json(run / "result.json", lambda d: d["layers"]["1"].update(
             delta_error_positive=0, delta_error_negative=0, tie_rate=None))
     (study / "runs/fa-bf16acc/seed1/result.json").unlink()
@@ -702,12 +712,7 @@ def test_too_few_probe_samples_leave_the_mechanism_undetermined(smoke, tmp_path)
     study = _copy_study(out, tmp_path / "study")
     for seed in ("0", "1"):
         run = study / "runs/fa-bf16acc" / f"seed{seed}"
-        lines = (run / "steps.csv").read_text().splitlines()
-        header = lines[0].split(",")
-        probed = [n for n, c in enumerate(header) if c.startswith("L1_")]
-        rows = [[("nan" if i >= 3 and n in probed else f) for n, f in enumerate(line.split(","))]
-                for i, line in enumerate(lines[1:])]
-        (run / "steps.csv").write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+        _blank_probe_columns(run, lambda c: c.startswith("L1_"), keep_rows=3)
     assert train.main(["merge", "--out", str(study), "--quiet", "--divergence-steps", "10"]) == 0
     arm = json.loads((study / "summary.json").read_text())["arms"]["fa-bf16acc"]
     # The smallest n whose one-sided extreme 2 * 2^-n is below 0.01, from the binomial itself.
