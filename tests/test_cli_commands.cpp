@@ -597,7 +597,7 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
     std::snprintf(want, sizeof want, "dq[0,0,0,5]: captured %04x, recomputed %04x", dq.bits[5] ^ 1u, dq.bits[5]);
     CHECK(f.out.find(want) != std::string::npos);
     CHECK(f.out.find("dq: 3071/3072 match bit for bit") != std::string::npos);
-    // A NaN where the kernel gave a number is no distance in ulps: the summary says nan, not
+    // A NaN where the kernel gave a number is no distance in ulps: the summary says so, not
     // the 0 that a max over the mismatches kept.
     const auto nan_dq = (scratch() / "nan_dq.safetensors").string();
     write_edited_trace(t, t.metadata(), {"q", "k", "v", "o", "lse", "do", "delta", "dq", "dk", "dv"}, nan_dq,
@@ -606,7 +606,12 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
                        });
     const Run n = run("replay " + nan_dq);
     CHECK(n.code == 1);
-    CHECK_MESSAGE(n.out.find("dq: 3071/3072 match bit for bit (1 differ, max |ulps| nan)") != std::string::npos, n.out);
+    CHECK_MESSAGE(n.out.find("dq: 3071/3072 match bit for bit (1 differ, max |ulps| none: a NaN against a number)") !=
+                      std::string::npos,
+                  n.out);
+    // The element's own line says so too, not "+nan ulps".
+    CHECK_MESSAGE(n.out.find("a NaN against a number (no distance in ulps)") != std::string::npos, n.out);
+    CHECK(n.out.find("nan ulps") == std::string::npos);
   }
   const Run text = run("replay " + trace + " --row 3 --explain");
   CHECK(text.code == 0);

@@ -118,7 +118,7 @@ std::string ulp_distribution(const std::vector<Mismatch>& mismatches) {
         add("[" + shortest_decimal(std::ldexp(1.0, k)) + "," + shortest_decimal(std::ldexp(1.0, k + 1)) + ")", count);
     }
   }
-  if (nans) add("nan", nans);
+  if (nans) add("a NaN against a number", nans);
   return out;
 }
 
@@ -726,7 +726,11 @@ int run_replay(const ReplayOptions& o) {
         // would keep.
         for (const auto& m : c.mismatches)
           if (std::isnan(m.ulps) || std::fabs(m.ulps) > worst) worst = std::fabs(m.ulps);
-        std::cout << " (" << c.mismatches.size() << " differ, max |ulps| " << worst;
+        std::cout << " (" << c.mismatches.size() << " differ, max |ulps| ";
+        if (std::isnan(worst))
+          std::cout << "none: a NaN against a number";
+        else
+          std::cout << worst;
         if (c.units != c.format)
           std::cout << " of " << c.units.name << ": stored as " << c.format.name << ", every value a " << c.units.name
                     << " value";
@@ -744,10 +748,16 @@ int run_replay(const ReplayOptions& o) {
           break;
         }
         char line[200];
-        std::snprintf(line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, %+.6g ulps\n", c.name.c_str(),
-                      m.b, m.h, m.r, m.c, hex_bits(c.format, m.captured).c_str(),
-                      m.recomputed_exact ? hex_bits(c.format, m.recomputed).c_str() : "(not representable)", m.ulps);
+        std::snprintf(line, sizeof line, "  %s[%d,%d,%d,%d]: captured %s, recomputed %s, ", c.name.c_str(), m.b, m.h,
+                      m.r, m.c, hex_bits(c.format, m.captured).c_str(),
+                      m.recomputed_exact ? hex_bits(c.format, m.recomputed).c_str() : "(not representable)");
         std::cout << line;
+        if (std::isnan(m.ulps)) {
+          std::cout << "a NaN against a number (no distance in ulps)\n";
+        } else {
+          std::snprintf(line, sizeof line, "%+.6g ulps\n", m.ulps);
+          std::cout << line;
+        }
       }
     }
     if (o.explain) {

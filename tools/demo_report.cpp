@@ -144,7 +144,10 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   const std::uint64_t rows = static_cast<std::uint64_t>(in.q.batch) * in.q.heads * in.q.rows * (in.d_o ? 2 : 1);
   const std::size_t candidates = std::min<std::size_t>(8, static_cast<std::size_t>(in.q.cols));
   progress.emplace("rows", rows * (candidates + 3));
-  os << "flashbits demo: rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on " << path << "\n";
+  // The header names what demo looks for, not what the trace holds: on a trace without tied
+  // maxima section 2 says so ("no tie").
+  os << "flashbits demo: looking for the rounding bias of bf16/fp16 attention at tied row maxima (sink rows), on "
+     << path << "\n";
   // provenance_text: a capture of unknown source is called so, not "emulated" (it may well be
   // a hardware dump that did not record its GPU).
   os << provenance_text(md) << "; model " << model.name << "; SFU " << attn::sfu_report(*model.recipe)
