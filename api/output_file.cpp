@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "traces/capture_import.hpp"
 #include "traces/sfu_sets.hpp"
 
 namespace fb::api {
@@ -144,6 +145,10 @@ void check_output_path(std::string_view option, const std::string& path, bool st
     if (stdout_allowed) return;
     throw InputError(prefix + "standard output is not supported here; give a file path (./- for a file named -)");
   }
+  if (is_numpy_file_name(path))
+    throw InputError(prefix +
+                     "flashbits writes no numpy file, and one named .npz or .npy is read as numpy's (in a folder of "
+                     ".npy arrays, as one more tensor of that capture); give it another name");
   // The SFU tables a run may load by a set's name (--sfu hw-sm90, or auto for a hardware
   // capture) are inputs no option names, so no command's own list of inputs holds them.
   std::vector<std::pair<std::string, std::string>> tables;

@@ -31,7 +31,9 @@ void refuse_output_over_inputs(std::string_view output_option, const std::string
 // directory and is writable, and the path is not a directory (an existing device or pipe must
 // be writable). "-" is standard output where `stdout_allowed` (sweep and merge --csv); for
 // other options it is refused (a file named - is written as ./-). An empty path is an option
-// not given and passes. Throws InputError "OPTION PATH: ..." (exit 2). write_output_file still
+// not given and passes. A name ending in .npy or .npz is refused: flashbits writes no numpy
+// file, and a plot or trace written as DIR/out.npy would become a tensor of the folder capture
+// DIR. Throws InputError "OPTION PATH: ..." (exit 2). write_output_file still
 // checks every write: the disk may fill up meanwhile.
 void check_output_path(std::string_view option, const std::string& path, bool stdout_allowed = false);
 

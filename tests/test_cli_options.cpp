@@ -925,6 +925,23 @@ TEST_CASE("an output option given an option's spelling is refused, not written t
   CHECK(std::filesystem::exists(named));
 }
 
+// `replay DIR --plot DIR/out.npy` wrote an SVG into the folder capture DIR, whose next read took
+// it for one more tensor: no output of flashbits may carry a numpy name.
+TEST_CASE("an output option given a numpy file name is refused, not written to") {
+  const std::string trace = std::string(FLASHBITS_SOURCE_DIR) + "/traces/examples/random-fa2-sm80.safetensors";
+  const std::string plot = (scratch() / "out.npy").string();
+  check_refused(run("replay " + trace + " --plot " + plot),
+                {"--plot " + plot + ": flashbits writes no numpy file", "give it another name"});
+  CHECK_FALSE(std::filesystem::exists(plot));
+  const std::string csv = (scratch() / "grid.npz").string();
+  check_refused(run("sweep --model fa2-sm80 --trials 2 --seqlen 16 --headdim 8 --csv " + csv),
+                {"--csv " + csv + ": flashbits writes no numpy file"});
+  CHECK_FALSE(std::filesystem::exists(csv));
+  // A trace's own refusal stays the more specific one.
+  check_refused(run("make-trace --model fa2-sm80 --seqlen 16 --headdim 8 --out " + plot),
+                {"a trace is written as safetensors"});
+}
+
 // Found by the bad-input audit: an option given twice is exit 2, but a flag given twice was
 // counted and accepted (`formats --json --json`, `replay --all --all`).
 TEST_CASE("a flag given twice is refused as an option given twice is") {

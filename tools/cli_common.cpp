@@ -206,11 +206,11 @@ void check_output_path(std::string_view option, const std::string& path, bool st
 }
 
 void check_trace_output_path(std::string_view option, const std::string& path) {
-  check_output_path(option, path);
   if (is_numpy_file_name(path))
     throw InputError(std::string(option) + " " + path +
                      ": a trace is written as safetensors, and a file named .npz or .npy is read as numpy's; name it "
                      "*.safetensors");
+  check_output_path(option, path);
 }
 
 std::optional<std::pair<int, int>> read_positive_pair(std::string_view text, std::string_view separators) {

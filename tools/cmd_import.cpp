@@ -44,7 +44,6 @@ int run_import(const ImportOptions& o) {
       throw InputError(std::string(option) + " '" + text + "': not valid UTF-8 (it goes into the trace's metadata)");
   const CaptureOptions options = capture_options_or_throw(o.statement);
   if (o.out.empty()) throw InputError("--out: the output path is empty");
-  check_output_path("--out", o.out);
   // Every file the capture reads, a directory's .npy files included: the more specific refusal
   // of a name the check below would also refuse (DIR/query.npy).
   refuse_output_over_inputs("--out", o.out, capture_inputs("the capture", o.captures));

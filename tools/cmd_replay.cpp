@@ -278,11 +278,13 @@ void check_options(const ReplayOptions& o) {
   inputs.insert(inputs.end(), {{"--recipe", o.recipe}, {"--sfu-values", o.sfu_values}});
   for (const std::string& spec : o.sfu_dumps)
     if (const auto eq = spec.find('='); eq != std::string::npos) inputs.emplace_back("--sfu-dump", spec.substr(eq + 1));
-  check_output_path("--plot", o.plot);
-  check_output_path("--sfu-record", o.sfu_record);
+  // An output over an input first: the more specific refusal of a name (DIR/out.npy) that
+  // check_output_path also refuses.
   refuse_output_over_inputs("--plot", o.plot, inputs);
   refuse_output_over_inputs("--sfu-record", o.sfu_record, inputs);
   refuse_output_over_inputs("--plot", o.plot, {{"--sfu-record", o.sfu_record}});
+  check_output_path("--plot", o.plot);
+  check_output_path("--sfu-record", o.sfu_record);
 }
 
 int run_replay(const ReplayOptions& o) {

@@ -890,3 +890,14 @@ def test_save_trace_refuses_a_tensor_given_twice(tmp_path):
     fb.save_trace(path, {"q": q1, "k": q1}, v=q2, o=q1, metadata={"source": "emulated"})
     t = fb.load_trace(path)
     assert np.array_equal(t["q"], q1) and np.array_equal(t["v"], q2)
+
+
+def test_save_trace_refuses_a_numpy_file_name(tmp_path):
+    # A trace saved as DIR/x.npy was safetensors under numpy's name: load_trace then read it as
+    # a broken .npy, and inside a folder of .npy arrays it became one more tensor.
+    q = np.zeros((1, 1, 2, 4))
+    for name in ("t.npy", "t.npz"):
+        path = tmp_path / name
+        with pytest.raises(ValueError, match=r"flashbits writes no numpy file, and one named \.npz or \.npy is read"):
+            fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "emulated"})
+        assert not path.exists()
