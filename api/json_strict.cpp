@@ -10,8 +10,10 @@ nlohmann::json parse_json_strict(const std::string& text) {
   std::vector<std::set<std::string>> seen_keys;  // one set per open object
   std::string duplicate;
   bool found = false;
-  const nlohmann::json::parser_callback_t check_keys = [&](int, nlohmann::json::parse_event_t event,
+  const nlohmann::json::parser_callback_t check_keys = [&](int depth, nlohmann::json::parse_event_t event,
                                                            nlohmann::json& parsed) {
+    // Thrown at once: the rest of a deep document is not worth reading.
+    if (depth > kMaxJsonDepth) throw JsonNestedTooDeep();
     if (event == nlohmann::json::parse_event_t::object_start) {
       seen_keys.emplace_back();
     } else if (event == nlohmann::json::parse_event_t::object_end) {

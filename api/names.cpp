@@ -229,6 +229,13 @@ double alpha_or_throw(double alpha, std::string_view option) {
                      (alpha == 1.0   ? " (a level within 2^-54 of 1 reads as 1 in double precision)"
                       : alpha == 0.0 ? " (a level below 2^-1074 reads as 0 in double precision)"
                                      : ""));
+  // A level far below any test's reach; the run divides it among its comparisons (bias-test
+  // --traces among every file's), and a smaller one reached 0 there, failing after the run.
+  if (alpha < kSmallestAlpha)
+    throw InputError(std::string(option) + " " + shortest_decimal(alpha) + ": below " +
+                     shortest_decimal(kSmallestAlpha) +
+                     ", the smallest significance level flashbits takes (the run divides the level among its "
+                     "comparisons, and a smaller one may reach 0 in double precision)");
   return alpha;
 }
 

@@ -48,7 +48,8 @@ void check_problem_size(long long batch, long long heads, long long seqlen, long
 void check_trials(long long trials, long long at_least, std::string_view option = "--trials");
 // Stochastic rounding's random bits: 1..kMaxSrBits.
 int sr_bits_or_throw(long long bits, std::string_view option = "--sr-bits");
-// A significance level, finite, in (0, 1).
+// A significance level, finite, in [kSmallestAlpha, 1).
+inline constexpr double kSmallestAlpha = 1e-100;
 double alpha_or_throw(double alpha, std::string_view option = "--alpha");
 // The size of bias at stake in a verdict (studies/verdict.hpp), in ulps: finite and > 0.
 double at_stake_or_throw(double ulps, std::string_view option = "--at-stake");

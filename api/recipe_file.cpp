@@ -85,6 +85,8 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     j = parse_json_strict(contents);
   } catch (const DuplicateJsonKey& e) {
     fail(path, e.key, "duplicate key (each key may appear once per object)");
+  } catch (const StrictJsonError& e) {
+    fail(path, "JSON", e.what());
   } catch (const nlohmann::json::exception& e) {
     // parse_error: "[json.exception.parse_error.101] parse error at line 2, column 3: ...";
     // out_of_range (a number too large for a double, found by fuzz_recipe): "[...406] number

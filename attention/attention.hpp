@@ -195,6 +195,16 @@ std::uint64_t traced_row_bytes_bound(const KernelModel& km, int seqlen_q, int se
 // prefix: the caller names its context.
 std::string untraced_tiles_reason(const ModelHandle& model, const AttentionInputs& in);
 
+// Why `scale` (the softmax scale the run applies) cannot be one of model `model_name`'s runs
+// (empty: it can). A kernel that computes scores in a format of fp32's exponent range takes
+// the scale as a float (FlashAttention's `float softmax_scale`, the Triton kernels' fp32
+// constants): above fp32's largest value it would be inf there and every output NaN, and below
+// half fp32's smallest subnormal it would be 0 and every row a uniform average, answers to no
+// question the caller asked. The standard-FMT recipes with narrower score formats apply the
+// scale as a tensor op of their own and take any. run_attention refuses such a run, and
+// check_replayable such a trace, before import writes it. No "attention: " prefix.
+std::string softmax_scale_refusal(const std::string& model_name, const KernelModel& km, double scale);
+
 // Thrown by run_attention when RunOptions::cancel is set while it runs.
 struct Cancelled : std::runtime_error {
   Cancelled() : std::runtime_error("attention run cancelled") {}

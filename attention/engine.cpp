@@ -141,21 +141,6 @@ TileSizes run_tiles(const KernelModel& km, const AttentionInputs& in, const RunO
   return t;
 }
 
-// A kernel takes the softmax scale as a float (FlashAttention's `float softmax_scale`, the
-// Triton kernels' fp32 constants): a scale beyond fp32's range became inf there, and every
-// output NaN, an answer to no question the caller asked. Checked for the models that compute
-// scores in an 8-exponent-bit format (fp32, tf32, bf16); the standard-FMT recipes with narrow
-// score formats apply the scale as a tensor op of their own.
-void check_scale_fits(const std::string& model_name, const KernelModel& km, double scale) {
-  if (!km.score_format || km.score_format->exp_bits < formats::fp32.exp_bits) return;
-  const double largest = to_double(formats::fp32, formats::fp32.max_finite_pattern());
-  if (scale <= largest) return;
-  throw std::invalid_argument("attention: softmax scale " + shortest_decimal(scale) +
-                              " is above fp32's largest value: " + model_name + " computes scores in " +
-                              km.score_format->name + " and takes the scale as a float, where it would be inf and " +
-                              "every output NaN");
-}
-
 // Why a tracer is refused for this run's splits (empty: none): run_attention's refusal and
 // untraced_tiles_reason's, in one place.
 std::string split_tracing_refusal(const KernelModel& km, const AttentionInputs& in) {
@@ -181,7 +166,8 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   g.nk = Nk;
   g.d = D;
   g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
-  check_scale_fits(model_name, km, g.scale);
+  if (const std::string refusal = softmax_scale_refusal(model_name, km, g.scale); !refusal.empty())
+    throw std::invalid_argument("attention: " + refusal);
   g.causal = in.causal;
   g.top_left = in.causal_alignment == AttentionInputs::CausalAlignment::top_left;
   g.tiles = run_tiles(km, in, opt);
@@ -493,6 +479,22 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
 }
 
 }  // namespace
+
+std::string softmax_scale_refusal(const std::string& model_name, const KernelModel& km, double scale) {
+  if (!km.score_format || km.score_format->exp_bits < formats::fp32.exp_bits) return "";
+  const double largest = to_double(formats::fp32, formats::fp32.max_finite_pattern());
+  if (scale > largest)
+    return "softmax scale " + shortest_decimal(scale) + " is above fp32's largest value: " + model_name +
+           " computes scores in " + km.score_format->name +
+           " and takes the scale as a float, where it would be inf and every output NaN";
+  // Half the smallest subnormal, 2^-150, and anything below it round to 0 in fp32 (the tie
+  // at 2^-150 to even, 0).
+  if (scale <= std::ldexp(1.0, -150))
+    return "softmax scale " + shortest_decimal(scale) + " is below fp32's smallest value: " + model_name +
+           " computes scores in " + km.score_format->name +
+           " and takes the scale as a float, where it would be 0 and every row a uniform average of its values";
+  return "";
+}
 
 void check_attention_inputs(const AttentionInputs& in) {
   const Tensor4 &q = in.q, &k = in.k, &v = in.v;

@@ -3,6 +3,7 @@
 #include "attention/trace_inputs.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -157,6 +158,11 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
     if (model_option.empty()) throw TraceError(trace.source_name() + ": metadata model '" + name + "': " + e.what());
     throw std::invalid_argument(std::string(option_name) + " " + name + ": " + e.what());
   }
+  // The scale the run would refuse: import wrote such a trace, which replay then refused.
+  const double scale =
+      out.inputs.softmax_scale > 0 ? out.inputs.softmax_scale : 1.0 / std::sqrt(static_cast<double>(out.inputs.q.cols));
+  if (const std::string refusal = softmax_scale_refusal(name, *out.model.recipe, scale); !refusal.empty())
+    throw TraceError(trace.source_name() + ": " + refusal);
   return out;
 }
 

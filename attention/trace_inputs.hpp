@@ -35,7 +35,8 @@ AttentionInputs inputs_from_trace(const Trace& trace);
 // where present, in a format flashbits decodes (bf16, fp16, fp32, e4m3, e5m2: not F64 or
 // integers), since they are compared bit for bit in their own format; dq, dk, dv only with
 // the do they are recomputed from; and, when a model is
-// named, one that reads the inputs' dtype (parse_model_for_inputs). The model is
+// named, one that reads the inputs' dtype (parse_model_for_inputs) and takes the trace's
+// softmax scale (softmax_scale_refusal: a TraceError naming the file). The model is
 // `model_option` when not empty (named as `option_name` in messages), else the metadata's
 // (none named: `model` is empty). TraceError naming the file for a defect of the file,
 // `FILE: metadata model 'X': ...` included; std::invalid_argument `OPTION X: ...` for a

@@ -868,7 +868,11 @@ nlohmann::ordered_json spread_json(const ValueSpread& s) {
 nlohmann::ordered_json floor_comparison_json(const FloorComparison& c, bool run_has_verdict) {
   nlohmann::ordered_json j;
   j["verdict"] = run_has_verdict ? verdict_text(c.verdict) : "none (non-finite output)";
-  j["reason"] = c.reason;
+  // Without a verdict the statistic's own reason ("0 independent samples", when every trial
+  // was non-finite) would hide why.
+  j["reason"] = run_has_verdict ? c.reason
+                                : "some trial gave a NaN or infinite output on finite inputs: no verdict from the "
+                                  "trials that were finite";
   // No sample, no mean or p-value (a 0 would read as "no error"): null, as its reason says why.
   const auto value = [&c](double v) { return c.kernel.n > 0 ? nlohmann::ordered_json(v) : nullptr; };
   j["kernel_mean_ulps"] = value(c.kernel.mean);

@@ -166,7 +166,7 @@ TEST_CASE("issue 34: sweep refuses a list entry given twice and two entries that
   check_refused(run(kSmallSweep + " --model standard,standard-bf16"),
                 {"standard and standard-bf16", "bf16/rne/standard-bf16/random/n16/d16"});
   // In fp16 they are two configurations (standard is standard-fp16 there; standard-bf16 is skipped).
-  CHECK(run(kSmallSweep + " --model standard,standard-bf16 --formats fp16").code == 0);
+  CHECK(run(kSmallSweep + " --model standard,standard-bf16 --formats fp16").code == 4);
 }
 
 TEST_CASE("sweep: an empty list or list entry is refused, naming the option it is in") {
@@ -246,14 +246,14 @@ TEST_CASE("issue 34: --csv - writes the CSV to stdout, not to a file named -") {
   fs::create_directories(dir);
   const std::string in_dir = "cd '" + dir.string() + "' && ";
   const std::string csv = (dir / "sweep.csv").string();
-  REQUIRE(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv " + csv).code == 0);
+  REQUIRE(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv " + csv).code == 4);
   const Run dash = run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv -", in_dir);
-  CHECK(dash.code == 0);
+  CHECK(dash.code == 4);
   CHECK(dash.out == slurp(csv));  // the CSV alone, in place of the table
   CHECK(dash.out.rfind("index,format,round,model,", 0) == 0);
   CHECK_FALSE(fs::exists(dir / "-"));
   const Run merged = run("merge " + csv + " --csv -", in_dir);
-  CHECK(merged.code == 0);
+  CHECK(merged.code == 4);
   CHECK(merged.out == slurp(csv));
   CHECK_FALSE(fs::exists(dir / "-"));
   check_refused(run(kSmallSweep + " --model fa2-sm80 --csv - --json", in_dir), {"--csv -", "--json"});
@@ -297,8 +297,8 @@ TEST_CASE("issue 34: an unwritable output path is refused before any work") {
 
 TEST_CASE("issue 34: merge refuses a row whose configuration is not its index's in the run's grid") {
   const std::string csv = (scratch() / "grid.csv").string();
-  REQUIRE(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv " + csv).code == 0);
-  REQUIRE(run("merge " + csv).code == 0);
+  REQUIRE(run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --csv " + csv).code == 4);
+  REQUIRE(run("merge " + csv).code == 4);
   const std::vector<std::string> lines = lines_of(slurp(csv));
   REQUIRE(lines.size() == 4);  // header, index 0 (fa2-sm80), index 1 (fa-bf16acc), # run
   auto with_model = [](std::string line, const std::string& from, const std::string& to) {
@@ -340,7 +340,7 @@ TEST_CASE("issue 34: merge refuses a row whose configuration is not its index's 
   check_refused(run("merge " + huge), {huge + ": run record", "70000 configurations, over the limit of 65536"});
   // JSON shards name the row by its position.
   const Run json = run(kSmallSweep + " --model fa2-sm80,fa-bf16acc --json");
-  REQUIRE(json.code == 0);
+  REQUIRE(json.code == 4);
   nlohmann::json j = nlohmann::json::parse(json.out);
   j["rows"][1]["scenario"] = "sink";
   const std::string json_path = write_file("grid_edited.json", j.dump());
@@ -835,6 +835,13 @@ TEST_CASE("words that are no decimal number, an empty parameter list and vacuous
   // An underflow read as 0 was echoed as "--alpha 0", a value nobody typed.
   check_refused(run("bias-test --model fa2-sm80 --trials 2 --alpha 1e-400"),
                 {"--alpha: '1e-400' is below the smallest double"});
+  // Found by the bad-input audit: 1e-323 passed the check, then the level divided among the
+  // run's 4 comparisons was 0 and the run failed after its work, naming no option.
+  check_refused(run("bias-test --model fa2-sm80 --trials 4 --seqlen 16 --headdim 8 --alpha 1e-323"),
+                {"--alpha 1e-323: below 1e-100, the smallest significance level flashbits takes"});
+  check_refused(run("sweep --model fa2-sm80 --trials 2 --seqlen 16 --headdim 8 --alpha 9.9e-101"),
+                {"--alpha 9.9e-101: below 1e-100"});
+  CHECK(run("bias-test --model fa2-sm80 --trials 4 --seqlen 16 --headdim 8 --alpha 1e-100").code != 2);
   check_refused(run("sweep --model fa2-sm80 --trials 2 --at-stake 0.5e-999"),
                 {"--at-stake: '0.5e-999' is below the smallest double"});
   // Out of range, a value is echoed as the double it reads as, every digit kept: "%g" echoed
@@ -923,6 +930,16 @@ TEST_CASE("an output option given an option's spelling is refused, not written t
   const std::string named = (scratch() / "--json").string();
   CHECK(run("sweep " + run_args + " --csv " + named).code != 2);
   CHECK(std::filesystem::exists(named));
+}
+
+// Found by the bad-input audit: an option given no value said CLI11's "--jobs: 1 required
+// INT:1..1024 missing", which reads like a count of requirements.
+TEST_CASE("an option given no value says so, with the values it takes") {
+  check_refused(run("sweep --model fa2-sm80 --jobs="), {"sweep: --jobs: needs a value (INT:1..1024), none given"});
+  check_refused(run("make-trace --model fa2-sm80 --out"), {"make-trace: --out: needs a value (TEXT), none given"});
+  const Run r = run("sweep --model fa2-sm80 --seqlen=");
+  check_refused(r, {"--seqlen: needs a value"});
+  CHECK(r.err.find("required") == std::string::npos);
 }
 
 // `replay DIR --plot DIR/out.npy` wrote an SVG into the folder capture DIR, whose next read took

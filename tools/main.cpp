@@ -81,6 +81,17 @@ std::string plain_parse_message(const std::string& message) {
     if (const auto eq = rest.find(" = "); eq != std::string::npos)
       return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is outside the range the option takes";
   }
+  // "--jobs: 1 required INT:1..1024 missing": an option given no value (`--jobs=`, or last on
+  // the line), in words that read like a count of requirements.
+  if (const auto colon = message.find(": "); colon != std::string::npos && message.ends_with(" missing")) {
+    const std::string rest = message.substr(colon + 2, message.size() - colon - 2 - std::string(" missing").size());
+    if (const auto required = rest.find(" required"); required != std::string::npos && required > 0 &&
+                                                      std::all_of(rest.begin(), rest.begin() + required, ::isdigit)) {
+      const std::string type = rest.substr(required + std::string(" required").size());
+      return message.substr(0, colon) + ": needs a value" + (type.size() > 1 ? " (" + type.substr(1) + ")" : "") +
+             ", none given";
+    }
+  }
   // CLI11 lists the surplus words last first; they are named in the order typed. (A word
   // before the subcommand never gets here: run() names it first.)
   for (const std::string surplus :

@@ -16,6 +16,8 @@
 #include <system_error>
 
 #include "api/json_strict.hpp"
+#include "attention/attention.hpp"
+#include "attention/problem_limits.hpp"
 #include "formats/decimal_text.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/sweep_columns.hpp"
@@ -25,8 +27,8 @@
 namespace fb::cli {
 
 using namespace sweep_columns;
-using api::DuplicateJsonKey;
 using api::parse_json_strict;
+using api::StrictJsonError;
 
 namespace {
 // One CSV line's fields, RFC 4180's quoting read as write_csv writes it (sweep_table.hpp
@@ -254,7 +256,12 @@ SweepRun parse_run(const nlohmann::json& j, const std::string& where) {
     run.scenarios = json_string(j, "scenarios", where);
     run.against = json_string(j, "against", where);
     run.seqlen = json_int(j, "seqlen", where, 1, INT_MAX);
-    run.headdim = json_int(j, "headdim", where, 1, INT_MAX);
+    // Sizes sweep could not have run (its --headdim and problem-size checks): a merged row
+    // "n2147483647/d9999" would read as a result.
+    run.headdim = json_int(j, "headdim", where, 1, attn::kMaxHeadDim);
+    if (const attn::SizeRefusal refusal = attn::problem_size_refusal(1, 1, run.seqlen, run.headdim))
+      throw InputError(where + " fields seqlen " + std::to_string(run.seqlen) + ", headdim " +
+                       std::to_string(run.headdim) + ": " + refusal.reason + " (no sweep runs such a problem)");
     run.sr_bits = json_int(j, "sr_bits", where, 1, kMaxSrBits);
     const nlohmann::json& alpha = member(j, "alpha", where);
     if (!alpha.is_number()) throw InputError(where + " field alpha: expected a number, got " + alpha.dump());
@@ -333,7 +340,7 @@ SweepFile read_sweep_file(const std::string& given_path) {
         check_error_sums(s, [&](const char* name) { return where + " field " + name; });
         rows.push_back(s);
       }
-    } catch (const DuplicateJsonKey& e) {
+    } catch (const StrictJsonError& e) {
       throw InputError(path + ": " + e.what());
     } catch (const nlohmann::json::exception& e) {
       throw InputError(path + ": not a sweep JSON file (" + json_error_text(e) + ")");
@@ -354,7 +361,7 @@ SweepFile read_sweep_file(const std::string& given_path) {
       nlohmann::json j;
       try {
         j = parse_json_strict(line.substr(std::string(kRunPrefix).size()));
-      } catch (const DuplicateJsonKey& e) {
+      } catch (const StrictJsonError& e) {
         throw InputError(where + ": run record: " + e.what());
       } catch (const nlohmann::json::exception& e) {
         throw InputError(where + ": run record: " + json_error_text(e));

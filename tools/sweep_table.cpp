@@ -176,7 +176,7 @@ Derived derive(const SweepRow& r, const SweepRun& run) {
     x.no_verdict = true;
     x.verdict = "no verdict (non-finite output)";  // bias-test's words
   }
-  x.verdict_from = r.paired() ? "paired" : "excess";
+  x.verdict_from = x.no_verdict ? "none" : r.paired() ? "paired" : "excess";  // as bias-test --json
   return x;
 }
 
@@ -264,6 +264,15 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
       os << r.configuration() << ": " << r.non_finite_trials << " of " << r.trials
          << " trial(s) gave a NaN or infinite O or delta on finite inputs: their errors are left out of the row's "
             "figures, and it has no verdict (as bias-test)\n";
+  // Where the exit status comes from, when rows decided nothing (the status alone would not say).
+  const auto undecided = std::count_if(rows.begin(), rows.end(), [&](const SweepRow& r) {
+    const Derived x = derive(r, run);
+    return !x.no_verdict && x.outcome == attn::Verdict::inconclusive;
+  });
+  if (undecided > 0)
+    os << undecided << " of " << rows.size()
+       << " row(s) inconclusive: their trials could not have detected the bias at stake (more --trials, or a larger "
+          "--at-stake); the run exits 4 unless a row adds bias (exit 1)\n";
 }
 
 namespace {
@@ -430,12 +439,15 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
       write_table(std::cout, rows, run);
   }
   // A row whose kernel adds bias, or whose output was not finite, is a failed check (exit 1),
-  // as in bias-test.
+  // as in bias-test; else a row that decided nothing makes the run inconclusive (exit 4, as
+  // bias-test's): a grid of rows too short to see the bias at stake read as a pass.
+  bool inconclusive = false;
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
     if (x.no_verdict || x.outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
+    inconclusive |= x.outcome == attn::Verdict::inconclusive;
   }
-  return kExitOk;
+  return inconclusive ? kExitInconclusive : kExitOk;
 }
 
 }  // namespace fb::cli

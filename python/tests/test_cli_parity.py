@@ -456,6 +456,13 @@ def test_a_sweep_row_without_a_finite_trial_has_no_statistics(cli, tmp_path):
         assert row[part]["o"]["mean_ulps"] is None and row[part]["delta"]["p_t"] is None, row
     assert row["against_floor"]["o"]["kernel_mean_ulps"] is None, row
     assert row["against_floor"]["o"]["verdict"] == "none (non-finite output)", row  # bias-test's words
+    # Found by the verdict audit: the row said verdict_from "excess" and the reason "0 independent
+    # samples", where bias-test says "none" and names the non-finite output.
+    assert row["verdict_from"] == "none", row
+    assert "NaN or infinite output" in row["against_floor"]["o"]["reason"], row
+    rc_b, out_b, _ = cli("bias-test", *run[:4], "--trials", "8", "--json", check=False)
+    report = json.loads(out_b)
+    assert report["verdict_from"] == "none" and "NaN or infinite output" in report["against_floor"]["o"]["reason"]
     csv = tmp_path / "n.csv"
     cli("sweep", *run, "--csv", str(csv))
     header, line = csv.read_text().splitlines()[:2]
