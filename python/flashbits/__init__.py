@@ -42,6 +42,10 @@ except ModuleNotFoundError as _missing:
 
 from . import _core
 
+# `annotations`, the name the __future__ import binds, is no part of the API: kept out of
+# dir(flashbits) and tab completion.
+del annotations
+
 __all__ = [
     "INEXACT", "UNDERFLOW", "OVERFLOW", "DIVBYZERO", "INVALID", "flags_string",
     "Rounded", "round", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "dot", "matmul",
@@ -142,14 +146,33 @@ def _float_arg(name: str, v, optional: bool = False):
         raise ValueError(f"{name}={v}: too large for a float") from None
 
 
+def _torch_readable(t, name: str):
+    """THE conversion of a torch tensor into one that ``.numpy()`` reads (this module and
+    flashbits.torch both convert through it): detached, on the CPU, with a lazy negation or
+    conjugation applied (a ``._neg_view()`` or ``.conj()`` view, which ``.numpy()`` refuses).
+    A tensor without data (device ``meta``) or one the CPU cannot copy is a ValueError naming
+    the argument and its device."""
+    t = t.detach()
+    if t.device.type == "meta":
+        raise ValueError(f"{name}: a tensor on device 'meta' has a shape and a dtype but no values; pass a tensor "
+                         f"that holds them")
+    if t.device.type != "cpu":
+        try:
+            t = t.cpu()
+        except (RuntimeError, NotImplementedError) as e:
+            raise ValueError(f"{name}: a tensor on device '{t.device}' that cannot be copied to the CPU: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    return t.resolve_conj().resolve_neg()
+
+
 def _as_array(x, name: str) -> _np.ndarray:
     if x is None or isinstance(x, (str, bytes)):
         raise TypeError(f"{name}: expected an array (numpy, or anything with __array__), got {_kind(x)}")
     if isinstance(x, _np.ndarray):
         a = x
     else:
-        if type(x).__module__.split(".")[0] == "torch":
-            x = x.detach().cpu()
+        if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach"):
+            x = _torch_readable(x, name)
             if str(x.dtype) == "torch.bfloat16":
                 x = x.float()  # numpy has no bfloat16; every bf16 value is exact in fp32
         try:
@@ -305,16 +328,28 @@ def round(x, fmt: str, mode: str = "rne", overflow: str = "ieee", seed: int | No
 
 def decode(bits, fmt: str) -> _np.ndarray:
     """Exact values (float64) of bit patterns of ``fmt``: an unsigned integer array of the
-    format's container width (uint16 for bf16, as ``Rounded.bits`` holds them), or
-    non-negative signed integers (a list of ints); each must be a valid pattern."""
+    format's container width (uint16 for bf16, as ``Rounded.bits`` holds them), or a Python
+    int or (nested) list of ints; each must be a valid pattern. An array of a signed dtype is
+    refused whatever it holds, by the module's one rule: a signed 8- or 16-bit array (torch's
+    ``.view(torch.int16)`` of bf16) is ambiguous, and a wider one holds values, not bit
+    patterns (pass ``.view()`` or ``.astype()`` of the unsigned container dtype)."""
+    python_ints = isinstance(bits, (int, list, tuple)) and not isinstance(bits, bool)
     a = _as_array(bits, "bits")
     fmt = _str_arg("fmt", fmt)
-    if a.dtype.kind not in "ui":
-        raise TypeError(f"bits: expected an integer array of bit patterns, got dtype {a.dtype}")
-    if a.dtype.kind == "i":
+    if python_ints and a.dtype.kind in "ui":
+        # Python ints have no width of their own: any non-negative int is read as a pattern,
+        # checked against the format by the C++ part.
         if a.size and a.min() < 0:
             raise ValueError(f"bits: {a.min()} is not a bit pattern (negative)")
         return _core.decode(_np.ascontiguousarray(a, dtype=_np.uint64), fmt, any_width=True).reshape(a.shape)
+    _refuse_narrow_signed(a, "bits")
+    if a.dtype.kind == "i":
+        container = _core.format_info(fmt)["container_bits"]
+        raise TypeError(f"bits: an {a.dtype} array holds values (unsigned integer arrays are bit patterns); pass "
+                        f"{fmt} bit patterns as numpy.uint{container} (.astype(numpy.uint{container})), or as "
+                        f"Python ints")
+    if a.dtype.kind != "u":
+        raise TypeError(f"bits: expected an integer array of bit patterns, got dtype {a.dtype}")
     return _core.decode(_np.ascontiguousarray(a), fmt).reshape(a.shape)  # a 0-d input stays 0-d
 
 
@@ -831,6 +866,8 @@ def exact_attention(q, k, v, do=None, causal: bool | str = False, scale: float |
     causal_given = causal
     causal, top_left = _causal_arg(causal)
     rounded_as = _str_arg("rounded_as", rounded_as, optional=True)
+    if rounded_as == "":  # the C++ part reads "" as not given: the exact values would come back
+        raise ValueError("rounded_as: an empty model name (leave rounded_as out for the exact values)")
     recipe = _path_arg("recipe", recipe, optional=True)
     if recipe is not None and rounded_as is None:  # it would change nothing: refused, not ignored
         raise ValueError("recipe: needs rounded_as (the recipe changes that model's floor)")
@@ -1010,9 +1047,24 @@ class Trace:
 _CAPTURE_OPTION = _re.compile(r"(?<![\w/.-])--(source|model|scale|causal|dtype|layout)\b(?: (?!\())?")
 
 
+# The CLI commands the C++ messages advise, as Python does the same (before the options above
+# become keywords: "flashbits import --model NAME" read as "flashbits import model=NAME").
+_CLI_ADVICE = (
+    ("flashbits import --model NAME records", "save_trace(..., metadata={..., 'model': NAME}) records"),
+)
+
+
+def _in_python_terms(text: str) -> str:
+    """A message or note of the capture reader or the bias run with its CLI advice in Python's
+    terms: the commands of _CLI_ADVICE as Python calls, options as keywords (scale=0.3)."""
+    for cli, python in _CLI_ADVICE:
+        text = text.replace(cli, python)
+    return _CAPTURE_OPTION.sub(r"\1=", text)
+
+
 def _keyword_message(e: ValueError) -> ValueError:
     """The reader's message with its options named as load_trace's keywords (scale=0.3)."""
-    return ValueError(_CAPTURE_OPTION.sub(r"\1=", str(e)))
+    return ValueError(_in_python_terms(str(e)))
 
 
 def _warn_capture_notes(notes, stacklevel=3):
@@ -1022,7 +1074,7 @@ def _warn_capture_notes(notes, stacklevel=3):
         note = note.replace("--causal top-left|bottom-right", "causal='top-left' or causal='bottom-right'")
         note = note.replace("--causal states it", "causal= states it")
         note = _re.sub(r"--causal (top-left|bottom-right)", r"causal='\1'", note).replace("--causal true", "causal=True")
-        _warnings.warn(_CAPTURE_OPTION.sub(r"\1=", note), UserWarning, stacklevel=stacklevel)
+        _warnings.warn(_in_python_terms(note), UserWarning, stacklevel=stacklevel)
 
 
 def _causal_text(causal) -> str:
@@ -1103,10 +1155,20 @@ def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = Non
     l, fp64 for any other name. ``metadata`` (strings; bools, numbers converted) must hold
     what the schema requires, ``source`` included: nothing is assumed about where the
     tensors came from (``cuda:<gpu>`` for a hardware capture, ``emulated`` for outputs
-    flashbits computed, ``unknown``), as ``flashbits import`` asks for ``--source``."""
+    flashbits computed, ``unknown``), as ``flashbits import`` asks for ``--source``. A key
+    that spells a schema key another way (``scale`` or ``sm_scale`` for ``softmax_scale``,
+    ``is_causal`` for ``causal``, ``causalAlignment`` for ``causal_alignment``) is a ValueError
+    naming the schema's key: under another name it would be kept as free text, never read.
+    Tensor names are non-empty strings (a TypeError or ValueError naming ``tensors``)."""
     all_tensors = _dict_arg("tensors", tensors)
+    for name in all_tensors:
+        # A name 5 was written as the tensor "5", and "" as a tensor no reader can name.
+        if not isinstance(name, str):
+            raise TypeError(f"tensors: names are strings (q, k, v, o, ...), got {name!r}")
+        if not name:
+            raise ValueError("tensors: an empty name; name each tensor (q, k, v, o, ...)")
     # A tensor in both would be written from the keyword alone, the dict's silently dropped.
-    twice = sorted(str(n) for n in named if n in all_tensors)
+    twice = sorted(n for n in named if n in all_tensors)
     if twice:
         raise ValueError(f"{', '.join(twice)}: given both in tensors and as a keyword; give each tensor once")
     all_tensors.update(named)
@@ -1125,7 +1187,7 @@ def save_trace(path, tensors: dict | None = None, *, metadata: dict | None = Non
     for name in order:
         fmt = fmts.get(name) or (dtype if name in ("q", "k", "v", "o", "do", "dq", "dk", "dv")
                                  else "fp32" if name in _ROW_TENSORS else "fp64")
-        items.append((str(name), _operand(all_tensors[name], name), fmt))
+        items.append((name, _operand(all_tensors[name], name), fmt))
     _core.save_trace(_path_arg("path", path), items, meta)
 
 

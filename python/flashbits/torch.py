@@ -97,10 +97,15 @@ import warnings as _warnings
 
 from . import _core
 from . import _int_arg, _path_arg, _refuse_unused, _str_arg  # the package's argument checks, so messages name the argument
+from . import _torch_readable
 from . import ApproximateModelWarning, UnmeasuredShapeWarning
 from . import attention as _attention
 from . import exact_attention as _exact_attention
 from . import round as _round
+
+# `annotations`, the name the __future__ import binds, is no part of the API: kept out of
+# dir(flashbits.torch) and tab completion.
+del annotations
 
 __all__ = ["scaled_dot_product_attention", "CONTROL_MODELS", "model_formats"]
 
@@ -314,11 +319,12 @@ def _math_attention_as_set(q, k, v, causal, scale, dtype):
 
 
 # ---- rounding in and out ----------------------------------------------------------------------
-def _as_operand(t: _torch.Tensor, fmt: str) -> _np.ndarray:
+def _as_operand(t: _torch.Tensor, fmt: str, name: str = "tensor") -> _np.ndarray:
     """``t`` as an operand of ``fmt`` for flashbits.attention: its bit patterns read in place
     when ``t`` already holds ``fmt`` contiguously (no copy), else its values rounded once
-    (round to nearest even) into ``fmt`` by flashbits, never through an intermediate type."""
-    t = t.detach()
+    (round to nearest even) into ``fmt`` by flashbits, never through an intermediate type.
+    A negated or conjugated view is resolved first (_torch_readable), into a copy."""
+    t = _torch_readable(t, name)
     if _TORCH_FORMAT.get(t.dtype) == fmt and fmt in _NUMPY_BITS:
         return t.contiguous().view(_TORCH_BITS_VIEW[t.dtype]).numpy().view(_NUMPY_BITS[fmt])
     if t.dtype == _torch.bfloat16:
@@ -389,7 +395,7 @@ class _EmulatedAttention(_torch.autograd.Function):
         if not config["backward"]:
             raise RuntimeError(f"flashbits.torch: model {config['model']} has no backward modelled")
         operands, forward = _kept_forward(ctx, inputs)
-        d_o = _as_operand(grad_o, config["input"])
+        d_o = _as_operand(grad_o, config["input"], "grad_output")
         # The model's backward from its forward's kept state (the engine checks that the state is
         # this run's); the exact reference has none and computes its forward again.
         if getattr(forward, "_kept", None) is not None:
@@ -429,7 +435,7 @@ def _run_forward(config, inputs, trace):
     """q, k and v rounded to the model's input format, and the model's forward on them (its
     state kept where a backward can follow), with flashbits.attention's ApproximateModelWarning
     left to the caller, which issues it at the caller's line."""
-    operands = tuple(_as_operand(t, config["input"]) for t in inputs)
+    operands = tuple(_as_operand(t, config["input"], name) for t, name in zip(inputs, ("query", "key", "value")))
     with _ApproximateModelWarningLeftOut():
         r = config["run"](*operands, None, trace, keep_forward=config["keep_forward"])
     return operands, r

@@ -140,10 +140,12 @@ attn::AttentionInputs make_inputs(const pyb::object& q, const pyb::object& k, co
 // The model as every face builds it (api/models.hpp: the name for `dtype`, the SFU set, then
 // the recipe, which wins over the set), with Python's spelling of the arguments in messages.
 // dtype_given: the caller named dtype (not Python's default), which a model naming another
-// input format then contradicts.
+// input format then contradicts. model_argument: the Python argument that named the model
+// (exact_attention's rounded_as), which its messages name.
 attn::ModelHandle model_or_throw(const std::string& name, const Format& dtype, const std::string& recipe,
-                                 const std::string& sfu, bool dtype_given = false) {
-  return api::resolve_model({name, dtype, sfu, recipe, dtype_given}, {"model", "sfu", "dtype", "recipe"});
+                                 const std::string& sfu, bool dtype_given = false,
+                                 const std::string& model_argument = "model") {
+  return api::resolve_model({name, dtype, sfu, recipe, dtype_given}, {model_argument, "sfu", "dtype", "recipe"});
 }
 
 // A P·V step's record (emu/dot/dot_step_json.hpp, the one serialiser) and its output rounding.
@@ -384,7 +386,7 @@ pyb::dict exact(const pyb::object& q, const pyb::object& k, const pyb::object& v
   if (!rounded_as.empty()) {
     // dtype is the inputs' format here, as a capture's (an fp32 model reads bf16 inputs), not a
     // request for the model's input format.
-    const attn::ModelHandle model = model_or_throw(rounded_as, dtype, recipe, "model", false);
+    const attn::ModelHandle model = model_or_throw(rounded_as, dtype, recipe, "model", false, "rounded_as");
     floor = attn::correctly_rounded_reference(*model.recipe);
     unit_format = model.recipe->output;
   }

@@ -14,7 +14,12 @@
 //   exactly representable, bit patterns of the format's container width and valid:
 //   operand_bits), serialises, validates the bytes with the reader (parse_trace) and writes
 //   the file whole or not at all (api::write_output_file). The caller states the source
-//   (the Python layer refuses a save without one, as `flashbits import` does).
+//   (the Python layer refuses a save without one, as `flashbits import` does). A metadata key
+//   that spells one of the schema's keys another way ("scale", "is_causal", "causalAlignment")
+//   is a ValueError naming the schema's key: the reader keeps any other key as free text, so
+//   such a key was written and never read.
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -109,10 +114,82 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   return d;
 }
 
+// The schema's keys (traces/trace.hpp trace_keys), and the other names a capture script is
+// likely to give one of them (PyTorch's and flash_attn's argument names, common dump keys).
+constexpr std::array<std::string_view, 14> kSchemaKeys{trace_keys::source,
+                                                       trace_keys::kernel,
+                                                       trace_keys::model,
+                                                       trace_keys::device,
+                                                       trace_keys::compute_capability,
+                                                       trace_keys::versions,
+                                                       trace_keys::softmax_scale,
+                                                       trace_keys::causal,
+                                                       trace_keys::dtype,
+                                                       trace_keys::block_m,
+                                                       trace_keys::block_n,
+                                                       trace_keys::seqlen_q,
+                                                       trace_keys::seqlen_k,
+                                                       trace_keys::causal_alignment};
+constexpr std::array<std::pair<std::string_view, std::string_view>, 21> kSchemaKeyAliases{{
+    {"scale", trace_keys::softmax_scale},
+    {"sm_scale", trace_keys::softmax_scale},
+    {"attn_scale", trace_keys::softmax_scale},
+    {"qk_scale", trace_keys::softmax_scale},
+    {"softmax_scaling", trace_keys::softmax_scale},
+    {"is_causal", trace_keys::causal},
+    {"causal_mask", trace_keys::causal},
+    {"alignment", trace_keys::causal_alignment},
+    {"causal_align", trace_keys::causal_alignment},
+    {"mask_alignment", trace_keys::causal_alignment},
+    {"causal_alignement", trace_keys::causal_alignment},
+    {"seqlen_kv", trace_keys::seqlen_k},
+    {"kv_seqlen", trace_keys::seqlen_k},
+    {"max_seqlen_k", trace_keys::seqlen_k},
+    {"max_seqlen_q", trace_keys::seqlen_q},
+    {"torch_dtype", trace_keys::dtype},
+    {"data_type", trace_keys::dtype},
+    {"compute_cap", trace_keys::compute_capability},
+    {"model_name", trace_keys::model},
+    {"block_size_m", trace_keys::block_m},
+    {"block_size_n", trace_keys::block_n},
+}};
+
+// A key without case and separators: "Causal-Alignment", "causalAlignment" and
+// "causal_alignment" are one key to a reader.
+std::string folded_key(std::string_view key) {
+  std::string out;
+  for (const char c : key)
+    if (c != '_' && c != '-' && c != ' ' && c != '.')
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return out;
+}
+
+// The schema key that `key` spells another way, or empty when it is a schema key itself or
+// none of them.
+std::string_view schema_key_meant(const std::string& key) {
+  for (const std::string_view schema : kSchemaKeys)
+    if (key == schema) return {};
+  const std::string folded = folded_key(key);
+  for (const std::string_view schema : kSchemaKeys)
+    if (folded == folded_key(schema)) return schema;
+  for (const auto& [alias, schema] : kSchemaKeyAliases)
+    if (folded == folded_key(alias)) return schema;
+  return {};
+}
+
+void check_metadata_keys(const std::map<std::string, std::string>& metadata) {
+  for (const auto& [key, value] : metadata)
+    if (const std::string_view meant = schema_key_meant(key); !meant.empty())
+      throw api::InputError("metadata[" + quoted_name(key) + "]: the trace schema's key for this is '" +
+                            std::string(meant) + "' (write metadata={'" + std::string(meant) +
+                            "': ...}); under any other name it is kept as free text and never read");
+}
+
 // tensors: (name, array, format) in the order they are written; an array holds float64
 // values or bit patterns (unsigned integers: operand_bits).
 void save_trace(const std::string& path, const std::vector<std::tuple<std::string, pyb::array, std::string>>& tensors,
                 const std::map<std::string, std::string>& metadata) {
+  check_metadata_keys(metadata);
   Safetensors file;
   file.metadata = metadata;
   for (const auto& [name, array, fmt] : tensors) {

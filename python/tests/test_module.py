@@ -829,13 +829,34 @@ def test_a_scale_beyond_fp32_is_refused_by_the_models_that_take_it_as_a_float(tm
     # Models that keep scores unrounded take any finite scale, and their outputs are finite.
     for model in ("correctly-rounded", "golden-fp64-flash"):
         assert np.isfinite(fb.attention(q, q, q, model, scale=1e300).o).all(), model
-    # A trace whose softmax_scale is such a value: replay refuses it naming the file.
+    # A trace whose softmax_scale is such a value: save_trace refuses to write it, and replay
+    # refuses one written otherwise (the metadata edited in place), naming the file.
     o = fb.attention(q, q, q, "fa2-sm80").o
     path = str(tmp_path / "big_scale.safetensors")
-    fb.save_trace(path, {"q": q, "k": q, "v": q, "o": o},
-                  metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 1e300, "causal": False})
+    tensors = {"q": q, "k": q, "v": q, "o": o}
+    with pytest.raises(ValueError, match=r"big_scale\.safetensors: softmax scale 1e300 is above fp32's largest value"):
+        fb.save_trace(path, tensors,
+                      metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 1e300, "causal": False})
+    fb.save_trace(path, tensors,
+                  metadata={"source": "emulated", "model": "fa2-sm80", "softmax_scale": 0.125, "causal": False})
+    raw = open(path, "rb").read()
+    assert raw.count(b'"softmax_scale":"0.125"') == 1
+    open(path, "wb").write(raw.replace(b'"softmax_scale":"0.125"', b'"softmax_scale":"1e300"'))
     code, _, err = cli("replay", path, check=False)
     assert code == 2 and err.startswith(f"error: {path}: ") and "above fp32's largest value" in err, err
+    # Found by the bad-input audit: import wrote that trace (exit 0), which replay then refused.
+    again = tmp_path / "again.safetensors"
+    code, _, err = cli("import", path, "--out", str(again), check=False)
+    assert code == 2 and err.startswith(f"error: {path}: ") and "above fp32's largest value" in err, err
+    assert not again.exists()
+    # At the other end the float is 0 (every row a uniform average): half numpy's smallest fp32
+    # subnormal and below are refused, the smallest subnormal itself runs.
+    smallest = float(np.finfo(np.float32).smallest_subnormal)
+    for scale in (smallest / 2, 1e-50):
+        with pytest.raises(ValueError, match=r"softmax scale \S+ is below fp32's smallest value: fa2-sm80"):
+            fb.attention(q, q, q, "fa2-sm80", scale=scale)
+    assert np.isfinite(fb.attention(q, q, q, "fa2-sm80", scale=smallest).o).all()
+    assert np.isfinite(fb.attention(q, q, q, "correctly-rounded", scale=1e-50).o).all()
 
 
 @pytest.mark.parametrize("header", [
@@ -901,3 +922,101 @@ def test_save_trace_refuses_a_numpy_file_name(tmp_path):
         with pytest.raises(ValueError, match=r"flashbits writes no numpy file, and one named \.npz or \.npy is read"):
             fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "emulated"})
         assert not path.exists()
+
+
+# Found by the Python audit: decode read a signed array by its values, so bf16 bits carried as
+# int16 (torch's way) decoded while their sign bit was clear and failed with "-16384 is not a
+# bit pattern" once one was set; an int32 array decoded at any width where uint32 was refused.
+# The encoding facts: bf16 0x3F80 is 1.0, 0x4000 is 2.0, 0xC000 is -2.0.
+def test_decode_refuses_signed_arrays_by_dtype_whatever_their_values():
+    positive = np.array([0x3F80, 0x4000], np.uint16).view(np.int16)
+    with_sign_bit = np.array([0x3F80, 0xC000], np.uint16).view(np.int16)
+    assert with_sign_bit[1] < 0 <= positive.min()
+    for signed in (positive, with_sign_bit):
+        with pytest.raises(ValueError, match=r"^bits: an int16 array is ambiguous.*\.view\(numpy\.uint16\)"):
+            fb.decode(signed, "bf16")
+    with pytest.raises(ValueError, match=r"^bits: an int8 array is ambiguous.*\.view\(numpy\.uint8\)"):
+        fb.decode(np.array([0x38], np.int8), "e4m3")
+    for wide in (np.int32, np.int64):
+        with pytest.raises(TypeError, match=rf"^bits: an {np.dtype(wide).name} array holds values .*numpy\.uint16"):
+            fb.decode(np.array([0x3F80], wide), "bf16")
+    # Bit patterns: unsigned arrays of the container width, or Python ints (no width of their own).
+    assert fb.decode(with_sign_bit.view(np.uint16), "bf16").tolist() == [1.0, -2.0]
+    assert fb.decode([0x3F80, 0xC000], "bf16").tolist() == [1.0, -2.0]
+    assert fb.decode([[0x3F80], [0x4000]], "bf16").tolist() == [[1.0], [2.0]]
+    with pytest.raises(ValueError, match=r"^bits: -1 is not a bit pattern \(negative\)"):
+        fb.decode([-1], "bf16")
+    with pytest.raises(ValueError, match=r"uint32 array holds 32-bit patterns, but bf16 patterns are 16-bit"):
+        fb.decode(np.array([0x3F80], np.uint32), "bf16")
+
+
+# Found by the Python audit: metadata={"scale": 0.125} was written and never read (the schema's
+# key is softmax_scale, traces/trace.hpp), so the trace replayed at 1/sqrt(D) without a word.
+@pytest.mark.parametrize("key, schema_key", [
+    ("scale", "softmax_scale"), ("sm_scale", "softmax_scale"), ("Softmax-Scale", "softmax_scale"),
+    ("is_causal", "causal"), ("Causal", "causal"),
+    ("causalAlignment", "causal_alignment"), ("causal-alignment", "causal_alignment"),
+    ("alignment", "causal_alignment"),
+    ("seqlen_kv", "seqlen_k"), ("torch_dtype", "dtype"), ("Source", "source"), ("blockM", "block_m"),
+])
+def test_save_trace_refuses_a_schema_key_spelled_another_way(tmp_path, key, schema_key):
+    q = np.full((1, 1, 2, 2), 0.5)
+    path = tmp_path / "t.safetensors"
+    with pytest.raises(ValueError, match=rf"^metadata\['{key}'\]: the trace schema's key for this is '{schema_key}'"):
+        fb.save_trace(path, q=q, k=q, v=q, o=q, metadata={"source": "unknown", key: "true"})
+    assert not path.exists()
+
+
+def test_save_trace_keeps_free_keys_and_reads_the_schemas_scale(tmp_path):
+    q = np.full((1, 1, 2, 2), 0.5)
+    path = tmp_path / "t.safetensors"
+    fb.save_trace(path, q=q, k=q, v=q, o=q,
+                  metadata={"source": "unknown", "softmax_scale": 0.125, "gpu_clock": "1980 MHz", "notes": "x"})
+    t = fb.load_trace(path)
+    assert t.scale == 0.125 and t.metadata["gpu_clock"] == "1980 MHz"
+
+
+def test_save_trace_refuses_tensor_names_that_are_not_non_empty_strings(tmp_path):
+    # Found by the Python audit: {5: q} was written as the tensor "5", {"": q} accepted.
+    q = np.full((1, 1, 2, 2), 0.5)
+    path = tmp_path / "t.safetensors"
+    meta = {"source": "unknown"}
+    with pytest.raises(TypeError, match=r"^tensors: names are strings .*got 5$"):
+        fb.save_trace(path, {5: q, "q": q, "k": q, "v": q, "o": q}, metadata=meta)
+    with pytest.raises(ValueError, match=r"^tensors: an empty name"):
+        fb.save_trace(path, {"": q, "q": q, "k": q, "v": q, "o": q}, metadata=meta)
+    assert not path.exists()
+
+
+# Found by the Python audit: the CLI's advice "(flashbits import --model NAME records a
+# capture's)" reached Python as "(flashbits import model=NAME ...)", neither a command nor a call.
+def test_bias_test_of_two_models_traces_advises_in_pythons_terms(tmp_path):
+    q, k, v = (bf16((1, 1, 16, 8), seed) for seed in range(3))
+    for i, model in enumerate(("fa2-sm80", "fa-bf16acc")):
+        r = fb.attention(q, k, v, model, scale=0.25)
+        fb.save_trace(tmp_path / f"t{i}.safetensors", q=q, k=k, v=v, o=r.o, lse=r.lse,
+                      metadata={"source": "emulated", "model": model, "softmax_scale": 0.25})
+    with pytest.raises(ValueError, match=r"a verdict is about one kernel") as e:
+        fb.bias_test(traces=str(tmp_path))
+    message = str(e.value)
+    assert "model=NAME" not in message and "flashbits import" not in message, message
+    assert "save_trace(..., metadata={..., 'model': NAME}) records a capture's" in message, message
+
+
+def test_exact_attention_names_rounded_as_in_its_errors():
+    # Found by the Python audit: rounded_as="x" said "model x: unknown kernel model".
+    q = bf16((1, 1, 4, 8), 0)
+    with pytest.raises(ValueError, match=r"^rounded_as x: unknown kernel model 'x'"):
+        fb.exact_attention(q, q, q, rounded_as="x")
+    with pytest.raises(ValueError, match=r"^rounded_as: an empty model name"):  # was the exact values
+        fb.exact_attention(q, q, q, rounded_as="")
+
+
+def test_the_public_namespace_is_the_documented_api():
+    # Found by the Python audit: `annotations` (from `from __future__ import annotations`) was
+    # a public name of flashbits. Public: __all__ and the package's submodules.
+    import pkgutil
+    submodules = {m.name for m in pkgutil.iter_modules(fb.__path__)}
+    public = {n for n in dir(fb) if not n.startswith("_")}
+    assert "annotations" not in public
+    assert public - submodules == set(fb.__all__), public.symmetric_difference(fb.__all__)

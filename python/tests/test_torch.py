@@ -996,3 +996,46 @@ def test_numpy_flags_and_a_zero_dimensional_dropout_are_taken_as_their_values():
         fbt.scaled_dot_product_attention(q, q, q, dropout_p=torch.tensor(0.1), model="fa2-sm80")
     with pytest.raises(TypeError, match=r"^is_causal: expected True or False, got int$"):
         fbt.scaled_dot_product_attention(q, q, q, is_causal=1, model="fa2-sm80")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_negated_view_is_read_as_the_values_it_denotes(dtype):
+    # Found by the Python audit: a ._neg_view() tensor (what torch's autograd and some ops hand
+    # on lazily) raised torch's "Can't call numpy() on Tensor that has negative bit set". Its
+    # values are the negation, exact in any format; the reference is flashbits.attention on them.
+    y = torch.randn(1, 2, 8, 16, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).to(dtype)
+    x = y._neg_view()
+    assert x.is_neg()
+    negated = -y.to(torch.float64).numpy()
+    got = fbt.scaled_dot_product_attention(x, x, x, model="fa2-sm90")
+    want = fb.attention(negated, negated, negated, "fa2-sm90").o
+    assert np.array_equal(got.to(torch.float64).numpy(), want)
+    assert fb.round(torch.tensor([1.5, -2.25], dtype=dtype)._neg_view(), "bf16").values.tolist() == [-1.5, 2.25]
+
+
+def test_a_meta_tensor_is_refused_naming_the_argument_and_its_device():
+    # Found by the Python audit: fb.round(meta) raised torch's NotImplementedError.
+    with pytest.raises(ValueError, match=r"^x: a tensor on device 'meta' has a shape and a dtype but no values"):
+        fb.round(torch.empty(3, device="meta"), "bf16")
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(ValueError, match=r"^k: a tensor on device 'meta'"):
+        fb.attention(q, torch.empty(1, 1, 4, 8, device="meta"), q, "fa2-sm80")
+
+
+def test_decode_refuses_torchs_int16_view_of_bf16_whatever_its_signs():
+    # Found by the Python audit: [1, 2] decoded, [1, -2] failed with "-16384 is not a bit
+    # pattern (negative)" and no advice; both are the same kind of array (bf16 bits as int16).
+    for values in ([1.0, 2.0], [1.0, -2.0]):
+        bits = torch.tensor(values).bfloat16().view(torch.int16)
+        with pytest.raises(ValueError, match=r"^bits: an int16 array is ambiguous.*\.view\(numpy\.uint16\)"):
+            fb.decode(bits, "bf16")
+        # The advice, followed: bf16 1.0, 2.0 and -2.0 (exact in bf16) come back.
+        assert fb.decode(bits.numpy().view(np.uint16), "bf16").tolist() == values
+
+
+def test_the_modules_namespace_holds_no_future_import():
+    # Found by the Python audit: `from __future__ import annotations` left `annotations` public.
+    public = {n for n in dir(fbt) if not n.startswith("_")}
+    assert "annotations" not in public
+    # Beyond __all__ only the package's warnings, re-exported where the module docstring names them.
+    assert public - set(fbt.__all__) == {"ApproximateModelWarning", "UnmeasuredShapeWarning"}
