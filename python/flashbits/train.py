@@ -142,13 +142,29 @@ class Corpus:
     vocab: str
     train: torch.Tensor  # int64 token ids
     val: torch.Tensor
+    # Files of a corpus directory left out as fortune indexes and links (fortune_companions),
+    # by name: said on the run's output and recorded in config.json.
+    skipped: tuple = ()
 
 
-def _corpus_files(path: str) -> list:
+def fortune_companions(directory: str, names) -> list:
+    """The names among ``names`` (files of ``directory``) that Debian's fortunes package puts
+    beside each text file NAME: NAME.dat, strfile's binary index of it, and NAME.u8, a link to
+    it. Only where NAME itself is a file there: a NAME.dat or NAME.u8 with no NAME beside it
+    is a file of its own, read as text (a binary one is then refused as not UTF-8)."""
+    return sorted(n for n in names if n.endswith((".dat", ".u8"))
+                  and os.path.isfile(os.path.join(directory, n.rsplit(".", 1)[0])))
+
+
+def _corpus_files(path: str, skipped: list | None = None) -> list:
+    """The files ``path`` names: itself, or a directory's files in name order without the
+    fortune indexes and links (fortune_companions), whose names are appended to ``skipped``."""
     if os.path.isdir(path):
-        # The fortunes package: text files; skip the .dat indexes and .u8 copies.
-        names = sorted(n for n in os.listdir(path)
-                       if not n.endswith((".dat", ".u8")) and os.path.isfile(os.path.join(path, n)))
+        names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+        companions = fortune_companions(path, names)
+        if skipped is not None:
+            skipped.extend(companions)
+        names = [n for n in names if n not in set(companions)]
         if not names:
             raise UsageError(f"corpus {path}: a directory with no text files")
         return [os.path.join(path, n) for n in names]
@@ -160,14 +176,22 @@ def _corpus_files(path: str) -> list:
     return [path]
 
 
+def skipped_text(path: str, skipped) -> str:
+    """The line that says which files of the corpus directory ``path`` were left out."""
+    shown = ", ".join(skipped[:6]) + (f" and {len(skipped) - 6} more" if len(skipped) > 6 else "")
+    return (f"corpus {path}: skipped {len(skipped)} fortune index and link file{'s' if len(skipped) != 1 else ''} "
+            f"(NAME.dat, NAME.u8 beside a text file NAME; config.json lists them): {shown}")
+
+
 def load_corpus(path: str, block_size: int, max_bytes: int = 256 << 20) -> Corpus:
-    """Character-level text: the UTF-8 text of ``path`` (a file, or every text file of a
-    directory in name order, joined by newlines), its sorted characters as the vocabulary,
+    """Character-level text: the UTF-8 text of ``path`` (a file, or every file of a directory
+    in name order but the fortune indexes and links, fortune_companions; joined by newlines),
+    its sorted characters as the vocabulary,
     the first 90% for training and the rest for validation. UsageError when it cannot be
     read, is not UTF-8, or is too short for one training block in each part."""
-    parts = []
+    parts, skipped = [], []
     total = 0
-    for f in _corpus_files(path):
+    for f in _corpus_files(path, skipped):
         try:
             with open(f, "rb") as fh:
                 raw = fh.read(max_bytes + 1 - total)
@@ -191,7 +215,7 @@ def load_corpus(path: str, block_size: int, max_bytes: int = 256 << 20) -> Corpu
     if split < need or len(ids) - split < need:
         raise UsageError(f"corpus {path}: {len(text)} characters; at least {10 * need} are needed for "
                          f"block size {block_size} (the first 90% trains, the other 10% is set aside)")
-    return Corpus(hashlib.sha256(text.encode("utf-8")).hexdigest(), vocab, ids[:split], ids[split:])
+    return Corpus(hashlib.sha256(text.encode("utf-8")).hexdigest(), vocab, ids[:split], ids[split:], tuple(skipped))
 
 
 def batch_indices(stream: tuple, step: int, batch_size: int, n_tokens: int, block_size: int) -> np.ndarray:
@@ -373,7 +397,7 @@ def validate_arm(arm: Arm, cfg: StudyConfig, recipe_dir: str) -> Arm:
     if arm.recipe is not None:
         os.makedirs(recipe_dir, exist_ok=True)
         arm.recipe_file = os.path.join(recipe_dir, arm.slug + ".json")
-        write_atomic(arm.recipe_file, json.dumps(arm.recipe, indent=1).encode())
+        write_atomic(arm.recipe_file, json_bytes(arm.recipe))
     shape = (1, cfg.model.n_head, cfg.model.block_size, cfg.model.head_dim)
     z = torch.zeros(shape, requires_grad=True)
     try:
@@ -413,13 +437,17 @@ def sign_test_p(positives: int, negatives: int) -> float:
     return min(1.0, float(Fraction(2 * tail, 1 << n)))
 
 
-def row_is_tied(trace: dict) -> bool:
+def row_is_tied(trace: dict) -> bool | None:
     """The row's final max reached by two or more keys after the kernel's rounding: the tile
-    that first set the final running max saw its max more than once."""
+    that first set the final running max saw its max more than once. None (undetermined) when
+    the row's scores were not finite: its running max or sum is then NaN or infinite (a NaN
+    score leaves the max at -inf), and no key's score ties or fails to tie another's."""
     tiles = trace["tiles"]
     if not tiles:
         return False
     final = tiles[-1]["running_max"]
+    if not (math.isfinite(final) and math.isfinite(tiles[-1]["running_sum"])):
+        return None
     for tile in tiles:
         if tile["running_max"] == final:
             return tile["repeated_max"] > 0
@@ -442,11 +470,12 @@ def measure(q, k, v, d_o, fmt: str, scale: float, causal: bool, result, traces, 
     # errors), so that the mechanism's size is judged as bias-test judges it.
     d_err_ulps = [(result.delta[0, h, r] - exact.delta[0, h, r]) / floor.delta_unit[0, h, r] for _, h, r in rows]
     d_floor_ulps = [(floor.delta[0, h, r] - exact.delta[0, h, r]) / floor.delta_unit[0, h, r] for _, h, r in rows]
-    traces = traces or []
-    ties = sum(row_is_tied(t) for t in traces)
+    # The rate over the rows whose tie could be decided: NaN (steps.csv's nan, as every value
+    # not measured) when none could, never a 0.0 that reads as "traced, none tied".
+    decided = [tied for tied in map(row_is_tied, traces or []) if tied is not None]
     return {"o_error": float(np.mean(o_err)), "delta_error": float(np.mean(d_err)),
             "delta_error_ulps": float(np.mean(d_err_ulps)), "delta_floor_error_ulps": float(np.mean(d_floor_ulps)),
-            "tie_rate": ties / len(traces) if traces else float("nan")}
+            "tie_rate": sum(decided) / len(decided) if decided else float("nan")}
 
 
 def forced_ties_batch(rng: np.random.Generator, heads: int, n: int, d: int, fmt: str = "bf16"):
@@ -549,6 +578,25 @@ def _replace_atomic(path: str, write) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+def finite_or_null(obj):
+    """``obj`` with every float that is not finite (NaN, +-inf) replaced by None: JSON has no
+    such numbers, and Python's NaN token is refused by strict parsers. A reader tells a
+    non-finite number from an absent one by the fields beside it (a run's ``nan``, a layer's
+    ``delta_error_non_finite``, the fork's ``finite``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
+
+
+def json_bytes(obj) -> bytes:
+    """The JSON this driver writes: strict (null for a number that is not finite)."""
+    return json.dumps(finite_or_null(obj), indent=1, allow_nan=False).encode()
 
 
 def write_atomic(path: str, data: bytes) -> None:
@@ -830,6 +878,28 @@ def tensor_shapes(state) -> dict | None:
     return {k: tuple(t.shape) for k, t in state.items()}
 
 
+def weights_finite(state: dict) -> bool:
+    """Every weight of a model's state dict finite (no NaN, no infinity)."""
+    return all(bool(torch.isfinite(t).all()) for t in state.values() if torch.is_floating_point(t))
+
+
+def fork_is_finite(fork: dict) -> bool:
+    """The fork a run started from (its result's or checkpoint's ``fork``) finite: its weights,
+    and its loss on the run's first forked batch. Written before ``weights_finite`` was
+    recorded: the loss alone (NaN weights give a NaN loss). A loss written as null (JSON's
+    stand-in for a number that is not finite) is not finite."""
+    loss = fork.get("loss")
+    return (fork.get("weights_finite", True) is True and isinstance(loss, (int, float))
+            and not isinstance(loss, bool) and math.isfinite(loss))
+
+
+def fork_failed_text(cfg: "StudyConfig") -> str:
+    """Every arm's verdict, and the runs' note, when the shared fork is not finite."""
+    return (f"no verdict: the shared {CONTROL} fork is not finite (its loss or weights NaN or infinite at "
+            f"--fork-step {cfg.fork_step}, before any kernel model ran); every arm trained from it, so its result "
+            f"says nothing about its kernel")
+
+
 def weights_digest(state: dict) -> str:
     """The SHA-256 of a model's state dict (names and bytes, in order): the fork's identity."""
     h = hashlib.sha256()
@@ -860,17 +930,25 @@ def fork_checkpoint(out: str, cfg: StudyConfig, corpus: Corpus, quiet: bool) -> 
     optimizer = make_optimizer(model, cfg)
     progress = Progress("fork (fp32)", cfg.fork_step, quiet)
     step = 0
+    first_non_finite = None  # (step, loss): said on the output, as every arm inherits it
     try:
         for step in range(cfg.fork_step):
             x, y = get_batch(corpus.train, batch_indices((0x5EED, cfg.init_seed), step, cfg.batch_size,
                                                          len(corpus.train), cfg.model.block_size), cfg.model.block_size)
             loss, _ = train_step(model, optimizer, x, y, cfg, autocast=False)
+            if first_non_finite is None and not math.isfinite(loss):
+                first_non_finite = (step + 1, loss)
             progress.update(step + 1, loss)
     except KeyboardInterrupt:
         raise ForkInterrupted(f"the fork (fp32) was interrupted at step {step} of {cfg.fork_step}; nothing of it is "
                               f"saved: the same command trains it again from the start") from None
     save_atomic({"config": cfg.to_json(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "step": cfg.fork_step}, path)
+    if first_non_finite is not None or not weights_finite(model.state_dict()):
+        how = (f"its loss was {first_non_finite[1]} at step {first_non_finite[0]} of {cfg.fork_step}"
+               if first_non_finite is not None else f"its weights at step {cfg.fork_step} are not finite")
+        print(f"fork ({CONTROL}): diverged: {how}; every arm trains from it, so no verdict on any kernel model "
+              f"(the verdicts say so); use a smaller --lr and a new --out")
     return path
 
 
@@ -917,7 +995,9 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
         x, y = get_batch(corpus.train, batch_indices((seed,), 0, cfg.batch_size, len(corpus.train),
                                                      cfg.model.block_size), cfg.model.block_size)
         with torch.no_grad():
-            fork_info = {"weights_sha256": weights_digest(model.state_dict()), "loss": float(model(x, y))}
+            state = model.state_dict()
+            fork_info = {"weights_sha256": weights_digest(state), "loss": float(model(x, y)),
+                         "weights_finite": weights_finite(state)}
     clock = StepClock(seed)
     probes = install_arm_attention(model, arm, cfg, threads, clock)
     # Running error sums of the probed layers only: a layer no probe measures (the control's,
@@ -976,9 +1056,9 @@ def run_arm(out: str, cfg: StudyConfig, corpus: Corpus, arm: Arm, seed: int, thr
     finally:
         signal.signal(signal.SIGINT, previous)
     write_csv(os.path.join(directory, "steps.csv"), rows, cfg)
-    result = run_result(rows, cfg, fork_info)
+    result = run_result(rows, cfg, fork_info, tuple(probes))
     result.update({"arm": arm.name, "seed": seed, "study": cfg.to_json()})
-    write_atomic(os.path.join(directory, "result.json"), json.dumps(result, indent=1).encode())
+    write_atomic(os.path.join(directory, "result.json"), json_bytes(result))
     return result
 
 
@@ -1026,11 +1106,22 @@ def measured_sum(rows: list, column: str):
     return None if math.isnan(value) else value
 
 
-def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
+def probed_step(row: dict, cfg: StudyConfig) -> bool:
+    """The row's step was a probe step (every --probe-every-th forked step, the first included)."""
+    return (row["step"] - cfg.fork_step - 1) % cfg.probe_every == 0
+
+
+def run_result(rows: list, cfg: StudyConfig, fork_info: dict, probed_layers: tuple = ()) -> dict:
+    """result.json's statistics of a run's rows. ``probed_layers``: the layers a probe measured
+    (the arm emulates them), whose probe steps with a delta error that is not finite (the
+    model's values went NaN or infinite) are counted: their NaN in steps.csv is a measurement,
+    not an absent probe."""
     losses = [r["loss"] for r in rows]
     layers = {}
     for i in cfg.emulate_layers:
         positive, negative = sign_counts(rows, f"L{i}_delta_error")
+        non_finite = (sum(1 for r in rows if probed_step(r, cfg) and not math.isfinite(r[f"L{i}_delta_error"]))
+                      if i in probed_layers else 0)
         ties = [r[f"L{i}_tie_rate"] for r in rows if not math.isnan(r[f"L{i}_tie_rate"])]
         layers[str(i)] = {
             # None where no probe measured the layer (its sums are NaN): never a measured 0.
@@ -1040,10 +1131,16 @@ def run_result(rows: list, cfg: StudyConfig, fork_info: dict) -> dict:
             "tie_rate": float(np.mean(ties)) if ties else None,
             "wq_spectral_norm": rows[-1][f"L{i}_wq_sigma"] if rows else None,
             "wk_spectral_norm": rows[-1][f"L{i}_wk_sigma"] if rows else None,
+            # Probe steps whose delta error was measured and not finite (the sums are then null).
+            "delta_error_non_finite": non_finite,
         }
     tail = losses[-50:]
-    return {"steps": len(rows), "fork": fork_info, "final_loss": float(np.mean(tail)) if tail else None,
-            "nan": any(math.isnan(x) for x in losses), "layers": layers}
+    fork = dict(fork_info, finite=fork_is_finite(fork_info))
+    result = {"steps": len(rows), "fork": fork, "final_loss": float(np.mean(tail)) if tail else None,
+              "nan": any(math.isnan(x) for x in losses), "layers": layers}
+    if not fork["finite"]:
+        result["no_verdict"] = fork_failed_text(cfg)
+    return result
 
 
 # ---- merging and verdicts ---------------------------------------------------------------------
@@ -1081,10 +1178,13 @@ _RESULT_TYPES = {"arm": str, "seed": int, "steps": int, "fork": dict, "final_los
                  "layers": dict}
 _LAYER_KEYS = ("delta_error_sum", "o_error_sum", "delta_error_positive", "delta_error_negative", "tie_rate",
                "wq_spectral_norm", "wk_spectral_norm")
-# What run_result writes for each: a number (NaN included), a count, or a number or null (no tie
-# traced; an error sum no probe measured).
-_LAYER_COUNTS = ("delta_error_positive", "delta_error_negative")
+# What run_result writes for each: a number, a count, or a number or null (no tie traced; an
+# error sum no probe measured, or one that is not finite). A spectral norm is null where it is
+# not finite (weights gone NaN), which steps.csv's last row must then show (read_run checks it).
+# delta_error_non_finite, a count, is absent from results written before it was recorded.
+_LAYER_COUNTS = ("delta_error_positive", "delta_error_negative", "delta_error_non_finite")
 _LAYER_OPTIONAL = ("tie_rate", "delta_error_sum", "o_error_sum")
+_LAYER_NORMS = {"wq_spectral_norm": "wq_sigma", "wk_spectral_norm": "wk_sigma"}
 
 
 def _layer_value_ok(key: str, v) -> bool:
@@ -1092,7 +1192,7 @@ def _layer_value_ok(key: str, v) -> bool:
         return False
     if key in _LAYER_COUNTS:
         return isinstance(v, int) and v >= 0
-    return isinstance(v, (int, float)) or (v is None and key in _LAYER_OPTIONAL)
+    return isinstance(v, (int, float)) or (v is None and (key in _LAYER_OPTIONAL or key in _LAYER_NORMS))
 
 
 def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: dict) -> dict | None:
@@ -1108,11 +1208,19 @@ def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: 
         raise UsageError(f"{res_path}: not a run's result")
     for key, kind in _RESULT_TYPES.items():
         v = res.get(key)
+        if key == "final_loss" and v is None:
+            continue  # null: a mean that is not finite, checked against steps.csv below
         if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
             raise UsageError(f"{res_path}: '{key}' is {v!r}, not of type {kind.__name__}")
     fork = res["fork"]
-    if not isinstance(fork.get("weights_sha256"), str) or not isinstance(fork.get("loss"), float):
+    # The fork's loss is null where it was not finite (json_bytes); "finite" and
+    # "weights_finite" are absent from results written before they were recorded.
+    if (not isinstance(fork.get("weights_sha256"), str) or not (isinstance(fork.get("loss"), float)
+                                                                 or fork.get("loss") is None)
+            or any(not isinstance(fork.get(k, True), bool) for k in ("finite", "weights_finite"))):
         raise UsageError(f"{res_path}: 'fork' is not the fork's digest and loss")
+    if fork["loss"] is None:
+        fork["loss"] = float("nan")
     if Arm(res["arm"], res["arm"]).slug != slug or seed_dir != f"seed{res['seed']}":
         raise UsageError(f"{res_path}: the result of arm '{res['arm']}' seed {res['seed']}, in the directory of "
                          f"another run ({slug}/{seed_dir})")
@@ -1133,7 +1241,7 @@ def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: 
             for i in layers):
         raise UsageError(f"{res_path}: 'layers' does not hold the statistics of layers {', '.join(layers)}")
     for i in layers:
-        for key in _LAYER_KEYS:
+        for key in _LAYER_KEYS + ("delta_error_non_finite",) * ("delta_error_non_finite" in res["layers"][i]):
             v = res["layers"][i][key]
             if not _layer_value_ok(key, v):
                 kind = ("a count (an integer >= 0)" if key in _LAYER_COUNTS
@@ -1156,6 +1264,21 @@ def read_run(directory: str, slug: str, seed_dir: str, cfg: StudyConfig, study: 
     fields = CSV_FIELDS + [f for i in cfg.emulate_layers for f in layer_fields(i)]
     if list(rows[0]) != fields:
         raise UsageError(f"{csv_path}: columns {','.join(rows[0])}, not the study's {','.join(fields)}")
+    # A null that stands for a number that is not finite: steps.csv holds that number (nan, inf).
+    for i in layers:
+        for key, column in _LAYER_NORMS.items():
+            held = rows[-1][f"L{i}_{column}"]
+            if res["layers"][i][key] is None:
+                if math.isfinite(held):
+                    raise UsageError(f"{res_path}: 'layers.{i}.{key}' is None, not a number (null stands for one "
+                                     f"that is not finite, and steps.csv's last L{i}_{column} is {held!r})")
+                res["layers"][i][key] = held
+    if res["final_loss"] is None:
+        mean = float(np.mean([r["loss"] for r in rows[-50:]]))
+        if math.isfinite(mean):
+            raise UsageError(f"{res_path}: 'final_loss' is None, not of type float (null stands for a mean that is "
+                             f"not finite, and steps.csv's last 50 losses average {mean!r})")
+        res["final_loss"] = mean
     res["rows"] = rows
     res["dir"] = directory
     return res
@@ -1213,6 +1336,7 @@ def merge(out: str, th: Thresholds) -> dict:
     # The fork's digest, when the fork is there: every run must have started from it.
     fork_path = os.path.join(out, "fork.pt")
     fork_digest, shapes = None, {}
+    fork_finite = True  # its weights (fork.pt's, when it is there) and every run's loss at it
     if os.path.exists(fork_path):
         fork = load_checkpoint(fork_path, "the fork")
         check_same_config(fork_path, fork["config"], study, "it belongs to another study", "in config.json")
@@ -1220,6 +1344,7 @@ def merge(out: str, th: Thresholds) -> dict:
         if shapes is None:
             raise UsageError(f"checkpoint {fork_path}: 'model' is not a model's weights")
         fork_digest = weights_digest(fork["model"])
+        fork_finite = weights_finite(fork["model"])
     runs, unfinished = {}, []
     runs_dir = os.path.join(out, "runs")
     for slug in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
@@ -1239,6 +1364,7 @@ def merge(out: str, th: Thresholds) -> dict:
             if res["fork"]["weights_sha256"] != fork_digest:
                 raise UsageError(f"{os.path.join(directory, 'result.json')}: started from another fork (weights "
                                  f"{res['fork']['weights_sha256'][:12]}..., not {fork_digest[:12]}...)")
+            fork_finite = fork_finite and fork_is_finite(res["fork"])
             runs.setdefault(res["arm"], {})[res["seed"]] = res
     if not runs:
         raise UsageError(f"{out}: no finished runs to merge"
@@ -1248,7 +1374,10 @@ def merge(out: str, th: Thresholds) -> dict:
         print(f"merge: {directory}: not finished (no result.json), left out; run it to the end, then merge again")
     control = runs.get(CONTROL, {})
     summary = {"config": cfg.to_json(), "control": CONTROL,
-               "thresholds": dataclasses.asdict(th), "arms": {}}
+               "thresholds": dataclasses.asdict(th),
+               # Whether the shared fp32 fork every run started from is finite; when it is not,
+               # every arm's verdict is fork_failed_text's "no verdict".
+               "fork": {"weights_sha256": fork_digest, "finite": fork_finite}, "arms": {}}
     final_step = cfg.steps
 
     def snapshot(res, step):
@@ -1267,6 +1396,7 @@ def merge(out: str, th: Thresholds) -> dict:
         o_pos, o_neg, o_sums = 0, 0, []
         floor_pairs = {}  # layer -> [(kernel's delta error, its floor's)] over seeds' probed steps
         probe_samples = 0  # probed steps (a non-NaN delta error) over seeds and layers
+        non_finite_samples = 0  # probed steps whose delta error was measured and not finite
         for seed, res in sorted(seeds.items()):
             ctrl = control.get(seed)
             losses = [r["loss"] for r in res["rows"]]
@@ -1291,6 +1421,7 @@ def merge(out: str, th: Thresholds) -> dict:
                 o_neg += negative
                 layer_samples = sum(1 for r in res["rows"] if not math.isnan(r[f"L{layer}_delta_error"]))
                 probe_samples += layer_samples
+                non_finite_samples += stats.get("delta_error_non_finite", 0)
                 # A layer no probe measured has no error sum (None; 0.0 in older result.json
                 # files), and adds none: the arm's sum would read as a measured zero.
                 if layer_samples and stats["delta_error_sum"] is not None:
@@ -1365,7 +1496,12 @@ def merge(out: str, th: Thresholds) -> dict:
         else:
             mechanism = None
         not_measured = None
-        if measured and not probed:
+        if measured and not probed and non_finite_samples:
+            # Measured, and not finite in every probed step (the model's values went NaN or
+            # infinite): "not measured" would be untrue, and nothing can be tested.
+            not_measured = (f"mechanism undetermined (delta's error not finite in all {non_finite_samples} probed "
+                            f"step{'s' if non_finite_samples != 1 else ''})")
+        elif measured and not probed:
             layers = cfg.emulate_layers
             not_measured = ("mechanism not measured (no probe samples: the arm "
                             + (f"emulates none of the probed layers {', '.join(map(str, layers))})"
@@ -1377,7 +1513,15 @@ def merge(out: str, th: Thresholds) -> dict:
             # are "not measured", never "no mechanism seen".
             not_measured = (f"mechanism not measured (no probe samples: {LOW_PRECISION} runs PyTorch's attention "
                             f"under autocast, not a kernel model the probes measure)")
-        if diverged_seeds:
+        if not fork_finite:
+            # Every arm, the control included, trained from non-finite weights: its NaN losses
+            # are the fork's, not a divergence of its own, and no kernel is judged.
+            verdict = fork_failed_text(cfg)
+            arm_diverged = None
+            for entry in per_seed.values():
+                if "diverged" in entry:
+                    entry["diverged"] = None
+        elif diverged_seeds:
             named = ", ".join(map(str, diverged_seeds))
             verdict = ("diverged" if len(diverged_seeds) == len(seeds) else
                        f"diverged in {len(diverged_seeds)} of {len(seeds)} seeds "
@@ -1395,7 +1539,7 @@ def merge(out: str, th: Thresholds) -> dict:
             verdict = f"no divergence; {not_measured}"
         else:
             verdict = "no effect seen"
-        if without_control and div_votes:
+        if without_control and div_votes and fork_finite:
             # Some seeds had their control and some not: the divergence above is of the first
             # alone, and the arm's mean final loss covers seeds the control's does not.
             judged = [seed for seed in sorted(seeds) if seed not in without_control]
@@ -1408,6 +1552,8 @@ def merge(out: str, th: Thresholds) -> dict:
             "delta_error_sum": float(np.sum(d_sums)) if d_sums else None,
             "delta_error_positive_steps": signs_pos, "delta_error_negative_steps": signs_neg,
             "delta_error_sign_p": p if probed else None,
+            # Probe steps whose delta error was measured and not finite (left out of the sums).
+            "delta_error_non_finite_steps": non_finite_samples,
             # The mechanism's test: steps whose delta error lies further from zero than the
             # floor's (> 0) or closer (< 0), and the sign test's p (distance_sign_counts).
             "delta_beyond_floor_steps": z_pos, "delta_within_floor_steps": z_neg,
@@ -1425,7 +1571,7 @@ def merge(out: str, th: Thresholds) -> dict:
             "per_seed": per_seed,
         }
     summary["golden"] = golden_ratio(runs, final_step, snapshot)
-    write_atomic(os.path.join(out, "summary.json"), json.dumps(summary, indent=1, allow_nan=True).encode())
+    write_atomic(os.path.join(out, "summary.json"), json_bytes(summary))
     write_plots(out, runs, cfg)
     print_verdicts(summary, th)
     return summary
@@ -1463,11 +1609,22 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
           f"control for >= {th.divergence_steps} steps, or a NaN loss, in any seed; mechanism: delta's error "
           f"further from zero than its floor's in more steps than not, sign test p < {th.sign_p}, and at least "
           f"{th.at_stake} ulp beyond it; or W_Q spectral norm > {th.wq_ratio}x the control, named as such)")
+    if not summary["fork"]["finite"]:
+        print(f"  fork ({summary['control']}): not finite (its loss or weights NaN or infinite): no verdict on any "
+              f"arm; run the study again in a new --out with settings whose {summary['control']} training stays "
+              f"finite (a smaller --lr)")
     for name, a in summary["arms"].items():
         p = a["delta_error_sign_p"]
         ratio = a["wq_spectral_norm_ratio"]
         o_p = a["o_error_sign_p"]
-        if a["delta_error_sum"] is None:
+        non_finite = a.get("delta_error_non_finite_steps", 0)
+        if non_finite:
+            # Measured, not absent: the probe ran and the error was NaN or infinite.
+            signed = a["delta_error_positive_steps"] + a["delta_error_negative_steps"]
+            delta = (f"delta error not finite in {non_finite} probed step{'s' if non_finite != 1 else ''}"
+                     + (f"; where finite {a['delta_error_positive_steps']}+/{a['delta_error_negative_steps']}-"
+                        if signed else ""))
+        elif a["delta_error_sum"] is None:
             delta = "delta error not measured"
         else:
             delta = (f"delta error sum {a['delta_error_sum']:+.3e}, {a['delta_error_positive_steps']}+/"
@@ -1480,7 +1637,8 @@ def print_verdicts(summary: dict, th: Thresholds) -> None:
         o_part = ""
         if o_p is not None:
             o_part = f"; O error {a['o_error_positive_steps']}+/{a['o_error_negative_steps']}-, p {o_p:.2g}"
-        w_part = "" if ratio is None else f"; W_Q norm {ratio:.3f}x control"
+        w_part = ("" if ratio is None else f"; W_Q norm {ratio:.3f}x control" if math.isfinite(ratio)
+                  else "; W_Q norm not finite (the arm's or the control's weights are not)")
         print(f"  {name}: {a['verdict']} (final loss {a['final_loss']:.4f}; {delta}{o_part}{w_part})")
     g = summary["golden"]
     if g["seed_to_seed"] is not None:
@@ -1604,6 +1762,28 @@ def _int_list(text: str, name: str) -> tuple:
     return vals
 
 
+class _TypedFloat(float):
+    """A float option's value with the text it was given (``.text``): a refusal names what was
+    typed, where the float would not (``--lr 1e400`` is inf)."""
+    text: str
+
+
+def _typed_float(text: str) -> float:
+    value = _TypedFloat(text)
+    value.text = text
+    return value
+
+
+_typed_float.__name__ = "float"  # argparse's "invalid float value: '0x1p-3'"
+
+
+def shown(value) -> str:
+    """A float option's value as a refusal quotes it: as typed where the float is not finite
+    (``1e400``, not ``inf``), else the number (``-1.0``)."""
+    text = getattr(value, "text", None)
+    return text if text is not None and not math.isfinite(value) else str(float(value))
+
+
 class _OneLineErrorParser(argparse.ArgumentParser):
     """argparse, whose refusals (an unknown --preset, --lr 0x1p-3) printed its usage block
     before the error: one `error: ...` line and exit 2 here, as every other refusal."""
@@ -1633,8 +1813,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="run only this seed")
     for name, kind in (("n-layer", int), ("n-head", int), ("n-embd", int), ("block-size", int), ("batch-size", int),
                        ("fork-step", int), ("steps", int), ("probe-rows", int), ("probe-every", int),
-                       ("snapshot-every", int), ("lr", float), ("beta1", float), ("beta2", float),
-                       ("weight-decay", float), ("clip", float), ("init-seed", int)):
+                       ("snapshot-every", int), ("lr", _typed_float), ("beta1", _typed_float),
+                       ("beta2", _typed_float), ("weight-decay", _typed_float), ("clip", _typed_float),
+                       ("init-seed", int)):
         p.add_argument(f"--{name}", type=kind)
     p.add_argument("--probe-batch", choices=["live", "forced-ties"],
                    help="what the mechanism metrics measure: the emulated layers' own rows (live, default) or, "
@@ -1648,11 +1829,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop each run after N more steps as Ctrl-C does (checkpoint, exit 130; the same "
                         "command resumes): for time-limited batch jobs")
     th = Thresholds()
-    p.add_argument("--divergence-nats", type=float, default=th.divergence_nats)
+    p.add_argument("--divergence-nats", type=_typed_float, default=th.divergence_nats)
     p.add_argument("--divergence-steps", type=int, default=th.divergence_steps)
-    p.add_argument("--sign-p", type=float, default=th.sign_p)
-    p.add_argument("--wq-ratio", type=float, default=th.wq_ratio)
-    p.add_argument("--at-stake", type=float, default=th.at_stake,
+    p.add_argument("--sign-p", type=_typed_float, default=th.sign_p)
+    p.add_argument("--wq-ratio", type=_typed_float, default=th.wq_ratio)
+    p.add_argument("--at-stake", type=_typed_float, default=th.at_stake,
                    help="the mechanism's size: delta's mean error further from zero than its floor's by at least this "
                         f"many ulps (default {th.at_stake}, as bias-test)")
     return p
@@ -1678,7 +1859,10 @@ def study_config(args) -> StudyConfig:
                 "beta2", "weight_decay", "clip", "init_seed"):
         v = getattr(args, key)
         if v is not None:
-            setattr(cfg, key, v)
+            # A float option as a plain float (config.json, checkpoints); its text for refusals.
+            setattr(cfg, key, float(v) if isinstance(v, float) else v)
+    typed = {key: getattr(args, key) if getattr(args, key) is not None else getattr(cfg, key)
+             for key in ("lr", "beta1", "beta2", "weight_decay", "clip")}
     if args.probe_batch is not None:
         cfg.probe_batch = args.probe_batch
     if args.emulate_layers is not None:
@@ -1712,14 +1896,14 @@ def study_config(args) -> StudyConfig:
     for layer in cfg.emulate_layers:
         if not 0 <= layer < cfg.model.n_layer:
             raise UsageError(f"--emulate-layers: layer {layer} outside 0..{cfg.model.n_layer - 1}")
-    for name, v in (("--lr", cfg.lr), ("--clip", cfg.clip)):
+    for name, v in (("--lr", typed["lr"]), ("--clip", typed["clip"])):
         if not (math.isfinite(v) and v > 0):
-            raise UsageError(f"{name} {v}: expected a finite positive number")
-    for name, v in (("--beta1", cfg.beta1), ("--beta2", cfg.beta2)):
+            raise UsageError(f"{name} {shown(v)}: expected a finite positive number")
+    for name, v in (("--beta1", typed["beta1"]), ("--beta2", typed["beta2"])):
         if not 0 <= v < 1:
-            raise UsageError(f"{name} {v}: expected 0 <= beta < 1")
+            raise UsageError(f"{name} {shown(v)}: expected 0 <= beta < 1")
     if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise UsageError(f"--weight-decay {cfg.weight_decay}: expected a finite number >= 0")
+        raise UsageError(f"--weight-decay {shown(typed['weight_decay'])}: expected a finite number >= 0")
     return cfg
 
 
@@ -1744,16 +1928,16 @@ def split_arms(text: str, option: str = "--arms") -> list:
 def check_thresholds(th: "Thresholds") -> None:
     """The verdict thresholds in their ranges: outside them every arm would get one verdict."""
     if not (math.isfinite(th.divergence_nats) and th.divergence_nats >= 0):
-        raise UsageError(f"--divergence-nats {th.divergence_nats}: expected a finite number >= 0")
+        raise UsageError(f"--divergence-nats {shown(th.divergence_nats)}: expected a finite number >= 0")
     if th.divergence_steps < 1:
         raise UsageError(f"--divergence-steps {th.divergence_steps}: expected a positive integer")
     if not 0 < th.sign_p < 1:
-        raise UsageError(f"--sign-p {th.sign_p}: expected a significance level, 0 < p < 1")
+        raise UsageError(f"--sign-p {shown(th.sign_p)}: expected a significance level, 0 < p < 1")
     if not (math.isfinite(th.wq_ratio) and th.wq_ratio >= 1):
-        raise UsageError(f"--wq-ratio {th.wq_ratio}: expected a finite ratio >= 1 (W_Q's norm grown that much "
-                         f"over the control's)")
+        raise UsageError(f"--wq-ratio {shown(th.wq_ratio)}: expected a finite ratio >= 1 (W_Q's norm grown that "
+                         f"much over the control's)")
     if not (math.isfinite(th.at_stake) and th.at_stake > 0):
-        raise UsageError(f"--at-stake {th.at_stake}: expected a finite number of ulps > 0")
+        raise UsageError(f"--at-stake {shown(th.at_stake)}: expected a finite number of ulps > 0")
 
 
 _UNSET = object()
@@ -1813,6 +1997,9 @@ def main(argv=None) -> int:
                     sign_p=args.sign_p, wq_ratio=args.wq_ratio, at_stake=args.at_stake)
     try:
         check_thresholds(th)
+        # Plain floats from here on (summary.json's thresholds); the text was for refusals.
+        th = dataclasses.replace(th, **{f.name: float(getattr(th, f.name)) for f in dataclasses.fields(th)
+                                        if isinstance(getattr(th, f.name), float)})
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out}: not a directory")
         given = given_options(argv)
@@ -1846,12 +2033,14 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="flashbits-train-") as scratch:
             for a in arms:
                 validate_arm(dataclasses.replace(a), cfg, scratch)
+        if corpus.skipped:
+            print(skipped_text(cfg.corpus, corpus.skipped))
         cfg_path = os.path.join(args.out, "config.json")
         try:
             os.makedirs(args.out, exist_ok=True)
             if not os.path.exists(cfg_path):
-                write_atomic(cfg_path, json.dumps({"study": cfg.to_json(), "vocab": corpus.vocab},
-                                                  indent=1).encode())
+                write_atomic(cfg_path, json_bytes({"study": cfg.to_json(), "vocab": corpus.vocab,
+                                                   "corpus_skipped": list(corpus.skipped)}))
         except OSError as e:
             raise UsageError(f"--out {args.out}: cannot be created or written ({e.strerror})") from None
         check_same_config(cfg_path, read_study(cfg_path), cfg.to_json())

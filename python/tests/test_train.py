@@ -5,6 +5,7 @@
 # one process against one process per (arm, seed), exact binomial tails computed here with
 # fractions, and the forced-ties batch on which Qiu & Yao's mechanism must show (fa-bf16acc's
 # delta errs positive) and their fix must not.
+import hashlib
 import json
 import math
 import os
@@ -16,7 +17,9 @@ from fractions import Fraction
 import pytest
 
 torch = pytest.importorskip("torch")
+import flashbits  # noqa: E402
 import flashbits.train as train  # noqa: E402
+import numpy as np  # noqa: E402
 
 from conftest import BUILD_PYTHON  # noqa: E402
 
@@ -294,6 +297,10 @@ def test_a_run_long_enough_for_the_rule_is_judged(smoke, tmp_path):
     (["--n-embd", "520", "--n-head", "2"], "error: arm 'fa-bf16acc': "),
     (["--emulate-layers", "5"], "error: --emulate-layers: layer 5 outside 0..1"),
     (["--lr", "-1"], "error: --lr -1.0: expected a finite positive number"),
+    # A value too large for a double was quoted as inf: now as typed.
+    (["--lr", "1e400"], "error: --lr 1e400: expected a finite positive number"),
+    (["--beta2", "1e999"], "error: --beta2 1e999: expected 0 <= beta < 1"),
+    (["--wq-ratio", "1e999"], "error: --wq-ratio 1e999: expected a finite ratio >= 1"),
     (["--n-embd", "30", "--n-head", "4"], "error: --n-embd 30: not a multiple of --n-head 4"),
     # Verdict thresholds out of range gave one verdict to every arm (--sign-p 2: all "mechanism
     # present"; --divergence-steps 0: an arm identical to the control "diverged").
@@ -364,12 +371,27 @@ def test_an_out_that_is_a_file_is_refused(tmp_path, corpus):
     assert p.stderr.strip() == f"error: --out {out / 'sub'}: cannot be created or written (Not a directory)"
 
 
-def test_weights_gone_nan_are_a_divergence_not_a_crash(tmp_path, corpus):
-    # lr 1e30 from the initial weights: the first step's update makes them NaN. The spectral
-    # norm's SVD raised LinAlgError; the losses must be recorded NaN and the arms "diverged"
-    # (30 steps: fewer than --divergence-steps, but NaN weights stay NaN).
-    run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32,fa-bf16acc",
-               "--seeds", "0", "--fork-step", "0", "--lr", "1e30", "--quiet")
+def _strict_json(path):
+    """A JSON file read as a strict parser reads it: Python's NaN and Infinity tokens are no JSON."""
+    def refuse(token):
+        raise AssertionError(f"{path}: '{token}' is not JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def weights_gone_nan(tmp_path_factory, corpus):
+    # lr 1e30 from the initial weights (--fork-step 0: the fork is the finite initialisation):
+    # the first step's update makes them NaN.
+    out = tmp_path_factory.mktemp("nan")
+    p = run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(out), "--arms", "fp32,fa-bf16acc",
+                   "--seeds", "0", "--fork-step", "0", "--lr", "1e30", "--quiet")
+    return out, p.stdout
+
+
+def test_weights_gone_nan_are_a_divergence_not_a_crash(weights_gone_nan):
+    # The spectral norm's SVD raised LinAlgError; the losses must be recorded NaN and the arms
+    # "diverged" (30 steps: fewer than --divergence-steps, but NaN weights stay NaN).
+    tmp_path, _ = weights_gone_nan
     summary = json.loads((tmp_path / "summary.json").read_text())
     for name in ("fp32", "fa-bf16acc"):
         assert summary["arms"][name]["diverged"] is True and summary["arms"][name]["verdict"] == "diverged", name
@@ -377,6 +399,80 @@ def test_weights_gone_nan_are_a_divergence_not_a_crash(tmp_path, corpus):
     assert len(rows) == 30 and all(math.isnan(r["loss"]) for r in rows[1:])
     assert math.isnan(rows[-1]["L1_wq_sigma"])
     assert math.isnan(train.spectral_norm(torch.tensor([[1.0, float("inf")], [0.0, 1.0]])))
+
+
+def test_a_run_gone_nan_writes_strict_json_and_says_its_delta_errors_were_not_finite(weights_gone_nan, capsys):
+    # Found by the audit: result.json and summary.json held bare NaN tokens (no JSON: strict
+    # parsers refuse them); the arm's line said "delta error not measured" although its probe
+    # measured every step (NaN from step 2 on), and its W_Q ratio read "nanx control".
+    out, stdout = weights_gone_nan
+    rows = train.read_steps(str(out / "runs/fa-bf16acc/seed0/steps.csv"))
+    assert math.isfinite(rows[0]["loss"]) and all(math.isnan(r["loss"]) for r in rows[1:])  # the premise
+    nan_steps = 30 - 1  # every step is probed (--probe-every 1); the weights are NaN from step 2 on
+    summary = _strict_json(out / "summary.json")
+    result = _strict_json(out / "runs/fa-bf16acc/seed0/result.json")
+    _strict_json(out / "runs/fp32/seed0/result.json")
+    assert summary["fork"]["finite"] is True and result["fork"]["finite"] is True  # the initial weights
+    assert result["final_loss"] is None and result["nan"] is True
+    assert result["layers"]["1"]["wq_spectral_norm"] is None
+    assert result["layers"]["1"]["delta_error_non_finite"] == nan_steps
+    arm = summary["arms"]["fa-bf16acc"]
+    assert arm["delta_error_non_finite_steps"] == nan_steps and arm["wq_spectral_norm_ratio"] is None
+    line = next(x for x in stdout.splitlines() if x.startswith("  fa-bf16acc: "))
+    assert f"delta error not finite in {nan_steps} probed steps" in line and "not measured" not in line, line
+    assert "nanx" not in stdout and "W_Q norm not finite" in line
+    # The module reads back what it wrote (null where a number was not finite): the same summary.
+    os.remove(out / "summary.json")
+    assert train.main(["merge", "--out", str(out), "--quiet"]) == 0
+    assert _strict_json(out / "summary.json") == summary
+    assert "fa-bf16acc: diverged" in capsys.readouterr().out
+
+
+def test_a_fork_that_diverged_is_named_as_the_cause_and_no_arm_is_judged(tmp_path, corpus):
+    # Found by the audit: with the shared fp32 fork itself gone NaN (lr 1e30 over 5 fork
+    # steps), every arm was reported "diverged" with nothing saying that the fork had, before
+    # any kernel model ran; and steps.csv recorded a tie rate of 0.0 on rows whose scores were
+    # NaN, where no tie can be decided.
+    p = run_driver("--preset", "smoke", "--corpus", corpus, "--out", str(tmp_path), "--arms", "fp32,fa-bf16acc",
+                   "--seeds", "0", "--fork-step", "5", "--lr", "1e30", "--quiet")
+    fork = train.torch_load(str(tmp_path / "fork.pt"))["model"]
+    assert not all(bool(torch.isfinite(t).all()) for t in fork.values())  # the premise, from fork.pt itself
+    assert "fork (fp32): diverged" in p.stdout and "no verdict on any arm" in p.stdout
+    summary = _strict_json(tmp_path / "summary.json")
+    assert summary["fork"]["finite"] is False
+    for name in ("fp32", "fa-bf16acc"):
+        arm = summary["arms"][name]
+        assert arm["diverged"] is None and arm["per_seed"]["0"]["diverged"] is None, name
+        assert arm["verdict"].startswith("no verdict: the shared fp32 fork is not finite"), arm["verdict"]
+        assert "diverged" not in arm["verdict"]
+        result = _strict_json(tmp_path / "runs" / name / "seed0" / "result.json")
+        assert result["fork"]["finite"] is False and result["fork"]["weights_finite"] is False
+        assert result["no_verdict"] == arm["verdict"]
+        assert f"  {name}: no verdict: the shared fp32 fork is not finite" in p.stdout
+    # The kernel's every probe step measured NaN weights (30 steps, --probe-every 1).
+    assert summary["arms"]["fa-bf16acc"]["delta_error_non_finite_steps"] == 30
+    assert "delta error not finite in 30 probed steps" in p.stdout
+    rows = train.read_steps(str(tmp_path / "runs/fa-bf16acc/seed0/steps.csv"))
+    assert len(rows) == 30 and all(math.isnan(r["L1_delta_error"]) and math.isnan(r["L1_tie_rate"]) for r in rows)
+    # merge reads what the runs wrote, and says the same.
+    os.remove(tmp_path / "summary.json")
+    again = run_driver("merge", "--out", str(tmp_path))
+    assert _strict_json(tmp_path / "summary.json") == summary
+    assert "fork (fp32): not finite" in again.stdout
+
+
+def test_a_tie_is_undecided_on_scores_that_are_not_finite():
+    # Two equal keys reach the row's max: a tie, traced. The same row with NaN queries has no
+    # max at all: undecided (None), never "not tied".
+    k = np.zeros((1, 1, 4, 8))
+    k[0, 0, 0] = k[0, 0, 1] = 1.0
+    q = np.ones((1, 1, 4, 8))
+    v = np.ones((1, 1, 4, 8))
+    tied = flashbits.attention(q, k, v, "fa-bf16acc", do=v, causal=True, trace=[(0, 0, 3)], dtype="bf16")
+    assert train.row_is_tied(tied.traces[0]) is True
+    q[...] = float("nan")
+    undecided = flashbits.attention(q, k, v, "fa-bf16acc", do=v, causal=True, trace=[(0, 0, 3)], dtype="bf16")
+    assert train.row_is_tied(undecided.traces[0]) is None
 
 
 def test_empty_and_non_utf8_corpora_are_refused(tmp_path):
@@ -527,6 +623,34 @@ def test_corpus_loading_on_small_data(tmp_path):
     (d / "a.dat").write_bytes(b"\x00\x01index")
     c = train.load_corpus(str(d), block_size=8)
     assert "".join(c.vocab[i] for i in torch.cat([c.train, c.val]).tolist()) == "first " * 40 + "\n" + "second " * 40
+
+
+def test_a_corpus_directory_skips_only_fortune_indexes_and_says_so(tmp_path):
+    # Found by the audit: every *.dat and *.u8 file of a directory was skipped silently (a rule
+    # for Debian's fortunes, where NAME.dat is strfile's index of NAME and NAME.u8 a link to
+    # it), so a corpus.dat of text trained nothing. Only NAME.dat and NAME.u8 beside NAME are
+    # fortune files.
+    d = tmp_path / "c"
+    d.mkdir()
+    texts = {"corpus.dat": "a corpus that happens to end in .dat\n" * 20,
+             "jokes": "%\na fortune\n%\nanother fortune\n" * 10,
+             "orphan.u8": "a .u8 file with no orphan beside it\n" * 10,
+             "small.txt": "small text " * 40}
+    for name, text in texts.items():
+        (d / name).write_text(text, encoding="utf-8")
+    (d / "jokes.dat").write_bytes(b"\x00\x00\x00\x02\xff\xfe index")  # strfile's binary index: no UTF-8
+    os.symlink("jokes", d / "jokes.u8")
+    want = "\n".join(texts[n] for n in sorted(texts))  # name order, joined by newlines (docs/TRAINING.md)
+    c = train.load_corpus(str(d), block_size=8)
+    assert "".join(c.vocab[i] for i in torch.cat([c.train, c.val]).tolist()) == want
+    assert c.skipped == ("jokes.dat", "jokes.u8")
+    out = tmp_path / "o"
+    p = run_driver("--preset", "smoke", "--corpus", str(d), "--out", str(out), "--arms", "fp32", "--seeds", "0",
+                   "--fork-step", "1", "--steps", "2", "--snapshot-every", "2", "--quiet")
+    assert f"corpus {d}: skipped 2 fortune index and link files" in p.stdout and "jokes.dat, jokes.u8" in p.stdout
+    config = _strict_json(out / "config.json")
+    assert config["corpus_skipped"] == ["jokes.dat", "jokes.u8"]
+    assert config["study"]["corpus_sha256"] == hashlib.sha256(want.encode("utf-8")).hexdigest()
 
 
 def test_batches_depend_on_seed_and_step_only():
