@@ -1620,6 +1620,32 @@ TEST_CASE("issue 21: merge takes exactly the shards of one run, and refuses anyt
   CHECK(one_error(run("merge " + a1 + " " + a2 + " --alpha 2"), "--alpha"));
 }
 
+// Found by the verdict audit: the table showed fa2-sm80's 0.003-ulp excess and fa-bf16acc's
+// 0.2-ulp one as the same bare "adds bias"; bias-test's qualifier ("detectable, though below
+// the 0.05 ulp at stake") reached only the JSON.
+TEST_CASE("sweep: a bias detected below the size at stake is said so under the table") {
+  const std::string grid = "sweep --model fa2-sm80,fa-bf16acc --scenario sink --seqlen 128 --trials 100";
+  const Run text = run(grid);
+  const Run json = run(grid + " --json");
+  REQUIRE(text.code == 1);
+  const auto rows = nlohmann::json::parse(json.out)["rows"];
+  int small = 0;
+  for (const auto& row : rows)
+    for (const auto& [part, label] : {std::pair{"against_floor", ""}, {"magnitude_against_floor", " magnitude"}})
+      for (const char* output : {"o", "delta"}) {
+        const auto& c = row[part][output];
+        const std::string line = row["format"].get<std::string>() + "/" + row["round"].get<std::string>() + "/" +
+                                 row["model"].get<std::string>() +
+                                 "/sink/n128/d64: " + (std::string(output) == "o" ? "O" : "delta") + label +
+                                 ": adds bias: " + c["reason"].get<std::string>() + "\n";
+        const bool below = c["verdict"] == "adds bias" && std::fabs(c["excess_mean_ulps"].get<double>()) < 0.05;
+        small += below;
+        CAPTURE(line);
+        CHECK((text.out.find(line) != std::string::npos) == below);
+      }
+  CHECK(small >= 1);  // fa2-sm80's delta, -0.0032 ulp over 100 trials (docs/COMMANDS.md)
+}
+
 TEST_CASE("sweep and merge: --at-stake judges as bias-test does, travels in the run record, merge may change it") {
   // Two rows: fa2-sm80, whose excess over the floor is small but not zero, and the floor
   // itself, whose excess is identically zero (no detectable added bias at any level).

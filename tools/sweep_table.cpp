@@ -264,6 +264,24 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
       os << r.configuration() << ": " << r.non_finite_trials << " of " << r.trials
          << " trial(s) gave a NaN or infinite O or delta on finite inputs: their errors are left out of the row's "
             "figures, and it has no verdict (as bias-test)\n";
+  // The reasons the verdict column cannot show (bias-test prints them; the JSON's
+  // against_floor holds every one): a bias detected below the size at stake, where the bare
+  // "adds bias" would read like a larger one's, and "no detectable added bias" beside an excess
+  // of the size at stake (the error carried across zero, say).
+  for (const SweepRow& r : rows) {
+    const Derived x = derive(r, run);
+    if (x.no_verdict) continue;
+    for (const auto& [what, c] : {std::pair<const char*, const attn::FloorComparison&>{"O", x.o_vs_floor},
+                                  {"delta", x.d_vs_floor},
+                                  {"O magnitude", x.o_mag_vs_floor},
+                                  {"delta magnitude", x.d_mag_vs_floor}}) {
+      const bool small_detected = c.verdict == attn::Verdict::adds_bias && std::fabs(c.excess.mean) < run.at_stake;
+      const bool large_undetected =
+          c.verdict == attn::Verdict::no_detectable_bias && std::fabs(c.excess.mean) >= run.at_stake;
+      if (small_detected || large_undetected)
+        os << r.configuration() << ": " << what << ": " << attn::verdict_text(c.verdict) << ": " << c.reason << "\n";
+    }
+  }
   // Where the exit status comes from, when rows decided nothing (the status alone would not say).
   const auto undecided = std::count_if(rows.begin(), rows.end(), [&](const SweepRow& r) {
     const Derived x = derive(r, run);
