@@ -2,14 +2,17 @@
 // trace_inputs.hpp).
 #include "attention/trace_inputs.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "attention/kernel_models.hpp"
 #include "emu/sfu/special_functions.hpp"
+#include "formats/decimal_text.hpp"
 #include "formats/text_escape.hpp"
 #include "traces/sfu_sets.hpp"
 
@@ -125,6 +128,23 @@ std::vector<std::string> assumed_mask_notes(const Trace& trace) {
   return notes;
 }
 
+std::vector<int> intermediate_rows(const Trace& trace) {
+  std::vector<int> rows;
+  if (!trace.has("trace_rows")) return rows;
+  // Row numbers: fb-fa2 writes I32, Python's save_trace F64 (whole values).
+  if (trace.tensor("trace_rows").dtype == Dtype::BOOL)
+    throw TraceError(trace.source_name() + ": tensor trace_rows: dtype BOOL, expected row numbers (fb-fa2 writes I32)");
+  for (double r : trace.values("trace_rows")) {
+    if (!(r >= 0 && r < static_cast<double>(trace.rows())) || r != std::floor(r))
+      throw TraceError(trace.source_name() + ": tensor trace_rows: " + shortest_decimal(r) + " is not a row of q (0.." +
+                       std::to_string(trace.rows() - 1) + ")");
+    if (std::find(rows.begin(), rows.end(), static_cast<int>(r)) != rows.end())
+      throw TraceError(trace.source_name() + ": tensor trace_rows: row " + shortest_decimal(r) + " is listed twice");
+    rows.push_back(static_cast<int>(r));
+  }
+  return rows;
+}
+
 ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option, std::string_view option_name) {
   for (const char* name : {"q", "k", "v", "o", "do", "lse", "delta", "dq", "dk", "dv"}) {
     if (!trace.has(name)) continue;
@@ -141,6 +161,7 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
       if (trace.has(gradient))
         throw TraceError(trace.source_name() + ": tensor " + gradient +
                          " is captured but the trace has no do to recompute it from (store do with the gradients)");
+  intermediate_rows(trace);  // throws for a trace_rows replay would refuse
   ReplayableTrace out;
   out.inputs = inputs_from_trace(trace);
   const std::string& metadata_model = trace.metadata().model;

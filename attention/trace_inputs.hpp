@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attention/attention.hpp"
 #include "traces/trace.hpp"
@@ -41,6 +42,13 @@ AttentionInputs inputs_from_trace(const Trace& trace);
 // (none named: `model` is empty). TraceError naming the file for a defect of the file,
 // `FILE: metadata model 'X': ...` included; std::invalid_argument `OPTION X: ...` for a
 // model given as an option.
+// The rows of batch 0, head 0 whose fb-fa2 intermediates (trace_m, trace_p, ...) the trace
+// holds: its tensor trace_rows (empty when absent), each a row of q, none twice, in order.
+// TraceError naming the file for a BOOL tensor (rows 0 and 1 by accident), a value that is
+// no row of q, or a row listed twice (two recomputations paired with one captured slice).
+// check_replayable checks it, so that import writes no trace replay refuses for it.
+std::vector<int> intermediate_rows(const Trace& trace);
+
 struct ReplayableTrace {
   AttentionInputs inputs;
   ModelHandle model;  // empty (no recipe) when no model is named

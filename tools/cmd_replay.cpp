@@ -418,24 +418,11 @@ int run_replay(const ReplayOptions& o) {
   // recomputed and compared, or with --row only the one it names (if it is one of them).
   std::vector<int> intermediate_rows;
   std::vector<std::optional<std::size_t>> intermediate_trace;  // its index in tracer.rows, if recomputed
-  if (trace.has("trace_rows")) {
-    // Row numbers (fb-fa2 writes I32; Python's save_trace F64, whole values): a BOOL tensor
-    // would read as rows 0 and 1, and a row listed twice would pair two recomputations with one
-    // captured slice.
-    if (trace.tensor("trace_rows").dtype == Dtype::BOOL)
-      throw TraceError(trace.source_name() +
-                       ": tensor trace_rows: dtype BOOL, expected row numbers (fb-fa2 writes I32)");
-    for (double r : trace.values("trace_rows")) {
-      if (r < 0 || r >= static_cast<double>(trace.rows()) || r != std::floor(r))
-        throw TraceError(trace.source_name() + ": tensor trace_rows: " + shortest_decimal(r) +
-                         " is not a row of q (0.." + std::to_string(trace.rows() - 1) + ")");
-      if (std::find(intermediate_rows.begin(), intermediate_rows.end(), static_cast<int>(r)) != intermediate_rows.end())
-        throw TraceError(trace.source_name() + ": tensor trace_rows: row " + shortest_decimal(r) + " is listed twice");
-      intermediate_rows.push_back(static_cast<int>(r));
-      const bool recomputed = o.row < 0 || (tb == 0 && th == 0 && tr == static_cast<int>(r));
-      intermediate_trace.push_back(recomputed ? std::optional<std::size_t>(tracer.rows.size()) : std::nullopt);
-      if (recomputed) tracer.rows.push_back({0, 0, static_cast<int>(r)});
-    }
+  for (const int r : attn::intermediate_rows(trace)) {
+    intermediate_rows.push_back(r);
+    const bool recomputed = o.row < 0 || (tb == 0 && th == 0 && tr == r);
+    intermediate_trace.push_back(recomputed ? std::optional<std::size_t>(tracer.rows.size()) : std::nullopt);
+    if (recomputed) tracer.rows.push_back({0, 0, r});
   }
   const bool intermediates_compared =
       std::any_of(intermediate_trace.begin(), intermediate_trace.end(), [](const auto& t) { return t.has_value(); });

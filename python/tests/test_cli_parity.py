@@ -502,27 +502,48 @@ def test_bad_names_say_what_is_wrong(cli, tmp_path):
     # A row of trace_rows outside q was printed as 1000.000000.
     bits = np.zeros((1, 1, 8, 4), np.uint16)
     path = tmp_path / "rows.safetensors"
-    fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([1000], dtype=np.int32),
-                  metadata={"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"})
+    meta = {"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"}
+    # save_trace refuses such rows, as import does (replay refused a trace they had written).
+    with pytest.raises(ValueError, match=r"tensor trace_rows: 1000 is not a row of q \(0\.\.7\)"):
+        fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([1000], dtype=np.int32), metadata=meta)
+    with pytest.raises(ValueError, match="tensor trace_rows: row 2 is listed twice"):
+        fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([2, 5, 2], np.int32), metadata=meta)
+    assert not path.exists()
+    # A file written otherwise: valid rows edited in place.
+    fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([2, 5, 3], np.int32), metadata=meta)
+    valid = path.read_bytes()
+    header_size = int.from_bytes(valid[:8], "little")
+    header = json.loads(valid[8:8 + header_size])
+    begin, end = header["trace_rows"]["data_offsets"]
+    row_type = {"I32": np.int32, "I64": np.int64, "F64": np.float64, "F32": np.float32}[header["trace_rows"]["dtype"]]
+
+    def with_rows(rows):
+        data = bytearray(valid)
+        data[8 + header_size + begin:8 + header_size + end] = np.array(rows, row_type).tobytes()
+        path.write_bytes(bytes(data))
+
+    with_rows([1000, 5, 3])
     rc, _, err = cli("replay", str(path), check=False)
     assert rc == 2 and "tensor trace_rows: 1000 is not a row of q (0..7)" in err, err
     # A BOOL trace_rows read as rows 0 and 1, and a row listed twice was recomputed twice.
-    fb.save_trace(path, q=bits, k=bits, v=bits, o=bits, trace_rows=np.array([2, 5, 2], np.int32),
-                  metadata={"source": "unknown", "softmax_scale": 1.0, "model": "fa2-sm80"})
+    with_rows([2, 5, 2])
     rc, _, err = cli("replay", str(path), check=False)
     assert rc == 2 and "tensor trace_rows: row 2 is listed twice" in err and err.count("\n") == 1, err
+    # demo and import refuse it too (demo ran on it, import wrote it again).
+    for args in (("demo", "--trace", str(path)), ("import", str(path), "--out", str(tmp_path / "again.safetensors"))):
+        rc, _, err = cli(*args, check=False)
+        assert rc == 2 and "tensor trace_rows: row 2 is listed twice" in err, (args, err)
     # save_trace writes bools as F64; a BOOL tensor is spliced into the file's header by hand.
-    data = path.read_bytes()
-    header_size = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + header_size])
-    begin, end = header["trace_rows"]["data_offsets"]
+    data = valid
     body = bytearray(data[8 + header_size:])
     body[begin:end] = bytes([1, 1]) + bytes(end - begin - 2)  # rows "true, true" then padding
-    header["trace_rows"] = {"dtype": "BOOL", "shape": [end - begin], "data_offsets": [begin, end]}
-    text = json.dumps(header).encode()
+    bool_header = dict(header)
+    bool_header["trace_rows"] = {"dtype": "BOOL", "shape": [end - begin], "data_offsets": [begin, end]}
+    text = json.dumps(bool_header).encode()
     path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(body))
     rc, _, err = cli("replay", str(path), check=False)
     assert rc == 2 and "tensor trace_rows: dtype BOOL, expected row numbers" in err and err.count("\n") == 1, err
+    path.write_bytes(valid)
     # beta=+2: the '+' starts the next variant, and the message said "bad number ''".
     rc, _, err = cli("make-trace", "--model", "fa2-sm80+dynmax:beta=+2", "--out", str(tmp_path / "t.st"), check=False)
     assert rc == 2 and "'+' starts the next variant, so write 2, not +2" in err, err
