@@ -99,6 +99,11 @@ int run_sweep(const SweepOptions& o) {
     }
     if (c.row.index % shard_n == shard_k - 1) configs.push_back(std::move(c));
   }
+  // An empty shard is a complete one (merge needs every shard), but an empty table alone
+  // would read like a failed run.
+  if (configs.empty())
+    std::cerr << "note: shard " << run.shard_text() << " holds no configuration: the grid has " << run.configurations
+              << ", and shard K of N runs those i with i % N == K-1 (merge still needs it)\n";
 
   const std::size_t total = configs.size() * static_cast<std::size_t>(o.trials);
   std::vector<SweepRow> per_trial(total);

@@ -584,3 +584,15 @@ def test_replay_text_counts_the_ulp_distance_of_every_mismatch(cli, tmp_path):
             assert line == f"  ulps of the {len(ulps)} mismatches, by |ulps|: {want}", (line, want)
         checked += 1
     assert checked >= 3
+
+
+def test_an_empty_sweep_shard_says_why_its_table_is_empty(cli):
+    # Found by the bad-input audit: --shard 2/5 of a one-configuration grid printed an empty
+    # table and exit 0 with no word; merge needs the shard, so it runs, and says so.
+    rc, out, err = cli("sweep", "--model", "fa2-sm80", "--seqlen", "16", "--headdim", "8", "--trials", "2",
+                       "--shard", "2/5", check=False)
+    assert rc == 0 and out.splitlines()[0].startswith("configuration"), (rc, out)
+    assert "note: shard 2/5 holds no configuration: the grid has 1" in err, err
+    rc, _, err = cli("sweep", "--model", "fa2-sm80", "--seqlen", "16", "--headdim", "8", "--trials", "2",
+                     "--shard", "1/5", check=False)
+    assert rc == 4 and "holds no configuration" not in err, err
