@@ -344,6 +344,9 @@ TEST_CASE("FBSFUVAL1 headers: a key given twice, surplus words and a signed coun
           values_file("twice.fbv", "source=cuda:NVIDIA H200\nsource=cuda:NVIDIA H100\nfunction=ex2 count=0\n"));
   CHECK(twice.code == 2);
   CHECK(one_error(twice, "twice.fbv: source: given twice in the header"));
+  // A header without source said "source: '' is not a hardware capture".
+  CHECK(one_error(run("replay " + trace + " --sfu-values " + values_file("nosource.fbv", "function=ex2 count=0\n")),
+                  "nosource.fbv: source: missing (the header states the GPU"));
   const Run surplus = run("replay " + trace + " --sfu-values " +
                           values_file("surplus.fbv", "source=cuda:NVIDIA H200\nfunction=ex2 count=0 extra\n"));
   CHECK(surplus.code == 2);
@@ -620,7 +623,7 @@ TEST_CASE("FBSFUDUMP1: a sparse 16 GiB dump's header is checked field by field")
        "sparse.fbsfudump: source: 'rehearsal:stand-in' is not a hardware capture (cuda:<gpu>)"},
       // A header is read up to its first NUL: a source after one is not there.
       {std::string("FBSFUDUMP1\nfunction=ex2\n\0source=cuda:NVIDIA H200\n", 48),
-       "sparse.fbsfudump: source: '' is not a hardware capture"},
+       "sparse.fbsfudump: source: missing (a dump states the GPU it was taken on, source=cuda:<gpu>)"},
   };
   for (const Case& c : refused) {
     CAPTURE(c.error);

@@ -82,6 +82,8 @@ SfuDumpHeader parse_sfu_dump_header(const std::string& path, std::string_view he
     error = "not an FBSFUDUMP1 file";
   else if (kv["function"] != to_string(expected))
     error = "function: '" + kv["function"] + "', expected '" + std::string(to_string(expected)) + "'";
+  else if (kv["source"].empty())
+    error = "source: missing (a dump states the GPU it was taken on, source=cuda:<gpu>)";
   else if (kv["source"].rfind("cuda:", 0) != 0)
     error = "source: '" + kv["source"] + "' is not a hardware capture (cuda:<gpu>)";
   if (!error.empty()) throw std::runtime_error(path + ": " + error);

@@ -119,6 +119,8 @@ SfuValues read_sfu_values(const std::string& path) {
     // A key given twice kept its last value silently: which one the capture meant is unknown.
     if (!v.header.emplace(key, value).second) fail(path, key, "given twice in the header");
   }
+  if (v.header["source"].empty())
+    fail(path, "source", "missing (the header states the GPU the values were taken on, source=cuda:<gpu>)");
   if (v.header["source"].rfind("cuda:", 0) != 0)
     fail(path, "source", "'" + v.header["source"] + "' is not a hardware capture (cuda:<gpu>)");
   std::uint64_t need = 0;
