@@ -98,11 +98,10 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
     if (key != "name" && key != "stages" && key != "sfu")
       fail(path, key, "unknown key (a recipe has name, stages, sfu)");
   }
-  if (!j.contains("stages") && !j.contains("sfu")) fail(path, "file", "changes nothing: give stages or sfu");
-
   auto recipe = std::make_shared<attn::KernelModel>(*model.recipe);
   // The label goes into every report's model name: no control character (an escape sequence
-  // would reach the terminal), a file name's escaped.
+  // would reach the terminal), a file name's escaped. Checked before the file's changes: a
+  // name of the wrong type is named as such, not hidden behind "changes nothing".
   std::string label = escape_unprintable(std::filesystem::path(path).filename().string());
   if (j.contains("name")) {
     label = string_member(path, "name", j["name"]);
@@ -110,6 +109,7 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
                                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == '\x7f'; }))
       fail(path, "name", "expected one non-empty line without control characters");
   }
+  if (!j.contains("stages") && !j.contains("sfu")) fail(path, "file", "changes nothing: give stages or sfu");
   std::string changes;
   auto note = [&](const std::string& what) { changes += (changes.empty() ? "" : ", ") + what; };
 
@@ -125,10 +125,12 @@ attn::ModelHandle apply_recipe_file(const attn::ModelHandle& model, const std::s
         known += (known.empty() ? "" : ", ") + std::string(s.name);
       }
       if (!stage) fail(path, field, "unknown stage (known: " + known + ")");
-      if (!stage->used(*model.recipe)) fail(path, field, model.name + " does not use this stage (" + stage->what + ")");
+      // The value's own defects (a number, an unknown format) first: they are wrong for any model.
       const std::string text = string_member(path, field, value);
-      (*recipe).*(stage->member) =
+      const auto format =
           stage_format(path, field, text, name == std::string("p_cast") ? &model.recipe->pv_dot : nullptr);
+      if (!stage->used(*model.recipe)) fail(path, field, model.name + " does not use this stage (" + stage->what + ")");
+      (*recipe).*(stage->member) = format;
       note(name + "=" + text);
     }
   }

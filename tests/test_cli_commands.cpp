@@ -512,6 +512,12 @@ TEST_CASE("bias-test --recipe: stage formats and SFU tables from a file, same in
   refused("o.json", R"({"name": "x", "stages": {"p_cast": "fp32"}, "n": 222222e2222})", "fa2-sm80", "JSON",
           "number overflow");
   refused("z.json", R"({"name": "nothing"})", "fa2-sm80", "file", "changes nothing");
+  // Found by the bad-input audit: the value's own defect was hidden behind the file's or the
+  // model's ("changes nothing" for a name of the wrong type, "does not use this stage" for an
+  // unknown format).
+  refused("z5.json", R"({"name": 5})", "fa2-sm80", "name", "expected a string");
+  refused("nf.json", R"({"stages": {"o_buffer_format": "fp99"}})", "fa2-sm80", "stages.o_buffer_format",
+          "unknown format");
   CHECK(run("bias-test --traces " + scratch().string() + " --recipe " + same).code == 2);
   CHECK(run("bias-test --model fa2-sm80 --recipe " + (scratch() / "absent.json").string()).code == 2);
 }
