@@ -549,6 +549,9 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
            {"--models fa2-sm80 --seqlen 64,", "--seqlen 64,: an empty entry"},
            {"--models fa2-sm80, --seqlen 64", "--models fa2-sm80,: an empty entry"},
            {"--models fa2-sm80 --seqlen 64,64", "--seqlen 64,64: 64 is given twice"},
+           {"--models fa2-sm80 --seqlen 64,+64", "--seqlen 64,+64: 64 is given twice"},
+           // An integer option's optional '+' (docs/CLI.md), which make-trace --seqlen took.
+           {"--models fa2-sm80 --seqlen +0", "--seqlen +0: expected an integer 1.."},
            {"--models fa2-sm80 --seqlen 64 --tiles 64x64,64x64", "--tiles 64x64,64x64: 64x64 is given twice"},
            // A stream read skipped spaces and took signs (the bad-input audit).
            {"--models fa2-sm80 --seqlen 64 --tiles ' 64x64'", "--tiles ' 64x64': expected BrxBc"},
@@ -567,6 +570,10 @@ TEST_CASE("deviation: standard-fp32 RMSE is far below standard-bf16's; JSON has 
     CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
     CHECK(bad.err.find("error: " + needle) != std::string::npos);
   }
+  // The same rows as without the '+'.
+  const Run plus = run("deviation --models standard-bf16 --seqlen +32 --headdim 16 --json");
+  REQUIRE(plus.code == 0);
+  CHECK(plus.out == run("deviation --models standard-bf16 --seqlen 32 --headdim 16 --json").out);
 }
 
 TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted one exits 2") {

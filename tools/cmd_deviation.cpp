@@ -52,11 +52,17 @@ int run_deviation(const DeviationOptions& o) {
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   std::vector<int> seqlens;
   for (const auto& s : split_list(o.seqlens, "--seqlen")) {
-    // Every character a digit: std::stoi read "1e8" as 1 and "16x" as 16.
+    // Every character a digit, after an optional '+' (as every integer option reads, docs/CLI.md):
+    // std::stoi read "1e8" as 1 and "16x" as 16.
+    const std::string_view digits =
+        s.size() > 1 && s[0] == '+' && s[1] >= '0' && s[1] <= '9' ? std::string_view(s).substr(1) : std::string_view(s);
     int n = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (ec != std::errc() || end != s.data() + s.size() || n < 1)
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec != std::errc() || end != digits.data() + digits.size() || n < 1)
       throw InputError("--seqlen " + s + ": expected an integer 1.." + std::to_string(std::numeric_limits<int>::max()));
+    // split_list compares the words: 64 and +64 are one length.
+    if (std::find(seqlens.begin(), seqlens.end(), n) != seqlens.end())
+      throw InputError("--seqlen " + o.seqlens + ": " + std::to_string(n) + " is given twice");
     seqlens.push_back(n);
   }
   std::vector<std::pair<int, int>> tiles;  // (Br, Bc); (0, 0) = the recipe's
