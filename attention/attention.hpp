@@ -204,6 +204,9 @@ std::string untraced_tiles_reason(const ModelHandle& model, const AttentionInput
 // scale as a tensor op of their own and take any. run_attention refuses such a run, and
 // check_replayable such a trace, before import writes it. No "attention: " prefix.
 std::string softmax_scale_refusal(const std::string& model_name, const KernelModel& km, double scale);
+// The softmax scale a run of `in` applies: in.softmax_scale where it is set (> 0), else
+// 1/sqrt(head dim) (1 for a head dim of 0, which check_attention_inputs refuses).
+double applied_softmax_scale(const AttentionInputs& in);
 
 // Thrown by run_attention when RunOptions::cancel is set while it runs.
 struct Cancelled : std::runtime_error {

@@ -165,7 +165,7 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
   g.nq = N;
   g.nk = Nk;
   g.d = D;
-  g.scale = in.softmax_scale > 0 ? in.softmax_scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
+  g.scale = applied_softmax_scale(in);
   if (const std::string refusal = softmax_scale_refusal(model_name, km, g.scale); !refusal.empty())
     throw std::invalid_argument("attention: " + refusal);
   g.causal = in.causal;
@@ -479,6 +479,11 @@ AttentionOutputs run_typed(const std::string& model_name, const KernelModel& km,
 }
 
 }  // namespace
+
+double applied_softmax_scale(const AttentionInputs& in) {
+  const int d = in.q.cols;
+  return in.softmax_scale > 0 ? in.softmax_scale : (d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
+}
 
 std::string softmax_scale_refusal(const std::string& model_name, const KernelModel& km, double scale) {
   if (!km.score_format || km.score_format->exp_bits < formats::fp32.exp_bits) return "";

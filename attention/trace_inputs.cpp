@@ -161,8 +161,8 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
       if (trace.has(gradient))
         throw TraceError(trace.source_name() + ": tensor " + gradient +
                          " is captured but the trace has no do to recompute it from (store do with the gradients)");
-  intermediate_rows(trace);  // throws for a trace_rows replay would refuse
   ReplayableTrace out;
+  out.intermediate_rows = intermediate_rows(trace);  // throws for a trace_rows replay would refuse
   out.inputs = inputs_from_trace(trace);
   const std::string& metadata_model = trace.metadata().model;
   const std::string& name = model_option.empty() ? metadata_model : model_option;
@@ -180,9 +180,8 @@ ReplayableTrace check_replayable(const Trace& trace, const std::string& model_op
     throw std::invalid_argument(std::string(option_name) + " " + name + ": " + e.what());
   }
   // The scale the run would refuse: import wrote such a trace, which replay then refused.
-  const double scale =
-      out.inputs.softmax_scale > 0 ? out.inputs.softmax_scale : 1.0 / std::sqrt(static_cast<double>(out.inputs.q.cols));
-  if (const std::string refusal = softmax_scale_refusal(name, *out.model.recipe, scale); !refusal.empty())
+  if (const std::string refusal = softmax_scale_refusal(name, *out.model.recipe, applied_softmax_scale(out.inputs));
+      !refusal.empty())
     throw TraceError(trace.source_name() + ": " + refusal);
   return out;
 }

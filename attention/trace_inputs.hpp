@@ -46,12 +46,14 @@ AttentionInputs inputs_from_trace(const Trace& trace);
 // holds: its tensor trace_rows (empty when absent), each a row of q, none twice, in order.
 // TraceError naming the file for a BOOL tensor (rows 0 and 1 by accident), a value that is
 // no row of q, or a row listed twice (two recomputations paired with one captured slice).
-// check_replayable checks it, so that import writes no trace replay refuses for it.
+// check_replayable reads it (ReplayableTrace::intermediate_rows), so that import writes no trace
+// replay refuses for it.
 std::vector<int> intermediate_rows(const Trace& trace);
 
 struct ReplayableTrace {
   AttentionInputs inputs;
-  ModelHandle model;  // empty (no recipe) when no model is named
+  ModelHandle model;                   // empty (no recipe) when no model is named
+  std::vector<int> intermediate_rows;  // intermediate_rows(trace)
 };
 ReplayableTrace check_replayable(const Trace& trace, const std::string& model_option,
                                  std::string_view option_name = "--model");

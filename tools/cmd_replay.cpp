@@ -416,10 +416,9 @@ int run_replay(const ReplayOptions& o) {
   }
   // fb-fa2's per-row intermediates (gpu/README.md): rows of batch 0, head 0. Every one is
   // recomputed and compared, or with --row only the one it names (if it is one of them).
-  std::vector<int> intermediate_rows;
-  std::vector<std::optional<std::size_t>> intermediate_trace;  // its index in tracer.rows, if recomputed
-  for (const int r : attn::intermediate_rows(trace)) {
-    intermediate_rows.push_back(r);
+  const std::vector<int>& intermediate_rows = replayable.intermediate_rows;  // checked by check_replayable
+  std::vector<std::optional<std::size_t>> intermediate_trace;                // its index in tracer.rows, if recomputed
+  for (const int r : intermediate_rows) {
     const bool recomputed = o.row < 0 || (tb == 0 && th == 0 && tr == r);
     intermediate_trace.push_back(recomputed ? std::optional<std::size_t>(tracer.rows.size()) : std::nullopt);
     if (recomputed) tracer.rows.push_back({0, 0, r});

@@ -211,8 +211,11 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
     std::snprintf(buf, sizeof buf, "%.4g", v);
     return std::string(buf);
   };
+  // Derived once per row (its tests and power analyses), for the row and the notes under the table.
+  std::vector<Derived> derived;
+  derived.reserve(rows.size());
   for (const SweepRow& r : rows) {
-    const Derived x = derive(r, run);
+    const Derived& x = derived.emplace_back(derive(r, run));
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
     std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
                   r.configuration().c_str(), r.trials, or_dash(x.sampled, x.o.mean).c_str(),
@@ -268,8 +271,9 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   // against_floor holds every one): a bias detected below the size at stake, where the bare
   // "adds bias" would read like a larger one's, and "no detectable added bias" beside an excess
   // of the size at stake (the error carried across zero, say).
-  for (const SweepRow& r : rows) {
-    const Derived x = derive(r, run);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const SweepRow& r = rows[i];
+    const Derived& x = derived[i];
     if (x.no_verdict) continue;
     for (const auto& [what, c] : {std::pair<const char*, const attn::FloorComparison&>{"O", x.o_vs_floor},
                                   {"delta", x.d_vs_floor},
@@ -283,8 +287,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
     }
   }
   // Where the exit status comes from, when rows decided nothing (the status alone would not say).
-  const auto undecided = std::count_if(rows.begin(), rows.end(), [&](const SweepRow& r) {
-    const Derived x = derive(r, run);
+  const auto undecided = std::count_if(derived.begin(), derived.end(), [](const Derived& x) {
     return !x.no_verdict && x.outcome == attn::Verdict::inconclusive;
   });
   if (undecided > 0)

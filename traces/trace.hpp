@@ -37,6 +37,7 @@
 // or key, and what was expected. Values are exposed exactly (no rounding anywhere).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -66,6 +67,10 @@ inline constexpr std::string_view block_n = "block_n";
 inline constexpr std::string_view seqlen_q = "seqlen_q";
 inline constexpr std::string_view seqlen_k = "seqlen_k";
 inline constexpr std::string_view causal_alignment = "causal_alignment";
+// Every key above (a reader or writer that must know the whole schema lists it from here).
+inline constexpr std::array<std::string_view, 14> all{
+    source, kernel, model,   device,  compute_capability, versions, softmax_scale,
+    causal, dtype,  block_m, block_n, seqlen_q,           seqlen_k, causal_alignment};
 }  // namespace trace_keys
 
 inline constexpr std::string_view kEmulatedSource = "emulated";

@@ -114,22 +114,8 @@ pyb::dict load_trace(const std::string& path, const std::optional<std::string>& 
   return d;
 }
 
-// The schema's keys (traces/trace.hpp trace_keys), and the other names a capture script is
-// likely to give one of them (PyTorch's and flash_attn's argument names, common dump keys).
-constexpr std::array<std::string_view, 14> kSchemaKeys{trace_keys::source,
-                                                       trace_keys::kernel,
-                                                       trace_keys::model,
-                                                       trace_keys::device,
-                                                       trace_keys::compute_capability,
-                                                       trace_keys::versions,
-                                                       trace_keys::softmax_scale,
-                                                       trace_keys::causal,
-                                                       trace_keys::dtype,
-                                                       trace_keys::block_m,
-                                                       trace_keys::block_n,
-                                                       trace_keys::seqlen_q,
-                                                       trace_keys::seqlen_k,
-                                                       trace_keys::causal_alignment};
+// The other names a capture script is likely to give one of the schema's keys (traces/trace.hpp
+// trace_keys::all): PyTorch's and flash_attn's argument names, common dump keys.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 21> kSchemaKeyAliases{{
     {"scale", trace_keys::softmax_scale},
     {"sm_scale", trace_keys::softmax_scale},
@@ -167,10 +153,10 @@ std::string folded_key(std::string_view key) {
 // The schema key that `key` spells another way, or empty when it is a schema key itself or
 // none of them.
 std::string_view schema_key_meant(const std::string& key) {
-  for (const std::string_view schema : kSchemaKeys)
+  for (const std::string_view schema : trace_keys::all)
     if (key == schema) return {};
   const std::string folded = folded_key(key);
-  for (const std::string_view schema : kSchemaKeys)
+  for (const std::string_view schema : trace_keys::all)
     if (folded == folded_key(schema)) return schema;
   for (const auto& [alias, schema] : kSchemaKeyAliases)
     if (folded == folded_key(alias)) return schema;
