@@ -326,6 +326,10 @@ Runner setup_bias_test(CLI::App& app) {
   add_jobs_option(app, o->jobs);
   app.add_flag("--by-max", o->by_max, "also describe the errors grouped by each row's exact max score (descriptive)");
   app.add_flag("--json", o->json, "JSON output");
+  app.footer(
+      "Exit status: 0 no detectable added bias, or less biased than its format's floor; 1 the kernel adds bias to O "
+      "or delta, or an output is non-finite (no verdict); 4 inconclusive: the test could not have detected a bias "
+      "of --at-stake ulp; 2 bad input.");
   return [o] { return run_bias_test(*o); };
 }
 

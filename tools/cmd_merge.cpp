@@ -72,6 +72,7 @@ Runner setup_merge(CLI::App& app) {
              "the smallest bias (ulps) that matters to the verdict: a test that could not detect it is inconclusive "
              "(default: the shards' own)")
           ->check(decimal_number());
+  app.footer(kRowsExitStatus);
   return [o] { return run_merge(*o); };
 }
 

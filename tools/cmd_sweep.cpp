@@ -207,7 +207,7 @@ Runner setup_sweep(CLI::App& app) {
                  "also write the rows (with sufficient statistics and a last `# run` line recording the "
                  "parameters, seed and shard) as CSV; - writes it to standard output instead of the table");
   app.add_flag("--json", o->json, "print JSON instead of the table");
-  app.footer("Exit status: 0 no row adds bias; 1 a row's kernel adds bias (as bias-test); 2 bad input.");
+  app.footer(kRowsExitStatus);
   return [o] { return run_sweep(*o); };
 }
 

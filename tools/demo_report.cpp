@@ -373,14 +373,18 @@ int write_report(std::ostream& os, const std::string& path, std::optional<Progre
   os << "3. Mean signed error of O (ulps of " << out_f.name << " at max(|O|, sum_j P_ij |V_jc|), as bias-test), "
      << samples.size() << " independent sample(s): one per kv head (its rows share keys and values)"
      << (without_keys > 0 ? "; " + std::to_string(without_keys) + " row(s) that see no key left out" : "") << ":\n";
-  line(model.name + " (the captured O) against exact", samples);
+  // An emulated trace's O is the model's own: "captured" would read as a measurement.
+  line(
+      model.name + (is_hardware_capture(trace) ? " (the captured O)" : " (the trace's O, emulated)") + " against exact",
+      samples);
   line("correctly rounded reference (exact, rounded once)", samples_cr);
   line(model.name + " excess over the reference", excess);
   // The fix is the model run on the trace's inputs, never a capture: said on its line, so that
-  // it is not read as the hardware's next to the captured O's.
+  // it is not read as the hardware's next to the captured O's. Measured parts (tensor cores,
+  // SFU tables) do not make the variant measured: no capture of this trace's kernel runs it.
   if (fixed)
-    line(fixed->name + " excess over the reference (emulated on the trace's inputs" +
-             (fixed->recipe->hardware_validated() ? "" : "; this variant is UNMEASURED on hardware") + ")",
+    line(fixed->name + " excess over the reference (emulated on the trace's inputs; this variant is UNMEASURED on " +
+             "hardware" + (fixed->recipe->hardware_validated() ? ", though its tensor cores and SFUs are" : "") + ")",
          excess_fix);
   // bias-test's verdict rules (studies/verdict.hpp) on those samples: O's verdict, as
   // bias-test --traces gives it for this file's O: its signed and its magnitude errors against

@@ -216,6 +216,23 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   derived.reserve(rows.size());
   for (const SweepRow& r : rows) {
     const Derived& x = derived.emplace_back(derive(r, run));
+    // The verdict cell carries its size where the bare words would mislead (found by the
+    // newcomer audit: fa2-sm80's -0.003 ulp read "adds bias" as fa-bf16acc's +0.2 did): a
+    // bias detected only below --at-stake, or none detected beside an excess of that size.
+    // The notes under the table give each comparison's reason.
+    std::string verdict_cell = x.verdict;
+    if (!x.no_verdict) {
+      bool large_detected = false, small_detected = false, large_undetected = false;
+      for (const attn::FloorComparison* c : {&x.o_vs_floor, &x.d_vs_floor, &x.o_mag_vs_floor, &x.d_mag_vs_floor}) {
+        const bool large = std::fabs(c->excess.mean) >= run.at_stake;
+        if (c->verdict == attn::Verdict::adds_bias) (large ? large_detected : small_detected) = true;
+        if (c->verdict == attn::Verdict::no_detectable_bias && large) large_undetected = true;
+      }
+      if (x.outcome == attn::Verdict::adds_bias && small_detected && !large_detected)
+        verdict_cell += " (below at stake)";
+      else if (x.outcome == attn::Verdict::no_detectable_bias && large_undetected)
+        verdict_cell += " (excess >= at stake)";
+    }
     const std::string ud = std::to_string(r.rounded_up) + "/" + std::to_string(r.rounded_down);
     std::snprintf(line, sizeof line, "%-44s %6lld %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8lld %7lld %-15s %s\n",
                   r.configuration().c_str(), r.trials, or_dash(x.sampled, x.o.mean).c_str(),
@@ -226,7 +243,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
                   or_dash(x.sampled_reference, x.o_mag_vs_floor.excess.mean).c_str(),
                   or_dash(x.sampled_reference, x.d_mag_vs_floor.excess.mean).c_str(),
                   or_dash(x.sampled_elements, x.rms).c_str(), or_dash(x.sampled_elements, r.max_abs).c_str(),
-                  r.sig_overflows, r.ties, ud.c_str(), x.verdict.c_str());
+                  r.sig_overflows, r.ties, ud.c_str(), verdict_cell.c_str());
     os << line;
   }
   os << "Means of the per-trial mean signed error, in ulps of the output format at max(|O|, sum_j P_ij |V_jc|)\n"
@@ -254,7 +271,10 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
         "when fewer than "
      << attn::kMinVerdictSamples
      << " trials, the test could not detect the bias at stake, or an excess that is not significant has an\n"
-        "interval reaching the size at stake. fp8 rows: errors against the exact attention of the quantised\n"
+        "interval reaching the size at stake. \"(below at stake)\": each comparison that adds bias does so by\n"
+        "less than the size at stake; \"(excess >= at stake)\": none adds bias, yet an excess is that large\n"
+        "(the lines under this legend give each such comparison's reason). fp8 rows: errors against the exact "
+        "attention of the quantised\n"
         "inputs (the quantisation apart).\n"
         "Alpha holds for each row alone, with no correction across rows: of m rows whose kernels add no bias,\n"
         "about m x alpha may read \"adds bias\" by chance; rerun a flagged row with more --trials, or give\n"
