@@ -182,6 +182,17 @@ TEST_CASE("op flag form equals the shorthand") {
   CHECK(flashbits("op cvt e4m3 rne fp32:0x43e80000").out == "7e x\n");
   // 1*1 - 2^-24 rounded down: 1 - 2^-24 is an fp32 (3f7fffff), exact.
   CHECK(flashbits(shorthand[4]).out == "3f7fffff -\n");
+  // A last policy word in the flag form, both policies as in the shorthand (found by the
+  // scalar audit: `ieee` was refused as "given twice"); a word that contradicts --overflow is
+  // refused, one that agrees is not. 480 overflows e4m3: satfinite 448 (7e), ieee a NaN.
+  CHECK(flashbits("op cvt --format e4m3 --round rne fp32:43f00000 satfinite").out == "7e xo\n");
+  const Run ieee = flashbits("op cvt --format e4m3 --round rne fp32:43f00000 ieee");
+  CHECK(ieee.exit_code == 0);
+  CHECK((ieee.out == "7f xo\n" || ieee.out == "ff xo\n"));
+  CHECK(flashbits("op cvt --format e4m3 --round rne --overflow ieee fp32:43f00000 ieee").exit_code == 0);
+  const Run conflict = flashbits("op cvt --format e4m3 --round rne --overflow satfinite fp32:43f00000 ieee");
+  CHECK(conflict.exit_code == 2);
+  CHECK(conflict.err.find("--overflow satfinite conflicts with the word 'ieee'") != std::string::npos);
 }
 
 TEST_CASE("op --json is valid JSON with result, flags and the rounding event") {
@@ -691,4 +702,21 @@ TEST_CASE("op: a FORMAT: prefix outside cvt is named as cvt's, with the operand 
   const Run offered = flashbits("op add bf16 rne 0x3f80 +1");
   CHECK(offered.exit_code == 0);
   CHECK(offered.out == "4000 -\n");
+}
+
+// Found by the GEMM audit: the shield main() puts on a word such as -nan (so that CLI11 takes
+// it as an operand) stayed on option values, and the message quoted '\x1f-nan'.
+TEST_CASE("op and dot: an option value that begins with a minus and a letter is read as typed") {
+  std::string ones;
+  for (int i = 0; i < 32; ++i) ones += (i ? ",0x38" : "0x38");
+  const Run scale =
+      flashbits("dot sm100 e4m3 0 " + ones + " " + ones + " --kind mxf8f6f4 --scale-a -nan --scale-b 0x7f");
+  CHECK(scale.exit_code == 2);
+  CHECK(scale.err.find("--scale-a[1]: -nan is not") != std::string::npos);
+  CHECK(scale.err.find("\\x1f") == std::string::npos);
+  CHECK(scale.err.find('\x1f') == std::string::npos);
+  const Run round = flashbits("op add --format bf16 --round -rne 3f80 3f80");
+  CHECK(round.exit_code == 2);
+  CHECK(round.err.find("'-rne'") != std::string::npos);
+  CHECK(round.err.find("\\x1f") == std::string::npos);
 }

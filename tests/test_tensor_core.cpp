@@ -20,6 +20,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "emu/dot/tensor_core.hpp"
@@ -492,6 +493,34 @@ TEST_CASE("exact-rne equals the MPFR sum of products rounded once to fp32") {
                            << hex(std::bit_cast<std::uint32_t>(want)));
       }
     }
+  }
+  mpfr_clears(acc, prod, t, static_cast<mpfr_ptr>(nullptr));
+}
+
+// Found by the GEMM audit: random cases almost never underflow, so the sign of a sum that
+// rounds to zero went untested (the header claimed +0, the hardware presets' rule; exact-rne
+// gives IEEE's -0). MPFR's mpfr_get_flt rounds onto float's subnormal grid and keeps the sign.
+TEST_CASE("exact-rne: a sum that underflows to zero keeps its sign, as MPFR's rounding to float") {
+  const fb::TensorCoreModel* model = fb::find_tensor_core_model("exact-rne", fb::formats::bf16);
+  REQUIRE(model != nullptr);
+  mpfr_t acc, prod, t;
+  mpfr_inits2(1400, acc, prod, t, static_cast<mpfr_ptr>(nullptr));
+  // (C, a, b): bf16 products around 2^-200 to 2^-148 (the bottom of fp32's subnormals is
+  // 2^-149), of either sign, beside a C of +0, -0 or an fp32 subnormal.
+  const std::vector<std::tuple<std::uint32_t, std::uint16_t, std::uint16_t>> cases = {
+      {0x00000000u, 0x8d80, 0x0d80}, {0x80000000u, 0x0d80, 0x0d80}, {0x00000000u, 0x959a, 0x15c3},
+      {0x00000001u, 0x966b, 0x1612}, {0x80000001u, 0x1601, 0x15ff}, {0x00000000u, 0xb5c1, 0x1f7f}};
+  for (const auto& [c, a, b] : cases) {
+    const auto bf16 = [](std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); };
+    mpfr_set_flt(acc, std::bit_cast<float>(c), MPFR_RNDN);
+    mpfr_set_flt(prod, bf16(a), MPFR_RNDN);
+    mpfr_set_flt(t, bf16(b), MPFR_RNDN);
+    mpfr_mul(prod, prod, t, MPFR_RNDN);
+    mpfr_add(acc, acc, prod, MPFR_RNDN);
+    const std::uint32_t want = std::bit_cast<std::uint32_t>(mpfr_get_flt(acc, MPFR_RNDN));
+    const std::uint32_t got =
+        fb::fused_dot_bits(*model, c, std::vector<std::uint32_t>{a}, std::vector<std::uint32_t>{b});
+    CHECK_MESSAGE(got == want, describe_case(c, {a}, {b}) << " got " << hex(got) << " want " << hex(want));
   }
   mpfr_clears(acc, prod, t, static_cast<mpfr_ptr>(nullptr));
 }

@@ -286,22 +286,32 @@ int run_dot(const DotOptions& o) {
 
 Runner setup_dot(CLI::App& app) {
   auto o = std::make_shared<DotOptions>();
-  app.add_option("--model", o->model, "expected model of every line (a cross-check; see `flashbits models`)");
-  app.add_option("--batch", o->batch, "file of lines `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, or - for stdin");
+  // The shield main() puts on a word such as -nan reaches option values too: every value
+  // option takes it off, so that a message quotes the word as typed.
+  app.add_option("--model", o->model, "expected model of every line (a cross-check; see `flashbits models`)")
+      ->transform(operand_word());
+  app.add_option("--batch", o->batch, "file of lines `MODEL INFMT C_HEX A1,...,Ak B1,...,Bk`, or - for stdin")
+      ->transform(operand_word());
   app.add_flag("--trace", o->trace, "print each fused step's alignment, truncation and normalisation");
   app.add_option("words", o->words, "one line's words: MODEL INFMT C_HEX A1,...,Ak B1,...,Bk")
       ->transform(operand_word());
   app.add_option("--kind", o->scaled.kind,
-                 "block-scaled Blackwell kind (sm100, sm120): mxf8f6f4, mxf4 or mxf4nvf4; UNMEASURED emulation");
+                 "block-scaled Blackwell kind (sm100, sm120): mxf8f6f4, mxf4 or mxf4nvf4; UNMEASURED emulation")
+      ->transform(operand_word());
   app.add_option("--scale-format", o->scaled.scale_format,
-                 "block-scaled: ue8m0 or ue4m3 (may be left out when the kind has one)");
+                 "block-scaled: ue8m0 or ue4m3 (may be left out when the kind has one)")
+      ->transform(operand_word());
   app.add_option("--block", o->scaled.block,
-                 "block-scaled: elements of k per scale, 32 or 16 (may be left out when the kind has one)");
+                 "block-scaled: elements of k per scale, 32 or 16 (may be left out when the kind has one)")
+      ->transform(operand_word());
   app.add_option("--scale-a", o->scaled.scale_a,
-                 "block-scaled: a's k/block scales S1,...: hex byte (0x7f), 2^E or an exact value (+0.5)");
-  app.add_option("--scale-b", o->scaled.scale_b, "block-scaled: b's k/block scales, as --scale-a");
+                 "block-scaled: a's k/block scales S1,...: hex byte (0x7f), 2^E or an exact value (+0.5)")
+      ->transform(operand_word());
+  app.add_option("--scale-b", o->scaled.scale_b, "block-scaled: b's k/block scales, as --scale-a")
+      ->transform(operand_word());
   app.add_option("--input-b", o->scaled.input_b,
-                 "b's format when it differs from INFMT (block-scaled mxf8f6f4; AMD cdna3 fp8/bf8 pairs)");
+                 "b's format when it differs from INFMT (block-scaled mxf8f6f4; AMD cdna3 fp8/bf8 pairs)")
+      ->transform(operand_word());
   return [o] { return run_dot(*o); };
 }
 

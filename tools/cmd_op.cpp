@@ -83,8 +83,10 @@ int run_op(const OpOptions& o) {
     if (operands.size() >= 2 && parse_format(operands[0], word_format) && parse_rounding_mode(operands[1], word_mode))
       throw InputError("'" + operands[0] + " " + operands[1] +
                        "' are FORMAT and ROUND words, given with --format and --round too: give one form");
-    if (!operands.empty() && operands.back() == "satfinite") {
-      req.spec.overflow = OverflowPolicy::satfinite;
+    // A last policy word, as the word form takes it (op_line.cpp): `ieee` was refused as "given
+    // twice" (found by the scalar audit).
+    if (!operands.empty() && (operands.back() == "satfinite" || operands.back() == "ieee")) {
+      req.spec.overflow = operands.back() == "satfinite" ? OverflowPolicy::satfinite : OverflowPolicy::ieee;
       operands.pop_back();
     }
     parse_operands(req, operands);
@@ -118,26 +120,32 @@ int run_op(const OpOptions& o) {
 
 Runner setup_op(CLI::App& app) {
   auto o = std::make_shared<OpOptions>();
-  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite]; operands: see below")
+  // The shield main() puts on a word such as -inf reaches option values too: every value
+  // option takes it off, so that a message quotes the word as typed.
+  app.add_option("words", o->words, "OP [FORMAT ROUND] A [B [C]] [satfinite|ieee]; operands: see below")
       ->expected(0, -1)
       ->transform(operand_word());
-  app.add_option("--format", o->format, "result format (flag form)");
-  app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr");
+  app.add_option("--format", o->format, "result format (flag form)")->transform(operand_word());
+  app.add_option("--round", o->round, "rounding mode: rne rna rtz rup rdn rto sr")->transform(operand_word());
   app.add_option("--overflow", o->overflow, "overflow policy: ieee (default) or satfinite")
+      ->transform(operand_word())
       ->each([o](const std::string&) { o->overflow_given = true; });
   app.add_option("--sr-bits", o->sr_bits, "random bits used by sr (1..32, default 24)")
+      ->transform(operand_word())
       ->check(decimal_word("1..32"))
       ->each([o](const std::string&) { o->sr_options_given.push_back("--sr-bits"); });
   add_seed_option(app, o->seed, "seed of the stochastic-rounding stream")->each([o](const std::string&) {
     o->sr_options_given.push_back("--seed");
   });
   app.add_option("--position", o->position, "logical position in the stochastic stream")
+      ->transform(operand_word())
       ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "2^64-1"))
       ->each([o](const std::string&) {
         o->sr_options_given.push_back("--position");
         o->position_given = true;
       });
-  app.add_option("--batch", o->batch, "FILE or - : one 'OP FORMAT ROUND A [B [C]]' per line");
+  app.add_option("--batch", o->batch, "FILE or - : one 'OP FORMAT ROUND A [B [C]]' per line")
+      ->transform(operand_word());
   auto* json = app.add_flag("--json", o->json, "print result, flags and rounding event as JSON");
   // One output form: --explain's text is not JSON, and one of them was silently dropped.
   app.add_flag("--explain", o->explain, "explain the rounding bit by bit")->excludes(json);

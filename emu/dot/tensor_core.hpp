@@ -55,8 +55,11 @@ enum class ZeroTermPolicy : std::uint8_t {
                     // (a zero product: 2*emin of the input format; a zero C: emin of C's format)
 };
 
-// Rules of every preset. "Measured" means: reproduced bit for bit on the H200 probe set
-// (sm_90 forms above); the other targets follow the same rules as published, unmeasured.
+// Rules of every hardware preset (the `exact-rne` reference follows IEEE 754 instead: one
+// RNE rounding of the exact sum, a zero or underflowed result keeping the sign IEEE gives it,
+// -0 for a negative sum that rounds to zero). "Measured" means: reproduced bit for bit on the
+// H200 probe set (sm_90 forms above); the other targets follow the same rules as published,
+// unmeasured.
 // - A term's alignment exponent is that of its hardware encoding: a subnormal input
 //   (or C) counts with its format's emin, its value kept exactly; a product's alignment
 //   exponent is ea+eb with significand in [0,4). (Measured: c_tiny, specials.)

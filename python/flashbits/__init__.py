@@ -468,14 +468,17 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
     several) of shape [..., k / block]. Returns D in the accumulator format."""
     args = _dot_model_args(model, fmt, fmt_b, kind, scale_format, block)
     info = _core.dot_model(*args)
-    a = _operand(a, "a")
-    b = _operand(b, "b")
+    # Shapes first, on the arrays as given: _operand copies a broadcast view into memory.
+    a = _as_array(a, "a")
+    b = _as_array(b, "b")
     if a.ndim < 1 or a.shape != b.shape:
         raise ValueError(f"a, b: expected arrays of one shape [..., k], got {a.shape} and {b.shape}")
     if a.shape[-1] == 0:
         raise ValueError(f"a, b: k = 0 (shape {a.shape}): a dot product needs at least one term")
     if a.shape[-1] > 2**31 - 1:  # the kernels' int k, as matmul refuses K (found by the GEMM audit)
         raise ValueError(f"a, b: k = {a.shape[-1]} is above 2^31-1 (shape {a.shape})")
+    a = _operand(a, "a")
+    b = _operand(b, "b")
     batch = a.shape[:-1]
     c_given = None if c is None else _operand(c, "c")
     c = _np.zeros(batch) if c is None else c_given
@@ -483,6 +486,10 @@ def dot(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = None
         c = _np.broadcast_to(c, batch)
     except ValueError:
         raise ValueError(f"c: shape {c.shape} does not match the batch shape {batch}") from None
+    if 0 in batch and c_given is not None:
+        # Broadcast to an empty batch, c would reach the core with no element: checked as given,
+        # as matmul checks an empty D's operands.
+        _core.check_operand(info["accumulator"], c_given, "c")
     k = a.shape[-1]
     if not info["scale_block"] and (scale_a is not None or scale_b is not None):
         raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
@@ -515,8 +522,9 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
     a time."""
     args = _dot_model_args(model, fmt, fmt_b, kind, scale_format, block)
     info = _core.dot_model(*args)
-    a = _operand(a, "a")
-    b = _operand(b, "b")
+    # Shapes first, on the arrays as given: _operand copies a broadcast view into memory.
+    a = _as_array(a, "a")
+    b = _as_array(b, "b")
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"a, b: expected arrays of at least two dimensions, [..., M, K] and [..., K, N]; got shapes "
                          f"{a.shape} and {b.shape} (for one dot product use dot)")
@@ -525,6 +533,10 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
         raise ValueError(f"a, b: K differs: a is [..., M, K] = {a.shape}, b is [..., K, N] = {b.shape}")
     if k == 0:
         raise ValueError(f"a, b: K = 0 (shapes {a.shape} and {b.shape}): a dot product needs at least one term")
+    if max(m, k, n) > 2**31 - 1:  # the kernel's int sizes (found by the GEMM audit: refused after a copy)
+        raise ValueError(f"a, b: M, K and N must each be at most 2^31-1, got M = {m}, K = {k}, N = {n}")
+    a = _operand(a, "a")
+    b = _operand(b, "b")
     try:
         batch = _np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
@@ -538,9 +550,10 @@ def matmul(model: str, a, b, c=None, fmt: str = "bf16", *, fmt_b: str | None = N
     if not info["scale_block"] and (scale_a is not None or scale_b is not None):
         raise ValueError(f"scale_a, scale_b: model {info['description']} takes no scales (block-scaled kinds do: "
                          "give kind)")
-    if 0 in batch:
-        # Broadcast to an empty batch, the operands would reach the core with no element: they
-        # are checked as given instead (the scales below, before their broadcast).
+    if 0 in batch or m == 0 or n == 0:
+        # Broadcast to an empty batch or an empty D, the operands would reach the core with no
+        # element (a c of shape [1, N] broadcast to [0, N]): they are checked as given instead
+        # (the scales below, before their broadcast).
         for fmt_x, x, name in ((info["a_format"], a, "a"), (info["b_format"], b, "b"),
                                (info["accumulator"], c, "c")):
             if x is not None:

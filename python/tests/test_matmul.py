@@ -221,6 +221,10 @@ def test_block_scaled_matmul_takes_scales_along_k(key):
     # dot's k, as matmul's K, is the kernels' int: a longer row wrapped (found by the GEMM audit).
     # A stride-0 view: no memory behind its 2^31 elements.
     (lambda: fb.dot("sm90-mma", *[np.broadcast_to(np.uint16(0x3F80), (2**31,))] * 2), "k = 2147483648 is above 2^31-1"),
+    # matmul's K too, refused before the operands are copied (the second GEMM audit: a 4 GiB copy
+    # first, then ArrayMemoryError or the refusal after half a minute).
+    (lambda: fb.matmul("sm90-mma", np.broadcast_to(np.uint16(0x3F80), (1, 2**31)),
+                       np.broadcast_to(np.uint16(0x3F80), (2**31, 1))), "M, K and N must each be at most 2^31-1"),
 ])
 def test_bad_arguments_name_the_problem(call, words):
     with pytest.raises((ValueError, TypeError)) as err:
@@ -277,6 +281,14 @@ def test_an_empty_result_still_checks_operands_and_scales():
     with pytest.raises(ValueError, match="scale_a: expected scale bytes"):
         fb.matmul("sm100", np.zeros((0, 3, 32), np.uint8), np.zeros((32, 2), np.uint8), None, "e4m3",
                   kind="mxf8f6f4", scale_a=np.full((1, 3, 1), 300), scale_b=np.full((1, 2), 127, np.uint8))
+    # M or N 0 with a c broadcast from one row or column (the second GEMM audit: unchecked), and
+    # dot's empty batch with a scalar c.
+    with pytest.raises(ValueError, match=r"c\[0,0\]: 0.1 is not exactly representable in fp32"):
+        fb.matmul("sm90-mma", np.ones((0, 4)), np.ones((4, 5)), np.full((1, 5), 0.1))
+    with pytest.raises(ValueError, match=r"c\[0,0\]: 0.1 is not exactly representable in fp32"):
+        fb.matmul("sm90-mma", np.ones((3, 4)), np.ones((4, 0)), np.full((3, 1), 0.1))
+    with pytest.raises(ValueError, match="c: 0.1 is not exactly representable in fp32"):
+        fb.dot("sm90-mma", np.ones((0, 3)), np.ones((0, 3)), 0.1)
     # Valid empty operands give an empty D of the accumulator's bit patterns.
     d = fb.matmul("sm90-mma", np.zeros((2, 0, 4)), np.ones((4, 3)))
     assert d.bits.shape == (2, 0, 3) and d.bits.dtype == np.uint32
