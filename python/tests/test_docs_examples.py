@@ -10,6 +10,7 @@
 # SLOW (grids that take minutes on two cores: FLASHBITS_DOCS_SLOW=1 runs them too).
 import os
 import re
+import shlex
 import subprocess
 
 import pytest
@@ -255,3 +256,22 @@ def test_training_page_states_the_real_signature():
         [None if p.default is p.empty else p.default for p in keyword_only]
     assert shown.kw_defaults[[a.arg for a in shown.kwonlyargs].index("model")] is None  # required
 
+
+
+def test_python_page_bare_dump_commands_replay_bit_for_bit(tmp_path):
+    # docs/PYTHON.md's bare-dump block, run as written from the repository root's view (the
+    # newcomer audit found it read dump files nothing shipped): each replay must match.
+    text = open(os.path.join(ROOT, "docs", "PYTHON.md"), encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "traces/examples/bare/" in b]
+    assert len(blocks) == 1, "one sh block of PYTHON.md reads the shipped bare dumps"
+    for link in ("traces", "docs"):
+        os.symlink(os.path.join(ROOT, link), tmp_path / link)
+    commands = [line.split("  #")[0] for line in blocks[0].strip().split("\n")]
+    assert len(commands) == 3
+    for command in commands:
+        assert command.startswith("flashbits ")
+        p = subprocess.run(shlex.quote(CLI) + " " + command[len("flashbits "):], shell=True, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, command + "\n" + p.stdout + p.stderr
+        if " replay " in " " + command:
+            assert "result: all compared values match" in p.stdout, command + "\n" + p.stdout
