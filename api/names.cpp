@@ -115,9 +115,16 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     }
     return bits;
   }
-  if (!prefixed && decimal && s.find_first_not_of('0') != std::string::npos) {
-    // Digits only (or digits e digits): a hex pattern and perhaps a decimal number, unless too
-    // wide to be a pattern of f (0x12345 is no bf16 pattern: not offered).
+  // A word of digits alone at the full width of f's patterns (4000 in bf16, 40 in e4m3,
+  // 41200000 in fp32) is the pattern, whatever it reads as in decimal: results are written so
+  // (zero-padded, no 0x), and the contract takes hex "with or without 0x", so a printed result
+  // reads back. (It was refused as ambiguous where the decimal value fits the format, which
+  // broke every script that feeds results back: found by the contract audit.)
+  const bool full_width = s.size() == static_cast<std::size_t>(f.hex_digits());
+  if (!prefixed && decimal && !full_width && s.find_first_not_of('0') != std::string::npos) {
+    // Digits only (or digits e digits), shorter or zero-led longer: a hex pattern and perhaps
+    // a decimal number, unless too wide to be a pattern of f (0x12345 is no bf16 pattern: not
+    // offered).
     if (s.size() - s.find_first_not_of('0') > static_cast<std::size_t>(f.hex_digits()))
       throw InputError(w + ": '" + s + "' is wider than a " + f.name + " bit pattern: write +" + s + " for the value");
     const std::optional<double> v = exact_decimal(s);
@@ -125,20 +132,18 @@ std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std
     if (v && from_double_exact(f, *v, value_bits))  // both readings are operands: refused
       throw InputError(w + ": '" + s + "' is ambiguous: write 0x" + s + " for the " + f.name + " bit pattern or +" + s +
                        " for the value");
-    // The value is no operand (not exactly representable), so the word is the pattern, as
-    // results are written: at the full width of f's patterns (4040 in bf16, 38 in e4m3), so
-    // that a result reads back. A shorter word is more likely a value typed than a pattern
-    // (257 in bf16): refused, offering the pattern; so is a longer one, zeros before a
-    // pattern's digits (038 in e4m3), which no result is written as.
-    if (s.size() != static_cast<std::size_t>(f.hex_digits()))
-      throw InputError(w + ": " + s + " is not exactly representable in " + f.name + "; write 0x" + s + " for the " +
-                       f.name + " bit pattern (a word of digits alone is read as one only at the full width of " +
-                       f.name + " patterns, " + std::to_string(f.hex_digits()) + " digits)");
+    // The value is no operand either: a word shorter than f's patterns is more likely a value
+    // typed than a pattern (257 in bf16), a longer one has zeros before a pattern's digits
+    // (038 in e4m3), which no result is written as: refused, offering the pattern.
+    throw InputError(w + ": " + s + " is not exactly representable in " + f.name + "; write 0x" + s + " for the " +
+                     f.name + " bit pattern (a word of digits alone is read as one only at the full width of " +
+                     f.name + " patterns, " + std::to_string(f.hex_digits()) + " digits)");
   }
   // A bare word of zeros is +0 either way, but only as wide as the format's patterns
-  // (docs/CLI.md): "00000" is no bf16 pattern; and only where the format has a zero (e8m0's
-  // pattern 0 is 2^-127, so the word would be read as that, silently).
-  if (!prefixed && decimal && !f.has_zero())
+  // (docs/CLI.md): "00000" is no bf16 pattern; and, shorter than the full width, only where
+  // the format has a zero (e8m0's pattern 0 is 2^-127, so "0" would be read as that, silently;
+  // "00", the full width, is the pattern as results are written).
+  if (!prefixed && decimal && !full_width && !f.has_zero())
     throw InputError(w + ": '" + s + "' is ambiguous: " + f.name + " has no zero, and its bit pattern 0x" + s +
                      " is 2^" + std::to_string(f.emin()) + ": write 0x" + s + " for that pattern");
   if (!prefixed && decimal && s.size() > static_cast<std::size_t>(f.hex_digits()))

@@ -25,12 +25,13 @@ OverflowPolicy parse_overflow_or_throw(std::string_view text, std::string_view w
 //   decimal number (it holds a hex letter other than an exponent's e, as "3f80", "c097");
 // - a value, exactly representable in the format: a decimal with a sign or a point or both
 //   ("1.5", "-2", "+0.5e3", "-0", "1.0"), or inf / nan with an optional sign.
-// A bare word of digits only, or digits e digits ("1", "10", "4040", "1e3"), is both where
-// its value is exactly representable in the format: ambiguous and refused, naming the word
-// and both readings -- except all zeros, which is +0 either way. Where its value is not
-// representable it can only be a pattern, and is read as one at the full width results are
-// printed in ("4040" in bf16, "38" in e4m3, "3e800000" in fp32), so a result reads back;
-// shorter, it is refused, offering 0x. Throws InputError naming `what` and the word.
+// A bare word of digits only, or digits e digits, at the full width results are printed in
+// ("4000" or "4040" in bf16, "40" in e4m3, "41200000" in fp32) is the bit pattern, whatever
+// it reads as in decimal, so a result reads back (the contract: hex with or without 0x).
+// Shorter (or zero-led longer), it is both where its value is exactly representable in the
+// format ("1", "10", "1e3" in bf16): ambiguous and refused, naming the word and both readings
+// -- except all zeros, +0 either way where the format has a zero; where its value is not
+// representable it is refused, offering 0x. Throws InputError naming `what` and the word.
 std::uint32_t parse_operand_or_throw(const Format& f, std::string_view text, std::string_view what);
 // A bit pattern as the format's hex digits ("3f80"); flags as the letters xuozv or "-".
 std::string hex_bits(const Format& f, std::uint32_t bits);

@@ -254,13 +254,13 @@ TEST_CASE("op --batch - : one line per input line, against MPFR") {
     // One line in eight adds -a, an exact zero (+0, or -0 under rdn).
     std::uint32_t b = random_operand(f, rng);
     if (op == "add" && i % 8 == 0) b = a ^ (1u << (f.exp_bits + f.man_bits + f.shift));
-    // A bare pattern of digits (4010), or digits e digits (3e12), would also read as a
-    // decimal number: refused as ambiguous, so such words (and every third line's) carry 0x.
+    // Every third line's words carry 0x; the others are written as results are, zero-padded to
+    // the format's width without 0x, which reads as the pattern even where it is all digits
+    // (4010) or digits e digits (3e12).
     auto operand = [&](std::uint32_t bits) {
       char hex[16];
-      std::snprintf(hex, sizeof hex, "%x", bits);
-      const bool number_like = std::string(hex).find_first_not_of("0123456789e") == std::string::npos;
-      return std::string(i % 3 == 0 || number_like ? "0x" : "") + hex;
+      std::snprintf(hex, sizeof hex, "%0*x", f.hex_digits, bits);
+      return std::string(i % 3 == 0 ? "0x" : "") + hex;
     };
     char line[96];
     std::snprintf(line, sizeof line, "%s %s %s %s %s\n", op.c_str(), f.name, m.name, operand(a).c_str(),
@@ -404,9 +404,9 @@ TEST_CASE("op: bad format, bad hex, wrong operand count, non-representable decim
 // 0x a bit pattern (docs/COMMANDS.md "Operands").
 TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, naming it") {
   for (const char* args :
-       {"op add bf16 rne 1 2", "op add bf16 rne 3f80 10", "op add bf16 rne 1e3 3f80", "op add fp16 rne 3c00 8000",
-        "op add --format bf16 --round rne 3f80 2", "op add bf16 rne 3f80 4000", "op cvt bf16 rne fp32:10",
-        "op cvt bf16 rne fp32:41200000", "op mul e4m3 rne 0001 4e", "op add e4m3 rne 40 38"}) {
+       {"op add bf16 rne 1 2", "op add bf16 rne 3f80 10", "op add bf16 rne 1e3 3f80", "op add fp16 rne 3c00 800",
+        "op add --format bf16 --round rne 3f80 2", "op add bf16 rne 3f80 400", "op cvt bf16 rne fp32:10",
+        "op cvt bf16 rne fp32:4120000", "op mul e4m3 rne 0001 4e", "op add e4m3 rne 4 38"}) {
     INFO(args);
     const Run r = flashbits(args);
     CHECK(r.exit_code == 2);
@@ -449,6 +449,22 @@ TEST_CASE("op: an operand that reads as hex and as a decimal number is refused, 
   CHECK(flashbits("op add fp16 rne 3c00 8001").out == "3c00 x\n");
   CHECK(flashbits("op cvt bf16 rne fp32:3e800000").out == "3e80 -\n");
   CHECK(flashbits("dot sm80 bf16 0 3f80,4040 3f80,3f80").out == flashbits("dot sm80 bf16 0 3f80,0x4040 3f80,3f80").out);
+  // The same where the decimal reading is a value of the format too (the second contract
+  // audit: refused as ambiguous, so a printed result such as bf16 4000, 2.0, did not read
+  // back): bf16 4000 is 2.0 and 2 + 1 = 3 is 4040; fp16 8000 is -0, and 1 + -0 = 1; e4m3 40
+  // is 2.0 (0 1000 000) and 2 + 1 = 3 is 0 1000 100 = 44; fp32 41200000 is 10.0, bf16 4120;
+  // e8m0's full-width 00 is its pattern 2^-127 (e8m0 has no zero), and 2^-127 * 2^0 (7f) is
+  // exact; the short word 0 stays refused there.
+  CHECK(flashbits("op add bf16 rne 4000 3f80").out == "4040 -\n");
+  CHECK(flashbits("op add fp16 rne 3c00 8000").out == "3c00 -\n");
+  CHECK(flashbits("op add e4m3 rne 40 38").out == "44 -\n");
+  CHECK(flashbits("op cvt bf16 rne fp32:41200000").out == "4120 -\n");
+  CHECK(flashbits("op mul e8m0 rne 00 7f").out == "00 -\n");
+  CHECK(flashbits("op mul e8m0 rne 0 7f").exit_code == 2);
+  CHECK(flashbits("op --batch -", "add bf16 rne 4000 3f80\nmul fp32 rne 40000000 40000000\n").out ==
+        "4040 -\n40800000 -\n");
+  CHECK(flashbits("dot sm80 bf16 40000000 4000,3f80 3f80,4000").out ==
+        flashbits("dot sm80 bf16 0x40000000 0x4000,3f80 3f80,0x4000").out);
   // Shorter than that, it is more likely a value mistyped: refused, offering the pattern.
   const Run short_word = flashbits("op add bf16 rne 257 3f80");
   CHECK(short_word.exit_code == 2);

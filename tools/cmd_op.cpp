@@ -151,15 +151,13 @@ Runner setup_op(CLI::App& app) {
   app.add_flag("--explain", o->explain, "explain the rounding bit by bit")->excludes(json);
   app.footer(
       "Operands (A, B, C; cvt: SRC_FORMAT:OPERAND):\n"
-      "  0x3f80, 3f80   a bit pattern in hex; the 0x may be left out unless the word is also a number\n"
+      "  0x3f80, 3f80   a bit pattern in hex; without 0x, a word at the format's full width (4 digits for\n"
+      "  4000, 40       bf16, 8 for fp32, 2 for e4m3), as results are printed, is the pattern even if all digits\n"
       "  +1, -2.5, 1.0, +1e3, -0, inf, -inf, nan\n"
       "                 a value (a sign or a point marks a decimal), exactly representable in the format\n"
-      "  1, 10, 4000, 1e3\n"
-      "                 ambiguous where the format holds the value (hex digits and a decimal number at once):\n"
-      "                 refused, exit 2; write 0x1 for the bit pattern or +1 for the value (all zeros is +0\n"
-      "                 either way, in a format with a zero)\n"
-      "  4040, 38       digits whose value the format cannot hold: a bit pattern at the format's full width\n"
-      "                 (4 digits for bf16, 2 for e4m3), as results are printed\n"
+      "  1, 10, 1e3     shorter digit words are ambiguous where the format holds the value (hex digits and a\n"
+      "                 decimal number at once): refused, exit 2; write 0x1 for the bit pattern or +1 for the\n"
+      "                 value (all zeros is +0 either way, in a format with a zero)\n"
       "Examples:\n  flashbits op add bf16 rne 3f80 3b80\n  flashbits op add bf16 rne +1 +2\n"
       "  flashbits op mul --format e4m3 --round rtz 0x4e 0x3a\n"
       "  flashbits op cvt bf16 rne fp32:c096872b --explain");

@@ -165,7 +165,10 @@ def test_python_page_replay_block_runs_as_written(scratch, tmp_path):
     np.savez(work / "dump.npz", softmax_lse=lse, **{names[n]: b.transpose(0, 2, 1, 3) for n, b in bits.items()})
 
     env = dict(os.environ, PATH=f"{scratch / 'bin'}:{os.environ['PATH']}")
-    commands = python_page_shell_block()
+    # The page reads the shipped bare dumps (the next test runs it on them); here its commands
+    # read this test's own dumps, whose tensor names (query, out, softmax_lse) and LSE (which
+    # tells the two layouts apart) the shipped ones lack.
+    commands = [c.replace("traces/examples/bare/", "") for c in python_page_shell_block()]
     assert len(commands) == 3 and commands[0].startswith("flashbits replay dump.safetensors")
     for command in commands:
         p = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
@@ -184,12 +187,12 @@ def test_python_page_replay_block_runs_as_written(scratch, tmp_path):
     old = os.getcwd()
     os.chdir(work)
     try:
-        loaded = eval(example.group(1), {"flashbits": fb})  # noqa: S307 - the page's own line
+        loaded = eval(example.group(1).replace("traces/examples/bare/", ""), {"flashbits": fb})  # noqa: S307
     finally:
         os.chdir(old)
     assert np.array_equal(fb.round(loaded["q"], "bf16").bits, bits["q"])
     assert np.array_equal(loaded["o"], t["o"])
-    assert loaded.metadata["source"] == "unknown"
+    assert loaded.metadata["source"] == "cuda:NVIDIA H200"
 
 
 def test_python_page_replays_a_top_left_capture_from_python_as_written():
@@ -261,13 +264,10 @@ def test_training_page_states_the_real_signature():
 def test_python_page_bare_dump_commands_replay_bit_for_bit(tmp_path):
     # docs/PYTHON.md's bare-dump block, run as written from the repository root's view (the
     # newcomer audit found it read dump files nothing shipped): each replay must match.
-    text = open(os.path.join(ROOT, "docs", "PYTHON.md"), encoding="utf-8").read()
-    blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "traces/examples/bare/" in b]
-    assert len(blocks) == 1, "one sh block of PYTHON.md reads the shipped bare dumps"
     for link in ("traces", "docs"):
         os.symlink(os.path.join(ROOT, link), tmp_path / link)
-    commands = [line.split("  #")[0] for line in blocks[0].strip().split("\n")]
-    assert len(commands) == 3
+    commands = python_page_shell_block()
+    assert len(commands) == 3 and all("traces/examples/bare/dump." in c for c in commands[:2])
     for command in commands:
         assert command.startswith("flashbits ")
         p = subprocess.run(shlex.quote(CLI) + " " + command[len("flashbits "):], shell=True, cwd=tmp_path, capture_output=True,
