@@ -322,7 +322,7 @@ TEST_CASE("a FIFO with no writer is exit 2 at once; a pipe with one is read") {
   CHECK(piped_batch.out == "4000 -\n");  // 1 + 1 = 2 exactly
   // A pipe with a writer: the shard read through /dev/stdin merges as the file itself does.
   const std::string shard = (scratch() / "fifo_shard.csv").string();
-  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 4);
+  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 0);
   const Run direct = run("merge " + shard);
   const Run piped = run("merge /dev/stdin", "cat " + shard + " | ");
   CHECK(piped.code == direct.code);
@@ -370,7 +370,7 @@ TEST_CASE("FBSFUVAL1 headers: a key given twice, surplus words and a signed coun
 // array was read as CSV and its defects named as a CSV file's.
 TEST_CASE("merge: a NUL byte in an echoed cell is shown, and a JSON array is named as JSON") {
   const std::string shard = (scratch() / "nul_shard.csv").string();
-  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 4);
+  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + shard).code == 0);
   std::string csv = slurp(shard);
   // The trials column of the first row (after the header line): "2" becomes "2<NUL>9".
   const std::size_t row = csv.find('\n') + 1;
@@ -399,9 +399,9 @@ TEST_CASE("merge: a NUL byte in an echoed cell is shown, and a JSON array is nam
 TEST_CASE("merge: a byte order mark is skipped, and an alpha that reads as 0 says why") {
   const std::string sweep = "sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2";
   const std::string csv = (scratch() / "bom_plain.csv").string(), json = (scratch() / "bom_plain.json").string();
-  REQUIRE(run(sweep + " --csv " + csv).code == 4);
+  REQUIRE(run(sweep + " --csv " + csv).code == 0);
   const Run made = run(sweep + " --json");
-  REQUIRE(made.code == 4);
+  REQUIRE(made.code == 0);
   std::ofstream(json, std::ios::binary) << made.out;
   const std::string plain = run("merge " + csv).out;
   REQUIRE_FALSE(plain.empty());
@@ -410,7 +410,7 @@ TEST_CASE("merge: a byte order mark is skipped, and an alpha that reads as 0 say
     const std::string marked = path + ".bom";
     std::ofstream(marked, std::ios::binary) << "\xEF\xBB\xBF" << slurp(path);
     const Run r = run("merge " + marked);
-    CHECK(r.code == 4);
+    CHECK(r.code == 0);
     CHECK(r.out == plain);
   }
   std::string tiny = made.out;
@@ -432,7 +432,7 @@ TEST_CASE("merge: a byte order mark is skipped, and an alpha that reads as 0 say
 // dropping the magnitude columns, its sums otherwise kept.
 TEST_CASE("merge: a sweep CSV without the magnitude sums is refused with its reason") {
   const std::string csv = (scratch() / "magnitude_new.csv").string();
-  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + csv).code == 4);
+  REQUIRE(run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --csv " + csv).code == 0);
   std::istringstream lines(slurp(csv));
   std::string line, old;
   std::vector<std::size_t> keep;
@@ -461,7 +461,7 @@ TEST_CASE("merge: a sweep CSV without the magnitude sums is refused with its rea
                   "sums (mag_o_sum, ...) the verdict needs: rerun that sweep"));
   // The JSON form, its rows' sufficient sums without the magnitude ones.
   const Run made = run("sweep --model fa2-sm80 --scenario sink --seqlen 16 --headdim 16 --trials 2 --json");
-  REQUIRE(made.code == 4);
+  REQUIRE(made.code == 0);
   nlohmann::json j = nlohmann::json::parse(made.out);
   for (auto& row : j["rows"]) {
     nlohmann::json kept;

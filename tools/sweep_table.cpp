@@ -313,7 +313,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
   if (undecided > 0)
     os << undecided << " of " << rows.size()
        << " row(s) inconclusive: their trials could not have detected the bias at stake (more --trials, or a larger "
-          "--at-stake); the run exits 4 unless a row adds bias (exit 1)\n";
+          "--at-stake); they do not set the exit status (0 unless a row adds bias: 1)\n";
 }
 
 namespace {
@@ -480,15 +480,13 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
       write_table(std::cout, rows, run);
   }
   // A row whose kernel adds bias, or whose output was not finite, is a failed check (exit 1),
-  // as in bias-test; else a row that decided nothing makes the run inconclusive (exit 4, as
-  // bias-test's): a grid of rows too short to see the bias at stake read as a pass.
-  bool inconclusive = false;
+  // as in bias-test; else 0. Inconclusive rows do not change the status: the contract gives
+  // sweep 0, 1 and 2 only (exit 4 is bias-test's), and the table's last line counts them.
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
     if (x.no_verdict || x.outcome == attn::Verdict::adds_bias) return kExitCheckFailed;
-    inconclusive |= x.outcome == attn::Verdict::inconclusive;
   }
-  return inconclusive ? kExitInconclusive : kExitOk;
+  return kExitOk;
 }
 
 }  // namespace fb::cli

@@ -122,8 +122,8 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
 // Renders rows the way sweep does (table on stdout, --csv FILE written whole, --json),
 // with run.alpha and run.at_stake as the verdict's levels. `--csv -` writes the CSV to stdout in
 // place of the table. Returns kExitCheckFailed (1) when any row's kernel adds bias or a row
-// has no verdict (as bias-test does), else kExitInconclusive (4) when any row is
-// inconclusive, else kExitOk.
+// has no verdict (as bias-test does), else kExitOk, inconclusive rows included (the contract
+// gives sweep no exit 4; the table's last line counts those rows).
 int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);
 // sweep's and merge's --csv and --json, checked before any work: the CSV's path can be
 // written (check_output_path; - is stdout) and `--csv -` is not given with --json (both
@@ -131,7 +131,7 @@ int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json
 void check_csv_output(const std::string& csv_path, bool json);
 // The exit statuses of emit_rows, as sweep's and merge's --help state them.
 inline constexpr const char* kRowsExitStatus =
-    "Exit status: 0 no row adds bias and none is inconclusive; 1 a row's kernel adds bias or a row has no verdict "
-    "(non-finite output), as bias-test; 4 a row is inconclusive and none adds bias; 2 bad input.";
+    "Exit status: 0 no row adds bias (inconclusive rows included: the table's last line counts them); 1 a row's "
+    "kernel adds bias or a row has no verdict (non-finite output), as bias-test; 2 bad input.";
 
 }  // namespace fb::cli
