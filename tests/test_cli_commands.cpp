@@ -2073,15 +2073,33 @@ TEST_CASE("issue 21: sizes past the documented limits are exit 2 naming the opti
   CHECK(one_error(run("bias-test --model fa2-sm80 --scenario random --trials 100000000"), "--trials"));
 }
 
-TEST_CASE("issue 21: bias-test --traces refuses generator options; a recipe's duplicate key is exit 2") {
+TEST_CASE("issue 21: bias-test --traces checks or notes generator options; a recipe's duplicate key is exit 2") {
   const std::string dir = (std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples").string();
-  for (const char* opt : {"--scenario random", "--trials 4", "--seed 3", "--seqlen 16", "--headdim 16"}) {
+  // No problem size to set: refused, naming both options.
+  for (const char* opt : {"--seqlen 16", "--headdim 16"}) {
     CAPTURE(opt);
     const Run r = run("bias-test --traces " + dir + " " + opt);
     CHECK(r.code == 2);
     CHECK(one_error(r, "--traces"));
     CHECK(r.err.find(std::string(opt).substr(0, std::string(opt).find(' '))) != std::string::npos);
   }
+  // The contract's synopsis gives --scenario and --trials beside --traces (the contract audit:
+  // a script written from it got exit 2). The scenario is checked against each trace's
+  // metadata: the folder holds sink and random traces, so either conflicts with one of them.
+  for (const char* scenario : {"sink", "random"}) {
+    const Run r = run("bias-test --traces " + dir + " --scenario " + scenario);
+    CHECK(r.code == 2);
+    CHECK(one_error(r, std::string("--scenario ") + scenario + " conflicts with "));
+    CHECK(r.err.find("its __metadata__ scenario is ") != std::string::npos);
+  }
+  const std::string sink_trace = dir + "/sink-fa2-sm80-bwd.safetensors";
+  const Run alone = run("bias-test --traces " + sink_trace + " --json");
+  const Run stated = run("bias-test --traces " + sink_trace + " --scenario sink --trials 32 --seed 3 --json");
+  CHECK(stated.code == alone.code);
+  CHECK(stated.out == alone.out);  // nothing else changes
+  CHECK(stated.err.find("note: --trials 32 has no effect with --traces") != std::string::npos);
+  CHECK(stated.err.find("note: --seed 3 has no effect with --traces") != std::string::npos);
+  CHECK(stated.err.find("--scenario") == std::string::npos);  // the trace records sink: nothing to say
   // With --traces, --dtype states the captures' format (issue 26): one that disagrees with a
   // trace's own dtype is refused, naming both; capture statements need --traces.
   const Run dtype = run("bias-test --traces " + dir + " --dtype fp16");

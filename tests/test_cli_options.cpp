@@ -110,8 +110,10 @@ TEST_CASE("issue 34: --seed outside 0..2^64-1 is refused, naming --seed and its 
 TEST_CASE("issue 34: --trials, --heads and --headdim words beyond their limits name the option and the limit") {
   const std::string out = (scratch() / "limits.safetensors").string();
   check_refused(run(kSmallSweep + " --model fa2-sm80 --trials 1e12"), {"--trials", "16777216", "1e12"});
-  check_refused(run("bias-test --model fa2-sm80 --trials 1e12"), {"--trials", "2..16777216"});
-  check_refused(run("bias-test --model fa2-sm80 --trials 1"), {"--trials", "2..16777216"});
+  check_refused(run("bias-test --model fa2-sm80 --trials 1e12"), {"--trials", "1..16777216"});
+  check_refused(run("bias-test --model fa2-sm80 --trials 0"), {"--trials", "1..16777216"});
+  // One trial is a run, inconclusive (the contract: "too few trials ... exits 4").
+  CHECK(run("bias-test --model fa2-sm80 --trials 1 --seqlen 16 --headdim 16").code == 4);
   check_refused(run("deviation --models fa2-sm80 --heads 1e8 --seqlen 16"), {"--heads", "2147483647", "1e8"});
   // deviation's --seqlen list: std::stoi read 1e8 as 1 and 16x as 16, and ran.
   check_refused(run("deviation --models fa2-sm80 --headdim 16 --seqlen 16,1e8"), {"--seqlen 1e8", "2147483647"});

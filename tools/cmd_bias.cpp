@@ -32,6 +32,7 @@
 #include "attention/trace_inputs.hpp"
 #include "tools/capture_options.hpp"
 #include "traces/capture_import.hpp"
+#include "traces/safetensors.hpp"
 #include "tools/cli_common.hpp"
 #include "api/models.hpp"
 #include "studies/scenarios.hpp"
@@ -48,6 +49,9 @@ struct BiasOptions {
   bool json = false, by_max = false;
   CaptureOptionText capture;  // --traces: what bare captures lack (--source, --scale, --causal, --layout)
   CLI::Option* dtype_option = nullptr;
+  // The contract's synopsis gives --scenario and --trials with --traces too: set, they are
+  // checked or noted there, never ignored silently.
+  CLI::Option *scenario_option = nullptr, *trials_option = nullptr, *seed_option = nullptr;
 };
 
 void print_spread(const char* what, const attn::ValueSpread& s) {
@@ -103,12 +107,13 @@ void print_comparison(const char* what, const attn::FloorComparison& c, const st
 attn::BiasRun model_run(const BiasOptions& o) {
   if (!attn::known_scenario(o.scenario))
     throw InputError("--scenario " + o.scenario + ": unknown scenario (" + attn::scenario_list() + ")");
-  if (o.trials < 2) throw InputError("--trials: expected at least 2");
+  // One trial is allowed: the contract's "too few trials" is a verdict, inconclusive (exit 4).
+  if (o.trials < 1) throw InputError("--trials: expected at least 1");
   if (o.seqlen < 1 || o.headdim < 1)
     throw InputError("--seqlen " + std::to_string(o.seqlen) + " --headdim " + std::to_string(o.headdim) +
                      ": expected positive sizes (an empty problem has no errors to test)");
   check_problem_size(1, 1, o.seqlen, o.headdim);
-  check_trials(o.trials, 2);
+  check_trials(o.trials, 1);
   const Format dtype = parse_format_or_throw(o.dtype, "--dtype");
   attn::BiasRun run;
   run.model = api::resolve_model({o.model, dtype, "model", o.recipe, o.dtype_option->count() > 0});
@@ -139,6 +144,36 @@ attn::BiasRun traces_run(const BiasOptions& o) {
   run.capture = capture_options_or_throw(statement);
   // One rule for the paths, shared with Python's bias_test (traces/capture_import.hpp).
   fb::CaptureListing listed = fb::list_captures(std::vector<std::filesystem::path>(o.traces.begin(), o.traces.end()));
+  // --scenario states what the traces hold: a trace that records another scenario is a
+  // conflict (exit 2); one that records none (a bare capture) is taken as stated, and said.
+  if (o.scenario_option->count() > 0) {
+    if (!attn::known_scenario(o.scenario))
+      throw InputError("--scenario " + o.scenario + ": unknown scenario (" + attn::scenario_list() + ")");
+    std::size_t unrecorded = 0;
+    for (const std::filesystem::path& path : listed.captures) {
+      if (path.extension() != ".safetensors") {
+        ++unrecorded;
+        continue;
+      }
+      const Safetensors file = read_safetensors(path);
+      const auto recorded = file.metadata.find("scenario");
+      if (recorded == file.metadata.end())
+        ++unrecorded;
+      else if (recorded->second != o.scenario)
+        throw InputError("--scenario " + o.scenario + " conflicts with " + path.string() +
+                         ": its __metadata__ scenario is " + recorded->second +
+                         " (give the traces of one scenario, or leave --scenario out)");
+    }
+    if (unrecorded > 0)
+      std::cerr << "note: --scenario " << o.scenario << ": " << unrecorded << " of " << listed.captures.size()
+                << " capture(s) record no scenario; taken as stated\n";
+  }
+  // The traces hold their inputs and their samples: a trial count or seed has nothing to set.
+  for (const CLI::Option* generator : {o.trials_option, o.seed_option})
+    if (generator->count() > 0)
+      std::cerr << "note: " << generator->get_name() << " " << generator->as<std::string>()
+                << " has no effect with --traces: the traces hold their inputs, and each kv head of each trace is "
+                   "one sample\n";
   run.traces = std::move(listed.captures);
   run.traces_label = std::move(listed.label);
   return run;
@@ -301,11 +336,13 @@ Runner setup_bias_test(CLI::App& app) {
   app.add_option("--recipe", o->recipe, "JSON file changing --model's stage formats and SFU tables");
   auto* traces = app.add_option("--traces", o->traces,
                                 "traces or bare captures, or directories of .safetensors/.npz ones, pooled into "
-                                "one run (--traces A B, or --traces A --traces B; takes none of "
-                                "--scenario --trials --seed --seqlen --headdim: the traces hold their inputs; "
-                                "--dtype names a capture's format)");
+                                "one run (--traces A B, or --traces A --traces B; the traces hold their inputs: "
+                                "--scenario is checked against their metadata, --trials and --seed have no effect "
+                                "(a note says so), --seqlen and --headdim are refused; --dtype names a capture's "
+                                "format)");
   auto* scenario = app.add_option("--scenario", o->scenario, attn::scenario_list() + " (default sink)");
-  auto* trials = app.add_option("--trials", o->trials, "trials (default 32)")->check(trials_in(2));
+  auto* trials =
+      app.add_option("--trials", o->trials, "trials (default 32; fewer than 8 is inconclusive)")->check(trials_in(1));
   app.add_option("--alpha", o->alpha,
                  "the run's significance level, in (0, 1) (default 1e-3): each of its comparisons (O and delta, "
                  "signed and magnitude) is made at alpha / their number")
@@ -320,8 +357,13 @@ Runner setup_bias_test(CLI::App& app) {
   o->dtype_option = app.add_option("--dtype", o->dtype,
                                    "dtype for models that do not name one (default bf16); with --traces, the format "
                                    "of the captures' q, k, v");
-  // A trace run would ignore these silently; refuse them (exit 2, naming both options).
-  for (CLI::Option* generator : {scenario, trials, seed, seqlen, headdim}) traces->excludes(generator);
+  // A trace run has no problem size to set: refused (exit 2, naming both options). --scenario,
+  // --trials and --seed are in the contract's synopsis beside --traces: traces_run checks the
+  // scenario against the traces' metadata and notes the others on stderr.
+  for (CLI::Option* generator : {seqlen, headdim}) traces->excludes(generator);
+  o->scenario_option = scenario;
+  o->trials_option = trials;
+  o->seed_option = seed;
   for (CLI::Option* statement : add_capture_options(app, o->capture, false, false)) statement->needs(traces);
   add_jobs_option(app, o->jobs);
   app.add_flag("--by-max", o->by_max, "also describe the errors grouped by each row's exact max score (descriptive)");

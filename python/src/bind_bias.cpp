@@ -63,7 +63,7 @@ attn::BiasRun make_run(const std::string& model, const std::string& scenario, co
   if (!attn::known_scenario(scenario))
     throw InputError("scenario " + scenario + ": unknown scenario (" + attn::scenario_list() + ")");
   // The CLI's limits (attention/problem_limits.hpp), named as Python names the arguments.
-  if (const std::string refusal = attn::trials_refusal(trials, 2); !refusal.empty())
+  if (const std::string refusal = attn::trials_refusal(trials, 1); !refusal.empty())
     throw InputError("trials=" + std::to_string(trials) + ": " + refusal);
   // The CLI checks --headdim as it parses it (tools/cli_common.hpp headdim_in): the same range.
   if (headdim > attn::kMaxHeadDim)
