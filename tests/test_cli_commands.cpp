@@ -141,7 +141,14 @@ TEST_CASE("sweep and merge name each model not validated on hardware") {
   const std::string note = "note: fa2-sm80, fa-bf16acc use parts not yet validated on hardware";
   const Run whole = run(grid);
   REQUIRE(whole.code == 0);
-  CHECK(whole.err.find(note) != std::string::npos);
+  // In the report itself (the contract: "says so in every report"; it was on stderr only,
+  // found by the contract audit): after the table, and in the JSON's notes.
+  CHECK(whole.out.find(note) != std::string::npos);
+  const Run whole_json = run(grid + " --json");
+  REQUIRE(whole_json.code == 0);
+  const auto json_notes = nlohmann::json::parse(whole_json.out)["notes"];
+  CHECK(std::any_of(json_notes.begin(), json_notes.end(),
+                    [&](const nlohmann::json& n) { return n.get<std::string>().rfind(note, 0) == 0; }));
   // correctly-rounded alone runs no kernel arithmetic: no note.
   const Run reference = run("sweep --model correctly-rounded --scenario sink --seqlen 32 --headdim 16 --trials 2");
   REQUIRE(reference.code == 0);
@@ -151,7 +158,7 @@ TEST_CASE("sweep and merge name each model not validated on hardware") {
   REQUIRE(run(grid + " --shard 2/2 --csv " + b).code == 0);
   const Run merged = run("merge " + a + " " + b);
   REQUIRE(merged.code == 0);
-  CHECK(merged.err.find(note) != std::string::npos);
+  CHECK(merged.out.find(note) != std::string::npos);
 }
 
 // Found by the verdict audit: with --against B, B was printed as "floor" and the verdict as a
@@ -242,8 +249,8 @@ TEST_CASE("--round MODE where O has no final cast: refused by name, skipped with
                    row["model"].get<std::string>());
   CHECK(rows == std::vector<std::string>{"fp32/rne/standard-fp32", "fp32/rne/golden-fp64-flash",
                                          "bf16/rne/standard-bf16", "bf16/rtz/standard-bf16"});
-  CHECK(grid.err.find("--round rtz: standard-fp32 computes O in fp32") != std::string::npos);
-  CHECK(grid.err.find("--round rtz: golden-fp64-flash keeps O in fp64") != std::string::npos);
+  CHECK((grid.out + grid.err).find("--round rtz: standard-fp32 computes O in fp32") != std::string::npos);
+  CHECK((grid.out + grid.err).find("--round rtz: golden-fp64-flash keeps O in fp64") != std::string::npos);
   // The baseline's errors name its own option.
   const Run against = run("sweep --model fa2-sm80 --against fa9 --seqlen 16 --headdim 16 --trials 1");
   CHECK(against.code == 2);
@@ -259,7 +266,7 @@ TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are 
   REQUIRE(r.code == 0);
   const auto js = nlohmann::json::parse(r.out);
   CHECK(js["rows"].size() == 60);
-  CHECK(r.err.find("fa2-sm90 runs in bf16 or fp16, not e4m3") != std::string::npos);
+  CHECK((r.out + r.err).find("fa2-sm90 runs in bf16 or fp16, not e4m3") != std::string::npos);
   int fp8_rows = 0, rto_rows = 0;
   for (const auto& row : js["rows"]) {
     fp8_rows += row["model"] == "standard-fp8" ? 1 : 0;
@@ -273,7 +280,7 @@ TEST_CASE("sweep: docs/CLI.md's example grid runs; cells a model cannot run are 
       run("sweep --model fa3-fp8-sm90,fa2-sm80 --formats bf16,e4m3 --scenario sink --seqlen 16 "
           "--headdim 16 --trials 1 --jobs 1 --json");
   REQUIRE(fp8.code == 0);
-  CHECK(fp8.err.find("note: skipped: fa3-fp8-sm90 runs in e4m3, not bf16") != std::string::npos);
+  CHECK((fp8.out + fp8.err).find("note: skipped: fa3-fp8-sm90 runs in e4m3, not bf16") != std::string::npos);
   // In e5m2 it runs no more than in bf16, and is said to run in e4m3 (it was said to run in
   // "bf16 or fp16", the 16-bit models' wording; found by the workflow audit).
   const Run e5m2 = run("sweep --model fa3-fp8-sm90 --formats e5m2 --seqlen 16 --headdim 16 --trials 2");
@@ -2509,10 +2516,11 @@ TEST_CASE("sweep skips a cell whose kernel refuses the shape in its format, and 
       run("sweep --model fa2-sm80,triton-tutorial-sm90 --formats fp16,bf16,e4m3 --seqlen 128 --headdim 32 "
           "--trials 2 --jobs 1");
   CHECK_MESSAGE(r.code != 2, r.err);
-  CHECK_MESSAGE(r.err.find("note: skipped: triton-tutorial-sm90 in bf16 does not model this shape: runs fp16 inputs "
-                           "only") != std::string::npos,
+  CHECK_MESSAGE((r.out + r.err)
+                        .find("note: skipped: triton-tutorial-sm90 in bf16 does not model this shape: runs fp16 inputs "
+                              "only") != std::string::npos,
                 r.err);
-  CHECK(r.err.find("note: skipped: triton-tutorial-sm90 runs in fp16, not e4m3") != std::string::npos);
+  CHECK((r.out + r.err).find("note: skipped: triton-tutorial-sm90 runs in fp16, not e4m3") != std::string::npos);
   CHECK(r.out.find("fp16/rne/triton-tutorial-sm90/sink/n128/d32") != std::string::npos);
   CHECK(r.out.find("bf16/rne/fa2-sm80/sink/n128/d32") != std::string::npos);
   CHECK(r.out.find("bf16/rne/triton-tutorial-sm90") == std::string::npos);

@@ -45,12 +45,10 @@ int run_merge(const MergeOptions& o) {
   std::vector<SweepRow> rows;
   for (auto& [path, file] : shards)
     for (auto& r : file.rows) rows.push_back(std::move(r));
-  const int code = emit_rows(std::move(rows), o.csv, o.json, run);
   // The sweep's own notes (skipped cells, models not validated on hardware), which its shards'
-  // files do not carry: from the grid their run record makes, as check_shards checked it;
-  // after the output, as sweep prints them, so that a failed write stays one error line.
-  for (const std::string& note : sweep_grid_notes(sweep_grid(run))) std::cerr << note << "\n";
-  return code;
+  // CSV files do not carry: from the grid their run record makes, as check_shards checked it,
+  // so that the merged report says what the unsharded one says.
+  return emit_rows(std::move(rows), o.csv, o.json, run, sweep_grid_notes(sweep_grid(run)));
 }
 
 Runner setup_merge(CLI::App& app) {

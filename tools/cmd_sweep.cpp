@@ -167,9 +167,7 @@ int run_sweep(const SweepOptions& o) {
     for (int t = 0; t < o.trials; ++t) r.absorb(per_trial[ci * o.trials + t]);
     rows.push_back(r);
   }
-  const int code = emit_rows(std::move(rows), o.csv, o.json, run);
-  for (const std::string& note : notes) std::cerr << note << "\n";
-  return code;
+  return emit_rows(std::move(rows), o.csv, o.json, run, notes);
 }
 
 Runner setup_sweep(CLI::App& app) {

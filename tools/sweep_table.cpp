@@ -377,7 +377,8 @@ void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepR
   os << kRunPrefix << json_text(run_json(run)) << "\n";
 }
 
-void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
+void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run,
+                const std::vector<std::string>& notes) {
   nlohmann::ordered_json out;
   out["alpha"] = run.alpha;
   out["comparisons"] = kSweepComparisons;
@@ -386,6 +387,7 @@ void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const Sweep
   out["alpha_applies_to"] = "each row alone (no correction across rows)";
   out["at_stake_ulps"] = run.at_stake;
   out["run"] = run_json(run);
+  out["notes"] = notes;
   out["rows"] = nlohmann::ordered_json::array();
   for (const SweepRow& r : rows) {
     const Derived x = derive(r, run);
@@ -464,20 +466,27 @@ void check_csv_output(const std::string& csv_path, bool json) {
   check_output_path("--csv", csv_path, true);
 }
 
-int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run) {
+int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run,
+              const std::vector<std::string>& notes) {
   std::sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) { return a.index < b.index; });
   if (csv_path == "-") {
     write_csv(std::cout, rows, run);  // the CSV is the output, in place of the table
+    for (const std::string& note : notes) std::cerr << note << "\n";
   } else {
     if (!csv_path.empty()) {
       std::ostringstream out;
       write_csv(out, rows, run);
       write_output_file(csv_path, out.str(), "the CSV");
     }
-    if (json)
-      write_json(std::cout, rows, run);
-    else
+    // The notes (skipped cells, models not validated on hardware) are part of the report: the
+    // contract has every report say what is unmeasured (they were on stderr only; found by the
+    // contract audit).
+    if (json) {
+      write_json(std::cout, rows, run, notes);
+    } else {
       write_table(std::cout, rows, run);
+      for (const std::string& note : notes) std::cout << note << "\n";
+    }
   }
   // A row whose kernel adds bias, or whose output was not finite, is a failed check (exit 1),
   // as in bias-test; else 0. Inconclusive rows do not change the status: the contract gives

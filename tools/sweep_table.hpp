@@ -95,7 +95,9 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
 // +dynmax:beta=2,tol=0.01), so that merge reads back the columns written.
 void write_csv(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
 std::string csv_field(const std::string& text);
-void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run);
+// `notes`: the grid's notes (sweep_grid_notes), the JSON's "notes" array.
+void write_json(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run,
+                const std::vector<std::string>& notes = {});
 // Reads what write_csv / write_json wrote (sniffs the first character); throws
 // InputError naming the file, line and column on a defect. `run` is empty when the file
 // has no run record (written by an older flashbits, or truncated). "-" reads standard input
@@ -124,7 +126,10 @@ SweepRun check_shards(const std::vector<std::pair<std::string, SweepFile>>& file
 // place of the table. Returns kExitCheckFailed (1) when any row's kernel adds bias or a row
 // has no verdict (as bias-test does), else kExitOk, inconclusive rows included (the contract
 // gives sweep no exit 4; the table's last line counts those rows).
-int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run);
+// `notes` (skipped cells, models not validated on hardware: sweep_grid_notes) follow the table
+// on stdout, are the JSON's "notes", and go to stderr beside a CSV written to stdout.
+int emit_rows(std::vector<SweepRow> rows, const std::string& csv_path, bool json, const SweepRun& run,
+              const std::vector<std::string>& notes);
 // sweep's and merge's --csv and --json, checked before any work: the CSV's path can be
 // written (check_output_path; - is stdout) and `--csv -` is not given with --json (both
 // would be stdout). InputError (exit 2) otherwise.
