@@ -645,8 +645,16 @@ TEST_CASE("op and dot take -inf and -nan operands on the command line, and `--` 
   CHECK(run("op add bf16 rne +1 -inf --json").out.find("\"result\": \"ff80\"") != std::string::npos);
 }
 
-TEST_CASE("op --json with --explain, and deviation's repeated model, are refused rather than dropped") {
-  check_refused(run("op add bf16 rne 1.5 1 --json --explain"), {"--json excludes --explain"});
+TEST_CASE("op --json with --explain keeps both; deviation's repeated model is refused rather than dropped") {
+  // The contract gives them side by side (the contract audit): the explanation is the JSON's
+  // "explain" member, the text --explain prints after the result line.
+  const Run both = run("op add bf16 rne 1.5 +1 --json --explain");
+  REQUIRE(both.code == 0);
+  const auto j = nlohmann::json::parse(both.out);
+  const Run text = run("op add bf16 rne 1.5 +1 --explain");
+  REQUIRE(text.code == 0);
+  CHECK(j["result"] == "4020");  // 1.5 + 1 = 2.5 = 1.01b * 2^1: 0 10000000 0100000
+  CHECK(text.out == "4020 -\n" + j["explain"].get<std::string>());
   check_refused(run("deviation --models standard-bf16,standard-bf16 --seqlen 16 --headdim 16"),
                 {"--models standard-bf16,standard-bf16", "standard-bf16 is given twice"});
   // deviation --inputs takes every scenario (normal is random's other name); its error lists them.
@@ -993,4 +1001,21 @@ TEST_CASE("make-trace --backward says what a forward-only model wrote") {
   CHECK(r.out.find("with backward") == std::string::npos);
   const Run full = run("make-trace --model fa2-sm80 --seqlen 32 --headdim 64 --backward --out " + out);
   CHECK(full.out.find(", with backward)") != std::string::npos);
+}
+
+// The contract's --dtype (the input format of models that name none) was unknown to sweep
+// (found by the contract audit): it is --formats with one entry, refused beside another.
+TEST_CASE("sweep --dtype F is --formats F") {
+  const std::string grid = "sweep --model standard --scenario random --seqlen 16 --headdim 16 --trials 2 --json";
+  const Run dtype = run(grid + " --dtype fp16");
+  const Run formats = run(grid + " --formats fp16");
+  REQUIRE(dtype.code == 0);
+  const auto rows = nlohmann::json::parse(dtype.out)["rows"];
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["format"] == "fp16");
+  CHECK(rows[0]["model"] == "standard-fp16");
+  CHECK(dtype.out == formats.out);
+  check_refused(run(grid + " --dtype fp16 --formats bf16"), {"--dtype fp16 conflicts with --formats bf16"});
+  check_refused(run(grid + " --dtype fp16,bf16"), {"--dtype", "fp16,bf16"});
+  CHECK(run(grid + " --dtype bf16 --formats bf16").code == 0);
 }

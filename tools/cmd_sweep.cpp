@@ -50,6 +50,9 @@ struct SweepOptions {
   double alpha = 1e-3, at_stake = attn::kDefaultAtStakeUlps;
   bool json = false;
   bool sr_bits_given = false;
+  // --dtype F (the contract's input dtype of models that name none) is --formats F.
+  std::string dtype;
+  CLI::Option *dtype_option = nullptr, *formats_option = nullptr;
 };
 
 // A configuration to run (sweep_grid.hpp).
@@ -76,6 +79,13 @@ int run_sweep(const SweepOptions& o) {
   run.seed = o.seed;
   run.trials = o.trials;
   run.formats = o.formats;
+  if (o.dtype_option->count() > 0) {
+    parse_format_or_throw(o.dtype, "--dtype");  // one format: a list is --formats'
+    if (o.formats_option->count() > 0 && o.formats != o.dtype)
+      throw InputError("--dtype " + o.dtype + " conflicts with --formats " + o.formats +
+                       " (--dtype F is --formats F: give one)");
+    run.formats = o.dtype;
+  }
   run.rounds = o.rounds;
   run.models = o.models;
   run.scenarios = o.scenarios;
@@ -172,9 +182,11 @@ int run_sweep(const SweepOptions& o) {
 
 Runner setup_sweep(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  app.add_option("--formats", o->formats,
-                 "formats the kernels work in (bf16, fp16, fp32, e4m3), comma-separated (default bf16); a model "
-                 "that cannot run in one is skipped with a note");
+  o->formats_option = app.add_option("--formats", o->formats,
+                                     "formats the kernels work in (bf16, fp16, fp32, e4m3), comma-separated (default "
+                                     "bf16); a model that cannot run in one is skipped with a note");
+  o->dtype_option =
+      app.add_option("--dtype", o->dtype, "one format, as --formats with one entry (bias-test's --dtype)");
   app.add_option("--round", o->rounds,
                  "final cast of O: rne (each recipe's own) or rtz, rup, rdn, rna, rto, sr (+o-MODE), comma-separated");
   app.add_option("--model", o->models, "kernel models, comma-separated")->required();
