@@ -637,6 +637,18 @@ TEST_CASE("make-trace and replay: an emulated trace replays 100%, a corrupted on
   const Run text = run("replay " + trace + " --row 3 --explain");
   CHECK(text.code == 0);
   CHECK(text.out.find("EMULATED") != std::string::npos);
+  // The JSON's --explain ends with the final cast, as the text does (it had only the tiles;
+  // found by the contract audit): the same counts, one event per feature of the row.
+  const Run explained = run("replay " + trace + " --row 3 --explain --json");
+  REQUIRE(explained.code == 0);
+  const auto cast = nlohmann::json::parse(explained.out)["final_cast"];
+  const std::string line = "final cast of O (" + std::to_string(cast["features"].get<int>()) +
+                           " features): " + std::to_string(cast["rounded_up"].get<int>()) + " rounded up, " +
+                           std::to_string(cast["rounded_down"].get<int>()) + " down, " +
+                           std::to_string(cast["ties"].get<int>()) + " ties";
+  CHECK_MESSAGE(text.out.find(line) != std::string::npos, line);
+  CHECK(cast["features"] == fb::read_trace(trace).bits("o").shape.back());
+  CHECK(cast["rounded_up"].get<int>() + cast["rounded_down"].get<int>() <= cast["features"].get<int>());
   // A row that a bottom-right mask leaves without keys (N = 48 > Nk = 16: rows 0..31) was
   // explained as "fa2-sm80 is materialised", false of a tiled kernel.
   const auto empty_rows = (scratch() / "empty_rows.safetensors").string();

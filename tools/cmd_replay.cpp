@@ -58,6 +58,26 @@
 namespace fb::cli {
 namespace {
 
+// The final cast of O over a row's features, as --explain reports it (text and JSON alike).
+struct CastSummary {
+  std::size_t features = 0;
+  int up = 0, down = 0, ties = 0;
+  double mean_error_ulps = 0.0;
+};
+CastSummary summarize_cast(const std::vector<RoundingEvent>& cast) {
+  CastSummary s;
+  s.features = cast.size();
+  double err = 0;
+  for (const auto& e : cast) {
+    s.up += e.direction == RoundDirection::up;
+    s.down += e.direction == RoundDirection::down;
+    s.ties += e.tie;
+    err += e.error_ulps;
+  }
+  s.mean_error_ulps = cast.empty() ? 0.0 : err / static_cast<double>(cast.size());
+  return s;
+}
+
 struct ReplayOptions {
   std::string path, model, plot, recipe;
   std::vector<std::string> sfu_dumps;  // FUNC=FILE
@@ -694,6 +714,14 @@ int run_replay(const ReplayOptions& o) {
     if (o.explain && row_trace) {
       j["explain"] = nlohmann::ordered_json::array();
       for (const auto& t : row_trace->tiles) j["explain"].push_back(api::tile_record_json(t));
+      // The contract's --explain ends with the final cast; the JSON had only the tiles (found
+      // by the contract audit).
+      const CastSummary cast = summarize_cast(row_trace->o_cast);
+      j["final_cast"] = {{"features", cast.features},
+                         {"rounded_up", cast.up},
+                         {"rounded_down", cast.down},
+                         {"ties", cast.ties},
+                         {"mean_error_ulps", cast.mean_error_ulps}};
     }
     j["match"] = !mismatch;
     // `match` is the exit status's verdict on what was compared; a script that reads only it
@@ -770,17 +798,9 @@ int run_replay(const ReplayOptions& o) {
           std::printf("  %4d %11s %14.8g %14.8g %6d %8d %6d %8s %14.6g\n", t.kv_tile, keys.c_str(), t.running_max,
                       t.running_sum, t.p_equal_one, t.significand_overflows, t.ties, ud.c_str(), t.pv_signed_error);
         }
-        int up = 0, down = 0, ties = 0;
-        double err = 0;
-        for (const auto& e : row_trace->o_cast) {
-          up += e.direction == RoundDirection::up;
-          down += e.direction == RoundDirection::down;
-          ties += e.tie;
-          err += e.error_ulps;
-        }
+        const CastSummary cast = summarize_cast(row_trace->o_cast);
         std::printf("  final cast of O (%zu features): %d rounded up, %d down, %d ties, mean error %+.4g ulps\n",
-                    row_trace->o_cast.size(), up, down, ties,
-                    row_trace->o_cast.empty() ? 0.0 : err / static_cast<double>(row_trace->o_cast.size()));
+                    cast.features, cast.up, cast.down, cast.ties, cast.mean_error_ulps);
       }
     }
     if (!o.plot.empty()) std::cout << (row_trace ? "plot written to " + o.plot : "no plot: nothing traced") << "\n";
