@@ -726,6 +726,26 @@ TEST_CASE("replay under a forward-only model compares O, LSE and delta and says 
   CHECK(run("replay " + with_gradients + " --model fa2-sm80").code == 1);
 }
 
+// Found by the contract audit: the contract's table calls fa2-sm90 "what PyTorch's SDPA flash
+// backend runs", and a torch capture replayed under it mismatches (PyTorch's bundled FA2 is
+// pytorch-fa2-sm90). The mismatch names the likely cause; a match or another kernel's trace
+// gets no such note.
+TEST_CASE("replay: a torch SDPA capture replayed as fa2-sm90 names pytorch-fa2-sm90") {
+  const std::string torch_capture =
+      std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/torch/torch_bf16_random_d64.safetensors";
+  const Run upstream = run("replay " + torch_capture + " --model fa2-sm90");
+  CHECK(upstream.code == 1);
+  CHECK(upstream.out.find("PyTorch's SDPA flash backend") != std::string::npos);
+  CHECK(upstream.out.find("pytorch-fa2-sm90") != std::string::npos);
+  const Run own = run("replay " + torch_capture);
+  CHECK(own.code == 0);
+  CHECK(own.out.find("flash_attn package") == std::string::npos);
+  const Run fb_fa2 =
+      run("replay " + std::string(FLASHBITS_SOURCE_DIR) + "/traces/hw/h200/fa2/fa2_random_d64.safetensors");
+  CHECK(fb_fa2.code == 0);
+  CHECK(fb_fa2.out.find("flash_attn package") == std::string::npos);
+}
+
 TEST_CASE("replay: the shipped example traces replay bit for bit") {
   const std::filesystem::path examples = std::filesystem::path(FLASHBITS_SOURCE_DIR) / "traces" / "examples";
   int count = 0;

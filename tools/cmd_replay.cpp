@@ -804,6 +804,14 @@ int run_replay(const ReplayOptions& o) {
       }
     }
     if (!o.plot.empty()) std::cout << (row_trace ? "plot written to " + o.plot : "no plot: nothing traced") << "\n";
+    // fa2-* is the flash_attn package's FA2; PyTorch's bundled copy differs in its exp2 FMA and
+    // LSE (pytorch-fa2-*). A capture from torch's SDPA replayed as fa2-* mismatches: the likely
+    // cause is named, unless the trace itself names another kernel.
+    if (mismatch && model.name.rfind("fa2-sm", 0) == 0 && (md.model.empty() || md.model.rfind("pytorch-fa2-", 0) == 0))
+      std::cout << "note: " << model.name
+                << " is the flash_attn package's FA2; PyTorch's SDPA flash backend (its bundled FA2: the exponent "
+                   "argument unfused, libdevice exp2f, an IEEE reciprocal, its own LSE) is pytorch-fa2-sm80 / "
+                   "pytorch-fa2-sm90: a capture from torch's scaled_dot_product_attention replays under those\n";
     std::cout << (mismatch ? "result: MISMATCH" : "result: all compared values match") << "\n";
   }
   return mismatch ? kExitCheckFailed : kExitOk;
