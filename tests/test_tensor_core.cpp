@@ -510,7 +510,10 @@ TEST_CASE("exact-rne: a sum that underflows to zero keeps its sign, as MPFR's ro
   const std::vector<std::tuple<std::uint32_t, std::uint16_t, std::uint16_t>> cases = {
       {0x00000000u, 0x8d80, 0x0d80}, {0x80000000u, 0x0d80, 0x0d80}, {0x00000000u, 0x959a, 0x15c3},
       {0x00000001u, 0x966b, 0x1612}, {0x80000001u, 0x1601, 0x15ff}, {0x00000000u, 0xb5c1, 0x1f7f}};
-  for (const auto& [c, a, b] : cases) {
+  for (const auto& kase : cases) {
+    // Not a structured binding: clang 14 cannot capture one in the CHECK_MESSAGE lambda.
+    const std::uint32_t c = std::get<0>(kase);
+    const std::uint16_t a = std::get<1>(kase), b = std::get<2>(kase);
     const auto bf16 = [](std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); };
     mpfr_set_flt(acc, std::bit_cast<float>(c), MPFR_RNDN);
     mpfr_set_flt(prod, bf16(a), MPFR_RNDN);
