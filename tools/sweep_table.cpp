@@ -197,6 +197,18 @@ void moments_json(nlohmann::ordered_json& out, const std::string& prefix, const 
   out[prefix + "_neg"] = m.neg;
 }
 
+// Where a comparison's bare verdict words and the size of its excess disagree, so that the
+// words alone would mislead: a bias detected only below the size at stake, or none detected
+// beside an excess of that size (the error carried across zero, say). One rule for the
+// verdict cell and the notes under the table.
+enum class StakeGap { none, detected_below_stake, undetected_at_stake };
+StakeGap stake_gap(const attn::FloorComparison& c, double at_stake) {
+  const bool large = std::fabs(c.excess.mean) >= at_stake;
+  if (c.verdict == attn::Verdict::adds_bias && !large) return StakeGap::detected_below_stake;
+  if (c.verdict == attn::Verdict::no_detectable_bias && large) return StakeGap::undetected_at_stake;
+  return StakeGap::none;
+}
+
 }  // namespace
 
 void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const SweepRun& run) {
@@ -224,9 +236,10 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
     if (!x.no_verdict) {
       bool large_detected = false, small_detected = false, large_undetected = false;
       for (const attn::FloorComparison* c : {&x.o_vs_floor, &x.d_vs_floor, &x.o_mag_vs_floor, &x.d_mag_vs_floor}) {
-        const bool large = std::fabs(c->excess.mean) >= run.at_stake;
-        if (c->verdict == attn::Verdict::adds_bias) (large ? large_detected : small_detected) = true;
-        if (c->verdict == attn::Verdict::no_detectable_bias && large) large_undetected = true;
+        const StakeGap gap = stake_gap(*c, run.at_stake);
+        small_detected |= gap == StakeGap::detected_below_stake;
+        large_detected |= c->verdict == attn::Verdict::adds_bias && gap == StakeGap::none;
+        large_undetected |= gap == StakeGap::undetected_at_stake;
       }
       if (x.outcome == attn::Verdict::adds_bias && small_detected && !large_detected)
         verdict_cell += " (below at stake)";
@@ -299,10 +312,7 @@ void write_table(std::ostream& os, const std::vector<SweepRow>& rows, const Swee
                                   {"delta", x.d_vs_floor},
                                   {"O magnitude", x.o_mag_vs_floor},
                                   {"delta magnitude", x.d_mag_vs_floor}}) {
-      const bool small_detected = c.verdict == attn::Verdict::adds_bias && std::fabs(c.excess.mean) < run.at_stake;
-      const bool large_undetected =
-          c.verdict == attn::Verdict::no_detectable_bias && std::fabs(c.excess.mean) >= run.at_stake;
-      if (small_detected || large_undetected)
+      if (stake_gap(c, run.at_stake) != StakeGap::none)
         os << r.configuration() << ": " << what << ": " << attn::verdict_text(c.verdict) << ": " << c.reason << "\n";
     }
   }
