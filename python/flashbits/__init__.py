@@ -944,7 +944,9 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     (bf16) and ``seed`` (0); ``trials``, ``seqlen`` and ``headdim`` are held to the CLI's
     limits (at most 2^24 trials; seqlen x headdim at most 2^31 elements and about 64 GiB of
     working memory): a ValueError beyond them. The traces hold their inputs: with ``traces``
-    the first five and ``seed`` are a ValueError (``bias-test --traces`` refuses them). A bare
+    the first five and ``seed`` are a ValueError (``bias-test --traces``, held to its command-line
+    contract, checks ``--scenario`` against the traces and notes ``--trials``/``--seed``; here
+    they are refused, since a keyword that changes nothing is a mistake in a call). A bare
     capture among the traces (no flashbits metadata: an ``.npz``, a folder of ``.npy``, a bare
     ``.safetensors``) is read as ``load_trace`` reads it, with what it lacks given as that
     function's keywords: ``source``, ``scale``, ``causal``, ``layout``, and ``dtype`` for the
@@ -954,7 +956,8 @@ def bias_test(model: str | None = None, scenario: str | None = None, *, traces=N
     no capture measured) are UserWarnings, as load_trace's; ``notes`` keeps the run's."""
     model = _str_arg("model", model, optional=True)
     if traces is not None:
-        # Given with traces they would be ignored: refused, as the CLI refuses them.
+        # Given with traces they would change nothing: refused (the CLI, held to its contract's
+        # synopsis, checks --scenario and notes --trials and --seed instead).
         _refuse_unused("the traces hold their inputs", ("scenario", "trials", "seqlen", "headdim", "seed"),
                        {"scenario": scenario, "trials": trials, "seqlen": seqlen, "headdim": headdim, "seed": seed})
     else:
